@@ -1,0 +1,37 @@
+# suanli: `make run` runs the platform demo (for now the packing benchmark), `make test` runs every check.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+TRACES ?= ../shared/traces
+ALIBABA := $(TRACES)/alibaba-gpu-2023
+ITP := $(TRACES)/microsoft-itp-elasticflow
+
+.PHONY: run test bench lint clean
+
+$(BIN)/suanli: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(BIN)/suanli
+
+run: $(BIN)/suanli
+	$(BIN)/suanli sim packing --nodes $(ALIBABA)/openb_node_list_gpu_node.csv \
+	  --pods $(ALIBABA)/openb_pod_list_default.csv --policy fgd,suanli --seeds 42-43
+
+lint: $(BIN)/suanli
+	$(BIN)/ruff check src tests
+	$(BIN)/ruff format --check src tests
+	$(BIN)/lint-imports
+
+test: lint
+	$(BIN)/pytest
+
+bench: $(BIN)/suanli
+	mkdir -p bench-results
+	$(BIN)/suanli sim packing --nodes $(ALIBABA)/openb_node_list_gpu_node.csv \
+	  --pods $(ALIBABA)/openb_pod_list_default.csv --policy all --seeds 42-51 \
+	  --json bench-results/packing.json
+	$(BIN)/python -m suanli.sim.throughput --json bench-results/throughput.json
+
+clean:
+	rm -rf $(VENV) bench-results .pytest_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""suanli: a GPU compute rental platform."""

@@ -1,0 +1,1 @@
+"""Pure core of suanli: catalogue, fleet, requests, placement. Standard library only; no I/O, clock or randomness."""

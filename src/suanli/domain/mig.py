@@ -1,0 +1,135 @@
+"""NVIDIA MIG placement: where an instance of a profile may start, and how to make room for one.
+
+A GPU's MIG layout is a tuple of `MigInstance` (start slot, profile name, busy). An instance occupies
+`profile.placement_slots` consecutive placement slots from its start, and may start only at one of the
+profile's `valid_starts` (NVIDIA's placement table). Idle instances may be destroyed to make room
+(a repartition); busy ones never are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from suanli.domain.catalog import MigGeometry
+from suanli.domain.errors import MigPlacementError
+
+MigInstance = tuple[int, str, bool]  # (start slot, profile name, busy)
+
+
+@dataclass(frozen=True, slots=True)
+class MigOption:
+    """Where to put one instance: reuse an idle one, or create it at `start` after destroying `destroyed`."""
+
+    start: int
+    profile: str
+    reuse: bool
+    destroyed: tuple[MigInstance, ...] = ()
+
+    @property
+    def repartitions(self) -> bool:
+        return not self.reuse
+
+
+def check_layout(geometry: MigGeometry, instances: Iterable[tuple[int, str]]) -> None:
+    """Raise MigPlacementError when an instance starts at a slot NVIDIA forbids or overlaps another."""
+    used: dict[int, str] = {}
+    for start, name in instances:
+        profile = geometry.profile(name)
+        if start not in profile.valid_starts:
+            starts = ", ".join(map(str, profile.valid_starts))
+            raise MigPlacementError(f"{name} cannot start at slot {start}; valid starts are {starts}")
+        for slot in profile.slots_at(start):
+            if slot in used:
+                raise MigPlacementError(f"{name} at slot {start} overlaps {used[slot]} at slot {slot}")
+            used[slot] = name
+
+
+def pack_layout(geometry: MigGeometry, profile_names: Iterable[str]) -> tuple[MigInstance, ...]:
+    """Place the named profiles, largest first, each at the lowest valid free start; idle instances."""
+    names = sorted(profile_names, key=lambda n: -geometry.profile(n).placement_slots)
+    layout: tuple[MigInstance, ...] = ()
+    for name in names:
+        profile = geometry.profile(name)
+        free = free_slots(geometry, layout)
+        start = next((s for s in profile.valid_starts if all(x in free for x in profile.slots_at(s))), None)
+        if start is None:
+            raise MigPlacementError(f"no room left for {name} in layout {[n for _, n, _ in layout]}")
+        layout = tuple(sorted((*layout, (start, name, False))))
+    return layout
+
+
+def free_slots(geometry: MigGeometry, layout: tuple[MigInstance, ...]) -> set[int]:
+    """Placement slots no instance occupies."""
+    taken = {slot for start, name, _ in layout for slot in geometry.profile(name).slots_at(start)}
+    return set(range(geometry.placement_slot_count)) - taken
+
+
+def busy_compute_slices(geometry: MigGeometry, layout: tuple[MigInstance, ...]) -> int:
+    return sum(geometry.profile(name).compute_slices for _, name, busy in layout if busy)
+
+
+def busy_memory_gib(geometry: MigGeometry, layout: tuple[MigInstance, ...]) -> float:
+    return sum(geometry.profile(name).memory_gib for _, name, busy in layout if busy)
+
+
+def best_option(
+    geometry: MigGeometry, layout: tuple[MigInstance, ...], profile_name: str
+) -> MigOption | None:
+    """The best way to host one `profile_name` instance on this GPU, or None when it cannot fit.
+
+    Prefer reusing an idle instance of the profile; else create one where it destroys the fewest idle
+    compute slices and leaves the largest profile still placeable; ties go to the highest start slot.
+    """
+    if not geometry.has_profile(profile_name):
+        return None
+    for start, name, busy in layout:
+        if name == profile_name and not busy:
+            return MigOption(start, profile_name, reuse=True)
+    profile = geometry.profile(profile_name)
+    best: tuple[tuple[int, int, int], MigOption] | None = None
+    for start in profile.valid_starts:
+        slots = set(profile.slots_at(start))
+        overlapping = tuple(
+            inst for inst in layout if slots.intersection(geometry.profile(inst[1]).slots_at(inst[0]))
+        )
+        if any(busy for _, _, busy in overlapping):
+            continue
+        remaining = tuple(inst for inst in layout if inst not in overlapping) + ((start, profile_name, True),)
+        rank = (
+            sum(geometry.profile(name).compute_slices for _, name, _ in overlapping),
+            -largest_placeable_compute(geometry, remaining),
+            -start,
+        )
+        if best is None or rank < best[0]:
+            best = (rank, MigOption(start, profile_name, reuse=False, destroyed=overlapping))
+    return None if best is None else best[1]
+
+
+def largest_placeable_compute(geometry: MigGeometry, layout: tuple[MigInstance, ...]) -> int:
+    """Compute slices of the largest profile that still fits in the free slots of `layout`."""
+    free = free_slots(geometry, layout)
+    return max(
+        (
+            p.compute_slices
+            for p in geometry.profiles
+            if any(all(x in free for x in p.slots_at(s)) for s in p.valid_starts)
+        ),
+        default=0,
+    )
+
+
+def apply_option(layout: tuple[MigInstance, ...], option: MigOption) -> tuple[MigInstance, ...]:
+    """The layout after `option`, with the instance marked busy."""
+    if option.reuse:
+        kept = tuple(inst for inst in layout if inst != (option.start, option.profile, False))
+    else:
+        kept = tuple(inst for inst in layout if inst not in option.destroyed)
+    return tuple(sorted((*kept, (option.start, option.profile, True))))
+
+
+def release(layout: tuple[MigInstance, ...], start: int, profile_name: str) -> tuple[MigInstance, ...]:
+    """The layout after the busy instance at `start` is freed (it stays, idle, for the next tenant)."""
+    if (start, profile_name, True) not in layout:
+        raise MigPlacementError(f"no busy {profile_name} at slot {start} to release")
+    return tuple(sorted((s, n, b and not (s == start and n == profile_name)) for s, n, b in layout))

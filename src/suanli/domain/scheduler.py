@@ -1,0 +1,214 @@
+"""`schedule(snapshot, queue, policy, now) -> Plan`: place what fits, say why the rest waits.
+
+Phases for each request, in queue order: (1) nominate the node classes its selector, residency,
+constraints and size allow; (2) enumerate the (class, state) groups where its per-node shape fits and score
+each once; (3) take the best node, or for a gang the best nodes inside the smallest topology subtree
+(leaf, pod, zone, region) that holds all of them; (4) apply it to the snapshot so later requests see it.
+The snapshot comes back with the plan applied: it is the caller's working copy.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from suanli.domain.capacity import Option, options
+from suanli.domain.plan import NodeAllocation, Pending, Placement, Plan, Reason, Repartition
+from suanli.domain.policies import Policy, Score
+from suanli.domain.request import Request
+from suanli.domain.snapshot import NodeState, Snapshot
+
+TOPOLOGY_LEVELS = (4, 3, 2, 1)  # leaf, pod, zone, region
+OPTION_CACHE_LIMIT = 200_000
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A node where the request's per-node part fits, with the policy's score for the best way."""
+
+    score: Score
+    state: NodeState
+    option: Option
+
+
+def schedule(snapshot: Snapshot, queue: Iterable[Request], policy: Policy, now: float) -> Plan:
+    """Decide placements for `queue` in priority order; deterministic for the same inputs."""
+    placements: list[Placement] = []
+    pending: list[Pending] = []
+    for request in order_queue(queue):
+        outcome = place(snapshot, request, policy)
+        (placements if isinstance(outcome, Placement) else pending).append(outcome)
+    return Plan(tuple(placements), tuple(pending))
+
+
+def order_queue(queue: Iterable[Request]) -> list[Request]:
+    """Tier first (reserved, on-demand, spot), spot by higher bid, then age, then id for stability."""
+    return sorted(queue, key=lambda r: (-r.tier, -(r.bid_micros_per_hour or 0), r.submitted_at_s, r.id))
+
+
+def place(snapshot: Snapshot, request: Request, policy: Policy) -> Placement | Pending:
+    """Place one request on the snapshot (mutating it), or say why it cannot be placed now."""
+    class_ids, reason = nominate(snapshot, request)
+    if not class_ids:
+        return Pending(request.id, reason, _explain(reason, request))
+    if request.node_count == 1:
+        candidate = best_single(snapshot, class_ids, request, policy)
+        if candidate is None:
+            return Pending(request.id, Reason.NO_CAPACITY, _explain(Reason.NO_CAPACITY, request))
+        return _apply(snapshot, request, [candidate], "")
+    return place_gang(snapshot, class_ids, request, policy)
+
+
+def nominate(snapshot: Snapshot, request: Request) -> tuple[list[int], Reason]:
+    """Node classes that could ever host the request, or the first filter that ruled all of them out."""
+    cache = snapshot.nomination_cache
+    signature = (
+        request.shape,
+        request.selector,
+        request.constraints.jurisdictions,
+        request.constraints.regions,
+        request.constraints.providers,
+        tuple(sorted(request.constraints.labels.items())),
+        request.cpu_milli,
+        request.memory_mib,
+    )
+    cached = cache.get(signature)
+    if cached is not None:
+        return cached
+    stages = (
+        (Reason.NO_MATCHING_GPU, lambda c: c.selector_allows(request.selector, request.shape)),
+        (Reason.RESIDENCY, lambda c: c.residency_allows(request)),
+        (Reason.CONSTRAINTS, lambda c: c.constraints_allow(request)),
+        (Reason.NODE_TOO_SMALL, lambda c: c.big_enough(request)),
+    )
+    survivors = list(range(len(snapshot.classes)))
+    reason = Reason.NO_CAPACITY
+    for stage_reason, allows in stages:
+        survivors = [i for i in survivors if allows(snapshot.classes[i])]
+        if not survivors:
+            reason = stage_reason
+            break
+    cache[signature] = (survivors, reason)
+    return survivors, reason
+
+
+def best_single(snapshot: Snapshot, class_ids: Sequence[int], request: Request, policy: Policy) -> Candidate | None:
+    """The best-scoring node for a one-node request; ties go to the first node, or a random one."""
+    best_score: Score | None = None
+    ties: list[tuple[dict[int, None], Option, list[Option], tuple]] = []
+    for class_id in class_ids:
+        for key, members in snapshot.groups[class_id].items():
+            scored = _best_option(snapshot, class_id, key, request, policy)
+            if scored is None:
+                continue
+            score, option, found = scored
+            if best_score is None or score < best_score:
+                best_score, ties = score, [(members, option, found, key)]
+            elif score == best_score:
+                ties.append((members, option, found, key))
+    if best_score is None:
+        return None
+    if not policy.random_ties:
+        index, option = min((min(members), option) for members, option, _, _ in ties)
+        return Candidate(best_score, snapshot.nodes[index], option)
+    rng = random.Random(f"{policy.seed}:{request.id}")
+    pick = rng.randrange(sum(len(members) for members, _, _, _ in ties))
+    for members, option, found, key in ties:
+        if pick < len(members):
+            chosen = option if not policy.random_gpu else _random_option(rng, found, key[2])
+            return Candidate(best_score, snapshot.nodes[list(members)[pick]], chosen)
+        pick -= len(members)
+    raise AssertionError("unreachable: the pick is below the number of tied nodes")
+
+
+def _random_option(rng: random.Random, found: list[Option], gpus: tuple) -> Option:
+    """A uniformly random fitting GPU: each option weighted by how many GPUs are in its entry's state."""
+    if len(found) == 1:
+        return found[0]
+    weights = [sum(1 for entry in gpus if entry == option.choices[0].before) for option in found]
+    return rng.choices(found, weights=weights)[0]
+
+
+def place_gang(
+    snapshot: Snapshot, class_ids: Sequence[int], request: Request, policy: Policy
+) -> Placement | Pending:
+    """All `node_count` nodes inside the smallest topology subtree that holds them, or nothing."""
+    candidates: list[Candidate] = []
+    for class_id in class_ids:
+        for key, members in snapshot.groups[class_id].items():
+            scored = _best_option(snapshot, class_id, key, request, policy)
+            if scored is not None:
+                score, option, _ = scored
+                candidates.extend(Candidate(score, snapshot.nodes[i], option) for i in members)
+    need = request.node_count
+    if len(candidates) < need:
+        reason = Reason.GANG_INCOMPLETE if candidates else Reason.NO_CAPACITY
+        return Pending(request.id, reason, _explain(reason, request, len(candidates)))
+    for depth in TOPOLOGY_LEVELS:
+        subtrees: dict[tuple[str, ...], list[Candidate]] = {}
+        for candidate in candidates:
+            subtrees.setdefault(candidate.state.node.topology[:depth], []).append(candidate)
+        best: tuple[tuple, tuple[str, ...], list[Candidate]] | None = None
+        for path, members in subtrees.items():
+            if len(members) < need:
+                continue
+            members.sort(key=lambda c: (c.score, c.state.index))
+            chosen = members[:need]
+            rank = (tuple(sum(s) for s in zip(*(c.score for c in chosen), strict=True)), path)
+            if best is None or rank < best[0]:
+                best = (rank, path, chosen)
+        if best is not None:
+            return _apply(snapshot, request, best[2], "/".join(best[1]))
+    return Pending(
+        request.id, Reason.GANG_INCOMPLETE, _explain(Reason.GANG_INCOMPLETE, request, len(candidates))
+    )
+
+
+def _best_option(
+    snapshot: Snapshot, class_id: int, key: tuple, request: Request, policy: Policy
+) -> tuple[Score, Option, list[Option]] | None:
+    cache = snapshot.option_cache
+    signature = (class_id, key, request.shape, request.cpu_milli, request.memory_mib)
+    found = cache.get(signature)
+    if found is None:
+        if len(cache) > OPTION_CACHE_LIMIT:
+            cache.clear()
+        found = cache[signature] = options(snapshot.classes[class_id], key, request)
+    if not found:
+        return None
+    cls = snapshot.classes[class_id]
+    score, index = min((policy.score(class_id, cls, key, option), i) for i, option in enumerate(found))
+    return score, found[index], found
+
+
+def _apply(snapshot: Snapshot, request: Request, chosen: list[Candidate], subtree: str) -> Placement:
+    allocations: list[NodeAllocation] = []
+    repartitions: list[Repartition] = []
+    for candidate in chosen:
+        allocation = snapshot.assign(
+            candidate.state, request.cpu_milli, request.memory_mib, candidate.option.choices
+        )
+        allocations.append(allocation)
+        for choice, piece in zip(candidate.option.choices, allocation.slices, strict=True):
+            option = choice.mig_option
+            if option is not None and not option.reuse:
+                destroyed = tuple((start, name) for start, name, _ in option.destroyed)
+                repartitions.append(
+                    Repartition(allocation.node, piece.gpu_index, destroyed, (option.start, option.profile))
+                )
+    return Placement(request.id, tuple(allocations), subtree, tuple(repartitions))
+
+
+def _explain(reason: Reason, request: Request, feasible_nodes: int = 0) -> str:
+    messages = {
+        Reason.NO_MATCHING_GPU: "no GPU in the fleet matches the selector and shape",
+        Reason.RESIDENCY: "no matching GPU in an allowed jurisdiction "
+        f"({', '.join(sorted(request.constraints.jurisdictions))})",
+        Reason.CONSTRAINTS: "regions, providers or labels rule out every matching node",
+        Reason.NODE_TOO_SMALL: f"no matching node has {request.cpu_milli} CPU milli "
+        f"and {request.memory_mib} MiB",
+        Reason.NO_CAPACITY: "matching nodes are busy; waiting for free capacity",
+        Reason.GANG_INCOMPLETE: f"{feasible_nodes} nodes fit, {request.node_count} needed in one subtree",
+    }
+    return messages.get(reason, reason.value)

@@ -1,0 +1,174 @@
+"""An indexed, mutable in-memory view of free capacity that the scheduler decides on.
+
+Nodes are grouped by (class, state): a decision scores each group once, not each node. `assign` and
+`release` keep the index current; `release` returns an undo so a preemption trial costs no copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from suanli.domain import mig
+from suanli.domain.capacity import FULL_MILLI, GpuChoice, GpuEntry, NodeClass, NodeKey, empty_entry, mig_entry
+from suanli.domain.catalog import Catalog
+from suanli.domain.errors import FleetError
+from suanli.domain.inventory import Fleet, GpuMode, Node
+from suanli.domain.plan import NodeAllocation, Slice
+
+
+@dataclass(slots=True)
+class NodeState:
+    """A node's static facts and its current free capacity (per GPU index)."""
+
+    index: int
+    node: Node
+    class_id: int
+    cpu_free: int
+    memory_free: int
+    gpus: list[GpuEntry]
+    schedulable: bool = True
+
+    @property
+    def key(self) -> NodeKey:
+        return (self.cpu_free, self.memory_free, tuple(sorted(self.gpus)))
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+
+class Snapshot:
+    """Free capacity of a fleet, indexed by node class and state."""
+
+    def __init__(self, fleet: Fleet, catalog: Catalog) -> None:
+        self.fleet = fleet
+        self.classes: list[NodeClass] = []
+        class_ids: dict[NodeClass, int] = {}
+        self.nodes: list[NodeState] = []
+        self.by_name: dict[str, NodeState] = {}
+        # class id -> state -> ordered set of node indices (a dict used as an insertion-ordered set)
+        self.groups: list[dict[NodeKey, dict[int, None]]] = []
+        self.version = 0
+        # memo tables for the scheduler: valid for the fleet's lifetime since keys include the node state
+        self.nomination_cache: dict[tuple, tuple[list[int], object]] = {}
+        self.option_cache: dict[tuple, list] = {}
+        for index, node in enumerate(fleet.nodes):
+            model = catalog.get(node.gpu_model)
+            region = fleet.regions.get(node.region)
+            if region is None:
+                raise FleetError(f"unknown region {node.region!r}", node=node.name, field="topology")
+            cls = NodeClass.of(node, model, region)
+            class_id = class_ids.setdefault(cls, len(self.classes))
+            if class_id == len(self.classes):
+                self.classes.append(cls)
+                self.groups.append({})
+            state = NodeState(
+                index, node, class_id, node.cpu_milli, node.memory_mib, _initial_gpus(node, cls)
+            )
+            self.nodes.append(state)
+            self.by_name[node.name] = state
+            self._index(state)
+
+    @property
+    def gpu_count(self) -> int:
+        return sum(cls_nodes.node.gpu_count for cls_nodes in self.nodes)
+
+    def allocated_milli(self) -> int:
+        """GPU capacity held by placements, in milli-GPUs (MIG instances by compute slices)."""
+        return sum(FULL_MILLI * len(n.gpus) - sum(e[0] for e in n.gpus) for n in self.nodes)
+
+    def members(self, class_id: int) -> Iterator[tuple[NodeKey, dict[int, None]]]:
+        return iter(self.groups[class_id].items())
+
+    def assign(
+        self, state: NodeState, cpu_milli: int, memory_mib: int, choices: tuple[GpuChoice, ...]
+    ) -> NodeAllocation:
+        """Take capacity on `state` as `choices` say; returns the allocation with concrete GPU indices."""
+        self._unindex(state)
+        state.cpu_free -= cpu_milli
+        state.memory_free -= memory_mib
+        slices = []
+        for choice in choices:
+            gpu_index = _find_gpu(state, choice.before)
+            state.gpus[gpu_index] = choice.after
+            option = choice.mig_option
+            slices.append(
+                Slice(
+                    gpu_index,
+                    choice.milli,
+                    choice.memory_mib,
+                    option.profile if option else None,
+                    option.start if option else None,
+                )
+            )
+        self._index(state)
+        return NodeAllocation(state.name, cpu_milli, memory_mib, tuple(slices))
+
+    def release(self, allocation: NodeAllocation) -> Callable[[], None]:
+        """Give back an allocation's capacity; the returned function takes it again (for trials)."""
+        state = self.by_name[allocation.node]
+        before = (state.cpu_free, state.memory_free, list(state.gpus))
+        self._unindex(state)
+        state.cpu_free += allocation.cpu_milli
+        state.memory_free += allocation.memory_mib
+        model = self.classes[state.class_id].model
+        for piece in allocation.slices:
+            free_milli, free_mib, layout = state.gpus[piece.gpu_index]
+            if piece.mig_profile is not None and piece.mig_start is not None:
+                state.gpus[piece.gpu_index] = mig_entry(
+                    model, mig.release(layout, piece.mig_start, piece.mig_profile)
+                )
+            else:
+                state.gpus[piece.gpu_index] = (free_milli + piece.milli, free_mib + piece.memory_mib, layout)
+        self._index(state)
+
+        def undo() -> None:
+            self._unindex(state)
+            state.cpu_free, state.memory_free, state.gpus = before[0], before[1], list(before[2])
+            self._index(state)
+
+        return undo
+
+    def set_schedulable(self, node_name: str, schedulable: bool) -> None:
+        """Cordon (drain, maintenance, down) or uncordon a node; a cordoned node gets no new placements."""
+        state = self.by_name[node_name]
+        if state.schedulable == schedulable:
+            return
+        if schedulable:
+            state.schedulable = True
+            self._index(state)
+        else:
+            self._unindex(state)
+            state.schedulable = False
+
+    def _index(self, state: NodeState) -> None:
+        self.version += 1
+        if state.schedulable:
+            self.groups[state.class_id].setdefault(state.key, {})[state.index] = None
+
+    def _unindex(self, state: NodeState) -> None:
+        self.version += 1
+        if not state.schedulable:
+            return
+        group = self.groups[state.class_id]
+        key = state.key
+        members = group[key]
+        del members[state.index]
+        if not members:
+            del group[key]
+
+
+def _initial_gpus(node: Node, cls: NodeClass) -> list[GpuEntry]:
+    model = cls.model
+    if node.gpu_mode is GpuMode.MIG and model.mig is not None:
+        layouts = node.mig_layouts or tuple(() for _ in range(node.gpu_count))
+        return [mig_entry(model, mig.pack_layout(model.mig, layout)) for layout in layouts]
+    return [empty_entry(model, ()) for _ in range(node.gpu_count)]
+
+
+def _find_gpu(state: NodeState, entry: GpuEntry) -> int:
+    for index, current in enumerate(state.gpus):
+        if current == entry:
+            return index
+    raise LookupError(f"node {state.name} has no GPU in state {entry}")

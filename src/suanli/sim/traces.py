@@ -1,0 +1,112 @@
+"""Loaders for the public cluster traces: Alibaba 2023 "openb" nodes and pods, Microsoft ITP jobs."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+from suanli.domain.errors import FleetError, RequestError
+from suanli.domain.inventory import Fleet, GpuMode, Node, Region
+from suanli.domain.request import GpuSelector, GpuShare, Request, WholeGpus
+
+TRACE_REGION = Region("openb", jurisdiction="CN", grid_gco2_per_kwh=581.0, pue=1.3)
+NODES_PER_LEAF = 32
+LEAVES_PER_POD = 4
+
+
+@dataclass(frozen=True, slots=True)
+class TracePod:
+    """One row of the openb pod list: its request and its life in the trace (seconds from the start)."""
+
+    request: Request
+    creation_s: float
+    deletion_s: float | None
+    scheduled_s: float | None
+
+
+def read_openb_nodes(path: Path) -> Fleet:
+    """The trace's GPU nodes as a fleet: one region, a leaf per 32 nodes, GPUs shareable."""
+    nodes = []
+    for line, row in _rows(path, ("sn", "cpu_milli", "memory_mib", "gpu", "model")):
+        gpu_count = _int(row, "gpu", path, line)
+        nodes.append(
+            Node(
+                name=row["sn"],
+                region=TRACE_REGION.name,
+                topology=synthetic_topology(TRACE_REGION.name, len(nodes)),
+                cpu_milli=_int(row, "cpu_milli", path, line),
+                memory_mib=_int(row, "memory_mib", path, line),
+                gpu_model=row["model"] if gpu_count else "none",
+                gpu_count=gpu_count,
+                gpu_mode=GpuMode.SHARED,
+            )
+        )
+    return Fleet({TRACE_REGION.name: TRACE_REGION}, tuple(nodes))
+
+
+def synthetic_topology(region: str, index: int) -> tuple[str, str, str, str]:
+    """A network path for a trace node that has none: 32 nodes a leaf, 4 leaves a pod, one zone."""
+    leaf = index // NODES_PER_LEAF
+    return (region, "z1", f"pod-{leaf // LEAVES_PER_POD:03d}", f"leaf-{leaf:04d}")
+
+
+def read_openb_pods(path: Path, *, with_memory: bool = False) -> list[TracePod]:
+    """The trace's pods as requests; host memory is dropped unless `with_memory` (the FGD protocol ignores it)."""
+    pods = []
+    for line, row in _rows(path, ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec")):
+        num_gpu = _int(row, "num_gpu", path, line)
+        gpu_milli = _int(row, "gpu_milli", path, line)
+        try:
+            shape = GpuShare(gpu_milli) if num_gpu == 1 and 0 < gpu_milli < 1000 else WholeGpus(num_gpu)
+            spec = frozenset(m for m in (row.get("gpu_spec") or "").split("|") if m)
+            request = Request(
+                id=row["name"],
+                shape=shape,
+                selector=GpuSelector(models=spec),
+                cpu_milli=_int(row, "cpu_milli", path, line),
+                memory_mib=_int(row, "memory_mib", path, line) if with_memory else 0,
+                submitted_at_s=_float(row, "creation_time", path, line) or 0.0,
+            )
+        except RequestError as error:
+            raise FleetError(str(error), source=f"{path}:{line}", field=error.field) from None
+        pods.append(
+            TracePod(
+                request,
+                _float(row, "creation_time", path, line) or 0.0,
+                _float(row, "deletion_time", path, line),
+                _float(row, "scheduled_time", path, line),
+            )
+        )
+    return pods
+
+
+def _rows(path: Path, required: tuple[str, ...]):
+    try:
+        handle = path.open(newline="")
+    except OSError as error:
+        raise FleetError(f"cannot read: {error.strerror}", source=str(path)) from None
+    with handle:
+        reader = csv.DictReader(handle)
+        missing = [c for c in required if c not in (reader.fieldnames or ())]
+        if missing:
+            raise FleetError(f"missing columns {', '.join(missing)}", source=str(path))
+        for line, row in enumerate(reader, start=2):
+            yield line, row
+
+
+def _int(row: dict, column: str, path: Path, line: int) -> int:
+    try:
+        return int(row[column])
+    except (TypeError, ValueError):
+        raise FleetError(f"not an integer: {row[column]!r}", source=f"{path}:{line}", field=column) from None
+
+
+def _float(row: dict, column: str, path: Path, line: int) -> float | None:
+    text = (row.get(column) or "").strip()
+    if not text:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise FleetError(f"not a number: {text!r}", source=f"{path}:{line}", field=column) from None
