@@ -291,10 +291,6 @@ def test_a_mig_node_without_a_layout_starts_with_no_instances() -> None:
     assert parsed.mig_layouts == ((), ())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="mig.pack_layout is greedy: it puts 3g at slot 0 and strands slot 7 (valid at 2g,1g,1g,3g)",
-)
 def test_a_valid_layout_that_needs_the_3g_instance_at_slot_4_is_accepted() -> None:
     text = fleet(node(gpus=f'{{ {A100_MIG}, mig_layout = ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"] }}'))
     assert parse(text).nodes[0].mig_layouts[0] == ("3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb")

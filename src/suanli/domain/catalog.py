@@ -19,7 +19,7 @@ class Vendor(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class MigProfile:
-    """One GPU instance profile: its size in placement slots, compute slices, memory and allowed start slots."""
+    """One GPU instance profile: size in placement slots, compute slices, memory, allowed start slots."""
 
     name: str
     compute_slices: int

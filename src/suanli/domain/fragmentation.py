@@ -100,14 +100,18 @@ class FragmentationModel:
         idle = sum(entry[0] for entry in gpus)
         if idle == 0:
             return 0.0
+        per_shape: dict[Shape, float] = {}  # many typical requests share a GPU shape and differ in CPU only
         total = 0.0
         for typical, ok in zip(self.mix, allowed, strict=True):
             if not ok or typical.cpu_milli > cpu_free or typical.memory_mib > memory_free:
                 total += typical.probability * idle
             elif self.repeated:
-                total += typical.probability * repeated_fragment(cls, key, typical, idle)
+                total += typical.probability * repeated_fragment(cls, key, typical, idle, per_shape)
             else:
-                total += typical.probability * fragment(cls, gpus, typical.shape, idle)
+                unusable = per_shape.get(typical.shape)
+                if unusable is None:
+                    unusable = per_shape[typical.shape] = fragment(cls, gpus, typical.shape, idle)
+                total += typical.probability * unusable
         return total
 
 
@@ -145,28 +149,37 @@ def _mig_fragment(cls: NodeClass, gpus: tuple, shape: MigSlice, idle: int) -> fl
     return idle if hosts == 0 else unusable
 
 
-def repeated_fragment(cls: NodeClass, key: NodeKey, typical: TypicalRequest, idle: int) -> float:
+def repeated_fragment(
+    cls: NodeClass, key: NodeKey, typical: TypicalRequest, idle: int, gpu_copies: dict[Shape, float]
+) -> float:
     """Idle milli-GPUs left over after packing as many copies of `typical` as CPU, memory and GPUs allow.
 
     FGD asks whether the *next* request fits; this asks how much of the idle GPU the typical request
     could ever use on this node, so GPUs stranded by a node's CPU or memory count before they strand.
+    `gpu_copies` memoises, per GPU shape, how many copies the GPUs alone could take.
     """
     cpu_free, memory_free, gpus = key
     shape = typical.shape
-    copies_by_host = min(
-        cpu_free // typical.cpu_milli if typical.cpu_milli else 1 << 30,
-        memory_free // typical.memory_mib if typical.memory_mib else 1 << 30,
+    if isinstance(shape, MigSlice):
+        return _mig_fragment(cls, gpus, shape, idle)
+    if isinstance(shape, WholeGpus) and shape.count == 0:
+        return idle
+    by_gpu = gpu_copies.get(shape)
+    if by_gpu is None:
+        by_gpu = gpu_copies[shape] = _copies_by_gpu(cls, gpus, shape)
+    by_host = min(
+        cpu_free // typical.cpu_milli if typical.cpu_milli else by_gpu,
+        memory_free // typical.memory_mib if typical.memory_mib else by_gpu,
     )
+    per_copy = shape.count * FULL_MILLI if isinstance(shape, WholeGpus) else shape.milli
+    return idle - min(by_gpu, by_host) * per_copy
+
+
+def _copies_by_gpu(cls: NodeClass, gpus: tuple, shape: Shape) -> int:
     if isinstance(shape, WholeGpus):
-        if shape.count == 0:
-            return idle
         full = cls.model.memory_mib
-        free_gpus = sum(1 for e in gpus if e[0] == FULL_MILLI and e[1] == full and not e[2])
-        copies = min(free_gpus // shape.count, copies_by_host)
-        return idle - copies * shape.count * FULL_MILLI
-    if isinstance(shape, GpuShare):
-        copies_by_gpu = sum(
-            min(e[0] // shape.milli, e[1] // shape.memory_mib if shape.memory_mib else 1 << 30) for e in gpus
-        )
-        return idle - min(copies_by_gpu, copies_by_host) * shape.milli
-    return _mig_fragment(cls, gpus, shape, idle)
+        return sum(1 for e in gpus if e[0] == FULL_MILLI and e[1] == full and not e[2]) // shape.count
+    assert isinstance(shape, GpuShare)
+    if shape.memory_mib:
+        return sum(min(e[0] // shape.milli, e[1] // shape.memory_mib) for e in gpus)
+    return sum(e[0] // shape.milli for e in gpus)

@@ -46,17 +46,44 @@ def check_layout(geometry: MigGeometry, instances: Iterable[tuple[int, str]]) ->
 
 
 def pack_layout(geometry: MigGeometry, profile_names: Iterable[str]) -> tuple[MigInstance, ...]:
-    """Place the named profiles, largest first, each at the lowest valid free start; idle instances."""
-    names = sorted(profile_names, key=lambda n: -geometry.profile(n).placement_slots)
-    layout: tuple[MigInstance, ...] = ()
-    for name in names:
-        profile = geometry.profile(name)
-        free = free_slots(geometry, layout)
-        start = next((s for s in profile.valid_starts if all(x in free for x in profile.slots_at(s))), None)
-        if start is None:
-            raise MigPlacementError(f"no room left for {name} in layout {[n for _, n, _ in layout]}")
-        layout = tuple(sorted((*layout, (start, name, False))))
-    return layout
+    """Place the named profiles as idle instances, or raise MigPlacementError when no valid layout exists.
+
+    A small backtracking search over valid starts: largest profiles first, each trying its lowest free
+    valid start first, so the result is deterministic and matches the greedy layout whenever that works.
+    Copies of one profile take increasing starts, so no arrangement is tried twice.
+    """
+    given = list(profile_names)
+    first = {name: given.index(name) for name in given}
+    names = sorted(given, key=lambda n: (-geometry.profile(n).placement_slots, first[n]))
+    profiles = [geometry.profile(name) for name in names]
+    if sum(p.placement_slots for p in profiles) > geometry.placement_slot_count:
+        raise MigPlacementError(
+            f"no room for {names}: they need more than {geometry.placement_slot_count} slots"
+        )
+    starts: list[int] = []
+    dead_ends: set[tuple[int, int, frozenset[int]]] = set()
+
+    def search(index: int, used: frozenset[int]) -> bool:
+        if index == len(profiles):
+            return True
+        profile = profiles[index]
+        lowest = starts[-1] + 1 if index and names[index - 1] == names[index] else 0
+        if (index, lowest, used) in dead_ends:
+            return False
+        for start in profile.valid_starts:
+            slots = profile.slots_at(start)
+            if start < lowest or any(slot in used for slot in slots):
+                continue
+            starts.append(start)
+            if search(index + 1, used.union(slots)):
+                return True
+            starts.pop()
+        dead_ends.add((index, lowest, used))
+        return False
+
+    if not search(0, frozenset()):
+        raise MigPlacementError(f"no room for {names}: no valid placement holds them all")
+    return tuple(sorted((start, name, False) for start, name in zip(starts, names, strict=True)))
 
 
 def free_slots(geometry: MigGeometry, layout: tuple[MigInstance, ...]) -> set[int]:
@@ -95,7 +122,7 @@ def best_option(
         )
         if any(busy for _, _, busy in overlapping):
             continue
-        remaining = tuple(inst for inst in layout if inst not in overlapping) + ((start, profile_name, True),)
+        remaining = (*(inst for inst in layout if inst not in overlapping), (start, profile_name, True))
         rank = (
             sum(geometry.profile(name).compute_slices for _, name, _ in overlapping),
             -largest_placeable_compute(geometry, remaining),

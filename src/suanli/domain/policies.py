@@ -8,10 +8,12 @@ default (see `SuanliPolicy`).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from suanli.domain.capacity import FULL_MILLI, NodeClass, NodeKey, Option
-from suanli.domain.fragmentation import FragmentationModel, TypicalRequest
+from suanli.domain.fragmentation import FragmentationModel, TypicalRequest, typical_mix
+from suanli.domain.request import Request
 
 Score = tuple[float, ...]
 MAX_NODE_SCORE = 100  # Kubernetes' framework.MaxNodeScore, which the published baselines quantise to
@@ -27,6 +29,18 @@ class Policy:
     seed: int = 0
     random_ties: bool = False
     random_gpu: bool = False
+    memo: dict = field(default_factory=dict, repr=False, compare=False)  # scheduler's per-policy cache
+    bound_to: object = field(default=None, repr=False, compare=False)
+
+    def bind(self, snapshot: object) -> None:
+        """Caches key on the snapshot's class and state ids: drop them when the snapshot changes."""
+        if self.bound_to is not snapshot:
+            self.bound_to = snapshot
+            self.memo.clear()
+            self.reset()
+
+    def reset(self) -> None:
+        """Forget derived caches (fragmentation values) keyed on another snapshot's ids."""
 
     def score(self, class_id: int, cls: NodeClass, before: NodeKey, option: Option) -> Score:
         raise NotImplementedError
@@ -67,6 +81,9 @@ class FgdPolicy(Policy):
     def __post_init__(self) -> None:
         self.model = FragmentationModel(self.mix)
 
+    def reset(self) -> None:
+        self.model = FragmentationModel(self.mix)
+
     def score(self, class_id: int, cls: NodeClass, before: NodeKey, option: Option) -> Score:
         drop = self.model.of(class_id, cls, before) - self.model.of(class_id, cls, option.after)
         return (-math.floor(_sigmoid(drop / FULL_MILLI) * MAX_NODE_SCORE),)
@@ -91,12 +108,15 @@ class SuanliPolicy(Policy):
     name: str = "suanli"
     mix: tuple[TypicalRequest, ...] = ()
     demand_mix: tuple[TypicalRequest, ...] = ()
-    resolution_milli: float = 100.0
-    second_resolution_milli: float = 1.0
+    resolution_milli: float = 40.0
+    second_resolution_milli: float = 100.0
     next_fit: FragmentationModel = field(init=False)
     lifetime: FragmentationModel = field(init=False)
 
     def __post_init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
         self.next_fit = FragmentationModel(self.mix)
         self.lifetime = FragmentationModel(self.demand_mix or self.mix, repeated=True)
 
@@ -109,3 +129,19 @@ class SuanliPolicy(Policy):
             round(stranded / self.second_resolution_milli),
             sum(c.before[0] for c in option.choices),
         )
+
+
+POLICY_NAMES = ("random", "best-fit", "fgd", "suanli")
+
+
+def build_policy(name: str, *, seed: int, history: Sequence[Request]) -> Policy:
+    """The named policy; fragmentation-aware ones learn their typical mix from `history`."""
+    if name == "random":
+        return RandomPolicy(seed=seed)
+    if name == "best-fit":
+        return BestFitPolicy(seed=seed)
+    if name == "fgd":
+        return FgdPolicy(seed=seed, mix=typical_mix(history))
+    if name == "suanli":
+        return SuanliPolicy(seed=seed, mix=typical_mix(history), demand_mix=typical_mix(history, 1.0))
+    raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICY_NAMES)}")

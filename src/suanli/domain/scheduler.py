@@ -49,6 +49,7 @@ def order_queue(queue: Iterable[Request]) -> list[Request]:
 
 def place(snapshot: Snapshot, request: Request, policy: Policy) -> Placement | Pending:
     """Place one request on the snapshot (mutating it), or say why it cannot be placed now."""
+    policy.bind(snapshot)
     class_ids, reason = nominate(snapshot, request)
     if not class_ids:
         return Pending(request.id, reason, _explain(reason, request))
@@ -93,16 +94,22 @@ def nominate(snapshot: Snapshot, request: Request) -> tuple[list[int], Reason]:
     return survivors, reason
 
 
-def best_single(snapshot: Snapshot, class_ids: Sequence[int], request: Request, policy: Policy) -> Candidate | None:
+def best_single(
+    snapshot: Snapshot, class_ids: Sequence[int], request: Request, policy: Policy
+) -> Candidate | None:
     """The best-scoring node for a one-node request; ties go to the first node, or a random one."""
     best_score: Score | None = None
     ties: list[tuple[dict[int, None], Option, list[Option], tuple]] = []
+    shape_id = snapshot.intern_request(request)
+    memo = policy.memo
     for class_id in class_ids:
-        for key, members in snapshot.groups[class_id].items():
-            scored = _best_option(snapshot, class_id, key, request, policy)
+        for state_id, members in snapshot.groups[class_id].items():
+            scored = memo.get((class_id, state_id, shape_id), _MISSING)  # inlined: this loop is the hot path
+            if scored is _MISSING:
+                scored = _best_option(snapshot, class_id, state_id, shape_id, request, policy)
             if scored is None:
                 continue
-            score, option, found = scored
+            score, option, found, key = scored
             if best_score is None or score < best_score:
                 best_score, ties = score, [(members, option, found, key)]
             elif score == best_score:
@@ -135,11 +142,12 @@ def place_gang(
 ) -> Placement | Pending:
     """All `node_count` nodes inside the smallest topology subtree that holds them, or nothing."""
     candidates: list[Candidate] = []
+    shape_id = snapshot.intern_request(request)
     for class_id in class_ids:
-        for key, members in snapshot.groups[class_id].items():
-            scored = _best_option(snapshot, class_id, key, request, policy)
+        for state_id, members in snapshot.groups[class_id].items():
+            scored = _best_option(snapshot, class_id, state_id, shape_id, request, policy)
             if scored is not None:
-                score, option, _ = scored
+                score, option, _, _ = scored
                 candidates.extend(Candidate(score, snapshot.nodes[i], option) for i in members)
     need = request.node_count
     if len(candidates) < need:
@@ -166,20 +174,28 @@ def place_gang(
 
 
 def _best_option(
-    snapshot: Snapshot, class_id: int, key: tuple, request: Request, policy: Policy
-) -> tuple[Score, Option, list[Option]] | None:
-    cache = snapshot.option_cache
-    signature = (class_id, key, request.shape, request.cpu_milli, request.memory_mib)
-    found = cache.get(signature)
-    if found is None:
-        if len(cache) > OPTION_CACHE_LIMIT:
-            cache.clear()
-        found = cache[signature] = options(snapshot.classes[class_id], key, request)
-    if not found:
-        return None
-    cls = snapshot.classes[class_id]
-    score, index = min((policy.score(class_id, cls, key, option), i) for i, option in enumerate(found))
-    return score, found[index], found
+    snapshot: Snapshot, class_id: int, state_id: int, shape_id: int, request: Request, policy: Policy
+) -> tuple[Score, Option, list[Option], tuple] | None:
+    """The policy's best way to fit the request's per-node part on a (class, state), memoised per policy."""
+    memo = policy.memo
+    signature = (class_id, state_id, shape_id)
+    found = memo.get(signature, _MISSING)
+    if found is _MISSING:
+        if len(memo) > OPTION_CACHE_LIMIT:
+            memo.clear()
+        key = snapshot.state_keys[state_id]
+        cls = snapshot.classes[class_id]
+        fits = options(cls, key, request)
+        if fits:
+            score, index = min((policy.score(class_id, cls, key, option), i) for i, option in enumerate(fits))
+            found = (score, fits[index], fits, key)
+        else:
+            found = None
+        memo[signature] = found
+    return found
+
+
+_MISSING = object()
 
 
 def _apply(snapshot: Snapshot, request: Request, chosen: list[Candidate], subtree: str) -> Placement:

@@ -15,6 +15,7 @@ from suanli.domain.catalog import Catalog
 from suanli.domain.errors import FleetError
 from suanli.domain.inventory import Fleet, GpuMode, Node
 from suanli.domain.plan import NodeAllocation, Slice
+from suanli.domain.request import Request
 
 
 @dataclass(slots=True)
@@ -28,6 +29,7 @@ class NodeState:
     memory_free: int
     gpus: list[GpuEntry]
     schedulable: bool = True
+    state_id: int = -1  # interned id of `key`, current while indexed
 
     @property
     def key(self) -> NodeKey:
@@ -47,12 +49,15 @@ class Snapshot:
         class_ids: dict[NodeClass, int] = {}
         self.nodes: list[NodeState] = []
         self.by_name: dict[str, NodeState] = {}
-        # class id -> state -> ordered set of node indices (a dict used as an insertion-ordered set)
-        self.groups: list[dict[NodeKey, dict[int, None]]] = []
+        # class id -> state id -> ordered set of node indices (a dict used as an insertion-ordered set)
+        self.groups: list[dict[int, dict[int, None]]] = []
+        # states are interned to small ints so that caches hash an int, not a nested tuple
+        self.state_ids: dict[NodeKey, int] = {}
+        self.state_keys: list[NodeKey] = []
         self.version = 0
         # memo tables for the scheduler: valid for the fleet's lifetime since keys include the node state
         self.nomination_cache: dict[tuple, tuple[list[int], object]] = {}
-        self.option_cache: dict[tuple, list] = {}
+        self.request_ids: dict[tuple, int] = {}
         for index, node in enumerate(fleet.nodes):
             model = catalog.get(node.gpu_model)
             region = fleet.regions.get(node.region)
@@ -79,7 +84,23 @@ class Snapshot:
         return sum(FULL_MILLI * len(n.gpus) - sum(e[0] for e in n.gpus) for n in self.nodes)
 
     def members(self, class_id: int) -> Iterator[tuple[NodeKey, dict[int, None]]]:
-        return iter(self.groups[class_id].items())
+        """(state, node indices) for every state that schedulable nodes of the class are in."""
+        return ((self.state_keys[state_id], nodes) for state_id, nodes in self.groups[class_id].items())
+
+    def intern_request(self, request: Request) -> int:
+        """A small int for the request's per-node part, for cache keys."""
+        signature = (request.shape, request.cpu_milli, request.memory_mib)
+        shape_id = self.request_ids.get(signature)
+        if shape_id is None:
+            shape_id = self.request_ids[signature] = len(self.request_ids)
+        return shape_id
+
+    def intern(self, key: NodeKey) -> int:
+        state_id = self.state_ids.get(key)
+        if state_id is None:
+            state_id = self.state_ids[key] = len(self.state_keys)
+            self.state_keys.append(key)
+        return state_id
 
     def assign(
         self, state: NodeState, cpu_milli: int, memory_mib: int, choices: tuple[GpuChoice, ...]
@@ -144,19 +165,19 @@ class Snapshot:
 
     def _index(self, state: NodeState) -> None:
         self.version += 1
+        state.state_id = self.intern(state.key)
         if state.schedulable:
-            self.groups[state.class_id].setdefault(state.key, {})[state.index] = None
+            self.groups[state.class_id].setdefault(state.state_id, {})[state.index] = None
 
     def _unindex(self, state: NodeState) -> None:
         self.version += 1
         if not state.schedulable:
             return
         group = self.groups[state.class_id]
-        key = state.key
-        members = group[key]
+        members = group[state.state_id]
         del members[state.index]
         if not members:
-            del group[key]
+            del group[state.state_id]
 
 
 def _initial_gpus(node: Node, cls: NodeClass) -> list[GpuEntry]:

@@ -64,7 +64,9 @@ def gpus_of(request: Request) -> float:
     return float(shape.count) if isinstance(shape, WholeGpus) else 1.0
 
 
-def inflate(pods: Sequence[Request], capacity_gpus: float, seed: int, target: float = INFLATE_TO) -> list[Request]:
+def inflate(
+    pods: Sequence[Request], capacity_gpus: float, seed: int, target: float = INFLATE_TO
+) -> list[Request]:
     """Draw pods uniformly with replacement until the next draw would pass `target` x capacity; shuffle."""
     rng = random.Random(seed)
     goal = target * capacity_gpus
@@ -126,3 +128,50 @@ def fleet_fragmentation(snapshot: Snapshot, frag: FragmentationModel) -> float:
         for class_id in range(len(snapshot.classes))
         for key, members in snapshot.members(class_id)
     )
+
+
+@dataclass
+class PolicySummary:
+    """A policy's figures averaged over seeds."""
+
+    policy: str
+    unallocated_pct: dict[int, float]
+    frag_pct_90: float
+    placements_per_s: float
+    runs: list[PackingRun]
+
+    def as_json(self) -> dict:
+        return {
+            "unallocated_pct": {str(level): round(v, 3) for level, v in self.unallocated_pct.items()},
+            "frag_rate_pct_90": round(self.frag_pct_90, 3),
+            "placements_per_s": round(self.placements_per_s, 1),
+            "seeds": [run.seed for run in self.runs],
+        }
+
+
+def summarize(policy: str, runs: list[PackingRun]) -> PolicySummary:
+    count = len(runs)
+    return PolicySummary(
+        policy,
+        {level: sum(r.unallocated_pct(level) for r in runs) / count for level in ARRIVED_LEVELS},
+        sum(r.frag_pct_90 for r in runs) / count,
+        sum(r.placements + r.failures for r in runs) / sum(r.decide_s for r in runs),
+        runs,
+    )
+
+
+def parse_seeds(text: str) -> list[int]:
+    """`42-51` or `42,43,50` (or a mix) as a list of seeds."""
+    seeds: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        low, sep, high = part.partition("-")
+        try:
+            seeds.extend(range(int(low), int(high) + 1) if sep else [int(low)])
+        except ValueError:
+            raise ValueError(f"bad seed range {part!r}: use forms like 42-51 or 42,43") from None
+    if not seeds:
+        raise ValueError("no seeds given")
+    return seeds

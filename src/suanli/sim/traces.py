@@ -52,7 +52,7 @@ def synthetic_topology(region: str, index: int) -> tuple[str, str, str, str]:
 
 
 def read_openb_pods(path: Path, *, with_memory: bool = False) -> list[TracePod]:
-    """The trace's pods as requests; host memory is dropped unless `with_memory` (the FGD protocol ignores it)."""
+    """The trace's pods as requests; host memory is kept only `with_memory`."""
     pods = []
     for line, row in _rows(path, ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec")):
         num_gpu = _int(row, "num_gpu", path, line)
@@ -91,8 +91,7 @@ def _rows(path: Path, required: tuple[str, ...]):
         missing = [c for c in required if c not in (reader.fieldnames or ())]
         if missing:
             raise FleetError(f"missing columns {', '.join(missing)}", source=str(path))
-        for line, row in enumerate(reader, start=2):
-            yield line, row
+        yield from enumerate(reader, start=2)
 
 
 def _int(row: dict, column: str, path: Path, line: int) -> int:

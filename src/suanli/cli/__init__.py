@@ -1,0 +1,1 @@
+"""The `suanli` command line: Typer commands over the simulator (and, later, the SDK)."""
