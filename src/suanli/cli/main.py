@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import typer
 
+from suanli.cli.fleet_commands import fleet_app
 from suanli.cli.sim_commands import sim_app
 
 app = typer.Typer(help="suanli: a GPU compute rental platform.", no_args_is_help=True)
 app.add_typer(sim_app, name="sim")
+app.add_typer(fleet_app, name="fleet")
 
 
 if __name__ == "__main__":

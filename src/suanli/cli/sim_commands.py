@@ -16,6 +16,7 @@ from suanli.domain.errors import SuanliError
 from suanli.domain.fragmentation import typical_mix
 from suanli.domain.policies import POLICY_NAMES, build_policy
 from suanli.sim.packing import ARRIVED_LEVELS, PolicySummary, inflate, parse_seeds, run_packing, summarize
+from suanli.sim.queue import queue_command
 from suanli.sim.traces import read_openb_nodes, read_openb_pods
 
 sim_app = typer.Typer(help="Simulators that replay real traces through the scheduler.", no_args_is_help=True)
@@ -111,3 +112,28 @@ def packing_table(summaries: list[PolicySummary], capacity_gpus: int, seeds: lis
             f"{s.placements_per_s:,.0f}",
         )
     return table
+
+
+@sim_app.command("queue")
+def queue(
+    nodes: Annotated[
+        str, typer.Option(help="Fleet: a fleet TOML, the trace node CSV, or N:M (N nodes of M GPUs).")
+    ],
+    jobs: Annotated[Path, typer.Option(help="Job trace CSV (Microsoft ITP: job_id,submission_time,...).")],
+    policy: Annotated[
+        str, typer.Option(help="Comma-separated of fifo, fifo-backfill, suanli, or all.")
+    ] = "all",
+    mix: Annotated[
+        str | None, typer.Option(help="Seeded tier mix, e.g. on_demand=0.6,spot=0.3,reserved=0.1.")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed for the tier mix and bids.")] = 0,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures as JSON here.")] = None,
+    plot: Annotated[Path | None, typer.Option(help="Write PNG charts into this directory.")] = None,
+) -> None:
+    """Replay a job trace with arrivals and departures in virtual time through the scheduler."""
+    names = [p.strip() for p in policy.split(",") if p.strip()]
+    try:
+        queue_command(nodes, jobs, names, mix, json_path, plot, console, seed=seed)
+    except (ValueError, SuanliError, OSError) as error:
+        console.print(f"[red]error:[/red] {error}")
+        raise typer.Exit(2) from None

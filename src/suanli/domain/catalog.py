@@ -92,6 +92,9 @@ class Catalog:
         family = [m for m in self.models if m.family.casefold() == name.casefold()]
         if len(family) == 1:
             return family[0]
+        if family:
+            names = " or ".join(sorted(m.name for m in family))
+            raise CatalogError(f"GPU model {name!r} is ambiguous: say {names}")
         known = ", ".join(sorted(m.name for m in self.models))
         raise CatalogError(f"unknown GPU model {name!r}; known models: {known}")
 

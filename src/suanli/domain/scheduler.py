@@ -54,8 +54,12 @@ def place(snapshot: Snapshot, request: Request, policy: Policy) -> Placement | P
     if not class_ids:
         return Pending(request.id, reason, _explain(reason, request))
     if request.node_count == 1:
+        signature = _signature(request)
+        if snapshot.no_fit_cache.get(signature) == snapshot.capacity_epoch:
+            return Pending(request.id, Reason.NO_CAPACITY, _explain(Reason.NO_CAPACITY, request))
         candidate = best_single(snapshot, class_ids, request, policy)
         if candidate is None:
+            snapshot.no_fit_cache[signature] = snapshot.capacity_epoch
             return Pending(request.id, Reason.NO_CAPACITY, _explain(Reason.NO_CAPACITY, request))
         return _apply(snapshot, request, [candidate], "")
     return place_gang(snapshot, class_ids, request, policy)
@@ -64,16 +68,7 @@ def place(snapshot: Snapshot, request: Request, policy: Policy) -> Placement | P
 def nominate(snapshot: Snapshot, request: Request) -> tuple[list[int], Reason]:
     """Node classes that could ever host the request, or the first filter that ruled all of them out."""
     cache = snapshot.nomination_cache
-    signature = (
-        request.shape,
-        request.selector,
-        request.constraints.jurisdictions,
-        request.constraints.regions,
-        request.constraints.providers,
-        tuple(sorted(request.constraints.labels.items())),
-        request.cpu_milli,
-        request.memory_mib,
-    )
+    signature = _signature(request)
     cached = cache.get(signature)
     if cached is not None:
         return cached
@@ -92,6 +87,20 @@ def nominate(snapshot: Snapshot, request: Request) -> tuple[list[int], Reason]:
             break
     cache[signature] = (survivors, reason)
     return survivors, reason
+
+
+def _signature(request: Request) -> tuple:
+    """Everything about a one-node request that decides where it can fit (not how it is ranked)."""
+    return (
+        request.shape,
+        request.selector,
+        request.constraints.jurisdictions,
+        request.constraints.regions,
+        request.constraints.providers,
+        tuple(sorted(request.constraints.labels.items())),
+        request.cpu_milli,
+        request.memory_mib,
+    )
 
 
 def best_single(

@@ -58,6 +58,10 @@ class Snapshot:
         # memo tables for the scheduler: valid for the fleet's lifetime since keys include the node state
         self.nomination_cache: dict[tuple, tuple[list[int], object]] = {}
         self.request_ids: dict[tuple, int] = {}
+        # bumped whenever capacity can grow (release, uncordon); a request shape that fit nowhere at one
+        # epoch fits nowhere until the next, since assignments only ever take capacity away
+        self.capacity_epoch = 0
+        self.no_fit_cache: dict[tuple, int] = {}
         for index, node in enumerate(fleet.nodes):
             model = catalog.get(node.gpu_model)
             region = fleet.regions.get(node.region)
@@ -130,6 +134,7 @@ class Snapshot:
         """Give back an allocation's capacity; the returned function takes it again (for trials)."""
         state = self.by_name[allocation.node]
         before = (state.cpu_free, state.memory_free, list(state.gpus))
+        self.capacity_epoch += 1
         self._unindex(state)
         state.cpu_free += allocation.cpu_milli
         state.memory_free += allocation.memory_mib
@@ -157,6 +162,7 @@ class Snapshot:
         if state.schedulable == schedulable:
             return
         if schedulable:
+            self.capacity_epoch += 1
             state.schedulable = True
             self._index(state)
         else:

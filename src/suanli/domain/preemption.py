@@ -1,0 +1,159 @@
+"""Preemption with notice: the cheapest set of strictly lower-tier victims that lets a request fit.
+
+Pure and deterministic. "What if these were gone?" is answered on the snapshot with `release` undo
+functions, and the snapshot is left exactly as it was found. Guarantees: only rentals of a strictly lower
+tier are victims (so a victim can never preempt its preemptor: no cycles); a gang is released whole or not
+at all; a rental already under notice is not chosen again; victims get a deadline of `now + notice_s` for
+their tier, and the capacity the preemptor will take is returned with the decision (the promise).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from suanli.domain.plan import Placement
+from suanli.domain.policies import Policy
+from suanli.domain.request import Request, Tier
+from suanli.domain.scheduler import place
+from suanli.domain.snapshot import Snapshot
+
+DEFAULT_NOTICE_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """A placed rental as the scheduler sees it; `preempted_by` and `notice_deadline_s` once under notice."""
+
+    request: Request
+    placement: Placement
+    started_at_s: float
+    preempted_by: str | None = None
+    notice_deadline_s: float | None = None
+
+    @property
+    def expected_end_s(self) -> float | None:
+        """When it ends at the latest: start plus declared duration, the notice deadline if sooner."""
+        ends = [self.notice_deadline_s] if self.notice_deadline_s is not None else []
+        if self.request.max_duration_s is not None:
+            ends.append(self.started_at_s + self.request.max_duration_s)
+        return min(ends) if ends else None
+
+    @property
+    def gpus(self) -> float:
+        return self.placement.gpus
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionConfig:
+    """Notice per victim tier (seconds between notice and kill)."""
+
+    notice_s: Mapping[Tier, float] = field(default_factory=dict)
+    default_notice_s: float = DEFAULT_NOTICE_S
+
+    def notice_for(self, tier: Tier) -> float:
+        return self.notice_s.get(tier, self.default_notice_s)
+
+
+@dataclass(frozen=True, slots=True)
+class Eviction:
+    """One victim: told now, killed at `deadline_s` unless it leaves first."""
+
+    request_id: str
+    tier: Tier
+    gpus: float
+    lost_gpu_s: float
+    deadline_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """Victims for one preemptor and the capacity promised to it once they are gone."""
+
+    preemptor: str
+    victims: tuple[Eviction, ...]
+    promised: Placement
+
+    @property
+    def deadline_s(self) -> float:
+        return max(v.deadline_s for v in self.victims)
+
+
+def victim_cost(victim: Running, now: float) -> tuple[float, float, int, float, str]:
+    """Cheaper first: lower tier, fewer GPU-seconds lost, lower bid, fewer GPUs, then id (stable)."""
+    lost = victim.gpus * max(now - victim.started_at_s, 0.0)
+    return (
+        victim.request.tier,
+        lost,
+        victim.request.bid_micros_per_hour or 0,
+        victim.gpus,
+        victim.request.id,
+    )
+
+
+def choose_victims(
+    snapshot: Snapshot,
+    request: Request,
+    running: Sequence[Running],
+    policy: Policy,
+    now: float,
+    config: PreemptionConfig = PreemptionConfig(),
+) -> Preemption | None:
+    """The cheapest set of lower-tier victims after which `request` fits, or None; the snapshot is unchanged.
+
+    Phases: (1) candidates: strictly lower tier, not already under notice, ordered by `victim_cost`;
+    (2) grow: release candidates (whole gangs) in that order until the request fits; (3) shrink: drop
+    every chosen victim, most expensive first, without which it still fits; (4) promise the placement found.
+    """
+    candidates = sorted(
+        (r for r in running if r.request.tier < request.tier and r.preempted_by is None),
+        key=lambda r: victim_cost(r, now),
+    )
+    if not candidates:
+        return None
+    need = request.gpus_per_node * request.node_count
+    free = snapshot.gpu_count - snapshot.allocated_milli() / 1000
+    chosen: list[Running] = []
+    for candidate in candidates:
+        chosen.append(candidate)
+        free += candidate.gpus
+        if free >= need and _fits_without(snapshot, request, chosen, policy) is not None:
+            break
+    else:
+        return None
+    for victim in sorted(chosen, key=lambda r: victim_cost(r, now), reverse=True):
+        rest = [r for r in chosen if r is not victim]
+        if rest and _fits_without(snapshot, request, rest, policy) is not None:
+            chosen = rest
+    promised = _fits_without(snapshot, request, chosen, policy)
+    assert promised is not None, "the shrunk victim set was checked to fit"
+    victims = tuple(
+        Eviction(
+            r.request.id,
+            r.request.tier,
+            r.gpus,
+            victim_cost(r, now)[1],
+            now + config.notice_for(r.request.tier),
+        )
+        for r in sorted(chosen, key=lambda r: victim_cost(r, now))
+    )
+    return Preemption(request.id, victims, promised)
+
+
+def _fits_without(
+    snapshot: Snapshot, request: Request, victims: Sequence[Running], policy: Policy
+) -> Placement | None:
+    """Where `request` would go if `victims` were gone (whole gangs); the snapshot is restored after."""
+    undos: list[Callable[[], None]] = [
+        snapshot.release(allocation) for victim in victims for allocation in victim.placement.nodes
+    ]
+    try:
+        outcome = place(snapshot, request, policy)
+        if not isinstance(outcome, Placement):
+            return None
+        for allocation in outcome.nodes:
+            snapshot.release(allocation)  # taking the trial placement back restores the pre-trial state
+        return outcome
+    finally:
+        for undo in reversed(undos):
+            undo()

@@ -1,0 +1,364 @@
+"""One scheduling cycle over time: order the queue, place what fits, preempt for higher tiers, backfill.
+
+`admit(snapshot, queue, running, policy, now, config) -> CycleDecision` is pure apart from the snapshot,
+which comes back with the decision's placements applied (as `schedule` does); preemption and reservation
+trials are undone. Phases:
+1. promises: a request whose victims have all left takes the capacity it was promised, before anyone else;
+2. order: strict arrival order (`Order.FIFO`) or tier, spot bid, weighted fair share, age (`Order.PRIORITY`);
+3. walk: place requests in order until one cannot fit; a higher tier that cannot fit may preempt lower tiers
+   (with notice) and then stops blocking; the first request that neither fits nor preempts is the head;
+4. reserve: the head's earliest start, found by releasing running rentals in the order of their expected ends
+   (start + declared duration) on the snapshot until the head fits; the nodes it would take are reserved;
+5. backfill (`Mode.BACKFILL`): a later request with a declared duration may start now if it ends before the
+   head's reserved start, or if it fits without touching the reserved nodes; then it cannot delay the head.
+   Candidates are tried in queue order (EASY as published) or by `BackfillOrder` (shortest, response ratio).
+   Requests without a duration never pass a blocked head; in `Mode.STRICT` nothing passes it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+
+from suanli.domain.plan import Pending, Placement, Reason
+from suanli.domain.policies import Policy
+from suanli.domain.preemption import Preemption, PreemptionConfig, Running, choose_victims
+from suanli.domain.request import Request, Tier
+from suanli.domain.scheduler import place
+from suanli.domain.snapshot import Snapshot
+
+DEFAULT_HALF_LIFE_S = 7 * 24 * 3600.0
+NEVER_FITS = frozenset({Reason.NO_MATCHING_GPU, Reason.RESIDENCY, Reason.CONSTRAINTS, Reason.NODE_TOO_SMALL})
+
+
+class Mode(StrEnum):
+    STRICT = "strict"  # nothing passes a blocked head
+    BACKFILL = "backfill"  # EASY: requests with a declared duration may pass if they cannot delay the head
+
+
+class Order(StrEnum):
+    FIFO = "fifo"  # arrival order only
+    PRIORITY = "priority"  # tier, spot bid, weighted fair share, age
+
+
+class BackfillOrder(StrEnum):
+    QUEUE = "queue"  # candidates tried in queue order (Slurm, EASY as published)
+    SHORTEST = "shortest"  # shortest declared GPU-time first: more small jobs fill the holes before the head
+    SHORTEST_TIME = "shortest-time"  # shortest declared duration first, whatever the size
+    RATIO = "ratio"  # highest response ratio (wait + declared) / declared first: short jobs, but none starves
+
+
+@dataclass(frozen=True, slots=True)
+class QueueConfig:
+    mode: Mode = Mode.BACKFILL
+    order: Order = Order.PRIORITY
+    backfill_order: BackfillOrder = BackfillOrder.QUEUE
+    weights: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    preemption: PreemptionConfig | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FairShare:
+    """Each tenant's GPU-seconds with exponential decay (half-life `half_life_s`), as of `at_s`.
+
+    Immutable: `advance` returns the value one interval later given the GPUs each tenant held through it.
+    Only GPUs are counted, so a tenant's dominant share is its GPU share.
+    """
+
+    usage_gpu_s: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    at_s: float = 0.0
+    half_life_s: float = DEFAULT_HALF_LIFE_S
+
+    @property
+    def horizon_s(self) -> float:
+        """The decay's mean life: a constant holding of g GPUs converges to g x horizon GPU-seconds."""
+        return self.half_life_s / math.log(2)
+
+    def advance(self, now: float, held_gpus: Mapping[str, float]) -> FairShare:
+        if now <= self.at_s:
+            return self
+        decay = 0.5 ** ((now - self.at_s) / self.half_life_s)
+        gain = (1.0 - decay) * self.horizon_s
+        usage = {t: u * decay for t, u in self.usage_gpu_s.items()}
+        for tenant, gpus in held_gpus.items():
+            usage[tenant] = usage.get(tenant, 0.0) + gpus * gain
+        return FairShare(MappingProxyType(usage), now, self.half_life_s)
+
+    def share(self, tenant: str, capacity_gpus: float) -> float:
+        """The tenant's decayed dominant (GPU) share of the fleet, 0..1."""
+        return self.usage_gpu_s.get(tenant, 0.0) / (capacity_gpus * self.horizon_s)
+
+
+@dataclass(frozen=True, slots=True)
+class CycleDecision:
+    placements: tuple[Placement, ...] = ()
+    pending: tuple[Pending, ...] = ()
+    preemptions: tuple[Preemption, ...] = ()
+    head: str | None = None
+    head_start_s: float | None = None  # the blocked head's reserved earliest start (None: unknown)
+    order: tuple[str, ...] = ()
+
+
+def admit(
+    snapshot: Snapshot,
+    queue: Iterable[Request],
+    running: Sequence[Running],
+    policy: Policy,
+    now: float,
+    config: QueueConfig = QueueConfig(),
+    fair: FairShare | None = None,
+    promised: Collection[str] = (),
+) -> CycleDecision:
+    """Decide one cycle; `promised` names requests holding a preemption promise. See the module doc."""
+    cycle = _Cycle(snapshot, running, policy, now, config)
+    ordered = order_requests(queue, config, fair or FairShare(), running)
+    waiting_on_victims = {r.preempted_by for r in running if r.preempted_by is not None}
+    first = [r for r in ordered if r.id in promised]
+    rest = [r for r in ordered if r.id not in promised]
+    for request in first:  # 1. promises
+        if request.id in waiting_on_victims:
+            cycle.pending.append(Pending(request.id, Reason.PREEMPTING, "victims have notice"))
+        elif not cycle.try_place(request, cordon=False):
+            rest.insert(0, request)
+    head_index = cycle.walk(rest)  # 3. walk
+    if head_index is not None:
+        cycle.after_head(rest[head_index], rest[head_index + 1 :])  # 4, 5
+    return CycleDecision(
+        tuple(cycle.placements),
+        tuple(cycle.pending),
+        tuple(cycle.preemptions),
+        cycle.head,
+        cycle.head_start_s,
+        tuple(r.id for r in ordered),
+    )
+
+
+def order_requests(
+    queue: Iterable[Request], config: QueueConfig, fair: FairShare, running: Sequence[Running] = ()
+) -> list[Request]:
+    """The cycle's order. PRIORITY: tier, spot bid, then tenants merged by weighted fair share, then age.
+
+    Within one (tier, bid) class tenants take turns by their load: decayed usage plus what they hold now
+    (projected over the decay horizon), divided by their weight; each request taken adds to its tenant's
+    load, so a cycle's order already follows the weights rather than giving one tenant every free GPU.
+    """
+    if config.order is Order.FIFO:
+        return sorted(queue, key=lambda r: (r.submitted_at_s, r.id))
+    classes: dict[tuple[int, int], dict[str, list[Request]]] = {}
+    for request in queue:
+        bid = (request.bid_micros_per_hour or 0) if request.tier is Tier.SPOT else 0
+        classes.setdefault((-request.tier, -bid), {}).setdefault(request.tenant, []).append(request)
+    held: dict[str, float] = {}
+    for r in running:
+        held[r.request.tenant] = held.get(r.request.tenant, 0.0) + r.gpus
+    horizon = fair.horizon_s
+    load = {t: fair.usage_gpu_s.get(t, 0.0) + g * horizon for t, g in held.items()}
+    ordered: list[Request] = []
+    for key in sorted(classes):
+        tenants = classes[key]
+        for requests in tenants.values():
+            requests.sort(key=lambda r: (r.submitted_at_s, r.id))
+        if len(tenants) == 1:
+            ordered.extend(next(iter(tenants.values())))
+            continue
+        heap = []
+        for tenant, requests in tenants.items():
+            head = requests[0]
+            weighted = load.get(tenant, fair.usage_gpu_s.get(tenant, 0.0)) / _weight(config, tenant)
+            heap.append((weighted, head.submitted_at_s, head.id, tenant, 0))
+        heapq.heapify(heap)
+        while heap:
+            weighted, _, _, tenant, index = heapq.heappop(heap)
+            request = tenants[tenant][index]
+            ordered.append(request)
+            weighted += request.gpus_per_node * request.node_count * horizon / _weight(config, tenant)
+            if index + 1 < len(tenants[tenant]):
+                following = tenants[tenant][index + 1]
+                heapq.heappush(heap, (weighted, following.submitted_at_s, following.id, tenant, index + 1))
+    return ordered
+
+
+def _weight(config: QueueConfig, tenant: str) -> float:
+    return max(config.weights.get(tenant, 1.0), 1e-9)
+
+
+class _Cycle:
+    """Working state of one `admit` call: what was decided so far and the free GPUs left."""
+
+    def __init__(
+        self, snapshot: Snapshot, running: Sequence[Running], policy: Policy, now: float, config: QueueConfig
+    ) -> None:
+        self.snapshot, self.running, self.policy, self.now, self.config = (
+            snapshot,
+            running,
+            policy,
+            now,
+            config,
+        )
+        self.placements: list[Placement] = []
+        self.pending: list[Pending] = []
+        self.preemptions: list[Preemption] = []
+        self.head: str | None = None
+        self.head_start_s: float | None = None
+        self.free_gpus = snapshot.gpu_count - snapshot.allocated_milli() / 1000
+        self.failed: set[tuple] = set()  # (fit key, cordoned) that did not fit: capacity only shrinks
+        self.chosen_victims: set[str] = set()
+
+    def try_place(self, request: Request, cordon: bool) -> bool:
+        """Place `request` if it fits now; on failure record nothing (the caller gives the reason)."""
+        fit_key = _fit_key(request)
+        key = (fit_key, cordon)
+        if key in self.failed or (fit_key, False) in self.failed or _gpus(request) > self.free_gpus + 1e-9:
+            return False
+        outcome = place(self.snapshot, request, self.policy)
+        if isinstance(outcome, Placement):
+            self.placements.append(outcome)
+            self.free_gpus -= outcome.gpus
+            return True
+        if outcome.reason in NEVER_FITS:
+            self.pending.append(outcome)
+            return True  # decided: it waits for ever, and it does not block anyone
+        self.failed.add(key)
+        return False
+
+    def walk(self, ordered: Sequence[Request]) -> int | None:
+        """Place in order; return the index of the head (first request that neither fits nor preempts)."""
+        for index, request in enumerate(ordered):
+            if self.try_place(request, cordon=False):
+                continue
+            if self._preempt_for(request):
+                continue
+            return index
+        return None
+
+    def _preempt_for(self, request: Request) -> bool:
+        config = self.config.preemption
+        if config is None or request.tier is Tier.SPOT:
+            return False
+        eligible = [r for r in self.running if r.request.id not in self.chosen_victims]
+        decision = choose_victims(self.snapshot, request, eligible, self.policy, self.now, config)
+        if decision is None:
+            return False
+        self.preemptions.append(decision)
+        self.chosen_victims.update(v.request_id for v in decision.victims)
+        deadline = decision.deadline_s
+        self.pending.append(
+            Pending(
+                request.id, Reason.PREEMPTING, f"{len(decision.victims)} victims; capacity at {deadline:.0f}"
+            )
+        )
+        return True
+
+    def after_head(self, head: Request, rest: Sequence[Request]) -> None:
+        """Reserve the head's earliest start, then backfill `rest` without delaying it."""
+        self.head = head.id
+        self.pending.append(Pending(head.id, Reason.NO_CAPACITY, "head of the queue; waiting for capacity"))
+        if self.config.mode is Mode.STRICT or not any(r.max_duration_s is not None for r in rest):
+            self._block(rest, "strict order: nothing passes the head")
+            return
+        reservation = reserve(self.snapshot, head, self.running, self.policy, self.now)
+        if reservation is None:
+            self._block(rest, "the head's start cannot be bounded (running rentals without a duration)")
+            return
+        self.head_start_s, reserved = reservation
+        reserved_nodes = {a.node for a in reserved.nodes}
+        candidates = list(rest)
+        if self.config.backfill_order is not BackfillOrder.QUEUE:
+            candidates.sort(key=lambda r: _backfill_key(r, self.now, self.config.backfill_order))
+        for request in candidates:
+            if request.max_duration_s is None:
+                self.pending.append(_blocked(request, "no declared duration: cannot backfill"))
+                continue
+            if self.free_gpus < 1e-9:
+                self.pending.append(Pending(request.id, Reason.NO_CAPACITY, "no free GPU"))
+                continue
+            ends_in_time = self.now + request.max_duration_s <= self.head_start_s
+            if ends_in_time:
+                if not self.try_place(request, cordon=False):
+                    self.pending.append(Pending(request.id, Reason.NO_CAPACITY, "no free capacity"))
+            elif not self._place_avoiding(request, reserved_nodes):
+                self.pending.append(
+                    _blocked(request, f"would delay the head's reserved start at {self.head_start_s:.0f}")
+                )
+
+    def _place_avoiding(self, request: Request, nodes: set[str]) -> bool:
+        cordoned = [n for n in nodes if self.snapshot.by_name[n].schedulable]
+        for name in cordoned:
+            self.snapshot.set_schedulable(name, False)
+        try:
+            return self.try_place(request, cordon=True)
+        finally:
+            for name in cordoned:
+                self.snapshot.set_schedulable(name, True)
+
+    def _block(self, rest: Sequence[Request], message: str) -> None:
+        self.pending.extend(_blocked(r, message) for r in rest)
+
+
+def reserve(
+    snapshot: Snapshot, head: Request, running: Sequence[Running], policy: Policy, now: float
+) -> tuple[float, Placement] | None:
+    """The head's earliest start and where it would go, releasing rentals by expected end; None if unbounded.
+
+    The snapshot is restored. Rentals without an expected end never release, so they bound nothing.
+    """
+    timed = sorted(
+        (r for r in running if r.expected_end_s is not None), key=lambda r: (r.expected_end_s, r.request.id)
+    )
+    need = _gpus(head)
+    free = snapshot.gpu_count - snapshot.allocated_milli() / 1000
+    undos = []
+    try:
+        for r in timed:
+            undos.extend(snapshot.release(a) for a in r.placement.nodes)
+            free += r.gpus
+            if free + 1e-9 < need:
+                continue
+            outcome = place(snapshot, head, policy)
+            if isinstance(outcome, Placement):
+                for allocation in outcome.nodes:
+                    snapshot.release(allocation)
+                return max(now, r.expected_end_s or now), outcome
+        return None
+    finally:
+        for undo in reversed(undos):
+            undo()
+
+
+def _backfill_key(request: Request, now: float, order: BackfillOrder) -> tuple[bool, float]:
+    """Smaller first; requests without a duration last (they never backfill)."""
+    declared = request.max_duration_s
+    if declared is None:
+        return (True, 0.0)
+    if order is BackfillOrder.SHORTEST:
+        return (False, declared * _gpus(request))
+    if order is BackfillOrder.SHORTEST_TIME:
+        return (False, declared)
+    return (False, -(now - request.submitted_at_s + declared) / declared)  # RATIO: highest response ratio
+
+
+def _blocked(request: Request, message: str) -> Pending:
+    return Pending(request.id, Reason.BLOCKED_BY_HEAD, message)
+
+
+def _gpus(request: Request) -> float:
+    return request.gpus_per_node * request.node_count
+
+
+def _fit_key(request: Request) -> tuple:
+    c = request.constraints
+    return (
+        request.shape,
+        request.node_count,
+        request.cpu_milli,
+        request.memory_mib,
+        request.selector,
+        c.jurisdictions,
+        c.regions,
+        c.providers,
+        tuple(sorted(c.labels.items())),
+    )

@@ -1,0 +1,130 @@
+"""Microsoft ITP job traces (ElasticFlow): load, shape into requests, size a fleet for an offered load.
+
+Columns `job_id, submission_time, duration, num_gpu` (seconds; the files end without a newline). A job of k
+GPUs on nodes of M GPUs is one node of k GPUs when k <= M, else a gang of n = ceil(k / M) nodes with
+ceil(k / n) GPUs each (k = 12 on 8-GPU nodes: 2 x 6); when k is a multiple of M that is n x M exactly.
+Declared durations (what a user writes as a time limit) are derived from the true ones by a stated rule.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from suanli.domain.errors import FleetError
+from suanli.domain.inventory import Fleet, GpuMode, Node, Region
+from suanli.sim.traces import synthetic_topology
+
+SIM_REGION = Region("sim", jurisdiction="US", grid_gco2_per_kwh=400.0, pue=1.2)
+SIM_MODEL = "H100-SXM-80GB"
+HOUR_S = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class TraceJob:
+    job_id: str
+    submitted_s: float
+    duration_s: float
+    gpus: int
+
+
+def read_itp_jobs(path: Path) -> list[TraceJob]:
+    """The trace's jobs in file order (sorted by submission); FleetError naming the line on a bad row."""
+    try:
+        handle = path.open(newline="")
+    except OSError as error:
+        raise FleetError(f"cannot read: {error.strerror}", source=str(path)) from None
+    jobs = []
+    with handle:
+        reader = csv.DictReader(handle)
+        missing = {"job_id", "submission_time", "duration", "num_gpu"} - set(reader.fieldnames or ())
+        if missing:
+            raise FleetError(f"missing columns {', '.join(sorted(missing))}", source=str(path))
+        for line, row in enumerate(reader, start=2):
+            try:
+                job = TraceJob(
+                    row["job_id"], float(row["submission_time"]), float(row["duration"]), int(row["num_gpu"])
+                )
+            except (TypeError, ValueError):
+                raise FleetError("not a number", source=f"{path}:{line}") from None
+            if job.gpus < 1 or job.duration_s < 0:
+                raise FleetError("num_gpu must be >= 1 and duration >= 0", source=f"{path}:{line}")
+            jobs.append(job)
+    return jobs
+
+
+def gang_shape(gpus: int, gpus_per_node: int) -> tuple[int, int]:
+    """(GPUs per node, nodes) for a job of `gpus` GPUs on nodes of `gpus_per_node` (see the module doc)."""
+    if gpus <= gpus_per_node:
+        return gpus, 1
+    nodes = math.ceil(gpus / gpus_per_node)
+    return math.ceil(gpus / nodes), nodes
+
+
+def offered_load(jobs: list[TraceJob], capacity_gpus: int) -> float:
+    """sum(duration x GPUs) / (arrival span x capacity): arrival span = last minus first submission."""
+    if not jobs or capacity_gpus <= 0:
+        return 0.0
+    span = max(j.submitted_s for j in jobs) - min(j.submitted_s for j in jobs)
+    work = sum(j.duration_s * j.gpus for j in jobs)
+    return work / (max(span, 1.0) * capacity_gpus)
+
+
+def nodes_for_load(jobs: list[TraceJob], gpus_per_node: int, target: float = 0.85) -> int:
+    """The smallest node count whose offered load is at most `target`."""
+    work = offered_load(jobs, 1)
+    return max(1, math.ceil(work / (target * gpus_per_node)))
+
+
+def synthetic_fleet(nodes: int, gpus_per_node: int) -> Fleet:
+    """N nodes of M whole H100-SXM-80GB GPUs, one leaf per 32 nodes (four leaves a pod)."""
+    fleet_nodes = tuple(
+        Node(
+            name=f"node-{i:05d}",
+            region=SIM_REGION.name,
+            topology=synthetic_topology(SIM_REGION.name, i),
+            cpu_milli=16_000 * gpus_per_node,
+            memory_mib=131_072 * gpus_per_node,
+            gpu_model=SIM_MODEL,
+            gpu_count=gpus_per_node,
+            gpu_mode=GpuMode.WHOLE,
+        )
+        for i in range(nodes)
+    )
+    return Fleet({SIM_REGION.name: SIM_REGION}, fleet_nodes)
+
+
+@dataclass(frozen=True, slots=True)
+class DurationEstimate:
+    """How a job's declared duration (its time limit) is derived from its true run time.
+
+    `pow2h`: the true duration rounded up to a power of two hours (1 h, 2 h, 4 h, ...), as users pick round
+    limits; `factor`: true x a factor drawn uniformly from [1, `max_factor`] with `seed` per job; `exact`:
+    the true duration (an oracle, for reference only). A declared duration is never below the true one, so
+    no job is killed at its limit.
+    """
+
+    kind: str = "pow2h"
+    max_factor: float = 3.0
+    seed: int = 0
+
+    def declared(self, job: TraceJob) -> float:
+        true = max(job.duration_s, 1.0)
+        if self.kind == "exact":
+            return true
+        if self.kind == "factor":
+            return true * random.Random(f"{self.seed}:{job.job_id}").uniform(1.0, self.max_factor)
+        if self.kind == "pow2h":
+            declared = HOUR_S * 2 ** max(0, math.ceil(math.log2(true / HOUR_S)))
+            return declared if declared >= true else 2 * declared  # guard against log2 rounding down
+        raise ValueError(f"unknown duration estimate {self.kind!r}; use pow2h, factor or exact")
+
+    def describe(self) -> str:
+        return {
+            "pow2h": "declared = true duration rounded up to a power of two hours (min 1 h)",
+            "factor": f"declared = true duration x U[1, {self.max_factor:g}] (seed {self.seed})",
+            "exact": "declared = true duration (oracle)",
+        }.get(self.kind, self.kind)

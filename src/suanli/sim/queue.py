@@ -1,0 +1,410 @@
+"""The queueing simulator: replay a job trace with arrivals and departures in virtual time through `admit`.
+
+Discrete events on a heap (departures and preemption deadlines before arrivals at the same instant); after
+each instant's events, one scheduling cycle with the same domain code the server runs. Jobs run for their
+true duration; the scheduler only sees the declared one (see `DurationEstimate`). A preempted job is killed
+at its notice deadline and queued again from scratch (its work is lost), keeping its submission time.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from suanli.domain.catalog_data import CATALOG
+from suanli.domain.inventory import Fleet
+from suanli.domain.policies import BestFitPolicy, Policy
+from suanli.domain.preemption import PreemptionConfig, Running
+from suanli.domain.queueing import BackfillOrder, FairShare, Mode, Order, QueueConfig, admit
+from suanli.domain.request import Request, Tier, WholeGpus
+from suanli.domain.snapshot import Snapshot
+from suanli.sim.fleet_files import read_fleet
+from suanli.sim.itp import (
+    DurationEstimate,
+    TraceJob,
+    gang_shape,
+    offered_load,
+    read_itp_jobs,
+    synthetic_fleet,
+)
+from suanli.sim.traces import read_openb_nodes
+
+# fifo: strict arrival order, nothing passes a blocked head. fifo-backfill: EASY (Slurm's default behaviour),
+# candidates in arrival order. suanli: tier / spot bid / weighted fair share / age for the head, EASY backfill
+# with candidates by highest response ratio (wait + declared) / declared, and preemption of lower tiers.
+POLICIES: dict[str, QueueConfig] = {
+    "fifo": QueueConfig(mode=Mode.STRICT, order=Order.FIFO),
+    "fifo-backfill": QueueConfig(mode=Mode.BACKFILL, order=Order.FIFO, backfill_order=BackfillOrder.QUEUE),
+    "suanli": QueueConfig(
+        mode=Mode.BACKFILL,
+        order=Order.PRIORITY,
+        backfill_order=BackfillOrder.RATIO,
+        preemption=PreemptionConfig(),
+    ),
+}
+SPOT_BID_MICROS = (500_000, 3_000_000)  # spot bids drawn uniformly in this range (micros per GPU-hour)
+DEFAULT_ESTIMATE = DurationEstimate()
+END, KILL, ARRIVE = 0, 1, 2  # event kinds, in the order they are handled at one instant
+
+
+@dataclass
+class QueueResult:
+    """One policy's replay: per-job figures, allocation over time, and speed."""
+
+    policy: str
+    capacity_gpus: int
+    jobs: int
+    estimate: str
+    jct_s: list[float] = field(default_factory=list)
+    wait_s: list[float] = field(default_factory=list)
+    tier_of: list[str] = field(default_factory=list)
+    preemptions: int = 0
+    alloc_gpu_s_arrivals: float = 0.0
+    arrival_span_s: float = 0.0
+    alloc_gpu_s_total: float = 0.0
+    makespan_s: float = 0.0
+    wall_s: float = 0.0
+    cycles: int = 0
+    samples: list[tuple[float, float, int]] = field(default_factory=list)  # (t, allocated GPUs, queued)
+
+    @property
+    def mean_jct_s(self) -> float:
+        return _mean(self.jct_s)
+
+    @property
+    def p95_jct_s(self) -> float:
+        return percentile(self.jct_s, 95)
+
+    @property
+    def mean_queue_s(self) -> float:
+        return _mean(self.wait_s)
+
+    @property
+    def mean_alloc_pct(self) -> float:
+        """Mean allocated GPU % between the first and the last arrival (the loaded period)."""
+        span = self.arrival_span_s * self.capacity_gpus
+        return 100 * self.alloc_gpu_s_arrivals / span if span else math.nan
+
+    @property
+    def makespan_alloc_pct(self) -> float:
+        span = self.makespan_s * self.capacity_gpus
+        return 100 * self.alloc_gpu_s_total / span if span else math.nan
+
+    @property
+    def jobs_per_s(self) -> float:
+        return self.jobs / self.wall_s if self.wall_s else math.nan
+
+    def per_tier(self) -> dict[str, dict[str, float]]:
+        tiers: dict[str, dict[str, float]] = {}
+        for name in sorted(set(self.tier_of)):
+            jct = [j for j, t in zip(self.jct_s, self.tier_of, strict=True) if t == name]
+            wait = [w for w, t in zip(self.wait_s, self.tier_of, strict=True) if t == name]
+            tiers[name] = {
+                "jobs": len(jct),
+                "mean_jct_s": _mean(jct),
+                "p95_jct_s": percentile(jct, 95),
+                "mean_queue_s": _mean(wait),
+            }
+        return tiers
+
+    def summary(self) -> dict[str, float | int | dict]:
+        return {
+            "mean_jct_s": round(self.mean_jct_s, 1),
+            "p95_jct_s": round(self.p95_jct_s, 1),
+            "mean_queue_s": round(self.mean_queue_s, 1),
+            "mean_alloc_pct": round(self.mean_alloc_pct, 2),
+            "makespan_alloc_pct": round(self.makespan_alloc_pct, 2),
+            "preemptions": self.preemptions,
+            "jobs_per_s": round(self.jobs_per_s, 1),
+            "completed": len(self.jct_s),
+            "cycles": self.cycles,
+            "wall_s": round(self.wall_s, 2),
+            "per_tier": self.per_tier(),
+        }
+
+
+def percentile(values: Sequence[float], pct: float) -> float:
+    """Nearest-rank percentile (NaN for no values)."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(pct / 100 * len(ordered)) - 1)]
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else math.nan
+
+
+def parse_mix(text: str | None) -> dict[Tier, float]:
+    """`on_demand=0.6,spot=0.3,reserved=0.1` as tier -> probability (normalised); empty: all on-demand."""
+    if not text:
+        return {Tier.ON_DEMAND: 1.0}
+    mix: dict[Tier, float] = {}
+    for part in text.split(","):
+        name, _, value = part.partition("=")
+        mix[Tier.parse(name)] = float(value)
+    total = sum(mix.values())
+    if total <= 0 or any(v < 0 for v in mix.values()):
+        raise ValueError(f"bad tier mix {text!r}: probabilities must be >= 0 and not all 0")
+    return {tier: v / total for tier, v in mix.items()}
+
+
+def build_requests(
+    jobs: Sequence[TraceJob],
+    gpus_per_node: int,
+    estimate: DurationEstimate,
+    mix: dict[Tier, float] | None = None,
+    seed: int = 0,
+) -> list[Request]:
+    """One request per job (shaped by `gang_shape`), its declared duration, and a seeded tier and bid."""
+    rng = random.Random(seed)
+    tiers, weights = zip(*sorted((mix or {Tier.ON_DEMAND: 1.0}).items()), strict=True)
+    requests = []
+    for number, job in enumerate(jobs):
+        per_node, nodes = gang_shape(job.gpus, gpus_per_node)
+        tier = rng.choices(tiers, weights)[0] if len(tiers) > 1 else tiers[0]
+        bid = rng.randint(*SPOT_BID_MICROS) if tier is Tier.SPOT else None
+        requests.append(
+            Request(
+                id=f"{number}:{job.job_id}",
+                shape=WholeGpus(per_node),
+                node_count=nodes,
+                tier=tier,
+                bid_micros_per_hour=bid,
+                submitted_at_s=job.submitted_s,
+                max_duration_s=estimate.declared(job),
+            )
+        )
+    return requests
+
+
+def run_queue(
+    fleet: Fleet,
+    jobs: Sequence[TraceJob],
+    policy_name: str,
+    *,
+    estimate: DurationEstimate = DEFAULT_ESTIMATE,
+    mix: dict[Tier, float] | None = None,
+    seed: int = 0,
+    placement: Policy | None = None,
+    on_progress: Callable[[float], None] | None = None,
+    sample_every_s: float = 600.0,
+) -> QueueResult:
+    """Replay `jobs` on `fleet` under the named policy (`POLICIES`); deterministic for the same inputs."""
+    config = POLICIES[policy_name]
+    started = time.perf_counter()
+    snapshot = Snapshot(fleet, CATALOG)
+    gpus_per_node = max(node.gpu_count for node in fleet.nodes)
+    requests = build_requests(jobs, gpus_per_node, estimate, mix, seed)
+    true_s = {r.id: max(j.duration_s, 1.0) for r, j in zip(requests, jobs, strict=True)}
+    by_id = {r.id: r for r in requests}
+    result = QueueResult(policy_name, fleet.gpu_count, len(jobs), estimate.describe())
+    if not requests:
+        return result
+    policy = placement or BestFitPolicy()
+    first_arrival = min(r.submitted_at_s for r in requests)
+    last_arrival = max(r.submitted_at_s for r in requests)
+    events: list[tuple[float, int, int, str, float]] = [
+        (r.submitted_at_s, ARRIVE, n, r.id, 0.0) for n, r in enumerate(requests)
+    ]
+    heapq.heapify(events)
+    sequence = len(events)
+    queue: dict[str, Request] = {}
+    running: dict[str, Running] = {}
+    promised: set[str] = set()
+    held: dict[str, float] = {}
+    fair = FairShare(at_s=first_arrival)
+    allocated = 0.0
+    previous = first_arrival
+    next_sample = first_arrival
+    while events:
+        now = events[0][0]
+        span = now - previous
+        result.alloc_gpu_s_total += allocated * span
+        overlap = max(0.0, min(now, last_arrival) - max(previous, first_arrival))
+        result.alloc_gpu_s_arrivals += allocated * overlap
+        if config.order is Order.PRIORITY:
+            fair = fair.advance(now, held)
+        previous = now
+        while events and events[0][0] == now:
+            _, kind, _, request_id, stamp = heapq.heappop(events)
+            if kind == ARRIVE:
+                queue[request_id] = by_id[request_id]
+                continue
+            job = running.get(request_id)
+            if job is None or job.started_at_s != stamp:
+                continue  # a stale event: the run it belonged to already ended
+            del running[request_id]
+            for allocation in job.placement.nodes:
+                snapshot.release(allocation)
+            allocated -= job.gpus
+            held[job.request.tenant] -= job.gpus
+            if kind == END:
+                result.jct_s.append(now - job.request.submitted_at_s)
+                result.wait_s.append(now - job.request.submitted_at_s - true_s[request_id])
+                result.tier_of.append(job.request.tier.label)
+            else:
+                result.preemptions += 1
+                queue[request_id] = job.request
+        if queue:
+            result.cycles += 1
+            decision = admit(
+                snapshot, list(queue.values()), list(running.values()), policy, now, config, fair, promised
+            )
+            for placement_ in decision.placements:
+                request = queue.pop(placement_.request_id)
+                promised.discard(request.id)
+                running[request.id] = Running(request, placement_, now)
+                allocated += placement_.gpus
+                held[request.tenant] = held.get(request.tenant, 0.0) + placement_.gpus
+                sequence += 1
+                heapq.heappush(events, (now + true_s[request.id], END, sequence, request.id, now))
+            for preemption in decision.preemptions:
+                promised.add(preemption.preemptor)
+                for victim in preemption.victims:
+                    job = running[victim.request_id]
+                    running[victim.request_id] = replace(
+                        job, preempted_by=preemption.preemptor, notice_deadline_s=victim.deadline_s
+                    )
+                    sequence += 1
+                    heapq.heappush(
+                        events, (victim.deadline_s, KILL, sequence, victim.request_id, job.started_at_s)
+                    )
+        if now >= next_sample or not events:
+            result.samples.append((now, allocated, len(queue)))
+            next_sample = now + sample_every_s
+        if on_progress is not None:
+            on_progress(now)
+    result.arrival_span_s = last_arrival - first_arrival
+    result.makespan_s = previous - first_arrival
+    result.wall_s = time.perf_counter() - started
+    return result
+
+
+def results_json(results: Sequence[QueueResult], notes: dict[str, object] | None = None) -> dict[str, object]:
+    """`capacity_gpus` and `policies.<name>.{mean_jct_s, p95_jct_s, mean_queue_s, mean_alloc_pct, ...}`."""
+    return {
+        "capacity_gpus": results[0].capacity_gpus if results else 0,
+        **(notes or {}),
+        "policies": {r.policy: r.summary() for r in results},
+    }
+
+
+def write_json(path: Path, results: Sequence[QueueResult], notes: dict[str, object] | None = None) -> None:
+    path.write_text(json.dumps(results_json(results, notes), indent=2) + "\n", encoding="utf-8")
+
+
+def write_plots(directory: Path, results: Sequence[QueueResult]) -> list[Path]:
+    """PNG charts of GPU allocation % and queue length over virtual time, one line per policy."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, column, label in (("allocation", 1, "GPU allocation %"), ("queue", 2, "queued jobs")):
+        figure, axes = plt.subplots(figsize=(10, 4))
+        for result in results:
+            t0 = result.samples[0][0] if result.samples else 0.0
+            xs = [(s[0] - t0) / 86400 for s in result.samples]
+            ys = [100 * s[1] / result.capacity_gpus if column == 1 else s[2] for s in result.samples]
+            axes.plot(xs, ys, label=result.policy, linewidth=0.8)
+        axes.set_xlabel("days since the first arrival")
+        axes.set_ylabel(label)
+        axes.legend()
+        figure.tight_layout()
+        path = directory / f"{name}.png"
+        figure.savefig(path, dpi=120)
+        plt.close(figure)
+        written.append(path)
+    return written
+
+
+def load_fleet(nodes: str) -> Fleet:
+    """`N:M` (N nodes of M GPUs), a fleet TOML, or the openb node CSV."""
+    if ":" in nodes and not Path(nodes).exists():
+        count, _, per_node = nodes.partition(":")
+        if not (count.isdigit() and per_node.isdigit() and int(count) > 0 and int(per_node) > 0):
+            raise ValueError(f"--nodes {nodes!r}: N:M needs two positive integers, e.g. 73:8")
+        return synthetic_fleet(int(count), int(per_node))
+    path = Path(nodes)
+    if path.suffix == ".toml":
+        return read_fleet(path)
+    return read_openb_nodes(path)
+
+
+def queue_command(
+    nodes: str,
+    jobs: Path,
+    policies: list[str],
+    mix: str | None,
+    json_path: Path | None,
+    plot_dir: Path | None,
+    console,
+    estimate: DurationEstimate = DEFAULT_ESTIMATE,
+    seed: int = 0,
+) -> list[QueueResult]:
+    """`suanli sim queue`: replay `jobs` under each policy, print a table, write JSON and plots if asked."""
+    names = list(POLICIES) if policies in (["all"], []) else policies
+    unknown = [n for n in names if n not in POLICIES]
+    if unknown:
+        raise ValueError(f"unknown policy {', '.join(unknown)}; use {', '.join(POLICIES)} or all")
+    fleet = load_fleet(nodes)
+    trace = read_itp_jobs(jobs)
+    tier_mix = parse_mix(mix)
+    load = offered_load(trace, fleet.gpu_count)
+    console.print(
+        f"{len(trace)} jobs on {len(fleet.nodes)} nodes / {fleet.gpu_count} GPUs: "
+        f"offered load {100 * load:.1f}%; {estimate.describe()}"
+    )
+    start = min((j.submitted_s for j in trace), default=0.0)
+    end = max((j.submitted_s + j.duration_s for j in trace), default=1.0)
+    results = []
+    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("day {task.completed:.0f}"))
+    with Progress(*columns, TimeElapsedColumn(), console=console, transient=True) as progress:
+        for name in names:
+            task = progress.add_task(name, total=(end - start) / 86400)
+
+            def advance(now: float, task=task) -> None:
+                progress.update(task, completed=(now - start) / 86400)
+
+            results.append(
+                run_queue(fleet, trace, name, estimate=estimate, mix=tier_mix, seed=seed, on_progress=advance)
+            )
+    table = Table(title=f"queueing replay: {jobs.name} on {fleet.gpu_count} GPUs")
+    for column in ("policy", "mean JCT h", "p95 JCT h", "mean queue h", "alloc %", "preemptions", "jobs/s"):
+        table.add_column(column, justify="left" if column == "policy" else "right")
+    for r in results:
+        table.add_row(
+            r.policy,
+            f"{r.mean_jct_s / 3600:.2f}",
+            f"{r.p95_jct_s / 3600:.2f}",
+            f"{r.mean_queue_s / 3600:.2f}",
+            f"{r.mean_alloc_pct:.1f}",
+            str(r.preemptions),
+            f"{r.jobs_per_s:.0f}",
+        )
+    console.print(table)
+    notes = {
+        "nodes": len(fleet.nodes),
+        "offered_load_pct": round(100 * load, 2),
+        "declared_durations": estimate.describe(),
+        "tier_mix": {t.label: p for t, p in tier_mix.items()},
+        "mean_alloc_window": "first to last arrival",
+    }
+    if json_path is not None:
+        write_json(json_path, results, notes)
+    if plot_dir is not None:
+        for path in write_plots(plot_dir, results):
+            console.print(f"wrote {path}")
+    return results

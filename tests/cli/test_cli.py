@@ -1,0 +1,120 @@
+"""The `suanli` command through Typer's runner: tables, JSON keys, errors that name the input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from suanli.cli.main import app
+
+EXAMPLE_FLEET = Path(__file__).resolve().parents[2] / "examples" / "fleet.toml"
+runner = CliRunner()
+
+
+@pytest.fixture
+def tiny_trace(tmp_path: Path) -> tuple[Path, Path]:
+    """A 12-node cluster and a pod list with whole, shared, multi-GPU and CPU-only pods (openb columns)."""
+    nodes = tmp_path / "nodes.csv"
+    rows = ["sn,cpu_milli,memory_mib,gpu,model"]
+    rows += [
+        f"n{i:02d},{32000 if i % 3 else 96000},262144,{8 if i % 3 == 0 else 2},{'G2' if i % 3 == 0 else 'T4'}"
+        for i in range(12)
+    ]
+    nodes.write_text("\n".join(rows) + "\n")
+    pods = tmp_path / "pods.csv"
+    header = (
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
+        "creation_time,deletion_time,scheduled_time"
+    )
+    shapes = [
+        (4000, 1, 500),
+        (8000, 1, 1000),
+        (12000, 1, 250),
+        (16000, 2, 1000),
+        (8000, 0, 0),
+        (32000, 8, 1000),
+    ]
+    lines = [header] + [
+        f"p{i:03d},{cpu},1024,{gpus},{milli},,LS,Running,{i},{i + 100},{i}"
+        for i, (cpu, gpus, milli) in enumerate(shapes * 5)
+    ]
+    pods.write_text("\n".join(lines) + "\n")
+    return nodes, pods
+
+
+def test_packing_prints_a_table_and_writes_the_documented_json_keys(tiny_trace, tmp_path: Path) -> None:
+    nodes, pods = tiny_trace
+    out = tmp_path / "packing.json"
+    result = runner.invoke(
+        app,
+        [
+            "sim",
+            "packing",
+            "--nodes",
+            str(nodes),
+            "--pods",
+            str(pods),
+            "--policy",
+            "all",
+            "--seeds",
+            "1-2",
+            "--json",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "Unallocated GPU %" in result.output
+    report = json.loads(out.read_text())
+    assert report["capacity_gpus"] == 4 * 8 + 8 * 2
+    assert set(report["policies"]) == {"random", "best-fit", "fgd", "suanli"}
+    for figures in report["policies"].values():
+        assert set(figures["unallocated_pct"]) == {"90", "95", "100", "110", "120", "130"}
+        assert all(0.0 <= v <= 100.0 for v in figures["unallocated_pct"].values())
+        assert figures["placements_per_s"] > 0
+        assert "frag_rate_pct_90" in figures
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--policy", "tetris"], "unknown policy"),
+        (["--seeds", "a-b"], "bad seed range"),
+    ],
+    ids=["unknown-policy", "bad-seeds"],
+)
+def test_packing_rejects_bad_options_by_name(tiny_trace, args: list[str], message: str) -> None:
+    nodes, pods = tiny_trace
+    result = runner.invoke(app, ["sim", "packing", "--nodes", str(nodes), "--pods", str(pods), *args])
+    assert result.exit_code == 2
+    assert message in result.output
+
+
+def test_packing_names_the_file_and_column_of_a_bad_row(tiny_trace, tmp_path: Path) -> None:
+    nodes, pods = tiny_trace
+    broken = tmp_path / "broken.csv"
+    broken.write_text(nodes.read_text().replace("n03,96000", "n03,many"))
+    result = runner.invoke(
+        app, ["sim", "packing", "--nodes", str(broken), "--pods", str(pods), "--seeds", "1"]
+    )
+    assert result.exit_code == 2
+    assert "broken.csv:5" in result.output
+    assert "cpu_milli" in result.output
+
+
+def test_fleet_check_summarises_the_example() -> None:
+    result = runner.invoke(app, ["fleet", "check", str(EXAMPLE_FLEET)])
+    assert result.exit_code == 0, result.output
+    assert "20 nodes, 136 GPUs" in result.output
+
+
+def test_fleet_check_names_file_node_and_field(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text(EXAMPLE_FLEET.read_text().replace("cpu_milli = 224000", 'cpu_milli = "lots"', 1))
+    result = runner.invoke(app, ["fleet", "check", str(bad)])
+    assert result.exit_code == 2
+    assert "bad.toml" in result.output
+    assert "h100-a-{i}" in result.output
+    assert "cpu_milli" in result.output

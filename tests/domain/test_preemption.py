@@ -1,0 +1,153 @@
+"""Preemption: cheapest strictly lower-tier victims, whole gangs only, notice before the kill, no cycles."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from suanli.domain.catalog_data import CATALOG
+from suanli.domain.inventory import Fleet, GpuMode, Node, Region
+from suanli.domain.plan import Placement, Reason
+from suanli.domain.policies import BestFitPolicy
+from suanli.domain.preemption import PreemptionConfig, Running, choose_victims
+from suanli.domain.queueing import Mode, Order, QueueConfig, admit
+from suanli.domain.request import Request, Tier, WholeGpus
+from suanli.domain.scheduler import place
+from suanli.domain.snapshot import Snapshot
+
+REGION = Region("r", "US", 400.0, 1.2)
+POLICY = BestFitPolicy()
+
+
+def snapshot_of(nodes: int, gpus: int) -> Snapshot:
+    fleet = Fleet(
+        {"r": REGION},
+        tuple(
+            Node(f"n{i}", "r", ("r", "z", "p", "l"), 64_000, 512_000, "H100-SXM-80GB", gpus, GpuMode.WHOLE)
+            for i in range(nodes)
+        ),
+    )
+    return Snapshot(fleet, CATALOG)
+
+
+def start(
+    snapshot: Snapshot, rid: str, gpus: int, tier: Tier, at: float, nodes: int = 1, bid=None
+) -> Running:
+    request = Request(rid, WholeGpus(gpus), node_count=nodes, tier=tier, bid_micros_per_hour=bid)
+    placement = place(snapshot, request, POLICY)
+    assert isinstance(placement, Placement)
+    return Running(request, placement, at)
+
+
+def state(snapshot: Snapshot):
+    return [(n.cpu_free, n.memory_free, tuple(n.gpus)) for n in snapshot.nodes], snapshot.allocated_milli()
+
+
+def test_picks_the_victim_that_loses_the_fewest_gpu_seconds():
+    snap = snapshot_of(1, 8)
+    old = start(snap, "old", 4, Tier.SPOT, at=0)
+    young = start(snap, "young", 4, Tier.SPOT, at=90)
+    asked = Request("od", WholeGpus(4), tier=Tier.ON_DEMAND)
+    decision = choose_victims(snap, asked, [old, young], POLICY, now=100)
+    assert decision is not None
+    assert [v.request_id for v in decision.victims] == ["young"]
+    assert decision.victims[0].lost_gpu_s == 40
+
+
+def test_equal_loss_goes_to_the_lower_bid_and_lower_tier_goes_first():
+    snap = snapshot_of(1, 8)
+    rich = start(snap, "rich", 4, Tier.SPOT, at=50, bid=3_000_000)
+    poor = start(snap, "poor", 4, Tier.SPOT, at=50, bid=1_000_000)
+    asked = Request("od", WholeGpus(4), tier=Tier.ON_DEMAND)
+    assert [v.request_id for v in choose_victims(snap, asked, [rich, poor], POLICY, 100).victims] == ["poor"]
+    snap = snapshot_of(1, 8)
+    on_demand = start(snap, "od1", 4, Tier.ON_DEMAND, at=99)
+    spot = start(snap, "spot", 4, Tier.SPOT, at=0)
+    asked = Request("res", WholeGpus(4), tier=Tier.RESERVED)
+    assert [v.request_id for v in choose_victims(snap, asked, [on_demand, spot], POLICY, 100).victims] == [
+        "spot"
+    ]
+
+
+def test_notice_comes_before_the_kill_with_per_tier_deadlines():
+    snap = snapshot_of(1, 8)
+    victim = start(snap, "v", 8, Tier.SPOT, at=0)
+    asked = Request("od", WholeGpus(8), tier=Tier.ON_DEMAND)
+    default = choose_victims(snap, asked, [victim], POLICY, now=1000)
+    assert default.victims[0].deadline_s == 1030  # 30 s notice by default
+    custom = choose_victims(snap, asked, [victim], POLICY, 1000, PreemptionConfig(notice_s={Tier.SPOT: 120}))
+    assert custom.victims[0].deadline_s == 1120
+    assert custom.promised.request_id == "od" and custom.promised.gpus == 8
+
+
+def test_a_gang_is_evicted_whole_and_the_snapshot_is_untouched():
+    snap = snapshot_of(2, 4)
+    gang = start(snap, "gang", 2, Tier.SPOT, at=90, nodes=2)  # 2 GPUs on each node, cheapest (youngest)
+    single = start(snap, "single", 2, Tier.SPOT, at=0)
+    before = state(snap)
+    asked = Request("od", WholeGpus(4), tier=Tier.ON_DEMAND)
+    decision = choose_victims(snap, asked, [gang, single], POLICY, now=100)
+    assert state(snap) == before
+    victims = {v.request_id: v for v in decision.victims}
+    assert "gang" in victims and victims["gang"].gpus == 4  # both nodes' GPUs, never half
+
+
+def test_never_preempts_an_equal_or_higher_tier_and_spot_preempts_nobody():
+    snap = snapshot_of(1, 8)
+    busy = start(snap, "busy", 8, Tier.ON_DEMAND, at=0)
+    assert choose_victims(snap, Request("od", WholeGpus(1), tier=Tier.ON_DEMAND), [busy], POLICY, 10) is None
+    assert choose_victims(snap, Request("s", WholeGpus(1), tier=Tier.SPOT), [busy], POLICY, 10) is None
+
+
+def test_a_victim_under_notice_is_not_chosen_again():
+    snap = snapshot_of(1, 8)
+    victim = start(snap, "v", 8, Tier.SPOT, at=0)
+    noticed = Running(victim.request, victim.placement, 0, preempted_by="first", notice_deadline_s=30)
+    assert choose_victims(snap, Request("od", WholeGpus(8)), [noticed], POLICY, 10) is None
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    tiers=st.lists(st.sampled_from(list(Tier)), min_size=1, max_size=8),
+    asked_tier=st.sampled_from(list(Tier)),
+    asked_gpus=st.integers(1, 8),
+)
+def test_victims_are_always_strictly_lower_tier_so_no_cycle(tiers, asked_tier, asked_gpus):
+    snap = snapshot_of(4, 8)
+    running = []
+    for i, tier in enumerate(tiers):
+        outcome = place(snap, Request(f"r{i}", WholeGpus(4), tier=tier), POLICY)
+        if isinstance(outcome, Placement):
+            running.append(Running(Request(f"r{i}", WholeGpus(4), tier=tier), outcome, float(i)))
+    before = state(snap)
+    decision = choose_victims(
+        snap, Request("x", WholeGpus(asked_gpus), tier=asked_tier), running, POLICY, 100
+    )
+    assert state(snap) == before
+    if decision is not None:
+        assert all(v.tier < asked_tier for v in decision.victims)
+        # the victims cannot preempt back: their tier is lower, so the preemptor is never a candidate for them
+        for v in decision.victims:
+            back = Request(v.request_id, WholeGpus(1), tier=v.tier)
+            preemptor = Running(Request("x", WholeGpus(asked_gpus), tier=asked_tier), decision.promised, 100)
+            assert choose_victims(snap, back, [preemptor], POLICY, 101) is None
+
+
+def test_admit_gives_notice_then_keeps_the_promise_when_the_victims_leave():
+    snap = snapshot_of(1, 8)
+    victim = start(snap, "spot", 8, Tier.SPOT, at=0)
+    config = QueueConfig(mode=Mode.BACKFILL, order=Order.PRIORITY, preemption=PreemptionConfig())
+    asked = Request("od", WholeGpus(8), tier=Tier.ON_DEMAND, submitted_at_s=5, max_duration_s=100)
+    other = Request("od2", WholeGpus(8), tier=Tier.ON_DEMAND, submitted_at_s=1, max_duration_s=100)
+    first = admit(snap, [asked], [victim], POLICY, 10, config)
+    assert first.placements == () and first.pending[0].reason is Reason.PREEMPTING
+    (preemption,) = first.preemptions
+    assert preemption.victims[0].deadline_s == 40
+    noticed = Running(victim.request, victim.placement, 0, "od", 40)
+    waiting = admit(snap, [asked], [noticed], POLICY, 20, config, promised={"od"})
+    assert waiting.placements == () and waiting.pending[0].reason is Reason.PREEMPTING
+    for allocation in victim.placement.nodes:  # the kill at the deadline
+        snap.release(allocation)
+    # an older request of the same tier arrived meanwhile: the promise still goes first
+    kept = admit(snap, [other, asked], [], POLICY, 40, config, promised={"od"})
+    assert [p.request_id for p in kept.placements] == ["od"]

@@ -1,0 +1,213 @@
+"""One cycle over time: strict FIFO never reorders, backfill never delays the head, fair share is fair."""
+
+from __future__ import annotations
+
+import heapq
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from suanli.domain.catalog_data import CATALOG
+from suanli.domain.inventory import Fleet, GpuMode, Node, Region
+from suanli.domain.plan import Placement, Reason
+from suanli.domain.policies import BestFitPolicy
+from suanli.domain.preemption import Running
+from suanli.domain.queueing import (
+    BackfillOrder,
+    FairShare,
+    Mode,
+    Order,
+    QueueConfig,
+    admit,
+    order_requests,
+    reserve,
+)
+from suanli.domain.request import Request, Tier, WholeGpus
+from suanli.domain.scheduler import place
+from suanli.domain.snapshot import Snapshot
+
+REGION = Region("r", "US", 400.0, 1.2)
+POLICY = BestFitPolicy()
+FIFO = QueueConfig(mode=Mode.STRICT, order=Order.FIFO)
+EASY = QueueConfig(mode=Mode.BACKFILL, order=Order.FIFO)
+EASY_SHORTEST = QueueConfig(mode=Mode.BACKFILL, order=Order.PRIORITY, backfill_order=BackfillOrder.SHORTEST)
+EASY_RATIO = QueueConfig(mode=Mode.BACKFILL, order=Order.PRIORITY, backfill_order=BackfillOrder.RATIO)
+
+
+def snapshot_of(nodes: int, gpus: int) -> Snapshot:
+    fleet = Fleet(
+        {"r": REGION},
+        tuple(
+            Node(
+                f"n{i}",
+                "r",
+                ("r", "z", "p", f"l{i // 2}"),
+                64_000,
+                512_000,
+                "H100-SXM-80GB",
+                gpus,
+                GpuMode.WHOLE,
+            )
+            for i in range(nodes)
+        ),
+    )
+    return Snapshot(fleet, CATALOG)
+
+
+def job(rid: str, gpus: int, at: float, duration: float | None = None, nodes: int = 1, **kw) -> Request:
+    return Request(rid, WholeGpus(gpus), node_count=nodes, submitted_at_s=at, max_duration_s=duration, **kw)
+
+
+def run(snapshot: Snapshot, request: Request, at: float) -> Running:
+    placement = place(snapshot, request, POLICY)
+    assert isinstance(placement, Placement)
+    return Running(request, placement, at)
+
+
+def reasons(decision) -> dict[str, Reason]:
+    return {p.request_id: p.reason for p in decision.pending}
+
+
+def test_strict_fifo_never_passes_the_head():
+    snap = snapshot_of(1, 8)
+    busy = run(snap, job("busy", 4, 0, 100), 0)
+    queue = [job("small", 1, 3, 10), job("big", 8, 1, 10), job("first", 2, 0.5, 10)]
+    decision = admit(snap, queue, [busy], POLICY, 5, FIFO)
+    assert [p.request_id for p in decision.placements] == ["first"]
+    assert decision.head == "big"
+    assert reasons(decision) == {"big": Reason.NO_CAPACITY, "small": Reason.BLOCKED_BY_HEAD}
+
+
+def test_backfill_takes_short_jobs_holds_long_ones_and_never_passes_without_a_duration():
+    snap = snapshot_of(1, 8)
+    busy = run(snap, job("busy", 4, 0, 100), 0)  # ends at 100 at the latest
+    queue = [
+        job("head", 8, 1, 50),
+        job("long", 4, 2, 5000),
+        job("nolimit", 1, 3, None),
+        job("short", 4, 4, 50),
+    ]
+    decision = admit(snap, queue, [busy], POLICY, 10, EASY)
+    assert [p.request_id for p in decision.placements] == ["short"]  # ends at 60 <= head start 100
+    assert decision.head == "head" and decision.head_start_s == 100
+    assert reasons(decision)["long"] is Reason.BLOCKED_BY_HEAD
+    assert reasons(decision)["nolimit"] is Reason.BLOCKED_BY_HEAD
+
+
+def test_a_long_job_may_backfill_off_the_heads_reserved_nodes():
+    snap = snapshot_of(2, 8)
+    a = run(snap, job("a", 8, 0, 100), 0)  # node 0 frees at 100
+    b = run(snap, job("b", 4, 0, 10_000), 0)  # node 1 keeps 4 busy
+    decision = admit(snap, [job("head", 8, 1, 50), job("long", 4, 2, 5000)], [a, b], POLICY, 10, EASY)
+    assert [p.request_id for p in decision.placements] == ["long"]
+    assert decision.placements[0].nodes[0].node == "n1"
+
+
+@pytest.mark.parametrize(
+    "config", [EASY, EASY_SHORTEST, EASY_RATIO], ids=["easy", "easy-shortest", "easy-ratio"]
+)
+@settings(max_examples=60, deadline=None)
+@given(
+    running=st.lists(st.tuples(st.integers(1, 4), st.integers(1, 400)), max_size=10),
+    queued=st.lists(
+        st.tuples(st.integers(1, 8), st.one_of(st.none(), st.integers(1, 600)), st.integers(1, 2)),
+        min_size=1,
+        max_size=12,
+    ),
+)
+def test_backfill_never_delays_the_heads_reserved_start(config, running, queued):
+    snap = snapshot_of(4, 4)
+    now = 50.0
+    live = []
+    for i, (gpus, remaining) in enumerate(running):
+        request = job(f"r{i}", gpus, 0, now + remaining)
+        outcome = place(snap, request, POLICY)
+        if isinstance(outcome, Placement):
+            live.append(Running(request, outcome, 0))
+    queue = []
+    for i, (gpus, duration, nodes) in enumerate(queued):
+        per_node = min(gpus, 4)
+        queue.append(job(f"q{i}", per_node, float(i), duration, nodes=nodes if gpus > 4 else 1))
+    decision = admit(snap, queue, live, POLICY, now, config)
+    if decision.head is None or decision.head_start_s is None:
+        return
+    head = next(r for r in queue if r.id == decision.head)
+    started = [Running(next(r for r in queue if r.id == p.request_id), p, now) for p in decision.placements]
+    after = reserve(snap, head, live + started, POLICY, now)
+    assert after is not None and after[0] <= decision.head_start_s
+
+
+def test_priority_order_is_tier_then_bid_then_age():
+    queue = [
+        job("spot-low", 1, 0, tier=Tier.SPOT, bid_micros_per_hour=1),
+        job("spot-high", 1, 5, tier=Tier.SPOT, bid_micros_per_hour=9),
+        job("od-young", 1, 9),
+        job("od-old", 1, 1),
+        job("res", 1, 20, tier=Tier.RESERVED),
+    ]
+    ordered = order_requests(queue, QueueConfig(order=Order.PRIORITY), FairShare())
+    assert [r.id for r in ordered] == ["res", "od-old", "od-young", "spot-high", "spot-low"]
+    assert next(r.id for r in order_requests(queue, FIFO, FairShare())) == "spot-low"
+
+
+def test_fair_share_decays_and_is_immutable():
+    fair = FairShare(half_life_s=100)
+    later = fair.advance(100, {"a": 2.0})
+    assert fair.usage_gpu_s == {} and later.usage_gpu_s["a"] == pytest.approx(2 * 0.5 * fair.horizon_s)
+    idle = later.advance(200, {})
+    assert idle.usage_gpu_s["a"] == pytest.approx(later.usage_gpu_s["a"] / 2)
+    assert 0 < idle.share("a", 2) < 1
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    weights=st.lists(st.integers(1, 4), min_size=2, max_size=3),
+    durations=st.lists(st.integers(20, 200), min_size=1, max_size=4),
+)
+def test_fair_share_converges_to_the_weights(weights, durations):
+    """Tenants with endless backlogs of 1-GPU jobs: each one's GPU-time tends to its weight's share."""
+    tenants = [f"t{i}" for i in range(len(weights))]
+    config = QueueConfig(
+        mode=Mode.BACKFILL, order=Order.PRIORITY, weights=dict(zip(tenants, weights, strict=True))
+    )
+    snap = snapshot_of(2, 8)
+    fair = FairShare(half_life_s=2000)
+    queue: dict[str, Request] = {}
+    serial = 0
+    for tenant in tenants:
+        for _ in range(16):
+            serial += 1
+            duration = durations[serial % len(durations)]
+            queue[f"j{serial}"] = job(f"j{serial}", 1, 0, duration, tenant=tenant)
+    running: dict[str, Running] = {}
+    ends: list[tuple[float, str]] = []
+    used = dict.fromkeys(tenants, 0.0)
+    now, horizon = 0.0, 20_000.0
+    held = dict.fromkeys(tenants, 0.0)
+    while now < horizon:
+        decision = admit(snap, list(queue.values()), list(running.values()), POLICY, now, config, fair)
+        for p in decision.placements:
+            request = queue.pop(p.request_id)
+            running[request.id] = Running(request, p, now)
+            held[request.tenant] += 1
+            heapq.heappush(ends, (now + request.max_duration_s, request.id))
+            serial += 1  # the tenant's backlog never runs dry
+            queue[f"j{serial}"] = job(
+                f"j{serial}", 1, now, durations[serial % len(durations)], tenant=request.tenant
+            )
+        following = ends[0][0]
+        if now >= horizon / 2:
+            for tenant in tenants:
+                used[tenant] += held[tenant] * (min(following, horizon) - now)
+        fair = fair.advance(following, held)
+        now = following
+        while ends and ends[0][0] == now:
+            _, rid = heapq.heappop(ends)
+            finished = running.pop(rid)
+            held[finished.request.tenant] -= 1
+            for allocation in finished.placement.nodes:
+                snap.release(allocation)
+    total = sum(used.values())
+    for tenant, weight in zip(tenants, weights, strict=True):
+        assert used[tenant] / total == pytest.approx(weight / sum(weights), abs=0.08)

@@ -1,0 +1,125 @@
+"""The queueing replay on a tiny synthetic ITP-style trace: every job completes, figures and files written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from suanli.sim.itp import (
+    DurationEstimate,
+    TraceJob,
+    gang_shape,
+    nodes_for_load,
+    offered_load,
+    read_itp_jobs,
+    synthetic_fleet,
+)
+from suanli.sim.queue import POLICIES, parse_mix, percentile, queue_command, results_json, run_queue
+
+ROWS = [
+    ("a", 0, 100, 8),
+    ("b", 10, 50, 4),
+    ("c", 20, 30, 1),
+    ("d", 30, 400, 16),
+    ("e", 40, 20, 1),
+    ("f", 50, 3000, 2),
+    ("g", 60, 10, 8),
+    ("h", 70, 7200, 1),
+]
+
+
+@pytest.fixture
+def trace(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.csv"
+    body = "\n".join(f"{j},{s},{d},{g}" for j, s, d, g in ROWS)
+    path.write_text(
+        "job_id,submission_time,duration,num_gpu\n" + body
+    )  # no trailing newline, as the ITP files
+    return path
+
+
+def test_loader_reads_a_file_without_a_trailing_newline(trace: Path):
+    jobs = read_itp_jobs(trace)
+    assert [j.job_id for j in jobs] == list("abcdefgh") and jobs[-1] == TraceJob("h", 70, 7200, 1)
+
+
+def test_gangs_and_uneven_jobs_are_shaped_per_node():
+    assert gang_shape(4, 8) == (4, 1)
+    assert gang_shape(64, 8) == (8, 8)
+    assert gang_shape(12, 8) == (6, 2)  # uneven: spread evenly, rounded up
+
+
+def test_declared_durations_are_never_below_the_truth():
+    job = TraceJob("x", 0, 5000, 1)
+    assert DurationEstimate("pow2h").declared(job) == 7200
+    assert DurationEstimate("pow2h").declared(TraceJob("y", 0, 30, 1)) == 3600
+    factor = DurationEstimate("factor", seed=3).declared(job)
+    assert 5000 <= factor <= 15000 and factor == DurationEstimate("factor", seed=3).declared(job)
+
+
+def test_offered_load_and_sizing(trace: Path):
+    jobs = read_itp_jobs(trace)
+    work = sum(d * g for _, _, d, g in ROWS)
+    assert offered_load(jobs, 16) == pytest.approx(work / (70 * 16))
+    nodes = nodes_for_load(jobs, 8, 0.85)
+    assert offered_load(jobs, nodes * 8) <= 0.85 < offered_load(jobs, (nodes - 1) * 8)
+
+
+@pytest.mark.parametrize("name", list(POLICIES))
+def test_every_job_completes_and_waits_are_never_negative(trace: Path, name: str):
+    result = run_queue(synthetic_fleet(2, 8), read_itp_jobs(trace), name)
+    assert len(result.jct_s) == len(ROWS)
+    assert all(w >= -1e-9 for w in result.wait_s)
+    assert 0 < result.mean_alloc_pct <= 100
+    assert result.p95_jct_s >= result.mean_jct_s * 0 and result.jobs_per_s > 0
+
+
+def test_backfill_is_no_worse_than_fifo_on_the_tiny_trace(trace: Path):
+    fleet, jobs = synthetic_fleet(2, 8), read_itp_jobs(trace)
+    fifo = run_queue(fleet, jobs, "fifo")
+    easy = run_queue(fleet, jobs, "fifo-backfill")
+    assert easy.mean_jct_s <= fifo.mean_jct_s
+
+
+def test_a_tier_mix_replays_and_reports_per_tier(tmp_path: Path):
+    path = tmp_path / "busy.csv"
+    rows = [f"s{i},{i},5000,8" for i in range(4)] + [f"o{i},{100 + i},100,8" for i in range(4)]
+    path.write_text("job_id,submission_time,duration,num_gpu\n" + "\n".join(rows))
+    jobs = read_itp_jobs(path)
+    mix = parse_mix("spot=1")
+    from suanli.sim.queue import build_requests
+
+    spot_then_od = [r.tier.label for r in build_requests(jobs, 8, DurationEstimate(), mix)]
+    assert set(spot_then_od) == {"spot"}
+    result = run_queue(synthetic_fleet(2, 8), jobs, "suanli", mix=parse_mix("on_demand=0.5,spot=0.5"), seed=1)
+    assert len(result.jct_s) == len(rows)
+    assert result.preemptions >= 0
+    assert set(result.per_tier()) <= {"spot", "on_demand"}
+
+
+def test_percentile_is_nearest_rank():
+    assert percentile([1, 2, 3, 4], 95) == 4 and percentile([5], 50) == 5
+
+
+def test_command_writes_json_and_plots(trace: Path, tmp_path: Path):
+    out = tmp_path / "q.json"
+    console = Console(record=True, width=120)
+    results = queue_command("2:8", trace, ["all"], None, out, tmp_path / "plots", console)
+    data = json.loads(out.read_text())
+    assert data["capacity_gpus"] == 16 and set(data["policies"]) == set(POLICIES)
+    for figures in data["policies"].values():
+        assert {
+            "mean_jct_s",
+            "p95_jct_s",
+            "mean_queue_s",
+            "mean_alloc_pct",
+            "preemptions",
+            "jobs_per_s",
+        } <= set(figures)
+    assert (tmp_path / "plots" / "allocation.png").stat().st_size > 0
+    assert (tmp_path / "plots" / "queue.png").exists()
+    assert "fifo-backfill" in console.export_text()
+    assert results_json(results)["policies"]["fifo"]["mean_jct_s"] == data["policies"]["fifo"]["mean_jct_s"]
