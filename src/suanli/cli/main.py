@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import typer
 
+from suanli.cli import platform_commands as platform
 from suanli.cli.fleet_commands import fleet_app
 from suanli.cli.sim_commands import sim_app
 
 app = typer.Typer(help="suanli: a GPU compute rental platform.", no_args_is_help=True)
 app.add_typer(sim_app, name="sim")
 app.add_typer(fleet_app, name="fleet")
+app.add_typer(platform.contracts_app, name="contracts")
+app.add_typer(platform.admin_app, name="admin")
+for command in (platform.login, platform.offers, platform.rent, platform.ls, platform.show, platform.stop):
+    app.command()(command)
 
 
 if __name__ == "__main__":

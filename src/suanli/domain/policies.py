@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from suanli.domain.capacity import FULL_MILLI, NodeClass, NodeKey, Option
 from suanli.domain.fragmentation import FragmentationModel, TypicalRequest, typical_mix
 from suanli.domain.request import Request
+from suanli.domain.snapshot import Snapshot
 
 Score = tuple[float, ...]
 MAX_NODE_SCORE = 100  # Kubernetes' framework.MaxNodeScore, which the published baselines quantise to
@@ -37,9 +38,9 @@ class Policy:
         if self.bound_to is not snapshot:
             self.bound_to = snapshot
             self.memo.clear()
-            self.reset()
+            self.reset(snapshot)
 
-    def reset(self) -> None:
+    def reset(self, snapshot: object = None) -> None:
         """Forget derived caches (fragmentation values) keyed on another snapshot's ids."""
 
     def score(self, class_id: int, cls: NodeClass, before: NodeKey, option: Option) -> Score:
@@ -81,7 +82,7 @@ class FgdPolicy(Policy):
     def __post_init__(self) -> None:
         self.model = FragmentationModel(self.mix)
 
-    def reset(self) -> None:
+    def reset(self, snapshot: object = None) -> None:
         self.model = FragmentationModel(self.mix)
 
     def score(self, class_id: int, cls: NodeClass, before: NodeKey, option: Option) -> Score:
@@ -100,9 +101,11 @@ class SuanliPolicy(Policy):
     """FGD's gradient first; among near-equal options, the one that strands the least GPU over time.
 
     The first key is the growth of FGD's fragmentation (rounded to `resolution_milli`, so noise does not
-    decide). The second is the growth of the *repeated* fragmentation: idle GPU that the typical mix
+    decide). The second is the growth of the *lifetime* fragmentation: idle GPU that the request mix
     could never use on the node even if packed full, which sees GPUs stranded by CPU or memory early.
-    Remaining ties go to the lowest node index, which consolidates load onto fewer nodes.
+    Each request shape's weight there is its share of requests times its scarcity (fleet GPUs over GPUs
+    on nodes that could ever host it), so the few nodes that alone can serve a large shape are kept
+    for it. Remaining ties go to the lowest node index, which consolidates load onto fewer nodes.
     """
 
     name: str = "suanli"
@@ -116,9 +119,12 @@ class SuanliPolicy(Policy):
     def __post_init__(self) -> None:
         self.reset()
 
-    def reset(self) -> None:
+    def reset(self, snapshot: object = None) -> None:
         self.next_fit = FragmentationModel(self.mix)
-        self.lifetime = FragmentationModel(self.demand_mix or self.mix, repeated=True)
+        lifetime_mix = self.demand_mix or self.mix
+        if isinstance(snapshot, Snapshot):
+            lifetime_mix = scarcity_weighted(lifetime_mix, snapshot)
+        self.lifetime = FragmentationModel(lifetime_mix, repeated=True)
 
     def score(self, class_id: int, cls: NodeClass, before: NodeKey, option: Option) -> Score:
         after = option.after
@@ -129,6 +135,26 @@ class SuanliPolicy(Policy):
             round(stranded / self.second_resolution_milli),
             sum(c.before[0] for c in option.choices),
         )
+
+
+def scarcity_weighted(mix: tuple[TypicalRequest, ...], snapshot: Snapshot) -> tuple[TypicalRequest, ...]:
+    """`mix` with each probability scaled by fleet GPUs / GPUs on nodes whose empty state could host it."""
+    gpus_by_class = [0] * len(snapshot.classes)
+    for state in snapshot.nodes:
+        gpus_by_class[state.class_id] += state.node.gpu_count
+    fleet_gpus = max(sum(gpus_by_class), 1)
+    weighted = []
+    for typical in mix:
+        supply = sum(
+            gpus
+            for cls, gpus in zip(snapshot.classes, gpus_by_class, strict=True)
+            if cls.selector_allows(typical.selector, typical.shape)
+            and typical.cpu_milli <= cls.cpu_milli
+            and typical.memory_mib <= cls.memory_mib
+        )
+        if supply:
+            weighted.append(replace(typical, probability=typical.probability * fleet_gpus / supply))
+    return tuple(weighted)
 
 
 POLICY_NAMES = ("random", "best-fit", "fgd", "suanli")

@@ -1,0 +1,74 @@
+"""Shared CLI plumbing: the logged-in client, JSON or table output, and exit codes scripts can trust.
+
+Exit codes: 0 done; 1 the server refused (4xx); 2 bad usage or input; 3 not logged in;
+4 server unreachable; 5 server error (5xx).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import typer
+from pydantic import BaseModel
+from rich.console import Console
+from rich.table import Table
+
+from suanli.cli import profile
+from suanli.client import ApiError, Client, ServerUnreachable
+
+EXIT_REFUSED, EXIT_USAGE, EXIT_NOT_LOGGED_IN, EXIT_UNREACHABLE, EXIT_SERVER_ERROR = 1, 2, 3, 4, 5
+console = Console()
+errors = Console(stderr=True)
+
+
+@contextmanager
+def logged_in() -> Iterator[Client]:
+    """A client for the saved profile; maps SDK errors to messages and exit codes."""
+    saved = profile.load()
+    if saved is None:
+        errors.print("[red]error:[/red] not logged in; run `suanli login URL --key KEY` first")
+        raise typer.Exit(EXIT_NOT_LOGGED_IN)
+    with api_errors(), Client(saved.url, saved.key) as client:
+        yield client
+
+
+@contextmanager
+def api_errors() -> Iterator[None]:
+    try:
+        yield
+    except ApiError as error:
+        where = f" (field {error.field})" if error.field else ""
+        errors.print(f"[red]error:[/red] {error.message}{where} [{error.status} {error.code}]")
+        raise typer.Exit(EXIT_SERVER_ERROR if error.status >= 500 else EXIT_REFUSED) from None
+    except ServerUnreachable as error:
+        errors.print(f"[red]error:[/red] cannot reach the server: {error}")
+        raise typer.Exit(EXIT_UNREACHABLE) from None
+
+
+def emit(value: BaseModel | Sequence[BaseModel], as_json: bool, render: Callable[[Any], Table | str]) -> None:
+    """Print `value` as JSON (for scripts) or rendered for people."""
+    if as_json:
+        data = (
+            [v.model_dump(mode="json") for v in value]
+            if isinstance(value, list)
+            else value.model_dump(mode="json")
+        )
+        typer.echo(json.dumps(data, indent=2))
+    else:
+        console.print(render(value))
+
+
+def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> Table:
+    result = Table(title=title)
+    for column in columns:
+        result.add_column(column)
+    for row in rows:
+        result.add_row(*("" if cell is None else str(cell) for cell in row))
+    return result
+
+
+def micros(amount: int | None) -> str:
+    return "" if amount is None else f"{amount / 1_000_000:,.4f}"

@@ -1,0 +1,332 @@
+"""Commands that talk to a suanli server: login, offers, rent, ls, show, stop, contracts, admin, server."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from suanli.cli import profile
+from suanli.cli.output import EXIT_USAGE, api_errors, emit, errors, logged_in, micros, table
+from suanli.cli.rent_spec import SpecError, money_to_micros, parse_gpu_spec
+from suanli.client import Client
+from suanli.wire.schemas import (
+    ContractCreateRequest,
+    ContractResponse,
+    NodeResponse,
+    OfferResponse,
+    RentalCreateRequest,
+    RentalResponse,
+)
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of a table.")]
+
+
+def login(
+    url: Annotated[str, typer.Argument(help="Server URL, e.g. http://127.0.0.1:8080")],
+    key: Annotated[str, typer.Option(help="Your API key (sk_...).", prompt=True, hide_input=True)],
+) -> None:
+    """Check the key against the server and save URL and key as your profile."""
+    with api_errors(), Client(url, key) as client:
+        me = client.me()
+    path = profile.save(profile.Profile(url, key))
+    typer.echo(f"logged in to {url} as {me.tenant.name} ({me.tenant.role}); profile saved in {path}")
+
+
+def offers(
+    query: Annotated[str, typer.Argument(help="e.g. 'gpu=H100 count>=8 region=eu tier=spot price<2.5'")] = "",
+    as_json: JsonFlag = False,
+) -> None:
+    """Free capacity you can rent now, with its price per GPU-hour."""
+    with logged_in() as client:
+        found = client.offers(query)
+    emit(found, as_json, _offers_table)
+
+
+def rent(
+    spec: Annotated[str, typer.Argument(help="H100:8, A100-80GB:3g.40gb, L40S:0.5, H100 or cpu")],
+    command: Annotated[list[str] | None, typer.Argument(help="The workload, after --")] = None,
+    nodes: Annotated[
+        int, typer.Option(min=1, help="Nodes; more than 1 is a gang placed all or nothing.")
+    ] = 1,
+    tier: Annotated[str, typer.Option(help="on_demand, spot or reserved.")] = "on_demand",
+    bid: Annotated[str | None, typer.Option(help="Spot bid per GPU-hour, e.g. 1.9.")] = None,
+    region: Annotated[list[str] | None, typer.Option(help="Allowed region (repeatable).")] = None,
+    jurisdiction: Annotated[
+        list[str] | None, typer.Option(help="Allowed jurisdiction, e.g. EU (repeatable).")
+    ] = None,
+    cpu: Annotated[int, typer.Option(help="CPU per node, milli-cores.")] = 0,
+    memory: Annotated[int, typer.Option(help="Host memory per node, MiB.")] = 0,
+    max_duration: Annotated[int | None, typer.Option(help="Declared max run time, seconds.")] = None,
+    idempotency_key: Annotated[str | None, typer.Option(help="Retry-safe key; default: a new one.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Rent GPUs now: `suanli rent H100:8 --nodes 2 --tier spot --bid 1.9 --region eu -- python train.py`."""
+    try:
+        gpu = parse_gpu_spec(spec)
+        bid_micros = money_to_micros(bid) if bid is not None else None
+    except SpecError as error:
+        errors.print(f"[red]error:[/red] {error}")
+        raise typer.Exit(EXIT_USAGE) from None
+    if tier not in ("on_demand", "spot", "reserved"):
+        errors.print(f"[red]error:[/red] --tier {tier!r}: use on_demand, spot or reserved")
+        raise typer.Exit(EXIT_USAGE)
+    request = RentalCreateRequest(
+        gpu_model=gpu.gpu_model,
+        gpus=gpu.gpus if gpu.mig_profile is None and gpu.share_milli is None else 0,
+        mig_profile=gpu.mig_profile,
+        share_milli=gpu.share_milli,
+        nodes=nodes,
+        cpu_milli=cpu,
+        memory_mib=memory,
+        tier=tier,  # type: ignore[arg-type]
+        bid_micros_per_gpu_hour=bid_micros,
+        regions=region or [],
+        jurisdictions=jurisdiction or [],
+        max_duration_s=max_duration,
+        command=command or [],
+    )
+    with logged_in() as client:
+        rental = client.create_rental(request, idempotency_key or f"cli-{uuid.uuid4()}")
+    emit(rental, as_json, _rental_detail)
+
+
+def ls(as_json: JsonFlag = False) -> None:
+    """Your rentals."""
+    with logged_in() as client:
+        rentals = client.rentals()
+    emit(rentals, as_json, _rentals_table)
+
+
+def show(rental_id: str, as_json: JsonFlag = False) -> None:
+    """One rental: state, allocation, and its timeline with pending reasons."""
+    with logged_in() as client:
+        rental = client.rental(rental_id)
+    emit(rental, as_json, _rental_detail)
+
+
+def stop(rental_id: str, as_json: JsonFlag = False) -> None:
+    """Stop a rental and release its GPUs."""
+    with logged_in() as client:
+        rental = client.stop(rental_id)
+    emit(rental, as_json, _rental_detail)
+
+
+contracts_app = typer.Typer(
+    help="Compute futures: capacity held for a window at a locked price.", no_args_is_help=True
+)
+
+
+@contracts_app.command("create")
+def contracts_create(
+    gpu_model: Annotated[str, typer.Option("--gpu", help="GPU model, e.g. H100-SXM-80GB.")],
+    count: Annotated[int, typer.Option(min=1)],
+    region: Annotated[str, typer.Option()],
+    starts_at: Annotated[datetime, typer.Option("--from", help="Window start (UTC), e.g. 2026-12-01T00:00.")],
+    ends_at: Annotated[datetime, typer.Option("--until", help="Window end (UTC, exclusive).")],
+    tenant: Annotated[str | None, typer.Option(help="Admins: sign for this tenant id.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Sign a contract for GPUs of one model in one region over [from, until)."""
+    request = ContractCreateRequest(
+        gpu_model=gpu_model,
+        count=count,
+        region=region,
+        starts_at=starts_at,
+        ends_at=ends_at,
+        tenant_id=tenant,
+    )
+    with logged_in() as client:
+        contract = client.create_contract(request)
+    emit(contract, as_json, lambda c: _contracts_table([c]))
+
+
+@contracts_app.command("ls")
+def contracts_ls(as_json: JsonFlag = False) -> None:
+    """Your contracts (all of them, for an admin)."""
+    with logged_in() as client:
+        found = client.contracts()
+    emit(found, as_json, _contracts_table)
+
+
+@contracts_app.command("transfer")
+def contracts_transfer(contract_id: str, to_tenant: str, as_json: JsonFlag = False) -> None:
+    """Hand a contract (and what is left of it) to another tenant."""
+    with logged_in() as client:
+        contract = client.transfer_contract(contract_id, to_tenant)
+    emit(contract, as_json, lambda c: _contracts_table([c]))
+
+
+admin_app = typer.Typer(help="Operator commands (admin key).", no_args_is_help=True)
+
+
+@admin_app.command("tenant-create")
+def admin_tenant_create(
+    name: str,
+    role: Annotated[str, typer.Option(help="tenant, provider or admin.")] = "tenant",
+    as_json: JsonFlag = False,
+) -> None:
+    """Create a tenant and its first API key (shown once)."""
+    with logged_in() as client:
+        tenant = client.create_tenant(name, role)
+        key = client.create_key(tenant.id, "first key")
+    if as_json:
+        typer.echo(key.model_dump_json(indent=2))
+    else:
+        typer.echo(f"tenant {tenant.id} ({tenant.name}, {tenant.role}); key (shown once): {key.secret}")
+
+
+@admin_app.command("key-create")
+def admin_key_create(tenant_id: str, label: str = "", as_json: JsonFlag = False) -> None:
+    """Create another API key for a tenant (shown once)."""
+    with logged_in() as client:
+        key = client.create_key(tenant_id, label)
+    typer.echo(key.model_dump_json(indent=2) if as_json else f"key {key.id} (shown once): {key.secret}")
+
+
+@admin_app.command("key-revoke")
+def admin_key_revoke(tenant_id: str, key_id: str) -> None:
+    """Revoke an API key; it stops working at once."""
+    with logged_in() as client:
+        client.revoke_key(tenant_id, key_id)
+    typer.echo(f"revoked {key_id}")
+
+
+@admin_app.command("fleet-put")
+def admin_fleet_put(path: Path) -> None:
+    """Replace the fleet with a fleet TOML file (see examples/fleet.toml)."""
+    try:
+        text = path.read_text()
+    except OSError as error:
+        errors.print(f"[red]error:[/red] {path}: {error.strerror}")
+        raise typer.Exit(EXIT_USAGE) from None
+    with logged_in() as client:
+        fleet = client.put_fleet(text)
+    typer.echo(f"fleet: {fleet.regions} regions, {fleet.nodes} nodes, {fleet.gpus} GPUs")
+
+
+@admin_app.command("nodes")
+def admin_nodes(as_json: JsonFlag = False) -> None:
+    """Every node with its free capacity and whether it takes new work."""
+    with logged_in() as client:
+        found = client.nodes()
+    emit(found, as_json, _nodes_table)
+
+
+@admin_app.command("drain")
+def admin_drain(node: str) -> None:
+    """Stop placing new work on a node (running rentals stay)."""
+    with logged_in() as client:
+        client.drain(node)
+    typer.echo(f"drained {node}")
+
+
+@admin_app.command("undrain")
+def admin_undrain(node: str) -> None:
+    """Let a drained node take new work again."""
+    with logged_in() as client:
+        client.undrain(node)
+    typer.echo(f"undrained {node}")
+
+
+def _offers_table(found: list[OfferResponse]):
+    rows = [
+        (
+            o.gpu_model,
+            o.region,
+            o.jurisdiction,
+            o.tier,
+            o.free_gpus,
+            o.max_gpus_per_node,
+            o.interconnect or "",
+            micros(o.price_micros_per_gpu_hour),
+        )
+        for o in found
+    ]
+    return table(
+        "Offers", ("model", "region", "jur.", "tier", "free GPUs", "max/node", "net", "price/GPU-h"), rows
+    )
+
+
+def _rentals_table(found: list[RentalResponse]):
+    rows = [
+        (
+            r.id,
+            r.state,
+            _shape(r),
+            r.request.nodes,
+            r.request.tier,
+            r.pending_reason or "",
+            ", ".join(a.node for a in r.allocation),
+        )
+        for r in found
+    ]
+    return table("Rentals", ("id", "state", "shape", "nodes", "tier", "pending", "on"), rows)
+
+
+def _rental_detail(rental: RentalResponse):
+    rows = [
+        (a.node, s.gpu_index, s.mig_profile or ("whole" if s.milli == 1000 else f"{s.milli} milli"))
+        for a in rental.allocation
+        for s in a.slices
+    ]
+    events = "\n".join(
+        f"  {e.at:%Y-%m-%d %H:%M:%S} {e.kind}{f' ({e.reason})' if e.reason else ''} {e.message}"
+        for e in rental.events
+    )
+    request = rental.request
+    title = f"{rental.id}: {rental.state} {_shape(rental)} x {request.nodes} node(s), {request.tier}"
+    if rental.pending_reason:
+        title += f", pending: {rental.pending_reason}"
+    result = table(title, ("node", "GPU", "slice"), rows)
+    if events:
+        result.caption = "timeline:\n" + events
+    return result
+
+
+def _shape(rental: RentalResponse) -> str:
+    request = rental.request
+    model = request.gpu_model or "any"
+    if request.mig_profile:
+        return f"{model}:{request.mig_profile}"
+    if request.share_milli:
+        return f"{model}:{request.share_milli / 1000:g}"
+    return f"{model}:{request.gpus}" if request.gpus else "cpu"
+
+
+def _contracts_table(found: list[ContractResponse]):
+    rows = [
+        (
+            c.id,
+            c.tenant_id,
+            c.gpu_model,
+            c.count,
+            c.region,
+            f"{c.starts_at:%Y-%m-%d %H:%M}",
+            f"{c.ends_at:%Y-%m-%d %H:%M}",
+        )
+        for c in found
+    ]
+    return table("Contracts", ("id", "tenant", "model", "count", "region", "from", "until"), rows)
+
+
+def _nodes_table(found: list[NodeResponse]):
+    rows = [
+        (
+            n.name,
+            n.region,
+            n.gpu_model,
+            n.gpu_count,
+            n.gpu_mode,
+            f"{n.free_gpu_milli / 1000:g}",
+            "yes" if n.schedulable else "drained",
+            n.topology,
+        )
+        for n in found
+    ]
+    return table(
+        "Nodes", ("name", "region", "model", "GPUs", "mode", "free", "schedulable", "topology"), rows
+    )

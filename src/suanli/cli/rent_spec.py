@@ -1,0 +1,62 @@
+"""Parse the GPU part of `suanli rent`: `H100:8`, `A100-80GB:3g.40gb`, `L40S:0.5`, `H100`, `cpu`."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+MIG_PROFILE = re.compile(r"^\d+g\.\d+gb(\+me)?$")
+
+
+class SpecError(ValueError):
+    """A GPU spec the CLI cannot read; the message says what forms are accepted."""
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    gpu_model: str | None
+    gpus: int = 1
+    mig_profile: str | None = None
+    share_milli: int | None = None
+
+
+FORMS = "MODEL[:COUNT] (H100:8), MODEL:MIG_PROFILE (A100-80GB:3g.40gb), MODEL:FRACTION (L40S:0.5), or cpu"
+
+
+def parse_gpu_spec(text: str) -> GpuSpec:
+    """Read the spec; raise SpecError naming the accepted forms."""
+    text = text.strip()
+    if text.lower() == "cpu":
+        return GpuSpec(None, gpus=0)
+    model, sep, amount = text.partition(":")
+    model = model.strip() or None
+    if model == "any":
+        model = None
+    if not sep:
+        if model is None:
+            raise SpecError(f"empty GPU spec; use {FORMS}")
+        return GpuSpec(model)
+    amount = amount.strip().lower()
+    if MIG_PROFILE.match(amount):
+        return GpuSpec(model, mig_profile=amount)
+    if amount.isdigit():
+        count = int(amount)
+        if not 1 <= count <= 64:
+            raise SpecError(f"GPU count {count} out of range 1..64")
+        return GpuSpec(model, gpus=count)
+    try:
+        fraction = float(amount)
+    except ValueError:
+        raise SpecError(f"cannot read {text!r}; use {FORMS}") from None
+    if not 0 < fraction < 1:
+        raise SpecError(f"a GPU share is between 0 and 1 (got {amount}); whole GPUs are counts")
+    return GpuSpec(model, share_milli=max(1, round(fraction * 1000)))
+
+
+def money_to_micros(text: str) -> int:
+    """`1.9` (currency units per GPU-hour) -> 1_900_000 micros, exactly (no float rounding)."""
+    match = re.fullmatch(r"(\d+)(?:\.(\d{1,6}))?", text.strip())
+    if not match:
+        raise SpecError(f"not an amount: {text!r} (use e.g. 1.9)")
+    whole, fraction = match.group(1), (match.group(2) or "").ljust(6, "0")
+    return int(whole) * 1_000_000 + int(fraction)

@@ -1,0 +1,10 @@
+"""Python SDK over suanli's REST API; the CLI uses it. Speaks only the wire schemas.
+
+from suanli.client import Client
+with Client("http://127.0.0.1:8080", api_key="sk_...") as api:
+    rental = api.create_rental(RentalCreateRequest(gpu_model="H100", gpus=8), idempotency_key="train-7")
+"""
+
+from suanli.client.client import ApiError, Client, ServerUnreachable
+
+__all__ = ["ApiError", "Client", "ServerUnreachable"]

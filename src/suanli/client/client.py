@@ -1,0 +1,217 @@
+"""`Client`: typed calls to the REST API, with retries on connection failures for safe requests.
+
+Errors:
+    ClientError
+     +-- ApiError            the server answered 4xx/5xx; `status`, `code`, `message`, `field`
+     +-- ServerUnreachable   no answer after retries (connection refused, timeout)
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import httpx
+from pydantic import BaseModel, TypeAdapter
+from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
+
+from suanli.wire.schemas import (
+    ContractCreateRequest,
+    ContractResponse,
+    ContractTransferRequest,
+    FleetResponse,
+    KeyCreateRequest,
+    KeyResponse,
+    MeResponse,
+    NodeResponse,
+    OfferResponse,
+    RentalCreateRequest,
+    RentalResizeRequest,
+    RentalResponse,
+    TenantCreateRequest,
+    TenantResponse,
+)
+
+T = TypeVar("T")
+DEFAULT_TIMEOUT_S = 30.0
+
+
+class ClientError(Exception):
+    """Base of the SDK's errors."""
+
+
+class ApiError(ClientError):
+    """The server refused or failed a request."""
+
+    def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
+        self.status, self.code, self.message, self.field = status, code, message, field
+        where = f" (field {field})" if field else ""
+        super().__init__(f"{status} {code}: {message}{where}")
+
+
+class ServerUnreachable(ClientError):
+    """The server did not answer."""
+
+
+class Client:
+    """A session with one suanli server, authenticated by an API key."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        transport: httpx.BaseTransport | None = None,
+        retries: int = 4,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.Client(
+            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s, transport=transport
+        )
+        self._retries = retries
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    # --- identity, tenants, keys -------------------------------------------------------------------
+
+    def me(self) -> MeResponse:
+        return self._call("GET", "/v1/me", MeResponse)
+
+    def create_tenant(self, name: str, role: str = "tenant") -> TenantResponse:
+        body = TenantCreateRequest(name=name, role=role)  # type: ignore[arg-type]
+        return self._call("POST", "/v1/tenants", TenantResponse, body=body)
+
+    def tenants(self) -> list[TenantResponse]:
+        return self._call("GET", "/v1/tenants", list[TenantResponse])
+
+    def create_key(self, tenant_id: str, label: str = "") -> KeyResponse:
+        body = KeyCreateRequest(label=label)
+        return self._call("POST", f"/v1/tenants/{tenant_id}/keys", KeyResponse, body=body)
+
+    def revoke_key(self, tenant_id: str, key_id: str) -> None:
+        self._call("DELETE", f"/v1/tenants/{tenant_id}/keys/{key_id}", None)
+
+    # --- fleet -------------------------------------------------------------------------------------
+
+    def put_fleet(self, toml_text: str) -> FleetResponse:
+        return self._call(
+            "PUT",
+            "/v1/fleet",
+            FleetResponse,
+            content=toml_text.encode(),
+            headers={"Content-Type": "application/toml"},
+        )
+
+    def nodes(self) -> list[NodeResponse]:
+        return self._call("GET", "/v1/nodes", list[NodeResponse])
+
+    def drain(self, node: str) -> NodeResponse:
+        return self._call("POST", f"/v1/nodes/{node}/drain", NodeResponse)
+
+    def undrain(self, node: str) -> NodeResponse:
+        return self._call("POST", f"/v1/nodes/{node}/undrain", NodeResponse)
+
+    def offers(self, query: str = "") -> list[OfferResponse]:
+        return self._call("GET", "/v1/offers", list[OfferResponse], params={"q": query} if query else None)
+
+    # --- rentals -----------------------------------------------------------------------------------
+
+    def create_rental(
+        self, request: RentalCreateRequest, idempotency_key: str | None = None
+    ) -> RentalResponse:
+        """Create a rental; with an idempotency key, retrying after a lost answer returns the same rental."""
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        return self._call(
+            "POST",
+            "/v1/rentals",
+            RentalResponse,
+            body=request,
+            headers=headers,
+            retry=idempotency_key is not None,
+        )
+
+    def rentals(self) -> list[RentalResponse]:
+        return self._call("GET", "/v1/rentals", list[RentalResponse])
+
+    def rental(self, rental_id: str) -> RentalResponse:
+        return self._call("GET", f"/v1/rentals/{rental_id}", RentalResponse)
+
+    def stop(self, rental_id: str) -> RentalResponse:
+        return self._call("POST", f"/v1/rentals/{rental_id}/stop", RentalResponse, retry=True)
+
+    def resize(self, rental_id: str, *, nodes: int | None = None, gpus: int | None = None) -> RentalResponse:
+        body = RentalResizeRequest(nodes=nodes, gpus=gpus)
+        return self._call("PATCH", f"/v1/rentals/{rental_id}", RentalResponse, body=body)
+
+    # --- contracts ---------------------------------------------------------------------------------
+
+    def create_contract(self, request: ContractCreateRequest) -> ContractResponse:
+        return self._call("POST", "/v1/contracts", ContractResponse, body=request)
+
+    def contracts(self) -> list[ContractResponse]:
+        return self._call("GET", "/v1/contracts", list[ContractResponse])
+
+    def transfer_contract(self, contract_id: str, to_tenant_id: str) -> ContractResponse:
+        body = ContractTransferRequest(to_tenant_id=to_tenant_id)
+        return self._call("POST", f"/v1/contracts/{contract_id}/transfer", ContractResponse, body=body)
+
+    # --- plumbing ----------------------------------------------------------------------------------
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        response_type: Any,
+        *,
+        body: BaseModel | None = None,
+        content: bytes | None = None,
+        params: dict[str, str] | None = None,
+        headers: dict[str, str] | None = None,
+        retry: bool | None = None,
+    ) -> Any:
+        safe = method in ("GET", "HEAD") if retry is None else retry
+        json_body = body.model_dump(mode="json", exclude_none=True) if body is not None else None
+
+        def send() -> httpx.Response:
+            return self._http.request(
+                method, path, json=json_body, content=content, params=params, headers=headers
+            )
+
+        attempts = self._retries if safe else 1
+        sender = retry_on_connection_errors(attempts)(send)
+        try:
+            response = sender()
+        except httpx.TransportError as error:
+            raise ServerUnreachable(f"{self._http.base_url}: {error}") from None
+        if response.status_code >= 400:
+            raise _api_error(response)
+        if response_type is None or response.status_code == 204:
+            return None
+        return TypeAdapter(response_type).validate_python(response.json())
+
+
+def retry_on_connection_errors(attempts: int):
+    """Retry a send on connection failures only, with exponential backoff (0.2 s doubling, capped at 3 s)."""
+    return retry(
+        retry=retry_if_exception_type((httpx.ConnectError, httpx.ReadTimeout, httpx.RemoteProtocolError)),
+        stop=stop_after_attempt(max(attempts, 1)),
+        wait=wait_exponential(multiplier=0.2, max=3.0),
+        reraise=True,
+    )
+
+
+def _api_error(response: httpx.Response) -> ApiError:
+    try:
+        detail = response.json()["error"]
+        return ApiError(
+            response.status_code, detail.get("code", "error"), detail.get("message", ""), detail.get("field")
+        )
+    except (ValueError, KeyError, TypeError):
+        return ApiError(response.status_code, "http_error", response.text[:200] or response.reason_phrase)

@@ -1,0 +1,191 @@
+"""Request and response bodies of the REST API, shared by `suanli.api` and `suanli.client`."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Role = Literal["admin", "provider", "tenant"]
+TierName = Literal["reserved", "on_demand", "spot"]
+RentalState = Literal[
+    "pending", "placed", "starting", "running", "stopping", "stopped", "preempted", "lost", "failed"
+]
+
+
+class WireModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ErrorDetail(WireModel):
+    code: str = Field(description="Machine-readable code, e.g. not_found, invalid, conflict, unauthorized.")
+    message: str
+    field: str | None = Field(default=None, description="The request field at fault, when there is one.")
+
+
+class ErrorResponse(WireModel):
+    error: ErrorDetail
+
+
+# --- tenants and keys ---------------------------------------------------------------------------------
+
+
+class TenantCreateRequest(WireModel):
+    name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._-]*$")
+    role: Role = "tenant"
+
+
+class TenantResponse(WireModel):
+    id: str
+    name: str
+    role: Role
+    created_at: datetime
+
+
+class KeyCreateRequest(WireModel):
+    label: str = Field(default="", max_length=100)
+
+
+class KeyResponse(WireModel):
+    id: str
+    tenant_id: str
+    label: str
+    created_at: datetime
+    revoked: bool
+    secret: str | None = Field(default=None, description="The key itself: shown once, at creation.")
+
+
+class MeResponse(WireModel):
+    tenant: TenantResponse
+    key_id: str
+
+
+# --- fleet --------------------------------------------------------------------------------------------
+
+
+class FleetResponse(WireModel):
+    regions: int
+    nodes: int
+    gpus: int
+
+
+class NodeResponse(WireModel):
+    name: str
+    region: str
+    topology: str
+    gpu_model: str
+    gpu_count: int
+    gpu_mode: Literal["whole", "mig", "shared"]
+    cpu_milli: int
+    memory_mib: int
+    provider: str
+    labels: dict[str, str]
+    schedulable: bool
+    free_gpu_milli: int = Field(description="Idle GPU capacity in milli-GPUs (1000 = one GPU).")
+
+
+# --- offers -------------------------------------------------------------------------------------------
+
+
+class OfferResponse(WireModel):
+    gpu_model: str
+    region: str
+    jurisdiction: str
+    tier: TierName
+    interconnect: str | None
+    free_gpus: int = Field(description="Whole idle GPUs of this model in this region.")
+    max_gpus_per_node: int
+    nodes_with_free_gpus: int
+    price_micros_per_gpu_hour: int
+
+
+# --- rentals ------------------------------------------------------------------------------------------
+
+
+class RentalCreateRequest(WireModel):
+    """A rental: `gpus` per node (whole GPUs), or one `mig_profile`, or a share (`share_milli`) per node."""
+
+    gpu_model: str | None = Field(default=None, description="Model or family (H100, A100-80GB); unset: any.")
+    gpus: int = Field(default=1, ge=0, le=64, description="Whole GPUs per node (0 for CPU only).")
+    mig_profile: str | None = Field(default=None, description="One MIG instance per node, e.g. 3g.40gb.")
+    share_milli: int | None = Field(default=None, ge=1, le=999, description="A share of one GPU per node.")
+    share_memory_mib: int = Field(default=0, ge=0)
+    nodes: int = Field(default=1, ge=1, le=256, description="Node count; more than 1 is a gang.")
+    cpu_milli: int = Field(default=0, ge=0)
+    memory_mib: int = Field(default=0, ge=0)
+    tier: TierName = "on_demand"
+    bid_micros_per_gpu_hour: int | None = Field(default=None, ge=0)
+    regions: list[str] = Field(default_factory=list)
+    jurisdictions: list[str] = Field(default_factory=list)
+    providers: list[str] = Field(default_factory=list)
+    labels: dict[str, str] = Field(default_factory=dict)
+    max_duration_s: int | None = Field(default=None, gt=0)
+    command: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class RentalResizeRequest(WireModel):
+    nodes: int | None = Field(default=None, ge=1, le=256)
+    gpus: int | None = Field(default=None, ge=0, le=64)
+
+
+class SliceResponse(WireModel):
+    gpu_index: int
+    milli: int
+    memory_mib: int
+    mig_profile: str | None = None
+    mig_start: int | None = None
+
+
+class NodeAllocationResponse(WireModel):
+    node: str
+    cpu_milli: int
+    memory_mib: int
+    slices: list[SliceResponse]
+
+
+class RentalEventResponse(WireModel):
+    at: datetime
+    kind: str = Field(description="created, pending, placed, preempting, stopped, ...")
+    reason: str | None = None
+    message: str = ""
+
+
+class RentalResponse(WireModel):
+    id: str
+    tenant_id: str
+    state: RentalState
+    request: RentalCreateRequest
+    allocation: list[NodeAllocationResponse]
+    pending_reason: str | None = None
+    price_micros_per_hour: int | None = None
+    created_at: datetime
+    events: list[RentalEventResponse] = Field(default_factory=list)
+
+
+# --- contracts ----------------------------------------------------------------------------------------
+
+
+class ContractCreateRequest(WireModel):
+    gpu_model: str
+    count: int = Field(ge=1, le=100_000)
+    region: str
+    starts_at: datetime
+    ends_at: datetime
+    tenant_id: str | None = Field(default=None, description="Admins may sign for a tenant; else the caller.")
+
+
+class ContractTransferRequest(WireModel):
+    to_tenant_id: str
+
+
+class ContractResponse(WireModel):
+    id: str
+    tenant_id: str
+    gpu_model: str
+    count: int
+    region: str
+    starts_at: datetime
+    ends_at: datetime
+    created_at: datetime

@@ -1,0 +1,42 @@
+"""`suanli rent` GPU specs and money amounts: what is accepted and how bad input is named."""
+
+from __future__ import annotations
+
+import pytest
+
+from suanli.cli.rent_spec import GpuSpec, SpecError, money_to_micros, parse_gpu_spec
+
+
+@pytest.mark.parametrize(
+    ("text", "spec"),
+    [
+        ("H100:8", GpuSpec("H100", gpus=8)),
+        ("H100", GpuSpec("H100", gpus=1)),
+        ("A100-80GB:3g.40gb", GpuSpec("A100-80GB", mig_profile="3g.40gb")),
+        ("L40S:0.5", GpuSpec("L40S", share_milli=500)),
+        ("any:2", GpuSpec(None, gpus=2)),
+        ("cpu", GpuSpec(None, gpus=0)),
+    ],
+    ids=["count", "model-only", "mig", "share", "any-model", "cpu-only"],
+)
+def test_accepted_specs(text: str, spec: GpuSpec) -> None:
+    assert parse_gpu_spec(text) == spec
+
+
+@pytest.mark.parametrize("text", ["H100:x", "H100:0", "H100:65", "L40S:1.5", ""], ids=str)
+def test_rejected_specs_say_what_is_accepted(text: str) -> None:
+    with pytest.raises(SpecError):
+        parse_gpu_spec(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "micros"), [("1.9", 1_900_000), ("0.000001", 1), ("12", 12_000_000), ("2.50", 2_500_000)]
+)
+def test_money_is_exact(text: str, micros: int) -> None:
+    assert money_to_micros(text) == micros
+
+
+@pytest.mark.parametrize("text", ["-1", "1.2345678", "abc", "1e3"])
+def test_bad_money_is_refused(text: str) -> None:
+    with pytest.raises(SpecError):
+        money_to_micros(text)
