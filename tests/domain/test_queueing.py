@@ -19,6 +19,7 @@ from suanli.domain.queueing import (
     Mode,
     Order,
     QueueConfig,
+    Within,
     admit,
     order_requests,
     reserve,
@@ -211,3 +212,22 @@ def test_fair_share_converges_to_the_weights(weights, durations):
     total = sum(used.values())
     for tenant, weight in zip(tenants, weights, strict=True):
         assert used[tenant] / total == pytest.approx(weight / sum(weights), abs=0.08)
+
+
+def test_ratio_within_a_class_puts_short_jobs_first_but_waiting_raises_the_long_ones():
+    config = QueueConfig(order=Order.PRIORITY, within=Within.RATIO)
+    long_old = job("long", 8, at=0, duration=8 * 3600)
+    short_new = job("short", 8, at=3000, duration=3600)
+    # at 1 h: short (600 + 3600) / 3600 = 1.17 beats long (3600 + 8 h) / 8 h = 1.125
+    assert [r.id for r in order_requests([long_old, short_new], config, FairShare(), now=3600)] == [
+        "short",
+        "long",
+    ]
+    # after 30 h of waiting the long job's ratio is 4.75; a short job that just arrived has 1.0
+    fresh = job("fresh", 8, at=30 * 3600, duration=3600)
+    assert [r.id for r in order_requests([fresh, long_old], config, FairShare(), now=30 * 3600)] == [
+        "long",
+        "fresh",
+    ]
+    by_age = order_requests([short_new, long_old], QueueConfig(order=Order.PRIORITY), FairShare(), now=3600)
+    assert [r.id for r in by_age] == ["long", "short"]

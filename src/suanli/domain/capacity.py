@@ -173,7 +173,7 @@ def _mig_choice(model: GpuModel, entry: GpuEntry, shape: MigSlice) -> GpuChoice 
     geometry = model.mig
     if geometry is None:
         return None
-    option = mig.best_option(geometry, entry[2], shape.profile)
+    option = mig.cached_best_option(geometry, entry[2], shape.profile)
     if option is None:
         return None
     profile = geometry.profile(shape.profile)

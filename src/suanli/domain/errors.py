@@ -5,6 +5,7 @@ SuanliError
  +-- MigPlacementError       a MIG instance at a start slot NVIDIA does not allow, or overlapping another
  +-- FleetError              a fleet description that is not valid (names the source, node and field)
  +-- RequestError            a request that can never be valid (bad shape, bad numbers)
+ +-- ContractError           a compute future that is malformed or that the fleet cannot honour
 """
 
 
@@ -39,3 +40,7 @@ class RequestError(SuanliError):
     def __init__(self, message: str, *, field: str = "") -> None:
         self.field = field
         super().__init__(f"{field}: {message}" if field else message)
+
+
+class ContractError(SuanliError):
+    """A compute future (contract) that is malformed, overbooks the fleet, or cannot be transferred."""

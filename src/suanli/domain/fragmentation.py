@@ -73,14 +73,29 @@ def _gpus(request: Request) -> float:
     return 1.0
 
 
+@dataclass(frozen=True, slots=True)
+class _ShapeGroup:
+    """Typical requests with one GPU shape, differing only in CPU and memory: (cpu, memory, p) each."""
+
+    shape: Shape
+    per_copy_milli: int  # GPU milli one copy takes (0 for CPU-only and MIG, which are not counted in copies)
+    entries: tuple[tuple[int, int, float], ...]
+
+
 class FragmentationModel:
-    """F(class, state) for one typical mix, memoised per (class, state)."""
+    """F(class, state) for one typical mix, memoised per (class, state).
+
+    With `repeated`, a request's fragment is what is left idle after packing as many copies as GPUs,
+    CPU and memory allow (the lifetime measure), instead of FGD's next-request measure.
+    """
 
     def __init__(self, mix: tuple[TypicalRequest, ...], *, repeated: bool = False) -> None:
         self.mix = mix
         self.repeated = repeated
         self._cache: dict[tuple[int, NodeKey], float] = {}
-        self._allowed: dict[int, tuple[bool, ...]] = {}
+        self._plans: dict[int, tuple[float, tuple[_ShapeGroup, ...]]] = {}
+        # the GPU-only part of a fragment, shared by every state that differs only in CPU or memory
+        self._gpu_parts: dict[tuple[int, tuple, Shape], float] = {}
 
     def of(self, class_id: int, cls: NodeClass, key: NodeKey) -> float:
         cached = self._cache.get((class_id, key))
@@ -90,29 +105,65 @@ class FragmentationModel:
             cached = self._cache[(class_id, key)] = self._compute(class_id, cls, key)
         return cached
 
-    def _compute(self, class_id: int, cls: NodeClass, key: NodeKey) -> float:
-        allowed = self._allowed.get(class_id)
-        if allowed is None:
-            allowed = self._allowed[class_id] = tuple(
-                cls.selector_allows(t.selector, t.shape) for t in self.mix
+    def _plan(self, class_id: int, cls: NodeClass) -> tuple[float, tuple[_ShapeGroup, ...]]:
+        """For one class: the probability of requests that never fit it, and the rest grouped by shape."""
+        plan = self._plans.get(class_id)
+        if plan is None:
+            never = 0.0
+            groups: dict[Shape, list[tuple[int, int, float]]] = {}
+            for t in self.mix:
+                cpu_only = isinstance(t.shape, WholeGpus) and t.shape.count == 0
+                if cpu_only or not cls.selector_allows(t.selector, t.shape):
+                    never += t.probability
+                else:
+                    groups.setdefault(t.shape, []).append((t.cpu_milli, t.memory_mib, t.probability))
+            plan = self._plans[class_id] = (
+                never,
+                tuple(_ShapeGroup(shape, _per_copy(shape), tuple(e)) for shape, e in groups.items()),
             )
+        return plan
+
+    def _compute(self, class_id: int, cls: NodeClass, key: NodeKey) -> float:
         cpu_free, memory_free, gpus = key
         idle = sum(entry[0] for entry in gpus)
         if idle == 0:
             return 0.0
-        per_shape: dict[Shape, float] = {}  # many typical requests share a GPU shape and differ in CPU only
-        total = 0.0
-        for typical, ok in zip(self.mix, allowed, strict=True):
-            if not ok or typical.cpu_milli > cpu_free or typical.memory_mib > memory_free:
-                total += typical.probability * idle
-            elif self.repeated:
-                total += typical.probability * repeated_fragment(cls, key, typical, idle, per_shape)
+        never, groups = self._plan(class_id, cls)
+        total = never * idle
+        gpu_parts = self._gpu_parts
+        if len(gpu_parts) > CACHE_LIMIT:
+            gpu_parts.clear()
+        for group in groups:
+            part_key = (class_id, gpus, group.shape)
+            part = gpu_parts.get(part_key)
+            if self.repeated and group.per_copy_milli:
+                if part is None:
+                    part = gpu_parts[part_key] = _copies_by_gpu(cls, gpus, group.shape)
+                by_gpu = part
+                for cpu, memory, probability in group.entries:
+                    if cpu > cpu_free or memory > memory_free:
+                        total += probability * idle
+                        continue
+                    by_host = min(
+                        cpu_free // cpu if cpu else by_gpu, memory_free // memory if memory else by_gpu
+                    )
+                    total += probability * (idle - min(by_gpu, by_host) * group.per_copy_milli)
             else:
-                unusable = per_shape.get(typical.shape)
-                if unusable is None:
-                    unusable = per_shape[typical.shape] = fragment(cls, gpus, typical.shape, idle)
-                total += typical.probability * unusable
+                if part is None:
+                    part = gpu_parts[part_key] = fragment(cls, gpus, group.shape, idle)
+                unusable = part
+                for cpu, memory, probability in group.entries:
+                    fits = cpu <= cpu_free and memory <= memory_free
+                    total += probability * (unusable if fits else idle)
         return total
+
+
+def _per_copy(shape: Shape) -> int:
+    if isinstance(shape, WholeGpus):
+        return shape.count * FULL_MILLI
+    if isinstance(shape, GpuShare):
+        return shape.milli
+    return 0
 
 
 def fragment(cls: NodeClass, gpus: tuple, shape: Shape, idle: int) -> float:
@@ -142,37 +193,15 @@ def _mig_fragment(cls: NodeClass, gpus: tuple, shape: MigSlice, idle: int) -> fl
     unusable = 0
     hosts = 0
     for free_milli, _, layout in gpus:
-        if mig.best_option(geometry, layout, shape.profile) is not None:
+        if mig_can_host(geometry, layout, shape.profile):
             hosts += 1
         else:
             unusable += free_milli
     return idle if hosts == 0 else unusable
 
 
-def repeated_fragment(
-    cls: NodeClass, key: NodeKey, typical: TypicalRequest, idle: int, gpu_copies: dict[Shape, float]
-) -> float:
-    """Idle milli-GPUs left over after packing as many copies of `typical` as CPU, memory and GPUs allow.
-
-    FGD asks whether the *next* request fits; this asks how much of the idle GPU the typical request
-    could ever use on this node, so GPUs stranded by a node's CPU or memory count before they strand.
-    `gpu_copies` memoises, per GPU shape, how many copies the GPUs alone could take.
-    """
-    cpu_free, memory_free, gpus = key
-    shape = typical.shape
-    if isinstance(shape, MigSlice):
-        return _mig_fragment(cls, gpus, shape, idle)
-    if isinstance(shape, WholeGpus) and shape.count == 0:
-        return idle
-    by_gpu = gpu_copies.get(shape)
-    if by_gpu is None:
-        by_gpu = gpu_copies[shape] = _copies_by_gpu(cls, gpus, shape)
-    by_host = min(
-        cpu_free // typical.cpu_milli if typical.cpu_milli else by_gpu,
-        memory_free // typical.memory_mib if typical.memory_mib else by_gpu,
-    )
-    per_copy = shape.count * FULL_MILLI if isinstance(shape, WholeGpus) else shape.milli
-    return idle - min(by_gpu, by_host) * per_copy
+def mig_can_host(geometry: mig.MigGeometry, layout: tuple, profile: str) -> bool:
+    return mig.cached_best_option(geometry, layout, profile) is not None
 
 
 def _copies_by_gpu(cls: NodeClass, gpus: tuple, shape: Shape) -> int:

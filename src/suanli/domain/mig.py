@@ -160,3 +160,22 @@ def release(layout: tuple[MigInstance, ...], start: int, profile_name: str) -> t
     if (start, profile_name, True) not in layout:
         raise MigPlacementError(f"no busy {profile_name} at slot {start} to release")
     return tuple(sorted((s, n, b and not (s == start and n == profile_name)) for s, n, b in layout))
+
+
+_BEST: dict[tuple[int, tuple[MigInstance, ...], str], MigOption | None] = {}
+_GEOMETRIES: dict[int, MigGeometry] = {}  # keeps keyed geometries alive, so an id is never reused
+_CACHE_LIMIT = 200_000
+
+
+def cached_best_option(
+    geometry: MigGeometry, layout: tuple[MigInstance, ...], profile: str
+) -> MigOption | None:
+    """`best_option`, memoised: the scheduler asks the same question for every node in the same state."""
+    key = (id(geometry), layout, profile)
+    if key in _BEST:
+        return _BEST[key]
+    if len(_BEST) > _CACHE_LIMIT:
+        _BEST.clear()
+    _GEOMETRIES[id(geometry)] = geometry
+    found = _BEST[key] = best_option(geometry, layout, profile)
+    return found

@@ -30,6 +30,10 @@ class Running:
     started_at_s: float
     preempted_by: str | None = None
     notice_deadline_s: float | None = None
+    gpus: float = field(init=False, repr=False, compare=False)  # the placement's GPUs, computed once
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gpus", self.placement.gpus)
 
     @property
     def expected_end_s(self) -> float | None:
@@ -38,10 +42,6 @@ class Running:
         if self.request.max_duration_s is not None:
             ends.append(self.started_at_s + self.request.max_duration_s)
         return min(ends) if ends else None
-
-    @property
-    def gpus(self) -> float:
-        return self.placement.gpus
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,3 +157,34 @@ def _fits_without(
     finally:
         for undo in reversed(undos):
             undo()
+
+
+SPOT_FLOOR = "spot-floor"  # the preemptor named on a rental evicted because its bid fell below the floor
+
+
+def below_floor(
+    running: Sequence[Running],
+    floor_of: Callable[[Request], int | None],
+    now: float,
+    config: PreemptionConfig = PreemptionConfig(),
+) -> tuple[Eviction, ...]:
+    """Spot rentals whose bid is below their pool's floor (`floor_of`), each with its notice deadline.
+
+    Rentals already under notice are left alone; the caller marks the rest `preempted_by=SPOT_FLOOR`.
+    """
+    evictions = []
+    for r in running:
+        if r.request.tier is not Tier.SPOT or r.preempted_by is not None:
+            continue
+        floor = floor_of(r.request)
+        if floor is not None and (r.request.bid_micros_per_hour or 0) < floor:
+            evictions.append(
+                Eviction(
+                    r.request.id,
+                    r.request.tier,
+                    r.gpus,
+                    victim_cost(r, now)[1],
+                    now + config.notice_for(r.request.tier),
+                )
+            )
+    return tuple(evictions)

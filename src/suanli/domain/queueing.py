@@ -13,20 +13,33 @@ trials are undone. Phases:
    head's reserved start, or if it fits without touching the reserved nodes; then it cannot delay the head.
    Candidates are tried in queue order (EASY as published) or by `BackfillOrder` (shortest, response ratio).
    Requests without a duration never pass a blocked head; in `Mode.STRICT` nothing passes it.
+Gates (`Gates`, optional) hold requests back without letting them block anyone: a spot bid below its pool's
+floor (Reason.BID_BELOW_FLOOR; running spot below the floor gets notice), tenant quotas and spend caps
+(Reason.QUOTA, Reason.SPEND_CAP), and capacity held for open contracts (Reason.CONTRACT_HOLD). A contract
+holder's requests up to its count are promoted to `reserved` before ordering; spot may borrow held capacity.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
+from suanli.domain.contracts import Contract, Holds, Pool, open_holds
 from suanli.domain.plan import Pending, Placement, Reason
 from suanli.domain.policies import Policy
-from suanli.domain.preemption import Preemption, PreemptionConfig, Running, choose_victims
+from suanli.domain.preemption import (
+    Eviction,
+    Preemption,
+    PreemptionConfig,
+    Running,
+    below_floor,
+    choose_victims,
+)
+from suanli.domain.quotas import Ledger, Limits
 from suanli.domain.request import Request, Tier
 from suanli.domain.scheduler import place
 from suanli.domain.snapshot import Snapshot
@@ -52,13 +65,31 @@ class BackfillOrder(StrEnum):
     RATIO = "ratio"  # highest response ratio (wait + declared) / declared first: short jobs, but none starves
 
 
+class Within(StrEnum):
+    AGE = "age"  # oldest first within a tenant's (tier, bid) class
+    RATIO = "ratio"  # highest response ratio (wait + declared) / declared first: short first, none starves
+
+
+UNDECLARED_S = 7 * 24 * 3600.0  # what RATIO assumes for a request without a declared duration
+
+
 @dataclass(frozen=True, slots=True)
 class QueueConfig:
     mode: Mode = Mode.BACKFILL
     order: Order = Order.PRIORITY
+    within: Within = Within.AGE
     backfill_order: BackfillOrder = BackfillOrder.QUEUE
     weights: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     preemption: PreemptionConfig | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Gates:
+    """What may hold a request back besides capacity: tenant limits, open contracts, spot floors."""
+
+    limits: Limits | None = None
+    contracts: Sequence[Contract] = ()
+    spot_floor: Callable[[Request], int | None] | None = None  # floor bid (micros/hour) of the request's pool
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +132,8 @@ class CycleDecision:
     head: str | None = None
     head_start_s: float | None = None  # the blocked head's reserved earliest start (None: unknown)
     order: tuple[str, ...] = ()
+    floor_evictions: tuple[Eviction, ...] = ()  # running spot below the floor: notice now, killed at deadline
+    promoted: tuple[str, ...] = ()  # requests admitted as `reserved` under an open contract
 
 
 def admit(
@@ -112,14 +145,19 @@ def admit(
     config: QueueConfig = QueueConfig(),
     fair: FairShare | None = None,
     promised: Collection[str] = (),
+    gates: Gates | None = None,
 ) -> CycleDecision:
     """Decide one cycle; `promised` names requests holding a preemption promise. See the module doc."""
-    cycle = _Cycle(snapshot, running, policy, now, config)
-    ordered = order_requests(queue, config, fair or FairShare(), running)
-    waiting_on_victims = {r.preempted_by for r in running if r.preempted_by is not None}
+    cycle = _Cycle(snapshot, running, policy, now, config, gates or Gates())
+    ordered = order_requests(cycle.promote(queue), config, fair or FairShare(), running, now)
+    waiting_on_victims = (
+        {r.preempted_by for r in running if r.preempted_by is not None} if promised else set()
+    )
     first = [r for r in ordered if r.id in promised]
     rest = [r for r in ordered if r.id not in promised]
     for request in first:  # 1. promises
+        if cycle.gated(request):
+            continue
         if request.id in waiting_on_victims:
             cycle.pending.append(Pending(request.id, Reason.PREEMPTING, "victims have notice"))
         elif not cycle.try_place(request, cordon=False):
@@ -134,11 +172,17 @@ def admit(
         cycle.head,
         cycle.head_start_s,
         tuple(r.id for r in ordered),
+        cycle.floor_evictions,
+        tuple(sorted(cycle.claims)),
     )
 
 
 def order_requests(
-    queue: Iterable[Request], config: QueueConfig, fair: FairShare, running: Sequence[Running] = ()
+    queue: Iterable[Request],
+    config: QueueConfig,
+    fair: FairShare,
+    running: Sequence[Running] = (),
+    now: float = 0.0,
 ) -> list[Request]:
     """The cycle's order. PRIORITY: tier, spot bid, then tenants merged by weighted fair share, then age.
 
@@ -152,16 +196,21 @@ def order_requests(
     for request in queue:
         bid = (request.bid_micros_per_hour or 0) if request.tier is Tier.SPOT else 0
         classes.setdefault((-request.tier, -bid), {}).setdefault(request.tenant, []).append(request)
+    horizon = fair.horizon_s
+    if all(len(tenants) == 1 for tenants in classes.values()):
+        running = ()  # one tenant per class: nobody to take turns with, so what is held does not matter
     held: dict[str, float] = {}
     for r in running:
         held[r.request.tenant] = held.get(r.request.tenant, 0.0) + r.gpus
-    horizon = fair.horizon_s
     load = {t: fair.usage_gpu_s.get(t, 0.0) + g * horizon for t, g in held.items()}
     ordered: list[Request] = []
     for key in sorted(classes):
         tenants = classes[key]
         for requests in tenants.values():
-            requests.sort(key=lambda r: (r.submitted_at_s, r.id))
+            if config.within is Within.RATIO:
+                requests.sort(key=lambda r: (-_ratio(r, now), r.submitted_at_s, r.id))
+            else:
+                requests.sort(key=lambda r: (r.submitted_at_s, r.id))
         if len(tenants) == 1:
             ordered.extend(next(iter(tenants.values())))
             continue
@@ -182,6 +231,11 @@ def order_requests(
     return ordered
 
 
+def _ratio(request: Request, now: float) -> float:
+    declared = request.max_duration_s or UNDECLARED_S
+    return (max(now - request.submitted_at_s, 0.0) + declared) / declared
+
+
 def _weight(config: QueueConfig, tenant: str) -> float:
     return max(config.weights.get(tenant, 1.0), 1e-9)
 
@@ -190,7 +244,13 @@ class _Cycle:
     """Working state of one `admit` call: what was decided so far and the free GPUs left."""
 
     def __init__(
-        self, snapshot: Snapshot, running: Sequence[Running], policy: Policy, now: float, config: QueueConfig
+        self,
+        snapshot: Snapshot,
+        running: Sequence[Running],
+        policy: Policy,
+        now: float,
+        config: QueueConfig,
+        gates: Gates,
     ) -> None:
         self.snapshot, self.running, self.policy, self.now, self.config = (
             snapshot,
@@ -207,6 +267,95 @@ class _Cycle:
         self.free_gpus = snapshot.gpu_count - snapshot.allocated_milli() / 1000
         self.failed: set[tuple] = set()  # (fit key, cordoned) that did not fit: capacity only shrinks
         self.chosen_victims: set[str] = set()
+        self.gates = gates
+        self.floor_evictions: tuple[Eviction, ...] = ()
+        if gates.spot_floor is not None:
+            notice = config.preemption or PreemptionConfig()
+            self.floor_evictions = below_floor(running, gates.spot_floor, now, notice)
+            self.chosen_victims.update(e.request_id for e in self.floor_evictions)
+        self.ledger: Ledger | None = None
+        if gates.limits is not None:
+            self.ledger = gates.limits.ledger(((r.request, r.started_at_s) for r in running), now)
+        self.holds: Holds | None = None
+        self.claims: dict[str, Contract] = {}
+        self.available: dict[Pool, float] = {}  # per held pool: free GPUs plus spot a holder may preempt
+        if gates.contracts:
+            self._open_holds()
+
+    def _open_holds(self) -> None:
+        pool_of = {s.name: (s.node.gpu_model, s.node.region) for s in self.snapshot.nodes}
+        holding = [(r.request, [a.node for a in r.placement.nodes]) for r in self.running]
+        self.holds = open_holds(self.gates.contracts, self.now, holding, pool_of)
+        for state in self.snapshot.nodes:
+            if state.schedulable:
+                pool = pool_of[state.name]
+                self.available[pool] = self.available.get(pool, 0.0) + sum(e[0] for e in state.gpus) / 1000
+        for r in self.running:
+            if r.request.tier is Tier.SPOT and r.preempted_by is None:
+                for pool, gpus in _pool_gpus(r.placement, pool_of).items():
+                    self.available[pool] = self.available.get(pool, 0.0) + gpus
+
+    def promote(self, queue: Iterable[Request]) -> list[Request]:
+        """Requests as the cycle sees them: a contract holder's, up to its count, become `reserved`."""
+        queue = list(queue)
+        if self.holds is None or not self.holds.contracts:
+            return queue
+        tentative = Holds(self.holds.contracts, dict(self.holds.claimed), self.holds.pool_of_node)
+        promoted = {}
+        for request in sorted(queue, key=lambda r: (r.submitted_at_s, r.id)):
+            claimed, contract = tentative.claim(request)
+            if contract is not None:
+                tentative.book(contract, _gpus(request))
+                promoted[request.id] = claimed
+                self.claims[request.id] = contract
+        return [promoted.get(r.id, r) for r in queue]
+
+    def gated(self, request: Request) -> bool:
+        """True when a gate holds `request` back (its pending reason is recorded); it blocks nobody."""
+        held: Pending | None = None
+        floor_of = self.gates.spot_floor
+        if request.tier is Tier.SPOT and floor_of is not None:
+            floor = floor_of(request)
+            bid = request.bid_micros_per_hour or 0
+            if floor is not None and bid < floor:
+                held = Pending(
+                    request.id, Reason.BID_BELOW_FLOOR, f"bid {bid} micros/h is below the spot floor {floor}"
+                )
+        if held is None and self.ledger is not None:
+            held = self.ledger.check(request)
+        if held is not None:
+            self.pending.append(held)
+            return True
+        return False
+
+    def _hold_breached(self, request: Request, placement: Placement) -> Pool | None:
+        """The pool whose contract hold this placement would eat into, if any (claims and spot never do)."""
+        if self.holds is None or request.tier is Tier.SPOT or request.id in self.claims:
+            return None
+        held = self.holds.held()
+        for pool, gpus in _pool_gpus(placement, self.holds.pool_of_node).items():
+            if held.get(pool, 0.0) > 1e-9 and self.available.get(pool, 0.0) - gpus < held[pool] - 1e-9:
+                return pool
+        return None
+
+    def _book(self, request: Request, placement: Placement) -> None:
+        if self.ledger is not None:
+            self.ledger.take(request)
+        if self.holds is not None:
+            contract = self.claims.get(request.id)
+            if contract is not None:
+                self.holds.book(contract, _gpus(request))
+            if request.tier is not Tier.SPOT:
+                for pool, gpus in _pool_gpus(placement, self.holds.pool_of_node).items():
+                    self.available[pool] = self.available.get(pool, 0.0) - gpus
+
+    def _hold_pending(self, request: Request, pool: Pool) -> Pending:
+        model, region = pool
+        return Pending(
+            request.id,
+            Reason.CONTRACT_HOLD,
+            f"{model} in {region}: free capacity is held for open contracts",
+        )
 
     def try_place(self, request: Request, cordon: bool) -> bool:
         """Place `request` if it fits now; on failure record nothing (the caller gives the reason)."""
@@ -216,8 +365,15 @@ class _Cycle:
             return False
         outcome = place(self.snapshot, request, self.policy)
         if isinstance(outcome, Placement):
+            breached = self._hold_breached(request, outcome)
+            if breached is not None:
+                for allocation in outcome.nodes:
+                    self.snapshot.release(allocation)
+                self.pending.append(self._hold_pending(request, breached))
+                return True  # decided: held capacity is not for it, and it blocks nobody
             self.placements.append(outcome)
             self.free_gpus -= outcome.gpus
+            self._book(request, outcome)
             return True
         if outcome.reason in NEVER_FITS:
             self.pending.append(outcome)
@@ -228,7 +384,7 @@ class _Cycle:
     def walk(self, ordered: Sequence[Request]) -> int | None:
         """Place in order; return the index of the head (first request that neither fits nor preempts)."""
         for index, request in enumerate(ordered):
-            if self.try_place(request, cordon=False):
+            if self.gated(request) or self.try_place(request, cordon=False):
                 continue
             if self._preempt_for(request):
                 continue
@@ -243,7 +399,12 @@ class _Cycle:
         decision = choose_victims(self.snapshot, request, eligible, self.policy, self.now, config)
         if decision is None:
             return False
+        breached = self._hold_breached(request, decision.promised)
+        if breached is not None:
+            self.pending.append(self._hold_pending(request, breached))
+            return True
         self.preemptions.append(decision)
+        self._book(request, decision.promised)
         self.chosen_victims.update(v.request_id for v in decision.victims)
         deadline = decision.deadline_s
         self.pending.append(
@@ -260,6 +421,16 @@ class _Cycle:
         if self.config.mode is Mode.STRICT or not any(r.max_duration_s is not None for r in rest):
             self._block(rest, "strict order: nothing passes the head")
             return
+        smallest = min((_gpus(r) for r in rest if r.max_duration_s is not None), default=math.inf)
+        if smallest > self.free_gpus + 1e-9:  # nothing could start now: skip the reservation
+            for request in rest:
+                if not self.gated(request):
+                    self.pending.append(
+                        Pending(request.id, Reason.NO_CAPACITY, "no free capacity")
+                        if request.max_duration_s is not None
+                        else _blocked(request, "no declared duration: cannot backfill")
+                    )
+            return
         reservation = reserve(self.snapshot, head, self.running, self.policy, self.now)
         if reservation is None:
             self._block(rest, "the head's start cannot be bounded (running rentals without a duration)")
@@ -270,6 +441,8 @@ class _Cycle:
         if self.config.backfill_order is not BackfillOrder.QUEUE:
             candidates.sort(key=lambda r: _backfill_key(r, self.now, self.config.backfill_order))
         for request in candidates:
+            if self.gated(request):
+                continue
             if request.max_duration_s is None:
                 self.pending.append(_blocked(request, "no declared duration: cannot backfill"))
                 continue
@@ -339,6 +512,14 @@ def _backfill_key(request: Request, now: float, order: BackfillOrder) -> tuple[b
     if order is BackfillOrder.SHORTEST_TIME:
         return (False, declared)
     return (False, -(now - request.submitted_at_s + declared) / declared)  # RATIO: highest response ratio
+
+
+def _pool_gpus(placement: Placement, pool_of: Mapping[str, Pool]) -> dict[Pool, float]:
+    gpus: dict[Pool, float] = {}
+    for allocation in placement.nodes:
+        pool = pool_of[allocation.node]
+        gpus[pool] = gpus.get(pool, 0.0) + sum(s.milli for s in allocation.slices) / 1000
+    return gpus
 
 
 def _blocked(request: Request, message: str) -> Pending:

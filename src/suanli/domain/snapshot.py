@@ -30,6 +30,7 @@ class NodeState:
     gpus: list[GpuEntry]
     schedulable: bool = True
     state_id: int = -1  # interned id of `key`, current while indexed
+    free_milli: int = 0  # free GPU milli as of the last `_index` (kept for the snapshot's running total)
 
     @property
     def key(self) -> NodeKey:
@@ -62,6 +63,9 @@ class Snapshot:
         # epoch fits nowhere until the next, since assignments only ever take capacity away
         self.capacity_epoch = 0
         self.no_fit_cache: dict[tuple, int] = {}
+        self.free_milli = 0  # running total over every node, kept by `_index`: O(1) `allocated_milli`
+        self.total_milli = 0
+        self._gpu_count = 0
         for index, node in enumerate(fleet.nodes):
             model = catalog.get(node.gpu_model)
             region = fleet.regions.get(node.region)
@@ -77,15 +81,17 @@ class Snapshot:
             )
             self.nodes.append(state)
             self.by_name[node.name] = state
+            self.total_milli += FULL_MILLI * len(state.gpus)
+            self._gpu_count += node.gpu_count
             self._index(state)
 
     @property
     def gpu_count(self) -> int:
-        return sum(cls_nodes.node.gpu_count for cls_nodes in self.nodes)
+        return self._gpu_count
 
     def allocated_milli(self) -> int:
         """GPU capacity held by placements, in milli-GPUs (MIG instances by compute slices)."""
-        return sum(FULL_MILLI * len(n.gpus) - sum(e[0] for e in n.gpus) for n in self.nodes)
+        return self.total_milli - self.free_milli
 
     def members(self, class_id: int) -> Iterator[tuple[NodeKey, dict[int, None]]]:
         """(state, node indices) for every state that schedulable nodes of the class are in."""
@@ -130,6 +136,36 @@ class Snapshot:
         self._index(state)
         return NodeAllocation(state.name, cpu_milli, memory_mib, tuple(slices))
 
+    def occupy(self, allocation: NodeAllocation) -> None:
+        """Take a recorded allocation's capacity at its own GPU indices (rebuilding from stored bookings).
+
+        A MIG slice reuses an idle instance at its start, else replaces the idle instances it overlaps,
+        as the placement that made it did.
+        """
+        state = self.by_name[allocation.node]
+        model = self.classes[state.class_id].model
+        self._unindex(state)
+        state.cpu_free -= allocation.cpu_milli
+        state.memory_free -= allocation.memory_mib
+        for piece in allocation.slices:
+            free_milli, free_mib, layout = state.gpus[piece.gpu_index]
+            if piece.mig_profile is not None and piece.mig_start is not None and model.mig is not None:
+                geometry = model.mig
+                slots = set(geometry.profile(piece.mig_profile).slots_at(piece.mig_start))
+                reuse = (piece.mig_start, piece.mig_profile, False) in layout
+                overlapping = tuple(
+                    inst
+                    for inst in layout
+                    if not inst[2] and slots.intersection(geometry.profile(inst[1]).slots_at(inst[0]))
+                )
+                option = mig.MigOption(
+                    piece.mig_start, piece.mig_profile, reuse, () if reuse else overlapping
+                )
+                state.gpus[piece.gpu_index] = mig_entry(model, mig.apply_option(layout, option))
+            else:
+                state.gpus[piece.gpu_index] = (free_milli - piece.milli, free_mib - piece.memory_mib, layout)
+        self._index(state)
+
     def release(self, allocation: NodeAllocation) -> Callable[[], None]:
         """Give back an allocation's capacity; the returned function takes it again (for trials)."""
         state = self.by_name[allocation.node]
@@ -171,6 +207,9 @@ class Snapshot:
 
     def _index(self, state: NodeState) -> None:
         self.version += 1
+        free = sum(e[0] for e in state.gpus)
+        self.free_milli += free - state.free_milli
+        state.free_milli = free
         state.state_id = self.intern(state.key)
         if state.schedulable:
             self.groups[state.class_id].setdefault(state.state_id, {})[state.index] = None

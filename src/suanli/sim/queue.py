@@ -8,6 +8,7 @@ at its notice deadline and queued again from scratch (its work is lost), keeping
 
 from __future__ import annotations
 
+import csv
 import heapq
 import json
 import math
@@ -24,7 +25,7 @@ from suanli.domain.catalog_data import CATALOG
 from suanli.domain.inventory import Fleet
 from suanli.domain.policies import BestFitPolicy, Policy
 from suanli.domain.preemption import PreemptionConfig, Running
-from suanli.domain.queueing import BackfillOrder, FairShare, Mode, Order, QueueConfig, admit
+from suanli.domain.queueing import BackfillOrder, FairShare, Mode, Order, QueueConfig, Within, admit
 from suanli.domain.request import Request, Tier, WholeGpus
 from suanli.domain.snapshot import Snapshot
 from suanli.sim.fleet_files import read_fleet
@@ -32,21 +33,22 @@ from suanli.sim.itp import (
     DurationEstimate,
     TraceJob,
     gang_shape,
-    offered_load,
     read_itp_jobs,
     synthetic_fleet,
 )
-from suanli.sim.traces import read_openb_nodes
+from suanli.sim.traces import TracePod, read_openb_nodes, read_openb_pods
 
 # fifo: strict arrival order, nothing passes a blocked head. fifo-backfill: EASY (Slurm's default behaviour),
-# candidates in arrival order. suanli: tier / spot bid / weighted fair share / age for the head, EASY backfill
-# with candidates by highest response ratio (wait + declared) / declared, and preemption of lower tiers.
+# candidates in arrival order. suanli: tier / spot bid / weighted fair share, then within a tenant's class the
+# highest response ratio (wait + declared) / declared first (HRRN: short jobs first, but every job's ratio
+# grows while it waits, so none starves), EASY backfill with candidates by the same ratio, and preemption.
 POLICIES: dict[str, QueueConfig] = {
     "fifo": QueueConfig(mode=Mode.STRICT, order=Order.FIFO),
     "fifo-backfill": QueueConfig(mode=Mode.BACKFILL, order=Order.FIFO, backfill_order=BackfillOrder.QUEUE),
     "suanli": QueueConfig(
         mode=Mode.BACKFILL,
         order=Order.PRIORITY,
+        within=Within.RATIO,
         backfill_order=BackfillOrder.RATIO,
         preemption=PreemptionConfig(),
     ),
@@ -200,14 +202,78 @@ def run_queue(
     sample_every_s: float = 600.0,
 ) -> QueueResult:
     """Replay `jobs` on `fleet` under the named policy (`POLICIES`); deterministic for the same inputs."""
-    config = POLICIES[policy_name]
     started = time.perf_counter()
-    snapshot = Snapshot(fleet, CATALOG)
     gpus_per_node = max(node.gpu_count for node in fleet.nodes)
     requests = build_requests(jobs, gpus_per_node, estimate, mix, seed)
-    true_s = {r.id: max(j.duration_s, 1.0) for r, j in zip(requests, jobs, strict=True)}
+    true_s = [max(j.duration_s, 1.0) for j in jobs]
+    return run_requests(
+        fleet,
+        requests,
+        true_s,
+        policy_name,
+        estimate=estimate,
+        placement=placement,
+        on_progress=on_progress,
+        sample_every_s=sample_every_s,
+        started=started,
+    )
+
+
+def pod_requests(
+    pods: Sequence[TracePod],
+    estimate: DurationEstimate = DEFAULT_ESTIMATE,
+    mix: dict[Tier, float] | None = None,
+    seed: int = 0,
+) -> tuple[list[Request], list[float]]:
+    """openb pods as timed requests: arrival = creation, true duration = deletion - creation (at least 1 s).
+
+    Every pod in the file is replayed whatever its final phase (the trace deletes Failed ones too, and they
+    held their GPUs until then); the declared duration follows `estimate` like ITP jobs; tier and bid as
+    `build_requests`.
+    """
+    rng = random.Random(seed)
+    tiers, weights = zip(*sorted((mix or {Tier.ON_DEMAND: 1.0}).items()), strict=True)
+    requests, true_s = [], []
+    for pod in pods:
+        duration = max(
+            (pod.deletion_s if pod.deletion_s is not None else pod.creation_s) - pod.creation_s, 1.0
+        )
+        gpus = max(1, round(pod.request.gpus_per_node))
+        declared = estimate.declared(TraceJob(pod.request.id, pod.creation_s, duration, gpus))
+        tier = rng.choices(tiers, weights)[0] if len(tiers) > 1 else tiers[0]
+        bid = rng.randint(*SPOT_BID_MICROS) if tier is Tier.SPOT else None
+        requests.append(
+            replace(
+                pod.request,
+                submitted_at_s=pod.creation_s,
+                max_duration_s=declared,
+                tier=tier,
+                bid_micros_per_hour=bid,
+            )
+        )
+        true_s.append(duration)
+    return requests, true_s
+
+
+def run_requests(
+    fleet: Fleet,
+    requests: Sequence[Request],
+    true_durations_s: Sequence[float],
+    policy_name: str,
+    *,
+    estimate: DurationEstimate = DEFAULT_ESTIMATE,
+    placement: Policy | None = None,
+    on_progress: Callable[[float], None] | None = None,
+    sample_every_s: float = 600.0,
+    started: float | None = None,
+) -> QueueResult:
+    """Replay timed `requests` (each runs its true duration once started) under the named policy."""
+    config = POLICIES[policy_name]
+    started = time.perf_counter() if started is None else started
+    snapshot = Snapshot(fleet, CATALOG)
+    true_s = {r.id: max(d, 1.0) for r, d in zip(requests, true_durations_s, strict=True)}
     by_id = {r.id: r for r in requests}
-    result = QueueResult(policy_name, fleet.gpu_count, len(jobs), estimate.describe())
+    result = QueueResult(policy_name, fleet.gpu_count, len(requests), estimate.describe())
     if not requests:
         return result
     policy = placement or BestFitPolicy()
@@ -343,6 +409,30 @@ def load_fleet(nodes: str) -> Fleet:
     return read_openb_nodes(path)
 
 
+def load_workload(
+    path: Path, fleet: Fleet, estimate: DurationEstimate, mix: dict[Tier, float], seed: int
+) -> tuple[list[Request], list[float], str]:
+    """(requests, true durations, kind) from an ITP job CSV or an openb pod CSV, told apart by the header."""
+    with path.open(newline="") as handle:
+        header = set(next(csv.reader(handle), []))
+    if {"creation_time", "deletion_time", "gpu_milli"} <= header:
+        requests, true_s = pod_requests(read_openb_pods(path), estimate, mix, seed)
+        return requests, true_s, "openb pods"
+    trace = read_itp_jobs(path)
+    gpus_per_node = max(node.gpu_count for node in fleet.nodes)
+    requests = build_requests(trace, gpus_per_node, estimate, mix, seed)
+    return requests, [max(j.duration_s, 1.0) for j in trace], "ITP jobs"
+
+
+def requests_load(requests: Sequence[Request], true_s: Sequence[float], capacity_gpus: int) -> float:
+    """sum(true duration x GPUs) / (arrival span x capacity), as `offered_load` for ITP jobs."""
+    if not requests or capacity_gpus <= 0:
+        return 0.0
+    arrivals = [r.submitted_at_s for r in requests]
+    work = sum(d * r.gpus_per_node * r.node_count for r, d in zip(requests, true_s, strict=True))
+    return work / (max(max(arrivals) - min(arrivals), 1.0) * capacity_gpus)
+
+
 def queue_command(
     nodes: str,
     jobs: Path,
@@ -360,15 +450,15 @@ def queue_command(
     if unknown:
         raise ValueError(f"unknown policy {', '.join(unknown)}; use {', '.join(POLICIES)} or all")
     fleet = load_fleet(nodes)
-    trace = read_itp_jobs(jobs)
     tier_mix = parse_mix(mix)
-    load = offered_load(trace, fleet.gpu_count)
+    requests, true_s, kind = load_workload(jobs, fleet, estimate, tier_mix, seed)
+    load = requests_load(requests, true_s, fleet.gpu_count)
     console.print(
-        f"{len(trace)} jobs on {len(fleet.nodes)} nodes / {fleet.gpu_count} GPUs: "
+        f"{len(requests)} {kind} on {len(fleet.nodes)} nodes / {fleet.gpu_count} GPUs: "
         f"offered load {100 * load:.1f}%; {estimate.describe()}"
     )
-    start = min((j.submitted_s for j in trace), default=0.0)
-    end = max((j.submitted_s + j.duration_s for j in trace), default=1.0)
+    start = min((r.submitted_at_s for r in requests), default=0.0)
+    end = max((r.submitted_at_s + d for r, d in zip(requests, true_s, strict=True)), default=1.0)
     results = []
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("day {task.completed:.0f}"))
     with Progress(*columns, TimeElapsedColumn(), console=console, transient=True) as progress:
@@ -379,7 +469,7 @@ def queue_command(
                 progress.update(task, completed=(now - start) / 86400)
 
             results.append(
-                run_queue(fleet, trace, name, estimate=estimate, mix=tier_mix, seed=seed, on_progress=advance)
+                run_requests(fleet, requests, true_s, name, estimate=estimate, on_progress=advance)
             )
     table = Table(title=f"queueing replay: {jobs.name} on {fleet.gpu_count} GPUs")
     for column in ("policy", "mean JCT h", "p95 JCT h", "mean queue h", "alloc %", "preemptions", "jobs/s"):
@@ -401,6 +491,7 @@ def queue_command(
         "declared_durations": estimate.describe(),
         "tier_mix": {t.label: p for t, p in tier_mix.items()},
         "mean_alloc_window": "first to last arrival",
+        "workload": kind,
     }
     if json_path is not None:
         write_json(json_path, results, notes)

@@ -22,9 +22,8 @@ from rich.table import Table
 
 from suanli.domain.catalog import Catalog
 from suanli.domain.catalog_data import CATALOG
-from suanli.domain.fragmentation import typical_mix
 from suanli.domain.inventory import Fleet, GpuMode, Node, Region
-from suanli.domain.policies import BestFitPolicy, FgdPolicy, Policy, RandomPolicy, SuanliPolicy
+from suanli.domain.policies import Policy, build_policy
 from suanli.domain.request import Constraints, GpuShare, MigSlice, Request, Tier, WholeGpus
 from suanli.domain.scheduler import schedule
 from suanli.domain.snapshot import Snapshot
@@ -59,6 +58,8 @@ SHARE_MEMORY_MIB = (4096, 8192, 10240, 16384, 20480, 40960)
 WHOLE_COUNTS = (1, 2, 4, 8)
 WHOLE_WEIGHTS = (50, 25, 15, 10)
 GANG_NODES = (2, 2, 4, 4, 8)
+PER_GPU_CPU_MILLI = (12_000, 24_000)  # the two CPU ratios of common 8-GPU instance types (96 or 192 cores)
+PER_GPU_MEMORY_MIB = (128 * 1024, 256 * 1024)
 # request kinds and their share of the queue, in percent
 KIND_WEIGHTS = {"whole": 45, "mig": 22, "share": 30, "gang": 3}
 
@@ -119,8 +120,9 @@ def build_queue(count: int = 20_000, seed: int = 42) -> list[Request]:
             shape, gpus = MigSlice(rng.choices(MIG_PROFILES, MIG_PROFILE_WEIGHTS)[0]), 1
         else:
             shape, gpus = GpuShare(rng.choice(SHARE_MILLI), rng.choice(SHARE_MEMORY_MIB)), 1
-        per_gpu_cpu = rng.choice((2, 4, 8, 12, 16, 20)) * 1000
-        per_gpu_mib = rng.choice((16, 32, 64, 128, 192)) * 1024
+        # GPU clouds sell CPU and memory in fixed ratios per GPU (instance sizes), not at random
+        per_gpu_cpu = rng.choice(PER_GPU_CPU_MILLI)
+        per_gpu_mib = rng.choice(PER_GPU_MEMORY_MIB)
         if kind in ("mig", "share"):
             per_gpu_cpu //= 2
             per_gpu_mib //= 2
@@ -153,15 +155,7 @@ def build_queue(count: int = 20_000, seed: int = 42) -> list[Request]:
 
 def make_policy(name: str, queue: Sequence[Request], seed: int = 0) -> Policy:
     """A policy by name; the fragmentation-aware ones learn their typical mix from the queue."""
-    if name == "suanli":
-        return SuanliPolicy(mix=typical_mix(queue), demand_mix=typical_mix(queue, 1.0), seed=seed)
-    if name == "fgd":
-        return FgdPolicy(mix=typical_mix(queue), seed=seed, random_ties=True)
-    if name == "best-fit":
-        return BestFitPolicy(seed=seed, random_ties=True)
-    if name == "random":
-        return RandomPolicy(seed=seed)
-    raise ValueError(f"unknown policy {name!r}; use one of {', '.join(POLICY_NAMES)}")
+    return build_policy(name, seed=seed, history=queue)
 
 
 @dataclass

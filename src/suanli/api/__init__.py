@@ -1,0 +1,1 @@
+"""The REST API: app factory, thin routers, auth, error mapping, metrics."""

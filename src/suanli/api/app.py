@@ -1,0 +1,45 @@
+"""`create_app(settings)`: the FastAPI application, its lifespan (scheduler loop) and health and metrics."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from suanli.api import errors, routes_accounts, routes_fleet, routes_rentals
+from suanli.api.wiring import build
+from suanli.config import Settings
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """Migrate the database, bootstrap the first admin, and wire the routes; the loop starts with the app."""
+    services = build(settings or Settings())
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        services.loop.start()
+        services.loop.signal()
+        try:
+            yield
+        finally:
+            await services.loop.stop()
+            services.engine.dispose()
+
+    app = FastAPI(title="suanli", version="0.1.0", lifespan=lifespan)
+    app.state.services = services
+    errors.install(app)
+    app.include_router(routes_accounts.router)
+    app.include_router(routes_fleet.router)
+    app.include_router(routes_rentals.router)
+
+    @app.get("/healthz", tags=["ops"])
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/metrics", tags=["ops"], response_class=Response)
+    def metrics() -> Response:
+        return Response(generate_latest(services.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app

@@ -1,0 +1,52 @@
+"""Every error as `{"error": {"code", "message", "field"}}`: app errors, validation errors, unknown routes."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from suanli.app.errors import AppError, Conflict, Forbidden, Invalid, NotFound, Unauthorized
+from suanli.wire.schemas import ErrorDetail, ErrorResponse
+
+STATUS = {Invalid: 400, Unauthorized: 401, Forbidden: 403, NotFound: 404, Conflict: 409}
+HTTP_CODES = {
+    400: "invalid",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+}
+ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
+    status: {"model": ErrorResponse} for status in (400, 401, 403, 404, 409, 422)
+}
+
+
+def error_response(status: int, code: str, message: str, field: str | None = None) -> JSONResponse:
+    body = ErrorResponse(error=ErrorDetail(code=code, message=message, field=field))
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse(body.model_dump(), status_code=status, headers=headers)
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(AppError)
+    async def _app_error(_: Request, error: AppError) -> JSONResponse:
+        status = next((s for kind, s in STATUS.items() if isinstance(error, kind)), 400)
+        return error_response(status, error.code, error.message, error.field)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, error: RequestValidationError) -> JSONResponse:
+        first = error.errors()[0] if error.errors() else {"loc": (), "msg": "invalid request"}
+        location = [str(part) for part in first.get("loc", ())]
+        if location and location[0] in ("body", "query", "path", "header"):
+            location = location[1:]
+        field = ".".join(location) or None
+        message = str(first.get("msg", "invalid request"))
+        return error_response(422, "invalid", f"{field}: {message}" if field else message, field)
+
+    @app.exception_handler(HTTPException)
+    async def _http(_: Request, error: HTTPException) -> JSONResponse:
+        return error_response(
+            error.status_code, HTTP_CODES.get(error.status_code, "error"), str(error.detail)
+        )

@@ -1,0 +1,105 @@
+"""App records -> wire responses, and wire requests -> app records. Only here do the two meet."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from suanli.app.fleet import NodeView
+from suanli.app.offers import Offer
+from suanli.app.records import ApiKey, ContractRecord, RentalSpec, RentalView, Tenant
+from suanli.wire.schemas import (
+    ContractResponse,
+    KeyResponse,
+    NodeAllocationResponse,
+    NodeResponse,
+    OfferResponse,
+    RentalCreateRequest,
+    RentalEventResponse,
+    RentalResponse,
+    SliceResponse,
+    TenantResponse,
+)
+
+
+def tenant(t: Tenant) -> TenantResponse:
+    return TenantResponse(id=t.id, name=t.name, role=t.role, created_at=t.created_at)  # type: ignore[arg-type]
+
+
+def key(k: ApiKey, secret: str | None = None) -> KeyResponse:
+    return KeyResponse(
+        id=k.id,
+        tenant_id=k.tenant_id,
+        label=k.label,
+        created_at=k.created_at,
+        revoked=k.revoked,
+        secret=secret,
+    )
+
+
+def spec(body: RentalCreateRequest) -> RentalSpec:
+    data = body.model_dump()
+    for name in ("regions", "jurisdictions", "providers", "command"):
+        data[name] = tuple(data[name])
+    return RentalSpec(**data)
+
+
+def rental(view: RentalView) -> RentalResponse:
+    r = view.rental
+    data = asdict(r.spec)
+    data["labels"], data["env"] = dict(r.spec.labels), dict(r.spec.env)
+    return RentalResponse(
+        id=r.id,
+        tenant_id=r.tenant_id,
+        state=r.state,  # type: ignore[arg-type]
+        request=RentalCreateRequest(**{k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}),
+        allocation=[
+            NodeAllocationResponse(
+                node=a.node,
+                cpu_milli=a.cpu_milli,
+                memory_mib=a.memory_mib,
+                slices=[
+                    SliceResponse(
+                        gpu_index=s.gpu_index,
+                        milli=s.milli,
+                        memory_mib=s.memory_mib,
+                        mig_profile=s.mig_profile,
+                        mig_start=s.mig_start,
+                    )
+                    for s in a.slices
+                ],
+            )
+            for a in view.allocation
+        ],
+        pending_reason=r.pending_reason,
+        price_micros_per_hour=r.price_micros_per_hour,
+        created_at=r.created_at,
+        events=[
+            RentalEventResponse(at=e.at, kind=e.kind, reason=e.reason, message=e.message) for e in view.events
+        ],
+    )
+
+
+def node(view: NodeView) -> NodeResponse:
+    n = view.node
+    return NodeResponse(
+        name=n.name,
+        region=n.region,
+        topology=n.topology_path,
+        gpu_model=n.gpu_model,
+        gpu_count=n.gpu_count,
+        gpu_mode=n.gpu_mode.value,  # type: ignore[arg-type]
+        cpu_milli=n.cpu_milli,
+        memory_mib=n.memory_mib,
+        provider=n.provider,
+        labels=dict(n.labels),
+        schedulable=view.schedulable,
+        free_gpu_milli=view.free_gpu_milli,
+    )
+
+
+def offer(o: Offer) -> OfferResponse:
+    return OfferResponse(**asdict(o))
+
+
+def contract(c: ContractRecord) -> ContractResponse:
+    return ContractResponse(**asdict(c))

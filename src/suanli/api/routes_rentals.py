@@ -1,0 +1,85 @@
+"""/v1/rentals (Idempotency-Key), stop, resize; /v1/contracts, transfer."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Response, status
+
+from suanli.api import mappers
+from suanli.api.deps import CallerDep, ServicesDep
+from suanli.api.errors import ERROR_RESPONSES
+from suanli.wire.schemas import (
+    ContractCreateRequest,
+    ContractResponse,
+    ContractTransferRequest,
+    RentalCreateRequest,
+    RentalResizeRequest,
+    RentalResponse,
+)
+
+router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
+
+
+@router.post("/rentals", status_code=status.HTTP_201_CREATED, tags=["rentals"])
+def create_rental(
+    body: RentalCreateRequest,
+    caller: CallerDep,
+    services: ServicesDep,
+    response: Response,
+    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+) -> RentalResponse:
+    """Submit a rental; the same Idempotency-Key (same tenant, same body) returns the same rental (200)."""
+    view, created = services.rentals.create(caller, mappers.spec(body), idempotency_key)
+    if not created:
+        response.status_code = status.HTTP_200_OK
+    return mappers.rental(view)
+
+
+@router.get("/rentals", tags=["rentals"])
+def list_rentals(caller: CallerDep, services: ServicesDep) -> list[RentalResponse]:
+    return [mappers.rental(v) for v in services.rentals.list(caller)]
+
+
+@router.get("/rentals/{rental_id}", tags=["rentals"])
+def get_rental(rental_id: str, caller: CallerDep, services: ServicesDep) -> RentalResponse:
+    return mappers.rental(services.rentals.get(caller, rental_id))
+
+
+@router.post("/rentals/{rental_id}/stop", tags=["rentals"])
+def stop_rental(rental_id: str, caller: CallerDep, services: ServicesDep) -> RentalResponse:
+    return mappers.rental(services.rentals.stop(caller, rental_id))
+
+
+@router.patch("/rentals/{rental_id}", tags=["rentals"])
+def resize_rental(
+    rental_id: str, body: RentalResizeRequest, caller: CallerDep, services: ServicesDep
+) -> RentalResponse:
+    return mappers.rental(services.rentals.resize(caller, rental_id, body.nodes, body.gpus))
+
+
+@router.post("/contracts", status_code=status.HTTP_201_CREATED, tags=["contracts"])
+def create_contract(
+    body: ContractCreateRequest, caller: CallerDep, services: ServicesDep
+) -> ContractResponse:
+    record = services.contracts.create(
+        caller, body.gpu_model, body.count, body.region, body.starts_at, body.ends_at, body.tenant_id
+    )
+    return mappers.contract(record)
+
+
+@router.get("/contracts", tags=["contracts"])
+def list_contracts(caller: CallerDep, services: ServicesDep) -> list[ContractResponse]:
+    return [mappers.contract(c) for c in services.contracts.list(caller)]
+
+
+@router.get("/contracts/{contract_id}", tags=["contracts"])
+def get_contract(contract_id: str, caller: CallerDep, services: ServicesDep) -> ContractResponse:
+    return mappers.contract(services.contracts.get(caller, contract_id))
+
+
+@router.post("/contracts/{contract_id}/transfer", tags=["contracts"])
+def transfer_contract(
+    contract_id: str, body: ContractTransferRequest, caller: CallerDep, services: ServicesDep
+) -> ContractResponse:
+    return mappers.contract(services.contracts.transfer(caller, contract_id, body.to_tenant_id))

@@ -1,0 +1,92 @@
+"""The object graph of one server: engine, migrations, unit of work, services, scheduler, metrics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Gauge, Histogram
+from sqlalchemy import Engine
+
+from suanli.app.contracts import ContractService
+from suanli.app.fleet import FleetCache, FleetService
+from suanli.app.ids import SystemClock
+from suanli.app.offers import OfferService
+from suanli.app.rentals import RentalService
+from suanli.app.scheduling import CycleReport, Scheduler
+from suanli.app.tenants import TenantService
+from suanli.config import Settings
+from suanli.domain.catalog_data import CATALOG
+from suanli.loops.scheduler_loop import SchedulerLoop
+from suanli.store.db import make_engine, migrate, unit_of_work_factory
+from suanli.store.leader import Leadership
+
+GPU_STATES = ("idle", "partial", "busy", "cordoned")
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.gpus = Gauge("suanli_gpus", "GPUs by state", ["state"], registry=self.registry)
+        self.queue = Gauge(
+            "suanli_queue_length", "Pending rentals by reason", ["reason"], registry=self.registry
+        )
+        self.decision = Histogram(
+            "suanli_decision_seconds",
+            "Time the scheduler took to decide one cycle",
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=self.registry,
+        )
+        self.placed = Gauge(
+            "suanli_last_cycle_placed", "Rentals placed by the last cycle", registry=self.registry
+        )
+        self._reasons: set[str] = set()
+
+    def record(self, report: CycleReport) -> None:
+        if report.dropped:
+            return
+        self.decision.observe(report.decision_s)
+        self.placed.set(report.placed)
+        for state in GPU_STATES:
+            self.gpus.labels(state).set(report.gpus.get(state, 0))
+        for reason in self._reasons | set(report.pending):
+            self.queue.labels(reason).set(report.pending.get(reason, 0))
+        self._reasons |= set(report.pending)
+
+
+@dataclass
+class Services:
+    settings: Settings
+    engine: Engine
+    tenants: TenantService
+    fleet: FleetService
+    offers: OfferService
+    rentals: RentalService
+    contracts: ContractService
+    scheduler: Scheduler
+    loop: SchedulerLoop
+    metrics: Metrics
+
+
+def build(settings: Settings) -> Services:
+    engine = make_engine(settings.database_url)
+    migrate(engine)
+    uow = unit_of_work_factory(engine)
+    clock = SystemClock()
+    cache = FleetCache(CATALOG)
+    scheduler = Scheduler(uow, clock, CATALOG, cache, settings.policy, settings.policy_seed)
+    metrics = Metrics()
+    loop = SchedulerLoop(scheduler, Leadership(engine), settings.scheduler_interval_s, metrics.record)
+    tenants = TenantService(uow, clock)
+    tenants.bootstrap(settings.bootstrap_admin_key)
+    return Services(
+        settings,
+        engine,
+        tenants,
+        FleetService(uow, clock, cache),
+        OfferService(uow, cache, CATALOG),
+        RentalService(uow, clock, CATALOG, loop.signal),
+        ContractService(uow, clock, cache, CATALOG),
+        scheduler,
+        loop,
+        metrics,
+    )

@@ -1,0 +1,48 @@
+"""Errors the use cases raise; the API maps each to an HTTP status.
+
+AppError
+ +-- Invalid        bad input (400); `field` names it
+ +-- Unauthorized   no or unknown key (401)
+ +-- Forbidden      the caller's role may not do this (403)
+ +-- NotFound       no such object, or not the caller's (404: never a hint that it exists)
+ +-- Conflict       the request clashes with the current state (409)
+"""
+
+from __future__ import annotations
+
+
+class AppError(Exception):
+    code = "error"
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+class Invalid(AppError):
+    code = "invalid"
+
+
+class Unauthorized(AppError):
+    code = "unauthorized"
+
+
+class Forbidden(AppError):
+    code = "forbidden"
+
+
+class NotFound(AppError):
+    code = "not_found"
+
+
+class Conflict(AppError):
+    code = "conflict"
+
+
+class BookingConflict(Conflict):
+    """The database refused a booking: another writer took the slice first. The decision is dropped."""
+
+
+class Duplicate(Conflict):
+    """A unique key (an idempotency key) is already taken; the caller may read the existing object."""

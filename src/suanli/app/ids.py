@@ -1,0 +1,24 @@
+"""Prefixed random ids (`ten_`, `key_`, `rnt_`, `ctr_`) and API key secrets (`sk_`), plus the system clock."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from datetime import UTC, datetime
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(8)}"
+
+
+def new_secret() -> str:
+    return f"sk_{secrets.token_urlsafe(32)}"
+
+
+def digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+class SystemClock:
+    def now(self) -> datetime:
+        return datetime.now(UTC)

@@ -1,0 +1,124 @@
+"""The values use cases pass through ports: tenants, keys, rentals, events, contracts (frozen dataclasses)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from suanli.domain.plan import NodeAllocation
+
+ROLES = ("admin", "provider", "tenant")
+LIVE_STATES = ("placed", "starting", "running", "stopping")
+END_STATES = ("stopped", "preempted", "lost", "failed")
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    id: str
+    name: str
+    role: str
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKey:
+    id: str
+    tenant_id: str
+    label: str
+    secret_sha256: str
+    created_at: datetime
+    revoked: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who is calling: the tenant behind the presented key."""
+
+    tenant: Tenant
+    key_id: str
+
+    @property
+    def is_admin(self) -> bool:
+        return self.tenant.role == "admin"
+
+
+@dataclass(frozen=True, slots=True)
+class RentalSpec:
+    """What a tenant asked for, as submitted (the wire request's fields)."""
+
+    gpu_model: str | None = None
+    gpus: int = 1
+    mig_profile: str | None = None
+    share_milli: int | None = None
+    share_memory_mib: int = 0
+    nodes: int = 1
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    tier: str = "on_demand"
+    bid_micros_per_gpu_hour: int | None = None
+    regions: tuple[str, ...] = ()
+    jurisdictions: tuple[str, ...] = ()
+    providers: tuple[str, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+    max_duration_s: int | None = None
+    command: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Rental:
+    id: str
+    tenant_id: str
+    state: str
+    spec: RentalSpec
+    created_at: datetime
+    pending_reason: str | None = None
+    price_micros_per_hour: int | None = None
+    idempotency_key: str | None = None
+    fingerprint: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RentalEvent:
+    at: datetime
+    kind: str
+    reason: str | None = None
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RentalView:
+    """A rental with its allocation and timeline, for reading."""
+
+    rental: Rental
+    allocation: tuple[NodeAllocation, ...]
+    events: tuple[RentalEvent, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Booking:
+    """One booked slice position: UNIQUE (node, gpu_index, slot) in the store."""
+
+    node: str
+    gpu_index: int
+    slot: int
+
+
+@dataclass(frozen=True, slots=True)
+class ContractRecord:
+    id: str
+    tenant_id: str
+    gpu_model: str
+    count: int
+    region: str
+    starts_at: datetime
+    ends_at: datetime
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class FleetDocument:
+    version: int
+    toml: str
+    updated_at: datetime

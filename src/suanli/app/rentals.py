@@ -1,0 +1,195 @@
+"""Rentals: create (idempotent per tenant and key), read, list, stop, resize; spec -> domain `Request`.
+
+A rental is created `pending`; the scheduler places it. Another tenant's rental is `NotFound`, never a hint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import asdict, replace
+from datetime import UTC, datetime
+
+from suanli.app.booking import SHARE_UNIT_MILLI
+from suanli.app.errors import Conflict, Duplicate, Invalid, NotFound
+from suanli.app.ids import new_id
+from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
+from suanli.app.records import END_STATES, LIVE_STATES, Caller, Rental, RentalEvent, RentalSpec, RentalView
+from suanli.domain.catalog import Catalog
+from suanli.domain.errors import RequestError
+from suanli.domain.request import Constraints, GpuSelector, GpuShare, MigSlice, Request, Tier, WholeGpus
+
+MAX_IDEMPOTENCY_KEY = 200
+LIST_LIMIT = 1000
+# domain field names -> wire field names, for errors
+_FIELDS = {"gpu_milli": "share_milli", "gpu_memory_mib": "share_memory_mib", "node_count": "nodes"}
+
+
+def to_request(rental: Rental) -> Request:
+    """The domain request for a stored rental (its spec was checked at creation)."""
+    spec = rental.spec
+    shape: WholeGpus | MigSlice | GpuShare
+    if spec.mig_profile is not None:
+        shape = MigSlice(spec.mig_profile)
+    elif spec.share_milli is not None:
+        shape = GpuShare(spec.share_milli, spec.share_memory_mib)
+    else:
+        shape = WholeGpus(spec.gpus)
+    return Request(
+        id=rental.id,
+        shape=shape,
+        node_count=spec.nodes,
+        selector=GpuSelector(models=frozenset({spec.gpu_model}) if spec.gpu_model else frozenset()),
+        cpu_milli=spec.cpu_milli,
+        memory_mib=spec.memory_mib,
+        tenant=rental.tenant_id,
+        tier=Tier.parse(spec.tier),
+        bid_micros_per_hour=spec.bid_micros_per_gpu_hour,
+        constraints=Constraints(
+            jurisdictions=frozenset(spec.jurisdictions),
+            regions=frozenset(spec.regions),
+            providers=frozenset(spec.providers),
+            labels=dict(spec.labels),
+        ),
+        submitted_at_s=rental.created_at.timestamp(),
+        max_duration_s=spec.max_duration_s,
+    )
+
+
+def check_spec(spec: RentalSpec, catalog: Catalog) -> None:
+    """Raise Invalid naming the wire field when the spec can never be valid."""
+    if spec.mig_profile is not None and spec.share_milli is not None:
+        raise Invalid("ask for a MIG profile or a share, not both", field="share_milli")
+    if spec.share_milli is not None and spec.share_milli % SHARE_UNIT_MILLI:
+        raise Invalid(f"a share is a multiple of {SHARE_UNIT_MILLI} milli (1% of a GPU)", field="share_milli")
+    if spec.gpu_model:
+        models = [m for m in catalog.models if m.matches(spec.gpu_model)]
+        if not models:
+            known = ", ".join(sorted({m.family for m in catalog.models}))
+            raise Invalid(
+                f"unknown GPU model or family {spec.gpu_model!r}; known families: {known}", field="gpu_model"
+            )
+        if spec.mig_profile is not None and not any(
+            m.mig and m.mig.has_profile(spec.mig_profile) for m in models
+        ):
+            raise Invalid(f"no {spec.gpu_model} has MIG profile {spec.mig_profile!r}", field="mig_profile")
+    if spec.bid_micros_per_gpu_hour is not None and spec.tier != "spot":
+        raise Invalid("a bid is for the spot tier only", field="bid_micros_per_gpu_hour")
+    try:
+        to_request(Rental("rnt_check", "ten_check", "pending", spec, _EPOCH))
+    except RequestError as error:
+        raise Invalid(str(error), field=_FIELDS.get(error.field, error.field) or None) from None
+
+
+class RentalService:
+    def __init__(self, uow: UnitOfWorkFactory, clock: Clock, catalog: Catalog, signal: Callable[[], None]):
+        self.uow, self.clock, self.catalog, self.signal = uow, clock, catalog, signal
+
+    def create(
+        self, caller: Caller, spec: RentalSpec, idempotency_key: str | None
+    ) -> tuple[RentalView, bool]:
+        """The new rental and True, or the one created earlier with the same key and False."""
+        if idempotency_key is not None and not 0 < len(idempotency_key) <= MAX_IDEMPOTENCY_KEY:
+            raise Invalid(f"1 to {MAX_IDEMPOTENCY_KEY} characters", field="Idempotency-Key")
+        check_spec(spec, self.catalog)
+        fingerprint = hashlib.sha256(
+            json.dumps(asdict(spec), sort_keys=True, default=list).encode()
+        ).hexdigest()
+        tenant_id = caller.tenant.id
+        if idempotency_key is not None:
+            earlier = self._earlier(tenant_id, idempotency_key, fingerprint)
+            if earlier is not None:
+                return earlier, False
+        now = self.clock.now()
+        rental = Rental(
+            new_id("rnt"), tenant_id, "pending", spec, now, None, None, idempotency_key, fingerprint
+        )
+        try:
+            with self.uow() as uow:
+                uow.rentals.add(rental)
+                uow.rentals.add_event(rental.id, RentalEvent(now, "created"))
+                uow.commit()
+        except Duplicate:
+            earlier = self._earlier(tenant_id, idempotency_key or "", fingerprint)
+            if earlier is None:
+                raise
+            return earlier, False
+        self.signal()
+        return self.get(caller, rental.id), True
+
+    def _earlier(self, tenant_id: str, key: str, fingerprint: str) -> RentalView | None:
+        with self.uow() as uow:
+            earlier = uow.rentals.by_idempotency_key(tenant_id, key)
+            if earlier is None:
+                return None
+            if earlier.fingerprint != fingerprint:
+                raise Conflict(
+                    "this Idempotency-Key was used with a different request", field="Idempotency-Key"
+                )
+            return _view(uow, earlier)
+
+    def get(self, caller: Caller, rental_id: str) -> RentalView:
+        with self.uow() as uow:
+            return _view(uow, self._owned(uow, caller, rental_id))
+
+    def list(self, caller: Caller) -> list[RentalView]:
+        with self.uow() as uow:
+            rentals = uow.rentals.list(None if caller.is_admin else caller.tenant.id, LIST_LIMIT)
+            return [_view(uow, rental) for rental in rentals]
+
+    def stop(self, caller: Caller, rental_id: str) -> RentalView:
+        with self.uow() as uow:
+            rental = self._owned(uow, caller, rental_id)
+            if rental.state not in END_STATES:
+                uow.rentals.set_state(rental.id, "stopped", expect=("pending", *LIVE_STATES), reason=None)
+                uow.rentals.release(rental.id)
+                uow.rentals.add_event(
+                    rental.id, RentalEvent(self.clock.now(), "stopped", None, "stopped by API")
+                )
+                uow.commit()
+        self.signal()
+        return self.get(caller, rental_id)
+
+    def resize(self, caller: Caller, rental_id: str, nodes: int | None, gpus: int | None) -> RentalView:
+        """Pending: change the ask. Live: fewer nodes shrink in place; anything else re-queues the rental."""
+        with self.uow() as uow:
+            rental = self._owned(uow, caller, rental_id)
+            if rental.state in END_STATES:
+                raise Conflict(f"rental {rental.id} is {rental.state}", field="state")
+            spec = rental.spec
+            if gpus is not None and (spec.mig_profile is not None or spec.share_milli is not None):
+                raise Invalid("only whole-GPU rentals change their GPU count", field="gpus")
+            new_spec = replace(spec, nodes=nodes or spec.nodes, gpus=spec.gpus if gpus is None else gpus)
+            check_spec(new_spec, self.catalog)
+            now = self.clock.now()
+            message = f"nodes {spec.nodes} -> {new_spec.nodes}, gpus {spec.gpus} -> {new_spec.gpus}"
+            uow.rentals.update_spec(rental.id, replace(rental, spec=new_spec))
+            if rental.state in LIVE_STATES and new_spec != spec:
+                allocation = uow.rentals.allocation(rental.id)
+                if new_spec.gpus == spec.gpus and new_spec.nodes < spec.nodes:
+                    dropped = [a.node for a in allocation[new_spec.nodes :]]
+                    uow.rentals.release(rental.id, dropped)
+                    message += f"; released {', '.join(dropped)}"
+                else:
+                    uow.rentals.release(rental.id)
+                    uow.rentals.set_state(rental.id, "pending", expect=LIVE_STATES, reason=None)
+                    message += "; re-queued with the new shape"
+            uow.rentals.add_event(rental.id, RentalEvent(now, "resized", None, message))
+            uow.commit()
+        self.signal()
+        return self.get(caller, rental_id)
+
+    @staticmethod
+    def _owned(uow: UnitOfWork, caller: Caller, rental_id: str) -> Rental:
+        rental = uow.rentals.get(rental_id)
+        if rental is None or (not caller.is_admin and rental.tenant_id != caller.tenant.id):
+            raise NotFound(f"no rental {rental_id}")
+        return rental
+
+
+def _view(uow: UnitOfWork, rental: Rental) -> RentalView:
+    return RentalView(rental, tuple(uow.rentals.allocation(rental.id)), tuple(uow.rentals.events(rental.id)))
+
+
+_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)

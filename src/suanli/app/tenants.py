@@ -1,0 +1,107 @@
+"""Tenants, API keys and authentication. Keys are shown once and stored as SHA-256 digests.
+
+`authenticate` looks a key up by its digest and confirms it with `hmac.compare_digest`; `bootstrap` turns
+`SUANLI_BOOTSTRAP_ADMIN_KEY` into the first admin key when the database has no admin yet.
+"""
+
+from __future__ import annotations
+
+import hmac
+
+from suanli.app.errors import Forbidden, Invalid, NotFound, Unauthorized
+from suanli.app.ids import digest, new_id, new_secret
+from suanli.app.ports import Clock, UnitOfWorkFactory
+from suanli.app.records import ROLES, ApiKey, Caller, Tenant
+
+
+class TenantService:
+    def __init__(self, uow: UnitOfWorkFactory, clock: Clock) -> None:
+        self.uow, self.clock = uow, clock
+
+    def bootstrap(self, admin_key: str | None) -> Tenant | None:
+        """Make `admin_key` the first admin's key when there is no admin; None when nothing was done."""
+        if not admin_key:
+            return None
+        with self.uow() as uow:
+            if uow.tenants.has_admin():
+                return None
+            now = self.clock.now()
+            tenant = Tenant(new_id("ten"), "admin", "admin", now)
+            uow.tenants.add(tenant)
+            uow.keys.add(ApiKey(new_id("key"), tenant.id, "bootstrap", digest(admin_key), now))
+            uow.commit()
+            return tenant
+
+    def authenticate(self, secret: str | None) -> Caller:
+        if not secret:
+            raise Unauthorized("send Authorization: Bearer <key>")
+        wanted = digest(secret)
+        with self.uow() as uow:
+            key = uow.keys.by_digest(wanted)
+            if key is None or key.revoked or not hmac.compare_digest(key.secret_sha256, wanted):
+                raise Unauthorized("unknown or revoked key")
+            tenant = uow.tenants.get(key.tenant_id)
+            if tenant is None:
+                raise Unauthorized("unknown or revoked key")
+            return Caller(tenant, key.id)
+
+    def create_tenant(self, caller: Caller, name: str, role: str) -> Tenant:
+        require_admin(caller)
+        if role not in ROLES:
+            raise Invalid(f"role must be one of {', '.join(ROLES)}", field="role")
+        tenant = Tenant(new_id("ten"), name, role, self.clock.now())
+        with self.uow() as uow:
+            uow.tenants.add(tenant)
+            uow.commit()
+        return tenant
+
+    def list_tenants(self, caller: Caller) -> list[Tenant]:
+        if not caller.is_admin:
+            return [caller.tenant]
+        with self.uow() as uow:
+            return uow.tenants.list()
+
+    def get_tenant(self, caller: Caller, tenant_id: str) -> Tenant:
+        if not caller.is_admin and tenant_id != caller.tenant.id:
+            raise NotFound(f"no tenant {tenant_id}")
+        with self.uow() as uow:
+            tenant = uow.tenants.get(tenant_id)
+        if tenant is None:
+            raise NotFound(f"no tenant {tenant_id}")
+        return tenant
+
+    def create_key(self, caller: Caller, tenant_id: str, label: str) -> tuple[ApiKey, str]:
+        """A new key for the tenant (admin, or the tenant itself); the secret is returned only here."""
+        self.get_tenant(caller, tenant_id)
+        secret = new_secret()
+        key = ApiKey(new_id("key"), tenant_id, label, digest(secret), self.clock.now())
+        with self.uow() as uow:
+            uow.keys.add(key)
+            uow.commit()
+        return key, secret
+
+    def list_keys(self, caller: Caller, tenant_id: str) -> list[ApiKey]:
+        self.get_tenant(caller, tenant_id)
+        with self.uow() as uow:
+            return uow.keys.list_for(tenant_id)
+
+    def revoke_key(self, caller: Caller, tenant_id: str, key_id: str) -> ApiKey:
+        self.get_tenant(caller, tenant_id)
+        with self.uow() as uow:
+            key = uow.keys.get(key_id)
+            if key is None or key.tenant_id != tenant_id:
+                raise NotFound(f"no key {key_id}")
+            uow.keys.revoke(key_id)
+            uow.commit()
+            return ApiKey(key.id, key.tenant_id, key.label, key.secret_sha256, key.created_at, True)
+
+
+def require_admin(caller: Caller) -> None:
+    if not caller.is_admin:
+        raise Forbidden("this needs an admin key")
+
+
+def require_operator(caller: Caller) -> None:
+    """Admins and providers may see the fleet; tenants see offers instead."""
+    if caller.tenant.role not in ("admin", "provider"):
+        raise Forbidden("this needs an admin or provider key")

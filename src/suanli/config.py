@@ -1,0 +1,26 @@
+"""Server settings from the environment (`SUANLI_*`): database URL, bootstrap admin key, scheduler timing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from platformdirs import user_data_dir
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def default_database_url() -> str:
+    """A SQLite file under the user's data directory (created on first use)."""
+    directory = Path(user_data_dir("suanli", appauthor=False))
+    directory.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{directory / 'suanli.db'}"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SUANLI_", extra="ignore")
+
+    database_url: str = Field(default_factory=default_database_url)
+    bootstrap_admin_key: str | None = None
+    scheduler_interval_s: float = Field(default=5.0, gt=0)
+    policy: str = "suanli"
+    policy_seed: int = 0

@@ -1,0 +1,160 @@
+"""Compute futures: a tenant's contract for `gpus` GPUs of one model in one region over [start, end).
+
+Pure: times are arguments. Guarantees:
+- `check_contract` refuses (ContractError) a contract the fleet cannot honour at every instant of its window:
+  the sum of overlapping contracts for that model and region stays within the fleet's GPUs of that model and
+  region minus the GPUs of nodes in maintenance at that instant.
+- `Holds` (built by `open_holds` for one instant) is what admission uses inside open windows: the holder's
+  requests for that model and region, up to the contracted count, become `reserved` tier (so they may
+  preempt spot with notice); the unclaimed rest of the contract is held back from everyone but spot, which
+  may borrow it until the holder claims it.
+- `transfer` hands a contract to another tenant before it ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from suanli.domain.errors import ContractError
+from suanli.domain.inventory import Fleet
+from suanli.domain.request import Request, Tier
+
+
+@dataclass(frozen=True, slots=True)
+class Contract:
+    id: str
+    tenant: str
+    model: str
+    region: str
+    gpus: int
+    start_s: float
+    end_s: float
+
+    def open_at(self, now: float) -> bool:
+        return self.start_s <= now < self.end_s
+
+    def overlaps(self, start_s: float, end_s: float) -> bool:
+        return self.start_s < end_s and start_s < self.end_s
+
+
+@dataclass(frozen=True, slots=True)
+class Maintenance:
+    """A node out of service over [start, end): its GPUs cannot back a contract then."""
+
+    node: str
+    model: str
+    region: str
+    gpus: int
+    start_s: float
+    end_s: float
+
+
+Pool = tuple[str, str]  # (model, region)
+
+
+def fleet_capacity(fleet: Fleet) -> dict[Pool, int]:
+    """GPUs of each (model, region) in the fleet."""
+    capacity: dict[Pool, int] = {}
+    for node in fleet.nodes:
+        if node.gpu_count:
+            key = (node.gpu_model, node.region)
+            capacity[key] = capacity.get(key, 0) + node.gpu_count
+    return capacity
+
+
+def check_contract(
+    new: Contract,
+    existing: Iterable[Contract],
+    fleet_capacity: Mapping[Pool, int],
+    maintenance: Iterable[Maintenance] = (),
+) -> None:
+    """Raise ContractError unless the fleet can honour `new` beside `existing` at every instant of it."""
+    if new.gpus < 1:
+        raise ContractError(f"contract {new.id}: gpus must be 1 or more, not {new.gpus}")
+    if not new.start_s < new.end_s:
+        raise ContractError(f"contract {new.id}: the window must end after it starts")
+    pool = (new.model, new.region)
+    capacity = fleet_capacity.get(pool, 0)
+    others = [c for c in existing if (c.model, c.region) == pool and c.overlaps(new.start_s, new.end_s)]
+    down = [m for m in maintenance if (m.model, m.region) == pool and _overlap(m, new)]
+    # what is booked or down only rises at a start: checking each start in the window covers every instant
+    instants = sorted({new.start_s, *(c.start_s for c in others), *(m.start_s for m in down)})
+    for t in (t for t in instants if new.start_s <= t < new.end_s):
+        booked = sum(c.gpus for c in others if c.open_at(t))
+        out = sum(m.gpus for m in down if m.start_s <= t < m.end_s)
+        if booked + new.gpus > capacity - out:
+            raise ContractError(
+                f"contract {new.id}: {new.gpus} x {new.model} in {new.region} at {t:.0f} would overbook: "
+                f"capacity {capacity} GPUs, {out} in maintenance, {booked} already contracted"
+            )
+
+
+def transfer(contract: Contract, tenant: str, now: float) -> Contract:
+    """The contract held by `tenant` from now on; refused once the window has closed."""
+    if now >= contract.end_s:
+        raise ContractError(f"contract {contract.id} ended at {contract.end_s:.0f}; nothing to transfer")
+    if not tenant or tenant == contract.tenant:
+        raise ContractError(f"contract {contract.id}: transfer to a different tenant, not {tenant!r}")
+    return replace(contract, tenant=tenant)
+
+
+@dataclass(slots=True)
+class Holds:
+    """Open contracts at one instant: what each has claimed, and the capacity still held for it."""
+
+    contracts: list[Contract]
+    claimed: dict[str, float]  # contract id -> GPUs its holder uses under it
+    pool_of_node: Mapping[str, Pool]
+
+    def claim(self, request: Request) -> tuple[Request, Contract | None]:
+        """The request as admission sees it: `reserved` when an open contract of its tenant covers it."""
+        gpus = request.gpus_per_node * request.node_count
+        for contract in self.contracts:
+            if contract.tenant != request.tenant or not _wants(request, contract):
+                continue
+            if self.claimed[contract.id] + gpus <= contract.gpus + 1e-9:
+                return replace(request, tier=Tier.RESERVED), contract
+        return request, None
+
+    def book(self, contract: Contract, gpus: float) -> None:
+        self.claimed[contract.id] += gpus
+
+    def held(self) -> dict[Pool, float]:
+        """GPUs held back per pool: the unclaimed part of every open contract."""
+        held: dict[Pool, float] = {}
+        for c in self.contracts:
+            key = (c.model, c.region)
+            held[key] = held.get(key, 0.0) + max(0.0, c.gpus - self.claimed[c.id])
+        return held
+
+
+def open_holds(
+    contracts: Iterable[Contract],
+    now: float,
+    holding: Sequence[tuple[Request, Sequence[str]]],
+    pool_of_node: Mapping[str, Pool],
+) -> Holds:
+    """Holds at `now`; `holding` lists running rentals (request, node names) that count as claims."""
+    open_now = sorted((c for c in contracts if c.open_at(now)), key=lambda c: (c.start_s, c.id))
+    holds = Holds(open_now, {c.id: 0.0 for c in open_now}, pool_of_node)
+    for request, nodes in holding:
+        pools = {pool_of_node.get(n) for n in nodes}
+        for contract in open_now:
+            if contract.tenant == request.tenant and pools == {(contract.model, contract.region)}:
+                gpus = request.gpus_per_node * request.node_count
+                if holds.claimed[contract.id] + gpus <= contract.gpus + 1e-9:
+                    holds.book(contract, gpus)
+                    break
+    return holds
+
+
+def _overlap(down: Maintenance, contract: Contract) -> bool:
+    return down.start_s < contract.end_s and contract.start_s < down.end_s
+
+
+def _wants(request: Request, contract: Contract) -> bool:
+    """The request can only land in the contract's pool: it names the model and allows the region."""
+    models = {m.casefold() for m in request.selector.models}
+    regions = request.constraints.regions
+    return models == {contract.model.casefold()} and (not regions or regions == {contract.region})

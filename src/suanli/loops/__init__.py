@@ -1,0 +1,1 @@
+"""Periodic drivers inside the server (leader only): the scheduler cycle."""

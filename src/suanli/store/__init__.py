@@ -1,0 +1,1 @@
+"""Persistence: SQLAlchemy rows, repositories implementing the app ports, Alembic migrations, leader lock."""

@@ -1,0 +1,387 @@
+"""Repositories implementing `suanli.app.ports` on one SQLAlchemy session, and their unit of work."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict
+from datetime import datetime
+from types import TracebackType
+from typing import Any
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+from suanli.app.errors import BookingConflict, Duplicate
+from suanli.app.records import (
+    ApiKey,
+    Booking,
+    ContractRecord,
+    FleetDocument,
+    Rental,
+    RentalEvent,
+    RentalSpec,
+    Tenant,
+)
+from suanli.domain.plan import NodeAllocation, Slice
+from suanli.store.rows import (
+    AllocationRow,
+    ApiKeyRow,
+    BookingRow,
+    ContractRow,
+    FleetDocumentRow,
+    NodeRow,
+    RentalEventRow,
+    RentalRow,
+    SliceRow,
+    TenantRow,
+)
+
+
+class SqlTenants:
+    def __init__(self, session: Session) -> None:
+        self.s = session
+
+    def add(self, tenant: Tenant) -> None:
+        self.s.add(TenantRow(id=tenant.id, name=tenant.name, role=tenant.role, created_at=tenant.created_at))
+        self.s.flush()
+
+    def get(self, tenant_id: str) -> Tenant | None:
+        row = self.s.get(TenantRow, tenant_id)
+        return None if row is None else _tenant(row)
+
+    def list(self) -> list[Tenant]:
+        return [
+            _tenant(r) for r in self.s.scalars(select(TenantRow).order_by(TenantRow.created_at, TenantRow.id))
+        ]
+
+    def has_admin(self) -> bool:
+        return self.s.scalar(select(func.count()).select_from(TenantRow).where(TenantRow.role == "admin")) > 0
+
+
+class SqlKeys:
+    def __init__(self, session: Session) -> None:
+        self.s = session
+
+    def add(self, key: ApiKey) -> None:
+        self.s.add(
+            ApiKeyRow(
+                id=key.id,
+                tenant_id=key.tenant_id,
+                label=key.label,
+                secret_sha256=key.secret_sha256,
+                created_at=key.created_at,
+                revoked=key.revoked,
+            )
+        )
+        self.s.flush()
+
+    def get(self, key_id: str) -> ApiKey | None:
+        row = self.s.get(ApiKeyRow, key_id)
+        return None if row is None else _key(row)
+
+    def by_digest(self, secret_sha256: str) -> ApiKey | None:
+        row = self.s.scalar(select(ApiKeyRow).where(ApiKeyRow.secret_sha256 == secret_sha256))
+        return None if row is None else _key(row)
+
+    def list_for(self, tenant_id: str) -> list[ApiKey]:
+        rows = self.s.scalars(
+            select(ApiKeyRow).where(ApiKeyRow.tenant_id == tenant_id).order_by(ApiKeyRow.created_at)
+        )
+        return [_key(r) for r in rows]
+
+    def revoke(self, key_id: str) -> None:
+        self.s.execute(update(ApiKeyRow).where(ApiKeyRow.id == key_id).values(revoked=True))
+
+
+class SqlFleet:
+    def __init__(self, session: Session) -> None:
+        self.s = session
+
+    def current(self) -> FleetDocument | None:
+        row = self.s.scalar(select(FleetDocumentRow).order_by(FleetDocumentRow.version.desc()).limit(1))
+        return None if row is None else FleetDocument(row.version, row.toml, row.updated_at)
+
+    def put(self, toml: str, node_names: Sequence[str], now: datetime) -> FleetDocument:
+        row = FleetDocumentRow(toml=toml, updated_at=now)
+        self.s.add(row)
+        known = set(self.s.scalars(select(NodeRow.name)))
+        wanted = set(node_names)
+        if known - wanted:
+            self.s.execute(delete(NodeRow).where(NodeRow.name.in_(sorted(known - wanted))))
+        self.s.add_all(NodeRow(name=name, schedulable=True) for name in sorted(wanted - known))
+        self.s.flush()
+        return FleetDocument(row.version, toml, now)
+
+    def cordoned(self) -> set[str]:
+        return set(self.s.scalars(select(NodeRow.name).where(NodeRow.schedulable.is_(False))))
+
+    def set_schedulable(self, node: str, schedulable: bool) -> bool:
+        result = self.s.execute(update(NodeRow).where(NodeRow.name == node).values(schedulable=schedulable))
+        return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+class SqlRentals:
+    def __init__(self, session: Session) -> None:
+        self.s = session
+
+    def add(self, rental: Rental) -> None:
+        self.s.add(
+            RentalRow(
+                id=rental.id,
+                tenant_id=rental.tenant_id,
+                state=rental.state,
+                spec=_spec_json(rental.spec),
+                created_at=rental.created_at,
+                pending_reason=rental.pending_reason,
+                price_micros_per_hour=rental.price_micros_per_hour,
+                idempotency_key=rental.idempotency_key,
+                fingerprint=rental.fingerprint,
+            )
+        )
+        try:
+            self.s.flush()
+        except IntegrityError as error:
+            raise Duplicate("idempotency key already used", field="Idempotency-Key") from error
+
+    def get(self, rental_id: str) -> Rental | None:
+        row = self.s.get(RentalRow, rental_id)
+        return None if row is None else _rental(row)
+
+    def by_idempotency_key(self, tenant_id: str, key: str) -> Rental | None:
+        row = self.s.scalar(
+            select(RentalRow).where(RentalRow.tenant_id == tenant_id, RentalRow.idempotency_key == key)
+        )
+        return None if row is None else _rental(row)
+
+    def list(self, tenant_id: str | None, limit: int) -> list[Rental]:
+        query = select(RentalRow).order_by(RentalRow.created_at.desc(), RentalRow.id).limit(limit)
+        if tenant_id is not None:
+            query = query.where(RentalRow.tenant_id == tenant_id)
+        return [_rental(r) for r in self.s.scalars(query)]
+
+    def pending(self) -> list[Rental]:
+        query = (
+            select(RentalRow).where(RentalRow.state == "pending").order_by(RentalRow.created_at, RentalRow.id)
+        )
+        return [_rental(r) for r in self.s.scalars(query)]
+
+    def live_ids(self) -> set[str]:
+        return set(self.s.scalars(select(AllocationRow.rental_id).where(AllocationRow.released.is_(False))))
+
+    def set_state(self, rental_id: str, state: str, *, expect: Sequence[str], reason: str | None) -> bool:
+        result = self.s.execute(
+            update(RentalRow)
+            .where(RentalRow.id == rental_id, RentalRow.state.in_(list(expect)))
+            .values(state=state, pending_reason=None if reason is None else str(reason))
+        )
+        return bool(result.rowcount)  # type: ignore[attr-defined]
+
+    def update_spec(self, rental_id: str, rental: Rental) -> None:
+        self.s.execute(
+            update(RentalRow).where(RentalRow.id == rental_id).values(spec=_spec_json(rental.spec))
+        )
+
+    def set_price(self, rental_id: str, price_micros_per_hour: int) -> None:
+        self.s.execute(
+            update(RentalRow)
+            .where(RentalRow.id == rental_id)
+            .values(price_micros_per_hour=price_micros_per_hour)
+        )
+
+    def add_event(self, rental_id: str, event: RentalEvent) -> None:
+        self.s.add(
+            RentalEventRow(
+                rental_id=rental_id,
+                at=event.at,
+                kind=event.kind,
+                reason=None if event.reason is None else str(event.reason),
+                message=event.message,
+            )
+        )
+
+    def events(self, rental_id: str) -> list[RentalEvent]:
+        rows = self.s.scalars(
+            select(RentalEventRow).where(RentalEventRow.rental_id == rental_id).order_by(RentalEventRow.id)
+        )
+        return [RentalEvent(r.at, r.kind, r.reason, r.message) for r in rows]
+
+    def allocation(self, rental_id: str) -> list[NodeAllocation]:
+        return self._allocations(AllocationRow.rental_id == rental_id).get(rental_id, [])
+
+    def live_allocations(self) -> dict[str, list[NodeAllocation]]:
+        return self._allocations(None)
+
+    def _allocations(self, where: Any) -> dict[str, list[NodeAllocation]]:
+        condition = AllocationRow.released.is_(False)
+        if where is not None:
+            condition = condition & where
+        rows = self.s.execute(
+            select(AllocationRow, SliceRow)
+            .outerjoin(SliceRow, SliceRow.allocation_id == AllocationRow.id)
+            .where(condition)
+            .order_by(AllocationRow.rental_id, AllocationRow.ordinal, SliceRow.ordinal)
+        ).all()
+        grouped: dict[str, dict[int, tuple[AllocationRow, list[Slice]]]] = {}
+        for allocation, piece in rows:
+            entry = grouped.setdefault(allocation.rental_id, {}).setdefault(allocation.id, (allocation, []))
+            if piece is not None:
+                entry[1].append(
+                    Slice(piece.gpu_index, piece.milli, piece.memory_mib, piece.mig_profile, piece.mig_start)
+                )
+        return {
+            rental_id: [
+                NodeAllocation(a.node, a.cpu_milli, a.memory_mib, tuple(s)) for a, s in by_id.values()
+            ]
+            for rental_id, by_id in grouped.items()
+        }
+
+    def booked_slots(self, node: str, gpu_index: int) -> set[int]:
+        query = select(BookingRow.slot).where(BookingRow.node == node, BookingRow.gpu_index == gpu_index)
+        return set(self.s.scalars(query))
+
+    def book(self, rental_id: str, allocation: Sequence[NodeAllocation], bookings: Sequence[Booking]) -> None:
+        ids: dict[str, int] = {}
+        for ordinal, node_allocation in enumerate(allocation):
+            row = AllocationRow(
+                rental_id=rental_id,
+                ordinal=ordinal,
+                node=node_allocation.node,
+                cpu_milli=node_allocation.cpu_milli,
+                memory_mib=node_allocation.memory_mib,
+                released=False,
+            )
+            self.s.add(row)
+            self.s.flush()
+            ids[node_allocation.node] = row.id
+            self.s.add_all(
+                SliceRow(
+                    allocation_id=row.id,
+                    ordinal=i,
+                    gpu_index=p.gpu_index,
+                    milli=p.milli,
+                    memory_mib=p.memory_mib,
+                    mig_profile=p.mig_profile,
+                    mig_start=p.mig_start,
+                )
+                for i, p in enumerate(node_allocation.slices)
+            )
+        self.s.add_all(
+            BookingRow(
+                node=b.node,
+                gpu_index=b.gpu_index,
+                slot=b.slot,
+                rental_id=rental_id,
+                allocation_id=ids[b.node],
+            )
+            for b in bookings
+        )
+        try:
+            self.s.flush()
+        except IntegrityError as error:
+            raise BookingConflict(f"a slice of rental {rental_id} is already booked") from error
+
+    def release(self, rental_id: str, nodes: Sequence[str] | None = None) -> None:
+        bookings = delete(BookingRow).where(BookingRow.rental_id == rental_id)
+        allocations = update(AllocationRow).where(AllocationRow.rental_id == rental_id)
+        if nodes is not None:
+            bookings = bookings.where(BookingRow.node.in_(list(nodes)))
+            allocations = allocations.where(AllocationRow.node.in_(list(nodes)))
+        self.s.execute(bookings)
+        self.s.execute(allocations.values(released=True))
+
+
+class SqlContracts:
+    def __init__(self, session: Session) -> None:
+        self.s = session
+
+    def add(self, contract: ContractRecord) -> None:
+        self.s.add(ContractRow(**asdict(contract)))
+        self.s.flush()
+
+    def get(self, contract_id: str) -> ContractRecord | None:
+        row = self.s.get(ContractRow, contract_id)
+        return None if row is None else _contract(row)
+
+    def list(self, tenant_id: str | None) -> list[ContractRecord]:
+        query = select(ContractRow).order_by(ContractRow.created_at, ContractRow.id)
+        if tenant_id is not None:
+            query = query.where(ContractRow.tenant_id == tenant_id)
+        return [_contract(r) for r in self.s.scalars(query)]
+
+    def set_tenant(self, contract_id: str, tenant_id: str) -> None:
+        self.s.execute(update(ContractRow).where(ContractRow.id == contract_id).values(tenant_id=tenant_id))
+
+
+class SqlUnitOfWork:
+    """One session, one transaction: `commit()` keeps the work, leaving without it rolls back."""
+
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
+        self.sessions = sessions
+
+    def __enter__(self) -> SqlUnitOfWork:
+        self.session = self.sessions()
+        self.tenants = SqlTenants(self.session)
+        self.keys = SqlKeys(self.session)
+        self.fleet = SqlFleet(self.session)
+        self.rentals = SqlRentals(self.session)
+        self.contracts = SqlContracts(self.session)
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.session.rollback()
+        self.session.close()
+
+    def commit(self) -> None:
+        try:
+            self.session.commit()
+        except IntegrityError as error:
+            raise BookingConflict("the database refused the change (a unique key is taken)") from error
+
+
+def _tenant(row: TenantRow) -> Tenant:
+    return Tenant(row.id, row.name, row.role, row.created_at)
+
+
+def _key(row: ApiKeyRow) -> ApiKey:
+    return ApiKey(row.id, row.tenant_id, row.label, row.secret_sha256, row.created_at, row.revoked)
+
+
+def _spec_json(spec: RentalSpec) -> dict[str, Any]:
+    data = asdict(spec)
+    for name in ("regions", "jurisdictions", "providers", "command"):
+        data[name] = list(data[name])
+    data["labels"], data["env"] = dict(spec.labels), dict(spec.env)
+    return data
+
+
+def _rental(row: RentalRow) -> Rental:
+    data = dict(row.spec)
+    for name in ("regions", "jurisdictions", "providers", "command"):
+        data[name] = tuple(data.get(name, ()))
+    return Rental(
+        row.id,
+        row.tenant_id,
+        row.state,
+        RentalSpec(**data),
+        row.created_at,
+        row.pending_reason,
+        row.price_micros_per_hour,
+        row.idempotency_key,
+        row.fingerprint,
+    )
+
+
+def _contract(row: ContractRow) -> ContractRecord:
+    return ContractRecord(
+        row.id,
+        row.tenant_id,
+        row.gpu_model,
+        row.count,
+        row.region,
+        row.starts_at,
+        row.ends_at,
+        row.created_at,
+    )

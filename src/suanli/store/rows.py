@@ -1,0 +1,148 @@
+"""Database rows (SQLAlchemy 2 typed mappings). `BookingRow`'s primary key (node, gpu_index, slot) makes a
+double booking of a slice position impossible, whichever process writes it."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC on the way out, on SQLite (which drops the zone) as on PostgreSQL."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class TenantRow(Base):
+    __tablename__ = "tenants"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    name: Mapped[str] = mapped_column(String(100))
+    role: Mapped[str] = mapped_column(String(16), index=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+
+
+class ApiKeyRow(Base):
+    __tablename__ = "api_keys"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
+    label: Mapped[str] = mapped_column(String(100))
+    secret_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    revoked: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class FleetDocumentRow(Base):
+    __tablename__ = "fleet_documents"
+    version: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    toml: Mapped[str] = mapped_column(Text)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime())
+
+
+class NodeRow(Base):
+    __tablename__ = "nodes"
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    schedulable: Mapped[bool] = mapped_column(Boolean, default=True)
+
+
+class RentalRow(Base):
+    __tablename__ = "rentals"
+    __table_args__ = (
+        UniqueConstraint("tenant_id", "idempotency_key", name="uq_rentals_tenant_idempotency_key"),
+        Index("ix_rentals_state_created", "state", "created_at"),
+    )
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
+    state: Mapped[str] = mapped_column(String(16))
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    pending_reason: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    price_micros_per_hour: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    idempotency_key: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    fingerprint: Mapped[str] = mapped_column(String(64), default="")
+
+
+class RentalEventRow(Base):
+    __tablename__ = "rental_events"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    rental_id: Mapped[str] = mapped_column(ForeignKey("rentals.id"), index=True)
+    at: Mapped[datetime] = mapped_column(UtcDateTime())
+    kind: Mapped[str] = mapped_column(String(40))
+    reason: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    message: Mapped[str] = mapped_column(Text, default="")
+
+
+class AllocationRow(Base):
+    __tablename__ = "allocations"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    rental_id: Mapped[str] = mapped_column(ForeignKey("rentals.id"), index=True)
+    ordinal: Mapped[int] = mapped_column(Integer)
+    node: Mapped[str] = mapped_column(String(200))
+    cpu_milli: Mapped[int] = mapped_column(Integer)
+    memory_mib: Mapped[int] = mapped_column(Integer)
+    released: Mapped[bool] = mapped_column(Boolean, default=False, index=True)
+
+
+class SliceRow(Base):
+    __tablename__ = "slices"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    allocation_id: Mapped[int] = mapped_column(ForeignKey("allocations.id"), index=True)
+    ordinal: Mapped[int] = mapped_column(Integer)
+    gpu_index: Mapped[int] = mapped_column(Integer)
+    milli: Mapped[int] = mapped_column(Integer)
+    memory_mib: Mapped[int] = mapped_column(Integer)
+    mig_profile: Mapped[str | None] = mapped_column(String(20), nullable=True)
+    mig_start: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+
+class BookingRow(Base):
+    """One booked slice position; see `suanli.app.booking` for what each GPU mode books."""
+
+    __tablename__ = "bookings"
+    node: Mapped[str] = mapped_column(String(200), primary_key=True)
+    gpu_index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    slot: Mapped[int] = mapped_column(Integer, primary_key=True)
+    rental_id: Mapped[str] = mapped_column(ForeignKey("rentals.id"), index=True)
+    allocation_id: Mapped[int] = mapped_column(ForeignKey("allocations.id"), index=True)
+
+
+class ContractRow(Base):
+    __tablename__ = "contracts"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
+    gpu_model: Mapped[str] = mapped_column(String(60))
+    count: Mapped[int] = mapped_column(Integer)
+    region: Mapped[str] = mapped_column(String(100))
+    starts_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    ends_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())

@@ -1,0 +1,58 @@
+"""The real app through TestClient, on SQLite and PostgreSQL, with the example fleet loaded."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from suanli.api.app import create_app
+from suanli.config import Settings
+
+ADMIN_KEY = "sk_admin_bootstrap_for_tests"
+ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
+FLEET = (Path(__file__).resolve().parents[2] / "examples" / "fleet.toml").read_text()
+
+
+@pytest.fixture
+def client(database_url: str) -> Iterator[TestClient]:
+    settings = Settings(database_url=database_url, bootstrap_admin_key=ADMIN_KEY, scheduler_interval_s=0.05)
+    with TestClient(create_app(settings)) as client:
+        response = client.put(
+            "/v1/fleet", content=FLEET, headers={**ADMIN, "Content-Type": "application/toml"}
+        )
+        assert response.status_code == 200, response.text
+        yield client
+
+
+@pytest.fixture
+def tenant(client: TestClient) -> Callable[[str], tuple[str, dict[str, str]]]:
+    """Make a tenant; returns its id and auth headers."""
+
+    def make(name: str) -> tuple[str, dict[str, str]]:
+        tenant_id = client.post("/v1/tenants", json={"name": name}, headers=ADMIN).json()["id"]
+        secret = client.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()[
+            "secret"
+        ]
+        return tenant_id, {"Authorization": f"Bearer {secret}"}
+
+    return make
+
+
+def wait_for(
+    client: TestClient, rental_id: str, headers: dict[str, str], state: str, reason: str = ""
+) -> dict:
+    """Poll until the rental reaches `state` (or, pending, carries `reason`); give up after 10 s."""
+    deadline = time.monotonic() + 10
+    while True:
+        body = client.get(f"/v1/rentals/{rental_id}", headers=headers).json()
+        if (
+            body["state"] == state
+            or (reason and body["pending_reason"] == reason)
+            or time.monotonic() > deadline
+        ):
+            return body
+        time.sleep(0.02)

@@ -1,0 +1,162 @@
+"""The API end to end on SQLite and PostgreSQL: tenant isolation, idempotency, errors that name the field."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from conftest import ADMIN, wait_for
+
+CONTRACT = {
+    "gpu_model": "H100-SXM-80GB",
+    "count": 8,
+    "region": "cn-north",
+    "starts_at": "2030-01-01T00:00:00Z",
+    "ends_at": "2030-02-01T00:00:00Z",
+}
+
+
+def test_a_rental_is_placed_priced_and_stopped(client: TestClient, tenant) -> None:
+    _, alice = tenant("alice")
+    rental = client.post(
+        "/v1/rentals", json={"gpu_model": "H100", "gpus": 8, "nodes": 2}, headers=alice
+    ).json()
+    placed = wait_for(client, rental["id"], alice, "placed")
+    assert placed["state"] == "placed"
+    assert len(placed["allocation"]) == 2 and placed["price_micros_per_hour"] == 16 * 2_990_000
+    assert [e["kind"] for e in placed["events"]] == ["created", "placed"]
+    waiting = client.post("/v1/rentals", json={"gpu_model": "B200", "gpus": 1}, headers=alice).json()
+    pending = wait_for(client, waiting["id"], alice, "placed", "no_matching_gpu")
+    assert pending["pending_reason"] == "no_matching_gpu"
+    assert pending["events"][-1]["reason"] == "no_matching_gpu"
+    stopped = client.post(f"/v1/rentals/{rental['id']}/stop", headers=alice).json()
+    assert stopped["state"] == "stopped" and stopped["events"][-1]["kind"] == "stopped"
+    metrics = client.get("/metrics").text
+    assert "suanli_gpus" in metrics and "suanli_decision_seconds_count" in metrics
+
+
+def test_another_tenant_sees_and_changes_nothing(client: TestClient, tenant) -> None:
+    alice_id, alice = tenant("alice")
+    bob_id, bob = tenant("bob")
+    rental = client.post("/v1/rentals", json={"gpus": 1}, headers=alice).json()
+    wait_for(client, rental["id"], alice, "placed")
+    contract = client.post("/v1/contracts", json=CONTRACT, headers=alice).json()
+    key = client.post(f"/v1/tenants/{alice_id}/keys", json={"label": "second"}, headers=alice).json()
+    before = {
+        "rental": client.get(f"/v1/rentals/{rental['id']}", headers=alice).json(),
+        "contract": client.get(f"/v1/contracts/{contract['id']}", headers=alice).json(),
+        "keys": client.get(f"/v1/tenants/{alice_id}/keys", headers=alice).json(),
+    }
+    rid, cid, kid = rental["id"], contract["id"], key["id"]
+    attempts = [
+        ("GET", f"/v1/rentals/{rid}", None, 404),
+        ("POST", f"/v1/rentals/{rid}/stop", None, 404),
+        ("PATCH", f"/v1/rentals/{rid}", {"nodes": 1}, 404),
+        ("GET", f"/v1/contracts/{cid}", None, 404),
+        ("POST", f"/v1/contracts/{cid}/transfer", {"to_tenant_id": bob_id}, 404),
+        ("GET", f"/v1/tenants/{alice_id}", None, 404),
+        ("GET", f"/v1/tenants/{alice_id}/keys", None, 404),
+        ("POST", f"/v1/tenants/{alice_id}/keys", {"label": "steal"}, 404),
+        ("DELETE", f"/v1/tenants/{alice_id}/keys/{kid}", None, 404),
+        ("POST", "/v1/contracts", {**CONTRACT, "tenant_id": alice_id}, 403),
+        ("POST", "/v1/tenants", {"name": "mallory", "role": "admin"}, 403),
+        ("PUT", "/v1/fleet", None, 403),
+        ("GET", "/v1/nodes", None, 403),
+        ("POST", "/v1/nodes/h100-a-01/drain", None, 403),
+        ("POST", "/v1/nodes/h100-a-01/undrain", None, 403),
+    ]
+    secrets = {alice_id, rid, cid, kid}
+    for method, path, body, status in attempts:
+        response = client.request(method, path, json=body, headers=bob)
+        assert response.status_code == status, (method, path, response.text)
+        assert set(response.json()) == {"error"}
+        assert not any(s in response.json()["error"]["message"] for s in secrets - {rid, cid, alice_id}), path
+    for path in ("/v1/rentals", "/v1/contracts", "/v1/tenants"):
+        listed = client.get(path, headers=bob).json()
+        assert all(alice_id not in str(item) and rid not in str(item) for item in listed), path
+    assert client.get("/v1/me", headers=bob).json()["tenant"]["id"] == bob_id
+    after = {
+        "rental": client.get(f"/v1/rentals/{rid}", headers=alice).json(),
+        "contract": client.get(f"/v1/contracts/{cid}", headers=alice).json(),
+        "keys": client.get(f"/v1/tenants/{alice_id}/keys", headers=alice).json(),
+    }
+    assert after == before
+    # admin sees all
+    assert client.get(f"/v1/rentals/{rid}", headers=ADMIN).status_code == 200
+
+
+def test_the_same_idempotency_key_returns_the_same_rental(client: TestClient, tenant) -> None:
+    _, alice = tenant("alice")
+    _, bob = tenant("bob")
+    body = {"gpu_model": "A100-80GB", "mig_profile": "3g.40gb"}
+    first = client.post("/v1/rentals", json=body, headers={**alice, "Idempotency-Key": "job-7"})
+    again = client.post("/v1/rentals", json=body, headers={**alice, "Idempotency-Key": "job-7"})
+    assert first.status_code == 201 and again.status_code == 200
+    assert again.json()["id"] == first.json()["id"]
+    assert len(client.get("/v1/rentals", headers=alice).json()) == 1
+    other = client.post(
+        "/v1/rentals", json={**body, "nodes": 2}, headers={**alice, "Idempotency-Key": "job-7"}
+    )
+    assert other.status_code == 409 and other.json()["error"]["field"] == "Idempotency-Key"
+    bobs = client.post("/v1/rentals", json=body, headers={**bob, "Idempotency-Key": "job-7"})
+    assert bobs.status_code == 201 and bobs.json()["id"] != first.json()["id"]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/v1/rentals", {"gpus": "eight"}, "gpus"),
+        ("/v1/rentals", {"gpus": 100}, "gpus"),
+        ("/v1/rentals", {"tier": "gold"}, "tier"),
+        ("/v1/rentals", {"gpu_model": "H900"}, "gpu_model"),
+        ("/v1/rentals", {"share_milli": 255}, "share_milli"),
+        ("/v1/rentals", {"mig_profile": "3g.40gb", "share_milli": 200}, "share_milli"),
+        ("/v1/rentals", {"gpu_model": "A100-80GB", "mig_profile": "9g.99gb"}, "mig_profile"),
+        ("/v1/rentals", {"bid_micros_per_gpu_hour": 5}, "bid_micros_per_gpu_hour"),
+        ("/v1/rentals", {"surprise": 1}, "surprise"),
+        ("/v1/contracts", {**CONTRACT, "ends_at": "2029-01-01T00:00:00Z"}, "ends_at"),
+        ("/v1/contracts", {**CONTRACT, "region": "mars"}, "region"),
+        ("/v1/contracts", {**CONTRACT, "count": 10_000}, "count"),
+    ],
+    ids=lambda v: str(v)[:30],
+)
+def test_bad_input_is_4xx_and_names_the_field(client: TestClient, tenant, path, body, field) -> None:
+    _, alice = tenant("alice")
+    response = client.post(path, json=body, headers=alice)
+    assert 400 <= response.status_code < 500, response.text
+    assert response.json()["error"]["field"] == field
+
+
+def test_offer_queries_filter_and_point_at_bad_tokens(client: TestClient, tenant) -> None:
+    _, alice = tenant("alice")
+    offers = client.get(
+        "/v1/offers", params={"q": "gpu=H100 count>=8 region=cn tier=spot interconnect=ib"}, headers=alice
+    )
+    assert offers.status_code == 200
+    assert [(o["gpu_model"], o["tier"], o["free_gpus"]) for o in offers.json()] == [
+        ("H100-SXM-80GB", "spot", 64)
+    ]
+    assert client.get("/v1/offers", params={"q": "price<0.01"}, headers=alice).json() == []
+    bad = client.get("/v1/offers", params={"q": "gpu=H100 count>=eight"}, headers=alice)
+    assert bad.status_code == 400 and bad.json()["error"]["field"] == "q"
+    assert "column 10" in bad.json()["error"]["message"] and "count>=eight" in bad.json()["error"]["message"]
+
+
+def test_drain_keeps_new_rentals_off_a_node(client: TestClient, tenant) -> None:
+    _, alice = tenant("alice")
+    nodes = [n["name"] for n in client.get("/v1/nodes", headers=ADMIN).json() if n["gpu_model"] == "L40S"]
+    for name in nodes:
+        assert client.post(f"/v1/nodes/{name}/drain", headers=ADMIN).json()["schedulable"] is False
+    rental = client.post("/v1/rentals", json={"gpu_model": "L40S", "gpus": 1}, headers=alice).json()
+    assert wait_for(client, rental["id"], alice, "placed", "no_capacity")["pending_reason"] == "no_capacity"
+    client.post(f"/v1/nodes/{nodes[0]}/undrain", headers=ADMIN)
+    assert wait_for(client, rental["id"], alice, "placed")["allocation"][0]["node"] == nodes[0]
+
+
+def test_unauthenticated_and_revoked_keys_get_401(client: TestClient, tenant) -> None:
+    alice_id, alice = tenant("alice")
+    assert client.get("/v1/me").status_code == 401
+    key_id = client.get("/v1/me", headers=alice).json()["key_id"]
+    client.delete(f"/v1/tenants/{alice_id}/keys/{key_id}", headers=ADMIN)
+    response = client.get("/v1/me", headers=alice)
+    assert response.status_code == 401 and response.json()["error"]["code"] == "unauthorized"

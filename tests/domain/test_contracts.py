@@ -1,0 +1,173 @@
+"""Compute futures: overbooking is refused; an open contract's holder gets its capacity within the notice
+period even when spot filled the fleet; held capacity is kept from on-demand; spot floors give notice."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from suanli.domain.catalog_data import CATALOG
+from suanli.domain.contracts import Contract, Maintenance, check_contract, fleet_capacity, transfer
+from suanli.domain.errors import ContractError
+from suanli.domain.inventory import Fleet, GpuMode, Node, Region
+from suanli.domain.plan import Placement, Reason
+from suanli.domain.policies import BestFitPolicy
+from suanli.domain.preemption import SPOT_FLOOR, PreemptionConfig, Running, below_floor
+from suanli.domain.queueing import Gates, Mode, Order, QueueConfig, admit
+from suanli.domain.request import GpuSelector, Request, Tier, WholeGpus
+from suanli.domain.scheduler import place
+from suanli.domain.snapshot import Snapshot
+
+MODEL = "H100-SXM-80GB"
+REGION = Region("r", "US", 400.0, 1.2)
+POLICY = BestFitPolicy()
+CONFIG = QueueConfig(mode=Mode.BACKFILL, order=Order.PRIORITY, preemption=PreemptionConfig())
+SELECT = GpuSelector(models=frozenset({MODEL}))
+
+
+def fleet_of(nodes: int, gpus: int = 8) -> Fleet:
+    return Fleet(
+        {"r": REGION},
+        tuple(
+            Node(f"n{i}", "r", ("r", "z", "p", "l"), 64_000, 512_000, MODEL, gpus, GpuMode.WHOLE)
+            for i in range(nodes)
+        ),
+    )
+
+
+def contract(cid: str, gpus: int, start: float, end: float, tenant: str = "acme") -> Contract:
+    return Contract(cid, tenant, MODEL, "r", gpus, start, end)
+
+
+def ask(rid: str, gpus: int, tenant: str = "acme", tier: Tier = Tier.ON_DEMAND, at: float = 0.0, bid=None):
+    return Request(
+        rid,
+        WholeGpus(gpus),
+        selector=SELECT,
+        tenant=tenant,
+        tier=tier,
+        submitted_at_s=at,
+        bid_micros_per_hour=bid,
+    )
+
+
+def run(snapshot: Snapshot, request: Request, at: float = 0.0) -> Running:
+    placement = place(snapshot, request, POLICY)
+    assert isinstance(placement, Placement)
+    return Running(request, placement, at)
+
+
+CAPACITY = fleet_capacity(fleet_of(4))  # 32 GPUs
+
+
+@pytest.mark.parametrize(
+    ("new", "existing", "down", "ok"),
+    [
+        pytest.param(contract("n", 32, 0, 10), [], [], True, id="whole-fleet"),
+        pytest.param(contract("n", 33, 0, 10), [], [], False, id="more-than-the-fleet"),
+        pytest.param(contract("n", 16, 5, 15), [contract("a", 16, 0, 10)], [], True, id="fits-beside"),
+        pytest.param(contract("n", 17, 5, 15), [contract("a", 16, 0, 10)], [], False, id="overlap-overbooks"),
+        pytest.param(contract("n", 32, 10, 20), [contract("a", 32, 0, 10)], [], True, id="back-to-back"),
+        pytest.param(
+            contract("n", 30, 0, 10), [], [Maintenance("n0", MODEL, "r", 8, 8, 9)], False, id="maintenance"
+        ),
+        pytest.param(
+            contract("n", 24, 0, 10),
+            [],
+            [Maintenance("n0", MODEL, "r", 8, 8, 9)],
+            True,
+            id="maintenance-fits",
+        ),
+        pytest.param(
+            contract("n", 8, 12, 14),
+            [contract("a", 16, 0, 20), contract("b", 16, 13, 30)],
+            [],
+            False,
+            id="peak-inside-window",
+        ),
+    ],
+)
+def test_admission_refuses_overbooking(new, existing, down, ok):
+    if ok:
+        check_contract(new, existing, CAPACITY, down)
+    else:
+        with pytest.raises(ContractError, match="would overbook"):
+            check_contract(new, existing, CAPACITY, down)
+
+
+@settings(max_examples=60, deadline=None)
+@given(windows=st.lists(st.tuples(st.integers(0, 20), st.integers(1, 10), st.integers(1, 16)), max_size=8))
+def test_admitted_contracts_never_exceed_capacity_at_any_instant(windows):
+    admitted: list[Contract] = []
+    for i, (start, length, gpus) in enumerate(windows):
+        new = contract(f"c{i}", gpus, start, start + length)
+        try:
+            check_contract(new, admitted, CAPACITY)
+        except ContractError:
+            continue
+        admitted.append(new)
+    for t in range(0, 31):
+        assert sum(c.gpus for c in admitted if c.open_at(t)) <= 32
+
+
+def test_transfer_moves_the_contract_until_it_ends():
+    c = contract("c", 8, 0, 100)
+    assert transfer(c, "beta", 50).tenant == "beta"
+    with pytest.raises(ContractError):
+        transfer(c, "beta", 100)
+
+
+def test_holder_gets_its_capacity_within_the_notice_period_when_spot_filled_the_fleet():
+    snap = Snapshot(fleet_of(2), CATALOG)
+    spot = [run(snap, ask(f"s{i}", 8, tenant="crowd", tier=Tier.SPOT, bid=10**6)) for i in range(2)]
+    gates = Gates(contracts=[contract("c", 8, 100, 200)])
+    claim = ask("claim", 8, at=120)
+    first = admit(snap, [claim], spot, POLICY, 120, CONFIG, gates=gates)
+    assert first.promoted == ("claim",)
+    (preemption,) = first.preemptions
+    assert preemption.deadline_s <= 120 + 30 and len(preemption.victims) == 1
+    victim = next(r for r in spot if r.request.id == preemption.victims[0].request_id)
+    for allocation in victim.placement.nodes:  # the kill at the deadline
+        snap.release(allocation)
+    rest = [r for r in spot if r is not victim]
+    second = admit(
+        snap, [claim], rest, POLICY, preemption.deadline_s, CONFIG, promised={"claim"}, gates=gates
+    )
+    assert [p.request_id for p in second.placements] == ["claim"]
+
+
+def test_held_capacity_is_kept_from_on_demand_but_spot_may_borrow_it():
+    snap = Snapshot(fleet_of(2), CATALOG)
+    gates = Gates(contracts=[contract("c", 8, 0, 100)])
+    queue = [ask("od1", 8, tenant="beta", at=1), ask("od2", 8, tenant="beta", at=2)]
+    decision = admit(snap, queue, [], POLICY, 10, CONFIG, gates=gates)
+    assert [p.request_id for p in decision.placements] == ["od1"]
+    assert [(p.request_id, p.reason) for p in decision.pending] == [("od2", Reason.CONTRACT_HOLD)]
+    borrow = admit(
+        snap, [ask("sp", 8, tenant="beta", tier=Tier.SPOT, at=3)], [], POLICY, 10, CONFIG, gates=gates
+    )
+    assert [p.request_id for p in borrow.placements] == ["sp"]
+
+
+def test_beyond_the_contracted_count_the_holder_is_on_demand():
+    snap = Snapshot(fleet_of(4), CATALOG)
+    gates = Gates(contracts=[contract("c", 8, 0, 100)])
+    decision = admit(snap, [ask("a", 8, at=1), ask("b", 8, at=2)], [], POLICY, 10, CONFIG, gates=gates)
+    assert decision.promoted == ("a",)
+    assert len(decision.placements) == 2
+
+
+def test_spot_below_the_floor_waits_and_running_spot_below_it_gets_notice():
+    snap = Snapshot(fleet_of(1), CATALOG)
+    low = run(snap, ask("low", 4, tier=Tier.SPOT, bid=1_000_000))
+    high = run(snap, ask("high", 2, tier=Tier.SPOT, bid=3_000_000))
+    gates = Gates(spot_floor=lambda request: 2_000_000)
+    queue = [ask("cheap", 1, tier=Tier.SPOT, bid=1_500_000), ask("fine", 1, tier=Tier.SPOT, bid=2_500_000)]
+    decision = admit(snap, queue, [low, high], POLICY, 50, CONFIG, gates=gates)
+    assert [p.request_id for p in decision.placements] == ["fine"]
+    assert [(p.request_id, p.reason) for p in decision.pending] == [("cheap", Reason.BID_BELOW_FLOOR)]
+    (eviction,) = decision.floor_evictions
+    assert eviction.request_id == "low" and eviction.deadline_s == 80
+    noticed = Running(low.request, low.placement, 0, SPOT_FLOOR, 80)
+    assert below_floor([noticed, high], lambda r: 2_000_000, 60) == ()

@@ -1,0 +1,128 @@
+"""Quotas and spend caps: they hold at admission, and the pending reason names the limit."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from suanli.domain.catalog_data import CATALOG
+from suanli.domain.inventory import Fleet, GpuMode, Node, Region
+from suanli.domain.plan import Placement, Reason
+from suanli.domain.policies import BestFitPolicy
+from suanli.domain.preemption import Running
+from suanli.domain.queueing import Gates, admit
+from suanli.domain.quotas import Limits, Spent, TenantLimits, period_ends
+from suanli.domain.request import GpuSelector, Request, WholeGpus
+from suanli.domain.scheduler import place
+from suanli.domain.snapshot import Snapshot
+
+REGION = Region("r", "US", 400.0, 1.2)
+POLICY = BestFitPolicy()
+NOW = datetime(2025, 3, 10, 12, tzinfo=UTC).timestamp()  # a fake clock: noon, 12 h left in the day
+H100 = GpuSelector(models=frozenset({"H100"}))
+
+
+def snapshot_of(nodes: int, gpus: int = 8) -> Snapshot:
+    fleet = Fleet(
+        {"r": REGION},
+        tuple(
+            Node(f"n{i}", "r", ("r", "z", "p", "l"), 64_000, 512_000, "H100-SXM-80GB", gpus, GpuMode.WHOLE)
+            for i in range(nodes)
+        ),
+    )
+    return Snapshot(fleet, CATALOG)
+
+
+def ask(rid: str, gpus: int, tenant: str = "acme", at: float = 0.0, hours: float | None = None) -> Request:
+    duration = None if hours is None else hours * 3600
+    return Request(
+        rid, WholeGpus(gpus), selector=H100, tenant=tenant, submitted_at_s=at, max_duration_s=duration
+    )
+
+
+def running(snapshot: Snapshot, request: Request, at: float = NOW) -> Running:
+    placement = place(snapshot, request, POLICY)
+    assert isinstance(placement, Placement)
+    return Running(request, placement, at)
+
+
+def price(request: Request) -> int:
+    return int(request.gpus_per_node * request.node_count * 2_000_000)  # 2 dollars per GPU-hour
+
+
+def test_gpu_quota_holds_and_names_the_limit():
+    snap = snapshot_of(4)
+    held = [running(snap, ask("a", 8)), running(snap, ask("b", 4))]
+    limits = Limits({"acme": TenantLimits(gpu_quota={"H100": 16})})
+    decision = admit(snap, [ask("c", 8, at=1)], held, POLICY, NOW, gates=Gates(limits=limits))
+    assert decision.placements == ()
+    (pending,) = decision.pending
+    assert pending.reason is Reason.QUOTA
+    assert pending.message == "tenant acme: H100 quota 16 GPUs, 12 in use, asks 8"
+
+
+def test_a_quota_held_request_blocks_nobody_and_other_tenants_are_free():
+    snap = snapshot_of(4)
+    limits = Limits({"acme": TenantLimits(gpu_quota={"*": 8})})
+    queue = [ask("a1", 8, at=0), ask("a2", 8, at=1), ask("other", 8, tenant="beta", at=2)]
+    decision = admit(snap, queue, [], POLICY, NOW, gates=Gates(limits=limits))
+    assert sorted(p.request_id for p in decision.placements) == ["a1", "other"]
+    assert [p.reason for p in decision.pending] == [Reason.QUOTA]
+    assert "GPU quota 8 GPUs, 8 in use, asks 8" in decision.pending[0].message
+
+
+def test_daily_spend_cap_counts_spent_plus_committed_burn():
+    snap = snapshot_of(4)
+    # 8 GPUs x 2 $/h = 16 $/h; the day has 12 h left; spent 100 $ already today
+    limits = Limits(
+        {"acme": TenantLimits(daily_cap_micros=300_000_000)},
+        {"acme": Spent(day_micros=100_000_000)},
+        price_micros_per_hour=price,
+    )
+    short = ask("short", 8, hours=4)  # adds 64 $: 164 $ <= 300 $
+    long = ask("long", 8, at=1)  # no declared end: burns to midnight, 192 $ more: 356 $ > 300 $
+    decision = admit(snap, [short, long], [], POLICY, NOW, gates=Gates(limits=limits))
+    assert [p.request_id for p in decision.placements] == ["short"]
+    (pending,) = decision.pending
+    assert pending.reason is Reason.SPEND_CAP
+    assert pending.message.startswith("tenant acme: daily spend cap 300000000 micros, 164000000 spent")
+
+
+def test_monthly_cap_applies_when_the_day_is_fine():
+    snap = snapshot_of(1)
+    limits = Limits(
+        {"acme": TenantLimits(daily_cap_micros=10**12, monthly_cap_micros=1_000_000_000)},
+        {"acme": Spent(day_micros=0, month_micros=990_000_000)},
+        price_micros_per_hour=price,
+    )
+    decision = admit(snap, [ask("x", 1, hours=10)], [], POLICY, NOW, gates=Gates(limits=limits))
+    assert decision.pending[0].reason is Reason.SPEND_CAP and "monthly" in decision.pending[0].message
+
+
+def test_period_ends_follow_the_calendar():
+    day_end, month_end = period_ends(datetime(2024, 2, 10, 5, tzinfo=UTC).timestamp())
+    assert day_end == datetime(2024, 2, 11, tzinfo=UTC).timestamp()
+    assert month_end == datetime(2024, 3, 1, tzinfo=UTC).timestamp()  # leap year February
+
+
+@settings(max_examples=40, deadline=None)
+@given(sizes=st.lists(st.integers(1, 8), min_size=1, max_size=12), quota=st.integers(0, 32))
+def test_quota_is_never_exceeded(sizes, quota):
+    snap = snapshot_of(8)
+    limits = Limits({"acme": TenantLimits(gpu_quota={"H100": quota})})
+    queue = [ask(f"r{i}", g, at=i) for i, g in enumerate(sizes)]
+    decision = admit(snap, queue, [], POLICY, NOW, gates=Gates(limits=limits))
+    assert sum(p.gpus for p in decision.placements) <= quota
+    assert all(
+        p.reason in (Reason.QUOTA, Reason.NO_CAPACITY, Reason.BLOCKED_BY_HEAD) for p in decision.pending
+    )
+
+
+@pytest.mark.parametrize("tenant", ["acme", "nobody"])
+def test_no_limits_means_no_gate(tenant):
+    snap = snapshot_of(1)
+    decision = admit(snap, [ask("x", 8, tenant=tenant)], [], POLICY, NOW, gates=Gates(limits=Limits()))
+    assert [p.request_id for p in decision.placements] == ["x"]
