@@ -13,7 +13,15 @@ app.add_typer(sim_app, name="sim")
 app.add_typer(fleet_app, name="fleet")
 app.add_typer(platform.contracts_app, name="contracts")
 app.add_typer(platform.admin_app, name="admin")
-for command in (platform.login, platform.offers, platform.rent, platform.ls, platform.show, platform.stop):
+for command in (
+    platform.server,
+    platform.login,
+    platform.offers,
+    platform.rent,
+    platform.ls,
+    platform.show,
+    platform.stop,
+):
     app.command()(command)
 
 

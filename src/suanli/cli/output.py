@@ -13,7 +13,7 @@ from typing import Any
 
 import typer
 from pydantic import BaseModel
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.table import Table
 
 from suanli.cli import profile
@@ -48,7 +48,9 @@ def api_errors() -> Iterator[None]:
         raise typer.Exit(EXIT_UNREACHABLE) from None
 
 
-def emit(value: BaseModel | Sequence[BaseModel], as_json: bool, render: Callable[[Any], Table | str]) -> None:
+def emit(
+    value: BaseModel | Sequence[BaseModel], as_json: bool, render: Callable[[Any], RenderableType]
+) -> None:
     """Print `value` as JSON (for scripts) or rendered for people."""
     if as_json:
         data = (

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Group
 
 from suanli.cli import profile
 from suanli.cli.output import EXIT_USAGE, api_errors, emit, errors, logged_in, micros, table
@@ -267,24 +268,25 @@ def _rentals_table(found: list[RentalResponse]):
     return table("Rentals", ("id", "state", "shape", "nodes", "tier", "pending", "on"), rows)
 
 
-def _rental_detail(rental: RentalResponse):
-    rows = [
+def _rental_detail(rental: RentalResponse) -> Group:
+    request = rental.request
+    header = f"[bold]{rental.id}[/bold]: {rental.state}, {_shape(rental)} x {request.nodes} node(s)"
+    header += f", {request.tier}"
+    if rental.pending_reason:
+        header += f", pending: {rental.pending_reason}"
+    if rental.price_micros_per_hour is not None:
+        header += f", {micros(rental.price_micros_per_hour)}/h"
+    slices = [
         (a.node, s.gpu_index, s.mig_profile or ("whole" if s.milli == 1000 else f"{s.milli} milli"))
         for a in rental.allocation
         for s in a.slices
     ]
-    events = "\n".join(
-        f"  {e.at:%Y-%m-%d %H:%M:%S} {e.kind}{f' ({e.reason})' if e.reason else ''} {e.message}"
-        for e in rental.events
-    )
-    request = rental.request
-    title = f"{rental.id}: {rental.state} {_shape(rental)} x {request.nodes} node(s), {request.tier}"
-    if rental.pending_reason:
-        title += f", pending: {rental.pending_reason}"
-    result = table(title, ("node", "GPU", "slice"), rows)
-    if events:
-        result.caption = "timeline:\n" + events
-    return result
+    timeline = [(f"{e.at:%Y-%m-%d %H:%M:%S}", e.kind, e.reason or "", e.message) for e in rental.events]
+    parts: list = [header]
+    if slices:
+        parts.append(table("allocation", ("node", "GPU", "slice"), slices))
+    parts.append(table("timeline", ("at (UTC)", "event", "reason", "message"), timeline))
+    return Group(*parts)
 
 
 def _shape(rental: RentalResponse) -> str:
@@ -330,3 +332,15 @@ def _nodes_table(found: list[NodeResponse]):
     return table(
         "Nodes", ("name", "region", "model", "GPUs", "mode", "free", "schedulable", "topology"), rows
     )
+
+
+def server(
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="TCP port.")] = 8080,
+) -> None:
+    """Run the suanli server (database from SUANLI_DATABASE_URL; SQLite under your data dir by default)."""
+    # imported here, not at the top: the server pulls in FastAPI and SQLAlchemy, which every other
+    # command would otherwise pay for at start-up
+    from suanli.api.server import serve
+
+    serve(host, port)

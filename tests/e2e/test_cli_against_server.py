@@ -1,0 +1,117 @@
+"""End to end: the real `suanli server` process on SQLite, driven by the real `suanli` CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SUANLI = [sys.executable, "-m", "suanli.cli.main"]
+ADMIN_KEY = "sk_e2e_admin_key_0123456789"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def server(tmp_path: Path):
+    port = _free_port()
+    env = {
+        **os.environ,
+        "SUANLI_DATABASE_URL": f"sqlite:///{tmp_path / 'suanli.db'}",
+        "SUANLI_BOOTSTRAP_ADMIN_KEY": ADMIN_KEY,
+        "SUANLI_SCHEDULER_INTERVAL_S": "0.5",
+    }
+    process = subprocess.Popen(
+        [*SUANLI, "server", "--port", str(port)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                break
+        except httpx.TransportError:
+            time.sleep(0.2)
+    else:
+        process.kill()
+        pytest.fail(f"server did not start: {process.communicate()[0].decode()[-2000:]}")
+    yield url
+    process.terminate()
+    process.wait(timeout=10)
+
+
+def _cli(config: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "SUANLI_CONFIG_DIR": str(config), "COLUMNS": "200"}
+    result = subprocess.run([*SUANLI, *args], env=env, capture_output=True, text=True, timeout=60)
+    if check:
+        assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+def _placed(config: Path, rental_id: str) -> dict:
+    """The rental once the scheduling loop has placed it (it runs on submit and every half second here)."""
+    deadline = time.monotonic() + 15
+    while True:
+        rental = json.loads(_cli(config, "show", rental_id, "--json").stdout)
+        if rental["state"] != "pending" or time.monotonic() > deadline:
+            return rental
+        time.sleep(0.3)
+
+
+def test_a_new_tenant_rents_lists_shows_and_stops(server: str, tmp_path: Path) -> None:
+    admin, tenant = tmp_path / "admin", tmp_path / "tenant"
+    _cli(admin, "login", server, "--key", ADMIN_KEY)
+    assert (
+        "20 nodes, 136 GPUs"
+        in _cli(admin, "admin", "fleet-put", str(REPO / "examples" / "fleet.toml")).stdout
+    )
+    key = json.loads(_cli(admin, "admin", "tenant-create", "acme", "--json").stdout)["secret"]
+
+    _cli(tenant, "login", server, "--key", key)
+    offers = json.loads(_cli(tenant, "offers", "gpu=H100 count>=8", "--json").stdout)
+    assert offers and all(o["gpu_model"] == "H100-SXM-80GB" and o["free_gpus"] >= 8 for o in offers)
+
+    gang = json.loads(
+        _cli(
+            tenant, "rent", "H100:8", "--nodes", "2", "--region", "cn-north", "--json", "--", "python", "t.py"
+        ).stdout
+    )
+    gang = _placed(tenant, gang["id"])
+    assert gang["state"] == "placed"
+    assert len(gang["allocation"]) == 2 and all(len(a["slices"]) == 8 for a in gang["allocation"])
+    mig = _placed(tenant, json.loads(_cli(tenant, "rent", "A100-80GB:3g.40gb", "--json").stdout)["id"])
+    assert mig["allocation"][0]["slices"][0]["mig_profile"] == "3g.40gb"
+
+    listed = json.loads(_cli(tenant, "ls", "--json").stdout)
+    assert {r["id"] for r in listed} == {gang["id"], mig["id"]}
+    assert "timeline" in _cli(tenant, "show", gang["id"]).stdout
+    assert json.loads(_cli(tenant, "stop", gang["id"], "--json").stdout)["state"] == "stopped"
+
+
+def test_exit_codes_scripts_can_trust(server: str, tmp_path: Path) -> None:
+    config = tmp_path / "cfg"
+    assert _cli(config, "ls", check=False).returncode == 3  # not logged in
+    _cli(config, "login", server, "--key", ADMIN_KEY)
+    missing = _cli(config, "show", "rnt_does_not_exist", check=False)
+    assert missing.returncode == 1 and "404" in missing.stderr
+    bad_query = _cli(config, "offers", "gpu=H100 count>>8", check=False)
+    assert bad_query.returncode == 1 and "count" in bad_query.stderr
+    assert _cli(config, "rent", "H100:lots", check=False).returncode == 2
+    unreachable = tmp_path / "gone"
+    (unreachable / "profile.json").parent.mkdir()
+    (unreachable / "profile.json").write_text(
+        json.dumps({"url": f"http://127.0.0.1:{_free_port()}", "key": "x"})
+    )
+    assert _cli(unreachable, "ls", check=False).returncode == 4
