@@ -1,0 +1,22 @@
+"""What the server asks a host to run: one rental's slices, command, environment, image and restart policy.
+
+Plain values only; the agent loop builds them from the server's assignment messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from suanli.agent.restart import RestartPolicy
+from suanli.domain.plan import Slice
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    rental_id: str
+    slices: tuple[Slice, ...]
+    command: tuple[str, ...]  # argv; a single shell line is ("/bin/sh", "-c", line)
+    env: Mapping[str, str] = field(default_factory=dict)
+    image: str | None = None  # for the container executor; an image reference or a catalogue key
+    restart: RestartPolicy = field(default_factory=RestartPolicy.never)

@@ -1,0 +1,398 @@
+"""Running workloads on the host: a child process group, or a container through the docker/podman CLI.
+
+`Executor.launch(spec)` starts one workload and answers a `Workload` handle:
+
+* `poll()` -> `WorkloadStatus` (running, or ended with its exit code or the signal that ended it);
+* `notice(deadline)` writes the notice file (JSON: rental id, deadline) and then sends SIGTERM, so a workload
+  that traps SIGTERM finds the notice already there; the caller kills it at the deadline;
+* `stop(grace_s)` sends SIGTERM, waits up to `grace_s` for the workload (and for a process, its whole process
+  group) to end, then SIGKILLs what is left; it returns the final status;
+* `kill()` sends SIGKILL at once.
+
+Every workload has its own directory under the executor's root: `rentals/<rental id>/` holding `work/` (its
+working directory), `output.log` (stdout and stderr together, appended across restarts), `control/notice.json`
+and `workload.json` (pid and process group, so an agent that restarts can find and kill it).
+
+`ProcessExecutor` runs the command with `start_new_session=True`: the workload and everything it spawns
+share a process group that stop/notice/kill signal as one; it survives the agent exiting. The child inherits
+only `INHERITED_ENV` from the agent (never the agent's credentials) plus the workload's env; HOME is its work
+dir.
+
+`ContainerExecutor` builds a `docker run` / `podman run` argument list (`run_args`) and runs the attached CLI
+as the workload's process; signals go through `docker kill --signal` and `docker stop`. Its argument list is
+unit-tested; running real containers is not tested here (no container engine in CI).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Protocol
+
+from suanli.agent.images import resolve_image
+from suanli.domain.errors import SuanliError
+
+INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "TMPDIR")
+POLL_INTERVAL_S = 0.02
+CONTAINER_NOTICE_DIR = "/run/suanli"
+CONTAINER_WORKDIR = "/workspace"
+MPS_PIPE_DIR = "/tmp/nvidia-mps"
+_RENTAL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+class ExecutorError(SuanliError):
+    """A workload could not be started: bad rental id, missing command or runtime, or the spawn failed."""
+
+
+class WorkloadState(StrEnum):
+    RUNNING = "running"
+    EXITED = "exited"  # ended by itself: see exit_code
+    SIGNALED = "signaled"  # ended by a signal: see signal
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadStatus:
+    state: WorkloadState
+    exit_code: int | None = None  # the code it exited with; 128 + signal when signaled
+    signal: int | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.state is WorkloadState.RUNNING
+
+
+@dataclass(frozen=True, slots=True)
+class RentalPaths:
+    """The per-rental directory and the files in it."""
+
+    root: Path
+
+    @property
+    def workdir(self) -> Path:
+        return self.root / "work"
+
+    @property
+    def log_file(self) -> Path:
+        return self.root / "output.log"
+
+    @property
+    def control_dir(self) -> Path:
+        return self.root / "control"
+
+    @property
+    def notice_file(self) -> Path:
+        return self.control_dir / "notice.json"
+
+    @property
+    def record_file(self) -> Path:
+        return self.root / "workload.json"
+
+    def create(self) -> None:
+        for directory in (self.root, self.workdir, self.control_dir):
+            directory.mkdir(parents=True, exist_ok=True)
+
+
+def rental_paths(base: Path, rental_id: str) -> RentalPaths:
+    """The directory of one rental under `base`; ExecutorError for an id that is not a safe name."""
+    if not _RENTAL_ID.match(rental_id):
+        raise ExecutorError(f"rental id {rental_id!r} is not a safe directory name")
+    return RentalPaths(base / "rentals" / rental_id)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadSpec:
+    """One workload to launch: `env` is the output of `isolation.workload_env` (with the notice file path)."""
+
+    rental_id: str
+    command: tuple[str, ...]
+    env: Mapping[str, str]
+    devices: tuple[str, ...] = ()  # GPU / MIG UUIDs, for container runtimes
+    image: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+class Workload(Protocol):
+    @property
+    def pid(self) -> int: ...
+
+    def poll(self) -> WorkloadStatus: ...
+
+    def notice(self, deadline: datetime) -> None: ...
+
+    def stop(self, grace_s: float) -> WorkloadStatus: ...
+
+    def kill(self) -> WorkloadStatus: ...
+
+
+class Executor(Protocol):
+    def paths(self, rental_id: str) -> RentalPaths: ...
+
+    def launch(self, spec: WorkloadSpec) -> Workload: ...
+
+
+class ProcessExecutor:
+    """Workloads as child process groups under `base/rentals/<id>/`."""
+
+    def __init__(self, base: Path, inherit: Sequence[str] = INHERITED_ENV) -> None:
+        self.base = base
+        self._inherit = tuple(inherit)
+
+    def paths(self, rental_id: str) -> RentalPaths:
+        return rental_paths(self.base, rental_id)
+
+    def launch(self, spec: WorkloadSpec) -> ProcessWorkload:
+        if not spec.command:
+            raise ExecutorError(f"rental {spec.rental_id}: no command to run")
+        paths = self.paths(spec.rental_id)
+        paths.create()
+        paths.notice_file.unlink(missing_ok=True)  # a notice from an earlier run is not for this one
+        env = {name: os.environ[name] for name in self._inherit if name in os.environ}
+        env["HOME"] = str(paths.workdir)
+        env.update(spec.env)
+        process = _spawn(list(spec.command), env, paths)
+        _write_record(paths, process.pid, spec)
+        return ProcessWorkload(spec.rental_id, process, paths)
+
+
+class ProcessWorkload:
+    """A running child process group; the group id is the child's pid."""
+
+    def __init__(self, rental_id: str, process: subprocess.Popen[bytes], paths: RentalPaths) -> None:
+        self.rental_id = rental_id
+        self._process = process
+        self.paths = paths
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    def poll(self) -> WorkloadStatus:
+        return _status(self._process.poll())
+
+    def notice(self, deadline: datetime) -> None:
+        write_notice(self.paths.notice_file, self.rental_id, deadline)
+        self._signal(signal.SIGTERM)
+
+    def stop(self, grace_s: float) -> WorkloadStatus:
+        self._signal(signal.SIGTERM)
+        _wait_until(self._group_gone, grace_s)
+        return self.kill()
+
+    def kill(self) -> WorkloadStatus:
+        self._signal(signal.SIGKILL)
+        self._process.wait()
+        return self.poll()
+
+    def wait(self, timeout_s: float) -> WorkloadStatus:
+        """The status once the process ends, or RUNNING after `timeout_s`."""
+        _wait_until(lambda: not self.poll().running, timeout_s)
+        return self.poll()
+
+    def _group_gone(self) -> bool:
+        """True when the child has ended (and is reaped) and no process is left in its group."""
+        if self._process.poll() is None:
+            return False
+        return not group_alive(self._process.pid)
+
+    def _signal(self, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError):  # the whole group has ended already
+            os.killpg(self._process.pid, signum)
+
+
+class ContainerExecutor:
+    """Workloads as containers through the docker or podman CLI (the attached client is the local process)."""
+
+    def __init__(self, base: Path, runtime: str | None = None) -> None:
+        self.base = base
+        self.runtime = runtime or find_runtime()
+        if self.runtime is None:
+            raise ExecutorError("no container runtime: neither docker nor podman is on PATH")
+
+    def paths(self, rental_id: str) -> RentalPaths:
+        return rental_paths(self.base, rental_id)
+
+    def launch(self, spec: WorkloadSpec) -> ContainerWorkload:
+        paths = self.paths(spec.rental_id)
+        paths.create()
+        paths.notice_file.unlink(missing_ok=True)
+        args = run_args(self.runtime or "docker", spec, paths)
+        process = _spawn(args, {k: os.environ[k] for k in INHERITED_ENV if k in os.environ}, paths)
+        _write_record(paths, process.pid, spec)
+        return ContainerWorkload(spec.rental_id, process, paths, self.runtime or "docker")
+
+
+class ContainerWorkload:
+    def __init__(
+        self, rental_id: str, process: subprocess.Popen[bytes], paths: RentalPaths, runtime: str
+    ) -> None:
+        self.rental_id = rental_id
+        self._process = process
+        self.paths = paths
+        self._runtime = runtime
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    def poll(self) -> WorkloadStatus:
+        return _status(self._process.poll())
+
+    def notice(self, deadline: datetime) -> None:
+        write_notice(self.paths.notice_file, self.rental_id, deadline)
+        self._cli("kill", "--signal", "TERM", container_name(self.rental_id))
+
+    def stop(self, grace_s: float) -> WorkloadStatus:
+        self._cli("stop", "--time", str(max(0, round(grace_s))), container_name(self.rental_id))
+        return self.kill()
+
+    def kill(self) -> WorkloadStatus:
+        self._cli("kill", container_name(self.rental_id))
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self._process.pid, signal.SIGKILL)
+        self._process.wait()
+        return self.poll()
+
+    def _cli(self, *args: str) -> None:
+        subprocess.run([self._runtime, *args], capture_output=True, check=False, timeout=60)
+
+
+def run_args(runtime: str, spec: WorkloadSpec, paths: RentalPaths) -> list[str]:
+    """The full `docker run` / `podman run` argv for a workload (attached, removed when it ends).
+
+    Devices: docker gets `--gpus "device=UUID,..."` (NVIDIA Container Toolkit; the quotes are part of the
+    value because docker splits the flag on commas); podman gets one `--device nvidia.com/gpu=UUID` per device
+    (CDI; the host's spec must name devices by UUID: `nvidia-ctk cdi generate --device-name-strategy=uuid`).
+    The notice file is mounted at /run/suanli/notice.json and SUANLI_NOTICE_FILE points there; shares also
+    get `--ipc host` and the MPS pipe directory so the client reaches the host's MPS daemon.
+    """
+    if not spec.image:
+        raise ExecutorError(f"rental {spec.rental_id}: the container executor needs an image")
+    name = container_name(spec.rental_id)
+    args = [runtime, "run", "--rm", "--init", "--name", name]
+    labels = {"suanli.rental": spec.rental_id, "suanli.managed": "true", **spec.labels}
+    for key, value in sorted(labels.items()):
+        args += ["--label", f"{key}={value}"]
+    if spec.devices:
+        if Path(runtime).name == "podman":
+            for device in spec.devices:
+                args += ["--device", f"nvidia.com/gpu={device}"]
+        else:
+            args += ["--gpus", f'"device={",".join(spec.devices)}"']
+    env = dict(spec.env)
+    env["SUANLI_NOTICE_FILE"] = f"{CONTAINER_NOTICE_DIR}/{paths.notice_file.name}"
+    if "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" in env:
+        args += ["--ipc", "host", "--volume", f"{MPS_PIPE_DIR}:{MPS_PIPE_DIR}"]
+    args += ["--volume", f"{paths.workdir}:{CONTAINER_WORKDIR}", "--workdir", CONTAINER_WORKDIR]
+    args += ["--volume", f"{paths.control_dir}:{CONTAINER_NOTICE_DIR}:ro"]
+    for key, value in sorted(env.items()):
+        args += ["--env", f"{key}={value}"]
+    args.append(resolve_image(spec.image))
+    args += list(spec.command)
+    return args
+
+
+def container_name(rental_id: str) -> str:
+    return f"suanli-{rental_id}"
+
+
+def find_runtime() -> str | None:
+    """`docker` or `podman` as found on PATH (docker first), or None."""
+    for name in ("docker", "podman"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def write_notice(path: Path, rental_id: str, deadline: datetime) -> None:
+    """Write the notice file atomically (a reader sees no file or the whole JSON, never half of it)."""
+    if deadline.tzinfo is None:
+        raise ExecutorError("a notice deadline must be timezone-aware")
+    body = {
+        "rental_id": rental_id,
+        "reason": "preempted",
+        "deadline": deadline.isoformat(),
+        "deadline_unix_s": deadline.timestamp(),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".tmp")
+    partial.write_text(json.dumps(body), encoding="utf-8")
+    os.replace(partial, path)
+
+
+def group_alive(pgid: int) -> bool:
+    """True while any process (other than zombies) is in process group `pgid`."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    if not Path("/proc").is_dir():  # no /proc to tell zombies apart: trust killpg
+        return True
+    return any(_in_group_and_alive(pid, pgid) for pid in _pids())
+
+
+def _spawn(argv: list[str], env: Mapping[str, str], paths: RentalPaths) -> subprocess.Popen[bytes]:
+    try:
+        with paths.log_file.open("ab") as log:
+            return subprocess.Popen(
+                argv,
+                cwd=paths.workdir,
+                env=dict(env),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+            )
+    except OSError as exc:
+        raise ExecutorError(f"cannot start {argv[0]!r}: {exc}") from None
+
+
+def _write_record(paths: RentalPaths, pid: int, spec: WorkloadSpec) -> None:
+    record = {"rental_id": spec.rental_id, "pid": pid, "pgid": pid, "started_unix_s": time.time()}
+    paths.record_file.write_text(json.dumps(record), encoding="utf-8")
+
+
+def _status(returncode: int | None) -> WorkloadStatus:
+    if returncode is None:
+        return WorkloadStatus(WorkloadState.RUNNING)
+    if returncode < 0:
+        return WorkloadStatus(WorkloadState.SIGNALED, exit_code=128 - returncode, signal=-returncode)
+    return WorkloadStatus(WorkloadState.EXITED, exit_code=returncode)
+
+
+def _wait_until(done: Callable[[], bool], timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if done():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(POLL_INTERVAL_S)
+
+
+def _pids() -> list[int]:
+    return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+
+
+def _in_group_and_alive(pid: int, pgid: int) -> bool:
+    """From /proc/<pid>/stat: the process is in group `pgid` and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return fields[2] == str(pgid) and fields[0] != "Z"

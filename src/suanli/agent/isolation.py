@@ -1,0 +1,138 @@
+"""A workload's environment: which devices it sees, its MPS limits, and the rental's own variables.
+
+`workload_env(assignment, inventory, notice_file=...)` is pure. It guarantees:
+
+* `CUDA_VISIBLE_DEVICES` lists exactly the rental's devices, by UUID as the probe reported them: the GPU UUID
+  for a whole GPU or a share, the MIG device UUID for a MIG slice. On a `DeclaredProbe` host these are the
+  declared (fake) UUIDs, the same ones the agent registered, so the server, logs and the workload all name a
+  device the same way; no real CUDA runs there, so nothing needs indices.
+* For a share (milli < 1000, no MIG profile), NVIDIA MPS limits: `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` =
+  milli / 10 (whole percent, at least 1) and `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT` = `<GPU UUID>=<MiB>M` per GPU,
+  comma-separated. (NVIDIA's k8s device plugin keys this limit by index because of a driver issue with UUID
+  keys; check on real MPS hosts.)
+* `SUANLI_RENTAL_ID` and `SUANLI_NOTICE_FILE` (where a preemption notice will appear, JSON).
+* The rental's variables are added, but may not set any isolation variable (`ISOLATION_VARIABLES`, or any
+  `SUANLI_` or `CUDA_MPS_` name): that raises `IsolationError`, never silently overrides.
+
+Refused with `IsolationError`: a slice on a GPU the host lacks, a MIG slice without a matching MIG device, a
+whole GPU that is in MIG mode, more than one MIG slice (CUDA enumerates one MIG instance per process), shares
+mixed with other slices, and shares of different sizes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from suanli.agent.assignment import Assignment
+from suanli.agent.probe import GpuDevice, HostInventory, MigDevice, ProbeError
+from suanli.domain.errors import SuanliError
+from suanli.domain.plan import Slice
+
+ISOLATION_VARIABLES = (
+    "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+    "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+    "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
+    "CUDA_MPS_PIPE_DIRECTORY",
+    "HIP_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+    "ASCEND_RT_VISIBLE_DEVICES",
+    "SUANLI_RENTAL_ID",
+    "SUANLI_NOTICE_FILE",
+)
+RESERVED_PREFIXES = ("SUANLI_", "CUDA_MPS_")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class IsolationError(SuanliError):
+    """The rental cannot be isolated on this host as assigned, or its env tries to override isolation."""
+
+
+def workload_env(assignment: Assignment, inventory: HostInventory, *, notice_file: str) -> dict[str, str]:
+    """The variables to add to the workload's environment (the executor decides what it inherits)."""
+    check_user_env(assignment.env)
+    env = dict(assignment.env)
+    env.update(device_env(assignment.slices, inventory))
+    env["SUANLI_RENTAL_ID"] = assignment.rental_id
+    env["SUANLI_NOTICE_FILE"] = notice_file
+    return env
+
+
+def check_user_env(env: Mapping[str, str]) -> None:
+    """Raise IsolationError for a bad variable name or value, or one that would override isolation."""
+    for name, value in env.items():
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise IsolationError(f"invalid environment variable name {name!r}")
+        if not isinstance(value, str) or "\0" in value:
+            raise IsolationError(f"environment variable {name} must be a string without NUL bytes")
+        if name in ISOLATION_VARIABLES or name.startswith(RESERVED_PREFIXES):
+            raise IsolationError(
+                f"environment variable {name} is set by the platform to isolate the rental and cannot be "
+                "overridden; remove it from the rental's env"
+            )
+
+
+def device_env(slices: tuple[Slice, ...], inventory: HostInventory) -> dict[str, str]:
+    """CUDA_VISIBLE_DEVICES and, for shares, the MPS limits; {"CUDA_VISIBLE_DEVICES": ""} for no slices."""
+    shares = [s for s in slices if _is_share(s)]
+    if shares and len(shares) != len(slices):
+        raise IsolationError(
+            "a rental mixes GPU shares with whole GPUs or MIG slices; MPS limits cannot apply"
+        )
+    migs = [s for s in slices if s.mig_profile is not None]
+    if len(migs) > 1:
+        raise IsolationError(
+            f"{len(migs)} MIG slices in one rental; CUDA enumerates one MIG instance per process"
+        )
+    devices = [_device_uuid(s, inventory) for s in slices]
+    env = {"CUDA_VISIBLE_DEVICES": ",".join(devices)}
+    if shares:
+        env.update(_mps_env(shares, devices))
+    return env
+
+
+def _is_share(piece: Slice) -> bool:
+    return piece.mig_profile is None and piece.milli < 1000
+
+
+def _device_uuid(piece: Slice, inventory: HostInventory) -> str:
+    try:
+        gpu = inventory.gpu(piece.gpu_index)
+    except ProbeError as exc:
+        raise IsolationError(str(exc)) from None
+    if piece.mig_profile is not None:
+        return _mig_device(piece, gpu).uuid
+    if gpu.mig_mode:
+        raise IsolationError(f"GPU {gpu.index} is in MIG mode; only its MIG devices can be assigned")
+    return gpu.uuid
+
+
+def _mig_device(piece: Slice, gpu: GpuDevice) -> MigDevice:
+    found = [
+        mig
+        for mig in gpu.mig_devices
+        if mig.profile == piece.mig_profile and piece.mig_start in (None, mig.start_slot)
+    ]
+    where = f"{piece.mig_profile}" + ("" if piece.mig_start is None else f" at slot {piece.mig_start}")
+    if not found:
+        have = ", ".join(f"{m.profile}@{m.start_slot}" for m in gpu.mig_devices) or "none"
+        raise IsolationError(f"GPU {gpu.index} has no MIG device {where} (it has {have})")
+    if len(found) > 1:
+        raise IsolationError(
+            f"GPU {gpu.index} has {len(found)} MIG devices {where}; the slice must name a start"
+        )
+    return found[0]
+
+
+def _mps_env(shares: list[Slice], devices: list[str]) -> dict[str, str]:
+    percentages = {max(1, s.milli // 10) for s in shares}
+    if len(percentages) > 1:
+        raise IsolationError(
+            "shares of different sizes in one rental; MPS has one thread percentage per client"
+        )
+    limits = ",".join(f"{uuid}={s.memory_mib}M" for uuid, s in zip(devices, shares, strict=True))
+    return {
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(percentages.pop()),
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": limits,
+    }

@@ -1,0 +1,118 @@
+"""A workload's environment: exactly its devices by UUID, MPS limits for shares, no overriding isolation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fake_nvml import RecordedNvml, load_fixture
+
+from suanli.agent.assignment import Assignment
+from suanli.agent.isolation import IsolationError, workload_env
+from suanli.agent.probe import DeclaredProbe, HostInventory, NvmlProbe
+from suanli.domain.plan import Slice
+
+FLEET = Path(__file__).parents[2] / "examples" / "fleet.toml"
+NOTICE = "/var/lib/suanli/rentals/r-1/control/notice.json"
+
+
+def a100_host() -> HostInventory:
+    return NvmlProbe(RecordedNvml(load_fixture("a100_mig")), hostname="a100").inventory()
+
+
+def env_for(slices: tuple[Slice, ...], inventory: HostInventory, **env: str) -> dict[str, str]:
+    assignment = Assignment("r-1", slices, ("python", "train.py"), env=env)
+    return workload_env(assignment, inventory, notice_file=NOTICE)
+
+
+def test_whole_gpus_are_visible_by_their_uuids_in_slice_order() -> None:
+    inventory = NvmlProbe(RecordedNvml(load_fixture("h100x8")), hostname="h").inventory()
+    env = env_for((Slice(3, 1000, 81920), Slice(1, 1000, 81920)), inventory, WANDB_MODE="offline")
+    assert env == {
+        "CUDA_VISIBLE_DEVICES": f"{inventory.gpus[3].uuid},{inventory.gpus[1].uuid}",
+        "SUANLI_RENTAL_ID": "r-1",
+        "SUANLI_NOTICE_FILE": NOTICE,
+        "WANDB_MODE": "offline",
+    }
+
+
+def test_a_mig_slice_sees_its_mig_device_uuid() -> None:
+    inventory = a100_host()
+    env = env_for((Slice(0, 285, 20480, mig_profile="2g.20gb", mig_start=4),), inventory)
+    assert env["CUDA_VISIBLE_DEVICES"] == inventory.gpus[0].mig_devices[1].uuid
+    assert env["CUDA_VISIBLE_DEVICES"].startswith("MIG-")
+    assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" not in env
+
+
+def test_a_share_gets_mps_limits_for_its_gpu() -> None:
+    inventory = DeclaredProbe.from_file(FLEET, "l40s-01").inventory()
+    env = env_for((Slice(2, 250, 12288),), inventory)
+    uuid = inventory.gpus[2].uuid
+    assert env["CUDA_VISIBLE_DEVICES"] == uuid
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"{uuid}=12288M"
+
+
+def test_the_declared_probe_uses_its_declared_uuids() -> None:
+    inventory = DeclaredProbe.from_file(FLEET, "a100-mig-03").inventory()
+    env = env_for((Slice(5, 142, 10240, mig_profile="1g.10gb", mig_start=3),), inventory)
+    assert env["CUDA_VISIBLE_DEVICES"] == inventory.gpus[5].mig_devices[3].uuid
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "CUDA_VISIBLE_DEVICES",
+        "NVIDIA_VISIBLE_DEVICES",
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+        "SUANLI_RENTAL_ID",
+        "SUANLI_ANYTHING",
+        "CUDA_MPS_PIPE_DIRECTORY",
+    ],
+    ids=lambda name: name,
+)
+def test_the_rental_env_cannot_override_isolation(name: str) -> None:
+    inventory = a100_host()
+    with pytest.raises(IsolationError, match=f"{name} is set by the platform"):
+        env_for((Slice(1, 1000, 81920),), inventory, **{name: "0"})
+
+
+@pytest.mark.parametrize(
+    ("slices", "message"),
+    [
+        ((Slice(9, 1000, 81920),), "has no GPU 9"),
+        ((Slice(0, 1000, 81920),), "GPU 0 is in MIG mode"),
+        (
+            (Slice(0, 428, 40960, mig_profile="3g.40gb", mig_start=0),),
+            r"no MIG device 3g.40gb at slot 0 \(it has",
+        ),
+        ((Slice(1, 142, 10240, mig_profile="1g.10gb"),), "GPU 1 has no MIG device 1g.10gb"),
+        (
+            (Slice(0, 142, 10240, mig_profile="1g.10gb"), Slice(0, 285, 20480, mig_profile="2g.20gb")),
+            "one MIG instance per process",
+        ),
+        ((Slice(1, 500, 40960), Slice(2, 1000, 40960)), "mixes GPU shares"),
+        ((Slice(1, 500, 40960), Slice(2, 250, 20480)), "shares of different sizes"),
+    ],
+    ids=[
+        "unknown-gpu",
+        "whole-gpu-in-mig-mode",
+        "no-such-mig",
+        "mig-on-non-mig-gpu",
+        "two-migs",
+        "mixed",
+        "uneven-shares",
+    ],
+)
+def test_slices_that_cannot_be_isolated_are_refused(slices: tuple[Slice, ...], message: str) -> None:
+    with pytest.raises(IsolationError, match=message):
+        env_for(slices, a100_host())
+
+
+def test_bad_variable_names_are_refused() -> None:
+    with pytest.raises(IsolationError, match="invalid environment variable name"):
+        env_for((), a100_host(), **{"1BAD": "x"})
+
+
+def test_no_slices_means_no_visible_devices() -> None:
+    assert env_for((), a100_host())["CUDA_VISIBLE_DEVICES"] == ""
