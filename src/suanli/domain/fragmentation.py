@@ -192,16 +192,13 @@ def _mig_fragment(cls: NodeClass, gpus: tuple, shape: MigSlice, idle: int) -> fl
         return idle
     unusable = 0
     hosts = 0
+    profile = shape.profile
     for free_milli, _, layout in gpus:
-        if mig_can_host(geometry, layout, shape.profile):
+        if profile in mig.hostable_profiles(geometry, layout):
             hosts += 1
         else:
             unusable += free_milli
     return idle if hosts == 0 else unusable
-
-
-def mig_can_host(geometry: mig.MigGeometry, layout: tuple, profile: str) -> bool:
-    return mig.cached_best_option(geometry, layout, profile) is not None
 
 
 def _copies_by_gpu(cls: NodeClass, gpus: tuple, shape: Shape) -> int:

@@ -179,3 +179,20 @@ def cached_best_option(
     _GEOMETRIES[id(geometry)] = geometry
     found = _BEST[key] = best_option(geometry, layout, profile)
     return found
+
+
+_HOSTABLE: dict[tuple[int, tuple[MigInstance, ...]], frozenset[str]] = {}
+
+
+def hostable_profiles(geometry: MigGeometry, layout: tuple[MigInstance, ...]) -> frozenset[str]:
+    """The profiles one more instance of which fits this layout (reusing or repartitioning idle slices)."""
+    key = (id(geometry), layout)
+    found = _HOSTABLE.get(key)
+    if found is None:
+        if len(_HOSTABLE) > _CACHE_LIMIT:
+            _HOSTABLE.clear()
+        _GEOMETRIES[id(geometry)] = geometry
+        found = _HOSTABLE[key] = frozenset(
+            p.name for p in geometry.profiles if cached_best_option(geometry, layout, p.name) is not None
+        )
+    return found
