@@ -12,7 +12,7 @@ from suanli.domain.catalog_data import CATALOG
 from suanli.domain.inventory import Fleet, GpuMode, Node, Region
 from suanli.domain.plan import Placement, Reason
 from suanli.domain.policies import BestFitPolicy
-from suanli.domain.preemption import Running
+from suanli.domain.preemption import PreemptionConfig, Running
 from suanli.domain.queueing import (
     BackfillOrder,
     FairShare,
@@ -21,6 +21,7 @@ from suanli.domain.queueing import (
     QueueConfig,
     Within,
     admit,
+    keep_head_first,
     order_requests,
     reserve,
 )
@@ -34,6 +35,9 @@ FIFO = QueueConfig(mode=Mode.STRICT, order=Order.FIFO)
 EASY = QueueConfig(mode=Mode.BACKFILL, order=Order.FIFO)
 EASY_SHORTEST = QueueConfig(mode=Mode.BACKFILL, order=Order.PRIORITY, backfill_order=BackfillOrder.SHORTEST)
 EASY_RATIO = QueueConfig(mode=Mode.BACKFILL, order=Order.PRIORITY, backfill_order=BackfillOrder.RATIO)
+EASY_SPARE = QueueConfig(
+    mode=Mode.BACKFILL, order=Order.PRIORITY, backfill_order=BackfillOrder.RATIO, spare_free=True
+)
 
 
 def snapshot_of(nodes: int, gpus: int) -> Snapshot:
@@ -106,7 +110,9 @@ def test_a_long_job_may_backfill_off_the_heads_reserved_nodes():
 
 
 @pytest.mark.parametrize(
-    "config", [EASY, EASY_SHORTEST, EASY_RATIO], ids=["easy", "easy-shortest", "easy-ratio"]
+    "config",
+    [EASY, EASY_SHORTEST, EASY_RATIO, EASY_SPARE],
+    ids=["easy", "easy-shortest", "easy-ratio", "easy-spare-free"],
 )
 @settings(max_examples=60, deadline=None)
 @given(
@@ -231,3 +237,34 @@ def test_ratio_within_a_class_puts_short_jobs_first_but_waiting_raises_the_long_
     ]
     by_age = order_requests([short_new, long_old], QueueConfig(order=Order.PRIORITY), FairShare(), now=3600)
     assert [r.id for r in by_age] == ["long", "short"]
+
+
+def test_the_last_blocked_head_keeps_its_place_in_its_class_but_higher_tiers_pass():
+    queue = [job("a", 1, 0, 100), job("b", 8, 1, 100), job("res", 1, 5, 100, tier=Tier.RESERVED)]
+    ordered = order_requests(queue, QueueConfig(order=Order.PRIORITY), FairShare())
+    assert [r.id for r in keep_head_first(ordered, "b")] == ["res", "b", "a"]
+    assert keep_head_first(ordered, "gone") == ordered
+
+
+def test_spare_free_reserves_the_head_where_nothing_is_free_now_and_never_later():
+    snap = snapshot_of(3, 8)
+    a = run(snap, job("a", 8, 0, 100), 0)  # n0 busy until 100
+    b = run(snap, job("b", 8, 0, 100), 0)  # n1 busy until 100; n2 is free now
+    head = job("head", 8, 1, 50, nodes=2)
+    plain = reserve(snap, head, [a, b], POLICY, 10)
+    spared = reserve(snap, head, [a, b], POLICY, 10, spare_free=True)
+    assert plain is not None and spared is not None and spared[0] == plain[0] == 100
+    assert {n.node for n in spared[1].nodes} == {"n0", "n1"}  # n2 stays free for a long backfill
+
+
+def test_spot_yields_while_a_higher_tier_waits_but_preemption_still_happens():
+    config = QueueConfig(order=Order.PRIORITY, spot_yields=True, preemption=PreemptionConfig())
+    snap = snapshot_of(1, 8)
+    spot = run(snap, job("spot", 8, 0, 1000, tier=Tier.SPOT, bid_micros_per_hour=1), 0)
+    queue = [job("od", 8, 5, 100), job("spot2", 1, 6, 10, tier=Tier.SPOT, bid_micros_per_hour=9)]
+    decision = admit(snap, queue, [spot], POLICY, 10, config)
+    assert [p.preemptor for p in decision.preemptions] == ["od"]  # the tier guarantee holds
+    assert reasons(decision)["spot2"] is Reason.NO_CAPACITY and decision.placements == ()
+    snap2 = snapshot_of(1, 8)  # no higher tier waiting: spot starts on free capacity
+    alone = admit(snap2, queue[1:], [], POLICY, 10, config)
+    assert [p.request_id for p in alone.placements] == ["spot2"]

@@ -16,7 +16,7 @@ from suanli.domain.errors import RequestError
 from suanli.domain.plan import NodeAllocation, Pending, Placement, Reason
 from suanli.domain.policies import Policy
 from suanli.domain.request import Request, WholeGpus
-from suanli.domain.scheduler import Candidate, _apply, _best_option, nominate
+from suanli.domain.scheduler import Candidate, apply_candidates, best_option, nominate
 from suanli.domain.snapshot import Snapshot
 
 
@@ -101,7 +101,7 @@ def _place_on(snapshot: Snapshot, request: Request, node: str, policy: Policy) -
     if not state.schedulable:
         return None
     shape_id = snapshot.intern_request(request)
-    scored = _best_option(snapshot, state.class_id, state.state_id, shape_id, request, policy)
+    scored = best_option(snapshot, state.class_id, state.state_id, shape_id, request, policy)
     if scored is None:
         return None
     return snapshot.assign(state, 0, 0, scored[1].choices)
@@ -119,7 +119,7 @@ def _place_near(
     ranked: list[tuple[int, tuple, int, Candidate]] = []
     for class_id in class_ids:
         for state_id, members in snapshot.groups[class_id].items():
-            scored = _best_option(snapshot, class_id, state_id, shape_id, request, policy)
+            scored = best_option(snapshot, class_id, state_id, shape_id, request, policy)
             if scored is None:
                 continue
             for index in members:
@@ -131,7 +131,7 @@ def _place_near(
     if len(ranked) < count:
         return Pending(request.id, Reason.NO_CAPACITY, f"{len(ranked)} nodes fit, {count} more needed")
     ranked.sort(key=lambda r: r[:3])
-    return _apply(snapshot, request, [r[3] for r in ranked[:count]], "")
+    return apply_candidates(snapshot, request, [r[3] for r in ranked[:count]], "")
 
 
 def _shared(a: tuple[str, ...], b: tuple[str, ...]) -> int:

@@ -81,6 +81,9 @@ class QueueConfig:
     backfill_order: BackfillOrder = BackfillOrder.QUEUE
     weights: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     preemption: PreemptionConfig | None = None
+    keep_head: bool = False  # the last cycle's blocked head stays first in its class until it starts
+    spare_free: bool = False  # reserve the head on nodes busy now, leaving GPUs free now to backfill
+    spot_yields: bool = False  # no spot starts in a cycle where a higher tier waits for capacity
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +137,7 @@ class CycleDecision:
     order: tuple[str, ...] = ()
     floor_evictions: tuple[Eviction, ...] = ()  # running spot below the floor: notice now, killed at deadline
     promoted: tuple[str, ...] = ()  # requests admitted as `reserved` under an open contract
+    reserved_nodes: tuple[str, ...] = ()  # where the blocked head's reservation lies (when one was made)
 
 
 def admit(
@@ -146,10 +150,17 @@ def admit(
     fair: FairShare | None = None,
     promised: Collection[str] = (),
     gates: Gates | None = None,
+    last_head: str | None = None,
+    last_reserved: Collection[str] = (),
 ) -> CycleDecision:
-    """Decide one cycle; `promised` names requests holding a preemption promise. See the module doc."""
+    """Decide one cycle; `promised` names requests holding a preemption promise, `last_head` the previous
+    cycle's blocked head (kept at the front of its class when `config.keep_head`). See the module doc."""
     cycle = _Cycle(snapshot, running, policy, now, config, gates or Gates())
+    if config.keep_head and last_head is not None:
+        cycle.last_head, cycle.last_reserved = last_head, frozenset(last_reserved)
     ordered = order_requests(cycle.promote(queue), config, fair or FairShare(), running, now)
+    if config.keep_head and last_head is not None:
+        ordered = keep_head_first(ordered, last_head)
     waiting_on_victims = (
         {r.preempted_by for r in running if r.preempted_by is not None} if promised else set()
     )
@@ -160,6 +171,7 @@ def admit(
             continue
         if request.id in waiting_on_victims:
             cycle.pending.append(Pending(request.id, Reason.PREEMPTING, "victims have notice"))
+            cycle.note_waiting(request)
         elif not cycle.try_place(request, cordon=False):
             rest.insert(0, request)
     head_index = cycle.walk(rest)  # 3. walk
@@ -174,6 +186,7 @@ def admit(
         tuple(r.id for r in ordered),
         cycle.floor_evictions,
         tuple(sorted(cycle.claims)),
+        tuple(sorted(cycle.reserved_nodes)),
     )
 
 
@@ -231,6 +244,29 @@ def order_requests(
     return ordered
 
 
+def keep_head_first(ordered: list[Request], head_id: str) -> list[Request]:
+    """`ordered` with the request `head_id` moved before the first request of its (tier, bid) class or lower.
+
+    A blocked head holds a reservation: capacity drains towards its start. If a reordering (response ratio,
+    fair share) let another request overtake it each cycle, the drained capacity would go to whoever is head
+    next and the big request would starve while GPUs idle. Higher classes still pass it.
+    """
+    index = next((i for i, r in enumerate(ordered) if r.id == head_id), None)
+    if index is None:
+        return ordered
+    head = ordered[index]
+    key = _class_key(head)
+    target = next(i for i, r in enumerate(ordered) if _class_key(r) >= key)
+    if target >= index:
+        return ordered
+    return [*ordered[:target], head, *ordered[target:index], *ordered[index + 1 :]]
+
+
+def _class_key(request: Request) -> tuple[int, int]:
+    bid = (request.bid_micros_per_hour or 0) if request.tier is Tier.SPOT else 0
+    return (-request.tier, -bid)
+
+
 def _ratio(request: Request, now: float) -> float:
     declared = request.max_duration_s or UNDECLARED_S
     return (max(now - request.submitted_at_s, 0.0) + declared) / declared
@@ -264,6 +300,10 @@ class _Cycle:
         self.preemptions: list[Preemption] = []
         self.head: str | None = None
         self.head_start_s: float | None = None
+        self.last_head: str | None = None
+        self.last_reserved: frozenset[str] = frozenset()
+        self.reserved_nodes: set[str] = set()
+        self.higher_waiting = False  # a non-spot request waits for capacity (preempting or blocked)
         self.free_gpus = snapshot.gpu_count - snapshot.allocated_milli() / 1000
         self.failed: set[tuple] = set()  # (fit key, cordoned) that did not fit: capacity only shrinks
         self.chosen_victims: set[str] = set()
@@ -381,12 +421,28 @@ class _Cycle:
         self.failed.add(key)
         return False
 
+    def note_waiting(self, request: Request) -> None:
+        if request.tier is not Tier.SPOT:
+            self.higher_waiting = True
+
+    def spot_held(self, request: Request) -> bool:
+        """With `spot_yields`: a spot request is held while a higher tier waits for capacity.
+
+        Capacity that frees up belongs to the waiting higher tier (it would preempt the spot job a moment
+        later): starting spot on it only makes a preemption cycle. The reason is recorded; it blocks nobody.
+        """
+        if not (self.config.spot_yields and self.higher_waiting and request.tier is Tier.SPOT):
+            return False
+        self.pending.append(Pending(request.id, Reason.NO_CAPACITY, "a higher tier is waiting for capacity"))
+        return True
+
     def walk(self, ordered: Sequence[Request]) -> int | None:
         """Place in order; return the index of the head (first request that neither fits nor preempts)."""
         for index, request in enumerate(ordered):
-            if self.gated(request) or self.try_place(request, cordon=False):
+            if self.gated(request) or self.spot_held(request) or self.try_place(request, cordon=False):
                 continue
             if self._preempt_for(request):
+                self.note_waiting(request)
                 continue
             return index
         return None
@@ -417,6 +473,7 @@ class _Cycle:
     def after_head(self, head: Request, rest: Sequence[Request]) -> None:
         """Reserve the head's earliest start, then backfill `rest` without delaying it."""
         self.head = head.id
+        self.note_waiting(head)
         self.pending.append(Pending(head.id, Reason.NO_CAPACITY, "head of the queue; waiting for capacity"))
         if self.config.mode is Mode.STRICT or not any(r.max_duration_s is not None for r in rest):
             self._block(rest, "strict order: nothing passes the head")
@@ -431,17 +488,22 @@ class _Cycle:
                         else _blocked(request, "no declared duration: cannot backfill")
                     )
             return
-        reservation = reserve(self.snapshot, head, self.running, self.policy, self.now)
+        reservation = reserve(
+            self.snapshot, head, self.running, self.policy, self.now, spare_free=self.config.spare_free
+        )
         if reservation is None:
             self._block(rest, "the head's start cannot be bounded (running rentals without a duration)")
             return
         self.head_start_s, reserved = reservation
         reserved_nodes = {a.node for a in reserved.nodes}
+        self.reserved_nodes = set(reserved_nodes)
+        if head.id == self.last_head:  # nodes drained for it last cycle stay out of long backfill
+            reserved_nodes |= self.last_reserved
         candidates = list(rest)
         if self.config.backfill_order is not BackfillOrder.QUEUE:
             candidates.sort(key=lambda r: _backfill_key(r, self.now, self.config.backfill_order))
         for request in candidates:
-            if self.gated(request):
+            if self.gated(request) or self.spot_held(request):
                 continue
             if request.max_duration_s is None:
                 self.pending.append(_blocked(request, "no declared duration: cannot backfill"))
@@ -473,12 +535,21 @@ class _Cycle:
 
 
 def reserve(
-    snapshot: Snapshot, head: Request, running: Sequence[Running], policy: Policy, now: float
+    snapshot: Snapshot,
+    head: Request,
+    running: Sequence[Running],
+    policy: Policy,
+    now: float,
+    *,
+    spare_free: bool = False,
 ) -> tuple[float, Placement] | None:
     """The head's earliest start and where it would go, releasing rentals by expected end; None if unbounded.
 
-    The snapshot is restored. Rentals without an expected end never release, so they bound nothing.
+    The snapshot is restored. Rentals without an expected end never release, so they bound nothing. With
+    `spare_free`, among the placements that fit at that start the one holding the fewest GPUs free *now*
+    is preferred (see `_spare_free`): GPUs free now on reserved nodes can only take jobs that end in time.
     """
+    free_now = {s.name: s.free_milli for s in snapshot.nodes} if spare_free else {}
     timed = sorted(
         (r for r in running if r.expected_end_s is not None), key=lambda r: (r.expected_end_s, r.request.id)
     )
@@ -486,7 +557,7 @@ def reserve(
     free = snapshot.gpu_count - snapshot.allocated_milli() / 1000
     undos = []
     try:
-        for r in timed:
+        for position, r in enumerate(timed):
             undos.extend(snapshot.release(a) for a in r.placement.nodes)
             free += r.gpus
             if free + 1e-9 < need:
@@ -495,11 +566,50 @@ def reserve(
             if isinstance(outcome, Placement):
                 for allocation in outcome.nodes:
                     snapshot.release(allocation)
+                if spare_free:  # everything that ends at the same instant is gone by then too
+                    for later in timed[position + 1 :]:
+                        if later.expected_end_s != r.expected_end_s:
+                            break
+                        undos.extend(snapshot.release(a) for a in later.placement.nodes)
+                    outcome = _spare_free(snapshot, head, policy, outcome, free_now)
                 return max(now, r.expected_end_s or now), outcome
         return None
     finally:
         for undo in reversed(undos):
             undo()
+
+
+def _spare_free(
+    snapshot: Snapshot, head: Request, policy: Policy, found: Placement, free_now: Mapping[str, int]
+) -> Placement:
+    """`found` moved off the nodes with GPUs free now, one node at a time, while the head still fits.
+
+    The head's start is unchanged (the trial runs on the snapshot as of that start); a node is kept out of
+    the reservation when the placement without it locks fewer GPUs that are free now. Snapshot restored.
+    """
+
+    def locked(placement: Placement) -> int:
+        return sum(free_now.get(a.node, 0) for a in placement.nodes)
+
+    cordoned: list[str] = []
+    try:
+        for allocation in sorted(found.nodes, key=lambda a: (-free_now.get(a.node, 0), a.node)):
+            if free_now.get(allocation.node, 0) <= 0 or locked(found) <= 0:
+                break
+            snapshot.set_schedulable(allocation.node, False)
+            outcome = place(snapshot, head, policy)
+            if isinstance(outcome, Placement):
+                for placed in outcome.nodes:
+                    snapshot.release(placed)
+                if locked(outcome) < locked(found):
+                    found = outcome
+                    cordoned.append(allocation.node)
+                    continue
+            snapshot.set_schedulable(allocation.node, True)
+    finally:
+        for name in cordoned:
+            snapshot.set_schedulable(name, True)
+    return found
 
 
 def _backfill_key(request: Request, now: float, order: BackfillOrder) -> tuple[bool, float]:

@@ -61,7 +61,7 @@ def place(snapshot: Snapshot, request: Request, policy: Policy) -> Placement | P
         if candidate is None:
             snapshot.no_fit_cache[signature] = snapshot.capacity_epoch
             return Pending(request.id, Reason.NO_CAPACITY, _explain(Reason.NO_CAPACITY, request))
-        return _apply(snapshot, request, [candidate], "")
+        return apply_candidates(snapshot, request, [candidate], "")
     return place_gang(snapshot, class_ids, request, policy)
 
 
@@ -115,7 +115,7 @@ def best_single(
         for state_id, members in snapshot.groups[class_id].items():
             scored = memo.get((class_id, state_id, shape_id), _MISSING)  # inlined: this loop is the hot path
             if scored is _MISSING:
-                scored = _best_option(snapshot, class_id, state_id, shape_id, request, policy)
+                scored = best_option(snapshot, class_id, state_id, shape_id, request, policy)
             if scored is None:
                 continue
             score, option, found, key = scored
@@ -154,7 +154,7 @@ def place_gang(
     shape_id = snapshot.intern_request(request)
     for class_id in class_ids:
         for state_id, members in snapshot.groups[class_id].items():
-            scored = _best_option(snapshot, class_id, state_id, shape_id, request, policy)
+            scored = best_option(snapshot, class_id, state_id, shape_id, request, policy)
             if scored is not None:
                 score, option, _, _ = scored
                 candidates.extend(Candidate(score, snapshot.nodes[i], option) for i in members)
@@ -176,13 +176,13 @@ def place_gang(
             if best is None or rank < best[0]:
                 best = (rank, path, chosen)
         if best is not None:
-            return _apply(snapshot, request, best[2], "/".join(best[1]))
+            return apply_candidates(snapshot, request, best[2], "/".join(best[1]))
     return Pending(
         request.id, Reason.GANG_INCOMPLETE, _explain(Reason.GANG_INCOMPLETE, request, len(candidates))
     )
 
 
-def _best_option(
+def best_option(
     snapshot: Snapshot, class_id: int, state_id: int, shape_id: int, request: Request, policy: Policy
 ) -> tuple[Score, Option, list[Option], tuple] | None:
     """The policy's best way to fit the request's per-node part on a (class, state), memoised per policy."""
@@ -207,7 +207,10 @@ def _best_option(
 _MISSING = object()
 
 
-def _apply(snapshot: Snapshot, request: Request, chosen: list[Candidate], subtree: str) -> Placement:
+def apply_candidates(
+    snapshot: Snapshot, request: Request, chosen: list[Candidate], subtree: str
+) -> Placement:
+    """Take the chosen candidates' capacity on the snapshot: the placement, with any MIG repartitions."""
     allocations: list[NodeAllocation] = []
     repartitions: list[Repartition] = []
     for candidate in chosen:

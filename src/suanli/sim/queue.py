@@ -51,6 +51,9 @@ POLICIES: dict[str, QueueConfig] = {
         within=Within.RATIO,
         backfill_order=BackfillOrder.RATIO,
         preemption=PreemptionConfig(),
+        keep_head=True,
+        spare_free=True,
+        spot_yields=True,
     ),
 }
 SPOT_BID_MICROS = (500_000, 3_000_000)  # spot bids drawn uniformly in this range (micros per GPU-hour)
@@ -289,6 +292,8 @@ def run_requests(
     promised: set[str] = set()
     held: dict[str, float] = {}
     fair = FairShare(at_s=first_arrival)
+    head: str | None = None
+    reserved: tuple[str, ...] = ()
     allocated = 0.0
     previous = first_arrival
     next_sample = first_arrival
@@ -324,8 +329,18 @@ def run_requests(
         if queue:
             result.cycles += 1
             decision = admit(
-                snapshot, list(queue.values()), list(running.values()), policy, now, config, fair, promised
+                snapshot,
+                list(queue.values()),
+                list(running.values()),
+                policy,
+                now,
+                config,
+                fair,
+                promised,
+                last_head=head,
+                last_reserved=reserved,
             )
+            head, reserved = decision.head, decision.reserved_nodes
             for placement_ in decision.placements:
                 request = queue.pop(placement_.request_id)
                 promised.discard(request.id)
