@@ -1,4 +1,4 @@
-# suanli: `make run` runs the platform demo (for now the packing benchmark), `make test` runs every check.
+# suanli: `make run` runs the platform demo (server, agents, CLI logged in), `make test` runs every check.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -15,8 +15,7 @@ $(BIN)/suanli: pyproject.toml
 	touch $(BIN)/suanli
 
 run: $(BIN)/suanli
-	$(BIN)/suanli sim packing --nodes $(ALIBABA)/openb_node_list_gpu_node.csv \
-	  --pods $(ALIBABA)/openb_pod_list_default.csv --policy fgd,suanli --seeds 42-43
+	$(BIN)/suanli demo
 
 lint: $(BIN)/suanli
 	$(BIN)/ruff check src tests
@@ -32,6 +31,8 @@ bench: $(BIN)/suanli
 	  --pods $(ALIBABA)/openb_pod_list_default.csv --policy all --seeds 42-51 \
 	  --json bench-results/packing.json
 	$(BIN)/python -m suanli.sim.throughput --json bench-results/throughput.json
+	$(BIN)/python -m suanli.sim.queue_bench --jobs 100000 --gpus 10000 --json bench-results/queue.json
+	$(BIN)/python -m suanli.api.bench --json bench-results/server.json
 
 clean:
 	rm -rf $(VENV) bench-results .pytest_cache .ruff_cache

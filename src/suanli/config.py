@@ -24,3 +24,6 @@ class Settings(BaseSettings):
     scheduler_interval_s: float = Field(default=5.0, gt=0)
     policy: str = "suanli"
     policy_seed: int = 0
+    agent_heartbeat_interval_s: float = Field(default=5.0, gt=0)
+    agent_missed_heartbeats: int = Field(default=3, ge=1, description="Down after this many intervals.")
+    join_token_ttl_s: float = Field(default=3600.0, gt=0)

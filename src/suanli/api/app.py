@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from suanli.api import errors, routes_accounts, routes_fleet, routes_rentals
+from suanli.api import errors, routes_accounts, routes_agents, routes_fleet, routes_rentals
 from suanli.api.wiring import build
 from suanli.config import Settings
 
@@ -21,9 +21,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         services.loop.start()
         services.loop.signal()
+        if services.reaper is not None:
+            services.reaper.start()
         try:
             yield
         finally:
+            if services.reaper is not None:
+                await services.reaper.stop()
             await services.loop.stop()
             services.engine.dispose()
 
@@ -33,6 +37,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(routes_accounts.router)
     app.include_router(routes_fleet.router)
     app.include_router(routes_rentals.router)
+    app.include_router(routes_agents.router)
 
     @app.get("/healthz", tags=["ops"])
     def healthz() -> dict[str, str]:

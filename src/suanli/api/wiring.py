@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 from sqlalchemy import Engine
 
+from suanli.app.agents import AgentService
 from suanli.app.contracts import ContractService
 from suanli.app.fleet import FleetCache, FleetService
 from suanli.app.ids import SystemClock
@@ -16,8 +17,10 @@ from suanli.app.scheduling import CycleReport, Scheduler
 from suanli.app.tenants import TenantService
 from suanli.config import Settings
 from suanli.domain.catalog_data import CATALOG
+from suanli.loops.agent_reaper import ReaperLoop
 from suanli.loops.scheduler_loop import SchedulerLoop
-from suanli.store.db import make_engine, migrate, unit_of_work_factory
+from suanli.store.agent_repositories import SqlAgentUnitOfWork
+from suanli.store.db import make_engine, migrate, session_factory, unit_of_work_factory
 from suanli.store.leader import Leadership
 
 GPU_STATES = ("idle", "partial", "busy", "cordoned")
@@ -65,6 +68,8 @@ class Services:
     scheduler: Scheduler
     loop: SchedulerLoop
     metrics: Metrics
+    agents: AgentService | None = None  # set by build(); None only in hand-made test graphs
+    reaper: ReaperLoop | None = None
 
 
 def build(settings: Settings) -> Services:
@@ -78,7 +83,17 @@ def build(settings: Settings) -> Services:
     loop = SchedulerLoop(scheduler, Leadership(engine), settings.scheduler_interval_s, metrics.record)
     tenants = TenantService(uow, clock)
     tenants.bootstrap(settings.bootstrap_admin_key)
-    return Services(
+    sessions = session_factory(engine)
+    agents = AgentService(
+        lambda: SqlAgentUnitOfWork(sessions),
+        clock,
+        loop.signal,
+        heartbeat_interval_s=settings.agent_heartbeat_interval_s,
+        missed_heartbeats=settings.agent_missed_heartbeats,
+        token_ttl_s=settings.join_token_ttl_s,
+    )
+    reaper = ReaperLoop(agents, loop.leadership, min(settings.agent_heartbeat_interval_s / 2, 5.0))
+    services = Services(
         settings,
         engine,
         tenants,
@@ -89,4 +104,7 @@ def build(settings: Settings) -> Services:
         scheduler,
         loop,
         metrics,
+        agents,
+        reaper,
     )
+    return services

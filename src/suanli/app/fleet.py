@@ -38,6 +38,13 @@ class FleetCache:
         self._fleet: Fleet | None = None
 
     def load(self, uow: UnitOfWork) -> tuple[int, Fleet | None]:
+        """The newest stored fleet; reads only its version number unless that changed."""
+        version = uow.fleet.current_version()
+        if version is None:
+            return 0, None
+        with self._lock:
+            if version == self._version:
+                return self._version, self._fleet
         document = uow.fleet.current()
         if document is None:
             return 0, None

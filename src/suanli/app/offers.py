@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from threading import Lock
 
 from suanli.app.errors import Invalid
 from suanli.app.fleet import FleetCache
@@ -89,20 +90,28 @@ def _bad(column: int, token: str, message: str) -> Invalid:
 class OfferService:
     def __init__(self, uow: UnitOfWorkFactory, cache: FleetCache, catalog: Catalog) -> None:
         self.uow, self.cache, self.catalog = uow, cache, catalog
+        self._lock = Lock()
+        self._computed: tuple[object, list[Offer]] | None = None
 
     def search(self, query: str) -> list[Offer]:
         terms = parse_query(query)
+        offers = self._offers()
+        return [offer for offer in offers if all(_holds(term, offer, self.catalog) for term in terms)]
+
+    def _offers(self) -> list[Offer]:
+        """Every offer before filtering, recomputed only when the fleet, a drain or an allocation changed:
+        each booking comes with a new allocation (the newest id grows) or goes with a released one (fewer
+        live ones), so (fleet version, newest allocation id, live allocations, drained nodes) names it."""
         with self.uow() as uow:
-            _, fleet = self.cache.load(uow)
+            version, fleet = self.cache.load(uow)
             if fleet is None:
                 return []
             cordoned = uow.fleet.cordoned()
-            busy = {
-                (allocation.node, piece.gpu_index)
-                for allocations in uow.rentals.live_allocations().values()
-                for allocation in allocations
-                for piece in allocation.slices
-            }
+            stamp = (version, uow.rentals.allocations_stamp(), frozenset(cordoned))
+            with self._lock:
+                if self._computed is not None and self._computed[0] == stamp:
+                    return self._computed[1]
+            busy = uow.rentals.busy_gpus()  # every GPU with a booked slice position
         groups: dict[tuple[str, str, str | None], list[int]] = {}
         for node in fleet.nodes:
             if node.gpu_mode is GpuMode.MIG or node.name in cordoned:
@@ -128,7 +137,9 @@ class OfferService:
                         list_price(model, tier),
                     )
                 )
-        return [offer for offer in offers if all(_holds(term, offer, self.catalog) for term in terms)]
+        with self._lock:
+            self._computed = (stamp, offers)
+        return offers
 
 
 def _holds(term: Term, offer: Offer, catalog: Catalog) -> bool:

@@ -64,6 +64,8 @@ class RentalSpec:
     max_duration_s: int | None = None
     command: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
+    restart: str = "never"  # or "on-failure": the agent restarts a failed workload, a lost one is re-queued
+    max_restarts: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -97,18 +97,18 @@ class RentalService:
             json.dumps(asdict(spec), sort_keys=True, default=list).encode()
         ).hexdigest()
         tenant_id = caller.tenant.id
-        if idempotency_key is not None:
-            earlier = self._earlier(tenant_id, idempotency_key, fingerprint)
-            if earlier is not None:
-                return earlier, False
         now = self.clock.now()
         rental = Rental(
             new_id("rnt"), tenant_id, "pending", spec, now, None, None, idempotency_key, fingerprint
         )
+        created = RentalEvent(now, "created")
+        # Insert first: the UNIQUE (tenant, key) decides between concurrent requests with one key, and a
+        # repeated key costs a second transaction (the failed insert ends the first) instead of every
+        # new rental paying for a look-up.
         try:
             with self.uow() as uow:
                 uow.rentals.add(rental)
-                uow.rentals.add_event(rental.id, RentalEvent(now, "created"))
+                uow.rentals.add_event(rental.id, created)
                 uow.commit()
         except Duplicate:
             earlier = self._earlier(tenant_id, idempotency_key or "", fingerprint)
@@ -116,7 +116,7 @@ class RentalService:
                 raise
             return earlier, False
         self.signal()
-        return self.get(caller, rental.id), True
+        return RentalView(rental, (), (created,)), True
 
     def _earlier(self, tenant_id: str, key: str, fingerprint: str) -> RentalView | None:
         with self.uow() as uow:
@@ -141,7 +141,13 @@ class RentalService:
     def stop(self, caller: Caller, rental_id: str) -> RentalView:
         with self.uow() as uow:
             rental = self._owned(uow, caller, rental_id)
-            if rental.state not in END_STATES:
+            if rental.state in ("starting", "running"):  # its agent stops the workload, then reports it
+                uow.rentals.set_state(rental.id, "stopping", expect=(rental.state,), reason=None)
+                uow.rentals.add_event(
+                    rental.id, RentalEvent(self.clock.now(), "stopping", None, "stop requested by API")
+                )
+                uow.commit()
+            elif rental.state not in END_STATES and rental.state != "stopping":
                 uow.rentals.set_state(rental.id, "stopped", expect=("pending", *LIVE_STATES), reason=None)
                 uow.rentals.release(rental.id)
                 uow.rentals.add_event(

@@ -59,7 +59,7 @@ class Scheduler:
         self.policy: Policy | None = None
         self.fleet: Fleet | None = None
         self.version = -1
-        self.applied: dict[str, tuple[NodeAllocation, ...]] = {}
+        self.held: dict[int, NodeAllocation] = {}  # live allocation id -> what it occupies in the snapshot
         self.cordoned: set[str] = set()
         self._lock = threading.Lock()
 
@@ -118,7 +118,7 @@ class Scheduler:
                 self.snapshot.release(allocation)
             return 0
         rows = bookings_for(placement.nodes, self._node, uow.rentals.booked_slots)
-        uow.rentals.book(rental.id, placement.nodes, rows)
+        allocation_ids = uow.rentals.book(rental.id, placement.nodes, rows)
         price = sum(
             piece.milli * list_price(self._node(a.node)[1], rental.spec.tier) // FULL_MILLI
             for a in placement.nodes
@@ -127,7 +127,7 @@ class Scheduler:
         nodes = ", ".join(a.node for a in placement.nodes)
         uow.rentals.set_price(rental.id, price)
         uow.rentals.add_event(rental.id, RentalEvent(now, "placed", None, f"on {nodes}"))
-        self.applied[rental.id] = placement.nodes
+        self.held.update(zip(allocation_ids, placement.nodes, strict=True))
         return 1
 
     def _node(self, name: str) -> tuple[Node, GpuModel]:
@@ -141,34 +141,27 @@ class Scheduler:
         for name in self.cordoned:
             if name in snapshot.by_name:
                 snapshot.set_schedulable(name, False)
-        live = uow.rentals.live_allocations()
-        for allocations in live.values():
-            for allocation in allocations:
-                snapshot.occupy(allocation)
-        self.applied = {rental_id: tuple(allocations) for rental_id, allocations in live.items()}
+        live = uow.rentals.allocations_by_id(sorted(uow.rentals.live_allocation_ids()))
+        for _, allocation in live.values():
+            snapshot.occupy(allocation)
+        self.held = {allocation_id: allocation for allocation_id, (_, allocation) in live.items()}
         history = [to_request(r) for r in uow.rentals.list(None, 5000)]
         self.policy = build_policy(self.policy_name, seed=self.seed, history=history)
         self.snapshot, self.fleet, self.version = snapshot, fleet, version
 
     def _sync(self, uow: UnitOfWork) -> None:
+        """Catch up with the database by allocation id: release what was released since (stops, shrinks,
+        re-queues), occupy what appeared (written by someone else); only new allocations are read in full."""
         snapshot = self.snapshot
         assert snapshot is not None
-        live = {rental_id: tuple(a) for rental_id, a in uow.rentals.live_allocations().items()}
-        for rental_id, held in list(self.applied.items()):
-            now_held = live.get(rental_id, ())
-            for allocation in held:
-                if allocation not in now_held:
-                    snapshot.release(allocation)
-            if now_held:
-                self.applied[rental_id] = tuple(a for a in held if a in now_held)
-            else:
-                del self.applied[rental_id]
-        for rental_id, allocations in live.items():
-            known = self.applied.get(rental_id, ())
-            for allocation in allocations:
-                if allocation not in known:
-                    snapshot.occupy(allocation)
-            self.applied[rental_id] = allocations
+        live = uow.rentals.live_allocation_ids()
+        for allocation_id in [i for i in self.held if i not in live]:
+            snapshot.release(self.held.pop(allocation_id))
+        new = sorted(live.difference(self.held))
+        if new:
+            for allocation_id, (_, allocation) in uow.rentals.allocations_by_id(new).items():
+                snapshot.occupy(allocation)
+                self.held[allocation_id] = allocation
         cordoned = uow.fleet.cordoned()
         for name in cordoned ^ self.cordoned:
             if name in snapshot.by_name:

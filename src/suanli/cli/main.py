@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from suanli.cli import agent_commands
 from suanli.cli import platform_commands as platform
 from suanli.cli.fleet_commands import fleet_app
 from suanli.cli.sim_commands import sim_app
@@ -21,6 +22,9 @@ for command in (
     platform.ls,
     platform.show,
     platform.stop,
+    agent_commands.logs,
+    agent_commands.agent,
+    agent_commands.demo,
 ):
     app.command()(command)
 

@@ -14,6 +14,18 @@ import httpx
 from pydantic import BaseModel, TypeAdapter
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
 
+from suanli.wire.agent_schemas import (
+    AgentRegisterRequest,
+    AgentRegisterResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinTokenCreateRequest,
+    JoinTokenResponse,
+    LogChunkRequest,
+    LogChunkResponse,
+    LogResponse,
+    RentalRunResponse,
+)
 from suanli.wire.schemas import (
     ContractCreateRequest,
     ContractResponse,
@@ -149,6 +161,37 @@ class Client:
     def resize(self, rental_id: str, *, nodes: int | None = None, gpus: int | None = None) -> RentalResponse:
         body = RentalResizeRequest(nodes=nodes, gpus=gpus)
         return self._call("PATCH", f"/v1/rentals/{rental_id}", RentalResponse, body=body)
+
+    def logs(self, rental_id: str, offset: int = 0) -> LogResponse:
+        """The rental's output from character `offset`; follow with `next_offset` until `done`."""
+        return self._call("GET", f"/v1/rentals/{rental_id}/logs", LogResponse, params={"offset": str(offset)})
+
+    def rental_runs(self, rental_id: str) -> list[RentalRunResponse]:
+        return self._call("GET", f"/v1/rentals/{rental_id}/runs", list[RentalRunResponse])
+
+    # --- agents (join tokens with an operator key; the rest with the node key) ----------------------
+
+    def create_join_token(self, node: str, ttl_s: float | None = None) -> JoinTokenResponse:
+        body = JoinTokenCreateRequest(node=node, ttl_s=ttl_s)
+        return self._call("POST", "/v1/join-tokens", JoinTokenResponse, body=body)
+
+    def register_agent(self, token: str, inventory: dict[str, Any]) -> AgentRegisterResponse:
+        body = AgentRegisterRequest(token=token, inventory=inventory)
+        return self._call("POST", "/v1/agents/register", AgentRegisterResponse, body=body)
+
+    def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
+        """Report workloads and telemetry; safe to retry (reports are states, not increments)."""
+        return self._call("POST", "/v1/agents/heartbeat", HeartbeatResponse, body=request, retry=True)
+
+    def upload_log(self, rental_id: str, offset: int, data: bytes) -> LogChunkResponse:
+        """Send one chunk read at byte `offset` of the rental's log; retried safely (the server dedups)."""
+        body = LogChunkRequest(
+            rental_id=rental_id,
+            offset=offset,
+            data=data.decode("utf-8", errors="replace"),
+            size_bytes=len(data),
+        )
+        return self._call("POST", "/v1/agents/logs", LogChunkResponse, body=body, retry=True)
 
     # --- contracts ---------------------------------------------------------------------------------
 

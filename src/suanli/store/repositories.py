@@ -102,6 +102,9 @@ class SqlFleet:
         row = self.s.scalar(select(FleetDocumentRow).order_by(FleetDocumentRow.version.desc()).limit(1))
         return None if row is None else FleetDocument(row.version, row.toml, row.updated_at)
 
+    def current_version(self) -> int | None:
+        return self.s.scalar(select(func.max(FleetDocumentRow.version)))
+
     def put(self, toml: str, node_names: Sequence[str], now: datetime) -> FleetDocument:
         row = FleetDocumentRow(toml=toml, updated_at=now)
         self.s.add(row)
@@ -212,6 +215,44 @@ class SqlRentals:
     def live_allocations(self) -> dict[str, list[NodeAllocation]]:
         return self._allocations(None)
 
+    def live_allocation_ids(self) -> set[int]:
+        return set(self.s.scalars(select(AllocationRow.id).where(AllocationRow.released.is_(False))))
+
+    def allocations_by_id(self, ids: Sequence[int]) -> dict[int, tuple[str, NodeAllocation]]:
+        found: dict[int, tuple[str, NodeAllocation]] = {}
+        for start in range(0, len(ids), 1000):
+            chunk = list(ids[start : start + 1000])
+            rows = self.s.execute(
+                select(AllocationRow, SliceRow)
+                .outerjoin(SliceRow, SliceRow.allocation_id == AllocationRow.id)
+                .where(AllocationRow.id.in_(chunk), AllocationRow.released.is_(False))
+                .order_by(AllocationRow.id, SliceRow.ordinal)
+            ).all()
+            pieces: dict[int, tuple[AllocationRow, list[Slice]]] = {}
+            for allocation, piece in rows:
+                entry = pieces.setdefault(allocation.id, (allocation, []))
+                if piece is not None:
+                    entry[1].append(
+                        Slice(
+                            piece.gpu_index, piece.milli, piece.memory_mib, piece.mig_profile, piece.mig_start
+                        )
+                    )
+            for allocation_id, (a, slices) in pieces.items():
+                found[allocation_id] = (
+                    a.rental_id,
+                    NodeAllocation(a.node, a.cpu_milli, a.memory_mib, tuple(slices)),
+                )
+        return found
+
+    def allocations_stamp(self) -> tuple[int, int]:
+        newest = self.s.scalar(select(func.max(AllocationRow.id)))
+        live = self.s.scalar(select(func.count(AllocationRow.id)).where(AllocationRow.released.is_(False)))
+        return int(newest or 0), int(live or 0)
+
+    def busy_gpus(self) -> set[tuple[str, int]]:
+        rows = self.s.execute(select(BookingRow.node, BookingRow.gpu_index).distinct())
+        return {(node, gpu_index) for node, gpu_index in rows}
+
     def _allocations(self, where: Any) -> dict[str, list[NodeAllocation]]:
         condition = AllocationRow.released.is_(False)
         if where is not None:
@@ -240,7 +281,9 @@ class SqlRentals:
         query = select(BookingRow.slot).where(BookingRow.node == node, BookingRow.gpu_index == gpu_index)
         return set(self.s.scalars(query))
 
-    def book(self, rental_id: str, allocation: Sequence[NodeAllocation], bookings: Sequence[Booking]) -> None:
+    def book(
+        self, rental_id: str, allocation: Sequence[NodeAllocation], bookings: Sequence[Booking]
+    ) -> list[int]:
         ids: dict[str, int] = {}
         for ordinal, node_allocation in enumerate(allocation):
             row = AllocationRow(
@@ -280,6 +323,7 @@ class SqlRentals:
             self.s.flush()
         except IntegrityError as error:
             raise BookingConflict(f"a slice of rental {rental_id} is already booked") from error
+        return [ids[node_allocation.node] for node_allocation in allocation]
 
     def release(self, rental_id: str, nodes: Sequence[str] | None = None) -> None:
         bookings = delete(BookingRow).where(BookingRow.rental_id == rental_id)

@@ -146,3 +146,60 @@ class ContractRow(Base):
     starts_at: Mapped[datetime] = mapped_column(UtcDateTime())
     ends_at: Mapped[datetime] = mapped_column(UtcDateTime())
     created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+
+
+# --- agents (issue 6): join tokens, registered nodes, workload runs, logs --------------------------------
+
+
+class JoinTokenRow(Base):
+    """A single-use join token for one node name; stored as a digest."""
+
+    __tablename__ = "join_tokens"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    node: Mapped[str] = mapped_column(String(200), index=True)
+    token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    created_by: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    used_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+
+
+class AgentNodeRow(Base):
+    """The agent of one node: its key digest, inventory, last heartbeat and whether it is up."""
+
+    __tablename__ = "agent_nodes"
+    node: Mapped[str] = mapped_column(String(200), primary_key=True)
+    key_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    registered_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    inventory: Mapped[dict[str, Any]] = mapped_column(JSON)
+    telemetry: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    last_heartbeat_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    up: Mapped[bool] = mapped_column(Boolean, default=True)
+    cordoned_by_agent: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class RentalRunRow(Base):
+    """A rental's workload on one node as its agent reported it; `ended_at` is where billing stops."""
+
+    __tablename__ = "rental_runs"
+    rental_id: Mapped[str] = mapped_column(ForeignKey("rentals.id"), primary_key=True)
+    node: Mapped[str] = mapped_column(String(200), primary_key=True)
+    state: Mapped[str] = mapped_column(String(16))
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    started_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    ended_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    last_heartbeat_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+
+
+class RentalLogRow(Base):
+    """One chunk of a rental's output from one node; `node_offset` is its byte offset in that node's log."""
+
+    __tablename__ = "rental_logs"
+    __table_args__ = (UniqueConstraint("rental_id", "node", "node_offset", name="uq_rental_logs_chunk"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    rental_id: Mapped[str] = mapped_column(ForeignKey("rentals.id"), index=True)
+    node: Mapped[str] = mapped_column(String(200))
+    node_offset: Mapped[int] = mapped_column(BigInteger)
+    size_bytes: Mapped[int] = mapped_column(Integer)
+    data: Mapped[str] = mapped_column(Text)
+    at: Mapped[datetime] = mapped_column(UtcDateTime())

@@ -123,6 +123,11 @@ class RentalCreateRequest(WireModel):
     max_duration_s: int | None = Field(default=None, gt=0)
     command: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
+    restart: Literal["never", "on-failure"] = Field(
+        default="never",
+        description="on-failure: the agent restarts a failed workload; a lost one is re-queued.",
+    )
+    max_restarts: int = Field(default=0, ge=0, le=100)
 
 
 class RentalResizeRequest(WireModel):

@@ -1,0 +1,409 @@
+"""The agent loop: register once, then every interval poll workloads, ship logs, heartbeat, reconcile.
+
+Guarantees:
+
+* The node key is saved in `<work dir>/agent.json` (mode 0600) and reused on restart; the join token is spent
+  only when there is no saved key for this server, or the server refuses the saved one.
+* One step: (1) poll local workloads (a failure restarts under the rental's restart policy), (2) ship new log
+  bytes (the server dedups by byte offset, so a retry never doubles a line), (3) heartbeat with every
+  workload's state and exit code and the GPU telemetry, (4) reconcile with the answer: launch what is new,
+  stop what says `stop`, give notice at a `notice_deadline` and kill at it, kill what the answer no longer
+  lists (the server ended or forgot it). Logs go before the heartbeat, so an end the server acknowledges has
+  its whole output stored.
+* A server that does not answer costs retries with exponential backoff (tenacity in the SDK, then a growing
+  pause here); workloads keep running meanwhile. A workload left behind by an earlier agent process (its
+  `workload.json` names a live process group) is adopted if the server still assigns it, else killed.
+* On exit the workloads keep running (they are adopted on restart) unless `stop_workloads_on_exit`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from tenacity import Retrying, retry_if_exception_type, stop_when_event_set, wait_exponential
+
+from suanli.agent.assignment import Assignment
+from suanli.agent.executors import (
+    Executor,
+    ProcessExecutor,
+    Workload,
+    WorkloadState,
+    WorkloadStatus,
+    group_alive,
+)
+from suanli.agent.probe import GpuProbe, HostInventory
+from suanli.agent.restart import Outcome, RestartPolicy, RestartTracker
+from suanli.agent.workloads import workload_spec
+from suanli.client import ApiError, Client, ServerUnreachable
+from suanli.domain.errors import SuanliError
+from suanli.domain.plan import Slice
+from suanli.wire.agent_schemas import (
+    AssignmentResponse,
+    GpuTelemetryReport,
+    HeartbeatRequest,
+    WorkloadReportBody,
+)
+
+log = logging.getLogger(__name__)
+STATE_FILE = "agent.json"
+LOG_CHUNK_BYTES = 256 * 1024
+MAX_CHUNKS_PER_STEP = 8
+MAX_BACKOFF_S = 5.0
+
+
+class AgentError(SuanliError):
+    """The agent cannot go on: no saved key and no usable join token."""
+
+
+@dataclass
+class Local:
+    """One rental's workload on this host, as the agent tracks it."""
+
+    rental_id: str
+    workload: Workload | None
+    tracker: RestartTracker
+    assignment: Assignment | None
+    log_file: Path | None
+    state: str = "running"  # running, succeeded, failed, stopped
+    exit_code: int | None = None
+    message: str = ""
+    stop_requested: bool = False
+    noticed_until: datetime | None = None
+    log_offset: int = 0
+
+
+class AdoptedWorkload:
+    """A process group an earlier agent process started: signalled by group id; its exit code is unknown."""
+
+    def __init__(self, pgid: int) -> None:
+        self._pgid = pgid
+
+    @property
+    def pid(self) -> int:
+        return self._pgid
+
+    def poll(self) -> WorkloadStatus:
+        if group_alive(self._pgid):
+            return WorkloadStatus(WorkloadState.RUNNING)
+        return WorkloadStatus(WorkloadState.EXITED, exit_code=None)
+
+    def notice(self, deadline: datetime) -> None:
+        self._signal(signal.SIGTERM)
+
+    def stop(self, grace_s: float) -> WorkloadStatus:
+        self._signal(signal.SIGTERM)
+        end = time.monotonic() + grace_s
+        while group_alive(self._pgid) and time.monotonic() < end:
+            time.sleep(0.05)
+        return self.kill()
+
+    def kill(self) -> WorkloadStatus:
+        self._signal(signal.SIGKILL)
+        return WorkloadStatus(WorkloadState.SIGNALED, exit_code=128 + signal.SIGKILL, signal=signal.SIGKILL)
+
+    def _signal(self, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._pgid, signum)
+
+
+class AgentRunner:
+    def __init__(
+        self,
+        server_url: str,
+        probe: GpuProbe,
+        work_dir: Path,
+        *,
+        join_token: str | None = None,
+        executor: Executor | None = None,
+        interval_s: float | None = None,
+        grace_s: float = 5.0,
+        stop_workloads_on_exit: bool = False,
+        client_factory: Callable[[str, str | None], Client] | None = None,
+    ) -> None:
+        self.server_url = server_url.rstrip("/")
+        self.probe, self.work_dir, self.join_token = probe, work_dir, join_token
+        self.executor = executor or ProcessExecutor(work_dir)
+        self.fixed_interval_s = interval_s
+        self.interval_s = interval_s or 5.0
+        self.grace_s, self.stop_workloads_on_exit = grace_s, stop_workloads_on_exit
+        self._client_factory = client_factory or (lambda url, key: Client(url, key, timeout_s=10, retries=3))
+        self.inventory: HostInventory = probe.inventory()
+        self.node: str | None = None
+        self.local: dict[str, Local] = {}
+        self.orphans: dict[str, int] = self._find_orphans()
+        self._client: Client | None = None
+
+    # --- the loop -------------------------------------------------------------------------------------
+
+    def run(self, stopping: threading.Event) -> None:
+        """Register (or reuse the saved key), then step every interval until `stopping` is set."""
+        self._connect(stopping)
+        failures = 0
+        while not stopping.is_set():
+            try:
+                self.step()
+                failures = 0
+                pause = self.interval_s
+            except ServerUnreachable as error:
+                failures += 1
+                pause = min(MAX_BACKOFF_S, 0.2 * 2**failures, self.interval_s * 2)
+                log.warning("server unreachable (%s); workloads keep running; retry in %.1f s", error, pause)
+            except ApiError as error:
+                if error.status != 401:
+                    raise
+                log.warning("the server refused the node key; registering again")
+                self._client = None
+                self._register(stopping, force=True)
+                pause = 0
+            stopping.wait(pause)
+        self.shutdown()
+
+    def step(self) -> None:
+        self.poll()
+        self.ship_logs()
+        client = self._require_client()
+        answer = client.heartbeat(HeartbeatRequest(workloads=self.reports(), telemetry=self._telemetry()))
+        if self.fixed_interval_s is None:
+            self.interval_s = answer.heartbeat_interval_s
+        self.reconcile(answer.assignments)
+
+    def shutdown(self) -> None:
+        if self.stop_workloads_on_exit:
+            for local in self.local.values():
+                if local.workload is not None and local.state == "running":
+                    local.workload.stop(self.grace_s)
+                    local.state = "stopped"
+            with contextlib.suppress(SuanliError, ApiError, ServerUnreachable, OSError):
+                self.ship_logs()
+        if self._client is not None:
+            self._client.close()
+
+    # --- steps ----------------------------------------------------------------------------------------
+
+    def poll(self) -> None:
+        for local in self.local.values():
+            if local.workload is None or local.state != "running":
+                continue
+            now = datetime.now(UTC)
+            if local.noticed_until is not None and now >= local.noticed_until:
+                local.workload.kill()
+                local.state, local.exit_code, local.message = "stopped", None, "killed at the notice deadline"
+                continue
+            status = local.workload.poll()
+            if status.running:
+                continue
+            if status.exit_code is None:  # adopted: nobody saw how it ended
+                local.state, local.message = "failed", "ended while the agent was away; exit code unknown"
+                continue
+            outcome, local.tracker = local.tracker.on_exit(status.exit_code, stopped=local.stop_requested)
+            if outcome is Outcome.RESTART and local.assignment is not None:
+                log.info("%s: exit %s, restart %d", local.rental_id, status.exit_code, local.tracker.restarts)
+                self._launch(local.assignment, local)
+                continue
+            local.state, local.exit_code = _REPORTED[outcome], status.exit_code
+
+    def ship_logs(self) -> None:
+        client = self._require_client()
+        for local in self.local.values():
+            if local.log_file is None or not local.log_file.is_file():
+                continue
+            with local.log_file.open("rb") as handle:
+                for _ in range(MAX_CHUNKS_PER_STEP):
+                    handle.seek(local.log_offset)
+                    chunk = handle.read(LOG_CHUNK_BYTES)
+                    if not chunk:
+                        break
+                    try:
+                        stored = client.upload_log(local.rental_id, local.log_offset, chunk).stored_bytes
+                    except ApiError as error:
+                        if error.status == 404:
+                            break
+                        raise
+                    if stored == local.log_offset:  # nothing taken: a gap on the server side
+                        break
+                    local.log_offset = stored
+
+    def reports(self) -> list[WorkloadReportBody]:
+        return [
+            WorkloadReportBody(
+                rental_id=local.rental_id,
+                state=local.state,  # type: ignore[arg-type]
+                exit_code=local.exit_code,
+                message=local.message[:500],
+            )
+            for local in self.local.values()
+        ]
+
+    def reconcile(self, assignments: list[AssignmentResponse]) -> None:
+        wanted = {a.rental_id: a for a in assignments}
+        for rental_id in [r for r in self.local if r not in wanted]:
+            local = self.local.pop(rental_id)
+            if local.workload is not None and local.state == "running":
+                log.info("%s: no longer assigned; killing it", rental_id)
+                local.workload.kill()
+        for rental_id in [r for r in self.orphans if r not in wanted or wanted[r].action == "stop"]:
+            log.info("%s: left by an earlier agent and not assigned; killing it", rental_id)
+            AdoptedWorkload(self.orphans.pop(rental_id)).kill()
+        for assignment in assignments:
+            local = self.local.get(assignment.rental_id)
+            if local is None:
+                local = self._start(assignment)
+            if assignment.action == "stop":
+                if local.workload is not None and local.state == "running":
+                    local.stop_requested = True
+                    local.workload.stop(self.grace_s)
+                    self.poll()
+                if local.state == "running":
+                    local.state = "stopped"
+            elif assignment.notice_deadline is not None and local.noticed_until is None:
+                if local.workload is not None and local.state == "running":
+                    local.stop_requested = True
+                    local.workload.notice(assignment.notice_deadline)
+                local.noticed_until = assignment.notice_deadline
+
+    # --- helpers --------------------------------------------------------------------------------------
+
+    def _start(self, response: AssignmentResponse) -> Local:
+        assignment = _assignment(response)
+        local = Local(response.rental_id, None, RestartTracker(assignment.restart), assignment, None)
+        self.local[response.rental_id] = local
+        if response.action == "stop":
+            return local
+        pgid = self.orphans.pop(response.rental_id, None)
+        if pgid is not None:
+            log.info(
+                "%s: adopting the workload an earlier agent started (group %d)", response.rental_id, pgid
+            )
+            local.workload = AdoptedWorkload(pgid)
+            local.log_file = self.executor.paths(response.rental_id).log_file
+            local.log_offset = 0  # the server tells the stored size at the first upload
+            return local
+        if not assignment.command:  # a reservation without a command: the GPUs are held, nothing runs
+            local.message = "no command: the GPUs are held until the rental is stopped"
+            return local
+        self._launch(assignment, local)
+        return local
+
+    def _launch(self, assignment: Assignment, local: Local) -> None:
+        try:
+            spec = workload_spec(assignment, self.inventory, self.executor)
+            local.workload = self.executor.launch(spec)
+            local.log_file = self.executor.paths(assignment.rental_id).log_file
+            local.state = "running"
+        except SuanliError as error:
+            log.warning("%s: cannot start: %s", assignment.rental_id, error)
+            local.workload, local.state, local.message = None, "failed", str(error)
+
+    def _telemetry(self) -> list[GpuTelemetryReport]:
+        try:
+            readings = self.probe.telemetry()
+        except SuanliError as error:
+            log.warning("telemetry failed: %s", error)
+            return []
+        return [
+            GpuTelemetryReport(
+                index=r.index,
+                utilization_pct=r.utilization_pct,
+                memory_used_mib=r.memory_used_mib,
+                power_w=r.power_w,
+            )
+            for r in readings
+        ]
+
+    def _connect(self, stopping: threading.Event) -> None:
+        saved = self._load_state()
+        if saved is not None:
+            self.node = saved["node"]
+            self._client = self._client_factory(self.server_url, saved["node_key"])
+            return
+        self._register(stopping, force=False)
+
+    def _register(self, stopping: threading.Event, *, force: bool) -> None:
+        if not self.join_token:
+            raise AgentError("no saved node key for this server and no join token: pass --token")
+        token = self.join_token
+        anonymous = self._client_factory(self.server_url, None)
+        try:
+            for attempt in Retrying(
+                retry=retry_if_exception_type(ServerUnreachable),
+                wait=wait_exponential(multiplier=0.2, max=MAX_BACKOFF_S),
+                stop=stop_when_event_set(stopping),
+                reraise=True,
+            ):
+                with attempt:
+                    answer = anonymous.register_agent(token, self.inventory.to_dict())
+        except ApiError as error:
+            raise AgentError(f"registration refused: {error.message}") from None
+        finally:
+            anonymous.close()
+        self.node = answer.node
+        if self.fixed_interval_s is None:
+            self.interval_s = answer.heartbeat_interval_s
+        self._save_state(answer.node, answer.node_key)
+        self._client = self._client_factory(self.server_url, answer.node_key)
+        log.info("registered as node %s", answer.node)
+
+    def _require_client(self) -> Client:
+        if self._client is None:
+            raise AgentError("not registered")
+        return self._client
+
+    def _load_state(self) -> dict[str, str] | None:
+        path = self.work_dir / STATE_FILE
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        if data.get("server") != self.server_url or not data.get("node_key"):
+            return None
+        return data
+
+    def _save_state(self, node: str, node_key: str) -> None:
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        path = self.work_dir / STATE_FILE
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w") as handle:
+            json.dump({"server": self.server_url, "node": node, "node_key": node_key}, handle)
+
+    def _find_orphans(self) -> dict[str, int]:
+        """Process groups that earlier agent processes started here and that are still alive."""
+        found: dict[str, int] = {}
+        for record in sorted((self.work_dir / "rentals").glob("*/workload.json")):
+            try:
+                data = json.loads(record.read_text())
+                pgid = int(data["pgid"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            if group_alive(pgid):
+                found[str(data.get("rental_id", record.parent.name))] = pgid
+        return found
+
+
+_REPORTED = {Outcome.SUCCEEDED: "succeeded", Outcome.FAILED: "failed", Outcome.STOPPED: "stopped"}
+
+
+def _assignment(response: AssignmentResponse) -> Assignment:
+    policy = (
+        RestartPolicy.on_failure(response.max_restarts)
+        if response.restart == "on-failure" and response.max_restarts > 0
+        else RestartPolicy.never()
+    )
+    return Assignment(
+        rental_id=response.rental_id,
+        slices=tuple(
+            Slice(s.gpu_index, s.milli, s.memory_mib, s.mig_profile, s.mig_start) for s in response.slices
+        ),
+        command=tuple(response.command),
+        env=dict(response.env),
+        restart=policy,
+    )

@@ -1,0 +1,123 @@
+"""/v1/join-tokens (operators), /v1/agents/{register,heartbeat,logs} (node key), rental logs and runs."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Request, status
+from fastapi.security import HTTPAuthorizationCredentials
+
+from suanli.api.deps import CallerDep, ServicesDep, bearer
+from suanli.api.errors import ERROR_RESPONSES
+from suanli.app.agents import AgentService, NodeAssignment, WorkloadReport
+from suanli.wire.agent_schemas import (
+    AgentRegisterRequest,
+    AgentRegisterResponse,
+    AssignmentResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinTokenCreateRequest,
+    JoinTokenResponse,
+    LogChunkRequest,
+    LogChunkResponse,
+    LogResponse,
+    RentalRunResponse,
+)
+from suanli.wire.schemas import SliceResponse
+
+router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
+
+
+def agents(request: Request) -> AgentService:
+    return request.app.state.services.agents
+
+
+def node_key(
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+) -> str | None:
+    return credentials.credentials if credentials is not None else None
+
+
+AgentsDep = Annotated[AgentService, Depends(agents)]
+NodeKeyDep = Annotated[str | None, Depends(node_key)]
+
+
+@router.post("/join-tokens", status_code=status.HTTP_201_CREATED, tags=["agents"])
+def create_join_token(
+    body: JoinTokenCreateRequest, caller: CallerDep, service: AgentsDep
+) -> JoinTokenResponse:
+    """A single-use token an agent spends to register as `node` (admin or provider)."""
+    token, secret = service.create_token(caller, body.node, body.ttl_s)
+    return JoinTokenResponse(id=token.id, node=token.node, expires_at=token.expires_at, token=secret)
+
+
+@router.post("/agents/register", tags=["agents"])
+def register(body: AgentRegisterRequest, service: AgentsDep) -> AgentRegisterResponse:
+    node, key = service.register(body.token, body.inventory)
+    return AgentRegisterResponse(node=node, node_key=key, heartbeat_interval_s=service.interval_s)
+
+
+@router.post("/agents/heartbeat", tags=["agents"])
+def heartbeat(body: HeartbeatRequest, key: NodeKeyDep, service: AgentsDep) -> HeartbeatResponse:
+    reports = [WorkloadReport(w.rental_id, w.state, w.exit_code, w.message) for w in body.workloads]
+    telemetry = [t.model_dump() for t in body.telemetry]
+    answer = service.heartbeat(key, reports, telemetry)
+    return HeartbeatResponse(
+        node=answer.node,
+        heartbeat_interval_s=answer.interval_s,
+        assignments=[_assignment(a) for a in answer.assignments],
+    )
+
+
+@router.post("/agents/logs", tags=["agents"])
+def upload_log(body: LogChunkRequest, key: NodeKeyDep, service: AgentsDep) -> LogChunkResponse:
+    stored = service.upload_log(key, body.rental_id, body.offset, body.data, body.size_bytes)
+    return LogChunkResponse(stored_bytes=stored)
+
+
+@router.get("/rentals/{rental_id}/logs", tags=["rentals"])
+def rental_logs(
+    rental_id: str, caller: CallerDep, services: ServicesDep, offset: Annotated[int, Query(ge=0)] = 0
+) -> LogResponse:
+    """The rental's output (stdout and stderr) from character `offset`; poll with `next_offset` to follow."""
+    data, next_offset, done = services.agents.read_log(caller, rental_id, offset)
+    return LogResponse(rental_id=rental_id, offset=offset, next_offset=next_offset, data=data, done=done)
+
+
+@router.get("/rentals/{rental_id}/runs", tags=["rentals"])
+def rental_runs(rental_id: str, caller: CallerDep, services: ServicesDep) -> list[RentalRunResponse]:
+    """Where the rental ran, as its agents reported: state, exit code, start, end (billing stops there)."""
+    return [
+        RentalRunResponse(
+            node=r.node,
+            state=r.state,
+            exit_code=r.exit_code,
+            started_at=r.started_at,
+            ended_at=r.ended_at,
+            last_heartbeat_at=r.last_heartbeat_at,
+        )
+        for r in services.agents.runs(caller, rental_id)
+    ]
+
+
+def _assignment(a: NodeAssignment) -> AssignmentResponse:
+    spec = a.rental.spec
+    return AssignmentResponse(
+        rental_id=a.rental.id,
+        action=a.action,  # type: ignore[arg-type]
+        slices=[
+            SliceResponse(
+                gpu_index=s.gpu_index,
+                milli=s.milli,
+                memory_mib=s.memory_mib,
+                mig_profile=s.mig_profile,
+                mig_start=s.mig_start,
+            )
+            for s in a.allocation.slices
+        ],
+        command=list(spec.command),
+        env=dict(spec.env),
+        restart=spec.restart,  # type: ignore[arg-type]
+        max_restarts=spec.max_restarts,
+        notice_deadline=a.notice_deadline,
+    )

@@ -1,0 +1,383 @@
+"""Node agents: join tokens, registration, heartbeats (reports in, assignments out), logs, and the reaper.
+
+Guarantees:
+
+* A join token names one node, is shown once, is stored as a SHA-256 digest, expires, and registers at most
+  once (a conditional update decides between two agents racing with one token). Registering gives the node a
+  new key (`nk_...`, stored as a digest); the node's earlier key stops working.
+* A rental's state moves only along `TRANSITIONS` as its agent reports: placed -> starting -> running ->
+  stopped / failed; `stopping` (asked by the API) -> stopped once the agent has stopped the workload. A report
+  for a rental that is not on the reporting node is ignored.
+* The heartbeat answer lists every live rental placed on the node (what to run; `stop` for a stopping one):
+  a workload the answer does not list is one the agent must kill (reconciliation after an outage).
+* `reap(now)`: a node whose last heartbeat is older than `missed_heartbeats` x interval is marked down and
+  cordoned; each live rental on it is re-queued when its restart policy allows, else ends `lost`, its run's
+  `ended_at` set to the last heartbeat (billing stops there). A node that heartbeats again is up again.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from suanli.app.errors import Invalid, NotFound, Unauthorized
+from suanli.app.ids import digest, new_id
+from suanli.app.ports import Clock, UnitOfWork
+from suanli.app.records import END_STATES, LIVE_STATES, Caller, Rental, RentalEvent
+from suanli.app.tenants import require_operator
+from suanli.domain.plan import NodeAllocation
+
+REPORTED_STATES = ("starting", "running", "succeeded", "failed", "stopped")
+# (rental state, reported workload state) -> the rental's next state
+TRANSITIONS: Mapping[tuple[str, str], str] = {
+    ("placed", "starting"): "starting",
+    ("placed", "running"): "running",
+    ("starting", "running"): "running",
+    **{(state, "succeeded"): "stopped" for state in LIVE_STATES},
+    **{(state, "failed"): "failed" for state in ("placed", "starting", "running")},
+    ("stopping", "failed"): "stopped",
+    **{(state, "stopped"): "stopped" for state in LIVE_STATES},
+}
+MAX_LOG_READ_CHARS = 1 << 20
+MAX_TOKEN_TTL_S = 7 * 24 * 3600
+
+
+@dataclass(frozen=True, slots=True)
+class JoinToken:
+    id: str
+    node: str
+    token_sha256: str
+    created_by: str
+    created_at: datetime
+    expires_at: datetime
+    used_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AgentNode:
+    node: str
+    key_sha256: str
+    registered_at: datetime
+    inventory: Mapping[str, Any]
+    last_heartbeat_at: datetime | None
+    up: bool
+    cordoned_by_agent: bool
+    telemetry: Sequence[Mapping[str, Any]] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RentalRun:
+    """A rental's workload on one node, as its agent reported it."""
+
+    rental_id: str
+    node: str
+    state: str
+    exit_code: int | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    last_heartbeat_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadReport:
+    rental_id: str
+    state: str  # one of REPORTED_STATES
+    exit_code: int | None = None
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAssignment:
+    """One rental placed on the node: what to run, and whether to run it or stop it."""
+
+    rental: Rental
+    allocation: NodeAllocation
+    action: str  # "run" or "stop"
+    notice_deadline: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatAnswer:
+    node: str
+    interval_s: float
+    assignments: list[NodeAssignment] = field(default_factory=list)
+
+
+class AgentRepo(Protocol):
+    def node_exists(self, node: str) -> bool: ...
+    def add_token(self, token: JoinToken) -> None: ...
+    def token_by_digest(self, token_sha256: str) -> JoinToken | None: ...
+    def use_token(self, token_id: str, now: datetime) -> bool: ...
+    def put_node(self, node: str, key_sha256: str, inventory: Mapping[str, Any], now: datetime) -> None: ...
+    def node_by_key(self, key_sha256: str) -> AgentNode | None: ...
+    def nodes(self) -> list[AgentNode]: ...
+    def beat(self, node: str, telemetry: Sequence[Mapping[str, Any]], now: datetime) -> None: ...
+    def set_up(self, node: str, up: bool, cordoned_by_agent: bool) -> None: ...
+    def live_rentals_on(self, node: str) -> list[str]: ...
+    def had_allocation(self, rental_id: str, node: str) -> bool: ...
+    def run(self, rental_id: str, node: str) -> RentalRun | None: ...
+    def put_run(self, run: RentalRun) -> None: ...
+    def runs(self, rental_id: str) -> list[RentalRun]: ...
+    def log_size(self, rental_id: str, node: str) -> int: ...
+    def add_log(
+        self, rental_id: str, node: str, node_offset: int, size_bytes: int, data: str, now: datetime
+    ) -> None: ...
+    def log_text(self, rental_id: str) -> str: ...
+
+
+class AgentUnitOfWork(UnitOfWork, Protocol):
+    agents: AgentRepo
+
+
+AgentUnitOfWorkFactory = Callable[[], AgentUnitOfWork]
+
+
+def next_state(current: str, reported: str) -> str | None:
+    """The rental's state after its agent reports `reported`; None when the report changes nothing."""
+    return TRANSITIONS.get((current, reported))
+
+
+def new_join_token() -> str:
+    return f"jt_{secrets.token_urlsafe(24)}"
+
+
+def new_node_key() -> str:
+    return f"nk_{secrets.token_urlsafe(32)}"
+
+
+class AgentService:
+    def __init__(
+        self,
+        uow: AgentUnitOfWorkFactory,
+        clock: Clock,
+        signal: Callable[[], None],
+        *,
+        heartbeat_interval_s: float,
+        missed_heartbeats: int,
+        token_ttl_s: float,
+    ) -> None:
+        self.uow, self.clock, self.signal = uow, clock, signal
+        self.interval_s, self.missed, self.token_ttl_s = heartbeat_interval_s, missed_heartbeats, token_ttl_s
+        self.started_at = clock.now()
+
+    @property
+    def timeout_s(self) -> float:
+        return self.interval_s * self.missed
+
+    # --- tokens and registration ----------------------------------------------------------------------
+
+    def create_token(self, caller: Caller, node: str, ttl_s: float | None = None) -> tuple[JoinToken, str]:
+        """A join token for `node` (admin or provider); the secret is returned only here."""
+        require_operator(caller)
+        ttl = self.token_ttl_s if ttl_s is None else ttl_s
+        if not 0 < ttl <= MAX_TOKEN_TTL_S:
+            raise Invalid(f"a token lives 1 s to {MAX_TOKEN_TTL_S} s", field="ttl_s")
+        secret = new_join_token()
+        now = self.clock.now()
+        token = JoinToken(
+            new_id("jtk"), node, digest(secret), caller.tenant.id, now, now + timedelta(seconds=ttl)
+        )
+        with self.uow() as uow:
+            if not uow.agents.node_exists(node):
+                raise NotFound(f"no node {node} in the fleet")
+            uow.agents.add_token(token)
+            uow.commit()
+        return token, secret
+
+    def register(self, token_secret: str, inventory: Mapping[str, Any]) -> tuple[str, str]:
+        """Spend a join token: the node's name and its new key."""
+        now = self.clock.now()
+        wanted = digest(token_secret)
+        key = new_node_key()
+        with self.uow() as uow:
+            token = uow.agents.token_by_digest(wanted)
+            if (
+                token is None
+                or not hmac.compare_digest(token.token_sha256, wanted)
+                or token.used_at is not None
+                or token.expires_at <= now
+                or not uow.agents.use_token(token.id, now)
+            ):
+                raise Unauthorized("unknown, used or expired join token")
+            uow.agents.put_node(token.node, digest(key), inventory, now)
+            uow.commit()
+        return token.node, key
+
+    def authenticate(self, node_key: str | None) -> AgentNode:
+        if not node_key:
+            raise Unauthorized("send Authorization: Bearer <node key>")
+        wanted = digest(node_key)
+        with self.uow() as uow:
+            node = uow.agents.node_by_key(wanted)
+        if node is None or not hmac.compare_digest(node.key_sha256, wanted):
+            raise Unauthorized("unknown node key")
+        return node
+
+    # --- heartbeats -----------------------------------------------------------------------------------
+
+    def heartbeat(
+        self,
+        node_key: str | None,
+        reports: Sequence[WorkloadReport],
+        telemetry: Sequence[Mapping[str, Any]],
+    ) -> HeartbeatAnswer:
+        """Record the node alive, apply its workload reports, and answer its assignments."""
+        agent = self.authenticate(node_key)
+        changed = False
+        with self.uow() as uow:
+            now = self.clock.now()
+            uow.agents.beat(agent.node, telemetry, now)
+            if not agent.up:
+                if agent.cordoned_by_agent:
+                    uow.fleet.set_schedulable(agent.node, True)
+                uow.agents.set_up(agent.node, True, False)
+                changed = True
+            for report in reports:
+                changed |= self._apply(uow, agent.node, report, now)
+            assignments = self._assignments(uow, agent.node)
+            uow.commit()
+        if changed:
+            self.signal()
+        return HeartbeatAnswer(agent.node, self.interval_s, assignments)
+
+    def _apply(self, uow: AgentUnitOfWork, node: str, report: WorkloadReport, now: datetime) -> bool:
+        if report.state not in REPORTED_STATES:
+            return False
+        rental = uow.rentals.get(report.rental_id)
+        if rental is None or not uow.agents.had_allocation(rental.id, node):
+            return False
+        run = uow.agents.run(rental.id, node) or RentalRun(rental.id, node, report.state)
+        ended = report.state in ("succeeded", "failed", "stopped")
+        uow.agents.put_run(
+            RentalRun(
+                rental.id,
+                node,
+                report.state,
+                report.exit_code if ended else run.exit_code,
+                run.started_at or (now if report.state == "running" else None),
+                run.ended_at or (now if ended else None),
+                now,
+            )
+        )
+        new = next_state(rental.state, report.state)
+        if new is None or not uow.rentals.set_state(rental.id, new, expect=(rental.state,), reason=None):
+            return False
+        detail = f" with exit code {report.exit_code}" if report.exit_code is not None else ""
+        message = f"on {node}: workload {report.state}{detail}" + (
+            f"; {report.message}" if report.message else ""
+        )
+        uow.rentals.add_event(rental.id, RentalEvent(now, new, None, message))
+        if new in END_STATES:
+            uow.rentals.release(rental.id)
+        return True
+
+    def _assignments(self, uow: AgentUnitOfWork, node: str) -> list[NodeAssignment]:
+        found = []
+        for rental_id in uow.agents.live_rentals_on(node):
+            rental = uow.rentals.get(rental_id)
+            if rental is None or rental.state not in LIVE_STATES:
+                continue
+            for allocation in uow.rentals.allocation(rental_id):
+                if allocation.node == node:
+                    action = "stop" if rental.state == "stopping" else "run"
+                    found.append(NodeAssignment(rental, allocation, action))
+        return found
+
+    # --- failures -------------------------------------------------------------------------------------
+
+    def reap(self, now: datetime | None = None) -> list[str]:
+        """Mark nodes down that missed their heartbeats; end or re-queue their rentals. The nodes marked."""
+        now = now or self.clock.now()
+        # after a server restart every node gets a full timeout from the restart, not from its last beat
+        cutoff = now - timedelta(seconds=self.timeout_s)
+        marked = []
+        with self.uow() as uow:
+            cordoned = uow.fleet.cordoned()
+            for agent in uow.agents.nodes():
+                seen = max(agent.last_heartbeat_at or agent.registered_at, self.started_at)
+                if not agent.up or seen >= cutoff:
+                    continue
+                marked.append(agent.node)
+                by_us = agent.node not in cordoned and uow.fleet.set_schedulable(agent.node, False)
+                uow.agents.set_up(agent.node, False, bool(by_us))
+                last = agent.last_heartbeat_at or agent.registered_at
+                for rental_id in uow.agents.live_rentals_on(agent.node):
+                    self._end_lost(uow, rental_id, agent.node, last, now)
+            uow.commit()
+        if marked:
+            self.signal()
+        return marked
+
+    def _end_lost(
+        self, uow: AgentUnitOfWork, rental_id: str, node: str, last: datetime, now: datetime
+    ) -> None:
+        rental = uow.rentals.get(rental_id)
+        if rental is None or rental.state not in LIVE_STATES:
+            return
+        run = uow.agents.run(rental_id, node) or RentalRun(rental_id, node, "lost")
+        uow.agents.put_run(
+            RentalRun(rental_id, node, "lost", run.exit_code, run.started_at, last, run.last_heartbeat_at)
+        )
+        requeues = sum(1 for e in uow.rentals.events(rental_id) if e.kind == "requeued")
+        spec = rental.spec
+        why = f"node {node} missed its heartbeats; last heartbeat {last.isoformat()}"
+        uow.rentals.release(rental_id)
+        if spec.restart == "on-failure" and requeues < spec.max_restarts and rental.state != "stopping":
+            uow.rentals.set_state(rental_id, "pending", expect=(rental.state,), reason=None)
+            uow.rentals.add_event(
+                rental_id,
+                RentalEvent(
+                    now, "requeued", "node_down", f"{why}; re-queued ({requeues + 1}/{spec.max_restarts})"
+                ),
+            )
+            return
+        final = "stopped" if rental.state == "stopping" else "lost"
+        uow.rentals.set_state(rental_id, final, expect=(rental.state,), reason=None)
+        uow.rentals.add_event(rental_id, RentalEvent(now, final, "node_down", f"{why}; billing ends there"))
+
+    # --- runs and logs --------------------------------------------------------------------------------
+
+    def runs(self, caller: Caller, rental_id: str) -> list[RentalRun]:
+        with self.uow() as uow:
+            _owned(uow, caller, rental_id)
+            return uow.agents.runs(rental_id)
+
+    def upload_log(
+        self, node_key: str | None, rental_id: str, node_offset: int, text: str, size_bytes: int
+    ) -> int:
+        """Append a chunk at `node_offset` of the node's log; the size the server now holds (resend from it).
+
+        A chunk that starts before the stored size was received already (a retry) and is skipped; one that
+        starts after it would leave a gap and is refused the same way."""
+        agent = self.authenticate(node_key)
+        with self.uow() as uow:
+            if not uow.agents.had_allocation(rental_id, agent.node):
+                raise NotFound(f"no rental {rental_id} on node {agent.node}")
+            size = uow.agents.log_size(rental_id, agent.node)
+            if node_offset != size or size_bytes <= 0:
+                return size
+            uow.agents.add_log(rental_id, agent.node, node_offset, size_bytes, text, self.clock.now())
+            uow.commit()
+            return size + size_bytes
+
+    def read_log(self, caller: Caller, rental_id: str, offset: int) -> tuple[str, int, bool]:
+        """The rental's output from character `offset`: text, the next offset, and whether it has ended."""
+        if offset < 0:
+            raise Invalid("offset must be 0 or more", field="offset")
+        with self.uow() as uow:
+            rental = _owned(uow, caller, rental_id)
+            text = uow.agents.log_text(rental_id)
+        piece = text[offset : offset + MAX_LOG_READ_CHARS]
+        next_offset = min(len(text), offset + len(piece)) if offset <= len(text) else offset
+        return piece, next_offset, rental.state in END_STATES and next_offset >= len(text)
+
+
+def _owned(uow: UnitOfWork, caller: Caller, rental_id: str) -> Rental:
+    rental = uow.rentals.get(rental_id)
+    if rental is None or (not caller.is_admin and rental.tenant_id != caller.tenant.id):
+        raise NotFound(f"no rental {rental_id}")
+    return rental

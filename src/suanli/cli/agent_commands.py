@@ -1,0 +1,106 @@
+"""`suanli agent` (run the node agent), `suanli logs RENTAL [-f]` and `suanli demo` (the whole platform)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Annotated
+
+import platformdirs
+import typer
+
+from suanli.agent.probe import DeclaredProbe, GpuProbe, NvmlProbe
+from suanli.agent.runner import AgentError, AgentRunner
+from suanli.cli.demo import run_demo
+from suanli.cli.output import EXIT_USAGE, errors, logged_in
+from suanli.domain.errors import SuanliError
+
+
+def agent(
+    server: Annotated[str, typer.Option(help="Server URL, e.g. http://127.0.0.1:8080")],
+    token: Annotated[
+        str | None,
+        typer.Option(envvar="SUANLI_JOIN_TOKEN", help="Join token (jt_...); not needed once registered."),
+    ] = None,
+    declared: Annotated[
+        Path | None, typer.Option(help="Fleet TOML: declare this host's GPUs instead of asking NVML.")
+    ] = None,
+    node: Annotated[str | None, typer.Option(help="Node name in --declared (default: host name).")] = None,
+    work_dir: Annotated[
+        Path | None, typer.Option(help="Node key, workloads and logs (default: your data dir).")
+    ] = None,
+    interval: Annotated[
+        float | None, typer.Option(min=0.05, help="Heartbeat interval, s (default: the server's).")
+    ] = None,
+    grace: Annotated[float, typer.Option(min=0, help="SIGTERM -> SIGKILL grace when stopping, s.")] = 5.0,
+    stop_workloads_on_exit: Annotated[
+        bool, typer.Option(help="Stop every workload when the agent exits (default: leave them running).")
+    ] = False,
+) -> None:
+    """Run the node agent: register, heartbeat, run the rentals placed on this host, ship their logs."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s agent %(levelname)s %(message)s")
+    probe: GpuProbe
+    try:
+        probe = (
+            DeclaredProbe.from_file(declared, node or socket.gethostname())
+            if declared is not None
+            else NvmlProbe()
+        )
+        directory = work_dir or Path(platformdirs.user_data_dir("suanli", appauthor=False)) / "agent"
+        runner = AgentRunner(
+            server,
+            probe,
+            directory,
+            join_token=token,
+            interval_s=interval,
+            grace_s=grace,
+            stop_workloads_on_exit=stop_workloads_on_exit,
+        )
+    except SuanliError as error:
+        errors.print(f"[red]error:[/red] {error}")
+        raise typer.Exit(EXIT_USAGE) from None
+    stopping = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stopping.set())
+    try:
+        runner.run(stopping)
+    except AgentError as error:
+        errors.print(f"[red]error:[/red] {error}")
+        raise typer.Exit(EXIT_USAGE) from None
+
+
+def logs(
+    rental_id: str,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Follow until the rental ends.")] = False,
+) -> None:
+    """A rental's output (stdout and stderr of its workload)."""
+    offset = 0
+    with logged_in() as client:
+        while True:
+            page = client.logs(rental_id, offset)
+            if page.data:
+                sys.stdout.write(page.data)
+                sys.stdout.flush()
+            offset = page.next_offset
+            if page.data and not page.done:
+                continue
+            if not follow or page.done:
+                return
+            time.sleep(1.0)
+
+
+def demo(
+    port: Annotated[int, typer.Option(min=1, max=65535, help="TCP port of the server.")] = 8080,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(help="Database, agents, logs (default: <data dir>/demo; reset each run)."),
+    ] = None,
+    fleet: Annotated[Path | None, typer.Option(help="Fleet TOML (default: examples/fleet.toml).")] = None,
+) -> None:
+    """The whole platform here: server, one agent per node, a demo tenant logged in. Ctrl-C stops."""
+    raise typer.Exit(run_demo(port, data_dir, fleet))

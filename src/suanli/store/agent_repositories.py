@@ -1,0 +1,191 @@
+"""`SqlAgents` (the agent port of `suanli.app.agents`) and a unit of work that adds it to the others."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from suanli.app.agents import AgentNode, JoinToken, RentalRun
+from suanli.store.repositories import SqlUnitOfWork
+from suanli.store.rows import (
+    AgentNodeRow,
+    AllocationRow,
+    JoinTokenRow,
+    NodeRow,
+    RentalLogRow,
+    RentalRunRow,
+)
+
+
+class SqlAgents:
+    def __init__(self, session: Session) -> None:
+        self.s = session
+
+    def node_exists(self, node: str) -> bool:
+        return self.s.get(NodeRow, node) is not None
+
+    def add_token(self, token: JoinToken) -> None:
+        self.s.add(
+            JoinTokenRow(
+                id=token.id,
+                node=token.node,
+                token_sha256=token.token_sha256,
+                created_by=token.created_by,
+                created_at=token.created_at,
+                expires_at=token.expires_at,
+                used_at=token.used_at,
+            )
+        )
+        self.s.flush()
+
+    def token_by_digest(self, token_sha256: str) -> JoinToken | None:
+        row = self.s.scalar(select(JoinTokenRow).where(JoinTokenRow.token_sha256 == token_sha256))
+        if row is None:
+            return None
+        return JoinToken(
+            row.id, row.node, row.token_sha256, row.created_by, row.created_at, row.expires_at, row.used_at
+        )
+
+    def use_token(self, token_id: str, now: datetime) -> bool:
+        result = self.s.execute(
+            update(JoinTokenRow)
+            .where(JoinTokenRow.id == token_id, JoinTokenRow.used_at.is_(None))
+            .values(used_at=now)
+        )
+        return bool(result.rowcount)  # type: ignore[attr-defined]
+
+    def put_node(self, node: str, key_sha256: str, inventory: Mapping[str, Any], now: datetime) -> None:
+        row = self.s.get(AgentNodeRow, node)
+        if row is None:
+            self.s.add(
+                AgentNodeRow(
+                    node=node,
+                    key_sha256=key_sha256,
+                    registered_at=now,
+                    inventory=dict(inventory),
+                    telemetry=[],
+                    last_heartbeat_at=now,
+                    up=True,
+                    cordoned_by_agent=False,
+                )
+            )
+        else:
+            row.key_sha256, row.registered_at, row.inventory = key_sha256, now, dict(inventory)
+            row.last_heartbeat_at = now
+        self.s.flush()
+
+    def node_by_key(self, key_sha256: str) -> AgentNode | None:
+        row = self.s.scalar(select(AgentNodeRow).where(AgentNodeRow.key_sha256 == key_sha256))
+        return None if row is None else _node(row)
+
+    def nodes(self) -> list[AgentNode]:
+        return [_node(r) for r in self.s.scalars(select(AgentNodeRow).order_by(AgentNodeRow.node))]
+
+    def beat(self, node: str, telemetry: Sequence[Mapping[str, Any]], now: datetime) -> None:
+        self.s.execute(
+            update(AgentNodeRow)
+            .where(AgentNodeRow.node == node)
+            .values(last_heartbeat_at=now, telemetry=[dict(t) for t in telemetry])
+        )
+
+    def set_up(self, node: str, up: bool, cordoned_by_agent: bool) -> None:
+        self.s.execute(
+            update(AgentNodeRow)
+            .where(AgentNodeRow.node == node)
+            .values(up=up, cordoned_by_agent=cordoned_by_agent)
+        )
+
+    def live_rentals_on(self, node: str) -> list[str]:
+        query = (
+            select(AllocationRow.rental_id)
+            .where(AllocationRow.node == node, AllocationRow.released.is_(False))
+            .distinct()
+            .order_by(AllocationRow.rental_id)
+        )
+        return list(self.s.scalars(query))
+
+    def had_allocation(self, rental_id: str, node: str) -> bool:
+        query = select(AllocationRow.id).where(
+            AllocationRow.rental_id == rental_id, AllocationRow.node == node
+        )
+        return self.s.scalar(query.limit(1)) is not None
+
+    def run(self, rental_id: str, node: str) -> RentalRun | None:
+        row = self.s.get(RentalRunRow, (rental_id, node))
+        return None if row is None else _run(row)
+
+    def put_run(self, run: RentalRun) -> None:
+        row = self.s.get(RentalRunRow, (run.rental_id, run.node))
+        if row is None:
+            row = RentalRunRow(rental_id=run.rental_id, node=run.node)
+            self.s.add(row)
+        row.state, row.exit_code = run.state, run.exit_code
+        row.started_at, row.ended_at, row.last_heartbeat_at = (
+            run.started_at,
+            run.ended_at,
+            run.last_heartbeat_at,
+        )
+        self.s.flush()
+
+    def runs(self, rental_id: str) -> list[RentalRun]:
+        rows = self.s.scalars(
+            select(RentalRunRow).where(RentalRunRow.rental_id == rental_id).order_by(RentalRunRow.node)
+        )
+        return [_run(r) for r in rows]
+
+    def log_size(self, rental_id: str, node: str) -> int:
+        query = select(func.coalesce(func.sum(RentalLogRow.size_bytes), 0)).where(
+            RentalLogRow.rental_id == rental_id, RentalLogRow.node == node
+        )
+        return int(self.s.scalar(query) or 0)
+
+    def add_log(
+        self, rental_id: str, node: str, node_offset: int, size_bytes: int, data: str, now: datetime
+    ) -> None:
+        self.s.add(
+            RentalLogRow(
+                rental_id=rental_id,
+                node=node,
+                node_offset=node_offset,
+                size_bytes=size_bytes,
+                data=data,
+                at=now,
+            )
+        )
+        self.s.flush()
+
+    def log_text(self, rental_id: str) -> str:
+        query = select(RentalLogRow.data).where(RentalLogRow.rental_id == rental_id).order_by(RentalLogRow.id)
+        return "".join(self.s.scalars(query))
+
+
+class SqlAgentUnitOfWork(SqlUnitOfWork):
+    """The unit of work of `suanli.store.repositories` plus `agents`."""
+
+    def __enter__(self) -> SqlAgentUnitOfWork:
+        super().__enter__()
+        self.agents = SqlAgents(self.session)
+        return self
+
+
+def _node(row: AgentNodeRow) -> AgentNode:
+    return AgentNode(
+        row.node,
+        row.key_sha256,
+        row.registered_at,
+        dict(row.inventory),
+        row.last_heartbeat_at,
+        row.up,
+        row.cordoned_by_agent,
+        list(row.telemetry or []),
+    )
+
+
+def _run(row: RentalRunRow) -> RentalRun:
+    return RentalRun(
+        row.rental_id, row.node, row.state, row.exit_code, row.started_at, row.ended_at, row.last_heartbeat_at
+    )

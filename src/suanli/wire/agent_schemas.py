@@ -1,0 +1,105 @@
+"""Bodies of the agent API (join tokens, register, heartbeat, logs) and of rental logs and runs."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import Field
+
+from suanli.wire.schemas import SliceResponse, WireModel
+
+WorkloadStateName = Literal["starting", "running", "succeeded", "failed", "stopped"]
+
+
+class JoinTokenCreateRequest(WireModel):
+    node: str = Field(min_length=1, max_length=200, description="The fleet node this token may register.")
+    ttl_s: float | None = Field(default=None, gt=0, description="Lifetime; default from the server.")
+
+
+class JoinTokenResponse(WireModel):
+    id: str
+    node: str
+    expires_at: datetime
+    token: str = Field(description="The join token itself (jt_...): shown once, single use.")
+
+
+class AgentRegisterRequest(WireModel):
+    token: str = Field(min_length=1, max_length=200)
+    inventory: dict[str, Any] = Field(description="The host's GPUs: index, UUID, model, MIG devices.")
+
+
+class AgentRegisterResponse(WireModel):
+    node: str
+    node_key: str = Field(description="The node's key (nk_...): the agent authenticates with it from now on.")
+    heartbeat_interval_s: float
+
+
+class GpuTelemetryReport(WireModel):
+    index: int
+    utilization_pct: int | None = None
+    memory_used_mib: int | None = None
+    power_w: float | None = None
+
+
+class WorkloadReportBody(WireModel):
+    rental_id: str
+    state: WorkloadStateName
+    exit_code: int | None = None
+    message: str = Field(default="", max_length=500)
+
+
+class HeartbeatRequest(WireModel):
+    workloads: list[WorkloadReportBody] = Field(default_factory=list)
+    telemetry: list[GpuTelemetryReport] = Field(default_factory=list)
+
+
+class AssignmentResponse(WireModel):
+    rental_id: str
+    action: Literal["run", "stop"]
+    slices: list[SliceResponse]
+    command: list[str]
+    env: dict[str, str]
+    restart: Literal["never", "on-failure"] = "never"
+    max_restarts: int = 0
+    notice_deadline: datetime | None = Field(
+        default=None, description="Preemption notice: SIGTERM and the notice file now, SIGKILL at this time."
+    )
+
+
+class HeartbeatResponse(WireModel):
+    node: str
+    heartbeat_interval_s: float
+    assignments: list[AssignmentResponse] = Field(
+        description="Every rental placed on this node; a workload not listed here must be killed."
+    )
+
+
+class LogChunkRequest(WireModel):
+    rental_id: str
+    offset: int = Field(ge=0, description="Byte offset of this chunk in the node's log of the rental.")
+    data: str = Field(description="The chunk, UTF-8 (invalid bytes replaced).")
+    size_bytes: int = Field(ge=0, description="The chunk's length in bytes as read from the log file.")
+
+
+class LogChunkResponse(WireModel):
+    stored_bytes: int = Field(
+        description="What the server holds for this node; send the next chunk from here."
+    )
+
+
+class LogResponse(WireModel):
+    rental_id: str
+    offset: int
+    next_offset: int
+    data: str
+    done: bool = Field(description="The rental has ended and every stored line has been read.")
+
+
+class RentalRunResponse(WireModel):
+    node: str
+    state: str
+    exit_code: int | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = Field(default=None, description="Where billing stops for this node.")
+    last_heartbeat_at: datetime | None = None

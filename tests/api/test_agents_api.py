@@ -1,0 +1,119 @@
+"""Join tokens, node keys, heartbeats, state transitions, logs and the reaper, through the real app."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import pytest
+from fastapi.testclient import TestClient
+
+from conftest import ADMIN, wait_for
+from suanli.app.agents import next_state
+
+
+@pytest.mark.parametrize(
+    ("current", "reported", "expected"),
+    [
+        ("placed", "running", "running"),
+        ("placed", "starting", "starting"),
+        ("starting", "running", "running"),
+        ("running", "succeeded", "stopped"),
+        ("running", "failed", "failed"),
+        ("stopping", "failed", "stopped"),
+        ("stopping", "stopped", "stopped"),
+        ("running", "running", None),
+        ("stopped", "running", None),
+        ("lost", "succeeded", None),
+        ("pending", "running", None),
+    ],
+    ids=lambda v: str(v),
+)
+def test_transitions(current: str, reported: str, expected: str | None) -> None:
+    assert next_state(current, reported) == expected
+
+
+def _register(client: TestClient, node: str = "l40s-01") -> dict[str, str]:
+    token = client.post("/v1/join-tokens", json={"node": node}, headers=ADMIN).json()["token"]
+    answer = client.post("/v1/agents/register", json={"token": token, "inventory": {"gpus": []}})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["node_key"].startswith("nk_")
+    return {"Authorization": f"Bearer {answer.json()['node_key']}"}
+
+
+def test_join_tokens_are_single_use_for_operators_and_node_keys_authenticate(
+    client: TestClient, tenant
+) -> None:
+    _, headers = tenant("acme")
+    assert client.post("/v1/join-tokens", json={"node": "l40s-01"}, headers=headers).status_code == 403
+    assert client.post("/v1/join-tokens", json={"node": "nope"}, headers=ADMIN).status_code == 404
+    token = client.post("/v1/join-tokens", json={"node": "l40s-01"}, headers=ADMIN).json()["token"]
+    assert client.post("/v1/agents/register", json={"token": token, "inventory": {}}).status_code == 200
+    again = client.post("/v1/agents/register", json={"token": token, "inventory": {}})
+    assert again.status_code == 401
+    assert (
+        client.post("/v1/agents/heartbeat", json={}, headers={"Authorization": "Bearer nk_x"}).status_code
+        == 401
+    )
+    expired = client.post("/v1/join-tokens", json={"node": "l40s-01", "ttl_s": 0.001}, headers=ADMIN).json()
+    time.sleep(0.01)
+    assert (
+        client.post("/v1/agents/register", json={"token": expired["token"], "inventory": {}}).status_code
+        == 401
+    )
+
+
+def test_reports_move_the_rental_and_logs_are_tenant_scoped(client: TestClient, tenant) -> None:
+    node_headers = _register(client, "l40s-01")
+    _, owner = tenant("owner")
+    _, other = tenant("other")
+    body = {"gpu_model": "L40S", "gpus": 0, "share_milli": 500, "command": ["echo", "hi"], "regions": []}
+    rental = client.post("/v1/rentals", json=body, headers=owner).json()
+    placed = wait_for(client, rental["id"], owner, "placed")
+    node = placed["allocation"][0]["node"]
+    node_headers = node_headers if node == "l40s-01" else _register(client, node)
+    beat = client.post("/v1/agents/heartbeat", json={}, headers=node_headers).json()
+    assert [a["rental_id"] for a in beat["assignments"]] == [rental["id"]]
+    assert beat["assignments"][0]["command"] == ["echo", "hi"]
+    report = {"workloads": [{"rental_id": rental["id"], "state": "running"}]}
+    client.post("/v1/agents/heartbeat", json=report, headers=node_headers)
+    assert client.get(f"/v1/rentals/{rental['id']}", headers=owner).json()["state"] == "running"
+    chunk = {"rental_id": rental["id"], "offset": 0, "data": "hi\n", "size_bytes": 3}
+    assert client.post("/v1/agents/logs", json=chunk, headers=node_headers).json()["stored_bytes"] == 3
+    assert (
+        client.post("/v1/agents/logs", json=chunk, headers=node_headers).json()["stored_bytes"] == 3
+    )  # dedup
+    assert client.get(f"/v1/rentals/{rental['id']}/logs", headers=owner).json()["data"] == "hi\n"
+    assert client.get(f"/v1/rentals/{rental['id']}/logs", headers=other).status_code == 404
+    stop = client.post(f"/v1/rentals/{rental['id']}/stop", headers=owner).json()
+    assert stop["state"] == "stopping"
+    beat = client.post("/v1/agents/heartbeat", json={}, headers=node_headers).json()
+    assert beat["assignments"][0]["action"] == "stop"
+    report = {"workloads": [{"rental_id": rental["id"], "state": "stopped", "exit_code": 143}]}
+    beat = client.post("/v1/agents/heartbeat", json=report, headers=node_headers).json()
+    assert beat["assignments"] == []
+    assert client.get(f"/v1/rentals/{rental['id']}", headers=owner).json()["state"] == "stopped"
+    assert client.get(f"/v1/rentals/{rental['id']}/logs", headers=owner).json()["done"] is True
+
+
+def test_the_reaper_ends_rentals_of_a_silent_node_lost_at_the_last_heartbeat(
+    client: TestClient, tenant
+) -> None:
+    _, owner = tenant("owner")
+    body = {"gpu_model": "L40S", "gpus": 1, "command": ["sleep", "9"]}
+    rental = client.post("/v1/rentals", json=body, headers=owner).json()
+    node = wait_for(client, rental["id"], owner, "placed")["allocation"][0]["node"]
+    headers = _register(client, node)
+    client.post(
+        "/v1/agents/heartbeat",
+        json={"workloads": [{"rental_id": rental["id"], "state": "running"}]},
+        headers=headers,
+    )
+    service = client.app.state.services.agents  # type: ignore[attr-defined]
+    later = service.clock.now() + timedelta(seconds=service.timeout_s + 1)
+    assert service.reap(later) == [node]
+    lost = client.get(f"/v1/rentals/{rental['id']}", headers=owner).json()
+    assert lost["state"] == "lost"
+    (run,) = client.get(f"/v1/rentals/{rental['id']}/runs", headers=owner).json()
+    assert run["ended_at"] == run["last_heartbeat_at"]
+    assert client.post("/v1/agents/heartbeat", json={}, headers=headers).json()["assignments"] == []

@@ -1,0 +1,213 @@
+"""End to end with real processes on loopback: a server on SQLite and three `suanli agent` processes with
+declared probes. Heartbeats every 0.3 s, a node is down after 3 missed ones."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from suanli.agent.executors import group_alive
+from suanli.agent.probe import declared_gpu_uuid
+from suanli.client import Client
+from suanli.wire.schemas import RentalCreateRequest
+
+SUANLI = [sys.executable, "-m", "suanli.cli.main"]
+ADMIN_KEY = "sk_e2e_agents_admin_0123456789"
+NODES = ("gpu-01", "gpu-02", "gpu-03")
+FLEET = """
+[regions.lab]
+jurisdiction = "EU"
+grid_gco2_per_kwh = 380
+pue = 1.25
+
+[[nodes]]
+name = "gpu-{i}"
+count_nodes = 3
+topology = "lab/z1/pod-a/leaf-01"
+cpu_milli = 64000
+memory_mib = 262144
+gpus = { model = "H100-SXM-80GB", count = 2, mode = "whole" }
+"""
+HEARTBEAT_S = 0.3
+
+
+@dataclass
+class Platform:
+    tmp: Path
+    port: int
+    url: str
+    server: subprocess.Popen[bytes] | None = None
+    agents: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    tenant_key: str = ""
+
+    def start_server(self) -> None:
+        env = {
+            **os.environ,
+            "SUANLI_DATABASE_URL": f"sqlite:///{self.tmp / 'suanli.db'}",
+            "SUANLI_BOOTSTRAP_ADMIN_KEY": ADMIN_KEY,
+            "SUANLI_SCHEDULER_INTERVAL_S": "0.2",
+            "SUANLI_AGENT_HEARTBEAT_INTERVAL_S": str(HEARTBEAT_S),
+            "SUANLI_AGENT_MISSED_HEARTBEATS": "3",
+        }
+        with (self.tmp / "server.log").open("ab") as log:
+            self.server = subprocess.Popen(
+                [*SUANLI, "server", "--port", str(self.port)], env=env, stdout=log, stderr=subprocess.STDOUT
+            )
+        wait_until(lambda: _healthy(self.url), 30, f"server: {(self.tmp / 'server.log').read_text()[-2000:]}")
+
+    def stop_server(self) -> None:
+        assert self.server is not None
+        self.server.terminate()
+        self.server.wait(timeout=15)
+
+    def start_agent(self, node: str, token: str) -> None:
+        args = [*SUANLI, "agent", "--server", self.url, "--declared", str(self.tmp / "fleet.toml")]
+        args += ["--node", node, "--work-dir", str(self.tmp / "agents" / node), "--grace", "1"]
+        with (self.tmp / f"agent-{node}.log").open("ab") as log:
+            self.agents[node] = subprocess.Popen(
+                args, env={**os.environ, "SUANLI_JOIN_TOKEN": token}, stdout=log, stderr=subprocess.STDOUT
+            )
+
+    def tenant(self) -> Client:
+        return Client(self.url, self.tenant_key)
+
+
+@pytest.fixture
+def platform(tmp_path: Path) -> Iterator[Platform]:
+    port = _free_port()
+    (tmp_path / "fleet.toml").write_text(FLEET)
+    p = Platform(tmp_path, port, f"http://127.0.0.1:{port}")
+    p.start_server()
+    try:
+        with Client(p.url, ADMIN_KEY) as admin:
+            admin.put_fleet(FLEET)
+            tenant = admin.create_tenant("lab")
+            p.tenant_key = admin.create_key(tenant.id).secret or ""
+            for node in NODES:
+                p.start_agent(node, admin.create_join_token(node).token)
+        wait_until(
+            lambda: all((tmp_path / "agents" / n / "agent.json").exists() for n in NODES), 30, "agents"
+        )
+        yield p
+    finally:
+        for agent in p.agents.values():
+            agent.kill()
+            agent.wait()
+        _kill_workloads(tmp_path)
+        if p.server is not None and p.server.poll() is None:
+            p.stop_server()
+
+
+def test_a_command_sees_exactly_its_devices_and_its_output_is_in_the_logs(platform: Platform) -> None:
+    code = "import os; print('CVD=' + os.environ['CUDA_VISIBLE_DEVICES'])"
+    with platform.tenant() as api:
+        rental = api.create_rental(RentalCreateRequest(gpus=2, command=[sys.executable, "-c", code]))
+        done = wait_for_state(api, rental.id, "stopped")
+        assert any(e.kind == "stopped" and "exit code 0" in e.message for e in done.events)
+        (run,) = api.rental_runs(rental.id)
+        assert run.state == "succeeded" and run.exit_code == 0
+        expected = ",".join(declared_gpu_uuid(run.node, i) for i in range(2))
+        wait_until(lambda: "CVD=" in api.logs(rental.id).data, 5, "logs")
+        page = api.logs(rental.id)
+        assert page.data.strip() == f"CVD={expected}" and page.done
+
+
+def test_a_killed_agent_is_marked_down_and_its_rentals_end_lost_or_are_placed_again(
+    platform: Platform,
+) -> None:
+    with platform.tenant() as api:
+        lost = api.create_rental(RentalCreateRequest(gpus=1, command=["sleep", "300"]))
+        again = api.create_rental(
+            RentalCreateRequest(gpus=1, command=["sleep", "300"], restart="on-failure", max_restarts=1)
+        )
+        first = {r: wait_for_state(api, r, "running").allocation[0].node for r in (lost.id, again.id)}
+        victims = set(first.values())
+        killed_at = time.monotonic()
+        for node in victims:
+            platform.agents[node].send_signal(signal.SIGKILL)
+        ended = wait_for_state(api, lost.id, "lost", timeout_s=10)
+        # 3 missed heartbeats, then the reaper's next tick (half an interval), plus slack for a loaded machine
+        assert time.monotonic() - killed_at < 3 * HEARTBEAT_S + 3
+        (run,) = api.rental_runs(lost.id)
+        assert run.state == "lost" and run.ended_at is not None and run.ended_at == run.last_heartbeat_at
+        assert any(e.kind == "lost" and "billing ends there" in e.message for e in ended.events)
+
+        replaced = wait_for_state(api, again.id, "running", timeout_s=15)
+        assert replaced.allocation[0].node not in victims
+        assert any(e.kind == "requeued" for e in replaced.events)
+
+
+def test_a_restarted_server_does_not_lose_a_running_rental(platform: Platform) -> None:
+    with platform.tenant() as api:
+        rental = api.create_rental(RentalCreateRequest(gpus=1, command=["sleep", "300"]))
+        node = wait_for_state(api, rental.id, "running").allocation[0].node
+    pgid = json.loads((platform.tmp / "agents" / node / "rentals" / rental.id / "workload.json").read_text())[
+        "pgid"
+    ]
+    platform.stop_server()
+    time.sleep(2 * HEARTBEAT_S * 3)  # agents retry with backoff meanwhile
+    platform.start_server()
+    time.sleep(HEARTBEAT_S * 3 + 1)  # past the down timeout: the agent must have reconnected
+    with platform.tenant() as api:
+        assert api.rental(rental.id).state == "running"
+        stopping = api.stop(rental.id)
+        assert stopping.state == "stopping"
+        wait_for_state(api, rental.id, "stopped")
+    wait_until(lambda: not _alive(pgid), 5, "workload stopped")
+
+
+# --- helpers -----------------------------------------------------------------------------------------
+
+
+def wait_for_state(api: Client, rental_id: str, state: str, timeout_s: float = 15):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        rental = api.rental(rental_id)
+        if rental.state == state:
+            return rental
+        if time.monotonic() > deadline:
+            pytest.fail(f"{rental_id} is {rental.state}, not {state}: {rental.events}")
+        time.sleep(0.1)
+
+
+def wait_until(done: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _alive(pgid: int) -> bool:
+    return group_alive(pgid)
+
+
+def _kill_workloads(base: Path) -> None:
+    for record in base.glob("agents/*/rentals/*/workload.json"):
+        pgid = json.loads(record.read_text())["pgid"]
+        if _alive(pgid):
+            os.killpg(pgid, signal.SIGKILL)
