@@ -344,3 +344,13 @@ def server(
     from suanli.api.server import serve
 
     serve(host, port)
+
+
+@admin_app.command("join-token")
+def admin_join_token(node: str, as_json: JsonFlag = False) -> None:
+    """A single-use token with which the agent on NODE registers (`suanli agent --token ...`)."""
+    with logged_in() as client:
+        token = client.create_join_token(node)
+    typer.echo(
+        token.model_dump_json(indent=2) if as_json else f"join token for {node} (single use): {token.token}"
+    )
