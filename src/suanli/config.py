@@ -27,3 +27,9 @@ class Settings(BaseSettings):
     agent_heartbeat_interval_s: float = Field(default=5.0, gt=0)
     agent_missed_heartbeats: int = Field(default=3, ge=1, description="Down after this many intervals.")
     join_token_ttl_s: float = Field(default=3600.0, gt=0)
+    preemption_notice_s: float = Field(
+        default=30.0, gt=0, description="Seconds between a preemption notice and the kill."
+    )
+    preemption_notice_by_tier_s: dict[str, float] = Field(
+        default_factory=dict, description='Per victim tier, e.g. {"spot": 30, "on_demand": 120} (JSON).'
+    )

@@ -40,6 +40,18 @@ memory_mib = 262144
 gpus = { model = "H100-SXM-80GB", count = 2, mode = "whole" }
 """
 HEARTBEAT_S = 0.3
+NOTICE_S = 3.0
+# a spot workload that traps SIGTERM, says whether the notice file was there, and keeps running until killed
+TRAPS_SIGTERM = """
+import os, signal, time
+def term(*_):
+    print(f"TERM notice={os.path.exists(os.environ['SUANLI_NOTICE_FILE'])} at={time.time()}", flush=True)
+signal.signal(signal.SIGTERM, term)
+print("started", flush=True)
+while True:
+    print(f"alive at={time.time()}", flush=True)
+    time.sleep(0.1)
+"""
 
 
 @dataclass
@@ -59,6 +71,7 @@ class Platform:
             "SUANLI_SCHEDULER_INTERVAL_S": "0.2",
             "SUANLI_AGENT_HEARTBEAT_INTERVAL_S": str(HEARTBEAT_S),
             "SUANLI_AGENT_MISSED_HEARTBEATS": "3",
+            "SUANLI_PREEMPTION_NOTICE_S": str(NOTICE_S),
         }
         with (self.tmp / "server.log").open("ab") as log:
             self.server = subprocess.Popen(
@@ -165,6 +178,40 @@ def test_a_restarted_server_does_not_lose_a_running_rental(platform: Platform) -
         assert stopping.state == "stopping"
         wait_for_state(api, rental.id, "stopped")
     wait_until(lambda: not _alive(pgid), 5, "workload stopped")
+
+
+def test_an_on_demand_rental_preempts_a_spot_one_with_notice_then_runs(platform: Platform) -> None:
+    spot_cmd = [sys.executable, "-c", TRAPS_SIGTERM]
+    with platform.tenant() as api:
+        spots = [
+            api.create_rental(RentalCreateRequest(gpus=2, tier="spot", command=spot_cmd)).id for _ in NODES
+        ]
+        for rental_id in spots:
+            wait_for_state(api, rental_id, "running")
+        wait_until(lambda: all("started" in api.logs(r).data for r in spots), 10, "spot workloads started")
+        od = api.create_rental(RentalCreateRequest(gpus=2, command=["sleep", "300"]))
+        wait_until(lambda: api.rental(od.id).pending_reason == "preempting", 10, "preemption notice")
+        (victim,) = [api.rental(r) for r in spots if api.rental(r).state == "preempting"]
+        assert victim.preempted_by == od.id and victim.notice_deadline is not None
+        deadline = victim.notice_deadline.timestamp()
+
+        running = wait_for_state(api, od.id, "running", timeout_s=NOTICE_S + 10)
+        assert running.allocation[0].node == victim.allocation[0].node
+        ended = wait_for_state(api, victim.id, "preempted", timeout_s=5)
+        assert not ended.allocation
+        wait_until(lambda: api.logs(victim.id).done, 10, "the victim's log is complete")
+        lines = api.logs(victim.id).data.splitlines()
+        (term,) = [line for line in lines if line.startswith("TERM")]
+        assert term.startswith("TERM notice=True")
+        assert float(term.rsplit("=", 1)[1]) < deadline  # SIGTERM and the notice file came before it
+        last_alive = max(float(line.rsplit("=", 1)[1]) for line in lines if line.startswith("alive"))
+        # it ran on after SIGTERM until the deadline, and was killed at it (heartbeat + slack)
+        assert deadline - 0.5 < last_alive < deadline + HEARTBEAT_S + 1.5
+        (run,) = api.rental_runs(victim.id)
+        assert run.state == "stopped"
+        for rental_id in spots:
+            if rental_id != victim.id:
+                assert api.rental(rental_id).state == "running"
 
 
 # --- helpers -----------------------------------------------------------------------------------------

@@ -73,6 +73,8 @@ def rental(view: RentalView) -> RentalResponse:
         pending_reason=r.pending_reason,
         price_micros_per_hour=r.price_micros_per_hour,
         created_at=r.created_at,
+        preempted_by=r.preempted_by,
+        notice_deadline=r.notice_deadline,
         events=[
             RentalEventResponse(at=e.at, kind=e.kind, reason=e.reason, message=e.message) for e in view.events
         ],

@@ -78,7 +78,16 @@ def build(settings: Settings) -> Services:
     uow = unit_of_work_factory(engine)
     clock = SystemClock()
     cache = FleetCache(CATALOG)
-    scheduler = Scheduler(uow, clock, CATALOG, cache, settings.policy, settings.policy_seed)
+    scheduler = Scheduler(
+        uow,
+        clock,
+        CATALOG,
+        cache,
+        settings.policy,
+        settings.policy_seed,
+        notice_s=settings.preemption_notice_s,
+        notice_by_tier_s=settings.preemption_notice_by_tier_s,
+    )
     metrics = Metrics()
     loop = SchedulerLoop(scheduler, Leadership(engine), settings.scheduler_interval_s, metrics.record)
     tenants = TenantService(uow, clock)

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from suanli.app.errors import Invalid, NotFound, Unauthorized
 from suanli.app.ids import digest, new_id
 from suanli.app.ports import Clock, UnitOfWork
-from suanli.app.records import END_STATES, LIVE_STATES, Caller, Rental, RentalEvent
+from suanli.app.records import END_STATES, LIVE_STATES, PREEMPTIBLE_STATES, Caller, Rental, RentalEvent
 from suanli.app.tenants import require_operator
 from suanli.domain.plan import NodeAllocation
 
@@ -37,11 +37,11 @@ TRANSITIONS: Mapping[tuple[str, str], str] = {
     ("placed", "starting"): "starting",
     ("placed", "running"): "running",
     ("starting", "running"): "running",
-    **{(state, "succeeded"): "stopped" for state in LIVE_STATES},
-    **{(state, "failed"): "failed" for state in ("placed", "starting", "running")},
+    **{(state, "succeeded"): "stopped" for state in (*PREEMPTIBLE_STATES, "stopping")},
+    **{(state, "failed"): "failed" for state in PREEMPTIBLE_STATES},
     ("stopping", "failed"): "stopped",
-    **{(state, "stopped"): "stopped" for state in LIVE_STATES},
-}
+    **{(state, "stopped"): "stopped" for state in (*PREEMPTIBLE_STATES, "stopping")},
+}  # a `preempting` rental changes only in the scheduling cycle: it becomes `preempted` there
 MAX_LOG_READ_CHARS = 1 << 20
 MAX_TOKEN_TTL_S = 7 * 24 * 3600
 
@@ -263,6 +263,8 @@ class AgentService:
                 now,
             )
         )
+        if rental.state == "preempting" and ended:
+            return self._left_early(uow, rental, now)
         new = next_state(rental.state, report.state)
         if new is None or not uow.rentals.set_state(rental.id, new, expect=(rental.state,), reason=None):
             return False
@@ -275,6 +277,17 @@ class AgentService:
             uow.rentals.release(rental.id)
         return True
 
+    @staticmethod
+    def _left_early(uow: AgentUnitOfWork, rental: Rental, now: datetime) -> bool:
+        """A victim under notice whose workload ended on every node: its deadline becomes now, so the next
+        cycle ends it `preempted` and gives its capacity to the preemptor in one transaction."""
+        for allocation in uow.rentals.allocation(rental.id):
+            run = uow.agents.run(rental.id, allocation.node)
+            if run is None or run.ended_at is None:
+                return False
+        uow.rentals.advance_deadline(rental.id, now)
+        return True
+
     def _assignments(self, uow: AgentUnitOfWork, node: str) -> list[NodeAssignment]:
         found = []
         for rental_id in uow.agents.live_rentals_on(node):
@@ -284,7 +297,8 @@ class AgentService:
             for allocation in uow.rentals.allocation(rental_id):
                 if allocation.node == node:
                     action = "stop" if rental.state == "stopping" else "run"
-                    found.append(NodeAssignment(rental, allocation, action))
+                    deadline = rental.notice_deadline if rental.state == "preempting" else None
+                    found.append(NodeAssignment(rental, allocation, action, deadline))
         return found
 
     # --- failures -------------------------------------------------------------------------------------

@@ -9,7 +9,8 @@ from datetime import datetime
 from suanli.domain.plan import NodeAllocation
 
 ROLES = ("admin", "provider", "tenant")
-LIVE_STATES = ("placed", "starting", "running", "stopping")
+LIVE_STATES = ("placed", "starting", "running", "stopping", "preempting")
+PREEMPTIBLE_STATES = ("placed", "starting", "running")  # may be given a preemption notice
 END_STATES = ("stopped", "preempted", "lost", "failed")
 
 
@@ -79,6 +80,9 @@ class Rental:
     price_micros_per_hour: int | None = None
     idempotency_key: str | None = None
     fingerprint: str = ""
+    placed_at: datetime | None = None
+    preempted_by: str | None = None  # the rental its capacity is promised to (state `preempting`)
+    notice_deadline: datetime | None = None  # killed at this time unless it leaves first
 
 
 @dataclass(frozen=True, slots=True)

@@ -147,7 +147,7 @@ class RentalService:
                     rental.id, RentalEvent(self.clock.now(), "stopping", None, "stop requested by API")
                 )
                 uow.commit()
-            elif rental.state not in END_STATES and rental.state != "stopping":
+            elif rental.state not in END_STATES and rental.state not in ("stopping", "preempting"):
                 uow.rentals.set_state(rental.id, "stopped", expect=("pending", *LIVE_STATES), reason=None)
                 uow.rentals.release(rental.id)
                 uow.rentals.add_event(
@@ -161,7 +161,7 @@ class RentalService:
         """Pending: change the ask. Live: fewer nodes shrink in place; anything else re-queues the rental."""
         with self.uow() as uow:
             rental = self._owned(uow, caller, rental_id)
-            if rental.state in END_STATES:
+            if rental.state in END_STATES or rental.state == "preempting":
                 raise Conflict(f"rental {rental.id} is {rental.state}", field="state")
             spec = rental.spec
             if gpus is not None and (spec.mig_profile is not None or spec.share_milli is not None):

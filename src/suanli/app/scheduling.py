@@ -12,21 +12,25 @@ import logging
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 
 from suanli.app.booking import bookings_for
 from suanli.app.errors import BookingConflict
 from suanli.app.fleet import FleetCache
 from suanli.app.list_prices import list_price
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
-from suanli.app.records import Rental, RentalEvent
+from suanli.app.records import PREEMPTIBLE_STATES, Rental, RentalEvent
 from suanli.app.rentals import to_request
 from suanli.domain.capacity import FULL_MILLI
 from suanli.domain.catalog import Catalog, GpuModel
 from suanli.domain.inventory import Fleet, Node
-from suanli.domain.plan import NodeAllocation, Placement
+from suanli.domain.plan import NodeAllocation, Pending, Placement, Reason
 from suanli.domain.policies import Policy, build_policy
-from suanli.domain.scheduler import schedule
+from suanli.domain.preemption import DEFAULT_NOTICE_S, Preemption, PreemptionConfig, Running, choose_victims
+from suanli.domain.request import Tier
+from suanli.domain.scheduler import order_queue, schedule
 from suanli.domain.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
@@ -39,6 +43,8 @@ class CycleReport:
     decision_s: float = 0.0
     gpus: Counter[str] = field(default_factory=Counter)  # idle, partial, busy, cordoned
     dropped: bool = False
+    notices: int = 0  # victims given a preemption notice
+    preempted: int = 0  # victims ended at their deadline (or when they left), capacity handed over
 
 
 class Scheduler:
@@ -52,6 +58,9 @@ class Scheduler:
         cache: FleetCache,
         policy: str,
         seed: int,
+        *,
+        notice_s: float = DEFAULT_NOTICE_S,
+        notice_by_tier_s: Mapping[str, float] | None = None,
     ) -> None:
         self.uow, self.clock, self.catalog, self.cache = uow, clock, catalog, cache
         self.policy_name, self.seed = policy, seed
@@ -60,6 +69,9 @@ class Scheduler:
         self.fleet: Fleet | None = None
         self.version = -1
         self.held: dict[int, NodeAllocation] = {}  # live allocation id -> what it occupies in the snapshot
+        self.owner: dict[int, str] = {}  # live allocation id -> its rental
+        by_tier = {Tier.parse(name): seconds for name, seconds in (notice_by_tier_s or {}).items()}
+        self.preemption = PreemptionConfig(by_tier, notice_s)
         self.cordoned: set[str] = set()
         self._lock = threading.Lock()
 
@@ -82,27 +94,53 @@ class Scheduler:
             else:
                 self._sync(uow)
             pending = uow.rentals.pending()
+            preempting = uow.rentals.preempting()
         snapshot, policy = self.snapshot, self.policy
         assert snapshot is not None and policy is not None
         now = self.clock.now()
-        requests = [to_request(rental) for rental in pending]
+        # victims whose deadline passed (or whose workload ended: the heartbeat moved the deadline to then)
+        due = [v for v in preempting if v.notice_deadline is None or v.notice_deadline <= now]
+        waiting_on: dict[str, list[Rental]] = {}  # preemptor -> its victims still under notice
+        for victim in preempting:
+            if victim not in due and victim.preempted_by is not None:
+                waiting_on.setdefault(victim.preempted_by, []).append(victim)
+        for victim in due:
+            self._forget(victim.id)  # their capacity is free in this decision; the apply releases it
+        ready = {v.preempted_by for v in due}.difference(waiting_on)
+        first = [to_request(r) for r in pending if r.id in ready]
+        rest = [to_request(r) for r in pending if r.id not in ready and r.id not in waiting_on]
         started = time.perf_counter()
-        plan = schedule(snapshot, requests, policy, now.timestamp())
-        report = CycleReport(decision_s=time.perf_counter() - started)
+        now_s = now.timestamp()
+        promised = schedule(
+            snapshot, first, policy, now_s
+        )  # the promise: preemptors take freed capacity first
+        plan = schedule(snapshot, rest, policy, now_s)
+        placements = (*promised.placements, *plan.placements)
+        still = (*promised.pending, *plan.pending)
         by_id = {rental.id: rental for rental in pending}
+        notices = self._choose_victims(still, by_id, now_s)
+        report = CycleReport(decision_s=time.perf_counter() - started)
+        noticed = {p.preemptor for p in notices}
         try:
             with self.uow() as uow:
-                for placement in plan.placements:
+                for victim in due:
+                    report.preempted += self._end_victim(uow, victim, now)
+                for placement in placements:
                     report.placed += self._apply_placement(uow, by_id[placement.request_id], placement, now)
-                for waiting in plan.pending:
+                for decision in notices:
+                    report.notices += self._give_notice(uow, by_id[decision.preemptor], decision, now)
+                for waiting in still:
+                    if waiting.request_id in noticed:
+                        report.pending[Reason.PREEMPTING.value] += 1
+                        continue
                     report.pending[waiting.reason.value] += 1
-                    rental = by_id[waiting.request_id]
-                    if rental.pending_reason != waiting.reason.value:
-                        uow.rentals.set_state(
-                            rental.id, "pending", expect=("pending",), reason=waiting.reason
-                        )
-                        uow.rentals.add_event(
-                            rental.id, RentalEvent(now, "pending", waiting.reason, waiting.message)
+                    self._set_reason(uow, by_id[waiting.request_id], waiting.reason, waiting.message, now)
+                for preemptor_id, victims in waiting_on.items():
+                    if preemptor_id in by_id:
+                        report.pending[Reason.PREEMPTING.value] += 1
+                        ids = ", ".join(v.id for v in victims)
+                        self._set_reason(
+                            uow, by_id[preemptor_id], Reason.PREEMPTING, f"waiting for {ids} to leave", now
                         )
                 uow.commit()
         except BaseException:
@@ -110,6 +148,99 @@ class Scheduler:
             raise
         report.gpus = self._gpu_states()
         return report
+
+    @staticmethod
+    def _set_reason(uow: UnitOfWork, rental: Rental, reason: Reason, message: str, now: datetime) -> None:
+        if rental.pending_reason != reason.value:
+            uow.rentals.set_state(rental.id, "pending", expect=("pending",), reason=reason)
+            uow.rentals.add_event(rental.id, RentalEvent(now, "pending", reason, message))
+
+    # --- preemption -----------------------------------------------------------------------------------
+
+    def _choose_victims(
+        self, waiting: Sequence[Pending], by_id: dict[str, Rental], now_s: float
+    ) -> list[Preemption]:
+        """Victims for each higher-tier request that found no capacity, in queue order; the snapshot is left
+        as it was. A victim chosen for one preemptor is not chosen again (it is under notice)."""
+        requests = [
+            to_request(by_id[w.request_id])
+            for w in waiting
+            if w.reason in (Reason.NO_CAPACITY, Reason.GANG_INCOMPLETE)
+        ]
+        requests = [r for r in requests if r.tier > Tier.SPOT]
+        if not requests:
+            return []
+        assert self.snapshot is not None and self.policy is not None
+        nodes: dict[str, list[NodeAllocation]] = {}
+        for allocation_id in sorted(self.held):
+            nodes.setdefault(self.owner[allocation_id], []).append(self.held[allocation_id])
+        with self.uow() as uow:
+            live = uow.rentals.by_ids(sorted(nodes))
+        running: dict[str, Running] = {}
+        for rental in live:
+            if rental.state not in (*PREEMPTIBLE_STATES, "preempting"):
+                continue  # stopping, or ended since the snapshot was synced
+            deadline = rental.notice_deadline.timestamp() if rental.notice_deadline is not None else None
+            running[rental.id] = Running(
+                to_request(rental),
+                Placement(rental.id, tuple(nodes[rental.id])),
+                (rental.placed_at or rental.created_at).timestamp(),
+                rental.preempted_by,
+                deadline,
+            )
+        decisions = []
+        for request in order_queue(requests):
+            decision = choose_victims(
+                self.snapshot, request, list(running.values()), self.policy, now_s, self.preemption
+            )
+            if decision is None:
+                continue
+            decisions.append(decision)
+            for victim in decision.victims:
+                running[victim.request_id] = replace(
+                    running[victim.request_id], preempted_by=request.id, notice_deadline_s=victim.deadline_s
+                )
+        return decisions
+
+    @staticmethod
+    def _give_notice(uow: UnitOfWork, preemptor: Rental, decision: Preemption, now: datetime) -> int:
+        given = []
+        for victim in decision.victims:
+            deadline = datetime.fromtimestamp(victim.deadline_s, UTC)
+            if uow.rentals.give_notice(victim.request_id, preemptor.id, deadline, expect=PREEMPTIBLE_STATES):
+                given.append(victim.request_id)
+                message = f"preempted by {preemptor.id}, notice until {deadline.isoformat()}"
+                uow.rentals.add_event(victim.request_id, RentalEvent(now, "preempting", "preempted", message))
+        until = datetime.fromtimestamp(decision.deadline_s, UTC).isoformat()
+        uow.rentals.set_state(preemptor.id, "pending", expect=("pending",), reason=Reason.PREEMPTING)
+        uow.rentals.add_event(
+            preemptor.id,
+            RentalEvent(
+                now,
+                "pending",
+                Reason.PREEMPTING,
+                f"preempting {', '.join(given) or 'nothing'}; capacity promised by {until}",
+            ),
+        )
+        return len(given)
+
+    @staticmethod
+    def _end_victim(uow: UnitOfWork, victim: Rental, now: datetime) -> int:
+        if not uow.rentals.set_state(victim.id, "preempted", expect=("preempting",), reason=None):
+            return 0
+        uow.rentals.release(victim.id)
+        deadline = victim.notice_deadline
+        how = "left" if deadline is not None and deadline < now else "notice deadline reached"
+        message = f"{how}; capacity given to {victim.preempted_by}"
+        uow.rentals.add_event(victim.id, RentalEvent(now, "preempted", "preempted", message))
+        return 1
+
+    def _forget(self, rental_id: str) -> None:
+        """Release a rental's allocations from the snapshot (the database follows in this cycle's apply)."""
+        assert self.snapshot is not None
+        for allocation_id in [i for i, owner in self.owner.items() if owner == rental_id]:
+            self.snapshot.release(self.held.pop(allocation_id))
+            del self.owner[allocation_id]
 
     def _apply_placement(self, uow: UnitOfWork, rental: Rental, placement: Placement, now) -> int:
         assert self.snapshot is not None
@@ -127,7 +258,9 @@ class Scheduler:
         nodes = ", ".join(a.node for a in placement.nodes)
         uow.rentals.set_price(rental.id, price)
         uow.rentals.add_event(rental.id, RentalEvent(now, "placed", None, f"on {nodes}"))
+        uow.rentals.set_placed_at(rental.id, now)
         self.held.update(zip(allocation_ids, placement.nodes, strict=True))
+        self.owner.update((i, rental.id) for i in allocation_ids)
         return 1
 
     def _node(self, name: str) -> tuple[Node, GpuModel]:
@@ -145,6 +278,7 @@ class Scheduler:
         for _, allocation in live.values():
             snapshot.occupy(allocation)
         self.held = {allocation_id: allocation for allocation_id, (_, allocation) in live.items()}
+        self.owner = {allocation_id: rental_id for allocation_id, (rental_id, _) in live.items()}
         history = [to_request(r) for r in uow.rentals.list(None, 5000)]
         self.policy = build_policy(self.policy_name, seed=self.seed, history=history)
         self.snapshot, self.fleet, self.version = snapshot, fleet, version
@@ -157,11 +291,13 @@ class Scheduler:
         live = uow.rentals.live_allocation_ids()
         for allocation_id in [i for i in self.held if i not in live]:
             snapshot.release(self.held.pop(allocation_id))
+            self.owner.pop(allocation_id, None)
         new = sorted(live.difference(self.held))
         if new:
-            for allocation_id, (_, allocation) in uow.rentals.allocations_by_id(new).items():
+            for allocation_id, (rental_id, allocation) in uow.rentals.allocations_by_id(new).items():
                 snapshot.occupy(allocation)
                 self.held[allocation_id] = allocation
+                self.owner[allocation_id] = rental_id
         cordoned = uow.fleet.cordoned()
         for name in cordoned ^ self.cordoned:
             if name in snapshot.by_name:

@@ -169,6 +169,42 @@ class SqlRentals:
         )
         return [_rental(r) for r in self.s.scalars(query)]
 
+    def preempting(self) -> list[Rental]:
+        query = select(RentalRow).where(RentalRow.state == "preempting").order_by(RentalRow.id)
+        return [_rental(r) for r in self.s.scalars(query)]
+
+    def by_ids(self, rental_ids: Sequence[str]) -> list[Rental]:
+        ids = sorted(set(rental_ids))
+        found: list[Rental] = []
+        for start in range(0, len(ids), 1000):
+            query = select(RentalRow).where(RentalRow.id.in_(ids[start : start + 1000]))
+            found.extend(_rental(r) for r in self.s.scalars(query))
+        return found
+
+    def give_notice(
+        self, rental_id: str, preemptor: str, deadline: datetime, *, expect: Sequence[str]
+    ) -> bool:
+        result = self.s.execute(
+            update(RentalRow)
+            .where(RentalRow.id == rental_id, RentalRow.state.in_(list(expect)))
+            .values(state="preempting", preempted_by=preemptor, notice_deadline=deadline)
+        )
+        return bool(result.rowcount)  # type: ignore[attr-defined]
+
+    def advance_deadline(self, rental_id: str, deadline: datetime) -> None:
+        self.s.execute(
+            update(RentalRow)
+            .where(
+                RentalRow.id == rental_id,
+                RentalRow.state == "preempting",
+                RentalRow.notice_deadline > deadline,
+            )
+            .values(notice_deadline=deadline)
+        )
+
+    def set_placed_at(self, rental_id: str, at: datetime) -> None:
+        self.s.execute(update(RentalRow).where(RentalRow.id == rental_id).values(placed_at=at))
+
     def live_ids(self) -> set[str]:
         return set(self.s.scalars(select(AllocationRow.rental_id).where(AllocationRow.released.is_(False))))
 
@@ -176,7 +212,15 @@ class SqlRentals:
         result = self.s.execute(
             update(RentalRow)
             .where(RentalRow.id == rental_id, RentalRow.state.in_(list(expect)))
-            .values(state=state, pending_reason=None if reason is None else str(reason))
+            .values(
+                state=state,
+                pending_reason=None if reason is None else str(reason),
+                **(
+                    {}
+                    if state in ("preempting", "preempted")
+                    else {"preempted_by": None, "notice_deadline": None}
+                ),
+            )
         )
         return bool(result.rowcount)  # type: ignore[attr-defined]
 
@@ -415,6 +459,9 @@ def _rental(row: RentalRow) -> Rental:
         row.price_micros_per_hour,
         row.idempotency_key,
         row.fingerprint,
+        row.placed_at,
+        row.preempted_by,
+        row.notice_deadline,
     )
 
 

@@ -90,6 +90,9 @@ class RentalRow(Base):
     price_micros_per_hour: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     idempotency_key: Mapped[str | None] = mapped_column(String(200), nullable=True)
     fingerprint: Mapped[str] = mapped_column(String(64), default="")
+    placed_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    preempted_by: Mapped[str | None] = mapped_column(String(40), nullable=True, index=True)
+    notice_deadline: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
 
 
 class RentalEventRow(Base):

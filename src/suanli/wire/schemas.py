@@ -10,7 +10,16 @@ from pydantic import BaseModel, ConfigDict, Field
 Role = Literal["admin", "provider", "tenant"]
 TierName = Literal["reserved", "on_demand", "spot"]
 RentalState = Literal[
-    "pending", "placed", "starting", "running", "stopping", "stopped", "preempted", "lost", "failed"
+    "pending",
+    "placed",
+    "starting",
+    "running",
+    "stopping",
+    "preempting",
+    "stopped",
+    "preempted",
+    "lost",
+    "failed",
 ]
 
 
@@ -167,6 +176,10 @@ class RentalResponse(WireModel):
     price_micros_per_hour: int | None = None
     created_at: datetime
     events: list[RentalEventResponse] = Field(default_factory=list)
+    preempted_by: str | None = Field(
+        default=None, description="Preempting: the rental promised its capacity."
+    )
+    notice_deadline: datetime | None = Field(default=None, description="Preempting: killed at this time.")
 
 
 # --- contracts ----------------------------------------------------------------------------------------

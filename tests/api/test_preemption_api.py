@@ -1,0 +1,103 @@
+"""Preemption with notice through the real app (SQLite and PostgreSQL): a higher tier that cannot fit gives
+the cheapest lower-tier victims notice, waits with reason `preempting`, and takes their capacity at the
+deadline; no victim is noticed twice, a spot rental never preempts, a gang victim is evicted whole."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+
+import pytest
+from fastapi.testclient import TestClient
+
+from conftest import ADMIN, FLEET, wait_for
+from suanli.api.app import create_app
+from suanli.config import Settings
+
+NOTICE_S = 1.5
+
+
+@pytest.fixture
+def client(database_url: str) -> Iterator[TestClient]:
+    settings = Settings(
+        database_url=database_url,
+        bootstrap_admin_key="sk_admin_bootstrap_for_tests",
+        scheduler_interval_s=0.05,
+        preemption_notice_s=60,
+        preemption_notice_by_tier_s={"spot": NOTICE_S},
+    )
+    with TestClient(create_app(settings)) as client:
+        response = client.put(
+            "/v1/fleet", content=FLEET, headers={**ADMIN, "Content-Type": "application/toml"}
+        )
+        assert response.status_code == 200, response.text
+        yield client
+
+
+def _rent(client: TestClient, headers: dict[str, str], **body) -> str:
+    response = client.post("/v1/rentals", json=body, headers=headers)
+    assert response.status_code == 201, response.text
+    return response.json()["id"]
+
+
+def _events(body: dict, kind: str) -> list[dict]:
+    return [e for e in body["events"] if e["kind"] == kind]
+
+
+def test_on_demand_preempts_spot_with_notice_and_takes_the_node_at_the_deadline(client, tenant) -> None:
+    _, spot_tenant = tenant("spotty")
+    _, od_tenant = tenant("steady")
+    spot = _rent(client, spot_tenant, gpu_model="H200", gpus=8, tier="spot", bid_micros_per_gpu_hour=1)
+    assert wait_for(client, spot, spot_tenant, "placed")["allocation"][0]["node"] == "h200-01"
+    od = _rent(client, od_tenant, gpu_model="H200", gpus=8, tier="on_demand")
+
+    waiting = wait_for(client, od, od_tenant, "placed", reason="preempting")
+    assert waiting["state"] == "pending" and waiting["pending_reason"] == "preempting"
+    victim = client.get(f"/v1/rentals/{spot}", headers=spot_tenant).json()
+    assert victim["state"] == "preempting" and victim["preempted_by"] == od
+    (notice,) = _events(victim, "preempting")
+    deadline = datetime.fromisoformat(victim["notice_deadline"])
+    assert f"preempted by {od}, notice until" in notice["message"]
+    noticed_at = datetime.fromisoformat(notice["at"])
+    assert abs((deadline - noticed_at).total_seconds() - NOTICE_S) < 0.01
+    # a spot rental never preempts; a second on-demand finds no other victim and does not notice it again
+    late_spot = _rent(client, spot_tenant, gpu_model="H200", gpus=8, tier="spot", bid_micros_per_gpu_hour=9)
+    other_od = _rent(client, od_tenant, gpu_model="H200", gpus=8, tier="on_demand")
+    assert wait_for(client, other_od, od_tenant, "placed", reason="no_capacity")["pending_reason"] == (
+        "no_capacity"
+    )
+
+    placed = wait_for(client, od, od_tenant, "placed")
+    assert placed["state"] == "placed" and placed["allocation"][0]["node"] == "h200-01"
+    ended = client.get(f"/v1/rentals/{spot}", headers=spot_tenant).json()
+    assert ended["state"] == "preempted" and ended["allocation"] == []
+    (preempted,) = _events(ended, "preempted")
+    assert datetime.fromisoformat(preempted["at"]) >= deadline
+    assert f"capacity given to {od}" in preempted["message"]
+    assert len(_events(ended, "preempting")) == 1
+    # equal tier never preempts, lower tier never preempts: the placed on-demand rental stays
+    for rental_id, headers in ((late_spot, spot_tenant), (other_od, od_tenant)):
+        body = wait_for(client, rental_id, headers, "placed", reason="no_capacity")
+        assert body["state"] == "pending" and body["pending_reason"] == "no_capacity"
+    assert client.get(f"/v1/rentals/{od}", headers=od_tenant).json()["state"] == "placed"
+    assert len([e for e in placed["events"] if e["reason"] == "preempting"]) == 1
+
+
+def test_a_gang_victim_is_evicted_whole(client, tenant) -> None:
+    _, spot_tenant = tenant("spotty")
+    _, od_tenant = tenant("steady")
+    gang = _rent(client, spot_tenant, gpu_model="A100-40GB", gpus=4, nodes=2, tier="spot")
+    gang_nodes = {a["node"] for a in wait_for(client, gang, spot_tenant, "placed")["allocation"]}
+    assert gang_nodes == {"a100-40g-01", "a100-40g-02"}
+    od = _rent(client, od_tenant, gpu_model="A100-40GB", gpus=4, tier="on_demand")
+    assert wait_for(client, od, od_tenant, "placed", reason="preempting")["pending_reason"] == "preempting"
+    victim = client.get(f"/v1/rentals/{gang}", headers=spot_tenant).json()
+    assert victim["state"] == "preempting" and {a["node"] for a in victim["allocation"]} == gang_nodes
+
+    placed = wait_for(client, od, od_tenant, "placed")
+    assert placed["state"] == "placed" and placed["allocation"][0]["node"] in gang_nodes
+    ended = client.get(f"/v1/rentals/{gang}", headers=spot_tenant).json()
+    assert ended["state"] == "preempted" and ended["allocation"] == []
+    # the other node of the gang is free: a second on-demand rental starts at once, nobody is preempted
+    second = _rent(client, od_tenant, gpu_model="A100-40GB", gpus=4, tier="on_demand")
+    assert wait_for(client, second, od_tenant, "placed")["state"] == "placed"
