@@ -84,8 +84,6 @@ class QueueConfig:
     keep_head: bool = False  # the last cycle's blocked head stays first in its class until it starts
     spare_free: bool = False  # reserve the head on nodes busy now, leaving GPUs free now to backfill
     spot_yields: bool = False  # no spot starts in a cycle where a higher tier waits for capacity
-    sticky: bool = False  # the last head's reservation stays on its nodes while that start is no later
-    exact_backfill: bool = False  # a job may take reserved nodes if the head still fits at its start
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,7 +303,6 @@ class _Cycle:
         self.last_head: str | None = None
         self.last_reserved: frozenset[str] = frozenset()
         self.reserved_nodes: set[str] = set()
-        self.in_time: list[Placement] = []  # backfilled this cycle, ending before the head's start
         self.higher_waiting = False  # a non-spot request waits for capacity (preempting or blocked)
         self.free_gpus = snapshot.gpu_count - snapshot.allocated_milli() / 1000
         self.failed: set[tuple] = set()  # (fit key, cordoned) that did not fit: capacity only shrinks
@@ -400,17 +397,13 @@ class _Cycle:
             f"{model} in {region}: free capacity is held for open contracts",
         )
 
-    def try_place(self, request: Request, cordon: bool, check: Callable[[], bool] | None = None) -> bool:
+    def try_place(self, request: Request, cordon: bool) -> bool:
         """Place `request` if it fits now; on failure record nothing (the caller gives the reason)."""
         fit_key = _fit_key(request)
         key = (fit_key, cordon)
         if key in self.failed or (fit_key, False) in self.failed or _gpus(request) > self.free_gpus + 1e-9:
             return False
         outcome = place(self.snapshot, request, self.policy)
-        if isinstance(outcome, Placement) and check is not None and not check():
-            for allocation in outcome.nodes:
-                self.snapshot.release(allocation)
-            return False
         if isinstance(outcome, Placement):
             breached = self._hold_breached(request, outcome)
             if breached is not None:
@@ -487,8 +480,6 @@ class _Cycle:
             return
         smallest = min((_gpus(r) for r in rest if r.max_duration_s is not None), default=math.inf)
         if smallest > self.free_gpus + 1e-9:  # nothing could start now: skip the reservation
-            if head.id == self.last_head:
-                self.reserved_nodes = set(self.last_reserved)
             for request in rest:
                 if not self.gated(request):
                     self.pending.append(
@@ -503,14 +494,10 @@ class _Cycle:
         if reservation is None:
             self._block(rest, "the head's start cannot be bounded (running rentals without a duration)")
             return
-        if self.config.sticky and head.id == self.last_head and self.last_reserved:
-            kept = self._reserve_on(head, self.last_reserved)
-            if kept is not None and kept[0] <= reservation[0]:
-                reservation = kept
         self.head_start_s, reserved = reservation
         reserved_nodes = {a.node for a in reserved.nodes}
         self.reserved_nodes = set(reserved_nodes)
-        if head.id == self.last_head and not self.config.sticky:  # drained for it last cycle: kept out
+        if head.id == self.last_head:  # nodes drained for it last cycle stay out of long backfill
             reserved_nodes |= self.last_reserved
         candidates = list(rest)
         if self.config.backfill_order is not BackfillOrder.QUEUE:
@@ -526,56 +513,12 @@ class _Cycle:
                 continue
             ends_in_time = self.now + request.max_duration_s <= self.head_start_s
             if ends_in_time:
-                if self.try_place(request, cordon=False):
-                    if self.placements and self.placements[-1].request_id == request.id:
-                        self.in_time.append(self.placements[-1])
-                else:
+                if not self.try_place(request, cordon=False):
                     self.pending.append(Pending(request.id, Reason.NO_CAPACITY, "no free capacity"))
-            elif not self._place_avoiding(request, reserved_nodes) and not (
-                self.config.exact_backfill and self._place_if_head_fits(request, head)
-            ):
+            elif not self._place_avoiding(request, reserved_nodes):
                 self.pending.append(
                     _blocked(request, f"would delay the head's reserved start at {self.head_start_s:.0f}")
                 )
-
-    def _reserve_on(self, head: Request, nodes: Collection[str]) -> tuple[float, Placement] | None:
-        """`reserve` with every node outside `nodes` cordoned (snapshot restored)."""
-        cordoned = [s.name for s in self.snapshot.nodes if s.name not in nodes and s.schedulable]
-        for name in cordoned:
-            self.snapshot.set_schedulable(name, False)
-        try:
-            return reserve(self.snapshot, head, self.running, self.policy, self.now)
-        finally:
-            for name in cordoned:
-                self.snapshot.set_schedulable(name, True)
-
-    def _place_if_head_fits(self, request: Request, head: Request) -> bool:
-        """Place `request` anywhere if the head still fits at its reserved start with it running."""
-        key = ("exact", _fit_key(request))
-        if key in self.failed:
-            return False
-        start = self.head_start_s
-        ends = [a for r in self.running if r.expected_end_s is not None and r.expected_end_s <= start
-                for a in r.placement.nodes]
-        ends += [a for p in self.in_time for a in p.nodes]
-
-        def head_fits() -> bool:
-            undos = [self.snapshot.release(a) for a in ends]
-            try:
-                outcome = place(self.snapshot, head, self.policy)
-                if isinstance(outcome, Placement):
-                    for allocation in outcome.nodes:
-                        self.snapshot.release(allocation)
-                    return True
-                return False
-            finally:
-                for undo in reversed(undos):
-                    undo()
-
-        placed = self.try_place(request, cordon=False, check=head_fits)
-        if not placed:
-            self.failed.add(key)
-        return placed
 
     def _place_avoiding(self, request: Request, nodes: set[str]) -> bool:
         cordoned = [n for n in nodes if self.snapshot.by_name[n].schedulable]
