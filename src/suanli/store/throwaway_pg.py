@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import psycopg
+
 PG_SEARCH = ("/usr/lib/postgresql/*/bin",)
 
 
@@ -75,8 +77,6 @@ def throwaway_postgres(binaries: Path, *, max_connections: int = 200) -> Iterato
 
 def create_database(base_url: str, name: str) -> str:
     """CREATE DATABASE `name` on the server at `base_url`; the new database's URL."""
-    import psycopg
-
     with psycopg.connect(base_url.replace("+psycopg", "") + "/postgres", autocommit=True) as connection:
         connection.execute(f'CREATE DATABASE "{name}"')
     return f"{base_url}/{name}"
