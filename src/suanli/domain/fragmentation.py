@@ -133,6 +133,7 @@ class FragmentationModel:
         gpu_parts = self._gpu_parts
         if len(gpu_parts) > CACHE_LIMIT:
             gpu_parts.clear()
+        mig_view: list[tuple[int, frozenset[str]]] | None = None  # per GPU: idle milli, profiles it can host
         for group in groups:
             part_key = (class_id, gpus, group.shape)
             part = gpu_parts.get(part_key)
@@ -149,6 +150,11 @@ class FragmentationModel:
                     )
                     total += probability * (idle - min(by_gpu, by_host) * group.per_copy_milli)
             else:
+                if part is None and isinstance(group.shape, MigSlice) and cls.model.mig is not None:
+                    if mig_view is None:
+                        geometry = cls.model.mig
+                        mig_view = [(e[0], mig.hostable_profiles(geometry, e[2])) for e in gpus]
+                    part = gpu_parts[part_key] = _mig_unusable(mig_view, group.shape.profile, idle)
                 if part is None:
                     part = gpu_parts[part_key] = fragment(cls, gpus, group.shape, idle)
                 unusable = part
@@ -156,6 +162,17 @@ class FragmentationModel:
                     fits = cpu <= cpu_free and memory <= memory_free
                     total += probability * (unusable if fits else idle)
         return total
+
+
+def _mig_unusable(view: list[tuple[int, frozenset[str]]], profile: str, idle: int) -> int:
+    """Idle milli on GPUs that cannot host `profile`; all idle milli when no GPU can."""
+    unusable, hosts = 0, 0
+    for free_milli, hostable in view:
+        if profile in hostable:
+            hosts += 1
+        else:
+            unusable += free_milli
+    return unusable if hosts else idle
 
 
 def _per_copy(shape: Shape) -> int:
