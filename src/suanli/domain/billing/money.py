@@ -1,0 +1,37 @@
+"""Integer money helpers: the package's single rounding rule and exact proportional splits."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from suanli.domain.billing.errors import BillingError
+
+SECONDS_PER_HOUR = 3600
+BASIS_POINTS = 10_000
+
+
+def round_half_up(numerator: int, denominator: int) -> int:
+    """numerator / denominator rounded half up, for numerator >= 0 and denominator > 0."""
+    if denominator <= 0 or numerator < 0:
+        raise BillingError(
+            f"round_half_up needs numerator >= 0 and denominator > 0, got {numerator}/{denominator}"
+        )
+    return (2 * numerator + denominator) // (2 * denominator)
+
+
+def charge_micros(rate_micros_per_hour: int, billable_s: int) -> int:
+    """The charge for `billable_s` seconds at an hourly rate: round half up of rate * seconds / 3600."""
+    return round_half_up(rate_micros_per_hour * billable_s, SECONDS_PER_HOUR)
+
+
+def bp_of(amount_micros: int, bp: int) -> int:
+    """`bp` basis points of an amount, rounded half up."""
+    return round_half_up(amount_micros * bp, BASIS_POINTS)
+
+
+def to_epoch_s(moment: datetime) -> int:
+    """Whole UTC epoch seconds of an aware datetime (floor); naive datetimes are refused."""
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise BillingError(f"time must be timezone-aware UTC, got naive {moment!r}")
+    delta = moment.astimezone(UTC) - datetime(1970, 1, 1, tzinfo=UTC)
+    return delta.days * 86_400 + delta.seconds
