@@ -19,6 +19,13 @@ from suanli.store.throwaway_pg import create_database, pg_bin, throwaway_postgre
 _counter = itertools.count()
 
 
+@pytest.fixture(autouse=True)
+def _postpaid_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Servers built by tests (in process or as subprocesses) do not enforce prepaid balances unless a test
+    passes `prepaid=True` (tests/api/test_billing_api.py does)."""
+    monkeypatch.setenv("SUANLI_PREPAID", "false")
+
+
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[str]:
     """Base URL (without database) of a throw-away PostgreSQL server."""

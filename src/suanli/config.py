@@ -1,4 +1,4 @@
-"""Server settings from the environment (`SUANLI_*`): database URL, bootstrap admin key, scheduler timing."""
+"""Server settings from the environment (`SUANLI_*`): database URL, bootstrap admin key, timing, billing."""
 
 from __future__ import annotations
 
@@ -33,3 +33,13 @@ class Settings(BaseSettings):
     preemption_notice_by_tier_s: dict[str, float] = Field(
         default_factory=dict, description='Per victim tier, e.g. {"spot": 30, "on_demand": 120} (JSON).'
     )
+    commission_bp: int = Field(
+        default=1500,
+        ge=0,
+        le=10_000,
+        description="Platform commission on each charge, in basis points (15%).",
+    )
+    prepaid: bool = Field(
+        default=True, description="Refuse new rentals whose minimum charge the tenant's balance cannot pay."
+    )
+    meter_interval_s: float = Field(default=30.0, gt=0, description="Seconds between meter runs (leader).")

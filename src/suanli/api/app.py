@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from suanli.api import errors, routes_accounts, routes_agents, routes_fleet, routes_rentals
+from suanli.api import errors, routes_accounts, routes_agents, routes_billing, routes_fleet, routes_rentals
 from suanli.api.wiring import build
 from suanli.config import Settings
 
@@ -23,9 +23,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         services.loop.signal()
         if services.reaper is not None:
             services.reaper.start()
+        if services.meter is not None:
+            services.meter.start()
         try:
             yield
         finally:
+            if services.meter is not None:
+                await services.meter.stop()
             if services.reaper is not None:
                 await services.reaper.stop()
             await services.loop.stop()
@@ -38,6 +42,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(routes_fleet.router)
     app.include_router(routes_rentals.router)
     app.include_router(routes_agents.router)
+    app.include_router(routes_billing.router)
 
     @app.get("/healthz", tags=["ops"])
     def healthz() -> dict[str, str]:

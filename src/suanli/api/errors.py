@@ -7,10 +7,17 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from suanli.app.errors import AppError, Conflict, Forbidden, Invalid, NotFound, Unauthorized
+from suanli.app.errors import AppError, Conflict, Forbidden, Invalid, NotFound, PaymentRequired, Unauthorized
 from suanli.wire.schemas import ErrorDetail, ErrorResponse
 
-STATUS = {Invalid: 400, Unauthorized: 401, Forbidden: 403, NotFound: 404, Conflict: 409}
+STATUS = {
+    Invalid: 400,
+    Unauthorized: 401,
+    PaymentRequired: 402,
+    Forbidden: 403,
+    NotFound: 404,
+    Conflict: 409,
+}
 HTTP_CODES = {
     400: "invalid",
     401: "unauthorized",
@@ -19,7 +26,7 @@ HTTP_CODES = {
     405: "method_not_allowed",
 }
 ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
-    status: {"model": ErrorResponse} for status in (400, 401, 403, 404, 409, 422)
+    status: {"model": ErrorResponse} for status in (400, 401, 402, 403, 404, 409, 422)
 }
 
 

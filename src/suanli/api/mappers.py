@@ -7,12 +7,15 @@ from dataclasses import asdict
 from suanli.app.fleet import NodeView
 from suanli.app.offers import Offer
 from suanli.app.records import ApiKey, ContractRecord, RentalSpec, RentalView, Tenant
+from suanli.domain.billing.ledger import Transaction
+from suanli.wire.billing_schemas import LedgerTransactionResponse, PostingResponse
 from suanli.wire.schemas import (
     ContractResponse,
     KeyResponse,
     NodeAllocationResponse,
     NodeResponse,
     OfferResponse,
+    QuoteResponse,
     RentalCreateRequest,
     RentalEventResponse,
     RentalResponse,
@@ -74,6 +77,7 @@ def rental(view: RentalView) -> RentalResponse:
         price_micros_per_hour=r.price_micros_per_hour,
         created_at=r.created_at,
         preempted_by=r.preempted_by,
+        quote=None if r.quote is None else QuoteResponse.model_validate(dict(r.quote)),
         notice_deadline=r.notice_deadline,
         events=[
             RentalEventResponse(at=e.at, kind=e.kind, reason=e.reason, message=e.message) for e in view.events
@@ -105,3 +109,21 @@ def offer(o: Offer) -> OfferResponse:
 
 def contract(c: ContractRecord) -> ContractResponse:
     return ContractResponse(**asdict(c))
+
+
+def transaction(tx: Transaction) -> LedgerTransactionResponse:
+    return LedgerTransactionResponse(
+        key=tx.key,
+        kind=tx.kind.value,
+        at_s=tx.at_s,
+        ref=tx.ref,
+        memo=tx.memo,
+        prev_hash=tx.prev_hash,
+        hash=tx.hash,
+        postings=[
+            PostingResponse(
+                account_kind=p.account.kind.value, owner=p.account.owner, amount_micros=p.amount_micros
+            )
+            for p in tx.postings
+        ],
+    )

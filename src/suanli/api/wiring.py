@@ -8,6 +8,7 @@ from prometheus_client import CollectorRegistry, Gauge, Histogram
 from sqlalchemy import Engine
 
 from suanli.app.agents import AgentService
+from suanli.app.billing import BillingService
 from suanli.app.contracts import ContractService
 from suanli.app.fleet import FleetCache, FleetService
 from suanli.app.ids import SystemClock
@@ -18,6 +19,7 @@ from suanli.app.tenants import TenantService
 from suanli.config import Settings
 from suanli.domain.catalog_data import CATALOG
 from suanli.loops.agent_reaper import ReaperLoop
+from suanli.loops.meter_loop import MeterLoop
 from suanli.loops.scheduler_loop import SchedulerLoop
 from suanli.store.agent_repositories import SqlAgentUnitOfWork
 from suanli.store.db import make_engine, migrate, session_factory, unit_of_work_factory
@@ -70,6 +72,8 @@ class Services:
     metrics: Metrics
     agents: AgentService | None = None  # set by build(); None only in hand-made test graphs
     reaper: ReaperLoop | None = None
+    billing: BillingService | None = None
+    meter: MeterLoop | None = None
 
 
 def build(settings: Settings) -> Services:
@@ -89,14 +93,31 @@ def build(settings: Settings) -> Services:
         notice_by_tier_s=settings.preemption_notice_by_tier_s,
     )
     metrics = Metrics()
-    loop = SchedulerLoop(scheduler, Leadership(engine), settings.scheduler_interval_s, metrics.record)
+    billing = BillingService(
+        uow, clock, CATALOG, cache, commission_bp=settings.commission_bp, prepaid=settings.prepaid
+    )
+    meter: MeterLoop | None = None
+
+    def on_report(report: CycleReport) -> None:
+        metrics.record(report)
+        if report.preempted and meter is not None:
+            meter.signal()  # victims ended: charge them to their deadline now
+
+    loop = SchedulerLoop(scheduler, Leadership(engine), settings.scheduler_interval_s, on_report)
+    meter = MeterLoop(billing, loop.leadership, settings.meter_interval_s)
+
+    def wake() -> None:
+        """A rental was created, stopped, resized or ended: schedule soon, meter soon."""
+        loop.signal()
+        meter.signal()
+
     tenants = TenantService(uow, clock)
     tenants.bootstrap(settings.bootstrap_admin_key)
     sessions = session_factory(engine)
     agents = AgentService(
         lambda: SqlAgentUnitOfWork(sessions),
         clock,
-        loop.signal,
+        wake,
         heartbeat_interval_s=settings.agent_heartbeat_interval_s,
         missed_heartbeats=settings.agent_missed_heartbeats,
         token_ttl_s=settings.join_token_ttl_s,
@@ -108,12 +129,14 @@ def build(settings: Settings) -> Services:
         tenants,
         FleetService(uow, clock, cache),
         OfferService(uow, cache, CATALOG),
-        RentalService(uow, clock, CATALOG, loop.signal),
+        RentalService(uow, clock, CATALOG, wake, billing),
         ContractService(uow, clock, cache, CATALOG),
         scheduler,
         loop,
         metrics,
         agents,
         reaper,
+        billing,
+        meter,
     )
     return services

@@ -6,6 +6,7 @@ AppError
  +-- Forbidden      the caller's role may not do this (403)
  +-- NotFound       no such object, or not the caller's (404: never a hint that it exists)
  +-- Conflict       the request clashes with the current state (409)
+ +-- PaymentRequired  a prepaid tenant's balance cannot pay for this (402)
 """
 
 from __future__ import annotations
@@ -46,3 +47,7 @@ class BookingConflict(Conflict):
 
 class Duplicate(Conflict):
     """A unique key (an idempotency key) is already taken; the caller may read the existing object."""
+
+
+class PaymentRequired(AppError):
+    code = "payment_required"

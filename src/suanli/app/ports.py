@@ -6,13 +6,14 @@ otherwise. A repository raises `BookingConflict` when the database refuses a boo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Protocol
 
 from suanli.app.records import (
     ApiKey,
+    BillableRental,
     Booking,
     ContractRecord,
     FleetDocument,
@@ -20,6 +21,8 @@ from suanli.app.records import (
     RentalEvent,
     Tenant,
 )
+from suanli.domain.billing.ledger import AccountId, Transaction
+from suanli.domain.billing.meter import PostedCharges
 from suanli.domain.plan import NodeAllocation
 
 
@@ -80,6 +83,7 @@ class RentalRepo(Protocol):
         self, rental_id: str, allocation: Sequence[NodeAllocation], bookings: Sequence[Booking]
     ) -> list[int]: ...
     def release(self, rental_id: str, nodes: Sequence[str] | None = None) -> None: ...
+    def billable(self) -> list[BillableRental]: ...
 
 
 class ContractRepo(Protocol):
@@ -89,12 +93,24 @@ class ContractRepo(Protocol):
     def set_tenant(self, contract_id: str, tenant_id: str) -> None: ...
 
 
+class LedgerRepo(Protocol):
+    """Append-only: there is no update or delete."""
+
+    def head_hash(self) -> str: ...
+    def get(self, key: str) -> Transaction | None: ...
+    def append(self, tx: Transaction, created_at: datetime) -> None: ...
+    def transactions(self, owner: str | None = None) -> list[Transaction]: ...
+    def balances(self, owners: Iterable[str] | None = None) -> dict[AccountId, int]: ...
+    def posted_charges(self) -> dict[str, PostedCharges]: ...
+
+
 class UnitOfWork(Protocol):
     tenants: TenantRepo
     keys: KeyRepo
     fleet: FleetRepo
     rentals: RentalRepo
     contracts: ContractRepo
+    ledger: LedgerRepo
 
     def __enter__(self) -> UnitOfWork: ...
     def __exit__(

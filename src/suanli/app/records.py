@@ -83,6 +83,7 @@ class Rental:
     placed_at: datetime | None = None
     preempted_by: str | None = None  # the rental its capacity is promised to (state `preempting`)
     notice_deadline: datetime | None = None  # killed at this time unless it leaves first
+    quote: Mapping[str, object] | None = None  # the price breakdown at creation (`suanli.app.billing`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,3 +129,14 @@ class FleetDocument:
     version: int
     toml: str
     updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class BillableRental:
+    """What the meter reads of a rental that holds or held an allocation."""
+
+    rental: Rental
+    node: str  # its first node (whose provider is paid)
+    run_started_at: datetime | None  # the earliest start an agent reported
+    run_ended_at: datetime | None  # the latest end an agent reported (a lost node: its last heartbeat)
+    ended_at: datetime | None  # the time of its end event (stopped, failed, lost, preempted)

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import asdict, replace
 from datetime import UTC, datetime
 
+from suanli.app.billing import BillingService
 from suanli.app.booking import SHARE_UNIT_MILLI
 from suanli.app.errors import Conflict, Duplicate, Invalid, NotFound
 from suanli.app.ids import new_id
@@ -83,8 +84,16 @@ def check_spec(spec: RentalSpec, catalog: Catalog) -> None:
 
 
 class RentalService:
-    def __init__(self, uow: UnitOfWorkFactory, clock: Clock, catalog: Catalog, signal: Callable[[], None]):
+    def __init__(
+        self,
+        uow: UnitOfWorkFactory,
+        clock: Clock,
+        catalog: Catalog,
+        signal: Callable[[], None],
+        billing: BillingService | None = None,
+    ):
         self.uow, self.clock, self.catalog, self.signal = uow, clock, catalog, signal
+        self.billing = billing
 
     def create(
         self, caller: Caller, spec: RentalSpec, idempotency_key: str | None
@@ -101,12 +110,16 @@ class RentalService:
         rental = Rental(
             new_id("rnt"), tenant_id, "pending", spec, now, None, None, idempotency_key, fingerprint
         )
+        if self.billing is not None:
+            rental = replace(rental, quote=self.billing.quote(spec, to_request(rental).shape, now))
         created = RentalEvent(now, "created")
         # Insert first: the UNIQUE (tenant, key) decides between concurrent requests with one key, and a
         # repeated key costs a second transaction (the failed insert ends the first) instead of every
         # new rental paying for a look-up.
         try:
             with self.uow() as uow:
+                if self.billing is not None and rental.quote is not None:
+                    self.billing.check_funds(uow, tenant_id, rental.quote)
                 uow.rentals.add(rental)
                 uow.rentals.add_event(rental.id, created)
                 uow.commit()

@@ -33,6 +33,8 @@ from suanli.cli import profile
 from suanli.client.client import Client, ClientError
 from suanli.sim.fleet_files import read_fleet
 
+DEMO_CREDIT_MICROS = 1_000 * 1_000_000  # the demo tenant's prepaid credit (1,000 units)
+
 SHOW_DEVICES = "\"import os; print(os.environ['CUDA_VISIBLE_DEVICES'])\""
 HEARTBEAT_S = 2.0
 AGENT_GRACE_S = 3.0
@@ -69,6 +71,7 @@ def run_demo(port: int, data_dir: Path | None, fleet_path: Path | None) -> int:
             admin.put_fleet(fleet_path.read_text())
             tenant = admin.create_tenant("demo")
             tenant_key = admin.create_key(tenant.id, "demo").secret or ""
+            admin.credit(tenant.id, DEMO_CREDIT_MICROS, memo="demo credit")
             for node in fleet.nodes:
                 DeclaredProbe(node)  # fails here, not in 20 agent logs, when a node cannot be declared
                 token = admin.create_join_token(node.name).token
@@ -204,7 +207,7 @@ def _banner(url: str, key: str, saved: Path, agents: int, data_dir: Path) -> tup
     lines = [
         f"[bold]server[/bold]      {url}   (API docs: {url}/docs)",
         f"[bold]tenant key[/bold]  {key}",
-        "[bold]credit[/bold]      unmetered demo tenant (billing is not built yet)",
+        f"[bold]credit[/bold]      {DEMO_CREDIT_MICROS // 1_000_000:,} units (prepaid; `suanli balance`)",
         f"[bold]agents[/bold]      {agents}, one per node of the fleet; logs in {data_dir / 'agents'}",
         f"[bold]CLI[/bold]         logged in as tenant 'demo' (profile: {saved})",
     ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from suanli.cli import agent_commands
+from suanli.cli import agent_commands, billing_commands
 from suanli.cli import platform_commands as platform
 from suanli.cli.fleet_commands import fleet_app
 from suanli.cli.sim_commands import sim_app
@@ -14,6 +14,8 @@ app.add_typer(sim_app, name="sim")
 app.add_typer(fleet_app, name="fleet")
 app.add_typer(platform.contracts_app, name="contracts")
 app.add_typer(platform.admin_app, name="admin")
+app.add_typer(billing_commands.ledger_app, name="ledger")
+platform.admin_app.command("credit")(billing_commands.admin_credit)
 for command in (
     platform.server,
     platform.login,
@@ -22,6 +24,8 @@ for command in (
     platform.ls,
     platform.show,
     platform.stop,
+    billing_commands.prices,
+    billing_commands.balance,
     agent_commands.logs,
     agent_commands.agent,
     agent_commands.demo,

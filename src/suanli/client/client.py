@@ -8,6 +8,7 @@ Errors:
 
 from __future__ import annotations
 
+import uuid
 from typing import Any, TypeVar
 
 import httpx
@@ -25,6 +26,13 @@ from suanli.wire.agent_schemas import (
     LogChunkResponse,
     LogResponse,
     RentalRunResponse,
+)
+from suanli.wire.billing_schemas import (
+    BalanceResponse,
+    CreditRequest,
+    LedgerTransactionResponse,
+    LedgerVerifyResponse,
+    PriceResponse,
 )
 from suanli.wire.schemas import (
     ContractCreateRequest,
@@ -204,6 +212,43 @@ class Client:
     def transfer_contract(self, contract_id: str, to_tenant_id: str) -> ContractResponse:
         body = ContractTransferRequest(to_tenant_id=to_tenant_id)
         return self._call("POST", f"/v1/contracts/{contract_id}/transfer", ContractResponse, body=body)
+
+    # --- billing ---------------------------------------------------------------------------------------
+
+    def prices(self) -> list[PriceResponse]:
+        return self._call("GET", "/v1/prices", list[PriceResponse])
+
+    def balance(self, tenant_id: str | None = None) -> BalanceResponse:
+        params = {"tenant": tenant_id} if tenant_id else None
+        return self._call("GET", "/v1/balance", BalanceResponse, params=params)
+
+    def credit(
+        self,
+        tenant_id: str,
+        amount_micros: int,
+        *,
+        grant: bool = False,
+        memo: str = "",
+        key: str | None = None,
+    ) -> LedgerTransactionResponse:
+        """Admin: top up (or grant) a tenant; the Idempotency-Key makes a retry post nothing twice."""
+        body = CreditRequest(amount_micros=amount_micros, grant=grant, memo=memo)
+        headers = {"Idempotency-Key": key or str(uuid.uuid4())}
+        return self._call(
+            "POST",
+            f"/v1/tenants/{tenant_id}/credit",
+            LedgerTransactionResponse,
+            body=body,
+            headers=headers,
+            retry=True,
+        )
+
+    def ledger(self, tenant_id: str | None = None) -> list[LedgerTransactionResponse]:
+        params = {"tenant": tenant_id} if tenant_id else None
+        return self._call("GET", "/v1/ledger", list[LedgerTransactionResponse], params=params)
+
+    def verify_ledger(self) -> LedgerVerifyResponse:
+        return self._call("GET", "/v1/ledger/verify", LedgerVerifyResponse)
 
     # --- plumbing ----------------------------------------------------------------------------------
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict
-from datetime import datetime
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
 
@@ -14,7 +14,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from suanli.app.errors import BookingConflict, Duplicate
 from suanli.app.records import (
+    END_STATES,
     ApiKey,
+    BillableRental,
     Booking,
     ContractRecord,
     FleetDocument,
@@ -24,6 +26,7 @@ from suanli.app.records import (
     Tenant,
 )
 from suanli.domain.plan import NodeAllocation, Slice
+from suanli.store.ledger_repositories import SqlLedger
 from suanli.store.rows import (
     AllocationRow,
     ApiKeyRow,
@@ -33,6 +36,7 @@ from suanli.store.rows import (
     NodeRow,
     RentalEventRow,
     RentalRow,
+    RentalRunRow,
     SliceRow,
     TenantRow,
 )
@@ -138,6 +142,7 @@ class SqlRentals:
                 created_at=rental.created_at,
                 pending_reason=rental.pending_reason,
                 price_micros_per_hour=rental.price_micros_per_hour,
+                quote=None if rental.quote is None else dict(rental.quote),
                 idempotency_key=rental.idempotency_key,
                 fingerprint=rental.fingerprint,
             )
@@ -369,6 +374,46 @@ class SqlRentals:
             raise BookingConflict(f"a slice of rental {rental_id} is already booked") from error
         return [ids[node_allocation.node] for node_allocation in allocation]
 
+    def billable(self) -> list[BillableRental]:
+        """Every rental that holds or held an allocation, with its reported run times and end event."""
+        rentals = list(self.s.scalars(select(RentalRow).where(RentalRow.placed_at.is_not(None))))
+        if not rentals:
+            return []
+        ids = [r.id for r in rentals]
+        nodes: dict[str, str] = {}
+        for rental_id, node in self.s.execute(
+            select(AllocationRow.rental_id, AllocationRow.node)
+            .where(AllocationRow.rental_id.in_(ids))
+            .order_by(AllocationRow.id.desc())
+        ):
+            nodes[rental_id] = node  # the earliest allocation's first node wins
+        runs = {
+            rental_id: (started, ended)
+            for rental_id, started, ended in self.s.execute(
+                select(
+                    RentalRunRow.rental_id, func.min(RentalRunRow.started_at), func.max(RentalRunRow.ended_at)
+                )
+                .where(RentalRunRow.rental_id.in_(ids))
+                .group_by(RentalRunRow.rental_id)
+            )
+        }
+        ends = dict(
+            self.s.execute(
+                select(RentalEventRow.rental_id, func.max(RentalEventRow.at))
+                .where(RentalEventRow.rental_id.in_(ids), RentalEventRow.kind.in_(END_STATES))
+                .group_by(RentalEventRow.rental_id)
+            ).all()
+        )
+        result = []
+        for row in rentals:
+            started, ended = runs.get(row.id, (None, None))
+            result.append(
+                BillableRental(
+                    _rental(row), nodes.get(row.id, ""), _utc(started), _utc(ended), _utc(ends.get(row.id))
+                )
+            )
+        return result
+
     def release(self, rental_id: str, nodes: Sequence[str] | None = None) -> None:
         bookings = delete(BookingRow).where(BookingRow.rental_id == rental_id)
         allocations = update(AllocationRow).where(AllocationRow.rental_id == rental_id)
@@ -414,6 +459,7 @@ class SqlUnitOfWork:
         self.fleet = SqlFleet(self.session)
         self.rentals = SqlRentals(self.session)
         self.contracts = SqlContracts(self.session)
+        self.ledger = SqlLedger(self.session)
         return self
 
     def __exit__(
@@ -462,6 +508,7 @@ def _rental(row: RentalRow) -> Rental:
         row.placed_at,
         row.preempted_by,
         row.notice_deadline,
+        row.quote,
     )
 
 
@@ -476,3 +523,12 @@ def _contract(row: ContractRow) -> ContractRecord:
         row.ends_at,
         row.created_at,
     )
+
+
+def _utc(moment: datetime | None) -> datetime | None:
+    """Aggregates (min, max) bypass the column type on SQLite: make them aware UTC."""
+    if moment is None:
+        return None
+    if isinstance(moment, str):
+        moment = datetime.fromisoformat(moment)
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)

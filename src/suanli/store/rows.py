@@ -10,6 +10,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
+    CheckConstraint,
     DateTime,
     ForeignKey,
     Index,
@@ -93,6 +94,7 @@ class RentalRow(Base):
     placed_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     preempted_by: Mapped[str | None] = mapped_column(String(40), nullable=True, index=True)
     notice_deadline: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    quote: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
 
 class RentalEventRow(Base):
@@ -206,3 +208,43 @@ class RentalLogRow(Base):
     size_bytes: Mapped[int] = mapped_column(Integer)
     data: Mapped[str] = mapped_column(Text)
     at: Mapped[datetime] = mapped_column(UtcDateTime())
+
+
+# --- billing (issue 5): the hash-chained ledger; append-only (no update or delete path) -------------------
+
+
+class LedgerTransactionRow(Base):
+    """One balanced transaction; `postings_sum` (CHECK = 0) and UNIQUE `prev_hash` (no fork): see 0004."""
+
+    __tablename__ = "ledger_transactions"
+    __table_args__ = (
+        CheckConstraint("postings_sum = 0", name="ck_ledger_transactions_balanced"),
+        UniqueConstraint("key", name="uq_ledger_transactions_key"),
+        UniqueConstraint("prev_hash", name="uq_ledger_transactions_prev_hash"),
+        UniqueConstraint("hash", name="uq_ledger_transactions_hash"),
+        Index("ix_ledger_transactions_ref", "ref"),
+    )
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    key: Mapped[str] = mapped_column(String(200))
+    kind: Mapped[str] = mapped_column(String(16))
+    at_s: Mapped[int] = mapped_column(BigInteger)
+    ref: Mapped[str] = mapped_column(String(60))
+    memo: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    prev_hash: Mapped[str] = mapped_column(String(64))
+    hash: Mapped[str] = mapped_column(String(64))
+    postings_sum: Mapped[int] = mapped_column(BigInteger)
+
+
+class LedgerPostingRow(Base):
+    __tablename__ = "ledger_postings"
+    __table_args__ = (
+        CheckConstraint("amount_micros <> 0", name="ck_ledger_postings_non_zero"),
+        Index("ix_ledger_postings_tx_seq", "tx_seq"),
+        Index("ix_ledger_postings_account", "owner", "account_kind"),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    tx_seq: Mapped[int] = mapped_column(ForeignKey("ledger_transactions.seq"))
+    account_kind: Mapped[str] = mapped_column(String(24))
+    owner: Mapped[str] = mapped_column(String(200))
+    amount_micros: Mapped[int] = mapped_column(BigInteger)

@@ -166,6 +166,27 @@ class RentalEventResponse(WireModel):
     message: str = ""
 
 
+class QuoteLine(WireModel):
+    label: str
+    micros_per_hour: int
+
+
+class QuoteResponse(WireModel):
+    """A rental's price breakdown at creation, for the most expensive model its selector allows."""
+
+    model: str
+    region: str
+    tier: TierName
+    at_s: int
+    unit_micros_per_gpu_hour: int
+    base_micros_per_hour: int
+    discounts: list[QuoteLine] = Field(default_factory=list)
+    contract_coverage_micros_per_hour: int = 0
+    final_micros_per_hour: int
+    minimum_s: int = 60
+    source: str = ""
+
+
 class RentalResponse(WireModel):
     id: str
     tenant_id: str
@@ -180,6 +201,7 @@ class RentalResponse(WireModel):
         default=None, description="Preempting: the rental promised its capacity."
     )
     notice_deadline: datetime | None = Field(default=None, description="Preempting: killed at this time.")
+    quote: QuoteResponse | None = Field(default=None, description="The price breakdown at creation.")
 
 
 # --- contracts ----------------------------------------------------------------------------------------

@@ -1,0 +1,99 @@
+"""/v1/prices (anyone), /v1/balance, /v1/tenants/{id}/credit (admin), /v1/ledger, /v1/ledger/verify."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query, status
+
+from suanli.api import mappers
+from suanli.api.deps import CallerDep, ServicesDep
+from suanli.api.errors import ERROR_RESPONSES
+from suanli.api.wiring import Services
+from suanli.app.billing import BillingService
+from suanli.domain.billing.pricebook import ListPrice
+from suanli.wire.billing_schemas import (
+    BalanceResponse,
+    CreditRequest,
+    LedgerTransactionResponse,
+    LedgerVerifyResponse,
+    PriceResponse,
+)
+
+router = APIRouter(prefix="/v1", tags=["billing"], responses=ERROR_RESPONSES)
+TenantQuery = Annotated[str | None, Query(max_length=40, description="Admins: another tenant.")]
+
+
+def _billing(services: Services) -> BillingService:
+    assert services.billing is not None
+    return services.billing
+
+
+@router.get("/prices")
+def list_prices(services: ServicesDep) -> list[PriceResponse]:
+    """The price book: list prices per GPU-hour in micros (on-demand, reserved) and spot floors."""
+    result = []
+    for entry in _billing(services).prices():
+        if isinstance(entry, ListPrice):
+            tier, kind, price = entry.tier.label, "list", entry.price_micros_per_gpu_hour
+        else:
+            tier, kind, price = "spot", "spot_floor", entry.floor_micros_per_gpu_hour
+        result.append(
+            PriceResponse(
+                gpu_model=entry.model,
+                region=entry.region,
+                tier=tier,  # type: ignore[arg-type]
+                kind=kind,  # type: ignore[arg-type]
+                price_micros_per_gpu_hour=price,
+                effective_from_s=entry.effective_from_s,
+                source=entry.source,
+            )
+        )
+    return result
+
+
+@router.get("/balance")
+def get_balance(caller: CallerDep, services: ServicesDep, tenant: TenantQuery = None) -> BalanceResponse:
+    balance = _billing(services).balance(caller, tenant)
+    return BalanceResponse(
+        tenant_id=balance.tenant_id,
+        cash_micros=balance.cash_micros,
+        grants_micros=balance.grants_micros,
+        available_micros=balance.available_micros,
+    )
+
+
+@router.post("/tenants/{tenant_id}/credit", status_code=status.HTTP_201_CREATED)
+def credit_tenant(
+    tenant_id: str,
+    body: CreditRequest,
+    caller: CallerDep,
+    services: ServicesDep,
+    idempotency_key: Annotated[str | None, Header(max_length=120)] = None,
+) -> LedgerTransactionResponse:
+    """Admin: a top-up or a grant, posted as one balanced transaction (idempotent per Idempotency-Key)."""
+    tx = _billing(services).credit(
+        caller, tenant_id, body.amount_micros, body.grant, idempotency_key, body.memo
+    )
+    return mappers.transaction(tx)
+
+
+@router.get("/ledger")
+def get_ledger(
+    caller: CallerDep, services: ServicesDep, tenant: TenantQuery = None
+) -> list[LedgerTransactionResponse]:
+    """The caller's transactions in chain order; an admin: all of them (or one tenant's)."""
+    return [mappers.transaction(tx) for tx in _billing(services).journal(caller, tenant)]
+
+
+@router.get("/ledger/verify")
+def verify_ledger(caller: CallerDep, services: ServicesDep) -> LedgerVerifyResponse:
+    """Recompute the whole hash chain and every balance on the server."""
+    result, count = _billing(services).verify(caller)
+    return LedgerVerifyResponse(
+        ok=result.ok,
+        transactions=count,
+        head_hash=result.head_hash,
+        problems=list(result.problems) if caller.is_admin else [],
+        problem_count=len(result.problems),
+    )

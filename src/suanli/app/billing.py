@@ -1,0 +1,316 @@
+"""Billing use cases: the price book, quotes, the meter, credits, balances and the journal.
+
+* The price book is seeded from `suanli.app.list_prices` (on-demand and reserved list prices per model; the
+  spot list price as the spot floor), for every region (`ANY_REGION`).
+* A rental's quote (price breakdown) is made at creation for the most expensive model its selector allows
+  (an upper bound; the rate it pays is set at placement from the node's model, `price_micros_per_hour`).
+* The meter charges every rental that holds or held an allocation, cumulatively (only the difference to what
+  is posted, key `charge:{rental}:{n}`), from its agent-reported start (else `placed_at`) to its end: a stop
+  or failure at its end event, a preempted one at its notice deadline, a lost one at its node's last
+  heartbeat (the run's `ended_at`); a live one up to now. 60-second minimum; grants before cash; the
+  provider is credited the charge minus the commission.
+* Prepaid: a rental is refused (PaymentRequired) when the tenant's cash + grants minus the new rental's
+  minimum charge would go below 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from suanli.app.errors import Conflict, Invalid, NotFound, PaymentRequired
+from suanli.app.fleet import FleetCache
+from suanli.app.ids import new_id
+from suanli.app.list_prices import list_price, price_source
+from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
+from suanli.app.records import END_STATES, BillableRental, Caller, RentalSpec
+from suanli.app.tenants import require_admin
+from suanli.domain.billing.errors import BillingError
+from suanli.domain.billing.ledger import (
+    AccountId,
+    Transaction,
+    TxKind,
+    Verification,
+    grant_postings,
+    normalize,
+    top_up_postings,
+    verify,
+)
+from suanli.domain.billing.meter import DEFAULT_MINIMUM_S, PostedCharges, RentalUsage, charge_postings
+from suanli.domain.billing.money import charge_micros, to_epoch_s
+from suanli.domain.billing.pricebook import ListPrice, PriceBook, Quote, SpotFloor, quote
+from suanli.domain.catalog import Catalog, GpuModel
+from suanli.domain.request import Tier
+
+ANY_REGION = "*"
+APPEND_ATTEMPTS = 5
+MAX_CREDIT_MICROS = 10**15
+
+
+def seed_price_book(catalog: Catalog) -> PriceBook:
+    """List prices of every catalogue model, in force since the epoch, valid in every region."""
+    prices, floors = [], []
+    for model in catalog.models:
+        source = price_source(model)
+        for tier in (Tier.ON_DEMAND, Tier.RESERVED):
+            prices.append(ListPrice(model.name, ANY_REGION, tier, list_price(model, tier.label), 0, source))
+        floors.append(SpotFloor(model.name, ANY_REGION, list_price(model, "spot"), 0, f"spot list; {source}"))
+    return PriceBook(prices, (), floors)
+
+
+def quote_json(q: Quote) -> dict[str, Any]:
+    return {
+        "model": q.model,
+        "region": q.region,
+        "tier": q.tier.label,
+        "at_s": q.at_s,
+        "unit_micros_per_gpu_hour": q.unit_micros_per_gpu_hour,
+        "base_micros_per_hour": q.base_micros_per_hour,
+        "discounts": [{"label": label, "micros_per_hour": amount} for label, amount in q.discounts],
+        "contract_coverage_micros_per_hour": q.contract_coverage_micros_per_hour,
+        "final_micros_per_hour": q.final_micros_per_hour,
+        "minimum_s": DEFAULT_MINIMUM_S,
+        "source": q.source,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Balance:
+    tenant_id: str
+    cash_micros: int
+    grants_micros: int
+
+    @property
+    def available_micros(self) -> int:
+        return self.cash_micros + self.grants_micros
+
+
+class BillingService:
+    def __init__(
+        self,
+        uow: UnitOfWorkFactory,
+        clock: Clock,
+        catalog: Catalog,
+        cache: FleetCache,
+        *,
+        commission_bp: int = 1500,
+        prepaid: bool = True,
+    ) -> None:
+        self.uow, self.clock, self.catalog, self.cache = uow, clock, catalog, cache
+        self.book = seed_price_book(catalog)
+        self.commission_bp, self.prepaid = commission_bp, prepaid
+
+    # --- prices and quotes ---------------------------------------------------------------------------
+
+    def prices(self) -> list[ListPrice | SpotFloor]:
+        return [*self.book.list_prices, *self.book.spot_floors]
+
+    def quote(self, spec: RentalSpec, shape: Any, at: datetime) -> dict[str, Any]:
+        """The price breakdown of a new rental: for the most expensive model its selector allows."""
+        tier = Tier.parse(spec.tier)
+        candidates = self._models(spec)
+        at_s = to_epoch_s(at)
+        quotes = []
+        for model in candidates:
+            try:
+                quotes.append(
+                    quote(
+                        self.book,
+                        model=model,
+                        region=ANY_REGION,
+                        tier=tier,
+                        shape=shape,
+                        at_s=at_s,
+                        node_count=spec.nodes,
+                    )
+                )
+            except BillingError:
+                continue
+        if not quotes:
+            raise Invalid(
+                f"no price for {spec.gpu_model or 'any model'} at tier {tier.label}", field="gpu_model"
+            )
+        return quote_json(max(quotes, key=lambda q: q.final_micros_per_hour))
+
+    def _models(self, spec: RentalSpec) -> list[GpuModel]:
+        models = [m for m in self.catalog.models if not spec.gpu_model or m.matches(spec.gpu_model)]
+        if spec.mig_profile is not None:
+            models = [m for m in models if m.mig is not None and m.mig.has_profile(spec.mig_profile)]
+        return models
+
+    def check_funds(self, uow: UnitOfWork, tenant_id: str, quoted: dict[str, Any]) -> None:
+        """Raise PaymentRequired when the new rental's minimum charge would take the balance below 0."""
+        if not self.prepaid:
+            return
+        balance = _balance(uow, tenant_id)
+        minimum = charge_micros(int(quoted["final_micros_per_hour"]), DEFAULT_MINIMUM_S)
+        if balance.available_micros - minimum < 0:
+            raise PaymentRequired(
+                f"insufficient balance: {balance.available_micros} micros available (cash "
+                f"{balance.cash_micros}, grants {balance.grants_micros}); this rental's "
+                f"{DEFAULT_MINIMUM_S}-s minimum costs {minimum} micros; ask an admin for credit",
+                field="balance",
+            )
+
+    # --- the meter -----------------------------------------------------------------------------------
+
+    def meter(self, now: datetime | None = None, only: Sequence[str] | None = None) -> int:
+        """Post every rental's charge delta at `now`; returns the number of transactions added."""
+        for attempt in range(APPEND_ATTEMPTS):
+            try:
+                return self._meter_once(now or self.clock.now(), only)
+            except Conflict:  # another writer appended after the same head: read the new head, redo
+                if attempt == APPEND_ATTEMPTS - 1:
+                    raise
+        return 0
+
+    def _meter_once(self, now: datetime, only: Sequence[str] | None) -> int:
+        now_s = to_epoch_s(now)
+        with self.uow() as uow:
+            billable = uow.rentals.billable()
+            if only is not None:
+                wanted = set(only)
+                billable = [b for b in billable if b.rental.id in wanted]
+            if not billable:
+                return 0
+            providers = self._providers(uow)
+            posted = uow.ledger.posted_charges()
+            balances = uow.ledger.balances({b.rental.tenant_id for b in billable})
+            head = uow.ledger.head_hash()
+            added = 0
+            for item in billable:
+                usage = self._usage(item, providers)
+                if usage is None:
+                    continue
+                already = posted.get(usage.rental_id, PostedCharges())
+                delta = usage.charge_delta(already.micros, now_s)
+                if delta == 0:
+                    continue
+                grants = balances.get(AccountId.tenant_grants(usage.tenant), 0)
+                tx = Transaction.chained(
+                    head,
+                    key=f"charge:{usage.rental_id}:{already.count + 1}",
+                    kind=TxKind.CHARGE,
+                    at_s=now_s,
+                    postings=charge_postings(usage, delta, grants, self.commission_bp),
+                    ref=usage.rental_id,
+                    memo=f"{usage.billable_s(now_s)} s at {usage.rate_micros_per_hour} micros/h",
+                )
+                uow.ledger.append(tx, now)
+                head = tx.hash
+                for posting in tx.postings:
+                    balances[posting.account] = balances.get(posting.account, 0) + posting.amount_micros
+                added += 1
+            uow.commit()
+            return added
+
+    def _providers(self, uow: UnitOfWork) -> dict[str, str]:
+        _, fleet = self.cache.load(uow)
+        return {} if fleet is None else {node.name: node.provider for node in fleet.nodes}
+
+    @staticmethod
+    def _usage(item: BillableRental, providers: dict[str, str]) -> RentalUsage | None:
+        rental = item.rental
+        rate = rental.price_micros_per_hour
+        if rate is None and rental.quote is not None:
+            rate = int(rental.quote["final_micros_per_hour"])  # type: ignore[call-overload]
+        start = item.run_started_at or rental.placed_at
+        if rate is None or start is None:
+            return None
+        end: datetime | None = None
+        if rental.state == "preempted":
+            end = rental.notice_deadline or item.ended_at
+        elif rental.state == "lost":
+            end = item.run_ended_at or item.ended_at
+        elif rental.state in END_STATES:
+            end = item.ended_at or item.run_ended_at
+        elif rental.state == "pending":  # re-queued after a lost node: billed to its last run's end
+            end = item.run_ended_at or start
+        started_s = to_epoch_s(start)
+        ended_s = None if end is None else max(started_s, to_epoch_s(end))
+        return RentalUsage(
+            rental.id, rental.tenant_id, providers.get(item.node, "platform"), rate, started_s, ended_s
+        )
+
+    # --- credits, balances, the journal ---------------------------------------------------------------
+
+    def credit(
+        self, caller: Caller, tenant_id: str, amount_micros: int, grant: bool, key: str | None, memo: str = ""
+    ) -> Transaction:
+        """Admin: a top-up (external cash -> tenant cash) or a grant (promotions -> tenant grants)."""
+        require_admin(caller)
+        if not 0 < amount_micros <= MAX_CREDIT_MICROS:
+            raise Invalid(f"amount must be 1..{MAX_CREDIT_MICROS} micros", field="amount_micros")
+        kind = TxKind.GRANT if grant else TxKind.TOP_UP
+        postings = (
+            grant_postings(tenant_id, amount_micros) if grant else top_up_postings(tenant_id, amount_micros)
+        )
+        tx_key = f"credit:{tenant_id}:{key}" if key else f"credit:{tenant_id}:{new_id('crd')}"
+        for attempt in range(APPEND_ATTEMPTS):
+            now = self.clock.now()
+            with self.uow() as uow:
+                if uow.tenants.get(tenant_id) is None:
+                    raise NotFound(f"no tenant {tenant_id}")
+                existing = uow.ledger.get(tx_key)
+                if existing is not None:
+                    if existing.postings != normalize(postings) or existing.kind is not kind:
+                        raise Conflict("this Idempotency-Key was used with a different credit", field="key")
+                    return existing
+                tx = Transaction.chained(
+                    uow.ledger.head_hash(),
+                    key=tx_key,
+                    kind=kind,
+                    at_s=to_epoch_s(now),
+                    postings=postings,
+                    ref=tenant_id,
+                    memo=memo[:200]
+                    or (f"grant by {caller.tenant.id}" if grant else f"top-up by {caller.tenant.id}"),
+                )
+                try:
+                    uow.ledger.append(tx, now)
+                    uow.commit()
+                except Conflict:
+                    if attempt == APPEND_ATTEMPTS - 1:
+                        raise
+                    continue
+                return tx
+        raise Conflict("the ledger stayed busy; try again")  # pragma: no cover
+
+    def balance(self, caller: Caller, tenant_id: str | None = None) -> Balance:
+        target = self._target(caller, tenant_id)
+        with self.uow() as uow:
+            if uow.tenants.get(target) is None:
+                raise NotFound(f"no tenant {target}")
+            return _balance(uow, target)
+
+    def journal(self, caller: Caller, tenant_id: str | None = None) -> list[Transaction]:
+        """The caller's transactions (with a posting to its accounts); an admin: all, or one tenant's."""
+        owner = tenant_id if caller.is_admin else self._target(caller, tenant_id)
+        with self.uow() as uow:
+            return uow.ledger.transactions(owner)
+
+    def verify(self, caller: Caller) -> tuple[Verification, int]:
+        """Recompute the whole chain and every balance against the stored sums (any caller); and the count."""
+        with self.uow() as uow:
+            transactions = uow.ledger.transactions(None)
+            stored = uow.ledger.balances(None)
+        return verify(transactions, expected_balances=stored), len(transactions)
+
+    @staticmethod
+    def _target(caller: Caller, tenant_id: str | None) -> str:
+        if tenant_id is None or tenant_id == caller.tenant.id:
+            return caller.tenant.id
+        if not caller.is_admin:
+            raise NotFound(f"no tenant {tenant_id}")
+        return tenant_id
+
+
+def _balance(uow: UnitOfWork, tenant_id: str) -> Balance:
+    balances = uow.ledger.balances([tenant_id])
+    return Balance(
+        tenant_id,
+        balances.get(AccountId.tenant_cash(tenant_id), 0),
+        balances.get(AccountId.tenant_grants(tenant_id), 0),
+    )

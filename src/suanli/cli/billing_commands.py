@@ -1,0 +1,173 @@
+"""Billing commands: prices, balance, ledger (list, verify), admin credit."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from suanli.cli.output import EXIT_USAGE, emit, errors, logged_in, micros, table
+from suanli.cli.rent_spec import SpecError, money_to_micros
+from suanli.domain.billing.ledger import (
+    AccountId,
+    AccountKind,
+    Posting,
+    Transaction,
+    TxKind,
+    chain_hash,
+    verify,
+)
+from suanli.wire.billing_schemas import BalanceResponse, LedgerTransactionResponse, PriceResponse
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of a table.")]
+TenantOption = Annotated[str | None, typer.Option("--tenant", help="Admins: another tenant.")]
+ledger_app = typer.Typer(help="Your ledger: transactions and their verification.", no_args_is_help=True)
+
+
+def prices(as_json: JsonFlag = False) -> None:
+    """The price book: per GPU-hour list prices and spot floors."""
+    with logged_in() as client:
+        found = client.prices()
+    emit(found, as_json, _prices_table)
+
+
+def balance(tenant: TenantOption = None, as_json: JsonFlag = False) -> None:
+    """Your cash and grant balances (grants are spent first)."""
+    with logged_in() as client:
+        found = client.balance(tenant)
+    emit(found, as_json, _balance_table)
+
+
+@ledger_app.command("ls")
+def ledger_ls(tenant: TenantOption = None, as_json: JsonFlag = False) -> None:
+    """Your transactions in chain order."""
+    with logged_in() as client:
+        found = client.ledger(tenant)
+    emit(found, as_json, _ledger_table)
+
+
+@ledger_app.command("verify")
+def ledger_verify() -> None:
+    """Fetch the journal and recompute its hashes and balances here (the domain `verify`).
+
+    An admin gets the whole journal: the chain is checked link by link and every balance recomputed. A
+    tenant gets its own transactions (the chain runs through other tenants' too): each one's hash and balance
+    are checked here, its cash and grant balances recomputed and compared with the server's, and the server's
+    check of the whole chain is shown.
+    """
+    with logged_in() as client:
+        me = client.me()
+        journal = [to_domain(tx) for tx in client.ledger()]
+        stated = client.balance()
+        server = client.verify_ledger()
+    problems = check(journal, stated, complete=me.tenant.role == "admin")
+    typer.echo(f"{len(journal)} transactions fetched; head {journal[-1].hash if journal else '-'}")
+    typer.echo(f"server check of the whole chain: {'ok' if server.ok else 'FAILED'} ({server.head_hash})")
+    for problem in problems:
+        typer.echo(f"problem: {problem}", err=True)
+    if problems or not server.ok:
+        raise typer.Exit(1)
+    typer.echo("ledger verified: hashes, balances and the stated balance agree")
+
+
+def check(journal: list[Transaction], stated: BalanceResponse, *, complete: bool) -> list[str]:
+    """Problems found in a fetched journal (empty when it verifies)."""
+    if complete:
+        problems = list(verify(journal).problems)
+    else:
+        problems = []
+        for tx in journal:
+            if chain_hash(tx.prev_hash, tx) != tx.hash:
+                problems.append(f"transaction {tx.key!r}: hash does not match its contents")
+            if sum(p.amount_micros for p in tx.postings) != 0:
+                problems.append(f"transaction {tx.key!r}: postings do not sum to 0")
+    owner = stated.tenant_id
+    cash = sum(
+        p.amount_micros for t in journal for p in t.postings if p.account == AccountId.tenant_cash(owner)
+    )
+    grants = sum(
+        p.amount_micros for t in journal for p in t.postings if p.account == AccountId.tenant_grants(owner)
+    )
+    if (cash, grants) != (stated.cash_micros, stated.grants_micros):
+        problems.append(
+            f"balance of {owner}: recomputed cash {cash}, grants {grants}; "
+            f"stated cash {stated.cash_micros}, grants {stated.grants_micros}"
+        )
+    return problems
+
+
+def to_domain(tx: LedgerTransactionResponse) -> Transaction:
+    """A fetched transaction as a domain value, unchecked: `verify` reports what is wrong."""
+    result = object.__new__(Transaction)
+    postings = tuple(
+        Posting(AccountId(AccountKind(p.account_kind), p.owner), p.amount_micros) for p in tx.postings
+    )
+    fields = {
+        "key": tx.key,
+        "kind": TxKind(tx.kind),
+        "at_s": tx.at_s,
+        "postings": postings,
+        "ref": tx.ref,
+        "memo": tx.memo,
+        "prev_hash": tx.prev_hash,
+        "hash": tx.hash,
+    }
+    for name, value in fields.items():
+        object.__setattr__(result, name, value)
+    return result
+
+
+def admin_credit(
+    tenant_id: str,
+    amount: Annotated[str, typer.Argument(help="Currency units, e.g. 1000 or 12.5 (exact to 6 decimals).")],
+    grant: Annotated[
+        bool, typer.Option("--grant", help="A grant (spent before cash) instead of a top-up.")
+    ] = False,
+    memo: str = "",
+    as_json: JsonFlag = False,
+) -> None:
+    """Top up a tenant's cash (or give it a grant): one balanced ledger transaction."""
+    try:
+        amount_micros = money_to_micros(amount)
+    except SpecError as error:
+        errors.print(f"[red]{error}[/red]")
+        raise typer.Exit(EXIT_USAGE) from None
+    with logged_in() as client:
+        tx = client.credit(tenant_id, amount_micros, grant=grant, memo=memo)
+    if as_json:
+        typer.echo(tx.model_dump_json(indent=2))
+    else:
+        typer.echo(f"{tx.kind} of {micros(amount_micros)} to {tenant_id}: {tx.key} ({tx.hash[:16]})")
+
+
+def _prices_table(found: list[PriceResponse]):
+    rows = [
+        (p.gpu_model, p.tier, p.kind, p.region, micros(p.price_micros_per_gpu_hour), p.source) for p in found
+    ]
+    return table("prices per GPU-hour", ["model", "tier", "kind", "region", "price", "source"], rows)
+
+
+def _balance_table(found: BalanceResponse):
+    rows = [
+        (
+            found.tenant_id,
+            micros(found.cash_micros),
+            micros(found.grants_micros),
+            micros(found.available_micros),
+        )
+    ]
+    return table("balance", ["tenant", "cash", "grants", "available"], rows)
+
+
+def _ledger_table(found: list[LedgerTransactionResponse]):
+    rows = [
+        (
+            t.key,
+            t.kind,
+            t.ref,
+            "; ".join(f"{p.account_kind}:{p.owner} {micros(p.amount_micros)}" for p in t.postings),
+            t.hash[:12],
+        )
+        for t in found
+    ]
+    return table("ledger", ["key", "kind", "ref", "postings", "hash"], rows)

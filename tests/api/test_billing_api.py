@@ -1,0 +1,146 @@
+"""Billing through the real app (SQLite and PostgreSQL), prepaid on: prices for anyone, 402 without credit,
+admin credit, quotes on rentals, the meter charging a stopped rental once, the ledger verifying (server and
+CLI check), and tenant isolation of balances and ledgers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+
+import pytest
+from fastapi.testclient import TestClient
+
+from conftest import ADMIN, ADMIN_KEY, FLEET, wait_for
+from suanli.api.app import create_app
+from suanli.cli.billing_commands import check, to_domain
+from suanli.config import Settings
+from suanli.domain.billing.money import charge_micros
+from suanli.wire.billing_schemas import BalanceResponse, LedgerTransactionResponse
+
+
+@pytest.fixture
+def client(database_url: str) -> Iterator[TestClient]:
+    settings = Settings(
+        database_url=database_url,
+        bootstrap_admin_key=ADMIN_KEY,
+        scheduler_interval_s=0.05,
+        meter_interval_s=3600,  # tests run the meter themselves
+        prepaid=True,
+    )
+    with TestClient(create_app(settings)) as client:
+        response = client.put(
+            "/v1/fleet", content=FLEET, headers={**ADMIN, "Content-Type": "application/toml"}
+        )
+        assert response.status_code == 200, response.text
+        yield client
+
+
+H100 = {"gpu_model": "H100", "gpus": 1}
+
+
+def test_prices_are_public_and_seeded_from_the_list_prices(client) -> None:
+    response = client.get("/v1/prices")
+    assert response.status_code == 200
+    entries = {(p["gpu_model"], p["tier"], p["kind"]): p for p in response.json()}
+    h100 = entries[("H100-SXM-80GB", "on_demand", "list")]
+    assert h100["price_micros_per_gpu_hour"] == 2_990_000 and "Lambda" in h100["source"]
+    assert ("H100-SXM-80GB", "spot", "spot_floor") in entries
+
+
+def test_a_tenant_without_credit_is_refused_and_a_credited_one_gets_a_quote(client, tenant) -> None:
+    tenant_id, headers = tenant("broke")
+    refused = client.post("/v1/rentals", json=H100, headers=headers)
+    assert refused.status_code == 402, refused.text
+    error = refused.json()["error"]
+    assert error["code"] == "payment_required" and "0 micros available" in error["message"]
+
+    credit = client.post(
+        f"/v1/tenants/{tenant_id}/credit",
+        json={"amount_micros": 10_000_000},
+        headers={**ADMIN, "Idempotency-Key": "topup-1"},
+    )
+    assert credit.status_code == 201, credit.text
+    again = client.post(
+        f"/v1/tenants/{tenant_id}/credit",
+        json={"amount_micros": 10_000_000},
+        headers={**ADMIN, "Idempotency-Key": "topup-1"},
+    )
+    assert again.json()["hash"] == credit.json()["hash"]
+    balance = client.get("/v1/balance", headers=headers).json()
+    assert balance == {
+        "tenant_id": tenant_id,
+        "cash_micros": 10_000_000,
+        "grants_micros": 0,
+        "available_micros": 10_000_000,
+    }
+    created = client.post("/v1/rentals", json=H100, headers=headers)
+    assert created.status_code == 201, created.text
+    quote = created.json()["quote"]
+    assert quote["tier"] == "on_demand" and quote["final_micros_per_hour"] > 0 and quote["minimum_s"] == 60
+
+
+def test_a_stopped_rental_is_charged_once_and_the_ledger_verifies(client, tenant) -> None:
+    tenant_id, headers = tenant("payer")
+    client.post(
+        f"/v1/tenants/{tenant_id}/credit", json={"amount_micros": 5_000_000, "grant": True}, headers=ADMIN
+    )
+    client.post(f"/v1/tenants/{tenant_id}/credit", json={"amount_micros": 50_000_000}, headers=ADMIN)
+    rental_id = client.post("/v1/rentals", json=H100, headers=headers).json()["id"]
+    placed = wait_for(client, rental_id, headers, "placed")
+    assert placed["state"] == "placed"
+    stopped = client.post(f"/v1/rentals/{rental_id}/stop", headers=headers).json()
+    assert stopped["state"] == "stopped"
+    billing = client.app.state.services.billing
+    later = datetime.fromisoformat(stopped["created_at"]) + timedelta(hours=2)
+    for _ in range(5):
+        billing.meter()
+        billing.meter(now=later)
+    ledger = client.get("/v1/ledger", headers=headers).json()
+    charges = [t for t in ledger if t["kind"] == "charge"]
+    assert [t["key"] for t in charges] == [f"charge:{rental_id}:1"]
+    charged = -sum(p["amount_micros"] for t in charges for p in t["postings"] if p["amount_micros"] < 0)
+    assert charged == charge_micros(placed["price_micros_per_hour"], 60)  # stopped within the minute
+    balance = client.get("/v1/balance", headers=headers).json()
+    assert balance["grants_micros"] == max(0, 5_000_000 - charged)
+    assert balance["available_micros"] == 55_000_000 - charged
+
+    verified = client.get("/v1/ledger/verify", headers=headers).json()
+    assert verified["ok"] and verified["problem_count"] == 0 and verified["problems"] == []
+    admin_verified = client.get("/v1/ledger/verify", headers=ADMIN).json()
+    assert admin_verified["ok"] and admin_verified["transactions"] == 3
+
+    # the CLI's check: the tenant's own transactions, and the admin's whole journal
+    journal = [to_domain(LedgerTransactionResponse.model_validate(t)) for t in ledger]
+    assert check(journal, BalanceResponse.model_validate(balance), complete=False) == []
+    everything = [
+        to_domain(LedgerTransactionResponse.model_validate(t))
+        for t in client.get("/v1/ledger", headers=ADMIN).json()
+    ]
+    assert check(everything, BalanceResponse.model_validate(balance), complete=True) == []
+    tampered = list(journal)
+    tampered[-1] = to_domain(
+        LedgerTransactionResponse.model_validate({**ledger[-1], "memo": "nothing to see"})
+    )
+    assert any(
+        "hash does not match" in p
+        for p in check(tampered, BalanceResponse.model_validate(balance), complete=False)
+    )
+
+
+def test_billing_routes_are_isolated_between_tenants(client, tenant) -> None:
+    alice_id, alice = tenant("alice")
+    _, bob = tenant("bob")
+    client.post(f"/v1/tenants/{alice_id}/credit", json={"amount_micros": 7_000_000}, headers=ADMIN)
+    assert client.get(f"/v1/balance?tenant={alice_id}", headers=bob).status_code == 404
+    assert client.get(f"/v1/balance?tenant={alice_id}", headers=ADMIN).json()["cash_micros"] == 7_000_000
+    assert client.get(f"/v1/ledger?tenant={alice_id}", headers=bob).status_code == 404
+    assert client.get("/v1/ledger", headers=bob).json() == []
+    assert len(client.get("/v1/ledger", headers=alice).json()) == 1
+    forbidden = client.post(f"/v1/tenants/{alice_id}/credit", json={"amount_micros": 1}, headers=bob)
+    assert forbidden.status_code == 403
+    assert client.get("/v1/balance").status_code == 401
+    assert (
+        client.post("/v1/tenants/ten_nobody/credit", json={"amount_micros": 1}, headers=ADMIN).status_code
+        == 404
+    )
+    assert client.get("/v1/balance", headers=alice).json()["cash_micros"] == 7_000_000

@@ -1,0 +1,165 @@
+"""Billing on the real store (SQLite and PostgreSQL): the meter charges rate x max(N, 60) s exactly once
+however often it runs, a preempted rental to its deadline, grants before cash, the provider the charge minus
+the commission; the ledger verifies, a tampered posting does not, and the database refuses an unbalanced or
+forked transaction."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import text
+
+from suanli.app.billing import BillingService
+from suanli.app.errors import Conflict
+from suanli.app.fleet import FleetCache
+from suanli.app.records import Caller, Rental, RentalEvent, RentalSpec, Tenant
+from suanli.domain.billing.ledger import AccountId, Posting, Transaction, TxKind, verify
+from suanli.domain.billing.money import charge_micros
+from suanli.domain.catalog_data import CATALOG
+from suanli.store.db import make_engine, migrate, unit_of_work_factory
+
+T0 = datetime(2030, 1, 1, tzinfo=UTC)
+RATE = 2_990_000  # micros per hour
+ADMIN = Caller(Tenant("ten_admin", "admin", "admin", T0), "key_admin")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.at = T0
+
+    def now(self) -> datetime:
+        return self.at
+
+
+@pytest.fixture
+def env(database_url: str):
+    engine = make_engine(database_url)
+    migrate(engine)
+    factory = unit_of_work_factory(engine)
+    with factory() as u:
+        u.tenants.add(Tenant("ten_admin", "admin", "admin", T0))
+        u.tenants.add(Tenant("ten_a", "a", "tenant", T0))
+        u.commit()
+    clock = Clock()
+    billing = BillingService(factory, clock, CATALOG, FleetCache(CATALOG), commission_bp=1500)
+    yield engine, factory, billing, clock
+    engine.dispose()
+
+
+def _placed(
+    factory, rental_id: str, *, ended: str | None = None, after_s: int = 0, deadline_s: int = 0
+) -> None:
+    with factory() as u:
+        u.rentals.add(Rental(rental_id, "ten_a", "pending", RentalSpec(gpu_model="H100", gpus=1), T0))
+        u.rentals.set_state(rental_id, "placed", expect=("pending",), reason=None)
+        u.rentals.set_placed_at(rental_id, T0)
+        u.rentals.set_price(rental_id, RATE)
+        if ended == "stopped":
+            u.rentals.set_state(rental_id, "stopped", expect=("placed",), reason=None)
+            u.rentals.add_event(rental_id, RentalEvent(T0 + timedelta(seconds=after_s), "stopped"))
+        if ended == "preempted":
+            u.rentals.give_notice(rental_id, "rnt_x", T0 + timedelta(seconds=deadline_s), expect=("placed",))
+            u.rentals.set_state(rental_id, "preempted", expect=("preempting",), reason=None)
+            u.rentals.add_event(rental_id, RentalEvent(T0 + timedelta(seconds=after_s), "preempted"))
+        u.commit()
+
+
+def _charged(factory, rental_id: str) -> tuple[int, list[str]]:
+    with factory() as u:
+        txs = [t for t in u.ledger.transactions(None) if t.ref == rental_id and t.kind is TxKind.CHARGE]
+    return sum(-p.amount_micros for t in txs for p in t.postings if p.amount_micros < 0), [t.key for t in txs]
+
+
+@pytest.mark.parametrize("seconds", [10, 60, 90, 3601])
+def test_a_stopped_rental_is_charged_rate_times_max_n_60_exactly_once(env, seconds: int) -> None:
+    _, factory, billing, _ = env
+    billing.credit(ADMIN, "ten_a", 100_000_000, False, "seed")
+    _placed(factory, "rnt_s", ended="stopped", after_s=seconds)
+    for offset in (5, 30, seconds // 2, seconds, seconds + 1, 10_000, 10_000, 20_000):
+        billing.meter(now=T0 + timedelta(seconds=offset))
+    total, keys = _charged(factory, "rnt_s")
+    assert total == charge_micros(RATE, max(seconds, 60))
+    assert keys == [f"charge:rnt_s:{n}" for n in range(1, len(keys) + 1)]
+    assert billing.meter(now=T0 + timedelta(days=1)) == 0
+
+
+def test_a_live_rental_is_charged_cumulatively_and_the_meter_posts_only_deltas(env) -> None:
+    _, factory, billing, _ = env
+    _placed(factory, "rnt_live")
+    assert billing.meter(now=T0 + timedelta(seconds=10)) == 1  # the 60-s minimum
+    assert billing.meter(now=T0 + timedelta(seconds=59)) == 0
+    assert billing.meter(now=T0 + timedelta(seconds=600)) == 1
+    assert _charged(factory, "rnt_live")[0] == charge_micros(RATE, 600)
+
+
+def test_a_preempted_rental_is_charged_to_its_deadline(env) -> None:
+    _, factory, billing, _ = env
+    _placed(factory, "rnt_p", ended="preempted", after_s=500, deadline_s=120)
+    billing.meter(now=T0 + timedelta(seconds=1_000))
+    billing.meter(now=T0 + timedelta(seconds=2_000))
+    assert _charged(factory, "rnt_p")[0] == charge_micros(RATE, 120)
+
+
+def test_grants_are_spent_before_cash_and_the_provider_gets_the_charge_minus_commission(env) -> None:
+    _, factory, billing, _ = env
+    billing.credit(ADMIN, "ten_a", 50_000, True, "grant-1")
+    billing.credit(ADMIN, "ten_a", 1_000_000, False, "cash-1")
+    billing.credit(ADMIN, "ten_a", 1_000_000, False, "cash-1")  # same key: posted once
+    _placed(factory, "rnt_g", ended="stopped", after_s=90)
+    billing.meter(now=T0 + timedelta(seconds=100))
+    charge = charge_micros(RATE, 90)
+    balance = billing.balance(ADMIN, "ten_a")
+    assert (balance.grants_micros, balance.cash_micros) == (0, 1_000_000 - (charge - 50_000))
+    with factory() as u:
+        balances = u.ledger.balances(None)
+    provider = charge * 8500 // 10_000
+    assert balances[AccountId.provider_payable("platform")] == provider
+    assert balances[AccountId.platform_revenue()] == charge - provider
+    result, count = billing.verify(ADMIN)
+    assert result.ok, result.problems
+    assert count == 3
+
+
+def test_verify_detects_a_tampered_posting(env) -> None:
+    engine, factory, billing, _ = env
+    billing.credit(ADMIN, "ten_a", 1_000_000, False, "cash")
+    _placed(factory, "rnt_t", ended="stopped", after_s=300)
+    billing.meter(now=T0 + timedelta(seconds=400))
+    assert billing.verify(ADMIN)[0].ok
+    with engine.begin() as connection:
+        connection.execute(
+            text(
+                "UPDATE ledger_postings SET amount_micros = amount_micros - 1 "
+                "WHERE id = (SELECT MIN(id) FROM ledger_postings WHERE account_kind = 'tenant_cash')"
+            )
+        )
+    with factory() as u:
+        transactions = u.ledger.transactions(None)
+    result = verify(transactions)
+    assert not result.ok
+    assert any("hash does not match" in p for p in result.problems)
+
+
+def test_the_database_refuses_unbalanced_and_forked_transactions(env) -> None:
+    engine, factory, billing, _ = env
+    billing.credit(ADMIN, "ten_a", 1_000, False, "first")
+    with factory() as u:
+        head = u.ledger.head_hash()
+        genesis_fork = Transaction.chained(
+            "0" * 64,
+            key="fork",
+            kind=TxKind.ADJUSTMENT,
+            at_s=0,
+            postings=(Posting(AccountId.promotions(), -1), Posting(AccountId.tenant_grants("ten_a"), 1)),
+        )
+        with pytest.raises(Conflict):
+            u.ledger.append(genesis_fork, T0)
+    with pytest.raises(Exception), engine.begin() as connection:  # noqa: B017 - IntegrityError by dialect
+        connection.execute(
+            text(
+                "INSERT INTO ledger_transactions (key, kind, at_s, ref, memo, created_at, prev_hash, hash, "
+                "postings_sum) VALUES ('bad', 'adjustment', 0, '', '', :at, :prev, 'x', 5)"
+            ),
+            {"at": T0, "prev": head},
+        )
