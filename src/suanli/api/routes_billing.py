@@ -1,20 +1,26 @@
-"""/v1/prices (anyone), /v1/balance, /v1/tenants/{id}/credit (admin), /v1/ledger, /v1/ledger/verify."""
+"""/v1/prices (anyone), /v1/balance, /v1/tenants/{id}/credit (admin), /v1/ledger, /v1/ledger/verify,
+/v1/invoices/{yyyy-mm} (JSON or CSV)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
-from fastapi import APIRouter, Header, Query, status
+from fastapi import APIRouter, Header, Path, Query, Request, status
+from fastapi.responses import Response
 
 from suanli.api import mappers
 from suanli.api.deps import CallerDep, ServicesDep
 from suanli.api.errors import ERROR_RESPONSES
 from suanli.api.wiring import Services
 from suanli.app.billing import BillingService
+from suanli.domain.billing.invoice import Invoice, InvoiceLine, invoice_csv
 from suanli.domain.billing.pricebook import ListPrice
 from suanli.wire.billing_schemas import (
     BalanceResponse,
     CreditRequest,
+    InvoiceDiscountResponse,
+    InvoiceLineResponse,
+    InvoiceResponse,
     LedgerTransactionResponse,
     LedgerVerifyResponse,
     PriceResponse,
@@ -96,4 +102,57 @@ def verify_ledger(caller: CallerDep, services: ServicesDep) -> LedgerVerifyRespo
         head_hash=result.head_hash,
         problems=list(result.problems) if caller.is_admin else [],
         problem_count=len(result.problems),
+    )
+
+
+@router.get(
+    "/invoices/{month}",
+    response_model=InvoiceResponse,
+    responses={200: {"content": {"text/csv": {}}, "description": "JSON, or CSV with ?format=csv"}},
+)
+def get_invoice(
+    month: Annotated[str, Path(description="yyyy-mm (UTC)")],
+    request: Request,
+    caller: CallerDep,
+    services: ServicesDep,
+    tenant: TenantQuery = None,
+    format: Annotated[Literal["json", "csv"] | None, Query(description="csv or json")] = None,
+) -> Response | InvoiceResponse:
+    """The caller's invoice for a UTC month (an admin: ?tenant=); CSV with ?format=csv or Accept: text/csv."""
+    invoice = _billing(services).invoice(caller, month, tenant)
+    wants_csv = format == "csv" or (format is None and "text/csv" in request.headers.get("accept", ""))
+    if wants_csv:
+        filename = f"invoice-{invoice.tenant_id}-{invoice.month}.csv"
+        return Response(
+            invoice_csv(invoice),
+            media_type="text/csv",
+            headers={"Content-Disposition": f'attachment; filename="{filename}"'},
+        )
+    return invoice_response(invoice)
+
+
+def invoice_response(invoice: Invoice) -> InvoiceResponse:
+    def line(x: InvoiceLine) -> InvoiceLineResponse:
+        return InvoiceLineResponse(
+            kind=x.kind,  # type: ignore[arg-type]
+            ref=x.ref,
+            description=x.description,
+            gpu_seconds=x.gpu_seconds,
+            rate_micros_per_hour=x.rate_micros_per_hour,
+            discounts=[InvoiceDiscountResponse(label=k, micros_per_hour=v) for k, v in x.discounts],
+            amount_micros=x.amount_micros,
+            energy_kwh=x.energy_kwh,
+            co2_kg=x.co2_kg,
+        )
+
+    return InvoiceResponse(
+        tenant_id=invoice.tenant_id,
+        month=str(invoice.month),
+        lines=[line(x) for x in invoice.lines],
+        plan_lines=[line(x) for x in invoice.plan_lines],
+        sla_credit_lines=[line(x) for x in invoice.sla_credit_lines],
+        total_micros=invoice.total_micros,
+        total_energy_kwh=invoice.total_energy_kwh,
+        total_co2_kg=invoice.total_co2_kg,
+        notes=list(invoice.notes),
     )

@@ -28,8 +28,17 @@ from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.records import END_STATES, BillableRental, Caller, RentalSpec
 from suanli.app.tenants import require_admin
 from suanli.domain.billing.errors import BillingError
+from suanli.domain.billing.invoice import (
+    Invoice,
+    InvoiceError,
+    Month,
+    RentalBilling,
+    build_invoice,
+    gpu_fraction,
+)
 from suanli.domain.billing.ledger import (
     AccountId,
+    AccountKind,
     Transaction,
     TxKind,
     Verification,
@@ -297,6 +306,75 @@ class BillingService:
             transactions = uow.ledger.transactions(None)
             stored = uow.ledger.balances(None)
         return verify(transactions, expected_balances=stored), len(transactions)
+
+    # --- invoices --------------------------------------------------------------------------------------
+
+    def invoice(self, caller: Caller, month_text: str, tenant_id: str | None = None) -> Invoice:
+        """The caller's invoice for a UTC month (`yyyy-mm`); an admin may name another tenant."""
+        try:
+            month = Month.parse(month_text)
+        except InvoiceError as error:
+            raise Invalid(str(error), field="month") from None
+        target = self._target(caller, tenant_id)
+        now_s = to_epoch_s(self.clock.now())
+        with self.uow() as uow:
+            if uow.tenants.get(target) is None:
+                raise NotFound(f"no tenant {target}")
+            billable = [b for b in uow.rentals.billable() if b.rental.tenant_id == target]
+            _, fleet = self.cache.load(uow)
+            transactions = uow.ledger.transactions(target)
+        charged = frozenset({AccountKind.PROVIDER_PAYABLE, AccountKind.PLATFORM_REVENUE})
+        charges: dict[str, list[tuple[int, int]]] = {}
+        for tx in transactions:
+            if tx.kind is TxKind.CHARGE:
+                charges.setdefault(tx.ref, []).append((tx.at_s, tx.amount_to(charged)))
+        nodes = {} if fleet is None else {node.name: node for node in fleet.nodes}
+        regions = {} if fleet is None else dict(fleet.regions)
+        rentals = []
+        for item in billable:
+            usage = self._usage(item, {})
+            if usage is None:
+                continue
+            rentals.append(self._rental_billing(item, usage, nodes, regions))
+        return build_invoice(target, month, rentals, charges, now_s)
+
+    def _rental_billing(
+        self, item: BillableRental, usage: RentalUsage, nodes: dict[str, Any], regions: dict[str, Any]
+    ) -> RentalBilling:
+        """Energy facts from the rental's first node (model TDP, region PUE and grid intensity).
+
+        Measured power is not passed: the store keeps only each node's latest heartbeat telemetry, not a
+        history to average over a rental's interval, so TDP x the utilization estimate is used.
+        """
+        rental, spec = item.rental, item.rental.spec
+        node = nodes.get(item.node)
+        model_name = node.gpu_model if node is not None else None
+        if model_name is None and rental.quote is not None:
+            model_name = str(rental.quote.get("model") or "") or None
+        tdp = None
+        if model_name is not None and model_name in self.catalog:
+            tdp = self.catalog.get(model_name).tdp_watts
+        region = regions.get(node.region) if node is not None else None
+        discounts: tuple[tuple[str, int], ...] = ()
+        if rental.quote is not None:
+            found = rental.quote.get("discounts") or []
+            discounts = tuple(
+                (str(d["label"]), int(d["micros_per_hour"]))  # type: ignore[index,call-overload]
+                for d in found  # type: ignore[attr-defined]
+            )
+        return RentalBilling(
+            rental_id=rental.id,
+            started_s=usage.started_s,
+            ended_s=usage.ended_s,
+            rate_micros_per_hour=usage.rate_micros_per_hour,
+            gpu_fraction=gpu_fraction(spec.gpus, spec.nodes, spec.mig_profile, spec.share_milli),
+            gpu_model=model_name,
+            region=None if region is None else region.name,
+            tdp_watts=tdp,
+            pue=None if region is None else region.pue,
+            grid_gco2_per_kwh=None if region is None else region.grid_gco2_per_kwh,
+            discounts=discounts,
+        )
 
     @staticmethod
     def _target(caller: Caller, tenant_id: str | None) -> str:

@@ -1,4 +1,4 @@
-"""Billing commands: prices, balance, ledger (list, verify), admin credit."""
+"""Billing commands: prices, balance, ledger (list, verify), invoice, admin credit."""
 
 from __future__ import annotations
 
@@ -17,7 +17,12 @@ from suanli.domain.billing.ledger import (
     chain_hash,
     verify,
 )
-from suanli.wire.billing_schemas import BalanceResponse, LedgerTransactionResponse, PriceResponse
+from suanli.wire.billing_schemas import (
+    BalanceResponse,
+    InvoiceResponse,
+    LedgerTransactionResponse,
+    PriceResponse,
+)
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of a table.")]
 TenantOption = Annotated[str | None, typer.Option("--tenant", help="Admins: another tenant.")]
@@ -117,6 +122,21 @@ def to_domain(tx: LedgerTransactionResponse) -> Transaction:
     return result
 
 
+def invoice(
+    month: Annotated[str, typer.Argument(help="The month, yyyy-mm (UTC), e.g. 2026-11.")],
+    tenant: TenantOption = None,
+    as_csv: Annotated[bool, typer.Option("--csv", help="Print the server's CSV.")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Your invoice for a month: a line per rental (GPU-seconds, rate, amount, energy, CO2) and the total."""
+    with logged_in() as client:
+        if as_csv:
+            typer.echo(client.invoice_csv(month, tenant), nl=False)
+            return
+        found = client.invoice(month, tenant)
+    emit(found, as_json, _invoice_table)
+
+
 def admin_credit(
     tenant_id: str,
     amount: Annotated[str, typer.Argument(help="Currency units, e.g. 1000 or 12.5 (exact to 6 decimals).")],
@@ -171,3 +191,39 @@ def _ledger_table(found: list[LedgerTransactionResponse]):
         for t in found
     ]
     return table("ledger", ["key", "kind", "ref", "postings", "hash"], rows)
+
+
+def _invoice_table(found: InvoiceResponse):
+    def energy(value: float | None) -> str:
+        return "-" if value is None else f"{value:.3f}"
+
+    rows = [
+        (
+            line.kind,
+            line.ref,
+            line.description,
+            f"{line.gpu_seconds:g}",
+            micros(line.rate_micros_per_hour),
+            "; ".join(f"{d.label} {micros(d.micros_per_hour)}" for d in line.discounts) or "-",
+            micros(line.amount_micros),
+            energy(line.energy_kwh),
+            energy(line.co2_kg),
+        )
+        for line in [*found.lines, *found.plan_lines, *found.sla_credit_lines]
+    ]
+    gpu_seconds = sum(line.gpu_seconds for line in [*found.lines, *found.plan_lines, *found.sla_credit_lines])
+    rows.append(
+        (
+            "total",
+            "",
+            "",
+            f"{round(gpu_seconds, 3):g}",
+            "",
+            "",
+            micros(found.total_micros),
+            energy(found.total_energy_kwh),
+            energy(found.total_co2_kg),
+        )
+    )
+    columns = ["section", "ref", "description", "GPU-s", "rate/h", "discounts", "amount", "kWh", "CO2 kg"]
+    return table(f"invoice {found.month} for {found.tenant_id}", columns, rows)

@@ -30,6 +30,7 @@ from suanli.wire.agent_schemas import (
 from suanli.wire.billing_schemas import (
     BalanceResponse,
     CreditRequest,
+    InvoiceResponse,
     LedgerTransactionResponse,
     LedgerVerifyResponse,
     PriceResponse,
@@ -250,6 +251,17 @@ class Client:
     def verify_ledger(self) -> LedgerVerifyResponse:
         return self._call("GET", "/v1/ledger/verify", LedgerVerifyResponse)
 
+    def invoice(self, month: str, tenant_id: str | None = None) -> InvoiceResponse:
+        params = {"tenant": tenant_id} if tenant_id else None
+        return self._call("GET", f"/v1/invoices/{month}", InvoiceResponse, params=params)
+
+    def invoice_csv(self, month: str, tenant_id: str | None = None) -> str:
+        """The invoice as CSV text."""
+        params: dict[str, str] = {"format": "csv"}
+        if tenant_id:
+            params["tenant"] = tenant_id
+        return self._call("GET", f"/v1/invoices/{month}", str, params=params, raw=True)
+
     # --- plumbing ----------------------------------------------------------------------------------
 
     def _call(
@@ -263,6 +275,7 @@ class Client:
         params: dict[str, str] | None = None,
         headers: dict[str, str] | None = None,
         retry: bool | None = None,
+        raw: bool = False,
     ) -> Any:
         safe = method in ("GET", "HEAD") if retry is None else retry
         json_body = body.model_dump(mode="json", exclude_none=True) if body is not None else None
@@ -282,6 +295,8 @@ class Client:
             raise _api_error(response)
         if response_type is None or response.status_code == 204:
             return None
+        if raw:
+            return response.text
         return TypeAdapter(response_type).validate_python(response.json())
 
 

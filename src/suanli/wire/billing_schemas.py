@@ -57,3 +57,32 @@ class LedgerVerifyResponse(WireModel):
     head_hash: str
     problems: list[str] = Field(default_factory=list, description="Admins only; others see the count.")
     problem_count: int = 0
+
+
+class InvoiceDiscountResponse(WireModel):
+    label: str
+    micros_per_hour: int
+
+
+class InvoiceLineResponse(WireModel):
+    kind: Literal["rental", "plan", "sla_credit"]
+    ref: str
+    description: str
+    gpu_seconds: float
+    rate_micros_per_hour: int
+    discounts: list[InvoiceDiscountResponse]
+    amount_micros: int = Field(description="What the ledger charged inside the month.")
+    energy_kwh: float | None = None
+    co2_kg: float | None = None
+
+
+class InvoiceResponse(WireModel):
+    tenant_id: str
+    month: str = Field(description="yyyy-mm, UTC.")
+    lines: list[InvoiceLineResponse]
+    plan_lines: list[InvoiceLineResponse]
+    sla_credit_lines: list[InvoiceLineResponse]
+    total_micros: int = Field(description="The exact sum of every line's amount_micros.")
+    total_energy_kwh: float
+    total_co2_kg: float
+    notes: list[str]

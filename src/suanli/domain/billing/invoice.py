@@ -1,0 +1,250 @@
+"""Invoices: one tenant's month (UTC) as lines per rental, plan lines and SLA credit lines, and a total.
+
+Rules:
+
+* A month is `[first second of the month, first second of the next)` in UTC epoch seconds (`Month`).
+* A rental's usage in the month is its billable interval `[started_s, ended_s or now_s)` clipped to the month;
+  a rental spanning two months shows its seconds in each. GPU-seconds = seconds x the rental's GPU fraction
+  (whole GPUs x nodes, a MIG instance's compute slices / 7, a share's milli / 1000), rounded to 3 decimals.
+* Money: a line's `amount_micros` is what the ledger charged the rental inside the month: the sum of its
+  charge transactions with `at_s` in the month (the meter posts cumulatively, so a charge posted just after
+  midnight on the 1st belongs to the new month). The total is the exact integer sum of every line's
+  amount (rental lines, plan lines, SLA credit lines; the last two are empty for now).
+* Energy (kWh) = power per GPU (W) x GPU fraction x hours x the region's PUE / 1000, where the power is the
+  measured average power per GPU from agent telemetry when known, else TDP x `UTILIZATION_ESTIMATE` (0.7).
+  CO2 (kg) = kWh x the region's grid intensity (g/kWh) / 1000, computed from the unrounded kWh. Both are
+  floats rounded half-even to `ENERGY_DECIMALS` (3) with `round`; invoice totals are the rounded sum of the
+  rounded lines. Unknown model or region: energy and CO2 are None and the totals leave them out.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from suanli.domain.billing.errors import BillingError
+from suanli.domain.billing.money import SECONDS_PER_HOUR, to_epoch_s
+
+UTILIZATION_ESTIMATE = 0.7
+ENERGY_DECIMALS = 3
+MIG_COMPUTE_SLICES = 7
+_MONTH = re.compile(r"^(\d{4})-(\d{2})$")
+
+
+class InvoiceError(BillingError):
+    """A bad invoice input (e.g. a month that is not yyyy-mm)."""
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Month:
+    year: int
+    month: int
+
+    @classmethod
+    def parse(cls, text: str) -> Month:
+        match = _MONTH.match(text)
+        if match is None or not 1 <= int(match.group(2)) <= 12 or int(match.group(1)) < 1970:
+            raise InvoiceError(f"month must be yyyy-mm (e.g. 2026-11), got {text!r}")
+        return cls(int(match.group(1)), int(match.group(2)))
+
+    def __str__(self) -> str:
+        return f"{self.year:04d}-{self.month:02d}"
+
+    @property
+    def start_s(self) -> int:
+        return to_epoch_s(datetime(self.year, self.month, 1, tzinfo=UTC))
+
+    @property
+    def end_s(self) -> int:
+        following = (self.year + 1, 1) if self.month == 12 else (self.year, self.month + 1)
+        return to_epoch_s(datetime(following[0], following[1], 1, tzinfo=UTC))
+
+
+def gpu_fraction(
+    gpus: int, nodes: int = 1, mig_profile: str | None = None, share_milli: int | None = None
+) -> float:
+    """GPUs a rental holds: a share's milli / 1000, a MIG instance's compute slices / 7, else gpus x nodes."""
+    if share_milli is not None:
+        return share_milli / 1000 * nodes
+    if mig_profile is not None:
+        match = re.match(r"^(\d+)g\.", mig_profile)
+        slices = int(match.group(1)) if match else 1
+        return slices / MIG_COMPUTE_SLICES * nodes
+    return float(gpus * nodes)
+
+
+@dataclass(frozen=True, slots=True)
+class RentalBilling:
+    """What an invoice needs of one rental: its interval, rate, size and the energy facts of where it ran."""
+
+    rental_id: str
+    started_s: int
+    ended_s: int | None
+    rate_micros_per_hour: int
+    gpu_fraction: float
+    gpu_model: str | None = None
+    region: str | None = None
+    tdp_watts: int | None = None
+    pue: float | None = None
+    grid_gco2_per_kwh: float | None = None
+    measured_power_w: float | None = None  # average per GPU from telemetry, when known
+    discounts: tuple[tuple[str, int], ...] = ()  # (label, micros per hour) from the rental's quote
+
+    def seconds_in(self, start_s: int, end_s: int, now_s: int) -> int:
+        """Seconds of [started_s, ended_s or now_s) inside [start_s, end_s)."""
+        stop = now_s if self.ended_s is None else min(now_s, self.ended_s)
+        return max(0, min(stop, end_s) - max(self.started_s, start_s))
+
+
+@dataclass(frozen=True, slots=True)
+class InvoiceLine:
+    kind: str  # "rental", "plan", "sla_credit"
+    ref: str
+    description: str
+    amount_micros: int
+    gpu_seconds: float = 0.0
+    rate_micros_per_hour: int = 0
+    discounts: tuple[tuple[str, int], ...] = ()
+    energy_kwh: float | None = None
+    co2_kg: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Invoice:
+    tenant_id: str
+    month: Month
+    lines: tuple[InvoiceLine, ...]
+    plan_lines: tuple[InvoiceLine, ...] = ()
+    sla_credit_lines: tuple[InvoiceLine, ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def all_lines(self) -> tuple[InvoiceLine, ...]:
+        return (*self.lines, *self.plan_lines, *self.sla_credit_lines)
+
+    @property
+    def total_micros(self) -> int:
+        return sum(line.amount_micros for line in self.all_lines)
+
+    @property
+    def total_energy_kwh(self) -> float:
+        return round(sum(x.energy_kwh for x in self.all_lines if x.energy_kwh is not None), ENERGY_DECIMALS)
+
+    @property
+    def total_co2_kg(self) -> float:
+        return round(sum(x.co2_kg for x in self.all_lines if x.co2_kg is not None), ENERGY_DECIMALS)
+
+
+def energy_kwh(rental: RentalBilling, seconds: int) -> float | None:
+    """Unrounded kWh of `seconds` of the rental; None when neither measured power nor TDP, or no PUE."""
+    if rental.pue is None:
+        return None
+    if rental.measured_power_w is not None:
+        power_w = rental.measured_power_w
+    elif rental.tdp_watts is not None:
+        power_w = rental.tdp_watts * UTILIZATION_ESTIMATE
+    else:
+        return None
+    return power_w * rental.gpu_fraction * (seconds / SECONDS_PER_HOUR) * rental.pue / 1000
+
+
+def co2_kg(kwh: float | None, grid_gco2_per_kwh: float | None) -> float | None:
+    if kwh is None or grid_gco2_per_kwh is None:
+        return None
+    return kwh * grid_gco2_per_kwh / 1000
+
+
+def charged_in(charges: Iterable[tuple[int, int]], start_s: int, end_s: int) -> int:
+    """Sum of (at_s, micros) charges with start_s <= at_s < end_s."""
+    return sum(micros for at_s, micros in charges if start_s <= at_s < end_s)
+
+
+def build_invoice(
+    tenant_id: str,
+    month: Month,
+    rentals: Sequence[RentalBilling],
+    charges: Mapping[str, Sequence[tuple[int, int]]],
+    now_s: int,
+) -> Invoice:
+    """The month's invoice: one line per rental used or charged in the month, ordered by start then id."""
+    start_s, end_s = month.start_s, month.end_s
+    lines = []
+    for rental in sorted(rentals, key=lambda r: (r.started_s, r.rental_id)):
+        seconds = rental.seconds_in(start_s, end_s, now_s)
+        amount = charged_in(charges.get(rental.rental_id, ()), start_s, end_s)
+        if seconds == 0 and amount == 0:
+            continue
+        kwh = energy_kwh(rental, seconds)
+        kg = co2_kg(kwh, rental.grid_gco2_per_kwh)
+        where = f" in {rental.region}" if rental.region else ""
+        lines.append(
+            InvoiceLine(
+                kind="rental",
+                ref=rental.rental_id,
+                description=f"{rental.gpu_model or 'GPU'} x {rental.gpu_fraction:g}{where}",
+                amount_micros=amount,
+                gpu_seconds=round(seconds * rental.gpu_fraction, ENERGY_DECIMALS),
+                rate_micros_per_hour=rental.rate_micros_per_hour,
+                discounts=rental.discounts,
+                energy_kwh=None if kwh is None else round(kwh, ENERGY_DECIMALS),
+                co2_kg=None if kg is None else round(kg, ENERGY_DECIMALS),
+            )
+        )
+    notes = (
+        f"energy: measured GPU power when reported, else TDP x {UTILIZATION_ESTIMATE}, x GPU fraction x "
+        "hours x PUE; CO2 = kWh x grid g/kWh / 1000; both rounded to 3 decimals",
+        "amounts: what the ledger charged each rental inside the month (UTC)",
+    )
+    return Invoice(tenant_id, month, tuple(lines), notes=notes)
+
+
+CSV_COLUMNS = (
+    "section",
+    "ref",
+    "description",
+    "gpu_seconds",
+    "rate_micros_per_hour",
+    "discounts",
+    "amount_micros",
+    "energy_kwh",
+    "co2_kg",
+)
+
+
+def invoice_csv(invoice: Invoice) -> str:
+    """The invoice as CSV: a header, one row per line, and a total row."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for line in invoice.all_lines:
+        writer.writerow(
+            (
+                line.kind,
+                line.ref,
+                line.description,
+                line.gpu_seconds,
+                line.rate_micros_per_hour,
+                "; ".join(f"{label}: {micros}" for label, micros in line.discounts),
+                line.amount_micros,
+                "" if line.energy_kwh is None else line.energy_kwh,
+                "" if line.co2_kg is None else line.co2_kg,
+            )
+        )
+    writer.writerow(
+        (
+            "total",
+            f"{invoice.tenant_id} {invoice.month}",
+            "",
+            round(sum(x.gpu_seconds for x in invoice.all_lines), ENERGY_DECIMALS),
+            "",
+            "",
+            invoice.total_micros,
+            invoice.total_energy_kwh,
+            invoice.total_co2_kg,
+        )
+    )
+    return out.getvalue()
