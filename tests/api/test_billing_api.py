@@ -144,3 +144,57 @@ def test_billing_routes_are_isolated_between_tenants(client, tenant) -> None:
         == 404
     )
     assert client.get("/v1/balance", headers=alice).json()["cash_micros"] == 7_000_000
+
+
+def _keyed(client, name: str, role: str) -> tuple[str, dict[str, str]]:
+    tenant_id = client.post("/v1/tenants", json={"name": name, "role": role}, headers=ADMIN).json()["id"]
+    secret = client.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()["secret"]
+    return tenant_id, {"Authorization": f"Bearer {secret}"}
+
+
+def test_payouts_show_each_provider_its_payable_per_rental(client, tenant) -> None:
+    tenant_id, headers = tenant("renter")
+    client.post(f"/v1/tenants/{tenant_id}/credit", json={"amount_micros": 50_000_000}, headers=ADMIN)
+    _, lion = _keyed(client, "lion-city-gpu", "provider")
+    _, other = _keyed(client, "someone-else", "provider")
+    rental_id = client.post(
+        "/v1/rentals",
+        json={"gpu_model": "A100-40GB", "gpus": 1, "providers": ["lion-city-gpu"]},
+        headers=headers,
+    ).json()["id"]
+    placed = wait_for(client, rental_id, headers, "placed")
+    assert placed["state"] == "placed", placed
+    stopped = client.post(f"/v1/rentals/{rental_id}/stop", headers=headers).json()
+    client.app.state.services.billing.meter(
+        now=datetime.fromisoformat(stopped["created_at"]) + timedelta(hours=1)
+    )
+
+    charged = charge_micros(placed["price_micros_per_hour"], 60)
+    share = charged * (10_000 - 1500) // 10_000
+    mine = client.get("/v1/payouts", headers=lion)
+    assert mine.status_code == 200, mine.text
+    assert mine.json() == [
+        {
+            "provider": "lion-city-gpu",
+            "payable_micros": share,
+            "lines": [{"ref": rental_id, "amount_micros": share, "transactions": 1}],
+        }
+    ]
+    assert client.get("/v1/payouts", headers=other).json() == [
+        {"provider": "someone-else", "payable_micros": 0, "lines": []}
+    ]
+    assert client.get("/v1/payouts?provider=lion-city-gpu", headers=other).status_code == 403
+    assert client.get("/v1/payouts", headers=headers).status_code == 403
+    assert client.get("/v1/payouts").status_code == 401
+    everyone = client.get("/v1/payouts", headers=ADMIN).json()
+    assert [p["provider"] for p in everyone] == ["lion-city-gpu"]
+    one = client.get("/v1/payouts?provider=lion-city-gpu", headers=ADMIN).json()
+    assert one == mine.json()
+    ledger = client.get("/v1/ledger", headers=ADMIN).json()
+    payable = sum(
+        p["amount_micros"]
+        for t in ledger
+        for p in t["postings"]
+        if p["account_kind"] == "provider_payable" and p["owner"] == "lion-city-gpu"
+    )
+    assert payable == share

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import text
 
 from suanli.app.billing import BillingService
-from suanli.app.errors import Conflict
+from suanli.app.errors import Conflict, Forbidden
 from suanli.app.fleet import FleetCache
 from suanli.app.records import Caller, Rental, RentalEvent, RentalSpec, Tenant
 from suanli.domain.billing.ledger import AccountId, Posting, Transaction, TxKind, verify
@@ -163,3 +163,26 @@ def test_the_database_refuses_unbalanced_and_forked_transactions(env) -> None:
             ),
             {"at": T0, "prev": head},
         )
+
+
+def test_payouts_sum_each_providers_payable_per_rental_and_are_scoped_by_role(env) -> None:
+    _, factory, billing, _ = env
+    billing.credit(ADMIN, "ten_a", 10_000_000, False, "cash-p")
+    _placed(factory, "rnt_p1", ended="stopped", after_s=90)
+    _placed(factory, "rnt_p2")
+    billing.meter(now=T0 + timedelta(seconds=100))
+    billing.meter(now=T0 + timedelta(seconds=400))  # rnt_p2 again: a second charge transaction
+    share1 = charge_micros(RATE, 90) * 8500 // 10_000
+    with factory() as u:
+        payable = u.ledger.balances(None)[AccountId.provider_payable("platform")]
+    (payout,) = billing.payouts(ADMIN)
+    assert payout.provider == "platform" and payout.payable_micros == payable
+    assert [(x.ref, x.transactions) for x in payout.lines] == [("rnt_p1", 1), ("rnt_p2", 2)]
+    assert payout.lines[0].amount_micros == share1
+    platform = Caller(Tenant("ten_p", "platform", "provider", T0), "key_p")
+    assert billing.payouts(platform) == [payout]
+    assert billing.payouts(Caller(Tenant("ten_q", "other", "provider", T0), "key_q"))[0].lines == ()
+    with pytest.raises(Forbidden):
+        billing.payouts(Caller(Tenant("ten_q", "other", "provider", T0), "key_q"), "platform")
+    with pytest.raises(Forbidden):
+        billing.payouts(Caller(Tenant("ten_a", "a", "tenant", T0), "key_a"))

@@ -1,5 +1,5 @@
 """/v1/prices (anyone), /v1/balance, /v1/tenants/{id}/credit (admin), /v1/ledger, /v1/ledger/verify,
-/v1/invoices/{yyyy-mm} (JSON or CSV)."""
+/v1/payouts (providers, admins), /v1/invoices/{yyyy-mm} (JSON or CSV)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ from suanli.wire.billing_schemas import (
     InvoiceResponse,
     LedgerTransactionResponse,
     LedgerVerifyResponse,
+    PayoutLineResponse,
+    PayoutResponse,
     PriceResponse,
 )
 
@@ -103,6 +105,26 @@ def verify_ledger(caller: CallerDep, services: ServicesDep) -> LedgerVerifyRespo
         problems=list(result.problems) if caller.is_admin else [],
         problem_count=len(result.problems),
     )
+
+
+@router.get("/payouts")
+def get_payouts(
+    caller: CallerDep,
+    services: ServicesDep,
+    provider: Annotated[str | None, Query(max_length=80, description="Admins: one provider.")] = None,
+) -> list[PayoutResponse]:
+    """Provider payables from the ledger, per rental: a provider key its own; an admin all (or ?provider=)."""
+    return [
+        PayoutResponse(
+            provider=p.provider,
+            payable_micros=p.payable_micros,
+            lines=[
+                PayoutLineResponse(ref=x.ref, amount_micros=x.amount_micros, transactions=x.transactions)
+                for x in p.lines
+            ],
+        )
+        for p in _billing(services).payouts(caller, provider)
+    ]
 
 
 @router.get(

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from suanli.app.errors import Conflict, Invalid, NotFound, PaymentRequired
+from suanli.app.errors import Conflict, Forbidden, Invalid, NotFound, PaymentRequired
 from suanli.app.fleet import FleetCache
 from suanli.app.ids import new_id
 from suanli.app.list_prices import list_price, price_source
@@ -94,6 +94,24 @@ class Balance:
     @property
     def available_micros(self) -> int:
         return self.cash_micros + self.grants_micros
+
+
+@dataclass(frozen=True, slots=True)
+class PayoutLine:
+    """What one rental (a charge's `ref`) added to a provider's payable."""
+
+    ref: str
+    amount_micros: int
+    transactions: int
+
+
+@dataclass(frozen=True, slots=True)
+class Payout:
+    """A provider's payable balance and the per-rental charges that built it (their exact sum)."""
+
+    provider: str
+    payable_micros: int
+    lines: tuple[PayoutLine, ...]
 
 
 class BillingService:
@@ -306,6 +324,32 @@ class BillingService:
             transactions = uow.ledger.transactions(None)
             stored = uow.ledger.balances(None)
         return verify(transactions, expected_balances=stored), len(transactions)
+
+    def payouts(self, caller: Caller, provider: str | None = None) -> list[Payout]:
+        """Providers' payable balances from the ledger, per rental.
+
+        A provider key (whose tenant name is the fleet's provider name) sees only its own; an admin all, or
+        one with `provider`; a tenant key is Forbidden.
+        """
+        role = caller.tenant.role
+        if role == "provider":
+            if provider is not None and provider != caller.tenant.name:
+                raise Forbidden("a provider key sees only its own payouts")
+            provider = caller.tenant.name
+        elif not caller.is_admin:
+            raise Forbidden("payouts need a provider or admin key")
+        with self.uow() as uow:
+            rows = uow.ledger.payables(provider)
+        lines: dict[str, list[PayoutLine]] = {}
+        for owner, ref, amount, count in rows:
+            if amount != 0:
+                lines.setdefault(owner, []).append(PayoutLine(ref, amount, count))
+        if provider is not None:
+            lines.setdefault(provider, [])
+        return [
+            Payout(owner, sum(x.amount_micros for x in found), tuple(found))
+            for owner, found in sorted(lines.items())
+        ]
 
     # --- invoices --------------------------------------------------------------------------------------
 

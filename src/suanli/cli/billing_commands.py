@@ -1,4 +1,4 @@
-"""Billing commands: prices, balance, ledger (list, verify), invoice, admin credit."""
+"""Billing commands: prices, balance, ledger (list, verify), payouts, invoice, admin credit."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from suanli.wire.billing_schemas import (
     BalanceResponse,
     InvoiceResponse,
     LedgerTransactionResponse,
+    PayoutResponse,
     PriceResponse,
 )
 
@@ -120,6 +121,26 @@ def to_domain(tx: LedgerTransactionResponse) -> Transaction:
     for name, value in fields.items():
         object.__setattr__(result, name, value)
     return result
+
+
+def payouts(
+    provider: Annotated[str | None, typer.Option("--provider", help="Admins: one provider.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Provider payables from the ledger: the balance and the rentals whose charges built it."""
+    with logged_in() as client:
+        found = client.payouts(provider)
+    emit(found, as_json, _payouts_table)
+
+
+def _payouts_table(found: list[PayoutResponse]):
+    rows = [
+        (p.provider, line.ref, str(line.transactions), micros(line.amount_micros))
+        for p in found
+        for line in p.lines
+    ]
+    rows += [(p.provider, "total", "", micros(p.payable_micros)) for p in found]
+    return table("provider payables", ["provider", "rental", "charges", "payable"], rows)
 
 
 def invoice(

@@ -26,6 +26,7 @@ for command in (
     platform.stop,
     billing_commands.prices,
     billing_commands.balance,
+    billing_commands.payouts,
     billing_commands.invoice,
     agent_commands.logs,
     agent_commands.agent,

@@ -33,6 +33,7 @@ from suanli.wire.billing_schemas import (
     InvoiceResponse,
     LedgerTransactionResponse,
     LedgerVerifyResponse,
+    PayoutResponse,
     PriceResponse,
 )
 from suanli.wire.schemas import (
@@ -250,6 +251,11 @@ class Client:
 
     def verify_ledger(self) -> LedgerVerifyResponse:
         return self._call("GET", "/v1/ledger/verify", LedgerVerifyResponse)
+
+    def payouts(self, provider: str | None = None) -> list[PayoutResponse]:
+        """Provider payables per rental: a provider key its own; an admin all, or one provider."""
+        params = {"provider": provider} if provider else None
+        return self._call("GET", "/v1/payouts", list[PayoutResponse], params=params)
 
     def invoice(self, month: str, tenant_id: str | None = None) -> InvoiceResponse:
         params = {"tenant": tenant_id} if tenant_id else None

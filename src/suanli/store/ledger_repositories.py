@@ -108,6 +108,25 @@ class SqlLedger:
         ).group_by(LedgerTransactionRow.ref)
         return {ref: PostedCharges(int(total), int(count)) for ref, total, count in self.s.execute(amounts)}
 
+    def payables(self, provider: str | None = None) -> list[tuple[str, str, int, int]]:
+        """(provider, ref, micros, transactions) of every provider payable posting, per provider and `ref`
+        (a charge's rental), ordered by provider then ref; one provider's only when named."""
+        query = (
+            select(
+                LedgerPostingRow.owner,
+                LedgerTransactionRow.ref,
+                func.sum(LedgerPostingRow.amount_micros),
+                func.count(func.distinct(LedgerTransactionRow.seq)),
+            )
+            .join(LedgerTransactionRow, LedgerPostingRow.tx_seq == LedgerTransactionRow.seq)
+            .where(LedgerPostingRow.account_kind == AccountKind.PROVIDER_PAYABLE.value)
+            .group_by(LedgerPostingRow.owner, LedgerTransactionRow.ref)
+            .order_by(LedgerPostingRow.owner, LedgerTransactionRow.ref)
+        )
+        if provider is not None:
+            query = query.where(LedgerPostingRow.owner == provider)
+        return [(owner, ref, int(total), int(count)) for owner, ref, total, count in self.s.execute(query)]
+
 
 def _posting(row: LedgerPostingRow) -> Posting:
     return Posting(AccountId(AccountKind(row.account_kind), row.owner), row.amount_micros)

@@ -51,6 +51,18 @@ class LedgerTransactionResponse(WireModel):
     postings: list[PostingResponse]
 
 
+class PayoutLineResponse(WireModel):
+    ref: str = Field(description="The rental whose charges built this part of the payable.")
+    amount_micros: int
+    transactions: int
+
+
+class PayoutResponse(WireModel):
+    provider: str
+    payable_micros: int = Field(description="The provider payable account's balance: the lines' sum.")
+    lines: list[PayoutLineResponse] = Field(default_factory=list)
+
+
 class LedgerVerifyResponse(WireModel):
     ok: bool
     transactions: int
