@@ -1,7 +1,13 @@
 """Who runs the scheduler: on PostgreSQL the holder of a session advisory lock (`pg_try_advisory_lock`) on a
-connection kept out of the pool; on SQLite the one server process (a SQLite database has one server)."""
+connection kept out of the pool; on SQLite the one server process (a SQLite database has one server).
+
+One `Leadership` is shared by the scheduler, meter and reaper loops, whose checks run in worker threads; a
+lock serialises them, since a SQLAlchemy connection must not be used by two threads at once.
+"""
 
 from __future__ import annotations
+
+import threading
 
 from sqlalchemy import Connection, Engine, text
 
@@ -13,11 +19,16 @@ class Leadership:
         self.engine = engine
         self.single_process = engine.dialect.name != "postgresql"
         self._connection: Connection | None = None
+        self._guard = threading.Lock()
 
     def try_acquire(self) -> bool:
         """True while this process leads; cheap to call before every cycle."""
         if self.single_process:
             return True
+        with self._guard:
+            return self._try_acquire()
+
+    def _try_acquire(self) -> bool:
         if self._connection is not None:
             try:
                 self._connection.execute(text("SELECT 1"))
@@ -37,6 +48,10 @@ class Leadership:
         return won
 
     def release(self) -> None:
+        with self._guard:
+            self._release()
+
+    def _release(self) -> None:
         if self._connection is not None:
             try:
                 self._connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": LEADER_LOCK})
