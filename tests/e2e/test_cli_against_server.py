@@ -97,6 +97,10 @@ def test_a_new_tenant_rents_lists_shows_and_stops(server: str, tmp_path: Path) -
     listed = json.loads(_cli(tenant, "ls", "--json").stdout)
     assert {r["id"] for r in listed} == {gang["id"], mig["id"]}
     assert "timeline" in _cli(tenant, "show", gang["id"]).stdout
+    restarting = json.loads(
+        _cli(tenant, "rent", "L40S:0.25", "--restart", "on-failure", "--max-restarts", "2", "--json").stdout
+    )
+    assert (restarting["request"]["restart"], restarting["request"]["max_restarts"]) == ("on-failure", 2)
     assert json.loads(_cli(tenant, "stop", gang["id"], "--json").stdout)["state"] == "stopped"
 
 

@@ -62,6 +62,8 @@ def rent(
     cpu: Annotated[int, typer.Option(help="CPU per node, milli-cores.")] = 0,
     memory: Annotated[int, typer.Option(help="Host memory per node, MiB.")] = 0,
     max_duration: Annotated[int | None, typer.Option(help="Declared max run time, seconds.")] = None,
+    restart: Annotated[str, typer.Option(help="never, or on-failure (restart a failed workload).")] = "never",
+    max_restarts: Annotated[int, typer.Option(min=0, max=100, help="Restarts allowed with on-failure.")] = 0,
     idempotency_key: Annotated[str | None, typer.Option(help="Retry-safe key; default: a new one.")] = None,
     as_json: JsonFlag = False,
 ) -> None:
@@ -74,6 +76,9 @@ def rent(
         raise typer.Exit(EXIT_USAGE) from None
     if tier not in ("on_demand", "spot", "reserved"):
         errors.print(f"[red]error:[/red] --tier {tier!r}: use on_demand, spot or reserved")
+        raise typer.Exit(EXIT_USAGE)
+    if restart not in ("never", "on-failure"):
+        errors.print(f"[red]error:[/red] --restart {restart!r}: use never or on-failure")
         raise typer.Exit(EXIT_USAGE)
     request = RentalCreateRequest(
         gpu_model=gpu.gpu_model,
@@ -89,6 +94,8 @@ def rent(
         jurisdictions=jurisdiction or [],
         max_duration_s=max_duration,
         command=command or [],
+        restart=restart,  # type: ignore[arg-type]
+        max_restarts=max_restarts,
     )
     with logged_in() as client:
         rental = client.create_rental(request, idempotency_key or f"cli-{uuid.uuid4()}")
@@ -276,6 +283,9 @@ def _rental_detail(rental: RentalResponse) -> Group:
         header += f", pending: {rental.pending_reason}"
     if rental.price_micros_per_hour is not None:
         header += f", {micros(rental.price_micros_per_hour)}/h"
+    if rental.preempted_by:
+        deadline = f" until {rental.notice_deadline:%Y-%m-%d %H:%M:%S} UTC" if rental.notice_deadline else ""
+        header += f", preempted by {rental.preempted_by}{deadline}"
     slices = [
         (a.node, s.gpu_index, s.mig_profile or ("whole" if s.milli == 1000 else f"{s.milli} milli"))
         for a in rental.allocation
