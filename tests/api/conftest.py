@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -17,15 +18,27 @@ ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 FLEET = (Path(__file__).resolve().parents[2] / "examples" / "fleet.toml").read_text()
 
 
-@pytest.fixture
-def client(database_url: str) -> Iterator[TestClient]:
-    settings = Settings(database_url=database_url, bootstrap_admin_key=ADMIN_KEY, scheduler_interval_s=0.05)
-    with TestClient(create_app(settings)) as client:
+@contextmanager
+def app_client(database_url: str, **settings: object) -> Iterator[TestClient]:
+    """The real app on `database_url` with the example fleet loaded; `settings` override the defaults."""
+    chosen = Settings(
+        database_url=database_url,
+        bootstrap_admin_key=ADMIN_KEY,
+        scheduler_interval_s=0.05,
+        **settings,  # type: ignore[arg-type]
+    )
+    with TestClient(create_app(chosen)) as client:
         response = client.put(
             "/v1/fleet", content=FLEET, headers={**ADMIN, "Content-Type": "application/toml"}
         )
         assert response.status_code == 200, response.text
         yield client
+
+
+@pytest.fixture
+def client(database_url: str) -> Iterator[TestClient]:
+    with app_client(database_url) as test_client:
+        yield test_client
 
 
 @pytest.fixture

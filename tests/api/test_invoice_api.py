@@ -10,28 +10,16 @@ import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from conftest import ADMIN, ADMIN_KEY, FLEET, wait_for
-from suanli.api.app import create_app
+from conftest import ADMIN, app_client, wait_for
 from suanli.cli import billing_commands
 from suanli.cli.main import app
-from suanli.config import Settings
 from suanli.wire.billing_schemas import InvoiceResponse
 
 
 @pytest.fixture
 def client(database_url: str) -> Iterator[TestClient]:
-    settings = Settings(
-        database_url=database_url,
-        bootstrap_admin_key=ADMIN_KEY,
-        scheduler_interval_s=0.05,
-        meter_interval_s=3600,  # tests run the meter themselves
-        prepaid=True,
-    )
-    with TestClient(create_app(settings)) as test_client:
-        response = test_client.put(
-            "/v1/fleet", content=FLEET, headers={**ADMIN, "Content-Type": "application/toml"}
-        )
-        assert response.status_code == 200, response.text
+    """Prepaid on (the other API tests run postpaid); the tests run the meter themselves."""
+    with app_client(database_url, meter_interval_s=3600, prepaid=True) as test_client:
         yield test_client
 
 
