@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from suanli.domain import mig
 from suanli.domain.capacity import FULL_MILLI, NodeClass, NodeKey
-from suanli.domain.request import GpuSelector, GpuShare, MigSlice, Request, Shape, WholeGpus
+from suanli.domain.request import GpuSelector, GpuShare, MigSlice, Request, Shape, WholeGpus, shape_gpus
 
 CACHE_LIMIT = 500_000
 
@@ -31,11 +31,7 @@ class TypicalRequest:
 
     @property
     def gpus(self) -> float:
-        if isinstance(self.shape, WholeGpus):
-            return float(self.shape.count)
-        if isinstance(self.shape, GpuShare):
-            return self.shape.milli / FULL_MILLI
-        return 1.0
+        return shape_gpus(self.shape)
 
 
 def typical_mix(
@@ -48,7 +44,7 @@ def typical_mix(
     """
     counts: Counter = Counter()
     for r in requests:
-        weight = _gpus(r) if by_gpus else 1
+        weight = r.gpus_per_node if by_gpus else 1
         if weight > 0:
             counts[(r.shape, r.cpu_milli, r.memory_mib if by_memory else 0, r.selector)] += weight
     total = sum(counts.values())
@@ -62,15 +58,6 @@ def typical_mix(
         chosen.append((signature, count))
         covered += count
     return tuple(TypicalRequest(sig[0], sig[1], sig[2], sig[3], count / covered) for sig, count in chosen)
-
-
-def _gpus(request: Request) -> float:
-    shape = request.shape
-    if isinstance(shape, WholeGpus):
-        return float(shape.count)
-    if isinstance(shape, GpuShare):
-        return shape.milli / FULL_MILLI
-    return 1.0
 
 
 @dataclass(frozen=True, slots=True)

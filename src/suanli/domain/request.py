@@ -98,17 +98,22 @@ class Request:
 
     @property
     def gpus_per_node(self) -> float:
-        """GPUs this request takes on each node, fractions for shares (MIG counted by compute slices)."""
-        shape = self.shape
-        if isinstance(shape, WholeGpus):
-            return float(shape.count)
-        if isinstance(shape, GpuShare):
-            return shape.milli / MILLI_PER_GPU
-        return 1.0  # a MIG slice's fraction depends on the model; callers that need it use the catalogue
+        """GPUs this request takes on each node, fractions for shares (a MIG slice counts as 1)."""
+        return shape_gpus(self.shape)
 
     @property
     def is_gang(self) -> bool:
         return self.node_count > 1
+
+
+def shape_gpus(shape: Shape) -> float:
+    """GPUs one shape takes: its count, a share's fraction; a MIG slice counts as 1 (its true fraction
+    depends on the model, and callers that need it use the catalogue)."""
+    if isinstance(shape, WholeGpus):
+        return float(shape.count)
+    if isinstance(shape, GpuShare):
+        return shape.milli / MILLI_PER_GPU
+    return 1.0
 
 
 def check_request(request: Request) -> None:

@@ -18,7 +18,7 @@ from suanli.domain.fragmentation import FragmentationModel, TypicalRequest
 from suanli.domain.inventory import Fleet
 from suanli.domain.plan import Placement
 from suanli.domain.policies import Policy
-from suanli.domain.request import GpuShare, Request, WholeGpus
+from suanli.domain.request import Request
 from suanli.domain.scheduler import place
 from suanli.domain.snapshot import Snapshot
 
@@ -58,10 +58,8 @@ class PackingRun:
 
 
 def gpus_of(request: Request) -> float:
-    shape = request.shape
-    if isinstance(shape, GpuShare):
-        return shape.milli / 1000
-    return float(shape.count) if isinstance(shape, WholeGpus) else 1.0
+    """GPUs a pod asks for (the protocol's pods are all one node)."""
+    return request.gpus_per_node
 
 
 def inflate(
