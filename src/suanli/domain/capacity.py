@@ -7,7 +7,6 @@ interchangeable for placement, so scores are computed once per (class, state) an
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from suanli.domain import mig
@@ -86,9 +85,8 @@ class NodeClass:
         return request.cpu_milli <= self.cpu_milli and request.memory_mib <= self.memory_mib
 
 
-def empty_entry(model: GpuModel, layout: tuple[mig.MigInstance, ...]) -> GpuEntry:
-    if model.mig is not None and layout:
-        return (FULL_MILLI, model.memory_mib, layout)
+def empty_entry(model: GpuModel) -> GpuEntry:
+    """The entry of an idle GPU that is not in MIG mode."""
     return (FULL_MILLI, model.memory_mib, ())
 
 
@@ -191,7 +189,3 @@ def replace_entries(gpus: tuple[GpuEntry, ...], choices: tuple[GpuChoice, ...]) 
         entries.append(choice.after)
     entries.sort()
     return tuple(entries)
-
-
-def label_set(labels: Mapping[str, str]) -> frozenset[tuple[str, str]]:
-    return frozenset(labels.items())

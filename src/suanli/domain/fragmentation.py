@@ -194,15 +194,8 @@ def _mig_fragment(cls: NodeClass, gpus: tuple, shape: MigSlice, idle: int) -> fl
     geometry = cls.model.mig
     if geometry is None:
         return idle
-    unusable = 0
-    hosts = 0
-    profile = shape.profile
-    for free_milli, _, layout in gpus:
-        if profile in mig.hostable_profiles(geometry, layout):
-            hosts += 1
-        else:
-            unusable += free_milli
-    return idle if hosts == 0 else unusable
+    view = [(e[0], mig.hostable_profiles(geometry, e[2])) for e in gpus]
+    return _mig_unusable(view, shape.profile, idle)
 
 
 def _copies_by_gpu(cls: NodeClass, gpus: tuple, shape: Shape) -> int:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 
 
@@ -79,7 +79,6 @@ class Pending:
 class Plan:
     placements: tuple[Placement, ...] = ()
     pending: tuple[Pending, ...] = ()
-    extras: dict[str, object] = field(default_factory=dict)
 
     def pending_reason(self, request_id: str) -> Reason | None:
         return next((p.reason for p in self.pending if p.request_id == request_id), None)

@@ -230,7 +230,7 @@ def _initial_gpus(node: Node, cls: NodeClass) -> list[GpuEntry]:
     if node.gpu_mode is GpuMode.MIG and model.mig is not None:
         layouts = node.mig_layouts or tuple(() for _ in range(node.gpu_count))
         return [mig_entry(model, mig.pack_layout(model.mig, layout)) for layout in layouts]
-    return [empty_entry(model, ()) for _ in range(node.gpu_count)]
+    return [empty_entry(model) for _ in range(node.gpu_count)]
 
 
 def _find_gpu(state: NodeState, entry: GpuEntry) -> int:
