@@ -122,6 +122,7 @@ class ContractRecord:
     starts_at: datetime
     ends_at: datetime
     created_at: datetime
+    price_micros: int = 0  # the prepaid price posted at signing
 
 
 @dataclass(frozen=True, slots=True)

@@ -522,6 +522,7 @@ def _contract(row: ContractRow) -> ContractRecord:
         row.starts_at,
         row.ends_at,
         row.created_at,
+        row.price_micros,
     )
 
 

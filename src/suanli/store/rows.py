@@ -151,6 +151,7 @@ class ContractRow(Base):
     starts_at: Mapped[datetime] = mapped_column(UtcDateTime())
     ends_at: Mapped[datetime] = mapped_column(UtcDateTime())
     created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    price_micros: Mapped[int] = mapped_column(BigInteger, default=0)
 
 
 # --- agents (issue 6): join tokens, registered nodes, workload runs, logs --------------------------------
@@ -248,3 +249,65 @@ class LedgerPostingRow(Base):
     account_kind: Mapped[str] = mapped_column(String(24))
     owner: Mapped[str] = mapped_column(String(200))
     amount_micros: Mapped[int] = mapped_column(BigInteger)
+
+
+# --- plans, grants, revenue reports, payment terms, outages (issue 5): see migration 0005 ----------------
+
+
+class TenantPlanRow(Base):
+    """A plan a tenant is on over [starts_at, ends_at): membership or revenue share (pay as you go: none)."""
+
+    __tablename__ = "tenant_plans"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
+    kind: Mapped[str] = mapped_column(String(20))
+    discount_bp: Mapped[int] = mapped_column(Integer)
+    fee_micros: Mapped[int] = mapped_column(BigInteger)
+    revenue_share_bp: Mapped[int] = mapped_column(Integer)
+    starts_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    ends_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+
+
+class GrantRow(Base):
+    """Credits given to a tenant (the ledger holds the money); `expires_at` ends what is left of it."""
+
+    __tablename__ = "grants"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
+    amount_micros: Mapped[int] = mapped_column(BigInteger)
+    granted_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    memo: Mapped[str] = mapped_column(Text, default="")
+
+
+class RevenueReportRow(Base):
+    """Revenue a revenue-share tenant reports for one month (`yyyy-mm`); one report per month."""
+
+    __tablename__ = "revenue_reports"
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    month: Mapped[str] = mapped_column(String(7), primary_key=True)
+    revenue_micros: Mapped[int] = mapped_column(BigInteger)
+    reported_at: Mapped[datetime] = mapped_column(UtcDateTime())
+
+
+class PaymentTermsRow(Base):
+    """How a tenant pays: prepaid (stopped after a grace once below 0) or postpaid with a credit limit."""
+
+    __tablename__ = "payment_terms"
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    mode: Mapped[str] = mapped_column(String(10))
+    credit_limit_micros: Mapped[int] = mapped_column(BigInteger, default=0)
+    warned_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime())
+
+
+class OutageRow(Base):
+    """A node out of service over [started_at, ended_at) (open while ended_at is null): SLA evidence."""
+
+    __tablename__ = "outages"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    node: Mapped[str] = mapped_column(String(200), index=True)
+    started_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    ended_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    cause: Mapped[str] = mapped_column(String(200), default="")

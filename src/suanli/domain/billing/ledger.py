@@ -39,6 +39,7 @@ class AccountKind(StrEnum):
     PROVIDER_PAYABLE = "provider_payable"
     PROMOTIONS = "promotions"
     EXTERNAL_CASH = "external_cash"
+    CONTRACT_PREPAID = "contract_prepaid"  # a compute future's prepaid value, owned by the contract id
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -75,6 +76,10 @@ class AccountId:
     def external_cash(cls) -> AccountId:
         return cls(AccountKind.EXTERNAL_CASH, PLATFORM)
 
+    @classmethod
+    def contract_prepaid(cls, contract: str) -> AccountId:
+        return cls(AccountKind.CONTRACT_PREPAID, contract)
+
 
 @dataclass(frozen=True, slots=True)
 class Posting:
@@ -88,6 +93,12 @@ class TxKind(StrEnum):
     CHARGE = "charge"
     PAYOUT = "payout"
     ADJUSTMENT = "adjustment"
+    MEMBERSHIP = "membership"  # a membership's fee, posted when it starts
+    REVENUE_SHARE = "revenue_share"  # the share of a month's reported revenue
+    GRANT_EXPIRY = "grant_expiry"  # what is left of a grant at its expiry goes back to promotions
+    CONTRACT = "contract"  # a compute future's prepaid price, and its recognition as revenue
+    TRANSFER = "transfer"  # a compute future changing hands: the buyer pays the seller its remaining value
+    SLA_CREDIT = "sla_credit"  # a month's availability credit
 
 
 @dataclass(frozen=True, slots=True)
