@@ -134,6 +134,10 @@ class BillingService:
     def prices(self) -> list[ListPrice | SpotFloor]:
         return [*self.book.list_prices, *self.book.spot_floors]
 
+    def price_book(self, uow: UnitOfWork) -> PriceBook:
+        """The price book in force: the seeded list prices plus the admins' entries."""
+        return self.book
+
     def quote(self, spec: RentalSpec, shape: Any, at: datetime) -> dict[str, Any]:
         """The price breakdown of a new rental: for the most expensive model its selector allows."""
         tier = Tier.parse(spec.tier)

@@ -311,3 +311,19 @@ class OutageRow(Base):
     started_at: Mapped[datetime] = mapped_column(UtcDateTime())
     ended_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     cause: Mapped[str] = mapped_column(String(200), default="")
+
+
+class PriceEntryRow(Base):
+    """An admin's price book entry: a list price (tier on_demand/reserved) or a spot floor (tier spot),
+    per GPU-hour, in force from `effective_from` until a later entry of the same key."""
+
+    __tablename__ = "price_entries"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    gpu_model: Mapped[str] = mapped_column(String(60))
+    region: Mapped[str] = mapped_column(String(100))
+    tier: Mapped[str] = mapped_column(String(16))
+    mig_profile: Mapped[str | None] = mapped_column(String(20), nullable=True)
+    price_micros_per_gpu_hour: Mapped[int] = mapped_column(BigInteger)
+    effective_from: Mapped[datetime] = mapped_column(UtcDateTime())
+    source: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())

@@ -1,4 +1,4 @@
-"""billing terms: tenant plans, grants with expiry, revenue reports, payment terms, outages, contract price
+"""billing terms: tenant plans, grants with expiry, revenue reports, payment terms, outages, admin price entries, contract price
 
 Revision ID: 0005
 Revises: 0004
@@ -64,6 +64,18 @@ def upgrade() -> None:
         sa.Column("cause", sa.String(length=200), nullable=False),
     )
     op.create_index("ix_outages_node", "outages", ["node"])
+    op.create_table(
+        "price_entries",
+        sa.Column("id", sa.Integer(), primary_key=True, autoincrement=True),
+        sa.Column("gpu_model", sa.String(length=60), nullable=False),
+        sa.Column("region", sa.String(length=100), nullable=False),
+        sa.Column("tier", sa.String(length=16), nullable=False),
+        sa.Column("mig_profile", sa.String(length=20), nullable=True),
+        sa.Column("price_micros_per_gpu_hour", sa.BigInteger(), nullable=False),
+        sa.Column("effective_from", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("source", sa.Text(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    )
     with op.batch_alter_table("contracts", schema=None) as batch_op:
         batch_op.add_column(sa.Column("price_micros", sa.BigInteger(), nullable=False, server_default="0"))
 
@@ -71,6 +83,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     with op.batch_alter_table("contracts", schema=None) as batch_op:
         batch_op.drop_column("price_micros")
+    op.drop_table("price_entries")
     op.drop_index("ix_outages_node", table_name="outages")
     op.drop_table("outages")
     op.drop_table("payment_terms")
