@@ -33,6 +33,7 @@ bench: $(BIN)/suanli
 	$(BIN)/python -m suanli.sim.throughput --json bench-results/throughput.json
 	$(BIN)/python -m suanli.sim.queue_bench --jobs 100000 --gpus 10000 --json bench-results/queue.json
 	$(BIN)/python -m suanli.api.bench --json bench-results/server.json
+	$(BIN)/python -m suanli.api.meter_bench --rentals 100000 --json bench-results/meter.json
 
 clean:
 	rm -rf $(VENV) bench-results .pytest_cache .ruff_cache

@@ -43,3 +43,8 @@ class Settings(BaseSettings):
         default=True, description="Refuse new rentals whose minimum charge the tenant's balance cannot pay."
     )
     meter_interval_s: float = Field(default=30.0, gt=0, description="Seconds between meter runs (leader).")
+    low_balance_grace_s: float = Field(
+        default=3600.0,
+        ge=0,
+        description="Seconds a tenant below its floor keeps its running rentals before they stop.",
+    )

@@ -363,8 +363,8 @@ def test_a_gang_that_cannot_fit_whole_takes_nothing(policy: str) -> None:
     snap = snapshot(node("n1"), node("n2"), node("n3", gpus=4))
     before = [n.key for n in snap.nodes]
     plan = run(snap, req("g", WholeGpus(8), node_count=3, cpu_milli=1000), policy=policy)
-    assert plan.pending_reason("g") is Reason.GANG_INCOMPLETE
-    assert "2 nodes fit, 3 needed" in plan.pending[0].message
+    assert plan.pending_reason("g") is Reason.GANG_TOO_LARGE  # n3 can never hold 8 GPUs
+    assert "at most 2 matching nodes in one region" in plan.pending[0].message
     assert [n.key for n in snap.nodes] == before
     assert snap.allocated_milli() == 0
 
@@ -421,10 +421,10 @@ def test_a_gang_goes_to_the_smallest_subtree_holding_all_its_nodes(
     assert all(len(a.slices) == 8 for a in placement.nodes)
 
 
-def test_a_gang_across_regions_is_incomplete() -> None:
+def test_a_gang_across_regions_never_fits() -> None:
     snap = snapshot(node("cn"), node("eu", where="eu-west/z1/pod-a/leaf-01"))
     plan = run(snap, req("g", WholeGpus(1), node_count=2))
-    assert plan.pending_reason("g") is Reason.GANG_INCOMPLETE
+    assert plan.pending_reason("g") is Reason.GANG_TOO_LARGE
     assert snap.allocated_milli() == 0
 
 
@@ -543,3 +543,28 @@ def test_release_returns_capacity_and_its_undo_takes_it_again(fleet_node: Node, 
     again = place(snap, req("d", shape), policy)
     assert isinstance(again, Placement)
     assert again.repartitions == (), "a released MIG instance stays, idle, for the next tenant"
+
+
+def test_a_gang_larger_than_any_region_never_fits_and_says_so() -> None:
+    """Nine 8-GPU nodes in one region when the region has eight: `gang_too_large` (a never-fits reason,
+    so admission does not let it block the queue), not `gang_incomplete`."""
+    from suanli.domain.queueing import NEVER_FITS
+
+    fleet = _gang_fleet_for_ceiling()
+    snapshot = Snapshot(fleet, CATALOG)
+    request = Request("big", WholeGpus(8), node_count=9)
+    outcome = place(snapshot, request, BestFitPolicy())
+    assert isinstance(outcome, Pending) and outcome.reason is Reason.GANG_TOO_LARGE
+    assert "at most 8" in outcome.message and outcome.reason in NEVER_FITS
+    one = place(snapshot, Request("one", WholeGpus(8)), BestFitPolicy())
+    assert isinstance(one, Placement)
+    waits = place(snapshot, Request("all", WholeGpus(8), node_count=8), BestFitPolicy())
+    assert isinstance(waits, Pending) and waits.reason is Reason.GANG_INCOMPLETE  # fits once "one" ends
+
+
+def _gang_fleet_for_ceiling() -> Fleet:
+    nodes = tuple(
+        Node(f"n{i}", "r1", ("r1", "z1", "p1", f"l{i // 4}"), 64_000, 512_000, "H100-SXM-80GB", 8)
+        for i in range(8)
+    )
+    return Fleet({"r1": Region("r1", "XX", 400.0, 1.2)}, nodes)

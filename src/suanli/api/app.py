@@ -8,14 +8,24 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from suanli.api import errors, routes_accounts, routes_agents, routes_billing, routes_fleet, routes_rentals
+from suanli.api import (
+    errors,
+    routes_accounts,
+    routes_agents,
+    routes_billing,
+    routes_fleet,
+    routes_plans,
+    routes_rentals,
+    routes_sla,
+)
 from suanli.api.wiring import build
+from suanli.app.ports import Clock
 from suanli.config import Settings
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, clock: Clock | None = None) -> FastAPI:
     """Migrate the database, bootstrap the first admin, and wire the routes; the loop starts with the app."""
-    services = build(settings or Settings())
+    services = build(settings or Settings(), clock)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -43,6 +53,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(routes_rentals.router)
     app.include_router(routes_agents.router)
     app.include_router(routes_billing.router)
+    app.include_router(routes_plans.router)
+    app.include_router(routes_sla.router)
 
     @app.get("/healthz", tags=["ops"])
     def healthz() -> dict[str, str]:

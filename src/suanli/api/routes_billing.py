@@ -1,11 +1,11 @@
-"""/v1/prices (anyone), /v1/balance, /v1/tenants/{id}/credit (admin), /v1/ledger, /v1/ledger/verify,
-/v1/payouts (providers, admins), /v1/invoices/{yyyy-mm} (JSON or CSV)."""
+"""/v1/prices (GET anyone, PUT admin), /v1/balance, /v1/tenants/{id}/credit (admin), /v1/ledger,
+/v1/ledger/verify, /v1/payouts (providers, admins), /v1/invoices/{yyyy-mm} (JSON or CSV)."""
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Header, Path, Query, Request, status
+from fastapi import APIRouter, Body, Header, Path, Query, Request, status
 from fastapi.responses import Response
 
 from suanli.api import mappers
@@ -13,8 +13,10 @@ from suanli.api.deps import CallerDep, ServicesDep
 from suanli.api.errors import ERROR_RESPONSES
 from suanli.api.wiring import Services
 from suanli.app.billing import BillingService
+from suanli.app.records import PriceEntry
 from suanli.domain.billing.invoice import Invoice, InvoiceLine, invoice_csv
-from suanli.domain.billing.pricebook import ListPrice
+from suanli.domain.billing.money import to_epoch_s
+from suanli.domain.billing.pricebook import ListPrice, MigPrice
 from suanli.wire.billing_schemas import (
     BalanceResponse,
     CreditRequest,
@@ -25,6 +27,8 @@ from suanli.wire.billing_schemas import (
     LedgerVerifyResponse,
     PayoutLineResponse,
     PayoutResponse,
+    PriceEntryRequest,
+    PriceEntryResponse,
     PriceResponse,
 )
 
@@ -39,11 +43,16 @@ def _billing(services: Services) -> BillingService:
 
 @router.get("/prices")
 def list_prices(services: ServicesDep) -> list[PriceResponse]:
-    """The price book: list prices per GPU-hour in micros (on-demand, reserved) and spot floors."""
+    """The price book: list prices per GPU-hour in micros (on-demand, reserved), explicit MIG instance
+    prices and spot floors; each entry in force now, and those taking effect later."""
     result = []
     for entry in _billing(services).prices():
+        profile = None
         if isinstance(entry, ListPrice):
             tier, kind, price = entry.tier.label, "list", entry.price_micros_per_gpu_hour
+        elif isinstance(entry, MigPrice):
+            tier, kind, price = entry.tier.label, "mig", entry.price_micros_per_hour
+            profile = entry.profile
         else:
             tier, kind, price = "spot", "spot_floor", entry.floor_micros_per_gpu_hour
         result.append(
@@ -55,9 +64,49 @@ def list_prices(services: ServicesDep) -> list[PriceResponse]:
                 price_micros_per_gpu_hour=price,
                 effective_from_s=entry.effective_from_s,
                 source=entry.source,
+                mig_profile=profile,
             )
         )
     return result
+
+
+@router.put("/prices")
+def put_prices(
+    body: Annotated[list[PriceEntryRequest], Body(min_length=1, max_length=500)],
+    caller: CallerDep,
+    services: ServicesDep,
+) -> list[PriceEntryResponse]:
+    """Admin: add price book entries (all or none), each in force from its effective_from (now when not
+    given, or a future instant; never in the past, so quotes already given stay valid)."""
+    entries = [
+        PriceEntry(
+            gpu_model=e.gpu_model,
+            region=e.region,
+            tier=e.tier,
+            price_micros_per_gpu_hour=e.price_micros_per_gpu_hour,
+            effective_from=e.effective_from,
+            source=e.source,
+            mig_profile=e.mig_profile,
+        )
+        for e in body
+    ]
+    return [price_entry_response(e) for e in _billing(services).set_prices(caller, entries)]
+
+
+def price_entry_response(entry: PriceEntry) -> PriceEntryResponse:
+    assert entry.id is not None and entry.effective_from is not None and entry.created_at is not None
+    return PriceEntryResponse(
+        id=entry.id,
+        gpu_model=entry.gpu_model,
+        region=entry.region,
+        tier=entry.tier,  # type: ignore[arg-type]
+        mig_profile=entry.mig_profile,
+        price_micros_per_gpu_hour=entry.price_micros_per_gpu_hour,
+        effective_from=entry.effective_from,
+        effective_from_s=to_epoch_s(entry.effective_from),
+        source=entry.source,
+        created_at=entry.created_at,
+    )
 
 
 @router.get("/balance")
@@ -81,7 +130,7 @@ def credit_tenant(
 ) -> LedgerTransactionResponse:
     """Admin: a top-up or a grant, posted as one balanced transaction (idempotent per Idempotency-Key)."""
     tx = _billing(services).credit(
-        caller, tenant_id, body.amount_micros, body.grant, idempotency_key, body.memo
+        caller, tenant_id, body.amount_micros, body.grant, idempotency_key, body.memo, body.expires_at
     )
     return mappers.transaction(tx)
 

@@ -13,8 +13,11 @@ from suanli.app.contracts import ContractService
 from suanli.app.fleet import FleetCache, FleetService
 from suanli.app.ids import SystemClock
 from suanli.app.offers import OfferService
-from suanli.app.rentals import RentalService
+from suanli.app.plans import PlanService
+from suanli.app.ports import Clock
+from suanli.app.rentals import RentalService, stop_in, to_request
 from suanli.app.scheduling import CycleReport, Scheduler
+from suanli.app.sla import SlaService
 from suanli.app.tenants import TenantService
 from suanli.config import Settings
 from suanli.domain.catalog_data import CATALOG
@@ -74,14 +77,22 @@ class Services:
     reaper: ReaperLoop | None = None
     billing: BillingService | None = None
     meter: MeterLoop | None = None
+    sla: SlaService | None = None
+    plans: PlanService | None = None
 
 
-def build(settings: Settings) -> Services:
+def build(settings: Settings, clock: Clock | None = None) -> Services:
+    """The server's object graph; `clock` (default: the system's) is for replays such as the README's."""
     engine = make_engine(settings.database_url)
     migrate(engine)
     uow = unit_of_work_factory(engine)
-    clock = SystemClock()
+    clock = clock or SystemClock()
     cache = FleetCache(CATALOG)
+    billing = BillingService(
+        uow, clock, CATALOG, cache, commission_bp=settings.commission_bp, prepaid=settings.prepaid
+    )
+    plans = PlanService(uow, clock, stop_in, prepaid=settings.prepaid, grace_s=settings.low_balance_grace_s)
+    billing.terms = plans
     scheduler = Scheduler(
         uow,
         clock,
@@ -91,11 +102,11 @@ def build(settings: Settings) -> Services:
         settings.policy_seed,
         notice_s=settings.preemption_notice_s,
         notice_by_tier_s=settings.preemption_notice_by_tier_s,
+        pricer=lambda u, rental, placed, utilization, now: billing.placement_quote(
+            u, rental, to_request(rental).shape, placed, utilization, now
+        ),
     )
     metrics = Metrics()
-    billing = BillingService(
-        uow, clock, CATALOG, cache, commission_bp=settings.commission_bp, prepaid=settings.prepaid
-    )
     meter: MeterLoop | None = None
 
     def on_report(report: CycleReport) -> None:
@@ -104,7 +115,17 @@ def build(settings: Settings) -> Services:
             meter.signal()  # victims ended: charge them to their deadline now
 
     loop = SchedulerLoop(scheduler, Leadership(engine), settings.scheduler_interval_s, on_report)
-    meter = MeterLoop(billing, loop.leadership, settings.meter_interval_s)
+    sla = SlaService(uow, clock)
+    contracts = ContractService(
+        uow, clock, cache, CATALOG, price_book=billing.price_book, refuses=plans.refuses
+    )
+    meter = MeterLoop(
+        billing,
+        loop.leadership,
+        settings.meter_interval_s,
+        sla,
+        after=(plans.expire_grants, contracts.recognize, plans.enforce),
+    )
 
     def wake() -> None:
         """A rental was created, stopped, resized or ended: schedule soon, meter soon."""
@@ -130,7 +151,7 @@ def build(settings: Settings) -> Services:
         FleetService(uow, clock, cache),
         OfferService(uow, cache, CATALOG),
         RentalService(uow, clock, CATALOG, wake, billing),
-        ContractService(uow, clock, cache, CATALOG),
+        contracts,
         scheduler,
         loop,
         metrics,
@@ -138,5 +159,7 @@ def build(settings: Settings) -> Services:
         reaper,
         billing,
         meter,
+        sla,
+        plans,
     )
     return services

@@ -13,6 +13,8 @@ Guarantees:
 * `reap(now)`: a node whose last heartbeat is older than `missed_heartbeats` x interval is marked down and
   cordoned; each live rental on it is re-queued when its restart policy allows, else ends `lost`, its run's
   `ended_at` set to the last heartbeat (billing stops there). A node that heartbeats again is up again.
+* Outages (SLA evidence, `suanli.app.sla`): a node marked down opens an outage from its last heartbeat,
+  closed when it heartbeats again; a node an operator had cordoned (maintenance) opens none.
 """
 
 from __future__ import annotations
@@ -235,6 +237,7 @@ class AgentService:
                 if agent.cordoned_by_agent:
                     uow.fleet.set_schedulable(agent.node, True)
                 uow.agents.set_up(agent.node, True, False)
+                uow.outages.close(agent.node, now)  # SLA evidence: the node is back
                 changed = True
             for report in reports:
                 changed |= self._apply(uow, agent.node, report, now)
@@ -319,6 +322,8 @@ class AgentService:
                 by_us = agent.node not in cordoned and uow.fleet.set_schedulable(agent.node, False)
                 uow.agents.set_up(agent.node, False, bool(by_us))
                 last = agent.last_heartbeat_at or agent.registered_at
+                if agent.node not in cordoned:  # an operator's maintenance (cordon) is not an outage
+                    uow.outages.open(agent.node, last, f"missed heartbeats; marked down at {now.isoformat()}")
                 for rental_id in uow.agents.live_rentals_on(agent.node):
                     self._end_lost(uow, rental_id, agent.node, last, now)
             uow.commit()

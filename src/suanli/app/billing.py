@@ -15,17 +15,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from suanli.app import pricing
 from suanli.app.errors import Conflict, Forbidden, Invalid, NotFound, PaymentRequired
 from suanli.app.fleet import FleetCache
 from suanli.app.ids import new_id
 from suanli.app.list_prices import list_price, price_source
+from suanli.app.plans import PlanService
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
-from suanli.app.records import END_STATES, BillableRental, Caller, RentalSpec
+from suanli.app.postings import post_once, retrying
+from suanli.app.price_entries import BookEntry, checked, in_force_or_later, layered
+from suanli.app.records import END_STATES, BillableRental, Caller, MeterRental, PriceEntry, Rental, RentalSpec
 from suanli.app.tenants import require_admin
 from suanli.domain.billing.errors import BillingError
 from suanli.domain.billing.invoice import (
@@ -49,7 +54,9 @@ from suanli.domain.billing.ledger import (
 )
 from suanli.domain.billing.meter import DEFAULT_MINIMUM_S, PostedCharges, RentalUsage, charge_postings
 from suanli.domain.billing.money import charge_micros, to_epoch_s
-from suanli.domain.billing.pricebook import ListPrice, PriceBook, Quote, SpotFloor, quote
+from suanli.domain.billing.plans import Grant, plan_lines
+from suanli.domain.billing.pricebook import ListPrice, PriceBook, SpotFloor
+from suanli.domain.billing.sla import sla_credit_line, sla_key
 from suanli.domain.catalog import Catalog, GpuModel
 from suanli.domain.request import Tier
 
@@ -67,22 +74,6 @@ def seed_price_book(catalog: Catalog) -> PriceBook:
             prices.append(ListPrice(model.name, ANY_REGION, tier, list_price(model, tier.label), 0, source))
         floors.append(SpotFloor(model.name, ANY_REGION, list_price(model, "spot"), 0, f"spot list; {source}"))
     return PriceBook(prices, (), floors)
-
-
-def quote_json(q: Quote) -> dict[str, Any]:
-    return {
-        "model": q.model,
-        "region": q.region,
-        "tier": q.tier.label,
-        "at_s": q.at_s,
-        "unit_micros_per_gpu_hour": q.unit_micros_per_gpu_hour,
-        "base_micros_per_hour": q.base_micros_per_hour,
-        "discounts": [{"label": label, "micros_per_hour": amount} for label, amount in q.discounts],
-        "contract_coverage_micros_per_hour": q.contract_coverage_micros_per_hour,
-        "final_micros_per_hour": q.final_micros_per_hour,
-        "minimum_s": DEFAULT_MINIMUM_S,
-        "source": q.source,
-    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,43 +118,103 @@ class BillingService:
     ) -> None:
         self.uow, self.clock, self.catalog, self.cache = uow, clock, catalog, cache
         self.book = seed_price_book(catalog)
+        self._book_cache: tuple[tuple[int, int], PriceBook] = ((0, 0), self.book)
         self.commission_bp, self.prepaid = commission_bp, prepaid
+        self.terms: PlanService | None = None  # payment terms (set by the wiring); None: `prepaid` decides
 
     # --- prices and quotes ---------------------------------------------------------------------------
 
-    def prices(self) -> list[ListPrice | SpotFloor]:
-        return [*self.book.list_prices, *self.book.spot_floors]
+    def prices(self, uow: UnitOfWork | None = None) -> list[BookEntry]:
+        """The book's entries in force now and those taking effect later (admins' entries included)."""
+        if uow is None:
+            with self.uow() as own:
+                book = self.price_book(own)
+        else:
+            book = self.price_book(uow)
+        return in_force_or_later(book, to_epoch_s(self.clock.now()))
 
     def price_book(self, uow: UnitOfWork) -> PriceBook:
-        """The price book in force: the seeded list prices plus the admins' entries."""
-        return self.book
+        """The price book in force: the seeded list prices plus the admins' entries (rebuilt only when an
+        entry was added: the stored entries' count and max id key the cached book)."""
+        stamp = uow.prices.stamp()
+        cached_stamp, cached = self._book_cache
+        if stamp == cached_stamp:
+            return cached
+        book = layered(self.book, uow.prices.list())
+        self._book_cache = (stamp, book)
+        return book
 
-    def quote(self, spec: RentalSpec, shape: Any, at: datetime) -> dict[str, Any]:
-        """The price breakdown of a new rental: for the most expensive model its selector allows."""
+    def set_prices(self, caller: Caller, entries: Sequence[PriceEntry]) -> list[PriceEntry]:
+        """Admin: store price entries (all or none), each in force from its `effective_from` (now when not
+        given; never in the past). Returns them as stored."""
+        require_admin(caller)
+        now = self.clock.now()
+        with self.uow() as uow:
+            _, fleet = self.cache.load(uow)
+            regions = set(fleet.regions) if fleet is not None else set()
+            valid = checked(entries, self.catalog, regions, now, caller.tenant.name)
+            stored = [uow.prices.add(entry) for entry in valid]
+            uow.commit()
+        return stored
+
+    def quote(
+        self, spec: RentalSpec, shape: Any, at: datetime, tenant_id: str | None = None
+    ) -> dict[str, Any]:
+        """The price breakdown of a new rental: for the most expensive model its selector allows, with the
+        tenant's plan discount and contract coverage (`suanli.app.pricing`)."""
         tier = Tier.parse(spec.tier)
         candidates = self._models(spec)
-        at_s = to_epoch_s(at)
         quotes = []
-        for model in candidates:
-            try:
-                quotes.append(
-                    quote(
-                        self.book,
-                        model=model,
-                        region=ANY_REGION,
-                        tier=tier,
-                        shape=shape,
-                        at_s=at_s,
-                        node_count=spec.nodes,
+        with self.uow() as uow:
+            book = self.price_book(uow)
+            for model in candidates:
+                try:
+                    quotes.append(
+                        pricing.price(
+                            uow,
+                            book,
+                            tenant_id=tenant_id or "",
+                            tier=tier,
+                            shape=shape,
+                            pools=[pricing.Pool(model, ANY_REGION, spec.nodes)],
+                            at=at,
+                            bid_micros_per_gpu_hour=spec.bid_micros_per_gpu_hour,
+                            stage="created",
+                        )
                     )
-                )
-            except BillingError:
-                continue
+                except BillingError:
+                    continue
         if not quotes:
             raise Invalid(
                 f"no price for {spec.gpu_model or 'any model'} at tier {tier.label}", field="gpu_model"
             )
-        return quote_json(max(quotes, key=lambda q: q.final_micros_per_hour))
+        return max(quotes, key=lambda q: (q["final_micros_per_hour"], q["base_micros_per_hour"]))
+
+    def placement_quote(
+        self,
+        uow: UnitOfWork,
+        rental: Rental,
+        shape: Any,
+        placed: Sequence[tuple[GpuModel, str]],
+        utilization: Mapping[tuple[str, str], int],
+        now: datetime,
+    ) -> dict[str, Any]:
+        """The quote a placed rental is charged by: its nodes' models and regions, the pools' utilization
+        (spot), the tenant's plan and contracts; the creation quote is kept under `created`."""
+        quoted = pricing.price(
+            uow,
+            self.price_book(uow),
+            tenant_id=rental.tenant_id,
+            tier=Tier.parse(rental.spec.tier),
+            shape=shape,
+            pools=pricing.pools_of(placed, utilization),
+            at=now,
+            bid_micros_per_gpu_hour=rental.spec.bid_micros_per_gpu_hour,
+            rental_id=rental.id,
+        )
+        if rental.quote is not None:
+            quoted["created"] = dict(rental.quote)
+        return quoted
 
     def _models(self, spec: RentalSpec) -> list[GpuModel]:
         models = [m for m in self.catalog.models if not spec.gpu_model or m.matches(spec.gpu_model)]
@@ -172,54 +223,85 @@ class BillingService:
         return models
 
     def check_funds(self, uow: UnitOfWork, tenant_id: str, quoted: dict[str, Any]) -> None:
-        """Raise PaymentRequired when the new rental's minimum charge would take the balance below 0."""
-        if not self.prepaid:
-            return
+        """Raise PaymentRequired when the new rental's minimum charge would take the balance below the
+        tenant's floor (prepaid: 0; postpaid: minus its credit limit; see `suanli.app.plans`)."""
         balance = _balance(uow, tenant_id)
         minimum = charge_micros(int(quoted["final_micros_per_hour"]), DEFAULT_MINIMUM_S)
-        if balance.available_micros - minimum < 0:
+        if self.terms is not None:
+            refused = self.terms.refuses(uow, tenant_id, balance.available_micros, minimum)
+            floor = self.terms.floor(uow, tenant_id)
+        else:
+            refused, floor = self.prepaid and balance.available_micros - minimum < 0, 0
+        if refused:
             raise PaymentRequired(
                 f"insufficient balance: {balance.available_micros} micros available (cash "
-                f"{balance.cash_micros}, grants {balance.grants_micros}); this rental's "
+                f"{balance.cash_micros}, grants {balance.grants_micros}, floor {floor}); this rental's "
                 f"{DEFAULT_MINIMUM_S}-s minimum costs {minimum} micros; ask an admin for credit",
                 field="balance",
             )
 
     # --- the meter -----------------------------------------------------------------------------------
 
-    def meter(self, now: datetime | None = None, only: Sequence[str] | None = None) -> int:
-        """Post every rental's charge delta at `now`; returns the number of transactions added."""
-        for attempt in range(APPEND_ATTEMPTS):
-            try:
-                return self._meter_once(now or self.clock.now(), only)
-            except Conflict:  # another writer appended after the same head: read the new head, redo
-                if attempt == APPEND_ATTEMPTS - 1:
-                    raise
-        return 0
+    def meter(self, now: datetime | None = None, only: Sequence[str] | None = None, batch: int = 2000) -> int:
+        """Post every rental's charge delta at `now`; returns the number of transactions added.
 
-    def _meter_once(self, now: datetime, only: Sequence[str] | None) -> int:
+        The rentals still open for billing are read in id order, `batch` at a time; each batch is one
+        database transaction (its charges chained on the head it read, then its closed rentals marked), so a
+        run cut short keeps the batches it committed and the next run posts exactly the rest.
+        """
+        at = now or self.clock.now()
+        with self.uow() as uow:
+            providers = self._providers(uow)
+        added, after = 0, None
+        while True:
+            for attempt in range(APPEND_ATTEMPTS):
+                try:
+                    count, last = self._meter_once(at, only, after, batch, providers)
+                    break
+                except Conflict:  # another writer appended after the same head: read the new head, redo
+                    if attempt == APPEND_ATTEMPTS - 1:
+                        raise
+            added += count
+            if last is None:
+                return added
+            after = last
+
+    def _meter_once(
+        self,
+        now: datetime,
+        only: Sequence[str] | None,
+        after: str | None,
+        batch: int,
+        providers: dict[str, str],
+    ) -> tuple[int, str | None]:
+        """One batch, one transaction: (transactions added, the last rental id read if more may follow)."""
         now_s = to_epoch_s(now)
         with self.uow() as uow:
-            billable = uow.rentals.billable()
-            if only is not None:
-                wanted = set(only)
-                billable = [b for b in billable if b.rental.id in wanted]
-            if not billable:
-                return 0
-            providers = self._providers(uow)
-            posted = uow.ledger.posted_charges()
-            balances = uow.ledger.balances({b.rental.tenant_id for b in billable})
+            # the head first: whatever is appended after it (by anyone) makes this batch's append conflict
             head = uow.ledger.head_hash()
-            added = 0
-            for item in billable:
+            items = uow.rentals.meter_page(after, batch, only)
+            if not items:
+                return 0, None
+            last = items[-1].id if len(items) >= batch else None
+            posted = uow.ledger.posted_charges(item.id for item in items)
+            tenants = {item.tenant_id for item in items}
+            balances = uow.ledger.balances(tenants, kinds=(AccountKind.TENANT_GRANTS,))
+            added: list[Transaction] = []
+            closed: list[str] = []
+            for item in items:
                 usage = self._usage(item, providers)
-                if usage is None:
+                if usage is None:  # no rate: never charged
+                    if item.state in END_STATES:
+                        closed.append(item.id)
                     continue
+                if self._final(item, usage, now_s):  # what is posted now is all it will ever be charged
+                    closed.append(usage.rental_id)
                 already = posted.get(usage.rental_id, PostedCharges())
                 delta = usage.charge_delta(already.micros, now_s)
                 if delta == 0:
                     continue
-                grants = balances.get(AccountId.tenant_grants(usage.tenant), 0)
+                grants_account = AccountId.tenant_grants(usage.tenant)
+                grants = balances.get(grants_account, 0)
                 tx = Transaction.chained(
                     head,
                     key=f"charge:{usage.rental_id}:{already.count + 1}",
@@ -229,58 +311,101 @@ class BillingService:
                     ref=usage.rental_id,
                     memo=f"{usage.billable_s(now_s)} s at {usage.rate_micros_per_hour} micros/h",
                 )
-                uow.ledger.append(tx, now)
                 head = tx.hash
-                for posting in tx.postings:
-                    balances[posting.account] = balances.get(posting.account, 0) + posting.amount_micros
-                added += 1
+                if grants > 0:  # the only balance a charge reads: the tenant's grants, spent first
+                    balances[grants_account] = grants + sum(
+                        p.amount_micros for p in tx.postings if p.account == grants_account
+                    )
+                added.append(tx)
+            uow.ledger.append_many(added, now)
+            uow.rentals.close_billing(closed, now)
             uow.commit()
-            return added
+            return len(added), last
+
+    @staticmethod
+    def _final(item: MeterRental, usage: RentalUsage, now_s: int) -> bool:
+        """The rental has ended for good and `now_s` is past its end: its charge to date is final."""
+        return item.state in END_STATES and usage.ended_s is not None and now_s >= usage.ended_s
 
     def _providers(self, uow: UnitOfWork) -> dict[str, str]:
         _, fleet = self.cache.load(uow)
         return {} if fleet is None else {node.name: node.provider for node in fleet.nodes}
 
     @staticmethod
-    def _usage(item: BillableRental, providers: dict[str, str]) -> RentalUsage | None:
-        rental = item.rental
-        rate = rental.price_micros_per_hour
-        if rate is None and rental.quote is not None:
-            rate = int(rental.quote["final_micros_per_hour"])  # type: ignore[call-overload]
-        start = item.run_started_at or rental.placed_at
+    def _usage(item: BillableRental | MeterRental, providers: dict[str, str]) -> RentalUsage | None:
+        found = item if isinstance(item, MeterRental) else BillingService._metered(item)
+        rate = found.price_micros_per_hour
+        if rate is None:
+            rate = found.quote_micros_per_hour
+        start = found.run_started_at or found.placed_at
         if rate is None or start is None:
             return None
         end: datetime | None = None
-        if rental.state == "preempted":
-            end = rental.notice_deadline or item.ended_at
-        elif rental.state == "lost":
-            end = item.run_ended_at or item.ended_at
-        elif rental.state in END_STATES:
-            end = item.ended_at or item.run_ended_at
-        elif rental.state == "pending":  # re-queued after a lost node: billed to its last run's end
-            end = item.run_ended_at or start
+        if found.state == "preempted":
+            end = found.notice_deadline or found.ended_at
+        elif found.state == "lost":
+            end = found.run_ended_at or found.ended_at
+        elif found.state in END_STATES:
+            end = found.ended_at or found.run_ended_at
+        elif found.state == "pending":  # re-queued after a lost node: billed to its last run's end
+            end = found.run_ended_at or start
         started_s = to_epoch_s(start)
         ended_s = None if end is None else max(started_s, to_epoch_s(end))
         return RentalUsage(
-            rental.id, rental.tenant_id, providers.get(item.node, "platform"), rate, started_s, ended_s
+            found.id, found.tenant_id, providers.get(found.node, "platform"), rate, started_s, ended_s
+        )
+
+    @staticmethod
+    def _metered(item: BillableRental) -> MeterRental:
+        """The fields of a `BillableRental` the charge needs (the invoice reads whole rentals)."""
+        rental = item.rental
+        quoted = None
+        if rental.price_micros_per_hour is None and rental.quote is not None:
+            quoted = int(rental.quote["final_micros_per_hour"])  # type: ignore[call-overload]
+        return MeterRental(
+            rental.id,
+            rental.tenant_id,
+            rental.state,
+            rental.price_micros_per_hour,
+            quoted,
+            rental.placed_at,
+            rental.notice_deadline,
+            item.node,
+            item.run_started_at,
+            item.run_ended_at,
+            item.ended_at,
         )
 
     # --- credits, balances, the journal ---------------------------------------------------------------
 
     def credit(
-        self, caller: Caller, tenant_id: str, amount_micros: int, grant: bool, key: str | None, memo: str = ""
+        self,
+        caller: Caller,
+        tenant_id: str,
+        amount_micros: int,
+        grant: bool,
+        key: str | None,
+        memo: str = "",
+        expires_at: datetime | None = None,
     ) -> Transaction:
-        """Admin: a top-up (external cash -> tenant cash) or a grant (promotions -> tenant grants)."""
+        """Admin: a top-up (external cash -> tenant cash) or a grant (promotions -> tenant grants; with an
+        optional expiry, after which what is left of it goes back: `PlanService.expire_grants`)."""
         require_admin(caller)
         if not 0 < amount_micros <= MAX_CREDIT_MICROS:
             raise Invalid(f"amount must be 1..{MAX_CREDIT_MICROS} micros", field="amount_micros")
+        if expires_at is not None and not grant:
+            raise Invalid("only a grant expires", field="expires_at")
         kind = TxKind.GRANT if grant else TxKind.TOP_UP
         postings = (
             grant_postings(tenant_id, amount_micros) if grant else top_up_postings(tenant_id, amount_micros)
         )
         tx_key = f"credit:{tenant_id}:{key}" if key else f"credit:{tenant_id}:{new_id('crd')}"
-        for attempt in range(APPEND_ATTEMPTS):
+        grant_id = "grt_" + hashlib.sha256(tx_key.encode()).hexdigest()[:20]
+
+        def work() -> Transaction:
             now = self.clock.now()
+            if expires_at is not None and expires_at <= now:
+                raise Invalid("must be in the future", field="expires_at")
             with self.uow() as uow:
                 if uow.tenants.get(tenant_id) is None:
                     raise NotFound(f"no tenant {tenant_id}")
@@ -289,25 +414,25 @@ class BillingService:
                     if existing.postings != normalize(postings) or existing.kind is not kind:
                         raise Conflict("this Idempotency-Key was used with a different credit", field="key")
                     return existing
-                tx = Transaction.chained(
-                    uow.ledger.head_hash(),
+                if grant:
+                    expires_s = None if expires_at is None else to_epoch_s(expires_at)
+                    uow.terms.add_grant(
+                        Grant(grant_id, tenant_id, amount_micros, to_epoch_s(now), expires_s), memo[:200]
+                    )
+                tx = post_once(
+                    uow,
+                    now,
                     key=tx_key,
                     kind=kind,
-                    at_s=to_epoch_s(now),
                     postings=postings,
-                    ref=tenant_id,
+                    ref=grant_id if grant else tenant_id,
                     memo=memo[:200]
                     or (f"grant by {caller.tenant.id}" if grant else f"top-up by {caller.tenant.id}"),
                 )
-                try:
-                    uow.ledger.append(tx, now)
-                    uow.commit()
-                except Conflict:
-                    if attempt == APPEND_ATTEMPTS - 1:
-                        raise
-                    continue
+                uow.commit()
                 return tx
-        raise Conflict("the ledger stayed busy; try again")  # pragma: no cover
+
+        return retrying(work)
 
     def balance(self, caller: Caller, tenant_id: str | None = None) -> Balance:
         target = self._target(caller, tenant_id)
@@ -384,7 +509,9 @@ class BillingService:
             if usage is None:
                 continue
             rentals.append(self._rental_billing(item, usage, nodes, regions))
-        return build_invoice(target, month, rentals, charges, now_s)
+        sla = [sla_credit_line(tx) for tx in transactions if tx.key == sla_key(target, month)]
+        plans = plan_lines(target, str(month), month.start_s, month.end_s, transactions)
+        return build_invoice(target, month, rentals, charges, now_s, sla_credits=sla, plan_lines=plans)
 
     def _rental_billing(
         self, item: BillableRental, usage: RentalUsage, nodes: dict[str, Any], regions: dict[str, Any]

@@ -1,26 +1,60 @@
-"""Contracts (compute futures): sign one if the fleet can honour it, list them, transfer them.
+"""Contracts (compute futures): sign one if the fleet can honour it, list them, transfer them; their money.
 
 Overbooking is refused by the domain's `check_contract`: at every instant of the window, the contracts of a
 (model, region) stay within the fleet's GPUs of that model in that region.
+
+Money (with a price book): signing posts the prepaid price, the reserved list price x GPUs x window hours,
+from the holder's cash into the contract's prepaid account (key `contract:{id}`); the holder's rentals inside
+the count and window then pay 0 marginal price (`suanli.app.pricing`). `recognize` earns the prepaid value
+pro rata over the window into platform revenue (key `contract_earned:{id}:{earned to date}`). A transfer
+first earns what is due, then the buyer pays the seller the remaining value
+(key `transfer:{id}:{seller}:{buyer}:{epoch s}`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 
-from suanli.app.errors import Conflict, Forbidden, Invalid, NotFound
+from suanli.app.errors import Conflict, Forbidden, Invalid, NotFound, PaymentRequired
 from suanli.app.fleet import FleetCache
 from suanli.app.ids import new_id
-from suanli.app.ports import Clock, UnitOfWorkFactory
+from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
+from suanli.app.postings import post_once, retrying
 from suanli.app.records import Caller, ContractRecord
+from suanli.domain.billing.errors import BillingError
+from suanli.domain.billing.ledger import AccountId, TxKind
+from suanli.domain.billing.money import to_epoch_s
+from suanli.domain.billing.plans import (
+    contract_postings,
+    contract_price_micros,
+    recognition_postings,
+    recognized_micros,
+    transfer_postings,
+)
+from suanli.domain.billing.pricebook import PriceBook
 from suanli.domain.catalog import Catalog
 from suanli.domain.contracts import Contract, ContractError, check_contract, fleet_capacity, transfer
 from suanli.domain.errors import CatalogError
+from suanli.domain.request import Tier
 
 
 class ContractService:
-    def __init__(self, uow: UnitOfWorkFactory, clock: Clock, cache: FleetCache, catalog: Catalog) -> None:
+    def __init__(
+        self,
+        uow: UnitOfWorkFactory,
+        clock: Clock,
+        cache: FleetCache,
+        catalog: Catalog,
+        *,
+        price_book: Callable[[UnitOfWork], PriceBook] | None = None,
+        refuses: Callable[[UnitOfWork, str, int, int], bool] | None = None,
+    ) -> None:
+        """`price_book` prices contracts (none: they are free); `refuses(uow, tenant, available, charge)` is
+        the payer's payment terms check."""
         self.uow, self.clock, self.cache, self.catalog = uow, clock, cache, catalog
+        self.price_book, self.refuses = price_book, refuses
 
     def create(
         self,
@@ -46,22 +80,103 @@ class ContractService:
         if ends_at <= now:
             raise Invalid("the window has already ended", field="ends_at")
         record = ContractRecord(new_id("ctr"), holder, model.name, count, region, starts_at, ends_at, now)
-        with self.uow() as uow:
-            if uow.tenants.get(holder) is None:
-                raise NotFound(f"no tenant {holder}", field="tenant_id")
-            _, fleet = self.cache.load(uow)
-            if fleet is None:
-                raise Conflict("no fleet yet: PUT /v1/fleet first", field="gpu_model")
-            if region not in fleet.regions:
-                raise Invalid(f"unknown region {region!r}", field="region")
-            existing = [_domain(c) for c in uow.contracts.list(None)]
-            try:
-                check_contract(_domain(record), existing, fleet_capacity(fleet))
-            except ContractError as error:
-                raise Conflict(str(error), field="count") from None
-            uow.contracts.add(record)
-            uow.commit()
+
+        def work() -> ContractRecord:
+            with self.uow() as uow:
+                signed = self._sign(uow, record)
+                uow.commit()
+                return signed
+
+        return retrying(work)
+
+    def _sign(self, uow: UnitOfWork, record: ContractRecord) -> ContractRecord:
+        holder, region, count, now = record.tenant_id, record.region, record.count, record.created_at
+        if uow.tenants.get(holder) is None:
+            raise NotFound(f"no tenant {holder}", field="tenant_id")
+        _, fleet = self.cache.load(uow)
+        if fleet is None:
+            raise Conflict("no fleet yet: PUT /v1/fleet first", field="gpu_model")
+        if region not in fleet.regions:
+            raise Invalid(f"unknown region {region!r}", field="region")
+        existing = [_domain(c) for c in uow.contracts.list(None)]
+        try:
+            check_contract(_domain(record), existing, fleet_capacity(fleet))
+        except ContractError as error:
+            raise Conflict(str(error), field="count") from None
+        if self.price_book is not None:
+            record = replace(record, price_micros=self._price(uow, record))
+        if record.price_micros:
+            self._charge(uow, holder, record.price_micros, "the contract's prepaid price")
+        uow.contracts.add(record)
+        if record.price_micros:
+            post_once(
+                uow,
+                now,
+                key=f"contract:{record.id}",
+                kind=TxKind.CONTRACT,
+                postings=contract_postings(holder, record.id, record.price_micros),
+                ref=record.id,
+                memo=f"{count} x {record.gpu_model} in {region}, {record.starts_at:%Y-%m-%d %H:%M} to "
+                f"{record.ends_at:%Y-%m-%d %H:%M} UTC, prepaid",
+            )
         return record
+
+    def _price(self, uow: UnitOfWork, record: ContractRecord) -> int:
+        assert self.price_book is not None
+        book = self.price_book(uow)
+        start_s, end_s = to_epoch_s(record.starts_at), to_epoch_s(record.ends_at)
+        try:
+            unit = book.list_price(record.gpu_model, record.region, Tier.RESERVED, start_s)
+        except BillingError as error:
+            raise Invalid(str(error), field="gpu_model") from None
+        return contract_price_micros(unit.price_micros_per_gpu_hour, record.count, start_s, end_s)
+
+    def _charge(self, uow: UnitOfWork, tenant_id: str, amount_micros: int, what: str) -> None:
+        """Refuse (PaymentRequired) when paying `amount_micros` from cash breaks the payer's terms."""
+        if self.refuses is None:
+            return
+        cash = uow.ledger.balances([tenant_id]).get(AccountId.tenant_cash(tenant_id), 0)
+        if self.refuses(uow, tenant_id, cash, amount_micros):
+            raise PaymentRequired(
+                f"{what} is {amount_micros} micros and {tenant_id} has {cash} micros in cash; top up first",
+                field="tenant_id",
+            )
+
+    def recognize(self, now: datetime | None = None) -> int:
+        """Earn every priced contract's value due by `now`; returns the transactions added."""
+        now = now or self.clock.now()
+        with self.uow() as uow:
+            ids = [c.id for c in uow.contracts.list(None) if c.price_micros and c.starts_at < now]
+        return sum(retrying(lambda i=contract_id: self._recognize_one(i, now)) for contract_id in ids)
+
+    def _recognize_one(self, contract_id: str, now: datetime) -> int:
+        with self.uow() as uow:
+            added = self._earn(uow, contract_id, now)
+            uow.commit()
+            return added
+
+    def _earn(self, uow: UnitOfWork, contract_id: str, now: datetime) -> int:
+        record = uow.contracts.get(contract_id)
+        if record is None or not record.price_micros:
+            return 0
+        earned = recognized_micros(
+            record.price_micros, to_epoch_s(record.starts_at), to_epoch_s(record.ends_at), to_epoch_s(now)
+        )
+        account = AccountId.contract_prepaid(record.id)
+        balance = uow.ledger.balances([record.id]).get(account, 0)
+        delta = earned - (record.price_micros - balance)
+        if delta <= 0:
+            return 0
+        post_once(
+            uow,
+            now,
+            key=f"contract_earned:{record.id}:{earned}",
+            kind=TxKind.CONTRACT,
+            postings=recognition_postings(record.id, delta),
+            ref=record.id,
+            memo=f"earned {earned} of {record.price_micros} micros by {now:%Y-%m-%d %H:%M:%S} UTC",
+        )
+        return 1
 
     def list(self, caller: Caller) -> list[ContractRecord]:
         with self.uow() as uow:
@@ -75,21 +190,38 @@ class ContractService:
         return record
 
     def transfer(self, caller: Caller, contract_id: str, to_tenant_id: str) -> ContractRecord:
+        """Hand a contract to another tenant; a priced one: the buyer pays the seller its remaining value."""
         record = self.get(caller, contract_id)
         now = self.clock.now()
-        with self.uow() as uow:
-            if uow.tenants.get(to_tenant_id) is None:
-                raise NotFound(f"no tenant {to_tenant_id}", field="to_tenant_id")
-            try:
-                moved = transfer(_domain(record), to_tenant_id, now.timestamp())
-            except ContractError as error:
-                raise Conflict(str(error), field="to_tenant_id") from None
-            uow.contracts.set_tenant(record.id, moved.tenant)
-            uow.commit()
-        return ContractRecord(
-            record.id, moved.tenant, record.gpu_model, record.count, record.region,
-            record.starts_at, record.ends_at, record.created_at,
-        )  # fmt: skip
+
+        def work() -> ContractRecord:
+            with self.uow() as uow:
+                if uow.tenants.get(to_tenant_id) is None:
+                    raise NotFound(f"no tenant {to_tenant_id}", field="to_tenant_id")
+                try:
+                    moved = transfer(_domain(record), to_tenant_id, now.timestamp())
+                except ContractError as error:
+                    raise Conflict(str(error), field="to_tenant_id") from None
+                if record.price_micros and moved.tenant != record.tenant_id:
+                    self._earn(uow, record.id, now)
+                    account = AccountId.contract_prepaid(record.id)
+                    value = uow.ledger.balances([record.id]).get(account, 0)
+                    if value > 0:
+                        self._charge(uow, moved.tenant, value, "the contract's remaining value")
+                        post_once(
+                            uow,
+                            now,
+                            key=f"transfer:{record.id}:{record.tenant_id}:{moved.tenant}:{to_epoch_s(now)}",
+                            kind=TxKind.TRANSFER,
+                            postings=transfer_postings(moved.tenant, record.tenant_id, value),
+                            ref=record.id,
+                            memo=f"{record.id} from {record.tenant_id} to {moved.tenant}: remaining value",
+                        )
+                uow.contracts.set_tenant(record.id, moved.tenant)
+                uow.commit()
+                return replace(record, tenant_id=moved.tenant)
+
+        return retrying(work)
 
 
 def _domain(record: ContractRecord) -> Contract:

@@ -141,3 +141,39 @@ class BillableRental:
     run_started_at: datetime | None  # the earliest start an agent reported
     run_ended_at: datetime | None  # the latest end an agent reported (a lost node: its last heartbeat)
     ended_at: datetime | None  # the time of its end event (stopped, failed, lost, preempted)
+
+
+@dataclass(frozen=True, slots=True)
+class MeterRental:
+    """What one meter pass reads of a rental still open for billing (`RentalRepo.meter_page`): the fields of
+    `BillableRental` the charge needs, without the spec (read in bulk, 100,000s per pass)."""
+
+    id: str
+    tenant_id: str
+    state: str
+    price_micros_per_hour: int | None
+    quote_micros_per_hour: int | None  # the quote's final price, read only when there is no price
+    placed_at: datetime | None
+    notice_deadline: datetime | None
+    node: str
+    run_started_at: datetime | None
+    run_ended_at: datetime | None
+    ended_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class PriceEntry:
+    """An admin's price book entry, per GPU-hour in micros: a list price (tier on_demand or reserved), an
+    explicit MIG instance price (`mig_profile` set: micros per hour of one instance) or a spot floor (tier
+    spot). `region` "*" is any region. In force from `effective_from` until a later entry of the same key;
+    `effective_from` None (on input only) means now. `id` and `created_at` are set once stored."""
+
+    gpu_model: str
+    region: str
+    tier: str
+    price_micros_per_gpu_hour: int
+    effective_from: datetime | None = None
+    source: str = ""
+    mig_profile: str | None = None
+    id: int | None = None
+    created_at: datetime | None = None

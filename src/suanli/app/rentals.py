@@ -111,7 +111,7 @@ class RentalService:
             new_id("rnt"), tenant_id, "pending", spec, now, None, None, idempotency_key, fingerprint
         )
         if self.billing is not None:
-            rental = replace(rental, quote=self.billing.quote(spec, to_request(rental).shape, now))
+            rental = replace(rental, quote=self.billing.quote(spec, to_request(rental).shape, now, tenant_id))
         created = RentalEvent(now, "created")
         # Insert first: the UNIQUE (tenant, key) decides between concurrent requests with one key, and a
         # repeated key costs a second transaction (the failed insert ends the first) instead of every
@@ -154,19 +154,8 @@ class RentalService:
     def stop(self, caller: Caller, rental_id: str) -> RentalView:
         with self.uow() as uow:
             rental = self._owned(uow, caller, rental_id)
-            if rental.state in ("starting", "running"):  # its agent stops the workload, then reports it
-                uow.rentals.set_state(rental.id, "stopping", expect=(rental.state,), reason=None)
-                uow.rentals.add_event(
-                    rental.id, RentalEvent(self.clock.now(), "stopping", None, "stop requested by API")
-                )
-                uow.commit()
-            elif rental.state not in END_STATES and rental.state not in ("stopping", "preempting"):
-                uow.rentals.set_state(rental.id, "stopped", expect=("pending", *LIVE_STATES), reason=None)
-                uow.rentals.release(rental.id)
-                uow.rentals.add_event(
-                    rental.id, RentalEvent(self.clock.now(), "stopped", None, "stopped by API")
-                )
-                uow.commit()
+            stop_in(uow, rental, self.clock.now(), "by API")
+            uow.commit()
         self.signal()
         return self.get(caller, rental_id)
 
@@ -205,6 +194,18 @@ class RentalService:
         if rental is None or (not caller.is_admin and rental.tenant_id != caller.tenant.id):
             raise NotFound(f"no rental {rental_id}")
         return rental
+
+
+def stop_in(uow: UnitOfWork, rental: Rental, now: datetime, why: str) -> None:
+    """Stop a rental inside a unit of work: a running workload is stopped by its agent (`stopping`), one
+    not started yet is stopped and released at once; ended, stopping or preempting ones are left alone."""
+    if rental.state in ("starting", "running"):
+        uow.rentals.set_state(rental.id, "stopping", expect=(rental.state,), reason=None)
+        uow.rentals.add_event(rental.id, RentalEvent(now, "stopping", None, f"stop requested {why}"))
+    elif rental.state not in END_STATES and rental.state not in ("stopping", "preempting"):
+        uow.rentals.set_state(rental.id, "stopped", expect=("pending", *LIVE_STATES), reason=None)
+        uow.rentals.release(rental.id)
+        uow.rentals.add_event(rental.id, RentalEvent(now, "stopped", None, f"stopped {why}"))
 
 
 def _view(uow: UnitOfWork, rental: Rental) -> RentalView:

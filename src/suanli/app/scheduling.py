@@ -12,9 +12,10 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from typing import Any
 
 from suanli.app.booking import bookings_for
 from suanli.app.errors import BookingConflict
@@ -34,6 +35,11 @@ from suanli.domain.scheduler import order_queue, schedule
 from suanli.domain.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
+# (unit of work, rental, (model, region) of each placed node, pool utilization milli, now) -> its quote
+Pricer = Callable[
+    [UnitOfWork, Rental, Sequence[tuple[GpuModel, str]], Mapping[tuple[str, str], int], datetime],
+    dict[str, Any],
+]
 
 
 @dataclass
@@ -61,6 +67,7 @@ class Scheduler:
         *,
         notice_s: float = DEFAULT_NOTICE_S,
         notice_by_tier_s: Mapping[str, float] | None = None,
+        pricer: Pricer | None = None,
     ) -> None:
         self.uow, self.clock, self.catalog, self.cache = uow, clock, catalog, cache
         self.policy_name, self.seed = policy, seed
@@ -74,6 +81,7 @@ class Scheduler:
         self.preemption = PreemptionConfig(by_tier, notice_s)
         self.cordoned: set[str] = set()
         self._lock = threading.Lock()
+        self.pricer = pricer
 
     def run_cycle(self) -> CycleReport:
         with self._lock:
@@ -250,18 +258,38 @@ class Scheduler:
             return 0
         rows = bookings_for(placement.nodes, self._node, uow.rentals.booked_slots)
         allocation_ids = uow.rentals.book(rental.id, placement.nodes, rows)
-        price = sum(
-            piece.milli * list_price(self._node(a.node)[1], rental.spec.tier) // FULL_MILLI
-            for a in placement.nodes
-            for piece in a.slices
-        )
+        quoted = None
+        if self.pricer is not None:
+            placed = [(self._node(a.node)[1], self._node(a.node)[0].region) for a in placement.nodes]
+            utilization = self._utilization(placed) if Tier.parse(rental.spec.tier) is Tier.SPOT else {}
+            quoted = self.pricer(uow, rental, placed, utilization, now)
+            price = int(quoted["final_micros_per_hour"])
+        else:
+            price = sum(
+                piece.milli * list_price(self._node(a.node)[1], rental.spec.tier) // FULL_MILLI
+                for a in placement.nodes
+                for piece in a.slices
+            )
         nodes = ", ".join(a.node for a in placement.nodes)
-        uow.rentals.set_price(rental.id, price)
+        uow.rentals.set_price(rental.id, price, quoted)
         uow.rentals.add_event(rental.id, RentalEvent(now, "placed", None, f"on {nodes}"))
         uow.rentals.set_placed_at(rental.id, now)
         self.held.update(zip(allocation_ids, placement.nodes, strict=True))
         self.owner.update((i, rental.id) for i in allocation_ids)
         return 1
+
+    def _utilization(self, placed: Sequence[tuple[GpuModel, str]]) -> dict[tuple[str, str], int]:
+        """Busy GPU milli per 1000 of each (model, region) pool the placement uses (spot prices follow it)."""
+        assert self.snapshot is not None
+        pools = {(model.name, region) for model, region in placed}
+        total: Counter[tuple[str, str]] = Counter()
+        free: Counter[tuple[str, str]] = Counter()
+        for state in self.snapshot.nodes:
+            key = (state.node.gpu_model, state.node.region)
+            if key in pools:
+                total[key] += len(state.gpus) * FULL_MILLI
+                free[key] += sum(entry[0] for entry in state.gpus)
+        return {key: (total[key] - free[key]) * 1000 // total[key] for key in pools if total[key]}
 
     def _node(self, name: str) -> tuple[Node, GpuModel]:
         assert self.snapshot is not None

@@ -1,10 +1,12 @@
-"""Billing commands: prices, balance, ledger (list, verify), payouts, invoice, admin credit."""
+"""Billing commands: prices, balance, ledger (list, verify), payouts, invoice, admin credit and prices."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 
 from suanli.cli.output import EXIT_USAGE, emit, errors, logged_in, micros, table
 from suanli.cli.rent_spec import SpecError, money_to_micros
@@ -22,12 +24,15 @@ from suanli.wire.billing_schemas import (
     InvoiceResponse,
     LedgerTransactionResponse,
     PayoutResponse,
+    PriceEntryRequest,
+    PriceEntryResponse,
     PriceResponse,
 )
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of a table.")]
 TenantOption = Annotated[str | None, typer.Option("--tenant", help="Admins: another tenant.")]
 ledger_app = typer.Typer(help="Your ledger: transactions and their verification.", no_args_is_help=True)
+admin_prices_app = typer.Typer(help="The price book (admin key).", no_args_is_help=True)
 
 
 def prices(as_json: JsonFlag = False) -> None:
@@ -165,27 +170,128 @@ def admin_credit(
         bool, typer.Option("--grant", help="A grant (spent before cash) instead of a top-up.")
     ] = False,
     memo: str = "",
+    expires: Annotated[
+        str | None, typer.Option("--expires", help="A grant's expiry, ISO 8601 (UTC if no zone).")
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Top up a tenant's cash (or give it a grant): one balanced ledger transaction."""
+    """Top up a tenant's cash (or give it a grant, optionally expiring): one balanced ledger transaction."""
     try:
         amount_micros = money_to_micros(amount)
     except SpecError as error:
         errors.print(f"[red]{error}[/red]")
         raise typer.Exit(EXIT_USAGE) from None
+    expires_at = None
+    if expires is not None:
+        try:
+            expires_at = datetime.fromisoformat(expires)
+        except ValueError:
+            errors.print(f"[red]error:[/red] --expires: not an ISO 8601 time: {expires!r}")
+            raise typer.Exit(EXIT_USAGE) from None
+        if expires_at.tzinfo is None:
+            expires_at = expires_at.replace(tzinfo=UTC)
+        if not grant:
+            errors.print("[red]error:[/red] --expires: only a grant (--grant) expires")
+            raise typer.Exit(EXIT_USAGE)
     with logged_in() as client:
-        tx = client.credit(tenant_id, amount_micros, grant=grant, memo=memo)
+        tx = client.credit(tenant_id, amount_micros, grant=grant, memo=memo, expires_at=expires_at)
     if as_json:
         typer.echo(tx.model_dump_json(indent=2))
     else:
         typer.echo(f"{tx.kind} of {micros(amount_micros)} to {tenant_id}: {tx.key} ({tx.hash[:16]})")
 
 
+@admin_prices_app.command("set")
+def admin_prices_set(
+    model: Annotated[str, typer.Option("--model", help="A catalogue model or family, e.g. H100.")],
+    tier: Annotated[str, typer.Option("--tier", help="on_demand, reserved, or spot (the spot floor).")],
+    price_micros: Annotated[
+        int,
+        typer.Option("--price-micros", help="Micros per GPU-hour (with --mig-profile: per instance-hour)."),
+    ],
+    region: Annotated[str, typer.Option("--region", help="A fleet region, or * for any.")] = "*",
+    mig_profile: Annotated[
+        str | None, typer.Option("--mig-profile", help="Price one MIG instance explicitly, e.g. 3g.40gb.")
+    ] = None,
+    effective_from: Annotated[
+        str | None,
+        typer.Option("--from", help="When it takes effect, ISO 8601 (UTC if no zone); default now."),
+    ] = None,
+    source: Annotated[str, typer.Option("--source", help="Where the price comes from.")] = "",
+    as_json: JsonFlag = False,
+) -> None:
+    """Add a price book entry, in force from --from (now by default; never in the past)."""
+    try:
+        start = None
+        if effective_from is not None:
+            start = datetime.fromisoformat(effective_from)
+            start = start.replace(tzinfo=UTC) if start.tzinfo is None else start
+        entry = PriceEntryRequest(
+            gpu_model=model,
+            region=region,
+            tier=tier,  # type: ignore[arg-type]
+            mig_profile=mig_profile,
+            price_micros_per_gpu_hour=price_micros,
+            effective_from=start,
+            source=source,
+        )
+    except ValueError as error:
+        errors.print(f"[red]error:[/red] {_option_error(error, effective_from)}")
+        raise typer.Exit(EXIT_USAGE) from None
+    with logged_in() as client:
+        stored = client.set_prices([entry])
+    emit(stored, as_json, _entries_table)
+
+
+def _option_error(error: ValueError, effective_from: str | None) -> str:
+    options = {
+        "gpu_model": "--model",
+        "tier": "--tier",
+        "price_micros_per_gpu_hour": "--price-micros",
+        "region": "--region",
+        "mig_profile": "--mig-profile",
+        "source": "--source",
+    }
+    if isinstance(error, ValidationError):
+        first = error.errors()[0]
+        name = str(first["loc"][0]) if first["loc"] else ""
+        return f"{options.get(name, name)}: {first['msg']}"
+    return f"--from: not an ISO 8601 time: {effective_from!r}"
+
+
+def _entries_table(found: list[PriceEntryResponse]):
+    rows = [
+        (
+            str(e.id),
+            e.gpu_model,
+            e.tier,
+            e.mig_profile or "-",
+            e.region,
+            micros(e.price_micros_per_gpu_hour),
+            e.effective_from.isoformat(),
+            e.source,
+        )
+        for e in found
+    ]
+    columns = ["id", "model", "tier", "MIG", "region", "price", "from", "source"]
+    return table("price entries stored", columns, rows)
+
+
 def _prices_table(found: list[PriceResponse]):
     rows = [
-        (p.gpu_model, p.tier, p.kind, p.region, micros(p.price_micros_per_gpu_hour), p.source) for p in found
+        (
+            p.gpu_model,
+            p.tier,
+            p.kind if p.mig_profile is None else f"{p.kind} {p.mig_profile}",
+            p.region,
+            micros(p.price_micros_per_gpu_hour),
+            str(p.effective_from_s),
+            p.source,
+        )
+        for p in found
     ]
-    return table("prices per GPU-hour", ["model", "tier", "kind", "region", "price", "source"], rows)
+    columns = ["model", "tier", "kind", "region", "price", "from (epoch s)", "source"]
+    return table("prices per GPU-hour", columns, rows)
 
 
 def _balance_table(found: BalanceResponse):

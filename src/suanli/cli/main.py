@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from suanli.cli import agent_commands, billing_commands
+from suanli.cli import agent_commands, billing_commands, plan_commands
 from suanli.cli import platform_commands as platform
 from suanli.cli.fleet_commands import fleet_app
 from suanli.cli.sim_commands import sim_app
@@ -16,6 +16,9 @@ app.add_typer(platform.contracts_app, name="contracts")
 app.add_typer(platform.admin_app, name="admin")
 app.add_typer(billing_commands.ledger_app, name="ledger")
 platform.admin_app.command("credit")(billing_commands.admin_credit)
+platform.admin_app.add_typer(billing_commands.admin_prices_app, name="prices")
+platform.admin_app.command("plan")(plan_commands.admin_plan)
+platform.admin_app.command("terms")(plan_commands.admin_terms)
 for command in (
     platform.server,
     platform.login,
@@ -28,6 +31,10 @@ for command in (
     billing_commands.balance,
     billing_commands.payouts,
     billing_commands.invoice,
+    plan_commands.plans,
+    plan_commands.report_revenue,
+    plan_commands.grants,
+    plan_commands.terms,
     agent_commands.logs,
     agent_commands.agent,
     agent_commands.demo,

@@ -9,6 +9,7 @@ Errors:
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Any, TypeVar
 
 import httpx
@@ -34,7 +35,19 @@ from suanli.wire.billing_schemas import (
     LedgerTransactionResponse,
     LedgerVerifyResponse,
     PayoutResponse,
+    PriceEntryList,
+    PriceEntryRequest,
+    PriceEntryResponse,
     PriceResponse,
+)
+from suanli.wire.plan_schemas import (
+    GrantResponse,
+    PaymentTermsRequest,
+    PaymentTermsResponse,
+    PlanRequest,
+    PlanResponse,
+    RevenueReportRequest,
+    RevenueReportResponse,
 )
 from suanli.wire.schemas import (
     ContractCreateRequest,
@@ -220,6 +233,10 @@ class Client:
     def prices(self) -> list[PriceResponse]:
         return self._call("GET", "/v1/prices", list[PriceResponse])
 
+    def set_prices(self, entries: list[PriceEntryRequest]) -> list[PriceEntryResponse]:
+        """Admin: add price book entries (all or none); returns them as stored."""
+        return self._call("PUT", "/v1/prices", list[PriceEntryResponse], body=PriceEntryList(entries))
+
     def balance(self, tenant_id: str | None = None) -> BalanceResponse:
         params = {"tenant": tenant_id} if tenant_id else None
         return self._call("GET", "/v1/balance", BalanceResponse, params=params)
@@ -232,9 +249,11 @@ class Client:
         grant: bool = False,
         memo: str = "",
         key: str | None = None,
+        expires_at: datetime | None = None,
     ) -> LedgerTransactionResponse:
-        """Admin: top up (or grant) a tenant; the Idempotency-Key makes a retry post nothing twice."""
-        body = CreditRequest(amount_micros=amount_micros, grant=grant, memo=memo)
+        """Admin: top up (or grant, optionally expiring) a tenant; the Idempotency-Key makes a retry post
+        nothing twice."""
+        body = CreditRequest(amount_micros=amount_micros, grant=grant, memo=memo, expires_at=expires_at)
         headers = {"Idempotency-Key": key or str(uuid.uuid4())}
         return self._call(
             "POST",
@@ -244,6 +263,40 @@ class Client:
             headers=headers,
             retry=True,
         )
+
+    def create_plan(self, tenant_id: str, request: PlanRequest) -> PlanResponse:
+        """Admin: put a tenant on a membership (its fee is posted now) or a revenue-share plan."""
+        return self._call("POST", f"/v1/tenants/{tenant_id}/plans", PlanResponse, body=request)
+
+    def plans(self, tenant_id: str | None = None) -> list[PlanResponse]:
+        params = {"tenant": tenant_id} if tenant_id else None
+        return self._call("GET", "/v1/plans", list[PlanResponse], params=params)
+
+    def report_revenue(
+        self, month: str, revenue_micros: int, tenant_id: str | None = None
+    ) -> RevenueReportResponse:
+        """A revenue-share tenant's monthly revenue report (once per month; repeating it posts nothing)."""
+        params = {"tenant": tenant_id} if tenant_id else None
+        body = RevenueReportRequest(month=month, revenue_micros=revenue_micros)
+        return self._call(
+            "POST", "/v1/revenue-reports", RevenueReportResponse, body=body, params=params, retry=True
+        )
+
+    def grants(self, tenant_id: str | None = None) -> list[GrantResponse]:
+        params = {"tenant": tenant_id} if tenant_id else None
+        return self._call("GET", "/v1/grants", list[GrantResponse], params=params)
+
+    def set_payment_terms(
+        self, tenant_id: str, mode: str, credit_limit_micros: int = 0
+    ) -> PaymentTermsResponse:
+        body = PaymentTermsRequest(mode=mode, credit_limit_micros=credit_limit_micros)  # type: ignore[arg-type]
+        return self._call(
+            "PUT", f"/v1/tenants/{tenant_id}/payment-terms", PaymentTermsResponse, body=body, retry=True
+        )
+
+    def payment_terms(self, tenant_id: str | None = None) -> PaymentTermsResponse:
+        params = {"tenant": tenant_id} if tenant_id else None
+        return self._call("GET", "/v1/payment-terms", PaymentTermsResponse, params=params)
 
     def ledger(self, tenant_id: str | None = None) -> list[LedgerTransactionResponse]:
         params = {"tenant": tenant_id} if tenant_id else None

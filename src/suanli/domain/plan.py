@@ -15,6 +15,7 @@ class Reason(StrEnum):
     NODE_TOO_SMALL = "node_too_small"  # no matching node is big enough even when empty
     NO_CAPACITY = "no_capacity"  # matching nodes exist, none has the free capacity now
     GANG_INCOMPLETE = "gang_incomplete"  # some nodes fit, but not enough of them within one region
+    GANG_TOO_LARGE = "gang_too_large"  # no region has enough matching nodes, even all empty: never fits
     QUOTA = "quota"
     SPEND_CAP = "spend_cap"
     CONTRACT_HOLD = "contract_hold"

@@ -45,7 +45,15 @@ from suanli.domain.scheduler import place
 from suanli.domain.snapshot import Snapshot
 
 DEFAULT_HALF_LIFE_S = 7 * 24 * 3600.0
-NEVER_FITS = frozenset({Reason.NO_MATCHING_GPU, Reason.RESIDENCY, Reason.CONSTRAINTS, Reason.NODE_TOO_SMALL})
+NEVER_FITS = frozenset(
+    {
+        Reason.NO_MATCHING_GPU,
+        Reason.RESIDENCY,
+        Reason.CONSTRAINTS,
+        Reason.NODE_TOO_SMALL,
+        Reason.GANG_TOO_LARGE,
+    }
+)
 
 
 class Mode(StrEnum):
@@ -401,8 +409,15 @@ class _Cycle:
         """Place `request` if it fits now; on failure record nothing (the caller gives the reason)."""
         fit_key = _fit_key(request)
         key = (fit_key, cordon)
-        if key in self.failed or (fit_key, False) in self.failed or _gpus(request) > self.free_gpus + 1e-9:
+        if key in self.failed or (fit_key, False) in self.failed:
             return False
+        if _gpus(request) > self.free_gpus + 1e-9:
+            if _gpus(request) <= self.snapshot.gpu_count:
+                return False  # may fit once capacity frees up
+            outcome = place(self.snapshot, request, self.policy)  # bigger than the fleet: says which filter
+            assert not isinstance(outcome, Placement)
+            self.pending.append(outcome)
+            return True  # decided: it never fits, and it does not block anyone
         outcome = place(self.snapshot, request, self.policy)
         if isinstance(outcome, Placement):
             breached = self._hold_breached(request, outcome)

@@ -160,6 +160,9 @@ def place_gang(
                 candidates.extend(Candidate(score, snapshot.nodes[i], option) for i in members)
     need = request.node_count
     if len(candidates) < need:
+        most = _most_nodes_in_a_region(snapshot, class_ids)
+        if most < need:  # even with every node empty: it never fits, and must not block anyone
+            return Pending(request.id, Reason.GANG_TOO_LARGE, _explain(Reason.GANG_TOO_LARGE, request, most))
         reason = Reason.GANG_INCOMPLETE if candidates else Reason.NO_CAPACITY
         return Pending(request.id, reason, _explain(reason, request, len(candidates)))
     for depth in TOPOLOGY_LEVELS:
@@ -177,9 +180,29 @@ def place_gang(
                 best = (rank, path, chosen)
         if best is not None:
             return apply_candidates(snapshot, request, best[2], "/".join(best[1]))
+    most = _most_nodes_in_a_region(snapshot, class_ids)
+    if most < need:
+        return Pending(request.id, Reason.GANG_TOO_LARGE, _explain(Reason.GANG_TOO_LARGE, request, most))
     return Pending(
         request.id, Reason.GANG_INCOMPLETE, _explain(Reason.GANG_INCOMPLETE, request, len(candidates))
     )
+
+
+def _most_nodes_in_a_region(snapshot: Snapshot, class_ids: Sequence[int]) -> int:
+    """The most nodes of these classes in one region, cordoned ones included: a gang's ceiling (static)."""
+    key = ("gang_ceiling", tuple(class_ids))
+    cached = snapshot.nomination_cache.get(key)
+    if cached is not None:
+        return cached
+    wanted = set(class_ids)
+    per_region: dict[str, int] = {}
+    for state in snapshot.nodes:
+        if state.class_id in wanted:
+            region = state.node.topology[0]
+            per_region[region] = per_region.get(region, 0) + 1
+    most = max(per_region.values(), default=0)
+    snapshot.nomination_cache[key] = most
+    return most
 
 
 def best_option(
@@ -238,5 +261,7 @@ def _explain(reason: Reason, request: Request, feasible_nodes: int = 0) -> str:
         f"and {request.memory_mib} MiB",
         Reason.NO_CAPACITY: "matching nodes are busy; waiting for free capacity",
         Reason.GANG_INCOMPLETE: f"{feasible_nodes} nodes fit, {request.node_count} needed in one subtree",
+        Reason.GANG_TOO_LARGE: f"at most {feasible_nodes} matching nodes in one region, even empty; "
+        f"{request.node_count} needed",
     }
     return messages.get(reason, reason.value)

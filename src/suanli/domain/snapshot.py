@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from suanli.domain import mig
 from suanli.domain.capacity import FULL_MILLI, GpuChoice, GpuEntry, NodeClass, NodeKey, empty_entry, mig_entry
@@ -57,7 +58,7 @@ class Snapshot:
         self.state_keys: list[NodeKey] = []
         self.version = 0
         # memo tables for the scheduler: valid for the fleet's lifetime since keys include the node state
-        self.nomination_cache: dict[tuple, tuple[list[int], object]] = {}
+        self.nomination_cache: dict[tuple, Any] = {}  # static per request signature (and gang ceilings)
         self.request_ids: dict[tuple, int] = {}
         # bumped whenever capacity can grow (release, uncordon); a request shape that fit nowhere at one
         # epoch fits nowhere until the next, since assignments only ever take capacity away

@@ -24,6 +24,7 @@ class LeaderLoop:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
         self.runs = 0
 
     def work(self) -> None:
@@ -42,18 +43,25 @@ class LeaderLoop:
                 self._loop.call_soon_threadsafe(self._wake.set)
 
     async def stop(self) -> None:
+        """Cancel the loop and wait for it. The flag and the wake-up also end it when the cancellation is
+        swallowed (Python 3.11's `wait_for` can lose a cancel that races its timeout)."""
+        self._stopping = True
         if self._task is not None:
             self._task.cancel()
+            if self._wake is not None:
+                self._wake.set()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         self._loop = None
 
     async def _run(self) -> None:
         assert self._wake is not None
-        while True:
+        while not self._stopping:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=self.interval_s)
             self._wake.clear()
+            if self._stopping:
+                return
             try:
                 if not await asyncio.to_thread(self.leadership.try_acquire):
                     continue

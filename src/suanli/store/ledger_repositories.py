@@ -2,16 +2,21 @@
 
 There is no update or delete path. `append` writes a transaction and its postings with `postings_sum` (the
 database refuses a sum other than 0) and its `prev_hash` (UNIQUE: a second writer appending after the
-same head is refused, so the chain never forks; the caller retries on a fresh head). Reading returns domain
-`Transaction`s in chain order (`seq`).
+same head is refused, so the chain never forks; the caller retries on a fresh head). `append_many` writes a
+run of transactions chained one on the next (the meter's batch) with two bulk INSERTs: the transactions (their
+`seq`s come back with RETURNING, in order), then all their postings. Reading returns domain `Transaction`s in
+chain order (`seq`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import func, select
+import psycopg
+from sqlalchemy import ColumnElement, Integer, String, any_, bindparam, func, insert, select, text
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -21,6 +26,25 @@ from suanli.domain.billing.meter import PostedCharges
 from suanli.store.rows import LedgerPostingRow, LedgerTransactionRow
 
 _CHARGED = (AccountKind.PROVIDER_PAYABLE.value, AccountKind.PLATFORM_REVENUE.value)
+_TRANSACTIONS = LedgerTransactionRow.__table__
+_POSTINGS = LedgerPostingRow.__table__
+# PostgreSQL: a batch is written with COPY (its seqs taken from the sequence first, in chain order)
+_PG_SEQS = text(
+    "SELECT nextval(pg_get_serial_sequence('ledger_transactions', 'seq')) FROM generate_series(1, :n)"
+)
+_PG_COPY_TRANSACTIONS = (
+    "COPY ledger_transactions (seq, key, kind, at_s, ref, memo, created_at, prev_hash, hash, postings_sum) "
+    "FROM STDIN"
+)
+_PG_COPY_POSTINGS = "COPY ledger_postings (tx_seq, account_kind, owner, amount_micros) FROM STDIN"
+
+
+def one_of(session: Session, column: Any, values: Iterable[str]) -> ColumnElement[bool]:
+    """`column IN values`; on PostgreSQL `column = ANY(array)`: one parameter however many values."""
+    found = sorted(set(values))
+    if session.get_bind().dialect.name == "postgresql":
+        return column == any_(bindparam(None, found, type_=ARRAY(String)))
+    return column.in_(found)
 
 
 class SqlLedger:
@@ -70,6 +94,77 @@ class SqlLedger:
         )
         self.s.flush()
 
+    def append_many(self, txs: Sequence[Transaction], created_at: datetime) -> None:
+        """Append `txs` (each chained on the one before it, the first on the head) in bulk: on PostgreSQL
+        with COPY (seqs taken from the sequence first, increasing in chain order), elsewhere with two
+        executemany INSERTs (the seqs come back with RETURNING, in order)."""
+        if not txs:
+            return
+        if self.s.get_bind().dialect.name == "postgresql":
+            self._copy_pg(txs, created_at)
+            return
+        rows: list[dict[str, Any]] = [
+            {
+                "key": tx.key,
+                "kind": tx.kind.value,
+                "at_s": tx.at_s,
+                "ref": tx.ref,
+                "memo": tx.memo,
+                "created_at": created_at,
+                "prev_hash": tx.prev_hash,
+                "hash": tx.hash,
+                "postings_sum": sum(p.amount_micros for p in tx.postings),
+            }
+            for tx in txs
+        ]
+        statement = insert(_TRANSACTIONS).returning(_TRANSACTIONS.c.seq, sort_by_parameter_order=True)
+        try:
+            seqs = list(self.s.execute(statement, rows).scalars())
+        except IntegrityError as error:
+            raise Duplicate("the ledger refused a transaction (its key or prev_hash is taken)") from error
+        postings = [
+            {
+                "tx_seq": seq,
+                "account_kind": p.account.kind.value,
+                "owner": p.account.owner,
+                "amount_micros": p.amount_micros,
+            }
+            for seq, tx in zip(seqs, txs, strict=True)
+            for p in tx.postings
+        ]
+        if postings:
+            self.s.execute(insert(_POSTINGS), postings)
+
+    def _copy_pg(self, txs: Sequence[Transaction], created_at: datetime) -> None:
+        seqs = sorted(self.s.execute(_PG_SEQS, {"n": len(txs)}).scalars())
+        cursor = self.s.connection().connection.cursor()
+        try:
+            with cursor.copy(_PG_COPY_TRANSACTIONS) as copy:
+                for seq, tx in zip(seqs, txs, strict=True):
+                    total = sum(p.amount_micros for p in tx.postings)
+                    copy.write_row(
+                        (
+                            seq,
+                            tx.key,
+                            tx.kind.value,
+                            tx.at_s,
+                            tx.ref,
+                            tx.memo,
+                            created_at,
+                            tx.prev_hash,
+                            tx.hash,
+                            total,
+                        )
+                    )
+            with cursor.copy(_PG_COPY_POSTINGS) as copy:
+                for seq, tx in zip(seqs, txs, strict=True):
+                    for p in tx.postings:
+                        copy.write_row((seq, p.account.kind.value, p.account.owner, p.amount_micros))
+        except psycopg.errors.IntegrityError as error:
+            raise Duplicate("the ledger refused a transaction (its key or prev_hash is taken)") from error
+        finally:
+            cursor.close()
+
     def transactions(self, owner: str | None = None) -> list[Transaction]:
         """All transactions in chain order, or those with a posting to an account of `owner`."""
         query = select(LedgerTransactionRow).order_by(LedgerTransactionRow.seq)
@@ -86,18 +181,24 @@ class SqlLedger:
                 postings.setdefault(p.tx_seq, []).append(_posting(p))
         return [_transaction(row, postings.get(row.seq, ())) for row in rows]
 
-    def balances(self, owners: Iterable[str] | None = None) -> dict[AccountId, int]:
+    def balances(
+        self, owners: Iterable[str] | None = None, kinds: Collection[AccountKind] | None = None
+    ) -> dict[AccountId, int]:
+        """Balances of every account, or of `owners`' accounts; only accounts of `kinds` when given."""
         query = select(
             LedgerPostingRow.account_kind, LedgerPostingRow.owner, func.sum(LedgerPostingRow.amount_micros)
         ).group_by(LedgerPostingRow.account_kind, LedgerPostingRow.owner)
         if owners is not None:
-            query = query.where(LedgerPostingRow.owner.in_(sorted(set(owners))))
+            query = query.where(one_of(self.s, LedgerPostingRow.owner, owners))
+        if kinds is not None:
+            query = query.where(LedgerPostingRow.account_kind.in_(sorted(k.value for k in kinds)))
         return {
             AccountId(AccountKind(kind), owner): int(total) for kind, owner, total in self.s.execute(query)
         }
 
-    def posted_charges(self) -> dict[str, PostedCharges]:
-        """Per rental (`ref`): micros charged so far and the number of charge transactions."""
+    def posted_charges(self, refs: Iterable[str] | None = None) -> dict[str, PostedCharges]:
+        """Per rental (`ref`): micros charged so far and the number of charge transactions; only `refs`'
+        when given (the meter's batch)."""
         amounts = select(
             LedgerTransactionRow.ref,
             func.sum(LedgerPostingRow.amount_micros),
@@ -106,7 +207,38 @@ class SqlLedger:
         amounts = amounts.where(
             LedgerTransactionRow.kind == TxKind.CHARGE.value, LedgerPostingRow.account_kind.in_(_CHARGED)
         ).group_by(LedgerTransactionRow.ref)
+        if refs is not None and self.s.get_bind().dialect.name == "postgresql":
+            return self._posted_pg(refs)
+        if refs is not None:
+            amounts = amounts.where(one_of(self.s, LedgerTransactionRow.ref, refs))
         return {ref: PostedCharges(int(total), int(count)) for ref, total, count in self.s.execute(amounts)}
+
+    def _posted_pg(self, refs: Iterable[str]) -> dict[str, PostedCharges]:
+        """`posted_charges(refs)` as two single-table index reads (the charges of `refs`, then their charged
+        postings), a plan that stays right on tables just bulk-loaded, before PostgreSQL has statistics."""
+        charges = dict(
+            self.s.execute(
+                select(LedgerTransactionRow.seq, LedgerTransactionRow.ref).where(
+                    one_of(self.s, LedgerTransactionRow.ref, refs),
+                    LedgerTransactionRow.kind == TxKind.CHARGE.value,
+                )
+            ).all()
+        )
+        if not charges:
+            return {}
+        seqs = bindparam(None, sorted(charges), type_=ARRAY(Integer))
+        amounts = self.s.execute(
+            select(LedgerPostingRow.tx_seq, LedgerPostingRow.amount_micros).where(
+                LedgerPostingRow.tx_seq == any_(seqs), LedgerPostingRow.account_kind.in_(_CHARGED)
+            )
+        )
+        totals: dict[str, int] = {}
+        for seq, amount in amounts:
+            totals[charges[seq]] = totals.get(charges[seq], 0) + amount
+        counts: dict[str, int] = {}
+        for ref in charges.values():
+            counts[ref] = counts.get(ref, 0) + 1
+        return {ref: PostedCharges(totals.get(ref, 0), count) for ref, count in counts.items()}
 
     def payables(self, provider: str | None = None) -> list[tuple[str, str, int, int]]:
         """(provider, ref, micros, transactions) of every provider payable posting, per provider and `ref`

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import JSON, case, delete, func, select, type_coerce, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -20,13 +20,17 @@ from suanli.app.records import (
     Booking,
     ContractRecord,
     FleetDocument,
+    MeterRental,
     Rental,
     RentalEvent,
     RentalSpec,
     Tenant,
 )
 from suanli.domain.plan import NodeAllocation, Slice
-from suanli.store.ledger_repositories import SqlLedger
+from suanli.store.ledger_repositories import SqlLedger, one_of
+from suanli.store.outage_repositories import SqlOutages
+from suanli.store.plan_repositories import SqlTerms
+from suanli.store.price_repositories import SqlPrices
 from suanli.store.rows import (
     AllocationRow,
     ApiKeyRow,
@@ -234,12 +238,13 @@ class SqlRentals:
             update(RentalRow).where(RentalRow.id == rental_id).values(spec=_spec_json(rental.spec))
         )
 
-    def set_price(self, rental_id: str, price_micros_per_hour: int) -> None:
-        self.s.execute(
-            update(RentalRow)
-            .where(RentalRow.id == rental_id)
-            .values(price_micros_per_hour=price_micros_per_hour)
-        )
+    def set_price(
+        self, rental_id: str, price_micros_per_hour: int, quote: dict[str, Any] | None = None
+    ) -> None:
+        values: dict[str, Any] = {"price_micros_per_hour": price_micros_per_hour}
+        if quote is not None:
+            values["quote"] = quote
+        self.s.execute(update(RentalRow).where(RentalRow.id == rental_id).values(**values))
 
     def add_event(self, rental_id: str, event: RentalEvent) -> None:
         self.s.add(
@@ -375,44 +380,78 @@ class SqlRentals:
         return [ids[node_allocation.node] for node_allocation in allocation]
 
     def billable(self) -> list[BillableRental]:
-        """Every rental that holds or held an allocation, with its reported run times and end event."""
-        rentals = list(self.s.scalars(select(RentalRow).where(RentalRow.placed_at.is_not(None))))
-        if not rentals:
-            return []
-        ids = [r.id for r in rentals]
-        nodes: dict[str, str] = {}
-        for rental_id, node in self.s.execute(
-            select(AllocationRow.rental_id, AllocationRow.node)
-            .where(AllocationRow.rental_id.in_(ids))
-            .order_by(AllocationRow.id.desc())
-        ):
-            nodes[rental_id] = node  # the earliest allocation's first node wins
-        runs = {
-            rental_id: (started, ended)
-            for rental_id, started, ended in self.s.execute(
-                select(
-                    RentalRunRow.rental_id, func.min(RentalRunRow.started_at), func.max(RentalRunRow.ended_at)
-                )
-                .where(RentalRunRow.rental_id.in_(ids))
-                .group_by(RentalRunRow.rental_id)
-            )
-        }
-        ends = dict(
-            self.s.execute(
-                select(RentalEventRow.rental_id, func.max(RentalEventRow.at))
-                .where(RentalEventRow.rental_id.in_(ids), RentalEventRow.kind.in_(END_STATES))
-                .group_by(RentalEventRow.rental_id)
-            ).all()
+        """Every rental that holds or held an allocation, with its reported run times and end event, in id
+        order, read in one statement (each rental's first node, runs and end event from correlated
+        subqueries on their rental_id indexes)."""
+        rentals = RentalRow.__table__
+        query = (
+            select(*(c for c in rentals.c if c.name != "billing_closed_at"), *_billing_facts())
+            .where(rentals.c.placed_at.is_not(None))
+            .order_by(rentals.c.id)
         )
-        result = []
-        for row in rentals:
-            started, ended = runs.get(row.id, (None, None))
-            result.append(
-                BillableRental(
-                    _rental(row), nodes.get(row.id, ""), _utc(started), _utc(ended), _utc(ends.get(row.id))
-                )
+        return [
+            BillableRental(
+                _rental(cast(RentalRow, row)),
+                row.first_node or "",
+                _utc(row.run_started_at),
+                _utc(row.run_ended_at),
+                _utc(row.end_event_at),
             )
-        return result
+            for row in self.s.execute(query)
+        ]
+
+    def meter_page(
+        self, after: str | None, limit: int, ids: Sequence[str] | None = None
+    ) -> list[MeterRental]:
+        """Up to `limit` rentals still open for billing (placed, not `close_billing`d), in id order after
+        `after`; only `ids` when given. One statement on the partial index `ix_rentals_meter_open` (0006)."""
+        rentals = RentalRow.__table__
+        quote = type_coerce(case((rentals.c.price_micros_per_hour.is_(None), rentals.c.quote)), JSON)
+        query = (
+            select(
+                rentals.c.id,
+                rentals.c.tenant_id,
+                rentals.c.state,
+                rentals.c.price_micros_per_hour,
+                quote.label("quote"),
+                rentals.c.placed_at,
+                rentals.c.notice_deadline,
+                *_billing_facts(),
+            )
+            .where(rentals.c.placed_at.is_not(None), rentals.c.billing_closed_at.is_(None))
+            .order_by(rentals.c.id)
+            .limit(limit)
+        )
+        if after is not None:
+            query = query.where(rentals.c.id > after)
+        if ids is not None:
+            query = query.where(one_of(self.s, rentals.c.id, ids))
+        return [
+            MeterRental(
+                row.id,
+                row.tenant_id,
+                row.state,
+                row.price_micros_per_hour,
+                None if row.quote is None else int(row.quote["final_micros_per_hour"]),
+                row.placed_at,
+                row.notice_deadline,
+                row.first_node or "",
+                _utc(row.run_started_at),
+                _utc(row.run_ended_at),
+                _utc(row.end_event_at),
+            )
+            for row in self.s.execute(query)
+        ]
+
+    def close_billing(self, rental_ids: Sequence[str], at: datetime) -> None:
+        """Mark ended rentals whose final charge is posted: the meter does not read them again."""
+        if rental_ids:
+            self.s.execute(
+                update(RentalRow)
+                .where(one_of(self.s, RentalRow.id, rental_ids), RentalRow.state.in_(END_STATES))
+                .values(billing_closed_at=at)
+                .execution_options(synchronize_session=False)
+            )
 
     def release(self, rental_id: str, nodes: Sequence[str] | None = None) -> None:
         bookings = delete(BookingRow).where(BookingRow.rental_id == rental_id)
@@ -460,6 +499,9 @@ class SqlUnitOfWork:
         self.rentals = SqlRentals(self.session)
         self.contracts = SqlContracts(self.session)
         self.ledger = SqlLedger(self.session)
+        self.terms = SqlTerms(self.session)
+        self.prices = SqlPrices(self.session)
+        self.outages = SqlOutages(self.session)
         return self
 
     def __exit__(
@@ -489,6 +531,32 @@ def _spec_json(spec: RentalSpec) -> dict[str, Any]:
         data[name] = list(data[name])
     data["labels"], data["env"] = dict(spec.labels), dict(spec.env)
     return data
+
+
+def _billing_facts() -> tuple[Any, ...]:
+    """Per rental (correlated with `rentals`): its first node, earliest reported run start, latest reported
+    run end and the time of its end event."""
+    rental_id = RentalRow.__table__.c.id
+    first_node = (  # the earliest allocation's node, on the (rental_id, id) index (0006)
+        select(AllocationRow.node)
+        .where(AllocationRow.rental_id == rental_id)
+        .order_by(AllocationRow.id)
+        .limit(1)
+        .scalar_subquery()
+    )
+    run_started = (
+        select(func.min(RentalRunRow.started_at)).where(RentalRunRow.rental_id == rental_id).scalar_subquery()
+    )
+    run_ended = select(func.max(RentalRunRow.ended_at)).where(RentalRunRow.rental_id == rental_id)
+    ended = select(func.max(RentalEventRow.at)).where(
+        RentalEventRow.rental_id == rental_id, RentalEventRow.kind.in_(END_STATES)
+    )
+    return (
+        first_node.label("first_node"),
+        run_started.label("run_started_at"),
+        run_ended.scalar_subquery().label("run_ended_at"),
+        ended.scalar_subquery().label("end_event_at"),
+    )
 
 
 def _rental(row: RentalRow) -> Rental:

@@ -12,6 +12,7 @@ from sqlalchemy import (
     Boolean,
     CheckConstraint,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -95,6 +96,8 @@ class RentalRow(Base):
     preempted_by: Mapped[str | None] = mapped_column(String(40), nullable=True, index=True)
     notice_deadline: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     quote: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # set by the meter once the rental has ended and its final charge is posted (0006): not metered again
+    billing_closed_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
 
 
 class RentalEventRow(Base):
@@ -195,6 +198,8 @@ class RentalRunRow(Base):
     started_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     ended_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     last_heartbeat_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    energy_j: Mapped[float] = mapped_column(Float, default=0.0)  # measured GPU energy attributed to it
+    measured_s: Mapped[float] = mapped_column(Float, default=0.0)  # the seconds those samples cover
 
 
 class RentalLogRow(Base):
@@ -327,3 +332,14 @@ class PriceEntryRow(Base):
     effective_from: Mapped[datetime] = mapped_column(UtcDateTime())
     source: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+
+
+class RentalRateRow(Base):
+    """A rental's rate from `from_at` on (a spot rental follows its pool's spot price; see migration 0007)."""
+
+    __tablename__ = "rental_rates"
+    __table_args__ = (UniqueConstraint("rental_id", "from_at", name="uq_rental_rates_rental_from"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    rental_id: Mapped[str] = mapped_column(ForeignKey("rentals.id"), index=True)
+    from_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    rate_micros_per_hour: Mapped[int] = mapped_column(BigInteger)

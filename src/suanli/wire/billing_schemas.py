@@ -2,23 +2,58 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, RootModel
 
 from suanli.wire.schemas import TierName, WireModel
 
 
 class PriceResponse(WireModel):
-    """One entry of the price book: a list price (on-demand, reserved) or a spot floor."""
+    """One entry of the price book: a list price (on-demand, reserved), an explicit MIG instance price
+    (`kind` mig, per hour of one instance of `mig_profile`) or a spot floor."""
 
     gpu_model: str
     region: str
     tier: TierName
-    kind: Literal["list", "spot_floor"]
+    kind: Literal["list", "spot_floor", "mig"]
     price_micros_per_gpu_hour: int
     effective_from_s: int
     source: str
+    mig_profile: str | None = None
+
+
+class PriceEntryRequest(WireModel):
+    """Admin: one price book entry. Tier on_demand/reserved: a list price per GPU-hour, or with
+    `mig_profile` the price per hour of one MIG instance; tier spot: the spot floor per GPU-hour."""
+
+    gpu_model: str = Field(min_length=1, max_length=60, description="A catalogue model or family.")
+    region: str = Field(default="*", min_length=1, max_length=100, description="A fleet region or * (any).")
+    tier: TierName
+    mig_profile: str | None = Field(default=None, min_length=1, max_length=20)
+    price_micros_per_gpu_hour: int = Field(ge=0, le=10**15)
+    effective_from: datetime | None = Field(
+        default=None, description="When it takes effect (UTC); now when not given; never in the past."
+    )
+    source: str = Field(default="", max_length=500, description="Where the price comes from.")
+
+
+class PriceEntryList(RootModel[list[PriceEntryRequest]]):
+    """The body of PUT /v1/prices: the entries to add."""
+
+
+class PriceEntryResponse(WireModel):
+    id: int
+    gpu_model: str
+    region: str
+    tier: TierName
+    mig_profile: str | None = None
+    price_micros_per_gpu_hour: int
+    effective_from: datetime
+    effective_from_s: int
+    source: str
+    created_at: datetime
 
 
 class BalanceResponse(WireModel):
@@ -32,6 +67,9 @@ class CreditRequest(WireModel):
     amount_micros: int = Field(gt=0, le=10**15)
     grant: bool = Field(default=False, description="A grant (promotions -> grants) instead of a top-up.")
     memo: str = Field(default="", max_length=200)
+    expires_at: datetime | None = Field(
+        default=None, description="A grant's expiry: what is left of it then goes back to promotions."
+    )
 
 
 class PostingResponse(WireModel):
@@ -98,3 +136,37 @@ class InvoiceResponse(WireModel):
     total_energy_kwh: float
     total_co2_kg: float
     notes: list[str]
+
+
+class OutageResponse(WireModel):
+    """A node out of service over [started_at, ended_at) (open while ended_at is null): SLA evidence."""
+
+    id: int
+    node: str
+    started_at: datetime
+    ended_at: datetime | None = None
+    cause: str = ""
+
+
+class SlaResponse(WireModel):
+    """A tenant's SLA month: availability from the outages that hit its rentals, and the credit it earns."""
+
+    tenant_id: str
+    month: str = Field(description="yyyy-mm, UTC.")
+    ended: bool = Field(description="The month is over; credits are posted only then.")
+    availability_ppm: int = Field(description="Parts per million, floored; 1000000 with no outage.")
+    availability_percent: str = Field(description="The same as a percentage with 4 decimals, truncated.")
+    rental_seconds: int = Field(description="Rental-seconds in the month, down time included.")
+    down_seconds: int = Field(description="Rental-seconds during outages of the nodes the rentals held.")
+    outages: list[OutageResponse] = Field(description="The outages that hit the tenant's rentals (evidence).")
+    affected_micros: int = Field(description="The month's charges of the rentals an outage hit.")
+    credit_bp: int = Field(description="Basis points of affected charges credited (0, 1000, 2500, 10000).")
+    credit_micros: int
+    posted_key: str | None = Field(default=None, description="The ledger key of the posted credit.")
+    posted_micros: int = Field(default=0, description="What the ledger credited (0 until posted).")
+
+
+class SlaPostResponse(WireModel):
+    month: str
+    posted: int = Field(description="Credits newly posted by this call.")
+    tenants: list[SlaResponse] = Field(description="Every tenant an outage hit in the month.")

@@ -172,8 +172,11 @@ class QuoteLine(WireModel):
 
 
 class QuoteResponse(WireModel):
-    """A rental's price breakdown at creation, for the most expensive model its selector allows."""
+    """A rental's price breakdown. At creation (`stage` created): for the most expensive model its selector
+    allows, in any region (`*`). Once placed (`stage` placed): the rate charged, from its nodes' model and
+    region, with the creation quote under `created`."""
 
+    stage: Literal["created", "placed"] = "created"
     model: str
     region: str
     tier: TierName
@@ -182,9 +185,13 @@ class QuoteResponse(WireModel):
     base_micros_per_hour: int
     discounts: list[QuoteLine] = Field(default_factory=list)
     contract_coverage_micros_per_hour: int = 0
+    contract_covered_gpu_milli: int = Field(
+        default=0, description="GPU milli drawn from the tenant's open contracts at 0 marginal price."
+    )
     final_micros_per_hour: int
     minimum_s: int = 60
     source: str = ""
+    created: QuoteResponse | None = None
 
 
 class RentalResponse(WireModel):
@@ -229,3 +236,6 @@ class ContractResponse(WireModel):
     starts_at: datetime
     ends_at: datetime
     created_at: datetime
+    price_micros: int = Field(
+        default=0, description="Prepaid at signing: the reserved list price x GPUs x window hours."
+    )

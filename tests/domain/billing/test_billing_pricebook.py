@@ -130,7 +130,7 @@ def test_spot_rate_stays_between_floor_bid_and_on_demand(
     )
     effective_floor = min(floor, on_demand)
     if bid is not None and bid < effective_floor:
-        with pytest.raises(BillingError, match="below the spot floor"):
+        with pytest.raises(BillingError, match="spot floor"):
             book.spot_rate("H100-SXM-80GB", "r", utilization, bid, 10)
         return
     rate = book.spot_rate("H100-SXM-80GB", "r", utilization, bid, 10)

@@ -35,3 +35,7 @@ class LedgerIntegrityError(BillingError):
     def __init__(self, problems: tuple[str, ...]) -> None:
         self.problems = problems
         super().__init__("; ".join(problems))
+
+
+class BidBelowFloorError(BillingError):
+    """A spot bid below the pool's floor: the rental cannot be served at that bid now."""

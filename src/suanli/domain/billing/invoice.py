@@ -9,7 +9,9 @@ Rules:
 * Money: a line's `amount_micros` is what the ledger charged the rental inside the month: the sum of its
   charge transactions with `at_s` in the month (the meter posts cumulatively, so a charge posted just after
   midnight on the 1st belongs to the new month). The total is the exact integer sum of every line's
-  amount (rental lines, plan lines, SLA credit lines; the last two are empty for now).
+  amount (rental lines, plan lines, SLA credit lines). An SLA credit line is the month's posted credit
+  (key `sla:{tenant}:{yyyy-mm}`) as a negative amount, its description the credit's memo (availability,
+  tier, the outage ids as evidence).
 * Energy (kWh) = power per GPU (W) x GPU fraction x hours x the region's PUE / 1000, where the power is the
   measured average power per GPU from agent telemetry when known, else TDP x `UTILIZATION_ESTIMATE` (0.7).
   CO2 (kg) = kWh x the region's grid intensity (g/kWh) / 1000, computed from the unrounded kWh. Both are
@@ -169,8 +171,12 @@ def build_invoice(
     rentals: Sequence[RentalBilling],
     charges: Mapping[str, Sequence[tuple[int, int]]],
     now_s: int,
+    sla_credits: Sequence[InvoiceLine] = (),
+    plan_lines: Sequence[InvoiceLine] = (),
 ) -> Invoice:
-    """The month's invoice: one line per rental used or charged in the month, ordered by start then id."""
+    """The month's invoice: one line per rental used or charged in the month, ordered by start then id;
+    `plan_lines`: the month's plan charges (`suanli.domain.billing.plans.plan_lines`); `sla_credits`: the
+    month's posted SLA credit lines (negative amounts, `suanli.domain.billing.sla`)."""
     start_s, end_s = month.start_s, month.end_s
     lines = []
     for rental in sorted(rentals, key=lambda r: (r.started_s, r.rental_id)):
@@ -199,7 +205,16 @@ def build_invoice(
         "hours x PUE; CO2 = kWh x grid g/kWh / 1000; both rounded to 3 decimals",
         "amounts: what the ledger charged each rental inside the month (UTC)",
     )
-    return Invoice(tenant_id, month, tuple(lines), notes=notes)
+    if sla_credits:
+        notes = (*notes, "SLA credits: posted after the month for the outages named in each line")
+    return Invoice(
+        tenant_id,
+        month,
+        tuple(lines),
+        plan_lines=tuple(plan_lines),
+        sla_credit_lines=tuple(sla_credits),
+        notes=notes,
+    )
 
 
 CSV_COLUMNS = (

@@ -1,8 +1,9 @@
 """Price book: list prices with effective dates, MIG and share pricing, the spot formula and rental quotes.
 
 Guarantees: every price is integer micros; a lookup returns the entry in force at the instant asked (the
-latest `effective_from_s` not after it) or raises PriceNotFoundError; a spot rate is never below the pool's
-floor, never above the on-demand list price and never above the rental's bid.
+latest `effective_from_s` not after it; an entry for the region first, else one for any region, `*`) or
+raises PriceNotFoundError; a spot rate is never below the pool's floor, never above the on-demand list price
+and never above the rental's bid.
 
 Spot formula, with pool utilization u in milli (0..1000) and the floor capped at the on-demand price:
 
@@ -15,12 +16,13 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from suanli.domain.billing.errors import BillingError, PriceNotFoundError
+from suanli.domain.billing.errors import BidBelowFloorError, BillingError, PriceNotFoundError
 from suanli.domain.billing.money import BASIS_POINTS, bp_of, round_half_up
 from suanli.domain.catalog import GpuModel
 from suanli.domain.request import MILLI_PER_GPU, GpuShare, MigSlice, Shape, Tier, WholeGpus
 
 UTILIZATION_MILLI_MAX = 1000
+ANY_REGION = "*"
 
 
 class _Dated(Protocol):
@@ -125,17 +127,17 @@ class PriceBook:
 
     def list_price(self, model: str, region: str, tier: Tier, at_s: int) -> ListPrice:
         """The list price in force at `at_s`; raises PriceNotFoundError."""
-        found = _in_force(self._list.get((model.casefold(), region, tier), ()), at_s)
+        found = _regional(self._list, lambda r: (model.casefold(), r, tier), region, at_s)
         if found is None:
             raise PriceNotFoundError(f"no {tier.label} list price for {model} in {region} at {at_s}")
         return found
 
     def mig_price(self, model: str, region: str, tier: Tier, profile: str, at_s: int) -> MigPrice | None:
         """The explicit MIG entry in force at `at_s`, or None when the slice-fraction rule applies."""
-        return _in_force(self._mig.get((model.casefold(), region, tier, profile), ()), at_s)
+        return _regional(self._mig, lambda r: (model.casefold(), r, tier, profile), region, at_s)
 
     def spot_floor(self, model: str, region: str, at_s: int) -> SpotFloor:
-        found = _in_force(self._floor.get((model.casefold(), region), ()), at_s)
+        found = _regional(self._floor, lambda r: (model.casefold(), r), region, at_s)
         if found is None:
             raise PriceNotFoundError(f"no spot floor for {model} in {region} at {at_s}")
         return found
@@ -161,7 +163,7 @@ class PriceBook:
             self.list_price(model, region, Tier.ON_DEMAND, at_s).price_micros_per_gpu_hour,
         )
         if bid_micros_per_gpu_hour < floor:
-            raise BillingError(f"bid {bid_micros_per_gpu_hour} is below the spot floor {floor} of {model}")
+            raise BidBelowFloorError(f"bid {bid_micros_per_gpu_hour} is below {model}'s spot floor {floor}")
         return min(price, bid_micros_per_gpu_hour)
 
 
@@ -276,6 +278,16 @@ def _index(entries: Iterable[_E], key: Callable[[_E], Hashable]) -> dict[Hashabl
         if len(set(starts)) != len(starts):
             raise BillingError(f"two prices for {group_key} take effect at the same instant")
     return {k: tuple(v) for k, v in groups.items()}
+
+
+def _regional(
+    index: dict[Hashable, tuple[_E, ...]], key: Callable[[str], Hashable], region: str, at_s: int
+) -> _E | None:
+    """The entry in force for `region`, else the one for any region."""
+    found = _in_force(index.get(key(region), ()), at_s)
+    if found is None and region != ANY_REGION:
+        found = _in_force(index.get(key(ANY_REGION), ()), at_s)
+    return found
 
 
 def _in_force(entries: tuple[_E, ...], at_s: int) -> _E | None:

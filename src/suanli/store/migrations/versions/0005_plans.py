@@ -1,4 +1,4 @@
-"""billing terms: tenant plans, grants with expiry, revenue reports, payment terms, outages, admin price entries, contract price
+"""billing terms: plans, grants with expiry, revenue reports, payment terms, outages, prices, contract price
 
 Revision ID: 0005
 Revises: 0004

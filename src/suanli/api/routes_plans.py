@@ -1,0 +1,126 @@
+"""/v1/tenants/{id}/plans and /v1/plans, /v1/revenue-reports, /v1/grants, payment terms."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Query, status
+
+from suanli.api.deps import CallerDep, ServicesDep
+from suanli.api.errors import ERROR_RESPONSES
+from suanli.api.wiring import Services
+from suanli.app.plans import PlanService, TermsView
+from suanli.domain.billing.plans import Plan
+from suanli.wire.plan_schemas import (
+    GrantResponse,
+    PaymentTermsRequest,
+    PaymentTermsResponse,
+    PlanRequest,
+    PlanResponse,
+    RevenueReportRequest,
+    RevenueReportResponse,
+)
+
+router = APIRouter(prefix="/v1", tags=["plans"], responses=ERROR_RESPONSES)
+TenantQuery = Annotated[str | None, Query(max_length=40, description="Admins: another tenant.")]
+
+
+def _plans(services: Services) -> PlanService:
+    assert services.plans is not None
+    return services.plans
+
+
+def _at(seconds: int) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+def _plan(plan: Plan) -> PlanResponse:
+    return PlanResponse(
+        id=plan.id,
+        tenant_id=plan.tenant,
+        kind=plan.kind.value,
+        discount_bp=plan.discount_bp,
+        fee_micros=plan.fee_micros,
+        revenue_share_bp=plan.revenue_share_bp,
+        starts_at=_at(plan.starts_s),
+        ends_at=_at(plan.ends_s),
+    )
+
+
+def _terms(view: TermsView) -> PaymentTermsResponse:
+    return PaymentTermsResponse(
+        tenant_id=view.tenant_id,
+        mode=view.terms.mode.value,
+        credit_limit_micros=view.terms.credit_limit_micros,
+        floor_micros=view.terms.floor_micros,
+        warned_at=view.warned_at,
+        stops_at=view.stops_at,
+    )
+
+
+@router.post("/tenants/{tenant_id}/plans", status_code=status.HTTP_201_CREATED)
+def create_plan(tenant_id: str, body: PlanRequest, caller: CallerDep, services: ServicesDep) -> PlanResponse:
+    """Admin: a membership (fee posted now, discount on on-demand) or a revenue-share plan."""
+    plan = _plans(services).set_plan(
+        caller,
+        tenant_id,
+        body.kind,
+        discount_bp=body.discount_bp,
+        fee_micros=body.fee_micros,
+        revenue_share_bp=body.revenue_share_bp,
+        starts_at=body.starts_at,
+        ends_at=body.ends_at,
+    )
+    return _plan(plan)
+
+
+@router.get("/plans")
+def list_plans(caller: CallerDep, services: ServicesDep, tenant: TenantQuery = None) -> list[PlanResponse]:
+    return [_plan(p) for p in _plans(services).plans(caller, tenant)]
+
+
+@router.post("/revenue-reports", status_code=status.HTTP_201_CREATED)
+def report_revenue(
+    body: RevenueReportRequest, caller: CallerDep, services: ServicesDep, tenant: TenantQuery = None
+) -> RevenueReportResponse:
+    """A revenue-share tenant reports a month's revenue (once); its share is posted on that month."""
+    share, key = _plans(services).report_revenue(caller, body.month, body.revenue_micros, tenant)
+    return RevenueReportResponse(
+        tenant_id=tenant or caller.tenant.id,
+        month=body.month,
+        revenue_micros=body.revenue_micros,
+        share_micros=share,
+        ledger_key=key,
+    )
+
+
+@router.get("/grants")
+def list_grants(caller: CallerDep, services: ServicesDep, tenant: TenantQuery = None) -> list[GrantResponse]:
+    """The tenant's grants and what is left of each (an expired one: 0)."""
+    return [
+        GrantResponse(
+            id=grant.id,
+            tenant_id=grant.tenant,
+            amount_micros=grant.amount_micros,
+            left_micros=left,
+            granted_at=_at(grant.granted_s),
+            expires_at=None if grant.expires_s is None else _at(grant.expires_s),
+        )
+        for grant, left in _plans(services).grants(caller, tenant)
+    ]
+
+
+@router.put("/tenants/{tenant_id}/payment-terms")
+def set_payment_terms(
+    tenant_id: str, body: PaymentTermsRequest, caller: CallerDep, services: ServicesDep
+) -> PaymentTermsResponse:
+    """Admin: prepaid (floor 0) or postpaid with a credit limit (floor minus the limit)."""
+    return _terms(_plans(services).set_terms(caller, tenant_id, body.mode, body.credit_limit_micros))
+
+
+@router.get("/payment-terms")
+def get_payment_terms(
+    caller: CallerDep, services: ServicesDep, tenant: TenantQuery = None
+) -> PaymentTermsResponse:
+    return _terms(_plans(services).terms(caller, tenant))

@@ -1,0 +1,371 @@
+"""Plans, grants with expiry, revenue reports and payment terms: the use cases around a tenant's money terms.
+
+* Setting a membership posts its fee at once (key `membership:{plan}`); one plan at a time per tenant.
+* A revenue-share tenant reports a month's revenue once; its share is posted as that month's plan line
+  (key `revenue_share:{tenant}:{yyyy-mm}`, ref `{yyyy-mm}`).
+* A grant with an expiry gives back what is left of it at that time (key `grant_expiry:{grant}`).
+* `enforce` (run by the meter loop) warns a tenant below its floor, then stops its running rentals once the
+  grace period has passed; back above the floor, the warning is cleared.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from suanli.app.errors import Conflict, Invalid, NotFound, PaymentRequired
+from suanli.app.ids import new_id
+from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
+from suanli.app.postings import post_once, retrying
+from suanli.app.records import LIVE_STATES, Caller, Rental, RentalEvent
+from suanli.app.tenants import require_admin
+from suanli.domain.billing.errors import BillingError
+from suanli.domain.billing.invoice import InvoiceError, Month
+from suanli.domain.billing.ledger import AccountId, AccountKind, TxKind
+from suanli.domain.billing.money import to_epoch_s
+from suanli.domain.billing.plans import (
+    SECONDS_PER_YEAR,
+    FundsAction,
+    Grant,
+    PaymentMode,
+    PaymentTerms,
+    Plan,
+    PlanKind,
+    expiry_micros,
+    expiry_postings,
+    fee_postings,
+    funds_action,
+    grants_left,
+    overlapping,
+    plan_in_force,
+    revenue_share_micros,
+)
+
+log = logging.getLogger(__name__)
+MAX_MICROS = 10**15
+StopRental = Callable[[UnitOfWork, Rental, datetime, str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class TermsView:
+    """A tenant's payment terms and, when it is below its floor, since when and when it will be stopped."""
+
+    tenant_id: str
+    terms: PaymentTerms
+    warned_at: datetime | None
+    stops_at: datetime | None
+
+
+class PlanService:
+    def __init__(
+        self,
+        uow: UnitOfWorkFactory,
+        clock: Clock,
+        stop_rental: StopRental,
+        *,
+        prepaid: bool = True,
+        grace_s: float = 3600.0,
+    ) -> None:
+        self.uow, self.clock, self.stop_rental = uow, clock, stop_rental
+        self.default_terms = PaymentTerms() if prepaid else PaymentTerms(PaymentMode.POSTPAID, MAX_MICROS)
+        self.grace_s = grace_s
+
+    # --- plans -----------------------------------------------------------------------------------------
+
+    def set_plan(
+        self,
+        caller: Caller,
+        tenant_id: str,
+        kind: str,
+        *,
+        discount_bp: int,
+        fee_micros: int = 0,
+        revenue_share_bp: int = 0,
+        starts_at: datetime | None = None,
+        ends_at: datetime | None = None,
+    ) -> Plan:
+        """Admin: put a tenant on a plan; a membership's fee is posted at once from its cash."""
+        require_admin(caller)
+        try:
+            plan_kind = PlanKind(kind)
+        except ValueError:
+            raise Invalid(f"must be one of {[k.value for k in PlanKind]}", field="kind") from None
+        now = self.clock.now()
+        start = _utc(starts_at) if starts_at is not None else now
+        end = _utc(ends_at) if ends_at is not None else start + timedelta(seconds=SECONDS_PER_YEAR)
+        try:
+            plan = Plan(
+                new_id("pln"),
+                tenant_id,
+                plan_kind,
+                discount_bp,
+                fee_micros,
+                revenue_share_bp,
+                to_epoch_s(start),
+                to_epoch_s(end),
+            )
+        except BillingError as error:
+            raise Invalid(str(error), field=_plan_field(str(error))) from None
+
+        def work() -> Plan:
+            with self.uow() as uow:
+                if uow.tenants.get(tenant_id) is None:
+                    raise NotFound(f"no tenant {tenant_id}", field="tenant_id")
+                clash = overlapping(uow.terms.plans(tenant_id), plan)
+                if clash is not None:
+                    raise Conflict(
+                        f"{tenant_id} is already on {clash.label} over that time", field="starts_at"
+                    )
+                uow.terms.add_plan(plan, now)
+                if plan.fee_micros:
+                    terms, _ = self._terms(uow, tenant_id)
+                    cash = uow.ledger.balances([tenant_id]).get(AccountId.tenant_cash(tenant_id), 0)
+                    if terms.refuses(cash, plan.fee_micros):
+                        raise PaymentRequired(
+                            f"the membership fee is {plan.fee_micros} micros and {tenant_id} has {cash} in "
+                            "cash; top up first",
+                            field="fee_micros",
+                        )
+                    post_once(
+                        uow,
+                        now,
+                        key=f"membership:{plan.id}",
+                        kind=TxKind.MEMBERSHIP,
+                        postings=fee_postings(tenant_id, plan.fee_micros),
+                        ref=plan.id,
+                        memo=f"membership fee, {start:%Y-%m-%d} to {end:%Y-%m-%d}",
+                    )
+                uow.commit()
+                return plan
+
+        return retrying(work)
+
+    def plans(self, caller: Caller, tenant_id: str | None = None) -> list[Plan]:
+        target = _target(caller, tenant_id)
+        with self.uow() as uow:
+            if uow.tenants.get(target) is None:
+                raise NotFound(f"no tenant {target}")
+            return uow.terms.plans(target)
+
+    def plan_at(self, uow: UnitOfWork, tenant_id: str, at: datetime) -> Plan | None:
+        return plan_in_force(uow.terms.plans(tenant_id), to_epoch_s(at))
+
+    def report_revenue(
+        self, caller: Caller, month_text: str, revenue_micros: int, tenant_id: str | None = None
+    ) -> tuple[int, str]:
+        """A revenue-share tenant reports a month's revenue once; returns (share posted, ledger key)."""
+        target = _target(caller, tenant_id)
+        try:
+            month = Month.parse(month_text)
+        except InvoiceError as error:
+            raise Invalid(str(error), field="month") from None
+        if not 0 <= revenue_micros <= MAX_MICROS:
+            raise Invalid(f"must be 0..{MAX_MICROS} micros", field="revenue_micros")
+        now = self.clock.now()
+        if month.start_s > to_epoch_s(now):
+            raise Invalid(f"{month} has not started", field="month")
+        key = f"revenue_share:{target}:{month}"
+
+        def work() -> tuple[int, str]:
+            with self.uow() as uow:
+                plans = [
+                    p
+                    for p in uow.terms.plans(target)
+                    if p.kind is PlanKind.REVENUE_SHARE
+                    and p.starts_s < month.end_s
+                    and month.start_s < p.ends_s
+                ]
+                if not plans:
+                    raise Conflict(f"{target} has no revenue-share plan in {month}", field="month")
+                plan = max(plans, key=lambda p: (p.starts_s, p.id))
+                earlier = uow.terms.revenue_report(target, str(month))
+                share = revenue_share_micros(plan, revenue_micros)
+                if earlier is not None:
+                    if earlier != revenue_micros:
+                        raise Conflict(f"{month} was already reported as {earlier} micros", field="month")
+                    return share, key
+                uow.terms.add_revenue_report(target, str(month), revenue_micros, now)
+                if share:
+                    post_once(
+                        uow,
+                        now,
+                        key=key,
+                        kind=TxKind.REVENUE_SHARE,
+                        postings=fee_postings(target, share),
+                        ref=str(month),
+                        memo=f"{plan.revenue_share_bp / 100:g}% of {revenue_micros} micros reported, {month}",
+                    )
+                uow.commit()
+                return share, key
+
+        return retrying(work)
+
+    # --- grants ------------------------------------------------------------------------------------------
+
+    def expire_grants(self, now: datetime | None = None) -> int:
+        """Post what is left of every grant past its expiry (once each); returns the transactions added."""
+        now = now or self.clock.now()
+        with self.uow() as uow:
+            tenants = uow.terms.expired_grant_tenants(now)
+        return sum(retrying(lambda t=tenant: self._expire_for(t, now)) for tenant in tenants)
+
+    def _expire_for(self, tenant_id: str, now: datetime) -> int:
+        now_s = to_epoch_s(now)
+        with self.uow() as uow:
+            grants = uow.terms.grants(tenant_id)
+            due = [g for g in grants if g.expires_s is not None and g.expires_s <= now_s]
+            pending = [g for g in due if uow.ledger.get(f"grant_expiry:{g.id}") is None]
+            if not pending:
+                return 0
+            account = AccountId.tenant_grants(tenant_id)
+            spends = [
+                (tx.at_s, -posting.amount_micros)
+                for tx in uow.ledger.transactions(tenant_id)
+                if tx.kind is not TxKind.GRANT_EXPIRY
+                for posting in tx.postings
+                if posting.account == account and posting.amount_micros < 0
+            ]
+            balance = uow.ledger.balances([tenant_id]).get(account, 0)
+            added = 0
+            for grant in sorted(pending, key=lambda g: (g.expires_s or 0, g.id)):
+                assert grant.expires_s is not None
+                left = grants_left(grants, spends, grant.expires_s).get(grant.id, 0)
+                amount = expiry_micros(grant, left, balance)
+                if amount == 0:
+                    continue
+                post_once(
+                    uow,
+                    now,
+                    key=f"grant_expiry:{grant.id}",
+                    kind=TxKind.GRANT_EXPIRY,
+                    postings=expiry_postings(tenant_id, amount),
+                    ref=grant.id,
+                    memo=f"grant {grant.id} expired with {amount} of {grant.amount_micros} micros left",
+                )
+                balance -= amount
+                added += 1
+            uow.commit()
+            return added
+
+    def grants(self, caller: Caller, tenant_id: str | None = None) -> list[tuple[Grant, int]]:
+        """The tenant's grants with what is left of each now."""
+        target = _target(caller, tenant_id)
+        now_s = to_epoch_s(self.clock.now())
+        with self.uow() as uow:
+            grants = uow.terms.grants(target)
+            account = AccountId.tenant_grants(target)
+            spends = [
+                (tx.at_s, -p.amount_micros)
+                for tx in uow.ledger.transactions(target)
+                if tx.kind is not TxKind.GRANT_EXPIRY
+                for p in tx.postings
+                if p.account == account and p.amount_micros < 0
+            ]
+        left = grants_left(grants, spends, now_s)
+        return [
+            (g, 0 if g.expires_s is not None and g.expires_s <= now_s else left.get(g.id, 0)) for g in grants
+        ]
+
+    # --- payment terms -----------------------------------------------------------------------------------
+
+    def set_terms(self, caller: Caller, tenant_id: str, mode: str, credit_limit_micros: int) -> TermsView:
+        require_admin(caller)
+        try:
+            terms = PaymentTerms(PaymentMode(mode), credit_limit_micros)
+        except ValueError:
+            raise Invalid("must be prepaid or postpaid", field="mode") from None
+        except BillingError as error:
+            raise Invalid(str(error), field="credit_limit_micros") from None
+        if credit_limit_micros > MAX_MICROS:
+            raise Invalid(f"must be at most {MAX_MICROS}", field="credit_limit_micros")
+        with self.uow() as uow:
+            if uow.tenants.get(tenant_id) is None:
+                raise NotFound(f"no tenant {tenant_id}", field="tenant_id")
+            uow.terms.set_payment_terms(tenant_id, terms, self.clock.now())
+            uow.commit()
+        return self.terms(caller, tenant_id)
+
+    def terms(self, caller: Caller, tenant_id: str | None = None) -> TermsView:
+        target = _target(caller, tenant_id)
+        with self.uow() as uow:
+            if uow.tenants.get(target) is None:
+                raise NotFound(f"no tenant {target}")
+            terms, warned = self._terms(uow, target)
+        stops = None if warned is None else warned + timedelta(seconds=self.grace_s)
+        return TermsView(target, terms, warned, stops)
+
+    def _terms(self, uow: UnitOfWork, tenant_id: str) -> tuple[PaymentTerms, datetime | None]:
+        found = uow.terms.payment_terms(tenant_id)
+        return found if found is not None else (self.default_terms, None)
+
+    def refuses(self, uow: UnitOfWork, tenant_id: str, available_micros: int, charge_micros: int) -> bool:
+        terms, _ = self._terms(uow, tenant_id)
+        return terms.refuses(available_micros, charge_micros)
+
+    def floor(self, uow: UnitOfWork, tenant_id: str) -> int:
+        return self._terms(uow, tenant_id)[0].floor_micros
+
+    def enforce(self, now: datetime | None = None) -> dict[str, FundsAction]:
+        """Warn tenants below their floor and stop the running rentals of those past the grace period."""
+        now = now or self.clock.now()
+        now_s = to_epoch_s(now)
+        actions: dict[str, FundsAction] = {}
+        with self.uow() as uow:
+            live = [r for r in uow.rentals.by_ids(sorted(uow.rentals.live_ids())) if r.state in LIVE_STATES]
+            by_tenant: dict[str, list[Rental]] = {}
+            for rental in live:
+                by_tenant.setdefault(rental.tenant_id, []).append(rental)
+            for tenant_id in uow.terms.warned_tenants():  # to clear a warning once credit arrives
+                by_tenant.setdefault(tenant_id, [])
+            balances = uow.ledger.balances(by_tenant)
+            for tenant_id, rentals in sorted(by_tenant.items()):
+                terms, warned = self._terms(uow, tenant_id)
+                available = balances.get(AccountId.tenant_cash(tenant_id), 0) + balances.get(
+                    AccountId(AccountKind.TENANT_GRANTS, tenant_id), 0
+                )
+                action = funds_action(
+                    terms, available, None if warned is None else to_epoch_s(warned), now_s, int(self.grace_s)
+                )
+                actions[tenant_id] = action
+                if action is FundsAction.OK and warned is not None:
+                    uow.terms.set_warned(tenant_id, None, now, terms)
+                elif action is FundsAction.WARN and rentals:
+                    uow.terms.set_warned(tenant_id, now, now, terms)
+                    message = (
+                        f"balance {available} micros is below the floor {terms.floor_micros}; running "
+                        f"rentals stop in {self.grace_s:g} s unless credit arrives"
+                    )
+                    for rental in rentals:
+                        uow.rentals.add_event(
+                            rental.id, RentalEvent(now, "low_balance", "low_balance", message)
+                        )
+                elif action is FundsAction.STOP and rentals:
+                    for rental in rentals:
+                        if rental.state not in ("stopping", "preempting"):
+                            self.stop_rental(
+                                uow, rental, now, "stopped: balance below the floor after the grace"
+                            )
+                    log.warning("stopped %d rentals of %s: balance %d", len(rentals), tenant_id, available)
+            uow.commit()
+        return actions
+
+
+def _target(caller: Caller, tenant_id: str | None) -> str:
+    if tenant_id is None or tenant_id == caller.tenant.id:
+        return caller.tenant.id
+    if not caller.is_admin:
+        raise NotFound(f"no tenant {tenant_id}")
+    return tenant_id
+
+
+def _plan_field(message: str) -> str:
+    for name in ("discount_bp", "revenue_share", "fee_micros", "ends_s"):
+        if name in message:
+            return {"revenue_share": "revenue_share_bp", "ends_s": "ends_at"}.get(name, name)
+    return "kind"
+
+
+def _utc(moment: datetime) -> datetime:
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)

@@ -1,0 +1,187 @@
+"""Plan commands: plans, revenue reports, grants and payment terms (admins set them; tenants read theirs)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated
+
+import typer
+from pydantic import ValidationError
+
+from suanli.cli.output import EXIT_USAGE, emit, errors, logged_in, micros, table
+from suanli.cli.rent_spec import SpecError, money_to_micros
+from suanli.wire.plan_schemas import (
+    GrantResponse,
+    PaymentTermsResponse,
+    PlanRequest,
+    PlanResponse,
+    RevenueReportResponse,
+)
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of a table.")]
+TenantOption = Annotated[str | None, typer.Option("--tenant", help="Admins: another tenant.")]
+
+
+def _usage(message: str) -> typer.Exit:
+    errors.print(f"[red]error:[/red] {message}")
+    return typer.Exit(EXIT_USAGE)
+
+
+def _money(text: str, option: str) -> int:
+    try:
+        return money_to_micros(text)
+    except SpecError as error:
+        raise _usage(f"{option}: {error}") from None
+
+
+def _moment(text: str | None, option: str) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise _usage(f"{option}: not an ISO 8601 time: {text!r}") from None
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
+
+
+def _bp(percent: float, option: str) -> int:
+    if not 0 <= percent <= 100:
+        raise _usage(f"{option}: a percent from 0 to 100, got {percent:g}")
+    return round(percent * 100)
+
+
+def admin_plan(
+    tenant_id: str,
+    kind: Annotated[str, typer.Option("--kind", help="membership or revenue_share.")],
+    discount_pct: Annotated[
+        float, typer.Option("--discount-pct", help="Off on-demand (membership) or on-demand and reserved.")
+    ] = 0.0,
+    fee: Annotated[str, typer.Option("--fee", help="A membership's annual fee, currency units.")] = "0",
+    share_pct: Annotated[
+        float, typer.Option("--share-pct", help="Revenue share: percent of reported monthly revenue.")
+    ] = 0.0,
+    starts: Annotated[str | None, typer.Option("--starts", help="ISO 8601; default now.")] = None,
+    ends: Annotated[
+        str | None, typer.Option("--ends", help="ISO 8601; default a year after the start.")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Put a tenant on a plan (admin key); a membership's fee is posted at once."""
+    try:
+        request = PlanRequest(
+            kind=kind,  # type: ignore[arg-type]
+            discount_bp=_bp(discount_pct, "--discount-pct"),
+            fee_micros=_money(fee, "--fee"),
+            revenue_share_bp=_bp(share_pct, "--share-pct"),
+            starts_at=_moment(starts, "--starts"),
+            ends_at=_moment(ends, "--ends"),
+        )
+    except ValidationError as error:
+        first = error.errors()[0]
+        raise _usage(f"--{str(first['loc'][0]).replace('_', '-')}: {first['msg']}") from None
+    with logged_in() as client:
+        plan = client.create_plan(tenant_id, request)
+    emit([plan], as_json, _plans_table)
+
+
+def plans(tenant: TenantOption = None, as_json: JsonFlag = False) -> None:
+    """Your plans (memberships, revenue shares), past and current."""
+    with logged_in() as client:
+        found = client.plans(tenant)
+    emit(found, as_json, _plans_table)
+
+
+def report_revenue(
+    month: Annotated[str, typer.Argument(help="yyyy-mm")],
+    revenue: Annotated[str, typer.Argument(help="The month's revenue, currency units.")],
+    tenant: TenantOption = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Report a month's revenue (revenue-share plans); the share is posted on that month's invoice."""
+    amount = _money(revenue, "REVENUE")
+    with logged_in() as client:
+        found = client.report_revenue(month, amount, tenant)
+    emit(found, as_json, _report_table)
+
+
+def grants(tenant: TenantOption = None, as_json: JsonFlag = False) -> None:
+    """Your grants and what is left of each (spent before cash, the soonest to expire first)."""
+    with logged_in() as client:
+        found = client.grants(tenant)
+    emit(found, as_json, _grants_table)
+
+
+def admin_terms(
+    tenant_id: str,
+    mode: Annotated[str, typer.Option("--mode", help="prepaid or postpaid.")],
+    credit_limit: Annotated[
+        str, typer.Option("--credit-limit", help="Postpaid: how far below 0 it may go, currency units.")
+    ] = "0",
+    as_json: JsonFlag = False,
+) -> None:
+    """Set how a tenant pays (admin key)."""
+    if mode not in ("prepaid", "postpaid"):
+        raise _usage(f"--mode: prepaid or postpaid, got {mode!r}")
+    limit = _money(credit_limit, "--credit-limit")
+    with logged_in() as client:
+        found = client.set_payment_terms(tenant_id, mode, limit)
+    emit(found, as_json, _terms_table)
+
+
+def terms(tenant: TenantOption = None, as_json: JsonFlag = False) -> None:
+    """How you pay, and when running rentals stop if the balance stays below the floor."""
+    with logged_in() as client:
+        found = client.payment_terms(tenant)
+    emit(found, as_json, _terms_table)
+
+
+def _plans_table(found: list[PlanResponse]):
+    rows = [
+        (
+            p.id,
+            p.tenant_id,
+            p.kind,
+            f"{p.discount_bp / 100:g}%",
+            micros(p.fee_micros),
+            f"{p.revenue_share_bp / 100:g}%",
+            f"{p.starts_at:%Y-%m-%d}",
+            f"{p.ends_at:%Y-%m-%d}",
+        )
+        for p in found
+    ]
+    return table("plans", ["id", "tenant", "kind", "discount", "fee", "share", "from", "until"], rows)
+
+
+def _report_table(found: RevenueReportResponse):
+    rows = [(found.tenant_id, found.month, micros(found.revenue_micros), micros(found.share_micros))]
+    return table("revenue report", ["tenant", "month", "revenue", "share posted"], rows)
+
+
+def _grants_table(found: list[GrantResponse]):
+    rows = [
+        (
+            g.id,
+            micros(g.amount_micros),
+            micros(g.left_micros),
+            f"{g.granted_at:%Y-%m-%d %H:%M}",
+            "" if g.expires_at is None else f"{g.expires_at:%Y-%m-%d %H:%M}",
+        )
+        for g in found
+    ]
+    return table("grants", ["id", "granted", "left", "on", "expires"], rows)
+
+
+def _terms_table(found: PaymentTermsResponse):
+    rows = [
+        (
+            found.tenant_id,
+            found.mode,
+            micros(found.credit_limit_micros),
+            micros(found.floor_micros),
+            "" if found.warned_at is None else f"{found.warned_at:%Y-%m-%d %H:%M:%S}",
+            "" if found.stops_at is None else f"{found.stops_at:%Y-%m-%d %H:%M:%S}",
+        )
+    ]
+    return table(
+        "payment terms", ["tenant", "mode", "credit limit", "floor", "below floor since", "stops at"], rows
+    )

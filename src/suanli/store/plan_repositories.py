@@ -1,0 +1,147 @@
+"""Billing terms storage: plans, grants (their money is in the ledger), revenue reports, payment terms."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from suanli.domain.billing.plans import Grant, PaymentMode, PaymentTerms, Plan, PlanKind
+from suanli.store.rows import GrantRow, PaymentTermsRow, RevenueReportRow, TenantPlanRow
+
+
+def _s(moment: datetime) -> int:
+    return int(moment.timestamp())
+
+
+def _at(seconds: int) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+class SqlTerms:
+    def __init__(self, session: Session) -> None:
+        self.s = session
+
+    # plans
+    def add_plan(self, plan: Plan, created_at: datetime) -> None:
+        self.s.add(
+            TenantPlanRow(
+                id=plan.id,
+                tenant_id=plan.tenant,
+                kind=plan.kind.value,
+                discount_bp=plan.discount_bp,
+                fee_micros=plan.fee_micros,
+                revenue_share_bp=plan.revenue_share_bp,
+                starts_at=_at(plan.starts_s),
+                ends_at=_at(plan.ends_s),
+                created_at=created_at,
+            )
+        )
+        self.s.flush()
+
+    def plans(self, tenant_id: str) -> list[Plan]:
+        rows = self.s.scalars(
+            select(TenantPlanRow)
+            .where(TenantPlanRow.tenant_id == tenant_id)
+            .order_by(TenantPlanRow.starts_at, TenantPlanRow.id)
+        )
+        return [
+            Plan(
+                r.id,
+                r.tenant_id,
+                PlanKind(r.kind),
+                r.discount_bp,
+                r.fee_micros,
+                r.revenue_share_bp,
+                _s(r.starts_at),
+                _s(r.ends_at),
+            )
+            for r in rows
+        ]
+
+    # grants
+    def add_grant(self, grant: Grant, memo: str) -> None:
+        self.s.add(
+            GrantRow(
+                id=grant.id,
+                tenant_id=grant.tenant,
+                amount_micros=grant.amount_micros,
+                granted_at=_at(grant.granted_s),
+                expires_at=None if grant.expires_s is None else _at(grant.expires_s),
+                memo=memo,
+            )
+        )
+        self.s.flush()
+
+    def grants(self, tenant_id: str | None = None) -> list[Grant]:
+        query = select(GrantRow).order_by(GrantRow.granted_at, GrantRow.id)
+        if tenant_id is not None:
+            query = query.where(GrantRow.tenant_id == tenant_id)
+        return [
+            Grant(
+                r.id,
+                r.tenant_id,
+                r.amount_micros,
+                _s(r.granted_at),
+                None if r.expires_at is None else _s(r.expires_at),
+            )
+            for r in self.s.scalars(query)
+        ]
+
+    def expired_grant_tenants(self, now: datetime) -> list[str]:
+        """Tenants with a grant whose expiry has passed (the caller posts what is not posted yet)."""
+        query = select(GrantRow.tenant_id).where(GrantRow.expires_at <= now).distinct()
+        return sorted(self.s.scalars(query))
+
+    # revenue reports
+    def revenue_report(self, tenant_id: str, month: str) -> int | None:
+        row = self.s.get(RevenueReportRow, (tenant_id, month))
+        return None if row is None else row.revenue_micros
+
+    def add_revenue_report(self, tenant_id: str, month: str, revenue_micros: int, at: datetime) -> None:
+        self.s.add(
+            RevenueReportRow(tenant_id=tenant_id, month=month, revenue_micros=revenue_micros, reported_at=at)
+        )
+        self.s.flush()
+
+    # payment terms
+    def payment_terms(self, tenant_id: str) -> tuple[PaymentTerms, datetime | None] | None:
+        row = self.s.get(PaymentTermsRow, tenant_id)
+        if row is None:
+            return None
+        return PaymentTerms(PaymentMode(row.mode), row.credit_limit_micros), row.warned_at
+
+    def set_payment_terms(self, tenant_id: str, terms: PaymentTerms, now: datetime) -> None:
+        row = self.s.get(PaymentTermsRow, tenant_id)
+        if row is None:
+            self.s.add(
+                PaymentTermsRow(
+                    tenant_id=tenant_id,
+                    mode=terms.mode.value,
+                    credit_limit_micros=terms.credit_limit_micros,
+                    warned_at=None,
+                    updated_at=now,
+                )
+            )
+        else:
+            row.mode, row.credit_limit_micros, row.updated_at = (
+                terms.mode.value,
+                terms.credit_limit_micros,
+                now,
+            )
+        self.s.flush()
+
+    def warned_tenants(self) -> list[str]:
+        query = select(PaymentTermsRow.tenant_id).where(PaymentTermsRow.warned_at.is_not(None))
+        return sorted(self.s.scalars(query))
+
+    def set_warned(
+        self, tenant_id: str, warned_at: datetime | None, now: datetime, default: PaymentTerms
+    ) -> None:
+        """Record (or clear) the start of a tenant's grace period; tenants without terms get `default`."""
+        if self.s.get(PaymentTermsRow, tenant_id) is None:
+            self.set_payment_terms(tenant_id, default, now)
+        self.s.execute(
+            update(PaymentTermsRow).where(PaymentTermsRow.tenant_id == tenant_id).values(warned_at=warned_at)
+        )

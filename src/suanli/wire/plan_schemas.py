@@ -1,0 +1,74 @@
+"""Request and response bodies of plans, revenue reports, grants and payment terms."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import Field
+
+from suanli.wire.schemas import WireModel
+
+MAX_MICROS = 10**15
+
+
+class PlanRequest(WireModel):
+    """Admin: put a tenant on a plan. A membership's fee is posted from its cash when the plan is made."""
+
+    kind: Literal["membership", "revenue_share"]
+    discount_bp: int = Field(
+        default=0, ge=0, le=10_000, description="Off on-demand (membership) or on-demand and reserved prices."
+    )
+    fee_micros: int = Field(default=0, ge=0, le=MAX_MICROS, description="A membership's annual fee.")
+    revenue_share_bp: int = Field(
+        default=0, ge=0, le=10_000, description="Revenue share: the part of reported revenue owed."
+    )
+    starts_at: datetime | None = Field(default=None, description="Now when not given.")
+    ends_at: datetime | None = Field(default=None, description="A year after the start when not given.")
+
+
+class PlanResponse(WireModel):
+    id: str
+    tenant_id: str
+    kind: str
+    discount_bp: int
+    fee_micros: int
+    revenue_share_bp: int
+    starts_at: datetime
+    ends_at: datetime
+
+
+class RevenueReportRequest(WireModel):
+    month: str = Field(pattern=r"^\d{4}-\d{2}$", description="yyyy-mm (UTC)")
+    revenue_micros: int = Field(ge=0, le=MAX_MICROS)
+
+
+class RevenueReportResponse(WireModel):
+    tenant_id: str
+    month: str
+    revenue_micros: int
+    share_micros: int
+    ledger_key: str
+
+
+class GrantResponse(WireModel):
+    id: str
+    tenant_id: str
+    amount_micros: int
+    left_micros: int
+    granted_at: datetime
+    expires_at: datetime | None
+
+
+class PaymentTermsRequest(WireModel):
+    mode: Literal["prepaid", "postpaid"]
+    credit_limit_micros: int = Field(default=0, ge=0, le=MAX_MICROS, description="Postpaid only.")
+
+
+class PaymentTermsResponse(WireModel):
+    tenant_id: str
+    mode: str
+    credit_limit_micros: int
+    floor_micros: int
+    warned_at: datetime | None = Field(description="When the balance went below the floor (None: it is not).")
+    stops_at: datetime | None = Field(description="When running rentals stop unless credit arrives.")

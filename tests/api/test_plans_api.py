@@ -1,0 +1,310 @@
+"""Plans, grants with expiry, payment terms and compute-futures money through the real app (SQLite and
+PostgreSQL): a membership's fee and discount, a revenue share's report, a grant expiring, a postpaid credit
+limit, a prepaid tenant warned then stopped, and a contract's prepaid price, 0-price usage and transfer."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from fastapi.testclient import TestClient
+from typer.testing import CliRunner
+
+from conftest import ADMIN, ADMIN_KEY, app_client, wait_for
+from suanli.cli import billing_commands, plan_commands
+from suanli.cli.main import app
+from suanli.cli.output import api_errors
+from suanli.client import Client
+from suanli.domain.billing.money import bp_of, charge_micros
+
+H100 = {"gpu_model": "H100", "gpus": 1}
+H100_ON_DEMAND = 2_990_000
+
+
+@pytest.fixture
+def client(database_url: str) -> Iterator[TestClient]:
+    with app_client(database_url, meter_interval_s=3600, prepaid=True, low_balance_grace_s=0) as test_client:
+        test_client.app.state.services.meter.after = ()  # the tests run expiry, revenue and enforcement
+        yield test_client
+
+
+def _credit(client: TestClient, tenant_id: str, amount: int, **extra) -> dict:
+    response = client.post(
+        f"/v1/tenants/{tenant_id}/credit", json={"amount_micros": amount, **extra}, headers=ADMIN
+    )
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def _balance(client: TestClient, headers: dict[str, str]) -> dict:
+    return client.get("/v1/balance", headers=headers).json()
+
+
+def _ledger(client: TestClient, tenant_id: str) -> list[dict]:
+    return client.get(f"/v1/ledger?tenant={tenant_id}", headers=ADMIN).json()
+
+
+def test_a_membership_posts_its_fee_and_discounts_on_demand_rentals(client, tenant) -> None:
+    tenant_id, headers = tenant("member")
+    refused = client.post(
+        f"/v1/tenants/{tenant_id}/plans",
+        json={"kind": "membership", "discount_bp": 1000, "fee_micros": 120_000_000},
+        headers=ADMIN,
+    )
+    assert refused.status_code == 402 and refused.json()["error"]["field"] == "fee_micros"
+    assert client.get("/v1/plans", headers=headers).json() == []  # nothing half-made
+
+    _credit(client, tenant_id, 200_000_000)
+    made = client.post(
+        f"/v1/tenants/{tenant_id}/plans",
+        json={"kind": "membership", "discount_bp": 1000, "fee_micros": 120_000_000},
+        headers=ADMIN,
+    )
+    assert made.status_code == 201, made.text
+    plan = made.json()
+    assert plan["kind"] == "membership" and plan["ends_at"] > plan["starts_at"]
+    assert _balance(client, headers)["cash_micros"] == 80_000_000
+    fees = [tx for tx in _ledger(client, tenant_id) if tx["kind"] == "membership"]
+    assert len(fees) == 1 and fees[0]["ref"] == plan["id"]
+
+    clash = client.post(
+        f"/v1/tenants/{tenant_id}/plans",
+        json={"kind": "revenue_share", "revenue_share_bp": 500},
+        headers=ADMIN,
+    )
+    assert clash.status_code == 409 and clash.json()["error"]["field"] == "starts_at"
+    not_admin = client.post(f"/v1/tenants/{tenant_id}/plans", json={"kind": "membership"}, headers=headers)
+    assert not_admin.status_code == 403
+
+    rental = client.post("/v1/rentals", json=H100, headers=headers).json()
+    quote = rental["quote"]
+    assert quote["base_micros_per_hour"] == H100_ON_DEMAND
+    assert quote["discounts"] == [{"label": f"membership {plan['id']}", "micros_per_hour": 299_000}]
+    assert quote["final_micros_per_hour"] == H100_ON_DEMAND - 299_000
+    placed = wait_for(client, rental["id"], headers, "placed")
+    assert placed["price_micros_per_hour"] == H100_ON_DEMAND - 299_000
+    assert placed["quote"]["stage"] == "placed" and placed["quote"]["region"] == "cn-north"
+    assert placed["quote"]["created"]["stage"] == "created"
+
+    spot = client.post(
+        "/v1/rentals", json={**H100, "tier": "spot", "bid_micros_per_gpu_hour": 3_000_000}, headers=headers
+    ).json()
+    assert spot["quote"]["discounts"] == []  # a membership discounts on-demand only
+
+
+def test_a_revenue_share_tenant_reports_a_month_once(client, tenant) -> None:
+    tenant_id, headers = tenant("startup")
+    _credit(client, tenant_id, 10_000_000)
+    month = datetime.now(UTC).strftime("%Y-%m")
+    none_yet = client.post(
+        "/v1/revenue-reports", json={"month": month, "revenue_micros": 1_000_000}, headers=headers
+    )
+    assert none_yet.status_code == 409 and none_yet.json()["error"]["field"] == "month"
+    start = datetime.now(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    made = client.post(
+        f"/v1/tenants/{tenant_id}/plans",
+        json={
+            "kind": "revenue_share",
+            "discount_bp": 3000,
+            "revenue_share_bp": 500,
+            "starts_at": start.isoformat(),
+        },
+        headers=ADMIN,
+    )
+    assert made.status_code == 201, made.text
+    reserved = client.post("/v1/rentals", json={**H100, "tier": "reserved"}, headers=headers).json()
+    assert reserved["quote"]["discounts"][0]["micros_per_hour"] == bp_of(
+        reserved["quote"]["base_micros_per_hour"], 3000
+    )
+
+    report = {"month": month, "revenue_micros": 7_000_001}
+    first = client.post("/v1/revenue-reports", json=report, headers=headers)
+    assert first.status_code == 201, first.text
+    assert first.json()["share_micros"] == 350_000  # 5% of 7,000,001 rounds half up to 350,000
+    again = client.post("/v1/revenue-reports", json=report, headers=headers)
+    assert again.status_code == 201 and again.json()["share_micros"] == 350_000
+    changed = client.post("/v1/revenue-reports", json={"month": month, "revenue_micros": 1}, headers=headers)
+    assert changed.status_code == 409
+    shares = [tx for tx in _ledger(client, tenant_id) if tx["kind"] == "revenue_share"]
+    assert len(shares) == 1 and shares[0]["ref"] == month
+    cash = [p["amount_micros"] for p in shares[0]["postings"] if p["owner"] == tenant_id]
+    assert cash == [-350_000]
+    bad = client.post("/v1/revenue-reports", json={"month": "2026-13", "revenue_micros": 1}, headers=headers)
+    assert bad.status_code in (400, 422)
+
+
+def test_a_grant_expires_with_what_is_left_of_it(client, tenant) -> None:
+    services = client.app.state.services
+    tenant_id, headers = tenant("hackathon")
+    expires = datetime.now(UTC) + timedelta(hours=1)
+    grant_tx = _credit(
+        client, tenant_id, 5_000_000, grant=True, expires_at=expires.isoformat(), memo="hackathon credits"
+    )
+    past = client.post(
+        f"/v1/tenants/{tenant_id}/credit",
+        json={"amount_micros": 1, "grant": True, "expires_at": "2000-01-01T00:00:00Z"},
+        headers=ADMIN,
+    )
+    assert past.status_code == 400 and past.json()["error"]["field"] == "expires_at"
+    grants = client.get("/v1/grants", headers=headers).json()
+    assert [(g["id"], g["left_micros"]) for g in grants] == [(grant_tx["ref"], 5_000_000)]
+
+    rental_id = client.post("/v1/rentals", json=H100, headers=headers).json()["id"]
+    wait_for(client, rental_id, headers, "placed")
+    client.post(f"/v1/rentals/{rental_id}/stop", headers=headers)
+    services.billing.meter()
+    charged = charge_micros(H100_ON_DEMAND, 60)
+    assert _balance(client, headers)["grants_micros"] == 5_000_000 - charged
+
+    assert services.plans.expire_grants(expires - timedelta(seconds=1)) == 0
+    assert services.plans.expire_grants(expires + timedelta(seconds=1)) == 1
+    assert services.plans.expire_grants(expires + timedelta(seconds=2)) == 0  # once
+    expiry = [tx for tx in _ledger(client, tenant_id) if tx["kind"] == "grant_expiry"]
+    assert len(expiry) == 1 and expiry[0]["ref"] == grant_tx["ref"]
+    assert _balance(client, headers)["grants_micros"] == 0
+    assert client.get("/v1/ledger/verify", headers=ADMIN).json()["ok"] is True
+
+
+def test_postpaid_credit_limit_and_prepaid_warning_then_stop(client, tenant) -> None:
+    services = client.app.state.services
+    tenant_id, headers = tenant("enterprise")
+    terms = client.put(
+        f"/v1/tenants/{tenant_id}/payment-terms",
+        json={"mode": "postpaid", "credit_limit_micros": 100_000},
+        headers=ADMIN,
+    )
+    assert terms.status_code == 200 and terms.json()["floor_micros"] == -100_000
+    # one H100 minute is 49,833 micros: two fit in the limit, a third would not
+    first = client.post("/v1/rentals", json=H100, headers=headers)
+    assert first.status_code == 201, first.text
+    wait_for(client, first.json()["id"], headers, "placed")
+    client.post(f"/v1/rentals/{first.json()['id']}/stop", headers=headers)
+    services.billing.meter()
+    second = client.post("/v1/rentals", json=H100, headers=headers)
+    assert second.status_code == 201
+    wait_for(client, second.json()["id"], headers, "placed")
+    services.billing.meter()
+    assert client.post("/v1/rentals", json=H100, headers=headers).status_code == 402
+    bad = client.put(
+        f"/v1/tenants/{tenant_id}/payment-terms",
+        json={"mode": "prepaid", "credit_limit_micros": 5},
+        headers=ADMIN,
+    )
+    assert bad.status_code == 400 and bad.json()["error"]["field"] == "credit_limit_micros"
+
+    # prepaid with credit for one minute: placed, charged past its balance, warned, then stopped
+    prepaid_id, prepaid_headers = tenant("small")
+    _credit(client, prepaid_id, charge_micros(H100_ON_DEMAND, 60))
+    rental_id = client.post("/v1/rentals", json=H100, headers=prepaid_headers).json()["id"]
+    wait_for(client, rental_id, prepaid_headers, "placed")
+    later = datetime.now(UTC) + timedelta(minutes=10)
+    services.billing.meter(later)
+    assert _balance(client, prepaid_headers)["available_micros"] < 0
+    assert services.plans.enforce(later)[prepaid_id] == "warn"
+    warned = client.get("/v1/payment-terms", headers=prepaid_headers).json()
+    assert warned["warned_at"] is not None and warned["stops_at"] is not None
+    events = client.get(f"/v1/rentals/{rental_id}", headers=prepaid_headers).json()["events"]
+    assert any(e["kind"] == "low_balance" for e in events)
+    assert services.plans.enforce(later + timedelta(seconds=1))[prepaid_id] == "stop"
+    assert client.get(f"/v1/rentals/{rental_id}", headers=prepaid_headers).json()["state"] == "stopped"
+    _credit(client, prepaid_id, 100_000_000)
+    services.plans.enforce(later + timedelta(seconds=2))
+    assert client.get("/v1/payment-terms", headers=prepaid_headers).json()["warned_at"] is None
+
+
+def test_a_contract_is_prepaid_covers_its_holders_usage_and_transfers_its_remaining_value(
+    client, tenant
+) -> None:
+    services = client.app.state.services
+    holder_id, holder = tenant("futures-holder")
+    buyer_id, buyer = tenant("futures-buyer")
+    start = datetime.now(UTC) - timedelta(minutes=1)
+    end = start + timedelta(hours=10)
+    window = {"gpu_model": "H100-SXM-80GB", "count": 2, "region": "cn-north"}
+    body = {**window, "starts_at": start.isoformat(), "ends_at": end.isoformat()}
+    poor = client.post("/v1/contracts", json=body, headers=holder)
+    assert poor.status_code == 402, poor.text
+    reserved = next(
+        p["price_micros_per_gpu_hour"]
+        for p in client.get("/v1/prices").json()
+        if p["gpu_model"] == "H100-SXM-80GB" and p["tier"] == "reserved" and p["kind"] == "list"
+    )
+    price = reserved * 2 * 10
+    _credit(client, holder_id, price + 10_000_000)
+    signed = client.post("/v1/contracts", json=body, headers=holder)
+    assert signed.status_code == 201, signed.text
+    contract = signed.json()
+    assert contract["price_micros"] == price
+    assert _balance(client, holder)["cash_micros"] == 10_000_000
+
+    inside = client.post("/v1/rentals", json={"gpu_model": "H100", "gpus": 2}, headers=holder).json()
+    placed = wait_for(client, inside["id"], holder, "placed")
+    assert placed["price_micros_per_hour"] == 0
+    assert placed["quote"]["contract_covered_gpu_milli"] == 2000
+    above = client.post("/v1/rentals", json=H100, headers=holder).json()
+    above_placed = wait_for(client, above["id"], holder, "placed")
+    assert above_placed["price_micros_per_hour"] == H100_ON_DEMAND  # over the count: on-demand
+
+    halfway = start + timedelta(hours=5)
+    assert services.contracts.recognize(halfway) == 1
+    assert services.contracts.recognize(halfway) == 0
+    _credit(client, buyer_id, price)
+    moved = client.post(
+        f"/v1/contracts/{contract['id']}/transfer", json={"to_tenant_id": buyer_id}, headers=holder
+    )
+    assert moved.status_code == 200, moved.text
+    transfers = [tx for tx in _ledger(client, buyer_id) if tx["kind"] == "transfer"]
+    assert len(transfers) == 1
+    paid = -sum(p["amount_micros"] for p in transfers[0]["postings"] if p["owner"] == buyer_id)
+    assert 0 < paid < price  # the unearned part only (some time has passed since the start)
+    assert _balance(client, buyer)["cash_micros"] == price - paid
+    assert client.get("/v1/ledger/verify", headers=ADMIN).json()["ok"] is True
+
+
+def test_cli_plan_terms_grants_and_revenue(client, tenant, monkeypatch) -> None:
+    tenant_id, headers = tenant("cli-member")
+    tenant_key = headers["Authorization"].removeprefix("Bearer ")
+
+    def logged_in_as(key: str):
+        @contextmanager
+        def logged_in() -> Iterator[Client]:
+            with api_errors(), Client("http://testserver", key, transport=client._transport) as sdk:
+                yield sdk
+
+        return logged_in
+
+    runner = CliRunner()
+    env = {"COLUMNS": "200"}
+    monkeypatch.setattr(billing_commands, "logged_in", logged_in_as(ADMIN_KEY))
+    monkeypatch.setattr(plan_commands, "logged_in", logged_in_as(ADMIN_KEY))
+    expires = (datetime.now(UTC) + timedelta(days=30)).replace(microsecond=0).isoformat()
+    granted = runner.invoke(
+        app, ["admin", "credit", tenant_id, "50", "--grant", "--expires", expires], env=env
+    )
+    assert granted.exit_code == 0, granted.output
+    bad = runner.invoke(app, ["admin", "credit", tenant_id, "5", "--expires", expires], env=env)
+    assert bad.exit_code == 2 and "--expires" in bad.output
+    runner.invoke(app, ["admin", "credit", tenant_id, "2000"], env=env)
+    plan = runner.invoke(
+        app,
+        ["admin", "plan", tenant_id, "--kind", "membership", "--discount-pct", "10", "--fee", "1200"],
+        env=env,
+    )
+    assert plan.exit_code == 0 and "membership" in plan.output and "1,200.0000" in plan.output, plan.output
+    wrong = runner.invoke(app, ["admin", "plan", tenant_id, "--kind", "gold"], env=env)
+    assert wrong.exit_code == 2 and "--kind" in wrong.output
+    terms = runner.invoke(
+        app, ["admin", "terms", tenant_id, "--mode", "postpaid", "--credit-limit", "100"], env=env
+    )
+    assert terms.exit_code == 0 and "postpaid" in terms.output and "-100.0000" in terms.output, terms.output
+
+    monkeypatch.setattr(plan_commands, "logged_in", logged_in_as(tenant_key))
+    shown = runner.invoke(app, ["grants"], env=env)
+    assert shown.exit_code == 0 and "50.0000" in shown.output, shown.output
+    mine = runner.invoke(app, ["plans", "--json"], env=env)
+    assert mine.exit_code == 0 and '"discount_bp": 1000' in mine.output
+    month = datetime.now(UTC).strftime("%Y-%m")
+    refused = runner.invoke(app, ["report-revenue", month, "100"], env=env)
+    assert refused.exit_code == 1 and "no revenue-share plan" in refused.output

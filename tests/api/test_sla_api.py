@@ -1,0 +1,93 @@
+"""SLA credits through the real app: a node lost under a rental opens an outage, GET /v1/sla/{month} shows the
+tenant its availability, the outage and the credit; POST /v1/admin/sla/{month} (admin, ended months only)
+posts it once; the invoice shows the credit line and its total includes it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from fastapi.testclient import TestClient
+
+from conftest import ADMIN, app_client, wait_for
+
+
+class FixedClock:
+    def __init__(self, at: datetime) -> None:
+        self.at = at
+
+    def now(self) -> datetime:
+        return self.at
+
+
+@pytest.fixture
+def client(database_url: str) -> Iterator[TestClient]:
+    with app_client(database_url, meter_interval_s=3600) as test_client:
+        yield test_client
+
+
+def _register(client: TestClient, node: str) -> dict[str, str]:
+    token = client.post("/v1/join-tokens", json={"node": node}, headers=ADMIN).json()["token"]
+    answer = client.post("/v1/agents/register", json={"token": token, "inventory": {"gpus": []}})
+    assert answer.status_code == 200, answer.text
+    return {"Authorization": f"Bearer {answer.json()['node_key']}"}
+
+
+def test_a_lost_node_earns_an_sla_credit_posted_once_and_shown_on_the_invoice(
+    client: TestClient, tenant
+) -> None:
+    tenant_id, owner = tenant("sla")
+    _, other = tenant("other")
+    rental = client.post("/v1/rentals", json={"gpu_model": "L40S", "gpus": 1}, headers=owner).json()
+    node = wait_for(client, rental["id"], owner, "placed")["allocation"][0]["node"]
+    headers = _register(client, node)
+    beat = {"workloads": [{"rental_id": rental["id"], "state": "running"}]}
+    assert client.post("/v1/agents/heartbeat", json=beat, headers=headers).status_code == 200
+    services = client.app.state.services  # type: ignore[attr-defined]
+    agents = services.agents
+    later = agents.clock.now() + timedelta(seconds=agents.timeout_s + 1)
+    assert agents.reap(later) == [node]
+    services.billing.meter()
+    agents.clock = FixedClock(later + timedelta(hours=1))
+    assert client.post("/v1/agents/heartbeat", json={}, headers=headers).status_code == 200  # back
+    month = datetime.fromisoformat(rental["created_at"]).strftime("%Y-%m")
+    services.sla.clock = FixedClock(later + timedelta(hours=2))  # the month is still running
+
+    body = client.get(f"/v1/sla/{month}", headers=owner).json()
+    assert body["tenant_id"] == tenant_id and body["month"] == month and body["ended"] is False
+    (outage,) = body["outages"]
+    assert outage["node"] == node and outage["ended_at"] is not None
+    assert body["down_seconds"] >= 3600 and body["availability_ppm"] < 950_000
+    assert body["credit_bp"] == 10_000 and body["credit_micros"] == body["affected_micros"] > 0
+    assert body["posted_key"] is None and body["posted_micros"] == 0
+    assert client.get(f"/v1/sla/{month}", headers=other).json()["outages"] == []
+    assert client.get(f"/v1/sla/{month}?tenant={tenant_id}", headers=other).status_code == 404
+    assert client.get(f"/v1/sla/{month}?tenant={tenant_id}", headers=ADMIN).json()["outages"] == [outage]
+    bad = client.get("/v1/sla/2026-13", headers=owner)
+    assert bad.status_code == 400 and bad.json()["error"]["field"] == "month"
+
+    assert client.post(f"/v1/admin/sla/{month}", headers=owner).status_code == 403
+    assert client.post(f"/v1/admin/sla/{month}", headers=ADMIN).status_code == 409  # not ended
+    start = datetime.strptime(month, "%Y-%m").replace(tzinfo=UTC)
+    after = (start + timedelta(days=32)).replace(day=2)
+    services.sla.clock = FixedClock(after)
+    posted = client.post(f"/v1/admin/sla/{month}", headers=ADMIN)
+    assert posted.status_code == 200, posted.text
+    assert posted.json()["posted"] == 1
+    (mine,) = posted.json()["tenants"]
+    assert mine["tenant_id"] == tenant_id and mine["posted_micros"] == body["credit_micros"]
+    assert client.post(f"/v1/admin/sla/{month}", headers=ADMIN).json()["posted"] == 0
+
+    body = client.get(f"/v1/sla/{month}", headers=owner).json()
+    assert body["ended"] is True and body["posted_key"] == f"sla:{tenant_id}:{month}"
+    credits = [t for t in client.get("/v1/ledger", headers=owner).json() if t["kind"] == "sla_credit"]
+    assert len(credits) == 1 and f"#{outage['id']} on {node}" in credits[0]["memo"]
+
+    invoice = client.get(f"/v1/invoices/{month}", headers=owner).json()
+    (line,) = invoice["sla_credit_lines"]
+    assert line["kind"] == "sla_credit" and line["amount_micros"] == -body["credit_micros"]
+    assert f"#{outage['id']}" in line["description"] and "availability" in line["description"]
+    (rental_line,) = invoice["lines"]
+    assert invoice["total_micros"] == rental_line["amount_micros"] + line["amount_micros"] == 0
+    assert client.get(f"/v1/invoices/{month}?format=csv", headers=owner).text.count("sla_credit,") == 1
