@@ -46,6 +46,7 @@ def test_invoice_json_and_csv(client, tenant) -> None:
     (line,) = body["lines"]
     assert line["ref"] == rental_id and line["amount_micros"] > 0
     assert line["energy_kwh"] is not None and line["co2_kg"] is not None
+    assert line["energy_source"] == "tdp_estimate"  # no agent reported power
     charged = [t for t in client.get("/v1/ledger", headers=headers).json() if t["kind"] == "charge"]
     assert (
         body["total_micros"]

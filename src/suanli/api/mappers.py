@@ -16,6 +16,7 @@ from suanli.wire.schemas import (
     NodeResponse,
     OfferResponse,
     QuoteResponse,
+    RateChangeResponse,
     RentalCreateRequest,
     RentalEventResponse,
     RentalResponse,
@@ -81,6 +82,9 @@ def rental(view: RentalView) -> RentalResponse:
         notice_deadline=r.notice_deadline,
         events=[
             RentalEventResponse(at=e.at, kind=e.kind, reason=e.reason, message=e.message) for e in view.events
+        ],
+        rate_changes=[
+            RateChangeResponse(from_at=at, rate_micros_per_hour=rate) for at, rate in view.rate_changes
         ],
     )
 

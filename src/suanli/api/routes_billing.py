@@ -214,6 +214,7 @@ def invoice_response(invoice: Invoice) -> InvoiceResponse:
             amount_micros=x.amount_micros,
             energy_kwh=x.energy_kwh,
             co2_kg=x.co2_kg,
+            energy_source=x.energy_source,  # type: ignore[arg-type]
         )
 
     return InvoiceResponse(

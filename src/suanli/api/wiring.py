@@ -24,7 +24,7 @@ from suanli.domain.catalog_data import CATALOG
 from suanli.loops.agent_reaper import ReaperLoop
 from suanli.loops.meter_loop import MeterLoop
 from suanli.loops.scheduler_loop import SchedulerLoop
-from suanli.store.agent_repositories import SqlAgentUnitOfWork
+from suanli.store.agent_repositories import SqlAgentUnitOfWork, SqlRunEnergy
 from suanli.store.db import make_engine, migrate, session_factory, unit_of_work_factory
 from suanli.store.leader import Leadership
 
@@ -105,6 +105,7 @@ def build(settings: Settings, clock: Clock | None = None) -> Services:
         pricer=lambda u, rental, placed, utilization, now: billing.placement_quote(
             u, rental, to_request(rental).shape, placed, utilization, now
         ),
+        repricer=billing.spot_rates,
     )
     metrics = Metrics()
     meter: MeterLoop | None = None
@@ -135,6 +136,7 @@ def build(settings: Settings, clock: Clock | None = None) -> Services:
     tenants = TenantService(uow, clock)
     tenants.bootstrap(settings.bootstrap_admin_key)
     sessions = session_factory(engine)
+    billing.energy = SqlRunEnergy(sessions)
     agents = AgentService(
         lambda: SqlAgentUnitOfWork(sessions),
         clock,

@@ -31,6 +31,7 @@ from suanli.app.ids import digest, new_id
 from suanli.app.ports import Clock, UnitOfWork
 from suanli.app.records import END_STATES, LIVE_STATES, PREEMPTIBLE_STATES, Caller, Rental, RentalEvent
 from suanli.app.tenants import require_operator
+from suanli.domain.billing.energy import measured_interval_s, slice_power_w
 from suanli.domain.plan import NodeAllocation
 
 REPORTED_STATES = ("starting", "running", "succeeded", "failed", "stopped")
@@ -117,7 +118,11 @@ class AgentRepo(Protocol):
     def put_node(self, node: str, key_sha256: str, inventory: Mapping[str, Any], now: datetime) -> None: ...
     def node_by_key(self, key_sha256: str) -> AgentNode | None: ...
     def nodes(self) -> list[AgentNode]: ...
-    def beat(self, node: str, telemetry: Sequence[Mapping[str, Any]], now: datetime) -> None: ...
+    # record the beat; returns the node's previous `last_heartbeat_at`
+    def beat(self, node: str, telemetry: Sequence[Mapping[str, Any]], now: datetime) -> datetime | None: ...
+    # rentals holding `node` whose run there is `running`: their (gpu_index, milli) slices on it
+    def running_slices(self, node: str) -> dict[str, list[tuple[int, int]]]: ...
+    def add_energy(self, rental_id: str, node: str, energy_j: float, seconds: float) -> None: ...
     def set_up(self, node: str, up: bool, cordoned_by_agent: bool) -> None: ...
     def live_rentals_on(self, node: str) -> list[str]: ...
     def had_allocation(self, rental_id: str, node: str) -> bool: ...
@@ -232,7 +237,8 @@ class AgentService:
         changed = False
         with self.uow() as uow:
             now = self.clock.now()
-            uow.agents.beat(agent.node, telemetry, now)
+            previous = uow.agents.beat(agent.node, telemetry, now)
+            self._measure(uow, agent.node, previous, now, telemetry, reports)
             if not agent.up:
                 if agent.cordoned_by_agent:
                     uow.fleet.set_schedulable(agent.node, True)
@@ -246,6 +252,35 @@ class AgentService:
         if changed:
             self.signal()
         return HeartbeatAnswer(agent.node, self.interval_s, assignments)
+
+    def _measure(
+        self,
+        uow: AgentUnitOfWork,
+        node: str,
+        previous: datetime | None,
+        now: datetime,
+        telemetry: Sequence[Mapping[str, Any]],
+        reports: Sequence[WorkloadReport],
+    ) -> None:
+        """Attribute the beat's GPU power to the runs that were running since the previous beat and still are
+        (`suanli.domain.billing.energy`); runs the beat reports ended are not measured for it."""
+        power: dict[int, float | None] = {}
+        for reading in telemetry:
+            index, watts = reading.get("index"), reading.get("power_w")
+            if isinstance(index, int):
+                power[index] = float(watts) if isinstance(watts, int | float) else None
+        if all(watts is None for watts in power.values()):
+            return
+        seconds = measured_interval_s(
+            None if previous is None else (now - previous).total_seconds(), self.interval_s
+        )
+        if seconds <= 0:
+            return
+        ended = {r.rental_id for r in reports if r.state not in ("starting", "running")}
+        for rental_id, slices in uow.agents.running_slices(node).items():
+            watts = slice_power_w(slices, power)
+            if rental_id not in ended and watts is not None:
+                uow.agents.add_energy(rental_id, node, watts * seconds, seconds)
 
     def _apply(self, uow: AgentUnitOfWork, node: str, report: WorkloadReport, now: datetime) -> bool:
         if report.state not in REPORTED_STATES:

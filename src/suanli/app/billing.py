@@ -27,11 +27,12 @@ from suanli.app.fleet import FleetCache
 from suanli.app.ids import new_id
 from suanli.app.list_prices import list_price, price_source
 from suanli.app.plans import PlanService
-from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
+from suanli.app.ports import Clock, RunEnergyReader, UnitOfWork, UnitOfWorkFactory
 from suanli.app.postings import post_once, retrying
 from suanli.app.price_entries import BookEntry, checked, in_force_or_later, layered
 from suanli.app.records import END_STATES, BillableRental, Caller, MeterRental, PriceEntry, Rental, RentalSpec
 from suanli.app.tenants import require_admin
+from suanli.domain.billing.energy import average_power_per_gpu_w
 from suanli.domain.billing.errors import BillingError
 from suanli.domain.billing.invoice import (
     Invoice,
@@ -121,6 +122,7 @@ class BillingService:
         self._book_cache: tuple[tuple[int, int], PriceBook] = ((0, 0), self.book)
         self.commission_bp, self.prepaid = commission_bp, prepaid
         self.terms: PlanService | None = None  # payment terms (set by the wiring); None: `prepaid` decides
+        self.energy: RunEnergyReader | None = None  # measured energy (set by the wiring); None: TDP estimate
 
     # --- prices and quotes ---------------------------------------------------------------------------
 
@@ -216,6 +218,27 @@ class BillingService:
             quoted["created"] = dict(rental.quote)
         return quoted
 
+    def spot_rates(
+        self,
+        uow: UnitOfWork,
+        running: Sequence[tuple[Rental, Any, Sequence[tuple[GpuModel, str]]]],
+        utilization: Mapping[tuple[str, str], int],
+        now: datetime,
+    ) -> dict[str, int]:
+        """The current rate of each running spot rental (rental, shape, its nodes' model and region): its
+        pools' spot price at `utilization`, capped at its bid (`pricing.spot_rate`). A rental whose pool has
+        no price is left out (it keeps its rate)."""
+        book = self.price_book(uow)
+        rates: dict[str, int] = {}
+        for rental, shape, placed in running:
+            try:
+                pools = pricing.pools_of(placed, utilization)
+                bid = rental.spec.bid_micros_per_gpu_hour
+                rates[rental.id] = pricing.spot_rate(book, shape, pools, now, bid)
+            except BillingError:
+                continue
+        return rates
+
     def _models(self, spec: RentalSpec) -> list[GpuModel]:
         models = [m for m in self.catalog.models if not spec.gpu_model or m.matches(spec.gpu_model)]
         if spec.mig_profile is not None:
@@ -284,12 +307,13 @@ class BillingService:
                 return 0, None
             last = items[-1].id if len(items) >= batch else None
             posted = uow.ledger.posted_charges(item.id for item in items)
+            rates = uow.rentals.rate_changes(first=items[0].id, last=items[-1].id)  # spot re-pricing
             tenants = {item.tenant_id for item in items}
             balances = uow.ledger.balances(tenants, kinds=(AccountKind.TENANT_GRANTS,))
             added: list[Transaction] = []
             closed: list[str] = []
             for item in items:
-                usage = self._usage(item, providers)
+                usage = self._usage(item, providers, rates.get(item.id, ()))
                 if usage is None:  # no rate: never charged
                     if item.state in END_STATES:
                         closed.append(item.id)
@@ -309,7 +333,7 @@ class BillingService:
                     at_s=now_s,
                     postings=charge_postings(usage, delta, grants, self.commission_bp),
                     ref=usage.rental_id,
-                    memo=f"{usage.billable_s(now_s)} s at {usage.rate_micros_per_hour} micros/h",
+                    memo=usage.memo(now_s),
                 )
                 head = tx.hash
                 if grants > 0:  # the only balance a charge reads: the tenant's grants, spent first
@@ -332,11 +356,22 @@ class BillingService:
         return {} if fleet is None else {node.name: node.provider for node in fleet.nodes}
 
     @staticmethod
-    def _usage(item: BillableRental | MeterRental, providers: dict[str, str]) -> RentalUsage | None:
+    def _usage(
+        item: BillableRental | MeterRental,
+        providers: dict[str, str],
+        rates: Sequence[tuple[datetime, int]] = (),
+    ) -> RentalUsage | None:
+        """What the meter charges; `rates`: the rental's rate rows (a spot rental re-priced since its
+        placement: the first row is the placement rate, each in force from its instant)."""
         found = item if isinstance(item, MeterRental) else BillingService._metered(item)
         rate = found.price_micros_per_hour
         if rate is None:
             rate = found.quote_micros_per_hour
+        changes: tuple[tuple[int, int], ...] = ()
+        if rates:
+            by_second = {to_epoch_s(at): changed for at, changed in rates}  # the last row in a second wins
+            changes = tuple(sorted(by_second.items()))
+            rate = changes[0][1]
         start = found.run_started_at or found.placed_at
         if rate is None or start is None:
             return None
@@ -352,7 +387,13 @@ class BillingService:
         started_s = to_epoch_s(start)
         ended_s = None if end is None else max(started_s, to_epoch_s(end))
         return RentalUsage(
-            found.id, found.tenant_id, providers.get(found.node, "platform"), rate, started_s, ended_s
+            found.id,
+            found.tenant_id,
+            providers.get(found.node, "platform"),
+            rate,
+            started_s,
+            ended_s,
+            rate_changes=changes,
         )
 
     @staticmethod
@@ -503,24 +544,42 @@ class BillingService:
                 charges.setdefault(tx.ref, []).append((tx.at_s, tx.amount_to(charged)))
         nodes = {} if fleet is None else {node.name: node for node in fleet.nodes}
         regions = {} if fleet is None else dict(fleet.regions)
+        measured = {} if self.energy is None else self.energy.measured([b.rental.id for b in billable])
         rentals = []
         for item in billable:
             usage = self._usage(item, {})
             if usage is None:
                 continue
-            rentals.append(self._rental_billing(item, usage, nodes, regions))
+            power = self._measured_power_w(item.rental, usage, measured.get(item.rental.id), now_s)
+            rentals.append(self._rental_billing(item, usage, nodes, regions, power))
         sla = [sla_credit_line(tx) for tx in transactions if tx.key == sla_key(target, month)]
         plans = plan_lines(target, str(month), month.start_s, month.end_s, transactions)
         return build_invoice(target, month, rentals, charges, now_s, sla_credits=sla, plan_lines=plans)
 
-    def _rental_billing(
-        self, item: BillableRental, usage: RentalUsage, nodes: dict[str, Any], regions: dict[str, Any]
-    ) -> RentalBilling:
-        """Energy facts from the rental's first node (model TDP, region PUE and grid intensity).
+    @staticmethod
+    def _measured_power_w(
+        rental: Rental, usage: RentalUsage, measured: tuple[float, float] | None, now_s: int
+    ) -> float | None:
+        """Measured average power per GPU over the rental's life (`suanli.domain.billing.energy`), or None
+        (TDP estimate) when its runs' measured seconds cover less than half its billable node-seconds."""
+        if measured is None:
+            return None
+        spec = rental.spec
+        stop = now_s if usage.ended_s is None else min(now_s, usage.ended_s)
+        per_node = gpu_fraction(spec.gpus, 1, spec.mig_profile, spec.share_milli)
+        energy_j, measured_s = measured
+        return average_power_per_gpu_w(energy_j, measured_s, stop - usage.started_s, spec.nodes, per_node)
 
-        Measured power is not passed: the store keeps only each node's latest heartbeat telemetry, not a
-        history to average over a rental's interval, so TDP x the utilization estimate is used.
-        """
+    def _rental_billing(
+        self,
+        item: BillableRental,
+        usage: RentalUsage,
+        nodes: dict[str, Any],
+        regions: dict[str, Any],
+        measured_power_w: float | None = None,
+    ) -> RentalBilling:
+        """Energy facts from the rental's first node (model TDP, region PUE and grid intensity), and its
+        measured average power per GPU when telemetry covers enough of it (else the TDP estimate is used)."""
         rental, spec = item.rental, item.rental.spec
         node = nodes.get(item.node)
         model_name = node.gpu_model if node is not None else None
@@ -548,6 +607,7 @@ class BillingService:
             tdp_watts=tdp,
             pue=None if region is None else region.pue,
             grid_gco2_per_kwh=None if region is None else region.grid_gco2_per_kwh,
+            measured_power_w=measured_power_w,
             discounts=discounts,
         )
 

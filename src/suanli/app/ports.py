@@ -94,6 +94,12 @@ class RentalRepo(Protocol):
         self, after: str | None, limit: int, ids: Sequence[str] | None = None
     ) -> list[MeterRental]: ...
     def close_billing(self, rental_ids: Sequence[str], at: datetime) -> None: ...
+    def change_rate(
+        self, rental_id: str, at: datetime, rate_micros_per_hour: int, *, since: datetime, previous: int
+    ) -> None: ...
+    def rate_changes(
+        self, rental_ids: Sequence[str] | None = None, *, first: str = "", last: str = ""
+    ) -> dict[str, list[tuple[datetime, int]]]: ...
 
 
 class ContractRepo(Protocol):
@@ -151,6 +157,13 @@ class TermsRepo(Protocol):
     def set_warned(
         self, tenant_id: str, warned_at: datetime | None, now: datetime, default: PaymentTerms
     ) -> None: ...
+
+
+class RunEnergyReader(Protocol):
+    """Measured GPU energy of rentals (agent telemetry, `suanli.domain.billing.energy`), read on its own:
+    rental id -> (joules, measured node-seconds) summed over its runs; rentals never measured are left out."""
+
+    def measured(self, rental_ids: Sequence[str]) -> dict[str, tuple[float, float]]: ...
 
 
 class UnitOfWork(Protocol):

@@ -7,6 +7,8 @@
 * At creation the model and region may not be known yet (a selector): the quote is for the most expensive
   model allowed, in any region. At placement the node's model and region give the rate charged, and for
   spot the utilization of that pool sets the spot price (never above the bid).
+* While a spot rental runs, the scheduler re-prices it each cycle at its pools' current utilization
+  (`spot_rate`: the same price book path; no plan discount or contract applies to spot).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from suanli.domain.billing.errors import BidBelowFloorError
 from suanli.domain.billing.meter import DEFAULT_MINIMUM_S
 from suanli.domain.billing.money import to_epoch_s
 from suanli.domain.billing.plans import plan_discounts, plan_in_force
-from suanli.domain.billing.pricebook import PriceBook, Quote, gpu_milli, quote
+from suanli.domain.billing.pricebook import PriceBook, Quote, gpu_milli, quote, running_spot_rate, shape_rate
 from suanli.domain.catalog import GpuModel
 from suanli.domain.request import Shape, Tier
 
@@ -167,3 +169,19 @@ def pools_of(
 
 def rental_bid(rental: Rental) -> int | None:
     return rental.spec.bid_micros_per_gpu_hour
+
+
+def spot_rate(
+    book: PriceBook, shape: Shape, pools: Iterable[Pool], at: datetime, bid_micros_per_gpu_hour: int | None
+) -> int:
+    """What a running spot rental on these pools pays per hour now: each pool's spot price at its current
+    utilization, capped at the bid (a bid below the floor pays the bid), for its shape and node count; the
+    placement quote's `final_micros_per_hour` at the same utilization."""
+    at_s = to_epoch_s(at)
+    total = 0
+    for pool in pools:
+        unit = running_spot_rate(
+            book, pool.model.name, pool.region, pool.utilization_milli, bid_micros_per_gpu_hour, at_s
+        )
+        total += shape_rate(book, pool.model, pool.region, Tier.SPOT, shape, unit, at_s) * pool.nodes
+    return total

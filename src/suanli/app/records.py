@@ -101,6 +101,7 @@ class RentalView:
     rental: Rental
     allocation: tuple[NodeAllocation, ...]
     events: tuple[RentalEvent, ...]
+    rate_changes: tuple[tuple[datetime, int], ...] = ()  # spot: (from, rate micros/h) since its placement
 
 
 @dataclass(frozen=True, slots=True)

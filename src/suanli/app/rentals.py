@@ -209,7 +209,12 @@ def stop_in(uow: UnitOfWork, rental: Rental, now: datetime, why: str) -> None:
 
 
 def _view(uow: UnitOfWork, rental: Rental) -> RentalView:
-    return RentalView(rental, tuple(uow.rentals.allocation(rental.id)), tuple(uow.rentals.events(rental.id)))
+    rates: tuple[tuple[datetime, int], ...] = ()
+    if Tier.parse(rental.spec.tier) is Tier.SPOT and rental.placed_at is not None:  # only spot is re-priced
+        rates = tuple(uow.rentals.rate_changes([rental.id]).get(rental.id, ()))
+    return RentalView(
+        rental, tuple(uow.rentals.allocation(rental.id)), tuple(uow.rentals.events(rental.id)), rates
+    )
 
 
 _EPOCH = datetime(2000, 1, 1, tzinfo=UTC)

@@ -4,6 +4,12 @@ The snapshot stays in memory between cycles. Each cycle first syncs it with the 
 shrunk since, drained nodes, bookings made elsewhere); a new fleet version, a first cycle or a refused apply
 rebuilds it from the database. A placement is applied only if its rental is still pending; if the database
 refuses a booking (UNIQUE on the slice position), the whole plan is dropped and the snapshot rebuilt.
+
+Spot re-pricing: at the end of a cycle in which live spot rentals hold capacity (the scheduler keeps their
+ids in memory, so a cycle without any costs nothing), each pool's utilization is computed once from the
+snapshot and every live spot rental (placed, starting, running, preempting) not placed in this cycle is
+priced at it (`repricer`: the price book's spot price, capped at its bid); a rate that moved by at least 1%
+(`rate_moved`) is recorded as a rate change from now (`RentalRepo.change_rate`), which the meter charges.
 """
 
 from __future__ import annotations
@@ -24,21 +30,34 @@ from suanli.app.list_prices import list_price
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.records import PREEMPTIBLE_STATES, Rental, RentalEvent
 from suanli.app.rentals import to_request
+from suanli.domain.billing.pricebook import rate_moved
 from suanli.domain.capacity import FULL_MILLI
 from suanli.domain.catalog import Catalog, GpuModel
 from suanli.domain.inventory import Fleet, Node
 from suanli.domain.plan import NodeAllocation, Pending, Placement, Reason
 from suanli.domain.policies import Policy, build_policy
 from suanli.domain.preemption import DEFAULT_NOTICE_S, Preemption, PreemptionConfig, Running, choose_victims
-from suanli.domain.request import Tier
+from suanli.domain.request import Shape, Tier
 from suanli.domain.scheduler import order_queue, schedule
 from suanli.domain.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
+REPRICED_STATES = ("placed", "starting", "running", "preempting")  # a spot rental that pays the spot price
 # (unit of work, rental, (model, region) of each placed node, pool utilization milli, now) -> its quote
 Pricer = Callable[
     [UnitOfWork, Rental, Sequence[tuple[GpuModel, str]], Mapping[tuple[str, str], int], datetime],
     dict[str, Any],
+]
+# (unit of work, [(rental, shape, (model, region) of each of its nodes)], pool utilization milli, now)
+# -> rental id: its spot rate per hour now
+Repricer = Callable[
+    [
+        UnitOfWork,
+        Sequence[tuple[Rental, Shape, Sequence[tuple[GpuModel, str]]]],
+        Mapping[tuple[str, str], int],
+        datetime,
+    ],
+    dict[str, int],
 ]
 
 
@@ -51,6 +70,7 @@ class CycleReport:
     dropped: bool = False
     notices: int = 0  # victims given a preemption notice
     preempted: int = 0  # victims ended at their deadline (or when they left), capacity handed over
+    repriced: int = 0  # live spot rentals whose rate followed their pool's spot price
 
 
 class Scheduler:
@@ -68,6 +88,7 @@ class Scheduler:
         notice_s: float = DEFAULT_NOTICE_S,
         notice_by_tier_s: Mapping[str, float] | None = None,
         pricer: Pricer | None = None,
+        repricer: Repricer | None = None,
     ) -> None:
         self.uow, self.clock, self.catalog, self.cache = uow, clock, catalog, cache
         self.policy_name, self.seed = policy, seed
@@ -82,6 +103,9 @@ class Scheduler:
         self.cordoned: set[str] = set()
         self._lock = threading.Lock()
         self.pricer = pricer
+        self.repricer = repricer
+        self.spot: set[str] = set()  # live rentals (holding allocations) at tier spot
+        self.seen: set[str] = set()  # live rentals whose tier is known (spot or not)
 
     def run_cycle(self) -> CycleReport:
         with self._lock:
@@ -154,8 +178,53 @@ class Scheduler:
         except BaseException:
             self.snapshot = None
             raise
+        if self.repricer is not None:
+            report.repriced = self._reprice({p.request_id for p in placements}, now)
         report.gpus = self._gpu_states()
         return report
+
+    # --- spot re-pricing ------------------------------------------------------------------------------
+
+    def _reprice(self, fresh: set[str], now: datetime) -> int:
+        """Re-price the live spot rentals (those in `fresh` were priced at placement in this cycle)."""
+        assert self.repricer is not None
+        holders = set(self.owner.values())
+        self.spot &= holders
+        self.seen &= holders
+        live = self.spot.difference(fresh)
+        if not live:
+            return 0
+        nodes: dict[str, list[tuple[GpuModel, str]]] = {}
+        for allocation_id in sorted(self.owner):
+            rental_id = self.owner[allocation_id]
+            if rental_id in live:
+                node, model = self._node(self.held[allocation_id].node)
+                nodes.setdefault(rental_id, []).append((model, node.region))
+        utilization = self._utilization([pair for placed in nodes.values() for pair in placed])
+        changed = 0
+        with self.uow() as uow:
+            rentals = [r for r in uow.rentals.by_ids(sorted(nodes)) if r.state in REPRICED_STATES]
+            running = [(r, to_request(r).shape, nodes[r.id]) for r in rentals]
+            rates = self.repricer(uow, running, utilization, now)
+            for rental in rentals:
+                rate, current, since = rates.get(rental.id), rental.price_micros_per_hour, rental.placed_at
+                if rate is None or current is None or since is None or not rate_moved(current, rate):
+                    continue
+                uow.rentals.change_rate(rental.id, now, rate, since=since, previous=current)
+                changed += 1
+            if changed:
+                uow.commit()
+        return changed
+
+    def _learn_tiers(self, uow: UnitOfWork, rental_ids: set[str]) -> None:
+        """Note which of these live rentals (holding allocations) are spot, reading only unknown ones."""
+        unknown = rental_ids.difference(self.seen)
+        if self.repricer is None or not unknown:
+            return
+        for rental in uow.rentals.by_ids(sorted(unknown)):
+            if Tier.parse(rental.spec.tier) is Tier.SPOT:
+                self.spot.add(rental.id)
+        self.seen |= unknown
 
     @staticmethod
     def _set_reason(uow: UnitOfWork, rental: Rental, reason: Reason, message: str, now: datetime) -> None:
@@ -276,6 +345,9 @@ class Scheduler:
         uow.rentals.set_placed_at(rental.id, now)
         self.held.update(zip(allocation_ids, placement.nodes, strict=True))
         self.owner.update((i, rental.id) for i in allocation_ids)
+        self.seen.add(rental.id)
+        if Tier.parse(rental.spec.tier) is Tier.SPOT:
+            self.spot.add(rental.id)
         return 1
 
     def _utilization(self, placed: Sequence[tuple[GpuModel, str]]) -> dict[tuple[str, str], int]:
@@ -307,6 +379,8 @@ class Scheduler:
             snapshot.occupy(allocation)
         self.held = {allocation_id: allocation for allocation_id, (_, allocation) in live.items()}
         self.owner = {allocation_id: rental_id for allocation_id, (rental_id, _) in live.items()}
+        self.spot, self.seen = set(), set()
+        self._learn_tiers(uow, set(self.owner.values()))
         history = [to_request(r) for r in uow.rentals.list(None, 5000)]
         self.policy = build_policy(self.policy_name, seed=self.seed, history=history)
         self.snapshot, self.fleet, self.version = snapshot, fleet, version
@@ -326,6 +400,7 @@ class Scheduler:
                 snapshot.occupy(allocation)
                 self.held[allocation_id] = allocation
                 self.owner[allocation_id] = rental_id
+            self._learn_tiers(uow, {self.owner[i] for i in new if i in self.owner})
         cordoned = uow.fleet.cordoned()
         for name in cordoned ^ self.cordoned:
             if name in snapshot.by_name:

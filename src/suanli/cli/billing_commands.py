@@ -333,7 +333,7 @@ def _invoice_table(found: InvoiceResponse):
             micros(line.rate_micros_per_hour),
             "; ".join(f"{d.label} {micros(d.micros_per_hour)}" for d in line.discounts) or "-",
             micros(line.amount_micros),
-            energy(line.energy_kwh),
+            energy(line.energy_kwh) + (" (measured)" if line.energy_source == "measured" else ""),
             energy(line.co2_kg),
         )
         for line in [*found.lines, *found.plan_lines, *found.sla_credit_lines]

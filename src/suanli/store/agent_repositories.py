@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from suanli.app.agents import AgentNode, JoinToken, RentalRun
 from suanli.store.repositories import SqlUnitOfWork
@@ -18,6 +18,7 @@ from suanli.store.rows import (
     NodeRow,
     RentalLogRow,
     RentalRunRow,
+    SliceRow,
 )
 
 
@@ -85,12 +86,66 @@ class SqlAgents:
     def nodes(self) -> list[AgentNode]:
         return [_node(r) for r in self.s.scalars(select(AgentNodeRow).order_by(AgentNodeRow.node))]
 
-    def beat(self, node: str, telemetry: Sequence[Mapping[str, Any]], now: datetime) -> None:
+    def beat(self, node: str, telemetry: Sequence[Mapping[str, Any]], now: datetime) -> datetime | None:
+        # the row is locked (PostgreSQL) so that two beats of one node cannot both measure from one previous
+        previous = self.s.scalar(
+            select(AgentNodeRow.last_heartbeat_at).where(AgentNodeRow.node == node).with_for_update()
+        )
         self.s.execute(
             update(AgentNodeRow)
             .where(AgentNodeRow.node == node)
             .values(last_heartbeat_at=now, telemetry=[dict(t) for t in telemetry])
         )
+        return previous
+
+    def running_slices(self, node: str) -> dict[str, list[tuple[int, int]]]:
+        query = (
+            select(AllocationRow.rental_id, SliceRow.gpu_index, SliceRow.milli)
+            .join(SliceRow, SliceRow.allocation_id == AllocationRow.id)
+            .join(
+                RentalRunRow,
+                (RentalRunRow.rental_id == AllocationRow.rental_id)
+                & (RentalRunRow.node == AllocationRow.node),
+            )
+            .where(
+                AllocationRow.node == node,
+                AllocationRow.released.is_(False),
+                RentalRunRow.state == "running",
+            )
+            .order_by(AllocationRow.rental_id, SliceRow.id)
+        )
+        found: dict[str, list[tuple[int, int]]] = {}
+        for rental_id, gpu_index, milli in self.s.execute(query):
+            found.setdefault(rental_id, []).append((gpu_index, milli))
+        return found
+
+    def add_energy(self, rental_id: str, node: str, energy_j: float, seconds: float) -> None:
+        self.s.execute(
+            update(RentalRunRow)
+            .where(RentalRunRow.rental_id == rental_id, RentalRunRow.node == node)
+            .values(
+                energy_j=RentalRunRow.energy_j + energy_j,
+                measured_s=RentalRunRow.measured_s + seconds,
+            )
+            .execution_options(synchronize_session=False)
+        )
+
+    def measured(self, rental_ids: Sequence[str]) -> dict[str, tuple[float, float]]:
+        found: dict[str, tuple[float, float]] = {}
+        wanted = sorted(set(rental_ids))
+        for start in range(0, len(wanted), 500):
+            query = (
+                select(
+                    RentalRunRow.rental_id,
+                    func.sum(RentalRunRow.energy_j),
+                    func.sum(RentalRunRow.measured_s),
+                )
+                .where(RentalRunRow.rental_id.in_(wanted[start : start + 500]), RentalRunRow.measured_s > 0)
+                .group_by(RentalRunRow.rental_id)
+            )
+            for rental_id, energy_j, measured_s in self.s.execute(query):
+                found[rental_id] = (float(energy_j or 0.0), float(measured_s or 0.0))
+        return found
 
     def set_up(self, node: str, up: bool, cordoned_by_agent: bool) -> None:
         self.s.execute(
@@ -161,6 +216,19 @@ class SqlAgents:
     def log_text(self, rental_id: str) -> str:
         query = select(RentalLogRow.data).where(RentalLogRow.rental_id == rental_id).order_by(RentalLogRow.id)
         return "".join(self.s.scalars(query))
+
+
+class SqlRunEnergy:
+    """The invoice's `RunEnergyReader`: the runs' measured energy, read in a session of its own."""
+
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
+        self.sessions = sessions
+
+    def measured(self, rental_ids: Sequence[str]) -> dict[str, tuple[float, float]]:
+        if not rental_ids:
+            return {}
+        with self.sessions() as session:
+            return SqlAgents(session).measured(rental_ids)
 
 
 class SqlAgentUnitOfWork(SqlUnitOfWork):

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, cast
 
-from sqlalchemy import JSON, case, delete, func, select, type_coerce, update
+from sqlalchemy import JSON, case, delete, func, insert, select, type_coerce, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -39,6 +39,7 @@ from suanli.store.rows import (
     FleetDocumentRow,
     NodeRow,
     RentalEventRow,
+    RentalRateRow,
     RentalRow,
     RentalRunRow,
     SliceRow,
@@ -452,6 +453,55 @@ class SqlRentals:
                 .values(billing_closed_at=at)
                 .execution_options(synchronize_session=False)
             )
+
+    def change_rate(
+        self, rental_id: str, at: datetime, rate_micros_per_hour: int, *, since: datetime, previous: int
+    ) -> None:
+        """From `at` on the rental pays `rate_micros_per_hour` (a row in `rental_rates`, and its price). Its
+        first change also records the rate it paid before, `previous` from `since` (its placement), so its
+        rows are its whole rate history; a change at an instant that already has one replaces it."""
+        rates = RentalRateRow.__table__
+        found = dict(
+            self.s.execute(select(rates.c.from_at, rates.c.id).where(rates.c.rental_id == rental_id)).all()
+        )
+        wanted = [(at, rate_micros_per_hour)]
+        if not found and since < at:
+            wanted.insert(0, (since, previous))
+        known = {_utc(moment): row_id for moment, row_id in found.items()}
+        for moment, rate in wanted:
+            row_id = known.get(_utc(moment))
+            if row_id is None:
+                self.s.execute(
+                    insert(rates).values(rental_id=rental_id, from_at=moment, rate_micros_per_hour=rate)
+                )
+            else:
+                self.s.execute(update(rates).where(rates.c.id == row_id).values(rate_micros_per_hour=rate))
+        self.s.execute(
+            update(RentalRow)
+            .where(RentalRow.id == rental_id)
+            .values(price_micros_per_hour=rate_micros_per_hour)
+            .execution_options(synchronize_session=False)
+        )
+
+    def rate_changes(
+        self, rental_ids: Sequence[str] | None = None, *, first: str = "", last: str = ""
+    ) -> dict[str, list[tuple[datetime, int]]]:
+        """Rate rows per rental, sorted by `from_at`: of `rental_ids`, or of the ids in [first, last] (a
+        meter batch: one range scan of the rental_id index; most rentals have none)."""
+        rates = RentalRateRow.__table__
+        query = select(rates.c.rental_id, rates.c.from_at, rates.c.rate_micros_per_hour).order_by(
+            rates.c.rental_id, rates.c.from_at
+        )
+        if rental_ids is not None:
+            if not rental_ids:
+                return {}
+            query = query.where(one_of(self.s, rates.c.rental_id, rental_ids))
+        else:
+            query = query.where(rates.c.rental_id >= first, rates.c.rental_id <= last)
+        found: dict[str, list[tuple[datetime, int]]] = {}
+        for rental_id, moment, rate in self.s.execute(query):
+            found.setdefault(rental_id, []).append((_utc(moment) or moment, int(rate)))
+        return found
 
     def release(self, rental_id: str, nodes: Sequence[str] | None = None) -> None:
         bookings = delete(BookingRow).where(BookingRow.rental_id == rental_id)

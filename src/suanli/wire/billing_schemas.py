@@ -124,6 +124,10 @@ class InvoiceLineResponse(WireModel):
     amount_micros: int = Field(description="What the ledger charged inside the month.")
     energy_kwh: float | None = None
     co2_kg: float | None = None
+    energy_source: Literal["measured", "tdp_estimate"] | None = Field(
+        default=None,
+        description="Rental lines: measured (agent power telemetry) or tdp_estimate (TDP x 0.7).",
+    )
 
 
 class InvoiceResponse(WireModel):

@@ -166,6 +166,11 @@ class RentalEventResponse(WireModel):
     message: str = ""
 
 
+class RateChangeResponse(WireModel):
+    from_at: datetime
+    rate_micros_per_hour: int = Field(description="What the rental pays per hour from `from_at` on.")
+
+
 class QuoteLine(WireModel):
     label: str
     micros_per_hour: int
@@ -209,6 +214,11 @@ class RentalResponse(WireModel):
     )
     notice_deadline: datetime | None = Field(default=None, description="Preempting: killed at this time.")
     quote: QuoteResponse | None = Field(default=None, description="The price breakdown at creation.")
+    rate_changes: list[RateChangeResponse] = Field(
+        default_factory=list,
+        description="Spot: the rates it paid since placement when its pool's spot price moved (empty: the "
+        "placement rate throughout).",
+    )
 
 
 # --- contracts ----------------------------------------------------------------------------------------

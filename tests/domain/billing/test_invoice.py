@@ -55,6 +55,10 @@ def test_energy_and_co2_from_tdp_and_from_measured_power() -> None:
     # measured 500 W x 1 GPU x 1 h x 1.2 = 0.6 kWh; 0.18 kg
     assert two.energy_kwh == 0.6 and two.co2_kg == 0.18
     assert invoice.total_energy_kwh == 2.952 and invoice.total_co2_kg == 0.886
+    assert (one.energy_source, two.energy_source) == ("tdp_estimate", "measured")
+    rows = invoice_csv(invoice).splitlines()
+    assert rows[0].endswith(",energy_kwh,co2_kg,energy_source")
+    assert rows[1].endswith(",2.352,0.706,tdp_estimate") and rows[2].endswith(",0.6,0.18,measured")
 
 
 def test_unknown_region_leaves_energy_out() -> None:
@@ -62,6 +66,7 @@ def test_unknown_region_leaves_energy_out() -> None:
         0
     ]
     assert line.energy_kwh is None and line.co2_kg is None
+    assert line.energy_source is None
 
 
 def test_total_is_the_exact_sum_of_the_ledger_charges_inside_the_month() -> None:

@@ -13,7 +13,9 @@ Rules:
   (key `sla:{tenant}:{yyyy-mm}`) as a negative amount, its description the credit's memo (availability,
   tier, the outage ids as evidence).
 * Energy (kWh) = power per GPU (W) x GPU fraction x hours x the region's PUE / 1000, where the power is the
-  measured average power per GPU from agent telemetry when known, else TDP x `UTILIZATION_ESTIMATE` (0.7).
+  measured average power per GPU from agent telemetry when known (`suanli.domain.billing.energy`: only when
+  the measurements cover at least half the rental's billable time), else TDP x `UTILIZATION_ESTIMATE` (0.7).
+  A rental line's `energy_source` says which: `measured` or `tdp_estimate` (None when there is no energy).
   CO2 (kg) = kWh x the region's grid intensity (g/kWh) / 1000, computed from the unrounded kWh. Both are
   floats rounded half-even to `ENERGY_DECIMALS` (3) with `round`; invoice totals are the rounded sum of the
   rounded lines. Unknown model or region: energy and CO2 are None and the totals leave them out.
@@ -32,6 +34,8 @@ from suanli.domain.billing.errors import BillingError
 from suanli.domain.billing.money import SECONDS_PER_HOUR, to_epoch_s
 
 UTILIZATION_ESTIMATE = 0.7
+ENERGY_MEASURED = "measured"
+ENERGY_TDP_ESTIMATE = "tdp_estimate"
 ENERGY_DECIMALS = 3
 MIG_COMPUTE_SLICES = 7
 _MONTH = re.compile(r"^(\d{4})-(\d{2})$")
@@ -113,6 +117,7 @@ class InvoiceLine:
     discounts: tuple[tuple[str, int], ...] = ()
     energy_kwh: float | None = None
     co2_kg: float | None = None
+    energy_source: str | None = None  # ENERGY_MEASURED or ENERGY_TDP_ESTIMATE; None: no energy
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +157,13 @@ def energy_kwh(rental: RentalBilling, seconds: int) -> float | None:
     else:
         return None
     return power_w * rental.gpu_fraction * (seconds / SECONDS_PER_HOUR) * rental.pue / 1000
+
+
+def energy_source(rental: RentalBilling, kwh: float | None) -> str | None:
+    """Which power an energy figure used: measured telemetry or the TDP estimate; None without energy."""
+    if kwh is None:
+        return None
+    return ENERGY_MEASURED if rental.measured_power_w is not None else ENERGY_TDP_ESTIMATE
 
 
 def co2_kg(kwh: float | None, grid_gco2_per_kwh: float | None) -> float | None:
@@ -198,11 +210,14 @@ def build_invoice(
                 discounts=rental.discounts,
                 energy_kwh=None if kwh is None else round(kwh, ENERGY_DECIMALS),
                 co2_kg=None if kg is None else round(kg, ENERGY_DECIMALS),
+                energy_source=energy_source(rental, kwh),
             )
         )
     notes = (
         f"energy: measured GPU power when reported, else TDP x {UTILIZATION_ESTIMATE}, x GPU fraction x "
         "hours x PUE; CO2 = kWh x grid g/kWh / 1000; both rounded to 3 decimals",
+        "energy source per rental line: measured (agent telemetry covering at least half of the rental's "
+        "billable time) or tdp_estimate",
         "amounts: what the ledger charged each rental inside the month (UTC)",
     )
     if sla_credits:
@@ -227,6 +242,7 @@ CSV_COLUMNS = (
     "amount_micros",
     "energy_kwh",
     "co2_kg",
+    "energy_source",
 )
 
 
@@ -247,6 +263,7 @@ def invoice_csv(invoice: Invoice) -> str:
                 line.amount_micros,
                 "" if line.energy_kwh is None else line.energy_kwh,
                 "" if line.co2_kg is None else line.co2_kg,
+                line.energy_source or "",
             )
         )
     writer.writerow(
@@ -260,6 +277,7 @@ def invoice_csv(invoice: Invoice) -> str:
             invoice.total_micros,
             invoice.total_energy_kwh,
             invoice.total_co2_kg,
+            "",
         )
     )
     return out.getvalue()

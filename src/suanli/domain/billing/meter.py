@@ -6,6 +6,15 @@ Rules, all in integer micros:
   `minimum_s` 60 by default. A preempted spot rental ends at its deadline, a lost one at its last
   heartbeat: the caller sets `ended_s` so.
 * Charge to date = round half up of rate_micros_per_hour * billable_s / 3600, always from the whole interval.
+* Rate changes (a spot rental follows its pool's spot price): `rate_changes` = ((from_s, rate), ...), sorted,
+  each rate in force from its `from_s` on; before the first one the rental pays `rate_micros_per_hour`. The
+  charge to date is then round half up of (sum over the segments of rate_i * seconds_i inside
+  [started_s, min(now_s, ended_s)]) / 3600: one rounding of the exact cumulative sum, never per segment.
+  When that interval is shorter than `minimum_s`, the missing seconds are billed at the rate in force at
+  `started_s` (the first segment's). That sum falls only if the rate drops inside the first minute; the
+  charge to date never falls (a posted charge cannot be taken back), so it is the largest such sum at any
+  instant up to now (at the start, a rate change or now: it is linear in between). Without rate changes
+  this is exactly the rule above.
 * A meter run posts only `charge_delta` = charge to date - already posted, never negative, under the key
   `charge:{rental_id}:{n}`, n counting the rental's charges already in the journal; nothing to post, no key.
 * A charge is paid from the tenant's grants first, then cash (cash may go below 0: the shell warns and stops).
@@ -20,7 +29,7 @@ from dataclasses import dataclass
 
 from suanli.domain.billing.errors import BillingError
 from suanli.domain.billing.ledger import AccountId, AccountKind, Journal, Posting, Transaction, TxKind
-from suanli.domain.billing.money import BASIS_POINTS, charge_micros
+from suanli.domain.billing.money import BASIS_POINTS, SECONDS_PER_HOUR, charge_micros, round_half_up
 
 DEFAULT_MINIMUM_S = 60
 _CHARGED = frozenset({AccountKind.PROVIDER_PAYABLE, AccountKind.PLATFORM_REVENUE})
@@ -37,6 +46,7 @@ class RentalUsage:
     started_s: int
     ended_s: int | None = None
     minimum_s: int = DEFAULT_MINIMUM_S
+    rate_changes: tuple[tuple[int, int], ...] = ()  # (from_s, rate micros/h), sorted by from_s
 
     def __post_init__(self) -> None:
         if self.rate_micros_per_hour < 0:
@@ -45,6 +55,17 @@ class RentalUsage:
             raise BillingError(f"rental {self.rental_id}: minimum_s must be 0 or more")
         if self.ended_s is not None and self.ended_s < self.started_s:
             raise BillingError(f"rental {self.rental_id}: ends at {self.ended_s}, before it starts")
+        if self.rate_changes:
+            self._check_changes()
+
+    def _check_changes(self) -> None:
+        previous = None
+        for from_s, rate in self.rate_changes:
+            if rate < 0:
+                raise BillingError(f"rental {self.rental_id}: rate must be 0 or more")
+            if previous is not None and from_s <= previous:
+                raise BillingError(f"rental {self.rental_id}: rate changes must be sorted, one per instant")
+            previous = from_s
 
     def billable_s(self, now_s: int) -> int:
         if now_s < self.started_s:
@@ -52,8 +73,63 @@ class RentalUsage:
         end_s = now_s if self.ended_s is None else min(now_s, self.ended_s)
         return max(self.minimum_s, end_s - self.started_s)
 
+    def rate_at(self, at_s: int) -> int:
+        """The rate in force at `at_s`: the last change from at or before it, else `rate_micros_per_hour`."""
+        rate = self.rate_micros_per_hour
+        for from_s, changed in self.rate_changes:
+            if from_s > at_s:
+                break
+            rate = changed
+        return rate
+
+    def micros_seconds(self, now_s: int) -> int:
+        """The exact charge to date times 3600 (rate micros/h x seconds), before the one rounding."""
+        if now_s < self.started_s:
+            return 0
+        end_s = now_s if self.ended_s is None else min(now_s, self.ended_s)
+        due = self._due(end_s)
+        if self.rate_changes:  # a rate drop inside the minimum must not lower what was already due
+            limit_s = min(end_s, self.started_s + self.minimum_s)
+            for from_s, _ in self.rate_changes:
+                if self.started_s <= from_s < limit_s:
+                    due = max(due, self._due(from_s))
+            if end_s > self.started_s:
+                due = max(due, self._due(self.started_s))
+        return due
+
+    def _due(self, end_s: int) -> int:
+        """Segments' rate x seconds over [started_s, end_s], plus the minimum's missing seconds at the rate
+        in force at started_s."""
+        short = max(0, self.minimum_s - (end_s - self.started_s))
+        if not self.rate_changes:
+            return self.rate_micros_per_hour * (end_s - self.started_s + short)
+        total, at_s, rate = 0, self.started_s, self.rate_micros_per_hour
+        first = None
+        for from_s, changed in self.rate_changes:
+            if from_s > at_s:
+                if first is None:
+                    first = rate
+                if from_s >= end_s:
+                    break
+                total += rate * (from_s - at_s)
+                at_s = from_s
+            rate = changed
+        if first is None:
+            first = rate
+        total += rate * (end_s - at_s)
+        return total + first * short
+
     def charge_to_date(self, now_s: int) -> int:
-        return charge_micros(self.rate_micros_per_hour, self.billable_s(now_s))
+        if not self.rate_changes:
+            return charge_micros(self.rate_micros_per_hour, self.billable_s(now_s))
+        return round_half_up(self.micros_seconds(now_s), SECONDS_PER_HOUR)
+
+    def memo(self, now_s: int) -> str:
+        """The charge transaction's memo: seconds billed and the rate (the current one after changes)."""
+        if not self.rate_changes:
+            return f"{self.billable_s(now_s)} s at {self.rate_micros_per_hour} micros/h"
+        end_s = now_s if self.ended_s is None else min(now_s, self.ended_s)
+        return f"{self.billable_s(now_s)} s at rates that changed, now {self.rate_at(end_s)} micros/h"
 
     def charge_delta(self, already_posted_micros: int, now_s: int) -> int:
         """What is left to post at `now_s`; 0 when everything is posted (or more, from a later run)."""
@@ -126,7 +202,7 @@ def meter_run(
             at_s=now_s,
             postings=postings,
             ref=usage.rental_id,
-            memo=f"{usage.billable_s(now_s)} s at {usage.rate_micros_per_hour} micros/h",
+            memo=usage.memo(now_s),
         )
         for posting in tx.postings:
             balances[posting.account] = balances.get(posting.account, 0) + posting.amount_micros

@@ -8,6 +8,12 @@ and never above the rental's bid.
 Spot formula, with pool utilization u in milli (0..1000) and the floor capped at the on-demand price:
 
     spot = floor + round_half_up((on_demand - floor) * u^2, 1000^2)
+
+A spot rental pays its pool's current spot price, capped at its bid (`running_spot_rate`): it is quoted at
+placement and re-priced by the scheduler as the pool's utilization moves; a new rate is taken only when it
+differs from the one paid by at least `REPRICE_HYSTERESIS_BP` (1%) of it (`rate_moved`), so that a pool
+hovering around a utilization does not write a rate change every cycle. A running rental whose bid is below
+a (raised) floor keeps paying its bid; preempting it is a separate decision.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from suanli.domain.request import MILLI_PER_GPU, GpuShare, MigSlice, Shape, Tier
 
 UTILIZATION_MILLI_MAX = 1000
 ANY_REGION = "*"
+REPRICE_HYSTERESIS_BP = 100  # a running spot rental's rate changes only when the price moved >= 1%
 
 
 class _Dated(Protocol):
@@ -165,6 +172,28 @@ class PriceBook:
         if bid_micros_per_gpu_hour < floor:
             raise BidBelowFloorError(f"bid {bid_micros_per_gpu_hour} is below {model}'s spot floor {floor}")
         return min(price, bid_micros_per_gpu_hour)
+
+
+def running_spot_rate(
+    book: PriceBook,
+    model: str,
+    region: str,
+    utilization_milli: int,
+    bid_micros_per_gpu_hour: int | None,
+    at_s: int,
+) -> int:
+    """What a running spot rental pays per GPU-hour now: the spot price, capped at its bid (a bid below the
+    floor pays the bid: unlike `PriceBook.spot_rate` it does not raise)."""
+    price = book.spot_price(model, region, utilization_milli, at_s)
+    return price if bid_micros_per_gpu_hour is None else min(price, bid_micros_per_gpu_hour)
+
+
+def rate_moved(current_micros: int, new_micros: int, hysteresis_bp: int = REPRICE_HYSTERESIS_BP) -> bool:
+    """A re-priced rate replaces the current one only when it differs by at least `hysteresis_bp` of it
+    (from a current rate of 0: any new rate above 0)."""
+    if new_micros == current_micros:
+        return False
+    return abs(new_micros - current_micros) * BASIS_POINTS >= hysteresis_bp * current_micros
 
 
 def spot_formula(floor_micros: int, on_demand_micros: int, utilization_milli: int) -> int:

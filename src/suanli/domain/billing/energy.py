@@ -1,0 +1,60 @@
+"""Measured GPU energy of rentals from agent telemetry, and the average power an invoice may use.
+
+Rules:
+
+* NVML reports power per physical GPU. A rental's power on a node at one heartbeat is the sum, over the
+  slices it holds there, of `power_w[gpu_index] x milli / 1000` (a whole GPU is 1000 milli, a MIG instance
+  or a share its milli): a slice gets its share of the GPU's power. When any of those GPUs has no power
+  reading the rental is not measured at that beat (partial data would understate it).
+* The interval a beat measures is the time since the node's previous heartbeat. A gap longer than
+  `MAX_GAP_BEATS` x the heartbeat interval (or a clock that went backwards) measures nothing: the node was
+  away, and the power now says nothing about that time. Each measured beat adds power x interval (joules)
+  to the rental's run on that node, and the interval to its measured seconds.
+* An invoice uses the measured average only when the runs' measured seconds cover at least `MIN_COVERAGE`
+  of the rental's billable node-seconds (billable seconds x nodes); else TDP x the utilization estimate.
+  The average per GPU is (joules / measured seconds) / the GPUs the rental holds on one node, so that
+  x GPU fraction (all nodes) x hours gives the rental's whole power over its billable time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+MAX_GAP_BEATS = 3
+MIN_COVERAGE = 0.5
+WHOLE_GPU_MILLI = 1000
+
+
+def slice_power_w(slices: Iterable[tuple[int, int]], power_w: Mapping[int, float | None]) -> float | None:
+    """Power (W) of `(gpu_index, milli)` slices from per-GPU readings; None when a reading is missing."""
+    total = 0.0
+    found = False
+    for gpu_index, milli in slices:
+        reading = power_w.get(gpu_index)
+        if reading is None or reading < 0:
+            return None
+        total += reading * milli / WHOLE_GPU_MILLI
+        found = True
+    return total if found else None
+
+
+def measured_interval_s(gap_s: float | None, heartbeat_interval_s: float) -> float:
+    """Seconds a beat measures, `gap_s` after the node's previous one; 0 when none or too long."""
+    if gap_s is None or gap_s <= 0 or gap_s > MAX_GAP_BEATS * heartbeat_interval_s:
+        return 0.0
+    return gap_s
+
+
+def average_power_per_gpu_w(
+    energy_j: float, measured_s: float, billable_s: float, nodes: int, gpus_per_node: float
+) -> float | None:
+    """Measured average power per GPU (W), or None when the measurement covers too little of the rental.
+
+    `energy_j` and `measured_s` are summed over the rental's runs (one per node, and one per node it was
+    re-queued to); `billable_s` is its whole billable interval; `gpus_per_node` its GPU fraction on one node.
+    """
+    if measured_s <= 0 or billable_s <= 0 or nodes <= 0 or gpus_per_node <= 0 or energy_j < 0:
+        return None
+    if measured_s < MIN_COVERAGE * billable_s * nodes:
+        return None
+    return energy_j / measured_s / gpus_per_node

@@ -1,0 +1,113 @@
+"""Spot rates that follow the pool, through the real app (SQLite and PostgreSQL): a spot rental placed in an
+otherwise idle pool pays the spot price at its own share of the pool; once on-demand rentals fill most of the
+pool a scheduler cycle re-prices it (a rate change from then, its price updated), and the meter charges the
+exact sum of rate x seconds over the two segments, rounded once. A bid caps the new rate."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+
+import pytest
+from fastapi.testclient import TestClient
+
+from conftest import ADMIN, app_client, wait_for
+from suanli.domain.billing.money import round_half_up, to_epoch_s
+from suanli.domain.billing.pricebook import spot_formula
+
+ASCEND = "Ascend-910B"  # the example fleet's only Ascend node: a pool of 8 in cn-north
+
+
+@pytest.fixture
+def client(database_url: str) -> Iterator[TestClient]:
+    """Postpaid; the test runs the meter itself."""
+    with app_client(database_url, meter_interval_s=3600, prepaid=False) as test_client:
+        yield test_client
+
+
+def _prices(client: TestClient) -> tuple[int, int]:
+    """(spot floor, on-demand list price) of the pool's model, per GPU-hour."""
+    entries = {
+        (p["tier"], p["kind"]): p["price_micros_per_gpu_hour"]
+        for p in client.get("/v1/prices").json()
+        if p["gpu_model"] == ASCEND and p["region"] == "*"
+    }
+    return entries[("spot", "spot_floor")], entries[("on_demand", "list")]
+
+
+def _rate_changes(client: TestClient, rental_id: str, headers: dict[str, str], count: int) -> dict:
+    deadline = time.monotonic() + 10
+    while True:
+        body = client.get(f"/v1/rentals/{rental_id}", headers=headers).json()
+        if len(body["rate_changes"]) >= count or time.monotonic() > deadline:
+            return body
+        time.sleep(0.02)
+
+
+def _fill(client: TestClient, headers: dict[str, str]) -> None:
+    filler = client.post("/v1/rentals", json={"gpu_model": ASCEND, "gpus": 6}, headers=headers).json()
+    assert wait_for(client, filler["id"], headers, "placed")["state"] == "placed"
+
+
+def _charged(client: TestClient, rental_id: str, headers: dict[str, str]) -> int:
+    ledger = client.get("/v1/ledger", headers=headers).json()
+    return sum(
+        p["amount_micros"]
+        for t in ledger
+        if t["kind"] == "charge" and t["ref"] == rental_id
+        for p in t["postings"]
+        if p["amount_micros"] > 0
+    )
+
+
+def test_a_running_spot_rental_pays_its_pools_current_spot_price(client, tenant) -> None:
+    _, headers = tenant("spotter")
+    floor, on_demand = _prices(client)
+    spot = client.post("/v1/rentals", json={"gpu_model": ASCEND, "gpus": 1, "tier": "spot"}, headers=headers)
+    assert spot.status_code == 201, spot.text
+    rental_id = spot.json()["id"]
+    placed = wait_for(client, rental_id, headers, "placed")
+    idle_rate = spot_formula(floor, on_demand, 125)  # alone: 1 of the pool's 8 busy
+    assert placed["price_micros_per_hour"] == idle_rate
+    assert idle_rate - floor < (on_demand - floor) // 50  # within 2% of the way to on-demand: about the floor
+    time.sleep(0.3)  # a few cycles: the pool has not moved, so no rate change
+    assert client.get(f"/v1/rentals/{rental_id}", headers=headers).json()["rate_changes"] == []
+
+    _fill(client, headers)  # on-demand takes 6 more: 7 of 8 busy
+    body = _rate_changes(client, rental_id, headers, 2)
+    busy_rate = spot_formula(floor, on_demand, 875)
+    rates = [(datetime.fromisoformat(c["from_at"]), c["rate_micros_per_hour"]) for c in body["rate_changes"]]
+    assert [rate for _, rate in rates] == [idle_rate, busy_rate]
+    assert body["price_micros_per_hour"] == busy_rate
+    assert body["quote"]["final_micros_per_hour"] == idle_rate  # the quote stays as placed
+    time.sleep(0.3)
+    assert len(client.get(f"/v1/rentals/{rental_id}", headers=headers).json()["rate_changes"]) == 2
+
+    (placed_at, _), (changed_at, _) = rates
+    billing = client.app.state.services.billing
+    later = placed_at + timedelta(hours=2)
+    billing.meter(now=later)
+    billing.meter(now=later)  # re-running posts nothing
+    start_s, change_s, later_s = to_epoch_s(placed_at), to_epoch_s(changed_at), to_epoch_s(later)
+    expected = round_half_up(idle_rate * (change_s - start_s) + busy_rate * (later_s - change_s), 3600)
+    assert _charged(client, rental_id, headers) == expected
+
+
+def test_a_bid_caps_the_rate_a_running_spot_rental_follows(client, tenant) -> None:
+    _, headers = tenant("bidder")
+    floor, on_demand = _prices(client)
+    idle_rate, busy_rate = spot_formula(floor, on_demand, 125), spot_formula(floor, on_demand, 875)
+    bid = (idle_rate + busy_rate) // 2
+    spot = client.post(
+        "/v1/rentals",
+        json={"gpu_model": ASCEND, "gpus": 1, "tier": "spot", "bid_micros_per_gpu_hour": bid},
+        headers=headers,
+    ).json()
+    assert wait_for(client, spot["id"], headers, "placed")["price_micros_per_hour"] == idle_rate
+    _fill(client, headers)
+    body = _rate_changes(client, spot["id"], headers, 2)
+    assert [c["rate_micros_per_hour"] for c in body["rate_changes"]] == [idle_rate, bid]
+    assert body["price_micros_per_hour"] == bid < busy_rate
+    admin_view = client.get(f"/v1/rentals/{spot['id']}", headers=ADMIN).json()
+    assert admin_view["rate_changes"] == body["rate_changes"]

@@ -1,0 +1,77 @@
+"""Measured GPU energy: a slice's share of its GPU's power, the interval a heartbeat measures, and when an
+invoice may use the measured average instead of the TDP estimate."""
+
+from __future__ import annotations
+
+import pytest
+
+from suanli.domain.billing.energy import (
+    MAX_GAP_BEATS,
+    MIN_COVERAGE,
+    average_power_per_gpu_w,
+    measured_interval_s,
+    slice_power_w,
+)
+from suanli.domain.billing.invoice import RentalBilling, energy_kwh, gpu_fraction
+
+READINGS = {0: 300.0, 1: 200.0, 2: None, 3: 0.0}
+
+
+@pytest.mark.parametrize(
+    ("slices", "expected"),
+    [
+        ([(0, 1000)], 300.0),  # a whole GPU
+        ([(0, 1000), (1, 1000)], 500.0),  # two whole GPUs
+        ([(1, 500)], 100.0),  # a share of half the GPU
+        ([(0, 428)], 300.0 * 428 / 1000),  # a MIG instance: its milli of the GPU
+        ([(3, 1000)], 0.0),  # an idle GPU reads 0 W: measured, not missing
+        ([(0, 1000), (2, 1000)], None),  # one GPU without a reading: not measured at all
+        ([(7, 1000)], None),  # a GPU the agent did not report
+        ([], None),
+    ],
+)
+def test_slice_power_is_the_slices_share_of_each_gpus_reading(slices, expected) -> None:
+    assert slice_power_w(slices, READINGS) == expected
+
+
+def test_a_negative_reading_is_no_reading() -> None:
+    assert slice_power_w([(0, 1000)], {0: -1.0}) is None
+
+
+def test_the_interval_is_the_gap_since_the_previous_beat_up_to_three_intervals() -> None:
+    assert MAX_GAP_BEATS == 3
+    assert measured_interval_s(5.0, 5.0) == 5.0
+    assert measured_interval_s(14.5, 5.0) == 14.5
+    assert measured_interval_s(15.0, 5.0) == 15.0
+    assert measured_interval_s(15.01, 5.0) == 0.0  # the node was away: nothing measured
+    assert measured_interval_s(0.0, 5.0) == 0.0
+    assert measured_interval_s(-2.0, 5.0) == 0.0  # a clock that went backwards
+    assert measured_interval_s(None, 5.0) == 0.0  # no previous beat
+
+
+def test_the_average_needs_half_the_billable_node_seconds() -> None:
+    assert MIN_COVERAGE == 0.5
+    # 250 W over 1200 s measured of 1800 s billable, one whole GPU
+    assert average_power_per_gpu_w(300_000.0, 1200.0, 1800.0, 1, 1.0) == 250.0
+    assert average_power_per_gpu_w(300_000.0, 900.0, 1800.0, 1, 1.0) == pytest.approx(333.333, abs=1e-3)
+    assert average_power_per_gpu_w(300_000.0, 899.0, 1800.0, 1, 1.0) is None
+    assert average_power_per_gpu_w(0.0, 0.0, 1800.0, 1, 1.0) is None
+    assert average_power_per_gpu_w(1.0, 10.0, 0.0, 1, 1.0) is None
+
+
+def test_a_gang_and_a_share_average_per_gpu() -> None:
+    # a gang of 2 nodes x 2 GPUs, each node measured 1000 s at 800 W (400 W per GPU)
+    assert average_power_per_gpu_w(2 * 800.0 * 1000, 2 * 1000.0, 1000.0, 2, 2.0) == 400.0
+    # half of the node-seconds measured (one node only) is still enough
+    assert average_power_per_gpu_w(800.0 * 1000, 1000.0, 1000.0, 2, 2.0) == 400.0
+    # a 500-milli share drawing 150 W (its half of a 300 W GPU): 300 W per GPU
+    assert average_power_per_gpu_w(150.0 * 100, 100.0, 100.0, 1, 0.5) == 300.0
+
+
+def test_measured_average_times_the_gpu_fraction_gives_the_rentals_power_on_the_invoice() -> None:
+    per_node = gpu_fraction(1, mig_profile="3g.40gb")
+    power = average_power_per_gpu_w(120.0 * 3600, 3600.0, 3600.0, 1, per_node)
+    assert power is not None
+    rental = RentalBilling("r", 0, 3600, 1, per_node, tdp_watts=400, pue=1.5, measured_power_w=power)
+    # 120 W for an hour x PUE 1.5 = 0.18 kWh, whatever the fraction
+    assert energy_kwh(rental, 3600) == pytest.approx(0.18)
