@@ -313,14 +313,11 @@ class PlanService:
         now_s = to_epoch_s(now)
         actions: dict[str, FundsAction] = {}
         with self.uow() as uow:
-            live = [r for r in uow.rentals.by_ids(sorted(uow.rentals.live_ids())) if r.state in LIVE_STATES]
-            by_tenant: dict[str, list[Rental]] = {}
-            for rental in live:
-                by_tenant.setdefault(rental.tenant_id, []).append(rental)
+            by_tenant = uow.rentals.live_by_tenant()  # ids only: rentals are read for tenants below the floor
             for tenant_id in uow.terms.warned_tenants():  # to clear a warning once credit arrives
                 by_tenant.setdefault(tenant_id, [])
-            balances = uow.ledger.balances(by_tenant)
-            for tenant_id, rentals in sorted(by_tenant.items()):
+            balances = uow.ledger.balances(by_tenant, (AccountKind.TENANT_CASH, AccountKind.TENANT_GRANTS))
+            for tenant_id, rental_ids in sorted(by_tenant.items()):
                 terms, warned = self._terms(uow, tenant_id)
                 available = balances.get(AccountId.tenant_cash(tenant_id), 0) + balances.get(
                     AccountId(AccountKind.TENANT_GRANTS, tenant_id), 0
@@ -329,6 +326,9 @@ class PlanService:
                     terms, available, None if warned is None else to_epoch_s(warned), now_s, int(self.grace_s)
                 )
                 actions[tenant_id] = action
+                rentals = []
+                if action in (FundsAction.WARN, FundsAction.STOP) and rental_ids:
+                    rentals = [r for r in uow.rentals.by_ids(rental_ids) if r.state in LIVE_STATES]
                 if action is FundsAction.OK and warned is not None:
                     uow.terms.set_warned(tenant_id, None, now, terms)
                 elif action is FundsAction.WARN and rentals:
