@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from fastapi.testclient import TestClient
@@ -111,3 +111,46 @@ def test_a_bid_caps_the_rate_a_running_spot_rental_follows(client, tenant) -> No
     assert body["price_micros_per_hour"] == bid < busy_rate
     admin_view = client.get(f"/v1/rentals/{spot['id']}", headers=ADMIN).json()
     assert admin_view["rate_changes"] == body["rate_changes"]
+
+
+def test_a_spot_rental_whose_bid_falls_below_a_raised_floor_gets_notice_and_ends(database_url) -> None:
+    """An admin raises the spot floor above a running rental's bid: the next cycle gives it notice
+    (`below_floor`), and at the deadline it is preempted and billed to the deadline."""
+    with app_client(
+        database_url, meter_interval_s=3600, prepaid=False, preemption_notice_by_tier_s={"spot": 0.3}
+    ) as client:
+        _, headers = _tenant(client)
+        floor, _ = _prices(client)
+        spot = client.post(
+            "/v1/rentals",
+            json={"gpu_model": ASCEND, "gpus": 1, "tier": "spot", "bid_micros_per_gpu_hour": floor + 1000},
+            headers=headers,
+        ).json()
+        assert wait_for(client, spot["id"], headers, "placed")["state"] == "placed"
+        raised = client.put(
+            "/v1/prices",
+            json=[
+                {
+                    "gpu_model": ASCEND,
+                    "tier": "spot",
+                    "price_micros_per_gpu_hour": floor + 5000,
+                    "effective_from": (datetime.now(UTC) + timedelta(seconds=1.5)).isoformat(),
+                }
+            ],
+            headers=ADMIN,
+        )
+        assert raised.status_code == 200, raised.text
+        ended = wait_for(client, spot["id"], headers, "preempted")
+        assert ended["state"] == "preempted", ended["state"]
+        notice = [e for e in ended["events"] if e["kind"] == "preempting"]
+        assert (
+            notice and notice[0]["reason"] == "below_floor" and "below the spot floor" in notice[0]["message"]
+        )
+        assert "its bid was below the spot floor" in ended["events"][-1]["message"]
+        assert ended["notice_deadline"] is not None
+
+
+def _tenant(client: TestClient) -> tuple[str, dict[str, str]]:
+    tenant_id = client.post("/v1/tenants", json={"name": "bidder"}, headers=ADMIN).json()["id"]
+    secret = client.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()["secret"]
+    return tenant_id, {"Authorization": f"Bearer {secret}"}

@@ -106,6 +106,7 @@ def build(settings: Settings, clock: Clock | None = None) -> Services:
             u, rental, to_request(rental).shape, placed, utilization, now
         ),
         repricer=billing.spot_rates,
+        floor_check=billing.below_floor,
     )
     metrics = Metrics()
     meter: MeterLoop | None = None

@@ -239,6 +239,40 @@ class BillingService:
                 continue
         return rates
 
+    def below_floor(
+        self,
+        uow: UnitOfWork,
+        running: Sequence[tuple[Rental, Sequence[tuple[GpuModel, str]]]],
+        now: datetime,
+    ) -> dict[str, int]:
+        """Spot rentals whose bid has fallen below the spot floor of a pool they are in (an admin raised it
+        since they were placed): rental id -> that floor per GPU-hour. They get notice like any victim. A bid
+        already below the floor at placement keeps paying its bid (it is not "falling" below it)."""
+        book = self.price_book(uow)
+        at_s = to_epoch_s(now)
+
+        def floor(model: GpuModel, region: str, when_s: int) -> int:
+            return min(
+                book.spot_floor(model.name, region, when_s).floor_micros_per_gpu_hour,
+                book.list_price(model.name, region, Tier.ON_DEMAND, when_s).price_micros_per_gpu_hour,
+            )
+
+        found: dict[str, int] = {}
+        for rental, placed in running:
+            bid = rental.spec.bid_micros_per_gpu_hour
+            if bid is None or rental.placed_at is None:
+                continue
+            placed_s = to_epoch_s(rental.placed_at)
+            for model, region in placed:
+                try:
+                    now_floor, then_floor = floor(model, region, at_s), floor(model, region, placed_s)
+                except BillingError:
+                    continue
+                if bid < now_floor and bid >= then_floor:
+                    found[rental.id] = now_floor
+                    break
+        return found
+
     def _models(self, spec: RentalSpec) -> list[GpuModel]:
         models = [m for m in self.catalog.models if not spec.gpu_model or m.matches(spec.gpu_model)]
         if spec.mig_profile is not None:

@@ -20,7 +20,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from suanli.app.booking import bookings_for
@@ -42,11 +42,16 @@ from suanli.domain.scheduler import order_queue, schedule
 from suanli.domain.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
+BELOW_FLOOR = "below_floor"  # `preempted_by` of a spot rental noticed because its bid fell below the floor
 REPRICED_STATES = ("placed", "starting", "running", "preempting")  # a spot rental that pays the spot price
 # (unit of work, rental, (model, region) of each placed node, pool utilization milli, now) -> its quote
 Pricer = Callable[
     [UnitOfWork, Rental, Sequence[tuple[GpuModel, str]], Mapping[tuple[str, str], int], datetime],
     dict[str, Any],
+]
+# (unit of work, live spot rentals and their nodes' (model, region), now) -> rental id: floor above its bid
+FloorCheck = Callable[
+    [UnitOfWork, Sequence[tuple[Rental, Sequence[tuple[GpuModel, str]]]], datetime], dict[str, int]
 ]
 # (unit of work, [(rental, shape, (model, region) of each of its nodes)], pool utilization milli, now)
 # -> rental id: its spot rate per hour now
@@ -89,6 +94,7 @@ class Scheduler:
         notice_by_tier_s: Mapping[str, float] | None = None,
         pricer: Pricer | None = None,
         repricer: Repricer | None = None,
+        floor_check: FloorCheck | None = None,
     ) -> None:
         self.uow, self.clock, self.catalog, self.cache = uow, clock, catalog, cache
         self.policy_name, self.seed = policy, seed
@@ -104,6 +110,7 @@ class Scheduler:
         self._lock = threading.Lock()
         self.pricer = pricer
         self.repricer = repricer
+        self.floor_check = floor_check
         self.spot: set[str] = set()  # live rentals (holding allocations) at tier spot
         self.seen: set[str] = set()  # live rentals whose tier is known (spot or not)
 
@@ -206,6 +213,8 @@ class Scheduler:
             rentals = [r for r in uow.rentals.by_ids(sorted(nodes)) if r.state in REPRICED_STATES]
             running = [(r, to_request(r).shape, nodes[r.id]) for r in rentals]
             rates = self.repricer(uow, running, utilization, now)
+            if self.floor_check is not None:
+                changed += self._floor_notices(uow, rentals, nodes, now)
             for rental in rentals:
                 rate, current, since = rates.get(rental.id), rental.price_micros_per_hour, rental.placed_at
                 if rate is None or current is None or since is None or not rate_moved(current, rate):
@@ -215,6 +224,31 @@ class Scheduler:
             if changed:
                 uow.commit()
         return changed
+
+    def _floor_notices(
+        self,
+        uow: UnitOfWork,
+        rentals: Sequence[Rental],
+        nodes: Mapping[str, list[tuple[GpuModel, str]]],
+        now: datetime,
+    ) -> int:
+        """Give spot rentals whose bid fell below their pool's floor a notice (reason `below_floor`); at the
+        deadline the cycle ends them like any victim (billed to the deadline)."""
+        assert self.floor_check is not None
+        candidates = [(r, nodes[r.id]) for r in rentals if r.state in PREEMPTIBLE_STATES]
+        below = self.floor_check(uow, candidates, now) if candidates else {}
+        deadline = now + timedelta(seconds=self.preemption.notice_for(Tier.SPOT))
+        given = 0
+        for rental, _ in candidates:
+            floor = below.get(rental.id)
+            if floor is None:
+                continue
+            if uow.rentals.give_notice(rental.id, BELOW_FLOOR, deadline, expect=PREEMPTIBLE_STATES):
+                bid = rental.spec.bid_micros_per_gpu_hour
+                message = f"bid {bid} is below the spot floor {floor}; notice until {deadline.isoformat()}"
+                uow.rentals.add_event(rental.id, RentalEvent(now, "preempting", "below_floor", message))
+                given += 1
+        return given
 
     def _learn_tiers(self, uow: UnitOfWork, rental_ids: set[str]) -> None:
         """Note which of these live rentals (holding allocations) are spot, reading only unknown ones."""
@@ -308,7 +342,10 @@ class Scheduler:
         uow.rentals.release(victim.id)
         deadline = victim.notice_deadline
         how = "left" if deadline is not None and deadline < now else "notice deadline reached"
-        message = f"{how}; capacity given to {victim.preempted_by}"
+        if victim.preempted_by == BELOW_FLOOR:
+            message = f"{how}; its bid was below the spot floor"
+        else:
+            message = f"{how}; capacity given to {victim.preempted_by}"
         uow.rentals.add_event(victim.id, RentalEvent(now, "preempted", "preempted", message))
         return 1
 
