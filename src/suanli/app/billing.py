@@ -31,7 +31,7 @@ from suanli.app.ports import Clock, RunEnergyReader, UnitOfWork, UnitOfWorkFacto
 from suanli.app.postings import post_once, retrying
 from suanli.app.price_entries import BookEntry, checked, in_force_or_later, layered
 from suanli.app.records import END_STATES, BillableRental, Caller, MeterRental, PriceEntry, Rental, RentalSpec
-from suanli.app.tenants import require_admin
+from suanli.app.tenants import require_admin, target_tenant
 from suanli.domain.billing.energy import average_power_per_gpu_w
 from suanli.domain.billing.errors import BillingError
 from suanli.domain.billing.invoice import (
@@ -510,7 +510,7 @@ class BillingService:
         return retrying(work)
 
     def balance(self, caller: Caller, tenant_id: str | None = None) -> Balance:
-        target = self._target(caller, tenant_id)
+        target = target_tenant(caller, tenant_id)
         with self.uow() as uow:
             if uow.tenants.get(target) is None:
                 raise NotFound(f"no tenant {target}")
@@ -518,7 +518,7 @@ class BillingService:
 
     def journal(self, caller: Caller, tenant_id: str | None = None) -> list[Transaction]:
         """The caller's transactions (with a posting to its accounts); an admin: all, or one tenant's."""
-        owner = tenant_id if caller.is_admin else self._target(caller, tenant_id)
+        owner = tenant_id if caller.is_admin else target_tenant(caller, tenant_id)
         with self.uow() as uow:
             return uow.ledger.transactions(owner)
 
@@ -563,7 +563,7 @@ class BillingService:
             month = Month.parse(month_text)
         except InvoiceError as error:
             raise Invalid(str(error), field="month") from None
-        target = self._target(caller, tenant_id)
+        target = target_tenant(caller, tenant_id)
         now_s = to_epoch_s(self.clock.now())
         with self.uow() as uow:
             if uow.tenants.get(target) is None:
@@ -644,14 +644,6 @@ class BillingService:
             measured_power_w=measured_power_w,
             discounts=discounts,
         )
-
-    @staticmethod
-    def _target(caller: Caller, tenant_id: str | None) -> str:
-        if tenant_id is None or tenant_id == caller.tenant.id:
-            return caller.tenant.id
-        if not caller.is_admin:
-            raise NotFound(f"no tenant {tenant_id}")
-        return tenant_id
 
 
 def _balance(uow: UnitOfWork, tenant_id: str) -> Balance:

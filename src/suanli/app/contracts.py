@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import datetime
 
 from suanli.app.errors import Conflict, Forbidden, Invalid, NotFound, PaymentRequired
 from suanli.app.fleet import FleetCache
-from suanli.app.ids import new_id
+from suanli.app.ids import as_utc, new_id
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.postings import post_once, retrying
 from suanli.app.records import Caller, ContractRecord
@@ -73,7 +73,7 @@ class ContractService:
             model = self.catalog.get(gpu_model)
         except CatalogError as error:
             raise Invalid(str(error), field="gpu_model") from None
-        starts_at, ends_at = _utc(starts_at), _utc(ends_at)
+        starts_at, ends_at = as_utc(starts_at), as_utc(ends_at)
         if ends_at <= starts_at:
             raise Invalid("must be after starts_at", field="ends_at")
         now = self.clock.now()
@@ -229,7 +229,3 @@ def _domain(record: ContractRecord) -> Contract:
         record.id, record.tenant_id, record.gpu_model, record.region, record.count,
         record.starts_at.timestamp(), record.ends_at.timestamp(),
     )  # fmt: skip
-
-
-def _utc(moment: datetime) -> datetime:
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)

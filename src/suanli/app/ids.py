@@ -1,4 +1,5 @@
-"""Prefixed random ids (`ten_`, `key_`, `rnt_`, `ctr_`) and API key secrets (`sk_`), plus the system clock."""
+"""Prefixed random ids (`ten_`, `key_`, `rnt_`, `ctr_`) and API key secrets (`sk_`), plus UTC
+helpers and the system clock."""
 
 from __future__ import annotations
 
@@ -17,6 +18,11 @@ def new_secret() -> str:
 
 def digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def as_utc(moment: datetime) -> datetime:
+    """An aware UTC datetime (a naive one is taken as UTC)."""
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
 class SystemClock:

@@ -13,14 +13,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from suanli.app.errors import Conflict, Invalid, NotFound, PaymentRequired
-from suanli.app.ids import new_id
+from suanli.app.ids import as_utc, new_id
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.postings import post_once, retrying
 from suanli.app.records import LIVE_STATES, Caller, Rental, RentalEvent
-from suanli.app.tenants import require_admin
+from suanli.app.tenants import require_admin, target_tenant
 from suanli.domain.billing.errors import BillingError
 from suanli.domain.billing.invoice import InvoiceError, Month
 from suanli.domain.billing.ledger import AccountId, AccountKind, TxKind
@@ -93,8 +93,8 @@ class PlanService:
         except ValueError:
             raise Invalid(f"must be one of {[k.value for k in PlanKind]}", field="kind") from None
         now = self.clock.now()
-        start = _utc(starts_at) if starts_at is not None else now
-        end = _utc(ends_at) if ends_at is not None else start + timedelta(seconds=SECONDS_PER_YEAR)
+        start = as_utc(starts_at) if starts_at is not None else now
+        end = as_utc(ends_at) if ends_at is not None else start + timedelta(seconds=SECONDS_PER_YEAR)
         try:
             plan = Plan(
                 new_id("pln"),
@@ -143,7 +143,7 @@ class PlanService:
         return retrying(work)
 
     def plans(self, caller: Caller, tenant_id: str | None = None) -> list[Plan]:
-        target = _target(caller, tenant_id)
+        target = target_tenant(caller, tenant_id)
         with self.uow() as uow:
             if uow.tenants.get(target) is None:
                 raise NotFound(f"no tenant {target}")
@@ -156,7 +156,7 @@ class PlanService:
         self, caller: Caller, month_text: str, revenue_micros: int, tenant_id: str | None = None
     ) -> tuple[int, str]:
         """A revenue-share tenant reports a month's revenue once; returns (share posted, ledger key)."""
-        target = _target(caller, tenant_id)
+        target = target_tenant(caller, tenant_id)
         try:
             month = Month.parse(month_text)
         except InvoiceError as error:
@@ -219,15 +219,8 @@ class PlanService:
             pending = [g for g in due if uow.ledger.get(f"grant_expiry:{g.id}") is None]
             if not pending:
                 return 0
-            account = AccountId.tenant_grants(tenant_id)
-            spends = [
-                (tx.at_s, -posting.amount_micros)
-                for tx in uow.ledger.transactions(tenant_id)
-                if tx.kind is not TxKind.GRANT_EXPIRY
-                for posting in tx.postings
-                if posting.account == account and posting.amount_micros < 0
-            ]
-            balance = uow.ledger.balances([tenant_id]).get(account, 0)
+            spends = _grant_spends(uow, tenant_id)
+            balance = uow.ledger.balances([tenant_id]).get(AccountId.tenant_grants(tenant_id), 0)
             added = 0
             for grant in sorted(pending, key=lambda g: (g.expires_s or 0, g.id)):
                 assert grant.expires_s is not None
@@ -251,18 +244,11 @@ class PlanService:
 
     def grants(self, caller: Caller, tenant_id: str | None = None) -> list[tuple[Grant, int]]:
         """The tenant's grants with what is left of each now."""
-        target = _target(caller, tenant_id)
+        target = target_tenant(caller, tenant_id)
         now_s = to_epoch_s(self.clock.now())
         with self.uow() as uow:
             grants = uow.terms.grants(target)
-            account = AccountId.tenant_grants(target)
-            spends = [
-                (tx.at_s, -p.amount_micros)
-                for tx in uow.ledger.transactions(target)
-                if tx.kind is not TxKind.GRANT_EXPIRY
-                for p in tx.postings
-                if p.account == account and p.amount_micros < 0
-            ]
+            spends = _grant_spends(uow, target)
         left = grants_left(grants, spends, now_s)
         return [
             (g, 0 if g.expires_s is not None and g.expires_s <= now_s else left.get(g.id, 0)) for g in grants
@@ -288,7 +274,7 @@ class PlanService:
         return self.terms(caller, tenant_id)
 
     def terms(self, caller: Caller, tenant_id: str | None = None) -> TermsView:
-        target = _target(caller, tenant_id)
+        target = target_tenant(caller, tenant_id)
         with self.uow() as uow:
             if uow.tenants.get(target) is None:
                 raise NotFound(f"no tenant {target}")
@@ -352,12 +338,16 @@ class PlanService:
         return actions
 
 
-def _target(caller: Caller, tenant_id: str | None) -> str:
-    if tenant_id is None or tenant_id == caller.tenant.id:
-        return caller.tenant.id
-    if not caller.is_admin:
-        raise NotFound(f"no tenant {tenant_id}")
-    return tenant_id
+def _grant_spends(uow: UnitOfWork, tenant_id: str) -> list[tuple[int, int]]:
+    """(at_s, micros) of everything taken from the tenant's grants, expiries excepted."""
+    account = AccountId.tenant_grants(tenant_id)
+    return [
+        (tx.at_s, -posting.amount_micros)
+        for tx in uow.ledger.transactions(tenant_id)
+        if tx.kind is not TxKind.GRANT_EXPIRY
+        for posting in tx.postings
+        if posting.account == account and posting.amount_micros < 0
+    ]
 
 
 def _plan_field(message: str) -> str:
@@ -365,7 +355,3 @@ def _plan_field(message: str) -> str:
         if name in message:
             return {"revenue_share": "revenue_share_bp", "ends_s": "ends_at"}.get(name, name)
     return "kind"
-
-
-def _utc(moment: datetime) -> datetime:
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)

@@ -109,6 +109,15 @@ class TenantService:
         return ApiKey(key.id, key.tenant_id, key.label, key.secret_sha256, key.created_at, True)
 
 
+def target_tenant(caller: Caller, tenant_id: str | None) -> str:
+    """The tenant a read is about: the caller's own, or (admins only) another; others get NotFound."""
+    if tenant_id is None or tenant_id == caller.tenant.id:
+        return caller.tenant.id
+    if not caller.is_admin:
+        raise NotFound(f"no tenant {tenant_id}")
+    return tenant_id
+
+
 def require_admin(caller: Caller) -> None:
     if not caller.is_admin:
         raise Forbidden("this needs an admin key")
