@@ -74,8 +74,9 @@ def contract_room_milli(
         return 0
     contracted = sum(c.count for c in open_contracts) * 1000
     used = 0
-    for rental in uow.rentals.by_ids(sorted(uow.rentals.live_ids())):
-        if rental.tenant_id != tenant_id or rental.id == exclude or rental.state not in LIVE_STATES:
+    mine = [i for i in uow.rentals.live_by_tenant(tenant_id).get(tenant_id, []) if i != exclude]
+    for rental in uow.rentals.by_ids(mine):
+        if rental.state not in LIVE_STATES:
             continue
         q = rental.quote or {}
         if str(q.get("model", "")).casefold() == model.casefold() and (

@@ -216,10 +216,13 @@ class SqlRentals:
     def set_placed_at(self, rental_id: str, at: datetime) -> None:
         self.s.execute(update(RentalRow).where(RentalRow.id == rental_id).values(placed_at=at))
 
-    def live_by_tenant(self) -> dict[str, list[str]]:
-        """Tenant -> ids of its live rentals (placed through preempting), by one indexed read."""
+    def live_by_tenant(self, tenant_id: str | None = None) -> dict[str, list[str]]:
+        """Tenant -> ids of its live rentals (placed through preempting), by one indexed read; one tenant's
+        when named."""
         result: dict[str, list[str]] = {}
         query = select(RentalRow.tenant_id, RentalRow.id).where(RentalRow.state.in_(LIVE_STATES))
+        if tenant_id is not None:
+            query = query.where(RentalRow.tenant_id == tenant_id)
         for tenant_id, rental_id in self.s.execute(query.order_by(RentalRow.id)):
             result.setdefault(tenant_id, []).append(rental_id)
         return result
