@@ -63,7 +63,7 @@ def test_heartbeat_power_makes_the_invoice_energy_measured(
     (held,) = allocation["slices"]
     headers = _register(client, allocation["node"])
     services = client.app.state.services  # type: ignore[attr-defined]
-    agents, billing = services.agents, services.billing
+    agents, invoices = services.agents, services.invoices
     # mid-month, in the past: the reaper (real start time) never marks the node down meanwhile
     earlier = datetime.now(UTC) - timedelta(days=40)
     t0 = datetime(earlier.year, earlier.month, 10, tzinfo=UTC)
@@ -80,16 +80,16 @@ def test_heartbeat_power_makes_the_invoice_energy_measured(
         assert answer.status_code == 200, answer.text
 
     beat(0, 100.0, [{"rental_id": rental["id"], "state": "running"}])  # starts it: nothing measured
-    billing.clock = FixedClock(t0 + timedelta(seconds=600))
+    invoices.clock = FixedClock(t0 + timedelta(seconds=600))
     assert _line(client, owner, month, rental["id"])["energy_source"] == "tdp_estimate"  # no readings yet
     beat(600, 100.0)  # 600 s at 100 W
     beat(1200, None)  # no reading for the rental's GPU: not measured
     beat(1500, 160.0)  # 300 s at 160 W
     energy_j = (100.0 * 600 + 160.0 * 300) * fraction
-    assert billing.energy.measured([rental["id"]]) == {rental["id"]: (energy_j, 900.0)}
+    assert invoices.energy.measured([rental["id"]]) == {rental["id"]: (energy_j, 900.0)}
 
     seconds = 1737  # 900 measured of 1737 billable: over half
-    billing.clock = FixedClock(t0 + timedelta(seconds=seconds))
+    invoices.clock = FixedClock(t0 + timedelta(seconds=seconds))
     line = _line(client, owner, month, rental["id"])
     per_gpu = energy_j / 900.0 / fraction  # 120 W per GPU
     kwh = per_gpu * fraction * (seconds / 3600) * PUE / 1000
@@ -100,9 +100,9 @@ def test_heartbeat_power_makes_the_invoice_energy_measured(
     assert f"{round(kwh, 3)},{round(kwh * GRID / 1000, 3)},measured" in as_csv
 
     beat(1500 + 3 * INTERVAL_S + 1, 160.0)  # after a gap over 3 intervals: not measured
-    assert billing.energy.measured([rental["id"]]) == {rental["id"]: (energy_j, 900.0)}
+    assert invoices.energy.measured([rental["id"]]) == {rental["id"]: (energy_j, 900.0)}
     seconds = int(1500 + 3 * INTERVAL_S + 1)  # 900 of 3301 s: under half, back to the TDP estimate
-    billing.clock = FixedClock(t0 + timedelta(seconds=seconds))
+    invoices.clock = FixedClock(t0 + timedelta(seconds=seconds))
     line = _line(client, owner, month, rental["id"])
     estimate = L40S_TDP_W * 0.7 * fraction * (seconds / 3600) * PUE / 1000
     assert line["energy_source"] == "tdp_estimate" and line["energy_kwh"] == round(estimate, 3)

@@ -7,11 +7,7 @@ same rentals, and the scheduler goes on placing.
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -21,11 +17,11 @@ from pathlib import Path
 import httpx
 import psycopg
 import pytest
+from server_process import ServerProcess, new_database
 
 from suanli.client.client import ApiError, Client, ServerUnreachable
 from suanli.wire.schemas import RentalCreateRequest
 
-SUANLI = [sys.executable, "-m", "suanli.cli.main"]
 ADMIN_KEY = "sk_crash_admin_key_0123456789"
 RENTALS, THREADS, KILL_AFTER = 200, 16, 100
 NODES, GPUS_PER_NODE = 50, 8  # 400 GPUs; the 200 rentals ask for 300
@@ -46,62 +42,14 @@ def _spec(number: int) -> RentalCreateRequest:
     return RentalCreateRequest(gpu_model="H100", gpus=1 + number % 2, command=["sleep", "1"])
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-class ServerProcess:
-    def __init__(self, database_url: str, log: Path) -> None:
-        self.database_url, self.log_path, self.port = database_url, log, _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        env = {
-            **os.environ,
-            "SUANLI_DATABASE_URL": self.database_url,
-            "SUANLI_BOOTSTRAP_ADMIN_KEY": ADMIN_KEY,
-            "SUANLI_SCHEDULER_INTERVAL_S": "0.2",
-        }
-        with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                [*SUANLI, "server", "--port", str(self.port)], env=env, stdout=log, stderr=subprocess.STDOUT
-            )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                break
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                time.sleep(0.1)
-        self.stop()
-        pytest.fail(f"server did not start: {self.log_path.read_text()[-3000:]}")
-
-    def kill9(self) -> None:
-        assert self.process is not None
-        os.kill(self.process.pid, signal.SIGKILL)
-        self.process.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
-
-
 @pytest.fixture
 def server(postgres_server: str, tmp_path: Path):
-    name = f"crash{os.getpid()}_{time.monotonic_ns()}"
-    with psycopg.connect(postgres_server.replace("+psycopg", "") + "/postgres", autocommit=True) as db:
-        db.execute(f'CREATE DATABASE "{name}"')
-    process = ServerProcess(f"{postgres_server}/{name}", tmp_path / "server.log")
+    process = ServerProcess(
+        new_database(postgres_server, "crash"),
+        tmp_path / "server.log",
+        ADMIN_KEY,
+        {"SUANLI_SCHEDULER_INTERVAL_S": "0.2"},
+    )
     process.start()
     yield process
     process.stop()

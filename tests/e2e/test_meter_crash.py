@@ -10,19 +10,15 @@ no idempotency key is there twice, one charge transaction per rental, and all ba
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
-import subprocess
-import sys
 import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import httpx
 import psycopg
 import pytest
+from server_process import ServerProcess, new_database
 
 from suanli.api.meter_bench import seed_rentals, seed_tenants
 from suanli.domain.billing.ledger import AccountKind, TxKind, verify
@@ -34,48 +30,6 @@ ADMIN_KEY = "sk_meter_crash_admin_key_0123456789"
 RATES = (2_990_000, 1_000_001, 40_000_000, 777_777, 3_600)  # micros per hour
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _start(database_url: str, log: Path) -> subprocess.Popen[bytes]:
-    port = _free_port()
-    env = {
-        **os.environ,
-        "SUANLI_DATABASE_URL": database_url,
-        "SUANLI_BOOTSTRAP_ADMIN_KEY": ADMIN_KEY,
-        "SUANLI_METER_INTERVAL_S": "0.5",
-    }
-    with log.open("ab") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "suanli.cli.main", "server", "--port", str(port)],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and process.poll() is None:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                return process
-        except httpx.TransportError:
-            time.sleep(0.05)
-    _stop(process)
-    pytest.fail(f"the server did not start: {log.read_text()[-3000:]}")
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=15)
-
-
 def _charged(db: psycopg.Connection) -> int:
     row = db.execute("SELECT count(*) FROM ledger_transactions WHERE kind = 'charge'").fetchone()
     assert row is not None
@@ -84,10 +38,7 @@ def _charged(db: psycopg.Connection) -> int:
 
 @pytest.fixture
 def database_url(postgres_server: str) -> str:
-    name = f"metercrash{os.getpid()}_{time.monotonic_ns()}"
-    with psycopg.connect(postgres_server.replace("+psycopg", "") + "/postgres", autocommit=True) as db:
-        db.execute(f'CREATE DATABASE "{name}"')
-    return f"{postgres_server}/{name}"
+    return new_database(postgres_server, "metercrash")
 
 
 def test_kill_9_mid_meter_run_then_restart_charges_every_ended_rental_exactly_once(
@@ -113,35 +64,36 @@ def test_kill_9_mid_meter_run_then_restart_charges_every_ended_rental_exactly_on
     }
     assert len(expected) == RENTALS
 
-    log = tmp_path / "server.log"
+    server = ServerProcess(
+        database_url, tmp_path / "server.log", ADMIN_KEY, {"SUANLI_METER_INTERVAL_S": "0.5"}
+    )
     db = psycopg.connect(database_url.replace("+psycopg", ""), autocommit=True)
     try:
-        server = _start(database_url, log)
+        server.start(timeout_s=60)
         try:
             deadline = time.monotonic() + 120
             while _charged(db) == 0:  # the first batch committed: the run is under way
-                assert time.monotonic() < deadline, f"the meter never ran: {log.read_text()[-3000:]}"
-                assert server.poll() is None, log.read_text()[-3000:]
+                assert time.monotonic() < deadline, f"the meter never ran: {server.log_tail()}"
+                assert server.running(), server.log_tail()
                 time.sleep(0.002)
-            os.kill(server.pid, signal.SIGKILL)
-            server.wait(timeout=15)
+            server.kill9()
         finally:
-            _stop(server)
-        assert server.returncode == -signal.SIGKILL
+            server.stop()
+        assert server.process is not None and server.process.returncode == -signal.SIGKILL
         at_kill = _charged(db)
         print(f"charged when the server was killed: {at_kill} of {RENTALS}")
         assert 0 < at_kill < RENTALS, "the kill did not land mid-run"
 
-        server = _start(database_url, log)
+        server.start(timeout_s=60)
         try:
             deadline = time.monotonic() + 180
             while _charged(db) < RENTALS:
-                assert time.monotonic() < deadline, f"not all charged: {log.read_text()[-3000:]}"
-                assert server.poll() is None, log.read_text()[-3000:]
+                assert time.monotonic() < deadline, f"not all charged: {server.log_tail()}"
+                assert server.running(), server.log_tail()
                 time.sleep(0.1)
             time.sleep(1.0)  # a further meter run or two: must post nothing
         finally:
-            _stop(server)
+            server.stop()
         closed = db.execute("SELECT count(*) FROM rentals WHERE billing_closed_at IS NOT NULL").fetchone()
     finally:
         db.close()

@@ -14,6 +14,7 @@ from suanli.app.agents import AgentService, WorkloadReport
 from suanli.app.billing import BillingService
 from suanli.app.errors import Conflict, Forbidden
 from suanli.app.fleet import FleetCache
+from suanli.app.invoices import InvoiceService
 from suanli.app.records import Booking, Caller, Rental, RentalSpec, Tenant
 from suanli.app.sla import SlaService
 from suanli.domain.billing.ledger import AccountId, TxKind, verify
@@ -62,8 +63,9 @@ def env(database_url: str):
         token_ttl_s=600,
     )
     billing = BillingService(factory, clock, CATALOG, FleetCache(CATALOG))
+    invoices = InvoiceService(factory, clock, CATALOG, FleetCache(CATALOG))
     sla = SlaService(factory, clock)
-    yield factory, clock, agents, billing, sla
+    yield factory, clock, agents, billing, sla, invoices
     engine.dispose()
 
 
@@ -90,7 +92,7 @@ def _outages(factory) -> list:
 
 
 def test_a_silent_node_opens_an_outage_at_its_last_heartbeat_and_its_return_closes_it(env) -> None:
-    factory, clock, agents, _, _ = env
+    factory, clock, agents, _, _, _ = env
     key = _node_key(agents, NODE)
     clock.at = T0 + 2 * H
     agents.heartbeat(key, [], [])
@@ -106,7 +108,7 @@ def test_a_silent_node_opens_an_outage_at_its_last_heartbeat_and_its_return_clos
 
 
 def test_a_node_an_operator_cordoned_is_maintenance_not_an_outage(env) -> None:
-    factory, clock, agents, _, _ = env
+    factory, clock, agents, _, _, _ = env
     key = _node_key(agents, NODE)
     with factory() as u:
         u.fleet.set_schedulable(NODE, False)
@@ -118,7 +120,7 @@ def test_a_node_an_operator_cordoned_is_maintenance_not_an_outage(env) -> None:
 
 
 def test_one_hour_lost_after_99_hours_is_99_percent_and_credits_10_percent_once(env) -> None:
-    factory, clock, agents, billing, sla = env
+    factory, clock, agents, billing, sla, invoices = env
     key = _node_key(agents, NODE)
     _running(factory, agents, key, "rnt_1", NODE)
     clock.at = T0 + 99 * H
@@ -164,15 +166,15 @@ def test_one_hour_lost_after_99_hours_is_99_percent_and_credits_10_percent_once(
     assert sum(1 for t in transactions if t.kind is TxKind.SLA_CREDIT) == 1
     assert verify(transactions).ok
 
-    invoice = billing.invoice(ALICE, "2030-01")
+    invoice = invoices.invoice(ALICE, "2030-01")
     (line,) = invoice.sla_credit_lines
     assert line.amount_micros == -credit and f"#{outage.id}" in line.description
     assert invoice.total_micros == charged - credit
-    assert billing.invoice(ALICE, "2030-02").sla_credit_lines == ()
+    assert invoices.invoice(ALICE, "2030-02").sla_credit_lines == ()
 
 
 def test_a_month_without_outages_posts_nothing(env) -> None:
-    factory, clock, agents, billing, sla = env
+    factory, clock, agents, billing, sla, _ = env
     key = _node_key(agents, NODE)
     _running(factory, agents, key, "rnt_1", NODE)
     clock.at = T0 + 10 * H

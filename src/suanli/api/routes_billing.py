@@ -190,7 +190,8 @@ def get_invoice(
     format: Annotated[Literal["json", "csv"] | None, Query(description="csv or json")] = None,
 ) -> Response | InvoiceResponse:
     """The caller's invoice for a UTC month (an admin: ?tenant=); CSV with ?format=csv or Accept: text/csv."""
-    invoice = _billing(services).invoice(caller, month, tenant)
+    assert services.invoices is not None
+    invoice = services.invoices.invoice(caller, month, tenant)
     wants_csv = format == "csv" or (format is None and "text/csv" in request.headers.get("accept", ""))
     if wants_csv:
         filename = f"invoice-{invoice.tenant_id}-{invoice.month}.csv"

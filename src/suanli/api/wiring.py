@@ -12,6 +12,7 @@ from suanli.app.billing import BillingService
 from suanli.app.contracts import ContractService
 from suanli.app.fleet import FleetCache, FleetService
 from suanli.app.ids import SystemClock
+from suanli.app.invoices import InvoiceService
 from suanli.app.offers import OfferService
 from suanli.app.plans import PlanService
 from suanli.app.ports import Clock
@@ -79,6 +80,7 @@ class Services:
     meter: MeterLoop | None = None
     sla: SlaService | None = None
     plans: PlanService | None = None
+    invoices: InvoiceService | None = None
 
 
 def build(settings: Settings, clock: Clock | None = None) -> Services:
@@ -137,7 +139,7 @@ def build(settings: Settings, clock: Clock | None = None) -> Services:
     tenants = TenantService(uow, clock)
     tenants.bootstrap(settings.bootstrap_admin_key)
     sessions = session_factory(engine)
-    billing.energy = SqlRunEnergy(sessions)
+    invoices = InvoiceService(uow, clock, CATALOG, cache, SqlRunEnergy(sessions))
     agents = AgentService(
         lambda: SqlAgentUnitOfWork(sessions),
         clock,
@@ -164,5 +166,6 @@ def build(settings: Settings, clock: Clock | None = None) -> Services:
         meter,
         sla,
         plans,
+        invoices,
     )
     return services

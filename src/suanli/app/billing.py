@@ -1,4 +1,5 @@
-"""Billing use cases: the price book, quotes, the meter, credits, balances and the journal.
+"""Billing use cases: the price book, quotes, the meter, credits, balances, the journal and payouts
+(invoices: `suanli.app.invoices`).
 
 * The price book is seeded from `suanli.app.list_prices` (on-demand and reserved list prices per model; the
   spot list price as the spot floor), for every region (`ANY_REGION`).
@@ -27,21 +28,13 @@ from suanli.app.fleet import FleetCache
 from suanli.app.ids import new_id
 from suanli.app.list_prices import list_price, price_source
 from suanli.app.plans import PlanService
-from suanli.app.ports import Clock, RunEnergyReader, UnitOfWork, UnitOfWorkFactory
+from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.postings import post_once, retrying
 from suanli.app.price_entries import BookEntry, checked, in_force_or_later, layered
-from suanli.app.records import END_STATES, BillableRental, Caller, MeterRental, PriceEntry, Rental, RentalSpec
+from suanli.app.records import END_STATES, Caller, MeterRental, PriceEntry, Rental, RentalSpec
 from suanli.app.tenants import require_admin, target_tenant
-from suanli.domain.billing.energy import average_power_per_gpu_w
+from suanli.app.usage import rental_usage
 from suanli.domain.billing.errors import BillingError
-from suanli.domain.billing.invoice import (
-    Invoice,
-    InvoiceError,
-    Month,
-    RentalBilling,
-    build_invoice,
-    gpu_fraction,
-)
 from suanli.domain.billing.ledger import (
     AccountId,
     AccountKind,
@@ -55,9 +48,8 @@ from suanli.domain.billing.ledger import (
 )
 from suanli.domain.billing.meter import DEFAULT_MINIMUM_S, PostedCharges, RentalUsage, charge_postings
 from suanli.domain.billing.money import charge_micros, to_epoch_s
-from suanli.domain.billing.plans import Grant, plan_lines
+from suanli.domain.billing.plans import Grant
 from suanli.domain.billing.pricebook import ListPrice, PriceBook, SpotFloor
-from suanli.domain.billing.sla import sla_credit_line, sla_key
 from suanli.domain.catalog import Catalog, GpuModel
 from suanli.domain.request import Tier
 
@@ -122,7 +114,6 @@ class BillingService:
         self._book_cache: tuple[tuple[int, int], PriceBook] = ((0, 0), self.book)
         self.commission_bp, self.prepaid = commission_bp, prepaid
         self.terms: PlanService | None = None  # payment terms (set by the wiring); None: `prepaid` decides
-        self.energy: RunEnergyReader | None = None  # measured energy (set by the wiring); None: TDP estimate
 
     # --- prices and quotes ---------------------------------------------------------------------------
 
@@ -347,7 +338,7 @@ class BillingService:
             added: list[Transaction] = []
             closed: list[str] = []
             for item in items:
-                usage = self._usage(item, providers, rates.get(item.id, ()))
+                usage = rental_usage(item, providers, rates.get(item.id, ()))
                 if usage is None:  # no rate: never charged
                     if item.state in END_STATES:
                         closed.append(item.id)
@@ -388,68 +379,6 @@ class BillingService:
     def _providers(self, uow: UnitOfWork) -> dict[str, str]:
         _, fleet = self.cache.load(uow)
         return {} if fleet is None else {node.name: node.provider for node in fleet.nodes}
-
-    @staticmethod
-    def _usage(
-        item: BillableRental | MeterRental,
-        providers: dict[str, str],
-        rates: Sequence[tuple[datetime, int]] = (),
-    ) -> RentalUsage | None:
-        """What the meter charges; `rates`: the rental's rate rows (a spot rental re-priced since its
-        placement: the first row is the placement rate, each in force from its instant)."""
-        found = item if isinstance(item, MeterRental) else BillingService._metered(item)
-        rate = found.price_micros_per_hour
-        if rate is None:
-            rate = found.quote_micros_per_hour
-        changes: tuple[tuple[int, int], ...] = ()
-        if rates:
-            by_second = {to_epoch_s(at): changed for at, changed in rates}  # the last row in a second wins
-            changes = tuple(sorted(by_second.items()))
-            rate = changes[0][1]
-        start = found.run_started_at or found.placed_at
-        if rate is None or start is None:
-            return None
-        end: datetime | None = None
-        if found.state == "preempted":
-            end = found.notice_deadline or found.ended_at
-        elif found.state == "lost":
-            end = found.run_ended_at or found.ended_at
-        elif found.state in END_STATES:
-            end = found.ended_at or found.run_ended_at
-        elif found.state == "pending":  # re-queued after a lost node: billed to its last run's end
-            end = found.run_ended_at or start
-        started_s = to_epoch_s(start)
-        ended_s = None if end is None else max(started_s, to_epoch_s(end))
-        return RentalUsage(
-            found.id,
-            found.tenant_id,
-            providers.get(found.node, "platform"),
-            rate,
-            started_s,
-            ended_s,
-            rate_changes=changes,
-        )
-
-    @staticmethod
-    def _metered(item: BillableRental) -> MeterRental:
-        """The fields of a `BillableRental` the charge needs (the invoice reads whole rentals)."""
-        rental = item.rental
-        quoted = None
-        if rental.price_micros_per_hour is None and rental.quote is not None:
-            quoted = int(rental.quote["final_micros_per_hour"])  # type: ignore[call-overload]
-        return MeterRental(
-            rental.id,
-            rental.tenant_id,
-            rental.state,
-            rental.price_micros_per_hour,
-            quoted,
-            rental.placed_at,
-            rental.notice_deadline,
-            item.node,
-            item.run_started_at,
-            item.run_ended_at,
-            item.ended_at,
-        )
 
     # --- credits, balances, the journal ---------------------------------------------------------------
 
@@ -554,96 +483,6 @@ class BillingService:
             Payout(owner, sum(x.amount_micros for x in found), tuple(found))
             for owner, found in sorted(lines.items())
         ]
-
-    # --- invoices --------------------------------------------------------------------------------------
-
-    def invoice(self, caller: Caller, month_text: str, tenant_id: str | None = None) -> Invoice:
-        """The caller's invoice for a UTC month (`yyyy-mm`); an admin may name another tenant."""
-        try:
-            month = Month.parse(month_text)
-        except InvoiceError as error:
-            raise Invalid(str(error), field="month") from None
-        target = target_tenant(caller, tenant_id)
-        now_s = to_epoch_s(self.clock.now())
-        with self.uow() as uow:
-            if uow.tenants.get(target) is None:
-                raise NotFound(f"no tenant {target}")
-            billable = [b for b in uow.rentals.billable() if b.rental.tenant_id == target]
-            _, fleet = self.cache.load(uow)
-            transactions = uow.ledger.transactions(target)
-        charged = frozenset({AccountKind.PROVIDER_PAYABLE, AccountKind.PLATFORM_REVENUE})
-        charges: dict[str, list[tuple[int, int]]] = {}
-        for tx in transactions:
-            if tx.kind is TxKind.CHARGE:
-                charges.setdefault(tx.ref, []).append((tx.at_s, tx.amount_to(charged)))
-        nodes = {} if fleet is None else {node.name: node for node in fleet.nodes}
-        regions = {} if fleet is None else dict(fleet.regions)
-        measured = {} if self.energy is None else self.energy.measured([b.rental.id for b in billable])
-        rentals = []
-        for item in billable:
-            usage = self._usage(item, {})
-            if usage is None:
-                continue
-            power = self._measured_power_w(item.rental, usage, measured.get(item.rental.id), now_s)
-            rentals.append(self._rental_billing(item, usage, nodes, regions, power))
-        sla = [sla_credit_line(tx) for tx in transactions if tx.key == sla_key(target, month)]
-        plans = plan_lines(target, str(month), month.start_s, month.end_s, transactions)
-        return build_invoice(target, month, rentals, charges, now_s, sla_credits=sla, plan_lines=plans)
-
-    @staticmethod
-    def _measured_power_w(
-        rental: Rental, usage: RentalUsage, measured: tuple[float, float] | None, now_s: int
-    ) -> float | None:
-        """Measured average power per GPU over the rental's life (`suanli.domain.billing.energy`), or None
-        (TDP estimate) when its runs' measured seconds cover less than half its billable node-seconds."""
-        if measured is None:
-            return None
-        spec = rental.spec
-        stop = now_s if usage.ended_s is None else min(now_s, usage.ended_s)
-        per_node = gpu_fraction(spec.gpus, 1, spec.mig_profile, spec.share_milli)
-        energy_j, measured_s = measured
-        return average_power_per_gpu_w(energy_j, measured_s, stop - usage.started_s, spec.nodes, per_node)
-
-    def _rental_billing(
-        self,
-        item: BillableRental,
-        usage: RentalUsage,
-        nodes: dict[str, Any],
-        regions: dict[str, Any],
-        measured_power_w: float | None = None,
-    ) -> RentalBilling:
-        """Energy facts from the rental's first node (model TDP, region PUE and grid intensity), and its
-        measured average power per GPU when telemetry covers enough of it (else the TDP estimate is used)."""
-        rental, spec = item.rental, item.rental.spec
-        node = nodes.get(item.node)
-        model_name = node.gpu_model if node is not None else None
-        if model_name is None and rental.quote is not None:
-            model_name = str(rental.quote.get("model") or "") or None
-        tdp = None
-        if model_name is not None and model_name in self.catalog:
-            tdp = self.catalog.get(model_name).tdp_watts
-        region = regions.get(node.region) if node is not None else None
-        discounts: tuple[tuple[str, int], ...] = ()
-        if rental.quote is not None:
-            found = rental.quote.get("discounts") or []
-            discounts = tuple(
-                (str(d["label"]), int(d["micros_per_hour"]))  # type: ignore[index,call-overload]
-                for d in found  # type: ignore[attr-defined]
-            )
-        return RentalBilling(
-            rental_id=rental.id,
-            started_s=usage.started_s,
-            ended_s=usage.ended_s,
-            rate_micros_per_hour=usage.rate_micros_per_hour,
-            gpu_fraction=gpu_fraction(spec.gpus, spec.nodes, spec.mig_profile, spec.share_milli),
-            gpu_model=model_name,
-            region=None if region is None else region.name,
-            tdp_watts=tdp,
-            pue=None if region is None else region.pue,
-            grid_gco2_per_kwh=None if region is None else region.grid_gco2_per_kwh,
-            measured_power_w=measured_power_w,
-            discounts=discounts,
-        )
 
 
 def _balance(uow: UnitOfWork, tenant_id: str) -> Balance:

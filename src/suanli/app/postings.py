@@ -45,7 +45,7 @@ def post_once(
         at_s=to_epoch_s(now) if at_s is None else at_s,
         postings=normalized,
         ref=ref,
-        memo=memo[:200],
+        memo=memo,
     )
     uow.ledger.append(tx, now)
     return tx

@@ -3,7 +3,7 @@ posted for it (see `suanli.domain.billing.sla` for the definition and the tiers)
 
 * Outages are recorded by `suanli.app.agents` (a node marked down opens one at its last heartbeat; it closes
   when the node heartbeats again). A rental's interval is the meter's billable interval
-  (`BillingService._usage`) and its nodes every node it held.
+  (`suanli.app.usage.rental_usage`) and its nodes every node it held.
 * `post_month(month)` posts each tenant's credit once, under key `sla:{tenant}:{yyyy-mm}` (platform revenue ->
   tenant cash, the outage ids in the memo); a month that has not ended is refused. A key already posted is
   kept as it is (a later recomputation never posts twice). `post_due()` does it for the month before now and
@@ -18,11 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from suanli.app.billing import APPEND_ATTEMPTS, BillingService
 from suanli.app.errors import Conflict, Invalid, NotFound
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
+from suanli.app.postings import post_once, retrying
 from suanli.app.records import Caller
 from suanli.app.tenants import require_admin
+from suanli.app.usage import rental_usage
 from suanli.domain.billing.invoice import InvoiceError, Month
 from suanli.domain.billing.ledger import AccountKind, Transaction, TxKind
 from suanli.domain.billing.money import to_epoch_s
@@ -114,29 +115,26 @@ class SlaService:
         return result
 
     def _post_one(self, found: SlaReport, now: datetime) -> tuple[Transaction, bool]:
-        for attempt in range(APPEND_ATTEMPTS):
+        """Post the month's credit once; a credit already posted under the key stays as it was."""
+
+        def work() -> tuple[Transaction, bool]:
             with self.uow() as uow:
                 existing = uow.ledger.get(found.key)
                 if existing is not None:
                     return existing, False
-                tx = Transaction.chained(
-                    uow.ledger.head_hash(),
+                tx = post_once(
+                    uow,
+                    now,
                     key=found.key,
                     kind=TxKind.SLA_CREDIT,
-                    at_s=to_epoch_s(now),
                     postings=found.postings(),
                     ref=found.tenant_id,
                     memo=found.memo,
                 )
-                try:
-                    uow.ledger.append(tx, now)
-                    uow.commit()
-                except Conflict:
-                    if attempt == APPEND_ATTEMPTS - 1:
-                        raise
-                    continue
+                uow.commit()
                 return tx, True
-        raise Conflict("the ledger stayed busy; try again")  # pragma: no cover
+
+        return retrying(work)
 
     # --- computing -------------------------------------------------------------------------------------
 
@@ -150,7 +148,7 @@ class SlaService:
         nodes = uow.outages.nodes_of([b.rental.id for b in billable]) if outages else {}
         by_tenant: dict[str, list[SlaRental]] = {} if only is None else {only: []}
         for item in billable:
-            usage = BillingService._usage(item, {})
+            usage = rental_usage(item, {})
             if usage is None:
                 continue
             rental_nodes = nodes.get(usage.rental_id, frozenset({item.node}))

@@ -1,0 +1,134 @@
+"""Invoices: a tenant's month from its rentals, the ledger, plan and SLA lines, energy and carbon.
+
+Amounts are what the ledger charged inside the month (`suanli.domain.billing.invoice`); energy uses measured
+GPU power from agent telemetry when it covers at least half a rental's time (`energy`), else TDP x 0.7.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from suanli.app.errors import Invalid, NotFound
+from suanli.app.fleet import FleetCache
+from suanli.app.ports import Clock, RunEnergyReader, UnitOfWorkFactory
+from suanli.app.records import BillableRental, Caller, Rental
+from suanli.app.tenants import target_tenant
+from suanli.app.usage import rental_usage
+from suanli.domain.billing.energy import average_power_per_gpu_w
+from suanli.domain.billing.invoice import (
+    Invoice,
+    InvoiceError,
+    Month,
+    RentalBilling,
+    build_invoice,
+    gpu_fraction,
+)
+from suanli.domain.billing.ledger import AccountKind, TxKind
+from suanli.domain.billing.meter import RentalUsage
+from suanli.domain.billing.money import to_epoch_s
+from suanli.domain.billing.plans import plan_lines
+from suanli.domain.billing.sla import sla_credit_line, sla_key
+from suanli.domain.catalog import Catalog
+
+
+class InvoiceService:
+    def __init__(
+        self,
+        uow: UnitOfWorkFactory,
+        clock: Clock,
+        catalog: Catalog,
+        cache: FleetCache,
+        energy: RunEnergyReader | None = None,
+    ) -> None:
+        """`energy`: measured GPU energy of rentals; None: every line uses the TDP estimate."""
+        self.uow, self.clock, self.catalog, self.cache, self.energy = uow, clock, catalog, cache, energy
+
+    # --- invoices --------------------------------------------------------------------------------------
+
+    def invoice(self, caller: Caller, month_text: str, tenant_id: str | None = None) -> Invoice:
+        """The caller's invoice for a UTC month (`yyyy-mm`); an admin may name another tenant."""
+        try:
+            month = Month.parse(month_text)
+        except InvoiceError as error:
+            raise Invalid(str(error), field="month") from None
+        target = target_tenant(caller, tenant_id)
+        now_s = to_epoch_s(self.clock.now())
+        with self.uow() as uow:
+            if uow.tenants.get(target) is None:
+                raise NotFound(f"no tenant {target}")
+            billable = [b for b in uow.rentals.billable() if b.rental.tenant_id == target]
+            _, fleet = self.cache.load(uow)
+            transactions = uow.ledger.transactions(target)
+        charged = frozenset({AccountKind.PROVIDER_PAYABLE, AccountKind.PLATFORM_REVENUE})
+        charges: dict[str, list[tuple[int, int]]] = {}
+        for tx in transactions:
+            if tx.kind is TxKind.CHARGE:
+                charges.setdefault(tx.ref, []).append((tx.at_s, tx.amount_to(charged)))
+        nodes = {} if fleet is None else {node.name: node for node in fleet.nodes}
+        regions = {} if fleet is None else dict(fleet.regions)
+        measured = {} if self.energy is None else self.energy.measured([b.rental.id for b in billable])
+        rentals = []
+        for item in billable:
+            usage = rental_usage(item, {})
+            if usage is None:
+                continue
+            power = self._measured_power_w(item.rental, usage, measured.get(item.rental.id), now_s)
+            rentals.append(self._rental_billing(item, usage, nodes, regions, power))
+        sla = [sla_credit_line(tx) for tx in transactions if tx.key == sla_key(target, month)]
+        plans = plan_lines(target, str(month), month.start_s, month.end_s, transactions)
+        return build_invoice(target, month, rentals, charges, now_s, sla_credits=sla, plan_lines=plans)
+
+    @staticmethod
+    def _measured_power_w(
+        rental: Rental, usage: RentalUsage, measured: tuple[float, float] | None, now_s: int
+    ) -> float | None:
+        """Measured average power per GPU over the rental's life (`suanli.domain.billing.energy`), or None
+        (TDP estimate) when its runs' measured seconds cover less than half its billable node-seconds."""
+        if measured is None:
+            return None
+        spec = rental.spec
+        stop = now_s if usage.ended_s is None else min(now_s, usage.ended_s)
+        per_node = gpu_fraction(spec.gpus, 1, spec.mig_profile, spec.share_milli)
+        energy_j, measured_s = measured
+        return average_power_per_gpu_w(energy_j, measured_s, stop - usage.started_s, spec.nodes, per_node)
+
+    def _rental_billing(
+        self,
+        item: BillableRental,
+        usage: RentalUsage,
+        nodes: dict[str, Any],
+        regions: dict[str, Any],
+        measured_power_w: float | None = None,
+    ) -> RentalBilling:
+        """Energy facts from the rental's first node (model TDP, region PUE and grid intensity), and its
+        measured average power per GPU when telemetry covers enough of it (else the TDP estimate is used)."""
+        rental, spec = item.rental, item.rental.spec
+        node = nodes.get(item.node)
+        model_name = node.gpu_model if node is not None else None
+        if model_name is None and rental.quote is not None:
+            model_name = str(rental.quote.get("model") or "") or None
+        tdp = None
+        if model_name is not None and model_name in self.catalog:
+            tdp = self.catalog.get(model_name).tdp_watts
+        region = regions.get(node.region) if node is not None else None
+        discounts: tuple[tuple[str, int], ...] = ()
+        if rental.quote is not None:
+            found = rental.quote.get("discounts") or []
+            discounts = tuple(
+                (str(d["label"]), int(d["micros_per_hour"]))  # type: ignore[index,call-overload]
+                for d in found  # type: ignore[attr-defined]
+            )
+        return RentalBilling(
+            rental_id=rental.id,
+            started_s=usage.started_s,
+            ended_s=usage.ended_s,
+            rate_micros_per_hour=usage.rate_micros_per_hour,
+            gpu_fraction=gpu_fraction(spec.gpus, spec.nodes, spec.mig_profile, spec.share_milli),
+            gpu_model=model_name,
+            region=None if region is None else region.name,
+            tdp_watts=tdp,
+            pue=None if region is None else region.pue,
+            grid_gco2_per_kwh=None if region is None else region.grid_gco2_per_kwh,
+            measured_power_w=measured_power_w,
+            discounts=discounts,
+        )

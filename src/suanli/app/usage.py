@@ -1,0 +1,77 @@
+"""What the meter charges a rental: its rate (or rate segments), its billable interval and its provider.
+
+One reading for the meter, invoices and SLA credits: from the agent-reported start (else `placed_at`) to its
+end: a stop or failure at its end event, a preempted one at its notice deadline, a lost one at its node's
+last heartbeat (the run's `ended_at`), a re-queued one at its last run's end; a live one is open.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from suanli.app.records import END_STATES, BillableRental, MeterRental
+from suanli.domain.billing.meter import RentalUsage
+from suanli.domain.billing.money import to_epoch_s
+
+
+def rental_usage(
+    item: BillableRental | MeterRental,
+    providers: dict[str, str],
+    rates: Sequence[tuple[datetime, int]] = (),
+) -> RentalUsage | None:
+    """What the meter charges; `rates`: the rental's rate rows (a spot rental re-priced since its
+    placement: the first row is the placement rate, each in force from its instant)."""
+    found = item if isinstance(item, MeterRental) else metered(item)
+    rate = found.price_micros_per_hour
+    if rate is None:
+        rate = found.quote_micros_per_hour
+    changes: tuple[tuple[int, int], ...] = ()
+    if rates:
+        by_second = {to_epoch_s(at): changed for at, changed in rates}  # the last row in a second wins
+        changes = tuple(sorted(by_second.items()))
+        rate = changes[0][1]
+    start = found.run_started_at or found.placed_at
+    if rate is None or start is None:
+        return None
+    end: datetime | None = None
+    if found.state == "preempted":
+        end = found.notice_deadline or found.ended_at
+    elif found.state == "lost":
+        end = found.run_ended_at or found.ended_at
+    elif found.state in END_STATES:
+        end = found.ended_at or found.run_ended_at
+    elif found.state == "pending":  # re-queued after a lost node: billed to its last run's end
+        end = found.run_ended_at or start
+    started_s = to_epoch_s(start)
+    ended_s = None if end is None else max(started_s, to_epoch_s(end))
+    return RentalUsage(
+        found.id,
+        found.tenant_id,
+        providers.get(found.node, "platform"),
+        rate,
+        started_s,
+        ended_s,
+        rate_changes=changes,
+    )
+
+
+def metered(item: BillableRental) -> MeterRental:
+    """The fields of a `BillableRental` the charge needs (the invoice reads whole rentals)."""
+    rental = item.rental
+    quoted = None
+    if rental.price_micros_per_hour is None and rental.quote is not None:
+        quoted = int(rental.quote["final_micros_per_hour"])  # type: ignore[call-overload]
+    return MeterRental(
+        rental.id,
+        rental.tenant_id,
+        rental.state,
+        rental.price_micros_per_hour,
+        quoted,
+        rental.placed_at,
+        rental.notice_deadline,
+        item.node,
+        item.run_started_at,
+        item.run_ended_at,
+        item.ended_at,
+    )
