@@ -116,6 +116,8 @@ def test_command_writes_json_and_plots(trace: Path, tmp_path: Path):
             "p95_jct_s",
             "mean_queue_s",
             "mean_alloc_pct",
+            "idle_waiting_pct",
+            "idle_held_pct",
             "preemptions",
             "jobs_per_s",
         } <= set(figures)
@@ -123,3 +125,23 @@ def test_command_writes_json_and_plots(trace: Path, tmp_path: Path):
     assert (tmp_path / "plots" / "queue.png").exists()
     assert "fifo-backfill" in console.export_text()
     assert results_json(results)["policies"]["fifo"]["mean_jct_s"] == data["policies"]["fifo"]["mean_jct_s"]
+
+
+def test_idle_while_waiting_splits_off_the_drain_for_the_blocked_head():
+    """A 2-node gang waits 9 h for a running job: the free node idles, held for it once a job could use it."""
+    jobs = [
+        TraceJob("a", 0, 36_000, 8),  # one node for 10 h
+        TraceJob("gang", 3_600, 3_600, 16),  # both nodes: blocked until `a` ends
+        TraceJob("long", 7_200, 72_000, 8),  # would fit the free node but delay the gang
+        TraceJob("late", 72_000, 60, 1),  # ends the arrival window at 20 h
+    ]
+    fleet = synthetic_fleet(2, 8)
+    easy = run_queue(fleet, jobs, "fifo-backfill")
+    fifo = run_queue(fleet, jobs, "fifo")
+    free_node_gpu_s = 8 * (36_000 - 3_600)
+    assert easy.idle_waiting_gpu_s == pytest.approx(free_node_gpu_s)
+    assert easy.idle_held_gpu_s == pytest.approx(8 * (36_000 - 7_200))  # reserved once `long` waits too
+    assert fifo.idle_waiting_gpu_s == pytest.approx(free_node_gpu_s) and fifo.idle_held_gpu_s == 0
+    assert easy.idle_waiting_pct == pytest.approx(100 * free_node_gpu_s / (72_000 * 16))
+    summary = easy.summary()
+    assert summary["idle_held_pct"] <= summary["idle_waiting_pct"] <= 100 - summary["mean_alloc_pct"]

@@ -76,6 +76,8 @@ class QueueResult:
     alloc_gpu_s_arrivals: float = 0.0
     arrival_span_s: float = 0.0
     alloc_gpu_s_total: float = 0.0
+    idle_waiting_gpu_s: float = 0.0  # free GPU-seconds while requests waited, in the arrival window
+    idle_held_gpu_s: float = 0.0  # of which on the nodes reserved for the blocked head (its drain)
     makespan_s: float = 0.0
     wall_s: float = 0.0
     cycles: int = 0
@@ -105,6 +107,18 @@ class QueueResult:
         return 100 * self.alloc_gpu_s_total / span if span else math.nan
 
     @property
+    def idle_waiting_pct(self) -> float:
+        """Free GPU % while requests waited (between the first and the last arrival): what the queue left."""
+        span = self.arrival_span_s * self.capacity_gpus
+        return 100 * self.idle_waiting_gpu_s / span if span else math.nan
+
+    @property
+    def idle_held_pct(self) -> float:
+        """The part of `idle_waiting_pct` on the nodes drained for the blocked head."""
+        span = self.arrival_span_s * self.capacity_gpus
+        return 100 * self.idle_held_gpu_s / span if span else math.nan
+
+    @property
     def jobs_per_s(self) -> float:
         return self.jobs / self.wall_s if self.wall_s else math.nan
 
@@ -128,6 +142,8 @@ class QueueResult:
             "mean_queue_s": round(self.mean_queue_s, 1),
             "mean_alloc_pct": round(self.mean_alloc_pct, 2),
             "makespan_alloc_pct": round(self.makespan_alloc_pct, 2),
+            "idle_waiting_pct": round(self.idle_waiting_pct, 2),
+            "idle_held_pct": round(self.idle_held_pct, 2),
             "preemptions": self.preemptions,
             "jobs_per_s": round(self.jobs_per_s, 1),
             "completed": len(self.jct_s),
@@ -295,6 +311,7 @@ def run_requests(
     head: str | None = None
     reserved: tuple[str, ...] = ()
     allocated = 0.0
+    idle_waiting = idle_held = 0.0  # free GPUs while requests wait, and those on the head's reserved nodes
     previous = first_arrival
     next_sample = first_arrival
     while events:
@@ -303,6 +320,8 @@ def run_requests(
         result.alloc_gpu_s_total += allocated * span
         overlap = max(0.0, min(now, last_arrival) - max(previous, first_arrival))
         result.alloc_gpu_s_arrivals += allocated * overlap
+        result.idle_waiting_gpu_s += idle_waiting * overlap
+        result.idle_held_gpu_s += idle_held * overlap
         if config.order is Order.PRIORITY:
             fair = fair.advance(now, held)
         previous = now
@@ -360,6 +379,12 @@ def run_requests(
                     heapq.heappush(
                         events, (victim.deadline_s, KILL, sequence, victim.request_id, job.started_at_s)
                     )
+            idle_waiting = fleet.gpu_count - allocated if queue else 0.0
+            idle_held = (
+                sum(snapshot.by_name[n].free_milli for n in decision.reserved_nodes) / 1000 if queue else 0.0
+            )
+        else:
+            idle_waiting = idle_held = 0.0
         if now >= next_sample or not events:
             result.samples.append((now, allocated, len(queue)))
             next_sample = now + sample_every_s
@@ -487,7 +512,8 @@ def queue_command(
                 run_requests(fleet, requests, true_s, name, estimate=estimate, on_progress=advance)
             )
     table = Table(title=f"queueing replay: {jobs.name} on {fleet.gpu_count} GPUs")
-    for column in ("policy", "mean JCT h", "p95 JCT h", "mean queue h", "alloc %", "preemptions", "jobs/s"):
+    columns = ("policy", "mean JCT h", "p95 JCT h", "mean queue h", "alloc %", "idle %", "held %")
+    for column in (*columns, "preempted", "jobs/s"):
         table.add_column(column, justify="left" if column == "policy" else "right")
     for r in results:
         table.add_row(
@@ -496,16 +522,23 @@ def queue_command(
             f"{r.p95_jct_s / 3600:.2f}",
             f"{r.mean_queue_s / 3600:.2f}",
             f"{r.mean_alloc_pct:.1f}",
+            f"{r.idle_waiting_pct:.1f}",
+            f"{r.idle_held_pct:.1f}",
             str(r.preemptions),
             f"{r.jobs_per_s:.0f}",
         )
     console.print(table)
+    console.print(
+        "idle %: GPUs free while jobs waited (first to last arrival); held %: of those, on nodes drained "
+        "for the blocked head"
+    )
     notes = {
         "nodes": len(fleet.nodes),
         "offered_load_pct": round(100 * load, 2),
         "declared_durations": estimate.describe(),
         "tier_mix": {t.label: p for t, p in tier_mix.items()},
         "mean_alloc_window": "first to last arrival",
+        "idle_waiting": "free GPUs while requests wait; idle_held: on the blocked head's reserved nodes",
         "workload": kind,
     }
     if json_path is not None:
