@@ -145,3 +145,9 @@ def test_idle_while_waiting_splits_off_the_drain_for_the_blocked_head():
     assert easy.idle_waiting_pct == pytest.approx(100 * free_node_gpu_s / (72_000 * 16))
     summary = easy.summary()
     assert summary["idle_held_pct"] <= summary["idle_waiting_pct"] <= 100 - summary["mean_alloc_pct"]
+
+
+def test_a_job_bigger_than_the_fleet_does_not_count_as_waiting():
+    jobs = [TraceJob("huge", 0, 60, 64), TraceJob("small", 10, 60, 1), TraceJob("late", 7_200, 60, 1)]
+    result = run_queue(synthetic_fleet(2, 8), jobs, "suanli")
+    assert len(result.jct_s) == 2 and result.idle_waiting_gpu_s == 0

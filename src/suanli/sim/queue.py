@@ -25,7 +25,16 @@ from suanli.domain.catalog_data import CATALOG
 from suanli.domain.inventory import Fleet
 from suanli.domain.policies import BestFitPolicy, Policy
 from suanli.domain.preemption import PreemptionConfig, Running
-from suanli.domain.queueing import BackfillOrder, FairShare, Mode, Order, QueueConfig, Within, admit
+from suanli.domain.queueing import (
+    NEVER_FITS,
+    BackfillOrder,
+    FairShare,
+    Mode,
+    Order,
+    QueueConfig,
+    Within,
+    admit,
+)
 from suanli.domain.request import Request, Tier, WholeGpus
 from suanli.domain.snapshot import Snapshot
 from suanli.sim.fleet_files import read_fleet
@@ -76,7 +85,7 @@ class QueueResult:
     alloc_gpu_s_arrivals: float = 0.0
     arrival_span_s: float = 0.0
     alloc_gpu_s_total: float = 0.0
-    idle_waiting_gpu_s: float = 0.0  # free GPU-seconds while requests waited, in the arrival window
+    idle_waiting_gpu_s: float = 0.0  # free GPU-seconds while requests that can fit waited, arrival window
     idle_held_gpu_s: float = 0.0  # of which on the nodes reserved for the blocked head (its drain)
     makespan_s: float = 0.0
     wall_s: float = 0.0
@@ -379,10 +388,10 @@ def run_requests(
                     heapq.heappush(
                         events, (victim.deadline_s, KILL, sequence, victim.request_id, job.started_at_s)
                     )
-            idle_waiting = fleet.gpu_count - allocated if queue else 0.0
-            idle_held = (
-                sum(snapshot.by_name[n].free_milli for n in decision.reserved_nodes) / 1000 if queue else 0.0
-            )
+            waiting = any(p.reason not in NEVER_FITS for p in decision.pending)  # not: never fits the fleet
+            idle_waiting = fleet.gpu_count - allocated if waiting else 0.0
+            held_milli = sum(snapshot.by_name[n].free_milli for n in decision.reserved_nodes)
+            idle_held = held_milli / 1000 if waiting else 0.0
         else:
             idle_waiting = idle_held = 0.0
         if now >= next_sample or not events:
