@@ -40,6 +40,7 @@ from rich.table import Table
 from suanli.store.throwaway_pg import create_database, pg_bin, throwaway_postgres
 
 ADMIN_KEY = "sk_bench_admin_key_0123456789"
+BENCH_CREDIT_MICROS = 10**13  # 10 million units per tenant: the run never meets the prepaid floor
 NODES, GPUS_PER_NODE, NODES_PER_LEAF = 1250, 8, 16
 GOALS = {"rentals_per_s": 300.0, "rentals_p99_ms": 100.0, "offers_p99_ms": 50.0}
 # small shapes, so that thousands of rentals fit the fleet and most get placed
@@ -156,6 +157,9 @@ def setup(url: str, tenants: int) -> list[str]:
             tenant = http.post("/v1/tenants", json={"name": f"bench-{number}"}).raise_for_status().json()
             key = http.post(f"/v1/tenants/{tenant['id']}/keys", json={"label": "bench"})
             secrets.append(key.raise_for_status().json()["secret"])
+            # prepaid tenants need a balance to rent (payment terms): enough for the whole run
+            top_up = {"amount_micros": BENCH_CREDIT_MICROS, "memo": "bench"}
+            http.post(f"/v1/tenants/{tenant['id']}/credit", json=top_up).raise_for_status()
     return secrets
 
 
@@ -166,6 +170,7 @@ def bench_rentals(
     latencies: list[float] = [0.0] * count
     statuses: list[int] = [0] * count
     ids: list[str] = [""] * count
+    first_error: list[str] = []
     run = time.strftime("%H%M%S")
 
     def one(number: int) -> None:
@@ -179,6 +184,8 @@ def bench_rentals(
         statuses[number] = response.status_code
         if response.status_code < 300:
             ids[number] = response.json()["id"]
+        elif not first_error:
+            first_error.append(f"{response.status_code} {response.text[:300]}")
 
     started = time.perf_counter()
     with ThreadPoolExecutor(concurrency) as pool:
@@ -190,6 +197,7 @@ def bench_rentals(
         "concurrency": concurrency,
         "created": ok,
         "errors": count - ok,
+        "first_error": first_error[0] if first_error else None,
         "wall_s": wall,
         "per_s": ok / wall,
         **percentiles(latencies),
@@ -271,6 +279,8 @@ def show(result: dict[str, Any], console: Console) -> None:
         goal = f"< {GOALS['rentals_p99_ms']:.0f}" if name == "p99_ms" else ""
         table.add_row(f"  create latency {name[:3]} (ms)", f"{rentals[name]:.1f}", goal)
     table.add_row("  created / errors", f"{rentals['created']} / {rentals['errors']}", "")
+    if rentals.get("first_error"):
+        table.add_row("  first error", rentals["first_error"][:100], "")
     table.add_row("  all decided by the scheduler after (s)", f"{rentals['decided_after_s']:.1f}", "")
     table.add_row("  states", ", ".join(f"{k} {v}" for k, v in sorted(rentals["states"].items())), "")
     for name in ("p50_ms", "p95_ms", "p99_ms"):
