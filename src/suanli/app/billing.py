@@ -151,32 +151,41 @@ class BillingService:
         return stored
 
     def quote(
-        self, spec: RentalSpec, shape: Any, at: datetime, tenant_id: str | None = None
+        self,
+        spec: RentalSpec,
+        shape: Any,
+        at: datetime,
+        tenant_id: str | None = None,
+        uow: UnitOfWork | None = None,
     ) -> dict[str, Any]:
         """The price breakdown of a new rental: for the most expensive model its selector allows, with the
-        tenant's plan discount and contract coverage (`suanli.app.pricing`)."""
+        tenant's plan discount and contract coverage (`suanli.app.pricing`); read in `uow` when given."""
+        if uow is None:
+            with self.uow() as own:
+                return self.quote(spec, shape, at, tenant_id, own)
         tier = Tier.parse(spec.tier)
-        candidates = self._models(spec)
+        book = self.price_book(uow)
+        plans, contracts = uow.terms.plans(tenant_id or ""), uow.contracts.list(tenant_id or "")
         quotes = []
-        with self.uow() as uow:
-            book = self.price_book(uow)
-            for model in candidates:
-                try:
-                    quotes.append(
-                        pricing.price(
-                            uow,
-                            book,
-                            tenant_id=tenant_id or "",
-                            tier=tier,
-                            shape=shape,
-                            pools=[pricing.Pool(model, ANY_REGION, spec.nodes)],
-                            at=at,
-                            bid_micros_per_gpu_hour=spec.bid_micros_per_gpu_hour,
-                            stage="created",
-                        )
+        for model in self._models(spec):
+            try:
+                quotes.append(
+                    pricing.price(
+                        uow,
+                        book,
+                        tenant_id=tenant_id or "",
+                        tier=tier,
+                        shape=shape,
+                        pools=[pricing.Pool(model, ANY_REGION, spec.nodes)],
+                        at=at,
+                        bid_micros_per_gpu_hour=spec.bid_micros_per_gpu_hour,
+                        stage="created",
+                        plans=plans,
+                        contracts=contracts,
                     )
-                except BillingError:
-                    continue
+                )
+            except BillingError:
+                continue
         if not quotes:
             raise Invalid(
                 f"no price for {spec.gpu_model or 'any model'} at tier {tier.label}", field="gpu_model"
@@ -276,8 +285,8 @@ class BillingService:
         balance = _balance(uow, tenant_id)
         minimum = charge_micros(int(quoted["final_micros_per_hour"]), DEFAULT_MINIMUM_S)
         if self.terms is not None:
-            refused = self.terms.refuses(uow, tenant_id, balance.available_micros, minimum)
-            floor = self.terms.floor(uow, tenant_id)
+            terms = self.terms.terms_of(uow, tenant_id)
+            refused, floor = terms.refuses(balance.available_micros, minimum), terms.floor_micros
         else:
             refused, floor = self.prepaid and balance.available_micros - minimum < 0, 0
         if refused:

@@ -286,12 +286,12 @@ class PlanService:
         found = uow.terms.payment_terms(tenant_id)
         return found if found is not None else (self.default_terms, None)
 
-    def refuses(self, uow: UnitOfWork, tenant_id: str, available_micros: int, charge_micros: int) -> bool:
-        terms, _ = self._terms(uow, tenant_id)
-        return terms.refuses(available_micros, charge_micros)
+    def terms_of(self, uow: UnitOfWork, tenant_id: str) -> PaymentTerms:
+        """The tenant's payment terms (the default ones when none were set)."""
+        return self._terms(uow, tenant_id)[0]
 
-    def floor(self, uow: UnitOfWork, tenant_id: str) -> int:
-        return self._terms(uow, tenant_id)[0].floor_micros
+    def refuses(self, uow: UnitOfWork, tenant_id: str, available_micros: int, charge_micros: int) -> bool:
+        return self.terms_of(uow, tenant_id).refuses(available_micros, charge_micros)
 
     def enforce(self, now: datetime | None = None) -> dict[str, FundsAction]:
         """Warn tenants below their floor and stop the running rentals of those past the grace period."""

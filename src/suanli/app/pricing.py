@@ -13,17 +13,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from suanli.app.ports import UnitOfWork
-from suanli.app.records import LIVE_STATES, Rental
+from suanli.app.records import LIVE_STATES, ContractRecord, Rental
 from suanli.domain.billing.errors import BidBelowFloorError
 from suanli.domain.billing.meter import DEFAULT_MINIMUM_S
 from suanli.domain.billing.money import to_epoch_s
-from suanli.domain.billing.plans import plan_discounts, plan_in_force
+from suanli.domain.billing.plans import Plan, plan_discounts, plan_in_force
 from suanli.domain.billing.pricebook import PriceBook, Quote, gpu_milli, quote, running_spot_rate, shape_rate
 from suanli.domain.catalog import GpuModel
 from suanli.domain.request import Shape, Tier
@@ -60,12 +60,19 @@ def quote_json(q: Quote, covered_gpu_milli: int = 0, stage: str = "created") -> 
 
 
 def contract_room_milli(
-    uow: UnitOfWork, tenant_id: str, model: str, region: str | None, at: datetime, exclude: str = ""
+    uow: UnitOfWork,
+    tenant_id: str,
+    model: str,
+    region: str | None,
+    at: datetime,
+    exclude: str = "",
+    contracts: Sequence[ContractRecord] | None = None,
 ) -> int:
-    """GPU milli the tenant's open contracts for (model, region) still cover at `at` (region None: any)."""
+    """GPU milli the tenant's open contracts for (model, region) still cover at `at` (region None: any);
+    `contracts`: the tenant's contracts when the caller has read them already."""
     open_contracts = [
         c
-        for c in uow.contracts.list(tenant_id)
+        for c in (uow.contracts.list(tenant_id) if contracts is None else contracts)
         if c.gpu_model.casefold() == model.casefold()
         and (region is None or c.region == region)
         and c.starts_at <= at < c.ends_at
@@ -98,17 +105,20 @@ def price(
     bid_micros_per_gpu_hour: int | None,
     rental_id: str = "",
     stage: str = "placed",
+    plans: Sequence[Plan] | None = None,
+    contracts: Sequence[ContractRecord] | None = None,
 ) -> dict[str, Any]:
-    """The quote of a rental on these pools (one per model and region its nodes are in), summed."""
+    """The quote of a rental on these pools (one per model and region its nodes are in), summed; `plans`
+    and `contracts`: the tenant's, when the caller has read them already (quoting several models)."""
     at_s = to_epoch_s(at)
-    plan = plan_in_force(uow.terms.plans(tenant_id), at_s)
+    plan = plan_in_force(uow.terms.plans(tenant_id) if plans is None else plans, at_s)
     discounts = plan_discounts(plan, tier)
     quotes: list[tuple[Quote, int]] = []
     for pool in pools:
         region = None if pool.region == ANY_REGION else pool.region
         wanted = gpu_milli(pool.model, shape) * pool.nodes
         room = (
-            contract_room_milli(uow, tenant_id, pool.model.name, region, at, rental_id)
+            contract_room_milli(uow, tenant_id, pool.model.name, region, at, rental_id, contracts)
             if tier is not Tier.SPOT
             else 0
         )

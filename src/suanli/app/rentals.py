@@ -110,16 +110,16 @@ class RentalService:
         rental = Rental(
             new_id("rnt"), tenant_id, "pending", spec, now, None, None, idempotency_key, fingerprint
         )
-        if self.billing is not None:
-            rental = replace(rental, quote=self.billing.quote(spec, to_request(rental).shape, now, tenant_id))
         created = RentalEvent(now, "created")
         # Insert first: the UNIQUE (tenant, key) decides between concurrent requests with one key, and a
         # repeated key costs a second transaction (the failed insert ends the first) instead of every
-        # new rental paying for a look-up.
+        # new rental paying for a look-up. The quote and the funds check read in the same transaction.
         try:
             with self.uow() as uow:
-                if self.billing is not None and rental.quote is not None:
-                    self.billing.check_funds(uow, tenant_id, rental.quote)
+                if self.billing is not None:
+                    quote = self.billing.quote(spec, to_request(rental).shape, now, tenant_id, uow)
+                    rental = replace(rental, quote=quote)
+                    self.billing.check_funds(uow, tenant_id, quote)
                 uow.rentals.add(rental)
                 uow.rentals.add_event(rental.id, created)
                 uow.commit()
