@@ -186,3 +186,60 @@ def test_payouts_sum_each_providers_payable_per_rental_and_are_scoped_by_role(en
         billing.payouts(Caller(Tenant("ten_q", "other", "provider", T0), "key_q"), "platform")
     with pytest.raises(Forbidden):
         billing.payouts(Caller(Tenant("ten_a", "a", "tenant", T0), "key_a"))
+
+
+def test_running_balances_follow_every_append(env) -> None:
+    """Single appends (credits) and the meter's bulk batches keep `ledger_balances` equal to the postings."""
+    _, factory, billing, _ = env
+    billing.credit(ADMIN, "ten_a", 1_000_000, False, "cash")
+    billing.credit(ADMIN, "ten_a", 50_000, True, "grant")
+    for number in range(5):
+        _placed(factory, f"rnt_{number}", ended="stopped" if number % 2 else None, after_s=100 + number)
+    billing.meter(now=T0 + timedelta(seconds=200))
+    billing.meter(now=T0 + timedelta(seconds=400))
+    with factory() as u:
+        running, posted = u.ledger.balances(None), u.ledger.posted_balances()
+        mine = u.ledger.balances(["ten_a"])
+    assert running == posted and sum(running.values()) == 0
+    assert mine == {a: v for a, v in posted.items() if a.owner == "ten_a"} and len(mine) == 2
+    assert billing.verify(ADMIN)[0].ok
+
+
+def test_verify_reports_a_running_balance_that_drifted(env) -> None:
+    engine, _, billing, _ = env
+    billing.credit(ADMIN, "ten_a", 1_000_000, False, "cash")
+    with engine.begin() as connection:
+        connection.execute(
+            text("UPDATE ledger_balances SET balance_micros = balance_micros + 1 WHERE owner = 'ten_a'")
+        )
+    result, _ = billing.verify(ADMIN)
+    assert [p for p in result.problems if "tenant_cash" in p and "stated 1000001" in p]
+
+
+def test_the_migration_fills_running_balances_from_stored_postings(database_url: str) -> None:
+    engine = make_engine(database_url)
+    migrate(engine, "0007")
+    with engine.begin() as connection:
+        for seq, (owner, amount) in enumerate((("ten_a", 700), ("ten_a", 300), ("ten_b", 5)), start=1):
+            connection.execute(
+                text(
+                    "INSERT INTO ledger_transactions (seq, key, kind, at_s, ref, memo, created_at, prev_hash,"
+                    " hash, postings_sum) VALUES (:seq, :key, 'top_up', 0, '', '', :at, :prev, :hash, 0)"
+                ),
+                {"seq": seq, "key": f"k{seq}", "at": T0, "prev": f"p{seq}", "hash": f"h{seq}"},
+            )
+            connection.execute(
+                text(
+                    "INSERT INTO ledger_postings (tx_seq, account_kind, owner, amount_micros) VALUES"
+                    " (:seq, 'external_cash', 'platform', :minus), (:seq, 'tenant_cash', :owner, :amount)"
+                ),
+                {"seq": seq, "owner": owner, "amount": amount, "minus": -amount},
+            )
+    migrate(engine)
+    with unit_of_work_factory(engine)() as u:
+        assert u.ledger.balances(None) == {
+            AccountId.tenant_cash("ten_a"): 1000,
+            AccountId.tenant_cash("ten_b"): 5,
+            AccountId.external_cash(): -1005,
+        }
+    engine.dispose()

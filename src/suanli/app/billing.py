@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -461,11 +461,20 @@ class BillingService:
             return uow.ledger.transactions(owner)
 
     def verify(self, caller: Caller) -> tuple[Verification, int]:
-        """Recompute the whole chain and every balance against the stored sums (any caller); and the count."""
+        """Recompute the whole chain and every balance against the running balances and the postings' sums
+        (any caller); and the count."""
         with self.uow() as uow:
             transactions = uow.ledger.transactions(None)
             stored = uow.ledger.balances(None)
-        return verify(transactions, expected_balances=stored), len(transactions)
+            posted = uow.ledger.posted_balances()
+        result = verify(transactions, expected_balances=stored)
+        chain = result.balances
+        drift = tuple(
+            f"postings of {account} sum to {posted.get(account, 0)}, the chain says {chain.get(account, 0)}"
+            for account in sorted(set(posted) | set(chain))
+            if posted.get(account, 0) != chain.get(account, 0)
+        )
+        return replace(result, problems=result.problems + drift), len(transactions)
 
     def payouts(self, caller: Caller, provider: str | None = None) -> list[Payout]:
         """Providers' payable balances from the ledger, per rental.

@@ -49,15 +49,15 @@ def make_engine(url: str) -> Engine:
     return create_engine(url, pool_size=20, max_overflow=40, pool_pre_ping=True)
 
 
-def migrate(engine: Engine) -> None:
-    """Bring the schema to the newest revision."""
+def migrate(engine: Engine, revision: str = "head") -> None:
+    """Bring the schema to the newest revision (or to `revision`)."""
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     with engine.begin() as connection:
         if connection.dialect.name == "postgresql":
             connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
         config.attributes["connection"] = connection
-        command.upgrade(config, "head")
+        command.upgrade(config, revision)
 
 
 def session_factory(engine: Engine) -> sessionmaker[Session]:

@@ -4,8 +4,10 @@ There is no update or delete path. `append` writes a transaction and its posting
 database refuses a sum other than 0) and its `prev_hash` (UNIQUE: a second writer appending after the
 same head is refused, so the chain never forks; the caller retries on a fresh head). `append_many` writes a
 run of transactions chained one on the next (the meter's batch) with two bulk INSERTs: the transactions (their
-`seq`s come back with RETURNING, in order), then all their postings. Reading returns domain `Transaction`s in
-chain order (`seq`).
+`seq`s come back with RETURNING, in order), then all their postings. Either way the accounts' running balances
+(`ledger_balances`) take the postings' sums in the same transaction, after the transaction rows (whose UNIQUE
+`prev_hash` already orders concurrent writers), in key order. Reading returns domain `Transaction`s in chain
+order (`seq`); `balances` reads the running balances, `posted_balances` sums the postings.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 import psycopg
 from sqlalchemy import ColumnElement, Integer, String, any_, bindparam, func, insert, select, text
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -23,11 +26,12 @@ from sqlalchemy.orm import Session
 from suanli.app.errors import Duplicate
 from suanli.domain.billing.ledger import GENESIS_HASH, AccountId, AccountKind, Posting, Transaction, TxKind
 from suanli.domain.billing.meter import PostedCharges
-from suanli.store.rows import LedgerPostingRow, LedgerTransactionRow
+from suanli.store.rows import LedgerBalanceRow, LedgerPostingRow, LedgerTransactionRow
 
 _CHARGED = (AccountKind.PROVIDER_PAYABLE.value, AccountKind.PLATFORM_REVENUE.value)
 _TRANSACTIONS = LedgerTransactionRow.__table__
 _POSTINGS = LedgerPostingRow.__table__
+_BALANCES = LedgerBalanceRow.__table__
 # PostgreSQL: a batch is written with COPY (its seqs taken from the sequence first, in chain order)
 _PG_SEQS = text(
     "SELECT nextval(pg_get_serial_sequence('ledger_transactions', 'seq')) FROM generate_series(1, :n)"
@@ -93,6 +97,28 @@ class SqlLedger:
             for p in tx.postings
         )
         self.s.flush()
+        self._add_to_balances([tx])
+
+    def _add_to_balances(self, txs: Sequence[Transaction]) -> None:
+        """Add the postings of `txs` to their accounts' running balances (one upsert per account)."""
+        deltas: dict[tuple[str, str], int] = {}
+        for tx in txs:
+            for p in tx.postings:
+                key = (p.account.owner, p.account.kind.value)
+                deltas[key] = deltas.get(key, 0) + p.amount_micros
+        if not deltas:
+            return
+        dialect = postgresql if self.s.get_bind().dialect.name == "postgresql" else sqlite
+        statement = dialect.insert(_BALANCES)
+        statement = statement.on_conflict_do_update(
+            index_elements=[_BALANCES.c.owner, _BALANCES.c.account_kind],
+            set_={"balance_micros": _BALANCES.c.balance_micros + statement.excluded.balance_micros},
+        )
+        rows = [
+            {"owner": owner, "account_kind": kind, "balance_micros": amount}
+            for (owner, kind), amount in sorted(deltas.items())
+        ]
+        self.s.execute(statement, rows)
 
     def append_many(self, txs: Sequence[Transaction], created_at: datetime) -> None:
         """Append `txs` (each chained on the one before it, the first on the head) in bulk: on PostgreSQL
@@ -102,6 +128,7 @@ class SqlLedger:
             return
         if self.s.get_bind().dialect.name == "postgresql":
             self._copy_pg(txs, created_at)
+            self._add_to_balances(txs)
             return
         rows: list[dict[str, Any]] = [
             {
@@ -134,6 +161,7 @@ class SqlLedger:
         ]
         if postings:
             self.s.execute(insert(_POSTINGS), postings)
+        self._add_to_balances(txs)
 
     def _copy_pg(self, txs: Sequence[Transaction], created_at: datetime) -> None:
         seqs = sorted(self.s.execute(_PG_SEQS, {"n": len(txs)}).scalars())
@@ -184,14 +212,21 @@ class SqlLedger:
     def balances(
         self, owners: Iterable[str] | None = None, kinds: Collection[AccountKind] | None = None
     ) -> dict[AccountId, int]:
-        """Balances of every account, or of `owners`' accounts; only accounts of `kinds` when given."""
+        """Running balances of every account, or of `owners`' accounts; only of `kinds` when given."""
+        query = select(LedgerBalanceRow.account_kind, LedgerBalanceRow.owner, LedgerBalanceRow.balance_micros)
+        if owners is not None:
+            query = query.where(one_of(self.s, LedgerBalanceRow.owner, owners))
+        if kinds is not None:
+            query = query.where(LedgerBalanceRow.account_kind.in_(sorted(k.value for k in kinds)))
+        return {
+            AccountId(AccountKind(kind), owner): int(total) for kind, owner, total in self.s.execute(query)
+        }
+
+    def posted_balances(self) -> dict[AccountId, int]:
+        """Every account's balance summed from its postings (what the running balances must equal)."""
         query = select(
             LedgerPostingRow.account_kind, LedgerPostingRow.owner, func.sum(LedgerPostingRow.amount_micros)
         ).group_by(LedgerPostingRow.account_kind, LedgerPostingRow.owner)
-        if owners is not None:
-            query = query.where(one_of(self.s, LedgerPostingRow.owner, owners))
-        if kinds is not None:
-            query = query.where(LedgerPostingRow.account_kind.in_(sorted(k.value for k in kinds)))
         return {
             AccountId(AccountKind(kind), owner): int(total) for kind, owner, total in self.s.execute(query)
         }

@@ -256,6 +256,15 @@ class LedgerPostingRow(Base):
     amount_micros: Mapped[int] = mapped_column(BigInteger)
 
 
+class LedgerBalanceRow(Base):
+    """Each account's balance, kept in the transaction that appends its postings (see migration 0008)."""
+
+    __tablename__ = "ledger_balances"
+    owner: Mapped[str] = mapped_column(String(200), primary_key=True)
+    account_kind: Mapped[str] = mapped_column(String(24), primary_key=True)
+    balance_micros: Mapped[int] = mapped_column(BigInteger)
+
+
 # --- plans, grants, revenue reports, payment terms, outages (issue 5): see migration 0005 ----------------
 
 
