@@ -73,6 +73,8 @@ def test_every_job_completes_and_waits_are_never_negative(trace: Path, name: str
     result = run_queue(synthetic_fleet(2, 8), read_itp_jobs(trace), name)
     assert len(result.jct_s) == len(ROWS)
     assert all(w >= -1e-9 for w in result.wait_s)
+    summary = result.summary()
+    assert summary["mean_queue_s"] <= summary["p99_queue_s"] <= summary["max_queue_s"] == max(result.wait_s)
     assert 0 < result.mean_alloc_pct <= 100
     assert result.p95_jct_s >= result.mean_jct_s * 0 and result.jobs_per_s > 0
 

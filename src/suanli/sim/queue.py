@@ -116,6 +116,11 @@ class QueueResult:
         return 100 * self.alloc_gpu_s_total / span if span else math.nan
 
     @property
+    def max_queue_s(self) -> float:
+        """The longest any completed job waited: how far the order lets a job starve."""
+        return max(self.wait_s, default=math.nan)
+
+    @property
     def idle_waiting_pct(self) -> float:
         """Free GPU % while requests waited (between the first and the last arrival): what the queue left."""
         span = self.arrival_span_s * self.capacity_gpus
@@ -149,6 +154,8 @@ class QueueResult:
             "mean_jct_s": round(self.mean_jct_s, 1),
             "p95_jct_s": round(self.p95_jct_s, 1),
             "mean_queue_s": round(self.mean_queue_s, 1),
+            "p99_queue_s": round(percentile(self.wait_s, 99), 1),
+            "max_queue_s": round(self.max_queue_s, 1),
             "mean_alloc_pct": round(self.mean_alloc_pct, 2),
             "makespan_alloc_pct": round(self.makespan_alloc_pct, 2),
             "idle_waiting_pct": round(self.idle_waiting_pct, 2),
