@@ -107,13 +107,11 @@ class QueueResult:
     @property
     def mean_alloc_pct(self) -> float:
         """Mean allocated GPU % between the first and the last arrival (the loaded period)."""
-        span = self.arrival_span_s * self.capacity_gpus
-        return 100 * self.alloc_gpu_s_arrivals / span if span else math.nan
+        return _pct(self.alloc_gpu_s_arrivals, self.arrival_span_s * self.capacity_gpus)
 
     @property
     def makespan_alloc_pct(self) -> float:
-        span = self.makespan_s * self.capacity_gpus
-        return 100 * self.alloc_gpu_s_total / span if span else math.nan
+        return _pct(self.alloc_gpu_s_total, self.makespan_s * self.capacity_gpus)
 
     @property
     def max_queue_s(self) -> float:
@@ -123,14 +121,12 @@ class QueueResult:
     @property
     def idle_waiting_pct(self) -> float:
         """Free GPU % while requests waited (between the first and the last arrival): what the queue left."""
-        span = self.arrival_span_s * self.capacity_gpus
-        return 100 * self.idle_waiting_gpu_s / span if span else math.nan
+        return _pct(self.idle_waiting_gpu_s, self.arrival_span_s * self.capacity_gpus)
 
     @property
     def idle_held_pct(self) -> float:
         """The part of `idle_waiting_pct` on the nodes drained for the blocked head."""
-        span = self.arrival_span_s * self.capacity_gpus
-        return 100 * self.idle_held_gpu_s / span if span else math.nan
+        return _pct(self.idle_held_gpu_s, self.arrival_span_s * self.capacity_gpus)
 
     @property
     def jobs_per_s(self) -> float:
@@ -175,6 +171,10 @@ def percentile(values: Sequence[float], pct: float) -> float:
         return math.nan
     ordered = sorted(values)
     return ordered[max(0, math.ceil(pct / 100 * len(ordered)) - 1)]
+
+
+def _pct(gpu_s: float, capacity_gpu_s: float) -> float:
+    return 100 * gpu_s / capacity_gpu_s if capacity_gpu_s else math.nan
 
 
 def _mean(values: Sequence[float]) -> float:
