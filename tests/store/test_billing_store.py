@@ -243,3 +243,30 @@ def test_the_migration_fills_running_balances_from_stored_postings(database_url:
             AccountId.external_cash(): -1005,
         }
     engine.dispose()
+
+
+def test_money_facts_read_in_one_query_agree_with_the_single_reads(env) -> None:
+    from suanli.app.records import ContractRecord, PriceEntry
+    from suanli.domain.billing.plans import PaymentMode, PaymentTerms, Plan, PlanKind
+
+    _, factory, billing, _ = env
+    with factory() as u:
+        empty = u.terms.money_facts("ten_a")
+    assert (empty.plan_count, empty.contract_count, empty.cash_micros, empty.terms) == (0, 0, 0, None)
+    billing.credit(ADMIN, "ten_a", 1_000_000, False, "cash")
+    billing.credit(ADMIN, "ten_a", 70_000, True, "grant")
+    with factory() as u:
+        u.terms.add_plan(Plan("pln_1", "ten_a", PlanKind.MEMBERSHIP, 1000, 5, 0, 0, 10**10), T0)
+        end = T0 + timedelta(days=1)
+        u.contracts.add(ContractRecord("ctr_1", "ten_a", "H100-SXM-80GB", 2, "eu", T0, end, T0))
+        u.terms.set_payment_terms("ten_a", PaymentTerms(PaymentMode.POSTPAID, 5_000), T0)
+        u.prices.add(PriceEntry("H100-SXM-80GB", "*", "on_demand", 1_000, T0, "test"))
+        u.commit()
+    with factory() as u:
+        facts = u.terms.money_facts("ten_a")
+        balances = u.ledger.balances(["ten_a"])
+        assert facts.price_stamp == u.prices.stamp()
+        assert facts.terms == u.terms.payment_terms("ten_a")[0] == PaymentTerms(PaymentMode.POSTPAID, 5_000)
+    assert (facts.plan_count, facts.contract_count) == (1, 1)
+    assert facts.cash_micros == balances[AccountId.tenant_cash("ten_a")] == 1_000_000
+    assert facts.grants_micros == balances[AccountId.tenant_grants("ten_a")] == 70_000

@@ -31,7 +31,7 @@ from suanli.app.plans import PlanService
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.postings import post_once, retrying
 from suanli.app.price_entries import BookEntry, checked, in_force_or_later, layered
-from suanli.app.records import END_STATES, Caller, MeterRental, PriceEntry, Rental, RentalSpec
+from suanli.app.records import END_STATES, Caller, MeterRental, MoneyFacts, PriceEntry, Rental, RentalSpec
 from suanli.app.tenants import require_admin, target_tenant
 from suanli.app.usage import rental_usage
 from suanli.domain.billing.errors import BillingError
@@ -126,10 +126,10 @@ class BillingService:
             book = self.price_book(uow)
         return in_force_or_later(book, to_epoch_s(self.clock.now()))
 
-    def price_book(self, uow: UnitOfWork) -> PriceBook:
+    def price_book(self, uow: UnitOfWork, stamp: tuple[int, int] | None = None) -> PriceBook:
         """The price book in force: the seeded list prices plus the admins' entries (rebuilt only when an
-        entry was added: the stored entries' count and max id key the cached book)."""
-        stamp = uow.prices.stamp()
+        entry was added: the stored entries' count and max id key the cached book; `stamp` when read)."""
+        stamp = uow.prices.stamp() if stamp is None else stamp
         cached_stamp, cached = self._book_cache
         if stamp == cached_stamp:
             return cached
@@ -157,15 +157,22 @@ class BillingService:
         at: datetime,
         tenant_id: str | None = None,
         uow: UnitOfWork | None = None,
+        facts: MoneyFacts | None = None,
     ) -> dict[str, Any]:
         """The price breakdown of a new rental: for the most expensive model its selector allows, with the
-        tenant's plan discount and contract coverage (`suanli.app.pricing`); read in `uow` when given."""
+        tenant's plan discount and contract coverage (`suanli.app.pricing`); read in `uow` when given, with
+        the tenant's `facts` when read already (plans and contracts are then read only if there are any)."""
         if uow is None:
             with self.uow() as own:
                 return self.quote(spec, shape, at, tenant_id, own)
         tier = Tier.parse(spec.tier)
-        book = self.price_book(uow)
-        plans, contracts = uow.terms.plans(tenant_id or ""), uow.contracts.list(tenant_id or "")
+        tenant = tenant_id or ""
+        if facts is None:
+            book, plans, contracts = self.price_book(uow), uow.terms.plans(tenant), uow.contracts.list(tenant)
+        else:
+            book = self.price_book(uow, facts.price_stamp)
+            plans = uow.terms.plans(tenant) if facts.plan_count else []
+            contracts = uow.contracts.list(tenant) if facts.contract_count else []
         quotes = []
         for model in self._models(spec):
             try:
@@ -173,7 +180,7 @@ class BillingService:
                     pricing.price(
                         uow,
                         book,
-                        tenant_id=tenant_id or "",
+                        tenant_id=tenant,
                         tier=tier,
                         shape=shape,
                         pools=[pricing.Pool(model, ANY_REGION, spec.nodes)],
@@ -279,13 +286,22 @@ class BillingService:
             models = [m for m in models if m.mig is not None and m.mig.has_profile(spec.mig_profile)]
         return models
 
-    def check_funds(self, uow: UnitOfWork, tenant_id: str, quoted: dict[str, Any]) -> None:
+    def check_funds(
+        self, uow: UnitOfWork, tenant_id: str, quoted: dict[str, Any], facts: MoneyFacts | None = None
+    ) -> None:
         """Raise PaymentRequired when the new rental's minimum charge would take the balance below the
-        tenant's floor (prepaid: 0; postpaid: minus its credit limit; see `suanli.app.plans`)."""
-        balance = _balance(uow, tenant_id)
+        tenant's floor (prepaid: 0; postpaid: minus its credit limit; see `suanli.app.plans`); the balance
+        and terms come from `facts` when read already."""
+        if facts is None:
+            balance = _balance(uow, tenant_id)
+        else:
+            balance = Balance(tenant_id, facts.cash_micros, facts.grants_micros)
         minimum = charge_micros(int(quoted["final_micros_per_hour"]), DEFAULT_MINIMUM_S)
         if self.terms is not None:
-            terms = self.terms.terms_of(uow, tenant_id)
+            if facts is None:
+                terms = self.terms.terms_of(uow, tenant_id)
+            else:
+                terms = self.terms.terms_or_default(facts.terms)
             refused, floor = terms.refuses(balance.available_micros, minimum), terms.floor_micros
         else:
             refused, floor = self.prepaid and balance.available_micros - minimum < 0, 0

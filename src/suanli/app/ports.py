@@ -18,6 +18,7 @@ from suanli.app.records import (
     ContractRecord,
     FleetDocument,
     MeterRental,
+    MoneyFacts,
     PriceEntry,
     Rental,
     RentalEvent,
@@ -145,6 +146,8 @@ class OutageRepo(Protocol):
 
 class TermsRepo(Protocol):
     """Plans, grants (their money is in the ledger), revenue reports and payment terms."""
+
+    def money_facts(self, tenant_id: str) -> MoneyFacts: ...
 
     def add_plan(self, plan: Plan, created_at: datetime) -> None: ...
     def plans(self, tenant_id: str) -> list[Plan]: ...

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from suanli.domain.billing.plans import PaymentTerms
 from suanli.domain.plan import NodeAllocation
 
 ROLES = ("admin", "provider", "tenant")
@@ -178,3 +179,18 @@ class PriceEntry:
     mig_profile: str | None = None
     id: int | None = None
     created_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MoneyFacts:
+    """What pricing and the funds check read about a tenant at once: one database round trip per new rental.
+
+    `price_stamp` keys the cached price book; the counts say whether plans and contracts need reading at all.
+    """
+
+    price_stamp: tuple[int, int]
+    plan_count: int
+    contract_count: int
+    cash_micros: int
+    grants_micros: int
+    terms: PaymentTerms | None  # None: the tenant has no terms of its own (the platform default applies)

@@ -117,9 +117,10 @@ class RentalService:
         try:
             with self.uow() as uow:
                 if self.billing is not None:
-                    quote = self.billing.quote(spec, to_request(rental).shape, now, tenant_id, uow)
+                    facts = uow.terms.money_facts(tenant_id)
+                    quote = self.billing.quote(spec, to_request(rental).shape, now, tenant_id, uow, facts)
                     rental = replace(rental, quote=quote)
-                    self.billing.check_funds(uow, tenant_id, quote)
+                    self.billing.check_funds(uow, tenant_id, quote, facts)
                 uow.rentals.add(rental)
                 uow.rentals.add_event(rental.id, created)
                 uow.commit()

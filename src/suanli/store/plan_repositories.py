@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
+from suanli.app.records import MoneyFacts
+from suanli.domain.billing.ledger import AccountKind
 from suanli.domain.billing.plans import Grant, PaymentMode, PaymentTerms, Plan, PlanKind
-from suanli.store.rows import GrantRow, PaymentTermsRow, RevenueReportRow, TenantPlanRow
+from suanli.store.rows import (
+    ContractRow,
+    GrantRow,
+    LedgerBalanceRow,
+    PaymentTermsRow,
+    PriceEntryRow,
+    RevenueReportRow,
+    TenantPlanRow,
+)
 
 
 def _s(moment: datetime) -> int:
@@ -104,6 +115,44 @@ class SqlTerms:
             RevenueReportRow(tenant_id=tenant_id, month=month, revenue_micros=revenue_micros, reported_at=at)
         )
         self.s.flush()
+
+    def money_facts(self, tenant_id: str) -> MoneyFacts:
+        """The price book's stamp, the tenant's plan and contract counts, balances and terms: one query."""
+
+        def balance(kind: AccountKind) -> Any:
+            return (
+                select(LedgerBalanceRow.balance_micros)
+                .where(LedgerBalanceRow.owner == tenant_id, LedgerBalanceRow.account_kind == kind.value)
+                .scalar_subquery()
+            )
+
+        def terms(column: Any) -> Any:
+            return select(column).where(PaymentTermsRow.tenant_id == tenant_id).scalar_subquery()
+
+        def count(column: Any, owner: Any) -> Any:
+            return select(func.count(column)).where(owner == tenant_id).scalar_subquery()
+
+        row = self.s.execute(
+            select(
+                select(func.count(PriceEntryRow.id)).scalar_subquery(),
+                select(func.max(PriceEntryRow.id)).scalar_subquery(),
+                count(TenantPlanRow.id, TenantPlanRow.tenant_id),
+                count(ContractRow.id, ContractRow.tenant_id),
+                balance(AccountKind.TENANT_CASH),
+                balance(AccountKind.TENANT_GRANTS),
+                terms(PaymentTermsRow.mode),
+                terms(PaymentTermsRow.credit_limit_micros),
+            )
+        ).one()
+        prices, top, plans, contracts, cash, grants, mode, limit = row
+        return MoneyFacts(
+            (int(prices or 0), int(top or 0)),
+            int(plans or 0),
+            int(contracts or 0),
+            int(cash or 0),
+            int(grants or 0),
+            None if mode is None else PaymentTerms(PaymentMode(mode), limit),
+        )
 
     # payment terms
     def payment_terms(self, tenant_id: str) -> tuple[PaymentTerms, datetime | None] | None:
