@@ -160,19 +160,17 @@ class BillingService:
         facts: MoneyFacts | None = None,
     ) -> dict[str, Any]:
         """The price breakdown of a new rental: for the most expensive model its selector allows, with the
-        tenant's plan discount and contract coverage (`suanli.app.pricing`); read in `uow` when given, with
-        the tenant's `facts` when read already (plans and contracts are then read only if there are any)."""
+        tenant's plan discount and contract coverage (`suanli.app.pricing`); read in `uow` when given, from
+        the tenant's `facts` (read here unless given; plans and contracts only when the tenant has any)."""
         if uow is None:
             with self.uow() as own:
                 return self.quote(spec, shape, at, tenant_id, own)
         tier = Tier.parse(spec.tier)
         tenant = tenant_id or ""
-        if facts is None:
-            book, plans, contracts = self.price_book(uow), uow.terms.plans(tenant), uow.contracts.list(tenant)
-        else:
-            book = self.price_book(uow, facts.price_stamp)
-            plans = uow.terms.plans(tenant) if facts.plan_count else []
-            contracts = uow.contracts.list(tenant) if facts.contract_count else []
+        facts = uow.terms.money_facts(tenant) if facts is None else facts
+        book = self.price_book(uow, facts.price_stamp)
+        plans = uow.terms.plans(tenant) if facts.plan_count else []
+        contracts = uow.contracts.list(tenant) if facts.contract_count else []
         quotes = []
         for model in self._models(spec):
             try:
@@ -291,17 +289,12 @@ class BillingService:
     ) -> None:
         """Raise PaymentRequired when the new rental's minimum charge would take the balance below the
         tenant's floor (prepaid: 0; postpaid: minus its credit limit; see `suanli.app.plans`); the balance
-        and terms come from `facts` when read already."""
-        if facts is None:
-            balance = _balance(uow, tenant_id)
-        else:
-            balance = Balance(tenant_id, facts.cash_micros, facts.grants_micros)
+        and terms come from the tenant's `facts` (read here unless given)."""
+        facts = uow.terms.money_facts(tenant_id) if facts is None else facts
+        balance = Balance(tenant_id, facts.cash_micros, facts.grants_micros)
         minimum = charge_micros(int(quoted["final_micros_per_hour"]), DEFAULT_MINIMUM_S)
         if self.terms is not None:
-            if facts is None:
-                terms = self.terms.terms_of(uow, tenant_id)
-            else:
-                terms = self.terms.terms_or_default(facts.terms)
+            terms = self.terms.terms_or_default(facts.terms)
             refused, floor = terms.refuses(balance.available_micros, minimum), terms.floor_micros
         else:
             refused, floor = self.prepaid and balance.available_micros - minimum < 0, 0

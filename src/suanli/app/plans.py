@@ -286,16 +286,12 @@ class PlanService:
         found = uow.terms.payment_terms(tenant_id)
         return found if found is not None else (self.default_terms, None)
 
-    def terms_of(self, uow: UnitOfWork, tenant_id: str) -> PaymentTerms:
-        """The tenant's payment terms (the default ones when none were set)."""
-        return self._terms(uow, tenant_id)[0]
-
     def terms_or_default(self, found: PaymentTerms | None) -> PaymentTerms:
         """`found` (a tenant's own terms, as read), or the platform default when it has none."""
         return self.default_terms if found is None else found
 
     def refuses(self, uow: UnitOfWork, tenant_id: str, available_micros: int, charge_micros: int) -> bool:
-        return self.terms_of(uow, tenant_id).refuses(available_micros, charge_micros)
+        return self._terms(uow, tenant_id)[0].refuses(available_micros, charge_micros)
 
     def enforce(self, now: datetime | None = None) -> dict[str, FundsAction]:
         """Warn tenants below their floor and stop the running rentals of those past the grace period."""
