@@ -1,0 +1,490 @@
+"""The rentals repository: rentals, their events, allocations, runs and rates, and the meter's reads."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from sqlalchemy import JSON, case, delete, func, insert, select, type_coerce, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from suanli.app.errors import BookingConflict, Duplicate
+from suanli.app.records import (
+    END_STATES,
+    LIVE_STATES,
+    BillableRental,
+    Booking,
+    MeterRental,
+    Rental,
+    RentalEvent,
+    RentalSpec,
+)
+from suanli.domain.plan import NodeAllocation, Slice
+from suanli.store.ledger_repositories import one_of
+from suanli.store.rows import (
+    AllocationRow,
+    BookingRow,
+    RentalEventRow,
+    RentalRateRow,
+    RentalRow,
+    RentalRunRow,
+    SliceRow,
+)
+
+
+class SqlRentals:
+    def __init__(self, session: Session) -> None:
+        self.s = session
+
+    def add(self, rental: Rental) -> None:
+        self.s.add(
+            RentalRow(
+                id=rental.id,
+                tenant_id=rental.tenant_id,
+                state=rental.state,
+                spec=_spec_json(rental.spec),
+                created_at=rental.created_at,
+                pending_reason=rental.pending_reason,
+                price_micros_per_hour=rental.price_micros_per_hour,
+                quote=None if rental.quote is None else dict(rental.quote),
+                idempotency_key=rental.idempotency_key,
+                fingerprint=rental.fingerprint,
+            )
+        )
+        try:
+            self.s.flush()
+        except IntegrityError as error:
+            raise Duplicate("idempotency key already used", field="Idempotency-Key") from error
+
+    def get(self, rental_id: str) -> Rental | None:
+        row = self.s.get(RentalRow, rental_id)
+        return None if row is None else _rental(row)
+
+    def by_idempotency_key(self, tenant_id: str, key: str) -> Rental | None:
+        row = self.s.scalar(
+            select(RentalRow).where(RentalRow.tenant_id == tenant_id, RentalRow.idempotency_key == key)
+        )
+        return None if row is None else _rental(row)
+
+    def list(self, tenant_id: str | None, limit: int) -> list[Rental]:
+        query = select(RentalRow).order_by(RentalRow.created_at.desc(), RentalRow.id).limit(limit)
+        if tenant_id is not None:
+            query = query.where(RentalRow.tenant_id == tenant_id)
+        return [_rental(r) for r in self.s.scalars(query)]
+
+    def pending(self) -> list[Rental]:
+        query = (
+            select(RentalRow).where(RentalRow.state == "pending").order_by(RentalRow.created_at, RentalRow.id)
+        )
+        return [_rental(r) for r in self.s.scalars(query)]
+
+    def preempting(self) -> list[Rental]:
+        query = select(RentalRow).where(RentalRow.state == "preempting").order_by(RentalRow.id)
+        return [_rental(r) for r in self.s.scalars(query)]
+
+    def by_ids(self, rental_ids: Sequence[str]) -> list[Rental]:
+        ids = sorted(set(rental_ids))
+        found: list[Rental] = []
+        for start in range(0, len(ids), 1000):
+            query = select(RentalRow).where(RentalRow.id.in_(ids[start : start + 1000]))
+            found.extend(_rental(r) for r in self.s.scalars(query))
+        return found
+
+    def give_notice(
+        self, rental_id: str, preemptor: str, deadline: datetime, *, expect: Sequence[str]
+    ) -> bool:
+        result = self.s.execute(
+            update(RentalRow)
+            .where(RentalRow.id == rental_id, RentalRow.state.in_(list(expect)))
+            .values(state="preempting", preempted_by=preemptor, notice_deadline=deadline)
+        )
+        return bool(result.rowcount)  # type: ignore[attr-defined]
+
+    def advance_deadline(self, rental_id: str, deadline: datetime) -> None:
+        self.s.execute(
+            update(RentalRow)
+            .where(
+                RentalRow.id == rental_id,
+                RentalRow.state == "preempting",
+                RentalRow.notice_deadline > deadline,
+            )
+            .values(notice_deadline=deadline)
+        )
+
+    def set_placed_at(self, rental_id: str, at: datetime) -> None:
+        self.s.execute(update(RentalRow).where(RentalRow.id == rental_id).values(placed_at=at))
+
+    def live_by_tenant(self, tenant_id: str | None = None) -> dict[str, list[str]]:
+        """Tenant -> ids of its live rentals (placed through preempting), by one indexed read; one tenant's
+        when named."""
+        result: dict[str, list[str]] = {}
+        query = select(RentalRow.tenant_id, RentalRow.id).where(RentalRow.state.in_(LIVE_STATES))
+        if tenant_id is not None:
+            query = query.where(RentalRow.tenant_id == tenant_id)
+        for tenant_id, rental_id in self.s.execute(query.order_by(RentalRow.id)):
+            result.setdefault(tenant_id, []).append(rental_id)
+        return result
+
+    def live_ids(self) -> set[str]:
+        return set(self.s.scalars(select(AllocationRow.rental_id).where(AllocationRow.released.is_(False))))
+
+    def set_state(self, rental_id: str, state: str, *, expect: Sequence[str], reason: str | None) -> bool:
+        result = self.s.execute(
+            update(RentalRow)
+            .where(RentalRow.id == rental_id, RentalRow.state.in_(list(expect)))
+            .values(
+                state=state,
+                pending_reason=None if reason is None else str(reason),
+                **(
+                    {}
+                    if state in ("preempting", "preempted")
+                    else {"preempted_by": None, "notice_deadline": None}
+                ),
+            )
+        )
+        return bool(result.rowcount)  # type: ignore[attr-defined]
+
+    def update_spec(self, rental_id: str, rental: Rental) -> None:
+        self.s.execute(
+            update(RentalRow).where(RentalRow.id == rental_id).values(spec=_spec_json(rental.spec))
+        )
+
+    def set_price(
+        self, rental_id: str, price_micros_per_hour: int, quote: dict[str, Any] | None = None
+    ) -> None:
+        values: dict[str, Any] = {"price_micros_per_hour": price_micros_per_hour}
+        if quote is not None:
+            values["quote"] = quote
+        self.s.execute(update(RentalRow).where(RentalRow.id == rental_id).values(**values))
+
+    def add_event(self, rental_id: str, event: RentalEvent) -> None:
+        self.s.add(
+            RentalEventRow(
+                rental_id=rental_id,
+                at=event.at,
+                kind=event.kind,
+                reason=None if event.reason is None else str(event.reason),
+                message=event.message,
+            )
+        )
+
+    def events(self, rental_id: str) -> list[RentalEvent]:
+        rows = self.s.scalars(
+            select(RentalEventRow).where(RentalEventRow.rental_id == rental_id).order_by(RentalEventRow.id)
+        )
+        return [RentalEvent(r.at, r.kind, r.reason, r.message) for r in rows]
+
+    def allocation(self, rental_id: str) -> list[NodeAllocation]:
+        return self._allocations(AllocationRow.rental_id == rental_id).get(rental_id, [])
+
+    def live_allocations(self) -> dict[str, list[NodeAllocation]]:
+        return self._allocations(None)
+
+    def live_allocation_ids(self) -> set[int]:
+        return set(self.s.scalars(select(AllocationRow.id).where(AllocationRow.released.is_(False))))
+
+    def allocations_by_id(self, ids: Sequence[int]) -> dict[int, tuple[str, NodeAllocation]]:
+        found: dict[int, tuple[str, NodeAllocation]] = {}
+        for start in range(0, len(ids), 1000):
+            chunk = list(ids[start : start + 1000])
+            rows = self.s.execute(
+                select(AllocationRow, SliceRow)
+                .outerjoin(SliceRow, SliceRow.allocation_id == AllocationRow.id)
+                .where(AllocationRow.id.in_(chunk), AllocationRow.released.is_(False))
+                .order_by(AllocationRow.id, SliceRow.ordinal)
+            ).all()
+            pieces: dict[int, tuple[AllocationRow, list[Slice]]] = {}
+            for allocation, piece in rows:
+                entry = pieces.setdefault(allocation.id, (allocation, []))
+                if piece is not None:
+                    entry[1].append(
+                        Slice(
+                            piece.gpu_index, piece.milli, piece.memory_mib, piece.mig_profile, piece.mig_start
+                        )
+                    )
+            for allocation_id, (a, slices) in pieces.items():
+                found[allocation_id] = (
+                    a.rental_id,
+                    NodeAllocation(a.node, a.cpu_milli, a.memory_mib, tuple(slices)),
+                )
+        return found
+
+    def allocations_stamp(self) -> tuple[int, int]:
+        newest = self.s.scalar(select(func.max(AllocationRow.id)))
+        live = self.s.scalar(select(func.count(AllocationRow.id)).where(AllocationRow.released.is_(False)))
+        return int(newest or 0), int(live or 0)
+
+    def busy_gpus(self) -> set[tuple[str, int]]:
+        rows = self.s.execute(select(BookingRow.node, BookingRow.gpu_index).distinct())
+        return {(node, gpu_index) for node, gpu_index in rows}
+
+    def _allocations(self, where: Any) -> dict[str, list[NodeAllocation]]:
+        condition = AllocationRow.released.is_(False)
+        if where is not None:
+            condition = condition & where
+        rows = self.s.execute(
+            select(AllocationRow, SliceRow)
+            .outerjoin(SliceRow, SliceRow.allocation_id == AllocationRow.id)
+            .where(condition)
+            .order_by(AllocationRow.rental_id, AllocationRow.ordinal, SliceRow.ordinal)
+        ).all()
+        grouped: dict[str, dict[int, tuple[AllocationRow, list[Slice]]]] = {}
+        for allocation, piece in rows:
+            entry = grouped.setdefault(allocation.rental_id, {}).setdefault(allocation.id, (allocation, []))
+            if piece is not None:
+                entry[1].append(
+                    Slice(piece.gpu_index, piece.milli, piece.memory_mib, piece.mig_profile, piece.mig_start)
+                )
+        return {
+            rental_id: [
+                NodeAllocation(a.node, a.cpu_milli, a.memory_mib, tuple(s)) for a, s in by_id.values()
+            ]
+            for rental_id, by_id in grouped.items()
+        }
+
+    def booked_slots(self, node: str, gpu_index: int) -> set[int]:
+        query = select(BookingRow.slot).where(BookingRow.node == node, BookingRow.gpu_index == gpu_index)
+        return set(self.s.scalars(query))
+
+    def book(
+        self, rental_id: str, allocation: Sequence[NodeAllocation], bookings: Sequence[Booking]
+    ) -> list[int]:
+        ids: dict[str, int] = {}
+        for ordinal, node_allocation in enumerate(allocation):
+            row = AllocationRow(
+                rental_id=rental_id,
+                ordinal=ordinal,
+                node=node_allocation.node,
+                cpu_milli=node_allocation.cpu_milli,
+                memory_mib=node_allocation.memory_mib,
+                released=False,
+            )
+            self.s.add(row)
+            self.s.flush()
+            ids[node_allocation.node] = row.id
+            self.s.add_all(
+                SliceRow(
+                    allocation_id=row.id,
+                    ordinal=i,
+                    gpu_index=p.gpu_index,
+                    milli=p.milli,
+                    memory_mib=p.memory_mib,
+                    mig_profile=p.mig_profile,
+                    mig_start=p.mig_start,
+                )
+                for i, p in enumerate(node_allocation.slices)
+            )
+        self.s.add_all(
+            BookingRow(
+                node=b.node,
+                gpu_index=b.gpu_index,
+                slot=b.slot,
+                rental_id=rental_id,
+                allocation_id=ids[b.node],
+            )
+            for b in bookings
+        )
+        try:
+            self.s.flush()
+        except IntegrityError as error:
+            raise BookingConflict(f"a slice of rental {rental_id} is already booked") from error
+        return [ids[node_allocation.node] for node_allocation in allocation]
+
+    def billable(self) -> list[BillableRental]:
+        """Every rental that holds or held an allocation, with its reported run times and end event, in id
+        order, read in one statement (each rental's first node, runs and end event from correlated
+        subqueries on their rental_id indexes)."""
+        rentals = RentalRow.__table__
+        query = (
+            select(*(c for c in rentals.c if c.name != "billing_closed_at"), *_billing_facts())
+            .where(rentals.c.placed_at.is_not(None))
+            .order_by(rentals.c.id)
+        )
+        return [
+            BillableRental(
+                _rental(cast(RentalRow, row)),
+                row.first_node or "",
+                _utc(row.run_started_at),
+                _utc(row.run_ended_at),
+                _utc(row.end_event_at),
+            )
+            for row in self.s.execute(query)
+        ]
+
+    def meter_page(
+        self, after: str | None, limit: int, ids: Sequence[str] | None = None
+    ) -> list[MeterRental]:
+        """Up to `limit` rentals still open for billing (placed, not `close_billing`d), in id order after
+        `after`; only `ids` when given. One statement on the partial index `ix_rentals_meter_open` (0006)."""
+        rentals = RentalRow.__table__
+        quote = type_coerce(case((rentals.c.price_micros_per_hour.is_(None), rentals.c.quote)), JSON)
+        query = (
+            select(
+                rentals.c.id,
+                rentals.c.tenant_id,
+                rentals.c.state,
+                rentals.c.price_micros_per_hour,
+                quote.label("quote"),
+                rentals.c.placed_at,
+                rentals.c.notice_deadline,
+                *_billing_facts(),
+            )
+            .where(rentals.c.placed_at.is_not(None), rentals.c.billing_closed_at.is_(None))
+            .order_by(rentals.c.id)
+            .limit(limit)
+        )
+        if after is not None:
+            query = query.where(rentals.c.id > after)
+        if ids is not None:
+            query = query.where(one_of(self.s, rentals.c.id, ids))
+        return [
+            MeterRental(
+                row.id,
+                row.tenant_id,
+                row.state,
+                row.price_micros_per_hour,
+                None if row.quote is None else int(row.quote["final_micros_per_hour"]),
+                row.placed_at,
+                row.notice_deadline,
+                row.first_node or "",
+                _utc(row.run_started_at),
+                _utc(row.run_ended_at),
+                _utc(row.end_event_at),
+            )
+            for row in self.s.execute(query)
+        ]
+
+    def close_billing(self, rental_ids: Sequence[str], at: datetime) -> None:
+        """Mark ended rentals whose final charge is posted: the meter does not read them again."""
+        if rental_ids:
+            self.s.execute(
+                update(RentalRow)
+                .where(one_of(self.s, RentalRow.id, rental_ids), RentalRow.state.in_(END_STATES))
+                .values(billing_closed_at=at)
+                .execution_options(synchronize_session=False)
+            )
+
+    def change_rate(
+        self, rental_id: str, at: datetime, rate_micros_per_hour: int, *, since: datetime, previous: int
+    ) -> None:
+        """From `at` on the rental pays `rate_micros_per_hour` (a row in `rental_rates`, and its price). Its
+        first change also records the rate it paid before, `previous` from `since` (its placement), so its
+        rows are its whole rate history; a change at an instant that already has one replaces it."""
+        rates = RentalRateRow.__table__
+        found = dict(
+            self.s.execute(select(rates.c.from_at, rates.c.id).where(rates.c.rental_id == rental_id)).all()
+        )
+        wanted = [(at, rate_micros_per_hour)]
+        if not found and since < at:
+            wanted.insert(0, (since, previous))
+        known = {_utc(moment): row_id for moment, row_id in found.items()}
+        for moment, rate in wanted:
+            row_id = known.get(_utc(moment))
+            if row_id is None:
+                self.s.execute(
+                    insert(rates).values(rental_id=rental_id, from_at=moment, rate_micros_per_hour=rate)
+                )
+            else:
+                self.s.execute(update(rates).where(rates.c.id == row_id).values(rate_micros_per_hour=rate))
+        self.s.execute(
+            update(RentalRow)
+            .where(RentalRow.id == rental_id)
+            .values(price_micros_per_hour=rate_micros_per_hour)
+            .execution_options(synchronize_session=False)
+        )
+
+    def rate_changes(
+        self, rental_ids: Sequence[str] | None = None, *, first: str = "", last: str = ""
+    ) -> dict[str, list[tuple[datetime, int]]]:
+        """Rate rows per rental, sorted by `from_at`: of `rental_ids`, or of the ids in [first, last] (a
+        meter batch: one range scan of the rental_id index; most rentals have none)."""
+        rates = RentalRateRow.__table__
+        query = select(rates.c.rental_id, rates.c.from_at, rates.c.rate_micros_per_hour).order_by(
+            rates.c.rental_id, rates.c.from_at
+        )
+        if rental_ids is not None:
+            if not rental_ids:
+                return {}
+            query = query.where(one_of(self.s, rates.c.rental_id, rental_ids))
+        else:
+            query = query.where(rates.c.rental_id >= first, rates.c.rental_id <= last)
+        found: dict[str, list[tuple[datetime, int]]] = {}
+        for rental_id, moment, rate in self.s.execute(query):
+            found.setdefault(rental_id, []).append((_utc(moment) or moment, int(rate)))
+        return found
+
+    def release(self, rental_id: str, nodes: Sequence[str] | None = None) -> None:
+        bookings = delete(BookingRow).where(BookingRow.rental_id == rental_id)
+        allocations = update(AllocationRow).where(AllocationRow.rental_id == rental_id)
+        if nodes is not None:
+            bookings = bookings.where(BookingRow.node.in_(list(nodes)))
+            allocations = allocations.where(AllocationRow.node.in_(list(nodes)))
+        self.s.execute(bookings)
+        self.s.execute(allocations.values(released=True))
+
+
+def _spec_json(spec: RentalSpec) -> dict[str, Any]:
+    data = asdict(spec)
+    for name in ("regions", "jurisdictions", "providers", "command"):
+        data[name] = list(data[name])
+    data["labels"], data["env"] = dict(spec.labels), dict(spec.env)
+    return data
+
+
+def _billing_facts() -> tuple[Any, ...]:
+    """Per rental (correlated with `rentals`): its first node, earliest reported run start, latest reported
+    run end and the time of its end event."""
+    rental_id = RentalRow.__table__.c.id
+    first_node = (  # the earliest allocation's node, on the (rental_id, id) index (0006)
+        select(AllocationRow.node)
+        .where(AllocationRow.rental_id == rental_id)
+        .order_by(AllocationRow.id)
+        .limit(1)
+        .scalar_subquery()
+    )
+    run_started = (
+        select(func.min(RentalRunRow.started_at)).where(RentalRunRow.rental_id == rental_id).scalar_subquery()
+    )
+    run_ended = select(func.max(RentalRunRow.ended_at)).where(RentalRunRow.rental_id == rental_id)
+    ended = select(func.max(RentalEventRow.at)).where(
+        RentalEventRow.rental_id == rental_id, RentalEventRow.kind.in_(END_STATES)
+    )
+    return (
+        first_node.label("first_node"),
+        run_started.label("run_started_at"),
+        run_ended.scalar_subquery().label("run_ended_at"),
+        ended.scalar_subquery().label("end_event_at"),
+    )
+
+
+def _rental(row: RentalRow) -> Rental:
+    data = dict(row.spec)
+    for name in ("regions", "jurisdictions", "providers", "command"):
+        data[name] = tuple(data.get(name, ()))
+    return Rental(
+        row.id,
+        row.tenant_id,
+        row.state,
+        RentalSpec(**data),
+        row.created_at,
+        row.pending_reason,
+        row.price_micros_per_hour,
+        row.idempotency_key,
+        row.fingerprint,
+        row.placed_at,
+        row.preempted_by,
+        row.notice_deadline,
+        row.quote,
+    )
+
+
+def _utc(moment: datetime | None) -> datetime | None:
+    """Aggregates (min, max) bypass the column type on SQLite: make them aware UTC."""
+    if moment is None:
+        return None
+    if isinstance(moment, str):
+        moment = datetime.fromisoformat(moment)
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
