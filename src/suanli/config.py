@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from platformdirs import user_data_dir
 from pydantic import Field
@@ -24,6 +25,12 @@ class Settings(BaseSettings):
     scheduler_interval_s: float = Field(default=5.0, gt=0)
     policy: str = "suanli"
     policy_seed: int = 0
+    queue: Literal["greedy", "backfill"] = Field(
+        default="greedy",
+        description="greedy: each cycle places whatever fits, in tier, bid and age order (a cloud's "
+        "on-demand behaviour); backfill: the queueing policy `sim queue` measures (fair share, response "
+        "ratio, a blocked head keeps a reservation, only rentals with max_duration_s may pass it).",
+    )
     agent_heartbeat_interval_s: float = Field(default=5.0, gt=0)
     agent_missed_heartbeats: int = Field(default=3, ge=1, description="Down after this many intervals.")
     join_token_ttl_s: float = Field(default=3600.0, gt=0)

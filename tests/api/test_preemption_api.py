@@ -1,6 +1,7 @@
 """Preemption with notice through the real app (SQLite and PostgreSQL): a higher tier that cannot fit gives
 the cheapest lower-tier victims notice, waits with reason `preempting`, and takes their capacity at the
-deadline; no victim is noticed twice, a spot rental never preempts, a gang victim is evicted whole."""
+deadline; no victim is noticed twice, a spot rental never preempts, a gang victim is evicted whole. Under
+both server queues: greedy (the default) and backfill (the domain's `admit`)."""
 
 from __future__ import annotations
 
@@ -17,14 +18,16 @@ from suanli.config import Settings
 NOTICE_S = 1.5
 
 
-@pytest.fixture
-def client(database_url: str) -> Iterator[TestClient]:
+@pytest.fixture(params=["greedy", "backfill"])
+def client(database_url: str, request: pytest.FixtureRequest) -> Iterator[TestClient]:
+    """The app under each server queue (`SUANLI_QUEUE`): preemption behaves the same in both."""
     settings = Settings(
         database_url=database_url,
         bootstrap_admin_key="sk_admin_bootstrap_for_tests",
         scheduler_interval_s=0.05,
         preemption_notice_s=60,
         preemption_notice_by_tier_s={"spot": NOTICE_S},
+        queue=request.param,
     )
     with TestClient(create_app(settings)) as client:
         response = client.put(
@@ -75,10 +78,16 @@ def test_on_demand_preempts_spot_with_notice_and_takes_the_node_at_the_deadline(
     assert datetime.fromisoformat(preempted["at"]) >= deadline
     assert f"capacity given to {od}" in preempted["message"]
     assert len(_events(ended, "preempting")) == 1
-    # equal tier never preempts, lower tier never preempts: the placed on-demand rental stays
-    for rental_id, headers in ((late_spot, spot_tenant), (other_od, od_tenant)):
-        body = wait_for(client, rental_id, headers, "placed", reason="no_capacity")
-        assert body["state"] == "pending" and body["pending_reason"] == "no_capacity"
+    # equal tier never preempts, lower tier never preempts: the placed on-demand rental stays; under the
+    # backfill queue the spot rental (no max_duration_s) waits behind the blocked on-demand head
+    backfill = client.app.state.services.settings.queue == "backfill"
+    spot_reason = "blocked_by_head" if backfill else "no_capacity"
+    for rental_id, headers, reason in (
+        (late_spot, spot_tenant, spot_reason),
+        (other_od, od_tenant, "no_capacity"),
+    ):
+        body = wait_for(client, rental_id, headers, "placed", reason=reason)
+        assert body["state"] == "pending" and body["pending_reason"] == reason
     assert client.get(f"/v1/rentals/{od}", headers=od_tenant).json()["state"] == "placed"
     assert len([e for e in placed["events"] if e["reason"] == "preempting"]) == 1
 

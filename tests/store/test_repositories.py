@@ -149,3 +149,39 @@ def test_a_new_scheduler_rebuilds_from_the_database(uow) -> None:
     assert report.placed == 1 and report.pending == {"no_capacity": 2}
     booked = _booked(uow)
     assert len(booked) == len(set(booked)) == 64
+
+
+def _queue_case(uow, queue) -> dict[str, tuple[str, str | None]]:
+    """7 of the 8 H100 nodes busy for 2 h; then a 2-node gang (head), one node without and one with 1 h."""
+    from suanli.domain.queueing import PLATFORM_QUEUE
+
+    scheduler = Scheduler(uow, Clock(), CATALOG, FleetCache(CATALOG), "suanli", 0, queue=queue)
+    h100 = dict(gpu_model="H100-SXM-80GB", gpus=8)
+    with uow() as u:
+        u.rentals.add(_rental("rnt_a", RentalSpec(**h100, nodes=7, max_duration_s=7200)))
+        u.commit()
+    assert scheduler.run_cycle().placed == 1
+    with uow() as u:
+        u.rentals.add(_rental("rnt_b", RentalSpec(**h100, nodes=2, max_duration_s=14_400)))
+        u.rentals.add(_rental("rnt_c", RentalSpec(**h100)))
+        u.rentals.add(_rental("rnt_d", RentalSpec(**h100, max_duration_s=3600)))
+        u.commit()
+    scheduler.run_cycle()
+    assert queue in (None, PLATFORM_QUEUE)
+    with uow() as u:
+        return {r.id: (r.state, r.pending_reason) for r in u.rentals.by_ids(["rnt_b", "rnt_c", "rnt_d"])}
+
+
+def test_greedy_queue_places_whatever_fits(uow) -> None:
+    states = _queue_case(uow, None)
+    assert states["rnt_c"][0] == "placed"  # the free node goes to the first that fits
+    assert states["rnt_b"] == ("pending", "gang_incomplete") and states["rnt_d"] == ("pending", "no_capacity")
+
+
+def test_backfill_queue_keeps_the_head_and_backfills_only_what_ends_in_time(uow) -> None:
+    from suanli.domain.queueing import PLATFORM_QUEUE
+
+    states = _queue_case(uow, PLATFORM_QUEUE)
+    assert states["rnt_b"] == ("pending", "no_capacity")  # the blocked head: reserved at `a`'s end
+    assert states["rnt_c"] == ("pending", "blocked_by_head")  # no declared duration: cannot pass it
+    assert states["rnt_d"][0] == "placed"  # 1 h ends before the head's reserved start (2 h)

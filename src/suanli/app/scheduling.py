@@ -37,6 +37,7 @@ from suanli.domain.inventory import Fleet, Node
 from suanli.domain.plan import NodeAllocation, Pending, Placement, Reason
 from suanli.domain.policies import Policy, build_policy
 from suanli.domain.preemption import DEFAULT_NOTICE_S, Preemption, PreemptionConfig, Running, choose_victims
+from suanli.domain.queueing import FairShare, QueueConfig, admit
 from suanli.domain.request import Shape, Tier
 from suanli.domain.scheduler import order_queue, schedule
 from suanli.domain.snapshot import Snapshot
@@ -95,6 +96,7 @@ class Scheduler:
         pricer: Pricer | None = None,
         repricer: Repricer | None = None,
         floor_check: FloorCheck | None = None,
+        queue: QueueConfig | None = None,
     ) -> None:
         self.uow, self.clock, self.catalog, self.cache = uow, clock, catalog, cache
         self.policy_name, self.seed = policy, seed
@@ -106,6 +108,11 @@ class Scheduler:
         self.owner: dict[int, str] = {}  # live allocation id -> its rental
         by_tier = {Tier.parse(name): seconds for name, seconds in (notice_by_tier_s or {}).items()}
         self.preemption = PreemptionConfig(by_tier, notice_s)
+        # `queue` set: decide with the domain's `admit` (see `_admit`); its state lives on the leader only
+        self.queue = None if queue is None else replace(queue, preemption=self.preemption)
+        self.fair = FairShare()
+        self.head: str | None = None
+        self.reserved: tuple[str, ...] = ()
         self.cordoned: set[str] = set()
         self._lock = threading.Lock()
         self.pricer = pricer
@@ -146,18 +153,19 @@ class Scheduler:
         for victim in due:
             self._forget(victim.id)  # their capacity is free in this decision; the apply releases it
         ready = {v.preempted_by for v in due}.difference(waiting_on)
-        first = [to_request(r) for r in pending if r.id in ready]
-        rest = [to_request(r) for r in pending if r.id not in ready and r.id not in waiting_on]
+        by_id = {rental.id: rental for rental in pending}
         started = time.perf_counter()
         now_s = now.timestamp()
-        promised = schedule(
-            snapshot, first, policy, now_s
-        )  # the promise: preemptors take freed capacity first
-        plan = schedule(snapshot, rest, policy, now_s)
-        placements = (*promised.placements, *plan.placements)
-        still = (*promised.pending, *plan.pending)
-        by_id = {rental.id: rental for rental in pending}
-        notices = self._choose_victims(still, by_id, now_s)
+        if self.queue is not None:
+            placements, still, notices = self._admit(pending, ready, waiting_on, now_s)
+        else:
+            first = [to_request(r) for r in pending if r.id in ready]
+            rest = [to_request(r) for r in pending if r.id not in ready and r.id not in waiting_on]
+            promised = schedule(snapshot, first, policy, now_s)  # preemptors take freed capacity first
+            plan = schedule(snapshot, rest, policy, now_s)
+            placements = (*promised.placements, *plan.placements)
+            still = (*promised.pending, *plan.pending)
+            notices = self._choose_victims(still, by_id, now_s)
         report = CycleReport(decision_s=time.perf_counter() - started)
         noticed = {p.preemptor for p in notices}
         try:
@@ -282,6 +290,23 @@ class Scheduler:
         if not requests:
             return []
         assert self.snapshot is not None and self.policy is not None
+        running = self._running()
+        decisions = []
+        for request in order_queue(requests):
+            decision = choose_victims(
+                self.snapshot, request, list(running.values()), self.policy, now_s, self.preemption
+            )
+            if decision is None:
+                continue
+            decisions.append(decision)
+            for victim in decision.victims:
+                running[victim.request_id] = replace(
+                    running[victim.request_id], preempted_by=request.id, notice_deadline_s=victim.deadline_s
+                )
+        return decisions
+
+    def _running(self) -> dict[str, Running]:
+        """The live rentals holding capacity in the snapshot, as the domain sees them (one read)."""
         nodes: dict[str, list[NodeAllocation]] = {}
         for allocation_id in sorted(self.held):
             nodes.setdefault(self.owner[allocation_id], []).append(self.held[allocation_id])
@@ -299,19 +324,38 @@ class Scheduler:
                 rental.preempted_by,
                 deadline,
             )
-        decisions = []
-        for request in order_queue(requests):
-            decision = choose_victims(
-                self.snapshot, request, list(running.values()), self.policy, now_s, self.preemption
-            )
-            if decision is None:
-                continue
-            decisions.append(decision)
-            for victim in decision.victims:
-                running[victim.request_id] = replace(
-                    running[victim.request_id], preempted_by=request.id, notice_deadline_s=victim.deadline_s
-                )
-        return decisions
+        return running
+
+    def _admit(
+        self, pending: Sequence[Rental], ready: set[str], waiting_on: Mapping[str, list[Rental]], now_s: float
+    ) -> tuple[tuple[Placement, ...], list[Pending], tuple[Preemption, ...]]:
+        """One `admit` cycle (`SUANLI_QUEUE=backfill`): fair share decays in memory on the leader, and the
+        blocked head keeps its place and drained nodes from one cycle to the next.
+
+        Preemptors whose victims have all left (`ready`) take the freed capacity first; those still waiting
+        on victims under notice are left to the caller (their reason says whom they wait for).
+        """
+        assert self.snapshot is not None and self.policy is not None and self.queue is not None
+        running = list(self._running().values())
+        held: dict[str, float] = {}
+        for r in running:
+            held[r.request.tenant] = held.get(r.request.tenant, 0.0) + r.gpus
+        self.fair = self.fair.advance(now_s, held) if self.fair.at_s else FairShare(at_s=now_s)
+        queue = [to_request(r) for r in pending if r.id not in waiting_on]
+        decision = admit(
+            self.snapshot,
+            queue,
+            running,
+            self.policy,
+            now_s,
+            self.queue,
+            self.fair,
+            ready,
+            last_head=self.head,
+            last_reserved=self.reserved,
+        )
+        self.head, self.reserved = decision.head, decision.reserved_nodes
+        return decision.placements, list(decision.pending), decision.preemptions
 
     @staticmethod
     def _give_notice(uow: UnitOfWork, preemptor: Rental, decision: Preemption, now: datetime) -> int:

@@ -94,6 +94,22 @@ class QueueConfig:
     spot_yields: bool = False  # no spot starts in a cycle where a higher tier waits for capacity
 
 
+# The platform's queueing policy (`sim queue`'s `suanli`; the server's `SUANLI_QUEUE=backfill`): tier,
+# spot bid, weighted fair share, then the highest response ratio; EASY backfill with candidates by the same
+# ratio; the blocked head keeps its place and its drained nodes, reserved on nodes busy now; spot does not
+# start while a higher tier waits; lower tiers are preempted with notice.
+PLATFORM_QUEUE = QueueConfig(
+    mode=Mode.BACKFILL,
+    order=Order.PRIORITY,
+    within=Within.RATIO,
+    backfill_order=BackfillOrder.RATIO,
+    preemption=PreemptionConfig(),
+    keep_head=True,
+    spare_free=True,
+    spot_yields=True,
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Gates:
     """What may hold a request back besides capacity: tenant limits, open contracts, spot floors."""

@@ -24,15 +24,15 @@ from rich.table import Table
 from suanli.domain.catalog_data import CATALOG
 from suanli.domain.inventory import Fleet
 from suanli.domain.policies import BestFitPolicy, Policy
-from suanli.domain.preemption import PreemptionConfig, Running
+from suanli.domain.preemption import Running
 from suanli.domain.queueing import (
     NEVER_FITS,
+    PLATFORM_QUEUE,
     BackfillOrder,
     FairShare,
     Mode,
     Order,
     QueueConfig,
-    Within,
     admit,
 )
 from suanli.domain.request import Request, Tier, WholeGpus
@@ -54,16 +54,7 @@ from suanli.sim.traces import TracePod, read_openb_nodes, read_openb_pods
 POLICIES: dict[str, QueueConfig] = {
     "fifo": QueueConfig(mode=Mode.STRICT, order=Order.FIFO),
     "fifo-backfill": QueueConfig(mode=Mode.BACKFILL, order=Order.FIFO, backfill_order=BackfillOrder.QUEUE),
-    "suanli": QueueConfig(
-        mode=Mode.BACKFILL,
-        order=Order.PRIORITY,
-        within=Within.RATIO,
-        backfill_order=BackfillOrder.RATIO,
-        preemption=PreemptionConfig(),
-        keep_head=True,
-        spare_free=True,
-        spot_yields=True,
-    ),
+    "suanli": PLATFORM_QUEUE,
 }
 SPOT_BID_MICROS = (500_000, 3_000_000)  # spot bids drawn uniformly in this range (micros per GPU-hour)
 DEFAULT_ESTIMATE = DurationEstimate()
