@@ -185,3 +185,33 @@ def test_backfill_queue_keeps_the_head_and_backfills_only_what_ends_in_time(uow)
     assert states["rnt_b"] == ("pending", "no_capacity")  # the blocked head: reserved at `a`'s end
     assert states["rnt_c"] == ("pending", "blocked_by_head")  # no declared duration: cannot pass it
     assert states["rnt_d"][0] == "placed"  # 1 h ends before the head's reserved start (2 h)
+
+
+@pytest.mark.parametrize("backfill", [False, True])
+def test_an_open_contract_holds_its_capacity_under_the_backfill_queue(uow, backfill: bool) -> None:
+    """ten_b holds 1 x 8 H100 in cn-north now: under backfill, ten_a's 8 whole-node rentals get 7 nodes."""
+    from datetime import timedelta
+
+    from suanli.app.records import ContractRecord
+    from suanli.domain.queueing import PLATFORM_QUEUE
+
+    with uow() as u:
+        u.tenants.add(Tenant("ten_b", "b", "tenant", NOW))
+        end = NOW + timedelta(days=1)
+        u.contracts.add(ContractRecord("ctr_b", "ten_b", "H100-SXM-80GB", 8, "cn-north", NOW, end, NOW))
+        for i in range(8):
+            u.rentals.add(_rental(f"rnt_{i}", RentalSpec(gpu_model="H100-SXM-80GB", gpus=8)))
+        u.commit()
+    queue = PLATFORM_QUEUE if backfill else None
+    scheduler = Scheduler(uow, Clock(), CATALOG, FleetCache(CATALOG), "suanli", 0, queue=queue)
+    report = scheduler.run_cycle()
+    if not backfill:
+        assert report.placed == 8  # greedy: contracts are priced, not held
+        return
+    assert report.placed == 7 and report.pending == {"contract_hold": 1}
+    with uow() as u:
+        u.rentals.add(Rental("rnt_b", "ten_b", "pending", RentalSpec(gpu_model="H100-SXM-80GB", gpus=8), NOW))
+        u.commit()
+    assert scheduler.run_cycle().placed == 1  # the holder's claim
+    with uow() as u:
+        assert u.rentals.by_ids(["rnt_b"])[0].state == "placed"

@@ -98,9 +98,9 @@ class ContractService:
             raise Conflict("no fleet yet: PUT /v1/fleet first", field="gpu_model")
         if region not in fleet.regions:
             raise Invalid(f"unknown region {region!r}", field="region")
-        existing = [_domain(c) for c in uow.contracts.list(None)]
+        existing = [domain_contract(c) for c in uow.contracts.list(None)]
         try:
-            check_contract(_domain(record), existing, fleet_capacity(fleet))
+            check_contract(domain_contract(record), existing, fleet_capacity(fleet))
         except ContractError as error:
             raise Conflict(str(error), field="count") from None
         if self.price_book is not None:
@@ -199,7 +199,7 @@ class ContractService:
                 if uow.tenants.get(to_tenant_id) is None:
                     raise NotFound(f"no tenant {to_tenant_id}", field="to_tenant_id")
                 try:
-                    moved = transfer(_domain(record), to_tenant_id, now.timestamp())
+                    moved = transfer(domain_contract(record), to_tenant_id, now.timestamp())
                 except ContractError as error:
                     raise Conflict(str(error), field="to_tenant_id") from None
                 if record.price_micros and moved.tenant != record.tenant_id:
@@ -224,7 +224,8 @@ class ContractService:
         return retrying(work)
 
 
-def _domain(record: ContractRecord) -> Contract:
+def domain_contract(record: ContractRecord) -> Contract:
+    """The domain's view of a stored contract (what admission, holds and transfers check)."""
     return Contract(
         record.id, record.tenant_id, record.gpu_model, record.region, record.count,
         record.starts_at.timestamp(), record.ends_at.timestamp(),

@@ -24,6 +24,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from suanli.app.booking import bookings_for
+from suanli.app.contracts import domain_contract
 from suanli.app.errors import BookingConflict
 from suanli.app.fleet import FleetCache
 from suanli.app.list_prices import list_price
@@ -37,7 +38,7 @@ from suanli.domain.inventory import Fleet, Node
 from suanli.domain.plan import NodeAllocation, Pending, Placement, Reason
 from suanli.domain.policies import Policy, build_policy
 from suanli.domain.preemption import DEFAULT_NOTICE_S, Preemption, PreemptionConfig, Running, choose_victims
-from suanli.domain.queueing import FairShare, QueueConfig, admit
+from suanli.domain.queueing import FairShare, Gates, QueueConfig, admit
 from suanli.domain.request import Shape, Tier
 from suanli.domain.scheduler import order_queue, schedule
 from suanli.domain.snapshot import Snapshot
@@ -329,14 +330,18 @@ class Scheduler:
     def _admit(
         self, pending: Sequence[Rental], ready: set[str], waiting_on: Mapping[str, list[Rental]], now_s: float
     ) -> tuple[tuple[Placement, ...], list[Pending], tuple[Preemption, ...]]:
-        """One `admit` cycle (`SUANLI_QUEUE=backfill`): fair share decays in memory on the leader, and the
-        blocked head keeps its place and drained nodes from one cycle to the next.
+        """One `admit` cycle (`SUANLI_QUEUE=backfill`): fair share decays in memory on the leader, the
+        blocked head keeps its place and drained nodes from one cycle to the next, and open contracts hold
+        their capacity (the holder's rentals up to the count are admitted as `reserved`).
 
         Preemptors whose victims have all left (`ready`) take the freed capacity first; those still waiting
         on victims under notice are left to the caller (their reason says whom they wait for).
         """
         assert self.snapshot is not None and self.policy is not None and self.queue is not None
         running = list(self._running().values())
+        with self.uow() as uow:
+            stored = uow.contracts.list(None)
+        contracts = [domain_contract(c) for c in stored if c.ends_at.timestamp() > now_s]
         held: dict[str, float] = {}
         for r in running:
             held[r.request.tenant] = held.get(r.request.tenant, 0.0) + r.gpus
@@ -351,6 +356,7 @@ class Scheduler:
             self.queue,
             self.fair,
             ready,
+            Gates(contracts=contracts) if contracts else None,
             last_head=self.head,
             last_reserved=self.reserved,
         )
