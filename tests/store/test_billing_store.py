@@ -270,3 +270,15 @@ def test_money_facts_read_in_one_query_agree_with_the_single_reads(env) -> None:
     assert (facts.plan_count, facts.contract_count) == (1, 1)
     assert facts.cash_micros == balances[AccountId.tenant_cash("ten_a")] == 1_000_000
     assert facts.grants_micros == balances[AccountId.tenant_grants("ten_a")] == 70_000
+
+
+def test_charged_since_sums_what_a_tenant_paid_in_charges(env) -> None:
+    _, factory, billing, _ = env
+    billing.credit(ADMIN, "ten_a", 1_000_000, False, "cash")
+    _placed(factory, "rnt_s", ended="stopped", after_s=120)
+    billing.meter(now=T0 + timedelta(seconds=200))
+    start = int(T0.timestamp())
+    with factory() as u:
+        assert u.ledger.charged_since(["ten_a"], start) == {"ten_a": charge_micros(RATE, 120)}
+        assert u.ledger.charged_since(["ten_a"], start + 10_000) == {}  # stamped before: not counted
+        assert u.ledger.charged_since(["ten_b"], start) == {}

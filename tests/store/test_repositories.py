@@ -215,3 +215,29 @@ def test_an_open_contract_holds_its_capacity_under_the_backfill_queue(uow, backf
     assert scheduler.run_cycle().placed == 1  # the holder's claim
     with uow() as u:
         assert u.rentals.by_ids(["rnt_b"])[0].state == "placed"
+
+
+def test_quotas_and_spend_caps_hold_rentals_back_under_the_backfill_queue(uow) -> None:
+    from suanli.domain.queueing import PLATFORM_QUEUE
+    from suanli.domain.quotas import TenantLimits
+
+    h100 = RentalSpec(gpu_model="H100-SXM-80GB", gpus=8, max_duration_s=3600)
+    rate = {"final_micros_per_hour": 3_600_000}  # 1 micro a second for the whole rental
+    with uow() as u:
+        u.tenants.add(Tenant("ten_b", "b", "tenant", NOW))
+        u.terms.set_limits("ten_a", TenantLimits({"*": 24, "H100-SXM-80GB": 16}), NOW)
+        u.terms.set_limits("ten_b", TenantLimits(daily_cap_micros=5_000), NOW)
+        for i in range(3):
+            u.rentals.add(Rental(f"rnt_a{i}", "ten_a", "pending", h100, NOW, quote=rate))
+        u.rentals.add(Rental("rnt_b0", "ten_b", "pending", h100, NOW, quote=rate))
+        u.rentals.add(Rental("rnt_b1", "ten_b", "pending", h100, NOW, quote={"final_micros_per_hour": 3_600}))
+        u.commit()
+    scheduler = Scheduler(uow, Clock(), CATALOG, FleetCache(CATALOG), "suanli", 0, queue=PLATFORM_QUEUE)
+    report = scheduler.run_cycle()
+    assert report.placed == 3 and report.pending == {"quota": 1, "spend_cap": 1}
+    with uow() as u:
+        by_id = {r.id: r for r in u.rentals.by_ids(["rnt_a2", "rnt_b0", "rnt_b1"])}
+        events = u.rentals.events("rnt_a2")
+    assert by_id["rnt_a2"].pending_reason == "quota" and "H100-SXM-80GB quota 16 GPUs" in events[-1].message
+    assert by_id["rnt_b0"].pending_reason == "spend_cap"  # 3,600,000 micros in its hour > the 5,000 cap
+    assert by_id["rnt_b1"].state == "placed"  # 3,600 micros in its hour fits the cap

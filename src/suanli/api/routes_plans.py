@@ -1,4 +1,4 @@
-"""/v1/tenants/{id}/plans and /v1/plans, /v1/revenue-reports, /v1/grants, payment terms."""
+"""/v1/tenants/{id}/plans and /v1/plans, /v1/revenue-reports, /v1/grants, payment terms, limits."""
 
 from __future__ import annotations
 
@@ -10,10 +10,13 @@ from fastapi import APIRouter, Query, status
 from suanli.api.deps import CallerDep, ServicesDep
 from suanli.api.errors import ERROR_RESPONSES
 from suanli.api.wiring import Services
+from suanli.app.limits import LimitsService, LimitsView
 from suanli.app.plans import PlanService, TermsView
 from suanli.domain.billing.plans import Plan
 from suanli.wire.plan_schemas import (
     GrantResponse,
+    LimitsRequest,
+    LimitsResponse,
     PaymentTermsRequest,
     PaymentTermsResponse,
     PlanRequest,
@@ -124,3 +127,35 @@ def get_payment_terms(
     caller: CallerDep, services: ServicesDep, tenant: TenantQuery = None
 ) -> PaymentTermsResponse:
     return _terms(_plans(services).terms(caller, tenant))
+
+
+def _limits(services: Services) -> LimitsService:
+    assert services.limits is not None
+    return services.limits
+
+
+def _limits_response(view: LimitsView, services: Services) -> LimitsResponse:
+    return LimitsResponse(
+        tenant_id=view.tenant_id,
+        gpu_quota=dict(view.limits.gpu_quota),
+        daily_cap_micros=view.limits.daily_cap_micros,
+        monthly_cap_micros=view.limits.monthly_cap_micros,
+        enforced=services.settings.queue == "backfill",
+    )
+
+
+@router.put("/tenants/{tenant_id}/limits")
+def set_limits(
+    tenant_id: str, body: LimitsRequest, caller: CallerDep, services: ServicesDep
+) -> LimitsResponse:
+    """Admin: a tenant's GPU quotas and spend caps (replaces the earlier ones)."""
+    view = _limits(services).set(
+        caller, tenant_id, body.gpu_quota, body.daily_cap_micros, body.monthly_cap_micros
+    )
+    return _limits_response(view, services)
+
+
+@router.get("/limits")
+def get_limits(caller: CallerDep, services: ServicesDep, tenant: TenantQuery = None) -> LimitsResponse:
+    """The caller's limits (admins: `?tenant=`)."""
+    return _limits_response(_limits(services).get(caller, tenant), services)

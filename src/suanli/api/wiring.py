@@ -13,6 +13,7 @@ from suanli.app.contracts import ContractService
 from suanli.app.fleet import FleetCache, FleetService
 from suanli.app.ids import SystemClock
 from suanli.app.invoices import InvoiceService
+from suanli.app.limits import LimitsService
 from suanli.app.offers import OfferService
 from suanli.app.plans import PlanService
 from suanli.app.ports import Clock
@@ -82,6 +83,7 @@ class Services:
     sla: SlaService | None = None
     plans: PlanService | None = None
     invoices: InvoiceService | None = None
+    limits: LimitsService | None = None
 
 
 def build(settings: Settings, clock: Clock | None = None) -> Services:
@@ -169,5 +171,6 @@ def build(settings: Settings, clock: Clock | None = None) -> Services:
         sla,
         plans,
         invoices,
+        LimitsService(uow, clock, CATALOG),
     )
     return services

@@ -34,11 +34,13 @@ from suanli.app.rentals import to_request
 from suanli.domain.billing.pricebook import rate_moved
 from suanli.domain.capacity import FULL_MILLI
 from suanli.domain.catalog import Catalog, GpuModel
+from suanli.domain.errors import CatalogError
 from suanli.domain.inventory import Fleet, Node
 from suanli.domain.plan import NodeAllocation, Pending, Placement, Reason
 from suanli.domain.policies import Policy, build_policy
 from suanli.domain.preemption import DEFAULT_NOTICE_S, Preemption, PreemptionConfig, Running, choose_victims
 from suanli.domain.queueing import FairShare, Gates, QueueConfig, admit
+from suanli.domain.quotas import Limits, Spent
 from suanli.domain.request import Shape, Tier
 from suanli.domain.scheduler import order_queue, schedule
 from suanli.domain.snapshot import Snapshot
@@ -291,7 +293,7 @@ class Scheduler:
         if not requests:
             return []
         assert self.snapshot is not None and self.policy is not None
-        running = self._running()
+        running = {rental_id: request for rental_id, (request, _) in self._running().items()}
         decisions = []
         for request in order_queue(requests):
             decision = choose_victims(
@@ -306,26 +308,71 @@ class Scheduler:
                 )
         return decisions
 
-    def _running(self) -> dict[str, Running]:
-        """The live rentals holding capacity in the snapshot, as the domain sees them (one read)."""
+    def _running(self) -> dict[str, tuple[Running, int]]:
+        """The live rentals holding capacity in the snapshot, as the domain sees them, with their rate per
+        hour (one read)."""
         nodes: dict[str, list[NodeAllocation]] = {}
         for allocation_id in sorted(self.held):
             nodes.setdefault(self.owner[allocation_id], []).append(self.held[allocation_id])
         with self.uow() as uow:
             live = uow.rentals.by_ids(sorted(nodes))
-        running: dict[str, Running] = {}
+        running: dict[str, tuple[Running, int]] = {}
         for rental in live:
             if rental.state not in (*PREEMPTIBLE_STATES, "preempting"):
                 continue  # stopping, or ended since the snapshot was synced
             deadline = rental.notice_deadline.timestamp() if rental.notice_deadline is not None else None
-            running[rental.id] = Running(
+            request = Running(
                 to_request(rental),
                 Placement(rental.id, tuple(nodes[rental.id])),
                 (rental.placed_at or rental.created_at).timestamp(),
                 rental.preempted_by,
                 deadline,
             )
+            running[rental.id] = (request, rental.price_micros_per_hour or 0)
         return running
+
+    def _limits(
+        self,
+        uow: UnitOfWork,
+        pending: Sequence[Rental],
+        live: Mapping[str, tuple[Running, int]],
+        now_s: float,
+    ) -> Limits | None:
+        """The tenants' quotas and spend caps with what they spent this UTC day and month (None: no limits).
+
+        A rental's price is its rate when placed, its quote's final rate while pending.
+        """
+        tenants = uow.terms.limits()
+        if not tenants:
+            return None
+        moment = datetime.fromtimestamp(now_s, UTC)
+        day = int(moment.replace(hour=0, minute=0, second=0, microsecond=0).timestamp())
+        month = int(moment.replace(day=1, hour=0, minute=0, second=0, microsecond=0).timestamp())
+        today, this_month = uow.ledger.charged_since(tenants, day), uow.ledger.charged_since(tenants, month)
+        spent = {t: Spent(today.get(t, 0), this_month.get(t, 0)) for t in tenants}
+        rates = {rental_id: rate for rental_id, (_, rate) in live.items()}
+        for rental in pending:
+            quoted = (rental.quote or {}).get("final_micros_per_hour", 0)
+            rates[rental.id] = int(quoted) if isinstance(quoted, int | float | str) else 0
+        groups = {r.id: self._group(r.spec.gpu_model) for r in pending}
+        for running, _ in live.values():
+            selector = running.request.selector.models
+            groups[running.request.id] = self._group(next(iter(selector)) if len(selector) == 1 else None)
+        return Limits(
+            tenants,
+            spent,
+            price_micros_per_hour=lambda request: rates.get(request.id, 0),
+            group_of=lambda request: groups.get(request.id, "any"),
+        )
+
+    def _group(self, gpu_model: str | None) -> str:
+        """A rental's quota group: the one catalogue model its `gpu_model` names, else `any` (`*` only)."""
+        if gpu_model is None:
+            return "any"
+        try:
+            return self.catalog.get(gpu_model).name
+        except CatalogError:
+            return "any"
 
     def _admit(
         self, pending: Sequence[Rental], ready: set[str], waiting_on: Mapping[str, list[Rental]], now_s: float
@@ -338,9 +385,11 @@ class Scheduler:
         on victims under notice are left to the caller (their reason says whom they wait for).
         """
         assert self.snapshot is not None and self.policy is not None and self.queue is not None
-        running = list(self._running().values())
+        live = self._running()
+        running = [r for r, _ in live.values()]
         with self.uow() as uow:
             stored = uow.contracts.list(None)
+            limits = self._limits(uow, pending, live, now_s)
         contracts = [domain_contract(c) for c in stored if c.ends_at.timestamp() > now_s]
         held: dict[str, float] = {}
         for r in running:
@@ -356,7 +405,7 @@ class Scheduler:
             self.queue,
             self.fair,
             ready,
-            Gates(contracts=contracts) if contracts else None,
+            Gates(limits, contracts) if contracts or limits is not None else None,
             last_head=self.head,
             last_reserved=self.reserved,
         )

@@ -19,6 +19,7 @@ platform.admin_app.command("credit")(billing_commands.admin_credit)
 platform.admin_app.add_typer(billing_commands.admin_prices_app, name="prices")
 platform.admin_app.command("plan")(plan_commands.admin_plan)
 platform.admin_app.command("terms")(plan_commands.admin_terms)
+platform.admin_app.command("limits")(plan_commands.admin_limits)
 for command in (
     platform.server,
     platform.login,
@@ -35,6 +36,7 @@ for command in (
     plan_commands.report_revenue,
     plan_commands.grants,
     plan_commands.terms,
+    plan_commands.limits,
     agent_commands.logs,
     agent_commands.agent,
     agent_commands.demo,

@@ -1,4 +1,5 @@
-"""Plan commands: plans, revenue reports, grants and payment terms (admins set them; tenants read theirs)."""
+"""Plan commands: plans, revenue reports, grants, payment terms and limits (admins set them; tenants read
+theirs)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from suanli.cli.output import EXIT_USAGE, emit, errors, logged_in, micros, table
 from suanli.cli.rent_spec import SpecError, money_to_micros
 from suanli.wire.plan_schemas import (
     GrantResponse,
+    LimitsResponse,
     PaymentTermsResponse,
     PlanRequest,
     PlanResponse,
@@ -133,6 +135,51 @@ def terms(tenant: TenantOption = None, as_json: JsonFlag = False) -> None:
     with logged_in() as client:
         found = client.payment_terms(tenant)
     emit(found, as_json, _terms_table)
+
+
+def admin_limits(
+    tenant_id: str,
+    quota: Annotated[
+        list[str] | None,
+        typer.Option("--quota", help="MODEL=GPUS, repeatable; * for every GPU (e.g. --quota '*=16')."),
+    ] = None,
+    daily: Annotated[str | None, typer.Option("--daily", help="Spend cap per UTC day, in units.")] = None,
+    monthly: Annotated[str | None, typer.Option("--monthly", help="Spend cap per month, in units.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Set a tenant's GPU quotas and spend caps, replacing the earlier ones (admin key)."""
+    gpu_quota: dict[str, int] = {}
+    for item in quota or []:
+        group, _, count = item.partition("=")
+        if not group or not count.isdigit():
+            raise _usage(f"--quota: MODEL=GPUS, got {item!r}")
+        gpu_quota[group] = int(count)
+    daily_micros = None if daily is None else _money(daily, "--daily")
+    monthly_micros = None if monthly is None else _money(monthly, "--monthly")
+    with logged_in() as client:
+        found = client.set_limits(tenant_id, gpu_quota, daily_micros, monthly_micros)
+    emit(found, as_json, _limits_table)
+
+
+def limits(tenant: TenantOption = None, as_json: JsonFlag = False) -> None:
+    """Your GPU quotas and spend caps (enforced when the server runs SUANLI_QUEUE=backfill)."""
+    with logged_in() as client:
+        found = client.limits(tenant)
+    emit(found, as_json, _limits_table)
+
+
+def _limits_table(found: LimitsResponse):
+    quota = ", ".join(f"{group}: {gpus}" for group, gpus in sorted(found.gpu_quota.items())) or "none"
+    rows = [
+        (
+            found.tenant_id,
+            quota,
+            "none" if found.daily_cap_micros is None else micros(found.daily_cap_micros),
+            "none" if found.monthly_cap_micros is None else micros(found.monthly_cap_micros),
+            "yes" if found.enforced else "no (greedy queue)",
+        )
+    ]
+    return table("limits", ["tenant", "GPU quota", "daily cap", "monthly cap", "enforced"], rows)
 
 
 def _plans_table(found: list[PlanResponse]):

@@ -42,6 +42,8 @@ from suanli.wire.billing_schemas import (
 )
 from suanli.wire.plan_schemas import (
     GrantResponse,
+    LimitsRequest,
+    LimitsResponse,
     PaymentTermsRequest,
     PaymentTermsResponse,
     PlanRequest,
@@ -297,6 +299,22 @@ class Client:
     def payment_terms(self, tenant_id: str | None = None) -> PaymentTermsResponse:
         params = {"tenant": tenant_id} if tenant_id else None
         return self._call("GET", "/v1/payment-terms", PaymentTermsResponse, params=params)
+
+    def set_limits(
+        self,
+        tenant_id: str,
+        gpu_quota: dict[str, int],
+        daily_cap_micros: int | None = None,
+        monthly_cap_micros: int | None = None,
+    ) -> LimitsResponse:
+        body = LimitsRequest(
+            gpu_quota=gpu_quota, daily_cap_micros=daily_cap_micros, monthly_cap_micros=monthly_cap_micros
+        )
+        return self._call("PUT", f"/v1/tenants/{tenant_id}/limits", LimitsResponse, body=body, retry=True)
+
+    def limits(self, tenant_id: str | None = None) -> LimitsResponse:
+        params = {"tenant": tenant_id} if tenant_id else None
+        return self._call("GET", "/v1/limits", LimitsResponse, params=params)
 
     def ledger(self, tenant_id: str | None = None) -> list[LedgerTransactionResponse]:
         params = {"tenant": tenant_id} if tenant_id else None

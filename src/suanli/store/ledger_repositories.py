@@ -29,6 +29,7 @@ from suanli.domain.billing.meter import PostedCharges
 from suanli.store.rows import LedgerBalanceRow, LedgerPostingRow, LedgerTransactionRow
 
 _CHARGED = (AccountKind.PROVIDER_PAYABLE.value, AccountKind.PLATFORM_REVENUE.value)
+_PAID_BY_TENANT = (AccountKind.TENANT_CASH.value, AccountKind.TENANT_GRANTS.value)
 _TRANSACTIONS = LedgerTransactionRow.__table__
 _POSTINGS = LedgerPostingRow.__table__
 _BALANCES = LedgerBalanceRow.__table__
@@ -230,6 +231,21 @@ class SqlLedger:
         return {
             AccountId(AccountKind(kind), owner): int(total) for kind, owner, total in self.s.execute(query)
         }
+
+    def charged_since(self, owners: Iterable[str], since_s: int) -> dict[str, int]:
+        """Per tenant: micros its cash and grants paid in charges stamped at or after `since_s`."""
+        query = (
+            select(LedgerPostingRow.owner, func.sum(LedgerPostingRow.amount_micros))
+            .join(LedgerTransactionRow, LedgerPostingRow.tx_seq == LedgerTransactionRow.seq)
+            .where(
+                LedgerTransactionRow.kind == TxKind.CHARGE.value,
+                LedgerTransactionRow.at_s >= since_s,
+                LedgerPostingRow.account_kind.in_(_PAID_BY_TENANT),
+                one_of(self.s, LedgerPostingRow.owner, owners),
+            )
+            .group_by(LedgerPostingRow.owner)
+        )
+        return {owner: -int(total) for owner, total in self.s.execute(query)}
 
     def posted_charges(self, refs: Iterable[str] | None = None) -> dict[str, PostedCharges]:
         """Per rental (`ref`): micros charged so far and the number of charge transactions; only `refs`'

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 from suanli.app.records import MoneyFacts
 from suanli.domain.billing.ledger import AccountKind
 from suanli.domain.billing.plans import Grant, PaymentMode, PaymentTerms, Plan, PlanKind
+from suanli.domain.quotas import TenantLimits
 from suanli.store.rows import (
     ContractRow,
     GrantRow,
@@ -18,6 +19,7 @@ from suanli.store.rows import (
     PaymentTermsRow,
     PriceEntryRow,
     RevenueReportRow,
+    TenantLimitsRow,
     TenantPlanRow,
 )
 
@@ -154,6 +156,21 @@ class SqlTerms:
             None if mode is None else PaymentTerms(PaymentMode(mode), limit),
         )
 
+    # limits (GPU quotas, spend caps)
+    def limits(self) -> dict[str, TenantLimits]:
+        """Every tenant that has limits, with them."""
+        return {row.tenant_id: _limits(row) for row in self.s.scalars(select(TenantLimitsRow))}
+
+    def set_limits(self, tenant_id: str, limits: TenantLimits, now: datetime) -> None:
+        row = self.s.get(TenantLimitsRow, tenant_id)
+        if row is None:
+            row = TenantLimitsRow(tenant_id=tenant_id)
+            self.s.add(row)
+        row.gpu_quota = dict(limits.gpu_quota)
+        row.daily_cap_micros, row.monthly_cap_micros = limits.daily_cap_micros, limits.monthly_cap_micros
+        row.updated_at = now
+        self.s.flush()
+
     # payment terms
     def payment_terms(self, tenant_id: str) -> tuple[PaymentTerms, datetime | None] | None:
         row = self.s.get(PaymentTermsRow, tenant_id)
@@ -194,3 +211,8 @@ class SqlTerms:
         self.s.execute(
             update(PaymentTermsRow).where(PaymentTermsRow.tenant_id == tenant_id).values(warned_at=warned_at)
         )
+
+
+def _limits(row: TenantLimitsRow) -> TenantLimits:
+    quota = {str(group): int(gpus) for group, gpus in (row.gpu_quota or {}).items()}
+    return TenantLimits(quota, row.daily_cap_micros, row.monthly_cap_micros)

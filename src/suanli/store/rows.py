@@ -305,6 +305,17 @@ class RevenueReportRow(Base):
     reported_at: Mapped[datetime] = mapped_column(UtcDateTime())
 
 
+class TenantLimitsRow(Base):
+    """A tenant's GPU quotas (model name or `*` -> most GPUs held at once) and daily / monthly spend caps."""
+
+    __tablename__ = "tenant_limits"
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    gpu_quota: Mapped[dict[str, Any]] = mapped_column(JSON)
+    daily_cap_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    monthly_cap_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime())
+
+
 class PaymentTermsRow(Base):
     """How a tenant pays: prepaid (stopped after a grace once below 0) or postpaid with a credit limit."""
 

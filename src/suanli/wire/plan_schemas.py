@@ -72,3 +72,20 @@ class PaymentTermsResponse(WireModel):
     floor_micros: int
     warned_at: datetime | None = Field(description="When the balance went below the floor (None: it is not).")
     stops_at: datetime | None = Field(description="When running rentals stop unless credit arrives.")
+
+
+class LimitsRequest(WireModel):
+    gpu_quota: dict[str, int] = Field(
+        default_factory=dict,
+        description='Most GPUs held at once per catalogue model name, or "*" for every GPU, e.g. {"*": 16}.',
+    )
+    daily_cap_micros: int | None = Field(default=None, ge=0, le=MAX_MICROS, description="Per UTC day.")
+    monthly_cap_micros: int | None = Field(default=None, ge=0, le=MAX_MICROS, description="Per month.")
+
+
+class LimitsResponse(WireModel):
+    tenant_id: str
+    gpu_quota: dict[str, int]
+    daily_cap_micros: int | None
+    monthly_cap_micros: int | None
+    enforced: bool = Field(description="True when the server's queue (SUANLI_QUEUE=backfill) applies them.")

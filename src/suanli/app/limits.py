@@ -1,0 +1,73 @@
+"""Tenant limits: GPU quotas per model and daily / monthly spend caps, set by admins, read by the scheduler.
+
+A quota key is `*` (every GPU of the tenant) or a catalogue model name (canonical: `H100` is ambiguous and
+refused). A rental counts against the model its `gpu_model` names when that is one catalogue model, and always
+against `*`. The server's backfill queue (`SUANLI_QUEUE=backfill`) holds a rental back with reason `quota` or
+`spend_cap`; the spend so far comes from the ledger's charges in the UTC day and calendar month.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from suanli.app.errors import Invalid, NotFound
+from suanli.app.ports import Clock, UnitOfWorkFactory
+from suanli.app.records import Caller
+from suanli.app.tenants import require_admin, target_tenant
+from suanli.domain.catalog import Catalog
+from suanli.domain.errors import CatalogError
+from suanli.domain.quotas import ALL_GROUPS, TenantLimits
+
+MAX_QUOTA_GPUS = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class LimitsView:
+    tenant_id: str
+    limits: TenantLimits
+
+
+class LimitsService:
+    def __init__(self, uow: UnitOfWorkFactory, clock: Clock, catalog: Catalog) -> None:
+        self.uow, self.clock, self.catalog = uow, clock, catalog
+
+    def set(
+        self,
+        caller: Caller,
+        tenant_id: str,
+        gpu_quota: Mapping[str, int],
+        daily_cap_micros: int | None,
+        monthly_cap_micros: int | None,
+    ) -> LimitsView:
+        """Admin: replace a tenant's limits (an empty quota map and no caps lift them all)."""
+        require_admin(caller)
+        quota: dict[str, int] = {}
+        for group, gpus in gpu_quota.items():
+            if not 0 <= gpus <= MAX_QUOTA_GPUS:
+                raise Invalid(f"{group}: 0 to {MAX_QUOTA_GPUS} GPUs", field="gpu_quota")
+            quota[self._group(group)] = gpus
+        limits = TenantLimits(quota, daily_cap_micros, monthly_cap_micros)
+        with self.uow() as uow:
+            if uow.tenants.get(tenant_id) is None:
+                raise NotFound(f"no tenant {tenant_id}", field="tenant_id")
+            uow.terms.set_limits(tenant_id, limits, self.clock.now())
+            uow.commit()
+        return LimitsView(tenant_id, limits)
+
+    def get(self, caller: Caller, tenant_id: str | None = None) -> LimitsView:
+        """The caller's limits (an admin: any tenant's); none set reads as no limits."""
+        target = target_tenant(caller, tenant_id)
+        with self.uow() as uow:
+            if uow.tenants.get(target) is None:
+                raise NotFound(f"no tenant {target}")
+            found = uow.terms.limits().get(target)
+        return LimitsView(target, found or TenantLimits())
+
+    def _group(self, name: str) -> str:
+        if name == ALL_GROUPS:
+            return name
+        try:
+            return self.catalog.get(name).name
+        except CatalogError as error:
+            raise Invalid(str(error), field="gpu_quota") from None

@@ -1,0 +1,85 @@
+"""Tenant limits through the real app (SQLite and PostgreSQL): admins set GPU quotas and spend caps, tenants
+read theirs, bad input is a 4xx naming the field, and the backfill queue holds a rental past its quota."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from typer.testing import CliRunner
+
+from conftest import ADMIN, ADMIN_KEY, app_client, wait_for
+from suanli.cli import plan_commands
+from suanli.cli.main import app
+from suanli.cli.output import api_errors
+from suanli.client import Client
+
+
+def test_admins_set_limits_and_tenants_read_theirs(client, tenant) -> None:
+    tenant_id, headers = tenant("limited")
+    body = {"gpu_quota": {"*": 16, "h100-sxm-80gb": 8}, "daily_cap_micros": 5_000_000}
+    response = client.put(f"/v1/tenants/{tenant_id}/limits", json=body, headers=ADMIN)
+    assert response.status_code == 200, response.text
+    mine = client.get("/v1/limits", headers=headers).json()
+    assert mine == {
+        "tenant_id": tenant_id,
+        "gpu_quota": {"*": 16, "H100-SXM-80GB": 8},  # catalogue names
+        "daily_cap_micros": 5_000_000,
+        "monthly_cap_micros": None,
+        "enforced": False,  # the default greedy queue does not apply them
+    }
+    assert client.get(f"/v1/limits?tenant={tenant_id}", headers=ADMIN).json()["gpu_quota"]["*"] == 16
+    refused = client.put(f"/v1/tenants/{tenant_id}/limits", json=body, headers=headers)
+    assert refused.status_code == 403
+    for bad, status, field in (
+        ({"gpu_quota": {"H100": 8}}, 400, "gpu_quota"),  # ambiguous: H100-PCIe or H100-SXM-80GB
+        ({"gpu_quota": {"*": -1}}, 400, "gpu_quota"),
+        ({"daily_cap_micros": -5}, 422, "daily_cap_micros"),
+    ):
+        response = client.put(f"/v1/tenants/{tenant_id}/limits", json=bad, headers=ADMIN)
+        assert response.status_code == status, response.text
+        assert field in response.text
+    assert client.put("/v1/tenants/ten_nobody/limits", json={}, headers=ADMIN).status_code == 404
+    assert client.get("/v1/limits", headers=headers).json()["gpu_quota"] == {"*": 16, "H100-SXM-80GB": 8}
+
+
+def test_the_backfill_queue_holds_a_rental_past_its_quota(database_url: str) -> None:
+    with app_client(database_url, queue="backfill") as client:
+        tenant_id = client.post("/v1/tenants", json={"name": "q"}, headers=ADMIN).json()["id"]
+        secret = client.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()
+        headers = {"Authorization": f"Bearer {secret['secret']}"}
+        credit = {"amount_micros": 10**12}
+        assert client.post(f"/v1/tenants/{tenant_id}/credit", json=credit, headers=ADMIN).status_code == 201
+        limits = client.put(f"/v1/tenants/{tenant_id}/limits", json={"gpu_quota": {"*": 8}}, headers=ADMIN)
+        assert limits.json()["enforced"] is True
+        spec = {"gpu_model": "H100-SXM-80GB", "gpus": 8, "max_duration_s": 3600}
+        first = client.post("/v1/rentals", json=spec, headers=headers).json()["id"]
+        assert wait_for(client, first, headers, "placed")["state"] == "placed"
+        second = client.post("/v1/rentals", json=spec, headers=headers).json()["id"]
+        held = wait_for(client, second, headers, "placed", reason="quota")
+        assert held["state"] == "pending" and held["pending_reason"] == "quota"
+
+
+def test_cli_sets_and_shows_limits(client, tenant, monkeypatch) -> None:
+    tenant_id, headers = tenant("cli-limited")
+
+    def logged_in_as(key: str):
+        @contextmanager
+        def logged_in() -> Iterator[Client]:
+            with api_errors(), Client("http://testserver", key, transport=client._transport) as sdk:
+                yield sdk
+
+        return logged_in
+
+    runner, env = CliRunner(), {"COLUMNS": "200"}
+    monkeypatch.setattr(plan_commands, "logged_in", logged_in_as(ADMIN_KEY))
+    command = ["admin", "limits", tenant_id, "--quota", "*=16", "--quota", "L40S=4", "--daily", "12.5"]
+    done = runner.invoke(app, command, env=env)
+    assert done.exit_code == 0 and "*: 16, L40S: 4" in done.output and "12.5000" in done.output, done.output
+    bad = runner.invoke(app, ["admin", "limits", tenant_id, "--quota", "L40S"], env=env)
+    assert bad.exit_code == 2 and "--quota" in bad.output
+    ambiguous = runner.invoke(app, ["admin", "limits", tenant_id, "--quota", "A100=2"], env=env)
+    assert ambiguous.exit_code == 1 and "ambiguous" in ambiguous.output, ambiguous.output
+    monkeypatch.setattr(plan_commands, "logged_in", logged_in_as(headers["Authorization"].split()[1]))
+    mine = runner.invoke(app, ["limits", "--json"], env=env)
+    assert mine.exit_code == 0 and '"daily_cap_micros": 12500000' in mine.output, mine.output
