@@ -126,3 +126,16 @@ def test_no_limits_means_no_gate(tenant):
     snap = snapshot_of(1)
     decision = admit(snap, [ask("x", 8, tenant=tenant)], [], POLICY, NOW, gates=Gates(limits=Limits()))
     assert [p.request_id for p in decision.placements] == ["x"]
+
+
+def test_the_greedy_schedule_checks_and_books_the_limits_too():
+    from suanli.domain.scheduler import schedule
+
+    snap = snapshot_of(4)
+    limits = Limits({"acme": TenantLimits(gpu_quota={"*": 16})})
+    ledger = limits.ledger([(ask("held", 8), NOW)], NOW)  # 8 of its 16 GPUs already in use
+    queue = [ask("a", 8, at=1), ask("b", 8, at=2), ask("other", 8, "zeta", at=3)]
+    plan = schedule(snap, queue, POLICY, NOW, ledger)
+    assert [p.request_id for p in plan.placements] == ["a", "other"]
+    (waiting,) = plan.pending
+    assert waiting.request_id == "b" and waiting.reason is Reason.QUOTA and "quota 16 GPUs" in waiting.message

@@ -217,7 +217,8 @@ def test_an_open_contract_holds_its_capacity_under_the_backfill_queue(uow, backf
         assert u.rentals.by_ids(["rnt_b"])[0].state == "placed"
 
 
-def test_quotas_and_spend_caps_hold_rentals_back_under_the_backfill_queue(uow) -> None:
+@pytest.mark.parametrize("backfill", [False, True])
+def test_quotas_and_spend_caps_hold_rentals_back(uow, backfill: bool) -> None:
     from suanli.domain.queueing import PLATFORM_QUEUE
     from suanli.domain.quotas import TenantLimits
 
@@ -232,7 +233,8 @@ def test_quotas_and_spend_caps_hold_rentals_back_under_the_backfill_queue(uow) -
         u.rentals.add(Rental("rnt_b0", "ten_b", "pending", h100, NOW, quote=rate))
         u.rentals.add(Rental("rnt_b1", "ten_b", "pending", h100, NOW, quote={"final_micros_per_hour": 3_600}))
         u.commit()
-    scheduler = Scheduler(uow, Clock(), CATALOG, FleetCache(CATALOG), "suanli", 0, queue=PLATFORM_QUEUE)
+    queue = PLATFORM_QUEUE if backfill else None
+    scheduler = Scheduler(uow, Clock(), CATALOG, FleetCache(CATALOG), "suanli", 0, queue=queue)
     report = scheduler.run_cycle()
     assert report.placed == 3 and report.pending == {"quota": 1, "spend_cap": 1}
     with uow() as u:

@@ -134,13 +134,12 @@ def _limits(services: Services) -> LimitsService:
     return services.limits
 
 
-def _limits_response(view: LimitsView, services: Services) -> LimitsResponse:
+def _limits_response(view: LimitsView) -> LimitsResponse:
     return LimitsResponse(
         tenant_id=view.tenant_id,
         gpu_quota=dict(view.limits.gpu_quota),
         daily_cap_micros=view.limits.daily_cap_micros,
         monthly_cap_micros=view.limits.monthly_cap_micros,
-        enforced=services.settings.queue == "backfill",
     )
 
 
@@ -152,10 +151,10 @@ def set_limits(
     view = _limits(services).set(
         caller, tenant_id, body.gpu_quota, body.daily_cap_micros, body.monthly_cap_micros
     )
-    return _limits_response(view, services)
+    return _limits_response(view)
 
 
 @router.get("/limits")
 def get_limits(caller: CallerDep, services: ServicesDep, tenant: TenantQuery = None) -> LimitsResponse:
     """The caller's limits (admins: `?tenant=`)."""
-    return _limits_response(_limits(services).get(caller, tenant), services)
+    return _limits_response(_limits(services).get(caller, tenant))

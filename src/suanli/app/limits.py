@@ -2,8 +2,8 @@
 
 A quota key is `*` (every GPU of the tenant) or a catalogue model name (canonical: `H100` is ambiguous and
 refused). A rental counts against the model its `gpu_model` names when that is one catalogue model, and always
-against `*`. The server's backfill queue (`SUANLI_QUEUE=backfill`) holds a rental back with reason `quota` or
-`spend_cap`; the spend so far comes from the ledger's charges in the UTC day and calendar month.
+against `*`. The scheduler (either queue) holds a rental back with reason `quota` or `spend_cap`; the spend so
+far comes from the ledger's charges in the UTC day and calendar month.
 """
 
 from __future__ import annotations

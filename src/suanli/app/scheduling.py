@@ -40,7 +40,7 @@ from suanli.domain.plan import NodeAllocation, Pending, Placement, Reason
 from suanli.domain.policies import Policy, build_policy
 from suanli.domain.preemption import DEFAULT_NOTICE_S, Preemption, PreemptionConfig, Running, choose_victims
 from suanli.domain.queueing import FairShare, Gates, QueueConfig, admit
-from suanli.domain.quotas import Limits, Spent
+from suanli.domain.quotas import Ledger, Limits, Spent
 from suanli.domain.request import Shape, Tier
 from suanli.domain.scheduler import order_queue, schedule
 from suanli.domain.snapshot import Snapshot
@@ -164,8 +164,10 @@ class Scheduler:
         else:
             first = [to_request(r) for r in pending if r.id in ready]
             rest = [to_request(r) for r in pending if r.id not in ready and r.id not in waiting_on]
-            promised = schedule(snapshot, first, policy, now_s)  # preemptors take freed capacity first
-            plan = schedule(snapshot, rest, policy, now_s)
+            ledger = self._limits_ledger(pending, now_s)
+            # preemptors whose victims left take the freed capacity first
+            promised = schedule(snapshot, first, policy, now_s, ledger)
+            plan = schedule(snapshot, rest, policy, now_s, ledger)
             placements = (*promised.placements, *plan.placements)
             still = (*promised.pending, *plan.pending)
             notices = self._choose_victims(still, by_id, now_s)
@@ -364,6 +366,19 @@ class Scheduler:
             price_micros_per_hour=lambda request: rates.get(request.id, 0),
             group_of=lambda request: groups.get(request.id, "any"),
         )
+
+    def _limits_ledger(self, pending: Sequence[Rental], now_s: float) -> Ledger | None:
+        """The greedy queue's quota and spend-cap ledger for this cycle, booked with the live rentals (None:
+        no tenant has limits, so nothing more is read)."""
+        with self.uow() as uow:
+            if not uow.terms.limits():
+                return None
+        live = self._running()
+        with self.uow() as uow:
+            limits = self._limits(uow, pending, live, now_s)
+        if limits is None:
+            return None
+        return limits.ledger(((r.request, r.started_at_s) for r, _ in live.values()), now_s)
 
     def _group(self, gpu_model: str | None) -> str:
         """A rental's quota group: the one catalogue model its `gpu_model` names, else `any` (`*` only)."""

@@ -162,7 +162,7 @@ def admin_limits(
 
 
 def limits(tenant: TenantOption = None, as_json: JsonFlag = False) -> None:
-    """Your GPU quotas and spend caps (enforced when the server runs SUANLI_QUEUE=backfill)."""
+    """Your GPU quotas and spend caps: a rental past them waits with reason quota or spend_cap."""
     with logged_in() as client:
         found = client.limits(tenant)
     emit(found, as_json, _limits_table)
@@ -176,10 +176,9 @@ def _limits_table(found: LimitsResponse):
             quota,
             "none" if found.daily_cap_micros is None else micros(found.daily_cap_micros),
             "none" if found.monthly_cap_micros is None else micros(found.monthly_cap_micros),
-            "yes" if found.enforced else "no (greedy queue)",
         )
     ]
-    return table("limits", ["tenant", "GPU quota", "daily cap", "monthly cap", "enforced"], rows)
+    return table("limits", ["tenant", "GPU quota", "daily cap", "monthly cap"], rows)
 
 
 def _plans_table(found: list[PlanResponse]):

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from suanli.domain.capacity import Option, options
 from suanli.domain.plan import NodeAllocation, Pending, Placement, Plan, Reason, Repartition
 from suanli.domain.policies import Policy, Score
+from suanli.domain.quotas import Ledger
 from suanli.domain.request import Request
 from suanli.domain.snapshot import NodeState, Snapshot
 
@@ -32,13 +33,26 @@ class Candidate:
     option: Option
 
 
-def schedule(snapshot: Snapshot, queue: Iterable[Request], policy: Policy, now: float) -> Plan:
-    """Decide placements for `queue` in priority order; deterministic for the same inputs."""
+def schedule(
+    snapshot: Snapshot, queue: Iterable[Request], policy: Policy, now: float, limits: Ledger | None = None
+) -> Plan:
+    """Decide placements for `queue` in priority order; deterministic for the same inputs. With `limits` (a
+    cycle's quota and spend-cap ledger), a request its tenant's limits do not allow waits with their reason,
+    and each placement is booked against them."""
     placements: list[Placement] = []
     pending: list[Pending] = []
     for request in order_queue(queue):
+        held = limits.check(request) if limits is not None else None
+        if held is not None:
+            pending.append(held)
+            continue
         outcome = place(snapshot, request, policy)
-        (placements if isinstance(outcome, Placement) else pending).append(outcome)
+        if isinstance(outcome, Placement):
+            placements.append(outcome)
+            if limits is not None:
+                limits.take(request)
+        else:
+            pending.append(outcome)
     return Plan(tuple(placements), tuple(pending))
 
 

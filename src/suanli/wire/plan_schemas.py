@@ -88,4 +88,3 @@ class LimitsResponse(WireModel):
     gpu_quota: dict[str, int]
     daily_cap_micros: int | None
     monthly_cap_micros: int | None
-    enforced: bool = Field(description="True when the server's queue (SUANLI_QUEUE=backfill) applies them.")
