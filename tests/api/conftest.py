@@ -6,11 +6,14 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
 from suanli.api.app import create_app
+from suanli.cli.output import api_errors
+from suanli.client import Client
 from suanli.config import Settings
 
 ADMIN_KEY = "sk_admin_bootstrap_for_tests"
@@ -69,3 +72,14 @@ def wait_for(
         ):
             return body
         time.sleep(0.02)
+
+
+def logged_in_as(client: TestClient, key: str) -> Callable[[], Any]:
+    """A stand-in for the CLI's `logged_in`: the SDK with `key`, talking to the in-process app."""
+
+    @contextmanager
+    def logged_in() -> Iterator[Client]:
+        with api_errors(), Client("http://testserver", key, transport=client._transport) as sdk:
+            yield sdk
+
+    return logged_in

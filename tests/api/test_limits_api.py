@@ -3,17 +3,12 @@ read theirs, bad input is a 4xx naming the field, and either server queue holds 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import pytest
 from typer.testing import CliRunner
 
-from conftest import ADMIN, ADMIN_KEY, app_client, wait_for
+from conftest import ADMIN, ADMIN_KEY, app_client, logged_in_as, wait_for
 from suanli.cli import plan_commands
 from suanli.cli.main import app
-from suanli.cli.output import api_errors
-from suanli.client import Client
 
 
 def test_admins_set_limits_and_tenants_read_theirs(client, tenant) -> None:
@@ -64,16 +59,8 @@ def test_a_rental_past_its_quota_waits(database_url: str, queue: str) -> None:
 def test_cli_sets_and_shows_limits(client, tenant, monkeypatch) -> None:
     tenant_id, headers = tenant("cli-limited")
 
-    def logged_in_as(key: str):
-        @contextmanager
-        def logged_in() -> Iterator[Client]:
-            with api_errors(), Client("http://testserver", key, transport=client._transport) as sdk:
-                yield sdk
-
-        return logged_in
-
     runner, env = CliRunner(), {"COLUMNS": "200"}
-    monkeypatch.setattr(plan_commands, "logged_in", logged_in_as(ADMIN_KEY))
+    monkeypatch.setattr(plan_commands, "logged_in", logged_in_as(client, ADMIN_KEY))
     command = ["admin", "limits", tenant_id, "--quota", "*=16", "--quota", "L40S=4", "--daily", "12.5"]
     done = runner.invoke(app, command, env=env)
     assert done.exit_code == 0 and "*: 16, L40S: 4" in done.output and "12.5000" in done.output, done.output
@@ -81,6 +68,6 @@ def test_cli_sets_and_shows_limits(client, tenant, monkeypatch) -> None:
     assert bad.exit_code == 2 and "--quota" in bad.output
     ambiguous = runner.invoke(app, ["admin", "limits", tenant_id, "--quota", "A100=2"], env=env)
     assert ambiguous.exit_code == 1 and "ambiguous" in ambiguous.output, ambiguous.output
-    monkeypatch.setattr(plan_commands, "logged_in", logged_in_as(headers["Authorization"].split()[1]))
+    monkeypatch.setattr(plan_commands, "logged_in", logged_in_as(client, headers["Authorization"].split()[1]))
     mine = runner.invoke(app, ["limits", "--json"], env=env)
     assert mine.exit_code == 0 and '"daily_cap_micros": 12500000' in mine.output, mine.output

@@ -5,18 +5,15 @@ limit, a prepaid tenant warned then stopped, and a contract's prepaid price, 0-p
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from conftest import ADMIN, ADMIN_KEY, app_client, wait_for
+from conftest import ADMIN, ADMIN_KEY, app_client, logged_in_as, wait_for
 from suanli.cli import billing_commands, plan_commands
 from suanli.cli.main import app
-from suanli.cli.output import api_errors
-from suanli.client import Client
 from suanli.domain.billing.money import bp_of, charge_micros
 
 H100 = {"gpu_model": "H100", "gpus": 1}
@@ -267,18 +264,10 @@ def test_cli_plan_terms_grants_and_revenue(client, tenant, monkeypatch) -> None:
     tenant_id, headers = tenant("cli-member")
     tenant_key = headers["Authorization"].removeprefix("Bearer ")
 
-    def logged_in_as(key: str):
-        @contextmanager
-        def logged_in() -> Iterator[Client]:
-            with api_errors(), Client("http://testserver", key, transport=client._transport) as sdk:
-                yield sdk
-
-        return logged_in
-
     runner = CliRunner()
     env = {"COLUMNS": "200"}
-    monkeypatch.setattr(billing_commands, "logged_in", logged_in_as(ADMIN_KEY))
-    monkeypatch.setattr(plan_commands, "logged_in", logged_in_as(ADMIN_KEY))
+    monkeypatch.setattr(billing_commands, "logged_in", logged_in_as(client, ADMIN_KEY))
+    monkeypatch.setattr(plan_commands, "logged_in", logged_in_as(client, ADMIN_KEY))
     expires = (datetime.now(UTC) + timedelta(days=30)).replace(microsecond=0).isoformat()
     granted = runner.invoke(
         app, ["admin", "credit", tenant_id, "50", "--grant", "--expires", expires], env=env
@@ -300,7 +289,7 @@ def test_cli_plan_terms_grants_and_revenue(client, tenant, monkeypatch) -> None:
     )
     assert terms.exit_code == 0 and "postpaid" in terms.output and "-100.0000" in terms.output, terms.output
 
-    monkeypatch.setattr(plan_commands, "logged_in", logged_in_as(tenant_key))
+    monkeypatch.setattr(plan_commands, "logged_in", logged_in_as(client, tenant_key))
     shown = runner.invoke(app, ["grants"], env=env)
     assert shown.exit_code == 0 and "50.0000" in shown.output, shown.output
     mine = runner.invoke(app, ["plans", "--json"], env=env)
