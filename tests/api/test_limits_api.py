@@ -13,7 +13,7 @@ from suanli.cli.main import app
 
 def test_admins_set_limits_and_tenants_read_theirs(client, tenant) -> None:
     tenant_id, headers = tenant("limited")
-    body = {"gpu_quota": {"*": 16, "h100-sxm-80gb": 8}, "daily_cap_micros": 5_000_000}
+    body = {"gpu_quota": {"*": 16, "h100-sxm-80gb": 8}, "daily_cap_micros": 5_000_000, "fair_share_weight": 2}
     response = client.put(f"/v1/tenants/{tenant_id}/limits", json=body, headers=ADMIN)
     assert response.status_code == 200, response.text
     mine = client.get("/v1/limits", headers=headers).json()
@@ -22,6 +22,7 @@ def test_admins_set_limits_and_tenants_read_theirs(client, tenant) -> None:
         "gpu_quota": {"*": 16, "H100-SXM-80GB": 8},  # catalogue names
         "daily_cap_micros": 5_000_000,
         "monthly_cap_micros": None,
+        "fair_share_weight": 2.0,
     }
     assert client.get(f"/v1/limits?tenant={tenant_id}", headers=ADMIN).json()["gpu_quota"]["*"] == 16
     refused = client.put(f"/v1/tenants/{tenant_id}/limits", json=body, headers=headers)
@@ -30,6 +31,7 @@ def test_admins_set_limits_and_tenants_read_theirs(client, tenant) -> None:
         ({"gpu_quota": {"H100": 8}}, 400, "gpu_quota"),  # ambiguous: H100-PCIe or H100-SXM-80GB
         ({"gpu_quota": {"*": -1}}, 400, "gpu_quota"),
         ({"daily_cap_micros": -5}, 422, "daily_cap_micros"),
+        ({"fair_share_weight": 0}, 422, "fair_share_weight"),
     ):
         response = client.put(f"/v1/tenants/{tenant_id}/limits", json=bad, headers=ADMIN)
         assert response.status_code == status, response.text
@@ -62,6 +64,7 @@ def test_cli_sets_and_shows_limits(client, tenant, monkeypatch) -> None:
     runner, env = CliRunner(), {"COLUMNS": "200"}
     monkeypatch.setattr(plan_commands, "logged_in", logged_in_as(client, ADMIN_KEY))
     command = ["admin", "limits", tenant_id, "--quota", "*=16", "--quota", "L40S=4", "--daily", "12.5"]
+    command += ["--weight", "0.5"]
     done = runner.invoke(app, command, env=env)
     assert done.exit_code == 0 and "*: 16, L40S: 4" in done.output and "12.5000" in done.output, done.output
     bad = runner.invoke(app, ["admin", "limits", tenant_id, "--quota", "L40S"], env=env)
@@ -71,3 +74,4 @@ def test_cli_sets_and_shows_limits(client, tenant, monkeypatch) -> None:
     monkeypatch.setattr(plan_commands, "logged_in", logged_in_as(client, headers["Authorization"].split()[1]))
     mine = runner.invoke(app, ["limits", "--json"], env=env)
     assert mine.exit_code == 0 and '"daily_cap_micros": 12500000' in mine.output, mine.output
+    assert '"fair_share_weight": 0.5' in mine.output

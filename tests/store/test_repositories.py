@@ -243,3 +243,24 @@ def test_quotas_and_spend_caps_hold_rentals_back(uow, backfill: bool) -> None:
     assert by_id["rnt_a2"].pending_reason == "quota" and "H100-SXM-80GB quota 16 GPUs" in events[-1].message
     assert by_id["rnt_b0"].pending_reason == "spend_cap"  # 3,600,000 micros in its hour > the 5,000 cap
     assert by_id["rnt_b1"].state == "placed"  # 3,600 micros in its hour fits the cap
+
+
+@pytest.mark.parametrize(("weight", "share"), [(1.0, 4), (3.0, 6)])
+def test_fair_share_weights_split_the_fleet_under_the_backfill_queue(uow, weight: float, share: int) -> None:
+    """Two tenants ask for 8 whole H100 nodes each at once: their weights decide how the 8 nodes split."""
+    from suanli.domain.queueing import PLATFORM_QUEUE
+    from suanli.domain.quotas import TenantLimits
+
+    h100 = RentalSpec(gpu_model="H100-SXM-80GB", gpus=8, max_duration_s=3600)
+    with uow() as u:
+        u.tenants.add(Tenant("ten_b", "b", "tenant", NOW))
+        u.terms.set_limits("ten_a", TenantLimits(), NOW, weight)
+        for tenant in ("ten_a", "ten_b"):
+            for i in range(8):
+                u.rentals.add(Rental(f"rnt_{tenant[-1]}{i}", tenant, "pending", h100, NOW))
+        u.commit()
+    scheduler = Scheduler(uow, Clock(), CATALOG, FleetCache(CATALOG), "suanli", 0, queue=PLATFORM_QUEUE)
+    assert scheduler.run_cycle().placed == 8
+    with uow() as u:
+        placed = [r for r in u.rentals.list(None, 100) if r.state == "placed"]
+    assert sum(r.tenant_id == "ten_a" for r in placed) == share

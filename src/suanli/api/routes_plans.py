@@ -140,6 +140,7 @@ def _limits_response(view: LimitsView) -> LimitsResponse:
         gpu_quota=dict(view.limits.gpu_quota),
         daily_cap_micros=view.limits.daily_cap_micros,
         monthly_cap_micros=view.limits.monthly_cap_micros,
+        fair_share_weight=view.fair_share_weight,
     )
 
 
@@ -147,9 +148,14 @@ def _limits_response(view: LimitsView) -> LimitsResponse:
 def set_limits(
     tenant_id: str, body: LimitsRequest, caller: CallerDep, services: ServicesDep
 ) -> LimitsResponse:
-    """Admin: a tenant's GPU quotas and spend caps (replaces the earlier ones)."""
+    """Admin: a tenant's GPU quotas, spend caps and fair-share weight (replaces the earlier ones)."""
     view = _limits(services).set(
-        caller, tenant_id, body.gpu_quota, body.daily_cap_micros, body.monthly_cap_micros
+        caller,
+        tenant_id,
+        body.gpu_quota,
+        body.daily_cap_micros,
+        body.monthly_cap_micros,
+        body.fair_share_weight,
     )
     return _limits_response(view)
 

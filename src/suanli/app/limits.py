@@ -26,6 +26,7 @@ MAX_QUOTA_GPUS = 1_000_000
 class LimitsView:
     tenant_id: str
     limits: TenantLimits
+    fair_share_weight: float = 1.0
 
 
 class LimitsService:
@@ -39,8 +40,10 @@ class LimitsService:
         gpu_quota: Mapping[str, int],
         daily_cap_micros: int | None,
         monthly_cap_micros: int | None,
+        fair_share_weight: float = 1.0,
     ) -> LimitsView:
-        """Admin: replace a tenant's limits (an empty quota map and no caps lift them all)."""
+        """Admin: replace a tenant's limits (an empty quota map and no caps lift them all) and its fair-share
+        weight (the backfill queue merges tenants by decayed GPU usage divided by it)."""
         require_admin(caller)
         quota: dict[str, int] = {}
         for group, gpus in gpu_quota.items():
@@ -51,9 +54,9 @@ class LimitsService:
         with self.uow() as uow:
             if uow.tenants.get(tenant_id) is None:
                 raise NotFound(f"no tenant {tenant_id}", field="tenant_id")
-            uow.terms.set_limits(tenant_id, limits, self.clock.now())
+            uow.terms.set_limits(tenant_id, limits, self.clock.now(), fair_share_weight)
             uow.commit()
-        return LimitsView(tenant_id, limits)
+        return LimitsView(tenant_id, limits, fair_share_weight)
 
     def get(self, caller: Caller, tenant_id: str | None = None) -> LimitsView:
         """The caller's limits (an admin: any tenant's); none set reads as no limits."""
@@ -62,7 +65,8 @@ class LimitsService:
             if uow.tenants.get(target) is None:
                 raise NotFound(f"no tenant {target}")
             found = uow.terms.limits().get(target)
-        return LimitsView(target, found or TenantLimits())
+            weight = uow.terms.fair_share_weights().get(target, 1.0)
+        return LimitsView(target, found or TenantLimits(), weight)
 
     def _group(self, name: str) -> str:
         if name == ALL_GROUPS:

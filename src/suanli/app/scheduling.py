@@ -405,6 +405,7 @@ class Scheduler:
         with self.uow() as uow:
             stored = uow.contracts.list(None)
             limits = self._limits(uow, pending, live, now_s)
+            weights = uow.terms.fair_share_weights()
         contracts = [domain_contract(c) for c in stored if c.ends_at.timestamp() > now_s]
         held: dict[str, float] = {}
         for r in running:
@@ -417,7 +418,7 @@ class Scheduler:
             running,
             self.policy,
             now_s,
-            self.queue,
+            replace(self.queue, weights=weights) if weights else self.queue,
             self.fair,
             ready,
             Gates(limits, contracts) if contracts or limits is not None else None,

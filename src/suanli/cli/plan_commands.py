@@ -145,9 +145,12 @@ def admin_limits(
     ] = None,
     daily: Annotated[str | None, typer.Option("--daily", help="Spend cap per UTC day, in units.")] = None,
     monthly: Annotated[str | None, typer.Option("--monthly", help="Spend cap per month, in units.")] = None,
+    weight: Annotated[
+        float, typer.Option("--weight", help="Fair-share weight (backfill queue), relative to 1.")
+    ] = 1.0,
     as_json: JsonFlag = False,
 ) -> None:
-    """Set a tenant's GPU quotas and spend caps, replacing the earlier ones (admin key)."""
+    """Set a tenant's GPU quotas, spend caps and fair-share weight, replacing the earlier ones (admin key)."""
     gpu_quota: dict[str, int] = {}
     for item in quota or []:
         group, _, count = item.partition("=")
@@ -157,7 +160,7 @@ def admin_limits(
     daily_micros = None if daily is None else _money(daily, "--daily")
     monthly_micros = None if monthly is None else _money(monthly, "--monthly")
     with logged_in() as client:
-        found = client.set_limits(tenant_id, gpu_quota, daily_micros, monthly_micros)
+        found = client.set_limits(tenant_id, gpu_quota, daily_micros, monthly_micros, weight)
     emit(found, as_json, _limits_table)
 
 
@@ -176,9 +179,10 @@ def _limits_table(found: LimitsResponse):
             quota,
             "none" if found.daily_cap_micros is None else micros(found.daily_cap_micros),
             "none" if found.monthly_cap_micros is None else micros(found.monthly_cap_micros),
+            f"{found.fair_share_weight:g}",
         )
     ]
-    return table("limits", ["tenant", "GPU quota", "daily cap", "monthly cap"], rows)
+    return table("limits", ["tenant", "GPU quota", "daily cap", "monthly cap", "fair-share weight"], rows)
 
 
 def _plans_table(found: list[PlanResponse]):

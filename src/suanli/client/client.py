@@ -306,9 +306,13 @@ class Client:
         gpu_quota: dict[str, int],
         daily_cap_micros: int | None = None,
         monthly_cap_micros: int | None = None,
+        fair_share_weight: float = 1.0,
     ) -> LimitsResponse:
         body = LimitsRequest(
-            gpu_quota=gpu_quota, daily_cap_micros=daily_cap_micros, monthly_cap_micros=monthly_cap_micros
+            gpu_quota=gpu_quota,
+            daily_cap_micros=daily_cap_micros,
+            monthly_cap_micros=monthly_cap_micros,
+            fair_share_weight=fair_share_weight,
         )
         return self._call("PUT", f"/v1/tenants/{tenant_id}/limits", LimitsResponse, body=body, retry=True)
 

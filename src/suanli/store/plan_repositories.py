@@ -161,14 +161,19 @@ class SqlTerms:
         """Every tenant that has limits, with them."""
         return {row.tenant_id: _limits(row) for row in self.s.scalars(select(TenantLimitsRow))}
 
-    def set_limits(self, tenant_id: str, limits: TenantLimits, now: datetime) -> None:
+    def fair_share_weights(self) -> dict[str, float]:
+        """Every tenant whose weight is not the default 1."""
+        query = select(TenantLimitsRow.tenant_id, TenantLimitsRow.fair_share_weight)
+        return {tenant: float(weight) for tenant, weight in self.s.execute(query) if weight != 1.0}
+
+    def set_limits(self, tenant_id: str, limits: TenantLimits, now: datetime, weight: float = 1.0) -> None:
         row = self.s.get(TenantLimitsRow, tenant_id)
         if row is None:
             row = TenantLimitsRow(tenant_id=tenant_id)
             self.s.add(row)
         row.gpu_quota = dict(limits.gpu_quota)
         row.daily_cap_micros, row.monthly_cap_micros = limits.daily_cap_micros, limits.monthly_cap_micros
-        row.updated_at = now
+        row.fair_share_weight, row.updated_at = weight, now
         self.s.flush()
 
     # payment terms

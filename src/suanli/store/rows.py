@@ -313,6 +313,7 @@ class TenantLimitsRow(Base):
     gpu_quota: Mapped[dict[str, Any]] = mapped_column(JSON)
     daily_cap_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     monthly_cap_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    fair_share_weight: Mapped[float] = mapped_column(Float, default=1.0)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime())
 
 

@@ -81,6 +81,9 @@ class LimitsRequest(WireModel):
     )
     daily_cap_micros: int | None = Field(default=None, ge=0, le=MAX_MICROS, description="Per UTC day.")
     monthly_cap_micros: int | None = Field(default=None, ge=0, le=MAX_MICROS, description="Per month.")
+    fair_share_weight: float = Field(
+        default=1.0, gt=0, le=1000, description="Share of the fleet under contention, relative to others (1)."
+    )
 
 
 class LimitsResponse(WireModel):
@@ -88,3 +91,4 @@ class LimitsResponse(WireModel):
     gpu_quota: dict[str, int]
     daily_cap_micros: int | None
     monthly_cap_micros: int | None
+    fair_share_weight: float

@@ -1,8 +1,8 @@
-"""tenant limits: GPU quotas and spend caps the server's backfill queue enforces
+"""tenant limits: GPU quotas, spend caps and fair-share weights the server's scheduler applies
 
 `tenant_limits` holds per tenant a JSON map of GPU quotas (a catalogue model name, or `*` for every GPU, to
 the most GPUs held at once) and optional daily and monthly spend caps in micros
-(`PUT /v1/tenants/{id}/limits`).
+(`PUT /v1/tenants/{id}/limits`), and the tenant's fair-share weight (the backfill queue's order).
 
 Revision ID: 0009
 Revises: 0008
@@ -27,6 +27,7 @@ def upgrade() -> None:
         sa.Column("gpu_quota", sa.JSON(), nullable=False),
         sa.Column("daily_cap_micros", sa.BigInteger(), nullable=True),
         sa.Column("monthly_cap_micros", sa.BigInteger(), nullable=True),
+        sa.Column("fair_share_weight", sa.Float(), nullable=False, server_default="1"),
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
     )
 
