@@ -24,27 +24,15 @@ RATE = 2_990_000  # micros per hour
 ADMIN = Caller(Tenant("ten_admin", "admin", "admin", T0), "key_admin")
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.at = T0
-
-    def now(self) -> datetime:
-        return self.at
-
-
 @pytest.fixture
-def env(database_url: str):
-    engine = make_engine(database_url)
-    migrate(engine)
-    factory = unit_of_work_factory(engine)
+def env(store, clock):
+    engine, factory = store
     with factory() as u:
         u.tenants.add(Tenant("ten_admin", "admin", "admin", T0))
         u.tenants.add(Tenant("ten_a", "a", "tenant", T0))
         u.commit()
-    clock = Clock()
     billing = BillingService(factory, clock, CATALOG, FleetCache(CATALOG), commission_bp=1500)
-    yield engine, factory, billing, clock
-    engine.dispose()
+    return engine, factory, billing, clock
 
 
 def _placed(

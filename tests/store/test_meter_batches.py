@@ -19,7 +19,6 @@ from suanli.app.records import Caller, Rental, RentalEvent, RentalSpec, Tenant
 from suanli.domain.billing.ledger import TxKind, verify
 from suanli.domain.billing.money import charge_micros
 from suanli.domain.catalog_data import CATALOG
-from suanli.store.db import make_engine, migrate, unit_of_work_factory
 from suanli.store.ledger_repositories import SqlLedger
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
@@ -32,22 +31,14 @@ def at(seconds: int) -> datetime:
 
 
 @pytest.fixture
-def env(database_url: str):
-    engine = make_engine(database_url)
-    migrate(engine)
-    factory = unit_of_work_factory(engine)
+def env(store, clock):
+    engine, factory = store
     with factory() as u:
         u.tenants.add(Tenant("ten_admin", "admin", "admin", T0))
         u.tenants.add(Tenant("ten_a", "a", "tenant", T0))
         u.commit()
-    billing = BillingService(factory, _Clock(), CATALOG, FleetCache(CATALOG), commission_bp=1500)
-    yield engine, factory, billing
-    engine.dispose()
-
-
-class _Clock:
-    def now(self) -> datetime:
-        return T0
+    billing = BillingService(factory, clock, CATALOG, FleetCache(CATALOG), commission_bp=1500)
+    return engine, factory, billing
 
 
 def _placed(factory, rental_id: str, *, rate: int = RATE) -> None:

@@ -16,7 +16,6 @@ from suanli.domain.billing.money import to_epoch_s
 from suanli.domain.billing.pricebook import MigPrice
 from suanli.domain.catalog_data import CATALOG
 from suanli.domain.request import Tier
-from suanli.store.db import make_engine, migrate, unit_of_work_factory
 
 FLEET = (Path(__file__).resolve().parents[2] / "examples" / "fleet.toml").read_text()
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
@@ -25,26 +24,14 @@ TENANT = Caller(Tenant("ten_a", "a", "tenant", T0), "key_a")
 H100 = "H100-SXM-80GB"
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.at = T0
-
-    def now(self) -> datetime:
-        return self.at
-
-
 @pytest.fixture
-def env(database_url: str):
-    engine = make_engine(database_url)
-    migrate(engine)
-    factory = unit_of_work_factory(engine)
+def env(store, clock):
+    _, factory = store
     with factory() as u:
         u.fleet.put(FLEET, ["h100-a-01"], T0)
         u.commit()
-    clock = Clock()
     billing = BillingService(factory, clock, CATALOG, FleetCache(CATALOG))
-    yield factory, billing, clock
-    engine.dispose()
+    return factory, billing, clock
 
 
 def test_entries_round_trip_in_id_order_and_the_stamp_moves(env) -> None:

@@ -23,7 +23,7 @@ from suanli.domain.catalog_data import CATALOG
 from suanli.domain.plan import NodeAllocation, Slice
 from suanli.loops.meter_loop import MeterLoop
 from suanli.store.agent_repositories import SqlAgentUnitOfWork
-from suanli.store.db import make_engine, migrate, session_factory, unit_of_work_factory
+from suanli.store.db import session_factory
 
 FLEET = (Path(__file__).resolve().parents[2] / "examples" / "fleet.toml").read_text()
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
@@ -34,25 +34,14 @@ ADMIN = Caller(Tenant("ten_admin", "admin", "admin", T0), "key_admin")
 ALICE = Caller(Tenant("ten_a", "a", "tenant", T0), "key_a")
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.at = T0
-
-    def now(self) -> datetime:
-        return self.at
-
-
 @pytest.fixture
-def env(database_url: str):
-    engine = make_engine(database_url)
-    migrate(engine)
-    factory = unit_of_work_factory(engine)
+def env(store, clock):
+    engine, factory = store
     with factory() as u:
         u.tenants.add(ADMIN.tenant)
         u.tenants.add(ALICE.tenant)
         u.fleet.put(FLEET, [NODE, "l40s-01"], T0)
         u.commit()
-    clock = Clock()
     sessions = session_factory(engine)
     agents = AgentService(
         lambda: SqlAgentUnitOfWork(sessions),
@@ -65,8 +54,7 @@ def env(database_url: str):
     billing = BillingService(factory, clock, CATALOG, FleetCache(CATALOG))
     invoices = InvoiceService(factory, clock, CATALOG, FleetCache(CATALOG))
     sla = SlaService(factory, clock)
-    yield factory, clock, agents, billing, sla, invoices
-    engine.dispose()
+    return factory, clock, agents, billing, sla, invoices
 
 
 def _node_key(agents: AgentService, node: str) -> str:

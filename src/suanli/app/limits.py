@@ -8,16 +8,19 @@ far comes from the ledger's charges in the UTC day and calendar month.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from suanli.app.errors import Invalid, NotFound
-from suanli.app.ports import Clock, UnitOfWorkFactory
-from suanli.app.records import Caller
+from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
+from suanli.app.records import Caller, Rental
 from suanli.app.tenants import require_admin, target_tenant
 from suanli.domain.catalog import Catalog
 from suanli.domain.errors import CatalogError
-from suanli.domain.quotas import ALL_GROUPS, TenantLimits
+from suanli.domain.preemption import Running
+from suanli.domain.quotas import ALL_GROUPS, Limits, Spent, TenantLimits
+from suanli.domain.request import Request
 
 MAX_QUOTA_GPUS = 1_000_000
 
@@ -75,3 +78,44 @@ class LimitsService:
             return self.catalog.get(name).name
         except CatalogError as error:
             raise Invalid(str(error), field="gpu_quota") from None
+
+
+def cycle_limits(
+    uow: UnitOfWork,
+    catalog: Catalog,
+    tenants: Mapping[str, TenantLimits],
+    pending: Sequence[Rental],
+    live: Mapping[str, tuple[Running, int]],
+    now_s: float,
+) -> Limits:
+    """One scheduling cycle's limits: `tenants`' quotas and caps with what they spent this UTC day and month.
+
+    A rental's price is its rate when placed (`live`: rental id -> (running, micros per hour)), its quote's
+    final rate while pending; its quota group is the one catalogue model its `gpu_model` names.
+    """
+    moment = datetime.fromtimestamp(now_s, UTC)
+    day = int(moment.replace(hour=0, minute=0, second=0, microsecond=0).timestamp())
+    month = int(moment.replace(day=1, hour=0, minute=0, second=0, microsecond=0).timestamp())
+    today, this_month = uow.ledger.charged_since(tenants, day), uow.ledger.charged_since(tenants, month)
+    spent = {t: Spent(today.get(t, 0), this_month.get(t, 0)) for t in tenants}
+    rates = {rental_id: rate for rental_id, (_, rate) in live.items()}
+    for rental in pending:
+        quoted = (rental.quote or {}).get("final_micros_per_hour", 0)
+        rates[rental.id] = int(quoted) if isinstance(quoted, int | float | str) else 0
+    return Limits(
+        tenants,
+        spent,
+        price_micros_per_hour=lambda request: rates.get(request.id, 0),
+        group_of=lambda request: _cycle_group(catalog, request),
+    )
+
+
+def _cycle_group(catalog: Catalog, request: Request) -> str:
+    """The one catalogue model a rental's selector names (its `gpu_model`), else `any` (only in `*`)."""
+    models = request.selector.models
+    if len(models) != 1:
+        return "any"
+    try:
+        return catalog.get(next(iter(models))).name
+    except CatalogError:
+        return "any"

@@ -27,6 +27,7 @@ from suanli.app.booking import bookings_for
 from suanli.app.contracts import domain_contract
 from suanli.app.errors import BookingConflict
 from suanli.app.fleet import FleetCache
+from suanli.app.limits import cycle_limits
 from suanli.app.list_prices import list_price
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.records import PREEMPTIBLE_STATES, Rental, RentalEvent
@@ -34,13 +35,12 @@ from suanli.app.rentals import to_request
 from suanli.domain.billing.pricebook import rate_moved
 from suanli.domain.capacity import FULL_MILLI
 from suanli.domain.catalog import Catalog, GpuModel
-from suanli.domain.errors import CatalogError
 from suanli.domain.inventory import Fleet, Node
 from suanli.domain.plan import NodeAllocation, Pending, Placement, Reason
 from suanli.domain.policies import Policy, build_policy
 from suanli.domain.preemption import DEFAULT_NOTICE_S, Preemption, PreemptionConfig, Running, choose_victims
 from suanli.domain.queueing import FairShare, Gates, QueueConfig, admit
-from suanli.domain.quotas import Ledger, Limits, Spent
+from suanli.domain.quotas import Ledger
 from suanli.domain.request import Shape, Tier
 from suanli.domain.scheduler import order_queue, schedule
 from suanli.domain.snapshot import Snapshot
@@ -164,13 +164,13 @@ class Scheduler:
         else:
             first = [to_request(r) for r in pending if r.id in ready]
             rest = [to_request(r) for r in pending if r.id not in ready and r.id not in waiting_on]
-            ledger = self._limits_ledger(pending, now_s)
+            ledger, live = self._limits_ledger(pending, now_s)
             # preemptors whose victims left take the freed capacity first
             promised = schedule(snapshot, first, policy, now_s, ledger)
             plan = schedule(snapshot, rest, policy, now_s, ledger)
             placements = (*promised.placements, *plan.placements)
             still = (*promised.pending, *plan.pending)
-            notices = self._choose_victims(still, by_id, now_s)
+            notices = self._choose_victims(still, by_id, now_s, live)
         report = CycleReport(decision_s=time.perf_counter() - started)
         noticed = {p.preemptor for p in notices}
         try:
@@ -282,10 +282,15 @@ class Scheduler:
     # --- preemption -----------------------------------------------------------------------------------
 
     def _choose_victims(
-        self, waiting: Sequence[Pending], by_id: dict[str, Rental], now_s: float
+        self,
+        waiting: Sequence[Pending],
+        by_id: dict[str, Rental],
+        now_s: float,
+        live: Mapping[str, tuple[Running, int]] | None = None,
     ) -> list[Preemption]:
         """Victims for each higher-tier request that found no capacity, in queue order; the snapshot is left
-        as it was. A victim chosen for one preemptor is not chosen again (it is under notice)."""
+        as it was. A victim chosen for one preemptor is not chosen again (it is under notice). `live`: the
+        running rentals when this cycle read them already."""
         requests = [
             to_request(by_id[w.request_id])
             for w in waiting
@@ -295,7 +300,8 @@ class Scheduler:
         if not requests:
             return []
         assert self.snapshot is not None and self.policy is not None
-        running = {rental_id: request for rental_id, (request, _) in self._running().items()}
+        live = self._running() if live is None else live
+        running = {rental_id: request for rental_id, (request, _) in live.items()}
         decisions = []
         for request in order_queue(requests):
             decision = choose_victims(
@@ -333,61 +339,19 @@ class Scheduler:
             running[rental.id] = (request, rental.price_micros_per_hour or 0)
         return running
 
-    def _limits(
-        self,
-        uow: UnitOfWork,
-        pending: Sequence[Rental],
-        live: Mapping[str, tuple[Running, int]],
-        now_s: float,
-    ) -> Limits | None:
-        """The tenants' quotas and spend caps with what they spent this UTC day and month (None: no limits).
-
-        A rental's price is its rate when placed, its quote's final rate while pending.
-        """
-        tenants = uow.terms.limits()
-        if not tenants:
-            return None
-        moment = datetime.fromtimestamp(now_s, UTC)
-        day = int(moment.replace(hour=0, minute=0, second=0, microsecond=0).timestamp())
-        month = int(moment.replace(day=1, hour=0, minute=0, second=0, microsecond=0).timestamp())
-        today, this_month = uow.ledger.charged_since(tenants, day), uow.ledger.charged_since(tenants, month)
-        spent = {t: Spent(today.get(t, 0), this_month.get(t, 0)) for t in tenants}
-        rates = {rental_id: rate for rental_id, (_, rate) in live.items()}
-        for rental in pending:
-            quoted = (rental.quote or {}).get("final_micros_per_hour", 0)
-            rates[rental.id] = int(quoted) if isinstance(quoted, int | float | str) else 0
-        groups = {r.id: self._group(r.spec.gpu_model) for r in pending}
-        for running, _ in live.values():
-            selector = running.request.selector.models
-            groups[running.request.id] = self._group(next(iter(selector)) if len(selector) == 1 else None)
-        return Limits(
-            tenants,
-            spent,
-            price_micros_per_hour=lambda request: rates.get(request.id, 0),
-            group_of=lambda request: groups.get(request.id, "any"),
-        )
-
-    def _limits_ledger(self, pending: Sequence[Rental], now_s: float) -> Ledger | None:
-        """The greedy queue's quota and spend-cap ledger for this cycle, booked with the live rentals (None:
-        no tenant has limits, so nothing more is read)."""
+    def _limits_ledger(
+        self, pending: Sequence[Rental], now_s: float
+    ) -> tuple[Ledger | None, dict[str, tuple[Running, int]] | None]:
+        """The greedy queue's quota and spend-cap ledger for this cycle, booked with the live rentals, and
+        those rentals (None, None: no tenant has limits, so nothing more is read)."""
         with self.uow() as uow:
-            if not uow.terms.limits():
-                return None
+            tenants = uow.terms.limits()
+        if not tenants:
+            return None, None
         live = self._running()
         with self.uow() as uow:
-            limits = self._limits(uow, pending, live, now_s)
-        if limits is None:
-            return None
-        return limits.ledger(((r.request, r.started_at_s) for r, _ in live.values()), now_s)
-
-    def _group(self, gpu_model: str | None) -> str:
-        """A rental's quota group: the one catalogue model its `gpu_model` names, else `any` (`*` only)."""
-        if gpu_model is None:
-            return "any"
-        try:
-            return self.catalog.get(gpu_model).name
-        except CatalogError:
-            return "any"
+            limits = cycle_limits(uow, self.catalog, tenants, pending, live, now_s)
+        return limits.ledger(((r.request, r.started_at_s) for r, _ in live.values()), now_s), live
 
     def _admit(
         self, pending: Sequence[Rental], ready: set[str], waiting_on: Mapping[str, list[Rental]], now_s: float
@@ -404,7 +368,8 @@ class Scheduler:
         running = [r for r, _ in live.values()]
         with self.uow() as uow:
             stored = uow.contracts.list(None)
-            limits = self._limits(uow, pending, live, now_s)
+            tenants = uow.terms.limits()
+            limits = cycle_limits(uow, self.catalog, tenants, pending, live, now_s) if tenants else None
             weights = uow.terms.fair_share_weights()
         contracts = [domain_contract(c) for c in stored if c.ends_at.timestamp() > now_s]
         held: dict[str, float] = {}

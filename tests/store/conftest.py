@@ -1,0 +1,38 @@
+"""Store-test fixtures: a migrated database (SQLite and PostgreSQL) and a clock the test moves."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine
+
+from suanli.store.db import make_engine, migrate, unit_of_work_factory
+
+T0 = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+class SettableClock:
+    """Now is `at` (T0 until a test sets it)."""
+
+    def __init__(self) -> None:
+        self.at = T0
+
+    def now(self) -> datetime:
+        return self.at
+
+
+@pytest.fixture
+def clock() -> SettableClock:
+    return SettableClock()
+
+
+@pytest.fixture
+def store(database_url: str) -> Iterator[tuple[Engine, Any]]:
+    """(engine, unit-of-work factory) on a freshly migrated database; disposed afterwards."""
+    engine = make_engine(database_url)
+    migrate(engine)
+    yield engine, unit_of_work_factory(engine)
+    engine.dispose()
