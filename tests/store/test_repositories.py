@@ -264,3 +264,45 @@ def test_fair_share_weights_split_the_fleet_under_the_backfill_queue(uow, weight
     with uow() as u:
         placed = [r for r in u.rentals.list(None, 100) if r.state == "placed"]
     assert sum(r.tenant_id == "ten_a" for r in placed) == share
+
+
+def test_fair_share_usage_is_saved_and_a_new_leader_goes_on_from_it(uow, clock) -> None:
+    """The leader saves its decayed usage; a scheduler that becomes leader later reads it back, so a tenant
+    that has used the fleet for long does not start even with one that has not (weights 1:1)."""
+    from datetime import timedelta
+
+    from suanli.app.scheduling import FAIR_SHARE_SAVE_S
+    from suanli.domain.queueing import PLATFORM_QUEUE
+
+    clock.at = NOW
+    h100 = RentalSpec(gpu_model="H100-SXM-80GB", gpus=8, max_duration_s=3600)
+    with uow() as u:
+        u.tenants.add(Tenant("ten_b", "b", "tenant", NOW))
+        for i in range(8):
+            u.rentals.add(Rental(f"rnt_a{i}", "ten_a", "pending", h100, NOW))
+        u.commit()
+    first = Scheduler(uow, clock, CATALOG, FleetCache(CATALOG), "suanli", 0, queue=PLATFORM_QUEUE)
+    assert first.run_cycle().placed == 8  # ten_a holds all 64 H100 GPUs from NOW
+    clock.at = NOW + timedelta(days=14)
+    first.run_cycle()  # 14 days of 64 GPUs, saved (more than FAIR_SHARE_SAVE_S since the last save)
+    with uow() as u:
+        usage, as_of = u.terms.fair_share()
+    assert as_of == clock.at and FAIR_SHARE_SAVE_S < 14 * 86_400
+    assert set(usage) == {"ten_a"} and usage["ten_a"] == pytest.approx(first.fair.usage_gpu_s["ten_a"])
+    assert usage["ten_a"] == pytest.approx(64 * first.fair.horizon_s * 0.75)  # 2 half-lives: 3/4
+
+    with uow() as u:
+        for rental in u.rentals.list(None, 100):
+            u.rentals.release(rental.id)
+            u.rentals.set_state(rental.id, "stopped", expect=("placed",), reason=None)
+        for tenant in ("ten_a", "ten_b"):
+            for i in range(8):
+                u.rentals.add(Rental(f"rnt_{tenant[-1]}{i + 10}", tenant, "pending", h100, clock.at))
+        u.commit()
+    second = Scheduler(uow, clock, CATALOG, FleetCache(CATALOG), "suanli", 0, queue=PLATFORM_QUEUE)
+    assert second.run_cycle().placed == 8
+    assert second.fair.usage_gpu_s["ten_a"] == pytest.approx(usage["ten_a"])
+    with uow() as u:
+        placed = [r for r in u.rentals.list(None, 100) if r.state == "placed"]
+    # ten_a's 14 days on the fleet weigh 6 nodes' worth against it: with usage forgotten they would split 4:4
+    assert sum(r.tenant_id == "ten_b" for r in placed) == 7

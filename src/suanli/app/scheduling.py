@@ -21,6 +21,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from types import MappingProxyType
 from typing import Any
 
 from suanli.app.booking import bookings_for
@@ -46,6 +47,7 @@ from suanli.domain.scheduler import order_queue, schedule
 from suanli.domain.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
+FAIR_SHARE_SAVE_S = 60.0  # how often the leader saves fair-share usage (a new leader loses at most this much)
 BELOW_FLOOR = "below_floor"  # `preempted_by` of a spot rental noticed because its bid fell below the floor
 REPRICED_STATES = ("placed", "starting", "running", "preempting")  # a spot rental that pays the spot price
 # (unit of work, rental, (model, region) of each placed node, pool utilization milli, now) -> its quote
@@ -114,6 +116,7 @@ class Scheduler:
         # `queue` set: decide with the domain's `admit` (see `_admit`); its state lives on the leader only
         self.queue = None if queue is None else replace(queue, preemption=self.preemption)
         self.fair = FairShare()
+        self.fair_saved_s: float | None = None  # when the fair share in the store was saved, as last seen
         self.head: str | None = None
         self.reserved: tuple[str, ...] = ()
         self.cordoned: set[str] = set()
@@ -356,9 +359,10 @@ class Scheduler:
     def _admit(
         self, pending: Sequence[Rental], ready: set[str], waiting_on: Mapping[str, list[Rental]], now_s: float
     ) -> tuple[tuple[Placement, ...], list[Pending], tuple[Preemption, ...]]:
-        """One `admit` cycle (`SUANLI_QUEUE=backfill`): fair share decays in memory on the leader, the
-        blocked head keeps its place and drained nodes from one cycle to the next, and open contracts hold
-        their capacity (the holder's rentals up to the count are admitted as `reserved`).
+        """One `admit` cycle (`SUANLI_QUEUE=backfill`): fair share decays on the leader (saved for the next
+        one, see `_advance_fair_share`), the blocked head keeps its place and drained nodes from one cycle to
+        the next, and open contracts hold their capacity (the holder's rentals up to the count are admitted
+        as `reserved`).
 
         Preemptors whose victims have all left (`ready`) take the freed capacity first; those still waiting
         on victims under notice are left to the caller (their reason says whom they wait for).
@@ -366,16 +370,16 @@ class Scheduler:
         assert self.snapshot is not None and self.policy is not None and self.queue is not None
         live = self._running()
         running = [r for r, _ in live.values()]
+        held: dict[str, float] = {}
+        for r in running:
+            held[r.request.tenant] = held.get(r.request.tenant, 0.0) + r.gpus
         with self.uow() as uow:
             stored = uow.contracts.list(None)
             tenants = uow.terms.limits()
             limits = cycle_limits(uow, self.catalog, tenants, pending, live, now_s) if tenants else None
             weights = uow.terms.fair_share_weights()
+            self._advance_fair_share(uow, now_s, held)
         contracts = [domain_contract(c) for c in stored if c.ends_at.timestamp() > now_s]
-        held: dict[str, float] = {}
-        for r in running:
-            held[r.request.tenant] = held.get(r.request.tenant, 0.0) + r.gpus
-        self.fair = self.fair.advance(now_s, held) if self.fair.at_s else FairShare(at_s=now_s)
         queue = [to_request(r) for r in pending if r.id not in waiting_on]
         decision = admit(
             self.snapshot,
@@ -392,6 +396,24 @@ class Scheduler:
         )
         self.head, self.reserved = decision.head, decision.reserved_nodes
         return decision.placements, list(decision.pending), decision.preemptions
+
+    def _advance_fair_share(self, uow: UnitOfWork, now_s: float, held: Mapping[str, float]) -> None:
+        """Fair share as of `now_s`: read back when another leader saved since (or on the first cycle),
+        decayed with the GPUs each tenant holds, saved every `FAIR_SHARE_SAVE_S` for the next leader."""
+        saved_at = uow.terms.fair_share_saved_at()
+        saved_s = None if saved_at is None else saved_at.timestamp()
+        if saved_s is not None and (self.fair_saved_s is None or abs(saved_s - self.fair_saved_s) > 1e-3):
+            usage, _ = uow.terms.fair_share()
+            self.fair = FairShare(MappingProxyType(usage), saved_s, self.fair.half_life_s)
+            self.fair_saved_s = saved_s
+        if not self.fair.at_s:
+            self.fair = FairShare(at_s=now_s, half_life_s=self.fair.half_life_s)
+        self.fair = self.fair.advance(now_s, held)
+        if self.fair_saved_s is None or now_s - self.fair_saved_s >= FAIR_SHARE_SAVE_S:
+            usage = {t: u for t, u in self.fair.usage_gpu_s.items() if u >= 1.0}  # below 1 GPU-s: forgotten
+            uow.terms.save_fair_share(usage, datetime.fromtimestamp(now_s, UTC))
+            uow.commit()
+            self.fair_saved_s = now_s
 
     @staticmethod
     def _give_notice(uow: UnitOfWork, preemptor: Rental, decision: Preemption, now: datetime) -> int:

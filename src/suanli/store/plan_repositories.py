@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from suanli.app.records import MoneyFacts
@@ -14,6 +14,7 @@ from suanli.domain.billing.plans import Grant, PaymentMode, PaymentTerms, Plan, 
 from suanli.domain.quotas import TenantLimits
 from suanli.store.rows import (
     ContractRow,
+    FairShareRow,
     GrantRow,
     LedgerBalanceRow,
     PaymentTermsRow,
@@ -165,6 +166,24 @@ class SqlTerms:
         """Every tenant whose weight is not the default 1."""
         query = select(TenantLimitsRow.tenant_id, TenantLimitsRow.fair_share_weight)
         return {tenant: float(weight) for tenant, weight in self.s.execute(query) if weight != 1.0}
+
+    def fair_share(self) -> tuple[dict[str, float], datetime | None]:
+        """The saved fair-share usage (GPU-seconds per tenant) and when it was saved (None: never)."""
+        query = select(FairShareRow.tenant_id, FairShareRow.usage_gpu_s, FairShareRow.as_of)
+        rows = list(self.s.execute(query))
+        return {tenant: float(usage) for tenant, usage, _ in rows}, max((r[2] for r in rows), default=None)
+
+    def fair_share_saved_at(self) -> datetime | None:
+        return self.s.scalar(select(func.max(FairShareRow.as_of)))
+
+    def save_fair_share(self, usage_gpu_s: dict[str, float], as_of: datetime) -> None:
+        """Replace the saved usage with `usage_gpu_s` as of `as_of` (tenants not in it are dropped)."""
+        self.s.execute(delete(FairShareRow))
+        if usage_gpu_s:
+            self.s.execute(
+                insert(FairShareRow),
+                [{"tenant_id": t, "usage_gpu_s": u, "as_of": as_of} for t, u in sorted(usage_gpu_s.items())],
+            )
 
     def set_limits(self, tenant_id: str, limits: TenantLimits, now: datetime, weight: float = 1.0) -> None:
         row = self.s.get(TenantLimitsRow, tenant_id)

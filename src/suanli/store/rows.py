@@ -317,6 +317,15 @@ class TenantLimitsRow(Base):
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime())
 
 
+class FairShareRow(Base):
+    """A tenant's decayed GPU-seconds as of `as_of` (the backfill queue's fair share, saved by the leader)."""
+
+    __tablename__ = "fair_share_usage"
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    usage_gpu_s: Mapped[float] = mapped_column(Float)
+    as_of: Mapped[datetime] = mapped_column(UtcDateTime())
+
+
 class PaymentTermsRow(Base):
     """How a tenant pays: prepaid (stopped after a grace once below 0) or postpaid with a credit limit."""
 
