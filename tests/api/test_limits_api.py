@@ -28,7 +28,7 @@ def test_admins_set_limits_and_tenants_read_theirs(client, tenant) -> None:
     refused = client.put(f"/v1/tenants/{tenant_id}/limits", json=body, headers=headers)
     assert refused.status_code == 403
     for bad, status, field in (
-        ({"gpu_quota": {"H100": 8}}, 400, "gpu_quota"),  # ambiguous: H100-PCIe or H100-SXM-80GB
+        ({"gpu_quota": {"X900": 8}}, 400, "gpu_quota"),  # no such model or family
         ({"gpu_quota": {"*": -1}}, 400, "gpu_quota"),
         ({"daily_cap_micros": -5}, 422, "daily_cap_micros"),
         ({"fair_share_weight": 0}, 422, "fair_share_weight"),
@@ -64,14 +64,38 @@ def test_cli_sets_and_shows_limits(client, tenant, monkeypatch) -> None:
     runner, env = CliRunner(), {"COLUMNS": "200"}
     monkeypatch.setattr(plan_commands, "logged_in", logged_in_as(client, ADMIN_KEY))
     command = ["admin", "limits", tenant_id, "--quota", "*=16", "--quota", "L40S=4", "--daily", "12.5"]
-    command += ["--weight", "0.5"]
+    command += ["--quota", "a100=2", "--weight", "0.5"]  # a100: the family (A100-40GB and A100-80GB)
     done = runner.invoke(app, command, env=env)
-    assert done.exit_code == 0 and "*: 16, L40S: 4" in done.output and "12.5000" in done.output, done.output
+    assert done.exit_code == 0 and "*: 16, A100: 2, L40S: 4" in done.output, done.output
+    assert "12.5000" in done.output
     bad = runner.invoke(app, ["admin", "limits", tenant_id, "--quota", "L40S"], env=env)
     assert bad.exit_code == 2 and "--quota" in bad.output
-    ambiguous = runner.invoke(app, ["admin", "limits", tenant_id, "--quota", "A100=2"], env=env)
-    assert ambiguous.exit_code == 1 and "ambiguous" in ambiguous.output, ambiguous.output
+    unknown = runner.invoke(app, ["admin", "limits", tenant_id, "--quota", "X900=2"], env=env)
+    assert unknown.exit_code == 1 and "unknown GPU model or family 'X900'" in unknown.output, unknown.output
     monkeypatch.setattr(plan_commands, "logged_in", logged_in_as(client, headers["Authorization"].split()[1]))
     mine = runner.invoke(app, ["limits", "--json"], env=env)
     assert mine.exit_code == 0 and '"daily_cap_micros": 12500000' in mine.output, mine.output
     assert '"fair_share_weight": 0.5' in mine.output
+
+
+def test_a_family_quota_counts_every_model_of_the_family(database_url: str) -> None:
+    """`H100: 8` holds all H100 models together: 8 GPUs of H100-SXM-80GB, then a rental for any H100 waits."""
+    with app_client(database_url) as client:
+        tenant_id = client.post("/v1/tenants", json={"name": "fam"}, headers=ADMIN).json()["id"]
+        secret = client.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()
+        headers = {"Authorization": f"Bearer {secret['secret']}"}
+        credit = {"amount_micros": 10**12}
+        assert client.post(f"/v1/tenants/{tenant_id}/credit", json=credit, headers=ADMIN).status_code == 201
+        quota = {"gpu_quota": {"h100": 8, "L40S": 2}}
+        limits = client.put(f"/v1/tenants/{tenant_id}/limits", json=quota, headers=ADMIN)
+        assert limits.status_code == 200 and limits.json()["gpu_quota"] == {"H100": 8, "L40S": 2}, limits.text
+        model = {"gpu_model": "H100-SXM-80GB", "gpus": 8, "max_duration_s": 3600}
+        first = client.post("/v1/rentals", json=model, headers=headers).json()["id"]
+        assert wait_for(client, first, headers, "placed")["state"] == "placed"
+        family = {"gpu_model": "H100", "gpus": 1, "max_duration_s": 3600}
+        second = client.post("/v1/rentals", json=family, headers=headers).json()["id"]
+        held = wait_for(client, second, headers, "placed", reason="quota")
+        assert held["state"] == "pending" and held["pending_reason"] == "quota"
+        other = {"gpu_model": "L40S", "gpus": 2, "max_duration_s": 3600}  # another family's quota is its own
+        third = client.post("/v1/rentals", json=other, headers=headers).json()["id"]
+        assert wait_for(client, third, headers, "placed")["state"] == "placed"

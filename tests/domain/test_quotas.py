@@ -64,6 +64,22 @@ def test_gpu_quota_holds_and_names_the_limit():
     assert pending.message == "tenant acme: H100 quota 16 GPUs, 12 in use, asks 8"
 
 
+def test_a_request_counts_against_each_of_its_groups():
+    """A model quota and a family quota both hold: `H100-SXM-80GB` is in the `H100` family (groups_of)."""
+    snap = snapshot_of(4)
+    held = [running(snap, ask("a", 8))]
+    groups = lambda request: ("H100-SXM-80GB", "H100")  # noqa: E731
+    for quota, limit in (({"H100-SXM-80GB": 12}, "H100-SXM-80GB quota 12"), ({"H100": 12}, "H100 quota 12")):
+        limits = Limits({"acme": TenantLimits(gpu_quota=quota)}, groups_of=groups)
+        decision = admit(snap, [ask("c", 8, at=1)], held, POLICY, NOW, gates=Gates(limits=limits))
+        assert decision.placements == () and limit in decision.pending[0].message
+    both = Limits({"acme": TenantLimits(gpu_quota={"H100-SXM-80GB": 16, "H100": 16})}, groups_of=groups)
+    ledger = both.ledger([(ask("a", 8), NOW)], NOW)
+    assert ledger.check(ask("c", 8)) is None
+    ledger.take(ask("c", 8))
+    assert ledger.in_use[("acme", "H100")] == ledger.in_use[("acme", "H100-SXM-80GB")] == 16
+
+
 def test_a_quota_held_request_blocks_nobody_and_other_tenants_are_free():
     snap = snapshot_of(4)
     limits = Limits({"acme": TenantLimits(gpu_quota={"*": 8})})

@@ -1,9 +1,12 @@
-"""Tenant limits: GPU quotas per model and daily / monthly spend caps, set by admins, read by the scheduler.
+"""Tenant limits: GPU quotas per model or family and daily / monthly spend caps, set by admins, read by the
+scheduler.
 
-A quota key is `*` (every GPU of the tenant) or a catalogue model name (canonical: `H100` is ambiguous and
-refused). A rental counts against the model its `gpu_model` names when that is one catalogue model, and always
-against `*`. The scheduler (either queue) holds a rental back with reason `quota` or `spend_cap`; the spend so
-far comes from the ledger's charges in the UTC day and calendar month.
+A quota key is `*` (every GPU of the tenant), a catalogue model name (`H100-SXM-80GB`) or a family name
+(`H100`: every H100 model together; a family of one model is that model). A rental counts against `*`, against
+the family its `gpu_model` lies in, and against the model when it names one (`gpu_model=H100` counts against
+the family and `*`; `H100-PCIe` against the model, the family and `*`). The scheduler (either queue) holds
+a rental back with reason `quota` or `spend_cap`; the spend so far comes from the ledger's charges in the UTC
+day and calendar month.
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.records import Caller, Rental
 from suanli.app.tenants import require_admin, target_tenant
 from suanli.domain.catalog import Catalog
-from suanli.domain.errors import CatalogError
 from suanli.domain.preemption import Running
 from suanli.domain.quotas import ALL_GROUPS, Limits, Spent, TenantLimits
 from suanli.domain.request import Request
@@ -72,12 +74,15 @@ class LimitsService:
         return LimitsView(target, found or TenantLimits(), weight)
 
     def _group(self, name: str) -> str:
+        """The canonical quota key: `*`, a model's name, or a family's (a family of one model: the model)."""
         if name == ALL_GROUPS:
             return name
-        try:
-            return self.catalog.get(name).name
-        except CatalogError as error:
-            raise Invalid(str(error), field="gpu_quota") from None
+        groups = _groups(self.catalog, name)
+        if not groups:
+            models = self.catalog.models
+            known = ", ".join(sorted({m.name for m in models} | {m.family for m in models}))
+            raise Invalid(f"unknown GPU model or family {name!r}; known: {known}", field="gpu_quota")
+        return groups[0]
 
 
 def cycle_limits(
@@ -106,16 +111,29 @@ def cycle_limits(
         tenants,
         spent,
         price_micros_per_hour=lambda request: rates.get(request.id, 0),
-        group_of=lambda request: _cycle_group(catalog, request),
+        groups_of=lambda request: quota_groups(catalog, request),
     )
 
 
-def _cycle_group(catalog: Catalog, request: Request) -> str:
-    """The one catalogue model a rental's selector names (its `gpu_model`), else `any` (only in `*`)."""
+def quota_groups(catalog: Catalog, request: Request) -> tuple[str, ...]:
+    """The quota keys besides `*` a rental counts against: its model and its family (see the module doc)."""
     models = request.selector.models
     if len(models) != 1:
-        return "any"
-    try:
-        return catalog.get(next(iter(models))).name
-    except CatalogError:
-        return "any"
+        return ()
+    return _groups(catalog, next(iter(models)))
+
+
+def _groups(catalog: Catalog, name: str) -> tuple[str, ...]:
+    """(model, family) for a model name; (family,) for a family of several models; () when unknown."""
+    wanted = name.casefold()
+    exact = next((m for m in catalog.models if m.name.casefold() == wanted), None)
+    if exact is not None:
+        return (exact.name, exact.family) if _family_size(catalog, exact.family) > 1 else (exact.name,)
+    family = [m for m in catalog.models if m.family.casefold() == wanted]
+    if len(family) == 1:
+        return (family[0].name,)
+    return (family[0].family,) if family else ()
+
+
+def _family_size(catalog: Catalog, family: str) -> int:
+    return sum(m.family == family for m in catalog.models)

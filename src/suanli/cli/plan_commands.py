@@ -141,7 +141,10 @@ def admin_limits(
     tenant_id: str,
     quota: Annotated[
         list[str] | None,
-        typer.Option("--quota", help="MODEL=GPUS, repeatable; * for every GPU (e.g. --quota '*=16')."),
+        typer.Option(
+            "--quota",
+            help="MODEL=GPUS or FAMILY=GPUS, repeatable; * for every GPU (e.g. '*=16', H100=8).",
+        ),
     ] = None,
     daily: Annotated[str | None, typer.Option("--daily", help="Spend cap per UTC day, in units.")] = None,
     monthly: Annotated[str | None, typer.Option("--monthly", help="Spend cap per month, in units.")] = None,

@@ -2,8 +2,9 @@
 
 Pure: `now` and the price function are arguments. Two kinds of limit, per tenant:
 - GPU quota: the most GPUs of a model group held at once (running rentals plus those admitted this cycle).
-  A request's group is `group_of(request)` (default: the GPU model or family its selector names, `any` when
-  it names none or several); a quota on `*` counts every GPU of the tenant.
+  A request counts against each of its groups, `groups_of(request)` (default: the GPU model or family its
+  selector names; none when it names none or several; the platform passes the model and its family), and
+  against `*`, which counts every GPU of the tenant.
 - Spend caps per UTC day and per calendar month, in micros: what the tenant already spent in the period
   (from billing) plus what its rentals will burn until the period ends (price x time left, at most to their
   declared end; a rental without a declared duration burns to the period's end) must stay within the cap.
@@ -26,7 +27,7 @@ DAY_S = 86_400.0
 HOUR_S = 3_600.0
 ALL_GROUPS = "*"
 PriceFn = Callable[[Request], int]  # price_micros_per_hour(request) for the whole rental
-GroupFn = Callable[[Request], str]
+GroupsFn = Callable[[Request], tuple[str, ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +54,7 @@ class Limits:
     tenants: Mapping[str, TenantLimits] = field(default_factory=lambda: MappingProxyType({}))
     spent: Mapping[str, Spent] = field(default_factory=lambda: MappingProxyType({}))
     price_micros_per_hour: PriceFn = field(default=lambda request: 0)  # until billing supplies a price
-    group_of: GroupFn = field(default=lambda request: model_group(request))
+    groups_of: GroupsFn = field(default=lambda request: model_groups(request))
 
     def ledger(self, held: Iterable[tuple[Request, float]], now: float) -> Ledger:
         """A cycle's ledger from the rentals held now: (request, started_at_s) pairs."""
@@ -63,10 +64,10 @@ class Limits:
         return ledger
 
 
-def model_group(request: Request) -> str:
-    """The model or family the selector names, `any` when it names none or several."""
+def model_groups(request: Request) -> tuple[str, ...]:
+    """The model or family the selector names; none when it names none or several (then only `*` counts)."""
     models = request.selector.models
-    return next(iter(models)) if len(models) == 1 else "any"
+    return (next(iter(models)),) if len(models) == 1 else ()
 
 
 def request_gpus(request: Request) -> float:
@@ -98,8 +99,7 @@ class Ledger:
         if limits is None:
             return None
         tenant, gpus = request.tenant, request_gpus(request)
-        group = self.limits.group_of(request)
-        for key in (group, ALL_GROUPS):
+        for key in (*self.limits.groups_of(request), ALL_GROUPS):
             quota = limits.gpu_quota.get(key)
             if quota is None:
                 continue
@@ -132,7 +132,7 @@ class Ledger:
     def take(self, request: Request, started_at_s: float | None = None) -> None:
         """Book `request` (running since `started_at_s`, or starting now) against its tenant's limits."""
         tenant, gpus = request.tenant, request_gpus(request)
-        for key in {self.limits.group_of(request), ALL_GROUPS}:
+        for key in {*self.limits.groups_of(request), ALL_GROUPS}:
             self.in_use[(tenant, key)] = self.in_use.get((tenant, key), 0.0) + gpus
         day_add, month_add = self._burn(request, self.now if started_at_s is None else started_at_s)
         self.burn_day[tenant] = self.burn_day.get(tenant, 0.0) + day_add

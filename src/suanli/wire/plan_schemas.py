@@ -77,7 +77,10 @@ class PaymentTermsResponse(WireModel):
 class LimitsRequest(WireModel):
     gpu_quota: dict[str, int] = Field(
         default_factory=dict,
-        description='Most GPUs held at once per catalogue model name, or "*" for every GPU, e.g. {"*": 16}.',
+        description=(
+            'Most GPUs held at once per catalogue model or family name, or "*" for every GPU, '
+            'e.g. {"*": 16, "H100": 8}.'
+        ),
     )
     daily_cap_micros: int | None = Field(default=None, ge=0, le=MAX_MICROS, description="Per UTC day.")
     monthly_cap_micros: int | None = Field(default=None, ge=0, le=MAX_MICROS, description="Per month.")
