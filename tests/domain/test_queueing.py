@@ -9,13 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from suanli.domain.catalog_data import CATALOG
+from suanli.domain.fair_share import FairShare
 from suanli.domain.inventory import Fleet, GpuMode, Node, Region
 from suanli.domain.plan import Placement, Reason
 from suanli.domain.policies import BestFitPolicy
 from suanli.domain.preemption import PreemptionConfig, Running
 from suanli.domain.queueing import (
     BackfillOrder,
-    FairShare,
     Mode,
     Order,
     QueueConfig,
@@ -23,9 +23,9 @@ from suanli.domain.queueing import (
     admit,
     keep_head_first,
     order_requests,
-    reserve,
 )
 from suanli.domain.request import Request, Tier, WholeGpus
+from suanli.domain.reservation import reserve
 from suanli.domain.scheduler import place
 from suanli.domain.snapshot import Snapshot
 

@@ -36,11 +36,12 @@ from suanli.app.rentals import to_request
 from suanli.domain.billing.pricebook import rate_moved
 from suanli.domain.capacity import FULL_MILLI
 from suanli.domain.catalog import Catalog, GpuModel
+from suanli.domain.fair_share import FairShare
 from suanli.domain.inventory import Fleet, Node
 from suanli.domain.plan import NodeAllocation, Pending, Placement, Reason
 from suanli.domain.policies import Policy, build_policy
 from suanli.domain.preemption import DEFAULT_NOTICE_S, Preemption, PreemptionConfig, Running, choose_victims
-from suanli.domain.queueing import FairShare, Gates, QueueConfig, admit
+from suanli.domain.queueing import Gates, QueueConfig, admit
 from suanli.domain.quotas import Ledger
 from suanli.domain.request import Shape, Tier
 from suanli.domain.scheduler import order_queue, schedule

@@ -29,6 +29,7 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from suanli.domain.contracts import Contract, Holds, Pool, open_holds
+from suanli.domain.fair_share import FairShare
 from suanli.domain.plan import Pending, Placement, Reason
 from suanli.domain.policies import Policy
 from suanli.domain.preemption import (
@@ -41,10 +42,10 @@ from suanli.domain.preemption import (
 )
 from suanli.domain.quotas import Ledger, Limits
 from suanli.domain.request import Request, Tier
+from suanli.domain.reservation import reserve
 from suanli.domain.scheduler import place
 from suanli.domain.snapshot import Snapshot
 
-DEFAULT_HALF_LIFE_S = 7 * 24 * 3600.0
 NEVER_FITS = frozenset(
     {
         Reason.NO_MATCHING_GPU,
@@ -117,38 +118,6 @@ class Gates:
     limits: Limits | None = None
     contracts: Sequence[Contract] = ()
     spot_floor: Callable[[Request], int | None] | None = None  # floor bid (micros/hour) of the request's pool
-
-
-@dataclass(frozen=True, slots=True)
-class FairShare:
-    """Each tenant's GPU-seconds with exponential decay (half-life `half_life_s`), as of `at_s`.
-
-    Immutable: `advance` returns the value one interval later given the GPUs each tenant held through it.
-    Only GPUs are counted, so a tenant's dominant share is its GPU share.
-    """
-
-    usage_gpu_s: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
-    at_s: float = 0.0
-    half_life_s: float = DEFAULT_HALF_LIFE_S
-
-    @property
-    def horizon_s(self) -> float:
-        """The decay's mean life: a constant holding of g GPUs converges to g x horizon GPU-seconds."""
-        return self.half_life_s / math.log(2)
-
-    def advance(self, now: float, held_gpus: Mapping[str, float]) -> FairShare:
-        if now <= self.at_s:
-            return self
-        decay = 0.5 ** ((now - self.at_s) / self.half_life_s)
-        gain = (1.0 - decay) * self.horizon_s
-        usage = {t: u * decay for t, u in self.usage_gpu_s.items()}
-        for tenant, gpus in held_gpus.items():
-            usage[tenant] = usage.get(tenant, 0.0) + gpus * gain
-        return FairShare(MappingProxyType(usage), now, self.half_life_s)
-
-    def share(self, tenant: str, capacity_gpus: float) -> float:
-        """The tenant's decayed dominant (GPU) share of the fleet, 0..1."""
-        return self.usage_gpu_s.get(tenant, 0.0) / (capacity_gpus * self.horizon_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -563,84 +532,6 @@ class _Cycle:
 
     def _block(self, rest: Sequence[Request], message: str) -> None:
         self.pending.extend(_blocked(r, message) for r in rest)
-
-
-def reserve(
-    snapshot: Snapshot,
-    head: Request,
-    running: Sequence[Running],
-    policy: Policy,
-    now: float,
-    *,
-    spare_free: bool = False,
-) -> tuple[float, Placement] | None:
-    """The head's earliest start and where it would go, releasing rentals by expected end; None if unbounded.
-
-    The snapshot is restored. Rentals without an expected end never release, so they bound nothing. With
-    `spare_free`, among the placements that fit at that start the one holding the fewest GPUs free *now*
-    is preferred (see `_spare_free`): GPUs free now on reserved nodes can only take jobs that end in time.
-    """
-    free_now = {s.name: s.free_milli for s in snapshot.nodes} if spare_free else {}
-    timed = sorted(
-        (r for r in running if r.expected_end_s is not None), key=lambda r: (r.expected_end_s, r.request.id)
-    )
-    need = _gpus(head)
-    free = snapshot.gpu_count - snapshot.allocated_milli() / 1000
-    undos = []
-    try:
-        for position, r in enumerate(timed):
-            undos.extend(snapshot.release(a) for a in r.placement.nodes)
-            free += r.gpus
-            if free + 1e-9 < need:
-                continue
-            outcome = place(snapshot, head, policy)
-            if isinstance(outcome, Placement):
-                for allocation in outcome.nodes:
-                    snapshot.release(allocation)
-                if spare_free:  # everything that ends at the same instant is gone by then too
-                    for later in timed[position + 1 :]:
-                        if later.expected_end_s != r.expected_end_s:
-                            break
-                        undos.extend(snapshot.release(a) for a in later.placement.nodes)
-                    outcome = _spare_free(snapshot, head, policy, outcome, free_now)
-                return max(now, r.expected_end_s or now), outcome
-        return None
-    finally:
-        for undo in reversed(undos):
-            undo()
-
-
-def _spare_free(
-    snapshot: Snapshot, head: Request, policy: Policy, found: Placement, free_now: Mapping[str, int]
-) -> Placement:
-    """`found` moved off the nodes with GPUs free now, one node at a time, while the head still fits.
-
-    The head's start is unchanged (the trial runs on the snapshot as of that start); a node is kept out of
-    the reservation when the placement without it locks fewer GPUs that are free now. Snapshot restored.
-    """
-
-    def locked(placement: Placement) -> int:
-        return sum(free_now.get(a.node, 0) for a in placement.nodes)
-
-    cordoned: list[str] = []
-    try:
-        for allocation in sorted(found.nodes, key=lambda a: (-free_now.get(a.node, 0), a.node)):
-            if free_now.get(allocation.node, 0) <= 0 or locked(found) <= 0:
-                break
-            snapshot.set_schedulable(allocation.node, False)
-            outcome = place(snapshot, head, policy)
-            if isinstance(outcome, Placement):
-                for placed in outcome.nodes:
-                    snapshot.release(placed)
-                if locked(outcome) < locked(found):
-                    found = outcome
-                    cordoned.append(allocation.node)
-                    continue
-            snapshot.set_schedulable(allocation.node, True)
-    finally:
-        for name in cordoned:
-            snapshot.set_schedulable(name, True)
-    return found
 
 
 def _backfill_key(request: Request, now: float, order: BackfillOrder) -> tuple[bool, float]:

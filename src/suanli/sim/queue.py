@@ -22,6 +22,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from suanli.domain.catalog_data import CATALOG
+from suanli.domain.fair_share import FairShare
 from suanli.domain.inventory import Fleet
 from suanli.domain.policies import BestFitPolicy, Policy
 from suanli.domain.preemption import Running
@@ -29,7 +30,6 @@ from suanli.domain.queueing import (
     NEVER_FITS,
     PLATFORM_QUEUE,
     BackfillOrder,
-    FairShare,
     Mode,
     Order,
     QueueConfig,
