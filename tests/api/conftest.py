@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,16 @@ from suanli.config import Settings
 ADMIN_KEY = "sk_admin_bootstrap_for_tests"
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 FLEET = (Path(__file__).resolve().parents[2] / "examples" / "fleet.toml").read_text()
+
+
+class FixedClock:
+    """Now is `at`: swapped into a service to put it at a chosen moment."""
+
+    def __init__(self, at: datetime) -> None:
+        self.at = at
+
+    def now(self) -> datetime:
+        return self.at
 
 
 @contextmanager

@@ -11,20 +11,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from fastapi.testclient import TestClient
 
-from conftest import ADMIN, app_client, wait_for
+from conftest import ADMIN, FixedClock, app_client, wait_for
 
 INTERVAL_S = 600.0
 L40S_TDP_W = 350
 PUE = 1.35  # ap-southeast, where examples/fleet.toml puts the L40S nodes
 GRID = 412.0
-
-
-class FixedClock:
-    def __init__(self, at: datetime) -> None:
-        self.at = at
-
-    def now(self) -> datetime:
-        return self.at
 
 
 @pytest.fixture

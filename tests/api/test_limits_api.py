@@ -4,6 +4,7 @@ read theirs, bad input is a 4xx naming the field, and either server queue holds 
 from __future__ import annotations
 
 import pytest
+from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from conftest import ADMIN, ADMIN_KEY, app_client, logged_in_as, wait_for
@@ -43,11 +44,7 @@ def test_admins_set_limits_and_tenants_read_theirs(client, tenant) -> None:
 @pytest.mark.parametrize("queue", ["greedy", "backfill"])
 def test_a_rental_past_its_quota_waits(database_url: str, queue: str) -> None:
     with app_client(database_url, queue=queue) as client:
-        tenant_id = client.post("/v1/tenants", json={"name": "q"}, headers=ADMIN).json()["id"]
-        secret = client.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()
-        headers = {"Authorization": f"Bearer {secret['secret']}"}
-        credit = {"amount_micros": 10**12}
-        assert client.post(f"/v1/tenants/{tenant_id}/credit", json=credit, headers=ADMIN).status_code == 201
+        tenant_id, headers = _funded_tenant(client, "q")
         limits = client.put(f"/v1/tenants/{tenant_id}/limits", json={"gpu_quota": {"*": 8}}, headers=ADMIN)
         assert limits.status_code == 200, limits.text
         spec = {"gpu_model": "H100-SXM-80GB", "gpus": 8, "max_duration_s": 3600}
@@ -81,11 +78,7 @@ def test_cli_sets_and_shows_limits(client, tenant, monkeypatch) -> None:
 def test_a_family_quota_counts_every_model_of_the_family(database_url: str) -> None:
     """`H100: 8` holds all H100 models together: 8 GPUs of H100-SXM-80GB, then a rental for any H100 waits."""
     with app_client(database_url) as client:
-        tenant_id = client.post("/v1/tenants", json={"name": "fam"}, headers=ADMIN).json()["id"]
-        secret = client.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()
-        headers = {"Authorization": f"Bearer {secret['secret']}"}
-        credit = {"amount_micros": 10**12}
-        assert client.post(f"/v1/tenants/{tenant_id}/credit", json=credit, headers=ADMIN).status_code == 201
+        tenant_id, headers = _funded_tenant(client, "fam")
         quota = {"gpu_quota": {"h100": 8, "L40S": 2}}
         limits = client.put(f"/v1/tenants/{tenant_id}/limits", json=quota, headers=ADMIN)
         assert limits.status_code == 200 and limits.json()["gpu_quota"] == {"H100": 8, "L40S": 2}, limits.text
@@ -99,3 +92,12 @@ def test_a_family_quota_counts_every_model_of_the_family(database_url: str) -> N
         other = {"gpu_model": "L40S", "gpus": 2, "max_duration_s": 3600}  # another family's quota is its own
         third = client.post("/v1/rentals", json=other, headers=headers).json()["id"]
         assert wait_for(client, third, headers, "placed")["state"] == "placed"
+
+
+def _funded_tenant(client: TestClient, name: str) -> tuple[str, dict[str, str]]:
+    """A new tenant with a key and a credit large enough for any test rental."""
+    tenant_id = client.post("/v1/tenants", json={"name": name}, headers=ADMIN).json()["id"]
+    secret = client.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()
+    credit = {"amount_micros": 10**12}
+    assert client.post(f"/v1/tenants/{tenant_id}/credit", json=credit, headers=ADMIN).status_code == 201
+    return tenant_id, {"Authorization": f"Bearer {secret['secret']}"}

@@ -10,15 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from fastapi.testclient import TestClient
 
-from conftest import ADMIN, app_client, wait_for
-
-
-class FixedClock:
-    def __init__(self, at: datetime) -> None:
-        self.at = at
-
-    def now(self) -> datetime:
-        return self.at
+from conftest import ADMIN, FixedClock, app_client, wait_for
 
 
 @pytest.fixture

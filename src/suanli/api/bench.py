@@ -26,7 +26,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -291,20 +291,36 @@ def show(result: dict[str, Any], console: Console) -> None:
     console.print(table)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m suanli.api.bench", description=__doc__.split("\n")[0])
+def bench_parser(module: str, doc: str | None) -> argparse.ArgumentParser:
+    """The arguments every server benchmark takes: `--database-url` and `--json`."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=(doc or "").split("\n")[0])
     parser.add_argument("--database-url", help="an empty PostgreSQL database; default: a throw-away server")
+    parser.add_argument("--json", type=Path, help="write the results here")
+    return parser
+
+
+def bench_main(
+    parser: argparse.ArgumentParser,
+    run_bench: Callable[[argparse.Namespace], dict[str, Any]],
+    show_result: Callable[[dict[str, Any], Console], None],
+    argv: list[str] | None,
+) -> None:
+    """Parse, run, print the table, and write the JSON when `--json` names a file."""
+    args = parser.parse_args(argv)
+    result = run_bench(args)
+    show_result(result, Console())
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = bench_parser("suanli.api.bench", __doc__)
     parser.add_argument("--rentals", type=int, default=3000)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--offers", type=int, default=500)
     parser.add_argument("--tenants", type=int, default=8)
-    parser.add_argument("--json", type=Path, help="write the results here")
-    args = parser.parse_args(argv)
-    result = run(args)
-    show(result, Console())
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    bench_main(parser, run, show, argv)
 
 
 if __name__ == "__main__":

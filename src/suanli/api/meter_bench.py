@@ -21,7 +21,6 @@ Finally it verifies the whole ledger (hash chain, balances against the stored su
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import sys
@@ -29,14 +28,13 @@ import time
 from collections.abc import Sequence
 from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 from sqlalchemy import Engine, insert, update
 
-from suanli.api.bench import fleet_toml
+from suanli.api.bench import bench_main, bench_parser, fleet_toml
 from suanli.app.billing import BillingService
 from suanli.app.fleet import FleetCache
 from suanli.app.ids import new_id
@@ -291,20 +289,11 @@ def show(result: dict[str, Any], console: Console) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m suanli.api.meter_bench", description=__doc__.split("\n")[0]
-    )
-    parser.add_argument("--database-url", help="an empty PostgreSQL database; default: a throw-away server")
+    parser = bench_parser("suanli.api.meter_bench", __doc__)
     parser.add_argument("--rentals", type=int, default=100_000)
     parser.add_argument("--tenants", type=int, default=200)
     parser.add_argument("--batch", type=int, default=2000, help="rentals per database transaction")
-    parser.add_argument("--json", type=Path, help="write the results here")
-    args = parser.parse_args(argv)
-    result = run(args)
-    show(result, Console())
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    bench_main(parser, run, show, argv)
 
 
 if __name__ == "__main__":
