@@ -24,6 +24,8 @@ def test_admins_set_limits_and_tenants_read_theirs(client, tenant) -> None:
         "daily_cap_micros": 5_000_000,
         "monthly_cap_micros": None,
         "fair_share_weight": 2.0,
+        "fair_share_usage_gpu_hours": 0.0,  # the default greedy queue keeps no fair-share usage
+        "fair_share_as_of": None,
     }
     assert client.get(f"/v1/limits?tenant={tenant_id}", headers=ADMIN).json()["gpu_quota"]["*"] == 16
     refused = client.put(f"/v1/tenants/{tenant_id}/limits", json=body, headers=headers)
@@ -101,3 +103,20 @@ def _funded_tenant(client: TestClient, name: str) -> tuple[str, dict[str, str]]:
     credit = {"amount_micros": 10**12}
     assert client.post(f"/v1/tenants/{tenant_id}/credit", json=credit, headers=ADMIN).status_code == 201
     return tenant_id, {"Authorization": f"Bearer {secret['secret']}"}
+
+
+def test_tenants_read_their_fair_share_usage(database_url: str) -> None:
+    """GET /v1/limits shows the tenant's decayed GPU-hours as the backfill queue's leader last saved them
+    (tests/store/test_repositories.py checks the leader's saving)."""
+    from datetime import UTC, datetime
+
+    with app_client(database_url, queue="backfill") as client:
+        tenant_id, headers = _funded_tenant(client, "fair")
+        fresh = client.get("/v1/limits", headers=headers).json()
+        assert fresh["fair_share_usage_gpu_hours"] == 0.0
+        services = client.app.state.services  # type: ignore[attr-defined]
+        with services.limits.uow() as uow:
+            uow.terms.save_fair_share({tenant_id: 8 * 3600.0}, datetime(2030, 1, 1, tzinfo=UTC))
+            uow.commit()
+        mine = client.get("/v1/limits", headers=headers).json()
+        assert mine["fair_share_usage_gpu_hours"] == 8.0 and mine["fair_share_as_of"].startswith("2030-01-01")

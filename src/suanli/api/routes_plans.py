@@ -141,6 +141,8 @@ def _limits_response(view: LimitsView) -> LimitsResponse:
         daily_cap_micros=view.limits.daily_cap_micros,
         monthly_cap_micros=view.limits.monthly_cap_micros,
         fair_share_weight=view.fair_share_weight,
+        fair_share_usage_gpu_hours=round(view.usage_gpu_s / 3600, 3),
+        fair_share_as_of=view.usage_as_of,
     )
 
 

@@ -32,6 +32,8 @@ class LimitsView:
     tenant_id: str
     limits: TenantLimits
     fair_share_weight: float = 1.0
+    usage_gpu_s: float = 0.0  # decayed fair-share usage as the backfill queue's leader last saved it
+    usage_as_of: datetime | None = None
 
 
 class LimitsService:
@@ -61,17 +63,19 @@ class LimitsService:
                 raise NotFound(f"no tenant {tenant_id}", field="tenant_id")
             uow.terms.set_limits(tenant_id, limits, self.clock.now(), fair_share_weight)
             uow.commit()
-        return LimitsView(tenant_id, limits, fair_share_weight)
+            usage, as_of = uow.terms.fair_share()
+        return LimitsView(tenant_id, limits, fair_share_weight, usage.get(tenant_id, 0.0), as_of)
 
     def get(self, caller: Caller, tenant_id: str | None = None) -> LimitsView:
-        """The caller's limits (an admin: any tenant's); none set reads as no limits."""
+        """The caller's limits (an admin: any tenant's; none set reads as no limits) and fair-share usage."""
         target = target_tenant(caller, tenant_id)
         with self.uow() as uow:
             if uow.tenants.get(target) is None:
                 raise NotFound(f"no tenant {target}")
             found = uow.terms.limits().get(target)
             weight = uow.terms.fair_share_weights().get(target, 1.0)
-        return LimitsView(target, found or TenantLimits(), weight)
+            usage, as_of = uow.terms.fair_share()
+        return LimitsView(target, found or TenantLimits(), weight, usage.get(target, 0.0), as_of)
 
     def _group(self, name: str) -> str:
         """The canonical quota key: `*`, a model's name, or a family's (a family of one model: the model)."""

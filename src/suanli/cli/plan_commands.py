@@ -183,9 +183,11 @@ def _limits_table(found: LimitsResponse):
             "none" if found.daily_cap_micros is None else micros(found.daily_cap_micros),
             "none" if found.monthly_cap_micros is None else micros(found.monthly_cap_micros),
             f"{found.fair_share_weight:g}",
+            f"{found.fair_share_usage_gpu_hours:,.1f}",
         )
     ]
-    return table("limits", ["tenant", "GPU quota", "daily cap", "monthly cap", "fair-share weight"], rows)
+    columns = ["tenant", "GPU quota", "daily cap", "monthly cap", "fair-share weight", "usage (GPU-h)"]
+    return table("limits", columns, rows)
 
 
 def _plans_table(found: list[PlanResponse]):

@@ -95,3 +95,9 @@ class LimitsResponse(WireModel):
     daily_cap_micros: int | None
     monthly_cap_micros: int | None
     fair_share_weight: float
+    fair_share_usage_gpu_hours: float = Field(
+        default=0.0,
+        description="GPU-hours held, decayed with a 7-day half-life: the backfill queue serves lower usage / "
+        "weight first among tenants of one tier. As its leader last saved it (each minute).",
+    )
+    fair_share_as_of: datetime | None = None
