@@ -33,11 +33,14 @@ def new_database(postgres_server: str, prefix: str) -> str:
 
 
 class ServerProcess:
-    """`suanli server` on a free port with `SUANLI_*` settings from `env`; its output goes to `log`."""
+    """`suanli server` on a free port with `SUANLI_*` settings from `env` (and more command-line `args`);
+    its output goes to `log`."""
 
-    def __init__(self, database_url: str, log: Path, admin_key: str, env: Mapping[str, str]) -> None:
+    def __init__(
+        self, database_url: str, log: Path, admin_key: str, env: Mapping[str, str], args: tuple[str, ...] = ()
+    ) -> None:
         self.database_url, self.log_path, self.port = database_url, log, free_port()
-        self.admin_key, self.env = admin_key, dict(env)
+        self.admin_key, self.env, self.args = admin_key, dict(env), args
         self.url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -50,7 +53,10 @@ class ServerProcess:
         }
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                [*SUANLI, "server", "--port", str(self.port)], env=env, stdout=log, stderr=subprocess.STDOUT
+                [*SUANLI, "server", "--port", str(self.port), *self.args],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
             )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from suanli.api import (
     errors,
@@ -27,6 +28,13 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
     """Migrate the database, bootstrap the first admin, and wire the routes; the loop starts with the app."""
     services = build(settings or Settings(), clock)
 
+    def on_notify() -> None:
+        """Another server process created, stopped or resized a rental: the leader's loops run soon."""
+        if services.loop.leadership.held:
+            services.loop.signal()
+            if services.meter is not None:
+                services.meter.signal()
+
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         services.loop.start()
@@ -35,9 +43,13 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
             services.reaper.start()
         if services.meter is not None:
             services.meter.start()
+        if services.wakeups is not None:
+            services.wakeups.listen(on_notify)
         try:
             yield
         finally:
+            if services.wakeups is not None:
+                services.wakeups.stop()
             if services.meter is not None:
                 await services.meter.stop()
             if services.reaper is not None:
@@ -57,11 +69,13 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
     app.include_router(routes_sla.router)
 
     @app.get("/healthz", tags=["ops"])
-    def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+    def healthz() -> dict[str, str | int | bool]:
+        """Up; `leader`: whether this process runs the scheduler (one process of those on a database)."""
+        return {"status": "ok", "pid": os.getpid(), "leader": services.loop.leadership.held}
 
     @app.get("/metrics", tags=["ops"], response_class=Response)
     def metrics() -> Response:
-        return Response(generate_latest(services.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        """Prometheus text; with several worker processes, the values of all of them (the leader's gauges)."""
+        return Response(services.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     return app

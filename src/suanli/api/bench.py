@@ -1,10 +1,11 @@
 """Server benchmark: the real `suanli server` process on PostgreSQL with a 10,000-GPU fleet.
 
-`python -m suanli.api.bench [--database-url URL] [--rentals N] [--concurrency C] [--offers N] [--json FILE]`
+`python -m suanli.api.bench [--database-url URL] [--rentals N] [--concurrency C] [--offers N] [--workers W]
+[--json FILE]`
 
 Without `--database-url` it starts a throw-away PostgreSQL (`suanli.store.throwaway_pg`, the tests' helper).
-It starts the server as a child process (uvicorn, one worker process), loads a generated fleet of 1,250 nodes
-x 8 H100 (whole, shared and MIG nodes in two regions), then measures:
+It starts the server as a child process (uvicorn, W worker processes; default 1), loads a generated fleet of
+1,250 nodes x 8 H100 (whole, shared and MIG nodes in two regions), then measures:
 
 - rentals: N `POST /v1/rentals` from C threads (one httpx client each, every request with its own
   Idempotency-Key); throughput and p50/p95/p99 latency, then how long the scheduler takes to place them all;
@@ -94,8 +95,11 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+SERVER = [sys.executable, "-m", "suanli.cli.main", "server"]
+
+
 @contextmanager
-def server_process(database_url: str, log: Path) -> Iterator[str]:
+def server_process(database_url: str, log: Path, workers: int = 1) -> Iterator[str]:
     port = _free_port()
     env = {
         **os.environ,
@@ -105,7 +109,7 @@ def server_process(database_url: str, log: Path) -> Iterator[str]:
     }
     with log.open("ab") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "suanli.cli.main", "server", "--port", str(port)],
+            [*SERVER, "--port", str(port), "--workers", str(workers)],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -248,13 +252,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             base = stack.enter_context(throwaway_postgres(binaries))
             database_url = create_database(base, "suanli_bench")
         log = Path(tempfile.mkdtemp(prefix="suanli-bench-")) / "server.log"
-        url = stack.enter_context(server_process(database_url, log))
+        url = stack.enter_context(server_process(database_url, log, args.workers))
         secrets = setup(url, args.tenants)
         rentals = bench_rentals(url, database_url, secrets, args.rentals, args.concurrency)
         offers = bench_offers(url, secrets[0], args.offers)
     return {
         "fleet": {"nodes": NODES, "gpus": NODES * GPUS_PER_NODE},
-        "server": "suanli server (uvicorn, 1 worker process), PostgreSQL",
+        "server": f"suanli server (uvicorn, {args.workers} worker processes), PostgreSQL",
+        "workers": args.workers,
         "cpu_count": os.cpu_count(),
         "rentals": rentals,
         "offers": offers,
@@ -320,6 +325,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--offers", type=int, default=500)
     parser.add_argument("--tenants", type=int, default=8)
+    parser.add_argument("--workers", type=int, default=1, help="server worker processes")
     bench_main(parser, run, show, argv)
 
 

@@ -1,13 +1,68 @@
-"""`serve(host, port)`: run the API with uvicorn (the `suanli server` command calls this)."""
+"""`serve(host, port, workers)`: run the API with uvicorn (the `suanli server` command calls this).
+
+One worker: the app in this process. Several (PostgreSQL only): uvicorn's worker processes, each building the
+app from the environment's settings. The schema is migrated and the admin bootstrapped once, here, before
+they start; they share the scheduler through the database's leader lock, wake its loops with NOTIFY
+(`store/wakeups.py`), and share Prometheus metrics through a directory (`PROMETHEUS_MULTIPROC_DIR`).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import tempfile
+
 import uvicorn
+from fastapi import FastAPI
 
 from suanli.api.app import create_app
+from suanli.app.ids import SystemClock
+from suanli.app.tenants import TenantService
 from suanli.config import Settings
+from suanli.store.db import make_engine, migrate, normalize_url, unit_of_work_factory
 
 
-def serve(host: str, port: int, settings: Settings | None = None) -> None:
+class WorkersNeedPostgres(ValueError):
+    """More than one worker process on SQLite, which has one server process."""
+
+
+def serve(host: str, port: int, settings: Settings | None = None, workers: int = 1) -> None:
+    settings = settings or Settings()
     # no per-request access log: it costs a large share of a small request's time; errors still log
-    uvicorn.run(create_app(settings or Settings()), host=host, port=port, log_level="info", access_log=False)
+    if workers == 1:
+        uvicorn.run(create_app(settings), host=host, port=port, log_level="info", access_log=False)
+        return
+    if not normalize_url(settings.database_url).startswith("postgresql"):
+        raise WorkersNeedPostgres(
+            f"{workers} worker processes need PostgreSQL (SUANLI_DATABASE_URL); SQLite has one server process"
+        )
+    prepare(settings)
+    with contextlib.ExitStack() as stack:
+        if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # the workers' metrics files, gone at exit
+            os.environ["PROMETHEUS_MULTIPROC_DIR"] = stack.enter_context(
+                tempfile.TemporaryDirectory(prefix="suanli-metrics-")
+            )
+        uvicorn.run(
+            "suanli.api.server:app_from_environment",
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            log_level="info",
+            access_log=False,
+        )
+
+
+def prepare(settings: Settings) -> None:
+    """Migrate the schema and make the bootstrap admin once, before worker processes start side by side."""
+    engine = make_engine(settings.database_url)
+    try:
+        migrate(engine)
+        TenantService(unit_of_work_factory(engine), SystemClock()).bootstrap(settings.bootstrap_admin_key)
+    finally:
+        engine.dispose()
+
+
+def app_from_environment() -> FastAPI:
+    """One worker's app (uvicorn's factory): settings from `SUANLI_*` as the parent process had them."""
+    return create_app(Settings())

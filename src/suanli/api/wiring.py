@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from typing import Any
 
-from prometheus_client import CollectorRegistry, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest, multiprocess
 from sqlalchemy import Engine
 
 from suanli.app.agents import AgentService
@@ -30,16 +32,23 @@ from suanli.loops.scheduler_loop import SchedulerLoop
 from suanli.store.agent_repositories import SqlAgentUnitOfWork, SqlRunEnergy
 from suanli.store.db import make_engine, migrate, session_factory, unit_of_work_factory
 from suanli.store.leader import Leadership
+from suanli.store.wakeups import Wakeups
 
 GPU_STATES = ("idle", "partial", "busy", "cordoned")
 
 
 class Metrics:
+    """The scheduler's gauges, set by the leader's cycle. Under `suanli server --workers N`
+    (`PROMETHEUS_MULTIPROC_DIR` set) every worker writes its values to that directory and a scrape of any
+    worker reads them all: a gauge shows the value set most recently, which is the leader's."""
+
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.gpus = Gauge("suanli_gpus", "GPUs by state", ["state"], registry=self.registry)
+        self.multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+        mode: dict[str, Any] = {"multiprocess_mode": "mostrecent"} if self.multiprocess else {}
+        self.gpus = Gauge("suanli_gpus", "GPUs by state", ["state"], registry=self.registry, **mode)
         self.queue = Gauge(
-            "suanli_queue_length", "Pending rentals by reason", ["reason"], registry=self.registry
+            "suanli_queue_length", "Pending rentals by reason", ["reason"], registry=self.registry, **mode
         )
         self.decision = Histogram(
             "suanli_decision_seconds",
@@ -48,9 +57,17 @@ class Metrics:
             registry=self.registry,
         )
         self.placed = Gauge(
-            "suanli_last_cycle_placed", "Rentals placed by the last cycle", registry=self.registry
+            "suanli_last_cycle_placed", "Rentals placed by the last cycle", registry=self.registry, **mode
         )
         self._reasons: set[str] = set()
+
+    def exposition(self) -> bytes:
+        """The Prometheus text of this process, or of every worker in multiprocess mode."""
+        if not self.multiprocess:
+            return generate_latest(self.registry)
+        gathered = CollectorRegistry()
+        multiprocess.MultiProcessCollector(gathered)
+        return generate_latest(gathered)
 
     def record(self, report: CycleReport) -> None:
         if report.dropped:
@@ -84,6 +101,7 @@ class Services:
     plans: PlanService | None = None
     invoices: InvoiceService | None = None
     limits: LimitsService | None = None
+    wakeups: Wakeups | None = None  # PostgreSQL: wake the leader's loops from any server process
 
 
 def build(settings: Settings, clock: Clock | None = None) -> Services:
@@ -135,10 +153,15 @@ def build(settings: Settings, clock: Clock | None = None) -> Services:
         after=(plans.expire_grants, contracts.recognize, plans.enforce),
     )
 
+    wakeups = Wakeups(engine)
+
     def wake() -> None:
-        """A rental was created, stopped, resized or ended: schedule soon, meter soon."""
+        """A rental was created, stopped, resized or ended: schedule soon, meter soon (on the leader, which
+        may be another process)."""
         loop.signal()
         meter.signal()
+        if not loop.leadership.held:
+            wakeups.notify()
 
     tenants = TenantService(uow, clock)
     tenants.bootstrap(settings.bootstrap_admin_key)
@@ -172,5 +195,6 @@ def build(settings: Settings, clock: Clock | None = None) -> Services:
         plans,
         invoices,
         LimitsService(uow, clock, CATALOG),
+        wakeups if wakeups.enabled else None,
     )
     return services

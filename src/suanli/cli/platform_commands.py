@@ -347,13 +347,19 @@ def _nodes_table(found: list[NodeResponse]):
 def server(
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="TCP port.")] = 8080,
+    workers: Annotated[
+        int, typer.Option(min=1, max=64, help="Worker processes serving the API (more than 1: PostgreSQL).")
+    ] = 1,
 ) -> None:
     """Run the suanli server (database from SUANLI_DATABASE_URL; SQLite under your data dir by default)."""
     # imported here, not at the top: the server pulls in FastAPI and SQLAlchemy, which every other
     # command would otherwise pay for at start-up
-    from suanli.api.server import serve
+    from suanli.api.server import WorkersNeedPostgres, serve
 
-    serve(host, port)
+    try:
+        serve(host, port, workers=workers)
+    except WorkersNeedPostgres as error:
+        raise typer.BadParameter(str(error), param_hint="--workers") from None
 
 
 @admin_app.command("join-token")

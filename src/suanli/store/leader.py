@@ -21,6 +21,11 @@ class Leadership:
         self._connection: Connection | None = None
         self._guard = threading.Lock()
 
+    @property
+    def held(self) -> bool:
+        """True while this process leads, as of its last check (no database call)."""
+        return self.single_process or self._connection is not None
+
     def try_acquire(self) -> bool:
         """True while this process leads; cheap to call before every cycle."""
         if self.single_process:

@@ -1,0 +1,65 @@
+"""Wake-ups between server processes on PostgreSQL: `NOTIFY` on one channel, `LISTEN` in every process.
+
+A rental created, stopped or resized in one worker must wake the scheduler and meter of the leader, which may
+run in another process (`suanli server --workers N`, or several servers on one database). A process that is
+not the leader sends `pg_notify`; each process listens on a connection of its own and passes a notification
+on to its loops, which act only while they lead. On SQLite there is one server process: nothing to do.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+import psycopg
+from sqlalchemy import Engine, text
+
+CHANNEL = "suanli_wake"
+POLL_S = 0.5  # how often the listener checks that it should go on
+RETRY_S = 2.0  # after a lost connection
+
+log = logging.getLogger(__name__)
+
+
+class Wakeups:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.enabled = engine.dialect.name == "postgresql"
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def notify(self) -> None:
+        """Wake the other processes' loops (delivered to listeners once this short transaction commits)."""
+        if not self.enabled:
+            return
+        with self.engine.connect() as connection:
+            connection.execute(text("SELECT pg_notify(:channel, '')"), {"channel": CHANNEL})
+            connection.commit()
+
+    def listen(self, on_wake: Callable[[], None]) -> None:
+        """Call `on_wake` (in a daemon thread) for each notification until `stop`."""
+        if not self.enabled or self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, args=(on_wake,), name="suanli-wakeups", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def _run(self, on_wake: Callable[[], None]) -> None:
+        dsn = self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(dsn, autocommit=True) as connection:
+                    connection.execute(f"LISTEN {CHANNEL}")
+                    while not self._stop.is_set():
+                        for _ in connection.notifies(timeout=POLL_S):
+                            on_wake()
+            except psycopg.Error as error:
+                log.warning("wake-up listener lost its connection (%s); retrying", error)
+                self._stop.wait(RETRY_S)

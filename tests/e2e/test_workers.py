@@ -1,0 +1,74 @@
+"""`suanli server --workers 2` on PostgreSQL: one worker leads the scheduler; a rental created through the
+other is placed at once (NOTIFY wakes the leader, although the scheduler's timer is set to a minute), and a
+scrape of either worker shows the leader's gauges (Prometheus multiprocess mode)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from server_process import ServerProcess, new_database
+
+ADMIN_KEY = "sk_workers_admin_key_0123456789"
+ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
+FLEET = (Path(__file__).resolve().parents[2] / "examples" / "fleet.toml").read_text()
+
+
+@pytest.fixture
+def server(postgres_server: str, tmp_path: Path):
+    process = ServerProcess(
+        new_database(postgres_server, "workers"),
+        tmp_path / "server.log",
+        ADMIN_KEY,
+        {"SUANLI_SCHEDULER_INTERVAL_S": "60", "SUANLI_METER_INTERVAL_S": "60"},
+        ("--workers", "2"),
+    )
+    process.start(timeout_s=60)
+    yield process
+    process.stop()
+
+
+def _client_on(server: ServerProcess, leader: bool) -> httpx.Client:
+    """A keep-alive client whose connection was accepted by the leading worker, or by the other one."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        client = httpx.Client(base_url=server.url, timeout=10)
+        health = client.get("/healthz").json()
+        if health["leader"] == leader:
+            return client
+        client.close()
+    pytest.fail(f"no worker with leader={leader}: {server.log_tail()}")
+
+
+def test_two_workers_share_one_scheduler_and_their_metrics(server: ServerProcess) -> None:
+    # the leader takes the lock in its loop's first run, right after start-up
+    leader = _client_on(server, leader=True)
+    other = _client_on(server, leader=False)
+    assert leader.get("/healthz").json()["pid"] != other.get("/healthz").json()["pid"]
+
+    fleet = other.put("/v1/fleet", content=FLEET, headers={**ADMIN, "Content-Type": "application/toml"})
+    assert fleet.status_code == 200, fleet.text
+    tenant_id = other.post("/v1/tenants", json={"name": "w"}, headers=ADMIN).json()["id"]
+    secret = other.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()["secret"]
+    credit = other.post(f"/v1/tenants/{tenant_id}/credit", json={"amount_micros": 10**12}, headers=ADMIN)
+    assert credit.status_code == 201, credit.text
+    headers = {"Authorization": f"Bearer {secret}"}
+
+    created = time.monotonic()
+    spec = {"gpu_model": "H100-SXM-80GB", "gpus": 8}
+    rental_id = other.post("/v1/rentals", json=spec, headers=headers).json()["id"]
+    state = "pending"
+    while state == "pending" and time.monotonic() - created < 20:
+        time.sleep(0.05)
+        state = other.get(f"/v1/rentals/{rental_id}", headers=headers).json()["state"]
+    # placed by the leader within seconds: its timer alone would take up to a minute
+    assert state == "placed" and time.monotonic() - created < 10, server.log_tail()
+
+    for client in (leader, other):
+        text = client.get("/metrics").text
+        busy = next(line for line in text.splitlines() if line.startswith('suanli_gpus{state="busy"}'))
+        assert float(busy.split()[-1]) >= 8.0, text
+    leader.close()
+    other.close()
