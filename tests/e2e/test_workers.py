@@ -72,3 +72,23 @@ def test_two_workers_share_one_scheduler_and_their_metrics(server: ServerProcess
         assert float(busy.split()[-1]) >= 8.0, text
     leader.close()
     other.close()
+
+
+def test_the_workers_listening_socket_is_labelled_tcp() -> None:
+    """So asyncio sets TCP_NODELAY on what it accepts: with uvicorn's own socket (protocol 0) every small
+    response of a worker waited ~40 ms for the client's delayed ACK."""
+    import socket
+
+    from suanli.api.server import TcpConfig
+
+    config = TcpConfig("suanli.api.server:app_from_environment", factory=True, host="127.0.0.1", port=0)
+    sock = config.bind_socket()
+    try:
+        assert sock.proto == socket.IPPROTO_TCP and sock.get_inheritable()
+        sock.listen()
+        with socket.create_connection(sock.getsockname()):
+            accepted, _ = sock.accept()
+            with accepted:
+                assert accepted.proto == socket.IPPROTO_TCP  # what asyncio checks before TCP_NODELAY
+    finally:
+        sock.close()
