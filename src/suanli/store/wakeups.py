@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import psycopg
 from sqlalchemy import Engine, text
+from sqlalchemy.exc import SQLAlchemyError
 
 CHANNEL = "suanli_wake"
 POLL_S = 0.5  # how often the listener checks that it should go on
@@ -30,12 +31,18 @@ class Wakeups:
         self._thread: threading.Thread | None = None
 
     def notify(self) -> None:
-        """Wake the other processes' loops (delivered to listeners once this short transaction commits)."""
+        """Wake the other processes' loops (delivered to listeners once this short transaction commits).
+
+        Best effort: the change that calls for it is already committed, and the leader's timer picks it up
+        anyway, so a failure is logged, not raised to the request that made the change."""
         if not self.enabled:
             return
-        with self.engine.connect() as connection:
-            connection.execute(text("SELECT pg_notify(:channel, '')"), {"channel": CHANNEL})
-            connection.commit()
+        try:
+            with self.engine.connect() as connection:
+                connection.execute(text("SELECT pg_notify(:channel, '')"), {"channel": CHANNEL})
+                connection.commit()
+        except SQLAlchemyError as error:
+            log.warning("could not wake the leader (%s); its timer will run the cycle", error)
 
     def listen(self, on_wake: Callable[[], None]) -> None:
         """Call `on_wake` (in a daemon thread) for each notification until `stop`."""
@@ -59,7 +66,10 @@ class Wakeups:
                     connection.execute(f"LISTEN {CHANNEL}")
                     while not self._stop.is_set():
                         for _ in connection.notifies(timeout=POLL_S):
-                            on_wake()
+                            try:
+                                on_wake()
+                            except Exception:  # a wake-up must not end the listener
+                                log.exception("wake-up handler failed")
             except psycopg.Error as error:
                 log.warning("wake-up listener lost its connection (%s); retrying", error)
                 self._stop.wait(RETRY_S)
