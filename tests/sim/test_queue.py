@@ -121,6 +121,7 @@ def test_command_writes_json_and_plots(trace: Path, tmp_path: Path):
             "idle_waiting_pct",
             "idle_held_pct",
             "preemptions",
+            "lost_work_pct",
             "jobs_per_s",
         } <= set(figures)
     assert (tmp_path / "plots" / "allocation.png").stat().st_size > 0
@@ -153,3 +154,18 @@ def test_a_job_bigger_than_the_fleet_does_not_count_as_waiting():
     jobs = [TraceJob("huge", 0, 60, 64), TraceJob("small", 10, 60, 1), TraceJob("late", 7_200, 60, 1)]
     result = run_queue(synthetic_fleet(2, 8), jobs, "suanli")
     assert len(result.jct_s) == 2 and result.idle_waiting_gpu_s == 0
+
+
+def test_work_a_preemption_throws_away_is_counted():
+    """Spot holds the one node; on-demand arrives at 100 s and preempts it with 30 s notice: 8 GPUs x 130 s
+    are lost, and the spot job runs again in full after the on-demand one."""
+    from suanli.domain.request import Request, Tier, WholeGpus
+    from suanli.sim.queue import run_requests
+
+    spot = Request("spot", WholeGpus(8), tier=Tier.SPOT, bid_micros_per_hour=1_000_000, max_duration_s=3600)
+    on_demand = Request("od", WholeGpus(8), submitted_at_s=100, max_duration_s=3600)
+    result = run_requests(synthetic_fleet(1, 8), [spot, on_demand], [1_000.0, 100.0], "suanli")
+    assert result.preemptions == 1 and result.lost_gpu_s == pytest.approx(8 * 130)
+    assert sorted(result.jct_s) == pytest.approx([130.0, 230 + 1_000.0])  # od: notice 30 s + 100 s
+    assert result.lost_work_pct == pytest.approx(100 * 8 * 130 / (8 * (130 + 100 + 1_000)))
+    assert result.summary()["lost_work_pct"] == round(result.lost_work_pct, 2)

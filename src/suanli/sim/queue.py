@@ -73,6 +73,7 @@ class QueueResult:
     wait_s: list[float] = field(default_factory=list)
     tier_of: list[str] = field(default_factory=list)
     preemptions: int = 0
+    lost_gpu_s: float = 0.0  # GPU-seconds of runs that preemption ended (the job starts over)
     alloc_gpu_s_arrivals: float = 0.0
     arrival_span_s: float = 0.0
     alloc_gpu_s_total: float = 0.0
@@ -120,6 +121,11 @@ class QueueResult:
         return _pct(self.idle_held_gpu_s, self.arrival_span_s * self.capacity_gpus)
 
     @property
+    def lost_work_pct(self) -> float:
+        """Of all allocated GPU-time, the share preemption threw away (a preempted job runs again in full)."""
+        return _pct(self.lost_gpu_s, self.alloc_gpu_s_total)
+
+    @property
     def jobs_per_s(self) -> float:
         return self.jobs / self.wall_s if self.wall_s else math.nan
 
@@ -148,6 +154,7 @@ class QueueResult:
             "idle_waiting_pct": round(self.idle_waiting_pct, 2),
             "idle_held_pct": round(self.idle_held_pct, 2),
             "preemptions": self.preemptions,
+            "lost_work_pct": round(self.lost_work_pct, 2),
             "jobs_per_s": round(self.jobs_per_s, 1),
             "completed": len(self.jct_s),
             "cycles": self.cycles,
@@ -351,6 +358,7 @@ def run_requests(
                 result.tier_of.append(job.request.tier.label)
             else:
                 result.preemptions += 1
+                result.lost_gpu_s += job.gpus * (now - job.started_at_s)
                 queue[request_id] = job.request
         if queue:
             result.cycles += 1
@@ -520,7 +528,7 @@ def queue_command(
             )
     table = Table(title=f"queueing replay: {jobs.name} on {fleet.gpu_count} GPUs")
     columns = ("policy", "mean JCT h", "p95 JCT h", "mean queue h", "alloc %", "idle %", "held %")
-    for column in (*columns, "preempted", "jobs/s"):
+    for column in (*columns, "preempted", "lost %", "jobs/s"):
         table.add_column(column, justify="left" if column == "policy" else "right")
     for r in results:
         table.add_row(
@@ -532,12 +540,13 @@ def queue_command(
             f"{r.idle_waiting_pct:.1f}",
             f"{r.idle_held_pct:.1f}",
             str(r.preemptions),
+            f"{r.lost_work_pct:.1f}",
             f"{r.jobs_per_s:.0f}",
         )
     console.print(table)
     console.print(
         "idle %: GPUs free while jobs waited (first to last arrival); held %: of those, on nodes drained "
-        "for the blocked head"
+        "for the blocked head; lost %: allocated GPU-time that preemption threw away (the job reruns)"
     )
     notes = {
         "nodes": len(fleet.nodes),
