@@ -156,16 +156,22 @@ def test_a_job_bigger_than_the_fleet_does_not_count_as_waiting():
     assert len(result.jct_s) == 2 and result.idle_waiting_gpu_s == 0
 
 
-def test_work_a_preemption_throws_away_is_counted():
+def test_work_a_preemption_throws_away_is_counted_unless_jobs_checkpoint():
     """Spot holds the one node; on-demand arrives at 100 s and preempts it with 30 s notice: 8 GPUs x 130 s
-    are lost, and the spot job runs again in full after the on-demand one."""
+    are lost, and the spot job runs again in full after the on-demand one; with `checkpoint` it saves at the
+    deadline and runs only the 870 s left."""
     from suanli.domain.request import Request, Tier, WholeGpus
     from suanli.sim.queue import run_requests
 
     spot = Request("spot", WholeGpus(8), tier=Tier.SPOT, bid_micros_per_hour=1_000_000, max_duration_s=3600)
     on_demand = Request("od", WholeGpus(8), submitted_at_s=100, max_duration_s=3600)
-    result = run_requests(synthetic_fleet(1, 8), [spot, on_demand], [1_000.0, 100.0], "suanli")
+    fleet, true_s = synthetic_fleet(1, 8), [1_000.0, 100.0]
+    result = run_requests(fleet, [spot, on_demand], true_s, "suanli")
     assert result.preemptions == 1 and result.lost_gpu_s == pytest.approx(8 * 130)
     assert sorted(result.jct_s) == pytest.approx([130.0, 230 + 1_000.0])  # od: notice 30 s + 100 s
     assert result.lost_work_pct == pytest.approx(100 * 8 * 130 / (8 * (130 + 100 + 1_000)))
     assert result.summary()["lost_work_pct"] == round(result.lost_work_pct, 2)
+
+    saved = run_requests(fleet, [spot, on_demand], true_s, "suanli", checkpoint=True)
+    assert saved.preemptions == 1 and saved.lost_gpu_s == 0
+    assert sorted(saved.jct_s) == pytest.approx([130.0, 230 + 1_000.0 - 130])  # resumes with 870 s left

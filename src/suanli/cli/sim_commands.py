@@ -129,11 +129,15 @@ def queue(
     seed: Annotated[int, typer.Option(help="Seed for the tier mix and bids.")] = 0,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures as JSON here.")] = None,
     plot: Annotated[Path | None, typer.Option(help="Write PNG charts into this directory.")] = None,
+    checkpoint: Annotated[
+        bool,
+        typer.Option(help="Preempted jobs save at their notice deadline and resume (default: run again)."),
+    ] = False,
 ) -> None:
     """Replay a job trace with arrivals and departures in virtual time through the scheduler."""
     names = [p.strip() for p in policy.split(",") if p.strip()]
     try:
-        queue_command(nodes, jobs, names, mix, json_path, plot, console, seed=seed)
+        queue_command(nodes, jobs, names, mix, json_path, plot, console, seed=seed, checkpoint=checkpoint)
     except (ValueError, SuanliError, OSError) as error:
         console.print(f"[red]error:[/red] {error}")
         raise typer.Exit(2) from None

@@ -299,8 +299,12 @@ def run_requests(
     on_progress: Callable[[float], None] | None = None,
     sample_every_s: float = 600.0,
     started: float | None = None,
+    checkpoint: bool = False,
 ) -> QueueResult:
-    """Replay timed `requests` (each runs its true duration once started) under the named policy."""
+    """Replay timed `requests` (each runs its true duration once started) under the named policy.
+
+    A preempted job runs again in full, unless `checkpoint`: then it saves at its notice deadline and runs
+    only what is left when it starts again (its declared duration shrinks by as much)."""
     config = POLICIES[policy_name]
     started = time.perf_counter() if started is None else started
     snapshot = Snapshot(fleet, CATALOG)
@@ -321,6 +325,7 @@ def run_requests(
     running: dict[str, Running] = {}
     promised: set[str] = set()
     held: dict[str, float] = {}
+    done_s: dict[str, float] = {}  # with `checkpoint`: seconds of its run a preempted job has saved
     fair = FairShare(at_s=first_arrival)
     head: str | None = None
     reserved: tuple[str, ...] = ()
@@ -358,8 +363,15 @@ def run_requests(
                 result.tier_of.append(job.request.tier.label)
             else:
                 result.preemptions += 1
-                result.lost_gpu_s += job.gpus * (now - job.started_at_s)
-                queue[request_id] = job.request
+                ran = now - job.started_at_s
+                if checkpoint:
+                    done_s[request_id] = done_s.get(request_id, 0.0) + ran
+                    declared = by_id[request_id].max_duration_s
+                    left = None if declared is None else max(declared - done_s[request_id], 1.0)
+                    queue[request_id] = replace(job.request, max_duration_s=left)
+                else:
+                    result.lost_gpu_s += job.gpus * ran
+                    queue[request_id] = job.request
         if queue:
             result.cycles += 1
             decision = admit(
@@ -382,7 +394,8 @@ def run_requests(
                 allocated += placement_.gpus
                 held[request.tenant] = held.get(request.tenant, 0.0) + placement_.gpus
                 sequence += 1
-                heapq.heappush(events, (now + true_s[request.id], END, sequence, request.id, now))
+                left_s = true_s[request.id] - done_s.get(request.id, 0.0)
+                heapq.heappush(events, (now + left_s, END, sequence, request.id, now))
             for preemption in decision.preemptions:
                 promised.add(preemption.preemptor)
                 for victim in preemption.victims:
@@ -498,6 +511,7 @@ def queue_command(
     console,
     estimate: DurationEstimate = DEFAULT_ESTIMATE,
     seed: int = 0,
+    checkpoint: bool = False,
 ) -> list[QueueResult]:
     """`suanli sim queue`: replay `jobs` under each policy, print a table, write JSON and plots if asked."""
     names = list(POLICIES) if policies in (["all"], []) else policies
@@ -524,7 +538,15 @@ def queue_command(
                 progress.update(task, completed=(now - start) / 86400)
 
             results.append(
-                run_requests(fleet, requests, true_s, name, estimate=estimate, on_progress=advance)
+                run_requests(
+                    fleet,
+                    requests,
+                    true_s,
+                    name,
+                    estimate=estimate,
+                    on_progress=advance,
+                    checkpoint=checkpoint,
+                )
             )
     table = Table(title=f"queueing replay: {jobs.name} on {fleet.gpu_count} GPUs")
     columns = ("policy", "mean JCT h", "p95 JCT h", "mean queue h", "alloc %", "idle %", "held %")
@@ -556,6 +578,7 @@ def queue_command(
         "mean_alloc_window": "first to last arrival",
         "idle_waiting": "free GPUs while requests wait; idle_held: on the blocked head's reserved nodes",
         "workload": kind,
+        "preempted_jobs": "save at the notice deadline and resume" if checkpoint else "run again in full",
     }
     if json_path is not None:
         write_json(json_path, results, notes)
