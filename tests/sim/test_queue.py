@@ -17,7 +17,8 @@ from suanli.sim.itp import (
     read_itp_jobs,
     synthetic_fleet,
 )
-from suanli.sim.queue import POLICIES, parse_mix, percentile, queue_command, results_json, run_queue
+from suanli.sim.queue import POLICIES, parse_mix, percentile, run_queue
+from suanli.sim.queue_report import queue_command, results_json
 
 ROWS = [
     ("a", 0, 100, 8),

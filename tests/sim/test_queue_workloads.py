@@ -11,7 +11,8 @@ from rich.console import Console
 
 from suanli.domain.request import GpuShare, Tier
 from suanli.sim.itp import TraceJob, offered_load, synthetic_fleet, synthetic_jobs
-from suanli.sim.queue import DEFAULT_ESTIMATE, load_fleet, load_workload, queue_command, run_queue
+from suanli.sim.queue import DEFAULT_ESTIMATE, run_queue
+from suanli.sim.queue_report import load_fleet, load_workload, queue_command
 
 POD_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase," + (
     "creation_time,deletion_time,scheduled_time"

@@ -16,7 +16,7 @@ from suanli.domain.errors import SuanliError
 from suanli.domain.fragmentation import typical_mix
 from suanli.domain.policies import POLICY_NAMES, build_policy
 from suanli.sim.packing import ARRIVED_LEVELS, PolicySummary, inflate, parse_seeds, run_packing, summarize
-from suanli.sim.queue import queue_command
+from suanli.sim.queue_report import queue_command
 from suanli.sim.traces import read_openb_nodes, read_openb_pods
 
 sim_app = typer.Typer(help="Simulators that replay real traces through the scheduler.", no_args_is_help=True)
