@@ -156,11 +156,13 @@ def build(settings: Settings, clock: Clock | None = None) -> Services:
     wakeups = Wakeups(engine)
 
     def wake() -> None:
-        """A rental was created, stopped, resized or ended: schedule soon, meter soon (on the leader, which
-        may be another process)."""
-        loop.signal()
-        meter.signal()
-        if not loop.leadership.held:
+        """A rental was created, stopped, resized or ended: schedule soon, meter soon, on the leader. Another
+        process's leader is woken by NOTIFY; this process's loops are not (they cannot run a cycle without
+        the lead, and each try for it opens a connection); their timer tries for the lead anyway."""
+        if loop.leadership.held:
+            loop.signal()
+            meter.signal()
+        else:
             wakeups.notify()
 
     tenants = TenantService(uow, clock)
