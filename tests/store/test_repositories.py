@@ -286,7 +286,7 @@ def test_fair_share_usage_is_saved_and_a_new_leader_goes_on_from_it(uow, clock) 
     clock.at = NOW + timedelta(days=14)
     first.run_cycle()  # 14 days of 64 GPUs, saved (more than FAIR_SHARE_SAVE_S since the last save)
     with uow() as u:
-        usage, as_of = u.terms.fair_share()
+        usage, as_of = u.terms.fair_share(), u.terms.fair_share_saved_at()
     assert as_of == clock.at and FAIR_SHARE_SAVE_S < 14 * 86_400
     assert set(usage) == {"ten_a"} and usage["ten_a"] == pytest.approx(first.fair.usage_gpu_s["ten_a"])
     assert usage["ten_a"] == pytest.approx(64 * first.fair.horizon_s * 0.75)  # 2 half-lives: 3/4

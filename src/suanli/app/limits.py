@@ -20,6 +20,7 @@ from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.records import Caller, Rental
 from suanli.app.tenants import require_admin, target_tenant
 from suanli.domain.catalog import Catalog
+from suanli.domain.errors import CatalogError
 from suanli.domain.preemption import Running
 from suanli.domain.quotas import ALL_GROUPS, Limits, Spent, TenantLimits
 from suanli.domain.request import Request
@@ -63,8 +64,8 @@ class LimitsService:
                 raise NotFound(f"no tenant {tenant_id}", field="tenant_id")
             uow.terms.set_limits(tenant_id, limits, self.clock.now(), fair_share_weight)
             uow.commit()
-            usage, as_of = uow.terms.fair_share()
-        return LimitsView(tenant_id, limits, fair_share_weight, usage.get(tenant_id, 0.0), as_of)
+            usage, as_of = _usage(uow, tenant_id)
+        return LimitsView(tenant_id, limits, fair_share_weight, usage, as_of)
 
     def get(self, caller: Caller, tenant_id: str | None = None) -> LimitsView:
         """The caller's limits (an admin: any tenant's; none set reads as no limits) and fair-share usage."""
@@ -74,8 +75,8 @@ class LimitsService:
                 raise NotFound(f"no tenant {target}")
             found = uow.terms.limits().get(target)
             weight = uow.terms.fair_share_weights().get(target, 1.0)
-            usage, as_of = uow.terms.fair_share()
-        return LimitsView(target, found or TenantLimits(), weight, usage.get(target, 0.0), as_of)
+            usage, as_of = _usage(uow, target)
+        return LimitsView(target, found or TenantLimits(), weight, usage, as_of)
 
     def _group(self, name: str) -> str:
         """The canonical quota key: `*`, a model's name, or a family's (a family of one model: the model)."""
@@ -89,6 +90,11 @@ class LimitsService:
         return groups[0]
 
 
+def _usage(uow: UnitOfWork, tenant_id: str) -> tuple[float, datetime | None]:
+    """The tenant's saved fair-share GPU-seconds and when the leader saved them."""
+    return uow.terms.fair_share(tenant_id).get(tenant_id, 0.0), uow.terms.fair_share_saved_at()
+
+
 def cycle_limits(
     uow: UnitOfWork,
     catalog: Catalog,
@@ -100,7 +106,7 @@ def cycle_limits(
     """One scheduling cycle's limits: `tenants`' quotas and caps with what they spent this UTC day and month.
 
     A rental's price is its rate when placed (`live`: rental id -> (running, micros per hour)), its quote's
-    final rate while pending; its quota group is the one catalogue model its `gpu_model` names.
+    final rate while pending; its quota groups are its model and family (`quota_groups`, once per name).
     """
     moment = datetime.fromtimestamp(now_s, UTC)
     day = int(moment.replace(hour=0, minute=0, second=0, microsecond=0).timestamp())
@@ -111,11 +117,16 @@ def cycle_limits(
     for rental in pending:
         quoted = (rental.quote or {}).get("final_micros_per_hour", 0)
         rates[rental.id] = int(quoted) if isinstance(quoted, int | float | str) else 0
+    groups: dict[frozenset[str], tuple[str, ...]] = {}  # by selector: the ledger asks on every check
+
+    def groups_of(request: Request) -> tuple[str, ...]:
+        models = request.selector.models
+        if models not in groups:
+            groups[models] = quota_groups(catalog, request)
+        return groups[models]
+
     return Limits(
-        tenants,
-        spent,
-        price_micros_per_hour=lambda request: rates.get(request.id, 0),
-        groups_of=lambda request: quota_groups(catalog, request),
+        tenants, spent, price_micros_per_hour=lambda request: rates.get(request.id, 0), groups_of=groups_of
     )
 
 
@@ -129,14 +140,13 @@ def quota_groups(catalog: Catalog, request: Request) -> tuple[str, ...]:
 
 def _groups(catalog: Catalog, name: str) -> tuple[str, ...]:
     """(model, family) for a model name; (family,) for a family of several models; () when unknown."""
-    wanted = name.casefold()
-    exact = next((m for m in catalog.models if m.name.casefold() == wanted), None)
-    if exact is not None:
-        return (exact.name, exact.family) if _family_size(catalog, exact.family) > 1 else (exact.name,)
-    family = [m for m in catalog.models if m.family.casefold() == wanted]
-    if len(family) == 1:
-        return (family[0].name,)
-    return (family[0].family,) if family else ()
+    try:
+        model = catalog.get(name)  # a model's name, or a family of one model
+    except CatalogError:  # unknown, or a family of several models
+        wanted = name.casefold()
+        family = next((m.family for m in catalog.models if m.family.casefold() == wanted), None)
+        return () if family is None else (family,)
+    return (model.name, model.family) if _family_size(catalog, model.family) > 1 else (model.name,)
 
 
 def _family_size(catalog: Catalog, family: str) -> int:

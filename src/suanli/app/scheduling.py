@@ -404,7 +404,7 @@ class Scheduler:
         saved_at = uow.terms.fair_share_saved_at()
         saved_s = None if saved_at is None else saved_at.timestamp()
         if saved_s is not None and (self.fair_saved_s is None or abs(saved_s - self.fair_saved_s) > 1e-3):
-            usage, _ = uow.terms.fair_share()
+            usage = uow.terms.fair_share()
             self.fair = FairShare(MappingProxyType(usage), saved_s, self.fair.half_life_s)
             self.fair_saved_s = saved_s
         if not self.fair.at_s:

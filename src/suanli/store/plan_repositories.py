@@ -167,11 +167,12 @@ class SqlTerms:
         query = select(TenantLimitsRow.tenant_id, TenantLimitsRow.fair_share_weight)
         return {tenant: float(weight) for tenant, weight in self.s.execute(query) if weight != 1.0}
 
-    def fair_share(self) -> tuple[dict[str, float], datetime | None]:
-        """The saved fair-share usage (GPU-seconds per tenant) and when it was saved (None: never)."""
-        query = select(FairShareRow.tenant_id, FairShareRow.usage_gpu_s, FairShareRow.as_of)
-        rows = list(self.s.execute(query))
-        return {tenant: float(usage) for tenant, usage, _ in rows}, max((r[2] for r in rows), default=None)
+    def fair_share(self, tenant_id: str | None = None) -> dict[str, float]:
+        """The saved fair-share usage in GPU-seconds per tenant (one tenant's when named)."""
+        query = select(FairShareRow.tenant_id, FairShareRow.usage_gpu_s)
+        if tenant_id is not None:
+            query = query.where(FairShareRow.tenant_id == tenant_id)
+        return {tenant: float(usage) for tenant, usage in self.s.execute(query)}
 
     def fair_share_saved_at(self) -> datetime | None:
         return self.s.scalar(select(func.max(FairShareRow.as_of)))
