@@ -123,6 +123,7 @@ def test_command_writes_json_and_plots(trace: Path, tmp_path: Path):
             "idle_held_pct",
             "preemptions",
             "lost_work_pct",
+            "owed_gpu_h",
             "jobs_per_s",
         } <= set(figures)
     assert (tmp_path / "plots" / "allocation.png").stat().st_size > 0
@@ -149,6 +150,20 @@ def test_idle_while_waiting_splits_off_the_drain_for_the_blocked_head():
     assert easy.idle_waiting_pct == pytest.approx(100 * free_node_gpu_s / (72_000 * 16))
     summary = easy.summary()
     assert summary["idle_held_pct"] <= summary["idle_waiting_pct"] <= 100 - summary["mean_alloc_pct"]
+
+
+def test_work_owed_at_the_last_arrival_is_what_the_window_did_not_allocate():
+    """`a` holds the node for 10 h from 0; `b` (8 GPUs, 1 h) arrives at 1 h, the last arrival: 9 h of `a`
+    and all of `b` are owed, and the window [0, 1 h] is fully allocated."""
+    jobs = [TraceJob("a", 0, 36_000, 8), TraceJob("b", 3_600, 3_600, 8)]
+    for policy in POLICIES:
+        result = run_queue(synthetic_fleet(1, 8), jobs, policy)
+        assert result.owed_gpu_h == pytest.approx(8 * 9 + 8 * 1)
+        assert result.mean_alloc_pct == pytest.approx(100.0)
+        total_gpu_h = 8 * 10 + 8 * 1
+        window_gpu_h = 8 * 1
+        assert result.mean_alloc_pct == pytest.approx(100 * (total_gpu_h - result.owed_gpu_h) / window_gpu_h)
+        assert result.summary()["owed_gpu_h"] == 80.0
 
 
 def test_a_job_bigger_than_the_fleet_does_not_count_as_waiting():

@@ -98,6 +98,15 @@ class QueueResult:
         return _pct(self.alloc_gpu_s_total, self.makespan_s * self.capacity_gpus)
 
     @property
+    def owed_gpu_h(self) -> float:
+        """GPU-hours allocated after the last arrival: the work the arrival window left owing.
+
+        Every job completes, so without preemption this is the queued work plus what running jobs had
+        left at the last arrival, and `mean_alloc_pct` is the total work less this, over the window. A
+        policy that defers long jobs owes more when the window closes. Reruns after preemption count."""
+        return (self.alloc_gpu_s_total - self.alloc_gpu_s_arrivals) / 3600
+
+    @property
     def max_queue_s(self) -> float:
         """The longest any completed job waited: how far the order lets a job starve."""
         return max(self.wait_s, default=math.nan)
@@ -143,6 +152,7 @@ class QueueResult:
             "max_queue_s": round(self.max_queue_s, 1),
             "mean_alloc_pct": round(self.mean_alloc_pct, 2),
             "makespan_alloc_pct": round(self.makespan_alloc_pct, 2),
+            "owed_gpu_h": round(self.owed_gpu_h, 1),
             "idle_waiting_pct": round(self.idle_waiting_pct, 2),
             "idle_held_pct": round(self.idle_held_pct, 2),
             "preemptions": self.preemptions,

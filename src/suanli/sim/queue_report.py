@@ -8,6 +8,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from rich import box
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -151,27 +152,12 @@ def queue_command(
                     checkpoint=checkpoint,
                 )
             )
-    table = Table(title=f"queueing replay: {jobs.name} on {fleet.gpu_count} GPUs")
-    columns = ("policy", "mean JCT h", "p95 JCT h", "mean queue h", "alloc %", "idle %", "held %")
-    for column in (*columns, "preempted", "lost %", "jobs/s"):
-        table.add_column(column, justify="left" if column == "policy" else "right")
-    for r in results:
-        table.add_row(
-            r.policy,
-            f"{r.mean_jct_s / 3600:.2f}",
-            f"{r.p95_jct_s / 3600:.2f}",
-            f"{r.mean_queue_s / 3600:.2f}",
-            f"{r.mean_alloc_pct:.1f}",
-            f"{r.idle_waiting_pct:.1f}",
-            f"{r.idle_held_pct:.1f}",
-            str(r.preemptions),
-            f"{r.lost_work_pct:.1f}",
-            f"{r.jobs_per_s:.0f}",
-        )
-    console.print(table)
+    console.print(results_table(f"queueing replay: {jobs.name} on {fleet.gpu_count} GPUs", results))
+    console.print("replay speed (jobs/s): " + ", ".join(f"{r.policy} {r.jobs_per_s:,.0f}" for r in results))
     console.print(
         "idle %: GPUs free while jobs waited (first to last arrival); held %: of those, on nodes drained "
-        "for the blocked head; lost %: allocated GPU-time that preemption threw away (the job reruns)"
+        "for the blocked head; owed GPU-h: work still to run at the last arrival; lost %: allocated GPU-time "
+        "that preemption threw away (the job reruns)"
     )
     notes = {
         "nodes": len(fleet.nodes),
@@ -179,6 +165,7 @@ def queue_command(
         "declared_durations": estimate.describe(),
         "tier_mix": {t.label: p for t, p in tier_mix.items()},
         "mean_alloc_window": "first to last arrival",
+        "owed_gpu_h": "GPU-hours still to run at the last arrival: total work less what the window allocated",
         "idle_waiting": "free GPUs while requests wait; idle_held: on the blocked head's reserved nodes",
         "workload": kind,
         "preempted_jobs": "save at the notice deadline and resume" if checkpoint else "run again in full",
@@ -189,3 +176,27 @@ def queue_command(
         for path in write_plots(plot_dir, results):
             console.print(f"wrote {path}")
     return results
+
+
+def results_table(title: str, results: Sequence[QueueResult]) -> Table:
+    """One row per policy, fitting 80 columns; preemption columns only when some policy preempted."""
+    preempting = any(r.preemptions for r in results)
+    table = Table(title=title, box=box.SIMPLE_HEAD, collapse_padding=True, pad_edge=False)
+    table.add_column("policy", no_wrap=True)
+    headers = ["mean\nJCT h", "p95\nJCT h", "mean\nqueue h", "alloc\n%", "idle\n%", "held\n%", "owed\nGPU-h"]
+    headers += ["pre-\nempted", "lost\n%"] if preempting else []
+    for header in headers:
+        table.add_column(header, justify="right", no_wrap=True)
+    for r in results:
+        cells = [
+            f"{r.mean_jct_s / 3600:.2f}",
+            f"{r.p95_jct_s / 3600:.2f}",
+            f"{r.mean_queue_s / 3600:.2f}",
+            f"{r.mean_alloc_pct:.2f}",
+            f"{r.idle_waiting_pct:.1f}",
+            f"{r.idle_held_pct:.1f}",
+            f"{r.owed_gpu_h:,.0f}",
+        ]
+        cells += [str(r.preemptions), f"{r.lost_work_pct:.1f}"] if preempting else []
+        table.add_row(r.policy, *cells)
+    return table
