@@ -187,6 +187,35 @@ def test_backfill_queue_keeps_the_head_and_backfills_only_what_ends_in_time(uow)
     assert states["rnt_d"][0] == "placed"  # 1 h ends before the head's reserved start (2 h)
 
 
+def test_the_head_shows_its_reserved_start_until_it_is_placed(uow) -> None:
+    """The blocked head (`b`) shows when `a` ends at its declared 2 h, and no other rental shows a start;
+    once `a` has stopped the head is placed and its start is cleared. The greedy queue shows none."""
+    from datetime import timedelta
+
+    from suanli.domain.queueing import PLATFORM_QUEUE
+
+    _queue_case(uow, PLATFORM_QUEUE)
+    with uow() as u:
+        shown = {r.id: r.expected_start_at for r in u.rentals.by_ids(["rnt_b", "rnt_c"])}
+        assert shown == {"rnt_b": NOW + timedelta(hours=2), "rnt_c": None}
+        assert u.rentals.set_state("rnt_a", "stopped", expect=("placed",), reason=None)
+        u.rentals.release("rnt_a")
+        u.commit()
+    scheduler = Scheduler(uow, Clock(), CATALOG, FleetCache(CATALOG), "suanli", 0, queue=PLATFORM_QUEUE)
+    scheduler.run_cycle()
+    with uow() as u:
+        head = u.rentals.get("rnt_b")
+        assert head.state == "placed" and head.expected_start_at is None
+        u.rentals.set_expected_start("rnt_b", NOW)  # no longer pending: left alone
+        assert u.rentals.get("rnt_b").expected_start_at is None
+
+
+def test_the_greedy_queue_shows_no_reserved_start(uow) -> None:
+    _queue_case(uow, None)
+    with uow() as u:
+        assert all(r.expected_start_at is None for r in u.rentals.by_ids(["rnt_b", "rnt_c", "rnt_d"]))
+
+
 @pytest.mark.parametrize("backfill", [False, True])
 def test_an_open_contract_holds_its_capacity_under_the_backfill_queue(uow, backfill: bool) -> None:
     """ten_b holds 1 x 8 H100 in cn-north now: under backfill, ten_a's 8 whole-node rentals get 7 nodes."""

@@ -80,6 +80,7 @@ def rental(view: RentalView) -> RentalResponse:
         preempted_by=r.preempted_by,
         quote=None if r.quote is None else QuoteResponse.model_validate(dict(r.quote)),
         notice_deadline=r.notice_deadline,
+        expected_start_at=r.expected_start_at,
         events=[
             RentalEventResponse(at=e.at, kind=e.kind, reason=e.reason, message=e.message) for e in view.events
         ],

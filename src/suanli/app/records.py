@@ -85,6 +85,7 @@ class Rental:
     preempted_by: str | None = None  # the rental its capacity is promised to (state `preempting`)
     notice_deadline: datetime | None = None  # killed at this time unless it leaves first
     quote: Mapping[str, object] | None = None  # the price breakdown at creation (`suanli.app.billing`)
+    expected_start_at: datetime | None = None  # head of the backfill queue: its reserved start
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,11 +43,13 @@ from suanli.domain.policies import Policy, build_policy
 from suanli.domain.preemption import DEFAULT_NOTICE_S, Preemption, PreemptionConfig, Running, choose_victims
 from suanli.domain.queueing import Gates, QueueConfig, admit
 from suanli.domain.quotas import Ledger
-from suanli.domain.request import Shape, Tier
+from suanli.domain.request import Request, Shape, Tier
+from suanli.domain.reservation import reserve
 from suanli.domain.scheduler import order_queue, schedule
 from suanli.domain.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
+EXPECTED_START_STEP_S = 60.0  # a head's recorded start is rewritten when the estimate moves this much
 FAIR_SHARE_SAVE_S = 60.0  # how often the leader saves fair-share usage (a new leader loses at most this much)
 BELOW_FLOOR = "below_floor"  # `preempted_by` of a spot rental noticed because its bid fell below the floor
 REPRICED_STATES = ("placed", "starting", "running", "preempting")  # a spot rental that pays the spot price
@@ -119,6 +121,7 @@ class Scheduler:
         self.fair = FairShare()
         self.fair_saved_s: float | None = None  # when the fair share in the store was saved, as last seen
         self.head: str | None = None
+        self.head_start_s: float | None = None  # the blocked head's reserved start, when one was made
         self.reserved: tuple[str, ...] = ()
         self.cordoned: set[str] = set()
         self._lock = threading.Lock()
@@ -198,6 +201,8 @@ class Scheduler:
                         self._set_reason(
                             uow, by_id[preemptor_id], Reason.PREEMPTING, f"waiting for {ids} to leave", now
                         )
+                placed_ids = {p.request_id for p in placements}
+                self._record_expected_start(uow, [r for r in pending if r.id not in placed_ids])
                 uow.commit()
         except BaseException:
             self.snapshot = None
@@ -276,6 +281,21 @@ class Scheduler:
             if Tier.parse(rental.spec.tier) is Tier.SPOT:
                 self.spot.add(rental.id)
         self.seen |= unknown
+
+    def _record_expected_start(self, uow: UnitOfWork, pending: Sequence[Rental]) -> None:
+        """Show the blocked head's reserved start on its rental and on no other. The estimate is worked out
+        again every cycle; it is written only when it moves by `EXPECTED_START_STEP_S` or more."""
+        start = None
+        if self.head is not None and self.head_start_s is not None:
+            start = datetime.fromtimestamp(self.head_start_s, UTC)
+        for rental in pending:
+            wanted, shown = (start if rental.id == self.head else None), rental.expected_start_at
+            if wanted is None or shown is None:
+                moved = wanted is not shown
+            else:
+                moved = abs((wanted - shown).total_seconds()) >= EXPECTED_START_STEP_S
+            if moved:
+                uow.rentals.set_expected_start(rental.id, wanted)
 
     @staticmethod
     def _set_reason(uow: UnitOfWork, rental: Rental, reason: Reason, message: str, now: datetime) -> None:
@@ -396,7 +416,26 @@ class Scheduler:
             last_reserved=self.reserved,
         )
         self.head, self.reserved = decision.head, decision.reserved_nodes
+        self.head_start_s = decision.head_start_s
+        if self.head is not None and self.head_start_s is None:
+            self.head_start_s = self._head_start(queue, running, decision.placements, now_s)
         return decision.placements, list(decision.pending), decision.preemptions
+
+    def _head_start(
+        self, queue: Sequence[Request], running: Sequence[Running], placed: Sequence[Placement], now_s: float
+    ) -> float | None:
+        """The blocked head's reserved start when `admit` did not need it (nothing could backfill), for the
+        tenant to read; the rentals placed in this cycle count as running from now."""
+        assert self.snapshot is not None and self.policy is not None and self.queue is not None
+        by_id = {r.id: r for r in queue}
+        head = by_id.get(self.head or "")
+        if head is None:
+            return None
+        started = [Running(by_id[p.request_id], p, now_s) for p in placed if p.request_id in by_id]
+        found = reserve(
+            self.snapshot, head, [*running, *started], self.policy, now_s, spare_free=self.queue.spare_free
+        )
+        return None if found is None else found[0]
 
     def _advance_fair_share(self, uow: UnitOfWork, now_s: float, held: Mapping[str, float]) -> None:
         """Fair share as of `now_s`: read back when another leader saved since (or on the first cycle),

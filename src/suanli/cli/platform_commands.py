@@ -267,7 +267,7 @@ def _rentals_table(found: list[RentalResponse]):
             _shape(r),
             r.request.nodes,
             r.request.tier,
-            r.pending_reason or "",
+            _pending(r),
             ", ".join(a.node for a in r.allocation),
         )
         for r in found
@@ -280,7 +280,7 @@ def _rental_detail(rental: RentalResponse) -> Group:
     header = f"[bold]{rental.id}[/bold]: {rental.state}, {_shape(rental)} x {request.nodes} node(s)"
     header += f", {request.tier}"
     if rental.pending_reason:
-        header += f", pending: {rental.pending_reason}"
+        header += f", pending: {_pending(rental)}"
     if rental.price_micros_per_hour is not None:
         header += f", {micros(rental.price_micros_per_hour)}/h"
     if rental.preempted_by:
@@ -297,6 +297,14 @@ def _rental_detail(rental: RentalResponse) -> Group:
         parts.append(table("allocation", ("node", "GPU", "slice"), slices))
     parts.append(table("timeline", ("at (UTC)", "event", "reason", "message"), timeline))
     return Group(*parts)
+
+
+def _pending(rental: RentalResponse) -> str:
+    """The pending reason, with the reserved start when the rental heads the backfill queue."""
+    reason = rental.pending_reason or ""
+    if rental.expected_start_at is not None:
+        reason += f", starts by {rental.expected_start_at:%Y-%m-%d %H:%M} UTC"
+    return reason
 
 
 def _shape(rental: RentalResponse) -> str:

@@ -25,6 +25,7 @@ import heapq
 import math
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from enum import StrEnum
 from types import MappingProxyType
 
@@ -517,7 +518,9 @@ class _Cycle:
                     self.pending.append(Pending(request.id, Reason.NO_CAPACITY, "no free capacity"))
             elif not self._place_avoiding(request, reserved_nodes):
                 self.pending.append(
-                    _blocked(request, f"would delay the head's reserved start at {self.head_start_s:.0f}")
+                    _blocked(
+                        request, f"would delay the head's reserved start at {_utc_text(self.head_start_s)}"
+                    )
                 )
 
     def _place_avoiding(self, request: Request, nodes: set[str]) -> bool:
@@ -552,6 +555,10 @@ def _pool_gpus(placement: Placement, pool_of: Mapping[str, Pool]) -> dict[Pool, 
         pool = pool_of[allocation.node]
         gpus[pool] = gpus.get(pool, 0.0) + sum(s.milli for s in allocation.slices) / 1000
     return gpus
+
+
+def _utc_text(epoch_s: float) -> str:
+    return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _blocked(request: Request, message: str) -> Pending:

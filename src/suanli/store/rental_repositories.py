@@ -143,9 +143,18 @@ class SqlRentals:
                     if state in ("preempting", "preempted")
                     else {"preempted_by": None, "notice_deadline": None}
                 ),
+                **({} if state == "pending" else {"expected_start_at": None}),
             )
         )
         return bool(result.rowcount)  # type: ignore[attr-defined]
+
+    def set_expected_start(self, rental_id: str, at: datetime | None) -> None:
+        """Record (or clear) a pending rental's reserved start; a rental no longer pending is left alone."""
+        self.s.execute(
+            update(RentalRow)
+            .where(RentalRow.id == rental_id, RentalRow.state == "pending")
+            .values(expected_start_at=at)
+        )
 
     def update_spec(self, rental_id: str, rental: Rental) -> None:
         self.s.execute(
@@ -478,6 +487,7 @@ def _rental(row: RentalRow) -> Rental:
         row.preempted_by,
         row.notice_deadline,
         row.quote,
+        row.expected_start_at,
     )
 
 

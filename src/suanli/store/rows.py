@@ -95,6 +95,8 @@ class RentalRow(Base):
     placed_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     preempted_by: Mapped[str | None] = mapped_column(String(40), nullable=True, index=True)
     notice_deadline: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    # pending at the head of the backfill queue: its reserved start, as the leader last worked it out (0011)
+    expected_start_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     quote: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     # set by the meter once the rental has ended and its final charge is posted (0006): not metered again
     billing_closed_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)

@@ -213,6 +213,12 @@ class RentalResponse(WireModel):
         default=None, description="Preempting: the rental promised its capacity."
     )
     notice_deadline: datetime | None = Field(default=None, description="Preempting: killed at this time.")
+    expected_start_at: datetime | None = Field(
+        default=None,
+        description="Pending at the head of the backfill queue (SUANLI_QUEUE=backfill): when capacity is "
+        "reserved for it, the rentals ahead of it ending at their declared max duration. It starts then at "
+        "the latest, sooner if they end early, unless a higher tier or a contract holder takes the capacity.",
+    )
     quote: QuoteResponse | None = Field(default=None, description="The price breakdown at creation.")
     rate_changes: list[RateChangeResponse] = Field(
         default_factory=list,

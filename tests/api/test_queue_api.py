@@ -1,0 +1,62 @@
+"""The backfill queue through the real app (SQLite and PostgreSQL): the rental at the head of the queue shows
+when capacity is reserved for it, in the API and in `suanli ls` / `suanli show`."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from typer.testing import CliRunner
+
+from conftest import ADMIN, app_client, logged_in_as, wait_for
+from suanli.cli import platform_commands
+from suanli.cli.main import app
+
+H200 = {"gpu_model": "H200-141GB", "gpus": 8}  # the example fleet's one H200 node
+
+
+def _placed_at(body: dict) -> datetime:
+    (placed,) = [e for e in body["events"] if e["kind"] == "placed"]
+    return datetime.fromisoformat(placed["at"])
+
+
+def test_the_head_of_the_queue_shows_when_it_starts_at_the_latest(database_url: str, monkeypatch) -> None:
+    """`first` holds the H200 node for at most 1 h; `second` waits at the head of the queue and shows
+    first's placement + 1 h; `third`, behind it, shows nothing. When `first` stops, `second` is placed and
+    no longer shows a start."""
+    with app_client(database_url, queue="backfill") as client:
+        tenant_id = client.post("/v1/tenants", json={"name": "q"}, headers=ADMIN).json()["id"]
+        secret = client.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()
+        credit = {"amount_micros": 10**12}
+        assert client.post(f"/v1/tenants/{tenant_id}/credit", json=credit, headers=ADMIN).status_code == 201
+        headers = {"Authorization": f"Bearer {secret['secret']}"}
+
+        def rent(**body) -> str:
+            response = client.post("/v1/rentals", json={**H200, **body}, headers=headers)
+            assert response.status_code == 201, response.text
+            return response.json()["id"]
+
+        first = rent(max_duration_s=3600)
+        placed = wait_for(client, first, headers, "placed")
+        assert placed["state"] == "placed" and placed["expected_start_at"] is None
+        second = rent(max_duration_s=600)
+        head = wait_for(client, second, headers, "placed", reason="no_capacity")
+        assert head["pending_reason"] == "no_capacity"
+        third = rent()  # no declared duration: never passes the head
+        behind = wait_for(client, third, headers, "placed", reason="blocked_by_head")
+        assert behind["pending_reason"] == "blocked_by_head" and behind["expected_start_at"] is None
+
+        head = client.get(f"/v1/rentals/{second}", headers=headers).json()
+        expected = datetime.fromisoformat(head["expected_start_at"])
+        assert abs(expected - (_placed_at(placed) + timedelta(hours=1))) < timedelta(seconds=1)
+
+        monkeypatch.setattr(platform_commands, "logged_in", logged_in_as(client, secret["secret"]))
+        runner, env = CliRunner(), {"COLUMNS": "200"}
+        shown = runner.invoke(app, ["show", second], env=env)
+        assert shown.exit_code == 0, shown.output
+        assert f"pending: no_capacity, starts by {expected:%Y-%m-%d %H:%M} UTC" in shown.output
+        listed = runner.invoke(app, ["ls"], env=env)
+        assert listed.exit_code == 0 and f"starts by {expected:%Y-%m-%d %H:%M} UTC" in listed.output
+
+        assert client.post(f"/v1/rentals/{first}/stop", headers=headers).status_code == 200
+        started = wait_for(client, second, headers, "placed")
+        assert started["state"] == "placed" and started["expected_start_at"] is None
