@@ -210,6 +210,36 @@ def test_the_head_shows_its_reserved_start_until_it_is_placed(uow) -> None:
         assert u.rentals.get("rnt_b").expected_start_at is None
 
 
+def test_a_new_leader_keeps_the_recorded_head(uow) -> None:
+    """`b` (2 nodes, 4 h) heads the queue; then `e` (2 nodes, 10 min) arrives, whose response ratio is
+    higher an hour later. A new leader reads the recorded head and keeps `b` first, as the old one would
+    have; without it `e` would take the head and the capacity drained for `b`."""
+    from datetime import timedelta
+
+    from suanli.domain.queueing import PLATFORM_QUEUE
+
+    class HourLater:
+        def now(self) -> datetime:
+            return NOW + timedelta(hours=1)
+
+    _queue_case(uow, PLATFORM_QUEUE)
+    h100 = dict(gpu_model="H100-SXM-80GB", gpus=8, nodes=2)
+    with uow() as u:
+        u.rentals.add(_rental("rnt_e", RentalSpec(**h100, max_duration_s=600)))
+        u.commit()
+    leader = Scheduler(uow, HourLater(), CATALOG, FleetCache(CATALOG), "suanli", 0, queue=PLATFORM_QUEUE)
+    leader.run_cycle()
+    assert leader.head == "rnt_b"
+    with uow() as u:
+        shown = {r.id: r.expected_start_at for r in u.rentals.by_ids(["rnt_b", "rnt_e"])}
+        assert shown["rnt_b"] is not None and shown["rnt_e"] is None
+        u.rentals.set_expected_start("rnt_b", None)  # as if nothing had been recorded
+        u.commit()
+    forgetful = Scheduler(uow, HourLater(), CATALOG, FleetCache(CATALOG), "suanli", 0, queue=PLATFORM_QUEUE)
+    forgetful.run_cycle()
+    assert forgetful.head == "rnt_e"
+
+
 def test_the_greedy_queue_shows_no_reserved_start(uow) -> None:
     _queue_case(uow, None)
     with uow() as u:

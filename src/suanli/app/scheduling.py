@@ -87,6 +87,13 @@ class CycleReport:
     repriced: int = 0  # live spot rentals whose rate followed their pool's spot price
 
 
+def _recorded_head(pending: Sequence[Rental]) -> str | None:
+    """The head a previous leader recorded (the pending rental showing a reserved start): a new leader keeps
+    it at the front of its class, so a change of leader does not hand its drained capacity to another."""
+    shown = [r for r in pending if r.expected_start_at is not None]
+    return min(shown, key=lambda r: (r.created_at, r.id)).id if shown else None
+
+
 class Scheduler:
     """Holds the leader's snapshot; `run_cycle` is safe to call from any thread (one cycle at a time)."""
 
@@ -412,7 +419,7 @@ class Scheduler:
             self.fair,
             ready,
             Gates(limits, contracts) if contracts or limits is not None else None,
-            last_head=self.head,
+            last_head=self.head if self.head is not None else _recorded_head(pending),
             last_reserved=self.reserved,
         )
         self.head, self.reserved = decision.head, decision.reserved_nodes
