@@ -3,13 +3,8 @@
 The snapshot stays in memory between cycles. Each cycle first syncs it with the database (rentals stopped or
 shrunk since, drained nodes, bookings made elsewhere); a new fleet version, a first cycle or a refused apply
 rebuilds it from the database. A placement is applied only if its rental is still pending; if the database
-refuses a booking (UNIQUE on the slice position), the whole plan is dropped and the snapshot rebuilt.
-
-Spot re-pricing: at the end of a cycle in which live spot rentals hold capacity (the scheduler keeps their
-ids in memory, so a cycle without any costs nothing), each pool's utilization is computed once from the
-snapshot and every live spot rental (placed, starting, running, preempting) not placed in this cycle is
-priced at it (`repricer`: the price book's spot price, capped at its bid); a rate that moved by at least 1%
-(`rate_moved`) is recorded as a rate change from now (`RentalRepo.change_rate`), which the meter charges.
+refuses a booking (UNIQUE on the slice position), the whole plan is dropped and the snapshot rebuilt. Spot
+rentals are re-priced at the end of a cycle (`app/spot_repricing.py`).
 """
 
 from __future__ import annotations
@@ -18,11 +13,10 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import Any
 
 from suanli.app.booking import bookings_for
 from suanli.app.contracts import domain_contract
@@ -33,7 +27,14 @@ from suanli.app.list_prices import list_price
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.records import PREEMPTIBLE_STATES, Rental, RentalEvent
 from suanli.app.rentals import to_request
-from suanli.domain.billing.pricebook import rate_moved
+from suanli.app.spot_repricing import (
+    BELOW_FLOOR,
+    FloorCheck,
+    Pricer,
+    Repricer,
+    SpotRepricing,
+    pool_utilization,
+)
 from suanli.domain.capacity import FULL_MILLI
 from suanli.domain.catalog import Catalog, GpuModel
 from suanli.domain.fair_share import FairShare
@@ -43,7 +44,7 @@ from suanli.domain.policies import Policy, build_policy
 from suanli.domain.preemption import DEFAULT_NOTICE_S, Preemption, PreemptionConfig, Running, choose_victims
 from suanli.domain.queueing import Gates, QueueConfig, admit
 from suanli.domain.quotas import Ledger
-from suanli.domain.request import Request, Shape, Tier
+from suanli.domain.request import Request, Tier
 from suanli.domain.reservation import reserve
 from suanli.domain.scheduler import order_queue, schedule
 from suanli.domain.snapshot import Snapshot
@@ -51,28 +52,6 @@ from suanli.domain.snapshot import Snapshot
 log = logging.getLogger(__name__)
 EXPECTED_START_STEP_S = 60.0  # a head's recorded start is rewritten when the estimate moves this much
 FAIR_SHARE_SAVE_S = 60.0  # how often the leader saves fair-share usage (a new leader loses at most this much)
-BELOW_FLOOR = "below_floor"  # `preempted_by` of a spot rental noticed because its bid fell below the floor
-REPRICED_STATES = ("placed", "starting", "running", "preempting")  # a spot rental that pays the spot price
-# (unit of work, rental, (model, region) of each placed node, pool utilization milli, now) -> its quote
-Pricer = Callable[
-    [UnitOfWork, Rental, Sequence[tuple[GpuModel, str]], Mapping[tuple[str, str], int], datetime],
-    dict[str, Any],
-]
-# (unit of work, live spot rentals and their nodes' (model, region), now) -> rental id: floor above its bid
-FloorCheck = Callable[
-    [UnitOfWork, Sequence[tuple[Rental, Sequence[tuple[GpuModel, str]]]], datetime], dict[str, int]
-]
-# (unit of work, [(rental, shape, (model, region) of each of its nodes)], pool utilization milli, now)
-# -> rental id: its spot rate per hour now
-Repricer = Callable[
-    [
-        UnitOfWork,
-        Sequence[tuple[Rental, Shape, Sequence[tuple[GpuModel, str]]]],
-        Mapping[tuple[str, str], int],
-        datetime,
-    ],
-    dict[str, int],
-]
 
 
 @dataclass
@@ -133,10 +112,8 @@ class Scheduler:
         self.cordoned: set[str] = set()
         self._lock = threading.Lock()
         self.pricer = pricer
-        self.repricer = repricer
-        self.floor_check = floor_check
-        self.spot: set[str] = set()  # live rentals (holding allocations) at tier spot
-        self.seen: set[str] = set()  # live rentals whose tier is known (spot or not)
+        spot_notice_s = self.preemption.notice_for(Tier.SPOT)
+        self.spot_pricing = None if repricer is None else SpotRepricing(repricer, floor_check, spot_notice_s)
 
     def run_cycle(self) -> CycleReport:
         with self._lock:
@@ -214,80 +191,13 @@ class Scheduler:
         except BaseException:
             self.snapshot = None
             raise
-        if self.repricer is not None:
-            report.repriced = self._reprice({p.request_id for p in placements}, now)
+        if self.spot_pricing is not None:
+            fresh = {p.request_id for p in placements}
+            report.repriced = self.spot_pricing.reprice(
+                self.uow, snapshot, self.held, self.owner, self._pool_of_node, fresh, now
+            )
         report.gpus = self._gpu_states()
         return report
-
-    # --- spot re-pricing ------------------------------------------------------------------------------
-
-    def _reprice(self, fresh: set[str], now: datetime) -> int:
-        """Re-price the live spot rentals (those in `fresh` were priced at placement in this cycle)."""
-        assert self.repricer is not None
-        holders = set(self.owner.values())
-        self.spot &= holders
-        self.seen &= holders
-        live = self.spot.difference(fresh)
-        if not live:
-            return 0
-        nodes: dict[str, list[tuple[GpuModel, str]]] = {}
-        for allocation_id in sorted(self.owner):
-            rental_id = self.owner[allocation_id]
-            if rental_id in live:
-                node, model = self._node(self.held[allocation_id].node)
-                nodes.setdefault(rental_id, []).append((model, node.region))
-        utilization = self._utilization([pair for placed in nodes.values() for pair in placed])
-        changed = 0
-        with self.uow() as uow:
-            rentals = [r for r in uow.rentals.by_ids(sorted(nodes)) if r.state in REPRICED_STATES]
-            running = [(r, to_request(r).shape, nodes[r.id]) for r in rentals]
-            rates = self.repricer(uow, running, utilization, now)
-            if self.floor_check is not None:
-                changed += self._floor_notices(uow, rentals, nodes, now)
-            for rental in rentals:
-                rate, current, since = rates.get(rental.id), rental.price_micros_per_hour, rental.placed_at
-                if rate is None or current is None or since is None or not rate_moved(current, rate):
-                    continue
-                uow.rentals.change_rate(rental.id, now, rate, since=since, previous=current)
-                changed += 1
-            if changed:
-                uow.commit()
-        return changed
-
-    def _floor_notices(
-        self,
-        uow: UnitOfWork,
-        rentals: Sequence[Rental],
-        nodes: Mapping[str, list[tuple[GpuModel, str]]],
-        now: datetime,
-    ) -> int:
-        """Give spot rentals whose bid fell below their pool's floor a notice (reason `below_floor`); at the
-        deadline the cycle ends them like any victim (billed to the deadline)."""
-        assert self.floor_check is not None
-        candidates = [(r, nodes[r.id]) for r in rentals if r.state in PREEMPTIBLE_STATES]
-        below = self.floor_check(uow, candidates, now) if candidates else {}
-        deadline = now + timedelta(seconds=self.preemption.notice_for(Tier.SPOT))
-        given = 0
-        for rental, _ in candidates:
-            floor = below.get(rental.id)
-            if floor is None:
-                continue
-            if uow.rentals.give_notice(rental.id, BELOW_FLOOR, deadline, expect=PREEMPTIBLE_STATES):
-                bid = rental.spec.bid_micros_per_gpu_hour
-                message = f"bid {bid} is below the spot floor {floor}; notice until {deadline.isoformat()}"
-                uow.rentals.add_event(rental.id, RentalEvent(now, "preempting", "below_floor", message))
-                given += 1
-        return given
-
-    def _learn_tiers(self, uow: UnitOfWork, rental_ids: set[str]) -> None:
-        """Note which of these live rentals (holding allocations) are spot, reading only unknown ones."""
-        unknown = rental_ids.difference(self.seen)
-        if self.repricer is None or not unknown:
-            return
-        for rental in uow.rentals.by_ids(sorted(unknown)):
-            if Tier.parse(rental.spec.tier) is Tier.SPOT:
-                self.spot.add(rental.id)
-        self.seen |= unknown
 
     def _record_expected_start(self, uow: UnitOfWork, pending: Sequence[Rental]) -> None:
         """Show the blocked head's reserved start on its rental and on no other. The estimate is worked out
@@ -516,7 +426,8 @@ class Scheduler:
         quoted = None
         if self.pricer is not None:
             placed = [(self._node(a.node)[1], self._node(a.node)[0].region) for a in placement.nodes]
-            utilization = self._utilization(placed) if Tier.parse(rental.spec.tier) is Tier.SPOT else {}
+            spot = Tier.parse(rental.spec.tier) is Tier.SPOT
+            utilization = pool_utilization(self.snapshot, placed) if spot else {}
             quoted = self.pricer(uow, rental, placed, utilization, now)
             price = int(quoted["final_micros_per_hour"])
         else:
@@ -531,23 +442,13 @@ class Scheduler:
         uow.rentals.set_placed_at(rental.id, now)
         self.held.update(zip(allocation_ids, placement.nodes, strict=True))
         self.owner.update((i, rental.id) for i in allocation_ids)
-        self.seen.add(rental.id)
-        if Tier.parse(rental.spec.tier) is Tier.SPOT:
-            self.spot.add(rental.id)
+        if self.spot_pricing is not None:
+            self.spot_pricing.placed(rental)
         return 1
 
-    def _utilization(self, placed: Sequence[tuple[GpuModel, str]]) -> dict[tuple[str, str], int]:
-        """Busy GPU milli per 1000 of each (model, region) pool the placement uses (spot prices follow it)."""
-        assert self.snapshot is not None
-        pools = {(model.name, region) for model, region in placed}
-        total: Counter[tuple[str, str]] = Counter()
-        free: Counter[tuple[str, str]] = Counter()
-        for state in self.snapshot.nodes:
-            key = (state.node.gpu_model, state.node.region)
-            if key in pools:
-                total[key] += len(state.gpus) * FULL_MILLI
-                free[key] += sum(entry[0] for entry in state.gpus)
-        return {key: (total[key] - free[key]) * 1000 // total[key] for key in pools if total[key]}
+    def _pool_of_node(self, name: str) -> tuple[GpuModel, str]:
+        node, model = self._node(name)
+        return model, node.region
 
     def _node(self, name: str) -> tuple[Node, GpuModel]:
         assert self.snapshot is not None
@@ -565,8 +466,9 @@ class Scheduler:
             snapshot.occupy(allocation)
         self.held = {allocation_id: allocation for allocation_id, (_, allocation) in live.items()}
         self.owner = {allocation_id: rental_id for allocation_id, (rental_id, _) in live.items()}
-        self.spot, self.seen = set(), set()
-        self._learn_tiers(uow, set(self.owner.values()))
+        if self.spot_pricing is not None:
+            self.spot_pricing.forget_all()
+            self.spot_pricing.learn(uow, set(self.owner.values()))
         history = [to_request(r) for r in uow.rentals.list(None, 5000)]
         self.policy = build_policy(self.policy_name, seed=self.seed, history=history)
         self.snapshot, self.fleet, self.version = snapshot, fleet, version
@@ -586,7 +488,8 @@ class Scheduler:
                 snapshot.occupy(allocation)
                 self.held[allocation_id] = allocation
                 self.owner[allocation_id] = rental_id
-            self._learn_tiers(uow, {self.owner[i] for i in new if i in self.owner})
+            if self.spot_pricing is not None:
+                self.spot_pricing.learn(uow, {self.owner[i] for i in new if i in self.owner})
         cordoned = uow.fleet.cordoned()
         for name in cordoned ^ self.cordoned:
             if name in snapshot.by_name:
