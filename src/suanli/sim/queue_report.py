@@ -154,11 +154,14 @@ def queue_command(
             )
     console.print(results_table(f"queueing replay: {jobs.name} on {fleet.gpu_count} GPUs", results))
     console.print("replay speed (jobs/s): " + ", ".join(f"{r.policy} {r.jobs_per_s:,.0f}" for r in results))
-    console.print(
+    legend = (
         "idle %: GPUs free while jobs waited (first to last arrival); held %: of those, on nodes drained "
-        "for the blocked head; owed GPU-h: work still to run at the last arrival; lost %: allocated GPU-time "
-        "that preemption threw away (the job reruns)"
+        "for the blocked head; owed GPU-h: work still to run at the last arrival"
     )
+    if any(r.preemptions for r in results):
+        legend += "; lost %: allocated GPU-time that preemption threw away"
+        legend += " (the job resumes)" if checkpoint else " (the job reruns)"
+    console.print(legend)
     notes = {
         "nodes": len(fleet.nodes),
         "offered_load_pct": round(100 * load, 2),
