@@ -115,18 +115,75 @@ def test_verify_detects_a_tampered_posting(env) -> None:
     _placed(factory, "rnt_t", ended="stopped", after_s=300)
     billing.meter(now=T0 + timedelta(seconds=400))
     assert billing.verify(ADMIN)[0].ok
-    with engine.begin() as connection:
-        connection.execute(
-            text(
-                "UPDATE ledger_postings SET amount_micros = amount_micros - 1 "
-                "WHERE id = (SELECT MIN(id) FROM ledger_postings WHERE account_kind = 'tenant_cash')"
-            )
-        )
+    tamper = text(
+        "UPDATE ledger_postings SET amount_micros = amount_micros - 1 "
+        "WHERE id = (SELECT MIN(id) FROM ledger_postings WHERE account_kind = 'tenant_cash')"
+    )
+    with pytest.raises(Exception, match="append-only"), engine.begin() as connection:
+        connection.execute(tamper)
+    with engine.begin() as connection:  # someone with the power to lift the guards (superuser, file access)
+        _lift_ledger_guards(connection)
+        connection.execute(tamper)
     with factory() as u:
         transactions = u.ledger.transactions(None)
     result = verify(transactions)
     assert not result.ok
     assert any("hash does not match" in p for p in result.problems)
+
+
+def _lift_ledger_guards(connection) -> None:
+    if connection.dialect.name == "postgresql":
+        connection.execute(text("SET LOCAL session_replication_role = replica"))  # no triggers fire
+    else:
+        connection.execute(text("DROP TRIGGER ledger_postings_no_update"))
+
+
+def test_the_database_keeps_the_ledger_append_only(env) -> None:
+    engine, _, billing, _ = env
+    billing.credit(ADMIN, "ten_a", 1_000, False, "first")
+    statements = [
+        "UPDATE ledger_transactions SET memo = 'edited'",
+        "DELETE FROM ledger_postings",
+        "DELETE FROM ledger_transactions",
+    ]
+    if engine.dialect.name == "postgresql":
+        statements.append("TRUNCATE ledger_postings, ledger_transactions")
+    for statement in statements:
+        with pytest.raises(Exception, match="append-only"), engine.begin() as connection:
+            connection.execute(text(statement))
+    assert billing.verify(ADMIN)[0].ok
+
+
+def test_the_guard_and_the_expected_start_migrations_go_down_and_up_again(database_url: str) -> None:
+    from alembic import command
+    from alembic.config import Config
+
+    from suanli.store.db import MIGRATIONS
+
+    engine = make_engine(database_url)
+    migrate(engine)
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.downgrade(config, "0010")
+    tx = text(
+        "INSERT INTO ledger_transactions (seq, key, kind, at_s, ref, memo, created_at, prev_hash, hash, "
+        "postings_sum) VALUES (1, 'k', 'top_up', 0, '', '', :at, 'p', 'h', 0)"
+    )
+    postings = text(
+        "INSERT INTO ledger_postings (tx_seq, account_kind, owner, amount_micros) "
+        "VALUES (1, 'external_cash', 'platform', -5), (1, 'tenant_cash', 'ten_a', 5)"
+    )
+    with engine.begin() as connection:  # unguarded again: rows can be written and deleted
+        connection.execute(tx, {"at": T0})
+        connection.execute(postings)
+        assert connection.execute(text("DELETE FROM ledger_postings")).rowcount == 2
+        connection.execute(postings)
+    migrate(engine)
+    with pytest.raises(Exception, match="append-only"), engine.begin() as connection:
+        connection.execute(text("DELETE FROM ledger_postings"))
+    engine.dispose()
 
 
 def test_the_database_refuses_unbalanced_and_forked_transactions(env) -> None:

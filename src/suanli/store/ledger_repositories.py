@@ -1,13 +1,14 @@
 """The ledger repository: append-only storage of the domain's hash-chained transactions.
 
-There is no update or delete path. `append` writes a transaction and its postings with `postings_sum` (the
-database refuses a sum other than 0) and its `prev_hash` (UNIQUE: a second writer appending after the
-same head is refused, so the chain never forks; the caller retries on a fresh head). `append_many` writes a
-run of transactions chained one on the next (the meter's batch) with two bulk INSERTs: the transactions (their
-`seq`s come back with RETURNING, in order), then all their postings. Either way the accounts' running balances
-(`ledger_balances`) take the postings' sums in the same transaction, after the transaction rows (whose UNIQUE
-`prev_hash` already orders concurrent writers), in key order. Reading returns domain `Transaction`s in chain
-order (`seq`); `balances` reads the running balances, `posted_balances` sums the postings.
+There is no update or delete path, and the database refuses one (migration 0012). `append` writes a
+transaction and its postings with `postings_sum` (the database refuses a sum other than 0) and its `prev_hash`
+(UNIQUE: a second writer appending after the same head is refused, so the chain never forks; the caller
+retries on a fresh head). `append_many` writes a run of transactions chained one on the next (the meter's
+batch) with two bulk INSERTs: the transactions (their `seq`s come back with RETURNING, in order), then all
+their postings. Either way the accounts' running balances (`ledger_balances`) take the postings' sums in the
+same transaction, after the transaction rows (whose UNIQUE `prev_hash` already orders concurrent writers), in
+key order. Reading returns domain `Transaction`s in chain order (`seq`); `balances` reads the running
+balances, `posted_balances` sums the postings.
 """
 
 from __future__ import annotations
