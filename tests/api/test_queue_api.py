@@ -3,6 +3,7 @@ when capacity is reserved for it, in the API and in `suanli ls` / `suanli show`.
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timedelta
 
 from typer.testing import CliRunner
@@ -21,8 +22,8 @@ def _placed_at(body: dict) -> datetime:
 
 def test_the_head_of_the_queue_shows_when_it_starts_at_the_latest(database_url: str, monkeypatch) -> None:
     """`first` holds the H200 node for at most 1 h; `second` waits at the head of the queue and shows
-    first's placement + 1 h; `third`, behind it, shows nothing. When `first` stops, `second` is placed and
-    no longer shows a start."""
+    first's placement + 1 h (as does the metrics gauge); `third`, behind it, shows nothing. When `first`
+    stops, `second` is placed and no longer shows a start, and `third` heads the queue."""
     with app_client(database_url, queue="backfill") as client:
         tenant_id = client.post("/v1/tenants", json={"name": "q"}, headers=ADMIN).json()["id"]
         secret = client.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()
@@ -49,6 +50,12 @@ def test_the_head_of_the_queue_shows_when_it_starts_at_the_latest(database_url: 
         expected = datetime.fromisoformat(head["expected_start_at"])
         assert abs(expected - (_placed_at(placed) + timedelta(hours=1))) < timedelta(seconds=1)
 
+        metrics = client.get("/metrics").text
+        (line,) = [
+            x for x in metrics.splitlines() if x.startswith("suanli_queue_head_start_timestamp_seconds")
+        ]
+        assert abs(float(line.split()[1]) - expected.timestamp()) < 1
+
         monkeypatch.setattr(platform_commands, "logged_in", logged_in_as(client, secret["secret"]))
         runner, env = CliRunner(), {"COLUMNS": "200"}
         shown = runner.invoke(app, ["show", second], env=env)
@@ -60,3 +67,11 @@ def test_the_head_of_the_queue_shows_when_it_starts_at_the_latest(database_url: 
         assert client.post(f"/v1/rentals/{first}/stop", headers=headers).status_code == 200
         started = wait_for(client, second, headers, "placed")
         assert started["state"] == "placed" and started["expected_start_at"] is None
+        # `third` heads the queue now, reserved for when `second` ends at its declared 10 min
+        deadline = _placed_at(started) + timedelta(minutes=10)
+        for _ in range(200):
+            shown = client.get(f"/v1/rentals/{third}", headers=headers).json()["expected_start_at"]
+            if shown is not None:
+                break
+            time.sleep(0.02)
+        assert shown is not None and abs(datetime.fromisoformat(shown) - deadline) < timedelta(seconds=1)

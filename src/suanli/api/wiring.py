@@ -59,6 +59,13 @@ class Metrics:
         self.placed = Gauge(
             "suanli_last_cycle_placed", "Rentals placed by the last cycle", registry=self.registry, **mode
         )
+        self.head_start = Gauge(
+            "suanli_queue_head_start_timestamp_seconds",
+            "Backfill queue: when the blocked head's reserved capacity frees up, as a Unix time (0: no "
+            "blocked head, or its start is unbounded)",
+            registry=self.registry,
+            **mode,
+        )
         self._reasons: set[str] = set()
 
     def exposition(self) -> bytes:
@@ -74,6 +81,7 @@ class Metrics:
             return
         self.decision.observe(report.decision_s)
         self.placed.set(report.placed)
+        self.head_start.set(report.head_start_s or 0)
         for state in GPU_STATES:
             self.gpus.labels(state).set(report.gpus.get(state, 0))
         for reason in self._reasons | set(report.pending):

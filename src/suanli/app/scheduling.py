@@ -64,6 +64,7 @@ class CycleReport:
     notices: int = 0  # victims given a preemption notice
     preempted: int = 0  # victims ended at their deadline (or when they left), capacity handed over
     repriced: int = 0  # live spot rentals whose rate followed their pool's spot price
+    head_start_s: float | None = None  # backfill queue: the blocked head's reserved start (epoch seconds)
 
 
 def _recorded_head(pending: Sequence[Rental]) -> str | None:
@@ -163,6 +164,8 @@ class Scheduler:
             still = (*promised.pending, *plan.pending)
             notices = self._choose_victims(still, by_id, now_s, live)
         report = CycleReport(decision_s=time.perf_counter() - started)
+        if self.queue is not None and self.head is not None:
+            report.head_start_s = self.head_start_s
         noticed = {p.preemptor for p in notices}
         try:
             with self.uow() as uow:
