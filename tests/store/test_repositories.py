@@ -102,8 +102,9 @@ def _fleet():
     return parse_fleet(FLEET, source="example", catalog=CATALOG)
 
 
-def _scheduler(uow) -> Scheduler:
-    return Scheduler(uow, Clock(), CATALOG, FleetCache(CATALOG), "suanli", 0)
+def _scheduler(uow, queue=None, clock=None) -> Scheduler:
+    """A scheduler on the example fleet's store; `queue`: the backfill queue's config (None: greedy)."""
+    return Scheduler(uow, clock or Clock(), CATALOG, FleetCache(CATALOG), "suanli", 0, queue=queue)
 
 
 def _booked(uow) -> list[tuple[str, int]]:
@@ -155,7 +156,7 @@ def _queue_case(uow, queue) -> dict[str, tuple[str, str | None]]:
     """7 of the 8 H100 nodes busy for 2 h; then a 2-node gang (head), one node without and one with 1 h."""
     from suanli.domain.queueing import PLATFORM_QUEUE
 
-    scheduler = Scheduler(uow, Clock(), CATALOG, FleetCache(CATALOG), "suanli", 0, queue=queue)
+    scheduler = _scheduler(uow, queue)
     h100 = dict(gpu_model="H100-SXM-80GB", gpus=8)
     with uow() as u:
         u.rentals.add(_rental("rnt_a", RentalSpec(**h100, nodes=7, max_duration_s=7200)))
@@ -201,7 +202,7 @@ def test_the_head_shows_its_reserved_start_until_it_is_placed(uow) -> None:
         assert u.rentals.set_state("rnt_a", "stopped", expect=("placed",), reason=None)
         u.rentals.release("rnt_a")
         u.commit()
-    scheduler = Scheduler(uow, Clock(), CATALOG, FleetCache(CATALOG), "suanli", 0, queue=PLATFORM_QUEUE)
+    scheduler = _scheduler(uow, PLATFORM_QUEUE)
     scheduler.run_cycle()
     with uow() as u:
         head = u.rentals.get("rnt_b")
@@ -227,7 +228,7 @@ def test_a_new_leader_keeps_the_recorded_head(uow) -> None:
     with uow() as u:
         u.rentals.add(_rental("rnt_e", RentalSpec(**h100, max_duration_s=600)))
         u.commit()
-    leader = Scheduler(uow, HourLater(), CATALOG, FleetCache(CATALOG), "suanli", 0, queue=PLATFORM_QUEUE)
+    leader = _scheduler(uow, PLATFORM_QUEUE, HourLater())
     leader.run_cycle()
     assert leader.head == "rnt_b"
     with uow() as u:
@@ -235,7 +236,7 @@ def test_a_new_leader_keeps_the_recorded_head(uow) -> None:
         assert shown["rnt_b"] is not None and shown["rnt_e"] is None
         u.rentals.set_expected_start("rnt_b", None)  # as if nothing had been recorded
         u.commit()
-    forgetful = Scheduler(uow, HourLater(), CATALOG, FleetCache(CATALOG), "suanli", 0, queue=PLATFORM_QUEUE)
+    forgetful = _scheduler(uow, PLATFORM_QUEUE, HourLater())
     forgetful.run_cycle()
     assert forgetful.head == "rnt_e"
 
@@ -262,7 +263,7 @@ def test_an_open_contract_holds_its_capacity_under_the_backfill_queue(uow, backf
             u.rentals.add(_rental(f"rnt_{i}", RentalSpec(gpu_model="H100-SXM-80GB", gpus=8)))
         u.commit()
     queue = PLATFORM_QUEUE if backfill else None
-    scheduler = Scheduler(uow, Clock(), CATALOG, FleetCache(CATALOG), "suanli", 0, queue=queue)
+    scheduler = _scheduler(uow, queue)
     report = scheduler.run_cycle()
     if not backfill:
         assert report.placed == 8  # greedy: contracts are priced, not held
@@ -293,7 +294,7 @@ def test_quotas_and_spend_caps_hold_rentals_back(uow, backfill: bool) -> None:
         u.rentals.add(Rental("rnt_b1", "ten_b", "pending", h100, NOW, quote={"final_micros_per_hour": 3_600}))
         u.commit()
     queue = PLATFORM_QUEUE if backfill else None
-    scheduler = Scheduler(uow, Clock(), CATALOG, FleetCache(CATALOG), "suanli", 0, queue=queue)
+    scheduler = _scheduler(uow, queue)
     report = scheduler.run_cycle()
     assert report.placed == 3 and report.pending == {"quota": 1, "spend_cap": 1}
     with uow() as u:
@@ -318,7 +319,7 @@ def test_fair_share_weights_split_the_fleet_under_the_backfill_queue(uow, weight
             for i in range(8):
                 u.rentals.add(Rental(f"rnt_{tenant[-1]}{i}", tenant, "pending", h100, NOW))
         u.commit()
-    scheduler = Scheduler(uow, Clock(), CATALOG, FleetCache(CATALOG), "suanli", 0, queue=PLATFORM_QUEUE)
+    scheduler = _scheduler(uow, PLATFORM_QUEUE)
     assert scheduler.run_cycle().placed == 8
     with uow() as u:
         placed = [r for r in u.rentals.list(None, 100) if r.state == "placed"]
@@ -340,7 +341,7 @@ def test_fair_share_usage_is_saved_and_a_new_leader_goes_on_from_it(uow, clock) 
         for i in range(8):
             u.rentals.add(Rental(f"rnt_a{i}", "ten_a", "pending", h100, NOW))
         u.commit()
-    first = Scheduler(uow, clock, CATALOG, FleetCache(CATALOG), "suanli", 0, queue=PLATFORM_QUEUE)
+    first = _scheduler(uow, PLATFORM_QUEUE, clock)
     assert first.run_cycle().placed == 8  # ten_a holds all 64 H100 GPUs from NOW
     clock.at = NOW + timedelta(days=14)
     first.run_cycle()  # 14 days of 64 GPUs, saved (more than FAIR_SHARE_SAVE_S since the last save)
@@ -358,7 +359,7 @@ def test_fair_share_usage_is_saved_and_a_new_leader_goes_on_from_it(uow, clock) 
             for i in range(8):
                 u.rentals.add(Rental(f"rnt_{tenant[-1]}{i + 10}", tenant, "pending", h100, clock.at))
         u.commit()
-    second = Scheduler(uow, clock, CATALOG, FleetCache(CATALOG), "suanli", 0, queue=PLATFORM_QUEUE)
+    second = _scheduler(uow, PLATFORM_QUEUE, clock)
     assert second.run_cycle().placed == 8
     assert second.fair.usage_gpu_s["ten_a"] == pytest.approx(usage["ten_a"])
     with uow() as u:

@@ -163,9 +163,7 @@ class Scheduler:
             placements = (*promised.placements, *plan.placements)
             still = (*promised.pending, *plan.pending)
             notices = self._choose_victims(still, by_id, now_s, live)
-        report = CycleReport(decision_s=time.perf_counter() - started)
-        if self.queue is not None and self.head is not None:
-            report.head_start_s = self.head_start_s
+        report = CycleReport(decision_s=time.perf_counter() - started, head_start_s=self.head_start_s)
         noticed = {p.preemptor for p in notices}
         try:
             with self.uow() as uow:
@@ -428,7 +426,7 @@ class Scheduler:
         allocation_ids = uow.rentals.book(rental.id, placement.nodes, rows)
         quoted = None
         if self.pricer is not None:
-            placed = [(self._node(a.node)[1], self._node(a.node)[0].region) for a in placement.nodes]
+            placed = [self._pool_of_node(a.node) for a in placement.nodes]
             spot = Tier.parse(rental.spec.tier) is Tier.SPOT
             utilization = pool_utilization(self.snapshot, placed) if spot else {}
             quoted = self.pricer(uow, rental, placed, utilization, now)
