@@ -25,11 +25,13 @@ class Settings(BaseSettings):
     scheduler_interval_s: float = Field(default=5.0, gt=0)
     policy: str = "suanli"
     policy_seed: int = 0
-    queue: Literal["greedy", "backfill"] = Field(
+    queue: Literal["greedy", "backfill", "conservative"] = Field(
         default="greedy",
         description="greedy: each cycle places whatever fits, in tier, bid and age order (a cloud's "
         "on-demand behaviour); backfill: the queueing policy `sim queue` measures (fair share, response "
-        "ratio, a blocked head keeps a reservation, only rentals with max_duration_s may pass it).",
+        "ratio, a blocked head keeps a reservation, only rentals with max_duration_s may pass it); "
+        "conservative: fair share then age, and every pending rental is booked a start that no later "
+        "rental may delay (Slurm's backfill), shown as its expected start.",
     )
     agent_heartbeat_interval_s: float = Field(default=5.0, gt=0)
     agent_missed_heartbeats: int = Field(default=3, ge=1, description="Down after this many intervals.")

@@ -75,3 +75,39 @@ def test_the_head_of_the_queue_shows_when_it_starts_at_the_latest(database_url: 
                 break
             time.sleep(0.02)
         assert shown is not None and abs(datetime.fromisoformat(shown) - deadline) < timedelta(seconds=1)
+
+
+def test_the_conservative_queue_shows_every_booked_start(database_url: str) -> None:
+    """Under `SUANLI_QUEUE=conservative` every pending rental is booked: `second` for when `first` ends at
+    its declared 1 h, `third` (no declared duration) for when `second` ends 10 min later; a short rental that
+    could run now but would overlap `second`'s booking waits its turn."""
+    with app_client(database_url, queue="conservative") as client:
+        tenant_id = client.post("/v1/tenants", json={"name": "q"}, headers=ADMIN).json()["id"]
+        secret = client.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()
+        credit = {"amount_micros": 10**12}
+        assert client.post(f"/v1/tenants/{tenant_id}/credit", json=credit, headers=ADMIN).status_code == 201
+        headers = {"Authorization": f"Bearer {secret['secret']}"}
+
+        def rent(**body) -> str:
+            response = client.post("/v1/rentals", json={**H200, **body}, headers=headers)
+            assert response.status_code == 201, response.text
+            return response.json()["id"]
+
+        first = rent(max_duration_s=3600)
+        placed = wait_for(client, first, headers, "placed")
+        second, third = rent(max_duration_s=600), rent()
+        for rental in (second, third):
+            wait_for(client, rental, headers, "placed", reason="no_capacity")
+        ends = _placed_at(placed) + timedelta(hours=1)
+        for rental, start in ((second, ends), (third, ends + timedelta(minutes=10))):
+            for _ in range(200):
+                shown = client.get(f"/v1/rentals/{rental}", headers=headers).json()
+                if shown["expected_start_at"] is not None:
+                    break
+                time.sleep(0.02)
+            assert shown["state"] == "pending" and shown["pending_reason"] == "no_capacity"
+            assert abs(datetime.fromisoformat(shown["expected_start_at"]) - start) < timedelta(seconds=1)
+
+        assert client.post(f"/v1/rentals/{first}/stop", headers=headers).status_code == 200
+        started = wait_for(client, second, headers, "placed")
+        assert started["state"] == "placed" and started["expected_start_at"] is None

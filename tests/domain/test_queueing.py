@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+import math
 
 import pytest
 from hypothesis import given, settings
@@ -268,3 +269,109 @@ def test_spot_yields_while_a_higher_tier_waits_but_preemption_still_happens():
     snap2 = snapshot_of(1, 8)  # no higher tier waiting: spot starts on free capacity
     alone = admit(snap2, queue[1:], [], POLICY, 10, config)
     assert [p.request_id for p in alone.placements] == ["spot2"]
+
+
+CONSERVATIVE = QueueConfig(mode=Mode.CONSERVATIVE, order=Order.FIFO)
+
+
+def test_conservative_backfill_protects_every_booking_where_easy_protects_only_the_head():
+    """`head` is booked on n0 at 100, `second` on n1 at 300: EASY lets `long` take n1's free GPUs (it
+    avoids the head's node) and so delays `second` by 50 h; conservative backfill books it after."""
+    snap = snapshot_of(2, 8)
+    a = run(snap, job("a", 8, 0, 100), 0)  # n0 until 100
+    b = run(snap, job("b", 6, 0, 300), 0)  # n1: 6 of 8 until 300
+    queue = [
+        job("head", 8, 1, 1000),
+        job("second", 8, 2, 100),
+        job("long", 2, 3, 180_000),
+        job("nolimit", 2, 4, None),
+        job("short", 2, 5, 200),  # ends at 210, before `second` needs n1
+    ]
+    easy = admit(snap, queue, [a, b], POLICY, 10, EASY)
+    assert {p.request_id for p in easy.placements} == {"long"}
+    for p in easy.placements:
+        for allocation in p.nodes:
+            snap.release(allocation)
+
+    decision = admit(snap, queue, [a, b], POLICY, 10, CONSERVATIVE)
+    assert [p.request_id for p in decision.placements] == ["short"]
+    booked = {b.request_id: (b.start_s, b.end_s, b.nodes) for b in decision.bookings}
+    assert booked["head"] == (100, 1100, frozenset({"n0"}))
+    assert booked["second"] == (300, 400, frozenset({"n1"}))
+    assert booked["long"][:2] == (400, 180_400) and booked["nolimit"] == (
+        1100,
+        float("inf"),
+        frozenset({"n0"}),
+    )
+    assert decision.head == "head" and decision.head_start_s == 100
+    assert "booked to start by" in next(p.message for p in decision.pending if p.request_id == "second")
+
+
+def test_conservative_books_nothing_past_the_window_so_later_requests_may_pass():
+    snap = snapshot_of(2, 8)
+    a = run(snap, job("a", 8, 0, 1000), 0)
+    b = run(snap, job("b", 4, 0, 1000), 0)
+    queue = [job("gang", 8, 1, 50, nodes=2), job("filler", 4, 2, 5000)]
+    held = admit(snap, queue, [a, b], POLICY, 10, CONSERVATIVE)
+    assert held.placements == () and [b.request_id for b in held.bookings] == ["gang", "filler"]
+    narrow = QueueConfig(mode=Mode.CONSERVATIVE, order=Order.FIFO, backfill_window_s=500)
+    passed = admit(snap, queue, [a, b], POLICY, 10, narrow)
+    assert [p.request_id for p in passed.placements] == ["filler"] and passed.bookings == ()
+    assert "backfill window" in next(p.message for p in passed.pending if p.request_id == "gang")
+
+
+def test_conservative_plans_only_the_backfill_depth_and_says_when_a_request_never_fits():
+    snap = snapshot_of(1, 8)
+    busy = run(snap, job("busy", 7, 0, 100), 0)
+    queue = [job("head", 8, 1, 50), job("huge", 8, 2, 50, nodes=3), job("next", 1, 3, 10)]
+    decision = admit(snap, queue, [busy], POLICY, 10, CONSERVATIVE)
+    assert reasons(decision) == {"head": Reason.NO_CAPACITY, "huge": Reason.GANG_TOO_LARGE}
+    assert [p.request_id for p in decision.placements] == ["next"]  # ends at 20, before the head's 100
+    snap.release(decision.placements[0].nodes[0])
+    shallow = admit(snap, queue, [busy], POLICY, 10, QueueConfig(mode=Mode.CONSERVATIVE, backfill_depth=1))
+    assert [b.request_id for b in shallow.bookings] == ["head"]
+    assert {p.message for p in shallow.pending if p.request_id != "head"} == {"past the backfill depth"}
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    running=st.lists(st.tuples(st.integers(1, 4), st.integers(1, 400)), max_size=10),
+    queued=st.lists(
+        st.tuples(st.integers(1, 8), st.one_of(st.none(), st.integers(1, 600)), st.integers(1, 2)),
+        min_size=1,
+        max_size=12,
+    ),
+)
+def test_conservative_never_holds_a_node_twice_at_once(running, queued):
+    """No two bookings, and no booking and a rental started now, hold one node over overlapping times;
+    with running rentals released at their declared ends, so nothing started delays anyone booked."""
+    snap = snapshot_of(4, 4)
+    now = 50.0
+    live = []
+    for i, (gpus, remaining) in enumerate(running):
+        request = job(f"r{i}", gpus, 0, now + remaining)
+        outcome = place(snap, request, POLICY)
+        if isinstance(outcome, Placement):
+            live.append(Running(request, outcome, 0))
+    queue = [
+        job(f"q{i}", min(gpus, 4), float(i), duration, nodes=nodes if gpus > 4 else 1)
+        for i, (gpus, duration, nodes) in enumerate(queued)
+    ]
+    decision = admit(snap, queue, live, POLICY, now, CONSERVATIVE)
+    by_id = {r.id: r for r in queue}
+    booked = [(b.start_s, b.end_s, b.nodes, by_id[b.request_id]) for b in decision.bookings]
+    started = [
+        (now, now + (by_id[p.request_id].max_duration_s or math.inf), frozenset(a.node for a in p.nodes), p)
+        for p in decision.placements
+    ]
+    for i, (start, end, nodes, request) in enumerate(booked):
+        assert start > now
+        # a rental that started ahead of it in the queue may share its node (bookings hold whole nodes)
+        after = [b[:3] for b in booked[i + 1 :]]
+        after += [s[:3] for s in started if by_id[s[3].request_id].submitted_at_s > request.submitted_at_s]
+        for other_start, other_end, other_nodes in after:
+            assert not (nodes & other_nodes) or end <= other_start or other_end <= start
+    for b in decision.bookings:  # what runs on a booked node then has ended by its declared end
+        for r in live:
+            if b.nodes & {a.node for a in r.placement.nodes}:
+                assert r.expected_end_s <= b.start_s or r.gpus + by_id[b.request_id].gpus_per_node <= 4

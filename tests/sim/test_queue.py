@@ -83,7 +83,7 @@ def test_every_job_completes_and_waits_are_never_negative(trace: Path, name: str
 def test_backfill_is_no_worse_than_fifo_on_the_tiny_trace(trace: Path):
     fleet, jobs = synthetic_fleet(2, 8), read_itp_jobs(trace)
     fifo = run_queue(fleet, jobs, "fifo")
-    easy = run_queue(fleet, jobs, "fifo-backfill")
+    easy = run_queue(fleet, jobs, "fifo-easy")
     assert easy.mean_jct_s <= fifo.mean_jct_s
 
 
@@ -141,7 +141,7 @@ def test_idle_while_waiting_splits_off_the_drain_for_the_blocked_head():
         TraceJob("late", 72_000, 60, 1),  # ends the arrival window at 20 h
     ]
     fleet = synthetic_fleet(2, 8)
-    easy = run_queue(fleet, jobs, "fifo-backfill")
+    easy = run_queue(fleet, jobs, "fifo-easy")
     fifo = run_queue(fleet, jobs, "fifo")
     free_node_gpu_s = 8 * (36_000 - 3_600)
     assert easy.idle_waiting_gpu_s == pytest.approx(free_node_gpu_s)

@@ -25,7 +25,7 @@ from suanli.app.sla import SlaService
 from suanli.app.tenants import TenantService
 from suanli.config import Settings
 from suanli.domain.catalog_data import CATALOG
-from suanli.domain.queueing import PLATFORM_QUEUE
+from suanli.domain.queueing import BOOKED_QUEUE, PLATFORM_QUEUE
 from suanli.loops.agent_reaper import ReaperLoop
 from suanli.loops.meter_loop import MeterLoop
 from suanli.loops.scheduler_loop import SchedulerLoop
@@ -133,7 +133,7 @@ def build(settings: Settings, clock: Clock | None = None) -> Services:
         settings.policy_seed,
         notice_s=settings.preemption_notice_s,
         notice_by_tier_s=settings.preemption_notice_by_tier_s,
-        queue=PLATFORM_QUEUE if settings.queue == "backfill" else None,
+        queue={"backfill": PLATFORM_QUEUE, "conservative": BOOKED_QUEUE}.get(settings.queue),
         pricer=lambda u, rental, placed, utilization, now: billing.placement_quote(
             u, rental, to_request(rental).shape, placed, utilization, now
         ),

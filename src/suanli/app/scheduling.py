@@ -109,6 +109,7 @@ class Scheduler:
         self.fair_saved_s: float | None = None  # when the fair share in the store was saved, as last seen
         self.head: str | None = None
         self.head_start_s: float | None = None  # the blocked head's reserved start, when one was made
+        self.booked_s: dict[str, float] = {}  # conservative queue: every booked start (epoch seconds)
         self.reserved: tuple[str, ...] = ()
         self.cordoned: set[str] = set()
         self._lock = threading.Lock()
@@ -201,13 +202,16 @@ class Scheduler:
         return report
 
     def _record_expected_start(self, uow: UnitOfWork, pending: Sequence[Rental]) -> None:
-        """Show the blocked head's reserved start on its rental and on no other. The estimate is worked out
-        again every cycle; it is written only when it moves by `EXPECTED_START_STEP_S` or more."""
-        start = None
+        """Show each booked start (the blocked head's under backfill, every booking under the conservative
+        queue) on its rental and on no other. The estimates are worked out again every cycle; one is written
+        only when it moves by `EXPECTED_START_STEP_S` or more."""
+        starts = dict(self.booked_s)
         if self.head is not None and self.head_start_s is not None:
-            start = datetime.fromtimestamp(self.head_start_s, UTC)
+            starts.setdefault(self.head, self.head_start_s)
         for rental in pending:
-            wanted, shown = (start if rental.id == self.head else None), rental.expected_start_at
+            start_s = starts.get(rental.id)
+            wanted = None if start_s is None else datetime.fromtimestamp(start_s, UTC)
+            shown = rental.expected_start_at
             if wanted is None or shown is None:
                 moved = wanted is not shown
             else:
@@ -335,6 +339,7 @@ class Scheduler:
         )
         self.head, self.reserved = decision.head, decision.reserved_nodes
         self.head_start_s = decision.head_start_s
+        self.booked_s = {b.request_id: b.start_s for b in decision.bookings}
         if self.head is not None and self.head_start_s is None:
             self.head_start_s = self._head_start(queue, running, decision.placements, now_s)
         return decision.placements, list(decision.pending), decision.preemptions

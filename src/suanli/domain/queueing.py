@@ -13,6 +13,8 @@ trials are undone. Phases:
    head's reserved start, or if it fits without touching the reserved nodes; then it cannot delay the head.
    Candidates are tried in queue order (EASY as published) or by `BackfillOrder` (shortest, response ratio).
    Requests without a duration never pass a blocked head; in `Mode.STRICT` nothing passes it.
+   `Mode.CONSERVATIVE` (Slurm's backfill plugin) books every request in order instead, each at its earliest
+   slot against the bookings before it (`earliest_slot`), so a later request never delays an earlier one.
 Gates (`Gates`, optional) hold requests back without letting them block anyone: a spot bid below its pool's
 floor (Reason.BID_BELOW_FLOOR; running spot below the floor gets notice), tenant quotas and spend caps
 (Reason.QUOTA, Reason.SPEND_CAP), and capacity held for open contracts (Reason.CONTRACT_HOLD). A contract
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import insort
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -43,7 +46,7 @@ from suanli.domain.preemption import (
 )
 from suanli.domain.quotas import Ledger, Limits
 from suanli.domain.request import Request, Tier
-from suanli.domain.reservation import reserve
+from suanli.domain.reservation import Booking, earliest_slot, expected_end, reserve
 from suanli.domain.scheduler import place
 from suanli.domain.snapshot import Snapshot
 
@@ -61,6 +64,7 @@ NEVER_FITS = frozenset(
 class Mode(StrEnum):
     STRICT = "strict"  # nothing passes a blocked head
     BACKFILL = "backfill"  # EASY: requests with a declared duration may pass if they cannot delay the head
+    CONSERVATIVE = "conservative"  # Slurm's backfill: a request may pass only if it delays no one before it
 
 
 class Order(StrEnum):
@@ -94,6 +98,8 @@ class QueueConfig:
     keep_head: bool = False  # the last cycle's blocked head stays first in its class until it starts
     spare_free: bool = False  # reserve the head on nodes busy now, leaving GPUs free now to backfill
     spot_yields: bool = False  # no spot starts in a cycle where a higher tier waits for capacity
+    backfill_window_s: float = 24 * 3600.0  # CONSERVATIVE: latest booked start (Slurm bf_window)
+    backfill_depth: int = 500  # CONSERVATIVE: requests planned per cycle (Slurm bf_max_job_test)
 
 
 # The platform's queueing policy (`sim queue`'s `suanli`; the server's `SUANLI_QUEUE=backfill`): tier,
@@ -108,6 +114,17 @@ PLATFORM_QUEUE = QueueConfig(
     preemption=PreemptionConfig(),
     keep_head=True,
     spare_free=True,
+    spot_yields=True,
+)
+
+
+# The server's `SUANLI_QUEUE=conservative`: tier, spot bid, weighted fair share, then age, with Slurm's
+# conservative backfill, so every pending rental (up to the depth) has a start no later rental can delay;
+# spot does not start while a higher tier waits; lower tiers are preempted with notice.
+BOOKED_QUEUE = QueueConfig(
+    mode=Mode.CONSERVATIVE,
+    order=Order.PRIORITY,
+    preemption=PreemptionConfig(),
     spot_yields=True,
 )
 
@@ -132,6 +149,7 @@ class CycleDecision:
     floor_evictions: tuple[Eviction, ...] = ()  # running spot below the floor: notice now, killed at deadline
     promoted: tuple[str, ...] = ()  # requests admitted as `reserved` under an open contract
     reserved_nodes: tuple[str, ...] = ()  # where the blocked head's reservation lies (when one was made)
+    bookings: tuple[Booking, ...] = ()  # Mode.CONSERVATIVE: every planned start, in queue order
 
 
 def admit(
@@ -181,6 +199,7 @@ def admit(
         cycle.floor_evictions,
         tuple(sorted(cycle.claims)),
         tuple(sorted(cycle.reserved_nodes)),
+        tuple(cycle.bookings),
     )
 
 
@@ -297,6 +316,7 @@ class _Cycle:
         self.last_head: str | None = None
         self.last_reserved: frozenset[str] = frozenset()
         self.reserved_nodes: set[str] = set()
+        self.bookings: list[Booking] = []
         self.higher_waiting = False  # a non-spot request waits for capacity (preempting or blocked)
         self.free_gpus = snapshot.gpu_count - snapshot.allocated_milli() / 1000
         self.failed: set[tuple] = set()  # (fit key, cordoned) that did not fit: capacity only shrinks
@@ -473,6 +493,11 @@ class _Cycle:
 
     def after_head(self, head: Request, rest: Sequence[Request]) -> None:
         """Reserve the head's earliest start, then backfill `rest` without delaying it."""
+        if self.config.mode is Mode.CONSERVATIVE:
+            self.head = head.id
+            self.note_waiting(head)
+            self._plan_conservative([head, *rest])
+            return
         self.head = head.id
         self.note_waiting(head)
         self.pending.append(Pending(head.id, Reason.NO_CAPACITY, "head of the queue; waiting for capacity"))
@@ -523,6 +548,68 @@ class _Cycle:
                     )
                 )
 
+    def _plan_conservative(self, requests: Sequence[Request]) -> None:
+        """Book each request in order at its earliest slot that delays no booking before it; start what can.
+
+        Slurm's backfill: every request (up to `backfill_depth`) gets a start, found against the running
+        rentals' declared ends and the whole nodes booked for the requests before it; one whose slot is now
+        starts. A request whose slot lies past `backfill_window_s` gets no booking, so later ones may pass it.
+        """
+        timed = sorted(
+            (r for r in self.running if r.expected_end_s is not None),
+            key=lambda r: (expected_end(r, self.now), r.request.id),
+        )
+        bookings = self.bookings
+        horizon_s = self.now + self.config.backfill_window_s
+        planned = 0
+        for request in requests:
+            if self.gated(request) or self.spot_held(request):
+                continue
+            if planned >= self.config.backfill_depth:
+                self.pending.append(Pending(request.id, Reason.NO_CAPACITY, "past the backfill depth"))
+                continue
+            if self.free_gpus < 1e-9 < len(bookings):  # nothing more can start now: the rest plans nothing
+                self.pending.append(Pending(request.id, Reason.NO_CAPACITY, "no free GPU"))
+                continue
+            planned += 1
+            slot = earliest_slot(self.snapshot, request, timed, bookings, self.policy, self.now, horizon_s)
+            if slot is None:
+                self.pending.append(self._never_fits(request) or _unbooked(request))
+                continue
+            start_s, placement = slot
+            if start_s <= self.now:
+                breached = self._hold_breached(request, placement)
+                if breached is not None:
+                    self.pending.append(self._hold_pending(request, breached))
+                    continue
+                for allocation in placement.nodes:
+                    self.snapshot.occupy(allocation)
+                self.placements.append(placement)
+                self.free_gpus -= placement.gpus
+                self._book(request, placement)
+                started = Running(request, placement, self.now)
+                insort(timed, started, key=lambda r: (expected_end(r, self.now), r.request.id))
+                continue
+            duration = request.max_duration_s if request.max_duration_s is not None else math.inf
+            nodes = frozenset(a.node for a in placement.nodes)
+            bookings.append(Booking(request.id, start_s, start_s + duration, nodes))
+            if self.head_start_s is None:
+                self.head, self.head_start_s, self.reserved_nodes = request.id, start_s, set(nodes)
+            self.pending.append(
+                Pending(request.id, Reason.NO_CAPACITY, f"booked to start by {_utc_text(start_s)}")
+            )
+
+    def _never_fits(self, request: Request) -> Pending | None:
+        """Why `request` fits nowhere even on an empty fleet, if it does not; the snapshot is unchanged."""
+        outcome = place(self.snapshot, request, self.policy)
+        if isinstance(outcome, Placement):
+            for allocation in outcome.nodes:
+                self.snapshot.release(allocation)
+            return None
+        if outcome.reason in NEVER_FITS or _gpus(request) > self.snapshot.gpu_count:
+            return outcome
+        return None
+
     def _place_avoiding(self, request: Request, nodes: set[str]) -> bool:
         cordoned = [n for n in nodes if self.snapshot.by_name[n].schedulable]
         for name in cordoned:
@@ -559,6 +646,10 @@ def _pool_gpus(placement: Placement, pool_of: Mapping[str, Pool]) -> dict[Pool, 
 
 def _utc_text(epoch_s: float) -> str:
     return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _unbooked(request: Request) -> Pending:
+    return Pending(request.id, Reason.NO_CAPACITY, "no start within the backfill window: not booked")
 
 
 def _blocked(request: Request, message: str) -> Pending:

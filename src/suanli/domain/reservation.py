@@ -1,8 +1,11 @@
-"""The blocked head's reservation: its earliest start and the nodes it would take (EASY backfill's shadow)."""
+"""Reservations: the blocked head's earliest start and nodes (EASY backfill's shadow), and each request's
+earliest slot against the bookings made before it (conservative backfill, as Slurm's backfill plugin)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from suanli.domain.plan import Placement
 from suanli.domain.policies import Policy
@@ -88,3 +91,88 @@ def _spare_free(
         for name in cordoned:
             snapshot.set_schedulable(name, True)
     return found
+
+
+OVERDUE_S = 60.0  # a rental past its declared end is expected to end this much later (it is still there now)
+
+
+@dataclass(frozen=True, slots=True)
+class Booking:
+    """A pending request's planned start (conservative backfill): its nodes are held over [start, end)."""
+
+    request_id: str
+    start_s: float
+    end_s: float  # math.inf for a request without a declared duration
+    nodes: frozenset[str]
+
+
+def expected_end(running: Running, now: float) -> float:
+    """When `running` frees its capacity in the plan; one already past its declared end, a minute from now."""
+    end = running.expected_end_s
+    if end is None:
+        return math.inf
+    return end if end > now else now + OVERDUE_S
+
+
+def earliest_slot(
+    snapshot: Snapshot,
+    request: Request,
+    timed: Sequence[Running],
+    bookings: Sequence[Booking],
+    policy: Policy,
+    now: float,
+    horizon_s: float,
+) -> tuple[float, Placement] | None:
+    """The earliest start up to `horizon_s` at which `request` fits its whole declared run; None if none.
+
+    `timed` is the running rentals by `expected_end` (rentals without one never release). Candidate starts
+    are now and each instant capacity frees up (a rental ends, a booking ends); at each, the rentals ended by
+    then are released and every node a booking holds at any time over the request's run is left out, as
+    Slurm's backfill map does with whole nodes. The snapshot is restored.
+    """
+    duration = request.max_duration_s if request.max_duration_s is not None else math.inf
+    need = request.gpus_per_node * request.node_count
+    ends = [expected_end(r, now) for r in timed]
+    starts = sorted(
+        {now}
+        | {e for e in ends if e <= horizon_s}
+        | {b.end_s for b in bookings if now < b.end_s <= horizon_s}
+    )
+    free = snapshot.gpu_count - snapshot.allocated_milli() / 1000
+    undos: list[Callable[[], None]] = []
+    released = 0
+    try:
+        for start in starts:
+            while released < len(timed) and ends[released] <= start:
+                undos.extend(snapshot.release(a) for a in timed[released].placement.nodes)
+                free += timed[released].gpus
+                released += 1
+            if free + 1e-9 < need:
+                continue
+            held = {n for b in bookings if b.start_s < start + duration and b.end_s > start for n in b.nodes}
+            if free - sum(snapshot.by_name[n].free_milli for n in held) / 1000 + 1e-9 < need:
+                continue
+            found = _place_without(snapshot, request, policy, held)
+            if found is not None:
+                return start, found
+        return None
+    finally:
+        for undo in reversed(undos):
+            undo()
+
+
+def _place_without(snapshot: Snapshot, request: Request, policy: Policy, nodes: set[str]) -> Placement | None:
+    """Where `request` would go with `nodes` cordoned; the snapshot is left as it was."""
+    cordoned = [n for n in nodes if snapshot.by_name[n].schedulable]
+    for name in cordoned:
+        snapshot.set_schedulable(name, False)
+    try:
+        outcome = place(snapshot, request, policy)
+        if not isinstance(outcome, Placement):
+            return None
+        for allocation in outcome.nodes:
+            snapshot.release(allocation)
+        return outcome
+    finally:
+        for name in cordoned:
+            snapshot.set_schedulable(name, True)

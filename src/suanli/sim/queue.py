@@ -39,13 +39,17 @@ from suanli.sim.itp import (
 )
 from suanli.sim.traces import TracePod
 
-# fifo: strict arrival order, nothing passes a blocked head. fifo-backfill: EASY (Slurm's default behaviour),
-# candidates in arrival order. suanli: tier / spot bid / weighted fair share, then within a tenant's class the
-# highest response ratio (wait + declared) / declared first (HRRN: short jobs first, but every job's ratio
-# grows while it waits, so none starves), EASY backfill with candidates by the same ratio, and preemption.
+# fifo: strict arrival order, nothing passes a blocked head. fifo-backfill: Slurm's default behaviour, its
+# backfill plugin with its defaults: arrival order, every job booked at its earliest slot (whole nodes), none
+# delayed by a later one, bookings up to a day ahead (bf_window) for up to 500 jobs (bf_max_job_test).
+# fifo-easy: EASY backfill (only the head is protected), candidates in arrival order. suanli: tier / spot
+# bid / weighted fair share, then within a tenant's class the highest response ratio (wait + declared) /
+# declared first (HRRN: short jobs first, but every job's ratio grows while it waits, so none starves), EASY
+# backfill with candidates by the same ratio, and preemption.
 POLICIES: dict[str, QueueConfig] = {
     "fifo": QueueConfig(mode=Mode.STRICT, order=Order.FIFO),
-    "fifo-backfill": QueueConfig(mode=Mode.BACKFILL, order=Order.FIFO, backfill_order=BackfillOrder.QUEUE),
+    "fifo-easy": QueueConfig(mode=Mode.BACKFILL, order=Order.FIFO, backfill_order=BackfillOrder.QUEUE),
+    "fifo-backfill": QueueConfig(mode=Mode.CONSERVATIVE, order=Order.FIFO),
     "suanli": PLATFORM_QUEUE,
 }
 SPOT_BID_MICROS = (500_000, 3_000_000)  # spot bids drawn uniformly in this range (micros per GPU-hour)

@@ -215,9 +215,10 @@ class RentalResponse(WireModel):
     notice_deadline: datetime | None = Field(default=None, description="Preempting: killed at this time.")
     expected_start_at: datetime | None = Field(
         default=None,
-        description="Pending at the head of the backfill queue (SUANLI_QUEUE=backfill): when capacity is "
-        "reserved for it, the rentals ahead of it ending at their declared max duration. It starts then at "
-        "the latest, sooner if they end early, unless a higher tier or a contract holder takes the capacity.",
+        description="Pending at the head of the backfill queue (SUANLI_QUEUE=backfill), or any pending "
+        "rental the conservative queue booked (SUANLI_QUEUE=conservative): when capacity is reserved for "
+        "it, the rentals ahead of it ending at their declared max duration. It starts then at the latest, "
+        "sooner if they end early, unless a higher tier or a contract holder takes the capacity.",
     )
     quote: QuoteResponse | None = Field(default=None, description="The price breakdown at creation.")
     rate_changes: list[RateChangeResponse] = Field(
