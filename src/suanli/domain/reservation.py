@@ -4,13 +4,13 @@ earliest slot against the bookings made before it (conservative backfill, as Slu
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from suanli.domain.plan import Placement
 from suanli.domain.policies import Policy
 from suanli.domain.preemption import Running
-from suanli.domain.request import Request
+from suanli.domain.request import Request, WholeGpus
 from suanli.domain.scheduler import place
 from suanli.domain.snapshot import Snapshot
 
@@ -131,34 +131,65 @@ def earliest_slot(
     Slurm's backfill map does with whole nodes. The snapshot is restored.
     """
     duration = request.max_duration_s if request.max_duration_s is not None else math.inf
-    need = request.gpus_per_node * request.node_count
     ends = [expected_end(r, now) for r in timed]
     starts = sorted(
         {now}
         | {e for e in ends if e <= horizon_s}
         | {b.end_s for b in bookings if now < b.end_s <= horizon_s}
     )
-    free = snapshot.gpu_count - snapshot.allocated_milli() / 1000
+    # whole GPUs free per node as of each start, kept by arithmetic: the snapshot is brought to a start (its
+    # rentals released) only when enough nodes have room there, which most starts fail
+    whole = isinstance(request.shape, WholeGpus)
+    node_free = {s.name: s.free_milli / 1000 for s in snapshot.nodes if s.schedulable}
+    # the bookings overlapping [start, start + duration) as starts advance: one enters once start passes
+    # its start less the duration, and leaves once start reaches its end
+    entering = sorted(bookings, key=lambda b: b.start_s - duration)
+    leaving = sorted(bookings, key=lambda b: b.end_s)
+    holders: dict[str, int] = {}
+    held: set[str] = set()
     undos: list[Callable[[], None]] = []
-    released = 0
+    released = applied = entered = left = 0
     try:
         for start in starts:
             while released < len(timed) and ends[released] <= start:
-                undos.extend(snapshot.release(a) for a in timed[released].placement.nodes)
-                free += timed[released].gpus
+                for allocation in timed[released].placement.nodes:
+                    if allocation.node in node_free:
+                        node_free[allocation.node] += sum(p.milli for p in allocation.slices) / 1000
                 released += 1
-            if free + 1e-9 < need:
+            while entered < len(entering) and entering[entered].start_s - duration < start:
+                for name in entering[entered].nodes:
+                    holders[name] = holders.get(name, 0) + 1
+                    held.add(name)
+                entered += 1
+            while left < len(leaving) and leaving[left].end_s <= start:
+                for name in leaving[left].nodes:
+                    holders[name] -= 1
+                    if not holders[name]:
+                        held.discard(name)
+                left += 1
+            if whole and not _room(node_free, request, held):
                 continue
-            held = {n for b in bookings if b.start_s < start + duration and b.end_s > start for n in b.nodes}
-            if free - sum(snapshot.by_name[n].free_milli for n in held) / 1000 + 1e-9 < need:
-                continue
-            found = _place_without(snapshot, request, policy, held)
+            while applied < released:
+                undos.extend(snapshot.release(a) for a in timed[applied].placement.nodes)
+                applied += 1
+            found = _place_without(snapshot, request, policy, set(held))
             if found is not None:
                 return start, found
         return None
     finally:
         for undo in reversed(undos):
             undo()
+
+
+def _room(node_free: Mapping[str, float], request: Request, held: Collection[str]) -> bool:
+    """Whether enough nodes outside `held` have the request's GPUs free (whole GPUs; a necessary test)."""
+    per_node, wanted = request.gpus_per_node - 1e-9, request.node_count
+    for name, free in node_free.items():
+        if free >= per_node and name not in held:
+            wanted -= 1
+            if wanted == 0:
+                return True
+    return False
 
 
 def _place_without(snapshot: Snapshot, request: Request, policy: Policy, nodes: set[str]) -> Placement | None:
