@@ -317,6 +317,7 @@ class _Cycle:
         self.last_reserved: frozenset[str] = frozenset()
         self.reserved_nodes: set[str] = set()
         self.bookings: list[Booking] = []
+        self.started: list[Running] = []  # this cycle's placements, as running from now
         self.higher_waiting = False  # a non-spot request waits for capacity (preempting or blocked)
         self.free_gpus = snapshot.gpu_count - snapshot.allocated_milli() / 1000
         self.failed: set[tuple] = set()  # (fit key, cordoned) that did not fit: capacity only shrinks
@@ -433,6 +434,7 @@ class _Cycle:
                 self.pending.append(self._hold_pending(request, breached))
                 return True  # decided: held capacity is not for it, and it blocks nobody
             self.placements.append(outcome)
+            self.started.append(Running(request, outcome, self.now))
             self.free_gpus -= outcome.gpus
             self._book(request, outcome)
             return True
@@ -514,8 +516,13 @@ class _Cycle:
                         else _blocked(request, "no declared duration: cannot backfill")
                     )
             return
-        reservation = reserve(
-            self.snapshot, head, self.running, self.policy, self.now, spare_free=self.config.spare_free
+        reservation = reserve(  # what this cycle placed runs from now: it ends at its declared duration too
+            self.snapshot,
+            head,
+            [*self.running, *self.started],
+            self.policy,
+            self.now,
+            spare_free=self.config.spare_free,
         )
         if reservation is None:
             self._block(rest, "the head's start cannot be bounded (running rentals without a duration)")
