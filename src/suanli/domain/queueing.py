@@ -27,7 +27,7 @@ import heapq
 import math
 from bisect import insort
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from types import MappingProxyType
@@ -568,6 +568,10 @@ class _Cycle:
         )
         bookings = self.bookings
         horizon_s = self.now + self.config.backfill_window_s
+        # capacity only shrinks as the cycle books and starts requests, so a request like an earlier one
+        # (same shape, constraints and duration) starts no sooner: its scan starts where that one's ended
+        earliest: dict[tuple, float] = {}
+        never: dict[tuple, Pending | None] = {}  # why requests like one that got no slot never fit, if so
         planned = 0
         for request in requests:
             if self.gated(request) or self.spot_held(request):
@@ -579,12 +583,25 @@ class _Cycle:
                 self.pending.append(Pending(request.id, Reason.NO_CAPACITY, "no free GPU"))
                 continue
             planned += 1
-            slot = earliest_slot(self.snapshot, request, timed, bookings, self.policy, self.now, horizon_s)
+            like = (_fit_key(request), request.max_duration_s)
+            not_before_s = earliest.get(like, self.now)
+            slot = None
+            if not_before_s <= horizon_s:
+                slot = earliest_slot(
+                    self.snapshot, request, timed, bookings, self.policy, self.now, horizon_s, not_before_s
+                )
             if slot is None:
-                self.pending.append(self._never_fits(request) or _unbooked(request))
+                if like not in never:
+                    never[like] = self._never_fits(request)
+                    earliest[like] = math.inf
+                why = never[like]
+                self.pending.append(
+                    _unbooked(request) if why is None else replace(why, request_id=request.id)
+                )
                 continue
-            start_s, placement = slot
-            if start_s <= self.now:
+            start_s, placement = slot.start_s, slot.placement
+            earliest[like] = start_s
+            if placement is not None:
                 breached = self._hold_breached(request, placement)
                 if breached is not None:
                     self.pending.append(self._hold_pending(request, breached))
@@ -598,7 +615,7 @@ class _Cycle:
                 insort(timed, started, key=lambda r: (expected_end(r, self.now), r.request.id))
                 continue
             duration = request.max_duration_s if request.max_duration_s is not None else math.inf
-            nodes = frozenset(a.node for a in placement.nodes)
+            nodes = slot.nodes
             bookings.append(Booking(request.id, start_s, start_s + duration, nodes))
             if self.head_start_s is None:
                 self.head, self.head_start_s, self.reserved_nodes = request.id, start_s, set(nodes)

@@ -11,7 +11,7 @@ from suanli.domain.plan import Placement
 from suanli.domain.policies import Policy
 from suanli.domain.preemption import Running
 from suanli.domain.request import Request, WholeGpus
-from suanli.domain.scheduler import place
+from suanli.domain.scheduler import nominate, place
 from suanli.domain.snapshot import Snapshot
 
 
@@ -114,6 +114,15 @@ def expected_end(running: Running, now: float) -> float:
     return end if end > now else now + OVERDUE_S
 
 
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """Where and when a request can run: the nodes it would hold, and its placement when it starts now."""
+
+    start_s: float
+    nodes: frozenset[str]
+    placement: Placement | None  # None for a later start planned on one node by free GPU counts
+
+
 def earliest_slot(
     snapshot: Snapshot,
     request: Request,
@@ -122,13 +131,17 @@ def earliest_slot(
     policy: Policy,
     now: float,
     horizon_s: float,
-) -> tuple[float, Placement] | None:
-    """The earliest start up to `horizon_s` at which `request` fits its whole declared run; None if none.
+    not_before_s: float = -math.inf,
+) -> Slot | None:
+    """The earliest start up to `horizon_s` (from `not_before_s`) at which `request` fits its whole declared
+    run; None if none.
 
     `timed` is the running rentals by `expected_end` (rentals without one never release). Candidate starts
     are now and each instant capacity frees up (a rental ends, a booking ends); at each, the rentals ended by
     then are released and every node a booking holds at any time over the request's run is left out, as
-    Slurm's backfill map does with whole nodes. The snapshot is restored.
+    Slurm's backfill map does with whole nodes. A start now is placed on the snapshot (and undone); a later
+    start of a one-node whole-GPU request takes the node with the fewest free GPUs that fit (best fit), and
+    any other shape is placed on the snapshot brought to that start. The snapshot is restored.
     """
     duration = request.max_duration_s if request.max_duration_s is not None else math.inf
     ends = [expected_end(r, now) for r in timed]
@@ -137,10 +150,14 @@ def earliest_slot(
         | {e for e in ends if e <= horizon_s}
         | {b.end_s for b in bookings if now < b.end_s <= horizon_s}
     )
-    # whole GPUs free per node as of each start, kept by arithmetic: the snapshot is brought to a start (its
-    # rentals released) only when enough nodes have room there, which most starts fail
+    # GPUs free per node that could ever host the request, as of each start, kept by arithmetic: the
+    # snapshot is brought to a start (its rentals released) only for shapes counts cannot place
     whole = isinstance(request.shape, WholeGpus)
-    node_free = {s.name: s.free_milli / 1000 for s in snapshot.nodes if s.schedulable}
+    classes = set(nominate(snapshot, request)[0])
+    node_free = {
+        s.name: s.free_milli / 1000 for s in snapshot.nodes if s.schedulable and s.class_id in classes
+    }
+    by_count = whole and request.node_count == 1
     # the bookings overlapping [start, start + duration) as starts advance: one enters once start passes
     # its start less the duration, and leaves once start reaches its end
     entering = sorted(bookings, key=lambda b: b.start_s - duration)
@@ -167,18 +184,27 @@ def earliest_slot(
                     if not holders[name]:
                         held.discard(name)
                 left += 1
-            if whole and not _room(node_free, request, held):
+            if start < not_before_s or (whole and not _room(node_free, request, held)):
                 continue
+            if by_count and start > now:
+                return Slot(start, frozenset({_best_fit(node_free, request, held)}), None)
             while applied < released:
                 undos.extend(snapshot.release(a) for a in timed[applied].placement.nodes)
                 applied += 1
             found = _place_without(snapshot, request, policy, set(held))
             if found is not None:
-                return start, found
+                nodes = frozenset(a.node for a in found.nodes)
+                return Slot(start, nodes, found if start <= now else None)
         return None
     finally:
         for undo in reversed(undos):
             undo()
+
+
+def _best_fit(node_free: Mapping[str, float], request: Request, held: Collection[str]) -> str:
+    """The node outside `held` with the fewest free GPUs that still hold the request (then by name)."""
+    per_node = request.gpus_per_node - 1e-9
+    return min((free, name) for name, free in node_free.items() if free >= per_node and name not in held)[1]
 
 
 def _room(node_free: Mapping[str, float], request: Request, held: Collection[str]) -> bool:
