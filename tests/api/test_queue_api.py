@@ -4,6 +4,7 @@ when capacity is reserved for it, in the API and in `suanli ls` / `suanli show`.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from typer.testing import CliRunner
@@ -20,21 +21,28 @@ def _placed_at(body: dict) -> datetime:
     return datetime.fromisoformat(placed["at"])
 
 
+def _tenant(client) -> tuple[dict, dict, Callable[..., str]]:
+    """A funded tenant: its key, its auth headers, and a function that rents the H200 node for it."""
+    tenant_id = client.post("/v1/tenants", json={"name": "q"}, headers=ADMIN).json()["id"]
+    secret = client.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()
+    credit = {"amount_micros": 10**12}
+    assert client.post(f"/v1/tenants/{tenant_id}/credit", json=credit, headers=ADMIN).status_code == 201
+    headers = {"Authorization": f"Bearer {secret['secret']}"}
+
+    def rent(**body) -> str:
+        response = client.post("/v1/rentals", json={**H200, **body}, headers=headers)
+        assert response.status_code == 201, response.text
+        return response.json()["id"]
+
+    return secret, headers, rent
+
+
 def test_the_head_of_the_queue_shows_when_it_starts_at_the_latest(database_url: str, monkeypatch) -> None:
     """`first` holds the H200 node for at most 1 h; `second` waits at the head of the queue and shows
     first's placement + 1 h (as does the metrics gauge); `third`, behind it, shows nothing. When `first`
     stops, `second` is placed and no longer shows a start, and `third` heads the queue."""
     with app_client(database_url, queue="backfill") as client:
-        tenant_id = client.post("/v1/tenants", json={"name": "q"}, headers=ADMIN).json()["id"]
-        secret = client.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()
-        credit = {"amount_micros": 10**12}
-        assert client.post(f"/v1/tenants/{tenant_id}/credit", json=credit, headers=ADMIN).status_code == 201
-        headers = {"Authorization": f"Bearer {secret['secret']}"}
-
-        def rent(**body) -> str:
-            response = client.post("/v1/rentals", json={**H200, **body}, headers=headers)
-            assert response.status_code == 201, response.text
-            return response.json()["id"]
+        secret, headers, rent = _tenant(client)
 
         first = rent(max_duration_s=3600)
         placed = wait_for(client, first, headers, "placed")
@@ -82,16 +90,7 @@ def test_the_conservative_queue_shows_every_booked_start(database_url: str) -> N
     its declared 1 h, `third` (no declared duration) for when `second` ends 10 min later; a short rental that
     could run now but would overlap `second`'s booking waits its turn."""
     with app_client(database_url, queue="conservative") as client:
-        tenant_id = client.post("/v1/tenants", json={"name": "q"}, headers=ADMIN).json()["id"]
-        secret = client.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()
-        credit = {"amount_micros": 10**12}
-        assert client.post(f"/v1/tenants/{tenant_id}/credit", json=credit, headers=ADMIN).status_code == 201
-        headers = {"Authorization": f"Bearer {secret['secret']}"}
-
-        def rent(**body) -> str:
-            response = client.post("/v1/rentals", json={**H200, **body}, headers=headers)
-            assert response.status_code == 201, response.text
-            return response.json()["id"]
+        _, headers, rent = _tenant(client)
 
         first = rent(max_duration_s=3600)
         placed = wait_for(client, first, headers, "placed")

@@ -75,6 +75,30 @@ def reasons(decision) -> dict[str, Reason]:
     return {p.request_id: p.reason for p in decision.pending}
 
 
+RUNNING = st.lists(st.tuples(st.integers(1, 4), st.integers(1, 400)), max_size=10)
+QUEUED = st.lists(
+    st.tuples(st.integers(1, 8), st.one_of(st.none(), st.integers(1, 600)), st.integers(1, 2)),
+    min_size=1,
+    max_size=12,
+)
+
+
+def random_cycle(running, queued, now: float) -> tuple[Snapshot, list[Running], list[Request]]:
+    """Four 4-GPU nodes with `running` (GPUs, seconds left) placed, and `queued` (GPUs, duration, nodes)."""
+    snap = snapshot_of(4, 4)
+    live = []
+    for i, (gpus, remaining) in enumerate(running):
+        request = job(f"r{i}", gpus, 0, now + remaining)
+        outcome = place(snap, request, POLICY)
+        if isinstance(outcome, Placement):
+            live.append(Running(request, outcome, 0))
+    queue = [
+        job(f"q{i}", min(gpus, 4), float(i), duration, nodes=nodes if gpus > 4 else 1)
+        for i, (gpus, duration, nodes) in enumerate(queued)
+    ]
+    return snap, live, queue
+
+
 def test_strict_fifo_never_passes_the_head():
     snap = snapshot_of(1, 8)
     busy = run(snap, job("busy", 4, 0, 100), 0)
@@ -132,27 +156,10 @@ def test_the_heads_reservation_counts_what_this_cycle_placed_as_ending_at_its_de
     ids=["easy", "easy-shortest", "easy-ratio", "easy-spare-free"],
 )
 @settings(max_examples=60, deadline=None)
-@given(
-    running=st.lists(st.tuples(st.integers(1, 4), st.integers(1, 400)), max_size=10),
-    queued=st.lists(
-        st.tuples(st.integers(1, 8), st.one_of(st.none(), st.integers(1, 600)), st.integers(1, 2)),
-        min_size=1,
-        max_size=12,
-    ),
-)
+@given(running=RUNNING, queued=QUEUED)
 def test_backfill_never_delays_the_heads_reserved_start(config, running, queued):
-    snap = snapshot_of(4, 4)
     now = 50.0
-    live = []
-    for i, (gpus, remaining) in enumerate(running):
-        request = job(f"r{i}", gpus, 0, now + remaining)
-        outcome = place(snap, request, POLICY)
-        if isinstance(outcome, Placement):
-            live.append(Running(request, outcome, 0))
-    queue = []
-    for i, (gpus, duration, nodes) in enumerate(queued):
-        per_node = min(gpus, 4)
-        queue.append(job(f"q{i}", per_node, float(i), duration, nodes=nodes if gpus > 4 else 1))
+    snap, live, queue = random_cycle(running, queued, now)
     decision = admit(snap, queue, live, POLICY, now, config)
     if decision.head is None or decision.head_start_s is None:
         return
@@ -350,29 +357,12 @@ def test_conservative_plans_only_the_backfill_depth_and_says_when_a_request_neve
 
 
 @settings(max_examples=80, deadline=None)
-@given(
-    running=st.lists(st.tuples(st.integers(1, 4), st.integers(1, 400)), max_size=10),
-    queued=st.lists(
-        st.tuples(st.integers(1, 8), st.one_of(st.none(), st.integers(1, 600)), st.integers(1, 2)),
-        min_size=1,
-        max_size=12,
-    ),
-)
+@given(running=RUNNING, queued=QUEUED)
 def test_conservative_never_holds_a_node_twice_at_once(running, queued):
     """No two bookings, and no booking and a rental started now, hold one node over overlapping times;
     with running rentals released at their declared ends, so nothing started delays anyone booked."""
-    snap = snapshot_of(4, 4)
     now = 50.0
-    live = []
-    for i, (gpus, remaining) in enumerate(running):
-        request = job(f"r{i}", gpus, 0, now + remaining)
-        outcome = place(snap, request, POLICY)
-        if isinstance(outcome, Placement):
-            live.append(Running(request, outcome, 0))
-    queue = [
-        job(f"q{i}", min(gpus, 4), float(i), duration, nodes=nodes if gpus > 4 else 1)
-        for i, (gpus, duration, nodes) in enumerate(queued)
-    ]
+    snap, live, queue = random_cycle(running, queued, now)
     decision = admit(snap, queue, live, POLICY, now, CONSERVATIVE)
     by_id = {r.id: r for r in queue}
     booked = [(b.start_s, b.end_s, b.nodes, by_id[b.request_id]) for b in decision.bookings]
