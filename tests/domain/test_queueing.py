@@ -381,3 +381,16 @@ def test_conservative_never_holds_a_node_twice_at_once(running, queued):
         for r in live:
             if b.nodes & {a.node for a in r.placement.nodes}:
                 assert r.expected_end_s <= b.start_s or r.gpus + by_id[b.request_id].gpus_per_node <= 4
+
+
+def test_conservative_books_a_node_with_the_cpu_and_memory_free_then():
+    """At 100 `x`'s 7 GPUs free up on its node, but `z` keeps all but 4 cores there until 10,000: the head
+    (4 GPUs, 8 cores) is booked on the other node when `y` ends at 200."""
+    snap = snapshot_of(2, 8)
+    x = run(snap, job("x", 7, 0, 100), 0)
+    y = run(snap, job("y", 8, 0, 200), 0)
+    z = run(snap, job("z", 1, 0, 10_000, cpu_milli=60_000), 0)
+    assert x.placement.nodes[0].node == z.placement.nodes[0].node != y.placement.nodes[0].node
+    decision = admit(snap, [job("head", 4, 1, 50, cpu_milli=8_000)], [x, y, z], POLICY, 10, CONSERVATIVE)
+    (booking,) = decision.bookings
+    assert (booking.start_s, booking.nodes) == (200, frozenset({y.placement.nodes[0].node}))

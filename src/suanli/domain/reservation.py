@@ -150,12 +150,15 @@ def earliest_slot(
         | {e for e in ends if e <= horizon_s}
         | {b.end_s for b in bookings if now < b.end_s <= horizon_s}
     )
-    # GPUs free per node that could ever host the request, as of each start, kept by arithmetic: the
-    # snapshot is brought to a start (its rentals released) only for shapes counts cannot place
+    # GPUs, CPU and memory free per node that could ever host the request, as of each start, kept by
+    # arithmetic: the snapshot is brought to a start (its rentals released) only for shapes counts cannot
+    # place
     whole = isinstance(request.shape, WholeGpus)
     classes = set(nominate(snapshot, request)[0])
-    node_free = {
-        s.name: s.free_milli / 1000 for s in snapshot.nodes if s.schedulable and s.class_id in classes
+    node_free = {  # GPUs, CPU milli and memory MiB free
+        s.name: [s.free_milli / 1000, s.cpu_free, s.memory_free]
+        for s in snapshot.nodes
+        if s.schedulable and s.class_id in classes
     }
     by_count = whole and request.node_count == 1
     # the bookings overlapping [start, start + duration) as starts advance: one enters once start passes
@@ -170,8 +173,11 @@ def earliest_slot(
         for start in starts:
             while released < len(timed) and ends[released] <= start:
                 for allocation in timed[released].placement.nodes:
-                    if allocation.node in node_free:
-                        node_free[allocation.node] += sum(p.milli for p in allocation.slices) / 1000
+                    free = node_free.get(allocation.node)
+                    if free is not None:
+                        free[0] += sum(p.milli for p in allocation.slices) / 1000
+                        free[1] += allocation.cpu_milli
+                        free[2] += allocation.memory_mib
                 released += 1
             while entered < len(entering) and entering[entered].start_s - duration < start:
                 for name in entering[entered].nodes:
@@ -201,21 +207,31 @@ def earliest_slot(
             undo()
 
 
-def _best_fit(node_free: Mapping[str, float], request: Request, held: Collection[str]) -> str:
+def _best_fit(node_free: Mapping[str, list[float]], request: Request, held: Collection[str]) -> str:
     """The node outside `held` with the fewest free GPUs that still hold the request (then by name)."""
-    per_node = request.gpus_per_node - 1e-9
-    return min((free, name) for name, free in node_free.items() if free >= per_node and name not in held)[1]
+    return min(
+        (free[0], name) for name, free in node_free.items() if name not in held and _fits(free, request)
+    )[1]
 
 
-def _room(node_free: Mapping[str, float], request: Request, held: Collection[str]) -> bool:
-    """Whether enough nodes outside `held` have the request's GPUs free (whole GPUs; a necessary test)."""
-    per_node, wanted = request.gpus_per_node - 1e-9, request.node_count
+def _room(node_free: Mapping[str, list[float]], request: Request, held: Collection[str]) -> bool:
+    """Whether enough nodes outside `held` have the request's GPUs, CPU and memory free (a necessary test)."""
+    wanted = request.node_count
     for name, free in node_free.items():
-        if free >= per_node and name not in held:
+        if name not in held and _fits(free, request):
             wanted -= 1
             if wanted == 0:
                 return True
     return False
+
+
+def _fits(free: Sequence[float], request: Request) -> bool:
+    gpus, cpu_milli, memory_mib = free
+    return (
+        gpus >= request.gpus_per_node - 1e-9
+        and cpu_milli >= request.cpu_milli
+        and memory_mib >= request.memory_mib
+    )
 
 
 def _place_without(snapshot: Snapshot, request: Request, policy: Policy, nodes: set[str]) -> Placement | None:
