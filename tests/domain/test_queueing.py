@@ -134,20 +134,30 @@ def test_a_long_job_may_backfill_off_the_heads_reserved_nodes():
     assert decision.placements[0].nodes[0].node == "n1"
 
 
-def test_the_heads_reservation_counts_what_this_cycle_placed_as_ending_at_its_declared_duration():
+@pytest.mark.parametrize(
+    ("config", "filler_waits"),
+    [
+        (EASY, Reason.BLOCKED_BY_HEAD),
+        (QueueConfig(mode=Mode.CONSERVATIVE, order=Order.FIFO), Reason.NO_CAPACITY),
+    ],
+    ids=["easy", "conservative"],
+)
+def test_the_heads_reservation_counts_what_this_cycle_placed_as_ending_at_its_declared_duration(
+    config, filler_waits
+):
     """`first` is placed in this cycle and ends by 100, so the head starts on first's node at 100; counted
     as never ending, the head would be reserved on old's node at 1000 and `filler` (until 500) would take
     first's node's free half and delay the head by 400."""
     snap = snapshot_of(2, 8)
     old = run(snap, job("old", 8, 0, 1000), 0)
     queue = [job("first", 4, 1, 100), job("head", 8, 2, 50), job("filler", 4, 3, 500)]
-    decision = admit(snap, queue, [old], POLICY, 0, EASY)
+    decision = admit(snap, queue, [old], POLICY, 0, config)
     assert [p.request_id for p in decision.placements] == ["first"]
     first_node = decision.placements[0].nodes[0].node
     assert (
         decision.head == "head" and decision.head_start_s == 100 and decision.reserved_nodes == (first_node,)
     )
-    assert reasons(decision)["filler"] is Reason.BLOCKED_BY_HEAD
+    assert reasons(decision)["filler"] is filler_waits
 
 
 @pytest.mark.parametrize(

@@ -562,8 +562,8 @@ class _Cycle:
         rentals' declared ends and the whole nodes booked for the requests before it; one whose slot is now
         starts. A request whose slot lies past `backfill_window_s` gets no booking, so later ones may pass it.
         """
-        timed = sorted(
-            (r for r in self.running if r.expected_end_s is not None),
+        timed = sorted(  # with what the walk placed this cycle, running from now
+            (r for r in [*self.running, *self.started] if r.expected_end_s is not None),
             key=lambda r: (expected_end(r, self.now), r.request.id),
         )
         bookings = self.bookings
@@ -612,7 +612,9 @@ class _Cycle:
                 self.free_gpus -= placement.gpus
                 self._book(request, placement)
                 started = Running(request, placement, self.now)
-                insort(timed, started, key=lambda r: (expected_end(r, self.now), r.request.id))
+                self.started.append(started)
+                if started.expected_end_s is not None:
+                    insort(timed, started, key=lambda r: (expected_end(r, self.now), r.request.id))
                 continue
             duration = request.max_duration_s if request.max_duration_s is not None else math.inf
             nodes = slot.nodes
