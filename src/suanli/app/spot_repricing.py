@@ -28,8 +28,8 @@ from suanli.domain.snapshot import Snapshot
 BELOW_FLOOR = "below_floor"  # `preempted_by` of a spot rental noticed because its bid fell below the floor
 REPRICED_STATES = ("placed", "starting", "running", "preempting")  # a spot rental that pays the spot price
 Pool = tuple[GpuModel, str]  # (model, region) of a node
-# (unit of work, rental, (model, region) of each placed node, pool utilization milli, now) -> its quote
 Utilization = Mapping[tuple[str, str], int]  # busy GPU milli per 1000 of each (model name, region) pool
+# (unit of work, rental, (model, region) of each placed node, pool utilization milli, now) -> its quote
 Pricer = Callable[[UnitOfWork, Rental, Sequence[Pool], Utilization, datetime], dict[str, Any]]
 # (unit of work, live spot rentals and their nodes' (model, region), now) -> rental id: floor above its bid
 FloorCheck = Callable[[UnitOfWork, Sequence[tuple[Rental, Sequence[Pool]]], datetime], dict[str, int]]

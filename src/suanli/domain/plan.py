@@ -46,6 +46,11 @@ class NodeAllocation:
     memory_mib: int
     slices: tuple[Slice, ...]
 
+    @property
+    def gpus(self) -> float:
+        """GPUs held on this node (MIG instances and shares as fractions)."""
+        return sum(s.milli for s in self.slices) / 1000
+
 
 @dataclass(frozen=True, slots=True)
 class Repartition:
@@ -66,7 +71,7 @@ class Placement:
 
     @property
     def gpus(self) -> float:
-        return sum(s.milli for n in self.nodes for s in n.slices) / 1000
+        return sum(n.gpus for n in self.nodes)
 
 
 @dataclass(frozen=True, slots=True)

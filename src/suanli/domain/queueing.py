@@ -495,13 +495,11 @@ class _Cycle:
 
     def after_head(self, head: Request, rest: Sequence[Request]) -> None:
         """Reserve the head's earliest start, then backfill `rest` without delaying it."""
-        if self.config.mode is Mode.CONSERVATIVE:
-            self.head = head.id
-            self.note_waiting(head)
-            self._plan_conservative([head, *rest])
-            return
         self.head = head.id
         self.note_waiting(head)
+        if self.config.mode is Mode.CONSERVATIVE:
+            self._plan_conservative([head, *rest])
+            return
         self.pending.append(Pending(head.id, Reason.NO_CAPACITY, "head of the queue; waiting for capacity"))
         if self.config.mode is Mode.STRICT or not any(r.max_duration_s is not None for r in rest):
             self._block(rest, "strict order: nothing passes the head")
@@ -637,14 +635,8 @@ class _Cycle:
         return None
 
     def _place_avoiding(self, request: Request, nodes: set[str]) -> bool:
-        cordoned = [n for n in nodes if self.snapshot.by_name[n].schedulable]
-        for name in cordoned:
-            self.snapshot.set_schedulable(name, False)
-        try:
+        with self.snapshot.cordoned(nodes):
             return self.try_place(request, cordon=True)
-        finally:
-            for name in cordoned:
-                self.snapshot.set_schedulable(name, True)
 
     def _block(self, rest: Sequence[Request], message: str) -> None:
         self.pending.extend(_blocked(r, message) for r in rest)
@@ -666,7 +658,7 @@ def _pool_gpus(placement: Placement, pool_of: Mapping[str, Pool]) -> dict[Pool, 
     gpus: dict[Pool, float] = {}
     for allocation in placement.nodes:
         pool = pool_of[allocation.node]
-        gpus[pool] = gpus.get(pool, 0.0) + sum(s.milli for s in allocation.slices) / 1000
+        gpus[pool] = gpus.get(pool, 0.0) + allocation.gpus
     return gpus
 
 

@@ -175,7 +175,7 @@ def earliest_slot(
                 for allocation in timed[released].placement.nodes:
                     free = node_free.get(allocation.node)
                     if free is not None:
-                        free[0] += sum(p.milli for p in allocation.slices) / 1000
+                        free[0] += allocation.gpus
                         free[1] += allocation.cpu_milli
                         free[2] += allocation.memory_mib
                 released += 1
@@ -236,16 +236,10 @@ def _fits(free: Sequence[float], request: Request) -> bool:
 
 def _place_without(snapshot: Snapshot, request: Request, policy: Policy, nodes: set[str]) -> Placement | None:
     """Where `request` would go with `nodes` cordoned; the snapshot is left as it was."""
-    cordoned = [n for n in nodes if snapshot.by_name[n].schedulable]
-    for name in cordoned:
-        snapshot.set_schedulable(name, False)
-    try:
+    with snapshot.cordoned(nodes):
         outcome = place(snapshot, request, policy)
         if not isinstance(outcome, Placement):
             return None
         for allocation in outcome.nodes:
             snapshot.release(allocation)
         return outcome
-    finally:
-        for name in cordoned:
-            snapshot.set_schedulable(name, True)

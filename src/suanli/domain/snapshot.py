@@ -6,7 +6,8 @@ Nodes are grouped by (class, state): a decision scores each group once, not each
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -205,6 +206,18 @@ class Snapshot:
         else:
             self._unindex(state)
             state.schedulable = False
+
+    @contextmanager
+    def cordoned(self, node_names: Collection[str]) -> Iterator[None]:
+        """Cordon these nodes for a trial; those that were schedulable are uncordoned again after it."""
+        names = [n for n in node_names if self.by_name[n].schedulable]
+        for name in names:
+            self.set_schedulable(name, False)
+        try:
+            yield
+        finally:
+            for name in names:
+                self.set_schedulable(name, True)
 
     def _index(self, state: NodeState) -> None:
         self.version += 1
