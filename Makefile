@@ -32,6 +32,7 @@ bench: $(BIN)/suanli
 	  --json bench-results/packing.json
 	$(BIN)/python -m suanli.sim.throughput --json bench-results/throughput.json
 	$(BIN)/python -m suanli.sim.queue_bench --jobs 100000 --gpus 10000 --json bench-results/queue.json
+	$(BIN)/suanli sim itp-check --traces $(ITP) --json bench-results/itp.json
 	$(BIN)/python -m suanli.api.bench --json bench-results/server.json
 	$(BIN)/python -m suanli.api.meter_bench --rentals 100000 --json bench-results/meter.json
 

@@ -16,7 +16,7 @@ from suanli.domain.errors import SuanliError
 from suanli.domain.fragmentation import typical_mix
 from suanli.domain.policies import POLICY_NAMES, build_policy
 from suanli.sim.packing import ARRIVED_LEVELS, PolicySummary, inflate, parse_seeds, run_packing, summarize
-from suanli.sim.queue_report import queue_command
+from suanli.sim.queue_report import itp_check_command, queue_command
 from suanli.sim.traces import read_openb_nodes, read_openb_pods
 
 sim_app = typer.Typer(help="Simulators that replay real traces through the scheduler.", no_args_is_help=True)
@@ -141,3 +141,24 @@ def queue(
     except (ValueError, SuanliError, OSError) as error:
         console.print(f"[red]error:[/red] {error}")
         raise typer.Exit(2) from None
+
+
+@sim_app.command("itp-check")
+def itp_check(
+    traces: Annotated[Path, typer.Option(help="Directory of the ITP traces (cluster01.csv ...).")] = Path(
+        "../shared/traces/microsoft-itp-elasticflow"
+    ),
+    cluster: Annotated[
+        list[str] | None, typer.Option(help="Only this cluster (02 or cluster02); repeat for more.")
+    ] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures as JSON here.")] = None,
+    strict: Annotated[bool, typer.Option(help="Exit 1 when suanli misses the bar on any cluster.")] = False,
+) -> None:
+    """Replay every ITP cluster at about 85% offered load under every policy; check suanli against each."""
+    try:
+        checks = itp_check_command(traces, cluster or [], json_path, console)
+    except (ValueError, SuanliError, OSError) as error:
+        console.print(f"[red]error:[/red] {error}")
+        raise typer.Exit(2) from None
+    if strict and not all(c.met for c in checks):
+        raise typer.Exit(1)

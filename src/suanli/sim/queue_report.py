@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rich import box
@@ -16,6 +16,7 @@ from suanli.domain.inventory import Fleet
 from suanli.domain.request import Request, Tier
 from suanli.sim.fleet_files import read_fleet
 from suanli.sim.itp import DurationEstimate, read_itp_jobs, synthetic_fleet
+from suanli.sim.itp_check import CANDIDATE, ClusterCheck, check_cluster, cluster_paths
 from suanli.sim.queue import (
     DEFAULT_ESTIMATE,
     POLICIES,
@@ -202,4 +203,62 @@ def results_table(title: str, results: Sequence[QueueResult]) -> Table:
         ]
         cells += [str(r.preemptions), f"{r.lost_work_pct:.1f}"] if preempting else []
         table.add_row(r.policy, *cells)
+    return table
+
+
+def itp_check_command(
+    traces: Path, clusters: Sequence[str], json_path: Path | None, console
+) -> list[ClusterCheck]:
+    """`suanli sim itp-check`: each ITP cluster at its capacity under every policy, and the bar's verdict."""
+    paths = cluster_paths(traces, clusters)
+    checks = []
+    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("day {task.completed:.0f}"))
+    with Progress(*columns, TimeElapsedColumn(), console=console, transient=True) as progress:
+        for path in paths:
+
+            def on_policy(name: str, end_s: float, path: Path = path) -> Callable[[float], None]:
+                task = progress.add_task(f"{path.stem} {name}", total=end_s / 86400)
+                return lambda now: progress.update(task, completed=now / 86400)
+
+            check = check_cluster(path, on_policy=on_policy)
+            checks.append(check)
+            title = (
+                f"{check.name}: {check.jobs} jobs on {check.capacity.label} "
+                f"({check.capacity.nodes * check.capacity.gpus_per_node} GPUs, "
+                f"offered load {100 * check.capacity.offered_load:.1f}%)"
+            )
+            console.print(results_table(title, check.results))
+            verdict = "bar met" if check.met else "bar missed: " + "; ".join(s.text for s in check.shortfalls)
+            console.print(f"{CANDIDATE}: {verdict}")
+    console.print(itp_verdict_table(checks))
+    if json_path is not None:
+        report = {
+            "bar": f"{CANDIDATE}: mean and p95 JCT below every baseline's, mean_alloc_pct (to 0.01) no lower",
+            "capacity_rule": "8-GPU nodes at the offered load nearest 85%; 4-GPU nodes if none is in 80-90%",
+            "declared_durations": DEFAULT_ESTIMATE.describe(),
+            "mean_alloc_window": "first to last arrival",
+            "clusters": {c.name: c.summary() for c in checks},
+        }
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        console.print(f"wrote {json_path}")
+    return checks
+
+
+def itp_verdict_table(checks: Sequence[ClusterCheck]) -> Table:
+    """One row per cluster: its capacity, the candidate's figures and the verdict."""
+    table = Table(title=f"{CANDIDATE} against every baseline", box=box.SIMPLE_HEAD, pad_edge=False)
+    for header in ("cluster", "nodes", "load %", "mean JCT h", "p95 JCT h", "alloc %", "verdict"):
+        table.add_column(header, justify="left" if header in ("cluster", "verdict") else "right")
+    for check in checks:
+        mine = next(r for r in check.results if r.policy == CANDIDATE)
+        table.add_row(
+            check.name,
+            check.capacity.label,
+            f"{100 * check.capacity.offered_load:.1f}",
+            f"{mine.mean_jct_s / 3600:.2f}",
+            f"{mine.p95_jct_s / 3600:.2f}",
+            f"{mine.mean_alloc_pct:.2f}",
+            "met" if check.met else "missed: " + "; ".join(s.text for s in check.shortfalls),
+        )
     return table

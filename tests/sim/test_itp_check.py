@@ -1,0 +1,133 @@
+"""`suanli sim itp-check`: the capacity rule, the bar's verdict, and the command on a tiny trace."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from suanli.cli.main import app
+from suanli.sim.itp import TraceJob, read_itp_jobs
+from suanli.sim.itp_check import check_cluster, cluster_paths, itp_capacity, shortfalls
+from suanli.sim.queue import POLICIES, QueueResult
+
+HOUR = 3600.0
+ITP = Path(__file__).resolve().parents[3] / "shared" / "traces" / "microsoft-itp-elasticflow"
+runner = CliRunner()
+
+
+def jobs_averaging(gpus: float) -> list[TraceJob]:
+    """Arrivals over 100 h whose work averages `gpus` GPUs busy over that span."""
+    return [TraceJob("a", 0.0, gpus * 100 * HOUR, 1), TraceJob("b", 100 * HOUR, 1.0, 0)]
+
+
+@pytest.mark.parametrize(
+    ("average_gpus", "label"),
+    [
+        (34.0, "5:8"),  # exactly 85% on 5 nodes
+        (28.0, "4:8"),  # 87.5% on 4 beats 70% on 5: the nearest, not the first at or under 85%
+        (100.0, "15:8"),  # 83.3% on 15 beats 89.3% on 14
+        (10.05, "3:4"),  # 8-GPU nodes give 125.6% or 62.8%: 4-GPU nodes, 83.75% on 3
+    ],
+)
+def test_capacity_is_the_node_count_nearest_85_percent(average_gpus: float, label: str):
+    capacity = itp_capacity(jobs_averaging(average_gpus))
+    assert capacity.label == label
+    assert 0.80 <= capacity.offered_load <= 0.90
+
+
+@pytest.mark.skipif(not ITP.is_dir(), reason="the shared ITP traces are not next to this checkout")
+def test_capacity_rule_gives_the_stated_sizes_of_the_itp_clusters():
+    sizes = {p.stem: itp_capacity(read_itp_jobs(p)).label for p in sorted(ITP.glob("cluster*.csv"))}
+    assert sizes == {
+        "cluster01": "4:8",
+        "cluster02": "13:8",
+        "cluster03": "21:8",
+        "cluster04": "73:8",  # as the issue asks: 8-GPU nodes for about 85%
+        "cluster05": "3:4",
+    }
+
+
+def result(policy: str, jct_h: list[float], alloc_pct: float) -> QueueResult:
+    return QueueResult(
+        policy,
+        capacity_gpus=100,
+        jobs=len(jct_h),
+        estimate="",
+        jct_s=[h * HOUR for h in jct_h],
+        alloc_gpu_s_arrivals=alloc_pct * 1000.0,  # over 1,000 s on 100 GPUs
+        arrival_span_s=1000.0,
+    )
+
+
+def test_the_bar_is_met_only_when_jct_is_lower_and_allocation_no_lower():
+    base = result("fifo", [10.0, 20.0, 30.0], 70.0)
+    assert shortfalls({"suanli": result("suanli", [5.0, 10.0, 29.0], 70.0), "fifo": base}) == []
+    assert shortfalls({"suanli": result("suanli", [5.0, 10.0, 29.0], 69.996), "fifo": base}) == []  # 70.00
+
+    missed = shortfalls({"suanli": result("suanli", [10.0, 21.0, 29.0], 69.98), "fifo": base})
+    assert [(s.baseline, s.metric) for s in missed] == [("fifo", "mean JCT h"), ("fifo", "alloc %")]
+    assert missed[1].text == "alloc % 69.98 < fifo 70.00"
+    equal_p95 = shortfalls({"suanli": result("suanli", [1.0, 1.0, 30.0], 75.0), "fifo": base})
+    assert [s.metric for s in equal_p95] == ["p95 JCT h"]  # equal is not lower
+
+
+def test_every_baseline_is_checked():
+    worse_alloc = result("fifo-backfill", [40.0, 40.0, 40.0], 80.0)
+    missed = shortfalls(
+        {
+            "suanli": result("suanli", [5.0, 5.0, 5.0], 75.0),
+            "fifo": result("fifo", [50.0, 50.0, 50.0], 60.0),
+            "fifo-backfill": worse_alloc,
+        }
+    )
+    assert [(s.baseline, s.metric) for s in missed] == [("fifo-backfill", "alloc %")]
+
+
+@pytest.fixture
+def traces(tmp_path: Path) -> Path:
+    rows = [(f"j{i}", 600 * i, 1800 + 900 * (i % 5), (1, 2, 4, 8, 16)[i % 5]) for i in range(40)]
+    body = "\n".join(f"{j},{s},{d},{g}" for j, s, d, g in rows)
+    (tmp_path / "cluster07.csv").write_text("job_id,submission_time,duration,num_gpu\n" + body)
+    return tmp_path
+
+
+def test_a_cluster_is_replayed_under_every_policy_at_its_capacity(traces: Path):
+    check = check_cluster(traces / "cluster07.csv")
+    assert check.name == "cluster07" and check.jobs == 40
+    assert [r.policy for r in check.results] == list(POLICIES)
+    assert all(r.capacity_gpus == check.capacity.nodes * check.capacity.gpus_per_node for r in check.results)
+    assert all(len(r.jct_s) == 40 for r in check.results)  # every job completes
+    assert list(check.shortfalls) == shortfalls({r.policy: r for r in check.results})
+    with pytest.raises(ValueError, match="include it"):
+        check_cluster(traces / "cluster07.csv", policies=("fifo",))
+
+
+def test_clusters_are_found_by_name_or_number(traces: Path):
+    assert cluster_paths(traces) == [traces / "cluster07.csv"]
+    assert cluster_paths(traces, ["07"]) == cluster_paths(traces, ["cluster07"])
+    with pytest.raises(ValueError, match="--cluster 08"):
+        cluster_paths(traces, ["08"])
+    with pytest.raises(ValueError, match="not a directory"):
+        cluster_paths(traces / "missing")
+
+
+def test_command_prints_the_verdict_and_writes_json(traces: Path, tmp_path: Path):
+    out = tmp_path / "itp.json"
+    args = ["sim", "itp-check", "--traces", str(traces), "--cluster", "07", "--json", str(out)]
+    outcome = runner.invoke(app, args)
+    assert outcome.exit_code == 0, outcome.output
+    report = json.loads(out.read_text())
+    cluster = report["clusters"]["cluster07"]
+    assert set(cluster["policies"]) == set(POLICIES)
+    assert cluster["met"] == (cluster["shortfalls"] == [])
+    assert "suanli against every baseline" in outcome.output
+    strict = runner.invoke(app, [*args, "--strict"])
+    assert strict.exit_code == (0 if cluster["met"] else 1)
+
+
+def test_command_names_a_bad_cluster(traces: Path):
+    outcome = runner.invoke(app, ["sim", "itp-check", "--traces", str(traces), "--cluster", "99"])
+    assert outcome.exit_code == 2 and "--cluster 99" in outcome.output
