@@ -14,7 +14,8 @@ from suanli.domain.inventory import Fleet, GpuMode, Node, Region
 from suanli.domain.plan import Placement, Reason
 from suanli.domain.policies import BestFitPolicy
 from suanli.domain.preemption import SPOT_FLOOR, PreemptionConfig, Running, below_floor
-from suanli.domain.queueing import Gates, Mode, Order, QueueConfig, admit
+from suanli.domain.queue_order import Mode, Order, QueueConfig
+from suanli.domain.queueing import Gates, admit
 from suanli.domain.request import GpuSelector, Request, Tier, WholeGpus
 from suanli.domain.scheduler import place
 from suanli.domain.snapshot import Snapshot

@@ -10,7 +10,8 @@ from suanli.domain.inventory import Fleet, GpuMode, Node, Region
 from suanli.domain.plan import Placement, Reason
 from suanli.domain.policies import BestFitPolicy
 from suanli.domain.preemption import PreemptionConfig, Running, choose_victims
-from suanli.domain.queueing import Mode, Order, QueueConfig, admit
+from suanli.domain.queue_order import Mode, Order, QueueConfig
+from suanli.domain.queueing import admit
 from suanli.domain.request import Request, Tier, WholeGpus
 from suanli.domain.scheduler import place
 from suanli.domain.snapshot import Snapshot

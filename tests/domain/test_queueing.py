@@ -15,16 +15,16 @@ from suanli.domain.inventory import Fleet, GpuMode, Node, Region
 from suanli.domain.plan import Placement, Reason
 from suanli.domain.policies import BestFitPolicy
 from suanli.domain.preemption import PreemptionConfig, Running
-from suanli.domain.queueing import (
+from suanli.domain.queue_order import (
     BackfillOrder,
     Mode,
     Order,
     QueueConfig,
     Within,
-    admit,
     keep_head_first,
     order_requests,
 )
+from suanli.domain.queueing import admit
 from suanli.domain.request import Request, Tier, WholeGpus
 from suanli.domain.reservation import reserve
 from suanli.domain.scheduler import place

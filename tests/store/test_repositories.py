@@ -154,7 +154,7 @@ def test_a_new_scheduler_rebuilds_from_the_database(uow) -> None:
 
 def _queue_case(uow, queue) -> dict[str, tuple[str, str | None]]:
     """7 of the 8 H100 nodes busy for 2 h; then a 2-node gang (head), one node without and one with 1 h."""
-    from suanli.domain.queueing import PLATFORM_QUEUE
+    from suanli.domain.queue_order import PLATFORM_QUEUE
 
     scheduler = _scheduler(uow, queue)
     h100 = dict(gpu_model="H100-SXM-80GB", gpus=8)
@@ -180,7 +180,7 @@ def test_greedy_queue_places_whatever_fits(uow) -> None:
 
 
 def test_backfill_queue_keeps_the_head_and_backfills_only_what_ends_in_time(uow) -> None:
-    from suanli.domain.queueing import PLATFORM_QUEUE
+    from suanli.domain.queue_order import PLATFORM_QUEUE
 
     states = _queue_case(uow, PLATFORM_QUEUE)
     assert states["rnt_b"] == ("pending", "no_capacity")  # the blocked head: reserved at `a`'s end
@@ -193,7 +193,7 @@ def test_the_head_shows_its_reserved_start_until_it_is_placed(uow) -> None:
     once `a` has stopped the head is placed and its start is cleared. The greedy queue shows none."""
     from datetime import timedelta
 
-    from suanli.domain.queueing import PLATFORM_QUEUE
+    from suanli.domain.queue_order import PLATFORM_QUEUE
 
     _queue_case(uow, PLATFORM_QUEUE)
     with uow() as u:
@@ -217,7 +217,7 @@ def test_a_new_leader_keeps_the_recorded_head(uow) -> None:
     have; without it `e` would take the head and the capacity drained for `b`."""
     from datetime import timedelta
 
-    from suanli.domain.queueing import PLATFORM_QUEUE
+    from suanli.domain.queue_order import PLATFORM_QUEUE
 
     class HourLater:
         def now(self) -> datetime:
@@ -253,7 +253,7 @@ def test_an_open_contract_holds_its_capacity_under_the_backfill_queue(uow, backf
     from datetime import timedelta
 
     from suanli.app.records import ContractRecord
-    from suanli.domain.queueing import PLATFORM_QUEUE
+    from suanli.domain.queue_order import PLATFORM_QUEUE
 
     with uow() as u:
         u.tenants.add(Tenant("ten_b", "b", "tenant", NOW))
@@ -279,7 +279,7 @@ def test_an_open_contract_holds_its_capacity_under_the_backfill_queue(uow, backf
 
 @pytest.mark.parametrize("backfill", [False, True])
 def test_quotas_and_spend_caps_hold_rentals_back(uow, backfill: bool) -> None:
-    from suanli.domain.queueing import PLATFORM_QUEUE
+    from suanli.domain.queue_order import PLATFORM_QUEUE
     from suanli.domain.quotas import TenantLimits
 
     h100 = RentalSpec(gpu_model="H100-SXM-80GB", gpus=8, max_duration_s=3600)
@@ -308,7 +308,7 @@ def test_quotas_and_spend_caps_hold_rentals_back(uow, backfill: bool) -> None:
 @pytest.mark.parametrize(("weight", "share"), [(1.0, 4), (3.0, 6)])
 def test_fair_share_weights_split_the_fleet_under_the_backfill_queue(uow, weight: float, share: int) -> None:
     """Two tenants ask for 8 whole H100 nodes each at once: their weights decide how the 8 nodes split."""
-    from suanli.domain.queueing import PLATFORM_QUEUE
+    from suanli.domain.queue_order import PLATFORM_QUEUE
     from suanli.domain.quotas import TenantLimits
 
     h100 = RentalSpec(gpu_model="H100-SXM-80GB", gpus=8, max_duration_s=3600)
@@ -332,7 +332,7 @@ def test_fair_share_usage_is_saved_and_a_new_leader_goes_on_from_it(uow, clock) 
     from datetime import timedelta
 
     from suanli.app.scheduling import FAIR_SHARE_SAVE_S
-    from suanli.domain.queueing import PLATFORM_QUEUE
+    from suanli.domain.queue_order import PLATFORM_QUEUE
 
     clock.at = NOW
     h100 = RentalSpec(gpu_model="H100-SXM-80GB", gpus=8, max_duration_s=3600)

@@ -25,7 +25,7 @@ from suanli.app.sla import SlaService
 from suanli.app.tenants import TenantService
 from suanli.config import Settings
 from suanli.domain.catalog_data import CATALOG
-from suanli.domain.queueing import BOOKED_QUEUE, PLATFORM_QUEUE
+from suanli.domain.queue_order import BOOKED_QUEUE, PLATFORM_QUEUE
 from suanli.loops.agent_reaper import ReaperLoop
 from suanli.loops.meter_loop import MeterLoop
 from suanli.loops.scheduler_loop import SchedulerLoop

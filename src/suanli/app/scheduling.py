@@ -42,7 +42,8 @@ from suanli.domain.inventory import Fleet, Node
 from suanli.domain.plan import NodeAllocation, Pending, Placement, Reason
 from suanli.domain.policies import Policy, build_policy
 from suanli.domain.preemption import DEFAULT_NOTICE_S, Preemption, PreemptionConfig, Running, choose_victims
-from suanli.domain.queueing import Gates, QueueConfig, admit
+from suanli.domain.queue_order import QueueConfig
+from suanli.domain.queueing import Gates, admit
 from suanli.domain.quotas import Ledger
 from suanli.domain.request import Request, Tier
 from suanli.domain.reservation import reserve

@@ -21,15 +21,8 @@ from suanli.domain.fair_share import FairShare
 from suanli.domain.inventory import Fleet
 from suanli.domain.policies import BestFitPolicy, Policy
 from suanli.domain.preemption import Running
-from suanli.domain.queueing import (
-    NEVER_FITS,
-    PLATFORM_QUEUE,
-    BackfillOrder,
-    Mode,
-    Order,
-    QueueConfig,
-    admit,
-)
+from suanli.domain.queue_order import PLATFORM_QUEUE, BackfillOrder, Mode, Order, QueueConfig
+from suanli.domain.queueing import NEVER_FITS, admit
 from suanli.domain.request import Request, Tier, WholeGpus
 from suanli.domain.snapshot import Snapshot
 from suanli.sim.itp import (

@@ -1,0 +1,180 @@
+"""How a cycle orders its queue: the policy's settings (`QueueConfig`, the platform's presets) and the order
+they give, for the walk (`order_requests`, `keep_head_first`) and for backfill candidates (`backfill_key`)."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+
+from suanli.domain.fair_share import FairShare
+from suanli.domain.preemption import PreemptionConfig, Running
+from suanli.domain.request import Request, Tier
+
+
+class Mode(StrEnum):
+    STRICT = "strict"  # nothing passes a blocked head
+    BACKFILL = "backfill"  # EASY: requests with a declared duration may pass if they cannot delay the head
+    CONSERVATIVE = "conservative"  # Slurm's backfill: a request may pass only if it delays no one before it
+
+
+class Order(StrEnum):
+    FIFO = "fifo"  # arrival order only
+    PRIORITY = "priority"  # tier, spot bid, weighted fair share, age
+
+
+class BackfillOrder(StrEnum):
+    QUEUE = "queue"  # candidates tried in queue order (Slurm, EASY as published)
+    SHORTEST = "shortest"  # shortest declared GPU-time first: more small jobs fill the holes before the head
+    SHORTEST_TIME = "shortest-time"  # shortest declared duration first, whatever the size
+    RATIO = "ratio"  # highest response ratio (wait + declared) / declared first: short jobs, but none starves
+
+
+class Within(StrEnum):
+    AGE = "age"  # oldest first within a tenant's (tier, bid) class
+    RATIO = "ratio"  # highest response ratio (wait + declared) / declared first: short first, none starves
+
+
+UNDECLARED_S = 7 * 24 * 3600.0  # what RATIO assumes for a request without a declared duration
+
+
+@dataclass(frozen=True, slots=True)
+class QueueConfig:
+    mode: Mode = Mode.BACKFILL
+    order: Order = Order.PRIORITY
+    within: Within = Within.AGE
+    backfill_order: BackfillOrder = BackfillOrder.QUEUE
+    weights: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    preemption: PreemptionConfig | None = None
+    keep_head: bool = False  # the last cycle's blocked head stays first in its class until it starts
+    spare_free: bool = False  # reserve the head on nodes busy now, leaving GPUs free now to backfill
+    spot_yields: bool = False  # no spot starts in a cycle where a higher tier waits for capacity
+    backfill_window_s: float = 24 * 3600.0  # CONSERVATIVE: latest booked start (Slurm bf_window)
+    backfill_depth: int = 500  # CONSERVATIVE: requests planned per cycle (Slurm bf_max_job_test)
+
+
+# The platform's queueing policy (`sim queue`'s `suanli`; the server's `SUANLI_QUEUE=backfill`): tier,
+# spot bid, weighted fair share, then the highest response ratio; EASY backfill with candidates by the same
+# ratio; the blocked head keeps its place and its drained nodes, reserved on nodes busy now; spot does not
+# start while a higher tier waits; lower tiers are preempted with notice.
+PLATFORM_QUEUE = QueueConfig(
+    mode=Mode.BACKFILL,
+    order=Order.PRIORITY,
+    within=Within.RATIO,
+    backfill_order=BackfillOrder.RATIO,
+    preemption=PreemptionConfig(),
+    keep_head=True,
+    spare_free=True,
+    spot_yields=True,
+)
+
+
+# The server's `SUANLI_QUEUE=conservative`: tier, spot bid, weighted fair share, then age, with Slurm's
+# conservative backfill, so every pending rental (up to the depth) has a start no later rental can delay;
+# spot does not start while a higher tier waits; lower tiers are preempted with notice.
+BOOKED_QUEUE = QueueConfig(
+    mode=Mode.CONSERVATIVE,
+    order=Order.PRIORITY,
+    preemption=PreemptionConfig(),
+    spot_yields=True,
+)
+
+
+def order_requests(
+    queue: Iterable[Request],
+    config: QueueConfig,
+    fair: FairShare,
+    running: Sequence[Running] = (),
+    now: float = 0.0,
+) -> list[Request]:
+    """The cycle's order. PRIORITY: tier, spot bid, then tenants merged by weighted fair share, then age.
+
+    Within one (tier, bid) class tenants take turns by their load: decayed usage plus what they hold now
+    (projected over the decay horizon), divided by their weight; each request taken adds to its tenant's
+    load, so a cycle's order already follows the weights rather than giving one tenant every free GPU.
+    """
+    if config.order is Order.FIFO:
+        return sorted(queue, key=lambda r: (r.submitted_at_s, r.id))
+    classes: dict[tuple[int, int], dict[str, list[Request]]] = {}
+    for request in queue:
+        bid = (request.bid_micros_per_hour or 0) if request.tier is Tier.SPOT else 0
+        classes.setdefault((-request.tier, -bid), {}).setdefault(request.tenant, []).append(request)
+    horizon = fair.horizon_s
+    if all(len(tenants) == 1 for tenants in classes.values()):
+        running = ()  # one tenant per class: nobody to take turns with, so what is held does not matter
+    held: dict[str, float] = {}
+    for r in running:
+        held[r.request.tenant] = held.get(r.request.tenant, 0.0) + r.gpus
+    load = {t: fair.usage_gpu_s.get(t, 0.0) + g * horizon for t, g in held.items()}
+    ordered: list[Request] = []
+    for key in sorted(classes):
+        tenants = classes[key]
+        for requests in tenants.values():
+            if config.within is Within.RATIO:
+                requests.sort(key=lambda r: (-response_ratio(r, now), r.submitted_at_s, r.id))
+            else:
+                requests.sort(key=lambda r: (r.submitted_at_s, r.id))
+        if len(tenants) == 1:
+            ordered.extend(next(iter(tenants.values())))
+            continue
+        heap = []
+        for tenant, requests in tenants.items():
+            head = requests[0]
+            weighted = load.get(tenant, fair.usage_gpu_s.get(tenant, 0.0)) / _weight(config, tenant)
+            heap.append((weighted, head.submitted_at_s, head.id, tenant, 0))
+        heapq.heapify(heap)
+        while heap:
+            weighted, _, _, tenant, index = heapq.heappop(heap)
+            request = tenants[tenant][index]
+            ordered.append(request)
+            weighted += request.gpus_per_node * request.node_count * horizon / _weight(config, tenant)
+            if index + 1 < len(tenants[tenant]):
+                following = tenants[tenant][index + 1]
+                heapq.heappush(heap, (weighted, following.submitted_at_s, following.id, tenant, index + 1))
+    return ordered
+
+
+def keep_head_first(ordered: list[Request], head_id: str) -> list[Request]:
+    """`ordered` with the request `head_id` moved before the first request of its (tier, bid) class or lower.
+
+    A blocked head holds a reservation: capacity drains towards its start. If a reordering (response ratio,
+    fair share) let another request overtake it each cycle, the drained capacity would go to whoever is head
+    next and the big request would starve while GPUs idle. Higher classes still pass it.
+    """
+    index = next((i for i, r in enumerate(ordered) if r.id == head_id), None)
+    if index is None:
+        return ordered
+    head = ordered[index]
+    key = class_key(head)
+    target = next(i for i, r in enumerate(ordered) if class_key(r) >= key)
+    if target >= index:
+        return ordered
+    return [*ordered[:target], head, *ordered[target:index], *ordered[index + 1 :]]
+
+
+def class_key(request: Request) -> tuple[int, int]:
+    bid = (request.bid_micros_per_hour or 0) if request.tier is Tier.SPOT else 0
+    return (-request.tier, -bid)
+
+
+def response_ratio(request: Request, now: float) -> float:
+    declared = request.max_duration_s or UNDECLARED_S
+    return (max(now - request.submitted_at_s, 0.0) + declared) / declared
+
+
+def _weight(config: QueueConfig, tenant: str) -> float:
+    return max(config.weights.get(tenant, 1.0), 1e-9)
+
+
+def backfill_key(request: Request, now: float, order: BackfillOrder) -> tuple[bool, float]:
+    """Smaller first; requests without a duration last (they never backfill)."""
+    declared = request.max_duration_s
+    if declared is None:
+        return (True, 0.0)
+    if order is BackfillOrder.SHORTEST:
+        return (False, declared * request.gpus_per_node * request.node_count)
+    if order is BackfillOrder.SHORTEST_TIME:
+        return (False, declared)
+    return (False, -(now - request.submitted_at_s + declared) / declared)  # RATIO: highest response ratio
