@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from suanli.cli.main import app
-from suanli.sim.itp import TraceJob, read_itp_jobs
+from suanli.sim.itp import TraceJob, jittered, read_itp_jobs
 from suanli.sim.itp_check import check_cluster, cluster_paths, itp_capacity, shortfalls
 from suanli.sim.queue import POLICIES, QueueResult
 
@@ -20,7 +20,7 @@ runner = CliRunner()
 
 def jobs_averaging(gpus: float) -> list[TraceJob]:
     """Arrivals over 100 h whose work averages `gpus` GPUs busy over that span."""
-    return [TraceJob("a", 0.0, gpus * 100 * HOUR, 1), TraceJob("b", 100 * HOUR, 1.0, 0)]
+    return [TraceJob("a", 0.0, gpus * 100 * HOUR - 1.0, 1), TraceJob("b", 100 * HOUR, 1.0, 1)]
 
 
 @pytest.mark.parametrize(
@@ -131,3 +131,40 @@ def test_command_prints_the_verdict_and_writes_json(traces: Path, tmp_path: Path
 def test_command_names_a_bad_cluster(traces: Path):
     outcome = runner.invoke(app, ["sim", "itp-check", "--traces", str(traces), "--cluster", "99"])
     assert outcome.exit_code == 2 and "--cluster 99" in outcome.output
+
+
+def test_jittered_arrivals_move_within_the_shift_and_repeat_by_seed():
+    jobs = [TraceJob(f"j{i}", 100.0 * i, 50.0, 1 + i % 3) for i in range(30)]
+    moved = jittered(jobs, 30.0, seed=3)
+    assert moved == jittered(jobs, 30.0, seed=3) and moved != jittered(jobs, 30.0, seed=4)
+    assert [j.submitted_s for j in moved] == sorted(j.submitted_s for j in moved)
+    before = {j.job_id: j for j in jobs}
+    for job in moved:
+        original = before[job.job_id]
+        assert (job.duration_s, job.gpus) == (original.duration_s, original.gpus)
+        assert max(0.0, original.submitted_s - 30.0) <= job.submitted_s <= original.submitted_s + 30.0
+    assert jittered(jobs, 0.0, seed=1) == jobs
+
+
+def test_perturbed_runs_give_each_policys_spread_and_how_often_each_shortfall_held(traces: Path):
+    check = check_cluster(traces / "cluster07.csv", perturb_runs=2, max_shift_s=120.0)
+    perturbed = check.perturbed
+    assert perturbed is not None and perturbed.runs == 2 and set(perturbed.spreads) == set(POLICIES)
+    for spread in perturbed.spreads.values():
+        for mean, low, high in (spread.mean_jct_h, spread.p95_jct_h, spread.alloc_pct):
+            assert low <= mean <= high
+    assert all(0 < n <= 2 for n in perturbed.misses.values())
+    assert check_cluster(traces / "cluster07.csv").perturbed is None
+    with pytest.raises(ValueError, match=">= 0"):
+        check_cluster(traces / "cluster07.csv", perturb_runs=-1)
+
+
+def test_command_reports_the_spread_when_asked(traces: Path, tmp_path: Path):
+    out = tmp_path / "itp.json"
+    args = ["--perturb", "1", "--shift-s", "30", "--json", str(out)]
+    outcome = runner.invoke(app, ["sim", "itp-check", "--traces", str(traces), *args])
+    assert outcome.exit_code == 0, outcome.output
+    perturbed = json.loads(out.read_text())["clusters"]["cluster07"]["perturbed"]
+    assert perturbed["runs"] == 1 and perturbed["max_shift_s"] == 30.0
+    assert set(perturbed["policies"]) == set(POLICIES)
+    assert "1 run with arrivals moved by up to 30 s" in outcome.output

@@ -153,10 +153,16 @@ def itp_check(
     ] = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures as JSON here.")] = None,
     strict: Annotated[bool, typer.Option(help="Exit 1 when suanli misses the bar on any cluster.")] = False,
+    perturb: Annotated[
+        int, typer.Option(min=0, help="Also replay this many times with arrivals moved (seeded): the spread.")
+    ] = 0,
+    shift_s: Annotated[
+        float, typer.Option(min=0.0, help="With --perturb: the most an arrival moves, in seconds.")
+    ] = 60.0,
 ) -> None:
     """Replay every ITP cluster at about 85% offered load under every policy; check suanli against each."""
     try:
-        checks = itp_check_command(traces, cluster or [], json_path, console)
+        checks = itp_check_command(traces, cluster or [], json_path, console, perturb, shift_s)
     except (ValueError, SuanliError, OSError) as error:
         console.print(f"[red]error:[/red] {error}")
         raise typer.Exit(2) from None

@@ -57,6 +57,18 @@ def read_itp_jobs(path: Path) -> list[TraceJob]:
     return jobs
 
 
+def jittered(jobs: list[TraceJob], max_shift_s: float, seed: int) -> list[TraceJob]:
+    """`jobs` with each submission moved by a seeded uniform shift in [-max_shift_s, max_shift_s] (never
+    before 0), in submission order: the same workload, to tell a policy's effect from run-to-run chaos."""
+    rng = random.Random(seed)
+    shifts = [rng.uniform(-max_shift_s, max_shift_s) for _ in jobs]
+    moved = [
+        TraceJob(j.job_id, max(0.0, j.submitted_s + shift), j.duration_s, j.gpus)
+        for j, shift in zip(jobs, shifts, strict=True)
+    ]
+    return sorted(moved, key=lambda j: j.submitted_s)
+
+
 def gang_shape(gpus: int, gpus_per_node: int) -> tuple[int, int]:
     """(GPUs per node, nodes) for a job of `gpus` GPUs on nodes of `gpus_per_node` (see the module doc)."""
     if gpus <= gpus_per_node:

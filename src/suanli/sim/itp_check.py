@@ -13,7 +13,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from suanli.sim.itp import TraceJob, nodes_for_load, offered_load, read_itp_jobs, synthetic_fleet
+from suanli.sim.itp import (
+    TraceJob,
+    jittered,
+    nodes_for_load,
+    offered_load,
+    read_itp_jobs,
+    synthetic_fleet,
+)
 from suanli.sim.queue import POLICIES, QueueResult, run_queue
 
 CANDIDATE = "suanli"
@@ -48,6 +55,44 @@ class Shortfall:
         return f"{self.metric} {self.candidate:.2f} {relation} {self.baseline} {self.baseline_value:.2f}"
 
 
+Range = tuple[float, float, float]  # mean, lowest, highest
+
+
+@dataclass(frozen=True, slots=True)
+class Spread:
+    """One policy's figures over the perturbed replays."""
+
+    mean_jct_h: Range
+    p95_jct_h: Range
+    alloc_pct: Range
+
+
+@dataclass(frozen=True, slots=True)
+class Perturbed:
+    """Replays with every arrival moved by up to `max_shift_s` (one seed per run, the same trace for every
+    policy in a run): how far each figure moves by chance, and in how many runs each shortfall holds."""
+
+    runs: int
+    max_shift_s: float
+    spreads: Mapping[str, Spread]
+    misses: Mapping[tuple[str, str], int]  # (baseline, metric) -> runs where the candidate missed
+
+    def summary(self) -> dict[str, object]:
+        return {
+            "runs": self.runs,
+            "max_shift_s": self.max_shift_s,
+            "policies": {
+                name: {
+                    "mean_jct_h": _rounded(s.mean_jct_h),
+                    "p95_jct_h": _rounded(s.p95_jct_h),
+                    "alloc_pct": _rounded(s.alloc_pct),
+                }
+                for name, s in self.spreads.items()
+            },
+            "misses": {f"{metric} vs {baseline}": n for (baseline, metric), n in self.misses.items()},
+        }
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterCheck:
     name: str
@@ -55,13 +100,14 @@ class ClusterCheck:
     capacity: Capacity
     results: tuple[QueueResult, ...]
     shortfalls: tuple[Shortfall, ...]
+    perturbed: Perturbed | None = None
 
     @property
     def met(self) -> bool:
         return not self.shortfalls
 
     def summary(self) -> dict[str, object]:
-        return {
+        summary = {
             "jobs": self.jobs,
             "nodes": self.capacity.nodes,
             "gpus_per_node": self.capacity.gpus_per_node,
@@ -71,6 +117,9 @@ class ClusterCheck:
             "shortfalls": [s.text for s in self.shortfalls],
             "policies": {r.policy: r.summary() for r in self.results},
         }
+        if self.perturbed is not None:
+            summary["perturbed"] = self.perturbed.summary()
+        return summary
 
 
 def itp_capacity(jobs: Sequence[TraceJob]) -> Capacity:
@@ -115,22 +164,63 @@ def check_cluster(
     path: Path,
     policies: Sequence[str] = tuple(POLICIES),
     on_policy: Callable[[str, float], Callable[[float], None]] | None = None,
+    perturb_runs: int = 0,
+    max_shift_s: float = 60.0,
 ) -> ClusterCheck:
-    """Replay the ITP trace at `path` under each policy at its capacity. `on_policy(name, end_s)` gives a
-    progress callback (virtual seconds, up to about `end_s`, the latest arrival plus run time)."""
+    """Replay the ITP trace at `path` under each policy at its capacity, then `perturb_runs` times more with
+    jittered arrivals. `on_policy(label, end_s)` gives a progress callback (virtual seconds, up to about
+    `end_s`, the latest arrival plus run time) for each replay."""
     if CANDIDATE not in policies:
         raise ValueError(f"the check compares {CANDIDATE} with the baselines: include it in the policies")
+    if perturb_runs < 0 or max_shift_s < 0:
+        raise ValueError("perturbed runs and the arrival shift must be >= 0")
     jobs = read_itp_jobs(path)
     if not jobs:
         raise ValueError(f"{path}: no jobs")
     capacity = itp_capacity(jobs)
-    fleet = synthetic_fleet(capacity.nodes, capacity.gpus_per_node)
-    end_s = max(j.submitted_s + j.duration_s for j in jobs)
-    results = {
-        name: run_queue(fleet, jobs, name, on_progress=on_policy(name, end_s) if on_policy else None)
-        for name in policies
+
+    def replay(trace: list[TraceJob], suffix: str = "") -> dict[str, QueueResult]:
+        fleet = synthetic_fleet(capacity.nodes, capacity.gpus_per_node)
+        end_s = max(j.submitted_s + j.duration_s for j in trace)
+        return {
+            name: run_queue(
+                fleet, trace, name, on_progress=on_policy(name + suffix, end_s) if on_policy else None
+            )
+            for name in policies
+        }
+
+    results = replay(jobs)
+    perturbed = None
+    if perturb_runs:
+        runs = [replay(jittered(jobs, max_shift_s, seed), f" #{seed}") for seed in range(1, perturb_runs + 1)]
+        perturbed = _perturbed(runs, max_shift_s)
+    return ClusterCheck(
+        path.stem, len(jobs), capacity, tuple(results.values()), tuple(shortfalls(results)), perturbed
+    )
+
+
+def _perturbed(runs: Sequence[Mapping[str, QueueResult]], max_shift_s: float) -> Perturbed:
+    misses: dict[tuple[str, str], int] = {}
+    for run in runs:
+        for shortfall in {(s.baseline, s.metric) for s in shortfalls(run)}:
+            misses[shortfall] = misses.get(shortfall, 0) + 1
+    spreads = {
+        name: Spread(
+            _range([run[name].mean_jct_s / 3600 for run in runs]),
+            _range([run[name].p95_jct_s / 3600 for run in runs]),
+            _range([run[name].mean_alloc_pct for run in runs]),
+        )
+        for name in runs[0]
     }
-    return ClusterCheck(path.stem, len(jobs), capacity, tuple(results.values()), tuple(shortfalls(results)))
+    return Perturbed(len(runs), max_shift_s, spreads, dict(sorted(misses.items())))
+
+
+def _range(values: Sequence[float]) -> Range:
+    return (sum(values) / len(values), min(values), max(values))
+
+
+def _rounded(span: Range) -> list[float]:
+    return [round(v, 2) for v in span]
 
 
 def cluster_paths(traces: Path, names: Sequence[str] = ()) -> list[Path]:

@@ -16,7 +16,7 @@ from suanli.domain.inventory import Fleet
 from suanli.domain.request import Request, Tier
 from suanli.sim.fleet_files import read_fleet
 from suanli.sim.itp import DurationEstimate, read_itp_jobs, synthetic_fleet
-from suanli.sim.itp_check import CANDIDATE, ClusterCheck, check_cluster, cluster_paths
+from suanli.sim.itp_check import CANDIDATE, ClusterCheck, Perturbed, check_cluster, cluster_paths
 from suanli.sim.queue import (
     DEFAULT_ESTIMATE,
     POLICIES,
@@ -207,9 +207,15 @@ def results_table(title: str, results: Sequence[QueueResult]) -> Table:
 
 
 def itp_check_command(
-    traces: Path, clusters: Sequence[str], json_path: Path | None, console
+    traces: Path,
+    clusters: Sequence[str],
+    json_path: Path | None,
+    console,
+    perturb_runs: int = 0,
+    max_shift_s: float = 60.0,
 ) -> list[ClusterCheck]:
-    """`suanli sim itp-check`: each ITP cluster at its capacity under every policy, and the bar's verdict."""
+    """`suanli sim itp-check`: each ITP cluster at its capacity under every policy, and the bar's verdict;
+    with `perturb_runs`, how far the figures move when arrivals move by up to `max_shift_s`."""
     paths = cluster_paths(traces, clusters)
     checks = []
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("day {task.completed:.0f}"))
@@ -220,7 +226,9 @@ def itp_check_command(
                 task = progress.add_task(f"{path.stem} {name}", total=end_s / 86400)
                 return lambda now: progress.update(task, completed=now / 86400)
 
-            check = check_cluster(path, on_policy=on_policy)
+            check = check_cluster(
+                path, on_policy=on_policy, perturb_runs=perturb_runs, max_shift_s=max_shift_s
+            )
             checks.append(check)
             title = (
                 f"{check.name}: {check.jobs} jobs on {check.capacity.label} "
@@ -230,6 +238,8 @@ def itp_check_command(
             console.print(results_table(title, check.results))
             verdict = "bar met" if check.met else "bar missed: " + "; ".join(s.text for s in check.shortfalls)
             console.print(f"{CANDIDATE}: {verdict}")
+            if check.perturbed is not None:
+                console.print(perturbed_table(check.perturbed))
     console.print(itp_verdict_table(checks))
     if json_path is not None:
         report = {
@@ -237,12 +247,39 @@ def itp_check_command(
             "capacity_rule": "8-GPU nodes at the offered load nearest 85%; 4-GPU nodes if none is in 80-90%",
             "declared_durations": DEFAULT_ESTIMATE.describe(),
             "mean_alloc_window": "first to last arrival",
+            "perturbed": "arrivals moved by a seeded uniform shift; each figure: mean, lowest, highest",
             "clusters": {c.name: c.summary() for c in checks},
         }
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
         console.print(f"wrote {json_path}")
     return checks
+
+
+def perturbed_table(perturbed: Perturbed) -> Table:
+    """Mean (lowest-highest) of each figure over the perturbed runs, and how often each shortfall held."""
+    runs = f"{perturbed.runs} run" + ("s" if perturbed.runs != 1 else "")
+    title = f"{runs} with arrivals moved by up to {perturbed.max_shift_s:g} s"
+    misses = "; ".join(
+        f"{metric} vs {baseline} missed in {n} of {perturbed.runs}"
+        for (baseline, metric), n in perturbed.misses.items()
+    )
+    table = Table(
+        title=title,
+        caption=misses or f"{CANDIDATE} met the bar in every run",
+        box=box.SIMPLE_HEAD,
+        collapse_padding=True,
+        pad_edge=False,
+    )
+    table.add_column("policy", no_wrap=True, min_width=13)
+    for header in ("mean JCT h", "p95 JCT h", "alloc %"):
+        table.add_column(header, justify="right", no_wrap=True)
+    for name, spread in perturbed.spreads.items():
+        cells = [f"{m:.2f} ({lo:.1f}-{hi:.1f})" for m, lo, hi in (spread.mean_jct_h, spread.p95_jct_h)]
+        mean, low, high = spread.alloc_pct
+        cells.append(f"{mean:.2f} ({low:.2f}-{high:.2f})")  # allocation bars are 0.01 apart
+        table.add_row(name, *cells)
+    return table
 
 
 def itp_verdict_table(checks: Sequence[ClusterCheck]) -> Table:
