@@ -25,7 +25,7 @@ holder's requests up to its count are promoted to `reserved` before ordering; sp
 from __future__ import annotations
 
 import math
-from bisect import insort
+from bisect import bisect_right
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -416,6 +416,8 @@ class _Cycle:
             (r for r in [*self.running, *self.started] if r.expected_end_s is not None),
             key=lambda r: (expected_end(r, self.now), r.request.id),
         )
+        keys = [(expected_end(r, self.now), r.request.id) for r in timed]
+        ends = [end for end, _ in keys]  # kept in step with `timed` as this cycle starts requests
         bookings = self.bookings
         horizon_s = self.now + self.config.backfill_window_s
         # capacity only shrinks as the cycle books and starts requests, so a request like an earlier one
@@ -438,7 +440,15 @@ class _Cycle:
             slot = None
             if not_before_s <= horizon_s:
                 slot = earliest_slot(
-                    self.snapshot, request, timed, bookings, self.policy, self.now, horizon_s, not_before_s
+                    self.snapshot,
+                    request,
+                    timed,
+                    bookings,
+                    self.policy,
+                    self.now,
+                    horizon_s,
+                    not_before_s,
+                    ends,
                 )
             if slot is None:
                 if like not in never:
@@ -464,7 +474,11 @@ class _Cycle:
                 started = Running(request, placement, self.now)
                 self.started.append(started)
                 if started.expected_end_s is not None:
-                    insort(timed, started, key=lambda r: (expected_end(r, self.now), r.request.id))
+                    key = (expected_end(started, self.now), started.request.id)
+                    at = bisect_right(keys, key)
+                    keys.insert(at, key)
+                    ends.insert(at, key[0])
+                    timed.insert(at, started)
                 continue
             duration = request.max_duration_s if request.max_duration_s is not None else math.inf
             nodes = slot.nodes

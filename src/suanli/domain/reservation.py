@@ -132,11 +132,13 @@ def earliest_slot(
     now: float,
     horizon_s: float,
     not_before_s: float = -math.inf,
+    ends: Sequence[float] | None = None,
 ) -> Slot | None:
     """The earliest start up to `horizon_s` (from `not_before_s`) at which `request` fits its whole declared
     run; None if none.
 
-    `timed` is the running rentals by `expected_end` (rentals without one never release). Candidate starts
+    `timed` is the running rentals by `expected_end` (rentals without one never release); `ends`, if given,
+    is their `expected_end`s in the same order (a caller planning many requests keeps it). Candidate starts
     are now and each instant capacity frees up (a rental ends, a booking ends); at each, the rentals ended by
     then are released and every node a booking holds at any time over the request's run is left out, as
     Slurm's backfill map does with whole nodes. A start now is placed on the snapshot (and undone); a later
@@ -144,7 +146,8 @@ def earliest_slot(
     any other shape is placed on the snapshot brought to that start. The snapshot is restored.
     """
     duration = request.max_duration_s if request.max_duration_s is not None else math.inf
-    ends = [expected_end(r, now) for r in timed]
+    if ends is None:
+        ends = [expected_end(r, now) for r in timed]
     starts = sorted(
         {now}
         | {e for e in ends if e <= horizon_s}
@@ -161,6 +164,7 @@ def earliest_slot(
         if s.schedulable and s.class_id in classes
     }
     by_count = whole and request.node_count == 1
+    need = _need(request)
     # the bookings overlapping [start, start + duration) as starts advance: one enters once start passes
     # its start less the duration, and leaves once start reaches its end
     entering = sorted(bookings, key=lambda b: b.start_s - duration)
@@ -190,10 +194,10 @@ def earliest_slot(
                     if not holders[name]:
                         held.discard(name)
                 left += 1
-            if start < not_before_s or (whole and not _room(node_free, request, held)):
+            if start < not_before_s or (whole and not _room(node_free, need, request.node_count, held)):
                 continue
             if by_count and start > now:
-                return Slot(start, frozenset({_best_fit(node_free, request, held)}), None)
+                return Slot(start, frozenset({_best_fit(node_free, need, held)}), None)
             while applied < released:
                 undos.extend(snapshot.release(a) for a in timed[applied].placement.nodes)
                 applied += 1
@@ -207,31 +211,33 @@ def earliest_slot(
             undo()
 
 
-def _best_fit(node_free: Mapping[str, list[float]], request: Request, held: Collection[str]) -> str:
-    """The node outside `held` with the fewest free GPUs that still hold the request (then by name)."""
-    return min(
-        (free[0], name) for name, free in node_free.items() if name not in held and _fits(free, request)
-    )[1]
+Need = tuple[float, int, int]  # what one node must have free: GPUs (less a rounding margin), CPU milli, MiB
 
 
-def _room(node_free: Mapping[str, list[float]], request: Request, held: Collection[str]) -> bool:
-    """Whether enough nodes outside `held` have the request's GPUs, CPU and memory free (a necessary test)."""
-    wanted = request.node_count
+def _need(request: Request) -> Need:
+    """What one node must have free for the request."""
+    return (request.gpus_per_node - 1e-9, request.cpu_milli, request.memory_mib)
+
+
+def _best_fit(node_free: Mapping[str, list[float]], need: Need, held: Collection[str]) -> str:
+    """The node outside `held` with the fewest free GPUs that still meet `need` (then by name)."""
+    fitting = (name for name, free in node_free.items() if name not in held and _fits(free, need))
+    return min(fitting, key=lambda name: (node_free[name][0], name))
+
+
+def _room(node_free: Mapping[str, list[float]], need: Need, node_count: int, held: Collection[str]) -> bool:
+    """Whether `node_count` nodes outside `held` meet `need` (GPUs, CPU and memory free; a necessary test)."""
+    wanted = node_count
     for name, free in node_free.items():
-        if name not in held and _fits(free, request):
+        if name not in held and _fits(free, need):
             wanted -= 1
             if wanted == 0:
                 return True
     return False
 
 
-def _fits(free: Sequence[float], request: Request) -> bool:
-    gpus, cpu_milli, memory_mib = free
-    return (
-        gpus >= request.gpus_per_node - 1e-9
-        and cpu_milli >= request.cpu_milli
-        and memory_mib >= request.memory_mib
-    )
+def _fits(free: Sequence[float], need: Need) -> bool:
+    return free[0] >= need[0] and free[1] >= need[1] and free[2] >= need[2]
 
 
 def _place_without(snapshot: Snapshot, request: Request, policy: Policy, nodes: set[str]) -> Placement | None:
