@@ -171,6 +171,10 @@ def earliest_slot(
     leaving = sorted(bookings, key=lambda b: b.end_s)
     holders: dict[str, int] = {}
     held: set[str] = set()
+    # nodes that meet the request's need (free only grows as rentals release), and how many of them are not
+    # held: the count a multi-node or whole-GPU request needs before a placement is worth trying
+    fitting = {name for name, free in node_free.items() if _fits(free, need)}
+    available = len(fitting)
     undos: list[Callable[[], None]] = []
     released = applied = entered = left = 0
     try:
@@ -182,19 +186,25 @@ def earliest_slot(
                         free[0] += allocation.gpus
                         free[1] += allocation.cpu_milli
                         free[2] += allocation.memory_mib
+                        if allocation.node not in fitting and _fits(free, need):
+                            fitting.add(allocation.node)
+                            available += allocation.node not in held
                 released += 1
             while entered < len(entering) and entering[entered].start_s - duration < start:
                 for name in entering[entered].nodes:
                     holders[name] = holders.get(name, 0) + 1
-                    held.add(name)
+                    if holders[name] == 1:
+                        held.add(name)
+                        available -= name in fitting
                 entered += 1
             while left < len(leaving) and leaving[left].end_s <= start:
                 for name in leaving[left].nodes:
                     holders[name] -= 1
                     if not holders[name]:
                         held.discard(name)
+                        available += name in fitting
                 left += 1
-            if start < not_before_s or (whole and not _room(node_free, need, request.node_count, held)):
+            if start < not_before_s or (whole and available < request.node_count):
                 continue
             if by_count and start > now:
                 return Slot(start, frozenset({_best_fit(node_free, need, held)}), None)
@@ -223,17 +233,6 @@ def _best_fit(node_free: Mapping[str, list[float]], need: Need, held: Collection
     """The node outside `held` with the fewest free GPUs that still meet `need` (then by name)."""
     fitting = (name for name, free in node_free.items() if name not in held and _fits(free, need))
     return min(fitting, key=lambda name: (node_free[name][0], name))
-
-
-def _room(node_free: Mapping[str, list[float]], need: Need, node_count: int, held: Collection[str]) -> bool:
-    """Whether `node_count` nodes outside `held` meet `need` (GPUs, CPU and memory free; a necessary test)."""
-    wanted = node_count
-    for name, free in node_free.items():
-        if name not in held and _fits(free, need):
-            wanted -= 1
-            if wanted == 0:
-                return True
-    return False
 
 
 def _fits(free: Sequence[float], need: Need) -> bool:
