@@ -412,12 +412,13 @@ class _Cycle:
         rentals' declared ends and the whole nodes booked for the requests before it; one whose slot is now
         starts. A request whose slot lies past `backfill_window_s` gets no booking, so later ones may pass it.
         """
-        timed = sorted(  # with what the walk placed this cycle, running from now
+        # with what the walk placed this cycle, running from now; `ends` is kept in step with `timed` as the
+        # cycle starts requests (the order among equal ends does not matter: a start releases them all)
+        timed = sorted(
             (r for r in [*self.running, *self.started] if r.expected_end_s is not None),
-            key=lambda r: (expected_end(r, self.now), r.request.id),
+            key=lambda r: expected_end(r, self.now),
         )
-        keys = [(expected_end(r, self.now), r.request.id) for r in timed]
-        ends = [end for end, _ in keys]  # kept in step with `timed` as this cycle starts requests
+        ends = [expected_end(r, self.now) for r in timed]
         bookings = self.bookings
         horizon_s = self.now + self.config.backfill_window_s
         # capacity only shrinks as the cycle books and starts requests, so a request like an earlier one
@@ -474,10 +475,9 @@ class _Cycle:
                 started = Running(request, placement, self.now)
                 self.started.append(started)
                 if started.expected_end_s is not None:
-                    key = (expected_end(started, self.now), started.request.id)
-                    at = bisect_right(keys, key)
-                    keys.insert(at, key)
-                    ends.insert(at, key[0])
+                    end = expected_end(started, self.now)
+                    at = bisect_right(ends, end)
+                    ends.insert(at, end)
                     timed.insert(at, started)
                 continue
             duration = request.max_duration_s if request.max_duration_s is not None else math.inf

@@ -169,10 +169,9 @@ def earliest_slot(
     # its start less the duration, and leaves once start reaches its end
     entering = sorted(bookings, key=lambda b: b.start_s - duration)
     leaving = sorted(bookings, key=lambda b: b.end_s)
-    holders: dict[str, int] = {}
-    held: set[str] = set()
-    # nodes that meet the request's need (free only grows as rentals release), and how many of them are not
-    # held: the count a multi-node or whole-GPU request needs before a placement is worth trying
+    holders: dict[str, int] = {}  # node -> bookings holding it over the run from the current start
+    # nodes that meet the request's need (free only grows as rentals release), and how many of them no
+    # booking holds: the count a multi-node or whole-GPU request needs before a placement is worth trying
     fitting = {name for name, free in node_free.items() if _fits(free, need)}
     available = len(fitting)
     undos: list[Callable[[], None]] = []
@@ -188,30 +187,27 @@ def earliest_slot(
                         free[2] += allocation.memory_mib
                         if allocation.node not in fitting and _fits(free, need):
                             fitting.add(allocation.node)
-                            available += allocation.node not in held
+                            available += not holders.get(allocation.node)
                 released += 1
             while entered < len(entering) and entering[entered].start_s - duration < start:
                 for name in entering[entered].nodes:
                     holders[name] = holders.get(name, 0) + 1
-                    if holders[name] == 1:
-                        held.add(name)
-                        available -= name in fitting
+                    available -= holders[name] == 1 and name in fitting
                 entered += 1
             while left < len(leaving) and leaving[left].end_s <= start:
                 for name in leaving[left].nodes:
                     holders[name] -= 1
-                    if not holders[name]:
-                        held.discard(name)
-                        available += name in fitting
+                    available += not holders[name] and name in fitting
                 left += 1
             if start < not_before_s or (whole and available < request.node_count):
                 continue
+            held = {name for name, count in holders.items() if count}
             if by_count and start > now:
                 return Slot(start, frozenset({_best_fit(node_free, need, held)}), None)
             while applied < released:
                 undos.extend(snapshot.release(a) for a in timed[applied].placement.nodes)
                 applied += 1
-            found = _place_without(snapshot, request, policy, set(held))
+            found = _place_without(snapshot, request, policy, held)
             if found is not None:
                 nodes = frozenset(a.node for a in found.nodes)
                 return Slot(start, nodes, found if start <= now else None)

@@ -39,6 +39,10 @@ class Capacity:
     def label(self) -> str:
         return f"{self.nodes}:{self.gpus_per_node}"
 
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
 
 @dataclass(frozen=True, slots=True)
 class Shortfall:
@@ -106,12 +110,16 @@ class ClusterCheck:
     def met(self) -> bool:
         return not self.shortfalls
 
+    @property
+    def verdict(self) -> str:
+        return "met" if self.met else "missed: " + "; ".join(s.text for s in self.shortfalls)
+
     def summary(self) -> dict[str, object]:
         summary = {
             "jobs": self.jobs,
             "nodes": self.capacity.nodes,
             "gpus_per_node": self.capacity.gpus_per_node,
-            "capacity_gpus": self.capacity.nodes * self.capacity.gpus_per_node,
+            "capacity_gpus": self.capacity.gpus,
             "offered_load_pct": round(100 * self.capacity.offered_load, 2),
             "met": self.met,
             "shortfalls": [s.text for s in self.shortfalls],
@@ -132,9 +140,10 @@ def itp_capacity(jobs: Sequence[TraceJob]) -> Capacity:
 
 
 def _nearest(jobs: Sequence[TraceJob], gpus_per_node: int) -> Capacity:
-    at_most = nodes_for_load(list(jobs), gpus_per_node, TARGET_LOAD)  # the smallest count at or under 85%
+    trace = list(jobs)
+    at_most = nodes_for_load(trace, gpus_per_node, TARGET_LOAD)  # the smallest count at or under 85%
     options = [
-        Capacity(n, gpus_per_node, offered_load(list(jobs), n * gpus_per_node))
+        Capacity(n, gpus_per_node, offered_load(trace, n * gpus_per_node))
         for n in (at_most - 1, at_most)
         if n >= 1
     ]

@@ -232,12 +232,11 @@ def itp_check_command(
             checks.append(check)
             title = (
                 f"{check.name}: {check.jobs} jobs on {check.capacity.label} "
-                f"({check.capacity.nodes * check.capacity.gpus_per_node} GPUs, "
+                f"({check.capacity.gpus} GPUs, "
                 f"offered load {100 * check.capacity.offered_load:.1f}%)"
             )
             console.print(results_table(title, check.results))
-            verdict = "bar met" if check.met else "bar missed: " + "; ".join(s.text for s in check.shortfalls)
-            console.print(f"{CANDIDATE}: {verdict}")
+            console.print(f"{CANDIDATE}: bar {check.verdict}")
             if check.perturbed is not None:
                 console.print(perturbed_table(check.perturbed))
     console.print(itp_verdict_table(checks))
@@ -296,6 +295,6 @@ def itp_verdict_table(checks: Sequence[ClusterCheck]) -> Table:
             f"{mine.mean_jct_s / 3600:.2f}",
             f"{mine.p95_jct_s / 3600:.2f}",
             f"{mine.mean_alloc_pct:.2f}",
-            "met" if check.met else "missed: " + "; ".join(s.text for s in check.shortfalls),
+            check.verdict,
         )
     return table
