@@ -121,6 +121,7 @@ def test_command_writes_json_and_plots(trace: Path, tmp_path: Path):
             "mean_alloc_pct",
             "idle_waiting_pct",
             "idle_held_pct",
+            "idle_scattered_pct",
             "preemptions",
             "lost_work_pct",
             "owed_gpu_h",
@@ -150,6 +151,28 @@ def test_idle_while_waiting_splits_off_the_drain_for_the_blocked_head():
     assert easy.idle_waiting_pct == pytest.approx(100 * free_node_gpu_s / (72_000 * 16))
     summary = easy.summary()
     assert summary["idle_held_pct"] <= summary["idle_waiting_pct"] <= 100 - summary["mean_alloc_pct"]
+    # the free node could take one of the gang's nodes: too little in all, but not scattered
+    assert easy.idle_scattered_gpu_s == fifo.idle_scattered_gpu_s == 0
+
+
+def test_idle_in_pieces_smaller_than_any_waiting_job_counts_as_scattered():
+    """Two 7-GPU jobs leave one GPU free on each node for 10 h; a 2-GPU job waits 9 h for them to end."""
+    jobs = [
+        TraceJob("a", 0, 36_000, 7),
+        TraceJob("b", 0, 36_000, 7),
+        TraceJob("pair", 3_600, 3_600, 2),  # fits neither node's single free GPU
+        TraceJob("late", 72_000, 60, 1),
+    ]
+    for policy in ("fifo", "suanli"):
+        result = run_queue(synthetic_fleet(2, 8), jobs, policy)
+        assert result.idle_waiting_gpu_s == pytest.approx(2 * (36_000 - 3_600))
+        scattered = result.idle_waiting_gpu_s - result.idle_held_gpu_s
+        assert result.idle_scattered_gpu_s == pytest.approx(scattered) and scattered > 0
+    # in strict order a 1-GPU job behind `pair` could use a piece: idle, but not scattered
+    behind = [*jobs[:3], TraceJob("single", 3_600, 3_600, 1), jobs[3]]
+    result = run_queue(synthetic_fleet(2, 8), behind, "fifo")
+    assert result.idle_waiting_gpu_s == pytest.approx(2 * (36_000 - 3_600))
+    assert result.idle_scattered_gpu_s == 0
 
 
 def test_work_owed_at_the_last_arrival_is_what_the_window_did_not_allocate():

@@ -13,9 +13,10 @@ import heapq
 import math
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 
+from suanli.domain.capacity import FULL_MILLI
 from suanli.domain.catalog_data import CATALOG
 from suanli.domain.fair_share import FairShare
 from suanli.domain.inventory import Fleet
@@ -68,6 +69,7 @@ class QueueResult:
     alloc_gpu_s_total: float = 0.0
     idle_waiting_gpu_s: float = 0.0  # free GPU-seconds while requests that can fit waited, arrival window
     idle_held_gpu_s: float = 0.0  # of which on the nodes reserved for the blocked head (its drain)
+    idle_scattered_gpu_s: float = 0.0  # of the rest, while no waiting request fits one node's free GPUs
     makespan_s: float = 0.0
     wall_s: float = 0.0
     cycles: int = 0
@@ -119,6 +121,12 @@ class QueueResult:
         return _pct(self.idle_held_gpu_s, self.arrival_span_s * self.capacity_gpus)
 
     @property
+    def idle_scattered_pct(self) -> float:
+        """The part of `idle_waiting_pct` off the head's nodes that no waiting request could use on any one
+        node: free GPUs scattered in pieces smaller than every waiting request needs (fragmentation)."""
+        return _pct(self.idle_scattered_gpu_s, self.arrival_span_s * self.capacity_gpus)
+
+    @property
     def lost_work_pct(self) -> float:
         """Of all allocated GPU-time, the share preemption threw away (a preempted job runs again in full)."""
         return _pct(self.lost_gpu_s, self.alloc_gpu_s_total)
@@ -152,6 +160,7 @@ class QueueResult:
             "owed_gpu_h": round(self.owed_gpu_h, 1),
             "idle_waiting_pct": round(self.idle_waiting_pct, 2),
             "idle_held_pct": round(self.idle_held_pct, 2),
+            "idle_scattered_pct": round(self.idle_scattered_pct, 2),
             "preemptions": self.preemptions,
             "lost_work_pct": round(self.lost_work_pct, 2),
             "jobs_per_s": round(self.jobs_per_s, 1),
@@ -168,6 +177,22 @@ def percentile(values: Sequence[float], pct: float) -> float:
         return math.nan
     ordered = sorted(values)
     return ordered[max(0, math.ceil(pct / 100 * len(ordered)) - 1)]
+
+
+def _fits_one_node(snapshot: Snapshot, waiting: Sequence[Request], excluded: Collection[str]) -> bool:
+    """Whether some waiting request's per-node GPUs fit the free GPUs of one schedulable node outside
+    `excluded`: whole free GPUs for whole-GPU shapes, one GPU's free share for shares (CPU, memory aside)."""
+    whole = min((math.ceil(r.gpus_per_node) for r in waiting if r.gpus_per_node >= 1), default=math.inf)
+    share = min((r.gpus_per_node * FULL_MILLI for r in waiting if r.gpus_per_node < 1), default=math.inf)
+    skip = {snapshot.by_name[name].index for name in excluded}
+    for states in snapshot.groups:
+        for state_id, members in states.items():
+            gpus = snapshot.state_keys[state_id][2]
+            free_whole = sum(1 for entry in gpus if entry[0] >= FULL_MILLI)
+            largest = max((entry[0] for entry in gpus), default=0)
+            if (free_whole >= whole or largest >= share) and any(i not in skip for i in members):
+                return True
+    return False
 
 
 def _pct(gpu_s: float, capacity_gpu_s: float) -> float:
@@ -329,7 +354,8 @@ def run_requests(
     head: str | None = None
     reserved: tuple[str, ...] = ()
     allocated = 0.0
-    idle_waiting = idle_held = 0.0  # free GPUs while requests wait, and those on the head's reserved nodes
+    # free GPUs while requests wait; of them, those on the head's reserved nodes and those scattered elsewhere
+    idle_waiting = idle_held = idle_scattered = 0.0
     previous = first_arrival
     next_sample = first_arrival
     while events:
@@ -340,6 +366,7 @@ def run_requests(
         result.alloc_gpu_s_arrivals += allocated * overlap
         result.idle_waiting_gpu_s += idle_waiting * overlap
         result.idle_held_gpu_s += idle_held * overlap
+        result.idle_scattered_gpu_s += idle_scattered * overlap
         if config.order is Order.PRIORITY:
             fair = fair.advance(now, held)
         previous = now
@@ -406,12 +433,16 @@ def run_requests(
                     heapq.heappush(
                         events, (victim.deadline_s, KILL, sequence, victim.request_id, job.started_at_s)
                     )
-            waiting = any(p.reason not in NEVER_FITS for p in decision.pending)  # not: never fits the fleet
-            idle_waiting = fleet.gpu_count - allocated if waiting else 0.0
-            held_milli = sum(snapshot.by_name[n].free_milli for n in decision.reserved_nodes)
-            idle_held = held_milli / 1000 if waiting else 0.0
+            idle_waiting = idle_held = idle_scattered = 0.0
+            if any(p.reason not in NEVER_FITS for p in decision.pending):  # not: never fits the fleet
+                idle_waiting = fleet.gpu_count - allocated
+                idle_held = sum(snapshot.by_name[n].free_milli for n in decision.reserved_nodes) / 1000
+                if idle_waiting - idle_held > 1e-9:
+                    waiting = [by_id[p.request_id] for p in decision.pending if p.reason not in NEVER_FITS]
+                    if not _fits_one_node(snapshot, waiting, reserved):
+                        idle_scattered = idle_waiting - idle_held
         else:
-            idle_waiting = idle_held = 0.0
+            idle_waiting = idle_held = idle_scattered = 0.0
         if now >= next_sample or not events:
             result.samples.append((now, allocated, len(queue)))
             next_sample = now + sample_every_s

@@ -157,7 +157,8 @@ def queue_command(
     console.print("replay speed (jobs/s): " + ", ".join(f"{r.policy} {r.jobs_per_s:,.0f}" for r in results))
     legend = (
         "idle %: GPUs free while jobs waited (first to last arrival); held %: of those, on nodes drained "
-        "for the blocked head; owed GPU-h: work still to run at the last arrival"
+        "for the blocked head; scat %: elsewhere, in pieces too small for any waiting job on one node; "
+        "owed GPU-h: work still to run at the last arrival"
     )
     if any(r.preemptions for r in results):
         legend += "; lost %: allocated GPU-time that preemption threw away"
@@ -170,7 +171,8 @@ def queue_command(
         "tier_mix": {t.label: p for t, p in tier_mix.items()},
         "mean_alloc_window": "first to last arrival",
         "owed_gpu_h": "GPU-hours still to run at the last arrival: total work less what the window allocated",
-        "idle_waiting": "free GPUs while requests wait; idle_held: on the blocked head's reserved nodes",
+        "idle_waiting": "free GPUs while requests wait; idle_held: on the blocked head's reserved nodes; "
+        "idle_scattered: elsewhere, when no waiting request fits the free GPUs of any one node",
         "workload": kind,
         "preempted_jobs": "save at the notice deadline and resume" if checkpoint else "run again in full",
     }
@@ -187,7 +189,8 @@ def results_table(title: str, results: Sequence[QueueResult]) -> Table:
     preempting = any(r.preemptions for r in results)
     table = Table(title=title, box=box.SIMPLE_HEAD, collapse_padding=True, pad_edge=False)
     table.add_column("policy", no_wrap=True)
-    headers = ["mean\nJCT h", "p95\nJCT h", "mean\nqueue h", "alloc\n%", "idle\n%", "held\n%", "owed\nGPU-h"]
+    headers = ["mean\nJCT h", "p95\nJCT h", "mean\nqueue h", "alloc\n%", "idle\n%", "held\n%", "scat\n%"]
+    headers += ["owed\nGPU-h"]
     headers += ["pre-\nempted", "lost\n%"] if preempting else []
     for header in headers:
         table.add_column(header, justify="right", no_wrap=True)
@@ -199,6 +202,7 @@ def results_table(title: str, results: Sequence[QueueResult]) -> Table:
             f"{r.mean_alloc_pct:.2f}",
             f"{r.idle_waiting_pct:.1f}",
             f"{r.idle_held_pct:.1f}",
+            f"{r.idle_scattered_pct:.1f}",
             f"{r.owed_gpu_h:,.0f}",
         ]
         cells += [str(r.preemptions), f"{r.lost_work_pct:.1f}"] if preempting else []
