@@ -27,9 +27,9 @@ class Settings(BaseSettings):
     policy_seed: int = 0
     queue: Literal["greedy", "backfill", "conservative"] = Field(
         default="greedy",
-        description="greedy: each cycle places whatever fits, in tier, bid and age order (a cloud's "
-        "on-demand behaviour); backfill: the queueing policy `sim queue` measures (fair share, response "
-        "ratio, a blocked head keeps a reservation, only rentals with max_duration_s may pass it); "
+        description="greedy: each cycle places whatever fits, in tier, bid, fair share and age order (a "
+        "cloud's on-demand behaviour); backfill: `suanli`'s queueing policy (fair share, response ratio, a "
+        "blocked head keeps a reservation, only rentals with max_duration_s may pass it); "
         "conservative: fair share then age, and every pending rental is booked a start that no later "
         "rental may delay (Slurm's backfill), shown as its expected start.",
     )

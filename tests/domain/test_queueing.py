@@ -16,6 +16,7 @@ from suanli.domain.plan import Placement, Reason
 from suanli.domain.policies import BestFitPolicy
 from suanli.domain.preemption import PreemptionConfig, Running
 from suanli.domain.queue_order import (
+    GREEDY_QUEUE,
     BackfillOrder,
     Mode,
     Order,
@@ -107,6 +108,27 @@ def test_strict_fifo_never_passes_the_head():
     assert [p.request_id for p in decision.placements] == ["first"]
     assert decision.head == "big"
     assert reasons(decision) == {"big": Reason.NO_CAPACITY, "small": Reason.BLOCKED_BY_HEAD}
+
+
+def test_greedy_starts_whatever_fits_and_says_why_the_rest_waits():
+    """No head: a gang and a whole node that do not fit wait with `place`'s reason, and what fits starts, with
+    or without a declared duration; a higher tier that does not fit preempts spot and the walk goes on."""
+    snap = snapshot_of(2, 8)
+    busy = run(snap, job("busy", 6, 0, 100), 0)  # n0: 2 GPUs free; n1 empty
+    queue = [job("gang", 8, 1, 10, nodes=2), job("node", 8, 2), job("again", 8, 3), job("pair", 2, 4)]
+    decision = admit(snap, queue, [busy], POLICY, 5, GREEDY_QUEUE)
+    assert [p.request_id for p in decision.placements] == ["node", "pair"]
+    assert decision.head is None and decision.head_start_s is None and decision.reserved_nodes == ()
+    assert reasons(decision) == {"gang": Reason.GANG_INCOMPLETE, "again": Reason.NO_CAPACITY}
+
+    snap = snapshot_of(2, 8)
+    spot = run(snap, job("spot", 8, 0, 1000, tier=Tier.SPOT, bid_micros_per_hour=1), 0)  # n0
+    busy = run(snap, job("busy", 6, 0, 1000), 0)  # n1: 2 GPUs free
+    queue = [job("od", 8, 5), job("one", 1, 6)]
+    decision = admit(snap, queue, [spot, busy], POLICY, 10, GREEDY_QUEUE)
+    evicted = [(p.preemptor, [v.request_id for v in p.victims]) for p in decision.preemptions]
+    assert evicted == [("od", ["spot"])]
+    assert [p.request_id for p in decision.placements] == ["one"]
 
 
 def test_backfill_takes_short_jobs_holds_long_ones_and_never_passes_without_a_duration():

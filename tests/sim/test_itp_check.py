@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from suanli.cli.main import app
 from suanli.sim.itp import TraceJob, jittered, read_itp_jobs
 from suanli.sim.itp_check import check_cluster, cluster_paths, itp_capacity, shortfalls
-from suanli.sim.queue import POLICIES, QueueResult
+from suanli.sim.queue import BASELINES, QueueResult
 
 HOUR = 3600.0
 ITP = Path(__file__).resolve().parents[3] / "shared" / "traces" / "microsoft-itp-elasticflow"
@@ -97,7 +97,7 @@ def traces(tmp_path: Path) -> Path:
 def test_a_cluster_is_replayed_under_every_policy_at_its_capacity(traces: Path):
     check = check_cluster(traces / "cluster07.csv")
     assert check.name == "cluster07" and check.jobs == 40
-    assert [r.policy for r in check.results] == list(POLICIES)
+    assert [r.policy for r in check.results] == [*BASELINES, "suanli"]
     assert all(r.capacity_gpus == check.capacity.nodes * check.capacity.gpus_per_node for r in check.results)
     assert all(len(r.jct_s) == 40 for r in check.results)  # every job completes
     assert list(check.shortfalls) == shortfalls({r.policy: r for r in check.results})
@@ -121,7 +121,7 @@ def test_command_prints_the_verdict_and_writes_json(traces: Path, tmp_path: Path
     assert outcome.exit_code == 0, outcome.output
     report = json.loads(out.read_text())
     cluster = report["clusters"]["cluster07"]
-    assert set(cluster["policies"]) == set(POLICIES)
+    assert set(cluster["policies"]) == {*BASELINES, "suanli"}
     assert cluster["met"] == (cluster["shortfalls"] == [])
     assert "suanli against every baseline" in outcome.output
     strict = runner.invoke(app, [*args, "--strict"])
@@ -149,7 +149,7 @@ def test_jittered_arrivals_move_within_the_shift_and_repeat_by_seed():
 def test_perturbed_runs_give_each_policys_spread_and_how_often_each_shortfall_held(traces: Path):
     check = check_cluster(traces / "cluster07.csv", perturb_runs=2, max_shift_s=120.0)
     perturbed = check.perturbed
-    assert perturbed is not None and perturbed.runs == 2 and set(perturbed.spreads) == set(POLICIES)
+    assert perturbed is not None and perturbed.runs == 2 and set(perturbed.spreads) == {*BASELINES, "suanli"}
     for spread in perturbed.spreads.values():
         for mean, low, high in (spread.mean_jct_h, spread.p95_jct_h, spread.alloc_pct):
             assert low <= mean <= high
@@ -166,5 +166,5 @@ def test_command_reports_the_spread_when_asked(traces: Path, tmp_path: Path):
     assert outcome.exit_code == 0, outcome.output
     perturbed = json.loads(out.read_text())["clusters"]["cluster07"]["perturbed"]
     assert perturbed["runs"] == 1 and perturbed["max_shift_s"] == 30.0
-    assert set(perturbed["policies"]) == set(POLICIES)
+    assert set(perturbed["policies"]) == {*BASELINES, "suanli"}
     assert "1 run with arrivals moved by up to 30 s" in outcome.output

@@ -15,6 +15,7 @@ from suanli.app.records import ApiKey, Booking, Rental, RentalEvent, RentalSpec,
 from suanli.app.scheduling import Scheduler
 from suanli.domain.catalog_data import CATALOG
 from suanli.domain.plan import NodeAllocation, Slice
+from suanli.domain.queue_order import BOOKED_QUEUE, GREEDY_QUEUE, PLATFORM_QUEUE
 from suanli.store.db import make_engine, migrate, unit_of_work_factory
 
 FLEET = (Path(__file__).resolve().parents[2] / "examples" / "fleet.toml").read_text()
@@ -102,8 +103,8 @@ def _fleet():
     return parse_fleet(FLEET, source="example", catalog=CATALOG)
 
 
-def _scheduler(uow, queue=None, clock=None) -> Scheduler:
-    """A scheduler on the example fleet's store; `queue`: the backfill queue's config (None: greedy)."""
+def _scheduler(uow, queue=GREEDY_QUEUE, clock=None) -> Scheduler:
+    """A scheduler on the example fleet's store under the server queue `queue` (default: greedy)."""
     return Scheduler(uow, clock or Clock(), CATALOG, FleetCache(CATALOG), "suanli", 0, queue=queue)
 
 
@@ -154,8 +155,6 @@ def test_a_new_scheduler_rebuilds_from_the_database(uow) -> None:
 
 def _queue_case(uow, queue) -> dict[str, tuple[str, str | None]]:
     """7 of the 8 H100 nodes busy for 2 h; then a 2-node gang (head), one node without and one with 1 h."""
-    from suanli.domain.queue_order import PLATFORM_QUEUE
-
     scheduler = _scheduler(uow, queue)
     h100 = dict(gpu_model="H100-SXM-80GB", gpus=8)
     with uow() as u:
@@ -168,20 +167,17 @@ def _queue_case(uow, queue) -> dict[str, tuple[str, str | None]]:
         u.rentals.add(_rental("rnt_d", RentalSpec(**h100, max_duration_s=3600)))
         u.commit()
     scheduler.run_cycle()
-    assert queue in (None, PLATFORM_QUEUE)
     with uow() as u:
         return {r.id: (r.state, r.pending_reason) for r in u.rentals.by_ids(["rnt_b", "rnt_c", "rnt_d"])}
 
 
 def test_greedy_queue_places_whatever_fits(uow) -> None:
-    states = _queue_case(uow, None)
+    states = _queue_case(uow, GREEDY_QUEUE)
     assert states["rnt_c"][0] == "placed"  # the free node goes to the first that fits
     assert states["rnt_b"] == ("pending", "gang_incomplete") and states["rnt_d"] == ("pending", "no_capacity")
 
 
 def test_backfill_queue_keeps_the_head_and_backfills_only_what_ends_in_time(uow) -> None:
-    from suanli.domain.queue_order import PLATFORM_QUEUE
-
     states = _queue_case(uow, PLATFORM_QUEUE)
     assert states["rnt_b"] == ("pending", "no_capacity")  # the blocked head: reserved at `a`'s end
     assert states["rnt_c"] == ("pending", "blocked_by_head")  # no declared duration: cannot pass it
@@ -192,8 +188,6 @@ def test_the_head_shows_its_reserved_start_until_it_is_placed(uow) -> None:
     """The blocked head (`b`) shows when `a` ends at its declared 2 h, and no other rental shows a start;
     once `a` has stopped the head is placed and its start is cleared. The greedy queue shows none."""
     from datetime import timedelta
-
-    from suanli.domain.queue_order import PLATFORM_QUEUE
 
     _queue_case(uow, PLATFORM_QUEUE)
     with uow() as u:
@@ -216,8 +210,6 @@ def test_a_new_leader_keeps_the_recorded_head(uow) -> None:
     higher an hour later. A new leader reads the recorded head and keeps `b` first, as the old one would
     have; without it `e` would take the head and the capacity drained for `b`."""
     from datetime import timedelta
-
-    from suanli.domain.queue_order import PLATFORM_QUEUE
 
     class HourLater:
         def now(self) -> datetime:
@@ -242,18 +234,17 @@ def test_a_new_leader_keeps_the_recorded_head(uow) -> None:
 
 
 def test_the_greedy_queue_shows_no_reserved_start(uow) -> None:
-    _queue_case(uow, None)
+    _queue_case(uow, GREEDY_QUEUE)
     with uow() as u:
         assert all(r.expected_start_at is None for r in u.rentals.by_ids(["rnt_b", "rnt_c", "rnt_d"]))
 
 
-@pytest.mark.parametrize("backfill", [False, True])
-def test_an_open_contract_holds_its_capacity_under_the_backfill_queue(uow, backfill: bool) -> None:
-    """ten_b holds 1 x 8 H100 in cn-north now: under backfill, ten_a's 8 whole-node rentals get 7 nodes."""
+@pytest.mark.parametrize("queue", [GREEDY_QUEUE, PLATFORM_QUEUE, BOOKED_QUEUE], ids=lambda q: q.mode.value)
+def test_an_open_contract_holds_its_capacity_under_every_queue(uow, queue) -> None:
+    """ten_b holds 1 x 8 H100 in cn-north now: ten_a's 8 whole-node rentals get 7 nodes; ten_b claims one."""
     from datetime import timedelta
 
     from suanli.app.records import ContractRecord
-    from suanli.domain.queue_order import PLATFORM_QUEUE
 
     with uow() as u:
         u.tenants.add(Tenant("ten_b", "b", "tenant", NOW))
@@ -262,12 +253,8 @@ def test_an_open_contract_holds_its_capacity_under_the_backfill_queue(uow, backf
         for i in range(8):
             u.rentals.add(_rental(f"rnt_{i}", RentalSpec(gpu_model="H100-SXM-80GB", gpus=8)))
         u.commit()
-    queue = PLATFORM_QUEUE if backfill else None
     scheduler = _scheduler(uow, queue)
     report = scheduler.run_cycle()
-    if not backfill:
-        assert report.placed == 8  # greedy: contracts are priced, not held
-        return
     assert report.placed == 7 and report.pending == {"contract_hold": 1}
     with uow() as u:
         u.rentals.add(Rental("rnt_b", "ten_b", "pending", RentalSpec(gpu_model="H100-SXM-80GB", gpus=8), NOW))
@@ -279,7 +266,6 @@ def test_an_open_contract_holds_its_capacity_under_the_backfill_queue(uow, backf
 
 @pytest.mark.parametrize("backfill", [False, True])
 def test_quotas_and_spend_caps_hold_rentals_back(uow, backfill: bool) -> None:
-    from suanli.domain.queue_order import PLATFORM_QUEUE
     from suanli.domain.quotas import TenantLimits
 
     h100 = RentalSpec(gpu_model="H100-SXM-80GB", gpus=8, max_duration_s=3600)
@@ -293,7 +279,7 @@ def test_quotas_and_spend_caps_hold_rentals_back(uow, backfill: bool) -> None:
         u.rentals.add(Rental("rnt_b0", "ten_b", "pending", h100, NOW, quote=rate))
         u.rentals.add(Rental("rnt_b1", "ten_b", "pending", h100, NOW, quote={"final_micros_per_hour": 3_600}))
         u.commit()
-    queue = PLATFORM_QUEUE if backfill else None
+    queue = PLATFORM_QUEUE if backfill else GREEDY_QUEUE
     scheduler = _scheduler(uow, queue)
     report = scheduler.run_cycle()
     assert report.placed == 3 and report.pending == {"quota": 1, "spend_cap": 1}
@@ -308,7 +294,6 @@ def test_quotas_and_spend_caps_hold_rentals_back(uow, backfill: bool) -> None:
 @pytest.mark.parametrize(("weight", "share"), [(1.0, 4), (3.0, 6)])
 def test_fair_share_weights_split_the_fleet_under_the_backfill_queue(uow, weight: float, share: int) -> None:
     """Two tenants ask for 8 whole H100 nodes each at once: their weights decide how the 8 nodes split."""
-    from suanli.domain.queue_order import PLATFORM_QUEUE
     from suanli.domain.quotas import TenantLimits
 
     h100 = RentalSpec(gpu_model="H100-SXM-80GB", gpus=8, max_duration_s=3600)
@@ -332,7 +317,6 @@ def test_fair_share_usage_is_saved_and_a_new_leader_goes_on_from_it(uow, clock) 
     from datetime import timedelta
 
     from suanli.app.scheduling import FAIR_SHARE_SAVE_S
-    from suanli.domain.queue_order import PLATFORM_QUEUE
 
     clock.at = NOW
     h100 = RentalSpec(gpu_model="H100-SXM-80GB", gpus=8, max_duration_s=3600)

@@ -25,7 +25,7 @@ from suanli.app.sla import SlaService
 from suanli.app.tenants import TenantService
 from suanli.config import Settings
 from suanli.domain.catalog_data import CATALOG
-from suanli.domain.queue_order import BOOKED_QUEUE, PLATFORM_QUEUE
+from suanli.domain.queue_order import BOOKED_QUEUE, GREEDY_QUEUE, PLATFORM_QUEUE
 from suanli.loops.agent_reaper import ReaperLoop
 from suanli.loops.meter_loop import MeterLoop
 from suanli.loops.scheduler_loop import SchedulerLoop
@@ -35,6 +35,8 @@ from suanli.store.leader import Leadership
 from suanli.store.wakeups import Wakeups
 
 GPU_STATES = ("idle", "partial", "busy", "cordoned")
+# SUANLI_QUEUE: the domain's queue configuration each server queue runs
+SERVER_QUEUES = {"greedy": GREEDY_QUEUE, "backfill": PLATFORM_QUEUE, "conservative": BOOKED_QUEUE}
 
 
 class Metrics:
@@ -133,7 +135,9 @@ def build(settings: Settings, clock: Clock | None = None) -> Services:
         settings.policy_seed,
         notice_s=settings.preemption_notice_s,
         notice_by_tier_s=settings.preemption_notice_by_tier_s,
-        queue={"backfill": PLATFORM_QUEUE, "conservative": BOOKED_QUEUE}.get(settings.queue),
+        queue={"greedy": GREEDY_QUEUE, "backfill": PLATFORM_QUEUE, "conservative": BOOKED_QUEUE}[
+            settings.queue
+        ],
         pricer=lambda u, rental, placed, utilization, now: billing.placement_quote(
             u, rental, to_request(rental).shape, placed, utilization, now
         ),

@@ -41,13 +41,11 @@ from suanli.domain.fair_share import FairShare
 from suanli.domain.inventory import Fleet, Node
 from suanli.domain.plan import NodeAllocation, Pending, Placement, Reason
 from suanli.domain.policies import Policy, build_policy
-from suanli.domain.preemption import DEFAULT_NOTICE_S, Preemption, PreemptionConfig, Running, choose_victims
-from suanli.domain.queue_order import QueueConfig
+from suanli.domain.preemption import DEFAULT_NOTICE_S, Preemption, PreemptionConfig, Running
+from suanli.domain.queue_order import GREEDY_QUEUE, QueueConfig
 from suanli.domain.queueing import Gates, admit
-from suanli.domain.quotas import Ledger
 from suanli.domain.request import Request, Tier
 from suanli.domain.reservation import reserve
-from suanli.domain.scheduler import order_queue, schedule
 from suanli.domain.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
@@ -92,7 +90,7 @@ class Scheduler:
         pricer: Pricer | None = None,
         repricer: Repricer | None = None,
         floor_check: FloorCheck | None = None,
-        queue: QueueConfig | None = None,
+        queue: QueueConfig = GREEDY_QUEUE,
     ) -> None:
         self.uow, self.clock, self.catalog, self.cache = uow, clock, catalog, cache
         self.policy_name, self.seed = policy, seed
@@ -104,8 +102,9 @@ class Scheduler:
         self.owner: dict[int, str] = {}  # live allocation id -> its rental
         by_tier = {Tier.parse(name): seconds for name, seconds in (notice_by_tier_s or {}).items()}
         self.preemption = PreemptionConfig(by_tier, notice_s)
-        # `queue` set: decide with the domain's `admit` (see `_admit`); its state lives on the leader only
-        self.queue = None if queue is None else replace(queue, preemption=self.preemption)
+        # the server's queue (`SUANLI_QUEUE`), decided by the domain's `admit` (see `_admit`); what it keeps
+        # between cycles (the blocked head, its drained nodes, fair-share usage) lives on the leader
+        self.queue = replace(queue, preemption=self.preemption)
         self.fair = FairShare()
         self.fair_saved_s: float | None = None  # when the fair share in the store was saved, as last seen
         self.head: str | None = None
@@ -153,18 +152,7 @@ class Scheduler:
         by_id = {rental.id: rental for rental in pending}
         started = time.perf_counter()
         now_s = now.timestamp()
-        if self.queue is not None:
-            placements, still, notices = self._admit(pending, ready, waiting_on, now_s)
-        else:
-            first = [to_request(r) for r in pending if r.id in ready]
-            rest = [to_request(r) for r in pending if r.id not in ready and r.id not in waiting_on]
-            ledger, live = self._limits_ledger(pending, now_s)
-            # preemptors whose victims left take the freed capacity first
-            promised = schedule(snapshot, first, policy, now_s, ledger)
-            plan = schedule(snapshot, rest, policy, now_s, ledger)
-            placements = (*promised.placements, *plan.placements)
-            still = (*promised.pending, *plan.pending)
-            notices = self._choose_victims(still, by_id, now_s, live)
+        placements, still, notices = self._admit(pending, ready, waiting_on, now_s)
         report = CycleReport(decision_s=time.perf_counter() - started, head_start_s=self.head_start_s)
         noticed = {p.preemptor for p in notices}
         try:
@@ -226,43 +214,6 @@ class Scheduler:
             uow.rentals.set_state(rental.id, "pending", expect=("pending",), reason=reason)
             uow.rentals.add_event(rental.id, RentalEvent(now, "pending", reason, message))
 
-    # --- preemption -----------------------------------------------------------------------------------
-
-    def _choose_victims(
-        self,
-        waiting: Sequence[Pending],
-        by_id: dict[str, Rental],
-        now_s: float,
-        live: Mapping[str, tuple[Running, int]] | None = None,
-    ) -> list[Preemption]:
-        """Victims for each higher-tier request that found no capacity, in queue order; the snapshot is left
-        as it was. A victim chosen for one preemptor is not chosen again (it is under notice). `live`: the
-        running rentals when this cycle read them already."""
-        requests = [
-            to_request(by_id[w.request_id])
-            for w in waiting
-            if w.reason in (Reason.NO_CAPACITY, Reason.GANG_INCOMPLETE)
-        ]
-        requests = [r for r in requests if r.tier > Tier.SPOT]
-        if not requests:
-            return []
-        assert self.snapshot is not None and self.policy is not None
-        live = self._running() if live is None else live
-        running = {rental_id: request for rental_id, (request, _) in live.items()}
-        decisions = []
-        for request in order_queue(requests):
-            decision = choose_victims(
-                self.snapshot, request, list(running.values()), self.policy, now_s, self.preemption
-            )
-            if decision is None:
-                continue
-            decisions.append(decision)
-            for victim in decision.victims:
-                running[victim.request_id] = replace(
-                    running[victim.request_id], preempted_by=request.id, notice_deadline_s=victim.deadline_s
-                )
-        return decisions
-
     def _running(self) -> dict[str, tuple[Running, int]]:
         """The live rentals holding capacity in the snapshot, as the domain sees them, with their rate per
         hour (one read)."""
@@ -286,24 +237,10 @@ class Scheduler:
             running[rental.id] = (request, rental.price_micros_per_hour or 0)
         return running
 
-    def _limits_ledger(
-        self, pending: Sequence[Rental], now_s: float
-    ) -> tuple[Ledger | None, dict[str, tuple[Running, int]] | None]:
-        """The greedy queue's quota and spend-cap ledger for this cycle, booked with the live rentals, and
-        those rentals (None, None: no tenant has limits, so nothing more is read)."""
-        with self.uow() as uow:
-            tenants = uow.terms.limits()
-        if not tenants:
-            return None, None
-        live = self._running()
-        with self.uow() as uow:
-            limits = cycle_limits(uow, self.catalog, tenants, pending, live, now_s)
-        return limits.ledger(((r.request, r.started_at_s) for r, _ in live.values()), now_s), live
-
     def _admit(
         self, pending: Sequence[Rental], ready: set[str], waiting_on: Mapping[str, list[Rental]], now_s: float
     ) -> tuple[tuple[Placement, ...], list[Pending], tuple[Preemption, ...]]:
-        """One `admit` cycle (`SUANLI_QUEUE=backfill`): fair share decays on the leader (saved for the next
+        """One `admit` cycle under the server's queue: fair share decays on the leader (saved for the next
         one, see `_advance_fair_share`), the blocked head keeps its place and drained nodes from one cycle to
         the next, and open contracts hold their capacity (the holder's rentals up to the count are admitted
         as `reserved`).
@@ -311,7 +248,7 @@ class Scheduler:
         Preemptors whose victims have all left (`ready`) take the freed capacity first; those still waiting
         on victims under notice are left to the caller (their reason says whom they wait for).
         """
-        assert self.snapshot is not None and self.policy is not None and self.queue is not None
+        assert self.snapshot is not None and self.policy is not None
         live = self._running()
         running = [r for r, _ in live.values()]
         held: dict[str, float] = {}
@@ -350,7 +287,7 @@ class Scheduler:
     ) -> float | None:
         """The blocked head's reserved start when `admit` did not need it (nothing could backfill), for the
         tenant to read; the rentals placed in this cycle count as running from now."""
-        assert self.snapshot is not None and self.policy is not None and self.queue is not None
+        assert self.snapshot is not None and self.policy is not None
         by_id = {r.id: r for r in queue}
         head = by_id.get(self.head or "")
         if head is None:

@@ -15,6 +15,7 @@ from suanli.domain.request import Request, Tier
 
 
 class Mode(StrEnum):
+    GREEDY = "greedy"  # a cloud's on-demand: whatever fits starts, in order; no request waits for a head
     STRICT = "strict"  # nothing passes a blocked head
     BACKFILL = "backfill"  # EASY: requests with a declared duration may pass if they cannot delay the head
     CONSERVATIVE = "conservative"  # Slurm's backfill: a request may pass only if it delays no one before it
@@ -69,6 +70,11 @@ PLATFORM_QUEUE = QueueConfig(
     spare_free=True,
     spot_yields=True,
 )
+
+
+# The server's `SUANLI_QUEUE=greedy` (its default): tier, spot bid, weighted fair share, then age; every
+# request that fits starts, none is held for a larger one before it; lower tiers are preempted with notice.
+GREEDY_QUEUE = QueueConfig(mode=Mode.GREEDY, order=Order.PRIORITY, preemption=PreemptionConfig())
 
 
 # The server's `SUANLI_QUEUE=conservative`: tier, spot bid, weighted fair share, then age, with Slurm's

@@ -7,7 +7,8 @@ trials are undone. Phases:
 2. order (`queue_order.py`, with the settings `QueueConfig`): strict arrival order (`Order.FIFO`) or tier,
    spot bid, weighted fair share, then age or response ratio (`Order.PRIORITY`);
 3. walk: place requests in order until one cannot fit; a higher tier that cannot fit may preempt lower tiers
-   (with notice) and then stops blocking; the first request that neither fits nor preempts is the head;
+   (with notice) and then stops blocking; the first request that neither fits nor preempts is the head
+   (`Mode.GREEDY`, a cloud's on-demand: there is no head, the walk places whatever fits and stops there);
 4. reserve: the head's earliest start, found by releasing running rentals in the order of their expected ends
    (start + declared duration) on the snapshot until the head fits; the nodes it would take are reserved;
 5. backfill (`Mode.BACKFILL`): a later request with a declared duration may start now if it ends before the
@@ -172,8 +173,12 @@ class _Cycle:
         self.started: list[Running] = []  # this cycle's placements, as running from now
         self.higher_waiting = False  # a non-spot request waits for capacity (preempting or blocked)
         self.free_gpus = snapshot.gpu_count - snapshot.allocated_milli() / 1000
-        self.failed: set[tuple] = set()  # (fit key, cordoned) that did not fit: capacity only shrinks
+        # (fit key, cordoned) that did not fit, and why: capacity only shrinks, so not in this cycle either
+        self.failed: dict[tuple, Pending] = {}
         self.chosen_victims: set[str] = set()
+        # (fit key, tier) no set of victims makes room for: victims and capacity only shrink in a cycle
+        self.no_victims: set[tuple] = set()
+        self.lowest_tier = min((r.request.tier for r in running if r.preempted_by is None), default=math.inf)
         self.gates = gates
         self.floor_evictions: tuple[Eviction, ...] = ()
         if gates.spot_floor is not None:
@@ -293,7 +298,7 @@ class _Cycle:
         if outcome.reason in NEVER_FITS:
             self.pending.append(outcome)
             return True  # decided: it waits for ever, and it does not block anyone
-        self.failed.add(key)
+        self.failed[key] = outcome
         return False
 
     def note_waiting(self, request: Request) -> None:
@@ -319,16 +324,35 @@ class _Cycle:
             if self._preempt_for(request):
                 self.note_waiting(request)
                 continue
+            if self.config.mode is Mode.GREEDY:
+                self.pending.append(self._why_waiting(request))
+                continue
             return index
         return None
 
+    def _why_waiting(self, request: Request) -> Pending:
+        """Why `request`, which did not fit, waits: what `place` said for one like it in this cycle, or says
+        now (it did not try when fewer GPUs were free than the request needs: it cannot place it either)."""
+        key = (_fit_key(request), False)
+        failed = self.failed.get(key)
+        if failed is not None:
+            return Pending(request.id, failed.reason, failed.message)
+        outcome = place(self.snapshot, request, self.policy)
+        assert not isinstance(outcome, Placement)
+        self.failed[key] = outcome
+        return outcome
+
     def _preempt_for(self, request: Request) -> bool:
         config = self.config.preemption
-        if config is None or request.tier is Tier.SPOT:
+        if config is None or request.tier is Tier.SPOT or request.tier <= self.lowest_tier:
+            return False  # (nothing running is of a lower tier)
+        key = (_fit_key(request), request.tier)
+        if key in self.no_victims:
             return False
         eligible = [r for r in self.running if r.request.id not in self.chosen_victims]
         decision = choose_victims(self.snapshot, request, eligible, self.policy, self.now, config)
         if decision is None:
+            self.no_victims.add(key)
             return False
         breached = self._hold_breached(request, decision.promised)
         if breached is not None:

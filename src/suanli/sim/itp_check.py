@@ -21,7 +21,7 @@ from suanli.sim.itp import (
     read_itp_jobs,
     synthetic_fleet,
 )
-from suanli.sim.queue import POLICIES, QueueResult, run_queue
+from suanli.sim.queue import BASELINES, QueueResult, run_queue
 
 CANDIDATE = "suanli"
 TARGET_LOAD = 0.85
@@ -171,7 +171,7 @@ def shortfalls(results: Mapping[str, QueueResult], candidate: str = CANDIDATE) -
 
 def check_cluster(
     path: Path,
-    policies: Sequence[str] = tuple(POLICIES),
+    policies: Sequence[str] = (*BASELINES, CANDIDATE),
     on_policy: Callable[[str, float], Callable[[float], None]] | None = None,
     perturb_runs: int = 0,
     max_shift_s: float = 60.0,

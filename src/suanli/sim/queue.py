@@ -22,7 +22,15 @@ from suanli.domain.fair_share import FairShare
 from suanli.domain.inventory import Fleet
 from suanli.domain.policies import BestFitPolicy, Policy
 from suanli.domain.preemption import Running
-from suanli.domain.queue_order import PLATFORM_QUEUE, BackfillOrder, Mode, Order, QueueConfig
+from suanli.domain.queue_order import (
+    BOOKED_QUEUE,
+    GREEDY_QUEUE,
+    PLATFORM_QUEUE,
+    BackfillOrder,
+    Mode,
+    Order,
+    QueueConfig,
+)
 from suanli.domain.queueing import NEVER_FITS, admit
 from suanli.domain.request import Request, Tier, WholeGpus
 from suanli.domain.snapshot import Snapshot
@@ -39,13 +47,18 @@ from suanli.sim.traces import TracePod
 # fifo-easy: EASY backfill (only the head is protected), candidates in arrival order. suanli: tier / spot
 # bid / weighted fair share, then within a tenant's class the highest response ratio (wait + declared) /
 # declared first (HRRN: short jobs first, but every job's ratio grows while it waits, so none starves), EASY
-# backfill with candidates by the same ratio, and preemption.
+# backfill with candidates by the same ratio, and preemption (the server's `SUANLI_QUEUE=backfill`). The
+# server's two other queues: greedy (its default: whatever fits starts, in tier, bid, fair share and age
+# order) and conservative (Slurm's plan in that order, with preemption).
 POLICIES: dict[str, QueueConfig] = {
     "fifo": QueueConfig(mode=Mode.STRICT, order=Order.FIFO),
     "fifo-easy": QueueConfig(mode=Mode.BACKFILL, order=Order.FIFO, backfill_order=BackfillOrder.QUEUE),
     "fifo-backfill": QueueConfig(mode=Mode.CONSERVATIVE, order=Order.FIFO),
     "suanli": PLATFORM_QUEUE,
+    "greedy": GREEDY_QUEUE,
+    "conservative": BOOKED_QUEUE,
 }
+BASELINES = ("fifo", "fifo-easy", "fifo-backfill")  # the published policies `suanli` is measured against
 SPOT_BID_MICROS = (500_000, 3_000_000)  # spot bids drawn uniformly in this range (micros per GPU-hour)
 DEFAULT_ESTIMATE = DurationEstimate()
 END, KILL, ARRIVE = 0, 1, 2  # event kinds, in the order they are handled at one instant
