@@ -121,7 +121,11 @@ def queue(
     ],
     jobs: Annotated[Path, typer.Option(help="Job trace CSV (Microsoft ITP: job_id,submission_time,...).")],
     policy: Annotated[
-        str, typer.Option(help="Comma-separated of fifo, fifo-easy, fifo-backfill, suanli, or all.")
+        str,
+        typer.Option(
+            help="Comma-separated of fifo, fifo-easy, fifo-backfill, suanli, greedy, conservative (the last "
+            "three: the server's queues), or all."
+        ),
     ] = "all",
     mix: Annotated[
         str | None, typer.Option(help="Seeded tier mix, e.g. on_demand=0.6,spot=0.3,reserved=0.1.")
