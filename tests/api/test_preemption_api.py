@@ -110,3 +110,22 @@ def test_a_gang_victim_is_evicted_whole(client, tenant) -> None:
     # the other node of the gang is free: a second on-demand rental starts at once, nobody is preempted
     second = _rent(client, od_tenant, gpu_model="A100-40GB", gpus=4, tier="on_demand")
     assert wait_for(client, second, od_tenant, "placed")["state"] == "placed"
+
+
+def test_the_free_gpus_promised_to_a_preemptor_wait_for_it_through_the_notice(client, tenant) -> None:
+    """Spot holds 6 of h200-01's 8 GPUs; an 8-GPU on-demand rental is promised the node: the 2 free GPUs as
+    well as the victim's. A 1-GPU rental arriving during the notice waits rather than take one of them, so the
+    preemptor starts at the deadline on the whole node and nobody else is preempted."""
+    _, spot_tenant = tenant("spotty")
+    _, od_tenant = tenant("steady")
+    spot = _rent(client, spot_tenant, gpu_model="H200", gpus=6, tier="spot", bid_micros_per_gpu_hour=1)
+    assert wait_for(client, spot, spot_tenant, "placed")["allocation"][0]["node"] == "h200-01"
+    od = _rent(client, od_tenant, gpu_model="H200", gpus=8, tier="on_demand")
+    assert wait_for(client, od, od_tenant, "placed", reason="preempting")["pending_reason"] == "preempting"
+    small = _rent(client, od_tenant, gpu_model="H200", gpus=1, tier="on_demand")
+    assert wait_for(client, small, od_tenant, "placed", reason="no_capacity")["state"] == "pending"
+
+    placed = wait_for(client, od, od_tenant, "placed")
+    assert placed["state"] == "placed" and len(placed["allocation"][0]["slices"]) == 8
+    assert client.get(f"/v1/rentals/{small}", headers=od_tenant).json()["state"] == "pending"
+    assert client.get(f"/v1/rentals/{spot}", headers=spot_tenant).json()["state"] == "preempted"

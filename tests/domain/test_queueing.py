@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -129,6 +130,29 @@ def test_greedy_starts_whatever_fits_and_says_why_the_rest_waits():
     evicted = [(p.preemptor, [v.request_id for v in p.victims]) for p in decision.preemptions]
     assert evicted == [("od", ["spot"])]
     assert [p.request_id for p in decision.placements] == ["one"]
+
+
+@pytest.mark.parametrize("config", [GREEDY_QUEUE, EASY_RATIO], ids=["greedy", "backfill"])
+def test_capacity_promised_to_a_preemptor_is_held_until_its_victims_leave(config):
+    """`od` needs all of n0: spot holds 6 GPUs, 2 are free. No one else may take those 2 in the cycle that
+    gives notice nor in any cycle while the victim is under notice (nodes kept by the caller or worked out
+    again); once the victim has left, `od` starts there first."""
+    config = replace(config, preemption=PreemptionConfig(default_notice_s=30))
+    snap = snapshot_of(1, 8)
+    spot = run(snap, job("spot", 6, 0, 1000, tier=Tier.SPOT, bid_micros_per_hour=1), 0)
+    queue = [job("od", 8, 5, 100), job("one", 1, 6, 10)]
+    decision = admit(snap, queue, [spot], POLICY, 10, config)
+    assert [p.preemptor for p in decision.preemptions] == ["od"] and decision.placements == ()
+    promise = decision.preemptions[0].promised
+    noticed = replace(spot, preempted_by="od", notice_deadline_s=40)
+    late = job("late", 2, 20, 10)
+    for promised in ({"od": promise}, {"od"}, {"od": None}):
+        later = admit(snap, [*queue, late], [noticed], POLICY, 20, config, promised=promised)
+        assert later.placements == () and reasons(later)["od"] is Reason.PREEMPTING
+        assert snap.allocated_milli() == 6_000  # the two free GPUs are still free
+    snap.release(spot.placement.nodes[0])  # the victim leaves at its deadline
+    after = admit(snap, [*queue, late], [], POLICY, 40, config, promised={"od": promise})
+    assert [p.request_id for p in after.placements] == ["od"]
 
 
 def test_backfill_takes_short_jobs_holds_long_ones_and_never_passes_without_a_duration():

@@ -111,6 +111,9 @@ class Scheduler:
         self.head_start_s: float | None = None  # the blocked head's reserved start, when one was made
         self.booked_s: dict[str, float] = {}  # conservative queue: every booked start (epoch seconds)
         self.reserved: tuple[str, ...] = ()
+        # preemptor -> where it was promised capacity, held for it until its victims leave (a new leader
+        # works it out again from the victims under notice)
+        self.promises: dict[str, Placement] = {}
         self.cordoned: set[str] = set()
         self._lock = threading.Lock()
         self.pricer = pricer
@@ -245,8 +248,9 @@ class Scheduler:
         the next, and open contracts hold their capacity (the holder's rentals up to the count are admitted
         as `reserved`).
 
-        Preemptors whose victims have all left (`ready`) take the freed capacity first; those still waiting
-        on victims under notice are left to the caller (their reason says whom they wait for).
+        Preemptors whose victims have all left (`ready`) take the freed capacity first; no one else starts
+        where those still waiting on victims under notice will go, and their reason is left to the caller
+        (it says whom they wait for).
         """
         assert self.snapshot is not None and self.policy is not None
         live = self._running()
@@ -261,7 +265,7 @@ class Scheduler:
             weights = uow.terms.fair_share_weights()
             self._advance_fair_share(uow, now_s, held)
         contracts = [domain_contract(c) for c in stored if c.ends_at.timestamp() > now_s]
-        queue = [to_request(r) for r in pending if r.id not in waiting_on]
+        queue = [to_request(r) for r in pending]
         decision = admit(
             self.snapshot,
             queue,
@@ -270,17 +274,22 @@ class Scheduler:
             now_s,
             replace(self.queue, weights=weights) if weights else self.queue,
             self.fair,
-            ready,
+            {rental_id: self.promises.get(rental_id) for rental_id in ready | waiting_on.keys()},
             Gates(limits, contracts) if contracts or limits is not None else None,
             last_head=self.head if self.head is not None else _recorded_head(pending),
             last_reserved=self.reserved,
         )
         self.head, self.reserved = decision.head, decision.reserved_nodes
+        owed = ready | waiting_on.keys()
+        self.promises = {k: v for k, v in self.promises.items() if k in owed}
+        for preemption in decision.preemptions:
+            self.promises[preemption.preemptor] = preemption.promised
         self.head_start_s = decision.head_start_s
         self.booked_s = {b.request_id: b.start_s for b in decision.bookings}
         if self.head is not None and self.head_start_s is None:
             self.head_start_s = self._head_start(queue, running, decision.placements, now_s)
-        return decision.placements, list(decision.pending), decision.preemptions
+        still = [p for p in decision.pending if p.request_id not in waiting_on]
+        return decision.placements, still, decision.preemptions
 
     def _head_start(
         self, queue: Sequence[Request], running: Sequence[Running], placed: Sequence[Placement], now_s: float

@@ -117,15 +117,15 @@ def choose_victims(
     for candidate in candidates:
         chosen.append(candidate)
         free += candidate.gpus
-        if free >= need and _fits_without(snapshot, request, chosen, policy) is not None:
+        if free >= need and fits_without(snapshot, request, chosen, policy) is not None:
             break
     else:
         return None
     for victim in sorted(chosen, key=lambda r: victim_cost(r, now), reverse=True):
         rest = [r for r in chosen if r is not victim]
-        if rest and _fits_without(snapshot, request, rest, policy) is not None:
+        if rest and fits_without(snapshot, request, rest, policy) is not None:
             chosen = rest
-    promised = _fits_without(snapshot, request, chosen, policy)
+    promised = fits_without(snapshot, request, chosen, policy)
     assert promised is not None, "the shrunk victim set was checked to fit"
     victims = tuple(
         Eviction(
@@ -140,7 +140,7 @@ def choose_victims(
     return Preemption(request.id, victims, promised)
 
 
-def _fits_without(
+def fits_without(
     snapshot: Snapshot, request: Request, victims: Sequence[Running], policy: Policy
 ) -> Placement | None:
     """Where `request` would go if `victims` were gone (whole gangs); the snapshot is restored after."""

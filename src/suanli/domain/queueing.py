@@ -4,6 +4,7 @@
 which comes back with the decision's placements applied (as `schedule` does); preemption and reservation
 trials are undone. Phases:
 1. promises: a request whose victims have all left takes the capacity it was promised, before anyone else;
+   while they have notice, the free whole GPUs of its promise are held for it (no one else starts there);
 2. order (`queue_order.py`, with the settings `QueueConfig`): strict arrival order (`Order.FIFO`) or tier,
    spot bid, weighted fair share, then age or response ratio (`Order.PRIORITY`);
 3. walk: place requests in order until one cannot fit; a higher tier that cannot fit may preempt lower tiers
@@ -31,9 +32,10 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
+from suanli.domain.capacity import FULL_MILLI
 from suanli.domain.contracts import Contract, Holds, Pool, open_holds
 from suanli.domain.fair_share import FairShare
-from suanli.domain.plan import Pending, Placement, Reason
+from suanli.domain.plan import NodeAllocation, Pending, Placement, Reason
 from suanli.domain.policies import Policy
 from suanli.domain.preemption import (
     Eviction,
@@ -42,6 +44,7 @@ from suanli.domain.preemption import (
     Running,
     below_floor,
     choose_victims,
+    fits_without,
 )
 from suanli.domain.queue_order import (
     BackfillOrder,
@@ -104,8 +107,9 @@ def admit(
     last_head: str | None = None,
     last_reserved: Collection[str] = (),
 ) -> CycleDecision:
-    """Decide one cycle; `promised` names requests holding a preemption promise, `last_head` the previous
-    cycle's blocked head (kept at the front of its class when `config.keep_head`). See the module doc."""
+    """Decide one cycle; `promised` names requests holding a preemption promise (a mapping to each one's
+    `Preemption.promised`, or None, also says where), `last_head` the previous cycle's blocked head
+    (kept at the front of its class when `config.keep_head`). See the module doc."""
     cycle = _Cycle(snapshot, running, policy, now, config, gates or Gates())
     if config.keep_head and last_head is not None:
         cycle.last_head, cycle.last_reserved = last_head, frozenset(last_reserved)
@@ -117,17 +121,22 @@ def admit(
     )
     first = [r for r in ordered if r.id in promised]
     rest = [r for r in ordered if r.id not in promised]
-    for request in first:  # 1. promises
-        if cycle.gated(request):
-            continue
-        if request.id in waiting_on_victims:
-            cycle.pending.append(Pending(request.id, Reason.PREEMPTING, "victims have notice"))
-            cycle.note_waiting(request)
-        elif not cycle.try_place(request, cordon=False):
-            rest.insert(0, request)
-    head_index = cycle.walk(rest)  # 3. walk
-    if head_index is not None:
-        cycle.after_head(rest[head_index], rest[head_index + 1 :])  # 4, 5
+    try:
+        for request in first:  # the GPUs promised to a preemptor are held for it, for the whole cycle
+            cycle.hold(request.id, cycle.promise_of(request, promised, request.id in waiting_on_victims))
+        for request in first:  # 1. promises
+            if cycle.gated(request):
+                cycle.unhold(request.id)
+            elif request.id in waiting_on_victims:
+                cycle.pending.append(Pending(request.id, Reason.PREEMPTING, "victims have notice"))
+                cycle.note_waiting(request)
+            elif not cycle.place_promised(request):
+                rest.insert(0, request)
+        head_index = cycle.walk(rest)  # 3. walk
+        if head_index is not None:
+            cycle.after_head(rest[head_index], rest[head_index + 1 :])  # 4, 5
+    finally:
+        cycle.release_holds()
     return CycleDecision(
         tuple(cycle.placements),
         tuple(cycle.pending),
@@ -176,6 +185,7 @@ class _Cycle:
         # (fit key, cordoned) that did not fit, and why: capacity only shrinks, so not in this cycle either
         self.failed: dict[tuple, Pending] = {}
         self.chosen_victims: set[str] = set()
+        self.promise_holds: dict[str, list[NodeAllocation]] = {}  # preemptor -> GPUs held for it (`hold`)
         # (fit key, tier) no set of victims makes room for: victims and capacity only shrink in a cycle
         self.no_victims: set[tuple] = set()
         self.lowest_tier = min((r.request.tier for r in running if r.preempted_by is None), default=math.inf)
@@ -301,6 +311,48 @@ class _Cycle:
         self.failed[key] = outcome
         return False
 
+    def promise_of(self, preemptor: Request, promised: Collection[str], waiting: bool) -> Placement | None:
+        """Where `preemptor` was promised capacity: as the caller kept it (`Preemption.promised`), or else,
+        while its victims are under notice, where it would go once they have left."""
+        kept = promised.get(preemptor.id) if isinstance(promised, Mapping) else None
+        if kept is not None or not waiting:
+            return kept
+        victims = [r for r in self.running if r.preempted_by == preemptor.id]
+        return fits_without(self.snapshot, preemptor, victims, self.policy)
+
+    def hold(self, owner: str, promise: Placement | None) -> None:
+        """Take the whole GPUs of `owner`'s promise that are free now for the rest of the cycle, so no one
+        else starts there: when its victims leave, the capacity it was promised (theirs and these) is all
+        there, and no more victims get notice. MIG and shared slices are not held."""
+        for allocation in () if promise is None else promise.nodes:
+            state = self.snapshot.by_name.get(allocation.node)
+            if state is None:
+                continue
+            free = tuple(
+                s for s in allocation.slices if s.is_whole and state.gpus[s.gpu_index][0] >= FULL_MILLI
+            )
+            if free:
+                held = NodeAllocation(allocation.node, 0, 0, free)
+                self.snapshot.occupy(held)
+                self.promise_holds.setdefault(owner, []).append(held)
+
+    def unhold(self, owner: str) -> None:
+        for held in reversed(self.promise_holds.pop(owner, [])):
+            self.snapshot.release(held)
+
+    def release_holds(self) -> None:
+        for owner in list(self.promise_holds):
+            self.unhold(owner)
+
+    def place_promised(self, request: Request) -> bool:
+        """A preemptor whose victims have left starts first, on the GPUs held for it or on free ones."""
+        self.unhold(request.id)
+        failed = dict(self.failed)  # what did not fit with its GPUs held may fit now
+        try:
+            return self.try_place(request, cordon=False)
+        finally:
+            self.failed = failed
+
     def note_waiting(self, request: Request) -> None:
         if request.tier is not Tier.SPOT:
             self.higher_waiting = True
@@ -360,6 +412,7 @@ class _Cycle:
             return True
         self.preemptions.append(decision)
         self._book(request, decision.promised)
+        self.hold(request.id, decision.promised)
         self.chosen_victims.update(v.request_id for v in decision.victims)
         deadline = decision.deadline_s
         self.pending.append(

@@ -20,6 +20,7 @@ from suanli.domain.capacity import FULL_MILLI
 from suanli.domain.catalog_data import CATALOG
 from suanli.domain.fair_share import FairShare
 from suanli.domain.inventory import Fleet
+from suanli.domain.plan import Placement
 from suanli.domain.policies import BestFitPolicy, Policy
 from suanli.domain.preemption import Running
 from suanli.domain.queue_order import (
@@ -360,7 +361,7 @@ def run_requests(
     sequence = len(events)
     queue: dict[str, Request] = {}
     running: dict[str, Running] = {}
-    promised: set[str] = set()
+    promised: dict[str, Placement] = {}  # preemptor -> where it was promised capacity
     held: dict[str, float] = {}
     done_s: dict[str, float] = {}  # with `checkpoint`: seconds of its run a preempted job has saved
     fair = FairShare(at_s=first_arrival)
@@ -428,7 +429,7 @@ def run_requests(
             head, reserved = decision.head, decision.reserved_nodes
             for placement_ in decision.placements:
                 request = queue.pop(placement_.request_id)
-                promised.discard(request.id)
+                promised.pop(request.id, None)
                 running[request.id] = Running(request, placement_, now)
                 allocated += placement_.gpus
                 held[request.tenant] = held.get(request.tenant, 0.0) + placement_.gpus
@@ -436,7 +437,7 @@ def run_requests(
                 left_s = true_s[request.id] - done_s.get(request.id, 0.0)
                 heapq.heappush(events, (now + left_s, END, sequence, request.id, now))
             for preemption in decision.preemptions:
-                promised.add(preemption.preemptor)
+                promised[preemption.preemptor] = preemption.promised
                 for victim in preemption.victims:
                     job = running[victim.request_id]
                     running[victim.request_id] = replace(
