@@ -334,11 +334,13 @@ class _Cycle:
             if free:
                 held = NodeAllocation(allocation.node, 0, 0, free)
                 self.snapshot.occupy(held)
+                self.free_gpus -= held.gpus
                 self.promise_holds.setdefault(owner, []).append(held)
 
     def unhold(self, owner: str) -> None:
         for held in reversed(self.promise_holds.pop(owner, [])):
             self.snapshot.release(held)
+            self.free_gpus += held.gpus
 
     def release_holds(self) -> None:
         for owner in list(self.promise_holds):
