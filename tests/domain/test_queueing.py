@@ -27,7 +27,7 @@ from suanli.domain.queue_order import (
     order_requests,
 )
 from suanli.domain.queueing import admit
-from suanli.domain.request import Request, Tier, WholeGpus
+from suanli.domain.request import GpuShare, Request, Tier, WholeGpus
 from suanli.domain.reservation import reserve
 from suanli.domain.scheduler import place
 from suanli.domain.snapshot import Snapshot
@@ -153,6 +153,28 @@ def test_capacity_promised_to_a_preemptor_is_held_until_its_victims_leave(config
     snap.release(spot.placement.nodes[0])  # the victim leaves at its deadline
     after = admit(snap, [*queue, late], [], POLICY, 40, config, promised={"od": promise})
     assert [p.request_id for p in after.placements] == ["od"]
+
+
+def test_the_free_part_of_a_promised_gpu_share_is_held_too():
+    """On one shared L40S, spot holds 600 milli; `od` is promised 800 of it (the 400 free and 400 of the
+    victim's): a 300-milli share arriving during the notice waits rather than take the free part."""
+    fleet = Fleet(
+        {"r": REGION}, (Node("s0", "r", ("r", "z", "p", "l0"), 64_000, 512_000, "L40S", 1, GpuMode.SHARED),)
+    )
+    snap = Snapshot(fleet, CATALOG)
+    spot = run(
+        snap, Request("spot", GpuShare(600), tier=Tier.SPOT, bid_micros_per_hour=1, max_duration_s=99), 0
+    )
+    queue = [
+        Request("od", GpuShare(800), submitted_at_s=5),
+        Request("small", GpuShare(300), submitted_at_s=6),
+    ]
+    decision = admit(snap, queue, [spot], POLICY, 10, GREEDY_QUEUE)
+    assert [p.preemptor for p in decision.preemptions] == ["od"] and decision.placements == ()
+    assert reasons(decision)["small"] is Reason.NO_CAPACITY
+    noticed = replace(spot, preempted_by="od", notice_deadline_s=40)
+    later = admit(snap, queue, [noticed], POLICY, 20, GREEDY_QUEUE, promised={"od"})
+    assert later.placements == () and snap.allocated_milli() == 600
 
 
 def test_backfill_takes_short_jobs_holds_long_ones_and_never_passes_without_a_duration():

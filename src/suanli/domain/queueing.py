@@ -4,7 +4,7 @@
 which comes back with the decision's placements applied (as `schedule` does); preemption and reservation
 trials are undone. Phases:
 1. promises: a request whose victims have all left takes the capacity it was promised, before anyone else;
-   while they have notice, the free whole GPUs of its promise are held for it (no one else starts there);
+   while they have notice, what is free of its promise is held for it (no one else starts there);
 2. order (`queue_order.py`, with the settings `QueueConfig`): strict arrival order (`Order.FIFO`) or tier,
    spot bid, weighted fair share, then age or response ratio (`Order.PRIORITY`);
 3. walk: place requests in order until one cannot fit; a higher tier that cannot fit may preempt lower tiers
@@ -32,10 +32,9 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
-from suanli.domain.capacity import FULL_MILLI
 from suanli.domain.contracts import Contract, Holds, Pool, open_holds
 from suanli.domain.fair_share import FairShare
-from suanli.domain.plan import NodeAllocation, Pending, Placement, Reason
+from suanli.domain.plan import NodeAllocation, Pending, Placement, Reason, Slice
 from suanli.domain.policies import Policy
 from suanli.domain.preemption import (
     Eviction,
@@ -321,18 +320,21 @@ class _Cycle:
         return fits_without(self.snapshot, preemptor, victims, self.policy)
 
     def hold(self, owner: str, promise: Placement | None) -> None:
-        """Take the whole GPUs of `owner`'s promise that are free now for the rest of the cycle, so no one
-        else starts there: when its victims leave, the capacity it was promised (theirs and these) is all
-        there, and no more victims get notice. MIG and shared slices are not held."""
+        """Take what is free now of `owner`'s promise (per GPU, up to the compute and memory promised there)
+        for the rest of the cycle, so no one else starts there: when its victims leave, the capacity it was
+        promised (theirs and this) is all there, and no more victims get notice. MIG slices are not held."""
         for allocation in () if promise is None else promise.nodes:
             state = self.snapshot.by_name.get(allocation.node)
             if state is None:
                 continue
-            free = tuple(
-                s for s in allocation.slices if s.is_whole and state.gpus[s.gpu_index][0] >= FULL_MILLI
-            )
+            free = []
+            for piece in allocation.slices:
+                free_milli, free_mib, _ = state.gpus[piece.gpu_index]
+                milli = min(piece.milli, free_milli)
+                if piece.mig_profile is None and milli > 0:
+                    free.append(Slice(piece.gpu_index, milli, min(piece.memory_mib, free_mib)))
             if free:
-                held = NodeAllocation(allocation.node, 0, 0, free)
+                held = NodeAllocation(allocation.node, 0, 0, tuple(free))
                 self.snapshot.occupy(held)
                 self.free_gpus -= held.gpus
                 self.promise_holds.setdefault(owner, []).append(held)
