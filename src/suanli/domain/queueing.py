@@ -187,7 +187,7 @@ class _Cycle:
         self.promise_holds: dict[str, list[NodeAllocation]] = {}  # preemptor -> GPUs held for it (`hold`)
         # (fit key, tier) no set of victims makes room for: victims and capacity only shrink in a cycle
         self.no_victims: set[tuple] = set()
-        self.lowest_tier = min((r.request.tier for r in running if r.preempted_by is None), default=math.inf)
+        self.lowest_tier: float | None = None  # of what runs and is not under notice (worked out when asked)
         self.gates = gates
         self.floor_evictions: tuple[Eviction, ...] = ()
         if gates.spot_floor is not None:
@@ -400,8 +400,13 @@ class _Cycle:
 
     def _preempt_for(self, request: Request) -> bool:
         config = self.config.preemption
-        if config is None or request.tier is Tier.SPOT or request.tier <= self.lowest_tier:
-            return False  # (nothing running is of a lower tier)
+        if config is None or request.tier is Tier.SPOT:
+            return False
+        if self.lowest_tier is None:
+            free = (r.request.tier for r in self.running if r.preempted_by is None)
+            self.lowest_tier = min(free, default=math.inf)
+        if request.tier <= self.lowest_tier:
+            return False  # nothing running is of a lower tier
         key = (_fit_key(request), request.tier)
         if key in self.no_victims:
             return False
