@@ -28,7 +28,7 @@ from suanli.domain.queue_order import (
 )
 from suanli.domain.queueing import admit
 from suanli.domain.request import GpuShare, Request, Tier, WholeGpus
-from suanli.domain.reservation import reserve
+from suanli.domain.reservation import OVERDUE_S, reserve
 from suanli.domain.scheduler import place
 from suanli.domain.snapshot import Snapshot
 
@@ -36,6 +36,7 @@ REGION = Region("r", "US", 400.0, 1.2)
 POLICY = BestFitPolicy()
 FIFO = QueueConfig(mode=Mode.STRICT, order=Order.FIFO)
 EASY = QueueConfig(mode=Mode.BACKFILL, order=Order.FIFO)
+CONSERVATIVE = QueueConfig(mode=Mode.CONSERVATIVE, order=Order.FIFO)
 EASY_SHORTEST = QueueConfig(mode=Mode.BACKFILL, order=Order.PRIORITY, backfill_order=BackfillOrder.SHORTEST)
 EASY_RATIO = QueueConfig(mode=Mode.BACKFILL, order=Order.PRIORITY, backfill_order=BackfillOrder.RATIO)
 EASY_SPARE = QueueConfig(
@@ -175,6 +176,18 @@ def test_the_free_part_of_a_promised_gpu_share_is_held_too():
     noticed = replace(spot, preempted_by="od", notice_deadline_s=40)
     later = admit(snap, queue, [noticed], POLICY, 20, GREEDY_QUEUE, promised={"od"})
     assert later.placements == () and snap.allocated_milli() == 600
+
+
+@pytest.mark.parametrize("config", [EASY, CONSERVATIVE], ids=["easy", "conservative"])
+def test_a_rental_past_its_declared_end_is_expected_to_end_a_minute_from_now_in_both_plans(config):
+    """`late` declared 100 s and still holds n0 at 500: the 2-node head is expected to start at 560 under EASY
+    and under Slurm's plan alike, so on n1 a 30-second job may start in front of it and a 2-minute one not."""
+    snap = snapshot_of(2, 8)
+    late = run(snap, job("late", 8, 0, 100), 0)
+    queue = [job("head", 8, 1, 50, nodes=2), job("quick", 1, 2, 30), job("slow", 1, 3, 120)]
+    decision = admit(snap, queue, [late], POLICY, 500, config)
+    assert decision.head == "head" and decision.head_start_s == 500 + OVERDUE_S
+    assert [p.request_id for p in decision.placements] == ["quick"]
 
 
 def test_backfill_takes_short_jobs_holds_long_ones_and_never_passes_without_a_duration():
@@ -370,9 +383,6 @@ def test_spot_yields_while_a_higher_tier_waits_but_preemption_still_happens():
     snap2 = snapshot_of(1, 8)  # no higher tier waiting: spot starts on free capacity
     alone = admit(snap2, queue[1:], [], POLICY, 10, config)
     assert [p.request_id for p in alone.placements] == ["spot2"]
-
-
-CONSERVATIVE = QueueConfig(mode=Mode.CONSERVATIVE, order=Order.FIFO)
 
 
 def test_conservative_backfill_protects_every_booking_where_easy_protects_only_the_head():

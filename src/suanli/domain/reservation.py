@@ -24,7 +24,8 @@ def reserve(
     *,
     spare_free: bool = False,
 ) -> tuple[float, Placement] | None:
-    """The head's earliest start and where it would go, releasing rentals by expected end; None if unbounded.
+    """The head's earliest start and where it would go, releasing rentals by expected end (`expected_end`:
+    one past its declared end is expected a minute from now); None if unbounded.
 
     The snapshot is restored. Rentals without an expected end never release, so they bound nothing. With
     `spare_free`, among the placements that fit at that start the one holding the fewest GPUs free *now*
@@ -32,7 +33,8 @@ def reserve(
     """
     free_now = {s.name: s.free_milli for s in snapshot.nodes} if spare_free else {}
     timed = sorted(
-        (r for r in running if r.expected_end_s is not None), key=lambda r: (r.expected_end_s, r.request.id)
+        (r for r in running if r.expected_end_s is not None),
+        key=lambda r: (expected_end(r, now), r.request.id),
     )
     need = head.gpus_per_node * head.node_count
     free = snapshot.gpu_count - snapshot.allocated_milli() / 1000
@@ -47,13 +49,14 @@ def reserve(
             if isinstance(outcome, Placement):
                 for allocation in outcome.nodes:
                     snapshot.release(allocation)
+                start_s = expected_end(r, now)
                 if spare_free:  # everything that ends at the same instant is gone by then too
                     for later in timed[position + 1 :]:
-                        if later.expected_end_s != r.expected_end_s:
+                        if expected_end(later, now) != start_s:
                             break
                         undos.extend(snapshot.release(a) for a in later.placement.nodes)
                     outcome = _spare_free(snapshot, head, policy, outcome, free_now)
-                return max(now, r.expected_end_s or now), outcome
+                return start_s, outcome
         return None
     finally:
         for undo in reversed(undos):
