@@ -110,3 +110,25 @@ def test_the_conservative_queue_shows_every_booked_start(database_url: str) -> N
         assert client.post(f"/v1/rentals/{first}/stop", headers=headers).status_code == 200
         started = wait_for(client, second, headers, "placed")
         assert started["state"] == "placed" and started["expected_start_at"] is None
+
+
+def test_metrics_show_the_gpus_left_in_pieces_too_small_for_the_queue(database_url: str) -> None:
+    """7 of the H200 node's 8 GPUs are rented; a 2-GPU H200 rental waits: its one free GPU is scattered
+    (the other nodes' free GPUs are of other models, so no piece of anything the queue asks for)."""
+
+    def scattered(client) -> float:
+        lines = client.get("/metrics").text.splitlines()
+        (line,) = [x for x in lines if x.startswith("suanli_gpus_scattered ")]
+        return float(line.split()[1])
+
+    with app_client(database_url) as client:
+        _, headers, rent = _tenant(client)
+        seven = rent(gpus=7)
+        assert wait_for(client, seven, headers, "placed")["state"] == "placed"
+        assert scattered(client) == 0.0
+        pair = rent(gpus=2)
+        assert wait_for(client, pair, headers, "placed", reason="no_capacity")["state"] == "pending"
+        deadline = time.monotonic() + 10
+        while scattered(client) != 1.0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert scattered(client) == 1.0

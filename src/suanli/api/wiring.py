@@ -68,6 +68,13 @@ class Metrics:
             registry=self.registry,
             **mode,
         )
+        self.scattered = Gauge(
+            "suanli_gpus_scattered",
+            "Free GPUs no pending rental can use: off the blocked head's reserved nodes, in pieces smaller "
+            "than every rental waiting for capacity needs on one node (0 when one of them fits somewhere)",
+            registry=self.registry,
+            **mode,
+        )
         self._reasons: set[str] = set()
 
     def exposition(self) -> bytes:
@@ -84,6 +91,7 @@ class Metrics:
         self.decision.observe(report.decision_s)
         self.placed.set(report.placed)
         self.head_start.set(report.head_start_s or 0)
+        self.scattered.set(report.scattered_gpus)
         for state in GPU_STATES:
             self.gpus.labels(state).set(report.gpus.get(state, 0))
         for reason in self._reasons | set(report.pending):

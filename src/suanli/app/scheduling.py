@@ -46,9 +46,14 @@ from suanli.domain.queue_order import GREEDY_QUEUE, QueueConfig
 from suanli.domain.queueing import Gates, admit
 from suanli.domain.request import Request, Tier
 from suanli.domain.reservation import reserve
+from suanli.domain.scattered import scattered_gpus
 from suanli.domain.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
+# pending reasons of a rental that would start if the capacity were there (not held by a gate, not too big)
+WAITING_FOR_CAPACITY = frozenset(
+    {Reason.NO_CAPACITY, Reason.GANG_INCOMPLETE, Reason.BLOCKED_BY_HEAD, Reason.PREEMPTING}
+)
 EXPECTED_START_STEP_S = 60.0  # a head's recorded start is rewritten when the estimate moves this much
 FAIR_SHARE_SAVE_S = 60.0  # how often the leader saves fair-share usage (a new leader loses at most this much)
 
@@ -64,6 +69,7 @@ class CycleReport:
     preempted: int = 0  # victims ended at their deadline (or when they left), capacity handed over
     repriced: int = 0  # live spot rentals whose rate followed their pool's spot price
     head_start_s: float | None = None  # backfill queue: the blocked head's reserved start (epoch seconds)
+    scattered_gpus: float = 0.0  # free GPUs in pieces too small for every rental waiting for capacity
 
 
 def _recorded_head(pending: Sequence[Rental]) -> str | None:
@@ -191,6 +197,8 @@ class Scheduler:
                 self.uow, snapshot, self.held, self.owner, self._pool_of_node, fresh, now
             )
         report.gpus = self._gpu_states()
+        waiting = [by_id[p.request_id] for p in still if p.reason in WAITING_FOR_CAPACITY]
+        report.scattered_gpus = scattered_gpus(snapshot, [to_request(r) for r in waiting], self.reserved)
         return report
 
     def _record_expected_start(self, uow: UnitOfWork, pending: Sequence[Rental]) -> None:

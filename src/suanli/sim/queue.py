@@ -13,10 +13,9 @@ import heapq
 import math
 import random
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from suanli.domain.capacity import FULL_MILLI
 from suanli.domain.catalog_data import CATALOG
 from suanli.domain.fair_share import FairShare
 from suanli.domain.inventory import Fleet
@@ -34,6 +33,7 @@ from suanli.domain.queue_order import (
 )
 from suanli.domain.queueing import NEVER_FITS, admit
 from suanli.domain.request import Request, Tier, WholeGpus
+from suanli.domain.scattered import scattered_gpus
 from suanli.domain.snapshot import Snapshot
 from suanli.sim.itp import (
     DurationEstimate,
@@ -83,7 +83,7 @@ class QueueResult:
     alloc_gpu_s_total: float = 0.0
     idle_waiting_gpu_s: float = 0.0  # free GPU-seconds while requests that can fit waited, arrival window
     idle_held_gpu_s: float = 0.0  # of which on the nodes reserved for the blocked head (its drain)
-    idle_scattered_gpu_s: float = 0.0  # of the rest, while no waiting request fits one node's free GPUs
+    idle_scattered_gpu_s: float = 0.0  # of the rest, on nodes where no waiting request fits what is free
     makespan_s: float = 0.0
     wall_s: float = 0.0
     cycles: int = 0
@@ -136,8 +136,8 @@ class QueueResult:
 
     @property
     def idle_scattered_pct(self) -> float:
-        """The part of `idle_waiting_pct` off the head's nodes that no waiting request could use on any one
-        node: free GPUs scattered in pieces smaller than every waiting request needs (fragmentation)."""
+        """The part of `idle_waiting_pct`, off the head's nodes, on nodes where none of the waiting requests
+        fits what is free: GPUs in pieces smaller than every waiting request needs (fragmentation)."""
         return _pct(self.idle_scattered_gpu_s, self.arrival_span_s * self.capacity_gpus)
 
     @property
@@ -191,22 +191,6 @@ def percentile(values: Sequence[float], pct: float) -> float:
         return math.nan
     ordered = sorted(values)
     return ordered[max(0, math.ceil(pct / 100 * len(ordered)) - 1)]
-
-
-def _fits_one_node(snapshot: Snapshot, waiting: Sequence[Request], excluded: Collection[str]) -> bool:
-    """Whether some waiting request's per-node GPUs fit the free GPUs of one schedulable node outside
-    `excluded`: whole free GPUs for whole-GPU shapes, one GPU's free share for shares (CPU, memory aside)."""
-    whole = min((math.ceil(r.gpus_per_node) for r in waiting if r.gpus_per_node >= 1), default=math.inf)
-    share = min((r.gpus_per_node * FULL_MILLI for r in waiting if r.gpus_per_node < 1), default=math.inf)
-    skip = {snapshot.by_name[name].index for name in excluded}
-    for states in snapshot.groups:
-        for state_id, members in states.items():
-            gpus = snapshot.state_keys[state_id][2]
-            free_whole = sum(1 for entry in gpus if entry[0] >= FULL_MILLI)
-            largest = max((entry[0] for entry in gpus), default=0)
-            if (free_whole >= whole or largest >= share) and any(i not in skip for i in members):
-                return True
-    return False
 
 
 def _pct(gpu_s: float, capacity_gpu_s: float) -> float:
@@ -453,8 +437,7 @@ def run_requests(
                 idle_held = sum(snapshot.by_name[n].free_milli for n in decision.reserved_nodes) / 1000
                 if idle_waiting - idle_held > 1e-9:
                     waiting = [by_id[p.request_id] for p in decision.pending if p.reason not in NEVER_FITS]
-                    if not _fits_one_node(snapshot, waiting, reserved):
-                        idle_scattered = idle_waiting - idle_held
+                    idle_scattered = scattered_gpus(snapshot, waiting, reserved)
         else:
             idle_waiting = idle_held = idle_scattered = 0.0
         if now >= next_sample or not events:

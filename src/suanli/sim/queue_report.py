@@ -157,7 +157,7 @@ def queue_command(
     console.print("replay speed (jobs/s): " + ", ".join(f"{r.policy} {r.jobs_per_s:,.0f}" for r in results))
     legend = (
         "idle %: GPUs free while jobs waited (first to last arrival); held %: of those, on nodes drained "
-        "for the blocked head; scat %: elsewhere, in pieces too small for any waiting job on one node; "
+        "for the blocked head; scat %: elsewhere, on nodes where no waiting job fits what is free; "
         "owed GPU-h: work still to run at the last arrival"
     )
     if any(r.preemptions for r in results):
@@ -172,7 +172,7 @@ def queue_command(
         "mean_alloc_window": "first to last arrival",
         "owed_gpu_h": "GPU-hours still to run at the last arrival: total work less what the window allocated",
         "idle_waiting": "free GPUs while requests wait; idle_held: on the blocked head's reserved nodes; "
-        "idle_scattered: elsewhere, when no waiting request fits the free GPUs of any one node",
+        "idle_scattered: elsewhere, on nodes where none of the waiting requests fits what is free",
         "workload": kind,
         "preempted_jobs": "save at the notice deadline and resume" if checkpoint else "run again in full",
     }
