@@ -120,6 +120,7 @@ class Scheduler:
         # preemptor -> where it was promised capacity, held for it until its victims leave (a new leader
         # works it out again from the victims under notice)
         self.promises: dict[str, Placement] = {}
+        self.scattered_gpus = 0.0  # after the last cycle: free GPUs no rental waiting for capacity fits
         self.cordoned: set[str] = set()
         self._lock = threading.Lock()
         self.pricer = pricer
@@ -162,7 +163,11 @@ class Scheduler:
         started = time.perf_counter()
         now_s = now.timestamp()
         placements, still, notices = self._admit(pending, ready, waiting_on, now_s)
-        report = CycleReport(decision_s=time.perf_counter() - started, head_start_s=self.head_start_s)
+        report = CycleReport(
+            decision_s=time.perf_counter() - started,
+            head_start_s=self.head_start_s,
+            scattered_gpus=self.scattered_gpus,
+        )
         noticed = {p.preemptor for p in notices}
         try:
             with self.uow() as uow:
@@ -197,8 +202,6 @@ class Scheduler:
                 self.uow, snapshot, self.held, self.owner, self._pool_of_node, fresh, now
             )
         report.gpus = self._gpu_states()
-        waiting = [by_id[p.request_id] for p in still if p.reason in WAITING_FOR_CAPACITY]
-        report.scattered_gpus = scattered_gpus(snapshot, [to_request(r) for r in waiting], self.reserved)
         return report
 
     def _record_expected_start(self, uow: UnitOfWork, pending: Sequence[Rental]) -> None:
@@ -297,6 +300,9 @@ class Scheduler:
         if self.head is not None and self.head_start_s is None:
             self.head_start_s = self._head_start(queue, running, decision.placements, now_s)
         still = [p for p in decision.pending if p.request_id not in waiting_on]
+        requests = {r.id: r for r in queue}
+        waiting = [requests[p.request_id] for p in still if p.reason in WAITING_FOR_CAPACITY]
+        self.scattered_gpus = scattered_gpus(self.snapshot, waiting, self.reserved)
         return decision.placements, still, decision.preemptions
 
     def _head_start(
