@@ -350,3 +350,26 @@ def test_fair_share_usage_is_saved_and_a_new_leader_goes_on_from_it(uow, clock) 
         placed = [r for r in u.rentals.list(None, 100) if r.state == "placed"]
     # ten_a's 14 days on the fleet weigh 6 nodes' worth against it: with usage forgotten they would split 4:4
     assert sum(r.tenant_id == "ten_b" for r in placed) == 7
+
+
+@pytest.mark.parametrize("queue", [GREEDY_QUEUE, PLATFORM_QUEUE], ids=lambda q: q.mode.value)
+def test_tenants_take_turns_by_fair_share_in_every_queue(uow, queue) -> None:
+    """ten_a already runs on half the H200 node; its second rental is older than ten_b's first, but ten_b,
+    holding nothing, gets the other half: within a tier, fair share comes before age."""
+    from datetime import timedelta
+
+    h200 = RentalSpec(gpu_model="H200-141GB", gpus=4, max_duration_s=3600)
+    with uow() as u:
+        u.tenants.add(Tenant("ten_b", "b", "tenant", NOW))
+        u.rentals.add(_rental("rnt_a1", h200))
+        u.commit()
+    scheduler = _scheduler(uow, queue)
+    assert scheduler.run_cycle().placed == 1
+    with uow() as u:
+        u.rentals.add(_rental("rnt_a2", h200))
+        u.rentals.add(Rental("rnt_b1", "ten_b", "pending", h200, NOW + timedelta(seconds=1)))
+        u.commit()
+    assert scheduler.run_cycle().placed == 1
+    with uow() as u:
+        states = {r.id: r.state for r in u.rentals.by_ids(["rnt_a2", "rnt_b1"])}
+    assert states == {"rnt_a2": "pending", "rnt_b1": "placed"}
