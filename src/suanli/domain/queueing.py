@@ -9,9 +9,10 @@ trials are undone. Phases:
    spot bid, weighted fair share, then age or response ratio (`Order.PRIORITY`);
 3. walk: place requests in order until one cannot fit; a higher tier that cannot fit may preempt lower tiers
    (with notice) and then stops blocking; the first request that neither fits nor preempts is the head
-   (`Mode.GREEDY`, a cloud's on-demand: there is no head, the walk places whatever fits and stops there);
+   (`Mode.GREEDY`, a cloud's on-demand: there is no head; the walk places whatever fits, and the cycle ends);
 4. reserve: the head's earliest start, found by releasing running rentals in the order of their expected ends
-   (start + declared duration) on the snapshot until the head fits; the nodes it would take are reserved;
+   (start + declared duration; one already past it, a minute from now) on the snapshot until the head fits;
+   the nodes it would take are reserved;
 5. backfill (`Mode.BACKFILL`): a later request with a declared duration may start now if it ends before the
    head's reserved start, or if it fits without touching the reserved nodes; then it cannot delay the head.
    Candidates are tried in queue order (EASY as published) or by `BackfillOrder` (shortest, response ratio).
