@@ -152,3 +152,43 @@ def test_admit_gives_notice_then_keeps_the_promise_when_the_victims_leave():
     # an older request of the same tier arrived meanwhile: the promise still goes first
     kept = admit(snap, [other, asked], [], POLICY, 40, config, promised={"od"})
     assert [p.request_id for p in kept.placements] == ["od"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    running=st.lists(st.tuples(st.sampled_from(list(Tier)), st.integers(1, 8)), max_size=6),
+    queued=st.lists(st.tuples(st.sampled_from(list(Tier)), st.integers(1, 8)), min_size=1, max_size=6),
+    noticed=st.integers(0, 5),
+    greedy=st.booleans(),
+)
+def test_promise_holds_never_outlive_the_cycle(running, queued, noticed, greedy):
+    """Whatever the cycle holds for preemptors, the snapshot comes back with only the placements applied:
+    releasing them restores it exactly, and every node is as schedulable as before."""
+    snap = snapshot_of(3, 8)
+    live = []
+    for i, (tier, gpus) in enumerate(running):
+        outcome = place(snap, Request(f"r{i}", WholeGpus(gpus), tier=tier, max_duration_s=500.0), POLICY)
+        if isinstance(outcome, Placement):
+            live.append(
+                Running(Request(f"r{i}", WholeGpus(gpus), tier=tier, max_duration_s=500.0), outcome, 0.0)
+            )
+    queue = [
+        Request(f"q{i}", WholeGpus(gpus), tier=tier, submitted_at_s=float(i))
+        for i, (tier, gpus) in enumerate(queued)
+    ]
+    # the first `noticed` spot rentals are victims of the first queued request, which holds a promise
+    victims = [r for r in live if r.request.tier is Tier.SPOT][:noticed]
+    for victim in victims:
+        live[live.index(victim)] = Running(victim.request, victim.placement, 0.0, "q0", 30.0)
+    promised = {"q0"} if victims else set()
+    before = state(snap)
+    schedulable = [n.schedulable for n in snap.nodes]
+    config = QueueConfig(
+        mode=Mode.GREEDY if greedy else Mode.BACKFILL, order=Order.PRIORITY, preemption=PreemptionConfig()
+    )
+    decision = admit(snap, queue, live, POLICY, 10.0, config, promised=promised)
+    assert [n.schedulable for n in snap.nodes] == schedulable
+    for placement in decision.placements:
+        for allocation in placement.nodes:
+            snap.release(allocation)
+    assert state(snap) == before
