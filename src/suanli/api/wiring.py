@@ -70,8 +70,8 @@ class Metrics:
         )
         self.scattered = Gauge(
             "suanli_gpus_scattered",
-            "Free GPUs no pending rental can use: off the blocked head's reserved nodes, in pieces smaller "
-            "than every rental waiting for capacity needs on one node (0 when one of them fits somewhere)",
+            "Free GPUs left in pieces: off the blocked head's reserved nodes, on nodes where none of the "
+            "rentals waiting for capacity that could run there fits what is free",
             registry=self.registry,
             **mode,
         )
@@ -143,9 +143,7 @@ def build(settings: Settings, clock: Clock | None = None) -> Services:
         settings.policy_seed,
         notice_s=settings.preemption_notice_s,
         notice_by_tier_s=settings.preemption_notice_by_tier_s,
-        queue={"greedy": GREEDY_QUEUE, "backfill": PLATFORM_QUEUE, "conservative": BOOKED_QUEUE}[
-            settings.queue
-        ],
+        queue=SERVER_QUEUES[settings.queue],
         pricer=lambda u, rental, placed, utilization, now: billing.placement_quote(
             u, rental, to_request(rental).shape, placed, utilization, now
         ),

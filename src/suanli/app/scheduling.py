@@ -277,6 +277,7 @@ class Scheduler:
             self._advance_fair_share(uow, now_s, held)
         contracts = [domain_contract(c) for c in stored if c.ends_at.timestamp() > now_s]
         queue = [to_request(r) for r in pending]
+        owed = ready | waiting_on.keys()  # preemptors: their victims have left, or still have notice
         decision = admit(
             self.snapshot,
             queue,
@@ -285,13 +286,12 @@ class Scheduler:
             now_s,
             replace(self.queue, weights=weights) if weights else self.queue,
             self.fair,
-            {rental_id: self.promises.get(rental_id) for rental_id in ready | waiting_on.keys()},
+            {rental_id: self.promises.get(rental_id) for rental_id in owed},
             Gates(limits, contracts) if contracts or limits is not None else None,
             last_head=self.head if self.head is not None else _recorded_head(pending),
             last_reserved=self.reserved,
         )
         self.head, self.reserved = decision.head, decision.reserved_nodes
-        owed = ready | waiting_on.keys()
         self.promises = {k: v for k, v in self.promises.items() if k in owed}
         for preemption in decision.preemptions:
             self.promises[preemption.preemptor] = preemption.promised

@@ -102,7 +102,7 @@ def admit(
     now: float,
     config: QueueConfig = QueueConfig(),
     fair: FairShare | None = None,
-    promised: Collection[str] = (),
+    promised: Collection[str] | Mapping[str, Placement | None] = (),
     gates: Gates | None = None,
     last_head: str | None = None,
     last_reserved: Collection[str] = (),
@@ -311,7 +311,9 @@ class _Cycle:
         self.failed[key] = outcome
         return False
 
-    def promise_of(self, preemptor: Request, promised: Collection[str], waiting: bool) -> Placement | None:
+    def promise_of(
+        self, preemptor: Request, promised: Collection[str] | Mapping[str, Placement | None], waiting: bool
+    ) -> Placement | None:
         """Where `preemptor` was promised capacity: as the caller kept it (`Preemption.promised`), or else,
         while its victims are under notice, where it would go once they have left."""
         kept = promised.get(preemptor.id) if isinstance(promised, Mapping) else None

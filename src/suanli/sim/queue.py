@@ -352,7 +352,8 @@ def run_requests(
     head: str | None = None
     reserved: tuple[str, ...] = ()
     allocated = 0.0
-    # free GPUs while requests wait; of them, those on the head's reserved nodes and those scattered elsewhere
+    # free GPUs while requests wait (as of the last instant); of them, on the head's reserved nodes, and
+    # scattered elsewhere
     idle_waiting = idle_held = idle_scattered = 0.0
     previous = first_arrival
     next_sample = first_arrival
@@ -396,6 +397,7 @@ def run_requests(
                 else:
                     result.lost_gpu_s += job.gpus * ran
                     queue[request_id] = job.request
+        idle_waiting = idle_held = idle_scattered = 0.0
         if queue:
             result.cycles += 1
             decision = admit(
@@ -431,15 +433,12 @@ def run_requests(
                     heapq.heappush(
                         events, (victim.deadline_s, KILL, sequence, victim.request_id, job.started_at_s)
                     )
-            idle_waiting = idle_held = idle_scattered = 0.0
-            if any(p.reason not in NEVER_FITS for p in decision.pending):  # not: never fits the fleet
+            waiting = [by_id[p.request_id] for p in decision.pending if p.reason not in NEVER_FITS]
+            if waiting:  # (a request that never fits the fleet does not count as waiting)
                 idle_waiting = fleet.gpu_count - allocated
                 idle_held = sum(snapshot.by_name[n].free_milli for n in decision.reserved_nodes) / 1000
                 if idle_waiting - idle_held > 1e-9:
-                    waiting = [by_id[p.request_id] for p in decision.pending if p.reason not in NEVER_FITS]
                     idle_scattered = scattered_gpus(snapshot, waiting, reserved)
-        else:
-            idle_waiting = idle_held = idle_scattered = 0.0
         if now >= next_sample or not events:
             result.samples.append((now, allocated, len(queue)))
             next_sample = now + sample_every_s
