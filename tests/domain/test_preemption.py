@@ -12,7 +12,7 @@ from suanli.domain.policies import BestFitPolicy
 from suanli.domain.preemption import PreemptionConfig, Running, choose_victims
 from suanli.domain.queue_order import Mode, Order, QueueConfig
 from suanli.domain.queueing import admit
-from suanli.domain.request import Request, Tier, WholeGpus
+from suanli.domain.request import MigSlice, Request, Tier, WholeGpus
 from suanli.domain.scheduler import place
 from suanli.domain.snapshot import Snapshot
 
@@ -192,3 +192,69 @@ def test_promise_holds_never_outlive_the_cycle(running, queued, noticed, greedy)
         for allocation in placement.nodes:
             snap.release(allocation)
     assert state(snap) == before
+
+
+H100_PROFILES = ("1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb")
+MIG_CARVINGS = ((), ("7g.80gb",), ("3g.40gb", "3g.40gb"), ("1g.10gb",) * 4 + ("3g.40gb",))
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    carvings=st.lists(st.sampled_from(MIG_CARVINGS), min_size=2, max_size=2),
+    running=st.lists(st.tuples(st.sampled_from(list(Tier)), st.sampled_from(H100_PROFILES)), max_size=6),
+    queued=st.lists(
+        st.tuples(st.sampled_from(list(Tier)), st.sampled_from(H100_PROFILES)), min_size=1, max_size=5
+    ),
+    noticed=st.integers(0, 4),
+    greedy=st.booleans(),
+)
+def test_mig_promise_holds_leave_no_trace(carvings, running, queued, noticed, greedy):
+    """On two MIG GPUs, whatever the cycle holds for a preemptor (promised instances, idle instances in
+    their slots): afterwards the snapshot is exactly the one the placements alone make, idle instances and
+    all, and the promised MIG placement fits once its victims have left."""
+    fleet = Fleet(
+        {"r": REGION},
+        (
+            Node(
+                "m0",
+                "r",
+                ("r", "z", "p", "l"),
+                64_000,
+                512_000,
+                "H100-SXM-80GB",
+                2,
+                GpuMode.MIG,
+                tuple(carvings),
+            ),
+        ),
+    )
+    snap = Snapshot(fleet, CATALOG)
+    live = []
+    for i, (tier, profile) in enumerate(running):
+        request = Request(f"r{i}", MigSlice(profile), tier=tier, max_duration_s=500.0)
+        outcome = place(snap, request, POLICY)
+        if isinstance(outcome, Placement):
+            live.append(Running(request, outcome, 0.0))
+    queue = [
+        Request(f"q{i}", MigSlice(profile), tier=tier, submitted_at_s=float(i))
+        for i, (tier, profile) in enumerate(queued)
+    ]
+    victims = {r.request.id for r in live if r.request.tier < queue[0].tier}
+    victims = set(sorted(victims)[:noticed])
+    live = [Running(r.request, r.placement, 0.0, "q0", 30.0) if r.request.id in victims else r for r in live]
+    config = QueueConfig(
+        mode=Mode.GREEDY if greedy else Mode.BACKFILL, order=Order.PRIORITY, preemption=PreemptionConfig()
+    )
+    decision = admit(snap, queue, live, POLICY, 10.0, config, promised={"q0"} if victims else set())
+    replay = Snapshot(fleet, CATALOG)
+    for r in live:
+        replay.occupy(r.placement.nodes[0])
+    for placement in decision.placements:
+        replay.occupy(placement.nodes[0])
+    assert state(snap) == state(replay)
+    for preemption in decision.preemptions:
+        leaving = [r for r in live if r.request.id in {v.request_id for v in preemption.victims}]
+        for victim in leaving:
+            replay.release(victim.placement.nodes[0])
+        for allocation in preemption.promised.nodes:
+            replay.occupy(allocation)  # raises if the promised instance does not fit

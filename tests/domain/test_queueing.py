@@ -27,7 +27,7 @@ from suanli.domain.queue_order import (
     order_requests,
 )
 from suanli.domain.queueing import admit
-from suanli.domain.request import GpuShare, Request, Tier, WholeGpus
+from suanli.domain.request import GpuShare, MigSlice, Request, Tier, WholeGpus
 from suanli.domain.reservation import OVERDUE_S, reserve
 from suanli.domain.scheduler import place
 from suanli.domain.snapshot import Snapshot
@@ -176,6 +176,80 @@ def test_the_free_part_of_a_promised_gpu_share_is_held_too():
     noticed = replace(spot, preempted_by="od", notice_deadline_s=40)
     later = admit(snap, queue, [noticed], POLICY, 20, GREEDY_QUEUE, promised={"od"})
     assert later.placements == () and snap.allocated_milli() == 600
+
+
+def mig_snapshot() -> Snapshot:
+    """One H100 in MIG mode carved as four 1g.10gb instances (slots 0-3) and a 3g.40gb (slots 4-7)."""
+    layout = ("1g.10gb",) * 4 + ("3g.40gb",)
+    node = Node("m0", "r", ("r", "z", "p", "l0"), 64_000, 512_000, "H100-SXM-80GB", 1, GpuMode.MIG, (layout,))
+    return Snapshot(Fleet({"r": REGION}, (node,)), CATALOG)
+
+
+def mig(rid: str, profile: str, at: float = 0, **kw) -> Request:
+    return Request(rid, MigSlice(profile), submitted_at_s=at, max_duration_s=kw.pop("duration", 100), **kw)
+
+
+@pytest.mark.parametrize("config", [GREEDY_QUEUE, EASY_RATIO], ids=["greedy", "backfill"])
+def test_a_mig_slice_starts_on_a_gpu_with_less_than_one_gpu_free(config):
+    """With the 3g.40gb and two 1g.10gb busy, 0.28 of the GPU is free: a 1g.10gb still starts there (the
+    quick capacity check counts a MIG slice as its instance's share, not as a whole GPU)."""
+    snap = mig_snapshot()
+    live = [
+        run(snap, mig("big", "3g.40gb"), 0),
+        run(snap, mig("a", "1g.10gb"), 0),
+        run(snap, mig("b", "1g.10gb"), 0),
+    ]
+    decision = admit(snap, [mig("c", "1g.10gb", 5)], live, POLICY, 10, config)
+    assert [p.request_id for p in decision.placements] == ["c"] and decision.head is None
+
+
+@pytest.mark.parametrize("config", [GREEDY_QUEUE, EASY_RATIO], ids=["greedy", "backfill"])
+def test_a_mig_instance_promised_to_a_preemptor_is_held_with_the_idle_instances_in_its_slots(config):
+    """`od` wants a 3g.40gb; the GPU holds a spot 1g.10gb at slot 0 and an on-demand 3g.40gb at 4: `od` is
+    promised slots 0-3. While the victim has notice, the idle 1g.10gb at 1-3 wait for it: a 1g.10gb asked
+    meanwhile does not take one (it would leave `od` no room and cost another victim); once the victim
+    has left, `od` starts at slot 0. Each cycle gives back the MIG layout it found."""
+    config = replace(config, preemption=PreemptionConfig(default_notice_s=30))
+    snap = mig_snapshot()
+    spot = run(snap, mig("spot", "1g.10gb", tier=Tier.SPOT, bid_micros_per_hour=1, duration=1000), 0)
+    big = run(snap, mig("big", "3g.40gb", duration=1000), 0)
+    layout = snap.nodes[0].gpus[0][2]
+    queue = [mig("od", "3g.40gb", 5), mig("small", "1g.10gb", 6)]
+    decision = admit(snap, queue, [spot, big], POLICY, 10, config)
+    assert [(p.preemptor, [v.request_id for v in p.victims]) for p in decision.preemptions] == [
+        ("od", ["spot"])
+    ]
+    promise = decision.preemptions[0].promised
+    assert [(s.mig_profile, s.mig_start) for s in promise.nodes[0].slices] == [("3g.40gb", 0)]
+    assert decision.placements == () and reasons(decision)["small"] is Reason.NO_CAPACITY
+    assert snap.nodes[0].gpus[0][2] == layout
+    noticed = replace(spot, preempted_by="od", notice_deadline_s=40)
+    for promised in ({"od": promise}, {"od"}):
+        later = admit(snap, queue, [noticed, big], POLICY, 20, config, promised=promised)
+        assert later.placements == () and later.preemptions == ()
+        assert snap.nodes[0].gpus[0][2] == layout
+    snap.release(spot.placement.nodes[0])  # the victim leaves at its deadline
+    after = admit(snap, queue, [big], POLICY, 40, config, promised={"od": promise})
+    placed = {p.request_id: p.nodes[0].slices[0] for p in after.placements}
+    assert (placed["od"].mig_profile, placed["od"].mig_start) == ("3g.40gb", 0)
+
+
+def test_the_cpu_and_memory_promised_to_a_preemptor_are_held_too():
+    """`od` needs 4 GPUs and 60 of the node's 64 cores; spot holds 6 GPUs and 40 cores. The 24 free cores
+    wait for `od` through the notice: a 1-GPU job asking 8 cores waits rather than leave `od` short."""
+    snap = snapshot_of(1, 8)
+    spot = run(snap, job("spot", 6, 0, 1000, tier=Tier.SPOT, bid_micros_per_hour=1, cpu_milli=40_000), 0)
+    queue = [job("od", 4, 5, 100, cpu_milli=60_000), job("late", 1, 6, 10, cpu_milli=8_000)]
+    config = replace(GREEDY_QUEUE, preemption=PreemptionConfig(default_notice_s=30))
+    decision = admit(snap, queue, [spot], POLICY, 10, config)
+    assert [p.preemptor for p in decision.preemptions] == ["od"] and decision.placements == ()
+    noticed = replace(spot, preempted_by="od", notice_deadline_s=40)
+    later = admit(snap, queue, [noticed], POLICY, 20, config, promised={"od"})
+    assert later.placements == () and reasons(later)["late"] is Reason.NO_CAPACITY
+    assert snap.nodes[0].cpu_free == 24_000
+    snap.release(spot.placement.nodes[0])
+    after = admit(snap, queue, [], POLICY, 40, config, promised={"od"})
+    assert [p.request_id for p in after.placements] == ["od"]  # 4 cores are left: `late` waits on
 
 
 @pytest.mark.parametrize("config", [EASY, CONSERVATIVE], ids=["easy", "conservative"])

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from suanli.domain import mig
-from suanli.domain.catalog import GpuModel
+from suanli.domain.catalog import GpuModel, MigGeometry, MigProfile
 from suanli.domain.inventory import GpuMode, Node, Region
 from suanli.domain.request import GpuSelector, GpuShare, MigSlice, Request, Shape, WholeGpus
 
@@ -175,10 +175,18 @@ def _mig_choice(model: GpuModel, entry: GpuEntry, shape: MigSlice) -> GpuChoice 
     if option is None:
         return None
     profile = geometry.profile(shape.profile)
-    milli = FULL_MILLI * profile.compute_slices // geometry.compute_slice_count
     return GpuChoice(
-        entry, mig_entry(model, mig.apply_option(entry[2], option)), milli, profile.memory_mib, option
+        entry,
+        mig_entry(model, mig.apply_option(entry[2], option)),
+        instance_milli(geometry, profile),
+        profile.memory_mib,
+        option,
     )
+
+
+def instance_milli(geometry: MigGeometry, profile: MigProfile) -> int:
+    """A MIG instance's share of the GPU's compute, in milli-GPUs (its compute slices of all)."""
+    return FULL_MILLI * profile.compute_slices // geometry.compute_slice_count
 
 
 def replace_entries(gpus: tuple[GpuEntry, ...], choices: tuple[GpuChoice, ...]) -> tuple[GpuEntry, ...]:

@@ -155,6 +155,16 @@ def apply_option(layout: tuple[MigInstance, ...], option: MigOption) -> tuple[Mi
     return tuple(sorted((*kept, (option.start, option.profile, True))))
 
 
+def undo_option(layout: tuple[MigInstance, ...], option: MigOption) -> tuple[MigInstance, ...]:
+    """The layout before `option` was applied: its busy instance goes, what it reused or destroyed is back."""
+    instance = (option.start, option.profile, True)
+    if instance not in layout:
+        raise MigPlacementError(f"no busy {option.profile} at slot {option.start} to undo")
+    restored = (option.start, option.profile, False) if option.reuse else None
+    kept = tuple(inst for inst in layout if inst != instance)
+    return tuple(sorted((*kept, *option.destroyed, *((restored,) if restored else ()))))
+
+
 def release(layout: tuple[MigInstance, ...], start: int, profile_name: str) -> tuple[MigInstance, ...]:
     """The layout after the busy instance at `start` is freed (it stays, idle, for the next tenant)."""
     if (start, profile_name, True) not in layout:

@@ -111,7 +111,7 @@ def choose_victims(
     )
     if not candidates:
         return None
-    need = request.gpus_per_node * request.node_count
+    need = snapshot.least_gpus(request)
     free = snapshot.gpu_count - snapshot.allocated_milli() / 1000
     chosen: list[Running] = []
     for candidate in candidates:

@@ -33,8 +33,10 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
+from suanli.domain.capacity import instance_milli
 from suanli.domain.contracts import Contract, Holds, Pool, open_holds
 from suanli.domain.fair_share import FairShare
+from suanli.domain.inventory import GpuMode
 from suanli.domain.plan import NodeAllocation, Pending, Placement, Reason, Slice
 from suanli.domain.policies import Policy
 from suanli.domain.preemption import (
@@ -185,7 +187,8 @@ class _Cycle:
         # (fit key, cordoned) that did not fit, and why: capacity only shrinks, so not in this cycle either
         self.failed: dict[tuple, Pending] = {}
         self.chosen_victims: set[str] = set()
-        self.promise_holds: dict[str, list[NodeAllocation]] = {}  # preemptor -> GPUs held for it (`hold`)
+        # preemptor -> what is held for it (`hold`): how to give each part back, and its GPUs
+        self.promise_holds: dict[str, list[tuple[Callable[[], None], float]]] = {}
         # (fit key, tier) no set of victims makes room for: victims and capacity only shrink in a cycle
         self.no_victims: set[tuple] = set()
         self.lowest_tier: float | None = None  # of what runs and is not under notice (worked out when asked)
@@ -285,8 +288,9 @@ class _Cycle:
         key = (fit_key, cordon)
         if key in self.failed or (fit_key, False) in self.failed:
             return False
-        if _gpus(request) > self.free_gpus + 1e-9:
-            if _gpus(request) <= self.snapshot.gpu_count:
+        least = self.snapshot.least_gpus(request)
+        if least > self.free_gpus + 1e-9:
+            if least <= self.snapshot.gpu_count:
                 return False  # may fit once capacity frees up
             outcome = place(self.snapshot, request, self.policy)  # bigger than the fleet: says which filter
             assert not isinstance(outcome, Placement)
@@ -323,29 +327,32 @@ class _Cycle:
         return fits_without(self.snapshot, preemptor, victims, self.policy)
 
     def hold(self, owner: str, promise: Placement | None) -> None:
-        """Take what is free now of `owner`'s promise (per GPU, up to the compute and memory promised there)
-        for the rest of the cycle, so no one else starts there: when its victims leave, the capacity it was
-        promised (theirs and this) is all there, and no more victims get notice. MIG slices are not held."""
+        """Take what is free now of `owner`'s promise for the rest of the cycle, so no one else starts there:
+        when its victims leave, the capacity it was promised (theirs and this) is all there, and no more
+        victims get notice. Per node its CPU and memory, per GPU up to the compute and memory promised, and
+        per MIG slice the promised instance, or the idle instances in its slots (see `_free_part`)."""
         for allocation in () if promise is None else promise.nodes:
-            state = self.snapshot.by_name.get(allocation.node)
-            if state is None:
-                continue
-            free = []
-            for piece in allocation.slices:
-                free_milli, free_mib, _ = state.gpus[piece.gpu_index]
-                milli = min(piece.milli, free_milli)
-                if piece.mig_profile is None and milli > 0:
-                    free.append(Slice(piece.gpu_index, milli, min(piece.memory_mib, free_mib)))
-            if free:
-                held = NodeAllocation(allocation.node, 0, 0, tuple(free))
-                self.snapshot.occupy(held)
-                self.free_gpus -= held.gpus
-                self.promise_holds.setdefault(owner, []).append(held)
+            if allocation.node not in self.snapshot.by_name:
+                continue  # the node left the fleet: nothing to hold there
+            parts = self.promise_holds.setdefault(owner, [])
+            resources = NodeAllocation(
+                allocation.node,
+                min(allocation.cpu_milli, max(self.snapshot.by_name[allocation.node].cpu_free, 0)),
+                min(allocation.memory_mib, max(self.snapshot.by_name[allocation.node].memory_free, 0)),
+                (),
+            )
+            if resources.cpu_milli or resources.memory_mib:
+                parts.append((self.snapshot.occupy(resources), 0.0))
+            for promised in allocation.slices:
+                for piece in _free_part(self.snapshot, allocation.node, promised):
+                    part = NodeAllocation(allocation.node, 0, 0, (piece,))
+                    parts.append((self.snapshot.occupy(part), part.gpus))
+                    self.free_gpus -= part.gpus
 
     def unhold(self, owner: str) -> None:
-        for held in reversed(self.promise_holds.pop(owner, [])):
-            self.snapshot.release(held)
-            self.free_gpus += held.gpus
+        for give_back, gpus in reversed(self.promise_holds.pop(owner, [])):
+            give_back()
+            self.free_gpus += gpus
 
     def release_holds(self) -> None:
         for owner in list(self.promise_holds):
@@ -445,7 +452,9 @@ class _Cycle:
         if self.config.mode is Mode.STRICT or not any(r.max_duration_s is not None for r in rest):
             self._block(rest, "strict order: nothing passes the head")
             return
-        smallest = min((_gpus(r) for r in rest if r.max_duration_s is not None), default=math.inf)
+        smallest = min(
+            (self.snapshot.least_gpus(r) for r in rest if r.max_duration_s is not None), default=math.inf
+        )
         if smallest > self.free_gpus + 1e-9:  # nothing could start now: skip the reservation
             for request in rest:
                 if not self.gated(request):
@@ -585,7 +594,7 @@ class _Cycle:
             for allocation in outcome.nodes:
                 self.snapshot.release(allocation)
             return None
-        if outcome.reason in NEVER_FITS or _gpus(request) > self.snapshot.gpu_count:
+        if outcome.reason in NEVER_FITS or self.snapshot.least_gpus(request) > self.snapshot.gpu_count:
             return outcome
         return None
 
@@ -595,6 +604,43 @@ class _Cycle:
 
     def _block(self, rest: Sequence[Request], message: str) -> None:
         self.pending.extend(_blocked(r, message) for r in rest)
+
+
+def _free_part(snapshot: Snapshot, node: str, promised: Slice) -> list[Slice]:
+    """What is free now of one promised GPU slice, to hold without repartitioning anything: on a whole or
+    shared GPU, the free compute and memory up to the promised; of a MIG instance, the instance itself when
+    no instance lies in its slots, else the idle instances there (free slots between them are not held:
+    taking them would mean destroying idle instances the layout still has). Nothing where the GPU is no
+    longer what the promise was made for (another mode, or gone)."""
+    state = snapshot.by_name[node]
+    if promised.gpu_index >= len(state.gpus):
+        return []
+    free_milli, free_mib, layout = state.gpus[promised.gpu_index]
+    geometry = snapshot.classes[state.class_id].model.mig
+    is_mig = state.node.gpu_mode is GpuMode.MIG and geometry is not None
+    if promised.mig_profile is None or promised.mig_start is None:
+        milli = min(promised.milli, free_milli)
+        if is_mig or milli <= 0:
+            return []
+        return [Slice(promised.gpu_index, milli, min(promised.memory_mib, free_mib))]
+    if not is_mig or not geometry.has_profile(promised.mig_profile):
+        return []
+    slots = set(geometry.profile(promised.mig_profile).slots_at(promised.mig_start))
+    overlapping = [
+        (start, name, busy)
+        for start, name, busy in layout
+        if slots.intersection(geometry.profile(name).slots_at(start))
+    ]
+    if not overlapping:
+        return [promised]
+    pieces = []
+    for start, name, busy in overlapping:
+        if not busy:
+            profile = geometry.profile(name)
+            pieces.append(
+                Slice(promised.gpu_index, instance_milli(geometry, profile), profile.memory_mib, name, start)
+            )
+    return pieces
 
 
 def _pool_gpus(placement: Placement, pool_of: Mapping[str, Pool]) -> dict[Pool, float]:

@@ -36,7 +36,7 @@ def reserve(
         (r for r in running if r.expected_end_s is not None),
         key=lambda r: (expected_end(r, now), r.request.id),
     )
-    need = head.gpus_per_node * head.node_count
+    need = snapshot.least_gpus(head)
     free = snapshot.gpu_count - snapshot.allocated_milli() / 1000
     undos = []
     try:

@@ -12,12 +12,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from suanli.domain import mig
-from suanli.domain.capacity import FULL_MILLI, GpuChoice, GpuEntry, NodeClass, NodeKey, empty_entry, mig_entry
+from suanli.domain.capacity import (
+    FULL_MILLI,
+    GpuChoice,
+    GpuEntry,
+    NodeClass,
+    NodeKey,
+    empty_entry,
+    instance_milli,
+    mig_entry,
+)
 from suanli.domain.catalog import Catalog
 from suanli.domain.errors import FleetError
 from suanli.domain.inventory import Fleet, GpuMode, Node
 from suanli.domain.plan import NodeAllocation, Slice
-from suanli.domain.request import Request
+from suanli.domain.request import MigSlice, Request
 
 
 @dataclass(slots=True)
@@ -107,6 +116,19 @@ class Snapshot:
             shape_id = self.request_ids[signature] = len(self.request_ids)
         return shape_id
 
+    def least_gpus(self, request: Request) -> float:
+        """The fewest GPUs `request` can take here, all its nodes together (a bound for quick checks): its
+        count or share, and for a MIG slice the instance of that profile on this fleet's MIG nodes (0 if
+        none has it: then it fits nowhere, which placement says)."""
+        if not isinstance(request.shape, MigSlice):
+            return request.gpus_per_node * request.node_count
+        profile = request.shape.profile
+        geometries = (c.model.mig for c in self.classes if c.mode is GpuMode.MIG and c.model.mig is not None)
+        milli = min(
+            (instance_milli(g, g.profile(profile)) for g in geometries if g.has_profile(profile)), default=0
+        )
+        return milli / FULL_MILLI * request.node_count
+
     def intern(self, key: NodeKey) -> int:
         state_id = self.state_ids.get(key)
         if state_id is None:
@@ -138,17 +160,20 @@ class Snapshot:
         self._index(state)
         return NodeAllocation(state.name, cpu_milli, memory_mib, tuple(slices))
 
-    def occupy(self, allocation: NodeAllocation) -> None:
+    def occupy(self, allocation: NodeAllocation) -> Callable[[], None]:
         """Take a recorded allocation's capacity at its own GPU indices (rebuilding from stored bookings).
 
         A MIG slice reuses an idle instance at its start, else replaces the idle instances it overlaps,
-        as the placement that made it did.
+        as the placement that made it did. Returns a function that gives back what this took, whatever was
+        placed elsewhere on the node since; the idle instances it replaced come back too, so it is exact
+        only while no one has used their slots in between (holds never replace any).
         """
         state = self.by_name[allocation.node]
         model = self.classes[state.class_id].model
         self._unindex(state)
         state.cpu_free -= allocation.cpu_milli
         state.memory_free -= allocation.memory_mib
+        taken: list[tuple[Slice, mig.MigOption | None]] = []
         for piece in allocation.slices:
             free_milli, free_mib, layout = state.gpus[piece.gpu_index]
             if piece.mig_profile is not None and piece.mig_start is not None and model.mig is not None:
@@ -164,9 +189,27 @@ class Snapshot:
                     piece.mig_start, piece.mig_profile, reuse, () if reuse else overlapping
                 )
                 state.gpus[piece.gpu_index] = mig_entry(model, mig.apply_option(layout, option))
+                taken.append((piece, option))
             else:
                 state.gpus[piece.gpu_index] = (free_milli - piece.milli, free_mib - piece.memory_mib, layout)
+                taken.append((piece, None))
         self._index(state)
+
+        def give_back() -> None:
+            self.capacity_epoch += 1
+            self._unindex(state)
+            state.cpu_free += allocation.cpu_milli
+            state.memory_free += allocation.memory_mib
+            for piece, option in reversed(taken):
+                free_milli, free_mib, layout = state.gpus[piece.gpu_index]
+                state.gpus[piece.gpu_index] = (
+                    (free_milli + piece.milli, free_mib + piece.memory_mib, layout)
+                    if option is None
+                    else mig_entry(model, mig.undo_option(layout, option))
+                )
+            self._index(state)
+
+        return give_back
 
     def release(self, allocation: NodeAllocation) -> Callable[[], None]:
         """Give back an allocation's capacity; the returned function takes it again (for trials)."""
