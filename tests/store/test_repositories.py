@@ -226,6 +226,8 @@ def test_a_new_leader_keeps_the_recorded_head(uow) -> None:
     with uow() as u:
         shown = {r.id: r.expected_start_at for r in u.rentals.by_ids(["rnt_b", "rnt_e"])}
         assert shown["rnt_b"] is not None and shown["rnt_e"] is None
+        drained = u.rentals.get("rnt_b").reserved_nodes  # the nodes drained for it, for the next leader
+        assert len(drained) == 2 and drained == tuple(sorted(leader.reserved))
         u.rentals.set_expected_start("rnt_b", None)  # as if nothing had been recorded
         u.commit()
     forgetful = _scheduler(uow, PLATFORM_QUEUE, HourLater())
@@ -373,3 +375,68 @@ def test_tenants_take_turns_by_fair_share_in_every_queue(uow, queue) -> None:
     with uow() as u:
         states = {r.id: r.state for r in u.rentals.by_ids(["rnt_a2", "rnt_b1"])}
     assert states == {"rnt_a2": "pending", "rnt_b1": "placed"}
+
+
+def test_a_new_leader_holds_the_capacity_the_old_one_promised(uow) -> None:
+    """7 on-demand rentals fill 7 H100 nodes, a spot one holds 6 GPUs of the 8th. `p` (8 GPUs) gives the
+    spot rental notice and is promised the 8th node, recorded with the notice. During the notice one of the
+    7 ends and `t` (8 GPUs) arrives: a new leader holds the 8th node's 2 free GPUs for `p`, as the old one
+    did, and `t` starts on the freed node. Worked out again, the promise would take the freed node (it
+    comes first), and `t` would wait for the notice to run out."""
+    h100 = dict(gpu_model="H100-SXM-80GB", gpus=8)
+    with uow() as u:
+        for i in range(7):
+            u.rentals.add(_rental(f"rnt_o{i}", RentalSpec(**h100)))
+        u.rentals.add(_rental("rnt_s", RentalSpec(gpu_model="H100-SXM-80GB", gpus=6, tier="spot")))
+        u.commit()
+    old = _scheduler(uow)
+    assert old.run_cycle().placed == 8
+    with uow() as u:
+        u.rentals.add(_rental("rnt_p", RentalSpec(**h100)))
+        u.commit()
+    assert old.run_cycle().notices == 1
+    with uow() as u:
+        preemptor, victim = u.rentals.get("rnt_p"), u.rentals.get("rnt_s")
+        (freed,) = u.rentals.allocation("rnt_o0")
+        assert victim.state == "preempting" and preemptor.pending_reason == "preempting"
+        (spot_node,) = {a.node for a in u.rentals.allocation("rnt_s")}
+        (promised,) = preemptor.promise or ()
+        assert promised.node == spot_node and len(promised.slices) == 8
+        u.rentals.set_state("rnt_o0", "ended", expect=("placed",), reason=None)
+        u.rentals.release("rnt_o0")
+        u.rentals.add(_rental("rnt_t", RentalSpec(**h100)))
+        u.commit()
+    new = _scheduler(uow)
+    report = new.run_cycle()
+    assert report.placed == 1 and report.notices == 0
+    with uow() as u:
+        assert [a.node for a in u.rentals.allocation("rnt_t")] == [freed.node]
+        assert u.rentals.get("rnt_p").state == "pending"
+        assert u.rentals.get("rnt_p").promise is not None
+
+
+def test_a_promise_and_drained_nodes_are_kept_while_pending_and_cleared_after(uow) -> None:
+    """What the leader records for a pending rental round-trips (a MIG slice too), is refused once the
+    rental is no longer pending, and is cleared when it leaves `pending`."""
+    promise = (
+        NodeAllocation("h100-a-01", 4000, 8192, (Slice(0, 1000, 81920), Slice(1, 1000, 81920))),
+        NodeAllocation("a100-mig-01", 0, 0, (Slice(2, 142, 10240, "1g.10gb", 6),)),
+    )
+    with uow() as u:
+        u.rentals.add(_rental("rnt_1", RentalSpec()))
+        u.rentals.add(_rental("rnt_2", RentalSpec()))
+        u.rentals.set_promise("rnt_1", promise)
+        u.rentals.set_expected_start("rnt_2", NOW, ["h100-b-02", "h100-a-03"])
+        u.commit()
+    with uow() as u:
+        assert u.rentals.get("rnt_1").promise == promise
+        assert u.rentals.get("rnt_2").reserved_nodes == ("h100-a-03", "h100-b-02")
+        u.rentals.set_state("rnt_1", "placed", expect=("pending",), reason=None)
+        u.rentals.set_state("rnt_2", "cancelled", expect=("pending",), reason=None)
+        u.rentals.set_promise("rnt_2", promise)  # no longer pending: left alone
+        u.commit()
+    with uow() as u:
+        assert u.rentals.get("rnt_1").promise is None and u.rentals.get("rnt_2").promise is None
+        assert (
+            u.rentals.get("rnt_2").reserved_nodes == () and u.rentals.get("rnt_2").expected_start_at is None
+        )

@@ -86,6 +86,8 @@ class Rental:
     notice_deadline: datetime | None = None  # killed at this time unless it leaves first
     quote: Mapping[str, object] | None = None  # the price breakdown at creation (`suanli.app.billing`)
     expected_start_at: datetime | None = None  # head of the backfill queue: its reserved start
+    reserved_nodes: tuple[str, ...] = ()  # head of the backfill queue: the nodes drained for it
+    promise: tuple[NodeAllocation, ...] | None = None  # preemptor: where it was promised capacity
 
 
 @dataclass(frozen=True, slots=True)

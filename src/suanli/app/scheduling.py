@@ -72,11 +72,15 @@ class CycleReport:
     scattered_gpus: float = 0.0  # free GPUs in pieces too small for every rental waiting for capacity
 
 
-def _recorded_head(pending: Sequence[Rental]) -> str | None:
-    """The head a previous leader recorded (the pending rental showing a reserved start): a new leader keeps
-    it at the front of its class, so a change of leader does not hand its drained capacity to another."""
+def _recorded_head(pending: Sequence[Rental]) -> tuple[str | None, tuple[str, ...]]:
+    """The head a previous leader recorded (the pending rental showing a reserved start) and the nodes it
+    drained: a new leader keeps it at the front of its class and those nodes out of long backfill, so a
+    change of leader does not hand its drained capacity to another."""
     shown = [r for r in pending if r.expected_start_at is not None]
-    return min(shown, key=lambda r: (r.created_at, r.id)).id if shown else None
+    if not shown:
+        return None, ()
+    head = min(shown, key=lambda r: (r.created_at, r.id))
+    return head.id, head.reserved_nodes
 
 
 class Scheduler:
@@ -117,9 +121,6 @@ class Scheduler:
         self.head_start_s: float | None = None  # the blocked head's reserved start, when one was made
         self.booked_s: dict[str, float] = {}  # conservative queue: every booked start (epoch seconds)
         self.reserved: tuple[str, ...] = ()
-        # preemptor -> where it was promised capacity, held for it until its victims leave (a new leader
-        # works it out again from the victims under notice)
-        self.promises: dict[str, Placement] = {}
         self.scattered_gpus = 0.0  # after the last cycle: free GPUs no rental waiting for capacity fits
         self.cordoned: set[str] = set()
         self._lock = threading.Lock()
@@ -191,6 +192,10 @@ class Scheduler:
                             uow, by_id[preemptor_id], Reason.PREEMPTING, f"waiting for {ids} to leave", now
                         )
                 placed_ids = {p.request_id for p in placements}
+                owed = ready | waiting_on.keys() | noticed
+                for rental in pending:  # a promise kept past its victims' leaving is forgotten
+                    if rental.promise is not None and rental.id not in owed | placed_ids:
+                        uow.rentals.set_promise(rental.id, None)
                 self._record_expected_start(uow, [r for r in pending if r.id not in placed_ids])
                 uow.commit()
         except BaseException:
@@ -214,13 +219,14 @@ class Scheduler:
         for rental in pending:
             start_s = starts.get(rental.id)
             wanted = None if start_s is None else datetime.fromtimestamp(start_s, UTC)
+            nodes = tuple(sorted(self.reserved)) if rental.id == self.head and wanted is not None else ()
             shown = rental.expected_start_at
             if wanted is None or shown is None:
                 moved = wanted is not shown
             else:
                 moved = abs((wanted - shown).total_seconds()) >= EXPECTED_START_STEP_S
-            if moved:
-                uow.rentals.set_expected_start(rental.id, wanted)
+            if moved or nodes != rental.reserved_nodes:
+                uow.rentals.set_expected_start(rental.id, wanted, nodes)
 
     @staticmethod
     def _set_reason(uow: UnitOfWork, rental: Rental, reason: Reason, message: str, now: datetime) -> None:
@@ -278,6 +284,9 @@ class Scheduler:
         contracts = [domain_contract(c) for c in stored if c.ends_at.timestamp() > now_s]
         queue = [to_request(r) for r in pending]
         owed = ready | waiting_on.keys()  # preemptors: their victims have left, or still have notice
+        # where each was promised capacity, as recorded with the notice (by this leader or the last)
+        promises = {r.id: Placement(r.id, r.promise) for r in pending if r.id in owed and r.promise}
+        recorded_head, recorded_nodes = _recorded_head(pending) if self.head is None else (None, ())
         decision = admit(
             self.snapshot,
             queue,
@@ -286,15 +295,12 @@ class Scheduler:
             now_s,
             replace(self.queue, weights=weights) if weights else self.queue,
             self.fair,
-            {rental_id: self.promises.get(rental_id) for rental_id in owed},
+            {rental_id: promises.get(rental_id) for rental_id in owed},
             Gates(limits, contracts) if contracts or limits is not None else None,
-            last_head=self.head if self.head is not None else _recorded_head(pending),
-            last_reserved=self.reserved,
+            last_head=self.head if self.head is not None else recorded_head,
+            last_reserved=self.reserved if self.head is not None else recorded_nodes,
         )
         self.head, self.reserved = decision.head, decision.reserved_nodes
-        self.promises = {k: v for k, v in self.promises.items() if k in owed}
-        for preemption in decision.preemptions:
-            self.promises[preemption.preemptor] = preemption.promised
         self.head_start_s = decision.head_start_s
         self.booked_s = {b.request_id: b.start_s for b in decision.bookings}
         if self.head is not None and self.head_start_s is None:
@@ -350,6 +356,7 @@ class Scheduler:
                 uow.rentals.add_event(victim.request_id, RentalEvent(now, "preempting", "preempted", message))
         until = datetime.fromtimestamp(decision.deadline_s, UTC).isoformat()
         uow.rentals.set_state(preemptor.id, "pending", expect=("pending",), reason=Reason.PREEMPTING)
+        uow.rentals.set_promise(preemptor.id, decision.promised.nodes)
         uow.rentals.add_event(
             preemptor.id,
             RentalEvent(

@@ -143,17 +143,33 @@ class SqlRentals:
                     if state in ("preempting", "preempted")
                     else {"preempted_by": None, "notice_deadline": None}
                 ),
-                **({} if state == "pending" else {"expected_start_at": None}),
+                **(
+                    {}
+                    if state == "pending"
+                    else {"expected_start_at": None, "reserved_nodes": None, "promise": None}
+                ),
             )
         )
         return bool(result.rowcount)  # type: ignore[attr-defined]
 
-    def set_expected_start(self, rental_id: str, at: datetime | None) -> None:
-        """Record (or clear) a pending rental's reserved start; a rental no longer pending is left alone."""
+    def set_expected_start(
+        self, rental_id: str, at: datetime | None, reserved_nodes: Sequence[str] = ()
+    ) -> None:
+        """Record (or clear) a pending rental's reserved start and the nodes drained for it; a rental no
+        longer pending is left alone."""
         self.s.execute(
             update(RentalRow)
             .where(RentalRow.id == rental_id, RentalRow.state == "pending")
-            .values(expected_start_at=at)
+            .values(expected_start_at=at, reserved_nodes=sorted(reserved_nodes) or None)
+        )
+
+    def set_promise(self, rental_id: str, promise: Sequence[NodeAllocation] | None) -> None:
+        """Record (or clear) where a pending preemptor was promised capacity; one no longer pending is left
+        alone."""
+        self.s.execute(
+            update(RentalRow)
+            .where(RentalRow.id == rental_id, RentalRow.state == "pending")
+            .values(promise=None if promise is None else [_allocation_json(a) for a in promise])
         )
 
     def update_spec(self, rental_id: str, rental: Rental) -> None:
@@ -488,7 +504,35 @@ def _rental(row: RentalRow) -> Rental:
         row.notice_deadline,
         row.quote,
         row.expected_start_at,
+        tuple(row.reserved_nodes or ()),
+        None if row.promise is None else tuple(_allocation_from_json(a) for a in row.promise),
     )
+
+
+def _allocation_json(allocation: NodeAllocation) -> dict[str, Any]:
+    return {
+        "node": allocation.node,
+        "cpu_milli": allocation.cpu_milli,
+        "memory_mib": allocation.memory_mib,
+        "slices": [
+            {
+                "gpu_index": s.gpu_index,
+                "milli": s.milli,
+                "memory_mib": s.memory_mib,
+                "mig_profile": s.mig_profile,
+                "mig_start": s.mig_start,
+            }
+            for s in allocation.slices
+        ],
+    }
+
+
+def _allocation_from_json(data: dict[str, Any]) -> NodeAllocation:
+    slices = tuple(
+        Slice(s["gpu_index"], s["milli"], s["memory_mib"], s["mig_profile"], s["mig_start"])
+        for s in data["slices"]
+    )
+    return NodeAllocation(data["node"], data["cpu_milli"], data["memory_mib"], slices)
 
 
 def _utc(moment: datetime | None) -> datetime | None:

@@ -97,6 +97,9 @@ class RentalRow(Base):
     notice_deadline: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     # pending at the head of the backfill queue: its reserved start, as the leader last worked it out (0011)
     expected_start_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    # pending: a preemptor's promised placement, and the nodes drained for the blocked head (0013)
+    promise: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
+    reserved_nodes: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
     quote: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     # set by the meter once the rental has ended and its final charge is posted (0006): not metered again
     billing_closed_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
