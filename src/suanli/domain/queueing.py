@@ -33,11 +33,9 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
-from suanli.domain.capacity import instance_milli
 from suanli.domain.contracts import Contract, Holds, Pool, open_holds
 from suanli.domain.fair_share import FairShare
-from suanli.domain.inventory import GpuMode
-from suanli.domain.plan import NodeAllocation, Pending, Placement, Reason, Slice
+from suanli.domain.plan import Pending, Placement, Reason
 from suanli.domain.policies import Policy
 from suanli.domain.preemption import (
     Eviction,
@@ -47,6 +45,7 @@ from suanli.domain.preemption import (
     below_floor,
     choose_victims,
     fits_without,
+    hold_promise,
 )
 from suanli.domain.queue_order import (
     BackfillOrder,
@@ -327,27 +326,12 @@ class _Cycle:
         return fits_without(self.snapshot, preemptor, victims, self.policy)
 
     def hold(self, owner: str, promise: Placement | None) -> None:
-        """Take what is free now of `owner`'s promise for the rest of the cycle, so no one else starts there:
-        when its victims leave, the capacity it was promised (theirs and this) is all there, and no more
-        victims get notice. Per node its CPU and memory, per GPU up to the compute and memory promised, and
-        per MIG slice the promised instance, or the idle instances in its slots (see `_free_part`)."""
-        for allocation in () if promise is None else promise.nodes:
-            if allocation.node not in self.snapshot.by_name:
-                continue  # the node left the fleet: nothing to hold there
-            parts = self.promise_holds.setdefault(owner, [])
-            resources = NodeAllocation(
-                allocation.node,
-                min(allocation.cpu_milli, max(self.snapshot.by_name[allocation.node].cpu_free, 0)),
-                min(allocation.memory_mib, max(self.snapshot.by_name[allocation.node].memory_free, 0)),
-                (),
-            )
-            if resources.cpu_milli or resources.memory_mib:
-                parts.append((self.snapshot.occupy(resources), 0.0))
-            for promised in allocation.slices:
-                for piece in _free_part(self.snapshot, allocation.node, promised):
-                    part = NodeAllocation(allocation.node, 0, 0, (piece,))
-                    parts.append((self.snapshot.occupy(part), part.gpus))
-                    self.free_gpus -= part.gpus
+        """Take what is free now of `owner`'s promise for the rest of the cycle (`hold_promise`), so no one
+        else starts there: when its victims leave, the capacity it was promised (theirs and this) is all
+        there, and no more victims get notice."""
+        parts = hold_promise(self.snapshot, promise)
+        self.promise_holds.setdefault(owner, []).extend(parts)
+        self.free_gpus -= sum(gpus for _, gpus in parts)
 
     def unhold(self, owner: str) -> None:
         for give_back, gpus in reversed(self.promise_holds.pop(owner, [])):
@@ -604,43 +588,6 @@ class _Cycle:
 
     def _block(self, rest: Sequence[Request], message: str) -> None:
         self.pending.extend(_blocked(r, message) for r in rest)
-
-
-def _free_part(snapshot: Snapshot, node: str, promised: Slice) -> list[Slice]:
-    """What is free now of one promised GPU slice, to hold without repartitioning anything: on a whole or
-    shared GPU, the free compute and memory up to the promised; of a MIG instance, the instance itself when
-    no instance lies in its slots, else the idle instances there (free slots between them are not held:
-    taking them would mean destroying idle instances the layout still has). Nothing where the GPU is no
-    longer what the promise was made for (another mode, or gone)."""
-    state = snapshot.by_name[node]
-    if promised.gpu_index >= len(state.gpus):
-        return []
-    free_milli, free_mib, layout = state.gpus[promised.gpu_index]
-    geometry = snapshot.classes[state.class_id].model.mig
-    is_mig = state.node.gpu_mode is GpuMode.MIG and geometry is not None
-    if promised.mig_profile is None or promised.mig_start is None:
-        milli = min(promised.milli, free_milli)
-        if is_mig or milli <= 0:
-            return []
-        return [Slice(promised.gpu_index, milli, min(promised.memory_mib, free_mib))]
-    if not is_mig or not geometry.has_profile(promised.mig_profile):
-        return []
-    slots = set(geometry.profile(promised.mig_profile).slots_at(promised.mig_start))
-    overlapping = [
-        (start, name, busy)
-        for start, name, busy in layout
-        if slots.intersection(geometry.profile(name).slots_at(start))
-    ]
-    if not overlapping:
-        return [promised]
-    pieces = []
-    for start, name, busy in overlapping:
-        if not busy:
-            profile = geometry.profile(name)
-            pieces.append(
-                Slice(promised.gpu_index, instance_milli(geometry, profile), profile.memory_mib, name, start)
-            )
-    return pieces
 
 
 def _pool_gpus(placement: Placement, pool_of: Mapping[str, Pool]) -> dict[Pool, float]:
