@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from suanli.domain.catalog_data import CATALOG
 from suanli.domain.fair_share import FairShare
 from suanli.domain.inventory import Fleet, GpuMode, Node, Region
-from suanli.domain.plan import Placement, Reason
+from suanli.domain.plan import NodeAllocation, Placement, Reason, Slice
 from suanli.domain.policies import BestFitPolicy
 from suanli.domain.preemption import PreemptionConfig, Running
 from suanli.domain.queue_order import (
@@ -229,6 +229,43 @@ def test_a_mig_instance_promised_to_a_preemptor_is_held_with_the_idle_instances_
         assert later.placements == () and later.preemptions == ()
         assert snap.nodes[0].gpus[0][2] == layout
     snap.release(spot.placement.nodes[0])  # the victim leaves at its deadline
+    after = admit(snap, queue, [big], POLICY, 40, config, promised={"od": promise})
+    placed = {p.request_id: p.nodes[0].slices[0] for p in after.placements}
+    assert (placed["od"].mig_profile, placed["od"].mig_start) == ("3g.40gb", 0)
+
+
+def test_free_mig_slots_of_a_promised_instance_are_held_as_well_as_its_idle_instances():
+    """Slots 0-3 are promised to `od`'s 3g.40gb: the spot victim's 1g.10gb holds slot 0, an idle 1g.10gb
+    slot 3, and no instance covers slots 1 and 2. A 1g.10gb asked during the notice may create none there
+    (it would block `od` at the deadline); once the victim has left, `od` starts at slot 0. Every cycle
+    gives back the layout it found, with no instance added or destroyed."""
+    config = replace(EASY_RATIO, preemption=PreemptionConfig(default_notice_s=30))
+    node = Node("m0", "r", ("r", "z", "p", "l0"), 64_000, 512_000, "H100-SXM-80GB", 1, GpuMode.MIG)
+    snap = Snapshot(Fleet({"r": REGION}, (node,)), CATALOG)
+
+    def recorded(request: Request, profile: str, start: int, milli: int, gib: int) -> Running:
+        allocation = NodeAllocation("m0", 0, 0, (Slice(0, milli, gib * 1024, profile, start),))
+        snap.occupy(allocation)
+        return Running(request, Placement(request.id, (allocation,)), 0)
+
+    spot = recorded(
+        mig("spot", "1g.10gb", tier=Tier.SPOT, bid_micros_per_hour=1, duration=1000), "1g.10gb", 0, 142, 10
+    )
+    big = recorded(mig("big", "3g.40gb", duration=1000), "3g.40gb", 4, 428, 40)
+    idle = recorded(mig("gone", "1g.10gb"), "1g.10gb", 3, 142, 10)
+    snap.release(idle.placement.nodes[0])  # it left: its instance stays, idle
+    layout = snap.nodes[0].gpus[0][2]
+    assert layout == ((0, "1g.10gb", True), (3, "1g.10gb", False), (4, "3g.40gb", True))
+    queue = [mig("od", "3g.40gb", 5), mig("small", "1g.10gb", 6)]
+    decision = admit(snap, queue, [spot, big], POLICY, 10, config)
+    promise = decision.preemptions[0].promised
+    assert [(s.mig_profile, s.mig_start) for s in promise.nodes[0].slices] == [("3g.40gb", 0)]
+    assert decision.placements == () and snap.nodes[0].gpus[0][2] == layout
+    noticed = replace(spot, preempted_by="od", notice_deadline_s=40)
+    later = admit(snap, queue, [noticed, big], POLICY, 20, config, promised={"od": promise})
+    assert later.placements == () and reasons(later)["small"] is Reason.NO_CAPACITY
+    assert snap.nodes[0].gpus[0][2] == layout
+    snap.release(spot.placement.nodes[0])
     after = admit(snap, queue, [big], POLICY, 40, config, promised={"od": promise})
     placed = {p.request_id: p.nodes[0].slices[0] for p in after.placements}
     assert (placed["od"].mig_profile, placed["od"].mig_start) == ("3g.40gb", 0)

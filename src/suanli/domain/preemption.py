@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from suanli.domain.capacity import instance_milli
+from suanli.domain.catalog import MigGeometry
 from suanli.domain.inventory import GpuMode
 from suanli.domain.plan import NodeAllocation, Placement, Slice
 from suanli.domain.policies import Policy
@@ -216,9 +217,9 @@ def hold_promise(snapshot: Snapshot, promise: Placement | None) -> list[tuple[Ca
 def _free_part(snapshot: Snapshot, node: str, promised: Slice) -> list[Slice]:
     """What is free now of one promised GPU slice, to hold without repartitioning anything: on a whole or
     shared GPU, the free compute and memory up to the promised; of a MIG instance, the instance itself when
-    no instance lies in its slots, else the idle instances there (free slots between them are not held:
-    taking them would mean destroying idle instances the layout still has). Nothing where the GPU is no
-    longer what the promise was made for (another mode, or gone)."""
+    no instance lies in its slots, else the idle instances there and the smallest instances that fill its
+    free slots (`_fillers`); no idle instance is ever destroyed. Nothing where the GPU is no longer what the
+    promise was made for (another mode, or gone)."""
     state = snapshot.by_name[node]
     if promised.gpu_index >= len(state.gpus):
         return []
@@ -240,11 +241,28 @@ def _free_part(snapshot: Snapshot, node: str, promised: Slice) -> list[Slice]:
     ]
     if not overlapping:
         return [promised]
-    pieces = []
-    for start, name, busy in overlapping:
-        if not busy:
-            profile = geometry.profile(name)
-            pieces.append(
-                Slice(promised.gpu_index, instance_milli(geometry, profile), profile.memory_mib, name, start)
-            )
+    pieces = [
+        _instance(geometry, promised.gpu_index, name, start) for start, name, busy in overlapping if not busy
+    ]
+    covered = {slot for start, name, _ in layout for slot in geometry.profile(name).slots_at(start)}
+    return pieces + _fillers(geometry, promised.gpu_index, slots - covered)
+
+
+def _fillers(geometry: MigGeometry, gpu_index: int, free: set[int]) -> list[Slice]:
+    """The smallest instances, each at a start NVIDIA allows, that take the free `free` slots (a slot no
+    profile may start at is left: no one else can take it alone either)."""
+    smallest_first = sorted(geometry.profiles, key=lambda p: (p.placement_slots, p.compute_slices, p.name))
+    left, pieces = set(free), []
+    for slot in sorted(free):
+        for profile in smallest_first:
+            span = set(profile.slots_at(slot))
+            if slot in left and slot in profile.valid_starts and span <= left:
+                pieces.append(_instance(geometry, gpu_index, profile.name, slot))
+                left -= span
+                break
     return pieces
+
+
+def _instance(geometry: MigGeometry, gpu_index: int, profile_name: str, start: int) -> Slice:
+    profile = geometry.profile(profile_name)
+    return Slice(gpu_index, instance_milli(geometry, profile), profile.memory_mib, profile_name, start)
