@@ -154,8 +154,7 @@ def fits_without(
         outcome = place(snapshot, request, policy)
         if not isinstance(outcome, Placement):
             return None
-        for allocation in outcome.nodes:
-            snapshot.release(allocation)  # taking the trial placement back restores the pre-trial state
+        snapshot.unplace(outcome)  # the trial is taken back
         return outcome
     finally:
         for undo in reversed(undos):

@@ -299,8 +299,7 @@ class _Cycle:
         if isinstance(outcome, Placement):
             breached = self._hold_breached(request, outcome)
             if breached is not None:
-                for allocation in outcome.nodes:
-                    self.snapshot.release(allocation)
+                self.snapshot.unplace(outcome)
                 self.pending.append(self._hold_pending(request, breached))
                 return True  # decided: held capacity is not for it, and it blocks nobody
             self.placements.append(outcome)
@@ -575,8 +574,7 @@ class _Cycle:
         """Why `request` fits nowhere even on an empty fleet, if it does not; the snapshot is unchanged."""
         outcome = place(self.snapshot, request, self.policy)
         if isinstance(outcome, Placement):
-            for allocation in outcome.nodes:
-                self.snapshot.release(allocation)
+            self.snapshot.unplace(outcome)
             return None
         if outcome.reason in NEVER_FITS or self.snapshot.least_gpus(request) > self.snapshot.gpu_count:
             return outcome

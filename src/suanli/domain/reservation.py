@@ -47,8 +47,7 @@ def reserve(
                 continue
             outcome = place(snapshot, head, policy)
             if isinstance(outcome, Placement):
-                for allocation in outcome.nodes:
-                    snapshot.release(allocation)
+                snapshot.unplace(outcome)
                 start_s = expected_end(r, now)
                 if spare_free:  # everything that ends at the same instant is gone by then too
                     for later in timed[position + 1 :]:
@@ -83,8 +82,7 @@ def _spare_free(
             snapshot.set_schedulable(allocation.node, False)
             outcome = place(snapshot, head, policy)
             if isinstance(outcome, Placement):
-                for placed in outcome.nodes:
-                    snapshot.release(placed)
+                snapshot.unplace(outcome)
                 if locked(outcome) < locked(found):
                     found = outcome
                     cordoned.append(allocation.node)
@@ -244,6 +242,5 @@ def _place_without(snapshot: Snapshot, request: Request, policy: Policy, nodes: 
         outcome = place(snapshot, request, policy)
         if not isinstance(outcome, Placement):
             return None
-        for allocation in outcome.nodes:
-            snapshot.release(allocation)
+        snapshot.unplace(outcome)
         return outcome

@@ -25,7 +25,7 @@ from suanli.domain.capacity import (
 from suanli.domain.catalog import Catalog
 from suanli.domain.errors import FleetError
 from suanli.domain.inventory import Fleet, GpuMode, Node
-from suanli.domain.plan import NodeAllocation, Slice
+from suanli.domain.plan import NodeAllocation, Placement, Slice
 from suanli.domain.request import MigSlice, Request
 
 
@@ -236,6 +236,37 @@ class Snapshot:
             self._index(state)
 
         return undo
+
+    def unplace(self, placement: Placement) -> None:
+        """Take back a placement just made on this snapshot (a trial), as if it had not been made: unlike
+        `release`, a MIG instance it created goes, and the idle instances it destroyed come back."""
+        made = {(r.node, r.gpu_index, r.created): r.destroyed for r in placement.repartitions}
+        for allocation in placement.nodes:
+            state = self.by_name[allocation.node]
+            model = self.classes[state.class_id].model
+            self.capacity_epoch += 1
+            self._unindex(state)
+            state.cpu_free += allocation.cpu_milli
+            state.memory_free += allocation.memory_mib
+            for piece in allocation.slices:
+                free_milli, free_mib, layout = state.gpus[piece.gpu_index]
+                if piece.mig_profile is None or piece.mig_start is None:
+                    state.gpus[piece.gpu_index] = (
+                        free_milli + piece.milli,
+                        free_mib + piece.memory_mib,
+                        layout,
+                    )
+                    continue
+                destroyed = made.get((allocation.node, piece.gpu_index, (piece.mig_start, piece.mig_profile)))
+                if destroyed is None:  # it reused an idle instance: idle again
+                    before = mig.release(layout, piece.mig_start, piece.mig_profile)
+                else:
+                    option = mig.MigOption(
+                        piece.mig_start, piece.mig_profile, False, tuple((s, n, False) for s, n in destroyed)
+                    )
+                    before = mig.undo_option(layout, option)
+                state.gpus[piece.gpu_index] = mig_entry(model, before)
+            self._index(state)
 
     def set_schedulable(self, node_name: str, schedulable: bool) -> None:
         """Cordon (drain, maintenance, down) or uncordon a node; a cordoned node gets no new placements."""

@@ -1,0 +1,86 @@
+"""`admit` on random mixed fleets (whole, shared and MIG GPUs) under every queue mode: it never fails, decides
+each request once, and leaves the snapshot exactly as its placements alone make it (holds leave no trace)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_properties import fleets, queues
+
+from suanli.domain.catalog_data import CATALOG
+from suanli.domain.inventory import Fleet
+from suanli.domain.plan import Placement
+from suanli.domain.policies import BestFitPolicy
+from suanli.domain.preemption import PreemptionConfig, Running
+from suanli.domain.queue_order import BackfillOrder, Mode, Order, QueueConfig, Within
+from suanli.domain.queueing import admit
+from suanli.domain.request import Request
+from suanli.domain.scheduler import place
+from suanli.domain.snapshot import Snapshot
+
+POLICY = BestFitPolicy()
+CONFIGS = (
+    QueueConfig(mode=Mode.GREEDY, order=Order.PRIORITY, preemption=PreemptionConfig()),
+    QueueConfig(
+        mode=Mode.BACKFILL,
+        order=Order.PRIORITY,
+        within=Within.RATIO,
+        backfill_order=BackfillOrder.RATIO,
+        preemption=PreemptionConfig(),
+        spare_free=True,
+        spot_yields=True,
+    ),
+    QueueConfig(mode=Mode.CONSERVATIVE, order=Order.PRIORITY, preemption=PreemptionConfig()),
+    QueueConfig(mode=Mode.STRICT, order=Order.FIFO),
+)
+
+
+def state(snapshot: Snapshot):
+    return [(n.cpu_free, n.memory_free, tuple(n.gpus)) for n in snapshot.nodes]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    fleet=fleets(),
+    live=queues(),
+    queued=queues(),
+    durations=st.lists(st.one_of(st.none(), st.integers(60, 7200)), min_size=14, max_size=14),
+    noticed=st.integers(0, 3),
+    config=st.sampled_from(CONFIGS),
+)
+def test_admit_decides_each_request_once_and_leaves_only_its_placements(
+    fleet: Fleet, live, queued, durations, noticed: int, config: QueueConfig
+) -> None:
+    snap = Snapshot(fleet, CATALOG)
+    running: list[Running] = []
+    for request in live:
+        request = replace(request, id=f"live-{request.id}", max_duration_s=durations[len(running)])
+        outcome = place(snap, request, POLICY)
+        if isinstance(outcome, Placement):
+            running.append(Running(request, outcome, 0.0))
+    queue = [replace(r, max_duration_s=d) for r, d in zip(queued, durations, strict=False)]
+    # the first queued request preempted the lowest tiers running, whose notice runs until 30
+    victims = [r for r in running if r.request.tier < queue[0].tier][:noticed]
+    running = [
+        replace(r, preempted_by=queue[0].id, notice_deadline_s=30.0) if r in victims else r for r in running
+    ]
+    promised = {queue[0].id} if victims else set()
+
+    decision = admit(snap, queue, running, POLICY, 10.0, config, promised=promised)
+
+    placed = [p.request_id for p in decision.placements]
+    waiting = [p.request_id for p in decision.pending]
+    assert sorted(placed + waiting) == sorted(r.id for r in queue)  # each once, placed or pending
+    replay = Snapshot(fleet, CATALOG)
+    for job in running:
+        for allocation in job.placement.nodes:
+            replay.occupy(allocation)
+    for placement in decision.placements:
+        for allocation in placement.nodes:
+            replay.occupy(allocation)
+    assert state(snap) == state(replay)
+    fresh: set[str] = {v.request_id for p in decision.preemptions for v in p.victims}
+    assert not fresh & {v.request.id for v in victims}  # no one is given notice twice
+    assert all(isinstance(r, Request) for r in queue)
