@@ -41,7 +41,7 @@ def state(snapshot: Snapshot):
     return [(n.cpu_free, n.memory_free, tuple(n.gpus)) for n in snapshot.nodes]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(
     fleet=fleets(),
     live=queues(),
