@@ -440,3 +440,32 @@ def test_a_promise_and_drained_nodes_are_kept_while_pending_and_cleared_after(uo
         assert (
             u.rentals.get("rnt_2").reserved_nodes == () and u.rentals.get("rnt_2").expected_start_at is None
         )
+
+
+def test_a_mig_placement_not_applied_leaves_no_instance_behind(uow) -> None:
+    """A 7g.80gb rental is placed on an A100 carved into smaller instances (the placement destroys them and
+    creates the 7g), but it is cancelled before the placement is written. The snapshot is rebuilt from the
+    store: the carving is back, with no idle 7g.80gb that was never made."""
+    scheduler = _scheduler(uow)
+    scheduler.run_cycle()  # builds the snapshot of the idle fleet
+    before = {n.name: list(n.gpus) for n in scheduler.snapshot.nodes if n.name.startswith("a100")}
+    with uow() as u:
+        u.rentals.add(_rental("rnt_big", RentalSpec(gpu_model="A100-80GB", mig_profile="7g.80gb")))
+        u.commit()
+    decide = scheduler._admit
+
+    def cancelled_meanwhile(*args, **kwargs):
+        decided = decide(*args, **kwargs)
+        with uow() as u:
+            u.rentals.set_state("rnt_big", "cancelled", expect=("pending",), reason=None)
+            u.commit()
+        return decided
+
+    scheduler._admit = cancelled_meanwhile
+    assert scheduler.run_cycle().placed == 0
+    with uow() as u:
+        assert u.rentals.get("rnt_big").state == "cancelled"
+    scheduler._admit = decide
+    scheduler.run_cycle()
+    after = {n.name: list(n.gpus) for n in scheduler.snapshot.nodes if n.name.startswith("a100")}
+    assert after == before

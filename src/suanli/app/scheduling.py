@@ -122,6 +122,7 @@ class Scheduler:
         self.booked_s: dict[str, float] = {}  # conservative queue: every booked start (epoch seconds)
         self.reserved: tuple[str, ...] = ()
         self.scattered_gpus = 0.0  # after the last cycle: free GPUs no rental waiting for capacity fits
+        self.stale = False  # a decided placement was not applied: rebuild the snapshot after the cycle
         self.cordoned: set[str] = set()
         self._lock = threading.Lock()
         self.pricer = pricer
@@ -207,6 +208,8 @@ class Scheduler:
                 self.uow, snapshot, self.held, self.owner, self._pool_of_node, fresh, now
             )
         report.gpus = self._gpu_states()
+        if self.stale:
+            self.snapshot, self.stale = None, False
         return report
 
     def _record_expected_start(self, uow: UnitOfWork, pending: Sequence[Rental]) -> None:
@@ -394,6 +397,9 @@ class Scheduler:
         if not uow.rentals.set_state(rental.id, "placed", expect=("pending",), reason=None):
             for allocation in placement.nodes:  # stopped or changed since we loaded it
                 self.snapshot.release(allocation)
+            # MIG instances it would have made were not made, and later placements may sit where the idle
+            # ones it destroyed were: the snapshot is rebuilt from the store after this cycle
+            self.stale = self.stale or bool(placement.repartitions)
             return 0
         rows = bookings_for(placement.nodes, self._node, uow.rentals.booked_slots)
         allocation_ids = uow.rentals.book(rental.id, placement.nodes, rows)
