@@ -16,7 +16,6 @@ from suanli.domain.policies import BestFitPolicy
 from suanli.domain.preemption import PreemptionConfig, Running
 from suanli.domain.queue_order import BackfillOrder, Mode, Order, QueueConfig, Within
 from suanli.domain.queueing import admit
-from suanli.domain.request import Request
 from suanli.domain.scheduler import place
 from suanli.domain.snapshot import Snapshot
 
@@ -81,6 +80,27 @@ def test_admit_decides_each_request_once_and_leaves_only_its_placements(
         for allocation in placement.nodes:
             replay.occupy(allocation)
     assert state(snap) == state(replay)
-    fresh: set[str] = {v.request_id for p in decision.preemptions for v in p.victims}
-    assert not fresh & {v.request.id for v in victims}  # no one is given notice twice
-    assert all(isinstance(r, Request) for r in queue)
+    assert not overbooked(snap)
+    tiers = {r.request.id: r.request.tier for r in running}
+    by_id = {r.id: r for r in queue}
+    noticed_now = [v.request_id for p in decision.preemptions for v in p.victims]
+    assert len(noticed_now) == len(set(noticed_now))  # no one is given notice twice in a cycle
+    assert not set(noticed_now) & {v.request.id for v in victims}  # nor again while under notice
+    for preemption in decision.preemptions:
+        assert all(tiers[v.request_id] < by_id[preemption.preemptor].tier for v in preemption.victims)
+        gone = {v.request_id for v in preemption.victims}
+        for job in running:  # once its victims have left, the promise fits on what this cycle left
+            if job.request.id in gone:
+                for allocation in job.placement.nodes:
+                    replay.release(allocation)
+        for allocation in preemption.promised.nodes:
+            replay.occupy(allocation)
+        assert not overbooked(replay)
+
+
+def overbooked(snapshot: Snapshot) -> bool:
+    """Some node has less than nothing free: CPU, memory, or a GPU's compute or memory."""
+    return any(
+        n.cpu_free < 0 or n.memory_free < 0 or any(milli < 0 or mib < 0 for milli, mib, _ in n.gpus)
+        for n in snapshot.nodes
+    )
