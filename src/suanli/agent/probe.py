@@ -12,14 +12,15 @@ from __future__ import annotations
 import contextlib
 import socket
 import uuid
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import pynvml
 
-from suanli.domain.catalog import Catalog
+from suanli.agent.mig_setup import NvmlMig, plan_change
+from suanli.domain.catalog import Catalog, MigGeometry
 from suanli.domain.catalog_data import CATALOG
 from suanli.domain.errors import SuanliError
 from suanli.domain.inventory import GpuMode, Node
@@ -138,6 +139,13 @@ class GpuTelemetry:
 class GpuProbe(Protocol):
     def inventory(self) -> HostInventory: ...
 
+    def make_mig_device(
+        self, gpu_index: int, wanted: tuple[int, str], in_use: Collection[tuple[int, str]]
+    ) -> None:
+        """Make the MIG instance `wanted` (start slot, profile) on a GPU, destroying the idle instances in
+        its slots first; `MigSetupError` if one of them is `in_use` (held by a rental on this host)."""
+        ...
+
     def telemetry(self) -> tuple[GpuTelemetry, ...]: ...
 
 
@@ -184,6 +192,20 @@ class NvmlProbe:
                 power = None if power_mw is None else power_mw / 1000
                 readings.append(GpuTelemetry(index, util, used, power))
             return tuple(readings)
+
+    def make_mig_device(
+        self, gpu_index: int, wanted: tuple[int, str], in_use: Collection[tuple[int, str]]
+    ) -> None:
+        with self._session():
+            handle = self._nvml.nvmlDeviceGetHandleByIndex(gpu_index)
+            NvmlMig(self._nvml, handle).make(self._geometry(handle), wanted, in_use)
+
+    def _geometry(self, handle: object) -> MigGeometry:
+        name = catalog_name(_text(self._nvml.nvmlDeviceGetName(handle)))
+        geometry = CATALOG.get(name).mig if name in CATALOG else None
+        if geometry is None:
+            raise ProbeError(f"{name} has no MIG geometry in the catalogue")
+        return geometry
 
     def _session(self) -> _NvmlSession:
         return _NvmlSession(self._nvml)
@@ -249,6 +271,7 @@ class DeclaredProbe:
     def __init__(self, node: Node, catalog: Catalog = CATALOG) -> None:
         self._node = node
         self._catalog = catalog
+        self._layouts: dict[int, list[tuple[int, str]]] = {}  # GPU -> its MIG instances, as changed since
 
     @classmethod
     def from_file(cls, path: Path, node_name: str, catalog: Catalog = CATALOG) -> DeclaredProbe:
@@ -281,13 +304,30 @@ class DeclaredProbe:
     def telemetry(self) -> tuple[GpuTelemetry, ...]:
         return tuple(GpuTelemetry(index) for index in range(self._node.gpu_count))
 
+    def make_mig_device(
+        self, gpu_index: int, wanted: tuple[int, str], in_use: Collection[tuple[int, str]]
+    ) -> None:
+        geometry = self._catalog.get(self._node.gpu_model).mig
+        if self._node.gpu_mode is not GpuMode.MIG or geometry is None:
+            raise ProbeError(f"{self._node.name} has no GPUs in MIG mode")
+        instances = self._instances(gpu_index)
+        doomed = plan_change(geometry, instances, wanted, in_use)
+        if doomed or wanted not in instances:
+            self._layouts[gpu_index] = sorted([i for i in instances if i not in doomed] + [wanted])
+
+    def _instances(self, index: int) -> list[tuple[int, str]]:
+        """The GPU's MIG instances: the fleet file's layout until `make_mig_device` changed it."""
+        if index not in self._layouts:
+            node = self._node
+            geometry = self._catalog.get(node.gpu_model).mig
+            layout = node.mig_layouts[index] if index < len(node.mig_layouts) else ()
+            packed = pack_layout(geometry, layout) if geometry is not None and layout else ()
+            self._layouts[index] = sorted((start, profile) for start, profile, _busy in packed)
+        return self._layouts[index]
+
     def _mig_devices(self, index: int) -> tuple[MigDevice, ...]:
         node = self._node
-        geometry = self._catalog.get(node.gpu_model).mig
-        layout = node.mig_layouts[index] if index < len(node.mig_layouts) else ()
-        if geometry is None or not layout:
-            return ()
-        instances = sorted((start, profile) for start, profile, _busy in pack_layout(geometry, layout))
+        instances = self._instances(index)
         return tuple(
             MigDevice(
                 uuid=declared_mig_uuid(node.name, index, start, profile),

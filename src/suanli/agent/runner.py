@@ -296,6 +296,7 @@ class AgentRunner:
 
     def _launch(self, assignment: Assignment, local: Local) -> None:
         try:
+            self._make_mig_devices(assignment)
             spec = workload_spec(assignment, self.inventory, self.executor)
             local.workload = self.executor.launch(spec)
             local.log_file = self.executor.paths(assignment.rental_id).log_file
@@ -303,6 +304,37 @@ class AgentRunner:
         except SuanliError as error:
             log.warning("%s: cannot start: %s", assignment.rental_id, error)
             local.workload, local.state, local.message = None, "failed", str(error)
+
+    def _make_mig_devices(self, assignment: Assignment) -> None:
+        """Make the MIG instances the placement chose that this host does not have yet (the scheduler may
+        place a slice where an instance must first be created: a repartition), then probe again."""
+        made = False
+        for piece in assignment.slices:
+            if piece.mig_profile is None or piece.mig_start is None:
+                continue
+            gpu = self.inventory.gpu(piece.gpu_index)
+            if any(
+                m.profile == piece.mig_profile and m.start_slot == piece.mig_start for m in gpu.mig_devices
+            ):
+                continue
+            held = {
+                (s.mig_start, s.mig_profile)
+                for other in self.local.values()
+                if other.state == "running" and other.assignment is not None
+                for s in other.assignment.slices
+                if s.gpu_index == piece.gpu_index and s.mig_profile is not None and s.mig_start is not None
+            }
+            log.info(
+                "%s: making MIG %s at slot %d on GPU %d",
+                assignment.rental_id,
+                piece.mig_profile,
+                piece.mig_start,
+                piece.gpu_index,
+            )
+            self.probe.make_mig_device(piece.gpu_index, (piece.mig_start, piece.mig_profile), held)
+            made = True
+        if made:
+            self.inventory = self.probe.inventory()
 
     def _telemetry(self) -> list[GpuTelemetryReport]:
         try:

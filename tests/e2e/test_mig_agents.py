@@ -1,0 +1,69 @@
+"""End to end on a carved A100 host (a server on SQLite and one `suanli agent` with a declared probe): a
+MIG rental placed where its instance does not exist yet runs once the agent has made it, and sees it alone."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_agents import ADMIN_KEY, Platform, _free_port, _kill_workloads, wait_for_state, wait_until
+
+from suanli.agent.probe import declared_mig_uuid
+from suanli.client import Client
+from suanli.wire.schemas import RentalCreateRequest
+
+FLEET = """
+[regions.lab]
+jurisdiction = "EU"
+grid_gco2_per_kwh = 380
+pue = 1.25
+
+[[nodes]]
+name = "mig-01"
+topology = "lab/z1/pod-a/leaf-01"
+cpu_milli = 64000
+memory_mib = 262144
+gpus = { model = "A100-80GB", count = 1, mode = "mig", mig_layout = ["4g.40gb", "2g.20gb", "1g.10gb"] }
+"""
+
+
+@pytest.fixture
+def platform(tmp_path: Path) -> Iterator[Platform]:
+    port = _free_port()
+    (tmp_path / "fleet.toml").write_text(FLEET)
+    p = Platform(tmp_path, port, f"http://127.0.0.1:{port}")
+    p.start_server()
+    try:
+        with Client(p.url, ADMIN_KEY) as admin:
+            admin.put_fleet(FLEET)
+            tenant = admin.create_tenant("lab")
+            p.tenant_key = admin.create_key(tenant.id).secret or ""
+            p.start_agent("mig-01", admin.create_join_token("mig-01").token)
+        wait_until(lambda: (tmp_path / "agents" / "mig-01" / "agent.json").exists(), 30, "agent")
+        yield p
+    finally:
+        for agent in p.agents.values():
+            agent.kill()
+            agent.wait()
+        _kill_workloads(tmp_path)
+        if p.server is not None and p.server.poll() is None:
+            p.stop_server()
+
+
+def test_a_mig_slice_placed_where_no_instance_exists_runs_on_the_instance_the_agent_makes(
+    platform: Platform,
+) -> None:
+    """The GPU is carved 4g+2g+1g; a 7g.80gb rental needs all of it: the agent destroys the three idle
+    instances, makes the 7g at slot 0, and the workload sees exactly that MIG device."""
+    code = "import os; print('CVD=' + os.environ['CUDA_VISIBLE_DEVICES'])"
+    with platform.tenant() as api:
+        spec = RentalCreateRequest(
+            gpu_model="A100-80GB", mig_profile="7g.80gb", command=[sys.executable, "-c", code]
+        )
+        rental = api.create_rental(spec)
+        done = wait_for_state(api, rental.id, "stopped")
+        assert any(e.kind == "stopped" and "exit code 0" in e.message for e in done.events), done.events
+        wait_until(lambda: "CVD=" in api.logs(rental.id).data, 5, "logs")
+        assert api.logs(rental.id).data.strip() == f"CVD={declared_mig_uuid('mig-01', 0, 0, '7g.80gb')}"
