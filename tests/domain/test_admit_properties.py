@@ -4,18 +4,21 @@ each request once, and leaves the snapshot exactly as its placements alone make 
 from __future__ import annotations
 
 from dataclasses import replace
+from types import MappingProxyType
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_properties import fleets, queues
 
 from suanli.domain.catalog_data import CATALOG
+from suanli.domain.contracts import Contract
 from suanli.domain.inventory import Fleet
 from suanli.domain.plan import Placement
 from suanli.domain.policies import BestFitPolicy
 from suanli.domain.preemption import PreemptionConfig, Running
 from suanli.domain.queue_order import BackfillOrder, Mode, Order, QueueConfig, Within
-from suanli.domain.queueing import admit
+from suanli.domain.queueing import Gates, admit
+from suanli.domain.quotas import Limits, TenantLimits
 from suanli.domain.scheduler import place
 from suanli.domain.snapshot import Snapshot
 
@@ -48,18 +51,40 @@ def state(snapshot: Snapshot):
     durations=st.lists(st.one_of(st.none(), st.integers(60, 7200)), min_size=14, max_size=14),
     noticed=st.integers(0, 3),
     config=st.sampled_from(CONFIGS),
+    owners=st.lists(st.sampled_from(("a", "b")), min_size=28, max_size=28),
+    gated=st.booleans(),
+    quota=st.integers(0, 6),
+    contracted=st.integers(1, 8),
 )
 def test_admit_decides_each_request_once_and_leaves_only_its_placements(
-    fleet: Fleet, live, queued, durations, noticed: int, config: QueueConfig
+    fleet: Fleet, live, queued, durations, noticed: int, config: QueueConfig, owners, gated, quota, contracted
 ) -> None:
     snap = Snapshot(fleet, CATALOG)
     running: list[Running] = []
     for request in live:
-        request = replace(request, id=f"live-{request.id}", max_duration_s=durations[len(running)])
+        owner = owners[14 + len(running)]
+        request = replace(
+            request, id=f"live-{request.id}", tenant=owner, max_duration_s=durations[len(running)]
+        )
         outcome = place(snap, request, POLICY)
         if isinstance(outcome, Placement):
             running.append(Running(request, outcome, 0.0))
-    queue = [replace(r, max_duration_s=d) for r, d in zip(queued, durations, strict=False)]
+    queue = [
+        replace(r, max_duration_s=d, tenant=owner)
+        for r, d, owner in zip(queued, durations, owners, strict=False)
+    ]
+    # tenant a: a quota on all GPUs; tenant b: an open contract on the fleet's first model and region;
+    # spot: a floor of 3 micros per hour
+    first = fleet.nodes[0]
+    gates = (
+        Gates(
+            Limits(MappingProxyType({"a": TenantLimits(MappingProxyType({"*": quota}))})),
+            (Contract("ctr", "b", first.gpu_model, first.region, contracted, 0.0, 100.0),),
+            lambda request: 3,
+        )
+        if gated
+        else None
+    )
     # the first queued request preempted the lowest tiers running, whose notice runs until 30
     victims = [r for r in running if r.request.tier < queue[0].tier][:noticed]
     running = [
@@ -67,8 +92,10 @@ def test_admit_decides_each_request_once_and_leaves_only_its_placements(
     ]
     promised = {queue[0].id} if victims else set()
 
-    decision = admit(snap, queue, running, POLICY, 10.0, config, promised=promised)
+    decision = admit(snap, queue, running, POLICY, 10.0, config, promised=promised, gates=gates)
 
+    by_id = {r.id: r for r in queue}
+    by_gpus = {r.id: r.gpus_per_node * r.node_count for r in queue if r.tenant == "a"}
     placed = [p.request_id for p in decision.placements]
     waiting = [p.request_id for p in decision.pending]
     assert sorted(placed + waiting) == sorted(r.id for r in queue)  # each once, placed or pending
@@ -81,8 +108,11 @@ def test_admit_decides_each_request_once_and_leaves_only_its_placements(
             replay.occupy(allocation)
     assert state(snap) == state(replay)
     assert not overbooked(snap)
+    if gated:  # tenant a never goes over its quota through this cycle's placements
+        held = sum(r.gpus_per_node * r.node_count for r in (j.request for j in running) if r.tenant == "a")
+        placed_a = sum(by_gpus[p.request_id] for p in decision.placements if p.request_id in by_gpus)
+        assert placed_a == 0 or held + placed_a <= quota
     tiers = {r.request.id: r.request.tier for r in running}
-    by_id = {r.id: r for r in queue}
     noticed_now = [v.request_id for p in decision.preemptions for v in p.victims]
     assert len(noticed_now) == len(set(noticed_now))  # no one is given notice twice in a cycle
     assert not set(noticed_now) & {v.request.id for v in victims}  # nor again while under notice
