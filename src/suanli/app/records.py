@@ -105,7 +105,7 @@ class RentalView:
     rental: Rental
     allocation: tuple[NodeAllocation, ...]
     events: tuple[RentalEvent, ...]
-    rate_changes: tuple[tuple[datetime, int], ...] = ()  # spot: (from, rate micros/h) since its placement
+    rate_changes: tuple[tuple[datetime, int], ...] = ()  # (from, rate micros/h) since placement, if any
 
 
 @dataclass(frozen=True, slots=True)

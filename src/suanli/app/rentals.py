@@ -161,7 +161,9 @@ class RentalService:
         return self.get(caller, rental_id)
 
     def resize(self, caller: Caller, rental_id: str, nodes: int | None, gpus: int | None) -> RentalView:
-        """Pending: change the ask. Live: fewer nodes shrink in place; anything else re-queues the rental."""
+        """Pending: change the ask. Live, the same GPUs per node: fewer nodes shrink in place and more grow in
+        place (the scheduler adds nodes nearest its own when capacity allows), the rate following its GPUs;
+        a new GPU count re-queues the rental with the new shape (a running process cannot gain GPUs)."""
         with self.uow() as uow:
             rental = self._owned(uow, caller, rental_id)
             if rental.state in END_STATES or rental.state == "preempting":
@@ -176,10 +178,13 @@ class RentalService:
             uow.rentals.update_spec(rental.id, replace(rental, spec=new_spec))
             if rental.state in LIVE_STATES and new_spec != spec:
                 allocation = uow.rentals.allocation(rental.id)
-                if new_spec.gpus == spec.gpus and new_spec.nodes < spec.nodes:
+                if new_spec.gpus == spec.gpus and new_spec.nodes < len(allocation):
                     dropped = [a.node for a in allocation[new_spec.nodes :]]
                     uow.rentals.release(rental.id, dropped)
                     message += f"; released {', '.join(dropped)}"
+                    follow_nodes(uow, rental, len(allocation), new_spec.nodes, now)
+                elif new_spec.gpus == spec.gpus:
+                    message += "; growing in place" if new_spec.nodes > len(allocation) else ""
                 else:
                     uow.rentals.release(rental.id)
                     uow.rentals.set_state(rental.id, "pending", expect=LIVE_STATES, reason=None)
@@ -197,6 +202,16 @@ class RentalService:
         return rental
 
 
+def follow_nodes(uow: UnitOfWork, rental: Rental, before: int, after: int, now: datetime) -> None:
+    """A live rental now on `after` nodes instead of `before` (the same GPUs on each) pays in proportion
+    from `now` on: its rate per node as placed, times its nodes."""
+    rate = rental.price_micros_per_hour
+    if rate is None or before <= 0 or after == before:
+        return
+    since = rental.placed_at or rental.created_at
+    uow.rentals.change_rate(rental.id, now, rate * after // before, since=since, previous=rate)
+
+
 def stop_in(uow: UnitOfWork, rental: Rental, now: datetime, why: str) -> None:
     """Stop a rental inside a unit of work: a running workload is stopped by its agent (`stopping`), one
     not started yet is stopped and released at once; ended, stopping or preempting ones are left alone."""
@@ -211,7 +226,7 @@ def stop_in(uow: UnitOfWork, rental: Rental, now: datetime, why: str) -> None:
 
 def _view(uow: UnitOfWork, rental: Rental) -> RentalView:
     rates: tuple[tuple[datetime, int], ...] = ()
-    if Tier.parse(rental.spec.tier) is Tier.SPOT and rental.placed_at is not None:  # only spot is re-priced
+    if rental.placed_at is not None:  # spot follows its pool's price; any rental its nodes when resized
         rates = tuple(uow.rentals.rate_changes([rental.id]).get(rental.id, ()))
     return RentalView(
         rental, tuple(uow.rentals.allocation(rental.id)), tuple(uow.rentals.events(rental.id)), rates

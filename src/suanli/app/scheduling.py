@@ -26,7 +26,7 @@ from suanli.app.limits import cycle_limits
 from suanli.app.list_prices import list_price
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.records import PREEMPTIBLE_STATES, Rental, RentalEvent
-from suanli.app.rentals import to_request
+from suanli.app.rentals import follow_nodes, to_request
 from suanli.app.spot_repricing import (
     BELOW_FLOOR,
     FloorCheck,
@@ -37,6 +37,7 @@ from suanli.app.spot_repricing import (
 )
 from suanli.domain.capacity import FULL_MILLI
 from suanli.domain.catalog import Catalog, GpuModel
+from suanli.domain.elastic import grow
 from suanli.domain.fair_share import FairShare
 from suanli.domain.inventory import Fleet, Node
 from suanli.domain.plan import NodeAllocation, Pending, Placement, Reason
@@ -44,7 +45,7 @@ from suanli.domain.policies import Policy, build_policy
 from suanli.domain.preemption import DEFAULT_NOTICE_S, Preemption, PreemptionConfig, Running
 from suanli.domain.queue_order import GREEDY_QUEUE, QueueConfig
 from suanli.domain.queueing import Gates, admit
-from suanli.domain.request import Request, Tier
+from suanli.domain.request import Request, Tier, WholeGpus
 from suanli.domain.reservation import reserve
 from suanli.domain.scattered import scattered_gpus
 from suanli.domain.snapshot import Snapshot
@@ -70,6 +71,7 @@ class CycleReport:
     repriced: int = 0  # live spot rentals whose rate followed their pool's spot price
     head_start_s: float | None = None  # backfill queue: the blocked head's reserved start (epoch seconds)
     scattered_gpus: float = 0.0  # free GPUs in pieces too small for every rental waiting for capacity
+    grown: int = 0  # live rentals that took the more nodes a resize asked for
 
 
 def _recorded_head(pending: Sequence[Rental]) -> tuple[str | None, tuple[str, ...]]:
@@ -123,6 +125,7 @@ class Scheduler:
         self.reserved: tuple[str, ...] = ()
         self.scattered_gpus = 0.0  # after the last cycle: free GPUs no rental waiting for capacity fits
         self.stale = False  # a decided placement was not applied: rebuild the snapshot after the cycle
+        self.growing: list[Running] = []  # live rentals a resize asked to span more nodes (`_grow`)
         self.cordoned: set[str] = set()
         self._lock = threading.Lock()
         self.pricer = pricer
@@ -179,6 +182,7 @@ class Scheduler:
                     report.placed += self._apply_placement(uow, by_id[placement.request_id], placement, now)
                 for decision in notices:
                     report.notices += self._give_notice(uow, by_id[decision.preemptor], decision, now)
+                report.grown = self._grow(uow, now)
                 for waiting in still:
                     if waiting.request_id in noticed:
                         report.pending[Reason.PREEMPTING.value] += 1
@@ -211,6 +215,38 @@ class Scheduler:
         if self.stale:
             self.snapshot, self.stale = None, False
         return report
+
+    def _grow(self, uow: UnitOfWork, now: datetime) -> int:
+        """Live rentals resized to more nodes take them in place, nearest their own nodes (`elastic.grow`),
+        from what this cycle left free; the rate follows the nodes. One that cannot grow yet says why once."""
+        assert self.snapshot is not None and self.policy is not None
+        grown = 0
+        for running in self.growing:
+            rental = uow.rentals.get(running.request.id)
+            if rental is None or rental.state not in PREEMPTIBLE_STATES:
+                continue
+            have = len(running.placement.nodes)
+            extra = rental.spec.nodes - have
+            if extra <= 0:
+                continue
+            outcome = grow(
+                self.snapshot, to_request(rental), running.placement, self.policy, extra_nodes=extra
+            )
+            if isinstance(outcome, Pending):
+                message = f"waiting to grow by {extra} nodes: {outcome.message}"
+                events = uow.rentals.events(rental.id)
+                if not events or events[-1].message != message:
+                    uow.rentals.add_event(rental.id, RentalEvent(now, "growing", outcome.reason, message))
+                continue
+            rows = bookings_for(outcome.nodes, self._node, uow.rentals.booked_slots)
+            allocation_ids = uow.rentals.book(rental.id, outcome.nodes, rows, extend=True)
+            self.held.update(zip(allocation_ids, outcome.nodes, strict=True))
+            self.owner.update((i, rental.id) for i in allocation_ids)
+            follow_nodes(uow, rental, have, have + len(outcome.nodes), now)
+            nodes = ", ".join(a.node for a in outcome.nodes)
+            uow.rentals.add_event(rental.id, RentalEvent(now, "grown", None, f"onto {nodes}"))
+            grown += 1
+        return grown
 
     def _record_expected_start(self, uow: UnitOfWork, pending: Sequence[Rental]) -> None:
         """Show each booked start (the blocked head's under backfill, every booking under the conservative
@@ -275,6 +311,13 @@ class Scheduler:
         assert self.snapshot is not None and self.policy is not None
         live = self._running()
         running = [r for r, _ in live.values()]
+        self.growing = [
+            r
+            for r in running
+            if r.preempted_by is None
+            and isinstance(r.request.shape, WholeGpus)
+            and r.request.node_count > len(r.placement.nodes)
+        ]
         held: dict[str, float] = {}
         for r in running:
             held[r.request.tenant] = held.get(r.request.tenant, 0.0) + r.gpus

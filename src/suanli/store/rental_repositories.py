@@ -275,10 +275,23 @@ class SqlRentals:
         return set(self.s.scalars(query))
 
     def book(
-        self, rental_id: str, allocation: Sequence[NodeAllocation], bookings: Sequence[Booking]
+        self,
+        rental_id: str,
+        allocation: Sequence[NodeAllocation],
+        bookings: Sequence[Booking],
+        *,
+        extend: bool = False,
     ) -> list[int]:
+        """Record a placement's allocations and slice bookings; with `extend`, nodes added to a rental that
+        holds some already (numbered after them)."""
         ids: dict[str, int] = {}
-        for ordinal, node_allocation in enumerate(allocation):
+        first = 0
+        if extend:
+            last = self.s.scalar(
+                select(func.max(AllocationRow.ordinal)).where(AllocationRow.rental_id == rental_id)
+            )
+            first = 0 if last is None else last + 1
+        for ordinal, node_allocation in enumerate(allocation, start=first):
             row = AllocationRow(
                 rental_id=rental_id,
                 ordinal=ordinal,

@@ -223,8 +223,8 @@ class RentalResponse(WireModel):
     quote: QuoteResponse | None = Field(default=None, description="The price breakdown at creation.")
     rate_changes: list[RateChangeResponse] = Field(
         default_factory=list,
-        description="Spot: the rates it paid since placement when its pool's spot price moved (empty: the "
-        "placement rate throughout).",
+        description="The rates it paid since placement when its rate changed: a spot pool's price moved, or "
+        "a resize changed its nodes (empty: the placement rate throughout).",
     )
 
 

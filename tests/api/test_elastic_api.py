@@ -1,0 +1,61 @@
+"""Elastic rentals through the real app (SQLite and PostgreSQL): a live multi-node rental resized to more
+nodes grows in place, nearest its own nodes, and to fewer shrinks in place; its rate follows its nodes from
+the resize on, its earlier time at the earlier rate. Under both server queues."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from conftest import ADMIN, app_client, wait_for
+
+H100 = {"gpu_model": "H100-SXM-80GB", "gpus": 8}
+
+
+def _until(client, rental_id: str, headers: dict, done) -> dict:
+    """Poll the rental until `done(body)`, for 10 s at most."""
+    deadline = time.monotonic() + 10
+    while True:
+        body = client.get(f"/v1/rentals/{rental_id}", headers=headers).json()
+        if done(body) or time.monotonic() > deadline:
+            return body
+        time.sleep(0.02)
+
+
+def _rate_history(body: dict) -> list[int]:
+    return [change["rate_micros_per_hour"] for change in body["rate_changes"]]
+
+
+@pytest.mark.parametrize("queue", ["greedy", "backfill"])
+def test_a_live_rental_grows_and_shrinks_in_place_and_pays_for_its_nodes(
+    database_url: str, queue: str
+) -> None:
+    with app_client(database_url, queue=queue) as client:
+        tenant_id = client.post("/v1/tenants", json={"name": "elastic"}, headers=ADMIN).json()["id"]
+        key = client.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()
+        credit = {"amount_micros": 10**12}
+        assert client.post(f"/v1/tenants/{tenant_id}/credit", json=credit, headers=ADMIN).status_code == 201
+        headers = {"Authorization": f"Bearer {key['secret']}"}
+        created = client.post("/v1/rentals", json={**H100, "nodes": 2}, headers=headers)
+        assert created.status_code == 201, created.text
+        rental_id = created.json()["id"]
+        placed = wait_for(client, rental_id, headers, "placed")
+        first_nodes = [a["node"] for a in placed["allocation"]]
+        rate = placed["price_micros_per_hour"]
+
+        grown = client.patch(f"/v1/rentals/{rental_id}", json={"nodes": 3}, headers=headers)
+        assert grown.status_code == 200, grown.text
+        assert grown.json()["state"] == "placed"  # not re-queued: its two nodes keep running
+        body = _until(client, rental_id, headers, lambda b: len(b["allocation"]) == 3)
+        nodes = [a["node"] for a in body["allocation"]]
+        assert body["state"] == "placed" and nodes[:2] == first_nodes and len(nodes) == 3
+        leaf = {n.rsplit("-", 1)[0] for n in nodes}  # h100-a-* share a leaf: the third is their neighbour
+        assert len(leaf) == 1, nodes
+        assert body["price_micros_per_hour"] == rate * 3 // 2
+        assert _rate_history(body) == [rate, rate * 3 // 2]
+
+        shrunk = client.patch(f"/v1/rentals/{rental_id}", json={"nodes": 1}, headers=headers).json()
+        assert shrunk["state"] == "placed" and [a["node"] for a in shrunk["allocation"]] == nodes[:1]
+        assert shrunk["price_micros_per_hour"] == rate * 3 // 2 // 3
+        assert _rate_history(shrunk)[-1] == rate * 3 // 2 // 3
