@@ -1,14 +1,16 @@
 """Elastic rentals through the real app (SQLite and PostgreSQL): a live multi-node rental resized to more
 nodes grows in place, nearest its own nodes, and to fewer shrinks in place; its rate follows its nodes from
-the resize on, its earlier time at the earlier rate. Under both server queues."""
+the resize on, and the meter charges each stretch at its own rate. Under both server queues."""
 
 from __future__ import annotations
 
 import time
+from datetime import datetime, timedelta
 
 import pytest
 
 from conftest import ADMIN, app_client, wait_for
+from suanli.domain.billing.money import round_half_up, to_epoch_s
 
 H100 = {"gpu_model": "H100-SXM-80GB", "gpus": 8}
 
@@ -23,6 +25,17 @@ def _until(client, rental_id: str, headers: dict, done) -> dict:
         time.sleep(0.02)
 
 
+def _charged(client, rental_id: str, headers: dict) -> int:
+    ledger = client.get("/v1/ledger", headers=headers).json()
+    return sum(
+        p["amount_micros"]
+        for t in ledger
+        if t["kind"] == "charge" and t["ref"] == rental_id
+        for p in t["postings"]
+        if p["amount_micros"] > 0
+    )
+
+
 def _rate_history(body: dict) -> list[int]:
     return [change["rate_micros_per_hour"] for change in body["rate_changes"]]
 
@@ -31,7 +44,7 @@ def _rate_history(body: dict) -> list[int]:
 def test_a_live_rental_grows_and_shrinks_in_place_and_pays_for_its_nodes(
     database_url: str, queue: str
 ) -> None:
-    with app_client(database_url, queue=queue) as client:
+    with app_client(database_url, queue=queue, meter_interval_s=3600, prepaid=False) as client:
         tenant_id = client.post("/v1/tenants", json={"name": "elastic"}, headers=ADMIN).json()["id"]
         key = client.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()
         credit = {"amount_micros": 10**12}
@@ -59,3 +72,16 @@ def test_a_live_rental_grows_and_shrinks_in_place_and_pays_for_its_nodes(
         assert shrunk["state"] == "placed" and [a["node"] for a in shrunk["allocation"]] == nodes[:1]
         assert shrunk["price_micros_per_hour"] == rate * 3 // 2 // 3
         assert _rate_history(shrunk)[-1] == rate * 3 // 2 // 3
+
+        # the meter charges each stretch at its rate, rounded once: no second at the wrong rate
+        changes = [
+            (to_epoch_s(datetime.fromisoformat(c["from_at"])), c["rate_micros_per_hour"])
+            for c in shrunk["rate_changes"]
+        ]
+        later = datetime.fromisoformat(shrunk["rate_changes"][0]["from_at"]) + timedelta(hours=2)
+        client.app.state.services.billing.meter(now=later)
+        ends = [at for at, _ in changes[1:]] + [to_epoch_s(later)]
+        expected = round_half_up(
+            sum(r * (end - at) for (at, r), end in zip(changes, ends, strict=True)), 3600
+        )
+        assert _charged(client, rental_id, headers) == expected
