@@ -258,3 +258,24 @@ def _kill_workloads(base: Path) -> None:
         pgid = json.loads(record.read_text())["pgid"]
         if _alive(pgid):
             os.killpg(pgid, signal.SIGKILL)
+
+
+def test_a_running_rental_resized_to_more_nodes_starts_on_the_new_node_and_keeps_running_on_its_own(
+    platform: Platform,
+) -> None:
+    """A 2-node rental runs `sleep`; resized to 3 nodes, the third node's agent starts its workload there
+    while the first two keep theirs (one run each, none restarted)."""
+    with platform.tenant() as api:
+        rental = api.create_rental(RentalCreateRequest(gpus=2, nodes=2, command=["sleep", "300"]))
+        running = wait_for_state(api, rental.id, "running")
+        first = {a.node for a in running.allocation}
+        wait_until(lambda: len(api.rental_runs(rental.id)) == 2, 10, "two runs")
+        resized = api.resize(rental.id, nodes=3)
+        assert resized.state == "running"
+        wait_until(lambda: len(api.rental(rental.id).allocation) == 3, 10, "the third node")
+        wait_until(lambda: len(api.rental_runs(rental.id)) == 3, 10, "three runs")
+        runs = api.rental_runs(rental.id)
+        assert {r.node for r in runs} == set(NODES) and first < {r.node for r in runs}
+        assert all(r.state == "running" for r in runs), runs
+        api.stop(rental.id)
+        wait_for_state(api, rental.id, "stopped")
