@@ -85,3 +85,29 @@ def test_a_live_rental_grows_and_shrinks_in_place_and_pays_for_its_nodes(
             sum(r * (end - at) for (at, r), end in zip(changes, ends, strict=True)), 3600
         )
         assert _charged(client, rental_id, headers) == expected
+
+
+def test_a_rental_grows_only_within_its_tenants_gpu_quota(database_url: str) -> None:
+    """A tenant with a quota of 16 GPUs holds a 2-node rental (16 H100s); resized to 3 nodes it keeps its
+    two, at its rate, with an event naming the quota; with the quota raised to 24 it grows."""
+    with app_client(database_url) as client:
+        tenant_id = client.post("/v1/tenants", json={"name": "capped"}, headers=ADMIN).json()["id"]
+        key = client.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()
+        credit = {"amount_micros": 10**12}
+        assert client.post(f"/v1/tenants/{tenant_id}/credit", json=credit, headers=ADMIN).status_code == 201
+        headers = {"Authorization": f"Bearer {key['secret']}"}
+        quota = client.put(f"/v1/tenants/{tenant_id}/limits", json={"gpu_quota": {"*": 16}}, headers=ADMIN)
+        assert quota.status_code == 200, quota.text
+        rental_id = client.post("/v1/rentals", json={**H100, "nodes": 2}, headers=headers).json()["id"]
+        rate = wait_for(client, rental_id, headers, "placed")["price_micros_per_hour"]
+
+        client.patch(f"/v1/rentals/{rental_id}", json={"nodes": 3}, headers=headers)
+        body = _until(client, rental_id, headers, lambda b: any(e["kind"] == "growing" for e in b["events"]))
+        (waiting,) = [e for e in body["events"] if e["kind"] == "growing"]
+        assert waiting["reason"] == "quota" and "GPU quota 16 GPUs" in waiting["message"]
+        assert len(body["allocation"]) == 2 and body["price_micros_per_hour"] == rate
+
+        raised = client.put(f"/v1/tenants/{tenant_id}/limits", json={"gpu_quota": {"*": 24}}, headers=ADMIN)
+        assert raised.status_code == 200, raised.text
+        grown = _until(client, rental_id, headers, lambda b: len(b["allocation"]) == 3)
+        assert len(grown["allocation"]) == 3 and grown["price_micros_per_hour"] == rate * 3 // 2

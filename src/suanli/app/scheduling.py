@@ -45,6 +45,7 @@ from suanli.domain.policies import Policy, build_policy
 from suanli.domain.preemption import DEFAULT_NOTICE_S, Preemption, PreemptionConfig, Running
 from suanli.domain.queue_order import GREEDY_QUEUE, QueueConfig
 from suanli.domain.queueing import Gates, admit
+from suanli.domain.quotas import Limits
 from suanli.domain.request import Request, Tier, WholeGpus
 from suanli.domain.reservation import reserve
 from suanli.domain.scattered import scattered_gpus
@@ -126,6 +127,8 @@ class Scheduler:
         self.scattered_gpus = 0.0  # after the last cycle: free GPUs no rental waiting for capacity fits
         self.stale = False  # a decided placement was not applied: rebuild the snapshot after the cycle
         self.growing: list[Running] = []  # live rentals a resize asked to span more nodes (`_grow`)
+        self.limits: Limits | None = None  # this cycle's tenant limits, and what holds capacity against them
+        self.holding: list[tuple[Request, float | None]] = []
         self.cordoned: set[str] = set()
         self._lock = threading.Lock()
         self.pricer = pricer
@@ -229,7 +232,7 @@ class Scheduler:
             extra = rental.spec.nodes - have
             if extra <= 0:
                 continue
-            outcome = grow(
+            outcome = self._limited(rental, have, extra) or grow(
                 self.snapshot, to_request(rental), running.placement, self.policy, extra_nodes=extra
             )
             if isinstance(outcome, Pending):
@@ -247,6 +250,21 @@ class Scheduler:
             uow.rentals.add_event(rental.id, RentalEvent(now, "grown", None, f"onto {nodes}"))
             grown += 1
         return grown
+
+    def _limited(self, rental: Rental, have: int, extra: int) -> Pending | None:
+        """Why the tenant's GPU quota or spend cap does not allow `extra` more nodes, if it does not: they
+        count as one more rental of that size, at its rate per node."""
+        if self.limits is None or self.limits.tenants.get(rental.tenant_id) is None:
+            return None
+        more = replace(to_request(rental), id=f"{rental.id}+grow", node_count=extra)
+        per_node = (rental.price_micros_per_hour or 0) // max(have, 1)
+        price = self.limits.price_micros_per_hour
+
+        def priced(request: Request) -> int:
+            return per_node * extra if request.id == more.id else price(request)
+
+        limits = replace(self.limits, price_micros_per_hour=priced)
+        return limits.ledger(self.holding, self.clock.now().timestamp()).check(more)
 
     def _record_expected_start(self, uow: UnitOfWork, pending: Sequence[Rental]) -> None:
         """Show each booked start (the blocked head's under backfill, every booking under the conservative
@@ -347,6 +365,14 @@ class Scheduler:
             last_reserved=self.reserved if self.head is not None else recorded_nodes,
         )
         self.head, self.reserved = decision.head, decision.reserved_nodes
+        # what a growth must fit within (`_grow`): the tenants' limits, and every rental as large as it is
+        # now, this cycle's placements included
+        self.limits = limits
+        placed = {p.request_id for p in decision.placements}
+        self.holding = [
+            (replace(r.request, node_count=len(r.placement.nodes)), r.started_at_s) for r in running
+        ]
+        self.holding += [(r, None) for r in queue if r.id in placed]
         self.head_start_s = decision.head_start_s
         self.booked_s = {b.request_id: b.start_s for b in decision.bookings}
         if self.head is not None and self.head_start_s is None:
