@@ -3,6 +3,7 @@ idempotency keys, two schedulers on one database, and a rebuild from the databas
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -469,3 +470,44 @@ def test_a_mig_placement_not_applied_leaves_no_instance_behind(uow) -> None:
     scheduler.run_cycle()
     after = {n.name: list(n.gpus) for n in scheduler.snapshot.nodes if n.name.startswith("a100")}
     assert after == before
+
+
+def test_a_rental_does_not_grow_into_capacity_held_for_another_tenants_contract(uow) -> None:
+    """ten_b's open contract holds 48 of the 64 H100s in cn-north; ten_a's 2-node rental holds 16. Resized to
+    3 nodes it would leave 40 free for a hold of 48: it stays on 2, with an event naming the hold. Once the
+    contract ends it grows."""
+    from datetime import timedelta
+
+    from suanli.app.records import ContractRecord
+
+    with uow() as u:
+        u.tenants.add(Tenant("ten_b", "b", "tenant", NOW))
+        end = NOW + timedelta(hours=1)
+        u.contracts.add(ContractRecord("ctr_b", "ten_b", "H100-SXM-80GB", 48, "cn-north", NOW, end, NOW))
+        u.rentals.add(_rental("rnt_a", RentalSpec(gpu_model="H100-SXM-80GB", gpus=8, nodes=2)))
+        u.commit()
+
+    class Later:
+        at = NOW
+
+        def now(self) -> datetime:
+            return self.at
+
+    clock = Later()
+    scheduler = _scheduler(uow, clock=clock)
+    assert scheduler.run_cycle().placed == 1
+    with uow() as u:
+        rental = u.rentals.get("rnt_a")
+        u.rentals.update_spec(
+            "rnt_a", replace(rental, spec=replace(rental.spec, nodes=3))
+        )  # as a resize does
+        u.commit()
+    assert scheduler.run_cycle().grown == 0
+    with uow() as u:
+        assert len(u.rentals.allocation("rnt_a")) == 2
+        (waiting,) = [e for e in u.rentals.events("rnt_a") if e.kind == "growing"]
+        assert waiting.reason == "contract_hold" and "held for open contracts" in waiting.message
+    clock.at = NOW + timedelta(hours=2)
+    assert scheduler.run_cycle().grown == 1
+    with uow() as u:
+        assert len(u.rentals.allocation("rnt_a")) == 3
