@@ -22,6 +22,7 @@ from suanli.app.booking import bookings_for
 from suanli.app.contracts import domain_contract
 from suanli.app.errors import BookingConflict
 from suanli.app.fleet import FleetCache
+from suanli.app.growth import Held, Holding, held_for_contracts, holding_after, within_limits
 from suanli.app.limits import cycle_limits
 from suanli.app.list_prices import list_price
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
@@ -37,7 +38,6 @@ from suanli.app.spot_repricing import (
 )
 from suanli.domain.capacity import FULL_MILLI
 from suanli.domain.catalog import Catalog, GpuModel
-from suanli.domain.contracts import Contract, open_holds
 from suanli.domain.elastic import grow
 from suanli.domain.fair_share import FairShare
 from suanli.domain.inventory import Fleet, Node
@@ -128,10 +128,11 @@ class Scheduler:
         self.scattered_gpus = 0.0  # after the last cycle: free GPUs no rental waiting for capacity fits
         self.stale = False  # a decided placement was not applied: rebuild the snapshot after the cycle
         self.growing: list[Running] = []  # live rentals a resize asked to span more nodes (`_grow`)
-        self.limits: Limits | None = None  # this cycle's tenant limits, and what holds capacity against them
-        self.holding: list[tuple[Request, float | None]] = []
-        self.contracts: list[Contract] = []
-        self.nodes_of: dict[str, list[str]] = {}  # rental -> its nodes, this cycle's placements included
+        # what a growth must fit within (`_grow`): this cycle's tenant limits, open contracts, and every
+        # rental as large as it is now, this cycle's placements included
+        self.limits: Limits | None = None
+        self.holding: list[Held] = []
+        self.cycle_contracts = Holding([], [])
         self.cordoned: set[str] = set()
         self._lock = threading.Lock()
         self.pricer = pricer
@@ -235,11 +236,13 @@ class Scheduler:
             extra = rental.spec.nodes - have
             if extra <= 0:
                 continue
-            outcome = self._limited(rental, have, extra) or grow(
+            now_s = now.timestamp()
+            outcome = within_limits(self.limits, self.holding, rental, have, extra, now_s) or grow(
                 self.snapshot, to_request(rental), running.placement, self.policy, extra_nodes=extra
             )
             if isinstance(outcome, Placement):
-                outcome = self._held_for_contracts(rental, outcome) or outcome
+                why = held_for_contracts(self.snapshot, self.cycle_contracts, rental, outcome, now_s)
+                outcome = why or outcome
             if isinstance(outcome, Pending):
                 message = f"waiting to grow by {extra} nodes: {outcome.message}"
                 events = uow.rentals.events(rental.id)
@@ -255,55 +258,6 @@ class Scheduler:
             uow.rentals.add_event(rental.id, RentalEvent(now, "grown", None, f"onto {nodes}"))
             grown += 1
         return grown
-
-    def _held_for_contracts(self, rental: Rental, added: Placement) -> Pending | None:
-        """Why `added` (just taken on the snapshot) eats into capacity open contracts hold for others, if it
-        does; then it is given back. A holder's growth within its contract, and spot, may take it."""
-        assert self.snapshot is not None
-        if not self.contracts or Tier.parse(rental.spec.tier) is Tier.SPOT:
-            return None
-        pool_of = {s.name: (s.node.gpu_model, s.node.region) for s in self.snapshot.nodes}
-        holding = [(r, self.nodes_of.get(r.id, [])) for r, _ in self.holding]
-        holds = open_holds(self.contracts, self.clock.now().timestamp(), holding, pool_of)
-        more = replace(to_request(rental), node_count=len(added.nodes))
-        if holds.claim(more)[1] is not None:
-            return None
-        available: dict[tuple[str, str], float] = {}  # free GPUs after the growth, plus spot that yields
-        for state in self.snapshot.nodes:
-            if state.schedulable:
-                pool = pool_of[state.name]
-                available[pool] = available.get(pool, 0.0) + sum(e[0] for e in state.gpus) / FULL_MILLI
-        for request, _ in self.holding:
-            if request.tier is Tier.SPOT:
-                for node in self.nodes_of.get(request.id, []):
-                    pool = pool_of[node]
-                    available[pool] = available.get(pool, 0.0) + request.gpus_per_node
-        held = holds.held()
-        for pool in {pool_of[a.node] for a in added.nodes}:
-            if held.get(pool, 0.0) > 1e-9 and available.get(pool, 0.0) < held[pool] - 1e-9:
-                self.snapshot.unplace(added)
-                model, region = pool
-                return Pending(
-                    rental.id,
-                    Reason.CONTRACT_HOLD,
-                    f"{model} in {region}: free capacity is held for open contracts",
-                )
-        return None
-
-    def _limited(self, rental: Rental, have: int, extra: int) -> Pending | None:
-        """Why the tenant's GPU quota or spend cap does not allow `extra` more nodes, if it does not: they
-        count as one more rental of that size, at its rate per node."""
-        if self.limits is None or self.limits.tenants.get(rental.tenant_id) is None:
-            return None
-        more = replace(to_request(rental), id=f"{rental.id}+grow", node_count=extra)
-        per_node = (rental.price_micros_per_hour or 0) // max(have, 1)
-        price = self.limits.price_micros_per_hour
-
-        def priced(request: Request) -> int:
-            return per_node * extra if request.id == more.id else price(request)
-
-        limits = replace(self.limits, price_micros_per_hour=priced)
-        return limits.ledger(self.holding, self.clock.now().timestamp()).check(more)
 
     def _record_expected_start(self, uow: UnitOfWork, pending: Sequence[Rental]) -> None:
         """Show each booked start (the blocked head's under backfill, every booking under the conservative
@@ -404,16 +358,9 @@ class Scheduler:
             last_reserved=self.reserved if self.head is not None else recorded_nodes,
         )
         self.head, self.reserved = decision.head, decision.reserved_nodes
-        # what a growth must fit within (`_grow`): the tenants' limits, and every rental as large as it is
-        # now, this cycle's placements included
-        self.limits, self.contracts = limits, contracts
-        placed = {p.request_id for p in decision.placements}
-        self.holding = [
-            (replace(r.request, node_count=len(r.placement.nodes)), r.started_at_s) for r in running
-        ]
-        self.holding += [(r, None) for r in queue if r.id in placed]
-        self.nodes_of = {r.request.id: [a.node for a in r.placement.nodes] for r in running}
-        self.nodes_of.update({p.request_id: [a.node for a in p.nodes] for p in decision.placements})
+        self.limits = limits
+        self.holding = holding_after(running, queue, decision.placements)
+        self.cycle_contracts = Holding(self.holding, contracts)
         self.head_start_s = decision.head_start_s
         self.booked_s = {b.request_id: b.start_s for b in decision.bookings}
         if self.head is not None and self.head_start_s is None:
