@@ -94,3 +94,15 @@ def logged_in_as(client: TestClient, key: str) -> Callable[[], Any]:
             yield sdk
 
     return logged_in
+
+
+def charged(client: TestClient, rental_id: str, headers: dict[str, str]) -> int:
+    """Micros the ledger has charged for the rental (the positive postings of its charges)."""
+    ledger = client.get("/v1/ledger", headers=headers).json()
+    return sum(
+        p["amount_micros"]
+        for t in ledger
+        if t["kind"] == "charge" and t["ref"] == rental_id
+        for p in t["postings"]
+        if p["amount_micros"] > 0
+    )

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from conftest import ADMIN, app_client, wait_for
+from conftest import ADMIN, app_client, charged, wait_for
 from suanli.domain.billing.money import round_half_up, to_epoch_s
 
 H100 = {"gpu_model": "H100-SXM-80GB", "gpus": 8}
@@ -23,17 +23,6 @@ def _until(client, rental_id: str, headers: dict, done) -> dict:
         if done(body) or time.monotonic() > deadline:
             return body
         time.sleep(0.02)
-
-
-def _charged(client, rental_id: str, headers: dict) -> int:
-    ledger = client.get("/v1/ledger", headers=headers).json()
-    return sum(
-        p["amount_micros"]
-        for t in ledger
-        if t["kind"] == "charge" and t["ref"] == rental_id
-        for p in t["postings"]
-        if p["amount_micros"] > 0
-    )
 
 
 def _rate_history(body: dict) -> list[int]:
@@ -60,7 +49,10 @@ def test_a_live_rental_grows_and_shrinks_in_place_and_pays_for_its_nodes(
         grown = client.patch(f"/v1/rentals/{rental_id}", json={"nodes": 3}, headers=headers)
         assert grown.status_code == 200, grown.text
         assert grown.json()["state"] == "placed"  # not re-queued: its two nodes keep running
-        body = _until(client, rental_id, headers, lambda b: len(b["allocation"]) == 3)
+        # (a read under READ COMMITTED may see the new node a moment before the new rate: wait for both)
+        body = _until(
+            client, rental_id, headers, lambda b: len(b["allocation"]) == 3 and len(b["rate_changes"]) == 2
+        )
         nodes = [a["node"] for a in body["allocation"]]
         assert body["state"] == "placed" and nodes[:2] == first_nodes and len(nodes) == 3
         leaf = {n.rsplit("-", 1)[0] for n in nodes}  # h100-a-* share a leaf: the third is their neighbour
@@ -84,7 +76,7 @@ def test_a_live_rental_grows_and_shrinks_in_place_and_pays_for_its_nodes(
         expected = round_half_up(
             sum(r * (end - at) for (at, r), end in zip(changes, ends, strict=True)), 3600
         )
-        assert _charged(client, rental_id, headers) == expected
+        assert charged(client, rental_id, headers) == expected
 
 
 def test_a_rental_grows_only_within_its_tenants_gpu_quota(database_url: str) -> None:
@@ -109,5 +101,5 @@ def test_a_rental_grows_only_within_its_tenants_gpu_quota(database_url: str) -> 
 
         raised = client.put(f"/v1/tenants/{tenant_id}/limits", json={"gpu_quota": {"*": 24}}, headers=ADMIN)
         assert raised.status_code == 200, raised.text
-        grown = _until(client, rental_id, headers, lambda b: len(b["allocation"]) == 3)
+        grown = _until(client, rental_id, headers, lambda b: len(b["allocation"]) == 3 and b["rate_changes"])
         assert len(grown["allocation"]) == 3 and grown["price_micros_per_hour"] == rate * 3 // 2

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from fastapi.testclient import TestClient
 
-from conftest import ADMIN, app_client, wait_for
+from conftest import ADMIN, app_client, charged, wait_for
 from suanli.domain.billing.money import round_half_up, to_epoch_s
 from suanli.domain.billing.pricebook import spot_formula
 
@@ -50,17 +50,6 @@ def _fill(client: TestClient, headers: dict[str, str]) -> None:
     assert wait_for(client, filler["id"], headers, "placed")["state"] == "placed"
 
 
-def _charged(client: TestClient, rental_id: str, headers: dict[str, str]) -> int:
-    ledger = client.get("/v1/ledger", headers=headers).json()
-    return sum(
-        p["amount_micros"]
-        for t in ledger
-        if t["kind"] == "charge" and t["ref"] == rental_id
-        for p in t["postings"]
-        if p["amount_micros"] > 0
-    )
-
-
 def test_a_running_spot_rental_pays_its_pools_current_spot_price(client, tenant) -> None:
     _, headers = tenant("spotter")
     floor, on_demand = _prices(client)
@@ -91,7 +80,7 @@ def test_a_running_spot_rental_pays_its_pools_current_spot_price(client, tenant)
     billing.meter(now=later)  # re-running posts nothing
     start_s, change_s, later_s = to_epoch_s(placed_at), to_epoch_s(changed_at), to_epoch_s(later)
     expected = round_half_up(idle_rate * (change_s - start_s) + busy_rate * (later_s - change_s), 3600)
-    assert _charged(client, rental_id, headers) == expected
+    assert charged(client, rental_id, headers) == expected
 
 
 def test_a_bid_caps_the_rate_a_running_spot_rental_follows(client, tenant) -> None:

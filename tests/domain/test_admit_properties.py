@@ -15,28 +15,15 @@ from suanli.domain.contracts import Contract
 from suanli.domain.inventory import Fleet
 from suanli.domain.plan import Placement
 from suanli.domain.policies import BestFitPolicy
-from suanli.domain.preemption import PreemptionConfig, Running
-from suanli.domain.queue_order import BackfillOrder, Mode, Order, QueueConfig, Within
+from suanli.domain.preemption import Running
+from suanli.domain.queue_order import BOOKED_QUEUE, GREEDY_QUEUE, PLATFORM_QUEUE, Mode, Order, QueueConfig
 from suanli.domain.queueing import Gates, admit
 from suanli.domain.quotas import Limits, TenantLimits
 from suanli.domain.scheduler import place
 from suanli.domain.snapshot import Snapshot
 
 POLICY = BestFitPolicy()
-CONFIGS = (
-    QueueConfig(mode=Mode.GREEDY, order=Order.PRIORITY, preemption=PreemptionConfig()),
-    QueueConfig(
-        mode=Mode.BACKFILL,
-        order=Order.PRIORITY,
-        within=Within.RATIO,
-        backfill_order=BackfillOrder.RATIO,
-        preemption=PreemptionConfig(),
-        spare_free=True,
-        spot_yields=True,
-    ),
-    QueueConfig(mode=Mode.CONSERVATIVE, order=Order.PRIORITY, preemption=PreemptionConfig()),
-    QueueConfig(mode=Mode.STRICT, order=Order.FIFO),
-)
+CONFIGS = (GREEDY_QUEUE, PLATFORM_QUEUE, BOOKED_QUEUE, QueueConfig(mode=Mode.STRICT, order=Order.FIFO))
 
 
 def state(snapshot: Snapshot):

@@ -10,7 +10,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -96,21 +97,22 @@ class Platform:
         return Client(self.url, self.tenant_key)
 
 
-@pytest.fixture
-def platform(tmp_path: Path) -> Iterator[Platform]:
+@contextmanager
+def running_platform(tmp_path: Path, fleet: str, nodes: Sequence[str]) -> Iterator[Platform]:
+    """A server with `fleet` loaded, a tenant, and an agent for each of `nodes`; all stopped afterwards."""
     port = _free_port()
-    (tmp_path / "fleet.toml").write_text(FLEET)
+    (tmp_path / "fleet.toml").write_text(fleet)
     p = Platform(tmp_path, port, f"http://127.0.0.1:{port}")
     p.start_server()
     try:
         with Client(p.url, ADMIN_KEY) as admin:
-            admin.put_fleet(FLEET)
+            admin.put_fleet(fleet)
             tenant = admin.create_tenant("lab")
             p.tenant_key = admin.create_key(tenant.id).secret or ""
-            for node in NODES:
+            for node in nodes:
                 p.start_agent(node, admin.create_join_token(node).token)
         wait_until(
-            lambda: all((tmp_path / "agents" / n / "agent.json").exists() for n in NODES), 30, "agents"
+            lambda: all((tmp_path / "agents" / n / "agent.json").exists() for n in nodes), 30, "agents"
         )
         yield p
     finally:
@@ -120,6 +122,12 @@ def platform(tmp_path: Path) -> Iterator[Platform]:
         _kill_workloads(tmp_path)
         if p.server is not None and p.server.poll() is None:
             p.stop_server()
+
+
+@pytest.fixture
+def platform(tmp_path: Path) -> Iterator[Platform]:
+    with running_platform(tmp_path, FLEET, NODES) as p:
+        yield p
 
 
 def test_a_command_sees_exactly_its_devices_and_its_output_is_in_the_logs(platform: Platform) -> None:

@@ -8,10 +8,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_agents import ADMIN_KEY, Platform, _free_port, _kill_workloads, wait_for_state, wait_until
+from test_agents import Platform, running_platform, wait_for_state, wait_until
 
 from suanli.agent.probe import declared_mig_uuid
-from suanli.client import Client
 from suanli.wire.schemas import RentalCreateRequest
 
 FLEET = """
@@ -31,25 +30,8 @@ gpus = { model = "A100-80GB", count = 1, mode = "mig", mig_layout = ["4g.40gb", 
 
 @pytest.fixture
 def platform(tmp_path: Path) -> Iterator[Platform]:
-    port = _free_port()
-    (tmp_path / "fleet.toml").write_text(FLEET)
-    p = Platform(tmp_path, port, f"http://127.0.0.1:{port}")
-    p.start_server()
-    try:
-        with Client(p.url, ADMIN_KEY) as admin:
-            admin.put_fleet(FLEET)
-            tenant = admin.create_tenant("lab")
-            p.tenant_key = admin.create_key(tenant.id).secret or ""
-            p.start_agent("mig-01", admin.create_join_token("mig-01").token)
-        wait_until(lambda: (tmp_path / "agents" / "mig-01" / "agent.json").exists(), 30, "agent")
+    with running_platform(tmp_path, FLEET, ["mig-01"]) as p:
         yield p
-    finally:
-        for agent in p.agents.values():
-            agent.kill()
-            agent.wait()
-        _kill_workloads(tmp_path)
-        if p.server is not None and p.server.poll() is None:
-            p.stop_server()
 
 
 def test_a_mig_slice_placed_where_no_instance_exists_runs_on_the_instance_the_agent_makes(

@@ -11,7 +11,7 @@ its declared layout.
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from typing import Any
 
 from suanli.domain.catalog import MigGeometry
@@ -87,16 +87,21 @@ class NvmlMig:
                 found[(info.placement.start, name)] = handles[position]
         return found
 
-    def _destroy(self, gpu_instance: object) -> None:
-        """Its compute instances first, then the GPU instance (NVML refuses while a process uses it)."""
+    def _compute_profiles(self, gpu_instance: object) -> Iterator[Any]:
+        """The compute instance profiles this GPU instance offers (shared engines), as NVML describes them."""
         nvml = self._nvml
         for index in range(nvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
             try:
-                profile = nvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+                yield nvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
                     gpu_instance, index, nvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
                 )
             except nvml.NVMLError:
-                continue
+                continue  # not offered on this GPU instance
+
+    def _destroy(self, gpu_instance: object) -> None:
+        """Its compute instances first, then the GPU instance (NVML refuses while a process uses it)."""
+        nvml = self._nvml
+        for profile in self._compute_profiles(gpu_instance):
             handles = (nvml.c_nvmlComputeInstance_t * max(profile.instanceCount, 1))()
             count = ctypes.c_uint(0)
             nvml.nvmlGpuInstanceGetComputeInstances(gpu_instance, profile.id, handles, ctypes.byref(count))
@@ -115,13 +120,7 @@ class NvmlMig:
         gpu_instance = nvml.nvmlDeviceCreateGpuInstanceWithPlacement(
             self._handle, profile.id, ctypes.byref(placement)
         )
-        for index in range(nvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
-            try:
-                compute = nvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
-                    gpu_instance, index, nvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
-                )
-            except nvml.NVMLError:
-                continue
+        for compute in self._compute_profiles(gpu_instance):
             if compute.sliceCount == profile.sliceCount:
                 nvml.nvmlGpuInstanceCreateComputeInstance(gpu_instance, compute.id)
                 return
