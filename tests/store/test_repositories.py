@@ -511,3 +511,32 @@ def test_a_rental_does_not_grow_into_capacity_held_for_another_tenants_contract(
     assert scheduler.run_cycle().grown == 1
     with uow() as u:
         assert len(u.rentals.allocation("rnt_a")) == 3
+
+
+def test_a_snapshot_read_sees_the_database_as_of_its_first_read(postgres_server: str) -> None:
+    """PostgreSQL: a unit that asked for a snapshot does not see a commit made after its first read (a
+    rental's view reads the rental, then its allocation). SQLite needs no test: every transaction there is
+    `BEGIN IMMEDIATE`, so no commit can land between two reads of one unit."""
+    from suanli.store.throwaway_pg import create_database
+
+    engine = make_engine(create_database(postgres_server, "snapshot_read"))
+    migrate(engine)
+    factory = unit_of_work_factory(engine)
+    whole = [NodeAllocation("h100-a-01", 0, 0, (Slice(0, 1000, 81920),))]
+    try:
+        with factory() as u:
+            u.tenants.add(Tenant("ten_a", "a", "tenant", NOW))
+            u.rentals.add(_rental("rnt_1", RentalSpec()))
+            u.commit()
+        for snapshot, seen in ((True, 0), (False, 1)):
+            with factory() as reader:
+                if snapshot:
+                    reader.read_snapshot()
+                assert reader.rentals.get("rnt_1") is not None  # the first read
+                with factory() as writer:
+                    writer.rentals.release("rnt_1")
+                    writer.rentals.book("rnt_1", whole, [])
+                    writer.commit()
+                assert len(reader.rentals.allocation("rnt_1")) == seen
+    finally:
+        engine.dispose()

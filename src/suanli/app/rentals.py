@@ -145,10 +145,12 @@ class RentalService:
 
     def get(self, caller: Caller, rental_id: str) -> RentalView:
         with self.uow() as uow:
+            uow.read_snapshot()  # the rental, its allocation, events and rates as of one moment
             return _view(uow, self._owned(uow, caller, rental_id))
 
     def list(self, caller: Caller) -> list[RentalView]:
         with self.uow() as uow:
+            uow.read_snapshot()
             rentals = uow.rentals.list(None if caller.is_admin else caller.tenant.id, LIST_LIMIT)
             return [_view(uow, rental) for rental in rentals]
 

@@ -171,6 +171,13 @@ class SqlUnitOfWork:
         except IntegrityError as error:
             raise BookingConflict("the database refused the change (a unique key is taken)") from error
 
+    def read_snapshot(self) -> None:
+        """Every read in this unit sees the database as of its first one, so a view of several tables is
+        consistent: REPEATABLE READ on PostgreSQL (its default, READ COMMITTED, sees each statement's own
+        moment); SQLite's transactions are serialised already (`BEGIN IMMEDIATE`). Call before any read."""
+        if self.session.get_bind().dialect.name == "postgresql":
+            self.session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+
 
 def _tenant(row: TenantRow) -> Tenant:
     return Tenant(row.id, row.name, row.role, row.created_at)
