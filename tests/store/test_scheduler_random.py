@@ -1,11 +1,13 @@
 """The leader's scheduling cycle over many random steps on SQLite and PostgreSQL (the example fleet: whole,
-shared and MIG GPUs; every tier; rentals arriving, ending and being preempted under every server queue):
-after each cycle the leader's snapshot holds exactly what the database's live allocations hold, a placed
-rental has an allocation and a pending one none, and no victim waits past its deadline plus a cycle."""
+shared and MIG GPUs; every tier; rentals arriving, ending, being preempted and resized to more or fewer nodes,
+under every server queue): after each cycle the leader's snapshot holds exactly what the database's live
+allocations hold, a placed rental has an allocation and a pending one none, and no victim waits past its
+deadline plus a cycle."""
 
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -13,6 +15,7 @@ import pytest
 
 from suanli.app.fleet import FleetCache
 from suanli.app.records import LIVE_STATES, Rental, RentalSpec, Tenant
+from suanli.app.rentals import follow_nodes
 from suanli.app.scheduling import Scheduler
 from suanli.domain.catalog_data import CATALOG
 from suanli.domain.queue_order import BOOKED_QUEUE, GREEDY_QUEUE, PLATFORM_QUEUE
@@ -69,9 +72,10 @@ def test_random_cycles_keep_the_snapshot_and_the_database_in_step(database_url: 
     )
     rng = random.Random(f"{queue.mode}")
     made = 0
-    totals = [0, 0, 0]  # placed, noticed, preempted
+    totals = [0, 0, 0, 0]  # placed, noticed, preempted, grown
+    resized = 0
     try:
-        for _ in range(40):
+        for _ in range(60):
             with uow() as u:
                 for _ in range(rng.randint(0, 4)):
                     made += 1
@@ -81,12 +85,18 @@ def test_random_cycles_keep_the_snapshot_and_the_database_in_step(database_url: 
                 for rental in rng.sample(live, k=min(len(live), rng.randint(0, 2))):  # some end
                     u.rentals.set_state(rental.id, "stopped", expect=("placed", "running"), reason=None)
                     u.rentals.release(rental.id)
+                    live.remove(rental)
+                whole = [r for r in live if r.spec.mig_profile is None and r.spec.share_milli is None]
+                for rental in rng.sample(whole, k=min(len(whole), rng.randint(0, 1))):  # one is resized
+                    resize(u, rental, rng.randint(1, 3), clock.now())
+                    resized += 1
                 u.commit()
             clock.at += timedelta(seconds=rng.choice((1, 5, 15, 30)))
             report = scheduler.run_cycle()
             totals[0] += report.placed
             totals[1] += report.notices
             totals[2] += report.preempted
+            totals[3] += report.grown
             if scheduler.snapshot is None:
                 continue  # dropped on purpose: rebuilt from the database next cycle
             with uow() as u:
@@ -105,5 +115,15 @@ def test_random_cycles_keep_the_snapshot_and_the_database_in_step(database_url: 
                     assert rental.notice_deadline >= clock.now() - timedelta(seconds=30), rental
     finally:
         engine.dispose()
-    placed, noticed, preempted = totals
+    placed, noticed, preempted, grown = totals
     assert made > 60 and placed > 40 and noticed > 0 and preempted > 0  # the steps did exercise preemption
+    assert resized > 5 and grown > 0  # and elastic resizes
+
+
+def resize(u, rental: Rental, nodes: int, now: datetime) -> None:
+    """What `RentalService.resize` does to a live whole-GPU rental: the spec, and a shrink at once."""
+    allocation = u.rentals.allocation(rental.id)
+    u.rentals.update_spec(rental.id, replace(rental, spec=replace(rental.spec, nodes=nodes)))
+    if nodes < len(allocation):
+        u.rentals.release(rental.id, [a.node for a in allocation[nodes:]])
+        follow_nodes(u, rental, len(allocation), nodes, now)
