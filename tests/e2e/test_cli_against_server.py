@@ -101,6 +101,14 @@ def test_a_new_tenant_rents_lists_shows_and_stops(server: str, tmp_path: Path) -
         _cli(tenant, "rent", "L40S:0.25", "--restart", "on-failure", "--max-restarts", "2", "--json").stdout
     )
     assert (restarting["request"]["restart"], restarting["request"]["max_restarts"]) == ("on-failure", 2)
+    grown = json.loads(_cli(tenant, "resize", gang["id"], "--nodes", "3", "--json").stdout)
+    assert grown["state"] == "placed" and grown["request"]["nodes"] == 3  # not re-queued: it grows in place
+    wait_until_nodes = time.monotonic() + 15
+    while len(grown["allocation"]) < 3 and time.monotonic() < wait_until_nodes:
+        time.sleep(0.3)
+        grown = json.loads(_cli(tenant, "show", gang["id"], "--json").stdout)
+    assert len(grown["allocation"]) == 3 and "grown" in _cli(tenant, "show", gang["id"]).stdout
+    assert _cli(tenant, "resize", gang["id"], check=False).returncode != 0  # neither --nodes nor --gpus
     assert json.loads(_cli(tenant, "stop", gang["id"], "--json").stdout)["state"] == "stopped"
 
 

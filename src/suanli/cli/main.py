@@ -28,6 +28,7 @@ for command in (
     platform.ls,
     platform.show,
     platform.stop,
+    platform.resize,
     billing_commands.prices,
     billing_commands.balance,
     billing_commands.payouts,

@@ -123,6 +123,21 @@ def stop(rental_id: str, as_json: JsonFlag = False) -> None:
     emit(rental, as_json, _rental_detail)
 
 
+def resize(
+    rental_id: str,
+    nodes: Annotated[int | None, typer.Option(min=1, help="Nodes it should span.")] = None,
+    gpus: Annotated[int | None, typer.Option(min=0, help="Whole GPUs per node.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Resize a rental: more or fewer nodes change a running one in place (its rate follows); a new GPU
+    count re-queues it with the new shape."""
+    if nodes is None and gpus is None:
+        raise typer.BadParameter("give --nodes, --gpus or both", param_hint="--nodes")
+    with logged_in() as client:
+        rental = client.resize(rental_id, nodes=nodes, gpus=gpus)
+    emit(rental, as_json, _rental_detail)
+
+
 contracts_app = typer.Typer(
     help="Compute futures: capacity held for a window at a locked price.", no_args_is_help=True
 )
