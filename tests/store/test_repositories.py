@@ -540,3 +540,25 @@ def test_a_snapshot_read_sees_the_database_as_of_its_first_read(postgres_server:
                 assert len(reader.rentals.allocation("rnt_1")) == seen
     finally:
         engine.dispose()
+
+
+def test_two_growths_in_one_cycle_share_their_tenants_quota(uow) -> None:
+    """ten_a may hold 24 GPUs and holds two 1-node rentals (16). Both are resized to 2 nodes before the same
+    cycle: one grows (24), the other waits on the quota."""
+    from suanli.domain.quotas import TenantLimits
+
+    h100 = RentalSpec(gpu_model="H100-SXM-80GB", gpus=8)
+    with uow() as u:
+        u.terms.set_limits("ten_a", TenantLimits({"*": 24}), NOW)
+        u.rentals.add(_rental("rnt_1", h100))
+        u.rentals.add(_rental("rnt_2", h100))
+        u.commit()
+    scheduler = _scheduler(uow)
+    assert scheduler.run_cycle().placed == 2
+    with uow() as u:
+        for rental in u.rentals.by_ids(["rnt_1", "rnt_2"]):
+            u.rentals.update_spec(rental.id, replace(rental, spec=replace(rental.spec, nodes=2)))
+        u.commit()
+    assert scheduler.run_cycle().grown == 1
+    with uow() as u:
+        assert sorted(len(u.rentals.allocation(r)) for r in ("rnt_1", "rnt_2")) == [1, 2]

@@ -254,7 +254,9 @@ class Scheduler:
             self.held.update(zip(allocation_ids, outcome.nodes, strict=True))
             self.owner.update((i, rental.id) for i in allocation_ids)
             follow_nodes(uow, rental, have, have + len(outcome.nodes), now)
-            nodes = ", ".join(a.node for a in outcome.nodes)
+            added = tuple(a.node for a in outcome.nodes)  # counts for the next growth in this cycle too
+            self.holding.append(Held(replace(to_request(rental), node_count=len(added)), None, added))
+            nodes = ", ".join(added)
             uow.rentals.add_event(rental.id, RentalEvent(now, "grown", None, f"onto {nodes}"))
             grown += 1
         return grown
