@@ -9,9 +9,16 @@ from dataclasses import dataclass, replace
 
 from suanli.app.records import Rental
 from suanli.app.rentals import to_request
-from suanli.domain.capacity import FULL_MILLI
-from suanli.domain.contracts import Contract, open_holds
-from suanli.domain.plan import Pending, Placement, Reason
+from suanli.domain.contracts import (
+    Contract,
+    available_for_holds,
+    breached_pool,
+    hold_pending,
+    open_holds,
+    pool_gpus,
+    pools_of,
+)
+from suanli.domain.plan import Pending, Placement
 from suanli.domain.preemption import Running
 from suanli.domain.quotas import Limits
 from suanli.domain.request import Request, Tier
@@ -24,15 +31,8 @@ class Held:
 
     request: Request
     started_at_s: float | None  # None: placed in this cycle
-    nodes: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Holding:
-    """Every rental holding capacity after this cycle, and the open contracts."""
-
-    held: Sequence[Held]
-    contracts: Sequence[Contract]
+    placement: Placement
+    under_notice: bool = False  # a preemption victim: its capacity is promised, it yields to no holder
 
 
 def holding_after(
@@ -44,15 +44,12 @@ def holding_after(
         Held(
             replace(r.request, node_count=len(r.placement.nodes)),
             r.started_at_s,
-            tuple(a.node for a in r.placement.nodes),
+            r.placement,
+            r.preempted_by is not None,
         )
         for r in running
     ]
-    held += [
-        Held(by_id[p.request_id], None, tuple(a.node for a in p.nodes))
-        for p in placed
-        if p.request_id in by_id
-    ]
+    held += [Held(by_id[p.request_id], None, p) for p in placed if p.request_id in by_id]
     return held
 
 
@@ -77,33 +74,29 @@ def within_limits(
 
 
 def held_for_contracts(
-    snapshot: Snapshot, holding: Holding, rental: Rental, added: Placement, now_s: float
+    snapshot: Snapshot,
+    held: Sequence[Held],
+    contracts: Sequence[Contract],
+    rental: Rental,
+    added: Placement,
+    now_s: float,
 ) -> Pending | None:
     """Why `added` (just taken on the snapshot) eats into capacity open contracts hold for other tenants, if
-    it does; then it is given back. A holder's growth within its contract, and spot, may take it."""
-    if not holding.contracts or Tier.parse(rental.spec.tier) is Tier.SPOT:
+    it does, as admission judges a placement (`breached_pool`); then it is given back. A holder's growth
+    within its contract, and spot, may take it."""
+    if not contracts or Tier.parse(rental.spec.tier) is Tier.SPOT:
         return None
-    pool_of = {s.name: (s.node.gpu_model, s.node.region) for s in snapshot.nodes}
-    holds = open_holds(holding.contracts, now_s, [(h.request, h.nodes) for h in holding.held], pool_of)
+    pool_of = pools_of(snapshot)
+    nodes = [(h.request, [a.node for a in h.placement.nodes]) for h in held]
+    holds = open_holds(contracts, now_s, nodes, pool_of)
     if holds.claim(replace(to_request(rental), node_count=len(added.nodes)))[1] is not None:
         return None
-    available: dict[tuple[str, str], float] = {}  # free GPUs after the growth, plus spot that would yield
-    for state in snapshot.nodes:
-        if state.schedulable:
-            pool = pool_of[state.name]
-            available[pool] = available.get(pool, 0.0) + sum(e[0] for e in state.gpus) / FULL_MILLI
-    for h in holding.held:
-        if h.request.tier is Tier.SPOT:
-            for node in h.nodes:
-                available[pool_of[node]] = available.get(pool_of[node], 0.0) + h.request.gpus_per_node
-    held = holds.held()
-    for pool in {pool_of[a.node] for a in added.nodes}:
-        if held.get(pool, 0.0) > 1e-9 and available.get(pool, 0.0) < held[pool] - 1e-9:
-            snapshot.unplace(added)
-            model, region = pool
-            return Pending(
-                rental.id,
-                Reason.CONTRACT_HOLD,
-                f"{model} in {region}: free capacity is held for open contracts",
-            )
-    return None
+    spot = (h.placement for h in held if h.request.tier is Tier.SPOT and not h.under_notice)
+    available = available_for_holds(snapshot, pool_of, spot)
+    for pool, gpus in pool_gpus(added, pool_of).items():  # as it was before the growth took them
+        available[pool] = available.get(pool, 0.0) + gpus
+    pool = breached_pool(holds, available, added)
+    if pool is None:
+        return None
+    snapshot.unplace(added)
+    return hold_pending(rental.id, pool)

@@ -22,7 +22,7 @@ from suanli.app.booking import bookings_for
 from suanli.app.contracts import domain_contract
 from suanli.app.errors import BookingConflict
 from suanli.app.fleet import FleetCache
-from suanli.app.growth import Held, Holding, held_for_contracts, holding_after, within_limits
+from suanli.app.growth import Held, held_for_contracts, holding_after, within_limits
 from suanli.app.limits import cycle_limits
 from suanli.app.list_prices import list_price
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
@@ -38,6 +38,7 @@ from suanli.app.spot_repricing import (
 )
 from suanli.domain.capacity import FULL_MILLI
 from suanli.domain.catalog import Catalog, GpuModel
+from suanli.domain.contracts import Contract
 from suanli.domain.elastic import grow
 from suanli.domain.fair_share import FairShare
 from suanli.domain.inventory import Fleet, Node
@@ -132,7 +133,7 @@ class Scheduler:
         # rental as large as it is now, this cycle's placements included
         self.limits: Limits | None = None
         self.holding: list[Held] = []
-        self.cycle_contracts = Holding([], [])
+        self.contracts: list[Contract] = []
         self.cordoned: set[str] = set()
         self._lock = threading.Lock()
         self.pricer = pricer
@@ -241,7 +242,7 @@ class Scheduler:
                 self.snapshot, to_request(rental), running.placement, self.policy, extra_nodes=extra
             )
             if isinstance(outcome, Placement):
-                why = held_for_contracts(self.snapshot, self.cycle_contracts, rental, outcome, now_s)
+                why = held_for_contracts(self.snapshot, self.holding, self.contracts, rental, outcome, now_s)
                 outcome = why or outcome
             if isinstance(outcome, Pending):
                 message = f"waiting to grow by {extra} nodes: {outcome.message}"
@@ -254,9 +255,9 @@ class Scheduler:
             self.held.update(zip(allocation_ids, outcome.nodes, strict=True))
             self.owner.update((i, rental.id) for i in allocation_ids)
             follow_nodes(uow, rental, have, have + len(outcome.nodes), now)
-            added = tuple(a.node for a in outcome.nodes)  # counts for the next growth in this cycle too
-            self.holding.append(Held(replace(to_request(rental), node_count=len(added)), None, added))
-            nodes = ", ".join(added)
+            more = replace(to_request(rental), node_count=len(outcome.nodes))
+            self.holding.append(Held(more, None, outcome))  # counts for the next growth in this cycle too
+            nodes = ", ".join(a.node for a in outcome.nodes)
             uow.rentals.add_event(rental.id, RentalEvent(now, "grown", None, f"onto {nodes}"))
             grown += 1
         return grown
@@ -362,7 +363,7 @@ class Scheduler:
         self.head, self.reserved = decision.head, decision.reserved_nodes
         self.limits = limits
         self.holding = holding_after(running, queue, decision.placements)
-        self.cycle_contracts = Holding(self.holding, contracts)
+        self.contracts = contracts
         self.head_start_s = decision.head_start_s
         self.booked_s = {b.request_id: b.start_s for b in decision.bookings}
         if self.head is not None and self.head_start_s is None:

@@ -16,9 +16,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from suanli.domain.capacity import FULL_MILLI
 from suanli.domain.errors import ContractError
 from suanli.domain.inventory import Fleet
+from suanli.domain.plan import Pending, Placement, Reason
 from suanli.domain.request import Request, Tier
+from suanli.domain.snapshot import Snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +150,53 @@ def open_holds(
                     holds.book(contract, gpus)
                     break
     return holds
+
+
+def pools_of(snapshot: Snapshot) -> dict[str, Pool]:
+    """Each node's pool: (model, region)."""
+    return {s.name: (s.node.gpu_model, s.node.region) for s in snapshot.nodes}
+
+
+def pool_gpus(placement: Placement, pool_of: Mapping[str, Pool]) -> dict[Pool, float]:
+    """The GPUs a placement takes in each pool."""
+    gpus: dict[Pool, float] = {}
+    for allocation in placement.nodes:
+        pool = pool_of[allocation.node]
+        gpus[pool] = gpus.get(pool, 0.0) + allocation.gpus
+    return gpus
+
+
+def available_for_holds(
+    snapshot: Snapshot, pool_of: Mapping[str, Pool], spot: Iterable[Placement]
+) -> dict[Pool, float]:
+    """Per pool, what a holder could have now: free GPUs on schedulable nodes, plus the GPUs running spot
+    holds (`spot`: those not under notice already), which it may preempt."""
+    available: dict[Pool, float] = {}
+    for state in snapshot.nodes:
+        if state.schedulable:
+            pool = pool_of[state.name]
+            available[pool] = available.get(pool, 0.0) + sum(e[0] for e in state.gpus) / FULL_MILLI
+    for placement in spot:
+        for pool, gpus in pool_gpus(placement, pool_of).items():
+            available[pool] = available.get(pool, 0.0) + gpus
+    return available
+
+
+def breached_pool(holds: Holds, available: Mapping[Pool, float], placement: Placement) -> Pool | None:
+    """The pool whose held capacity `placement`, taken out of `available`, would eat into, if any."""
+    held = holds.held()
+    for pool, gpus in pool_gpus(placement, holds.pool_of_node).items():
+        if held.get(pool, 0.0) > 1e-9 and available.get(pool, 0.0) - gpus < held[pool] - 1e-9:
+            return pool
+    return None
+
+
+def hold_pending(request_id: str, pool: Pool) -> Pending:
+    """Why a request waits: its placement would take capacity held for open contracts."""
+    model, region = pool
+    return Pending(
+        request_id, Reason.CONTRACT_HOLD, f"{model} in {region}: free capacity is held for open contracts"
+    )
 
 
 def _overlap(down: Maintenance, contract: Contract) -> bool:

@@ -33,7 +33,17 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
-from suanli.domain.contracts import Contract, Holds, Pool, open_holds
+from suanli.domain.contracts import (
+    Contract,
+    Holds,
+    Pool,
+    available_for_holds,
+    breached_pool,
+    hold_pending,
+    open_holds,
+    pool_gpus,
+    pools_of,
+)
 from suanli.domain.fair_share import FairShare
 from suanli.domain.plan import Pending, Placement, Reason
 from suanli.domain.policies import Policy
@@ -207,17 +217,11 @@ class _Cycle:
             self._open_holds()
 
     def _open_holds(self) -> None:
-        pool_of = {s.name: (s.node.gpu_model, s.node.region) for s in self.snapshot.nodes}
+        pool_of = pools_of(self.snapshot)
         holding = [(r.request, [a.node for a in r.placement.nodes]) for r in self.running]
         self.holds = open_holds(self.gates.contracts, self.now, holding, pool_of)
-        for state in self.snapshot.nodes:
-            if state.schedulable:
-                pool = pool_of[state.name]
-                self.available[pool] = self.available.get(pool, 0.0) + sum(e[0] for e in state.gpus) / 1000
-        for r in self.running:
-            if r.request.tier is Tier.SPOT and r.preempted_by is None:
-                for pool, gpus in _pool_gpus(r.placement, pool_of).items():
-                    self.available[pool] = self.available.get(pool, 0.0) + gpus
+        spot = (r.placement for r in self.running if r.request.tier is Tier.SPOT and r.preempted_by is None)
+        self.available = available_for_holds(self.snapshot, pool_of, spot)
 
     def promote(self, queue: Iterable[Request]) -> list[Request]:
         """Requests as the cycle sees them: a contract holder's, up to its count, become `reserved`."""
@@ -256,11 +260,7 @@ class _Cycle:
         """The pool whose contract hold this placement would eat into, if any (claims and spot never do)."""
         if self.holds is None or request.tier is Tier.SPOT or request.id in self.claims:
             return None
-        held = self.holds.held()
-        for pool, gpus in _pool_gpus(placement, self.holds.pool_of_node).items():
-            if held.get(pool, 0.0) > 1e-9 and self.available.get(pool, 0.0) - gpus < held[pool] - 1e-9:
-                return pool
-        return None
+        return breached_pool(self.holds, self.available, placement)
 
     def _book(self, request: Request, placement: Placement) -> None:
         if self.ledger is not None:
@@ -270,16 +270,8 @@ class _Cycle:
             if contract is not None:
                 self.holds.book(contract, _gpus(request))
             if request.tier is not Tier.SPOT:
-                for pool, gpus in _pool_gpus(placement, self.holds.pool_of_node).items():
+                for pool, gpus in pool_gpus(placement, self.holds.pool_of_node).items():
                     self.available[pool] = self.available.get(pool, 0.0) - gpus
-
-    def _hold_pending(self, request: Request, pool: Pool) -> Pending:
-        model, region = pool
-        return Pending(
-            request.id,
-            Reason.CONTRACT_HOLD,
-            f"{model} in {region}: free capacity is held for open contracts",
-        )
 
     def try_place(self, request: Request, cordon: bool) -> bool:
         """Place `request` if it fits now; on failure record nothing (the caller gives the reason)."""
@@ -300,7 +292,7 @@ class _Cycle:
             breached = self._hold_breached(request, outcome)
             if breached is not None:
                 self.snapshot.unplace(outcome)
-                self.pending.append(self._hold_pending(request, breached))
+                self.pending.append(hold_pending(request.id, breached))
                 return True  # decided: held capacity is not for it, and it blocks nobody
             self.placements.append(outcome)
             self.started.append(Running(request, outcome, self.now))
@@ -410,7 +402,7 @@ class _Cycle:
             return False
         breached = self._hold_breached(request, decision.promised)
         if breached is not None:
-            self.pending.append(self._hold_pending(request, breached))
+            self.pending.append(hold_pending(request.id, breached))
             return True
         self.preemptions.append(decision)
         self._book(request, decision.promised)
@@ -546,7 +538,7 @@ class _Cycle:
             if placement is not None:
                 breached = self._hold_breached(request, placement)
                 if breached is not None:
-                    self.pending.append(self._hold_pending(request, breached))
+                    self.pending.append(hold_pending(request.id, breached))
                     continue
                 for allocation in placement.nodes:
                     self.snapshot.occupy(allocation)
@@ -586,14 +578,6 @@ class _Cycle:
 
     def _block(self, rest: Sequence[Request], message: str) -> None:
         self.pending.extend(_blocked(r, message) for r in rest)
-
-
-def _pool_gpus(placement: Placement, pool_of: Mapping[str, Pool]) -> dict[Pool, float]:
-    gpus: dict[Pool, float] = {}
-    for allocation in placement.nodes:
-        pool = pool_of[allocation.node]
-        gpus[pool] = gpus.get(pool, 0.0) + allocation.gpus
-    return gpus
 
 
 def _utc_text(epoch_s: float) -> str:

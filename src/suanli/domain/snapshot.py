@@ -173,7 +173,7 @@ class Snapshot:
         self._unindex(state)
         state.cpu_free -= allocation.cpu_milli
         state.memory_free -= allocation.memory_mib
-        taken: list[tuple[Slice, mig.MigOption | None]] = []
+        taken: list[tuple[Slice, mig.MigOption | None]] = []  # each slice, and the MIG option it took
         for piece in allocation.slices:
             free_milli, free_mib, layout = state.gpus[piece.gpu_index]
             if piece.mig_profile is not None and piece.mig_start is not None and model.mig is not None:
@@ -194,22 +194,8 @@ class Snapshot:
                 state.gpus[piece.gpu_index] = (free_milli - piece.milli, free_mib - piece.memory_mib, layout)
                 taken.append((piece, None))
         self._index(state)
-
-        def give_back() -> None:
-            self.capacity_epoch += 1
-            self._unindex(state)
-            state.cpu_free += allocation.cpu_milli
-            state.memory_free += allocation.memory_mib
-            for piece, option in reversed(taken):
-                free_milli, free_mib, layout = state.gpus[piece.gpu_index]
-                state.gpus[piece.gpu_index] = (
-                    (free_milli + piece.milli, free_mib + piece.memory_mib, layout)
-                    if option is None
-                    else mig_entry(model, mig.undo_option(layout, option))
-                )
-            self._index(state)
-
-        return give_back
+        options = [option for _, option in taken]
+        return lambda: self._give_back(allocation, options)
 
     def release(self, allocation: NodeAllocation) -> Callable[[], None]:
         """Give back an allocation's capacity; the returned function takes it again (for trials)."""
@@ -242,31 +228,39 @@ class Snapshot:
         `release`, a MIG instance it created goes, and the idle instances it destroyed come back."""
         made = {(r.node, r.gpu_index, r.created): r.destroyed for r in placement.repartitions}
         for allocation in placement.nodes:
-            state = self.by_name[allocation.node]
-            model = self.classes[state.class_id].model
-            self.capacity_epoch += 1
-            self._unindex(state)
-            state.cpu_free += allocation.cpu_milli
-            state.memory_free += allocation.memory_mib
+            options: list[mig.MigOption | None] = []
             for piece in allocation.slices:
-                free_milli, free_mib, layout = state.gpus[piece.gpu_index]
                 if piece.mig_profile is None or piece.mig_start is None:
-                    state.gpus[piece.gpu_index] = (
-                        free_milli + piece.milli,
-                        free_mib + piece.memory_mib,
-                        layout,
-                    )
+                    options.append(None)
                     continue
                 destroyed = made.get((allocation.node, piece.gpu_index, (piece.mig_start, piece.mig_profile)))
-                if destroyed is None:  # it reused an idle instance: idle again
-                    before = mig.release(layout, piece.mig_start, piece.mig_profile)
-                else:
-                    option = mig.MigOption(
-                        piece.mig_start, piece.mig_profile, False, tuple((s, n, False) for s, n in destroyed)
+                options.append(  # no repartition: it reused an idle instance, idle again once undone
+                    mig.MigOption(
+                        piece.mig_start,
+                        piece.mig_profile,
+                        destroyed is None,
+                        tuple((start, name, False) for start, name in destroyed or ()),
                     )
-                    before = mig.undo_option(layout, option)
-                state.gpus[piece.gpu_index] = mig_entry(model, before)
-            self._index(state)
+                )
+            self._give_back(allocation, options)
+
+    def _give_back(self, allocation: NodeAllocation, options: list[mig.MigOption | None]) -> None:
+        """An allocation's capacity returned exactly: each MIG slice's option undone (`mig.undo_option`: the
+        instance it created goes, the idle ones it reused or destroyed come back)."""
+        state = self.by_name[allocation.node]
+        model = self.classes[state.class_id].model
+        self.capacity_epoch += 1
+        self._unindex(state)
+        state.cpu_free += allocation.cpu_milli
+        state.memory_free += allocation.memory_mib
+        for piece, option in reversed(list(zip(allocation.slices, options, strict=True))):
+            free_milli, free_mib, layout = state.gpus[piece.gpu_index]
+            state.gpus[piece.gpu_index] = (
+                (free_milli + piece.milli, free_mib + piece.memory_mib, layout)
+                if option is None
+                else mig_entry(model, mig.undo_option(layout, option))
+            )
+        self._index(state)
 
     def set_schedulable(self, node_name: str, schedulable: bool) -> None:
         """Cordon (drain, maintenance, down) or uncordon a node; a cordoned node gets no new placements."""

@@ -523,28 +523,12 @@ def _rental(row: RentalRow) -> Rental:
 
 
 def _allocation_json(allocation: NodeAllocation) -> dict[str, Any]:
-    return {
-        "node": allocation.node,
-        "cpu_milli": allocation.cpu_milli,
-        "memory_mib": allocation.memory_mib,
-        "slices": [
-            {
-                "gpu_index": s.gpu_index,
-                "milli": s.milli,
-                "memory_mib": s.memory_mib,
-                "mig_profile": s.mig_profile,
-                "mig_start": s.mig_start,
-            }
-            for s in allocation.slices
-        ],
-    }
+    """A placement's node part as JSON (`rentals.promise`): its fields and its slices' fields."""
+    return asdict(allocation)
 
 
 def _allocation_from_json(data: dict[str, Any]) -> NodeAllocation:
-    slices = tuple(
-        Slice(s["gpu_index"], s["milli"], s["memory_mib"], s["mig_profile"], s["mig_start"])
-        for s in data["slices"]
-    )
+    slices = tuple(Slice(**piece) for piece in data["slices"])
     return NodeAllocation(data["node"], data["cpu_milli"], data["memory_mib"], slices)
 
 
