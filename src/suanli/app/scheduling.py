@@ -362,7 +362,7 @@ class Scheduler:
         )
         self.head, self.reserved = decision.head, decision.reserved_nodes
         self.limits = limits
-        self.holding = holding_after(running, queue, decision.placements)
+        self.holding = holding_after(running, queue, decision.placements) if self.growing else []
         self.contracts = contracts
         self.head_start_s = decision.head_start_s
         self.booked_s = {b.request_id: b.start_s for b in decision.bookings}
