@@ -101,3 +101,67 @@ def test_a_rental_grows_only_within_its_tenants_gpu_quota(database_url: str) -> 
         assert raised.status_code == 200, raised.text
         grown = _until(client, rental_id, headers, lambda b: len(b["allocation"]) == 3 and b["rate_changes"])
         assert len(grown["allocation"]) == 3 and grown["price_micros_per_hour"] == rate * 3 // 2
+
+
+@pytest.mark.parametrize("queue", ["greedy", "backfill"])
+def test_a_live_rental_changes_its_gpu_count_in_place_when_its_node_has_them(
+    database_url: str, queue: str
+) -> None:
+    """Two 4-GPU rentals share an 8-GPU node. One resized to 8 GPUs keeps its 4 (at its rate, an event says
+    why) while the other holds the rest; once that one stops it takes them on the same node and pays
+    double. Resized to 2 it gives 6 back at once and pays a quarter of that."""
+    with app_client(database_url, queue=queue) as client:
+        tenant_id = client.post("/v1/tenants", json={"name": "regpu"}, headers=ADMIN).json()["id"]
+        key = client.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()
+        credit = {"amount_micros": 10**12}
+        assert client.post(f"/v1/tenants/{tenant_id}/credit", json=credit, headers=ADMIN).status_code == 201
+        headers = {"Authorization": f"Bearer {key['secret']}"}
+        four = {**H100, "gpus": 4}
+        first = client.post("/v1/rentals", json=four, headers=headers).json()["id"]
+        placed = wait_for(client, first, headers, "placed")
+        second = client.post("/v1/rentals", json=four, headers=headers).json()["id"]
+        (node,) = [a["node"] for a in placed["allocation"]]
+        assert [a["node"] for a in wait_for(client, second, headers, "placed")["allocation"]] == [node]
+        rate = placed["price_micros_per_hour"]
+
+        resized = client.patch(f"/v1/rentals/{first}", json={"gpus": 8}, headers=headers)
+        assert resized.status_code == 200, resized.text
+        body = _until(client, first, headers, lambda b: any(e["kind"] == "growing" for e in b["events"]))
+        (waiting,) = [e for e in body["events"] if e["kind"] == "growing"]
+        assert waiting["message"] == f"waiting to have 8 GPUs per node: node {node} has no 4 more free GPUs"
+        assert body["state"] == "placed" and body["price_micros_per_hour"] == rate
+        assert [len(a["slices"]) for a in body["allocation"]] == [4]
+
+        assert client.post(f"/v1/rentals/{second}/stop", headers=headers).status_code == 200
+        grown = _until(client, first, headers, lambda b: len(b["allocation"][0]["slices"]) == 8)
+        assert grown["state"] == "placed" and [a["node"] for a in grown["allocation"]] == [node]
+        assert sorted(s["gpu_index"] for s in grown["allocation"][0]["slices"]) == list(range(8))
+        assert grown["price_micros_per_hour"] == rate * 2 and _rate_history(grown) == [rate, rate * 2]
+
+        shrunk = client.patch(f"/v1/rentals/{first}", json={"gpus": 2}, headers=headers).json()
+        assert shrunk["request"]["gpus"] == 2
+        body = _until(client, first, headers, lambda b: len(b["allocation"][0]["slices"]) == 2)
+        assert body["state"] == "placed" and [a["node"] for a in body["allocation"]] == [node]
+        assert body["price_micros_per_hour"] == rate * 2 * 2 // 8
+        assert _rate_history(body) == [rate, rate * 2, rate * 2 * 2 // 8]
+        third = client.post("/v1/rentals", json={**H100, "gpus": 6}, headers=headers).json()["id"]
+        assert [a["node"] for a in wait_for(client, third, headers, "placed")["allocation"]] == [node]
+
+
+def test_a_rental_gains_gpus_only_within_its_tenants_gpu_quota(database_url: str) -> None:
+    """With a quota of 4 GPUs, a 4-GPU rental resized to 8 keeps its 4 with an event naming the quota."""
+    with app_client(database_url) as client:
+        tenant_id = client.post("/v1/tenants", json={"name": "capped"}, headers=ADMIN).json()["id"]
+        key = client.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()
+        credit = {"amount_micros": 10**12}
+        assert client.post(f"/v1/tenants/{tenant_id}/credit", json=credit, headers=ADMIN).status_code == 201
+        headers = {"Authorization": f"Bearer {key['secret']}"}
+        quota = client.put(f"/v1/tenants/{tenant_id}/limits", json={"gpu_quota": {"*": 4}}, headers=ADMIN)
+        assert quota.status_code == 200, quota.text
+        rental_id = client.post("/v1/rentals", json={**H100, "gpus": 4}, headers=headers).json()["id"]
+        rate = wait_for(client, rental_id, headers, "placed")["price_micros_per_hour"]
+        client.patch(f"/v1/rentals/{rental_id}", json={"gpus": 8}, headers=headers)
+        body = _until(client, rental_id, headers, lambda b: any(e["kind"] == "growing" for e in b["events"]))
+        (waiting,) = [e for e in body["events"] if e["kind"] == "growing"]
+        assert waiting["reason"] == "quota" and "GPU quota 4 GPUs" in waiting["message"]
+        assert [len(a["slices"]) for a in body["allocation"]] == [4] and body["price_micros_per_hour"] == rate

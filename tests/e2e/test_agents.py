@@ -287,3 +287,39 @@ def test_a_running_rental_resized_to_more_nodes_starts_on_the_new_node_and_keeps
         assert all(r.state == "running" for r in runs), runs
         api.stop(rental.id)
         wait_for_state(api, rental.id, "stopped")
+
+
+# prints the devices it sees, then keeps running until stopped
+PRINTS_DEVICES = """
+import os, time
+print("CVD=" + os.environ["CUDA_VISIBLE_DEVICES"], flush=True)
+while True:
+    time.sleep(0.1)
+"""
+
+
+def test_a_running_rental_resized_to_more_or_fewer_gpus_restarts_on_its_node_with_them(
+    platform: Platform,
+) -> None:
+    """A 1-GPU rental resized to 2 GPUs gets its node's other GPU and its agent restarts the workload with
+    both; resized back to 1 it restarts with one. It stays on its node, running, with one run there."""
+    with platform.tenant() as api:
+        code = [sys.executable, "-c", PRINTS_DEVICES]
+        rental = api.create_rental(RentalCreateRequest(gpus=1, command=code))
+        running = wait_for_state(api, rental.id, "running")
+        (node,) = {a.node for a in running.allocation}
+        wait_until(lambda: api.logs(rental.id).data.count("CVD=") == 1, 10, "the first start")
+        assert api.resize(rental.id, gpus=2).state == "running"
+        wait_until(lambda: api.logs(rental.id).data.count("CVD=") == 2, 10, "a restart with 2 GPUs")
+        both = ",".join(declared_gpu_uuid(node, i) for i in range(2))
+        assert api.logs(rental.id).data.splitlines()[-1] == f"CVD={both}"
+        grown = api.rental(rental.id)
+        assert grown.state == "running" and [(a.node, len(a.slices)) for a in grown.allocation] == [(node, 2)]
+        api.resize(rental.id, gpus=1)
+        wait_until(lambda: api.logs(rental.id).data.count("CVD=") == 3, 10, "a restart with 1 GPU")
+        (kept,) = api.rental(rental.id).allocation[0].slices
+        assert api.logs(rental.id).data.splitlines()[-1] == f"CVD={declared_gpu_uuid(node, kept.gpu_index)}"
+        (run,) = api.rental_runs(rental.id)
+        assert run.node == node and run.state == "running"
+        api.stop(rental.id)
+        wait_for_state(api, rental.id, "stopped")

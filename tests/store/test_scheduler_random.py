@@ -1,8 +1,8 @@
 """The leader's scheduling cycle over many random steps on SQLite and PostgreSQL (the example fleet: whole,
-shared and MIG GPUs; every tier; rentals arriving, ending, being preempted and resized to more or fewer nodes,
-under every server queue): after each cycle the leader's snapshot holds exactly what the database's live
-allocations hold, a placed rental has an allocation and a pending one none, and no victim waits past its
-deadline plus a cycle."""
+shared and MIG GPUs; every tier; rentals arriving, ending, being preempted and resized to more or fewer nodes
+and GPUs, under every server queue): after each cycle the leader's snapshot holds exactly what the database's
+live allocations hold, a placed rental has an allocation and a pending one none, every node of a live rental
+holds as many GPUs, and no victim waits past its deadline plus a cycle."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 
 from suanli.app.fleet import FleetCache
 from suanli.app.records import LIVE_STATES, Rental, RentalSpec, Tenant
-from suanli.app.rentals import follow_nodes
+from suanli.app.rentals import follow_size
 from suanli.app.scheduling import Scheduler
 from suanli.domain.catalog_data import CATALOG
 from suanli.domain.queue_order import BOOKED_QUEUE, GREEDY_QUEUE, PLATFORM_QUEUE
@@ -88,7 +88,7 @@ def test_random_cycles_keep_the_snapshot_and_the_database_in_step(database_url: 
                     live.remove(rental)
                 whole = [r for r in live if r.spec.mig_profile is None and r.spec.share_milli is None]
                 for rental in rng.sample(whole, k=min(len(whole), rng.randint(0, 1))):  # one is resized
-                    resize(u, rental, rng.randint(1, 3), clock.now())
+                    resize(u, rental, rng.randint(1, 3), rng.choice((None, 1, 2, 4, 8)), clock.now())
                     resized += 1
                 u.commit()
             clock.at += timedelta(seconds=rng.choice((1, 5, 15, 30)))
@@ -106,24 +106,32 @@ def test_random_cycles_keep_the_snapshot_and_the_database_in_step(database_url: 
                 ).values():
                     rebuilt.occupy(allocation)
                 rentals = u.rentals.list(None, 1000)
-                holding = set(u.rentals.live_allocations())
+                holding = u.rentals.live_allocations()
             assert _free(scheduler.snapshot) == _free(rebuilt)
             for rental in rentals:
                 assert (rental.id in holding) == (rental.state in LIVE_STATES), rental
+                if rental.id in holding and rental.spec.share_milli is None:
+                    assert len({len(a.slices) for a in holding[rental.id]}) == 1, holding[rental.id]
                 if rental.state == "preempting":
                     assert rental.notice_deadline is not None
                     assert rental.notice_deadline >= clock.now() - timedelta(seconds=30), rental
+        with uow() as u:
+            regpu = sum(
+                any(e.kind == "resized" and e.message.startswith("now ") for e in u.rentals.events(r.id))
+                for r in u.rentals.list(None, 1000)
+            )
     finally:
         engine.dispose()
     placed, noticed, preempted, grown = totals
     assert made > 60 and placed > 40 and noticed > 0 and preempted > 0  # the steps did exercise preemption
-    assert resized > 5 and grown > 0  # and elastic resizes
+    assert resized > 5 and grown > 0 and regpu > 0  # and elastic resizes, GPU counts changed in place too
 
 
-def resize(u, rental: Rental, nodes: int, now: datetime) -> None:
-    """What `RentalService.resize` does to a live whole-GPU rental: the spec, and a shrink at once."""
+def resize(u, rental: Rental, nodes: int, gpus: int | None, now: datetime) -> None:
+    """What `RentalService.resize` does to a live whole-GPU rental: the spec, and fewer nodes at once."""
     allocation = u.rentals.allocation(rental.id)
-    u.rentals.update_spec(rental.id, replace(rental, spec=replace(rental.spec, nodes=nodes)))
+    spec = replace(rental.spec, nodes=nodes, gpus=rental.spec.gpus if gpus is None else gpus)
+    u.rentals.update_spec(rental.id, replace(rental, spec=spec))
     if nodes < len(allocation):
         u.rentals.release(rental.id, [a.node for a in allocation[nodes:]])
-        follow_nodes(u, rental, len(allocation), nodes, now)
+        follow_size(u, rental, len(allocation), nodes, now)

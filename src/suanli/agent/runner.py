@@ -7,9 +7,9 @@ Guarantees:
 * One step: (1) poll local workloads (a failure restarts under the rental's restart policy), (2) ship new log
   bytes (the server dedups by byte offset, so a retry never doubles a line), (3) heartbeat with every
   workload's state and exit code and the GPU telemetry, (4) reconcile with the answer: launch what is new,
-  stop what says `stop`, give notice at a `notice_deadline` and kill at it, kill what the answer no longer
-  lists (the server ended or forgot it). Logs go before the heartbeat, so an end the server acknowledges has
-  its whole output stored.
+  restart what runs on other GPUs than before (a resize), stop what says `stop`, give notice at a
+  `notice_deadline` and kill at it, kill what the answer no longer lists (the server ended or forgot it).
+  Logs go before the heartbeat, so an end the server acknowledges has its whole output stored.
 * A server that does not answer costs retries with exponential backoff (tenacity in the SDK, then a growing
   pause here); workloads keep running meanwhile. A workload left behind by an earlier agent process (its
   `workload.json` names a live process group) is adopted if the server still assigns it, else killed.
@@ -258,6 +258,8 @@ class AgentRunner:
             local = self.local.get(assignment.rental_id)
             if local is None:
                 local = self._start(assignment)
+            elif assignment.action == "run" and assignment.notice_deadline is None:
+                self._follow_resize(local, _assignment(assignment))
             if assignment.action == "stop":
                 if local.workload is not None and local.state == "running":
                     local.stop_requested = True
@@ -293,6 +295,25 @@ class AgentRunner:
             return local
         self._launch(assignment, local)
         return local
+
+    def _follow_resize(self, local: Local, assignment: Assignment) -> None:
+        """A rental whose GPUs on this host changed (resized in place): a running workload is stopped and
+        started again with the new ones (a process cannot gain or lose GPUs); one that ended stays ended."""
+        if local.assignment is None or assignment.slices == local.assignment.slices:
+            return
+        was = ", ".join(str(s.gpu_index) for s in local.assignment.slices)
+        now = ", ".join(str(s.gpu_index) for s in assignment.slices)
+        local.assignment = assignment
+        if local.workload is None or local.state != "running":
+            return
+        log.info("%s: GPUs changed from [%s] to [%s]; restarting the workload", local.rental_id, was, now)
+        local.stop_requested = True
+        local.workload.stop(self.grace_s)
+        local.stop_requested = False
+        if assignment.command:
+            self._launch(assignment, local)
+        else:
+            local.workload = None
 
     def _launch(self, assignment: Assignment, local: Local) -> None:
         try:

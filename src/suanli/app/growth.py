@@ -1,6 +1,7 @@
-"""What a live rental resized to more nodes must fit within before the leader grows it in place: its tenant's
-GPU quota and spend caps, and the capacity open contracts hold for other tenants. The scheduler's cycle asks
-(`Scheduler._grow`); these answer from the cycle's own view, with the added nodes as one more rental."""
+"""What a live rental resized to more GPUs or nodes must fit within before the leader grows it in place: its
+tenant's GPU quota and spend caps, and the capacity open contracts hold for other tenants. The scheduler's
+cycle asks (`Scheduler._resize`); these answer from the cycle's own view, with the added part as one more
+rental. A resized rental counts at the size it holds until the leader applies the new one (`held_request`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from suanli.app.records import Rental
-from suanli.app.rentals import to_request
 from suanli.domain.contracts import (
     Contract,
     available_for_holds,
@@ -18,10 +18,10 @@ from suanli.domain.contracts import (
     pool_gpus,
     pools_of,
 )
-from suanli.domain.plan import Pending, Placement
+from suanli.domain.plan import NodeAllocation, Pending, Placement
 from suanli.domain.preemption import Running
 from suanli.domain.quotas import Limits
-from suanli.domain.request import Request, Tier
+from suanli.domain.request import Request, Tier, WholeGpus
 from suanli.domain.snapshot import Snapshot
 
 
@@ -35,37 +35,45 @@ class Held:
     under_notice: bool = False  # a preemption victim: its capacity is promised, it yields to no holder
 
 
+def held_request(request: Request, nodes: Sequence[NodeAllocation]) -> Request:
+    """`request` (a live rental's, from its spec) as large as what it holds: its nodes, and as many whole
+    GPUs on each as it has there."""
+    if not nodes:
+        return request
+    shape = request.shape
+    if isinstance(shape, WholeGpus) and nodes[0].slices:
+        shape = WholeGpus(len(nodes[0].slices))
+    return replace(request, shape=shape, node_count=len(nodes))
+
+
+def wants_resize(rental: Rental, held: Request) -> bool:
+    """A live whole-GPU rental whose spec asks for another GPU count per node, or more nodes, than it has."""
+    return isinstance(held.shape, WholeGpus) and (
+        (rental.spec.gpus != held.shape.count and rental.spec.gpus > 0) or rental.spec.nodes > held.node_count
+    )
+
+
 def holding_after(
     running: Sequence[Running], queue: Sequence[Request], placed: Sequence[Placement]
 ) -> list[Held]:
     """The live rentals at their allocated size, and this cycle's placements."""
     by_id = {r.id: r for r in queue}
-    held = [
-        Held(
-            replace(r.request, node_count=len(r.placement.nodes)),
-            r.started_at_s,
-            r.placement,
-            r.preempted_by is not None,
-        )
-        for r in running
-    ]
+    held = [Held(r.request, r.started_at_s, r.placement, r.preempted_by is not None) for r in running]
     held += [Held(by_id[p.request_id], None, p) for p in placed if p.request_id in by_id]
     return held
 
 
 def within_limits(
-    limits: Limits | None, held: Sequence[Held], rental: Rental, have: int, extra: int, now_s: float
+    limits: Limits | None, held: Sequence[Held], more: Request, price_micros_per_hour: int, now_s: float
 ) -> Pending | None:
-    """Why the tenant's GPU quota or spend cap does not allow `extra` more nodes, if it does not: they count
-    as one more rental of that size, at its rate per node."""
-    if limits is None or limits.tenants.get(rental.tenant_id) is None:
+    """Why the tenant's GPU quota or spend cap does not allow the added part `more` (its own id), if it does
+    not: it counts as one more rental of that size, at `price_micros_per_hour`."""
+    if limits is None or limits.tenants.get(more.tenant) is None:
         return None
-    more = replace(to_request(rental), id=f"{rental.id}+grow", node_count=extra)
-    per_node = (rental.price_micros_per_hour or 0) // max(have, 1)
     price = limits.price_micros_per_hour
 
     def priced(request: Request) -> int:
-        return per_node * extra if request.id == more.id else price(request)
+        return price_micros_per_hour if request.id == more.id else price(request)
 
     ledger = replace(limits, price_micros_per_hour=priced).ledger(
         ((h.request, h.started_at_s) for h in held), now_s
@@ -79,17 +87,18 @@ def held_for_contracts(
     contracts: Sequence[Contract],
     rental: Rental,
     added: Placement,
+    more: Request,
     now_s: float,
 ) -> Pending | None:
-    """Why `added` (just taken on the snapshot) eats into capacity open contracts hold for other tenants, if
-    it does, as admission judges a placement (`breached_pool`); then it is given back. A holder's growth
-    within its contract, and spot, may take it."""
+    """Why `added` (just taken on the snapshot; `more` as a request) eats into capacity open contracts hold
+    for other tenants, if it does, as admission judges a placement (`breached_pool`); then it is given back.
+    A holder's growth within its contract, and spot, may take it."""
     if not contracts or Tier.parse(rental.spec.tier) is Tier.SPOT:
         return None
     pool_of = pools_of(snapshot)
     nodes = [(h.request, [a.node for a in h.placement.nodes]) for h in held]
     holds = open_holds(contracts, now_s, nodes, pool_of)
-    if holds.claim(replace(to_request(rental), node_count=len(added.nodes)))[1] is not None:
+    if holds.claim(more)[1] is not None:
         return None
     spot = (h.placement for h in held if h.request.tier is Tier.SPOT and not h.under_notice)
     available = available_for_holds(snapshot, pool_of, spot)

@@ -163,9 +163,10 @@ class RentalService:
         return self.get(caller, rental_id)
 
     def resize(self, caller: Caller, rental_id: str, nodes: int | None, gpus: int | None) -> RentalView:
-        """Pending: change the ask. Live, the same GPUs per node: fewer nodes shrink in place and more grow in
-        place (the scheduler adds nodes nearest its own when capacity allows), the rate following its GPUs;
-        a new GPU count re-queues the rental with the new shape (a running process cannot gain GPUs)."""
+        """Pending: change the ask. Live, in place: fewer nodes are released at once; a new GPU count on each
+        of its nodes, and more nodes nearest its own, are applied by the leader when the capacity is there
+        (its workload restarts with a new GPU count; until then it keeps what it has). The rate follows its
+        GPUs."""
         with self.uow() as uow:
             rental = self._owned(uow, caller, rental_id)
             if rental.state in END_STATES or rental.state == "preempting":
@@ -175,22 +176,23 @@ class RentalService:
                 raise Invalid("only whole-GPU rentals change their GPU count", field="gpus")
             new_spec = replace(spec, nodes=nodes or spec.nodes, gpus=spec.gpus if gpus is None else gpus)
             check_spec(new_spec, self.catalog)
+            if rental.state in LIVE_STATES and spec.gpus > 0 and new_spec.gpus == 0:
+                raise Invalid("a live rental keeps at least one GPU per node; stop it instead", field="gpus")
             now = self.clock.now()
             message = f"nodes {spec.nodes} -> {new_spec.nodes}, gpus {spec.gpus} -> {new_spec.gpus}"
             uow.rentals.update_spec(rental.id, replace(rental, spec=new_spec))
             if rental.state in LIVE_STATES and new_spec != spec:
                 allocation = uow.rentals.allocation(rental.id)
-                if new_spec.gpus == spec.gpus and new_spec.nodes < len(allocation):
+                if new_spec.nodes < len(allocation):
                     dropped = [a.node for a in allocation[new_spec.nodes :]]
                     uow.rentals.release(rental.id, dropped)
                     message += f"; released {', '.join(dropped)}"
-                    follow_nodes(uow, rental, len(allocation), new_spec.nodes, now)
-                elif new_spec.gpus == spec.gpus:
-                    message += "; growing in place" if new_spec.nodes > len(allocation) else ""
-                else:
-                    uow.rentals.release(rental.id)
-                    uow.rentals.set_state(rental.id, "pending", expect=LIVE_STATES, reason=None)
-                    message += "; re-queued with the new shape"
+                    follow_size(uow, rental, len(allocation), new_spec.nodes, now)
+                held_gpus = len(allocation[0].slices) if allocation else new_spec.gpus
+                if new_spec.gpus != held_gpus:
+                    message += f"; changing to {new_spec.gpus} GPUs per node in place (the workload restarts)"
+                if new_spec.nodes > len(allocation):
+                    message += "; growing in place"
             uow.rentals.add_event(rental.id, RentalEvent(now, "resized", None, message))
             uow.commit()
         self.signal()
@@ -204,9 +206,9 @@ class RentalService:
         return rental
 
 
-def follow_nodes(uow: UnitOfWork, rental: Rental, before: int, after: int, now: datetime) -> None:
-    """A live rental now on `after` nodes instead of `before` (the same GPUs on each) pays in proportion
-    from `now` on: its rate per node as placed, times its nodes."""
+def follow_size(uow: UnitOfWork, rental: Rental, before: int, after: int, now: datetime) -> None:
+    """A live rental now `after` units large instead of `before` (nodes of the same GPUs, or GPUs) pays in
+    proportion from `now` on."""
     rate = rental.price_micros_per_hour
     if rate is None or before <= 0 or after == before:
         return

@@ -22,12 +22,19 @@ from suanli.app.booking import bookings_for
 from suanli.app.contracts import domain_contract
 from suanli.app.errors import BookingConflict
 from suanli.app.fleet import FleetCache
-from suanli.app.growth import Held, held_for_contracts, holding_after, within_limits
+from suanli.app.growth import (
+    Held,
+    held_for_contracts,
+    held_request,
+    holding_after,
+    wants_resize,
+    within_limits,
+)
 from suanli.app.limits import cycle_limits
 from suanli.app.list_prices import list_price
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.records import PREEMPTIBLE_STATES, Rental, RentalEvent
-from suanli.app.rentals import follow_nodes, to_request
+from suanli.app.rentals import follow_size, to_request
 from suanli.app.spot_repricing import (
     BELOW_FLOOR,
     FloorCheck,
@@ -39,7 +46,7 @@ from suanli.app.spot_repricing import (
 from suanli.domain.capacity import FULL_MILLI
 from suanli.domain.catalog import Catalog, GpuModel
 from suanli.domain.contracts import Contract
-from suanli.domain.elastic import grow
+from suanli.domain.elastic import grow, shrink
 from suanli.domain.fair_share import FairShare
 from suanli.domain.inventory import Fleet, Node
 from suanli.domain.plan import NodeAllocation, Pending, Placement, Reason
@@ -128,8 +135,9 @@ class Scheduler:
         self.reserved: tuple[str, ...] = ()
         self.scattered_gpus = 0.0  # after the last cycle: free GPUs no rental waiting for capacity fits
         self.stale = False  # a decided placement was not applied: rebuild the snapshot after the cycle
-        self.growing: list[Running] = []  # live rentals a resize asked to span more nodes (`_grow`)
-        # what a growth must fit within (`_grow`): this cycle's tenant limits, open contracts, and every
+        self.resizing: list[Running] = []  # live rentals a resize asked to change in place (`_resize`)
+        self.wanted: set[str] = set()  # their ids, as `_running` found them
+        # what a growth must fit within (`_resize`): this cycle's tenant limits, open contracts, and every
         # rental as large as it is now, this cycle's placements included
         self.limits: Limits | None = None
         self.holding: list[Held] = []
@@ -190,7 +198,7 @@ class Scheduler:
                     report.placed += self._apply_placement(uow, by_id[placement.request_id], placement, now)
                 for decision in notices:
                     report.notices += self._give_notice(uow, by_id[decision.preemptor], decision, now)
-                report.grown = self._grow(uow, now)
+                report.grown = self._resize(uow, now)
                 for waiting in still:
                     if waiting.request_id in noticed:
                         report.pending[Reason.PREEMPTING.value] += 1
@@ -224,43 +232,105 @@ class Scheduler:
             self.snapshot, self.stale = None, False
         return report
 
-    def _grow(self, uow: UnitOfWork, now: datetime) -> int:
-        """Live rentals resized to more nodes take them in place, nearest their own nodes (`elastic.grow`),
-        from what this cycle left free; the rate follows the nodes. One that cannot grow yet says why once."""
+    def _resize(self, uow: UnitOfWork, now: datetime) -> int:
+        """Live rentals resized in place, from what this cycle left free: first the GPU count on each of its
+        nodes (`_change_gpus`), then more nodes nearest its own (`elastic.grow`); the rate follows its GPUs.
+        One that cannot change yet keeps what it holds and says why, once. How many changed."""
         assert self.snapshot is not None and self.policy is not None
-        grown = 0
-        for running in self.growing:
+        changed = 0
+        for running in self.resizing:
             rental = uow.rentals.get(running.request.id)
             if rental is None or rental.state not in PREEMPTIBLE_STATES:
                 continue
+            now_s = now.timestamp()
+            held = running.request
+            if isinstance(held.shape, WholeGpus) and rental.spec.gpus != held.shape.count:
+                outcome = self._change_gpus(uow, rental, running, now)
+                if isinstance(outcome, Pending):
+                    self._waiting(uow, rental, f"to have {rental.spec.gpus} GPUs per node", outcome, now)
+                    continue
+                running, changed = outcome, changed + 1
+                rental = uow.rentals.get(rental.id) or rental  # at its new rate
             have = len(running.placement.nodes)
             extra = rental.spec.nodes - have
             if extra <= 0:
                 continue
-            now_s = now.timestamp()
-            outcome = within_limits(self.limits, self.holding, rental, have, extra, now_s) or grow(
-                self.snapshot, to_request(rental), running.placement, self.policy, extra_nodes=extra
-            )
-            if isinstance(outcome, Placement):
-                why = held_for_contracts(self.snapshot, self.holding, self.contracts, rental, outcome, now_s)
-                outcome = why or outcome
+            more = replace(running.request, id=f"{rental.id}+nodes", node_count=extra)
+            price = (rental.price_micros_per_hour or 0) * extra // have
+            outcome = self._grow(rental, running, more, price, now_s, extra_nodes=extra)
             if isinstance(outcome, Pending):
-                message = f"waiting to grow by {extra} nodes: {outcome.message}"
-                events = uow.rentals.events(rental.id)
-                if not events or events[-1].message != message:
-                    uow.rentals.add_event(rental.id, RentalEvent(now, "growing", outcome.reason, message))
+                self._waiting(uow, rental, f"to grow by {extra} nodes", outcome, now)
                 continue
             rows = bookings_for(outcome.nodes, self._node, uow.rentals.booked_slots)
             allocation_ids = uow.rentals.book(rental.id, outcome.nodes, rows, extend=True)
             self.held.update(zip(allocation_ids, outcome.nodes, strict=True))
             self.owner.update((i, rental.id) for i in allocation_ids)
-            follow_nodes(uow, rental, have, have + len(outcome.nodes), now)
-            more = replace(to_request(rental), node_count=len(outcome.nodes))
+            follow_size(uow, rental, have, have + len(outcome.nodes), now)
             self.holding.append(Held(more, None, outcome))  # counts for the next growth in this cycle too
             nodes = ", ".join(a.node for a in outcome.nodes)
             uow.rentals.add_event(rental.id, RentalEvent(now, "grown", None, f"onto {nodes}"))
-            grown += 1
-        return grown
+            changed += 1
+        return changed
+
+    def _grow(
+        self, rental: Rental, running: Running, more: Request, price: int, now_s: float, **extra: int
+    ) -> Placement | Pending:
+        """The part `more` (at `price` per hour) added to `running` on the snapshot (`elastic.grow` with
+        `extra`), within its tenant's limits and without taking what contracts hold for others."""
+        assert self.snapshot is not None and self.policy is not None
+        outcome = within_limits(self.limits, self.holding, more, price, now_s) or grow(
+            self.snapshot, running.request, running.placement, self.policy, **extra
+        )
+        if isinstance(outcome, Pending):
+            return outcome
+        return (
+            held_for_contracts(self.snapshot, self.holding, self.contracts, rental, outcome, more, now_s)
+            or outcome
+        )
+
+    def _change_gpus(
+        self, uow: UnitOfWork, rental: Rental, running: Running, now: datetime
+    ) -> Running | Pending:
+        """`rental` with its spec's GPU count on each of its nodes: fewer are given back at once; more only
+        where all its nodes have them free (within its tenant's limits and others' contracts). Its
+        allocations are replaced by new ones, so its agents see the new GPUs and restart the workload."""
+        assert self.snapshot is not None and self.policy is not None
+        held, wanted = running.request, rental.spec.gpus
+        assert isinstance(held.shape, WholeGpus)
+        have = held.shape.count
+        if wanted < have:
+            kept, _ = shrink(self.snapshot, running.placement, fewer_gpus_per_node=have - wanted)
+            nodes = kept.nodes
+        else:
+            more = replace(held, id=f"{rental.id}+gpus", shape=WholeGpus(wanted - have))
+            price = (rental.price_micros_per_hour or 0) * (wanted - have) // max(have, 1)
+            outcome = self._grow(
+                rental, running, more, price, now.timestamp(), extra_gpus_per_node=wanted - have
+            )
+            if isinstance(outcome, Pending):
+                return outcome
+            added = {a.node: a for a in outcome.nodes}
+            nodes = tuple(replace(a, slices=a.slices + added[a.node].slices) for a in running.placement.nodes)
+            self.holding.append(Held(more, None, outcome))  # counts for the next growth in this cycle too
+        uow.rentals.release(rental.id)
+        rows = bookings_for(nodes, self._node, uow.rentals.booked_slots)
+        allocation_ids = uow.rentals.book(rental.id, nodes, rows, extend=True)
+        for allocation_id in [i for i, owner in self.owner.items() if owner == rental.id]:
+            del self.held[allocation_id], self.owner[allocation_id]
+        self.held.update(zip(allocation_ids, nodes, strict=True))
+        self.owner.update((i, rental.id) for i in allocation_ids)
+        follow_size(uow, rental, have, wanted, now)
+        message = f"now {wanted} GPUs on each of its {len(nodes)} nodes (was {have}); its workload restarts"
+        uow.rentals.add_event(rental.id, RentalEvent(now, "resized", None, message))
+        placement = Placement(rental.id, nodes, running.placement.subtree)
+        return replace(running, request=held_request(held, nodes), placement=placement)
+
+    @staticmethod
+    def _waiting(uow: UnitOfWork, rental: Rental, what: str, why: Pending, now: datetime) -> None:
+        message = f"waiting {what}: {why.message}"
+        events = uow.rentals.events(rental.id)
+        if not events or events[-1].message != message:
+            uow.rentals.add_event(rental.id, RentalEvent(now, "growing", why.reason, message))
 
     def _record_expected_start(self, uow: UnitOfWork, pending: Sequence[Rental]) -> None:
         """Show each booked start (the blocked head's under backfill, every booking under the conservative
@@ -288,20 +358,24 @@ class Scheduler:
             uow.rentals.add_event(rental.id, RentalEvent(now, "pending", reason, message))
 
     def _running(self) -> dict[str, tuple[Running, int]]:
-        """The live rentals holding capacity in the snapshot, as the domain sees them, with their rate per
-        hour (one read)."""
+        """The live rentals holding capacity in the snapshot, as the domain sees them (as large as they are,
+        not as a resize asks), with their rate per hour (one read); notes those a resize asks to change."""
         nodes: dict[str, list[NodeAllocation]] = {}
         for allocation_id in sorted(self.held):
             nodes.setdefault(self.owner[allocation_id], []).append(self.held[allocation_id])
         with self.uow() as uow:
             live = uow.rentals.by_ids(sorted(nodes))
         running: dict[str, tuple[Running, int]] = {}
+        self.wanted = set()
         for rental in live:
             if rental.state not in (*PREEMPTIBLE_STATES, "preempting"):
                 continue  # stopping, or ended since the snapshot was synced
             deadline = rental.notice_deadline.timestamp() if rental.notice_deadline is not None else None
+            held = held_request(to_request(rental), nodes[rental.id])
+            if rental.preempted_by is None and wants_resize(rental, held):
+                self.wanted.add(rental.id)
             request = Running(
-                to_request(rental),
+                held,
                 Placement(rental.id, tuple(nodes[rental.id])),
                 (rental.placed_at or rental.created_at).timestamp(),
                 rental.preempted_by,
@@ -325,13 +399,7 @@ class Scheduler:
         assert self.snapshot is not None and self.policy is not None
         live = self._running()
         running = [r for r, _ in live.values()]
-        self.growing = [
-            r
-            for r in running
-            if r.preempted_by is None
-            and isinstance(r.request.shape, WholeGpus)
-            and r.request.node_count > len(r.placement.nodes)
-        ]
+        self.resizing = [r for r in running if r.request.id in self.wanted]
         held: dict[str, float] = {}
         for r in running:
             held[r.request.tenant] = held.get(r.request.tenant, 0.0) + r.gpus
@@ -362,7 +430,7 @@ class Scheduler:
         )
         self.head, self.reserved = decision.head, decision.reserved_nodes
         self.limits = limits
-        self.holding = holding_after(running, queue, decision.placements) if self.growing else []
+        self.holding = holding_after(running, queue, decision.placements) if self.resizing else []
         self.contracts = contracts
         self.head_start_s = decision.head_start_s
         self.booked_s = {b.request_id: b.start_s for b in decision.bookings}

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from suanli.app.growth import held_request
 from suanli.app.ports import UnitOfWork, UnitOfWorkFactory
 from suanli.app.records import PREEMPTIBLE_STATES, Rental, RentalEvent
 from suanli.app.rentals import to_request
@@ -99,15 +100,19 @@ class SpotRepricing:
         if not live:
             return 0
         nodes: dict[str, list[Pool]] = {}
+        allocations: dict[str, list[NodeAllocation]] = {}
         for allocation_id in sorted(owner):
             rental_id = owner[allocation_id]
             if rental_id in live:
                 nodes.setdefault(rental_id, []).append(pool_of_node(held[allocation_id].node))
+                allocations.setdefault(rental_id, []).append(held[allocation_id])
         utilization = pool_utilization(snapshot, [pair for placed in nodes.values() for pair in placed])
         changed = 0
         with uow_factory() as uow:
             rentals = [r for r in uow.rentals.by_ids(sorted(nodes)) if r.state in REPRICED_STATES]
-            running = [(r, to_request(r).shape, nodes[r.id]) for r in rentals]
+            running = [
+                (r, held_request(to_request(r), allocations[r.id]).shape, nodes[r.id]) for r in rentals
+            ]
             rates = self.repricer(uow, running, utilization, now)
             if self.floor_check is not None:
                 changed += self._floor_notices(uow, rentals, nodes, now)

@@ -129,8 +129,8 @@ def resize(
     gpus: Annotated[int | None, typer.Option(min=0, help="Whole GPUs per node.")] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Resize a rental: more or fewer nodes change a running one in place (its rate follows); a new GPU
-    count re-queues it with the new shape."""
+    """Resize a rental in place: fewer nodes or GPUs are given back; more are added on its own nodes (GPUs)
+    or next to them (nodes) once free. A new GPU count restarts its workload; the rate follows."""
     if nodes is None and gpus is None:
         raise typer.BadParameter("give --nodes, --gpus or both", param_hint="--nodes")
     with logged_in() as client:

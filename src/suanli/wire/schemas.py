@@ -140,8 +140,19 @@ class RentalCreateRequest(WireModel):
 
 
 class RentalResizeRequest(WireModel):
-    nodes: int | None = Field(default=None, ge=1, le=256)
-    gpus: int | None = Field(default=None, ge=0, le=64)
+    nodes: int | None = Field(
+        default=None,
+        ge=1,
+        le=256,
+        description="Live: fewer are released at once, more are added next to its nodes when free.",
+    )
+    gpus: int | None = Field(
+        default=None,
+        ge=0,
+        le=64,
+        description="Whole GPUs per node. Live: changed on its own nodes by the scheduler's next cycle (more "
+        "once they are free there; until then it keeps what it has); its workload restarts with them.",
+    )
 
 
 class SliceResponse(WireModel):
@@ -224,7 +235,7 @@ class RentalResponse(WireModel):
     rate_changes: list[RateChangeResponse] = Field(
         default_factory=list,
         description="The rates it paid since placement when its rate changed: a spot pool's price moved, or "
-        "a resize changed its nodes (empty: the placement rate throughout).",
+        "a resize changed its nodes or GPUs (empty: the placement rate throughout).",
     )
 
 
