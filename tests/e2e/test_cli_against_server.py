@@ -108,6 +108,17 @@ def test_a_new_tenant_rents_lists_shows_and_stops(server: str, tmp_path: Path) -
         time.sleep(0.3)
         grown = json.loads(_cli(tenant, "show", gang["id"], "--json").stdout)
     assert len(grown["allocation"]) == 3 and "grown" in _cli(tenant, "show", gang["id"]).stdout
+    fewer = json.loads(_cli(tenant, "resize", gang["id"], "--gpus", "4", "--json").stdout)
+    assert fewer["state"] == "placed" and fewer["request"]["gpus"] == 4  # on the same 3 nodes
+    while (
+        any(len(a["slices"]) != 4 for a in fewer["allocation"]) and time.monotonic() < wait_until_nodes + 15
+    ):
+        time.sleep(0.3)
+        fewer = json.loads(_cli(tenant, "show", gang["id"], "--json").stdout)
+    assert [a["node"] for a in fewer["allocation"]] == [a["node"] for a in grown["allocation"]]
+    assert [len(a["slices"]) for a in fewer["allocation"]] == [4, 4, 4]
+    zero = _cli(tenant, "resize", gang["id"], "--gpus", "0", check=False)
+    assert zero.returncode == 1 and "gpus" in zero.stderr + zero.stdout
     assert _cli(tenant, "resize", gang["id"], check=False).returncode != 0  # neither --nodes nor --gpus
     assert json.loads(_cli(tenant, "stop", gang["id"], "--json").stdout)["state"] == "stopped"
 
