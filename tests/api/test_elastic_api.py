@@ -25,6 +25,19 @@ def _until(client, rental_id: str, headers: dict, done) -> dict:
         time.sleep(0.02)
 
 
+def _tenant(client, name: str, gpu_quota: int | None = None) -> tuple[dict, str]:
+    """A tenant with credit (and a GPU quota): its auth headers and id."""
+    tenant_id = client.post("/v1/tenants", json={"name": name}, headers=ADMIN).json()["id"]
+    key = client.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()
+    credit = {"amount_micros": 10**12}
+    assert client.post(f"/v1/tenants/{tenant_id}/credit", json=credit, headers=ADMIN).status_code == 201
+    if gpu_quota is not None:
+        limits = {"gpu_quota": {"*": gpu_quota}}
+        quota = client.put(f"/v1/tenants/{tenant_id}/limits", json=limits, headers=ADMIN)
+        assert quota.status_code == 200, quota.text
+    return {"Authorization": f"Bearer {key['secret']}"}, tenant_id
+
+
 def _rate_history(body: dict) -> list[int]:
     return [change["rate_micros_per_hour"] for change in body["rate_changes"]]
 
@@ -34,11 +47,7 @@ def test_a_live_rental_grows_and_shrinks_in_place_and_pays_for_its_nodes(
     database_url: str, queue: str
 ) -> None:
     with app_client(database_url, queue=queue, meter_interval_s=3600, prepaid=False) as client:
-        tenant_id = client.post("/v1/tenants", json={"name": "elastic"}, headers=ADMIN).json()["id"]
-        key = client.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()
-        credit = {"amount_micros": 10**12}
-        assert client.post(f"/v1/tenants/{tenant_id}/credit", json=credit, headers=ADMIN).status_code == 201
-        headers = {"Authorization": f"Bearer {key['secret']}"}
+        headers, _ = _tenant(client, "elastic")
         created = client.post("/v1/rentals", json={**H100, "nodes": 2}, headers=headers)
         assert created.status_code == 201, created.text
         rental_id = created.json()["id"]
@@ -81,13 +90,7 @@ def test_a_rental_grows_only_within_its_tenants_gpu_quota(database_url: str) -> 
     """A tenant with a quota of 16 GPUs holds a 2-node rental (16 H100s); resized to 3 nodes it keeps its
     two, at its rate, with an event naming the quota; with the quota raised to 24 it grows."""
     with app_client(database_url) as client:
-        tenant_id = client.post("/v1/tenants", json={"name": "capped"}, headers=ADMIN).json()["id"]
-        key = client.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()
-        credit = {"amount_micros": 10**12}
-        assert client.post(f"/v1/tenants/{tenant_id}/credit", json=credit, headers=ADMIN).status_code == 201
-        headers = {"Authorization": f"Bearer {key['secret']}"}
-        quota = client.put(f"/v1/tenants/{tenant_id}/limits", json={"gpu_quota": {"*": 16}}, headers=ADMIN)
-        assert quota.status_code == 200, quota.text
+        headers, tenant_id = _tenant(client, "capped", gpu_quota=16)
         rental_id = client.post("/v1/rentals", json={**H100, "nodes": 2}, headers=headers).json()["id"]
         rate = wait_for(client, rental_id, headers, "placed")["price_micros_per_hour"]
 
@@ -111,11 +114,7 @@ def test_a_live_rental_changes_its_gpu_count_in_place_when_its_node_has_them(
     why) while the other holds the rest; once that one stops it takes them on the same node and pays
     double. Resized to 2 it gives 6 back at once and pays a quarter of that."""
     with app_client(database_url, queue=queue) as client:
-        tenant_id = client.post("/v1/tenants", json={"name": "regpu"}, headers=ADMIN).json()["id"]
-        key = client.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()
-        credit = {"amount_micros": 10**12}
-        assert client.post(f"/v1/tenants/{tenant_id}/credit", json=credit, headers=ADMIN).status_code == 201
-        headers = {"Authorization": f"Bearer {key['secret']}"}
+        headers, _ = _tenant(client, "regpu")
         four = {**H100, "gpus": 4}
         first = client.post("/v1/rentals", json=four, headers=headers).json()["id"]
         placed = wait_for(client, first, headers, "placed")
@@ -151,13 +150,7 @@ def test_a_live_rental_changes_its_gpu_count_in_place_when_its_node_has_them(
 def test_a_rental_gains_gpus_only_within_its_tenants_gpu_quota(database_url: str) -> None:
     """With a quota of 4 GPUs, a 4-GPU rental resized to 8 keeps its 4 with an event naming the quota."""
     with app_client(database_url) as client:
-        tenant_id = client.post("/v1/tenants", json={"name": "capped"}, headers=ADMIN).json()["id"]
-        key = client.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()
-        credit = {"amount_micros": 10**12}
-        assert client.post(f"/v1/tenants/{tenant_id}/credit", json=credit, headers=ADMIN).status_code == 201
-        headers = {"Authorization": f"Bearer {key['secret']}"}
-        quota = client.put(f"/v1/tenants/{tenant_id}/limits", json={"gpu_quota": {"*": 4}}, headers=ADMIN)
-        assert quota.status_code == 200, quota.text
+        headers, _ = _tenant(client, "capped", gpu_quota=4)
         rental_id = client.post("/v1/rentals", json={**H100, "gpus": 4}, headers=headers).json()["id"]
         rate = wait_for(client, rental_id, headers, "placed")["price_micros_per_hour"]
         client.patch(f"/v1/rentals/{rental_id}", json={"gpus": 8}, headers=headers)
