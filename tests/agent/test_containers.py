@@ -44,6 +44,12 @@ def test_docker_run_arguments() -> None:
     ]  # fmt: skip
 
 
+def test_a_multi_node_rentals_nodes_file_is_the_mounted_one() -> None:
+    env = {**spec().env, "SUANLI_NODES_FILE": "/var/lib/suanli/rentals/r-7/control/nodes.json"}
+    args = run_args("docker", spec(env=env), PATHS)
+    assert "SUANLI_NODES_FILE=/run/suanli/nodes.json" in args
+
+
 def test_podman_gets_one_cdi_device_per_uuid() -> None:
     args = run_args("/usr/bin/podman", spec(), PATHS)
     assert args[:2] == ["/usr/bin/podman", "run"]

@@ -116,3 +116,26 @@ def test_bad_variable_names_are_refused() -> None:
 
 def test_no_slices_means_no_visible_devices() -> None:
     assert env_for((), a100_host())["CUDA_VISIBLE_DEVICES"] == ""
+
+
+def test_a_multi_node_rental_knows_its_rank_its_nodes_and_its_master() -> None:
+    inventory = NvmlProbe(RecordedNvml(load_fixture("h100x8")), hostname="h").inventory()
+    slices = tuple(Slice(i, 1000, 81920) for i in range(4))
+    peers = ("gpu-a", "gpu-b", "gpu-c")
+    assignment = Assignment("r-1", slices, ("torchrun", "train.py"), peers=peers, node_rank=1)
+    env = workload_env(assignment, inventory, notice_file=NOTICE, nodes_file="/x/nodes.json")
+    assert {k: v for k, v in env.items() if k not in ("CUDA_VISIBLE_DEVICES", "SUANLI_NOTICE_FILE")} == {
+        "SUANLI_RENTAL_ID": "r-1",
+        "SUANLI_NNODES": "3",
+        "SUANLI_NODE_RANK": "1",
+        "SUANLI_NODES": "gpu-a,gpu-b,gpu-c",
+        "SUANLI_MASTER_ADDR": "gpu-a",
+        "SUANLI_GPUS_PER_NODE": "4",
+        "SUANLI_NODES_FILE": "/x/nodes.json",
+    }
+    with pytest.raises(IsolationError, match="SUANLI_NODE_RANK"):
+        workload_env(
+            Assignment("r-1", slices, ("x",), env={"SUANLI_NODE_RANK": "0"}, peers=peers),
+            inventory,
+            notice_file=NOTICE,
+        )

@@ -268,23 +268,52 @@ def _kill_workloads(base: Path) -> None:
             os.killpg(pgid, signal.SIGKILL)
 
 
+# prints its place among the rental's nodes, then each node count its nodes file shows, until stopped
+FOLLOWS_NODES = """
+import json, os, time
+e = os.environ
+print(f"rank={e['SUANLI_NODE_RANK']} of {e['SUANLI_NNODES']} nodes={e['SUANLI_NODES']} "
+      f"master={e['SUANLI_MASTER_ADDR']} gpus={e['SUANLI_GPUS_PER_NODE']}", flush=True)
+seen = None
+while True:
+    nodes = json.load(open(e["SUANLI_NODES_FILE"]))
+    if nodes["nodes"] != seen:
+        seen = nodes["nodes"]
+        print(f"rank {nodes['node_rank']} sees {','.join(seen)}", flush=True)
+    time.sleep(0.1)
+"""
+
+
 def test_a_running_rental_resized_to_more_nodes_starts_on_the_new_node_and_keeps_running_on_its_own(
     platform: Platform,
 ) -> None:
-    """A 2-node rental runs `sleep`; resized to 3 nodes, the third node's agent starts its workload there
-    while the first two keep theirs (one run each, none restarted)."""
+    """A 2-node rental runs a workload that knows its rank and nodes; resized to 3 nodes, the third node's
+    agent starts it there as rank 2 of 3, while the first two keep theirs (one run each, none restarted) and
+    see the third node appear in their nodes file."""
     with platform.tenant() as api:
-        rental = api.create_rental(RentalCreateRequest(gpus=2, nodes=2, command=["sleep", "300"]))
+        code = [sys.executable, "-c", FOLLOWS_NODES]
+        rental = api.create_rental(RentalCreateRequest(gpus=2, nodes=2, command=code))
         running = wait_for_state(api, rental.id, "running")
-        first = {a.node for a in running.allocation}
+        first = [a.node for a in running.allocation]
         wait_until(lambda: len(api.rental_runs(rental.id)) == 2, 10, "two runs")
+        wait_until(lambda: api.logs(rental.id).data.count(" sees ") == 2, 10, "both ranks started")
+        lines = api.logs(rental.id).data.splitlines()
+        for rank in (0, 1):
+            started = f"rank={rank} of 2 nodes={','.join(first)} master={first[0]} gpus=2"
+            assert started in lines and f"rank {rank} sees {','.join(first)}" in lines, lines
         resized = api.resize(rental.id, nodes=3)
         assert resized.state == "running"
         wait_until(lambda: len(api.rental(rental.id).allocation) == 3, 10, "the third node")
         wait_until(lambda: len(api.rental_runs(rental.id)) == 3, 10, "three runs")
         runs = api.rental_runs(rental.id)
-        assert {r.node for r in runs} == set(NODES) and first < {r.node for r in runs}
+        all_three = [a.node for a in api.rental(rental.id).allocation]
+        assert all_three[:2] == first and set(all_three) == set(NODES)
         assert all(r.state == "running" for r in runs), runs
+        wait_until(lambda: api.logs(rental.id).data.count(" sees ") == 5, 10, "every rank sees three nodes")
+        lines = api.logs(rental.id).data.splitlines()
+        assert f"rank=2 of 3 nodes={','.join(all_three)} master={first[0]} gpus=2" in lines, lines
+        assert all(f"rank {rank} sees {','.join(all_three)}" in lines for rank in (0, 1, 2)), lines
+        assert sum(line.startswith("rank=") for line in lines) == 3  # nobody restarted
         api.stop(rental.id)
         wait_for_state(api, rental.id, "stopped")
 

@@ -20,3 +20,5 @@ class Assignment:
     env: Mapping[str, str] = field(default_factory=dict)
     image: str | None = None  # for the container executor; an image reference or a catalogue key
     restart: RestartPolicy = field(default_factory=RestartPolicy.never)
+    peers: tuple[str, ...] = ()  # host names of all the rental's nodes, rank order (empty: not told)
+    node_rank: int = 0

@@ -95,6 +95,10 @@ class RentalPaths:
         return self.control_dir / "notice.json"
 
     @property
+    def nodes_file(self) -> Path:
+        return self.control_dir / "nodes.json"
+
+    @property
     def record_file(self) -> Path:
         return self.root / "workload.json"
 
@@ -291,6 +295,8 @@ def run_args(runtime: str, spec: WorkloadSpec, paths: RentalPaths) -> list[str]:
             args += ["--gpus", f'"device={",".join(spec.devices)}"']
     env = dict(spec.env)
     env["SUANLI_NOTICE_FILE"] = f"{CONTAINER_NOTICE_DIR}/{paths.notice_file.name}"
+    if "SUANLI_NODES_FILE" in env:
+        env["SUANLI_NODES_FILE"] = f"{CONTAINER_NOTICE_DIR}/{paths.nodes_file.name}"
     if "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" in env:
         args += ["--ipc", "host", "--volume", f"{MPS_PIPE_DIR}:{MPS_PIPE_DIR}"]
     args += ["--volume", f"{paths.workdir}:{CONTAINER_WORKDIR}", "--workdir", CONTAINER_WORKDIR]
@@ -325,6 +331,23 @@ def write_notice(path: Path, rental_id: str, deadline: datetime) -> None:
         "deadline": deadline.isoformat(),
         "deadline_unix_s": deadline.timestamp(),
     }
+    _write_json(path, body)
+
+
+def write_nodes(path: Path, rental_id: str, peers: Sequence[str], node_rank: int) -> None:
+    """Write the nodes file atomically: the rental's nodes (host names, rank order) and this one's rank.
+    The agent rewrites it when the rental grows or shrinks, so an elastic workload can follow."""
+    body = {
+        "rental_id": rental_id,
+        "nodes": list(peers),
+        "nnodes": len(peers),
+        "node_rank": node_rank,
+        "master_addr": peers[0] if peers else None,
+    }
+    _write_json(path, body)
+
+
+def _write_json(path: Path, body: dict[str, object]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".tmp")
     partial.write_text(json.dumps(body), encoding="utf-8")

@@ -11,6 +11,11 @@
   comma-separated. (NVIDIA's k8s device plugin keys this limit by index because of a driver issue with UUID
   keys; check on real MPS hosts.)
 * `SUANLI_RENTAL_ID` and `SUANLI_NOTICE_FILE` (where a preemption notice will appear, JSON).
+* Where the server names the rental's nodes (`Assignment.peers`, rank order): `SUANLI_NNODES`,
+  `SUANLI_NODE_RANK`, `SUANLI_NODES` (host names, comma-separated), `SUANLI_MASTER_ADDR` (rank 0's),
+  `SUANLI_GPUS_PER_NODE` (devices visible here) and `SUANLI_NODES_FILE` (the same as JSON, rewritten when
+  the rental grows or shrinks), enough for `torchrun --nnodes $SUANLI_NNODES --node-rank $SUANLI_NODE_RANK
+  --master-addr $SUANLI_MASTER_ADDR --nproc-per-node $SUANLI_GPUS_PER_NODE`.
 * The rental's variables are added, but may not set any isolation variable (`ISOLATION_VARIABLES`, or any
   `SUANLI_` or `CUDA_MPS_` name): that raises `IsolationError`, never silently overrides.
 
@@ -49,13 +54,23 @@ class IsolationError(SuanliError):
     """The rental cannot be isolated on this host as assigned, or its env tries to override isolation."""
 
 
-def workload_env(assignment: Assignment, inventory: HostInventory, *, notice_file: str) -> dict[str, str]:
+def workload_env(
+    assignment: Assignment, inventory: HostInventory, *, notice_file: str, nodes_file: str = ""
+) -> dict[str, str]:
     """The variables to add to the workload's environment (the executor decides what it inherits)."""
     check_user_env(assignment.env)
     env = dict(assignment.env)
     env.update(device_env(assignment.slices, inventory))
     env["SUANLI_RENTAL_ID"] = assignment.rental_id
     env["SUANLI_NOTICE_FILE"] = notice_file
+    if assignment.peers:
+        visible = env["CUDA_VISIBLE_DEVICES"]
+        env["SUANLI_NNODES"] = str(len(assignment.peers))
+        env["SUANLI_NODE_RANK"] = str(assignment.node_rank)
+        env["SUANLI_NODES"] = ",".join(assignment.peers)
+        env["SUANLI_MASTER_ADDR"] = assignment.peers[0]
+        env["SUANLI_GPUS_PER_NODE"] = str(len(visible.split(",")) if visible else 0)
+        env["SUANLI_NODES_FILE"] = nodes_file
     return env
 
 

@@ -40,6 +40,7 @@ from suanli.agent.executors import (
     WorkloadState,
     WorkloadStatus,
     group_alive,
+    write_nodes,
 )
 from suanli.agent.probe import GpuProbe, HostInventory
 from suanli.agent.restart import Outcome, RestartPolicy, RestartTracker
@@ -297,15 +298,20 @@ class AgentRunner:
         return local
 
     def _follow_resize(self, local: Local, assignment: Assignment) -> None:
-        """A rental whose GPUs on this host changed (resized in place): a running workload is stopped and
-        started again with the new ones (a process cannot gain or lose GPUs); one that ended stays ended."""
-        if local.assignment is None or assignment.slices == local.assignment.slices:
+        """A rental resized since it started here: new nodes are written to its nodes file; new GPUs on this
+        host restart a running workload with them (a process cannot gain or lose GPUs); one that ended
+        stays ended."""
+        before = local.assignment
+        if before is None or assignment == before:
             return
-        was = ", ".join(str(s.gpu_index) for s in local.assignment.slices)
-        now = ", ".join(str(s.gpu_index) for s in assignment.slices)
         local.assignment = assignment
-        if local.workload is None or local.state != "running":
+        running = local.workload is not None and local.state == "running"
+        if (assignment.peers, assignment.node_rank) != (before.peers, before.node_rank) and running:
+            self._write_nodes(assignment)
+        if assignment.slices == before.slices or not running or local.workload is None:
             return
+        was = ", ".join(str(s.gpu_index) for s in before.slices)
+        now = ", ".join(str(s.gpu_index) for s in assignment.slices)
         log.info("%s: GPUs changed from [%s] to [%s]; restarting the workload", local.rental_id, was, now)
         local.stop_requested = True
         local.workload.stop(self.grace_s)
@@ -315,10 +321,16 @@ class AgentRunner:
         else:
             local.workload = None
 
+    def _write_nodes(self, assignment: Assignment) -> None:
+        if assignment.peers:
+            path = self.executor.paths(assignment.rental_id).nodes_file
+            write_nodes(path, assignment.rental_id, assignment.peers, assignment.node_rank)
+
     def _launch(self, assignment: Assignment, local: Local) -> None:
         try:
             self._make_mig_devices(assignment)
             spec = workload_spec(assignment, self.inventory, self.executor)
+            self._write_nodes(assignment)
             local.workload = self.executor.launch(spec)
             local.log_file = self.executor.paths(assignment.rental_id).log_file
             local.state = "running"
@@ -459,4 +471,6 @@ def _assignment(response: AssignmentResponse) -> Assignment:
         command=tuple(response.command),
         env=dict(response.env),
         restart=policy,
+        peers=tuple(response.peers),
+        node_rank=response.node_rank,
     )

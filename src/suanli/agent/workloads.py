@@ -11,7 +11,9 @@ from suanli.agent.probe import HostInventory
 def workload_spec(assignment: Assignment, inventory: HostInventory, executor: Executor) -> WorkloadSpec:
     """The spec to `executor.launch`; IsolationError when the rental cannot be isolated as assigned."""
     paths = executor.paths(assignment.rental_id)
-    env = workload_env(assignment, inventory, notice_file=str(paths.notice_file))
+    env = workload_env(
+        assignment, inventory, notice_file=str(paths.notice_file), nodes_file=str(paths.nodes_file)
+    )
     visible = env["CUDA_VISIBLE_DEVICES"]
     return WorkloadSpec(
         rental_id=assignment.rental_id,

@@ -120,4 +120,6 @@ def _assignment(a: NodeAssignment) -> AssignmentResponse:
         restart=spec.restart,  # type: ignore[arg-type]
         max_restarts=spec.max_restarts,
         notice_deadline=a.notice_deadline,
+        peers=list(a.peers),
+        node_rank=a.node_rank,
     )

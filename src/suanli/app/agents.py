@@ -101,6 +101,8 @@ class NodeAssignment:
     allocation: NodeAllocation
     action: str  # "run" or "stop"
     notice_deadline: datetime | None = None
+    peers: tuple[str, ...] = ()  # the host names of all its nodes, in rank order (its allocation's)
+    node_rank: int = 0  # this node's place among them
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +127,8 @@ class AgentRepo(Protocol):
     def add_energy(self, rental_id: str, node: str, energy_j: float, seconds: float) -> None: ...
     def set_up(self, node: str, up: bool, cordoned_by_agent: bool) -> None: ...
     def live_rentals_on(self, node: str) -> list[str]: ...
+    # the host name each registered node's agent reported (nodes without an agent are left out)
+    def hostnames(self, nodes: Sequence[str]) -> dict[str, str]: ...
     def had_allocation(self, rental_id: str, node: str) -> bool: ...
     def run(self, rental_id: str, node: str) -> RentalRun | None: ...
     def put_run(self, run: RentalRun) -> None: ...
@@ -327,16 +331,20 @@ class AgentService:
         return True
 
     def _assignments(self, uow: AgentUnitOfWork, node: str) -> list[NodeAssignment]:
-        found = []
+        placed = []
         for rental_id in uow.agents.live_rentals_on(node):
             rental = uow.rentals.get(rental_id)
-            if rental is None or rental.state not in LIVE_STATES:
-                continue
-            for allocation in uow.rentals.allocation(rental_id):
-                if allocation.node == node:
+            if rental is not None and rental.state in LIVE_STATES:
+                placed.append((rental, uow.rentals.allocation(rental_id)))
+        hosts = uow.agents.hostnames(sorted({a.node for _, allocation in placed for a in allocation}))
+        found = []
+        for rental, allocation in placed:
+            peers = tuple(hosts.get(a.node, a.node) for a in allocation)
+            for rank, part in enumerate(allocation):
+                if part.node == node:
                     action = "stop" if rental.state == "stopping" else "run"
                     deadline = rental.notice_deadline if rental.state == "preempting" else None
-                    found.append(NodeAssignment(rental, allocation, action, deadline))
+                    found.append(NodeAssignment(rental, part, action, deadline, peers, rank))
         return found
 
     # --- failures -------------------------------------------------------------------------------------

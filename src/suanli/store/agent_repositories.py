@@ -163,6 +163,12 @@ class SqlAgents:
         )
         return list(self.s.scalars(query))
 
+    def hostnames(self, nodes: Sequence[str]) -> dict[str, str]:
+        query = select(AgentNodeRow.node, AgentNodeRow.inventory).where(AgentNodeRow.node.in_(list(nodes)))
+        return {
+            node: str((inventory or {}).get("hostname") or node) for node, inventory in self.s.execute(query)
+        }
+
     def had_allocation(self, rental_id: str, node: str) -> bool:
         query = select(AllocationRow.id).where(
             AllocationRow.rental_id == rental_id, AllocationRow.node == node

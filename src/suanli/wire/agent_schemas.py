@@ -65,6 +65,12 @@ class AssignmentResponse(WireModel):
     notice_deadline: datetime | None = Field(
         default=None, description="Preemption notice: SIGTERM and the notice file now, SIGKILL at this time."
     )
+    peers: list[str] = Field(
+        default_factory=list,
+        description="The host names of all the rental's nodes in rank order, as their agents registered them "
+        "(rank 0 first); it changes when the rental grows or shrinks.",
+    )
+    node_rank: int = Field(default=0, ge=0, description="This node's rank among `peers`.")
 
 
 class HeartbeatResponse(WireModel):
