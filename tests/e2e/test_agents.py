@@ -55,6 +55,11 @@ while True:
 """
 
 
+def host(node: str) -> str:
+    """The host name each test agent advertises for its node."""
+    return f"{node}.lab.test"
+
+
 @dataclass
 class Platform:
     tmp: Path
@@ -88,6 +93,7 @@ class Platform:
     def start_agent(self, node: str, token: str) -> None:
         args = [*SUANLI, "agent", "--server", self.url, "--declared", str(self.tmp / "fleet.toml")]
         args += ["--node", node, "--work-dir", str(self.tmp / "agents" / node), "--grace", "1"]
+        args += ["--advertise-host", host(node)]
         with (self.tmp / f"agent-{node}.log").open("ab") as log:
             self.agents[node] = subprocess.Popen(
                 args, env={**os.environ, "SUANLI_JOIN_TOKEN": token}, stdout=log, stderr=subprocess.STDOUT
@@ -294,7 +300,7 @@ def test_a_running_rental_resized_to_more_nodes_starts_on_the_new_node_and_keeps
         code = [sys.executable, "-c", FOLLOWS_NODES]
         rental = api.create_rental(RentalCreateRequest(gpus=2, nodes=2, command=code))
         running = wait_for_state(api, rental.id, "running")
-        first = [a.node for a in running.allocation]
+        first = [host(a.node) for a in running.allocation]
         wait_until(lambda: len(api.rental_runs(rental.id)) == 2, 10, "two runs")
         wait_until(lambda: api.logs(rental.id).data.count(" sees ") == 2, 10, "both ranks started")
         lines = api.logs(rental.id).data.splitlines()
@@ -306,8 +312,8 @@ def test_a_running_rental_resized_to_more_nodes_starts_on_the_new_node_and_keeps
         wait_until(lambda: len(api.rental(rental.id).allocation) == 3, 10, "the third node")
         wait_until(lambda: len(api.rental_runs(rental.id)) == 3, 10, "three runs")
         runs = api.rental_runs(rental.id)
-        all_three = [a.node for a in api.rental(rental.id).allocation]
-        assert all_three[:2] == first and set(all_three) == set(NODES)
+        all_three = [host(a.node) for a in api.rental(rental.id).allocation]
+        assert all_three[:2] == first and set(all_three) == {host(n) for n in NODES}
         assert all(r.state == "running" for r in runs), runs
         wait_until(lambda: api.logs(rental.id).data.count(" sees ") == 5, 10, "every rank sees three nodes")
         lines = api.logs(rental.id).data.splitlines()

@@ -130,6 +130,7 @@ class AgentRunner:
         grace_s: float = 5.0,
         stop_workloads_on_exit: bool = False,
         client_factory: Callable[[str, str | None], Client] | None = None,
+        advertise_host: str | None = None,
     ) -> None:
         self.server_url = server_url.rstrip("/")
         self.probe, self.work_dir, self.join_token = probe, work_dir, join_token
@@ -139,6 +140,7 @@ class AgentRunner:
         self.grace_s, self.stop_workloads_on_exit = grace_s, stop_workloads_on_exit
         self._client_factory = client_factory or (lambda url, key: Client(url, key, timeout_s=10, retries=3))
         self.inventory: HostInventory = probe.inventory()
+        self.advertise_host = advertise_host  # registered as its host name: what peers of a rental reach
         self.node: str | None = None
         self.local: dict[str, Local] = {}
         self.orphans: dict[str, int] = self._find_orphans()
@@ -406,7 +408,10 @@ class AgentRunner:
                 reraise=True,
             ):
                 with attempt:
-                    answer = anonymous.register_agent(token, self.inventory.to_dict())
+                    inventory = self.inventory.to_dict()
+                    if self.advertise_host:
+                        inventory["hostname"] = self.advertise_host
+                    answer = anonymous.register_agent(token, inventory)
         except ApiError as error:
             raise AgentError(f"registration refused: {error.message}") from None
         finally:

@@ -41,6 +41,13 @@ def agent(
     stop_workloads_on_exit: Annotated[
         bool, typer.Option(help="Stop every workload when the agent exits (default: leave them running).")
     ] = False,
+    advertise_host: Annotated[
+        str | None,
+        typer.Option(
+            help="Host name or address the other nodes of a multi-node rental reach this one by "
+            "(SUANLI_NODES, SUANLI_MASTER_ADDR); sent when registering (default: the host name)."
+        ),
+    ] = None,
 ) -> None:
     """Run the node agent: register, heartbeat, run the rentals placed on this host, ship their logs."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s agent %(levelname)s %(message)s")
@@ -60,6 +67,7 @@ def agent(
             interval_s=interval,
             grace_s=grace,
             stop_workloads_on_exit=stop_workloads_on_exit,
+            advertise_host=advertise_host,
         )
     except SuanliError as error:
         errors.print(f"[red]error:[/red] {error}")
