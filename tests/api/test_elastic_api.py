@@ -158,3 +158,36 @@ def test_a_rental_gains_gpus_only_within_its_tenants_gpu_quota(database_url: str
         (waiting,) = [e for e in body["events"] if e["kind"] == "growing"]
         assert waiting["reason"] == "quota" and "GPU quota 4 GPUs" in waiting["message"]
         assert [len(a["slices"]) for a in body["allocation"]] == [4] and body["price_micros_per_hour"] == rate
+
+
+def test_more_gpus_are_taken_on_every_node_or_none_and_new_nodes_wait_for_them(database_url: str) -> None:
+    """A 2-node, 4-GPU rental resized to 3 nodes of 8 GPUs while another rental holds the rest of one of
+    its nodes: nothing changes (no node gets 8 while the other has 4, and no third node of 8 joins a gang of
+    4s). Once the other stops, both nodes get 8 and then a third node of 8 joins; the rate follows."""
+    with app_client(database_url) as client:
+        headers, _ = _tenant(client, "gang")
+        first = client.post("/v1/rentals", json={**H100, "gpus": 4, "nodes": 2}, headers=headers).json()["id"]
+        placed = wait_for(client, first, headers, "placed")
+        nodes = [a["node"] for a in placed["allocation"]]
+        blocker = client.post("/v1/rentals", json={**H100, "gpus": 4}, headers=headers).json()["id"]
+        (blocked,) = [a["node"] for a in wait_for(client, blocker, headers, "placed")["allocation"]]
+        assert blocked in nodes
+        rate = placed["price_micros_per_hour"]
+
+        client.patch(f"/v1/rentals/{first}", json={"gpus": 8, "nodes": 3}, headers=headers)
+        body = _until(client, first, headers, lambda b: any(e["kind"] == "growing" for e in b["events"]))
+        (waiting,) = [e for e in body["events"] if e["kind"] == "growing"]
+        assert (
+            waiting["message"] == f"waiting to have 8 GPUs per node: node {blocked} has no 4 more free GPUs"
+        )
+        time.sleep(0.5)  # a few more cycles: still as it was
+        body = client.get(f"/v1/rentals/{first}", headers=headers).json()
+        assert [(a["node"], len(a["slices"])) for a in body["allocation"]] == [(n, 4) for n in nodes]
+        assert body["price_micros_per_hour"] == rate
+
+        assert client.post(f"/v1/rentals/{blocker}/stop", headers=headers).status_code == 200
+        grown = _until(client, first, headers, lambda b: len(b["allocation"]) == 3)
+        assert [a["node"] for a in grown["allocation"]][:2] == nodes
+        assert [len(a["slices"]) for a in grown["allocation"]] == [8, 8, 8]
+        # both changes in one cycle, at one instant: one rate change, to 2 x 3 / 2 = 3 x its rate
+        assert _rate_history(grown) == [rate, rate * 3] and grown["price_micros_per_hour"] == rate * 3
