@@ -562,3 +562,47 @@ def test_two_growths_in_one_cycle_share_their_tenants_quota(uow) -> None:
     assert scheduler.run_cycle().grown == 1
     with uow() as u:
         assert sorted(len(u.rentals.allocation(r)) for r in ("rnt_1", "rnt_2")) == [1, 2]
+
+
+def test_a_resize_made_while_the_leader_decides_is_not_undone_by_its_gpu_change(uow) -> None:
+    """A 3-node rental of 4 GPUs is asked for 2 GPUs per node. While the leader's cycle decides, the tenant
+    also shrinks it to 2 nodes (the API releases the third at once). The leader must not write its GPU
+    change over that: replacing all three allocations would give the third node back. It leaves the rental
+    for that cycle; the next one changes the GPUs of the two nodes left."""
+    from suanli.app.rentals import follow_size
+
+    with uow() as u:
+        u.fleet.put(FLEET, [], NOW)  # every node
+        u.rentals.add(_rental("rnt_1", RentalSpec(gpu_model="H100-SXM-80GB", gpus=4, nodes=3)))
+        u.commit()
+
+    class Interleaved(Scheduler):
+        shrink_during_cycle = False
+
+        def _admit(self, *args, **kwargs):
+            decided = super()._admit(*args, **kwargs)
+            if self.shrink_during_cycle:  # the API's resize to 2 nodes, committed meanwhile
+                self.shrink_during_cycle = False
+                with uow() as u:
+                    rental = u.rentals.get("rnt_1", lock=True)
+                    allocation = u.rentals.allocation("rnt_1")
+                    u.rentals.update_spec("rnt_1", replace(rental, spec=replace(rental.spec, nodes=2)))
+                    u.rentals.release("rnt_1", [allocation[2].node])
+                    follow_size(u, rental, 3, 2, NOW)
+                    u.commit()
+            return decided
+
+    scheduler = Interleaved(uow, Clock(), CATALOG, FleetCache(CATALOG), "suanli", 0, queue=GREEDY_QUEUE)
+    assert scheduler.run_cycle().placed == 1
+    with uow() as u:
+        rental = u.rentals.get("rnt_1")
+        first_two = [a.node for a in u.rentals.allocation("rnt_1")][:2]
+        u.rentals.update_spec("rnt_1", replace(rental, spec=replace(rental.spec, gpus=2)))
+        u.commit()
+    scheduler.shrink_during_cycle = True
+    assert scheduler.run_cycle().grown == 0
+    with uow() as u:
+        assert [(a.node, len(a.slices)) for a in u.rentals.allocation("rnt_1")] == [(n, 4) for n in first_two]
+    assert scheduler.run_cycle().grown == 1
+    with uow() as u:
+        assert [(a.node, len(a.slices)) for a in u.rentals.allocation("rnt_1")] == [(n, 2) for n in first_two]

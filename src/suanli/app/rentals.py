@@ -168,7 +168,7 @@ class RentalService:
         (its workload restarts with a new GPU count; until then it keeps what it has). The rate follows its
         GPUs."""
         with self.uow() as uow:
-            rental = self._owned(uow, caller, rental_id)
+            rental = self._owned(uow, caller, rental_id, lock=True)
             if rental.state in END_STATES or rental.state == "preempting":
                 raise Conflict(f"rental {rental.id} is {rental.state}", field="state")
             spec = rental.spec
@@ -199,8 +199,8 @@ class RentalService:
         return self.get(caller, rental_id)
 
     @staticmethod
-    def _owned(uow: UnitOfWork, caller: Caller, rental_id: str) -> Rental:
-        rental = uow.rentals.get(rental_id)
+    def _owned(uow: UnitOfWork, caller: Caller, rental_id: str, *, lock: bool = False) -> Rental:
+        rental = uow.rentals.get(rental_id, lock=lock)
         if rental is None or (not caller.is_admin and rental.tenant_id != caller.tenant.id):
             raise NotFound(f"no rental {rental_id}")
         return rental

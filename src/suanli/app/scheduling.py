@@ -238,10 +238,17 @@ class Scheduler:
         One that cannot change yet keeps what it holds and says why, once. How many changed."""
         assert self.snapshot is not None and self.policy is not None
         changed = 0
+        resizing = {r.request.id for r in self.resizing}
+        held_ids: dict[str, set[int]] = {}
+        for allocation_id, owner in self.owner.items():
+            if owner in resizing:
+                held_ids.setdefault(owner, set()).add(allocation_id)
         for running in self.resizing:
-            rental = uow.rentals.get(running.request.id)
+            rental = uow.rentals.get(running.request.id, lock=True)
             if rental is None or rental.state not in PREEMPTIBLE_STATES:
                 continue
+            if uow.rentals.live_allocation_ids_of(rental.id) != held_ids.get(rental.id, set()):
+                continue  # resized or ended since this cycle began: the next one starts from the database
             now_s = now.timestamp()
             held = running.request
             if isinstance(held.shape, WholeGpus) and rental.spec.gpus != held.shape.count:

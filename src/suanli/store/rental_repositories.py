@@ -59,8 +59,11 @@ class SqlRentals:
         except IntegrityError as error:
             raise Duplicate("idempotency key already used", field="Idempotency-Key") from error
 
-    def get(self, rental_id: str) -> Rental | None:
-        row = self.s.get(RentalRow, rental_id)
+    def get(self, rental_id: str, *, lock: bool = False) -> Rental | None:
+        if lock:
+            row = self.s.get(RentalRow, rental_id, with_for_update=True, populate_existing=True)
+        else:
+            row = self.s.get(RentalRow, rental_id)
         return None if row is None else _rental(row)
 
     def by_idempotency_key(self, tenant_id: str, key: str) -> Rental | None:
@@ -210,6 +213,12 @@ class SqlRentals:
 
     def live_allocation_ids(self) -> set[int]:
         return set(self.s.scalars(select(AllocationRow.id).where(AllocationRow.released.is_(False))))
+
+    def live_allocation_ids_of(self, rental_id: str) -> set[int]:
+        query = select(AllocationRow.id).where(
+            AllocationRow.rental_id == rental_id, AllocationRow.released.is_(False)
+        )
+        return set(self.s.scalars(query))
 
     def allocations_by_id(self, ids: Sequence[int]) -> dict[int, tuple[str, NodeAllocation]]:
         found: dict[int, tuple[str, NodeAllocation]] = {}
