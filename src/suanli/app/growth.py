@@ -1,6 +1,6 @@
 """What a live rental resized to more GPUs or nodes must fit within before the leader grows it in place: its
 tenant's GPU quota and spend caps, and the capacity open contracts hold for other tenants. The scheduler's
-cycle asks (`Scheduler._resize`); these answer from the cycle's own view, with the added part as one more
+cycle asks (`app/resizing.py`); these answer from the cycle's own view, with the added part as one more
 rental. A resized rental counts at the size it holds until the leader applies the new one (`held_request`)."""
 
 from __future__ import annotations

@@ -22,19 +22,13 @@ from suanli.app.booking import bookings_for
 from suanli.app.contracts import domain_contract
 from suanli.app.errors import BookingConflict
 from suanli.app.fleet import FleetCache
-from suanli.app.growth import (
-    Held,
-    held_for_contracts,
-    held_request,
-    holding_after,
-    wants_resize,
-    within_limits,
-)
+from suanli.app.growth import Held, held_request, holding_after, wants_resize
 from suanli.app.limits import cycle_limits
 from suanli.app.list_prices import list_price
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.records import PREEMPTIBLE_STATES, Rental, RentalEvent
-from suanli.app.rentals import follow_size, to_request
+from suanli.app.rentals import to_request
+from suanli.app.resizing import Resizer
 from suanli.app.spot_repricing import (
     BELOW_FLOOR,
     FloorCheck,
@@ -46,7 +40,6 @@ from suanli.app.spot_repricing import (
 from suanli.domain.capacity import FULL_MILLI
 from suanli.domain.catalog import Catalog, GpuModel
 from suanli.domain.contracts import Contract
-from suanli.domain.elastic import grow, shrink
 from suanli.domain.fair_share import FairShare
 from suanli.domain.inventory import Fleet, Node
 from suanli.domain.plan import NodeAllocation, Pending, Placement, Reason
@@ -55,7 +48,7 @@ from suanli.domain.preemption import DEFAULT_NOTICE_S, Preemption, PreemptionCon
 from suanli.domain.queue_order import GREEDY_QUEUE, QueueConfig
 from suanli.domain.queueing import Gates, admit
 from suanli.domain.quotas import Limits
-from suanli.domain.request import Request, Tier, WholeGpus
+from suanli.domain.request import Request, Tier
 from suanli.domain.reservation import reserve
 from suanli.domain.scattered import scattered_gpus
 from suanli.domain.snapshot import Snapshot
@@ -233,111 +226,21 @@ class Scheduler:
         return report
 
     def _resize(self, uow: UnitOfWork, now: datetime) -> int:
-        """Live rentals resized in place, from what this cycle left free: first the GPU count on each of its
-        nodes (`_change_gpus`), then more nodes nearest its own (`elastic.grow`); the rate follows its GPUs.
-        One that cannot change yet keeps what it holds and says why, once. How many changed."""
+        """Live rentals resized in place, from what this cycle left free (`Resizer`). How many changed."""
+        if not self.resizing:
+            return 0
         assert self.snapshot is not None and self.policy is not None
-        changed = 0
-        resizing = {r.request.id for r in self.resizing}
-        held_ids: dict[str, set[int]] = {}
-        for allocation_id, owner in self.owner.items():
-            if owner in resizing:
-                held_ids.setdefault(owner, set()).add(allocation_id)
-        for running in self.resizing:
-            rental = uow.rentals.get(running.request.id, lock=True)
-            if rental is None or rental.state not in PREEMPTIBLE_STATES:
-                continue
-            if uow.rentals.live_allocation_ids_of(rental.id) != held_ids.get(rental.id, set()):
-                continue  # resized or ended since this cycle began: the next one starts from the database
-            now_s = now.timestamp()
-            held = running.request
-            if isinstance(held.shape, WholeGpus) and rental.spec.gpus != held.shape.count:
-                outcome = self._change_gpus(uow, rental, running, now)
-                if isinstance(outcome, Pending):
-                    self._waiting(uow, rental, f"to have {rental.spec.gpus} GPUs per node", outcome, now)
-                    continue
-                running, changed = outcome, changed + 1
-                rental = uow.rentals.get(rental.id) or rental  # at its new rate
-            have = len(running.placement.nodes)
-            extra = rental.spec.nodes - have
-            if extra <= 0:
-                continue
-            more = replace(running.request, id=f"{rental.id}+nodes", node_count=extra)
-            price = (rental.price_micros_per_hour or 0) * extra // have
-            outcome = self._grow(rental, running, more, price, now_s, extra_nodes=extra)
-            if isinstance(outcome, Pending):
-                self._waiting(uow, rental, f"to grow by {extra} nodes", outcome, now)
-                continue
-            rows = bookings_for(outcome.nodes, self._node, uow.rentals.booked_slots)
-            allocation_ids = uow.rentals.book(rental.id, outcome.nodes, rows, extend=True)
-            self.held.update(zip(allocation_ids, outcome.nodes, strict=True))
-            self.owner.update((i, rental.id) for i in allocation_ids)
-            follow_size(uow, rental, have, have + len(outcome.nodes), now)
-            self.holding.append(Held(more, None, outcome))  # counts for the next growth in this cycle too
-            nodes = ", ".join(a.node for a in outcome.nodes)
-            uow.rentals.add_event(rental.id, RentalEvent(now, "grown", None, f"onto {nodes}"))
-            changed += 1
-        return changed
-
-    def _grow(
-        self, rental: Rental, running: Running, more: Request, price: int, now_s: float, **extra: int
-    ) -> Placement | Pending:
-        """The part `more` (at `price` per hour) added to `running` on the snapshot (`elastic.grow` with
-        `extra`), within its tenant's limits and without taking what contracts hold for others."""
-        assert self.snapshot is not None and self.policy is not None
-        outcome = within_limits(self.limits, self.holding, more, price, now_s) or grow(
-            self.snapshot, running.request, running.placement, self.policy, **extra
+        resizer = Resizer(
+            self.snapshot,
+            self.policy,
+            self.limits,
+            self.holding,
+            self.contracts,
+            self.held,
+            self.owner,
+            self._node,
         )
-        if isinstance(outcome, Pending):
-            return outcome
-        return (
-            held_for_contracts(self.snapshot, self.holding, self.contracts, rental, outcome, more, now_s)
-            or outcome
-        )
-
-    def _change_gpus(
-        self, uow: UnitOfWork, rental: Rental, running: Running, now: datetime
-    ) -> Running | Pending:
-        """`rental` with its spec's GPU count on each of its nodes: fewer are given back at once; more only
-        where all its nodes have them free (within its tenant's limits and others' contracts). Its
-        allocations are replaced by new ones, so its agents see the new GPUs and restart the workload."""
-        assert self.snapshot is not None and self.policy is not None
-        held, wanted = running.request, rental.spec.gpus
-        assert isinstance(held.shape, WholeGpus)
-        have = held.shape.count
-        if wanted < have:
-            kept, _ = shrink(self.snapshot, running.placement, fewer_gpus_per_node=have - wanted)
-            nodes = kept.nodes
-        else:
-            more = replace(held, id=f"{rental.id}+gpus", shape=WholeGpus(wanted - have))
-            price = (rental.price_micros_per_hour or 0) * (wanted - have) // max(have, 1)
-            outcome = self._grow(
-                rental, running, more, price, now.timestamp(), extra_gpus_per_node=wanted - have
-            )
-            if isinstance(outcome, Pending):
-                return outcome
-            added = {a.node: a for a in outcome.nodes}
-            nodes = tuple(replace(a, slices=a.slices + added[a.node].slices) for a in running.placement.nodes)
-            self.holding.append(Held(more, None, outcome))  # counts for the next growth in this cycle too
-        uow.rentals.release(rental.id)
-        rows = bookings_for(nodes, self._node, uow.rentals.booked_slots)
-        allocation_ids = uow.rentals.book(rental.id, nodes, rows, extend=True)
-        for allocation_id in [i for i, owner in self.owner.items() if owner == rental.id]:
-            del self.held[allocation_id], self.owner[allocation_id]
-        self.held.update(zip(allocation_ids, nodes, strict=True))
-        self.owner.update((i, rental.id) for i in allocation_ids)
-        follow_size(uow, rental, have, wanted, now)
-        message = f"now {wanted} GPUs on each of its {len(nodes)} nodes (was {have}); its workload restarts"
-        uow.rentals.add_event(rental.id, RentalEvent(now, "resized", None, message))
-        placement = Placement(rental.id, nodes, running.placement.subtree)
-        return replace(running, request=held_request(held, nodes), placement=placement)
-
-    @staticmethod
-    def _waiting(uow: UnitOfWork, rental: Rental, what: str, why: Pending, now: datetime) -> None:
-        message = f"waiting {what}: {why.message}"
-        events = uow.rentals.events(rental.id)
-        if not events or events[-1].message != message:
-            uow.rentals.add_event(rental.id, RentalEvent(now, "growing", why.reason, message))
+        return resizer.apply(uow, self.resizing, now)
 
     def _record_expected_start(self, uow: UnitOfWork, pending: Sequence[Rental]) -> None:
         """Show each booked start (the blocked head's under backfill, every booking under the conservative

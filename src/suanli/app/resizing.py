@@ -1,0 +1,153 @@
+"""The leader's in-place resizes of live whole-GPU rentals, applied in its cycle after admission from what
+the cycle left free (a resized rental does not jump ahead of pending rentals).
+
+* A new GPU count per node comes first: fewer are given back at once (`elastic.shrink`); more are taken only
+  where every node of the rental has them free, all or nothing (`elastic.grow`). The rental's allocations are
+  replaced by new rows, so its agents see new slices and restart the workload with them.
+* Then more nodes, nearest its own (`elastic.grow`), of its new per-node shape: a gang never mixes sizes.
+* A growth fits within its tenant's limits and leaves what contracts hold for others (`app/growth.py`); while
+  it cannot, the rental keeps what it holds and an event says why, once. The rate follows its GPUs
+  (`follow_size`).
+* The rental's row is held (`lock=True`) and a rental whose live allocations are not the ones the leader
+  decided on (a resize or an end committed meanwhile) is left to the next cycle, which starts from them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, MutableMapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from suanli.app.booking import bookings_for
+from suanli.app.growth import Held, held_for_contracts, held_request, within_limits
+from suanli.app.ports import UnitOfWork
+from suanli.app.records import PREEMPTIBLE_STATES, Rental, RentalEvent
+from suanli.app.rentals import follow_size
+from suanli.domain.catalog import GpuModel
+from suanli.domain.contracts import Contract
+from suanli.domain.elastic import grow, shrink
+from suanli.domain.inventory import Node
+from suanli.domain.plan import NodeAllocation, Pending, Placement
+from suanli.domain.policies import Policy
+from suanli.domain.preemption import Running
+from suanli.domain.quotas import Limits
+from suanli.domain.request import Request, WholeGpus
+from suanli.domain.snapshot import Snapshot
+
+
+@dataclass
+class Resizer:
+    """One cycle's resizes on the leader's snapshot; `held` and `owner` (live allocation id -> what it holds,
+    whose it is) are the leader's and are kept in step with what is booked."""
+
+    snapshot: Snapshot
+    policy: Policy
+    limits: Limits | None
+    holding: list[Held]  # every rental as large as it is now; grows as this cycle's resizes apply
+    contracts: Sequence[Contract]
+    held: MutableMapping[int, NodeAllocation]
+    owner: MutableMapping[int, str]
+    node: Callable[[str], tuple[Node, GpuModel]]
+
+    def apply(self, uow: UnitOfWork, resizing: Sequence[Running], now: datetime) -> int:
+        """Resize each of `resizing` (as large as it is now) towards its spec; how many changed."""
+        wanted = {r.request.id for r in resizing}
+        decided_on: dict[str, set[int]] = {}
+        for allocation_id, owner in self.owner.items():
+            if owner in wanted:
+                decided_on.setdefault(owner, set()).add(allocation_id)
+        changed = 0
+        for running in resizing:
+            rental = uow.rentals.get(running.request.id, lock=True)
+            if rental is None or rental.state not in PREEMPTIBLE_STATES:
+                continue
+            if uow.rentals.live_allocation_ids_of(rental.id) != decided_on.get(rental.id, set()):
+                continue  # resized or ended since this cycle began: the next one starts from the database
+            held = running.request
+            if isinstance(held.shape, WholeGpus) and rental.spec.gpus != held.shape.count:
+                outcome = self._change_gpus(uow, rental, running, now)
+                if isinstance(outcome, Pending):
+                    _waiting(uow, rental, f"to have {rental.spec.gpus} GPUs per node", outcome, now)
+                    continue
+                running, changed = outcome, changed + 1
+                rental = uow.rentals.get(rental.id) or rental  # at its new rate
+            changed += self._add_nodes(uow, rental, running, now)
+        return changed
+
+    def _add_nodes(self, uow: UnitOfWork, rental: Rental, running: Running, now: datetime) -> int:
+        have = len(running.placement.nodes)
+        extra = rental.spec.nodes - have
+        if extra <= 0:
+            return 0
+        more = replace(running.request, id=f"{rental.id}+nodes", node_count=extra)
+        price = (rental.price_micros_per_hour or 0) * extra // have
+        outcome = self._grow(rental, running, more, price, now, extra_nodes=extra)
+        if isinstance(outcome, Pending):
+            _waiting(uow, rental, f"to grow by {extra} nodes", outcome, now)
+            return 0
+        self._book(uow, rental.id, outcome.nodes)
+        follow_size(uow, rental, have, have + len(outcome.nodes), now)
+        nodes = ", ".join(a.node for a in outcome.nodes)
+        uow.rentals.add_event(rental.id, RentalEvent(now, "grown", None, f"onto {nodes}"))
+        return 1
+
+    def _change_gpus(
+        self, uow: UnitOfWork, rental: Rental, running: Running, now: datetime
+    ) -> Running | Pending:
+        """`running` with its spec's GPU count on each of its nodes, or why it cannot have them yet."""
+        held, wanted = running.request, rental.spec.gpus
+        assert isinstance(held.shape, WholeGpus)
+        have = held.shape.count
+        if wanted < have:
+            kept, _ = shrink(self.snapshot, running.placement, fewer_gpus_per_node=have - wanted)
+            nodes = kept.nodes
+        else:
+            more = replace(held, id=f"{rental.id}+gpus", shape=WholeGpus(wanted - have))
+            price = (rental.price_micros_per_hour or 0) * (wanted - have) // max(have, 1)
+            outcome = self._grow(rental, running, more, price, now, extra_gpus_per_node=wanted - have)
+            if isinstance(outcome, Pending):
+                return outcome
+            added = {a.node: a for a in outcome.nodes}
+            nodes = tuple(replace(a, slices=a.slices + added[a.node].slices) for a in running.placement.nodes)
+        uow.rentals.release(rental.id)
+        for allocation_id in [i for i, owner in self.owner.items() if owner == rental.id]:
+            del self.held[allocation_id], self.owner[allocation_id]
+        self._book(uow, rental.id, nodes)
+        follow_size(uow, rental, have, wanted, now)
+        message = f"now {wanted} GPUs on each of its {len(nodes)} nodes (was {have}); its workload restarts"
+        uow.rentals.add_event(rental.id, RentalEvent(now, "resized", None, message))
+        placement = Placement(rental.id, nodes, running.placement.subtree)
+        return replace(running, request=held_request(held, nodes), placement=placement)
+
+    def _grow(
+        self, rental: Rental, running: Running, more: Request, price: int, now: datetime, **extra: int
+    ) -> Placement | Pending:
+        """The part `more` (at `price` per hour) added to `running` on the snapshot (`elastic.grow` with
+        `extra`), within its tenant's limits and without taking what contracts hold for others; it counts
+        for the next growth in this cycle too."""
+        now_s = now.timestamp()
+        outcome = within_limits(self.limits, self.holding, more, price, now_s) or grow(
+            self.snapshot, running.request, running.placement, self.policy, **extra
+        )
+        if isinstance(outcome, Placement):
+            why = held_for_contracts(
+                self.snapshot, self.holding, self.contracts, rental, outcome, more, now_s
+            )
+            if why is not None:
+                return why
+            self.holding.append(Held(more, None, outcome))
+        return outcome
+
+    def _book(self, uow: UnitOfWork, rental_id: str, nodes: Sequence[NodeAllocation]) -> None:
+        rows = bookings_for(nodes, self.node, uow.rentals.booked_slots)
+        allocation_ids = uow.rentals.book(rental_id, nodes, rows, extend=True)
+        self.held.update(zip(allocation_ids, nodes, strict=True))
+        self.owner.update((i, rental_id) for i in allocation_ids)
+
+
+def _waiting(uow: UnitOfWork, rental: Rental, what: str, why: Pending, now: datetime) -> None:
+    """Say once why the rental cannot change yet (again only when the reason changes)."""
+    message = f"waiting {what}: {why.message}"
+    events = uow.rentals.events(rental.id)
+    if not events or events[-1].message != message:
+        uow.rentals.add_event(rental.id, RentalEvent(now, "growing", why.reason, message))
