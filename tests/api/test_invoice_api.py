@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -109,3 +110,29 @@ def test_cli_invoice_prints_a_table_with_a_total(client, tenant, monkeypatch) ->
     assert as_csv.exit_code == 0 and as_csv.output.startswith("section,ref")
     as_json = runner.invoke(app, ["invoice", month, "--json"])
     assert as_json.exit_code == 0 and '"total_micros"' in as_json.output
+
+
+def test_a_resized_rentals_invoice_counts_its_gpu_seconds_at_each_size(client, tenant) -> None:
+    """4 GPUs, then 2 from the resize on: the invoice line's GPU-seconds are 4 x the first stretch plus
+    2 x the second (before, the final size counted for the whole life)."""
+    from suanli.domain.billing.money import to_epoch_s
+
+    tenant_id, headers = tenant("sized")
+    client.post(f"/v1/tenants/{tenant_id}/credit", json={"amount_micros": 50_000_000}, headers=ADMIN)
+    rental_id = client.post("/v1/rentals", json={**H100, "gpus": 4}, headers=headers).json()["id"]
+    wait_for(client, rental_id, headers, "placed")
+    time.sleep(2.1)
+    client.patch(f"/v1/rentals/{rental_id}", json={"gpus": 2}, headers=headers)
+    deadline = time.monotonic() + 10
+    while len(client.get(f"/v1/rentals/{rental_id}", headers=headers).json()["allocation"][0]["slices"]) != 2:
+        assert time.monotonic() < deadline, "the GPU change was not applied"
+        time.sleep(0.02)
+    time.sleep(2.1)
+    stopped = client.post(f"/v1/rentals/{rental_id}/stop", headers=headers).json()
+    events = {e["kind"]: to_epoch_s(datetime.fromisoformat(e["at"])) for e in stopped["events"]}
+    placed_s, resized_s, stopped_s = events["placed"], events["resized"], events["stopped"]
+    assert resized_s - placed_s >= 2 and stopped_s - resized_s >= 2
+    month = datetime.fromisoformat(stopped["created_at"]).strftime("%Y-%m")
+    (line,) = client.get(f"/v1/invoices/{month}", headers=headers).json()["lines"]
+    assert line["gpu_seconds"] == 4 * (resized_s - placed_s) + 2 * (stopped_s - resized_s)
+    assert line["description"].split(" x ")[1].split()[0] == "2"  # its size now

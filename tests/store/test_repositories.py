@@ -588,7 +588,7 @@ def test_a_resize_made_while_the_leader_decides_is_not_undone_by_its_gpu_change(
                     allocation = u.rentals.allocation("rnt_1")
                     u.rentals.update_spec("rnt_1", replace(rental, spec=replace(rental.spec, nodes=2)))
                     u.rentals.release("rnt_1", [allocation[2].node])
-                    follow_size(u, rental, 3, 2, NOW)
+                    follow_size(u, rental, (3, 4.0), (2, 4.0), NOW)
                     u.commit()
             return decided
 

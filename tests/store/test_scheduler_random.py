@@ -15,7 +15,7 @@ import pytest
 
 from suanli.app.fleet import FleetCache
 from suanli.app.records import LIVE_STATES, Rental, RentalSpec, Tenant
-from suanli.app.rentals import follow_size
+from suanli.app.rentals import follow_size, per_node_gpus
 from suanli.app.scheduling import Scheduler
 from suanli.domain.catalog_data import CATALOG
 from suanli.domain.queue_order import BOOKED_QUEUE, GREEDY_QUEUE, PLATFORM_QUEUE
@@ -134,4 +134,5 @@ def resize(u, rental: Rental, nodes: int, gpus: int | None, now: datetime) -> No
     u.rentals.update_spec(rental.id, replace(rental, spec=spec))
     if nodes < len(allocation):
         u.rentals.release(rental.id, [a.node for a in allocation[nodes:]])
-        follow_size(u, rental, len(allocation), nodes, now)
+        per_node = per_node_gpus(allocation)
+        follow_size(u, rental, (len(allocation), per_node), (nodes, per_node), now)

@@ -20,8 +20,10 @@ from suanli.domain.billing.invoice import (
     InvoiceError,
     Month,
     RentalBilling,
+    Size,
     build_invoice,
     gpu_fraction,
+    size_seconds,
 )
 from suanli.domain.billing.ledger import AccountKind, TxKind
 from suanli.domain.billing.meter import RentalUsage
@@ -59,6 +61,7 @@ class InvoiceService:
             billable = [b for b in uow.rentals.billable() if b.rental.tenant_id == target]
             _, fleet = self.cache.load(uow)
             transactions = uow.ledger.transactions(target)
+            resized = uow.rentals.sizes([b.rental.id for b in billable])
         charged = frozenset({AccountKind.PROVIDER_PAYABLE, AccountKind.PLATFORM_REVENUE})
         charges: dict[str, list[tuple[int, int]]] = {}
         for tx in transactions:
@@ -72,15 +75,22 @@ class InvoiceService:
             usage = rental_usage(item, {})
             if usage is None:
                 continue
-            power = self._measured_power_w(item.rental, usage, measured.get(item.rental.id), now_s)
-            rentals.append(self._rental_billing(item, usage, nodes, regions, power))
+            sizes = tuple(
+                Size(to_epoch_s(at), n, per_node) for at, n, per_node in resized.get(item.rental.id, ())
+            )
+            power = self._measured_power_w(item.rental, usage, measured.get(item.rental.id), now_s, sizes)
+            rentals.append(self._rental_billing(item, usage, nodes, regions, power, sizes))
         sla = [sla_credit_line(tx) for tx in transactions if tx.key == sla_key(target, month)]
         plans = plan_lines(target, str(month), month.start_s, month.end_s, transactions)
         return build_invoice(target, month, rentals, charges, now_s, sla_credits=sla, plan_lines=plans)
 
     @staticmethod
     def _measured_power_w(
-        rental: Rental, usage: RentalUsage, measured: tuple[float, float] | None, now_s: int
+        rental: Rental,
+        usage: RentalUsage,
+        measured: tuple[float, float] | None,
+        now_s: int,
+        sizes: tuple[Size, ...] = (),
     ) -> float | None:
         """Measured average power per GPU over the rental's life (`suanli.domain.billing.energy`), or None
         (TDP estimate) when its runs' measured seconds cover less than half its billable node-seconds."""
@@ -88,9 +98,17 @@ class InvoiceService:
             return None
         spec = rental.spec
         stop = now_s if usage.ended_s is None else min(now_s, usage.ended_s)
-        per_node = gpu_fraction(spec.gpus, 1, spec.mig_profile, spec.share_milli)
+        billable_s = stop - usage.started_s
         energy_j, measured_s = measured
-        return average_power_per_gpu_w(energy_j, measured_s, stop - usage.started_s, spec.nodes, per_node)
+        if sizes and billable_s > 0:
+            node_s, gpu_s = size_seconds(sizes, usage.started_s, stop)
+            if node_s <= 0:
+                return None
+            return average_power_per_gpu_w(
+                energy_j, measured_s, billable_s, node_s / billable_s, gpu_s / node_s
+            )
+        per_node = gpu_fraction(spec.gpus, 1, spec.mig_profile, spec.share_milli)
+        return average_power_per_gpu_w(energy_j, measured_s, billable_s, spec.nodes, per_node)
 
     def _rental_billing(
         self,
@@ -99,6 +117,7 @@ class InvoiceService:
         nodes: dict[str, Any],
         regions: dict[str, Any],
         measured_power_w: float | None = None,
+        sizes: tuple[Size, ...] = (),
     ) -> RentalBilling:
         """Energy facts from the rental's first node (model TDP, region PUE and grid intensity), and its
         measured average power per GPU when telemetry covers enough of it (else the TDP estimate is used)."""
@@ -123,7 +142,11 @@ class InvoiceService:
             started_s=usage.started_s,
             ended_s=usage.ended_s,
             rate_micros_per_hour=usage.rate_micros_per_hour,
-            gpu_fraction=gpu_fraction(spec.gpus, spec.nodes, spec.mig_profile, spec.share_milli),
+            gpu_fraction=(
+                sizes[-1].nodes * sizes[-1].gpus_per_node
+                if sizes
+                else gpu_fraction(spec.gpus, spec.nodes, spec.mig_profile, spec.share_milli)
+            ),
             gpu_model=model_name,
             region=None if region is None else region.name,
             tdp_watts=tdp,
@@ -131,4 +154,5 @@ class InvoiceService:
             grid_gco2_per_kwh=None if region is None else region.grid_gco2_per_kwh,
             measured_power_w=measured_power_w,
             discounts=discounts,
+            sizes=sizes,
         )

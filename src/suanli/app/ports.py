@@ -112,6 +112,16 @@ class RentalRepo(Protocol):
     def change_rate(
         self, rental_id: str, at: datetime, rate_micros_per_hour: int, *, since: datetime, previous: int
     ) -> None: ...
+    def record_size(
+        self,
+        rental_id: str,
+        at: datetime,
+        size: tuple[int, float],
+        *,
+        since: datetime,
+        previous: tuple[int, float],
+    ) -> None: ...
+    def sizes(self, rental_ids: Sequence[str]) -> dict[str, list[tuple[datetime, int, float]]]: ...
     def rate_changes(
         self, rental_ids: Sequence[str] | None = None, *, first: str = "", last: str = ""
     ) -> dict[str, list[tuple[datetime, int]]]: ...

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 from datetime import UTC, datetime
 
@@ -19,6 +19,7 @@ from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.records import END_STATES, LIVE_STATES, Caller, Rental, RentalEvent, RentalSpec, RentalView
 from suanli.domain.catalog import Catalog
 from suanli.domain.errors import RequestError
+from suanli.domain.plan import NodeAllocation
 from suanli.domain.request import Constraints, GpuSelector, GpuShare, MigSlice, Request, Tier, WholeGpus
 
 MAX_IDEMPOTENCY_KEY = 200
@@ -187,7 +188,8 @@ class RentalService:
                     dropped = [a.node for a in allocation[new_spec.nodes :]]
                     uow.rentals.release(rental.id, dropped)
                     message += f"; released {', '.join(dropped)}"
-                    follow_size(uow, rental, len(allocation), new_spec.nodes, now)
+                    per_node = per_node_gpus(allocation)
+                    follow_size(uow, rental, (len(allocation), per_node), (new_spec.nodes, per_node), now)
                 held_gpus = len(allocation[0].slices) if allocation else new_spec.gpus
                 if new_spec.gpus != held_gpus:
                     message += f"; changing to {new_spec.gpus} GPUs per node in place (the workload restarts)"
@@ -206,14 +208,28 @@ class RentalService:
         return rental
 
 
-def follow_size(uow: UnitOfWork, rental: Rental, before: int, after: int, now: datetime) -> None:
-    """A live rental now `after` units large instead of `before` (nodes of the same GPUs, or GPUs) pays in
-    proportion from `now` on."""
-    rate = rental.price_micros_per_hour
-    if rate is None or before <= 0 or after == before:
-        return
+def follow_size(
+    uow: UnitOfWork, rental: Rental, before: tuple[int, float], after: tuple[int, float], now: datetime
+) -> None:
+    """A live rental now `after` (nodes, GPUs per node) instead of `before` pays in proportion to its GPUs
+    from `now` on; the size is recorded for its invoice's GPU-seconds and energy."""
     since = rental.placed_at or rental.created_at
-    uow.rentals.change_rate(rental.id, now, rate * after // before, since=since, previous=rate)
+    uow.rentals.record_size(rental.id, now, after, since=since, previous=before)
+    rate = rental.price_micros_per_hour
+    was, will = _milli(before), _milli(after)
+    if rate is None or was <= 0 or will == was:
+        return
+    uow.rentals.change_rate(rental.id, now, rate * will // was, since=since, previous=rate)
+
+
+def per_node_gpus(allocation: Sequence[NodeAllocation]) -> float:
+    """GPUs a rental holds on one node (its first): whole GPUs count 1, shares and MIG slices their part."""
+    return sum(s.milli for s in allocation[0].slices) / 1000 if allocation else 0.0
+
+
+def _milli(size: tuple[int, float]) -> int:
+    nodes, per_node = size
+    return nodes * round(per_node * 1000)
 
 
 def stop_in(uow: UnitOfWork, rental: Rental, now: datetime, why: str) -> None:

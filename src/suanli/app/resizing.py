@@ -22,7 +22,7 @@ from suanli.app.booking import bookings_for
 from suanli.app.growth import Held, held_for_contracts, held_request, within_limits
 from suanli.app.ports import UnitOfWork
 from suanli.app.records import PREEMPTIBLE_STATES, Rental, RentalEvent
-from suanli.app.rentals import follow_size
+from suanli.app.rentals import follow_size, per_node_gpus
 from suanli.domain.catalog import GpuModel
 from suanli.domain.contracts import Contract
 from suanli.domain.elastic import grow, shrink
@@ -86,7 +86,8 @@ class Resizer:
             _waiting(uow, rental, f"to grow by {extra} nodes", outcome, now)
             return 0
         self._book(uow, rental.id, outcome.nodes)
-        follow_size(uow, rental, have, have + len(outcome.nodes), now)
+        per_node = per_node_gpus(running.placement.nodes)
+        follow_size(uow, rental, (have, per_node), (have + len(outcome.nodes), per_node), now)
         nodes = ", ".join(a.node for a in outcome.nodes)
         uow.rentals.add_event(rental.id, RentalEvent(now, "grown", None, f"onto {nodes}"))
         return 1
@@ -113,7 +114,7 @@ class Resizer:
         for allocation_id in [i for i, owner in self.owner.items() if owner == rental.id]:
             del self.held[allocation_id], self.owner[allocation_id]
         self._book(uow, rental.id, nodes)
-        follow_size(uow, rental, have, wanted, now)
+        follow_size(uow, rental, (len(nodes), have), (len(nodes), wanted), now)
         message = f"now {wanted} GPUs on each of its {len(nodes)} nodes (was {have}); its workload restarts"
         uow.rentals.add_event(rental.id, RentalEvent(now, "resized", None, message))
         placement = Placement(rental.id, nodes, running.placement.subtree)

@@ -31,6 +31,7 @@ from suanli.store.rows import (
     RentalRateRow,
     RentalRow,
     RentalRunRow,
+    RentalSizeRow,
     SliceRow,
 )
 
@@ -442,6 +443,48 @@ class SqlRentals:
             .values(price_micros_per_hour=rate_micros_per_hour)
             .execution_options(synchronize_session=False)
         )
+
+    def record_size(
+        self,
+        rental_id: str,
+        at: datetime,
+        size: tuple[int, float],
+        *,
+        since: datetime,
+        previous: tuple[int, float],
+    ) -> None:
+        """From `at` on the rental is `size` (nodes, GPUs per node); its first resize also records `previous`
+        from `since` (its placement). A size at an instant that already has one replaces it."""
+        sizes = RentalSizeRow.__table__
+        found = dict(
+            self.s.execute(select(sizes.c.from_at, sizes.c.id).where(sizes.c.rental_id == rental_id)).all()
+        )
+        wanted = [(at, size)]
+        if not found and since < at:
+            wanted.insert(0, (since, previous))
+        known = {_utc(moment): row_id for moment, row_id in found.items()}
+        for moment, (nodes, per_node) in wanted:
+            row_id = known.get(_utc(moment))
+            values = {"nodes": nodes, "gpus_per_node": per_node}
+            if row_id is None:
+                self.s.execute(insert(sizes).values(rental_id=rental_id, from_at=moment, **values))
+            else:
+                self.s.execute(update(sizes).where(sizes.c.id == row_id).values(**values))
+
+    def sizes(self, rental_ids: Sequence[str]) -> dict[str, list[tuple[datetime, int, float]]]:
+        """Size rows (from, nodes, GPUs per node) per resized rental of `rental_ids`, sorted by `from_at`."""
+        if not rental_ids:
+            return {}
+        sizes = RentalSizeRow.__table__
+        query = (
+            select(sizes.c.rental_id, sizes.c.from_at, sizes.c.nodes, sizes.c.gpus_per_node)
+            .where(one_of(self.s, sizes.c.rental_id, rental_ids))
+            .order_by(sizes.c.rental_id, sizes.c.from_at)
+        )
+        found: dict[str, list[tuple[datetime, int, float]]] = {}
+        for rental_id, moment, nodes, per_node in self.s.execute(query):
+            found.setdefault(rental_id, []).append((_utc(moment) or moment, int(nodes), float(per_node)))
+        return found
 
     def rate_changes(
         self, rental_ids: Sequence[str] | None = None, *, first: str = "", last: str = ""

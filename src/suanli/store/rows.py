@@ -369,6 +369,18 @@ class PriceEntryRow(Base):
     created_at: Mapped[datetime] = mapped_column(UtcDateTime())
 
 
+class RentalSizeRow(Base):
+    """A resized rental's size from `from_at` on (see migration 0014)."""
+
+    __tablename__ = "rental_sizes"
+    __table_args__ = (UniqueConstraint("rental_id", "from_at", name="uq_rental_sizes_rental_from"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    rental_id: Mapped[str] = mapped_column(ForeignKey("rentals.id"), index=True)
+    from_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    nodes: Mapped[int] = mapped_column(Integer)
+    gpus_per_node: Mapped[float] = mapped_column(Float)
+
+
 class RentalRateRow(Base):
     """A rental's rate from `from_at` on (a spot rental follows its pool's spot price; see migration 0007)."""
 

@@ -74,4 +74,13 @@ def test_measured_average_times_the_gpu_fraction_gives_the_rentals_power_on_the_
     assert power is not None
     rental = RentalBilling("r", 0, 3600, 1, per_node, tdp_watts=400, pue=1.5, measured_power_w=power)
     # 120 W for an hour x PUE 1.5 = 0.18 kWh, whatever the fraction
-    assert energy_kwh(rental, 3600) == pytest.approx(0.18)
+    assert energy_kwh(rental, rental.gpu_seconds_in(0, 3600, 3600)) == pytest.approx(0.18)
+
+
+def test_a_resized_rentals_measured_power_per_gpu_uses_its_average_size() -> None:
+    """1 node x 2 GPUs for an hour, then 2 nodes x 4 GPUs for an hour, measured throughout at 300 W per GPU:
+    joules = 300 x (2 + 8) x 3600; measured node-seconds = 3600 + 2 x 3600. Averages: 1.5 nodes over the
+    2 billable hours, 10 / 3 GPUs per node; the result is the 300 W every GPU drew."""
+    energy_j = 300.0 * (2 + 8) * 3600
+    power = average_power_per_gpu_w(energy_j, 3 * 3600.0, 7200.0, 1.5, (2 + 8) / 3)
+    assert power == pytest.approx(300.0)

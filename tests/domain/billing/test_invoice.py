@@ -108,3 +108,23 @@ def test_gpu_fraction_and_csv() -> None:
     assert rows[0].startswith("section,ref,description,gpu_seconds")
     assert rows[1].startswith("rental,r,") and rows[-1].startswith("total,t 2026-11")
     assert rows[-1].split(",")[6] == "5"
+
+
+def test_a_resized_rental_counts_each_second_at_the_size_it_had() -> None:
+    """2 nodes x 4 GPUs for an hour, then 2 x 8 for an hour, then 3 x 8 to the end of the month: its
+    November line counts 8, 16 and 24 GPUs in turn, energy from the same GPU-hours; December only 24."""
+    from suanli.domain.billing.invoice import Size, size_seconds
+
+    start = NOV.end_s - 3 * 3600
+    sizes = (Size(start, 2, 4.0), Size(start + 3600, 2, 8.0), Size(start + 7200, 3, 8.0))
+    rental = h100("r1", start, DEC.start_s + 3600, gpu_fraction=24.0, sizes=sizes)
+    (november,) = build_invoice("ten_a", NOV, [rental], {}, now_s=DEC.end_s).lines
+    assert november.gpu_seconds == (8 + 16 + 24) * 3600
+    # 700 W x 0.7 x 48 GPU-h x PUE 1.2 / 1000
+    assert november.energy_kwh == pytest.approx(700 * 0.7 * 48 * 1.2 / 1000)
+    assert november.description == "H100-SXM-80GB x 24 in eu"  # its size now
+    (december,) = build_invoice("ten_a", DEC, [rental], {}, now_s=DEC.end_s).lines
+    assert december.gpu_seconds == 24 * 3600
+    # node-seconds and GPU-seconds of any window; before the first size its first size holds
+    assert size_seconds(sizes, start - 100, start + 3700) == (2 * 3700 + 2 * 100, 8 * 3700 + 16 * 100)
+    assert size_seconds(sizes, start + 7200, start + 7200) == (0.0, 0.0)

@@ -12,8 +12,9 @@ Rules:
   to the rental's run on that node, and the interval to its measured seconds.
 * An invoice uses the measured average only when the runs' measured seconds cover at least `MIN_COVERAGE`
   of the rental's billable node-seconds (billable seconds x nodes); else TDP x the utilization estimate.
-  The average per GPU is (joules / measured seconds) / the GPUs the rental holds on one node, so that
-  x GPU fraction (all nodes) x hours gives the rental's whole power over its billable time.
+  The average per GPU is (joules / measured seconds) / the GPUs the rental holds on one node (a resized
+  rental: on average over its life), so that x GPU-hours gives the rental's whole energy over its billable
+  time.
 """
 
 from __future__ import annotations
@@ -46,12 +47,14 @@ def measured_interval_s(gap_s: float | None, heartbeat_interval_s: float) -> flo
 
 
 def average_power_per_gpu_w(
-    energy_j: float, measured_s: float, billable_s: float, nodes: int, gpus_per_node: float
+    energy_j: float, measured_s: float, billable_s: float, nodes: float, gpus_per_node: float
 ) -> float | None:
     """Measured average power per GPU (W), or None when the measurement covers too little of the rental.
 
     `energy_j` and `measured_s` are summed over the rental's runs (one per node, and one per node it was
     re-queued to); `billable_s` is its whole billable interval; `gpus_per_node` its GPU fraction on one node.
+    A resized rental passes its time-weighted averages: node-seconds / billable seconds as `nodes`, and
+    GPU-seconds / node-seconds as `gpus_per_node`.
     """
     if measured_s <= 0 or billable_s <= 0 or nodes <= 0 or gpus_per_node <= 0 or energy_j < 0:
         return None

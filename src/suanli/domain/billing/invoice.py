@@ -5,14 +5,16 @@ Rules:
 * A month is `[first second of the month, first second of the next)` in UTC epoch seconds (`Month`).
 * A rental's usage in the month is its billable interval `[started_s, ended_s or now_s)` clipped to the month;
   a rental spanning two months shows its seconds in each. GPU-seconds = seconds x the rental's GPU fraction
-  (whole GPUs x nodes, a MIG instance's compute slices / 7, a share's milli / 1000), rounded to 3 decimals.
+  (whole GPUs x nodes, a MIG instance's compute slices / 7, a share's milli / 1000), rounded to 3 decimals;
+  a resized rental's follow its sizes (`Size`, one per resize, the first from its placement), each second at
+  the size in force.
 * Money: a line's `amount_micros` is what the ledger charged the rental inside the month: the sum of its
   charge transactions with `at_s` in the month (the meter posts cumulatively, so a charge posted just after
   midnight on the 1st belongs to the new month). The total is the exact integer sum of every line's
   amount (rental lines, plan lines, SLA credit lines). An SLA credit line is the month's posted credit
   (key `sla:{tenant}:{yyyy-mm}`) as a negative amount, its description the credit's memo (availability,
   tier, the outage ids as evidence).
-* Energy (kWh) = power per GPU (W) x GPU fraction x hours x the region's PUE / 1000, where the power is the
+* Energy (kWh) = power per GPU (W) x GPU-hours x the region's PUE / 1000, where the power is the
   measured average power per GPU from agent telemetry when known (`suanli.domain.billing.energy`: only when
   the measurements cover at least half the rental's billable time), else TDP x `UTILIZATION_ESTIMATE` (0.7).
   A rental line's `energy_source` says which: `measured` or `tdp_estimate` (None when there is no energy).
@@ -84,6 +86,28 @@ def gpu_fraction(
 
 
 @dataclass(frozen=True, slots=True)
+class Size:
+    """A resized rental's size from `from_s` on."""
+
+    from_s: int
+    nodes: int
+    gpus_per_node: float
+
+
+def size_seconds(sizes: Sequence[Size], start_s: int, end_s: int) -> tuple[float, float]:
+    """(node-seconds, GPU-seconds) of `[start_s, end_s)` at the sizes in force; the first size also covers
+    any time before its `from_s`."""
+    node_s = gpu_s = 0.0
+    for index, size in enumerate(sizes):
+        lo = start_s if index == 0 else max(start_s, size.from_s)
+        hi = end_s if index + 1 == len(sizes) else min(end_s, sizes[index + 1].from_s)
+        if hi > lo:
+            node_s += (hi - lo) * size.nodes
+            gpu_s += (hi - lo) * size.nodes * size.gpus_per_node
+    return node_s, gpu_s
+
+
+@dataclass(frozen=True, slots=True)
 class RentalBilling:
     """What an invoice needs of one rental: its interval, rate, size and the energy facts of where it ran."""
 
@@ -99,11 +123,19 @@ class RentalBilling:
     grid_gco2_per_kwh: float | None = None
     measured_power_w: float | None = None  # average per GPU from telemetry, when known
     discounts: tuple[tuple[str, int], ...] = ()  # (label, micros per hour) from the rental's quote
+    sizes: tuple[Size, ...] = ()  # a resized rental's sizes (else `gpu_fraction` throughout)
 
     def seconds_in(self, start_s: int, end_s: int, now_s: int) -> int:
         """Seconds of [started_s, ended_s or now_s) inside [start_s, end_s)."""
         stop = now_s if self.ended_s is None else min(now_s, self.ended_s)
         return max(0, min(stop, end_s) - max(self.started_s, start_s))
+
+    def gpu_seconds_in(self, start_s: int, end_s: int, now_s: int) -> float:
+        """GPU-seconds of [started_s, ended_s or now_s) inside [start_s, end_s), at the sizes in force."""
+        if not self.sizes:
+            return self.seconds_in(start_s, end_s, now_s) * self.gpu_fraction
+        stop = now_s if self.ended_s is None else min(now_s, self.ended_s)
+        return size_seconds(self.sizes, max(self.started_s, start_s), min(stop, end_s))[1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,8 +178,8 @@ class Invoice:
         return round(sum(x.co2_kg for x in self.all_lines if x.co2_kg is not None), ENERGY_DECIMALS)
 
 
-def energy_kwh(rental: RentalBilling, seconds: int) -> float | None:
-    """Unrounded kWh of `seconds` of the rental; None when neither measured power nor TDP, or no PUE."""
+def energy_kwh(rental: RentalBilling, gpu_seconds: float) -> float | None:
+    """Unrounded kWh of `gpu_seconds` of the rental; None when neither measured power nor TDP, or no PUE."""
     if rental.pue is None:
         return None
     if rental.measured_power_w is not None:
@@ -156,7 +188,7 @@ def energy_kwh(rental: RentalBilling, seconds: int) -> float | None:
         power_w = rental.tdp_watts * UTILIZATION_ESTIMATE
     else:
         return None
-    return power_w * rental.gpu_fraction * (seconds / SECONDS_PER_HOUR) * rental.pue / 1000
+    return power_w * (gpu_seconds / SECONDS_PER_HOUR) * rental.pue / 1000
 
 
 def energy_source(rental: RentalBilling, kwh: float | None) -> str | None:
@@ -196,7 +228,8 @@ def build_invoice(
         amount = charged_in(charges.get(rental.rental_id, ()), start_s, end_s)
         if seconds == 0 and amount == 0:
             continue
-        kwh = energy_kwh(rental, seconds)
+        gpu_seconds = rental.gpu_seconds_in(start_s, end_s, now_s)
+        kwh = energy_kwh(rental, gpu_seconds)
         kg = co2_kg(kwh, rental.grid_gco2_per_kwh)
         where = f" in {rental.region}" if rental.region else ""
         lines.append(
@@ -205,7 +238,7 @@ def build_invoice(
                 ref=rental.rental_id,
                 description=f"{rental.gpu_model or 'GPU'} x {rental.gpu_fraction:g}{where}",
                 amount_micros=amount,
-                gpu_seconds=round(seconds * rental.gpu_fraction, ENERGY_DECIMALS),
+                gpu_seconds=round(gpu_seconds, ENERGY_DECIMALS),
                 rate_micros_per_hour=rental.rate_micros_per_hour,
                 discounts=rental.discounts,
                 energy_kwh=None if kwh is None else round(kwh, ENERGY_DECIMALS),
