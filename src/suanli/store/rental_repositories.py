@@ -421,22 +421,10 @@ class SqlRentals:
         """From `at` on the rental pays `rate_micros_per_hour` (a row in `rental_rates`, and its price). Its
         first change also records the rate it paid before, `previous` from `since` (its placement), so its
         rows are its whole rate history; a change at an instant that already has one replaces it."""
-        rates = RentalRateRow.__table__
-        found = dict(
-            self.s.execute(select(rates.c.from_at, rates.c.id).where(rates.c.rental_id == rental_id)).all()
+        rate = "rate_micros_per_hour"
+        self._put_history(
+            RentalRateRow.__table__, rental_id, at, {rate: rate_micros_per_hour}, since, {rate: previous}
         )
-        wanted = [(at, rate_micros_per_hour)]
-        if not found and since < at:
-            wanted.insert(0, (since, previous))
-        known = {_utc(moment): row_id for moment, row_id in found.items()}
-        for moment, rate in wanted:
-            row_id = known.get(_utc(moment))
-            if row_id is None:
-                self.s.execute(
-                    insert(rates).values(rental_id=rental_id, from_at=moment, rate_micros_per_hour=rate)
-                )
-            else:
-                self.s.execute(update(rates).where(rates.c.id == row_id).values(rate_micros_per_hour=rate))
         self.s.execute(
             update(RentalRow)
             .where(RentalRow.id == rental_id)
@@ -453,23 +441,35 @@ class SqlRentals:
         since: datetime,
         previous: tuple[int, float],
     ) -> None:
-        """From `at` on the rental is `size` (nodes, GPUs per node); its first resize also records `previous`
-        from `since` (its placement). A size at an instant that already has one replaces it."""
-        sizes = RentalSizeRow.__table__
+        """From `at` on the rental is `size` (nodes, GPUs per node), in `rental_sizes`, as `change_rate`
+        records rates (its first resize also records `previous` from `since`)."""
+        now, before = ({"nodes": n, "gpus_per_node": g} for n, g in (size, previous))
+        self._put_history(RentalSizeRow.__table__, rental_id, at, now, since, before)
+
+    def _put_history(
+        self,
+        table: Any,
+        rental_id: str,
+        at: datetime,
+        values: dict[str, Any],
+        since: datetime,
+        previous: dict[str, Any],
+    ) -> None:
+        """A row of a per-rental history (`rental_id`, `from_at`, `values`) from `at` on; the rental's first
+        row also records `previous` from `since`. A row at an instant that already has one is replaced."""
         found = dict(
-            self.s.execute(select(sizes.c.from_at, sizes.c.id).where(sizes.c.rental_id == rental_id)).all()
+            self.s.execute(select(table.c.from_at, table.c.id).where(table.c.rental_id == rental_id)).all()
         )
-        wanted = [(at, size)]
+        wanted = [(at, values)]
         if not found and since < at:
             wanted.insert(0, (since, previous))
         known = {_utc(moment): row_id for moment, row_id in found.items()}
-        for moment, (nodes, per_node) in wanted:
+        for moment, row in wanted:
             row_id = known.get(_utc(moment))
-            values = {"nodes": nodes, "gpus_per_node": per_node}
             if row_id is None:
-                self.s.execute(insert(sizes).values(rental_id=rental_id, from_at=moment, **values))
+                self.s.execute(insert(table).values(rental_id=rental_id, from_at=moment, **row))
             else:
-                self.s.execute(update(sizes).where(sizes.c.id == row_id).values(**values))
+                self.s.execute(update(table).where(table.c.id == row_id).values(**row))
 
     def sizes(self, rental_ids: Sequence[str]) -> dict[str, list[tuple[datetime, int, float]]]:
         """Size rows (from, nodes, GPUs per node) per resized rental of `rental_ids`, sorted by `from_at`."""
