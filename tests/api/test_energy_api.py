@@ -78,7 +78,7 @@ def test_heartbeat_power_makes_the_invoice_energy_measured(
     beat(1200, None)  # no reading for the rental's GPU: not measured
     beat(1500, 160.0)  # 300 s at 160 W
     energy_j = (100.0 * 600 + 160.0 * 300) * fraction
-    assert invoices.energy.measured([rental["id"]]) == {rental["id"]: (energy_j, 900.0)}
+    assert invoices.energy.measured([rental["id"]]) == {rental["id"]: (energy_j, 900.0, 900.0 * fraction)}
 
     seconds = 1737  # 900 measured of 1737 billable: over half
     invoices.clock = FixedClock(t0 + timedelta(seconds=seconds))
@@ -92,7 +92,7 @@ def test_heartbeat_power_makes_the_invoice_energy_measured(
     assert f"{round(kwh, 3)},{round(kwh * GRID / 1000, 3)},measured" in as_csv
 
     beat(1500 + 3 * INTERVAL_S + 1, 160.0)  # after a gap over 3 intervals: not measured
-    assert invoices.energy.measured([rental["id"]]) == {rental["id"]: (energy_j, 900.0)}
+    assert invoices.energy.measured([rental["id"]]) == {rental["id"]: (energy_j, 900.0, 900.0 * fraction)}
     seconds = int(1500 + 3 * INTERVAL_S + 1)  # 900 of 3301 s: under half, back to the TDP estimate
     invoices.clock = FixedClock(t0 + timedelta(seconds=seconds))
     line = _line(client, owner, month, rental["id"])

@@ -606,3 +606,61 @@ def test_a_resize_made_while_the_leader_decides_is_not_undone_by_its_gpu_change(
     assert scheduler.run_cycle().grown == 1
     with uow() as u:
         assert [(a.node, len(a.slices)) for a in u.rentals.allocation("rnt_1")] == [(n, 2) for n in first_two]
+
+
+def test_the_measured_gpu_seconds_migration_fills_existing_runs_from_their_rentals_spec(database_url) -> None:
+    """Runs measured before 0015 get measured seconds x the GPUs per node of their rental's spec (what they
+    held: a GPU count could not change in place before): 2 whole GPUs, a 3g MIG slice (3/7), a 250-milli
+    share; a run never measured keeps 0."""
+    from sqlalchemy import text
+
+    engine = make_engine(database_url)
+    migrate(engine, "0014")
+    factory = unit_of_work_factory(engine)
+    specs = {
+        "rnt_w": RentalSpec(gpu_model="H100-SXM-80GB", gpus=2, nodes=2),
+        "rnt_m": RentalSpec(gpu_model="A100-80GB", mig_profile="3g.40gb"),
+        "rnt_s": RentalSpec(gpu_model="L40S", gpus=0, share_milli=250),
+    }
+    try:
+        with factory() as u:
+            u.tenants.add(Tenant("ten_a", "a", "tenant", NOW))
+            for rental_id, spec in specs.items():
+                u.rentals.add(_rental(rental_id, spec))
+            u.commit()
+        runs = [("rnt_w", "n1", 100.0), ("rnt_w", "n2", 50.0), ("rnt_m", "n1", 70.0), ("rnt_s", "n1", 0.0)]
+        with engine.begin() as connection:
+            for rental_id, node, measured_s in runs:
+                connection.execute(
+                    text(
+                        "INSERT INTO rental_runs (rental_id, node, state, energy_j, measured_s) "
+                        "VALUES (:r, :n, 'running', 1.0, :s)"
+                    ),
+                    {"r": rental_id, "n": node, "s": measured_s},
+                )
+            connection.execute(
+                text("UPDATE rental_runs SET measured_s = 40 WHERE rental_id = 'rnt_s'")
+            )  # measured after all
+            connection.execute(
+                text(
+                    "INSERT INTO rental_runs (rental_id, node, state, energy_j, measured_s) "
+                    "VALUES ('rnt_s', 'n2', 'running', 0, 0)"
+                )
+            )
+        migrate(engine)
+        with engine.connect() as connection:
+            found = dict(
+                ((r, n), g)
+                for r, n, g in connection.execute(
+                    text("SELECT rental_id, node, measured_gpu_s FROM rental_runs")
+                )
+            )
+        assert found == {
+            ("rnt_w", "n1"): 200.0,
+            ("rnt_w", "n2"): 100.0,
+            ("rnt_m", "n1"): pytest.approx(30.0),
+            ("rnt_s", "n1"): 10.0,
+            ("rnt_s", "n2"): 0.0,
+        }
+    finally:
+        engine.dispose()

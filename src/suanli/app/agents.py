@@ -31,7 +31,7 @@ from suanli.app.ids import digest, new_id
 from suanli.app.ports import Clock, UnitOfWork
 from suanli.app.records import END_STATES, LIVE_STATES, PREEMPTIBLE_STATES, Caller, Rental, RentalEvent
 from suanli.app.tenants import require_operator
-from suanli.domain.billing.energy import measured_interval_s, slice_power_w
+from suanli.domain.billing.energy import WHOLE_GPU_MILLI, measured_interval_s, slice_power_w
 from suanli.domain.plan import NodeAllocation
 
 REPORTED_STATES = ("starting", "running", "succeeded", "failed", "stopped")
@@ -124,7 +124,9 @@ class AgentRepo(Protocol):
     def beat(self, node: str, telemetry: Sequence[Mapping[str, Any]], now: datetime) -> datetime | None: ...
     # rentals holding `node` whose run there is `running`: their (gpu_index, milli) slices on it
     def running_slices(self, node: str) -> dict[str, list[tuple[int, int]]]: ...
-    def add_energy(self, rental_id: str, node: str, energy_j: float, seconds: float) -> None: ...
+    def add_energy(
+        self, rental_id: str, node: str, energy_j: float, seconds: float, gpu_seconds: float
+    ) -> None: ...
     def set_up(self, node: str, up: bool, cordoned_by_agent: bool) -> None: ...
     def live_rentals_on(self, node: str) -> list[str]: ...
     # the host name each registered node's agent reported (nodes without an agent are left out)
@@ -284,7 +286,8 @@ class AgentService:
         for rental_id, slices in uow.agents.running_slices(node).items():
             watts = slice_power_w(slices, power)
             if rental_id not in ended and watts is not None:
-                uow.agents.add_energy(rental_id, node, watts * seconds, seconds)
+                gpus = sum(milli for _, milli in slices) / WHOLE_GPU_MILLI
+                uow.agents.add_energy(rental_id, node, watts * seconds, seconds, gpus * seconds)
 
     def _apply(self, uow: AgentUnitOfWork, node: str, report: WorkloadReport, now: datetime) -> bool:
         if report.state not in REPORTED_STATES:

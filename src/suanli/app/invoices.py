@@ -88,7 +88,7 @@ class InvoiceService:
     def _measured_power_w(
         rental: Rental,
         usage: RentalUsage,
-        measured: tuple[float, float] | None,
+        measured: tuple[float, float, float] | None,
         now_s: int,
         sizes: tuple[Size, ...] = (),
     ) -> float | None:
@@ -96,19 +96,13 @@ class InvoiceService:
         (TDP estimate) when its runs' measured seconds cover less than half its billable node-seconds."""
         if measured is None:
             return None
-        spec = rental.spec
         stop = now_s if usage.ended_s is None else min(now_s, usage.ended_s)
-        billable_s = stop - usage.started_s
-        energy_j, measured_s = measured
-        if sizes and billable_s > 0:
-            node_s, gpu_s = size_seconds(sizes, usage.started_s, stop)
-            if node_s <= 0:
-                return None
-            return average_power_per_gpu_w(
-                energy_j, measured_s, billable_s, node_s / billable_s, gpu_s / node_s
-            )
-        per_node = gpu_fraction(spec.gpus, 1, spec.mig_profile, spec.share_milli)
-        return average_power_per_gpu_w(energy_j, measured_s, billable_s, spec.nodes, per_node)
+        if sizes:
+            node_s = size_seconds(sizes, usage.started_s, stop)[0]
+        else:
+            node_s = float(max(0, stop - usage.started_s) * rental.spec.nodes)
+        energy_j, measured_s, measured_gpu_s = measured
+        return average_power_per_gpu_w(energy_j, measured_s, measured_gpu_s, node_s)
 
     def _rental_billing(
         self,

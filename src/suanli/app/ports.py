@@ -198,9 +198,10 @@ class TermsRepo(Protocol):
 
 class RunEnergyReader(Protocol):
     """Measured GPU energy of rentals (agent telemetry, `suanli.domain.billing.energy`), read on its own:
-    rental id -> (joules, measured node-seconds) summed over its runs; rentals never measured are left out."""
+    rental id -> (joules, measured node-seconds, measured GPU-seconds) summed over its runs; rentals never
+    measured are left out."""
 
-    def measured(self, rental_ids: Sequence[str]) -> dict[str, tuple[float, float]]: ...
+    def measured(self, rental_ids: Sequence[str]) -> dict[str, tuple[float, float, float]]: ...
 
 
 class UnitOfWork(Protocol):

@@ -119,19 +119,22 @@ class SqlAgents:
             found.setdefault(rental_id, []).append((gpu_index, milli))
         return found
 
-    def add_energy(self, rental_id: str, node: str, energy_j: float, seconds: float) -> None:
+    def add_energy(
+        self, rental_id: str, node: str, energy_j: float, seconds: float, gpu_seconds: float
+    ) -> None:
         self.s.execute(
             update(RentalRunRow)
             .where(RentalRunRow.rental_id == rental_id, RentalRunRow.node == node)
             .values(
                 energy_j=RentalRunRow.energy_j + energy_j,
                 measured_s=RentalRunRow.measured_s + seconds,
+                measured_gpu_s=RentalRunRow.measured_gpu_s + gpu_seconds,
             )
             .execution_options(synchronize_session=False)
         )
 
-    def measured(self, rental_ids: Sequence[str]) -> dict[str, tuple[float, float]]:
-        found: dict[str, tuple[float, float]] = {}
+    def measured(self, rental_ids: Sequence[str]) -> dict[str, tuple[float, float, float]]:
+        found: dict[str, tuple[float, float, float]] = {}
         wanted = sorted(set(rental_ids))
         for start in range(0, len(wanted), 500):
             query = (
@@ -139,12 +142,13 @@ class SqlAgents:
                     RentalRunRow.rental_id,
                     func.sum(RentalRunRow.energy_j),
                     func.sum(RentalRunRow.measured_s),
+                    func.sum(RentalRunRow.measured_gpu_s),
                 )
                 .where(RentalRunRow.rental_id.in_(wanted[start : start + 500]), RentalRunRow.measured_s > 0)
                 .group_by(RentalRunRow.rental_id)
             )
-            for rental_id, energy_j, measured_s in self.s.execute(query):
-                found[rental_id] = (float(energy_j or 0.0), float(measured_s or 0.0))
+            for rental_id, energy_j, measured_s, gpu_s in self.s.execute(query):
+                found[rental_id] = (float(energy_j or 0.0), float(measured_s or 0.0), float(gpu_s or 0.0))
         return found
 
     def set_up(self, node: str, up: bool, cordoned_by_agent: bool) -> None:
@@ -230,7 +234,7 @@ class SqlRunEnergy:
     def __init__(self, sessions: sessionmaker[Session]) -> None:
         self.sessions = sessions
 
-    def measured(self, rental_ids: Sequence[str]) -> dict[str, tuple[float, float]]:
+    def measured(self, rental_ids: Sequence[str]) -> dict[str, tuple[float, float, float]]:
         if not rental_ids:
             return {}
         with self.sessions() as session:

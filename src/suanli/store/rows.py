@@ -205,6 +205,7 @@ class RentalRunRow(Base):
     last_heartbeat_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     energy_j: Mapped[float] = mapped_column(Float, default=0.0)  # measured GPU energy attributed to it
     measured_s: Mapped[float] = mapped_column(Float, default=0.0)  # the seconds those samples cover
+    measured_gpu_s: Mapped[float] = mapped_column(Float, default=0.0)  # those seconds x its GPUs there
 
 
 class RentalLogRow(Base):

@@ -52,35 +52,35 @@ def test_the_interval_is_the_gap_since_the_previous_beat_up_to_three_intervals()
 def test_the_average_needs_half_the_billable_node_seconds() -> None:
     assert MIN_COVERAGE == 0.5
     # 250 W over 1200 s measured of 1800 s billable, one whole GPU
-    assert average_power_per_gpu_w(300_000.0, 1200.0, 1800.0, 1, 1.0) == 250.0
-    assert average_power_per_gpu_w(300_000.0, 900.0, 1800.0, 1, 1.0) == pytest.approx(333.333, abs=1e-3)
-    assert average_power_per_gpu_w(300_000.0, 899.0, 1800.0, 1, 1.0) is None
-    assert average_power_per_gpu_w(0.0, 0.0, 1800.0, 1, 1.0) is None
-    assert average_power_per_gpu_w(1.0, 10.0, 0.0, 1, 1.0) is None
+    assert average_power_per_gpu_w(300_000.0, 1200.0, 1200.0, 1800.0) == 250.0
+    assert average_power_per_gpu_w(300_000.0, 900.0, 900.0, 1800.0) == pytest.approx(333.333, abs=1e-3)
+    assert average_power_per_gpu_w(300_000.0, 899.0, 899.0, 1800.0) is None
+    assert average_power_per_gpu_w(0.0, 0.0, 0.0, 1800.0) is None
+    assert average_power_per_gpu_w(1.0, 10.0, 10.0, 0.0) is None
 
 
 def test_a_gang_and_a_share_average_per_gpu() -> None:
     # a gang of 2 nodes x 2 GPUs, each node measured 1000 s at 800 W (400 W per GPU)
-    assert average_power_per_gpu_w(2 * 800.0 * 1000, 2 * 1000.0, 1000.0, 2, 2.0) == 400.0
+    assert average_power_per_gpu_w(2 * 800.0 * 1000, 2 * 1000.0, 2 * 2 * 1000.0, 2 * 1000.0) == 400.0
     # half of the node-seconds measured (one node only) is still enough
-    assert average_power_per_gpu_w(800.0 * 1000, 1000.0, 1000.0, 2, 2.0) == 400.0
+    assert average_power_per_gpu_w(800.0 * 1000, 1000.0, 2 * 1000.0, 2 * 1000.0) == 400.0
     # a 500-milli share drawing 150 W (its half of a 300 W GPU): 300 W per GPU
-    assert average_power_per_gpu_w(150.0 * 100, 100.0, 100.0, 1, 0.5) == 300.0
+    assert average_power_per_gpu_w(150.0 * 100, 100.0, 0.5 * 100, 100.0) == 300.0
 
 
 def test_measured_average_times_the_gpu_fraction_gives_the_rentals_power_on_the_invoice() -> None:
     per_node = gpu_fraction(1, mig_profile="3g.40gb")
-    power = average_power_per_gpu_w(120.0 * 3600, 3600.0, 3600.0, 1, per_node)
+    power = average_power_per_gpu_w(120.0 * 3600, 3600.0, 3600.0 * per_node, 3600.0)
     assert power is not None
     rental = RentalBilling("r", 0, 3600, 1, per_node, tdp_watts=400, pue=1.5, measured_power_w=power)
     # 120 W for an hour x PUE 1.5 = 0.18 kWh, whatever the fraction
     assert energy_kwh(rental, rental.gpu_seconds_in(0, 3600, 3600)) == pytest.approx(0.18)
 
 
-def test_a_resized_rentals_measured_power_per_gpu_uses_its_average_size() -> None:
-    """1 node x 2 GPUs for an hour, then 2 nodes x 4 GPUs for an hour, measured throughout at 300 W per GPU:
-    joules = 300 x (2 + 8) x 3600; measured node-seconds = 3600 + 2 x 3600. Averages: 1.5 nodes over the
-    2 billable hours, 10 / 3 GPUs per node; the result is the 300 W every GPU drew."""
-    energy_j = 300.0 * (2 + 8) * 3600
-    power = average_power_per_gpu_w(energy_j, 3 * 3600.0, 7200.0, 1.5, (2 + 8) / 3)
-    assert power == pytest.approx(300.0)
+def test_a_resized_rentals_measured_power_per_gpu_stays_exact() -> None:
+    """1 node x 2 GPUs for an hour at 300 W per GPU, then 2 nodes x 4 GPUs for an hour at 200 W per GPU:
+    the average per GPU is the energy over the GPU-seconds measured, (2 x 300 + 8 x 200) / 10 W."""
+    energy_j = (2 * 300.0 + 8 * 200.0) * 3600
+    measured_s, measured_gpu_s = 3600.0 + 2 * 3600.0, (2 + 8) * 3600.0
+    power = average_power_per_gpu_w(energy_j, measured_s, measured_gpu_s, 3 * 3600.0)
+    assert power == pytest.approx(220.0)

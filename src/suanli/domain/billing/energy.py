@@ -12,8 +12,8 @@ Rules:
   to the rental's run on that node, and the interval to its measured seconds.
 * An invoice uses the measured average only when the runs' measured seconds cover at least `MIN_COVERAGE`
   of the rental's billable node-seconds (billable seconds x nodes); else TDP x the utilization estimate.
-  The average per GPU is (joules / measured seconds) / the GPUs the rental holds on one node (a resized
-  rental: on average over its life), so that x GPU-hours gives the rental's whole energy over its billable
+  The average per GPU is joules / the GPU-seconds measured (each beat's seconds x the GPUs the rental held on
+  that node then, so a resize keeps it exact); x GPU-hours it gives the rental's energy over its billable
   time.
 """
 
@@ -47,17 +47,16 @@ def measured_interval_s(gap_s: float | None, heartbeat_interval_s: float) -> flo
 
 
 def average_power_per_gpu_w(
-    energy_j: float, measured_s: float, billable_s: float, nodes: float, gpus_per_node: float
+    energy_j: float, measured_s: float, measured_gpu_s: float, billable_node_s: float
 ) -> float | None:
     """Measured average power per GPU (W), or None when the measurement covers too little of the rental.
 
-    `energy_j` and `measured_s` are summed over the rental's runs (one per node, and one per node it was
-    re-queued to); `billable_s` is its whole billable interval; `gpus_per_node` its GPU fraction on one node.
-    A resized rental passes its time-weighted averages: node-seconds / billable seconds as `nodes`, and
-    GPU-seconds / node-seconds as `gpus_per_node`.
+    All summed over the rental's runs (one per node, and one per node it was re-queued to): `energy_j`, the
+    node-seconds measured (`measured_s`) and the GPU-seconds those cover (each beat's seconds x the GPUs held
+    on that node then). `billable_node_s`: its billable seconds x its nodes (at each size, when resized).
     """
-    if measured_s <= 0 or billable_s <= 0 or nodes <= 0 or gpus_per_node <= 0 or energy_j < 0:
+    if measured_s <= 0 or measured_gpu_s <= 0 or billable_node_s <= 0 or energy_j < 0:
         return None
-    if measured_s < MIN_COVERAGE * billable_s * nodes:
+    if measured_s < MIN_COVERAGE * billable_node_s:
         return None
-    return energy_j / measured_s / gpus_per_node
+    return energy_j / measured_gpu_s
