@@ -68,6 +68,7 @@ class Platform:
     server: subprocess.Popen[bytes] | None = None
     agents: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     tenant_key: str = ""
+    missed_heartbeats: int = 3  # before a node is marked down
 
     def start_server(self) -> None:
         env = {
@@ -76,7 +77,7 @@ class Platform:
             "SUANLI_BOOTSTRAP_ADMIN_KEY": ADMIN_KEY,
             "SUANLI_SCHEDULER_INTERVAL_S": "0.2",
             "SUANLI_AGENT_HEARTBEAT_INTERVAL_S": str(HEARTBEAT_S),
-            "SUANLI_AGENT_MISSED_HEARTBEATS": "3",
+            "SUANLI_AGENT_MISSED_HEARTBEATS": str(self.missed_heartbeats),
             "SUANLI_PREEMPTION_NOTICE_S": str(NOTICE_S),
         }
         with (self.tmp / "server.log").open("ab") as log:
@@ -104,11 +105,13 @@ class Platform:
 
 
 @contextmanager
-def running_platform(tmp_path: Path, fleet: str, nodes: Sequence[str]) -> Iterator[Platform]:
+def running_platform(
+    tmp_path: Path, fleet: str, nodes: Sequence[str], missed_heartbeats: int = 3
+) -> Iterator[Platform]:
     """A server with `fleet` loaded, a tenant, and an agent for each of `nodes`; all stopped afterwards."""
     port = _free_port()
     (tmp_path / "fleet.toml").write_text(fleet)
-    p = Platform(tmp_path, port, f"http://127.0.0.1:{port}")
+    p = Platform(tmp_path, port, f"http://127.0.0.1:{port}", missed_heartbeats=missed_heartbeats)
     p.start_server()
     try:
         with Client(p.url, ADMIN_KEY) as admin:
@@ -358,3 +361,34 @@ def test_a_running_rental_resized_to_more_or_fewer_gpus_restarts_on_its_node_wit
         assert run.node == node and run.state == "running"
         api.stop(rental.id)
         wait_for_state(api, rental.id, "stopped")
+
+
+def test_a_rental_resized_while_its_agent_was_away_restarts_on_its_new_gpus_when_the_agent_returns(
+    tmp_path: Path,
+) -> None:
+    """The agent dies (SIGKILL; its workload runs on), the rental goes from 1 GPU to 2, and a new agent
+    process starts. It must not adopt the old workload, which sees only the old GPU: it restarts it with
+    both. (The node is given 50 missed heartbeats, so it is not marked down meanwhile.)"""
+    with (
+        running_platform(tmp_path, FLEET, ("gpu-01",), missed_heartbeats=50) as platform,
+        platform.tenant() as api,
+    ):
+        rental = api.create_rental(
+            RentalCreateRequest(gpus=1, command=[sys.executable, "-c", PRINTS_DEVICES])
+        )
+        wait_for_state(api, rental.id, "running")
+        wait_until(lambda: api.logs(rental.id).data.count("CVD=") == 1, 10, "the first start")
+        record = tmp_path / "agents" / "gpu-01" / "rentals" / rental.id / "workload.json"
+        first = json.loads(record.read_text())["pgid"]
+        agent = platform.agents.pop("gpu-01")
+        agent.kill()
+        agent.wait()
+        api.resize(rental.id, gpus=2)
+        wait_until(lambda: len(api.rental(rental.id).allocation[0].slices) == 2, 10, "the GPU change")
+        with Client(platform.url, ADMIN_KEY) as admin:
+            platform.start_agent("gpu-01", admin.create_join_token("gpu-01").token)
+        wait_until(lambda: api.logs(rental.id).data.count("CVD=") == 2, 15, "a restart on both GPUs")
+        both = ",".join(declared_gpu_uuid("gpu-01", i) for i in range(2))
+        assert api.logs(rental.id).data.splitlines()[-1] == f"CVD={both}"
+        assert not _alive(first) and json.loads(record.read_text())["pgid"] != first
+        assert api.rental(rental.id).state == "running"

@@ -385,7 +385,13 @@ def _spawn(argv: list[str], env: Mapping[str, str], paths: RentalPaths) -> subpr
 
 
 def _write_record(paths: RentalPaths, pid: int, spec: WorkloadSpec) -> None:
-    record = {"rental_id": spec.rental_id, "pid": pid, "pgid": pid, "started_unix_s": time.time()}
+    record = {
+        "rental_id": spec.rental_id,
+        "pid": pid,
+        "pgid": pid,
+        "started_unix_s": time.time(),
+        "devices": list(spec.devices),  # what it sees: a later agent restarts it if its GPUs changed
+    }
     paths.record_file.write_text(json.dumps(record), encoding="utf-8")
 
 

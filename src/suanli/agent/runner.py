@@ -12,7 +12,8 @@ Guarantees:
   Logs go before the heartbeat, so an end the server acknowledges has its whole output stored.
 * A server that does not answer costs retries with exponential backoff (tenacity in the SDK, then a growing
   pause here); workloads keep running meanwhile. A workload left behind by an earlier agent process (its
-  `workload.json` names a live process group) is adopted if the server still assigns it, else killed.
+  `workload.json` names a live process group) is adopted if the server still assigns it, else killed; one
+  assigned other GPUs meanwhile (a resize) is restarted on them.
 * On exit the workloads keep running (they are adopted on restart) unless `stop_workloads_on_exit`.
 """
 
@@ -83,6 +84,15 @@ class Local:
     log_offset: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class Orphan:
+    """A workload an earlier agent process started here and left running: its process group, and the devices
+    it was started with (None in records written before they were kept)."""
+
+    pgid: int
+    devices: tuple[str, ...] | None
+
+
 class AdoptedWorkload:
     """A process group an earlier agent process started: signalled by group id; its exit code is unknown."""
 
@@ -143,7 +153,7 @@ class AgentRunner:
         self.advertise_host = advertise_host  # registered as its host name: what peers of a rental reach
         self.node: str | None = None
         self.local: dict[str, Local] = {}
-        self.orphans: dict[str, int] = self._find_orphans()
+        self.orphans: dict[str, Orphan] = self._find_orphans()
         self._client: Client | None = None
 
     # --- the loop -------------------------------------------------------------------------------------
@@ -256,7 +266,7 @@ class AgentRunner:
                 local.workload.kill()
         for rental_id in [r for r in self.orphans if r not in wanted or wanted[r].action == "stop"]:
             log.info("%s: left by an earlier agent and not assigned; killing it", rental_id)
-            AdoptedWorkload(self.orphans.pop(rental_id)).kill()
+            AdoptedWorkload(self.orphans.pop(rental_id).pgid).kill()
         for assignment in assignments:
             local = self.local.get(assignment.rental_id)
             if local is None:
@@ -284,20 +294,37 @@ class AgentRunner:
         self.local[response.rental_id] = local
         if response.action == "stop":
             return local
-        pgid = self.orphans.pop(response.rental_id, None)
-        if pgid is not None:
+        orphan = self.orphans.pop(response.rental_id, None)
+        if orphan is not None and self._same_devices(assignment, orphan):
             log.info(
-                "%s: adopting the workload an earlier agent started (group %d)", response.rental_id, pgid
+                "%s: adopting the workload an earlier agent started (group %d)",
+                response.rental_id,
+                orphan.pgid,
             )
-            local.workload = AdoptedWorkload(pgid)
+            local.workload = AdoptedWorkload(orphan.pgid)
             local.log_file = self.executor.paths(response.rental_id).log_file
             local.log_offset = 0  # the server tells the stored size at the first upload
+            self._write_nodes(assignment)  # its nodes may have changed meanwhile too
             return local
+        if orphan is not None:  # resized while no agent ran here: it must restart on its new GPUs
+            log.info(
+                "%s: its GPUs changed while the agent was away; restarting the workload", response.rental_id
+            )
+            AdoptedWorkload(orphan.pgid).stop(self.grace_s)
         if not assignment.command:  # a reservation without a command: the GPUs are held, nothing runs
             local.message = "no command: the GPUs are held until the rental is stopped"
             return local
         self._launch(assignment, local)
         return local
+
+    def _same_devices(self, assignment: Assignment, orphan: Orphan) -> bool:
+        """Whether an orphan runs on the devices its assignment gives it now (unknown: assumed so)."""
+        if orphan.devices is None:
+            return True
+        try:
+            return workload_spec(assignment, self.inventory, self.executor).devices == orphan.devices
+        except SuanliError:
+            return True  # cannot tell here; the launch path would refuse it the same way
 
     def _follow_resize(self, local: Local, assignment: Assignment) -> None:
         """A rental resized since it started here: new nodes are written to its nodes file; new GPUs on this
@@ -445,17 +472,19 @@ class AgentRunner:
         with os.fdopen(descriptor, "w") as handle:
             json.dump({"server": self.server_url, "node": node, "node_key": node_key}, handle)
 
-    def _find_orphans(self) -> dict[str, int]:
+    def _find_orphans(self) -> dict[str, Orphan]:
         """Process groups that earlier agent processes started here and that are still alive."""
-        found: dict[str, int] = {}
+        found: dict[str, Orphan] = {}
         for record in sorted((self.work_dir / "rentals").glob("*/workload.json")):
             try:
                 data = json.loads(record.read_text())
                 pgid = int(data["pgid"])
+                devices = data.get("devices")
+                seen = None if devices is None else tuple(str(d) for d in devices)
             except (OSError, ValueError, KeyError, TypeError):
                 continue
             if group_alive(pgid):
-                found[str(data.get("rental_id", record.parent.name))] = pgid
+                found[str(data.get("rental_id", record.parent.name))] = Orphan(pgid, seen)
         return found
 
 
