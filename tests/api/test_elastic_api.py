@@ -191,3 +191,24 @@ def test_more_gpus_are_taken_on_every_node_or_none_and_new_nodes_wait_for_them(d
         assert [len(a["slices"]) for a in grown["allocation"]] == [8, 8, 8]
         # both changes in one cycle, at one instant: one rate change, to 2 x 3 / 2 = 3 x its rate
         assert _rate_history(grown) == [rate, rate * 3] and grown["price_micros_per_hour"] == rate * 3
+
+
+def test_a_live_mig_or_share_rental_keeps_its_shape_and_an_empty_resize_changes_nothing(
+    database_url: str,
+) -> None:
+    """A live MIG slice or share cannot change its GPU count or its node count (400 naming the field, its
+    spec unchanged); a resize that asks for what it has writes no event."""
+    with app_client(database_url) as client:
+        headers, _ = _tenant(client, "slices")
+        mig = {"gpu_model": "A100-80GB", "mig_profile": "1g.10gb"}
+        share = {"gpu_model": "L40S", "gpus": 0, "share_milli": 500}
+        for shape in (mig, share):
+            rental_id = client.post("/v1/rentals", json=shape, headers=headers).json()["id"]
+            before = wait_for(client, rental_id, headers, "placed")
+            for body, field in (({"nodes": 2}, "nodes"), ({"gpus": 2}, "gpus")):
+                refused = client.patch(f"/v1/rentals/{rental_id}", json=body, headers=headers)
+                assert refused.status_code == 400 and refused.json()["error"]["field"] == field, refused.text
+            same = client.patch(f"/v1/rentals/{rental_id}", json={"nodes": 1}, headers=headers)
+            assert same.status_code == 200 and same.json()["request"] == before["request"]
+            events = client.get(f"/v1/rentals/{rental_id}", headers=headers).json()["events"]
+            assert not [e for e in events if e["kind"] == "resized"]

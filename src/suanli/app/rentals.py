@@ -173,16 +173,22 @@ class RentalService:
             if rental.state in END_STATES or rental.state == "preempting":
                 raise Conflict(f"rental {rental.id} is {rental.state}", field="state")
             spec = rental.spec
-            if gpus is not None and (spec.mig_profile is not None or spec.share_milli is not None):
+            whole = spec.mig_profile is None and spec.share_milli is None
+            if gpus is not None and not whole:
                 raise Invalid("only whole-GPU rentals change their GPU count", field="gpus")
             new_spec = replace(spec, nodes=nodes or spec.nodes, gpus=spec.gpus if gpus is None else gpus)
             check_spec(new_spec, self.catalog)
-            if rental.state in LIVE_STATES and spec.gpus > 0 and new_spec.gpus == 0:
+            live = rental.state in LIVE_STATES
+            if live and not whole and new_spec.nodes != spec.nodes:
+                raise Invalid("a live MIG or share rental keeps its node count", field="nodes")
+            if live and spec.gpus > 0 and new_spec.gpus == 0:
                 raise Invalid("a live rental keeps at least one GPU per node; stop it instead", field="gpus")
+            if new_spec == spec:
+                return _view(uow, rental)  # nothing to change
             now = self.clock.now()
             message = f"nodes {spec.nodes} -> {new_spec.nodes}, gpus {spec.gpus} -> {new_spec.gpus}"
             uow.rentals.update_spec(rental.id, replace(rental, spec=new_spec))
-            if rental.state in LIVE_STATES and new_spec != spec:
+            if live:
                 allocation = uow.rentals.allocation(rental.id)
                 if new_spec.nodes < len(allocation):
                     dropped = [a.node for a in allocation[new_spec.nodes :]]
