@@ -212,3 +212,23 @@ def test_a_live_mig_or_share_rental_keeps_its_shape_and_an_empty_resize_changes_
             assert same.status_code == 200 and same.json()["request"] == before["request"]
             events = client.get(f"/v1/rentals/{rental_id}", headers=headers).json()["events"]
             assert not [e for e in events if e["kind"] == "resized"]
+
+
+def test_a_stopping_or_ended_rental_is_not_resized(database_url: str) -> None:
+    """409 naming `state` for a rental whose workload is being stopped, and for one that ended."""
+    with app_client(database_url) as client:
+        headers, _ = _tenant(client, "late")
+        rental_id = client.post("/v1/rentals", json={**H100, "gpus": 2}, headers=headers).json()["id"]
+        wait_for(client, rental_id, headers, "placed")
+        with client.app.state.services.rentals.uow() as uow:  # as when its agent is stopping the workload
+            uow.rentals.set_state(rental_id, "stopping", expect=("placed",), reason=None)
+            uow.commit()
+        refused = client.patch(f"/v1/rentals/{rental_id}", json={"gpus": 4}, headers=headers)
+        assert refused.status_code == 409 and refused.json()["error"]["field"] == "state", refused.text
+        with client.app.state.services.rentals.uow() as uow:
+            uow.rentals.set_state(rental_id, "stopped", expect=("stopping",), reason=None)
+            uow.rentals.release(rental_id)
+            uow.commit()
+        ended = client.patch(f"/v1/rentals/{rental_id}", json={"nodes": 2}, headers=headers)
+        assert ended.status_code == 409 and "is stopped" in ended.json()["error"]["message"]
+        assert client.get(f"/v1/rentals/{rental_id}", headers=headers).json()["request"]["gpus"] == 2

@@ -170,7 +170,7 @@ class RentalService:
         GPUs."""
         with self.uow() as uow:
             rental = self._owned(uow, caller, rental_id, lock=True)
-            if rental.state in END_STATES or rental.state == "preempting":
+            if rental.state in END_STATES or rental.state in ("preempting", "stopping"):
                 raise Conflict(f"rental {rental.id} is {rental.state}", field="state")
             spec = rental.spec
             whole = spec.mig_profile is None and spec.share_milli is None
