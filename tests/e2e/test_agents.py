@@ -392,3 +392,28 @@ def test_a_rental_resized_while_its_agent_was_away_restarts_on_its_new_gpus_when
         assert api.logs(rental.id).data.splitlines()[-1] == f"CVD={both}"
         assert not _alive(first) and json.loads(record.read_text())["pgid"] != first
         assert api.rental(rental.id).state == "running"
+
+
+def test_a_node_released_by_a_shrink_ends_its_run_there_and_the_rental_runs_on(platform: Platform) -> None:
+    """A 2-node rental shrunk to 1: the released node's agent kills its workload and its run there ends
+    (`stopped`); the rental keeps running on the other node. Before, that run stayed `running` for ever."""
+    with platform.tenant() as api:
+        rental = api.create_rental(RentalCreateRequest(gpus=2, nodes=2, command=["sleep", "300"]))
+        running = wait_for_state(api, rental.id, "running")
+        kept, dropped = [a.node for a in running.allocation]
+        wait_until(lambda: len(api.rental_runs(rental.id)) == 2, 10, "two runs")
+        api.resize(rental.id, nodes=1)
+        wait_until(
+            lambda: (
+                {r.node: r.state for r in api.rental_runs(rental.id)} == {kept: "running", dropped: "stopped"}
+            ),
+            10,
+            "the released node's run to end",
+        )
+        (ended,) = [r for r in api.rental_runs(rental.id) if r.node == dropped]
+        assert ended.ended_at is not None
+        time.sleep(1)  # a few more heartbeats: the rental is not ended by that report
+        assert api.rental(rental.id).state == "running"
+        api.stop(rental.id)
+        wait_for_state(api, rental.id, "stopped")
+        assert {r.state for r in api.rental_runs(rental.id)} == {"stopped"}

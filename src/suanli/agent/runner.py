@@ -82,6 +82,7 @@ class Local:
     stop_requested: bool = False
     noticed_until: datetime | None = None
     log_offset: int = 0
+    unassigned: bool = False  # killed as no longer assigned here; reported once, then forgotten
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,16 +261,20 @@ class AgentRunner:
     def reconcile(self, assignments: list[AssignmentResponse]) -> None:
         wanted = {a.rental_id: a for a in assignments}
         for rental_id in [r for r in self.local if r not in wanted]:
-            local = self.local.pop(rental_id)
+            local = self.local[rental_id]
             if local.workload is not None and local.state == "running":
                 log.info("%s: no longer assigned; killing it", rental_id)
                 local.workload.kill()
+                local.state, local.message = "stopped", "no longer assigned to this node"
+                local.unassigned = True
+                continue  # reported once more, so the server ends the run here (a shrink released the node)
+            del self.local[rental_id]
         for rental_id in [r for r in self.orphans if r not in wanted or wanted[r].action == "stop"]:
             log.info("%s: left by an earlier agent and not assigned; killing it", rental_id)
             AdoptedWorkload(self.orphans.pop(rental_id).pgid).kill()
         for assignment in assignments:
             local = self.local.get(assignment.rental_id)
-            if local is None:
+            if local is None or local.unassigned:  # new here, or assigned here again
                 local = self._start(assignment)
             elif assignment.action == "run" and assignment.notice_deadline is None:
                 self._follow_resize(local, _assignment(assignment))

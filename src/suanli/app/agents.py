@@ -22,7 +22,7 @@ from __future__ import annotations
 import hmac
 import secrets
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -297,6 +297,12 @@ class AgentService:
             return False
         run = uow.agents.run(rental.id, node) or RentalRun(rental.id, node, report.state)
         ended = report.state in ("succeeded", "failed", "stopped")
+        given_up = all(a.node != node for a in uow.rentals.allocation(rental.id))
+        if given_up and (run.ended_at is not None or not ended):
+            return False  # a node it no longer holds: only the end of its run there is news
+        if given_up and rental.state in LIVE_STATES:  # released by a shrink: the run ends, the rental goes on
+            uow.agents.put_run(replace(run, state=report.state, exit_code=report.exit_code, ended_at=now))
+            return False
         uow.agents.put_run(
             RentalRun(
                 rental.id,
