@@ -8,7 +8,8 @@ Guarantees:
   bytes (the server dedups by byte offset, so a retry never doubles a line), (3) heartbeat with every
   workload's state and exit code and the GPU telemetry, (4) reconcile with the answer: launch what is new,
   restart what runs on other GPUs than before (a resize), stop what says `stop`, give notice at a
-  `notice_deadline` and kill at it, kill what the answer no longer lists (the server ended or forgot it).
+  `notice_deadline` and kill at it, kill what the answer no longer lists (the server ended or forgot it, or a
+  shrink released the node) and report it `stopped` once.
   Logs go before the heartbeat, so an end the server acknowledges has its whole output stored.
 * A server that does not answer costs retries with exponential backoff (tenacity in the SDK, then a growing
   pause here); workloads keep running meanwhile. A workload left behind by an earlier agent process (its
@@ -339,16 +340,18 @@ class AgentRunner:
         if before is None or assignment == before:
             return
         local.assignment = assignment
-        running = local.workload is not None and local.state == "running"
-        if (assignment.peers, assignment.node_rank) != (before.peers, before.node_rank) and running:
+        workload = local.workload if local.state == "running" else None
+        if workload is None:
+            return
+        if (assignment.peers, assignment.node_rank) != (before.peers, before.node_rank):
             self._write_nodes(assignment)
-        if assignment.slices == before.slices or not running or local.workload is None:
+        if assignment.slices == before.slices:
             return
         was = ", ".join(str(s.gpu_index) for s in before.slices)
         now = ", ".join(str(s.gpu_index) for s in assignment.slices)
         log.info("%s: GPUs changed from [%s] to [%s]; restarting the workload", local.rental_id, was, now)
         local.stop_requested = True
-        local.workload.stop(self.grace_s)
+        workload.stop(self.grace_s)
         local.stop_requested = False
         if assignment.command:
             self._launch(assignment, local)

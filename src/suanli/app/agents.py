@@ -251,8 +251,9 @@ class AgentService:
                 uow.agents.set_up(agent.node, True, False)
                 uow.outages.close(agent.node, now)  # SLA evidence: the node is back
                 changed = True
+            held_here = set(uow.agents.live_rentals_on(agent.node))  # before the reports end any
             for report in reports:
-                changed |= self._apply(uow, agent.node, report, now)
+                changed |= self._apply(uow, agent.node, report, now, report.rental_id not in held_here)
             assignments = self._assignments(uow, agent.node)
             uow.commit()
         if changed:
@@ -289,7 +290,10 @@ class AgentService:
                 gpus = sum(milli for _, milli in slices) / WHOLE_GPU_MILLI
                 uow.agents.add_energy(rental_id, node, watts * seconds, seconds, gpus * seconds)
 
-    def _apply(self, uow: AgentUnitOfWork, node: str, report: WorkloadReport, now: datetime) -> bool:
+    def _apply(
+        self, uow: AgentUnitOfWork, node: str, report: WorkloadReport, now: datetime, given_up: bool
+    ) -> bool:
+        """Record a workload report; `given_up`: its rental no longer holds this node (a shrink, an end)."""
         if report.state not in REPORTED_STATES:
             return False
         rental = uow.rentals.get(report.rental_id)
@@ -297,7 +301,6 @@ class AgentService:
             return False
         run = uow.agents.run(rental.id, node) or RentalRun(rental.id, node, report.state)
         ended = report.state in ("succeeded", "failed", "stopped")
-        given_up = all(a.node != node for a in uow.rentals.allocation(rental.id))
         if given_up and (run.ended_at is not None or not ended):
             return False  # a node it no longer holds: only the end of its run there is news
         if given_up and rental.state in LIVE_STATES:  # released by a shrink: the run ends, the rental goes on

@@ -61,11 +61,12 @@ class Resizer:
             rental = uow.rentals.get(running.request.id, lock=True)
             if rental is None or rental.state not in PREEMPTIBLE_STATES:
                 continue
-            if uow.rentals.live_allocation_ids_of(rental.id) != decided_on.get(rental.id, set()):
+            allocation_ids = decided_on.get(rental.id, set())
+            if uow.rentals.live_allocation_ids_of(rental.id) != allocation_ids:
                 continue  # resized or ended since this cycle began: the next one starts from the database
             held = running.request
             if isinstance(held.shape, WholeGpus) and rental.spec.gpus != held.shape.count:
-                outcome = self._change_gpus(uow, rental, running, now)
+                outcome = self._change_gpus(uow, rental, running, allocation_ids, now)
                 if isinstance(outcome, Pending):
                     _waiting(uow, rental, f"to have {rental.spec.gpus} GPUs per node", outcome, now)
                     continue
@@ -93,9 +94,10 @@ class Resizer:
         return 1
 
     def _change_gpus(
-        self, uow: UnitOfWork, rental: Rental, running: Running, now: datetime
+        self, uow: UnitOfWork, rental: Rental, running: Running, allocation_ids: set[int], now: datetime
     ) -> Running | Pending:
-        """`running` with its spec's GPU count on each of its nodes, or why it cannot have them yet."""
+        """`running` (holding `allocation_ids`) with its spec's GPU count on each of its nodes, or why it
+        cannot have them yet."""
         held, wanted = running.request, rental.spec.gpus
         assert isinstance(held.shape, WholeGpus)
         have = held.shape.count
@@ -111,7 +113,7 @@ class Resizer:
             added = {a.node: a for a in outcome.nodes}
             nodes = tuple(replace(a, slices=a.slices + added[a.node].slices) for a in running.placement.nodes)
         uow.rentals.release(rental.id)
-        for allocation_id in [i for i, owner in self.owner.items() if owner == rental.id]:
+        for allocation_id in allocation_ids:
             del self.held[allocation_id], self.owner[allocation_id]
         self._book(uow, rental.id, nodes)
         follow_size(uow, rental, (len(nodes), have), (len(nodes), wanted), now)

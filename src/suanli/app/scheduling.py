@@ -129,7 +129,6 @@ class Scheduler:
         self.scattered_gpus = 0.0  # after the last cycle: free GPUs no rental waiting for capacity fits
         self.stale = False  # a decided placement was not applied: rebuild the snapshot after the cycle
         self.resizing: list[Running] = []  # live rentals a resize asked to change in place (`_resize`)
-        self.wanted: set[str] = set()  # their ids, as `_running` found them
         # what a growth must fit within (`_resize`): this cycle's tenant limits, open contracts, and every
         # rental as large as it is now, this cycle's placements included
         self.limits: Limits | None = None
@@ -267,23 +266,24 @@ class Scheduler:
             uow.rentals.set_state(rental.id, "pending", expect=("pending",), reason=reason)
             uow.rentals.add_event(rental.id, RentalEvent(now, "pending", reason, message))
 
-    def _running(self) -> dict[str, tuple[Running, int]]:
+    def _running(self) -> tuple[dict[str, tuple[Running, int]], set[str]]:
         """The live rentals holding capacity in the snapshot, as the domain sees them (as large as they are,
-        not as a resize asks), with their rate per hour (one read); notes those a resize asks to change."""
+        not as a resize asks), with their rate per hour (one read); and the ids of those a resize asks to
+        change."""
         nodes: dict[str, list[NodeAllocation]] = {}
         for allocation_id in sorted(self.held):
             nodes.setdefault(self.owner[allocation_id], []).append(self.held[allocation_id])
         with self.uow() as uow:
             live = uow.rentals.by_ids(sorted(nodes))
         running: dict[str, tuple[Running, int]] = {}
-        self.wanted = set()
+        wanted: set[str] = set()
         for rental in live:
             if rental.state not in (*PREEMPTIBLE_STATES, "preempting"):
                 continue  # stopping, or ended since the snapshot was synced
             deadline = rental.notice_deadline.timestamp() if rental.notice_deadline is not None else None
             held = held_request(to_request(rental), nodes[rental.id])
             if rental.preempted_by is None and wants_resize(rental, held):
-                self.wanted.add(rental.id)
+                wanted.add(rental.id)
             request = Running(
                 held,
                 Placement(rental.id, tuple(nodes[rental.id])),
@@ -292,7 +292,7 @@ class Scheduler:
                 deadline,
             )
             running[rental.id] = (request, rental.price_micros_per_hour or 0)
-        return running
+        return running, wanted
 
     def _admit(
         self, pending: Sequence[Rental], ready: set[str], waiting_on: Mapping[str, list[Rental]], now_s: float
@@ -307,9 +307,9 @@ class Scheduler:
         (it says whom they wait for).
         """
         assert self.snapshot is not None and self.policy is not None
-        live = self._running()
+        live, wanted = self._running()
         running = [r for r, _ in live.values()]
-        self.resizing = [r for r in running if r.request.id in self.wanted]
+        self.resizing = [r for r in running if r.request.id in wanted]
         held: dict[str, float] = {}
         for r in running:
             held[r.request.tenant] = held.get(r.request.tenant, 0.0) + r.gpus
