@@ -168,3 +168,14 @@ def test_command_reports_the_spread_when_asked(traces: Path, tmp_path: Path):
     assert perturbed["runs"] == 1 and perturbed["max_shift_s"] == 30.0
     assert set(perturbed["policies"]) == {*BASELINES, "suanli"}
     assert "1 run with arrivals moved by up to 30 s" in outcome.output
+
+
+def test_the_check_replays_with_the_declared_durations_asked_for(traces: Path, tmp_path: Path):
+    out = tmp_path / "itp.json"
+    args = ["sim", "itp-check", "--traces", str(traces), "--estimate", "exact", "--json", str(out)]
+    outcome = runner.invoke(app, args)
+    assert outcome.exit_code == 0, outcome.output
+    assert json.loads(out.read_text())["declared_durations"] == "declared = true duration (oracle)"
+    assert "declared = true duration (oracle)" in outcome.output
+    bad = runner.invoke(app, ["sim", "itp-check", "--traces", str(traces), "--estimate", "daily"])
+    assert bad.exit_code == 2 and "--estimate daily" in bad.output

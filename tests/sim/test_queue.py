@@ -7,13 +7,16 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
+from typer.testing import CliRunner
 
+from suanli.cli.main import app
 from suanli.sim.itp import (
     DurationEstimate,
     TraceJob,
     gang_shape,
     nodes_for_load,
     offered_load,
+    parse_estimate,
     read_itp_jobs,
     synthetic_fleet,
 )
@@ -214,3 +217,50 @@ def test_work_a_preemption_throws_away_is_counted_unless_jobs_checkpoint():
     saved = run_requests(fleet, [spot, on_demand], true_s, "suanli", checkpoint=True)
     assert saved.preemptions == 1 and saved.lost_gpu_s == 0
     assert sorted(saved.jct_s) == pytest.approx([130.0, 230 + 1_000.0 - 130])  # resumes with 870 s left
+
+
+def test_the_declared_duration_rule_is_read_from_its_command_line_form():
+    assert parse_estimate("pow2h") == DurationEstimate()
+    assert parse_estimate("exact") == DurationEstimate("exact")
+    assert parse_estimate("factor", seed=4) == DurationEstimate("factor", max_factor=3.0, seed=4)
+    assert parse_estimate(" factor:1.5 ") == DurationEstimate("factor", max_factor=1.5)
+    for bad, why in (
+        ("weekly", "use pow2h"),
+        ("exact:2", "use pow2h"),
+        ("factor:x", "MAX is not a number"),
+        ("factor:0.5", "MAX is out of range"),
+        ("factor:inf", "MAX is out of range"),
+        ("factor:nan", "MAX is out of range"),
+    ):
+        with pytest.raises(ValueError, match=f"--estimate {bad}: {why}"):
+            parse_estimate(bad)
+    with pytest.raises(ValueError, match="unknown duration estimate"):
+        DurationEstimate("weekly")
+    with pytest.raises(ValueError, match="max_factor"):
+        DurationEstimate("factor", max_factor=0.9)
+
+
+def test_the_queue_command_replays_with_the_declared_durations_asked_for(trace: Path, tmp_path: Path):
+    runner = CliRunner()
+    figures = {}
+    for rule in ("pow2h", "exact"):
+        out = tmp_path / f"{rule}.json"
+        args = ["sim", "queue", "--nodes", "2:8", "--jobs", str(trace), "--policy", "fifo-easy"]
+        outcome = runner.invoke(app, [*args, "--estimate", rule, "--json", str(out)])
+        assert outcome.exit_code == 0, outcome.output
+        figures[rule] = json.loads(out.read_text())
+    assert figures["exact"]["declared_durations"] == "declared = true duration (oracle)"
+    assert "power of two hours" in figures["pow2h"]["declared_durations"]
+    # backfill reads the declared durations: the oracle's are shorter, so jobs finish sooner on this trace
+    jct = {rule: f["policies"]["fifo-easy"]["mean_jct_s"] for rule, f in figures.items()}
+    assert jct["exact"] < jct["pow2h"]
+    bad = runner.invoke(app, [*args, "--estimate", "factor:0"])
+    assert bad.exit_code == 2 and "--estimate factor:0: MAX is out of range" in bad.output
+
+
+def test_an_error_naming_a_file_shows_its_name_as_it_is(tmp_path: Path):
+    """Rich markup and emoji codes in a path are shown literally, not rendered (or dropped)."""
+    missing = tmp_path / "a[bold]b:x:.csv"
+    outcome = CliRunner().invoke(app, ["sim", "queue", "--nodes", "2:8", "--jobs", str(missing)])
+    assert outcome.exit_code == 2
+    assert "a[bold]b:x:.csv" in outcome.output.replace("\n", "")

@@ -17,7 +17,7 @@ import typer
 from suanli.agent.probe import DeclaredProbe, GpuProbe, NvmlProbe
 from suanli.agent.runner import AgentError, AgentRunner
 from suanli.cli.demo import run_demo
-from suanli.cli.output import EXIT_USAGE, errors, logged_in
+from suanli.cli.output import EXIT_USAGE, error_text, errors, logged_in
 from suanli.domain.errors import SuanliError
 
 
@@ -70,7 +70,7 @@ def agent(
             advertise_host=advertise_host,
         )
     except SuanliError as error:
-        errors.print(f"[red]error:[/red] {error}")
+        errors.print(error_text(str(error)))
         raise typer.Exit(EXIT_USAGE) from None
     stopping = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -78,7 +78,7 @@ def agent(
     try:
         runner.run(stopping)
     except AgentError as error:
-        errors.print(f"[red]error:[/red] {error}")
+        errors.print(error_text(str(error)))
         raise typer.Exit(EXIT_USAGE) from None
 
 

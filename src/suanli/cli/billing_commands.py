@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
-from suanli.cli.output import EXIT_USAGE, emit, errors, logged_in, micros, table
+from suanli.cli.output import EXIT_USAGE, emit, error_text, errors, logged_in, micros, table
 from suanli.cli.rent_spec import SpecError, money_to_micros
 from suanli.domain.billing.ledger import (
     AccountId,
@@ -186,12 +186,12 @@ def admin_credit(
         try:
             expires_at = datetime.fromisoformat(expires)
         except ValueError:
-            errors.print(f"[red]error:[/red] --expires: not an ISO 8601 time: {expires!r}")
+            errors.print(error_text(f"--expires: not an ISO 8601 time: {expires!r}"))
             raise typer.Exit(EXIT_USAGE) from None
         if expires_at.tzinfo is None:
             expires_at = expires_at.replace(tzinfo=UTC)
         if not grant:
-            errors.print("[red]error:[/red] --expires: only a grant (--grant) expires")
+            errors.print(error_text("--expires: only a grant (--grant) expires"))
             raise typer.Exit(EXIT_USAGE)
     with logged_in() as client:
         tx = client.credit(tenant_id, amount_micros, grant=grant, memo=memo, expires_at=expires_at)
@@ -236,7 +236,7 @@ def admin_prices_set(
             source=source,
         )
     except ValueError as error:
-        errors.print(f"[red]error:[/red] {_option_error(error, effective_from)}")
+        errors.print(error_text(_option_error(error, effective_from)))
         raise typer.Exit(EXIT_USAGE) from None
     with logged_in() as client:
         stored = client.set_prices([entry])

@@ -30,6 +30,7 @@ from rich.panel import Panel
 from suanli.agent.executors import group_alive
 from suanli.agent.probe import DeclaredProbe
 from suanli.cli import profile
+from suanli.cli.output import error_text
 from suanli.client.client import Client, ClientError
 from suanli.sim.fleet_files import read_fleet
 
@@ -47,10 +48,10 @@ def run_demo(port: int, data_dir: Path | None, fleet_path: Path | None) -> int:
     data_dir = (data_dir or Path(platformdirs.user_data_dir("suanli", appauthor=False)) / "demo").resolve()
     fleet_path = (fleet_path or _default_fleet()).resolve()
     if not fleet_path.is_file():
-        console.print(f"[red]error:[/red] no fleet file at {fleet_path}; pass --fleet FILE")
+        console.print(error_text(f"no fleet file at {fleet_path}; pass --fleet FILE"))
         return EXIT_FAILED
     if not _port_free(port):
-        console.print(f"[red]error:[/red] port {port} is taken; pass --port P")
+        console.print(error_text(f"port {port} is taken; pass --port P"))
         return EXIT_FAILED
     _reset(data_dir)
     stopping = threading.Event()
@@ -64,7 +65,7 @@ def run_demo(port: int, data_dir: Path | None, fleet_path: Path | None) -> int:
         with console.status("starting the server"):
             server = _start_server(data_dir, port, admin_key)
             if not _wait_healthy(url, server, stopping):
-                console.print(f"[red]error:[/red] the server did not start; see {data_dir / 'server.log'}")
+                console.print(error_text(f"the server did not start; see {data_dir / 'server.log'}"))
                 return EXIT_FAILED
         fleet = read_fleet(fleet_path)
         with Client(url, admin_key) as admin, console.status(f"starting {len(fleet.nodes)} agents"):
@@ -88,7 +89,7 @@ def run_demo(port: int, data_dir: Path | None, fleet_path: Path | None) -> int:
             stopping.wait(0.5)
         return 0
     except ClientError as error:
-        console.print(f"[red]error:[/red] {error}")
+        console.print(error_text(str(error)))
         return EXIT_FAILED
     finally:
         with console.status("stopping agents, workloads and the server"):

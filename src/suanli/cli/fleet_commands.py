@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from suanli.cli.output import error_text
 from suanli.domain.catalog_data import CATALOG
 from suanli.domain.errors import SuanliError
 from suanli.sim.fleet_files import read_fleet
@@ -24,7 +25,7 @@ def check(path: Annotated[Path, typer.Argument(help="A fleet TOML file, e.g. exa
     try:
         fleet = read_fleet(path, CATALOG)
     except SuanliError as error:
-        console.print(f"[red]error:[/red] {error}")
+        console.print(error_text(str(error)))
         raise typer.Exit(2) from None
     regions = Table(title=f"{path}: {len(fleet.regions)} regions")
     for column in ("region", "jurisdiction", "gCO2/kWh", "PUE", "nodes", "GPUs"):

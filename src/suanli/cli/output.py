@@ -15,6 +15,7 @@ import typer
 from pydantic import BaseModel
 from rich.console import Console, RenderableType
 from rich.table import Table
+from rich.text import Text
 
 from suanli.cli import profile
 from suanli.client import ApiError, Client, ServerUnreachable
@@ -24,12 +25,18 @@ console = Console()
 errors = Console(stderr=True)
 
 
+def error_text(message: str) -> Text:
+    """`error: message` for the terminal, the message shown as it is: text from users, files or the server
+    may hold Rich markup (`[red]`) or emoji codes (`:x:`), which must not be rendered."""
+    return Text.assemble(("error:", "red"), " ", message)
+
+
 @contextmanager
 def logged_in() -> Iterator[Client]:
     """A client for the saved profile; maps SDK errors to messages and exit codes."""
     saved = profile.load()
     if saved is None:
-        errors.print("[red]error:[/red] not logged in; run `suanli login URL --key KEY` first")
+        errors.print(error_text("not logged in; run `suanli login URL --key KEY` first"))
         raise typer.Exit(EXIT_NOT_LOGGED_IN)
     with api_errors(), Client(saved.url, saved.key) as client:
         yield client
@@ -41,10 +48,10 @@ def api_errors() -> Iterator[None]:
         yield
     except ApiError as error:
         where = f" (field {error.field})" if error.field else ""
-        errors.print(f"[red]error:[/red] {error.message}{where} [{error.status} {error.code}]")
+        errors.print(error_text(f"{error.message}{where} [{error.status} {error.code}]"))
         raise typer.Exit(EXIT_SERVER_ERROR if error.status >= 500 else EXIT_REFUSED) from None
     except ServerUnreachable as error:
-        errors.print(f"[red]error:[/red] cannot reach the server: {error}")
+        errors.print(error_text(f"cannot reach the server: {error}"))
         raise typer.Exit(EXIT_UNREACHABLE) from None
 
 

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
-from suanli.cli.output import EXIT_USAGE, emit, errors, logged_in, micros, table
+from suanli.cli.output import EXIT_USAGE, emit, error_text, errors, logged_in, micros, table
 from suanli.cli.rent_spec import SpecError, money_to_micros
 from suanli.wire.plan_schemas import (
     GrantResponse,
@@ -25,7 +25,7 @@ TenantOption = Annotated[str | None, typer.Option("--tenant", help="Admins: anot
 
 
 def _usage(message: str) -> typer.Exit:
-    errors.print(f"[red]error:[/red] {message}")
+    errors.print(error_text(message))
     return typer.Exit(EXIT_USAGE)
 
 

@@ -11,7 +11,7 @@ import typer
 from rich.console import Group
 
 from suanli.cli import profile
-from suanli.cli.output import EXIT_USAGE, api_errors, emit, errors, logged_in, micros, table
+from suanli.cli.output import EXIT_USAGE, api_errors, emit, error_text, errors, logged_in, micros, table
 from suanli.cli.rent_spec import SpecError, money_to_micros, parse_gpu_spec
 from suanli.client import Client
 from suanli.wire.schemas import (
@@ -72,13 +72,13 @@ def rent(
         gpu = parse_gpu_spec(spec)
         bid_micros = money_to_micros(bid) if bid is not None else None
     except SpecError as error:
-        errors.print(f"[red]error:[/red] {error}")
+        errors.print(error_text(str(error)))
         raise typer.Exit(EXIT_USAGE) from None
     if tier not in ("on_demand", "spot", "reserved"):
-        errors.print(f"[red]error:[/red] --tier {tier!r}: use on_demand, spot or reserved")
+        errors.print(error_text(f"--tier {tier!r}: use on_demand, spot or reserved"))
         raise typer.Exit(EXIT_USAGE)
     if restart not in ("never", "on-failure"):
-        errors.print(f"[red]error:[/red] --restart {restart!r}: use never or on-failure")
+        errors.print(error_text(f"--restart {restart!r}: use never or on-failure"))
         raise typer.Exit(EXIT_USAGE)
     request = RentalCreateRequest(
         gpu_model=gpu.gpu_model,
@@ -224,7 +224,7 @@ def admin_fleet_put(path: Path) -> None:
     try:
         text = path.read_text()
     except OSError as error:
-        errors.print(f"[red]error:[/red] {path}: {error.strerror}")
+        errors.print(error_text(f"{path}: {error.strerror}"))
         raise typer.Exit(EXIT_USAGE) from None
     with logged_in() as client:
         fleet = client.put_fleet(text)

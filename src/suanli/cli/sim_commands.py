@@ -11,10 +11,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from suanli.cli.output import error_text
 from suanli.domain.catalog_data import CATALOG
 from suanli.domain.errors import SuanliError
 from suanli.domain.fragmentation import typical_mix
 from suanli.domain.policies import POLICY_NAMES, build_policy
+from suanli.sim.itp import parse_estimate
 from suanli.sim.packing import ARRIVED_LEVELS, PolicySummary, inflate, parse_seeds, run_packing, summarize
 from suanli.sim.queue_report import itp_check_command, queue_command
 from suanli.sim.traces import read_openb_nodes, read_openb_pods
@@ -51,10 +53,10 @@ def packing(
         fleet = read_openb_nodes(nodes)
         workload = [pod.request for pod in read_openb_pods(pods, with_memory=True)]
     except SuanliError as error:
-        console.print(f"[red]error:[/red] {error}")
+        console.print(error_text(str(error)))
         raise typer.Exit(2) from None
     if not workload:
-        console.print(f"[red]error:[/red] {pods}: no pods")
+        console.print(error_text(f"{pods}: no pods"))
         raise typer.Exit(2)
     summaries: list[PolicySummary] = []
     per_run = len(inflate(workload, fleet.gpu_count, seed_list[0]))
@@ -137,13 +139,31 @@ def queue(
         bool,
         typer.Option(help="Preempted jobs save at their notice deadline and resume (default: run again)."),
     ] = False,
+    estimate: Annotated[
+        str,
+        typer.Option(
+            help="How jobs declare durations: pow2h (the true one rounded up to a power of two hours), "
+            "factor[:MAX] (true x U[1, MAX], seeded; MAX 3 by default) or exact (an oracle)."
+        ),
+    ] = "pow2h",
 ) -> None:
     """Replay a job trace with arrivals and departures in virtual time through the scheduler."""
     names = [p.strip() for p in policy.split(",") if p.strip()]
     try:
-        queue_command(nodes, jobs, names, mix, json_path, plot, console, seed=seed, checkpoint=checkpoint)
+        queue_command(
+            nodes,
+            jobs,
+            names,
+            mix,
+            json_path,
+            plot,
+            console,
+            estimate=parse_estimate(estimate, seed),
+            seed=seed,
+            checkpoint=checkpoint,
+        )
     except (ValueError, SuanliError, OSError) as error:
-        console.print(f"[red]error:[/red] {error}")
+        console.print(error_text(str(error)))
         raise typer.Exit(2) from None
 
 
@@ -163,12 +183,21 @@ def itp_check(
     shift_s: Annotated[
         float, typer.Option(min=0.0, help="With --perturb: the most an arrival moves, in seconds.")
     ] = 60.0,
+    estimate: Annotated[
+        str,
+        typer.Option(
+            help="How jobs declare durations: pow2h (the true one rounded up to a power of two hours), "
+            "factor[:MAX] (true x U[1, MAX], seeded; MAX 3 by default) or exact (an oracle)."
+        ),
+    ] = "pow2h",
 ) -> None:
     """Replay every ITP cluster at about 85% offered load under every policy; check suanli against each."""
     try:
-        checks = itp_check_command(traces, cluster or [], json_path, console, perturb, shift_s)
+        checks = itp_check_command(
+            traces, cluster or [], json_path, console, perturb, shift_s, parse_estimate(estimate)
+        )
     except (ValueError, SuanliError, OSError) as error:
-        console.print(f"[red]error:[/red] {error}")
+        console.print(error_text(str(error)))
         raise typer.Exit(2) from None
     if strict and not all(c.met for c in checks):
         raise typer.Exit(1)

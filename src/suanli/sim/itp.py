@@ -110,6 +110,9 @@ def synthetic_fleet(nodes: int, gpus_per_node: int) -> Fleet:
     return Fleet({SIM_REGION.name: SIM_REGION}, fleet_nodes)
 
 
+ESTIMATE_KINDS = ("pow2h", "factor", "exact")
+
+
 @dataclass(frozen=True, slots=True)
 class DurationEstimate:
     """How a job's declared duration (its time limit) is derived from its true run time.
@@ -130,10 +133,14 @@ class DurationEstimate:
             return true
         if self.kind == "factor":
             return true * random.Random(f"{self.seed}:{job.job_id}").uniform(1.0, self.max_factor)
-        if self.kind == "pow2h":
-            declared = HOUR_S * 2 ** max(0, math.ceil(math.log2(true / HOUR_S)))
-            return declared if declared >= true else 2 * declared  # guard against log2 rounding down
-        raise ValueError(f"unknown duration estimate {self.kind!r}; use pow2h, factor or exact")
+        declared = HOUR_S * 2 ** max(0, math.ceil(math.log2(true / HOUR_S)))  # pow2h
+        return declared if declared >= true else 2 * declared  # guard against log2 rounding down
+
+    def __post_init__(self) -> None:
+        if self.kind not in ESTIMATE_KINDS:
+            raise ValueError(f"unknown duration estimate {self.kind!r}; use {', '.join(ESTIMATE_KINDS)}")
+        if not 1.0 <= self.max_factor < math.inf:  # also refuses NaN
+            raise ValueError(f"max_factor must be finite and >= 1 (got {self.max_factor:g})")
 
     def describe(self) -> str:
         return {
@@ -141,6 +148,24 @@ class DurationEstimate:
             "factor": f"declared = true duration x U[1, {self.max_factor:g}] (seed {self.seed})",
             "exact": "declared = true duration (oracle)",
         }.get(self.kind, self.kind)
+
+
+def parse_estimate(text: str, seed: int = 0) -> DurationEstimate:
+    """`pow2h`, `exact`, `factor` or `factor:MAX` (true x U[1, MAX], seeded) as a `DurationEstimate`;
+    ValueError naming `--estimate` and the accepted forms otherwise."""
+    usage = "use pow2h, exact, factor or factor:MAX (a finite MAX >= 1)"
+    kind, colon, bound = text.strip().partition(":")
+    if kind not in ESTIMATE_KINDS or (colon and kind != "factor"):
+        raise ValueError(f"--estimate {text}: {usage}")
+    if not colon:
+        return DurationEstimate(kind, seed=seed)
+    try:
+        max_factor = float(bound)
+    except ValueError:
+        raise ValueError(f"--estimate {text}: MAX is not a number; {usage}") from None
+    if not 1.0 <= max_factor < math.inf:
+        raise ValueError(f"--estimate {text}: MAX is out of range; {usage}")
+    return DurationEstimate(kind, max_factor=max_factor, seed=seed)
 
 
 def synthetic_jobs(

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from suanli.sim.itp import (
+    DurationEstimate,
     TraceJob,
     jittered,
     nodes_for_load,
@@ -21,7 +22,7 @@ from suanli.sim.itp import (
     read_itp_jobs,
     synthetic_fleet,
 )
-from suanli.sim.queue import BASELINES, QueueResult, run_queue
+from suanli.sim.queue import BASELINES, DEFAULT_ESTIMATE, QueueResult, run_queue
 
 CANDIDATE = "suanli"
 TARGET_LOAD = 0.85
@@ -175,10 +176,11 @@ def check_cluster(
     on_policy: Callable[[str, float], Callable[[float], None]] | None = None,
     perturb_runs: int = 0,
     max_shift_s: float = 60.0,
+    estimate: DurationEstimate = DEFAULT_ESTIMATE,
 ) -> ClusterCheck:
-    """Replay the ITP trace at `path` under each policy at its capacity, then `perturb_runs` times more with
-    jittered arrivals. `on_policy(label, end_s)` gives a progress callback (virtual seconds, up to about
-    `end_s`, the latest arrival plus run time) for each replay."""
+    """Replay the ITP trace at `path` under each policy at its capacity (jobs declaring durations by
+    `estimate`), then `perturb_runs` times more with jittered arrivals. `on_policy(label, end_s)` gives a
+    progress callback (virtual seconds, up to about `end_s`, the latest arrival plus run time) per replay."""
     if CANDIDATE not in policies:
         raise ValueError(f"the check compares {CANDIDATE} with the baselines: include it in the policies")
     if perturb_runs < 0 or max_shift_s < 0:
@@ -193,7 +195,11 @@ def check_cluster(
         end_s = max(j.submitted_s + j.duration_s for j in trace)
         return {
             name: run_queue(
-                fleet, trace, name, on_progress=on_policy(name + suffix, end_s) if on_policy else None
+                fleet,
+                trace,
+                name,
+                estimate=estimate,
+                on_progress=on_policy(name + suffix, end_s) if on_policy else None,
             )
             for name in policies
         }

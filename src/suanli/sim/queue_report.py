@@ -217,10 +217,12 @@ def itp_check_command(
     console,
     perturb_runs: int = 0,
     max_shift_s: float = 60.0,
+    estimate: DurationEstimate = DEFAULT_ESTIMATE,
 ) -> list[ClusterCheck]:
     """`suanli sim itp-check`: each ITP cluster at its capacity under every policy, and the bar's verdict;
     with `perturb_runs`, how far the figures move when arrivals move by up to `max_shift_s`."""
     paths = cluster_paths(traces, clusters)
+    console.print(estimate.describe())
     checks = []
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("day {task.completed:.0f}"))
     with Progress(*columns, TimeElapsedColumn(), console=console, transient=True) as progress:
@@ -231,7 +233,11 @@ def itp_check_command(
                 return lambda now: progress.update(task, completed=now / 86400)
 
             check = check_cluster(
-                path, on_policy=on_policy, perturb_runs=perturb_runs, max_shift_s=max_shift_s
+                path,
+                on_policy=on_policy,
+                perturb_runs=perturb_runs,
+                max_shift_s=max_shift_s,
+                estimate=estimate,
             )
             checks.append(check)
             title = (
@@ -248,7 +254,7 @@ def itp_check_command(
         report = {
             "bar": f"{CANDIDATE}: mean and p95 JCT below every baseline's, mean_alloc_pct (to 0.01) no lower",
             "capacity_rule": "8-GPU nodes at the offered load nearest 85%; 4-GPU nodes if none is in 80-90%",
-            "declared_durations": DEFAULT_ESTIMATE.describe(),
+            "declared_durations": estimate.describe(),
             "mean_alloc_window": "first to last arrival",
             "perturbed": "arrivals moved by a seeded uniform shift; each figure: mean, lowest, highest",
             "clusters": {c.name: c.summary() for c in checks},
