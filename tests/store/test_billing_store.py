@@ -40,9 +40,7 @@ def _placed(
 ) -> None:
     with factory() as u:
         u.rentals.add(Rental(rental_id, "ten_a", "pending", RentalSpec(gpu_model="H100", gpus=1), T0))
-        u.rentals.set_state(rental_id, "placed", expect=("pending",), reason=None)
-        u.rentals.set_placed_at(rental_id, T0)
-        u.rentals.set_price(rental_id, RATE)
+        assert u.rentals.mark_placed(rental_id, T0, RATE)
         if ended == "stopped":
             u.rentals.set_state(rental_id, "stopped", expect=("placed",), reason=None)
             u.rentals.add_event(rental_id, RentalEvent(T0 + timedelta(seconds=after_s), "stopped"))

@@ -44,9 +44,7 @@ def env(store, clock):
 def _placed(factory, rental_id: str, *, rate: int = RATE) -> None:
     with factory() as u:
         u.rentals.add(Rental(rental_id, "ten_a", "pending", RentalSpec(gpu_model="H100", gpus=1), T0))
-        u.rentals.set_state(rental_id, "placed", expect=("pending",), reason=None)
-        u.rentals.set_placed_at(rental_id, T0)
-        u.rentals.set_price(rental_id, rate)
+        assert u.rentals.mark_placed(rental_id, T0, rate)
         u.commit()
 
 

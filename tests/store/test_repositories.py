@@ -443,6 +443,32 @@ def test_a_promise_and_drained_nodes_are_kept_while_pending_and_cleared_after(uo
         )
 
 
+def test_a_rental_is_placed_with_its_price_in_one_step_only_while_pending(uow) -> None:
+    """`mark_placed` records state, start, price and quote together and clears what waiting held; a rental
+    no longer pending (placed already, or cancelled) is left exactly as it was."""
+    promise = (NodeAllocation("h100-a-01", 4000, 8192, (Slice(0, 1000, 81920),)),)
+    later = datetime(2030, 1, 1, 0, 5, tzinfo=UTC)
+    with uow() as u:
+        u.rentals.add(_rental("rnt_1", RentalSpec()))
+        u.rentals.add(_rental("rnt_2", RentalSpec()))
+        u.rentals.set_state("rnt_1", "pending", expect=("pending",), reason="preempting")
+        u.rentals.set_promise("rnt_1", promise)
+        u.rentals.set_expected_start("rnt_1", NOW, ["h100-a-01"])
+        u.rentals.set_state("rnt_2", "cancelled", expect=("pending",), reason=None)
+        assert u.rentals.mark_placed("rnt_1", NOW, 2_990_000, {"final_micros_per_hour": 2_990_000})
+        assert not u.rentals.mark_placed("rnt_1", later, 1, {"final_micros_per_hour": 1})
+        assert not u.rentals.mark_placed("rnt_2", later, 1)
+        u.commit()
+    with uow() as u:
+        placed, cancelled = u.rentals.get("rnt_1"), u.rentals.get("rnt_2")
+    assert (placed.state, placed.placed_at, placed.price_micros_per_hour) == ("placed", NOW, 2_990_000)
+    assert placed.quote == {"final_micros_per_hour": 2_990_000}
+    assert placed.pending_reason is None and placed.promise is None
+    assert placed.expected_start_at is None and placed.reserved_nodes == ()
+    assert cancelled.state == "cancelled"
+    assert cancelled.placed_at is None and cancelled.price_micros_per_hour is None
+
+
 def test_a_mig_placement_not_applied_leaves_no_instance_behind(uow) -> None:
     """A 7g.80gb rental is placed on an A100 carved into smaller instances (the placement destroys them and
     creates the 7g), but it is cancelled before the placement is written. The snapshot is rebuilt from the

@@ -65,9 +65,7 @@ def _node_key(agents: AgentService, node: str) -> str:
 def _running(factory, agents: AgentService, key: str, rental_id: str, node: str) -> None:
     with factory() as u:
         u.rentals.add(Rental(rental_id, "ten_a", "pending", RentalSpec(gpu_model="H100", gpus=1), T0))
-        u.rentals.set_state(rental_id, "placed", expect=("pending",), reason=None)
-        u.rentals.set_placed_at(rental_id, T0)
-        u.rentals.set_price(rental_id, RATE)
+        assert u.rentals.mark_placed(rental_id, T0, RATE)
         whole = [NodeAllocation(node, 0, 0, (Slice(0, 1000, 1024),))]
         u.rentals.book(rental_id, whole, [Booking(node, 0, 0)])
         u.commit()

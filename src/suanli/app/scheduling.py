@@ -432,15 +432,6 @@ class Scheduler:
 
     def _apply_placement(self, uow: UnitOfWork, rental: Rental, placement: Placement, now) -> int:
         assert self.snapshot is not None
-        if not uow.rentals.set_state(rental.id, "placed", expect=("pending",), reason=None):
-            for allocation in placement.nodes:  # stopped or changed since we loaded it
-                self.snapshot.release(allocation)
-            # MIG instances it would have made were not made, and later placements may sit where the idle
-            # ones it destroyed were: the snapshot is rebuilt from the store after this cycle
-            self.stale = self.stale or bool(placement.repartitions)
-            return 0
-        rows = bookings_for(placement.nodes, self._node, uow.rentals.booked_slots)
-        allocation_ids = uow.rentals.book(rental.id, placement.nodes, rows)
         quoted = None
         if self.pricer is not None:
             placed = [self._pool_of_node(a.node) for a in placement.nodes]
@@ -454,10 +445,17 @@ class Scheduler:
                 for a in placement.nodes
                 for piece in a.slices
             )
+        if not uow.rentals.mark_placed(rental.id, now, price, quoted):
+            for allocation in placement.nodes:  # stopped or changed since we loaded it
+                self.snapshot.release(allocation)
+            # MIG instances it would have made were not made, and later placements may sit where the idle
+            # ones it destroyed were: the snapshot is rebuilt from the store after this cycle
+            self.stale = self.stale or bool(placement.repartitions)
+            return 0
+        rows = bookings_for(placement.nodes, self._node, uow.rentals.booked_slots)
+        allocation_ids = uow.rentals.book(rental.id, placement.nodes, rows)
         nodes = ", ".join(a.node for a in placement.nodes)
-        uow.rentals.set_price(rental.id, price, quoted)
         uow.rentals.add_event(rental.id, RentalEvent(now, "placed", None, f"on {nodes}"))
-        uow.rentals.set_placed_at(rental.id, now)
         self.held.update(zip(allocation_ids, placement.nodes, strict=True))
         self.owner.update((i, rental.id) for i in allocation_ids)
         if self.spot_pricing is not None:

@@ -118,9 +118,6 @@ class SqlRentals:
             .values(notice_deadline=deadline)
         )
 
-    def set_placed_at(self, rental_id: str, at: datetime) -> None:
-        self.s.execute(update(RentalRow).where(RentalRow.id == rental_id).values(placed_at=at))
-
     def live_by_tenant(self, tenant_id: str | None = None) -> dict[str, list[str]]:
         """Tenant -> ids of its live rentals (placed through preempting), by one indexed read; one tenant's
         when named."""
@@ -181,13 +178,28 @@ class SqlRentals:
             update(RentalRow).where(RentalRow.id == rental_id).values(spec=_spec_json(rental.spec))
         )
 
-    def set_price(
-        self, rental_id: str, price_micros_per_hour: int, quote: dict[str, Any] | None = None
-    ) -> None:
-        values: dict[str, Any] = {"price_micros_per_hour": price_micros_per_hour}
+    def mark_placed(
+        self, rental_id: str, at: datetime, price_micros_per_hour: int, quote: dict[str, Any] | None = None
+    ) -> bool:
+        """A pending rental becomes placed at `at`, at its price (and quote), in one statement; False, and
+        nothing changed, when it is no longer pending (stopped or changed since it was read)."""
+        values: dict[str, Any] = {
+            "state": "placed",
+            "pending_reason": None,
+            "preempted_by": None,
+            "notice_deadline": None,
+            "expected_start_at": None,
+            "reserved_nodes": None,
+            "promise": None,
+            "placed_at": at,
+            "price_micros_per_hour": price_micros_per_hour,
+        }
         if quote is not None:
             values["quote"] = quote
-        self.s.execute(update(RentalRow).where(RentalRow.id == rental_id).values(**values))
+        result = self.s.execute(
+            update(RentalRow).where(RentalRow.id == rental_id, RentalRow.state == "pending").values(**values)
+        )
+        return bool(result.rowcount)  # type: ignore[attr-defined]
 
     def add_event(self, rental_id: str, event: RentalEvent) -> None:
         self.s.add(
