@@ -179,7 +179,7 @@ def admin_credit(
     try:
         amount_micros = money_to_micros(amount)
     except SpecError as error:
-        errors.print(f"[red]{error}[/red]")
+        errors.print(error_text(str(error)))
         raise typer.Exit(EXIT_USAGE) from None
     expires_at = None
     if expires is not None:

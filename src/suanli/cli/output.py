@@ -71,11 +71,12 @@ def emit(
 
 
 def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> Table:
+    """A table of `rows`, each cell shown as it is (commands, messages and names are not Rich markup)."""
     result = Table(title=title)
     for column in columns:
         result.add_column(column)
     for row in rows:
-        result.add_row(*("" if cell is None else str(cell) for cell in row))
+        result.add_row(*(Text("" if cell is None else str(cell)) for cell in row))
     return result
 
 
