@@ -44,7 +44,7 @@ from suanli.domain.fair_share import FairShare
 from suanli.domain.inventory import Fleet, Node
 from suanli.domain.plan import NodeAllocation, Pending, Placement, Reason
 from suanli.domain.policies import Policy, build_policy
-from suanli.domain.preemption import DEFAULT_NOTICE_S, Preemption, PreemptionConfig, Running
+from suanli.domain.preemption import DEFAULT_NOTICE_S, Preemption, PreemptionConfig, Running, hold_promise
 from suanli.domain.queue_order import GREEDY_QUEUE, QueueConfig
 from suanli.domain.queueing import Gates, admit
 from suanli.domain.quotas import Limits
@@ -186,11 +186,16 @@ class Scheduler:
             with self.uow() as uow:
                 for victim in due:
                     report.preempted += self._end_victim(uow, victim, now)
+                # as they are now, their rows held: a stop or a resize committed since they were read wins
+                current = {r.id: r for r in uow.rentals.by_ids([p.request_id for p in placements], lock=True)}
                 for placement in placements:
-                    report.placed += self._apply_placement(uow, by_id[placement.request_id], placement, now)
+                    rental = by_id[placement.request_id]
+                    now_row = current.get(rental.id)
+                    changed = now_row is None or now_row.state != "pending" or now_row.spec != rental.spec
+                    report.placed += self._apply_placement(uow, rental, placement, now, changed)
                 for decision in notices:
                     report.notices += self._give_notice(uow, by_id[decision.preemptor], decision, now)
-                report.grown = self._resize(uow, now)
+                report.grown = self._resize(uow, now, self._owed_promises(pending, waiting_on, notices))
                 for waiting in still:
                     if waiting.request_id in noticed:
                         report.pending[Reason.PREEMPTING.value] += 1
@@ -224,10 +229,29 @@ class Scheduler:
             self.snapshot, self.stale = None, False
         return report
 
-    def _resize(self, uow: UnitOfWork, now: datetime) -> int:
-        """Live rentals resized in place, from what this cycle left free (`Resizer`). How many changed."""
+    @staticmethod
+    def _owed_promises(
+        pending: Sequence[Rental], waiting_on: Mapping[str, Sequence[Rental]], notices: Sequence[Preemption]
+    ) -> list[Placement]:
+        """Where capacity is promised to preemptors whose victims still have notice: recorded promises and
+        this cycle's."""
+        owed = [Placement(r.id, r.promise) for r in pending if r.id in waiting_on and r.promise]
+        return owed + [decision.promised for decision in notices]
+
+    def _resize(self, uow: UnitOfWork, now: datetime, promised: Sequence[Placement] = ()) -> int:
+        """Live rentals resized in place, from what this cycle left free (`Resizer`), never from capacity
+        promised to a preemptor (held on the snapshot while the resizer runs). How many changed."""
         if not self.resizing:
             return 0
+        assert self.snapshot is not None and self.policy is not None
+        holds = [part for promise in promised for part in hold_promise(self.snapshot, promise)]
+        try:
+            return self._resize_now(uow, now)
+        finally:
+            for give_back, _ in reversed(holds):
+                give_back()
+
+    def _resize_now(self, uow: UnitOfWork, now: datetime) -> int:
         assert self.snapshot is not None and self.policy is not None
         resizer = Resizer(
             self.snapshot,
@@ -262,8 +286,9 @@ class Scheduler:
 
     @staticmethod
     def _set_reason(uow: UnitOfWork, rental: Rental, reason: Reason, message: str, now: datetime) -> None:
-        if rental.pending_reason != reason.value:
-            uow.rentals.set_state(rental.id, "pending", expect=("pending",), reason=reason)
+        if rental.pending_reason != reason.value and uow.rentals.set_state(
+            rental.id, "pending", expect=("pending",), reason=reason
+        ):  # no event for a rental that left pending meanwhile
             uow.rentals.add_event(rental.id, RentalEvent(now, "pending", reason, message))
 
     def _running(self) -> tuple[dict[str, tuple[Running, int]], set[str]]:
@@ -388,6 +413,8 @@ class Scheduler:
 
     @staticmethod
     def _give_notice(uow: UnitOfWork, preemptor: Rental, decision: Preemption, now: datetime) -> int:
+        if not uow.rentals.set_state(preemptor.id, "pending", expect=("pending",), reason=Reason.PREEMPTING):
+            return 0  # stopped (or changed) since it was read: no one is preempted for it
         given = []
         for victim in decision.victims:
             deadline = datetime.fromtimestamp(victim.deadline_s, UTC)
@@ -396,7 +423,6 @@ class Scheduler:
                 message = f"preempted by {preemptor.id}, notice until {deadline.isoformat()}"
                 uow.rentals.add_event(victim.request_id, RentalEvent(now, "preempting", "preempted", message))
         until = datetime.fromtimestamp(decision.deadline_s, UTC).isoformat()
-        uow.rentals.set_state(preemptor.id, "pending", expect=("pending",), reason=Reason.PREEMPTING)
         uow.rentals.set_promise(preemptor.id, decision.promised.nodes)
         uow.rentals.add_event(
             preemptor.id,
@@ -430,8 +456,14 @@ class Scheduler:
             self.snapshot.release(self.held.pop(allocation_id))
             del self.owner[allocation_id]
 
-    def _apply_placement(self, uow: UnitOfWork, rental: Rental, placement: Placement, now) -> int:
+    def _apply_placement(
+        self, uow: UnitOfWork, rental: Rental, placement: Placement, now: datetime, changed: bool = False
+    ) -> int:
+        """Book `placement` for `rental` unless it was `changed` (stopped or resized) or left pending since it
+        was read; 1 if booked."""
         assert self.snapshot is not None
+        if changed:
+            return self._unplace(placement)
         quoted = None
         if self.pricer is not None:
             placed = [self._pool_of_node(a.node) for a in placement.nodes]
@@ -446,12 +478,7 @@ class Scheduler:
                 for piece in a.slices
             )
         if not uow.rentals.mark_placed(rental.id, now, price, quoted):
-            for allocation in placement.nodes:  # stopped or changed since we loaded it
-                self.snapshot.release(allocation)
-            # MIG instances it would have made were not made, and later placements may sit where the idle
-            # ones it destroyed were: the snapshot is rebuilt from the store after this cycle
-            self.stale = self.stale or bool(placement.repartitions)
-            return 0
+            return self._unplace(placement)
         rows = bookings_for(placement.nodes, self._node, uow.rentals.booked_slots)
         allocation_ids = uow.rentals.book(rental.id, placement.nodes, rows)
         nodes = ", ".join(a.node for a in placement.nodes)
@@ -461,6 +488,16 @@ class Scheduler:
         if self.spot_pricing is not None:
             self.spot_pricing.placed(rental)
         return 1
+
+    def _unplace(self, placement: Placement) -> int:
+        """Give a placement that is not booked back to the snapshot; 0 (nothing placed)."""
+        assert self.snapshot is not None
+        for allocation in placement.nodes:
+            self.snapshot.release(allocation)
+        # MIG instances it would have made were not made, and later placements may sit where the idle ones it
+        # destroyed were: the snapshot is rebuilt from the store after this cycle
+        self.stale = self.stale or bool(placement.repartitions)
+        return 0
 
     def _pool_of_node(self, name: str) -> tuple[GpuModel, str]:
         node, model = self._node(name)

@@ -101,15 +101,24 @@ class SpotRepricing:
             return 0
         nodes: dict[str, list[Pool]] = {}
         allocations: dict[str, list[NodeAllocation]] = {}
+        ids: dict[str, set[int]] = {}
         for allocation_id in sorted(owner):
             rental_id = owner[allocation_id]
             if rental_id in live:
                 nodes.setdefault(rental_id, []).append(pool_of_node(held[allocation_id].node))
                 allocations.setdefault(rental_id, []).append(held[allocation_id])
+                ids.setdefault(rental_id, set()).add(allocation_id)
         utilization = pool_utilization(snapshot, [pair for placed in nodes.values() for pair in placed])
         changed = 0
         with uow_factory() as uow:
-            rentals = [r for r in uow.rentals.by_ids(sorted(nodes)) if r.state in REPRICED_STATES]
+            # a rental resized since the cycle read its allocations is priced by its resize; the next
+            # cycle, which sees its new size, re-prices it
+            still_held = uow.rentals.live_allocation_ids()
+            rentals = [
+                r
+                for r in uow.rentals.by_ids(sorted(nodes))
+                if r.state in REPRICED_STATES and ids[r.id] <= still_held
+            ]
             running = [
                 (r, held_request(to_request(r), allocations[r.id]).shape, nodes[r.id]) for r in rentals
             ]

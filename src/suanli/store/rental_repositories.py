@@ -89,11 +89,13 @@ class SqlRentals:
         query = select(RentalRow).where(RentalRow.state == "preempting").order_by(RentalRow.id)
         return [_rental(r) for r in self.s.scalars(query)]
 
-    def by_ids(self, rental_ids: Sequence[str]) -> list[Rental]:
+    def by_ids(self, rental_ids: Sequence[str], *, lock: bool = False) -> list[Rental]:
         ids = sorted(set(rental_ids))
         found: list[Rental] = []
         for start in range(0, len(ids), 1000):
             query = select(RentalRow).where(RentalRow.id.in_(ids[start : start + 1000]))
+            if lock:
+                query = query.with_for_update().execution_options(populate_existing=True)
             found.extend(_rental(r) for r in self.s.scalars(query))
         return found
 
