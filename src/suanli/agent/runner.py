@@ -11,10 +11,11 @@ Guarantees:
   `notice_deadline` and kill at it, kill what the answer no longer lists (the server ended or forgot it, or a
   shrink released the node) and report it `stopped` once.
   Logs go before the heartbeat, so an end the server acknowledges has its whole output stored.
-* A server that does not answer costs retries with exponential backoff (tenacity in the SDK, then a growing
-  pause here); workloads keep running meanwhile. A workload left behind by an earlier agent process (its
-  `workload.json` names a live process group) is adopted if the server still assigns it, else killed; one
-  assigned other GPUs meanwhile (a resize) is restarted on them.
+* A server that does not answer, or answers "try again later" (5xx, 408, 429), costs retries with exponential
+  backoff (tenacity in the SDK, then a growing pause here); workloads keep running meanwhile.
+* A workload left behind by an earlier agent process (its `workload.json` names a live process group) is
+  adopted if the server still assigns it, else killed; one assigned other GPUs meanwhile (a resize) is
+  restarted on them.
 * On exit the workloads keep running (they are adopted on restart) unless `stop_workloads_on_exit`.
 """
 
@@ -171,17 +172,26 @@ class AgentRunner:
                 pause = self.interval_s
             except ServerUnreachable as error:
                 failures += 1
-                pause = min(MAX_BACKOFF_S, 0.2 * 2**failures, self.interval_s * 2)
+                pause = self._backoff(failures)
                 log.warning("server unreachable (%s); workloads keep running; retry in %.1f s", error, pause)
             except ApiError as error:
-                if error.status != 401:
+                if error.status == 401:
+                    log.warning("the server refused the node key; registering again")
+                    self._client = None
+                    self._register(stopping, force=True)
+                    pause = 0
+                elif _transient(error):
+                    failures += 1
+                    pause = self._backoff(failures)
+                    log.warning("server error (%s); workloads keep running; retry in %.1f s", error, pause)
+                else:
                     raise
-                log.warning("the server refused the node key; registering again")
-                self._client = None
-                self._register(stopping, force=True)
-                pause = 0
             stopping.wait(pause)
         self.shutdown()
+
+    def _backoff(self, failures: int) -> float:
+        """The pause before the next try after `failures` failed steps in a row: grows, capped."""
+        return min(MAX_BACKOFF_S, 0.2 * 2**failures, self.interval_s * 2)
 
     def step(self) -> None:
         self.poll()
@@ -494,6 +504,14 @@ class AgentRunner:
             if group_alive(pgid):
                 found[str(data.get("rental_id", record.parent.name))] = Orphan(pgid, seen)
         return found
+
+
+TRANSIENT_STATUSES = frozenset({408, 429})
+
+
+def _transient(error: ApiError) -> bool:
+    """Whether an answer says "try again later" (a server fault, a timeout, a rate limit), not "never"."""
+    return error.status >= 500 or error.status in TRANSIENT_STATUSES
 
 
 _REPORTED = {Outcome.SUCCEEDED: "succeeded", Outcome.FAILED: "failed", Outcome.STOPPED: "stopped"}

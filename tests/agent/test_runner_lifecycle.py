@@ -1,0 +1,109 @@
+"""The agent loop over a workload's life with a fake server client and real child processes: transient server
+errors, an agent restart (adoption, workloads that ended meanwhile, stale records), logs and releases."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from suanli.agent.probe import DeclaredProbe
+from suanli.agent.runner import AgentRunner
+from suanli.client import ApiError
+from suanli.wire.agent_schemas import AssignmentResponse, HeartbeatResponse, LogChunkResponse
+from suanli.wire.schemas import SliceResponse
+
+FLEET = Path(__file__).parents[2] / "examples" / "fleet.toml"
+
+
+class FakeClient:
+    """The server side of heartbeats and log uploads, as the agent sees it."""
+
+    def __init__(self) -> None:
+        self.assignments: list[AssignmentResponse] = []
+        self.reports: list[list] = []
+        self.logs: dict[str, bytearray] = {}
+        self.fail_next: list[Exception] = []
+
+    def heartbeat(self, request):
+        if self.fail_next:
+            raise self.fail_next.pop(0)
+        self.reports.append(list(request.workloads))
+        return HeartbeatResponse(node="h100-a-01", heartbeat_interval_s=0.05, assignments=self.assignments)
+
+    def upload_log(self, rental_id, offset, data):
+        stored = self.logs.setdefault(rental_id, bytearray())
+        if offset == len(stored) and data:
+            stored.extend(data)
+        return LogChunkResponse(stored_bytes=len(stored))
+
+    def close(self) -> None:
+        pass
+
+
+def assignment(rental_id: str, script: str, *, gpu: int = 2, deadline=None, action="run"):
+    return AssignmentResponse(
+        rental_id=rental_id,
+        action=action,
+        slices=[SliceResponse(gpu_index=gpu, milli=1000, memory_mib=81920)],
+        command=[sys.executable, "-c", script],
+        env={},
+        notice_deadline=deadline,
+    )
+
+
+def make_runner(work_dir: Path, client: FakeClient) -> AgentRunner:
+    runner = AgentRunner(
+        "http://server.test",
+        DeclaredProbe.from_file(FLEET, "h100-a-01"),
+        work_dir,
+        interval_s=0.05,
+        grace_s=0.5,
+        client_factory=lambda url, key: client,
+    )
+    runner._client = client  # as after registration
+    return runner
+
+
+def eventually(check, timeout_s: float = 5.0) -> None:
+    end = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < end, "condition not met in time"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("status", [408, 429, 500, 502, 503])
+def test_a_transient_server_error_does_not_end_the_agent(tmp_path: Path, status: int) -> None:
+    client = FakeClient()
+    client.fail_next = [ApiError(status, "internal", "try again")]
+    runner = make_runner(tmp_path, client)
+    runner._connect = lambda stopping: None  # already registered
+    stopping = threading.Event()
+    threading.Timer(0.5, stopping.set).start()
+    runner.run(stopping)
+    assert client.reports, "the agent never heartbeat again after one transient error"
+
+
+def test_an_agent_whose_server_keeps_failing_still_shuts_down_when_asked(tmp_path: Path) -> None:
+    client = FakeClient()
+    client.fail_next = [ApiError(503, "unavailable", "try again")] * 1000
+    runner = make_runner(tmp_path, client)
+    runner._connect = lambda stopping: None  # already registered
+    stopping = threading.Event()
+    threading.Timer(0.3, stopping.set).start()
+    began = time.monotonic()
+    runner.run(stopping)
+    assert time.monotonic() - began < 2.0
+    assert not client.reports
+
+
+def test_a_refusal_that_retrying_cannot_change_still_ends_the_agent(tmp_path: Path) -> None:
+    client = FakeClient()
+    client.fail_next = [ApiError(403, "forbidden", "not a node key")]
+    runner = make_runner(tmp_path, client)
+    runner._connect = lambda stopping: None  # already registered
+    with pytest.raises(ApiError):
+        runner.run(threading.Event())
