@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from suanli.agent.executors import ProcessExecutor, group_alive
 from suanli.agent.probe import DeclaredProbe
 from suanli.agent.runner import AgentRunner
 from suanli.client import ApiError
@@ -107,3 +108,54 @@ def test_a_refusal_that_retrying_cannot_change_still_ends_the_agent(tmp_path: Pa
     runner._connect = lambda stopping: None  # already registered
     with pytest.raises(ApiError):
         runner.run(threading.Event())
+
+
+COUNTS_AND_ENDS = "open('runs', 'a').write('run\\n')\nimport time; time.sleep(0.3)"
+
+
+def test_a_workload_that_ended_while_the_agent_was_away_is_not_started_again(tmp_path: Path) -> None:
+    client = FakeClient()
+    client.assignments = [assignment("r-1", COUNTS_AND_ENDS)]
+    first = make_runner(tmp_path, client)
+    first.step()  # launched; the agent process then dies
+    pgid = first.local["r-1"].workload.pid
+    eventually(lambda: not group_alive(pgid))  # the workload ends (exit 0) while no agent runs
+    second = make_runner(tmp_path, client)  # the server still assigns r-1: no report of its end reached it
+    second.step()
+    time.sleep(0.5)
+    runs = (ProcessExecutor(tmp_path).paths("r-1").workdir / "runs").read_text().splitlines()
+    assert len(runs) == 1, f"the workload ran {len(runs)} times"
+
+
+def test_the_end_of_a_workload_that_ended_while_the_agent_was_away_is_reported_once(tmp_path: Path) -> None:
+    client = FakeClient()
+    client.assignments = [assignment("r-1", COUNTS_AND_ENDS)]
+    first = make_runner(tmp_path, client)
+    first.step()
+    pgid = first.local["r-1"].workload.pid
+    eventually(lambda: not group_alive(pgid))
+    record = ProcessExecutor(tmp_path).paths("r-1").record_file
+    second = make_runner(tmp_path, client)
+    second.step()  # the server still assigns r-1: its end is known from here on
+    assert record.is_file(), "the record went before the server heard of the end"
+    second.step()  # the end is reported
+    ended = [w for w in client.reports[-1] if w.rental_id == "r-1"]
+    assert [(w.state, w.exit_code) for w in ended] == [("failed", None)]
+    assert not record.exists()
+    assert "r-1" not in make_runner(tmp_path, client).orphans  # a later agent process reports it no more
+
+
+def test_the_record_of_a_workload_that_ended_unassigned_while_the_agent_was_away_is_removed(
+    tmp_path: Path,
+) -> None:
+    client = FakeClient()
+    client.assignments = [assignment("r-1", COUNTS_AND_ENDS)]
+    first = make_runner(tmp_path, client)
+    first.step()
+    pgid = first.local["r-1"].workload.pid
+    eventually(lambda: not group_alive(pgid))
+    client.assignments = []  # the server ended r-1 meanwhile
+    second = make_runner(tmp_path, client)
+    second.step()
+    assert not ProcessExecutor(tmp_path).paths("r-1").record_file.exists()
+    assert "r-1" not in second.local

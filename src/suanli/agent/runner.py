@@ -15,7 +15,9 @@ Guarantees:
   backoff (tenacity in the SDK, then a growing pause here); workloads keep running meanwhile.
 * A workload left behind by an earlier agent process (its `workload.json` names a live process group) is
   adopted if the server still assigns it, else killed; one assigned other GPUs meanwhile (a resize) is
-  restarted on them.
+  restarted on them. One that ended while no agent ran is reported `failed` (exit code unknown) if the server
+  still assigns it, never started again; its record is removed once its end is reported (or at once, if the
+  server does not assign it).
 * On exit the workloads keep running (they are adopted on restart) unless `stop_workloads_on_exit`.
 """
 
@@ -63,6 +65,7 @@ STATE_FILE = "agent.json"
 LOG_CHUNK_BYTES = 256 * 1024
 MAX_CHUNKS_PER_STEP = 8
 MAX_BACKOFF_S = 5.0
+ENDED_AWAY = "ended while the agent was away; exit code unknown"
 
 
 class AgentError(SuanliError):
@@ -85,15 +88,21 @@ class Local:
     noticed_until: datetime | None = None
     log_offset: int = 0
     unassigned: bool = False  # killed as no longer assigned here; reported once, then forgotten
+    stale_record: Path | None = (
+        None  # workload.json of a run that ended with no agent here: gone once reported
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class Orphan:
-    """A workload an earlier agent process started here and left running: its process group, and the devices
-    it was started with (None in records written before they were kept)."""
+    """A workload an earlier agent process started here: its process group, the devices it was started with
+    (None in records written before they were kept), its record, and whether it still runs (else it ended
+    while no agent ran, and nobody saw how)."""
 
     pgid: int
     devices: tuple[str, ...] | None
+    record: Path
+    alive: bool = True
 
 
 class AdoptedWorkload:
@@ -197,7 +206,9 @@ class AgentRunner:
         self.poll()
         self.ship_logs()
         client = self._require_client()
-        answer = client.heartbeat(HeartbeatRequest(workloads=self.reports(), telemetry=self._telemetry()))
+        reports = self.reports()
+        answer = client.heartbeat(HeartbeatRequest(workloads=reports, telemetry=self._telemetry()))
+        self._remove_reported_records({report.rental_id for report in reports})
         if self.fixed_interval_s is None:
             self.interval_s = answer.heartbeat_interval_s
         self.reconcile(answer.assignments)
@@ -228,7 +239,7 @@ class AgentRunner:
             if status.running:
                 continue
             if status.exit_code is None:  # adopted: nobody saw how it ended
-                local.state, local.message = "failed", "ended while the agent was away; exit code unknown"
+                local.state, local.message = "failed", ENDED_AWAY
                 continue
             outcome, local.tracker = local.tracker.on_exit(status.exit_code, stopped=local.stop_requested)
             if outcome is Outcome.RESTART and local.assignment is not None:
@@ -281,8 +292,7 @@ class AgentRunner:
                 continue  # reported once more, so the server ends the run here (a shrink released the node)
             del self.local[rental_id]
         for rental_id in [r for r in self.orphans if r not in wanted or wanted[r].action == "stop"]:
-            log.info("%s: left by an earlier agent and not assigned; killing it", rental_id)
-            AdoptedWorkload(self.orphans.pop(rental_id).pgid).kill()
+            self._drop_orphan(rental_id, self.orphans.pop(rental_id))
         for assignment in assignments:
             local = self.local.get(assignment.rental_id)
             if local is None or local.unassigned:  # new here, or assigned here again
@@ -311,6 +321,12 @@ class AgentRunner:
         if response.action == "stop":
             return local
         orphan = self.orphans.pop(response.rental_id, None)
+        if orphan is not None and not orphan.alive:
+            log.info("%s: its workload ended while the agent was away; reporting its end", response.rental_id)
+            local.state, local.message = "failed", ENDED_AWAY
+            local.log_file = self.executor.paths(response.rental_id).log_file
+            local.stale_record = orphan.record
+            return local
         if orphan is not None and self._same_devices(assignment, orphan):
             log.info(
                 "%s: adopting the workload an earlier agent started (group %d)",
@@ -332,6 +348,22 @@ class AgentRunner:
             return local
         self._launch(assignment, local)
         return local
+
+    def _drop_orphan(self, rental_id: str, orphan: Orphan) -> None:
+        """Kill an orphan the server no longer assigns here; one that ended already only leaves its record."""
+        if orphan.alive:
+            log.info("%s: left by an earlier agent and not assigned; killing it", rental_id)
+            AdoptedWorkload(orphan.pgid).kill()
+            return
+        orphan.record.unlink(missing_ok=True)
+
+    def _remove_reported_records(self, reported: set[str]) -> None:
+        """Remove the records of runs that ended while no agent ran once the server has their end, so a later
+        agent process does not report them again."""
+        for local in self.local.values():
+            if local.stale_record is not None and local.rental_id in reported:
+                local.stale_record.unlink(missing_ok=True)
+                local.stale_record = None
 
     def _same_devices(self, assignment: Assignment, orphan: Orphan) -> bool:
         """Whether an orphan runs on the devices its assignment gives it now (unknown: assumed so)."""
@@ -491,7 +523,7 @@ class AgentRunner:
             json.dump({"server": self.server_url, "node": node, "node_key": node_key}, handle)
 
     def _find_orphans(self) -> dict[str, Orphan]:
-        """Process groups that earlier agent processes started here and that are still alive."""
+        """The workloads earlier agent processes started here, by rental: still running or ended meanwhile."""
         found: dict[str, Orphan] = {}
         for record in sorted((self.work_dir / "rentals").glob("*/workload.json")):
             try:
@@ -501,8 +533,9 @@ class AgentRunner:
                 seen = None if devices is None else tuple(str(d) for d in devices)
             except (OSError, ValueError, KeyError, TypeError):
                 continue
-            if group_alive(pgid):
-                found[str(data.get("rental_id", record.parent.name))] = Orphan(pgid, seen)
+            found[str(data.get("rental_id", record.parent.name))] = Orphan(
+                pgid, seen, record, group_alive(pgid)
+            )
         return found
 
 
