@@ -17,9 +17,13 @@ from suanli.agent.assignment import Assignment
 from suanli.agent.executors import (
     ExecutorError,
     ProcessExecutor,
+    ProcessIdentity,
     ProcessWorkload,
     WorkloadState,
     group_alive,
+    process_identity,
+    record_describes_process,
+    record_matches,
 )
 from suanli.agent.probe import DeclaredProbe, HostInventory
 from suanli.agent.workloads import workload_spec
@@ -182,3 +186,37 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return stat[stat.rfind(")") + 2] != "Z"
+
+
+def test_a_workload_record_names_its_leaders_boot_and_start_time(tmp_path: Path, host: HostInventory) -> None:
+    workload = launch(tmp_path, host, "import time; time.sleep(5)")
+    try:
+        record = json.loads(workload.paths.record_file.read_text())
+        identity = process_identity(workload.pid)
+        assert identity is not None
+        assert (record["boot_id"], record["start_ticks"]) == (identity.boot_id, identity.start_ticks)
+        assert record_describes_process(record, workload.pid) is True
+    finally:
+        workload.kill()
+
+
+NOW = ProcessIdentity("boot-b", 5000)
+
+
+@pytest.mark.parametrize(
+    ("record", "now", "started", "expected"),
+    [
+        ({"boot_id": "boot-b", "start_ticks": 5000}, NOW, None, True),
+        ({"boot_id": "boot-a", "start_ticks": 5000}, NOW, None, False),  # a reboot
+        ({"boot_id": "boot-b", "start_ticks": 4000}, NOW, None, False),  # a reused pid
+        ({"boot_id": "boot-b", "start_ticks": 5000}, None, None, None),  # no such process, or no /proc
+        ({"started_unix_s": 1000.0}, NOW, 1000.5, True),  # an older record: by wall clock
+        ({"started_unix_s": 1000.0}, NOW, 1000.0 + 86400, False),
+        ({"started_unix_s": 1000.0}, NOW, None, None),
+        ({}, NOW, 1000.0, None),
+    ],
+)
+def test_a_record_matches_the_process_with_its_pid_only_when_that_can_be_told(
+    record: dict[str, object], now: ProcessIdentity | None, started: float | None, expected: bool | None
+) -> None:
+    assert record_matches(record, now, started) is expected

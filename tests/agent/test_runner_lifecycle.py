@@ -3,6 +3,8 @@ errors, an agent restart (adoption, workloads that ended meanwhile, stale record
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 import threading
 import time
@@ -159,3 +161,70 @@ def test_the_record_of_a_workload_that_ended_unassigned_while_the_agent_was_away
     second.step()
     assert not ProcessExecutor(tmp_path).paths("r-1").record_file.exists()
     assert "r-1" not in second.local
+
+
+def write_record(work_dir: Path, rental_id: str, pid: int, **fields: object) -> Path:
+    record = work_dir / "rentals" / rental_id / "workload.json"
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps({"rental_id": rental_id, "pid": pid, "pgid": pid, "devices": [], **fields}))
+    return record
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"started_unix_s": time.time() - 86400},  # an older record, a day before that program started
+        {"started_unix_s": time.time(), "boot_id": "an-earlier-boot", "start_ticks": 1},
+    ],
+)
+def test_a_stale_workload_record_does_not_get_an_unrelated_process_group_killed(
+    tmp_path: Path, fields: dict[str, object]
+) -> None:
+    # A record left by a run before the host rebooted: its pgid now belongs to some other program.
+    unrelated = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True
+    )
+    try:
+        record = write_record(tmp_path, "r-old", unrelated.pid, **fields)
+        client = FakeClient()  # the server assigns nothing here (r-old ended long ago)
+        runner = make_runner(tmp_path, client)
+        runner.step()
+        time.sleep(0.2)
+        assert unrelated.poll() is None, "the agent SIGKILLed a process group it never started"
+        assert not record.exists()
+    finally:
+        unrelated.kill()
+        unrelated.wait()
+
+
+def test_a_stale_workload_record_of_a_rental_still_assigned_reports_its_end(tmp_path: Path) -> None:
+    unrelated = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True
+    )
+    try:
+        write_record(tmp_path, "r-1", unrelated.pid, boot_id="an-earlier-boot", start_ticks=1)
+        client = FakeClient()
+        client.assignments = [assignment("r-1", COUNTS_AND_ENDS)]
+        runner = make_runner(tmp_path, client)
+        runner.step()
+        runner.step()
+        assert [(w.state, w.exit_code) for w in client.reports[-1]] == [("failed", None)]
+        assert unrelated.poll() is None
+    finally:
+        unrelated.kill()
+        unrelated.wait()
+
+
+def test_a_live_group_that_cannot_be_told_ours_is_neither_adopted_nor_killed(tmp_path: Path) -> None:
+    unrelated = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True
+    )
+    try:
+        write_record(tmp_path, "r-old", unrelated.pid)  # no start time of any kind to compare
+        runner = make_runner(tmp_path, FakeClient())
+        assert "r-old" not in runner.orphans
+        runner.step()
+        assert unrelated.poll() is None
+    finally:
+        unrelated.kill()
+        unrelated.wait()

@@ -11,7 +11,9 @@
 
 Every workload has its own directory under the executor's root: `rentals/<rental id>/` holding `work/` (its
 working directory), `output.log` (stdout and stderr together, appended across restarts), `control/notice.json`
-and `workload.json` (pid and process group, so an agent that restarts can find and kill it).
+and `workload.json` (pid and process group, so an agent that restarts can find and kill it, and on Linux the
+boot id and the leader's start time in clock ticks, so it can tell its workload from a later process that got
+the same pid after a reboot or pid reuse).
 
 `ProcessExecutor` runs the command with `start_new_session=True`: the workload and everything it spawns
 share a process group that stop/notice/kill signal as one; it survives the agent exiting. The child inherits
@@ -48,6 +50,7 @@ POLL_INTERVAL_S = 0.02
 CONTAINER_NOTICE_DIR = "/run/suanli"
 CONTAINER_WORKDIR = "/workspace"
 MPS_PIPE_DIR = "/tmp/nvidia-mps"
+RECORD_CLOCK_SLACK_S = 30.0  # a record without start ticks: how far its wall-clock start may be off
 _RENTAL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
@@ -384,12 +387,65 @@ def _spawn(argv: list[str], env: Mapping[str, str], paths: RentalPaths) -> subpr
         raise ExecutorError(f"cannot start {argv[0]!r}: {exc}") from None
 
 
+@dataclass(frozen=True, slots=True)
+class ProcessIdentity:
+    """What tells a process from a later one given the same pid: the boot it runs in and its start time (clock
+    ticks since boot)."""
+
+    boot_id: str
+    start_ticks: int
+
+
+def process_identity(pid: int) -> ProcessIdentity | None:
+    """The identity of process `pid` from /proc (field 22 of its stat), or None where it cannot be read."""
+    try:
+        boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return ProcessIdentity(boot_id, int(stat[stat.rfind(")") + 2 :].split()[19]))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def started_unix_s(identity: ProcessIdentity) -> float | None:
+    """When a process started, in Unix seconds: the boot time in /proc/stat plus its start ticks."""
+    try:
+        lines = Path("/proc/stat").read_text().splitlines()
+        boot = next(int(line.split()[1]) for line in lines if line.startswith("btime "))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+    return boot + identity.start_ticks / os.sysconf("SC_CLK_TCK")
+
+
+def record_matches(
+    record: Mapping[str, object], now: ProcessIdentity | None, now_started_unix_s: float | None
+) -> bool | None:
+    """Whether a workload record describes the process that now has its pid: by boot id and start ticks, or
+    for a record written before they were kept, by its wall-clock start; None when it cannot be told."""
+    if now is None:
+        return None
+    if record.get("boot_id") is not None and record.get("start_ticks") is not None:
+        return record["boot_id"] == now.boot_id and record["start_ticks"] == now.start_ticks
+    written = record.get("started_unix_s")
+    if not isinstance(written, int | float) or now_started_unix_s is None:
+        return None
+    return abs(written - now_started_unix_s) <= RECORD_CLOCK_SLACK_S
+
+
+def record_describes_process(record: Mapping[str, object], pid: int) -> bool | None:
+    """`record_matches` for the process that has `pid` now (None: no such process, or no /proc to tell)."""
+    now = process_identity(pid)
+    return record_matches(record, now, None if now is None else started_unix_s(now))
+
+
 def _write_record(paths: RentalPaths, pid: int, spec: WorkloadSpec) -> None:
+    identity = process_identity(pid)
     record = {
         "rental_id": spec.rental_id,
         "pid": pid,
         "pgid": pid,
         "started_unix_s": time.time(),
+        "boot_id": None if identity is None else identity.boot_id,
+        "start_ticks": None if identity is None else identity.start_ticks,
         "devices": list(spec.devices),  # what it sees: a later agent restarts it if its GPUs changed
     }
     paths.record_file.write_text(json.dumps(record), encoding="utf-8")

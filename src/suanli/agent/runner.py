@@ -13,11 +13,13 @@ Guarantees:
   Logs go before the heartbeat, so an end the server acknowledges has its whole output stored.
 * A server that does not answer, or answers "try again later" (5xx, 408, 429), costs retries with exponential
   backoff (tenacity in the SDK, then a growing pause here); workloads keep running meanwhile.
-* A workload left behind by an earlier agent process (its `workload.json` names a live process group) is
-  adopted if the server still assigns it, else killed; one assigned other GPUs meanwhile (a resize) is
-  restarted on them. One that ended while no agent ran is reported `failed` (exit code unknown) if the server
-  still assigns it, never started again; its record is removed once its end is reported (or at once, if the
-  server does not assign it).
+* A workload left behind by an earlier agent process (its `workload.json` names a live process group whose
+  leader has the recorded boot and start time) is adopted if the server still assigns it, else killed; one
+  assigned other GPUs meanwhile (a resize) is restarted on them. One that ended while no agent ran is
+  reported `failed` (exit code unknown) if the server still assigns it, never started again; its record is
+  removed once its end is reported (or at once, if the server does not assign it). A record whose group is
+  now another process's counts as ended; a live group that cannot be told ours (no /proc, or its leader
+  gone) is left alone, neither adopted nor killed.
 * On exit the workloads keep running (they are adopted on restart) unless `stop_workloads_on_exit`.
 """
 
@@ -45,6 +47,7 @@ from suanli.agent.executors import (
     WorkloadState,
     WorkloadStatus,
     group_alive,
+    record_describes_process,
     write_nodes,
 )
 from suanli.agent.probe import GpuProbe, HostInventory
@@ -533,10 +536,26 @@ class AgentRunner:
                 seen = None if devices is None else tuple(str(d) for d in devices)
             except (OSError, ValueError, KeyError, TypeError):
                 continue
-            found[str(data.get("rental_id", record.parent.name))] = Orphan(
-                pgid, seen, record, group_alive(pgid)
-            )
+            rental_id = str(data.get("rental_id", record.parent.name))
+            alive = _still_running(rental_id, data, pgid)
+            if alive is not None:
+                found[rental_id] = Orphan(pgid, seen, record, alive)
         return found
+
+
+def _still_running(rental_id: str, record: dict[str, object], pgid: int) -> bool | None:
+    """Whether a recorded workload still runs: False when its group is gone or now holds another process (a
+    reboot or a reused pid: never to be signalled); None when a live group cannot be told ours or not."""
+    if not group_alive(pgid):
+        return False
+    matches = record_describes_process(record, pgid)
+    if matches is None:
+        log.warning(
+            "%s: cannot tell whether process group %d is its workload; leaving it alone", rental_id, pgid
+        )
+    elif not matches:
+        log.info("%s: process group %d is no longer its workload (a reboot or a reused pid)", rental_id, pgid)
+    return matches
 
 
 TRANSIENT_STATUSES = frozenset({408, 429})
