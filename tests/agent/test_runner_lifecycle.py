@@ -228,3 +228,22 @@ def test_a_live_group_that_cannot_be_told_ours_is_neither_adopted_nor_killed(tmp
     finally:
         unrelated.kill()
         unrelated.wait()
+
+
+PRINTS_3_MIB = "import sys\nsys.stdout.write('x' * (3 * 1024 * 1024))\nsys.stdout.flush()"
+
+
+def test_the_whole_log_of_an_ended_workload_is_shipped_before_it_is_forgotten(tmp_path: Path) -> None:
+    client = FakeClient()
+    client.assignments = [assignment("r-1", PRINTS_3_MIB)]
+    runner = make_runner(tmp_path, client)
+    runner.step()  # launched
+    eventually(lambda: not runner.local["r-1"].workload.poll().running)
+    client.assignments = []  # the server ends the rental on the report of its end
+    runner.step()  # polled (succeeded), 2 MiB shipped, reported; kept: more of its log waits
+    runner.step()  # the rest shipped; forgotten at reconcile
+    runner.step()
+    size = ProcessExecutor(tmp_path).paths("r-1").log_file.stat().st_size
+    assert size == 3 * 1024 * 1024
+    assert len(client.logs["r-1"]) == size, f"{size - len(client.logs['r-1'])} bytes of output never shipped"
+    assert "r-1" not in runner.local

@@ -10,7 +10,8 @@ Guarantees:
   restart what runs on other GPUs than before (a resize), stop what says `stop`, give notice at a
   `notice_deadline` and kill at it, kill what the answer no longer lists (the server ended or forgot it, or a
   shrink released the node) and report it `stopped` once.
-  Logs go before the heartbeat, so an end the server acknowledges has its whole output stored.
+  Logs go before the heartbeat, so an end the server acknowledges has its whole output stored; an ended
+  workload is forgotten only once its log is shipped to its end (more than one step's worth takes more steps).
 * A server that does not answer, or answers "try again later" (5xx, 408, 429), costs retries with exponential
   backoff (tenacity in the SDK, then a growing pause here); workloads keep running meanwhile.
 * A workload left behind by an earlier agent process (its `workload.json` names a live process group whose
@@ -90,10 +91,9 @@ class Local:
     stop_requested: bool = False
     noticed_until: datetime | None = None
     log_offset: int = 0
+    log_behind: bool = False  # the last shipping stopped at the per-step cap: more of the log waits
     unassigned: bool = False  # killed as no longer assigned here; reported once, then forgotten
-    stale_record: Path | None = (
-        None  # workload.json of a run that ended with no agent here: gone once reported
-    )
+    stale_record: Path | None = None  # the record of a run that ended with no agent here, till reported
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,21 +256,7 @@ class AgentRunner:
         for local in self.local.values():
             if local.log_file is None or not local.log_file.is_file():
                 continue
-            with local.log_file.open("rb") as handle:
-                for _ in range(MAX_CHUNKS_PER_STEP):
-                    handle.seek(local.log_offset)
-                    chunk = handle.read(LOG_CHUNK_BYTES)
-                    if not chunk:
-                        break
-                    try:
-                        stored = client.upload_log(local.rental_id, local.log_offset, chunk).stored_bytes
-                    except ApiError as error:
-                        if error.status == 404:
-                            break
-                        raise
-                    if stored == local.log_offset:  # nothing taken: a gap on the server side
-                        break
-                    local.log_offset = stored
+            local.log_behind = _ship_log(client, local, local.log_file)
 
     def reports(self) -> list[WorkloadReportBody]:
         return [
@@ -293,6 +279,8 @@ class AgentRunner:
                 local.state, local.message = "stopped", "no longer assigned to this node"
                 local.unassigned = True
                 continue  # reported once more, so the server ends the run here (a shrink released the node)
+            if local.log_behind:
+                continue  # the rest of its log goes out first, MAX_CHUNKS_PER_STEP a step
             del self.local[rental_id]
         for rental_id in [r for r in self.orphans if r not in wanted or wanted[r].action == "stop"]:
             self._drop_orphan(rental_id, self.orphans.pop(rental_id))
@@ -556,6 +544,27 @@ def _still_running(rental_id: str, record: dict[str, object], pgid: int) -> bool
     elif not matches:
         log.info("%s: process group %d is no longer its workload (a reboot or a reused pid)", rental_id, pgid)
     return matches
+
+
+def _ship_log(client: Client, local: Local, log_file: Path) -> bool:
+    """Upload up to MAX_CHUNKS_PER_STEP chunks of a workload's new log; True when it stopped at that cap
+    (more waits), False at the end of the file or where the server takes no more."""
+    with log_file.open("rb") as handle:
+        for _ in range(MAX_CHUNKS_PER_STEP):
+            handle.seek(local.log_offset)
+            chunk = handle.read(LOG_CHUNK_BYTES)
+            if not chunk:
+                return False
+            try:
+                stored = client.upload_log(local.rental_id, local.log_offset, chunk).stored_bytes
+            except ApiError as error:
+                if error.status == 404:
+                    return False
+                raise
+            if stored == local.log_offset:  # nothing taken: a gap on the server side
+                return False
+            local.log_offset = stored
+    return True
 
 
 TRANSIENT_STATUSES = frozenset({408, 429})
