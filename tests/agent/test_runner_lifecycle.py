@@ -4,10 +4,13 @@ errors, an agent restart (adoption, workloads that ended meanwhile, stale record
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import threading
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -247,3 +250,25 @@ def test_the_whole_log_of_an_ended_workload_is_shipped_before_it_is_forgotten(tm
     assert size == 3 * 1024 * 1024
     assert len(client.logs["r-1"]) == size, f"{size - len(client.logs['r-1'])} bytes of output never shipped"
     assert "r-1" not in runner.local
+
+
+SLEEPS = "import time\nwhile True: time.sleep(0.05)"
+
+
+def test_a_notice_to_an_adopted_workload_writes_the_notice_file(tmp_path: Path) -> None:
+    client = FakeClient()
+    client.assignments = [assignment("r-1", SLEEPS)]
+    first = make_runner(tmp_path, client)
+    first.step()  # launches r-1; then this agent process "dies" (the workload keeps running)
+    pgid = first.local["r-1"].workload.pid
+    try:
+        second = make_runner(tmp_path, client)  # a restarted agent adopts r-1
+        deadline = datetime.now(UTC) + timedelta(seconds=60)
+        client.assignments = [assignment("r-1", SLEEPS, deadline=deadline)]
+        second.step()  # the notice arrives
+        notice = ProcessExecutor(tmp_path).paths("r-1").notice_file
+        assert notice.is_file(), "SIGTERM was sent but no notice file was written"
+        body = json.loads(notice.read_text())
+        assert (body["rental_id"], body["deadline_unix_s"]) == ("r-1", deadline.timestamp())
+    finally:
+        os.killpg(pgid, signal.SIGKILL)

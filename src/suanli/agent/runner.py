@@ -50,6 +50,7 @@ from suanli.agent.executors import (
     group_alive,
     record_describes_process,
     write_nodes,
+    write_notice,
 )
 from suanli.agent.probe import GpuProbe, HostInventory
 from suanli.agent.restart import Outcome, RestartPolicy, RestartTracker
@@ -109,10 +110,11 @@ class Orphan:
 
 
 class AdoptedWorkload:
-    """A process group an earlier agent process started: signalled by group id; its exit code is unknown."""
+    """A process group an earlier agent process started: signalled by group id; its exit code is unknown. A
+    notice goes to its notice file first, as for a workload this process started."""
 
-    def __init__(self, pgid: int) -> None:
-        self._pgid = pgid
+    def __init__(self, pgid: int, rental_id: str, notice_file: Path) -> None:
+        self._pgid, self._rental_id, self._notice_file = pgid, rental_id, notice_file
 
     @property
     def pid(self) -> int:
@@ -124,6 +126,7 @@ class AdoptedWorkload:
         return WorkloadStatus(WorkloadState.EXITED, exit_code=None)
 
     def notice(self, deadline: datetime) -> None:
+        write_notice(self._notice_file, self._rental_id, deadline)
         self._signal(signal.SIGTERM)
 
     def stop(self, grace_s: float) -> WorkloadStatus:
@@ -324,7 +327,7 @@ class AgentRunner:
                 response.rental_id,
                 orphan.pgid,
             )
-            local.workload = AdoptedWorkload(orphan.pgid)
+            local.workload = self._adopted(response.rental_id, orphan)
             local.log_file = self.executor.paths(response.rental_id).log_file
             local.log_offset = 0  # the server tells the stored size at the first upload
             self._write_nodes(assignment)  # its nodes may have changed meanwhile too
@@ -333,18 +336,22 @@ class AgentRunner:
             log.info(
                 "%s: its GPUs changed while the agent was away; restarting the workload", response.rental_id
             )
-            AdoptedWorkload(orphan.pgid).stop(self.grace_s)
+            self._adopted(response.rental_id, orphan).stop(self.grace_s)
         if not assignment.command:  # a reservation without a command: the GPUs are held, nothing runs
             local.message = "no command: the GPUs are held until the rental is stopped"
             return local
         self._launch(assignment, local)
         return local
 
+    def _adopted(self, rental_id: str, orphan: Orphan) -> AdoptedWorkload:
+        """A handle on an orphan's process group, with the notice file its workload reads."""
+        return AdoptedWorkload(orphan.pgid, rental_id, self.executor.paths(rental_id).notice_file)
+
     def _drop_orphan(self, rental_id: str, orphan: Orphan) -> None:
         """Kill an orphan the server no longer assigns here; one that ended already only leaves its record."""
         if orphan.alive:
             log.info("%s: left by an earlier agent and not assigned; killing it", rental_id)
-            AdoptedWorkload(orphan.pgid).kill()
+            self._adopted(rental_id, orphan).kill()
             return
         orphan.record.unlink(missing_ok=True)
 
