@@ -272,3 +272,19 @@ def test_a_notice_to_an_adopted_workload_writes_the_notice_file(tmp_path: Path) 
         assert (body["rental_id"], body["deadline_unix_s"]) == ("r-1", deadline.timestamp())
     finally:
         os.killpg(pgid, signal.SIGKILL)
+
+
+def test_a_commandless_rental_released_here_reports_the_end_of_its_run(tmp_path: Path) -> None:
+    client = FakeClient()
+    reservation = assignment("r-1", "")
+    reservation.command = []  # a reservation: the GPUs are held, nothing runs
+    client.assignments = [reservation]
+    runner = make_runner(tmp_path, client)
+    runner.step()
+    client.assignments = []  # a shrink released this node
+    runner.step()
+    runner.step()
+    runner.step()
+    states = [w.state for beat in client.reports for w in beat if w.rental_id == "r-1"]
+    assert states == ["running", "stopped"], f"reported {states}: the run on the released node never ends"
+    assert "r-1" not in runner.local

@@ -276,9 +276,10 @@ class AgentRunner:
         wanted = {a.rental_id: a for a in assignments}
         for rental_id in [r for r in self.local if r not in wanted]:
             local = self.local[rental_id]
-            if local.workload is not None and local.state == "running":
-                log.info("%s: no longer assigned; killing it", rental_id)
-                local.workload.kill()
+            if local.state == "running":  # a workload, or a reservation that runs nothing
+                log.info("%s: no longer assigned; ending its run here", rental_id)
+                if local.workload is not None:
+                    local.workload.kill()
                 local.state, local.message = "stopped", "no longer assigned to this node"
                 local.unassigned = True
                 continue  # reported once more, so the server ends the run here (a shrink released the node)
