@@ -288,3 +288,69 @@ def test_a_commandless_rental_released_here_reports_the_end_of_its_run(tmp_path:
     states = [w.state for beat in client.reports for w in beat if w.rental_id == "r-1"]
     assert states == ["running", "stopped"], f"reported {states}: the run on the released node never ends"
     assert "r-1" not in runner.local
+
+
+IGNORES_TERM = (
+    "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True: time.sleep(0.05)"
+)
+
+
+def stubborn_runner(tmp_path: Path, client: FakeClient) -> AgentRunner:
+    """A runner with three workloads that ignore SIGTERM (each stop waits its whole grace), on GPUs 0-2."""
+    client.assignments = [assignment(f"r-{gpu}", IGNORES_TERM, gpu=gpu) for gpu in range(3)]
+    runner = make_runner(tmp_path, client)
+    runner.grace_s = 1.0
+    runner.step()
+    time.sleep(0.3)  # they have set their SIGTERM handlers
+    return runner
+
+
+def test_stopping_several_stubborn_workloads_does_not_hold_the_heartbeat_for_the_sum_of_their_graces(
+    tmp_path: Path,
+) -> None:
+    client = FakeClient()
+    runner = stubborn_runner(tmp_path, client)
+    client.assignments = [assignment(f"r-{gpu}", IGNORES_TERM, gpu=gpu, action="stop") for gpu in range(3)]
+    began = time.monotonic()
+    runner.step()
+    took = time.monotonic() - began
+    # With the defaults (grace 5 s, heartbeat 5 s, down after 3 missed = 15 s) the next beat comes after
+    # 3 x 5 + 5 = 20 s: the server marks the node down and ends or re-queues every rental on it.
+    assert took < 2 * runner.grace_s, f"one step took {took:.1f} s: the stops ran one after another"
+    assert [runner.local[f"r-{gpu}"].state for gpu in range(3)] == ["stopped"] * 3
+
+
+def test_restarting_several_resized_workloads_waits_one_grace(tmp_path: Path) -> None:
+    client = FakeClient()
+    runner = stubborn_runner(tmp_path, client)
+    before = {gpu: runner.local[f"r-{gpu}"].workload.pid for gpu in range(3)}
+    client.assignments = [assignment(f"r-{gpu}", IGNORES_TERM, gpu=gpu + 3) for gpu in range(3)]
+    began = time.monotonic()
+    runner.step()
+    took = time.monotonic() - began
+    try:
+        assert took < 2 * runner.grace_s, f"one step took {took:.1f} s: the restarts ran one after another"
+        assert not any(group_alive(pid) for pid in before.values())
+        assert all(runner.local[f"r-{gpu}"].workload.poll().running for gpu in range(3))
+    finally:
+        for gpu in range(3):
+            runner.local[f"r-{gpu}"].workload.kill()
+
+
+def test_restarting_several_orphans_moved_while_the_agent_was_away_waits_one_grace(tmp_path: Path) -> None:
+    client = FakeClient()
+    first = stubborn_runner(tmp_path, client)
+    before = {gpu: first.local[f"r-{gpu}"].workload.pid for gpu in range(3)}
+    client.assignments = [assignment(f"r-{gpu}", IGNORES_TERM, gpu=gpu + 3) for gpu in range(3)]
+    second = make_runner(tmp_path, client)  # the agent came back; the rentals were resized meanwhile
+    second.grace_s = 1.0
+    began = time.monotonic()
+    second.step()
+    took = time.monotonic() - began
+    try:
+        assert took < 2 * second.grace_s, f"one step took {took:.1f} s: the restarts ran one after another"
+        assert not any(group_alive(pid) for pid in before.values())
+        assert all(second.local[f"r-{gpu}"].workload.poll().running for gpu in range(3))
+    finally:
+        for gpu in range(3):
+            second.local[f"r-{gpu}"].workload.kill()

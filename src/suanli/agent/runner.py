@@ -7,9 +7,9 @@ Guarantees:
 * One step: (1) poll local workloads (a failure restarts under the rental's restart policy), (2) ship new log
   bytes (the server dedups by byte offset, so a retry never doubles a line), (3) heartbeat with every
   workload's state and exit code and the GPU telemetry, (4) reconcile with the answer: launch what is new,
-  restart what runs on other GPUs than before (a resize), stop what says `stop`, give notice at a
-  `notice_deadline` and kill at it, kill what the answer no longer lists (the server ended or forgot it, or a
-  shrink released the node) and report it `stopped` once.
+  restart what runs on other GPUs than before (a resize), stop what says `stop` (side by side: a step waits
+  one grace, not one per workload), give notice at a `notice_deadline` and kill at it, kill what the answer
+  no longer lists (the server ended or forgot it, or a shrink released the node) and report it `stopped` once.
   Logs go before the heartbeat, so an end the server acknowledges has its whole output stored; an ended
   workload is forgotten only once its log is shipped to its end (more than one step's worth takes more steps).
 * A server that does not answer, or answers "try again later" (5xx, 408, 429), costs retries with exponential
@@ -33,7 +33,8 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -221,10 +222,10 @@ class AgentRunner:
 
     def shutdown(self) -> None:
         if self.stop_workloads_on_exit:
-            for local in self.local.values():
-                if local.workload is not None and local.state == "running":
-                    local.workload.stop(self.grace_s)
-                    local.state = "stopped"
+            running = [w for w in self.local.values() if w.workload is not None and w.state == "running"]
+            _stop_together([local.workload for local in running], self.grace_s)
+            for local in running:
+                local.state = "stopped"
             with contextlib.suppress(SuanliError, ApiError, ServerUnreachable, OSError):
                 self.ship_logs()
         if self._client is not None:
@@ -288,17 +289,12 @@ class AgentRunner:
             del self.local[rental_id]
         for rental_id in [r for r in self.orphans if r not in wanted or wanted[r].action == "stop"]:
             self._drop_orphan(rental_id, self.orphans.pop(rental_id))
+        self._stop_and_restart(assignments)
         for assignment in assignments:
             local = self.local.get(assignment.rental_id)
             if local is None or local.unassigned:  # new here, or assigned here again
                 local = self._start(assignment)
-            elif assignment.action == "run" and assignment.notice_deadline is None:
-                self._follow_resize(local, _assignment(assignment))
             if assignment.action == "stop":
-                if local.workload is not None and local.state == "running":
-                    local.stop_requested = True
-                    local.workload.stop(self.grace_s)
-                    self.poll()
                 if local.state == "running":
                     local.state = "stopped"
             elif assignment.notice_deadline is not None and local.noticed_until is None:
@@ -322,7 +318,7 @@ class AgentRunner:
             local.log_file = self.executor.paths(response.rental_id).log_file
             local.stale_record = orphan.record
             return local
-        if orphan is not None and self._same_devices(assignment, orphan):
+        if orphan is not None:  # on its assigned devices: one moved was stopped already (_stop_and_restart)
             log.info(
                 "%s: adopting the workload an earlier agent started (group %d)",
                 response.rental_id,
@@ -333,16 +329,63 @@ class AgentRunner:
             local.log_offset = 0  # the server tells the stored size at the first upload
             self._write_nodes(assignment)  # its nodes may have changed meanwhile too
             return local
-        if orphan is not None:  # resized while no agent ran here: it must restart on its new GPUs
-            log.info(
-                "%s: its GPUs changed while the agent was away; restarting the workload", response.rental_id
-            )
-            self._adopted(response.rental_id, orphan).stop(self.grace_s)
         if not assignment.command:  # a reservation without a command: the GPUs are held, nothing runs
             local.message = "no command: the GPUs are held until the rental is stopped"
             return local
         self._launch(assignment, local)
         return local
+
+    def _stop_and_restart(self, assignments: list[AssignmentResponse]) -> None:
+        """Stop at once, within one grace, every workload the answer stops and every one that must restart
+        on other GPUs (resized here, or while no agent ran), then start the latter again on them."""
+        moved = self._moved_orphans(assignments)
+        resized = [
+            local
+            for response in assignments
+            if response.action == "run" and response.notice_deadline is None
+            for local in [self.local.get(response.rental_id)]
+            if local is not None
+            and not local.unassigned
+            and self._follow_resize(local, _assignment(response))
+        ]
+        halted = [
+            local
+            for response in assignments
+            if response.action == "stop"
+            for local in [self.local.get(response.rental_id)]
+            if local is not None and local.workload is not None and local.state == "running"
+        ]
+        for local in resized + halted:
+            local.stop_requested = True
+        workloads = [self._adopted(r, self.orphans.pop(r)) for r in moved]
+        _stop_together([*workloads, *(local.workload for local in resized + halted)], self.grace_s)
+        for local in resized:
+            local.stop_requested = False
+            self._restart(local)
+        if halted:
+            self.poll()
+
+    def _moved_orphans(self, assignments: list[AssignmentResponse]) -> list[str]:
+        """The rentals whose live orphan the server now assigns other devices (a resize while no agent ran):
+        they are stopped and started afresh on them."""
+        moved = [
+            response.rental_id
+            for response in assignments
+            if response.action != "stop"
+            and (orphan := self.orphans.get(response.rental_id)) is not None
+            and orphan.alive
+            and not self._same_devices(_assignment(response), orphan)
+        ]
+        for rental_id in moved:
+            log.info("%s: its GPUs changed while the agent was away; restarting the workload", rental_id)
+        return moved
+
+    def _restart(self, local: Local) -> None:
+        """Start a resized rental's workload again on its new GPUs (a reservation just holds them)."""
+        if local.assignment is not None and local.assignment.command:
+            self._launch(local.assignment, local)
+        else:
+            local.workload = None
 
     def _adopted(self, rental_id: str, orphan: Orphan) -> AdoptedWorkload:
         """A handle on an orphan's process group, with the notice file its workload reads."""
@@ -373,31 +416,24 @@ class AgentRunner:
         except SuanliError:
             return True  # cannot tell here; the launch path would refuse it the same way
 
-    def _follow_resize(self, local: Local, assignment: Assignment) -> None:
-        """A rental resized since it started here: new nodes are written to its nodes file; new GPUs on this
-        host restart a running workload with them (a process cannot gain or lose GPUs); one that ended
-        stays ended."""
+    def _follow_resize(self, local: Local, assignment: Assignment) -> bool:
+        """A rental resized since it started here: new nodes are written to its nodes file; True when it has
+        new GPUs on this host, so a running workload must restart with them (a process cannot gain or lose
+        GPUs); one that ended stays ended."""
         before = local.assignment
         if before is None or assignment == before:
-            return
+            return False
         local.assignment = assignment
-        workload = local.workload if local.state == "running" else None
-        if workload is None:
-            return
+        if local.workload is None or local.state != "running":
+            return False
         if (assignment.peers, assignment.node_rank) != (before.peers, before.node_rank):
             self._write_nodes(assignment)
         if assignment.slices == before.slices:
-            return
+            return False
         was = ", ".join(str(s.gpu_index) for s in before.slices)
         now = ", ".join(str(s.gpu_index) for s in assignment.slices)
         log.info("%s: GPUs changed from [%s] to [%s]; restarting the workload", local.rental_id, was, now)
-        local.stop_requested = True
-        workload.stop(self.grace_s)
-        local.stop_requested = False
-        if assignment.command:
-            self._launch(assignment, local)
-        else:
-            local.workload = None
+        return True
 
     def _write_nodes(self, assignment: Assignment) -> None:
         if assignment.peers:
@@ -573,6 +609,18 @@ def _ship_log(client: Client, local: Local, log_file: Path) -> bool:
                 return False
             local.log_offset = stored
     return True
+
+
+def _stop_together(workloads: Sequence[Workload | None], grace_s: float) -> None:
+    """Stop workloads side by side (SIGTERM to all, one grace, SIGKILL to what is left), so a step waits one
+    grace, not the sum of them: a heartbeat held that long gets the node marked down."""
+    present = [workload for workload in workloads if workload is not None]
+    if len(present) <= 1:
+        for workload in present:
+            workload.stop(grace_s)
+        return
+    with ThreadPoolExecutor(max_workers=len(present)) as pool:
+        list(pool.map(lambda workload: workload.stop(grace_s), present))
 
 
 TRANSIENT_STATUSES = frozenset({408, 429})
