@@ -33,7 +33,7 @@ from suanli.app.postings import post_once, retrying
 from suanli.app.price_entries import BookEntry, checked, in_force_or_later, layered
 from suanli.app.records import END_STATES, Caller, MeterRental, MoneyFacts, PriceEntry, Rental, RentalSpec
 from suanli.app.tenants import require_admin, target_tenant
-from suanli.app.usage import rental_usage
+from suanli.app.usage import rental_usage, replaced
 from suanli.domain.billing.errors import BillingError
 from suanli.domain.billing.ledger import (
     AccountId,
@@ -351,12 +351,13 @@ class BillingService:
             last = items[-1].id if len(items) >= batch else None
             posted = uow.ledger.posted_charges(item.id for item in items)
             rates = uow.rentals.rate_changes(first=items[0].id, last=items[-1].id)  # spot re-pricing
+            runs = uow.rentals.run_spans([item.id for item in items if replaced(item)])  # re-queued
             tenants = {item.tenant_id for item in items}
             balances = uow.ledger.balances(tenants, kinds=(AccountKind.TENANT_GRANTS,))
             added: list[Transaction] = []
             closed: list[str] = []
             for item in items:
-                usage = rental_usage(item, providers, rates.get(item.id, ()))
+                usage = rental_usage(item, providers, rates.get(item.id, ()), runs.get(item.id, ()))
                 if usage is None:  # no rate: never charged
                     if item.state in END_STATES:
                         closed.append(item.id)

@@ -126,6 +126,7 @@ class RentalRepo(Protocol):
     def rate_changes(
         self, rental_ids: Sequence[str] | None = None, *, first: str = "", last: str = ""
     ) -> dict[str, list[tuple[datetime, int]]]: ...
+    def run_spans(self, rental_ids: Sequence[str]) -> dict[str, list[tuple[datetime, datetime | None]]]: ...
 
 
 class ContractRepo(Protocol):

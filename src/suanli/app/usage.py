@@ -2,7 +2,9 @@
 
 One reading for the meter, invoices and SLA credits: from the agent-reported start (else `placed_at`) to its
 end: a stop or failure at its end event, a preempted one at its notice deadline, a lost one at its node's
-last heartbeat (the run's `ended_at`), a re-queued one at its last run's end; a live one is open.
+last heartbeat (the run's `ended_at`), a re-queued one at its last run's end; a live one is open. A re-placed
+rental (`replaced`) is not billed for the time it waited in the queue: only its runs (a live one with no open
+run: from its latest placement on), the gaps between them are billed nothing.
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ def rental_usage(
     item: BillableRental | MeterRental,
     providers: dict[str, str],
     rates: Sequence[tuple[datetime, int]] = (),
+    runs: Sequence[tuple[datetime, datetime | None]] = (),
 ) -> RentalUsage | None:
     """What the meter charges; `rates`: the rental's rate rows (a spot rental re-priced since its
-    placement: the first row is the placement rate, each in force from its instant)."""
+    placement: the first row is the placement rate, each in force from its instant); `runs`: a re-placed
+    rental's run spans (started, ended or None), whose gaps are not billed."""
     found = item if isinstance(item, MeterRental) else metered(item)
     rate = found.price_micros_per_hour
     if rate is None:
@@ -53,7 +57,39 @@ def rental_usage(
         started_s,
         ended_s,
         rate_changes=changes,
+        gaps=queue_gaps(found, runs) if runs else (),
     )
+
+
+def replaced(item: MeterRental) -> bool:
+    """Placed again after an earlier run started (re-queued): its runs must be read to bill their gaps."""
+    return (
+        item.placed_at is not None
+        and item.run_started_at is not None
+        and item.placed_at > item.run_started_at
+    )
+
+
+def queue_gaps(
+    item: MeterRental, runs: Sequence[tuple[datetime, datetime | None]]
+) -> tuple[tuple[int, int], ...]:
+    """The holes between a re-placed rental's billed spans: its runs and, while it holds a placement with no
+    open run, its latest placement on."""
+    spans = [(to_epoch_s(start), None if end is None else to_epoch_s(end)) for start, end in runs]
+    if item.placed_at is not None and item.state != "pending" and all(end is not None for _, end in spans):
+        spans.append((to_epoch_s(item.placed_at), None))
+    if not spans:
+        return ()
+    ordered = sorted(spans, key=lambda span: span[0])
+    gaps: list[tuple[int, int]] = []
+    covered = ordered[0][1]  # the end of the spans so far; None: open from there on
+    for start, end in ordered[1:]:
+        if covered is None:
+            break
+        if start > covered:
+            gaps.append((covered, start))
+        covered = None if end is None else max(covered, end)
+    return tuple(gaps)
 
 
 def metered(item: BillableRental) -> MeterRental:

@@ -7,7 +7,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from sqlalchemy import JSON, case, delete, func, insert, select, type_coerce, update
+from sqlalchemy import JSON, BigInteger, case, delete, func, insert, literal, select, type_coerce, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -33,6 +33,7 @@ from suanli.store.rows import (
     RentalRunRow,
     RentalSizeRow,
     SliceRow,
+    UtcDateTime,
 )
 
 
@@ -201,7 +202,24 @@ class SqlRentals:
         result = self.s.execute(
             update(RentalRow).where(RentalRow.id == rental_id, RentalRow.state == "pending").values(**values)
         )
-        return bool(result.rowcount)  # type: ignore[attr-defined]
+        if not result.rowcount:  # type: ignore[attr-defined]
+            return False
+        self._rate_from_placement(rental_id, at, price_micros_per_hour)
+        return True
+
+    def _rate_from_placement(self, rental_id: str, at: datetime, rate: int) -> None:
+        """A re-placed rental with a rate history (spot re-pricing) pays its new price from `at`: one more
+        rate row, else the meter would go on billing the last rate of its earlier placement."""
+        rates = RentalRateRow.__table__
+        has_rows = select(rates.c.id).where(rates.c.rental_id == rental_id, rates.c.from_at < at).exists()
+        self.s.execute(
+            insert(rates).from_select(
+                ["rental_id", "from_at", "rate_micros_per_hour"],
+                select(literal(rental_id), literal(at, UtcDateTime()), literal(rate, BigInteger())).where(
+                    has_rows
+                ),
+            )
+        )
 
     def add_event(self, rental_id: str, event: RentalEvent) -> None:
         self.s.add(
@@ -498,6 +516,20 @@ class SqlRentals:
         found: dict[str, list[tuple[datetime, int, float]]] = {}
         for rental_id, moment, nodes, per_node in self.s.execute(query):
             found.setdefault(rental_id, []).append((_utc(moment) or moment, int(nodes), float(per_node)))
+        return found
+
+    def run_spans(self, rental_ids: Sequence[str]) -> dict[str, list[tuple[datetime, datetime | None]]]:
+        """(started, ended or None while open) of each reported run of `rental_ids` (re-placed rentals: the
+        meter leaves out the time between their runs)."""
+        if not rental_ids:
+            return {}
+        runs = RentalRunRow.__table__
+        query = select(runs.c.rental_id, runs.c.started_at, runs.c.ended_at).where(
+            one_of(self.s, runs.c.rental_id, rental_ids), runs.c.started_at.is_not(None)
+        )
+        found: dict[str, list[tuple[datetime, datetime | None]]] = {}
+        for rental_id, started, ended in self.s.execute(query):
+            found.setdefault(rental_id, []).append((_utc(started) or started, _utc(ended)))
         return found
 
     def rate_changes(

@@ -161,3 +161,22 @@ def test_a_running_spot_rental_pays_the_spot_price_capped_at_its_bid_even_below_
     with pytest.raises(BillingError):  # a new rental with that bid waits (bid_below_floor) ...
         book.spot_rate("H100", "x", 0, 1_500_000, 200)
     assert running_spot_rate(book, "H100", "x", 0, 1_500_000, 200) == 1_500_000  # ... a running one pays it
+
+
+def test_a_gap_in_the_queue_bills_nothing_and_the_rate_then_in_force_resumes_after_it() -> None:
+    gapped = RentalUsage(
+        "r1", "t1", "p1", 1_000_001, T0, rate_changes=((T0 + 500, 2_000_003),), gaps=((T0 + 100, T0 + 1000),)
+    )
+    # 100 s at the first rate, nothing for 900 s (the rate change inside the gap resumes at its end), 100 s
+    assert gapped.charge_to_date(T0 + 1100) == round_half_up(1_000_001 * 100 + 2_000_003 * 100, 3600)
+    assert gapped.billable_s(T0 + 1100) == 200
+    assert gapped.charge_to_date(T0 + 600) == gapped.charge_to_date(T0 + 100)  # nothing while it waits
+    plain = RentalUsage("r1", "t1", "p1", 1_000_001, T0, gaps=((T0 + 100, T0 + 1000),))
+    assert plain.charge_to_date(T0 + 1100) == charge_micros(1_000_001, 200)
+
+
+def test_gaps_must_be_sorted_disjoint_and_not_empty() -> None:
+    with pytest.raises(BillingError):
+        RentalUsage("r1", "t1", "p1", 1, T0, gaps=((T0 + 10, T0 + 10),))
+    with pytest.raises(BillingError):
+        RentalUsage("r1", "t1", "p1", 1, T0, gaps=((T0 + 10, T0 + 20), (T0 + 15, T0 + 30)))

@@ -15,6 +15,10 @@ Rules, all in integer micros:
   charge to date never falls (a posted charge cannot be taken back), so it is the largest such sum at any
   instant up to now (at the start, a rate change or now: it is linear in between). Without rate changes
   this is exactly the rule above.
+* Gaps (a re-queued rental waiting in the queue between two placements): `gaps` = ((from_s, to_s), ...),
+  sorted and disjoint, are billed nothing; they are segments at rate 0, and at `to_s` the rate in force then
+  (from `rate_changes`) resumes. The charge is still one rounding of the cumulative sum, and the billable
+  seconds leave the gaps out.
 * A meter run posts only `charge_delta` = charge to date - already posted, never negative, under the key
   `charge:{rental_id}:{n}`, n counting the rental's charges already in the journal; nothing to post, no key.
 * A charge is paid from the tenant's grants first, then cash (cash may go below 0: the shell warns and stops).
@@ -47,6 +51,7 @@ class RentalUsage:
     ended_s: int | None = None
     minimum_s: int = DEFAULT_MINIMUM_S
     rate_changes: tuple[tuple[int, int], ...] = ()  # (from_s, rate micros/h), sorted by from_s
+    gaps: tuple[tuple[int, int], ...] = ()  # (from_s, to_s): unbilled (waiting in the queue), sorted
 
     def __post_init__(self) -> None:
         if self.rate_micros_per_hour < 0:
@@ -57,6 +62,15 @@ class RentalUsage:
             raise BillingError(f"rental {self.rental_id}: ends at {self.ended_s}, before it starts")
         if self.rate_changes:
             self._check_changes()
+        if self.gaps:
+            self._check_gaps()
+
+    def _check_gaps(self) -> None:
+        previous = None
+        for from_s, to_s in self.gaps:
+            if to_s <= from_s or (previous is not None and from_s <= previous):
+                raise BillingError(f"rental {self.rental_id}: gaps must be sorted, disjoint and not empty")
+            previous = to_s
 
     def _check_changes(self) -> None:
         previous = None
@@ -71,41 +85,48 @@ class RentalUsage:
         if now_s < self.started_s:
             return 0
         end_s = now_s if self.ended_s is None else min(now_s, self.ended_s)
-        return max(self.minimum_s, end_s - self.started_s)
+        waited = sum(max(0, min(to_s, end_s) - from_s) for from_s, to_s in self.gaps if from_s < end_s)
+        return max(self.minimum_s, end_s - self.started_s - waited)
+
+    def segments(self) -> tuple[tuple[int, int], ...]:
+        """The rate changes with the gaps as segments at rate 0 (each gap's end resumes the rate then)."""
+        if not self.gaps:
+            return self.rate_changes
+        merged = {at_s: rate for at_s, rate in self.rate_changes if not _inside(at_s, self.gaps)}
+        for from_s, to_s in self.gaps:
+            merged[from_s] = 0
+            merged[to_s] = _rate_at(self.rate_micros_per_hour, self.rate_changes, to_s)
+        return tuple(sorted(merged.items()))
 
     def rate_at(self, at_s: int) -> int:
         """The rate in force at `at_s`: the last change from at or before it, else `rate_micros_per_hour`."""
-        rate = self.rate_micros_per_hour
-        for from_s, changed in self.rate_changes:
-            if from_s > at_s:
-                break
-            rate = changed
-        return rate
+        return _rate_at(self.rate_micros_per_hour, self.segments(), at_s)
 
     def micros_seconds(self, now_s: int) -> int:
         """The exact charge to date times 3600 (rate micros/h x seconds), before the one rounding."""
         if now_s < self.started_s:
             return 0
         end_s = now_s if self.ended_s is None else min(now_s, self.ended_s)
-        due = self._due(end_s)
-        if self.rate_changes:  # a rate drop inside the minimum must not lower what was already due
+        changes = self.segments()
+        due = self._due(end_s, changes)
+        if changes:  # a rate drop inside the minimum must not lower what was already due
             limit_s = min(end_s, self.started_s + self.minimum_s)
-            for from_s, _ in self.rate_changes:
+            for from_s, _ in changes:
                 if self.started_s <= from_s < limit_s:
-                    due = max(due, self._due(from_s))
+                    due = max(due, self._due(from_s, changes))
             if end_s > self.started_s:
-                due = max(due, self._due(self.started_s))
+                due = max(due, self._due(self.started_s, changes))
         return due
 
-    def _due(self, end_s: int) -> int:
+    def _due(self, end_s: int, changes: tuple[tuple[int, int], ...]) -> int:
         """Segments' rate x seconds over [started_s, end_s], plus the minimum's missing seconds at the rate
         in force at started_s."""
         short = max(0, self.minimum_s - (end_s - self.started_s))
-        if not self.rate_changes:
+        if not changes:
             return self.rate_micros_per_hour * (end_s - self.started_s + short)
         total, at_s, rate = 0, self.started_s, self.rate_micros_per_hour
         first = None
-        for from_s, changed in self.rate_changes:
+        for from_s, changed in changes:
             if from_s > at_s:
                 if first is None:
                     first = rate
@@ -120,13 +141,13 @@ class RentalUsage:
         return total + first * short
 
     def charge_to_date(self, now_s: int) -> int:
-        if not self.rate_changes:
+        if not self.rate_changes and not self.gaps:
             return charge_micros(self.rate_micros_per_hour, self.billable_s(now_s))
         return round_half_up(self.micros_seconds(now_s), SECONDS_PER_HOUR)
 
     def memo(self, now_s: int) -> str:
         """The charge transaction's memo: seconds billed and the rate (the current one after changes)."""
-        if not self.rate_changes:
+        if not self.rate_changes and not self.gaps:
             return f"{self.billable_s(now_s)} s at {self.rate_micros_per_hour} micros/h"
         end_s = now_s if self.ended_s is None else min(now_s, self.ended_s)
         return f"{self.billable_s(now_s)} s at rates that changed, now {self.rate_at(end_s)} micros/h"
@@ -134,6 +155,20 @@ class RentalUsage:
     def charge_delta(self, already_posted_micros: int, now_s: int) -> int:
         """What is left to post at `now_s`; 0 when everything is posted (or more, from a later run)."""
         return max(0, self.charge_to_date(now_s) - already_posted_micros)
+
+
+def _rate_at(rate: int, changes: tuple[tuple[int, int], ...], at_s: int) -> int:
+    """The rate in force at `at_s`: the last change from at or before it, else `rate`."""
+    for from_s, changed in changes:
+        if from_s > at_s:
+            break
+        rate = changed
+    return rate
+
+
+def _inside(at_s: int, gaps: tuple[tuple[int, int], ...]) -> bool:
+    """`at_s` falls in a gap (from its start, before its end)."""
+    return any(from_s <= at_s < to_s for from_s, to_s in gaps)
 
 
 def split_grants(amount_micros: int, grant_balance_micros: int) -> tuple[int, int]:

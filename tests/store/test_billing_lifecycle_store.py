@@ -1,0 +1,133 @@
+"""Billing over a rental's life on the real store (SQLite and PostgreSQL): a re-queued rental is charged for
+its runs, not for its time in the queue, and after the gap at the price of its new placement."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from suanli.app.agents import AgentService, WorkloadReport
+from suanli.app.billing import BillingService
+from suanli.app.fleet import FleetCache
+from suanli.app.records import Booking, Caller, Rental, RentalSpec, Tenant
+from suanli.domain.billing.ledger import TxKind
+from suanli.domain.billing.money import charge_micros, round_half_up
+from suanli.domain.catalog_data import CATALOG
+from suanli.domain.plan import NodeAllocation, Slice
+from suanli.store.agent_repositories import SqlAgentUnitOfWork
+from suanli.store.db import session_factory
+
+FLEET = (Path(__file__).resolve().parents[2] / "examples" / "fleet.toml").read_text()
+T0 = datetime(2030, 1, 1, tzinfo=UTC)
+S = timedelta(seconds=1)
+RATE = 2_990_000
+NODE, OTHER = "h100-a-01", "l40s-01"
+ADMIN = Caller(Tenant("ten_admin", "admin", "admin", T0), "key_admin")
+ALICE = Caller(Tenant("ten_a", "a", "tenant", T0), "key_a")
+
+
+@pytest.fixture
+def env(store, clock):
+    engine, factory = store
+    with factory() as u:
+        u.tenants.add(ADMIN.tenant)
+        u.tenants.add(ALICE.tenant)
+        u.fleet.put(FLEET, [NODE, OTHER], T0)
+        u.commit()
+    agents = AgentService(
+        lambda: SqlAgentUnitOfWork(session_factory(engine)),
+        clock,
+        lambda: None,
+        heartbeat_interval_s=10,
+        missed_heartbeats=3,
+        token_ttl_s=600,
+    )
+    billing = BillingService(factory, clock, CATALOG, FleetCache(CATALOG))
+    return factory, clock, agents, billing
+
+
+def _key(agents, node):
+    _, secret = agents.create_token(ADMIN, node)
+    return agents.register(secret, {})[1]
+
+
+def _place(factory, rental_id, node, at, spec=None):
+    with factory() as u:
+        if u.rentals.get(rental_id) is None:
+            u.rentals.add(
+                Rental(rental_id, "ten_a", "pending", spec or RentalSpec(gpu_model="H100", gpus=1), T0)
+            )
+        assert u.rentals.mark_placed(rental_id, at, RATE)
+        u.rentals.book(
+            rental_id, [NodeAllocation(node, 0, 0, (Slice(0, 1000, 1024),))], [Booking(node, 0, 0)]
+        )
+        u.commit()
+
+
+def _charged(factory, rental_id):
+    with factory() as u:
+        txs = [t for t in u.ledger.transactions(None) if t.ref == rental_id and t.kind is TxKind.CHARGE]
+    return sum(-p.amount_micros for t in txs for p in t.postings if p.amount_micros < 0)
+
+
+def test_a_requeued_rental_is_charged_for_its_runs_not_for_its_time_in_the_queue(env) -> None:
+    factory, clock, agents, billing = env
+    key = _key(agents, NODE)
+    spec = RentalSpec(gpu_model="H100", gpus=1, restart="on-failure", max_restarts=1)
+    _place(factory, "rnt_r", NODE, T0, spec)
+    agents.heartbeat(key, [WorkloadReport("rnt_r", "running")], [])  # run 1 from T0
+    clock.at = T0 + 100 * S
+    agents.heartbeat(key, [], [])  # its last heartbeat
+    clock.at = T0 + 131 * S
+    assert agents.reap() == [NODE]
+    with factory() as u:
+        assert u.rentals.get("rnt_r").state == "pending"  # re-queued
+    billing.meter(now=T0 + 200 * S)
+    assert _charged(factory, "rnt_r") == charge_micros(RATE, 100)  # billed to its last run's end
+    clock.at = T0 + 1000 * S  # placed again 900 s later, on another node
+    other = _key(agents, OTHER)
+    _place(factory, "rnt_r", OTHER, clock.at)
+    agents.heartbeat(other, [WorkloadReport("rnt_r", "running")], [])  # run 2 from T0+1000
+    clock.at = T0 + 1100 * S
+    billing.meter()
+    # ran 100 s + 100 s; got charge_micros(RATE, 1100): the 900 s in the queue are charged
+    assert _charged(factory, "rnt_r") == charge_micros(RATE, 200)
+
+
+def test_a_requeued_spot_rental_pays_the_price_of_its_new_placement_after_the_gap(env) -> None:
+    factory, clock, agents, billing = env
+    key = _key(agents, NODE)
+    spec = RentalSpec(gpu_model="H100", gpus=1, restart="on-failure", max_restarts=1)
+    _place(factory, "rnt_s", NODE, T0, spec)
+    agents.heartbeat(key, [WorkloadReport("rnt_s", "running")], [])
+    with factory() as u:  # spot re-pricing during the first placement: a rate history
+        u.rentals.change_rate("rnt_s", T0 + 50 * S, 2 * RATE, since=T0, previous=RATE)
+        u.commit()
+    clock.at = T0 + 100 * S
+    agents.heartbeat(key, [], [])
+    clock.at = T0 + 131 * S
+    assert agents.reap() == [NODE]
+    clock.at = T0 + 1000 * S
+    other = _key(agents, OTHER)
+    _place(factory, "rnt_s", OTHER, clock.at)  # placed again at RATE
+    agents.heartbeat(other, [WorkloadReport("rnt_s", "running")], [])
+    billing.meter(now=T0 + 1100 * S)
+    # 50 s at RATE, 50 s at 2 x RATE, nothing in the queue, 100 s at the new placement's RATE
+    assert _charged(factory, "rnt_s") == round_half_up(RATE * 50 + 2 * RATE * 50 + RATE * 100, 3600)
+
+
+def test_a_requeued_rental_placed_again_is_billed_from_its_placement_until_its_run_is_reported(env) -> None:
+    factory, clock, agents, billing = env
+    key = _key(agents, NODE)
+    spec = RentalSpec(gpu_model="H100", gpus=1, restart="on-failure", max_restarts=1)
+    _place(factory, "rnt_q", NODE, T0, spec)
+    agents.heartbeat(key, [WorkloadReport("rnt_q", "running")], [])
+    clock.at = T0 + 100 * S
+    agents.heartbeat(key, [], [])
+    clock.at = T0 + 131 * S
+    assert agents.reap() == [NODE]
+    _place(factory, "rnt_q", OTHER, T0 + 1000 * S)  # no run reported there yet
+    billing.meter(now=T0 + 1030 * S)
+    assert _charged(factory, "rnt_q") == charge_micros(RATE, 130)
