@@ -1,5 +1,6 @@
 """Billing over a rental's life on the real store (SQLite and PostgreSQL): a re-queued rental is charged for
-its runs, not for its time in the queue, and after the gap at the price of its new placement."""
+its runs, not for its time in the queue, and after the gap at the price of its new placement; a resize
+re-prices the rental at its new size, its contract-covered GPUs still covered, without drift."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from suanli.app.agents import AgentService, WorkloadReport
 from suanli.app.billing import BillingService
 from suanli.app.fleet import FleetCache
 from suanli.app.records import Booking, Caller, Rental, RentalSpec, Tenant
+from suanli.app.rentals import follow_size
 from suanli.domain.billing.ledger import TxKind
 from suanli.domain.billing.money import charge_micros, round_half_up
 from suanli.domain.catalog_data import CATALOG
@@ -131,3 +133,38 @@ def test_a_requeued_rental_placed_again_is_billed_from_its_placement_until_its_r
     _place(factory, "rnt_q", OTHER, T0 + 1000 * S)  # no run reported there yet
     billing.meter(now=T0 + 1030 * S)
     assert _charged(factory, "rnt_q") == charge_micros(RATE, 130)
+
+
+def test_a_contract_covered_rental_grown_from_1_to_4_gpus_pays_on_demand_for_the_3_uncovered(env) -> None:
+    factory, clock, _, _ = env
+    # 1 H100 fully drawn from the tenant's 1-GPU compute future: placed at 0 marginal price
+    quote = {"final_micros_per_hour": 0, "base_micros_per_hour": RATE, "contract_covered_gpu_milli": 1000}
+    with factory() as u:
+        u.rentals.add(Rental("rnt_c", "ten_a", "pending", RentalSpec(gpu_model="H100", gpus=1), T0))
+        assert u.rentals.mark_placed("rnt_c", T0, 0, quote)
+        u.commit()
+    clock.at = T0 + 3600 * S
+    with factory() as u:  # the Resizer grows it to 4 GPUs per node (app/resizing.py -> follow_size)
+        follow_size(u, u.rentals.get("rnt_c"), (1, 1.0), (1, 4.0), clock.at)
+        u.commit()
+    with factory() as u:
+        rate = u.rentals.get("rnt_c").price_micros_per_hour
+    # the 3 GPUs the 1-GPU contract does not cover pay on-demand; got 0 (0 x 4000 // 1000): free forever
+    assert rate == 3 * RATE
+
+
+def test_resizing_down_and_up_again_comes_back_to_the_same_rate(env) -> None:
+    factory, _, _, _ = env
+    quote = {"final_micros_per_hour": 1000, "base_micros_per_hour": 1000, "contract_covered_gpu_milli": 0}
+    with factory() as u:
+        u.rentals.add(Rental("rnt_d", "ten_a", "pending", RentalSpec(gpu_model="H100", gpus=3), T0))
+        assert u.rentals.mark_placed("rnt_d", T0, 1000, quote)
+        u.commit()
+    for offset, (before, after) in enumerate((((1, 3.0), (1, 2.0)), ((1, 2.0), (1, 3.0))), start=1):
+        with factory() as u:
+            follow_size(u, u.rentals.get("rnt_d"), before, after, T0 + offset * 60 * S)
+            u.commit()
+    with factory() as u:
+        rental = u.rentals.get("rnt_d")
+    assert rental.price_micros_per_hour == 1000  # was 999: 1000 x 2 // 3 = 666, then 666 x 3 // 2
+    assert rental.quote["final_micros_per_hour"] == 1000

@@ -111,7 +111,14 @@ class RentalRepo(Protocol):
     ) -> list[MeterRental]: ...
     def close_billing(self, rental_ids: Sequence[str], at: datetime) -> None: ...
     def change_rate(
-        self, rental_id: str, at: datetime, rate_micros_per_hour: int, *, since: datetime, previous: int
+        self,
+        rental_id: str,
+        at: datetime,
+        rate_micros_per_hour: int,
+        *,
+        since: datetime,
+        previous: int,
+        quote: dict[str, Any] | None = None,
     ) -> None: ...
     def record_size(
         self,

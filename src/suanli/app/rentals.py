@@ -10,13 +10,17 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 from datetime import UTC, datetime
+from typing import Any
 
 from suanli.app.billing import BillingService
 from suanli.app.booking import SHARE_UNIT_MILLI
 from suanli.app.errors import Conflict, Duplicate, Invalid, NotFound
 from suanli.app.ids import new_id
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
+from suanli.app.pricing import ANY_REGION, contract_room_milli
 from suanli.app.records import END_STATES, LIVE_STATES, Caller, Rental, RentalEvent, RentalSpec, RentalView
+from suanli.domain.billing.money import round_half_up
+from suanli.domain.billing.pricebook import resized_rate
 from suanli.domain.catalog import Catalog
 from suanli.domain.errors import RequestError
 from suanli.domain.plan import NodeAllocation
@@ -217,15 +221,48 @@ class RentalService:
 def follow_size(
     uow: UnitOfWork, rental: Rental, before: tuple[int, float], after: tuple[int, float], now: datetime
 ) -> None:
-    """A live rental now `after` (nodes, GPUs per node) instead of `before` pays in proportion to its GPUs
-    from `now` on; the size is recorded for its invoice's GPU-seconds and energy."""
+    """A live rental now `after` (nodes, GPUs per node) instead of `before` is re-priced at its new size
+    from `now` on (`resized_price`); the size is recorded for its invoice's GPU-seconds and energy."""
     since = rental.placed_at or rental.created_at
     uow.rentals.record_size(rental.id, now, after, since=since, previous=before)
     rate = rental.price_micros_per_hour
     was, will = _milli(before), _milli(after)
-    if rate is None or was <= 0 or will == was:
+    if rate is None or was <= 0 or will <= 0 or will == was:
         return
-    uow.rentals.change_rate(rental.id, now, rate * will // was, since=since, previous=rate)
+    new_rate, quote = resized_price(uow, rental, rate, was, will, now)
+    uow.rentals.change_rate(rental.id, now, new_rate, since=since, previous=rate, quote=quote)
+
+
+def resized_price(
+    uow: UnitOfWork, rental: Rental, rate: int, was: int, will: int, now: datetime
+) -> tuple[int, dict[str, Any] | None]:
+    """(rate, quote) of a rental resized from `was` to `will` GPU milli. Its contract-covered GPUs stay
+    covered (up to its new size, more where its contracts have room) and only the rest pays, in proportion
+    to the discounted rate its placement quoted for its placement size (its first size row), so up-and-down
+    resizes come back to the same rate. Spot, or no quote: in proportion to its rate."""
+    quote = dict(rental.quote) if rental.quote is not None else None
+    if quote is None or "base_micros_per_hour" not in quote or Tier.parse(rental.spec.tier) is Tier.SPOT:
+        return round_half_up(rate * will, was), None
+    sizes = uow.rentals.sizes([rental.id]).get(rental.id) or [(now, 0, 0.0)]
+    placed = _milli(sizes[0][1:]) or was
+    discounted = int(quote["base_micros_per_hour"]) - sum(
+        int(d["micros_per_hour"]) for d in quote.get("discounts") or []
+    )
+    covered = int(quote.get("contract_covered_gpu_milli") or 0)
+    model, region = str(quote.get("model") or ""), quote.get("region")
+    if model and "+" not in model:
+        room = contract_room_milli(
+            uow, rental.tenant_id, model, None if region == ANY_REGION else region, now, rental.id
+        )
+        covered = max(covered, room)
+    covered = min(covered, will)
+    new_rate, coverage = resized_rate(max(0, discounted), placed, will, covered)
+    quote.update(
+        contract_covered_gpu_milli=covered,
+        contract_coverage_micros_per_hour=coverage,
+        final_micros_per_hour=new_rate,
+    )
+    return new_rate, quote
 
 
 def per_node_gpus(allocation: Sequence[NodeAllocation]) -> float:

@@ -448,11 +448,19 @@ class SqlRentals:
             )
 
     def change_rate(
-        self, rental_id: str, at: datetime, rate_micros_per_hour: int, *, since: datetime, previous: int
+        self,
+        rental_id: str,
+        at: datetime,
+        rate_micros_per_hour: int,
+        *,
+        since: datetime,
+        previous: int,
+        quote: dict[str, Any] | None = None,
     ) -> None:
-        """From `at` on the rental pays `rate_micros_per_hour` (a row in `rental_rates`, and its price). Its
-        first change also records the rate it paid before, `previous` from `since` (its placement), so its
-        rows are its whole rate history; a change at an instant that already has one replaces it."""
+        """From `at` on the rental pays `rate_micros_per_hour` (a row in `rental_rates`, and its price, and
+        its quote when given: a resize). Its first change also records the rate it paid before, `previous`
+        from `since` (its placement), so its rows are its whole rate history; a change at an instant that
+        already has one replaces it."""
         rate = "rate_micros_per_hour"
         self._put_history(
             RentalRateRow.__table__, rental_id, at, {rate: rate_micros_per_hour}, since, {rate: previous}
@@ -460,7 +468,7 @@ class SqlRentals:
         self.s.execute(
             update(RentalRow)
             .where(RentalRow.id == rental_id)
-            .values(price_micros_per_hour=rate_micros_per_hour)
+            .values(price_micros_per_hour=rate_micros_per_hour, **({} if quote is None else {"quote": quote}))
             .execution_options(synchronize_session=False)
         )
 

@@ -14,6 +14,7 @@ from suanli.domain.billing.pricebook import (
     PriceBook,
     SpotFloor,
     quote,
+    resized_rate,
     spot_formula,
 )
 from suanli.domain.catalog import GpuModel
@@ -180,3 +181,10 @@ def test_spot_quote_uses_the_formula_and_the_bid() -> None:
     )
     assert capped.unit_micros_per_gpu_hour == 1_000_000
     assert capped.base_micros_per_hour == 142_857  # 1 of 7 slices, rounded half up
+
+
+def test_a_resized_rate_is_in_proportion_from_its_reference_less_the_covered_part() -> None:
+    assert resized_rate(2_990_000, 1000, 4000, 1000) == (3 * 2_990_000, 2_990_000)  # 1 of 4 GPUs covered
+    assert resized_rate(1000, 3000, 2000, 0) == (667, 0)  # rounded half up, from the reference each time
+    assert resized_rate(1000, 3000, 3000, 0) == (1000, 0)  # so back at the placement size, its rate
+    assert resized_rate(1000, 1000, 500, 2000) == (0, 500)  # coverage never above the size

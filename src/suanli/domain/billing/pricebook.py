@@ -327,3 +327,16 @@ def _in_force(entries: tuple[_E, ...], at_s: int) -> _E | None:
             break
         found = entry
     return found
+
+
+def resized_rate(
+    reference_micros_per_hour: int, reference_milli: int, milli: int, covered_milli: int
+) -> tuple[int, int]:
+    """(rate, contract coverage) of a rental resized to `milli` GPU milli: its discounted rate at
+    `reference_milli` in proportion, less the covered part; rounded once from the reference, so resizes do
+    not drift."""
+    if reference_milli <= 0 or milli <= 0:
+        raise BillingError("a resized rental's GPU milli must be more than 0")
+    discounted = round_half_up(reference_micros_per_hour * milli, reference_milli)
+    coverage = round_half_up(discounted * min(max(0, covered_milli), milli), milli)
+    return discounted - coverage, coverage
