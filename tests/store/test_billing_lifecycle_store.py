@@ -1,6 +1,7 @@
 """Billing over a rental's life on the real store (SQLite and PostgreSQL): a re-queued rental is charged for
 its runs, not for its time in the queue, and after the gap at the price of its new placement; a resize
-re-prices the rental at its new size, its contract-covered GPUs still covered, without drift."""
+re-prices the rental at its new size, its contract-covered GPUs still covered, without drift; a preempting
+rental is charged to its notice deadline at most."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 from suanli.app.agents import AgentService, WorkloadReport
 from suanli.app.billing import BillingService
 from suanli.app.fleet import FleetCache
-from suanli.app.records import Booking, Caller, Rental, RentalSpec, Tenant
+from suanli.app.records import Booking, Caller, Rental, RentalEvent, RentalSpec, Tenant
 from suanli.app.rentals import follow_size
 from suanli.domain.billing.ledger import TxKind
 from suanli.domain.billing.money import charge_micros, round_half_up
@@ -168,3 +169,18 @@ def test_resizing_down_and_up_again_comes_back_to_the_same_rate(env) -> None:
         rental = u.rentals.get("rnt_d")
     assert rental.price_micros_per_hour == 1000  # was 999: 1000 x 2 // 3 = 666, then 666 x 3 // 2
     assert rental.quote["final_micros_per_hour"] == 1000
+
+
+def test_a_preempting_rental_metered_past_its_deadline_before_it_ends_is_charged_to_the_deadline(env) -> None:
+    factory, _, _, billing = env
+    _place(factory, "rnt_p", NODE, T0)
+    with factory() as u:
+        u.rentals.give_notice("rnt_p", "rnt_x", T0 + 120 * S, expect=("placed",))
+        u.commit()
+    billing.meter(now=T0 + 150 * S)  # past the deadline, before the cycle ends it
+    with factory() as u:
+        u.rentals.set_state("rnt_p", "preempted", expect=("preempting",), reason=None)
+        u.rentals.add_event("rnt_p", RentalEvent(T0 + 151 * S, "preempted"))
+        u.commit()
+    billing.meter(now=T0 + 200 * S)
+    assert _charged(factory, "rnt_p") == charge_micros(RATE, 120)  # got charge_micros(RATE, 150)

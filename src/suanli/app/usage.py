@@ -1,10 +1,11 @@
 """What the meter charges a rental: its rate (or rate segments), its billable interval and its provider.
 
 One reading for the meter, invoices and SLA credits: from the agent-reported start (else `placed_at`) to its
-end: a stop or failure at its end event, a preempted one at its notice deadline, a lost one at its node's
-last heartbeat (the run's `ended_at`), a re-queued one at its last run's end; a live one is open. A re-placed
-rental (`replaced`) is not billed for the time it waited in the queue: only its runs (a live one with no open
-run: from its latest placement on), the gaps between them are billed nothing.
+end: a stop or failure at its end event, a preempted one at its notice deadline (a preempting one too: known
+in advance), a lost one at its node's last heartbeat (the run's `ended_at`), a re-queued one at its last
+run's end; a live one is open. A re-placed rental (`replaced`) is not billed for the time it waited in the
+queue: only its runs (a live one with no open run: from its latest placement on), the gaps between them are
+billed nothing.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ def rental_usage(
     end: datetime | None = None
     if found.state == "preempted":
         end = found.notice_deadline or found.ended_at
+    elif found.state == "preempting":  # its end is known in advance: billed to the notice deadline at most
+        end = found.notice_deadline
     elif found.state == "lost":
         end = found.run_ended_at or found.ended_at
     elif found.state in END_STATES:
