@@ -1,7 +1,8 @@
 """Billing over a rental's life on the real store (SQLite and PostgreSQL): a re-queued rental is charged for
 its runs, not for its time in the queue, and after the gap at the price of its new placement; a resize
 re-prices the rental at its new size, its contract-covered GPUs still covered, without drift; a preempting
-rental is charged to its notice deadline at most."""
+rental is charged to its notice deadline at most; a live rental to its nodes' latest heartbeat, so a lost one
+metered before the reap is not charged past its last heartbeat."""
 
 from __future__ import annotations
 
@@ -94,6 +95,7 @@ def test_a_requeued_rental_is_charged_for_its_runs_not_for_its_time_in_the_queue
     _place(factory, "rnt_r", OTHER, clock.at)
     agents.heartbeat(other, [WorkloadReport("rnt_r", "running")], [])  # run 2 from T0+1000
     clock.at = T0 + 1100 * S
+    agents.heartbeat(other, [], [])  # confirms it ran to here
     billing.meter()
     # ran 100 s + 100 s; got charge_micros(RATE, 1100): the 900 s in the queue are charged
     assert _charged(factory, "rnt_r") == charge_micros(RATE, 200)
@@ -116,7 +118,9 @@ def test_a_requeued_spot_rental_pays_the_price_of_its_new_placement_after_the_ga
     other = _key(agents, OTHER)
     _place(factory, "rnt_s", OTHER, clock.at)  # placed again at RATE
     agents.heartbeat(other, [WorkloadReport("rnt_s", "running")], [])
-    billing.meter(now=T0 + 1100 * S)
+    clock.at = T0 + 1100 * S
+    agents.heartbeat(other, [], [])
+    billing.meter()
     # 50 s at RATE, 50 s at 2 x RATE, nothing in the queue, 100 s at the new placement's RATE
     assert _charged(factory, "rnt_s") == round_half_up(RATE * 50 + 2 * RATE * 50 + RATE * 100, 3600)
 
@@ -184,3 +188,18 @@ def test_a_preempting_rental_metered_past_its_deadline_before_it_ends_is_charged
         u.commit()
     billing.meter(now=T0 + 200 * S)
     assert _charged(factory, "rnt_p") == charge_micros(RATE, 120)  # got charge_micros(RATE, 150)
+
+
+def test_a_lost_rental_metered_before_the_reap_is_charged_to_its_last_heartbeat_only(env) -> None:
+    factory, clock, agents, billing = env
+    key = _key(agents, NODE)
+    _place(factory, "rnt_l", NODE, T0)
+    agents.heartbeat(key, [WorkloadReport("rnt_l", "running")], [])
+    clock.at = T0 + 3600 * S
+    agents.heartbeat(key, [], [])  # the last heartbeat
+    clock.at = T0 + 3625 * S
+    billing.meter()  # the 30-s meter pass runs while the node is silent but not yet marked down
+    clock.at = T0 + 3631 * S
+    assert agents.reap() == [NODE]  # lost, "billing ends there" (the last heartbeat)
+    billing.meter()
+    assert _charged(factory, "rnt_l") == charge_micros(RATE, 3600)  # got charge_micros(RATE, 3625)

@@ -164,6 +164,7 @@ class MeterRental:
     run_started_at: datetime | None
     run_ended_at: datetime | None
     ended_at: datetime | None
+    heartbeat_at: datetime | None = None  # the latest heartbeat of its open runs' nodes: usage confirmed
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,9 +3,10 @@
 One reading for the meter, invoices and SLA credits: from the agent-reported start (else `placed_at`) to its
 end: a stop or failure at its end event, a preempted one at its notice deadline (a preempting one too: known
 in advance), a lost one at its node's last heartbeat (the run's `ended_at`), a re-queued one at its last
-run's end; a live one is open. A re-placed rental (`replaced`) is not billed for the time it waited in the
-queue: only its runs (a live one with no open run: from its latest placement on), the gaps between them are
-billed nothing.
+run's end; a live one is open (the meter: to the latest heartbeat of the nodes of its open runs when there
+is one, the usage confirmed so far: a node that goes silent is not charged past its last heartbeat). A
+re-placed rental (`replaced`) is not billed for the time it waited in the queue: only its runs (a live one
+with no open run: from its latest placement on), the gaps between them are billed nothing.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from suanli.app.records import END_STATES, BillableRental, MeterRental
+from suanli.app.records import END_STATES, LIVE_STATES, BillableRental, MeterRental
 from suanli.domain.billing.meter import RentalUsage
 from suanli.domain.billing.money import to_epoch_s
 
@@ -50,6 +51,8 @@ def rental_usage(
         end = found.ended_at or found.run_ended_at
     elif found.state == "pending":  # re-queued after a lost node: billed to its last run's end
         end = found.run_ended_at or start
+    if found.state in LIVE_STATES and found.heartbeat_at is not None:  # to the usage its nodes confirmed
+        end = found.heartbeat_at if end is None else min(end, found.heartbeat_at)
     started_s = to_epoch_s(start)
     ended_s = None if end is None else max(started_s, to_epoch_s(end))
     return RentalUsage(

@@ -25,6 +25,7 @@ from suanli.app.records import (
 from suanli.domain.plan import NodeAllocation, Slice
 from suanli.store.ledger_repositories import one_of
 from suanli.store.rows import (
+    AgentNodeRow,
     AllocationRow,
     BookingRow,
     RentalEventRow,
@@ -411,6 +412,7 @@ class SqlRentals:
                 rentals.c.placed_at,
                 rentals.c.notice_deadline,
                 *_billing_facts(),
+                _confirmed_until(),
             )
             .where(rentals.c.placed_at.is_not(None), rentals.c.billing_closed_at.is_(None))
             .order_by(rentals.c.id)
@@ -433,6 +435,7 @@ class SqlRentals:
                 _utc(row.run_started_at),
                 _utc(row.run_ended_at),
                 _utc(row.end_event_at),
+                _utc(row.heartbeat_at),
             )
             for row in self.s.execute(query)
         ]
@@ -602,6 +605,17 @@ def _billing_facts() -> tuple[Any, ...]:
         run_ended.scalar_subquery().label("run_ended_at"),
         ended.scalar_subquery().label("end_event_at"),
     )
+
+
+def _confirmed_until() -> Any:
+    """Per rental (correlated with `rentals`): the latest heartbeat of the nodes of its open runs, the usage
+    confirmed so far (the meter charges a live rental to there, not past a node that went silent)."""
+    query = (
+        select(func.max(AgentNodeRow.last_heartbeat_at))
+        .join(RentalRunRow, RentalRunRow.node == AgentNodeRow.node)
+        .where(RentalRunRow.rental_id == RentalRow.__table__.c.id, RentalRunRow.ended_at.is_(None))
+    )
+    return query.scalar_subquery().label("heartbeat_at")
 
 
 def _rental(row: RentalRow) -> Rental:
