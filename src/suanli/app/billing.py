@@ -375,7 +375,7 @@ class BillingService:
                     key=f"charge:{usage.rental_id}:{already.count + 1}",
                     kind=TxKind.CHARGE,
                     at_s=now_s,
-                    postings=charge_postings(usage, delta, grants, self.commission_bp),
+                    postings=charge_postings(usage, delta, grants, self.commission_bp, already.micros),
                     ref=usage.rental_id,
                     memo=usage.memo(now_s),
                 )

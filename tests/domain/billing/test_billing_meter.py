@@ -226,11 +226,18 @@ def test_any_sequence_charges_rate_times_billable_seconds_and_rerunning_posts_no
 
     result = check_journal(journal)
     _assert_grants_spent_before_cash(journal)
+    paid: dict[str, int] = {}
+    provided: dict[str, int] = {}
     for tx in journal.transactions:
-        if tx.kind is TxKind.CHARGE:
-            paid = -tx.amount_to(frozenset({AccountKind.TENANT_CASH, AccountKind.TENANT_GRANTS}))
-            provider = tx.amount_to(frozenset({AccountKind.PROVIDER_PAYABLE}))
-            assert provider == paid * (10_000 - commission_bp) // 10_000
+        if tx.kind is TxKind.CHARGE:  # per rental, the provider's share of its cumulative charge
+            paid[tx.ref] = paid.get(tx.ref, 0) - tx.amount_to(
+                frozenset({AccountKind.TENANT_CASH, AccountKind.TENANT_GRANTS})
+            )
+            provided[tx.ref] = provided.get(tx.ref, 0) + tx.amount_to(
+                frozenset({AccountKind.PROVIDER_PAYABLE})
+            )
+    for rental_id, total in paid.items():
+        assert provided[rental_id] == total * (10_000 - commission_bp) // 10_000
     charged = sum(p.micros for p in posted.values())
     assert (
         result.balances.get(AccountId.platform_revenue(), 0)
@@ -267,3 +274,29 @@ def _assert_grants_spent_before_cash(journal: Journal) -> None:
         for posting in tx.postings:
             if posting.account.kind is AccountKind.TENANT_CASH and posting.amount_micros < 0:
                 assert grant_balance.get(posting.account.owner, 0) == 0
+
+
+def test_the_providers_payout_does_not_depend_on_how_often_the_meter_runs() -> None:
+    usage = RentalUsage("rnt_1", "ten_a", "prov_1", 2_990_000, T0, T0 + 3600)  # 1 H100 for an hour
+    once, _ = meter_run(Journal(), [usage], T0 + 3600, COMMISSION_BP)
+    often = Journal()
+    for now_s in range(T0 + 60, T0 + 3601, 30):  # the leader's 30-s meter interval
+        often, _ = meter_run(often, [usage], now_s, COMMISSION_BP)
+    provider, platform = AccountId.provider_payable("prov_1"), AccountId.platform_revenue()
+    assert once.balance(provider) + once.balance(platform) == often.balance(provider) + often.balance(
+        platform
+    )
+    # 85% of 2,990,000 once; each 30-s delta floored on its own paid the provider less
+    assert often.balance(provider) == once.balance(provider) == 2_990_000 * 8500 // 10_000
+
+
+@given(charges=st.lists(st.integers(0, 10**9), min_size=1, max_size=20), commission_bp=st.integers(0, 10_000))
+def test_the_provider_split_of_successive_charges_is_the_split_of_their_sum(
+    charges: list[int], commission_bp: int
+) -> None:
+    provider_total, already = 0, 0
+    for amount in charges:
+        provider, platform = split_provider(amount, commission_bp, already)
+        assert provider >= 0 and platform >= 0 and provider + platform == amount
+        provider_total, already = provider_total + provider, already + amount
+    assert provider_total == split_provider(already, commission_bp)[0]

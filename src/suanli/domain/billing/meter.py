@@ -22,8 +22,9 @@ Rules, all in integer micros:
 * A meter run posts only `charge_delta` = charge to date - already posted, never negative, under the key
   `charge:{rental_id}:{n}`, n counting the rental's charges already in the journal; nothing to post, no key.
 * A charge is paid from the tenant's grants first, then cash (cash may go below 0: the shell warns and stops).
-* The provider gets charge * (10000 - commission_bp) // 10000; the platform gets the remainder, so the two sum
-  to the charge exactly.
+* The provider gets its share of the cumulative charge: floor(total_after * (10000 - commission_bp) / 10000)
+  less the same of total_before; the platform gets the remainder, so the two sum to the charge exactly and
+  the provider's total is that of one charge of the total, however often the meter runs.
 """
 
 from __future__ import annotations
@@ -177,20 +178,29 @@ def split_grants(amount_micros: int, grant_balance_micros: int) -> tuple[int, in
     return from_grants, amount_micros - from_grants
 
 
-def split_provider(amount_micros: int, commission_bp: int) -> tuple[int, int]:
-    """(provider share, platform share) of a charge; the platform keeps the rounding remainder."""
+def split_provider(amount_micros: int, commission_bp: int, already_micros: int = 0) -> tuple[int, int]:
+    """(provider share, platform share) of a charge made after `already_micros` were charged: the provider's
+    share of the cumulative charge less its share of what came before, so the split does not depend on how
+    often the meter runs; the platform keeps the rounding remainder."""
     if not 0 <= commission_bp <= BASIS_POINTS:
         raise BillingError(f"commission must be 0..10000 bp, got {commission_bp}")
-    provider = amount_micros * (BASIS_POINTS - commission_bp) // BASIS_POINTS
+    keep = BASIS_POINTS - commission_bp
+    total = already_micros + amount_micros
+    provider = total * keep // BASIS_POINTS - already_micros * keep // BASIS_POINTS
     return provider, amount_micros - provider
 
 
 def charge_postings(
-    usage: RentalUsage, amount_micros: int, grant_balance_micros: int, commission_bp: int
+    usage: RentalUsage,
+    amount_micros: int,
+    grant_balance_micros: int,
+    commission_bp: int,
+    already_micros: int = 0,
 ) -> tuple[Posting, ...]:
-    """The postings of one charge: grants then cash out of the tenant, provider share and commission in."""
+    """The postings of one charge (after `already_micros` charged to the rental): grants then cash out of the
+    tenant, provider share and commission in."""
     from_grants, from_cash = split_grants(amount_micros, grant_balance_micros)
-    provider, platform = split_provider(amount_micros, commission_bp)
+    provider, platform = split_provider(amount_micros, commission_bp, already_micros)
     return (
         Posting(AccountId.tenant_grants(usage.tenant), -from_grants),
         Posting(AccountId.tenant_cash(usage.tenant), -from_cash),
@@ -230,7 +240,7 @@ def meter_run(
         if delta == 0:
             continue
         grants = AccountId.tenant_grants(usage.tenant)
-        postings = charge_postings(usage, delta, balances.get(grants, 0), commission_bp)
+        postings = charge_postings(usage, delta, balances.get(grants, 0), commission_bp, already.micros)
         journal, tx = journal.append(
             key=f"charge:{usage.rental_id}:{already.count + 1}",
             kind=TxKind.CHARGE,
