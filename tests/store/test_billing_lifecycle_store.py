@@ -2,10 +2,11 @@
 its runs, not for its time in the queue, and after the gap at the price of its new placement; a resize
 re-prices the rental at its new size, its contract-covered GPUs still covered, without drift; a preempting
 rental is charged to its notice deadline at most; a live rental to its nodes' latest heartbeat, so a lost one
-metered before the reap is not charged past its last heartbeat."""
+metered before the reap is not charged past its last heartbeat; an invoice counts the size a rental held."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 from suanli.app.agents import AgentService, WorkloadReport
 from suanli.app.billing import BillingService
 from suanli.app.fleet import FleetCache
+from suanli.app.invoices import InvoiceService
 from suanli.app.records import Booking, Caller, Rental, RentalEvent, RentalSpec, Tenant
 from suanli.app.rentals import follow_size
 from suanli.domain.billing.ledger import TxKind
@@ -203,3 +205,21 @@ def test_a_lost_rental_metered_before_the_reap_is_charged_to_its_last_heartbeat_
     assert agents.reap() == [NODE]  # lost, "billing ends there" (the last heartbeat)
     billing.meter()
     assert _charged(factory, "rnt_l") == charge_micros(RATE, 3600)  # got charge_micros(RATE, 3625)
+
+
+def test_an_invoice_counts_gpu_seconds_at_the_size_held_not_at_a_resize_it_never_got(env) -> None:
+    factory, clock, agents, billing = env
+    key = _key(agents, NODE)
+    _place(factory, "rnt_z", NODE, T0)  # 1 H100, billed at RATE (1 GPU)
+    agents.heartbeat(key, [WorkloadReport("rnt_z", "running")], [])
+    clock.at = T0 + 600 * S
+    with factory() as u:  # PATCH gpus 1 -> 4 (RentalService.resize): the spec changes at once, the GPUs
+        rental = u.rentals.get("rnt_z")  # only when the Resizer finds them free; here it never does
+        u.rentals.update_spec("rnt_z", replace(rental, spec=replace(rental.spec, gpus=4)))
+        u.commit()
+    clock.at = T0 + 3600 * S
+    agents.heartbeat(key, [], [])
+    billing.meter()
+    (line,) = InvoiceService(factory, clock, CATALOG, FleetCache(CATALOG)).invoice(ALICE, "2030-01").lines
+    assert line.amount_micros == charge_micros(RATE, 3600)  # charged for 1 GPU-hour
+    assert line.gpu_seconds == 3600  # got 14400: 4 GPUs for the whole hour, energy and CO2 x4 too

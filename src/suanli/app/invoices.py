@@ -62,6 +62,7 @@ class InvoiceService:
             _, fleet = self.cache.load(uow)
             transactions = uow.ledger.transactions(target)
             resized = uow.rentals.sizes([b.rental.id for b in billable])
+            placed = uow.rentals.placed_sizes([b.rental.id for b in billable if b.rental.id not in resized])
         charged = frozenset({AccountKind.PROVIDER_PAYABLE, AccountKind.PLATFORM_REVENUE})
         charges: dict[str, list[tuple[int, int]]] = {}
         for tx in transactions:
@@ -77,7 +78,7 @@ class InvoiceService:
                 continue
             sizes = tuple(
                 Size(to_epoch_s(at), n, per_node) for at, n, per_node in resized.get(item.rental.id, ())
-            )
+            ) or held_size(item.rental, usage.started_s, placed.get(item.rental.id))
             power = self._measured_power_w(item.rental, usage, measured.get(item.rental.id), now_s, sizes)
             rentals.append(self._rental_billing(item, usage, nodes, regions, power, sizes))
         sla = [sla_credit_line(tx) for tx in transactions if tx.key == sla_key(target, month)]
@@ -150,3 +151,15 @@ class InvoiceService:
             discounts=discounts,
             sizes=sizes,
         )
+
+
+def held_size(rental: Rental, started_s: int, placed: tuple[int, float] | None) -> tuple[Size, ...]:
+    """A never-resized rental of whole GPUs whose spec asks another size than it was placed with (a resize
+    requested that it never got): the size it holds, from its start; else none (its spec is its size)."""
+    spec = rental.spec
+    if placed is None or spec.mig_profile is not None or spec.share_milli is not None:
+        return ()
+    nodes, per_node = placed
+    if nodes <= 0 or (nodes, per_node) == (spec.nodes, float(spec.gpus)):
+        return ()
+    return (Size(started_s, nodes, per_node),)

@@ -514,6 +514,31 @@ class SqlRentals:
             else:
                 self.s.execute(update(table).where(table.c.id == row_id).values(**row))
 
+    def placed_sizes(self, rental_ids: Sequence[str]) -> dict[str, tuple[int, float]]:
+        """(nodes, GPUs per node) each of `rental_ids` was booked at its latest placement (its allocations
+        from the last one numbered 0, released or not; GPUs from the first node's slices)."""
+        if not rental_ids:
+            return {}
+        query = (
+            select(AllocationRow.rental_id, AllocationRow.id, AllocationRow.ordinal, SliceRow.milli)
+            .outerjoin(SliceRow, SliceRow.allocation_id == AllocationRow.id)
+            .where(one_of(self.s, AllocationRow.rental_id, rental_ids))
+            .order_by(AllocationRow.rental_id, AllocationRow.id)
+        )
+        placed: dict[
+            str, dict[int, int]
+        ] = {}  # rental -> allocation id -> GPU milli, of its latest placement
+        for rental_id, allocation_id, ordinal, milli in self.s.execute(query):
+            if ordinal == 0 and allocation_id not in placed.get(rental_id, {}):
+                placed[rental_id] = {}  # a new placement starts
+            held = placed.setdefault(rental_id, {})
+            held[allocation_id] = held.get(allocation_id, 0) + (milli or 0)
+        return {
+            rental_id: (len(held), next(iter(held.values())) / 1000)
+            for rental_id, held in placed.items()
+            if held
+        }
+
     def sizes(self, rental_ids: Sequence[str]) -> dict[str, list[tuple[datetime, int, float]]]:
         """Size rows (from, nodes, GPUs per node) per resized rental of `rental_ids`, sorted by `from_at`."""
         if not rental_ids:
