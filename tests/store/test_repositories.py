@@ -3,6 +3,7 @@ idempotency keys, two schedulers on one database, and a rebuild from the databas
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -107,6 +108,26 @@ def _fleet():
 def _scheduler(uow, queue=GREEDY_QUEUE, clock=None) -> Scheduler:
     """A scheduler on the example fleet's store under the server queue `queue` (default: greedy)."""
     return Scheduler(uow, clock or Clock(), CATALOG, FleetCache(CATALOG), "suanli", 0, queue=queue)
+
+
+class _Interleaved(Scheduler):
+    """A leader whose next cycle runs `meanwhile` (an API call committing) once, after it decided and before
+    it applies: the interleaving a real leader meets."""
+
+    meanwhile: Callable[[], None] | None = None
+
+    def _admit(self, *args, **kwargs):
+        decided = super()._admit(*args, **kwargs)
+        call, self.meanwhile = self.meanwhile, None
+        if call is not None:
+            call()
+        return decided
+
+
+def _interleaved(uow, **options) -> _Interleaved:
+    """An interleaving leader on the example fleet's store under the greedy queue."""
+    fleet = FleetCache(CATALOG)
+    return _Interleaved(uow, Clock(), CATALOG, fleet, "suanli", 0, queue=GREEDY_QUEUE, **options)
 
 
 def _booked(uow) -> list[tuple[str, int]]:
@@ -602,30 +623,23 @@ def test_a_resize_made_while_the_leader_decides_is_not_undone_by_its_gpu_change(
         u.rentals.add(_rental("rnt_1", RentalSpec(gpu_model="H100-SXM-80GB", gpus=4, nodes=3)))
         u.commit()
 
-    class Interleaved(Scheduler):
-        shrink_during_cycle = False
+    def shrink_to_two_nodes() -> None:  # the API's resize to 2 nodes, committed meanwhile
+        with uow() as u:
+            rental = u.rentals.get("rnt_1", lock=True)
+            allocation = u.rentals.allocation("rnt_1")
+            u.rentals.update_spec("rnt_1", replace(rental, spec=replace(rental.spec, nodes=2)))
+            u.rentals.release("rnt_1", [allocation[2].node])
+            follow_size(u, rental, (3, 4.0), (2, 4.0), NOW)
+            u.commit()
 
-        def _admit(self, *args, **kwargs):
-            decided = super()._admit(*args, **kwargs)
-            if self.shrink_during_cycle:  # the API's resize to 2 nodes, committed meanwhile
-                self.shrink_during_cycle = False
-                with uow() as u:
-                    rental = u.rentals.get("rnt_1", lock=True)
-                    allocation = u.rentals.allocation("rnt_1")
-                    u.rentals.update_spec("rnt_1", replace(rental, spec=replace(rental.spec, nodes=2)))
-                    u.rentals.release("rnt_1", [allocation[2].node])
-                    follow_size(u, rental, (3, 4.0), (2, 4.0), NOW)
-                    u.commit()
-            return decided
-
-    scheduler = Interleaved(uow, Clock(), CATALOG, FleetCache(CATALOG), "suanli", 0, queue=GREEDY_QUEUE)
+    scheduler = _interleaved(uow)
     assert scheduler.run_cycle().placed == 1
     with uow() as u:
         rental = u.rentals.get("rnt_1")
         first_two = [a.node for a in u.rentals.allocation("rnt_1")][:2]
         u.rentals.update_spec("rnt_1", replace(rental, spec=replace(rental.spec, gpus=2)))
         u.commit()
-    scheduler.shrink_during_cycle = True
+    scheduler.meanwhile = shrink_to_two_nodes
     assert scheduler.run_cycle().grown == 0
     with uow() as u:
         assert [(a.node, len(a.slices)) for a in u.rentals.allocation("rnt_1")] == [(n, 4) for n in first_two]
@@ -704,23 +718,17 @@ def test_a_preemptor_stopped_while_the_leader_decides_gives_no_notice(uow) -> No
         u.rentals.add(_rental("rnt_s", RentalSpec(gpu_model="H100-SXM-80GB", gpus=6, tier="spot")))
         u.commit()
 
-    class Interleaved(Scheduler):
-        stop_p = False
+    def stop_p() -> None:  # the tenant's DELETE /v1/rentals/rnt_p, committed meanwhile
+        with uow() as u:
+            stop_in(u, u.rentals.get("rnt_p"), NOW, "by API")
+            u.commit()
 
-        def _admit(self, *args, **kwargs):
-            decided = super()._admit(*args, **kwargs)
-            if self.stop_p:  # the tenant's DELETE /v1/rentals/rnt_p, committed meanwhile
-                with uow() as u:
-                    stop_in(u, u.rentals.get("rnt_p"), NOW, "by API")
-                    u.commit()
-            return decided
-
-    scheduler = Interleaved(uow, Clock(), CATALOG, FleetCache(CATALOG), "suanli", 0, queue=GREEDY_QUEUE)
+    scheduler = _interleaved(uow)
     assert scheduler.run_cycle().placed == 8
     with uow() as u:
         u.rentals.add(_rental("rnt_p", RentalSpec(**h100)))
         u.commit()
-    scheduler.stop_p = True
+    scheduler.meanwhile = stop_p
     scheduler.run_cycle()
     with uow() as u:
         assert u.rentals.get("rnt_p").state == "stopped"
@@ -736,15 +744,14 @@ def test_a_rental_stopped_while_the_leader_decides_gets_no_pending_event(uow) ->
         u.rentals.add(_rental("rnt_big", RentalSpec(gpu_model="H100-SXM-80GB", gpus=8, nodes=9)))
         u.commit()
 
-    class Interleaved(Scheduler):
-        def _admit(self, *args, **kwargs):
-            decided = super()._admit(*args, **kwargs)
-            with uow() as u:
-                stop_in(u, u.rentals.get("rnt_big"), NOW, "by API")
-                u.commit()
-            return decided
+    def stop_big() -> None:
+        with uow() as u:
+            stop_in(u, u.rentals.get("rnt_big"), NOW, "by API")
+            u.commit()
 
-    Interleaved(uow, Clock(), CATALOG, FleetCache(CATALOG), "suanli", 0, queue=GREEDY_QUEUE).run_cycle()
+    scheduler = _interleaved(uow)
+    scheduler.meanwhile = stop_big
+    scheduler.run_cycle()
     with uow() as u:
         assert u.rentals.get("rnt_big").state == "stopped"
         kinds = [e.kind for e in u.rentals.events("rnt_big")]
@@ -759,20 +766,14 @@ def test_a_pending_rental_resized_while_the_leader_decides_ends_up_at_its_new_si
         u.rentals.add(_rental("rnt_1", RentalSpec(gpu_model="H100-SXM-80GB", gpus=8, nodes=3)))
         u.commit()
 
-    class Interleaved(Scheduler):
-        resize_during_cycle = True
+    def resize_to_one_node() -> None:  # the API's resize of a pending rental: its spec only
+        with uow() as u:
+            rental = u.rentals.get("rnt_1", lock=True)
+            u.rentals.update_spec("rnt_1", replace(rental, spec=replace(rental.spec, nodes=1)))
+            u.commit()
 
-        def _admit(self, *args, **kwargs):
-            decided = super()._admit(*args, **kwargs)
-            if self.resize_during_cycle:
-                self.resize_during_cycle = False
-                with uow() as u:
-                    rental = u.rentals.get("rnt_1", lock=True)
-                    u.rentals.update_spec("rnt_1", replace(rental, spec=replace(rental.spec, nodes=1)))
-                    u.commit()
-            return decided
-
-    scheduler = Interleaved(uow, Clock(), CATALOG, FleetCache(CATALOG), "suanli", 0, queue=GREEDY_QUEUE)
+    scheduler = _interleaved(uow)
+    scheduler.meanwhile = resize_to_one_node
     scheduler.run_cycle()
     scheduler.run_cycle()
     scheduler.run_cycle()
@@ -833,30 +834,21 @@ def test_a_spot_rental_shrunk_while_the_leader_decides_is_not_repriced_at_its_ol
         u.rentals.add(_rental("rnt_s", spec))
         u.commit()
 
-    class Interleaved(Scheduler):
-        shrink_during_cycle = False
+    def shrink_to_one_node() -> None:  # the API's resize to 1 node, committed meanwhile
+        with uow() as u:
+            rental = u.rentals.get("rnt_s", lock=True)
+            allocation = u.rentals.allocation("rnt_s")
+            u.rentals.update_spec("rnt_s", replace(rental, spec=replace(rental.spec, nodes=1)))
+            u.rentals.release("rnt_s", [allocation[1].node])
+            follow_size(u, rental, (2, 8.0), (1, 8.0), NOW)
+            u.commit()
 
-        def _admit(self, *args, **kwargs):
-            decided = super()._admit(*args, **kwargs)
-            if self.shrink_during_cycle:  # the API's resize to 1 node, committed meanwhile
-                self.shrink_during_cycle = False
-                with uow() as u:
-                    rental = u.rentals.get("rnt_s", lock=True)
-                    allocation = u.rentals.allocation("rnt_s")
-                    u.rentals.update_spec("rnt_s", replace(rental, spec=replace(rental.spec, nodes=1)))
-                    u.rentals.release("rnt_s", [allocation[1].node])
-                    follow_size(u, rental, (2, 8.0), (1, 8.0), NOW)
-                    u.commit()
-            return decided
-
-    scheduler = Interleaved(
-        uow, Clock(), CATALOG, FleetCache(CATALOG), "suanli", 0, repricer=repricer, queue=GREEDY_QUEUE
-    )
+    scheduler = _interleaved(uow, repricer=repricer)
     assert scheduler.run_cycle().placed == 1
     assert scheduler.run_cycle().repriced == 1  # the spot rate: 16 GPUs x 1,000
     with uow() as u:
         assert u.rentals.get("rnt_s").price_micros_per_hour == 16_000
-    scheduler.shrink_during_cycle = True
+    scheduler.meanwhile = shrink_to_one_node
     scheduler.run_cycle()
     with uow() as u:
         assert len(u.rentals.allocation("rnt_s")) == 1

@@ -23,6 +23,14 @@ from suanli.sim.traces import read_openb_nodes, read_openb_pods
 
 sim_app = typer.Typer(help="Simulators that replay real traces through the scheduler.", no_args_is_help=True)
 console = Console()
+# how replayed jobs declare durations (`suanli.sim.itp.parse_estimate`): `sim queue` and `sim itp-check`
+EstimateOption = Annotated[
+    str,
+    typer.Option(
+        help="How jobs declare durations: pow2h (the true one rounded up to a power of two hours), "
+        "factor[:MAX] (true x U[1, MAX], seeded; MAX 3 by default) or exact (an oracle)."
+    ),
+]
 
 
 def parse_policies(text: str) -> list[str]:
@@ -139,13 +147,7 @@ def queue(
         bool,
         typer.Option(help="Preempted jobs save at their notice deadline and resume (default: run again)."),
     ] = False,
-    estimate: Annotated[
-        str,
-        typer.Option(
-            help="How jobs declare durations: pow2h (the true one rounded up to a power of two hours), "
-            "factor[:MAX] (true x U[1, MAX], seeded; MAX 3 by default) or exact (an oracle)."
-        ),
-    ] = "pow2h",
+    estimate: EstimateOption = "pow2h",
 ) -> None:
     """Replay a job trace with arrivals and departures in virtual time through the scheduler."""
     names = [p.strip() for p in policy.split(",") if p.strip()]
@@ -183,13 +185,7 @@ def itp_check(
     shift_s: Annotated[
         float, typer.Option(min=0.0, help="With --perturb: the most an arrival moves, in seconds.")
     ] = 60.0,
-    estimate: Annotated[
-        str,
-        typer.Option(
-            help="How jobs declare durations: pow2h (the true one rounded up to a power of two hours), "
-            "factor[:MAX] (true x U[1, MAX], seeded; MAX 3 by default) or exact (an oracle)."
-        ),
-    ] = "pow2h",
+    estimate: EstimateOption = "pow2h",
 ) -> None:
     """Replay every ITP cluster at about 85% offered load under every policy; check suanli against each."""
     try:
