@@ -853,3 +853,26 @@ def test_a_spot_rental_shrunk_while_the_leader_decides_is_not_repriced_at_its_ol
     with uow() as u:
         assert len(u.rentals.allocation("rnt_s")) == 1
         assert u.rentals.get("rnt_s").price_micros_per_hour == 8_000  # fails: 16,000 (2 nodes' rate)
+
+
+def test_a_cycle_that_fails_after_deciding_leaves_no_phantom_placements(uow, monkeypatch) -> None:
+    """The leader decides to place 8 rentals on the 8 H100 nodes, then fails before the database has them
+    (here: measuring scattered GPUs raises). The next cycle starts from the database, not from a snapshot
+    that holds the failed cycle's placements: all 8 are placed."""
+    import suanli.app.scheduling as scheduling
+
+    with uow() as u:
+        for i in range(8):
+            u.rentals.add(_rental(f"rnt_{i}", RentalSpec(gpu_model="H100-SXM-80GB", gpus=8)))
+        u.commit()
+    measure = scheduling.scattered_gpus
+
+    def fails_once(*args, **kwargs):
+        monkeypatch.setattr(scheduling, "scattered_gpus", measure)
+        raise RuntimeError("failed after deciding")
+
+    monkeypatch.setattr(scheduling, "scattered_gpus", fails_once)
+    scheduler = _scheduler(uow)
+    with pytest.raises(RuntimeError, match="after deciding"):
+        scheduler.run_cycle()
+    assert scheduler.run_cycle().placed == 8

@@ -148,6 +148,9 @@ class Scheduler:
                 log.warning("plan dropped, snapshot will be rebuilt: %s", error)
                 self.snapshot = None
                 return CycleReport(dropped=True)
+            except BaseException:
+                self.snapshot = None  # it may hold this cycle's decision, which the database never got
+                raise
 
     def _cycle(self) -> CycleReport:
         with self.uow() as uow:
@@ -182,43 +185,39 @@ class Scheduler:
             scattered_gpus=self.scattered_gpus,
         )
         noticed = {p.preemptor for p in notices}
-        try:
-            with self.uow() as uow:
-                for victim in due:
-                    report.preempted += self._end_victim(uow, victim, now)
-                # as they are now, their rows held: a stop or a resize committed since they were read wins
-                current = {r.id: r for r in uow.rentals.by_ids([p.request_id for p in placements], lock=True)}
-                for placement in placements:
-                    rental = by_id[placement.request_id]
-                    now_row = current.get(rental.id)
-                    changed = now_row is None or now_row.state != "pending" or now_row.spec != rental.spec
-                    report.placed += self._apply_placement(uow, rental, placement, now, changed)
-                for decision in notices:
-                    report.notices += self._give_notice(uow, by_id[decision.preemptor], decision, now)
-                report.grown = self._resize(uow, now, self._owed_promises(pending, waiting_on, notices))
-                for waiting in still:
-                    if waiting.request_id in noticed:
-                        report.pending[Reason.PREEMPTING.value] += 1
-                        continue
-                    report.pending[waiting.reason.value] += 1
-                    self._set_reason(uow, by_id[waiting.request_id], waiting.reason, waiting.message, now)
-                for preemptor_id, victims in waiting_on.items():
-                    if preemptor_id in by_id:
-                        report.pending[Reason.PREEMPTING.value] += 1
-                        ids = ", ".join(v.id for v in victims)
-                        self._set_reason(
-                            uow, by_id[preemptor_id], Reason.PREEMPTING, f"waiting for {ids} to leave", now
-                        )
-                placed_ids = {p.request_id for p in placements}
-                owed = ready | waiting_on.keys() | noticed
-                for rental in pending:  # a promise kept past its victims' leaving is forgotten
-                    if rental.promise is not None and rental.id not in owed | placed_ids:
-                        uow.rentals.set_promise(rental.id, None)
-                self._record_expected_start(uow, [r for r in pending if r.id not in placed_ids])
-                uow.commit()
-        except BaseException:
-            self.snapshot = None
-            raise
+        with self.uow() as uow:
+            for victim in due:
+                report.preempted += self._end_victim(uow, victim, now)
+            # as they are now, their rows held: a stop or a resize committed since they were read wins
+            current = {r.id: r for r in uow.rentals.by_ids([p.request_id for p in placements], lock=True)}
+            for placement in placements:
+                rental = by_id[placement.request_id]
+                now_row = current.get(rental.id)
+                changed = now_row is None or now_row.state != "pending" or now_row.spec != rental.spec
+                report.placed += self._apply_placement(uow, rental, placement, now, changed)
+            for decision in notices:
+                report.notices += self._give_notice(uow, by_id[decision.preemptor], decision, now)
+            report.grown = self._resize(uow, now, self._owed_promises(pending, waiting_on, notices))
+            for waiting in still:
+                if waiting.request_id in noticed:
+                    report.pending[Reason.PREEMPTING.value] += 1
+                    continue
+                report.pending[waiting.reason.value] += 1
+                self._set_reason(uow, by_id[waiting.request_id], waiting.reason, waiting.message, now)
+            for preemptor_id, victims in waiting_on.items():
+                if preemptor_id in by_id:
+                    report.pending[Reason.PREEMPTING.value] += 1
+                    ids = ", ".join(v.id for v in victims)
+                    self._set_reason(
+                        uow, by_id[preemptor_id], Reason.PREEMPTING, f"waiting for {ids} to leave", now
+                    )
+            placed_ids = {p.request_id for p in placements}
+            owed = ready | waiting_on.keys() | noticed
+            for rental in pending:  # a promise kept past its victims' leaving is forgotten
+                if rental.promise is not None and rental.id not in owed | placed_ids:
+                    uow.rentals.set_promise(rental.id, None)
+            self._record_expected_start(uow, [r for r in pending if r.id not in placed_ids])
+            uow.commit()
         if self.spot_pricing is not None:
             fresh = {p.request_id for p in placements}
             report.repriced = self.spot_pricing.reprice(
