@@ -101,6 +101,9 @@ def test_a_requeued_rental_is_charged_for_its_runs_not_for_its_time_in_the_queue
     billing.meter()
     # ran 100 s + 100 s; got charge_micros(RATE, 1100): the 900 s in the queue are charged
     assert _charged(factory, "rnt_r") == charge_micros(RATE, 200)
+    (line,) = InvoiceService(factory, clock, CATALOG, FleetCache(CATALOG)).invoice(ALICE, "2030-01").lines
+    assert line.amount_micros == charge_micros(RATE, 200)
+    assert line.gpu_seconds == 200  # nor does its invoice count them (it said 1,100 GPU-seconds)
 
 
 def test_a_requeued_spot_rental_pays_the_price_of_its_new_placement_after_the_gap(env) -> None:

@@ -13,7 +13,7 @@ from suanli.app.fleet import FleetCache
 from suanli.app.ports import Clock, RunEnergyReader, UnitOfWorkFactory
 from suanli.app.records import BillableRental, Caller, Rental
 from suanli.app.tenants import target_tenant
-from suanli.app.usage import rental_usage
+from suanli.app.usage import metered, rental_usage, replaced
 from suanli.domain.billing.energy import average_power_per_gpu_w
 from suanli.domain.billing.invoice import (
     Invoice,
@@ -24,6 +24,7 @@ from suanli.domain.billing.invoice import (
     build_invoice,
     gpu_fraction,
     size_seconds,
+    without_gaps,
 )
 from suanli.domain.billing.ledger import AccountKind, TxKind
 from suanli.domain.billing.meter import RentalUsage
@@ -63,6 +64,7 @@ class InvoiceService:
             transactions = uow.ledger.transactions(target)
             resized = uow.rentals.sizes([b.rental.id for b in billable])
             placed = uow.rentals.placed_sizes([b.rental.id for b in billable if b.rental.id not in resized])
+            runs = uow.rentals.run_spans([b.rental.id for b in billable if replaced(metered(b))])
         charged = frozenset({AccountKind.PROVIDER_PAYABLE, AccountKind.PLATFORM_REVENUE})
         charges: dict[str, list[tuple[int, int]]] = {}
         for tx in transactions:
@@ -73,12 +75,14 @@ class InvoiceService:
         measured = {} if self.energy is None else self.energy.measured([b.rental.id for b in billable])
         rentals = []
         for item in billable:
-            usage = rental_usage(item, {})
+            usage = rental_usage(item, {}, runs=runs.get(item.rental.id, ()))
             if usage is None:
                 continue
             sizes = tuple(
                 Size(to_epoch_s(at), n, per_node) for at, n, per_node in resized.get(item.rental.id, ())
             ) or held_size(item.rental, usage.started_s, placed.get(item.rental.id))
+            if usage.gaps:  # re-queued: no GPU-seconds (nor energy) while it waited in the queue
+                sizes = without_gaps(sizes or spec_size(item.rental, usage.started_s), usage.gaps)
             power = self._measured_power_w(item.rental, usage, measured.get(item.rental.id), now_s, sizes)
             rentals.append(self._rental_billing(item, usage, nodes, regions, power, sizes))
         sla = [sla_credit_line(tx) for tx in transactions if tx.key == sla_key(target, month)]
@@ -151,6 +155,13 @@ class InvoiceService:
             discounts=discounts,
             sizes=sizes,
         )
+
+
+def spec_size(rental: Rental, started_s: int) -> tuple[Size, ...]:
+    """The size its spec asks for (whole GPUs, a MIG slice or a share per node), from its start."""
+    spec = rental.spec
+    total = gpu_fraction(spec.gpus, spec.nodes, spec.mig_profile, spec.share_milli)
+    return (Size(started_s, spec.nodes, total / max(spec.nodes, 1)),)
 
 
 def held_size(rental: Rental, started_s: int, placed: tuple[int, float] | None) -> tuple[Size, ...]:

@@ -128,3 +128,16 @@ def test_a_resized_rental_counts_each_second_at_the_size_it_had() -> None:
     # node-seconds and GPU-seconds of any window; before the first size its first size holds
     assert size_seconds(sizes, start - 100, start + 3700) == (2 * 3700 + 2 * 100, 8 * 3700 + 16 * 100)
     assert size_seconds(sizes, start + 7200, start + 7200) == (0.0, 0.0)
+
+
+def test_a_requeued_rental_holds_nothing_while_it_waits_in_the_queue() -> None:
+    """2 x 4 GPUs, resized to 2 x 8 at 100 s; in the queue from 200 s to 1,000 s: the wait counts no GPU, and
+    the size in force before it (2 x 8) holds again after it; a resize inside the wait is taken over."""
+    from suanli.domain.billing.invoice import Size, size_seconds, without_gaps
+
+    sizes = (Size(0, 2, 4.0), Size(100, 2, 8.0))
+    held = without_gaps(sizes, [(200, 1000)])
+    assert held == (Size(0, 2, 4.0), Size(100, 2, 8.0), Size(200, 0, 0.0), Size(1000, 2, 8.0))
+    assert size_seconds(held, 0, 1100) == (2 * 300, 100 * 8 + 200 * 16)
+    inside = without_gaps((Size(0, 1, 2.0), Size(500, 1, 4.0)), [(200, 1000)])
+    assert inside == (Size(0, 1, 2.0), Size(200, 0, 0.0), Size(1000, 1, 4.0))

@@ -94,6 +94,24 @@ class Size:
     gpus_per_node: float
 
 
+def without_gaps(sizes: Sequence[Size], gaps: Sequence[tuple[int, int]]) -> tuple[Size, ...]:
+    """`sizes` (at least one) with nothing held inside each gap `[from_s, to_s)` (a re-queued rental waiting
+    in the queue): a size of 0 nodes from its start, and the size then in force again from its end."""
+
+    def in_force(at_s: int) -> Size:
+        found = sizes[0]
+        for size in sizes:
+            if size.from_s <= at_s:
+                found = size
+        return found
+
+    changes = [s for s in sizes if not any(a <= s.from_s < b for a, b in gaps)]
+    for a, b in gaps:
+        held = in_force(b)
+        changes += [Size(a, 0, 0.0), Size(b, held.nodes, held.gpus_per_node)]
+    return tuple(sorted(changes, key=lambda size: size.from_s))
+
+
 def size_seconds(sizes: Sequence[Size], start_s: int, end_s: int) -> tuple[float, float]:
     """(node-seconds, GPU-seconds) of `[start_s, end_s)` at the sizes in force; the first size also covers
     any time before its `from_s`."""
