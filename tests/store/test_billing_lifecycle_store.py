@@ -17,7 +17,7 @@ from suanli.app.billing import BillingService
 from suanli.app.fleet import FleetCache
 from suanli.app.invoices import InvoiceService
 from suanli.app.records import Booking, Caller, Rental, RentalEvent, RentalSpec, Tenant
-from suanli.app.rentals import follow_size
+from suanli.app.rentals import added_price, follow_size
 from suanli.domain.billing.ledger import TxKind
 from suanli.domain.billing.money import charge_micros, round_half_up
 from suanli.domain.catalog_data import CATALOG
@@ -161,6 +161,21 @@ def test_a_contract_covered_rental_grown_from_1_to_4_gpus_pays_on_demand_for_the
         rate = u.rentals.get("rnt_c").price_micros_per_hour
     # the 3 GPUs the 1-GPU contract does not cover pay on-demand; got 0 (0 x 4000 // 1000): free forever
     assert rate == 3 * RATE
+
+
+def test_the_spend_cap_check_before_a_growth_prices_the_gpus_a_contract_does_not_cover(env) -> None:
+    """The Resizer checks a growth against the tenant's spend caps at what it will add to the rate
+    (`added_price`): 3 on-demand GPUs for a rental whose 1 GPU a contract covers (it was priced at 0 x 3)."""
+    factory, _, _, _ = env
+    quote = {"final_micros_per_hour": 0, "base_micros_per_hour": RATE, "contract_covered_gpu_milli": 1000}
+    with factory() as u:
+        u.rentals.add(Rental("rnt_c", "ten_a", "pending", RentalSpec(gpu_model="H100", gpus=1), T0))
+        assert u.rentals.mark_placed("rnt_c", T0, 0, quote)
+        u.commit()
+    with factory() as u:
+        rental = u.rentals.get("rnt_c")
+        assert added_price(u, rental, (1, 1.0), (1, 4.0), T0) == 3 * RATE
+        assert added_price(u, rental, (1, 4.0), (1, 1.0), T0) == 0  # a shrink adds nothing
 
 
 def test_resizing_down_and_up_again_comes_back_to_the_same_rate(env) -> None:

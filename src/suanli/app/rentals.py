@@ -270,6 +270,18 @@ def per_node_gpus(allocation: Sequence[NodeAllocation]) -> float:
     return sum(s.milli for s in allocation[0].slices) / 1000 if allocation else 0.0
 
 
+def added_price(
+    uow: UnitOfWork, rental: Rental, before: tuple[int, float], after: tuple[int, float], now: datetime
+) -> int:
+    """What growing `rental` from `before` to `after` (nodes, GPUs per node) adds to its rate, priced as
+    `follow_size` will price it (contract coverage included): for the spend-cap check before it grows."""
+    rate = rental.price_micros_per_hour
+    was, will = _milli(before), _milli(after)
+    if rate is None or was <= 0 or will <= was:
+        return 0
+    return max(0, resized_price(uow, rental, rate, was, will, now)[0] - rate)
+
+
 def _milli(size: tuple[int, float]) -> int:
     nodes, per_node = size
     return nodes * round(per_node * 1000)

@@ -22,7 +22,7 @@ from suanli.app.booking import bookings_for
 from suanli.app.growth import Held, held_for_contracts, held_request, within_limits
 from suanli.app.ports import UnitOfWork
 from suanli.app.records import PREEMPTIBLE_STATES, Rental, RentalEvent
-from suanli.app.rentals import follow_size, per_node_gpus
+from suanli.app.rentals import added_price, follow_size, per_node_gpus
 from suanli.domain.catalog import GpuModel
 from suanli.domain.contracts import Contract
 from suanli.domain.elastic import grow, shrink
@@ -81,13 +81,13 @@ class Resizer:
         if extra <= 0:
             return 0
         more = replace(running.request, id=f"{rental.id}+nodes", node_count=extra)
-        price = (rental.price_micros_per_hour or 0) * extra // have
+        per_node = per_node_gpus(running.placement.nodes)
+        price = added_price(uow, rental, (have, per_node), (have + extra, per_node), now)
         outcome = self._grow(rental, running, more, price, now, extra_nodes=extra)
         if isinstance(outcome, Pending):
             _waiting(uow, rental, f"to grow by {extra} nodes", outcome, now)
             return 0
         self._book(uow, rental.id, outcome.nodes)
-        per_node = per_node_gpus(running.placement.nodes)
         follow_size(uow, rental, (have, per_node), (have + len(outcome.nodes), per_node), now)
         nodes = ", ".join(a.node for a in outcome.nodes)
         uow.rentals.add_event(rental.id, RentalEvent(now, "grown", None, f"onto {nodes}"))
@@ -106,7 +106,8 @@ class Resizer:
             nodes = kept.nodes
         else:
             more = replace(held, id=f"{rental.id}+gpus", shape=WholeGpus(wanted - have))
-            price = (rental.price_micros_per_hour or 0) * (wanted - have) // max(have, 1)
+            nodes_held = len(running.placement.nodes)
+            price = added_price(uow, rental, (nodes_held, have), (nodes_held, wanted), now)
             outcome = self._grow(rental, running, more, price, now, extra_gpus_per_node=wanted - have)
             if isinstance(outcome, Pending):
                 return outcome
