@@ -198,3 +198,30 @@ def test_nvml_leaves_an_existing_instance_and_refuses_to_touch_one_in_use() -> N
     with pytest.raises(MigSetupError, match=r"4g\.40gb at slot 0 is held"):
         NvmlMig(nvml, "gpu0").make(A100, (0, "7g.80gb"), in_use=[(0, "4g.40gb")])
     assert nvml.calls == []
+
+
+class FailingComputeNvml(MigNvml):
+    """NVML whose compute instance creation fails, as when the GPU runs out of a shared engine."""
+
+    def nvmlGpuInstanceCreateComputeInstance(self, gi, profile_id) -> None:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES)
+
+
+def test_a_gpu_instance_whose_compute_instance_fails_is_taken_back() -> None:
+    """A GPU instance alone is no device: left behind, later `make` calls would take it for the instance
+    wanted and never complete it, so that slice could never run anything."""
+    nvml = FailingComputeNvml([(0, "4g.40gb", 1)])
+    with pytest.raises(pynvml.NVMLError):
+        NvmlMig(nvml, "gpu0").make(A100, (4, "3g.40gb"), in_use=[])
+    assert nvml.calls == ["create gi 3g.40gb@4 size 4", "destroy gi 3g.40gb@4"]
+    assert [(gi["start"], gi["name"]) for gi in nvml.gis.values()] == [(0, "4g.40gb")]
+
+
+def test_an_instance_left_without_its_compute_instance_is_completed_not_taken_as_made() -> None:
+    nvml = MigNvml([(0, "4g.40gb", 1), (4, "3g.40gb", 0)])  # left so by an earlier failure
+    NvmlMig(nvml, "gpu0").make(A100, (4, "3g.40gb"), in_use=[])
+    assert nvml.calls == ["create ci 3 slices in 3g.40gb"]
+    assert sorted((gi["start"], gi["name"], len(gi["cis"])) for gi in nvml.gis.values()) == [
+        (0, "4g.40gb", 1),
+        (4, "3g.40gb", 1),
+    ]

@@ -62,6 +62,8 @@ class NvmlMig:
             self._destroy(instances[instance])
         if doomed or wanted not in instances:
             self._create(geometry, wanted)
+        elif not self._has_compute(instances[wanted]):  # a GPU instance alone is no device: complete it
+            self._add_compute(instances[wanted], wanted[1])
 
     def _profiles(self) -> dict[str, Any]:
         """GPU instance profile name ("1g.10gb") -> its NVML profile info, for the profiles this GPU has."""
@@ -100,14 +102,9 @@ class NvmlMig:
 
     def _destroy(self, gpu_instance: object) -> None:
         """Its compute instances first, then the GPU instance (NVML refuses while a process uses it)."""
-        nvml = self._nvml
-        for profile in self._compute_profiles(gpu_instance):
-            handles = (nvml.c_nvmlComputeInstance_t * max(profile.instanceCount, 1))()
-            count = ctypes.c_uint(0)
-            nvml.nvmlGpuInstanceGetComputeInstances(gpu_instance, profile.id, handles, ctypes.byref(count))
-            for position in range(count.value):
-                nvml.nvmlComputeInstanceDestroy(handles[position])
-        nvml.nvmlGpuInstanceDestroy(gpu_instance)
+        for compute_instance in list(self._compute_instances(gpu_instance)):
+            self._nvml.nvmlComputeInstanceDestroy(compute_instance)
+        self._nvml.nvmlGpuInstanceDestroy(gpu_instance)
 
     def _create(self, geometry: MigGeometry, wanted: Instance) -> None:
         """The GPU instance at its start, and one compute instance over all of it (a MIG device)."""
@@ -120,8 +117,30 @@ class NvmlMig:
         gpu_instance = nvml.nvmlDeviceCreateGpuInstanceWithPlacement(
             self._handle, profile.id, ctypes.byref(placement)
         )
+        try:
+            self._add_compute(gpu_instance, name)
+        except BaseException:  # taken back: a GPU instance without a compute instance cannot run anything
+            nvml.nvmlGpuInstanceDestroy(gpu_instance)
+            raise
+
+    def _add_compute(self, gpu_instance: object, name: str) -> None:
+        """One compute instance over all of the GPU instance `name` (its slices)."""
+        slices = self._profiles()[name].sliceCount
         for compute in self._compute_profiles(gpu_instance):
-            if compute.sliceCount == profile.sliceCount:
-                nvml.nvmlGpuInstanceCreateComputeInstance(gpu_instance, compute.id)
+            if compute.sliceCount == slices:
+                self._nvml.nvmlGpuInstanceCreateComputeInstance(gpu_instance, compute.id)
                 return
         raise MigSetupError(f"no compute instance profile covers all of {name}")
+
+    def _has_compute(self, gpu_instance: object) -> bool:
+        """Whether the GPU instance has a compute instance (a MIG device a workload can use)."""
+        return any(True for _ in self._compute_instances(gpu_instance))
+
+    def _compute_instances(self, gpu_instance: object) -> Iterator[object]:
+        """The compute instances of a GPU instance, of every profile."""
+        nvml = self._nvml
+        for profile in self._compute_profiles(gpu_instance):
+            handles = (nvml.c_nvmlComputeInstance_t * max(profile.instanceCount, 1))()
+            count = ctypes.c_uint(0)
+            nvml.nvmlGpuInstanceGetComputeInstances(gpu_instance, profile.id, handles, ctypes.byref(count))
+            yield from (handles[position] for position in range(count.value))
