@@ -273,7 +273,7 @@ class Scheduler:
             starts.setdefault(self.head, self.head_start_s)
         for rental in pending:
             start_s = starts.get(rental.id)
-            wanted = None if start_s is None else datetime.fromtimestamp(start_s, UTC)
+            wanted = None if start_s is None else _shown_start(start_s)
             nodes = tuple(sorted(self.reserved)) if rental.id == self.head and wanted is not None else ()
             shown = rental.expected_start_at
             if wanted is None or shown is None:
@@ -563,3 +563,12 @@ class Scheduler:
                 else:
                     counts["busy"] += 1
         return counts
+
+
+def _shown_start(start_s: float) -> datetime | None:
+    """A booked start as a time to show, or None when it lies beyond what a date holds (the year 9999): a
+    start that far off is unknown, and must not fail the cycle for everyone."""
+    try:
+        return datetime.fromtimestamp(start_s, UTC)
+    except (OverflowError, OSError, ValueError):
+        return None

@@ -5,9 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from suanli.wire.schemas import SliceResponse, WireModel
+
+MAX_LOG_CHUNK_BYTES = 4 * 1024 * 1024  # one upload: agents send 256 KiB at most
 
 WorkloadStateName = Literal["starting", "running", "succeeded", "failed", "stopped"]
 
@@ -36,16 +38,16 @@ class AgentRegisterResponse(WireModel):
 
 
 class GpuTelemetryReport(WireModel):
-    index: int
-    utilization_pct: int | None = None
-    memory_used_mib: int | None = None
-    power_w: float | None = None
+    index: int = Field(ge=0, le=1023)
+    utilization_pct: int | None = Field(default=None, ge=0, le=100)
+    memory_used_mib: int | None = Field(default=None, ge=0, le=10**9)
+    power_w: float | None = Field(default=None, ge=0, le=10_000, allow_inf_nan=False)
 
 
 class WorkloadReportBody(WireModel):
     rental_id: str
     state: WorkloadStateName
-    exit_code: int | None = None
+    exit_code: int | None = Field(default=None, ge=-(2**31), le=2**31 - 1)
     message: str = Field(default="", max_length=500)
 
 
@@ -83,9 +85,22 @@ class HeartbeatResponse(WireModel):
 
 class LogChunkRequest(WireModel):
     rental_id: str
-    offset: int = Field(ge=0, description="Byte offset of this chunk in the node's log of the rental.")
+    offset: int = Field(
+        ge=0, le=2**53, description="Byte offset of this chunk in the node's log of the rental."
+    )
     data: str = Field(description="The chunk, UTF-8 (invalid bytes replaced).")
-    size_bytes: int = Field(ge=0, description="The chunk's length in bytes as read from the log file.")
+    size_bytes: int = Field(
+        ge=0, le=MAX_LOG_CHUNK_BYTES, description="The chunk's length in bytes as read from the log file."
+    )
+
+    @model_validator(mode="after")
+    def _size_fits_data(self) -> LogChunkRequest:
+        """Each byte read decodes to at most one character and a character takes at most 4 bytes: a size
+        outside that is not this chunk's (and would leave the log's next offset where no chunk can follow)."""
+        if not len(self.data) <= self.size_bytes <= 4 * len(self.data):
+            chars = len(self.data)
+            raise ValueError(f"size_bytes {self.size_bytes} does not fit a chunk of {chars} characters")
+        return self
 
 
 class LogChunkResponse(WireModel):

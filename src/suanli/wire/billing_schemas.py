@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, RootModel
 
-from suanli.wire.schemas import TierName, WireModel
+from suanli.wire.schemas import Moment, TierName, WireModel
 
 
 class PriceResponse(WireModel):
@@ -33,7 +33,7 @@ class PriceEntryRequest(WireModel):
     tier: TierName
     mig_profile: str | None = Field(default=None, min_length=1, max_length=20)
     price_micros_per_gpu_hour: int = Field(ge=0, le=10**15)
-    effective_from: datetime | None = Field(
+    effective_from: Moment | None = Field(
         default=None, description="When it takes effect (UTC); now when not given; never in the past."
     )
     source: str = Field(default="", max_length=500, description="Where the price comes from.")
@@ -67,7 +67,7 @@ class CreditRequest(WireModel):
     amount_micros: int = Field(gt=0, le=10**15)
     grant: bool = Field(default=False, description="A grant (promotions -> grants) instead of a top-up.")
     memo: str = Field(default="", max_length=200)
-    expires_at: datetime | None = Field(
+    expires_at: Moment | None = Field(
         default=None, description="A grant's expiry: what is left of it then goes back to promotions."
     )
 

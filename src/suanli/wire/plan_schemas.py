@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from suanli.wire.schemas import WireModel
+from suanli.wire.schemas import Moment, WireModel
 
 MAX_MICROS = 10**15
 
@@ -23,8 +23,8 @@ class PlanRequest(WireModel):
     revenue_share_bp: int = Field(
         default=0, ge=0, le=10_000, description="Revenue share: the part of reported revenue owed."
     )
-    starts_at: datetime | None = Field(default=None, description="Now when not given.")
-    ends_at: datetime | None = Field(default=None, description="A year after the start when not given.")
+    starts_at: Moment | None = Field(default=None, description="Now when not given.")
+    ends_at: Moment | None = Field(default=None, description="A year after the start when not given.")
 
 
 class PlanResponse(WireModel):

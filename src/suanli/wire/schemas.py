@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Literal
+from datetime import UTC, datetime
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 Role = Literal["admin", "provider", "tenant"]
 TierName = Literal["reserved", "on_demand", "spot"]
@@ -21,6 +21,28 @@ RentalState = Literal[
     "lost",
     "failed",
 ]
+
+
+LATEST_MOMENT = datetime(9000, 1, 1, tzinfo=UTC)  # far beyond any rental, and a year plus a month from 9999
+MAX_DURATION_S = 10 * 366 * 86_400  # a declared run time: ten years at most (a start must stay a date)
+# per node: far above any server, well inside a 64-bit column (PostgreSQL BIGINT) and exact in a float
+MAX_CPU_MILLI, MAX_MEMORY_MIB = 10**9, 10**12
+MAX_BID_MICROS = 10**15  # a bid per GPU-hour (a billion units)
+
+
+def _in_range(moment: datetime) -> datetime:
+    """A time the platform can store and compute with (UTC, before the year 9000)."""
+    try:
+        utc = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("must be before the year 9000 (UTC)") from None
+    if utc >= LATEST_MOMENT:
+        raise ValueError("must be before the year 9000 (UTC)")
+    return moment
+
+
+# a time in a request: a clear 4xx, never an overflow later (`+ 1 year`, epoch seconds, `astimezone`)
+Moment = Annotated[datetime, AfterValidator(_in_range)]
 
 
 class WireModel(BaseModel):
@@ -119,17 +141,17 @@ class RentalCreateRequest(WireModel):
     gpus: int = Field(default=1, ge=0, le=64, description="Whole GPUs per node (0 for CPU only).")
     mig_profile: str | None = Field(default=None, description="One MIG instance per node, e.g. 3g.40gb.")
     share_milli: int | None = Field(default=None, ge=1, le=999, description="A share of one GPU per node.")
-    share_memory_mib: int = Field(default=0, ge=0)
+    share_memory_mib: int = Field(default=0, ge=0, le=MAX_MEMORY_MIB)
     nodes: int = Field(default=1, ge=1, le=256, description="Node count; more than 1 is a gang.")
-    cpu_milli: int = Field(default=0, ge=0)
-    memory_mib: int = Field(default=0, ge=0)
+    cpu_milli: int = Field(default=0, ge=0, le=MAX_CPU_MILLI)
+    memory_mib: int = Field(default=0, ge=0, le=MAX_MEMORY_MIB)
     tier: TierName = "on_demand"
-    bid_micros_per_gpu_hour: int | None = Field(default=None, ge=0)
+    bid_micros_per_gpu_hour: int | None = Field(default=None, ge=0, le=MAX_BID_MICROS)
     regions: list[str] = Field(default_factory=list)
     jurisdictions: list[str] = Field(default_factory=list)
     providers: list[str] = Field(default_factory=list)
     labels: dict[str, str] = Field(default_factory=dict)
-    max_duration_s: int | None = Field(default=None, gt=0)
+    max_duration_s: int | None = Field(default=None, gt=0, le=MAX_DURATION_S)
     command: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     restart: Literal["never", "on-failure"] = Field(
@@ -246,8 +268,8 @@ class ContractCreateRequest(WireModel):
     gpu_model: str
     count: int = Field(ge=1, le=100_000)
     region: str
-    starts_at: datetime
-    ends_at: datetime
+    starts_at: Moment
+    ends_at: Moment
     tenant_id: str | None = Field(default=None, description="Admins may sign for a tenant; else the caller.")
 
 

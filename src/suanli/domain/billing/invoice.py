@@ -55,8 +55,8 @@ class Month:
     @classmethod
     def parse(cls, text: str) -> Month:
         match = _MONTH.match(text)
-        if match is None or not 1 <= int(match.group(2)) <= 12 or int(match.group(1)) < 1970:
-            raise InvoiceError(f"month must be yyyy-mm (e.g. 2026-11), got {text!r}")
+        if match is None or not 1 <= int(match.group(2)) <= 12 or not 1970 <= int(match.group(1)) <= 9998:
+            raise InvoiceError(f"month must be yyyy-mm from 1970-01 to 9998-12 (e.g. 2026-11), got {text!r}")
         return cls(int(match.group(1)), int(match.group(2)))
 
     def __str__(self) -> str:

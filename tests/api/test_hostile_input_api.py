@@ -1,0 +1,119 @@
+"""Hostile input gets a 4xx naming the field, never a 500, and never stalls the scheduler."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from conftest import ADMIN, app_client, wait_for
+from suanli.wire.schemas import MAX_DURATION_S
+
+FAR = "9999-12-31T23:00:00-12:00"  # valid ISO 8601, but past year 9999 in UTC
+
+
+def _funded(client: TestClient) -> tuple[str, dict[str, str]]:
+    tenant_id = client.post("/v1/tenants", json={"name": "h"}, headers=ADMIN).json()["id"]
+    keys = f"/v1/tenants/{tenant_id}/keys"
+    secret = client.post(keys, json={"label": "t"}, headers=ADMIN).json()["secret"]
+    credit = client.post(f"/v1/tenants/{tenant_id}/credit", json={"amount_micros": 10**12}, headers=ADMIN)
+    assert credit.status_code == 201
+    return tenant_id, {"Authorization": f"Bearer {secret}"}
+
+
+def _client_4xx(client: TestClient, method: str, url: str, field: str, **kw) -> None:
+    client_no_raise = TestClient(client.app, raise_server_exceptions=False)
+    response = client_no_raise.request(method, url, **kw)
+    assert 400 <= response.status_code < 500, (response.status_code, response.text)
+    assert field in response.text
+
+
+@pytest.mark.parametrize("month", ["9999-12"])
+def test_last_representable_month_is_a_4xx(client, month) -> None:
+    _, headers = _funded(client)
+    _client_4xx(client, "GET", f"/v1/invoices/{month}", "month", headers=headers)
+    _client_4xx(client, "GET", f"/v1/sla/{month}", "month", headers=headers)
+    _client_4xx(client, "POST", f"/v1/admin/sla/{month}", "month", headers=ADMIN)
+
+
+def test_datetimes_past_year_9999_in_utc_are_a_4xx(client) -> None:
+    tenant_id, headers = _funded(client)
+    contract = {
+        "gpu_model": "H100-SXM-80GB",
+        "count": 1,
+        "region": "cn-north",
+        "starts_at": "2030-01-01T00:00:00Z",
+        "ends_at": FAR,
+    }
+    _client_4xx(client, "POST", "/v1/contracts", "ends_at", json=contract, headers=headers)
+    plan = {"kind": "revenue_share", "starts_at": "2031-01-01T00:00:00Z", "ends_at": FAR}
+    _client_4xx(client, "POST", f"/v1/tenants/{tenant_id}/plans", "ends_at", json=plan, headers=ADMIN)
+    plan = {"kind": "membership", "starts_at": "9999-12-01T00:00:00Z"}  # default end: a year later
+    _client_4xx(client, "POST", f"/v1/tenants/{tenant_id}/plans", "starts_at", json=plan, headers=ADMIN)
+    credit = {"amount_micros": 5, "grant": True, "expires_at": FAR}
+    _client_4xx(client, "POST", f"/v1/tenants/{tenant_id}/credit", "expires_at", json=credit, headers=ADMIN)
+    price = [
+        {
+            "gpu_model": "H100-SXM-80GB",
+            "tier": "on_demand",
+            "price_micros_per_gpu_hour": 1,
+            "effective_from": FAR,
+        }
+    ]
+    _client_4xx(client, "PUT", "/v1/prices", "effective_from", json=price, headers=ADMIN)
+
+
+@pytest.mark.parametrize("queue", ["backfill", "conservative"])
+def test_a_huge_max_duration_is_refused_and_the_longest_allowed_does_not_stall_the_queue(
+    database_url: str, queue: str
+) -> None:
+    """A declared run time beyond ten years is a 4xx naming it (10**12 s put the head's start past the year
+    9999 and failed every cycle, for every tenant); one of ten years leaves the queue working."""
+    with app_client(database_url, queue=queue) as client:
+        _, headers = _funded(client)
+        hog = {"gpu_model": "L40S", "gpus": 4, "nodes": 4, "max_duration_s": 10**12}
+        _client_4xx(client, "POST", "/v1/rentals", "max_duration_s", json=hog, headers=headers)
+        longest = client.post("/v1/rentals", json={**hog, "max_duration_s": MAX_DURATION_S}, headers=headers)
+        assert wait_for(client, longest.json()["id"], headers, "placed")["state"] == "placed"
+        blocked = {"gpu_model": "L40S", "gpus": 1, "max_duration_s": 60}
+        assert client.post("/v1/rentals", json=blocked, headers=headers).status_code == 201
+        other = {"gpu_model": "H100", "gpus": 1, "max_duration_s": 60}
+        other_id = client.post("/v1/rentals", json=other, headers=headers).json()["id"]
+        assert wait_for(client, other_id, headers, "placed")["state"] == "placed"
+
+
+def _agent_on_rental(client: TestClient) -> tuple[str, dict[str, str], int]:
+    _, headers = _funded(client)
+    body = {"gpu_model": "L40S", "gpus": 1, "max_duration_s": 3600}
+    rental = client.post("/v1/rentals", json=body, headers=headers).json()
+    placed = wait_for(client, rental["id"], headers, "placed")
+    node, gpu = placed["allocation"][0]["node"], placed["allocation"][0]["slices"][0]["gpu_index"]
+    token = client.post("/v1/join-tokens", json={"node": node}, headers=ADMIN).json()["token"]
+    registered = client.post("/v1/agents/register", json={"token": token, "inventory": {"gpus": []}})
+    key = registered.json()["node_key"]
+    return rental["id"], {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}, gpu
+
+
+@pytest.mark.parametrize("power", ["NaN", "Infinity", "1e308"])
+def test_non_finite_or_absurd_power_is_refused(client, power: str) -> None:
+    """NaN failed the heartbeat (500); Infinity and 1e308 were stored as the run's energy for good."""
+    rental_id, node, gpu = _agent_on_rental(client)
+    workloads = f'[{{"rental_id": "{rental_id}", "state": "running"}}]'
+
+    def beat(watts: str) -> str:
+        return f'{{"workloads": {workloads}, "telemetry": [{{"index": {gpu}, "power_w": {watts}}}]}}'
+
+    assert client.post("/v1/agents/heartbeat", content=beat("300"), headers=node).status_code == 200
+    _client_4xx(client, "POST", "/v1/agents/heartbeat", "power_w", content=beat(power), headers=node)
+
+
+def test_a_huge_exit_code_or_a_log_size_that_is_not_the_chunks_is_a_4xx(client) -> None:
+    """Both failed (500: too large for the database); a size unlike the chunk's left the log stuck."""
+    rental_id, node, _ = _agent_on_rental(client)
+    failed = f'{{"rental_id": "{rental_id}", "state": "failed", "exit_code": 9223372036854775813}}'
+    beat = f'{{"workloads": [{failed}]}}'
+    _client_4xx(client, "POST", "/v1/agents/heartbeat", "exit_code", content=beat, headers=node)
+    for size in (2**63 + 5, 2**62, 5):
+        chunk = {"rental_id": rental_id, "offset": 0, "data": "x", "size_bytes": size}
+        _client_4xx(client, "POST", "/v1/agents/logs", "size_bytes", json=chunk, headers=node)
+    chunk = {"rental_id": rental_id, "offset": 0, "data": "x", "size_bytes": 1}
+    assert client.post("/v1/agents/logs", json=chunk, headers=node).json()["stored_bytes"] == 1
