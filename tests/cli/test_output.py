@@ -23,3 +23,19 @@ def test_table_cells_are_shown_as_they_are() -> None:
 
 def test_error_messages_are_shown_as_they_are() -> None:
     assert _shown(error_text(f"--jobs {TRICKY}: not found")).strip() == f"error: --jobs {TRICKY}: not found"
+
+
+def test_option_values_the_request_refuses_are_named_by_option_not_a_traceback() -> None:
+    """Checked before anything is sent (no server here): exit 2 and one line per bad option."""
+    from typer.testing import CliRunner
+
+    from suanli.cli.main import app
+
+    runner = CliRunner()
+    rent = runner.invoke(app, ["rent", "H100:1", "--max-duration", str(10**11), "--cpu", "-5"])
+    assert rent.exit_code == 2, rent.output
+    assert "--max-duration: Input should be less than or equal to" in rent.output
+    assert "--cpu: Input should be greater than or equal to 0" in rent.output
+    far = ["contracts", "create", "--gpu", "H100", "--count", "1", "--region", "x"]
+    contract = runner.invoke(app, [*far, "--from", "2030-01-01T00:00", "--until", "9999-12-31T23:00"])
+    assert contract.exit_code == 2 and "--until: Value error, must be before the year 9000" in contract.output

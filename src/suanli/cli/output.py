@@ -7,12 +7,12 @@ Exit codes: 0 done; 1 the server refused (4xx); 2 bad usage or input; 3 not logg
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import typer
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -29,6 +29,19 @@ def error_text(message: str) -> Text:
     """`error: message` for the terminal, the message shown as it is: text from users, files or the server
     may hold Rich markup (`[red]`) or emoji codes (`:x:`), which must not be rendered."""
     return Text.assemble(("error:", "red"), " ", message)
+
+
+@contextmanager
+def valid_input(options: Mapping[str, str]) -> Iterator[None]:
+    """A request built from options that its wire model refuses: one line per bad value, naming its option
+    (`options`: field -> option; else the field), and exit 2, not a traceback."""
+    try:
+        yield
+    except ValidationError as error:
+        for problem in error.errors():
+            field = str(problem["loc"][0]) if problem["loc"] else "input"
+            errors.print(error_text(f"{options.get(field, field)}: {problem['msg']}"))
+        raise typer.Exit(EXIT_USAGE) from None
 
 
 @contextmanager

@@ -11,7 +11,17 @@ import typer
 from rich.console import Group
 
 from suanli.cli import profile
-from suanli.cli.output import EXIT_USAGE, api_errors, emit, error_text, errors, logged_in, micros, table
+from suanli.cli.output import (
+    EXIT_USAGE,
+    api_errors,
+    emit,
+    error_text,
+    errors,
+    logged_in,
+    micros,
+    table,
+    valid_input,
+)
 from suanli.cli.rent_spec import SpecError, money_to_micros, parse_gpu_spec
 from suanli.client import Client
 from suanli.wire.schemas import (
@@ -24,6 +34,23 @@ from suanli.wire.schemas import (
 )
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of a table.")]
+
+
+# request fields -> the options that set them, for messages about bad values
+RENT_OPTIONS = {
+    "nodes": "--nodes",
+    "cpu_milli": "--cpu",
+    "memory_mib": "--memory",
+    "bid_micros_per_gpu_hour": "--bid",
+    "max_duration_s": "--max-duration",
+    "max_restarts": "--max-restarts",
+    "regions": "--region",
+    "jurisdictions": "--jurisdiction",
+    "gpus": "SPEC (GPUs)",
+    "share_milli": "SPEC (share)",
+    "mig_profile": "SPEC (MIG profile)",
+}
+CONTRACT_OPTIONS = {"gpu_model": "--gpu", "starts_at": "--from", "ends_at": "--until", "count": "--count"}
 
 
 def login(
@@ -80,23 +107,24 @@ def rent(
     if restart not in ("never", "on-failure"):
         errors.print(error_text(f"--restart {restart!r}: use never or on-failure"))
         raise typer.Exit(EXIT_USAGE)
-    request = RentalCreateRequest(
-        gpu_model=gpu.gpu_model,
-        gpus=gpu.gpus if gpu.mig_profile is None and gpu.share_milli is None else 0,
-        mig_profile=gpu.mig_profile,
-        share_milli=gpu.share_milli,
-        nodes=nodes,
-        cpu_milli=cpu,
-        memory_mib=memory,
-        tier=tier,  # type: ignore[arg-type]
-        bid_micros_per_gpu_hour=bid_micros,
-        regions=region or [],
-        jurisdictions=jurisdiction or [],
-        max_duration_s=max_duration,
-        command=command or [],
-        restart=restart,  # type: ignore[arg-type]
-        max_restarts=max_restarts,
-    )
+    with valid_input(RENT_OPTIONS):
+        request = RentalCreateRequest(
+            gpu_model=gpu.gpu_model,
+            gpus=gpu.gpus if gpu.mig_profile is None and gpu.share_milli is None else 0,
+            mig_profile=gpu.mig_profile,
+            share_milli=gpu.share_milli,
+            nodes=nodes,
+            cpu_milli=cpu,
+            memory_mib=memory,
+            tier=tier,  # type: ignore[arg-type]
+            bid_micros_per_gpu_hour=bid_micros,
+            regions=region or [],
+            jurisdictions=jurisdiction or [],
+            max_duration_s=max_duration,
+            command=command or [],
+            restart=restart,  # type: ignore[arg-type]
+            max_restarts=max_restarts,
+        )
     with logged_in() as client:
         rental = client.create_rental(request, idempotency_key or f"cli-{uuid.uuid4()}")
     emit(rental, as_json, _rental_detail)
@@ -154,14 +182,15 @@ def contracts_create(
     as_json: JsonFlag = False,
 ) -> None:
     """Sign a contract for GPUs of one model in one region over [from, until)."""
-    request = ContractCreateRequest(
-        gpu_model=gpu_model,
-        count=count,
-        region=region,
-        starts_at=starts_at,
-        ends_at=ends_at,
-        tenant_id=tenant,
-    )
+    with valid_input(CONTRACT_OPTIONS):
+        request = ContractCreateRequest(
+            gpu_model=gpu_model,
+            count=count,
+            region=region,
+            starts_at=starts_at,
+            ends_at=ends_at,
+            tenant_id=tenant,
+        )
     with logged_in() as client:
         contract = client.create_contract(request)
     emit(contract, as_json, lambda c: _contracts_table([c]))
