@@ -113,7 +113,7 @@ class SpotRepricing:
         with uow_factory() as uow:
             # a rental resized since the cycle read its allocations is priced by its resize; the next
             # cycle, which sees its new size, re-prices it
-            still_held = uow.rentals.live_allocation_ids()
+            still_held = uow.rentals.live_allocation_ids(sorted(nodes))
             rentals = [
                 r
                 for r in uow.rentals.by_ids(sorted(nodes))

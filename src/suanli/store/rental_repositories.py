@@ -245,8 +245,11 @@ class SqlRentals:
     def live_allocations(self) -> dict[str, list[NodeAllocation]]:
         return self._allocations(None)
 
-    def live_allocation_ids(self) -> set[int]:
-        return set(self.s.scalars(select(AllocationRow.id).where(AllocationRow.released.is_(False))))
+    def live_allocation_ids(self, rental_ids: Sequence[str] | None = None) -> set[int]:
+        query = select(AllocationRow.id).where(AllocationRow.released.is_(False))
+        if rental_ids is not None:
+            query = query.where(one_of(self.s, AllocationRow.rental_id, rental_ids))
+        return set(self.s.scalars(query))
 
     def live_allocation_ids_of(self, rental_id: str) -> set[int]:
         query = select(AllocationRow.id).where(
