@@ -227,7 +227,7 @@ def test_a_stopping_or_ended_rental_is_not_resized(database_url: str) -> None:
         assert refused.status_code == 409 and refused.json()["error"]["field"] == "state", refused.text
         with client.app.state.services.rentals.uow() as uow:
             uow.rentals.set_state(rental_id, "stopped", expect=("stopping",), reason=None)
-            uow.rentals.release(rental_id)
+            uow.rentals.release(rental_id, at=client.app.state.services.rentals.clock.now())
             uow.commit()
         ended = client.patch(f"/v1/rentals/{rental_id}", json={"nodes": 2}, headers=headers)
         assert ended.status_code == 409 and "is stopped" in ended.json()["error"]["message"]

@@ -67,7 +67,7 @@ def _place(factory, rental_id, node, at, spec=None):
             )
         assert u.rentals.mark_placed(rental_id, at, RATE)
         u.rentals.book(
-            rental_id, [NodeAllocation(node, 0, 0, (Slice(0, 1000, 1024),))], [Booking(node, 0, 0)]
+            rental_id, [NodeAllocation(node, 0, 0, (Slice(0, 1000, 1024),))], [Booking(node, 0, 0)], at=at
         )
         u.commit()
 

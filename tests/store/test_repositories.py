@@ -76,10 +76,10 @@ def test_a_slice_position_cannot_be_booked_twice(uow) -> None:
     with uow() as u:
         u.rentals.add(_rental("rnt_1", RentalSpec()))
         u.rentals.add(_rental("rnt_2", RentalSpec()))
-        u.rentals.book("rnt_1", whole, [Booking("h100-a-01", 3, 0)])
+        u.rentals.book("rnt_1", whole, [Booking("h100-a-01", 3, 0)], at=NOW)
         u.commit()
     with uow() as u, pytest.raises(BookingConflict):
-        u.rentals.book("rnt_2", whole, [Booking("h100-a-01", 3, 0)])
+        u.rentals.book("rnt_2", whole, [Booking("h100-a-01", 3, 0)], at=NOW)
 
 
 def test_a_share_collides_with_a_whole_booking_of_its_gpu(uow) -> None:
@@ -92,11 +92,11 @@ def test_a_share_collides_with_a_whole_booking_of_its_gpu(uow) -> None:
     with uow() as u:
         u.rentals.add(_rental("rnt_1", RentalSpec()))
         u.rentals.add(_rental("rnt_2", RentalSpec()))
-        u.rentals.book("rnt_1", whole, bookings_for(whole, nodes, u.rentals.booked_slots))
+        u.rentals.book("rnt_1", whole, bookings_for(whole, nodes, u.rentals.booked_slots), at=NOW)
         u.commit()
     with uow() as u, pytest.raises(BookingConflict):
         rows = bookings_for(share, nodes, lambda node, gpu: set())  # a stale view of the GPU
-        u.rentals.book("rnt_2", share, rows)
+        u.rentals.book("rnt_2", share, rows, at=NOW)
 
 
 def _fleet():
@@ -216,7 +216,7 @@ def test_the_head_shows_its_reserved_start_until_it_is_placed(uow) -> None:
         shown = {r.id: r.expected_start_at for r in u.rentals.by_ids(["rnt_b", "rnt_c"])}
         assert shown == {"rnt_b": NOW + timedelta(hours=2), "rnt_c": None}
         assert u.rentals.set_state("rnt_a", "stopped", expect=("placed",), reason=None)
-        u.rentals.release("rnt_a")
+        u.rentals.release("rnt_a", at=NOW)
         u.commit()
     scheduler = _scheduler(uow, PLATFORM_QUEUE)
     scheduler.run_cycle()
@@ -361,7 +361,7 @@ def test_fair_share_usage_is_saved_and_a_new_leader_goes_on_from_it(uow, clock) 
 
     with uow() as u:
         for rental in u.rentals.list(None, 100):
-            u.rentals.release(rental.id)
+            u.rentals.release(rental.id, at=clock.at)
             u.rentals.set_state(rental.id, "stopped", expect=("placed",), reason=None)
         for tenant in ("ten_a", "ten_b"):
             for i in range(8):
@@ -425,7 +425,7 @@ def test_a_new_leader_holds_the_capacity_the_old_one_promised(uow) -> None:
         (promised,) = preemptor.promise or ()
         assert promised.node == spot_node and len(promised.slices) == 8
         u.rentals.set_state("rnt_o0", "ended", expect=("placed",), reason=None)
-        u.rentals.release("rnt_o0")
+        u.rentals.release("rnt_o0", at=NOW)
         u.rentals.add(_rental("rnt_t", RentalSpec(**h100)))
         u.commit()
     new = _scheduler(uow)
@@ -581,8 +581,8 @@ def test_a_snapshot_read_sees_the_database_as_of_its_first_read(postgres_server:
                     reader.read_snapshot()
                 assert reader.rentals.get("rnt_1") is not None  # the first read
                 with factory() as writer:
-                    writer.rentals.release("rnt_1")
-                    writer.rentals.book("rnt_1", whole, [])
+                    writer.rentals.release("rnt_1", at=NOW)
+                    writer.rentals.book("rnt_1", whole, [], at=NOW)
                     writer.commit()
                 assert len(reader.rentals.allocation("rnt_1")) == seen
     finally:
@@ -628,7 +628,7 @@ def test_a_resize_made_while_the_leader_decides_is_not_undone_by_its_gpu_change(
             rental = u.rentals.get("rnt_1", lock=True)
             allocation = u.rentals.allocation("rnt_1")
             u.rentals.update_spec("rnt_1", replace(rental, spec=replace(rental.spec, nodes=2)))
-            u.rentals.release("rnt_1", [allocation[2].node])
+            u.rentals.release("rnt_1", [allocation[2].node], at=NOW)
             follow_size(u, rental, (3, 4.0), (2, 4.0), NOW)
             u.commit()
 
@@ -839,7 +839,7 @@ def test_a_spot_rental_shrunk_while_the_leader_decides_is_not_repriced_at_its_ol
             rental = u.rentals.get("rnt_s", lock=True)
             allocation = u.rentals.allocation("rnt_s")
             u.rentals.update_spec("rnt_s", replace(rental, spec=replace(rental.spec, nodes=1)))
-            u.rentals.release("rnt_s", [allocation[1].node])
+            u.rentals.release("rnt_s", [allocation[1].node], at=NOW)
             follow_size(u, rental, (2, 8.0), (1, 8.0), NOW)
             u.commit()
 

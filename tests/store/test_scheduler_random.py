@@ -84,7 +84,7 @@ def test_random_cycles_keep_the_snapshot_and_the_database_in_step(database_url: 
                 live = [r for r in u.rentals.list(None, 1000) if r.state in ("placed", "running")]
                 for rental in rng.sample(live, k=min(len(live), rng.randint(0, 2))):  # some end
                     u.rentals.set_state(rental.id, "stopped", expect=("placed", "running"), reason=None)
-                    u.rentals.release(rental.id)
+                    u.rentals.release(rental.id, at=clock.now())
                     live.remove(rental)
                 whole = [r for r in live if r.spec.mig_profile is None and r.spec.share_milli is None]
                 for rental in rng.sample(whole, k=min(len(whole), rng.randint(0, 1))):  # one is resized
@@ -133,6 +133,6 @@ def resize(u, rental: Rental, nodes: int, gpus: int | None, now: datetime) -> No
     spec = replace(rental.spec, nodes=nodes, gpus=rental.spec.gpus if gpus is None else gpus)
     u.rentals.update_spec(rental.id, replace(rental, spec=spec))
     if nodes < len(allocation):
-        u.rentals.release(rental.id, [a.node for a in allocation[nodes:]])
+        u.rentals.release(rental.id, [a.node for a in allocation[nodes:]], at=now)
         per_node = per_node_gpus(allocation)
         follow_size(u, rental, (len(allocation), per_node), (nodes, per_node), now)

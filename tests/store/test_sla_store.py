@@ -67,7 +67,7 @@ def _running(factory, agents: AgentService, key: str, rental_id: str, node: str)
         u.rentals.add(Rental(rental_id, "ten_a", "pending", RentalSpec(gpu_model="H100", gpus=1), T0))
         assert u.rentals.mark_placed(rental_id, T0, RATE)
         whole = [NodeAllocation(node, 0, 0, (Slice(0, 1000, 1024),))]
-        u.rentals.book(rental_id, whole, [Booking(node, 0, 0)])
+        u.rentals.book(rental_id, whole, [Booking(node, 0, 0)], at=T0)
         u.commit()
     agents.heartbeat(key, [WorkloadReport(rental_id, "running")], [])
 

@@ -132,7 +132,14 @@ def seed_rentals(
             }
         )
         allocations.append(
-            {"rental_id": rental_id, "ordinal": 0, "node": node, "cpu_milli": 1000, "memory_mib": 1024}
+            {
+                "rental_id": rental_id,
+                "ordinal": 0,
+                "node": node,
+                "cpu_milli": 1000,
+                "memory_mib": 1024,
+                "booked_at": started_at - timedelta(seconds=1),  # at its placement
+            }
         )
         runs.append(
             {

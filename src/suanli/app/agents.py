@@ -328,7 +328,7 @@ class AgentService:
         )
         uow.rentals.add_event(rental.id, RentalEvent(now, new, None, message))
         if new in END_STATES:
-            uow.rentals.release(rental.id)
+            uow.rentals.release(rental.id, at=now)
         return True
 
     @staticmethod
@@ -399,7 +399,7 @@ class AgentService:
         requeues = sum(1 for e in uow.rentals.events(rental_id) if e.kind == "requeued")
         spec = rental.spec
         why = f"node {node} missed its heartbeats; last heartbeat {last.isoformat()}"
-        uow.rentals.release(rental_id)
+        uow.rentals.release(rental_id, at=now)
         if spec.restart == "on-failure" and requeues < spec.max_restarts and rental.state != "stopping":
             uow.rentals.set_state(rental_id, "pending", expect=(rental.state,), reason=None)
             uow.rentals.add_event(

@@ -9,7 +9,9 @@
   is posted, key `charge:{rental}:{n}`), from its agent-reported start (else `placed_at`) to its end: a stop
   or failure at its end event, a preempted one at its notice deadline, a lost one at its node's last
   heartbeat (the run's `ended_at`); a live one up to now. 60-second minimum; grants before cash; the
-  provider is credited the charge minus the commission.
+  providers are credited the charge minus the commission: all to its node's provider, or, for a rental that
+  held several providers' nodes, split among them by the GPU-seconds on each one's nodes
+  (`suanli.domain.billing.provider_split`).
 * Prepaid: a rental is refused (PaymentRequired) when the tenant's cash + grants minus the new rental's
   minimum charge would go below 0.
 """
@@ -46,7 +48,13 @@ from suanli.domain.billing.ledger import (
     top_up_postings,
     verify,
 )
-from suanli.domain.billing.meter import DEFAULT_MINIMUM_S, PostedCharges, RentalUsage, charge_postings
+from suanli.domain.billing.meter import (
+    DEFAULT_MINIMUM_S,
+    PostedCharges,
+    RentalUsage,
+    charge_postings,
+    provider_parts,
+)
 from suanli.domain.billing.money import charge_micros, to_epoch_s
 from suanli.domain.billing.plans import Grant
 from suanli.domain.billing.pricebook import ListPrice, PriceBook, SpotFloor
@@ -352,12 +360,20 @@ class BillingService:
             posted = uow.ledger.posted_charges(item.id for item in items)
             rates = uow.rentals.rate_changes(first=items[0].id, last=items[-1].id)  # spot re-pricing
             runs = uow.rentals.run_spans([item.id for item in items if replaced(item)])  # re-queued
+            held = uow.rentals.held_allocations(first=items[0].id, last=items[-1].id)  # several nodes
             tenants = {item.tenant_id for item in items}
             balances = uow.ledger.balances(tenants, kinds=(AccountKind.TENANT_GRANTS,))
             added: list[Transaction] = []
             closed: list[str] = []
-            for item in items:
-                usage = rental_usage(item, providers, rates.get(item.id, ()), runs.get(item.id, ()))
+            usages = [
+                rental_usage(
+                    item, providers, rates.get(item.id, ()), runs.get(item.id, ()), held.get(item.id, ())
+                )
+                for item in items
+            ]
+            shared = [usage.rental_id for usage in usages if usage is not None and usage.shared]
+            credits = uow.ledger.provider_credits(shared) if shared else {}
+            for item, usage in zip(items, usages, strict=True):
                 if usage is None:  # no rate: never charged
                     if item.state in END_STATES:
                         closed.append(item.id)
@@ -370,12 +386,17 @@ class BillingService:
                     continue
                 grants_account = AccountId.tenant_grants(usage.tenant)
                 grants = balances.get(grants_account, 0)
+                parts = None
+                if usage.shared:  # several providers' nodes: each its share to date less what it had
+                    credited = credits.get(usage.rental_id, {})
+                    parts = provider_parts(usage, delta, self.commission_bp, already.micros, credited, now_s)
+                postings = charge_postings(usage, delta, grants, self.commission_bp, already.micros, parts)
                 tx = Transaction.chained(
                     head,
                     key=f"charge:{usage.rental_id}:{already.count + 1}",
                     kind=TxKind.CHARGE,
                     at_s=now_s,
-                    postings=charge_postings(usage, delta, grants, self.commission_bp, already.micros),
+                    postings=postings,
                     ref=usage.rental_id,
                     memo=usage.memo(now_s),
                 )

@@ -149,6 +149,17 @@ class BillableRental:
 
 
 @dataclass(frozen=True, slots=True)
+class HeldAllocation:
+    """One node a rental held and when (`RentalRepo.held_allocations`): the meter pays each provider for the
+    GPU-seconds on its own nodes. `booked_at` None: booked before migration 0016, when is unknown."""
+
+    node: str
+    gpu_milli: int
+    booked_at: datetime | None
+    released_at: datetime | None  # None while held (or released before 0016)
+
+
+@dataclass(frozen=True, slots=True)
 class MeterRental:
     """What one meter pass reads of a rental still open for billing (`RentalRepo.meter_page`): the fields of
     `BillableRental` the charge needs, without the spec (read in bulk, 100,000s per pass)."""

@@ -196,7 +196,7 @@ class RentalService:
                 allocation = uow.rentals.allocation(rental.id)
                 if new_spec.nodes < len(allocation):
                     dropped = [a.node for a in allocation[new_spec.nodes :]]
-                    uow.rentals.release(rental.id, dropped)
+                    uow.rentals.release(rental.id, dropped, at=now)
                     message += f"; released {', '.join(dropped)}"
                     per_node = per_node_gpus(allocation)
                     follow_size(uow, rental, (len(allocation), per_node), (new_spec.nodes, per_node), now)
@@ -295,7 +295,7 @@ def stop_in(uow: UnitOfWork, rental: Rental, now: datetime, why: str) -> None:
         uow.rentals.add_event(rental.id, RentalEvent(now, "stopping", None, f"stop requested {why}"))
     elif rental.state not in END_STATES and rental.state not in ("stopping", "preempting"):
         uow.rentals.set_state(rental.id, "stopped", expect=("pending", *LIVE_STATES), reason=None)
-        uow.rentals.release(rental.id)
+        uow.rentals.release(rental.id, at=now)
         uow.rentals.add_event(rental.id, RentalEvent(now, "stopped", None, f"stopped {why}"))
 
 

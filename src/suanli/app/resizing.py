@@ -87,7 +87,7 @@ class Resizer:
         if isinstance(outcome, Pending):
             _waiting(uow, rental, f"to grow by {extra} nodes", outcome, now)
             return 0
-        self._book(uow, rental.id, outcome.nodes)
+        self._book(uow, rental.id, outcome.nodes, now)
         follow_size(uow, rental, (have, per_node), (have + len(outcome.nodes), per_node), now)
         nodes = ", ".join(a.node for a in outcome.nodes)
         uow.rentals.add_event(rental.id, RentalEvent(now, "grown", None, f"onto {nodes}"))
@@ -113,10 +113,10 @@ class Resizer:
                 return outcome
             added = {a.node: a for a in outcome.nodes}
             nodes = tuple(replace(a, slices=a.slices + added[a.node].slices) for a in running.placement.nodes)
-        uow.rentals.release(rental.id)
+        uow.rentals.release(rental.id, at=now)
         for allocation_id in allocation_ids:
             del self.held[allocation_id], self.owner[allocation_id]
-        self._book(uow, rental.id, nodes)
+        self._book(uow, rental.id, nodes, now)
         follow_size(uow, rental, (len(nodes), have), (len(nodes), wanted), now)
         message = f"now {wanted} GPUs on each of its {len(nodes)} nodes (was {have}); its workload restarts"
         uow.rentals.add_event(rental.id, RentalEvent(now, "resized", None, message))
@@ -142,9 +142,9 @@ class Resizer:
             self.holding.append(Held(more, None, outcome))
         return outcome
 
-    def _book(self, uow: UnitOfWork, rental_id: str, nodes: Sequence[NodeAllocation]) -> None:
+    def _book(self, uow: UnitOfWork, rental_id: str, nodes: Sequence[NodeAllocation], now: datetime) -> None:
         rows = bookings_for(nodes, self.node, uow.rentals.booked_slots)
-        allocation_ids = uow.rentals.book(rental_id, nodes, rows, extend=True)
+        allocation_ids = uow.rentals.book(rental_id, nodes, rows, at=now, extend=True)
         self.held.update(zip(allocation_ids, nodes, strict=True))
         self.owner.update((i, rental_id) for i in allocation_ids)
 

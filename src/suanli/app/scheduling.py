@@ -438,7 +438,7 @@ class Scheduler:
     def _end_victim(uow: UnitOfWork, victim: Rental, now: datetime) -> int:
         if not uow.rentals.set_state(victim.id, "preempted", expect=("preempting",), reason=None):
             return 0
-        uow.rentals.release(victim.id)
+        uow.rentals.release(victim.id, at=now)
         deadline = victim.notice_deadline
         how = "left" if deadline is not None and deadline < now else "notice deadline reached"
         if victim.preempted_by == BELOW_FLOOR:
@@ -479,7 +479,7 @@ class Scheduler:
         if not uow.rentals.mark_placed(rental.id, now, price, quoted):
             return self._unplace(placement)
         rows = bookings_for(placement.nodes, self._node, uow.rentals.booked_slots)
-        allocation_ids = uow.rentals.book(rental.id, placement.nodes, rows)
+        allocation_ids = uow.rentals.book(rental.id, placement.nodes, rows, at=now)
         nodes = ", ".join(a.node for a in placement.nodes)
         uow.rentals.add_event(rental.id, RentalEvent(now, "placed", None, f"on {nodes}"))
         self.held.update(zip(allocation_ids, placement.nodes, strict=True))

@@ -1,4 +1,4 @@
-"""What the meter charges a rental: its rate (or rate segments), its billable interval and its provider.
+"""What the meter charges a rental: its rate (or rate segments), its billable interval and its providers.
 
 One reading for the meter, invoices and SLA credits: from the agent-reported start (else `placed_at`) to its
 end: a stop or failure at its end event, a preempted one at its notice deadline (a preempting one too: known
@@ -7,6 +7,11 @@ run's end; a live one is open (the meter: to the latest heartbeat of the nodes o
 is one, the usage confirmed so far: a node that goes silent is not charged past its last heartbeat). A
 re-placed rental (`replaced`) is not billed for the time it waited in the queue: only its runs (a live one
 with no open run: from its latest placement on), the gaps between them are billed nothing.
+
+Its provider is the provider of its first node; a rental whose nodes, over its life, belonged to several
+providers (a gang across providers, a re-placed or grown rental) gets `holders` too, from its allocations'
+booked and released times, and the meter splits the provider part among them (`held_by`). A rental with an
+allocation booked before those times were recorded (migration 0016) pays its first node's provider.
 """
 
 from __future__ import annotations
@@ -14,9 +19,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from suanli.app.records import END_STATES, LIVE_STATES, BillableRental, MeterRental
+from suanli.app.records import END_STATES, LIVE_STATES, BillableRental, HeldAllocation, MeterRental
 from suanli.domain.billing.meter import RentalUsage
 from suanli.domain.billing.money import to_epoch_s
+from suanli.domain.billing.provider_split import Held, Holders, holders_over_time, providers_of
+
+NO_PROVIDER = "platform"  # a node the fleet does not list (any more): its share is the platform's
 
 
 def rental_usage(
@@ -24,10 +32,12 @@ def rental_usage(
     providers: dict[str, str],
     rates: Sequence[tuple[datetime, int]] = (),
     runs: Sequence[tuple[datetime, datetime | None]] = (),
+    held: Sequence[HeldAllocation] = (),
 ) -> RentalUsage | None:
     """What the meter charges; `rates`: the rental's rate rows (a spot rental re-priced since its
     placement: the first row is the placement rate, each in force from its instant); `runs`: a re-placed
-    rental's run spans (started, ended or None), whose gaps are not billed."""
+    rental's run spans (started, ended or None), whose gaps are not billed; `held`: the allocations of a
+    rental that held several nodes (`RentalRepo.held_allocations`), whose providers share its charges."""
     found = item if isinstance(item, MeterRental) else metered(item)
     rate = found.price_micros_per_hour
     if rate is None:
@@ -58,13 +68,39 @@ def rental_usage(
     return RentalUsage(
         found.id,
         found.tenant_id,
-        providers.get(found.node, "platform"),
+        providers.get(found.node, NO_PROVIDER),
         rate,
         started_s,
         ended_s,
         rate_changes=changes,
         gaps=queue_gaps(found, runs) if runs else (),
+        holders=held_by(held, providers) if held else (),
     )
+
+
+def held_by(held: Sequence[HeldAllocation], providers: dict[str, str]) -> Holders:
+    """Who held the rental over time (GPU milli per provider), when its allocations span several providers
+    and all of them have their times; else () (its first node's provider is paid). An allocation counts from
+    the second it was booked in to the end of the second it was released in, so one held for less than a
+    second (a gang stopped at once, billed its 60-s minimum) still counts."""
+    if any(allocation.booked_at is None for allocation in held):
+        return ()
+    holders = holders_over_time(
+        Held(
+            providers.get(allocation.node, NO_PROVIDER),
+            allocation.gpu_milli,
+            to_epoch_s(allocation.booked_at),
+            None if allocation.released_at is None else _second_after(allocation.released_at),
+        )
+        for allocation in held
+        if allocation.booked_at is not None
+    )
+    return holders if len(providers_of(holders)) > 1 else ()
+
+
+def _second_after(moment: datetime) -> int:
+    """The whole epoch second at or after `moment` (the end of the second it falls in)."""
+    return to_epoch_s(moment) + (1 if moment.microsecond else 0)
 
 
 def replaced(item: MeterRental) -> bool:

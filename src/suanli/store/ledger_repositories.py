@@ -311,6 +311,24 @@ class SqlLedger:
             query = query.where(LedgerPostingRow.owner == provider)
         return [(owner, ref, int(total), int(count)) for owner, ref, total, count in self.s.execute(query)]
 
+    def provider_credits(self, refs: Iterable[str]) -> dict[str, dict[str, int]]:
+        """Per rental of `refs`: what its charges credited each provider so far (a rental whose nodes belonged
+        to several providers: the meter pays each its share to date less this)."""
+        query = (
+            select(LedgerTransactionRow.ref, LedgerPostingRow.owner, func.sum(LedgerPostingRow.amount_micros))
+            .join(LedgerPostingRow, LedgerPostingRow.tx_seq == LedgerTransactionRow.seq)
+            .where(
+                one_of(self.s, LedgerTransactionRow.ref, refs),
+                LedgerTransactionRow.kind == TxKind.CHARGE.value,
+                LedgerPostingRow.account_kind == AccountKind.PROVIDER_PAYABLE.value,
+            )
+            .group_by(LedgerTransactionRow.ref, LedgerPostingRow.owner)
+        )
+        found: dict[str, dict[str, int]] = {}
+        for ref, owner, total in self.s.execute(query):
+            found.setdefault(ref, {})[owner] = int(total)
+        return found
+
 
 def _posting(row: LedgerPostingRow) -> Posting:
     return Posting(AccountId(AccountKind(row.account_kind), row.owner), row.amount_micros)

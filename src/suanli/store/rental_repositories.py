@@ -17,6 +17,7 @@ from suanli.app.records import (
     LIVE_STATES,
     BillableRental,
     Booking,
+    HeldAllocation,
     MeterRental,
     Rental,
     RentalEvent,
@@ -326,10 +327,11 @@ class SqlRentals:
         allocation: Sequence[NodeAllocation],
         bookings: Sequence[Booking],
         *,
+        at: datetime,
         extend: bool = False,
     ) -> list[int]:
-        """Record a placement's allocations and slice bookings; with `extend`, nodes added to a rental that
-        holds some already (numbered after them)."""
+        """Record a placement's allocations (held from `at`) and slice bookings; with `extend`, nodes added to
+        a rental that holds some already (numbered after them)."""
         ids: dict[str, int] = {}
         first = 0
         if extend:
@@ -345,6 +347,7 @@ class SqlRentals:
                 cpu_milli=node_allocation.cpu_milli,
                 memory_mib=node_allocation.memory_mib,
                 released=False,
+                booked_at=at,
             )
             self.s.add(row)
             self.s.flush()
@@ -591,14 +594,52 @@ class SqlRentals:
             found.setdefault(rental_id, []).append((_utc(moment) or moment, int(rate)))
         return found
 
-    def release(self, rental_id: str, nodes: Sequence[str] | None = None) -> None:
+    def release(self, rental_id: str, nodes: Sequence[str] | None = None, *, at: datetime) -> None:
+        """Give back the rental's allocations (on `nodes` only, when given) from `at` on."""
         bookings = delete(BookingRow).where(BookingRow.rental_id == rental_id)
-        allocations = update(AllocationRow).where(AllocationRow.rental_id == rental_id)
+        allocations = update(AllocationRow).where(
+            AllocationRow.rental_id == rental_id, AllocationRow.released.is_(False)
+        )
         if nodes is not None:
             bookings = bookings.where(BookingRow.node.in_(list(nodes)))
             allocations = allocations.where(AllocationRow.node.in_(list(nodes)))
         self.s.execute(bookings)
-        self.s.execute(allocations.values(released=True))
+        self.s.execute(allocations.values(released=True, released_at=at))
+
+    def held_allocations(self, *, first: str, last: str) -> dict[str, list[HeldAllocation]]:
+        """The allocations, with their GPU milli and times, of the rentals with ids in [first, last] (a meter
+        batch: one range scan of the rental_id index) that held more than one node; a rental on one node
+        only is left out (it has one provider)."""
+        allocations = AllocationRow.__table__
+        query = select(
+            allocations.c.rental_id,
+            allocations.c.id,
+            allocations.c.node,
+            allocations.c.booked_at,
+            allocations.c.released_at,
+        ).where(allocations.c.rental_id >= first, allocations.c.rental_id <= last)
+        spans: dict[str, list[tuple[int, str, datetime | None, datetime | None]]] = {}
+        for rental_id, allocation_id, node, booked, released in self.s.execute(query):
+            spans.setdefault(rental_id, []).append((allocation_id, node, _utc(booked), _utc(released)))
+        several = {rental_id: held for rental_id, held in spans.items() if len({s[1] for s in held}) > 1}
+        if not several:
+            return {}
+        ids = [span[0] for held in several.values() for span in held]
+        milli: dict[int, int] = {}
+        for start in range(0, len(ids), 1000):
+            query_milli = (
+                select(SliceRow.allocation_id, func.sum(SliceRow.milli))
+                .where(SliceRow.allocation_id.in_(ids[start : start + 1000]))
+                .group_by(SliceRow.allocation_id)
+            )
+            milli.update((int(a), int(m or 0)) for a, m in self.s.execute(query_milli))
+        return {
+            rental_id: [
+                HeldAllocation(node, milli.get(allocation_id, 0), booked, released)
+                for allocation_id, node, booked, released in sorted(held)
+            ]
+            for rental_id, held in several.items()
+        }
 
 
 def _spec_json(spec: RentalSpec) -> dict[str, Any]:

@@ -124,6 +124,9 @@ class AllocationRow(Base):
     cpu_milli: Mapped[int] = mapped_column(Integer)
     memory_mib: Mapped[int] = mapped_column(Integer)
     released: Mapped[bool] = mapped_column(Boolean, default=False, index=True)
+    # when it was booked and released (0016; empty on rows from before): the meter's provider shares
+    booked_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    released_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
 
 
 class SliceRow(Base):

@@ -22,19 +22,24 @@ Rules, all in integer micros:
 * A meter run posts only `charge_delta` = charge to date - already posted, never negative, under the key
   `charge:{rental_id}:{n}`, n counting the rental's charges already in the journal; nothing to post, no key.
 * A charge is paid from the tenant's grants first, then cash (cash may go below 0: the shell warns and stops).
-* The provider gets its share of the cumulative charge: floor(total_after * (10000 - commission_bp) / 10000)
-  less the same of total_before; the platform gets the remainder, so the two sum to the charge exactly and
-  the provider's total is that of one charge of the total, however often the meter runs.
+* The providers get their share of the cumulative charge: floor(total_after * (10000 - commission_bp) /
+  10000) less the same of total_before; the platform gets the remainder, so the two sum to the charge exactly
+  and the providers' total is that of one charge of the total, however often the meter runs. A rental that
+  held nodes of one provider pays it all of that part (`provider`). One whose `holders` name several (a gang
+  across providers, a re-placed or grown rental) splits it by the GPU milli it held on each provider's nodes
+  over time (`suanli.domain.billing.provider_split`): each provider gets its share to date less what it was
+  credited before, so each provider's total too is independent of how often the meter runs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from suanli.domain.billing.errors import BillingError
 from suanli.domain.billing.ledger import AccountId, AccountKind, Journal, Posting, Transaction, TxKind
 from suanli.domain.billing.money import BASIS_POINTS, SECONDS_PER_HOUR, charge_micros, round_half_up
+from suanli.domain.billing.provider_split import Holders, charge_parts, providers_of, shares_to_date
 
 DEFAULT_MINIMUM_S = 60
 _CHARGED = frozenset({AccountKind.PROVIDER_PAYABLE, AccountKind.PLATFORM_REVENUE})
@@ -42,7 +47,8 @@ _CHARGED = frozenset({AccountKind.PROVIDER_PAYABLE, AccountKind.PLATFORM_REVENUE
 
 @dataclass(frozen=True, slots=True)
 class RentalUsage:
-    """What the meter needs of a rental: who pays, who provides, the quoted rate and its interval."""
+    """What the meter needs of a rental: who pays, who provides, the quoted rate and its interval; `holders`
+    only when several providers' nodes held it (then they, not `provider`, share the provider part)."""
 
     rental_id: str
     tenant: str
@@ -53,6 +59,7 @@ class RentalUsage:
     minimum_s: int = DEFAULT_MINIMUM_S
     rate_changes: tuple[tuple[int, int], ...] = ()  # (from_s, rate micros/h), sorted by from_s
     gaps: tuple[tuple[int, int], ...] = ()  # (from_s, to_s): unbilled (waiting in the queue), sorted
+    holders: Holders = ()  # (from_s, ((provider, GPU milli), ...)): who held it from then on, sorted
 
     def __post_init__(self) -> None:
         if self.rate_micros_per_hour < 0:
@@ -65,6 +72,15 @@ class RentalUsage:
             self._check_changes()
         if self.gaps:
             self._check_gaps()
+        if any(
+            later[0] <= earlier[0] for earlier, later in zip(self.holders, self.holders[1:], strict=False)
+        ):
+            raise BillingError(f"rental {self.rental_id}: holders must be sorted, one per instant")
+
+    @property
+    def shared(self) -> bool:
+        """Several providers' nodes held it: the provider part is split among them."""
+        return len(providers_of(self.holders)) > 1
 
     def _check_gaps(self) -> None:
         previous = None
@@ -178,16 +194,42 @@ def split_grants(amount_micros: int, grant_balance_micros: int) -> tuple[int, in
     return from_grants, amount_micros - from_grants
 
 
+def provider_total(charged_micros: int, commission_bp: int) -> int:
+    """The providers' part of a cumulative charge: the charge less the commission, rounded down."""
+    if not 0 <= commission_bp <= BASIS_POINTS:
+        raise BillingError(f"commission must be 0..10000 bp, got {commission_bp}")
+    return charged_micros * (BASIS_POINTS - commission_bp) // BASIS_POINTS
+
+
 def split_provider(amount_micros: int, commission_bp: int, already_micros: int = 0) -> tuple[int, int]:
     """(provider share, platform share) of a charge made after `already_micros` were charged: the provider's
     share of the cumulative charge less its share of what came before, so the split does not depend on how
     often the meter runs; the platform keeps the rounding remainder."""
-    if not 0 <= commission_bp <= BASIS_POINTS:
-        raise BillingError(f"commission must be 0..10000 bp, got {commission_bp}")
-    keep = BASIS_POINTS - commission_bp
     total = already_micros + amount_micros
-    provider = total * keep // BASIS_POINTS - already_micros * keep // BASIS_POINTS
+    provider = provider_total(total, commission_bp) - provider_total(already_micros, commission_bp)
     return provider, amount_micros - provider
+
+
+def provider_parts(
+    usage: RentalUsage,
+    amount_micros: int,
+    commission_bp: int,
+    already_micros: int,
+    credited: Mapping[str, int],
+    now_s: int,
+) -> dict[str, int]:
+    """The provider part of the charge `amount_micros` (made after `already_micros`, at `now_s`) per provider:
+    all to `usage.provider` unless the rental is `shared`; then each provider's share to date of the
+    cumulative provider total less what it was `credited` before (`provider_split.charge_parts`)."""
+    provider, _ = split_provider(amount_micros, commission_bp, already_micros)
+    if not usage.shared:
+        return {usage.provider: provider} if provider else {}
+
+    def total_at(at_s: int) -> int:
+        return provider_total(usage.charge_to_date(at_s), commission_bp)
+
+    shares = shares_to_date(total_at, usage.started_s, usage.holders, now_s)
+    return charge_parts(shares, credited, provider)
 
 
 def charge_postings(
@@ -196,15 +238,21 @@ def charge_postings(
     grant_balance_micros: int,
     commission_bp: int,
     already_micros: int = 0,
+    parts: Mapping[str, int] | None = None,
 ) -> tuple[Posting, ...]:
     """The postings of one charge (after `already_micros` charged to the rental): grants then cash out of the
-    tenant, provider share and commission in."""
+    tenant, provider share and commission in; the provider share to each provider as `parts` says (from
+    `provider_parts`; they must sum to it), else all to `usage.provider`."""
     from_grants, from_cash = split_grants(amount_micros, grant_balance_micros)
     provider, platform = split_provider(amount_micros, commission_bp, already_micros)
+    if parts is None:
+        parts = {usage.provider: provider}
+    elif sum(parts.values()) != provider or any(micros < 0 for micros in parts.values()):
+        raise BillingError(f"rental {usage.rental_id}: provider parts {dict(parts)} do not make {provider}")
     return (
         Posting(AccountId.tenant_grants(usage.tenant), -from_grants),
         Posting(AccountId.tenant_cash(usage.tenant), -from_cash),
-        Posting(AccountId.provider_payable(usage.provider), provider),
+        *(Posting(AccountId.provider_payable(owner), micros) for owner, micros in sorted(parts.items())),
         Posting(AccountId.platform_revenue(), platform),
     )
 
@@ -227,12 +275,26 @@ def posted_charges(journal: Journal) -> dict[str, PostedCharges]:
     return result
 
 
+def provider_credits(journal: Journal) -> dict[str, dict[str, int]]:
+    """Per rental (`ref`), what its charges credited each provider so far."""
+    result: dict[str, dict[str, int]] = {}
+    for tx in journal.transactions:
+        if tx.kind is TxKind.CHARGE:
+            for posting in tx.postings:
+                if posting.account.kind is AccountKind.PROVIDER_PAYABLE:
+                    credited = result.setdefault(tx.ref, {})
+                    owner = posting.account.owner
+                    credited[owner] = credited.get(owner, 0) + posting.amount_micros
+    return result
+
+
 def meter_run(
     journal: Journal, usages: Iterable[RentalUsage], now_s: int, commission_bp: int
 ) -> tuple[Journal, tuple[Transaction, ...]]:
     """Post each rental's charge delta at `now_s`; returns the new journal and the transactions it added."""
     posted = posted_charges(journal)
     balances = journal.balances()
+    credits: dict[str, dict[str, int]] | None = None
     added: list[Transaction] = []
     for usage in usages:
         already = posted.get(usage.rental_id, PostedCharges())
@@ -240,7 +302,14 @@ def meter_run(
         if delta == 0:
             continue
         grants = AccountId.tenant_grants(usage.tenant)
-        postings = charge_postings(usage, delta, balances.get(grants, 0), commission_bp, already.micros)
+        parts = None
+        if usage.shared:
+            credits = provider_credits(journal) if credits is None else credits
+            credited = credits.get(usage.rental_id, {})
+            parts = provider_parts(usage, delta, commission_bp, already.micros, credited, now_s)
+        postings = charge_postings(
+            usage, delta, balances.get(grants, 0), commission_bp, already.micros, parts
+        )
         journal, tx = journal.append(
             key=f"charge:{usage.rental_id}:{already.count + 1}",
             kind=TxKind.CHARGE,
@@ -251,6 +320,10 @@ def meter_run(
         )
         for posting in tx.postings:
             balances[posting.account] = balances.get(posting.account, 0) + posting.amount_micros
+            if credits is not None and posting.account.kind is AccountKind.PROVIDER_PAYABLE:
+                credited = credits.setdefault(usage.rental_id, {})
+                owner = posting.account.owner
+                credited[owner] = credited.get(owner, 0) + posting.amount_micros
         posted[usage.rental_id] = PostedCharges(already.micros + delta, already.count + 1)
         added.append(tx)
     return journal, tuple(added)

@@ -1,0 +1,190 @@
+"""Each provider is paid for its own nodes' share of a rental, on the real store (SQLite and PostgreSQL): a
+gang across two providers pays each half, a re-placed rental pays each provider for its run there, a grown
+one pays the new provider from the growth on; a rental booked before allocations had times pays its first
+node's provider as before."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import update
+
+from suanli.app.agents import AgentService, WorkloadReport
+from suanli.app.billing import BillingService, Payout, PayoutLine
+from suanli.app.fleet import FleetCache
+from suanli.app.records import Booking, Caller, Rental, RentalEvent, RentalSpec, Tenant
+from suanli.app.rentals import follow_size
+from suanli.domain.billing.ledger import AccountId, AccountKind, TxKind
+from suanli.domain.billing.money import charge_micros, round_half_up
+from suanli.domain.catalog_data import CATALOG
+from suanli.domain.plan import NodeAllocation, Slice
+from suanli.store.agent_repositories import SqlAgentUnitOfWork
+from suanli.store.db import session_factory
+from suanli.store.rows import AllocationRow
+
+T0 = datetime(2030, 1, 1, tzinfo=UTC)
+S = timedelta(seconds=1)
+RATE = 2_990_000  # one H100 per hour
+ALPHA, BETA = "h100-alpha-01", "h100-beta-01"
+ADMIN = Caller(Tenant("ten_admin", "admin", "admin", T0), "key_admin")
+ALICE = Caller(Tenant("ten_a", "a", "tenant", T0), "key_a")
+FLEET = """
+[regions.cn-north]
+jurisdiction = "CN"
+grid_gco2_per_kwh = 581
+pue = 1.3
+
+[[nodes]]
+name = "h100-alpha-{i}"
+count_nodes = 1
+provider = "alpha"
+topology = "cn-north/z1/pod-a/leaf-01"
+cpu_milli = 224000
+memory_mib = 2097152
+gpus = { model = "H100-SXM-80GB", count = 8, mode = "whole" }
+
+[[nodes]]
+name = "h100-beta-{i}"
+count_nodes = 1
+provider = "beta"
+topology = "cn-north/z1/pod-a/leaf-01"
+cpu_milli = 224000
+memory_mib = 2097152
+gpus = { model = "H100-SXM-80GB", count = 8, mode = "whole" }
+"""
+
+
+def provider_part(charged_micros: int) -> int:
+    return charged_micros * 8500 // 10_000  # the default 15% commission
+
+
+@pytest.fixture
+def env(store, clock):
+    engine, factory = store
+    with factory() as u:
+        u.tenants.add(ADMIN.tenant)
+        u.tenants.add(ALICE.tenant)
+        u.fleet.put(FLEET, [ALPHA, BETA], T0)
+        u.commit()
+    agents = AgentService(
+        lambda: SqlAgentUnitOfWork(session_factory(engine)),
+        clock,
+        lambda: None,
+        heartbeat_interval_s=10,
+        missed_heartbeats=3,
+        token_ttl_s=600,
+    )
+    billing = BillingService(factory, clock, CATALOG, FleetCache(CATALOG))
+    return engine, factory, clock, agents, billing
+
+
+def _place(factory, rental_id, nodes, at, spec=None, extend=False):
+    """Placed at `at` on `nodes`, one H100 on each (or, `extend`, those nodes added to it then)."""
+    with factory() as u:
+        if u.rentals.get(rental_id) is None:
+            spec = spec or RentalSpec(gpu_model="H100", gpus=1, nodes=len(nodes))
+            u.rentals.add(Rental(rental_id, "ten_a", "pending", spec, T0))
+        if not extend:
+            assert u.rentals.mark_placed(rental_id, at, RATE * len(nodes))
+        allocation = [NodeAllocation(node, 0, 0, (Slice(0, 1000, 1024),)) for node in nodes]
+        u.rentals.book(rental_id, allocation, [Booking(node, 0, 0) for node in nodes], at=at, extend=extend)
+        u.commit()
+
+
+def _stop(factory, rental_id, at):
+    with factory() as u:
+        rental = u.rentals.get(rental_id)
+        assert u.rentals.set_state(rental_id, "stopped", expect=(rental.state,), reason=None)
+        u.rentals.release(rental_id, at=at)
+        u.rentals.add_event(rental_id, RentalEvent(at, "stopped", None, "stopped by the test"))
+        u.commit()
+
+
+def _payables(factory, rental_id):
+    with factory() as u:
+        txs = [t for t in u.ledger.transactions(None) if t.ref == rental_id and t.kind is TxKind.CHARGE]
+    paid: dict[str, int] = {}
+    for tx in txs:
+        for posting in tx.postings:
+            if posting.account.kind is AccountKind.PROVIDER_PAYABLE:
+                paid[posting.account.owner] = paid.get(posting.account.owner, 0) + posting.amount_micros
+    return paid
+
+
+def _charged(factory, rental_id):
+    with factory() as u:
+        txs = [t for t in u.ledger.transactions(None) if t.ref == rental_id and t.kind is TxKind.CHARGE]
+    return sum(-p.amount_micros for t in txs for p in t.postings if p.amount_micros < 0)
+
+
+def test_a_gang_across_two_providers_pays_each_provider_its_nodes_half(env) -> None:
+    _, factory, _, _, billing = env
+    _place(factory, "rnt_g", [ALPHA, BETA], T0)
+    for minutes in (1, 7, 30):  # the meter runs as often as it likes: each provider's total is the same
+        billing.meter(now=T0 + minutes * 60 * S)
+    _stop(factory, "rnt_g", T0 + 3600 * S)
+    billing.meter(now=T0 + 3600 * S)
+    charged = charge_micros(2 * RATE, 3600)
+    assert _charged(factory, "rnt_g") == charged
+    # 5,083,000 to the providers: half each (it all went to alpha, its first node's provider)
+    assert _payables(factory, "rnt_g") == {"alpha": 2_541_500, "beta": 2_541_500}
+    with factory() as u:
+        platform = u.ledger.balances(None)[AccountId.platform_revenue()]
+    assert platform == charged - provider_part(charged)
+    assert billing.payouts(ADMIN) == [
+        Payout("alpha", 2_541_500, (PayoutLine("rnt_g", 2_541_500, 4),)),
+        Payout("beta", 2_541_500, (PayoutLine("rnt_g", 2_541_500, 4),)),
+    ]
+    assert billing.verify(ADMIN)[0].ok
+
+
+def test_a_replaced_rental_pays_the_provider_of_each_node_for_its_run_there(env) -> None:
+    _, factory, clock, agents, billing = env
+    key = agents.register(agents.create_token(ADMIN, ALPHA)[1], {})[1]
+    spec = RentalSpec(gpu_model="H100", gpus=1, restart="on-failure", max_restarts=1)
+    _place(factory, "rnt_r", [ALPHA], T0, spec)
+    agents.heartbeat(key, [WorkloadReport("rnt_r", "running")], [])  # runs on alpha's node from T0
+    clock.at = T0 + 100 * S
+    agents.heartbeat(key, [], [])  # its last heartbeat
+    clock.at = T0 + 131 * S
+    assert agents.reap() == [ALPHA]  # lost: re-queued
+    billing.meter(now=T0 + 200 * S)
+    clock.at = T0 + 1000 * S
+    other = agents.register(agents.create_token(ADMIN, BETA)[1], {})[1]
+    _place(factory, "rnt_r", [BETA], clock.at, spec)  # placed again on beta's node
+    agents.heartbeat(other, [WorkloadReport("rnt_r", "running")], [])
+    clock.at = T0 + 1900 * S
+    agents.heartbeat(other, [], [])
+    billing.meter()
+    on_alpha = provider_part(charge_micros(RATE, 100))  # its 100 s on alpha's node
+    total = provider_part(charge_micros(RATE, 1000))  # 100 s there + 900 s on beta's
+    # beta got nothing: the rental kept paying alpha, its first node's provider, for its run on beta
+    assert _payables(factory, "rnt_r") == {"alpha": on_alpha, "beta": total - on_alpha}
+
+
+def test_a_grown_rental_pays_the_new_nodes_provider_from_its_growth_on(env) -> None:
+    _, factory, _, _, billing = env
+    _place(factory, "rnt_e", [ALPHA], T0)
+    grown_at = T0 + 1800 * S
+    _place(factory, "rnt_e", [BETA], grown_at, extend=True)  # grown by a node, beta's, as the Resizer does
+    with factory() as u:
+        follow_size(u, u.rentals.get("rnt_e"), (1, 1.0), (2, 1.0), grown_at)
+        u.commit()
+    billing.meter(now=T0 + 2400 * S)
+    _stop(factory, "rnt_e", T0 + 3600 * S)
+    billing.meter(now=T0 + 3600 * S)
+    before = provider_part(charge_micros(RATE, 1800))  # the first half hour, on alpha's node only
+    total = provider_part(round_half_up(RATE * 1800 + 2 * RATE * 1800, 3600))
+    after = total - before  # the second half hour on both nodes: half each (ties to the first by name)
+    assert _payables(factory, "rnt_e") == {"alpha": before + (after + 1) // 2, "beta": after // 2}
+
+
+def test_a_rental_booked_before_allocations_had_times_pays_its_first_nodes_provider(env) -> None:
+    engine, factory, _, _, billing = env
+    _place(factory, "rnt_old", [ALPHA, BETA], T0)
+    with engine.begin() as connection:  # as migration 0016 left the rows booked before it
+        connection.execute(update(AllocationRow).values(booked_at=None))
+    _stop(factory, "rnt_old", T0 + 3600 * S)
+    billing.meter(now=T0 + 3600 * S)
+    assert _payables(factory, "rnt_old") == {"alpha": provider_part(charge_micros(2 * RATE, 3600))}
