@@ -14,9 +14,9 @@ Guarantees:
   workload is forgotten only once its log is shipped to its end (more than one step's worth takes more steps).
 * A server that does not answer, or answers "try again later" (5xx, 408, 429), costs retries with exponential
   backoff (tenacity in the SDK, then a growing pause here); workloads keep running meanwhile.
-* A workload left behind by an earlier agent process (its `workload.json` names a live process group whose
-  leader has the recorded boot and start time) is adopted if the server still assigns it, else killed; one
-  assigned other GPUs meanwhile (a resize) is restarted on them. One that ended while no agent ran is
+* A workload left behind by an earlier agent process (`orphans.py`: its `workload.json` names a live group
+  whose leader has the recorded boot and start time) is adopted if the server still assigns it, else killed;
+  one assigned other GPUs meanwhile (a resize) is restarted on them. One that ended while no agent ran is
   reported `failed` (exit code unknown) if the server still assigns it, never started again; its record is
   removed once its end is reported (or at once, if the server does not assign it). A record whose group is
   now another process's counts as ended; a live group that cannot be told ours (no /proc, or its leader
@@ -30,9 +30,7 @@ import contextlib
 import json
 import logging
 import os
-import signal
 import threading
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -42,17 +40,8 @@ from pathlib import Path
 from tenacity import Retrying, retry_if_exception_type, stop_when_event_set, wait_exponential
 
 from suanli.agent.assignment import Assignment
-from suanli.agent.executors import (
-    Executor,
-    ProcessExecutor,
-    Workload,
-    WorkloadState,
-    WorkloadStatus,
-    group_alive,
-    record_describes_process,
-    write_nodes,
-    write_notice,
-)
+from suanli.agent.executors import Executor, ProcessExecutor, Workload, write_nodes
+from suanli.agent.orphans import ENDED_AWAY, Orphan, adopt, drop_orphan, find_orphans, moved_orphans
 from suanli.agent.probe import GpuProbe, HostInventory
 from suanli.agent.restart import Outcome, RestartPolicy, RestartTracker
 from suanli.agent.workloads import workload_spec
@@ -71,7 +60,6 @@ STATE_FILE = "agent.json"
 LOG_CHUNK_BYTES = 256 * 1024
 MAX_CHUNKS_PER_STEP = 8
 MAX_BACKOFF_S = 5.0
-ENDED_AWAY = "ended while the agent was away; exit code unknown"
 
 
 class AgentError(SuanliError):
@@ -96,54 +84,6 @@ class Local:
     log_behind: bool = False  # the last shipping stopped at the per-step cap: more of the log waits
     unassigned: bool = False  # killed as no longer assigned here; reported once, then forgotten
     stale_record: Path | None = None  # the record of a run that ended with no agent here, till reported
-
-
-@dataclass(frozen=True, slots=True)
-class Orphan:
-    """A workload an earlier agent process started here: its process group, the devices it was started with
-    (None in records written before they were kept), its record, and whether it still runs (else it ended
-    while no agent ran, and nobody saw how)."""
-
-    pgid: int
-    devices: tuple[str, ...] | None
-    record: Path
-    alive: bool = True
-
-
-class AdoptedWorkload:
-    """A process group an earlier agent process started: signalled by group id; its exit code is unknown. A
-    notice goes to its notice file first, as for a workload this process started."""
-
-    def __init__(self, pgid: int, rental_id: str, notice_file: Path) -> None:
-        self._pgid, self._rental_id, self._notice_file = pgid, rental_id, notice_file
-
-    @property
-    def pid(self) -> int:
-        return self._pgid
-
-    def poll(self) -> WorkloadStatus:
-        if group_alive(self._pgid):
-            return WorkloadStatus(WorkloadState.RUNNING)
-        return WorkloadStatus(WorkloadState.EXITED, exit_code=None)
-
-    def notice(self, deadline: datetime) -> None:
-        write_notice(self._notice_file, self._rental_id, deadline)
-        self._signal(signal.SIGTERM)
-
-    def stop(self, grace_s: float) -> WorkloadStatus:
-        self._signal(signal.SIGTERM)
-        end = time.monotonic() + grace_s
-        while group_alive(self._pgid) and time.monotonic() < end:
-            time.sleep(0.05)
-        return self.kill()
-
-    def kill(self) -> WorkloadStatus:
-        self._signal(signal.SIGKILL)
-        return WorkloadStatus(WorkloadState.SIGNALED, exit_code=128 + signal.SIGKILL, signal=signal.SIGKILL)
-
-    def _signal(self, signum: int) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self._pgid, signum)
 
 
 class AgentRunner:
@@ -172,7 +112,7 @@ class AgentRunner:
         self.advertise_host = advertise_host  # registered as its host name: what peers of a rental reach
         self.node: str | None = None
         self.local: dict[str, Local] = {}
-        self.orphans: dict[str, Orphan] = self._find_orphans()
+        self.orphans: dict[str, Orphan] = find_orphans(work_dir)
         self._client: Client | None = None
 
     # --- the loop -------------------------------------------------------------------------------------
@@ -288,7 +228,7 @@ class AgentRunner:
                 continue  # the rest of its log goes out first, MAX_CHUNKS_PER_STEP a step
             del self.local[rental_id]
         for rental_id in [r for r in self.orphans if r not in wanted or wanted[r].action == "stop"]:
-            self._drop_orphan(rental_id, self.orphans.pop(rental_id))
+            drop_orphan(rental_id, self.orphans.pop(rental_id), self.executor)
         self._stop_and_restart(assignments)
         for assignment in assignments:
             local = self.local.get(assignment.rental_id)
@@ -324,7 +264,7 @@ class AgentRunner:
                 response.rental_id,
                 orphan.pgid,
             )
-            local.workload = self._adopted(response.rental_id, orphan)
+            local.workload = adopt(response.rental_id, orphan, self.executor)
             local.log_file = self.executor.paths(response.rental_id).log_file
             local.log_offset = 0  # the server tells the stored size at the first upload
             self._write_nodes(assignment)  # its nodes may have changed meanwhile too
@@ -338,7 +278,12 @@ class AgentRunner:
     def _stop_and_restart(self, assignments: list[AssignmentResponse]) -> None:
         """Stop at once, within one grace, every workload the answer stops and every one that must restart
         on other GPUs (resized here, or while no agent ran), then start the latter again on them."""
-        moved = self._moved_orphans(assignments)
+        orphaned = [
+            _assignment(response)
+            for response in assignments
+            if response.action != "stop" and response.rental_id in self.orphans
+        ]
+        moved = moved_orphans(self.orphans, orphaned, self.inventory, self.executor)
         resized = [
             local
             for response in assignments
@@ -357,28 +302,13 @@ class AgentRunner:
         ]
         for local in resized + halted:
             local.stop_requested = True
-        workloads = [self._adopted(r, self.orphans.pop(r)) for r in moved]
+        workloads = [adopt(r, self.orphans.pop(r), self.executor) for r in moved]
         _stop_together([*workloads, *(local.workload for local in resized + halted)], self.grace_s)
         for local in resized:
             local.stop_requested = False
             self._restart(local)
         if halted:
             self.poll()
-
-    def _moved_orphans(self, assignments: list[AssignmentResponse]) -> list[str]:
-        """The rentals whose live orphan the server now assigns other devices (a resize while no agent ran):
-        they are stopped and started afresh on them."""
-        moved = [
-            response.rental_id
-            for response in assignments
-            if response.action != "stop"
-            and (orphan := self.orphans.get(response.rental_id)) is not None
-            and orphan.alive
-            and not self._same_devices(_assignment(response), orphan)
-        ]
-        for rental_id in moved:
-            log.info("%s: its GPUs changed while the agent was away; restarting the workload", rental_id)
-        return moved
 
     def _restart(self, local: Local) -> None:
         """Start a resized rental's workload again on its new GPUs (a reservation just holds them)."""
@@ -387,18 +317,6 @@ class AgentRunner:
         else:
             local.workload = None
 
-    def _adopted(self, rental_id: str, orphan: Orphan) -> AdoptedWorkload:
-        """A handle on an orphan's process group, with the notice file its workload reads."""
-        return AdoptedWorkload(orphan.pgid, rental_id, self.executor.paths(rental_id).notice_file)
-
-    def _drop_orphan(self, rental_id: str, orphan: Orphan) -> None:
-        """Kill an orphan the server no longer assigns here; one that ended already only leaves its record."""
-        if orphan.alive:
-            log.info("%s: left by an earlier agent and not assigned; killing it", rental_id)
-            self._adopted(rental_id, orphan).kill()
-            return
-        orphan.record.unlink(missing_ok=True)
-
     def _remove_reported_records(self, reported: set[str]) -> None:
         """Remove the records of runs that ended while no agent ran once the server has their end, so a later
         agent process does not report them again."""
@@ -406,15 +324,6 @@ class AgentRunner:
             if local.stale_record is not None and local.rental_id in reported:
                 local.stale_record.unlink(missing_ok=True)
                 local.stale_record = None
-
-    def _same_devices(self, assignment: Assignment, orphan: Orphan) -> bool:
-        """Whether an orphan runs on the devices its assignment gives it now (unknown: assumed so)."""
-        if orphan.devices is None:
-            return True
-        try:
-            return workload_spec(assignment, self.inventory, self.executor).devices == orphan.devices
-        except SuanliError:
-            return True  # cannot tell here; the launch path would refuse it the same way
 
     def _follow_resize(self, local: Local, assignment: Assignment) -> bool:
         """A rental resized since it started here: new nodes are written to its nodes file; True when it has
@@ -556,38 +465,6 @@ class AgentRunner:
         descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(descriptor, "w") as handle:
             json.dump({"server": self.server_url, "node": node, "node_key": node_key}, handle)
-
-    def _find_orphans(self) -> dict[str, Orphan]:
-        """The workloads earlier agent processes started here, by rental: still running or ended meanwhile."""
-        found: dict[str, Orphan] = {}
-        for record in sorted((self.work_dir / "rentals").glob("*/workload.json")):
-            try:
-                data = json.loads(record.read_text())
-                pgid = int(data["pgid"])
-                devices = data.get("devices")
-                seen = None if devices is None else tuple(str(d) for d in devices)
-            except (OSError, ValueError, KeyError, TypeError):
-                continue
-            rental_id = str(data.get("rental_id", record.parent.name))
-            alive = _still_running(rental_id, data, pgid)
-            if alive is not None:
-                found[rental_id] = Orphan(pgid, seen, record, alive)
-        return found
-
-
-def _still_running(rental_id: str, record: dict[str, object], pgid: int) -> bool | None:
-    """Whether a recorded workload still runs: False when its group is gone or now holds another process (a
-    reboot or a reused pid: never to be signalled); None when a live group cannot be told ours or not."""
-    if not group_alive(pgid):
-        return False
-    matches = record_describes_process(record, pgid)
-    if matches is None:
-        log.warning(
-            "%s: cannot tell whether process group %d is its workload; leaving it alone", rental_id, pgid
-        )
-    elif not matches:
-        log.info("%s: process group %d is no longer its workload (a reboot or a reused pid)", rental_id, pgid)
-    return matches
 
 
 def _ship_log(client: Client, local: Local, log_file: Path) -> bool:
