@@ -145,7 +145,7 @@ def test_the_end_of_a_workload_that_ended_while_the_agent_was_away_is_reported_o
     assert record.is_file(), "the record went before the server heard of the end"
     second.step()  # the end is reported
     ended = [w for w in client.reports[-1] if w.rental_id == "r-1"]
-    assert [(w.state, w.exit_code) for w in ended] == [("failed", None)]
+    assert [(w.state, w.exit_code) for w in ended] == [("succeeded", 0)]  # as its supervisor recorded it
     assert not record.exists()
     assert "r-1" not in make_runner(tmp_path, client).orphans  # a later agent process reports it no more
 

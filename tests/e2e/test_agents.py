@@ -394,6 +394,35 @@ def test_a_rental_resized_while_its_agent_was_away_restarts_on_its_new_gpus_when
         assert api.rental(rental.id).state == "running"
 
 
+def test_a_workload_that_succeeds_while_its_agent_is_away_is_reported_succeeded_when_the_agent_returns(
+    tmp_path: Path,
+) -> None:
+    """The agent dies (SIGKILL), its workload exits 0 meanwhile, and a new agent process starts: the run
+    ends `succeeded` with exit code 0, as the workload's supervisor recorded it (it was `failed`, exit code
+    unknown). The node is given 50 missed heartbeats, so it is not marked down meanwhile."""
+    waits_for_go = "import os, time\nwhile not os.path.exists('go'): time.sleep(0.05)\nprint('done')"
+    with (
+        running_platform(tmp_path, FLEET, ("gpu-01",), missed_heartbeats=50) as platform,
+        platform.tenant() as api,
+    ):
+        rental = api.create_rental(RentalCreateRequest(gpus=1, command=[sys.executable, "-c", waits_for_go]))
+        wait_for_state(api, rental.id, "running")
+        rental_dir = tmp_path / "agents" / "gpu-01" / "rentals" / rental.id
+        wait_until((rental_dir / "workload.json").exists, 10, "the workload's start")
+        agent = platform.agents.pop("gpu-01")
+        agent.kill()
+        agent.wait()
+        (rental_dir / "work" / "go").touch()
+        pgid = json.loads((rental_dir / "workload.json").read_text())["pgid"]
+        wait_until(lambda: not _alive(pgid), 10, "the workload's end")
+        assert api.rental(rental.id).state == "running"  # nobody told the server yet
+        with Client(platform.url, ADMIN_KEY) as admin:
+            platform.start_agent("gpu-01", admin.create_join_token("gpu-01").token)
+        wait_for_state(api, rental.id, "stopped")
+        (run,) = api.rental_runs(rental.id)
+        assert (run.state, run.exit_code) == ("succeeded", 0)
+
+
 def test_a_node_released_by_a_shrink_ends_its_run_there_and_the_rental_runs_on(platform: Platform) -> None:
     """A 2-node rental shrunk to 1: the released node's agent kills its workload and its run there ends
     (`stopped`); the rental keeps running on the other node. Before, that run stayed `running` for ever."""

@@ -10,19 +10,25 @@
 * `kill()` sends SIGKILL at once.
 
 Every workload has its own directory under the executor's root: `rentals/<rental id>/` holding `work/` (its
-working directory), `output.log` (stdout and stderr together, appended across restarts), `control/notice.json`
-and `workload.json` (pid and process group, so an agent that restarts can find and kill it, and on Linux the
-boot id and the leader's start time in clock ticks, so it can tell its workload from a later process that got
-the same pid after a reboot or pid reuse).
+working directory), `output.log` (stdout and stderr together, appended across restarts),
+`control/notice.json`, `workload.json` (pid and process group, so an agent that restarts can find and kill
+it, and on Linux the boot id and the leader's start time in clock ticks, so it can tell its workload from a
+later process that got the same pid after a reboot or pid reuse) and `exit.json` (how the workload ended).
 
-`ProcessExecutor` runs the command with `start_new_session=True`: the workload and everything it spawns
-share a process group that stop/notice/kill signal as one; it survives the agent exiting. The child inherits
-only `INHERITED_ENV` from the agent (never the agent's credentials) plus the workload's env; HOME is its work
-dir.
+Both executors start the workload under `supervisor.py`, a small standard-library process that leads a new
+session and process group (`start_new_session=True`), starts the workload in that group and, when it ends,
+writes its exit code or signal to `exit.json` and ends the same way: an agent that was away when the workload
+ended reads its end there. Stop/notice/kill signal the group as one (the supervisor outlives SIGTERM, not
+SIGKILL); the group survives the agent exiting. The workload gets exactly the environment the executor builds,
+passed to the supervisor on stdin, never through its own environment.
+
+`ProcessExecutor` runs the command itself. The child inherits only `INHERITED_ENV` from the agent (never the
+agent's credentials) plus the workload's env; HOME is its work dir.
 
 `ContainerExecutor` builds a `docker run` / `podman run` argument list (`run_args`) and runs the attached CLI
-as the workload's process; signals go through `docker kill --signal` and `docker stop`. Its argument list is
-unit-tested; running real containers is not tested here (no container engine in CI).
+as the workload's process (its exit code is the container's); signals go through `docker kill --signal` and
+`docker stop`. Its argument list is unit-tested, and its launch with a stand-in runtime program; running real
+containers is not tested here (no container engine in CI).
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +50,7 @@ from pathlib import Path
 from typing import Protocol
 
 from suanli.agent.images import resolve_image
+from suanli.agent.supervisor import STARTED
 from suanli.domain.errors import SuanliError
 
 INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "TMPDIR")
@@ -50,6 +58,8 @@ POLL_INTERVAL_S = 0.02
 CONTAINER_NOTICE_DIR = "/run/suanli"
 CONTAINER_WORKDIR = "/workspace"
 MPS_PIPE_DIR = "/tmp/nvidia-mps"
+SUPERVISOR = Path(__file__).with_name("supervisor.py")
+EXIT_FILE = "exit.json"  # next to workload.json: how the run it records ended, written by its supervisor
 RECORD_CLOCK_SLACK_S = 30.0  # a record without start ticks: how far its wall-clock start may be off
 _RENTAL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
@@ -104,6 +114,10 @@ class RentalPaths:
     @property
     def record_file(self) -> Path:
         return self.root / "workload.json"
+
+    @property
+    def exit_file(self) -> Path:
+        return self.root / EXIT_FILE
 
     def create(self) -> None:
         for directory in (self.root, self.workdir, self.control_dir):
@@ -371,20 +385,37 @@ def group_alive(pgid: int) -> bool:
 
 
 def _spawn(argv: list[str], env: Mapping[str, str], paths: RentalPaths) -> subprocess.Popen[bytes]:
+    """Start `argv` under the supervisor, which leads its process group and records its end in the exit file;
+    ExecutorError when the workload could not be started (the supervisor says why and ends)."""
+    paths.exit_file.unlink(missing_ok=True)  # the end of an earlier run is not this one's
+    ready, ready_for_child = os.pipe()
     try:
         with paths.log_file.open("ab") as log:
-            return subprocess.Popen(
-                argv,
+            supervisor = subprocess.Popen(
+                [sys.executable, "-I", "-S", str(SUPERVISOR), str(paths.exit_file), str(ready_for_child)],
                 cwd=paths.workdir,
-                env=dict(env),
-                stdin=subprocess.DEVNULL,
+                env={},
+                stdin=subprocess.PIPE,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 close_fds=True,
+                pass_fds=(ready_for_child,),
             )
     except OSError as exc:
-        raise ExecutorError(f"cannot start {argv[0]!r}: {exc}") from None
+        os.close(ready)
+        raise ExecutorError(f"cannot start the workload supervisor: {exc}") from None
+    finally:
+        os.close(ready_for_child)
+    with contextlib.suppress(OSError), supervisor.stdin as request:  # a supervisor gone says so below
+        request.write(json.dumps({"argv": argv, "env": dict(env)}).encode())
+    with os.fdopen(ready, "rb") as answer_file:
+        answer = answer_file.read()
+    if answer != STARTED:
+        supervisor.wait()
+        reason = answer.decode(errors="replace") or f"its supervisor ended with {supervisor.returncode}"
+        raise ExecutorError(reason if answer else f"cannot start {argv[0]!r}: {reason}")
+    return supervisor
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,9 @@ from pathlib import Path
 
 from suanli.agent.assignment import Assignment
 from suanli.agent.executors import (
+    EXIT_FILE,
     Executor,
+    RentalPaths,
     WorkloadState,
     WorkloadStatus,
     group_alive,
@@ -23,43 +25,52 @@ from suanli.agent.executors import (
     write_notice,
 )
 from suanli.agent.probe import HostInventory
+from suanli.agent.supervisor import ExitRecord, read_exit
 from suanli.agent.workloads import workload_spec
 from suanli.domain.errors import SuanliError
 
 log = logging.getLogger(__name__)
 ENDED_AWAY = "ended while the agent was away; exit code unknown"
+EXIT_UNKNOWN = "ended with its supervisor; exit code unknown"
 
 
 @dataclass(frozen=True, slots=True)
 class Orphan:
     """A workload an earlier agent process started here: its process group, the devices it was started with
-    (None in records written before they were kept), its record, and whether it still runs (else it ended
-    while no agent ran, and nobody saw how)."""
+    (None in records written before they were kept), its record, whether it still runs, and for one that
+    ended while no agent ran, how (as its supervisor wrote it; None when nobody saw it: a reboot, a record
+    older than supervisors, or a supervisor killed with it)."""
 
     pgid: int
     devices: tuple[str, ...] | None
     record: Path
     alive: bool = True
+    ended: ExitRecord | None = None
 
 
 class AdoptedWorkload:
-    """A process group an earlier agent process started: signalled by group id; its exit code is unknown. A
-    notice goes to its notice file first, as for a workload this process started."""
+    """A process group an earlier agent process started: signalled by group id; its end is read from the
+    exit file its supervisor (the group leader) writes, else unknown. A notice goes to its notice file first,
+    as for a workload this process started."""
 
-    def __init__(self, pgid: int, rental_id: str, notice_file: Path) -> None:
-        self._pgid, self._rental_id, self._notice_file = pgid, rental_id, notice_file
+    def __init__(self, pgid: int, rental_id: str, paths: RentalPaths) -> None:
+        self._pgid, self._rental_id, self._paths = pgid, rental_id, paths
 
     @property
     def pid(self) -> int:
         return self._pgid
 
     def poll(self) -> WorkloadStatus:
-        if group_alive(self._pgid):
+        running = group_alive(self._pgid)
+        ended = read_exit(self._paths.exit_file, self._pgid)  # after: written before its supervisor ends
+        if ended is not None:
+            return exit_status(ended)
+        if running:
             return WorkloadStatus(WorkloadState.RUNNING)
         return WorkloadStatus(WorkloadState.EXITED, exit_code=None)
 
     def notice(self, deadline: datetime) -> None:
-        write_notice(self._notice_file, self._rental_id, deadline)
+        write_notice(self._paths.notice_file, self._rental_id, deadline)
         self._signal(signal.SIGTERM)
 
     def stop(self, grace_s: float) -> WorkloadStatus:
@@ -90,6 +101,10 @@ def find_orphans(work_dir: Path) -> dict[str, Orphan]:
         except (OSError, ValueError, KeyError, TypeError):
             continue
         rental_id = str(data.get("rental_id", record.parent.name))
+        ended = read_exit(record.with_name(EXIT_FILE), _leader(data, pgid))
+        if ended is not None:  # its group may linger (the workload's own children): never signalled
+            found[rental_id] = Orphan(pgid, seen, record, alive=False, ended=ended)
+            continue
         alive = _still_running(rental_id, data, pgid)
         if alive is not None:
             found[rental_id] = Orphan(pgid, seen, record, alive)
@@ -97,8 +112,8 @@ def find_orphans(work_dir: Path) -> dict[str, Orphan]:
 
 
 def adopt(rental_id: str, orphan: Orphan, executor: Executor) -> AdoptedWorkload:
-    """A handle on an orphan's process group, with the notice file its workload reads."""
-    return AdoptedWorkload(orphan.pgid, rental_id, executor.paths(rental_id).notice_file)
+    """A handle on an orphan's process group, with the notice file its workload reads and its exit file."""
+    return AdoptedWorkload(orphan.pgid, rental_id, executor.paths(rental_id))
 
 
 def drop_orphan(rental_id: str, orphan: Orphan, executor: Executor) -> None:
@@ -107,7 +122,31 @@ def drop_orphan(rental_id: str, orphan: Orphan, executor: Executor) -> None:
         log.info("%s: left by an earlier agent and not assigned; killing it", rental_id)
         adopt(rental_id, orphan, executor).kill()
         return
-    orphan.record.unlink(missing_ok=True)
+    forget(orphan.record)
+
+
+def forget(record: Path) -> None:
+    """Remove the record of a run that ended and its exit file, so no later agent process reports it again."""
+    record.unlink(missing_ok=True)
+    record.with_name(EXIT_FILE).unlink(missing_ok=True)
+
+
+def ended_away(ended: ExitRecord | None) -> tuple[str, int | None, str]:
+    """The state, exit code and message to report for a workload that ended while no agent ran."""
+    if ended is None:
+        return "failed", None, ENDED_AWAY
+    if ended.signal is not None:
+        return "failed", ended.exit_code, f"killed by signal {ended.signal} while the agent was away"
+    if ended.exit_code == 0:
+        return "succeeded", 0, "exited with code 0 while the agent was away"
+    return "failed", ended.exit_code, f"exited with code {ended.exit_code} while the agent was away"
+
+
+def exit_status(ended: ExitRecord) -> WorkloadStatus:
+    """A supervisor's record of an end as a workload status."""
+    if ended.signal is not None:
+        return WorkloadStatus(WorkloadState.SIGNALED, exit_code=ended.exit_code, signal=ended.signal)
+    return WorkloadStatus(WorkloadState.EXITED, exit_code=ended.exit_code)
 
 
 def moved_orphans(
@@ -140,6 +179,12 @@ def _same_devices(
         return workload_spec(assignment, inventory, executor).devices == orphan.devices
     except SuanliError:
         return True  # cannot tell here; the launch path would refuse it the same way
+
+
+def _leader(record: dict[str, object], pgid: int) -> int:
+    """The recorded group leader's pid: the supervisor, whose pid its exit file names."""
+    pid = record.get("pid", pgid)
+    return pid if isinstance(pid, int) else pgid
 
 
 def _still_running(rental_id: str, record: dict[str, object], pgid: int) -> bool | None:

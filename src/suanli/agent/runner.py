@@ -17,10 +17,12 @@ Guarantees:
 * A workload left behind by an earlier agent process (`orphans.py`: its `workload.json` names a live group
   whose leader has the recorded boot and start time) is adopted if the server still assigns it, else killed;
   one assigned other GPUs meanwhile (a resize) is restarted on them. One that ended while no agent ran is
-  reported `failed` (exit code unknown) if the server still assigns it, never started again; its record is
-  removed once its end is reported (or at once, if the server does not assign it). A record whose group is
-  now another process's counts as ended; a live group that cannot be told ours (no /proc, or its leader
-  gone) is left alone, neither adopted nor killed.
+  reported as its supervisor recorded its end in `exit.json` (`succeeded` at exit code 0, else `failed` with
+  its code) if the server still assigns it, never started again; with no exit file (a reboot, a supervisor
+  killed with it) it is `failed`, exit code unknown. Its record is removed once its end is reported (or at
+  once, if the server does not assign it). An adopted workload the agent stops is reported `stopped`. A
+  record whose group is now another process's counts as ended; a live group that cannot be told ours (no
+  /proc, or its leader gone) is left alone, neither adopted nor killed.
 * On exit the workloads keep running (they are adopted on restart) unless `stop_workloads_on_exit`.
 """
 
@@ -41,7 +43,16 @@ from tenacity import Retrying, retry_if_exception_type, stop_when_event_set, wai
 
 from suanli.agent.assignment import Assignment
 from suanli.agent.executors import Executor, ProcessExecutor, Workload, write_nodes
-from suanli.agent.orphans import ENDED_AWAY, Orphan, adopt, drop_orphan, find_orphans, moved_orphans
+from suanli.agent.orphans import (
+    EXIT_UNKNOWN,
+    Orphan,
+    adopt,
+    drop_orphan,
+    ended_away,
+    find_orphans,
+    forget,
+    moved_orphans,
+)
 from suanli.agent.probe import GpuProbe, HostInventory
 from suanli.agent.restart import Outcome, RestartPolicy, RestartTracker
 from suanli.agent.workloads import workload_spec
@@ -185,8 +196,9 @@ class AgentRunner:
             status = local.workload.poll()
             if status.running:
                 continue
-            if status.exit_code is None:  # adopted: nobody saw how it ended
-                local.state, local.message = "failed", ENDED_AWAY
+            if status.exit_code is None:  # adopted, and its supervisor died with it: nobody saw how it ended
+                local.state = "stopped" if local.stop_requested else "failed"
+                local.message = EXIT_UNKNOWN
                 continue
             outcome, local.tracker = local.tracker.on_exit(status.exit_code, stopped=local.stop_requested)
             if outcome is Outcome.RESTART and local.assignment is not None:
@@ -254,7 +266,7 @@ class AgentRunner:
         orphan = self.orphans.pop(response.rental_id, None)
         if orphan is not None and not orphan.alive:
             log.info("%s: its workload ended while the agent was away; reporting its end", response.rental_id)
-            local.state, local.message = "failed", ENDED_AWAY
+            local.state, local.exit_code, local.message = ended_away(orphan.ended)
             local.log_file = self.executor.paths(response.rental_id).log_file
             local.stale_record = orphan.record
             return local
@@ -322,7 +334,7 @@ class AgentRunner:
         agent process does not report them again."""
         for local in self.local.values():
             if local.stale_record is not None and local.rental_id in reported:
-                local.stale_record.unlink(missing_ok=True)
+                forget(local.stale_record)
                 local.stale_record = None
 
     def _follow_resize(self, local: Local, assignment: Assignment) -> bool:
