@@ -264,3 +264,18 @@ def test_an_error_naming_a_file_shows_its_name_as_it_is(tmp_path: Path):
     outcome = CliRunner().invoke(app, ["sim", "queue", "--nodes", "2:8", "--jobs", str(missing)])
     assert outcome.exit_code == 2
     assert "a[bold]b:x:.csv" in outcome.output.replace("\n", "")
+
+
+def test_the_makespan_ends_at_the_last_completion_not_at_a_stale_notice_deadline():
+    """Spot runs 110 s from 0; on-demand arrives at 100 s and preempts it with 30 s notice (deadline 130 s),
+    but the spot job ends at 110 s on its own and on-demand runs 110-115 s: the last job ends at 115 s, and
+    the kill left for 130 s belongs to a run that is over."""
+    from suanli.domain.request import Request, Tier, WholeGpus
+    from suanli.sim.queue import run_requests
+
+    spot = Request("spot", WholeGpus(8), tier=Tier.SPOT, bid_micros_per_hour=1_000_000, max_duration_s=3600)
+    on_demand = Request("od", WholeGpus(8), submitted_at_s=100, max_duration_s=3600)
+    result = run_requests(synthetic_fleet(1, 8), [spot, on_demand], [110.0, 5.0], "suanli")
+    assert result.preemptions == 0 and sorted(result.jct_s) == pytest.approx([15.0, 110.0])
+    assert result.makespan_s == pytest.approx(115.0)
+    assert result.makespan_alloc_pct == pytest.approx(100 * 8 * 115 / (115 * 8))

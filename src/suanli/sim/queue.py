@@ -356,6 +356,7 @@ def run_requests(
     # scattered elsewhere
     idle_waiting = idle_held = idle_scattered = 0.0
     previous = first_arrival
+    last_end = first_arrival  # the last completion (a stale event after it does not extend the makespan)
     next_sample = first_arrival
     while events:
         now = events[0][0]
@@ -383,6 +384,7 @@ def run_requests(
             allocated -= job.gpus
             held[job.request.tenant] -= job.gpus
             if kind == END:
+                last_end = now
                 result.jct_s.append(now - job.request.submitted_at_s)
                 result.wait_s.append(now - job.request.submitted_at_s - true_s[request_id])
                 result.tier_of.append(job.request.tier.label)
@@ -445,6 +447,6 @@ def run_requests(
         if on_progress is not None:
             on_progress(now)
     result.arrival_span_s = last_arrival - first_arrival
-    result.makespan_s = previous - first_arrival
+    result.makespan_s = last_end - first_arrival
     result.wall_s = time.perf_counter() - started
     return result
