@@ -66,3 +66,18 @@ def test_a_large_fleet_replays_quickly():
     result = run_queue(fleet, jobs, "suanli")
     assert len(result.jct_s) == 5000
     assert result.jobs_per_s > 1000  # the 100k-job / 10k-GPU target needs > 833 jobs/s
+
+
+def test_a_pod_runs_from_its_scheduling_to_its_deletion_and_a_never_scheduled_one_is_left_out(tmp_path: Path):
+    """In the trace p0 waited 400 s (created 0, scheduled 400) and ran 100 s until its deletion at 500; p1
+    was never scheduled (Pending, deleted at 300): it held no GPU, so it is no job to replay."""
+    pods = tmp_path / "pods.csv"
+    pods.write_text(
+        POD_HEADER + "\np0,4000,1024,1,1000,,LS,Succeeded,0,500,400\np1,4000,1024,1,1000,,LS,Pending,0,300,\n"
+    )
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text(NODES)
+    fleet = load_fleet(str(nodes))
+    requests, true_s, kind = load_workload(pods, fleet, DEFAULT_ESTIMATE, {Tier.ON_DEMAND: 1.0}, 0)
+    assert [r.id for r in requests] == ["p0"] and true_s == [100.0]
+    assert requests[0].submitted_at_s == 0 and "1 never scheduled" in kind

@@ -280,19 +280,21 @@ def pod_requests(
     mix: dict[Tier, float] | None = None,
     seed: int = 0,
 ) -> tuple[list[Request], list[float]]:
-    """openb pods as timed requests: arrival = creation, true duration = deletion - creation (at least 1 s).
+    """openb pods as timed requests: arrival = creation, true duration = deletion - scheduling (at least 1 s).
 
-    Every pod in the file is replayed whatever its final phase (the trace deletes Failed ones too, and they
-    held their GPUs until then); the declared duration follows `estimate` like ITP jobs; tier and bid as
-    `build_requests`.
+    The time from creation to scheduling is the traced cluster's queueing, not run time. Every pod that ran
+    is replayed whatever its final phase (the trace deletes Failed ones too, and they held their GPUs until
+    then); a pod never scheduled (Pending, no `scheduled_time`) held nothing and is left out. The declared
+    duration follows `estimate` like ITP jobs; tier and bid as `build_requests`.
     """
     rng = random.Random(seed)
     tiers, weights = zip(*sorted((mix or {Tier.ON_DEMAND: 1.0}).items()), strict=True)
     requests, true_s = [], []
     for pod in pods:
-        duration = max(
-            (pod.deletion_s if pod.deletion_s is not None else pod.creation_s) - pod.creation_s, 1.0
-        )
+        if pod.scheduled_s is None:
+            continue
+        end_s = pod.deletion_s if pod.deletion_s is not None else pod.scheduled_s
+        duration = max(end_s - pod.scheduled_s, 1.0)
         gpus = max(1, round(pod.request.gpus_per_node))
         declared = estimate.declared(TraceJob(pod.request.id, pod.creation_s, duration, gpus))
         tier = rng.choices(tiers, weights)[0] if len(tiers) > 1 else tiers[0]

@@ -89,8 +89,11 @@ def load_workload(
     with path.open(newline="") as handle:
         header = set(next(csv.reader(handle), []))
     if {"creation_time", "deletion_time", "gpu_milli"} <= header:
-        requests, true_s = pod_requests(read_openb_pods(path), estimate, mix, seed)
-        return requests, true_s, "openb pods"
+        pods = read_openb_pods(path)
+        requests, true_s = pod_requests(pods, estimate, mix, seed)
+        never_scheduled = sum(1 for pod in pods if pod.scheduled_s is None)
+        kind = "openb pods" + (f" ({never_scheduled} never scheduled left out)" if never_scheduled else "")
+        return requests, true_s, kind
     trace = read_itp_jobs(path)
     gpus_per_node = max(node.gpu_count for node in fleet.nodes)
     requests = build_requests(trace, gpus_per_node, estimate, mix, seed)
