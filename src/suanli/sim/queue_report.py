@@ -256,7 +256,8 @@ def itp_check_command(
     if json_path is not None:
         report = {
             "bar": f"{CANDIDATE}: mean and p95 JCT below every baseline's, mean_alloc_pct (to 0.01) no lower",
-            "capacity_rule": "8-GPU nodes at the offered load nearest 85%; 4-GPU nodes if none is in 80-90%",
+            "capacity_rule": "8-GPU nodes at the offered load nearest 85%; 4-GPU nodes if none is in 80-90%; "
+            "never fewer nodes than the widest job needs",
             "declared_durations": estimate.describe(),
             "mean_alloc_window": "first to last arrival",
             "perturbed": "arrivals moved by a seeded uniform shift; each figure: mean, lowest, highest",
