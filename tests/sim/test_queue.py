@@ -279,3 +279,15 @@ def test_the_makespan_ends_at_the_last_completion_not_at_a_stale_notice_deadline
     assert result.preemptions == 0 and sorted(result.jct_s) == pytest.approx([15.0, 110.0])
     assert result.makespan_s == pytest.approx(115.0)
     assert result.makespan_alloc_pct == pytest.approx(100 * 8 * 115 / (115 * 8))
+
+
+@pytest.mark.parametrize("row", ["x,10,nan,1", "x,nan,60,1", "x,10,inf,1", "x,-inf,60,1"])
+def test_a_trace_time_that_is_not_a_finite_number_names_its_line(tmp_path: Path, row: str):
+    """`nan` passed the loader's `duration >= 0` check, and the replay then looped for ever on an instant
+    that equals nothing (a NaN arrival, or a NaN duration declared `exact`); `inf` gave a mean JCT of inf."""
+    from suanli.domain.errors import FleetError
+
+    path = tmp_path / "bad.csv"
+    path.write_text(f"job_id,submission_time,duration,num_gpu\na,0,60,1\n{row}")
+    with pytest.raises(FleetError, match=r"bad\.csv:3"):
+        read_itp_jobs(path)

@@ -81,3 +81,14 @@ def test_a_pod_runs_from_its_scheduling_to_its_deletion_and_a_never_scheduled_on
     requests, true_s, kind = load_workload(pods, fleet, DEFAULT_ESTIMATE, {Tier.ON_DEMAND: 1.0}, 0)
     assert [r.id for r in requests] == ["p0"] and true_s == [100.0]
     assert requests[0].submitted_at_s == 0 and "1 never scheduled" in kind
+
+
+def test_a_pod_time_that_is_not_a_finite_number_names_its_line(tmp_path: Path):
+    from suanli.domain.errors import FleetError
+    from suanli.sim.traces import read_openb_pods
+
+    path = tmp_path / "pods.csv"
+    path.write_text(POD_HEADER + "\np0,4000,1024,1,1000,,LS,Running,0,nan,0\n")
+    with pytest.raises(FleetError, match=r"pods\.csv:2") as error:
+        read_openb_pods(path)
+    assert error.value.field == "deletion_time"

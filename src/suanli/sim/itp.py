@@ -51,6 +51,8 @@ def read_itp_jobs(path: Path) -> list[TraceJob]:
                 )
             except (TypeError, ValueError):
                 raise FleetError("not a number", source=f"{path}:{line}") from None
+            if not (math.isfinite(job.submitted_s) and math.isfinite(job.duration_s)):
+                raise FleetError("submission_time and duration must be finite", source=f"{path}:{line}")
             if job.gpus < 1 or job.duration_s < 0:
                 raise FleetError("num_gpu must be >= 1 and duration >= 0", source=f"{path}:{line}")
             jobs.append(job)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,6 +107,9 @@ def _float(row: dict, column: str, path: Path, line: int) -> float | None:
     if not text:
         return None
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
         raise FleetError(f"not a number: {text!r}", source=f"{path}:{line}", field=column) from None
+    if not math.isfinite(value):
+        raise FleetError(f"not a finite number: {text!r}", source=f"{path}:{line}", field=column)
+    return value
