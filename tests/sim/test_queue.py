@@ -291,3 +291,21 @@ def test_a_trace_time_that_is_not_a_finite_number_names_its_line(tmp_path: Path,
     path.write_text(f"job_id,submission_time,duration,num_gpu\na,0,60,1\n{row}")
     with pytest.raises(FleetError, match=r"bad\.csv:3"):
         read_itp_jobs(path)
+
+
+def test_a_rerun_jobs_queueing_delay_is_its_time_in_the_queue_not_its_lost_run():
+    """Spot runs 0-130 s (preempted for on-demand, its work lost), waits 130-230 s while on-demand runs, then
+    runs again in full 230-1,230 s: it queued 100 s, not JCT - true = 230 s (its lost 130 s ran, and is
+    counted in lost_work_pct); on-demand queued 100-130 s. With `checkpoint` both readings agree."""
+    from suanli.domain.request import Request, Tier, WholeGpus
+    from suanli.sim.queue import run_requests
+
+    spot = Request("spot", WholeGpus(8), tier=Tier.SPOT, bid_micros_per_hour=1_000_000, max_duration_s=3600)
+    on_demand = Request("od", WholeGpus(8), submitted_at_s=100, max_duration_s=3600)
+    fleet, true_s = synthetic_fleet(1, 8), [1_000.0, 100.0]
+    rerun = run_requests(fleet, [spot, on_demand], true_s, "suanli")
+    assert sorted(rerun.jct_s) == pytest.approx([130.0, 1_230.0])
+    assert sorted(rerun.wait_s) == pytest.approx([30.0, 100.0])
+    assert rerun.per_tier()["spot"]["mean_queue_s"] == pytest.approx(100.0)
+    saved = run_requests(fleet, [spot, on_demand], true_s, "suanli", checkpoint=True)
+    assert sorted(saved.wait_s) == pytest.approx([30.0, 100.0])  # runs 0-130 and 230-1,100 s

@@ -74,7 +74,7 @@ class QueueResult:
     jobs: int
     estimate: str
     jct_s: list[float] = field(default_factory=list)
-    wait_s: list[float] = field(default_factory=list)
+    wait_s: list[float] = field(default_factory=list)  # time in the queue: JCT less every run (lost ones too)
     tier_of: list[str] = field(default_factory=list)
     preemptions: int = 0
     lost_gpu_s: float = 0.0  # GPU-seconds of runs that preemption ended (the job starts over)
@@ -350,6 +350,7 @@ def run_requests(
     promised: dict[str, Placement] = {}  # preemptor -> where it was promised capacity
     held: dict[str, float] = {}
     done_s: dict[str, float] = {}  # with `checkpoint`: seconds of its run a preempted job has saved
+    lost_s: dict[str, float] = {}  # without: seconds a preempted job ran for nothing (not time in the queue)
     fair = FairShare(at_s=first_arrival)
     head: str | None = None
     reserved: tuple[str, ...] = ()
@@ -388,7 +389,8 @@ def run_requests(
             if kind == END:
                 last_end = now
                 result.jct_s.append(now - job.request.submitted_at_s)
-                result.wait_s.append(now - job.request.submitted_at_s - true_s[request_id])
+                ran_s = true_s[request_id] + lost_s.pop(request_id, 0.0)
+                result.wait_s.append(now - job.request.submitted_at_s - ran_s)
                 result.tier_of.append(job.request.tier.label)
             else:
                 result.preemptions += 1
@@ -400,6 +402,7 @@ def run_requests(
                     queue[request_id] = replace(job.request, max_duration_s=left)
                 else:
                     result.lost_gpu_s += job.gpus * ran
+                    lost_s[request_id] = lost_s.get(request_id, 0.0) + ran
                     queue[request_id] = job.request
         idle_waiting = idle_held = idle_scattered = 0.0
         if queue:
