@@ -309,3 +309,17 @@ def test_a_rerun_jobs_queueing_delay_is_its_time_in_the_queue_not_its_lost_run()
     assert rerun.per_tier()["spot"]["mean_queue_s"] == pytest.approx(100.0)
     saved = run_requests(fleet, [spot, on_demand], true_s, "suanli", checkpoint=True)
     assert sorted(saved.wait_s) == pytest.approx([30.0, 100.0])  # runs 0-130 and 230-1,100 s
+
+
+def test_figures_that_have_no_value_are_null_in_the_json_not_nan(tmp_path: Path):
+    """One arrival has no arrival window, so no mean allocation; the file must stay JSON (NaN is not)."""
+    path = tmp_path / "one.csv"
+    path.write_text("job_id,submission_time,duration,num_gpu\na,0,60,1")
+    out = tmp_path / "q.json"
+    queue_command("1:8", path, ["fifo"], None, out, None, Console(quiet=True))
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"{constant} is not JSON")
+
+    figures = json.loads(out.read_text(), parse_constant=refuse)["policies"]["fifo"]
+    assert figures["mean_alloc_pct"] is None and figures["mean_jct_s"] == 60.0

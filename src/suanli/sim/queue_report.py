@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -39,7 +40,23 @@ def results_json(results: Sequence[QueueResult], notes: dict[str, object] | None
 
 
 def write_json(path: Path, results: Sequence[QueueResult], notes: dict[str, object] | None = None) -> None:
-    path.write_text(json.dumps(results_json(results, notes), indent=2) + "\n", encoding="utf-8")
+    path.write_text(json_text(results_json(results, notes)), encoding="utf-8")
+
+
+def json_text(report: object) -> str:
+    """`report` as JSON, a figure without a value (NaN: no job completed, no arrival window) as null:
+    NaN is not JSON, and strict readers refuse the whole file."""
+    return json.dumps(_nan_as_none(report), indent=2, allow_nan=False) + "\n"
+
+
+def _nan_as_none(value: object) -> object:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _nan_as_none(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_nan_as_none(item) for item in value]
+    return value
 
 
 def write_plots(directory: Path, results: Sequence[QueueResult]) -> list[Path]:
@@ -264,7 +281,7 @@ def itp_check_command(
             "clusters": {c.name: c.summary() for c in checks},
         }
         json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        json_path.write_text(json_text(report), encoding="utf-8")
         console.print(f"wrote {json_path}")
     return checks
 
