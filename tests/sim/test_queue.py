@@ -323,3 +323,11 @@ def test_figures_that_have_no_value_are_null_in_the_json_not_nan(tmp_path: Path)
 
     figures = json.loads(out.read_text(), parse_constant=refuse)["policies"]["fifo"]
     assert figures["mean_alloc_pct"] is None and figures["mean_jct_s"] == 60.0
+
+
+@pytest.mark.parametrize("text", ["on_demand=1,spot=inf", "on_demand=1,spot=nan", "spot=-1,on_demand=2"])
+def test_a_tier_mix_that_is_not_finite_and_non_negative_is_refused(text: str):
+    """`spot=inf` normalised to on_demand 0 and spot NaN, and the replay failed later with random's
+    'Total of weights must be finite', naming neither the option nor the value."""
+    with pytest.raises(ValueError, match="bad tier mix"):
+        parse_mix(text)

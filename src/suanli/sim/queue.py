@@ -210,8 +210,8 @@ def parse_mix(text: str | None) -> dict[Tier, float]:
         name, _, value = part.partition("=")
         mix[Tier.parse(name)] = float(value)
     total = sum(mix.values())
-    if total <= 0 or any(v < 0 for v in mix.values()):
-        raise ValueError(f"bad tier mix {text!r}: probabilities must be >= 0 and not all 0")
+    if not all(0 <= v < math.inf for v in mix.values()) or total <= 0:  # also refuses NaN
+        raise ValueError(f"bad tier mix {text!r}: probabilities must be finite, >= 0 and not all 0")
     return {tier: v / total for tier, v in mix.items()}
 
 
