@@ -172,3 +172,27 @@ def test_spot_below_the_floor_waits_and_running_spot_below_it_gets_notice():
     assert eviction.request_id == "low" and eviction.deadline_s == 80
     noticed = Running(low.request, low.placement, 0, SPOT_FLOOR, 80)
     assert below_floor([noticed, high], lambda r: 2_000_000, 60) == ()
+
+
+def test_a_holders_spot_request_is_not_promoted_so_it_neither_skips_the_floor_nor_preempts():
+    """No contract applies to spot: a holder's spot request stays spot. It was promoted to `reserved`, so a
+    bid of 1 micro/h under a 2,000,000 floor skipped the floor and gave another tenant's on-demand notice."""
+    snap = Snapshot(fleet_of(1), CATALOG)
+    other = run(snap, ask("od", 8, tenant="beta"))
+    gates = Gates(contracts=[contract("c", 8, 0, 100)], spot_floor=lambda request: 2_000_000)
+    decision = admit(
+        snap, [ask("sp", 8, tier=Tier.SPOT, bid=1, at=1)], [other], POLICY, 10, CONFIG, gates=gates
+    )
+    assert decision.promoted == () and decision.preemptions == ()
+    assert [(p.request_id, p.reason) for p in decision.pending] == [("sp", Reason.BID_BELOW_FLOOR)]
+
+
+def test_a_holders_running_spot_does_not_claim_its_contract_so_on_demand_cannot_take_it():
+    """The holder's own spot rental borrows its held capacity; it counted as the contract's claim, so the hold
+    fell to 0 and another tenant's on-demand preempted that spot rental to take the contracted GPUs."""
+    snap = Snapshot(fleet_of(1), CATALOG)
+    spot = run(snap, ask("sp", 8, tier=Tier.SPOT, bid=10**6))
+    gates = Gates(contracts=[contract("c", 8, 0, 100)])
+    decision = admit(snap, [ask("od", 8, tenant="beta", at=1)], [spot], POLICY, 10, CONFIG, gates=gates)
+    assert decision.preemptions == ()
+    assert [(p.request_id, p.reason) for p in decision.pending] == [("od", Reason.CONTRACT_HOLD)]

@@ -7,7 +7,7 @@ Pure: times are arguments. Guarantees:
 - `Holds` (built by `open_holds` for one instant) is what admission uses inside open windows: the holder's
   requests for that model and region, up to the contracted count, become `reserved` tier (so they may
   preempt spot with notice); the unclaimed rest of the contract is held back from everyone but spot, which
-  may borrow it until the holder claims it.
+  may borrow it until the holder claims it. Spot never claims a contract (no contract applies to spot).
 - `transfer` hands a contract to another tenant before it ends.
 """
 
@@ -112,6 +112,8 @@ class Holds:
 
     def claim(self, request: Request) -> tuple[Request, Contract | None]:
         """The request as admission sees it: `reserved` when an open contract of its tenant covers it."""
+        if request.tier is Tier.SPOT:
+            return request, None
         gpus = request.gpus_per_node * request.node_count
         for contract in self.contracts:
             if contract.tenant != request.tenant or not _wants(request, contract):
@@ -142,6 +144,8 @@ def open_holds(
     open_now = sorted((c for c in contracts if c.open_at(now)), key=lambda c: (c.start_s, c.id))
     holds = Holds(open_now, {c.id: 0.0 for c in open_now}, pool_of_node)
     for request, nodes in holding:
+        if request.tier is Tier.SPOT:  # borrowed capacity: it yields to the holder's claims
+            continue
         pools = {pool_of_node.get(n) for n in nodes}
         for contract in open_now:
             if contract.tenant == request.tenant and pools == {(contract.model, contract.region)}:
