@@ -19,6 +19,7 @@ from suanli.domain.preemption import Running
 from suanli.domain.queue_order import BOOKED_QUEUE, GREEDY_QUEUE, PLATFORM_QUEUE, Mode, Order, QueueConfig
 from suanli.domain.queueing import Gates, admit
 from suanli.domain.quotas import Limits, TenantLimits
+from suanli.domain.request import Tier
 from suanli.domain.scheduler import place
 from suanli.domain.snapshot import Snapshot
 
@@ -104,7 +105,9 @@ def test_admit_decides_each_request_once_and_leaves_only_its_placements(
     assert len(noticed_now) == len(set(noticed_now))  # no one is given notice twice in a cycle
     assert not set(noticed_now) & {v.request.id for v in victims}  # nor again while under notice
     for preemption in decision.preemptions:
-        assert all(tiers[v.request_id] < by_id[preemption.preemptor].tier for v in preemption.victims)
+        preemptor = by_id[preemption.preemptor]  # `reserved` when promoted under tenant b's contract
+        tier = Tier.RESERVED if preemptor.id in decision.promoted else preemptor.tier
+        assert all(tiers[v.request_id] < tier for v in preemption.victims)
         gone = {v.request_id for v in preemption.victims}
         for job in running:  # once its victims have left, the promise fits on what this cycle left
             if job.request.id in gone:

@@ -16,7 +16,7 @@ from suanli.domain.policies import BestFitPolicy
 from suanli.domain.preemption import SPOT_FLOOR, PreemptionConfig, Running, below_floor
 from suanli.domain.queue_order import Mode, Order, QueueConfig
 from suanli.domain.queueing import Gates, admit
-from suanli.domain.request import GpuSelector, Request, Tier, WholeGpus
+from suanli.domain.request import Constraints, GpuSelector, Request, Tier, WholeGpus
 from suanli.domain.scheduler import place
 from suanli.domain.snapshot import Snapshot
 
@@ -196,3 +196,42 @@ def test_a_holders_running_spot_does_not_claim_its_contract_so_on_demand_cannot_
     decision = admit(snap, [ask("od", 8, tenant="beta", at=1)], [spot], POLICY, 10, CONFIG, gates=gates)
     assert decision.preemptions == ()
     assert [(p.request_id, p.reason) for p in decision.pending] == [("od", Reason.CONTRACT_HOLD)]
+
+
+def test_a_holders_request_naming_the_family_draws_on_its_contract_instead_of_waiting_on_it():
+    """The contract covers all 8 GPUs of the pool; the holder asks for `H100`, a family whose only model in
+    this fleet is the contract's. It waited with `contract_hold` on its own contract (the claim asked for
+    the model's exact name), though pricing covered it there and, running, it would count as the claim."""
+    snap = Snapshot(fleet_of(1), CATALOG)
+    gates = Gates(contracts=[contract("c", 8, 0, 100)])
+    family = Request("fam", WholeGpus(8), selector=GpuSelector(models=frozenset({"H100"})), tenant="acme")
+    decision = admit(snap, [family], [], POLICY, 10, CONFIG, gates=gates)
+    assert [p.request_id for p in decision.placements] == ["fam"]
+    assert decision.promoted == ("fam",) and decision.pending == ()
+
+
+def test_a_holders_request_that_may_land_in_another_region_claims_its_contract_only_where_it_lands():
+    """A contract for 8 GPUs in region r; the holder asks for the model in any region. It was promoted and
+    booked against the contract, was placed in region q (first in node order), and the contract's 8 GPUs in
+    r went to another tenant's on-demand rental in the same cycle: the holder paid on-demand in q while its
+    prepaid capacity ran someone else's work. Now it is promoted only when it can land nowhere but r, and
+    otherwise claims the contract where it is placed."""
+    other = Region("q", "US", 400.0, 1.2)
+    nodes = [Node("b0", "q", ("q", "z", "p", "l"), 64_000, 512_000, MODEL, 8, GpuMode.WHOLE)]
+    nodes.append(Node("a0", "r", ("r", "z", "p", "l"), 64_000, 512_000, MODEL, 8, GpuMode.WHOLE))
+    snap = Snapshot(Fleet({"r": REGION, "q": other}, tuple(nodes)), CATALOG)
+    gates = Gates(contracts=[contract("c", 8, 0, 100)])
+    queue = [ask("mine", 8, at=1), ask("theirs", 8, tenant="beta", at=2)]
+    decision = admit(snap, queue, [], POLICY, 10, CONFIG, gates=gates)
+    assert decision.promoted == ()
+    assert [(p.request_id, p.nodes[0].node) for p in decision.placements] == [("mine", "b0")]
+    assert [(p.request_id, p.reason) for p in decision.pending] == [("theirs", Reason.CONTRACT_HOLD)]
+    pinned = Request(
+        "pinned",
+        WholeGpus(8),
+        selector=SELECT,
+        tenant="acme",
+        constraints=Constraints(regions=frozenset({"r"})),
+    )
+    again = admit(snap, [pinned], [], POLICY, 10, CONFIG, gates=gates)
+    assert again.promoted == ("pinned",) and [p.nodes[0].node for p in again.placements] == ["a0"]

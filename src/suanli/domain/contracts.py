@@ -5,15 +5,17 @@ Pure: times are arguments. Guarantees:
   the sum of overlapping contracts for that model and region stays within the fleet's GPUs of that model and
   region minus the GPUs of nodes in maintenance at that instant.
 - `Holds` (built by `open_holds` for one instant) is what admission uses inside open windows: the holder's
-  requests for that model and region, up to the contracted count, become `reserved` tier (so they may
-  preempt spot with notice); the unclaimed rest of the contract is held back from everyone but spot, which
-  may borrow it until the holder claims it. Spot never claims a contract (no contract applies to spot).
+  requests that can only land in that model and region, up to the contracted count, become `reserved` tier
+  (so they may preempt spot with notice); a holder's request that could land elsewhere too claims the
+  contract once it is placed in its pool (pricing and a running rental's claim go by placement too). The
+  unclaimed rest of the contract is held back from everyone but spot, which may borrow it until the holder
+  claims it. Spot never claims a contract (no contract applies to spot).
 - `transfer` hands a contract to another tenant before it ends.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from suanli.domain.capacity import FULL_MILLI
@@ -110,13 +112,14 @@ class Holds:
     claimed: dict[str, float]  # contract id -> GPUs its holder uses under it
     pool_of_node: Mapping[str, Pool]
 
-    def claim(self, request: Request) -> tuple[Request, Contract | None]:
-        """The request as admission sees it: `reserved` when an open contract of its tenant covers it."""
+    def claim(self, request: Request, pools: Collection[Pool | None]) -> tuple[Request, Contract | None]:
+        """The request as admission sees it: `reserved` when an open contract of its tenant covers it;
+        `pools`: every pool it can land in (or, once placed, the pools it took)."""
         if request.tier is Tier.SPOT:
             return request, None
         gpus = request.gpus_per_node * request.node_count
         for contract in self.contracts:
-            if contract.tenant != request.tenant or not _wants(request, contract):
+            if contract.tenant != request.tenant or set(pools) != {(contract.model, contract.region)}:
                 continue
             if self.claimed[contract.id] + gpus <= contract.gpus + 1e-9:
                 return replace(request, tier=Tier.RESERVED), contract
@@ -146,13 +149,9 @@ def open_holds(
     for request, nodes in holding:
         if request.tier is Tier.SPOT:  # borrowed capacity: it yields to the holder's claims
             continue
-        pools = {pool_of_node.get(n) for n in nodes}
-        for contract in open_now:
-            if contract.tenant == request.tenant and pools == {(contract.model, contract.region)}:
-                gpus = request.gpus_per_node * request.node_count
-                if holds.claimed[contract.id] + gpus <= contract.gpus + 1e-9:
-                    holds.book(contract, gpus)
-                    break
+        _, contract = holds.claim(request, {pool_of_node.get(n) for n in nodes})
+        if contract is not None:
+            holds.book(contract, request.gpus_per_node * request.node_count)
     return holds
 
 
@@ -205,10 +204,3 @@ def hold_pending(request_id: str, pool: Pool) -> Pending:
 
 def _overlap(down: Maintenance, contract: Contract) -> bool:
     return down.start_s < contract.end_s and contract.start_s < down.end_s
-
-
-def _wants(request: Request, contract: Contract) -> bool:
-    """The request can only land in the contract's pool: it names the model and allows the region."""
-    models = {m.casefold() for m in request.selector.models}
-    regions = request.constraints.regions
-    return models == {contract.model.casefold()} and (not regions or regions == {contract.region})

@@ -68,7 +68,7 @@ from suanli.domain.queue_order import (
 from suanli.domain.quotas import Ledger, Limits
 from suanli.domain.request import Request, Tier
 from suanli.domain.reservation import Booking, earliest_slot, expected_end, reserve
-from suanli.domain.scheduler import place
+from suanli.domain.scheduler import nominate, place
 from suanli.domain.snapshot import Snapshot
 
 NEVER_FITS = frozenset(
@@ -211,7 +211,9 @@ class _Cycle:
         if gates.limits is not None:
             self.ledger = gates.limits.ledger(((r.request, r.started_at_s) for r in running), now)
         self.holds: Holds | None = None
-        self.claims: dict[str, Contract] = {}
+        self.claims: dict[str, Contract] = {}  # promoted: they can only land in their contract's pool
+        self.tentative: Holds | None = None  # the holds with every promoted request's claim booked up front
+        self.placed_claims: dict[str, Contract] = {}  # requests that claim a contract where they were placed
         self.available: dict[Pool, float] = {}  # per held pool: free GPUs plus spot a holder may preempt
         if gates.contracts:
             self._open_holds()
@@ -229,14 +231,20 @@ class _Cycle:
         if self.holds is None or not self.holds.contracts:
             return queue
         tentative = Holds(self.holds.contracts, dict(self.holds.claimed), self.holds.pool_of_node)
+        self.tentative = tentative
         promoted = {}
         for request in sorted(queue, key=lambda r: (r.submitted_at_s, r.id)):
-            claimed, contract = tentative.claim(request)
+            claimed, contract = tentative.claim(request, self._landing_pools(request))
             if contract is not None:
                 tentative.book(contract, _gpus(request))
                 promoted[request.id] = claimed
                 self.claims[request.id] = contract
         return [promoted.get(r.id, r) for r in queue]
+
+    def _landing_pools(self, request: Request) -> set[Pool]:
+        """Every (model, region) the request could ever be placed in."""
+        classes, _ = nominate(self.snapshot, request)
+        return {(self.snapshot.classes[i].model.name, self.snapshot.classes[i].region) for i in classes}
 
     def gated(self, request: Request) -> bool:
         """True when a gate holds `request` back (its pending reason is recorded); it blocks nobody."""
@@ -257,9 +265,15 @@ class _Cycle:
         return False
 
     def _hold_breached(self, request: Request, placement: Placement) -> Pool | None:
-        """The pool whose contract hold this placement would eat into, if any (claims and spot never do)."""
+        """The pool whose contract hold this placement would eat into, if any (claims and spot never do); a
+        holder's request placed in its open contract's pool claims it there (`_book` books the claim)."""
         if self.holds is None or request.tier is Tier.SPOT or request.id in self.claims:
             return None
+        if self.tentative is not None:
+            _, contract = self.tentative.claim(request, pool_gpus(placement, self.holds.pool_of_node).keys())
+            if contract is not None:
+                self.placed_claims[request.id] = contract
+                return None
         return breached_pool(self.holds, self.available, placement)
 
     def _book(self, request: Request, placement: Placement) -> None:
@@ -267,6 +281,10 @@ class _Cycle:
             self.ledger.take(request)
         if self.holds is not None:
             contract = self.claims.get(request.id)
+            if contract is None:
+                contract = self.placed_claims.get(request.id)
+                if contract is not None and self.tentative is not None:
+                    self.tentative.book(contract, _gpus(request))  # a promoted claim was booked there already
             if contract is not None:
                 self.holds.book(contract, _gpus(request))
             if request.tier is not Tier.SPOT:
