@@ -315,6 +315,35 @@ def test_quotas_and_spend_caps_hold_rentals_back(uow, backfill: bool) -> None:
     assert by_id["rnt_b1"].state == "placed"  # 3,600 micros in its hour fits the cap
 
 
+def test_two_growths_in_one_cycle_are_checked_together_against_a_spend_cap(uow) -> None:
+    """Two 1-node rentals of a tenant (rate R each, 1 h declared) are both resized to 2 nodes; its daily cap
+    is 3.5 R. Either growth fits alone (2 R + R), both do not (4 R). The second growth's check priced the
+    first one's added node at 0 (its part has no rate of its own), so both grew past the cap."""
+    from suanli.domain.quotas import TenantLimits
+
+    h100 = RentalSpec(gpu_model="H100-SXM-80GB", gpus=8, max_duration_s=3600)
+    with uow() as u:
+        for i in range(2):
+            u.rentals.add(Rental(f"rnt_g{i}", "ten_a", "pending", h100, NOW))
+        u.commit()
+    scheduler = _scheduler(uow)
+    assert scheduler.run_cycle().placed == 2
+    with uow() as u:
+        rentals = u.rentals.by_ids(["rnt_g0", "rnt_g1"])
+        rate = rentals[0].price_micros_per_hour
+        assert rate > 0 and rentals[1].price_micros_per_hour == rate
+        u.terms.set_limits("ten_a", TenantLimits(daily_cap_micros=rate * 7 // 2), NOW)
+        for rental in rentals:
+            u.rentals.update_spec(rental.id, replace(rental, spec=replace(h100, nodes=2)))
+        u.commit()
+    assert scheduler.run_cycle().grown == 1
+    with uow() as u:
+        nodes = {r.id: len(u.rentals.allocation(r.id)) for r in u.rentals.by_ids(["rnt_g0", "rnt_g1"])}
+        waiting = [e for r in ("rnt_g0", "rnt_g1") for e in u.rentals.events(r) if e.kind == "growing"]
+    assert sorted(nodes.values()) == [1, 2]
+    assert [e.reason for e in waiting] == ["spend_cap"]
+
+
 @pytest.mark.parametrize(("weight", "share"), [(1.0, 4), (3.0, 6)])
 def test_fair_share_weights_split_the_fleet_under_the_backfill_queue(uow, weight: float, share: int) -> None:
     """Two tenants ask for 8 whole H100 nodes each at once: their weights decide how the 8 nodes split."""

@@ -33,6 +33,7 @@ class Held:
     started_at_s: float | None  # None: placed in this cycle
     placement: Placement
     under_notice: bool = False  # a preemption victim: its capacity is promised, it yields to no holder
+    price_micros_per_hour: int | None = None  # a part grown this cycle: what it adds to its rental's rate
 
 
 def held_request(request: Request, nodes: Sequence[NodeAllocation]) -> Request:
@@ -67,13 +68,17 @@ def within_limits(
     limits: Limits | None, held: Sequence[Held], more: Request, price_micros_per_hour: int, now_s: float
 ) -> Pending | None:
     """Why the tenant's GPU quota or spend cap does not allow the added part `more` (its own id), if it does
-    not: it counts as one more rental of that size, at `price_micros_per_hour`."""
+    not: it counts as one more rental of that size, at `price_micros_per_hour`, as do the parts grown
+    before it in this cycle at theirs."""
     if limits is None or limits.tenants.get(more.tenant) is None:
         return None
     price = limits.price_micros_per_hour
+    grown = {h.request.id: h.price_micros_per_hour for h in held if h.price_micros_per_hour is not None}
+    grown[more.id] = price_micros_per_hour
 
     def priced(request: Request) -> int:
-        return price_micros_per_hour if request.id == more.id else price(request)
+        """A part grown in this cycle (none has a rate of its own yet) at what it adds to its rental's."""
+        return grown[request.id] if request.id in grown else price(request)
 
     ledger = replace(limits, price_micros_per_hour=priced).ledger(
         ((h.request, h.started_at_s) for h in held), now_s

@@ -139,7 +139,7 @@ class Resizer:
             )
             if why is not None:
                 return why
-            self.holding.append(Held(more, None, outcome))
+            self.holding.append(Held(more, None, outcome, price_micros_per_hour=price))
         return outcome
 
     def _book(self, uow: UnitOfWork, rental_id: str, nodes: Sequence[NodeAllocation], now: datetime) -> None:
