@@ -190,12 +190,16 @@ class ContractService:
         return record
 
     def transfer(self, caller: Caller, contract_id: str, to_tenant_id: str) -> ContractRecord:
-        """Hand a contract to another tenant; a priced one: the buyer pays the seller its remaining value."""
-        record = self.get(caller, contract_id)
+        """Hand a contract to another tenant; a priced one: the buyer pays the seller its remaining value.
+        The contract is read, locked, inside the transfer's own transaction: a transfer that ran meanwhile
+        wins, and the caller must still hold it (a contract is never sold twice)."""
         now = self.clock.now()
 
         def work() -> ContractRecord:
             with self.uow() as uow:
+                record = uow.contracts.get(contract_id, lock=True)
+                if record is None or (not caller.is_admin and record.tenant_id != caller.tenant.id):
+                    raise NotFound(f"no contract {contract_id}")
                 if uow.tenants.get(to_tenant_id) is None:
                     raise NotFound(f"no tenant {to_tenant_id}", field="to_tenant_id")
                 try:

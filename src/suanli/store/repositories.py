@@ -126,8 +126,10 @@ class SqlContracts:
         self.s.add(ContractRow(**asdict(contract)))
         self.s.flush()
 
-    def get(self, contract_id: str) -> ContractRecord | None:
-        row = self.s.get(ContractRow, contract_id)
+    def get(self, contract_id: str, *, lock: bool = False) -> ContractRecord | None:
+        """The contract; `lock`: its row held until the transaction ends (PostgreSQL: FOR UPDATE, read as
+        committed by whoever held it before)."""
+        row = self.s.get(ContractRow, contract_id, with_for_update=lock, populate_existing=lock)
         return None if row is None else _contract(row)
 
     def list(self, tenant_id: str | None) -> list[ContractRecord]:
