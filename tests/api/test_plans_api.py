@@ -4,6 +4,7 @@ limit, a prepaid tenant warned then stopped, and a contract's prepaid price, 0-p
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -11,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from conftest import ADMIN, ADMIN_KEY, app_client, logged_in_as, wait_for
+from conftest import ADMIN, ADMIN_KEY, app_client, charged, logged_in_as, wait_for
 from suanli.cli import billing_commands, plan_commands
 from suanli.cli.main import app
 from suanli.domain.billing.money import bp_of, charge_micros
@@ -297,3 +298,29 @@ def test_cli_plan_terms_grants_and_revenue(client, tenant, monkeypatch) -> None:
     month = datetime.now(UTC).strftime("%Y-%m")
     refused = runner.invoke(app, ["report-revenue", month, "100"], env=env)
     assert refused.exit_code == 1 and "no revenue-share plan" in refused.output
+
+
+def test_a_rental_its_contract_covered_pays_on_demand_once_the_contract_has_ended(database_url: str) -> None:
+    """A 1-GPU contract ending 3 s from now covers a 1-GPU rental (0 micros per hour). After the window the
+    rental kept its 0 rate for good. Now the meter loop's pass (its jobs as the server wires them) re-prices
+    it from the contract's end: the hour after it costs the on-demand rate."""
+    with app_client(database_url, meter_interval_s=3600, prepaid=False) as client:
+        services = client.app.state.services
+        tenant_id = client.post("/v1/tenants", json={"name": "ending"}, headers=ADMIN).json()["id"]
+        secret = client.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()
+        headers = {"Authorization": f"Bearer {secret['secret']}"}
+        end = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=3)
+        window = {"gpu_model": "H100-SXM-80GB", "count": 1, "region": "cn-north"}
+        body = {**window, "starts_at": (end - timedelta(hours=1)).isoformat(), "ends_at": end.isoformat()}
+        assert client.post("/v1/contracts", json=body, headers=headers).status_code == 201
+        rental = client.post("/v1/rentals", json=H100, headers=headers).json()
+        placed = wait_for(client, rental["id"], headers, "placed")
+        assert placed["price_micros_per_hour"] == 0 and placed["quote"]["contract_covered_gpu_milli"] == 1000
+        while datetime.now(UTC) < end:
+            time.sleep(0.1)
+        services.meter.work()  # a meter pass and the jobs after it
+        later = end + timedelta(hours=1)
+        services.billing.meter(now=later)
+        body = client.get(f"/v1/rentals/{rental['id']}", headers=headers).json()
+        assert body["price_micros_per_hour"] == H100_ON_DEMAND
+        assert charged(client, rental["id"], headers) == H100_ON_DEMAND  # 0 to the end, then 1 h on-demand

@@ -1,5 +1,6 @@
 """Compute futures on the real store (SQLite and PostgreSQL): a transfer acts on the contract as it is when
-the transfer's transaction runs, so a contract is never sold twice."""
+the transfer's transaction runs, so a contract is never sold twice; a rental a contract covered pays its
+uncovered rate once the contract has ended or was transferred."""
 
 from __future__ import annotations
 
@@ -13,14 +14,19 @@ from suanli.app.billing import BillingService
 from suanli.app.contracts import ContractService
 from suanli.app.errors import NotFound
 from suanli.app.fleet import FleetCache
-from suanli.app.records import Caller, Tenant
-from suanli.domain.billing.ledger import AccountId
+from suanli.app.records import Booking, Caller, Rental, RentalSpec, Tenant
+from suanli.domain.billing.ledger import AccountId, TxKind
+from suanli.domain.billing.money import round_half_up
 from suanli.domain.catalog_data import CATALOG
+from suanli.domain.plan import NodeAllocation, Slice
 
 FLEET = (Path(__file__).resolve().parents[2] / "examples" / "fleet.toml").read_text()
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 SELLER = Caller(Tenant("ten_s", "seller", "tenant", T0), "key_s")
 BUYERS = ("ten_b", "ten_c")
+MODEL, REGION, NODE = "H100-SXM-80GB", "cn-north", "h100-a-01"
+RATE = 2_990_000  # the covered GPU's on-demand rate
+HOUR = timedelta(hours=1)
 
 
 class RacingClock:
@@ -52,6 +58,40 @@ def contracts(store) -> tuple[ContractService, RacingClock, object]:
     return service, clock, factory
 
 
+@pytest.fixture
+def billing(store, contracts) -> BillingService:
+    _, clock, factory = contracts
+    return BillingService(factory, clock, CATALOG, FleetCache(CATALOG))
+
+
+def _place_covered(factory, rental_id: str, at: datetime) -> None:
+    """A 1-GPU rental of the seller placed at `at`, wholly covered by its contract: 0 micros per hour."""
+    quote = {
+        "stage": "placed",
+        "model": MODEL,
+        "region": REGION,
+        "tier": "on_demand",
+        "base_micros_per_hour": RATE,
+        "discounts": [],
+        "contract_coverage_micros_per_hour": RATE,
+        "contract_covered_gpu_milli": 1000,
+        "final_micros_per_hour": 0,
+    }
+    with factory() as u:
+        u.rentals.add(Rental(rental_id, SELLER.tenant.id, "pending", RentalSpec(gpu_model=MODEL, gpus=1), at))
+        assert u.rentals.mark_placed(rental_id, at, 0, quote)
+        u.rentals.book(
+            rental_id, [NodeAllocation(NODE, 0, 0, (Slice(0, 1000, 1024),))], [Booking(NODE, 0, 0)]
+        )
+        u.commit()
+
+
+def _charged(factory, rental_id: str) -> int:
+    with factory() as u:
+        txs = [t for t in u.ledger.transactions(None) if t.ref == rental_id and t.kind is TxKind.CHARGE]
+    return sum(-p.amount_micros for t in txs for p in t.postings if p.amount_micros < 0)
+
+
 def _cash(factory, tenant_id: str) -> int:
     with factory() as u:
         return u.ledger.balances([tenant_id]).get(AccountId.tenant_cash(tenant_id), 0)
@@ -73,3 +113,30 @@ def test_a_contract_sold_to_two_buyers_at_once_is_sold_once(contracts) -> None:
     assert _cash(factory, "ten_b") == 0
     assert _cash(factory, "ten_c") == -signed.price_micros
     assert _cash(factory, SELLER.tenant.id) == 0  # paid the price once, got it back once
+
+
+def test_a_covered_rental_pays_its_rate_after_its_contract_ends(contracts, billing) -> None:
+    """A 1-GPU contract over [T0, T0 + 1 h) covers a rental placed at T0 (0 micros per hour). The rental runs
+    on; after the window it kept its 0 rate for good: 2 h of an H100 charged 0. Now the meter loop's
+    `end_coverage` re-prices it from the contract's end: the second hour costs RATE."""
+    service, _, factory = contracts
+    service.create(SELLER, MODEL, 1, REGION, T0, T0 + HOUR, None)
+    _place_covered(factory, "rnt_c", T0)
+    assert service.end_coverage(T0 + HOUR / 2) == 0  # still open
+    assert service.end_coverage(T0 + 2 * HOUR) == 1
+    assert service.end_coverage(T0 + 2 * HOUR) == 0  # once
+    billing.meter(now=T0 + 2 * HOUR)
+    assert _charged(factory, "rnt_c") == RATE  # 1 h at 0, then 1 h at RATE
+
+
+def test_a_covered_rental_of_the_seller_pays_its_rate_from_the_transfer(contracts, billing) -> None:
+    """The seller's rental covered by a 1-GPU contract kept its 0 rate after the contract was sold, while
+    the buyer's rentals were covered by it too: one contracted GPU covered two. Now the seller's pays from
+    the transfer on."""
+    service, clock, factory = contracts
+    signed = service.create(SELLER, MODEL, 1, REGION, T0, T0 + 10 * HOUR, None)
+    _place_covered(factory, "rnt_c", T0)
+    clock.at = T0 + HOUR / 2
+    service.transfer(SELLER, signed.id, "ten_b")
+    billing.meter(now=T0 + HOUR)
+    assert _charged(factory, "rnt_c") == round_half_up(RATE * 1800, 3600)

@@ -168,7 +168,7 @@ def build(settings: Settings, clock: Clock | None = None) -> Services:
         loop.leadership,
         settings.meter_interval_s,
         sla,
-        after=(plans.expire_grants, contracts.recognize, plans.enforce),
+        after=(plans.expire_grants, contracts.recognize, contracts.end_coverage, plans.enforce),
     )
 
     wakeups = Wakeups(engine)

@@ -8,7 +8,9 @@ from the holder's cash into the contract's prepaid account (key `contract:{id}`)
 the count and window then pay 0 marginal price (`suanli.app.pricing`). `recognize` earns the prepaid value
 pro rata over the window into platform revenue (key `contract_earned:{id}:{earned to date}`). A transfer
 first earns what is due, then the buyer pays the seller the remaining value
-(key `transfer:{id}:{seller}:{buyer}:{epoch s}`).
+(key `transfer:{id}:{seller}:{buyer}:{epoch s}`). Coverage ends with the contract: from its end
+(`end_coverage`, a meter-loop job) or its transfer, the holder's rentals it covered pay their uncovered rate
+(`app/coverage.py`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
 
+from suanli.app.coverage import settle_coverage
 from suanli.app.errors import Conflict, Forbidden, Invalid, NotFound, PaymentRequired
 from suanli.app.fleet import FleetCache
 from suanli.app.ids import as_utc, new_id
@@ -149,6 +152,23 @@ class ContractService:
             ids = [c.id for c in uow.contracts.list(None) if c.price_micros and c.starts_at < now]
         return sum(retrying(lambda i=contract_id: self._recognize_one(i, now)) for contract_id in ids)
 
+    def end_coverage(self, now: datetime | None = None) -> int:
+        """Re-price from each ended contract's end the live rentals of its holder it still covered
+        (`app/coverage.py`); how many rentals were re-priced."""
+        now = now or self.clock.now()
+        with self.uow() as uow:
+            live = uow.rentals.live_by_tenant()
+            ended = [c for c in uow.contracts.list(None) if c.ends_at <= now and c.tenant_id in live]
+            changed: set[str] = set()
+            for contract in sorted(ended, key=lambda c: (c.ends_at, c.id)):
+                changed.update(
+                    settle_coverage(
+                        uow, contract.tenant_id, contract.gpu_model, contract.region, contract.ends_at
+                    )
+                )
+            uow.commit()
+        return len(changed)
+
     def _recognize_one(self, contract_id: str, now: datetime) -> int:
         with self.uow() as uow:
             added = self._earn(uow, contract_id, now)
@@ -222,6 +242,7 @@ class ContractService:
                             memo=f"{record.id} from {record.tenant_id} to {moved.tenant}: remaining value",
                         )
                 uow.contracts.set_tenant(record.id, moved.tenant)
+                settle_coverage(uow, record.tenant_id, record.gpu_model, record.region, now)  # the seller's
                 uow.commit()
                 return replace(record, tenant_id=moved.tenant)
 

@@ -3,7 +3,8 @@
 Only the leader meters (it shares the scheduler loop's `Leadership`). The meter is idempotent: it posts only
 what is not posted yet, under keys the database keeps unique, so a run cut short is completed by the next one.
 After each pass it posts the SLA credits of the month before (`SlaService.post_due`: once a month), then
-runs the `after` jobs: grant expiry, contract revenue, and the low-balance warnings and stops.
+runs the `after` jobs: grant expiry, contract revenue, the end of ended contracts' coverage, and the
+low-balance warnings and stops.
 """
 
 from __future__ import annotations
