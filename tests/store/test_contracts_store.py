@@ -1,9 +1,11 @@
-"""Compute futures on the real store (SQLite and PostgreSQL): a transfer acts on the contract as it is when
-the transfer's transaction runs, so a contract is never sold twice; a rental a contract covered pays its
+"""Compute futures on the real store (SQLite and PostgreSQL): two contracts signed at once never overbook; a
+transfer acts on the contract as it is when the transfer's transaction runs, so a contract is never sold
+twice; a rental a contract covered pays its
 uncovered rate once the contract has ended or was transferred."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -12,13 +14,17 @@ import pytest
 
 from suanli.app.billing import BillingService
 from suanli.app.contracts import ContractService
-from suanli.app.errors import NotFound
+from suanli.app.errors import Conflict, NotFound
 from suanli.app.fleet import FleetCache
 from suanli.app.records import Booking, Caller, Rental, RentalSpec, Tenant
 from suanli.domain.billing.ledger import AccountId, TxKind
 from suanli.domain.billing.money import round_half_up
+from suanli.domain.billing.pricebook import ListPrice, PriceBook
 from suanli.domain.catalog_data import CATALOG
+from suanli.domain.contracts import fleet_capacity
+from suanli.domain.fleet_format import parse_fleet
 from suanli.domain.plan import NodeAllocation, Slice
+from suanli.domain.request import Tier
 
 FLEET = (Path(__file__).resolve().parents[2] / "examples" / "fleet.toml").read_text()
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
@@ -140,3 +146,39 @@ def test_a_covered_rental_of_the_seller_pays_its_rate_from_the_transfer(contract
     service.transfer(SELLER, signed.id, "ten_b")
     billing.meter(now=T0 + HOUR)
     assert _charged(factory, "rnt_c") == round_half_up(RATE * 1800, 3600)
+
+
+def test_two_free_contracts_signed_at_once_never_overbook_the_pool(store, contracts) -> None:
+    """A cluster whose contracts are free (no price, so nothing is posted to the ledger, whose chain
+    serialises priced signings). Two tenants each sign for 40 of cn-north's 64 H100s at once: the second
+    read the contracts while the first had checked but not committed, and both were signed: 80 of 64.
+    Now signings take turns (SQLite's transactions are serialised already)."""
+    if store[0].dialect.name != "postgresql":
+        pytest.skip("SQLite serialises every transaction (BEGIN IMMEDIATE)")
+    service, _, _ = contracts
+    capacity = fleet_capacity(parse_fleet(FLEET, source="example", catalog=CATALOG))[(MODEL, REGION)]
+    count = capacity // 2 + 8
+    results: list[object] = []
+    concurrent = threading.Thread(target=lambda: results.append(_sign(service, "ten_b", count)))
+    free = PriceBook([ListPrice(MODEL, "*", Tier.RESERVED, 0, 0, "an in-house cluster")])
+
+    def book_meanwhile(_uow) -> PriceBook:  # the first signing has checked the pool and not committed yet
+        if not concurrent.is_alive() and not results:
+            concurrent.start()
+            concurrent.join(timeout=2)  # it finishes unless it has to wait for the first to commit
+        return free
+
+    service.price_book = book_meanwhile
+    first = _sign(service, "ten_c", count)
+    concurrent.join(timeout=10)
+    signed = [r for r in (first, *results) if not isinstance(r, Exception)]
+    assert len(signed) == 1, results
+    assert any(isinstance(r, Conflict) for r in (first, *results))
+
+
+def _sign(service: ContractService, tenant_id: str, count: int):
+    caller = Caller(Tenant(tenant_id, tenant_id, "tenant", T0), f"key_{tenant_id}")
+    try:
+        return service.create(caller, MODEL, count, REGION, T0, T0 + HOUR, None)
+    except Conflict as error:
+        return error

@@ -101,6 +101,7 @@ class ContractService:
             raise Conflict("no fleet yet: PUT /v1/fleet first", field="gpu_model")
         if region not in fleet.regions:
             raise Invalid(f"unknown region {region!r}", field="region")
+        uow.contracts.lock_signing()  # two signings at once must not both fit beside the same contracts
         existing = [domain_contract(c) for c in uow.contracts.list(None)]
         try:
             check_contract(domain_contract(record), existing, fleet_capacity(fleet))

@@ -7,7 +7,7 @@ from dataclasses import asdict
 from datetime import datetime
 from types import TracebackType
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -118,9 +118,19 @@ class SqlFleet:
         return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
+SIGNING_LOCK = 0x5A4C_0003  # PostgreSQL advisory lock: contract signings take turns
+
+
 class SqlContracts:
     def __init__(self, session: Session) -> None:
         self.s = session
+
+    def lock_signing(self) -> None:
+        """Until this transaction ends, no other signs a contract: the contracts read next are all there
+        are, so an admission check cannot miss one committed meanwhile (PostgreSQL: an advisory lock;
+        SQLite's transactions are serialised already)."""
+        if self.s.get_bind().dialect.name == "postgresql":
+            self.s.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": SIGNING_LOCK})
 
     def add(self, contract: ContractRecord) -> None:
         self.s.add(ContractRow(**asdict(contract)))
