@@ -16,7 +16,7 @@ from suanli.domain.policies import BestFitPolicy
 from suanli.domain.preemption import SPOT_FLOOR, PreemptionConfig, Running, below_floor
 from suanli.domain.queue_order import Mode, Order, QueueConfig
 from suanli.domain.queueing import Gates, admit
-from suanli.domain.request import Constraints, GpuSelector, Request, Tier, WholeGpus
+from suanli.domain.request import Constraints, GpuSelector, MigSlice, Request, Tier, WholeGpus
 from suanli.domain.scheduler import place
 from suanli.domain.snapshot import Snapshot
 
@@ -235,3 +235,22 @@ def test_a_holders_request_that_may_land_in_another_region_claims_its_contract_o
     )
     again = admit(snap, [pinned], [], POLICY, 10, CONFIG, gates=gates)
     assert again.promoted == ("pinned",) and [p.nodes[0].node for p in again.placements] == ["a0"]
+
+
+def test_mig_slices_claim_a_contract_at_their_share_of_a_gpu():
+    """A 1-GPU contract on a MIG H100: each 1g.10gb instance is 1/7 of the GPU. A slice claimed a whole GPU
+    of the contract, so the holder's second slice was not promoted and the hold fell to 0 after its first:
+    another tenant's slice took the GPU the holder had prepaid. Now two slices claim 2/7 and the rest stays
+    held for the holder."""
+    node = Node("m0", "r", ("r", "z", "p", "l"), 64_000, 512_000, MODEL, 1, GpuMode.MIG, ((),))
+    snap = Snapshot(Fleet({"r": REGION}, (node,)), CATALOG)
+    gates = Gates(contracts=[contract("c", 1, 0, 100)])
+
+    def slice_of(rid: str, tenant: str, at: float) -> Request:
+        return Request(rid, MigSlice("1g.10gb"), selector=SELECT, tenant=tenant, submitted_at_s=at)
+
+    queue = [slice_of("a1", "acme", 1), slice_of("b1", "beta", 2), slice_of("a2", "acme", 3)]
+    decision = admit(snap, queue, [], POLICY, 10, CONFIG, gates=gates)
+    assert decision.promoted == ("a1", "a2")
+    assert sorted(p.request_id for p in decision.placements) == ["a1", "a2"]
+    assert [(p.request_id, p.reason) for p in decision.pending] == [("b1", Reason.CONTRACT_HOLD)]

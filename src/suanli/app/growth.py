@@ -101,9 +101,8 @@ def held_for_contracts(
     if not contracts or Tier.parse(rental.spec.tier) is Tier.SPOT:
         return None
     pool_of = pools_of(snapshot)
-    nodes = [(h.request, [a.node for a in h.placement.nodes]) for h in held]
-    holds = open_holds(contracts, now_s, nodes, pool_of)
-    if holds.claim(more, pool_gpus(added, pool_of).keys())[1] is not None:
+    holds = open_holds(contracts, now_s, [(h.request, h.placement.nodes) for h in held], pool_of)
+    if holds.claim(more, pool_gpus(added, pool_of).keys(), added.gpus)[1] is not None:
         return None
     spot = (h.placement for h in held if h.request.tier is Tier.SPOT and not h.under_notice)
     available = available_for_holds(snapshot, pool_of, spot)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from suanli.domain.capacity import FULL_MILLI
 from suanli.domain.errors import ContractError
 from suanli.domain.inventory import Fleet
-from suanli.domain.plan import Pending, Placement, Reason
+from suanli.domain.plan import NodeAllocation, Pending, Placement, Reason
 from suanli.domain.request import Request, Tier
 from suanli.domain.snapshot import Snapshot
 
@@ -112,12 +112,14 @@ class Holds:
     claimed: dict[str, float]  # contract id -> GPUs its holder uses under it
     pool_of_node: Mapping[str, Pool]
 
-    def claim(self, request: Request, pools: Collection[Pool | None]) -> tuple[Request, Contract | None]:
+    def claim(
+        self, request: Request, pools: Collection[Pool | None], gpus: float
+    ) -> tuple[Request, Contract | None]:
         """The request as admission sees it: `reserved` when an open contract of its tenant covers it;
-        `pools`: every pool it can land in (or, once placed, the pools it took)."""
+        `pools`: every pool it can land in (or, once placed, the pools it took); `gpus`: what it takes
+        there (MIG instances and shares at their part of a GPU, as pricing counts them)."""
         if request.tier is Tier.SPOT:
             return request, None
-        gpus = request.gpus_per_node * request.node_count
         for contract in self.contracts:
             if contract.tenant != request.tenant or set(pools) != {(contract.model, contract.region)}:
                 continue
@@ -140,18 +142,20 @@ class Holds:
 def open_holds(
     contracts: Iterable[Contract],
     now: float,
-    holding: Sequence[tuple[Request, Sequence[str]]],
+    holding: Sequence[tuple[Request, Sequence[NodeAllocation]]],
     pool_of_node: Mapping[str, Pool],
 ) -> Holds:
-    """Holds at `now`; `holding` lists running rentals (request, node names) that count as claims."""
+    """Holds at `now`; `holding` lists running rentals (request, what it holds on each node) that count as
+    claims, at the GPUs they hold."""
     open_now = sorted((c for c in contracts if c.open_at(now)), key=lambda c: (c.start_s, c.id))
     holds = Holds(open_now, {c.id: 0.0 for c in open_now}, pool_of_node)
     for request, nodes in holding:
         if request.tier is Tier.SPOT:  # borrowed capacity: it yields to the holder's claims
             continue
-        _, contract = holds.claim(request, {pool_of_node.get(n) for n in nodes})
+        gpus = sum(a.gpus for a in nodes)
+        _, contract = holds.claim(request, {pool_of_node.get(a.node) for a in nodes}, gpus)
         if contract is not None:
-            holds.book(contract, request.gpus_per_node * request.node_count)
+            holds.book(contract, gpus)
     return holds
 
 

@@ -220,7 +220,7 @@ class _Cycle:
 
     def _open_holds(self) -> None:
         pool_of = pools_of(self.snapshot)
-        holding = [(r.request, [a.node for a in r.placement.nodes]) for r in self.running]
+        holding = [(r.request, r.placement.nodes) for r in self.running]
         self.holds = open_holds(self.gates.contracts, self.now, holding, pool_of)
         spot = (r.placement for r in self.running if r.request.tier is Tier.SPOT and r.preempted_by is None)
         self.available = available_for_holds(self.snapshot, pool_of, spot)
@@ -234,9 +234,10 @@ class _Cycle:
         self.tentative = tentative
         promoted = {}
         for request in sorted(queue, key=lambda r: (r.submitted_at_s, r.id)):
-            claimed, contract = tentative.claim(request, self._landing_pools(request))
+            gpus = self.snapshot.least_gpus(request)  # a MIG slice at its part of a GPU
+            claimed, contract = tentative.claim(request, self._landing_pools(request), gpus)
             if contract is not None:
-                tentative.book(contract, _gpus(request))
+                tentative.book(contract, gpus)
                 promoted[request.id] = claimed
                 self.claims[request.id] = contract
         return [promoted.get(r.id, r) for r in queue]
@@ -270,7 +271,8 @@ class _Cycle:
         if self.holds is None or request.tier is Tier.SPOT or request.id in self.claims:
             return None
         if self.tentative is not None:
-            _, contract = self.tentative.claim(request, pool_gpus(placement, self.holds.pool_of_node).keys())
+            pools = pool_gpus(placement, self.holds.pool_of_node).keys()
+            _, contract = self.tentative.claim(request, pools, placement.gpus)
             if contract is not None:
                 self.placed_claims[request.id] = contract
                 return None
@@ -284,9 +286,9 @@ class _Cycle:
             if contract is None:
                 contract = self.placed_claims.get(request.id)
                 if contract is not None and self.tentative is not None:
-                    self.tentative.book(contract, _gpus(request))  # a promoted claim was booked there already
+                    self.tentative.book(contract, placement.gpus)  # a promoted one was booked there already
             if contract is not None:
-                self.holds.book(contract, _gpus(request))
+                self.holds.book(contract, placement.gpus)
             if request.tier is not Tier.SPOT:
                 for pool, gpus in pool_gpus(placement, self.holds.pool_of_node).items():
                     self.available[pool] = self.available.get(pool, 0.0) - gpus
@@ -608,10 +610,6 @@ def _unbooked(request: Request) -> Pending:
 
 def _blocked(request: Request, message: str) -> Pending:
     return Pending(request.id, Reason.BLOCKED_BY_HEAD, message)
-
-
-def _gpus(request: Request) -> float:
-    return request.gpus_per_node * request.node_count
 
 
 def _fit_key(request: Request) -> tuple:
