@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from suanli.cli.main import app
-from suanli.sim.itp import TraceJob, jittered, read_itp_jobs, synthetic_fleet
-from suanli.sim.itp_check import check_cluster, cluster_paths, itp_capacity, shortfalls
+from suanli.sim.itp import TraceJob, jittered, read_itp_jobs, split_jobs, synthetic_fleet
+from suanli.sim.itp_check import check_cluster, check_parts, cluster_paths, itp_capacity, shortfalls
 from suanli.sim.queue import BASELINES, QueueResult, run_queue
 
 HOUR = 3600.0
@@ -189,3 +189,44 @@ def test_the_check_replays_with_the_declared_durations_asked_for(traces: Path, t
     assert "declared = true duration (oracle)" in outcome.output
     bad = runner.invoke(app, ["sim", "itp-check", "--traces", str(traces), "--estimate", "daily"])
     assert bad.exit_code == 2 and "--estimate daily" in bad.output
+
+
+def test_a_trace_splits_into_disjoint_parts_of_the_same_kind_the_same_way_every_time():
+    jobs = [TraceJob(f"j{i}", 60.0 * i, 100.0 + i, 1 + i % 8) for i in range(400)]
+    parts = split_jobs(jobs, 4)
+    assert sorted((j for part in parts for j in part), key=lambda j: j.job_id) == sorted(
+        jobs, key=lambda j: j.job_id
+    )  # every job in exactly one part
+    assert all(70 <= len(part) <= 130 for part in parts)  # about a quarter each
+    assert all(part == sorted(part, key=lambda j: j.submitted_s) for part in parts)  # arrival order kept
+    assert split_jobs(jobs, 4) == parts  # a hash of the id, not Python's salted hash()
+    assert split_jobs(list(reversed(jobs)), 4)[0] == list(reversed(parts[0]))  # by id, not by position
+    assert split_jobs(jobs, 1) == [jobs]
+    with pytest.raises(ValueError, match="at least 1"):
+        split_jobs(jobs, 0)
+
+
+def test_each_part_of_a_split_cluster_is_checked_at_its_own_capacity(traces: Path):
+    parts = check_parts(traces / "cluster07.csv", 2)
+    assert [p.name for p in parts] == ["cluster07 part 1/2", "cluster07 part 2/2"]
+    assert sum(p.jobs for p in parts) == 40
+    for part in parts:
+        assert all(len(r.jct_s) == part.jobs for r in part.results)  # every job of the part completes
+        assert part.capacity == itp_capacity(
+            next(s for s in split_jobs(read_itp_jobs(traces / "cluster07.csv"), 2) if len(s) == part.jobs)
+        )
+    with pytest.raises(ValueError, match="--split 1"):
+        check_parts(traces / "cluster07.csv", 1)
+
+
+def test_command_checks_the_parts_when_asked_and_counts_the_verdicts(traces: Path, tmp_path: Path):
+    out = tmp_path / "itp.json"
+    args = ["sim", "itp-check", "--traces", str(traces), "--split", "2", "--json", str(out)]
+    outcome = runner.invoke(app, args)
+    assert outcome.exit_code == 0, outcome.output
+    clusters = json.loads(out.read_text())["clusters"]
+    assert set(clusters) == {"cluster07", "cluster07 part 1/2", "cluster07 part 2/2"}
+    met = sum(c["met"] for c in clusters.values())
+    assert f"bar met on {met} of 3" in outcome.output
+    bad = runner.invoke(app, ["sim", "itp-check", "--traces", str(traces), "--split", "1"])
+    assert bad.exit_code == 2 and "--split 1" in bad.output

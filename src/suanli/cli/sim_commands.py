@@ -186,11 +186,19 @@ def itp_check(
         float, typer.Option(min=0.0, help="With --perturb: the most an arrival moves, in seconds.")
     ] = 60.0,
     estimate: EstimateOption = "pow2h",
+    split: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Also deal each cluster's jobs into this many disjoint parts (by job id) and check each "
+            "at its own capacity: clusters of the same kind. 0: no split.",
+        ),
+    ] = 0,
 ) -> None:
     """Replay every ITP cluster at about 85% offered load under every policy; check suanli against each."""
     try:
         checks = itp_check_command(
-            traces, cluster or [], json_path, console, perturb, shift_s, parse_estimate(estimate)
+            traces, cluster or [], json_path, console, perturb, shift_s, parse_estimate(estimate), split
         )
     except (ValueError, SuanliError, OSError) as error:
         console.print(error_text(str(error)))

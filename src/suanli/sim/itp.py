@@ -9,6 +9,7 @@ Declared durations (what a user writes as a time limit) are derived from the tru
 from __future__ import annotations
 
 import csv
+import hashlib
 import itertools
 import math
 import random
@@ -69,6 +70,18 @@ def jittered(jobs: list[TraceJob], max_shift_s: float, seed: int) -> list[TraceJ
         for j, shift in zip(jobs, shifts, strict=True)
     ]
     return sorted(moved, key=lambda j: j.submitted_s)
+
+
+def split_jobs(jobs: list[TraceJob], parts: int) -> list[list[TraceJob]]:
+    """`jobs` dealt into `parts` disjoint traces by a hash of each job's id (stable across runs and machines):
+    each part keeps the trace's arrival pattern, sizes and durations, thinned; clusters of the same kind."""
+    if parts < 1:
+        raise ValueError(f"a trace splits into at least 1 part (got {parts})")
+    split: list[list[TraceJob]] = [[] for _ in range(parts)]
+    for job in jobs:
+        digest = hashlib.sha256(job.job_id.encode("utf-8")).digest()
+        split[int.from_bytes(digest[:8], "big") % parts].append(job)
+    return split
 
 
 def gang_shape(gpus: int, gpus_per_node: int) -> tuple[int, int]:

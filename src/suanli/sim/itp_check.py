@@ -22,6 +22,7 @@ from suanli.sim.itp import (
     nodes_for_load,
     offered_load,
     read_itp_jobs,
+    split_jobs,
     synthetic_fleet,
 )
 from suanli.sim.queue import BASELINES, DEFAULT_ESTIMATE, QueueResult, run_queue
@@ -184,27 +185,58 @@ def check_cluster(
     """Replay the ITP trace at `path` under each policy at its capacity (jobs declaring durations by
     `estimate`), then `perturb_runs` times more with jittered arrivals. `on_policy(label, end_s)` gives a
     progress callback (virtual seconds, up to about `end_s`, the latest arrival plus run time) per replay."""
+    jobs = read_itp_jobs(path)
+    if not jobs:
+        raise ValueError(f"{path}: no jobs")
+    return check_jobs(path.stem, jobs, policies, on_policy, perturb_runs, max_shift_s, estimate)
+
+
+def check_parts(
+    path: Path,
+    parts: int,
+    policies: Sequence[str] = (*BASELINES, CANDIDATE),
+    on_policy: Callable[[str, float], Callable[[float], None]] | None = None,
+    estimate: DurationEstimate = DEFAULT_ESTIMATE,
+) -> list[ClusterCheck]:
+    """The trace at `path` split into `parts` clusters of the same kind (`split_jobs`), each checked at its
+    own capacity by the same rule: whether the verdict is the policy's or one trace's."""
+    if parts < 2:
+        raise ValueError(f"--split {parts}: a trace splits into 2 parts or more")
+    return [
+        check_jobs(f"{path.stem} part {number}/{parts}", part, policies, on_policy, estimate=estimate)
+        for number, part in enumerate(split_jobs(read_itp_jobs(path), parts), start=1)
+        if part
+    ]
+
+
+def check_jobs(
+    name: str,
+    jobs: list[TraceJob],
+    policies: Sequence[str] = (*BASELINES, CANDIDATE),
+    on_policy: Callable[[str, float], Callable[[float], None]] | None = None,
+    perturb_runs: int = 0,
+    max_shift_s: float = 60.0,
+    estimate: DurationEstimate = DEFAULT_ESTIMATE,
+) -> ClusterCheck:
+    """`jobs` replayed under each policy at their capacity (see `check_cluster`), named `name`."""
     if CANDIDATE not in policies:
         raise ValueError(f"the check compares {CANDIDATE} with the baselines: include it in the policies")
     if perturb_runs < 0 or max_shift_s < 0:
         raise ValueError("perturbed runs and the arrival shift must be >= 0")
-    jobs = read_itp_jobs(path)
-    if not jobs:
-        raise ValueError(f"{path}: no jobs")
     capacity = itp_capacity(jobs)
 
     def replay(trace: list[TraceJob], suffix: str = "") -> dict[str, QueueResult]:
         fleet = synthetic_fleet(capacity.nodes, capacity.gpus_per_node)
         end_s = max(j.submitted_s + j.duration_s for j in trace)
         return {
-            name: run_queue(
+            policy: run_queue(
                 fleet,
                 trace,
-                name,
+                policy,
                 estimate=estimate,
-                on_progress=on_policy(name + suffix, end_s) if on_policy else None,
+                on_progress=on_policy(policy + suffix, end_s) if on_policy else None,
             )
-            for name in policies
+            for policy in policies
         }
 
     results = replay(jobs)
@@ -212,9 +244,8 @@ def check_cluster(
     if perturb_runs:
         runs = [replay(jittered(jobs, max_shift_s, seed), f" #{seed}") for seed in range(1, perturb_runs + 1)]
         perturbed = _perturbed(runs, max_shift_s)
-    return ClusterCheck(
-        path.stem, len(jobs), capacity, tuple(results.values()), tuple(shortfalls(results)), perturbed
-    )
+    missed = tuple(shortfalls(results))
+    return ClusterCheck(name, len(jobs), capacity, tuple(results.values()), missed, perturbed)
 
 
 def _perturbed(runs: Sequence[Mapping[str, QueueResult]], max_shift_s: float) -> Perturbed:
