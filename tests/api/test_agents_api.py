@@ -63,6 +63,23 @@ def test_join_tokens_are_single_use_for_operators_and_node_keys_authenticate(
     )
 
 
+def test_a_provider_makes_join_tokens_only_for_its_own_nodes(client: TestClient, tenant) -> None:
+    """A token for another provider's node would let a provider register as that node, replacing its agent's
+    key, and be sent the workloads (command, env) of the tenants running there."""
+    provider_id = client.post(
+        "/v1/tenants", json={"name": "lion-city-gpu", "role": "provider"}, headers=ADMIN
+    ).json()["id"]
+    made = client.post(f"/v1/tenants/{provider_id}/keys", json={"label": "p"}, headers=ADMIN)
+    secret = made.json()["secret"]
+    lion = {"Authorization": f"Bearer {secret}"}
+    platform_node = client.post("/v1/join-tokens", json={"node": "h100-a-01"}, headers=lion)
+    assert platform_node.status_code == 403, platform_node.text
+    assert platform_node.json()["error"]["field"] == "node"
+    own = client.post("/v1/join-tokens", json={"node": "l40s-01"}, headers=lion)
+    assert own.status_code == 201, own.text
+    assert client.post("/v1/join-tokens", json={"node": "h100-a-01"}, headers=ADMIN).status_code == 201
+
+
 def test_reports_move_the_rental_and_logs_are_tenant_scoped(client: TestClient, tenant) -> None:
     node_headers = _register(client, "l40s-01")
     _, owner = tenant("owner")

@@ -71,6 +71,7 @@ def env(store, clock):
         lambda: SqlAgentUnitOfWork(session_factory(engine)),
         clock,
         lambda: None,
+        FleetCache(CATALOG),
         heartbeat_interval_s=10,
         missed_heartbeats=3,
         token_ttl_s=600,

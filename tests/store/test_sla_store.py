@@ -47,6 +47,7 @@ def env(store, clock):
         lambda: SqlAgentUnitOfWork(sessions),
         clock,
         lambda: None,
+        FleetCache(CATALOG),
         heartbeat_interval_s=10,
         missed_heartbeats=3,
         token_ttl_s=600,

@@ -191,6 +191,7 @@ def build(settings: Settings, clock: Clock | None = None) -> Services:
         lambda: SqlAgentUnitOfWork(sessions),
         clock,
         wake,
+        cache,
         heartbeat_interval_s=settings.agent_heartbeat_interval_s,
         missed_heartbeats=settings.agent_missed_heartbeats,
         token_ttl_s=settings.join_token_ttl_s,

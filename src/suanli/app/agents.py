@@ -26,7 +26,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from suanli.app.errors import Invalid, NotFound, Unauthorized
+from suanli.app.errors import Forbidden, Invalid, NotFound, Unauthorized
+from suanli.app.fleet import FleetCache
 from suanli.app.ids import digest, new_id
 from suanli.app.ports import Clock, UnitOfWork
 from suanli.app.records import END_STATES, LIVE_STATES, PREEMPTIBLE_STATES, Caller, Rental, RentalEvent
@@ -168,12 +169,13 @@ class AgentService:
         uow: AgentUnitOfWorkFactory,
         clock: Clock,
         signal: Callable[[], None],
+        cache: FleetCache,
         *,
         heartbeat_interval_s: float,
         missed_heartbeats: int,
         token_ttl_s: float,
     ) -> None:
-        self.uow, self.clock, self.signal = uow, clock, signal
+        self.uow, self.clock, self.signal, self.cache = uow, clock, signal, cache
         self.interval_s, self.missed, self.token_ttl_s = heartbeat_interval_s, missed_heartbeats, token_ttl_s
         self.started_at = clock.now()
 
@@ -184,7 +186,8 @@ class AgentService:
     # --- tokens and registration ----------------------------------------------------------------------
 
     def create_token(self, caller: Caller, node: str, ttl_s: float | None = None) -> tuple[JoinToken, str]:
-        """A join token for `node` (admin or provider); the secret is returned only here."""
+        """A join token for `node` (an admin: any node; a provider: only its own, so that it cannot take over
+        another provider's node and be sent its tenants' workloads); the secret is returned only here."""
         require_operator(caller)
         ttl = self.token_ttl_s if ttl_s is None else ttl_s
         if not 0 < ttl <= MAX_TOKEN_TTL_S:
@@ -195,8 +198,14 @@ class AgentService:
             new_id("jtk"), node, digest(secret), caller.tenant.id, now, now + timedelta(seconds=ttl)
         )
         with self.uow() as uow:
-            if not uow.agents.node_exists(node):
-                raise NotFound(f"no node {node} in the fleet")
+            _, fleet = self.cache.load(uow)
+            facts = next((n for n in fleet.nodes if n.name == node), None) if fleet is not None else None
+            if facts is None or not uow.agents.node_exists(node):
+                raise NotFound(f"no node {node} in the fleet", field="node")
+            if not caller.is_admin and facts.provider != caller.tenant.name:
+                raise Forbidden(
+                    f"a provider key makes join tokens only for its own nodes, not {node}", field="node"
+                )
             uow.agents.add_token(token)
             uow.commit()
         return token, secret
