@@ -250,15 +250,51 @@ def test_a_contract_is_prepaid_covers_its_holders_usage_and_transfers_its_remain
     assert services.contracts.recognize(halfway) == 0
     _credit(client, buyer_id, price)
     moved = client.post(
-        f"/v1/contracts/{contract['id']}/transfer", json={"to_tenant_id": buyer_id}, headers=holder
+        f"/v1/contracts/{contract['id']}/transfer", json={"to_tenant_id": buyer_id}, headers=ADMIN
     )
     assert moved.status_code == 200, moved.text
+    assert client.get(f"/v1/contracts/{contract['id']}", headers=buyer).json()["tenant_id"] == buyer_id
     transfers = [tx for tx in _ledger(client, buyer_id) if tx["kind"] == "transfer"]
     assert len(transfers) == 1
     paid = -sum(p["amount_micros"] for p in transfers[0]["postings"] if p["owner"] == buyer_id)
     assert 0 < paid < price  # the unearned part only (some time has passed since the start)
     assert _balance(client, buyer)["cash_micros"] == price - paid
     assert client.get("/v1/ledger/verify", headers=ADMIN).json()["ok"] is True
+
+
+def test_a_holder_cannot_make_another_tenant_pay_for_its_contract(client, tenant) -> None:
+    """A transfer with value left charges the buyer: the seller alone must not be able to spend the buyer's
+    cash (nor learn the buyer's balance from the refusal)."""
+    holder_id, holder = tenant("futures-seller")
+    victim_id, victim = tenant("futures-victim")
+    start = datetime.now(UTC) - timedelta(minutes=1)
+    body = {
+        "gpu_model": "H100-SXM-80GB",
+        "count": 2,
+        "region": "cn-north",
+        "starts_at": start.isoformat(),
+        "ends_at": (start + timedelta(hours=10)).isoformat(),
+    }
+    _credit(client, holder_id, 100_000_000)
+    _credit(client, victim_id, 7_654_321)
+    contract = client.post("/v1/contracts", json=body, headers=holder).json()
+    assert contract["price_micros"] > 0, contract
+    poor = client.post(
+        f"/v1/contracts/{contract['id']}/transfer", json={"to_tenant_id": victim_id}, headers=holder
+    )
+    assert "7654321" not in poor.text  # the victim's cash
+    assert poor.status_code == 403, poor.text
+    _credit(client, victim_id, contract["price_micros"])
+    holder_before, victim_before = _balance(client, holder), _balance(client, victim)
+    pushed = client.post(
+        f"/v1/contracts/{contract['id']}/transfer", json={"to_tenant_id": victim_id}, headers=holder
+    )
+    assert pushed.status_code == 403, pushed.text
+    assert pushed.json()["error"]["field"] == "to_tenant_id"
+    assert _balance(client, victim) == victim_before and _balance(client, holder) == holder_before
+    assert client.get(f"/v1/contracts/{contract['id']}", headers=holder).json()["tenant_id"] == holder_id
+    assert client.get(f"/v1/contracts/{contract['id']}", headers=victim).status_code == 404
+    assert [tx["kind"] for tx in _ledger(client, victim_id)] == ["top_up", "top_up"]
 
 
 def test_cli_plan_terms_grants_and_revenue(client, tenant, monkeypatch) -> None:

@@ -213,7 +213,9 @@ class ContractService:
     def transfer(self, caller: Caller, contract_id: str, to_tenant_id: str) -> ContractRecord:
         """Hand a contract to another tenant; a priced one: the buyer pays the seller its remaining value.
         The contract is read, locked, inside the transfer's own transaction: a transfer that ran meanwhile
-        wins, and the caller must still hold it (a contract is never sold twice)."""
+        wins, and the caller must still hold it (a contract is never sold twice). The holder may give away a
+        contract with nothing left to pay; one whose buyer would pay needs an admin (who has the buyer's
+        agreement): a holder must not spend another tenant's cash."""
         now = self.clock.now()
 
         def work() -> ContractRecord:
@@ -232,6 +234,12 @@ class ContractService:
                     account = AccountId.contract_prepaid(record.id)
                     value = uow.ledger.balances([record.id]).get(account, 0)
                     if value > 0:
+                        if not caller.is_admin:
+                            raise Forbidden(
+                                f"the buyer would pay its remaining value, {value} micros: only an admin, "
+                                "with the buyer's agreement, transfers a contract with value left",
+                                field="to_tenant_id",
+                            )
                         self._charge(uow, moved.tenant, value, "the contract's remaining value")
                         post_once(
                             uow,

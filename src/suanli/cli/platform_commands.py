@@ -206,7 +206,7 @@ def contracts_ls(as_json: JsonFlag = False) -> None:
 
 @contracts_app.command("transfer")
 def contracts_transfer(contract_id: str, to_tenant: str, as_json: JsonFlag = False) -> None:
-    """Hand a contract (and what is left of it) to another tenant."""
+    """Hand a contract (and what is left of it) to another tenant; one the buyer pays for: admin key."""
     with logged_in() as client:
         contract = client.transfer_contract(contract_id, to_tenant)
     emit(contract, as_json, lambda c: _contracts_table([c]))
