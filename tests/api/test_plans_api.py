@@ -4,6 +4,7 @@ limit, a prepaid tenant warned then stopped, and a contract's prepaid price, 0-p
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -295,6 +296,38 @@ def test_a_holder_cannot_make_another_tenant_pay_for_its_contract(client, tenant
     assert client.get(f"/v1/contracts/{contract['id']}", headers=holder).json()["tenant_id"] == holder_id
     assert client.get(f"/v1/contracts/{contract['id']}", headers=victim).status_code == 404
     assert [tx["kind"] for tx in _ledger(client, victim_id)] == ["top_up", "top_up"]
+
+
+def test_two_transfers_of_one_contract_at_once_pay_its_seller_once(client, tenant) -> None:
+    """Both transfers read the seller as the holder; the second must not pay the seller again (and leave its
+    buyer paying for a contract someone else holds): it finds the holder changed and is refused (409)."""
+    seller_id, seller = tenant("futures-seller")
+    buyer_ids = [tenant(f"futures-buyer-{i}")[0] for i in range(2)]
+    for tenant_id in (seller_id, *buyer_ids):
+        _credit(client, tenant_id, 1_000_000_000)
+    start = datetime.now(UTC) - timedelta(minutes=1)
+    window = {"gpu_model": "H100-SXM-80GB", "count": 1, "region": "cn-north"}
+    body = {**window, "starts_at": start.isoformat(), "ends_at": (start + timedelta(hours=10)).isoformat()}
+    for _ in range(12):  # each try races; on the old code most of them paid twice
+        contract = client.post("/v1/contracts", json=body, headers=seller).json()
+        at_once = threading.Barrier(len(buyer_ids))
+        codes: list[int] = []
+
+        def sell(buyer_id: str, contract_id: str = contract["id"], at_once=at_once, codes=codes) -> None:
+            at_once.wait()
+            path = f"/v1/contracts/{contract_id}/transfer"
+            codes.append(client.post(path, json={"to_tenant_id": buyer_id}, headers=ADMIN).status_code)
+
+        threads = [threading.Thread(target=sell, args=(buyer_id,)) for buyer_id in buyer_ids]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        ledger = _ledger(client, seller_id)
+        transfers = [tx for tx in ledger if tx["kind"] == "transfer" and tx["ref"] == contract["id"]]
+        assert len(transfers) == 1, (codes, transfers)
+        assert sorted(codes) in ([200, 200], [200, 409]), codes
+    assert client.get("/v1/ledger/verify", headers=ADMIN).json()["ok"] is True
 
 
 def test_cli_plan_terms_grants_and_revenue(client, tenant, monkeypatch) -> None:
