@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from suanli.agent.executors import ExecutorError, RentalPaths, WorkloadSpec, run_args
-from suanli.agent.images import FRAMEWORK_IMAGES, resolve_image
+from suanli.domain.images import FRAMEWORK_IMAGES, resolve_image
 
 PATHS = RentalPaths(Path("/var/lib/suanli/rentals/r-7"))
 GPU_A = "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6"

@@ -118,3 +118,12 @@ def test_fleet_check_names_file_node_and_field(tmp_path: Path) -> None:
     assert "bad.toml" in result.output
     assert "h100-a-{i}" in result.output
     assert "cpu_milli" in result.output
+
+
+def test_rent_refuses_an_image_that_is_not_a_reference_naming_the_option() -> None:
+    """Checked before anything is sent (no server here): exit 2, the option named, the fix suggested."""
+    rent = runner.invoke(app, ["rent", "H100:1", "--image", "ghcr.io/Acme/trainer:1", "--", "python", "t.py"])
+    assert rent.exit_code == 2, rent.output
+    shown = " ".join(rent.output.split())  # Rich wraps long lines
+    assert "--image: Value error, 'ghcr.io/Acme/trainer:1': repository names are lowercase" in shown
+    assert "did you mean 'ghcr.io/acme/trainer:1'" in shown

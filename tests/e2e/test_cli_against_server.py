@@ -123,6 +123,31 @@ def test_a_new_tenant_rents_lists_shows_and_stops(server: str, tmp_path: Path) -
     assert json.loads(_cli(tenant, "stop", gang["id"], "--json").stdout)["state"] == "stopped"
 
 
+def test_a_tenant_rents_with_a_container_image_and_sees_it_in_ls_and_show(
+    server: str, tmp_path: Path
+) -> None:
+    admin, tenant = tmp_path / "admin", tmp_path / "tenant"
+    _cli(admin, "login", server, "--key", ADMIN_KEY)
+    _cli(admin, "admin", "fleet-put", str(REPO / "examples" / "fleet.toml"))
+    _cli(
+        tenant,
+        "login",
+        server,
+        "--key",
+        json.loads(_cli(admin, "admin", "tenant-create", "acme", "--json").stdout)["secret"],
+    )
+    rented = json.loads(_cli(tenant, "rent", "H100:2", "--image", "pytorch", "--json").stdout)
+    assert (rented["request"]["image"], rented["request"]["command"]) == ("pytorch", [])
+    listed = _cli(tenant, "ls").stdout
+    assert "image" in listed and "pytorch" in listed
+    assert "image pytorch" in _cli(tenant, "show", rented["id"]).stdout
+    unknown = _cli(tenant, "rent", "H100:1", "--image", "pytorch:0.0.1", check=False)
+    assert unknown.returncode == 1, unknown.stdout + unknown.stderr
+    assert "no pytorch 0.0.1; its versions: 2.5.1, 2.4.1" in " ".join(unknown.stderr.split())
+    garbage = _cli(tenant, "rent", "H100:1", "--image", "PyTorch", check=False)
+    assert garbage.returncode == 2 and "--image" in garbage.stderr
+
+
 def test_exit_codes_scripts_can_trust(server: str, tmp_path: Path) -> None:
     config = tmp_path / "cfg"
     assert _cli(config, "ls", check=False).returncode == 3  # not logged in

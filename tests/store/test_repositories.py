@@ -3,12 +3,14 @@ idempotency keys, two schedulers on one database, and a rebuild from the databas
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from sqlalchemy import insert, text
 
 from suanli.app.booking import bookings_for
 from suanli.app.errors import BookingConflict, Duplicate
@@ -19,6 +21,7 @@ from suanli.domain.catalog_data import CATALOG
 from suanli.domain.plan import NodeAllocation, Slice
 from suanli.domain.queue_order import BOOKED_QUEUE, GREEDY_QUEUE, PLATFORM_QUEUE
 from suanli.store.db import make_engine, migrate, unit_of_work_factory
+from suanli.store.rows import RentalRow
 
 FLEET = (Path(__file__).resolve().parents[2] / "examples" / "fleet.toml").read_text()
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
@@ -61,6 +64,39 @@ def test_round_trips(uow) -> None:
         assert u.rentals.by_idempotency_key("ten_a", "k1").id == "rnt_1"
         assert [e.kind for e in u.rentals.events("rnt_1")] == ["created"]
         assert u.fleet.current().toml == FLEET
+
+
+def test_a_rentals_image_is_stored_in_its_own_column_and_gone_after_a_downgrade(
+    uow, database_url: str
+) -> None:
+    """The spec JSON never holds `image`: the code before migration 0017 builds a spec from every key there,
+    so after a downgrade (which drops the column and the images with it) it still reads every rental."""
+    from alembic import command
+    from alembic.config import Config
+
+    from suanli.store.db import MIGRATIONS
+
+    spec = RentalSpec(gpus=1, image="pytorch:2.5.1", command=("python", "train.py"))
+    with uow() as u:
+        u.rentals.add(_rental("rnt_img", spec))
+        u.commit()
+    with uow() as u:
+        assert u.rentals.get("rnt_img").spec == spec
+        assert [r.spec.image for r in u.rentals.pending()] == ["pytorch:2.5.1"]
+    engine = make_engine(database_url)
+    with engine.connect() as connection:
+        stored = connection.execute(text("SELECT spec, image FROM rentals WHERE id = 'rnt_img'")).one()
+    spec_json = stored.spec if isinstance(stored.spec, dict) else json.loads(stored.spec)
+    assert "image" not in spec_json and stored.image == "pytorch:2.5.1"
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.downgrade(config, "0016")
+    migrate(engine)
+    engine.dispose()
+    with uow() as u:
+        assert u.rentals.get("rnt_img").spec == replace(spec, image=None)
 
 
 def test_idempotency_key_is_unique_per_tenant(uow) -> None:
@@ -694,9 +730,15 @@ def test_the_measured_gpu_seconds_migration_fills_existing_runs_from_their_renta
     try:
         with factory() as u:
             u.tenants.add(Tenant("ten_a", "a", "tenant", NOW))
-            for rental_id, spec in specs.items():
-                u.rentals.add(_rental(rental_id, spec))
             u.commit()
+        with engine.begin() as connection:  # as the code of 0014 stored them (no image column yet)
+            for rental_id, spec in specs.items():
+                stored = {k: v for k, v in asdict(spec).items() if k != "image"}
+                connection.execute(
+                    insert(RentalRow.__table__).values(
+                        id=rental_id, tenant_id="ten_a", state="pending", spec=stored, created_at=NOW
+                    )
+                )
         runs = [("rnt_w", "n1", 100.0), ("rnt_w", "n2", 50.0), ("rnt_m", "n1", 70.0), ("rnt_s", "n1", 0.0)]
         with engine.begin() as connection:
             for rental_id, node, measured_s in runs:

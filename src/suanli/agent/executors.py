@@ -49,9 +49,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Protocol
 
-from suanli.agent.images import resolve_image
 from suanli.agent.supervisor import STARTED
 from suanli.domain.errors import SuanliError
+from suanli.domain.images import resolve_image
 
 INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "TMPDIR")
 POLL_INTERVAL_S = 0.02

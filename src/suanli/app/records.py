@@ -64,6 +64,7 @@ class RentalSpec:
     providers: tuple[str, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
     max_duration_s: int | None = None
+    image: str | None = None  # a catalogue key or an image reference: the workload runs in that container
     command: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     restart: str = "never"  # or "on-failure": the agent restarts a failed workload, a lost one is re-queued

@@ -22,7 +22,8 @@ from suanli.app.records import END_STATES, LIVE_STATES, Caller, Rental, RentalEv
 from suanli.domain.billing.money import round_half_up
 from suanli.domain.billing.pricebook import resized_rate
 from suanli.domain.catalog import Catalog
-from suanli.domain.errors import RequestError
+from suanli.domain.errors import CatalogError, RequestError
+from suanli.domain.images import check_image
 from suanli.domain.plan import NodeAllocation
 from suanli.domain.request import Constraints, GpuSelector, GpuShare, MigSlice, Request, Tier, WholeGpus
 
@@ -82,10 +83,25 @@ def check_spec(spec: RentalSpec, catalog: Catalog) -> None:
             raise Invalid(f"no {spec.gpu_model} has MIG profile {spec.mig_profile!r}", field="mig_profile")
     if spec.bid_micros_per_gpu_hour is not None and spec.tier != "spot":
         raise Invalid("a bid is for the spot tier only", field="bid_micros_per_gpu_hour")
+    if spec.image is not None:
+        try:
+            check_image(spec.image)
+        except CatalogError as error:
+            raise Invalid(str(error), field="image") from None
     try:
         to_request(Rental("rnt_check", "ten_check", "pending", spec, _EPOCH))
     except RequestError as error:
         raise Invalid(str(error), field=_FIELDS.get(error.field, error.field) or None) from None
+
+
+def spec_fingerprint(spec: RentalSpec) -> str:
+    """SHA-256 of the request, which tells a retry (same key, same request) from a clash (same key, another
+    request). A field added later counts only when set, so a rental created before it keeps its fingerprint
+    and its retry is still a retry."""
+    fields = asdict(spec)
+    if fields["image"] is None:
+        del fields["image"]
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=list).encode()).hexdigest()
 
 
 class RentalService:
@@ -107,9 +123,7 @@ class RentalService:
         if idempotency_key is not None and not 0 < len(idempotency_key) <= MAX_IDEMPOTENCY_KEY:
             raise Invalid(f"1 to {MAX_IDEMPOTENCY_KEY} characters", field="Idempotency-Key")
         check_spec(spec, self.catalog)
-        fingerprint = hashlib.sha256(
-            json.dumps(asdict(spec), sort_keys=True, default=list).encode()
-        ).hexdigest()
+        fingerprint = spec_fingerprint(spec)
         tenant_id = caller.tenant.id
         now = self.clock.now()
         rental = Rental(

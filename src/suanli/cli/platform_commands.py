@@ -44,6 +44,7 @@ RENT_OPTIONS = {
     "bid_micros_per_gpu_hour": "--bid",
     "max_duration_s": "--max-duration",
     "max_restarts": "--max-restarts",
+    "image": "--image",
     "regions": "--region",
     "jurisdictions": "--jurisdiction",
     "gpus": "SPEC (GPUs)",
@@ -89,12 +90,20 @@ def rent(
     cpu: Annotated[int, typer.Option(help="CPU per node, milli-cores.")] = 0,
     memory: Annotated[int, typer.Option(help="Host memory per node, MiB.")] = 0,
     max_duration: Annotated[int | None, typer.Option(help="Declared max run time, seconds.")] = None,
+    image: Annotated[
+        str | None,
+        typer.Option(
+            help="Container image: a catalogue key (pytorch, pytorch:2.5.1, vllm, tensorflow, jax, "
+            "pytorch-ngc) or any reference (ghcr.io/acme/trainer:1.2). Without a command its entrypoint runs."
+        ),
+    ] = None,
     restart: Annotated[str, typer.Option(help="never, or on-failure (restart a failed workload).")] = "never",
     max_restarts: Annotated[int, typer.Option(min=0, max=100, help="Restarts allowed with on-failure.")] = 0,
     idempotency_key: Annotated[str | None, typer.Option(help="Retry-safe key; default: a new one.")] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Rent GPUs now: `suanli rent H100:8 --nodes 2 --tier spot --bid 1.9 --region eu -- python train.py`."""
+    """Rent GPUs now: `suanli rent H100:8 --nodes 2 --tier spot --bid 1.9 --region eu -- python train.py`,
+    or in a container: `suanli rent H100:8 --image pytorch -- python train.py`."""
     try:
         gpu = parse_gpu_spec(spec)
         bid_micros = money_to_micros(bid) if bid is not None else None
@@ -121,6 +130,7 @@ def rent(
             regions=region or [],
             jurisdictions=jurisdiction or [],
             max_duration_s=max_duration,
+            image=image,
             command=command or [],
             restart=restart,  # type: ignore[arg-type]
             max_restarts=max_restarts,
@@ -311,18 +321,21 @@ def _rentals_table(found: list[RentalResponse]):
             _shape(r),
             r.request.nodes,
             r.request.tier,
+            r.request.image or "",
             _pending(r),
             ", ".join(a.node for a in r.allocation),
         )
         for r in found
     ]
-    return table("Rentals", ("id", "state", "shape", "nodes", "tier", "pending", "on"), rows)
+    return table("Rentals", ("id", "state", "shape", "nodes", "tier", "image", "pending", "on"), rows)
 
 
 def _rental_detail(rental: RentalResponse) -> Group:
     request = rental.request
     header = f"[bold]{rental.id}[/bold]: {rental.state}, {_shape(rental)} x {request.nodes} node(s)"
     header += f", {request.tier}"
+    if request.image:
+        header += f", image {request.image}"
     if rental.pending_reason:
         header += f", pending: {_pending(rental)}"
     if rental.price_micros_per_hour is not None:

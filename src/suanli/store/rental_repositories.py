@@ -50,6 +50,7 @@ class SqlRentals:
                 tenant_id=rental.tenant_id,
                 state=rental.state,
                 spec=_spec_json(rental.spec),
+                image=rental.spec.image,
                 created_at=rental.created_at,
                 pending_reason=rental.pending_reason,
                 price_micros_per_hour=rental.price_micros_per_hour,
@@ -180,7 +181,9 @@ class SqlRentals:
 
     def update_spec(self, rental_id: str, rental: Rental) -> None:
         self.s.execute(
-            update(RentalRow).where(RentalRow.id == rental_id).values(spec=_spec_json(rental.spec))
+            update(RentalRow)
+            .where(RentalRow.id == rental_id)
+            .values(spec=_spec_json(rental.spec), image=rental.spec.image)
         )
 
     def mark_placed(
@@ -643,7 +646,9 @@ class SqlRentals:
 
 
 def _spec_json(spec: RentalSpec) -> dict[str, Any]:
+    """The spec as the `spec` column holds it; its image has a column of its own (0017)."""
     data = asdict(spec)
+    del data["image"]
     for name in ("regions", "jurisdictions", "providers", "command"):
         data[name] = list(data[name])
     data["labels"], data["env"] = dict(spec.labels), dict(spec.env)
@@ -691,6 +696,7 @@ def _rental(row: RentalRow) -> Rental:
     data = dict(row.spec)
     for name in ("regions", "jurisdictions", "providers", "command"):
         data[name] = tuple(data.get(name, ()))
+    data["image"] = row.image
     return Rental(
         row.id,
         row.tenant_id,

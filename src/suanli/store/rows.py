@@ -101,6 +101,8 @@ class RentalRow(Base):
     promise: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
     reserved_nodes: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
     quote: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # the container image the tenant named (0017): a catalogue key or an image reference; the spec's `image`
+    image: Mapped[str | None] = mapped_column(String(255), nullable=True)
     # set by the meter once the rental has ended and its final charge is posted (0006): not metered again
     billing_closed_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
 

@@ -7,6 +7,8 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from suanli.wire.images import image_reference
+
 Role = Literal["admin", "provider", "tenant"]
 TierName = Literal["reserved", "on_demand", "spot"]
 RentalState = Literal[
@@ -43,6 +45,8 @@ def _in_range(moment: datetime) -> datetime:
 
 # a time in a request: a clear 4xx, never an overflow later (`+ 1 year`, epoch seconds, `astimezone`)
 Moment = Annotated[datetime, AfterValidator(_in_range)]
+# a container image: a catalogue key or a reference in the distribution spec's grammar (422 otherwise)
+ImageName = Annotated[str, AfterValidator(image_reference)]
 
 
 class WireModel(BaseModel):
@@ -152,6 +156,12 @@ class RentalCreateRequest(WireModel):
     providers: list[str] = Field(default_factory=list)
     labels: dict[str, str] = Field(default_factory=dict)
     max_duration_s: int | None = Field(default=None, gt=0, le=MAX_DURATION_S)
+    image: ImageName | None = Field(
+        default=None,
+        description="The container image the workload runs in: a catalogue key (pytorch, pytorch:2.5.1, "
+        "vllm, tensorflow, jax, pytorch-ngc) or any image reference (ghcr.io/acme/trainer:1.2). Without a "
+        "`command` the image's own entrypoint runs. It needs a node whose agent runs containers.",
+    )
     command: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     restart: Literal["never", "on-failure"] = Field(

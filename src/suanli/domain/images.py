@@ -1,13 +1,20 @@
 """A curated catalogue of framework container images, each pinned to a version and citing where it comes from.
 
 A rental's `image` may be a catalogue key (`pytorch`, `pytorch:2.5.1`, `vllm`, ...) or any image reference; a
-key resolves to its pinned reference, anything else passes through unchanged. Tags were checked against the
-publishers' registries and release notes when written; bump them here, never in callers.
+key resolves to its pinned reference, anything else passes through unchanged. A catalogue framework with a
+version the catalogue does not list (`pytorch:0.0.1`) is refused (`check_image`), not passed to a registry as
+the Docker Hub image `library/pytorch`. Tags were checked against the publishers' registries and release notes
+when written; bump them here, never in callers. The server checks a rental's image against this catalogue and
+the agent resolves it, so both read the same table.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from suanli.domain.errors import CatalogError
+
+DEFAULT_IMAGE = "pytorch"  # what a container agent runs a rental that names no image in: the newest PyTorch
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,3 +72,20 @@ def resolve_image(name: str) -> str:
         if image.framework == framework and version in ("", image.version):
             return image.reference
     return name
+
+
+def versions(framework: str) -> tuple[str, ...]:
+    """The versions the catalogue lists for `framework`, newest first (empty: not a catalogue framework)."""
+    return tuple(image.version for image in FRAMEWORK_IMAGES if image.framework == framework)
+
+
+def check_image(name: str) -> None:
+    """CatalogError when `name` is a catalogue framework with a version the catalogue does not list."""
+    framework, tagged, version = name.partition(":")
+    known = versions(framework)
+    if tagged and known and version not in known:
+        raise CatalogError(
+            f"the image catalogue has no {framework} {version}; its versions: {', '.join(known)} "
+            f"(`{framework}` alone is {known[0]}); name an image outside the catalogue by its repository, "
+            "e.g. registry.example.com/team/trainer:1.2"
+        )
