@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
+from conftest import ADMIN, wait_for
 from suanli.app.records import RentalSpec
 from suanli.app.rentals import spec_fingerprint
 
@@ -112,3 +113,14 @@ def test_a_rental_without_an_image_keeps_the_fingerprint_it_had_before_images_ex
         regions=("cn-north",),
     )
     assert spec_fingerprint(spec) == "1cb6caa0ce5bcedccd3a36ac0e1faa7cccc3ee62adf9439308c87c0855f1e028"
+
+
+def test_the_agents_assignment_carries_the_image(client: TestClient, tenant) -> None:
+    _, headers = tenant("acme")
+    created = _rent(client, headers, gpu_model="L40S", image="vllm:0.6.3").json()
+    node = wait_for(client, created["id"], headers, "placed")["allocation"][0]["node"]
+    token = client.post("/v1/join-tokens", json={"node": node}, headers=ADMIN).json()["token"]
+    node_key = client.post("/v1/agents/register", json={"token": token, "inventory": {}}).json()["node_key"]
+    beat = client.post("/v1/agents/heartbeat", json={}, headers={"Authorization": f"Bearer {node_key}"})
+    (sent,) = beat.json()["assignments"]
+    assert (sent["rental_id"], sent["image"], sent["command"]) == (created["id"], "vllm:0.6.3", [])

@@ -69,6 +69,8 @@ class Platform:
     agents: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     tenant_key: str = ""
     missed_heartbeats: int = 3  # before a node is marked down
+    agent_args: tuple[str, ...] = ()  # more `suanli agent` options, e.g. the executor
+    agent_path: str | None = None  # the agents' PATH (default: this process's)
 
     def start_server(self) -> None:
         env = {
@@ -94,11 +96,12 @@ class Platform:
     def start_agent(self, node: str, token: str) -> None:
         args = [*SUANLI, "agent", "--server", self.url, "--declared", str(self.tmp / "fleet.toml")]
         args += ["--node", node, "--work-dir", str(self.tmp / "agents" / node), "--grace", "1"]
-        args += ["--advertise-host", host(node)]
+        args += ["--advertise-host", host(node), *self.agent_args]
+        env = {**os.environ, "SUANLI_JOIN_TOKEN": token}
+        if self.agent_path is not None:
+            env["PATH"] = self.agent_path
         with (self.tmp / f"agent-{node}.log").open("ab") as log:
-            self.agents[node] = subprocess.Popen(
-                args, env={**os.environ, "SUANLI_JOIN_TOKEN": token}, stdout=log, stderr=subprocess.STDOUT
-            )
+            self.agents[node] = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
 
     def tenant(self) -> Client:
         return Client(self.url, self.tenant_key)
@@ -106,12 +109,25 @@ class Platform:
 
 @contextmanager
 def running_platform(
-    tmp_path: Path, fleet: str, nodes: Sequence[str], missed_heartbeats: int = 3
+    tmp_path: Path,
+    fleet: str,
+    nodes: Sequence[str],
+    missed_heartbeats: int = 3,
+    agent_args: Sequence[str] = (),
+    agent_path: str | None = None,
 ) -> Iterator[Platform]:
-    """A server with `fleet` loaded, a tenant, and an agent for each of `nodes`; all stopped afterwards."""
+    """A server with `fleet` loaded, a tenant, and an agent for each of `nodes` (with `agent_args`, on
+    `agent_path`); all stopped afterwards."""
     port = _free_port()
     (tmp_path / "fleet.toml").write_text(fleet)
-    p = Platform(tmp_path, port, f"http://127.0.0.1:{port}", missed_heartbeats=missed_heartbeats)
+    p = Platform(
+        tmp_path,
+        port,
+        f"http://127.0.0.1:{port}",
+        missed_heartbeats=missed_heartbeats,
+        agent_args=tuple(agent_args),
+        agent_path=agent_path,
+    )
     p.start_server()
     try:
         with Client(p.url, ADMIN_KEY) as admin:

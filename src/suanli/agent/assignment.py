@@ -22,3 +22,8 @@ class Assignment:
     restart: RestartPolicy = field(default_factory=RestartPolicy.never)
     peers: tuple[str, ...] = ()  # host names of all the rental's nodes, rank order (empty: not told)
     node_rank: int = 0
+
+    @property
+    def runs_workload(self) -> bool:
+        """A command, or an image whose entrypoint runs without one; neither: a reservation holding GPUs."""
+        return bool(self.command) or self.image is not None

@@ -23,12 +23,14 @@ SIGKILL); the group survives the agent exiting. The workload gets exactly the en
 passed to the supervisor on stdin, never through its own environment.
 
 `ProcessExecutor` runs the command itself. The child inherits only `INHERITED_ENV` from the agent (never the
-agent's credentials) plus the workload's env; HOME is its work dir.
+agent's credentials) plus the workload's env; HOME is its work dir. It refuses a workload with an image: a
+command meant for a container never runs on the host.
 
 `ContainerExecutor` builds a `docker run` / `podman run` argument list (`run_args`) and runs the attached CLI
 as the workload's process (its exit code is the container's); signals go through `docker kill --signal` and
-`docker stop`. Its argument list is unit-tested, and its launch with a stand-in runtime program; running real
-containers is not tested here (no container engine in CI).
+`docker stop`. A workload without an image runs in `DEFAULT_IMAGE`, one without a command runs its image's
+entrypoint. Its argument list is unit-tested, and its launch with a stand-in runtime program on PATH; running
+real containers is not tested here (no container engine in CI, and nothing may be downloaded).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
@@ -51,9 +53,10 @@ from typing import Protocol
 
 from suanli.agent.supervisor import STARTED
 from suanli.domain.errors import SuanliError
-from suanli.domain.images import resolve_image
+from suanli.domain.images import DEFAULT_IMAGE, resolve_image
 
 INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "TMPDIR")
+RUNTIMES = ("docker", "podman")  # the container CLIs the container executor drives, in lookup order
 POLL_INTERVAL_S = 0.02
 CONTAINER_NOTICE_DIR = "/run/suanli"
 CONTAINER_WORKDIR = "/workspace"
@@ -173,6 +176,11 @@ class ProcessExecutor:
         return rental_paths(self.base, rental_id)
 
     def launch(self, spec: WorkloadSpec) -> ProcessWorkload:
+        if spec.image is not None:  # never run a command meant for a container on the host itself
+            raise ExecutorError(
+                f"this node's agent runs workloads as host processes and cannot run image {spec.image!r}: "
+                "its operator must start it with `suanli agent --executor container` (docker or podman)"
+            )
         if not spec.command:
             raise ExecutorError(f"rental {spec.rental_id}: no command to run")
         paths = self.paths(spec.rental_id)
@@ -232,18 +240,22 @@ class ProcessWorkload:
 
 
 class ContainerExecutor:
-    """Workloads as containers through the docker or podman CLI (the attached client is the local process)."""
+    """Workloads as containers through the docker or podman CLI (the attached client is the local process).
+    A rental that names no image runs in `default_image` (the catalogue's newest PyTorch): a container agent
+    never runs a tenant's command on the host."""
 
-    def __init__(self, base: Path, runtime: str | None = None) -> None:
+    def __init__(self, base: Path, runtime: str | None = None, default_image: str = DEFAULT_IMAGE) -> None:
         self.base = base
         self.runtime = runtime or find_runtime()
         if self.runtime is None:
             raise ExecutorError("no container runtime: neither docker nor podman is on PATH")
+        self.default_image = default_image
 
     def paths(self, rental_id: str) -> RentalPaths:
         return rental_paths(self.base, rental_id)
 
     def launch(self, spec: WorkloadSpec) -> ContainerWorkload:
+        spec = replace(spec, image=spec.image or self.default_image)
         paths = self.paths(spec.rental_id)
         paths.create()
         paths.notice_file.unlink(missing_ok=True)
@@ -329,9 +341,9 @@ def container_name(rental_id: str) -> str:
     return f"suanli-{rental_id}"
 
 
-def find_runtime() -> str | None:
-    """`docker` or `podman` as found on PATH (docker first), or None."""
-    for name in ("docker", "podman"):
+def find_runtime(names: Sequence[str] = RUNTIMES) -> str | None:
+    """The first of `names` (docker, then podman) found on PATH, as its path; None when none is."""
+    for name in names:
         found = shutil.which(name)
         if found:
             return found

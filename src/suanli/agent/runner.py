@@ -281,8 +281,8 @@ class AgentRunner:
             local.log_offset = 0  # the server tells the stored size at the first upload
             self._write_nodes(assignment)  # its nodes may have changed meanwhile too
             return local
-        if not assignment.command:  # a reservation without a command: the GPUs are held, nothing runs
-            local.message = "no command: the GPUs are held until the rental is stopped"
+        if not assignment.runs_workload:  # a reservation: the GPUs are held, nothing runs
+            local.message = "no command or image: the GPUs are held until the rental is stopped"
             return local
         self._launch(assignment, local)
         return local
@@ -324,7 +324,7 @@ class AgentRunner:
 
     def _restart(self, local: Local) -> None:
         """Start a resized rental's workload again on its new GPUs (a reservation just holds them)."""
-        if local.assignment is not None and local.assignment.command:
+        if local.assignment is not None and local.assignment.runs_workload:
             self._launch(local.assignment, local)
         else:
             local.workload = None
@@ -536,6 +536,7 @@ def _assignment(response: AssignmentResponse) -> Assignment:
         ),
         command=tuple(response.command),
         env=dict(response.env),
+        image=response.image,
         restart=policy,
         peers=tuple(response.peers),
         node_rank=response.node_rank,

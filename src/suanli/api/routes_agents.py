@@ -117,6 +117,7 @@ def _assignment(a: NodeAssignment) -> AssignmentResponse:
         ],
         command=list(spec.command),
         env=dict(spec.env),
+        image=spec.image,
         restart=spec.restart,  # type: ignore[arg-type]
         max_restarts=spec.max_restarts,
         notice_deadline=a.notice_deadline,

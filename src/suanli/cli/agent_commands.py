@@ -14,6 +14,7 @@ from typing import Annotated
 import platformdirs
 import typer
 
+from suanli.agent.executor_choice import ExecutorKind, choose_executor, describe
 from suanli.agent.probe import DeclaredProbe, GpuProbe, NvmlProbe
 from suanli.agent.runner import AgentError, AgentRunner
 from suanli.cli.demo import run_demo
@@ -48,6 +49,19 @@ def agent(
             "(SUANLI_NODES, SUANLI_MASTER_ADDR); sent when registering (default: the host name)."
         ),
     ] = None,
+    executor: Annotated[
+        ExecutorKind,
+        typer.Option(
+            case_sensitive=False,
+            help="process: workloads run as host processes (a rental with an image fails here); container: "
+            "in containers through docker or podman (a rental without an image runs in the catalogue's "
+            "newest pytorch); auto: container when a runtime is on PATH, else process.",
+        ),
+    ] = ExecutorKind.PROCESS,
+    runtime: Annotated[
+        str | None,
+        typer.Option(help="Container runtime: docker or podman (default: the first on PATH, docker first)."),
+    ] = None,
 ) -> None:
     """Run the node agent: register, heartbeat, run the rentals placed on this host, ship their logs."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s agent %(levelname)s %(message)s")
@@ -59,11 +73,14 @@ def agent(
             else NvmlProbe()
         )
         directory = work_dir or Path(platformdirs.user_data_dir("suanli", appauthor=False)) / "agent"
+        chosen = choose_executor(executor, directory, runtime)
+        logging.getLogger(__name__).info("workloads run with %s", describe(chosen))
         runner = AgentRunner(
             server,
             probe,
             directory,
             join_token=token,
+            executor=chosen,
             interval_s=interval,
             grace_s=grace,
             stop_workloads_on_exit=stop_workloads_on_exit,

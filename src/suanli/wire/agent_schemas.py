@@ -62,6 +62,12 @@ class AssignmentResponse(WireModel):
     slices: list[SliceResponse]
     command: list[str]
     env: dict[str, str]
+    image: str | None = Field(
+        default=None,
+        description="The container image the tenant named (a catalogue key or an image reference); the agent "
+        "resolves a key to its pinned reference. Set: run in that container (without a command, its "
+        "entrypoint); an agent that runs host processes reports the workload failed instead.",
+    )
     restart: Literal["never", "on-failure"] = "never"
     max_restarts: int = 0
     notice_deadline: datetime | None = Field(

@@ -1,0 +1,51 @@
+"""Which executor an agent runs its workloads with: `suanli agent --executor process|container|auto`.
+
+`process` runs them as host processes (an image rental fails there, saying so); `container` through docker or
+podman (`--runtime`, else whichever is found first), and fails to start without one; `auto` is `container`
+when a runtime is found, else `process`.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+
+from suanli.agent.executors import (
+    RUNTIMES,
+    ContainerExecutor,
+    Executor,
+    ExecutorError,
+    ProcessExecutor,
+    find_runtime,
+)
+
+
+class ExecutorKind(StrEnum):
+    PROCESS = "process"
+    CONTAINER = "container"
+    AUTO = "auto"
+
+
+def choose_executor(kind: ExecutorKind, base: Path, runtime: str | None = None) -> Executor:
+    """The executor of `kind` under `base`; ExecutorError for a runtime that is not one we drive, one asked
+    for with the process executor, or a container executor with no runtime on PATH."""
+    if runtime is not None and runtime not in RUNTIMES:
+        raise ExecutorError(f"--runtime {runtime!r}: use {' or '.join(RUNTIMES)}")
+    if kind is ExecutorKind.PROCESS:
+        if runtime is not None:
+            raise ExecutorError("--runtime is for --executor container or auto, not process")
+        return ProcessExecutor(base)
+    names = (runtime,) if runtime is not None else RUNTIMES
+    found = find_runtime(names)
+    if found is None:
+        if kind is ExecutorKind.AUTO:
+            return ProcessExecutor(base)
+        raise ExecutorError(f"--executor container: no {' or '.join(names)} on PATH")
+    return ContainerExecutor(base, runtime=found)
+
+
+def describe(executor: Executor) -> str:
+    """What an executor runs workloads with, for the agent's log: `host processes` or the runtime's path."""
+    if isinstance(executor, ContainerExecutor):
+        return f"containers through {executor.runtime} (default image {executor.default_image})"
+    return "host processes"
