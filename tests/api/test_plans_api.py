@@ -393,3 +393,31 @@ def test_a_rental_its_contract_covered_pays_on_demand_once_the_contract_has_ende
         body = client.get(f"/v1/rentals/{rental['id']}", headers=headers).json()
         assert body["price_micros_per_hour"] == H100_ON_DEMAND
         assert charged(client, rental["id"], headers) == H100_ON_DEMAND  # 0 to the end, then 1 h on-demand
+
+
+def test_a_rental_placed_before_its_contract_opens_is_covered_from_the_start(database_url: str) -> None:
+    """A 1-GPU rental placed 3 s before its tenant's 1-GPU contract opens pays on-demand. It kept that rate
+    inside the window while the scheduler counted it as the contract's claim (the tenant paid the contract
+    and on-demand for the same GPU: the hour after the start charged 2,990,000 micros). Now the meter
+    loop's pass (its jobs as the server wires them) re-prices it from the start: the hour after costs 0,
+    and only the 60-s minimum before it is charged."""
+    with app_client(database_url, meter_interval_s=3600, prepaid=False) as client:
+        services = client.app.state.services
+        tenant_id = client.post("/v1/tenants", json={"name": "early"}, headers=ADMIN).json()["id"]
+        secret = client.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()
+        headers = {"Authorization": f"Bearer {secret['secret']}"}
+        start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=3)
+        window = {"gpu_model": "H100-SXM-80GB", "count": 1, "region": "cn-north"}
+        body = {**window, "starts_at": start.isoformat(), "ends_at": (start + timedelta(hours=2)).isoformat()}
+        assert client.post("/v1/contracts", json=body, headers=headers).status_code == 201
+        rental = client.post("/v1/rentals", json={**H100, "regions": ["cn-north"]}, headers=headers).json()
+        placed = wait_for(client, rental["id"], headers, "placed")
+        assert placed["price_micros_per_hour"] == H100_ON_DEMAND  # the window is not open yet
+        while datetime.now(UTC) < start:
+            time.sleep(0.1)
+        services.meter.work()  # a meter pass and the jobs around it
+        services.billing.meter(now=start + timedelta(hours=1))
+        body = client.get(f"/v1/rentals/{rental['id']}", headers=headers).json()
+        assert body["price_micros_per_hour"] == 0
+        assert body["quote"]["contract_covered_gpu_milli"] == 1000
+        assert charged(client, rental["id"], headers) == charge_micros(H100_ON_DEMAND, 60)

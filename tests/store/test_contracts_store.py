@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 from suanli.app.billing import BillingService
 from suanli.app.contracts import ContractService
@@ -87,7 +88,34 @@ def _place_covered(factory, rental_id: str, at: datetime) -> None:
         u.rentals.add(Rental(rental_id, SELLER.tenant.id, "pending", RentalSpec(gpu_model=MODEL, gpus=1), at))
         assert u.rentals.mark_placed(rental_id, at, 0, quote)
         u.rentals.book(
-            rental_id, [NodeAllocation(NODE, 0, 0, (Slice(0, 1000, 1024),))], [Booking(NODE, 0, 0)]
+            rental_id, [NodeAllocation(NODE, 0, 0, (Slice(0, 1000, 1024),))], [Booking(NODE, 0, 0)], at=at
+        )
+        u.commit()
+
+
+def _place_on_demand(factory, rental_id: str, at: datetime, gpus: int = 1, first_gpu: int = 0) -> None:
+    """A `gpus`-GPU on-demand rental of the seller placed at `at`, uncovered: RATE per GPU-hour."""
+    quote = {
+        "stage": "placed",
+        "model": MODEL,
+        "region": REGION,
+        "tier": "on_demand",
+        "base_micros_per_hour": RATE * gpus,
+        "discounts": [],
+        "contract_coverage_micros_per_hour": 0,
+        "contract_covered_gpu_milli": 0,
+        "final_micros_per_hour": RATE * gpus,
+    }
+    slices = tuple(Slice(i, 1000, 1024) for i in range(first_gpu, first_gpu + gpus))
+    spec = RentalSpec(gpu_model=MODEL, gpus=gpus)
+    with factory() as u:
+        u.rentals.add(Rental(rental_id, SELLER.tenant.id, "pending", spec, at))
+        assert u.rentals.mark_placed(rental_id, at, RATE * gpus, quote)
+        u.rentals.book(
+            rental_id,
+            [NodeAllocation(NODE, 0, 0, slices)],
+            [Booking(NODE, s.gpu_index, 0) for s in slices],
+            at=at,
         )
         u.commit()
 
@@ -124,13 +152,13 @@ def test_a_contract_sold_to_two_buyers_at_once_is_sold_once(contracts) -> None:
 def test_a_covered_rental_pays_its_rate_after_its_contract_ends(contracts, billing) -> None:
     """A 1-GPU contract over [T0, T0 + 1 h) covers a rental placed at T0 (0 micros per hour). The rental runs
     on; after the window it kept its 0 rate for good: 2 h of an H100 charged 0. Now the meter loop's
-    `end_coverage` re-prices it from the contract's end: the second hour costs RATE."""
+    `follow_coverage` re-prices it from the contract's end: the second hour costs RATE."""
     service, _, factory = contracts
     service.create(SELLER, MODEL, 1, REGION, T0, T0 + HOUR, None)
     _place_covered(factory, "rnt_c", T0)
-    assert service.end_coverage(T0 + HOUR / 2) == 0  # still open
-    assert service.end_coverage(T0 + 2 * HOUR) == 1
-    assert service.end_coverage(T0 + 2 * HOUR) == 0  # once
+    assert service.follow_coverage(T0 + HOUR / 2) == 0  # still open
+    assert service.follow_coverage(T0 + 2 * HOUR) == 1
+    assert service.follow_coverage(T0 + 2 * HOUR) == 0  # once
     billing.meter(now=T0 + 2 * HOUR)
     assert _charged(factory, "rnt_c") == RATE  # 1 h at 0, then 1 h at RATE
 
@@ -182,3 +210,63 @@ def _sign(service: ContractService, tenant_id: str, count: int):
         return service.create(caller, MODEL, count, REGION, T0, T0 + HOUR, None)
     except Conflict as error:
         return error
+
+
+def test_a_rental_placed_before_the_window_is_covered_from_its_start(contracts, billing) -> None:
+    """A 1-GPU rental placed at T0 - 30 min pays RATE; a 1-GPU contract of its tenant opens at T0. It kept
+    paying RATE inside the window while the scheduler counted it as the contract's claim: the tenant paid
+    the contract and on-demand for one GPU (1.5 h charged RATE x 1.5). Now the meter loop's coverage job
+    re-prices it from T0: the half hour before is charged, the hour after is not; the job is done once."""
+    service, clock, factory = contracts
+    clock.at = T0 - HOUR
+    service.create(SELLER, MODEL, 1, REGION, T0, T0 + 2 * HOUR, None)
+    _place_on_demand(factory, "rnt_early", T0 - HOUR / 2)
+    assert service.follow_coverage(T0 - HOUR / 4) == 0  # not open yet
+    assert service.follow_coverage(T0 + timedelta(seconds=20)) == 1
+    assert service.follow_coverage(T0 + timedelta(seconds=50)) == 0  # once
+    billing.meter(now=T0 + HOUR)
+    assert _charged(factory, "rnt_early") == RATE // 2
+    service.follow_coverage(T0 + 3 * HOUR)  # the window ended at T0 + 2 h: on-demand again from there
+    billing.meter(now=T0 + 3 * HOUR)
+    assert _charged(factory, "rnt_early") == RATE // 2 + RATE
+
+
+def test_the_window_covers_the_earliest_placed_rentals_up_to_its_count(contracts) -> None:
+    """Before a 2-GPU contract opens its holder places a 1-GPU rental, then a 2-GPU one, then a 1-GPU one.
+    From the start the first is covered, the second for one of its GPUs (half its rate), the third not."""
+    service, clock, factory = contracts
+    clock.at = T0 - HOUR
+    service.create(SELLER, MODEL, 2, REGION, T0, T0 + 2 * HOUR, None)
+    _place_on_demand(factory, "rnt_1", T0 - HOUR + timedelta(minutes=5), first_gpu=0)
+    _place_on_demand(factory, "rnt_2", T0 - HOUR + timedelta(minutes=10), gpus=2, first_gpu=1)
+    _place_on_demand(factory, "rnt_3", T0 - HOUR + timedelta(minutes=20), first_gpu=3)
+    assert service.follow_coverage(T0) == 2
+    with factory() as u:
+        found = {r.id: r for r in u.rentals.by_ids(["rnt_1", "rnt_2", "rnt_3"])}
+    assert {i: r.price_micros_per_hour for i, r in found.items()} == {
+        "rnt_1": 0,
+        "rnt_2": RATE,
+        "rnt_3": RATE,
+    }
+    assert found["rnt_2"].quote["contract_covered_gpu_milli"] == 1000
+
+
+def test_the_coverage_job_reads_only_windows_still_to_follow_and_never_doubles_a_change(contracts) -> None:
+    """The job listed every contract ever signed on every pass. Now a followed start and end are each marked
+    in the transaction that re-prices: once both are followed the contract is not read again, and a pass
+    that follows the end again (its mark lost, as a pass killed before committing leaves it) changes no
+    rate."""
+    service, clock, factory = contracts
+    clock.at = T0 - HOUR
+    signed = service.create(SELLER, MODEL, 1, REGION, T0, T0 + HOUR, None)
+    _place_on_demand(factory, "rnt_early", T0 - HOUR / 2)
+    assert service.follow_coverage(T0 + 2 * HOUR) == 1  # covered from T0, uncovered from T0 + 1 h
+    with factory() as u:
+        assert u.contracts.coverage_due(T0 + 100 * HOUR) == []
+        rates = u.rentals.rate_changes(["rnt_early"])["rnt_early"]
+        u.session.execute(text("UPDATE contracts SET coverage_stage = 1 WHERE id = :id"), {"id": signed.id})
+        u.commit()
+    assert [rate for _, rate in rates] == [RATE, 0, RATE]
+    assert service.follow_coverage(T0 + 2 * HOUR) == 0
+    with factory() as u:
+        assert u.rentals.rate_changes(["rnt_early"])["rnt_early"] == rates

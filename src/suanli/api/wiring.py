@@ -168,7 +168,8 @@ def build(settings: Settings, clock: Clock | None = None) -> Services:
         loop.leadership,
         settings.meter_interval_s,
         sla,
-        after=(plans.expire_grants, contracts.recognize, contracts.end_coverage, plans.enforce),
+        after=(plans.expire_grants, contracts.recognize, plans.enforce),
+        before=(contracts.follow_coverage,),
     )
 
     wakeups = Wakeups(engine)

@@ -9,8 +9,8 @@ the count and window then pay 0 marginal price (`suanli.app.pricing`). `recogniz
 pro rata over the window into platform revenue (key `contract_earned:{id}:{earned to date}`). A transfer
 first earns what is due, then the buyer pays the seller the remaining value
 (key `transfer:{id}:{seller}:{buyer}:{epoch s}`). Coverage ends with the contract: from its end
-(`end_coverage`, a meter-loop job) or its transfer, the holder's rentals it covered pay their uncovered rate
-(`app/coverage.py`).
+(`follow_coverage`, a meter-loop job) or its transfer, the holder's rentals it covered pay their uncovered
+rate, and from its start the holder's rentals placed before it are covered (`app/coverage.py`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
 
-from suanli.app.coverage import settle_coverage
+from suanli.app.coverage import extend_coverage, settle_coverage
 from suanli.app.errors import Conflict, Forbidden, Invalid, NotFound, PaymentRequired
 from suanli.app.fleet import FleetCache
 from suanli.app.ids import as_utc, new_id
@@ -153,22 +153,40 @@ class ContractService:
             ids = [c.id for c in uow.contracts.list(None) if c.price_micros and c.starts_at < now]
         return sum(retrying(lambda i=contract_id: self._recognize_one(i, now)) for contract_id in ids)
 
-    def end_coverage(self, now: datetime | None = None) -> int:
-        """Re-price from each ended contract's end the live rentals of its holder it still covered
-        (`app/coverage.py`); how many rentals were re-priced."""
+    def follow_coverage(self, now: datetime | None = None) -> int:
+        """Follow each contract's window with its holder's rentals (`app/coverage.py`): from a start, cover
+        the live rentals placed before it; from an end, uncover what the contracts still open no longer
+        back. A meter-loop job, run before the pass; it reads only contracts whose start or end is still to
+        follow (`coverage_stage`), and marks each in the transaction that re-prices, so a pass killed midway
+        leaves the rest to the next one and nothing is done twice. How many rentals were re-priced."""
         now = now or self.clock.now()
         with self.uow() as uow:
-            live = uow.rentals.live_by_tenant()
-            ended = [c for c in uow.contracts.list(None) if c.ends_at <= now and c.tenant_id in live]
-            changed: set[str] = set()
-            for contract in sorted(ended, key=lambda c: (c.ends_at, c.id)):
-                changed.update(
-                    settle_coverage(
-                        uow, contract.tenant_id, contract.gpu_model, contract.region, contract.ends_at
-                    )
-                )
-            uow.commit()
+            due = uow.contracts.coverage_due(now)
+        steps = sorted(
+            (instant, stage + 1, contract.id)
+            for contract, reached in due
+            for stage, instant in enumerate((max(contract.starts_at, contract.created_at), contract.ends_at))
+            if stage >= reached and instant <= now
+        )
+        changed: set[str] = set()
+        for _, stage, contract_id in steps:
+            changed.update(self._follow(contract_id, stage))
         return len(changed)
+
+    def _follow(self, contract_id: str, stage: int) -> list[str]:
+        """Re-price the holder's rentals at the contract's start (stage 1) or end (stage 2), once."""
+        with self.uow() as uow:
+            if not uow.contracts.mark_coverage(contract_id, stage):
+                return []  # another pass followed it first
+            contract = uow.contracts.get(contract_id)
+            assert contract is not None
+            pool = (uow, contract.tenant_id, contract.gpu_model, contract.region)
+            if stage == 1:
+                changed = extend_coverage(*pool, max(contract.starts_at, contract.created_at))
+            else:
+                changed = settle_coverage(*pool, contract.ends_at)
+            uow.commit()
+        return changed
 
     def _recognize_one(self, contract_id: str, now: datetime) -> int:
         with self.uow() as uow:

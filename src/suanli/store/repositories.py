@@ -7,7 +7,7 @@ from dataclasses import asdict
 from datetime import datetime
 from types import TracebackType
 
-from sqlalchemy import delete, func, select, text, update
+from sqlalchemy import and_, delete, func, or_, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -150,6 +150,29 @@ class SqlContracts:
 
     def set_tenant(self, contract_id: str, tenant_id: str) -> None:
         self.s.execute(update(ContractRow).where(ContractRow.id == contract_id).values(tenant_id=tenant_id))
+
+    def coverage_due(self, now: datetime) -> list[tuple[ContractRecord, int]]:
+        """(contract, stage reached) of each contract whose start (stage 0) or end (stage 1) is at or before
+        `now` and not followed yet: a partial index's rows, the open and future contracts, never history."""
+        query = select(ContractRow).where(
+            ContractRow.coverage_stage < 2,
+            or_(
+                and_(ContractRow.coverage_stage == 0, ContractRow.starts_at <= now),
+                ContractRow.ends_at <= now,
+            ),
+        )
+        return [(_contract(r), r.coverage_stage) for r in self.s.scalars(query)]
+
+    def mark_coverage(self, contract_id: str, stage: int) -> bool:
+        """Record that the coverage job followed the contract to `stage`; False when it was there already
+        (another pass did it first: this one's work must be rolled back)."""
+        done = self.s.execute(
+            update(ContractRow)
+            .where(ContractRow.id == contract_id, ContractRow.coverage_stage < stage)
+            .values(coverage_stage=stage)
+            .execution_options(synchronize_session=False)
+        )
+        return bool(done.rowcount)
 
 
 class SqlUnitOfWork:

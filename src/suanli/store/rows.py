@@ -16,9 +16,11 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    SmallInteger,
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -156,6 +158,14 @@ class BookingRow(Base):
 
 class ContractRow(Base):
     __tablename__ = "contracts"
+    __table_args__ = (
+        Index(
+            "ix_contracts_coverage_to_follow",
+            "coverage_stage",
+            postgresql_where=text("coverage_stage < 2"),
+            sqlite_where=text("coverage_stage < 2"),
+        ),
+    )
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
     gpu_model: Mapped[str] = mapped_column(String(60))
@@ -165,6 +175,8 @@ class ContractRow(Base):
     ends_at: Mapped[datetime] = mapped_column(UtcDateTime())
     created_at: Mapped[datetime] = mapped_column(UtcDateTime())
     price_micros: Mapped[int] = mapped_column(BigInteger, default=0)
+    # how far the meter loop's coverage job has followed the window: 0 not yet, 1 its start, 2 its end
+    coverage_stage: Mapped[int] = mapped_column(SmallInteger, default=0, server_default="0")
 
 
 # --- agents (issue 6): join tokens, registered nodes, workload runs, logs --------------------------------
