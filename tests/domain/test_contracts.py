@@ -3,12 +3,22 @@ period even when spot filled the fleet; held capacity is kept from on-demand; sp
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from suanli.domain.catalog_data import CATALOG
-from suanli.domain.contracts import Contract, Maintenance, check_contract, fleet_capacity, transfer
+from suanli.domain.contracts import (
+    Contract,
+    Maintenance,
+    check_contract,
+    fleet_capacity,
+    short_contracts,
+    transfer,
+)
 from suanli.domain.errors import ContractError
 from suanli.domain.inventory import Fleet, GpuMode, Node, Region
 from suanli.domain.plan import Placement, Reason
@@ -254,3 +264,36 @@ def test_mig_slices_claim_a_contract_at_their_share_of_a_gpu():
     assert decision.promoted == ("a1", "a2")
     assert sorted(p.request_id for p in decision.placements) == ["a1", "a2"]
     assert [(p.request_id, p.reason) for p in decision.pending] == [("b1", Reason.CONTRACT_HOLD)]
+
+
+def test_short_contracts_names_those_a_maintenance_window_would_overbook() -> None:
+    """Two 8-GPU nodes (16 GPUs); contracts a (10 GPUs, 0-100) and b (6 GPUs, 50-150). Taking n1 down over
+    60-70 leaves 8 GPUs for 16 contracted: both short; over 120-130 only b is open, 6 of 8: none short.
+    An open-ended outage (no return date) from 140 leaves b short."""
+    capacity = fleet_capacity(fleet_of(2))
+    signed = [contract("a", 10, 0, 100), contract("b", 6, 50, 150)]
+
+    def down(start: float, end: float) -> list[Maintenance]:
+        return [Maintenance("n1", MODEL, "r", 8, start, end)]
+
+    assert [c.id for c in short_contracts(signed, capacity, down(60, 70), 60, 70)] == ["a", "b"]
+    assert short_contracts(signed, capacity, down(120, 130), 120, 130) == []
+    assert [c.id for c in short_contracts(signed, capacity, down(0, 40), 0, 40)] == ["a"]
+    assert short_contracts(signed, capacity, down(140, math.inf), 140, math.inf) == []
+    nine = [contract("c", 9, 0, 200)]
+    assert [c.id for c in short_contracts(nine, capacity, down(140, math.inf), 140, math.inf)] == ["c"]
+
+
+def test_a_request_that_declares_its_duration_is_not_placed_where_maintenance_starts_before_it_ends() -> None:
+    """One node, maintenance from 1800 s: a 1 h request waits (the only node would go down under it), a 10
+    min one and one that declares no duration (it gets notice at the window's start) are placed."""
+    gates = Gates(maintenance=(("n0", 1800.0),))
+    long = replace(ask("long", 1), max_duration_s=3600.0)
+    short = replace(ask("short", 1), max_duration_s=600.0)
+    decision = admit(Snapshot(fleet_of(1), CATALOG), [long], [], POLICY, 0.0, CONFIG, gates=gates)
+    assert decision.placements == () and [p.reason for p in decision.pending] == [Reason.NO_CAPACITY]
+    for request in (short, ask("open", 1)):
+        decision = admit(Snapshot(fleet_of(1), CATALOG), [request], [], POLICY, 0.0, CONFIG, gates=gates)
+        assert [p.request_id for p in decision.placements] == [request.id]
+    later = admit(Snapshot(fleet_of(1), CATALOG), [long], [], POLICY, 1800.0, CONFIG, gates=gates)
+    assert [p.request_id for p in later.placements] == ["long"]  # the window has started: cordons rule then

@@ -187,7 +187,7 @@ def test_two_schedulers_on_one_database_never_double_book(uow) -> None:
     placed = first.run_cycle().placed
     assert placed == 8  # the 8 H100 nodes of the example fleet
     # the second decides on a snapshot that has not seen those placements: the database refuses its plan
-    second._sync = lambda uow: None  # type: ignore[method-assign]
+    second._sync = lambda uow, now: None  # type: ignore[method-assign]
     assert second.run_cycle().dropped
     del second._sync
     assert second.run_cycle().placed == 0  # rebuilt from the database: nothing left to place on

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict
 
 from suanli.app.fleet import NodeView
 from suanli.app.offers import Offer
-from suanli.app.records import ApiKey, ContractRecord, RentalSpec, RentalView, Tenant
+from suanli.app.records import ApiKey, ContractRecord, MaintenanceWindow, RentalSpec, RentalView, Tenant
 from suanli.domain.billing.ledger import Transaction
 from suanli.wire.billing_schemas import LedgerTransactionResponse, PostingResponse
 from suanli.wire.schemas import (
     ContractResponse,
     KeyResponse,
+    MaintenanceResponse,
     NodeAllocationResponse,
     NodeResponse,
     OfferResponse,
@@ -114,6 +116,10 @@ def offer(o: Offer) -> OfferResponse:
 
 def contract(c: ContractRecord) -> ContractResponse:
     return ContractResponse(**asdict(c))
+
+
+def maintenance(window: MaintenanceWindow, short_contracts: Sequence[str] = ()) -> MaintenanceResponse:
+    return MaintenanceResponse(**asdict(window), short_contracts=list(short_contracts))
 
 
 def transaction(tx: Transaction) -> LedgerTransactionResponse:

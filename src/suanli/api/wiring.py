@@ -16,6 +16,7 @@ from suanli.app.fleet import FleetCache, FleetService
 from suanli.app.ids import SystemClock
 from suanli.app.invoices import InvoiceService
 from suanli.app.limits import LimitsService
+from suanli.app.maintenance import MaintenanceService
 from suanli.app.offers import OfferService
 from suanli.app.plans import PlanService
 from suanli.app.ports import Clock
@@ -120,6 +121,7 @@ class Services:
     invoices: InvoiceService | None = None
     limits: LimitsService | None = None
     wakeups: Wakeups | None = None  # PostgreSQL: wake the leader's loops from any server process
+    maintenance: MaintenanceService | None = None
 
 
 def build(settings: Settings, clock: Clock | None = None) -> Services:
@@ -218,5 +220,6 @@ def build(settings: Settings, clock: Clock | None = None) -> Services:
         invoices,
         LimitsService(uow, clock, CATALOG),
         wakeups if wakeups.enabled else None,
+        MaintenanceService(uow, clock, cache),
     )
     return services

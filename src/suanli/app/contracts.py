@@ -1,7 +1,9 @@
 """Contracts (compute futures): sign one if the fleet can honour it, list them, transfer them; their money.
 
 Overbooking is refused by the domain's `check_contract`: at every instant of the window, the contracts of a
-(model, region) stay within the fleet's GPUs of that model in that region.
+(model, region) stay within the fleet's GPUs of that model in that region less those down then: nodes in a
+scheduled maintenance window, and nodes cordoned now, counted as down from now on with no end
+(`app/downtime.py`).
 
 Money (with a price book): signing posts the prepaid price, the reserved list price x GPUs x window hours,
 from the holder's cash into the contract's prepaid account (key `contract:{id}`); the holder's rentals inside
@@ -20,6 +22,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from suanli.app.coverage import extend_coverage, settle_coverage
+from suanli.app.downtime import down_for_contracts
 from suanli.app.errors import Conflict, Forbidden, Invalid, NotFound, PaymentRequired
 from suanli.app.fleet import FleetCache
 from suanli.app.ids import as_utc, new_id
@@ -103,8 +106,9 @@ class ContractService:
             raise Invalid(f"unknown region {region!r}", field="region")
         uow.contracts.lock_signing()  # two signings at once must not both fit beside the same contracts
         existing = [domain_contract(c) for c in uow.contracts.list(None)]
+        down = down_for_contracts(uow, fleet, now)  # scheduled windows, and cordons with no end
         try:
-            check_contract(domain_contract(record), existing, fleet_capacity(fleet))
+            check_contract(domain_contract(record), existing, fleet_capacity(fleet), down)
         except ContractError as error:
             raise Conflict(str(error), field="count") from None
         if self.price_book is not None:

@@ -18,6 +18,7 @@ from suanli.app.records import (
     ContractRecord,
     FleetDocument,
     HeldAllocation,
+    MaintenanceWindow,
     MeterRental,
     MoneyFacts,
     PriceEntry,
@@ -151,6 +152,13 @@ class ContractRepo(Protocol):
     def mark_coverage(self, contract_id: str, stage: int) -> bool: ...
 
 
+class MaintenanceRepo(Protocol):
+    def add(self, window: MaintenanceWindow) -> None: ...
+    def get(self, window_id: str) -> MaintenanceWindow | None: ...
+    def remove(self, window_id: str) -> bool: ...
+    def list(self, ending_after: datetime | None = None) -> list[MaintenanceWindow]: ...
+
+
 class LedgerRepo(Protocol):
     """Append-only: there is no update or delete."""
 
@@ -232,6 +240,7 @@ class UnitOfWork(Protocol):
     terms: TermsRepo
     prices: PriceRepo
     outages: OutageRepo
+    maintenance: MaintenanceRepo
 
     def __enter__(self) -> UnitOfWork: ...
     def __exit__(

@@ -132,6 +132,19 @@ class ContractRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class MaintenanceWindow:
+    """An operator's scheduled maintenance of a node over [starts_at, ends_at): no placements there, its
+    rentals get notice to end by the start, and its GPUs back no contract then."""
+
+    id: str
+    node: str
+    starts_at: datetime
+    ends_at: datetime
+    reason: str
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class FleetDocument:
     version: int
     toml: str

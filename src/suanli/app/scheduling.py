@@ -25,8 +25,9 @@ from suanli.app.fleet import FleetCache
 from suanli.app.growth import Held, held_request, holding_after, wants_resize
 from suanli.app.limits import cycle_limits
 from suanli.app.list_prices import list_price
+from suanli.app.maintenance import MAINTENANCE, give_notices, notice_horizon_s, out_of_service, upcoming
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
-from suanli.app.records import PREEMPTIBLE_STATES, Rental, RentalEvent
+from suanli.app.records import PREEMPTIBLE_STATES, MaintenanceWindow, Rental, RentalEvent
 from suanli.app.rentals import to_request
 from suanli.app.resizing import Resizer
 from suanli.app.spot_repricing import (
@@ -135,6 +136,7 @@ class Scheduler:
         self.holding: list[Held] = []
         self.contracts: list[Contract] = []
         self.cordoned: set[str] = set()
+        self.windows: list[MaintenanceWindow] = []  # maintenance windows still to end, as of this cycle
         self._lock = threading.Lock()
         self.pricer = pricer
         spot_notice_s = self.preemption.notice_for(Tier.SPOT)
@@ -153,19 +155,20 @@ class Scheduler:
                 raise
 
     def _cycle(self) -> CycleReport:
+        now = self.clock.now()
         with self.uow() as uow:
             version, fleet = self.cache.load(uow)
             if fleet is None:
                 return CycleReport()
+            self.windows = uow.maintenance.list(now)
             if self.snapshot is None or version != self.version:
-                self._rebuild(uow, fleet, version)
+                self._rebuild(uow, fleet, version, now)
             else:
-                self._sync(uow)
+                self._sync(uow, now)
             pending = uow.rentals.pending()
             preempting = uow.rentals.preempting()
         snapshot, policy = self.snapshot, self.policy
         assert snapshot is not None and policy is not None
-        now = self.clock.now()
         # victims whose deadline passed (or whose workload ended: the heartbeat moved the deadline to then)
         due = [v for v in preempting if v.notice_deadline is None or v.notice_deadline <= now]
         waiting_on: dict[str, list[Rental]] = {}  # preemptor -> its victims still under notice
@@ -197,6 +200,7 @@ class Scheduler:
                 report.placed += self._apply_placement(uow, rental, placement, now, changed)
             for decision in notices:
                 report.notices += self._give_notice(uow, by_id[decision.preemptor], decision, now)
+            report.notices += self._maintenance_notices(uow, now)
             report.grown = self._resize(uow, now, self._owed_promises(pending, waiting_on, notices))
             for waiting in still:
                 if waiting.request_id in noticed:
@@ -344,6 +348,7 @@ class Scheduler:
             weights = uow.terms.fair_share_weights()
             self._advance_fair_share(uow, now_s, held)
         contracts = [domain_contract(c) for c in stored if c.ends_at.timestamp() > now_s]
+        ahead = upcoming(self.windows, datetime.fromtimestamp(now_s, UTC))
         queue = [to_request(r) for r in pending]
         owed = ready | waiting_on.keys()  # preemptors: their victims have left, or still have notice
         # where each was promised capacity, as recorded with the notice (by this leader or the last)
@@ -358,7 +363,7 @@ class Scheduler:
             replace(self.queue, weights=weights) if weights else self.queue,
             self.fair,
             {rental_id: promises.get(rental_id) for rental_id in owed},
-            Gates(limits, contracts) if contracts or limits is not None else None,
+            Gates(limits, contracts, maintenance=ahead) if contracts or limits is not None or ahead else None,
             last_head=self.head if self.head is not None else recorded_head,
             last_reserved=self.reserved if self.head is not None else recorded_nodes,
         )
@@ -434,6 +439,15 @@ class Scheduler:
         )
         return len(given)
 
+    def _maintenance_notices(self, uow: UnitOfWork, now: datetime) -> int:
+        """Notice to the rentals on nodes whose maintenance window is near (`maintenance.give_notices`)."""
+        if not self.windows:
+            return 0
+        nodes_of: dict[str, set[str]] = {}
+        for allocation_id, allocation in self.held.items():
+            nodes_of.setdefault(self.owner[allocation_id], set()).add(allocation.node)
+        return give_notices(uow, self.windows, nodes_of, self.preemption, now)
+
     @staticmethod
     def _end_victim(uow: UnitOfWork, victim: Rental, now: datetime) -> int:
         if not uow.rentals.set_state(victim.id, "preempted", expect=("preempting",), reason=None):
@@ -443,6 +457,8 @@ class Scheduler:
         how = "left" if deadline is not None and deadline < now else "notice deadline reached"
         if victim.preempted_by == BELOW_FLOOR:
             message = f"{how}; its bid was below the spot floor"
+        elif victim.preempted_by == MAINTENANCE:
+            message = f"{how}; its node went into maintenance"
         else:
             message = f"{how}; capacity given to {victim.preempted_by}"
         uow.rentals.add_event(victim.id, RentalEvent(now, "preempted", "preempted", message))
@@ -507,9 +523,14 @@ class Scheduler:
         state = self.snapshot.by_name[name]
         return state.node, self.snapshot.classes[state.class_id].model
 
-    def _rebuild(self, uow: UnitOfWork, fleet: Fleet, version: int) -> None:
+    def _cordons(self, uow: UnitOfWork, now: datetime) -> set[str]:
+        """Nodes out of placements now: drained (or down), and those in or about to enter maintenance."""
+        horizon_s = notice_horizon_s(self.preemption)
+        return uow.fleet.cordoned() | out_of_service(self.windows, now, horizon_s)
+
+    def _rebuild(self, uow: UnitOfWork, fleet: Fleet, version: int, now: datetime) -> None:
         snapshot = Snapshot(fleet, self.catalog)
-        self.cordoned = uow.fleet.cordoned()
+        self.cordoned = self._cordons(uow, now)
         for name in self.cordoned:
             if name in snapshot.by_name:
                 snapshot.set_schedulable(name, False)
@@ -525,7 +546,7 @@ class Scheduler:
         self.policy = build_policy(self.policy_name, seed=self.seed, history=history)
         self.snapshot, self.fleet, self.version = snapshot, fleet, version
 
-    def _sync(self, uow: UnitOfWork) -> None:
+    def _sync(self, uow: UnitOfWork, now: datetime) -> None:
         """Catch up with the database by allocation id: release what was released since (stops, shrinks,
         re-queues), occupy what appeared (written by someone else); only new allocations are read in full."""
         snapshot = self.snapshot
@@ -542,7 +563,7 @@ class Scheduler:
                 self.owner[allocation_id] = rental_id
             if self.spot_pricing is not None:
                 self.spot_pricing.learn(uow, {self.owner[i] for i in new if i in self.owner})
-        cordoned = uow.fleet.cordoned()
+        cordoned = self._cordons(uow, now)
         for name in cordoned ^ self.cordoned:
             if name in snapshot.by_name:
                 snapshot.set_schedulable(name, name not in cordoned)

@@ -7,6 +7,7 @@ import typer
 from suanli.cli import agent_commands, billing_commands, plan_commands
 from suanli.cli import platform_commands as platform
 from suanli.cli.fleet_commands import fleet_app
+from suanli.cli.maintenance_commands import maintenance_app
 from suanli.cli.sim_commands import sim_app
 
 app = typer.Typer(help="suanli: a GPU compute rental platform.", no_args_is_help=True)
@@ -20,6 +21,7 @@ platform.admin_app.add_typer(billing_commands.admin_prices_app, name="prices")
 platform.admin_app.command("plan")(plan_commands.admin_plan)
 platform.admin_app.command("terms")(plan_commands.admin_terms)
 platform.admin_app.command("limits")(plan_commands.admin_limits)
+platform.admin_app.add_typer(maintenance_app, name="maintenance")
 for command in (
     platform.server,
     platform.login,

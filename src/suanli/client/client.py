@@ -58,6 +58,8 @@ from suanli.wire.schemas import (
     FleetResponse,
     KeyCreateRequest,
     KeyResponse,
+    MaintenanceCreateRequest,
+    MaintenanceResponse,
     MeResponse,
     NodeResponse,
     OfferResponse,
@@ -154,6 +156,16 @@ class Client:
 
     def undrain(self, node: str) -> NodeResponse:
         return self._call("POST", f"/v1/nodes/{node}/undrain", NodeResponse)
+
+    def schedule_maintenance(self, request: MaintenanceCreateRequest) -> MaintenanceResponse:
+        return self._call("POST", "/v1/fleet/maintenance", MaintenanceResponse, body=request)
+
+    def maintenance(self, include_past: bool = False) -> list[MaintenanceResponse]:
+        params = {"include_past": "true"} if include_past else None
+        return self._call("GET", "/v1/fleet/maintenance", list[MaintenanceResponse], params=params)
+
+    def cancel_maintenance(self, window_id: str) -> MaintenanceResponse:
+        return self._call("DELETE", f"/v1/fleet/maintenance/{window_id}", MaintenanceResponse)
 
     def offers(self, query: str = "") -> list[OfferResponse]:
         return self._call("GET", "/v1/offers", list[OfferResponse], params={"q": query} if query else None)

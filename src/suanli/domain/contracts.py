@@ -10,6 +10,8 @@ Pure: times are arguments. Guarantees:
   contract once it is placed in its pool (pricing and a running rental's claim go by placement too). The
   unclaimed rest of the contract is held back from everyone but spot, which may borrow it until the holder
   claims it. Spot never claims a contract (no contract applies to spot).
+- `short_contracts` names the contracts a maintenance window would leave overbooked (its scheduling is
+  refused unless forced).
 - `transfer` hands a contract to another tenant before it ends.
 """
 
@@ -93,6 +95,30 @@ def check_contract(
                 f"contract {new.id}: {new.gpus} x {new.model} in {new.region} at {t:.0f} would overbook: "
                 f"capacity {capacity} GPUs, {out} in maintenance, {booked} already contracted"
             )
+
+
+def short_contracts(
+    contracts: Iterable[Contract],
+    fleet_capacity: Mapping[Pool, int],
+    maintenance: Iterable[Maintenance],
+    start_s: float,
+    end_s: float,
+) -> list[Contract]:
+    """The contracts open at some instant of [start_s, end_s) when their pool's contracts add up to more than
+    its GPUs less those in maintenance then: what a maintenance window over that span would leave short."""
+    contracts, maintenance = list(contracts), list(maintenance)
+    short: dict[str, Contract] = {}
+    for pool in {(c.model, c.region) for c in contracts}:
+        mine = [c for c in contracts if (c.model, c.region) == pool and c.overlaps(start_s, end_s)]
+        down = [m for m in maintenance if (m.model, m.region) == pool]
+        # what is booked or down only rises at a start: checking each start (and the span's) covers it all
+        instants = {start_s, *(c.start_s for c in mine), *(m.start_s for m in down)}
+        for t in sorted(t for t in instants if start_s <= t < end_s):
+            open_now = [c for c in mine if c.open_at(t)]
+            out = sum(m.gpus for m in down if m.start_s <= t < m.end_s)
+            if sum(c.gpus for c in open_now) > fleet_capacity.get(pool, 0) - out:
+                short.update((c.id, c) for c in open_now)
+    return sorted(short.values(), key=lambda c: (c.start_s, c.id))
 
 
 def transfer(contract: Contract, tenant: str, now: float) -> Contract:

@@ -89,6 +89,9 @@ class Gates:
     limits: Limits | None = None
     contracts: Sequence[Contract] = ()
     spot_floor: Callable[[Request], int | None] | None = None  # floor bid (micros/hour) of the request's pool
+    # (node, start) of maintenance windows to come: a request that declares its duration is not placed on a
+    # node whose window would start before it ends
+    maintenance: Sequence[tuple[str, float]] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,9 +297,27 @@ class _Cycle:
                     self.available[pool] = self.available.get(pool, 0.0) - gpus
 
     def try_place(self, request: Request, cordon: bool) -> bool:
-        """Place `request` if it fits now; on failure record nothing (the caller gives the reason)."""
-        fit_key = _fit_key(request)
-        key = (fit_key, cordon)
+        """Place `request` if it fits now, off the nodes whose maintenance starts before its declared end; on
+        failure record nothing (the caller gives the reason)."""
+        avoid = self._maintenance_ahead(request)
+        if not avoid:
+            return self._try_place(request, (_fit_key(request), cordon))
+        with self.snapshot.cordoned(avoid):
+            return self._try_place(request, (_fit_key(request), cordon, avoid))
+
+    def _maintenance_ahead(self, request: Request) -> frozenset[str]:
+        """Nodes whose maintenance starts while `request` would still run (by its declared duration)."""
+        if request.max_duration_s is None or not self.gates.maintenance:
+            return frozenset()
+        end_s = self.now + request.max_duration_s
+        return frozenset(
+            node
+            for node, start_s in self.gates.maintenance
+            if self.now < start_s < end_s and node in self.snapshot.by_name
+        )
+
+    def _try_place(self, request: Request, key: tuple) -> bool:
+        fit_key = key[0]
         if key in self.failed or (fit_key, False) in self.failed:
             return False
         least = self.snapshot.least_gpus(request)

@@ -19,6 +19,7 @@ from suanli.app.records import (
     Tenant,
 )
 from suanli.store.ledger_repositories import SqlLedger
+from suanli.store.maintenance_repositories import SqlMaintenance
 from suanli.store.outage_repositories import SqlOutages
 from suanli.store.plan_repositories import SqlTerms
 from suanli.store.price_repositories import SqlPrices
@@ -192,6 +193,7 @@ class SqlUnitOfWork:
         self.terms = SqlTerms(self.session)
         self.prices = SqlPrices(self.session)
         self.outages = SqlOutages(self.session)
+        self.maintenance = SqlMaintenance(self.session)
         return self
 
     def __exit__(

@@ -371,6 +371,18 @@ class OutageRow(Base):
     cause: Mapped[str] = mapped_column(String(200), default="")
 
 
+class MaintenanceWindowRow(Base):
+    """An operator's scheduled maintenance of a node over [starts_at, ends_at), with its reason."""
+
+    __tablename__ = "maintenance_windows"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    node: Mapped[str] = mapped_column(String(200), index=True)
+    starts_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    ends_at: Mapped[datetime] = mapped_column(UtcDateTime(), index=True)
+    reason: Mapped[str] = mapped_column(String(500), default="")
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+
+
 class PriceEntryRow(Base):
     """An admin's price book entry: a list price (tier on_demand/reserved) or a spot floor (tier spot),
     per GPU-hour, in force from `effective_from` until a later entry of the same key."""

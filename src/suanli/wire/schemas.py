@@ -299,3 +299,25 @@ class ContractResponse(WireModel):
     price_micros: int = Field(
         default=0, description="Prepaid at signing: the reserved list price x GPUs x window hours."
     )
+
+
+class MaintenanceCreateRequest(WireModel):
+    node: str = Field(max_length=200, description="The node to take out of service.")
+    starts_at: Moment
+    ends_at: Moment
+    reason: str = Field(default="", max_length=500)
+    force: bool = Field(
+        default=False, description="Schedule it even when it leaves contracts short (they are named)."
+    )
+
+
+class MaintenanceResponse(WireModel):
+    id: str
+    node: str
+    starts_at: datetime
+    ends_at: datetime
+    reason: str
+    created_at: datetime
+    short_contracts: list[str] = Field(
+        default_factory=list, description="Forced: the contracts this window leaves short of GPUs."
+    )

@@ -1,0 +1,69 @@
+"""`suanli admin maintenance add/ls/rm`: schedule, list and cancel nodes' maintenance windows (admin key)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+import typer
+
+from suanli.cli.output import emit, logged_in, table, valid_input
+from suanli.wire.schemas import MaintenanceCreateRequest, MaintenanceResponse
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of a table.")]
+MAINTENANCE_OPTIONS = {"node": "NODE", "starts_at": "--from", "ends_at": "--until", "reason": "--reason"}
+
+maintenance_app = typer.Typer(
+    help="Nodes' maintenance windows: nothing placed there inside one, rentals told to end by its start.",
+    no_args_is_help=True,
+)
+
+
+@maintenance_app.command("add")
+def maintenance_add(
+    node: str,
+    starts_at: Annotated[datetime, typer.Option("--from", help="Window start (UTC), e.g. 2026-12-01T02:00.")],
+    ends_at: Annotated[datetime, typer.Option("--until", help="Window end (UTC, exclusive).")],
+    reason: Annotated[str, typer.Option(help="Why, shown to the rentals given notice.")] = "",
+    force: Annotated[
+        bool, typer.Option("--force", help="Schedule it even if it leaves contracts short (they are named).")
+    ] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Take NODE out of service over [from, until); refused when it would leave a contract short."""
+    with valid_input(MAINTENANCE_OPTIONS):
+        request = MaintenanceCreateRequest(
+            node=node, starts_at=starts_at, ends_at=ends_at, reason=reason, force=force
+        )
+    with logged_in() as client:
+        window = client.schedule_maintenance(request)
+    emit(window, as_json, lambda w: _windows_table([w]))
+    if window.short_contracts and not as_json:
+        typer.echo(f"forced: contracts left short of GPUs: {', '.join(window.short_contracts)}")
+
+
+@maintenance_app.command("ls")
+def maintenance_ls(
+    include_past: Annotated[bool, typer.Option("--all", help="Also the windows that have ended.")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Maintenance windows still to end (all with --all), by start."""
+    with logged_in() as client:
+        found = client.maintenance(include_past)
+    emit(found, as_json, _windows_table)
+
+
+@maintenance_app.command("rm")
+def maintenance_rm(window_id: str) -> None:
+    """Cancel a maintenance window."""
+    with logged_in() as client:
+        client.cancel_maintenance(window_id)
+    typer.echo(f"cancelled {window_id}")
+
+
+def _windows_table(found: list[MaintenanceResponse]):
+    rows = [
+        (w.id, w.node, f"{w.starts_at:%Y-%m-%d %H:%M}", f"{w.ends_at:%Y-%m-%d %H:%M}", w.reason)
+        for w in found
+    ]
+    return table("Maintenance", ("id", "node", "from", "until", "reason"), rows)
