@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,16 +32,29 @@ class FixedClock:
         return self.at
 
 
+class MidMonthClock:
+    """The system's clock moved to the 10th of this month at the same time of day, running: a test that steps
+    hours or a day ahead stays inside the month it started in, whatever today's date."""
+
+    def __init__(self) -> None:
+        now = datetime.now(UTC)
+        self.shift = now.replace(day=10) - now
+
+    def now(self) -> datetime:
+        return datetime.now(UTC) + self.shift
+
+
 @contextmanager
-def app_client(database_url: str, **settings: object) -> Iterator[TestClient]:
-    """The real app on `database_url` with the example fleet loaded; `settings` override the defaults."""
+def app_client(database_url: str, clock: object = None, **settings: object) -> Iterator[TestClient]:
+    """The real app on `database_url` with the example fleet loaded; `settings` override the defaults;
+    `clock` (default: the system's) is the app's."""
     chosen = Settings(
         database_url=database_url,
         bootstrap_admin_key=ADMIN_KEY,
         scheduler_interval_s=0.05,
         **settings,  # type: ignore[arg-type]
     )
-    with TestClient(create_app(chosen)) as client:
+    with TestClient(create_app(chosen, clock)) as client:  # type: ignore[arg-type]
         response = client.put(
             "/v1/fleet", content=FLEET, headers={**ADMIN, "Content-Type": "application/toml"}
         )

@@ -10,12 +10,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from fastapi.testclient import TestClient
 
-from conftest import ADMIN, FixedClock, app_client, wait_for
+from conftest import ADMIN, FixedClock, MidMonthClock, app_client, wait_for
 
 
 @pytest.fixture
 def client(database_url: str) -> Iterator[TestClient]:
-    with app_client(database_url, meter_interval_s=3600) as test_client:
+    """On the 10th of the month: the tests step hours ahead and need the month still running."""
+    with app_client(database_url, MidMonthClock(), meter_interval_s=3600) as test_client:
         yield test_client
 
 
