@@ -6,34 +6,12 @@ from __future__ import annotations
 
 import time
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from conftest import ADMIN, app_client, wait_for
 from suanli.domain.billing.money import charge_micros, round_half_up, to_epoch_s
 
-FLEET = """
-[regions.cn-north]
-jurisdiction = "CN"
-grid_gco2_per_kwh = 581
-pue = 1.3
-
-[[nodes]]
-name = "h100-alpha-{i}"
-count_nodes = 1
-provider = "alpha"
-topology = "cn-north/z1/pod-a/leaf-01"
-cpu_milli = 224000
-memory_mib = 2097152
-gpus = { model = "H100-SXM-80GB", count = 8, mode = "whole" }
-
-[[nodes]]
-name = "h100-beta-{i}"
-count_nodes = 1
-provider = "beta"
-topology = "cn-north/z1/pod-a/leaf-01"
-cpu_milli = 224000
-memory_mib = 2097152
-gpus = { model = "H100-SXM-80GB", count = 8, mode = "whole" }
-"""
+FLEET = (Path(__file__).resolve().parents[1] / "fleets" / "two_providers.toml").read_text()  # alpha, beta
 PROVIDER_OF = {"h100-alpha-01": "alpha", "h100-beta-01": "beta"}
 H100 = {"gpu_model": "H100-SXM-80GB", "gpus": 8}
 

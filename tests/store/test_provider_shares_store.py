@@ -6,6 +6,7 @@ node's provider as before."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from sqlalchemy import update
@@ -29,30 +30,7 @@ RATE = 2_990_000  # one H100 per hour
 ALPHA, BETA = "h100-alpha-01", "h100-beta-01"
 ADMIN = Caller(Tenant("ten_admin", "admin", "admin", T0), "key_admin")
 ALICE = Caller(Tenant("ten_a", "a", "tenant", T0), "key_a")
-FLEET = """
-[regions.cn-north]
-jurisdiction = "CN"
-grid_gco2_per_kwh = 581
-pue = 1.3
-
-[[nodes]]
-name = "h100-alpha-{i}"
-count_nodes = 1
-provider = "alpha"
-topology = "cn-north/z1/pod-a/leaf-01"
-cpu_milli = 224000
-memory_mib = 2097152
-gpus = { model = "H100-SXM-80GB", count = 8, mode = "whole" }
-
-[[nodes]]
-name = "h100-beta-{i}"
-count_nodes = 1
-provider = "beta"
-topology = "cn-north/z1/pod-a/leaf-01"
-cpu_milli = 224000
-memory_mib = 2097152
-gpus = { model = "H100-SXM-80GB", count = 8, mode = "whole" }
-"""
+FLEET = (Path(__file__).resolve().parents[1] / "fleets" / "two_providers.toml").read_text()  # alpha, beta
 
 
 def provider_part(charged_micros: int) -> int:
