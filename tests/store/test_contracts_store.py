@@ -15,7 +15,7 @@ from sqlalchemy import text
 
 from suanli.app.billing import BillingService
 from suanli.app.contracts import ContractService
-from suanli.app.errors import Conflict, NotFound
+from suanli.app.errors import Conflict
 from suanli.app.fleet import FleetCache
 from suanli.app.records import Booking, Caller, Rental, RentalSpec, Tenant
 from suanli.domain.billing.ledger import AccountId, TxKind
@@ -30,6 +30,7 @@ from suanli.domain.request import Tier
 FLEET = (Path(__file__).resolve().parents[2] / "examples" / "fleet.toml").read_text()
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 SELLER = Caller(Tenant("ten_s", "seller", "tenant", T0), "key_s")
+ADMIN = Caller(Tenant("ten_admin", "admin", "admin", T0), "key_admin")  # transfers with value left
 BUYERS = ("ten_b", "ten_c")
 MODEL, REGION, NODE = "H100-SXM-80GB", "cn-north", "h100-a-01"
 RATE = 2_990_000  # the covered GPU's on-demand rate
@@ -132,21 +133,20 @@ def _cash(factory, tenant_id: str) -> int:
 
 
 def test_a_contract_sold_to_two_buyers_at_once_is_sold_once(contracts) -> None:
-    """The seller transfers one contract to ten_b and, at the same time, to ten_c. The transfer read the
-    contract before its transaction and acted on that copy (a retry after a ledger conflict too), so both
-    went through: ten_b and ten_c each paid the seller the remaining value and only one got the contract.
-    Now the second finds the seller no longer holds it."""
+    """The contract is transferred to ten_b and, at the same time, to ten_c. The transfer read the contract
+    before its transaction and acted on that copy (a retry after a ledger conflict too), so both went through
+    from the seller: ten_b and ten_c each paid the seller the remaining value and only one got the contract.
+    Now the second reads the contract after the first (locked in its transaction): it moves from ten_c, who
+    is paid by ten_b, and the seller is paid once."""
     service, clock, factory = contracts
     signed = service.create(SELLER, "H100-SXM-80GB", 2, "cn-north", T0, T0 + timedelta(hours=10), None)
     assert signed.price_micros > 0
-    clock.meanwhile = lambda: service.transfer(SELLER, signed.id, "ten_c")
-    with pytest.raises(NotFound):
-        service.transfer(SELLER, signed.id, "ten_b")
-    buyer = Caller(Tenant("ten_c", "ten_c", "tenant", T0), "key_c")
-    assert service.get(buyer, signed.id).tenant_id == "ten_c"
-    assert _cash(factory, "ten_b") == 0
-    assert _cash(factory, "ten_c") == -signed.price_micros
+    clock.meanwhile = lambda: service.transfer(ADMIN, signed.id, "ten_c")
+    assert service.transfer(ADMIN, signed.id, "ten_b").tenant_id == "ten_b"
+    assert service.get(ADMIN, signed.id).tenant_id == "ten_b"
     assert _cash(factory, SELLER.tenant.id) == 0  # paid the price once, got it back once
+    assert _cash(factory, "ten_c") == 0  # paid the seller, then was paid by ten_b
+    assert _cash(factory, "ten_b") == -signed.price_micros
 
 
 def test_a_covered_rental_pays_its_rate_after_its_contract_ends(contracts, billing) -> None:
@@ -171,7 +171,7 @@ def test_a_covered_rental_of_the_seller_pays_its_rate_from_the_transfer(contract
     signed = service.create(SELLER, MODEL, 1, REGION, T0, T0 + 10 * HOUR, None)
     _place_covered(factory, "rnt_c", T0)
     clock.at = T0 + HOUR / 2
-    service.transfer(SELLER, signed.id, "ten_b")
+    service.transfer(ADMIN, signed.id, "ten_b")
     billing.meter(now=T0 + HOUR)
     assert _charged(factory, "rnt_c") == round_half_up(RATE * 1800, 3600)
 
