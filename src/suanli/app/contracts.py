@@ -25,7 +25,7 @@ from suanli.app.coverage import extend_coverage, settle_coverage
 from suanli.app.downtime import down_for_contracts
 from suanli.app.errors import Conflict, Forbidden, Invalid, NotFound, PaymentRequired
 from suanli.app.fleet import FleetCache
-from suanli.app.ids import as_utc, new_id
+from suanli.app.ids import new_id, upcoming_window
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.postings import post_once, retrying
 from suanli.app.records import Caller, ContractRecord
@@ -79,12 +79,8 @@ class ContractService:
             model = self.catalog.get(gpu_model)
         except CatalogError as error:
             raise Invalid(str(error), field="gpu_model") from None
-        starts_at, ends_at = as_utc(starts_at), as_utc(ends_at)
-        if ends_at <= starts_at:
-            raise Invalid("must be after starts_at", field="ends_at")
         now = self.clock.now()
-        if ends_at <= now:
-            raise Invalid("the window has already ended", field="ends_at")
+        starts_at, ends_at = upcoming_window(starts_at, ends_at, now)
         record = ContractRecord(new_id("ctr"), holder, model.name, count, region, starts_at, ends_at, now)
 
         def work() -> ContractRecord:

@@ -7,6 +7,8 @@ import hashlib
 import secrets
 from datetime import UTC, datetime
 
+from suanli.app.errors import Invalid
+
 
 def new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(8)}"
@@ -23,6 +25,16 @@ def digest(secret: str) -> str:
 def as_utc(moment: datetime) -> datetime:
     """An aware UTC datetime (a naive one is taken as UTC)."""
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def upcoming_window(starts_at: datetime, ends_at: datetime, now: datetime) -> tuple[datetime, datetime]:
+    """[starts_at, ends_at), UTC; Invalid (naming `ends_at`) unless it ends after it starts and after now."""
+    starts_at, ends_at = as_utc(starts_at), as_utc(ends_at)
+    if ends_at <= starts_at:
+        raise Invalid("must be after starts_at", field="ends_at")
+    if ends_at <= now:
+        raise Invalid("the window has already ended", field="ends_at")
+    return starts_at, ends_at
 
 
 class SystemClock:

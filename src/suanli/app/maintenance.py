@@ -18,7 +18,7 @@ from suanli.app.contracts import domain_contract
 from suanli.app.downtime import down_for_contracts
 from suanli.app.errors import Conflict, Invalid, NotFound
 from suanli.app.fleet import FleetCache
-from suanli.app.ids import as_utc, new_id
+from suanli.app.ids import new_id, upcoming_window
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.records import PREEMPTIBLE_STATES, Caller, MaintenanceWindow, RentalEvent
 from suanli.app.tenants import require_admin, require_operator
@@ -53,12 +53,8 @@ class MaintenanceService:
         force: bool = False,
     ) -> Scheduled:
         require_admin(caller)
-        starts_at, ends_at = as_utc(starts_at), as_utc(ends_at)
-        if ends_at <= starts_at:
-            raise Invalid("must be after starts_at", field="ends_at")
         now = self.clock.now()
-        if ends_at <= now:
-            raise Invalid("the window has already ended", field="ends_at")
+        starts_at, ends_at = upcoming_window(starts_at, ends_at, now)
         if len(reason) > MAX_REASON_CHARS:
             raise Invalid(f"at most {MAX_REASON_CHARS} characters", field="reason")
         window = MaintenanceWindow(new_id("mnt"), node, starts_at, ends_at, reason, now)
