@@ -17,7 +17,11 @@ from suanli.agent.executors import ContainerExecutor, ProcessExecutor, WorkloadS
 from suanli.agent.orphans import find_orphans
 from suanli.agent.runner import AgentRunner
 
-WAITS_FOR_GO = "import os, time\nwhile not os.path.exists('go'): time.sleep(0.02)\n"
+# waits for the test's `go` (at most a minute, so that a test that fails midway leaves no workload behind)
+WAITS_FOR_GO = (
+    "import os, time\ngive_up = time.monotonic() + 60\n"
+    "while not os.path.exists('go') and time.monotonic() < give_up: time.sleep(0.02)\n"
+)
 
 
 def left_behind(tmp_path: Path, client: FakeClient, script: str) -> int:
