@@ -117,3 +117,29 @@ def test_a_huge_exit_code_or_a_log_size_that_is_not_the_chunks_is_a_4xx(client) 
         _client_4xx(client, "POST", "/v1/agents/logs", "size_bytes", json=chunk, headers=node)
     chunk = {"rental_id": rental_id, "offset": 0, "data": "x", "size_bytes": 1}
     assert client.post("/v1/agents/logs", json=chunk, headers=node).json()["stored_bytes"] == 1
+
+
+def test_a_tenants_fleet_put_is_refused_before_its_body_is_read_and_an_admins_is_capped(client) -> None:
+    _, headers = _funded(client)
+    chunks_read: list[int] = []
+
+    def body(chunk_count: int):
+        for index in range(chunk_count):
+            chunks_read.append(index)
+            yield b"#" * (1024 * 1024)
+
+    refused = client.put("/v1/fleet", content=body(32), headers=headers)
+    assert refused.status_code == 403, refused.text
+    assert chunks_read == []
+    anonymous = client.put("/v1/fleet", content=body(32))
+    assert anonymous.status_code == 401, anonymous.text
+    assert chunks_read == []
+
+    streamed = client.put("/v1/fleet", content=body(32), headers=ADMIN)
+    assert streamed.status_code == 413, streamed.text
+    assert "8 MiB" in streamed.json()["error"]["message"]
+    declared = client.put(
+        "/v1/fleet", content=b"#" * (9 * 1024 * 1024), headers={**ADMIN, "Content-Type": "application/toml"}
+    )
+    assert declared.status_code == 413, declared.text
+    assert client.get("/v1/nodes", headers=ADMIN).status_code == 200

@@ -24,6 +24,7 @@ HTTP_CODES = {
     403: "forbidden",
     404: "not_found",
     405: "method_not_allowed",
+    413: "too_large",
 }
 ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
     status: {"model": ErrorResponse} for status in (400, 401, 402, 403, 404, 409, 422)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, HTTPException, Query, Request
 from starlette.concurrency import run_in_threadpool
 
 from suanli.api import mappers
@@ -13,7 +13,9 @@ from suanli.api.errors import ERROR_RESPONSES
 from suanli.api.wiring import Services
 from suanli.app.errors import Invalid
 from suanli.app.maintenance import MaintenanceService
+from suanli.app.tenants import require_admin
 from suanli.wire.schemas import (
+    ErrorResponse,
     FleetResponse,
     MaintenanceCreateRequest,
     MaintenanceResponse,
@@ -22,7 +24,8 @@ from suanli.wire.schemas import (
 )
 
 router = APIRouter(prefix="/v1", tags=["fleet"], responses=ERROR_RESPONSES)
-MAX_FLEET_BYTES = 16 * 1024 * 1024
+MAX_FLEET_BYTES = 8 * 1024 * 1024
+TOO_LARGE = f"the fleet file is larger than 8 MiB ({MAX_FLEET_BYTES} bytes)"
 TOML_BODY = {
     "requestBody": {
         "required": True,
@@ -34,12 +37,11 @@ TOML_BODY = {
 }
 
 
-@router.put("/fleet", openapi_extra=TOML_BODY)
+@router.put("/fleet", openapi_extra=TOML_BODY, responses={413: {"model": ErrorResponse}})
 async def put_fleet(request: Request, caller: CallerDep, services: ServicesDep) -> FleetResponse:
     """Replace the fleet with a fleet TOML file (admin). Refused while live rentals sit on changed nodes."""
-    raw = await request.body()
-    if len(raw) > MAX_FLEET_BYTES:
-        raise Invalid("the fleet file is larger than 16 MiB", field="body")
+    require_admin(caller)
+    raw = await _fleet_body(request)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -47,6 +49,22 @@ async def put_fleet(request: Request, caller: CallerDep, services: ServicesDep) 
     fleet = await run_in_threadpool(services.fleet.put, caller, text)
     services.loop.signal()
     return FleetResponse(regions=len(fleet.regions), nodes=len(fleet.nodes), gpus=fleet.gpu_count)
+
+
+async def _fleet_body(request: Request) -> bytes:
+    """The body, read only up to the limit: 413 on a declared or streamed size above it, so a caller
+    cannot make the server buffer an unbounded body."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_FLEET_BYTES:
+        raise HTTPException(413, TOO_LARGE)
+    chunks: list[bytes] = []
+    size_bytes = 0
+    async for chunk in request.stream():
+        size_bytes += len(chunk)
+        if size_bytes > MAX_FLEET_BYTES:
+            raise HTTPException(413, TOO_LARGE)
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _maintenance(services: Services) -> MaintenanceService:
