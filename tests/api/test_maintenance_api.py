@@ -130,6 +130,31 @@ def test_the_leader_places_nothing_on_a_node_in_maintenance_and_lets_it_back_aft
     assert wait_for(client, rental["id"], headers, "placed")["state"] == "placed"
 
 
+def test_a_node_in_maintenance_is_listed_unschedulable_until_the_windows_end_and_offers_leave_it_out(
+    client: TestClient, tenant: Callable[[str], tuple[str, dict[str, str]]]
+) -> None:
+    _, headers = tenant("acme")
+
+    def h200_offered() -> list[int]:
+        offers = client.get("/v1/offers", params={"q": "gpu=H200 tier=on_demand"}, headers=headers).json()
+        return [offer["free_gpus"] for offer in offers]
+
+    def h200_listed() -> dict:
+        return next(n for n in client.get("/v1/nodes", headers=ADMIN).json() if n["name"] == "h200-01")
+
+    assert h200_offered() == [8] and h200_listed()["schedulable"] is True
+    assert h200_listed()["maintenance_until"] is None
+    window = _window(client, "h200-01", -1, 3600).json()
+    listed = h200_listed()
+    assert listed["schedulable"] is False
+    assert datetime.fromisoformat(listed["maintenance_until"]) == datetime.fromisoformat(window["ends_at"])
+    assert h200_offered() == []
+    assert client.delete(f"/v1/fleet/maintenance/{window['id']}", headers=ADMIN).status_code == 200
+    assert h200_listed()["schedulable"] is True and h200_offered() == [8]
+    _window(client, "h200-01", 3600, 7200)  # well beyond the notice lead: still schedulable now
+    assert h200_listed()["schedulable"] is True and h200_offered() == [8]
+
+
 def test_a_rental_that_declares_its_duration_is_kept_off_a_node_whose_window_starts_before_it_ends(
     client: TestClient, tenant: Callable[[str], tuple[str, dict[str, str]]]
 ) -> None:

@@ -107,6 +107,7 @@ def node(view: NodeView) -> NodeResponse:
         labels=dict(n.labels),
         schedulable=view.schedulable,
         free_gpu_milli=view.free_gpu_milli,
+        maintenance_until=view.maintenance_until,
     )
 
 

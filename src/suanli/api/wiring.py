@@ -12,6 +12,7 @@ from sqlalchemy import Engine
 from suanli.app.agents import AgentService
 from suanli.app.billing import BillingService
 from suanli.app.contracts import ContractService
+from suanli.app.downtime import notice_horizon_s
 from suanli.app.fleet import FleetCache, FleetService
 from suanli.app.ids import SystemClock
 from suanli.app.invoices import InvoiceService
@@ -204,8 +205,8 @@ def build(settings: Settings, clock: Clock | None = None) -> Services:
         settings,
         engine,
         tenants,
-        FleetService(uow, clock, cache),
-        OfferService(uow, cache, CATALOG),
+        FleetService(uow, clock, cache, notice_horizon_s(scheduler.preemption)),
+        OfferService(uow, clock, cache, CATALOG, notice_horizon_s(scheduler.preemption)),
         RentalService(uow, clock, CATALOG, wake, billing),
         contracts,
         scheduler,

@@ -7,8 +7,10 @@ while a live rental sits on a node the new file removes or changes.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from threading import Lock
 
+from suanli.app.downtime import out_of_service_until
 from suanli.app.errors import Conflict, Invalid, NotFound
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.records import Caller
@@ -23,9 +25,12 @@ MILLI_PER_GPU = 1000
 
 @dataclass(frozen=True, slots=True)
 class NodeView:
+    """A node as listed: schedulable unless drained or kept out by a maintenance window (until its end)."""
+
     node: Node
     schedulable: bool
     free_gpu_milli: int
+    maintenance_until: datetime | None = None
 
 
 class FleetCache:
@@ -56,8 +61,12 @@ class FleetCache:
 
 
 class FleetService:
-    def __init__(self, uow: UnitOfWorkFactory, clock: Clock, cache: FleetCache) -> None:
+    def __init__(
+        self, uow: UnitOfWorkFactory, clock: Clock, cache: FleetCache, notice_horizon_s: float = 0.0
+    ) -> None:
+        """`notice_horizon_s`: how long before a window the leader stops placing on its node."""
         self.uow, self.clock, self.cache = uow, clock, cache
+        self.notice_horizon_s = notice_horizon_s
 
     def put(self, caller: Caller, toml: str) -> Fleet:
         require_admin(caller)
@@ -89,6 +98,8 @@ class FleetService:
             if fleet is None:
                 return []
             cordoned = uow.fleet.cordoned()
+            now = self.clock.now()
+            maintenance = out_of_service_until(uow.maintenance.list(now), now, self.notice_horizon_s)
             used: dict[str, int] = {}
             for allocations in uow.rentals.live_allocations().values():
                 for allocation in allocations:
@@ -96,7 +107,12 @@ class FleetService:
                         s.milli for s in allocation.slices
                     )
         return [
-            NodeView(node, node.name not in cordoned, node.gpu_count * MILLI_PER_GPU - used.get(node.name, 0))
+            NodeView(
+                node,
+                node.name not in cordoned and node.name not in maintenance,
+                node.gpu_count * MILLI_PER_GPU - used.get(node.name, 0),
+                maintenance.get(node.name),
+            )
             for node in fleet.nodes
         ]
 

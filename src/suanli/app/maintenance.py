@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from suanli.app.contracts import domain_contract
-from suanli.app.downtime import down_for_contracts
+from suanli.app.downtime import down_for_contracts, notice_horizon_s
 from suanli.app.errors import Conflict, Invalid, NotFound
 from suanli.app.fleet import FleetCache
 from suanli.app.ids import new_id, upcoming_window
@@ -93,18 +93,6 @@ class MaintenanceService:
 
 
 # --- on the leader: the cycle keeps nodes out of service inside their windows and gives notice before ------
-
-
-def notice_horizon_s(preemption: PreemptionConfig) -> float:
-    """The longest notice any tier gets: how long before a window its node stops taking rentals."""
-    return max([preemption.default_notice_s, *preemption.notice_s.values()])
-
-
-def out_of_service(windows: Sequence[MaintenanceWindow], now: datetime, horizon_s: float) -> set[str]:
-    """Nodes the leader treats as cordoned now: inside a window, or within `horizon_s` of its start (a
-    rental placed there would get notice at once)."""
-    lead = timedelta(seconds=horizon_s)
-    return {w.node for w in windows if w.starts_at - lead <= now < w.ends_at}
 
 
 def upcoming(windows: Sequence[MaintenanceWindow], now: datetime) -> tuple[tuple[str, float], ...]:

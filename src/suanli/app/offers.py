@@ -16,10 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from threading import Lock
 
+from suanli.app.downtime import out_of_service
 from suanli.app.errors import Invalid
 from suanli.app.fleet import FleetCache
 from suanli.app.list_prices import MICROS, list_price
-from suanli.app.ports import UnitOfWorkFactory
+from suanli.app.ports import Clock, UnitOfWorkFactory
 from suanli.domain.catalog import Catalog
 from suanli.domain.inventory import GpuMode
 
@@ -88,8 +89,17 @@ def _bad(column: int, token: str, message: str) -> Invalid:
 
 
 class OfferService:
-    def __init__(self, uow: UnitOfWorkFactory, cache: FleetCache, catalog: Catalog) -> None:
-        self.uow, self.cache, self.catalog = uow, cache, catalog
+    def __init__(
+        self,
+        uow: UnitOfWorkFactory,
+        clock: Clock,
+        cache: FleetCache,
+        catalog: Catalog,
+        notice_horizon_s: float = 0.0,
+    ) -> None:
+        """`notice_horizon_s`: how long before a maintenance window the leader stops placing on its node."""
+        self.uow, self.clock, self.cache, self.catalog = uow, clock, cache, catalog
+        self.notice_horizon_s = notice_horizon_s
         self._lock = Lock()
         self._computed: tuple[object, list[Offer]] | None = None
 
@@ -101,12 +111,16 @@ class OfferService:
     def _offers(self) -> list[Offer]:
         """Every offer before filtering, recomputed only when the fleet, a drain or an allocation changed:
         each booking comes with a new allocation (the newest id grows) or goes with a released one (fewer
-        live ones), so (fleet version, newest allocation id, live allocations, drained nodes) names it."""
+        live ones), so (fleet version, newest allocation id, live allocations, drained nodes) names it; nodes
+        in (or about to enter) a maintenance window count as drained, as the leader treats them."""
         with self.uow() as uow:
             version, fleet = self.cache.load(uow)
             if fleet is None:
                 return []
-            cordoned = uow.fleet.cordoned()
+            now = self.clock.now()
+            cordoned = uow.fleet.cordoned() | out_of_service(
+                uow.maintenance.list(now), now, self.notice_horizon_s
+            )
             stamp = (version, uow.rentals.allocations_stamp(), frozenset(cordoned))
             with self._lock:
                 if self._computed is not None and self._computed[0] == stamp:

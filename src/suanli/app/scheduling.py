@@ -20,12 +20,13 @@ from types import MappingProxyType
 
 from suanli.app.booking import bookings_for
 from suanli.app.contracts import domain_contract
+from suanli.app.downtime import notice_horizon_s, out_of_service
 from suanli.app.errors import BookingConflict
 from suanli.app.fleet import FleetCache
 from suanli.app.growth import Held, held_request, holding_after, wants_resize
 from suanli.app.limits import cycle_limits
 from suanli.app.list_prices import list_price
-from suanli.app.maintenance import MAINTENANCE, give_notices, notice_horizon_s, out_of_service, upcoming
+from suanli.app.maintenance import MAINTENANCE, give_notices, upcoming
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.records import PREEMPTIBLE_STATES, MaintenanceWindow, Rental, RentalEvent
 from suanli.app.rentals import to_request

@@ -118,6 +118,10 @@ class NodeResponse(WireModel):
     labels: dict[str, str]
     schedulable: bool
     free_gpu_milli: int = Field(description="Idle GPU capacity in milli-GPUs (1000 = one GPU).")
+    maintenance_until: datetime | None = Field(
+        default=None,
+        description="While a maintenance window (or its notice lead) keeps the node out: the window's end.",
+    )
 
 
 # --- offers -------------------------------------------------------------------------------------------
