@@ -4,7 +4,10 @@ run` gets, an image's entrypoint, and an image rental on a host-process agent.""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -13,7 +16,8 @@ from test_runner_lifecycle import FakeClient, eventually, make_runner
 from typer.testing import CliRunner
 
 from suanli.agent.executor_choice import ExecutorKind, choose_executor
-from suanli.agent.executors import ContainerExecutor, ExecutorError, ProcessExecutor
+from suanli.agent.executors import ContainerExecutor, ExecutorError, ProcessExecutor, WorkloadSpec
+from suanli.agent.orphans import adopt, find_orphans
 from suanli.agent.probe import declared_gpu_uuid
 from suanli.agent.runner import AgentRunner
 from suanli.cli.main import app
@@ -154,3 +158,59 @@ def test_suanli_agent_refuses_the_container_executor_without_a_runtime(
     result = CliRunner().invoke(app, [*args, "--work-dir", str(tmp_path), "--executor", "container"])
     assert result.exit_code == 2, result.output
     assert "--executor container: no docker or podman on PATH" in " ".join(result.output.split())
+
+
+def container_pid(bin_dir: Path, name: str) -> int:
+    """The pid of the stand-in runtime's running container `name`, once it has started."""
+    pid_file = bin_dir / "containers" / name
+    eventually(pid_file.exists)
+    return int(pid_file.read_text())
+
+
+def container_running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def launch_sleeper(tmp_path: Path, bin_dir: Path) -> tuple[ContainerExecutor, object, int]:
+    executor = ContainerExecutor(tmp_path / "agent", runtime=str(bin_dir / "docker"))
+    workload = executor.launch(WorkloadSpec("r-1", ("sleep", "60"), {}, image="pytorch"))
+    return executor, workload, container_pid(bin_dir, "suanli-r-1")
+
+
+def test_stopping_a_container_workload_kills_and_removes_its_container(
+    tmp_path: Path, runtime_on_path: Path
+) -> None:
+    _, workload, pid = launch_sleeper(tmp_path, runtime_on_path)
+    try:
+        workload.stop(0.2)  # type: ignore[attr-defined]
+        eventually(lambda: not container_running(pid))
+        control = [argv[1:] for argv in calls(runtime_on_path) if argv[1] != "run"]
+        assert control == [
+            ["stop", "--time", "0", "suanli-r-1"],
+            ["kill", "--signal", "KILL", "suanli-r-1"],
+            ["rm", "--force", "suanli-r-1"],
+        ]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_killing_an_adopted_container_workload_ends_its_container_not_only_its_client(
+    tmp_path: Path, runtime_on_path: Path
+) -> None:
+    """The container runs apart from its `docker run` client (as under a real engine): killing the client's
+    process group, all an adopted workload used to do, left it running."""
+    executor, _, pid = launch_sleeper(tmp_path, runtime_on_path)
+    try:
+        orphan = find_orphans(tmp_path / "agent")["r-1"]
+        assert orphan.alive
+        adopt("r-1", orphan, executor).kill()
+        eventually(lambda: not container_running(pid))
+        control = [argv[1:] for argv in calls(runtime_on_path) if argv[1] != "run"]
+        assert control == [["kill", "--signal", "KILL", "suanli-r-1"], ["rm", "--force", "suanli-r-1"]]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)

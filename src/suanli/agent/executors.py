@@ -27,8 +27,11 @@ agent's credentials) plus the workload's env; HOME is its work dir. It refuses a
 command meant for a container never runs on the host.
 
 `ContainerExecutor` builds a `docker run` / `podman run` argument list (`run_args`) and runs the attached CLI
-as the workload's process (its exit code is the container's); signals go through `docker kill --signal` and
-`docker stop`. A workload without an image runs in `DEFAULT_IMAGE`, one without a command runs its image's
+as the workload's process (its exit code is the container's); signals go to the container by name
+(`suanli-<rental id>`) through `docker kill --signal` and `docker stop`, and a kill also `docker rm --force`s
+it, since the attached client passes no SIGKILL on and a real runtime keeps the container when the client
+dies; the runtime is kept in `workload.json`, so an adopted container is stopped the same way. A workload
+without an image runs in `DEFAULT_IMAGE`, one without a command runs its image's
 entrypoint. Its argument list is unit-tested, and its launch with a stand-in runtime program on PATH; running
 real containers is not tested here (no container engine in CI, and nothing may be downloaded).
 """
@@ -58,6 +61,7 @@ from suanli.domain.images import DEFAULT_IMAGE, resolve_image
 INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "TMPDIR")
 RUNTIMES = ("docker", "podman")  # the container CLIs the container executor drives, in lookup order
 POLL_INTERVAL_S = 0.02
+CLI_TIMEOUT_S = 60.0  # how long one container CLI call (other than `stop`'s grace) may take
 CONTAINER_NOTICE_DIR = "/run/suanli"
 CONTAINER_WORKDIR = "/workspace"
 MPS_PIPE_DIR = "/tmp/nvidia-mps"
@@ -261,18 +265,22 @@ class ContainerExecutor:
         paths.notice_file.unlink(missing_ok=True)
         args = run_args(self.runtime or "docker", spec, paths)
         process = _spawn(args, {k: os.environ[k] for k in INHERITED_ENV if k in os.environ}, paths)
-        _write_record(paths, process.pid, spec)
+        _write_record(paths, process.pid, spec, runtime=self.runtime or "docker")
         return ContainerWorkload(spec.rental_id, process, paths, self.runtime or "docker")
 
 
 class ContainerWorkload:
+    """A container this agent started: signals go to the container through the runtime CLI (the attached
+    client does not pass SIGKILL on, and a real runtime keeps the container when the client dies), then the
+    client's process group is killed."""
+
     def __init__(
         self, rental_id: str, process: subprocess.Popen[bytes], paths: RentalPaths, runtime: str
     ) -> None:
         self.rental_id = rental_id
         self._process = process
         self.paths = paths
-        self._runtime = runtime
+        self._container = ContainerControl(runtime, container_name(rental_id))
 
     @property
     def pid(self) -> int:
@@ -283,21 +291,44 @@ class ContainerWorkload:
 
     def notice(self, deadline: datetime) -> None:
         write_notice(self.paths.notice_file, self.rental_id, deadline)
-        self._cli("kill", "--signal", "TERM", container_name(self.rental_id))
+        self._container.signal("TERM")
 
     def stop(self, grace_s: float) -> WorkloadStatus:
-        self._cli("stop", "--time", str(max(0, round(grace_s))), container_name(self.rental_id))
+        self._container.stop(grace_s)
         return self.kill()
 
     def kill(self) -> WorkloadStatus:
-        self._cli("kill", container_name(self.rental_id))
+        self._container.kill()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self._process.pid, signal.SIGKILL)
         self._process.wait()
         return self.poll()
 
-    def _cli(self, *args: str) -> None:
-        subprocess.run([self._runtime, *args], capture_output=True, check=False, timeout=60)
+
+@dataclass(frozen=True, slots=True)
+class ContainerControl:
+    """A rental's container by name through the docker/podman CLI: for a workload this agent started and for
+    one an earlier agent process left (adopted). Failures (a container already gone) are ignored."""
+
+    runtime: str
+    name: str
+
+    def signal(self, signal_name: str) -> None:
+        self._cli(["kill", "--signal", signal_name, self.name], CLI_TIMEOUT_S)
+
+    def stop(self, grace_s: float) -> None:
+        """`stop`: SIGTERM, up to `grace_s` to end, then SIGKILL (by the runtime)."""
+        grace = max(0, round(grace_s))
+        self._cli(["stop", "--time", str(grace), self.name], grace + CLI_TIMEOUT_S)
+
+    def kill(self) -> None:
+        """SIGKILL the container and remove it (`--rm` alone is not enough when its client died first)."""
+        self.signal("KILL")
+        self._cli(["rm", "--force", self.name], CLI_TIMEOUT_S)
+
+    def _cli(self, args: list[str], timeout_s: float) -> None:
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            subprocess.run([self.runtime, *args], capture_output=True, check=False, timeout=timeout_s)
 
 
 def run_args(runtime: str, spec: WorkloadSpec, paths: RentalPaths) -> list[str]:
@@ -480,7 +511,8 @@ def record_describes_process(record: Mapping[str, object], pid: int) -> bool | N
     return record_matches(record, now, None if now is None else started_unix_s(now))
 
 
-def _write_record(paths: RentalPaths, pid: int, spec: WorkloadSpec) -> None:
+def _write_record(paths: RentalPaths, pid: int, spec: WorkloadSpec, runtime: str | None = None) -> None:
+    """`runtime`: the container runtime that runs it (its container: `container_name`); None for a process."""
     identity = process_identity(pid)
     record = {
         "rental_id": spec.rental_id,
@@ -490,6 +522,7 @@ def _write_record(paths: RentalPaths, pid: int, spec: WorkloadSpec) -> None:
         "boot_id": None if identity is None else identity.boot_id,
         "start_ticks": None if identity is None else identity.start_ticks,
         "devices": list(spec.devices),  # what it sees: a later agent restarts it if its GPUs changed
+        "container_runtime": runtime,  # a later agent signals and removes its container through it
     }
     paths.record_file.write_text(json.dumps(record), encoding="utf-8")
 

@@ -16,10 +16,13 @@ from pathlib import Path
 from suanli.agent.assignment import Assignment
 from suanli.agent.executors import (
     EXIT_FILE,
+    ContainerControl,
+    ContainerExecutor,
     Executor,
     RentalPaths,
     WorkloadState,
     WorkloadStatus,
+    container_name,
     group_alive,
     record_describes_process,
     write_notice,
@@ -39,22 +42,28 @@ class Orphan:
     """A workload an earlier agent process started here: its process group, the devices it was started with
     (None in records written before they were kept), its record, whether it still runs, and for one that
     ended while no agent ran, how (as its supervisor wrote it; None when nobody saw it: a reboot, a record
-    older than supervisors, or a supervisor killed with it)."""
+    older than supervisors, or a supervisor killed with it), and the container runtime that runs it (None for
+    a host process, or a record older than the field)."""
 
     pgid: int
     devices: tuple[str, ...] | None
     record: Path
     alive: bool = True
     ended: ExitRecord | None = None
+    container_runtime: str | None = None
 
 
 class AdoptedWorkload:
-    """A process group an earlier agent process started: signalled by group id; its end is read from the
-    exit file its supervisor (the group leader) writes, else unknown. A notice goes to its notice file first,
-    as for a workload this process started."""
+    """A process group an earlier agent process started: signalled by group id, and a container workload's
+    container through its runtime as well (its client passes no SIGKILL on, and the container outlives it);
+    its end is read from the exit file its supervisor (the group leader) writes, else unknown. A notice goes
+    to its notice file first, as for a workload this process started."""
 
-    def __init__(self, pgid: int, rental_id: str, paths: RentalPaths) -> None:
+    def __init__(
+        self, pgid: int, rental_id: str, paths: RentalPaths, container: ContainerControl | None = None
+    ) -> None:
         self._pgid, self._rental_id, self._paths = pgid, rental_id, paths
+        self._container = container
 
     @property
     def pid(self) -> int:
@@ -71,9 +80,15 @@ class AdoptedWorkload:
 
     def notice(self, deadline: datetime) -> None:
         write_notice(self._paths.notice_file, self._rental_id, deadline)
+        if self._container is not None:
+            self._container.signal("TERM")
+            return
         self._signal(signal.SIGTERM)
 
     def stop(self, grace_s: float) -> WorkloadStatus:
+        if self._container is not None:
+            self._container.stop(grace_s)
+            return self.kill()
         self._signal(signal.SIGTERM)
         end = time.monotonic() + grace_s
         while group_alive(self._pgid) and time.monotonic() < end:
@@ -81,6 +96,8 @@ class AdoptedWorkload:
         return self.kill()
 
     def kill(self) -> WorkloadStatus:
+        if self._container is not None:
+            self._container.kill()
         self._signal(signal.SIGKILL)
         return WorkloadStatus(WorkloadState.SIGNALED, exit_code=128 + signal.SIGKILL, signal=signal.SIGKILL)
 
@@ -98,22 +115,32 @@ def find_orphans(work_dir: Path) -> dict[str, Orphan]:
             pgid = int(data["pgid"])
             devices = data.get("devices")
             seen = None if devices is None else tuple(str(d) for d in devices)
+            runtime = data.get("container_runtime")
+            container_runtime = None if runtime is None else str(runtime)
         except (OSError, ValueError, KeyError, TypeError):
             continue
         rental_id = str(data.get("rental_id", record.parent.name))
         ended = read_exit(record.with_name(EXIT_FILE), _leader(data, pgid))
         if ended is not None:  # its group may linger (the workload's own children): never signalled
-            found[rental_id] = Orphan(pgid, seen, record, alive=False, ended=ended)
+            found[rental_id] = Orphan(
+                pgid, seen, record, alive=False, ended=ended, container_runtime=container_runtime
+            )
             continue
         alive = _still_running(rental_id, data, pgid)
         if alive is not None:
-            found[rental_id] = Orphan(pgid, seen, record, alive)
+            found[rental_id] = Orphan(pgid, seen, record, alive, container_runtime=container_runtime)
     return found
 
 
 def adopt(rental_id: str, orphan: Orphan, executor: Executor) -> AdoptedWorkload:
-    """A handle on an orphan's process group, with the notice file its workload reads and its exit file."""
-    return AdoptedWorkload(orphan.pgid, rental_id, executor.paths(rental_id))
+    """A handle on an orphan's process group, with the notice file its workload reads and its exit file, and
+    its container when a container runtime runs it (as its record says; a record older than that field, under
+    a container executor, is taken for one of its containers)."""
+    runtime = orphan.container_runtime
+    if runtime is None and isinstance(executor, ContainerExecutor):
+        runtime = executor.runtime
+    container = None if runtime is None else ContainerControl(runtime, container_name(rental_id))
+    return AdoptedWorkload(orphan.pgid, rental_id, executor.paths(rental_id), container)
 
 
 def drop_orphan(rental_id: str, orphan: Orphan, executor: Executor) -> None:
