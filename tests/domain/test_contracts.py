@@ -287,7 +287,7 @@ def test_short_contracts_names_those_a_maintenance_window_would_overbook() -> No
 def test_a_request_that_declares_its_duration_is_not_placed_where_maintenance_starts_before_it_ends() -> None:
     """One node, maintenance from 1800 s: a 1 h request waits (the only node would go down under it), a 10
     min one and one that declares no duration (it gets notice at the window's start) are placed."""
-    gates = Gates(maintenance=(("n0", 1800.0),))
+    gates = Gates(maintenance=(("n0", 1800.0, 7200.0),))
     long = replace(ask("long", 1), max_duration_s=3600.0)
     short = replace(ask("short", 1), max_duration_s=600.0)
     decision = admit(Snapshot(fleet_of(1), CATALOG), [long], [], POLICY, 0.0, CONFIG, gates=gates)

@@ -26,7 +26,7 @@ from suanli.domain.queue_order import (
     keep_head_first,
     order_requests,
 )
-from suanli.domain.queueing import admit
+from suanli.domain.queueing import Gates, admit
 from suanli.domain.request import GpuShare, MigSlice, Request, Tier, WholeGpus
 from suanli.domain.reservation import OVERDUE_S, reserve
 from suanli.domain.scheduler import place
@@ -553,6 +553,45 @@ def test_conservative_plans_only_the_backfill_depth_and_says_when_a_request_neve
     shallow = admit(snap, queue, [busy], POLICY, 10, QueueConfig(mode=Mode.CONSERVATIVE, backfill_depth=1))
     assert [b.request_id for b in shallow.bookings] == ["head"]
     assert {p.message for p in shallow.pending if p.request_id != "head"} == {"past the backfill depth"}
+
+
+def test_conservative_bookings_keep_off_a_node_whose_maintenance_starts_before_they_end_or_has_begun():
+    """7 of n0's GPUs are busy until 1000, n1's 8 until 500; n1's maintenance runs 600-5000. The head (8 GPUs
+    for 1000 s) would fit on n1 at 500 but its window starts under it: booked on n0 at 1000. `short` (100 s)
+    ends at 600, when the window starts: booked on n1 at 500. `after` is like it: at 600 n1 is in its window,
+    so it waits for n0 after the head, at 2000."""
+    snap = snapshot_of(2, 8)
+    a = run(snap, job("a", 7, 0, 1000), 0)
+    b = run(snap, job("b", 8, 0, 500), 0)
+    gates = Gates(maintenance=(("n1", 600.0, 5000.0),))
+    queue = [job("head", 8, 1, 1000), job("short", 8, 2, 100), job("after", 8, 3, 100)]
+    decision = admit(snap, queue, [a, b], POLICY, 10, CONSERVATIVE, gates=gates)
+    booked = {b.request_id: (b.start_s, b.end_s, b.nodes) for b in decision.bookings}
+    assert booked == {
+        "head": (1000, 2000, frozenset({"n0"})),
+        "short": (500, 600, frozenset({"n1"})),
+        "after": (2000, 2100, frozenset({"n0"})),
+    }
+    assert decision.head == "head" and decision.head_start_s == 1000
+
+
+def test_a_preemptor_is_not_promised_a_node_whose_maintenance_starts_before_it_would_end():
+    """Spot s0 on n0 (cheaper to evict: it started later) and s1 on n1; n0 goes into maintenance at 100.
+    `od` (8 GPUs for 1000 s, starting when the 30 s notice ends at 40) would run into n0's window: s1 is the
+    victim and n1 the promise. Without a declared duration it gets n0 (it would get notice at the window)."""
+    config = replace(EASY, preemption=PreemptionConfig(default_notice_s=30))
+    gates = Gates(maintenance=(("n0", 100.0, 5000.0),))
+    snap = snapshot_of(2, 8)
+    spot = {"bid_micros_per_hour": 1, "tier": Tier.SPOT}
+    s0 = run(snap, job("s0", 8, 5, 10_000, **spot), 5)
+    s1 = run(snap, job("s1", 8, 0, 10_000, **spot), 0)
+    assert [(r.request.id, r.placement.nodes[0].node) for r in (s0, s1)] == [("s0", "n0"), ("s1", "n1")]
+    decision = admit(snap, [job("od", 8, 6, 1000)], [s0, s1], POLICY, 10, config, gates=gates)
+    (preemption,) = decision.preemptions
+    assert [v.request_id for v in preemption.victims] == ["s1"]
+    assert [a.node for a in preemption.promised.nodes] == ["n1"]
+    open_ended = admit(snap, [job("od", 8, 6, None)], [s0, s1], POLICY, 10, config, gates=gates)
+    assert [v.request_id for v in open_ended.preemptions[0].victims] == ["s0"]
 
 
 @settings(max_examples=80, deadline=None)

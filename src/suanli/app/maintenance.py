@@ -95,9 +95,12 @@ class MaintenanceService:
 # --- on the leader: the cycle keeps nodes out of service inside their windows and gives notice before ------
 
 
-def upcoming(windows: Sequence[MaintenanceWindow], now: datetime) -> tuple[tuple[str, float], ...]:
-    """(node, start) of the windows still to start: what a rental's declared duration must end before."""
-    return tuple((w.node, w.starts_at.timestamp()) for w in windows if w.starts_at > now)
+def upcoming(windows: Sequence[MaintenanceWindow], now: datetime) -> tuple[tuple[str, float, float], ...]:
+    """(node, start, end) of the windows still to start: what a rental's declared duration must end before,
+    and what a booking planned later must not start inside."""
+    return tuple(
+        (w.node, w.starts_at.timestamp(), w.ends_at.timestamp()) for w in windows if w.starts_at > now
+    )
 
 
 def give_notices(

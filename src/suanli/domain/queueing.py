@@ -89,9 +89,10 @@ class Gates:
     limits: Limits | None = None
     contracts: Sequence[Contract] = ()
     spot_floor: Callable[[Request], int | None] | None = None  # floor bid (micros/hour) of the request's pool
-    # (node, start) of maintenance windows to come: a request that declares its duration is not placed on a
-    # node whose window would start before it ends
-    maintenance: Sequence[tuple[str, float]] = ()
+    # (node, start, end) of maintenance windows to come: a request that declares its duration is not placed
+    # (nor promised a preemptor's placement, nor booked by the conservative queue) on a node whose window
+    # would start before it ends; a booking does not start on a node inside its window either
+    maintenance: Sequence[tuple[str, float, float]] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,14 +306,15 @@ class _Cycle:
         with self.snapshot.cordoned(avoid):
             return self._try_place(request, (_fit_key(request), cordon, avoid))
 
-    def _maintenance_ahead(self, request: Request) -> frozenset[str]:
-        """Nodes whose maintenance starts while `request` would still run (by its declared duration)."""
+    def _maintenance_ahead(self, request: Request, lead_s: float = 0.0) -> frozenset[str]:
+        """Nodes whose maintenance starts while `request` would still run (by its declared duration) if it
+        started `lead_s` from now (a preemptor starts when its victims' notice ends)."""
         if request.max_duration_s is None or not self.gates.maintenance:
             return frozenset()
-        end_s = self.now + request.max_duration_s
+        end_s = self.now + lead_s + request.max_duration_s
         return frozenset(
             node
-            for node, start_s in self.gates.maintenance
+            for node, start_s, _ in self.gates.maintenance
             if self.now < start_s < end_s and node in self.snapshot.by_name
         )
 
@@ -433,11 +435,14 @@ class _Cycle:
             self.lowest_tier = min(free, default=math.inf)
         if request.tier <= self.lowest_tier:
             return False  # nothing running is of a lower tier
-        key = (_fit_key(request), request.tier)
+        lead_s = max(config.notice_for(tier) for tier in Tier if tier < request.tier)
+        avoid = self._maintenance_ahead(request, lead_s)  # the promise must outlast no window's start
+        key = (_fit_key(request), request.tier, avoid)
         if key in self.no_victims:
             return False
         eligible = [r for r in self.running if r.request.id not in self.chosen_victims]
-        decision = choose_victims(self.snapshot, request, eligible, self.policy, self.now, config)
+        with self.snapshot.cordoned(avoid):
+            decision = choose_victims(self.snapshot, request, eligible, self.policy, self.now, config)
         if decision is None:
             self.no_victims.add(key)
             return False
@@ -564,6 +569,7 @@ class _Cycle:
                     horizon_s,
                     not_before_s,
                     ends,
+                    self._maintenance_on_fleet(),
                 )
             if slot is None:
                 if like not in never:
@@ -602,6 +608,10 @@ class _Cycle:
             self.pending.append(
                 Pending(request.id, Reason.NO_CAPACITY, f"booked to start by {_utc_text(start_s)}")
             )
+
+    def _maintenance_on_fleet(self) -> tuple[tuple[str, float, float], ...]:
+        """The windows to come on nodes of this snapshot."""
+        return tuple(w for w in self.gates.maintenance if w[0] in self.snapshot.by_name)
 
     def _never_fits(self, request: Request) -> Pending | None:
         """Why `request` fits nowhere even on an empty fleet, if it does not; the snapshot is unchanged."""

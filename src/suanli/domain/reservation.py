@@ -134,6 +134,7 @@ def earliest_slot(
     horizon_s: float,
     not_before_s: float = -math.inf,
     ends: Sequence[float] | None = None,
+    maintenance: Sequence[tuple[str, float, float]] = (),
 ) -> Slot | None:
     """The earliest start up to `horizon_s` (from `not_before_s`) at which `request` fits its whole declared
     run; None if none.
@@ -144,7 +145,10 @@ def earliest_slot(
     then are released and every node a booking holds at any time over the request's run is left out, as
     Slurm's backfill map does with whole nodes. A start now is placed on the snapshot (and undone); a later
     start of a one-node whole-GPU request takes the node with the fewest free GPUs that fit (best fit), and
-    any other shape is placed on the snapshot brought to that start. The snapshot is restored.
+    any other shape is placed on the snapshot brought to that start. `maintenance` is (node, start, end) of
+    the windows to come: a node is left out of a start inside its window and, for a request that declares its
+    duration, of a start whose run its window would begin in (as `Gates.maintenance` for a start now); a
+    window's end is a candidate start too. The snapshot is restored.
     """
     duration = request.max_duration_s if request.max_duration_s is not None else math.inf
     if ends is None:
@@ -153,7 +157,9 @@ def earliest_slot(
         {now}
         | {e for e in ends if e <= horizon_s}
         | {b.end_s for b in bookings if now < b.end_s <= horizon_s}
+        | {end_s for _, _, end_s in maintenance if now < end_s <= horizon_s}
     )
+    declared = request.max_duration_s is not None
     # GPUs, CPU and memory free per node that could ever host the request, as of each start, kept by
     # arithmetic: the snapshot is brought to a start (its rentals released) only for shapes counts cannot
     # place
@@ -203,8 +209,12 @@ def earliest_slot(
             if start < not_before_s or (whole and available < request.node_count):
                 continue
             held = {name for name, count in holders.items() if count}
+            held |= _down(maintenance, start, start + duration if declared else start)
             if by_count and start > now:
-                return Slot(start, frozenset({_best_fit(node_free, need, held)}), None)
+                best = _best_fit(node_free, need, held)
+                if best is None:
+                    continue
+                return Slot(start, frozenset({best}), None)
             while applied < released:
                 undos.extend(snapshot.release(a) for a in timed[applied].placement.nodes)
                 applied += 1
@@ -226,10 +236,21 @@ def _need(request: Request) -> Need:
     return (request.gpus_per_node - 1e-9, request.cpu_milli, request.memory_mib)
 
 
-def _best_fit(node_free: Mapping[str, list[float]], need: Need, held: Collection[str]) -> str:
-    """The node outside `held` with the fewest free GPUs that still meet `need` (then by name)."""
+def _best_fit(node_free: Mapping[str, list[float]], need: Need, held: Collection[str]) -> str | None:
+    """The node outside `held` with the fewest free GPUs that still meet `need` (then by name); None if none
+    does (every fitting one is in maintenance)."""
     fitting = (name for name, free in node_free.items() if name not in held and _fits(free, need))
-    return min(fitting, key=lambda name: (node_free[name][0], name))
+    return min(fitting, key=lambda name: (node_free[name][0], name), default=None)
+
+
+def _down(maintenance: Sequence[tuple[str, float, float]], start_s: float, end_s: float) -> set[str]:
+    """Nodes a run over [start_s, end_s) must stay off: inside a window at its start, or whose window begins
+    before it ends (end_s == start_s: a run without a declared duration, given notice at the window)."""
+    return {
+        node
+        for node, window_start_s, window_end_s in maintenance
+        if window_start_s <= start_s < window_end_s or start_s < window_start_s < end_s
+    }
 
 
 def _fits(free: Sequence[float], need: Need) -> bool:
