@@ -370,7 +370,7 @@ def test_cli_plan_terms_grants_and_revenue(client, tenant, monkeypatch) -> None:
 
 
 def test_a_rental_its_contract_covered_pays_on_demand_once_the_contract_has_ended(database_url: str) -> None:
-    """A 1-GPU contract ending 3 s from now covers a 1-GPU rental (0 micros per hour). After the window the
+    """A 1-GPU contract ending 8 s from now covers a 1-GPU rental (0 micros per hour). After the window the
     rental kept its 0 rate for good. Now the meter loop's pass (its jobs as the server wires them) re-prices
     it from the contract's end: the hour after it costs the on-demand rate."""
     with app_client(database_url, meter_interval_s=3600, prepaid=False) as client:
@@ -378,10 +378,11 @@ def test_a_rental_its_contract_covered_pays_on_demand_once_the_contract_has_ende
         tenant_id = client.post("/v1/tenants", json={"name": "ending"}, headers=ADMIN).json()["id"]
         secret = client.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()
         headers = {"Authorization": f"Bearer {secret['secret']}"}
-        end = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=3)
+        end = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=8)  # signed and placed before it
         window = {"gpu_model": "H100-SXM-80GB", "count": 1, "region": "cn-north"}
         body = {**window, "starts_at": (end - timedelta(hours=1)).isoformat(), "ends_at": end.isoformat()}
-        assert client.post("/v1/contracts", json=body, headers=headers).status_code == 201
+        signed = client.post("/v1/contracts", json=body, headers=headers)
+        assert signed.status_code == 201, signed.text
         rental = client.post("/v1/rentals", json=H100, headers=headers).json()
         placed = wait_for(client, rental["id"], headers, "placed")
         assert placed["price_micros_per_hour"] == 0 and placed["quote"]["contract_covered_gpu_milli"] == 1000
@@ -396,7 +397,7 @@ def test_a_rental_its_contract_covered_pays_on_demand_once_the_contract_has_ende
 
 
 def test_a_rental_placed_before_its_contract_opens_is_covered_from_the_start(database_url: str) -> None:
-    """A 1-GPU rental placed 3 s before its tenant's 1-GPU contract opens pays on-demand. It kept that rate
+    """A 1-GPU rental placed just before its tenant's 1-GPU contract opens pays on-demand. It kept that rate
     inside the window while the scheduler counted it as the contract's claim (the tenant paid the contract
     and on-demand for the same GPU: the hour after the start charged 2,990,000 micros). Now the meter
     loop's pass (its jobs as the server wires them) re-prices it from the start: the hour after costs 0,
@@ -406,10 +407,11 @@ def test_a_rental_placed_before_its_contract_opens_is_covered_from_the_start(dat
         tenant_id = client.post("/v1/tenants", json={"name": "early"}, headers=ADMIN).json()["id"]
         secret = client.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()
         headers = {"Authorization": f"Bearer {secret['secret']}"}
-        start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=3)
+        start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=8)  # placed before it
         window = {"gpu_model": "H100-SXM-80GB", "count": 1, "region": "cn-north"}
         body = {**window, "starts_at": start.isoformat(), "ends_at": (start + timedelta(hours=2)).isoformat()}
-        assert client.post("/v1/contracts", json=body, headers=headers).status_code == 201
+        signed = client.post("/v1/contracts", json=body, headers=headers)
+        assert signed.status_code == 201, signed.text
         rental = client.post("/v1/rentals", json={**H100, "regions": ["cn-north"]}, headers=headers).json()
         placed = wait_for(client, rental["id"], headers, "placed")
         assert placed["price_micros_per_hour"] == H100_ON_DEMAND  # the window is not open yet
