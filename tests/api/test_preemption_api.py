@@ -15,7 +15,7 @@ from conftest import ADMIN, FLEET, wait_for
 from suanli.api.app import create_app
 from suanli.config import Settings
 
-NOTICE_S = 1.5
+NOTICE_S = 3.0  # long enough to see `preempting` on a loaded machine (1.5 s was missed once under load)
 
 
 @pytest.fixture(params=["greedy", "backfill"])
