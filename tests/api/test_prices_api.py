@@ -54,7 +54,7 @@ def test_an_admin_put_is_listed_and_quotes_new_rentals(client, tenant) -> None:
 
 def test_a_future_dated_entry_is_listed_but_applies_only_from_its_time(client, tenant) -> None:
     _, headers = tenant("planner")
-    start = datetime.now(UTC) + timedelta(seconds=2)
+    start = datetime.now(UTC) + timedelta(seconds=8)  # room for the PUT and two quotes on a slow machine
     far = datetime.now(UTC) + timedelta(days=30)
     put = client.put(
         "/v1/prices",
