@@ -75,6 +75,21 @@ def _ok(response: Any, status: int = 200) -> dict:
     return response.json()
 
 
+def _advance(client: TestClient, clock: ReplayClock, delta: timedelta) -> None:
+    """Move the replayed time on, then wait until a scheduler run that began before the move has ended and a
+    whole run after it has: a run reads the time once, and one that read it before a 5-minute move but saw a
+    rental created after it would date that rental's preemption notice 5 minutes in the past."""
+    loop = client.app.state.services.loop
+    runs = loop.runs
+    clock.advance(delta)
+    deadline = time.monotonic() + 20
+    while loop.runs < runs + 2:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the scheduler did not run after the clock moved")
+        loop.signal()
+        time.sleep(0.01)
+
+
 def _wait(client: TestClient, headers: dict[str, str], rental_id: str, state: str) -> dict:
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
@@ -141,7 +156,7 @@ def run(database_url: str) -> tuple[InvoiceResponse, BalanceResponse, dict]:
             client.post("/v1/rentals", json={"gpu_model": "H100-SXM-80GB", "gpus": 2}, headers=headers), 201
         )
         _wait(client, headers, training["id"], "placed")
-        clock.advance(timedelta(minutes=5))
+        _advance(client, clock, timedelta(minutes=5))
         slice_request = {
             "gpu_model": "A100-80GB",
             "mig_profile": "3g.40gb",
@@ -150,16 +165,16 @@ def run(database_url: str) -> tuple[InvoiceResponse, BalanceResponse, dict]:
         }
         spot = _ok(client.post("/v1/rentals", json=slice_request, headers=headers), 201)
         _wait(client, headers, spot["id"], "placed")
-        clock.advance(timedelta(minutes=85))
+        _advance(client, clock, timedelta(minutes=85))
         _ok(client.post(f"/v1/rentals/{training['id']}/stop", headers=headers))
-        clock.advance(timedelta(minutes=5))
+        _advance(client, clock, timedelta(minutes=5))
         whole = {"gpu_model": "A100-80GB", "mig_profile": "7g.80gb"}
         preemptor = _ok(client.post("/v1/rentals", json=whole, headers=beta_headers), 201)
         _wait(client, headers, spot["id"], "preempting")
-        clock.advance(timedelta(seconds=30))
+        _advance(client, clock, timedelta(seconds=30))
         _wait(client, headers, spot["id"], "preempted")
         _wait(client, beta_headers, preemptor["id"], "placed")
-        clock.advance(timedelta(minutes=5))
+        _advance(client, clock, timedelta(minutes=5))
         services.billing.meter()
         invoice = InvoiceResponse.model_validate(_ok(client.get("/v1/invoices/2026-11", headers=headers)))
         balance = BalanceResponse.model_validate(_ok(client.get("/v1/balance", headers=headers)))
