@@ -26,8 +26,8 @@ from suanli.domain.queue_order import (
     keep_head_first,
     order_requests,
 )
-from suanli.domain.queueing import Gates, admit
-from suanli.domain.request import GpuShare, MigSlice, Request, Tier, WholeGpus
+from suanli.domain.queueing import Gates, admit, pool_share
+from suanli.domain.request import GpuSelector, GpuShare, MigSlice, Request, Tier, WholeGpus
 from suanli.domain.reservation import OVERDUE_S, reserve
 from suanli.domain.scheduler import place
 from suanli.domain.snapshot import Snapshot
@@ -632,3 +632,58 @@ def test_conservative_books_a_node_with_the_cpu_and_memory_free_then():
     decision = admit(snap, [job("head", 4, 1, 50, cpu_milli=8_000)], [x, y, z], POLICY, 10, CONSERVATIVE)
     (booking,) = decision.bookings
     assert (booking.start_s, booking.nodes) == (200, frozenset({y.placement.nodes[0].node}))
+
+
+WIDTH = QueueConfig(
+    mode=Mode.BACKFILL, order=Order.PRIORITY, within=Within.RATIO, backfill_order=BackfillOrder.RATIO
+)
+
+
+def test_a_request_that_takes_the_whole_pool_costs_more_in_the_ratio():
+    one_gpu = job("one-gpu", 1, at=0, duration=16 * 3600)
+    whole_pool = job("whole-pool", 8, nodes=8, at=6 * 3600, duration=2 * 3600)
+    shares = {"one-gpu": 1 / 64, "whole-pool": 1.0}
+
+    def share(request: Request) -> float:
+        return shares[request.id]
+
+    at_8h = 8 * 3600
+    # without a width weight: whole-pool (2 h + 2 h) / 2 h = 2.0 beats one-gpu (8 h + 16 h) / 16 h = 1.5
+    unweighted = order_requests([one_gpu, whole_pool], WIDTH, FairShare(), now=at_8h, pool_share=share)
+    assert [r.id for r in unweighted] == ["whole-pool", "one-gpu"]
+    # weight 3: whole-pool costs 2 h x 4 = 8 h, (2 + 8) / 8 = 1.25; one-gpu 16 h x (1 + 3/64), about 1.48
+    weighted = replace(WIDTH, width_weight=3.0)
+    ordered = order_requests([one_gpu, whole_pool], weighted, FairShare(), now=at_8h, pool_share=share)
+    assert [r.id for r in ordered] == ["one-gpu", "whole-pool"]
+    # and it still ages: after 40 h of waiting (42 / 8 = 5.25 against 48 / 16.75 = 2.87) it goes first
+    later = order_requests([one_gpu, whole_pool], weighted, FairShare(), now=46 * 3600, pool_share=share)
+    assert [r.id for r in later] == ["whole-pool", "one-gpu"]
+
+
+@pytest.mark.parametrize(("width_weight", "placed"), [(0.0, "whole-pool"), (3.0, "one-gpu")])
+def test_a_cycle_weighs_the_share_of_the_pool_a_request_takes(width_weight: float, placed: str):
+    snapshot = snapshot_of(8, 8)
+    queue = [
+        job("one-gpu", 1, at=0, duration=16 * 3600),
+        job("whole-pool", 8, nodes=8, at=6 * 3600, duration=7200),
+    ]
+    config = replace(WIDTH, width_weight=width_weight)
+    decision = admit(snapshot, queue, [], POLICY, 8 * 3600, config)
+    assert [p.request_id for p in decision.placements] == [placed]
+
+
+def test_the_pool_is_what_a_request_could_ever_land_on():
+    h100 = [
+        Node(f"h{i}", "r", ("r", "z", "p", "l0"), 64_000, 512_000, "H100-SXM-80GB", 8, GpuMode.WHOLE)
+        for i in range(4)
+    ]
+    a100 = [
+        Node(f"a{i}", "r", ("r", "z", "p", "l1"), 64_000, 512_000, "A100-80GB", 8, GpuMode.WHOLE)
+        for i in range(12)
+    ]
+    snapshot = Snapshot(Fleet({"r": REGION}, (*h100, *a100)), CATALOG)
+    on_h100 = GpuSelector(models=frozenset({"H100-SXM-80GB"}))
+    assert pool_share(snapshot, job("h", 8, at=0, nodes=2, selector=on_h100)) == pytest.approx(16 / 32)
+    assert pool_share(snapshot, job("any", 8, at=0)) == pytest.approx(8 / 128)
+    nowhere = job("b200", 1, at=0, selector=GpuSelector(models=frozenset({"B200"})))
+    assert pool_share(snapshot, nowhere) == 1.0

@@ -64,6 +64,7 @@ from suanli.domain.queue_order import (
     backfill_key,
     keep_head_first,
     order_requests,
+    width_cost,
 )
 from suanli.domain.quotas import Ledger, Limits
 from suanli.domain.request import Request, Tier
@@ -128,7 +129,9 @@ def admit(
     cycle = _Cycle(snapshot, running, policy, now, config, gates or Gates())
     if config.keep_head and last_head is not None:
         cycle.last_head, cycle.last_reserved = last_head, frozenset(last_reserved)
-    ordered = order_requests(cycle.promote(queue), config, fair or FairShare(), running, now)
+    ordered = order_requests(
+        cycle.promote(queue), config, fair or FairShare(), running, now, cycle.pool_share
+    )
     if config.keep_head and last_head is not None:
         ordered = keep_head_first(ordered, last_head)
     waiting_on_victims = (
@@ -164,6 +167,14 @@ def admit(
         tuple(sorted(cycle.reserved_nodes)),
         tuple(cycle.bookings),
     )
+
+
+def pool_share(snapshot: Snapshot, request: Request) -> float:
+    """The share of the GPUs it could ever be placed on (its model, region, residency) that `request` takes:
+    0..1, and 1 when it fits nowhere."""
+    classes, _ = nominate(snapshot, request)
+    pool = sum(snapshot.class_gpus[i] for i in classes)
+    return min(snapshot.least_gpus(request) / pool, 1.0) if pool else 1.0
 
 
 class _Cycle:
@@ -245,6 +256,9 @@ class _Cycle:
                 promoted[request.id] = claimed
                 self.claims[request.id] = contract
         return [promoted.get(r.id, r) for r in queue]
+
+    def pool_share(self, request: Request) -> float:
+        return pool_share(self.snapshot, request)
 
     def _landing_pools(self, request: Request) -> set[Pool]:
         """Every (model, region) the request could ever be placed in."""
@@ -503,7 +517,10 @@ class _Cycle:
             reserved_nodes |= self.last_reserved
         candidates = list(rest)
         if self.config.backfill_order is not BackfillOrder.QUEUE:
-            candidates.sort(key=lambda r: backfill_key(r, self.now, self.config.backfill_order))
+            order = self.config.backfill_order
+            candidates.sort(
+                key=lambda r: backfill_key(r, self.now, order, width_cost(self.config, r, self.pool_share))
+            )
         for request in candidates:
             if self.gated(request) or self.spot_held(request):
                 continue

@@ -63,6 +63,7 @@ class Snapshot:
         self.by_name: dict[str, NodeState] = {}
         # class id -> state id -> ordered set of node indices (a dict used as an insertion-ordered set)
         self.groups: list[dict[int, dict[int, None]]] = []
+        self.class_gpus: list[int] = []  # class id -> GPUs on the fleet's nodes of that class
         # states are interned to small ints so that caches hash an int, not a nested tuple
         self.state_ids: dict[NodeKey, int] = {}
         self.state_keys: list[NodeKey] = []
@@ -87,11 +88,13 @@ class Snapshot:
             if class_id == len(self.classes):
                 self.classes.append(cls)
                 self.groups.append({})
+                self.class_gpus.append(0)
             state = NodeState(
                 index, node, class_id, node.cpu_milli, node.memory_mib, _initial_gpus(node, cls)
             )
             self.nodes.append(state)
             self.by_name[node.name] = state
+            self.class_gpus[class_id] += node.gpu_count
             self.total_milli += FULL_MILLI * len(state.gpus)
             self._gpu_count += node.gpu_count
             self._index(state)
