@@ -90,6 +90,7 @@ def test_a_rental_with_a_catalogue_image_runs_in_it_with_exactly_its_gpus(
     assert [(w.state, w.exit_code) for w in client.reports[-1]] == [("succeeded", 0)]
     shipped = client.logs["r-1"].decode()
     assert f"image={PYTORCH}" in shipped and f"CVD={uuids}" in shipped
+    assert set(client.runs_images) == {True}, "a container agent must tell the server it runs images"
 
 
 def test_a_rental_with_an_image_and_no_command_runs_the_images_entrypoint(
@@ -122,6 +123,7 @@ def test_an_image_rental_on_a_host_process_agent_fails_saying_why_and_runs_nothi
     assert "runs workloads as host processes and cannot run image 'pytorch'" in report.message
     assert "--executor container" in report.message
     assert not marker.exists(), "the command meant for a container ran on the host"
+    assert set(client.runs_images) == {False}, "a host-process agent must tell the server it runs no images"
 
 
 def test_auto_is_the_host_process_executor_without_a_runtime_and_container_needs_one(

@@ -33,11 +33,13 @@ class FakeClient:
         self.reports: list[list] = []
         self.logs: dict[str, bytearray] = {}
         self.fail_next: list[Exception] = []
+        self.runs_images: list[bool | None] = []  # what each heartbeat said
 
     def heartbeat(self, request):
         if self.fail_next:
             raise self.fail_next.pop(0)
         self.reports.append(list(request.workloads))
+        self.runs_images.append(request.runs_images)
         return HeartbeatResponse(node="h100-a-01", heartbeat_interval_s=0.05, assignments=self.assignments)
 
     def upload_log(self, rental_id, offset, data):

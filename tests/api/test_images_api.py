@@ -3,6 +3,8 @@ stored, shown, and sent to the agent. SQLite and PostgreSQL through the real app
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from fastapi.testclient import TestClient
 
@@ -124,3 +126,37 @@ def test_the_agents_assignment_carries_the_image(client: TestClient, tenant) -> 
     beat = client.post("/v1/agents/heartbeat", json={}, headers={"Authorization": f"Bearer {node_key}"})
     (sent,) = beat.json()["assignments"]
     assert (sent["rental_id"], sent["image"], sent["command"]) == (created["id"], "vllm:0.6.3", [])
+
+
+def _agent(client: TestClient, node: str) -> dict[str, str]:
+    token = client.post("/v1/join-tokens", json={"node": node}, headers=ADMIN).json()["token"]
+    answer = client.post("/v1/agents/register", json={"token": token, "inventory": {"gpus": []}})
+    assert answer.status_code == 200, answer.text
+    return {"Authorization": f"Bearer {answer.json()['node_key']}"}
+
+
+def test_an_image_rental_is_kept_off_a_node_whose_agent_runs_host_processes(
+    client: TestClient, tenant
+) -> None:
+    _, headers = tenant("acme")
+    agent = _agent(client, "h200-01")  # the fleet's only H200 node
+    said = client.post("/v1/agents/heartbeat", json={"runs_images": False}, headers=agent)
+    assert said.status_code == 200, said.text
+    image = _rent(client, headers, gpu_model="H200-141GB", image="pytorch").json()
+    waiting = wait_for(client, image["id"], headers, "placed", reason="constraints")
+    assert waiting["state"] == "pending" and waiting["pending_reason"] == "constraints"
+    plain = _rent(client, headers, gpu_model="H200-141GB").json()
+    assert wait_for(client, plain["id"], headers, "placed")["allocation"][0]["node"] == "h200-01"
+    assert client.get(f"/v1/rentals/{image['id']}", headers=headers).json()["state"] == "pending"
+    # a beat that does not say leaves what was said; one that says it runs images lets the rental in
+    loop = client.app.state.services.loop
+    runs = loop.runs
+    client.post("/v1/agents/heartbeat", json={}, headers=agent)
+    deadline = time.monotonic() + 10
+    while loop.runs < runs + 2 and time.monotonic() < deadline:  # a whole scheduler run after the beat
+        loop.signal()
+        time.sleep(0.02)
+    still = client.get(f"/v1/rentals/{image['id']}", headers=headers).json()
+    assert (still["state"], still["pending_reason"]) == ("pending", "constraints")
+    client.post("/v1/agents/heartbeat", json={"runs_images": True}, headers=agent)
+    assert wait_for(client, image["id"], headers, "placed")["allocation"][0]["node"] == "h200-01"

@@ -164,6 +164,8 @@ class Workload(Protocol):
 
 
 class Executor(Protocol):
+    runs_images: bool  # whether it runs a rental's container image (told to the server in each heartbeat)
+
     def paths(self, rental_id: str) -> RentalPaths: ...
 
     def launch(self, spec: WorkloadSpec) -> Workload: ...
@@ -171,6 +173,8 @@ class Executor(Protocol):
 
 class ProcessExecutor:
     """Workloads as child process groups under `base/rentals/<id>/`."""
+
+    runs_images = False
 
     def __init__(self, base: Path, inherit: Sequence[str] = INHERITED_ENV) -> None:
         self.base = base
@@ -247,6 +251,8 @@ class ContainerExecutor:
     """Workloads as containers through the docker or podman CLI (the attached client is the local process).
     A rental that names no image runs in `default_image` (the catalogue's newest PyTorch): a container agent
     never runs a tenant's command on the host."""
+
+    runs_images = True
 
     def __init__(self, base: Path, runtime: str | None = None, default_image: str = DEFAULT_IMAGE) -> None:
         self.base = base

@@ -165,7 +165,11 @@ class AgentRunner:
         self.ship_logs()
         client = self._require_client()
         reports = self.reports()
-        answer = client.heartbeat(HeartbeatRequest(workloads=reports, telemetry=self._telemetry()))
+        answer = client.heartbeat(
+            HeartbeatRequest(
+                workloads=reports, telemetry=self._telemetry(), runs_images=self.executor.runs_images
+            )
+        )
         self._remove_reported_records({report.rental_id for report in reports})
         if self.fixed_interval_s is None:
             self.interval_s = answer.heartbeat_interval_s

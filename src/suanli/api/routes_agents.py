@@ -61,7 +61,7 @@ def register(body: AgentRegisterRequest, service: AgentsDep) -> AgentRegisterRes
 def heartbeat(body: HeartbeatRequest, key: NodeKeyDep, service: AgentsDep) -> HeartbeatResponse:
     reports = [WorkloadReport(w.rental_id, w.state, w.exit_code, w.message) for w in body.workloads]
     telemetry = [t.model_dump() for t in body.telemetry]
-    answer = service.heartbeat(key, reports, telemetry)
+    answer = service.heartbeat(key, reports, telemetry, body.runs_images)
     return HeartbeatResponse(
         node=answer.node,
         heartbeat_interval_s=answer.interval_s,

@@ -121,8 +121,14 @@ class AgentRepo(Protocol):
     def put_node(self, node: str, key_sha256: str, inventory: Mapping[str, Any], now: datetime) -> None: ...
     def node_by_key(self, key_sha256: str) -> AgentNode | None: ...
     def nodes(self) -> list[AgentNode]: ...
-    # record the beat; returns the node's previous `last_heartbeat_at`
-    def beat(self, node: str, telemetry: Sequence[Mapping[str, Any]], now: datetime) -> datetime | None: ...
+    # record the beat (and, when said, whether its agent runs images); returns the previous beat's time
+    def beat(
+        self,
+        node: str,
+        telemetry: Sequence[Mapping[str, Any]],
+        now: datetime,
+        runs_images: bool | None = None,
+    ) -> datetime | None: ...
     # rentals holding `node` whose run there is `running`: their (gpu_index, milli) slices on it
     def running_slices(self, node: str) -> dict[str, list[tuple[int, int]]]: ...
     def add_energy(
@@ -246,13 +252,15 @@ class AgentService:
         node_key: str | None,
         reports: Sequence[WorkloadReport],
         telemetry: Sequence[Mapping[str, Any]],
+        runs_images: bool | None = None,
     ) -> HeartbeatAnswer:
-        """Record the node alive, apply its workload reports, and answer its assignments."""
+        """Record the node alive (and whether its agent runs container images, when it says), apply its
+        workload reports, and answer its assignments."""
         agent = self.authenticate(node_key)
         changed = False
         with self.uow() as uow:
             now = self.clock.now()
-            previous = uow.agents.beat(agent.node, telemetry, now)
+            previous = uow.agents.beat(agent.node, telemetry, now, runs_images)
             self._measure(uow, agent.node, previous, now, telemetry, reports)
             if not agent.up:
                 if agent.cordoned_by_agent:

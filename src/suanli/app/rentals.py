@@ -23,7 +23,7 @@ from suanli.domain.billing.money import round_half_up
 from suanli.domain.billing.pricebook import resized_rate
 from suanli.domain.catalog import Catalog
 from suanli.domain.errors import CatalogError, RequestError
-from suanli.domain.images import check_image
+from suanli.domain.images import RUNS_IMAGES_LABEL, check_image
 from suanli.domain.plan import NodeAllocation
 from suanli.domain.request import Constraints, GpuSelector, GpuShare, MigSlice, Request, Tier, WholeGpus
 
@@ -57,7 +57,9 @@ def to_request(rental: Rental) -> Request:
             jurisdictions=frozenset(spec.jurisdictions),
             regions=frozenset(spec.regions),
             providers=frozenset(spec.providers),
-            labels=dict(spec.labels),
+            labels={**spec.labels, RUNS_IMAGES_LABEL: "true"}
+            if spec.image is not None
+            else dict(spec.labels),
         ),
         submitted_at_s=rental.created_at.timestamp(),
         max_duration_s=spec.max_duration_s,

@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from types import MappingProxyType
@@ -43,6 +43,7 @@ from suanli.domain.capacity import FULL_MILLI
 from suanli.domain.catalog import Catalog, GpuModel
 from suanli.domain.contracts import Contract
 from suanli.domain.fair_share import FairShare
+from suanli.domain.images import RUNS_IMAGES_LABEL
 from suanli.domain.inventory import Fleet, Node
 from suanli.domain.plan import NodeAllocation, Pending, Placement, Reason
 from suanli.domain.policies import Policy, build_policy
@@ -115,6 +116,7 @@ class Scheduler:
         self.policy: Policy | None = None
         self.fleet: Fleet | None = None
         self.version = -1
+        self.imageless: set[str] = set()  # nodes whose agent runs no images: unlabelled in the snapshot
         self.held: dict[int, NodeAllocation] = {}  # live allocation id -> what it occupies in the snapshot
         self.owner: dict[int, str] = {}  # live allocation id -> its rental
         by_tier = {Tier.parse(name): seconds for name, seconds in (notice_by_tier_s or {}).items()}
@@ -162,7 +164,9 @@ class Scheduler:
             if fleet is None:
                 return CycleReport()
             self.windows = uow.maintenance.list(now)
-            if self.snapshot is None or version != self.version:
+            imageless = uow.fleet.imageless()
+            if self.snapshot is None or version != self.version or imageless != self.imageless:
+                self.imageless = imageless
                 self._rebuild(uow, fleet, version, now)
             else:
                 self._sync(uow, now)
@@ -530,7 +534,7 @@ class Scheduler:
         return uow.fleet.cordoned() | out_of_service(self.windows, now, horizon_s)
 
     def _rebuild(self, uow: UnitOfWork, fleet: Fleet, version: int, now: datetime) -> None:
-        snapshot = Snapshot(fleet, self.catalog)
+        snapshot = Snapshot(label_image_nodes(fleet, self.imageless), self.catalog)
         self.cordoned = self._cordons(uow, now)
         for name in self.cordoned:
             if name in snapshot.by_name:
@@ -594,3 +598,14 @@ def _shown_start(start_s: float) -> datetime | None:
         return datetime.fromtimestamp(start_s, UTC)
     except (OverflowError, OSError, ValueError):
         return None
+
+
+def label_image_nodes(fleet: Fleet, imageless: Set[str]) -> Fleet:
+    """`fleet` with `RUNS_IMAGES_LABEL` on every node but those in `imageless`, whose agent said it runs host
+    processes only; a rental that names an image requires the label (`to_request`). A node whose agent has
+    not said (none registered yet, or an older agent) keeps it: the agent reports such a rental failed."""
+    nodes = tuple(
+        node if node.name in imageless else replace(node, labels={**node.labels, RUNS_IMAGES_LABEL: "true"})
+        for node in fleet.nodes
+    )
+    return replace(fleet, nodes=nodes)

@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from suanli.domain.errors import CatalogError
 
 DEFAULT_IMAGE = "pytorch"  # what a container agent runs a rental that names no image in: the newest PyTorch
+# the label the leader gives every node whose agent may run images (all but those whose agent said it runs
+# host processes only), and that a rental naming an image requires
+RUNS_IMAGES_LABEL = "suanli.io/runs-images"
 
 
 @dataclass(frozen=True, slots=True)

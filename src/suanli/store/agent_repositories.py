@@ -86,16 +86,21 @@ class SqlAgents:
     def nodes(self) -> list[AgentNode]:
         return [_node(r) for r in self.s.scalars(select(AgentNodeRow).order_by(AgentNodeRow.node))]
 
-    def beat(self, node: str, telemetry: Sequence[Mapping[str, Any]], now: datetime) -> datetime | None:
+    def beat(
+        self,
+        node: str,
+        telemetry: Sequence[Mapping[str, Any]],
+        now: datetime,
+        runs_images: bool | None = None,
+    ) -> datetime | None:
         # the row is locked (PostgreSQL) so that two beats of one node cannot both measure from one previous
         previous = self.s.scalar(
             select(AgentNodeRow.last_heartbeat_at).where(AgentNodeRow.node == node).with_for_update()
         )
-        self.s.execute(
-            update(AgentNodeRow)
-            .where(AgentNodeRow.node == node)
-            .values(last_heartbeat_at=now, telemetry=[dict(t) for t in telemetry])
-        )
+        values: dict[str, Any] = {"last_heartbeat_at": now, "telemetry": [dict(t) for t in telemetry]}
+        if runs_images is not None:
+            values["runs_images"] = runs_images
+        self.s.execute(update(AgentNodeRow).where(AgentNodeRow.node == node).values(**values))
         return previous
 
     def running_slices(self, node: str) -> dict[str, list[tuple[int, int]]]:

@@ -25,6 +25,7 @@ from suanli.store.plan_repositories import SqlTerms
 from suanli.store.price_repositories import SqlPrices
 from suanli.store.rental_repositories import SqlRentals
 from suanli.store.rows import (
+    AgentNodeRow,
     ApiKeyRow,
     ContractRow,
     FleetDocumentRow,
@@ -113,6 +114,9 @@ class SqlFleet:
 
     def cordoned(self) -> set[str]:
         return set(self.s.scalars(select(NodeRow.name).where(NodeRow.schedulable.is_(False))))
+
+    def imageless(self) -> set[str]:
+        return set(self.s.scalars(select(AgentNodeRow.node).where(AgentNodeRow.runs_images.is_(False))))
 
     def set_schedulable(self, node: str, schedulable: bool) -> bool:
         result = self.s.execute(update(NodeRow).where(NodeRow.name == node).values(schedulable=schedulable))

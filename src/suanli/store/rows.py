@@ -207,6 +207,7 @@ class AgentNodeRow(Base):
     last_heartbeat_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     up: Mapped[bool] = mapped_column(Boolean, default=True)
     cordoned_by_agent: Mapped[bool] = mapped_column(Boolean, default=False)
+    runs_images: Mapped[bool | None] = mapped_column(Boolean, nullable=True)  # its executor; null: not said
 
 
 class RentalRunRow(Base):

@@ -54,6 +54,11 @@ class WorkloadReportBody(WireModel):
 class HeartbeatRequest(WireModel):
     workloads: list[WorkloadReportBody] = Field(default_factory=list)
     telemetry: list[GpuTelemetryReport] = Field(default_factory=list)
+    runs_images: bool | None = Field(
+        default=None,
+        description="Whether this agent runs container images (its executor). False keeps rentals that name "
+        "an image off the node; absent leaves what was last said.",
+    )
 
 
 class AssignmentResponse(WireModel):
