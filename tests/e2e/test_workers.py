@@ -4,6 +4,7 @@ scrape of either worker shows the leader's gauges (Prometheus multiprocess mode)
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -72,6 +73,36 @@ def test_two_workers_share_one_scheduler_and_their_metrics(server: ServerProcess
         assert float(busy.split()[-1]) >= 8.0, text
     leader.close()
     other.close()
+
+
+# run by every interpreter started with it on PYTHONPATH: a spawned worker (uvicorn's workers are spawned)
+# sleeps before anything else, as one starved of CPU on a loaded machine is slow to import the app
+SLOW_WORKER_START = """
+import sys, time
+if sys.argv[-1] == "--multiprocessing-fork":
+    time.sleep(6)
+"""
+
+
+def test_a_worker_slow_to_start_is_waited_for_not_killed(postgres_server: str, tmp_path: Path) -> None:
+    """Each worker takes 6 s before it can answer uvicorn's health check. With uvicorn's default 5 s
+    (as on a loaded machine, where importing the app took longer) each was killed as hung and replaced by
+    another as slow, and the server never answered; now it is waited for."""
+    (tmp_path / "slow").mkdir()
+    (tmp_path / "slow" / "sitecustomize.py").write_text(SLOW_WORKER_START)
+    path = os.pathsep.join(p for p in (str(tmp_path / "slow"), os.environ.get("PYTHONPATH")) if p)
+    process = ServerProcess(
+        new_database(postgres_server, "slow"),
+        tmp_path / "server.log",
+        ADMIN_KEY,
+        {"PYTHONPATH": path, "SUANLI_SCHEDULER_INTERVAL_S": "60", "SUANLI_METER_INTERVAL_S": "60"},
+        ("--workers", "2"),
+    )
+    process.start(timeout_s=40)
+    try:
+        assert "died" not in process.log_tail(), process.log_tail()
+    finally:
+        process.stop()
 
 
 def test_the_workers_listening_socket_is_labelled_tcp() -> None:

@@ -23,6 +23,13 @@ from suanli.app.tenants import TenantService
 from suanli.config import Settings
 from suanli.store.db import make_engine, migrate, normalize_url, unit_of_work_factory
 
+# How long uvicorn's supervisor waits for a worker to answer its health check before it kills it and starts
+# another. Its default, 5 s, is shorter than a worker's start on a loaded machine: a spawned worker answers
+# only once it has imported this module (and with it the whole app), ~2.5 s of CPU, and a worker starved of
+# CPU took longer; each was killed as hung and replaced by one that fared no better, and the server never
+# came up. A worker that really hangs is replaced this much later.
+WORKER_HEALTHCHECK_S = 30
+
 
 class WorkersNeedPostgres(ValueError):
     """More than one worker process on SQLite, which has one server process."""
@@ -50,6 +57,7 @@ def serve(host: str, port: int, settings: Settings | None = None, workers: int =
             host=host,
             port=port,
             workers=workers,
+            timeout_worker_healthcheck=WORKER_HEALTHCHECK_S,
             log_level="info",
             access_log=False,
         )
