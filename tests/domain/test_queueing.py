@@ -594,6 +594,21 @@ def test_a_preemptor_is_not_promised_a_node_whose_maintenance_starts_before_it_w
     assert [v.request_id for v in open_ended.preemptions[0].victims] == ["s0"]
 
 
+@pytest.mark.parametrize("config", [GREEDY_QUEUE, CONSERVATIVE], ids=["greedy", "conservative"])
+def test_a_request_kept_off_a_free_node_by_its_maintenance_waits_for_capacity(config):
+    """n0 is free, its maintenance starts at 600; `long` (8 GPUs for 1000 s) would run into it, `short`
+    (100 s) would not. `long` waits for capacity and `short` is placed. The greedy walk asked `place` why
+    `long` waited without n0 cordoned: it fitted, and the assertion that it could not failed every cycle
+    (the server's scheduler placed nothing while such a rental waited)."""
+    snap = snapshot_of(1, 8)
+    gates = Gates(maintenance=(("n0", 600.0, 5000.0),))
+    decision = admit(
+        snap, [job("long", 8, 1, 1000), job("short", 8, 2, 100)], [], POLICY, 10, config, gates=gates
+    )
+    assert [p.request_id for p in decision.placements] == ["short"]
+    assert reasons(decision)["long"] is Reason.NO_CAPACITY
+
+
 @settings(max_examples=80, deadline=None)
 @given(running=RUNNING, queued=QUEUED)
 def test_conservative_never_holds_a_node_twice_at_once(running, queued):

@@ -430,12 +430,15 @@ class _Cycle:
 
     def _why_waiting(self, request: Request) -> Pending:
         """Why `request`, which did not fit, waits: what `place` said for one like it in this cycle, or says
-        now (it did not try when fewer GPUs were free than the request needs: it cannot place it either)."""
-        key = (_fit_key(request), False)
+        now (it did not try when fewer GPUs were free than the request needs: it cannot place it either), off
+        the nodes whose maintenance starts before its declared end, as `try_place` tried it."""
+        avoid = self._maintenance_ahead(request)
+        key = (_fit_key(request), False, avoid) if avoid else (_fit_key(request), False)
         failed = self.failed.get(key)
         if failed is not None:
             return Pending(request.id, failed.reason, failed.message)
-        outcome = place(self.snapshot, request, self.policy)
+        with self.snapshot.cordoned(avoid):
+            outcome = place(self.snapshot, request, self.policy)
         assert not isinstance(outcome, Placement)
         self.failed[key] = outcome
         return outcome
