@@ -82,11 +82,14 @@ def tenant(client: TestClient) -> Callable[[str], tuple[str, dict[str, str]]]:
     return make
 
 
+WAIT_S = 30  # what a poll waits at most: 10 s ran out once on a loaded machine with the state on its way
+
+
 def wait_for(
     client: TestClient, rental_id: str, headers: dict[str, str], state: str, reason: str = ""
 ) -> dict:
-    """Poll until the rental reaches `state` (or, pending, carries `reason`); give up after 10 s."""
-    deadline = time.monotonic() + 10
+    """Poll until the rental reaches `state` (or, pending, carries `reason`); give up after `WAIT_S`."""
+    deadline = time.monotonic() + WAIT_S
     while True:
         body = client.get(f"/v1/rentals/{rental_id}", headers=headers).json()
         if (
@@ -96,6 +99,19 @@ def wait_for(
         ):
             return body
         time.sleep(0.02)
+
+
+def scheduler_cycles(client: TestClient, count: int = 3) -> None:
+    """Wait until the scheduler has run `count` whole cycles from now (the first may have begun before):
+    what a test that checks that nothing changes waits for, rather than a fixed sleep that a loaded machine
+    may fill with no cycle at all."""
+    loop = client.app.state.services.loop
+    runs = loop.runs
+    deadline = time.monotonic() + WAIT_S
+    while loop.runs < runs + count + 1:
+        assert time.monotonic() < deadline, "the scheduler did not run"
+        loop.signal()
+        time.sleep(0.01)
 
 
 def logged_in_as(client: TestClient, key: str) -> Callable[[], Any]:

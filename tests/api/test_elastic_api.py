@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from conftest import ADMIN, app_client, charged, wait_for
+from conftest import ADMIN, WAIT_S, app_client, charged, scheduler_cycles, wait_for
 from suanli.domain.billing.money import round_half_up, to_epoch_s
 
 H100 = {"gpu_model": "H100-SXM-80GB", "gpus": 8}
@@ -17,7 +17,7 @@ H100 = {"gpu_model": "H100-SXM-80GB", "gpus": 8}
 
 def _until(client, rental_id: str, headers: dict, done) -> dict:
     """Poll the rental until `done(body)`, for 10 s at most."""
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + WAIT_S
     while True:
         body = client.get(f"/v1/rentals/{rental_id}", headers=headers).json()
         if done(body) or time.monotonic() > deadline:
@@ -180,7 +180,7 @@ def test_more_gpus_are_taken_on_every_node_or_none_and_new_nodes_wait_for_them(d
         assert (
             waiting["message"] == f"waiting to have 8 GPUs per node: node {blocked} has no 4 more free GPUs"
         )
-        time.sleep(0.5)  # a few more cycles: still as it was
+        scheduler_cycles(client)  # still as it was
         body = client.get(f"/v1/rentals/{first}", headers=headers).json()
         assert [(a["node"], len(a["slices"])) for a in body["allocation"]] == [(n, 4) for n in nodes]
         assert body["price_micros_per_hour"] == rate

@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from conftest import ADMIN, app_client, wait_for
+from conftest import ADMIN, WAIT_S, app_client, wait_for
 from suanli.cli import billing_commands
 from suanli.cli.main import app
 from suanli.wire.billing_schemas import InvoiceResponse
@@ -123,7 +123,7 @@ def test_a_resized_rentals_invoice_counts_its_gpu_seconds_at_each_size(client, t
     wait_for(client, rental_id, headers, "placed")
     time.sleep(2.1)
     client.patch(f"/v1/rentals/{rental_id}", json={"gpus": 2}, headers=headers)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + WAIT_S
     while len(client.get(f"/v1/rentals/{rental_id}", headers=headers).json()["allocation"][0]["slices"]) != 2:
         assert time.monotonic() < deadline, "the GPU change was not applied"
         time.sleep(0.02)

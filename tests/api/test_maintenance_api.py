@@ -7,7 +7,6 @@ on a node in (or about to enter) a window, gives its rentals notice to end by th
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -15,7 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from conftest import ADMIN, ADMIN_KEY, app_client, charged, logged_in_as, wait_for
+from conftest import ADMIN, ADMIN_KEY, app_client, charged, logged_in_as, scheduler_cycles, wait_for
 from suanli.cli import maintenance_commands
 from suanli.cli.main import app
 from suanli.domain.billing.money import charge_micros
@@ -124,7 +123,7 @@ def test_the_leader_places_nothing_on_a_node_in_maintenance_and_lets_it_back_aft
     window = _window(client, "h200-01", -1, 3600).json()
     rental = client.post("/v1/rentals", json=H200, headers=headers).json()
     held = wait_for(client, rental["id"], headers, "placed", reason="no_capacity")
-    time.sleep(0.3)  # several cycles
+    scheduler_cycles(client)
     assert client.get(f"/v1/rentals/{rental['id']}", headers=headers).json()["state"] == "pending", held
     assert client.delete(f"/v1/fleet/maintenance/{window['id']}", headers=ADMIN).status_code == 200
     assert wait_for(client, rental["id"], headers, "placed")["state"] == "placed"
@@ -161,7 +160,8 @@ def test_a_rental_that_declares_its_duration_is_kept_off_a_node_whose_window_sta
     _, headers = tenant("acme")
     assert _window(client, "h200-01", 1800, 3600).status_code == 201
     long = client.post("/v1/rentals", json={**H200, "max_duration_s": 3600}, headers=headers).json()
-    assert wait_for(client, long["id"], headers, "placed", reason="no_capacity")["state"] == "pending"
+    waiting = wait_for(client, long["id"], headers, "placed", reason="no_capacity")
+    assert (waiting["state"], waiting["pending_reason"]) == ("pending", "no_capacity")  # the cycle failed
     client.post(f"/v1/rentals/{long['id']}/stop", headers=headers)
     short = client.post("/v1/rentals", json={**H200, "max_duration_s": 600}, headers=headers).json()
     assert wait_for(client, short["id"], headers, "placed")["state"] == "placed"

@@ -126,6 +126,9 @@ def test_the_free_gpus_promised_to_a_preemptor_wait_for_it_through_the_notice(cl
     assert wait_for(client, small, od_tenant, "placed", reason="no_capacity")["state"] == "pending"
 
     placed = wait_for(client, od, od_tenant, "placed")
-    assert placed["state"] == "placed" and len(placed["allocation"][0]["slices"]) == 8
+    assert placed["state"] == "placed" and len(placed["allocation"][0]["slices"]) == 8, (
+        placed,
+        client.get(f"/v1/rentals/{small}", headers=od_tenant).json(),
+    )
     assert client.get(f"/v1/rentals/{small}", headers=od_tenant).json()["state"] == "pending"
     assert client.get(f"/v1/rentals/{spot}", headers=spot_tenant).json()["state"] == "preempted"

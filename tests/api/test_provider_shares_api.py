@@ -8,7 +8,7 @@ import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from conftest import ADMIN, app_client, wait_for
+from conftest import ADMIN, WAIT_S, app_client, wait_for
 from suanli.domain.billing.money import charge_micros, round_half_up, to_epoch_s
 
 FLEET = (Path(__file__).resolve().parents[1] / "fleets" / "two_providers.toml").read_text()  # alpha, beta
@@ -83,7 +83,7 @@ def test_a_rental_grown_onto_another_providers_node_pays_it_from_the_growth_on(d
         time.sleep(1.1)  # grown a second or more after its placement: its first minute is the first node's
         grown = client.patch(f"/v1/rentals/{rental_id}", json={"nodes": 2}, headers=headers)
         assert grown.status_code == 200, grown.text
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + WAIT_S
         body = grown.json()
         while len(body["allocation"]) < 2 and time.monotonic() < deadline:
             time.sleep(0.02)

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 
 from typer.testing import CliRunner
 
-from conftest import ADMIN, app_client, logged_in_as, wait_for
+from conftest import ADMIN, WAIT_S, app_client, logged_in_as, wait_for
 from suanli.cli import platform_commands
 from suanli.cli.main import app
 
@@ -77,11 +77,7 @@ def test_the_head_of_the_queue_shows_when_it_starts_at_the_latest(database_url: 
         assert started["state"] == "placed" and started["expected_start_at"] is None
         # `third` heads the queue now, reserved for when `second` ends at its declared 10 min
         deadline = _placed_at(started) + timedelta(minutes=10)
-        for _ in range(200):
-            shown = client.get(f"/v1/rentals/{third}", headers=headers).json()["expected_start_at"]
-            if shown is not None:
-                break
-            time.sleep(0.02)
+        shown = _with_expected_start(client, third, headers)["expected_start_at"]
         assert shown is not None and abs(datetime.fromisoformat(shown) - deadline) < timedelta(seconds=1)
 
 
@@ -99,11 +95,7 @@ def test_the_conservative_queue_shows_every_booked_start(database_url: str) -> N
             wait_for(client, rental, headers, "placed", reason="no_capacity")
         ends = _placed_at(placed) + timedelta(hours=1)
         for rental, start in ((second, ends), (third, ends + timedelta(minutes=10))):
-            for _ in range(200):
-                shown = client.get(f"/v1/rentals/{rental}", headers=headers).json()
-                if shown["expected_start_at"] is not None:
-                    break
-                time.sleep(0.02)
+            shown = _with_expected_start(client, rental, headers)
             assert shown["state"] == "pending" and shown["pending_reason"] == "no_capacity"
             assert abs(datetime.fromisoformat(shown["expected_start_at"]) - start) < timedelta(seconds=1)
 
@@ -128,7 +120,17 @@ def test_metrics_show_the_gpus_left_in_pieces_too_small_for_the_queue(database_u
         assert scattered(client) == 0.0
         pair = rent(gpus=2)
         assert wait_for(client, pair, headers, "placed", reason="no_capacity")["state"] == "pending"
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + WAIT_S
         while scattered(client) != 1.0 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert scattered(client) == 1.0
+
+
+def _with_expected_start(client, rental_id: str, headers: dict[str, str]) -> dict:
+    """The rental once it shows an expected start (or as it is after `WAIT_S`)."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        body = client.get(f"/v1/rentals/{rental_id}", headers=headers).json()
+        if body["expected_start_at"] is not None or time.monotonic() > deadline:
+            return body
+        time.sleep(0.02)

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from fastapi.testclient import TestClient
 
-from conftest import ADMIN, app_client, charged, wait_for
+from conftest import ADMIN, WAIT_S, app_client, charged, scheduler_cycles, wait_for
 from suanli.domain.billing.money import round_half_up, to_epoch_s
 from suanli.domain.billing.pricebook import spot_formula
 
@@ -37,7 +37,7 @@ def _prices(client: TestClient) -> tuple[int, int]:
 
 
 def _rate_changes(client: TestClient, rental_id: str, headers: dict[str, str], count: int) -> dict:
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + WAIT_S
     while True:
         body = client.get(f"/v1/rentals/{rental_id}", headers=headers).json()
         if len(body["rate_changes"]) >= count or time.monotonic() > deadline:
@@ -60,7 +60,7 @@ def test_a_running_spot_rental_pays_its_pools_current_spot_price(client, tenant)
     idle_rate = spot_formula(floor, on_demand, 125)  # alone: 1 of the pool's 8 busy
     assert placed["price_micros_per_hour"] == idle_rate
     assert idle_rate - floor < (on_demand - floor) // 50  # within 2% of the way to on-demand: about the floor
-    time.sleep(0.3)  # a few cycles: the pool has not moved, so no rate change
+    scheduler_cycles(client)  # the pool has not moved, so no rate change
     assert client.get(f"/v1/rentals/{rental_id}", headers=headers).json()["rate_changes"] == []
 
     _fill(client, headers)  # on-demand takes 6 more: 7 of 8 busy
@@ -70,7 +70,7 @@ def test_a_running_spot_rental_pays_its_pools_current_spot_price(client, tenant)
     assert [rate for _, rate in rates] == [idle_rate, busy_rate]
     assert body["price_micros_per_hour"] == busy_rate
     assert body["quote"]["final_micros_per_hour"] == idle_rate  # the quote stays as placed
-    time.sleep(0.3)
+    scheduler_cycles(client)
     assert len(client.get(f"/v1/rentals/{rental_id}", headers=headers).json()["rate_changes"]) == 2
 
     (placed_at, _), (changed_at, _) = rates
