@@ -702,3 +702,30 @@ def test_the_pool_is_what_a_request_could_ever_land_on():
     assert pool_share(snapshot, job("any", 8, at=0)) == pytest.approx(8 / 128)
     nowhere = job("b200", 1, at=0, selector=GpuSelector(models=frozenset({"B200"})))
     assert pool_share(snapshot, nowhere) == 1.0
+
+
+def test_under_backfill_a_head_kept_off_a_node_by_its_maintenance_is_reserved_after_the_window():
+    """n0 (8 GPUs) is free; its maintenance runs over [600, 5000). The head `long` (8 GPUs, 1000 s) would
+    run into it, so it starts when the window ends, on n0: its start is bounded, and `short`, which ends
+    before the window, backfills. The head's reservation ignored the window and, with nothing running to
+    release, found no start at all: every request behind the head was blocked."""
+    snap = snapshot_of(1, 8)
+    gates = Gates(maintenance=(("n0", 600.0, 5000.0),))
+    queue = [job("long", 8, 1, 1000), job("short", 8, 2, 100)]
+    decision = admit(snap, queue, [], POLICY, 10, EASY_SPARE, gates=gates)
+    assert [p.request_id for p in decision.placements] == ["short"]
+    assert decision.head == "long" and decision.head_start_s == 5000.0
+    assert decision.reserved_nodes == ("n0",)
+
+
+def test_a_head_is_not_reserved_on_a_node_whose_window_overlaps_its_run():
+    """Two nodes; n0's window is [2000, 3000). The head (8 GPUs, 1500 s) can start at 1000, when both
+    nodes' rentals end: not on n0, where it would run into the window, but on n1."""
+    snap = snapshot_of(2, 8)
+    running = [run(snap, job("a", 8, 0, 990), 10), run(snap, job("b", 8, 0, 990), 10)]
+    head = job("head", 8, 5, 1500)
+    plain = reserve(snap, head, running, POLICY, 10)
+    assert plain is not None and [a.node for a in plain[1].nodes] == ["n0"]
+    windows = (("n0", 2000.0, 3000.0),)
+    start_s, placement = reserve(snap, head, running, POLICY, 10, maintenance=windows)
+    assert start_s == 1000.0 and [a.node for a in placement.nodes] == ["n1"]

@@ -379,7 +379,7 @@ class Scheduler:
         self.head_start_s = decision.head_start_s
         self.booked_s = {b.request_id: b.start_s for b in decision.bookings}
         if self.head is not None and self.head_start_s is None:
-            self.head_start_s = self._head_start(queue, running, decision.placements, now_s)
+            self.head_start_s = self._head_start(queue, running, decision.placements, now_s, ahead)
         still = [p for p in decision.pending if p.request_id not in waiting_on]
         requests = {r.id: r for r in queue}
         waiting = [requests[p.request_id] for p in still if p.reason in WAITING_FOR_CAPACITY]
@@ -387,7 +387,12 @@ class Scheduler:
         return decision.placements, still, decision.preemptions
 
     def _head_start(
-        self, queue: Sequence[Request], running: Sequence[Running], placed: Sequence[Placement], now_s: float
+        self,
+        queue: Sequence[Request],
+        running: Sequence[Running],
+        placed: Sequence[Placement],
+        now_s: float,
+        maintenance: Sequence[tuple[str, float, float]] = (),
     ) -> float | None:
         """The blocked head's reserved start when `admit` did not need it (nothing could backfill), for the
         tenant to read; the rentals placed in this cycle count as running from now."""
@@ -398,7 +403,13 @@ class Scheduler:
             return None
         started = [Running(by_id[p.request_id], p, now_s) for p in placed if p.request_id in by_id]
         found = reserve(
-            self.snapshot, head, [*running, *started], self.policy, now_s, spare_free=self.queue.spare_free
+            self.snapshot,
+            head,
+            [*running, *started],
+            self.policy,
+            now_s,
+            spare_free=self.queue.spare_free,
+            maintenance=maintenance,
         )
         return None if found is None else found[0]
 

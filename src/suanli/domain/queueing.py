@@ -509,6 +509,7 @@ class _Cycle:
             self.policy,
             self.now,
             spare_free=self.config.spare_free,
+            maintenance=self._maintenance_on_fleet(),
         )
         if reservation is None:
             self._block(rest, "the head's start cannot be bounded (running rentals without a duration)")

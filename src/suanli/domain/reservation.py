@@ -23,6 +23,7 @@ def reserve(
     now: float,
     *,
     spare_free: bool = False,
+    maintenance: Sequence[tuple[str, float, float]] = (),
 ) -> tuple[float, Placement] | None:
     """The head's earliest start and where it would go, releasing rentals by expected end (`expected_end`:
     one past its declared end is expected a minute from now); None if unbounded.
@@ -30,36 +31,69 @@ def reserve(
     The snapshot is restored. Rentals without an expected end never release, so they bound nothing. With
     `spare_free`, among the placements that fit at that start the one holding the fewest GPUs free *now*
     is preferred (see `_spare_free`): GPUs free now on reserved nodes can only take jobs that end in time.
+    `maintenance` ((node, start, end) windows to come): a head that declares its duration is not reserved on
+    a node whose window overlaps its run, and may start when a window ends (or now, on other nodes).
     """
     free_now = {s.name: s.free_milli for s in snapshot.nodes} if spare_free else {}
     timed = sorted(
         (r for r in running if r.expected_end_s is not None),
         key=lambda r: (expected_end(r, now), r.request.id),
     )
+    windows = _windows_ahead(snapshot, head, maintenance, now)
+    # (instant, running rental released then or None): a window's end (and now) is a start to try too
+    events: list[tuple[float, Running | None]] = [(expected_end(r, now), r) for r in timed]
+    if windows:
+        extra = sorted({now, *(end_s for _, _, end_s in windows)})
+        events = sorted([*events, *((t, None) for t in extra)], key=lambda e: (e[0], e[1] is None))
     need = snapshot.least_gpus(head)
     free = snapshot.gpu_count - snapshot.allocated_milli() / 1000
     undos = []
     try:
-        for position, r in enumerate(timed):
-            undos.extend(snapshot.release(a) for a in r.placement.nodes)
-            free += r.gpus
+        for position, (start_s, r) in enumerate(events):
+            if r is not None:
+                undos.extend(snapshot.release(a) for a in r.placement.nodes)
+                free += r.gpus
             if free + 1e-9 < need:
                 continue
-            outcome = place(snapshot, head, policy)
-            if isinstance(outcome, Placement):
+            overlapping = _overlapping(windows, start_s, head.max_duration_s)
+            with snapshot.cordoned(overlapping):
+                outcome = place(snapshot, head, policy)
+                if not isinstance(outcome, Placement):
+                    continue
                 snapshot.unplace(outcome)
-                start_s = expected_end(r, now)
                 if spare_free:  # everything that ends at the same instant is gone by then too
-                    for later in timed[position + 1 :]:
-                        if expected_end(later, now) != start_s:
+                    for later_s, later in events[position + 1 :]:
+                        if later_s != start_s:
                             break
-                        undos.extend(snapshot.release(a) for a in later.placement.nodes)
+                        if later is not None:
+                            undos.extend(snapshot.release(a) for a in later.placement.nodes)
                     outcome = _spare_free(snapshot, head, policy, outcome, free_now)
                 return start_s, outcome
         return None
     finally:
         for undo in reversed(undos):
             undo()
+
+
+def _windows_ahead(
+    snapshot: Snapshot, head: Request, maintenance: Sequence[tuple[str, float, float]], now: float
+) -> list[tuple[str, float, float]]:
+    """The windows that matter to `head`: on this fleet and not over, for a head that declares how long it
+    runs (one that does not is placed anywhere and told to leave before a window, as the walk does)."""
+    if head.max_duration_s is None:
+        return []
+    return [w for w in maintenance if w[2] > now and w[0] in snapshot.by_name]
+
+
+def _overlapping(
+    windows: Sequence[tuple[str, float, float]], start_s: float, duration_s: float | None
+) -> set[str]:
+    """Nodes whose window overlaps a run over [start_s, start_s + duration_s)."""
+    if not windows or duration_s is None:
+        return set()
+    return {
+        node for node, begins_s, ends_s in windows if begins_s < start_s + duration_s and ends_s > start_s
+    }
 
 
 def _spare_free(
