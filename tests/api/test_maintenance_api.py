@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from conftest import ADMIN, ADMIN_KEY, app_client, charged, logged_in_as, scheduler_cycles, wait_for
-from suanli.cli import maintenance_commands
+from suanli.cli import maintenance_commands, platform_commands
 from suanli.cli.main import app
 from suanli.domain.billing.money import charge_micros
 
@@ -114,6 +114,31 @@ def test_capacity_cordoned_with_no_return_date_is_not_sold(
     assert refused.status_code == 409 and refused.json()["error"]["field"] == "count"
     assert client.post("/v1/nodes/h100-a-02/undrain", headers=ADMIN).status_code == 200
     assert _contract(client, headers, 64, week, week + 3600).status_code == 201
+
+
+def test_a_drain_that_would_leave_a_contract_short_is_refused_unless_forced(
+    client: TestClient, tenant: Callable[[str], tuple[str, dict[str, str]]]
+) -> None:
+    """cn-north has 64 H100s; a 60-GPU contract is signed for a week from now. Draining one H100 node (8
+    GPUs, no end) would leave it short: 409 naming it, the node stays schedulable; forced, it is drained. A
+    second drain is refused no more than the first (the contract is short already: this drain is not why),
+    and draining a node of another pool is not held back by it."""
+    _, headers = tenant("acme")
+    week = 7 * 24 * 3600
+    signed = _contract(client, headers, 60, week, week + 3600)
+    assert signed.status_code == 201, signed.text
+    contract_id = signed.json()["id"]
+    refused = client.post("/v1/nodes/h100-a-01/drain", headers=ADMIN)
+    assert refused.status_code == 409 and contract_id in refused.json()["error"]["message"]
+    assert refused.json()["error"]["field"] == "node"
+    nodes = {n["name"]: n for n in client.get("/v1/nodes", headers=ADMIN).json()}
+    assert nodes["h100-a-01"]["schedulable"] is True
+    forced = client.post("/v1/nodes/h100-a-01/drain", params={"force": "true"}, headers=ADMIN)
+    assert forced.status_code == 200 and forced.json()["schedulable"] is False
+    assert client.post("/v1/nodes/h100-a-02/drain", headers=ADMIN).status_code == 200
+    assert client.post("/v1/nodes/h200-01/drain", headers=ADMIN).status_code == 200
+    _, tenant_headers = tenant("beta")
+    assert client.post("/v1/nodes/h100-b-01/drain", headers=tenant_headers).status_code == 403
 
 
 def test_the_leader_places_nothing_on_a_node_in_maintenance_and_lets_it_back_after(
@@ -220,3 +245,17 @@ def test_cli_admin_maintenance_add_ls_rm(client: TestClient, monkeypatch: pytest
     removed = runner.invoke(app, ["admin", "maintenance", "rm", window_id])
     assert removed.exit_code == 0 and window_id in removed.output
     assert client.get("/v1/fleet/maintenance", headers=ADMIN).json() == []
+
+
+def test_cli_admin_drain_names_the_contract_it_would_leave_short_and_force_drains(
+    client: TestClient, tenant: Callable[[str], tuple[str, dict[str, str]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, headers = tenant("acme")
+    week = 7 * 24 * 3600
+    contract_id = _contract(client, headers, 60, week, week + 3600).json()["id"]
+    monkeypatch.setattr(platform_commands, "logged_in", logged_in_as(client, ADMIN_KEY))
+    runner = CliRunner()
+    refused = runner.invoke(app, ["admin", "drain", "h100-a-01"])
+    assert refused.exit_code != 0 and contract_id in refused.output and "force" in refused.output
+    forced = runner.invoke(app, ["admin", "drain", "h100-a-01", "--force"])
+    assert forced.exit_code == 0 and "drained h100-a-01" in forced.output

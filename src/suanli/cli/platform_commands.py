@@ -279,10 +279,15 @@ def admin_nodes(as_json: JsonFlag = False) -> None:
 
 
 @admin_app.command("drain")
-def admin_drain(node: str) -> None:
-    """Stop placing new work on a node (running rentals stay)."""
+def admin_drain(
+    node: str,
+    force: Annotated[
+        bool, typer.Option("--force", help="Drain even if a signed contract is then short of GPUs.")
+    ] = False,
+) -> None:
+    """Stop placing new work on a node (running rentals stay); refused if a contract would be short."""
     with logged_in() as client:
-        client.drain(node)
+        client.drain(node, force=force)
     typer.echo(f"drained {node}")
 
 

@@ -151,8 +151,10 @@ class Client:
     def nodes(self) -> list[NodeResponse]:
         return self._call("GET", "/v1/nodes", list[NodeResponse])
 
-    def drain(self, node: str) -> NodeResponse:
-        return self._call("POST", f"/v1/nodes/{node}/drain", NodeResponse)
+    def drain(self, node: str, force: bool = False) -> NodeResponse:
+        """Cordon `node`; refused (409) when a signed contract would be short, unless `force`."""
+        params = {"force": "true"} if force else None
+        return self._call("POST", f"/v1/nodes/{node}/drain", NodeResponse, params=params)
 
     def undrain(self, node: str) -> NodeResponse:
         return self._call("POST", f"/v1/nodes/{node}/undrain", NodeResponse)
