@@ -260,6 +260,13 @@ def test_a_contract_is_prepaid_covers_its_holders_usage_and_transfers_its_remain
     paid = -sum(p["amount_micros"] for p in transfers[0]["postings"] if p["owner"] == buyer_id)
     assert 0 < paid < price  # the unearned part only (some time has passed since the start)
     assert _balance(client, buyer)["cash_micros"] == price - paid
+    # once its whole value is earned, a pass no longer reads it
+    with services.contracts.uow() as uow:
+        assert contract["id"] in uow.contracts.to_recognize(end)
+    assert services.contracts.recognize(end) == 1
+    with services.contracts.uow() as uow:
+        assert contract["id"] not in uow.contracts.to_recognize(end + timedelta(days=30))
+    assert services.contracts.recognize(end + timedelta(days=30)) == 0
     assert client.get("/v1/ledger/verify", headers=ADMIN).json()["ok"] is True
 
 

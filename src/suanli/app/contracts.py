@@ -150,7 +150,7 @@ class ContractService:
         """Earn every priced contract's value due by `now`; returns the transactions added."""
         now = now or self.clock.now()
         with self.uow() as uow:
-            ids = [c.id for c in uow.contracts.list(None) if c.price_micros and c.starts_at < now]
+            ids = uow.contracts.to_recognize(now)  # all earned: not read again
         return sum(retrying(lambda i=contract_id: self._recognize_one(i, now)) for contract_id in ids)
 
     def follow_coverage(self, now: datetime | None = None) -> int:
@@ -203,9 +203,12 @@ class ContractService:
         )
         account = AccountId.contract_prepaid(record.id)
         balance = uow.ledger.balances([record.id]).get(account, 0)
-        delta = earned - (record.price_micros - balance)
+        recognized = record.price_micros - balance
+        delta = earned - recognized
         if delta <= 0:
+            uow.contracts.set_recognized(record.id, recognized)
             return 0
+        uow.contracts.set_recognized(record.id, earned)
         post_once(
             uow,
             now,

@@ -168,6 +168,24 @@ class SqlContracts:
         )
         return [(_contract(r), r.coverage_stage) for r in self.s.scalars(query)]
 
+    def to_recognize(self, now: datetime) -> list[str]:
+        """Priced contracts started by `now` with value still to recognize: a partial index's rows, never the
+        contracts whose value is all earned."""
+        query = (
+            select(ContractRow.id)
+            .where(ContractRow.recognized_micros < ContractRow.price_micros, ContractRow.starts_at < now)
+            .order_by(ContractRow.starts_at, ContractRow.id)
+        )
+        return list(self.s.scalars(query))
+
+    def set_recognized(self, contract_id: str, micros: int) -> None:
+        self.s.execute(
+            update(ContractRow)
+            .where(ContractRow.id == contract_id)
+            .values(recognized_micros=micros)
+            .execution_options(synchronize_session=False)
+        )
+
     def mark_coverage(self, contract_id: str, stage: int) -> bool:
         """Record that the coverage job followed the contract to `stage`; False when it was there already
         (another pass did it first: this one's work must be rolled back)."""

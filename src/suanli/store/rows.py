@@ -165,6 +165,12 @@ class ContractRow(Base):
             postgresql_where=text("coverage_stage < 2"),
             sqlite_where=text("coverage_stage < 2"),
         ),
+        Index(
+            "ix_contracts_to_recognize",
+            "starts_at",
+            postgresql_where=text("recognized_micros < price_micros"),
+            sqlite_where=text("recognized_micros < price_micros"),
+        ),
     )
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
@@ -177,6 +183,8 @@ class ContractRow(Base):
     price_micros: Mapped[int] = mapped_column(BigInteger, default=0)
     # how far the meter loop's coverage job has followed the window: 0 not yet, 1 its start, 2 its end
     coverage_stage: Mapped[int] = mapped_column(SmallInteger, default=0, server_default="0")
+    # how much of `price_micros` the meter loop has recognized as earned: the contract is read until all is
+    recognized_micros: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
 
 # --- agents (issue 6): join tokens, registered nodes, workload runs, logs --------------------------------
