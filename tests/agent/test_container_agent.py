@@ -15,8 +15,9 @@ import pytest
 from test_runner_lifecycle import FakeClient, eventually, make_runner
 from typer.testing import CliRunner
 
+from suanli.agent.containers import ContainerExecutor
 from suanli.agent.executor_choice import ExecutorKind, choose_executor
-from suanli.agent.executors import ContainerExecutor, ExecutorError, ProcessExecutor, WorkloadSpec
+from suanli.agent.executors import ExecutorError, ProcessExecutor, WorkloadSpec
 from suanli.agent.orphans import adopt, find_orphans
 from suanli.agent.probe import declared_gpu_uuid
 from suanli.agent.runner import AgentRunner

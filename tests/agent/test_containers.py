@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from suanli.agent.executors import ExecutorError, RentalPaths, WorkloadSpec, run_args
+from suanli.agent.containers import run_args
+from suanli.agent.executors import ExecutorError, RentalPaths, WorkloadSpec
 from suanli.domain.images import FRAMEWORK_IMAGES, resolve_image
 
 PATHS = RentalPaths(Path("/var/lib/suanli/rentals/r-7"))

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from test_runner_lifecycle import FakeClient, assignment, eventually, make_runner
 
-from suanli.agent.executors import ContainerExecutor, ProcessExecutor, WorkloadSpec, group_alive
+from suanli.agent.containers import ContainerExecutor
+from suanli.agent.executors import ProcessExecutor, WorkloadSpec, group_alive
 from suanli.agent.orphans import find_orphans
 from suanli.agent.runner import AgentRunner
 

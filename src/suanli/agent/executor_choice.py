@@ -10,14 +10,8 @@ from __future__ import annotations
 from enum import StrEnum
 from pathlib import Path
 
-from suanli.agent.executors import (
-    RUNTIMES,
-    ContainerExecutor,
-    Executor,
-    ExecutorError,
-    ProcessExecutor,
-    find_runtime,
-)
+from suanli.agent.containers import RUNTIMES, ContainerExecutor, find_runtime
+from suanli.agent.executors import Executor, ExecutorError, ProcessExecutor
 
 
 class ExecutorKind(StrEnum):

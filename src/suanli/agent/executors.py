@@ -1,4 +1,4 @@
-"""Running workloads on the host: a child process group, or a container through the docker/podman CLI.
+"""Running workloads on the host: what both executors share, and the process executor.
 
 `Executor.launch(spec)` starts one workload and answers a `Workload` handle:
 
@@ -26,14 +26,9 @@ passed to the supervisor on stdin, never through its own environment.
 agent's credentials) plus the workload's env; HOME is its work dir. It refuses a workload with an image: a
 command meant for a container never runs on the host.
 
-`ContainerExecutor` builds a `docker run` / `podman run` argument list (`run_args`) and runs the attached CLI
-as the workload's process (its exit code is the container's); signals go to the container by name
-(`suanli-<rental id>`) through `docker kill --signal` and `docker stop`, and a kill also `docker rm --force`s
-it, since the attached client passes no SIGKILL on and a real runtime keeps the container when the client
-dies; the runtime is kept in `workload.json`, so an adopted container is stopped the same way. A workload
-without an image runs in `DEFAULT_IMAGE`, one without a command runs its image's
-entrypoint. Its argument list is unit-tested, and its launch with a stand-in runtime program on PATH; running
-real containers is not tested here (no container engine in CI, and nothing may be downloaded).
+The container executor (`ContainerExecutor`, docker or podman) lives in `containers.py`; it builds on what
+this module holds for both: `RentalPaths`, `WorkloadSpec`, `WorkloadStatus`, `spawn`, `write_record`,
+`status`.
 """
 
 from __future__ import annotations
@@ -42,13 +37,12 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
@@ -56,15 +50,9 @@ from typing import Protocol
 
 from suanli.agent.supervisor import STARTED
 from suanli.domain.errors import SuanliError
-from suanli.domain.images import DEFAULT_IMAGE, resolve_image
 
 INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "TMPDIR")
-RUNTIMES = ("docker", "podman")  # the container CLIs the container executor drives, in lookup order
 POLL_INTERVAL_S = 0.02
-CLI_TIMEOUT_S = 60.0  # how long one container CLI call (other than `stop`'s grace) may take
-CONTAINER_NOTICE_DIR = "/run/suanli"
-CONTAINER_WORKDIR = "/workspace"
-MPS_PIPE_DIR = "/tmp/nvidia-mps"
 SUPERVISOR = Path(__file__).with_name("supervisor.py")
 EXIT_FILE = "exit.json"  # next to workload.json: how the run it records ended, written by its supervisor
 RECORD_CLOCK_SLACK_S = 30.0  # a record without start ticks: how far its wall-clock start may be off
@@ -197,8 +185,8 @@ class ProcessExecutor:
         env = {name: os.environ[name] for name in self._inherit if name in os.environ}
         env["HOME"] = str(paths.workdir)
         env.update(spec.env)
-        process = _spawn(list(spec.command), env, paths)
-        _write_record(paths, process.pid, spec)
+        process = spawn(list(spec.command), env, paths)
+        write_record(paths, process.pid, spec)
         return ProcessWorkload(spec.rental_id, process, paths)
 
 
@@ -215,7 +203,7 @@ class ProcessWorkload:
         return self._process.pid
 
     def poll(self) -> WorkloadStatus:
-        return _status(self._process.poll())
+        return status(self._process.poll())
 
     def notice(self, deadline: datetime) -> None:
         write_notice(self.paths.notice_file, self.rental_id, deadline)
@@ -245,146 +233,6 @@ class ProcessWorkload:
     def _signal(self, signum: int) -> None:
         with contextlib.suppress(ProcessLookupError):  # the whole group has ended already
             os.killpg(self._process.pid, signum)
-
-
-class ContainerExecutor:
-    """Workloads as containers through the docker or podman CLI (the attached client is the local process).
-    A rental that names no image runs in `default_image` (the catalogue's newest PyTorch): a container agent
-    never runs a tenant's command on the host."""
-
-    runs_images = True
-
-    def __init__(self, base: Path, runtime: str | None = None, default_image: str = DEFAULT_IMAGE) -> None:
-        self.base = base
-        self.runtime = runtime or find_runtime()
-        if self.runtime is None:
-            raise ExecutorError("no container runtime: neither docker nor podman is on PATH")
-        self.default_image = default_image
-
-    def paths(self, rental_id: str) -> RentalPaths:
-        return rental_paths(self.base, rental_id)
-
-    def launch(self, spec: WorkloadSpec) -> ContainerWorkload:
-        spec = replace(spec, image=spec.image or self.default_image)
-        paths = self.paths(spec.rental_id)
-        paths.create()
-        paths.notice_file.unlink(missing_ok=True)
-        args = run_args(self.runtime or "docker", spec, paths)
-        process = _spawn(args, {k: os.environ[k] for k in INHERITED_ENV if k in os.environ}, paths)
-        _write_record(paths, process.pid, spec, runtime=self.runtime or "docker")
-        return ContainerWorkload(spec.rental_id, process, paths, self.runtime or "docker")
-
-
-class ContainerWorkload:
-    """A container this agent started: signals go to the container through the runtime CLI (the attached
-    client does not pass SIGKILL on, and a real runtime keeps the container when the client dies), then the
-    client's process group is killed."""
-
-    def __init__(
-        self, rental_id: str, process: subprocess.Popen[bytes], paths: RentalPaths, runtime: str
-    ) -> None:
-        self.rental_id = rental_id
-        self._process = process
-        self.paths = paths
-        self._container = ContainerControl(runtime, container_name(rental_id))
-
-    @property
-    def pid(self) -> int:
-        return self._process.pid
-
-    def poll(self) -> WorkloadStatus:
-        return _status(self._process.poll())
-
-    def notice(self, deadline: datetime) -> None:
-        write_notice(self.paths.notice_file, self.rental_id, deadline)
-        self._container.signal("TERM")
-
-    def stop(self, grace_s: float) -> WorkloadStatus:
-        self._container.stop(grace_s)
-        return self.kill()
-
-    def kill(self) -> WorkloadStatus:
-        self._container.kill()
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self._process.pid, signal.SIGKILL)
-        self._process.wait()
-        return self.poll()
-
-
-@dataclass(frozen=True, slots=True)
-class ContainerControl:
-    """A rental's container by name through the docker/podman CLI: for a workload this agent started and for
-    one an earlier agent process left (adopted). Failures (a container already gone) are ignored."""
-
-    runtime: str
-    name: str
-
-    def signal(self, signal_name: str) -> None:
-        self._cli(["kill", "--signal", signal_name, self.name], CLI_TIMEOUT_S)
-
-    def stop(self, grace_s: float) -> None:
-        """`stop`: SIGTERM, up to `grace_s` to end, then SIGKILL (by the runtime)."""
-        grace = max(0, round(grace_s))
-        self._cli(["stop", "--time", str(grace), self.name], grace + CLI_TIMEOUT_S)
-
-    def kill(self) -> None:
-        """SIGKILL the container and remove it (`--rm` alone is not enough when its client died first)."""
-        self.signal("KILL")
-        self._cli(["rm", "--force", self.name], CLI_TIMEOUT_S)
-
-    def _cli(self, args: list[str], timeout_s: float) -> None:
-        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-            subprocess.run([self.runtime, *args], capture_output=True, check=False, timeout=timeout_s)
-
-
-def run_args(runtime: str, spec: WorkloadSpec, paths: RentalPaths) -> list[str]:
-    """The full `docker run` / `podman run` argv for a workload (attached, removed when it ends).
-
-    Devices: docker gets `--gpus "device=UUID,..."` (NVIDIA Container Toolkit; the quotes are part of the
-    value because docker splits the flag on commas); podman gets one `--device nvidia.com/gpu=UUID` per device
-    (CDI; the host's spec must name devices by UUID: `nvidia-ctk cdi generate --device-name-strategy=uuid`).
-    The notice file is mounted at /run/suanli/notice.json and SUANLI_NOTICE_FILE points there; shares also
-    get `--ipc host` and the MPS pipe directory so the client reaches the host's MPS daemon.
-    """
-    if not spec.image:
-        raise ExecutorError(f"rental {spec.rental_id}: the container executor needs an image")
-    name = container_name(spec.rental_id)
-    args = [runtime, "run", "--rm", "--init", "--name", name]
-    labels = {"suanli.rental": spec.rental_id, "suanli.managed": "true", **spec.labels}
-    for key, value in sorted(labels.items()):
-        args += ["--label", f"{key}={value}"]
-    if spec.devices:
-        if Path(runtime).name == "podman":
-            for device in spec.devices:
-                args += ["--device", f"nvidia.com/gpu={device}"]
-        else:
-            args += ["--gpus", f'"device={",".join(spec.devices)}"']
-    env = dict(spec.env)
-    env["SUANLI_NOTICE_FILE"] = f"{CONTAINER_NOTICE_DIR}/{paths.notice_file.name}"
-    if "SUANLI_NODES_FILE" in env:
-        env["SUANLI_NODES_FILE"] = f"{CONTAINER_NOTICE_DIR}/{paths.nodes_file.name}"
-    if "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" in env:
-        args += ["--ipc", "host", "--volume", f"{MPS_PIPE_DIR}:{MPS_PIPE_DIR}"]
-    args += ["--volume", f"{paths.workdir}:{CONTAINER_WORKDIR}", "--workdir", CONTAINER_WORKDIR]
-    args += ["--volume", f"{paths.control_dir}:{CONTAINER_NOTICE_DIR}:ro"]
-    for key, value in sorted(env.items()):
-        args += ["--env", f"{key}={value}"]
-    args.append(resolve_image(spec.image))
-    args += list(spec.command)
-    return args
-
-
-def container_name(rental_id: str) -> str:
-    return f"suanli-{rental_id}"
-
-
-def find_runtime(names: Sequence[str] = RUNTIMES) -> str | None:
-    """The first of `names` (docker, then podman) found on PATH, as its path; None when none is."""
-    for name in names:
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
 
 
 def write_notice(path: Path, rental_id: str, deadline: datetime) -> None:
@@ -433,7 +281,7 @@ def group_alive(pgid: int) -> bool:
     return any(_in_group_and_alive(pid, pgid) for pid in _pids())
 
 
-def _spawn(argv: list[str], env: Mapping[str, str], paths: RentalPaths) -> subprocess.Popen[bytes]:
+def spawn(argv: list[str], env: Mapping[str, str], paths: RentalPaths) -> subprocess.Popen[bytes]:
     """Start `argv` under the supervisor, which leads its process group and records its end in the exit file;
     ExecutorError when the workload could not be started (the supervisor says why and ends)."""
     paths.exit_file.unlink(missing_ok=True)  # the end of an earlier run is not this one's
@@ -517,8 +365,8 @@ def record_describes_process(record: Mapping[str, object], pid: int) -> bool | N
     return record_matches(record, now, None if now is None else started_unix_s(now))
 
 
-def _write_record(paths: RentalPaths, pid: int, spec: WorkloadSpec, runtime: str | None = None) -> None:
-    """`runtime`: the container runtime that runs it (its container: `container_name`); None for a process."""
+def write_record(paths: RentalPaths, pid: int, spec: WorkloadSpec, runtime: str | None = None) -> None:
+    """Write `workload.json`; `runtime`: the container runtime that runs it, None for a process."""
     identity = process_identity(pid)
     record = {
         "rental_id": spec.rental_id,
@@ -533,7 +381,8 @@ def _write_record(paths: RentalPaths, pid: int, spec: WorkloadSpec, runtime: str
     paths.record_file.write_text(json.dumps(record), encoding="utf-8")
 
 
-def _status(returncode: int | None) -> WorkloadStatus:
+def status(returncode: int | None) -> WorkloadStatus:
+    """A workload's status from its process's return code (None: still running; negative: the signal)."""
     if returncode is None:
         return WorkloadStatus(WorkloadState.RUNNING)
     if returncode < 0:

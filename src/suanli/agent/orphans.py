@@ -14,15 +14,13 @@ from datetime import datetime
 from pathlib import Path
 
 from suanli.agent.assignment import Assignment
+from suanli.agent.containers import ContainerControl, ContainerExecutor, container_name
 from suanli.agent.executors import (
     EXIT_FILE,
-    ContainerControl,
-    ContainerExecutor,
     Executor,
     RentalPaths,
     WorkloadState,
     WorkloadStatus,
-    container_name,
     group_alive,
     record_describes_process,
     write_notice,
