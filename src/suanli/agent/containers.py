@@ -32,7 +32,7 @@ from suanli.agent.executors import (
     WorkloadStatus,
     rental_paths,
     spawn,
-    status,
+    status_of_returncode,
     write_notice,
     write_record,
 )
@@ -91,7 +91,7 @@ class ContainerWorkload:
         return self._process.pid
 
     def poll(self) -> WorkloadStatus:
-        return status(self._process.poll())
+        return status_of_returncode(self._process.poll())
 
     def notice(self, deadline: datetime) -> None:
         write_notice(self.paths.notice_file, self.rental_id, deadline)

@@ -28,7 +28,7 @@ command meant for a container never runs on the host.
 
 The container executor (`ContainerExecutor`, docker or podman) lives in `containers.py`; it builds on what
 this module holds for both: `RentalPaths`, `WorkloadSpec`, `WorkloadStatus`, `spawn`, `write_record`,
-`status`.
+`status_of_returncode`.
 """
 
 from __future__ import annotations
@@ -203,7 +203,7 @@ class ProcessWorkload:
         return self._process.pid
 
     def poll(self) -> WorkloadStatus:
-        return status(self._process.poll())
+        return status_of_returncode(self._process.poll())
 
     def notice(self, deadline: datetime) -> None:
         write_notice(self.paths.notice_file, self.rental_id, deadline)
@@ -381,7 +381,7 @@ def write_record(paths: RentalPaths, pid: int, spec: WorkloadSpec, runtime: str 
     paths.record_file.write_text(json.dumps(record), encoding="utf-8")
 
 
-def status(returncode: int | None) -> WorkloadStatus:
+def status_of_returncode(returncode: int | None) -> WorkloadStatus:
     """A workload's status from its process's return code (None: still running; negative: the signal)."""
     if returncode is None:
         return WorkloadStatus(WorkloadState.RUNNING)
