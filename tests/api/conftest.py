@@ -135,3 +135,12 @@ def charged(client: TestClient, rental_id: str, headers: dict[str, str]) -> int:
         for p in t["postings"]
         if p["amount_micros"] > 0
     )
+
+
+def register_agent(client: TestClient, node: str) -> dict[str, str]:
+    """Register an agent for `node` with a fresh join token; the headers that authenticate it."""
+    token = client.post("/v1/join-tokens", json={"node": node}, headers=ADMIN).json()["token"]
+    answer = client.post("/v1/agents/register", json={"token": token, "inventory": {"gpus": []}})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["node_key"].startswith("nk_")
+    return {"Authorization": f"Bearer {answer.json()['node_key']}"}

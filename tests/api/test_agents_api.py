@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from fastapi.testclient import TestClient
 
-from conftest import ADMIN, wait_for
+from conftest import ADMIN, register_agent, wait_for
 from suanli.app.agents import next_state
 
 
@@ -31,14 +31,6 @@ from suanli.app.agents import next_state
 )
 def test_transitions(current: str, reported: str, expected: str | None) -> None:
     assert next_state(current, reported) == expected
-
-
-def _register(client: TestClient, node: str = "l40s-01") -> dict[str, str]:
-    token = client.post("/v1/join-tokens", json={"node": node}, headers=ADMIN).json()["token"]
-    answer = client.post("/v1/agents/register", json={"token": token, "inventory": {"gpus": []}})
-    assert answer.status_code == 200, answer.text
-    assert answer.json()["node_key"].startswith("nk_")
-    return {"Authorization": f"Bearer {answer.json()['node_key']}"}
 
 
 def test_join_tokens_are_single_use_for_operators_and_node_keys_authenticate(
@@ -81,14 +73,14 @@ def test_a_provider_makes_join_tokens_only_for_its_own_nodes(client: TestClient,
 
 
 def test_reports_move_the_rental_and_logs_are_tenant_scoped(client: TestClient, tenant) -> None:
-    node_headers = _register(client, "l40s-01")
+    node_headers = register_agent(client, "l40s-01")
     _, owner = tenant("owner")
     _, other = tenant("other")
     body = {"gpu_model": "L40S", "gpus": 0, "share_milli": 500, "command": ["echo", "hi"], "regions": []}
     rental = client.post("/v1/rentals", json=body, headers=owner).json()
     placed = wait_for(client, rental["id"], owner, "placed")
     node = placed["allocation"][0]["node"]
-    node_headers = node_headers if node == "l40s-01" else _register(client, node)
+    node_headers = node_headers if node == "l40s-01" else register_agent(client, node)
     beat = client.post("/v1/agents/heartbeat", json={}, headers=node_headers).json()
     assert [a["rental_id"] for a in beat["assignments"]] == [rental["id"]]
     assert beat["assignments"][0]["command"] == ["echo", "hi"]
@@ -120,7 +112,7 @@ def test_the_reaper_ends_rentals_of_a_silent_node_lost_at_the_last_heartbeat(
     body = {"gpu_model": "L40S", "gpus": 1, "command": ["sleep", "9"]}
     rental = client.post("/v1/rentals", json=body, headers=owner).json()
     node = wait_for(client, rental["id"], owner, "placed")["allocation"][0]["node"]
-    headers = _register(client, node)
+    headers = register_agent(client, node)
     client.post(
         "/v1/agents/heartbeat",
         json={"workloads": [{"rental_id": rental["id"], "state": "running"}]},

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from fastapi.testclient import TestClient
 
-from conftest import ADMIN, FixedClock, app_client, wait_for
+from conftest import FixedClock, app_client, register_agent, wait_for
 
 INTERVAL_S = 600.0
 L40S_TDP_W = 350
@@ -30,13 +30,6 @@ def client(database_url: str) -> Iterator[TestClient]:
         yield test_client
 
 
-def _register(client: TestClient, node: str) -> dict[str, str]:
-    token = client.post("/v1/join-tokens", json={"node": node}, headers=ADMIN).json()["token"]
-    answer = client.post("/v1/agents/register", json={"token": token, "inventory": {"gpus": []}})
-    assert answer.status_code == 200, answer.text
-    return {"Authorization": f"Bearer {answer.json()['node_key']}"}
-
-
 def _line(client: TestClient, headers: dict[str, str], month: str, rental_id: str) -> dict:
     body = client.get(f"/v1/invoices/{month}", headers=headers).json()
     (line,) = [x for x in body["lines"] if x["ref"] == rental_id]
@@ -53,7 +46,7 @@ def test_heartbeat_power_makes_the_invoice_energy_measured(
     placed = wait_for(client, rental["id"], owner, "placed")
     (allocation,) = placed["allocation"]
     (held,) = allocation["slices"]
-    headers = _register(client, allocation["node"])
+    headers = register_agent(client, allocation["node"])
     services = client.app.state.services  # type: ignore[attr-defined]
     agents, invoices = services.agents, services.invoices
     # mid-month, in the past: the reaper (real start time) never marks the node down meanwhile

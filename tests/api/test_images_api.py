@@ -8,7 +8,7 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from conftest import ADMIN, wait_for
+from conftest import ADMIN, register_agent, wait_for
 from suanli.app.records import RentalSpec
 from suanli.app.rentals import spec_fingerprint
 
@@ -128,18 +128,11 @@ def test_the_agents_assignment_carries_the_image(client: TestClient, tenant) -> 
     assert (sent["rental_id"], sent["image"], sent["command"]) == (created["id"], "vllm:0.6.3", [])
 
 
-def _agent(client: TestClient, node: str) -> dict[str, str]:
-    token = client.post("/v1/join-tokens", json={"node": node}, headers=ADMIN).json()["token"]
-    answer = client.post("/v1/agents/register", json={"token": token, "inventory": {"gpus": []}})
-    assert answer.status_code == 200, answer.text
-    return {"Authorization": f"Bearer {answer.json()['node_key']}"}
-
-
 def test_an_image_rental_is_kept_off_a_node_whose_agent_runs_host_processes(
     client: TestClient, tenant
 ) -> None:
     _, headers = tenant("acme")
-    agent = _agent(client, "h200-01")  # the fleet's only H200 node
+    agent = register_agent(client, "h200-01")  # the fleet's only H200 node
     said = client.post("/v1/agents/heartbeat", json={"runs_images": False}, headers=agent)
     assert said.status_code == 200, said.text
     image = _rent(client, headers, gpu_model="H200-141GB", image="pytorch").json()

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from fastapi.testclient import TestClient
 
-from conftest import ADMIN, FixedClock, MidMonthClock, app_client, wait_for
+from conftest import ADMIN, FixedClock, MidMonthClock, app_client, register_agent, wait_for
 
 
 @pytest.fixture
@@ -20,13 +20,6 @@ def client(database_url: str) -> Iterator[TestClient]:
         yield test_client
 
 
-def _register(client: TestClient, node: str) -> dict[str, str]:
-    token = client.post("/v1/join-tokens", json={"node": node}, headers=ADMIN).json()["token"]
-    answer = client.post("/v1/agents/register", json={"token": token, "inventory": {"gpus": []}})
-    assert answer.status_code == 200, answer.text
-    return {"Authorization": f"Bearer {answer.json()['node_key']}"}
-
-
 def test_a_lost_node_earns_an_sla_credit_posted_once_and_shown_on_the_invoice(
     client: TestClient, tenant
 ) -> None:
@@ -34,7 +27,7 @@ def test_a_lost_node_earns_an_sla_credit_posted_once_and_shown_on_the_invoice(
     _, other = tenant("other")
     rental = client.post("/v1/rentals", json={"gpu_model": "L40S", "gpus": 1}, headers=owner).json()
     node = wait_for(client, rental["id"], owner, "placed")["allocation"][0]["node"]
-    headers = _register(client, node)
+    headers = register_agent(client, node)
     beat = {"workloads": [{"rental_id": rental["id"], "state": "running"}]}
     assert client.post("/v1/agents/heartbeat", json=beat, headers=headers).status_code == 200
     services = client.app.state.services  # type: ignore[attr-defined]
