@@ -138,6 +138,7 @@ def test_an_image_rental_is_kept_off_a_node_whose_agent_runs_host_processes(
     image = _rent(client, headers, gpu_model="H200-141GB", image="pytorch").json()
     waiting = wait_for(client, image["id"], headers, "placed", reason="constraints")
     assert waiting["state"] == "pending" and waiting["pending_reason"] == "constraints"
+    assert any("only nodes whose agent runs containers" in e["message"] for e in waiting["events"])
     plain = _rent(client, headers, gpu_model="H200-141GB").json()
     assert wait_for(client, plain["id"], headers, "placed")["allocation"][0]["node"] == "h200-01"
     assert client.get(f"/v1/rentals/{image['id']}", headers=headers).json()["state"] == "pending"

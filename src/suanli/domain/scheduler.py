@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from suanli.domain.capacity import Option, options
+from suanli.domain.images import RUNS_IMAGES_LABEL
 from suanli.domain.plan import NodeAllocation, Pending, Placement, Plan, Reason, Repartition
 from suanli.domain.policies import Policy, Score
 from suanli.domain.quotas import Ledger
@@ -270,7 +271,12 @@ def _explain(reason: Reason, request: Request, feasible_nodes: int = 0) -> str:
         Reason.NO_MATCHING_GPU: "no GPU in the fleet matches the selector and shape",
         Reason.RESIDENCY: "no matching GPU in an allowed jurisdiction "
         f"({', '.join(sorted(request.constraints.jurisdictions))})",
-        Reason.CONSTRAINTS: "regions, providers or labels rule out every matching node",
+        Reason.CONSTRAINTS: "regions, providers or labels rule out every matching node"
+        + (
+            " (it names an image: only nodes whose agent runs containers take it)"
+            if RUNS_IMAGES_LABEL in request.constraints.labels
+            else ""
+        ),
         Reason.NODE_TOO_SMALL: f"no matching node has {request.cpu_milli} CPU milli "
         f"and {request.memory_mib} MiB",
         Reason.NO_CAPACITY: "matching nodes are busy; waiting for free capacity",
