@@ -297,13 +297,26 @@ IGNORES_TERM = (
 )
 
 
+def ignores_term_then_says_so(ready: Path) -> str:
+    """IGNORES_TERM that leaves a file in `ready` once SIGTERM is ignored."""
+    return (
+        "import os, signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        f"open(os.path.join({str(ready)!r}, str(os.getpid())), 'w').close()\n"
+        "while True: time.sleep(0.05)"
+    )
+
+
 def stubborn_runner(tmp_path: Path, client: FakeClient) -> AgentRunner:
-    """A runner with three workloads that ignore SIGTERM (each stop waits its whole grace), on GPUs 0-2."""
-    client.assignments = [assignment(f"r-{gpu}", IGNORES_TERM, gpu=gpu) for gpu in range(3)]
+    """A runner with three workloads that ignore SIGTERM (each stop waits its whole grace), on GPUs 0-2,
+    returned once all three ignore it (a fixed wait could end before a loaded machine ran them that far)."""
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    script = ignores_term_then_says_so(ready)
+    client.assignments = [assignment(f"r-{gpu}", script, gpu=gpu) for gpu in range(3)]
     runner = make_runner(tmp_path, client)
     runner.grace_s = 1.0
     runner.step()
-    time.sleep(0.3)  # they have set their SIGTERM handlers
+    eventually(lambda: len(list(ready.iterdir())) == 3, timeout_s=30)
     return runner
 
 
