@@ -11,7 +11,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from suanli.agent.containers import RUNTIMES, ContainerExecutor, find_runtime
-from suanli.agent.executors import Executor, ExecutorError, ProcessExecutor
+from suanli.agent.executors import Executor, ExecutorError, ProcessExecutor, RunAs
 
 
 class ExecutorKind(StrEnum):
@@ -20,20 +20,27 @@ class ExecutorKind(StrEnum):
     AUTO = "auto"
 
 
-def choose_executor(kind: ExecutorKind, base: Path, runtime: str | None = None) -> Executor:
+def choose_executor(
+    kind: ExecutorKind, base: Path, runtime: str | None = None, run_as: str | None = None
+) -> Executor:
     """The executor of `kind` under `base`; ExecutorError for a runtime that is not one we drive, one asked
-    for with the process executor, or a container executor with no runtime on PATH."""
+    for with the process executor, a container executor with no runtime on PATH, or a `run_as` user that
+    is unknown, asked of a non-root agent, or asked with `--executor container` (containers do not run on
+    the host as a user; under `auto` it applies when host processes are chosen)."""
     if runtime is not None and runtime not in RUNTIMES:
         raise ExecutorError(f"--runtime {runtime!r}: use {' or '.join(RUNTIMES)}")
+    if run_as is not None and kind is ExecutorKind.CONTAINER:
+        raise ExecutorError("--run-as is for --executor process or auto, not container")
+    user = None if run_as is None else RunAs.of(run_as)
     if kind is ExecutorKind.PROCESS:
         if runtime is not None:
             raise ExecutorError("--runtime is for --executor container or auto, not process")
-        return ProcessExecutor(base)
+        return ProcessExecutor(base, run_as=user)
     names = (runtime,) if runtime is not None else RUNTIMES
     found = find_runtime(names)
     if found is None:
         if kind is ExecutorKind.AUTO:
-            return ProcessExecutor(base)
+            return ProcessExecutor(base, run_as=user)
         raise ExecutorError(f"--executor container: no {' or '.join(names)} on PATH")
     return ContainerExecutor(base, runtime=found)
 
@@ -42,4 +49,6 @@ def describe(executor: Executor) -> str:
     """What an executor runs workloads with, for the agent's log: `host processes` or the runtime's path."""
     if isinstance(executor, ContainerExecutor):
         return f"containers through {executor.runtime} (default image {executor.default_image})"
-    return "host processes"
+    if isinstance(executor, ProcessExecutor) and executor.run_as is not None:
+        return f"host processes as user {executor.run_as.name}"
+    return "host processes (as the agent's user: they can read its node key; see --run-as)"

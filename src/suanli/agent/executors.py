@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pwd
 import re
 import signal
 import subprocess
@@ -159,14 +160,44 @@ class Executor(Protocol):
     def launch(self, spec: WorkloadSpec) -> Workload: ...
 
 
+@dataclass(frozen=True, slots=True)
+class RunAs:
+    """The unprivileged user a process workload runs as (`suanli agent --run-as`), so that it cannot read the
+    agent's node key, other rentals' files or anything else of the agent's user."""
+
+    name: str
+    uid: int
+    gid: int
+
+    @classmethod
+    def of(cls, name: str) -> RunAs:
+        """The local user `name`; ExecutorError when there is none, or when this agent is not root (only root
+        can start a process as another user)."""
+        try:
+            entry = pwd.getpwnam(name)
+        except KeyError:
+            raise ExecutorError(f"--run-as {name!r}: no such user on this host") from None
+        if os.geteuid() != 0:
+            raise ExecutorError(
+                f"--run-as {name!r}: the agent must run as root to start workloads as another user"
+            )
+        return cls(name, entry.pw_uid, entry.pw_gid)
+
+
 class ProcessExecutor:
-    """Workloads as child process groups under `base/rentals/<id>/`."""
+    """Workloads as child process groups under `base/rentals/<id>/`; with `run_as`, as that user, each in a
+    working directory of its own that the agent's other files are not readable from."""
 
     runs_images = False
 
-    def __init__(self, base: Path, inherit: Sequence[str] = INHERITED_ENV) -> None:
+    def __init__(
+        self, base: Path, inherit: Sequence[str] = INHERITED_ENV, run_as: RunAs | None = None
+    ) -> None:
         self.base = base
         self._inherit = tuple(inherit)
+        self.run_as = run_as
+        if run_as is not None:
+            _check_reachable(base, run_as)
 
     def paths(self, rental_id: str) -> RentalPaths:
         return rental_paths(self.base, rental_id)
@@ -181,11 +212,13 @@ class ProcessExecutor:
             raise ExecutorError(f"rental {spec.rental_id}: no command to run")
         paths = self.paths(spec.rental_id)
         paths.create()
+        if self.run_as is not None:
+            confine(paths, self.run_as)
         paths.notice_file.unlink(missing_ok=True)  # a notice from an earlier run is not for this one
         env = {name: os.environ[name] for name in self._inherit if name in os.environ}
         env["HOME"] = str(paths.workdir)
         env.update(spec.env)
-        process = spawn(list(spec.command), env, paths)
+        process = spawn(list(spec.command), env, paths, self.run_as)
         write_record(paths, process.pid, spec)
         return ProcessWorkload(spec.rental_id, process, paths)
 
@@ -281,8 +314,34 @@ def group_alive(pgid: int) -> bool:
     return any(_in_group_and_alive(pid, pgid) for pid in _pids())
 
 
-def spawn(argv: list[str], env: Mapping[str, str], paths: RentalPaths) -> subprocess.Popen[bytes]:
-    """Start `argv` under the supervisor, which leads its process group and records its end in the exit file;
+def _check_reachable(base: Path, user: RunAs) -> None:
+    """ExecutorError when a directory above `base` cannot be passed through by other users: a workload run
+    as `user` would not reach its own working directory or notice file there (say, under /root)."""
+    for directory in base.resolve().parents:
+        if directory.exists() and not directory.stat().st_mode & 0o001:
+            raise ExecutorError(
+                f"--run-as {user.name!r}: {directory} cannot be passed through by other users, so workloads "
+                "could not reach their directories under it; give --work-dir elsewhere (e.g. /var/lib/suanli)"
+            )
+
+
+def confine(paths: RentalPaths, user: RunAs) -> None:
+    """Lay out a rental's directory for a workload run as `user`: the agent's directories can be passed
+    through but not listed (0711), the log and records are the agent's alone (0600), the control files
+    (notice, nodes) readable, and the working directory the user's own (0700)."""
+    for directory in (paths.root.parent.parent, paths.root.parent, paths.root, paths.control_dir):
+        directory.chmod(0o711)
+    os.chown(paths.workdir, user.uid, user.gid)
+    paths.workdir.chmod(0o700)
+    os.close(os.open(paths.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+    paths.log_file.chmod(0o600)
+
+
+def spawn(
+    argv: list[str], env: Mapping[str, str], paths: RentalPaths, run_as: RunAs | None = None
+) -> subprocess.Popen[bytes]:
+    """Start `argv` under the supervisor, which leads its process group and records its end in the exit file
+    (as `run_as` when given: the supervisor stays the agent's, the workload drops to that user);
     ExecutorError when the workload could not be started (the supervisor says why and ends)."""
     paths.exit_file.unlink(missing_ok=True)  # the end of an earlier run is not this one's
     ready, ready_for_child = os.pipe()
@@ -305,7 +364,8 @@ def spawn(argv: list[str], env: Mapping[str, str], paths: RentalPaths) -> subpro
     finally:
         os.close(ready_for_child)
     with contextlib.suppress(OSError), supervisor.stdin as request:  # a supervisor gone says so below
-        request.write(json.dumps({"argv": argv, "env": dict(env)}).encode())
+        user = {} if run_as is None else {"uid": run_as.uid, "gid": run_as.gid}
+        request.write(json.dumps({"argv": argv, "env": dict(env), **user}).encode())
     with os.fdopen(ready, "rb") as answer_file:
         answer = answer_file.read()
     if answer != STARTED:

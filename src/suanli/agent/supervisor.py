@@ -76,7 +76,12 @@ def main(argv: list[str]) -> int:
     request = json.loads(sys.stdin.buffer.read())
     command = [str(arg) for arg in request["argv"]]
     try:
-        workload = subprocess.Popen(command, env=request["env"], stdin=subprocess.DEVNULL, close_fds=True)
+        user = {}
+        if "uid" in request:  # the agent's --run-as: the workload alone drops to that user
+            user = {"user": int(request["uid"]), "group": int(request["gid"]), "extra_groups": []}
+        workload = subprocess.Popen(
+            command, env=request["env"], stdin=subprocess.DEVNULL, close_fds=True, **user
+        )
     except OSError as error:
         _answer(ready_fd, f"cannot start {command[0]!r}: {error}".encode())
         return 127

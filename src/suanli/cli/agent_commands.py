@@ -62,6 +62,13 @@ def agent(
         str | None,
         typer.Option(help="Container runtime: docker or podman (default: the first on PATH, docker first)."),
     ] = None,
+    run_as: Annotated[
+        str | None,
+        typer.Option(
+            help="Run host-process workloads as this local user (the agent must be root), so that they "
+            "cannot read the agent's node key or other rentals' files."
+        ),
+    ] = None,
 ) -> None:
     """Run the node agent: register, heartbeat, run the rentals placed on this host, ship their logs."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s agent %(levelname)s %(message)s")
@@ -73,7 +80,7 @@ def agent(
             else NvmlProbe()
         )
         directory = work_dir or Path(platformdirs.user_data_dir("suanli", appauthor=False)) / "agent"
-        chosen = choose_executor(executor, directory, runtime)
+        chosen = choose_executor(executor, directory, runtime, run_as)
         logging.getLogger(__name__).info("workloads run with %s", describe(chosen))
         runner = AgentRunner(
             server,
