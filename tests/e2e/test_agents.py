@@ -241,8 +241,9 @@ def test_an_on_demand_rental_preempts_a_spot_one_with_notice_then_runs(platform:
         assert term.startswith("TERM notice=True")
         assert float(term.rsplit("=", 1)[1]) < deadline  # SIGTERM and the notice file came before it
         last_alive = max(float(line.rsplit("=", 1)[1]) for line in lines if line.startswith("alive"))
-        # it ran on after SIGTERM until the deadline, and was killed at it (heartbeat + slack)
-        assert deadline - 0.5 < last_alive < deadline + HEARTBEAT_S + 1.5
+        # it ran on after SIGTERM until the deadline (the notice is 3 s), and was killed at it (an agent step
+        # + slack for a loaded machine: the margins are not the point, SIGTERM-time or never would be)
+        assert deadline - 1.0 < last_alive < deadline + HEARTBEAT_S + 3.0
         (run,) = api.rental_runs(victim.id)
         assert run.state == "stopped"
         for rental_id in spots:
