@@ -111,9 +111,9 @@ def list_nodes(caller: CallerDep, services: ServicesDep) -> list[NodeResponse]:
 def drain(name: str, caller: CallerDep, services: ServicesDep, force: bool = False) -> NodeResponse:
     """Cordon a node (admin): rentals on it keep running, nothing new is placed there. 409 naming the signed
     contracts its pool would then be short for, unless `force`."""
-    _maintenance(services).drain(caller, name, force=force)
+    view = services.fleet.set_schedulable(caller, name, False, force=force)
     services.loop.signal()
-    return mappers.node(next(v for v in services.fleet.nodes(caller) if v.node.name == name))
+    return mappers.node(view)
 
 
 @router.post("/nodes/{name}/undrain")

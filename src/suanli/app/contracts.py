@@ -28,7 +28,7 @@ from suanli.app.fleet import FleetCache
 from suanli.app.ids import new_id, upcoming_window
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.postings import post_once, retrying
-from suanli.app.records import Caller, ContractRecord
+from suanli.app.records import Caller, ContractRecord, domain_contract
 from suanli.domain.billing.errors import BillingError
 from suanli.domain.billing.ledger import AccountId, TxKind
 from suanli.domain.billing.money import to_epoch_s
@@ -41,7 +41,7 @@ from suanli.domain.billing.plans import (
 )
 from suanli.domain.billing.pricebook import PriceBook
 from suanli.domain.catalog import Catalog
-from suanli.domain.contracts import Contract, ContractError, check_contract, fleet_capacity, transfer
+from suanli.domain.contracts import ContractError, check_contract, fleet_capacity, transfer
 from suanli.domain.errors import CatalogError
 from suanli.domain.request import Tier
 
@@ -277,11 +277,3 @@ class ContractService:
                 return replace(record, tenant_id=moved.tenant)
 
         return retrying(work)
-
-
-def domain_contract(record: ContractRecord) -> Contract:
-    """The domain's view of a stored contract (what admission, holds and transfers check)."""
-    return Contract(
-        record.id, record.tenant_id, record.gpu_model, record.region, record.count,
-        record.starts_at.timestamp(), record.ends_at.timestamp(),
-    )  # fmt: skip

@@ -1,4 +1,5 @@
-"""The fleet: replace it from TOML (admin), list nodes with their free capacity, drain and undrain.
+"""The fleet: replace it from TOML (admin), list nodes with their free capacity, drain (not past what signed
+contracts need, unless forced) and undrain.
 
 The TOML is stored as given; the parsed `Fleet` is cached per stored version. Replacing the fleet is refused
 while a live rental sits on a node the new file removes or changes.
@@ -6,16 +7,18 @@ while a live rental sits on a node the new file removes or changes.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime
 from threading import Lock
 
-from suanli.app.downtime import out_of_service_until
+from suanli.app.downtime import down_for_contracts, out_of_service_until
 from suanli.app.errors import Conflict, Invalid, NotFound
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
-from suanli.app.records import Caller
+from suanli.app.records import Caller, domain_contract
 from suanli.app.tenants import require_admin, require_operator
 from suanli.domain.catalog import Catalog
+from suanli.domain.contracts import Maintenance, fleet_capacity, short_contracts
 from suanli.domain.errors import SuanliError
 from suanli.domain.fleet_format import parse_fleet
 from suanli.domain.inventory import Fleet, Node
@@ -116,10 +119,49 @@ class FleetService:
             for node in fleet.nodes
         ]
 
-    def set_schedulable(self, caller: Caller, node_name: str, schedulable: bool) -> NodeView:
+    def set_schedulable(
+        self, caller: Caller, node_name: str, schedulable: bool, *, force: bool = False
+    ) -> NodeView:
+        """Undrain, or drain: cordon the node from now on, with no end. A drain is refused (409, naming them)
+        when it would leave signed contracts of the node's pool short of GPUs at some instant, unless
+        `force`, as `kubectl drain` against a disruption budget: capacity sold ahead is not taken away
+        quietly. A node its agent left (down) is cordoned by the reaper, which asks no one."""
         require_admin(caller)
         with self.uow() as uow:
+            if not schedulable and node_name not in uow.fleet.cordoned():
+                uow.contracts.lock_signing()  # a signing and a drain take turns: neither misses the other
+                short = self._left_short(uow, node_name)
+                if short and not force:
+                    raise Conflict(
+                        f"draining {node_name} would leave contract(s) {', '.join(short)} short of GPUs; "
+                        "pass force to drain it anyway",
+                        field="node",
+                    )
             if not uow.fleet.set_schedulable(node_name, schedulable):
                 raise NotFound(f"no node {node_name}")
             uow.commit()
         return next(view for view in self.nodes(caller) if view.node.name == node_name)
+
+    def _left_short(self, uow: UnitOfWork, node_name: str) -> tuple[str, ...]:
+        """The contracts of the node's pool a drain from now on would leave short (those short already, say
+        through a node that went down, are not the drain's doing)."""
+        now = self.clock.now()
+        _, fleet = self.cache.load(uow)
+        node = None if fleet is None else next((n for n in fleet.nodes if n.name == node_name), None)
+        if fleet is None or node is None:
+            raise NotFound(f"no node {node_name}")
+        before = down_for_contracts(uow, fleet, now)
+        after = [m for m in before if m.node != node_name]  # its own windows fall inside the drain
+        after.append(
+            Maintenance(node_name, node.gpu_model, node.region, node.gpu_count, now.timestamp(), math.inf)
+        )
+        pool = [
+            contract
+            for contract in map(domain_contract, uow.contracts.list(None))
+            if (contract.model, contract.region) == (node.gpu_model, node.region)
+        ]
+        capacity, now_s = fleet_capacity(fleet), now.timestamp()
+        already = {c.id for c in short_contracts(pool, capacity, before, now_s, math.inf)}
+        return tuple(
+            c.id for c in short_contracts(pool, capacity, after, now_s, math.inf) if c.id not in already
+        )

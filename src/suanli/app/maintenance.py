@@ -10,20 +10,18 @@ anyone knows), as down (`down_for_contracts`).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from suanli.app.contracts import domain_contract
 from suanli.app.downtime import down_for_contracts, notice_horizon_s
 from suanli.app.errors import Conflict, Invalid, NotFound
 from suanli.app.fleet import FleetCache
 from suanli.app.ids import new_id, upcoming_window
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
-from suanli.app.records import PREEMPTIBLE_STATES, Caller, MaintenanceWindow, RentalEvent
+from suanli.app.records import PREEMPTIBLE_STATES, Caller, MaintenanceWindow, RentalEvent, domain_contract
 from suanli.app.tenants import require_admin, require_operator
-from suanli.domain.contracts import Maintenance, fleet_capacity, short_contracts
+from suanli.domain.contracts import fleet_capacity, short_contracts
 from suanli.domain.preemption import PreemptionConfig
 from suanli.domain.request import Tier
 
@@ -77,48 +75,6 @@ class MaintenanceService:
             uow.maintenance.add(window)
             uow.commit()
         return Scheduled(window, short)
-
-    def drain(self, caller: Caller, node: str, *, force: bool = False) -> tuple[str, ...]:
-        """Cordon `node` from now on, with no end: refused (409, naming them) when the signed contracts of its
-        pool would be short of GPUs at some instant from now on, unless `force`; returns those it leaves
-        short. As `kubectl drain` against a disruption budget: capacity sold ahead is not taken away quietly.
-        A node its agent left (down) is cordoned by the reaper, which asks no one."""
-        require_admin(caller)
-        now = self.clock.now()
-        with self.uow() as uow:
-            _, fleet = self.cache.load(uow)
-            found = None if fleet is None else next((n for n in fleet.nodes if n.name == node), None)
-            if fleet is None or found is None:
-                raise NotFound(f"no node {node}")
-            short: tuple[str, ...] = ()
-            if node not in uow.fleet.cordoned():
-                uow.contracts.lock_signing()  # a signing and a drain take turns: neither misses the other
-                before = down_for_contracts(uow, fleet, now)
-                # its own windows fall inside the drain: counted once
-                model, region, gpus = found.gpu_model, found.region, found.gpu_count
-                after = [m for m in before if m.node != node]
-                after.append(Maintenance(node, model, region, gpus, now.timestamp(), math.inf))
-                pool = [
-                    contract
-                    for contract in map(domain_contract, uow.contracts.list(None))
-                    if (contract.model, contract.region) == (model, region)
-                ]
-                capacity, now_s = fleet_capacity(fleet), now.timestamp()
-                already = {c.id for c in short_contracts(pool, capacity, before, now_s, math.inf)}
-                short = tuple(
-                    c.id
-                    for c in short_contracts(pool, capacity, after, now_s, math.inf)
-                    if c.id not in already  # short already (a node down): the drain is not why
-                )
-                if short and not force:
-                    raise Conflict(
-                        f"draining {node} would leave contract(s) {', '.join(short)} short of GPUs; "
-                        "pass force to drain it anyway",
-                        field="node",
-                    )
-            uow.fleet.set_schedulable(node, False)
-            uow.commit()
-        return short
 
     def list(self, caller: Caller, include_past: bool = False) -> list[MaintenanceWindow]:
         require_operator(caller)

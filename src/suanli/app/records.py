@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from suanli.domain.billing.plans import PaymentTerms
+from suanli.domain.contracts import Contract
 from suanli.domain.plan import NodeAllocation
 
 ROLES = ("admin", "provider", "tenant")
@@ -129,6 +130,14 @@ class ContractRecord:
     ends_at: datetime
     created_at: datetime
     price_micros: int = 0  # the prepaid price posted at signing
+
+
+def domain_contract(record: ContractRecord) -> Contract:
+    """The domain's view of a stored contract (what admission, holds and transfers check)."""
+    return Contract(
+        record.id, record.tenant_id, record.gpu_model, record.region, record.count,
+        record.starts_at.timestamp(), record.ends_at.timestamp(),
+    )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,6 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 
 from suanli.app.booking import bookings_for
-from suanli.app.contracts import domain_contract
 from suanli.app.downtime import notice_horizon_s, out_of_service
 from suanli.app.errors import BookingConflict
 from suanli.app.fleet import FleetCache
@@ -28,7 +27,7 @@ from suanli.app.limits import cycle_limits
 from suanli.app.list_prices import list_price
 from suanli.app.maintenance import MAINTENANCE, give_notices, upcoming
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
-from suanli.app.records import PREEMPTIBLE_STATES, MaintenanceWindow, Rental, RentalEvent
+from suanli.app.records import PREEMPTIBLE_STATES, MaintenanceWindow, Rental, RentalEvent, domain_contract
 from suanli.app.rentals import to_request
 from suanli.app.resizing import Resizer
 from suanli.app.spot_repricing import (

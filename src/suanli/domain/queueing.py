@@ -211,6 +211,7 @@ class _Cycle:
         # (fit key, cordoned) that did not fit, and why: capacity only shrinks, so not in this cycle either
         self.failed: dict[tuple, Pending] = {}
         self.chosen_victims: set[str] = set()
+        self.shares: dict[str, float] = {}  # request id -> its pool share (`pool_share`)
         # preemptor -> what is held for it (`hold`): how to give each part back, and its GPUs
         self.promise_holds: dict[str, list[tuple[Callable[[], None], float]]] = {}
         # (fit key, tier) no set of victims makes room for: victims and capacity only shrink in a cycle
@@ -258,7 +259,11 @@ class _Cycle:
         return [promoted.get(r.id, r) for r in queue]
 
     def pool_share(self, request: Request) -> float:
-        return pool_share(self.snapshot, request)
+        """`pool_share`, once per request in the cycle (the walk's order and backfill's both ask)."""
+        share = self.shares.get(request.id)
+        if share is None:
+            share = self.shares[request.id] = pool_share(self.snapshot, request)
+        return share
 
     def _landing_pools(self, request: Request) -> set[Pool]:
         """Every (model, region) the request could ever be placed in."""
