@@ -57,10 +57,16 @@ def test_on_demand_preempts_spot_with_notice_and_takes_the_node_at_the_deadline(
     waiting = wait_for(client, od, od_tenant, "placed", reason="preempting")
     assert waiting["state"] == "pending" and waiting["pending_reason"] == "preempting"
     victim = client.get(f"/v1/rentals/{spot}", headers=spot_tenant).json()
-    assert victim["state"] == "preempting" and victim["preempted_by"] == od
+    # the victim's tenant learns the tier, not the other tenant's rental id; an operator sees the id
+    assert victim["state"] == "preempting" and victim["preempted_by"] == "another_tenant"
+    assert client.get(f"/v1/rentals/{spot}", headers=ADMIN).json()["preempted_by"] == od
     (notice,) = _events(victim, "preempting")
     deadline = datetime.fromisoformat(victim["notice_deadline"])
-    assert f"preempted by {od}, notice until" in notice["message"]
+    assert "preempted by a rental of another tenant (on_demand), notice until" in notice["message"]
+    assert od not in str(victim)
+    preemptor_view = client.get(f"/v1/rentals/{od}", headers=od_tenant).json()
+    assert spot not in str(preemptor_view)
+    assert any("preempting a rental of another tenant" in e["message"] for e in preemptor_view["events"])
     noticed_at = datetime.fromisoformat(notice["at"])
     assert abs((deadline - noticed_at).total_seconds() - NOTICE_S) < 0.01
     # a spot rental never preempts; a second on-demand finds no other victim and does not notice it again
@@ -76,7 +82,8 @@ def test_on_demand_preempts_spot_with_notice_and_takes_the_node_at_the_deadline(
     assert ended["state"] == "preempted" and ended["allocation"] == []
     (preempted,) = _events(ended, "preempted")
     assert datetime.fromisoformat(preempted["at"]) >= deadline
-    assert f"capacity given to {od}" in preempted["message"]
+    assert "capacity given to the higher-tier rental that preempted it" in preempted["message"]
+    assert od not in str(ended)
     assert len(_events(ended, "preempting")) == 1
     # equal tier never preempts, lower tier never preempts: the placed on-demand rental stays; under the
     # backfill queue the spot rental (no max_duration_s) waits behind the blocked on-demand head
@@ -132,3 +139,20 @@ def test_the_free_gpus_promised_to_a_preemptor_wait_for_it_through_the_notice(cl
     )
     assert client.get(f"/v1/rentals/{small}", headers=od_tenant).json()["state"] == "pending"
     assert client.get(f"/v1/rentals/{spot}", headers=spot_tenant).json()["state"] == "preempted"
+
+
+def test_a_tenant_sees_which_of_its_own_rentals_preempted_its_spot_rental(client, tenant) -> None:
+    _, own = tenant("both")
+    spot = _rent(client, own, gpu_model="H200", gpus=8, tier="spot", bid_micros_per_gpu_hour=1)
+    wait_for(client, spot, own, "placed")
+    od = _rent(client, own, gpu_model="H200", gpus=8, tier="on_demand")
+    wait_for(client, od, own, "placed", reason="preempting")
+    victim = client.get(f"/v1/rentals/{spot}", headers=own).json()
+    assert victim["state"] == "preempting" and victim["preempted_by"] == od
+    (notice,) = _events(victim, "preempting")
+    assert f"preempted by {od} (on_demand), notice until" in notice["message"]
+    preemptor = client.get(f"/v1/rentals/{od}", headers=own).json()
+    assert any(f"preempting {spot};" in e["message"] for e in preemptor["events"])
+    wait_for(client, od, own, "placed")
+    (preempted,) = _events(client.get(f"/v1/rentals/{spot}", headers=own).json(), "preempted")
+    assert f"capacity given to {od}" in preempted["message"]

@@ -106,6 +106,10 @@ def spec_fingerprint(spec: RentalSpec) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=list).encode()).hexdigest()
 
 
+# `preempted_by` as a tenant reads it when the rental its capacity goes to is another tenant's
+ANOTHER_TENANT = "another_tenant"
+
+
 class RentalService:
     def __init__(
         self,
@@ -162,18 +166,18 @@ class RentalService:
                 raise Conflict(
                     "this Idempotency-Key was used with a different request", field="Idempotency-Key"
                 )
-            return _view(uow, earlier)
+            return _view(uow, earlier, None)
 
     def get(self, caller: Caller, rental_id: str) -> RentalView:
         with self.uow() as uow:
             uow.read_snapshot()  # the rental, its allocation, events and rates as of one moment
-            return _view(uow, self._owned(uow, caller, rental_id))
+            return _view(uow, self._owned(uow, caller, rental_id), caller)
 
     def list(self, caller: Caller) -> list[RentalView]:
         with self.uow() as uow:
             uow.read_snapshot()
             rentals = uow.rentals.list(None if caller.is_admin else caller.tenant.id, LIST_LIMIT)
-            return [_view(uow, rental) for rental in rentals]
+            return [_view(uow, rental, caller) for rental in rentals]
 
     def stop(self, caller: Caller, rental_id: str) -> RentalView:
         with self.uow() as uow:
@@ -204,7 +208,7 @@ class RentalService:
             if live and spec.gpus > 0 and new_spec.gpus == 0:
                 raise Invalid("a live rental keeps at least one GPU per node; stop it instead", field="gpus")
             if new_spec == spec:
-                return _view(uow, rental)  # nothing to change
+                return _view(uow, rental, caller)  # nothing to change
             now = self.clock.now()
             message = f"nodes {spec.nodes} -> {new_spec.nodes}, gpus {spec.gpus} -> {new_spec.gpus}"
             uow.rentals.update_spec(rental.id, replace(rental, spec=new_spec))
@@ -315,13 +319,28 @@ def stop_in(uow: UnitOfWork, rental: Rental, now: datetime, why: str) -> None:
         uow.rentals.add_event(rental.id, RentalEvent(now, "stopped", None, f"stopped {why}"))
 
 
-def _view(uow: UnitOfWork, rental: Rental) -> RentalView:
+def _view(uow: UnitOfWork, rental: Rental, viewer: Caller | None) -> RentalView:
+    """`rental` as `viewer` may read it (None: its own tenant, who created it just now)."""
     rates: tuple[tuple[datetime, int], ...] = ()
     if rental.placed_at is not None:  # spot follows its pool's price; any rental its nodes when resized
         rates = tuple(uow.rentals.rate_changes([rental.id]).get(rental.id, ()))
+    shown = replace(rental, preempted_by=shown_preemptor(uow, rental, viewer))
     return RentalView(
-        rental, tuple(uow.rentals.allocation(rental.id)), tuple(uow.rentals.events(rental.id)), rates
+        shown, tuple(uow.rentals.allocation(rental.id)), tuple(uow.rentals.events(rental.id)), rates
     )
+
+
+def shown_preemptor(uow: UnitOfWork, rental: Rental, viewer: Caller | None) -> str | None:
+    """`rental.preempted_by` as `viewer` may see it: another tenant's rental is `ANOTHER_TENANT`, not its
+    id (a tenant learns nothing of others' rentals); its own, the other causes (`below_floor`,
+    `maintenance`) and everything for an operator as stored."""
+    preemptor_id = rental.preempted_by
+    if preemptor_id is None or viewer is None or viewer.is_admin:
+        return preemptor_id
+    found = uow.rentals.by_ids([preemptor_id])
+    if found and found[0].tenant_id != viewer.tenant.id:
+        return ANOTHER_TENANT
+    return preemptor_id
 
 
 _EPOCH = datetime(2000, 1, 1, tzinfo=UTC)

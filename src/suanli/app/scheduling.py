@@ -194,7 +194,9 @@ class Scheduler:
         noticed = {p.preemptor for p in notices}
         with self.uow() as uow:
             for victim in due:
-                report.preempted += self._end_victim(uow, victim, now)
+                preemptor = by_id.get(victim.preempted_by or "")
+                same_tenant = preemptor is not None and preemptor.tenant_id == victim.tenant_id
+                report.preempted += self._end_victim(uow, victim, now, same_tenant)
             # as they are now, their rows held: a stop or a resize committed since they were read wins
             current = {r.id: r for r in uow.rentals.by_ids([p.request_id for p in placements], lock=True)}
             for placement in placements:
@@ -215,10 +217,9 @@ class Scheduler:
             for preemptor_id, victims in waiting_on.items():
                 if preemptor_id in by_id:
                     report.pending[Reason.PREEMPTING.value] += 1
-                    ids = ", ".join(v.id for v in victims)
-                    self._set_reason(
-                        uow, by_id[preemptor_id], Reason.PREEMPTING, f"waiting for {ids} to leave", now
-                    )
+                    preemptor = by_id[preemptor_id]
+                    named = named_for(preemptor.tenant_id, [(v.id, v.tenant_id) for v in victims])
+                    self._set_reason(uow, preemptor, Reason.PREEMPTING, f"waiting for {named} to leave", now)
             placed_ids = {p.request_id for p in placements}
             owed = ready | waiting_on.keys() | noticed
             for rental in pending:  # a promise kept past its victims' leaving is forgotten
@@ -434,12 +435,14 @@ class Scheduler:
     def _give_notice(uow: UnitOfWork, preemptor: Rental, decision: Preemption, now: datetime) -> int:
         if not uow.rentals.set_state(preemptor.id, "pending", expect=("pending",), reason=Reason.PREEMPTING):
             return 0  # stopped (or changed) since it was read: no one is preempted for it
+        tenant_of = {r.id: r.tenant_id for r in uow.rentals.by_ids([v.request_id for v in decision.victims])}
         given = []
         for victim in decision.victims:
             deadline = datetime.fromtimestamp(victim.deadline_s, UTC)
             if uow.rentals.give_notice(victim.request_id, preemptor.id, deadline, expect=PREEMPTIBLE_STATES):
-                given.append(victim.request_id)
-                message = f"preempted by {preemptor.id}, notice until {deadline.isoformat()}"
+                given.append((victim.request_id, tenant_of.get(victim.request_id, "")))
+                by = named_for(tenant_of.get(victim.request_id, ""), [(preemptor.id, preemptor.tenant_id)])
+                message = f"preempted by {by} ({preemptor.spec.tier}), notice until {deadline.isoformat()}"
                 uow.rentals.add_event(victim.request_id, RentalEvent(now, "preempting", "preempted", message))
         until = datetime.fromtimestamp(decision.deadline_s, UTC).isoformat()
         uow.rentals.set_promise(preemptor.id, decision.promised.nodes)
@@ -449,7 +452,7 @@ class Scheduler:
                 now,
                 "pending",
                 Reason.PREEMPTING,
-                f"preempting {', '.join(given) or 'nothing'}; capacity promised by {until}",
+                f"preempting {named_for(preemptor.tenant_id, given)}; capacity promised by {until}",
             ),
         )
         return len(given)
@@ -464,7 +467,7 @@ class Scheduler:
         return give_notices(uow, self.windows, nodes_of, self.preemption, now)
 
     @staticmethod
-    def _end_victim(uow: UnitOfWork, victim: Rental, now: datetime) -> int:
+    def _end_victim(uow: UnitOfWork, victim: Rental, now: datetime, same_tenant: bool) -> int:
         if not uow.rentals.set_state(victim.id, "preempted", expect=("preempting",), reason=None):
             return 0
         uow.rentals.release(victim.id, at=now)
@@ -475,7 +478,8 @@ class Scheduler:
         elif victim.preempted_by == MAINTENANCE:
             message = f"{how}; its node went into maintenance"
         else:
-            message = f"{how}; capacity given to {victim.preempted_by}"
+            given_to = victim.preempted_by if same_tenant else "the higher-tier rental that preempted it"
+            message = f"{how}; capacity given to {given_to}"
         uow.rentals.add_event(victim.id, RentalEvent(now, "preempted", "preempted", message))
         return 1
 
@@ -619,3 +623,15 @@ def label_image_nodes(fleet: Fleet, imageless: Set[str]) -> Fleet:
         for node in fleet.nodes
     )
     return replace(fleet, nodes=nodes)
+
+
+def named_for(viewer_tenant: str, rentals: Sequence[tuple[str, str]]) -> str:
+    """(rental id, tenant) pairs as `viewer_tenant` may read them: its own rentals by id, another tenant's
+    only as "a higher-tier rental of another tenant" (or a count), so no tenant learns another's ids."""
+    own = [rental_id for rental_id, tenant in rentals if tenant == viewer_tenant]
+    others = len(rentals) - len(own)
+    if others == 1:
+        own.append("a rental of another tenant")
+    elif others:
+        own.append(f"{others} rentals of other tenants")
+    return ", ".join(own) or "nothing"

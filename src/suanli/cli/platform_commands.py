@@ -335,6 +335,14 @@ def _rentals_table(found: list[RentalResponse]):
     return table("Rentals", ("id", "state", "shape", "nodes", "tier", "image", "pending", "on"), rows)
 
 
+# what `preempted_by` says when it names no rental of the caller's
+PREEMPTED_BY = {
+    "another_tenant": "a higher-tier rental of another tenant",
+    "below_floor": "the spot floor (its bid is below it)",
+    "maintenance": "its node's maintenance",
+}
+
+
 def _rental_detail(rental: RentalResponse) -> Group:
     request = rental.request
     header = f"[bold]{rental.id}[/bold]: {rental.state}, {_shape(rental)} x {request.nodes} node(s)"
@@ -347,7 +355,8 @@ def _rental_detail(rental: RentalResponse) -> Group:
         header += f", {micros(rental.price_micros_per_hour)}/h"
     if rental.preempted_by:
         deadline = f" until {rental.notice_deadline:%Y-%m-%d %H:%M:%S} UTC" if rental.notice_deadline else ""
-        header += f", preempted by {rental.preempted_by}{deadline}"
+        by = PREEMPTED_BY.get(rental.preempted_by, rental.preempted_by)
+        header += f", preempted by {by}{deadline}"
     slices = [
         (a.node, s.gpu_index, s.mig_profile or ("whole" if s.milli == 1000 else f"{s.milli} milli"))
         for a in rental.allocation

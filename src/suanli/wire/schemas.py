@@ -257,7 +257,9 @@ class RentalResponse(WireModel):
     created_at: datetime
     events: list[RentalEventResponse] = Field(default_factory=list)
     preempted_by: str | None = Field(
-        default=None, description="Preempting: the rental promised its capacity."
+        default=None,
+        description="Preempting: the rental promised its capacity (`another_tenant` when it is another "
+        "tenant's: its id is not shown), or `below_floor` (a spot bid below the floor) or `maintenance`.",
     )
     notice_deadline: datetime | None = Field(default=None, description="Preempting: killed at this time.")
     expected_start_at: datetime | None = Field(
