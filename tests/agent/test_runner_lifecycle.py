@@ -248,10 +248,61 @@ def test_the_whole_log_of_an_ended_workload_is_shipped_before_it_is_forgotten(tm
     runner.step()  # polled (succeeded), 2 MiB shipped, reported; kept: more of its log waits
     runner.step()  # the rest shipped; forgotten at reconcile
     runner.step()
-    size = ProcessExecutor(tmp_path).paths("r-1").log_file.stat().st_size
-    assert size == 3 * 1024 * 1024
-    assert len(client.logs["r-1"]) == size, f"{size - len(client.logs['r-1'])} bytes of output never shipped"
+    shipped = len(client.logs["r-1"])
+    assert shipped == 3 * 1024 * 1024, f"{3 * 1024 * 1024 - shipped} bytes of output never shipped"
     assert "r-1" not in runner.local
+    assert not ProcessExecutor(tmp_path).paths("r-1").root.exists()  # removed once shipped, not before
+
+
+WRITES_SCRATCH = (
+    "import os\nos.makedirs('data/locked')\nopen('data/locked/secret', 'w').write('tenant data')\n"
+    "os.chmod('data/locked', 0)\nprint('done')"
+)
+
+
+def test_an_ended_rental_s_directory_is_removed_once_the_server_no_longer_assigns_it(tmp_path: Path) -> None:
+    client = FakeClient()
+    client.assignments = [assignment("r-1", WRITES_SCRATCH), assignment("r-2", SLEEPS)]
+    runner = make_runner(tmp_path, client)
+    runner.step()
+    paths = ProcessExecutor(tmp_path).paths("r-1")
+    eventually(lambda: not runner.local["r-1"].workload.poll().running)
+    runner.step()  # its end reported, its log shipped; still assigned until the server hears of the end
+    assert (paths.workdir / "data").is_dir()
+    client.assignments = [assignment("r-2", SLEEPS)]
+    runner.step()
+    assert bytes(client.logs["r-1"]) == b"done\n"
+    assert not paths.root.exists(), "the next workload here could read what r-1 left behind"
+    assert ProcessExecutor(tmp_path).paths("r-2").workdir.is_dir()  # a running rental keeps its own
+    client.assignments = []
+    runner.step()  # r-2 killed as no longer assigned, its end reported once
+    runner.step()
+    eventually(lambda: runner.step() or not ProcessExecutor(tmp_path).paths("r-2").root.exists())
+
+
+def test_a_new_agent_process_removes_what_ended_rentals_left_and_keeps_the_rest(tmp_path: Path) -> None:
+    client = FakeClient()
+    client.assignments = [assignment("r-1", COUNTS_AND_ENDS), assignment("r-2", COUNTS_AND_ENDS)]
+    first = make_runner(tmp_path, client)
+    first.step()  # both launched; the agent process then dies
+    for rental_id in ("r-1", "r-2"):
+        pgid = first.local[rental_id].workload.pid
+        eventually(lambda pgid=pgid: not group_alive(pgid))
+    unrelated = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True
+    )
+    try:
+        write_record(tmp_path, "r-live", unrelated.pid)  # a live group it cannot tell its own: left alone
+        (tmp_path / "rentals" / "r-old" / "work").mkdir(parents=True)  # no record: ended long ago
+        client.assignments = [assignment("r-2", COUNTS_AND_ENDS)]  # r-1 ended on the server meanwhile
+        second = make_runner(tmp_path, client)
+        second.step()
+        rentals = tmp_path / "rentals"
+        assert sorted(p.name for p in rentals.iterdir()) == ["r-2", "r-live"]
+        assert unrelated.poll() is None
+    finally:
+        unrelated.kill()
+        unrelated.wait()
 
 
 SLEEPS = "import time\nwhile True: time.sleep(0.05)"

@@ -62,6 +62,10 @@ class ContainerExecutor:
     def paths(self, rental_id: str) -> RentalPaths:
         return rental_paths(self.base, rental_id)
 
+    @property
+    def rentals_dir(self) -> Path:
+        return self.base / "rentals"
+
     def launch(self, spec: WorkloadSpec) -> ContainerWorkload:
         spec = replace(spec, image=spec.image or self.default_image)
         paths = self.paths(spec.rental_id)

@@ -157,6 +157,9 @@ class Executor(Protocol):
 
     def paths(self, rental_id: str) -> RentalPaths: ...
 
+    @property
+    def rentals_dir(self) -> Path: ...  # where the rentals' directories are (`paths(id).root` lies in it)
+
     def launch(self, spec: WorkloadSpec) -> Workload: ...
 
 
@@ -201,6 +204,10 @@ class ProcessExecutor:
 
     def paths(self, rental_id: str) -> RentalPaths:
         return rental_paths(self.base, rental_id)
+
+    @property
+    def rentals_dir(self) -> Path:
+        return self.base / "rentals"
 
     def launch(self, spec: WorkloadSpec) -> ProcessWorkload:
         if spec.image is not None:  # never run a command meant for a container on the host itself

@@ -23,6 +23,9 @@ Guarantees:
   once, if the server does not assign it). An adopted workload the agent stops is reported `stopped`. A
   record whose group is now another process's counts as ended; a live group that cannot be told ours (no
   /proc, or its leader gone) is left alone, neither adopted nor killed.
+* A rental over here (not assigned, its log shipped to the end, no process of its group alive) has its
+  directory removed, its working directory with it (`cleanup.py`): the next workload on the host finds no
+  other tenant's files, and the disk does not fill with every rental's.
 * On exit the workloads keep running (they are adopted on restart) unless `stop_workloads_on_exit`.
 """
 
@@ -42,6 +45,7 @@ from pathlib import Path
 from tenacity import Retrying, retry_if_exception_type, stop_when_event_set, wait_exponential
 
 from suanli.agent.assignment import Assignment
+from suanli.agent.cleanup import sweep_rentals
 from suanli.agent.executors import Executor, ProcessExecutor, Workload, write_nodes
 from suanli.agent.orphans import (
     EXIT_UNKNOWN,
@@ -245,6 +249,8 @@ class AgentRunner:
             del self.local[rental_id]
         for rental_id in [r for r in self.orphans if r not in wanted or wanted[r].action == "stop"]:
             drop_orphan(rental_id, self.orphans.pop(rental_id), self.executor)
+        for rental_id in sweep_rentals(self.executor.rentals_dir, {*wanted, *self.local, *self.orphans}):
+            log.info("%s: ended here; its directory is removed", rental_id)
         self._stop_and_restart(assignments)
         for assignment in assignments:
             local = self.local.get(assignment.rental_id)

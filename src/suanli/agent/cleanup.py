@@ -1,0 +1,77 @@
+"""Remove the directories of rentals that ended here: their scratch files, logs and records.
+
+A rental's directory (`executors.RentalPaths`) holds what its workload wrote, which may be another tenant's
+data for the next workload on the host to find, and it grows the disk with every rental. A GPU cloud wipes
+an instance's local disk when it ends; the agent does the same once a rental is over here: the server no
+longer assigns it, its log is shipped to the end, and no process of its group is alive. Results meant to
+outlive a rental go elsewhere (object storage, a network volume).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import stat
+from collections.abc import Collection
+from pathlib import Path
+
+from suanli.agent.executors import RentalPaths, group_alive
+
+log = logging.getLogger(__name__)
+
+
+def remove_rental_dir(root: Path) -> bool:
+    """Delete one rental's directory, even parts its workload made unreadable to us; False (logged) when some
+    of it could not be removed."""
+    if not root.exists():
+        return True
+    _make_removable(root)
+    for directory, subdirectories, _ in os.walk(root):  # top-down: each one opened after its mode is fixed
+        for name in subdirectories:
+            _make_removable(Path(directory) / name)
+    shutil.rmtree(root, ignore_errors=True)
+    if root.exists():
+        log.warning("%s: could not remove all of it; left in place", root)
+        return False
+    return True
+
+
+def _make_removable(directory: Path) -> None:
+    """Let the owner list, enter and change `directory` (a workload may have set its mode to 0)."""
+    with contextlib.suppress(OSError):
+        if not directory.is_symlink():
+            directory.chmod(directory.stat().st_mode | stat.S_IRWXU)
+
+
+def sweep_rentals(rentals_dir: Path, keep: Collection[str]) -> list[str]:
+    """Remove every rental's directory under `rentals_dir` but those in `keep` (assigned here, tracked, or
+    left running by an earlier agent) and those whose recorded process group is alive; the ids removed."""
+    if not rentals_dir.is_dir():
+        return []
+    removed = []
+    for root in sorted(rentals_dir.iterdir()):
+        if root.name in keep or not root.is_dir() or root.is_symlink():
+            continue
+        if _group_alive(RentalPaths(root).record_file):
+            continue
+        if remove_rental_dir(root):
+            removed.append(root.name)
+    return removed
+
+
+def _group_alive(record: Path) -> bool:
+    """Whether the process group a workload record names still has a live process (unreadable: assume so)."""
+    try:
+        data = json.loads(record.read_text())
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError):
+        return True
+    try:
+        pgid = int(data["pgid"])
+    except (KeyError, TypeError, ValueError):
+        return True
+    return pgid > 0 and pgid != os.getpgrp() and group_alive(pgid)
