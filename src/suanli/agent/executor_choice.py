@@ -12,6 +12,7 @@ from pathlib import Path
 
 from suanli.agent.containers import RUNTIMES, ContainerExecutor, find_runtime
 from suanli.agent.executors import Executor, ExecutorError, ProcessExecutor, RunAs
+from suanli.agent.uids import UidPool
 
 
 class ExecutorKind(StrEnum):
@@ -21,26 +22,35 @@ class ExecutorKind(StrEnum):
 
 
 def choose_executor(
-    kind: ExecutorKind, base: Path, runtime: str | None = None, run_as: str | None = None
+    kind: ExecutorKind,
+    base: Path,
+    runtime: str | None = None,
+    run_as: str | None = None,
+    run_as_uids: str | None = None,
 ) -> Executor:
     """The executor of `kind` under `base`; ExecutorError for a runtime that is not one we drive, one asked
-    for with the process executor, a container executor with no runtime on PATH, or a `run_as` user that
-    is unknown, asked of a non-root agent, or asked with `--executor container` (containers do not run on
-    the host as a user; under `auto` it applies when host processes are chosen)."""
+    for with the process executor, a container executor with no runtime on PATH, or a `run_as` user (or
+    `run_as_uids` range, `uids.UidPool`) that is unknown, asked of a non-root agent, asked with both, or with
+    `--executor container` (containers do not run on the host as a user; under `auto` it applies when host
+    processes are chosen)."""
     if runtime is not None and runtime not in RUNTIMES:
         raise ExecutorError(f"--runtime {runtime!r}: use {' or '.join(RUNTIMES)}")
-    if run_as is not None and kind is ExecutorKind.CONTAINER:
-        raise ExecutorError("--run-as is for --executor process or auto, not container")
+    for option, value in (("--run-as", run_as), ("--run-as-uids", run_as_uids)):
+        if value is not None and kind is ExecutorKind.CONTAINER:
+            raise ExecutorError(f"{option} is for --executor process or auto, not container")
+    if run_as is not None and run_as_uids is not None:
+        raise ExecutorError("give --run-as or --run-as-uids, not both")
     user = None if run_as is None else RunAs.of(run_as)
+    uids = None if run_as_uids is None else UidPool.parse(run_as_uids)
     if kind is ExecutorKind.PROCESS:
         if runtime is not None:
             raise ExecutorError("--runtime is for --executor container or auto, not process")
-        return ProcessExecutor(base, run_as=user)
+        return ProcessExecutor(base, run_as=user, uids=uids)
     names = (runtime,) if runtime is not None else RUNTIMES
     found = find_runtime(names)
     if found is None:
         if kind is ExecutorKind.AUTO:
-            return ProcessExecutor(base, run_as=user)
+            return ProcessExecutor(base, run_as=user, uids=uids)
         raise ExecutorError(f"--executor container: no {' or '.join(names)} on PATH")
     return ContainerExecutor(base, runtime=found)
 
@@ -51,4 +61,6 @@ def describe(executor: Executor) -> str:
         return f"containers through {executor.runtime} (default image {executor.default_image})"
     if isinstance(executor, ProcessExecutor) and executor.run_as is not None:
         return f"host processes as user {executor.run_as.name}"
-    return "host processes (as the agent's user: they can read its node key; see --run-as)"
+    if isinstance(executor, ProcessExecutor) and executor.uids is not None:
+        return f"host processes, each rental as a uid of its own from {executor.uids.label}"
+    return "host processes (as the agent's user: they can read its node key; see --run-as-uids)"

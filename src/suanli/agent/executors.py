@@ -47,10 +47,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from suanli.agent.supervisor import STARTED
 from suanli.domain.errors import SuanliError
+
+if TYPE_CHECKING:
+    from suanli.agent.uids import UidPool
 
 INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "TMPDIR")
 POLL_INTERVAL_S = 0.02
@@ -194,13 +197,22 @@ class ProcessExecutor:
     runs_images = False
 
     def __init__(
-        self, base: Path, inherit: Sequence[str] = INHERITED_ENV, run_as: RunAs | None = None
+        self,
+        base: Path,
+        inherit: Sequence[str] = INHERITED_ENV,
+        run_as: RunAs | None = None,
+        uids: UidPool | None = None,
     ) -> None:
+        if run_as is not None and uids is not None:
+            raise ExecutorError("give --run-as or --run-as-uids, not both")
         self.base = base
         self._inherit = tuple(inherit)
         self.run_as = run_as
+        self.uids = uids
         if run_as is not None:
-            _check_reachable(base, run_as)
+            _check_reachable(base, f"--run-as {run_as.name!r}")
+        elif uids is not None:
+            _check_reachable(base, f"--run-as-uids {uids.label}")
 
     def paths(self, rental_id: str) -> RentalPaths:
         return rental_paths(self.base, rental_id)
@@ -218,14 +230,15 @@ class ProcessExecutor:
         if not spec.command:
             raise ExecutorError(f"rental {spec.rental_id}: no command to run")
         paths = self.paths(spec.rental_id)
+        user = self.run_as if self.uids is None else self.uids.pick(paths, self.rentals_dir)
         paths.create()
-        if self.run_as is not None:
-            confine(paths, self.run_as)
+        if user is not None:
+            confine(paths, user)
         paths.notice_file.unlink(missing_ok=True)  # a notice from an earlier run is not for this one
         env = {name: os.environ[name] for name in self._inherit if name in os.environ}
         env["HOME"] = str(paths.workdir)
         env.update(spec.env)
-        process = spawn(list(spec.command), env, paths, self.run_as)
+        process = spawn(list(spec.command), env, paths, user)
         write_record(paths, process.pid, spec)
         return ProcessWorkload(spec.rental_id, process, paths)
 
@@ -321,13 +334,14 @@ def group_alive(pgid: int) -> bool:
     return any(_in_group_and_alive(pid, pgid) for pid in _pids())
 
 
-def _check_reachable(base: Path, user: RunAs) -> None:
-    """ExecutorError when a directory above `base` cannot be passed through by other users: a workload run
-    as `user` would not reach its own working directory or notice file there (say, under /root)."""
+def _check_reachable(base: Path, option: str) -> None:
+    """ExecutorError (naming the `option` asked) when a directory above `base` cannot be passed through by
+    other users: a workload run as another user would not reach its own working directory or notice file
+    there (say, under /root)."""
     for directory in base.resolve().parents:
         if directory.exists() and not directory.stat().st_mode & 0o001:
             raise ExecutorError(
-                f"--run-as {user.name!r}: {directory} cannot be passed through by other users, so workloads "
+                f"{option}: {directory} cannot be passed through by other users, so workloads "
                 "could not reach their directories under it; give --work-dir elsewhere (e.g. /var/lib/suanli)"
             )
 

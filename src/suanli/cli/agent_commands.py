@@ -66,7 +66,18 @@ def agent(
         str | None,
         typer.Option(
             help="Run host-process workloads as this local user (the agent must be root), so that they "
-            "cannot read the agent's node key or other rentals' files."
+            "cannot read the agent's node key or other rentals' files (they share that user's uid: see "
+            "--run-as-uids)."
+        ),
+    ] = None,
+    run_as_uids: Annotated[
+        str | None,
+        typer.Option(
+            metavar="FIRST-LAST",
+            help="Run each rental's host-process workload as a uid of its own from this range, with no "
+            "account behind it (the agent must be root; the range must hold no user of the host, e.g. "
+            "61000-61999), so that workloads can neither read the agent's node key nor see, signal or "
+            "read the environment of one another.",
         ),
     ] = None,
 ) -> None:
@@ -80,7 +91,7 @@ def agent(
             else NvmlProbe()
         )
         directory = work_dir or Path(platformdirs.user_data_dir("suanli", appauthor=False)) / "agent"
-        chosen = choose_executor(executor, directory, runtime, run_as)
+        chosen = choose_executor(executor, directory, runtime, run_as, run_as_uids)
         logging.getLogger(__name__).info("workloads run with %s", describe(chosen))
         runner = AgentRunner(
             server,

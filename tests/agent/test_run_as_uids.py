@@ -1,0 +1,159 @@
+"""`suanli agent --run-as-uids FIRST-LAST`: each rental's host-process workload runs as a uid of its own, so
+one tenant's workload can neither read another's environment (/proc/<pid>/environ) nor signal it, which a
+shared `--run-as` user allows. Starting a process as another uid needs root: CI runs as root, so these run
+there (and fail if it does not); elsewhere they are skipped."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from suanli.agent.executor_choice import ExecutorKind, choose_executor, describe
+from suanli.agent.executors import ExecutorError, ProcessExecutor, RunAs, WorkloadSpec, WorkloadState
+from suanli.agent.uids import UidPool
+from suanli.cli.main import app
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 and os.environ.get("CI") != "true",
+    reason="starting a process as another uid needs root",
+)
+FIRST, LAST = 61000, 61009  # no account on a Debian host
+WAIT_S = 10.0
+SLEEPS_WITH_A_SECRET = "echo $$ > pid; touch ready; exec sleep 30"
+
+
+@pytest.fixture
+def base() -> Iterator[Path]:
+    """The agent's work directory where other uids can reach it, with the node key the agent keeps there."""
+    directory = Path(tempfile.mkdtemp(prefix="suanli-uids-"))
+    key = directory / "agent.json"
+    os.close(os.open(key, os.O_WRONLY | os.O_CREAT, 0o600))
+    key.write_text('{"node_key": "nk_secret"}')
+    yield directory
+    shutil.rmtree(directory)
+
+
+def spec(rental_id: str, script: str, env: dict[str, str] | None = None) -> WorkloadSpec:
+    return WorkloadSpec(rental_id, ("/bin/sh", "-c", script), env or {})
+
+
+def wait_for(path: Path) -> None:
+    end = time.monotonic() + WAIT_S
+    while not path.exists():
+        assert time.monotonic() < end, f"{path} never appeared"
+        time.sleep(0.02)
+
+
+def probe(base: Path, pid: int) -> str:
+    return (
+        "id -u; "
+        f"cat /proc/{pid}/environ >/dev/null 2>&1 && echo env=read || echo env=denied; "
+        f"kill -0 {pid} 2>/dev/null && echo signal=sent || echo signal=denied; "
+        f"cat {base / 'agent.json'} >/dev/null 2>&1 && echo key=read || echo key=denied"
+    )
+
+
+def neighbour_seen_by_another(executor: ProcessExecutor, base: Path) -> tuple[list[str], int]:
+    """What a second rental's workload can do to a first one's, still running with a secret in its
+    environment; and the first one's uid."""
+    other = executor.launch(spec("r-secret", SLEEPS_WITH_A_SECRET, {"API_TOKEN": "tenant-a-secret"}))
+    try:
+        wait_for(other.paths.workdir / "ready")
+        pid = int((other.paths.workdir / "pid").read_text())
+        prober = executor.launch(spec("r-probe", probe(base, pid)))
+        status = prober.wait(WAIT_S)
+        assert (status.state, status.exit_code) == (WorkloadState.EXITED, 0)
+        return prober.paths.log_file.read_text().split(), os.stat(f"/proc/{pid}").st_uid
+    finally:
+        other.kill()
+
+
+def test_each_rental_runs_as_its_own_uid_and_cannot_reach_another_s_process(base: Path) -> None:
+    executor = ProcessExecutor(base, uids=UidPool.parse(f"{FIRST}-{LAST}"))
+    said, neighbour_uid = neighbour_seen_by_another(executor, base)
+    assert FIRST <= neighbour_uid <= LAST and FIRST <= int(said[0]) <= LAST
+    assert int(said[0]) != neighbour_uid
+    assert said[1:] == ["env=denied", "signal=denied", "key=denied"]
+
+
+def test_under_one_shared_user_a_workload_reads_its_neighbour_s_environment(base: Path) -> None:
+    """The hole `--run-as-uids` closes, shown with the same probe: one `--run-as` user for every rental."""
+    said, _ = neighbour_seen_by_another(ProcessExecutor(base, run_as=RunAs.of("nobody")), base)
+    assert said[1:] == ["env=read", "signal=sent", "key=denied"]
+
+
+def test_a_rental_started_again_keeps_its_uid(base: Path) -> None:
+    executor = ProcessExecutor(base, uids=UidPool.parse(f"{FIRST}-{LAST}"))
+    first = executor.launch(spec("r-1", "id -u > first; id -u"))
+    first.wait(WAIT_S)
+    executor.launch(spec("r-2", "id -u")).wait(WAIT_S)
+    again = executor.launch(spec("r-1", "cat first; id -u"))  # a restart: its files are still its own
+    again.wait(WAIT_S)
+    uids = again.paths.log_file.read_text().split()
+    assert len(set(uids)) == 1 and len(uids) == 3, uids
+    assert executor.paths("r-2").workdir.stat().st_uid != int(uids[0])
+
+
+def test_a_uid_something_still_runs_as_is_not_handed_on(base: Path) -> None:
+    lingering = subprocess.Popen(["sleep", "30"], user=FIRST, group=FIRST)  # a daemon a workload left
+    try:
+        executor = ProcessExecutor(base, uids=UidPool.parse(f"{FIRST}-{LAST}"))
+        workload = executor.launch(spec("r-1", "id -u"))
+        workload.wait(WAIT_S)
+        assert workload.paths.log_file.read_text().split() == [str(FIRST + 1)]
+    finally:
+        lingering.kill()
+        lingering.wait()
+
+
+def test_a_full_pool_refuses_the_next_workload_and_says_so(base: Path) -> None:
+    executor = ProcessExecutor(base, uids=UidPool.parse(f"{FIRST}-{FIRST}"))
+    running = executor.launch(spec("r-1", "touch ready; exec sleep 30"))
+    try:
+        wait_for(running.paths.workdir / "ready")
+        with pytest.raises(ExecutorError, match=f"every uid of --run-as-uids {FIRST}-{FIRST} is in use"):
+            executor.launch(spec("r-2", "true"))
+    finally:
+        running.kill()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("61000", "give FIRST-LAST"),
+        ("a-b", "give FIRST-LAST"),
+        ("500-600", "1000 <= FIRST <= LAST"),
+        ("61010-61000", "1000 <= FIRST <= LAST"),
+        ("65000-65535", "holds users of this host (nobody)"),
+    ],
+)
+def test_a_bad_range_is_refused_naming_the_option(text: str, message: str) -> None:
+    with pytest.raises(ExecutorError, match=rf"--run-as-uids .?{text}.?: .*{re.escape(message)}"):
+        UidPool.parse(text)
+
+
+def test_choosing_the_executor_with_a_range(base: Path) -> None:
+    chosen = choose_executor(ExecutorKind.PROCESS, base, run_as_uids=f"{FIRST}-{LAST}")
+    assert isinstance(chosen, ProcessExecutor) and chosen.uids == UidPool(FIRST, LAST)
+    assert describe(chosen) == f"host processes, each rental as a uid of its own from {FIRST}-{LAST}"
+    with pytest.raises(ExecutorError, match="not both"):
+        choose_executor(ExecutorKind.PROCESS, base, run_as="nobody", run_as_uids=f"{FIRST}-{LAST}")
+    with pytest.raises(ExecutorError, match="--run-as-uids is for --executor process or auto"):
+        choose_executor(ExecutorKind.CONTAINER, base, run_as_uids=f"{FIRST}-{LAST}")
+
+
+def test_suanli_agent_refuses_a_range_holding_a_user(tmp_path: Path) -> None:
+    fleet = Path(__file__).parents[2] / "examples" / "fleet.toml"
+    args = ["agent", "--server", "http://127.0.0.1:9", "--declared", str(fleet), "--node", "h100-a-01"]
+    result = CliRunner().invoke(app, [*args, "--work-dir", str(tmp_path), "--run-as-uids", "0-70000"])
+    assert result.exit_code == 2, result.output
+    assert "--run-as-uids '0-70000'" in " ".join(result.output.split())
