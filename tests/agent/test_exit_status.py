@@ -155,7 +155,8 @@ def test_a_supervised_workload_gets_exactly_its_environment_and_the_signal_state
         eventually(lambda workload=workload: not workload.poll().running)
         assert workload.poll().exit_code == 0
     environ = executor.paths("r-1").log_file.read_text()
-    expected = {"PATH": os.environ["PATH"], "HOME": str(executor.paths("r-1").workdir), **env}
-    expected |= {name: os.environ[name] for name in ("TZ", "TMPDIR") if name in os.environ}
+    paths = executor.paths("r-1")
+    expected = {"PATH": os.environ["PATH"], "HOME": str(paths.workdir), "TMPDIR": str(paths.tmp_dir), **env}
+    expected |= {name: os.environ[name] for name in ("TZ",) if name in os.environ}
     assert dict(item.split("=", 1) for item in environ.split("\0") if item) == expected
     assert executor.paths("r-2").log_file.read_text() == direct.stdout.decode()

@@ -91,6 +91,14 @@ def test_under_one_shared_user_a_workload_reads_its_neighbour_s_environment(base
     assert said[1:] == ["env=read", "signal=sent", "key=denied"]
 
 
+def test_a_workload_s_temporary_files_stay_in_its_own_directory(base: Path) -> None:
+    executor = ProcessExecutor(base, uids=UidPool.parse(f"{FIRST}-{LAST}"))
+    workload = executor.launch(spec("r-1", 'mktemp; [ -O "$TMPDIR" ] && echo own'))
+    workload.wait(WAIT_S)
+    made, own = workload.paths.log_file.read_text().split()
+    assert Path(made).parent == workload.paths.tmp_dir and own == "own"
+
+
 def test_a_rental_started_again_keeps_its_uid(base: Path) -> None:
     executor = ProcessExecutor(base, uids=UidPool.parse(f"{FIRST}-{LAST}"))
     first = executor.launch(spec("r-1", "id -u > first; id -u"))

@@ -118,6 +118,11 @@ class RentalPaths:
     def exit_file(self) -> Path:
         return self.root / EXIT_FILE
 
+    @property
+    def tmp_dir(self) -> Path:
+        """The workload's TMPDIR: temporary files go with its directory, not to a /tmp the next one shares."""
+        return self.workdir / "tmp"
+
     def create(self) -> None:
         for directory in (self.root, self.workdir, self.control_dir):
             directory.mkdir(parents=True, exist_ok=True)
@@ -236,7 +241,11 @@ class ProcessExecutor:
             confine(paths, user)
         paths.notice_file.unlink(missing_ok=True)  # a notice from an earlier run is not for this one
         env = {name: os.environ[name] for name in self._inherit if name in os.environ}
+        paths.tmp_dir.mkdir(mode=0o700, exist_ok=True)
+        if user is not None:
+            os.chown(paths.tmp_dir, user.uid, user.gid)
         env["HOME"] = str(paths.workdir)
+        env["TMPDIR"] = str(paths.tmp_dir)
         env.update(spec.env)
         process = spawn(list(spec.command), env, paths, user)
         write_record(paths, process.pid, spec)
