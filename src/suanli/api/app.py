@@ -14,6 +14,7 @@ from suanli.api import (
     routes_accounts,
     routes_agents,
     routes_billing,
+    routes_dashboard,
     routes_fleet,
     routes_plans,
     routes_rentals,
@@ -67,6 +68,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
     app.include_router(routes_billing.router)
     app.include_router(routes_plans.router)
     app.include_router(routes_sla.router)
+    routes_dashboard.install(app)
 
     @app.get("/healthz", tags=["ops"])
     def healthz() -> dict[str, str | int | bool]:

@@ -207,6 +207,7 @@ def _banner(url: str, key: str, saved: Path, agents: int, data_dir: Path) -> tup
     prog = " ".join(shlex.quote(part) for part in _program())
     lines = [
         f"[bold]server[/bold]      {url}   (API docs: {url}/docs)",
+        f"[bold]console[/bold]     {url}/ui/   (sign in with the tenant key)",
         f"[bold]tenant key[/bold]  {key}",
         f"[bold]credit[/bold]      {DEMO_CREDIT_MICROS // 1_000_000:,} units (prepaid; `suanli balance`)",
         f"[bold]agents[/bold]      {agents}, one per node of the fleet; logs in {data_dir / 'agents'}",

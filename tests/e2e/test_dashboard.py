@@ -1,0 +1,130 @@
+"""The web console (/ui/) in a real browser (Debian's Chromium through Playwright) against the real server and
+agents: sign in with a tenant's key, find capacity, rent, follow the rental to its output, stop one, and see
+bad input refused with the field named and nothing created. Skipped where no Chromium is installed, except
+in CI (`.ci/run` installs it), where a missing browser fails the run."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from test_agents import ADMIN_KEY, FLEET, Platform, running_platform, wait_for_state
+
+from suanli.client import Client
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+if not Path(CHROMIUM).exists() and os.environ.get("CI") != "true":
+    pytest.skip("no Chromium here (CI installs Debian's chromium)", allow_module_level=True)
+
+from playwright.sync_api import Page, expect, sync_playwright  # noqa: E402
+
+WAIT_MS = 20_000
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
+    with running_platform(tmp_path_factory.mktemp("console"), FLEET, ("gpu-01", "gpu-02")) as p:
+        with p.tenant() as api, Client(p.url, ADMIN_KEY) as admin:
+            admin.credit(api.me().tenant.id, 100_000_000, memo="console tests")  # 100 units
+        yield p
+
+
+@pytest.fixture
+def page(platform: Platform) -> Iterator[Page]:
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = browser.new_page()
+            page.set_default_timeout(WAIT_MS)
+            yield page
+        finally:
+            browser.close()
+
+
+def sign_in(page: Page, platform: Platform) -> None:
+    page.goto(platform.url)  # / sends the browser to /ui/
+    page.fill("#key", platform.tenant_key)
+    page.click("#login-form button")
+    expect(page.locator("#tenant-name")).to_have_text("lab (tenant)")
+
+
+def test_a_tenant_signs_in_rents_from_an_offer_and_reads_the_output(page: Page, platform: Platform) -> None:
+    page.goto(platform.url)
+    page.fill("#key", "sk_not_a_key_of_this_server")
+    page.click("#login-form button")
+    expect(page.locator("#login-error")).to_have_text("that key is not valid here")
+    sign_in(page, platform)
+    expect(page.locator("#balance")).to_contain_text("available")
+
+    offer = page.locator("#offers tbody tr").first
+    expect(offer).to_contain_text("H100-SXM-80GB")
+    offer.get_by_role("button", name="Use").click()
+    expect(page.locator("#rent-model")).to_have_value("H100-SXM-80GB")
+    page.fill("#rent-command", "echo hello from the console; echo '<b>not bold</b>'")
+    page.click("#rent-form button")
+
+    expect(page.locator("#detail-id")).not_to_be_empty()
+    rental_id = page.locator("#detail-id").inner_text()
+    expect(page.locator(f"#rentals tbody tr[data-id='{rental_id}']")).to_have_count(1)
+    expect(page.locator("#detail-summary")).to_contain_text("stopped")
+    log = page.locator("#detail-log")
+    expect(log).to_contain_text("hello from the console")
+    expect(log).to_contain_text("<b>not bold</b>")  # the tenant's output is text, never markup
+    assert page.locator("#detail-log b").count() == 0
+    expect(page.locator("#detail-events")).to_contain_text("placed")
+    with platform.tenant() as api:
+        rental = api.rental(rental_id)
+    assert rental.request.command == ["sh", "-c", "echo hello from the console; echo '<b>not bold</b>'"]
+    assert rental.request.gpu_model == "H100-SXM-80GB" and rental.request.gpus == 2
+
+    page.reload()  # the key stays for the tab
+    expect(page.locator("#tenant-name")).to_have_text("lab (tenant)")
+    page.click("#sign-out")
+    expect(page.locator("#login")).to_be_visible()
+    expect(page.locator("#console")).to_be_hidden()
+
+
+def test_bad_input_is_refused_naming_the_field_and_creates_nothing(page: Page, platform: Platform) -> None:
+    sign_in(page, platform)
+    with platform.tenant() as api:
+        before = len(api.rentals())
+    page.fill("#rent-gpus", "999")
+    page.click("#rent-form button")
+    expect(page.locator("#rent-error")).to_contain_text("gpus")
+    page.fill("#rent-gpus", "1")
+    page.fill("#rent-bid", "cheap")
+    page.click("#rent-form button")
+    expect(page.locator("#rent-error")).to_have_text("bid: give a positive number")
+    page.fill("#rent-bid", "")
+    page.fill("#offers-query", "gpu=H100 count>>8")
+    page.click("#offers-form button")
+    expect(page.locator("#offers-error")).not_to_be_empty()
+    with platform.tenant() as api:
+        assert len(api.rentals()) == before
+
+
+def test_a_running_rental_is_stopped_from_its_page(page: Page, platform: Platform) -> None:
+    sign_in(page, platform)
+    page.fill("#rent-gpus", "1")
+    page.fill("#rent-command", "echo up; exec sleep 300")
+    page.click("#rent-form button")
+    expect(page.locator("#detail-log")).to_contain_text("up")
+    rental_id = page.locator("#detail-id").inner_text()
+    expect(page.locator("#detail-stop")).to_be_enabled()
+    page.click("#detail-stop")
+    with platform.tenant() as api:
+        wait_for_state(api, rental_id, "stopped")
+    expect(page.locator("#detail-summary")).to_contain_text("stopped")
+    expect(page.locator("#detail-stop")).to_be_disabled()
+
+
+def test_the_console_is_served_with_a_strict_content_security_policy(platform: Platform) -> None:
+    response = httpx.get(f"{platform.url}/ui/", timeout=5)
+    assert response.status_code == 200 and "suanli console" in response.text
+    policy = response.headers["content-security-policy"]
+    assert "script-src 'self'" in policy and "unsafe-inline" not in policy
+    assert httpx.get(f"{platform.url}/", timeout=5).headers["location"] == "/ui/"
