@@ -27,10 +27,13 @@ WAIT_MS = 20_000
 
 @pytest.fixture(scope="module")
 def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
-    with running_platform(tmp_path_factory.mktemp("console"), FLEET, ("gpu-01", "gpu-02")) as p:
-        with p.tenant() as api, Client(p.url, ADMIN_KEY) as admin:
-            admin.credit(api.me().tenant.id, 100_000_000, memo="console tests")  # 100 units
-        yield p
+    """Two agents' nodes, a tenant with 100 units of credit, and a meter that charges every 0.5 s."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("SUANLI_METER_INTERVAL_S", "0.5")  # the server process inherits it
+        with running_platform(tmp_path_factory.mktemp("console"), FLEET, ("gpu-01", "gpu-02")) as p:
+            with p.tenant() as api, Client(p.url, ADMIN_KEY) as admin:
+                admin.credit(api.me().tenant.id, 100_000_000, memo="console tests")
+            yield p
 
 
 @pytest.fixture
@@ -81,6 +84,10 @@ def test_a_tenant_signs_in_rents_from_an_offer_and_reads_the_output(page: Page, 
     assert rental.request.command == ["sh", "-c", "echo hello from the console; echo '<b>not bold</b>'"]
     assert rental.request.gpu_model == "H100-SXM-80GB" and rental.request.gpus == 2
 
+    expect(page.locator("#usage tbody")).to_contain_text(rental_id)  # charged from its start
+    assert float(page.locator("#usage-total").inner_text()) > 0
+    expect(page.locator("#nodes-section")).to_be_hidden()  # a tenant sees no operators' pages
+
     page.reload()  # the key stays for the tab
     expect(page.locator("#tenant-name")).to_have_text("lab (tenant)")
     page.click("#sign-out")
@@ -128,3 +135,19 @@ def test_the_console_is_served_with_a_strict_content_security_policy(platform: P
     policy = response.headers["content-security-policy"]
     assert "script-src 'self'" in policy and "unsafe-inline" not in policy
     assert httpx.get(f"{platform.url}/", timeout=5).headers["location"] == "/ui/"
+
+
+def test_an_operator_drains_and_undrains_a_node(page: Page, platform: Platform) -> None:
+    page.goto(platform.url)
+    page.fill("#key", ADMIN_KEY)
+    page.click("#login-form button")
+    row = page.locator("#nodes tbody tr[data-node='gpu-02']")
+    expect(row).to_contain_text("schedulable")
+    row.get_by_role("button", name="drain").click()
+    expect(row).to_contain_text("drained")
+    with Client(platform.url, ADMIN_KEY) as admin:
+        assert not next(n for n in admin.nodes() if n.name == "gpu-02").schedulable
+    row.get_by_role("button", name="undrain").click()
+    expect(row).to_contain_text("schedulable")
+    with Client(platform.url, ADMIN_KEY) as admin:
+        assert next(n for n in admin.nodes() if n.name == "gpu-02").schedulable

@@ -13,7 +13,11 @@ class ApiError extends Error {
   }
 }
 
-const session = { key: sessionStorage.getItem(KEY_ITEM), selected: null, logOffset: 0, timer: null };
+const SLOW_EVERY = 5; // ticks between reads of what changes slowly (the month's invoice, the nodes)
+const session = {
+  key: sessionStorage.getItem(KEY_ITEM), role: null, selected: null, logOffset: 0, timer: null, ticks: 0,
+  states: "",
+};
 
 async function api(method, path, body = undefined, headers = {}) {
   const init = { method, headers: { Authorization: `Bearer ${session.key}`, ...headers } };
@@ -63,18 +67,20 @@ async function signIn(key) {
   session.key = key;
   const me = await api("GET", "/v1/me");
   sessionStorage.setItem(KEY_ITEM, key);
+  session.role = me.tenant.role;
   $("tenant-name").textContent = `${me.tenant.name} (${me.tenant.role})`;
   $("login").hidden = true;
   $("console").hidden = false;
   $("whoami").hidden = false;
-  await Promise.all([refreshBalance(), searchOffers(), refreshRentals()]);
+  $("nodes-section").hidden = !["admin", "provider"].includes(session.role);
+  await Promise.all([refreshBalance(), searchOffers(), refreshRentals(), refreshSlow()]);
   session.timer = setInterval(tick, REFRESH_MS);
 }
 
 function signOut() {
   sessionStorage.removeItem(KEY_ITEM);
   clearInterval(session.timer);
-  Object.assign(session, { key: null, selected: null, logOffset: 0, timer: null });
+  Object.assign(session, { key: null, role: null, selected: null, logOffset: 0, timer: null, ticks: 0, states: "" });
   $("console").hidden = true;
   $("whoami").hidden = true;
   $("detail").hidden = true;
@@ -193,6 +199,11 @@ async function refreshRentals() {
     row.addEventListener("click", () => select(rental.id));
   }
   $("rentals-empty").hidden = rentals.length > 0;
+  const states = rentals.map((r) => `${r.id}:${r.state}`).join(",");
+  if (states !== session.states) {  // a rental started or ended: what the month owes changed
+    session.states = states;
+    refreshUsage();
+  }
 }
 
 function select(id) {
@@ -259,8 +270,88 @@ async function stopSelected() {
   }
 }
 
+// --- the month's invoice, and the nodes (operators) -----------------------------------------------------
+
+async function refreshUsage() {
+  const month = new Date().toISOString().slice(0, 7);
+  let invoice;
+  try {
+    invoice = await api("GET", `/v1/invoices/${month}`);
+  } catch (error) {
+    showError("usage-error", error);
+    return;
+  }
+  showError("usage-error", null);
+  $("usage-month").textContent = `${month} (UTC)`;
+  const body = $("usage").tBodies[0];
+  body.replaceChildren();
+  for (const line of [...invoice.lines, ...invoice.plan_lines, ...invoice.sla_credit_lines]) {
+    const row = body.insertRow();
+    cell(row, line.ref, "mono");
+    cell(row, line.description);
+    cell(row, (line.gpu_seconds / 3600).toFixed(3), "num");
+    cell(row, units(line.rate_micros_per_hour), "num");
+    cell(row, line.discounts.map((d) => `${d.label} ${units(d.micros_per_hour)}`).join(", "));
+    cell(row, units(line.amount_micros), "num");
+    cell(row, line.energy_kwh == null ? "" : line.energy_kwh.toFixed(3), "num");
+    cell(row, line.co2_kg == null ? "" : line.co2_kg.toFixed(3), "num");
+  }
+  $("usage-total").textContent = units(invoice.total_micros);
+  $("usage-kwh").textContent = invoice.total_energy_kwh.toFixed(3);
+  $("usage-co2").textContent = invoice.total_co2_kg.toFixed(3);
+}
+
+function nodeState(node) {
+  if (node.maintenance_until) return `maintenance until ${node.maintenance_until.replace("T", " ").slice(0, 16)}`;
+  return node.schedulable ? "schedulable" : "drained";
+}
+
+async function refreshNodes() {
+  if ($("nodes-section").hidden) return;
+  let nodes;
+  try {
+    nodes = await api("GET", "/v1/nodes");
+  } catch (error) {
+    showError("nodes-error", error);
+    return;
+  }
+  const body = $("nodes").tBodies[0];
+  body.replaceChildren();
+  for (const node of nodes) {
+    const row = body.insertRow();
+    row.dataset.node = node.name;
+    cell(row, node.name, "mono");
+    cell(row, node.region);
+    cell(row, `${node.gpu_count} x ${node.gpu_model} (${node.gpu_mode})`);
+    cell(row, (node.free_gpu_milli / 1000).toFixed(node.free_gpu_milli % 1000 ? 3 : 0), "num");
+    cell(row, node.provider);
+    cell(row, nodeState(node));
+    const action = node.schedulable ? "drain" : "undrain";
+    const button = Object.assign(document.createElement("button"), { type: "button", textContent: action });
+    button.disabled = session.role !== "admin";
+    button.addEventListener("click", () => setDrained(node.name, action));
+    row.insertCell().append(button);
+  }
+}
+
+async function setDrained(name, action) {
+  showError("nodes-error", null);
+  try {
+    await api("POST", `/v1/nodes/${encodeURIComponent(name)}/${action}`);
+  } catch (error) {
+    showError("nodes-error", error);
+  }
+  await Promise.all([refreshNodes(), searchOffers()]);
+}
+
+async function refreshSlow() {
+  await Promise.all([refreshUsage(), refreshNodes()]);
+}
+
 async function tick() {
-  await Promise.all([refreshRentals(), refreshDetail(), refreshBalance()]);
+  session.ticks += 1;
+  const slow = session.ticks % SLOW_EVERY === 0 ? refreshSlow() : null;
+  await Promise.all([refreshRentals(), refreshDetail(), refreshBalance(), slow]);
 }
 
 // --- wiring -------------------------------------------------------------------------------------------
