@@ -8,7 +8,7 @@ const $ = (id) => document.getElementById(id);
 
 class ApiError extends Error {
   constructor(status, message, field) {
-    super(field ? `${field}: ${message}` : message);
+    super(field && !message.startsWith(`${field}:`) ? `${field}: ${message}` : message);
     this.status = status;
   }
 }
