@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import shutil
 import stat
@@ -20,12 +19,10 @@ from pathlib import Path
 
 from suanli.agent.executors import RentalPaths, group_alive
 
-log = logging.getLogger(__name__)
-
 
 def remove_rental_dir(root: Path) -> bool:
-    """Delete one rental's directory, even parts its workload made unreadable to us; False (logged) when some
-    of it could not be removed."""
+    """Delete one rental's directory, even parts its workload made unreadable to us; False when some of it
+    could not be removed."""
     if not root.exists():
         return True
     _make_removable(root)
@@ -33,10 +30,7 @@ def remove_rental_dir(root: Path) -> bool:
         for name in subdirectories:
             _make_removable(Path(directory) / name)
     shutil.rmtree(root, ignore_errors=True)
-    if root.exists():
-        log.warning("%s: could not remove all of it; left in place", root)
-        return False
-    return True
+    return not root.exists()
 
 
 def _make_removable(directory: Path) -> None:
@@ -46,20 +40,21 @@ def _make_removable(directory: Path) -> None:
             directory.chmod(directory.stat().st_mode | stat.S_IRWXU)
 
 
-def sweep_rentals(rentals_dir: Path, keep: Collection[str]) -> list[str]:
+def sweep_rentals(rentals_dir: Path, keep: Collection[str]) -> tuple[list[str], list[str]]:
     """Remove every rental's directory under `rentals_dir` but those in `keep` (assigned here, tracked, or
-    left running by an earlier agent) and those whose recorded process group is alive; the ids removed."""
+    left running by an earlier agent) and those whose recorded process group is alive; the ids removed, and
+    those that could not be (wholly) removed."""
+    removed: list[str] = []
+    failed: list[str] = []
     if not rentals_dir.is_dir():
-        return []
-    removed = []
+        return removed, failed
     for root in sorted(rentals_dir.iterdir()):
         if root.name in keep or not root.is_dir() or root.is_symlink():
             continue
         if _group_alive(RentalPaths(root).record_file):
             continue
-        if remove_rental_dir(root):
-            removed.append(root.name)
-    return removed
+        (removed if remove_rental_dir(root) else failed).append(root.name)
+    return removed, failed
 
 
 def _group_alive(record: Path) -> bool:

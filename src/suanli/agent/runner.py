@@ -128,6 +128,7 @@ class AgentRunner:
         self.node: str | None = None
         self.local: dict[str, Local] = {}
         self.orphans: dict[str, Orphan] = find_orphans(work_dir)
+        self.unremovable: set[str] = set()  # rentals over here whose directory could not all be removed
         self._client: Client | None = None
 
     # --- the loop -------------------------------------------------------------------------------------
@@ -249,8 +250,12 @@ class AgentRunner:
             del self.local[rental_id]
         for rental_id in [r for r in self.orphans if r not in wanted or wanted[r].action == "stop"]:
             drop_orphan(rental_id, self.orphans.pop(rental_id), self.executor)
-        for rental_id in sweep_rentals(self.executor.rentals_dir, {*wanted, *self.local, *self.orphans}):
+        removed, failed = sweep_rentals(self.executor.rentals_dir, {*wanted, *self.local, *self.orphans})
+        for rental_id in removed:
             log.info("%s: ended here; its directory is removed", rental_id)
+        for rental_id in set(failed) - self.unremovable:  # said once, tried again every step
+            log.warning("%s: ended here, but its directory could not all be removed", rental_id)
+        self.unremovable = set(failed)
         self._stop_and_restart(assignments)
         for assignment in assignments:
             local = self.local.get(assignment.rental_id)
