@@ -9,7 +9,6 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -26,18 +25,6 @@ pytestmark = pytest.mark.skipif(
 )
 USER = "nobody"  # on every Debian host
 WAIT_S = 10.0
-
-
-@pytest.fixture
-def base() -> Iterator[Path]:
-    """The agent's work directory where another user can reach it (pytest's tmp_path is under a 0700
-    directory), with the node key the agent keeps there."""
-    directory = Path(tempfile.mkdtemp(prefix="suanli-run-as-"))
-    key = directory / "agent.json"
-    os.close(os.open(key, os.O_WRONLY | os.O_CREAT, 0o600))
-    key.write_text('{"node_key": "nk_secret"}')
-    yield directory
-    shutil.rmtree(directory)
 
 
 def spec(rental_id: str, script: str, executor: ProcessExecutor) -> WorkloadSpec:

@@ -7,11 +7,8 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,17 +26,6 @@ pytestmark = pytest.mark.skipif(
 FIRST, LAST = 61000, 61009  # no account on a Debian host
 WAIT_S = 10.0
 SLEEPS_WITH_A_SECRET = "echo $$ > pid; touch ready; exec sleep 30"
-
-
-@pytest.fixture
-def base() -> Iterator[Path]:
-    """The agent's work directory where other uids can reach it, with the node key the agent keeps there."""
-    directory = Path(tempfile.mkdtemp(prefix="suanli-uids-"))
-    key = directory / "agent.json"
-    os.close(os.open(key, os.O_WRONLY | os.O_CREAT, 0o600))
-    key.write_text('{"node_key": "nk_secret"}')
-    yield directory
-    shutil.rmtree(directory)
 
 
 def spec(rental_id: str, script: str, env: dict[str, str] | None = None) -> WorkloadSpec:
