@@ -151,3 +151,29 @@ def test_an_operator_drains_and_undrains_a_node(page: Page, platform: Platform) 
     expect(row).to_contain_text("schedulable")
     with Client(platform.url, ADMIN_KEY) as admin:
         assert next(n for n in admin.nodes() if n.name == "gpu-02").schedulable
+
+
+def test_an_operator_schedules_and_cancels_a_maintenance_window(page: Page, platform: Platform) -> None:
+    page.goto(platform.url)
+    page.fill("#key", ADMIN_KEY)
+    page.click("#login-form button")
+    expect(page.locator("#maintenance-node option")).to_have_count(3)  # the fleet's nodes
+    page.select_option("#maintenance-node", "gpu-02")
+    page.fill("#maintenance-from", "2031-01-05T02:00")
+    page.fill("#maintenance-until", "2031-01-05T01:00")
+    page.click("#maintenance-form button")
+    expect(page.locator("#maintenance-error")).not_to_be_empty()  # ends before it starts: refused
+    page.fill("#maintenance-until", "2031-01-05T06:00")
+    page.fill("#maintenance-reason", "firmware")
+    page.click("#maintenance-form button")
+    row = page.locator("#maintenance tbody tr")
+    expect(row).to_have_count(1)
+    expect(row).to_contain_text("2031-01-05 02:00")
+    with Client(platform.url, ADMIN_KEY) as admin:
+        (window,) = admin.maintenance()
+    assert (window.node, window.reason) == ("gpu-02", "firmware")
+    assert window.starts_at.isoformat() == "2031-01-05T02:00:00+00:00"
+    row.get_by_role("button", name="cancel").click()
+    expect(row).to_have_count(0)
+    with Client(platform.url, ADMIN_KEY) as admin:
+        assert admin.maintenance() == []

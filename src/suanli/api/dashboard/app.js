@@ -73,6 +73,7 @@ async function signIn(key) {
   $("console").hidden = false;
   $("whoami").hidden = false;
   $("nodes-section").hidden = !["admin", "provider"].includes(session.role);
+  $("maintenance-form").querySelector("button").disabled = session.role !== "admin";
   await Promise.all([refreshBalance(), searchOffers(), refreshRentals(), refreshSlow()]);
   session.timer = setInterval(tick, REFRESH_MS);
 }
@@ -315,6 +316,10 @@ async function refreshNodes() {
     showError("nodes-error", error);
     return;
   }
+  const choice = $("maintenance-node");
+  const chosen = choice.value;
+  choice.replaceChildren(...nodes.map((n) => Object.assign(document.createElement("option"), { value: n.name, textContent: n.name })));
+  if (chosen) choice.value = chosen;
   const body = $("nodes").tBodies[0];
   body.replaceChildren();
   for (const node of nodes) {
@@ -334,6 +339,63 @@ async function refreshNodes() {
   }
 }
 
+const utcText = (moment) => moment.replace("T", " ").slice(0, 16);
+
+async function refreshMaintenance() {
+  if ($("nodes-section").hidden) return;
+  let windows;
+  try {
+    windows = await api("GET", "/v1/fleet/maintenance");
+  } catch (error) {
+    showError("maintenance-error", error);
+    return;
+  }
+  const body = $("maintenance").tBodies[0];
+  body.replaceChildren();
+  for (const window of windows) {
+    const row = body.insertRow();
+    row.dataset.window = window.id;
+    cell(row, window.id, "mono");
+    cell(row, window.node, "mono");
+    cell(row, utcText(window.starts_at));
+    cell(row, utcText(window.ends_at));
+    cell(row, window.reason);
+    const cancel = Object.assign(document.createElement("button"), { type: "button", textContent: "cancel" });
+    cancel.disabled = session.role !== "admin";
+    cancel.addEventListener("click", () => cancelMaintenance(window.id));
+    row.insertCell().append(cancel);
+  }
+}
+
+async function scheduleMaintenance(event) {
+  event.preventDefault();
+  showError("maintenance-error", null);
+  const form = $("maintenance-form");
+  const body = {
+    node: form.node.value,
+    starts_at: `${form.from.value}:00Z`, // the inputs are read as UTC
+    ends_at: `${form.until.value}:00Z`,
+    reason: form.reason.value.trim(),
+  };
+  try {
+    await api("POST", "/v1/fleet/maintenance", body);
+  } catch (error) {
+    showError("maintenance-error", error);
+    return;
+  }
+  await Promise.all([refreshMaintenance(), refreshNodes()]);
+}
+
+async function cancelMaintenance(id) {
+  showError("maintenance-error", null);
+  try {
+    await api("DELETE", `/v1/fleet/maintenance/${encodeURIComponent(id)}`);
+  } catch (error) {
+    showError("maintenance-error", error);
+  }
+  await Promise.all([refreshMaintenance(), refreshNodes()]);
+}
+
 async function setDrained(name, action) {
   showError("nodes-error", null);
   try {
@@ -345,7 +407,7 @@ async function setDrained(name, action) {
 }
 
 async function refreshSlow() {
-  await Promise.all([refreshUsage(), refreshNodes()]);
+  await Promise.all([refreshUsage(), refreshNodes(), refreshMaintenance()]);
 }
 
 async function tick() {
@@ -373,6 +435,7 @@ $("offers-form").addEventListener("submit", (event) => {
 });
 $("rent-form").addEventListener("submit", rent);
 $("detail-stop").addEventListener("click", stopSelected);
+$("maintenance-form").addEventListener("submit", scheduleMaintenance);
 
 if (session.key) {
   signIn(session.key).catch(() => signOut());
