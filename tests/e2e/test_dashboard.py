@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -15,6 +16,7 @@ import pytest
 from test_agents import ADMIN_KEY, FLEET, Platform, running_platform, wait_for_state
 
 from suanli.client import Client
+from suanli.wire.schemas import ContractCreateRequest
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 if not Path(CHROMIUM).exists() and os.environ.get("CI") != "true":
@@ -177,3 +179,23 @@ def test_an_operator_schedules_and_cancels_a_maintenance_window(page: Page, plat
     expect(row).to_have_count(0)
     with Client(platform.url, ADMIN_KEY) as admin:
         assert admin.maintenance() == []
+
+
+def test_a_tenant_sees_its_compute_futures(page: Page, platform: Platform) -> None:
+    sign_in(page, platform)
+    expect(page.locator("#contracts-section")).to_be_hidden()  # none yet
+    with platform.tenant() as api:
+        contract = api.create_contract(
+            ContractCreateRequest(
+                gpu_model="H100-SXM-80GB",
+                count=1,
+                region="lab",
+                starts_at=datetime(2031, 3, 1, tzinfo=UTC),
+                ends_at=datetime(2031, 3, 1, 1, tzinfo=UTC),
+            )
+        )
+    page.reload()
+    row = page.locator("#contracts tbody tr")
+    expect(row).to_have_count(1)
+    for text in (contract.id, "1 x H100-SXM-80GB", "2031-03-01 00:00", "2031-03-01 01:00", "to come"):
+        expect(row).to_contain_text(text)

@@ -85,6 +85,7 @@ function signOut() {
   $("console").hidden = true;
   $("whoami").hidden = true;
   $("detail").hidden = true;
+  $("contracts-section").hidden = true;
   $("login").hidden = false;
   $("key").value = "";
 }
@@ -341,6 +342,30 @@ async function refreshNodes() {
 
 const utcText = (moment) => moment.replace("T", " ").slice(0, 16);
 
+async function refreshContracts() {
+  let contracts;
+  try {
+    contracts = await api("GET", "/v1/contracts");
+  } catch (error) {
+    return; // nothing to show: the section stays hidden
+  }
+  $("contracts-section").hidden = contracts.length === 0;
+  const body = $("contracts").tBodies[0];
+  body.replaceChildren();
+  const now = Date.now();
+  for (const contract of contracts) {
+    const row = body.insertRow();
+    cell(row, contract.id, "mono");
+    cell(row, `${contract.count} x ${contract.gpu_model}`);
+    cell(row, contract.region);
+    cell(row, utcText(contract.starts_at));
+    cell(row, utcText(contract.ends_at));
+    cell(row, units(contract.price_micros), "num");
+    const open = Date.parse(contract.starts_at) <= now && now < Date.parse(contract.ends_at);
+    cell(row, open ? "open: held for you" : Date.parse(contract.ends_at) <= now ? "ended" : "to come");
+  }
+}
+
 async function refreshMaintenance() {
   if ($("nodes-section").hidden) return;
   let windows;
@@ -407,7 +432,7 @@ async function setDrained(name, action) {
 }
 
 async function refreshSlow() {
-  await Promise.all([refreshUsage(), refreshNodes(), refreshMaintenance()]);
+  await Promise.all([refreshUsage(), refreshNodes(), refreshMaintenance(), refreshContracts()]);
 }
 
 async function tick() {
