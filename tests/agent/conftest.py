@@ -9,6 +9,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner, Result
+
+from suanli.cli.main import app
+
+FLEET = Path(__file__).parents[2] / "examples" / "fleet.toml"
 
 
 @pytest.fixture
@@ -21,3 +26,9 @@ def base() -> Iterator[Path]:
     key.write_text('{"node_key": "nk_secret"}')
     yield directory
     shutil.rmtree(directory)
+
+
+def agent_cli(work_dir: Path, *options: str) -> Result:
+    """`suanli agent` for a declared node of the example fleet, with `options`, as the CLI runs it."""
+    args = ["agent", "--server", "http://127.0.0.1:9", "--declared", str(FLEET), "--node", "h100-a-01"]
+    return CliRunner().invoke(app, [*args, "--work-dir", str(work_dir), *options])

@@ -13,11 +13,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
+from conftest import agent_cli
 from suanli.agent.executor_choice import ExecutorKind, choose_executor
 from suanli.agent.executors import ExecutorError, ProcessExecutor, RunAs, WorkloadSpec, WorkloadState
-from suanli.cli.main import app
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 and os.environ.get("CI") != "true",
@@ -79,9 +78,7 @@ def test_run_as_names_what_is_wrong(base: Path) -> None:
 
 
 def test_suanli_agent_refuses_an_unknown_run_as_user(tmp_path: Path) -> None:
-    fleet = Path(__file__).parents[2] / "examples" / "fleet.toml"
-    args = ["agent", "--server", "http://127.0.0.1:9", "--declared", str(fleet), "--node", "h100-a-01"]
-    result = CliRunner().invoke(app, [*args, "--work-dir", str(tmp_path), "--run-as", "no-such-user-here"])
+    result = agent_cli(tmp_path, "--run-as", "no-such-user-here")
     assert result.exit_code == 2, result.output
     assert "--run-as 'no-such-user-here': no such user on this host" in " ".join(result.output.split())
 

@@ -12,12 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
+from conftest import agent_cli
 from suanli.agent.executor_choice import ExecutorKind, choose_executor, describe
 from suanli.agent.executors import ExecutorError, ProcessExecutor, RunAs, WorkloadSpec, WorkloadState
 from suanli.agent.uids import UidPool
-from suanli.cli.main import app
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 and os.environ.get("CI") != "true",
@@ -146,8 +145,6 @@ def test_choosing_the_executor_with_a_range(base: Path) -> None:
 
 
 def test_suanli_agent_refuses_a_range_holding_a_user(tmp_path: Path) -> None:
-    fleet = Path(__file__).parents[2] / "examples" / "fleet.toml"
-    args = ["agent", "--server", "http://127.0.0.1:9", "--declared", str(fleet), "--node", "h100-a-01"]
-    result = CliRunner().invoke(app, [*args, "--work-dir", str(tmp_path), "--run-as-uids", "0-70000"])
+    result = agent_cli(tmp_path, "--run-as-uids", "0-70000")
     assert result.exit_code == 2, result.output
     assert "--run-as-uids '0-70000'" in " ".join(result.output.split())

@@ -31,6 +31,7 @@ from suanli.agent.executors import (
     WorkloadSpec,
     WorkloadStatus,
     rental_paths,
+    rentals_dir,
     spawn,
     status_of_returncode,
     write_notice,
@@ -64,7 +65,7 @@ class ContainerExecutor:
 
     @property
     def rentals_dir(self) -> Path:
-        return self.base / "rentals"
+        return rentals_dir(self.base)
 
     def launch(self, spec: WorkloadSpec) -> ContainerWorkload:
         spec = replace(spec, image=spec.image or self.default_image)

@@ -128,11 +128,16 @@ class RentalPaths:
             directory.mkdir(parents=True, exist_ok=True)
 
 
+def rentals_dir(base: Path) -> Path:
+    """Where the rentals' directories lie under an agent's work directory `base`."""
+    return base / "rentals"
+
+
 def rental_paths(base: Path, rental_id: str) -> RentalPaths:
     """The directory of one rental under `base`; ExecutorError for an id that is not a safe name."""
     if not _RENTAL_ID.match(rental_id):
         raise ExecutorError(f"rental id {rental_id!r} is not a safe directory name")
-    return RentalPaths(base / "rentals" / rental_id)
+    return RentalPaths(rentals_dir(base) / rental_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,7 +229,7 @@ class ProcessExecutor:
 
     @property
     def rentals_dir(self) -> Path:
-        return self.base / "rentals"
+        return rentals_dir(self.base)
 
     def launch(self, spec: WorkloadSpec) -> ProcessWorkload:
         if spec.image is not None:  # never run a command meant for a container on the host itself
@@ -237,13 +242,11 @@ class ProcessExecutor:
         paths = self.paths(spec.rental_id)
         user = self.run_as if self.uids is None else self.uids.pick(paths, self.rentals_dir)
         paths.create()
+        paths.tmp_dir.mkdir(mode=0o700, exist_ok=True)
         if user is not None:
             confine(paths, user)
         paths.notice_file.unlink(missing_ok=True)  # a notice from an earlier run is not for this one
         env = {name: os.environ[name] for name in self._inherit if name in os.environ}
-        paths.tmp_dir.mkdir(mode=0o700, exist_ok=True)
-        if user is not None:
-            os.chown(paths.tmp_dir, user.uid, user.gid)
         env["HOME"] = str(paths.workdir)
         env["TMPDIR"] = str(paths.tmp_dir)
         env.update(spec.env)
@@ -358,11 +361,12 @@ def _check_reachable(base: Path, option: str) -> None:
 def confine(paths: RentalPaths, user: RunAs) -> None:
     """Lay out a rental's directory for a workload run as `user`: the agent's directories can be passed
     through but not listed (0711), the log and records are the agent's alone (0600), the control files
-    (notice, nodes) readable, and the working directory the user's own (0700)."""
+    (notice, nodes) readable, and the working directory and its TMPDIR the user's own (0700)."""
     for directory in (paths.root.parent.parent, paths.root.parent, paths.root, paths.control_dir):
         directory.chmod(0o711)
-    os.chown(paths.workdir, user.uid, user.gid)
-    paths.workdir.chmod(0o700)
+    for own in (paths.workdir, paths.tmp_dir):
+        os.chown(own, user.uid, user.gid)
+        own.chmod(0o700)
     os.close(os.open(paths.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
     paths.log_file.chmod(0o600)
 

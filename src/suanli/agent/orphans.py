@@ -23,6 +23,7 @@ from suanli.agent.executors import (
     WorkloadStatus,
     group_alive,
     record_describes_process,
+    rentals_dir,
     write_notice,
 )
 from suanli.agent.probe import HostInventory
@@ -107,7 +108,7 @@ class AdoptedWorkload:
 def find_orphans(work_dir: Path) -> dict[str, Orphan]:
     """The workloads earlier agent processes started here, by rental: still running or ended meanwhile."""
     found: dict[str, Orphan] = {}
-    for record in sorted((work_dir / "rentals").glob("*/workload.json")):
+    for record in sorted(rentals_dir(work_dir).glob("*/workload.json")):
         try:
             data = json.loads(record.read_text())
             pgid = int(data["pgid"])
