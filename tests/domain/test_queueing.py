@@ -23,8 +23,11 @@ from suanli.domain.queue_order import (
     Order,
     QueueConfig,
     Within,
+    backfill_key,
     keep_head_first,
+    oldest_wide,
     order_requests,
+    response_ratio,
 )
 from suanli.domain.queueing import Gates, admit, pool_share
 from suanli.domain.request import GpuSelector, GpuShare, MigSlice, Request, Tier, WholeGpus
@@ -685,6 +688,76 @@ def test_a_cycle_weighs_the_share_of_the_pool_a_request_takes(width_weight: floa
     config = replace(WIDTH, width_weight=width_weight)
     decision = admit(snapshot, queue, [], POLICY, 8 * 3600, config)
     assert [p.request_id for p in decision.placements] == [placed]
+
+
+WIDE_FIRST = replace(WIDTH, width_weight=3.0, wide_first_share=5 / 8)
+
+
+def test_the_oldest_request_needing_whole_nodes_goes_first_unless_it_takes_most_of_its_pool():
+    """On 8 nodes of 8 GPUs, the ratio puts the short one-GPU jobs first; with `wide_first_share` the oldest
+    request that needs whole nodes goes first, but not the older one that needs 6 of the 8 nodes (75%)."""
+    snapshot = snapshot_of(8, 8)
+    queue = [
+        job("six-nodes", 8, nodes=6, at=0, duration=8 * 3600),
+        job("half-node", 4, at=60, duration=8 * 3600),  # not a whole node: it can share one
+        job("two-nodes", 8, nodes=2, at=120, duration=8 * 3600),
+        job("one-node", 8, at=180, duration=8 * 3600),
+        *(job(f"small{i}", 1, at=240 + i, duration=3600) for i in range(3)),
+    ]
+    running = [run(snapshot, job(f"busy{i}", 8, 0, 100 * 3600), 0) for i in range(8)]  # nothing starts
+    ratio = admit(snapshot, queue, running, POLICY, 3600, WIDTH)
+    assert ratio.order[:3] == ("small0", "small1", "small2")
+    wide_first = admit(snapshot, queue, running, POLICY, 3600, WIDE_FIRST)
+    assert wide_first.order[0] == "two-nodes" and wide_first.head == "two-nodes"
+    assert wide_first.order[1:4] == ("small0", "small1", "small2")  # the rest keep the ratio's order
+    whole_pool_allowed = admit(
+        snapshot, queue, running, POLICY, 3600, replace(WIDE_FIRST, wide_first_share=1)
+    )
+    assert whole_pool_allowed.order[0] == "six-nodes"
+
+
+def test_only_the_first_class_with_a_whole_node_request_moves_one_and_higher_tiers_still_pass():
+    queue = [
+        job("old-wide", 8, nodes=2, at=0, duration=3600),
+        job("small", 1, at=10, duration=60),
+        job("reserved-small", 1, at=20, duration=60, tier=Tier.RESERVED),
+    ]
+    ordered = order_requests(queue, WIDE_FIRST, FairShare(), now=100, pool_share=lambda r: 0.1)
+    assert [r.id for r in ordered] == ["reserved-small", "small", "old-wide"]
+    wide = oldest_wide(ordered, lambda r: r.node_count > 1)
+    assert wide is not None and wide.id == "old-wide"
+    assert [r.id for r in keep_head_first(ordered, wide.id)] == ["reserved-small", "old-wide", "small"]
+    assert oldest_wide(ordered, lambda r: False) is None
+
+
+def test_a_backfill_floor_ranks_candidates_declared_shorter_by_their_wait():
+    older = job("older", 1, at=0, duration=8 * 3600)
+    newer = job("newer", 1, at=3600, duration=3600)
+    now = 2 * 3600
+
+    def first(floor_s: float) -> str:
+        keys = {r.id: backfill_key(r, now, BackfillOrder.RATIO, floor_s=floor_s) for r in (older, newer)}
+        return min(keys, key=keys.__getitem__)
+
+    assert first(0.0) == "newer"  # (1 h + 1 h) / 1 h = 2 against (2 h + 8 h) / 8 h = 1.25
+    assert first(64 * 3600.0) == "older"  # both cost 64 h: the longer wait wins
+    assert response_ratio(newer, now, floor_s=64 * 3600.0) == pytest.approx(65 / 64)
+
+
+@pytest.mark.parametrize(
+    ("fill_drain_first", "placed"), [(True, {"short": "n0", "long": "n1"}), (False, {"short": "n1"})]
+)
+def test_a_backfill_that_ends_in_time_fills_the_drained_node_first(fill_drain_first, placed):
+    """n0 drains for the head (free at 100); n1 is busy for long. Best fit would put `short` on n1's last
+    two GPUs, where `long` (which cannot end by 100) is allowed; filling the drain first leaves them to it."""
+    snap = snapshot_of(2, 8)
+    draining = run(snap, job("draining", 4, 0, 100), 0)
+    busy = run(snap, job("busy", 6, 0, 10_000), 0)
+    queue = [job("head", 8, 1, 50), job("short", 2, 2, 50), job("long", 2, 3, 5000)]
+    config = replace(EASY, fill_drain_first=fill_drain_first)
+    decision = admit(snap, queue, [draining, busy], POLICY, 10, config)
+    assert decision.head == "head" and decision.head_start_s == 100 and decision.reserved_nodes == ("n0",)
+    assert {p.request_id: p.nodes[0].node for p in decision.placements} == placed
 
 
 def test_the_pool_is_what_a_request_could_ever_land_on():

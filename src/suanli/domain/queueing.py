@@ -63,6 +63,7 @@ from suanli.domain.queue_order import (
     QueueConfig,
     backfill_key,
     keep_head_first,
+    oldest_wide,
     order_requests,
     width_cost,
 )
@@ -132,6 +133,10 @@ def admit(
     ordered = order_requests(
         cycle.promote(queue), config, fair or FairShare(), running, now, cycle.pool_share
     )
+    if config.wide_first_share:
+        wide = oldest_wide(ordered, cycle.wide_first)
+        if wide is not None:
+            ordered = keep_head_first(ordered, wide.id)
     if config.keep_head and last_head is not None:
         ordered = keep_head_first(ordered, last_head)
     waiting_on_victims = (
@@ -264,6 +269,16 @@ class _Cycle:
         if share is None:
             share = self.shares[request.id] = pool_share(self.snapshot, request)
         return share
+
+    def wide_first(self, request: Request) -> bool:
+        """Whether `request` goes first when it is the oldest such (`oldest_wide`): it needs whole nodes (a
+        gang, or every GPU of the largest node it could land on) and takes at most the config's share."""
+        if request.node_count == 1:
+            classes, _ = nominate(self.snapshot, request)
+            largest = max((self.snapshot.classes[i].gpu_count for i in classes), default=0)
+            if not 0 < largest <= request.gpus_per_node:
+                return False
+        return self.pool_share(request) <= self.config.wide_first_share
 
     def _landing_pools(self, request: Request) -> set[Pool]:
         """Every (model, region) the request could ever be placed in."""
@@ -527,8 +542,11 @@ class _Cycle:
         candidates = list(rest)
         if self.config.backfill_order is not BackfillOrder.QUEUE:
             order = self.config.backfill_order
+            floor_s = self.config.backfill_floor_s
             candidates.sort(
-                key=lambda r: backfill_key(r, self.now, order, width_cost(self.config, r, self.pool_share))
+                key=lambda r: backfill_key(
+                    r, self.now, order, width_cost(self.config, r, self.pool_share), floor_s
+                )
             )
         for request in candidates:
             if self.gated(request) or self.spot_held(request):
@@ -541,6 +559,8 @@ class _Cycle:
                 continue
             ends_in_time = self.now + request.max_duration_s <= self.head_start_s
             if ends_in_time:
+                if self.config.fill_drain_first and self._place_within(request, reserved_nodes):
+                    continue
                 if not self.try_place(request, cordon=False):
                     self.pending.append(Pending(request.id, Reason.NO_CAPACITY, "no free capacity"))
             elif not self._place_avoiding(request, reserved_nodes):
@@ -648,6 +668,15 @@ class _Cycle:
         if outcome.reason in NEVER_FITS or self.snapshot.least_gpus(request) > self.snapshot.gpu_count:
             return outcome
         return None
+
+    def _place_within(self, request: Request, nodes: set[str]) -> bool:
+        """Place `request` on `nodes` only (the head's drained nodes, which only requests that end in time
+        can use), leaving the others to requests that cannot end in time."""
+        others = [name for name in self.snapshot.by_name if name not in nodes]
+        if not nodes or self._maintenance_ahead(request):
+            return False
+        with self.snapshot.cordoned(others):
+            return self._try_place(request, (_fit_key(request), "within", frozenset(nodes)))
 
     def _place_avoiding(self, request: Request, nodes: set[str]) -> bool:
         with self.snapshot.cordoned(nodes):

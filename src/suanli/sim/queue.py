@@ -26,6 +26,7 @@ from suanli.domain.queue_order import (
     BOOKED_QUEUE,
     GREEDY_QUEUE,
     PLATFORM_QUEUE,
+    WIDE_FIRST_QUEUE,
     BackfillOrder,
     Mode,
     Order,
@@ -50,7 +51,9 @@ from suanli.sim.traces import TracePod
 # declared first (HRRN: short jobs first, but every job's ratio grows while it waits, so none starves), EASY
 # backfill with candidates by the same ratio, and preemption (the server's `SUANLI_QUEUE=backfill`). The
 # server's two other queues: greedy (its default: whatever fits starts, in tier, bid, fair share and age
-# order) and conservative (Slurm's plan in that order, with preemption).
+# order) and conservative (Slurm's plan in that order, with preemption). suanli-wide-first: suanli with
+# whole-node requests in arrival order (`WIDE_FIRST_QUEUE`): an allocation-first experiment, not a
+# server queue.
 POLICIES: dict[str, QueueConfig] = {
     "fifo": QueueConfig(mode=Mode.STRICT, order=Order.FIFO),
     "fifo-easy": QueueConfig(mode=Mode.BACKFILL, order=Order.FIFO, backfill_order=BackfillOrder.QUEUE),
@@ -58,6 +61,7 @@ POLICIES: dict[str, QueueConfig] = {
     "suanli": PLATFORM_QUEUE,
     "greedy": GREEDY_QUEUE,
     "conservative": BOOKED_QUEUE,
+    "suanli-wide-first": WIDE_FIRST_QUEUE,
 }
 BASELINES = ("fifo", "fifo-easy", "fifo-backfill")  # the published policies `suanli` is measured against
 SPOT_BID_MICROS = (500_000, 3_000_000)  # spot bids drawn uniformly in this range (micros per GPU-hour)
