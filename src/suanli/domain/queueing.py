@@ -671,10 +671,11 @@ class _Cycle:
 
     def _place_within(self, request: Request, nodes: set[str]) -> bool:
         """Place `request` on `nodes` only (the head's drained nodes, which only requests that end in time
-        can use), leaving the others to requests that cannot end in time."""
-        others = [name for name in self.snapshot.by_name if name not in nodes]
+        can use), leaving the others to requests that cannot end in time. A request with maintenance ahead
+        on some node is left to `try_place`, which keeps it off those nodes."""
         if not nodes or self._maintenance_ahead(request):
             return False
+        others = [name for name in self.snapshot.by_name if name not in nodes]
         with self.snapshot.cordoned(others):
             return self._try_place(request, (_fit_key(request), "within", frozenset(nodes)))
 
