@@ -802,3 +802,66 @@ def test_a_head_is_not_reserved_on_a_node_whose_window_overlaps_its_run():
     windows = (("n0", 2000.0, 3000.0),)
     start_s, placement = reserve(snap, head, running, POLICY, 10, maintenance=windows)
     assert start_s == 1000.0 and [a.node for a in placement.nodes] == ["n1"]
+
+
+def test_a_ratio_cost_cap_lets_a_long_request_head_the_queue_within_a_bounded_wait():
+    """A week-long request that has waited 72 h ranks (72 + 168) / 168 = 1.43 uncapped, behind a 4-h request
+    that has waited 3 h (1.75); with the cost capped at 72 h it ranks (72 + 72) / 72 = 2 and goes first."""
+    now = 72 * 3600.0
+    week = job("week", 1, at=0, duration=7 * 24 * 3600)
+    fresh = job("fresh", 1, at=now - 3 * 3600, duration=4 * 3600)
+    config = QueueConfig(order=Order.PRIORITY, within=Within.RATIO)
+    capped = replace(config, ratio_cost_cap_s=72 * 3600.0)
+    assert [r.id for r in order_requests([week, fresh], config, FairShare(), now=now)] == ["fresh", "week"]
+    assert [r.id for r in order_requests([week, fresh], capped, FairShare(), now=now)] == ["week", "fresh"]
+    assert response_ratio(week, now, cap_s=72 * 3600.0) == pytest.approx(2.0)
+    assert response_ratio(fresh, now, cap_s=72 * 3600.0) == pytest.approx(1.75)  # under the cap: as before
+    keys = {r.id: backfill_key(r, now, BackfillOrder.RATIO, cap_s=72 * 3600.0) for r in (week, fresh)}
+    assert min(keys, key=keys.__getitem__) == "week"
+
+
+LONG_BUDGET = replace(EASY, long_job_s=24 * 3600.0)
+
+
+def test_long_requests_hold_no_more_nodes_than_the_widest_request_leaves_and_block_nobody():
+    """Four 8-GPU nodes and a waiting 4-node gang: long requests (declared over 24 h) may hold one node.
+    The second long one waits (with the budget as its reason) while free nodes remain; it does not become
+    the head, so the short request behind it starts, and the gang is the head."""
+    snap = snapshot_of(4, 8)
+    day = 24 * 3600
+    queue = [
+        job("long-a", 8, 0, 2 * day),
+        job("long-b", 4, 1, 2 * day),
+        job("short", 8, 2, 3600),
+        job("wide", 8, 3, 3600, nodes=4),
+    ]
+    decision = admit(snap, queue, [], POLICY, 10, LONG_BUDGET)
+    assert sorted(p.request_id for p in decision.placements) == ["long-a", "short"]
+    assert decision.head == "wide"
+    held = next(p for p in decision.pending if p.request_id == "long-b")
+    assert held.reason is Reason.NO_CAPACITY and "long requests hold 1 of its pool's 4 nodes" in held.message
+    without = admit(snapshot_of(4, 8), queue, [], POLICY, 10, EASY)
+    assert sorted(p.request_id for p in without.placements) == ["long-a", "long-b", "short"]
+
+
+def test_a_long_request_goes_to_a_node_long_requests_already_hold_first():
+    """n0 runs a long job on 4 GPUs, n1 a short one on 6: best fit alone puts a new 2-GPU long job on n1's
+    last two GPUs, which would keep n1 busy for days; under the budget it goes to n0."""
+    day = 24 * 3600
+    for config, node in ((EASY, "n1"), (LONG_BUDGET, "n0")):
+        snap = snapshot_of(4, 8)
+        old = run(snap, job("old-long", 4, 0, 3 * day), 0)
+        busy = run(snap, job("busy", 6, 0, 3600), 0)
+        assert (old.placement.nodes[0].node, busy.placement.nodes[0].node) == ("n0", "n1")
+        queue = [job("long", 2, 5, 2 * day), job("wide", 8, 6, 3600, nodes=4)]
+        decision = admit(snap, queue, [old, busy], POLICY, 10, config)
+        assert {p.request_id: p.nodes[0].node for p in decision.placements} == {"long": node}
+
+
+def test_a_request_as_wide_as_the_widest_is_not_held_by_the_long_job_budget():
+    """The budget keeps room for the widest request: a long one as wide as it is that request, and starts."""
+    snap = snapshot_of(4, 8)
+    day = 24 * 3600
+    running = [run(snap, job("long-a", 8, 0, 2 * day), 0)]
+    decision = admit(snap, [job("long-wide", 8, 1, 2 * day, nodes=3)], running, POLICY, 10, LONG_BUDGET)
+    assert [p.request_id for p in decision.placements] == ["long-wide"]
