@@ -420,3 +420,37 @@ def test_restarting_several_orphans_moved_while_the_agent_was_away_waits_one_gra
     finally:
         for gpu in range(3):
             second.local[f"r-{gpu}"].workload.kill()
+
+
+TRAPS_TERM = (
+    "import signal, time\nsignal.signal(signal.SIGTERM, lambda *_: None)\nwhile True: time.sleep(0.05)"
+)
+
+
+def test_a_withdrawn_notice_removes_the_notice_file_and_the_workload_outlives_the_deadline(
+    tmp_path: Path,
+) -> None:
+    """A workload that handles SIGTERM and runs on is killed at its deadline, unless the server's answer
+    withdraws the notice first (its preemptor left): then the notice file goes and it is not killed."""
+    client = FakeClient()
+    client.assignments = [assignment("r-1", TRAPS_TERM)]
+    runner = make_runner(tmp_path, client)
+    runner.step()
+    pgid = runner.local["r-1"].workload.pid
+    try:
+        time.sleep(0.3)  # the workload has set its SIGTERM handler
+        deadline = datetime.now(UTC) + timedelta(seconds=0.6)
+        client.assignments = [assignment("r-1", TRAPS_TERM, deadline=deadline)]
+        runner.step()  # notice: the file is written, SIGTERM sent (and ignored)
+        notice = ProcessExecutor(tmp_path).paths("r-1").notice_file
+        assert notice.is_file()
+        client.assignments = [assignment("r-1", TRAPS_TERM)]  # the answer withdraws it
+        runner.step()
+        assert not notice.exists()
+        time.sleep(max((deadline - datetime.now(UTC)).total_seconds(), 0) + 0.2)
+        runner.step()
+        runner.step()
+        assert group_alive(pgid), "the workload was killed at a withdrawn notice's deadline"
+        assert [w.state for w in client.reports[-1] if w.rental_id == "r-1"] == ["running"]
+    finally:
+        os.killpg(pgid, signal.SIGKILL)

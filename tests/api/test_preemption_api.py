@@ -5,13 +5,14 @@ both server queues: greedy (the default) and backfill (the domain's `admit`)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import datetime
 
 import pytest
 from fastapi.testclient import TestClient
 
-from conftest import ADMIN, FLEET, wait_for
+from conftest import ADMIN, FLEET, scheduler_cycles, wait_for
 from suanli.api.app import create_app
 from suanli.config import Settings
 
@@ -156,3 +157,34 @@ def test_a_tenant_sees_which_of_its_own_rentals_preempted_its_spot_rental(client
     wait_for(client, od, own, "placed")
     (preempted,) = _events(client.get(f"/v1/rentals/{spot}", headers=own).json(), "preempted")
     assert f"capacity given to {od}" in preempted["message"]
+
+
+def test_a_notice_is_withdrawn_when_the_preemptor_is_stopped_before_the_deadline(client, tenant) -> None:
+    """Nobody needs the capacity any more: the victim goes back to the state it had, its deadline cleared,
+    with an event that says why, and is still there once the old deadline has passed."""
+    _, spot_tenant = tenant("spotty")
+    _, od_tenant = tenant("steady")
+    spot = _rent(client, spot_tenant, gpu_model="H200", gpus=8, tier="spot", bid_micros_per_gpu_hour=1)
+    assert wait_for(client, spot, spot_tenant, "placed")["state"] == "placed"
+    od = _rent(client, od_tenant, gpu_model="H200", gpus=8, tier="on_demand")
+    assert wait_for(client, od, od_tenant, "placed", reason="preempting")["pending_reason"] == "preempting"
+    victim = client.get(f"/v1/rentals/{spot}", headers=spot_tenant).json()
+    assert victim["state"] == "preempting"
+    deadline = datetime.fromisoformat(victim["notice_deadline"])
+    assert client.post(f"/v1/rentals/{od}/stop", headers=od_tenant).json()["state"] == "stopped"
+
+    back = wait_for(client, spot, spot_tenant, "placed")
+    assert back["state"] == "placed", back
+    assert back["preempted_by"] is None and back["notice_deadline"] is None
+    (withdrawn,) = [e for e in back["events"] if e["reason"] == "notice_withdrawn"]
+    assert withdrawn["kind"] == "placed" and "stopped before the deadline" in withdrawn["message"]
+    assert datetime.fromisoformat(withdrawn["at"]) < deadline
+    while datetime.now(deadline.tzinfo) < deadline:
+        time.sleep(0.1)
+    scheduler_cycles(client)
+    after = client.get(f"/v1/rentals/{spot}", headers=spot_tenant).json()
+    assert after["state"] == "placed" and after["allocation"][0]["node"] == "h200-01"
+    # a later preemptor gives it a fresh notice, as to any running rental
+    again = _rent(client, od_tenant, gpu_model="H200", gpus=8, tier="on_demand")
+    assert wait_for(client, again, od_tenant, "placed", reason="preempting")["pending_reason"] == "preempting"
+    assert client.get(f"/v1/rentals/{spot}", headers=spot_tenant).json()["state"] == "preempting"

@@ -8,7 +8,8 @@ Guarantees:
   bytes (the server dedups by byte offset, so a retry never doubles a line), (3) heartbeat with every
   workload's state and exit code and the GPU telemetry, (4) reconcile with the answer: launch what is new,
   restart what runs on other GPUs than before (a resize), stop what says `stop` (side by side: a step waits
-  one grace, not one per workload), give notice at a `notice_deadline` and kill at it, kill what the answer
+  one grace, not one per workload), give notice at a `notice_deadline` and kill at it (unless the answer
+  withdraws it: the notice file goes, and the workload runs on), kill what the answer
   no longer lists (the server ended or forgot it, or a shrink released the node) and report it `stopped` once.
   Logs go before the heartbeat, so an end the server acknowledges has its whole output stored; an ended
   workload is forgotten only once its log is shipped to its end (more than one step's worth takes more steps).
@@ -269,8 +270,20 @@ class AgentRunner:
                     local.stop_requested = True
                     local.workload.notice(assignment.notice_deadline)
                 local.noticed_until = assignment.notice_deadline
+            elif assignment.notice_deadline is None and local.noticed_until is not None:
+                self._withdraw_notice(local)
 
     # --- helpers --------------------------------------------------------------------------------------
+
+    def _withdraw_notice(self, local: Local) -> None:
+        """The server withdrew the notice (its preemptor left): the workload is not killed at the deadline,
+        its notice file goes, and, still running, it is no longer being stopped (its exits follow its
+        restart policy again)."""
+        log.info("%s: preemption notice withdrawn", local.rental_id)
+        local.noticed_until = None
+        if local.state == "running":
+            local.stop_requested = False
+        self.executor.paths(local.rental_id).notice_file.unlink(missing_ok=True)
 
     def _start(self, response: AssignmentResponse) -> Local:
         assignment = _assignment(response)

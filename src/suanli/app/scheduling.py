@@ -26,6 +26,7 @@ from suanli.app.growth import Held, held_request, holding_after, wants_resize
 from suanli.app.limits import cycle_limits
 from suanli.app.list_prices import list_price
 from suanli.app.maintenance import MAINTENANCE, give_notices, upcoming
+from suanli.app.notices import abandoned, withdraw
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.records import PREEMPTIBLE_STATES, MaintenanceWindow, Rental, RentalEvent, domain_contract
 from suanli.app.rentals import to_request
@@ -77,6 +78,7 @@ class CycleReport:
     head_start_s: float | None = None  # backfill queue: the blocked head's reserved start (epoch seconds)
     scattered_gpus: float = 0.0  # free GPUs in pieces too small for every rental waiting for capacity
     grown: int = 0  # live rentals that took the more nodes a resize asked for
+    withdrawn: int = 0  # victims whose notice was withdrawn: their preemptor was stopped meanwhile
 
 
 def _recorded_head(pending: Sequence[Rental]) -> tuple[str | None, tuple[str, ...]]:
@@ -171,6 +173,11 @@ class Scheduler:
                 self._sync(uow, now)
             pending = uow.rentals.pending()
             preempting = uow.rentals.preempting()
+            left = abandoned(preempting, {r.id for r in pending}, now)
+            withdrawn = [victim for victim in left if withdraw(uow, victim, now)]
+            if withdrawn:
+                uow.commit()
+                preempting = [v for v in preempting if v not in withdrawn]
         snapshot, policy = self.snapshot, self.policy
         assert snapshot is not None and policy is not None
         # victims whose deadline passed (or whose workload ended: the heartbeat moved the deadline to then)
@@ -190,6 +197,7 @@ class Scheduler:
             decision_s=time.perf_counter() - started,
             head_start_s=self.head_start_s,
             scattered_gpus=self.scattered_gpus,
+            withdrawn=len(withdrawn),
         )
         noticed = {p.preemptor for p in notices}
         with self.uow() as uow:
