@@ -71,7 +71,7 @@ class QueueConfig:
     ratio_cost_cap_s: float = math.inf
     # requests declared longer than this may run on at most the nodes of their pool less those the widest
     # request (waiting or running) needs, at least one node; they go to nodes that long requests already
-    # hold first (see `_Cycle.long_job_room`): the widest request's drain never waits on a week-long job
+    # hold first (`long_jobs.py`): the widest request's drain never waits on a week-long job
     long_job_s: float = math.inf
 
 

@@ -23,6 +23,8 @@ Gates (`Gates`, optional) hold requests back without letting them block anyone: 
 floor (Reason.BID_BELOW_FLOOR; running spot below the floor gets notice), tenant quotas and spend caps
 (Reason.QUOTA, Reason.SPEND_CAP), and capacity held for open contracts (Reason.CONTRACT_HOLD). A contract
 holder's requests up to its count are promoted to `reserved` before ordering; spot may borrow held capacity.
+With `QueueConfig.long_job_s`, requests declared longer than it keep within the long-job node budget
+(`long_jobs.py`) wherever they are placed; one held back by the budget alone waits and blocks nobody.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from suanli.domain.contracts import (
     pools_of,
 )
 from suanli.domain.fair_share import FairShare
+from suanli.domain.long_jobs import LongJobBudget, Room
 from suanli.domain.plan import Pending, Placement, Reason
 from suanli.domain.policies import Policy
 from suanli.domain.preemption import (
@@ -142,7 +145,8 @@ def admit(
     waiting_on_victims = (
         {r.preempted_by for r in running if r.preempted_by is not None} if promised else set()
     )
-    cycle.queue = ordered
+    if math.isfinite(config.long_job_s):
+        cycle.long_jobs = LongJobBudget(snapshot, config.long_job_s, ordered, running)
     first = [r for r in ordered if r.id in promised]
     rest = [r for r in ordered if r.id not in promised]
     try:
@@ -237,9 +241,7 @@ class _Cycle:
         self.tentative: Holds | None = None  # the holds with every promoted request's claim booked up front
         self.placed_claims: dict[str, Contract] = {}  # requests that claim a contract where they were placed
         self.available: dict[Pool, float] = {}  # per held pool: free GPUs plus spot a holder may preempt
-        self.queue: Sequence[Request] = ()  # the cycle's order: the widest waiting request bounds long ones
-        self.long_held: set[str] | None = None  # nodes running a long request (`long_job_room`), when asked
-        self.widest: dict[tuple[int, ...], int] = {}  # pool (node classes) -> nodes its widest request needs
+        self.long_jobs: LongJobBudget | None = None  # with `config.long_job_s`, once the queue is known
         if gates.contracts:
             self._open_holds()
 
@@ -344,68 +346,6 @@ class _Cycle:
         with self.snapshot.cordoned(avoid):
             return self._try_place(request, (_fit_key(request), cordon, avoid))
 
-    def long_job_room(self, request: Request) -> tuple[list[str], frozenset[str], int] | None:
-        """For a request declared longer than `config.long_job_s`: the nodes of its pool that long requests
-        hold, all of the pool's nodes, and the nodes its widest request needs. None: no budget applies.
-
-        Long requests may hold at most the pool's nodes less those its widest request (waiting or running)
-        needs, at least one, and fill the nodes they hold first. Without a budget, long one- and few-GPU
-        jobs scatter over every node, and the widest job's drain waits for the longest of them (ITP
-        cluster02: a 64-GPU job's drain took about 40 h behind 4-GPU jobs declared 128 h). A request as
-        wide as the widest is exempt: it is the one the budget keeps room for.
-        """
-        declared = request.max_duration_s
-        if declared is None or declared <= self.config.long_job_s:
-            return None
-        classes, _ = nominate(self.snapshot, request)
-        pool = tuple(classes)
-        widest = self._widest(pool, request.node_count)
-        if request.node_count >= widest:
-            return None
-        if self.long_held is None:
-            running = (*self.running, *self.started)
-            self.long_held = {a.node for r in running if self._long(r.request) for a in r.placement.nodes}
-        names = _pool_nodes(self.snapshot, pool)
-        return [n for n in self.long_held if n in names], names, widest
-
-    def _may_spread(self, request: Request, room: tuple[list[str], frozenset[str], int]) -> bool:
-        """Whether `request` may take nodes long requests do not hold yet, within the budget."""
-        held, names, widest = room
-        return len(held) + request.node_count <= max(len(names) - widest, 1)
-
-    def _over_long_budget(self, request: Request) -> bool:
-        """True when the long-job node budget alone holds `request` back (recorded); it blocks nobody."""
-        room = self.long_job_room(request)
-        if room is None or self._may_spread(request, room):
-            return False
-        held, names, widest = room
-        self.pending.append(
-            Pending(
-                request.id,
-                Reason.NO_CAPACITY,
-                f"long requests hold {len(held)} of its pool's {len(names)} nodes, the most they may "
-                f"while the widest request there needs {widest}",
-            )
-        )
-        return True
-
-    def _long(self, request: Request) -> bool:
-        return request.max_duration_s is not None and request.max_duration_s > self.config.long_job_s
-
-    def _widest(self, pool: tuple[int, ...], at_least: int) -> int:
-        """The most nodes one request waiting or running in `pool` needs (this cycle's), or `at_least` when
-        none needs more: only wider requests than that are looked up."""
-        known = self.widest.get(pool, 1)
-        if known > at_least or (known == at_least and pool in self.widest):
-            return known
-        wanted = set(pool)
-        widest = at_least
-        for request in (*self.queue, *(r.request for r in self.running)):
-            if request.node_count > widest and not wanted.isdisjoint(nominate(self.snapshot, request)[0]):
-                widest = request.node_count
-        self.widest[pool] = widest
-        return widest
-
     def _maintenance_ahead(self, request: Request, lead_s: float = 0.0) -> frozenset[str]:
         """Nodes whose maintenance starts while `request` would still run (by its declared duration) if it
         started `lead_s` from now (a preemptor starts when its victims' notice ends)."""
@@ -418,21 +358,29 @@ class _Cycle:
             if self.now < start_s < end_s and node in self.snapshot.by_name
         )
 
+    def long_job_room(self, request: Request) -> Room | None:
+        """Where a long request may go under the long-job node budget (`long_jobs.py`); None: anywhere."""
+        return None if self.long_jobs is None else self.long_jobs.room(request, self.started)
+
     def _try_place(self, request: Request, key: tuple) -> bool:
-        """`_fit` within the long-job node budget (`long_job_room`): on the nodes long requests hold first."""
+        """`_fit` within the long-job node budget: on the nodes long requests hold first."""
         room = self.long_job_room(request)
         if room is None:
             return self._fit(request, key)
-        held, names, _ = room
-        per_node_milli = self.snapshot.least_gpus(request) * 1000 / request.node_count - 1e-6
-        by_name = self.snapshot.by_name
-        roomy = sum(1 for n in held if by_name[n].schedulable and by_name[n].free_milli >= per_node_milli)
-        if roomy >= request.node_count:  # it may fit on the nodes long requests hold: try there first
-            others = [n for n in names if n not in self.long_held]
-            with self.snapshot.cordoned(others):
+        if room.may_fit_held(self.snapshot, request):  # try the nodes long requests hold first
+            held = set(room.held)
+            with self.snapshot.cordoned([n for n in room.pool_nodes if n not in held]):
                 if self._fit(request, (*key, "long-held", len(held))):
                     return True
-        return self._may_spread(request, room) and self._fit(request, key)
+        return room.may_spread(request) and self._fit(request, key)
+
+    def _over_long_budget(self, request: Request) -> bool:
+        """True when the long-job node budget alone holds `request` back (recorded); it blocks nobody."""
+        room = self.long_job_room(request)
+        if room is None or room.may_spread(request):
+            return False
+        self.pending.append(Pending(request.id, Reason.NO_CAPACITY, room.reason()))
+        return True
 
     def _fit(self, request: Request, key: tuple) -> bool:
         fit_key = key[0]
@@ -455,8 +403,8 @@ class _Cycle:
                 return True  # decided: held capacity is not for it, and it blocks nobody
             self.placements.append(outcome)
             self.started.append(Running(request, outcome, self.now))
-            if self.long_held is not None and self._long(request):
-                self.long_held.update(a.node for a in outcome.nodes)
+            if self.long_jobs is not None:
+                self.long_jobs.placed(request, outcome)
             self.free_gpus -= outcome.gpus
             self._book(request, outcome)
             return True
@@ -776,17 +724,6 @@ class _Cycle:
 
     def _block(self, rest: Sequence[Request], message: str) -> None:
         self.pending.extend(_blocked(r, message) for r in rest)
-
-
-def _pool_nodes(snapshot: Snapshot, pool: tuple[int, ...]) -> frozenset[str]:
-    """The names of the fleet's nodes of these classes, cordoned ones included (static: cached)."""
-    key = ("pool_nodes", pool)
-    cached = snapshot.nomination_cache.get(key)
-    if cached is None:
-        wanted = set(pool)
-        cached = frozenset(state.name for state in snapshot.nodes if state.class_id in wanted)
-        snapshot.nomination_cache[key] = cached
-    return cached
 
 
 def _utc_text(epoch_s: float) -> str:
