@@ -865,3 +865,40 @@ def test_a_request_as_wide_as_the_widest_is_not_held_by_the_long_job_budget():
     running = [run(snap, job("long-a", 8, 0, 2 * day), 0)]
     decision = admit(snap, [job("long-wide", 8, 1, 2 * day, nodes=3)], running, POLICY, 10, LONG_BUDGET)
     assert [p.request_id for p in decision.placements] == ["long-wide"]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    running=st.lists(st.tuples(st.integers(1, 4), st.integers(1, 400)), max_size=8),
+    queued=st.lists(
+        st.tuples(st.integers(1, 4), st.integers(1, 400), st.integers(1, 3)), min_size=1, max_size=12
+    ),
+)
+def test_a_cycle_never_spreads_long_requests_past_the_budget(running, queued):
+    """Every long request placed (declared over 100 s, narrower than the widest request) either lands on
+    nodes long requests already hold or leaves them holding no more than the pool's nodes less the
+    widest request's, at least one."""
+    snap = snapshot_of(6, 4)
+    live = []
+    for i, (gpus, declared) in enumerate(running):
+        outcome = place(snap, request := job(f"r{i}", gpus, 0, declared), POLICY)
+        if isinstance(outcome, Placement):
+            live.append(Running(request, outcome, 0))
+    queue = [
+        job(f"q{i}", 4 if nodes > 1 else gpus, float(i), declared, nodes=nodes)
+        for i, (gpus, declared, nodes) in enumerate(queued)
+    ]
+    config = replace(EASY_RATIO, long_job_s=100.0)
+    decision = admit(snap, queue, live, POLICY, 50, config)
+    widest = max(r.node_count for r in [*queue, *(r.request for r in live)])
+    budget = max(6 - widest, 1)
+    held = {a.node for r in live if r.request.max_duration_s > 100 for a in r.placement.nodes}
+    requests = {r.id: r for r in queue}
+    for placement in decision.placements:
+        request = requests[placement.request_id]
+        if request.max_duration_s <= 100:
+            continue
+        nodes = {a.node for a in placement.nodes}
+        if request.node_count < widest and not nodes <= held:
+            assert len(held) + request.node_count <= budget, (held, placement)
+        held |= nodes
