@@ -251,6 +251,40 @@ def test_an_on_demand_rental_preempts_a_spot_one_with_notice_then_runs(platform:
                 assert api.rental(rental_id).state == "running"
 
 
+def test_a_notice_withdrawn_before_its_deadline_leaves_the_spot_workload_running(platform: Platform) -> None:
+    """The preemptor is stopped while its victim has notice: the server withdraws the notice, the victim is
+    `running` again, and its agent does not kill the workload at the old deadline."""
+    spot_cmd = [sys.executable, "-c", TRAPS_SIGTERM]
+    with platform.tenant() as api:
+        spots = [
+            api.create_rental(RentalCreateRequest(gpus=2, tier="spot", command=spot_cmd)).id for _ in NODES
+        ]
+        for rental_id in spots:
+            wait_for_state(api, rental_id, "running")
+        wait_until(lambda: all("started" in api.logs(r).data for r in spots), 10, "spot workloads started")
+        od = api.create_rental(RentalCreateRequest(gpus=2, command=["sleep", "300"]))
+        wait_until(lambda: api.rental(od.id).pending_reason == "preempting", 10, "preemption notice")
+        (victim,) = [api.rental(r) for r in spots if api.rental(r).state == "preempting"]
+        assert victim.notice_deadline is not None
+        deadline = victim.notice_deadline.timestamp()
+        noticed = lambda: "TERM notice=True" in api.logs(victim.id).data  # noqa: E731
+        wait_until(noticed, NOTICE_S, "the agent gave the workload its notice")
+        api.stop(od.id)
+
+        back = wait_for_state(api, victim.id, "running", timeout_s=NOTICE_S)
+        assert back.preempted_by is None and back.notice_deadline is None
+        assert any(e.reason == "notice_withdrawn" for e in back.events)
+        time.sleep(max(deadline - time.time(), 0) + HEARTBEAT_S + 2.0)
+        assert api.rental(victim.id).state == "running"
+        (run,) = api.rental_runs(victim.id)
+        assert run.state == "running"
+        lines = api.logs(victim.id).data.splitlines()
+        last_alive = max(float(line.rsplit("=", 1)[1]) for line in lines if line.startswith("alive"))
+        assert last_alive > deadline + HEARTBEAT_S  # noticed, it ran on past the deadline
+        for rental_id in spots:
+            api.stop(rental_id)
+
+
 # --- helpers -----------------------------------------------------------------------------------------
 
 
