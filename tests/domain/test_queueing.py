@@ -902,3 +902,25 @@ def test_a_cycle_never_spreads_long_requests_past_the_budget(running, queued):
         if request.node_count < widest and not nodes <= held:
             assert len(held) + request.node_count <= budget, (held, placement)
         held |= nodes
+
+
+def test_a_request_held_by_the_long_job_budget_preempts_no_one_but_a_reserved_one_is_exempt():
+    """n0 runs a long on-demand job, n1-n3 short spot ones, and a 4-node gang waits (long requests may hold
+    one node). A long on-demand request waits on the budget and gives no spot job notice; a long reserved
+    one (an open contract's capacity is guaranteed) is not held by it, and preempts as before."""
+    snap = snapshot_of(4, 8)
+    day = 24 * 3600
+    running = [run(snap, job("long-a", 8, 0, 2 * day), 0)]
+    running += [
+        run(snap, job(f"spot{i}", 8, 0, 3600, tier=Tier.SPOT, bid_micros_per_hour=1), 0) for i in (1, 2, 3)
+    ]
+    queue = [
+        job("od-long", 8, 1, 2 * day),
+        job("reserved-long", 8, 2, 2 * day, tier=Tier.RESERVED),
+        job("wide", 8, 3, 3600, nodes=4),
+    ]
+    config = replace(LONG_BUDGET, preemption=PreemptionConfig())
+    decision = admit(snap, queue, running, POLICY, 10, config)
+    assert [p.preemptor for p in decision.preemptions] == ["reserved-long"]
+    held = next(p for p in decision.pending if p.request_id == "od-long")
+    assert held.reason is Reason.NO_CAPACITY and "long requests hold" in held.message

@@ -6,8 +6,9 @@ the longest of them (ITP cluster02: a 64-GPU job's drain took about 40 h behind 
 with nothing to fill it); HPC sites cap the nodes long jobs may take for the same reason. A request's pool
 is the node classes `nominate` gives it; its widest request is the widest waiting or running there (at
 least one node), and the budget is the pool's nodes less that, at least one. A request as wide as the
-widest is exempt: it is the one the budget keeps room for. `LongJobBudget` is one cycle's working state;
-`queueing._Cycle` asks it before each placement and tells it each one made.
+widest is exempt: it is the one the budget keeps room for; so is a `reserved` request, whose capacity an
+open contract guarantees (a packing rule never stands in its way). `LongJobBudget` is one cycle's working
+state; `queueing._Cycle` asks it before each placement and tells it each one made.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 
 from suanli.domain.plan import Placement
 from suanli.domain.preemption import Running
-from suanli.domain.request import Request
+from suanli.domain.request import Request, Tier
 from suanli.domain.scheduler import nominate
 from suanli.domain.snapshot import Snapshot
 
@@ -68,8 +69,8 @@ class LongJobBudget:
 
     def room(self, request: Request, started: Sequence[Running] = ()) -> Room | None:
         """Where long `request` may go (`started`: this cycle's placements so far); None: no budget
-        applies (it is not long, or as wide as its pool's widest request)."""
-        if not self.is_long(request):
+        applies (it is not long, reserved, or as wide as its pool's widest request)."""
+        if not self.is_long(request) or request.tier is Tier.RESERVED:
             return None
         pool = tuple(nominate(self.snapshot, request)[0])
         widest = self._widest(pool, request.node_count)

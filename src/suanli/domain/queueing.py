@@ -471,10 +471,10 @@ class _Cycle:
         for index, request in enumerate(ordered):
             if self.gated(request) or self.spot_held(request) or self.try_place(request, cordon=False):
                 continue
+            if self._over_long_budget(request):
+                continue  # no preemption either: the capacity it would free is not for it
             if self._preempt_for(request):
                 self.note_waiting(request)
-                continue
-            if self._over_long_budget(request):
                 continue
             if self.config.mode is Mode.GREEDY:
                 self.pending.append(self._why_waiting(request))
