@@ -217,17 +217,8 @@ def test_a_restarted_server_does_not_lose_a_running_rental(platform: Platform) -
 
 
 def test_an_on_demand_rental_preempts_a_spot_one_with_notice_then_runs(platform: Platform) -> None:
-    spot_cmd = [sys.executable, "-c", TRAPS_SIGTERM]
     with platform.tenant() as api:
-        spots = [
-            api.create_rental(RentalCreateRequest(gpus=2, tier="spot", command=spot_cmd)).id for _ in NODES
-        ]
-        for rental_id in spots:
-            wait_for_state(api, rental_id, "running")
-        wait_until(lambda: all("started" in api.logs(r).data for r in spots), 10, "spot workloads started")
-        od = api.create_rental(RentalCreateRequest(gpus=2, command=["sleep", "300"]))
-        wait_until(lambda: api.rental(od.id).pending_reason == "preempting", 10, "preemption notice")
-        (victim,) = [api.rental(r) for r in spots if api.rental(r).state == "preempting"]
+        spots, od, victim = _spot_noticed_for_on_demand(api)
         assert victim.preempted_by == od.id and victim.notice_deadline is not None
         deadline = victim.notice_deadline.timestamp()
 
@@ -254,17 +245,8 @@ def test_an_on_demand_rental_preempts_a_spot_one_with_notice_then_runs(platform:
 def test_a_notice_withdrawn_before_its_deadline_leaves_the_spot_workload_running(platform: Platform) -> None:
     """The preemptor is stopped while its victim has notice: the server withdraws the notice, the victim is
     `running` again, and its agent does not kill the workload at the old deadline."""
-    spot_cmd = [sys.executable, "-c", TRAPS_SIGTERM]
     with platform.tenant() as api:
-        spots = [
-            api.create_rental(RentalCreateRequest(gpus=2, tier="spot", command=spot_cmd)).id for _ in NODES
-        ]
-        for rental_id in spots:
-            wait_for_state(api, rental_id, "running")
-        wait_until(lambda: all("started" in api.logs(r).data for r in spots), 10, "spot workloads started")
-        od = api.create_rental(RentalCreateRequest(gpus=2, command=["sleep", "300"]))
-        wait_until(lambda: api.rental(od.id).pending_reason == "preempting", 10, "preemption notice")
-        (victim,) = [api.rental(r) for r in spots if api.rental(r).state == "preempting"]
+        spots, od, victim = _spot_noticed_for_on_demand(api)
         assert victim.notice_deadline is not None
         deadline = victim.notice_deadline.timestamp()
         noticed = lambda: "TERM notice=True" in api.logs(victim.id).data  # noqa: E731
@@ -286,6 +268,20 @@ def test_a_notice_withdrawn_before_its_deadline_leaves_the_spot_workload_running
 
 
 # --- helpers -----------------------------------------------------------------------------------------
+
+
+def _spot_noticed_for_on_demand(api: Client):
+    """A spot rental on every node, each running a workload that traps SIGTERM, then an on-demand rental
+    that preempts one of them: (the spot rental ids, the on-demand rental, the victim under notice)."""
+    spot_cmd = [sys.executable, "-c", TRAPS_SIGTERM]
+    spots = [api.create_rental(RentalCreateRequest(gpus=2, tier="spot", command=spot_cmd)).id for _ in NODES]
+    for rental_id in spots:
+        wait_for_state(api, rental_id, "running")
+    wait_until(lambda: all("started" in api.logs(r).data for r in spots), 10, "spot workloads started")
+    od = api.create_rental(RentalCreateRequest(gpus=2, command=["sleep", "300"]))
+    wait_until(lambda: api.rental(od.id).pending_reason == "preempting", 10, "preemption notice")
+    (victim,) = [api.rental(r) for r in spots if api.rental(r).state == "preempting"]
+    return spots, od, victim
 
 
 def wait_for_state(api: Client, rental_id: str, state: str, timeout_s: float = 15):

@@ -28,7 +28,7 @@ class Room:
     """Where a long request may go: the nodes of its pool that long requests hold, all of the pool's
     nodes, and the nodes its widest request needs."""
 
-    held: list[str]
+    held: frozenset[str]
     pool_nodes: frozenset[str]
     widest: int
 
@@ -80,7 +80,7 @@ class LongJobBudget:
             running = (*self.running, *started)
             self.held = {a.node for r in running if self.is_long(r.request) for a in r.placement.nodes}
         names = pool_nodes(self.snapshot, pool)
-        return Room([n for n in self.held if n in names], names, widest)
+        return Room(frozenset(self.held & names), names, widest)
 
     def placed(self, request: Request, placement: Placement) -> None:
         """Count a placement made this cycle."""

@@ -358,25 +358,24 @@ class _Cycle:
             if self.now < start_s < end_s and node in self.snapshot.by_name
         )
 
-    def long_job_room(self, request: Request) -> Room | None:
+    def _long_job_room(self, request: Request) -> Room | None:
         """Where a long request may go under the long-job node budget (`long_jobs.py`); None: anywhere."""
         return None if self.long_jobs is None else self.long_jobs.room(request, self.started)
 
     def _try_place(self, request: Request, key: tuple) -> bool:
         """`_fit` within the long-job node budget: on the nodes long requests hold first."""
-        room = self.long_job_room(request)
+        room = self._long_job_room(request)
         if room is None:
             return self._fit(request, key)
         if room.may_fit_held(self.snapshot, request):  # try the nodes long requests hold first
-            held = set(room.held)
-            with self.snapshot.cordoned([n for n in room.pool_nodes if n not in held]):
-                if self._fit(request, (*key, "long-held", len(held))):
+            with self.snapshot.cordoned(room.pool_nodes - room.held):
+                if self._fit(request, (*key, "long-held", len(room.held))):
                     return True
         return room.may_spread(request) and self._fit(request, key)
 
     def _over_long_budget(self, request: Request) -> bool:
         """True when the long-job node budget alone holds `request` back (recorded); it blocks nobody."""
-        room = self.long_job_room(request)
+        room = self._long_job_room(request)
         if room is None or room.may_spread(request):
             return False
         self.pending.append(Pending(request.id, Reason.NO_CAPACITY, room.reason()))
