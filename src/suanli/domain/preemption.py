@@ -41,10 +41,11 @@ class Running:
     @property
     def expected_end_s(self) -> float | None:
         """When it ends at the latest: start plus declared duration, the notice deadline if sooner."""
-        ends = [self.notice_deadline_s] if self.notice_deadline_s is not None else []
-        if self.request.max_duration_s is not None:
-            ends.append(self.started_at_s + self.request.max_duration_s)
-        return min(ends) if ends else None
+        deadline, duration = self.notice_deadline_s, self.request.max_duration_s
+        if duration is None:
+            return deadline
+        end = self.started_at_s + duration
+        return deadline if deadline is not None and deadline <= end else end
 
 
 @dataclass(frozen=True, slots=True)

@@ -181,10 +181,15 @@ def admit(
 
 def pool_share(snapshot: Snapshot, request: Request) -> float:
     """The share of the GPUs it could ever be placed on (its model, region, residency) that `request` takes:
-    0..1, and 1 when it fits nowhere."""
-    classes, _ = nominate(snapshot, request)
-    pool = sum(snapshot.class_gpus[i] for i in classes)
-    return min(snapshot.least_gpus(request) / pool, 1.0) if pool else 1.0
+    0..1, and 1 when it fits nowhere (static for the fleet: cached by what decides it)."""
+    key = ("pool_share", _fit_key(request))
+    share = snapshot.nomination_cache.get(key)
+    if share is None:
+        classes, _ = nominate(snapshot, request)
+        pool = sum(snapshot.class_gpus[i] for i in classes)
+        share = min(snapshot.least_gpus(request) / pool, 1.0) if pool else 1.0
+        snapshot.nomination_cache[key] = share
+    return share
 
 
 class _Cycle:
@@ -586,6 +591,7 @@ class _Cycle:
                     self.config.ratio_cost_cap_s,
                 )
             )
+        would_delay = f"would delay the head's reserved start at {_utc_text(self.head_start_s)}"
         for request in candidates:
             if self.gated(request) or self.spot_held(request):
                 continue
@@ -602,11 +608,7 @@ class _Cycle:
                 if not self.try_place(request, cordon=False):
                     self.pending.append(Pending(request.id, Reason.NO_CAPACITY, "no free capacity"))
             elif not self._place_avoiding(request, reserved_nodes):
-                self.pending.append(
-                    _blocked(
-                        request, f"would delay the head's reserved start at {_utc_text(self.head_start_s)}"
-                    )
-                )
+                self.pending.append(_blocked(request, would_delay))
 
     def _plan_conservative(self, requests: Sequence[Request]) -> None:
         """Book each request in order at its earliest slot that delays no booking before it; start what can.
@@ -718,6 +720,10 @@ class _Cycle:
             return self._try_place(request, (_fit_key(request), "within", frozenset(nodes)))
 
     def _place_avoiding(self, request: Request, nodes: set[str]) -> bool:
+        """`try_place` off `nodes` (the head's drained nodes, for a request that cannot end in time)."""
+        fit_key = _fit_key(request)
+        if (fit_key, True) in self.failed or (fit_key, False) in self.failed:
+            return False  # its like did not fit off them this cycle, and capacity only shrinks
         with self.snapshot.cordoned(nodes):
             return self.try_place(request, cordon=True)
 

@@ -3,6 +3,7 @@ earliest slot against the bookings made before it (conservative backfill, as Slu
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -35,21 +36,21 @@ def reserve(
     a node whose window overlaps its run, and may start when a window ends (or now, on other nodes).
     """
     free_now = {s.name: s.free_milli for s in snapshot.nodes} if spare_free else {}
-    timed = sorted(
-        (r for r in running if r.expected_end_s is not None),
-        key=lambda r: (expected_end(r, now), r.request.id),
-    )
     windows = _windows_ahead(snapshot, head, maintenance, now)
-    # (instant, running rental released then or None): a window's end (and now) is a start to try too
-    events: list[tuple[float, Running | None]] = [(expected_end(r, now), r) for r in timed]
+    # (instant, 0, id, running rental released then) or (instant, 1, "", None): a window's end (and now)
+    # is a start to try too; a heap, since the head usually fits long before the last rental ends
+    events: list[tuple[float, int, str, Running | None]] = [
+        (end_s, 0, r.request.id, r) for r in running if (end_s := expected_end(r, now)) != math.inf
+    ]
     if windows:
-        extra = sorted({now, *(end_s for _, _, end_s in windows)})
-        events = sorted([*events, *((t, None) for t in extra)], key=lambda e: (e[0], e[1] is None))
+        events.extend((t, 1, "", None) for t in {now, *(end_s for _, _, end_s in windows)})
+    heapq.heapify(events)
     need = snapshot.least_gpus(head)
     free = snapshot.gpu_count - snapshot.allocated_milli() / 1000
     undos = []
     try:
-        for position, (start_s, r) in enumerate(events):
+        while events:
+            start_s, _, _, r = heapq.heappop(events)
             if r is not None:
                 undos.extend(snapshot.release(a) for a in r.placement.nodes)
                 free += r.gpus
@@ -62,9 +63,8 @@ def reserve(
                     continue
                 snapshot.unplace(outcome)
                 if spare_free:  # everything that ends at the same instant is gone by then too
-                    for later_s, later in events[position + 1 :]:
-                        if later_s != start_s:
-                            break
+                    while events and events[0][0] == start_s:
+                        later = heapq.heappop(events)[3]
                         if later is not None:
                             undos.extend(snapshot.release(a) for a in later.placement.nodes)
                     outcome = _spare_free(snapshot, head, policy, outcome, free_now)
