@@ -129,7 +129,13 @@ def queue(
     nodes: Annotated[
         str, typer.Option(help="Fleet: a fleet TOML, the trace node CSV, or N:M (N nodes of M GPUs).")
     ],
-    jobs: Annotated[Path, typer.Option(help="Job trace CSV (Microsoft ITP: job_id,submission_time,...).")],
+    jobs: Annotated[
+        Path,
+        typer.Option(
+            help="Job trace CSV: Microsoft ITP jobs (job_id,submission_time,...) or Alibaba 2023 pods "
+            "(creation_time,deletion_time,...), told apart by the header."
+        ),
+    ],
     policy: Annotated[
         str,
         typer.Option(
