@@ -715,9 +715,17 @@ class _Cycle:
         on some node is left to `try_place`, which keeps it off those nodes."""
         if not nodes or self._maintenance_ahead(request):
             return False
+        fit_key = _fit_key(request)
+        key = (fit_key, "within", frozenset(nodes))
+        if key in self.failed or (fit_key, False) in self.failed:
+            return False  # its like did not fit there (or anywhere) this cycle, and capacity only shrinks
+        states = (self.snapshot.by_name[name] for name in nodes)
+        free_milli = sum(s.free_milli for s in states if s.schedulable)
+        if free_milli < self.snapshot.least_gpus(request) * 1000 - 1e-6:
+            return False  # too few GPUs free there: skip cordoning the rest of the fleet for a trial
         others = [name for name in self.snapshot.by_name if name not in nodes]
         with self.snapshot.cordoned(others):
-            return self._try_place(request, (_fit_key(request), "within", frozenset(nodes)))
+            return self._try_place(request, key)
 
     def _place_avoiding(self, request: Request, nodes: set[str]) -> bool:
         """`try_place` off `nodes` (the head's drained nodes, for a request that cannot end in time)."""
