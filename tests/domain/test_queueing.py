@@ -867,6 +867,27 @@ def test_a_request_as_wide_as_the_widest_is_not_held_by_the_long_job_budget():
     assert [p.request_id for p in decision.placements] == ["long-wide"]
 
 
+def test_the_widest_requests_own_nodes_do_not_count_against_the_budget_but_one_node_stays_short():
+    """Five nodes; a 2-node job declared two days runs (the widest request), so narrower long requests may
+    hold 5 - 2 = 3 nodes, its two not among them: the budget keeps room for the next wide request's drain,
+    and the running one's nodes come back for it. Counting them, no long request could start for two days.
+    Long requests of any width leave one node to short ones: the third one-node long request waits (with
+    that reason), and a short request still finds a free node."""
+    snap = snapshot_of(5, 8)
+    day = 24 * 3600
+    running = [run(snap, job("wide-long", 8, 0, 2 * day, nodes=2), 0)]
+    queue = [
+        job("long-a", 8, 1, 2 * day),
+        job("long-b", 8, 2, 2 * day),
+        job("long-c", 8, 3, 2 * day),
+        job("short", 8, 4, 3600),
+    ]
+    decision = admit(snap, queue, running, POLICY, 10, LONG_BUDGET)
+    assert sorted(p.request_id for p in decision.placements) == ["long-a", "long-b", "short"]
+    held = next(p for p in decision.pending if p.request_id == "long-c")
+    assert held.reason is Reason.NO_CAPACITY and "one node is kept for short requests" in held.message
+
+
 @settings(max_examples=80, deadline=None)
 @given(
     running=st.lists(st.tuples(st.integers(1, 4), st.integers(1, 400)), max_size=8),
@@ -876,8 +897,9 @@ def test_a_request_as_wide_as_the_widest_is_not_held_by_the_long_job_budget():
 )
 def test_a_cycle_never_spreads_long_requests_past_the_budget(running, queued):
     """Every long request placed (declared over 100 s, narrower than the widest request) either lands on
-    nodes long requests already hold or leaves them holding no more than the pool's nodes less the
-    widest request's, at least one."""
+    nodes the long requests narrower than the widest already hold or leaves them holding no more than the
+    pool's nodes less the widest request's, at least one; and long requests of any width, together, then
+    run on at most all nodes but one."""
     snap = snapshot_of(6, 4)
     live = []
     for i, (gpus, declared) in enumerate(running):
@@ -892,16 +914,22 @@ def test_a_cycle_never_spreads_long_requests_past_the_budget(running, queued):
     decision = admit(snap, queue, live, POLICY, 50, config)
     widest = max(r.node_count for r in [*queue, *(r.request for r in live)])
     budget = max(6 - widest, 1)
-    held = {a.node for r in live if r.request.max_duration_s > 100 for a in r.placement.nodes}
+    long_running = [r for r in live if r.request.max_duration_s > 100]
+    held = {a.node for r in long_running if r.request.node_count < widest for a in r.placement.nodes}
+    long_nodes = {a.node for r in long_running for a in r.placement.nodes}
     requests = {r.id: r for r in queue}
     for placement in decision.placements:
         request = requests[placement.request_id]
         if request.max_duration_s <= 100:
             continue
         nodes = {a.node for a in placement.nodes}
-        if request.node_count < widest and not nodes <= held:
-            assert len(held) + request.node_count <= budget, (held, placement)
-        held |= nodes
+        if request.node_count < widest:
+            if not nodes <= held:
+                assert len(held) + request.node_count <= budget, (held, placement)
+            if not nodes <= long_nodes:
+                assert len(long_nodes) + request.node_count <= 5, (long_nodes, placement)
+            held |= nodes
+        long_nodes |= nodes
 
 
 def test_a_request_held_by_the_long_job_budget_preempts_no_one_but_a_reserved_one_is_exempt():

@@ -6,13 +6,18 @@ the longest of them (ITP cluster02: a 64-GPU job's drain took about 40 h behind 
 with nothing to fill it); HPC sites cap the nodes long jobs may take for the same reason. A request's pool
 is the node classes `nominate` gives it; its widest request is the widest waiting or running there (at
 least one node), and the budget is the pool's nodes less that, at least one. A request as wide as the
-widest is exempt: it is the one the budget keeps room for; so is a `reserved` request, whose capacity an
-open contract guarantees (a packing rule never stands in its way). `LongJobBudget` is one cycle's working
-state; `queueing._Cycle` asks it before each placement and tells it each one made.
+widest is exempt: it is the one the budget keeps room for, and its own nodes do not count against it (they
+come back, for the next wide request's drain, when it ends); so is a `reserved` request, whose capacity an
+open contract guarantees (a packing rule never stands in its way). Long requests together, exempt ones too,
+leave at least one node of the pool to short ones: without that, a running wide long job and narrow long
+jobs beside it can take every node while a burst of one-hour jobs waits days (ITP cluster02's second half).
+`LongJobBudget` is one cycle's working state; `queueing._Cycle` asks it before each placement and tells it
+each one made.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -25,16 +30,21 @@ from suanli.domain.snapshot import Snapshot
 
 @dataclass(frozen=True, slots=True)
 class Room:
-    """Where a long request may go: the nodes of its pool that long requests hold, all of the pool's
-    nodes, and the nodes its widest request needs."""
+    """Where a long request may go: the nodes of its pool that the long requests the budget governs hold,
+    all of the pool's nodes, the nodes its widest request needs, and how many of the pool's nodes run any
+    long request (the exempt ones too)."""
 
     held: frozenset[str]
     pool_nodes: frozenset[str]
     widest: int
+    long_nodes: int = 0
 
     def may_spread(self, request: Request) -> bool:
-        """Whether `request` may take nodes that long requests do not hold yet, within the budget."""
-        return len(self.held) + request.node_count <= max(len(self.pool_nodes) - self.widest, 1)
+        """Whether `request` may take nodes that long requests do not hold yet: within the budget, and
+        leaving at least one node of the pool with no long request on it, for short ones."""
+        spread, pool = request.node_count, len(self.pool_nodes)
+        within_budget = len(self.held) + spread <= max(pool - self.widest, 1)
+        return within_budget and self.long_nodes + spread <= max(pool - 1, 1)
 
     def may_fit_held(self, snapshot: Snapshot, request: Request) -> bool:
         """Whether enough held nodes have the GPUs free for `request` (a quick check before a trial)."""
@@ -44,6 +54,11 @@ class Room:
         return roomy >= request.node_count
 
     def reason(self) -> str:
+        if len(self.held) < max(len(self.pool_nodes) - self.widest, 1):
+            return (
+                f"long requests run on {self.long_nodes} of its pool's {len(self.pool_nodes)} nodes, the "
+                "most they may: one node is kept for short requests"
+            )
         return (
             f"long requests hold {len(self.held)} of its pool's {len(self.pool_nodes)} nodes, the most "
             f"they may while the widest request there needs {self.widest}"
@@ -61,7 +76,11 @@ class LongJobBudget:
         running: Sequence[Running],
     ) -> None:
         self.snapshot, self.long_job_s, self.queue, self.running = snapshot, long_job_s, queue, running
-        self.held: set[str] | None = None  # nodes running a long request, once a long request asks
+        # (nodes, width: its node count, or infinite when reserved) of each long request running or placed
+        # this cycle, once a long request asks; it counts against the budget of pools whose widest is wider
+        self.long: list[tuple[frozenset[str], float]] | None = None
+        self.long_nodes: set[str] = set()  # nodes running any long request
+        self.held: dict[int, set[str]] = {}  # widest -> nodes of the long requests narrower than it
         self.widest: dict[tuple[int, ...], int] = {}  # pool -> the most nodes one of its requests needs
 
     def is_long(self, request: Request) -> bool:
@@ -76,16 +95,33 @@ class LongJobBudget:
         widest = self._widest(pool, request.node_count)
         if request.node_count >= widest:
             return None
-        if self.held is None:
-            running = (*self.running, *started)
-            self.held = {a.node for r in running if self.is_long(r.request) for a in r.placement.nodes}
+        if self.long is None:
+            self.long = []
+            for r in (*self.running, *started):
+                if self.is_long(r.request):
+                    self._add(r.request, r.placement)
+        held = self.held.get(widest)
+        if held is None:
+            held = self.held[widest] = {n for nodes, width in self.long if width < widest for n in nodes}
         names = pool_nodes(self.snapshot, pool)
-        return Room(frozenset(self.held & names), names, widest)
+        return Room(frozenset(held & names), names, widest, len(self.long_nodes & names))
 
     def placed(self, request: Request, placement: Placement) -> None:
         """Count a placement made this cycle."""
-        if self.held is not None and self.is_long(request):
-            self.held.update(a.node for a in placement.nodes)
+        if self.long is not None and self.is_long(request):
+            self._add(request, placement)
+
+    def _add(self, request: Request, placement: Placement) -> None:
+        """A long request runs on `placement`: a governed one counts against every budget wider than it
+        (the widest request's own nodes come back for the next wide one's drain when it ends)."""
+        assert self.long is not None
+        nodes = frozenset(a.node for a in placement.nodes)
+        width = math.inf if request.tier is Tier.RESERVED else request.node_count
+        self.long.append((nodes, width))
+        self.long_nodes |= nodes
+        for widest, held in self.held.items():
+            if width < widest:
+                held |= nodes
 
     def _widest(self, pool: tuple[int, ...], at_least: int) -> int:
         """The most nodes one request waiting or running in `pool` needs, or `at_least` when none needs
