@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from suanli.domain.plan import Placement
@@ -34,7 +35,7 @@ class Room:
     all of the pool's nodes, the nodes its widest request needs, and how many of the pool's nodes run any
     long request (the exempt ones too)."""
 
-    held: frozenset[str]
+    held: AbstractSet[str]  # the budget's own set when the pool is the whole fleet: read it before placing
     pool_nodes: frozenset[str]
     widest: int
     long_nodes: int = 0
@@ -49,9 +50,14 @@ class Room:
     def may_fit_held(self, snapshot: Snapshot, request: Request) -> bool:
         """Whether enough held nodes have the GPUs free for `request` (a quick check before a trial)."""
         per_node_milli = snapshot.least_gpus(request) * 1000 / request.node_count - 1e-6
-        states = (snapshot.by_name[name] for name in self.held)
-        roomy = sum(1 for s in states if s.schedulable and s.free_milli >= per_node_milli)
-        return roomy >= request.node_count
+        wanted = request.node_count
+        for name in self.held:
+            state = snapshot.by_name[name]
+            if state.schedulable and state.free_milli >= per_node_milli:
+                wanted -= 1
+                if not wanted:
+                    return True
+        return False
 
     def reason(self) -> str:
         if len(self.held) < max(len(self.pool_nodes) - self.widest, 1):
@@ -76,9 +82,9 @@ class LongJobBudget:
         running: Sequence[Running],
     ) -> None:
         self.snapshot, self.long_job_s, self.queue, self.running = snapshot, long_job_s, queue, running
-        # (nodes, width: its node count, or infinite when reserved) of each long request running or placed
-        # this cycle, once a long request asks; it counts against the budget of pools whose widest is wider
-        self.long: list[tuple[frozenset[str], float]] | None = None
+        # (width, placement) of each long request running or placed this cycle, once a long request asks; it
+        # counts against the budget of pools whose widest request is wider than its width (`_width`)
+        self.long: list[tuple[float, Placement]] | None = None
         self.long_nodes: set[str] = set()  # nodes running any long request
         self.held: dict[int, set[str]] = {}  # widest -> nodes of the long requests narrower than it
         self.widest: dict[tuple[int, ...], int] = {}  # pool -> the most nodes one of its requests needs
@@ -96,32 +102,36 @@ class LongJobBudget:
         if request.node_count >= widest:
             return None
         if self.long is None:
-            self.long = []
-            for r in (*self.running, *started):
-                if self.is_long(r.request):
-                    self._add(r.request, r.placement)
+            long_s = self.long_job_s
+            self.long = [
+                (_width(q), r.placement)
+                for r in (*self.running, *started)
+                if (q := r.request).max_duration_s is not None and q.max_duration_s > long_s
+            ]
+            self.long_nodes = {a.node for _, placement in self.long for a in placement.nodes}
         held = self.held.get(widest)
         if held is None:
-            held = self.held[widest] = {n for nodes, width in self.long if width < widest for n in nodes}
+            if all(width < widest for width, _ in self.long):  # the usual case: none is exempt
+                held = self.held[widest] = set(self.long_nodes)
+            else:
+                governed = (a.node for width, p in self.long if width < widest for a in p.nodes)
+                held = self.held[widest] = set(governed)
         names = pool_nodes(self.snapshot, pool)
-        return Room(frozenset(held & names), names, widest, len(self.long_nodes & names))
+        if len(names) == len(self.snapshot.nodes):  # the whole fleet: nothing to intersect
+            return Room(held, names, widest, len(self.long_nodes))
+        return Room(held & names, names, widest, len(self.long_nodes & names))
 
     def placed(self, request: Request, placement: Placement) -> None:
-        """Count a placement made this cycle."""
-        if self.long is not None and self.is_long(request):
-            self._add(request, placement)
-
-    def _add(self, request: Request, placement: Placement) -> None:
-        """A long request runs on `placement`: a governed one counts against every budget wider than it
-        (the widest request's own nodes come back for the next wide one's drain when it ends)."""
-        assert self.long is not None
-        nodes = frozenset(a.node for a in placement.nodes)
-        width = math.inf if request.tier is Tier.RESERVED else request.node_count
-        self.long.append((nodes, width))
-        self.long_nodes |= nodes
+        """Count a placement made this cycle: a governed long request counts against every budget wider
+        than it (the widest request's own nodes come back for the next wide one's drain when it ends)."""
+        if self.long is None or not self.is_long(request):
+            return
+        width, nodes = _width(request), [a.node for a in placement.nodes]
+        self.long.append((width, placement))
+        self.long_nodes.update(nodes)
         for widest, held in self.held.items():
             if width < widest:
-                held |= nodes
+                held.update(nodes)
 
     def _widest(self, pool: tuple[int, ...], at_least: int) -> int:
         """The most nodes one request waiting or running in `pool` needs, or `at_least` when none needs
@@ -136,6 +146,11 @@ class LongJobBudget:
                 widest = request.node_count
         self.widest[pool] = widest
         return widest
+
+
+def _width(request: Request) -> float:
+    """Its node count, against which budgets it counts; a reserved request is exempt from every one."""
+    return math.inf if request.tier is Tier.RESERVED else request.node_count
 
 
 def pool_nodes(snapshot: Snapshot, pool: tuple[int, ...]) -> frozenset[str]:
