@@ -70,8 +70,9 @@ class QueueConfig:
     # by at least its wait over this each second, and it heads the queue within a bounded multiple of it
     ratio_cost_cap_s: float = math.inf
     # requests declared longer than this may run on at most the nodes of their pool less those the widest
-    # request (waiting or running) needs, at least one node; they go to nodes that long requests already
-    # hold first (`long_jobs.py`): the widest request's drain never waits on a week-long job
+    # request (waiting or running) needs, at least one node, and leave one node to short requests; they go
+    # to nodes that long requests already hold first (`long_jobs.py`): the widest request's drain never
+    # waits on a week-long job
     long_job_s: float = math.inf
 
 
