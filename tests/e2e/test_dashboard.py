@@ -16,7 +16,8 @@ import pytest
 from test_agents import ADMIN_KEY, FLEET, Platform, running_platform, wait_for_state
 
 from suanli.client import Client
-from suanli.wire.schemas import ContractCreateRequest
+from suanli.wire.plan_schemas import PlanRequest
+from suanli.wire.schemas import ContractCreateRequest, RentalCreateRequest
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 if not Path(CHROMIUM).exists() and os.environ.get("CI") != "true":
@@ -198,4 +199,46 @@ def test_a_tenant_sees_its_compute_futures(page: Page, platform: Platform) -> No
     row = page.locator("#contracts tbody tr")
     expect(row).to_have_count(1)
     for text in (contract.id, "1 x H100-SXM-80GB", "2031-03-01 00:00", "2031-03-01 01:00", "to come"):
+        expect(row).to_contain_text(text)
+
+
+def test_an_operator_sees_providers_payables_and_a_tenant_does_not(page: Page, platform: Platform) -> None:
+    """A charged rental owes its provider: an admin sees each provider's payable and how many rentals built
+    it, as the API gives them; a tenant key has no payouts section."""
+    with platform.tenant() as api:
+        rental = api.create_rental(RentalCreateRequest(gpus=1, command=["sleep", "1"]))
+        wait_for_state(api, rental.id, "stopped")
+    sign_in(page, platform)
+    expect(page.locator("#payouts-section")).to_be_hidden()
+    page.click("#sign-out")
+    page.fill("#key", ADMIN_KEY)
+    page.click("#login-form button")
+    expect(page.locator("#payouts-section")).to_be_visible()
+    with Client(platform.url, ADMIN_KEY) as admin:
+        payouts = [p for p in admin.payouts() if p.lines]
+    assert any(line.ref == rental.id for p in payouts for line in p.lines)
+    expect(page.locator("#payouts tbody tr")).to_have_count(len(payouts))
+    for payout in payouts:
+        row = page.locator(f"#payouts tbody tr[data-provider='{payout.provider}']")
+        expect(row).to_contain_text(str(len(payout.lines)))
+        shown = float(row.locator("td").nth(2).inner_text())
+        assert shown > 0 and shown <= payout.payable_micros / 1e6 + 1e-4  # the meter may have charged since
+
+
+def test_a_tenant_sees_its_plans(page: Page, platform: Platform) -> None:
+    """A revenue-share plan an admin puts the tenant on shows with its terms and that it is in force. (Last
+    in the module: the plan's discount changes the tenant's prices.)"""
+    sign_in(page, platform)
+    expect(page.locator("#plans-section")).to_be_hidden()  # none yet
+    with platform.tenant() as api:
+        tenant_id = api.me().tenant.id
+    with Client(platform.url, ADMIN_KEY) as admin:
+        plan = admin.create_plan(
+            tenant_id, PlanRequest(kind="revenue_share", discount_bp=1500, revenue_share_bp=500)
+        )
+    page.reload()
+    row = page.locator("#plans tbody tr")
+    expect(row).to_have_count(1)
+    terms = "15.00% off on-demand and reserved; 5.00% of reported revenue"
+    for text in (plan.id, "revenue share", terms, plan.starts_at.strftime("%Y-%m-%d %H:%M"), "in force"):
         expect(row).to_contain_text(text)

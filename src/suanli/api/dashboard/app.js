@@ -73,6 +73,7 @@ async function signIn(key) {
   $("console").hidden = false;
   $("whoami").hidden = false;
   $("nodes-section").hidden = !["admin", "provider"].includes(session.role);
+  $("payouts-section").hidden = $("nodes-section").hidden;
   $("maintenance-form").querySelector("button").disabled = session.role !== "admin";
   await Promise.all([refreshBalance(), searchOffers(), refreshRentals(), refreshSlow()]);
   session.timer = setInterval(tick, REFRESH_MS);
@@ -86,6 +87,8 @@ function signOut() {
   $("whoami").hidden = true;
   $("detail").hidden = true;
   $("contracts-section").hidden = true;
+  $("plans-section").hidden = true;
+  $("payouts-section").hidden = true;
   $("login").hidden = false;
   $("key").value = "";
 }
@@ -352,7 +355,6 @@ async function refreshContracts() {
   $("contracts-section").hidden = contracts.length === 0;
   const body = $("contracts").tBodies[0];
   body.replaceChildren();
-  const now = Date.now();
   for (const contract of contracts) {
     const row = body.insertRow();
     cell(row, contract.id, "mono");
@@ -361,8 +363,66 @@ async function refreshContracts() {
     cell(row, utcText(contract.starts_at));
     cell(row, utcText(contract.ends_at));
     cell(row, units(contract.price_micros), "num");
-    const open = Date.parse(contract.starts_at) <= now && now < Date.parse(contract.ends_at);
-    cell(row, open ? "open: held for you" : Date.parse(contract.ends_at) <= now ? "ended" : "to come");
+    cell(row, periodState(contract, "open: held for you"));
+  }
+}
+
+// "ended", "to come", or `openText` while now is in [starts_at, ends_at)
+function periodState(period, openText) {
+  const now = Date.now();
+  if (Date.parse(period.ends_at) <= now) return "ended";
+  return Date.parse(period.starts_at) <= now ? openText : "to come";
+}
+
+const percent = (bp) => `${(bp / 100).toFixed(2)}%`;
+
+function planTerms(plan) {
+  if (plan.kind === "membership") {
+    return `${percent(plan.discount_bp)} off on-demand; fee ${units(plan.fee_micros)}`;
+  }
+  const share = `${percent(plan.revenue_share_bp)} of reported revenue`;
+  return `${percent(plan.discount_bp)} off on-demand and reserved; ${share}`;
+}
+
+async function refreshPlans() {
+  let plans;
+  try {
+    plans = await api("GET", "/v1/plans");
+  } catch (error) {
+    return; // nothing to show: the section stays hidden
+  }
+  $("plans-section").hidden = plans.length === 0;
+  const body = $("plans").tBodies[0];
+  body.replaceChildren();
+  for (const plan of plans) {
+    const row = body.insertRow();
+    cell(row, plan.id, "mono");
+    cell(row, plan.kind.replace("_", " "));
+    cell(row, planTerms(plan));
+    cell(row, utcText(plan.starts_at));
+    cell(row, utcText(plan.ends_at));
+    cell(row, periodState(plan, "in force"));
+  }
+}
+
+async function refreshPayouts() {
+  if ($("payouts-section").hidden) return;
+  let payouts;
+  try {
+    payouts = await api("GET", "/v1/payouts");
+  } catch (error) {
+    showError("payouts-error", error);
+    return;
+  }
+  showError("payouts-error", null);
+  const body = $("payouts").tBodies[0];
+  body.replaceChildren();
+  for (const payout of payouts) {
+    const row = body.insertRow();
+    row.dataset.provider = payout.provider;
+    cell(row, payout.provider);
+    cell(row, String(payout.lines.length), "num");
+    cell(row, units(payout.payable_micros), "num");
   }
 }
 
@@ -432,7 +492,14 @@ async function setDrained(name, action) {
 }
 
 async function refreshSlow() {
-  await Promise.all([refreshUsage(), refreshNodes(), refreshMaintenance(), refreshContracts()]);
+  await Promise.all([
+    refreshUsage(),
+    refreshNodes(),
+    refreshMaintenance(),
+    refreshContracts(),
+    refreshPlans(),
+    refreshPayouts(),
+  ]);
 }
 
 async function tick() {
