@@ -345,26 +345,19 @@ async function refreshNodes() {
 
 const utcText = (moment) => moment.replace("T", " ").slice(0, 16);
 
-async function refreshContracts() {
-  let contracts;
+// GET `path` and write a row per item into table `id`; its section `${id}-section` stays hidden while there
+// are none, or when the server cannot say
+async function refreshOwnList(path, id, writeRow) {
+  let items;
   try {
-    contracts = await api("GET", "/v1/contracts");
+    items = await api("GET", path);
   } catch (error) {
-    return; // nothing to show: the section stays hidden
+    return;
   }
-  $("contracts-section").hidden = contracts.length === 0;
-  const body = $("contracts").tBodies[0];
+  $(`${id}-section`).hidden = items.length === 0;
+  const body = $(id).tBodies[0];
   body.replaceChildren();
-  for (const contract of contracts) {
-    const row = body.insertRow();
-    cell(row, contract.id, "mono");
-    cell(row, `${contract.count} x ${contract.gpu_model}`);
-    cell(row, contract.region);
-    cell(row, utcText(contract.starts_at));
-    cell(row, utcText(contract.ends_at));
-    cell(row, units(contract.price_micros), "num");
-    cell(row, periodState(contract, "open: held for you"));
-  }
+  for (const item of items) writeRow(body.insertRow(), item);
 }
 
 // "ended", "to come", or `openText` while now is in [starts_at, ends_at)
@@ -373,6 +366,17 @@ function periodState(period, openText) {
   if (Date.parse(period.ends_at) <= now) return "ended";
   return Date.parse(period.starts_at) <= now ? openText : "to come";
 }
+
+const refreshContracts = () =>
+  refreshOwnList("/v1/contracts", "contracts", (row, contract) => {
+    cell(row, contract.id, "mono");
+    cell(row, `${contract.count} x ${contract.gpu_model}`);
+    cell(row, contract.region);
+    cell(row, utcText(contract.starts_at));
+    cell(row, utcText(contract.ends_at));
+    cell(row, units(contract.price_micros), "num");
+    cell(row, periodState(contract, "open: held for you"));
+  });
 
 const percent = (bp) => `${(bp / 100).toFixed(2)}%`;
 
@@ -384,26 +388,15 @@ function planTerms(plan) {
   return `${percent(plan.discount_bp)} off on-demand and reserved; ${share}`;
 }
 
-async function refreshPlans() {
-  let plans;
-  try {
-    plans = await api("GET", "/v1/plans");
-  } catch (error) {
-    return; // nothing to show: the section stays hidden
-  }
-  $("plans-section").hidden = plans.length === 0;
-  const body = $("plans").tBodies[0];
-  body.replaceChildren();
-  for (const plan of plans) {
-    const row = body.insertRow();
+const refreshPlans = () =>
+  refreshOwnList("/v1/plans", "plans", (row, plan) => {
     cell(row, plan.id, "mono");
     cell(row, plan.kind.replace("_", " "));
     cell(row, planTerms(plan));
     cell(row, utcText(plan.starts_at));
     cell(row, utcText(plan.ends_at));
     cell(row, periodState(plan, "in force"));
-  }
-}
+  });
 
 async function refreshPayouts() {
   if ($("payouts-section").hidden) return;
