@@ -43,9 +43,13 @@ class Room:
     def may_spread(self, request: Request) -> bool:
         """Whether `request` may take nodes that long requests do not hold yet: within the budget, and
         leaving at least one node of the pool with no long request on it, for short ones."""
-        spread, pool = request.node_count, len(self.pool_nodes)
-        within_budget = len(self.held) + spread <= max(pool - self.widest, 1)
-        return within_budget and self.long_nodes + spread <= max(pool - 1, 1)
+        spread = request.node_count
+        within_budget = len(self.held) + spread <= self._budget()
+        return within_budget and self.long_nodes + spread <= max(len(self.pool_nodes) - 1, 1)
+
+    def _budget(self) -> int:
+        """The most nodes the long requests it governs may hold: the pool's less the widest's, at least 1."""
+        return max(len(self.pool_nodes) - self.widest, 1)
 
     def may_fit_held(self, snapshot: Snapshot, request: Request) -> bool:
         """Whether enough held nodes have the GPUs free for `request` (a quick check before a trial)."""
@@ -60,7 +64,7 @@ class Room:
         return False
 
     def reason(self) -> str:
-        if len(self.held) < max(len(self.pool_nodes) - self.widest, 1):
+        if len(self.held) < self._budget():
             return (
                 f"long requests run on {self.long_nodes} of its pool's {len(self.pool_nodes)} nodes, the "
                 "most they may: one node is kept for short requests"

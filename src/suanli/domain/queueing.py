@@ -386,9 +386,13 @@ class _Cycle:
         self.pending.append(Pending(request.id, Reason.NO_CAPACITY, room.reason()))
         return True
 
+    def _failed_before(self, key: tuple) -> bool:
+        """Whether a request of `key`'s kind (`key[0]` its `_fit_key`) already failed this cycle, on these
+        terms or anywhere: capacity only shrinks in a cycle, so it would fail again."""
+        return key in self.failed or (key[0], False) in self.failed
+
     def _fit(self, request: Request, key: tuple) -> bool:
-        fit_key = key[0]
-        if key in self.failed or (fit_key, False) in self.failed:
+        if self._failed_before(key):
             return False
         least = self.snapshot.least_gpus(request)
         if least > self.free_gpus + 1e-9:
@@ -715,10 +719,9 @@ class _Cycle:
         on some node is left to `try_place`, which keeps it off those nodes."""
         if not nodes or self._maintenance_ahead(request):
             return False
-        fit_key = _fit_key(request)
-        key = (fit_key, "within", frozenset(nodes))
-        if key in self.failed or (fit_key, False) in self.failed:
-            return False  # its like did not fit there (or anywhere) this cycle, and capacity only shrinks
+        key = (_fit_key(request), "within", frozenset(nodes))
+        if self._failed_before(key):
+            return False
         states = (self.snapshot.by_name[name] for name in nodes)
         free_milli = sum(s.free_milli for s in states if s.schedulable)
         if free_milli < self.snapshot.least_gpus(request) * 1000 - 1e-6:
@@ -729,9 +732,8 @@ class _Cycle:
 
     def _place_avoiding(self, request: Request, nodes: set[str]) -> bool:
         """`try_place` off `nodes` (the head's drained nodes, for a request that cannot end in time)."""
-        fit_key = _fit_key(request)
-        if (fit_key, True) in self.failed or (fit_key, False) in self.failed:
-            return False  # its like did not fit off them this cycle, and capacity only shrinks
+        if self._failed_before((_fit_key(request), True)):
+            return False
         with self.snapshot.cordoned(nodes):
             return self.try_place(request, cordon=True)
 
