@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from conftest import ADMIN, ADMIN_KEY, app_client, charged, logged_in_as, wait_for
-from suanli.cli import billing_commands, plan_commands
+from suanli.cli import billing_commands, plan_commands, platform_commands
 from suanli.cli.main import app
 from suanli.domain.billing.money import bp_of, charge_micros
 
@@ -268,6 +268,87 @@ def test_a_contract_is_prepaid_covers_its_holders_usage_and_transfers_its_remain
         assert contract["id"] not in uow.contracts.to_recognize(end + timedelta(days=30))
     assert services.contracts.recognize(end + timedelta(days=30)) == 0
     assert client.get("/v1/ledger/verify", headers=ADMIN).json()["ok"] is True
+
+
+def _reserved_list_price(client: TestClient, gpu_model: str) -> int:
+    return next(
+        p["price_micros_per_gpu_hour"]
+        for p in client.get("/v1/prices").json()
+        if p["gpu_model"] == gpu_model and p["tier"] == "reserved" and p["kind"] == "list"
+    )
+
+
+def test_a_quote_prices_a_contract_says_if_it_can_be_paid_and_signs_nothing(client, tenant) -> None:
+    """A buyer sees the prepaid price before signing, and whether its cash covers it; a quote refuses what
+    signing would refuse, and signing then charges the quoted price."""
+    holder_id, holder = tenant("futures-shopper")
+    _, other = tenant("futures-other")
+    start = (datetime.now(UTC) + timedelta(days=1)).replace(microsecond=0)
+    body = {
+        "gpu_model": "H100-SXM-80GB",
+        "count": 2,
+        "region": "cn-north",
+        "starts_at": start.isoformat(),
+        "ends_at": (start + timedelta(hours=10)).isoformat(),
+    }
+    unit = _reserved_list_price(client, "H100-SXM-80GB")
+    price = unit * 2 * 10
+    poor = client.post("/v1/contracts/quote", json=body, headers=holder)
+    assert poor.status_code == 200, poor.text
+    assert poor.json() == {
+        **body,
+        "starts_at": start.isoformat().replace("+00:00", "Z"),
+        "ends_at": (start + timedelta(hours=10)).isoformat().replace("+00:00", "Z"),
+        "tenant_id": holder_id,
+        "price_micros_per_gpu_hour": unit,
+        "price_micros": price,
+        "payable": False,
+    }
+    assert client.get("/v1/contracts", headers=holder).json() == []
+    assert _ledger(client, holder_id) == []
+
+    _credit(client, holder_id, price)
+    assert client.post("/v1/contracts/quote", json=body, headers=holder).json()["payable"] is True
+    assert _balance(client, holder)["cash_micros"] == price  # quoting charged nothing
+    signed = client.post("/v1/contracts", json=body, headers=holder)
+    assert signed.status_code == 201 and signed.json()["price_micros"] == price, signed.text
+    assert _balance(client, holder)["cash_micros"] == 0
+
+    for changed, status_code, field in (
+        ({"count": 10_000}, 409, "count"),  # more than the fleet can honour
+        ({"region": "mars"}, 400, "region"),
+        ({"gpu_model": "Z99"}, 400, "gpu_model"),
+        ({"ends_at": "2020-01-01T00:00:00Z", "starts_at": "2019-12-31T00:00:00Z"}, 400, "ends_at"),
+        ({"tenant_id": holder_id}, 403, "tenant_id"),  # another tenant's key
+    ):
+        headers = other if "tenant_id" in changed else holder
+        refused = client.post("/v1/contracts/quote", json={**body, **changed}, headers=headers)
+        assert refused.status_code == status_code, (changed, refused.text)
+        assert refused.json()["error"]["field"] == field, refused.text
+    assert len(client.get("/v1/contracts", headers=holder).json()) == 1
+    assert client.get("/v1/ledger/verify", headers=ADMIN).json()["ok"] is True
+
+
+def test_cli_quotes_a_contract_then_signs_it(client, tenant, monkeypatch) -> None:
+    holder_id, holder = tenant("cli-futures")
+    _credit(client, holder_id, 1_000_000_000)
+    monkeypatch.setattr(
+        platform_commands, "logged_in", logged_in_as(client, holder["Authorization"].removeprefix("Bearer "))
+    )
+    runner, env = CliRunner(), {"COLUMNS": "200"}
+    window = ["--gpu", "H100-SXM-80GB", "--count", "1", "--region", "cn-north"]
+    window += ["--from", "2031-05-01T00:00", "--until", "2031-05-01T04:00"]
+    price = _reserved_list_price(client, "H100-SXM-80GB") * 4
+    shown = f"{price / 1_000_000:,.4f}"
+    quoted = runner.invoke(app, ["contracts", "quote", *window], env=env)
+    assert quoted.exit_code == 0, quoted.output
+    assert "1 x H100-SXM-80GB in cn-north, 2031-05-01 00:00 to 2031-05-01 04:00 UTC: 4 GPU-h" in quoted.output
+    assert f"= {shown}, prepaid at signing" in quoted.output and "top up" not in quoted.output
+    assert client.get("/v1/contracts", headers=holder).json() == []
+    signed = runner.invoke(app, ["contracts", "create", *window], env=env)
+    assert signed.exit_code == 0 and shown in signed.output, signed.output
+    bad = runner.invoke(app, ["contracts", "quote", *window[:2], "--count", "0", *window[4:]], env=env)
+    assert bad.exit_code == 2 and "--count" in bad.output
 
 
 def test_a_holder_cannot_make_another_tenant_pay_for_its_contract(client, tenant) -> None:

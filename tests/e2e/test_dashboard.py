@@ -184,7 +184,8 @@ def test_an_operator_schedules_and_cancels_a_maintenance_window(page: Page, plat
 
 def test_a_tenant_sees_its_compute_futures(page: Page, platform: Platform) -> None:
     sign_in(page, platform)
-    expect(page.locator("#contracts-section")).to_be_hidden()  # none yet
+    expect(page.locator("#contracts")).to_be_hidden()  # none yet
+    expect(page.locator("#contract-form")).to_be_visible()
     with platform.tenant() as api:
         contract = api.create_contract(
             ContractCreateRequest(
@@ -200,6 +201,57 @@ def test_a_tenant_sees_its_compute_futures(page: Page, platform: Platform) -> No
     expect(row).to_have_count(1)
     for text in (contract.id, "1 x H100-SXM-80GB", "2031-03-01 00:00", "2031-03-01 01:00", "to come"):
         expect(row).to_contain_text(text)
+
+
+def test_a_tenant_quotes_a_contract_then_signs_what_was_quoted(page: Page, platform: Platform) -> None:
+    """The quote shows the GPU-hours and the prepaid price the API gives; Sign is only possible for an
+    unchanged quoted form, signs once, and charges the quoted price; an overbooking is refused, naming the
+    field, before anything can be signed."""
+    window = {"gpu_model": "H100-SXM-80GB", "count": 2, "region": "lab"}
+    starts_at, ends_at = datetime(2031, 4, 1, tzinfo=UTC), datetime(2031, 4, 1, 3, tzinfo=UTC)
+    with platform.tenant() as api:
+        quote = api.quote_contract(ContractCreateRequest(**window, starts_at=starts_at, ends_at=ends_at))
+        cash_before = api.balance().cash_micros
+    assert quote.payable and quote.price_micros == quote.price_micros_per_gpu_hour * 2 * 3 > 0
+    sign_in(page, platform)
+    page.fill("#contract-model", "H100-SXM-80GB")
+    page.fill("#contract-count", "2")
+    page.fill("#contract-region", "lab")
+    page.fill("#contract-from", "2031-04-01T00:00")
+    page.fill("#contract-until", "2031-04-01T03:00")
+    expect(page.locator("#contract-sign")).to_be_disabled()
+    page.click("#contract-quote")
+    unit, total = quote.price_micros_per_gpu_hour / 1e6, quote.price_micros / 1e6
+    expect(page.locator("#contract-quote-text")).to_have_text(
+        f"2 x H100-SXM-80GB in lab, 2031-04-01 00:00 to 2031-04-01 03:00 UTC: 6 GPU-h at {unit:.4f} / GPU-h"
+        f" = {total:.4f}, prepaid when you sign."
+    )
+    expect(page.locator("#contract-sign")).to_be_enabled()
+    page.fill("#contract-count", "3")  # changed after the quote: no longer what was quoted
+    expect(page.locator("#contract-sign")).to_be_disabled()
+    page.fill("#contract-count", "2")
+    page.click("#contract-quote")
+    page.click("#contract-sign")
+    expect(page.locator("#contract-quote-text")).to_contain_text(f"{total:.4f} prepaid")
+    expect(page.locator("#contract-sign")).to_be_disabled()  # one click signs once
+    row = page.locator("#contracts tbody tr", has_text="2031-04-01 00:00")
+    expect(row).to_have_count(1)
+    expect(row).to_contain_text(f"{total:.4f}")
+    with platform.tenant() as api:
+        signed = [c for c in api.contracts() if c.starts_at == starts_at]
+        assert [(c.count, c.ends_at, c.price_micros) for c in signed] == [(2, ends_at, quote.price_micros)]
+        assert api.balance().cash_micros == cash_before - quote.price_micros
+
+    page.fill("#contract-until", "2031-07-01T00:00")  # 2 GPUs for three months: more than its cash
+    page.click("#contract-quote")
+    expect(page.locator("#contract-quote-text")).to_contain_text("more than you can pay now: top up first")
+    expect(page.locator("#contract-sign")).to_be_disabled()
+    page.fill("#contract-count", "1000")
+    page.click("#contract-quote")
+    expect(page.locator("#contract-error")).to_contain_text("count:")
+    expect(page.locator("#contract-sign")).to_be_disabled()
+    with platform.tenant() as api:
+        assert len(api.contracts()) == 2
 
 
 def test_an_operator_sees_providers_payables_and_a_tenant_does_not(page: Page, platform: Platform) -> None:

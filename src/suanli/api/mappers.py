@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict
 
+from suanli.app.contracts import ContractQuote
 from suanli.app.fleet import NodeView
 from suanli.app.offers import Offer
 from suanli.app.records import ApiKey, ContractRecord, MaintenanceWindow, RentalSpec, RentalView, Tenant
 from suanli.domain.billing.ledger import Transaction
 from suanli.wire.billing_schemas import LedgerTransactionResponse, PostingResponse
 from suanli.wire.schemas import (
+    ContractQuoteResponse,
     ContractResponse,
     KeyResponse,
     MaintenanceResponse,
@@ -117,6 +119,10 @@ def offer(o: Offer) -> OfferResponse:
 
 def contract(c: ContractRecord) -> ContractResponse:
     return ContractResponse(**asdict(c))
+
+
+def contract_quote(q: ContractQuote) -> ContractQuoteResponse:
+    return ContractQuoteResponse(**asdict(q))
 
 
 def maintenance(window: MaintenanceWindow, short_contracts: Sequence[str] = ()) -> MaintenanceResponse:

@@ -11,6 +11,7 @@ from suanli.api.deps import CallerDep, ServicesDep
 from suanli.api.errors import ERROR_RESPONSES
 from suanli.wire.schemas import (
     ContractCreateRequest,
+    ContractQuoteResponse,
     ContractResponse,
     ContractTransferRequest,
     RentalCreateRequest,
@@ -66,6 +67,19 @@ def create_contract(
         caller, body.gpu_model, body.count, body.region, body.starts_at, body.ends_at, body.tenant_id
     )
     return mappers.contract(record)
+
+
+@router.post("/contracts/quote", tags=["contracts"])
+def quote_contract(
+    body: ContractCreateRequest, caller: CallerDep, services: ServicesDep
+) -> ContractQuoteResponse:
+    """What signing this contract would hold and prepay now, signing nothing. Refused as signing would be
+    (an unknown model or region, a window already over, more than the fleet can honour); a price the
+    holder cannot pay now is `payable: false`, not an error."""
+    quote = services.contracts.quote(
+        caller, body.gpu_model, body.count, body.region, body.starts_at, body.ends_at, body.tenant_id
+    )
+    return mappers.contract_quote(quote)
 
 
 @router.get("/contracts", tags=["contracts"])

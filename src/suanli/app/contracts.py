@@ -1,4 +1,4 @@
-"""Contracts (compute futures): sign one if the fleet can honour it, list them, transfer them; their money.
+"""Contracts (compute futures): quote, sign if the fleet can honour it, list, transfer; their money.
 
 Overbooking is refused by the domain's `check_contract`: at every instant of the window, the contracts of a
 (model, region) stay within the fleet's GPUs of that model in that region less those down then: nodes in a
@@ -18,7 +18,7 @@ rate, and from its start the holder's rentals placed before it are covered (`app
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from suanli.app.coverage import extend_coverage, settle_coverage
@@ -44,6 +44,29 @@ from suanli.domain.catalog import Catalog
 from suanli.domain.contracts import ContractError, check_contract, fleet_capacity, transfer
 from suanli.domain.errors import CatalogError
 from suanli.domain.request import Tier
+
+
+@dataclass(frozen=True, slots=True)
+class ContractQuote:
+    """A contract as signing it now would hold it, its prepaid price, and whether the payer can pay it now."""
+
+    tenant_id: str
+    gpu_model: str
+    count: int
+    region: str
+    starts_at: datetime
+    ends_at: datetime
+    price_micros_per_gpu_hour: int  # the reserved list price at the window's start
+    price_micros: int  # prepaid at signing: that price x GPUs x window hours
+    payable: bool
+
+
+def _epoch_window(record: ContractRecord) -> tuple[float, float]:
+    return to_epoch_s(record.starts_at), to_epoch_s(record.ends_at)
+
+
+def _cash(uow: UnitOfWork, tenant_id: str) -> int:
+    return uow.ledger.balances([tenant_id]).get(AccountId.tenant_cash(tenant_id), 0)
 
 
 class ContractService:
@@ -72,16 +95,7 @@ class ContractService:
         ends_at: datetime,
         tenant_id: str | None,
     ) -> ContractRecord:
-        holder = tenant_id or caller.tenant.id
-        if holder != caller.tenant.id and not caller.is_admin:
-            raise Forbidden("only admins sign contracts for another tenant", field="tenant_id")
-        try:
-            model = self.catalog.get(gpu_model)
-        except CatalogError as error:
-            raise Invalid(str(error), field="gpu_model") from None
-        now = self.clock.now()
-        starts_at, ends_at = upcoming_window(starts_at, ends_at, now)
-        record = ContractRecord(new_id("ctr"), holder, model.name, count, region, starts_at, ends_at, now)
+        record = self._draft(caller, gpu_model, count, region, starts_at, ends_at, tenant_id)
 
         def work() -> ContractRecord:
             with self.uow() as uow:
@@ -91,24 +105,83 @@ class ContractService:
 
         return retrying(work)
 
-    def _sign(self, uow: UnitOfWork, record: ContractRecord) -> ContractRecord:
-        holder, region, count, now = record.tenant_id, record.region, record.count, record.created_at
-        if uow.tenants.get(holder) is None:
-            raise NotFound(f"no tenant {holder}", field="tenant_id")
+    def quote(
+        self,
+        caller: Caller,
+        gpu_model: str,
+        count: int,
+        region: str,
+        starts_at: datetime,
+        ends_at: datetime,
+        tenant_id: str | None,
+    ) -> ContractQuote:
+        """What signing would hold and prepay now, signing nothing; the errors signing would raise, except
+        that a price the payer cannot pay now is reported (`payable`), so the buyer sees what to top up."""
+        record = self._draft(caller, gpu_model, count, region, starts_at, ends_at, tenant_id)
+        with self.uow() as uow:  # never committed
+            self._check(uow, record)
+            unit_micros = self._unit_price(uow, record)
+            price = contract_price_micros(unit_micros, count, *_epoch_window(record))
+            payable = not price or self._payable(uow, record.tenant_id, price)
+        return ContractQuote(
+            record.tenant_id,
+            record.gpu_model,
+            record.count,
+            record.region,
+            record.starts_at,
+            record.ends_at,
+            unit_micros,
+            price,
+            payable,
+        )
+
+    def _draft(
+        self,
+        caller: Caller,
+        gpu_model: str,
+        count: int,
+        region: str,
+        starts_at: datetime,
+        ends_at: datetime,
+        tenant_id: str | None,
+    ) -> ContractRecord:
+        """The contract as it would be signed now: holder allowed, model known, window not over."""
+        holder = tenant_id or caller.tenant.id
+        if holder != caller.tenant.id and not caller.is_admin:
+            raise Forbidden("only admins sign contracts for another tenant", field="tenant_id")
+        try:
+            model = self.catalog.get(gpu_model)
+        except CatalogError as error:
+            raise Invalid(str(error), field="gpu_model") from None
+        now = self.clock.now()
+        starts_at, ends_at = upcoming_window(starts_at, ends_at, now)
+        return ContractRecord(new_id("ctr"), holder, model.name, count, region, starts_at, ends_at, now)
+
+    def _check(self, uow: UnitOfWork, record: ContractRecord) -> None:
+        """Refuse a contract for no tenant, no fleet, an unknown region, or more than the fleet can honour."""
+        if uow.tenants.get(record.tenant_id) is None:
+            raise NotFound(f"no tenant {record.tenant_id}", field="tenant_id")
         _, fleet = self.cache.load(uow)
         if fleet is None:
             raise Conflict("no fleet yet: PUT /v1/fleet first", field="gpu_model")
-        if region not in fleet.regions:
-            raise Invalid(f"unknown region {region!r}", field="region")
-        uow.contracts.lock_signing()  # two signings at once must not both fit beside the same contracts
+        if record.region not in fleet.regions:
+            raise Invalid(f"unknown region {record.region!r}", field="region")
         existing = [domain_contract(c) for c in uow.contracts.list(None)]
-        down = down_for_contracts(uow, fleet, now)  # scheduled windows, and cordons with no end
+        down = down_for_contracts(uow, fleet, record.created_at)  # windows, and cordons with no end
         try:
             check_contract(domain_contract(record), existing, fleet_capacity(fleet), down)
         except ContractError as error:
             raise Conflict(str(error), field="count") from None
+
+    def _sign(self, uow: UnitOfWork, record: ContractRecord) -> ContractRecord:
+        holder, region, count, now = record.tenant_id, record.region, record.count, record.created_at
+        uow.contracts.lock_signing()  # two signings at once must not both fit beside the same contracts
+        self._check(uow, record)
         if self.price_book is not None:
-            record = replace(record, price_micros=self._price(uow, record))
+            unit_micros = self._unit_price(uow, record)
+            record = replace(
+                record, price_micros=contract_price_micros(unit_micros, count, *_epoch_window(record))
+            )
         if record.price_micros:
             self._charge(uow, holder, record.price_micros, "the contract's prepaid price")
         uow.contracts.add(record)
@@ -125,22 +198,26 @@ class ContractService:
             )
         return record
 
-    def _price(self, uow: UnitOfWork, record: ContractRecord) -> int:
-        assert self.price_book is not None
+    def _unit_price(self, uow: UnitOfWork, record: ContractRecord) -> int:
+        """The reserved list price per GPU-hour at the window's start (0 without a price book: free)."""
+        if self.price_book is None:
+            return 0
         book = self.price_book(uow)
-        start_s, end_s = to_epoch_s(record.starts_at), to_epoch_s(record.ends_at)
         try:
+            start_s = to_epoch_s(record.starts_at)
             unit = book.list_price(record.gpu_model, record.region, Tier.RESERVED, start_s)
         except BillingError as error:
             raise Invalid(str(error), field="gpu_model") from None
-        return contract_price_micros(unit.price_micros_per_gpu_hour, record.count, start_s, end_s)
+        return unit.price_micros_per_gpu_hour
+
+    def _payable(self, uow: UnitOfWork, tenant_id: str, amount_micros: int) -> bool:
+        """Whether paying `amount_micros` from cash keeps to the payer's terms."""
+        return self.refuses is None or not self.refuses(uow, tenant_id, _cash(uow, tenant_id), amount_micros)
 
     def _charge(self, uow: UnitOfWork, tenant_id: str, amount_micros: int, what: str) -> None:
         """Refuse (PaymentRequired) when paying `amount_micros` from cash breaks the payer's terms."""
-        if self.refuses is None:
-            return
-        cash = uow.ledger.balances([tenant_id]).get(AccountId.tenant_cash(tenant_id), 0)
-        if self.refuses(uow, tenant_id, cash, amount_micros):
+        if not self._payable(uow, tenant_id, amount_micros):
+            cash = _cash(uow, tenant_id)
             raise PaymentRequired(
                 f"{what} is {amount_micros} micros and {tenant_id} has {cash} micros in cash; top up first",
                 field="tenant_id",

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Group
+from rich.text import Text
 
 from suanli.cli import profile
 from suanli.cli.output import (
@@ -26,6 +27,7 @@ from suanli.cli.rent_spec import SpecError, money_to_micros, parse_gpu_spec
 from suanli.client import Client
 from suanli.wire.schemas import (
     ContractCreateRequest,
+    ContractQuoteResponse,
     ContractResponse,
     NodeResponse,
     OfferResponse,
@@ -181,19 +183,13 @@ contracts_app = typer.Typer(
 )
 
 
-@contracts_app.command("create")
-def contracts_create(
-    gpu_model: Annotated[str, typer.Option("--gpu", help="GPU model, e.g. H100-SXM-80GB.")],
-    count: Annotated[int, typer.Option(min=1)],
-    region: Annotated[str, typer.Option()],
-    starts_at: Annotated[datetime, typer.Option("--from", help="Window start (UTC), e.g. 2026-12-01T00:00.")],
-    ends_at: Annotated[datetime, typer.Option("--until", help="Window end (UTC, exclusive).")],
-    tenant: Annotated[str | None, typer.Option(help="Admins: sign for this tenant id.")] = None,
-    as_json: JsonFlag = False,
-) -> None:
-    """Sign a contract for GPUs of one model in one region over [from, until)."""
+ContractWindow = tuple[str, int, str, datetime, datetime, str | None]
+
+
+def _contract_request(window: ContractWindow) -> ContractCreateRequest:
+    gpu_model, count, region, starts_at, ends_at, tenant = window
     with valid_input(CONTRACT_OPTIONS):
-        request = ContractCreateRequest(
+        return ContractCreateRequest(
             gpu_model=gpu_model,
             count=count,
             region=region,
@@ -201,6 +197,45 @@ def contracts_create(
             ends_at=ends_at,
             tenant_id=tenant,
         )
+
+
+GpuOption = Annotated[str, typer.Option("--gpu", help="GPU model, e.g. H100-SXM-80GB.")]
+CountOption = Annotated[int, typer.Option(min=1)]
+RegionOption = Annotated[str, typer.Option()]
+FromOption = Annotated[datetime, typer.Option("--from", help="Window start (UTC), e.g. 2026-12-01T00:00.")]
+UntilOption = Annotated[datetime, typer.Option("--until", help="Window end (UTC, exclusive).")]
+TenantOption = Annotated[str | None, typer.Option(help="Admins: sign for this tenant id.")]
+
+
+@contracts_app.command("quote")
+def contracts_quote(
+    gpu_model: GpuOption,
+    count: CountOption,
+    region: RegionOption,
+    starts_at: FromOption,
+    ends_at: UntilOption,
+    tenant: TenantOption = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Price a contract and check the fleet can honour it, without signing: what `create` would prepay."""
+    request = _contract_request((gpu_model, count, region, starts_at, ends_at, tenant))
+    with logged_in() as client:
+        quote = client.quote_contract(request)
+    emit(quote, as_json, _quote_text)
+
+
+@contracts_app.command("create")
+def contracts_create(
+    gpu_model: GpuOption,
+    count: CountOption,
+    region: RegionOption,
+    starts_at: FromOption,
+    ends_at: UntilOption,
+    tenant: TenantOption = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Sign a contract for GPUs of one model in one region over [from, until), prepaying its price."""
+    request = _contract_request((gpu_model, count, region, starts_at, ends_at, tenant))
     with logged_in() as client:
         contract = client.create_contract(request)
     emit(contract, as_json, lambda c: _contracts_table([c]))
@@ -388,6 +423,18 @@ def _shape(rental: RentalResponse) -> str:
     return f"{model}:{request.gpus}" if request.gpus else "cpu"
 
 
+def _quote_text(quote: ContractQuoteResponse) -> Text:
+    """One line a person reads before signing: the window, the GPU-hours and the prepaid price."""
+    gpu_hours = quote.count * (quote.ends_at - quote.starts_at).total_seconds() / 3600
+    window = f"{quote.starts_at:%Y-%m-%d %H:%M} to {quote.ends_at:%Y-%m-%d %H:%M} UTC"
+    price = f"{micros(quote.price_micros_per_gpu_hour)} per GPU-h = {micros(quote.price_micros)}"
+    text = f"{quote.count} x {quote.gpu_model} in {quote.region}, {window}: {gpu_hours:g} GPU-h at {price}"
+    text += ", prepaid at signing"
+    if not quote.payable:
+        text += f"\n{quote.tenant_id} cannot pay that now: top up first"
+    return Text(text)
+
+
 def _contracts_table(found: list[ContractResponse]):
     rows = [
         (
@@ -398,10 +445,12 @@ def _contracts_table(found: list[ContractResponse]):
             c.region,
             f"{c.starts_at:%Y-%m-%d %H:%M}",
             f"{c.ends_at:%Y-%m-%d %H:%M}",
+            micros(c.price_micros),
         )
         for c in found
     ]
-    return table("Contracts", ("id", "tenant", "model", "count", "region", "from", "until"), rows)
+    columns = ("id", "tenant", "model", "count", "region", "from", "until", "prepaid")
+    return table("Contracts", columns, rows)
 
 
 def _nodes_table(found: list[NodeResponse]):

@@ -53,6 +53,7 @@ from suanli.wire.plan_schemas import (
 )
 from suanli.wire.schemas import (
     ContractCreateRequest,
+    ContractQuoteResponse,
     ContractResponse,
     ContractTransferRequest,
     FleetResponse,
@@ -236,6 +237,10 @@ class Client:
 
     def create_contract(self, request: ContractCreateRequest) -> ContractResponse:
         return self._call("POST", "/v1/contracts", ContractResponse, body=request)
+
+    def quote_contract(self, request: ContractCreateRequest) -> ContractQuoteResponse:
+        """What signing `request` would hold and prepay now; signs nothing."""
+        return self._call("POST", "/v1/contracts/quote", ContractQuoteResponse, body=request)
 
     def contracts(self) -> list[ContractResponse]:
         return self._call("GET", "/v1/contracts", list[ContractResponse])

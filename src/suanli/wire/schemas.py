@@ -307,6 +307,18 @@ class ContractResponse(WireModel):
     )
 
 
+class ContractQuoteResponse(WireModel):
+    tenant_id: str
+    gpu_model: str
+    count: int
+    region: str
+    starts_at: datetime
+    ends_at: datetime
+    price_micros_per_gpu_hour: int = Field(description="The reserved list price at the window's start.")
+    price_micros: int = Field(description="Prepaid at signing: that price x GPUs x window hours.")
+    payable: bool = Field(description="Whether the holder's cash and payment terms cover the price now.")
+
+
 class MaintenanceCreateRequest(WireModel):
     node: str = Field(max_length=200, description="The node to take out of service.")
     starts_at: Moment

@@ -16,7 +16,7 @@ class ApiError extends Error {
 const SLOW_EVERY = 5; // ticks between reads of what changes slowly (the month's invoice, the nodes)
 const session = {
   key: sessionStorage.getItem(KEY_ITEM), role: null, selected: null, logOffset: 0, timer: null, ticks: 0,
-  states: "",
+  states: "", quoted: null,
 };
 
 async function api(method, path, body = undefined, headers = {}) {
@@ -82,11 +82,14 @@ async function signIn(key) {
 function signOut() {
   sessionStorage.removeItem(KEY_ITEM);
   clearInterval(session.timer);
-  Object.assign(session, { key: null, role: null, selected: null, logOffset: 0, timer: null, ticks: 0, states: "" });
+  Object.assign(session, {
+    key: null, role: null, selected: null, logOffset: 0, timer: null, ticks: 0, states: "", quoted: null,
+  });
   $("console").hidden = true;
   $("whoami").hidden = true;
   $("detail").hidden = true;
-  $("contracts-section").hidden = true;
+  $("contracts").hidden = true;
+  forgetQuote();
   $("plans-section").hidden = true;
   $("payouts-section").hidden = true;
   $("login").hidden = false;
@@ -117,8 +120,10 @@ async function searchOffers() {
   const body = $("offers").tBodies[0];
   body.replaceChildren();
   const models = new Set();
+  const regions = new Set();
   for (const offer of offers) {
     models.add(offer.gpu_model);
+    regions.add(offer.region);
     const row = body.insertRow();
     cell(row, offer.gpu_model);
     cell(row, `${offer.region} (${offer.jurisdiction})`);
@@ -138,8 +143,10 @@ async function searchOffers() {
     });
     row.insertCell().append(use);
   }
-  const list = $("models");
-  list.replaceChildren(...[...models].sort().map((m) => Object.assign(document.createElement("option"), { value: m })));
+  const options = (values) =>
+    [...values].sort().map((value) => Object.assign(document.createElement("option"), { value }));
+  $("models").replaceChildren(...options(models));
+  $("regions").replaceChildren(...options(regions));
 }
 
 function decimal(text, field) {
@@ -345,8 +352,8 @@ async function refreshNodes() {
 
 const utcText = (moment) => moment.replace("T", " ").slice(0, 16);
 
-// GET `path` and write a row per item into table `id`; its section `${id}-section` stays hidden while there
-// are none, or when the server cannot say
+// GET `path` and write a row per item into table `id`; the table, and its section `${id}-section` unless
+// that keeps a form (data-keep), stay hidden while there are none, or when the server cannot say
 async function refreshOwnList(path, id, writeRow) {
   let items;
   try {
@@ -354,7 +361,9 @@ async function refreshOwnList(path, id, writeRow) {
   } catch (error) {
     return;
   }
-  $(`${id}-section`).hidden = items.length === 0;
+  const section = $(`${id}-section`);
+  if (!("keep" in section.dataset)) section.hidden = items.length === 0;
+  $(id).hidden = items.length === 0;
   const body = $(id).tBodies[0];
   body.replaceChildren();
   for (const item of items) writeRow(body.insertRow(), item);
@@ -377,6 +386,64 @@ const refreshContracts = () =>
     cell(row, units(contract.price_micros), "num");
     cell(row, periodState(contract, "open: held for you"));
   });
+
+// --- buying compute futures: quote first, then sign exactly what was quoted ------------------------------
+
+function contractRequest() {
+  const form = $("contract-form");
+  return {
+    gpu_model: form.gpu_model.value.trim(),
+    count: Number(form.count.value),
+    region: form.region.value.trim(),
+    starts_at: `${form.from.value}:00Z`, // the inputs are read as UTC
+    ends_at: `${form.until.value}:00Z`,
+  };
+}
+
+function forgetQuote() {
+  session.quoted = null;
+  $("contract-sign").disabled = true;
+  $("contract-quote-text").textContent = "";
+}
+
+function quoteText(quote) {
+  const gpuHours = (quote.count * (Date.parse(quote.ends_at) - Date.parse(quote.starts_at))) / 3.6e6;
+  const window = `${utcText(quote.starts_at)} to ${utcText(quote.ends_at)} UTC`;
+  const price = `${units(quote.price_micros_per_gpu_hour)} / GPU-h = ${units(quote.price_micros)}`;
+  const text = `${quote.count} x ${quote.gpu_model} in ${quote.region}, ${window}: ${gpuHours} GPU-h at ${price}`;
+  return quote.payable
+    ? `${text}, prepaid when you sign.`
+    : `${text}. That is more than you can pay now: top up first.`;
+}
+
+async function quoteContract(event) {
+  event.preventDefault();
+  forgetQuote();
+  showError("contract-error", null);
+  const request = contractRequest();
+  try {
+    const quote = await api("POST", "/v1/contracts/quote", request);
+    $("contract-quote-text").textContent = quoteText(quote);
+    if (quote.payable) session.quoted = request;
+    $("contract-sign").disabled = !quote.payable;
+  } catch (error) {
+    showError("contract-error", error);
+  }
+}
+
+async function signContract() {
+  const request = session.quoted;
+  if (!request) return;
+  forgetQuote(); // one click signs once
+  showError("contract-error", null);
+  try {
+    const contract = await api("POST", "/v1/contracts", request);
+    $("contract-quote-text").textContent = `Signed ${contract.id}: ${units(contract.price_micros)} prepaid.`;
+  } catch (error) {
+    showError("contract-error", error);
+  }
+  await Promise.all([refreshContracts(), refreshBalance()]);
+}
 
 const percent = (bp) => `${(bp / 100).toFixed(2)}%`;
 
@@ -521,6 +588,9 @@ $("offers-form").addEventListener("submit", (event) => {
 $("rent-form").addEventListener("submit", rent);
 $("detail-stop").addEventListener("click", stopSelected);
 $("maintenance-form").addEventListener("submit", scheduleMaintenance);
+$("contract-form").addEventListener("submit", quoteContract);
+$("contract-form").addEventListener("input", forgetQuote); // a changed form is no longer what was quoted
+$("contract-sign").addEventListener("click", signContract);
 
 if (session.key) {
   signIn(session.key).catch(() => signOut());
