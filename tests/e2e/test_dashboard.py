@@ -16,6 +16,7 @@ import pytest
 from test_agents import ADMIN_KEY, FLEET, Platform, running_platform, wait_for_state
 
 from suanli.client import Client
+from suanli.wire.billing_schemas import PriceEntryRequest
 from suanli.wire.plan_schemas import PlanRequest
 from suanli.wire.schemas import ContractCreateRequest, RentalCreateRequest
 
@@ -212,6 +213,7 @@ def test_a_tenant_quotes_a_contract_then_signs_what_was_quoted(page: Page, platf
     with platform.tenant() as api:
         quote = api.quote_contract(ContractCreateRequest(**window, starts_at=starts_at, ends_at=ends_at))
         cash_before = api.balance().cash_micros
+        contracts_before = len(api.contracts())
     assert quote.payable and quote.price_micros == quote.price_micros_per_gpu_hour * 2 * 3 > 0
     sign_in(page, platform)
     page.fill("#contract-model", "H100-SXM-80GB")
@@ -251,7 +253,7 @@ def test_a_tenant_quotes_a_contract_then_signs_what_was_quoted(page: Page, platf
     expect(page.locator("#contract-error")).to_contain_text("count:")
     expect(page.locator("#contract-sign")).to_be_disabled()
     with platform.tenant() as api:
-        assert len(api.contracts()) == 2
+        assert len(api.contracts()) == contracts_before + 1  # the one signed above, no more
 
 
 def test_an_operator_sees_providers_payables_and_a_tenant_does_not(page: Page, platform: Platform) -> None:
@@ -275,6 +277,36 @@ def test_an_operator_sees_providers_payables_and_a_tenant_does_not(page: Page, p
         expect(row).to_contain_text(str(len(payout.lines)))
         shown = float(row.locator("td").nth(2).inner_text())
         assert shown > 0 and shown <= payout.payable_micros / 1e6 + 1e-4  # the meter may have charged since
+
+
+def test_a_tenant_reads_the_list_prices_in_force_and_those_to_come(page: Page, platform: Platform) -> None:
+    """One row per model and region, as the API's price book has them; an entry an admin adds for a later
+    date shows with it, beside the price in force."""
+    with Client(platform.url, ADMIN_KEY) as admin:
+        admin.set_prices(
+            [
+                PriceEntryRequest(
+                    gpu_model="H100-SXM-80GB",
+                    region="lab",
+                    tier="on_demand",
+                    price_micros_per_gpu_hour=3_500_000,
+                    effective_from=datetime(2031, 1, 1, tzinfo=UTC),
+                )
+            ]
+        )
+        book = admin.prices()
+    listed = {(p.gpu_model, p.mig_profile, p.region) for p in book}
+    sign_in(page, platform)
+    page.click("#prices-section summary")
+    expect(page.locator("#prices tbody tr")).to_have_count(len(listed))
+    everywhere = page.locator("#prices tbody tr[data-model='H100-SXM-80GB'][data-region='*']")
+    for tier, column in (("on_demand", 2), ("reserved", 3), ("spot", 4)):
+        (entry,) = [p for p in book if (p.gpu_model, p.region, p.tier) == ("H100-SXM-80GB", "*", tier)]
+        shown = f"{entry.price_micros_per_gpu_hour / 1e6:.4f}"
+        expect(everywhere.locator("td").nth(column)).to_have_text(shown)
+    lab = page.locator("#prices tbody tr[data-model='H100-SXM-80GB'][data-region='lab']")
+    expect(lab.locator("td").nth(1)).to_have_text("lab")
+    expect(lab.locator("td").nth(2)).to_have_text("3.5000 from 2031-01-01 00:00")
 
 
 def test_a_tenant_sees_its_plans(page: Page, platform: Platform) -> None:

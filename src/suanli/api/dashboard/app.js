@@ -149,6 +149,49 @@ async function searchOffers() {
   $("regions").replaceChildren(...options(regions));
 }
 
+// --- the price book -------------------------------------------------------------------------------------
+
+const PRICE_COLUMN = { on_demand: 0, reserved: 1, spot: 2 }; // the spot entries are floors
+
+// the price in force now, then each one taking effect later with its date
+function priceText(entries, nowS) {
+  const sorted = [...entries].sort((a, b) => a.effective_from_s - b.effective_from_s);
+  const inForce = sorted.filter((e) => e.effective_from_s <= nowS).at(-1);
+  const later = sorted
+    .filter((e) => e.effective_from_s > nowS)
+    .map((e) => `${units(e.price_micros_per_gpu_hour)} from ${utcText(new Date(e.effective_from_s * 1000).toISOString())}`);
+  return [inForce ? units(inForce.price_micros_per_gpu_hour) : null, ...later].filter(Boolean).join(", ");
+}
+
+async function refreshPrices() {
+  let entries;
+  try {
+    entries = await api("GET", "/v1/prices");
+  } catch (error) {
+    showError("prices-error", error);
+    return;
+  }
+  showError("prices-error", null);
+  const rows = new Map(); // one row per GPU model (or MIG profile) and region, a column per tier
+  for (const entry of entries) {
+    const what = entry.mig_profile ? `${entry.gpu_model} ${entry.mig_profile}` : entry.gpu_model;
+    const key = JSON.stringify([what, entry.region]);
+    if (!rows.has(key)) rows.set(key, { what, region: entry.region, source: entry.source, tiers: [[], [], []] });
+    rows.get(key).tiers[PRICE_COLUMN[entry.tier]].push(entry);
+  }
+  const nowS = Date.now() / 1000;
+  const body = $("prices").tBodies[0];
+  body.replaceChildren();
+  for (const row of rows.values()) {
+    const tr = body.insertRow();
+    tr.dataset.model = row.what;
+    tr.dataset.region = row.region;
+    cell(tr, row.what).title = row.source;
+    cell(tr, row.region === "*" ? "any" : row.region);
+    for (const entriesOfTier of row.tiers) cell(tr, priceText(entriesOfTier, nowS), "num");
+  }
+}
+
 function decimal(text, field) {
   if (!text.trim()) return null;
   const value = Number(text);
@@ -553,6 +596,7 @@ async function setDrained(name, action) {
 
 async function refreshSlow() {
   await Promise.all([
+    refreshPrices(),
     refreshUsage(),
     refreshNodes(),
     refreshMaintenance(),
