@@ -329,6 +329,60 @@ def test_a_quote_prices_a_contract_says_if_it_can_be_paid_and_signs_nothing(clie
     assert client.get("/v1/ledger/verify", headers=ADMIN).json()["ok"] is True
 
 
+def test_signing_again_with_the_same_idempotency_key_returns_the_contract_and_charges_once(
+    client, tenant
+) -> None:
+    """A buyer whose answer was lost signs again with the same key: the same contract (200), one charge,
+    even when both signings run at once; the key with other terms is refused, naming the header."""
+    holder_id, holder = tenant("futures-retrier")
+    _, other = tenant("futures-same-key")
+    _credit(client, holder_id, 1_000_000_000)
+    start = (datetime.now(UTC) + timedelta(days=2)).replace(microsecond=0)
+    window = {"gpu_model": "H100-SXM-80GB", "count": 1, "region": "cn-north"}
+    body = {**window, "starts_at": start.isoformat(), "ends_at": (start + timedelta(hours=2)).isoformat()}
+    price = _reserved_list_price(client, "H100-SXM-80GB") * 2
+    first = client.post("/v1/contracts", json=body, headers={**holder, "Idempotency-Key": "buy-1"})
+    again = client.post("/v1/contracts", json=body, headers={**holder, "Idempotency-Key": "buy-1"})
+    assert (first.status_code, again.status_code) == (201, 200), (first.text, again.text)
+    assert again.json() == first.json()
+    changed = client.post(
+        "/v1/contracts", json={**body, "count": 2}, headers={**holder, "Idempotency-Key": "buy-1"}
+    )
+    assert changed.status_code == 409 and changed.json()["error"]["field"] == "Idempotency-Key"
+    # another tenant's same key is its own: it signs (or is refused) on its own terms
+    assert (
+        client.post("/v1/contracts", json=body, headers={**other, "Idempotency-Key": "buy-1"}).status_code
+        == 402
+    )
+    assert client.post(
+        "/v1/contracts", json=body, headers={**holder, "Idempotency-Key": "k" * 201}
+    ).status_code in (
+        400,
+        422,
+    )
+
+    for attempt in range(6):  # both signings at once: each waits for the other's lock, then finds it
+        at_once = threading.Barrier(2)
+        codes: list[int] = []
+
+        def sign(key: str = f"race-{attempt}", at_once=at_once, codes=codes) -> None:
+            at_once.wait()
+            response = client.post("/v1/contracts", json=body, headers={**holder, "Idempotency-Key": key})
+            codes.append(response.status_code)
+
+        threads = [threading.Thread(target=sign) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert sorted(codes) == [200, 201], codes
+    contracts = client.get("/v1/contracts", headers=holder).json()
+    assert len(contracts) == 7
+    paid = [tx for tx in _ledger(client, holder_id) if tx["kind"] == "contract"]
+    assert len(paid) == 7 and _balance(client, holder)["cash_micros"] == 1_000_000_000 - 7 * price
+    assert client.get("/v1/ledger/verify", headers=ADMIN).json()["ok"] is True
+
+
 def test_cli_quotes_a_contract_then_signs_it(client, tenant, monkeypatch) -> None:
     holder_id, holder = tenant("cli-futures")
     _credit(client, holder_id, 1_000_000_000)

@@ -1,4 +1,4 @@
-"""/v1/rentals (Idempotency-Key), stop, resize; /v1/contracts, transfer."""
+"""/v1/rentals (Idempotency-Key), stop, resize; /v1/contracts (Idempotency-Key), quote, transfer."""
 
 from __future__ import annotations
 
@@ -61,11 +61,26 @@ def resize_rental(
 
 @router.post("/contracts", status_code=status.HTTP_201_CREATED, tags=["contracts"])
 def create_contract(
-    body: ContractCreateRequest, caller: CallerDep, services: ServicesDep
+    body: ContractCreateRequest,
+    caller: CallerDep,
+    services: ServicesDep,
+    response: Response,
+    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
 ) -> ContractResponse:
-    record = services.contracts.create(
-        caller, body.gpu_model, body.count, body.region, body.starts_at, body.ends_at, body.tenant_id
+    """Sign a contract and prepay it; the same Idempotency-Key (same holder, same terms) returns the contract
+    signed with it (200) and charges nothing more."""
+    record, created = services.contracts.create(
+        caller,
+        body.gpu_model,
+        body.count,
+        body.region,
+        body.starts_at,
+        body.ends_at,
+        body.tenant_id,
+        idempotency_key,
     )
+    if not created:
+        response.status_code = status.HTTP_200_OK
     return mappers.contract(record)
 
 

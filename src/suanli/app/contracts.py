@@ -17,6 +17,7 @@ rate, and from its start the holder's rentals placed before it are covered (`app
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -25,7 +26,7 @@ from suanli.app.coverage import extend_coverage, settle_coverage
 from suanli.app.downtime import down_for_contracts
 from suanli.app.errors import Conflict, Forbidden, Invalid, NotFound, PaymentRequired
 from suanli.app.fleet import FleetCache
-from suanli.app.ids import new_id, upcoming_window
+from suanli.app.ids import MAX_IDEMPOTENCY_KEY, new_id, upcoming_window
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.postings import post_once, retrying
 from suanli.app.records import Caller, ContractRecord, domain_contract
@@ -65,6 +66,10 @@ def _epoch_window(record: ContractRecord) -> tuple[float, float]:
     return to_epoch_s(record.starts_at), to_epoch_s(record.ends_at)
 
 
+def _terms(record: ContractRecord) -> tuple:
+    return (record.tenant_id, record.gpu_model, record.count, record.region, record.starts_at, record.ends_at)
+
+
 def _cash(uow: UnitOfWork, tenant_id: str) -> int:
     return uow.ledger.balances([tenant_id]).get(AccountId.tenant_cash(tenant_id), 0)
 
@@ -94,14 +99,22 @@ class ContractService:
         starts_at: datetime,
         ends_at: datetime,
         tenant_id: str | None,
-    ) -> ContractRecord:
+        idempotency_key: str | None = None,
+    ) -> tuple[ContractRecord, bool]:
+        """The signed contract and True, or the one signed earlier with the same key (same holder and
+        terms) and False: a buyer who lost the answer signs again safely, and pays once."""
+        if idempotency_key is not None and not 0 < len(idempotency_key) <= MAX_IDEMPOTENCY_KEY:
+            raise Invalid(f"1 to {MAX_IDEMPOTENCY_KEY} characters", field="Idempotency-Key")
         record = self._draft(caller, gpu_model, count, region, starts_at, ends_at, tenant_id)
+        if idempotency_key is not None:  # one key, one contract per holder: its id follows from the key
+            digest = hashlib.sha256(f"{record.tenant_id}\0{idempotency_key}".encode()).hexdigest()
+            record = replace(record, id=f"ctr_{digest[:16]}")
 
-        def work() -> ContractRecord:
+        def work() -> tuple[ContractRecord, bool]:
             with self.uow() as uow:
-                signed = self._sign(uow, record)
+                signed, created = self._sign(uow, record)
                 uow.commit()
-                return signed
+                return signed, created
 
         return retrying(work)
 
@@ -173,9 +186,15 @@ class ContractService:
         except ContractError as error:
             raise Conflict(str(error), field="count") from None
 
-    def _sign(self, uow: UnitOfWork, record: ContractRecord) -> ContractRecord:
+    def _sign(self, uow: UnitOfWork, record: ContractRecord) -> tuple[ContractRecord, bool]:
         holder, region, count, now = record.tenant_id, record.region, record.count, record.created_at
         uow.contracts.lock_signing()  # two signings at once must not both fit beside the same contracts
+        earlier = uow.contracts.get(record.id)  # signed before under the same idempotency key
+        if earlier is not None:
+            if _terms(earlier) != _terms(record):
+                message = "this Idempotency-Key was used with a different contract"
+                raise Conflict(message, field="Idempotency-Key")
+            return earlier, False
         self._check(uow, record)
         if self.price_book is not None:
             unit_micros = self._unit_price(uow, record)
@@ -196,7 +215,7 @@ class ContractService:
                 memo=f"{count} x {record.gpu_model} in {region}, {record.starts_at:%Y-%m-%d %H:%M} to "
                 f"{record.ends_at:%Y-%m-%d %H:%M} UTC, prepaid",
             )
-        return record
+        return record, True
 
     def _unit_price(self, uow: UnitOfWork, record: ContractRecord) -> int:
         """The reserved list price per GPU-hour at the window's start (0 without a price book: free)."""

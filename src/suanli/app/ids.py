@@ -9,6 +9,8 @@ from datetime import UTC, datetime
 
 from suanli.app.errors import Invalid
 
+MAX_IDEMPOTENCY_KEY = 200  # characters of an Idempotency-Key header
+
 
 def new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(8)}"

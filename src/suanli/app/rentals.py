@@ -15,7 +15,7 @@ from typing import Any
 from suanli.app.billing import BillingService
 from suanli.app.booking import SHARE_UNIT_MILLI
 from suanli.app.errors import Conflict, Duplicate, Invalid, NotFound
-from suanli.app.ids import new_id
+from suanli.app.ids import MAX_IDEMPOTENCY_KEY, new_id
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.pricing import ANY_REGION, contract_room_milli
 from suanli.app.records import END_STATES, LIVE_STATES, Caller, Rental, RentalEvent, RentalSpec, RentalView
@@ -27,7 +27,6 @@ from suanli.domain.images import RUNS_IMAGES_LABEL, check_image
 from suanli.domain.plan import NodeAllocation
 from suanli.domain.request import Constraints, GpuSelector, GpuShare, MigSlice, Request, Tier, WholeGpus
 
-MAX_IDEMPOTENCY_KEY = 200
 LIST_LIMIT = 1000
 # domain field names -> wire field names, for errors
 _FIELDS = {"gpu_milli": "share_milli", "gpu_memory_mib": "share_memory_mib", "node_count": "nodes"}

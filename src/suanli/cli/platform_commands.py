@@ -237,7 +237,7 @@ def contracts_create(
     """Sign a contract for GPUs of one model in one region over [from, until), prepaying its price."""
     request = _contract_request((gpu_model, count, region, starts_at, ends_at, tenant))
     with logged_in() as client:
-        contract = client.create_contract(request)
+        contract = client.create_contract(request, f"cli-{uuid.uuid4()}")
     emit(contract, as_json, lambda c: _contracts_table([c]))
 
 

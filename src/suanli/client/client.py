@@ -235,8 +235,19 @@ class Client:
 
     # --- contracts ---------------------------------------------------------------------------------
 
-    def create_contract(self, request: ContractCreateRequest) -> ContractResponse:
-        return self._call("POST", "/v1/contracts", ContractResponse, body=request)
+    def create_contract(
+        self, request: ContractCreateRequest, idempotency_key: str | None = None
+    ) -> ContractResponse:
+        """Sign and prepay; with an idempotency key, a retry after a lost answer returns the same contract."""
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        return self._call(
+            "POST",
+            "/v1/contracts",
+            ContractResponse,
+            body=request,
+            headers=headers,
+            retry=idempotency_key is not None,
+        )
 
     def quote_contract(self, request: ContractCreateRequest) -> ContractQuoteResponse:
         """What signing `request` would hold and prepay now; signs nothing."""

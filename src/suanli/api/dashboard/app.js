@@ -467,7 +467,7 @@ async function quoteContract(event) {
   try {
     const quote = await api("POST", "/v1/contracts/quote", request);
     $("contract-quote-text").textContent = quoteText(quote);
-    if (quote.payable) session.quoted = request;
+    if (quote.payable) session.quoted = { request, key: crypto.randomUUID() };
     $("contract-sign").disabled = !quote.payable;
   } catch (error) {
     showError("contract-error", error);
@@ -475,12 +475,12 @@ async function quoteContract(event) {
 }
 
 async function signContract() {
-  const request = session.quoted;
-  if (!request) return;
+  const quoted = session.quoted;
+  if (!quoted) return;
   forgetQuote(); // one click signs once
   showError("contract-error", null);
   try {
-    const contract = await api("POST", "/v1/contracts", request);
+    const contract = await api("POST", "/v1/contracts", quoted.request, { "Idempotency-Key": quoted.key });
     $("contract-quote-text").textContent = `Signed ${contract.id}: ${units(contract.price_micros)} prepaid.`;
   } catch (error) {
     showError("contract-error", error);
