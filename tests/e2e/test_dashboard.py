@@ -326,3 +326,29 @@ def test_a_tenant_sees_its_plans(page: Page, platform: Platform) -> None:
     terms = "15.00% off on-demand and reserved; 5.00% of reported revenue"
     for text in (plan.id, "revenue share", terms, plan.starts_at.strftime("%Y-%m-%d %H:%M"), "in force"):
         expect(row).to_contain_text(text)
+
+
+def test_an_operator_puts_a_tenant_on_a_plan(page: Page, platform: Platform) -> None:
+    """An admin picks a tenant, gives a membership's terms and sees the plan made; the fee is posted from the
+    tenant's cash. A bad percentage is refused in the page, naming the field, and makes nothing."""
+    with Client(platform.url, ADMIN_KEY) as admin:
+        member = admin.create_tenant("studio", "tenant")
+        admin.credit(member.id, 20_000_000, memo="membership fee")
+    page.goto(platform.url)
+    page.fill("#key", ADMIN_KEY)
+    page.click("#login-form button")
+    expect(page.locator("#tenants-section")).to_be_visible()
+    expect(page.locator(f"#tenants tbody tr[data-tenant='{member.id}']")).to_contain_text("studio")
+    page.select_option("#plan-tenant", member.id)
+    page.fill("#plan-discount", "150")
+    page.click("#plan-form button")
+    expect(page.locator("#plan-error")).to_have_text("discount %: give a percentage from 0 to 100")
+    page.fill("#plan-discount", "12.5")
+    page.fill("#plan-fee", "5")
+    page.click("#plan-form button")
+    expect(page.locator("#plan-made")).to_contain_text(f"for {member.id}: 12.50% off on-demand; fee 5.0000")
+    with Client(platform.url, ADMIN_KEY) as admin:
+        (plan,) = admin.plans(member.id)
+        assert (plan.kind, plan.discount_bp, plan.fee_micros) == ("membership", 1250, 5_000_000)
+        assert admin.balance(member.id).cash_micros == 15_000_000
+    expect(page.locator("#plan-made")).to_contain_text(plan.id)

@@ -74,6 +74,7 @@ async function signIn(key) {
   $("whoami").hidden = false;
   $("nodes-section").hidden = !["admin", "provider"].includes(session.role);
   $("payouts-section").hidden = $("nodes-section").hidden;
+  $("tenants-section").hidden = session.role !== "admin";
   $("maintenance-form").querySelector("button").disabled = session.role !== "admin";
   await Promise.all([refreshBalance(), searchOffers(), refreshRentals(), refreshSlow()]);
   session.timer = setInterval(tick, REFRESH_MS);
@@ -89,6 +90,8 @@ function signOut() {
   $("whoami").hidden = true;
   $("detail").hidden = true;
   $("contracts").hidden = true;
+  $("tenants-section").hidden = true;
+  $("plan-made").textContent = "";
   forgetQuote();
   $("plans-section").hidden = true;
   $("payouts-section").hidden = true;
@@ -508,6 +511,70 @@ const refreshPlans = () =>
     cell(row, periodState(plan, "in force"));
   });
 
+// --- tenants and their plans (admins) ------------------------------------------------------------------
+
+async function refreshTenants() {
+  if ($("tenants-section").hidden) return;
+  let tenants;
+  try {
+    tenants = await api("GET", "/v1/tenants");
+  } catch (error) {
+    showError("plan-error", error);
+    return;
+  }
+  const body = $("tenants").tBodies[0];
+  body.replaceChildren();
+  for (const tenant of tenants) {
+    const row = body.insertRow();
+    row.dataset.tenant = tenant.id;
+    cell(row, tenant.id, "mono");
+    cell(row, tenant.name);
+    cell(row, tenant.role);
+    cell(row, utcText(tenant.created_at));
+  }
+  const choice = $("plan-tenant");
+  const chosen = choice.value;
+  const option = (t) => Object.assign(document.createElement("option"), { value: t.id, textContent: `${t.name} (${t.id})` });
+  choice.replaceChildren(...tenants.filter((t) => t.role === "tenant").map(option));
+  if (chosen) choice.value = chosen;
+}
+
+// a percentage as basis points; "" is 0
+function basisPoints(text, field) {
+  const value = text.trim() ? Number(text) : 0;
+  if (!Number.isFinite(value) || value < 0 || value > 100) throw new ApiError(0, "give a percentage from 0 to 100", field);
+  return Math.round(value * 100);
+}
+
+function planRequest() {
+  const form = $("plan-form");
+  const fee = form.fee.value.trim() ? Number(form.fee.value) : 0;
+  if (!Number.isFinite(fee) || fee < 0) throw new ApiError(0, "give an amount of 0 or more", "fee");
+  const request = {
+    kind: form.kind.value,
+    discount_bp: basisPoints(form.discount.value, "discount %"),
+    fee_micros: Math.round(fee * 1e6),
+    revenue_share_bp: basisPoints(form.share.value, "revenue share %"),
+  };
+  if (form.from.value) request.starts_at = `${form.from.value}:00Z`; // the inputs are read as UTC
+  if (form.until.value) request.ends_at = `${form.until.value}:00Z`;
+  return request;
+}
+
+async function putOnPlan(event) {
+  event.preventDefault();
+  showError("plan-error", null);
+  $("plan-made").textContent = "";
+  const tenantId = $("plan-tenant").value;
+  try {
+    const plan = await api("POST", `/v1/tenants/${encodeURIComponent(tenantId)}/plans`, planRequest());
+    const period = `${utcText(plan.starts_at)} to ${utcText(plan.ends_at)} UTC`;
+    $("plan-made").textContent = `${plan.id} for ${plan.tenant_id}: ${planTerms(plan)}, ${period}.`;
+  } catch (error) {
+    showError("plan-error", error);
+  }
+}
+
 async function refreshPayouts() {
   if ($("payouts-section").hidden) return;
   let payouts;
@@ -603,6 +670,7 @@ async function refreshSlow() {
     refreshContracts(),
     refreshPlans(),
     refreshPayouts(),
+    refreshTenants(),
   ]);
 }
 
@@ -635,6 +703,7 @@ $("maintenance-form").addEventListener("submit", scheduleMaintenance);
 $("contract-form").addEventListener("submit", quoteContract);
 $("contract-form").addEventListener("input", forgetQuote); // a changed form is no longer what was quoted
 $("contract-sign").addEventListener("click", signContract);
+$("plan-form").addEventListener("submit", putOnPlan);
 
 if (session.key) {
   signIn(session.key).catch(() => signOut());
