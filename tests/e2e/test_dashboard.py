@@ -352,3 +352,35 @@ def test_an_operator_puts_a_tenant_on_a_plan(page: Page, platform: Platform) -> 
         assert (plan.kind, plan.discount_bp, plan.fee_micros) == ("membership", 1250, 5_000_000)
         assert admin.balance(member.id).cash_micros == 15_000_000
     expect(page.locator("#plan-made")).to_contain_text(plan.id)
+
+
+def test_an_operator_adds_a_later_price_and_a_tenant_cannot(page: Page, platform: Platform) -> None:
+    sign_in(page, platform)
+    page.click("#prices-section summary")
+    expect(page.locator("#price-form")).to_be_hidden()  # a tenant reads the book only
+    page.click("#sign-out")
+    page.fill("#key", ADMIN_KEY)
+    page.click("#login-form button")
+    page.click("#prices-section summary")
+    page.fill("#price-model", "H100-SXM-80GB")
+    page.fill("#price-region", "lab")
+    page.select_option("#price-tier", "reserved")
+    page.fill("#price-amount", "-1")
+    page.click("#price-form button")
+    expect(page.locator("#prices-error")).to_have_text("price / GPU-h: give an amount of 0 or more")
+    page.fill("#price-amount", "2.45")
+    page.fill("#price-from", "2031-02-01T00:00")
+    page.fill("#price-source", "console test")
+    page.click("#price-form button")
+    lab = page.locator("#prices tbody tr[data-model='H100-SXM-80GB'][data-region='lab']")
+    expect(lab.locator("td").nth(3)).to_have_text("2.4500 from 2031-02-01 00:00")
+    with Client(platform.url, ADMIN_KEY) as admin:
+        added = [p for p in admin.prices() if p.source == "console test"]
+    assert [(p.region, p.tier, p.price_micros_per_gpu_hour) for p in added] == [
+        ("lab", "reserved", 2_450_000)
+    ]
+    assert added[0].effective_from_s == int(datetime(2031, 2, 1, tzinfo=UTC).timestamp())
+    page.fill("#price-model", "Z99")
+    page.fill("#price-from", "")
+    page.click("#price-form button")
+    expect(page.locator("#prices-error")).to_contain_text("gpu_model")

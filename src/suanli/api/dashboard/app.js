@@ -75,6 +75,7 @@ async function signIn(key) {
   $("nodes-section").hidden = !["admin", "provider"].includes(session.role);
   $("payouts-section").hidden = $("nodes-section").hidden;
   $("tenants-section").hidden = session.role !== "admin";
+  $("price-form").hidden = session.role !== "admin";
   $("maintenance-form").querySelector("button").disabled = session.role !== "admin";
   await Promise.all([refreshBalance(), searchOffers(), refreshRentals(), refreshSlow()]);
   session.timer = setInterval(tick, REFRESH_MS);
@@ -91,6 +92,8 @@ function signOut() {
   $("detail").hidden = true;
   $("contracts").hidden = true;
   $("tenants-section").hidden = true;
+  $("price-form").hidden = true;
+  $("prices-section").querySelector("details").open = false;
   $("plan-made").textContent = "";
   forgetQuote();
   $("plans-section").hidden = true;
@@ -182,6 +185,10 @@ async function refreshPrices() {
     if (!rows.has(key)) rows.set(key, { what, region: entry.region, source: entry.source, tiers: [[], [], []] });
     rows.get(key).tiers[PRICE_COLUMN[entry.tier]].push(entry);
   }
+  const models = new Set(entries.map((e) => e.gpu_model));
+  $("price-models").replaceChildren(
+    ...[...models].map((value) => Object.assign(document.createElement("option"), { value })),
+  );
   const nowS = Date.now() / 1000;
   const body = $("prices").tBodies[0];
   body.replaceChildren();
@@ -193,6 +200,31 @@ async function refreshPrices() {
     cell(tr, row.region === "*" ? "any" : row.region);
     for (const entriesOfTier of row.tiers) cell(tr, priceText(entriesOfTier, nowS), "num");
   }
+}
+
+async function addPrice(event) {
+  event.preventDefault();
+  showError("prices-error", null);
+  const form = $("price-form");
+  try {
+    const price = Number(form.price.value);
+    if (!form.price.value.trim() || !Number.isFinite(price) || price < 0) {
+      throw new ApiError(0, "give an amount of 0 or more", "price / GPU-h");
+    }
+    const entry = {
+      gpu_model: form.gpu_model.value.trim(),
+      region: form.region.value.trim(),
+      tier: form.tier.value,
+      price_micros_per_gpu_hour: Math.round(price * 1e6),
+      source: form.source.value.trim(),
+    };
+    if (form.from.value) entry.effective_from = `${form.from.value}:00Z`; // read as UTC; now when empty
+    await api("PUT", "/v1/prices", [entry]);
+  } catch (error) {
+    showError("prices-error", error);
+    return;
+  }
+  await Promise.all([refreshPrices(), searchOffers()]);
 }
 
 function decimal(text, field) {
@@ -704,6 +736,7 @@ $("contract-form").addEventListener("submit", quoteContract);
 $("contract-form").addEventListener("input", forgetQuote); // a changed form is no longer what was quoted
 $("contract-sign").addEventListener("click", signContract);
 $("plan-form").addEventListener("submit", putOnPlan);
+$("price-form").addEventListener("submit", addPrice);
 
 if (session.key) {
   signIn(session.key).catch(() => signOut());
