@@ -48,6 +48,19 @@ from suanli.domain.request import Tier
 
 
 @dataclass(frozen=True, slots=True)
+class ContractOrder:
+    """What a buyer asks to hold: `count` GPUs of a model in a region over [starts_at, ends_at), for
+    `tenant_id` (an admin's choice) or else the caller."""
+
+    gpu_model: str
+    count: int
+    region: str
+    starts_at: datetime
+    ends_at: datetime
+    tenant_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ContractQuote:
     """A contract as signing it now would hold it, its prepaid price, and whether the payer can pay it now."""
 
@@ -66,7 +79,8 @@ def _epoch_window(record: ContractRecord) -> tuple[float, float]:
     return to_epoch_s(record.starts_at), to_epoch_s(record.ends_at)
 
 
-def _terms(record: ContractRecord) -> tuple:
+def _terms(record: ContractRecord) -> tuple[str, str, int, str, datetime, datetime]:
+    """Holder, model, count, region and window: what an idempotency key and a quote stand for."""
     return (record.tenant_id, record.gpu_model, record.count, record.region, record.starts_at, record.ends_at)
 
 
@@ -91,21 +105,13 @@ class ContractService:
         self.price_book, self.refuses = price_book, refuses
 
     def create(
-        self,
-        caller: Caller,
-        gpu_model: str,
-        count: int,
-        region: str,
-        starts_at: datetime,
-        ends_at: datetime,
-        tenant_id: str | None,
-        idempotency_key: str | None = None,
+        self, caller: Caller, order: ContractOrder, idempotency_key: str | None = None
     ) -> tuple[ContractRecord, bool]:
         """The signed contract and True, or the one signed earlier with the same key (same holder and
         terms) and False: a buyer who lost the answer signs again safely, and pays once."""
         if idempotency_key is not None and not 0 < len(idempotency_key) <= MAX_IDEMPOTENCY_KEY:
             raise Invalid(f"1 to {MAX_IDEMPOTENCY_KEY} characters", field="Idempotency-Key")
-        record = self._draft(caller, gpu_model, count, region, starts_at, ends_at, tenant_id)
+        record = self._draft(caller, order)
         if idempotency_key is not None:  # one key, one contract per holder: its id follows from the key
             digest = hashlib.sha256(f"{record.tenant_id}\0{idempotency_key}".encode()).hexdigest()
             record = replace(record, id=f"ctr_{digest[:16]}")
@@ -118,57 +124,31 @@ class ContractService:
 
         return retrying(work)
 
-    def quote(
-        self,
-        caller: Caller,
-        gpu_model: str,
-        count: int,
-        region: str,
-        starts_at: datetime,
-        ends_at: datetime,
-        tenant_id: str | None,
-    ) -> ContractQuote:
+    def quote(self, caller: Caller, order: ContractOrder) -> ContractQuote:
         """What signing would hold and prepay now, signing nothing; the errors signing would raise, except
         that a price the payer cannot pay now is reported (`payable`), so the buyer sees what to top up."""
-        record = self._draft(caller, gpu_model, count, region, starts_at, ends_at, tenant_id)
+        record = self._draft(caller, order)
         with self.uow() as uow:  # never committed
             self._check(uow, record)
             unit_micros = self._unit_price(uow, record)
-            price = contract_price_micros(unit_micros, count, *_epoch_window(record))
+            price = contract_price_micros(unit_micros, record.count, *_epoch_window(record))
             payable = not price or self._payable(uow, record.tenant_id, price)
-        return ContractQuote(
-            record.tenant_id,
-            record.gpu_model,
-            record.count,
-            record.region,
-            record.starts_at,
-            record.ends_at,
-            unit_micros,
-            price,
-            payable,
-        )
+        return ContractQuote(*_terms(record), unit_micros, price, payable)
 
-    def _draft(
-        self,
-        caller: Caller,
-        gpu_model: str,
-        count: int,
-        region: str,
-        starts_at: datetime,
-        ends_at: datetime,
-        tenant_id: str | None,
-    ) -> ContractRecord:
+    def _draft(self, caller: Caller, order: ContractOrder) -> ContractRecord:
         """The contract as it would be signed now: holder allowed, model known, window not over."""
-        holder = tenant_id or caller.tenant.id
+        holder = order.tenant_id or caller.tenant.id
         if holder != caller.tenant.id and not caller.is_admin:
             raise Forbidden("only admins sign contracts for another tenant", field="tenant_id")
         try:
-            model = self.catalog.get(gpu_model)
+            model = self.catalog.get(order.gpu_model)
         except CatalogError as error:
             raise Invalid(str(error), field="gpu_model") from None
         now = self.clock.now()
-        starts_at, ends_at = upcoming_window(starts_at, ends_at, now)
-        return ContractRecord(new_id("ctr"), holder, model.name, count, region, starts_at, ends_at, now)
+        starts_at, ends_at = upcoming_window(order.starts_at, order.ends_at, now)
+        return ContractRecord(
+            new_id("ctr"), holder, model.name, order.count, order.region, starts_at, ends_at, now
+        )
 
     def _check(self, uow: UnitOfWork, record: ContractRecord) -> None:
         """Refuse a contract for no tenant, no fleet, an unknown region, or more than the fleet can honour."""
