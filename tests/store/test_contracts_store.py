@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import text
 
 from suanli.app.billing import BillingService
-from suanli.app.contracts import ContractService
+from suanli.app.contracts import ContractOrder, ContractService
 from suanli.app.errors import Conflict
 from suanli.app.fleet import FleetCache
 from suanli.app.records import Booking, Caller, Rental, RentalSpec, Tenant
@@ -139,7 +139,8 @@ def test_a_contract_sold_to_two_buyers_at_once_is_sold_once(contracts) -> None:
     Now the second reads the contract after the first (locked in its transaction): it moves from ten_c, who
     is paid by ten_b, and the seller is paid once."""
     service, clock, factory = contracts
-    signed = service.create(SELLER, "H100-SXM-80GB", 2, "cn-north", T0, T0 + timedelta(hours=10), None)
+    order = ContractOrder("H100-SXM-80GB", 2, "cn-north", T0, T0 + timedelta(hours=10))
+    signed, _ = service.create(SELLER, order)
     assert signed.price_micros > 0
     clock.meanwhile = lambda: service.transfer(ADMIN, signed.id, "ten_c")
     assert service.transfer(ADMIN, signed.id, "ten_b").tenant_id == "ten_b"
@@ -154,7 +155,7 @@ def test_a_covered_rental_pays_its_rate_after_its_contract_ends(contracts, billi
     on; after the window it kept its 0 rate for good: 2 h of an H100 charged 0. Now the meter loop's
     `follow_coverage` re-prices it from the contract's end: the second hour costs RATE."""
     service, _, factory = contracts
-    service.create(SELLER, MODEL, 1, REGION, T0, T0 + HOUR, None)
+    service.create(SELLER, ContractOrder(MODEL, 1, REGION, T0, T0 + HOUR))[0]
     _place_covered(factory, "rnt_c", T0)
     assert service.follow_coverage(T0 + HOUR / 2) == 0  # still open
     assert service.follow_coverage(T0 + 2 * HOUR) == 1
@@ -168,7 +169,7 @@ def test_a_covered_rental_of_the_seller_pays_its_rate_from_the_transfer(contract
     the buyer's rentals were covered by it too: one contracted GPU covered two. Now the seller's pays from
     the transfer on."""
     service, clock, factory = contracts
-    signed = service.create(SELLER, MODEL, 1, REGION, T0, T0 + 10 * HOUR, None)
+    signed = service.create(SELLER, ContractOrder(MODEL, 1, REGION, T0, T0 + 10 * HOUR))[0]
     _place_covered(factory, "rnt_c", T0)
     clock.at = T0 + HOUR / 2
     service.transfer(ADMIN, signed.id, "ten_b")
@@ -207,7 +208,7 @@ def test_two_free_contracts_signed_at_once_never_overbook_the_pool(store, contra
 def _sign(service: ContractService, tenant_id: str, count: int):
     caller = Caller(Tenant(tenant_id, tenant_id, "tenant", T0), f"key_{tenant_id}")
     try:
-        return service.create(caller, MODEL, count, REGION, T0, T0 + HOUR, None)
+        return service.create(caller, ContractOrder(MODEL, count, REGION, T0, T0 + HOUR))[0]
     except Conflict as error:
         return error
 
@@ -219,7 +220,7 @@ def test_a_rental_placed_before_the_window_is_covered_from_its_start(contracts, 
     re-prices it from T0: the half hour before is charged, the hour after is not; the job is done once."""
     service, clock, factory = contracts
     clock.at = T0 - HOUR
-    service.create(SELLER, MODEL, 1, REGION, T0, T0 + 2 * HOUR, None)
+    service.create(SELLER, ContractOrder(MODEL, 1, REGION, T0, T0 + 2 * HOUR))[0]
     _place_on_demand(factory, "rnt_early", T0 - HOUR / 2)
     assert service.follow_coverage(T0 - HOUR / 4) == 0  # not open yet
     assert service.follow_coverage(T0 + timedelta(seconds=20)) == 1
@@ -236,7 +237,7 @@ def test_the_window_covers_the_earliest_placed_rentals_up_to_its_count(contracts
     From the start the first is covered, the second for one of its GPUs (half its rate), the third not."""
     service, clock, factory = contracts
     clock.at = T0 - HOUR
-    service.create(SELLER, MODEL, 2, REGION, T0, T0 + 2 * HOUR, None)
+    service.create(SELLER, ContractOrder(MODEL, 2, REGION, T0, T0 + 2 * HOUR))[0]
     _place_on_demand(factory, "rnt_1", T0 - HOUR + timedelta(minutes=5), first_gpu=0)
     _place_on_demand(factory, "rnt_2", T0 - HOUR + timedelta(minutes=10), gpus=2, first_gpu=1)
     _place_on_demand(factory, "rnt_3", T0 - HOUR + timedelta(minutes=20), first_gpu=3)
@@ -258,7 +259,7 @@ def test_the_coverage_job_reads_only_windows_still_to_follow_and_never_doubles_a
     rate."""
     service, clock, factory = contracts
     clock.at = T0 - HOUR
-    signed = service.create(SELLER, MODEL, 1, REGION, T0, T0 + HOUR, None)
+    signed = service.create(SELLER, ContractOrder(MODEL, 1, REGION, T0, T0 + HOUR))[0]
     _place_on_demand(factory, "rnt_early", T0 - HOUR / 2)
     assert service.follow_coverage(T0 + 2 * HOUR) == 1  # covered from T0, uncovered from T0 + 1 h
     with factory() as u:
