@@ -384,3 +384,38 @@ def test_an_operator_adds_a_later_price_and_a_tenant_cannot(page: Page, platform
     page.fill("#price-from", "")
     page.click("#price-form button")
     expect(page.locator("#prices-error")).to_contain_text("gpu_model")
+
+
+def test_an_operator_transfers_a_contract_and_the_buyer_pays_its_value(
+    page: Page, platform: Platform
+) -> None:
+    window = ContractCreateRequest(
+        gpu_model="H100-SXM-80GB",
+        count=1,
+        region="lab",
+        starts_at=datetime(2031, 6, 1, tzinfo=UTC),
+        ends_at=datetime(2031, 6, 1, 2, tzinfo=UTC),
+    )
+    with platform.tenant() as api:
+        contract = api.create_contract(window)
+        seller_cash = api.balance().cash_micros
+    with Client(platform.url, ADMIN_KEY) as admin:
+        buyer = admin.create_tenant("buyer", "tenant")
+        admin.credit(buyer.id, 50_000_000, memo="buys a contract")
+    page.goto(platform.url)
+    page.fill("#key", ADMIN_KEY)
+    page.click("#login-form button")
+    row = page.locator(f"#contracts tbody tr[data-contract='{contract.id}']")
+    expect(row).to_contain_text(contract.tenant_id)
+    page.select_option("#transfer-contract", contract.id)
+    page.select_option("#transfer-tenant", buyer.id)
+    page.click("#transfer-form button")
+    expect(page.locator("#transfer-done")).to_have_text(f"{contract.id} is now held by {buyer.id}.")
+    expect(row).to_contain_text(buyer.id)
+    with Client(platform.url, ADMIN_KEY) as admin:
+        assert admin.balance(buyer.id).cash_micros == 50_000_000 - contract.price_micros  # nothing earned yet
+    with platform.tenant() as api:
+        assert api.balance().cash_micros == seller_cash + contract.price_micros
+        assert contract.id not in {c.id for c in api.contracts()}
+    page.click("#transfer-form button")  # the same contract to the same buyer again: refused, named
+    expect(page.locator("#transfer-error")).to_contain_text("to_tenant_id")

@@ -76,6 +76,7 @@ async function signIn(key) {
   $("payouts-section").hidden = $("nodes-section").hidden;
   $("tenants-section").hidden = session.role !== "admin";
   $("price-form").hidden = session.role !== "admin";
+  $("transfer-form").hidden = session.role !== "admin";
   $("maintenance-form").querySelector("button").disabled = session.role !== "admin";
   await Promise.all([refreshBalance(), searchOffers(), refreshRentals(), refreshSlow()]);
   session.timer = setInterval(tick, REFRESH_MS);
@@ -93,6 +94,8 @@ function signOut() {
   $("contracts").hidden = true;
   $("tenants-section").hidden = true;
   $("price-form").hidden = true;
+  $("transfer-form").hidden = true;
+  $("transfer-done").textContent = "";
   $("prices-section").querySelector("details").open = false;
   $("plan-made").textContent = "";
   forgetQuote();
@@ -454,9 +457,13 @@ function periodState(period, openText) {
   return Date.parse(period.starts_at) <= now ? openText : "to come";
 }
 
-const refreshContracts = () =>
-  refreshOwnList("/v1/contracts", "contracts", (row, contract) => {
+async function refreshContracts() {
+  const shown = [];
+  await refreshOwnList("/v1/contracts", "contracts", (row, contract) => {
+    shown.push(contract);
+    row.dataset.contract = contract.id;
     cell(row, contract.id, "mono");
+    cell(row, contract.tenant_id, "mono");
     cell(row, `${contract.count} x ${contract.gpu_model}`);
     cell(row, contract.region);
     cell(row, utcText(contract.starts_at));
@@ -464,6 +471,27 @@ const refreshContracts = () =>
     cell(row, units(contract.price_micros), "num");
     cell(row, periodState(contract, "open: held for you"));
   });
+  const choice = $("transfer-contract");
+  const chosen = choice.value;
+  const option = (c) => Object.assign(document.createElement("option"), { value: c.id, textContent: c.id });
+  choice.replaceChildren(...shown.filter((c) => periodState(c, "open") !== "ended").map(option));
+  if (chosen) choice.value = chosen;
+}
+
+async function transferContract(event) {
+  event.preventDefault();
+  showError("transfer-error", null);
+  $("transfer-done").textContent = "";
+  const contractId = $("transfer-contract").value;
+  const body = { to_tenant_id: $("transfer-tenant").value };
+  try {
+    const moved = await api("POST", `/v1/contracts/${encodeURIComponent(contractId)}/transfer`, body);
+    $("transfer-done").textContent = `${moved.id} is now held by ${moved.tenant_id}.`;
+  } catch (error) {
+    showError("transfer-error", error);
+  }
+  await refreshContracts();
+}
 
 // --- buying compute futures: quote first, then sign exactly what was quoted ------------------------------
 
@@ -567,8 +595,13 @@ async function refreshTenants() {
   const choice = $("plan-tenant");
   const chosen = choice.value;
   const option = (t) => Object.assign(document.createElement("option"), { value: t.id, textContent: `${t.name} (${t.id})` });
-  choice.replaceChildren(...tenants.filter((t) => t.role === "tenant").map(option));
+  const customers = tenants.filter((t) => t.role === "tenant").map(option);
+  choice.replaceChildren(...customers);
   if (chosen) choice.value = chosen;
+  const buyer = $("transfer-tenant");
+  const picked = buyer.value;
+  buyer.replaceChildren(...customers.map((o) => o.cloneNode(true)));
+  if (picked) buyer.value = picked;
 }
 
 // a percentage as basis points; "" is 0
@@ -737,6 +770,7 @@ $("contract-form").addEventListener("input", forgetQuote); // a changed form is 
 $("contract-sign").addEventListener("click", signContract);
 $("plan-form").addEventListener("submit", putOnPlan);
 $("price-form").addEventListener("submit", addPrice);
+$("transfer-form").addEventListener("submit", transferContract);
 
 if (session.key) {
   signIn(session.key).catch(() => signOut());
