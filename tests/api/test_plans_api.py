@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from conftest import ADMIN, ADMIN_KEY, app_client, charged, logged_in_as, wait_for
-from suanli.cli import billing_commands, plan_commands, platform_commands
+from suanli.cli import billing_commands, contract_commands, plan_commands
 from suanli.cli.main import app
 from suanli.domain.billing.money import bp_of, charge_micros
 
@@ -387,7 +387,7 @@ def test_cli_quotes_a_contract_then_signs_it(client, tenant, monkeypatch) -> Non
     holder_id, holder = tenant("cli-futures")
     _credit(client, holder_id, 1_000_000_000)
     monkeypatch.setattr(
-        platform_commands, "logged_in", logged_in_as(client, holder["Authorization"].removeprefix("Bearer "))
+        contract_commands, "logged_in", logged_in_as(client, holder["Authorization"].removeprefix("Bearer "))
     )
     runner, env = CliRunner(), {"COLUMNS": "200"}
     window = ["--gpu", "H100-SXM-80GB", "--count", "1", "--region", "cn-north"]

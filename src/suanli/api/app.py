@@ -14,6 +14,7 @@ from suanli.api import (
     routes_accounts,
     routes_agents,
     routes_billing,
+    routes_contract_offers,
     routes_dashboard,
     routes_fleet,
     routes_plans,
@@ -64,6 +65,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
     app.include_router(routes_accounts.router)
     app.include_router(routes_fleet.router)
     app.include_router(routes_rentals.router)
+    app.include_router(routes_contract_offers.router)
     app.include_router(routes_agents.router)
     app.include_router(routes_billing.router)
     app.include_router(routes_plans.router)

@@ -11,6 +11,7 @@ from sqlalchemy import Engine
 
 from suanli.app.agents import AgentService
 from suanli.app.billing import BillingService
+from suanli.app.contract_offers import ContractOffers
 from suanli.app.contracts import ContractService
 from suanli.app.downtime import notice_horizon_s
 from suanli.app.fleet import FleetCache, FleetService
@@ -123,6 +124,7 @@ class Services:
     limits: LimitsService | None = None
     wakeups: Wakeups | None = None  # PostgreSQL: wake the leader's loops from any server process
     maintenance: MaintenanceService | None = None
+    contract_offers: ContractOffers | None = None
 
 
 def build(settings: Settings, clock: Clock | None = None) -> Services:
@@ -222,5 +224,6 @@ def build(settings: Settings, clock: Clock | None = None) -> Services:
         LimitsService(uow, clock, CATALOG),
         wakeups if wakeups.enabled else None,
         MaintenanceService(uow, clock, cache),
+        ContractOffers(uow, clock, contracts),
     )
     return services

@@ -111,14 +111,14 @@ class ContractService:
         terms) and False: a buyer who lost the answer signs again safely, and pays once."""
         if idempotency_key is not None and not 0 < len(idempotency_key) <= MAX_IDEMPOTENCY_KEY:
             raise Invalid(f"1 to {MAX_IDEMPOTENCY_KEY} characters", field="Idempotency-Key")
-        record = self._draft(caller, order)
+        record = self.draft(caller, order)
         if idempotency_key is not None:  # one key, one contract per holder: its id follows from the key
             digest = hashlib.sha256(f"{record.tenant_id}\0{idempotency_key}".encode()).hexdigest()
             record = replace(record, id=f"ctr_{digest[:16]}")
 
         def work() -> tuple[ContractRecord, bool]:
             with self.uow() as uow:
-                signed, created = self._sign(uow, record)
+                signed, created = self.sign(uow, record)
                 uow.commit()
                 return signed, created
 
@@ -127,15 +127,15 @@ class ContractService:
     def quote(self, caller: Caller, order: ContractOrder) -> ContractQuote:
         """What signing would hold and prepay now, signing nothing; the errors signing would raise, except
         that a price the payer cannot pay now is reported (`payable`), so the buyer sees what to top up."""
-        record = self._draft(caller, order)
+        record = self.draft(caller, order)
         with self.uow() as uow:  # never committed
-            self._check(uow, record)
+            self.check(uow, record)
             unit_micros = self._unit_price(uow, record)
             price = contract_price_micros(unit_micros, record.count, *_epoch_window(record))
             payable = not price or self._payable(uow, record.tenant_id, price)
         return ContractQuote(*_terms(record), unit_micros, price, payable)
 
-    def _draft(self, caller: Caller, order: ContractOrder) -> ContractRecord:
+    def draft(self, caller: Caller, order: ContractOrder) -> ContractRecord:
         """The contract as it would be signed now: holder allowed, model known, window not over."""
         holder = order.tenant_id or caller.tenant.id
         if holder != caller.tenant.id and not caller.is_admin:
@@ -150,7 +150,7 @@ class ContractService:
             new_id("ctr"), holder, model.name, order.count, order.region, starts_at, ends_at, now
         )
 
-    def _check(self, uow: UnitOfWork, record: ContractRecord) -> None:
+    def check(self, uow: UnitOfWork, record: ContractRecord) -> None:
         """Refuse a contract for no tenant, no fleet, an unknown region, or more than the fleet can honour."""
         if uow.tenants.get(record.tenant_id) is None:
             raise NotFound(f"no tenant {record.tenant_id}", field="tenant_id")
@@ -166,7 +166,12 @@ class ContractService:
         except ContractError as error:
             raise Conflict(str(error), field="count") from None
 
-    def _sign(self, uow: UnitOfWork, record: ContractRecord) -> tuple[ContractRecord, bool]:
+    def sign(
+        self, uow: UnitOfWork, record: ContractRecord, price_micros: int | None = None
+    ) -> tuple[ContractRecord, bool]:
+        """Sign `record` in `uow` (not committed): checked, priced (at the reserved list price, or at
+        `price_micros`, an accepted offer's), paid from the holder's cash and stored; or the contract already
+        stored under its id (signed before with the same key or offer) and False."""
         holder, region, count, now = record.tenant_id, record.region, record.count, record.created_at
         uow.contracts.lock_signing()  # two signings at once must not both fit beside the same contracts
         earlier = uow.contracts.get(record.id)  # signed before under the same idempotency key
@@ -175,8 +180,10 @@ class ContractService:
                 message = "this Idempotency-Key was used with a different contract"
                 raise Conflict(message, field="Idempotency-Key")
             return earlier, False
-        self._check(uow, record)
-        if self.price_book is not None:
+        self.check(uow, record)
+        if price_micros is not None:
+            record = replace(record, price_micros=price_micros)
+        elif self.price_book is not None:
             unit_micros = self._unit_price(uow, record)
             record = replace(
                 record, price_micros=contract_price_micros(unit_micros, count, *_epoch_window(record))

@@ -15,6 +15,7 @@ from suanli.app.records import (
     ApiKey,
     BillableRental,
     Booking,
+    ContractOffer,
     ContractRecord,
     FleetDocument,
     HeldAllocation,
@@ -157,6 +158,13 @@ class ContractRepo(Protocol):
     def set_recognized(self, contract_id: str, micros: int) -> None: ...
 
 
+class ContractOfferRepo(Protocol):
+    def add(self, offer: ContractOffer) -> None: ...
+    def get(self, offer_id: str, *, lock: bool = False) -> ContractOffer | None: ...
+    def list(self, tenant_id: str | None) -> list[ContractOffer]: ...
+    def decide(self, offer_id: str, state: str, contract_id: str | None, decided_at: datetime) -> None: ...
+
+
 class MaintenanceRepo(Protocol):
     def add(self, window: MaintenanceWindow) -> None: ...
     def get(self, window_id: str) -> MaintenanceWindow | None: ...
@@ -241,6 +249,7 @@ class UnitOfWork(Protocol):
     fleet: FleetRepo
     rentals: RentalRepo
     contracts: ContractRepo
+    contract_offers: ContractOfferRepo
     ledger: LedgerRepo
     terms: TermsRepo
     prices: PriceRepo

@@ -141,6 +141,26 @@ def domain_contract(record: ContractRecord) -> Contract:
 
 
 @dataclass(frozen=True, slots=True)
+class ContractOffer:
+    """A contract an operator offers one tenant at a negotiated prepaid price, open until `expires_at`: the
+    tenant accepts it (signing the contract at that price, if the fleet can still honour it) or declines."""
+
+    id: str
+    tenant_id: str
+    gpu_model: str
+    count: int
+    region: str
+    starts_at: datetime
+    ends_at: datetime
+    price_micros: int
+    expires_at: datetime
+    created_at: datetime
+    state: str = "open"  # open, accepted or declined; an open one past `expires_at` is expired
+    contract_id: str | None = None  # the contract its acceptance signed
+    decided_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class MaintenanceWindow:
     """An operator's scheduled maintenance of a node over [starts_at, ends_at): no placements there, its
     rentals get notice to end by the start, and its GPUs back no contract then."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from suanli.cli import agent_commands, billing_commands, plan_commands
+from suanli.cli import agent_commands, billing_commands, contract_commands, plan_commands
 from suanli.cli import platform_commands as platform
 from suanli.cli.fleet_commands import fleet_app
 from suanli.cli.maintenance_commands import maintenance_app
@@ -13,7 +13,7 @@ from suanli.cli.sim_commands import sim_app
 app = typer.Typer(help="suanli: a GPU compute rental platform.", no_args_is_help=True)
 app.add_typer(sim_app, name="sim")
 app.add_typer(fleet_app, name="fleet")
-app.add_typer(platform.contracts_app, name="contracts")
+app.add_typer(contract_commands.contracts_app, name="contracts")
 app.add_typer(platform.admin_app, name="admin")
 app.add_typer(billing_commands.ledger_app, name="ledger")
 platform.admin_app.command("credit")(billing_commands.admin_credit)

@@ -1,15 +1,13 @@
-"""Commands that talk to a suanli server: login, offers, rent, ls, show, stop, contracts, admin, server."""
+"""Commands that talk to a suanli server: login, offers, rent, ls, show, stop, admin, server."""
 
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Group
-from rich.text import Text
 
 from suanli.cli import profile
 from suanli.cli.output import (
@@ -26,9 +24,6 @@ from suanli.cli.output import (
 from suanli.cli.rent_spec import SpecError, money_to_micros, parse_gpu_spec
 from suanli.client import Client
 from suanli.wire.schemas import (
-    ContractCreateRequest,
-    ContractQuoteResponse,
-    ContractResponse,
     NodeResponse,
     OfferResponse,
     RentalCreateRequest,
@@ -53,7 +48,6 @@ RENT_OPTIONS = {
     "share_milli": "SPEC (share)",
     "mig_profile": "SPEC (MIG profile)",
 }
-CONTRACT_OPTIONS = {"gpu_model": "--gpu", "starts_at": "--from", "ends_at": "--until", "count": "--count"}
 
 
 def login(
@@ -176,85 +170,6 @@ def resize(
     with logged_in() as client:
         rental = client.resize(rental_id, nodes=nodes, gpus=gpus)
     emit(rental, as_json, _rental_detail)
-
-
-contracts_app = typer.Typer(
-    help="Compute futures: capacity held for a window at a locked price.", no_args_is_help=True
-)
-
-
-ContractWindow = tuple[str, int, str, datetime, datetime, str | None]
-
-
-def _contract_request(window: ContractWindow) -> ContractCreateRequest:
-    gpu_model, count, region, starts_at, ends_at, tenant = window
-    with valid_input(CONTRACT_OPTIONS):
-        return ContractCreateRequest(
-            gpu_model=gpu_model,
-            count=count,
-            region=region,
-            starts_at=starts_at,
-            ends_at=ends_at,
-            tenant_id=tenant,
-        )
-
-
-GpuOption = Annotated[str, typer.Option("--gpu", help="GPU model, e.g. H100-SXM-80GB.")]
-CountOption = Annotated[int, typer.Option(min=1)]
-RegionOption = Annotated[str, typer.Option()]
-FromOption = Annotated[datetime, typer.Option("--from", help="Window start (UTC), e.g. 2026-12-01T00:00.")]
-UntilOption = Annotated[datetime, typer.Option("--until", help="Window end (UTC, exclusive).")]
-TenantOption = Annotated[str | None, typer.Option(help="Admins: sign for this tenant id.")]
-
-
-@contracts_app.command("quote")
-def contracts_quote(
-    gpu_model: GpuOption,
-    count: CountOption,
-    region: RegionOption,
-    starts_at: FromOption,
-    ends_at: UntilOption,
-    tenant: TenantOption = None,
-    as_json: JsonFlag = False,
-) -> None:
-    """Price a contract and check the fleet can honour it, without signing: what `create` would prepay."""
-    request = _contract_request((gpu_model, count, region, starts_at, ends_at, tenant))
-    with logged_in() as client:
-        quote = client.quote_contract(request)
-    emit(quote, as_json, _quote_text)
-
-
-@contracts_app.command("create")
-def contracts_create(
-    gpu_model: GpuOption,
-    count: CountOption,
-    region: RegionOption,
-    starts_at: FromOption,
-    ends_at: UntilOption,
-    tenant: TenantOption = None,
-    as_json: JsonFlag = False,
-) -> None:
-    """Sign a contract for GPUs of one model in one region over [from, until), prepaying its price."""
-    request = _contract_request((gpu_model, count, region, starts_at, ends_at, tenant))
-    with logged_in() as client:
-        contract = client.create_contract(request, f"cli-{uuid.uuid4()}")
-    emit(contract, as_json, lambda c: _contracts_table([c]))
-
-
-@contracts_app.command("ls")
-def contracts_ls(as_json: JsonFlag = False) -> None:
-    """Your contracts (all of them, for an admin)."""
-    with logged_in() as client:
-        found = client.contracts()
-    emit(found, as_json, _contracts_table)
-
-
-@contracts_app.command("transfer")
-def contracts_transfer(contract_id: str, to_tenant: str, as_json: JsonFlag = False) -> None:
-    """Hand a contract (and what is left of it) to another tenant; one the buyer pays for: admin key."""
-    with logged_in() as client:
-        contract = client.transfer_contract(contract_id, to_tenant)
-    emit(contract, as_json, lambda c: _contracts_table([c]))
 
 
 admin_app = typer.Typer(help="Operator commands (admin key).", no_args_is_help=True)
@@ -421,36 +336,6 @@ def _shape(rental: RentalResponse) -> str:
     if request.share_milli:
         return f"{model}:{request.share_milli / 1000:g}"
     return f"{model}:{request.gpus}" if request.gpus else "cpu"
-
-
-def _quote_text(quote: ContractQuoteResponse) -> Text:
-    """One line a person reads before signing: the window, the GPU-hours and the prepaid price."""
-    gpu_hours = quote.count * (quote.ends_at - quote.starts_at).total_seconds() / 3600
-    window = f"{quote.starts_at:%Y-%m-%d %H:%M} to {quote.ends_at:%Y-%m-%d %H:%M} UTC"
-    price = f"{micros(quote.price_micros_per_gpu_hour)} per GPU-h = {micros(quote.price_micros)}"
-    text = f"{quote.count} x {quote.gpu_model} in {quote.region}, {window}: {gpu_hours:g} GPU-h at {price}"
-    text += ", prepaid at signing"
-    if not quote.payable:
-        text += f"\n{quote.tenant_id} cannot pay that now: top up first"
-    return Text(text)
-
-
-def _contracts_table(found: list[ContractResponse]):
-    rows = [
-        (
-            c.id,
-            c.tenant_id,
-            c.gpu_model,
-            c.count,
-            c.region,
-            f"{c.starts_at:%Y-%m-%d %H:%M}",
-            f"{c.ends_at:%Y-%m-%d %H:%M}",
-            micros(c.price_micros),
-        )
-        for c in found
-    ]
-    columns = ("id", "tenant", "model", "count", "region", "from", "until", "prepaid")
-    return table("Contracts", columns, rows)
 
 
 def _nodes_table(found: list[NodeResponse]):

@@ -53,6 +53,8 @@ from suanli.wire.plan_schemas import (
 )
 from suanli.wire.schemas import (
     ContractCreateRequest,
+    ContractOfferRequest,
+    ContractOfferResponse,
     ContractQuoteResponse,
     ContractResponse,
     ContractTransferRequest,
@@ -252,6 +254,22 @@ class Client:
     def quote_contract(self, request: ContractCreateRequest) -> ContractQuoteResponse:
         """What signing `request` would hold and prepay now; signs nothing."""
         return self._call("POST", "/v1/contracts/quote", ContractQuoteResponse, body=request)
+
+    def offer_contract(self, request: ContractOfferRequest) -> ContractOfferResponse:
+        """Admin: offer a tenant a contract at a negotiated price."""
+        return self._call("POST", "/v1/contract-offers", ContractOfferResponse, body=request)
+
+    def contract_offers(self) -> list[ContractOfferResponse]:
+        return self._call("GET", "/v1/contract-offers", list[ContractOfferResponse])
+
+    def accept_offer(self, offer_id: str) -> ContractResponse:
+        """Sign an offered contract at its price; safe to retry (accepting again returns the same one)."""
+        return self._call("POST", f"/v1/contract-offers/{offer_id}/accept", ContractResponse, retry=True)
+
+    def decline_offer(self, offer_id: str) -> ContractOfferResponse:
+        return self._call(
+            "POST", f"/v1/contract-offers/{offer_id}/decline", ContractOfferResponse, retry=True
+        )
 
     def contracts(self) -> list[ContractResponse]:
         return self._call("GET", "/v1/contracts", list[ContractResponse])

@@ -20,6 +20,7 @@ from suanli.app.records import (
 )
 from suanli.store.ledger_repositories import SqlLedger
 from suanli.store.maintenance_repositories import SqlMaintenance
+from suanli.store.offer_repositories import SqlContractOffers
 from suanli.store.outage_repositories import SqlOutages
 from suanli.store.plan_repositories import SqlTerms
 from suanli.store.price_repositories import SqlPrices
@@ -211,6 +212,7 @@ class SqlUnitOfWork:
         self.fleet = SqlFleet(self.session)
         self.rentals = SqlRentals(self.session)
         self.contracts = SqlContracts(self.session)
+        self.contract_offers = SqlContractOffers(self.session)
         self.ledger = SqlLedger(self.session)
         self.terms = SqlTerms(self.session)
         self.prices = SqlPrices(self.session)

@@ -380,6 +380,25 @@ class OutageRow(Base):
     cause: Mapped[str] = mapped_column(String(200), default="")
 
 
+class ContractOfferRow(Base):
+    """A contract offered to one tenant at a negotiated price; `state` open, accepted or declined."""
+
+    __tablename__ = "contract_offers"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
+    gpu_model: Mapped[str] = mapped_column(String(60))
+    count: Mapped[int] = mapped_column(Integer)
+    region: Mapped[str] = mapped_column(String(100))
+    starts_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    ends_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    price_micros: Mapped[int] = mapped_column(BigInteger)
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    state: Mapped[str] = mapped_column(String(20), default="open")
+    contract_id: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    decided_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+
+
 class MaintenanceWindowRow(Base):
     """An operator's scheduled maintenance of a node over [starts_at, ends_at), with its reason."""
 
