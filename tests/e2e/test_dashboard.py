@@ -18,7 +18,7 @@ from test_agents import ADMIN_KEY, FLEET, Platform, running_platform, wait_for_s
 from suanli.client import Client
 from suanli.wire.billing_schemas import PriceEntryRequest
 from suanli.wire.plan_schemas import PlanRequest
-from suanli.wire.schemas import ContractCreateRequest, RentalCreateRequest
+from suanli.wire.schemas import ContractCreateRequest, ContractOfferRequest, RentalCreateRequest
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 if not Path(CHROMIUM).exists() and os.environ.get("CI") != "true":
@@ -419,3 +419,56 @@ def test_an_operator_transfers_a_contract_and_the_buyer_pays_its_value(
         assert contract.id not in {c.id for c in api.contracts()}
     page.click("#transfer-form button")  # the same contract to the same buyer again: refused, named
     expect(page.locator("#transfer-error")).to_contain_text("to_tenant_id")
+
+
+def test_an_operator_offers_a_contract_and_the_tenant_accepts_one_and_declines_another(
+    page: Page, platform: Platform
+) -> None:
+    """An admin offers the tenant a contract at a negotiated price from the console; the tenant sees it with
+    Accept and Decline, accepts (signed at that price, paid from its cash), and declines a second offer."""
+    with platform.tenant() as api:
+        tenant_id = api.me().tenant.id
+        cash_before = api.balance().cash_micros
+    page.goto(platform.url)
+    page.fill("#key", ADMIN_KEY)
+    page.click("#login-form button")
+    page.select_option("#offer-tenant", tenant_id)
+    page.fill("#offer-model", "H100-SXM-80GB")
+    page.fill("#offer-count", "2")
+    page.fill("#offer-region", "lab")
+    page.fill("#offer-from", "2031-08-01T00:00")
+    page.fill("#offer-until", "2031-08-02T00:00")
+    page.fill("#offer-price", "12.5")
+    page.click("#offer-form button")
+    made = page.locator("#contract-offers tbody tr", has_text="2031-08-01 00:00")
+    expect(made).to_contain_text("12.5000")
+    expect(made).to_contain_text("open")
+    offer_id = made.get_attribute("data-offer")
+    with Client(platform.url, ADMIN_KEY) as admin:
+        second = admin.offer_contract(
+            ContractOfferRequest(
+                tenant_id=tenant_id,
+                gpu_model="H100-SXM-80GB",
+                count=1,
+                region="lab",
+                starts_at=datetime(2031, 9, 1, tzinfo=UTC),
+                ends_at=datetime(2031, 9, 2, tzinfo=UTC),
+                price_micros=3_000_000,
+            )
+        )
+
+    page.click("#sign-out")
+    sign_in(page, platform)
+    row = page.locator(f"#contract-offers tbody tr[data-offer='{offer_id}']")
+    row.get_by_role("button", name="accept").click()
+    expect(page.locator("#offer-done")).to_contain_text("12.5000 prepaid")
+    expect(row).to_contain_text("accepted: ctr_")
+    expect(page.locator("#contracts tbody tr", has_text="2031-08-01 00:00")).to_contain_text("12.5000")
+    page.locator(f"#contract-offers tbody tr[data-offer='{second.id}']").get_by_role(
+        "button", name="decline"
+    ).click()
+    expect(page.locator(f"#contract-offers tbody tr[data-offer='{second.id}']")).to_contain_text("declined")
+    with platform.tenant() as api:
+        assert api.balance().cash_micros == cash_before - 12_500_000
+        states = {o.id: o.state for o in api.contract_offers()}
+    assert states == {offer_id: "accepted", second.id: "declined"}

@@ -77,6 +77,7 @@ async function signIn(key) {
   $("tenants-section").hidden = session.role !== "admin";
   $("price-form").hidden = session.role !== "admin";
   $("transfer-form").hidden = session.role !== "admin";
+  $("offer-form").hidden = session.role !== "admin";
   $("maintenance-form").querySelector("button").disabled = session.role !== "admin";
   await Promise.all([refreshBalance(), searchOffers(), refreshRentals(), refreshSlow()]);
   session.timer = setInterval(tick, REFRESH_MS);
@@ -96,6 +97,9 @@ function signOut() {
   $("price-form").hidden = true;
   $("transfer-form").hidden = true;
   $("transfer-done").textContent = "";
+  $("offer-form").hidden = true;
+  $("contract-offers-block").hidden = true;
+  $("offer-done").textContent = "";
   $("prices-section").querySelector("details").open = false;
   $("plan-made").textContent = "";
   forgetQuote();
@@ -478,6 +482,86 @@ async function refreshContracts() {
   if (chosen) choice.value = chosen;
 }
 
+// --- offers: an operator's negotiated price, accepted or declined by its tenant ------------------------
+
+async function refreshOffers() {
+  let offers;
+  try {
+    offers = await api("GET", "/v1/contract-offers");
+  } catch (error) {
+    return;
+  }
+  $("contract-offers-block").hidden = offers.length === 0;
+  const body = $("contract-offers").tBodies[0];
+  body.replaceChildren();
+  for (const offer of offers) {
+    const row = body.insertRow();
+    row.dataset.offer = offer.id;
+    cell(row, offer.id, "mono");
+    cell(row, offer.tenant_id, "mono");
+    cell(row, `${offer.count} x ${offer.gpu_model}`);
+    cell(row, offer.region);
+    cell(row, utcText(offer.starts_at));
+    cell(row, utcText(offer.ends_at));
+    cell(row, units(offer.price_micros), "num");
+    cell(row, utcText(offer.expires_at));
+    cell(row, offer.state === "accepted" ? `accepted: ${offer.contract_id}` : offer.state);
+    const actions = row.insertCell();
+    if (offer.state !== "open") continue;
+    const admin = session.role === "admin";
+    if (!admin) actions.append(offerButton("accept", offer.id));
+    actions.append(offerButton(admin ? "withdraw" : "decline", offer.id));
+  }
+}
+
+function offerButton(label, offerId) {
+  const button = Object.assign(document.createElement("button"), { type: "button", textContent: label });
+  const action = label === "accept" ? "accept" : "decline";
+  button.addEventListener("click", () => decideOffer(offerId, action, button));
+  return button;
+}
+
+async function decideOffer(offerId, action, button) {
+  button.disabled = true; // one click, one decision (accepting again would change nothing anyway)
+  showError("offer-error", null);
+  $("offer-done").textContent = "";
+  try {
+    const result = await api("POST", `/v1/contract-offers/${encodeURIComponent(offerId)}/${action}`);
+    $("offer-done").textContent =
+      action === "accept" ? `Signed ${result.id}: ${units(result.price_micros)} prepaid.` : `${offerId} ${result.state}.`;
+  } catch (error) {
+    showError("offer-error", error);
+  }
+  await Promise.all([refreshOffers(), refreshContracts(), refreshBalance()]);
+}
+
+async function makeOffer(event) {
+  event.preventDefault();
+  showError("offer-form-error", null);
+  const form = $("offer-form");
+  try {
+    const price = Number(form.price.value);
+    if (!form.price.value.trim() || !Number.isFinite(price) || price < 0) {
+      throw new ApiError(0, "give an amount of 0 or more", "price");
+    }
+    const request = {
+      tenant_id: form.tenant.value,
+      gpu_model: form.gpu_model.value.trim(),
+      count: Number(form.count.value),
+      region: form.region.value.trim(),
+      starts_at: `${form.from.value}:00Z`, // the inputs are read as UTC
+      ends_at: `${form.until.value}:00Z`,
+      price_micros: Math.round(price * 1e6),
+    };
+    if (form.expires.value) request.expires_at = `${form.expires.value}:00Z`;
+    await api("POST", "/v1/contract-offers", request);
+  } catch (error) {
+    showError("offer-form-error", error);
+    return;
+  }
+  await refreshOffers();
+}
+
 async function transferContract(event) {
   event.preventDefault();
   showError("transfer-error", null);
@@ -598,10 +682,12 @@ async function refreshTenants() {
   const customers = tenants.filter((t) => t.role === "tenant").map(option);
   choice.replaceChildren(...customers);
   if (chosen) choice.value = chosen;
-  const buyer = $("transfer-tenant");
-  const picked = buyer.value;
-  buyer.replaceChildren(...customers.map((o) => o.cloneNode(true)));
-  if (picked) buyer.value = picked;
+  for (const id of ["transfer-tenant", "offer-tenant"]) {
+    const other = $(id);
+    const picked = other.value;
+    other.replaceChildren(...customers.map((o) => o.cloneNode(true)));
+    if (picked) other.value = picked;
+  }
 }
 
 // a percentage as basis points; "" is 0
@@ -733,6 +819,7 @@ async function refreshSlow() {
     refreshNodes(),
     refreshMaintenance(),
     refreshContracts(),
+    refreshOffers(),
     refreshPlans(),
     refreshPayouts(),
     refreshTenants(),
@@ -771,6 +858,7 @@ $("contract-sign").addEventListener("click", signContract);
 $("plan-form").addEventListener("submit", putOnPlan);
 $("price-form").addEventListener("submit", addPrice);
 $("transfer-form").addEventListener("submit", transferContract);
+$("offer-form").addEventListener("submit", makeOffer);
 
 if (session.key) {
   signIn(session.key).catch(() => signOut());
