@@ -77,8 +77,8 @@ class ContractOffers:
 
     def accept(self, caller: Caller, offer_id: str) -> tuple[ContractRecord, bool]:
         """Sign the offered contract at the offered price from the offeree's cash: the contract and True, or
-        the one an earlier acceptance signed and False. Refused when the offer was declined, has expired,
-        its window has ended, or the fleet can no longer honour it (409), or the offeree cannot pay (402)."""
+        the one an earlier acceptance signed and False. Refused when the offer was declined or has expired,
+        or the fleet can no longer honour it (409), or the offeree cannot pay (402)."""
 
         def work() -> tuple[ContractRecord, bool]:
             now = self.clock.now()
@@ -89,9 +89,7 @@ class ContractOffers:
                     if signed is None:  # transferred contracts keep their id: this is never reached
                         raise NotFound(f"no contract for offer {offer_id}")
                     return signed, False
-                _refuse_unless_open(offer, now)
-                if offer.ends_at <= now:
-                    raise Conflict("the offered window has ended", field="offer")
+                _refuse_unless_open(offer, now)  # an offer expires by its window's end at the latest
                 record = ContractRecord(
                     _contract_id(offer),
                     offer.tenant_id,
