@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from conftest import agent_cli
-from suanli.agent.executor_choice import ExecutorKind, choose_executor, describe
+from suanli.agent.executor_choice import DEFAULT_UIDS, NO_UIDS, ExecutorKind, choose_executor, describe
 from suanli.agent.executors import ExecutorError, ProcessExecutor, RunAs, WorkloadSpec, WorkloadState
 from suanli.agent.uids import UidPool
+from suanli.cli import agent_commands
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 and os.environ.get("CI") != "true",
@@ -148,3 +149,43 @@ def test_suanli_agent_refuses_a_range_holding_a_user(tmp_path: Path) -> None:
     result = agent_cli(tmp_path, "--run-as-uids", "0-70000")
     assert result.exit_code == 2, result.output
     assert "--run-as-uids '0-70000'" in " ".join(result.output.split())
+
+
+def test_a_root_agent_runs_each_rental_as_a_uid_of_its_own_by_default(
+    base: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No --run-as or --run-as-uids: rentals are isolated from one another and from the node key, as with
+    an explicit range."""
+    chosen = choose_executor(ExecutorKind.PROCESS, base)
+    assert isinstance(chosen, ProcessExecutor) and chosen.uids == UidPool.parse(DEFAULT_UIDS)
+    assert describe(chosen) == f"host processes, each rental as a uid of its own from {DEFAULT_UIDS}"
+    said, neighbour_uid = neighbour_seen_by_another(chosen, base)
+    pool = range(chosen.uids.first, chosen.uids.last + 1)
+    assert neighbour_uid in pool and int(said[0]) in pool and int(said[0]) != neighbour_uid
+    assert said[1:] == ["env=denied", "signal=denied", "key=denied"]
+    monkeypatch.setenv("PATH", str(tmp_path))  # no container runtime: auto runs host processes, isolated
+    auto = choose_executor(ExecutorKind.AUTO, base)
+    assert isinstance(auto, ProcessExecutor) and auto.uids == chosen.uids
+
+
+def test_the_default_steps_back_with_a_warning_where_it_cannot_hold_and_none_opts_out(
+    base: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    hidden = tmp_path / "agent"  # pytest's tmp_path lies under a directory other users cannot pass through
+    with caplog.at_level("WARNING"):
+        chosen = choose_executor(ExecutorKind.PROCESS, hidden)
+    assert isinstance(chosen, ProcessExecutor) and chosen.uids is None and chosen.run_as is None
+    assert "workloads run as root" in caplog.text and "cannot be passed through" in caplog.text
+    assert describe(chosen).startswith("host processes as root")
+    kept = choose_executor(ExecutorKind.PROCESS, base, run_as_uids=NO_UIDS)
+    assert isinstance(kept, ProcessExecutor) and kept.uids is None
+
+
+def test_a_root_agent_keeps_its_work_dir_or_takes_var_lib(tmp_path: Path, monkeypatch) -> None:
+    home = tmp_path / "data"
+    monkeypatch.setattr(agent_commands.platformdirs, "user_data_dir", lambda *a, **k: str(home))
+    monkeypatch.setattr(agent_commands, "ROOT_WORK_DIR", tmp_path / "var-lib")
+    assert agent_commands.default_work_dir() == tmp_path / "var-lib"
+    (home / "agent").mkdir(parents=True)
+    (home / "agent" / "agent.json").write_text("{}")  # registered before under root's data dir: kept
+    assert agent_commands.default_work_dir() == home / "agent"

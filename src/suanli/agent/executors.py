@@ -220,9 +220,9 @@ class ProcessExecutor:
         self.run_as = run_as
         self.uids = uids
         if run_as is not None:
-            _check_reachable(base, f"--run-as {run_as.name!r}")
+            check_reachable(base, f"--run-as {run_as.name!r}")
         elif uids is not None:
-            _check_reachable(base, f"--run-as-uids {uids.label}")
+            check_reachable(base, f"--run-as-uids {uids.label}")
 
     def paths(self, rental_id: str) -> RentalPaths:
         return rental_paths(self.base, rental_id)
@@ -346,7 +346,7 @@ def group_alive(pgid: int) -> bool:
     return any(_in_group_and_alive(pid, pgid) for pid in _pids())
 
 
-def _check_reachable(base: Path, option: str) -> None:
+def check_reachable(base: Path, option: str) -> None:
     """ExecutorError (naming the `option` asked) when a directory above `base` cannot be passed through by
     other users: a workload run as another user would not reach its own working directory or notice file
     there (say, under /root)."""

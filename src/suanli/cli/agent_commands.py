@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import socket
 import sys
@@ -14,12 +15,23 @@ from typing import Annotated
 import platformdirs
 import typer
 
-from suanli.agent.executor_choice import ExecutorKind, choose_executor, describe
+from suanli.agent.executor_choice import DEFAULT_UIDS, ExecutorKind, choose_executor, describe
 from suanli.agent.probe import DeclaredProbe, GpuProbe, NvmlProbe
 from suanli.agent.runner import AgentError, AgentRunner
 from suanli.cli.demo import run_demo
 from suanli.cli.output import EXIT_USAGE, error_text, errors, logged_in
 from suanli.domain.errors import SuanliError
+
+ROOT_WORK_DIR = Path("/var/lib/suanli/agent")
+
+
+def default_work_dir() -> Path:
+    """Root's is /var/lib/suanli/agent, which workloads run as other uids can pass through (a root agent
+    registered before under root's data dir keeps it, with its node key); anyone else's, their data dir."""
+    own = Path(platformdirs.user_data_dir("suanli", appauthor=False)) / "agent"
+    if os.geteuid() != 0 or ((own / "agent.json").exists() and not (ROOT_WORK_DIR / "agent.json").exists()):
+        return own
+    return ROOT_WORK_DIR
 
 
 def agent(
@@ -33,7 +45,10 @@ def agent(
     ] = None,
     node: Annotated[str | None, typer.Option(help="Node name in --declared (default: host name).")] = None,
     work_dir: Annotated[
-        Path | None, typer.Option(help="Node key, workloads and logs (default: your data dir).")
+        Path | None,
+        typer.Option(
+            help="Node key, workloads and logs (default: /var/lib/suanli/agent for root, else your data dir)."
+        ),
     ] = None,
     interval: Annotated[
         float | None, typer.Option(min=0.05, help="Heartbeat interval, s (default: the server's).")
@@ -77,7 +92,8 @@ def agent(
             help="Run each rental's host-process workload as a uid of its own from this range, with no "
             "account behind it (the agent must be root; the range must hold no user of the host, e.g. "
             "61000-61999), so that workloads can neither read the agent's node key nor see, signal or "
-            "read the environment of one another.",
+            f"read the environment of one another. A root agent does so by default, from {DEFAULT_UIDS}, "
+            "where its work dir can be reached by other uids; 'none' runs them as the agent's user.",
         ),
     ] = None,
 ) -> None:
@@ -90,7 +106,7 @@ def agent(
             if declared is not None
             else NvmlProbe()
         )
-        directory = work_dir or Path(platformdirs.user_data_dir("suanli", appauthor=False)) / "agent"
+        directory = work_dir or default_work_dir()
         chosen = choose_executor(executor, directory, runtime, run_as, run_as_uids)
         logging.getLogger(__name__).info("workloads run with %s", describe(chosen))
         runner = AgentRunner(
