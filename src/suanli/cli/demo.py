@@ -9,6 +9,7 @@ dir is reset at start: each demo begins with an empty database.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import secrets
@@ -39,6 +40,7 @@ DEMO_CREDIT_MICROS = 1_000 * 1_000_000  # the demo tenant's prepaid credit (1,00
 SHOW_DEVICES = "\"import os; print(os.environ['CUDA_VISIBLE_DEVICES'])\""
 HEARTBEAT_S = 2.0
 AGENT_GRACE_S = 3.0
+ROOT_WORK_ROOT = Path("/var/lib/suanli/demo")
 EXIT_FAILED = 1
 console = Console()
 
@@ -117,12 +119,22 @@ def _port_free(port: int) -> bool:
     return True
 
 
+def _work_root(data_dir: Path) -> Path:
+    """Where the agents keep their rentals: under the data dir, or, for root (whose data dir other uids
+    cannot pass through), under /var/lib/suanli/demo, so that each rental runs as a uid of its own there as
+    well (`suanli agent`'s default for root)."""
+    if os.geteuid() != 0:
+        return data_dir / "agents"
+    return ROOT_WORK_ROOT / hashlib.sha256(str(data_dir).encode()).hexdigest()[:12]
+
+
 def _reset(data_dir: Path) -> None:
     _kill_workloads(data_dir)  # a demo killed with SIGKILL may have left workloads behind
     for name in ("suanli.db", "suanli.db-wal", "suanli.db-shm"):
         (data_dir / name).unlink(missing_ok=True)
-    shutil.rmtree(data_dir / "agents", ignore_errors=True)
-    (data_dir / "agents").mkdir(parents=True, exist_ok=True)
+    for directory in {data_dir / "agents", _work_root(data_dir)}:
+        shutil.rmtree(directory, ignore_errors=True)
+        directory.mkdir(parents=True, exist_ok=True)
 
 
 def _suanli() -> list[str]:
@@ -162,7 +174,7 @@ def _wait_healthy(url: str, server: subprocess.Popen[bytes], stopping: threading
 
 def _start_agent(data_dir: Path, url: str, fleet: Path, node: str, token: str) -> subprocess.Popen[bytes]:
     args = [*_suanli(), "agent", "--server", url, "--declared", str(fleet), "--node", node]
-    args += ["--work-dir", str(data_dir / "agents" / node), "--grace", str(AGENT_GRACE_S)]
+    args += ["--work-dir", str(_work_root(data_dir) / node), "--grace", str(AGENT_GRACE_S)]
     args += ["--stop-workloads-on-exit"]
     with (data_dir / "agents" / f"{node}.log").open("ab") as log:
         return subprocess.Popen(
@@ -189,7 +201,7 @@ def _stop_all(processes: list[subprocess.Popen[bytes]], grace_s: float) -> None:
 
 
 def _kill_workloads(data_dir: Path) -> None:
-    for record in (data_dir / "agents").glob("*/rentals/*/workload.json"):
+    for record in _work_root(data_dir).glob("*/rentals/*/workload.json"):
         try:
             pgid = int(json.loads(record.read_text())["pgid"])
         except (OSError, ValueError, KeyError, TypeError):
