@@ -5,13 +5,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict
 
-from suanli.app.contracts import ContractQuote
+from suanli.app.contracts import ContractOrder, ContractQuote
 from suanli.app.fleet import NodeView
 from suanli.app.offers import Offer
-from suanli.app.records import ApiKey, ContractRecord, MaintenanceWindow, RentalSpec, RentalView, Tenant
+from suanli.app.records import (
+    ApiKey,
+    ContractOffer,
+    ContractRecord,
+    MaintenanceWindow,
+    RentalSpec,
+    RentalView,
+    Tenant,
+)
 from suanli.domain.billing.ledger import Transaction
 from suanli.wire.billing_schemas import LedgerTransactionResponse, PostingResponse
 from suanli.wire.schemas import (
+    ContractCreateRequest,
+    ContractOfferResponse,
     ContractQuoteResponse,
     ContractResponse,
     KeyResponse,
@@ -119,6 +129,16 @@ def offer(o: Offer) -> OfferResponse:
 
 def contract(c: ContractRecord) -> ContractResponse:
     return ContractResponse(**asdict(c))
+
+
+def contract_order(body: ContractCreateRequest) -> ContractOrder:
+    """The terms a signing, a quote or an offer asks for (an offer's price and expiry aside)."""
+    terms = (body.gpu_model, body.count, body.region, body.starts_at, body.ends_at)
+    return ContractOrder(*terms, body.tenant_id)
+
+
+def contract_offer(offer: ContractOffer) -> ContractOfferResponse:
+    return ContractOfferResponse(**asdict(offer))  # type: ignore[arg-type]  # state: one of its literals
 
 
 def contract_quote(q: ContractQuote) -> ContractQuoteResponse:

@@ -3,8 +3,6 @@ contract is signed at that price) or declines."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 from fastapi import APIRouter, Response, status
 
 from suanli.api import mappers
@@ -12,8 +10,6 @@ from suanli.api.deps import CallerDep, ServicesDep
 from suanli.api.errors import ERROR_RESPONSES
 from suanli.api.wiring import Services
 from suanli.app.contract_offers import ContractOffers
-from suanli.app.contracts import ContractOrder
-from suanli.app.records import ContractOffer
 from suanli.wire.schemas import ContractOfferRequest, ContractOfferResponse, ContractResponse
 
 router = APIRouter(prefix="/v1", tags=["contracts"], responses=ERROR_RESPONSES)
@@ -24,24 +20,18 @@ def _offers(services: Services) -> ContractOffers:
     return services.contract_offers
 
 
-def _response(offer: ContractOffer) -> ContractOfferResponse:
-    return ContractOfferResponse(**asdict(offer))  # type: ignore[arg-type]
-
-
 @router.post("/contract-offers", status_code=status.HTTP_201_CREATED)
 def make_offer(body: ContractOfferRequest, caller: CallerDep, services: ServicesDep) -> ContractOfferResponse:
     """Admin: offer the tenant this contract at `price_micros`; refused as signing it now would be (an
     unknown model or region, a window already over, more than the fleet can honour). It holds no capacity."""
-    order = ContractOrder(
-        body.gpu_model, body.count, body.region, body.starts_at, body.ends_at, body.tenant_id
-    )
-    return _response(_offers(services).offer(caller, order, body.price_micros, body.expires_at))
+    offer = _offers(services).offer(caller, mappers.contract_order(body), body.price_micros, body.expires_at)
+    return mappers.contract_offer(offer)
 
 
 @router.get("/contract-offers")
 def list_offers(caller: CallerDep, services: ServicesDep) -> list[ContractOfferResponse]:
     """Your offers (an admin's: every tenant's): open, accepted, declined or expired."""
-    return [_response(o) for o in _offers(services).list(caller)]
+    return [mappers.contract_offer(o) for o in _offers(services).list(caller)]
 
 
 @router.post("/contract-offers/{offer_id}/accept")
@@ -58,4 +48,4 @@ def accept_offer(
 @router.post("/contract-offers/{offer_id}/decline")
 def decline_offer(offer_id: str, caller: CallerDep, services: ServicesDep) -> ContractOfferResponse:
     """Decline an open offer (an admin withdraws it)."""
-    return _response(_offers(services).decline(caller, offer_id))
+    return mappers.contract_offer(_offers(services).decline(caller, offer_id))

@@ -9,7 +9,6 @@ from fastapi import APIRouter, Header, Response, status
 from suanli.api import mappers
 from suanli.api.deps import CallerDep, ServicesDep
 from suanli.api.errors import ERROR_RESPONSES
-from suanli.app.contracts import ContractOrder
 from suanli.wire.schemas import (
     ContractCreateRequest,
     ContractQuoteResponse,
@@ -70,7 +69,7 @@ def create_contract(
 ) -> ContractResponse:
     """Sign a contract and prepay it; the same Idempotency-Key (same holder, same terms) returns the contract
     signed with it (200) and charges nothing more."""
-    record, created = services.contracts.create(caller, _order(body), idempotency_key)
+    record, created = services.contracts.create(caller, mappers.contract_order(body), idempotency_key)
     if not created:
         response.status_code = status.HTTP_200_OK
     return mappers.contract(record)
@@ -83,11 +82,7 @@ def quote_contract(
     """What signing this contract would hold and prepay now, signing nothing. Refused as signing would be
     (an unknown model or region, a window already over, more than the fleet can honour); a price the
     holder cannot pay now is `payable: false`, not an error."""
-    return mappers.contract_quote(services.contracts.quote(caller, _order(body)))
-
-
-def _order(body: ContractCreateRequest) -> ContractOrder:
-    return ContractOrder(**body.model_dump())
+    return mappers.contract_quote(services.contracts.quote(caller, mappers.contract_order(body)))
 
 
 @router.get("/contracts", tags=["contracts"])

@@ -9,13 +9,12 @@ locked while it is accepted or declined, so two acceptances at once sign one con
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import replace
 from datetime import datetime, timedelta
 
 from suanli.app.contracts import ContractOrder, ContractService
 from suanli.app.errors import Conflict, Invalid, NotFound
-from suanli.app.ids import as_utc, new_id
+from suanli.app.ids import as_utc, derived_id, new_id
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.postings import retrying
 from suanli.app.records import Caller, ContractOffer, ContractRecord
@@ -141,4 +140,4 @@ def _refuse_unless_open(offer: ContractOffer, now: datetime) -> None:
 
 def _contract_id(offer: ContractOffer) -> str:
     """The contract an offer's acceptance signs: one id per offer, so accepting twice signs once."""
-    return "ctr_" + hashlib.sha256(f"offer\0{offer.id}".encode()).hexdigest()[:16]
+    return derived_id("ctr", "offer", offer.id)

@@ -17,7 +17,6 @@ rate, and from its start the holder's rentals placed before it are covered (`app
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -26,7 +25,7 @@ from suanli.app.coverage import extend_coverage, settle_coverage
 from suanli.app.downtime import down_for_contracts
 from suanli.app.errors import Conflict, Forbidden, Invalid, NotFound, PaymentRequired
 from suanli.app.fleet import FleetCache
-from suanli.app.ids import MAX_IDEMPOTENCY_KEY, new_id, upcoming_window
+from suanli.app.ids import check_idempotency_key, derived_id, new_id, upcoming_window
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.postings import post_once, retrying
 from suanli.app.records import Caller, ContractRecord, domain_contract
@@ -75,10 +74,6 @@ class ContractQuote:
     payable: bool
 
 
-def _epoch_window(record: ContractRecord) -> tuple[float, float]:
-    return to_epoch_s(record.starts_at), to_epoch_s(record.ends_at)
-
-
 def _terms(record: ContractRecord) -> tuple[str, str, int, str, datetime, datetime]:
     """Holder, model, count, region and window: what an idempotency key and a quote stand for."""
     return (record.tenant_id, record.gpu_model, record.count, record.region, record.starts_at, record.ends_at)
@@ -109,12 +104,10 @@ class ContractService:
     ) -> tuple[ContractRecord, bool]:
         """The signed contract and True, or the one signed earlier with the same key (same holder and
         terms) and False: a buyer who lost the answer signs again safely, and pays once."""
-        if idempotency_key is not None and not 0 < len(idempotency_key) <= MAX_IDEMPOTENCY_KEY:
-            raise Invalid(f"1 to {MAX_IDEMPOTENCY_KEY} characters", field="Idempotency-Key")
+        check_idempotency_key(idempotency_key)
         record = self.draft(caller, order)
         if idempotency_key is not None:  # one key, one contract per holder: its id follows from the key
-            digest = hashlib.sha256(f"{record.tenant_id}\0{idempotency_key}".encode()).hexdigest()
-            record = replace(record, id=f"ctr_{digest[:16]}")
+            record = replace(record, id=derived_id("ctr", record.tenant_id, idempotency_key))
 
         def work() -> tuple[ContractRecord, bool]:
             with self.uow() as uow:
@@ -130,8 +123,7 @@ class ContractService:
         record = self.draft(caller, order)
         with self.uow() as uow:  # never committed
             self.check(uow, record)
-            unit_micros = self._unit_price(uow, record)
-            price = contract_price_micros(unit_micros, record.count, *_epoch_window(record))
+            unit_micros, price = self._list_price(uow, record)
             payable = not price or self._payable(uow, record.tenant_id, price)
         return ContractQuote(*_terms(record), unit_micros, price, payable)
 
@@ -183,11 +175,8 @@ class ContractService:
         self.check(uow, record)
         if price_micros is not None:
             record = replace(record, price_micros=price_micros)
-        elif self.price_book is not None:
-            unit_micros = self._unit_price(uow, record)
-            record = replace(
-                record, price_micros=contract_price_micros(unit_micros, count, *_epoch_window(record))
-            )
+        else:
+            record = replace(record, price_micros=self._list_price(uow, record)[1])
         if record.price_micros:
             self._charge(uow, holder, record.price_micros, "the contract's prepaid price")
         uow.contracts.add(record)
@@ -204,17 +193,18 @@ class ContractService:
             )
         return record, True
 
-    def _unit_price(self, uow: UnitOfWork, record: ContractRecord) -> int:
-        """The reserved list price per GPU-hour at the window's start (0 without a price book: free)."""
+    def _list_price(self, uow: UnitOfWork, record: ContractRecord) -> tuple[int, int]:
+        """The reserved list price per GPU-hour at the window's start, and the contract's price at it: GPUs x
+        window hours (both 0 without a price book: contracts are free)."""
         if self.price_book is None:
-            return 0
-        book = self.price_book(uow)
+            return 0, 0
+        start_s, end_s = to_epoch_s(record.starts_at), to_epoch_s(record.ends_at)
         try:
-            start_s = to_epoch_s(record.starts_at)
-            unit = book.list_price(record.gpu_model, record.region, Tier.RESERVED, start_s)
+            unit = self.price_book(uow).list_price(record.gpu_model, record.region, Tier.RESERVED, start_s)
         except BillingError as error:
             raise Invalid(str(error), field="gpu_model") from None
-        return unit.price_micros_per_gpu_hour
+        per_hour = unit.price_micros_per_gpu_hour
+        return per_hour, contract_price_micros(per_hour, record.count, start_s, end_s)
 
     def _payable(self, uow: UnitOfWork, tenant_id: str, amount_micros: int) -> bool:
         """Whether paying `amount_micros` from cash keeps to the payer's terms."""

@@ -16,6 +16,18 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(8)}"
 
 
+def derived_id(prefix: str, *parts: str) -> str:
+    """An id that follows from `parts` (an idempotency key and its owner, an offer): the same parts, the same
+    id, so a repeated request finds what the first one made."""
+    return f"{prefix}_{hashlib.sha256(chr(0).join(parts).encode()).hexdigest()[:16]}"
+
+
+def check_idempotency_key(key: str | None) -> None:
+    """Invalid (naming the header) unless `key` is absent or 1 to `MAX_IDEMPOTENCY_KEY` characters."""
+    if key is not None and not 0 < len(key) <= MAX_IDEMPOTENCY_KEY:
+        raise Invalid(f"1 to {MAX_IDEMPOTENCY_KEY} characters", field="Idempotency-Key")
+
+
 def new_secret() -> str:
     return f"sk_{secrets.token_urlsafe(32)}"
 

@@ -15,7 +15,7 @@ from typing import Any
 from suanli.app.billing import BillingService
 from suanli.app.booking import SHARE_UNIT_MILLI
 from suanli.app.errors import Conflict, Duplicate, Invalid, NotFound
-from suanli.app.ids import MAX_IDEMPOTENCY_KEY, new_id
+from suanli.app.ids import check_idempotency_key, new_id
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.pricing import ANY_REGION, contract_room_milli
 from suanli.app.records import END_STATES, LIVE_STATES, Caller, Rental, RentalEvent, RentalSpec, RentalView
@@ -125,8 +125,7 @@ class RentalService:
         self, caller: Caller, spec: RentalSpec, idempotency_key: str | None
     ) -> tuple[RentalView, bool]:
         """The new rental and True, or the one created earlier with the same key and False."""
-        if idempotency_key is not None and not 0 < len(idempotency_key) <= MAX_IDEMPOTENCY_KEY:
-            raise Invalid(f"1 to {MAX_IDEMPOTENCY_KEY} characters", field="Idempotency-Key")
+        check_idempotency_key(idempotency_key)
         check_spec(spec, self.catalog)
         fingerprint = spec_fingerprint(spec)
         tenant_id = caller.tenant.id

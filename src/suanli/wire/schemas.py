@@ -319,32 +319,19 @@ class ContractQuoteResponse(WireModel):
     payable: bool = Field(description="Whether the holder's cash and payment terms cover the price now.")
 
 
-class ContractOfferRequest(WireModel):
+class ContractOfferRequest(ContractCreateRequest):
     """Admin: offer a tenant a contract at a negotiated prepaid price."""
 
-    tenant_id: str = Field(max_length=40, description="The tenant the offer is for.")
-    gpu_model: str
-    count: int = Field(ge=1, le=100_000)
-    region: str
-    starts_at: Moment
-    ends_at: Moment
+    tenant_id: str = Field(max_length=40, description="The tenant the offer is for.")  # type: ignore[assignment]
     price_micros: int = Field(ge=0, le=10**15, description="The whole contract's prepaid price.")
     expires_at: Moment | None = Field(
         default=None, description="Open until then: a week from now when not given, never past ends_at."
     )
 
 
-class ContractOfferResponse(WireModel):
-    id: str
-    tenant_id: str
-    gpu_model: str
-    count: int
-    region: str
-    starts_at: datetime
-    ends_at: datetime
-    price_micros: int
+class ContractOfferResponse(ContractResponse):
+    price_micros: int = Field(description="The negotiated price, prepaid when the tenant accepts.")
     expires_at: datetime
-    created_at: datetime
     state: Literal["open", "accepted", "declined", "expired"]
     contract_id: str | None = Field(default=None, description="The contract its acceptance signed.")
     decided_at: datetime | None = None

@@ -57,6 +57,28 @@ function shape(request) {
   return request.nodes > 1 ? `${each} x ${request.nodes} nodes` : each;
 }
 
+// select `id` filled anew with `options`, keeping the one chosen if it is still there
+function fillSelect(id, options) {
+  const select = $(id);
+  const chosen = select.value;
+  select.replaceChildren(...options);
+  if (chosen) select.value = chosen;
+}
+
+const option = (value, text = value) => Object.assign(document.createElement("option"), { value, textContent: text });
+// a datalist's suggestions, sorted
+const suggestions = (values) =>
+  [...values].sort().map((value) => Object.assign(document.createElement("option"), { value }));
+
+// an amount in currency units as micros; ApiError naming `field` unless it is 0 or more (blank: `blank`,
+// or refused when none is given)
+function toMicros(text, field, blank = undefined) {
+  if (!text.trim() && blank !== undefined) return blank;
+  const value = Number(text);
+  if (!text.trim() || !Number.isFinite(value) || value < 0) throw new ApiError(0, "give an amount of 0 or more", field);
+  return Math.round(value * 1e6);
+}
+
 function showError(id, error) {
   $(id).textContent = error ? error.message : "";
 }
@@ -156,10 +178,8 @@ async function searchOffers() {
     });
     row.insertCell().append(use);
   }
-  const options = (values) =>
-    [...values].sort().map((value) => Object.assign(document.createElement("option"), { value }));
-  $("models").replaceChildren(...options(models));
-  $("regions").replaceChildren(...options(regions));
+  $("models").replaceChildren(...suggestions(models));
+  $("regions").replaceChildren(...suggestions(regions));
 }
 
 // --- the price book -------------------------------------------------------------------------------------
@@ -193,9 +213,7 @@ async function refreshPrices() {
     rows.get(key).tiers[PRICE_COLUMN[entry.tier]].push(entry);
   }
   const models = new Set(entries.map((e) => e.gpu_model));
-  $("price-models").replaceChildren(
-    ...[...models].map((value) => Object.assign(document.createElement("option"), { value })),
-  );
+  $("price-models").replaceChildren(...suggestions(models));
   const nowS = Date.now() / 1000;
   const body = $("prices").tBodies[0];
   body.replaceChildren();
@@ -214,15 +232,11 @@ async function addPrice(event) {
   showError("prices-error", null);
   const form = $("price-form");
   try {
-    const price = Number(form.price.value);
-    if (!form.price.value.trim() || !Number.isFinite(price) || price < 0) {
-      throw new ApiError(0, "give an amount of 0 or more", "price / GPU-h");
-    }
     const entry = {
       gpu_model: form.gpu_model.value.trim(),
       region: form.region.value.trim(),
       tier: form.tier.value,
-      price_micros_per_gpu_hour: Math.round(price * 1e6),
+      price_micros_per_gpu_hour: toMicros(form.price.value, "price / GPU-h"),
       source: form.source.value.trim(),
     };
     if (form.from.value) entry.effective_from = `${form.from.value}:00Z`; // read as UTC; now when empty
@@ -412,10 +426,7 @@ async function refreshNodes() {
     showError("nodes-error", error);
     return;
   }
-  const choice = $("maintenance-node");
-  const chosen = choice.value;
-  choice.replaceChildren(...nodes.map((n) => Object.assign(document.createElement("option"), { value: n.name, textContent: n.name })));
-  if (chosen) choice.value = chosen;
+  fillSelect("maintenance-node", nodes.map((n) => option(n.name)));
   const body = $("nodes").tBodies[0];
   body.replaceChildren();
   for (const node of nodes) {
@@ -475,11 +486,7 @@ async function refreshContracts() {
     cell(row, units(contract.price_micros), "num");
     cell(row, periodState(contract, "open: held for you"));
   });
-  const choice = $("transfer-contract");
-  const chosen = choice.value;
-  const option = (c) => Object.assign(document.createElement("option"), { value: c.id, textContent: c.id });
-  choice.replaceChildren(...shown.filter((c) => periodState(c, "open") !== "ended").map(option));
-  if (chosen) choice.value = chosen;
+  fillSelect("transfer-contract", shown.filter((c) => periodState(c, "open") !== "ended").map((c) => option(c.id)));
 }
 
 // --- offers: an operator's negotiated price, accepted or declined by its tenant ------------------------
@@ -540,10 +547,6 @@ async function makeOffer(event) {
   showError("offer-form-error", null);
   const form = $("offer-form");
   try {
-    const price = Number(form.price.value);
-    if (!form.price.value.trim() || !Number.isFinite(price) || price < 0) {
-      throw new ApiError(0, "give an amount of 0 or more", "price");
-    }
     const request = {
       tenant_id: form.tenant.value,
       gpu_model: form.gpu_model.value.trim(),
@@ -551,7 +554,7 @@ async function makeOffer(event) {
       region: form.region.value.trim(),
       starts_at: `${form.from.value}:00Z`, // the inputs are read as UTC
       ends_at: `${form.until.value}:00Z`,
-      price_micros: Math.round(price * 1e6),
+      price_micros: toMicros(form.price.value, "price"),
     };
     if (form.expires.value) request.expires_at = `${form.expires.value}:00Z`;
     await api("POST", "/v1/contract-offers", request);
@@ -676,17 +679,9 @@ async function refreshTenants() {
     cell(row, tenant.role);
     cell(row, utcText(tenant.created_at));
   }
-  const choice = $("plan-tenant");
-  const chosen = choice.value;
-  const option = (t) => Object.assign(document.createElement("option"), { value: t.id, textContent: `${t.name} (${t.id})` });
-  const customers = tenants.filter((t) => t.role === "tenant").map(option);
-  choice.replaceChildren(...customers);
-  if (chosen) choice.value = chosen;
-  for (const id of ["transfer-tenant", "offer-tenant"]) {
-    const other = $(id);
-    const picked = other.value;
-    other.replaceChildren(...customers.map((o) => o.cloneNode(true)));
-    if (picked) other.value = picked;
+  const customers = tenants.filter((t) => t.role === "tenant");
+  for (const id of ["plan-tenant", "transfer-tenant", "offer-tenant"]) {
+    fillSelect(id, customers.map((t) => option(t.id, `${t.name} (${t.id})`)));
   }
 }
 
@@ -699,12 +694,11 @@ function basisPoints(text, field) {
 
 function planRequest() {
   const form = $("plan-form");
-  const fee = form.fee.value.trim() ? Number(form.fee.value) : 0;
-  if (!Number.isFinite(fee) || fee < 0) throw new ApiError(0, "give an amount of 0 or more", "fee");
+  const feeMicros = toMicros(form.fee.value, "fee", 0);
   const request = {
     kind: form.kind.value,
     discount_bp: basisPoints(form.discount.value, "discount %"),
-    fee_micros: Math.round(fee * 1e6),
+    fee_micros: feeMicros,
     revenue_share_bp: basisPoints(form.share.value, "revenue share %"),
   };
   if (form.from.value) request.starts_at = `${form.from.value}:00Z`; // the inputs are read as UTC
