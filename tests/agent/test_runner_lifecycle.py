@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from suanli.agent import runner as runner_module
 from suanli.agent.executors import ProcessExecutor, group_alive
 from suanli.agent.probe import DeclaredProbe
 from suanli.agent.runner import AgentRunner
@@ -34,12 +35,18 @@ class FakeClient:
         self.logs: dict[str, bytearray] = {}
         self.fail_next: list[Exception] = []
         self.runs_images: list[bool | None] = []  # what each heartbeat said
+        self.mig_layouts: list[dict[int, list[tuple[int, str]]] | None] = []  # GPU -> (start, profile)
 
     def heartbeat(self, request):
         if self.fail_next:
             raise self.fail_next.pop(0)
         self.reports.append(list(request.workloads))
         self.runs_images.append(request.runs_images)
+        self.mig_layouts.append(
+            None
+            if request.mig_layouts is None
+            else {g.index: [(i.start_slot, i.profile) for i in g.instances] for g in request.mig_layouts}
+        )
         return HeartbeatResponse(node="h100-a-01", heartbeat_interval_s=0.05, assignments=self.assignments)
 
     def upload_log(self, rental_id, offset, data):
@@ -63,10 +70,10 @@ def assignment(rental_id: str, script: str, *, gpu: int = 2, deadline=None, acti
     )
 
 
-def make_runner(work_dir: Path, client: FakeClient) -> AgentRunner:
+def make_runner(work_dir: Path, client: FakeClient, node: str = "h100-a-01") -> AgentRunner:
     runner = AgentRunner(
         "http://server.test",
-        DeclaredProbe.from_file(FLEET, "h100-a-01"),
+        DeclaredProbe.from_file(FLEET, node),
         work_dir,
         interval_s=0.05,
         grace_s=0.5,
@@ -454,3 +461,28 @@ def test_a_withdrawn_notice_removes_the_notice_file_and_the_workload_outlives_th
         assert [w.state for w in client.reports[-1] if w.rental_id == "r-1"] == ["running"]
     finally:
         os.killpg(pgid, signal.SIGKILL)
+
+
+def test_the_heartbeat_reports_the_host_s_mig_instances_made_by_hand_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each GPU in MIG mode with its instances, as the probe finds them: the declared 4g@0, 2g@4, 1g@6; a
+    7g made by hand on GPU 3 (the idle three destroyed) shows up once the probe runs again."""
+    monkeypatch.setattr(runner_module, "MIG_PROBE_S", 3600.0)
+    client = FakeClient()
+    runner = make_runner(tmp_path, client, node="a100-mig-01")
+    runner.step()
+    declared = [(0, "4g.40gb"), (4, "2g.20gb"), (6, "1g.10gb")]
+    assert client.mig_layouts[-1] == {index: declared for index in range(8)}
+    runner.probe.make_mig_device(3, (0, "7g.80gb"), in_use=())
+    runner.step()
+    assert client.mig_layouts[-1][3] == declared, "probed again before MIG_PROBE_S"
+    monkeypatch.setattr(runner_module, "MIG_PROBE_S", 0.0)
+    runner.step()
+    assert client.mig_layouts[-1] == {**{index: declared for index in range(8)}, 3: [(0, "7g.80gb")]}
+
+
+def test_a_host_without_mig_reports_no_layouts(tmp_path: Path) -> None:
+    client = FakeClient()
+    make_runner(tmp_path, client).step()
+    assert client.mig_layouts == [None]

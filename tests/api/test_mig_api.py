@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import ADMIN, app_client, wait_for
+from conftest import ADMIN, app_client, register_agent, wait_for
 
 ONE_A100 = """
 [regions.eu-west]
@@ -46,3 +46,84 @@ def test_the_last_instance_of_a_nearly_full_mig_gpu_is_rented(database_url: str,
             (allocation,) = rental["allocation"]
             placed[profile] = allocation
         assert {a["node"] for a in placed.values()} == {"mig-only"}
+
+
+def _carver(client) -> dict[str, str]:
+    """ONE_A100 loaded and a tenant with credit; its headers."""
+    loaded = client.put("/v1/fleet", content=ONE_A100, headers={**ADMIN, "Content-Type": "application/toml"})
+    assert loaded.status_code == 200, loaded.text
+    tenant_id = client.post("/v1/tenants", json={"name": "carver"}, headers=ADMIN).json()["id"]
+    key = client.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()
+    credit = {"amount_micros": 10**12}
+    assert client.post(f"/v1/tenants/{tenant_id}/credit", json=credit, headers=ADMIN).status_code == 201
+    return {"Authorization": f"Bearer {key['secret']}"}
+
+
+def _layout(*instances: tuple[int, str]) -> dict:
+    return {
+        "mig_layouts": [{"index": 0, "instances": [{"profile": p, "start_slot": s} for s, p in instances]}]
+    }
+
+
+def _rent_slice(client, headers: dict[str, str], profile: str) -> dict:
+    created = client.post(
+        "/v1/rentals", json={"gpu_model": "A100-80GB", "mig_profile": profile}, headers=headers
+    )
+    assert created.status_code == 201, created.text
+    rental = wait_for(client, created.json()["id"], headers, "placed")
+    assert rental["state"] == "placed", rental
+    ((piece,),) = [a["slices"] for a in rental["allocation"]]
+    return piece
+
+
+def test_mig_slices_go_to_the_instances_the_host_reports(database_url: str) -> None:
+    """The fleet declares 4g@0, 2g@4, 1g@6; the host was carved by hand into 1g@0 and 3g@4 and its agent
+    says so: a 1g.10gb goes to the host's 1g at slot 0 and a 3g.40gb to its 3g at slot 4, where the
+    declared layout would have put the 1g at slot 6 and had no 3g to reuse. A 2g made by hand later is
+    rented next, and the last slot after it."""
+    with app_client(database_url, queue="backfill") as client:
+        tenant = _carver(client)
+        node = register_agent(client, "mig-only")
+        beat = client.post("/v1/agents/heartbeat", json=_layout((0, "1g.10gb"), (4, "3g.40gb")), headers=node)
+        assert beat.status_code == 200, beat.text
+        assert _rent_slice(client, tenant, "1g.10gb")["mig_start"] == 0
+        assert _rent_slice(client, tenant, "3g.40gb")["mig_start"] == 4
+        # a 2g made by hand at slot 2 meanwhile: the snapshot is laid out again, the rented instances busy
+        now = _layout((0, "1g.10gb"), (2, "2g.20gb"), (4, "3g.40gb"))
+        assert client.post("/v1/agents/heartbeat", json=now, headers=node).status_code == 200
+        assert _rent_slice(client, tenant, "2g.20gb")["mig_start"] == 2
+        assert _rent_slice(client, tenant, "1g.10gb")["mig_start"] == 1  # the one slot left, made anew
+
+
+def test_a_layout_nvidia_forbids_is_left_out_and_the_declared_one_stands(database_url: str) -> None:
+    """An overlapping report (a 4g at 0 and a 2g at 2) cannot be a host's: the scheduler keeps the fleet's
+    layout for that GPU, so the 1g.10gb reuses the declared 1g at slot 6."""
+    with app_client(database_url, queue="greedy") as client:
+        tenant = _carver(client)
+        node = register_agent(client, "mig-only")
+        beat = client.post("/v1/agents/heartbeat", json=_layout((0, "4g.40gb"), (2, "2g.20gb")), headers=node)
+        assert beat.status_code == 200, beat.text
+        assert _rent_slice(client, tenant, "1g.10gb")["mig_start"] == 6
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        pytest.param(_layout((8, "1g.10gb")), "start_slot", id="start-past-the-last-slot"),
+        pytest.param(_layout((0, "")), "profile", id="empty-profile"),
+        pytest.param(
+            {"mig_layouts": [{"index": 0, "instances": []}, {"index": 0, "instances": []}]},
+            "one layout per GPU index",
+            id="one-gpu-twice",
+        ),
+        pytest.param({"mig_layouts": [{"index": -1, "instances": []}]}, "index", id="negative-index"),
+    ],
+)
+def test_a_malformed_mig_report_is_refused_naming_the_field(
+    database_url: str, body: dict, field: str
+) -> None:
+    with app_client(database_url) as client:
+        _carver(client)
+        node = register_agent(client, "mig-only")
+        refused = client.post("/v1/agents/heartbeat", json=body, headers=node)
+        assert refused.status_code == 422 and field in refused.text, refused.text

@@ -22,7 +22,7 @@ from suanli.domain.request import (
     WholeGpus,
 )
 from suanli.domain.scheduler import order_queue, place, schedule
-from suanli.domain.snapshot import Snapshot
+from suanli.domain.snapshot import Snapshot, host_layouts
 
 REGIONS = {
     "cn-north": Region("cn-north", "CN", 550.0, 1.3),
@@ -215,6 +215,51 @@ def test_a_busy_instance_is_never_destroyed() -> None:
     plan = run(snap, req("big", MigSlice("7g.80gb")), req("small", MigSlice("1g.10gb"), submitted_at_s=1))
     assert placed(plan, "big").repartitions == ()
     assert plan.pending_reason("small") is Reason.NO_CAPACITY
+
+
+@every_policy
+def test_a_gpu_is_laid_out_as_its_host_reports_not_as_the_fleet_declares(policy: str) -> None:
+    """The fleet declares one idle 7g; the host was carved by hand into a 4g at 0 and a 1g at 6: a 1g
+    slice reuses the host's instance at slot 6 with no repartition, and a 7g must destroy both."""
+    fleet = Fleet(REGIONS, (mig_node("m1", (("7g.80gb",),)),))
+    snap = Snapshot(fleet, CATALOG, {"m1": {0: ((0, "4g.40gb"), (6, "1g.10gb"))}})
+    placement = placed(run(snap, req("r", MigSlice("1g.10gb")), policy=policy), "r")
+    assert placement.nodes[0].slices[0].mig_start == 6 and placement.repartitions == ()
+    snap = Snapshot(fleet, CATALOG, {"m1": {0: ((0, "4g.40gb"), (6, "1g.10gb"))}})
+    whole = placed(run(snap, req("w", MigSlice("7g.80gb")), policy=policy), "w")
+    assert whole.repartitions == (Repartition("m1", 0, ((0, "4g.40gb"), (6, "1g.10gb")), (0, "7g.80gb")),)
+
+
+def test_a_gpu_the_host_did_not_report_keeps_the_declared_layout() -> None:
+    fleet = Fleet(REGIONS, (mig_node("m1", (("7g.80gb",), ("7g.80gb",))),))
+    snap = Snapshot(fleet, CATALOG, {"m1": {1: ()}})
+    plan = run(snap, req("a", MigSlice("7g.80gb")), req("b", MigSlice("7g.80gb"), submitted_at_s=1))
+    by_gpu = {placed(plan, r).nodes[0].slices[0].gpu_index: placed(plan, r).repartitions for r in "ab"}
+    assert by_gpu == {0: (), 1: (Repartition("m1", 1, (), (0, "7g.80gb")),)}
+
+
+@pytest.mark.parametrize(
+    ("reported", "problem"),
+    [
+        pytest.param({0: ((1, "4g.40gb"),)}, "4g.40gb cannot start at slot 1", id="start-nvidia-forbids"),
+        pytest.param({0: ((0, "4g.40gb"), (2, "2g.20gb"))}, "overlaps", id="overlap"),
+        pytest.param({0: ((0, "3g.48gb"),)}, "no MIG profile '3g.48gb'", id="another-model's-profile"),
+        pytest.param({3: ((0, "7g.80gb"),)}, "no GPU 3 (it has 2)", id="no-such-gpu"),
+    ],
+)
+def test_a_reported_layout_that_cannot_be_is_left_out_with_the_reason(
+    reported: dict[int, tuple[tuple[int, str], ...]], problem: str
+) -> None:
+    two = mig_node("m1", ((), ()))
+    good = {1: ((6, "1g.10gb"),)}
+    kept, problems = host_layouts(two, CATALOG, {**reported, **good})
+    assert kept == good
+    assert len(problems) == 1 and problem in problems[0] and problems[0].startswith("m1")
+
+
+def test_a_layout_reported_for_a_node_the_fleet_does_not_carve_is_left_out() -> None:
+    kept, problems = host_layouts(node("h1", gpus=1), CATALOG, {0: ((0, "7g.80gb"),)})
+    assert kept == {} and problems == ["h1: not a MIG node in the fleet"]
 
 
 # --- selector, residency, constraints, size ----------------------------------------------------------------

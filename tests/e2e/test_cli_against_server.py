@@ -93,6 +93,16 @@ def test_a_new_tenant_rents_lists_shows_and_stops(server: str, tmp_path: Path) -
     assert len(gang["allocation"]) == 2 and all(len(a["slices"]) == 8 for a in gang["allocation"])
     mig = _placed(tenant, json.loads(_cli(tenant, "rent", "A100-80GB:3g.40gb", "--json").stdout)["id"])
     assert mig["allocation"][0]["slices"][0]["mig_profile"] == "3g.40gb"
+    carved = mig["allocation"][0]["node"]
+    gpu, start = (mig["allocation"][0]["slices"][0][k] for k in ("gpu_index", "mig_start"))
+    layout = _cli(admin, "admin", "mig", carved).stdout  # no agent here: laid out as the fleet declares
+    assert f"3g.40gb@{start} (busy)" in layout and "fleet" in layout and "host" not in layout
+    (node,) = json.loads(_cli(admin, "admin", "mig", carved, "--json").stdout)
+    assert {"gpu_index": gpu, "start_slot": start, "profile": "3g.40gb", "busy": True} in node[
+        "mig_instances"
+    ]
+    whole = _cli(admin, "admin", "mig", "h100-a-01", check=False)
+    assert whole.returncode == 2 and "node: h100-a-01 is not a MIG node" in whole.stderr
 
     listed = json.loads(_cli(tenant, "ls", "--json").stdout)
     assert {r["id"] for r in listed} == {gang["id"], mig["id"]}

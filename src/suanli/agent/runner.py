@@ -37,6 +37,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -68,6 +69,8 @@ from suanli.wire.agent_schemas import (
     AssignmentResponse,
     GpuTelemetryReport,
     HeartbeatRequest,
+    MigInstanceReport,
+    MigLayoutReport,
     WorkloadReportBody,
 )
 
@@ -76,6 +79,7 @@ STATE_FILE = "agent.json"
 LOG_CHUNK_BYTES = 256 * 1024
 MAX_CHUNKS_PER_STEP = 8
 MAX_BACKOFF_S = 5.0
+MIG_PROBE_S = 30.0  # how often the heartbeat probes the host's MIG instances again (made by hand meanwhile)
 
 
 class AgentError(SuanliError):
@@ -125,6 +129,7 @@ class AgentRunner:
         self.grace_s, self.stop_workloads_on_exit = grace_s, stop_workloads_on_exit
         self._client_factory = client_factory or (lambda url, key: Client(url, key, timeout_s=10, retries=3))
         self.inventory: HostInventory = probe.inventory()
+        self.mig_probed_at = time.monotonic()  # when `inventory` was last probed (its MIG instances)
         self.advertise_host = advertise_host  # registered as its host name: what peers of a rental reach
         self.node: str | None = None
         self.local: dict[str, Local] = {}
@@ -173,7 +178,10 @@ class AgentRunner:
         reports = self.reports()
         answer = client.heartbeat(
             HeartbeatRequest(
-                workloads=reports, telemetry=self._telemetry(), runs_images=self.executor.runs_images
+                workloads=reports,
+                telemetry=self._telemetry(),
+                runs_images=self.executor.runs_images,
+                mig_layouts=self._mig_layouts(),
             )
         )
         self._remove_reported_records({report.rental_id for report in reports})
@@ -431,6 +439,28 @@ class AgentRunner:
             made = True
         if made:
             self.inventory = self.probe.inventory()
+
+    def _mig_layouts(self) -> list[MigLayoutReport] | None:
+        """The MIG instances of every GPU in MIG mode, probed again at most every `MIG_PROBE_S` (instances
+        made by hand show up), for the scheduler to place slices on; None on a host without MIG."""
+        now = time.monotonic()
+        if now - self.mig_probed_at >= MIG_PROBE_S:
+            try:
+                self.inventory = self.probe.inventory()
+            except SuanliError as error:
+                log.warning("MIG probe failed: %s", error)
+            self.mig_probed_at = now
+        layouts = [
+            MigLayoutReport(
+                index=gpu.index,
+                instances=[
+                    MigInstanceReport(profile=m.profile, start_slot=m.start_slot) for m in gpu.mig_devices
+                ],
+            )
+            for gpu in self.inventory.gpus
+            if gpu.mig_mode
+        ]
+        return layouts or None
 
     def _telemetry(self) -> list[GpuTelemetryReport]:
         try:

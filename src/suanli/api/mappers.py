@@ -26,6 +26,7 @@ from suanli.wire.schemas import (
     ContractResponse,
     KeyResponse,
     MaintenanceResponse,
+    MigInstanceResponse,
     NodeAllocationResponse,
     NodeResponse,
     OfferResponse,
@@ -120,6 +121,8 @@ def node(view: NodeView) -> NodeResponse:
         schedulable=view.schedulable,
         free_gpu_milli=view.free_gpu_milli,
         maintenance_until=view.maintenance_until,
+        mig_instances=[MigInstanceResponse(**asdict(i)) for i in view.mig_instances],
+        mig_host_gpus=list(view.mig_host_gpus),
     )
 
 

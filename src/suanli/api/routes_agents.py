@@ -61,7 +61,10 @@ def register(body: AgentRegisterRequest, service: AgentsDep) -> AgentRegisterRes
 def heartbeat(body: HeartbeatRequest, key: NodeKeyDep, service: AgentsDep) -> HeartbeatResponse:
     reports = [WorkloadReport(w.rental_id, w.state, w.exit_code, w.message) for w in body.workloads]
     telemetry = [t.model_dump() for t in body.telemetry]
-    answer = service.heartbeat(key, reports, telemetry, body.runs_images)
+    layouts = None
+    if body.mig_layouts is not None:
+        layouts = {g.index: tuple((i.start_slot, i.profile) for i in g.instances) for g in body.mig_layouts}
+    answer = service.heartbeat(key, reports, telemetry, body.runs_images, layouts)
     return HeartbeatResponse(
         node=answer.node,
         heartbeat_interval_s=answer.interval_s,

@@ -130,6 +130,8 @@ class AgentRepo(Protocol):
         runs_images: bool | None = None,
     ) -> datetime | None: ...
     # rentals holding `node` whose run there is `running`: their (gpu_index, milli) slices on it
+    # the MIG instances the node's host reported (GPU index -> (start, profile)); True when they changed
+    def set_mig_layouts(self, node: str, layouts: Mapping[int, Sequence[tuple[int, str]]]) -> bool: ...
     def running_slices(self, node: str) -> dict[str, list[tuple[int, int]]]: ...
     def add_energy(
         self, rental_id: str, node: str, energy_j: float, seconds: float, gpu_seconds: float
@@ -253,14 +255,17 @@ class AgentService:
         reports: Sequence[WorkloadReport],
         telemetry: Sequence[Mapping[str, Any]],
         runs_images: bool | None = None,
+        mig_layouts: Mapping[int, Sequence[tuple[int, str]]] | None = None,
     ) -> HeartbeatAnswer:
-        """Record the node alive (and whether its agent runs container images, when it says), apply its
-        workload reports, and answer its assignments."""
+        """Record the node alive (and whether its agent runs container images, and its MIG instances, when
+        it says), apply its workload reports, and answer its assignments."""
         agent = self.authenticate(node_key)
         changed = False
         with self.uow() as uow:
             now = self.clock.now()
             previous = uow.agents.beat(agent.node, telemetry, now, runs_images)
+            if mig_layouts is not None:
+                changed |= uow.agents.set_mig_layouts(agent.node, mig_layouts)
             self._measure(uow, agent.node, previous, now, telemetry, reports)
             if not agent.up:
                 if agent.cordoned_by_agent:

@@ -8,6 +8,7 @@ while a live rental sits on a node the new file removes or changes.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from threading import Lock
@@ -21,19 +22,75 @@ from suanli.domain.catalog import Catalog
 from suanli.domain.contracts import Maintenance, fleet_capacity, short_contracts
 from suanli.domain.errors import SuanliError
 from suanli.domain.fleet_format import parse_fleet
-from suanli.domain.inventory import Fleet, Node
+from suanli.domain.inventory import Fleet, GpuMode, Node
+from suanli.domain.plan import NodeAllocation
+from suanli.domain.snapshot import HostMigLayouts, Snapshot, host_layouts
 
 MILLI_PER_GPU = 1000
 
 
 @dataclass(frozen=True, slots=True)
+class MigInstanceView:
+    """One MIG instance of a node's GPU as the scheduler lays it out; busy: a live rental holds it."""
+
+    gpu_index: int
+    start_slot: int
+    profile: str
+    busy: bool
+
+
+@dataclass(frozen=True, slots=True)
 class NodeView:
-    """A node as listed: schedulable unless drained or kept out by a maintenance window (until its end)."""
+    """A node as listed: schedulable unless drained or kept out by a maintenance window (until its end); a
+    MIG node's instances, on the GPUs in `mig_host_gpus` as its host reported them, on others as declared."""
 
     node: Node
     schedulable: bool
     free_gpu_milli: int
     maintenance_until: datetime | None = None
+    mig_instances: tuple[MigInstanceView, ...] = ()
+    mig_host_gpus: tuple[int, ...] = ()
+
+
+def host_mig_layouts(
+    fleet: Fleet, catalog: Catalog, reported: Mapping[str, HostMigLayouts]
+) -> tuple[dict[str, HostMigLayouts], list[str]]:
+    """Of the MIG layouts the agents reported (node -> GPU -> instances), those the scheduler lays its
+    snapshot out by (`host_layouts`), and why each other is left out (the fleet's layout stands there)."""
+    nodes = {node.name: node for node in fleet.nodes}
+    kept: dict[str, HostMigLayouts] = {}
+    problems: list[str] = []
+    for name, layouts in sorted(reported.items()):
+        node = nodes.get(name)
+        if node is not None:
+            kept[name], left_out = host_layouts(node, catalog, layouts)
+            problems += left_out
+    return kept, problems
+
+
+def mig_instances(
+    fleet: Fleet,
+    catalog: Catalog,
+    on_host: Mapping[str, HostMigLayouts],
+    live: Iterable[NodeAllocation],
+) -> dict[str, tuple[MigInstanceView, ...]]:
+    """Every MIG node's instances as the scheduler sees them: laid out as hosts report (`on_host`) or the
+    fleet declares, then the live allocations taken (an instance a rental made replaces idle ones)."""
+    carved = tuple(node for node in fleet.nodes if node.gpu_mode is GpuMode.MIG)
+    if not carved:
+        return {}
+    snapshot = Snapshot(Fleet(fleet.regions, carved), catalog, on_host)
+    for allocation in live:
+        if allocation.node in snapshot.by_name:
+            snapshot.occupy(allocation)
+    return {
+        state.name: tuple(
+            MigInstanceView(index, start, profile, busy)
+            for index, (_, _, layout) in enumerate(state.gpus)
+            for start, profile, busy in layout
+        )
+        for state in snapshot.nodes
+    }
 
 
 class FleetCache:
@@ -104,17 +161,19 @@ class FleetService:
             now = self.clock.now()
             maintenance = out_of_service_until(uow.maintenance.list(now), now, self.notice_horizon_s)
             used: dict[str, int] = {}
-            for allocations in uow.rentals.live_allocations().values():
-                for allocation in allocations:
-                    used[allocation.node] = used.get(allocation.node, 0) + sum(
-                        s.milli for s in allocation.slices
-                    )
+            live = [a for allocations in uow.rentals.live_allocations().values() for a in allocations]
+            for allocation in live:
+                used[allocation.node] = used.get(allocation.node, 0) + sum(s.milli for s in allocation.slices)
+            on_host, _ = host_mig_layouts(fleet, self.cache.catalog, uow.fleet.mig_layouts())
+        carved = mig_instances(fleet, self.cache.catalog, on_host, live)
         return [
             NodeView(
                 node,
                 node.name not in cordoned and node.name not in maintenance,
                 node.gpu_count * MILLI_PER_GPU - used.get(node.name, 0),
                 maintenance.get(node.name),
+                carved.get(node.name, ()),
+                tuple(sorted(on_host.get(node.name, {}))),
             )
             for node in fleet.nodes
         ]

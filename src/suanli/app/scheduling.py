@@ -21,7 +21,7 @@ from types import MappingProxyType
 from suanli.app.booking import bookings_for
 from suanli.app.downtime import notice_horizon_s, out_of_service
 from suanli.app.errors import BookingConflict
-from suanli.app.fleet import FleetCache
+from suanli.app.fleet import FleetCache, host_mig_layouts
 from suanli.app.growth import Held, held_request, holding_after, wants_resize
 from suanli.app.limits import cycle_limits
 from suanli.app.list_prices import list_price
@@ -54,7 +54,7 @@ from suanli.domain.quotas import Limits
 from suanli.domain.request import Request, Tier
 from suanli.domain.reservation import reserve
 from suanli.domain.scattered import scattered_gpus
-from suanli.domain.snapshot import Snapshot
+from suanli.domain.snapshot import HostMigLayouts, Snapshot
 
 log = logging.getLogger(__name__)
 # pending reasons of a rental that would start if the capacity were there (not held by a gate, not too big)
@@ -118,6 +118,8 @@ class Scheduler:
         self.fleet: Fleet | None = None
         self.version = -1
         self.imageless: set[str] = set()  # nodes whose agent runs no images: unlabelled in the snapshot
+        # the MIG instances hosts reported (node -> GPU -> (start, profile)): laid out so in the snapshot
+        self.mig_layouts: dict[str, dict[int, tuple[tuple[int, str], ...]]] = {}
         self.held: dict[int, NodeAllocation] = {}  # live allocation id -> what it occupies in the snapshot
         self.owner: dict[int, str] = {}  # live allocation id -> its rental
         by_tier = {Tier.parse(name): seconds for name, seconds in (notice_by_tier_s or {}).items()}
@@ -165,9 +167,14 @@ class Scheduler:
             if fleet is None:
                 return CycleReport()
             self.windows = uow.maintenance.list(now)
-            imageless = uow.fleet.imageless()
-            if self.snapshot is None or version != self.version or imageless != self.imageless:
-                self.imageless = imageless
+            imageless, mig_layouts = uow.fleet.imageless(), uow.fleet.mig_layouts()
+            if (
+                self.snapshot is None
+                or version != self.version
+                or imageless != self.imageless
+                or mig_layouts != self.mig_layouts
+            ):
+                self.imageless, self.mig_layouts = imageless, mig_layouts
                 self._rebuild(uow, fleet, version, now)
             else:
                 self._sync(uow, now)
@@ -556,7 +563,7 @@ class Scheduler:
         return uow.fleet.cordoned() | out_of_service(self.windows, now, horizon_s)
 
     def _rebuild(self, uow: UnitOfWork, fleet: Fleet, version: int, now: datetime) -> None:
-        snapshot = Snapshot(label_image_nodes(fleet, self.imageless), self.catalog)
+        snapshot = Snapshot(label_image_nodes(fleet, self.imageless), self.catalog, self._host_layouts(fleet))
         self.cordoned = self._cordons(uow, now)
         for name in self.cordoned:
             if name in snapshot.by_name:
@@ -572,6 +579,14 @@ class Scheduler:
         history = [to_request(r) for r in uow.rentals.list(None, 5000)]
         self.policy = build_policy(self.policy_name, seed=self.seed, history=history)
         self.snapshot, self.fleet, self.version = snapshot, fleet, version
+
+    def _host_layouts(self, fleet: Fleet) -> dict[str, HostMigLayouts]:
+        """The reported MIG layouts the snapshot takes; each one it cannot is logged (the fleet's declared
+        layout stands for that GPU)."""
+        kept, problems = host_mig_layouts(fleet, self.catalog, self.mig_layouts)
+        for problem in problems:
+            log.warning("reported MIG layout left out: %s", problem)
+        return kept
 
     def _sync(self, uow: UnitOfWork, now: datetime) -> None:
         """Catch up with the database by allocation id: release what was released since (stops, shrinks,

@@ -228,6 +228,19 @@ def admin_nodes(as_json: JsonFlag = False) -> None:
     emit(found, as_json, _nodes_table)
 
 
+@admin_app.command("mig")
+def admin_mig(
+    node: Annotated[str | None, typer.Argument(help="Only this node.")] = None, as_json: JsonFlag = False
+) -> None:
+    """Each MIG GPU's instances as the scheduler lays them out: as its host reported them, or as declared."""
+    with logged_in() as client:
+        found = [n for n in client.nodes() if n.gpu_mode == "mig" and node in (None, n.name)]
+    if node is not None and not found:
+        errors.print(error_text(f"node: {node} is not a MIG node of the fleet"))
+        raise typer.Exit(EXIT_USAGE)
+    emit(found, as_json, _mig_table)
+
+
 @admin_app.command("drain")
 def admin_drain(
     node: str,
@@ -355,6 +368,19 @@ def _nodes_table(found: list[NodeResponse]):
     return table(
         "Nodes", ("name", "region", "model", "GPUs", "mode", "free", "schedulable", "topology"), rows
     )
+
+
+def _mig_table(found: list[NodeResponse]):
+    rows = []
+    for n in found:
+        for index in range(n.gpu_count):
+            instances = " ".join(
+                f"{i.profile}@{i.start_slot}" + (" (busy)" if i.busy else "")
+                for i in n.mig_instances
+                if i.gpu_index == index
+            )
+            rows.append((n.name, index, instances or "none", "host" if index in n.mig_host_gpus else "fleet"))
+    return table("MIG instances", ("node", "GPU", "instances (profile@start)", "layout from"), rows)
 
 
 def server(

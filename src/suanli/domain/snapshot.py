@@ -6,7 +6,7 @@ Nodes are grouped by (class, state): a decision scores each group once, not each
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -23,10 +23,13 @@ from suanli.domain.capacity import (
     mig_entry,
 )
 from suanli.domain.catalog import Catalog
-from suanli.domain.errors import FleetError
+from suanli.domain.errors import FleetError, MigPlacementError
 from suanli.domain.inventory import Fleet, GpuMode, Node
 from suanli.domain.plan import NodeAllocation, Placement, Slice
 from suanli.domain.request import MigSlice, Request
+
+# a host's MIG instances: GPU index -> (start slot, profile name) of each instance on it, busy or idle
+HostMigLayouts = Mapping[int, Sequence[tuple[int, str]]]
 
 
 @dataclass(slots=True)
@@ -55,7 +58,11 @@ class NodeState:
 class Snapshot:
     """Free capacity of a fleet, indexed by node class and state."""
 
-    def __init__(self, fleet: Fleet, catalog: Catalog) -> None:
+    def __init__(
+        self, fleet: Fleet, catalog: Catalog, mig_layouts: Mapping[str, HostMigLayouts] | None = None
+    ) -> None:
+        """`mig_layouts`: the MIG instances each node's host has (by node, then GPU index), in place of the
+        layout the fleet declares for those GPUs; `host_layouts` keeps only those valid for the node."""
         self.fleet = fleet
         self.classes: list[NodeClass] = []
         class_ids: dict[NodeClass, int] = {}
@@ -90,7 +97,12 @@ class Snapshot:
                 self.groups.append({})
                 self.class_gpus.append(0)
             state = NodeState(
-                index, node, class_id, node.cpu_milli, node.memory_mib, _initial_gpus(node, cls)
+                index,
+                node,
+                class_id,
+                node.cpu_milli,
+                node.memory_mib,
+                _initial_gpus(node, cls, (mig_layouts or {}).get(node.name, {})),
             )
             self.nodes.append(state)
             self.by_name[node.name] = state
@@ -310,12 +322,47 @@ class Snapshot:
             del group[state.state_id]
 
 
-def _initial_gpus(node: Node, cls: NodeClass) -> list[GpuEntry]:
+def _initial_gpus(node: Node, cls: NodeClass, on_host: HostMigLayouts) -> list[GpuEntry]:
+    """Every GPU idle: a MIG GPU carved as its host has it (`on_host`), else as the fleet declares."""
     model = cls.model
     if node.gpu_mode is GpuMode.MIG and model.mig is not None:
-        layouts = node.mig_layouts or tuple(() for _ in range(node.gpu_count))
-        return [mig_entry(model, mig.pack_layout(model.mig, layout)) for layout in layouts]
+        declared = node.mig_layouts or tuple(() for _ in range(node.gpu_count))
+        return [
+            mig_entry(
+                model,
+                tuple((start, name, False) for start, name in sorted(on_host[index]))
+                if index in on_host
+                else mig.pack_layout(model.mig, layout),
+            )
+            for index, layout in enumerate(declared)
+        ]
     return [empty_entry(model) for _ in range(node.gpu_count)]
+
+
+def host_layouts(node: Node, catalog: Catalog, reported: HostMigLayouts) -> tuple[HostMigLayouts, list[str]]:
+    """The MIG layouts a node's host reported (GPU index -> (start, profile)) that the snapshot can take
+    (GPUs of the node, in MIG mode, laid out by NVIDIA's rules), and why each of the others cannot be."""
+    if node.gpu_mode is not GpuMode.MIG:
+        return {}, [f"{node.name}: not a MIG node in the fleet"] if reported else []
+    geometry = catalog.get(node.gpu_model).mig
+    if geometry is None:
+        return {}, [f"{node.name}: {node.gpu_model} has no MIG"] if reported else []
+    kept: dict[int, tuple[tuple[int, str], ...]] = {}
+    problems = []
+    for index, instances in sorted(reported.items()):
+        if not 0 <= index < node.gpu_count:
+            problems.append(f"{node.name}: no GPU {index} (it has {node.gpu_count})")
+            continue
+        try:
+            for _, name in instances:
+                if not geometry.has_profile(name):
+                    raise MigPlacementError(f"{node.gpu_model} has no MIG profile {name!r}")
+            mig.check_layout(geometry, instances)
+        except MigPlacementError as error:
+            problems.append(f"{node.name} GPU {index}: {error}")
+            continue
+        kept[index] = tuple(sorted(instances))
+    return kept, problems
 
 
 def _find_gpu(state: NodeState, entry: GpuEntry) -> int:

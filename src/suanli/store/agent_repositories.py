@@ -103,6 +103,17 @@ class SqlAgents:
         self.s.execute(update(AgentNodeRow).where(AgentNodeRow.node == node).values(**values))
         return previous
 
+    def set_mig_layouts(self, node: str, layouts: Mapping[int, Sequence[tuple[int, str]]]) -> bool:
+        stored = {
+            str(index): [[start, name] for start, name in sorted(instances)]
+            for index, instances in layouts.items()
+        }
+        before = self.s.scalar(select(AgentNodeRow.mig_layouts).where(AgentNodeRow.node == node))
+        if before == stored:
+            return False
+        self.s.execute(update(AgentNodeRow).where(AgentNodeRow.node == node).values(mig_layouts=stored))
+        return True
+
     def running_slices(self, node: str) -> dict[str, list[tuple[int, int]]]:
         query = (
             select(AllocationRow.rental_id, SliceRow.gpu_index, SliceRow.milli)

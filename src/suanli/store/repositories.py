@@ -119,6 +119,18 @@ class SqlFleet:
     def imageless(self) -> set[str]:
         return set(self.s.scalars(select(AgentNodeRow.node).where(AgentNodeRow.runs_images.is_(False))))
 
+    def mig_layouts(self) -> dict[str, dict[int, tuple[tuple[int, str], ...]]]:
+        query = select(AgentNodeRow.node, AgentNodeRow.mig_layouts).where(
+            AgentNodeRow.mig_layouts.is_not(None)
+        )
+        return {
+            node: {
+                int(index): tuple((start, name) for start, name in instances)
+                for index, instances in stored.items()
+            }
+            for node, stored in self.s.execute(query)
+        }
+
     def set_schedulable(self, node: str, schedulable: bool) -> bool:
         result = self.s.execute(update(NodeRow).where(NodeRow.name == node).values(schedulable=schedulable))
         return bool(result.rowcount)  # type: ignore[attr-defined]

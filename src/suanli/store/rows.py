@@ -216,6 +216,8 @@ class AgentNodeRow(Base):
     up: Mapped[bool] = mapped_column(Boolean, default=True)
     cordoned_by_agent: Mapped[bool] = mapped_column(Boolean, default=False)
     runs_images: Mapped[bool | None] = mapped_column(Boolean, nullable=True)  # its executor; null: not said
+    # the host's MIG instances as last reported: {"<GPU index>": [[start slot, profile], ...]}; null: not said
+    mig_layouts: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
 
 class RentalRunRow(Base):

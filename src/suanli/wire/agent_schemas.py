@@ -51,6 +51,18 @@ class WorkloadReportBody(WireModel):
     message: str = Field(default="", max_length=500)
 
 
+class MigInstanceReport(WireModel):
+    profile: str = Field(min_length=1, max_length=32, description="The MIG profile, e.g. 3g.40gb.")
+    start_slot: int = Field(ge=0, le=7, description="Its placement start, as `nvidia-smi mig -lgi` shows it.")
+
+
+class MigLayoutReport(WireModel):
+    index: int = Field(ge=0, le=1023, description="The GPU's index on the host.")
+    instances: list[MigInstanceReport] = Field(
+        max_length=8, description="Every instance on it, busy or idle."
+    )
+
+
 class HeartbeatRequest(WireModel):
     workloads: list[WorkloadReportBody] = Field(default_factory=list)
     telemetry: list[GpuTelemetryReport] = Field(default_factory=list)
@@ -59,6 +71,20 @@ class HeartbeatRequest(WireModel):
         description="Whether this agent runs container images (its executor). False keeps rentals that name "
         "an image off the node; absent leaves what was last said.",
     )
+    mig_layouts: list[MigLayoutReport] | None = Field(
+        default=None,
+        max_length=1024,
+        description="The MIG instances of each GPU in MIG mode, as the host has them (made by the agent or "
+        "by hand): the scheduler places MIG slices on them instead of the fleet's declared layout. Absent "
+        "leaves what was last said.",
+    )
+
+    @model_validator(mode="after")
+    def _one_layout_per_gpu(self) -> HeartbeatRequest:
+        indexes = [layout.index for layout in self.mig_layouts or ()]
+        if len(indexes) != len(set(indexes)):
+            raise ValueError("mig_layouts: one layout per GPU index")
+        return self
 
 
 class AssignmentResponse(WireModel):

@@ -105,6 +105,13 @@ class FleetResponse(WireModel):
     gpus: int
 
 
+class MigInstanceResponse(WireModel):
+    gpu_index: int
+    start_slot: int
+    profile: str
+    busy: bool
+
+
 class NodeResponse(WireModel):
     name: str
     region: str
@@ -121,6 +128,15 @@ class NodeResponse(WireModel):
     maintenance_until: datetime | None = Field(
         default=None,
         description="While a maintenance window (or its notice lead) keeps the node out: the window's end.",
+    )
+    mig_instances: list[MigInstanceResponse] = Field(
+        default_factory=list,
+        description="A MIG node's instances as the scheduler lays them out (busy: a rental holds it).",
+    )
+    mig_host_gpus: list[int] = Field(
+        default_factory=list,
+        description="The GPUs laid out as their host's agent reported them (instances made by hand or by "
+        "earlier rentals); the others as the fleet declares.",
     )
 
 
