@@ -20,7 +20,12 @@ def test_a_reported_layout_is_kept_per_node_and_only_a_different_one_is_a_change
         uow.commit()
     with SqlAgentUnitOfWork(sessions) as uow:
         assert uow.fleet.mig_layouts() == {"mig-a": {0: ((0, "4g.40gb"), (6, "1g.10gb")), 1: ()}}
+        before = uow.fleet.mig_layouts_revision()
         assert uow.agents.set_mig_layouts("mig-a", {0: [(0, "7g.80gb")], 1: []}) is True
         uow.commit()
     with SqlAgentUnitOfWork(sessions) as uow:
         assert uow.fleet.mig_layouts() == {"mig-a": {0: ((0, "7g.80gb"),), 1: ()}}  # mig-b has not said
+        assert uow.fleet.mig_layouts_revision() != before
+        unchanged = uow.fleet.mig_layouts_revision()
+        assert uow.agents.set_mig_layouts("mig-a", {0: [(0, "7g.80gb")], 1: []}) is False
+        assert uow.fleet.mig_layouts_revision() == unchanged

@@ -120,6 +120,7 @@ class Scheduler:
         self.imageless: set[str] = set()  # nodes whose agent runs no images: unlabelled in the snapshot
         # the MIG instances hosts reported (node -> GPU -> (start, profile)): laid out so in the snapshot
         self.mig_layouts: dict[str, dict[int, tuple[tuple[int, str], ...]]] = {}
+        self.mig_revision: tuple[int, int] | None = None  # `mig_layouts_revision` when they were read
         self.held: dict[int, NodeAllocation] = {}  # live allocation id -> what it occupies in the snapshot
         self.owner: dict[int, str] = {}  # live allocation id -> its rental
         by_tier = {Tier.parse(name): seconds for name, seconds in (notice_by_tier_s or {}).items()}
@@ -167,7 +168,12 @@ class Scheduler:
             if fleet is None:
                 return CycleReport()
             self.windows = uow.maintenance.list(now)
-            imageless, mig_layouts = uow.fleet.imageless(), uow.fleet.mig_layouts()
+            imageless, mig_revision = uow.fleet.imageless(), uow.fleet.mig_layouts_revision()
+            if mig_revision != self.mig_revision:
+                self.mig_revision = mig_revision
+                mig_layouts = uow.fleet.mig_layouts()
+            else:
+                mig_layouts = self.mig_layouts
             if (
                 self.snapshot is None
                 or version != self.version

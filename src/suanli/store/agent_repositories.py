@@ -111,7 +111,12 @@ class SqlAgents:
         before = self.s.scalar(select(AgentNodeRow.mig_layouts).where(AgentNodeRow.node == node))
         if before == stored:
             return False
-        self.s.execute(update(AgentNodeRow).where(AgentNodeRow.node == node).values(mig_layouts=stored))
+        revision = AgentNodeRow.mig_layouts_revision + 1
+        self.s.execute(
+            update(AgentNodeRow)
+            .where(AgentNodeRow.node == node)
+            .values(mig_layouts=stored, mig_layouts_revision=revision)
+        )
         return True
 
     def running_slices(self, node: str) -> dict[str, list[tuple[int, int]]]:

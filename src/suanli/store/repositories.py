@@ -119,6 +119,13 @@ class SqlFleet:
     def imageless(self) -> set[str]:
         return set(self.s.scalars(select(AgentNodeRow.node).where(AgentNodeRow.runs_images.is_(False))))
 
+    def mig_layouts_revision(self) -> tuple[int, int]:
+        counted = select(
+            func.count(AgentNodeRow.node), func.coalesce(func.sum(AgentNodeRow.mig_layouts_revision), 0)
+        )
+        count, total = self.s.execute(counted).one()
+        return int(count), int(total)
+
     def mig_layouts(self) -> dict[str, dict[int, tuple[tuple[int, str], ...]]]:
         query = select(AgentNodeRow.node, AgentNodeRow.mig_layouts).where(
             AgentNodeRow.mig_layouts.is_not(None)

@@ -1,6 +1,7 @@
 """agent_nodes.mig_layouts: the MIG instances each node's host has, as its agent's heartbeats report them
 ({"<GPU index>": [[start slot, profile], ...]}); null for an agent that has not said (older agents, hosts
-without MIG). The leader lays out a reported GPU as its host has it, in place of the fleet's declared
+without MIG), and `mig_layouts_revision`, bumped on each change, so the leader reads them all only when the
+revisions' sum moves. The leader lays out a reported GPU as its host has it, in place of the fleet's declared
 layout, so MIG slices go to instances that exist (made by hand or by an earlier rental) before new ones.
 
 Revision ID: 0023
@@ -22,8 +23,10 @@ depends_on = None
 def upgrade() -> None:
     with op.batch_alter_table("agent_nodes") as batch:
         batch.add_column(sa.Column("mig_layouts", sa.JSON(), nullable=True))
+        batch.add_column(sa.Column("mig_layouts_revision", sa.Integer(), nullable=False, server_default="0"))
 
 
 def downgrade() -> None:
     with op.batch_alter_table("agent_nodes") as batch:
+        batch.drop_column("mig_layouts_revision")
         batch.drop_column("mig_layouts")
