@@ -14,6 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 from test_agents import ADMIN_KEY, FLEET, Platform, running_platform, wait_for_state
+from test_mig_agents import FLEET as MIG_FLEET
+from test_mig_agents import HAND_CARVED
 
 from suanli.client import Client
 from suanli.wire.billing_schemas import PriceEntryRequest
@@ -472,3 +474,29 @@ def test_an_operator_offers_a_contract_and_the_tenant_accepts_one_and_declines_a
         assert api.balance().cash_micros == cash_before - 12_500_000
         states = {o.id: o.state for o in api.contract_offers()}
     assert states == {offer_id: "accepted", second.id: "declined"}
+
+
+def test_an_operator_sees_each_mig_gpu_laid_out_as_its_host_has_it(
+    page: Page, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The fleet declares 4g@0, 2g@4, 1g@6; the host was carved by hand into 3g@0 and 1g@4: once the agent
+    has said so, the nodes table shows the host's instances, and a rented one as busy."""
+    tmp = tmp_path_factory.mktemp("mig-console")
+    (tmp / "host.toml").write_text(HAND_CARVED)
+    agent_args = ["--declared", str(tmp / "host.toml")]
+    with running_platform(tmp, MIG_FLEET, ["mig-01"], agent_args=agent_args) as platform:
+        page.goto(platform.url)
+        page.fill("#key", ADMIN_KEY)
+        page.click("#login-form button")
+        row = page.locator("#nodes tbody tr[data-node='mig-01']")
+        expect(row).to_contain_text("1 x A100-80GB (mig)")
+        expect(row.locator("ul.mig li")).to_have_text(["GPU 0: 3g.40gb@0, 1g.10gb@4, as the host has it"])
+        with platform.tenant() as api:
+            spec = RentalCreateRequest(gpu_model="A100-80GB", mig_profile="3g.40gb", command=["sleep", "30"])
+            rental = api.create_rental(spec)
+            wait_for_state(api, rental.id, "running")
+            page.reload()  # the nodes are read every few ticks; a reload (signed in still) reads them now
+            expect(row.locator("ul.mig li")).to_have_text(
+                ["GPU 0: 3g.40gb@0 (busy), 1g.10gb@4, as the host has it"]
+            )
+            api.stop(rental.id)

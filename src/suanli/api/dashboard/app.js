@@ -434,7 +434,8 @@ async function refreshNodes() {
     row.dataset.node = node.name;
     cell(row, node.name, "mono");
     cell(row, node.region);
-    cell(row, `${node.gpu_count} x ${node.gpu_model} (${node.gpu_mode})`);
+    const gpus = cell(row, `${node.gpu_count} x ${node.gpu_model} (${node.gpu_mode})`);
+    if (node.gpu_mode === "mig") gpus.append(migList(node));
     cell(row, (node.free_gpu_milli / 1000).toFixed(node.free_gpu_milli % 1000 ? 3 : 0), "num");
     cell(row, node.provider);
     cell(row, nodeState(node));
@@ -444,6 +445,21 @@ async function refreshNodes() {
     button.addEventListener("click", () => setDrained(node.name, action));
     row.insertCell().append(button);
   }
+}
+
+// a MIG node's instances, a line per GPU, as the scheduler lays them out: as the host reported, or declared
+function migList(node) {
+  const list = Object.assign(document.createElement("ul"), { className: "mig" });
+  for (let index = 0; index < node.gpu_count; index++) {
+    const instances = node.mig_instances
+      .filter((i) => i.gpu_index === index)
+      .map((i) => `${i.profile}@${i.start_slot}${i.busy ? " (busy)" : ""}`);
+    const from = node.mig_host_gpus.includes(index) ? "as the host has it" : "as declared";
+    const item = document.createElement("li");
+    item.textContent = `GPU ${index}: ${instances.join(", ") || "no instances"}, ${from}`;
+    list.append(item);
+  }
+  return list;
 }
 
 const utcText = (moment) => moment.replace("T", " ").slice(0, 16);
