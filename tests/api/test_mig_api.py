@@ -27,15 +27,7 @@ def test_the_last_instance_of_a_nearly_full_mig_gpu_is_rented(database_url: str,
     """With the 4g.40gb and the 2g.20gb rented, a seventh of the fleet's one GPU is free: the 1g.10gb asked
     next is placed on the idle instance (it used to count as a whole GPU: under greedy the cycle failed)."""
     with app_client(database_url, queue=queue) as client:
-        loaded = client.put(
-            "/v1/fleet", content=ONE_A100, headers={**ADMIN, "Content-Type": "application/toml"}
-        )
-        assert loaded.status_code == 200, loaded.text
-        tenant_id = client.post("/v1/tenants", json={"name": "carver"}, headers=ADMIN).json()["id"]
-        key = client.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()
-        credit = {"amount_micros": 10**12}
-        assert client.post(f"/v1/tenants/{tenant_id}/credit", json=credit, headers=ADMIN).status_code == 201
-        headers = {"Authorization": f"Bearer {key['secret']}"}
+        headers = _carver(client)
         placed = {}
         for profile in ("4g.40gb", "2g.20gb", "1g.10gb"):
             body = {"gpu_model": "A100-80GB", "mig_profile": profile}
@@ -65,6 +57,14 @@ def _layout(*instances: tuple[int, str]) -> dict:
     }
 
 
+def _reporting(client, *instances: tuple[int, str]) -> dict[str, str]:
+    """An agent registered for the A100 that has reported `instances` on its GPU; its headers."""
+    node = register_agent(client, "mig-only")
+    beat = client.post("/v1/agents/heartbeat", json=_layout(*instances), headers=node)
+    assert beat.status_code == 200, beat.text
+    return node
+
+
 def _rent_slice(client, headers: dict[str, str], profile: str) -> dict:
     created = client.post(
         "/v1/rentals", json={"gpu_model": "A100-80GB", "mig_profile": profile}, headers=headers
@@ -82,10 +82,7 @@ def test_mig_slices_go_to_the_instances_the_host_reports(database_url: str) -> N
     declared layout would have put the 1g at slot 6 and had no 3g to reuse. A 2g made by hand later is
     rented next, and the last slot after it."""
     with app_client(database_url, queue="backfill") as client:
-        tenant = _carver(client)
-        node = register_agent(client, "mig-only")
-        beat = client.post("/v1/agents/heartbeat", json=_layout((0, "1g.10gb"), (4, "3g.40gb")), headers=node)
-        assert beat.status_code == 200, beat.text
+        tenant, node = _carver(client), _reporting(client, (0, "1g.10gb"), (4, "3g.40gb"))
         assert _rent_slice(client, tenant, "1g.10gb")["mig_start"] == 0
         assert _rent_slice(client, tenant, "3g.40gb")["mig_start"] == 4
         # a 2g made by hand at slot 2 meanwhile: the snapshot is laid out again, the rented instances busy
@@ -100,9 +97,7 @@ def test_a_layout_nvidia_forbids_is_left_out_and_the_declared_one_stands(databas
     layout for that GPU, so the 1g.10gb reuses the declared 1g at slot 6."""
     with app_client(database_url, queue="greedy") as client:
         tenant = _carver(client)
-        node = register_agent(client, "mig-only")
-        beat = client.post("/v1/agents/heartbeat", json=_layout((0, "4g.40gb"), (2, "2g.20gb")), headers=node)
-        assert beat.status_code == 200, beat.text
+        _reporting(client, (0, "4g.40gb"), (2, "2g.20gb"))
         assert _rent_slice(client, tenant, "1g.10gb")["mig_start"] == 6
 
 

@@ -40,16 +40,21 @@ def test_a_mig_slice_placed_where_no_instance_exists_runs_on_the_instance_the_ag
 ) -> None:
     """The GPU is carved 4g+2g+1g; a 7g.80gb rental needs all of it: the agent destroys the three idle
     instances, makes the 7g at slot 0, and the workload sees exactly that MIG device."""
-    code = "import os; print('CVD=' + os.environ['CUDA_VISIBLE_DEVICES'])"
     with platform.tenant() as api:
-        spec = RentalCreateRequest(
-            gpu_model="A100-80GB", mig_profile="7g.80gb", command=[sys.executable, "-c", code]
-        )
-        rental = api.create_rental(spec)
-        done = wait_for_state(api, rental.id, "stopped")
-        assert any(e.kind == "stopped" and "exit code 0" in e.message for e in done.events), done.events
-        wait_until(lambda: "CVD=" in api.logs(rental.id).data, 5, "logs")
-        assert api.logs(rental.id).data.strip() == f"CVD={declared_mig_uuid('mig-01', 0, 0, '7g.80gb')}"
+        assert visible_devices(api, "7g.80gb") == declared_mig_uuid("mig-01", 0, 0, "7g.80gb")
+
+
+def visible_devices(api: Client, profile: str) -> str:
+    """Rent an A100 MIG slice of `profile` for a command that prints CUDA_VISIBLE_DEVICES; what it printed."""
+    code = "import os; print('CVD=' + os.environ['CUDA_VISIBLE_DEVICES'])"
+    spec = RentalCreateRequest(
+        gpu_model="A100-80GB", mig_profile=profile, command=[sys.executable, "-c", code]
+    )
+    rental = api.create_rental(spec)
+    done = wait_for_state(api, rental.id, "stopped")
+    assert any(e.kind == "stopped" and "exit code 0" in e.message for e in done.events), done.events
+    wait_until(lambda: "CVD=" in api.logs(rental.id).data, 5, "logs")
+    return api.logs(rental.id).data.strip().removeprefix("CVD=")
 
 
 HAND_CARVED = FLEET.replace(
@@ -63,7 +68,6 @@ def test_a_mig_slice_goes_to_the_instance_the_host_was_carved_with_by_hand(tmp_p
     the report the scheduler would pick the declared 1g at slot 6, which the agent would have to make."""
     host = tmp_path / "host.toml"
     host.write_text(HAND_CARVED)
-    code = "import os; print('CVD=' + os.environ['CUDA_VISIBLE_DEVICES'])"
     agent_args = ["--declared", str(host)]  # the last --declared is the host's
     with (
         running_platform(tmp_path, FLEET, ["mig-01"], agent_args=agent_args) as platform,
@@ -81,12 +85,5 @@ def test_a_mig_slice_goes_to_the_instance_the_host_was_carved_with_by_hand(tmp_p
             (4, "1g.10gb", False),
         ]
         with platform.tenant() as api:
-            spec = RentalCreateRequest(
-                gpu_model="A100-80GB", mig_profile="1g.10gb", command=[sys.executable, "-c", code]
-            )
-            rental = api.create_rental(spec)
-            done = wait_for_state(api, rental.id, "stopped")
-            assert any(e.kind == "stopped" and "exit code 0" in e.message for e in done.events), done.events
-            wait_until(lambda: "CVD=" in api.logs(rental.id).data, 5, "logs")
-            assert api.logs(rental.id).data.strip() == f"CVD={declared_mig_uuid('mig-01', 0, 4, '1g.10gb')}"
+            assert visible_devices(api, "1g.10gb") == declared_mig_uuid("mig-01", 0, 4, "1g.10gb")
     assert "making MIG" not in (tmp_path / "agent-mig-01.log").read_text()
