@@ -129,9 +129,9 @@ class AgentRepo(Protocol):
         now: datetime,
         runs_images: bool | None = None,
     ) -> datetime | None: ...
-    # rentals holding `node` whose run there is `running`: their (gpu_index, milli) slices on it
     # the MIG instances the node's host reported (GPU index -> (start, profile)); True when they changed
     def set_mig_layouts(self, node: str, layouts: Mapping[int, Sequence[tuple[int, str]]]) -> bool: ...
+    # rentals holding `node` whose run there is `running`: their (gpu_index, milli) slices on it
     def running_slices(self, node: str) -> dict[str, list[tuple[int, int]]]: ...
     def add_energy(
         self, rental_id: str, node: str, energy_j: float, seconds: float, gpu_seconds: float
