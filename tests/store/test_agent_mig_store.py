@@ -1,9 +1,15 @@
 """The MIG layouts agents report, stored per node (SQLite and PostgreSQL): a report that changes nothing is
-no change, and the scheduler's read gives each reported node's GPUs back as reported."""
+no change, the scheduler's read gives each reported node's GPUs back as reported, and a new leader lays
+its snapshot out by them."""
 
 from __future__ import annotations
 
-from conftest import T0
+from conftest import T0, SettableClock
+from suanli.app.fleet import FleetCache
+from suanli.app.records import Rental, RentalSpec, Tenant
+from suanli.app.scheduling import Scheduler
+from suanli.domain.catalog_data import CATALOG
+from suanli.domain.queue_order import PLATFORM_QUEUE
 from suanli.store.agent_repositories import SqlAgentUnitOfWork
 from suanli.store.db import session_factory
 
@@ -29,3 +35,41 @@ def test_a_reported_layout_is_kept_per_node_and_only_a_different_one_is_a_change
         unchanged = uow.fleet.mig_layouts_revision()
         assert uow.agents.set_mig_layouts("mig-a", {0: [(0, "7g.80gb")], 1: []}) is False
         assert uow.fleet.mig_layouts_revision() == unchanged
+
+
+ONE_A100 = """
+[regions.eu-west]
+jurisdiction = "EU"
+grid_gco2_per_kwh = 380
+pue = 1.25
+
+[[nodes]]
+name = "mig-only"
+topology = "eu-west/z1/pod-a/leaf-01"
+cpu_milli = 64000
+memory_mib = 262144
+gpus = { model = "A100-80GB", count = 1, mode = "mig", mig_layout = ["4g.40gb", "2g.20gb", "1g.10gb"] }
+"""
+
+
+def test_a_new_leader_lays_a_mig_gpu_out_as_its_host_last_reported(store) -> None:
+    """The report is in the database, not in a leader's memory: a leader started after it places a
+    1g.10gb on the host's 1g at slot 0, not on the declared one at slot 6."""
+    engine, factory = store
+    with factory() as uow:
+        uow.tenants.add(Tenant("ten_a", "a", "tenant", T0))
+        uow.fleet.put(ONE_A100, ["mig-only"], T0)
+        spec = RentalSpec(gpu_model="A100-80GB", mig_profile="1g.10gb")
+        uow.rentals.add(Rental("rnt_1g", "ten_a", "pending", spec, T0, fingerprint="f"))
+        uow.commit()
+    with SqlAgentUnitOfWork(session_factory(engine)) as uow:
+        uow.agents.put_node("mig-only", "digest", {"gpus": []}, T0)
+        uow.agents.set_mig_layouts("mig-only", {0: [(0, "1g.10gb"), (4, "3g.40gb")]})
+        uow.commit()
+    leader = Scheduler(
+        factory, SettableClock(), CATALOG, FleetCache(CATALOG), "suanli", 0, queue=PLATFORM_QUEUE
+    )
+    assert leader.run_cycle().placed == 1
+    with factory() as uow:
+        ((allocation,),) = uow.rentals.live_allocations().values()
+    assert [(s.mig_profile, s.mig_start) for s in allocation.slices] == [("1g.10gb", 0)]
