@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from suanli.cli import demo
 from suanli.cli.main import app
 
 EXAMPLE_FLEET = Path(__file__).resolve().parents[2] / "examples" / "fleet.toml"
@@ -127,3 +128,11 @@ def test_rent_refuses_an_image_that_is_not_a_reference_naming_the_option() -> No
     shown = " ".join(rent.output.split())  # Rich wraps long lines
     assert "--image: Value error, 'ghcr.io/Acme/trainer:1': repository names are lowercase" in shown
     assert "did you mean 'ghcr.io/acme/trainer:1'" in shown
+
+
+def test_the_demo_box_gives_the_operator_key_and_an_operator_command(tmp_path: Path) -> None:
+    panel, commands = demo._banner(
+        "http://127.0.0.1:8080", "sk_tenant", "sk_admin", tmp_path / "p.json", 20, tmp_path, "admin mig m1"
+    )
+    assert "sk_tenant" in panel.renderable and "admin key[/bold]   sk_admin" in panel.renderable
+    assert any(line.startswith("  SUANLI_API_KEY=sk_admin ") and "admin mig m1" in line for line in commands)

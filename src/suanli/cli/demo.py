@@ -33,6 +33,7 @@ from suanli.agent.probe import DeclaredProbe
 from suanli.cli import profile
 from suanli.cli.output import error_text
 from suanli.client.client import Client, ClientError
+from suanli.domain.inventory import GpuMode
 from suanli.sim.fleet_files import read_fleet
 
 DEMO_CREDIT_MICROS = 1_000 * 1_000_000  # the demo tenant's prepaid credit (1,000 units)
@@ -80,7 +81,9 @@ def run_demo(port: int, data_dir: Path | None, fleet_path: Path | None) -> int:
                 token = admin.create_join_token(node.name).token
                 agents.append(_start_agent(data_dir, url, fleet_path, node.name, token))
         saved = profile.save(profile.Profile(url, tenant_key))
-        panel, commands = _banner(url, tenant_key, saved, len(agents), data_dir)
+        carved = [node.name for node in fleet.nodes if node.gpu_mode is GpuMode.MIG]
+        operator = f"admin mig {carved[0]}" if carved else "admin nodes"
+        panel, commands = _banner(url, tenant_key, admin_key, saved, len(agents), data_dir, operator)
         console.print(panel)
         for line in commands:  # never wrapped: they are meant to be copied
             console.print(line, soft_wrap=True, markup=False, highlight=False)
@@ -215,12 +218,17 @@ def _signal_group(pgid: int, signum: int) -> None:
         os.killpg(pgid, signum)
 
 
-def _banner(url: str, key: str, saved: Path, agents: int, data_dir: Path) -> tuple[Panel, list[str]]:
+def _banner(
+    url: str, key: str, admin_key: str, saved: Path, agents: int, data_dir: Path, operator: str
+) -> tuple[Panel, list[str]]:
+    """The box (addresses, keys, where things are) and the commands to try, `operator` (an admin command)
+    among them."""
     prog = " ".join(shlex.quote(part) for part in _program())
     lines = [
         f"[bold]server[/bold]      {url}   (API docs: {url}/docs)",
-        f"[bold]console[/bold]     {url}/ui/   (sign in with the tenant key)",
+        f"[bold]console[/bold]     {url}/ui/   (tenant key; the admin key opens the operators' pages)",
         f"[bold]tenant key[/bold]  {key}",
+        f"[bold]admin key[/bold]   {admin_key}   (this demo's operator; SUANLI_API_KEY=... for one command)",
         f"[bold]credit[/bold]      {DEMO_CREDIT_MICROS // 1_000_000:,} units (prepaid; `suanli balance`)",
         f"[bold]agents[/bold]      {agents}, one per node of the fleet; logs in {data_dir / 'agents'}",
         f"[bold]CLI[/bold]         logged in as tenant 'demo' (profile: {saved})",
@@ -230,6 +238,7 @@ def _banner(url: str, key: str, saved: Path, agents: int, data_dir: Path) -> tup
         f"  {prog} offers",
         f"  {prog} rent L40S:0.5 -- python3 -c {SHOW_DEVICES}",
         f"  {prog} logs <rental id printed by rent>",
+        f"  SUANLI_API_KEY={admin_key} {prog} {operator}   # as the operator",
     ]
     return Panel("\n".join(lines), title="suanli demo", expand=False), commands
 
