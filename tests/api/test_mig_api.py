@@ -3,9 +3,12 @@ instance is rented even though less than one whole GPU is free in the fleet, und
 
 from __future__ import annotations
 
-import pytest
+import time
 
-from conftest import ADMIN, app_client, register_agent, wait_for
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from conftest import ADMIN, WAIT_S, app_client, register_agent, wait_for
 
 ONE_A100 = """
 [regions.eu-west]
@@ -122,3 +125,36 @@ def test_a_malformed_mig_report_is_refused_naming_the_field(
         node = register_agent(client, "mig-only")
         refused = client.post("/v1/agents/heartbeat", json=body, headers=node)
         assert refused.status_code == 422 and field in refused.text, refused.text
+
+
+def test_metrics_count_mig_instances_by_profile_idle_or_busy(database_url: str) -> None:
+    """The declared 4g@0, 2g@4, 1g@6 are idle; a 2g.20gb rental makes its instance busy; then the host
+    reports five 1g instances made by hand around the rented 2g: five idle 1g, the 2g still busy."""
+
+    def gauge(client) -> dict[tuple[str, str], float]:
+        families = text_string_to_metric_families(client.get("/metrics").text)
+        return {
+            (s.labels["profile"], s.labels["state"]): s.value
+            for family in families
+            if family.name == "suanli_mig_instances"
+            for s in family.samples
+            if s.value
+        }
+
+    def shows(client, expected: dict[tuple[str, str], float]) -> dict[tuple[str, str], float]:
+        deadline = time.monotonic() + WAIT_S
+        while (seen := gauge(client)) != expected and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return seen
+
+    with app_client(database_url, queue="greedy") as client:
+        tenant = _carver(client)
+        declared = {("4g.40gb", "idle"): 1, ("2g.20gb", "idle"): 1, ("1g.10gb", "idle"): 1}
+        assert shows(client, declared) == declared
+        assert _rent_slice(client, tenant, "2g.20gb")["mig_start"] == 4
+        rented = {("4g.40gb", "idle"): 1, ("2g.20gb", "busy"): 1, ("1g.10gb", "idle"): 1}
+        assert shows(client, rented) == rented
+        by_hand = [(start, "1g.10gb") for start in (0, 1, 2, 3, 6)]
+        _reporting(client, *by_hand, (4, "2g.20gb"))
+        host = {("1g.10gb", "idle"): 5, ("2g.20gb", "busy"): 1}
+        assert shows(client, host) == host

@@ -78,7 +78,16 @@ class Metrics:
             registry=self.registry,
             **mode,
         )
+        self.mig = Gauge(
+            "suanli_mig_instances",
+            "MIG instances on schedulable nodes by profile, idle or busy (a rental holds it), as the "
+            "scheduler lays them out (the hosts' reports, else the fleet file)",
+            ["profile", "state"],
+            registry=self.registry,
+            **mode,
+        )
         self._reasons: set[str] = set()
+        self._mig_seen: set[tuple[str, str]] = set()
 
     def exposition(self) -> bytes:
         """The Prometheus text of this process, or of every worker in multiprocess mode."""
@@ -100,6 +109,9 @@ class Metrics:
         for reason in self._reasons | set(report.pending):
             self.queue.labels(reason).set(report.pending.get(reason, 0))
         self._reasons |= set(report.pending)
+        for key in self._mig_seen | set(report.mig_instances):  # a profile no longer laid out reads 0
+            self.mig.labels(*key).set(report.mig_instances.get(key, 0))
+        self._mig_seen |= set(report.mig_instances)
 
 
 @dataclass

@@ -79,6 +79,8 @@ class CycleReport:
     scattered_gpus: float = 0.0  # free GPUs in pieces too small for every rental waiting for capacity
     grown: int = 0  # live rentals that took the more nodes a resize asked for
     withdrawn: int = 0  # victims whose notice was withdrawn: their preemptor was stopped meanwhile
+    # MIG instances by (profile, "idle" or "busy") on schedulable nodes, as the snapshot lays them out
+    mig_instances: Counter[tuple[str, str]] = field(default_factory=Counter)
 
 
 def _recorded_head(pending: Sequence[Rental]) -> tuple[str | None, tuple[str, ...]]:
@@ -254,6 +256,7 @@ class Scheduler:
                 self.uow, snapshot, self.held, self.owner, self._pool_of_node, fresh, now
             )
         report.gpus = self._gpu_states()
+        report.mig_instances = self._mig_instances()
         if self.stale:
             self.snapshot, self.stale = None, False
         return report
@@ -631,6 +634,17 @@ class Scheduler:
                     counts["partial"] += 1
                 else:
                     counts["busy"] += 1
+        return counts
+
+    def _mig_instances(self) -> Counter[tuple[str, str]]:
+        counts: Counter[tuple[str, str]] = Counter()
+        if self.snapshot is None:
+            return counts
+        for state in self.snapshot.nodes:
+            if state.schedulable:
+                for _, _, layout in state.gpus:
+                    for _, profile, busy in layout:
+                        counts[profile, "busy" if busy else "idle"] += 1
         return counts
 
 
