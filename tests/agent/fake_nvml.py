@@ -77,6 +77,9 @@ class RecordedNvml:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
         return {**migs[index], "parent": handle["uuid"]}
 
+    def nvmlDeviceGetComputeRunningProcesses(self, mig: dict[str, Any]) -> list[SimpleNamespace]:
+        return [SimpleNamespace(pid=pid, usedGpuMemory=0) for pid in mig.get("processes", [])]
+
     def nvmlDeviceGetGpuInstanceId(self, mig: dict[str, Any]) -> int:
         return mig["gpu_instance_id"]
 

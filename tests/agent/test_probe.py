@@ -75,6 +75,17 @@ def test_telemetry_reads_what_nvml_has_and_none_for_what_it_lacks() -> None:
     assert (t4.utilization_pct, t4.power_w) == (None, None)
 
 
+def test_nvml_counts_the_processes_running_on_each_mig_device() -> None:
+    nvml_probe, nvml = probe("a100_mig")
+    nvml.host["devices"][0]["mig_devices"][2]["processes"] = [4242, 4243]  # two on the 1g.10gb
+    (first, *_) = nvml_probe.inventory().gpus
+    assert [(m.profile, m.processes) for m in first.mig_devices] == [
+        ("4g.40gb", 0),
+        ("2g.20gb", 0),
+        ("1g.10gb", 2),
+    ]
+
+
 @pytest.mark.parametrize(
     ("raw", "expected"),
     [

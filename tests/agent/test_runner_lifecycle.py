@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -36,6 +37,7 @@ class FakeClient:
         self.fail_next: list[Exception] = []
         self.runs_images: list[bool | None] = []  # what each heartbeat said
         self.mig_layouts: list[dict[int, list[tuple[int, str]]] | None] = []  # GPU -> (start, profile)
+        self.mig_busy: list[set[tuple[int, int, str]]] = []  # (GPU, start, profile) each heartbeat said busy
 
     def heartbeat(self, request):
         if self.fail_next:
@@ -46,6 +48,14 @@ class FakeClient:
             None
             if request.mig_layouts is None
             else {g.index: [(i.start_slot, i.profile) for i in g.instances] for g in request.mig_layouts}
+        )
+        self.mig_busy.append(
+            {
+                (g.index, i.start_slot, i.profile)
+                for g in request.mig_layouts or ()
+                for i in g.instances
+                if i.busy
+            }
         )
         return HeartbeatResponse(node="h100-a-01", heartbeat_interval_s=0.05, assignments=self.assignments)
 
@@ -486,3 +496,40 @@ def test_a_host_without_mig_reports_no_layouts(tmp_path: Path) -> None:
     client = FakeClient()
     make_runner(tmp_path, client).step()
     assert client.mig_layouts == [None]
+
+
+def test_an_instance_running_processes_no_rental_here_was_given_is_reported_busy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GPU 0's 4g@0 runs this host's rental and its 1g@6 runs something else: only the 1g is busy (not
+    suanli's); the rental's own instance is the rental's, whatever runs on it."""
+    client = FakeClient()
+    runner = make_runner(tmp_path, client, node="a100-mig-01")
+    client.assignments = [
+        AssignmentResponse(
+            rental_id="rnt_4g",
+            action="run",
+            slices=[
+                SliceResponse(gpu_index=0, milli=571, memory_mib=40960, mig_profile="4g.40gb", mig_start=0)
+            ],
+            command=[sys.executable, "-c", "import time; time.sleep(30)"],
+            env={},
+        )
+    ]
+    runner.step()  # heartbeat, then the workload starts on the 4g
+    assert client.mig_busy == [set()]
+    probed = runner.probe.inventory()
+    running = {"4g.40gb", "1g.10gb"}  # processes run on these two of GPU 0's instances
+    gpu0 = probed.gpus[0]
+    gpu0 = replace(
+        gpu0, mig_devices=tuple(replace(m, processes=int(m.profile in running)) for m in gpu0.mig_devices)
+    )
+    gpus = (gpu0, *probed.gpus[1:])
+    monkeypatch.setattr(runner.probe, "inventory", lambda: replace(probed, gpus=gpus))
+    monkeypatch.setattr(runner_module, "MIG_PROBE_S", 0.0)
+    try:
+        runner.step()
+        assert client.mig_busy[-1] == {(0, 6, "1g.10gb")}
+    finally:
+        client.assignments = []
+        runner.step()  # not assigned any more: the workload is killed

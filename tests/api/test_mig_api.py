@@ -54,10 +54,12 @@ def _carver(client) -> dict[str, str]:
     return {"Authorization": f"Bearer {key['secret']}"}
 
 
-def _layout(*instances: tuple[int, str]) -> dict:
-    return {
-        "mig_layouts": [{"index": 0, "instances": [{"profile": p, "start_slot": s} for s, p in instances]}]
-    }
+def _layout(*instances: tuple[int, str] | tuple[int, str, bool]) -> dict:
+    """A heartbeat reporting `instances` ((start, profile) or (start, profile, busy)) on GPU 0."""
+    reported = [
+        {"start_slot": i[0], "profile": i[1], "busy": i[2] if len(i) > 2 else False} for i in instances
+    ]
+    return {"mig_layouts": [{"index": 0, "instances": reported}]}
 
 
 def _reporting(client, *instances: tuple[int, str]) -> dict[str, str]:
@@ -93,6 +95,28 @@ def test_mig_slices_go_to_the_instances_the_host_reports(database_url: str) -> N
         assert client.post("/v1/agents/heartbeat", json=now, headers=node).status_code == 200
         assert _rent_slice(client, tenant, "2g.20gb")["mig_start"] == 2
         assert _rent_slice(client, tenant, "1g.10gb")["mig_start"] == 1  # the one slot left, made anew
+
+
+def test_an_instance_something_else_uses_is_left_alone_and_a_rented_one_stays_the_rental_s(
+    database_url: str,
+) -> None:
+    """The host reports its 1g at slot 0 busy (processes no rental was given) and an idle 3g at 4: a 1g.10gb
+    is made in slots 1-3 instead. A later report calling that rented instance busy too (sent before the
+    agent heard of the rental) leaves it the rental's: the next 1g.10gb goes to another free slot, a
+    3g.40gb reuses the 3g, and the nodes list shows the slot-0 instance busy."""
+    with app_client(database_url, queue="greedy") as client:
+        tenant, node = _carver(client), _reporting(client, (0, "1g.10gb", True), (4, "3g.40gb"))
+        first = _rent_slice(client, tenant, "1g.10gb")["mig_start"]
+        assert first in (1, 2, 3)
+        lagging = _layout((0, "1g.10gb", True), (first, "1g.10gb", True), (4, "3g.40gb"))
+        assert client.post("/v1/agents/heartbeat", json=lagging, headers=node).status_code == 200
+        second = _rent_slice(client, tenant, "1g.10gb")["mig_start"]
+        assert second in {1, 2, 3} - {first}
+        assert _rent_slice(client, tenant, "3g.40gb")["mig_start"] == 4
+        (listed,) = client.get("/v1/nodes", headers=ADMIN).json()
+        instances = [(i["start_slot"], i["profile"], i["busy"]) for i in listed["mig_instances"]]
+        rented = [(first, "1g.10gb", True), (second, "1g.10gb", True)]
+        assert instances == sorted([(0, "1g.10gb", True), *rented, (4, "3g.40gb", True)])
 
 
 def test_a_layout_nvidia_forbids_is_left_out_and_the_declared_one_stands(database_url: str) -> None:

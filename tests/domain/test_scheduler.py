@@ -222,12 +222,29 @@ def test_a_gpu_is_laid_out_as_its_host_reports_not_as_the_fleet_declares(policy:
     """The fleet declares one idle 7g; the host was carved by hand into a 4g at 0 and a 1g at 6: a 1g
     slice reuses the host's instance at slot 6 with no repartition, and a 7g must destroy both."""
     fleet = Fleet(REGIONS, (mig_node("m1", (("7g.80gb",),)),))
-    snap = Snapshot(fleet, CATALOG, {"m1": {0: ((0, "4g.40gb"), (6, "1g.10gb"))}})
-    placement = placed(run(snap, req("r", MigSlice("1g.10gb")), policy=policy), "r")
+    carved = {"m1": {0: ((0, "4g.40gb", False), (6, "1g.10gb", False))}}
+    placement = placed(
+        run(Snapshot(fleet, CATALOG, carved), req("r", MigSlice("1g.10gb")), policy=policy), "r"
+    )
     assert placement.nodes[0].slices[0].mig_start == 6 and placement.repartitions == ()
-    snap = Snapshot(fleet, CATALOG, {"m1": {0: ((0, "4g.40gb"), (6, "1g.10gb"))}})
+    snap = Snapshot(fleet, CATALOG, carved)
     whole = placed(run(snap, req("w", MigSlice("7g.80gb")), policy=policy), "w")
     assert whole.repartitions == (Repartition("m1", 0, ((0, "4g.40gb"), (6, "1g.10gb")), (0, "7g.80gb")),)
+
+
+@every_policy
+def test_an_instance_something_else_uses_is_neither_placed_on_nor_destroyed(policy: str) -> None:
+    """The host's 1g at slot 6 runs processes no rental was given: a 1g.10gb is made at slot 4 or 5
+    (nothing destroyed) rather than take it, and a 7g.80gb, which would need it destroyed, does not fit."""
+    fleet = Fleet(REGIONS, (mig_node("m1", (("7g.80gb",),)),))
+    carved = {"m1": {0: ((0, "4g.40gb", False), (6, "1g.10gb", True))}}
+    placement = placed(
+        run(Snapshot(fleet, CATALOG, carved), req("r", MigSlice("1g.10gb")), policy=policy), "r"
+    )
+    ((repartition,),) = [placement.repartitions]
+    assert repartition.destroyed == () and repartition.created in ((4, "1g.10gb"), (5, "1g.10gb"))
+    plan = run(Snapshot(fleet, CATALOG, carved), req("w", MigSlice("7g.80gb")), policy=policy)
+    assert plan.pending_reason("w") is Reason.NO_CAPACITY
 
 
 def test_a_gpu_the_host_did_not_report_keeps_the_declared_layout() -> None:
@@ -241,24 +258,26 @@ def test_a_gpu_the_host_did_not_report_keeps_the_declared_layout() -> None:
 @pytest.mark.parametrize(
     ("reported", "problem"),
     [
-        pytest.param({0: ((1, "4g.40gb"),)}, "4g.40gb cannot start at slot 1", id="start-nvidia-forbids"),
-        pytest.param({0: ((0, "4g.40gb"), (2, "2g.20gb"))}, "overlaps", id="overlap"),
-        pytest.param({0: ((0, "3g.48gb"),)}, "no MIG profile '3g.48gb'", id="another-model's-profile"),
-        pytest.param({3: ((0, "7g.80gb"),)}, "no GPU 3 (it has 2)", id="no-such-gpu"),
+        pytest.param(
+            {0: ((1, "4g.40gb", False),)}, "4g.40gb cannot start at slot 1", id="start-nvidia-forbids"
+        ),
+        pytest.param({0: ((0, "4g.40gb", False), (2, "2g.20gb", True))}, "overlaps", id="overlap"),
+        pytest.param({0: ((0, "3g.48gb", False),)}, "no MIG profile '3g.48gb'", id="another-model's-profile"),
+        pytest.param({3: ((0, "7g.80gb", False),)}, "no GPU 3 (it has 2)", id="no-such-gpu"),
     ],
 )
 def test_a_reported_layout_that_cannot_be_is_left_out_with_the_reason(
-    reported: dict[int, tuple[tuple[int, str], ...]], problem: str
+    reported: dict[int, tuple[tuple[int, str, bool], ...]], problem: str
 ) -> None:
     two = mig_node("m1", ((), ()))
-    good = {1: ((6, "1g.10gb"),)}
+    good = {1: ((6, "1g.10gb", True),)}
     kept, problems = host_layouts(two, CATALOG, {**reported, **good})
     assert kept == good
     assert len(problems) == 1 and problem in problems[0] and problems[0].startswith("m1")
 
 
 def test_a_layout_reported_for_a_node_the_fleet_does_not_carve_is_left_out() -> None:
-    kept, problems = host_layouts(node("h1", gpus=1), CATALOG, {0: ((0, "7g.80gb"),)})
+    kept, problems = host_layouts(node("h1", gpus=1), CATALOG, {0: ((0, "7g.80gb", False),)})
     assert kept == {} and problems == ["h1: not a MIG node in the fleet"]
 
 

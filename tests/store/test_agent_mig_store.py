@@ -20,20 +20,23 @@ def test_a_reported_layout_is_kept_per_node_and_only_a_different_one_is_a_change
     with SqlAgentUnitOfWork(sessions) as uow:
         for node in ("mig-a", "mig-b"):
             uow.agents.put_node(node, f"digest-{node}", {"gpus": []}, T0)
-        carved = {0: [(6, "1g.10gb"), (0, "4g.40gb")], 1: []}
+        carved = {0: [(6, "1g.10gb", True), (0, "4g.40gb", False)], 1: []}
         assert uow.agents.set_mig_layouts("mig-a", carved) is True
-        assert uow.agents.set_mig_layouts("mig-a", {1: [], 0: [(0, "4g.40gb"), (6, "1g.10gb")]}) is False
+        same = {1: [], 0: [(0, "4g.40gb", False), (6, "1g.10gb", True)]}
+        assert uow.agents.set_mig_layouts("mig-a", same) is False
         uow.commit()
     with SqlAgentUnitOfWork(sessions) as uow:
-        assert uow.fleet.mig_layouts() == {"mig-a": {0: ((0, "4g.40gb"), (6, "1g.10gb")), 1: ()}}
+        assert uow.fleet.mig_layouts() == {"mig-a": {0: ((0, "4g.40gb", False), (6, "1g.10gb", True)), 1: ()}}
         before = uow.fleet.mig_layouts_revision()
-        assert uow.agents.set_mig_layouts("mig-a", {0: [(0, "7g.80gb")], 1: []}) is True
+        assert uow.agents.set_mig_layouts("mig-a", {0: [(0, "7g.80gb", False)], 1: []}) is True
         uow.commit()
     with SqlAgentUnitOfWork(sessions) as uow:
-        assert uow.fleet.mig_layouts() == {"mig-a": {0: ((0, "7g.80gb"),), 1: ()}}  # mig-b has not said
+        assert uow.fleet.mig_layouts() == {
+            "mig-a": {0: ((0, "7g.80gb", False),), 1: ()}
+        }  # mig-b has not said
         assert uow.fleet.mig_layouts_revision() != before
         unchanged = uow.fleet.mig_layouts_revision()
-        assert uow.agents.set_mig_layouts("mig-a", {0: [(0, "7g.80gb")], 1: []}) is False
+        assert uow.agents.set_mig_layouts("mig-a", {0: [(0, "7g.80gb", False)], 1: []}) is False
         assert uow.fleet.mig_layouts_revision() == unchanged
 
 
@@ -64,7 +67,7 @@ def test_a_new_leader_lays_a_mig_gpu_out_as_its_host_last_reported(store) -> Non
         uow.commit()
     with SqlAgentUnitOfWork(session_factory(engine)) as uow:
         uow.agents.put_node("mig-only", "digest", {"gpus": []}, T0)
-        uow.agents.set_mig_layouts("mig-only", {0: [(0, "1g.10gb"), (4, "3g.40gb")]})
+        uow.agents.set_mig_layouts("mig-only", {0: [(0, "1g.10gb", False), (4, "3g.40gb", False)]})
         uow.commit()
     leader = Scheduler(
         factory, SettableClock(), CATALOG, FleetCache(CATALOG), "suanli", 0, queue=PLATFORM_QUEUE

@@ -71,6 +71,7 @@ class MigDevice:
     profile: str  # e.g. "3g.40gb"
     start_slot: int  # placement start, as `nvidia-smi mig -lgi` shows it
     gpu_instance_id: int
+    processes: int = 0  # compute processes running on it now (NVML), whoever started them
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +118,7 @@ class HostInventory:
                             "profile": mig.profile,
                             "start_slot": mig.start_slot,
                             "gpu_instance_id": mig.gpu_instance_id,
+                            "processes": mig.processes,
                         }
                         for mig in gpu.mig_devices
                     ],
@@ -233,7 +235,8 @@ class NvmlProbe:
         return bool(current == getattr(self._nvml, "NVML_DEVICE_MIG_ENABLE", 1))
 
     def _mig_devices(self, handle: object) -> tuple[MigDevice, ...]:
-        """MIG devices in use: UUID, profile (from the MIG device's name), placement of its GPU instance."""
+        """MIG devices in use: UUID, profile (from the MIG device's name), placement of its GPU instance, and
+        how many compute processes run on it (0 where NVML cannot say)."""
         nvml = self._nvml
         found = []
         for slot in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
@@ -243,12 +246,14 @@ class NvmlProbe:
             gi_id = nvml.nvmlDeviceGetGpuInstanceId(mig)
             info = nvml.nvmlGpuInstanceGetInfo(nvml.nvmlDeviceGetGpuInstanceById(handle, gi_id))
             name = _text(nvml.nvmlDeviceGetName(mig))
+            running = self._optional(lambda m=mig: nvml.nvmlDeviceGetComputeRunningProcesses(m)) or ()
             found.append(
                 MigDevice(
                     uuid=_text(nvml.nvmlDeviceGetUUID(mig)),
                     profile=mig_profile_from_name(name) or name,
                     start_slot=info.placement.start,
                     gpu_instance_id=gi_id,
+                    processes=len(running),
                 )
             )
         return tuple(sorted(found, key=lambda m: (m.start_slot, m.gpu_instance_id)))

@@ -442,7 +442,9 @@ class AgentRunner:
 
     def _mig_layouts(self) -> list[MigLayoutReport] | None:
         """The MIG instances of every GPU in MIG mode, probed again at most every `MIG_PROBE_S` (instances
-        made by hand show up), for the scheduler to place slices on; None on a host without MIG."""
+        made by hand show up), for the scheduler to place slices on; busy: processes that none of this
+        host's rentals was given run on it (not suanli's: never placed on, never destroyed). None on a host
+        without MIG."""
         now = time.monotonic()
         if now - self.mig_probed_at >= MIG_PROBE_S:
             try:
@@ -450,11 +452,22 @@ class AgentRunner:
             except SuanliError as error:
                 log.warning("MIG probe failed: %s", error)
             self.mig_probed_at = now
+        ours = {
+            (piece.gpu_index, piece.mig_start, piece.mig_profile)
+            for local in self.local.values()
+            if local.assignment is not None
+            for piece in local.assignment.slices
+        }
         layouts = [
             MigLayoutReport(
                 index=gpu.index,
                 instances=[
-                    MigInstanceReport(profile=m.profile, start_slot=m.start_slot) for m in gpu.mig_devices
+                    MigInstanceReport(
+                        profile=m.profile,
+                        start_slot=m.start_slot,
+                        busy=m.processes > 0 and (gpu.index, m.start_slot, m.profile) not in ours,
+                    )
+                    for m in gpu.mig_devices
                 ],
             )
             for gpu in self.inventory.gpus

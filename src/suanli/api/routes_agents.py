@@ -63,7 +63,9 @@ def heartbeat(body: HeartbeatRequest, key: NodeKeyDep, service: AgentsDep) -> He
     telemetry = [t.model_dump() for t in body.telemetry]
     layouts = None
     if body.mig_layouts is not None:
-        layouts = {g.index: tuple((i.start_slot, i.profile) for i in g.instances) for g in body.mig_layouts}
+        layouts = {
+            g.index: tuple((i.start_slot, i.profile, i.busy) for i in g.instances) for g in body.mig_layouts
+        }
     answer = service.heartbeat(key, reports, telemetry, body.runs_images, layouts)
     return HeartbeatResponse(
         node=answer.node,

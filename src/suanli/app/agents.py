@@ -33,6 +33,7 @@ from suanli.app.ports import Clock, UnitOfWork
 from suanli.app.records import END_STATES, LIVE_STATES, PREEMPTIBLE_STATES, Caller, Rental, RentalEvent
 from suanli.app.tenants import require_operator
 from suanli.domain.billing.energy import WHOLE_GPU_MILLI, measured_interval_s, slice_power_w
+from suanli.domain.mig import MigInstance
 from suanli.domain.plan import NodeAllocation
 
 REPORTED_STATES = ("starting", "running", "succeeded", "failed", "stopped")
@@ -129,8 +130,8 @@ class AgentRepo(Protocol):
         now: datetime,
         runs_images: bool | None = None,
     ) -> datetime | None: ...
-    # the MIG instances the node's host reported (GPU index -> (start, profile)); True when they changed
-    def set_mig_layouts(self, node: str, layouts: Mapping[int, Sequence[tuple[int, str]]]) -> bool: ...
+    # the MIG instances the node's host reported (GPU index -> (start, profile, busy)); True on a change
+    def set_mig_layouts(self, node: str, layouts: Mapping[int, Sequence[MigInstance]]) -> bool: ...
     # rentals holding `node` whose run there is `running`: their (gpu_index, milli) slices on it
     def running_slices(self, node: str) -> dict[str, list[tuple[int, int]]]: ...
     def add_energy(
@@ -255,7 +256,7 @@ class AgentService:
         reports: Sequence[WorkloadReport],
         telemetry: Sequence[Mapping[str, Any]],
         runs_images: bool | None = None,
-        mig_layouts: Mapping[int, Sequence[tuple[int, str]]] | None = None,
+        mig_layouts: Mapping[int, Sequence[MigInstance]] | None = None,
     ) -> HeartbeatAnswer:
         """Record the node alive (and whether its agent runs container images, and its MIG instances, when
         it says), apply its workload reports, and answer its assignments."""

@@ -53,17 +53,37 @@ class NodeView:
 
 
 def host_mig_layouts(
-    fleet: Fleet, catalog: Catalog, reported: Mapping[str, HostMigLayouts]
+    fleet: Fleet,
+    catalog: Catalog,
+    reported: Mapping[str, HostMigLayouts],
+    live: Iterable[NodeAllocation] = (),
 ) -> tuple[dict[str, HostMigLayouts], list[str]]:
     """Of the MIG layouts the agents reported (node -> GPU -> instances), those the scheduler lays its
-    snapshot out by (`host_layouts`), and why each other is left out (the fleet's layout stands there)."""
+    snapshot out by (`host_layouts`), and why each other is left out (the fleet's layout stands there).
+
+    An instance a live rental holds is the rental's, whatever the report says: the agent marks busy only
+    what none of its rentals was given, and a report sent before it heard of a new rental says so of
+    that rental's instance; as the rental's it is busy once the allocation is taken."""
+    held = {
+        (allocation.node, piece.gpu_index, piece.mig_start, piece.mig_profile)
+        for allocation in live
+        for piece in allocation.slices
+        if piece.mig_profile is not None
+    }
     nodes = {node.name: node for node in fleet.nodes}
     kept: dict[str, HostMigLayouts] = {}
     problems: list[str] = []
     for name, layouts in sorted(reported.items()):
         node = nodes.get(name)
         if node is not None:
-            kept[name], left_out = host_layouts(node, catalog, layouts)
+            theirs = {
+                index: [
+                    (start, profile, busy and (name, index, start, profile) not in held)
+                    for start, profile, busy in instances
+                ]
+                for index, instances in layouts.items()
+            }
+            kept[name], left_out = host_layouts(node, catalog, theirs)
             problems += left_out
     return kept, problems
 
@@ -164,7 +184,7 @@ class FleetService:
             live = [a for allocations in uow.rentals.live_allocations().values() for a in allocations]
             for allocation in live:
                 used[allocation.node] = used.get(allocation.node, 0) + sum(s.milli for s in allocation.slices)
-            on_host, _ = host_mig_layouts(fleet, self.cache.catalog, uow.fleet.mig_layouts())
+            on_host, _ = host_mig_layouts(fleet, self.cache.catalog, uow.fleet.mig_layouts(), live)
         carved = mig_instances(fleet, self.cache.catalog, on_host, live)
         return [
             NodeView(

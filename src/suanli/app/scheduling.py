@@ -120,8 +120,8 @@ class Scheduler:
         self.fleet: Fleet | None = None
         self.version = -1
         self.imageless: set[str] = set()  # nodes whose agent runs no images: unlabelled in the snapshot
-        # the MIG instances hosts reported (node -> GPU -> (start, profile)): laid out so in the snapshot
-        self.mig_layouts: dict[str, dict[int, tuple[tuple[int, str], ...]]] = {}
+        # the MIG instances hosts reported (node -> GPU -> (start, profile, busy)): the snapshot's layout
+        self.mig_layouts: dict[str, dict[int, tuple[tuple[int, str, bool], ...]]] = {}
         self.mig_revision: tuple[int, int] | None = None  # `mig_layouts_revision` when they were read
         self.held: dict[int, NodeAllocation] = {}  # live allocation id -> what it occupies in the snapshot
         self.owner: dict[int, str] = {}  # live allocation id -> its rental
@@ -572,12 +572,13 @@ class Scheduler:
         return uow.fleet.cordoned() | out_of_service(self.windows, now, horizon_s)
 
     def _rebuild(self, uow: UnitOfWork, fleet: Fleet, version: int, now: datetime) -> None:
-        snapshot = Snapshot(label_image_nodes(fleet, self.imageless), self.catalog, self._host_layouts(fleet))
+        live = uow.rentals.allocations_by_id(sorted(uow.rentals.live_allocation_ids()))
+        on_host = self._host_layouts(fleet, [allocation for _, allocation in live.values()])
+        snapshot = Snapshot(label_image_nodes(fleet, self.imageless), self.catalog, on_host)
         self.cordoned = self._cordons(uow, now)
         for name in self.cordoned:
             if name in snapshot.by_name:
                 snapshot.set_schedulable(name, False)
-        live = uow.rentals.allocations_by_id(sorted(uow.rentals.live_allocation_ids()))
         for _, allocation in live.values():
             snapshot.occupy(allocation)
         self.held = {allocation_id: allocation for allocation_id, (_, allocation) in live.items()}
@@ -589,10 +590,10 @@ class Scheduler:
         self.policy = build_policy(self.policy_name, seed=self.seed, history=history)
         self.snapshot, self.fleet, self.version = snapshot, fleet, version
 
-    def _host_layouts(self, fleet: Fleet) -> dict[str, HostMigLayouts]:
-        """The reported MIG layouts the snapshot takes; each one it cannot is logged (the fleet's declared
-        layout stands for that GPU)."""
-        kept, problems = host_mig_layouts(fleet, self.catalog, self.mig_layouts)
+    def _host_layouts(self, fleet: Fleet, live: Sequence[NodeAllocation]) -> dict[str, HostMigLayouts]:
+        """The reported MIG layouts the snapshot takes (an instance `live` holds as the rental's); each one
+        it cannot is logged (the fleet's declared layout stands for that GPU)."""
+        kept, problems = host_mig_layouts(fleet, self.catalog, self.mig_layouts, live)
         for problem in problems:
             log.warning("reported MIG layout left out: %s", problem)
         return kept

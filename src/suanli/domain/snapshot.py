@@ -28,8 +28,9 @@ from suanli.domain.inventory import Fleet, GpuMode, Node
 from suanli.domain.plan import NodeAllocation, Placement, Slice
 from suanli.domain.request import MigSlice, Request
 
-# a host's MIG instances: GPU index -> (start slot, profile name) of each instance on it, busy or idle
-HostMigLayouts = Mapping[int, Sequence[tuple[int, str]]]
+# a host's MIG instances: GPU index -> (start slot, profile name, busy) of each instance on it; busy: in use
+# by something no rental holds (not suanli's), so never placed on nor destroyed
+HostMigLayouts = Mapping[int, Sequence[mig.MigInstance]]
 
 
 @dataclass(slots=True)
@@ -330,9 +331,7 @@ def _initial_gpus(node: Node, cls: NodeClass, on_host: HostMigLayouts) -> list[G
         return [
             mig_entry(
                 model,
-                tuple((start, name, False) for start, name in sorted(on_host[index]))
-                if index in on_host
-                else mig.pack_layout(model.mig, layout),
+                tuple(sorted(on_host[index])) if index in on_host else mig.pack_layout(model.mig, layout),
             )
             for index, layout in enumerate(declared)
         ]
@@ -340,24 +339,24 @@ def _initial_gpus(node: Node, cls: NodeClass, on_host: HostMigLayouts) -> list[G
 
 
 def host_layouts(node: Node, catalog: Catalog, reported: HostMigLayouts) -> tuple[HostMigLayouts, list[str]]:
-    """The MIG layouts a node's host reported (GPU index -> (start, profile)) that the snapshot can take
-    (GPUs of the node, in MIG mode, laid out by NVIDIA's rules), and why each of the others cannot be."""
+    """The MIG layouts a node's host reported (GPU index -> (start, profile, busy)) that the snapshot can
+    take (GPUs of the node, in MIG mode, laid out by NVIDIA's rules), and why each of the others cannot be."""
     if node.gpu_mode is not GpuMode.MIG:
         return {}, [f"{node.name}: not a MIG node in the fleet"] if reported else []
     geometry = catalog.get(node.gpu_model).mig
     if geometry is None:
         return {}, [f"{node.name}: {node.gpu_model} has no MIG"] if reported else []
-    kept: dict[int, tuple[tuple[int, str], ...]] = {}
+    kept: dict[int, tuple[mig.MigInstance, ...]] = {}
     problems = []
     for index, instances in sorted(reported.items()):
         if not 0 <= index < node.gpu_count:
             problems.append(f"{node.name}: no GPU {index} (it has {node.gpu_count})")
             continue
         try:
-            for _, name in instances:
+            for _, name, _ in instances:
                 if not geometry.has_profile(name):
                     raise MigPlacementError(f"{node.gpu_model} has no MIG profile {name!r}")
-            mig.check_layout(geometry, instances)
+            mig.check_layout(geometry, ((start, name) for start, name, _ in instances))
         except MigPlacementError as error:
             problems.append(f"{node.name} GPU {index}: {error}")
             continue

@@ -103,9 +103,9 @@ class SqlAgents:
         self.s.execute(update(AgentNodeRow).where(AgentNodeRow.node == node).values(**values))
         return previous
 
-    def set_mig_layouts(self, node: str, layouts: Mapping[int, Sequence[tuple[int, str]]]) -> bool:
+    def set_mig_layouts(self, node: str, layouts: Mapping[int, Sequence[tuple[int, str, bool]]]) -> bool:
         stored = {
-            str(index): [[start, name] for start, name in sorted(instances)]
+            str(index): [[start, name, busy] for start, name, busy in sorted(instances)]
             for index, instances in layouts.items()
         }
         before = self.s.scalar(select(AgentNodeRow.mig_layouts).where(AgentNodeRow.node == node))

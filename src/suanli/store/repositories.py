@@ -126,13 +126,13 @@ class SqlFleet:
         count, total = self.s.execute(counted).one()
         return int(count), int(total)
 
-    def mig_layouts(self) -> dict[str, dict[int, tuple[tuple[int, str], ...]]]:
+    def mig_layouts(self) -> dict[str, dict[int, tuple[tuple[int, str, bool], ...]]]:
         query = select(AgentNodeRow.node, AgentNodeRow.mig_layouts).where(
             AgentNodeRow.mig_layouts.is_not(None)
         )
         return {
             node: {
-                int(index): tuple((start, name) for start, name in instances)
+                int(index): tuple((entry[0], entry[1], bool(entry[2:3] and entry[2])) for entry in instances)
                 for index, instances in stored.items()
             }
             for node, stored in self.s.execute(query)

@@ -216,7 +216,7 @@ class AgentNodeRow(Base):
     up: Mapped[bool] = mapped_column(Boolean, default=True)
     cordoned_by_agent: Mapped[bool] = mapped_column(Boolean, default=False)
     runs_images: Mapped[bool | None] = mapped_column(Boolean, nullable=True)  # its executor; null: not said
-    # the host's MIG instances as last reported: {"<GPU index>": [[start slot, profile], ...]}; null: not said
+    # the host's MIG instances as last reported, {"<GPU index>": [[start, profile, busy], ...]}; null: unsaid
     mig_layouts: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     # bumped on every change of `mig_layouts`: the leader reads the layouts again only when a sum moved
     mig_layouts_revision: Mapped[int] = mapped_column(Integer, default=0, server_default="0")

@@ -54,6 +54,11 @@ class WorkloadReportBody(WireModel):
 class MigInstanceReport(WireModel):
     profile: str = Field(min_length=1, max_length=32, description="The MIG profile, e.g. 3g.40gb.")
     start_slot: int = Field(ge=0, le=7, description="Its placement start, as `nvidia-smi mig -lgi` shows it.")
+    busy: bool = Field(
+        default=False,
+        description="Processes run on it that no rental of this node was given (not suanli's): the "
+        "scheduler neither places on it nor destroys it.",
+    )
 
 
 class MigLayoutReport(WireModel):

@@ -1,8 +1,9 @@
 """agent_nodes.mig_layouts: the MIG instances each node's host has, as its agent's heartbeats report them
-({"<GPU index>": [[start slot, profile], ...]}); null for an agent that has not said (older agents, hosts
-without MIG), and `mig_layouts_revision`, bumped on each change, so the leader reads them all only when the
-revisions' sum moves. The leader lays out a reported GPU as its host has it, in place of the fleet's declared
-layout, so MIG slices go to instances that exist (made by hand or by an earlier rental) before new ones.
+({"<GPU index>": [[start slot, profile, busy], ...]}; busy: in use by processes no rental was given); null
+for an agent that has not said (older agents, hosts without MIG). `mig_layouts_revision` is bumped on each
+change, so the leader reads them all only when the revisions' sum moves. The leader lays out a reported GPU
+as its host has it, in place of the fleet's declared layout, so MIG slices go to instances that exist (made
+by hand or by an earlier rental) before new ones, and never to one something else uses.
 
 Revision ID: 0023
 Revises: 0022
