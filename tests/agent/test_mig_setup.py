@@ -35,7 +35,7 @@ def test_the_idle_instances_in_its_slots_go_and_no_other() -> None:
 @pytest.mark.parametrize(
     ("wanted", "in_use", "message"),
     [
-        ((0, "7g.80gb"), [(6, "1g.10gb")], "1g.10gb at slot 6 is held by a rental"),
+        ((0, "7g.80gb"), [(6, "1g.10gb")], "1g.10gb at slot 6 is in use"),
         ((1, "2g.20gb"), [], "2g.20gb cannot start at slot 1"),
         ((0, "5g.50gb"), [], "no MIG profile 5g.50gb"),
     ],
@@ -64,7 +64,7 @@ def test_the_declared_probe_makes_the_instance_with_its_declared_uuid() -> None:
         ("7g.80gb", 0, declared_mig_uuid("m0", 0, 0, "7g.80gb"))
     ]
     assert [(m.profile, m.start_slot) for m in gpu1.mig_devices] == [("3g.40gb", 0), ("3g.40gb", 4)]
-    with pytest.raises(MigSetupError, match=r"3g\.40gb at slot 4 is held"):
+    with pytest.raises(MigSetupError, match=r"3g\.40gb at slot 4 is in use"):
         probe.make_mig_device(1, (4, "1g.10gb"), in_use=[(4, "3g.40gb")])
 
 
@@ -195,7 +195,7 @@ def test_nvml_leaves_an_existing_instance_and_refuses_to_touch_one_in_use() -> N
     nvml = MigNvml([(0, "4g.40gb", 1), (4, "2g.20gb", 1), (6, "1g.10gb", 1)])
     NvmlMig(nvml, "gpu0").make(A100, (6, "1g.10gb"), in_use=[])
     assert nvml.calls == []
-    with pytest.raises(MigSetupError, match=r"4g\.40gb at slot 0 is held"):
+    with pytest.raises(MigSetupError, match=r"4g\.40gb at slot 0 is in use"):
         NvmlMig(nvml, "gpu0").make(A100, (0, "7g.80gb"), in_use=[(0, "4g.40gb")])
     assert nvml.calls == []
 

@@ -533,3 +533,33 @@ def test_an_instance_running_processes_no_rental_here_was_given_is_reported_busy
     finally:
         client.assignments = []
         runner.step()  # not assigned any more: the workload is killed
+
+
+def test_the_agent_does_not_destroy_an_instance_running_processes_to_make_a_rental_s(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 7g.80gb placed on GPU 0 (from a report older than the processes on its 1g@6) would need that 1g
+    destroyed: the workload fails to start, naming it, and the 1g stays."""
+    client = FakeClient()
+    runner = make_runner(tmp_path, client, node="a100-mig-01")
+    probed = runner.probe.inventory()
+    gpu0 = probed.gpus[0]
+    gpu0 = replace(
+        gpu0, mig_devices=tuple(replace(m, processes=int(m.profile == "1g.10gb")) for m in gpu0.mig_devices)
+    )
+    runner.inventory = replace(probed, gpus=(gpu0, *probed.gpus[1:]))
+    client.assignments = [
+        AssignmentResponse(
+            rental_id="rnt_7g",
+            action="run",
+            slices=[
+                SliceResponse(gpu_index=0, milli=1000, memory_mib=81920, mig_profile="7g.80gb", mig_start=0)
+            ],
+            command=[sys.executable, "-c", "pass"],
+            env={},
+        )
+    ]
+    runner.step()
+    local = runner.local["rnt_7g"]
+    assert local.state == "failed" and "1g.10gb at slot 6 is in use" in local.message
+    assert (6, "1g.10gb") in runner.probe._instances(0)

@@ -45,7 +45,9 @@ def plan_change(
     busy = [i for i in overlapping if i in in_use]
     if busy:
         held = ", ".join(f"{name} at slot {at}" for at, name in busy)
-        raise MigSetupError(f"cannot make {profile_name} at slot {start}: {held} is held by a rental")
+        raise MigSetupError(
+            f"cannot make {profile_name} at slot {start}: {held} is in use (a rental's, or running processes)"
+        )
     return overlapping
 
 

@@ -145,7 +145,7 @@ class GpuProbe(Protocol):
         self, gpu_index: int, wanted: tuple[int, str], in_use: Collection[tuple[int, str]]
     ) -> None:
         """Make the MIG instance `wanted` (start slot, profile) on a GPU, destroying the idle instances in
-        its slots first; `MigSetupError` if one of them is `in_use` (held by a rental on this host)."""
+        its slots first; `MigSetupError` if one is `in_use` (a rental's here, or running processes)."""
         ...
 
     def telemetry(self) -> tuple[GpuTelemetry, ...]: ...

@@ -428,6 +428,7 @@ class AgentRunner:
                 for s in other.assignment.slices
                 if s.gpu_index == piece.gpu_index and s.mig_profile is not None and s.mig_start is not None
             }
+            held |= {(m.start_slot, m.profile) for m in gpu.mig_devices if m.processes}  # someone's, running
             log.info(
                 "%s: making MIG %s at slot %d on GPU %d",
                 assignment.rental_id,
