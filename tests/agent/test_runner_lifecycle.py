@@ -69,11 +69,12 @@ class FakeClient:
         pass
 
 
-def assignment(rental_id: str, script: str, *, gpu: int = 2, deadline=None, action="run"):
+def assignment(rental_id: str, script: str, *, gpu: int = 2, deadline=None, action="run", piece=None):
+    """A run (or stop) of `script` on one whole H100 (GPU `gpu`), or on `piece` (a MIG slice)."""
     return AssignmentResponse(
         rental_id=rental_id,
         action=action,
-        slices=[SliceResponse(gpu_index=gpu, milli=1000, memory_mib=81920)],
+        slices=[piece or SliceResponse(gpu_index=gpu, milli=1000, memory_mib=81920)],
         command=[sys.executable, "-c", script],
         env={},
         notice_deadline=deadline,
@@ -506,14 +507,10 @@ def test_an_instance_running_processes_no_rental_here_was_given_is_reported_busy
     client = FakeClient()
     runner = make_runner(tmp_path, client, node="a100-mig-01")
     client.assignments = [
-        AssignmentResponse(
-            rental_id="rnt_4g",
-            action="run",
-            slices=[
-                SliceResponse(gpu_index=0, milli=571, memory_mib=40960, mig_profile="4g.40gb", mig_start=0)
-            ],
-            command=[sys.executable, "-c", "import time; time.sleep(30)"],
-            env={},
+        assignment(
+            "rnt_4g",
+            "import time; time.sleep(30)",
+            piece=SliceResponse(gpu_index=0, milli=571, memory_mib=40960, mig_profile="4g.40gb", mig_start=0),
         )
     ]
     runner.step()  # heartbeat, then the workload starts on the 4g
@@ -549,14 +546,12 @@ def test_the_agent_does_not_destroy_an_instance_running_processes_to_make_a_rent
     )
     runner.inventory = replace(probed, gpus=(gpu0, *probed.gpus[1:]))
     client.assignments = [
-        AssignmentResponse(
-            rental_id="rnt_7g",
-            action="run",
-            slices=[
-                SliceResponse(gpu_index=0, milli=1000, memory_mib=81920, mig_profile="7g.80gb", mig_start=0)
-            ],
-            command=[sys.executable, "-c", "pass"],
-            env={},
+        assignment(
+            "rnt_7g",
+            "pass",
+            piece=SliceResponse(
+                gpu_index=0, milli=1000, memory_mib=81920, mig_profile="7g.80gb", mig_start=0
+            ),
         )
     ]
     runner.step()

@@ -4,25 +4,14 @@ instance is rented even though less than one whole GPU is free in the fleet, und
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import ADMIN, WAIT_S, app_client, register_agent, wait_for
 
-ONE_A100 = """
-[regions.eu-west]
-jurisdiction = "EU"
-grid_gco2_per_kwh = 380
-pue = 1.25
-
-[[nodes]]
-name = "mig-only"
-topology = "eu-west/z1/pod-a/leaf-01"
-cpu_milli = 64000
-memory_mib = 262144
-gpus = { model = "A100-80GB", count = 1, mode = "mig", mig_layout = ["4g.40gb", "2g.20gb", "1g.10gb"] }
-"""
+ONE_A100 = (Path(__file__).resolve().parents[1] / "fleets" / "one_a100_mig.toml").read_text()  # mig-only
 
 
 @pytest.mark.parametrize("queue", ["greedy", "backfill"])

@@ -4,6 +4,8 @@ its snapshot out by them."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from conftest import T0, SettableClock
 from suanli.app.fleet import FleetCache
 from suanli.app.records import Rental, RentalSpec, Tenant
@@ -40,19 +42,7 @@ def test_a_reported_layout_is_kept_per_node_and_only_a_different_one_is_a_change
         assert uow.fleet.mig_layouts_revision() == unchanged
 
 
-ONE_A100 = """
-[regions.eu-west]
-jurisdiction = "EU"
-grid_gco2_per_kwh = 380
-pue = 1.25
-
-[[nodes]]
-name = "mig-only"
-topology = "eu-west/z1/pod-a/leaf-01"
-cpu_milli = 64000
-memory_mib = 262144
-gpus = { model = "A100-80GB", count = 1, mode = "mig", mig_layout = ["4g.40gb", "2g.20gb", "1g.10gb"] }
-"""
+ONE_A100 = (Path(__file__).resolve().parents[1] / "fleets" / "one_a100_mig.toml").read_text()  # mig-only
 
 
 def test_a_new_leader_lays_a_mig_gpu_out_as_its_host_last_reported(store) -> None:
