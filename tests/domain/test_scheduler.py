@@ -232,15 +232,6 @@ def test_a_gpu_is_laid_out_as_its_host_reports_not_as_the_fleet_declares(policy:
     assert whole.repartitions == (Repartition("m1", 0, ((0, "4g.40gb"), (6, "1g.10gb")), (0, "7g.80gb")),)
 
 
-@pytest.mark.parametrize("policy", [name for name in POLICIES if name != "random"])
-def test_among_equally_good_nodes_one_with_an_idle_instance_goes_before_carving_one(policy: str) -> None:
-    """m1's A100 is one idle 7g, m2's two idle 3g: a 3g.40gb leaves both GPUs as full either way, so the
-    scores tie; it reuses m2's instance rather than destroy m1's 7g to make one."""
-    snap = snapshot(mig_node("m1", (("7g.80gb",),)), mig_node("m2", (("3g.40gb", "3g.40gb"),)))
-    placement = placed(run(snap, req("r", MigSlice("3g.40gb")), policy=policy), "r")
-    assert placement.nodes[0].node == "m2" and placement.repartitions == ()
-
-
 @every_policy
 def test_an_instance_something_else_uses_is_neither_placed_on_nor_destroyed(policy: str) -> None:
     """The host's 1g at slot 6 runs processes no rental was given: a 1g.10gb is made at slot 4 or 5

@@ -141,7 +141,7 @@ def best_single(
     if best_score is None:
         return None
     if not policy.random_ties:
-        _, index, option = min((_carves(option), min(members), option) for members, option, _, _ in ties)
+        index, option = min((min(members), option) for members, option, _, _ in ties)
         return Candidate(best_score, snapshot.nodes[index], option)
     rng = random.Random(f"{policy.seed}:{request.id}")
     pick = rng.randrange(sum(len(members) for members, _, _, _ in ties))
@@ -151,12 +151,6 @@ def best_single(
             return Candidate(best_score, snapshot.nodes[list(members)[pick]], chosen)
         pick -= len(members)
     raise AssertionError("unreachable: the pick is below the number of tied nodes")
-
-
-def _carves(option: Option) -> bool:
-    """Whether `option` makes a MIG instance (a repartition) rather than use one that is there: among
-    equally scored nodes, one that reuses an idle instance is taken first (no instance destroyed)."""
-    return any(c.mig_option is not None and not c.mig_option.reuse for c in option.choices)
 
 
 def _random_option(rng: random.Random, found: list[Option], gpus: tuple) -> Option:
@@ -240,10 +234,7 @@ def best_option(
         cls = snapshot.classes[class_id]
         fits = options(cls, key, request)
         if fits:
-            score, _, index = min(
-                (policy.score(class_id, cls, key, option), _carves(option), i)
-                for i, option in enumerate(fits)
-            )
+            score, index = min((policy.score(class_id, cls, key, option), i) for i, option in enumerate(fits))
             found = (score, fits[index], fits, key)
         else:
             found = None
