@@ -171,18 +171,15 @@ class Scheduler:
                 return CycleReport()
             self.windows = uow.maintenance.list(now)
             imageless, mig_revision = uow.fleet.imageless(), uow.fleet.mig_layouts_revision()
-            if mig_revision != self.mig_revision:
-                self.mig_revision = mig_revision
-                mig_layouts = uow.fleet.mig_layouts()
-            else:
-                mig_layouts = self.mig_layouts
             if (
                 self.snapshot is None
                 or version != self.version
                 or imageless != self.imageless
-                or mig_layouts != self.mig_layouts
+                or mig_revision != self.mig_revision
             ):
-                self.imageless, self.mig_layouts = imageless, mig_layouts
+                if mig_revision != self.mig_revision:  # a report changed: read them all again
+                    self.mig_layouts = uow.fleet.mig_layouts()
+                self.imageless, self.mig_revision = imageless, mig_revision
                 self._rebuild(uow, fleet, version, now)
             else:
                 self._sync(uow, now)

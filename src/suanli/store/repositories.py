@@ -132,7 +132,7 @@ class SqlFleet:
         )
         return {
             node: {
-                int(index): tuple((entry[0], entry[1], bool(entry[2:3] and entry[2])) for entry in instances)
+                int(index): tuple((start, name, busy) for start, name, busy in instances)
                 for index, instances in stored.items()
             }
             for node, stored in self.s.execute(query)
