@@ -171,3 +171,67 @@ def test_metrics_count_mig_instances_by_profile_idle_or_busy(database_url: str) 
         _reporting(client, *by_hand, (4, "2g.20gb"))
         host = {("1g.10gb", "idle"): 5, ("2g.20gb", "busy"): 1}
         assert shows(client, host) == host
+
+
+def _mig_offers(client, headers: dict[str, str], query: str) -> dict[str, dict]:
+    """The offers matching `query` that have a MIG profile, by profile."""
+    found = client.get("/v1/offers", params={"q": query}, headers=headers)
+    assert found.status_code == 200, found.text
+    return {o["mig_profile"]: o for o in found.json() if o["mig_profile"] is not None}
+
+
+def test_offers_count_the_instances_of_each_profile_that_could_run_now(database_url: str) -> None:
+    """The declared 4g@0, 2g@4, 1g@6 are idle, so any profile may repartition them: seven 1g.10gb, two
+    3g.40gb, one 7g.80gb, each priced at its share of the GPU's compute. Once a 3g.40gb is rented (at slot
+    4), slots 0-3 are what is left: four 1g.10gb, one 3g.40gb, no 7g.80gb."""
+    with app_client(database_url, queue="greedy") as client:
+        tenant = _carver(client)
+        idle = _mig_offers(client, tenant, "gpu=A100-80GB tier=on_demand")
+        counts = {"1g.10gb": 7, "1g.20gb": 4, "2g.20gb": 3, "3g.40gb": 2, "4g.40gb": 1, "7g.80gb": 1}
+        assert {profile: o["free_gpus"] for profile, o in idle.items()} == counts
+        assert list(idle) == list(counts)  # smaller profiles first
+        three = idle["3g.40gb"]
+        assert (three["max_gpus_per_node"], three["nodes_with_free_gpus"]) == (2, 1)
+        assert three["price_micros_per_gpu_hour"] == 1_790_000
+        assert three["unit_price_micros_per_hour"] == 767_143  # 1.79 x 3/7, rounded half up
+        assert idle["7g.80gb"]["unit_price_micros_per_hour"] == 1_790_000
+
+        assert _rent_slice(client, tenant, "3g.40gb")["mig_start"] == 4
+        left = _mig_offers(client, tenant, "gpu=A100-80GB tier=on_demand")
+        assert {p: o["free_gpus"] for p, o in left.items()} == {
+            "1g.10gb": 4,
+            "1g.20gb": 2,
+            "2g.20gb": 2,
+            "3g.40gb": 1,
+            "4g.40gb": 1,
+        }
+        spot = _mig_offers(client, tenant, "profile=3g.40gb tier=spot")
+        assert list(spot) == ["3g.40gb"] and spot["3g.40gb"]["tier"] == "spot"
+        assert _mig_offers(client, tenant, "profile=whole") == {}
+        cheap = _mig_offers(client, tenant, "tier=on_demand price<0.3")
+        assert set(cheap) == {"1g.10gb", "1g.20gb"}  # 1.79 / 7 = 0.2557 an hour
+
+
+def test_offers_leave_out_what_the_host_runs_and_price_an_explicit_mig_entry(database_url: str) -> None:
+    """The host reports its 1g at slot 0 running processes no rental was given: slots 1-7 are what may be
+    offered (six 1g.10gb, one 3g.40gb, no 4g or 7g). An operator's explicit 1g.10gb price is that row's."""
+    with app_client(database_url, queue="greedy") as client:
+        tenant = _carver(client)
+        _reporting(client, (0, "1g.10gb", True), (4, "3g.40gb"))
+        offered = _mig_offers(client, tenant, "tier=on_demand")
+        assert {p: o["free_gpus"] for p, o in offered.items()} == {
+            "1g.10gb": 6,
+            "1g.20gb": 3,
+            "2g.20gb": 2,
+            "3g.40gb": 1,
+        }
+        entry = {
+            "gpu_model": "A100-80GB",
+            "tier": "on_demand",
+            "mig_profile": "1g.10gb",
+            "price_micros_per_gpu_hour": 300_000,
+        }
+        assert client.put("/v1/prices", json=[entry], headers=ADMIN).status_code == 200
+        priced = _mig_offers(client, tenant, "tier=on_demand")
+        assert priced["1g.10gb"]["unit_price_micros_per_hour"] == 300_000
+        assert priced["1g.20gb"]["unit_price_micros_per_hour"] == 255_714  # the share rule still

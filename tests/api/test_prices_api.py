@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from typer.testing import CliRunner
 
-from conftest import ADMIN, ADMIN_KEY
+from conftest import ADMIN, ADMIN_KEY, FixedClock, wait_for
 from suanli.cli import billing_commands
 from suanli.cli.main import app
 from suanli.cli.output import api_errors
@@ -86,6 +86,45 @@ def test_a_future_dated_entry_is_listed_but_applies_only_from_its_time(client, t
     later = client.post("/v1/rentals", json=RENT, headers=headers).json()["quote"]
     assert later["unit_micros_per_gpu_hour"] == 2_500_000
     assert [p["price_micros_per_gpu_hour"] for p in _on_demand(client)] == [2_500_000, 2_400_000]
+
+
+def _offered(client, headers: dict[str, str], query: str) -> dict[str, int]:
+    """Each tier's unit price per hour in the offers for `query` (one row per tier)."""
+    found = client.get("/v1/offers", params={"q": query}, headers=headers)
+    assert found.status_code == 200, found.text
+    return {o["tier"]: o["unit_price_micros_per_hour"] for o in found.json()}
+
+
+def test_offers_show_the_price_a_rental_placed_now_pays(client, tenant) -> None:
+    """An operator's regional on-demand price and spot floor are what the offers show, as they are what a
+    rental placed now pays (the offers used to show the catalogue's list price whatever the book said); the
+    spot price follows the pool's utilization; a future-dated entry shows from its time on."""
+    _, headers = tenant("shopper")
+    h100 = f"gpu={H100} region=cn-north interconnect=ib"
+    assert _offered(client, headers, h100) == {"on_demand": 2_990_000, "spot": 1_500_000}
+    later = datetime.now(UTC) + timedelta(hours=1)
+    entries = [
+        _entry(region="cn-north", price_micros_per_gpu_hour=3_500_000),
+        _entry(tier="spot", region="cn-north", price_micros_per_gpu_hour=900_000),
+        _entry(region="cn-north", price_micros_per_gpu_hour=3_000_000, effective_from=later.isoformat()),
+    ]
+    assert client.put("/v1/prices", json=entries, headers=ADMIN).status_code == 200
+    assert _offered(client, headers, h100) == {"on_demand": 3_500_000, "spot": 900_000}
+
+    body = {**RENT, "gpus": 8, "regions": ["cn-north"]}
+    created = client.post("/v1/rentals", json=body, headers=headers)
+    assert created.status_code == 201, created.text
+    placed = wait_for(client, created.json()["id"], headers, "placed")
+    assert placed["price_micros_per_hour"] == 8 * 3_500_000
+    # 8 of the pool's 64 GPUs busy: floor + (on-demand - floor) x 0.125^2 = 900,000 + 40,625
+    assert _offered(client, headers, h100) == {"on_demand": 3_500_000, "spot": 940_625}
+
+    offers = client.app.state.services.offers
+    real_clock, offers.clock = offers.clock, FixedClock(later + timedelta(seconds=1))
+    try:
+        assert _offered(client, headers, h100)["on_demand"] == 3_000_000
+    finally:
+        offers.clock = real_clock
 
 
 def test_a_tenant_may_not_set_prices(client, tenant) -> None:

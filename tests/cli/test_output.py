@@ -10,8 +10,8 @@ from suanli.cli.output import error_text, table
 TRICKY = "python -c 'print([bold]x)' :x: [/]"
 
 
-def _shown(renderable) -> str:
-    console = Console(record=True, width=200)
+def _shown(renderable, width: int = 200) -> str:
+    console = Console(record=True, width=width)
     console.print(renderable)
     return console.export_text()
 
@@ -19,6 +19,18 @@ def _shown(renderable) -> str:
 def test_table_cells_are_shown_as_they_are() -> None:
     shown = _shown(table("rentals", ["id", "command"], [["rnt_1", TRICKY], ["rnt_2", None]]))
     assert TRICKY in shown and "rnt_2" in shown
+
+
+def test_a_narrow_terminal_wraps_cells_and_cuts_none() -> None:
+    """At 80 columns the rentals table is too wide: the id wraps onto the next line, whole, instead of
+    being cut to `rnt_0814…`, which no `suanli logs` could take."""
+    rental_id = "rnt_0814c67dd16ddc45"
+    row = [rental_id, "running", "A100-80GB:3g.40gb", 1, "on_demand", "", "", "h100-a-01, h100-a-02"]
+    columns = ["id", "state", "shape", "nodes", "tier", "image", "pending", "on"]
+    shown = _shown(table("Rentals", columns, [row]), width=80)
+    assert "…" not in shown
+    first_column = "".join(line.split("│")[1].strip() for line in shown.splitlines() if line.startswith("│"))
+    assert first_column == rental_id
 
 
 def test_error_messages_are_shown_as_they_are() -> None:

@@ -18,6 +18,7 @@ from suanli.domain.mig import (
     best_option,
     check_layout,
     pack_layout,
+    placeable_count,
     release,
 )
 
@@ -409,3 +410,68 @@ def test_apply_option_then_release_round_trips(case: tuple[str, tuple[MigInstanc
         assert set(released) == kept | {(option.start, profile, False)}
     again = best_option(geometry, released, profile)
     assert again is not None and again.reuse, "the freed instance stays for the next tenant"
+
+
+# --- placeable_count: free MIG capacity per profile -------------------------------------------------------
+
+COUNTS = [
+    pytest.param(A100, layout(A100), "1g", 7, id="empty-seven-1g"),
+    pytest.param(A100, layout(A100), "3g", 2, id="empty-two-3g"),
+    pytest.param(A100, layout(A100), "7g", 1, id="empty-one-7g"),
+    pytest.param(A100, layout(A100, (0, "4g"), (4, "2g"), (6, "1g")), "1g", 7, id="idle-instances-give-way"),
+    pytest.param(A100, layout(A100, (0, "3g", True)), "1g", 3, id="busy-3g-leaves-slots-4-to-6"),
+    pytest.param(A100, layout(A100, (0, "3g", True)), "2g", 1, id="busy-3g-leaves-one-2g"),
+    pytest.param(A100, layout(A100, (5, "1g", True)), "3g", 1, id="busy-1g-at-5-blocks-3g-at-4"),
+    pytest.param(A100, layout(A100, (2, "1g", True)), "4g", 0, id="busy-1g-in-4g-only-start"),
+    pytest.param(A100, layout(A100, (1, "1g", True), (3, "1g", True)), "2g", 1, id="2g-only-at-4"),
+    pytest.param(A30, layout(A30, (1, "1g", True)), "2g", 1, id="a30-2g-at-2"),
+]
+
+
+@pytest.mark.parametrize(("model", "before", "kind", "expected"), COUNTS)
+def test_placeable_count(model: str, before: tuple[MigInstance, ...], kind: str, expected: int) -> None:
+    assert placeable_count(geometry_of(model), before, name(model, kind)) == expected
+
+
+def test_a_profile_the_model_lacks_counts_none() -> None:
+    assert placeable_count(geometry_of(A100), (), "3g.71gb") == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(case=random_layouts(), pick=st.integers(0, 5))
+def test_placeable_count_is_how_many_best_option_places_in_turn(
+    case: tuple[str, tuple[MigInstance, ...]], pick: int
+) -> None:
+    """The count is the most instances of the profile that fit together beside the busy ones (every subset
+    of its valid starts tried), on random layouts of every MIG model."""
+    model, before = case
+    geometry = geometry_of(model)
+    profile = geometry.profiles[pick % len(geometry.profiles)].name
+    expected = placeable_count(geometry, before, profile)
+    brute = max(  # the most disjoint valid starts clear of busy instances, by trying every subset
+        (
+            len(subset)
+            for subset in _subsets(geometry.profile(profile).valid_starts)
+            if _disjoint_and_clear(geometry, before, profile, subset)
+        ),
+        default=0,
+    )
+    assert expected == brute
+
+
+def _subsets(starts: tuple[int, ...]) -> list[tuple[int, ...]]:
+    return [
+        tuple(s for s, keep in zip(starts, mask, strict=True) if keep)
+        for mask in product((0, 1), repeat=len(starts))
+    ]
+
+
+def _disjoint_and_clear(
+    geometry: MigGeometry, before: tuple[MigInstance, ...], profile: str, starts: tuple[int, ...]
+) -> bool:
+    busy = [(s, n) for s, n, b in before if b]
+    try:
+        check_layout(geometry, [*busy, *((s, profile) for s in starts)])
+    except MigPlacementError:
+        return False
+    return True

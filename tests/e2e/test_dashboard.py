@@ -500,3 +500,32 @@ def test_an_operator_sees_each_mig_gpu_laid_out_as_its_host_has_it(
                 ["GPU 0: 3g.40gb@0 (busy), 1g.10gb@4, as the host has it"]
             )
             api.stop(rental.id)
+
+
+def test_a_tenant_finds_a_mig_slice_in_the_offers_and_rents_it_from_there(
+    page: Page, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The A100 is carved 4g@0, 2g@4, 1g@6, all idle: the offers list two 3g.40gb at 3/7 of the GPU-hour
+    price; "Use" fills in the model and profile, the rental runs on a MIG instance, and the offers then
+    list one 3g.40gb left."""
+    with running_platform(tmp_path_factory.mktemp("mig-offers"), MIG_FLEET, ["mig-01"]) as platform:
+        sign_in(page, platform)
+        page.fill("#offers-query", "profile=3g.40gb tier=on_demand")
+        page.click("#offers-form button")
+        offer = page.locator("#offers tbody tr")
+        expect(offer).to_have_count(1)
+        expect(offer.locator("td")).to_have_text(
+            ["A100-80GB", "3g.40gb", "lab (EU)", "on_demand", "2", "2", "1", "0.7671", "Use"]
+        )
+        offer.get_by_role("button", name="Use").click()
+        expect(page.locator("#rent-profile")).to_have_value("3g.40gb")
+        expect(page.locator("#rent-model")).to_have_value("A100-80GB")
+        page.fill("#rent-command", "echo visible=$CUDA_VISIBLE_DEVICES; exec sleep 300")
+        page.click("#rent-form button")
+        expect(page.locator("#detail-log")).to_contain_text("visible=MIG-")
+        rental_id = page.locator("#detail-id").inner_text()
+        with platform.tenant() as api:
+            assert api.rental(rental_id).request.mig_profile == "3g.40gb"
+            page.click("#offers-form button")
+            expect(offer.locator("td").nth(4)).to_have_text("1")
+            api.stop(rental_id)

@@ -220,7 +220,7 @@ def build(settings: Settings, clock: Clock | None = None) -> Services:
         engine,
         tenants,
         FleetService(uow, clock, cache, notice_horizon_s(scheduler.preemption)),
-        OfferService(uow, clock, cache, CATALOG, notice_horizon_s(scheduler.preemption)),
+        OfferService(uow, clock, cache, CATALOG, billing.price_book, notice_horizon_s(scheduler.preemption)),
         RentalService(uow, clock, CATALOG, wake, billing),
         contracts,
         scheduler,

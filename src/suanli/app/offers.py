@@ -1,34 +1,53 @@
-"""Offers: free whole GPUs per (model, region, interconnect) and tier, with list price, filtered by a query.
+"""Offers: what a tenant can rent now per (model, region, interconnect), tier and unit (a whole GPU, or one
+MIG instance of a profile), at the price a rental placed now is charged, filtered by a query.
 
 Query language, terms separated by spaces, all must hold::
 
-    gpu=H100 count>=8 region=eu tier=spot price<2.5 interconnect=ib
+    gpu=H100 count>=8 region=eu tier=spot price<2.5 interconnect=ib profile=3g.40gb
 
-`gpu` matches a model or family; `count` compares with the most free GPUs on one node (what one node of a
-rental can get); `region` matches a region name, its first part (`eu` for `eu-west`) or its jurisdiction;
-`price` is in currency units per GPU-hour. A bad term raises `Invalid` naming its column and token.
+`gpu` matches a model or family; `profile` a MIG profile (`profile=whole`: whole GPUs only); `count` compares
+with the most free units on one node (what one node of a rental can get); `region` matches a region name,
+its first part (`eu` for `eu-west`) or its jurisdiction; `price` is in currency units per hour of one unit
+(a GPU, or one instance). A bad term raises `Invalid` naming its column and token.
+
+Prices come from the price book in force now (the operators' entries over the list prices): on-demand its
+list price, spot the pool's spot price at its current utilization (what a spot rental placed now pays, never
+above its bid), a MIG instance its explicit entry or its share of the GPU's compute. Plan discounts and
+contracts are the tenant's own and are left to the rental's quote. A MIG row counts the instances of its
+profile that could run at once now (idle ones reused or repartitioned, busy ones kept), each profile on its
+own: a GPU that can host seven 1g or two 3g instances counts in both rows; a profile is listed where at
+least one instance can run.
 """
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from threading import Lock
 
 from suanli.app.downtime import out_of_service
 from suanli.app.errors import Invalid
-from suanli.app.fleet import FleetCache
-from suanli.app.list_prices import MICROS, list_price
-from suanli.app.ports import Clock, UnitOfWorkFactory
-from suanli.domain.catalog import Catalog
-from suanli.domain.inventory import GpuMode
+from suanli.app.fleet import FleetCache, MigInstanceView, host_mig_layouts, mig_instances
+from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
+from suanli.domain.billing.money import to_epoch_s
+from suanli.domain.billing.pricebook import PriceBook, shape_rate
+from suanli.domain.catalog import Catalog, GpuModel
+from suanli.domain.inventory import Fleet, GpuMode, Node
+from suanli.domain.mig import MigInstance, placeable_count
+from suanli.domain.request import MigSlice, Tier
 
+MICROS = 1_000_000
+FULL_MILLI = 1000
 TIERS = ("on_demand", "spot")
-TEXT_KEYS = ("gpu", "region", "tier", "interconnect")
+WHOLE = "whole"  # `profile=whole`: rows of whole GPUs
+TEXT_KEYS = ("gpu", "region", "tier", "interconnect", "profile")
 NUMBER_KEYS = ("count", "price")
 OPERATORS = (">=", "<=", "!=", "=", "<", ">")
 _TERM = re.compile(r"^([A-Za-z_]+)(>=|<=|!=|=|<|>)(.+)$")
+
+Group = tuple[str, str, str | None]  # (model, region, interconnect)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +61,9 @@ class Term:
 
 @dataclass(frozen=True, slots=True)
 class Offer:
+    """One row: `free_gpus`, `max_gpus_per_node` and `nodes_with_free_gpus` count whole idle GPUs, or, on a
+    row with a `mig_profile`, instances of it that could run now; prices are micros per hour."""
+
     gpu_model: str
     region: str
     jurisdiction: str
@@ -50,7 +72,16 @@ class Offer:
     free_gpus: int
     max_gpus_per_node: int
     nodes_with_free_gpus: int
-    price_micros_per_gpu_hour: int
+    price_micros_per_gpu_hour: int  # one whole GPU of the model in this region and tier, now
+    mig_profile: str | None = None
+    unit_price_micros_per_hour: int = 0  # one unit: a whole GPU, or one instance of `mig_profile`
+
+
+@dataclass(frozen=True, slots=True)
+class _Computed:
+    stamp: object
+    valid_until_s: float  # the next price book entry takes effect then
+    offers: list[Offer]
 
 
 def parse_query(text: str) -> list[Term]:
@@ -95,13 +126,16 @@ class OfferService:
         clock: Clock,
         cache: FleetCache,
         catalog: Catalog,
+        price_book: Callable[[UnitOfWork], PriceBook],
         notice_horizon_s: float = 0.0,
     ) -> None:
-        """`notice_horizon_s`: how long before a maintenance window the leader stops placing on its node."""
+        """`price_book`: the book in force (`BillingService.price_book`); `notice_horizon_s`: how long before
+        a maintenance window the leader stops placing on its node."""
         self.uow, self.clock, self.cache, self.catalog = uow, clock, cache, catalog
+        self.price_book = price_book
         self.notice_horizon_s = notice_horizon_s
         self._lock = Lock()
-        self._computed: tuple[object, list[Offer]] | None = None
+        self._computed: _Computed | None = None
 
     def search(self, query: str) -> list[Offer]:
         terms = parse_query(query)
@@ -109,51 +143,161 @@ class OfferService:
         return [offer for offer in offers if all(_holds(term, offer, self.catalog) for term in terms)]
 
     def _offers(self) -> list[Offer]:
-        """Every offer before filtering, recomputed only when the fleet, a drain or an allocation changed:
-        each booking comes with a new allocation (the newest id grows) or goes with a released one (fewer
-        live ones), so (fleet version, newest allocation id, live allocations, drained nodes) names it; nodes
-        in (or about to enter) a maintenance window count as drained, as the leader treats them."""
+        """Every offer before filtering, recomputed only when what it shows may have changed: the fleet, an
+        allocation (the newest id grows with each, the live count falls with each release), the drained
+        nodes (those in or about to enter a maintenance window count, as the leader treats them), the price
+        book, a host's MIG layout, or the instant the next price entry takes effect."""
         with self.uow() as uow:
             version, fleet = self.cache.load(uow)
             if fleet is None:
                 return []
             now = self.clock.now()
+            now_s = to_epoch_s(now)
             cordoned = uow.fleet.cordoned() | out_of_service(
                 uow.maintenance.list(now), now, self.notice_horizon_s
             )
-            stamp = (version, uow.rentals.allocations_stamp(), frozenset(cordoned))
+            prices = uow.prices.stamp()
+            stamp = (
+                version,
+                uow.rentals.allocations_stamp(),
+                frozenset(cordoned),
+                prices,
+                uow.fleet.mig_layouts_revision(),
+            )
             with self._lock:
-                if self._computed is not None and self._computed[0] == stamp:
-                    return self._computed[1]
+                computed = self._computed
+                if computed is not None and computed.stamp == stamp and now_s < computed.valid_until_s:
+                    return computed.offers
+            book = self.price_book(uow)
             busy = uow.rentals.busy_gpus()  # every GPU with a booked slice position
-        groups: dict[tuple[str, str, str | None], list[int]] = {}
-        for node in fleet.nodes:
-            if node.gpu_mode is GpuMode.MIG or node.name in cordoned:
-                continue
-            free = sum(1 for index in range(node.gpu_count) if (node.name, index) not in busy)
-            key = (node.gpu_model, node.region, node.labels.get("interconnect"))
-            groups.setdefault(key, []).append(free)
-        offers = []
-        for (model_name, region_name, interconnect), frees in sorted(groups.items(), key=lambda i: str(i[0])):
-            model = self.catalog.get(model_name)
-            region = fleet.regions[region_name]
-            for tier in TIERS:
-                offers.append(
-                    Offer(
-                        model.name,
-                        region_name,
-                        region.jurisdiction,
-                        tier,
-                        interconnect,
-                        sum(frees),
-                        max(frees),
-                        sum(1 for free in frees if free),
-                        list_price(model, tier),
-                    )
-                )
+            busy_milli = uow.rentals.busy_milli_by_node()
+            carved = self._mig_instances(uow, fleet)
+        utilization = _pool_utilization(fleet, busy_milli)
+        open_nodes = [node for node in fleet.nodes if node.name not in cordoned]
+        units: dict[tuple[Group, str | None], list[int]] = {}  # (group, MIG profile) -> free units per node
+        for node in open_nodes:
+            group = (node.gpu_model, node.region, node.labels.get("interconnect"))
+            if node.gpu_mode is GpuMode.MIG:
+                for profile, count in self._mig_units(node, carved.get(node.name, ())).items():
+                    units.setdefault((group, profile), []).append(count)
+            else:
+                free = sum(1 for index in range(node.gpu_count) if (node.name, index) not in busy)
+                units.setdefault((group, None), []).append(free)
+        offers = [
+            offer
+            for (group, profile), frees in sorted(units.items(), key=lambda item: self._row_order(*item[0]))
+            if profile is None or sum(frees)
+            for offer in self._priced(fleet, group, profile, frees, book, utilization, now_s)
+        ]
         with self._lock:
-            self._computed = (stamp, offers)
+            self._computed = _Computed(stamp, _next_entry_s(book, now_s), offers)
         return offers
+
+    def _row_order(self, group: Group, profile: str | None) -> tuple[str, str, str, int, str]:
+        """By model, region and interconnect; whole GPUs first, then MIG profiles, smallest first."""
+        model, region, interconnect = group
+        geometry = self.catalog.get(model).mig
+        size = 0 if profile is None or geometry is None else geometry.profile(profile).placement_slots
+        return (model, region, interconnect or "", size, profile or "")
+
+    def _mig_instances(self, uow: UnitOfWork, fleet: Fleet) -> Mapping[str, tuple[MigInstanceView, ...]]:
+        """Each MIG node's instances as the scheduler lays them out (its host's report, else declared)."""
+        mig_nodes = [node.name for node in fleet.nodes if node.gpu_mode is GpuMode.MIG]
+        if not mig_nodes:
+            return {}
+        live = [a for allocations in uow.rentals.live_allocations_on(mig_nodes).values() for a in allocations]
+        on_host, _ = host_mig_layouts(fleet, self.catalog, uow.fleet.mig_layouts(), live)
+        return mig_instances(fleet, self.catalog, on_host, live)
+
+    def _mig_units(self, node: Node, instances: tuple[MigInstanceView, ...]) -> dict[str, int]:
+        """Per profile of the node's model, the instances of it its GPUs could run at once now."""
+        geometry = self.catalog.get(node.gpu_model).mig
+        if geometry is None:
+            return {}
+        layouts: dict[int, list[MigInstance]] = {index: [] for index in range(node.gpu_count)}
+        for view in instances:
+            layouts.setdefault(view.gpu_index, []).append((view.start_slot, view.profile, view.busy))
+        return {
+            profile.name: sum(
+                placeable_count(geometry, tuple(sorted(layout)), profile.name) for layout in layouts.values()
+            )
+            for profile in geometry.profiles
+        }
+
+    def _priced(
+        self,
+        fleet: Fleet,
+        group: Group,
+        profile: str | None,
+        frees: list[int],
+        book: PriceBook,
+        utilization: Mapping[tuple[str, str], int],
+        now_s: int,
+    ) -> list[Offer]:
+        model_name, region_name, interconnect = group
+        model = self.catalog.get(model_name)
+        region = fleet.regions[region_name]
+        offers = []
+        for tier in TIERS:
+            per_gpu = _gpu_hour_price(book, model, region_name, tier, utilization, now_s)
+            unit = (
+                per_gpu
+                if profile is None
+                else shape_rate(book, model, region_name, Tier.parse(tier), MigSlice(profile), per_gpu, now_s)
+            )
+            offers.append(
+                Offer(
+                    model.name,
+                    region_name,
+                    region.jurisdiction,
+                    tier,
+                    interconnect,
+                    sum(frees),
+                    max(frees),
+                    sum(1 for free in frees if free),
+                    per_gpu,
+                    profile,
+                    unit,
+                )
+            )
+        return offers
+
+
+def _gpu_hour_price(
+    book: PriceBook,
+    model: GpuModel,
+    region: str,
+    tier: str,
+    utilization: Mapping[tuple[str, str], int],
+    now_s: int,
+) -> int:
+    """What one whole GPU costs per hour if placed now: on-demand its list price; spot the pool's spot price
+    at its utilization, as the leader prices a spot rental it places."""
+    if tier == "spot":
+        return book.spot_price(model.name, region, utilization.get((model.name, region), 0), now_s)
+    return book.list_price(model.name, region, Tier.ON_DEMAND, now_s).price_micros_per_gpu_hour
+
+
+def _pool_utilization(fleet: Fleet, busy_milli: Mapping[str, int]) -> dict[tuple[str, str], int]:
+    """Busy GPU milli per 1000 of each (model, region) pool, drained nodes counted, as spot prices follow."""
+    total: dict[tuple[str, str], int] = {}
+    busy: dict[tuple[str, str], int] = {}
+    for node in fleet.nodes:
+        key = (node.gpu_model, node.region)
+        total[key] = total.get(key, 0) + node.gpu_count * FULL_MILLI
+        busy[key] = busy.get(key, 0) + busy_milli.get(node.name, 0)
+    return {key: busy[key] * 1000 // total[key] for key in total if total[key]}
+
+
+def _next_entry_s(book: PriceBook, now_s: int) -> float:
+    """When the book's next entry takes effect (offers priced now are stale from then); inf: none later."""
+    later = [
+        entry.effective_from_s
+        for entries in (book.list_prices, book.mig_prices, book.spot_floors)
+        for entry in entries
+        if entry.effective_from_s > now_s
+    ]
+    return min(later, default=math.inf)
 
 
 def _holds(term: Term, offer: Offer, catalog: Catalog) -> bool:
@@ -169,11 +313,14 @@ def _holds(term: Term, offer: Offer, catalog: Catalog) -> bool:
         return _text(term, wanted in names)
     if term.key == "tier":
         return _text(term, offer.tier == term.value)
+    if term.key == "profile":
+        wanted = str(term.value).casefold()
+        return _text(term, (offer.mig_profile or WHOLE).casefold() == wanted)
     if term.key == "interconnect":
         return _text(term, (offer.interconnect or "").casefold() == str(term.value).casefold())
     if term.key == "count":
         return _compare(term.op, offer.max_gpus_per_node, float(term.value))
-    return _compare(term.op, offer.price_micros_per_gpu_hour, float(term.value) * MICROS)
+    return _compare(term.op, offer.unit_price_micros_per_hour, float(term.value) * MICROS)
 
 
 def _text(term: Term, equal: bool) -> bool:

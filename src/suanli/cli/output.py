@@ -84,10 +84,11 @@ def emit(
 
 
 def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> Table:
-    """A table of `rows`, each cell shown as it is (commands, messages and names are not Rich markup)."""
+    """A table of `rows`, each cell shown as it is (commands, messages and names are not Rich markup) and
+    whole: in a narrow terminal a long cell wraps, so an id is never cut to `rnt_0814…`."""
     result = Table(title=title)
     for column in columns:
-        result.add_column(column)
+        result.add_column(column, overflow="fold")
     for row in rows:
         result.add_row(*(Text("" if cell is None else str(cell)) for cell in row))
     return result

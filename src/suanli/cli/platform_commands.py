@@ -62,10 +62,13 @@ def login(
 
 
 def offers(
-    query: Annotated[str, typer.Argument(help="e.g. 'gpu=H100 count>=8 region=eu tier=spot price<2.5'")] = "",
+    query: Annotated[
+        str,
+        typer.Argument(help="e.g. 'gpu=H100 count>=8 region=eu tier=spot price<2.5' or 'profile=3g.40gb'"),
+    ] = "",
     as_json: JsonFlag = False,
 ) -> None:
-    """Free capacity you can rent now, with its price per GPU-hour."""
+    """Free capacity you can rent now: whole GPUs and MIG instances, each with its price per hour now."""
     with logged_in() as client:
         found = client.offers(query)
     emit(found, as_json, _offers_table)
@@ -266,19 +269,17 @@ def _offers_table(found: list[OfferResponse]):
     rows = [
         (
             o.gpu_model,
-            o.region,
-            o.jurisdiction,
+            o.mig_profile or "GPU",
+            f"{o.region} ({o.jurisdiction})",
             o.tier,
             o.free_gpus,
             o.max_gpus_per_node,
             o.interconnect or "",
-            micros(o.price_micros_per_gpu_hour),
+            micros(o.unit_price_micros_per_hour),
         )
         for o in found
     ]
-    return table(
-        "Offers", ("model", "region", "jur.", "tier", "free GPUs", "max/node", "net", "price/GPU-h"), rows
-    )
+    return table("Offers", ("model", "unit", "region", "tier", "free", "max/node", "net", "price/h"), rows)
 
 
 def _rentals_table(found: list[RentalResponse]):

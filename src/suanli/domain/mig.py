@@ -146,6 +146,22 @@ def largest_placeable_compute(geometry: MigGeometry, layout: tuple[MigInstance, 
     )
 
 
+def placeable_count(geometry: MigGeometry, layout: tuple[MigInstance, ...], profile_name: str) -> int:
+    """How many instances of `profile_name` this GPU could run at once now: idle instances reused or
+    destroyed to make room, busy ones kept. What a search for free MIG capacity counts, one profile at a
+    time (a GPU that can host seven 1g or two 3g counts in both)."""
+    if not geometry.has_profile(profile_name):
+        return 0
+    taken = {slot for start, name, busy in layout if busy for slot in geometry.profile(name).slots_at(start)}
+    profile = geometry.profile(profile_name)
+    count, next_free = 0, 0
+    for start in sorted(profile.valid_starts):  # one size: the earliest start that fits is never worse
+        slots = profile.slots_at(start)
+        if start >= next_free and not taken.intersection(slots):
+            count, next_free = count + 1, slots.stop
+    return count
+
+
 def apply_option(layout: tuple[MigInstance, ...], option: MigOption) -> tuple[MigInstance, ...]:
     """The layout after `option`, with the instance marked busy."""
     if option.reuse:

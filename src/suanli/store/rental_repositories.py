@@ -249,6 +249,9 @@ class SqlRentals:
     def live_allocations(self) -> dict[str, list[NodeAllocation]]:
         return self._allocations(None)
 
+    def live_allocations_on(self, nodes: Sequence[str]) -> dict[str, list[NodeAllocation]]:
+        return self._allocations(one_of(self.s, AllocationRow.node, nodes)) if nodes else {}
+
     def live_allocation_ids(self, rental_ids: Sequence[str] | None = None) -> set[int]:
         query = select(AllocationRow.id).where(AllocationRow.released.is_(False))
         if rental_ids is not None:
@@ -291,6 +294,15 @@ class SqlRentals:
         newest = self.s.scalar(select(func.max(AllocationRow.id)))
         live = self.s.scalar(select(func.count(AllocationRow.id)).where(AllocationRow.released.is_(False)))
         return int(newest or 0), int(live or 0)
+
+    def busy_milli_by_node(self) -> dict[str, int]:
+        rows = self.s.execute(
+            select(AllocationRow.node, func.sum(SliceRow.milli))
+            .join(SliceRow, SliceRow.allocation_id == AllocationRow.id)
+            .where(AllocationRow.released.is_(False))
+            .group_by(AllocationRow.node)
+        )
+        return {node: int(milli) for node, milli in rows if milli}
 
     def busy_gpus(self) -> set[tuple[str, int]]:
         rows = self.s.execute(select(BookingRow.node, BookingRow.gpu_index).distinct())

@@ -149,10 +149,20 @@ class OfferResponse(WireModel):
     jurisdiction: str
     tier: TierName
     interconnect: str | None
-    free_gpus: int = Field(description="Whole idle GPUs of this model in this region.")
-    max_gpus_per_node: int
+    free_gpus: int = Field(
+        description="Whole idle GPUs of this model in this region; on a row with a `mig_profile`, the "
+        "instances of that profile that could run at once now (each profile counted on its own)."
+    )
+    max_gpus_per_node: int = Field(description="The most of those on one node.")
     nodes_with_free_gpus: int
-    price_micros_per_gpu_hour: int
+    price_micros_per_gpu_hour: int = Field(
+        description="One whole GPU per hour if placed now: the price book's list price, or for spot the "
+        "pool's spot price at its current utilization (a spot rental pays it, never above its bid)."
+    )
+    mig_profile: str | None = Field(None, description="A MIG profile: the row offers instances of it.")
+    unit_price_micros_per_hour: int = Field(
+        0, description="One unit per hour: a whole GPU, or one instance of `mig_profile`."
+    )
 
 
 # --- rentals ------------------------------------------------------------------------------------------

@@ -161,18 +161,20 @@ async function searchOffers() {
     regions.add(offer.region);
     const row = body.insertRow();
     cell(row, offer.gpu_model);
+    cell(row, offer.mig_profile ?? "GPU");
     cell(row, `${offer.region} (${offer.jurisdiction})`);
     cell(row, offer.tier);
     cell(row, offer.free_gpus, "num");
     cell(row, offer.max_gpus_per_node, "num");
     cell(row, offer.nodes_with_free_gpus, "num");
-    cell(row, units(offer.price_micros_per_gpu_hour), "num");
+    cell(row, units(offer.unit_price_micros_per_hour), "num");
     const use = document.createElement("button");
     use.type = "button";
     use.textContent = "Use";
     use.addEventListener("click", () => {
       $("rent-model").value = offer.gpu_model;
-      $("rent-gpus").value = Math.min(offer.max_gpus_per_node, 8);
+      $("rent-profile").value = offer.mig_profile ?? "";
+      $("rent-gpus").value = offer.mig_profile ? 1 : Math.min(offer.max_gpus_per_node, 8);
       $("rent-tier").value = offer.tier;
       $("rent-command").focus();
     });
@@ -263,6 +265,7 @@ function rentalRequest() {
     tier: form.tier.value,
   };
   if (form.gpu_model.value.trim()) request.gpu_model = form.gpu_model.value.trim();
+  if (form.mig_profile.value.trim()) request.mig_profile = form.mig_profile.value.trim();
   const bid = decimal(form.bid.value, "bid");
   if (bid !== null) request.bid_micros_per_gpu_hour = Math.round(bid * 1e6);
   const hours = decimal(form.hours.value, "max hours");
