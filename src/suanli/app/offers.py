@@ -136,6 +136,7 @@ class OfferService:
         self.notice_horizon_s = notice_horizon_s
         self._lock = Lock()
         self._computed: _Computed | None = None
+        self._mig_fleet = (-1, False)  # (fleet version, whether a node of it is in MIG mode)
 
     def search(self, query: str) -> list[Offer]:
         terms = parse_query(query)
@@ -162,7 +163,7 @@ class OfferService:
                 uow.rentals.allocations_stamp(),
                 frozenset(cordoned),
                 prices,
-                uow.fleet.mig_layouts_revision(),
+                uow.fleet.mig_layouts_revision() if self._has_mig(version, fleet) else None,
             )
             with self._lock:
                 computed = self._computed
@@ -192,6 +193,14 @@ class OfferService:
         with self._lock:
             self._computed = _Computed(stamp, _next_entry_s(book, now_s), offers)
         return offers
+
+    def _has_mig(self, version: int, fleet: Fleet) -> bool:
+        """Whether a node of the fleet is in MIG mode: a fleet without one needs no host layouts read."""
+        known_version, has_mig = self._mig_fleet
+        if known_version != version:
+            has_mig = any(node.gpu_mode is GpuMode.MIG for node in fleet.nodes)
+            self._mig_fleet = (version, has_mig)
+        return has_mig
 
     def _row_order(self, group: Group, profile: str | None) -> tuple[str, str, str, int, str]:
         """By model, region and interconnect; whole GPUs first, then MIG profiles, smallest first."""
