@@ -180,6 +180,10 @@ def _mig_offers(client, headers: dict[str, str], query: str) -> dict[str, dict]:
     return {o["mig_profile"]: o for o in found.json() if o["mig_profile"] is not None}
 
 
+def _free_instances(client, headers: dict[str, str], query: str) -> dict[str, int]:
+    return {profile: o["free_gpus"] for profile, o in _mig_offers(client, headers, query).items()}
+
+
 def test_offers_count_the_instances_of_each_profile_that_could_run_now(database_url: str) -> None:
     """The declared 4g@0, 2g@4, 1g@6 are idle, so any profile may repartition them: seven 1g.10gb, two
     3g.40gb, one 7g.80gb, each priced at its share of the GPU's compute. Once a 3g.40gb is rented (at slot
@@ -197,14 +201,8 @@ def test_offers_count_the_instances_of_each_profile_that_could_run_now(database_
         assert idle["7g.80gb"]["unit_price_micros_per_hour"] == 1_790_000
 
         assert _rent_slice(client, tenant, "3g.40gb")["mig_start"] == 4
-        left = _mig_offers(client, tenant, "gpu=A100-80GB tier=on_demand")
-        assert {p: o["free_gpus"] for p, o in left.items()} == {
-            "1g.10gb": 4,
-            "1g.20gb": 2,
-            "2g.20gb": 2,
-            "3g.40gb": 1,
-            "4g.40gb": 1,
-        }
+        left = {"1g.10gb": 4, "1g.20gb": 2, "2g.20gb": 2, "3g.40gb": 1, "4g.40gb": 1}
+        assert _free_instances(client, tenant, "gpu=A100-80GB tier=on_demand") == left
         spot = _mig_offers(client, tenant, "profile=3g.40gb tier=spot")
         assert list(spot) == ["3g.40gb"] and spot["3g.40gb"]["tier"] == "spot"
         assert _mig_offers(client, tenant, "profile=whole") == {}
@@ -218,13 +216,8 @@ def test_offers_leave_out_what_the_host_runs_and_price_an_explicit_mig_entry(dat
     with app_client(database_url, queue="greedy") as client:
         tenant = _carver(client)
         _reporting(client, (0, "1g.10gb", True), (4, "3g.40gb"))
-        offered = _mig_offers(client, tenant, "tier=on_demand")
-        assert {p: o["free_gpus"] for p, o in offered.items()} == {
-            "1g.10gb": 6,
-            "1g.20gb": 3,
-            "2g.20gb": 2,
-            "3g.40gb": 1,
-        }
+        offered = {"1g.10gb": 6, "1g.20gb": 3, "2g.20gb": 2, "3g.40gb": 1}
+        assert _free_instances(client, tenant, "tier=on_demand") == offered
         entry = {
             "gpu_model": "A100-80GB",
             "tier": "on_demand",
