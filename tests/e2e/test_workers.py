@@ -129,7 +129,7 @@ def test_a_worker_collects_young_garbage_less_often_and_keeps_the_older_ratios(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each worker's app comes with `tune_gc` applied: at CPython's default a loaded server ran a full
-    collection every second or two, 85-114 ms each, and every request in flight waited it out."""
+    collection every second or two, 75-114 ms each, and every request in flight waited it out."""
     import gc
 
     from suanli.api.server import GC_YOUNG_THRESHOLD, app_from_environment

@@ -32,7 +32,7 @@ from suanli.store.db import make_engine, migrate, normalize_url, unit_of_work_fa
 WORKER_HEALTHCHECK_S = 30
 # Allocations between young-generation collections (CPython's default: 700). A server process holds a large
 # long-lived heap (the fleet, the leader's snapshot, caches); at the default, requests set off a full
-# collection every second or two under load, each 85-114 ms of a held GIL on `python -m suanli.api.bench`
+# collection every second or two under load, each 75-114 ms of a held GIL on `python -m suanli.api.bench`
 # (1,250 nodes, 3,000 rentals), which every request in flight then waits out.
 GC_YOUNG_THRESHOLD = 50_000
 
