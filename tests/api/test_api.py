@@ -160,3 +160,29 @@ def test_unauthenticated_and_revoked_keys_get_401(client: TestClient, tenant) ->
     client.delete(f"/v1/tenants/{alice_id}/keys/{key_id}", headers=ADMIN)
     response = client.get("/v1/me", headers=alice)
     assert response.status_code == 401 and response.json()["error"]["code"] == "unauthorized"
+
+
+def test_offers_show_room_for_shares_where_no_whole_gpu_is_left(client: TestClient, tenant) -> None:
+    """Sixteen L40S shares of 0.75 take every GPU of the four shared nodes: the whole-GPU row says 0 free,
+    the share row says all 16 GPUs still have room, for at most 0.25 each, and a 0.25 share is placed."""
+    _, alice = tenant("alice")
+
+    def rows(query: str) -> list[tuple[bool, int, int, int | None]]:
+        found = client.get("/v1/offers", params={"q": f"gpu=L40S tier=on_demand {query}"}, headers=alice)
+        assert found.status_code == 200, found.text
+        return [
+            (o["shares"], o["free_gpus"], o["max_gpus_per_node"], o["largest_share_milli"])
+            for o in found.json()
+        ]
+
+    assert rows("") == [(False, 16, 4, None), (True, 16, 4, 1000)]
+    body = {"gpu_model": "L40S", "share_milli": 750}
+    ids = [client.post("/v1/rentals", json=body, headers=alice).json()["id"] for _ in range(16)]
+    for rental_id in ids:
+        assert wait_for(client, rental_id, alice, "placed")["state"] == "placed"
+    assert rows("") == [(False, 0, 0, None), (True, 16, 4, 250)]
+    assert rows("profile=share") == [(True, 16, 4, 250)]
+    assert rows("profile=whole") == [(False, 0, 0, None)]
+    last = client.post("/v1/rentals", json={**body, "share_milli": 250}, headers=alice).json()["id"]
+    assert wait_for(client, last, alice, "placed")["state"] == "placed"
+    assert rows("profile=share") == [(True, 15, 4, 250)]

@@ -529,3 +529,36 @@ def test_a_tenant_finds_a_mig_slice_in_the_offers_and_rents_it_from_there(
             page.click("#offers-form button")
             expect(offer.locator("td").nth(4)).to_have_text("1")
             api.stop(rental_id)
+
+
+SHARED_FLEET = MIG_FLEET.replace(
+    'gpus = { model = "A100-80GB", count = 1, mode = "mig", mig_layout = ["4g.40gb", "2g.20gb", "1g.10gb"] }',
+    'gpus = { model = "L40S", count = 1, mode = "shared" }',
+)
+
+
+def test_a_tenant_rents_a_share_from_the_offers_and_the_room_left_shows(
+    page: Page, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """One L40S in shared mode: the share row offers up to a whole GPU; "Use" fills in the share, the
+    tenant asks for half, the rental runs, and the row then offers at most 0.50."""
+    assert SHARED_FLEET != MIG_FLEET
+    with running_platform(tmp_path_factory.mktemp("shares"), SHARED_FLEET, ["mig-01"]) as platform:
+        sign_in(page, platform)
+        page.fill("#offers-query", "profile=share tier=on_demand")
+        page.click("#offers-form button")
+        offer = page.locator("#offers tbody tr")
+        expect(offer).to_have_count(1)
+        expect(offer.locator("td").nth(1)).to_have_text("share ≤ 1.00")
+        offer.get_by_role("button", name="Use").click()
+        expect(page.locator("#rent-share")).to_have_value("1")
+        page.fill("#rent-share", "0.5")
+        page.fill("#rent-command", "echo up; exec sleep 300")
+        page.click("#rent-form button")
+        expect(page.locator("#detail-log")).to_contain_text("up")
+        rental_id = page.locator("#detail-id").inner_text()
+        with platform.tenant() as api:
+            assert api.rental(rental_id).request.share_milli == 500
+            page.click("#offers-form button")
+            expect(offer.locator("td").nth(1)).to_have_text("share ≤ 0.50")
+            api.stop(rental_id)

@@ -1,14 +1,15 @@
-"""Offers: what a tenant can rent now per (model, region, interconnect), tier and unit (a whole GPU, or one
-MIG instance of a profile), at the price a rental placed now is charged, filtered by a query.
+"""Offers: what a tenant can rent now per (model, region, interconnect), tier and unit (a whole GPU, a share
+of one, or one MIG instance of a profile), at the price a rental placed now is charged, filtered by a query.
 
 Query language, terms separated by spaces, all must hold::
 
     gpu=H100 count>=8 region=eu tier=spot price<2.5 interconnect=ib profile=3g.40gb
 
-`gpu` matches a model or family; `profile` a MIG profile (`profile=whole`: whole GPUs only); `count` compares
-with the most free units on one node (what one node of a rental can get); `region` matches a region name,
-its first part (`eu` for `eu-west`) or its jurisdiction; `price` is in currency units per hour of one unit
-(a GPU, or one instance). A bad term raises `Invalid` naming its column and token.
+`gpu` matches a model or family; `profile` a MIG profile (`profile=whole`: whole GPUs only, `profile=share`:
+shares only); `count` compares with the most free units on one node (what one node of a rental can get);
+`region` matches a region name, its first part (`eu` for `eu-west`) or its jurisdiction; `price` is in
+currency units per hour of one unit (a GPU, or one instance). A bad term raises `Invalid` naming its column
+and token.
 
 Prices come from the price book in force now (the operators' entries over the list prices): on-demand its
 list price, spot the pool's spot price at its current utilization (what a spot rental placed now pays, never
@@ -16,7 +17,9 @@ above its bid), a MIG instance its explicit entry or its share of the GPU's comp
 contracts are the tenant's own and are left to the rental's quote. A MIG row counts the instances of its
 profile that could run at once now (idle ones reused or repartitioned, busy ones kept), each profile on its
 own: a GPU that can host seven 1g or two 3g instances counts in both rows; a profile is listed where at
-least one instance can run.
+least one instance can run. A share row (nodes in `shared` mode) counts the GPUs with room for a share (some
+compute and memory free) and gives the largest share one of them has free; its price is per GPU-hour, of
+which a share pays its fraction.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ MICROS = 1_000_000
 FULL_MILLI = 1000
 TIERS = ("on_demand", "spot")
 WHOLE = "whole"  # `profile=whole`: rows of whole GPUs
+SHARE = "share"  # `profile=share`: rows of GPUs with room for a share
 TEXT_KEYS = ("gpu", "region", "tier", "interconnect", "profile")
 NUMBER_KEYS = ("count", "price")
 OPERATORS = (">=", "<=", "!=", "=", "<", ">")
@@ -75,6 +79,8 @@ class Offer:
     price_micros_per_gpu_hour: int  # one whole GPU of the model in this region and tier, now
     mig_profile: str | None = None
     unit_price_micros_per_hour: int = 0  # one unit: a whole GPU, or one instance of `mig_profile`
+    shares: bool = False  # the row counts GPUs with room for a share (`GpuMode.SHARED` nodes)
+    largest_share_milli: int | None = None  # on a `shares` row: the most compute one GPU has free
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,24 +177,32 @@ class OfferService:
                     return computed.offers
             book = self.price_book(uow)
             busy = uow.rentals.busy_gpus()  # every GPU with a booked slice position
-            busy_milli = uow.rentals.busy_milli_by_node()
+            taken = uow.rentals.busy_by_gpu()
             carved = self._mig_instances(uow, fleet)
-        utilization = _pool_utilization(fleet, busy_milli)
+        utilization = _pool_utilization(fleet, taken)
         open_nodes = [node for node in fleet.nodes if node.name not in cordoned]
-        units: dict[tuple[Group, str | None], list[int]] = {}  # (group, MIG profile) -> free units per node
+        # (group, unit) -> free units per node; unit: None (whole GPUs), a MIG profile, or SHARE
+        units: dict[tuple[Group, str | None], list[int]] = {}
+        largest_share: dict[Group, int] = {}
         for node in open_nodes:
             group = (node.gpu_model, node.region, node.labels.get("interconnect"))
             if node.gpu_mode is GpuMode.MIG:
                 for profile, count in self._mig_units(node, carved.get(node.name, ())).items():
                     units.setdefault((group, profile), []).append(count)
-            else:
-                free = sum(1 for index in range(node.gpu_count) if (node.name, index) not in busy)
-                units.setdefault((group, None), []).append(free)
+                continue
+            free = sum(1 for index in range(node.gpu_count) if (node.name, index) not in busy)
+            units.setdefault((group, None), []).append(free)
+            if node.gpu_mode is GpuMode.SHARED:
+                room = self._share_room(node, taken)
+                units.setdefault((group, SHARE), []).append(len(room))
+                largest_share[group] = max([largest_share.get(group, 0), *room])
         offers = [
             offer
-            for (group, profile), frees in sorted(units.items(), key=lambda item: self._row_order(*item[0]))
-            if profile is None or sum(frees)
-            for offer in self._priced(fleet, group, profile, frees, book, utilization, now_s)
+            for (group, unit), frees in sorted(units.items(), key=lambda item: self._row_order(*item[0]))
+            if unit is None or sum(frees)
+            for offer in self._priced(
+                fleet, group, unit, frees, book, utilization, now_s, largest_share.get(group)
+            )
         ]
         with self._lock:
             self._computed = _Computed(stamp, _next_entry_s(book, now_s), offers)
@@ -203,11 +217,26 @@ class OfferService:
         return has_mig
 
     def _row_order(self, group: Group, profile: str | None) -> tuple[str, str, str, int, str]:
-        """By model, region and interconnect; whole GPUs first, then MIG profiles, smallest first."""
+        """By model, region and interconnect; whole GPUs first, then shares, then MIG profiles, smallest
+        first."""
         model, region, interconnect = group
         geometry = self.catalog.get(model).mig
-        size = 0 if profile is None or geometry is None else geometry.profile(profile).placement_slots
+        if profile is None or profile == SHARE or geometry is None:
+            size = 0 if profile is None else 1
+        else:
+            size = geometry.profile(profile).placement_slots
         return (model, region, interconnect or "", size, profile or "")
+
+    def _share_room(self, node: Node, taken: Mapping[tuple[str, int], tuple[int, int]]) -> list[int]:
+        """The free compute milli of each of a shared node's GPUs that has room for a share (some compute
+        and some memory free)."""
+        memory_mib = self.catalog.get(node.gpu_model).memory_mib
+        room = []
+        for index in range(node.gpu_count):
+            milli, mib = taken.get((node.name, index), (0, 0))
+            if milli < FULL_MILLI and mib < memory_mib:
+                room.append(FULL_MILLI - milli)
+        return room
 
     def _mig_instances(self, uow: UnitOfWork, fleet: Fleet) -> Mapping[str, tuple[MigInstanceView, ...]]:
         """Each MIG node's instances as the scheduler lays them out (its host's report, else declared)."""
@@ -242,6 +271,7 @@ class OfferService:
         book: PriceBook,
         utilization: Mapping[tuple[str, str], int],
         now_s: int,
+        largest_share_milli: int | None = None,
     ) -> list[Offer]:
         model_name, region_name, interconnect = group
         model = self.catalog.get(model_name)
@@ -249,10 +279,13 @@ class OfferService:
         offers = []
         for tier in TIERS:
             per_gpu = _gpu_hour_price(book, model, region_name, tier, utilization, now_s)
+            mig_profile = None if profile in (None, SHARE) else profile
             unit = (
                 per_gpu
-                if profile is None
-                else shape_rate(book, model, region_name, Tier.parse(tier), MigSlice(profile), per_gpu, now_s)
+                if mig_profile is None
+                else shape_rate(
+                    book, model, region_name, Tier.parse(tier), MigSlice(mig_profile), per_gpu, now_s
+                )
             )
             offers.append(
                 Offer(
@@ -265,8 +298,10 @@ class OfferService:
                     max(frees),
                     sum(1 for free in frees if free),
                     per_gpu,
-                    profile,
+                    mig_profile,
                     unit,
+                    profile == SHARE,
+                    largest_share_milli if profile == SHARE else None,
                 )
             )
         return offers
@@ -287,14 +322,17 @@ def _gpu_hour_price(
     return book.list_price(model.name, region, Tier.ON_DEMAND, now_s).price_micros_per_gpu_hour
 
 
-def _pool_utilization(fleet: Fleet, busy_milli: Mapping[str, int]) -> dict[tuple[str, str], int]:
+def _pool_utilization(
+    fleet: Fleet, taken: Mapping[tuple[str, int], tuple[int, int]]
+) -> dict[tuple[str, str], int]:
     """Busy GPU milli per 1000 of each (model, region) pool, drained nodes counted, as spot prices follow."""
     total: dict[tuple[str, str], int] = {}
     busy: dict[tuple[str, str], int] = {}
     for node in fleet.nodes:
         key = (node.gpu_model, node.region)
         total[key] = total.get(key, 0) + node.gpu_count * FULL_MILLI
-        busy[key] = busy.get(key, 0) + busy_milli.get(node.name, 0)
+        used = sum(taken.get((node.name, index), (0, 0))[0] for index in range(node.gpu_count))
+        busy[key] = busy.get(key, 0) + used
     return {key: busy[key] * 1000 // total[key] for key in total if total[key]}
 
 
@@ -323,8 +361,8 @@ def _holds(term: Term, offer: Offer, catalog: Catalog) -> bool:
     if term.key == "tier":
         return _text(term, offer.tier == term.value)
     if term.key == "profile":
-        wanted = str(term.value).casefold()
-        return _text(term, (offer.mig_profile or WHOLE).casefold() == wanted)
+        unit = SHARE if offer.shares else offer.mig_profile or WHOLE
+        return _text(term, unit.casefold() == str(term.value).casefold())
     if term.key == "interconnect":
         return _text(term, (offer.interconnect or "").casefold() == str(term.value).casefold())
     if term.key == "count":

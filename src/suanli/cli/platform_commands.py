@@ -265,11 +265,18 @@ def admin_undrain(node: str) -> None:
     typer.echo(f"undrained {node}")
 
 
+def _offer_unit(offer: OfferResponse) -> str:
+    """GPU, a MIG profile, or `share<=0.50` (the largest share one GPU has free)."""
+    if offer.shares:
+        return f"share<={(offer.largest_share_milli or 0) / 1000:.2f}"
+    return offer.mig_profile or "GPU"
+
+
 def _offers_table(found: list[OfferResponse]):
     rows = [
         (
             o.gpu_model,
-            o.mig_profile or "GPU",
+            _offer_unit(o),
             f"{o.region} ({o.jurisdiction})",
             o.tier,
             o.free_gpus,

@@ -295,14 +295,19 @@ class SqlRentals:
         live = self.s.scalar(select(func.count(AllocationRow.id)).where(AllocationRow.released.is_(False)))
         return int(newest or 0), int(live or 0)
 
-    def busy_milli_by_node(self) -> dict[str, int]:
+    def busy_by_gpu(self) -> dict[tuple[str, int], tuple[int, int]]:
         rows = self.s.execute(
-            select(AllocationRow.node, func.sum(SliceRow.milli))
+            select(
+                AllocationRow.node,
+                SliceRow.gpu_index,
+                func.sum(SliceRow.milli),
+                func.sum(SliceRow.memory_mib),
+            )
             .join(SliceRow, SliceRow.allocation_id == AllocationRow.id)
             .where(AllocationRow.released.is_(False))
-            .group_by(AllocationRow.node)
+            .group_by(AllocationRow.node, SliceRow.gpu_index)
         )
-        return {node: int(milli) for node, milli in rows if milli}
+        return {(node, index): (int(milli or 0), int(mib or 0)) for node, index, milli, mib in rows}
 
     def busy_gpus(self) -> set[tuple[str, int]]:
         rows = self.s.execute(select(BookingRow.node, BookingRow.gpu_index).distinct())

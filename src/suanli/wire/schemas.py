@@ -161,8 +161,16 @@ class OfferResponse(WireModel):
     )
     mig_profile: str | None = Field(None, description="A MIG profile: the row offers instances of it.")
     unit_price_micros_per_hour: int = Field(
-        0, description="One unit per hour: a whole GPU, or one instance of `mig_profile`."
+        0,
+        description="One unit per hour: a whole GPU (a share pays its fraction), or one instance of "
+        "`mig_profile`.",
     )
+    shares: bool = Field(
+        False,
+        description="The row offers shares of a GPU: `free_gpus` counts the GPUs with room for one (some "
+        "compute and memory free), `largest_share_milli` the most compute one of them has free.",
+    )
+    largest_share_milli: int | None = None
 
 
 # --- rentals ------------------------------------------------------------------------------------------

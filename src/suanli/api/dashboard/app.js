@@ -142,16 +142,20 @@ async function refreshBalance() {
 
 // --- offers and renting -------------------------------------------------------------------------------
 
+let offersAsked = 0; // searches sent: only the newest one's answer is shown
+
 async function searchOffers() {
+  const asked = ++offersAsked;
   showError("offers-error", null);
   const query = $("offers-query").value.trim();
   let offers;
   try {
     offers = await api("GET", `/v1/offers?q=${encodeURIComponent(query)}`);
   } catch (error) {
-    showError("offers-error", error);
+    if (asked === offersAsked) showError("offers-error", error);
     return;
   }
+  if (asked !== offersAsked) return; // a later search (another query, or a refresh) answers instead
   const body = $("offers").tBodies[0];
   body.replaceChildren();
   const models = new Set();
@@ -161,7 +165,7 @@ async function searchOffers() {
     regions.add(offer.region);
     const row = body.insertRow();
     cell(row, offer.gpu_model);
-    cell(row, offer.mig_profile ?? "GPU");
+    cell(row, offer.shares ? `share ≤ ${(offer.largest_share_milli / 1000).toFixed(2)}` : (offer.mig_profile ?? "GPU"));
     cell(row, `${offer.region} (${offer.jurisdiction})`);
     cell(row, offer.tier);
     cell(row, offer.free_gpus, "num");
@@ -174,7 +178,8 @@ async function searchOffers() {
     use.addEventListener("click", () => {
       $("rent-model").value = offer.gpu_model;
       $("rent-profile").value = offer.mig_profile ?? "";
-      $("rent-gpus").value = offer.mig_profile ? 1 : Math.min(offer.max_gpus_per_node, 8);
+      $("rent-share").value = offer.shares ? String(offer.largest_share_milli / 1000) : "";
+      $("rent-gpus").value = offer.mig_profile || offer.shares ? 1 : Math.min(offer.max_gpus_per_node, 8);
       $("rent-tier").value = offer.tier;
       $("rent-command").focus();
     });
@@ -266,6 +271,8 @@ function rentalRequest() {
   };
   if (form.gpu_model.value.trim()) request.gpu_model = form.gpu_model.value.trim();
   if (form.mig_profile.value.trim()) request.mig_profile = form.mig_profile.value.trim();
+  const share = decimal(form.share.value, "share");
+  if (share !== null) request.share_milli = Math.round(share * 1000);
   const bid = decimal(form.bid.value, "bid");
   if (bid !== null) request.bid_micros_per_gpu_hour = Math.round(bid * 1e6);
   const hours = decimal(form.hours.value, "max hours");
