@@ -78,7 +78,7 @@ class Offer:
     nodes_with_free_gpus: int
     price_micros_per_gpu_hour: int  # one whole GPU of the model in this region and tier, now
     mig_profile: str | None = None
-    unit_price_micros_per_hour: int = 0  # one unit: a whole GPU, or one instance of `mig_profile`
+    unit_price_micros_per_hour: int = 0  # a whole GPU (a share pays its fraction), or one `mig_profile`
     shares: bool = False  # the row counts GPUs with room for a share (`GpuMode.SHARED` nodes)
     largest_share_milli: int | None = None  # on a `shares` row: the most compute one GPU has free
 
@@ -216,16 +216,16 @@ class OfferService:
             self._mig_fleet = (version, has_mig)
         return has_mig
 
-    def _row_order(self, group: Group, profile: str | None) -> tuple[str, str, str, int, str]:
+    def _row_order(self, group: Group, unit: str | None) -> tuple[str, str, str, int, str]:
         """By model, region and interconnect; whole GPUs first, then shares, then MIG profiles, smallest
         first."""
         model, region, interconnect = group
         geometry = self.catalog.get(model).mig
-        if profile is None or profile == SHARE or geometry is None:
-            size = 0 if profile is None else 1
+        if unit is None or unit == SHARE or geometry is None:
+            size = 0 if unit is None else 1
         else:
-            size = geometry.profile(profile).placement_slots
-        return (model, region, interconnect or "", size, profile or "")
+            size = geometry.profile(unit).placement_slots
+        return (model, region, interconnect or "", size, unit or "")
 
     def _share_room(self, node: Node, taken: Mapping[tuple[str, int], tuple[int, int]]) -> list[int]:
         """The free compute milli of each of a shared node's GPUs that has room for a share (some compute
@@ -266,7 +266,7 @@ class OfferService:
         self,
         fleet: Fleet,
         group: Group,
-        profile: str | None,
+        unit: str | None,
         frees: list[int],
         book: PriceBook,
         utilization: Mapping[tuple[str, str], int],
@@ -279,8 +279,8 @@ class OfferService:
         offers = []
         for tier in TIERS:
             per_gpu = _gpu_hour_price(book, model, region_name, tier, utilization, now_s)
-            mig_profile = None if profile in (None, SHARE) else profile
-            unit = (
+            mig_profile = None if unit in (None, SHARE) else unit
+            unit_price = (
                 per_gpu
                 if mig_profile is None
                 else shape_rate(
@@ -299,9 +299,9 @@ class OfferService:
                     sum(1 for free in frees if free),
                     per_gpu,
                     mig_profile,
-                    unit,
-                    profile == SHARE,
-                    largest_share_milli if profile == SHARE else None,
+                    unit_price,
+                    unit == SHARE,
+                    largest_share_milli if unit == SHARE else None,
                 )
             )
         return offers
