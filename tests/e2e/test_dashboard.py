@@ -502,6 +502,15 @@ def test_an_operator_sees_each_mig_gpu_laid_out_as_its_host_has_it(
             api.stop(rental.id)
 
 
+def _the_one_offer(page: Page, query: str):
+    """Search the offers for `query` and return its one row."""
+    page.fill("#offers-query", query)
+    page.click("#offers-form button")
+    offer = page.locator("#offers tbody tr")
+    expect(offer).to_have_count(1)
+    return offer
+
+
 def test_a_tenant_finds_a_mig_slice_in_the_offers_and_rents_it_from_there(
     page: Page, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
@@ -510,10 +519,7 @@ def test_a_tenant_finds_a_mig_slice_in_the_offers_and_rents_it_from_there(
     list one 3g.40gb left."""
     with running_platform(tmp_path_factory.mktemp("mig-offers"), MIG_FLEET, ["mig-01"]) as platform:
         sign_in(page, platform)
-        page.fill("#offers-query", "profile=3g.40gb tier=on_demand")
-        page.click("#offers-form button")
-        offer = page.locator("#offers tbody tr")
-        expect(offer).to_have_count(1)
+        offer = _the_one_offer(page, "profile=3g.40gb tier=on_demand")
         expect(offer.locator("td")).to_have_text(
             ["A100-80GB", "3g.40gb", "lab (EU)", "on_demand", "2", "2", "1", "0.7671", "Use"]
         )
@@ -545,10 +551,7 @@ def test_a_tenant_rents_a_share_from_the_offers_and_the_room_left_shows(
     assert SHARED_FLEET != MIG_FLEET
     with running_platform(tmp_path_factory.mktemp("shares"), SHARED_FLEET, ["mig-01"]) as platform:
         sign_in(page, platform)
-        page.fill("#offers-query", "profile=share tier=on_demand")
-        page.click("#offers-form button")
-        offer = page.locator("#offers tbody tr")
-        expect(offer).to_have_count(1)
+        offer = _the_one_offer(page, "profile=share tier=on_demand")
         expect(offer.locator("td").nth(1)).to_have_text("share ≤ 1.00")
         offer.get_by_role("button", name="Use").click()
         expect(page.locator("#rent-share")).to_have_value("1")
