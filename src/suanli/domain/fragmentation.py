@@ -81,8 +81,11 @@ class FragmentationModel:
         self.repeated = repeated
         self._cache: dict[tuple[int, NodeKey], float] = {}
         self._plans: dict[int, tuple[float, tuple[_ShapeGroup, ...]]] = {}
-        # the GPU-only part of a fragment, shared by every state that differs only in CPU or memory
-        self._gpu_parts: dict[tuple[int, tuple, Shape], float] = {}
+        # the GPU-only part of a fragment, shared by every state that differs only in CPU or memory, keyed by
+        # (class, GPU state id, the shape's index in the class's plan): small ints hash at once, where the
+        # GPU state (a tuple of tuples) and the shape (a dataclass) were hashed again for every shape
+        self._gpu_parts: dict[tuple[int, int, int], float] = {}
+        self._gpu_ids: dict[tuple, int] = {}
 
     def of(self, class_id: int, cls: NodeClass, key: NodeKey) -> float:
         cached = self._cache.get((class_id, key))
@@ -117,12 +120,16 @@ class FragmentationModel:
             return 0.0
         never, groups = self._plan(class_id, cls)
         total = never * idle
-        gpu_parts = self._gpu_parts
-        if len(gpu_parts) > CACHE_LIMIT:
-            gpu_parts.clear()
+        gpu_parts, gpu_ids = self._gpu_parts, self._gpu_ids
+        if len(gpu_parts) > CACHE_LIMIT or len(gpu_ids) > CACHE_LIMIT:
+            gpu_parts.clear()  # the ids restart: no part may outlive the id it was stored under
+            gpu_ids.clear()
+        gpu_id = gpu_ids.get(gpus)
+        if gpu_id is None:
+            gpu_id = gpu_ids[gpus] = len(gpu_ids)
         mig_view: list[tuple[int, frozenset[str]]] | None = None  # per GPU: idle milli, profiles it can host
-        for group in groups:
-            part_key = (class_id, gpus, group.shape)
+        for index, group in enumerate(groups):
+            part_key = (class_id, gpu_id, index)
             part = gpu_parts.get(part_key)
             if self.repeated and group.per_copy_milli:
                 if part is None:
