@@ -17,6 +17,7 @@ from suanli.domain.capacity import FULL_MILLI, NodeClass, NodeKey
 from suanli.domain.request import GpuSelector, GpuShare, MigSlice, Request, Shape, WholeGpus, shape_gpus
 
 CACHE_LIMIT = 500_000
+PARTS_LIMIT = 100_000  # GPU states whose parts are kept (a list of one per typical shape each)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,11 +82,10 @@ class FragmentationModel:
         self.repeated = repeated
         self._cache: dict[tuple[int, NodeKey], float] = {}
         self._plans: dict[int, tuple[float, tuple[_ShapeGroup, ...]]] = {}
-        # the GPU-only part of a fragment, shared by every state that differs only in CPU or memory, keyed by
-        # (class, GPU state id, the shape's index in the class's plan): small ints hash at once, where the
-        # GPU state (a tuple of tuples) and the shape (a dataclass) were hashed again for every shape
-        self._gpu_parts: dict[tuple[int, int, int], float] = {}
-        self._gpu_ids: dict[tuple, int] = {}
+        # the GPU-only parts of a fragment, shared by every state that differs only in CPU or memory: per
+        # (class, GPU state), one slot per shape of the class's plan, so a state's GPUs are hashed once for
+        # the whole mix (keyed per shape, the GPU state and the shape were hashed again for every shape)
+        self._gpu_parts: dict[tuple[int, tuple], list[float | None]] = {}
 
     def of(self, class_id: int, cls: NodeClass, key: NodeKey) -> float:
         cached = self._cache.get((class_id, key))
@@ -120,20 +120,19 @@ class FragmentationModel:
             return 0.0
         never, groups = self._plan(class_id, cls)
         total = never * idle
-        gpu_parts, gpu_ids = self._gpu_parts, self._gpu_ids
-        if len(gpu_parts) > CACHE_LIMIT or len(gpu_ids) > CACHE_LIMIT:
-            gpu_parts.clear()  # the ids restart: no part may outlive the id it was stored under
-            gpu_ids.clear()
-        gpu_id = gpu_ids.get(gpus)
-        if gpu_id is None:
-            gpu_id = gpu_ids[gpus] = len(gpu_ids)
+        gpu_parts = self._gpu_parts
+        if len(gpu_parts) > PARTS_LIMIT:
+            gpu_parts.clear()
+        parts_key = (class_id, gpus)
+        parts = gpu_parts.get(parts_key)
+        if parts is None:
+            parts = gpu_parts[parts_key] = [None] * len(groups)
         mig_view: list[tuple[int, frozenset[str]]] | None = None  # per GPU: idle milli, profiles it can host
         for index, group in enumerate(groups):
-            part_key = (class_id, gpu_id, index)
-            part = gpu_parts.get(part_key)
+            part = parts[index]
             if self.repeated and group.per_copy_milli:
                 if part is None:
-                    part = gpu_parts[part_key] = _copies_by_gpu(cls, gpus, group.shape)
+                    part = parts[index] = _copies_by_gpu(cls, gpus, group.shape)
                 by_gpu = part
                 for cpu, memory, probability in group.entries:
                     if cpu > cpu_free or memory > memory_free:
@@ -148,9 +147,9 @@ class FragmentationModel:
                     if mig_view is None:
                         geometry = cls.model.mig
                         mig_view = [(e[0], mig.hostable_profiles(geometry, e[2])) for e in gpus]
-                    part = gpu_parts[part_key] = _mig_unusable(mig_view, group.shape.profile, idle)
+                    part = parts[index] = _mig_unusable(mig_view, group.shape.profile, idle)
                 if part is None:
-                    part = gpu_parts[part_key] = fragment(cls, gpus, group.shape, idle)
+                    part = parts[index] = fragment(cls, gpus, group.shape, idle)
                 unusable = part
                 for cpu, memory, probability in group.entries:
                     fits = cpu <= cpu_free and memory <= memory_free
