@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -144,3 +144,14 @@ def register_agent(client: TestClient, node: str) -> dict[str, str]:
     assert answer.status_code == 200, answer.text
     assert answer.json()["node_key"].startswith("nk_")
     return {"Authorization": f"Bearer {answer.json()['node_key']}"}
+
+
+def h100_contract(start: datetime, hours: float, count: int = 1) -> dict:
+    """A contract body: `count` H100s in cn-north over [start, start + hours)."""
+    return {
+        "gpu_model": "H100-SXM-80GB",
+        "count": count,
+        "region": "cn-north",
+        "starts_at": start.isoformat(),
+        "ends_at": (start + timedelta(hours=hours)).isoformat(),
+    }

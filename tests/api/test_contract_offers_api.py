@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from conftest import ADMIN, ADMIN_KEY, FixedClock, app_client, logged_in_as
+from conftest import ADMIN, ADMIN_KEY, FixedClock, app_client, h100_contract, logged_in_as
 from suanli.cli import contract_commands
 from suanli.cli.main import app
 
@@ -28,13 +28,7 @@ def client(database_url: str) -> Iterator[TestClient]:
 
 def _window(days_ahead: float = 3, hours: float = 10, count: int = 2) -> dict:
     start = (datetime.now(UTC) + timedelta(days=days_ahead)).replace(microsecond=0)
-    return {
-        "gpu_model": "H100-SXM-80GB",
-        "count": count,
-        "region": "cn-north",
-        "starts_at": start.isoformat(),
-        "ends_at": (start + timedelta(hours=hours)).isoformat(),
-    }
+    return h100_contract(start, hours, count)
 
 
 def _offer(client: TestClient, tenant_id: str, **extra) -> dict:

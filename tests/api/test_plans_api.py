@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from conftest import ADMIN, ADMIN_KEY, app_client, charged, logged_in_as, wait_for
+from conftest import ADMIN, ADMIN_KEY, app_client, charged, h100_contract, logged_in_as, wait_for
 from suanli.cli import billing_commands, contract_commands, plan_commands
 from suanli.cli.main import app
 from suanli.domain.billing.money import bp_of, charge_micros
@@ -43,17 +43,6 @@ def _balance(client: TestClient, headers: dict[str, str]) -> dict:
 
 def _ledger(client: TestClient, tenant_id: str) -> list[dict]:
     return client.get(f"/v1/ledger?tenant={tenant_id}", headers=ADMIN).json()
-
-
-def _h100_contract(start: datetime, hours: int, count: int = 1) -> dict:
-    """A contract body: `count` H100s in cn-north over [start, start + hours)."""
-    return {
-        "gpu_model": "H100-SXM-80GB",
-        "count": count,
-        "region": "cn-north",
-        "starts_at": start.isoformat(),
-        "ends_at": (start + timedelta(hours=hours)).isoformat(),
-    }
 
 
 def test_a_membership_posts_its_fee_and_discounts_on_demand_rentals(client, tenant) -> None:
@@ -295,7 +284,7 @@ def test_a_quote_prices_a_contract_says_if_it_can_be_paid_and_signs_nothing(clie
     holder_id, holder = tenant("futures-shopper")
     _, other = tenant("futures-other")
     start = (datetime.now(UTC) + timedelta(days=1)).replace(microsecond=0)
-    body = _h100_contract(start, hours=10, count=2)
+    body = h100_contract(start, hours=10, count=2)
     unit = _reserved_list_price(client, "H100-SXM-80GB")
     price = unit * 2 * 10
     poor = client.post("/v1/contracts/quote", json=body, headers=holder)
@@ -343,7 +332,7 @@ def test_signing_again_with_the_same_idempotency_key_returns_the_contract_and_ch
     _, other = tenant("futures-same-key")
     _credit(client, holder_id, 1_000_000_000)
     start = (datetime.now(UTC) + timedelta(days=2)).replace(microsecond=0)
-    body = _h100_contract(start, hours=2)
+    body = h100_contract(start, hours=2)
     price = _reserved_list_price(client, "H100-SXM-80GB") * 2
     first = client.post("/v1/contracts", json=body, headers={**holder, "Idempotency-Key": "buy-1"})
     again = client.post("/v1/contracts", json=body, headers={**holder, "Idempotency-Key": "buy-1"})
@@ -415,7 +404,7 @@ def test_a_holder_cannot_make_another_tenant_pay_for_its_contract(client, tenant
     holder_id, holder = tenant("futures-seller")
     victim_id, victim = tenant("futures-victim")
     start = datetime.now(UTC) - timedelta(minutes=1)
-    body = _h100_contract(start, hours=10, count=2)
+    body = h100_contract(start, hours=10, count=2)
     _credit(client, holder_id, 100_000_000)
     _credit(client, victim_id, 7_654_321)
     contract = client.post("/v1/contracts", json=body, headers=holder).json()
@@ -446,7 +435,7 @@ def test_two_transfers_of_one_contract_at_once_pay_its_seller_once(client, tenan
     for tenant_id in (seller_id, *buyer_ids):
         _credit(client, tenant_id, 1_000_000_000)
     start = datetime.now(UTC) - timedelta(minutes=1)
-    body = _h100_contract(start, hours=10)
+    body = h100_contract(start, hours=10)
     for _ in range(12):  # each try races; on the old code most of them paid twice
         contract = client.post("/v1/contracts", json=body, headers=seller).json()
         at_once = threading.Barrier(len(buyer_ids))
@@ -547,7 +536,7 @@ def test_a_rental_placed_before_its_contract_opens_is_covered_from_the_start(dat
         secret = client.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()
         headers = {"Authorization": f"Bearer {secret['secret']}"}
         start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=8)  # placed before it
-        body = _h100_contract(start, hours=2)
+        body = h100_contract(start, hours=2)
         signed = client.post("/v1/contracts", json=body, headers=headers)
         assert signed.status_code == 201, signed.text
         rental = client.post("/v1/rentals", json={**H100, "regions": ["cn-north"]}, headers=headers).json()

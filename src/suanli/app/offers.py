@@ -176,8 +176,7 @@ class OfferService:
                 if computed is not None and computed.stamp == stamp and now_s < computed.valid_until_s:
                     return computed.offers
             book = self.price_book(uow)
-            busy = uow.rentals.busy_gpus()  # every GPU with a booked slice position
-            taken = uow.rentals.busy_by_gpu()
+            taken = uow.rentals.busy_by_gpu()  # every GPU a live allocation has a slice of
             carved = self._mig_instances(uow, fleet)
         utilization = _pool_utilization(fleet, taken)
         open_nodes = [node for node in fleet.nodes if node.name not in cordoned]
@@ -190,7 +189,7 @@ class OfferService:
                 for profile, count in self._mig_units(node, carved.get(node.name, ())).items():
                     units.setdefault((group, profile), []).append(count)
                 continue
-            free = sum(1 for index in range(node.gpu_count) if (node.name, index) not in busy)
+            free = sum(1 for index in range(node.gpu_count) if (node.name, index) not in taken)
             units.setdefault((group, None), []).append(free)
             if node.gpu_mode is GpuMode.SHARED:
                 room = self._share_room(node, taken)

@@ -309,10 +309,6 @@ class SqlRentals:
         )
         return {(node, index): (int(milli or 0), int(mib or 0)) for node, index, milli, mib in rows}
 
-    def busy_gpus(self) -> set[tuple[str, int]]:
-        rows = self.s.execute(select(BookingRow.node, BookingRow.gpu_index).distinct())
-        return {(node, gpu_index) for node, gpu_index in rows}
-
     def _allocations(self, where: Any) -> dict[str, list[NodeAllocation]]:
         condition = AllocationRow.released.is_(False)
         if where is not None:
