@@ -35,7 +35,7 @@ from suanli.app.errors import Invalid
 from suanli.app.fleet import FleetCache, MigInstanceView, host_mig_layouts, mig_instances
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.domain.billing.money import to_epoch_s
-from suanli.domain.billing.pricebook import PriceBook, shape_rate
+from suanli.domain.billing.pricebook import PriceBook, shape_rate, utilization_milli
 from suanli.domain.catalog import Catalog, GpuModel
 from suanli.domain.inventory import Fleet, GpuMode, Node
 from suanli.domain.mig import MigInstance, placeable_count
@@ -325,14 +325,14 @@ def _pool_utilization(
     fleet: Fleet, taken: Mapping[tuple[str, int], tuple[int, int]]
 ) -> dict[tuple[str, str], int]:
     """Busy GPU milli per 1000 of each (model, region) pool, drained nodes counted, as spot prices follow."""
-    total: dict[tuple[str, str], int] = {}
-    busy: dict[tuple[str, str], int] = {}
-    for node in fleet.nodes:
-        key = (node.gpu_model, node.region)
-        total[key] = total.get(key, 0) + node.gpu_count * FULL_MILLI
-        used = sum(taken.get((node.name, index), (0, 0))[0] for index in range(node.gpu_count))
-        busy[key] = busy.get(key, 0) + used
-    return {key: busy[key] * 1000 // total[key] for key in total if total[key]}
+    return utilization_milli(
+        (
+            (node.gpu_model, node.region),
+            node.gpu_count * FULL_MILLI,
+            sum(taken.get((node.name, index), (0, 0))[0] for index in range(node.gpu_count)),
+        )
+        for node in fleet.nodes
+    )
 
 
 def _next_entry_s(book: PriceBook, now_s: int) -> float:

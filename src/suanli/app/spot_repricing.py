@@ -10,7 +10,6 @@ below its pool's floor (`floor_check`) gets a preemption notice, `preempted_by=B
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -19,7 +18,7 @@ from suanli.app.growth import held_request
 from suanli.app.ports import UnitOfWork, UnitOfWorkFactory
 from suanli.app.records import PREEMPTIBLE_STATES, Rental, RentalEvent
 from suanli.app.rentals import to_request
-from suanli.domain.billing.pricebook import rate_moved
+from suanli.domain.billing.pricebook import rate_moved, utilization_milli
 from suanli.domain.capacity import FULL_MILLI
 from suanli.domain.catalog import GpuModel
 from suanli.domain.plan import NodeAllocation
@@ -45,14 +44,11 @@ Repricer = Callable[
 def pool_utilization(snapshot: Snapshot, placed: Sequence[Pool]) -> dict[tuple[str, str], int]:
     """Busy GPU milli per 1000 of each (model, region) pool in `placed` (spot prices follow it)."""
     pools = {(model.name, region) for model, region in placed}
-    total: Counter[tuple[str, str]] = Counter()
-    free: Counter[tuple[str, str]] = Counter()
-    for state in snapshot.nodes:
-        key = (state.node.gpu_model, state.node.region)
-        if key in pools:
-            total[key] += len(state.gpus) * FULL_MILLI
-            free[key] += sum(entry[0] for entry in state.gpus)
-    return {key: (total[key] - free[key]) * 1000 // total[key] for key in pools if total[key]}
+    return utilization_milli(
+        (pool, len(state.gpus) * FULL_MILLI, sum(FULL_MILLI - entry[0] for entry in state.gpus))
+        for state in snapshot.nodes
+        if (pool := (state.node.gpu_model, state.node.region)) in pools
+    )
 
 
 class SpotRepricing:

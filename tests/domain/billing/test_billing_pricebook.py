@@ -16,6 +16,7 @@ from suanli.domain.billing.pricebook import (
     quote,
     resized_rate,
     spot_formula,
+    utilization_milli,
 )
 from suanli.domain.catalog import GpuModel
 from suanli.domain.catalog_data import CATALOG
@@ -155,6 +156,19 @@ def test_spot_price_rises_with_utilization_from_floor_to_on_demand(
     assert spot_formula(floor, on_demand, 0) == floor
     assert spot_formula(floor, on_demand, 1000) == on_demand
     assert spot_formula(floor, on_demand, low) <= spot_formula(floor, on_demand, high)
+
+
+def test_pool_utilization_sums_each_pools_nodes_and_rounds_down() -> None:
+    h100_eu, h100_us, a100_eu = ("H100", "eu-west"), ("H100", "us-east"), ("A100", "eu-west")
+    nodes = [
+        (h100_eu, 8_000, 8_000),  # a full node
+        (h100_eu, 8_000, 500),  # one GPU half shared
+        (h100_us, 8_000, 0),
+        (a100_eu, 3_000, 1_000),  # 1/3: 333.33 rounds down
+        (("L4", "eu-west"), 0, 0),  # a node without GPUs is no pool
+    ]
+    assert utilization_milli(nodes) == {h100_eu: 531, h100_us: 0, a100_eu: 333}
+    assert utilization_milli([]) == {}
 
 
 def test_spot_quote_uses_the_formula_and_the_bid() -> None:

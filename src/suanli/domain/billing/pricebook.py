@@ -196,6 +196,19 @@ def rate_moved(current_micros: int, new_micros: int, hysteresis_bp: int = REPRIC
     return abs(new_micros - current_micros) * BASIS_POINTS >= hysteresis_bp * current_micros
 
 
+def utilization_milli(
+    nodes: Iterable[tuple[tuple[str, str], int, int]],
+) -> dict[tuple[str, str], int]:
+    """Busy GPU milli per 1000 of each (model, region) pool, from each node's (pool, GPU milli, busy GPU
+    milli): the `u` of the spot formula, rounded down."""
+    total: dict[tuple[str, str], int] = {}
+    busy: dict[tuple[str, str], int] = {}
+    for pool, total_milli, busy_milli in nodes:
+        total[pool] = total.get(pool, 0) + total_milli
+        busy[pool] = busy.get(pool, 0) + busy_milli
+    return {pool: busy[pool] * UTILIZATION_MILLI_MAX // total[pool] for pool in total if total[pool]}
+
+
 def spot_formula(floor_micros: int, on_demand_micros: int, utilization_milli: int) -> int:
     """floor + (on_demand - floor) * u^2, u in milli, rounded half up; the floor is capped at on-demand."""
     if not 0 <= utilization_milli <= UTILIZATION_MILLI_MAX:
