@@ -163,26 +163,37 @@ def test_unauthenticated_and_revoked_keys_get_401(client: TestClient, tenant) ->
 
 
 def test_offers_show_room_for_shares_where_no_whole_gpu_is_left(client: TestClient, tenant) -> None:
-    """Sixteen L40S shares of 0.75 take every GPU of the four shared nodes: the whole-GPU row says 0 free,
-    the share row says all 16 GPUs still have room, for at most 0.25 each, and a 0.25 share is placed."""
+    """Sixteen L40S shares of 0.75 with 32 GiB take every GPU of the four shared nodes: the whole-GPU row
+    says 0 free, the share row says all 16 GPUs still have room, for at most 0.25 and 16 GiB each, and a
+    0.25 share is placed."""
     _, alice = tenant("alice")
 
-    def rows(query: str) -> list[tuple[bool, int, int, int | None]]:
+    def rows(query: str) -> list[tuple[bool, int, int, int | None, int | None]]:
         found = client.get("/v1/offers", params={"q": f"gpu=L40S tier=on_demand {query}"}, headers=alice)
         assert found.status_code == 200, found.text
         return [
-            (o["shares"], o["free_gpus"], o["max_gpus_per_node"], o["largest_share_milli"])
+            (
+                o["shares"],
+                o["free_gpus"],
+                o["max_gpus_per_node"],
+                o["largest_share_milli"],
+                o["share_memory_mib"],
+            )
             for o in found.json()
         ]
 
-    assert rows("") == [(False, 16, 4, None), (True, 16, 4, 1000)]
-    body = {"gpu_model": "L40S", "share_milli": 750}
+    assert rows("") == [(False, 16, 4, None, None), (True, 16, 4, 1000, 48 * 1024)]
+    body = {"gpu_model": "L40S", "share_milli": 750, "share_memory_mib": 32 * 1024}
     ids = [client.post("/v1/rentals", json=body, headers=alice).json()["id"] for _ in range(16)]
     for rental_id in ids:
         assert wait_for(client, rental_id, alice, "placed")["state"] == "placed"
-    assert rows("") == [(False, 0, 0, None), (True, 16, 4, 250)]
-    assert rows("profile=share") == [(True, 16, 4, 250)]
-    assert rows("profile=whole") == [(False, 0, 0, None)]
-    last = client.post("/v1/rentals", json={**body, "share_milli": 250}, headers=alice).json()["id"]
+    assert rows("") == [(False, 0, 0, None, None), (True, 16, 4, 250, 16 * 1024)]
+    assert rows("profile=share") == [(True, 16, 4, 250, 16 * 1024)]
+    assert rows("profile=whole") == [(False, 0, 0, None, None)]
+    too_big = {**body, "share_milli": 250, "share_memory_mib": 17 * 1024}  # more memory than any GPU has
+    held = client.post("/v1/rentals", json=too_big, headers=alice).json()["id"]
+    fits = {**too_big, "share_memory_mib": 8 * 1024}
+    last = client.post("/v1/rentals", json=fits, headers=alice).json()["id"]
     assert wait_for(client, last, alice, "placed")["state"] == "placed"
-    assert rows("profile=share") == [(True, 15, 4, 250)]
+    assert client.get(f"/v1/rentals/{held}", headers=alice).json()["state"] == "pending"
+    assert rows("profile=share") == [(True, 15, 4, 250, 16 * 1024)]

@@ -51,3 +51,24 @@ def test_option_values_the_request_refuses_are_named_by_option_not_a_traceback()
     far = ["contracts", "create", "--gpu", "H100", "--count", "1", "--region", "x"]
     contract = runner.invoke(app, [*far, "--from", "2030-01-01T00:00", "--until", "9999-12-31T23:00"])
     assert contract.exit_code == 2 and "--until: Value error, must be before the year 9000" in contract.output
+
+
+def test_the_offers_table_names_each_rows_unit() -> None:
+    """A whole GPU, a MIG profile, or on a shares row the largest share one GPU has free and that GPU's free
+    memory."""
+    from suanli.cli.platform_commands import _offers_table
+    from suanli.wire.schemas import OfferResponse
+
+    common = dict(
+        region="eu-west", jurisdiction="EU", tier="on_demand", interconnect=None, free_gpus=4,
+        max_gpus_per_node=4, nodes_with_free_gpus=1, price_micros_per_gpu_hour=1_000_000,
+    )  # fmt: skip
+    share = dict(shares=True, largest_share_milli=250, share_memory_mib=16_384)
+    offers = [
+        OfferResponse(gpu_model="L40S", **common),
+        OfferResponse(gpu_model="L40S", **share, **common),
+        OfferResponse(gpu_model="A100-80GB", mig_profile="3g.40gb", **common),
+    ]
+    lines = _shown(_offers_table(offers)).splitlines()
+    units = [line.split("│")[2].strip() for line in lines if line.startswith("│")]
+    assert units == ["GPU", "share<=0.25 16GiB", "3g.40gb"]

@@ -552,7 +552,7 @@ def test_a_tenant_rents_a_share_from_the_offers_and_the_room_left_shows(
     with running_platform(tmp_path_factory.mktemp("shares"), SHARED_FLEET, ["mig-01"]) as platform:
         sign_in(page, platform)
         offer = _the_one_offer(page, "profile=share tier=on_demand")
-        expect(offer.locator("td").nth(1)).to_have_text("share ≤ 1.00")
+        expect(offer.locator("td").nth(1)).to_have_text("share ≤ 1.00 · 48 GiB")
         offer.get_by_role("button", name="Use").click()
         expect(page.locator("#rent-share")).to_have_value("1")
         page.fill("#rent-share", "0.5")
@@ -563,5 +563,5 @@ def test_a_tenant_rents_a_share_from_the_offers_and_the_room_left_shows(
         with platform.tenant() as api:
             assert api.rental(rental_id).request.share_milli == 500
             page.click("#offers-form button")
-            expect(offer.locator("td").nth(1)).to_have_text("share ≤ 0.50")
+            expect(offer.locator("td").nth(1)).to_have_text("share ≤ 0.50 · 48 GiB")
             api.stop(rental_id)

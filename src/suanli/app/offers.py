@@ -18,8 +18,9 @@ contracts are the tenant's own and are left to the rental's quote. A MIG row cou
 profile that could run at once now (idle ones reused or repartitioned, busy ones kept), each profile on its
 own: a GPU that can host seven 1g or two 3g instances counts in both rows; a profile is listed where at
 least one instance can run. A share row (nodes in `shared` mode) counts the GPUs with room for a share (some
-compute and memory free) and gives the largest share one of them has free; its price is per GPU-hour, of
-which a share pays its fraction.
+compute and memory free) and gives the largest share one of them has free, with the memory free on that GPU
+(the most, among GPUs with as much compute free); its price is per GPU-hour, of which a share pays its
+fraction.
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ class Offer:
     unit_price_micros_per_hour: int = 0  # a whole GPU (a share pays its fraction), or one `mig_profile`
     shares: bool = False  # the row counts GPUs with room for a share (`GpuMode.SHARED` nodes)
     largest_share_milli: int | None = None  # on a `shares` row: the most compute one GPU has free
+    share_memory_mib: int | None = None  # on a `shares` row: the memory free on that GPU
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +184,7 @@ class OfferService:
         open_nodes = [node for node in fleet.nodes if node.name not in cordoned]
         # (group, unit) -> free units per node; unit: None (whole GPUs), a MIG profile, or SHARE
         units: dict[tuple[Group, str | None], list[int]] = {}
-        largest_share: dict[Group, int] = {}
+        largest_share: dict[Group, tuple[int, int]] = {}  # (compute milli, memory MiB) free on one GPU
         for node in open_nodes:
             group = (node.gpu_model, node.region, node.labels.get("interconnect"))
             if node.gpu_mode is GpuMode.MIG:
@@ -194,7 +196,7 @@ class OfferService:
             if node.gpu_mode is GpuMode.SHARED:
                 room = self._share_room(node, taken)
                 units.setdefault((group, SHARE), []).append(len(room))
-                largest_share[group] = max([largest_share.get(group, 0), *room])
+                largest_share[group] = max([largest_share.get(group, (0, 0)), *room])
         offers = [
             offer
             for (group, unit), frees in sorted(units.items(), key=lambda item: self._row_order(*item[0]))
@@ -226,15 +228,17 @@ class OfferService:
             size = geometry.profile(unit).placement_slots
         return (model, region, interconnect or "", size, unit or "")
 
-    def _share_room(self, node: Node, taken: Mapping[tuple[str, int], tuple[int, int]]) -> list[int]:
-        """The free compute milli of each of a shared node's GPUs that has room for a share (some compute
-        and some memory free)."""
+    def _share_room(
+        self, node: Node, taken: Mapping[tuple[str, int], tuple[int, int]]
+    ) -> list[tuple[int, int]]:
+        """The free compute milli and memory MiB of each of a shared node's GPUs that has room for a share
+        (some of both free)."""
         memory_mib = self.catalog.get(node.gpu_model).memory_mib
         room = []
         for index in range(node.gpu_count):
             milli, mib = taken.get((node.name, index), (0, 0))
             if milli < FULL_MILLI and mib < memory_mib:
-                room.append(FULL_MILLI - milli)
+                room.append((FULL_MILLI - milli, memory_mib - mib))
         return room
 
     def _mig_instances(self, uow: UnitOfWork, fleet: Fleet) -> Mapping[str, tuple[MigInstanceView, ...]]:
@@ -270,7 +274,7 @@ class OfferService:
         book: PriceBook,
         utilization: Mapping[tuple[str, str], int],
         now_s: int,
-        largest_share_milli: int | None = None,
+        largest_share: tuple[int, int] | None = None,
     ) -> list[Offer]:
         model_name, region_name, interconnect = group
         model = self.catalog.get(model_name)
@@ -300,7 +304,7 @@ class OfferService:
                     mig_profile,
                     unit_price,
                     unit == SHARE,
-                    largest_share_milli if unit == SHARE else None,
+                    *(largest_share if unit == SHARE and largest_share else (None, None)),
                 )
             )
         return offers

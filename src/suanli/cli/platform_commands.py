@@ -266,9 +266,11 @@ def admin_undrain(node: str) -> None:
 
 
 def _offer_unit(offer: OfferResponse) -> str:
-    """GPU, a MIG profile, or `share<=0.50` (the largest share one GPU has free)."""
+    """GPU, a MIG profile, or `share<=0.50 24GiB` (the largest share one GPU has free, and its memory)."""
     if offer.shares:
-        return f"share<={(offer.largest_share_milli or 0) / 1000:.2f}"
+        mib = offer.share_memory_mib
+        memory = "" if mib is None else f" {mib // 1024}GiB"
+        return f"share<={(offer.largest_share_milli or 0) / 1000:.2f}{memory}"
     return offer.mig_profile or "GPU"
 
 

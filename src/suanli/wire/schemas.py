@@ -171,6 +171,11 @@ class OfferResponse(WireModel):
         "compute and memory free), `largest_share_milli` the most compute one of them has free.",
     )
     largest_share_milli: int | None = None
+    share_memory_mib: int | None = Field(
+        None,
+        description="On a shares row: the GPU memory (MiB) free on a GPU with `largest_share_milli` free "
+        "(the most among such GPUs).",
+    )
 
 
 # --- rentals ------------------------------------------------------------------------------------------

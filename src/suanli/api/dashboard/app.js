@@ -144,6 +144,12 @@ async function refreshBalance() {
 
 let offersAsked = 0; // searches sent: only the newest one's answer is shown
 
+// A shares row's unit: the largest share one GPU has free, and the memory free on that GPU.
+function shareUnit(offer) {
+  const memory = offer.share_memory_mib == null ? "" : ` · ${Math.floor(offer.share_memory_mib / 1024)} GiB`;
+  return `share ≤ ${(offer.largest_share_milli / 1000).toFixed(2)}${memory}`;
+}
+
 async function searchOffers() {
   const asked = ++offersAsked;
   showError("offers-error", null);
@@ -165,7 +171,7 @@ async function searchOffers() {
     regions.add(offer.region);
     const row = body.insertRow();
     cell(row, offer.gpu_model);
-    cell(row, offer.shares ? `share ≤ ${(offer.largest_share_milli / 1000).toFixed(2)}` : (offer.mig_profile ?? "GPU"));
+    cell(row, offer.shares ? shareUnit(offer) : (offer.mig_profile ?? "GPU"));
     cell(row, `${offer.region} (${offer.jurisdiction})`);
     cell(row, offer.tier);
     cell(row, offer.free_gpus, "num");
