@@ -93,6 +93,34 @@ def test_a_membership_posts_its_fee_and_discounts_on_demand_rentals(client, tena
     assert spot["quote"]["discounts"] == []  # a membership discounts on-demand only
 
 
+def test_a_members_offers_show_its_discounted_price_and_a_rental_is_charged_it(client, tenant) -> None:
+    """The offers are priced for the tenant searching: a member sees 10% off on-demand (not spot), filters on
+    that price, and a one-GPU rental placed then is charged what its offer said; another tenant sees the
+    list price."""
+    member_id, member = tenant("member")
+    _, other = tenant("other")
+    _credit(client, member_id, 200_000_000)
+    plan = {"kind": "membership", "discount_bp": 1000, "fee_micros": 0}
+    assert client.post(f"/v1/tenants/{member_id}/plans", json=plan, headers=ADMIN).status_code == 201
+
+    def offered(headers: dict[str, str], query: str = "") -> dict[str, tuple[int, int, int]]:
+        q = f"gpu=H100 region=cn-north interconnect=ib {query}"
+        found = client.get("/v1/offers", params={"q": q}, headers=headers)
+        assert found.status_code == 200, found.text
+        prices = ("price_micros_per_gpu_hour", "unit_price_micros_per_hour", "plan_discount_bp")
+        return {o["tier"]: tuple(o[name] for name in prices) for o in found.json()}
+
+    discounted = H100_ON_DEMAND - bp_of(H100_ON_DEMAND, 1000)
+    assert offered(member) == {"on_demand": (discounted, discounted, 1000), "spot": (1_500_000, 1_500_000, 0)}
+    assert offered(other)["on_demand"] == (H100_ON_DEMAND, H100_ON_DEMAND, 0)
+    assert set(offered(member, "tier=on_demand price<2.7")) == {"on_demand"}
+    assert offered(other, "tier=on_demand price<2.7") == {}
+
+    rental = client.post("/v1/rentals", json={**H100, "regions": ["cn-north"]}, headers=member).json()
+    placed = wait_for(client, rental["id"], member, "placed")
+    assert placed["price_micros_per_hour"] == discounted
+
+
 def test_a_revenue_share_tenant_reports_a_month_once(client, tenant) -> None:
     tenant_id, headers = tenant("startup")
     _credit(client, tenant_id, 10_000_000)

@@ -72,3 +72,20 @@ def test_the_offers_table_names_each_rows_unit() -> None:
     lines = _shown(_offers_table(offers)).splitlines()
     units = [line.split("│")[2].strip() for line in lines if line.startswith("│")]
     assert units == ["GPU", "share<=0.25 16GiB", "3g.40gb"]
+
+
+def test_the_offers_table_says_when_the_tenants_plan_discount_is_in_its_prices() -> None:
+    from suanli.cli.platform_commands import _offers_table
+    from suanli.wire.schemas import OfferResponse
+
+    common = dict(
+        gpu_model="H100", region="cn-north", jurisdiction="CN", interconnect="ib", free_gpus=8,
+        max_gpus_per_node=8, nodes_with_free_gpus=1,
+    )  # fmt: skip
+    member = [
+        OfferResponse(tier="on_demand", price_micros_per_gpu_hour=2_691_000, plan_discount_bp=1000, **common),
+        OfferResponse(tier="spot", price_micros_per_gpu_hour=1_500_000, **common),
+    ]
+    shown = _shown(_offers_table(member))
+    assert "prices include your plan's discount: 10.00% off on_demand" in shown
+    assert "discount" not in _shown(_offers_table(member[1:]))

@@ -312,8 +312,8 @@ def test_a_tenant_reads_the_list_prices_in_force_and_those_to_come(page: Page, p
 
 
 def test_a_tenant_sees_its_plans(page: Page, platform: Platform) -> None:
-    """A revenue-share plan an admin puts the tenant on shows with its terms and that it is in force. (Last
-    in the module: the plan's discount changes the tenant's prices.)"""
+    """A revenue-share plan an admin puts the tenant on shows with its terms and that it is in force, and the
+    offers say their prices include its discount. (The plan's discount changes the tenant's prices.)"""
     sign_in(page, platform)
     expect(page.locator("#plans-section")).to_be_hidden()  # none yet
     with platform.tenant() as api:
@@ -328,6 +328,9 @@ def test_a_tenant_sees_its_plans(page: Page, platform: Platform) -> None:
     terms = "15.00% off on-demand and reserved; 5.00% of reported revenue"
     for text in (plan.id, "revenue share", terms, plan.starts_at.strftime("%Y-%m-%d %H:%M"), "in force"):
         expect(row).to_contain_text(text)
+    # the offers are the tenant's prices now: the plan's discount is taken off on-demand, and said so
+    note = "Prices include your plan's discount: 15.00% off on_demand."
+    expect(page.locator("#offers-discount")).to_have_text(note)
 
 
 def test_an_operator_puts_a_tenant_on_a_plan(page: Page, platform: Platform) -> None:

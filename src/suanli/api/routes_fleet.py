@@ -129,4 +129,4 @@ def offers(
     services: ServicesDep,
     q: Annotated[str, Query(max_length=1000, description="e.g. gpu=H100 count>=8 region=eu price<2.5")] = "",
 ) -> list[OfferResponse]:
-    return [mappers.offer(o) for o in services.offers.search(q)]
+    return [mappers.offer(o) for o in services.offers.search(q, caller.tenant.id)]

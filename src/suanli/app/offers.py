@@ -13,14 +13,16 @@ and token.
 
 Prices come from the price book in force now (the operators' entries over the list prices): on-demand its
 list price, spot the pool's spot price at its current utilization (what a spot rental placed now pays, never
-above its bid), a MIG instance its explicit entry or its share of the GPU's compute. Plan discounts and
-contracts are the tenant's own and are left to the rental's quote. A MIG row counts the instances of its
-profile that could run at once now (idle ones reused or repartitioned, busy ones kept), each profile on its
-own: a GPU that can host seven 1g or two 3g instances counts in both rows; a profile is listed where at
-least one instance can run. A share row (nodes in `shared` mode) counts the GPUs with room for a share (some
-compute and memory free) and gives the largest share one of them has free, with the memory free on that GPU
-(the most, among GPUs with as much compute free); its price is per GPU-hour, of which a share pays its
-fraction.
+above its bid), a MIG instance its explicit entry or its share of the GPU's compute. A tenant searching sees
+its plan's discount taken off the tiers the plan discounts (`plan_discount_bp`), as a one-unit rental is
+quoted; contracts are left to the rental's quote (covered capacity is paid for up front).
+
+A MIG row counts the instances of its profile that could run at once now (idle ones reused or
+repartitioned, busy ones kept), each profile on its own: a GPU that can host seven 1g or two 3g instances
+counts in both rows; a profile is listed where at least one instance can run. A share row (nodes in
+`shared` mode) counts the GPUs with room for a share (some compute and memory free) and gives the largest
+share one of them has free, with the memory free on that GPU (the most, among GPUs with as much compute
+free); its price is per GPU-hour, of which a share pays its fraction.
 """
 
 from __future__ import annotations
@@ -28,14 +30,15 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from threading import Lock
 
 from suanli.app.downtime import out_of_service
 from suanli.app.errors import Invalid
 from suanli.app.fleet import FleetCache, MigInstanceView, host_mig_layouts, mig_instances
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
-from suanli.domain.billing.money import to_epoch_s
+from suanli.domain.billing.money import bp_of, to_epoch_s
+from suanli.domain.billing.plans import Plan, plan_in_force
 from suanli.domain.billing.pricebook import PriceBook, shape_rate, utilization_milli
 from suanli.domain.catalog import Catalog, GpuModel
 from suanli.domain.inventory import Fleet, GpuMode, Node
@@ -83,6 +86,7 @@ class Offer:
     shares: bool = False  # the row counts GPUs with room for a share (`GpuMode.SHARED` nodes)
     largest_share_milli: int | None = None  # on a `shares` row: the most compute one GPU has free
     share_memory_mib: int | None = None  # on a `shares` row: the memory free on that GPU
+    plan_discount_bp: int = 0  # the searching tenant's plan discount, taken off the prices above
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,12 +150,15 @@ class OfferService:
         self._computed: _Computed | None = None
         self._mig_fleet = (-1, False)  # (fleet version, whether a node of it is in MIG mode)
 
-    def search(self, query: str) -> list[Offer]:
+    def search(self, query: str, tenant_id: str | None = None) -> list[Offer]:
+        """The offers `query` keeps, priced for `tenant_id` (its plan's discount taken off) when given."""
         terms = parse_query(query)
-        offers = self._offers()
+        offers, plan = self._offers(tenant_id)
+        if plan is not None and plan.discount_bp:
+            offers = [_with_plan(offer, plan) for offer in offers]
         return [offer for offer in offers if all(_holds(term, offer, self.catalog) for term in terms)]
 
-    def _offers(self) -> list[Offer]:
+    def _offers(self, tenant_id: str | None) -> tuple[list[Offer], Plan | None]:
         """Every offer before filtering, recomputed only when what it shows may have changed: the fleet, an
         allocation (the newest id grows with each, the live count falls with each release), the drained
         nodes (those in or about to enter a maintenance window count, as the leader treats them), the price
@@ -159,9 +166,10 @@ class OfferService:
         with self.uow() as uow:
             version, fleet = self.cache.load(uow)
             if fleet is None:
-                return []
+                return [], None
             now = self.clock.now()
             now_s = to_epoch_s(now)
+            plan = None if tenant_id is None else plan_in_force(uow.terms.plans(tenant_id), now_s)
             cordoned = uow.fleet.cordoned() | out_of_service(
                 uow.maintenance.list(now), now, self.notice_horizon_s
             )
@@ -176,7 +184,7 @@ class OfferService:
             with self._lock:
                 computed = self._computed
                 if computed is not None and computed.stamp == stamp and now_s < computed.valid_until_s:
-                    return computed.offers
+                    return computed.offers, plan
             book = self.price_book(uow)
             taken = uow.rentals.busy_by_gpu()  # every GPU a live allocation has a slice of
             carved = self._mig_instances(uow, fleet)
@@ -207,7 +215,7 @@ class OfferService:
         ]
         with self._lock:
             self._computed = _Computed(stamp, _next_entry_s(book, now_s), offers)
-        return offers
+        return offers, plan
 
     def _has_mig(self, version: int, fleet: Fleet) -> bool:
         """Whether a node of the fleet is in MIG mode: a fleet without one needs no host layouts read."""
@@ -308,6 +316,19 @@ class OfferService:
                 )
             )
         return offers
+
+
+def _with_plan(offer: Offer, plan: Plan) -> Offer:
+    """The offer at the tenant's price: its plan's discount off each unit, as a one-unit rental is quoted."""
+    if Tier.parse(offer.tier) not in plan.discounted_tiers:
+        return offer
+    per_gpu, per_unit = offer.price_micros_per_gpu_hour, offer.unit_price_micros_per_hour
+    return replace(
+        offer,
+        price_micros_per_gpu_hour=per_gpu - bp_of(per_gpu, plan.discount_bp),
+        unit_price_micros_per_hour=per_unit - bp_of(per_unit, plan.discount_bp),
+        plan_discount_bp=plan.discount_bp,
+    )
 
 
 def _gpu_hour_price(

@@ -288,7 +288,12 @@ def _offers_table(found: list[OfferResponse]):
         )
         for o in found
     ]
-    return table("Offers", ("model", "unit", "region", "tier", "free", "max/node", "net", "price/h"), rows)
+    shown = table("Offers", ("model", "unit", "region", "tier", "free", "max/node", "net", "price/h"), rows)
+    discounted = {o.tier: o.plan_discount_bp for o in found if o.plan_discount_bp}
+    if discounted:
+        parts = ", ".join(f"{bp / 100:.2f}% off {tier}" for tier, bp in discounted.items())
+        shown.caption = f"prices include your plan's discount: {parts}"
+    return shown
 
 
 def _rentals_table(found: list[RentalResponse]):

@@ -157,7 +157,8 @@ class OfferResponse(WireModel):
     nodes_with_free_gpus: int
     price_micros_per_gpu_hour: int = Field(
         description="One whole GPU per hour if placed now: the price book's list price, or for spot the "
-        "pool's spot price at its current utilization (a spot rental pays it, never above its bid)."
+        "pool's spot price at its current utilization (a spot rental pays it, never above its bid), less "
+        "the searching tenant's plan discount (`plan_discount_bp`)."
     )
     mig_profile: str | None = Field(None, description="A MIG profile: the row offers instances of it.")
     unit_price_micros_per_hour: int = Field(
@@ -175,6 +176,11 @@ class OfferResponse(WireModel):
         None,
         description="On a shares row: the GPU memory (MiB) free on a GPU with `largest_share_milli` free "
         "(the most among such GPUs).",
+    )
+    plan_discount_bp: int = Field(
+        0,
+        description="The searching tenant's plan discount (basis points) on this tier, already taken off "
+        "the prices: a one-unit rental placed now is quoted at `unit_price_micros_per_hour`.",
     )
 
 

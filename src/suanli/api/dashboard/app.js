@@ -150,6 +150,14 @@ function shareUnit(offer) {
   return `share ≤ ${(offer.largest_share_milli / 1000).toFixed(2)}${memory}`;
 }
 
+// Which tiers' prices the tenant's plan discount was taken off, if any.
+function discountNote(offers) {
+  const discounted = new Map();
+  for (const offer of offers) if (offer.plan_discount_bp) discounted.set(offer.tier, offer.plan_discount_bp);
+  const parts = [...discounted].map(([tier, bp]) => `${(bp / 100).toFixed(2)}% off ${tier}`);
+  return parts.length ? `Prices include your plan's discount: ${parts.join(", ")}.` : "";
+}
+
 async function searchOffers() {
   const asked = ++offersAsked;
   showError("offers-error", null);
@@ -164,6 +172,7 @@ async function searchOffers() {
   if (asked !== offersAsked) return; // a later search (another query, or a refresh) answers instead
   const body = $("offers").tBodies[0];
   body.replaceChildren();
+  $("offers-discount").textContent = discountNote(offers);
   const models = new Set();
   const regions = new Set();
   for (const offer of offers) {
