@@ -136,3 +136,11 @@ def test_the_demo_box_gives_the_operator_key_and_an_operator_command(tmp_path: P
     )
     assert "sk_tenant" in panel.renderable and "admin key[/bold]   sk_admin" in panel.renderable
     assert any(line.startswith("  SUANLI_API_KEY=sk_admin ") and "admin mig m1" in line for line in commands)
+
+
+def test_a_followed_rentals_exit_status_is_its_workloads_as_a_shell_gives_it() -> None:
+    from suanli.cli.follow import exit_status
+
+    assert [exit_status(code) for code in (1, 3, 255)] == [1, 3, 255]
+    assert exit_status(-9) == 137 and exit_status(-15) == 143  # killed by SIGKILL, SIGTERM
+    assert exit_status(256) == 1 and exit_status(-(2**31)) == 1  # no shell status says these

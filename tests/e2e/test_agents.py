@@ -172,6 +172,34 @@ def test_a_command_sees_exactly_its_devices_and_its_output_is_in_the_logs(platfo
         assert page.data.strip() == f"CVD={expected}" and page.done
 
 
+def test_rent_follow_prints_the_output_and_exits_with_the_workloads_code(platform: Platform) -> None:
+    """`suanli rent -f`, the real CLI against the real server and agents: the rental's states on stderr
+    while it waits, its output on stdout as it comes, and the workload's exit code as the CLI's."""
+    env = {**os.environ, "SUANLI_URL": platform.url, "SUANLI_API_KEY": platform.tenant_key}
+    env["SUANLI_CONFIG_DIR"] = str(platform.tmp / "cli")
+    code = "import os, time; print('CVD=' + os.environ['CUDA_VISIBLE_DEVICES'], flush=True); time.sleep(1)"
+
+    def rent_follow(*command: str) -> subprocess.CompletedProcess[str]:
+        args = [*SUANLI, "rent", "-f", "H100-SXM-80GB:1", "--", *command]
+        return subprocess.run(args, env=env, capture_output=True, text=True, timeout=60)
+
+    ok = rent_follow(sys.executable, "-c", code)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert ok.stdout.startswith("CVD=GPU-"), ok.stdout
+    states = [line.split(": ")[1].split(" ")[0] for line in ok.stderr.splitlines()]
+    assert states[0] == "pending" and states[-1] == "stopped", ok.stderr
+    assert "workload succeeded with exit code 0" in ok.stderr.splitlines()[-1]
+    rental_id = ok.stderr.split(":")[0]
+    follow_logs = [*SUANLI, "logs", rental_id, "-f"]
+    logs = subprocess.run(follow_logs, env=env, capture_output=True, text=True, timeout=30)
+    assert logs.returncode == 0 and logs.stdout == ok.stdout, logs.stdout + logs.stderr
+
+    failed = rent_follow("sh", "-c", "echo before; exit 3")
+    assert failed.returncode == 3, failed.stdout + failed.stderr
+    assert failed.stdout == "before\n"
+    assert "failed" in failed.stderr.splitlines()[-1] and "exit code 3" in failed.stderr
+
+
 def test_a_killed_agent_is_marked_down_and_its_rentals_end_lost_or_are_placed_again(
     platform: Platform,
 ) -> None:

@@ -6,9 +6,7 @@ import logging
 import os
 import signal
 import socket
-import sys
 import threading
-import time
 from pathlib import Path
 from typing import Annotated
 
@@ -19,6 +17,7 @@ from suanli.agent.executor_choice import DEFAULT_UIDS, ExecutorKind, choose_exec
 from suanli.agent.probe import DeclaredProbe, GpuProbe, NvmlProbe
 from suanli.agent.runner import AgentError, AgentRunner
 from suanli.cli.demo import run_demo
+from suanli.cli.follow import print_output
 from suanli.cli.output import EXIT_USAGE, error_text, errors, logged_in
 from suanli.domain.errors import SuanliError
 
@@ -138,19 +137,8 @@ def logs(
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Follow until the rental ends.")] = False,
 ) -> None:
     """A rental's output (stdout and stderr of its workload)."""
-    offset = 0
     with logged_in() as client:
-        while True:
-            page = client.logs(rental_id, offset)
-            if page.data:
-                sys.stdout.write(page.data)
-                sys.stdout.flush()
-            offset = page.next_offset
-            if page.data and not page.done:
-                continue
-            if not follow or page.done:
-                return
-            time.sleep(1.0)
+        print_output(client, rental_id, follow)
 
 
 def demo(

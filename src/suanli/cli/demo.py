@@ -236,8 +236,8 @@ def _banner(
     commands = [
         "Try, in another terminal (Ctrl-C here stops everything):",
         f"  {prog} offers",
-        f"  {prog} rent L40S:0.5 -- python3 -c {SHOW_DEVICES}",
-        f"  {prog} logs <rental id printed by rent>",
+        f"  {prog} rent -f L40S:0.5 -- python3 -c {SHOW_DEVICES}   # waits, prints its output",
+        f"  {prog} ls; {prog} logs <rental id>",
         f"  SUANLI_API_KEY={admin_key} {prog} {operator}   # as the operator",
     ]
     return Panel("\n".join(lines), title="suanli demo", expand=False), commands

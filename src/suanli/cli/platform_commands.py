@@ -10,6 +10,7 @@ import typer
 from rich.console import Group
 
 from suanli.cli import profile
+from suanli.cli.follow import follow_rental
 from suanli.cli.output import (
     EXIT_USAGE,
     api_errors,
@@ -68,7 +69,8 @@ def offers(
     ] = "",
     as_json: JsonFlag = False,
 ) -> None:
-    """Free capacity you can rent now: whole GPUs and MIG instances, each with its price per hour now."""
+    """Free capacity you can rent now: whole GPUs, MIG instances and room for shares, at your price per hour
+    now."""
     with logged_in() as client:
         found = client.offers(query)
     emit(found, as_json, _offers_table)
@@ -99,6 +101,15 @@ def rent(
     restart: Annotated[str, typer.Option(help="never, or on-failure (restart a failed workload).")] = "never",
     max_restarts: Annotated[int, typer.Option(min=0, max=100, help="Restarts allowed with on-failure.")] = 0,
     idempotency_key: Annotated[str | None, typer.Option(help="Retry-safe key; default: a new one.")] = None,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow",
+            "-f",
+            help="Wait for it and print its output as it comes, until it ends; exit with its workload's "
+            "exit code (1 if preempted or lost). Ctrl-C detaches: the rental goes on.",
+        ),
+    ] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Rent GPUs now: `suanli rent H100:8 --nodes 2 --tier spot --bid 1.9 --region eu -- python train.py`,
@@ -136,6 +147,8 @@ def rent(
         )
     with logged_in() as client:
         rental = client.create_rental(request, idempotency_key or f"cli-{uuid.uuid4()}")
+        if follow:
+            raise typer.Exit(follow_rental(client, rental))
     emit(rental, as_json, _rental_detail)
 
 

@@ -1,0 +1,84 @@
+"""A rental's output as it comes (`suanli logs -f`, `suanli rent -f`), and while it waits, its state."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+
+from rich.text import Text
+
+from suanli.cli.output import errors
+from suanli.client import Client
+from suanli.wire.schemas import RentalResponse
+
+POLL_S = 1.0
+SUCCEEDED = "stopped"  # the state a rental ends in when its workload exits 0 (or the tenant stops it)
+
+
+def print_output(
+    client: Client, rental_id: str, follow: bool, on_wait: Callable[[], None] | None = None
+) -> None:
+    """Print the rental's output from the start; with `follow`, until it has ended and all is printed.
+    `on_wait` runs each time nothing new has come."""
+    offset = 0
+    while True:
+        page = client.logs(rental_id, offset)
+        if page.data:
+            sys.stdout.write(page.data)
+            sys.stdout.flush()
+        offset = page.next_offset
+        if page.data and not page.done:
+            continue
+        if not follow or page.done:
+            return
+        if on_wait is not None:
+            on_wait()
+        time.sleep(POLL_S)
+
+
+def follow_rental(client: Client, rental: RentalResponse) -> int:
+    """Print a new rental's state as it changes while it waits, then its output until it ends; its last
+    event on stderr. Returns the exit status: 0 when it ended `stopped`, else its workload's exit code (as
+    `exit_status` gives it), else 1 (preempted, lost)."""
+    shown = [_state_line(rental)]
+    errors.print(Text(shown[0]))
+
+    def note_state() -> None:
+        line = _state_line(client.rental(rental.id))
+        if line != shown[-1]:
+            shown.append(line)
+            errors.print(Text(line))
+
+    try:
+        print_output(client, rental.id, follow=True, on_wait=note_state)
+    except KeyboardInterrupt:
+        hint = f"suanli logs {rental.id} -f; suanli stop {rental.id}"
+        errors.print(Text(f"detached: {rental.id} goes on ({hint})"))
+        return 130
+    ended = client.rental(rental.id)
+    last = ended.events[-1].message if ended.events and ended.events[-1].message else ""
+    errors.print(Text(f"{ended.id}: {ended.state}" + (f" ({last})" if last else "")))
+    if ended.state == SUCCEEDED:
+        return 0
+    codes = [run.exit_code for run in client.rental_runs(rental.id) if run.exit_code]
+    return exit_status(codes[0]) if codes else 1
+
+
+def exit_status(exit_code: int) -> int:
+    """A workload's exit code as a shell's status: as it is in 1-255, 128 + N for a kill by signal N
+    (reported as -N), else 1."""
+    if 0 < exit_code < 256:
+        return exit_code
+    if -128 < exit_code < 0:
+        return 128 - exit_code
+    return 1
+
+
+def _state_line(rental: RentalResponse) -> str:
+    """`rnt_…: pending (no_capacity: …)`, `rnt_…: running on h100-a-01`."""
+    where = ", ".join(a.node for a in rental.allocation)
+    line = f"{rental.id}: {rental.state}"
+    if rental.state == "pending" and rental.pending_reason:
+        return f"{line} ({rental.pending_reason})"
+    return f"{line} on {where}" if where else line
