@@ -199,6 +199,16 @@ def test_rent_follow_prints_the_output_and_exits_with_the_workloads_code(platfor
     assert failed.stdout == "before\n"
     assert "failed" in failed.stderr.splitlines()[-1] and "exit code 3" in failed.stderr
 
+    # Ctrl-C detaches: the CLI exits 130 and the rental goes on
+    args = [*SUANLI, "rent", "-f", "H100-SXM-80GB:1", "--", "sh", "-c", "echo up; sleep 60"]
+    attached = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert attached.stdout is not None and attached.stdout.readline() == "up\n"
+    attached.send_signal(signal.SIGINT)
+    _, stderr = attached.communicate(timeout=15)
+    assert attached.returncode == 130 and "detached: " in stderr, stderr
+    with platform.tenant() as api:
+        assert api.rental(stderr.split(":")[0]).state == "running"
+
 
 def test_a_killed_agent_is_marked_down_and_its_rentals_end_lost_or_are_placed_again(
     platform: Platform,
