@@ -198,3 +198,26 @@ def test_cli_admin_prices_set_sends_one_entry_and_prints_it(client, monkeypatch)
     assert len(sent) == 3
     listed = Client("http://testserver", transport=client._transport).prices()
     assert any(p.kind == "mig" and p.mig_profile == "3g.40gb" for p in listed)
+
+
+def test_cli_prices_filters_by_model_and_says_from_when_each_applies(client, monkeypatch) -> None:
+    """`suanli prices --gpu h100`: only the H100 models' entries; the catalogue's apply `always`, a dated
+    one from its UTC minute (not epoch seconds)."""
+    later = (datetime.now(UTC) + timedelta(days=2)).replace(second=0, microsecond=0)
+    entry = _entry(region="cn-north", price_micros_per_gpu_hour=3_100_000, effective_from=later.isoformat())
+    assert client.put("/v1/prices", json=[entry], headers=ADMIN).status_code == 200
+
+    @contextmanager
+    def logged_in() -> Iterator[Client]:
+        with api_errors(), Client("http://testserver", ADMIN_KEY, transport=client._transport) as sdk:
+            yield sdk
+
+    monkeypatch.setattr(billing_commands, "logged_in", logged_in)
+    shown = CliRunner().invoke(app, ["prices", "--gpu", "h100"], env={"COLUMNS": "250"})
+    assert shown.exit_code == 0, shown.output
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in shown.output.splitlines()]
+    rows = [row for row in rows if row and row[0]]
+    assert rows and all("H100" in row[0] for row in rows)
+    assert ["H100-SXM-80GB", "on_demand", "list", "*", "2.9900", "always"] in [row[:6] for row in rows]
+    dated = ["H100-SXM-80GB", "on_demand", "list", "cn-north", "3.1000", later.strftime("%Y-%m-%d %H:%M")]
+    assert dated in [row[:6] for row in rows]

@@ -35,10 +35,18 @@ ledger_app = typer.Typer(help="Your ledger: transactions and their verification.
 admin_prices_app = typer.Typer(help="The price book (admin key).", no_args_is_help=True)
 
 
-def prices(as_json: JsonFlag = False) -> None:
-    """The price book: per GPU-hour list prices and spot floors."""
+def prices(
+    gpu: Annotated[
+        str | None, typer.Option(help="Only models whose name holds this, e.g. H100 (any case).")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """The price book: per GPU-hour list prices, MIG instance prices and spot floors, with when each applies
+    from."""
     with logged_in() as client:
         found = client.prices()
+    if gpu is not None:
+        found = [p for p in found if gpu.casefold() in p.gpu_model.casefold()]
     emit(found, as_json, _prices_table)
 
 
@@ -285,13 +293,20 @@ def _prices_table(found: list[PriceResponse]):
             p.kind if p.mig_profile is None else f"{p.kind} {p.mig_profile}",
             p.region,
             micros(p.price_micros_per_gpu_hour),
-            str(p.effective_from_s),
+            _applies_from(p.effective_from_s),
             p.source,
         )
         for p in found
     ]
-    columns = ["model", "tier", "kind", "region", "price", "from (epoch s)", "source"]
+    columns = ["model", "tier", "kind", "region", "price", "from (UTC)", "source"]
     return table("prices per GPU-hour", columns, rows)
+
+
+def _applies_from(effective_from_s: int) -> str:
+    """`always` for an entry in force from the epoch (the catalogue's), else its UTC minute."""
+    if effective_from_s <= 0:
+        return "always"
+    return datetime.fromtimestamp(effective_from_s, UTC).strftime("%Y-%m-%d %H:%M")
 
 
 def _balance_table(found: BalanceResponse):
