@@ -105,6 +105,51 @@ def test_reports_move_the_rental_and_logs_are_tenant_scoped(client: TestClient, 
     assert client.get(f"/v1/rentals/{rental['id']}/logs", headers=owner).json()["done"] is True
 
 
+@pytest.mark.parametrize("second", ["succeeded", "failed"])
+def test_a_gang_ends_when_every_node_has_succeeded_or_when_one_fails(
+    client: TestClient, tenant, second: str
+) -> None:
+    """Rank 0 finishing first leaves the rental running on both nodes (rank 1 is not killed); it ends
+    `stopped` when rank 1 succeeds too, or `failed` when rank 1 fails. A failure on any node ends it at
+    once."""
+    _, owner = tenant("owner")
+    body = {"gpu_model": "H100", "gpus": 8, "nodes": 2, "command": ["train"], "regions": ["cn-north"]}
+    rental = client.post("/v1/rentals", json=body, headers=owner).json()
+    placed = wait_for(client, rental["id"], owner, "placed")
+    first, second_node = (a["node"] for a in placed["allocation"])
+    agents = {node: register_agent(client, node) for node in (first, second_node)}
+
+    def report(node: str, state: str, exit_code: int | None = None) -> list[str]:
+        workload = {"rental_id": rental["id"], "state": state, "exit_code": exit_code}
+        beat = client.post("/v1/agents/heartbeat", json={"workloads": [workload]}, headers=agents[node])
+        assert beat.status_code == 200, beat.text
+        return [a["rental_id"] for a in beat.json()["assignments"]]
+
+    def state() -> str:
+        return client.get(f"/v1/rentals/{rental['id']}", headers=owner).json()["state"]
+
+    report(first, "running")
+    report(second_node, "running")
+    assert report(first, "succeeded", 0) == [rental["id"]]  # still held: rank 1 runs on
+    assert state() == "running"
+    assert report(first, "succeeded", 0) == [rental["id"]]  # the agent says so again each beat
+    assert state() == "running"
+    assert report(second_node, second, 0 if second == "succeeded" else 3) == []
+    assert state() == ("stopped" if second == "succeeded" else "failed")
+    runs = client.get(f"/v1/rentals/{rental['id']}/runs", headers=owner).json()
+    assert sorted((r["state"], r["exit_code"]) for r in runs) == sorted(
+        [("succeeded", 0), (second, 0 if second == "succeeded" else 3)]
+    )
+
+    rental = client.post("/v1/rentals", json=body, headers=owner).json()
+    first = wait_for(client, rental["id"], owner, "placed")["allocation"][0]["node"]
+    if first not in agents:
+        agents[first] = register_agent(client, first)
+    report(first, "running")
+    assert report(first, "failed", 1) == []  # one rank failing ends the gang: the other is killed
+    assert state() == "failed"
+
+
 def test_the_reaper_ends_rentals_of_a_silent_node_lost_at_the_last_heartbeat(
     client: TestClient, tenant
 ) -> None:

@@ -210,6 +210,21 @@ def test_rent_follow_prints_the_output_and_exits_with_the_workloads_code(platfor
         assert api.rental(stderr.split(":")[0]).state == "running"
 
 
+def test_a_two_node_rental_runs_until_its_last_rank_finishes(platform: Platform) -> None:
+    """Rank 0 exits at once, rank 1 works 2 s more: the rental runs until rank 1 is done too, and its output
+    is all there (rank 1 used to be killed when rank 0's success ended the rental)."""
+    script = 'if [ "$SUANLI_NODE_RANK" = 1 ]; then sleep 2; echo rank 1 finished; else echo rank 0 done; fi'
+    with platform.tenant() as api:
+        rental = api.create_rental(RentalCreateRequest(gpus=2, nodes=2, command=["sh", "-c", script]))
+        wait_for_state(api, rental.id, "running")
+        done = wait_for_state(api, rental.id, "stopped")
+        runs = api.rental_runs(rental.id)
+        assert [(r.state, r.exit_code) for r in runs] == [("succeeded", 0), ("succeeded", 0)]
+        assert done.events[-1].kind == "stopped"
+        wait_until(lambda: "rank 1 finished" in api.logs(rental.id).data, 5, "rank 1's output")
+        assert sorted(api.logs(rental.id).data.splitlines()) == ["rank 0 done", "rank 1 finished"]
+
+
 def test_a_killed_agent_is_marked_down_and_its_rentals_end_lost_or_are_placed_again(
     platform: Platform,
 ) -> None:

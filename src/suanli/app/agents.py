@@ -6,8 +6,10 @@ Guarantees:
   once (a conditional update decides between two agents racing with one token). Registering gives the node a
   new key (`nk_...`, stored as a digest); the node's earlier key stops working.
 * A rental's state moves only along `TRANSITIONS` as its agent reports: placed -> starting -> running ->
-  stopped / failed; `stopping` (asked by the API) -> stopped once the agent has stopped the workload. A report
-  for a rental that is not on the reporting node is ignored.
+  stopped / failed; `stopping` (asked by the API) -> stopped once the agent has stopped the workload. A
+  multi-node rental fails when its workload fails on any node (the others are then killed), and ends
+  `stopped` only once it has succeeded on every node: a rank that finishes first does not end the others.
+  A report for a rental that is not on the reporting node is ignored.
 * The heartbeat answer lists every live rental placed on the node (what to run; `stop` for a stopping one):
   a workload the answer does not list is one the agent must kill (reconciliation after an outage).
 * `reap(now)`: a node whose last heartbeat is older than `missed_heartbeats` x interval is marked down and
@@ -342,6 +344,9 @@ class AgentService:
         )
         if rental.state == "preempting" and ended:
             return self._left_early(uow, rental, now)
+        succeeded_here = report.state == "succeeded" and rental.state != "stopping"
+        if succeeded_here and not self._all_succeeded(uow, rental):
+            return False  # a gang succeeds once every node's workload has; the others run on meanwhile
         new = next_state(rental.state, report.state)
         if new is None or not uow.rentals.set_state(rental.id, new, expect=(rental.state,), reason=None):
             return False
@@ -352,6 +357,15 @@ class AgentService:
         uow.rentals.add_event(rental.id, RentalEvent(now, new, None, message))
         if new in END_STATES:
             uow.rentals.release(rental.id, at=now)
+        return True
+
+    @staticmethod
+    def _all_succeeded(uow: AgentUnitOfWork, rental: Rental) -> bool:
+        """Whether the workload has succeeded on every node the rental holds (a failure on any ends it)."""
+        for allocation in uow.rentals.allocation(rental.id):
+            run = uow.agents.run(rental.id, allocation.node)
+            if run is None or run.state != "succeeded":
+                return False
         return True
 
     @staticmethod
