@@ -131,6 +131,20 @@ def test_shapes_no_node_can_serve(fleet_node: Node, shape: Shape, reason: Reason
     assert plan.pending[0].message
 
 
+def test_a_request_that_can_never_fit_says_what_to_change() -> None:
+    """More whole GPUs than any matching node has: the most one node has, and to ask for more nodes; a region
+    the fleet lacks: the fleet's regions. Other causes keep their general message."""
+    plan = run(snapshot(node("n1"), mig_node("m1")), req("r", WholeGpus(9)))
+    assert plan.pending[0].message == (
+        "no matching node has 9 GPUs (at most 8 on one node): ask for 8 or fewer per node, on more nodes"
+    )
+    mars = Constraints(regions=frozenset({"mars-1"}))
+    plan = run(snapshot(*CONSTRAINT_FLEET), req("r", constraints=mars))
+    assert plan.pending[0].message == "no node in region mars-1; the fleet's regions: ap-southeast, cn-north"
+    plan = run(snapshot(node("n1")), req("r", MigSlice("3g.40gb")))
+    assert plan.pending[0].message == "no GPU in the fleet matches the selector and shape"
+
+
 def test_a_whole_gpu_on_a_shared_node_needs_an_untouched_gpu() -> None:
     snap = snapshot(shared("s1", gpus=2))
     queue = [

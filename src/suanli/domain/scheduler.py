@@ -18,7 +18,7 @@ from suanli.domain.images import RUNS_IMAGES_LABEL
 from suanli.domain.plan import NodeAllocation, Pending, Placement, Plan, Reason, Repartition
 from suanli.domain.policies import Policy, Score
 from suanli.domain.quotas import Ledger
-from suanli.domain.request import Request
+from suanli.domain.request import Request, WholeGpus
 from suanli.domain.snapshot import NodeState, Snapshot
 
 TOPOLOGY_LEVELS = (4, 3, 2, 1)  # leaf, pod, zone, region
@@ -67,7 +67,7 @@ def place(snapshot: Snapshot, request: Request, policy: Policy) -> Placement | P
     policy.bind(snapshot)
     class_ids, reason = nominate(snapshot, request)
     if not class_ids:
-        return Pending(request.id, reason, _explain(reason, request))
+        return Pending(request.id, reason, _never_fits(snapshot, request, reason))
     if request.node_count == 1:
         signature = _signature(request)
         if snapshot.no_fit_cache.get(signature) == snapshot.capacity_epoch:
@@ -264,6 +264,30 @@ def apply_candidates(
                     Repartition(allocation.node, piece.gpu_index, destroyed, (option.start, option.profile))
                 )
     return Placement(request.id, tuple(allocations), subtree, tuple(repartitions))
+
+
+def _never_fits(snapshot: Snapshot, request: Request, reason: Reason) -> str:
+    """Why no node of the fleet could ever take the request, naming what to change where it can: more whole
+    GPUs than any matching node has, or regions the fleet does not have."""
+    classes = snapshot.classes
+    shape = request.shape
+    if reason is Reason.NO_MATCHING_GPU and isinstance(shape, WholeGpus):
+        one = WholeGpus(1)
+        most = max((c.gpu_count for c in classes if c.selector_allows(request.selector, one)), default=0)
+        if 0 < most < shape.count:
+            return (
+                f"no matching node has {shape.count} GPUs (at most {most} on one node): ask for {most} or "
+                "fewer per node, on more nodes"
+            )
+    wanted = request.constraints.regions
+    if reason is Reason.CONSTRAINTS and wanted:
+        regions = {c.region for c in classes}
+        if not wanted & regions:
+            return (
+                f"no node in region {', '.join(sorted(wanted))}; the fleet's regions: "
+                f"{', '.join(sorted(regions))}"
+            )
+    return _explain(reason, request)
 
 
 def _explain(reason: Reason, request: Request, feasible_nodes: int = 0) -> str:
