@@ -144,3 +144,28 @@ def test_a_followed_rentals_exit_status_is_its_workloads_as_a_shell_gives_it() -
     assert [exit_status(code) for code in (1, 3, 255)] == [1, 3, 255]
     assert exit_status(-9) == 137 and exit_status(-15) == 143  # killed by SIGKILL, SIGTERM
     assert exit_status(256) == 1 and exit_status(-(2**31)) == 1  # no shell status says these
+
+
+def test_a_followed_rental_waiting_says_why() -> None:
+    from datetime import UTC, datetime
+
+    from suanli.cli.follow import _state_line
+    from suanli.wire.schemas import RentalCreateRequest, RentalEventResponse, RentalResponse
+
+    at = datetime(2026, 12, 2, tzinfo=UTC)
+    why = "no matching node has 9 GPUs (at most 8 on one node): ask for 8 or fewer per node, on more nodes"
+    rental = RentalResponse(
+        id="rnt_1",
+        tenant_id="ten_1",
+        state="pending",
+        request=RentalCreateRequest(gpu_model="H100", gpus=9),
+        allocation=[],
+        pending_reason="no_matching_gpu",
+        created_at=at,
+        events=[
+            RentalEventResponse(at=at, kind="created"),
+            RentalEventResponse(at=at, kind="pending", message=why),
+        ],
+    )
+    assert _state_line(rental) == f"rnt_1: pending (no_matching_gpu: {why})"
+    assert _state_line(rental.model_copy(update={"events": []})) == "rnt_1: pending (no_matching_gpu)"

@@ -76,9 +76,10 @@ def exit_status(exit_code: int) -> int:
 
 
 def _state_line(rental: RentalResponse) -> str:
-    """`rnt_…: pending (no_capacity: …)`, `rnt_…: running on h100-a-01`."""
+    """`rnt_…: pending (no_capacity: matching nodes are busy; …)`, `rnt_…: running on h100-a-01`."""
     where = ", ".join(a.node for a in rental.allocation)
     line = f"{rental.id}: {rental.state}"
     if rental.state == "pending" and rental.pending_reason:
-        return f"{line} ({rental.pending_reason})"
+        why = next((e.message for e in reversed(rental.events) if e.kind == "pending" and e.message), "")
+        return f"{line} ({rental.pending_reason}" + (f": {why})" if why else ")")
     return f"{line} on {where}" if where else line
