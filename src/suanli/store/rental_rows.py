@@ -1,0 +1,65 @@
+"""Rental rows to records and back: the spec and promise JSON columns, and aware UTC moments."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from datetime import UTC, datetime
+from typing import Any
+
+from suanli.app.records import Rental, RentalSpec
+from suanli.domain.plan import NodeAllocation, Slice
+from suanli.store.rows import RentalRow
+
+
+def spec_json(spec: RentalSpec) -> dict[str, Any]:
+    """The spec as the `spec` column holds it; its image has a column of its own (0017)."""
+    data = asdict(spec)
+    del data["image"]
+    for name in ("regions", "jurisdictions", "providers", "command"):
+        data[name] = list(data[name])
+    data["labels"], data["env"] = dict(spec.labels), dict(spec.env)
+    return data
+
+
+def rental_from_row(row: RentalRow) -> Rental:
+    data = dict(row.spec)
+    for name in ("regions", "jurisdictions", "providers", "command"):
+        data[name] = tuple(data.get(name, ()))
+    data["image"] = row.image
+    return Rental(
+        row.id,
+        row.tenant_id,
+        row.state,
+        RentalSpec(**data),
+        row.created_at,
+        row.pending_reason,
+        row.price_micros_per_hour,
+        row.idempotency_key,
+        row.fingerprint,
+        row.placed_at,
+        row.preempted_by,
+        row.notice_deadline,
+        row.quote,
+        row.expected_start_at,
+        tuple(row.reserved_nodes or ()),
+        None if row.promise is None else tuple(allocation_from_json(a) for a in row.promise),
+    )
+
+
+def allocation_json(allocation: NodeAllocation) -> dict[str, Any]:
+    """A placement's node part as JSON (`rentals.promise`): its fields and its slices' fields."""
+    return asdict(allocation)
+
+
+def allocation_from_json(data: dict[str, Any]) -> NodeAllocation:
+    slices = tuple(Slice(**piece) for piece in data["slices"])
+    return NodeAllocation(data["node"], data["cpu_milli"], data["memory_mib"], slices)
+
+
+def utc_moment(moment: datetime | None) -> datetime | None:
+    """Aggregates (min, max) bypass the column type on SQLite: make them aware UTC."""
+    if moment is None:
+        return None
+    if isinstance(moment, str):
+        moment = datetime.fromisoformat(moment)
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
