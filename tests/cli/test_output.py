@@ -48,6 +48,11 @@ def test_option_values_the_request_refuses_are_named_by_option_not_a_traceback()
     assert rent.exit_code == 2, rent.output
     assert "--max-duration: Input should be less than or equal to" in rent.output
     assert "--cpu: Input should be greater than or equal to 0" in rent.output
+    share = runner.invoke(app, ["rent", "L40S:0.5", "--share-memory", "-1"])
+    assert share.exit_code == 2, share.output
+    assert "--share-memory: Input should be greater than or equal to 0" in share.output
+    whole = runner.invoke(app, ["rent", "H100:1", "--share-memory", "1024"])
+    assert whole.exit_code == 2 and "--share-memory 1024: only with a share of a GPU" in whole.output
     far = ["contracts", "create", "--gpu", "H100", "--count", "1", "--region", "x"]
     contract = runner.invoke(app, [*far, "--from", "2030-01-01T00:00", "--until", "9999-12-31T23:00"])
     assert contract.exit_code == 2 and "--until: Value error, must be before the year 9000" in contract.output

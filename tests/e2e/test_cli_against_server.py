@@ -111,6 +111,9 @@ def test_a_new_tenant_rents_lists_shows_and_stops(server: str, tmp_path: Path) -
         _cli(tenant, "rent", "L40S:0.25", "--restart", "on-failure", "--max-restarts", "2", "--json").stdout
     )
     assert (restarting["request"]["restart"], restarting["request"]["max_restarts"]) == ("on-failure", 2)
+    with_memory = json.loads(_cli(tenant, "rent", "L40S:0.5", "--share-memory", "16384", "--json").stdout)
+    (piece,) = _placed(tenant, with_memory["id"])["allocation"][0]["slices"]
+    assert (piece["milli"], piece["memory_mib"]) == (500, 16384)
     grown = json.loads(_cli(tenant, "resize", gang["id"], "--nodes", "3", "--json").stdout)
     assert grown["state"] == "placed" and grown["request"]["nodes"] == 3  # not re-queued: it grows in place
     wait_until_nodes = time.monotonic() + 15

@@ -47,6 +47,7 @@ RENT_OPTIONS = {
     "jurisdictions": "--jurisdiction",
     "gpus": "SPEC (GPUs)",
     "share_milli": "SPEC (share)",
+    "share_memory_mib": "--share-memory",
     "mig_profile": "SPEC (MIG profile)",
 }
 
@@ -90,6 +91,10 @@ def rent(
     ] = None,
     cpu: Annotated[int, typer.Option(help="CPU per node, milli-cores.")] = 0,
     memory: Annotated[int, typer.Option(help="Host memory per node, MiB.")] = 0,
+    share_memory: Annotated[
+        int | None,
+        typer.Option(help="A share's GPU memory, MiB (with a share, e.g. L40S:0.5); default: none held."),
+    ] = None,
     max_duration: Annotated[int | None, typer.Option(help="Declared max run time, seconds.")] = None,
     image: Annotated[
         str | None,
@@ -126,12 +131,16 @@ def rent(
     if restart not in ("never", "on-failure"):
         errors.print(error_text(f"--restart {restart!r}: use never or on-failure"))
         raise typer.Exit(EXIT_USAGE)
+    if share_memory is not None and gpu.share_milli is None:
+        errors.print(error_text(f"--share-memory {share_memory}: only with a share of a GPU, e.g. L40S:0.5"))
+        raise typer.Exit(EXIT_USAGE)
     with valid_input(RENT_OPTIONS):
         request = RentalCreateRequest(
             gpu_model=gpu.gpu_model,
             gpus=gpu.gpus if gpu.mig_profile is None and gpu.share_milli is None else 0,
             mig_profile=gpu.mig_profile,
             share_milli=gpu.share_milli,
+            share_memory_mib=share_memory or 0,
             nodes=nodes,
             cpu_milli=cpu,
             memory_mib=memory,
