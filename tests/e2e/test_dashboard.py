@@ -550,7 +550,7 @@ def test_a_tenant_rents_a_share_from_the_offers_and_the_room_left_shows(
     page: Page, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     """One L40S in shared mode: the share row offers up to a whole GPU; "Use" fills in the share, the
-    tenant asks for half, the rental runs, and the row then offers at most 0.50."""
+    tenant asks for half with 16 GiB, the rental runs, and the row then offers at most 0.50 and 32 GiB."""
     assert SHARED_FLEET != MIG_FLEET
     with running_platform(tmp_path_factory.mktemp("shares"), SHARED_FLEET, ["mig-01"]) as platform:
         sign_in(page, platform)
@@ -559,12 +559,14 @@ def test_a_tenant_rents_a_share_from_the_offers_and_the_room_left_shows(
         offer.get_by_role("button", name="Use").click()
         expect(page.locator("#rent-share")).to_have_value("1")
         page.fill("#rent-share", "0.5")
+        page.fill("#rent-share-memory", "16")
         page.fill("#rent-command", "echo up; exec sleep 300")
         page.click("#rent-form button")
         expect(page.locator("#detail-log")).to_contain_text("up")
         rental_id = page.locator("#detail-id").inner_text()
         with platform.tenant() as api:
-            assert api.rental(rental_id).request.share_milli == 500
+            request = api.rental(rental_id).request
+            assert (request.share_milli, request.share_memory_mib) == (500, 16 * 1024)
             page.click("#offers-form button")
-            expect(offer.locator("td").nth(1)).to_have_text("share ≤ 0.50 · 48 GiB")
+            expect(offer.locator("td").nth(1)).to_have_text("share ≤ 0.50 · 32 GiB")
             api.stop(rental_id)

@@ -288,6 +288,8 @@ function rentalRequest() {
   if (form.mig_profile.value.trim()) request.mig_profile = form.mig_profile.value.trim();
   const share = decimal(form.share.value, "share");
   if (share !== null) request.share_milli = Math.round(share * 1000);
+  const shareMemory = decimal(form.share_memory.value, "share memory GiB");
+  if (shareMemory !== null) request.share_memory_mib = Math.round(shareMemory * 1024);
   const bid = decimal(form.bid.value, "bid");
   if (bid !== null) request.bid_micros_per_gpu_hour = Math.round(bid * 1e6);
   const hours = decimal(form.hours.value, "max hours");
