@@ -96,6 +96,28 @@ def test_every_baseline_is_checked():
     assert [(s.baseline, s.metric) for s in missed] == [("fifo-backfill", "alloc %")]
 
 
+def test_the_verdict_table_wraps_rather_than_cuts_at_80_columns():
+    """`suanli sim itp-check` in an 80-column terminal: each shortfall's baseline and figures are all
+    there, wrapped (they used to be cut to `fifo-backf…`)."""
+    from rich.console import Console
+
+    from suanli.sim.itp_check import Capacity, ClusterCheck
+    from suanli.sim.queue_report import itp_verdict_table
+
+    results = {
+        "suanli": result("suanli", [5.0, 5.0, 5.0], 65.62),
+        "fifo-backfill": result("fifo-backfill", [9.0] * 3, 66.27),
+    }
+    check = ClusterCheck(
+        "cluster03 part 1/2", 3, Capacity(11, 8, 0.872), tuple(results.values()), tuple(shortfalls(results))
+    )
+    console = Console(record=True, width=80)
+    console.print(itp_verdict_table([check]))
+    shown = console.export_text()
+    assert "…" not in shown
+    assert "".join(shown.split()).count("alloc%65.62<fifo-backfill66.27") == 1
+
+
 @pytest.fixture
 def traces(tmp_path: Path) -> Path:
     rows = [(f"j{i}", 600 * i, 1800 + 900 * (i % 5), (1, 2, 4, 8, 16)[i % 5]) for i in range(40)]

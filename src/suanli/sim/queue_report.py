@@ -343,7 +343,10 @@ def itp_verdict_table(checks: Sequence[ClusterCheck]) -> Table:
         pad_edge=False,
     )
     for header in ("cluster", "nodes", "load %", "mean JCT h", "p95 JCT h", "alloc %", "verdict"):
-        table.add_column(header, justify="left" if header in ("cluster", "verdict") else "right")
+        # a narrow terminal wraps the verdict whole rather than cut a baseline's name or figure
+        table.add_column(
+            header, justify="left" if header in ("cluster", "verdict") else "right", overflow="fold"
+        )
     for check in checks:
         mine = next(r for r in check.results if r.policy == CANDIDATE)
         table.add_row(
