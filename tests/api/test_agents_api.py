@@ -12,6 +12,13 @@ from conftest import ADMIN, register_agent, wait_for
 from suanli.app.agents import next_state
 
 
+def test_the_sdk_knows_the_states_a_rental_ends_in() -> None:
+    from suanli.app.records import END_STATES
+    from suanli.wire.schemas import ENDED_STATES
+
+    assert frozenset(END_STATES) == ENDED_STATES
+
+
 @pytest.mark.parametrize(
     ("current", "reported", "expected"),
     [

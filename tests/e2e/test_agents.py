@@ -162,7 +162,8 @@ def test_a_command_sees_exactly_its_devices_and_its_output_is_in_the_logs(platfo
     code = "import os; print('CVD=' + os.environ['CUDA_VISIBLE_DEVICES'])"
     with platform.tenant() as api:
         rental = api.create_rental(RentalCreateRequest(gpus=2, command=[sys.executable, "-c", code]))
-        done = wait_for_state(api, rental.id, "stopped")
+        done = api.wait(rental.id, timeout_s=15, poll_s=0.1)  # the SDK waits until it has ended
+        assert done.state == "stopped"
         assert any(e.kind == "stopped" and "exit code 0" in e.message for e in done.events)
         (run,) = api.rental_runs(rental.id)
         assert run.state == "succeeded" and run.exit_code == 0
@@ -170,6 +171,7 @@ def test_a_command_sees_exactly_its_devices_and_its_output_is_in_the_logs(platfo
         wait_until(lambda: "CVD=" in api.logs(rental.id).data, 5, "logs")
         page = api.logs(rental.id)
         assert page.data.strip() == f"CVD={expected}" and page.done
+        assert "".join(api.output(rental.id, poll_s=0.1)) == page.data  # the SDK's whole output, ended
 
 
 def test_rent_follow_prints_the_output_and_exits_with_the_workloads_code(platform: Platform) -> None:
@@ -217,6 +219,8 @@ def test_a_two_node_rental_runs_until_its_last_rank_finishes(platform: Platform)
     with platform.tenant() as api:
         rental = api.create_rental(RentalCreateRequest(gpus=2, nodes=2, command=["sh", "-c", script]))
         wait_for_state(api, rental.id, "running")
+        with pytest.raises(TimeoutError, match=r"is running after 0\.3 s"):
+            api.wait(rental.id, timeout_s=0.3, poll_s=0.1)  # rank 1 works on
         done = wait_for_state(api, rental.id, "stopped")
         runs = api.rental_runs(rental.id)
         assert [(r.state, r.exit_code) for r in runs] == [("succeeded", 0), ("succeeded", 0)]

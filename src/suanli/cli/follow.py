@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Callable
 
 from rich.text import Text
@@ -21,20 +20,9 @@ def print_output(
 ) -> None:
     """Print the rental's output from the start; with `follow`, until it has ended and all is printed.
     `on_wait` runs each time nothing new has come."""
-    offset = 0
-    while True:
-        page = client.logs(rental_id, offset)
-        if page.data:
-            sys.stdout.write(page.data)
-            sys.stdout.flush()
-        offset = page.next_offset
-        if page.data and not page.done:
-            continue
-        if not follow or page.done:
-            return
-        if on_wait is not None:
-            on_wait()
-        time.sleep(POLL_S)
+    for piece in client.output(rental_id, follow=follow, poll_s=POLL_S, on_wait=on_wait):
+        sys.stdout.write(piece)
+        sys.stdout.flush()
 
 
 def follow_rental(client: Client, rental: RentalResponse) -> int:

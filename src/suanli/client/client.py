@@ -8,7 +8,9 @@ Errors:
 
 from __future__ import annotations
 
+import time
 import uuid
+from collections.abc import Callable, Collection, Iterator
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -52,6 +54,7 @@ from suanli.wire.plan_schemas import (
     RevenueReportResponse,
 )
 from suanli.wire.schemas import (
+    ENDED_STATES,
     ContractCreateRequest,
     ContractOfferRequest,
     ContractOfferResponse,
@@ -207,6 +210,49 @@ class Client:
     def logs(self, rental_id: str, offset: int = 0) -> LogResponse:
         """The rental's output from character `offset`; follow with `next_offset` until `done`."""
         return self._call("GET", f"/v1/rentals/{rental_id}/logs", LogResponse, params={"offset": str(offset)})
+
+    def output(
+        self,
+        rental_id: str,
+        *,
+        follow: bool = True,
+        poll_s: float = 1.0,
+        on_wait: Callable[[], None] | None = None,
+    ) -> Iterator[str]:
+        """The rental's output from the start, in pieces as they come; with `follow`, until the rental has
+        ended and all of it is read. `on_wait` runs each time nothing new has come, before the next poll."""
+        offset = 0
+        while True:
+            page = self.logs(rental_id, offset)
+            if page.data:
+                yield page.data
+            offset = page.next_offset
+            if page.data and not page.done:
+                continue
+            if not follow or page.done:
+                return
+            if on_wait is not None:
+                on_wait()
+            time.sleep(poll_s)
+
+    def wait(
+        self,
+        rental_id: str,
+        until: Collection[str] = ENDED_STATES,
+        *,
+        timeout_s: float | None = None,
+        poll_s: float = 1.0,
+    ) -> RentalResponse:
+        """The rental once its state is one of `until` (default: it has ended); `TimeoutError` when
+        `timeout_s` passes first."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            rental = self.rental(rental_id)
+            if rental.state in until:
+                return rental
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"{rental_id} is {rental.state} after {timeout_s} s, not {sorted(until)}")
+            time.sleep(poll_s)
 
     def rental_runs(self, rental_id: str) -> list[RentalRunResponse]:
         return self._call("GET", f"/v1/rentals/{rental_id}/runs", list[RentalRunResponse])

@@ -23,6 +23,7 @@ RentalState = Literal[
     "lost",
     "failed",
 ]
+ENDED_STATES = frozenset({"stopped", "preempted", "lost", "failed"})  # a rental in one holds nothing again
 
 
 LATEST_MOMENT = datetime(9000, 1, 1, tzinfo=UTC)  # far beyond any rental, and a year plus a month from 9999
