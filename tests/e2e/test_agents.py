@@ -229,6 +229,21 @@ def test_a_two_node_rental_runs_until_its_last_rank_finishes(platform: Platform)
         assert sorted(api.logs(rental.id).data.splitlines()) == ["rank 0 done", "rank 1 finished"]
 
 
+def test_the_readmes_sdk_example_runs_as_written(
+    platform: Platform, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The README's SDK snippet, against this platform (its URL, key and a command that exists here)."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("The Python SDK is the same API", 1)[1]
+    snippet = section.split("```python\n", 1)[1].split("```", 1)[0]
+    address, command = '"http://127.0.0.1:8080", "sk_..."', '["python", "eval.py"]'
+    assert address in snippet and command in snippet
+    snippet = snippet.replace(address, f"{platform.url!r}, {platform.tenant_key!r}")
+    snippet = snippet.replace(command, f"[{sys.executable!r}, '-c', 'print(6 * 7)']")
+    exec(compile(snippet, "README.md", "exec"), {})
+    assert capsys.readouterr().out == "42\nstopped\n"
+
+
 def test_a_killed_agent_is_marked_down_and_its_rentals_end_lost_or_are_placed_again(
     platform: Platform,
 ) -> None:
