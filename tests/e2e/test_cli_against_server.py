@@ -82,6 +82,8 @@ def test_a_new_tenant_rents_lists_shows_and_stops(server: str, tmp_path: Path) -
     _cli(tenant, "login", server, "--key", key)
     offers = json.loads(_cli(tenant, "offers", "gpu=H100 count>=8", "--json").stdout)
     assert offers and all(o["gpu_model"] == "H100-SXM-80GB" and o["free_gpus"] >= 8 for o in offers)
+    apart = _cli(tenant, "offers", "gpu=H100", "count>=8", "--json").stdout  # terms as separate arguments
+    assert json.loads(apart) == offers
 
     gang = json.loads(
         _cli(

@@ -65,15 +65,18 @@ def login(
 
 def offers(
     query: Annotated[
-        str,
-        typer.Argument(help="e.g. 'gpu=H100 count>=8 region=eu tier=spot price<2.5' or 'profile=3g.40gb'"),
-    ] = "",
+        list[str] | None,
+        typer.Argument(
+            help="Terms, all must hold: gpu=H100 region=eu tier=spot 'count>=8' 'price<2.5' profile=3g.40gb "
+            "(quote those with < or >, which the shell would take)."
+        ),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Free capacity you can rent now: whole GPUs, MIG instances and room for shares, at your price per hour
     now."""
     with logged_in() as client:
-        found = client.offers(query)
+        found = client.offers(" ".join(query or []))
     emit(found, as_json, _offers_table)
 
 
