@@ -172,6 +172,9 @@ def test_exit_codes_scripts_can_trust(server: str, tmp_path: Path) -> None:
     bad_query = _cli(config, "offers", "gpu=H100 count>>8", check=False)
     assert bad_query.returncode == 1 and "count" in bad_query.stderr
     assert _cli(config, "rent", "H100:lots", check=False).returncode == 2
+    refused = _cli(config, "rent", "H100:1", "--bid", "2", check=False)  # the server refuses: named by option
+    assert refused.returncode == 1, refused.stderr
+    assert "error: --bid: a bid is for the spot tier only [400 invalid]" in refused.stderr
     unreachable = tmp_path / "gone"
     (unreachable / "profile.json").parent.mkdir()
     (unreachable / "profile.json").write_text(

@@ -45,23 +45,26 @@ def valid_input(options: Mapping[str, str]) -> Iterator[None]:
 
 
 @contextmanager
-def logged_in() -> Iterator[Client]:
-    """A client for the saved profile; maps SDK errors to messages and exit codes."""
+def logged_in(options: Mapping[str, str] | None = None) -> Iterator[Client]:
+    """A client for the saved profile; maps SDK errors to messages and exit codes (`options`: wire field ->
+    the option that sets it, named in a refusal instead of the field)."""
     saved = profile.load()
     if saved is None:
         errors.print(error_text("not logged in; run `suanli login URL --key KEY` first"))
         raise typer.Exit(EXIT_NOT_LOGGED_IN)
-    with api_errors(), Client(saved.url, saved.key) as client:
+    with api_errors(options), Client(saved.url, saved.key) as client:
         yield client
 
 
 @contextmanager
-def api_errors() -> Iterator[None]:
+def api_errors(options: Mapping[str, str] | None = None) -> Iterator[None]:
     try:
         yield
     except ApiError as error:
-        where = f" (field {error.field})" if error.field else ""
-        errors.print(error_text(f"{error.message}{where} [{error.status} {error.code}]"))
+        option = (options or {}).get(error.field or "")
+        where = f" (field {error.field})" if error.field and not option else ""
+        text = f"{error.message}{where} [{error.status} {error.code}]"
+        errors.print(error_text(f"{option}: {text}" if option else text))
         raise typer.Exit(EXIT_SERVER_ERROR if error.status >= 500 else EXIT_REFUSED) from None
     except ServerUnreachable as error:
         errors.print(error_text(f"cannot reach the server: {error}"))

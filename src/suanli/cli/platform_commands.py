@@ -45,6 +45,7 @@ RENT_OPTIONS = {
     "image": "--image",
     "regions": "--region",
     "jurisdictions": "--jurisdiction",
+    "gpu_model": "SPEC (model)",
     "gpus": "SPEC (GPUs)",
     "share_milli": "SPEC (share)",
     "share_memory_mib": "--share-memory",
@@ -157,7 +158,7 @@ def rent(
             restart=restart,  # type: ignore[arg-type]
             max_restarts=max_restarts,
         )
-    with logged_in() as client:
+    with logged_in(RENT_OPTIONS) as client:
         rental = client.create_rental(request, idempotency_key or f"cli-{uuid.uuid4()}")
         if follow:
             raise typer.Exit(follow_rental(client, rental))
