@@ -157,6 +157,30 @@ def test_a_gang_ends_when_every_node_has_succeeded_or_when_one_fails(
     assert state() == "failed"
 
 
+def test_a_gangs_output_is_read_whole_or_one_nodes_at_a_time(client: TestClient, tenant) -> None:
+    """Two ranks' lines come in turn: the rental's log has them as they came, `node=` one rank's alone, and a
+    node the rental never ran on is refused naming the field."""
+    _, owner = tenant("owner")
+    body = {"gpu_model": "H100", "gpus": 8, "nodes": 2, "command": ["train"], "regions": ["cn-north"]}
+    rental = client.post("/v1/rentals", json=body, headers=owner).json()
+    first, second = (a["node"] for a in wait_for(client, rental["id"], owner, "placed")["allocation"])
+    agents = {node: register_agent(client, node) for node in (first, second)}
+    sent = {first: 0, second: 0}
+    for node, line in ((first, "rank 0: step 1\n"), (second, "rank 1: step 1\n"), (first, "rank 0: done\n")):
+        chunk = {"rental_id": rental["id"], "offset": sent[node], "data": line, "size_bytes": len(line)}
+        sent[node] = client.post("/v1/agents/logs", json=chunk, headers=agents[node]).json()["stored_bytes"]
+
+    def read(**params: str) -> dict:
+        return client.get(f"/v1/rentals/{rental['id']}/logs", params=params, headers=owner).json()
+
+    assert read()["data"] == "rank 0: step 1\nrank 1: step 1\nrank 0: done\n"
+    assert read(node=first)["data"] == "rank 0: step 1\nrank 0: done\n"
+    page = read(node=second, offset="8")
+    assert (page["data"], page["next_offset"], page["done"]) == ("step 1\n", 15, False)
+    refused = client.get(f"/v1/rentals/{rental['id']}/logs", params={"node": "h100-zz"}, headers=owner)
+    assert refused.status_code == 400 and refused.json()["error"]["field"] == "node"
+
+
 def test_the_reaper_ends_rentals_of_a_silent_node_lost_at_the_last_heartbeat(
     client: TestClient, tenant
 ) -> None:

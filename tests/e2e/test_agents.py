@@ -227,6 +227,15 @@ def test_a_two_node_rental_runs_until_its_last_rank_finishes(platform: Platform)
         assert done.events[-1].kind == "stopped"
         wait_until(lambda: "rank 1 finished" in api.logs(rental.id).data, 5, "rank 1's output")
         assert sorted(api.logs(rental.id).data.splitlines()) == ["rank 0 done", "rank 1 finished"]
+        by_node = {run.node: api.logs(rental.id, node=run.node).data for run in runs}  # each rank on its own
+        assert sorted(by_node.values()) == ["rank 0 done\n", "rank 1 finished\n"]
+        node, text = next(iter(by_node.items()))
+        env = {**os.environ, "SUANLI_URL": platform.url, "SUANLI_API_KEY": platform.tenant_key}
+        env["SUANLI_CONFIG_DIR"] = str(platform.tmp / "cli")
+        cli = subprocess.run(
+            [*SUANLI, "logs", rental.id, "--node", node], env=env, capture_output=True, text=True, timeout=30
+        )
+        assert cli.returncode == 0 and cli.stdout == text, cli.stderr
 
 
 def test_the_readmes_sdk_example_runs_as_written(

@@ -82,10 +82,17 @@ def upload_log(body: LogChunkRequest, key: NodeKeyDep, service: AgentsDep) -> Lo
 
 @router.get("/rentals/{rental_id}/logs", tags=["rentals"])
 def rental_logs(
-    rental_id: str, caller: CallerDep, services: ServicesDep, offset: Annotated[int, Query(ge=0)] = 0
+    rental_id: str,
+    caller: CallerDep,
+    services: ServicesDep,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    node: Annotated[
+        str | None, Query(max_length=200, description="Only this node's output (a multi-node rental's rank).")
+    ] = None,
 ) -> LogResponse:
-    """The rental's output (stdout and stderr) from character `offset`; poll with `next_offset` to follow."""
-    data, next_offset, done = services.agents.read_log(caller, rental_id, offset)
+    """The rental's output (stdout and stderr) from character `offset`, every node's as it came or one
+    node's; poll with `next_offset` to follow."""
+    data, next_offset, done = services.agents.read_log(caller, rental_id, offset, node)
     return LogResponse(rental_id=rental_id, offset=offset, next_offset=next_offset, data=data, done=done)
 
 

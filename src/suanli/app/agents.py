@@ -151,7 +151,7 @@ class AgentRepo(Protocol):
     def add_log(
         self, rental_id: str, node: str, node_offset: int, size_bytes: int, data: str, now: datetime
     ) -> None: ...
-    def log_text(self, rental_id: str) -> str: ...
+    def log_text(self, rental_id: str, node: str | None = None) -> str: ...
 
 
 class AgentUnitOfWork(UnitOfWork, Protocol):
@@ -475,13 +475,18 @@ class AgentService:
             uow.commit()
             return size + size_bytes
 
-    def read_log(self, caller: Caller, rental_id: str, offset: int) -> tuple[str, int, bool]:
-        """The rental's output from character `offset`: text, the next offset, and whether it has ended."""
+    def read_log(
+        self, caller: Caller, rental_id: str, offset: int, node: str | None = None
+    ) -> tuple[str, int, bool]:
+        """The rental's output from character `offset` (all its nodes' as it came, or one node's): text, the
+        next offset, and whether it has ended."""
         if offset < 0:
             raise Invalid("offset must be 0 or more", field="offset")
         with self.uow() as uow:
             rental = _owned(uow, caller, rental_id)
-            text = uow.agents.log_text(rental_id)
+            if node is not None and not uow.agents.had_allocation(rental_id, node):
+                raise Invalid(f"rental {rental_id} never ran on node {node!r}", field="node")
+            text = uow.agents.log_text(rental_id, node)
         piece = text[offset : offset + MAX_LOG_READ_CHARS]
         next_offset = min(len(text), offset + len(piece)) if offset <= len(text) else offset
         return piece, next_offset, rental.state in END_STATES and next_offset >= len(text)

@@ -135,10 +135,13 @@ def agent(
 def logs(
     rental_id: str,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Follow until the rental ends.")] = False,
+    node: Annotated[
+        str | None, typer.Option(help="Only this node's output (of a multi-node rental; see `suanli show`).")
+    ] = None,
 ) -> None:
-    """A rental's output (stdout and stderr of its workload)."""
-    with logged_in() as client:
-        print_output(client, rental_id, follow)
+    """A rental's output (stdout and stderr of its workload; of every node, as it came, or of one)."""
+    with logged_in({"node": "--node"}) as client:
+        print_output(client, rental_id, follow, node=node)
 
 
 def demo(

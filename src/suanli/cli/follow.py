@@ -16,11 +16,15 @@ SUCCEEDED = "stopped"  # the state a rental ends in when its workload exits 0 (o
 
 
 def print_output(
-    client: Client, rental_id: str, follow: bool, on_wait: Callable[[], None] | None = None
+    client: Client,
+    rental_id: str,
+    follow: bool,
+    on_wait: Callable[[], None] | None = None,
+    node: str | None = None,
 ) -> None:
-    """Print the rental's output from the start; with `follow`, until it has ended and all is printed.
-    `on_wait` runs each time nothing new has come."""
-    for piece in client.output(rental_id, follow=follow, poll_s=POLL_S, on_wait=on_wait):
+    """Print the rental's output (every node's, or `node`'s) from the start; with `follow`, until it has
+    ended and all is printed. `on_wait` runs each time nothing new has come."""
+    for piece in client.output(rental_id, follow=follow, node=node, poll_s=POLL_S, on_wait=on_wait):
         sys.stdout.write(piece)
         sys.stdout.flush()
 

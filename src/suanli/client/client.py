@@ -207,23 +207,27 @@ class Client:
         body = RentalResizeRequest(nodes=nodes, gpus=gpus)
         return self._call("PATCH", f"/v1/rentals/{rental_id}", RentalResponse, body=body)
 
-    def logs(self, rental_id: str, offset: int = 0) -> LogResponse:
-        """The rental's output from character `offset`; follow with `next_offset` until `done`."""
-        return self._call("GET", f"/v1/rentals/{rental_id}/logs", LogResponse, params={"offset": str(offset)})
+    def logs(self, rental_id: str, offset: int = 0, node: str | None = None) -> LogResponse:
+        """The rental's output from character `offset` (every node's, or `node`'s); follow with
+        `next_offset` until `done`."""
+        params = {"offset": str(offset)} | ({"node": node} if node is not None else {})
+        return self._call("GET", f"/v1/rentals/{rental_id}/logs", LogResponse, params=params)
 
     def output(
         self,
         rental_id: str,
         *,
         follow: bool = True,
+        node: str | None = None,
         poll_s: float = 1.0,
         on_wait: Callable[[], None] | None = None,
     ) -> Iterator[str]:
-        """The rental's output from the start, in pieces as they come; with `follow`, until the rental has
-        ended and all of it is read. `on_wait` runs each time nothing new has come, before the next poll."""
+        """The rental's output (every node's, or `node`'s) from the start, in pieces as they come; with
+        `follow`, until the rental has ended and all of it is read. `on_wait` runs each time nothing new has
+        come, before the next poll."""
         offset = 0
         while True:
-            page = self.logs(rental_id, offset)
+            page = self.logs(rental_id, offset, node)
             if page.data:
                 yield page.data
             offset = page.next_offset

@@ -244,9 +244,11 @@ class SqlAgents:
         )
         self.s.flush()
 
-    def log_text(self, rental_id: str) -> str:
-        query = select(RentalLogRow.data).where(RentalLogRow.rental_id == rental_id).order_by(RentalLogRow.id)
-        return "".join(self.s.scalars(query))
+    def log_text(self, rental_id: str, node: str | None = None) -> str:
+        query = select(RentalLogRow.data).where(RentalLogRow.rental_id == rental_id)
+        if node is not None:
+            query = query.where(RentalLogRow.node == node)
+        return "".join(self.s.scalars(query.order_by(RentalLogRow.id)))
 
 
 class SqlRunEnergy:
