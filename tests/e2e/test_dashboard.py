@@ -101,6 +101,31 @@ def test_a_tenant_signs_in_rents_from_an_offer_and_reads_the_output(page: Page, 
     expect(page.locator("#console")).to_be_hidden()
 
 
+def test_a_two_node_rentals_output_is_read_one_node_at_a_time(page: Page, platform: Platform) -> None:
+    """Each rank prints its node rank; "every node" shows both lines, and picking a node shows its alone."""
+    sign_in(page, platform)
+    page.fill("#rent-model", "H100-SXM-80GB")
+    page.fill("#rent-gpus", "2")
+    page.fill("#rent-nodes", "2")
+    page.fill("#rent-command", 'echo "rank $SUANLI_NODE_RANK"')
+    page.click("#rent-form button")
+    expect(page.locator("#detail-summary")).to_contain_text("stopped")
+    log = page.locator("#detail-log")
+    expect(log).to_contain_text("rank 0")
+    expect(log).to_contain_text("rank 1")
+    choice = page.locator("#detail-log-node")
+    expect(choice.locator("option")).to_have_count(3)  # every node, and each of the two
+    rental_id = page.locator("#detail-id").inner_text()
+    with platform.tenant() as api:
+        by_node = {run.node: api.logs(rental_id, node=run.node).data for run in api.rental_runs(rental_id)}
+    for node, text in by_node.items():
+        choice.select_option(node)
+        expect(log).to_have_text(text)
+    choice.select_option("")
+    expect(log).to_contain_text("rank 0")
+    expect(log).to_contain_text("rank 1")
+
+
 def test_bad_input_is_refused_naming_the_field_and_creates_nothing(page: Page, platform: Platform) -> None:
     sign_in(page, platform)
     with platform.tenant() as api:

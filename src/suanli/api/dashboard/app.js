@@ -16,7 +16,7 @@ class ApiError extends Error {
 const SLOW_EVERY = 5; // ticks between reads of what changes slowly (the month's invoice, the nodes)
 const session = {
   key: sessionStorage.getItem(KEY_ITEM), role: null, selected: null, logOffset: 0, timer: null, ticks: 0,
-  states: "", quoted: null,
+  states: "", quoted: null, logNode: "",
 };
 
 async function api(method, path, body = undefined, headers = {}) {
@@ -347,8 +347,9 @@ async function refreshRentals() {
 function select(id) {
   if (session.selected !== id) {
     session.selected = id;
-    session.logOffset = 0;
-    $("detail-log").textContent = "";
+    session.logNode = "";
+    restartLog();
+    $("detail-log-node").replaceChildren(new Option("every node", ""));
     showError("detail-error", null);
   }
   for (const row of $("rentals").tBodies[0].rows) row.classList.toggle("selected", row.dataset.id === id);
@@ -384,13 +385,36 @@ async function refreshDetail() {
     cell(row, event.reason ?? "");
     cell(row, event.message);
   }
+  if (rental.request.nodes > 1) await listLogNodes(id);
+  $("detail-log-node-label").hidden = rental.request.nodes <= 1;
   await followLog(id);
 }
 
-async function followLog(id) {
+function restartLog() {
+  session.logOffset = 0;
+  $("detail-log").textContent = "";
+}
+
+// A multi-node rental's output can be read one node (rank) at a time: the nodes it ran on, as its agents say.
+async function listLogNodes(id) {
+  let runs;
   try {
-    const page = await api("GET", `/v1/rentals/${encodeURIComponent(id)}/logs?offset=${session.logOffset}`);
-    if (id !== session.selected || page.offset !== session.logOffset) return;
+    runs = await api("GET", `/v1/rentals/${encodeURIComponent(id)}/runs`);
+  } catch (error) {
+    return;
+  }
+  if (id !== session.selected) return;
+  const select = $("detail-log-node");
+  const known = new Set([...select.options].map((option) => option.value));
+  for (const run of runs) if (!known.has(run.node)) select.add(new Option(run.node, run.node));
+}
+
+async function followLog(id) {
+  const node = session.logNode;
+  const only = node ? `&node=${encodeURIComponent(node)}` : "";
+  try {
+    const page = await api("GET", `/v1/rentals/${encodeURIComponent(id)}/logs?offset=${session.logOffset}${only}`);
+    if (id !== session.selected || node !== session.logNode || page.offset !== session.logOffset) return;
     $("detail-log").textContent += page.data;
     session.logOffset = page.next_offset;
   } catch (error) {
@@ -888,6 +912,11 @@ $("offers-form").addEventListener("submit", (event) => {
 });
 $("rent-form").addEventListener("submit", rent);
 $("detail-stop").addEventListener("click", stopSelected);
+$("detail-log-node").addEventListener("change", (event) => {
+  session.logNode = event.target.value;
+  restartLog();
+  followLog(session.selected);
+});
 $("maintenance-form").addEventListener("submit", scheduleMaintenance);
 $("contract-form").addEventListener("submit", quoteContract);
 $("contract-form").addEventListener("input", forgetQuote); // a changed form is no longer what was quoted
