@@ -151,7 +151,7 @@ class AgentRepo(Protocol):
     def add_log(
         self, rental_id: str, node: str, node_offset: int, size_bytes: int, data: str, now: datetime
     ) -> None: ...
-    def log_text(self, rental_id: str, node: str | None = None) -> str: ...
+    def log_page(self, rental_id: str, node: str | None, offset: int, limit: int) -> tuple[str, int]: ...
 
 
 class AgentUnitOfWork(UnitOfWork, Protocol):
@@ -486,10 +486,9 @@ class AgentService:
             rental = _owned(uow, caller, rental_id)
             if node is not None and not uow.agents.had_allocation(rental_id, node):
                 raise Invalid(f"rental {rental_id} never ran on node {node!r}", field="node")
-            text = uow.agents.log_text(rental_id, node)
-        piece = text[offset : offset + MAX_LOG_READ_CHARS]
-        next_offset = min(len(text), offset + len(piece)) if offset <= len(text) else offset
-        return piece, next_offset, rental.state in END_STATES and next_offset >= len(text)
+            piece, total = uow.agents.log_page(rental_id, node, offset, MAX_LOG_READ_CHARS)
+        next_offset = offset + len(piece)
+        return piece, next_offset, rental.state in END_STATES and next_offset >= total
 
 
 def _owned(uow: UnitOfWork, caller: Caller, rental_id: str) -> Rental:

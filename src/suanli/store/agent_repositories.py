@@ -232,6 +232,15 @@ class SqlAgents:
     def add_log(
         self, rental_id: str, node: str, node_offset: int, size_bytes: int, data: str, now: datetime
     ) -> None:
+        """Store a chunk after the rental's output so far (and its node's), numbering where its text starts;
+        uploads from the rental's nodes take turns (an advisory lock per rental on PostgreSQL; SQLite's
+        writers are serialised already), so no two chunks get the same start."""
+        if self.s.get_bind().dialect.name == "postgresql":
+            self.s.execute(select(func.pg_advisory_xact_lock(func.hashtext("rental_logs:" + rental_id))))
+        start = self._log_end(RentalLogRow.rental_id == rental_id, RentalLogRow.char_start)
+        node_start = self._log_end(
+            (RentalLogRow.rental_id == rental_id) & (RentalLogRow.node == node), RentalLogRow.node_char_start
+        )
         self.s.add(
             RentalLogRow(
                 rental_id=rental_id,
@@ -240,15 +249,38 @@ class SqlAgents:
                 size_bytes=size_bytes,
                 data=data,
                 at=now,
+                char_start=start,
+                node_char_start=node_start,
+                chars=len(data),
             )
         )
         self.s.flush()
 
-    def log_text(self, rental_id: str, node: str | None = None) -> str:
-        query = select(RentalLogRow.data).where(RentalLogRow.rental_id == rental_id)
+    def _log_end(self, where: Any, start_column: Any) -> int:
+        """Characters of output so far where `where` holds: the last chunk's start plus its length."""
+        last = (start_column.desc(), RentalLogRow.id.desc())  # starts grow chunk by chunk (an empty one ties)
+        query = select(start_column + RentalLogRow.chars).where(where).order_by(*last)
+        return int(self.s.scalar(query.limit(1)) or 0)
+
+    def log_page(self, rental_id: str, node: str | None, offset: int, limit: int) -> tuple[str, int]:
+        """Up to `limit` characters of the rental's output (or `node`'s) from character `offset`, read from
+        the chunks that hold them only, and the output's length so far."""
+        where = RentalLogRow.rental_id == rental_id
+        start = RentalLogRow.char_start
         if node is not None:
-            query = query.where(RentalLogRow.node == node)
-        return "".join(self.s.scalars(query.order_by(RentalLogRow.id)))
+            where = where & (RentalLogRow.node == node)
+            start = RentalLogRow.node_char_start
+        total = self._log_end(where, start)
+        if offset >= total:
+            return "", total
+        first = self.s.scalar(select(func.max(start)).where(where, start <= offset))  # the chunk holding it
+        query = (
+            select(start, RentalLogRow.data)
+            .where(where, start >= (first or 0), start < offset + limit)
+            .order_by(start)
+        )
+        text = "".join(data[max(0, offset - first) :] for first, data in self.s.execute(query))
+        return text[:limit], total
 
 
 class SqlRunEnergy:

@@ -242,7 +242,11 @@ class RentalLogRow(Base):
     """One chunk of a rental's output from one node; `node_offset` is its byte offset in that node's log."""
 
     __tablename__ = "rental_logs"
-    __table_args__ = (UniqueConstraint("rental_id", "node", "node_offset", name="uq_rental_logs_chunk"),)
+    __table_args__ = (
+        UniqueConstraint("rental_id", "node", "node_offset", name="uq_rental_logs_chunk"),
+        Index("ix_rental_logs_rental_char", "rental_id", "char_start"),
+        Index("ix_rental_logs_node_char", "rental_id", "node", "node_char_start"),
+    )
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     rental_id: Mapped[str] = mapped_column(ForeignKey("rentals.id"), index=True)
     node: Mapped[str] = mapped_column(String(200))
@@ -250,6 +254,11 @@ class RentalLogRow(Base):
     size_bytes: Mapped[int] = mapped_column(Integer)
     data: Mapped[str] = mapped_column(Text)
     at: Mapped[datetime] = mapped_column(UtcDateTime())
+    # where `data` starts, in characters, in the rental's output (every node's, as it came) and in its node's
+    # (0024; set on every chunk stored)
+    char_start: Mapped[int | None] = mapped_column(BigInteger)
+    node_char_start: Mapped[int | None] = mapped_column(BigInteger)
+    chars: Mapped[int | None] = mapped_column(Integer)
 
 
 # --- billing (issue 5): the hash-chained ledger; append-only (no update or delete path) -------------------
