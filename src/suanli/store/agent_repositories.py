@@ -224,8 +224,13 @@ class SqlAgents:
         return [_run(r) for r in rows]
 
     def log_size(self, rental_id: str, node: str) -> int:
-        query = select(func.coalesce(func.sum(RentalLogRow.size_bytes), 0)).where(
-            RentalLogRow.rental_id == rental_id, RentalLogRow.node == node
+        """Bytes of the node's log stored: chunks are contiguous (each starts where the stored ones end), so
+        the last one's end, found on the (rental, node, offset) unique index."""
+        query = (
+            select(RentalLogRow.node_offset + RentalLogRow.size_bytes)
+            .where(RentalLogRow.rental_id == rental_id, RentalLogRow.node == node)
+            .order_by(RentalLogRow.node_offset.desc())
+            .limit(1)
         )
         return int(self.s.scalar(query) or 0)
 
