@@ -35,6 +35,7 @@ bench: $(BIN)/suanli
 	$(BIN)/suanli sim itp-check --traces $(ITP) --json bench-results/itp.json
 	$(BIN)/python -m suanli.api.bench --json bench-results/server.json
 	$(BIN)/python -m suanli.api.meter_bench --rentals 100000 --json bench-results/meter.json
+	$(BIN)/python -m suanli.api.log_bench --json bench-results/logs.json
 
 clean:
 	rm -rf $(VENV) bench-results .pytest_cache .ruff_cache

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import random
 
-from sqlalchemy import text
+from sqlalchemy import select, text
 
 from conftest import T0
 from suanli.app.records import Rental, RentalSpec, Tenant
 from suanli.store.agent_repositories import SqlAgentUnitOfWork
 from suanli.store.db import MIGRATIONS, make_engine, migrate, session_factory
+from suanli.store.rows import RentalLogRow
 
 NODES = ("gpu-01", "gpu-02")
 
@@ -71,7 +72,7 @@ def test_migration_0024_numbers_the_chunks_stored_before_it(database_url: str) -
     with SqlAgentUnitOfWork(sessions) as uow:
         _add_rental(uow, "rnt_old")
         uow.commit()
-    chunks = [("gpu-01", "a1\n"), ("gpu-02", "b1\n"), ("gpu-01", "a2 ünï\n"), ("gpu-02", "")]
+    chunks = [("gpu-01", "a1\n"), ("gpu-02", "b1\n"), ("gpu-01", "a2 ünï\n")]
     insert = text(
         "INSERT INTO rental_logs (rental_id, node, node_offset, size_bytes, data, at) "
         "VALUES ('rnt_old', :node, :offset, :size, :data, :at)"
@@ -125,6 +126,11 @@ def test_two_nodes_uploading_at_once_never_share_a_start(store) -> None:
             text("SELECT char_start, chars FROM rental_logs WHERE rental_id = 'rnt_race' ORDER BY char_start")
         ).all()
     assert len(rows) == 50
+    with SqlAgentUnitOfWork(sessions) as uow:  # the chunk's own columns as given
+        stored = uow.agents.s.scalars(select(RentalLogRow).where(RentalLogRow.node_offset == 0)).all()
+        assert {(r.node, r.at, r.size_bytes, r.node_char_start) for r in stored} == {
+            (node, T0, len(f"{node} line 0\n"), 0) for node in NODES
+        }
     assert [start for start, _ in rows] == [sum(chars for _, chars in rows[:i]) for i in range(50)]
     with SqlAgentUnitOfWork(sessions) as uow:
         whole, total = uow.agents.log_page("rnt_race", None, 0, 10**6)

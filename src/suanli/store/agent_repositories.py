@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import BigInteger, Text, func, insert, literal, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from suanli.app.agents import AgentNode, JoinToken, RentalRun
@@ -19,6 +19,7 @@ from suanli.store.rows import (
     RentalLogRow,
     RentalRunRow,
     SliceRow,
+    UtcDateTime,
 )
 
 
@@ -237,35 +238,31 @@ class SqlAgents:
     def add_log(
         self, rental_id: str, node: str, node_offset: int, size_bytes: int, data: str, now: datetime
     ) -> None:
-        """Store a chunk after the rental's output so far (and its node's), numbering where its text starts;
-        uploads from the rental's nodes take turns (an advisory lock per rental on PostgreSQL; SQLite's
-        writers are serialised already), so no two chunks get the same start."""
+        """Store a chunk after the rental's output so far (and its node's), numbering where its text starts
+        in the same statement; uploads from the rental's nodes take turns (an advisory lock per rental on
+        PostgreSQL, taken first, so the statement sees the chunk stored before it; SQLite's writers are
+        serialised already), so no two chunks get the same start."""
         if self.s.get_bind().dialect.name == "postgresql":
             self.s.execute(select(func.pg_advisory_xact_lock(func.hashtext("rental_logs:" + rental_id))))
-        start = self._log_end(RentalLogRow.rental_id == rental_id, RentalLogRow.char_start)
-        node_start = self._log_end(
-            (RentalLogRow.rental_id == rental_id) & (RentalLogRow.node == node), RentalLogRow.node_char_start
+        of_rental = RentalLogRow.rental_id == rental_id
+        of_node = of_rental & (RentalLogRow.node == node)
+        numbered = select(
+            literal(rental_id),
+            literal(node),
+            literal(node_offset, BigInteger),
+            literal(size_bytes),
+            literal(data, Text),
+            literal(now, UtcDateTime()),
+            func.coalesce(_end_of(of_rental, RentalLogRow.char_start).scalar_subquery(), 0),
+            func.coalesce(_end_of(of_node, RentalLogRow.node_char_start).scalar_subquery(), 0),
+            literal(len(data)),
         )
-        self.s.add(
-            RentalLogRow(
-                rental_id=rental_id,
-                node=node,
-                node_offset=node_offset,
-                size_bytes=size_bytes,
-                data=data,
-                at=now,
-                char_start=start,
-                node_char_start=node_start,
-                chars=len(data),
-            )
-        )
-        self.s.flush()
+        columns = ("rental_id", "node", "node_offset", "size_bytes", "data", "at", "char_start")
+        self.s.execute(insert(RentalLogRow).from_select([*columns, "node_char_start", "chars"], numbered))
 
     def _log_end(self, where: Any, start_column: Any) -> int:
-        """Characters of output so far where `where` holds: the last chunk's start plus its length."""
-        last = (start_column.desc(), RentalLogRow.id.desc())  # starts grow chunk by chunk (an empty one ties)
-        query = select(start_column + RentalLogRow.chars).where(where).order_by(*last)
-        return int(self.s.scalar(query.limit(1)) or 0)
+        """Characters of output so far where `where` holds."""
+        return int(self.s.scalar(_end_of(where, start_column)) or 0)
 
     def log_page(self, rental_id: str, node: str | None, offset: int, limit: int) -> tuple[str, int]:
         """Up to `limit` characters of the rental's output (or `node`'s) from character `offset`, read from
@@ -286,6 +283,13 @@ class SqlAgents:
         )
         text = "".join(data[max(0, offset - first) :] for first, data in self.s.execute(query))
         return text[:limit], total
+
+
+def _end_of(where: Any, start_column: Any) -> Any:
+    """The last chunk's start plus its length where `where` holds: starts grow chunk by chunk (no chunk is
+    empty: the service stores none), so the last one is an index seek."""
+    query = select(start_column + RentalLogRow.chars).where(where).order_by(start_column.desc())
+    return query.limit(1)
 
 
 class SqlRunEnergy:
