@@ -242,15 +242,20 @@ def bench_offers(url: str, secret: str, count: int) -> dict[str, Any]:
     }
 
 
+def bench_database(stack: ExitStack, database_url: str | None, name: str) -> str:
+    """`database_url`, or a database `name` on a throw-away PostgreSQL that `stack` stops."""
+    if database_url is not None:
+        return database_url
+    binaries = pg_bin()
+    if binaries is None:
+        raise SystemExit("no PostgreSQL binaries (initdb, pg_ctl) found; pass --database-url")
+    base = stack.enter_context(throwaway_postgres(binaries))
+    return create_database(base, name)
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     with ExitStack() as stack:
-        database_url = args.database_url
-        if database_url is None:
-            binaries = pg_bin()
-            if binaries is None:
-                raise SystemExit("no PostgreSQL binaries (initdb, pg_ctl) found; pass --database-url")
-            base = stack.enter_context(throwaway_postgres(binaries))
-            database_url = create_database(base, "suanli_bench")
+        database_url = bench_database(stack, args.database_url, "suanli_bench")
         log = Path(tempfile.mkdtemp(prefix="suanli-bench-")) / "server.log"
         url = stack.enter_context(server_process(database_url, log, args.workers))
         secrets = setup(url, args.tenants)

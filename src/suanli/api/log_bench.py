@@ -21,12 +21,11 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from suanli.api.bench import bench_main, bench_parser
+from suanli.api.bench import bench_database, bench_main, bench_parser
 from suanli.app.agents import MAX_LOG_READ_CHARS
 from suanli.app.records import Rental, RentalSpec, Tenant
 from suanli.store.agent_repositories import SqlAgentUnitOfWork
 from suanli.store.db import make_engine, migrate, session_factory
-from suanli.store.throwaway_pg import create_database, pg_bin, throwaway_postgres
 
 NODES = ("gpu-01", "gpu-02")
 LINE = "step 123456 loss=0.2500 lr=3.0e-04 tokens/s=41234.5 grad_norm=0.87 mem=71.2GiB\n"
@@ -45,13 +44,7 @@ def _median_ms(read: Any) -> float:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     with ExitStack() as stack:
-        database_url = args.database_url
-        if database_url is None:
-            binaries = pg_bin()
-            if binaries is None:
-                raise SystemExit("no PostgreSQL binaries (initdb, pg_ctl) found; pass --database-url")
-            base = stack.enter_context(throwaway_postgres(binaries))
-            database_url = create_database(base, "suanli_log_bench")
+        database_url = bench_database(stack, args.database_url, "suanli_log_bench")
         engine = make_engine(database_url)
         stack.callback(engine.dispose)
         migrate(engine)

@@ -34,7 +34,7 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy import Engine, insert, update
 
-from suanli.api.bench import bench_main, bench_parser, fleet_toml
+from suanli.api.bench import bench_database, bench_main, bench_parser, fleet_toml
 from suanli.app.billing import BillingService
 from suanli.app.fleet import FleetCache
 from suanli.app.ids import new_id
@@ -45,7 +45,6 @@ from suanli.domain.catalog_data import CATALOG
 from suanli.domain.fleet_format import parse_fleet
 from suanli.store.db import make_engine, migrate, unit_of_work_factory
 from suanli.store.rows import AllocationRow, RentalEventRow, RentalRow, RentalRunRow, TenantRow
-from suanli.store.throwaway_pg import create_database, pg_bin, throwaway_postgres
 
 GOAL_S = 10.0
 NODES = 1250
@@ -191,13 +190,7 @@ def stop(engine: Engine, rental_ids: Sequence[str], at: datetime) -> None:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     with ExitStack() as stack:
-        database_url = args.database_url
-        if database_url is None:
-            binaries = pg_bin()
-            if binaries is None:
-                raise SystemExit("no PostgreSQL binaries (initdb, pg_ctl) found; pass --database-url")
-            base = stack.enter_context(throwaway_postgres(binaries))
-            database_url = create_database(base, "suanli_meter_bench")
+        database_url = bench_database(stack, args.database_url, "suanli_meter_bench")
         engine = make_engine(database_url)
         stack.callback(engine.dispose)
         migrate(engine)
