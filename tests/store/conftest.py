@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from suanli.store.db import make_engine, migrate, unit_of_work_factory
+from suanli.store.db import MIGRATIONS, make_engine, migrate, unit_of_work_factory
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 
@@ -36,3 +36,15 @@ def store(database_url: str) -> Iterator[tuple[Engine, Any]]:
     migrate(engine)
     yield engine, unit_of_work_factory(engine)
     engine.dispose()
+
+
+def downgrade(engine: Engine, revision: str) -> None:
+    """Take the schema down to `revision` (the code's own migrations), as an operator rolling back would."""
+    from alembic import command
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.downgrade(config, revision)

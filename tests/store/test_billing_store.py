@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import text
 
+from conftest import downgrade
 from suanli.app.billing import BillingService
 from suanli.app.errors import Conflict, Forbidden
 from suanli.app.fleet import FleetCache
@@ -153,18 +154,9 @@ def test_the_database_keeps_the_ledger_append_only(env) -> None:
 
 
 def test_the_guard_and_the_expected_start_migrations_go_down_and_up_again(database_url: str) -> None:
-    from alembic import command
-    from alembic.config import Config
-
-    from suanli.store.db import MIGRATIONS
-
     engine = make_engine(database_url)
     migrate(engine)
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS))
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.downgrade(config, "0010")
+    downgrade(engine, "0010")
     tx = text(
         "INSERT INTO ledger_transactions (seq, key, kind, at_s, ref, memo, created_at, prev_hash, hash, "
         "postings_sum) VALUES (1, 'k', 'top_up', 0, '', '', :at, 'p', 'h', 0)"

@@ -8,10 +8,10 @@ import random
 
 from sqlalchemy import select, text
 
-from conftest import T0
+from conftest import T0, downgrade
 from suanli.app.records import Rental, RentalSpec, Tenant
 from suanli.store.agent_repositories import SqlAgentUnitOfWork
-from suanli.store.db import MIGRATIONS, make_engine, migrate, session_factory
+from suanli.store.db import make_engine, migrate, session_factory
 from suanli.store.rows import RentalLogRow
 
 NODES = ("gpu-01", "gpu-02")
@@ -58,16 +58,9 @@ def test_a_read_from_any_offset_is_that_slice_of_the_output(store) -> None:
 
 
 def test_migration_0024_numbers_the_chunks_stored_before_it(database_url: str) -> None:
-    from alembic import command
-    from alembic.config import Config
-
     engine = make_engine(database_url)
     migrate(engine)
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS))
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.downgrade(config, "0023")
+    downgrade(engine, "0023")
     sessions = session_factory(engine)
     with SqlAgentUnitOfWork(sessions) as uow:
         _add_rental(uow, "rnt_old")

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import insert, text
 
+from conftest import downgrade
 from suanli.app.booking import bookings_for
 from suanli.app.errors import BookingConflict, Duplicate
 from suanli.app.fleet import FleetCache
@@ -71,11 +72,6 @@ def test_a_rentals_image_is_stored_in_its_own_column_and_gone_after_a_downgrade(
 ) -> None:
     """The spec JSON never holds `image`: the code before migration 0017 builds a spec from every key there,
     so after a downgrade (which drops the column and the images with it) it still reads every rental."""
-    from alembic import command
-    from alembic.config import Config
-
-    from suanli.store.db import MIGRATIONS
-
     spec = RentalSpec(gpus=1, image="pytorch:2.5.1", command=("python", "train.py"))
     with uow() as u:
         u.rentals.add(_rental("rnt_img", spec))
@@ -88,11 +84,7 @@ def test_a_rentals_image_is_stored_in_its_own_column_and_gone_after_a_downgrade(
         stored = connection.execute(text("SELECT spec, image FROM rentals WHERE id = 'rnt_img'")).one()
     spec_json = stored.spec if isinstance(stored.spec, dict) else json.loads(stored.spec)
     assert "image" not in spec_json and stored.image == "pytorch:2.5.1"
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS))
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.downgrade(config, "0016")
+    downgrade(engine, "0016")
     migrate(engine)
     engine.dispose()
     with uow() as u:
