@@ -37,7 +37,9 @@ import httpx
 import psycopg
 from rich.console import Console
 from rich.table import Table
+from sqlalchemy import Engine
 
+from suanli.store.db import make_engine, migrate
 from suanli.store.throwaway_pg import create_database, pg_bin, throwaway_postgres
 
 ADMIN_KEY = "sk_bench_admin_key_0123456789"
@@ -251,6 +253,14 @@ def bench_database(stack: ExitStack, database_url: str | None, name: str) -> str
         raise SystemExit("no PostgreSQL binaries (initdb, pg_ctl) found; pass --database-url")
     base = stack.enter_context(throwaway_postgres(binaries))
     return create_database(base, name)
+
+
+def bench_engine(stack: ExitStack, database_url: str | None, name: str) -> Engine:
+    """An engine on `bench_database`, migrated; `stack` disposes of it."""
+    engine = make_engine(bench_database(stack, database_url, name))
+    stack.callback(engine.dispose)
+    migrate(engine)
+    return engine
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

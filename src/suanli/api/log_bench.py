@@ -21,11 +21,11 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from suanli.api.bench import bench_database, bench_main, bench_parser
+from suanli.api.bench import bench_engine, bench_main, bench_parser
 from suanli.app.agents import MAX_LOG_READ_CHARS
 from suanli.app.records import Rental, RentalSpec, Tenant
 from suanli.store.agent_repositories import SqlAgentUnitOfWork
-from suanli.store.db import make_engine, migrate, session_factory
+from suanli.store.db import session_factory
 
 NODES = ("gpu-01", "gpu-02")
 LINE = "step 123456 loss=0.2500 lr=3.0e-04 tokens/s=41234.5 grad_norm=0.87 mem=71.2GiB\n"
@@ -44,10 +44,7 @@ def _median_ms(read: Any) -> float:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     with ExitStack() as stack:
-        database_url = bench_database(stack, args.database_url, "suanli_log_bench")
-        engine = make_engine(database_url)
-        stack.callback(engine.dispose)
-        migrate(engine)
+        engine = bench_engine(stack, args.database_url, "suanli_log_bench")
         sessions = session_factory(engine)
         now = datetime.now(UTC)
         chunk = LINE * (20_000 // len(LINE))  # an agent ships up to 256 KiB a chunk; a busy second, ~20 KB

@@ -34,7 +34,7 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy import Engine, insert, update
 
-from suanli.api.bench import bench_database, bench_main, bench_parser, fleet_toml
+from suanli.api.bench import bench_engine, bench_main, bench_parser, fleet_toml
 from suanli.app.billing import BillingService
 from suanli.app.fleet import FleetCache
 from suanli.app.ids import new_id
@@ -43,7 +43,7 @@ from suanli.domain.billing.ledger import Transaction, TxKind, grant_postings, ve
 from suanli.domain.billing.money import to_epoch_s
 from suanli.domain.catalog_data import CATALOG
 from suanli.domain.fleet_format import parse_fleet
-from suanli.store.db import make_engine, migrate, unit_of_work_factory
+from suanli.store.db import unit_of_work_factory
 from suanli.store.rows import AllocationRow, RentalEventRow, RentalRow, RentalRunRow, TenantRow
 
 GOAL_S = 10.0
@@ -190,10 +190,7 @@ def stop(engine: Engine, rental_ids: Sequence[str], at: datetime) -> None:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     with ExitStack() as stack:
-        database_url = bench_database(stack, args.database_url, "suanli_meter_bench")
-        engine = make_engine(database_url)
-        stack.callback(engine.dispose)
-        migrate(engine)
+        engine = bench_engine(stack, args.database_url, "suanli_meter_bench")
         uow = unit_of_work_factory(engine)
         now = datetime.now(UTC).replace(microsecond=0)
         clock = FixedClock(now)
