@@ -169,3 +169,11 @@ def test_a_followed_rental_waiting_says_why() -> None:
     )
     assert _state_line(rental) == f"rnt_1: pending (no_matching_gpu: {why})"
     assert _state_line(rental.model_copy(update={"events": []})) == "rnt_1: pending (no_matching_gpu)"
+
+
+def test_follow_knows_the_reasons_no_free_capacity_cures() -> None:
+    from suanli.cli.follow import NEVER_FITS, never_fits_hint
+    from suanli.domain.queueing import NEVER_FITS as DOMAIN_NEVER_FITS
+
+    assert frozenset(reason.value for reason in DOMAIN_NEVER_FITS) == NEVER_FITS
+    assert "suanli stop rnt_1" in never_fits_hint("rnt_1")

@@ -201,6 +201,14 @@ def test_rent_follow_prints_the_output_and_exits_with_the_workloads_code(platfor
     assert failed.stdout == "before\n"
     assert "failed" in failed.stderr.splitlines()[-1] and "exit code 3" in failed.stderr
 
+    # a request no node could ever run (3 GPUs on 2-GPU nodes): why, and what to do, while it waits
+    with pytest.raises(subprocess.TimeoutExpired) as waiting:
+        args = [*SUANLI, "rent", "-f", "H100-SXM-80GB:3", "--", "true"]
+        subprocess.run(args, env={**env, "COLUMNS": "300"}, capture_output=True, text=True, timeout=6)
+    said = waiting.value.stderr if isinstance(waiting.value.stderr, str) else waiting.value.stderr.decode()
+    assert "pending (no_matching_gpu: no matching node has 3 GPUs (at most 2 on one node)" in said, said
+    assert "no node of the fleet could ever run it as asked: `suanli stop rnt_" in said, said
+
     # Ctrl-C detaches: the CLI exits 130 and the rental goes on
     args = [*SUANLI, "rent", "-f", "H100-SXM-80GB:1", "--", "sh", "-c", "echo up; sleep 60"]
     attached = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

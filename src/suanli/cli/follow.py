@@ -13,6 +13,8 @@ from suanli.wire.schemas import RentalResponse
 
 POLL_S = 1.0
 SUCCEEDED = "stopped"  # the state a rental ends in when its workload exits 0 (or the tenant stops it)
+# pending reasons that no free capacity cures: the fleet as it is has no node the request could ever run on
+NEVER_FITS = frozenset({"no_matching_gpu", "residency", "constraints", "node_too_small", "gang_too_large"})
 
 
 def print_output(
@@ -37,10 +39,13 @@ def follow_rental(client: Client, rental: RentalResponse) -> int:
     errors.print(Text(shown[0]))
 
     def note_state() -> None:
-        line = _state_line(client.rental(rental.id))
+        current = client.rental(rental.id)
+        line = _state_line(current)
         if line != shown[-1]:
             shown.append(line)
             errors.print(Text(line))
+            if current.state == "pending" and current.pending_reason in NEVER_FITS:
+                errors.print(Text(never_fits_hint(current.id)))
 
     try:
         print_output(client, rental.id, follow=True, on_wait=note_state)
@@ -55,6 +60,14 @@ def follow_rental(client: Client, rental: RentalResponse) -> int:
         return 0
     codes = [run.exit_code for run in client.rental_runs(rental.id) if run.exit_code]
     return exit_status(codes[0]) if codes else 1
+
+
+def never_fits_hint(rental_id: str) -> str:
+    """What to do about a request the fleet as it is can never run: it waits for the fleet to change."""
+    return (
+        f"  no node of the fleet could ever run it as asked: `suanli stop {rental_id}` and ask again, or "
+        "Ctrl-C to leave it waiting for the fleet to change"
+    )
 
 
 def exit_status(exit_code: int) -> int:
