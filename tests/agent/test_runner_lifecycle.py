@@ -558,3 +558,37 @@ def test_the_agent_does_not_destroy_an_instance_running_processes_to_make_a_rent
     local = runner.local["rnt_7g"]
     assert local.state == "failed" and "1g.10gb at slot 6 is in use" in local.message
     assert (6, "1g.10gb") in runner.probe._instances(0)
+
+
+WRITES_A_LINE_IN_TWO = (
+    "import sys, time\nsys.stdout.write('first\\npart'); sys.stdout.flush(); time.sleep(1.0)\n"
+    "sys.stdout.write('ial\\n'); sys.stdout.flush(); time.sleep(30)"
+)
+
+
+def test_a_running_workloads_unfinished_line_waits_for_its_newline(tmp_path: Path) -> None:
+    """Lines are shipped whole while the workload runs, so two nodes' lines never interleave mid-line."""
+    client = FakeClient()
+    client.assignments = [assignment("r-1", WRITES_A_LINE_IN_TWO)]
+    runner = make_runner(tmp_path, client)
+    runner.step()  # launched
+    eventually(lambda: runner.step() or bytes(client.logs.get("r-1", b"")) == b"first\n")
+    runner.step()
+    assert bytes(client.logs["r-1"]) == b"first\n"  # "part" waits for the rest of its line
+    eventually(lambda: runner.step() or bytes(client.logs["r-1"]) == b"first\npartial\n")
+
+
+def test_an_unfinished_line_is_shipped_after_a_while_and_at_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    from suanli.agent.restart import RestartPolicy, RestartTracker
+    from suanli.agent.runner import PARTIAL_LINE_WAIT_S, Local, _whole_lines
+
+    clock = [100.0]
+    monkeypatch.setattr(runner_module.time, "monotonic", lambda: clock[0])
+    local = Local("r-1", None, RestartTracker(RestartPolicy.never()), None, None)
+    assert _whole_lines(local, b"a\nprogress 10%") == b"a\n"
+    assert _whole_lines(local, b"progress 10%") == b""
+    clock[0] += PARTIAL_LINE_WAIT_S  # a progress bar that never ends its line still shows
+    assert _whole_lines(local, b"progress 10%") == b"progress 10%"
+    assert _whole_lines(local, b"b\n") == b"b\n"
+    local.state = "succeeded"
+    assert _whole_lines(local, b"c\nlast words") == b"c\nlast words"  # all of it once it has ended

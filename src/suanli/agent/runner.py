@@ -77,6 +77,7 @@ from suanli.wire.agent_schemas import (
 log = logging.getLogger(__name__)
 STATE_FILE = "agent.json"
 LOG_CHUNK_BYTES = 256 * 1024
+PARTIAL_LINE_WAIT_S = 5.0  # a running workload's unfinished last line waits this long for its newline
 MAX_CHUNKS_PER_STEP = 8
 MAX_BACKOFF_S = 5.0
 MIG_PROBE_S = 30.0  # how often the heartbeat probes the host's MIG instances again (made by hand meanwhile)
@@ -102,6 +103,7 @@ class Local:
     noticed_until: datetime | None = None
     log_offset: int = 0
     log_behind: bool = False  # the last shipping stopped at the per-step cap: more of the log waits
+    partial_since: float | None = None  # monotonic time its log's unfinished last line was first held back
     unassigned: bool = False  # killed as no longer assigned here; reported once, then forgotten
     stale_record: Path | None = None  # the record of a run that ended with no agent here, till reported
 
@@ -557,7 +559,7 @@ def _ship_log(client: Client, local: Local, log_file: Path) -> bool:
     with log_file.open("rb") as handle:
         for _ in range(MAX_CHUNKS_PER_STEP):
             handle.seek(local.log_offset)
-            chunk = handle.read(LOG_CHUNK_BYTES)
+            chunk = _whole_lines(local, handle.read(LOG_CHUNK_BYTES))
             if not chunk:
                 return False
             try:
@@ -570,6 +572,23 @@ def _ship_log(client: Client, local: Local, log_file: Path) -> bool:
                 return False
             local.log_offset = stored
     return True
+
+
+def _whole_lines(local: Local, chunk: bytes) -> bytes:
+    """What of `chunk` to ship now: while the workload runs, whole lines, its unfinished last line held back
+    until its newline comes or it has waited PARTIAL_LINE_WAIT_S (a progress bar without newlines still
+    shows), so the lines of a rental's nodes never interleave mid-line in its output; all of it once the
+    workload has ended, or when a full chunk holds no newline."""
+    if not chunk or chunk.endswith(b"\n") or local.state != "running" or len(chunk) == LOG_CHUNK_BYTES:
+        local.partial_since = None
+        return chunk
+    now = time.monotonic()
+    if local.partial_since is None:
+        local.partial_since = now
+    if now - local.partial_since >= PARTIAL_LINE_WAIT_S:
+        local.partial_since = None
+        return chunk
+    return chunk[: chunk.rfind(b"\n") + 1]
 
 
 def _stop_together(workloads: Sequence[Workload | None], grace_s: float) -> None:
