@@ -9,12 +9,13 @@ from rich.text import Text
 
 from suanli.cli.output import errors
 from suanli.client import Client
+from suanli.domain import queueing
 from suanli.wire.schemas import RentalResponse
 
 POLL_S = 1.0
 SUCCEEDED = "stopped"  # the state a rental ends in when its workload exits 0 (or the tenant stops it)
 # pending reasons that no free capacity cures: the fleet as it is has no node the request could ever run on
-NEVER_FITS = frozenset({"no_matching_gpu", "residency", "constraints", "node_too_small", "gang_too_large"})
+NEVER_FITS = frozenset(reason.value for reason in queueing.NEVER_FITS)
 
 
 def print_output(
