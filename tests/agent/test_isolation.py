@@ -122,7 +122,7 @@ def test_a_multi_node_rental_knows_its_rank_its_nodes_and_its_master() -> None:
     inventory = NvmlProbe(RecordedNvml(load_fixture("h100x8")), hostname="h").inventory()
     slices = tuple(Slice(i, 1000, 81920) for i in range(4))
     peers = ("gpu-a", "gpu-b", "gpu-c")
-    assignment = Assignment("r-1", slices, ("torchrun", "train.py"), peers=peers, node_rank=1)
+    assignment = Assignment("r-1", slices, ("torchrun", "train.py"), peers=peers, node_rank=1, attempt=2)
     env = workload_env(assignment, inventory, notice_file=NOTICE, nodes_file="/x/nodes.json")
     assert {k: v for k, v in env.items() if k not in ("CUDA_VISIBLE_DEVICES", "SUANLI_NOTICE_FILE")} == {
         "SUANLI_RENTAL_ID": "r-1",
@@ -132,6 +132,7 @@ def test_a_multi_node_rental_knows_its_rank_its_nodes_and_its_master() -> None:
         "SUANLI_MASTER_ADDR": "gpu-a",
         "SUANLI_GPUS_PER_NODE": "4",
         "SUANLI_NODES_FILE": "/x/nodes.json",
+        "SUANLI_RESTART_COUNT": "2",
     }
     with pytest.raises(IsolationError, match="SUANLI_NODE_RANK"):
         workload_env(

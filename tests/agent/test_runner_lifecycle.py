@@ -592,3 +592,56 @@ def test_an_unfinished_line_is_shipped_after_a_while_and_at_the_end(monkeypatch:
     assert _whole_lines(local, b"b\n") == b"b\n"
     local.state = "succeeded"
     assert _whole_lines(local, b"c\nlast words") == b"c\nlast words"  # all of it once it has ended
+
+
+# prints the restart count it was started with; the first run fails, later ones run until stopped
+FAILS_ON_FIRST_RUN = (
+    "import os, sys, time\ncount = os.environ['SUANLI_RESTART_COUNT']\nprint('run', count, flush=True)\n"
+    "if count == '0': sys.exit(5)\nwhile True: time.sleep(0.05)"
+)
+
+
+def gang_part(rental_id: str, script: str, attempt: int) -> AssignmentResponse:
+    """Rank 0 of a two-node rental under on-failure, at the server's `attempt`."""
+    return assignment(rental_id, script).model_copy(
+        update={
+            "restart": "on-failure",
+            "max_restarts": 3,
+            "peers": ["h100-a-01", "h100-a-02"],
+            "attempt": attempt,
+        }
+    )
+
+
+def test_a_gang_rank_that_fails_is_reported_and_restarted_only_when_the_server_restarts_the_gang(
+    tmp_path: Path,
+) -> None:
+    """A multi-node rental's failure is the server's to restart on every node: the agent reports it failed
+    (at its attempt) instead of restarting it alone, starts it again once the assignment's attempt goes up
+    (the workload sees the count), and a running rank is stopped and started again the same way."""
+    client = FakeClient()
+    client.assignments = [gang_part("r-gang", FAILS_ON_FIRST_RUN, 0)]
+    runner = make_runner(tmp_path, client)
+    runner.step()
+    eventually(lambda: runner.local["r-gang"].workload.poll().running is False)
+    runner.step()
+    report = client.reports[-1][0]
+    assert (report.state, report.exit_code, report.attempt) == ("failed", 5, 0)
+    runner.step()
+    assert runner.local["r-gang"].state == "failed"  # not restarted alone
+    client.assignments = [gang_part("r-gang", FAILS_ON_FIRST_RUN, 1)]
+    runner.step()
+    first = runner.local["r-gang"].workload
+    try:
+        assert runner.local["r-gang"].state == "running" and first.poll().running
+        runner.step()
+        assert (client.reports[-1][0].state, client.reports[-1][0].attempt) == ("running", 1)
+        eventually(lambda: b"run 1" in bytes(client.logs.get("r-gang", b"")) or runner.step())
+        client.assignments = [gang_part("r-gang", FAILS_ON_FIRST_RUN, 2)]  # another rank failed
+        runner.step()
+        second = runner.local["r-gang"].workload
+        assert second.pid != first.pid and not group_alive(first.pid) and second.poll().running
+        eventually(lambda: bytes(client.logs.get("r-gang", b"")).count(b"\n") == 3 or runner.step())
+        assert bytes(client.logs["r-gang"]) == b"run 0\nrun 1\nrun 2\n"
+    finally:
+        runner.local["r-gang"].workload.kill()

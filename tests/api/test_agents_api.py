@@ -202,3 +202,49 @@ def test_the_reaper_ends_rentals_of_a_silent_node_lost_at_the_last_heartbeat(
     (run,) = client.get(f"/v1/rentals/{rental['id']}/runs", headers=owner).json()
     assert run["ended_at"] == run["last_heartbeat_at"]
     assert client.post("/v1/agents/heartbeat", json={}, headers=headers).json()["assignments"] == []
+
+
+def test_a_failed_rank_restarts_the_gang_on_every_node_up_to_the_limit(client: TestClient, tenant) -> None:
+    """Under on-failure, a rank's failure restarts the workload on both nodes (the attempt in every
+    assignment goes up, with an event); the other rank's end of the earlier attempt is ignored; a failure
+    with no restart left ends the rental `failed`."""
+    _, owner = tenant("owner")
+    body = {
+        "gpu_model": "H100",
+        "gpus": 8,
+        "nodes": 2,
+        "command": ["train"],
+        "regions": ["cn-north"],
+        "restart": "on-failure",
+        "max_restarts": 1,
+    }
+    rental = client.post("/v1/rentals", json=body, headers=owner).json()
+    first, second = (a["node"] for a in wait_for(client, rental["id"], owner, "placed")["allocation"])
+    agents = {node: register_agent(client, node) for node in (first, second)}
+
+    def report(node: str, state: str, attempt: int, exit_code: int | None = None) -> list[tuple[str, int]]:
+        workload = {"rental_id": rental["id"], "state": state, "exit_code": exit_code, "attempt": attempt}
+        beat = client.post("/v1/agents/heartbeat", json={"workloads": [workload]}, headers=agents[node])
+        assert beat.status_code == 200, beat.text
+        return [(a["rental_id"], a["attempt"]) for a in beat.json()["assignments"]]
+
+    def view() -> dict:
+        return client.get(f"/v1/rentals/{rental['id']}", headers=owner).json()
+
+    assert report(first, "running", 0) == [(rental["id"], 0)]
+    report(second, "running", 0)
+    assert report(second, "failed", 0, 7) == [(rental["id"], 1)]  # restarted, not ended
+    assert view()["state"] == "running"
+    restarted = [e for e in view()["events"] if e["kind"] == "restarted"]
+    assert len(restarted) == 1 and "exit code 7" in restarted[0]["message"]
+    assert "restarting it on all 2 nodes (1/1)" in restarted[0]["message"]
+    runs = client.get(f"/v1/rentals/{rental['id']}/runs", headers=owner).json()
+    assert {(r["state"], r["ended_at"]) for r in runs} == {("starting", None)}
+    assert report(first, "failed", 0, 1) == [(rental["id"], 1)]  # rank 0 died with it: the same attempt
+    assert (
+        view()["state"] == "running" and len([e for e in view()["events"] if e["kind"] == "restarted"]) == 1
+    )
+    report(first, "running", 1)
+    report(second, "running", 1)
+    assert report(first, "failed", 1, 2) == []  # no restart left: the gang fails, the other rank is killed
+    assert view()["state"] == "failed"

@@ -246,6 +246,36 @@ def test_a_two_node_rental_runs_until_its_last_rank_finishes(platform: Platform)
         assert cli.returncode == 0 and cli.stdout == text, cli.stderr
 
 
+def test_a_rank_that_fails_restarts_the_two_node_rental_on_both_nodes(platform: Platform) -> None:
+    """Under on-failure, rank 1 failing on the first run restarts both ranks (rank 0, still running, is
+    stopped and started again), each seeing the restart count; the second run succeeds on both, and
+    `rent -f` says so and exits 0."""
+    script = (
+        'echo "rank $SUANLI_NODE_RANK run $SUANLI_RESTART_COUNT"; '
+        'if [ "$SUANLI_RESTART_COUNT" = 0 ]; then '
+        'if [ "$SUANLI_NODE_RANK" = 1 ]; then sleep 1; exit 3; fi; sleep 60; fi'
+    )
+    env = {**os.environ, "SUANLI_URL": platform.url, "SUANLI_API_KEY": platform.tenant_key}
+    env["SUANLI_CONFIG_DIR"] = str(platform.tmp / "cli")
+    args = [*SUANLI, "rent", "-f", "H100-SXM-80GB:2", "--nodes", "2", "--restart", "on-failure"]
+    args += ["--max-restarts", "2", "--", "sh", "-c", script]
+    followed = subprocess.run(args, env={**env, "COLUMNS": "300"}, capture_output=True, text=True, timeout=90)
+    assert followed.returncode == 0, followed.stdout + followed.stderr
+    told = [line for line in followed.stderr.splitlines() if ": restarted (" in line]
+    assert len(told) == 1 and "workload failed with exit code 3" in told[0], followed.stderr
+    assert "restarting it on all 2 nodes (1/2)" in told[0], followed.stderr
+    rental_id = followed.stderr.split(":")[0]
+    with platform.tenant() as api:
+        done = api.rental(rental_id)
+        assert done.state == "stopped" and [e.kind for e in done.events].count("restarted") == 1
+        assert [(r.state, r.exit_code) for r in api.rental_runs(rental_id)] == [("succeeded", 0)] * 2
+        for rank, node in enumerate(a.node for a in done.allocation):
+            expected = f"rank {rank} run 0\nrank {rank} run 1\n"
+            wait_until(
+                lambda node=node, expected=expected: api.logs(rental_id, node=node).data == expected, 5, node
+            )
+
+
 def test_the_readmes_sdk_example_runs_as_written(
     platform: Platform, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from suanli.agent.restart import RestartPolicy
+from suanli.agent.restart import RestartMode, RestartPolicy
 from suanli.domain.plan import Slice
 
 
@@ -22,6 +22,12 @@ class Assignment:
     restart: RestartPolicy = field(default_factory=RestartPolicy.never)
     peers: tuple[str, ...] = ()  # host names of all the rental's nodes, rank order (empty: not told)
     node_rank: int = 0
+    attempt: int = 0  # a multi-node rental's restarts on all its nodes so far (the server counts them)
+
+    @property
+    def restarts_together(self) -> bool:
+        """On several nodes under on-failure: a failure is the server's to restart, on every node at once."""
+        return len(self.peers) > 1 and self.restart.mode is RestartMode.ON_FAILURE
 
     @property
     def runs_workload(self) -> bool:

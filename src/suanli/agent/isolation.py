@@ -13,9 +13,11 @@
 * `SUANLI_RENTAL_ID` and `SUANLI_NOTICE_FILE` (where a preemption notice will appear, JSON).
 * Where the server names the rental's nodes (`Assignment.peers`, rank order): `SUANLI_NNODES`,
   `SUANLI_NODE_RANK`, `SUANLI_NODES` (host names, comma-separated), `SUANLI_MASTER_ADDR` (rank 0's),
-  `SUANLI_GPUS_PER_NODE` (devices visible here) and `SUANLI_NODES_FILE` (the same as JSON, rewritten when
-  the rental grows or shrinks), enough for `torchrun --nnodes $SUANLI_NNODES --node-rank $SUANLI_NODE_RANK
-  --master-addr $SUANLI_MASTER_ADDR --nproc-per-node $SUANLI_GPUS_PER_NODE`.
+  `SUANLI_GPUS_PER_NODE` (devices visible here), `SUANLI_NODES_FILE` (the same as JSON, rewritten when the
+  rental grows or shrinks) and `SUANLI_RESTART_COUNT` (how many times the workload was restarted on all the
+  rental's nodes, as torchrun's `TORCHELASTIC_RESTART_COUNT`: 0 on the first run), enough for `torchrun
+  --nnodes $SUANLI_NNODES --node-rank $SUANLI_NODE_RANK --master-addr $SUANLI_MASTER_ADDR --nproc-per-node
+  $SUANLI_GPUS_PER_NODE`.
 * The rental's variables are added, but may not set any isolation variable (`ISOLATION_VARIABLES`, or any
   `SUANLI_` or `CUDA_MPS_` name): that raises `IsolationError`, never silently overrides.
 
@@ -71,6 +73,7 @@ def workload_env(
         env["SUANLI_MASTER_ADDR"] = assignment.peers[0]
         env["SUANLI_GPUS_PER_NODE"] = str(len(visible.split(",")) if visible else 0)
         env["SUANLI_NODES_FILE"] = nodes_file
+        env["SUANLI_RESTART_COUNT"] = str(assignment.attempt)
     return env
 
 

@@ -106,6 +106,7 @@ class Local:
     partial_since: float | None = None  # monotonic time its log's unfinished last line was first held back
     unassigned: bool = False  # killed as no longer assigned here; reported once, then forgotten
     stale_record: Path | None = None  # the record of a run that ended with no agent here, till reported
+    attempt: int = 0  # the server's count of restarts on all the rental's nodes that this run follows
 
 
 class AgentRunner:
@@ -221,6 +222,9 @@ class AgentRunner:
                 local.message = EXIT_UNKNOWN
                 continue
             outcome, local.tracker = local.tracker.on_exit(status.exit_code, stopped=local.stop_requested)
+            together = local.assignment is not None and local.assignment.restarts_together
+            if outcome is Outcome.RESTART and together:
+                outcome = Outcome.FAILED  # reported: the server restarts every node's part together
             if outcome is Outcome.RESTART and local.assignment is not None:
                 log.info("%s: exit %s, restart %d", local.rental_id, status.exit_code, local.tracker.restarts)
                 self._launch(local.assignment, local)
@@ -241,6 +245,7 @@ class AgentRunner:
                 state=local.state,  # type: ignore[arg-type]
                 exit_code=local.exit_code,
                 message=local.message[:500],
+                attempt=local.attempt,
             )
             for local in self.local.values()
         ]
@@ -298,6 +303,7 @@ class AgentRunner:
     def _start(self, response: AssignmentResponse) -> Local:
         assignment = _assignment(response)
         local = Local(response.rental_id, None, RestartTracker(assignment.restart), assignment, None)
+        local.attempt = assignment.attempt
         self.local[response.rental_id] = local
         if response.action == "stop":
             return local
@@ -327,7 +333,19 @@ class AgentRunner:
 
     def _stop_and_restart(self, assignments: list[AssignmentResponse]) -> None:
         """Stop at once, within one grace, every workload the answer stops and every one that must restart
-        on other GPUs (resized here, or while no agent ran), then start the latter again on them."""
+        on other GPUs (resized here, or while no agent ran) or because its rental restarted on all its nodes
+        (a rank failed somewhere), then start the latter again."""
+        again = [
+            local
+            for response in assignments
+            if response.action == "run" and response.notice_deadline is None
+            for local in [self.local.get(response.rental_id)]
+            if local is not None and not local.unassigned and response.attempt > local.attempt
+        ]
+        for local in again:
+            local.assignment = _assignment(self._response(assignments, local.rental_id))
+            local.attempt = local.assignment.attempt
+            log.info("%s: restarting on all its nodes (restart %d)", local.rental_id, local.attempt)
         orphaned = [
             _assignment(response)
             for response in assignments
@@ -350,22 +368,29 @@ class AgentRunner:
             for local in [self.local.get(response.rental_id)]
             if local is not None and local.workload is not None and local.state == "running"
         ]
-        for local in resized + halted:
+        running_again = [local for local in again if local.workload is not None and local.state == "running"]
+        for local in resized + halted + running_again:
             local.stop_requested = True
         workloads = [adopt(r, self.orphans.pop(r), self.executor) for r in moved]
-        _stop_together([*workloads, *(local.workload for local in resized + halted)], self.grace_s)
-        for local in resized:
+        stopping = resized + halted + running_again
+        _stop_together([*workloads, *(local.workload for local in stopping)], self.grace_s)
+        for local in [*resized, *again]:
             local.stop_requested = False
+            local.exit_code, local.message = None, ""
             self._restart(local)
         if halted:
             self.poll()
 
     def _restart(self, local: Local) -> None:
-        """Start a resized rental's workload again on its new GPUs (a reservation just holds them)."""
+        """Start a rental's workload again, on its new GPUs if resized (a reservation just holds them)."""
         if local.assignment is not None and local.assignment.runs_workload:
             self._launch(local.assignment, local)
         else:
-            local.workload = None
+            local.workload, local.state = None, "running"
+
+    @staticmethod
+    def _response(assignments: list[AssignmentResponse], rental_id: str) -> AssignmentResponse:
+        return next(response for response in assignments if response.rental_id == rental_id)
 
     def _remove_reported_records(self, reported: set[str]) -> None:
         """Remove the records of runs that ended while no agent ran once the server has their end, so a later
@@ -631,4 +656,5 @@ def _assignment(response: AssignmentResponse) -> Assignment:
         restart=policy,
         peers=tuple(response.peers),
         node_rank=response.node_rank,
+        attempt=response.attempt,
     )

@@ -59,7 +59,9 @@ def register(body: AgentRegisterRequest, service: AgentsDep) -> AgentRegisterRes
 
 @router.post("/agents/heartbeat", tags=["agents"])
 def heartbeat(body: HeartbeatRequest, key: NodeKeyDep, service: AgentsDep) -> HeartbeatResponse:
-    reports = [WorkloadReport(w.rental_id, w.state, w.exit_code, w.message) for w in body.workloads]
+    reports = [
+        WorkloadReport(w.rental_id, w.state, w.exit_code, w.message, w.attempt) for w in body.workloads
+    ]
     telemetry = [t.model_dump() for t in body.telemetry]
     layouts = None
     if body.mig_layouts is not None:
@@ -135,4 +137,5 @@ def _assignment(a: NodeAssignment) -> AssignmentResponse:
         notice_deadline=a.notice_deadline,
         peers=list(a.peers),
         node_rank=a.node_rank,
+        attempt=a.attempt,
     )

@@ -9,6 +9,10 @@ Guarantees:
   stopped / failed; `stopping` (asked by the API) -> stopped once the agent has stopped the workload. A
   multi-node rental fails when its workload fails on any node (the others are then killed), and ends
   `stopped` only once it has succeeded on every node: a rank that finishes first does not end the others.
+  Under `on-failure`, a failure on one node of a multi-node rental restarts the workload on all of its nodes
+  together (a distributed job's ranks rendezvous again), up to the restart limit: the rental's `attempt`
+  goes up, each agent restarts its part when its assignment shows it, and the ends an earlier attempt
+  reports are ignored. A one-node rental's agent restarts it alone.
   A report for a rental that is not on the reporting node is ignored.
 * The heartbeat answer lists every live rental placed on the node (what to run; `stop` for a stopping one):
   a workload the answer does not list is one the agent must kill (reconciliation after an outage).
@@ -39,6 +43,7 @@ from suanli.domain.mig import MigInstance
 from suanli.domain.plan import NodeAllocation
 
 REPORTED_STATES = ("starting", "running", "succeeded", "failed", "stopped")
+RESTARTED = "restarted"  # the event of a multi-node rental's workload restarted on all its nodes
 # (rental state, reported workload state) -> the rental's next state
 TRANSITIONS: Mapping[tuple[str, str], str] = {
     ("placed", "starting"): "starting",
@@ -95,6 +100,7 @@ class WorkloadReport:
     state: str  # one of REPORTED_STATES
     exit_code: int | None = None
     message: str = ""
+    attempt: int = 0  # the gang restarts the agent's run follows (`NodeAssignment.attempt`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +113,7 @@ class NodeAssignment:
     notice_deadline: datetime | None = None
     peers: tuple[str, ...] = ()  # the host names of all its nodes, in rank order (its allocation's)
     node_rank: int = 0  # this node's place among them
+    attempt: int = 0  # a multi-node rental's restarts of all its nodes so far: a higher one restarts the run
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,6 +333,12 @@ class AgentService:
             return False
         run = uow.agents.run(rental.id, node) or RentalRun(rental.id, node, report.state)
         ended = report.state in ("succeeded", "failed", "stopped")
+        if ended and not given_up and _restarts_together(rental, uow.rentals.allocation(rental.id)):
+            restarts = gang_restarts(uow, rental.id)
+            if report.attempt < restarts:
+                return False  # the end of a run the gang has restarted since
+            if self._restart_gang(uow, rental, node, report, restarts, now):
+                return True
         if given_up and (run.ended_at is not None or not ended):
             return False  # a node it no longer holds: only the end of its run there is news
         if given_up and rental.state in LIVE_STATES:  # released by a shrink: the run ends, the rental goes on
@@ -360,6 +373,35 @@ class AgentService:
         return True
 
     @staticmethod
+    def _restart_gang(
+        uow: AgentUnitOfWork, rental: Rental, node: str, report: WorkloadReport, restarts: int, now: datetime
+    ) -> bool:
+        """A rank's failure with restarts left: every node's run starts again, one attempt on; else False."""
+        if report.state != "failed" or rental.state not in PREEMPTIBLE_STATES:
+            return False
+        if restarts >= rental.spec.max_restarts:
+            return False
+        allocation = uow.rentals.allocation(rental.id)
+        for part in allocation:
+            run = uow.agents.run(rental.id, part.node)
+            started = run.started_at if run is not None else None
+            seen = run.last_heartbeat_at if run is not None else None
+            uow.agents.put_run(RentalRun(rental.id, part.node, "starting", None, started, None, seen))
+        code = f" with exit code {report.exit_code}" if report.exit_code is not None else ""
+        why = f"; {report.message}" if report.message else ""
+        uow.rentals.add_event(
+            rental.id,
+            RentalEvent(
+                now,
+                RESTARTED,
+                "workload_failed",
+                f"on {node}: workload failed{code}{why}; restarting it on all {len(allocation)} nodes "
+                f"({restarts + 1}/{rental.spec.max_restarts})",
+            ),
+        )
+        return True
+
+    @staticmethod
     def _all_succeeded(uow: AgentUnitOfWork, rental: Rental) -> bool:
         """Whether the workload has succeeded on every node the rental holds (a failure on any ends it)."""
         for allocation in uow.rentals.allocation(rental.id):
@@ -389,11 +431,12 @@ class AgentService:
         found = []
         for rental, allocation in placed:
             peers = tuple(hosts.get(a.node, a.node) for a in allocation)
+            attempt = gang_restarts(uow, rental.id) if _restarts_together(rental, allocation) else 0
             for rank, part in enumerate(allocation):
                 if part.node == node:
                     action = "stop" if rental.state == "stopping" else "run"
                     deadline = rental.notice_deadline if rental.state == "preempting" else None
-                    found.append(NodeAssignment(rental, part, action, deadline, peers, rank))
+                    found.append(NodeAssignment(rental, part, action, deadline, peers, rank, attempt))
         return found
 
     # --- failures -------------------------------------------------------------------------------------
@@ -496,3 +539,13 @@ def _owned(uow: UnitOfWork, caller: Caller, rental_id: str) -> Rental:
     if rental is None or (not caller.is_admin and rental.tenant_id != caller.tenant.id):
         raise NotFound(f"no rental {rental_id}")
     return rental
+
+
+def _restarts_together(rental: Rental, allocation: Sequence[NodeAllocation]) -> bool:
+    """Whether a failure restarts the rental's workload on all its nodes: on-failure, on several nodes."""
+    return rental.spec.restart == "on-failure" and len(allocation) > 1
+
+
+def gang_restarts(uow: UnitOfWork, rental_id: str) -> int:
+    """How many times the rental's workload was restarted on all its nodes: the attempt its runs follow."""
+    return sum(1 for event in uow.rentals.events(rental_id) if event.kind == RESTARTED)

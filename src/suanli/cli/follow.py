@@ -14,6 +14,7 @@ from suanli.wire.schemas import RentalResponse
 
 POLL_S = 1.0
 SUCCEEDED = "stopped"  # the state a rental ends in when its workload exits 0 (or the tenant stops it)
+RESTARTED = "restarted"  # the event of a multi-node rental's workload restarted on all its nodes
 # pending reasons that no free capacity cures: the fleet as it is has no node the request could ever run on
 NEVER_FITS = frozenset(reason.value for reason in queueing.NEVER_FITS)
 
@@ -38,9 +39,18 @@ def follow_rental(client: Client, rental: RentalResponse) -> int:
     `exit_status` gives it), else 1 (preempted, lost)."""
     shown = [_state_line(rental)]
     errors.print(Text(shown[0]))
+    restarts_told = [0]
+
+    def tell_restarts(current: RentalResponse) -> None:
+        """Each restart of the workload on all its nodes (a rank failed), once."""
+        restarts = [e.message for e in current.events if e.kind == RESTARTED]
+        for message in restarts[restarts_told[0] :]:
+            errors.print(Text(f"{rental.id}: restarted ({message})"))
+        restarts_told[0] = len(restarts)
 
     def note_state() -> None:
         current = client.rental(rental.id)
+        tell_restarts(current)
         line = _state_line(current)
         if line != shown[-1]:
             shown.append(line)
@@ -55,6 +65,7 @@ def follow_rental(client: Client, rental: RentalResponse) -> int:
         errors.print(Text(f"detached: {rental.id} goes on ({hint})"))
         return 130
     ended = client.rental(rental.id)
+    tell_restarts(ended)
     last = ended.events[-1].message if ended.events and ended.events[-1].message else ""
     errors.print(Text(f"{ended.id}: {ended.state}" + (f" ({last})" if last else "")))
     if ended.state == SUCCEEDED:

@@ -107,7 +107,9 @@ def rent(
             "pytorch-ngc) or any reference (ghcr.io/acme/trainer:1.2). Without a command its entrypoint runs."
         ),
     ] = None,
-    restart: Annotated[str, typer.Option(help="never, or on-failure (restart a failed workload).")] = "never",
+    restart: Annotated[
+        str, typer.Option(help="never, or on-failure (restart a failed workload, on all its nodes).")
+    ] = "never",
     max_restarts: Annotated[int, typer.Option(min=0, max=100, help="Restarts allowed with on-failure.")] = 0,
     idempotency_key: Annotated[str | None, typer.Option(help="Retry-safe key; default: a new one.")] = None,
     follow: Annotated[

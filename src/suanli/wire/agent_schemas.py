@@ -49,6 +49,13 @@ class WorkloadReportBody(WireModel):
     state: WorkloadStateName
     exit_code: int | None = Field(default=None, ge=-(2**31), le=2**31 - 1)
     message: str = Field(default="", max_length=500)
+    attempt: int = Field(
+        default=0,
+        ge=0,
+        le=2**31 - 1,
+        description="The assignment's `attempt` this run follows: an end reported for an earlier one is "
+        "ignored.",
+    )
 
 
 class MigInstanceReport(WireModel):
@@ -115,6 +122,13 @@ class AssignmentResponse(WireModel):
         "(rank 0 first); it changes when the rental grows or shrinks.",
     )
     node_rank: int = Field(default=0, ge=0, description="This node's rank among `peers`.")
+    attempt: int = Field(
+        default=0,
+        ge=0,
+        description="How many times a multi-node rental's workload was restarted on all its nodes "
+        "(on-failure: a failure on one node restarts every node's part); a higher one than the agent's "
+        "run restarts it.",
+    )
 
 
 class HeartbeatResponse(WireModel):

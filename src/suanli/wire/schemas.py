@@ -216,7 +216,9 @@ class RentalCreateRequest(WireModel):
     env: dict[str, str] = Field(default_factory=dict)
     restart: Literal["never", "on-failure"] = Field(
         default="never",
-        description="on-failure: the agent restarts a failed workload; a lost one is re-queued.",
+        description="on-failure: the agent restarts a failed workload (on several nodes, a failure on any "
+        "restarts it on all of them together, and `SUANLI_RESTART_COUNT` counts those restarts); a lost one "
+        "is re-queued.",
     )
     max_restarts: int = Field(default=0, ge=0, le=100)
 
