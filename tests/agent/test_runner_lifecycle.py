@@ -627,6 +627,7 @@ def test_a_gang_rank_that_fails_is_reported_and_restarted_only_when_the_server_r
     runner.step()
     report = client.reports[-1][0]
     assert (report.state, report.exit_code, report.attempt) == ("failed", 5, 0)
+    assert report.ran_s is not None and 0 <= report.ran_s < 10  # when it started, for the run's start
     runner.step()
     assert runner.local["r-gang"].state == "failed"  # not restarted alone
     client.assignments = [gang_part("r-gang", FAILS_ON_FIRST_RUN, 1)]

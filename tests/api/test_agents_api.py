@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from fastapi.testclient import TestClient
@@ -248,3 +248,32 @@ def test_a_failed_rank_restarts_the_gang_on_every_node_up_to_the_limit(client: T
     report(second, "running", 1)
     assert report(first, "failed", 1, 2) == []  # no restart left: the gang fails, the other rank is killed
     assert view()["state"] == "failed"
+
+
+def test_a_run_whose_first_report_is_its_end_starts_when_the_agent_says_it_started(
+    client: TestClient, tenant
+) -> None:
+    """A workload that ended between two heartbeats: its run starts `ran_s` before the report, not never;
+    a start the agent puts before the rental's placement is taken as the placement."""
+    _, owner = tenant("owner")
+    body = {"gpu_model": "L40S", "gpus": 1, "command": ["true"], "regions": []}
+    for ran_s, placed_floor in ((0.5, False), (10 * 24 * 3600.0, True)):
+        rental = client.post("/v1/rentals", json=body, headers=owner).json()
+        placed = wait_for(client, rental["id"], owner, "placed")
+        node = register_agent(client, placed["allocation"][0]["node"])
+        time.sleep(1.0)  # the workload started after its placement
+        workload = {"rental_id": rental["id"], "state": "succeeded", "exit_code": 0, "ran_s": ran_s}
+        assert (
+            client.post("/v1/agents/heartbeat", json={"workloads": [workload]}, headers=node).status_code
+            == 200
+        )
+        (run,) = client.get(f"/v1/rentals/{rental['id']}/runs", headers=owner).json()
+        started, ended = (datetime.fromisoformat(run[k]) for k in ("started_at", "ended_at"))
+        if placed_floor:
+            placed_at = next(e["at"] for e in placed["events"] if e["kind"] == "placed")
+            assert started == datetime.fromisoformat(placed_at)
+        else:
+            assert ended - started == timedelta(seconds=0.5)
+    refused = {"rental_id": rental["id"], "state": "running", "ran_s": -1}
+    answer = client.post("/v1/agents/heartbeat", json={"workloads": [refused]}, headers=node)
+    assert answer.status_code == 422

@@ -232,6 +232,7 @@ def test_a_two_node_rental_runs_until_its_last_rank_finishes(platform: Platform)
         done = wait_for_state(api, rental.id, "stopped")
         runs = api.rental_runs(rental.id)
         assert [(r.state, r.exit_code) for r in runs] == [("succeeded", 0), ("succeeded", 0)]
+        assert all(r.started_at is not None and r.started_at <= r.ended_at for r in runs), runs
         assert done.events[-1].kind == "stopped"
         wait_until(lambda: "rank 1 finished" in api.logs(rental.id).data, 5, "rank 1's output")
         assert sorted(api.logs(rental.id).data.splitlines()) == ["rank 0 done", "rank 1 finished"]

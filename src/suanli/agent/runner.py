@@ -107,6 +107,7 @@ class Local:
     unassigned: bool = False  # killed as no longer assigned here; reported once, then forgotten
     stale_record: Path | None = None  # the record of a run that ended with no agent here, till reported
     attempt: int = 0  # the server's count of restarts on all the rental's nodes that this run follows
+    launched_at: float | None = None  # monotonic time this agent started the workload (None: adopted)
 
 
 class AgentRunner:
@@ -246,6 +247,7 @@ class AgentRunner:
                 exit_code=local.exit_code,
                 message=local.message[:500],
                 attempt=local.attempt,
+                ran_s=None if local.launched_at is None else round(time.monotonic() - local.launched_at, 3),
             )
             for local in self.local.values()
         ]
@@ -430,6 +432,7 @@ class AgentRunner:
             spec = workload_spec(assignment, self.inventory, self.executor)
             self._write_nodes(assignment)
             local.workload = self.executor.launch(spec)
+            local.launched_at = time.monotonic()
             local.log_file = self.executor.paths(assignment.rental_id).log_file
             local.state = "running"
         except SuanliError as error:

@@ -60,7 +60,8 @@ def register(body: AgentRegisterRequest, service: AgentsDep) -> AgentRegisterRes
 @router.post("/agents/heartbeat", tags=["agents"])
 def heartbeat(body: HeartbeatRequest, key: NodeKeyDep, service: AgentsDep) -> HeartbeatResponse:
     reports = [
-        WorkloadReport(w.rental_id, w.state, w.exit_code, w.message, w.attempt) for w in body.workloads
+        WorkloadReport(w.rental_id, w.state, w.exit_code, w.message, w.attempt, w.ran_s)
+        for w in body.workloads
     ]
     telemetry = [t.model_dump() for t in body.telemetry]
     layouts = None

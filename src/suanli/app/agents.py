@@ -101,6 +101,7 @@ class WorkloadReport:
     exit_code: int | None = None
     message: str = ""
     attempt: int = 0  # the gang restarts the agent's run follows (`NodeAssignment.attempt`)
+    ran_s: float | None = None  # how long ago the agent started the workload (None: it cannot tell)
 
 
 @dataclass(frozen=True, slots=True)
@@ -350,7 +351,7 @@ class AgentService:
                 node,
                 report.state,
                 report.exit_code if ended else run.exit_code,
-                run.started_at or (now if report.state == "running" else None),
+                run.started_at or _started_at(rental, report, now),
                 run.ended_at or (now if ended else None),
                 now,
             )
@@ -539,6 +540,15 @@ def _owned(uow: UnitOfWork, caller: Caller, rental_id: str) -> Rental:
     if rental is None or (not caller.is_admin and rental.tenant_id != caller.tenant.id):
         raise NotFound(f"no rental {rental_id}")
     return rental
+
+
+def _started_at(rental: Rental, report: WorkloadReport, now: datetime) -> datetime | None:
+    """When a run first reported started: `ran_s` before the report (never before the rental was placed),
+    so a workload that ended within one heartbeat has its start too; without it, the first `running`."""
+    if report.ran_s is not None and report.state != "starting":
+        started = now - timedelta(seconds=report.ran_s)
+        return max(started, rental.placed_at) if rental.placed_at is not None else started
+    return now if report.state == "running" else None
 
 
 def _restarts_together(rental: Rental, allocation: Sequence[NodeAllocation]) -> bool:

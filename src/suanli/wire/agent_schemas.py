@@ -56,6 +56,14 @@ class WorkloadReportBody(WireModel):
         description="The assignment's `attempt` this run follows: an end reported for an earlier one is "
         "ignored.",
     )
+    ran_s: float | None = Field(
+        default=None,
+        ge=0,
+        le=10 * 365 * 24 * 3600,
+        description="Seconds since the agent started the workload, ended or not: the run's start is this "
+        "long before the report, so a workload that ends between two heartbeats has its start too. Absent "
+        "(an adopted workload): the first `running` report is its start.",
+    )
 
 
 class MigInstanceReport(WireModel):
