@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from suanli.agent import supervisor
 from suanli.agent.assignment import Assignment
 from suanli.agent.executors import (
     ExecutorError,
@@ -178,6 +179,20 @@ def test_bad_rental_ids_and_missing_programs_are_refused(tmp_path: Path, host: H
     assignment = Assignment("r-2", (), ("/nonexistent/program",))
     with pytest.raises(ExecutorError, match="cannot start"):
         executor.launch(workload_spec(assignment, host, executor))
+    typo = Assignment("r-3", (), ("pyhton3", "train.py"))
+    with pytest.raises(ExecutorError, match=r"cannot start 'pyhton3': not found in PATH \("):
+        executor.launch(workload_spec(typo, host, executor))
+
+
+def test_a_program_on_no_directory_of_path_is_not_found_whatever_exec_said(tmp_path: Path) -> None:
+    """A uid of its own cannot search /root/.local/bin: exec then says "Permission denied" for a program that
+    is nowhere on the PATH; the message says it is not found. One that is there keeps exec's reason."""
+    (tmp_path / "tool").write_text("#!/bin/sh\n")
+    denied = PermissionError(13, "Permission denied")
+    env = {"PATH": f"/root/.local/bin:{tmp_path}"}
+    assert supervisor._why("tol", env, denied) == f"not found in PATH (/root/.local/bin:{tmp_path})"
+    assert supervisor._why("tool", env, denied) == "[Errno 13] Permission denied"
+    assert supervisor._why("./tol", env, denied) == "[Errno 13] Permission denied"
 
 
 def _alive(pid: int) -> bool:

@@ -201,6 +201,17 @@ def test_rent_follow_prints_the_output_and_exits_with_the_workloads_code(platfor
     assert failed.stdout == "before\n"
     assert "failed" in failed.stderr.splitlines()[-1] and "exit code 3" in failed.stderr
 
+    # a program that is nowhere on the PATH: said so (the workload's uid may not search every directory, so
+    # exec can say "Permission denied"), and `logs` of a rental that ended silent says how it ended
+    typo = rent_follow("pyhton3", "-c", "print(1)")
+    assert typo.returncode == 1 and typo.stdout == "", typo.stdout + typo.stderr
+    assert "cannot start 'pyhton3': not found in PATH" in " ".join(typo.stderr.split()), typo.stderr
+    silent = subprocess.run(
+        [*SUANLI, "logs", typo.stderr.split(":")[0]], env=env, capture_output=True, text=True, timeout=30
+    )
+    assert silent.returncode == 0 and silent.stdout == "", silent.stdout + silent.stderr
+    assert ": failed, no output (on " in silent.stderr and "not found in PATH" in silent.stderr, silent.stderr
+
     # a request no node could ever run (3 GPUs on 2-GPU nodes): why, and what to do, while it waits
     with pytest.raises(subprocess.TimeoutExpired) as waiting:
         args = [*SUANLI, "rent", "-f", "H100-SXM-80GB:3", "--", "true"]

@@ -83,7 +83,7 @@ def main(argv: list[str]) -> int:
             command, env=request["env"], stdin=subprocess.DEVNULL, close_fds=True, **user
         )
     except OSError as error:
-        _answer(ready_fd, f"cannot start {command[0]!r}: {error}".encode())
+        _answer(ready_fd, f"cannot start {command[0]!r}: {_why(command[0], request['env'], error)}".encode())
         return 127
     _answer(ready_fd, STARTED)
     returncode = workload.wait()
@@ -95,6 +95,17 @@ def main(argv: list[str]) -> int:
     if ended.signal is not None:
         _end_by(ended.signal)
     return ended.exit_code
+
+
+def _why(program: str, env: dict[str, str], error: OSError) -> str:
+    """Why `program` could not start: "not found" when no directory of the workload's PATH holds it, even if
+    one it could not search made exec say "Permission denied" (a uid of its own cannot enter /root)."""
+    if "/" in program:
+        return str(error)
+    path = env.get("PATH", os.defpath)
+    if any(os.path.exists(os.path.join(folder or ".", program)) for folder in path.split(os.pathsep)):
+        return str(error)
+    return f"not found in PATH ({path})"
 
 
 def _answer(ready_fd: int, message: bytes) -> None:

@@ -12,12 +12,13 @@ from typing import Annotated
 
 import platformdirs
 import typer
+from rich.text import Text
 
 from suanli.agent.executor_choice import DEFAULT_UIDS, ExecutorKind, choose_executor, describe
 from suanli.agent.probe import DeclaredProbe, GpuProbe, NvmlProbe
 from suanli.agent.runner import AgentError, AgentRunner
 from suanli.cli.demo import run_demo
-from suanli.cli.follow import print_output
+from suanli.cli.follow import print_output, why_silent
 from suanli.cli.output import EXIT_USAGE, error_text, errors, logged_in
 from suanli.domain.errors import SuanliError
 
@@ -141,7 +142,8 @@ def logs(
 ) -> None:
     """A rental's output (stdout and stderr of its workload; of every node, as it came, or of one)."""
     with logged_in({"node": "--node"}) as client:
-        print_output(client, rental_id, follow, node=node)
+        if not print_output(client, rental_id, follow, node=node) and (why := why_silent(client, rental_id)):
+            errors.print(Text(why))
 
 
 def demo(

@@ -10,7 +10,7 @@ from rich.text import Text
 from suanli.cli.output import errors
 from suanli.client import Client
 from suanli.domain import queueing
-from suanli.wire.schemas import RentalResponse
+from suanli.wire.schemas import ENDED_STATES, RentalResponse
 
 POLL_S = 1.0
 SUCCEEDED = "stopped"  # the state a rental ends in when its workload exits 0 (or the tenant stops it)
@@ -25,12 +25,25 @@ def print_output(
     follow: bool,
     on_wait: Callable[[], None] | None = None,
     node: str | None = None,
-) -> None:
+) -> int:
     """Print the rental's output (every node's, or `node`'s) from the start; with `follow`, until it has
-    ended and all is printed. `on_wait` runs each time nothing new has come."""
+    ended and all is printed. `on_wait` runs each time nothing new has come. The characters printed."""
+    printed = 0
     for piece in client.output(rental_id, follow=follow, node=node, poll_s=POLL_S, on_wait=on_wait):
         sys.stdout.write(piece)
         sys.stdout.flush()
+        printed += len(piece)
+    return printed
+
+
+def why_silent(client: Client, rental_id: str) -> str | None:
+    """For a rental that ended with no output: its end and why, for stderr (a workload that could not start
+    says so only in its timeline). None while it may still print."""
+    rental = client.rental(rental_id)
+    if rental.state not in ENDED_STATES:
+        return None
+    last = rental.events[-1].message if rental.events and rental.events[-1].message else ""
+    return f"{rental.id}: {rental.state}, no output" + (f" ({last})" if last else "")
 
 
 def follow_rental(client: Client, rental: RentalResponse) -> int:
