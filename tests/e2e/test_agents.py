@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -229,6 +230,26 @@ def test_rent_follow_prints_the_output_and_exits_with_the_workloads_code(platfor
     assert attached.returncode == 130 and "detached: " in stderr, stderr
     with platform.tenant() as api:
         assert api.rental(stderr.split(":")[0]).state == "running"
+
+
+def test_a_workload_past_its_max_duration_is_stopped_and_rent_follow_exits_124(platform: Platform) -> None:
+    """`--max-duration 2` on a workload that would run a minute: the leader stops it at its time limit, the
+    agent sends SIGTERM (the workload says so), and `rent -f` exits 124, as timeout(1) does."""
+    env = {**os.environ, "SUANLI_URL": platform.url, "SUANLI_API_KEY": platform.tenant_key}
+    env["SUANLI_CONFIG_DIR"] = str(platform.tmp / "cli")
+    script = "trap 'echo got TERM; exit 143' TERM; echo started; for i in $(seq 600); do sleep 0.1; done"
+    args = [*SUANLI, "rent", "-f", "H100-SXM-80GB:1", "--max-duration", "2", "--", "sh", "-c", script]
+    began = time.monotonic()
+    followed = subprocess.run(args, env={**env, "COLUMNS": "300"}, capture_output=True, text=True, timeout=60)
+    assert followed.returncode == 124, followed.stdout + followed.stderr
+    assert followed.stdout.startswith("started\n") and "got TERM\n" in followed.stdout, followed.stdout
+    assert time.monotonic() - began < 30
+    why = r"stopping on [\w-]+ \(time_limit: stop requested at its max duration \(2 s since placement\)\)"
+    assert re.search(why, followed.stderr), followed.stderr
+    with platform.tenant() as api:
+        rental = api.rental(followed.stderr.split(":")[0])
+        assert rental.state == "stopped"
+        assert any(e.reason == "time_limit" for e in rental.events), rental.events
 
 
 def test_a_two_node_rental_runs_until_its_last_rank_finishes(platform: Platform) -> None:

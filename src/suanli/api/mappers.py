@@ -9,6 +9,7 @@ from suanli.app.contracts import ContractOrder, ContractQuote
 from suanli.app.fleet import NodeView
 from suanli.app.offers import Offer
 from suanli.app.records import (
+    LIVE_STATES,
     ApiKey,
     ContractOffer,
     ContractRecord,
@@ -96,6 +97,7 @@ def rental(view: RentalView) -> RentalResponse:
         quote=None if r.quote is None else QuoteResponse.model_validate(dict(r.quote)),
         notice_deadline=r.notice_deadline,
         expected_start_at=r.expected_start_at,
+        time_limit_at=r.time_limit_at if r.state in LIVE_STATES else None,
         events=[
             RentalEventResponse(at=e.at, kind=e.kind, reason=e.reason, message=e.message) for e in view.events
         ],

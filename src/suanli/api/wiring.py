@@ -214,14 +214,17 @@ def build(settings: Settings, clock: Clock | None = None) -> Services:
         missed_heartbeats=settings.agent_missed_heartbeats,
         token_ttl_s=settings.join_token_ttl_s,
     )
-    reaper = ReaperLoop(agents, loop.leadership, min(settings.agent_heartbeat_interval_s / 2, 5.0))
+    rentals = RentalService(uow, clock, CATALOG, wake, billing)
+    reaper = ReaperLoop(
+        agents, loop.leadership, min(settings.agent_heartbeat_interval_s / 2, 5.0), rentals=rentals
+    )
     services = Services(
         settings,
         engine,
         tenants,
         FleetService(uow, clock, cache, notice_horizon_s(scheduler.preemption)),
         OfferService(uow, clock, cache, CATALOG, billing.price_book, notice_horizon_s(scheduler.preemption)),
-        RentalService(uow, clock, CATALOG, wake, billing),
+        rentals,
         contracts,
         scheduler,
         loop,

@@ -90,6 +90,7 @@ class Rental:
     expected_start_at: datetime | None = None  # head of the backfill queue: its reserved start
     reserved_nodes: tuple[str, ...] = ()  # head of the backfill queue: the nodes drained for it
     promise: tuple[NodeAllocation, ...] | None = None  # preemptor: where it was promised capacity
+    time_limit_at: datetime | None = None  # placed with a max duration: when the leader stops it
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ from suanli.domain.plan import NodeAllocation
 from suanli.domain.request import Constraints, GpuSelector, GpuShare, MigSlice, Request, Tier, WholeGpus
 
 LIST_LIMIT = 1000
+TIME_LIMIT = "time_limit"  # the reason on the event of a rental stopped at its declared max duration
 # domain field names -> wire field names, for errors
 _FIELDS = {"gpu_milli": "share_milli", "gpu_memory_mib": "share_memory_mib", "node_count": "nodes"}
 
@@ -177,6 +178,15 @@ class RentalService:
             rentals = uow.rentals.list(None if caller.is_admin else caller.tenant.id, LIST_LIMIT)
             return [_view(uow, rental, caller) for rental in rentals]
 
+    def stop_overdue(self) -> list[str]:
+        """Stop the rentals at their time limit (`stop_overdue`); the ids stopped."""
+        with self.uow() as uow:
+            stopped = stop_overdue(uow, self.clock.now())
+            uow.commit()
+        if stopped:
+            self.signal()
+        return stopped
+
     def stop(self, caller: Caller, rental_id: str) -> RentalView:
         with self.uow() as uow:
             rental = self._owned(uow, caller, rental_id)
@@ -305,16 +315,28 @@ def _milli(size: tuple[int, float]) -> int:
     return nodes * round(per_node * 1000)
 
 
-def stop_in(uow: UnitOfWork, rental: Rental, now: datetime, why: str) -> None:
+def stop_in(uow: UnitOfWork, rental: Rental, now: datetime, why: str, reason: str | None = None) -> None:
     """Stop a rental inside a unit of work: a running workload is stopped by its agent (`stopping`), one
-    not started yet is stopped and released at once; ended, stopping or preempting ones are left alone."""
+    not started yet is stopped and released at once; ended, stopping or preempting ones are left alone.
+    `reason` goes on the event (`time_limit`: the leader stopped it at its declared max duration)."""
     if rental.state in ("starting", "running"):
         uow.rentals.set_state(rental.id, "stopping", expect=(rental.state,), reason=None)
-        uow.rentals.add_event(rental.id, RentalEvent(now, "stopping", None, f"stop requested {why}"))
+        uow.rentals.add_event(rental.id, RentalEvent(now, "stopping", reason, f"stop requested {why}"))
     elif rental.state not in END_STATES and rental.state not in ("stopping", "preempting"):
         uow.rentals.set_state(rental.id, "stopped", expect=("pending", *LIVE_STATES), reason=None)
         uow.rentals.release(rental.id, at=now)
-        uow.rentals.add_event(rental.id, RentalEvent(now, "stopped", None, f"stopped {why}"))
+        uow.rentals.add_event(rental.id, RentalEvent(now, "stopped", reason, f"stopped {why}"))
+
+
+def stop_overdue(uow: UnitOfWork, now: datetime) -> list[str]:
+    """Stop every placed, starting or running rental at or past its time limit (placement + its declared
+    max duration), as Slurm ends a job at its time limit: backfill and maintenance plans count on it."""
+    stopped = []
+    for rental in uow.rentals.overdue(now):
+        limit_s = rental.spec.max_duration_s
+        stop_in(uow, rental, now, f"at its max duration ({limit_s} s since placement)", TIME_LIMIT)
+        stopped.append(rental.id)
+    return stopped
 
 
 def _view(uow: UnitOfWork, rental: Rental, viewer: Caller | None) -> RentalView:

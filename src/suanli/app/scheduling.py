@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 
 from suanli.app.booking import bookings_for
@@ -532,7 +532,9 @@ class Scheduler:
                 for a in placement.nodes
                 for piece in a.slices
             )
-        if not uow.rentals.mark_placed(rental.id, now, price, quoted):
+        limit_s = rental.spec.max_duration_s
+        time_limit_at = None if limit_s is None else now + timedelta(seconds=limit_s)
+        if not uow.rentals.mark_placed(rental.id, now, price, quoted, time_limit_at=time_limit_at):
             return self._unplace(placement)
         rows = bookings_for(placement.nodes, self._node, uow.rentals.booked_slots)
         allocation_ids = uow.rentals.book(rental.id, placement.nodes, rows, at=now)

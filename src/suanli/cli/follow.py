@@ -15,6 +15,8 @@ from suanli.wire.schemas import ENDED_STATES, RentalResponse
 POLL_S = 1.0
 SUCCEEDED = "stopped"  # the state a rental ends in when its workload exits 0 (or the tenant stops it)
 RESTARTED = "restarted"  # the event of a multi-node rental's workload restarted on all its nodes
+TIME_LIMIT = "time_limit"  # the reason on the event of a rental the leader stopped at its max duration
+TIMED_OUT = 124  # the exit status then, as timeout(1)'s
 # pending reasons that no free capacity cures: the fleet as it is has no node the request could ever run on
 NEVER_FITS = frozenset(reason.value for reason in queueing.NEVER_FITS)
 
@@ -49,7 +51,7 @@ def why_silent(client: Client, rental_id: str) -> str | None:
 def follow_rental(client: Client, rental: RentalResponse) -> int:
     """Print a new rental's state as it changes while it waits, then its output until it ends; its last
     event on stderr. Returns the exit status: 0 when it ended `stopped`, else its workload's exit code (as
-    `exit_status` gives it), else 1 (preempted, lost)."""
+    `exit_status` gives it), else 1 (preempted, lost); 124 when stopped at its max duration, as timeout(1)."""
     shown = [_state_line(rental)]
     errors.print(Text(shown[0]))
     restarts_told = [0]
@@ -81,6 +83,8 @@ def follow_rental(client: Client, rental: RentalResponse) -> int:
     tell_restarts(ended)
     last = ended.events[-1].message if ended.events and ended.events[-1].message else ""
     errors.print(Text(f"{ended.id}: {ended.state}" + (f" ({last})" if last else "")))
+    if any(event.reason == TIME_LIMIT for event in ended.events):
+        return TIMED_OUT
     if ended.state == SUCCEEDED:
         return 0
     codes = [run.exit_code for run in client.rental_runs(rental.id) if run.exit_code]
@@ -112,4 +116,9 @@ def _state_line(rental: RentalResponse) -> str:
     if rental.state == "pending" and rental.pending_reason:
         why = next((e.message for e in reversed(rental.events) if e.kind == "pending" and e.message), "")
         return f"{line} ({rental.pending_reason}" + (f": {why})" if why else ")")
-    return f"{line} on {where}" if where else line
+    line = f"{line} on {where}" if where else line
+    if rental.state == "stopping":  # stopped by the platform (its time limit) rather than by its tenant
+        stop = next((e for e in reversed(rental.events) if e.kind == "stopping"), None)
+        if stop is not None and stop.reason:
+            line += f" ({stop.reason}: {stop.message})"
+    return line

@@ -99,7 +99,10 @@ def rent(
         int | None,
         typer.Option(help="A share's GPU memory, MiB (with a share, e.g. L40S:0.5); default: none held."),
     ] = None,
-    max_duration: Annotated[int | None, typer.Option(help="Declared max run time, seconds.")] = None,
+    max_duration: Annotated[
+        int | None,
+        typer.Option(help="Max run time, seconds: stopped then (and it may start sooner, ahead of a queue)."),
+    ] = None,
     image: Annotated[
         str | None,
         typer.Option(
@@ -359,6 +362,8 @@ def _rental_detail(rental: RentalResponse) -> Group:
         header += f", pending: {_pending(rental)}"
     if rental.price_micros_per_hour is not None:
         header += f", {micros(rental.price_micros_per_hour)}/h"
+    if rental.time_limit_at is not None:
+        header += f", stops at {rental.time_limit_at:%Y-%m-%d %H:%M:%S} UTC (max duration)"
     if rental.preempted_by:
         deadline = f" until {rental.notice_deadline:%Y-%m-%d %H:%M:%S} UTC" if rental.notice_deadline else ""
         by = PREEMPTED_BY.get(rental.preempted_by, rental.preempted_by)

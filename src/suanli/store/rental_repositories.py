@@ -79,6 +79,15 @@ class SqlRentals(RentalMoneyReads):
         )
         return [rental_from_row(r) for r in self.s.scalars(query)]
 
+    def overdue(self, now: datetime, limit: int = 500) -> list[Rental]:
+        query = (
+            select(RentalRow)
+            .where(RentalRow.time_limit_at <= now, RentalRow.state.in_(("placed", "starting", "running")))
+            .order_by(RentalRow.time_limit_at, RentalRow.id)
+            .limit(limit)
+        )
+        return [rental_from_row(r) for r in self.s.scalars(query)]
+
     def preempting(self) -> list[Rental]:
         query = select(RentalRow).where(RentalRow.state == "preempting").order_by(RentalRow.id)
         return [rental_from_row(r) for r in self.s.scalars(query)]
@@ -177,10 +186,17 @@ class SqlRentals(RentalMoneyReads):
         )
 
     def mark_placed(
-        self, rental_id: str, at: datetime, price_micros_per_hour: int, quote: dict[str, Any] | None = None
+        self,
+        rental_id: str,
+        at: datetime,
+        price_micros_per_hour: int,
+        quote: dict[str, Any] | None = None,
+        *,
+        time_limit_at: datetime | None = None,
     ) -> bool:
-        """A pending rental becomes placed at `at`, at its price (and quote), in one statement; False, and
-        nothing changed, when it is no longer pending (stopped or changed since it was read)."""
+        """A pending rental becomes placed at `at`, at its price (and quote), to be stopped at `time_limit_at`
+        (None: never), in one statement; False, and nothing changed, when it is no longer pending (stopped
+        or changed since it was read)."""
         values: dict[str, Any] = {
             "state": "placed",
             "pending_reason": None,
@@ -191,6 +207,7 @@ class SqlRentals(RentalMoneyReads):
             "promise": None,
             "placed_at": at,
             "price_micros_per_hour": price_micros_per_hour,
+            "time_limit_at": time_limit_at,
         }
         if quote is not None:
             values["quote"] = quote

@@ -43,6 +43,7 @@ def rental_from_row(row: RentalRow) -> Rental:
         row.expected_start_at,
         tuple(row.reserved_nodes or ()),
         None if row.promise is None else tuple(allocation_from_json(a) for a in row.promise),
+        row.time_limit_at,
     )
 
 

@@ -107,6 +107,8 @@ class RentalRow(Base):
     image: Mapped[str | None] = mapped_column(String(255), nullable=True)
     # set by the meter once the rental has ended and its final charge is posted (0006): not metered again
     billing_closed_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    # placed with a declared max duration: when the leader stops it (placement + the duration; 0025)
+    time_limit_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True, index=True)
 
 
 class RentalEventRow(Base):

@@ -317,6 +317,12 @@ class RentalResponse(WireModel):
         "it, the rentals ahead of it ending at their declared max duration. It starts then at the latest, "
         "sooner if they end early, unless a higher tier or a contract holder takes the capacity.",
     )
+    time_limit_at: datetime | None = Field(
+        default=None,
+        description="Live with a declared max duration: when it is stopped (its placement plus the duration; "
+        "the workload gets SIGTERM, then SIGKILL after the agent's grace), as Slurm ends a job at its time "
+        "limit, since the scheduler's backfill and maintenance plans count on it.",
+    )
     quote: QuoteResponse | None = Field(default=None, description="The price breakdown at creation.")
     rate_changes: list[RateChangeResponse] = Field(
         default_factory=list,
