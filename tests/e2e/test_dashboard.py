@@ -101,6 +101,20 @@ def test_a_tenant_signs_in_rents_from_an_offer_and_reads_the_output(page: Page, 
     expect(page.locator("#console")).to_be_hidden()
 
 
+def test_a_rental_with_max_hours_shows_when_it_stops_and_is_stopped_then(
+    page: Page, platform: Platform
+) -> None:
+    sign_in(page, platform)
+    page.fill("#rent-model", "H100-SXM-80GB")
+    page.fill("#rent-hours", "0.0006")  # 2 s
+    page.fill("#rent-command", "echo up; sleep 60")
+    page.click("#rent-form button")
+    expect(page.locator("#detail-summary")).to_contain_text("(max hours)")
+    expect(page.locator("#detail-summary")).to_contain_text("stopped", timeout=20_000)
+    expect(page.locator("#detail-summary")).not_to_contain_text("stops at")
+    expect(page.locator("#detail-events")).to_contain_text("time_limit")
+
+
 def test_a_two_node_rentals_output_is_read_one_node_at_a_time(page: Page, platform: Platform) -> None:
     """Each rank prints its node rank; "every node" shows both lines, and picking a node shows its alone."""
     sign_in(page, platform)

@@ -374,6 +374,7 @@ async function refreshDetail() {
   if (rental.pending_reason) parts.push(`waiting: ${rental.pending_reason}`);
   if (rental.expected_start_at) parts.push(`starts by ${rental.expected_start_at}`);
   if (rental.notice_deadline) parts.push(`preempted, ends at ${rental.notice_deadline}`);
+  if (rental.time_limit_at) parts.push(`stops at ${rental.time_limit_at} (max hours)`);
   $("detail-summary").textContent = parts.join(" · ");
   $("detail-stop").disabled = ["stopped", "failed", "lost", "preempted", "stopping"].includes(rental.state);
   const body = $("detail-events").tBodies[0];
