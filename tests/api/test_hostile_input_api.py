@@ -143,3 +143,18 @@ def test_a_tenants_fleet_put_is_refused_before_its_body_is_read_and_an_admins_is
     )
     assert declared.status_code == 413, declared.text
     assert client.get("/v1/nodes", headers=ADMIN).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "env",
+    [{"CUDA_VISIBLE_DEVICES": "0"}, {"SUANLI_NODE_RANK": "0"}, {"1BAD": "x"}, {"A": "nul\0byte"}],
+    ids=["devices", "reserved-prefix", "bad-name", "nul"],
+)
+def test_an_env_the_agent_would_refuse_is_refused_at_creation_naming_env(client, env) -> None:
+    """Not a rental that fails on its node later: a 400 naming `env`, and nothing stored."""
+    _, headers = _funded(client)
+    body = {"gpu_model": "L40S", "gpus": 1, "command": ["true"], "env": env}
+    response = client.post("/v1/rentals", json=body, headers=headers)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["field"] == "env"
+    assert client.get("/v1/rentals", headers=headers).json() == []

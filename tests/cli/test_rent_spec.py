@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from suanli.cli.rent_spec import GpuSpec, SpecError, money_to_micros, parse_gpu_spec
+from suanli.cli.rent_spec import GpuSpec, SpecError, duration_s, env_pairs, money_to_micros, parse_gpu_spec
 
 
 @pytest.mark.parametrize(
@@ -40,3 +40,32 @@ def test_money_is_exact(text: str, micros: int) -> None:
 def test_bad_money_is_refused(text: str) -> None:
     with pytest.raises(SpecError):
         money_to_micros(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("3600", 3600),
+        ("90m", 5400),
+        ("2h", 7200),
+        ("1h30m", 5400),
+        ("1:30:00", 5400),
+        ("1.5h", 5400),
+        ("1d", 86400),
+    ],
+)
+def test_durations_read_as_people_write_them(text: str, seconds: int) -> None:
+    assert duration_s(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["soon", "", "0", "-5m"], ids=str)
+def test_a_duration_that_is_not_one_says_what_is(text: str) -> None:
+    with pytest.raises(SpecError, match="duration"):
+        duration_s(text)
+
+
+def test_env_items_are_name_equals_value() -> None:
+    assert env_pairs(["A=1", "B=x=y", "C=", "A=2"]) == {"A": "2", "B": "x=y", "C": ""}
+    for bad in ("A", "=1"):
+        with pytest.raises(SpecError, match="NAME=VALUE"):
+            env_pairs([bad])

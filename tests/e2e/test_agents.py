@@ -237,8 +237,9 @@ def test_a_workload_past_its_max_duration_is_stopped_and_rent_follow_exits_124(p
     agent sends SIGTERM (the workload says so), and `rent -f` exits 124, as timeout(1) does."""
     env = {**os.environ, "SUANLI_URL": platform.url, "SUANLI_API_KEY": platform.tenant_key}
     env["SUANLI_CONFIG_DIR"] = str(platform.tmp / "cli")
-    script = "trap 'echo got TERM; exit 143' TERM; echo started; for i in $(seq 600); do sleep 0.1; done"
-    args = [*SUANLI, "rent", "-f", "H100-SXM-80GB:1", "--max-duration", "2", "--", "sh", "-c", script]
+    script = "trap 'echo got TERM; exit 143' TERM; echo $WHAT; for i in $(seq 600); do sleep 0.1; done"
+    args = [*SUANLI, "rent", "-f", "H100-SXM-80GB:1", "--max-duration", "2s", "-e", "WHAT=started"]
+    args += ["--", "sh", "-c", script]
     began = time.monotonic()
     followed = subprocess.run(args, env={**env, "COLUMNS": "300"}, capture_output=True, text=True, timeout=60)
     assert followed.returncode == 124, followed.stdout + followed.stderr
@@ -248,8 +249,23 @@ def test_a_workload_past_its_max_duration_is_stopped_and_rent_follow_exits_124(p
     assert re.search(why, followed.stderr), followed.stderr
     with platform.tenant() as api:
         rental = api.rental(followed.stderr.split(":")[0])
-        assert rental.state == "stopped"
+        assert rental.state == "stopped" and rental.request.env == {"WHAT": "started"}
         assert any(e.reason == "time_limit" for e in rental.events), rental.events
+
+    # bad input is named: by the CLI before asking, by the server for a variable the platform sets
+    for extra, said in (
+        (["--max-duration", "soon"], "--max-duration: not a duration: 'soon'"),
+        (["-e", "WHAT"], "--env: not NAME=VALUE: 'WHAT'"),
+        (["-e", "CUDA_VISIBLE_DEVICES=0"], "--env: environment variable CUDA_VISIBLE_DEVICES is set by the"),
+    ):
+        refused = subprocess.run(
+            [*SUANLI, "rent", "H100-SXM-80GB:1", *extra, "--", "true"],
+            env={**env, "COLUMNS": "300"},
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert refused.returncode != 0 and said in refused.stderr, refused.stderr
 
 
 def test_a_two_node_rental_runs_until_its_last_rank_finishes(platform: Platform) -> None:

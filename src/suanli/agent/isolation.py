@@ -28,28 +28,13 @@ mixed with other slices, and shares of different sizes.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 
 from suanli.agent.assignment import Assignment
 from suanli.agent.probe import GpuDevice, HostInventory, MigDevice, ProbeError
 from suanli.domain.errors import SuanliError
 from suanli.domain.plan import Slice
-
-ISOLATION_VARIABLES = (
-    "CUDA_VISIBLE_DEVICES",
-    "NVIDIA_VISIBLE_DEVICES",
-    "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
-    "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
-    "CUDA_MPS_PIPE_DIRECTORY",
-    "HIP_VISIBLE_DEVICES",
-    "ROCR_VISIBLE_DEVICES",
-    "ASCEND_RT_VISIBLE_DEVICES",
-    "SUANLI_RENTAL_ID",
-    "SUANLI_NOTICE_FILE",
-)
-RESERVED_PREFIXES = ("SUANLI_", "CUDA_MPS_")
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+from suanli.domain.workload_env import env_problem
 
 
 class IsolationError(SuanliError):
@@ -79,16 +64,8 @@ def workload_env(
 
 def check_user_env(env: Mapping[str, str]) -> None:
     """Raise IsolationError for a bad variable name or value, or one that would override isolation."""
-    for name, value in env.items():
-        if not isinstance(name, str) or not _NAME.match(name):
-            raise IsolationError(f"invalid environment variable name {name!r}")
-        if not isinstance(value, str) or "\0" in value:
-            raise IsolationError(f"environment variable {name} must be a string without NUL bytes")
-        if name in ISOLATION_VARIABLES or name.startswith(RESERVED_PREFIXES):
-            raise IsolationError(
-                f"environment variable {name} is set by the platform to isolate the rental and cannot be "
-                "overridden; remove it from the rental's env"
-            )
+    if (problem := env_problem(env)) is not None:
+        raise IsolationError(problem)
 
 
 def device_env(slices: tuple[Slice, ...], inventory: HostInventory) -> dict[str, str]:

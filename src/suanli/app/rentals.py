@@ -26,6 +26,7 @@ from suanli.domain.errors import CatalogError, RequestError
 from suanli.domain.images import RUNS_IMAGES_LABEL, check_image
 from suanli.domain.plan import NodeAllocation
 from suanli.domain.request import Constraints, GpuSelector, GpuShare, MigSlice, Request, Tier, WholeGpus
+from suanli.domain.workload_env import env_problem
 
 LIST_LIMIT = 1000
 TIME_LIMIT = "time_limit"  # the reason on the event of a rental stopped at its declared max duration
@@ -85,6 +86,8 @@ def check_spec(spec: RentalSpec, catalog: Catalog) -> None:
             raise Invalid(f"no {spec.gpu_model} has MIG profile {spec.mig_profile!r}", field="mig_profile")
     if spec.bid_micros_per_gpu_hour is not None and spec.tier != "spot":
         raise Invalid("a bid is for the spot tier only", field="bid_micros_per_gpu_hour")
+    if (problem := env_problem(spec.env)) is not None:
+        raise Invalid(problem, field="env")
     if spec.image is not None:
         try:
             check_image(spec.image)

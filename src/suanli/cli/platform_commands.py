@@ -22,7 +22,7 @@ from suanli.cli.output import (
     table,
     valid_input,
 )
-from suanli.cli.rent_spec import SpecError, money_to_micros, parse_gpu_spec
+from suanli.cli.rent_spec import SpecError, duration_s, env_pairs, money_to_micros, parse_gpu_spec
 from suanli.client import Client
 from suanli.wire.schemas import (
     NodeResponse,
@@ -41,6 +41,7 @@ RENT_OPTIONS = {
     "memory_mib": "--memory",
     "bid_micros_per_gpu_hour": "--bid",
     "max_duration_s": "--max-duration",
+    "env": "--env",
     "max_restarts": "--max-restarts",
     "image": "--image",
     "regions": "--region",
@@ -100,8 +101,15 @@ def rent(
         typer.Option(help="A share's GPU memory, MiB (with a share, e.g. L40S:0.5); default: none held."),
     ] = None,
     max_duration: Annotated[
-        int | None,
-        typer.Option(help="Max run time, seconds: stopped then (and it may start sooner, ahead of a queue)."),
+        str | None,
+        typer.Option(
+            help="Max run time (90m, 2h, 1h30m, 1:30:00 or seconds): stopped then, and it may start sooner, "
+            "ahead of a queue."
+        ),
+    ] = None,
+    env: Annotated[
+        list[str] | None,
+        typer.Option("--env", "-e", help="NAME=VALUE in the workload's environment (repeatable)."),
     ] = None,
     image: Annotated[
         str | None,
@@ -134,6 +142,16 @@ def rent(
     except SpecError as error:
         errors.print(error_text(str(error)))
         raise typer.Exit(EXIT_USAGE) from None
+    try:
+        max_duration_s = duration_s(max_duration) if max_duration is not None else None
+    except SpecError as error:
+        errors.print(error_text(f"--max-duration: {error}"))
+        raise typer.Exit(EXIT_USAGE) from None
+    try:
+        variables = env_pairs(env or [])
+    except SpecError as error:
+        errors.print(error_text(f"--env: {error}"))
+        raise typer.Exit(EXIT_USAGE) from None
     if tier not in ("on_demand", "spot", "reserved"):
         errors.print(error_text(f"--tier {tier!r}: use on_demand, spot or reserved"))
         raise typer.Exit(EXIT_USAGE)
@@ -157,9 +175,10 @@ def rent(
             bid_micros_per_gpu_hour=bid_micros,
             regions=region or [],
             jurisdictions=jurisdiction or [],
-            max_duration_s=max_duration,
+            max_duration_s=max_duration_s,
             image=image,
             command=command or [],
+            env=variables,
             restart=restart,  # type: ignore[arg-type]
             max_restarts=max_restarts,
         )

@@ -1,9 +1,14 @@
-"""Parse the GPU part of `suanli rent`: `H100:8`, `A100-80GB:3g.40gb`, `L40S:0.5`, `H100`, `cpu`."""
+"""Parse what `suanli rent` is given in its own forms: the GPU spec (`H100:8`, `A100-80GB:3g.40gb`,
+`L40S:0.5`, `H100`, `cpu`), a bid, a duration (`90m`, `2h`, `1h30m`, `1:30:00`, seconds) and `--env`'s
+`NAME=VALUE`."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+from pytimeparse2 import parse as parse_time
 
 MIG_PROFILE = re.compile(r"^\d+g\.\d+gb(\+me)?$")
 
@@ -60,3 +65,24 @@ def money_to_micros(text: str) -> int:
         raise SpecError(f"not an amount: {text!r} (use e.g. 1.9)")
     whole, fraction = match.group(1), (match.group(2) or "").ljust(6, "0")
     return int(whole) * 1_000_000 + int(fraction)
+
+
+def duration_s(text: str) -> int:
+    """`90m`, `2h`, `1h30m`, `1:30:00`, `1d` or plain seconds -> whole seconds (at least 1)."""
+    seconds = parse_time(text.strip())
+    if seconds is None:
+        raise SpecError(f"not a duration: {text!r} (use e.g. 90m, 2h, 1h30m, 1:30:00 or seconds)")
+    if seconds < 1:
+        raise SpecError(f"a duration is 1 s or more (got {text!r})")
+    return round(seconds)
+
+
+def env_pairs(items: Sequence[str]) -> dict[str, str]:
+    """`NAME=VALUE` items -> a mapping (the value may hold `=` or be empty; a later NAME wins)."""
+    env: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise SpecError(f"not NAME=VALUE: {item!r}")
+        env[name] = value
+    return env
