@@ -63,8 +63,16 @@ def test_migration_0024_numbers_the_chunks_stored_before_it(database_url: str) -
     downgrade(engine, "0023")
     sessions = session_factory(engine)
     with SqlAgentUnitOfWork(sessions) as uow:
-        _add_rental(uow, "rnt_old")
+        uow.tenants.add(Tenant("ten_logs", "logs", "tenant", T0))
         uow.commit()
+    with engine.begin() as connection:  # the rentals table as it was then (no later columns)
+        connection.execute(
+            text(
+                "INSERT INTO rentals (id, tenant_id, state, spec, created_at, fingerprint) "
+                "VALUES ('rnt_old', 'ten_logs', 'running', '{}', :at, '')"
+            ),
+            {"at": T0},
+        )
     chunks = [("gpu-01", "a1\n"), ("gpu-02", "b1\n"), ("gpu-01", "a2 ünï\n")]
     insert = text(
         "INSERT INTO rental_logs (rental_id, node, node_offset, size_bytes, data, at) "
