@@ -197,3 +197,24 @@ def test_offers_show_room_for_shares_where_no_whole_gpu_is_left(client: TestClie
     assert wait_for(client, last, alice, "placed")["state"] == "placed"
     assert client.get(f"/v1/rentals/{held}", headers=alice).json()["state"] == "pending"
     assert rows("profile=share") == [(True, 15, 4, 250, 16 * 1024)]
+
+
+def test_rentals_are_listed_by_state_and_an_unknown_state_is_named(client: TestClient, tenant) -> None:
+    _, headers = tenant("lister")
+    body = {"gpu_model": "L40S", "gpus": 1, "command": ["true"]}
+    kept = client.post("/v1/rentals", json=body, headers=headers).json()
+    stopped = client.post("/v1/rentals", json=body, headers=headers).json()
+    wait_for(client, kept["id"], headers, "placed")
+    client.post(f"/v1/rentals/{stopped['id']}/stop", headers=headers)
+
+    def listed(query: str) -> list[str]:
+        response = client.get(f"/v1/rentals{query}", headers=headers)
+        assert response.status_code == 200, response.text
+        return [r["id"] for r in response.json()]
+
+    assert listed("") == [stopped["id"], kept["id"]]  # newest first
+    assert listed("?state=stopped") == [stopped["id"]]
+    assert listed("?state=placed&state=running") == [kept["id"]]
+    assert listed("?state=failed") == []
+    refused = client.get("/v1/rentals?state=sleeping", headers=headers)
+    assert 400 <= refused.status_code < 500 and "state" in refused.text

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Response, status
+from fastapi import APIRouter, Header, Query, Response, status
 
 from suanli.api import mappers
 from suanli.api.deps import CallerDep, ServicesDep
@@ -17,6 +17,7 @@ from suanli.wire.schemas import (
     RentalCreateRequest,
     RentalResizeRequest,
     RentalResponse,
+    RentalState,
 )
 
 router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
@@ -38,8 +39,16 @@ def create_rental(
 
 
 @router.get("/rentals", tags=["rentals"])
-def list_rentals(caller: CallerDep, services: ServicesDep) -> list[RentalResponse]:
-    return [mappers.rental(v) for v in services.rentals.list(caller)]
+def list_rentals(
+    caller: CallerDep,
+    services: ServicesDep,
+    state: Annotated[
+        list[RentalState] | None,
+        Query(description="Only rentals in these states (repeatable: `?state=pending&state=running`)."),
+    ] = None,
+) -> list[RentalResponse]:
+    """Your rentals, newest first (at most 1,000), or those in the states asked for."""
+    return [mappers.rental(v) for v in services.rentals.list(caller, state or ())]
 
 
 @router.get("/rentals/{rental_id}", tags=["rentals"])

@@ -175,10 +175,11 @@ class RentalService:
             uow.read_snapshot()  # the rental, its allocation, events and rates as of one moment
             return _view(uow, self._owned(uow, caller, rental_id), caller)
 
-    def list(self, caller: Caller) -> list[RentalView]:
+    def list(self, caller: Caller, states: Sequence[str] = ()) -> list[RentalView]:
+        """The caller's rentals (an admin's: everyone's), newest first; only those in `states` when given."""
         with self.uow() as uow:
             uow.read_snapshot()
-            rentals = uow.rentals.list(None if caller.is_admin else caller.tenant.id, LIST_LIMIT)
+            rentals = uow.rentals.list(None if caller.is_admin else caller.tenant.id, LIST_LIMIT, states)
             return [_view(uow, rental, caller) for rental in rentals]
 
     def stop_overdue(self) -> list[str]:

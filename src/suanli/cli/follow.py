@@ -82,8 +82,11 @@ def follow_rental(client: Client, rental: RentalResponse) -> int:
     ended = client.rental(rental.id)
     tell_restarts(ended)
     last = ended.events[-1].message if ended.events and ended.events[-1].message else ""
+    limit = next((e for e in ended.events if e.reason == TIME_LIMIT), None)
+    if limit is not None:  # said even when no poll saw it `stopping`
+        last = f"{TIME_LIMIT}: {limit.message}" + (f"; {last}" if last and last != limit.message else "")
     errors.print(Text(f"{ended.id}: {ended.state}" + (f" ({last})" if last else "")))
-    if any(event.reason == TIME_LIMIT for event in ended.events):
+    if limit is not None:
         return TIMED_OUT
     if ended.state == SUCCEEDED:
         return 0

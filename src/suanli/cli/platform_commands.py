@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, get_args
 
 import typer
 from rich.console import Group
@@ -25,14 +25,18 @@ from suanli.cli.output import (
 from suanli.cli.rent_spec import SpecError, duration_s, env_pairs, money_to_micros, parse_gpu_spec
 from suanli.client import Client
 from suanli.wire.schemas import (
+    ENDED_STATES,
     NodeResponse,
     OfferResponse,
     RentalCreateRequest,
     RentalResponse,
+    RentalState,
 )
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of a table.")]
 
+
+RENTAL_STATES: tuple[str, ...] = get_args(RentalState)  # in the order a rental moves through them
 
 # request fields -> the options that set them, for messages about bad values
 RENT_OPTIONS = {
@@ -189,10 +193,25 @@ def rent(
     emit(rental, as_json, _rental_detail)
 
 
-def ls(as_json: JsonFlag = False) -> None:
-    """Your rentals."""
+def ls(
+    state: Annotated[
+        list[str] | None,
+        typer.Option(help=f"Only this state (repeatable): {', '.join(RENTAL_STATES)}."),
+    ] = None,
+    live: Annotated[
+        bool, typer.Option("--live", help="Only those waiting or holding GPUs (pending to stopping).")
+    ] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Your rentals, newest first."""
+    wanted = set(state or ())
+    if unknown := sorted(wanted.difference(RENTAL_STATES)):
+        errors.print(error_text(f"--state {unknown[0]!r}: use one of {', '.join(RENTAL_STATES)}"))
+        raise typer.Exit(EXIT_USAGE)
+    if live:
+        wanted.update(s for s in RENTAL_STATES if s not in ENDED_STATES)
     with logged_in() as client:
-        rentals = client.rentals()
+        rentals = client.rentals(wanted)
     emit(rentals, as_json, _rentals_table)
 
 

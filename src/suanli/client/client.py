@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -194,8 +194,10 @@ class Client:
             retry=idempotency_key is not None,
         )
 
-    def rentals(self) -> list[RentalResponse]:
-        return self._call("GET", "/v1/rentals", list[RentalResponse])
+    def rentals(self, states: Iterable[str] = ()) -> list[RentalResponse]:
+        """Your rentals, newest first; only those in `states` when given (e.g. `{"pending", "running"}`)."""
+        params = [("state", state) for state in sorted(states)]
+        return self._call("GET", "/v1/rentals", list[RentalResponse], params=params or None)
 
     def rental(self, rental_id: str) -> RentalResponse:
         return self._call("GET", f"/v1/rentals/{rental_id}", RentalResponse)
@@ -451,7 +453,7 @@ class Client:
         *,
         body: BaseModel | None = None,
         content: bytes | None = None,
-        params: dict[str, str] | None = None,
+        params: dict[str, str] | list[tuple[str, str]] | None = None,
         headers: dict[str, str] | None = None,
         retry: bool | None = None,
         raw: bool = False,

@@ -67,10 +67,12 @@ class SqlRentals(RentalMoneyReads):
         )
         return None if row is None else rental_from_row(row)
 
-    def list(self, tenant_id: str | None, limit: int) -> list[Rental]:
+    def list(self, tenant_id: str | None, limit: int, states: Sequence[str] = ()) -> list[Rental]:
         query = select(RentalRow).order_by(RentalRow.created_at.desc(), RentalRow.id).limit(limit)
         if tenant_id is not None:
             query = query.where(RentalRow.tenant_id == tenant_id)
+        if states:
+            query = query.where(RentalRow.state.in_(list(states)))
         return [rental_from_row(r) for r in self.s.scalars(query)]
 
     def pending(self) -> list[Rental]:
