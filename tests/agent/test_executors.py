@@ -180,8 +180,15 @@ def test_bad_rental_ids_and_missing_programs_are_refused(tmp_path: Path, host: H
     with pytest.raises(ExecutorError, match="cannot start"):
         executor.launch(workload_spec(assignment, host, executor))
     typo = Assignment("r-3", (), ("pyhton3", "train.py"))
-    with pytest.raises(ExecutorError, match=r"cannot start 'pyhton3': not found in PATH \("):
+    with pytest.raises(ExecutorError, match=r"cannot start 'pyhton3': not found in PATH \(") as missing:
         executor.launch(workload_spec(typo, host, executor))
+    assert missing.value.exit_code == 127  # as a shell says "command not found"
+    script = tmp_path / "not-executable.sh"
+    script.write_text("#!/bin/sh\necho hi\n")  # no execute bit
+    unrunnable = Assignment("r-4", (), (str(script),))
+    with pytest.raises(ExecutorError, match="Permission denied") as denied:
+        executor.launch(workload_spec(unrunnable, host, executor))
+    assert denied.value.exit_code == 126
 
 
 def test_a_program_on_no_directory_of_path_is_not_found_whatever_exec_said(tmp_path: Path) -> None:

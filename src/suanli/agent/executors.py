@@ -64,7 +64,12 @@ _RENTAL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
 class ExecutorError(SuanliError):
-    """A workload could not be started: bad rental id, missing command or runtime, or the spawn failed."""
+    """A workload could not be started: bad rental id, missing command or runtime, or the spawn failed.
+    `exit_code`: a shell's status when the program could not be run (127: not found, 126: not runnable)."""
+
+    def __init__(self, message: str, exit_code: int | None = None) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 class WorkloadState(StrEnum):
@@ -405,7 +410,9 @@ def spawn(
     if answer != STARTED:
         supervisor.wait()
         reason = answer.decode(errors="replace") or f"its supervisor ended with {supervisor.returncode}"
-        raise ExecutorError(reason if answer else f"cannot start {argv[0]!r}: {reason}")
+        if not answer:
+            raise ExecutorError(f"cannot start {argv[0]!r}: {reason}")
+        raise ExecutorError(reason, exit_code=supervisor.returncode if supervisor.returncode > 0 else None)
     return supervisor
 
 

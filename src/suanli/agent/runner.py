@@ -48,7 +48,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_when_event_set, wai
 
 from suanli.agent.assignment import Assignment
 from suanli.agent.cleanup import sweep_rentals
-from suanli.agent.executors import Executor, ProcessExecutor, Workload, write_nodes
+from suanli.agent.executors import Executor, ExecutorError, ProcessExecutor, Workload, write_nodes
 from suanli.agent.orphans import (
     EXIT_UNKNOWN,
     Orphan,
@@ -438,6 +438,7 @@ class AgentRunner:
         except SuanliError as error:
             log.warning("%s: cannot start: %s", assignment.rental_id, error)
             local.workload, local.state, local.message = None, "failed", str(error)
+            local.exit_code = error.exit_code if isinstance(error, ExecutorError) else None
 
     def _make_mig_devices(self, assignment: Assignment) -> None:
         """Make the MIG instances the placement chose that this host does not have yet (the scheduler may

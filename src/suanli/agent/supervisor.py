@@ -83,8 +83,10 @@ def main(argv: list[str]) -> int:
             command, env=request["env"], stdin=subprocess.DEVNULL, close_fds=True, **user
         )
     except OSError as error:
-        _answer(ready_fd, f"cannot start {command[0]!r}: {_why(command[0], request['env'], error)}".encode())
-        return 127
+        why = _why(command[0], request["env"], error)
+        _answer(ready_fd, f"cannot start {command[0]!r}: {why}".encode())
+        missing = why.startswith("not found") or isinstance(error, FileNotFoundError)
+        return NOT_FOUND if missing else NOT_RUNNABLE
     _answer(ready_fd, STARTED)
     returncode = workload.wait()
     ended = ExitRecord(128 - returncode, -returncode) if returncode < 0 else ExitRecord(returncode, None)
@@ -95,6 +97,9 @@ def main(argv: list[str]) -> int:
     if ended.signal is not None:
         _end_by(ended.signal)
     return ended.exit_code
+
+
+NOT_FOUND, NOT_RUNNABLE = 127, 126  # a shell's statuses for a command it cannot find, or find but not run
 
 
 def _why(program: str, env: dict[str, str], error: OSError) -> str:
