@@ -100,6 +100,19 @@ def test_the_same_idempotency_key_returns_the_same_rental(client: TestClient, te
     assert other.status_code == 409 and other.json()["error"]["field"] == "Idempotency-Key"
     bobs = client.post("/v1/rentals", json=body, headers={**bob, "Idempotency-Key": "job-7"})
     assert bobs.status_code == 201 and bobs.json()["id"] != first.json()["id"]
+    renamed = client.post(  # a name is part of the request: another one under the same key is a clash
+        "/v1/rentals", json={**body, "name": "eval-2"}, headers={**alice, "Idempotency-Key": "job-7"}
+    )
+    assert renamed.status_code == 409
+
+
+def test_a_rental_keeps_the_name_it_was_given(client: TestClient, tenant) -> None:
+    _, headers = tenant("namer")
+    body = {"gpu_model": "L40S", "gpus": 1, "command": ["true"], "name": "llama-eval.v2_1"}
+    created = client.post("/v1/rentals", json=body, headers=headers).json()
+    assert created["request"]["name"] == "llama-eval.v2_1"
+    listed = client.get("/v1/rentals", headers=headers).json()
+    assert [(r["id"], r["request"]["name"]) for r in listed] == [(created["id"], "llama-eval.v2_1")]
 
 
 @pytest.mark.parametrize(
@@ -114,6 +127,8 @@ def test_the_same_idempotency_key_returns_the_same_rental(client: TestClient, te
         ("/v1/rentals", {"gpu_model": "A100-80GB", "mig_profile": "9g.99gb"}, "mig_profile"),
         ("/v1/rentals", {"bid_micros_per_gpu_hour": 5}, "bid_micros_per_gpu_hour"),
         ("/v1/rentals", {"surprise": 1}, "surprise"),
+        ("/v1/rentals", {"name": "my job"}, "name"),
+        ("/v1/rentals", {"name": "x" * 65}, "name"),
         ("/v1/contracts", {**CONTRACT, "ends_at": "2029-01-01T00:00:00Z"}, "ends_at"),
         ("/v1/contracts", {**CONTRACT, "region": "mars"}, "region"),
         ("/v1/contracts", {**CONTRACT, "count": 10_000}, "count"),

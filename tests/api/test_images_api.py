@@ -104,8 +104,8 @@ def test_the_image_is_part_of_what_a_retry_must_repeat(client: TestClient, tenan
 
 
 def test_a_rental_without_an_image_keeps_the_fingerprint_it_had_before_images_existed() -> None:
-    """The digest below is what the code before `image` computed for this spec: a client that retries
-    such a rental with its key after the upgrade gets it back (200), not a 409."""
+    """The digest below is what the code before `image` (and `name`) computed for this spec: a client that
+    retries such a rental with its key after the upgrade gets it back (200), not a 409."""
     spec = RentalSpec(
         gpu_model="H100",
         gpus=2,

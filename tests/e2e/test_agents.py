@@ -238,6 +238,7 @@ def test_a_workload_past_its_max_duration_is_stopped_and_rent_follow_exits_124(p
     env["SUANLI_CONFIG_DIR"] = str(platform.tmp / "cli")
     script = "trap 'echo got TERM; exit 143' TERM; echo $WHAT; for i in $(seq 600); do sleep 0.1; done"
     args = [*SUANLI, "rent", "-f", "H100-SXM-80GB:1", "--max-duration", "2s", "-e", "WHAT=started"]
+    args += ["--name", "limited"]
     args += ["--", "sh", "-c", script]
     began = time.monotonic()
     followed = subprocess.run(args, env={**env, "COLUMNS": "300"}, capture_output=True, text=True, timeout=60)
@@ -271,7 +272,9 @@ def test_a_workload_past_its_max_duration_is_stopped_and_rent_follow_exits_124(p
         return subprocess.run([*SUANLI, "ls", *options], env=env, capture_output=True, text=True, timeout=30)
 
     stopped_id = rental.id
-    assert stopped_id in {r["id"] for r in json.loads(listed("--state", "stopped", "--json").stdout)}
+    names = {r["id"]: r["request"]["name"] for r in json.loads(listed("--state", "stopped", "--json").stdout)}
+    assert names[stopped_id] == "limited"
+    assert "limited" in listed("--state", "stopped").stdout  # the table's name column
     assert stopped_id not in {r["id"] for r in json.loads(listed("--live", "--json").stdout)}
     unknown = listed("--state", "sleeping")
     assert unknown.returncode == 2 and "--state 'sleeping': use one of pending, placed" in unknown.stderr

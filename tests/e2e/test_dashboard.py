@@ -107,12 +107,14 @@ def test_a_rental_with_max_hours_shows_when_it_stops_and_is_stopped_then(
     sign_in(page, platform)
     page.fill("#rent-model", "H100-SXM-80GB")
     page.fill("#rent-hours", "0.0006")  # 2 s
+    page.fill("#rent-name", "short-one")
     page.fill("#rent-command", "echo up; sleep 60")
     page.click("#rent-form button")
     expect(page.locator("#detail-summary")).to_contain_text("(max hours)")
     expect(page.locator("#detail-summary")).to_contain_text("stopped", timeout=20_000)
     expect(page.locator("#detail-summary")).not_to_contain_text("stops at")
     expect(page.locator("#detail-events")).to_contain_text("time_limit")
+    expect(page.locator("#rentals tbody tr", has_text="short-one")).to_have_count(1)
 
 
 def test_a_two_node_rentals_output_is_read_one_node_at_a_time(page: Page, platform: Platform) -> None:

@@ -70,6 +70,7 @@ class RentalSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     restart: str = "never"  # or "on-failure": the agent restarts a failed workload, a lost one is re-queued
     max_restarts: int = 0
+    name: str | None = None  # the tenant's own name for it (not unique)
 
 
 @dataclass(frozen=True, slots=True)

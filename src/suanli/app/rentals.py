@@ -104,8 +104,9 @@ def spec_fingerprint(spec: RentalSpec) -> str:
     request). A field added later counts only when set, so a rental created before it keeps its fingerprint
     and its retry is still a retry."""
     fields = asdict(spec)
-    if fields["image"] is None:
-        del fields["image"]
+    for later in ("image", "name"):
+        if fields[later] is None:
+            del fields[later]
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=list).encode()).hexdigest()
 
 

@@ -47,6 +47,7 @@ RENT_OPTIONS = {
     "max_duration_s": "--max-duration",
     "env": "--env",
     "max_restarts": "--max-restarts",
+    "name": "--name",
     "image": "--image",
     "regions": "--region",
     "jurisdictions": "--jurisdiction",
@@ -125,6 +126,9 @@ def rent(
     restart: Annotated[
         str, typer.Option(help="never, or on-failure (restart a failed workload, on all its nodes).")
     ] = "never",
+    name: Annotated[
+        str | None, typer.Option(help="A name of yours for it (letters, digits, . _ -), shown by ls.")
+    ] = None,
     max_restarts: Annotated[int, typer.Option(min=0, max=100, help="Restarts allowed with on-failure.")] = 0,
     idempotency_key: Annotated[str | None, typer.Option(help="Retry-safe key; default: a new one.")] = None,
     follow: Annotated[
@@ -185,6 +189,7 @@ def rent(
             env=variables,
             restart=restart,  # type: ignore[arg-type]
             max_restarts=max_restarts,
+            name=name,
         )
     with logged_in(RENT_OPTIONS) as client:
         rental = client.create_rental(request, idempotency_key or f"cli-{uuid.uuid4()}")
@@ -369,6 +374,7 @@ def _rentals_table(found: list[RentalResponse]):
     rows = [
         (
             r.id,
+            r.request.name or "",
             r.state,
             _shape(r),
             r.request.nodes,
@@ -379,7 +385,8 @@ def _rentals_table(found: list[RentalResponse]):
         )
         for r in found
     ]
-    return table("Rentals", ("id", "state", "shape", "nodes", "tier", "image", "pending", "on"), rows)
+    columns = ("id", "name", "state", "shape", "nodes", "tier", "image", "pending", "on")
+    return table("Rentals", columns, rows)
 
 
 # what `preempted_by` says when it names no rental of the caller's
@@ -392,7 +399,8 @@ PREEMPTED_BY = {
 
 def _rental_detail(rental: RentalResponse) -> Group:
     request = rental.request
-    header = f"[bold]{rental.id}[/bold]: {rental.state}, {_shape(rental)} x {request.nodes} node(s)"
+    named = f" ({request.name})" if request.name else ""
+    header = f"[bold]{rental.id}[/bold]{named}: {rental.state}, {_shape(rental)} x {request.nodes} node(s)"
     header += f", {request.tier}"
     if request.image:
         header += f", image {request.image}"

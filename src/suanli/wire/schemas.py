@@ -221,6 +221,13 @@ class RentalCreateRequest(WireModel):
         "is re-queued.",
     )
     max_restarts: int = Field(default=0, ge=0, le=100)
+    name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        description="A name of yours for it (letters, digits, `.`, `_`, `-`; not unique), shown by `ls`.",
+    )
 
 
 class RentalResizeRequest(WireModel):

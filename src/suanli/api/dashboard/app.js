@@ -295,6 +295,7 @@ function rentalRequest() {
   const hours = decimal(form.hours.value, "max hours");
   if (hours !== null) request.max_duration_s = Math.round(hours * 3600);
   if (form.image.value.trim()) request.image = form.image.value.trim();
+  if (form.name.value.trim()) request.name = form.name.value.trim();
   if (form.command.value.trim()) request.command = ["sh", "-c", form.command.value.trim()];
   return request;
 }
@@ -328,6 +329,7 @@ async function refreshRentals() {
     row.dataset.id = rental.id;
     row.classList.toggle("selected", rental.id === session.selected);
     cell(row, rental.id, "mono");
+    cell(row, rental.request.name ?? "");
     cell(row, rental.state, `state ${rental.state}`);
     cell(row, shape(rental.request));
     cell(row, rental.request.tier);
