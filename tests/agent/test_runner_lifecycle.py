@@ -646,3 +646,22 @@ def test_a_gang_rank_that_fails_is_reported_and_restarted_only_when_the_server_r
         assert bytes(client.logs["r-gang"]) == b"run 0\nrun 1\nrun 2\n"
     finally:
         runner.local["r-gang"].workload.kill()
+
+
+def test_a_one_node_rental_restarted_by_its_agent_sees_its_restart_count(tmp_path: Path) -> None:
+    """On one node the agent restarts a failed workload itself, and the workload is told which run it is."""
+    script = (
+        "import os, sys\ncount = os.environ['SUANLI_RESTART_COUNT']\nprint('run', count, flush=True)\n"
+        "sys.exit(0 if count == '2' else 3)"
+    )
+    client = FakeClient()
+    one_node = assignment("r-solo", script).model_copy(
+        update={"restart": "on-failure", "max_restarts": 3, "peers": ["h100-a-01"]}
+    )
+    client.assignments = [one_node]
+    runner = make_runner(tmp_path, client)
+    runner.step()
+    eventually(lambda: runner.step() or runner.local["r-solo"].state == "succeeded", timeout_s=20)
+    eventually(lambda: runner.step() or bytes(client.logs.get("r-solo", b"")).count(b"\n") == 3)
+    assert bytes(client.logs["r-solo"]) == b"run 0\nrun 1\nrun 2\n"
+    assert runner.local["r-solo"].tracker.restarts == 2

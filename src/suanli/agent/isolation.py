@@ -14,8 +14,9 @@
 * Where the server names the rental's nodes (`Assignment.peers`, rank order): `SUANLI_NNODES`,
   `SUANLI_NODE_RANK`, `SUANLI_NODES` (host names, comma-separated), `SUANLI_MASTER_ADDR` (rank 0's),
   `SUANLI_GPUS_PER_NODE` (devices visible here), `SUANLI_NODES_FILE` (the same as JSON, rewritten when the
-  rental grows or shrinks) and `SUANLI_RESTART_COUNT` (how many times the workload was restarted on all the
-  rental's nodes, as torchrun's `TORCHELASTIC_RESTART_COUNT`: 0 on the first run), enough for `torchrun
+  rental grows or shrinks) and `SUANLI_RESTART_COUNT` (how many times the workload was restarted under
+  `on-failure`: on all the rental's nodes, or on its one node; as torchrun's `TORCHELASTIC_RESTART_COUNT`,
+  0 on the first run), enough for `torchrun
   --nnodes $SUANLI_NNODES --node-rank $SUANLI_NODE_RANK --master-addr $SUANLI_MASTER_ADDR --nproc-per-node
   $SUANLI_GPUS_PER_NODE`.
 * The rental's variables are added, but may not set any isolation variable (`ISOLATION_VARIABLES`, or any

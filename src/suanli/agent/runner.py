@@ -40,7 +40,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -228,7 +228,8 @@ class AgentRunner:
                 outcome = Outcome.FAILED  # reported: the server restarts every node's part together
             if outcome is Outcome.RESTART and local.assignment is not None:
                 log.info("%s: exit %s, restart %d", local.rental_id, status.exit_code, local.tracker.restarts)
-                self._launch(local.assignment, local)
+                # restarted here alone (one node): the workload counts this agent's restarts
+                self._launch(replace(local.assignment, attempt=local.tracker.restarts), local)
                 continue
             local.state, local.exit_code = _REPORTED[outcome], status.exit_code
 
