@@ -136,6 +136,12 @@ def test_a_new_tenant_rents_lists_shows_and_stops(server: str, tmp_path: Path) -
     assert zero.returncode == 1 and "gpus" in zero.stderr + zero.stdout
     assert _cli(tenant, "resize", gang["id"], check=False).returncode != 0  # neither --nodes nor --gpus
     assert json.loads(_cli(tenant, "stop", gang["id"], "--json").stdout)["state"] == "stopped"
+    several = _cli(tenant, "stop", restarting["id"], "rnt_nope", with_memory["id"], "--json", check=False)
+    assert several.returncode == 1 and "rnt_nope: no rental rnt_nope [404 not_found]" in several.stderr
+    assert {r["id"]: r["state"] for r in json.loads(several.stdout)} == {
+        restarting["id"]: "stopped",
+        with_memory["id"]: "stopped",
+    }
 
 
 def test_a_tenant_rents_with_a_container_image_and_sees_it_in_ls_and_show(

@@ -12,6 +12,7 @@ from rich.console import Group
 from suanli.cli import profile
 from suanli.cli.follow import follow_rental
 from suanli.cli.output import (
+    EXIT_REFUSED,
     EXIT_USAGE,
     api_errors,
     emit,
@@ -23,7 +24,7 @@ from suanli.cli.output import (
     valid_input,
 )
 from suanli.cli.rent_spec import SpecError, duration_s, env_pairs, money_to_micros, parse_gpu_spec
-from suanli.client import Client
+from suanli.client import ApiError, Client
 from suanli.wire.schemas import (
     ENDED_STATES,
     NodeResponse,
@@ -227,11 +228,28 @@ def show(rental_id: str, as_json: JsonFlag = False) -> None:
     emit(rental, as_json, _rental_detail)
 
 
-def stop(rental_id: str, as_json: JsonFlag = False) -> None:
-    """Stop a rental and release its GPUs."""
+def stop(
+    rental_ids: Annotated[list[str], typer.Argument(metavar="RENTAL...", help="One rental id or more.")],
+    as_json: JsonFlag = False,
+) -> None:
+    """Stop rentals and release their GPUs (several: each in turn; one refused does not keep the rest)."""
+    if len(rental_ids) == 1:
+        with logged_in() as client:
+            rental = client.stop(rental_ids[0])
+        emit(rental, as_json, _rental_detail)
+        return
+    stopped, refused = [], 0
     with logged_in() as client:
-        rental = client.stop(rental_id)
-    emit(rental, as_json, _rental_detail)
+        for rental_id in rental_ids:
+            try:
+                stopped.append(client.stop(rental_id))
+            except ApiError as error:
+                errors.print(error_text(f"{rental_id}: {error.message} [{error.status} {error.code}]"))
+                refused += 1
+    if stopped:
+        emit(stopped, as_json, _rentals_table)
+    if refused:
+        raise typer.Exit(EXIT_REFUSED)
 
 
 def resize(
