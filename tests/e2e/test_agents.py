@@ -335,6 +335,10 @@ def test_a_rank_that_fails_restarts_the_two_node_rental_on_both_nodes(platform: 
             wait_until(
                 lambda node=node, expected=expected: api.logs(rental_id, node=node).data == expected, 5, node
             )
+    wide = {**env, "COLUMNS": "200"}
+    shown = subprocess.run([*SUANLI, "show", rental_id], env=wide, capture_output=True, text=True, timeout=30)
+    runs = shown.stdout[shown.stdout.index("runs") :]  # each node's run, after the timeline
+    assert all(f"{a.node} │ succeeded │ 0" in runs for a in done.allocation), shown.stdout
 
 
 def test_the_readmes_sdk_example_runs_as_written(

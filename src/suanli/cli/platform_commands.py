@@ -25,6 +25,7 @@ from suanli.cli.output import (
 )
 from suanli.cli.rent_spec import SpecError, duration_s, env_pairs, money_to_micros, parse_gpu_spec
 from suanli.client import ApiError, Client
+from suanli.wire.agent_schemas import RentalRunResponse
 from suanli.wire.schemas import (
     ENDED_STATES,
     NodeResponse,
@@ -222,10 +223,11 @@ def ls(
 
 
 def show(rental_id: str, as_json: JsonFlag = False) -> None:
-    """One rental: state, allocation, and its timeline with pending reasons."""
+    """One rental: state, allocation, its timeline with pending reasons, and its run on each node."""
     with logged_in() as client:
         rental = client.rental(rental_id)
-    emit(rental, as_json, _rental_detail)
+        runs = [] if as_json else client.rental_runs(rental_id)
+    emit(rental, as_json, lambda shown: _with_runs(_rental_detail(shown), runs))
 
 
 def stop(
@@ -413,6 +415,23 @@ PREEMPTED_BY = {
     "below_floor": "the spot floor (its bid is below it)",
     "maintenance": "its node's maintenance",
 }
+
+
+def _with_runs(detail: Group, runs: list[RentalRunResponse]) -> Group:
+    """The rental's detail and, once its workload has run, each node's run (which rank failed, and how)."""
+    if not runs:
+        return detail
+    rows = [
+        (
+            r.node,
+            r.state,
+            "" if r.exit_code is None else r.exit_code,
+            "" if r.started_at is None else f"{r.started_at:%Y-%m-%d %H:%M:%S}",
+            "" if r.ended_at is None else f"{r.ended_at:%Y-%m-%d %H:%M:%S}",
+        )
+        for r in runs
+    ]
+    return Group(detail, table("runs", ("node", "state", "exit code", "started (UTC)", "ended (UTC)"), rows))
 
 
 def _rental_detail(rental: RentalResponse) -> Group:
