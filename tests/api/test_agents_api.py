@@ -277,3 +277,30 @@ def test_a_run_whose_first_report_is_its_end_starts_when_the_agent_says_it_start
     refused = {"rental_id": rental["id"], "state": "running", "ran_s": -1}
     answer = client.post("/v1/agents/heartbeat", json={"workloads": [refused]}, headers=node)
     assert answer.status_code == 422
+
+
+def test_the_end_of_the_output_is_read_with_tail(client: TestClient, tenant) -> None:
+    """`tail=N`: the last N characters, the answer's offset where they start; of one node's too; a tail
+    outside 1..1 MiB is refused naming it."""
+    _, owner = tenant("owner")
+    body = {"gpu_model": "H100", "gpus": 8, "nodes": 2, "command": ["train"], "regions": ["cn-north"]}
+    rental = client.post("/v1/rentals", json=body, headers=owner).json()
+    first, second = (a["node"] for a in wait_for(client, rental["id"], owner, "placed")["allocation"])
+    agents = {node: register_agent(client, node) for node in (first, second)}
+    for node, offset, text in ((first, 0, "a1\na2\n"), (second, 0, "b1\n"), (first, 6, "a3\n")):
+        chunk = {"rental_id": rental["id"], "offset": offset, "data": text, "size_bytes": len(text)}
+        assert client.post("/v1/agents/logs", json=chunk, headers=agents[node]).status_code == 200
+
+    def read(**params: str) -> dict:
+        answer = client.get(f"/v1/rentals/{rental['id']}/logs", params=params, headers=owner)
+        assert answer.status_code == 200, answer.text
+        return answer.json()
+
+    whole = read(tail="6")
+    assert (whole["offset"], whole["data"], whole["next_offset"]) == (6, "b1\na3\n", 12)
+    assert read(tail="100")["data"] == "a1\na2\nb1\na3\n"
+    mine = read(tail="6", node=first)
+    assert (mine["offset"], mine["data"]) == (3, "a2\na3\n")
+    for bad in ("0", str((1 << 20) + 1)):
+        refused = client.get(f"/v1/rentals/{rental['id']}/logs", params={"tail": bad}, headers=owner)
+        assert refused.status_code == 400 and refused.json()["error"]["field"] == "tail"

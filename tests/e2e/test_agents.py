@@ -305,6 +305,10 @@ def test_a_two_node_rental_runs_until_its_last_rank_finishes(platform: Platform)
             [*SUANLI, "logs", rental.id, "--node", node], env=env, capture_output=True, text=True, timeout=30
         )
         assert cli.returncode == 0 and cli.stdout == text, cli.stderr
+        last = subprocess.run(
+            [*SUANLI, "logs", rental.id, "--tail", "1"], env=env, capture_output=True, text=True, timeout=30
+        )
+        assert last.returncode == 0 and last.stdout == api.logs(rental.id).data.splitlines(True)[-1], last
 
 
 def test_a_rank_that_fails_restarts_the_two_node_rental_on_both_nodes(platform: Platform) -> None:

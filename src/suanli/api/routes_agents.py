@@ -92,11 +92,18 @@ def rental_logs(
     node: Annotated[
         str | None, Query(max_length=200, description="Only this node's output (a multi-node rental's rank).")
     ] = None,
+    tail: Annotated[
+        int | None,
+        Query(
+            description="Instead of `offset`: the last this many characters (the answer's `offset` says "
+            "where they start)."
+        ),
+    ] = None,
 ) -> LogResponse:
-    """The rental's output (stdout and stderr) from character `offset`, every node's as it came or one
-    node's; poll with `next_offset` to follow."""
-    data, next_offset, done = services.agents.read_log(caller, rental_id, offset, node)
-    return LogResponse(rental_id=rental_id, offset=offset, next_offset=next_offset, data=data, done=done)
+    """The rental's output (stdout and stderr) from character `offset`, or its end (`tail`), every node's as
+    it came or one node's; poll with `next_offset` to follow."""
+    start, data, next_offset, done = services.agents.read_log(caller, rental_id, offset, node, tail)
+    return LogResponse(rental_id=rental_id, offset=start, next_offset=next_offset, data=data, done=done)
 
 
 @router.get("/rentals/{rental_id}/runs", tags=["rentals"])

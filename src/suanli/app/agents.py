@@ -160,6 +160,8 @@ class AgentRepo(Protocol):
         self, rental_id: str, node: str, node_offset: int, size_bytes: int, data: str, now: datetime
     ) -> None: ...
     def log_page(self, rental_id: str, node: str | None, offset: int, limit: int) -> tuple[str, int]: ...
+    # characters of the rental's output (or `node`'s) stored so far
+    def log_length(self, rental_id: str, node: str | None) -> int: ...
 
 
 class AgentUnitOfWork(UnitOfWork, Protocol):
@@ -520,19 +522,28 @@ class AgentService:
             return size + size_bytes
 
     def read_log(
-        self, caller: Caller, rental_id: str, offset: int, node: str | None = None
-    ) -> tuple[str, int, bool]:
-        """The rental's output from character `offset` (all its nodes' as it came, or one node's): text, the
-        next offset, and whether it has ended."""
+        self,
+        caller: Caller,
+        rental_id: str,
+        offset: int,
+        node: str | None = None,
+        tail: int | None = None,
+    ) -> tuple[str, int, int, bool]:
+        """The rental's output from character `offset`, or its last `tail` characters (all its nodes' as it
+        came, or one node's): the offset read from, the text, the next offset, and whether it has ended."""
         if offset < 0:
             raise Invalid("offset must be 0 or more", field="offset")
+        if tail is not None and not 1 <= tail <= MAX_LOG_READ_CHARS:
+            raise Invalid(f"tail is 1 to {MAX_LOG_READ_CHARS} characters", field="tail")
         with self.uow() as uow:
             rental = _owned(uow, caller, rental_id)
             if node is not None and not uow.agents.had_allocation(rental_id, node):
                 raise Invalid(f"rental {rental_id} never ran on node {node!r}", field="node")
+            if tail is not None:
+                offset = max(0, uow.agents.log_length(rental_id, node) - tail)
             piece, total = uow.agents.log_page(rental_id, node, offset, MAX_LOG_READ_CHARS)
         next_offset = offset + len(piece)
-        return piece, next_offset, rental.state in END_STATES and next_offset >= total
+        return offset, piece, next_offset, rental.state in END_STATES and next_offset >= total
 
 
 def _owned(uow: UnitOfWork, caller: Caller, rental_id: str) -> Rental:

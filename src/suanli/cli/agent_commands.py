@@ -139,10 +139,14 @@ def logs(
     node: Annotated[
         str | None, typer.Option(help="Only this node's output (of a multi-node rental; see `suanli show`).")
     ] = None,
+    tail: Annotated[
+        int | None, typer.Option(min=0, help="Only the last N lines (of up to 1 MiB), then follow with -f.")
+    ] = None,
 ) -> None:
     """A rental's output (stdout and stderr of its workload; of every node, as it came, or of one)."""
     with logged_in({"node": "--node"}) as client:
-        if not print_output(client, rental_id, follow, node=node) and (why := why_silent(client, rental_id)):
+        printed = print_output(client, rental_id, follow, node=node, tail_lines=tail)
+        if not printed and tail is None and (why := why_silent(client, rental_id)):
             errors.print(Text(why))
 
 

@@ -27,15 +27,37 @@ def print_output(
     follow: bool,
     on_wait: Callable[[], None] | None = None,
     node: str | None = None,
+    tail_lines: int | None = None,
 ) -> int:
-    """Print the rental's output (every node's, or `node`'s) from the start; with `follow`, until it has
-    ended and all is printed. `on_wait` runs each time nothing new has come. The characters printed."""
-    printed = 0
-    for piece in client.output(rental_id, follow=follow, node=node, poll_s=POLL_S, on_wait=on_wait):
+    """Print the rental's output (every node's, or `node`'s) from the start, or its last `tail_lines` lines;
+    with `follow`, until it has ended and all is printed. `on_wait` runs each time nothing new has come. The
+    characters printed."""
+    printed, offset = 0, 0
+    if tail_lines is not None:
+        offset, last = last_lines(client, rental_id, tail_lines, node)
+        sys.stdout.write(last)
+        sys.stdout.flush()
+        printed += len(last)
+    pieces = client.output(rental_id, follow=follow, node=node, poll_s=POLL_S, on_wait=on_wait, offset=offset)
+    for piece in pieces:
         sys.stdout.write(piece)
         sys.stdout.flush()
         printed += len(piece)
     return printed
+
+
+TAIL_READ_CHARS = (64 << 10, 1 << 20)  # how far back `--tail` reads: first, and at most (the server's page)
+
+
+def last_lines(client: Client, rental_id: str, lines: int, node: str | None) -> tuple[int, str]:
+    """The output's last `lines` lines (an unfinished last line counts as one) and where its end is, read
+    from the end (64 KiB, then 1 MiB when that holds too few lines)."""
+    for chars in TAIL_READ_CHARS:
+        page = client.logs(rental_id, node=node, tail=chars)
+        if page.offset == 0 or page.data.count("\n") > lines:
+            break
+    kept = page.data.splitlines(keepends=True)[-lines:] if lines else []
+    return page.next_offset, "".join(kept)
 
 
 def why_silent(client: Client, rental_id: str) -> str | None:

@@ -209,10 +209,14 @@ class Client:
         body = RentalResizeRequest(nodes=nodes, gpus=gpus)
         return self._call("PATCH", f"/v1/rentals/{rental_id}", RentalResponse, body=body)
 
-    def logs(self, rental_id: str, offset: int = 0, node: str | None = None) -> LogResponse:
-        """The rental's output from character `offset` (every node's, or `node`'s); follow with
-        `next_offset` until `done`."""
+    def logs(
+        self, rental_id: str, offset: int = 0, node: str | None = None, tail: int | None = None
+    ) -> LogResponse:
+        """The rental's output from character `offset`, or its last `tail` characters (every node's, or
+        `node`'s); follow with `next_offset` until `done`."""
         params = {"offset": str(offset)} | ({"node": node} if node is not None else {})
+        if tail is not None:
+            params["tail"] = str(tail)
         return self._call("GET", f"/v1/rentals/{rental_id}/logs", LogResponse, params=params)
 
     def output(
@@ -223,11 +227,11 @@ class Client:
         node: str | None = None,
         poll_s: float = 1.0,
         on_wait: Callable[[], None] | None = None,
+        offset: int = 0,
     ) -> Iterator[str]:
-        """The rental's output (every node's, or `node`'s) from the start, in pieces as they come; with
-        `follow`, until the rental has ended and all of it is read. `on_wait` runs each time nothing new has
-        come, before the next poll."""
-        offset = 0
+        """The rental's output (every node's, or `node`'s) from character `offset` (the start), in pieces as
+        they come; with `follow`, until the rental has ended and all of it is read. `on_wait` runs each time
+        nothing new has come, before the next poll."""
         while True:
             page = self.logs(rental_id, offset, node)
             if page.data:

@@ -264,6 +264,13 @@ class SqlAgents:
         """Characters of output so far where `where` holds."""
         return int(self.s.scalar(_end_of(where, start_column)) or 0)
 
+    def log_length(self, rental_id: str, node: str | None) -> int:
+        """Characters of the rental's output (or `node`'s) stored so far."""
+        where = RentalLogRow.rental_id == rental_id
+        if node is None:
+            return self._log_end(where, RentalLogRow.char_start)
+        return self._log_end(where & (RentalLogRow.node == node), RentalLogRow.node_char_start)
+
     def log_page(self, rental_id: str, node: str | None, offset: int, limit: int) -> tuple[str, int]:
         """Up to `limit` characters of the rental's output (or `node`'s) from character `offset`, read from
         the chunks that hold them only, and the output's length so far."""
