@@ -187,3 +187,25 @@ def test_exit_codes_scripts_can_trust(server: str, tmp_path: Path) -> None:
         json.dumps({"url": f"http://127.0.0.1:{_free_port()}", "key": "x"})
     )
     assert _cli(unreachable, "ls", check=False).returncode == 4
+
+
+def test_a_tenant_makes_a_key_for_a_script_and_revokes_it(server: str, tmp_path: Path) -> None:
+    admin, tenant, script = tmp_path / "admin", tmp_path / "tenant", tmp_path / "script"
+    _cli(admin, "login", server, "--key", ADMIN_KEY)
+    first = json.loads(_cli(admin, "admin", "tenant-create", "keyed", "--json").stdout)["secret"]
+    _cli(tenant, "login", server, "--key", first)
+    made = json.loads(_cli(tenant, "keys", "create", "--label", "ci", "--json").stdout)
+    assert made["secret"].startswith("sk_") and made["label"] == "ci"
+    _cli(script, "login", server, "--key", made["secret"])  # the new key works
+    listed = json.loads(_cli(tenant, "keys", "ls", "--json").stdout)
+    assert {k["label"] for k in listed} >= {"ci"} and all(k["secret"] is None for k in listed)
+    table = _cli(tenant, "keys", "ls").stdout  # the first key, which this CLI is logged in with, is marked
+    assert "(this one)" in table and "ci" in table
+    mine = next(k["id"] for k in listed if k["label"] != "ci")
+    refused = _cli(tenant, "keys", "revoke", mine, check=False)
+    assert refused.returncode == 2 and "the key this CLI is logged in with" in refused.stderr
+    assert _cli(tenant, "keys", "revoke", made["id"]).stdout.strip() == f"revoked {made['id']}"
+    gone = _cli(script, "ls", check=False)  # the script's key stopped working at once
+    assert gone.returncode == 1 and "401" in gone.stderr, gone.stderr
+    revoked = {k["id"]: k["revoked"] for k in json.loads(_cli(tenant, "keys", "ls", "--json").stdout)}
+    assert revoked == {mine: False, made["id"]: True}

@@ -140,6 +140,10 @@ class Client:
         body = KeyCreateRequest(label=label)
         return self._call("POST", f"/v1/tenants/{tenant_id}/keys", KeyResponse, body=body)
 
+    def keys(self, tenant_id: str) -> list[KeyResponse]:
+        """The tenant's API keys (never their secrets), revoked ones included."""
+        return self._call("GET", f"/v1/tenants/{tenant_id}/keys", list[KeyResponse])
+
     def revoke_key(self, tenant_id: str, key_id: str) -> None:
         self._call("DELETE", f"/v1/tenants/{tenant_id}/keys/{key_id}", None)
 
