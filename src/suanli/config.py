@@ -22,6 +22,12 @@ class Settings(BaseSettings):
 
     database_url: str = Field(default_factory=default_database_url)
     bootstrap_admin_key: str | None = None
+    webhook_interval_s: float = Field(default=2.0, gt=0, description="How often webhooks are sent.")
+    webhook_private_ok: bool = Field(
+        default=False,
+        description="Let webhooks call loopback, private and link-local addresses (a test or a closed "
+        "network); off, a tenant's webhook cannot reach the server's own network.",
+    )
     scheduler_interval_s: float = Field(default=5.0, gt=0)
     policy: str = "suanli"
     policy_seed: int = 0

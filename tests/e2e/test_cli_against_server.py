@@ -209,3 +209,35 @@ def test_a_tenant_makes_a_key_for_a_script_and_revokes_it(server: str, tmp_path:
     assert gone.returncode == 1 and "401" in gone.stderr, gone.stderr
     revoked = {k["id"]: k["revoked"] for k in json.loads(_cli(tenant, "keys", "ls", "--json").stdout)}
     assert revoked == {mine: False, made["id"]: True}
+
+
+def test_a_webhook_into_the_servers_own_network_is_added_refused_at_delivery_and_removed(
+    server: str, tmp_path: Path
+) -> None:
+    """The server here runs with its default, webhooks to loopback refused: `webhooks ls` says why the
+    deliveries fail (an SSRF guard); `rm` removes it."""
+    admin, tenant = tmp_path / "admin", tmp_path / "tenant"
+    _cli(admin, "login", server, "--key", ADMIN_KEY)
+    _cli(
+        tenant,
+        "login",
+        server,
+        "--key",
+        json.loads(_cli(admin, "admin", "tenant-create", "hooked", "--json").stdout)["secret"],
+    )
+    added = _cli(tenant, "webhooks", "add", "http://127.0.0.1:9/hook").stdout
+    assert "signing secret (shown once): whsec_" in added
+    hook_id = added.split()[1]
+    bad = _cli(tenant, "webhooks", "add", "ftp://example.com/x", check=False)
+    assert bad.returncode == 1 and "URL: not an http(s) URL" in bad.stderr, bad.stderr
+    _cli(tenant, "rent", "L40S:1", "--", "true")  # an event to send
+    deadline = time.monotonic() + 20
+    while True:
+        (hook,) = json.loads(_cli(tenant, "webhooks", "ls", "--json").stdout)
+        if hook["failures"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert hook["failures"] >= 1 and hook["last_error"].startswith("refused: 127.0.0.1 is a non-public"), hook
+    assert hook["secret"] is None and hook["retry_at"] is not None
+    assert _cli(tenant, "webhooks", "rm", hook_id).stdout.strip() == f"removed {hook_id}"
+    assert json.loads(_cli(tenant, "webhooks", "ls", "--json").stdout) == []

@@ -20,6 +20,7 @@ from suanli.api import (
     routes_plans,
     routes_rentals,
     routes_sla,
+    routes_webhooks,
 )
 from suanli.api.wiring import build
 from suanli.app.ports import Clock
@@ -45,6 +46,8 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
             services.reaper.start()
         if services.meter is not None:
             services.meter.start()
+        if services.webhook_loop is not None:
+            services.webhook_loop.start()
         if services.wakeups is not None:
             services.wakeups.listen(on_notify)
         try:
@@ -54,6 +57,8 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
                 services.wakeups.stop()
             if services.meter is not None:
                 await services.meter.stop()
+            if services.webhook_loop is not None:
+                await services.webhook_loop.stop()
             if services.reaper is not None:
                 await services.reaper.stop()
             await services.loop.stop()
@@ -70,6 +75,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
     app.include_router(routes_billing.router)
     app.include_router(routes_plans.router)
     app.include_router(routes_sla.router)
+    app.include_router(routes_webhooks.router)
     routes_dashboard.install(app)
 
     @app.get("/healthz", tags=["ops"])

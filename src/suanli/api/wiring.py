@@ -26,12 +26,14 @@ from suanli.app.rentals import RentalService, stop_in, to_request
 from suanli.app.scheduling import CycleReport, Scheduler
 from suanli.app.sla import SlaService
 from suanli.app.tenants import TenantService
+from suanli.app.webhooks import WebhookService
 from suanli.config import Settings
 from suanli.domain.catalog_data import CATALOG
 from suanli.domain.queue_order import BOOKED_QUEUE, GREEDY_QUEUE, PLATFORM_QUEUE
 from suanli.loops.agent_reaper import ReaperLoop
 from suanli.loops.meter_loop import MeterLoop
 from suanli.loops.scheduler_loop import SchedulerLoop
+from suanli.loops.webhook_loop import WebhookLoop
 from suanli.store.agent_repositories import SqlAgentUnitOfWork, SqlRunEnergy
 from suanli.store.db import make_engine, migrate, session_factory, unit_of_work_factory
 from suanli.store.leader import Leadership
@@ -137,6 +139,8 @@ class Services:
     wakeups: Wakeups | None = None  # PostgreSQL: wake the leader's loops from any server process
     maintenance: MaintenanceService | None = None
     contract_offers: ContractOffers | None = None
+    webhooks: WebhookService | None = None
+    webhook_loop: WebhookLoop | None = None
 
 
 def build(settings: Settings, clock: Clock | None = None) -> Services:
@@ -215,6 +219,7 @@ def build(settings: Settings, clock: Clock | None = None) -> Services:
         token_ttl_s=settings.join_token_ttl_s,
     )
     rentals = RentalService(uow, clock, CATALOG, wake, billing)
+    webhooks = WebhookService(uow, clock)
     reaper = ReaperLoop(
         agents, loop.leadership, min(settings.agent_heartbeat_interval_s / 2, 5.0), rentals=rentals
     )
@@ -240,5 +245,9 @@ def build(settings: Settings, clock: Clock | None = None) -> Services:
         wakeups if wakeups.enabled else None,
         MaintenanceService(uow, clock, cache),
         ContractOffers(uow, clock, contracts),
+        webhooks,
+        WebhookLoop(
+            webhooks, loop.leadership, settings.webhook_interval_s, private_ok=settings.webhook_private_ok
+        ),
     )
     return services

@@ -25,7 +25,9 @@ from suanli.app.records import (
     PriceEntry,
     Rental,
     RentalEvent,
+    SentEvent,
     Tenant,
+    Webhook,
 )
 from suanli.domain.billing.ledger import AccountId, AccountKind, Transaction
 from suanli.domain.billing.meter import PostedCharges
@@ -261,6 +263,22 @@ class RunEnergyReader(Protocol):
     def measured(self, rental_ids: Sequence[str]) -> dict[str, tuple[float, float, float]]: ...
 
 
+class WebhookRepo(Protocol):
+    def add(self, webhook: Webhook) -> None: ...
+    def get(self, webhook_id: str) -> Webhook | None: ...
+    def list(self, tenant_id: str | None) -> list[Webhook]: ...
+    def remove(self, webhook_id: str) -> None: ...
+    # those not waiting out a failure's backoff at `now`
+    def due(self, now: datetime) -> list[Webhook]: ...
+    # the newest rental event's id (0: none yet): a new webhook gets only the events after it
+    def last_event_id(self) -> int: ...
+    # the tenant's rentals' events after `after_id`, oldest first, at most `limit`
+    def events_after(self, tenant_id: str, after_id: int, limit: int) -> list[SentEvent]: ...
+    # sent through `through_event_id` (never moves back): failures cleared
+    def delivered(self, webhook_id: str, through_event_id: int, now: datetime) -> None: ...
+    def failed(self, webhook_id: str, error: str, retry_at: datetime) -> None: ...
+
+
 class UnitOfWork(Protocol):
     tenants: TenantRepo
     keys: KeyRepo
@@ -273,6 +291,7 @@ class UnitOfWork(Protocol):
     prices: PriceRepo
     outages: OutageRepo
     maintenance: MaintenanceRepo
+    webhooks: WebhookRepo
 
     def __enter__(self) -> UnitOfWork: ...
     def __exit__(

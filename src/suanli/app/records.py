@@ -254,3 +254,28 @@ class MoneyFacts:
     cash_micros: int
     grants_micros: int
     terms: PaymentTerms | None  # None: the tenant has no terms of its own (the platform default applies)
+
+
+@dataclass(frozen=True, slots=True)
+class Webhook:
+    """A tenant's URL that gets its rentals' events as they happen (`app/webhooks.py`)."""
+
+    id: str
+    tenant_id: str
+    url: str
+    secret: str  # signs each delivery (HMAC-SHA256); shown to the tenant once, at creation
+    created_at: datetime
+    after_event_id: int  # the last rental event sent to it (or before it was made: none older is sent)
+    failures: int = 0  # deliveries failed in a row
+    retry_at: datetime | None = None  # after a failure: not tried again before this
+    last_error: str | None = None
+    delivered_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SentEvent:
+    """A rental event as a webhook delivers it: its id orders and dedups them."""
+
+    id: int
+    rental_id: str
+    event: RentalEvent

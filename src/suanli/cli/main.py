@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import typer
 
-from suanli.cli import agent_commands, billing_commands, contract_commands, key_commands, plan_commands
+from suanli.cli import (
+    agent_commands,
+    billing_commands,
+    contract_commands,
+    key_commands,
+    plan_commands,
+    webhook_commands,
+)
 from suanli.cli import platform_commands as platform
 from suanli.cli.fleet_commands import fleet_app
 from suanli.cli.maintenance_commands import maintenance_app
@@ -16,6 +23,7 @@ app.add_typer(fleet_app, name="fleet")
 app.add_typer(contract_commands.contracts_app, name="contracts")
 app.add_typer(platform.admin_app, name="admin")
 app.add_typer(key_commands.keys_app, name="keys")
+app.add_typer(webhook_commands.webhooks_app, name="webhooks")
 app.add_typer(billing_commands.ledger_app, name="ledger")
 platform.admin_app.command("credit")(billing_commands.admin_credit)
 platform.admin_app.add_typer(billing_commands.admin_prices_app, name="prices")

@@ -74,6 +74,8 @@ from suanli.wire.schemas import (
     RentalResponse,
     TenantCreateRequest,
     TenantResponse,
+    WebhookCreateRequest,
+    WebhookResponse,
 )
 
 T = TypeVar("T")
@@ -143,6 +145,16 @@ class Client:
     def keys(self, tenant_id: str) -> list[KeyResponse]:
         """The tenant's API keys (never their secrets), revoked ones included."""
         return self._call("GET", f"/v1/tenants/{tenant_id}/keys", list[KeyResponse])
+
+    def create_webhook(self, url: str) -> WebhookResponse:
+        """Your rentals' events from now on go to `url`; the answer's `secret` (shown once) signs them."""
+        return self._call("POST", "/v1/webhooks", WebhookResponse, body=WebhookCreateRequest(url=url))
+
+    def webhooks(self) -> list[WebhookResponse]:
+        return self._call("GET", "/v1/webhooks", list[WebhookResponse])
+
+    def remove_webhook(self, webhook_id: str) -> WebhookResponse:
+        return self._call("DELETE", f"/v1/webhooks/{webhook_id}", WebhookResponse, retry=True)
 
     def revoke_key(self, tenant_id: str, key_id: str) -> None:
         self._call("DELETE", f"/v1/tenants/{tenant_id}/keys/{key_id}", None)

@@ -33,6 +33,7 @@ from suanli.store.rows import (
     NodeRow,
     TenantRow,
 )
+from suanli.store.webhook_repositories import SqlWebhooks
 
 
 class SqlTenants:
@@ -237,6 +238,7 @@ class SqlUnitOfWork:
         self.prices = SqlPrices(self.session)
         self.outages = SqlOutages(self.session)
         self.maintenance = SqlMaintenance(self.session)
+        self.webhooks = SqlWebhooks(self.session)
         return self
 
     def __exit__(

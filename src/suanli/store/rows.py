@@ -463,3 +463,19 @@ class RentalRateRow(Base):
     rental_id: Mapped[str] = mapped_column(ForeignKey("rentals.id"), index=True)
     from_at: Mapped[datetime] = mapped_column(UtcDateTime())
     rate_micros_per_hour: Mapped[int] = mapped_column(BigInteger)
+
+
+class WebhookRow(Base):
+    """A tenant's URL that gets its rentals' events, signed with `secret`; `after_event_id`: the last sent."""
+
+    __tablename__ = "webhooks"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
+    url: Mapped[str] = mapped_column(String(2000))
+    secret: Mapped[str] = mapped_column(String(100))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    after_event_id: Mapped[int] = mapped_column(BigInteger)
+    failures: Mapped[int] = mapped_column(Integer, default=0)
+    retry_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    last_error: Mapped[str | None] = mapped_column(String(500), nullable=True)
+    delivered_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)

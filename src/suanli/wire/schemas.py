@@ -418,3 +418,27 @@ class MaintenanceResponse(WireModel):
     short_contracts: list[str] = Field(
         default_factory=list, description="Forced: the contracts this window leaves short of GPUs."
     )
+
+
+# --- webhooks -------------------------------------------------------------------------------------------
+
+
+class WebhookCreateRequest(WireModel):
+    url: str = Field(
+        min_length=1,
+        max_length=2000,
+        description="http(s) URL that gets your rentals' events as they happen, POSTed as JSON "
+        "(`{webhook_id, events: [{id, rental_id, at, kind, reason, message}]}`, oldest first, at least once: "
+        "dedup by `id`), signed in `X-Suanli-Signature: sha256=<HMAC-SHA256 of the body under the secret>`.",
+    )
+
+
+class WebhookResponse(WireModel):
+    id: str
+    url: str
+    created_at: datetime
+    failures: int = Field(description="Deliveries failed in a row (0: the last one went through).")
+    retry_at: datetime | None = Field(default=None, description="After a failure: the next try.")
+    last_error: str | None = None
+    delivered_at: datetime | None = Field(default=None, description="The last delivery that went through.")
+    secret: str | None = Field(default=None, description="The signing secret: shown once, at creation.")

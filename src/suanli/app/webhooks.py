@@ -1,0 +1,137 @@
+"""Webhooks: a tenant names a URL, and its rentals' events (placed, running, restarted, stopping, stopped,
+failed, preempted, ...) are POSTed there as they happen, so a pipeline learns a job ended without polling.
+
+Guarantees:
+
+* At least once, in order: each webhook keeps the id of the last event delivered (`after_event_id`); a batch
+  (the next events, oldest first, at most `BATCH`) is sent again until a 2xx answer, then the cursor moves
+  past it in one update. A receiver dedups by each event's `id`. A new webhook gets only events after it.
+* Signed: the body's HMAC-SHA256 under the webhook's own secret (shown once, at creation) in
+  `X-Suanli-Signature: sha256=<hex>`, so a receiver can tell the server's deliveries from anyone's.
+* A failure (no answer, a non-2xx) waits `backoff_s(failures)` before the next try (5 s doubling, at most
+  10 min); it never blocks another webhook.
+The HTTP itself is the shell's (`loops/webhook_loop.py`); this module decides what to send and records how
+it went.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import secrets
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from urllib.parse import urlsplit
+
+from suanli.app.errors import Invalid, NotFound
+from suanli.app.ids import new_id
+from suanli.app.ports import Clock, UnitOfWorkFactory
+from suanli.app.records import Caller, SentEvent, Webhook
+
+BATCH = 100  # events in one delivery at most
+MAX_WEBHOOKS = 10  # per tenant
+MAX_URL_CHARS = 2000
+FIRST_RETRY_S, LAST_RETRY_S = 5.0, 600.0
+SIGNATURE_HEADER = "X-Suanli-Signature"
+
+
+def check_url(url: str) -> str:
+    """The URL, if a webhook can be sent to it: http or https, a host, no user or password in it."""
+    parts = urlsplit(url)
+    if len(url) > MAX_URL_CHARS:
+        raise Invalid(f"a webhook URL is at most {MAX_URL_CHARS} characters", field="url")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise Invalid(f"not an http(s) URL with a host: {url!r}", field="url")
+    if parts.username or parts.password:
+        raise Invalid("a webhook URL carries no user or password; the signature authenticates", field="url")
+    return url
+
+
+def backoff_s(failures: int) -> float:
+    """The wait before the next try after `failures` failures in a row: 5 s, 10 s, ... at most 10 min."""
+    return min(FIRST_RETRY_S * 2 ** max(failures - 1, 0), LAST_RETRY_S)
+
+
+def payload(webhook: Webhook, events: Sequence[SentEvent]) -> bytes:
+    """The JSON body of one delivery: the webhook and its events, oldest first."""
+    body = {
+        "webhook_id": webhook.id,
+        "events": [
+            {
+                "id": sent.id,
+                "rental_id": sent.rental_id,
+                "at": sent.event.at.isoformat(),
+                "kind": sent.event.kind,
+                "reason": sent.event.reason,
+                "message": sent.event.message,
+            }
+            for sent in events
+        ],
+    }
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def signature(secret: str, body: bytes) -> str:
+    """`sha256=<hex>`: what `X-Suanli-Signature` carries, for a receiver to compare in constant time."""
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+class WebhookService:
+    def __init__(self, uow: UnitOfWorkFactory, clock: Clock) -> None:
+        self.uow, self.clock = uow, clock
+
+    def create(self, caller: Caller, url: str) -> Webhook:
+        """A webhook for the caller's rentals from now on; its secret is in the answer, and only there."""
+        check_url(url)
+        with self.uow() as uow:
+            if len(uow.webhooks.list(caller.tenant.id)) >= MAX_WEBHOOKS:
+                raise Invalid(f"a tenant has at most {MAX_WEBHOOKS} webhooks; remove one first", field="url")
+            webhook = Webhook(
+                new_id("whk"),
+                caller.tenant.id,
+                url,
+                "whsec_" + secrets.token_urlsafe(32),
+                self.clock.now(),
+                uow.webhooks.last_event_id(),
+            )
+            uow.webhooks.add(webhook)
+            uow.commit()
+        return webhook
+
+    def list(self, caller: Caller) -> list[Webhook]:
+        with self.uow() as uow:
+            return uow.webhooks.list(caller.tenant.id)
+
+    def remove(self, caller: Caller, webhook_id: str) -> Webhook:
+        with self.uow() as uow:
+            webhook = uow.webhooks.get(webhook_id)
+            if webhook is None or webhook.tenant_id != caller.tenant.id:
+                raise NotFound(f"no webhook {webhook_id}")
+            uow.webhooks.remove(webhook_id)
+            uow.commit()
+        return webhook
+
+    def batches(self) -> list[tuple[Webhook, list[SentEvent]]]:
+        """What each webhook due now is to be sent next (those with nothing new are left out)."""
+        now = self.clock.now()
+        with self.uow() as uow:
+            found = []
+            for webhook in uow.webhooks.due(now):
+                events = uow.webhooks.events_after(webhook.tenant_id, webhook.after_event_id, BATCH)
+                if events:
+                    found.append((webhook, events))
+            return found
+
+    def delivered(self, webhook_id: str, events: Sequence[SentEvent]) -> None:
+        with self.uow() as uow:
+            uow.webhooks.delivered(webhook_id, max(sent.id for sent in events), self.clock.now())
+            uow.commit()
+
+    def failed(self, webhook: Webhook, error: str) -> datetime:
+        """Record a failed delivery; when the webhook will be tried again."""
+        retry_at = self.clock.now() + timedelta(seconds=backoff_s(webhook.failures + 1))
+        with self.uow() as uow:
+            uow.webhooks.failed(webhook.id, error, retry_at)
+            uow.commit()
+        return retry_at

@@ -1,0 +1,50 @@
+"""`suanli webhooks`: URLs that get your rentals' events as they happen, signed (`app/webhooks.py`)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from suanli.cli.output import emit, logged_in, table
+
+webhooks_app = typer.Typer(help="Your webhooks: your rentals' events POSTed to a URL.", no_args_is_help=True)
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of a table.")]
+
+
+@webhooks_app.command("add")
+def webhooks_add(url: str, as_json: JsonFlag = False) -> None:
+    """Send your rentals' events from now on to URL, signed (the secret is printed once, here)."""
+    with logged_in({"url": "URL"}) as client:
+        webhook = client.create_webhook(url)
+    if as_json:
+        typer.echo(webhook.model_dump_json(indent=2))
+    else:
+        typer.echo(f"webhook {webhook.id} -> {webhook.url}; signing secret (shown once): {webhook.secret}")
+
+
+@webhooks_app.command("ls")
+def webhooks_ls(as_json: JsonFlag = False) -> None:
+    """Your webhooks and how their deliveries stand."""
+    with logged_in() as client:
+        found = client.webhooks()
+    rows = [
+        (
+            w.id,
+            w.url,
+            "" if w.delivered_at is None else f"{w.delivered_at:%Y-%m-%d %H:%M:%S}",
+            w.failures,
+            w.last_error or "",
+        )
+        for w in found
+    ]
+    columns = ("id", "url", "last delivered (UTC)", "failures", "last error")
+    emit(found, as_json, lambda _: table("webhooks", columns, rows))
+
+
+@webhooks_app.command("rm")
+def webhooks_rm(webhook_id: str) -> None:
+    """Stop sending to a webhook."""
+    with logged_in() as client:
+        client.remove_webhook(webhook_id)
+    typer.echo(f"removed {webhook_id}")

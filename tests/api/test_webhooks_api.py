@@ -1,0 +1,125 @@
+"""Webhooks through the real app and its delivery loop, to a receiver on loopback (SQLite and PostgreSQL):
+signed, in order, at least once across a failure, only the tenant's own rentals' events."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from conftest import ADMIN, app_client, wait_for
+from suanli.app.errors import Invalid
+from suanli.app.webhooks import backoff_s, check_url
+from suanli.loops.webhook_loop import refused_address
+
+
+class Receiver:
+    """An HTTP endpoint that fails its first `failing` requests with 500 and keeps every body it got."""
+
+    def __init__(self, failing: int) -> None:
+        self.failing, self.got = failing, []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                receiver.got.append((self.headers["X-Suanli-Signature"], body))
+                status = 500 if len(receiver.got) <= receiver.failing else 204
+                self.send_response(status)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    found = Receiver(failing=1)
+    yield found
+    found.close()
+
+
+def _tenant(client, name: str) -> dict[str, str]:
+    tenant_id = client.post("/v1/tenants", json={"name": name}, headers=ADMIN).json()["id"]
+    secret = client.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()["secret"]
+    return {"Authorization": f"Bearer {secret}"}
+
+
+def test_a_tenants_rental_events_reach_its_webhook_signed_in_order_and_again_after_a_failure(
+    database_url: str, receiver: Receiver
+) -> None:
+    # the backoff after the first failure is FIRST_RETRY_S; the loop runs every 0.1 s here
+    with app_client(database_url, webhook_private_ok=True, webhook_interval_s=0.1) as client:
+        owner, other = _tenant(client, "owner"), _tenant(client, "other")
+        made = client.post("/v1/webhooks", json={"url": receiver.url}, headers=owner)
+        assert made.status_code == 201, made.text
+        secret = made.json()["secret"]
+        assert secret.startswith("whsec_")
+        body = {"gpu_model": "L40S", "gpus": 1, "command": ["true"]}
+        rental = client.post("/v1/rentals", json=body, headers=owner).json()
+        theirs = client.post("/v1/rentals", json=body, headers=other).json()
+        wait_for(client, rental["id"], owner, "placed")
+        wait_for(client, theirs["id"], other, "placed")
+        client.post(f"/v1/rentals/{rental['id']}/stop", headers=owner)
+
+        deadline = time.monotonic() + backoff_s(1) + 20
+        delivered: list[dict] = []
+        while time.monotonic() < deadline:
+            delivered = [e for _, b in receiver.got[1:] for e in json.loads(b)["events"]]
+            if any(e["kind"] == "stopped" for e in delivered):
+                break
+            time.sleep(0.1)
+        failed_try = json.loads(receiver.got[0][1])["events"]
+        assert [e["id"] for e in delivered[: len(failed_try)]] == [e["id"] for e in failed_try]  # sent again
+        assert [e["kind"] for e in delivered] == ["created", "placed", "stopped"]
+        assert {e["rental_id"] for e in delivered} == {rental["id"]}  # never another tenant's
+        ids = [e["id"] for e in delivered]
+        assert ids == sorted(ids) and len(set(ids)) == len(ids)
+        for sent, raw in receiver.got:
+            assert hmac.compare_digest(
+                sent, "sha256=" + hmac.new(secret.encode(), raw, hashlib.sha256).hexdigest()
+            )
+
+        (shown,) = client.get("/v1/webhooks", headers=owner).json()
+        assert shown["secret"] is None and shown["failures"] == 0 and shown["delivered_at"] is not None
+        assert client.get("/v1/webhooks", headers=other).json() == []
+        assert client.delete(f"/v1/webhooks/{shown['id']}", headers=other).status_code == 404
+        assert client.delete(f"/v1/webhooks/{shown['id']}", headers=owner).status_code == 200
+        assert client.get("/v1/webhooks", headers=owner).json() == []
+
+
+@pytest.mark.parametrize(
+    "url", ["ftp://example.com/x", "https://", "https://user:pw@example.com/x", "not a url"], ids=str
+)
+def test_a_webhook_url_that_cannot_be_one_is_refused_naming_it(client, tenant, url: str) -> None:
+    _, headers = tenant("hooked")
+    refused = client.post("/v1/webhooks", json={"url": url}, headers=headers)
+    assert refused.status_code == 400 and refused.json()["error"]["field"] == "url", refused.text
+    with pytest.raises(Invalid):
+        check_url(url)
+
+
+def test_a_webhook_to_the_servers_own_network_is_refused_unless_allowed() -> None:
+    for url in (
+        "http://127.0.0.1:8080/x",
+        "http://10.1.2.3/x",
+        "http://169.254.169.254/latest",
+        "http://[::1]/",
+    ):
+        assert (refused_address(url) or "").startswith("refused: "), url
+    assert refused_address("http://8.8.8.8/hook") is None
+    assert backoff_s(1) == 5.0 and backoff_s(3) == 20.0 and backoff_s(30) == 600.0
