@@ -32,3 +32,19 @@ def test_a_delivery_verifies_under_its_secret_only_and_its_events_read_back() ->
     )
     assert event["at"] == AT.isoformat()
     assert receiver.SIGNATURE_HEADER == SIGNATURE_HEADER  # the header the server sets is the one read
+
+
+def test_the_readmes_receiver_example_runs_as_written(capsys) -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("A webhook's receiver checks each delivery", 1)[1]
+    snippet = section.split("```python\n", 1)[1].split("```", 1)[0]
+    scope: dict[str, object] = {"WEBHOOK_SECRET": "whsec_readme"}
+    exec(compile(snippet, "README.md", "exec"), scope)
+    hook = Webhook("whk_1", "ten_1", "https://example.com/hook", "whsec_readme", AT, 0)
+    body = payload(hook, [SentEvent(3, "rnt_b", RentalEvent(AT, "failed", None, "exit code 2"))])
+    on_delivery = scope["on_delivery"]
+    assert on_delivery(body, {"X-Suanli-Signature": signature("whsec_readme", body)}) == 204  # type: ignore[operator]
+    assert on_delivery(body, {"X-Suanli-Signature": signature("whsec_other", body)}) == 401  # type: ignore[operator]
+    assert capsys.readouterr().out == "rnt_b failed exit code 2\n"
