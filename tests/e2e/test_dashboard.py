@@ -101,6 +101,25 @@ def test_a_tenant_signs_in_rents_from_an_offer_and_reads_the_output(page: Page, 
     expect(page.locator("#console")).to_be_hidden()
 
 
+def test_a_tenant_adds_a_webhook_sees_its_secret_once_and_removes_it(page: Page, platform: Platform) -> None:
+    sign_in(page, platform)
+    page.fill("#webhook-url", "ftp://example.com/x")
+    page.click("#webhook-form button")
+    expect(page.locator("#webhook-error")).to_contain_text("not an http(s) URL")
+    page.fill("#webhook-url", "https://ci.example.com/suanli")
+    page.click("#webhook-form button")
+    expect(page.locator("#webhook-secret-value")).to_contain_text("whsec_")
+    row = page.locator("#webhooks tbody tr", has_text="https://ci.example.com/suanli")
+    expect(row).to_have_count(1)
+    with platform.tenant() as api:
+        (hook,) = api.webhooks()
+    assert hook.url == "https://ci.example.com/suanli" and hook.secret is None
+    row.get_by_role("button", name="Remove").click()
+    expect(page.locator("#webhooks")).to_be_hidden()
+    with platform.tenant() as api:
+        assert api.webhooks() == []
+
+
 def test_a_rental_with_max_hours_shows_when_it_stops_and_is_stopped_then(
     page: Page, platform: Platform
 ) -> None:

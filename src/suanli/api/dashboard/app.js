@@ -728,6 +728,45 @@ const refreshPlans = () =>
     cell(row, periodState(plan, "in force"));
   });
 
+// --- webhooks -----------------------------------------------------------------------------------------
+
+const refreshWebhooks = () =>
+  refreshOwnList("/v1/webhooks", "webhooks", (row, hook) => {
+    cell(row, hook.id, "mono");
+    cell(row, hook.url);
+    cell(row, hook.delivered_at ? utcText(hook.delivered_at) : "");
+    cell(row, String(hook.failures), "num");
+    cell(row, hook.last_error ?? "");
+    const remove = document.createElement("button");
+    remove.textContent = "Remove";
+    remove.addEventListener("click", () => removeWebhook(hook.id));
+    row.insertCell().append(remove);
+  });
+
+async function addWebhook(event) {
+  event.preventDefault();
+  showError("webhook-error", null);
+  try {
+    const made = await api("POST", "/v1/webhooks", { url: $("webhook-url").value.trim() });
+    $("webhook-secret-value").textContent = made.secret;
+    $("webhook-secret").hidden = false;
+    $("webhook-url").value = "";
+  } catch (error) {
+    showError("webhook-error", error);
+  }
+  await refreshWebhooks();
+}
+
+async function removeWebhook(id) {
+  showError("webhook-error", null);
+  try {
+    await api("DELETE", `/v1/webhooks/${encodeURIComponent(id)}`);
+  } catch (error) {
+    showError("webhook-error", error);
+  }
+  await refreshWebhooks();
+}
+
 // --- tenants and their plans (admins) ------------------------------------------------------------------
 
 async function refreshTenants() {
@@ -885,6 +924,7 @@ async function refreshSlow() {
     refreshContracts(),
     refreshOffers(),
     refreshPlans(),
+    refreshWebhooks(),
     refreshPayouts(),
     refreshTenants(),
   ]);
@@ -928,6 +968,7 @@ $("plan-form").addEventListener("submit", putOnPlan);
 $("price-form").addEventListener("submit", addPrice);
 $("transfer-form").addEventListener("submit", transferContract);
 $("offer-form").addEventListener("submit", makeOffer);
+$("webhook-form").addEventListener("submit", addWebhook);
 
 if (session.key) {
   signIn(session.key).catch(() => signOut());
