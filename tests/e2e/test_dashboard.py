@@ -17,7 +17,7 @@ from test_agents import ADMIN_KEY, FLEET, Platform, running_platform, wait_for_s
 from test_mig_agents import FLEET as MIG_FLEET
 from test_mig_agents import HAND_CARVED
 
-from suanli.client import Client
+from suanli.client import ApiError, Client
 from suanli.wire.billing_schemas import PriceEntryRequest
 from suanli.wire.plan_schemas import PlanRequest
 from suanli.wire.schemas import ContractCreateRequest, ContractOfferRequest, RentalCreateRequest
@@ -99,6 +99,23 @@ def test_a_tenant_signs_in_rents_from_an_offer_and_reads_the_output(page: Page, 
     page.click("#sign-out")
     expect(page.locator("#login")).to_be_visible()
     expect(page.locator("#console")).to_be_hidden()
+
+
+def test_a_tenant_creates_a_key_for_a_script_and_revokes_it(page: Page, platform: Platform) -> None:
+    sign_in(page, platform)
+    expect(page.locator("#keys tbody tr", has_text="(this session's)").get_by_role("button")).to_be_disabled()
+    page.fill("#key-label", "nightly")
+    page.click("#key-form button")
+    expect(page.locator("#key-secret-value")).to_contain_text("sk_")
+    secret = page.locator("#key-secret-value").inner_text()
+    with Client(platform.url, secret) as script:
+        assert script.me().key_id.startswith("key_")  # the new key works
+    row = page.locator("#keys tbody tr", has_text="nightly")
+    row.get_by_role("button", name="Revoke").click()
+    expect(row).to_contain_text("revoked")
+    with Client(platform.url, secret) as script, pytest.raises(ApiError) as refused:
+        script.me()
+    assert refused.value.status == 401
 
 
 def test_a_tenant_adds_a_webhook_sees_its_secret_once_and_removes_it(page: Page, platform: Platform) -> None:

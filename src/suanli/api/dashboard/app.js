@@ -90,6 +90,7 @@ async function signIn(key) {
   const me = await api("GET", "/v1/me");
   sessionStorage.setItem(KEY_ITEM, key);
   session.role = me.tenant.role;
+  Object.assign(session, { tenantId: me.tenant.id, keyId: me.key_id });
   $("tenant-name").textContent = `${me.tenant.name} (${me.tenant.role})`;
   $("login").hidden = true;
   $("console").hidden = false;
@@ -113,6 +114,8 @@ function signOut() {
   });
   $("console").hidden = true;
   $("whoami").hidden = true;
+  $("key-secret").hidden = true;
+  $("webhook-secret").hidden = true;
   $("detail").hidden = true;
   $("contracts").hidden = true;
   $("tenants-section").hidden = true;
@@ -728,6 +731,47 @@ const refreshPlans = () =>
     cell(row, periodState(plan, "in force"));
   });
 
+// --- API keys -----------------------------------------------------------------------------------------
+
+const keysPath = () => `/v1/tenants/${encodeURIComponent(session.tenantId)}/keys`;
+
+const refreshKeys = () =>
+  refreshOwnList(keysPath(), "keys", (row, key) => {
+    cell(row, key.id + (key.id === session.keyId ? " (this session's)" : ""), "mono");
+    cell(row, key.label);
+    cell(row, utcText(key.created_at));
+    cell(row, key.revoked ? "revoked" : "active");
+    const revoke = document.createElement("button");
+    revoke.textContent = "Revoke";
+    revoke.disabled = key.revoked || key.id === session.keyId; // not the key this console signed in with
+    revoke.addEventListener("click", () => revokeKey(key.id));
+    row.insertCell().append(revoke);
+  });
+
+async function createKey(event) {
+  event.preventDefault();
+  showError("key-error", null);
+  try {
+    const made = await api("POST", keysPath(), { label: $("key-label").value.trim() });
+    $("key-secret-value").textContent = made.secret;
+    $("key-secret").hidden = false;
+    $("key-label").value = "";
+  } catch (error) {
+    showError("key-error", error);
+  }
+  await refreshKeys();
+}
+
+async function revokeKey(id) {
+  showError("key-error", null);
+  try {
+    await api("DELETE", `${keysPath()}/${encodeURIComponent(id)}`);
+  } catch (error) {
+    showError("key-error", error);
+  }
+  await refreshKeys();
+}
+
 // --- webhooks -----------------------------------------------------------------------------------------
 
 const refreshWebhooks = () =>
@@ -925,6 +969,7 @@ async function refreshSlow() {
     refreshOffers(),
     refreshPlans(),
     refreshWebhooks(),
+    refreshKeys(),
     refreshPayouts(),
     refreshTenants(),
   ]);
@@ -969,6 +1014,7 @@ $("price-form").addEventListener("submit", addPrice);
 $("transfer-form").addEventListener("submit", transferContract);
 $("offer-form").addEventListener("submit", makeOffer);
 $("webhook-form").addEventListener("submit", addWebhook);
+$("key-form").addEventListener("submit", createKey);
 
 if (session.key) {
   signIn(session.key).catch(() => signOut());
