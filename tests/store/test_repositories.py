@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import asdict, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -939,3 +939,72 @@ def test_a_cycle_that_fails_after_deciding_leaves_no_phantom_placements(uow, mon
     with pytest.raises(RuntimeError, match="after deciding"):
         scheduler.run_cycle()
     assert scheduler.run_cycle().placed == 8
+
+
+def test_a_window_scheduled_before_a_rental_is_seen_by_the_cycle_that_sees_the_rental(
+    database_url: str,
+) -> None:
+    """An operator schedules maintenance of h200-01 and then a tenant asks for it for an hour, both committed
+    while a cycle is reading (PostgreSQL reads each statement's committed state): the cycle must not see the
+    rental without the window. It read the windows first and the queue after, and placed the rental into
+    the window (a CI run on PostgreSQL caught it). SQLite serialises transactions, so there is no such
+    interleaving there."""
+    if not database_url.startswith("postgresql"):
+        pytest.skip("SQLite serialises transactions: nothing commits while a cycle reads")
+    from suanli.app.records import MaintenanceWindow
+    from suanli.store.repositories import SqlUnitOfWork
+
+    engine = make_engine(database_url)
+    migrate(engine)
+    factory = unit_of_work_factory(engine)
+    with factory() as u:
+        u.tenants.add(Tenant("ten_a", "a", "tenant", NOW))
+        u.fleet.put(FLEET, [], NOW)
+        u.commit()
+    sessions = factory().sessions
+    committed: list[str] = []
+
+    def operator_then_tenant() -> None:
+        with factory() as other:
+            start, end = NOW + timedelta(seconds=1800), NOW + timedelta(seconds=5400)
+            other.maintenance.add(MaintenanceWindow("mnt_1", "h200-01", start, end, "firmware", NOW))
+            other.commit()
+        with factory() as other:
+            spec = RentalSpec(gpu_model="H200", gpus=8, max_duration_s=3600)
+            other.rentals.add(_rental("rnt_hour", spec))
+            other.commit()
+        committed.append("both")
+
+    class CommitsMidCycle(SqlUnitOfWork):
+        """A unit of work whose first read of a given kind lets the operator and the tenant commit first."""
+
+        def __enter__(self) -> CommitsMidCycle:
+            super().__enter__()
+            for repo, name in ((self.maintenance, "list"), (self.rentals, "pending")):
+                read = getattr(repo, name)
+
+                def then_commit(*args, read=read, **kwargs):
+                    found = read(*args, **kwargs)
+                    if not committed:
+                        operator_then_tenant()
+                    return found
+
+                setattr(repo, name, then_commit)
+            return self
+
+    leader = Scheduler(
+        lambda: CommitsMidCycle(sessions),
+        Clock(),
+        CATALOG,
+        FleetCache(CATALOG),
+        "suanli",
+        0,
+        queue=GREEDY_QUEUE,
+    )
+    for _ in range(3):
+        leader.run_cycle()
+    assert committed == ["both"]
+    with factory() as u:
+        rental = u.rentals.get("rnt_hour")
+    assert (rental.state, rental.pending_reason) == ("pending", "no_capacity"), rental
+    engine.dispose()

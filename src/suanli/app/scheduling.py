@@ -169,6 +169,10 @@ class Scheduler:
             version, fleet = self.cache.load(uow)
             if fleet is None:
                 return CycleReport()
+            # the queue before the windows: a window scheduled before a rental was asked for is then always
+            # seen with it (PostgreSQL reads each statement's committed state; read the other way round, a
+            # window and a rental committed between the two reads placed the rental into the window)
+            pending = uow.rentals.pending()
             self.windows = uow.maintenance.list(now)
             imageless, mig_revision = uow.fleet.imageless(), uow.fleet.mig_layouts_revision()
             if (
@@ -183,7 +187,6 @@ class Scheduler:
                 self._rebuild(uow, fleet, version, now)
             else:
                 self._sync(uow, now)
-            pending = uow.rentals.pending()
             preempting = uow.rentals.preempting()
             left = abandoned(preempting, {r.id for r in pending}, now)
             withdrawn = [victim for victim in left if withdraw(uow, victim, now)]
