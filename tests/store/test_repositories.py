@@ -942,19 +942,18 @@ def test_a_cycle_that_fails_after_deciding_leaves_no_phantom_placements(uow, mon
 
 
 def test_a_window_scheduled_before_a_rental_is_seen_by_the_cycle_that_sees_the_rental(
-    database_url: str,
+    postgres_server: str,
 ) -> None:
     """An operator schedules maintenance of h200-01 and then a tenant asks for it for an hour, both committed
     while a cycle is reading (PostgreSQL reads each statement's committed state): the cycle must not see the
     rental without the window. It read the windows first and the queue after, and placed the rental into
     the window (a CI run on PostgreSQL caught it). SQLite serialises transactions, so there is no such
-    interleaving there."""
-    if not database_url.startswith("postgresql"):
-        pytest.skip("SQLite serialises transactions: nothing commits while a cycle reads")
+    interleaving there: PostgreSQL only."""
     from suanli.app.records import MaintenanceWindow
     from suanli.store.repositories import SqlUnitOfWork
+    from suanli.store.throwaway_pg import create_database
 
-    engine = make_engine(database_url)
+    engine = make_engine(create_database(postgres_server, "t_mid_cycle_commits"))
     migrate(engine)
     factory = unit_of_work_factory(engine)
     with factory() as u:
