@@ -748,29 +748,37 @@ const refreshKeys = () =>
     row.insertCell().append(revoke);
   });
 
-async function createKey(event) {
+// POST the form field `field` as `body`: the secret made is shown once, the field cleared, the list redrawn
+async function makeWithSecret(event, { path, field, body, prefix, refresh }) {
   event.preventDefault();
-  showError("key-error", null);
+  showError(`${prefix}-error`, null);
   try {
-    const made = await api("POST", keysPath(), { label: $("key-label").value.trim() });
-    $("key-secret-value").textContent = made.secret;
-    $("key-secret").hidden = false;
-    $("key-label").value = "";
+    const made = await api("POST", path, { [body]: $(field).value.trim() });
+    $(`${prefix}-secret-value`).textContent = made.secret;
+    $(`${prefix}-secret`).hidden = false;
+    $(field).value = "";
   } catch (error) {
-    showError("key-error", error);
+    showError(`${prefix}-error`, error);
   }
-  await refreshKeys();
+  await refresh();
 }
 
-async function revokeKey(id) {
-  showError("key-error", null);
+// DELETE `path`, an error shown under the section `prefix`, then its list again
+async function deleteThen(path, prefix, refresh) {
+  showError(`${prefix}-error`, null);
   try {
-    await api("DELETE", `${keysPath()}/${encodeURIComponent(id)}`);
+    await api("DELETE", path);
   } catch (error) {
-    showError("key-error", error);
+    showError(`${prefix}-error`, error);
   }
-  await refreshKeys();
+  await refresh();
 }
+
+const createKey = (event) =>
+  makeWithSecret(event, {
+    path: keysPath(), field: "key-label", body: "label", prefix: "key", refresh: refreshKeys,
+  });
+const revokeKey = (id) => deleteThen(`${keysPath()}/${encodeURIComponent(id)}`, "key", refreshKeys);
 
 // --- webhooks -----------------------------------------------------------------------------------------
 
@@ -787,29 +795,11 @@ const refreshWebhooks = () =>
     row.insertCell().append(remove);
   });
 
-async function addWebhook(event) {
-  event.preventDefault();
-  showError("webhook-error", null);
-  try {
-    const made = await api("POST", "/v1/webhooks", { url: $("webhook-url").value.trim() });
-    $("webhook-secret-value").textContent = made.secret;
-    $("webhook-secret").hidden = false;
-    $("webhook-url").value = "";
-  } catch (error) {
-    showError("webhook-error", error);
-  }
-  await refreshWebhooks();
-}
-
-async function removeWebhook(id) {
-  showError("webhook-error", null);
-  try {
-    await api("DELETE", `/v1/webhooks/${encodeURIComponent(id)}`);
-  } catch (error) {
-    showError("webhook-error", error);
-  }
-  await refreshWebhooks();
-}
+const addWebhook = (event) =>
+  makeWithSecret(event, {
+    path: "/v1/webhooks", field: "webhook-url", body: "url", prefix: "webhook", refresh: refreshWebhooks,
+  });
+const removeWebhook = (id) => deleteThen(`/v1/webhooks/${encodeURIComponent(id)}`, "webhook", refreshWebhooks);
 
 // --- tenants and their plans (admins) ------------------------------------------------------------------
 
