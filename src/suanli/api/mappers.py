@@ -17,6 +17,7 @@ from suanli.app.records import (
     RentalSpec,
     RentalView,
     Tenant,
+    Webhook,
 )
 from suanli.domain.billing.ledger import Transaction
 from suanli.wire.billing_schemas import LedgerTransactionResponse, PostingResponse
@@ -38,6 +39,7 @@ from suanli.wire.schemas import (
     RentalResponse,
     SliceResponse,
     TenantResponse,
+    WebhookResponse,
 )
 
 
@@ -169,4 +171,18 @@ def transaction(tx: Transaction) -> LedgerTransactionResponse:
             )
             for p in tx.postings
         ],
+    )
+
+
+def webhook(webhook: Webhook, secret: str | None = None) -> WebhookResponse:
+    """A webhook as its tenant reads it; `secret` only in the answer that made it."""
+    return WebhookResponse(
+        id=webhook.id,
+        url=webhook.url,
+        created_at=webhook.created_at,
+        failures=webhook.failures,
+        retry_at=webhook.retry_at,
+        last_error=webhook.last_error,
+        delivered_at=webhook.delivered_at,
+        secret=secret,
     )

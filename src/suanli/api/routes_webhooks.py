@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter, status
 
+from suanli.api import mappers
 from suanli.api.deps import CallerDep, ServicesDep
 from suanli.api.errors import ERROR_RESPONSES
-from suanli.app.records import Webhook
 from suanli.app.webhooks import WebhookService
 from suanli.wire.schemas import WebhookCreateRequest, WebhookResponse
 
@@ -22,29 +22,16 @@ def _service(services: ServicesDep) -> WebhookService:
 def create_webhook(body: WebhookCreateRequest, caller: CallerDep, services: ServicesDep) -> WebhookResponse:
     """Your rentals' events from now on go to `url`; the answer holds the signing secret, once."""
     webhook = _service(services).create(caller, body.url)
-    return _response(webhook, secret=webhook.secret)
+    return mappers.webhook(webhook, secret=webhook.secret)
 
 
 @router.get("/webhooks", tags=["webhooks"])
 def list_webhooks(caller: CallerDep, services: ServicesDep) -> list[WebhookResponse]:
     """Your webhooks and how their deliveries stand."""
-    return [_response(w) for w in _service(services).list(caller)]
+    return [mappers.webhook(w) for w in _service(services).list(caller)]
 
 
 @router.delete("/webhooks/{webhook_id}", tags=["webhooks"])
 def remove_webhook(webhook_id: str, caller: CallerDep, services: ServicesDep) -> WebhookResponse:
     """Stop sending to it."""
-    return _response(_service(services).remove(caller, webhook_id))
-
-
-def _response(webhook: Webhook, secret: str | None = None) -> WebhookResponse:
-    return WebhookResponse(
-        id=webhook.id,
-        url=webhook.url,
-        created_at=webhook.created_at,
-        failures=webhook.failures,
-        retry_at=webhook.retry_at,
-        last_error=webhook.last_error,
-        delivered_at=webhook.delivered_at,
-        secret=secret,
-    )
+    return mappers.webhook(_service(services).remove(caller, webhook_id))
