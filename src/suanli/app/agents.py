@@ -336,11 +336,12 @@ class AgentService:
             return False
         run = uow.agents.run(rental.id, node) or RentalRun(rental.id, node, report.state)
         ended = report.state in ("succeeded", "failed", "stopped")
-        if ended and not given_up and _restarts_together(rental, uow.rentals.allocation(rental.id)):
+        allocation = uow.rentals.allocation(rental.id) if ended and not given_up else []
+        if _restarts_together(rental, allocation):
             restarts = gang_restarts(uow, rental.id)
             if report.attempt < restarts:
                 return False  # the end of a run the gang has restarted since
-            if self._restart_gang(uow, rental, node, report, restarts, now):
+            if self._restart_gang(uow, rental, allocation, node, report, restarts, now):
                 return True
         if given_up and (run.ended_at is not None or not ended):
             return False  # a node it no longer holds: only the end of its run there is news
@@ -377,14 +378,19 @@ class AgentService:
 
     @staticmethod
     def _restart_gang(
-        uow: AgentUnitOfWork, rental: Rental, node: str, report: WorkloadReport, restarts: int, now: datetime
+        uow: AgentUnitOfWork,
+        rental: Rental,
+        allocation: Sequence[NodeAllocation],
+        node: str,
+        report: WorkloadReport,
+        restarts: int,
+        now: datetime,
     ) -> bool:
         """A rank's failure with restarts left: every node's run starts again, one attempt on; else False."""
         if report.state != "failed" or rental.state not in PREEMPTIBLE_STATES:
             return False
         if restarts >= rental.spec.max_restarts:
             return False
-        allocation = uow.rentals.allocation(rental.id)
         for part in allocation:
             run = uow.agents.run(rental.id, part.node)
             started = run.started_at if run is not None else None

@@ -1,4 +1,5 @@
-"""Delivers webhooks (`app/webhooks.py`) on the leader: every few seconds, and soon after rentals change.
+"""Delivers webhooks (`app/webhooks.py`) on the leader, every `SUANLI_WEBHOOK_INTERVAL_S` (and again at once
+after a full batch).
 
 Each due webhook gets one batch per run, POSTed with its signature; a 2xx moves its cursor, anything else
 (an error status, a timeout, no connection) records the failure and its backoff. Redirects are not
