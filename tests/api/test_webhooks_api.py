@@ -123,3 +123,26 @@ def test_a_webhook_to_the_servers_own_network_is_refused_unless_allowed() -> Non
         assert (refused_address(url) or "").startswith("refused: "), url
     assert refused_address("http://8.8.8.8/hook") is None
     assert backoff_s(1) == 5.0 and backoff_s(3) == 20.0 and backoff_s(30) == 600.0
+
+
+def test_the_loop_sends_only_events_whose_lower_ids_are_all_committed(monkeypatch) -> None:
+    """The watermark: the newest event id seen `SETTLE_S` ago, not the newest now (a lower id can still be
+    in an open transaction)."""
+    from suanli.loops import webhook_loop
+
+    clock, newest = [100.0], [7]
+
+    class Ids:
+        def last_event_id(self) -> int:
+            return newest[0]
+
+    monkeypatch.setattr(webhook_loop.time, "monotonic", lambda: clock[0])
+    loop = webhook_loop.WebhookLoop(Ids(), None, 1.0)  # type: ignore[arg-type]
+    assert loop.settled_through() is None  # nothing seen long enough ago yet
+    clock[0], newest[0] = 103.0, 9
+    assert loop.settled_through() is None
+    clock[0], newest[0] = 105.0, 12
+    assert loop.settled_through() == 7  # seen at 100
+    clock[0], newest[0] = 108.5, 15
+    assert loop.settled_through() == 9  # seen at 103; 12 (at 105) is not settled yet
+    loop.http.close()

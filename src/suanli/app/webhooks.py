@@ -6,6 +6,9 @@ Guarantees:
 * At least once, in order: each webhook keeps the id of the last event delivered (`after_event_id`); a batch
   (the next events, oldest first, at most `BATCH`) is sent again until a 2xx answer, then the cursor moves
   past it in one update. A receiver dedups by each event's `id`. A new webhook gets only events after it.
+  Ids are handed out before their transactions commit, so on PostgreSQL a lower id can become visible after
+  a higher one: the loop sends only events up to the newest id it saw `SETTLE_S` ago (a watermark), so an
+  event is skipped only if its transaction stayed open that long after its insert.
 * Signed: the body's HMAC-SHA256 under the webhook's own secret (shown once, at creation) in
   `X-Suanli-Signature: sha256=<hex>`, so a receiver can tell the server's deliveries from anyone's.
 * A failure (no answer, a non-2xx) waits `backoff_s(failures)` before the next try (5 s doubling, at most
@@ -112,13 +115,20 @@ class WebhookService:
             uow.commit()
         return webhook
 
-    def batches(self) -> list[tuple[Webhook, list[SentEvent]]]:
-        """What each webhook due now is to be sent next (those with nothing new are left out)."""
+    def last_event_id(self) -> int:
+        """The newest rental event's id now: read again a while later, every id up to it is committed."""
+        with self.uow() as uow:
+            return uow.webhooks.last_event_id()
+
+    def batches(self, through_event_id: int) -> list[tuple[Webhook, list[SentEvent]]]:
+        """What each webhook due now is to be sent next, of the events up to `through_event_id` (those
+        with nothing new are left out)."""
         now = self.clock.now()
         with self.uow() as uow:
             found = []
             for webhook in uow.webhooks.due(now):
-                events = uow.webhooks.events_after(webhook.tenant_id, webhook.after_event_id, BATCH)
+                after = webhook.after_event_id
+                events = uow.webhooks.events_after(webhook.tenant_id, after, through_event_id, BATCH)
                 if events:
                     found.append((webhook, events))
             return found

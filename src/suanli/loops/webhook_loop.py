@@ -14,6 +14,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import socket
+import time
 from urllib.parse import urlsplit
 
 import httpx
@@ -24,6 +25,7 @@ from suanli.store.leader import Leadership
 
 log = logging.getLogger(__name__)
 TIMEOUT_S = 5.0
+SETTLE_S = 5.0  # events are sent once the ids handed out this long ago are all committed (a watermark)
 
 
 class WebhookLoop(LeaderLoop):
@@ -35,10 +37,24 @@ class WebhookLoop(LeaderLoop):
         super().__init__(leadership, period_s)
         self.service, self.private_ok = service, private_ok
         self.http = httpx.Client(timeout=TIMEOUT_S, follow_redirects=False)
+        self.seen: list[tuple[float, int]] = []  # (monotonic time, the newest event id then), oldest first
+
+    def settled_through(self) -> int | None:
+        """The newest event id seen at least `SETTLE_S` ago (None: none yet): every lower id is committed."""
+        now = time.monotonic()
+        self.seen.append((now, self.service.last_event_id()))
+        old = [i for i, (at, _) in enumerate(self.seen) if now - at >= SETTLE_S]
+        if not old:
+            return None
+        del self.seen[: old[-1]]  # the newest settled mark stays first
+        return self.seen[0][1]
 
     def work(self) -> None:
+        through = self.settled_through()
+        if through is None:
+            return
         more = False
-        for webhook, events in self.service.batches():
+        for webhook, events in self.service.batches(through):
             body = payload(webhook, events)
             error = None if self.private_ok else refused_address(webhook.url)
             if error is None:

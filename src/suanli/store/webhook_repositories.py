@@ -53,11 +53,15 @@ class SqlWebhooks:
     def last_event_id(self) -> int:
         return int(self.s.scalar(select(func.max(RentalEventRow.id))) or 0)
 
-    def events_after(self, tenant_id: str, after_id: int, limit: int) -> list[SentEvent]:
+    def events_after(self, tenant_id: str, after_id: int, through_id: int, limit: int) -> list[SentEvent]:
         query = (
             select(RentalEventRow)
             .join(RentalRow, RentalRow.id == RentalEventRow.rental_id)
-            .where(RentalRow.tenant_id == tenant_id, RentalEventRow.id > after_id)
+            .where(
+                RentalRow.tenant_id == tenant_id,
+                RentalEventRow.id > after_id,
+                RentalEventRow.id <= through_id,
+            )
             .order_by(RentalEventRow.id)
             .limit(limit)
         )
