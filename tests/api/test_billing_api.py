@@ -75,7 +75,7 @@ def test_a_stopped_rental_is_charged_once_and_the_ledger_verifies(client, tenant
     client.post(f"/v1/tenants/{tenant_id}/credit", json={"amount_micros": 50_000_000}, headers=ADMIN)
     rental_id = client.post("/v1/rentals", json=H100, headers=headers).json()["id"]
     placed = wait_for(client, rental_id, headers, "placed")
-    assert placed["state"] == "placed"
+    assert placed["state"] == "placed" and placed["charged_micros"] == 0  # not metered yet
     stopped = client.post(f"/v1/rentals/{rental_id}/stop", headers=headers).json()
     assert stopped["state"] == "stopped"
     billing = client.app.state.services.billing
@@ -88,6 +88,10 @@ def test_a_stopped_rental_is_charged_once_and_the_ledger_verifies(client, tenant
     assert [t["key"] for t in charges] == [f"charge:{rental_id}:1"]
     charged = -sum(p["amount_micros"] for t in charges for p in t["postings"] if p["amount_micros"] < 0)
     assert charged == charge_micros(placed["price_micros_per_hour"], 60)  # stopped within the minute
+    # the rental says what it was charged, read alone and in the list, as the ledger holds it
+    assert client.get(f"/v1/rentals/{rental_id}", headers=headers).json()["charged_micros"] == charged
+    listed = {r["id"]: r for r in client.get("/v1/rentals", headers=headers).json()}
+    assert listed[rental_id]["charged_micros"] == charged
     balance = client.get("/v1/balance", headers=headers).json()
     assert balance["grants_micros"] == max(0, 5_000_000 - charged)
     assert balance["available_micros"] == 55_000_000 - charged

@@ -21,6 +21,7 @@ import pytest
 
 from suanli.agent.executors import group_alive
 from suanli.agent.probe import declared_gpu_uuid
+from suanli.cli.output import micros
 from suanli.client import Client
 from suanli.wire.schemas import RentalCreateRequest
 
@@ -339,8 +340,13 @@ def test_a_rank_that_fails_restarts_the_two_node_rental_on_both_nodes(platform: 
             wait_until(
                 lambda node=node, expected=expected: api.logs(rental_id, node=node).data == expected, 5, node
             )
+        # an ended rental is metered soon after it ends; it then says what it was charged
+        wait_until(lambda: api.rental(rental_id).charged_micros > 0, 15, "the meter's charge")
+        charged = api.rental(rental_id).charged_micros
     wide = {**env, "COLUMNS": "200"}
     shown = subprocess.run([*SUANLI, "show", rental_id], env=wide, capture_output=True, text=True, timeout=30)
+    header = shown.stdout.splitlines()[0]
+    assert f"charged {micros(charged)}" in header and "so far" not in header, header
     runs = shown.stdout[shown.stdout.index("runs") :]  # each node's run, after the timeline
     assert all(f"{a.node} │ succeeded │ 0" in runs for a in done.allocation), shown.stdout
 

@@ -106,6 +106,7 @@ def rental(view: RentalView) -> RentalResponse:
         rate_changes=[
             RateChangeResponse(from_at=at, rate_micros_per_hour=rate) for at, rate in view.rate_changes
         ],
+        charged_micros=view.charged_micros,
     )
 
 

@@ -110,6 +110,7 @@ class RentalView:
     allocation: tuple[NodeAllocation, ...]
     events: tuple[RentalEvent, ...]
     rate_changes: tuple[tuple[datetime, int], ...] = ()  # (from, rate micros/h) since placement, if any
+    charged_micros: int = 0  # what the meter has charged it so far (cash and grants), from the ledger
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from suanli.app.ids import check_idempotency_key, new_id
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.pricing import ANY_REGION, contract_room_milli
 from suanli.app.records import END_STATES, LIVE_STATES, Caller, Rental, RentalEvent, RentalSpec, RentalView
+from suanli.domain.billing.meter import PostedCharges
 from suanli.domain.billing.money import round_half_up
 from suanli.domain.billing.pricebook import resized_rate
 from suanli.domain.catalog import Catalog
@@ -181,7 +182,8 @@ class RentalService:
         with self.uow() as uow:
             uow.read_snapshot()
             rentals = uow.rentals.list(None if caller.is_admin else caller.tenant.id, LIST_LIMIT, states)
-            return [_view(uow, rental, caller) for rental in rentals]
+            charged = uow.ledger.posted_charges([r.id for r in rentals]) if rentals else {}
+            return [_view(uow, rental, caller, charged.get(rental.id, PostedCharges())) for rental in rentals]
 
     def stop_overdue(self) -> list[str]:
         """Stop the rentals at their time limit (`stop_overdue`); the ids stopped."""
@@ -344,14 +346,23 @@ def stop_overdue(uow: UnitOfWork, now: datetime) -> list[str]:
     return stopped
 
 
-def _view(uow: UnitOfWork, rental: Rental, viewer: Caller | None) -> RentalView:
-    """`rental` as `viewer` may read it (None: its own tenant, who created it just now)."""
+def _view(
+    uow: UnitOfWork, rental: Rental, viewer: Caller | None, charged: PostedCharges | None = None
+) -> RentalView:
+    """`rental` as `viewer` may read it (None: its own tenant, who created it just now), with what it was
+    charged so far (`charged`, when the caller read it for many rentals at once)."""
     rates: tuple[tuple[datetime, int], ...] = ()
     if rental.placed_at is not None:  # spot follows its pool's price; any rental its nodes when resized
         rates = tuple(uow.rentals.rate_changes([rental.id]).get(rental.id, ()))
+        if charged is None:
+            charged = uow.ledger.posted_charges([rental.id]).get(rental.id)
     shown = replace(rental, preempted_by=shown_preemptor(uow, rental, viewer))
     return RentalView(
-        shown, tuple(uow.rentals.allocation(rental.id)), tuple(uow.rentals.events(rental.id)), rates
+        shown,
+        tuple(uow.rentals.allocation(rental.id)),
+        tuple(uow.rentals.events(rental.id)),
+        rates,
+        0 if charged is None else charged.micros,
     )
 
 

@@ -402,10 +402,11 @@ def _rentals_table(found: list[RentalResponse]):
             r.request.image or "",
             _pending(r),
             ", ".join(a.node for a in r.allocation),
+            micros(r.charged_micros) if r.charged_micros or r.allocation else "",
         )
         for r in found
     ]
-    columns = ("id", "name", "state", "shape", "nodes", "tier", "image", "pending", "on")
+    columns = ("id", "name", "state", "shape", "nodes", "tier", "image", "pending", "on", "charged")
     return table("Rentals", columns, rows)
 
 
@@ -445,6 +446,9 @@ def _rental_detail(rental: RentalResponse) -> Group:
         header += f", pending: {_pending(rental)}"
     if rental.price_micros_per_hour is not None:
         header += f", {micros(rental.price_micros_per_hour)}/h"
+    if rental.charged_micros or rental.allocation:
+        so_far = "" if rental.state in ENDED_STATES else " so far"
+        header += f", charged {micros(rental.charged_micros)}{so_far}"
     if rental.time_limit_at is not None:
         header += f", stops at {rental.time_limit_at:%Y-%m-%d %H:%M:%S} UTC (max duration)"
     if rental.preempted_by:

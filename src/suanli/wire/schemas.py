@@ -336,6 +336,12 @@ class RentalResponse(WireModel):
         description="The rates it paid since placement when its rate changed: a spot pool's price moved, or "
         "a resize changed its nodes or GPUs (empty: the placement rate throughout).",
     )
+    charged_micros: int = Field(
+        default=0,
+        description="What it has been charged so far (cash and grants), as the ledger holds it: the meter "
+        "charges a live rental up to its last run (every SUANLI_METER_INTERVAL_S) and an ended one in full "
+        "soon after it ends. Its invoice line shows the same amount.",
+    )
 
 
 # --- contracts ----------------------------------------------------------------------------------------

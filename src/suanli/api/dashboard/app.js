@@ -338,6 +338,7 @@ async function refreshRentals() {
     cell(row, rental.request.tier);
     cell(row, rental.allocation.map((a) => a.node).join(", "));
     cell(row, rental.price_micros_per_hour == null ? "" : units(rental.price_micros_per_hour), "num");
+    cell(row, rental.charged_micros || rental.allocation.length ? units(rental.charged_micros) : "", "num");
     cell(row, rental.pending_reason ?? "");
     row.addEventListener("click", () => select(rental.id));
   }
@@ -376,6 +377,10 @@ async function refreshDetail() {
   $("detail-id").textContent = rental.id;
   const parts = [rental.state, shape(rental.request), rental.request.tier];
   if (rental.price_micros_per_hour != null) parts.push(`${units(rental.price_micros_per_hour)} / h`);
+  if (rental.charged_micros || rental.allocation.length) {
+    const ended = ["stopped", "failed", "lost", "preempted"].includes(rental.state);
+    parts.push(`charged ${units(rental.charged_micros)}${ended ? "" : " so far"}`);
+  }
   if (rental.pending_reason) parts.push(`waiting: ${rental.pending_reason}`);
   if (rental.expected_start_at) parts.push(`starts by ${rental.expected_start_at}`);
   if (rental.notice_deadline) parts.push(`preempted, ends at ${rental.notice_deadline}`);
