@@ -41,6 +41,10 @@ class Receiver:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
+    def events(self) -> list[dict]:
+        """Every event of the deliveries it answered 2xx, in the order they came."""
+        return [e for _, body in self.got[self.failing :] for e in json.loads(body)["events"]]
+
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
@@ -53,6 +57,13 @@ def receiver() -> Iterator[Receiver]:
     found.close()
 
 
+@pytest.fixture
+def picky() -> Iterator[Receiver]:
+    found = Receiver(failing=0)
+    yield found
+    found.close()
+
+
 def _tenant(client, name: str) -> dict[str, str]:
     tenant_id = client.post("/v1/tenants", json={"name": name}, headers=ADMIN).json()["id"]
     secret = client.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()["secret"]
@@ -60,7 +71,7 @@ def _tenant(client, name: str) -> dict[str, str]:
 
 
 def test_a_tenants_rental_events_reach_its_webhook_signed_in_order_and_again_after_a_failure(
-    database_url: str, receiver: Receiver
+    database_url: str, receiver: Receiver, picky: Receiver
 ) -> None:
     # the backoff after the first failure is FIRST_RETRY_S; the loop runs every 0.1 s here
     with app_client(database_url, webhook_private_ok=True, webhook_interval_s=0.1) as client:
@@ -68,7 +79,10 @@ def test_a_tenants_rental_events_reach_its_webhook_signed_in_order_and_again_aft
         made = client.post("/v1/webhooks", json={"url": receiver.url}, headers=owner)
         assert made.status_code == 201, made.text
         secret = made.json()["secret"]
-        assert secret.startswith("whsec_")
+        assert secret.startswith("whsec_") and made.json()["events"] == []
+        only = {"url": picky.url, "events": ["stopped", "placed", "stopped"]}
+        filtered = client.post("/v1/webhooks", json=only, headers=owner)
+        assert filtered.status_code == 201 and filtered.json()["events"] == ["placed", "stopped"]
         body = {"gpu_model": "L40S", "gpus": 1, "command": ["true"]}
         rental = client.post("/v1/rentals", json=body, headers=owner).json()
         theirs = client.post("/v1/rentals", json=body, headers=other).json()
@@ -86,6 +100,12 @@ def test_a_tenants_rental_events_reach_its_webhook_signed_in_order_and_again_aft
         failed_try = json.loads(receiver.got[0][1])["events"]
         assert [e["id"] for e in delivered[: len(failed_try)]] == [e["id"] for e in failed_try]  # sent again
         assert [e["kind"] for e in delivered] == ["created", "placed", "stopped"]
+        wait_until = time.monotonic() + 10  # the filtered one gets only its kinds, of the same events
+        while time.monotonic() < wait_until and len(picky.events()) < 2:
+            time.sleep(0.1)
+        assert [(e["id"], e["kind"]) for e in picky.events()] == [
+            (e["id"], e["kind"]) for e in delivered if e["kind"] != "created"
+        ]
         assert {e["rental_id"] for e in delivered} == {rental["id"]}  # never another tenant's
         ids = [e["id"] for e in delivered]
         assert ids == sorted(ids) and len(set(ids)) == len(ids)
@@ -94,7 +114,9 @@ def test_a_tenants_rental_events_reach_its_webhook_signed_in_order_and_again_aft
                 sent, "sha256=" + hmac.new(secret.encode(), raw, hashlib.sha256).hexdigest()
             )
 
-        (shown,) = client.get("/v1/webhooks", headers=owner).json()
+        shown, shown_filtered = client.get("/v1/webhooks", headers=owner).json()
+        assert shown_filtered["events"] == ["placed", "stopped"]
+        assert client.delete(f"/v1/webhooks/{shown_filtered['id']}", headers=owner).status_code == 200
         assert shown["secret"] is None and shown["failures"] == 0 and shown["delivered_at"] is not None
         assert client.get("/v1/webhooks", headers=other).json() == []
         assert client.delete(f"/v1/webhooks/{shown['id']}", headers=other).status_code == 404
@@ -111,6 +133,17 @@ def test_a_webhook_url_that_cannot_be_one_is_refused_naming_it(client, tenant, u
     assert refused.status_code == 400 and refused.json()["error"]["field"] == "url", refused.text
     with pytest.raises(Invalid):
         check_url(url)
+
+
+def test_an_unknown_event_kind_is_refused_naming_it_and_the_kinds(client, tenant) -> None:
+    _, headers = tenant("hooked")
+    body = {"url": "https://example.com/hook", "events": ["stopped", "finished"]}
+    refused = client.post("/v1/webhooks", json=body, headers=headers)
+    assert refused.status_code == 400, refused.text
+    error = refused.json()["error"]
+    assert error["field"] == "events" and "'finished'" in error["message"]
+    assert "preempting" in error["message"]  # the kinds it takes
+    assert client.get("/v1/webhooks", headers=headers).json() == []  # nothing made
 
 
 def test_a_webhook_to_the_servers_own_network_is_refused_unless_allowed() -> None:
@@ -146,3 +179,23 @@ def test_the_loop_sends_only_events_whose_lower_ids_are_all_committed(monkeypatc
     clock[0], newest[0] = 108.5, 15
     assert loop.settled_through() == 9  # seen at 103; 12 (at 105) is not settled yet
     loop.http.close()
+
+
+def test_a_filtered_webhook_moves_past_events_it_does_not_get(database_url: str, monkeypatch) -> None:
+    """Its cursor does not stay behind a long run of other kinds (each pass would read them all again);
+    a delivery short of a full batch moves it to the watermark it was read under."""
+    from suanli.app import webhooks
+
+    monkeypatch.setattr(webhooks, "SKIP_GAP", 2)
+    with app_client(database_url, webhook_private_ok=True, webhook_interval_s=3600) as client:
+        owner = _tenant(client, "owner")
+        service = client.app.state.services.webhooks
+        only_failures = {"url": "http://127.0.0.1:9/x", "events": ["failed"]}
+        made = client.post("/v1/webhooks", json=only_failures, headers=owner)
+        body = {"gpu_model": "L40S", "gpus": 1, "command": ["true"]}
+        rental = client.post("/v1/rentals", json=body, headers=owner).json()
+        wait_for(client, rental["id"], owner, "placed")
+        through = service.last_event_id()
+        assert service.batches(through) == []  # created, placed: none it gets
+        with service.uow() as uow:
+            assert uow.webhooks.get(made.json()["id"]).after_event_id == through

@@ -230,6 +230,14 @@ def test_a_webhook_into_the_servers_own_network_is_added_refused_at_delivery_and
     hook_id = added.split()[1]
     bad = _cli(tenant, "webhooks", "add", "ftp://example.com/x", check=False)
     assert bad.returncode == 1 and "URL: not an http(s) URL" in bad.stderr, bad.stderr
+    typo = _cli(tenant, "webhooks", "add", "https://example.com/x", "--event", "stoped", check=False)
+    assert typo.returncode == 1 and "--event: unknown event kind 'stoped'" in typo.stderr, typo.stderr
+    kinds = ("--event", "failed", "--event", "stopped")
+    picky = _cli(tenant, "webhooks", "add", "https://example.com/x", *kinds)
+    assert "-> https://example.com/x (stopped, failed); signing secret" in picky.stdout, picky.stdout
+    listed = _cli(tenant, "webhooks", "ls").stdout
+    assert "stopped, failed" in listed and "all" in listed
+    _cli(tenant, "webhooks", "rm", picky.stdout.split()[1])
     _cli(tenant, "rent", "L40S:1", "--", "true")  # an event to send
     deadline = time.monotonic() + 20
     while True:

@@ -124,13 +124,19 @@ def test_a_tenant_adds_a_webhook_sees_its_secret_once_and_removes_it(page: Page,
     page.click("#webhook-form button")
     expect(page.locator("#webhook-error")).to_contain_text("not an http(s) URL")
     page.fill("#webhook-url", "https://ci.example.com/suanli")
+    page.fill("#webhook-events", "failed, stoped")
+    page.click("#webhook-form button")
+    expect(page.locator("#webhook-error")).to_contain_text("unknown event kind 'stoped'")
+    page.fill("#webhook-events", "failed, stopped")
     page.click("#webhook-form button")
     expect(page.locator("#webhook-secret-value")).to_contain_text("whsec_")
     row = page.locator("#webhooks tbody tr", has_text="https://ci.example.com/suanli")
     expect(row).to_have_count(1)
+    expect(row).to_contain_text("stopped, failed")
     with platform.tenant() as api:
         (hook,) = api.webhooks()
     assert hook.url == "https://ci.example.com/suanli" and hook.secret is None
+    assert hook.events == ["stopped", "failed"]
     row.get_by_role("button", name="Remove").click()
     expect(page.locator("#webhooks")).to_be_hidden()
     with platform.tenant() as api:

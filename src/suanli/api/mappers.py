@@ -186,4 +186,5 @@ def webhook(webhook: Webhook, secret: str | None = None) -> WebhookResponse:
         last_error=webhook.last_error,
         delivered_at=webhook.delivered_at,
         secret=secret,
+        events=list(webhook.event_kinds),
     )

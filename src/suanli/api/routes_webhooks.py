@@ -20,8 +20,9 @@ def _service(services: ServicesDep) -> WebhookService:
 
 @router.post("/webhooks", tags=["webhooks"], status_code=status.HTTP_201_CREATED)
 def create_webhook(body: WebhookCreateRequest, caller: CallerDep, services: ServicesDep) -> WebhookResponse:
-    """Your rentals' events from now on go to `url`; the answer holds the signing secret, once."""
-    webhook = _service(services).create(caller, body.url)
+    """Your rentals' events from now on (those of the kinds in `events`, or all) go to `url`; the answer
+    holds the signing secret, once."""
+    webhook = _service(services).create(caller, body.url, body.events)
     return mappers.webhook(webhook, secret=webhook.secret)
 
 

@@ -14,6 +14,27 @@ ROLES = ("admin", "provider", "tenant")
 LIVE_STATES = ("placed", "starting", "running", "stopping", "preempting")
 PREEMPTIBLE_STATES = ("placed", "starting", "running")  # may be given a preemption notice
 END_STATES = ("stopped", "preempted", "lost", "failed")
+# Every kind of rental event: a state it entered, or what happened to it (a restart of its workload, a
+# re-queue after a lost node, a resize, growing onto more nodes, a low balance warning)
+EVENT_KINDS = (
+    "created",
+    "pending",
+    "placed",
+    "starting",
+    "running",
+    "restarted",
+    "requeued",
+    "resized",
+    "growing",
+    "grown",
+    "low_balance",
+    "preempting",
+    "stopping",
+    "stopped",
+    "preempted",
+    "lost",
+    "failed",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,10 +117,16 @@ class Rental:
 
 @dataclass(frozen=True, slots=True)
 class RentalEvent:
+    """One entry of a rental's timeline (and of its webhooks' deliveries): `kind` is one of `EVENT_KINDS`."""
+
     at: datetime
     kind: str
     reason: str | None = None
     message: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in EVENT_KINDS:  # a new kind goes into EVENT_KINDS, where webhooks' filters check
+            raise ValueError(f"unknown rental event kind {self.kind!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,6 +298,7 @@ class Webhook:
     retry_at: datetime | None = None  # after a failure: not tried again before this
     last_error: str | None = None
     delivered_at: datetime | None = None
+    event_kinds: tuple[str, ...] = ()  # the event kinds it gets (`EVENT_KINDS`); empty: every kind
 
 
 @dataclass(frozen=True, slots=True)

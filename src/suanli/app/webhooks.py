@@ -30,13 +30,14 @@ from urllib.parse import urlsplit
 from suanli.app.errors import Invalid, NotFound
 from suanli.app.ids import new_id
 from suanli.app.ports import Clock, UnitOfWorkFactory
-from suanli.app.records import Caller, SentEvent, Webhook
+from suanli.app.records import EVENT_KINDS, Caller, SentEvent, Webhook
 
 BATCH = 100  # events in one delivery at most
 MAX_WEBHOOKS = 10  # per tenant
 MAX_URL_CHARS = 2000
 FIRST_RETRY_S, LAST_RETRY_S = 5.0, 600.0
 SIGNATURE_HEADER = "X-Suanli-Signature"
+SKIP_GAP = 1000  # events it does not get that a webhook's cursor lags by before it is moved past them
 
 
 def check_url(url: str) -> str:
@@ -49,6 +50,17 @@ def check_url(url: str) -> str:
     if parts.username or parts.password:
         raise Invalid("a webhook URL carries no user or password; the signature authenticates", field="url")
     return url
+
+
+def check_event_kinds(kinds: Sequence[str]) -> tuple[str, ...]:
+    """The kinds a webhook is to get, each one of `EVENT_KINDS`, once, in that order; () for every kind."""
+    unknown = sorted(set(kinds) - set(EVENT_KINDS))
+    if unknown:
+        raise Invalid(
+            f"unknown event kind {', '.join(map(repr, unknown))}; use {', '.join(EVENT_KINDS)}",
+            field="events",
+        )
+    return tuple(kind for kind in EVENT_KINDS if kind in kinds)
 
 
 def backoff_s(failures: int) -> float:
@@ -84,9 +96,11 @@ class WebhookService:
     def __init__(self, uow: UnitOfWorkFactory, clock: Clock) -> None:
         self.uow, self.clock = uow, clock
 
-    def create(self, caller: Caller, url: str) -> Webhook:
-        """A webhook for the caller's rentals from now on; its secret is in the answer, and only there."""
+    def create(self, caller: Caller, url: str, event_kinds: Sequence[str] = ()) -> Webhook:
+        """A webhook for the caller's rentals from now on, for the events of `event_kinds` (none: every
+        kind); its secret is in the answer, and only there."""
         check_url(url)
+        kinds = check_event_kinds(event_kinds)
         with self.uow() as uow:
             if len(uow.webhooks.list(caller.tenant.id)) >= MAX_WEBHOOKS:
                 raise Invalid(f"a tenant has at most {MAX_WEBHOOKS} webhooks; remove one first", field="url")
@@ -97,6 +111,7 @@ class WebhookService:
                 "whsec_" + secrets.token_urlsafe(32),
                 self.clock.now(),
                 uow.webhooks.last_event_id(),
+                event_kinds=kinds,
             )
             uow.webhooks.add(webhook)
             uow.commit()
@@ -122,20 +137,30 @@ class WebhookService:
 
     def batches(self, through_event_id: int) -> list[tuple[Webhook, list[SentEvent]]]:
         """What each webhook due now is to be sent next, of the events up to `through_event_id` (those
-        with nothing new are left out)."""
+        with nothing new are left out; one that lags by `SKIP_GAP` events it does not get moves past them)."""
         now = self.clock.now()
         with self.uow() as uow:
             found = []
             for webhook in uow.webhooks.due(now):
                 after = webhook.after_event_id
-                events = uow.webhooks.events_after(webhook.tenant_id, after, through_event_id, BATCH)
+                events = uow.webhooks.events_after(
+                    webhook.tenant_id, after, through_event_id, BATCH, webhook.event_kinds
+                )
                 if events:
                     found.append((webhook, events))
+                elif through_event_id - after >= SKIP_GAP:
+                    uow.webhooks.skip_to(webhook.id, through_event_id)
+            uow.commit()
             return found
 
-    def delivered(self, webhook_id: str, events: Sequence[SentEvent]) -> None:
+    def delivered(self, webhook_id: str, events: Sequence[SentEvent], through_event_id: int) -> None:
+        """`events` reached the webhook; a batch short of `BATCH` held every event it gets up to
+        `through_event_id` (the watermark it was read under), so the cursor moves there."""
+        last = max(sent.id for sent in events)
         with self.uow() as uow:
-            uow.webhooks.delivered(webhook_id, max(sent.id for sent in events), self.clock.now())
+            uow.webhooks.delivered(
+                webhook_id, through_event_id if len(events) < BATCH else last, self.clock.now()
+            )
             uow.commit()
 
     def failed(self, webhook: Webhook, error: str) -> datetime:

@@ -13,14 +13,26 @@ JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts i
 
 
 @webhooks_app.command("add")
-def webhooks_add(url: str, as_json: JsonFlag = False) -> None:
+def webhooks_add(
+    url: str,
+    event: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Only events of this kind, e.g. stopped, failed, preempting (repeatable); default: all."
+        ),
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
     """Send your rentals' events from now on to URL, signed (the secret is printed once, here)."""
-    with logged_in({"url": "URL"}) as client:
-        webhook = client.create_webhook(url)
+    with logged_in({"url": "URL", "events": "--event"}) as client:
+        webhook = client.create_webhook(url, event or ())
     if as_json:
         typer.echo(webhook.model_dump_json(indent=2))
     else:
-        typer.echo(f"webhook {webhook.id} -> {webhook.url}; signing secret (shown once): {webhook.secret}")
+        kinds = f" ({', '.join(webhook.events)})" if webhook.events else ""
+        typer.echo(
+            f"webhook {webhook.id} -> {webhook.url}{kinds}; signing secret (shown once): {webhook.secret}"
+        )
 
 
 @webhooks_app.command("ls")
@@ -32,13 +44,14 @@ def webhooks_ls(as_json: JsonFlag = False) -> None:
         (
             w.id,
             w.url,
+            ", ".join(w.events) or "all",
             "" if w.delivered_at is None else f"{w.delivered_at:%Y-%m-%d %H:%M:%S}",
             w.failures,
             w.last_error or "",
         )
         for w in found
     ]
-    columns = ("id", "url", "last delivered (UTC)", "failures", "last error")
+    columns = ("id", "url", "events", "last delivered (UTC)", "failures", "last error")
     emit(found, as_json, lambda _: table("webhooks", columns, rows))
 
 

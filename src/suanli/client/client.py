@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -146,9 +146,11 @@ class Client:
         """The tenant's API keys (never their secrets), revoked ones included."""
         return self._call("GET", f"/v1/tenants/{tenant_id}/keys", list[KeyResponse])
 
-    def create_webhook(self, url: str) -> WebhookResponse:
-        """Your rentals' events from now on go to `url`; the answer's `secret` (shown once) signs them."""
-        return self._call("POST", "/v1/webhooks", WebhookResponse, body=WebhookCreateRequest(url=url))
+    def create_webhook(self, url: str, events: Sequence[str] = ()) -> WebhookResponse:
+        """Your rentals' events from now on (of the kinds in `events`; none: all) go to `url`; the answer's
+        `secret` (shown once) signs them."""
+        body = WebhookCreateRequest(url=url, events=list(events))
+        return self._call("POST", "/v1/webhooks", WebhookResponse, body=body)
 
     def webhooks(self) -> list[WebhookResponse]:
         return self._call("GET", "/v1/webhooks", list[WebhookResponse])

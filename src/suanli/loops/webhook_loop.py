@@ -70,7 +70,7 @@ class WebhookLoop(LeaderLoop):
                 except httpx.HTTPError as failure:
                     error = f"{type(failure).__name__}: {failure}"
             if error is None:
-                self.service.delivered(webhook.id, events)
+                self.service.delivered(webhook.id, events, through)
                 more |= len(events) == BATCH
             else:
                 retry_at = self.service.failed(webhook, error)

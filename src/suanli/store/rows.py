@@ -479,3 +479,4 @@ class WebhookRow(Base):
     retry_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     last_error: Mapped[str | None] = mapped_column(String(500), nullable=True)
     delivered_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    event_kinds: Mapped[str | None] = mapped_column(String(400), nullable=True)  # comma-separated; None: all

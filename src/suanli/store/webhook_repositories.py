@@ -25,6 +25,7 @@ class SqlWebhooks:
                 created_at=webhook.created_at,
                 after_event_id=webhook.after_event_id,
                 failures=webhook.failures,
+                event_kinds=",".join(webhook.event_kinds) or None,
             )
         )
         self.s.flush()
@@ -53,7 +54,9 @@ class SqlWebhooks:
     def last_event_id(self) -> int:
         return int(self.s.scalar(select(func.max(RentalEventRow.id))) or 0)
 
-    def events_after(self, tenant_id: str, after_id: int, through_id: int, limit: int) -> list[SentEvent]:
+    def events_after(
+        self, tenant_id: str, after_id: int, through_id: int, limit: int, kinds: tuple[str, ...] = ()
+    ) -> list[SentEvent]:
         query = (
             select(RentalEventRow)
             .join(RentalRow, RentalRow.id == RentalEventRow.rental_id)
@@ -65,6 +68,8 @@ class SqlWebhooks:
             .order_by(RentalEventRow.id)
             .limit(limit)
         )
+        if kinds:
+            query = query.where(RentalEventRow.kind.in_(kinds))
         return [
             SentEvent(r.id, r.rental_id, RentalEvent(r.at, r.kind, r.reason, r.message))
             for r in self.s.scalars(query)
@@ -77,6 +82,14 @@ class SqlWebhooks:
             .values(
                 after_event_id=through_event_id, failures=0, retry_at=None, last_error=None, delivered_at=now
             )
+        )
+
+    def skip_to(self, webhook_id: str, through_event_id: int) -> None:
+        """Move the cursor past events it does not get (other tenants', kinds it filters out)."""
+        self.s.execute(
+            update(WebhookRow)
+            .where(WebhookRow.id == webhook_id, WebhookRow.after_event_id < through_event_id)
+            .values(after_event_id=through_event_id)
         )
 
     def failed(self, webhook_id: str, error: str, retry_at: datetime) -> None:
@@ -99,4 +112,5 @@ def _webhook(row: WebhookRow) -> Webhook:
         row.retry_at,
         row.last_error,
         row.delivered_at,
+        tuple(row.event_kinds.split(",")) if row.event_kinds else (),
     )

@@ -437,6 +437,12 @@ class WebhookCreateRequest(WireModel):
         "(`{webhook_id, events: [{id, rental_id, at, kind, reason, message}]}`, oldest first, at least once: "
         "dedup by `id`), signed in `X-Suanli-Signature: sha256=<HMAC-SHA256 of the body under the secret>`.",
     )
+    events: list[str] = Field(
+        default_factory=list,
+        max_length=20,
+        description="The event kinds it gets (created, placed, running, restarted, stopped, failed, "
+        "preempting, preempted, lost, requeued, ...); empty: every kind.",
+    )
 
 
 class WebhookResponse(WireModel):
@@ -448,3 +454,4 @@ class WebhookResponse(WireModel):
     last_error: str | None = None
     delivered_at: datetime | None = Field(default=None, description="The last delivery that went through.")
     secret: str | None = Field(default=None, description="The signing secret: shown once, at creation.")
+    events: list[str] = Field(default_factory=list, description="The event kinds it gets; empty: every kind.")

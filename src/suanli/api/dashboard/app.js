@@ -753,12 +753,13 @@ const refreshKeys = () =>
     row.insertCell().append(revoke);
   });
 
-// POST the form field `field` as `body`: the secret made is shown once, the field cleared, the list redrawn
-async function makeWithSecret(event, { path, field, body, prefix, refresh }) {
+// POST the form field `field` as `body` (with `more()`'s fields): the secret made is shown once, the field
+// cleared, the list redrawn
+async function makeWithSecret(event, { path, field, body, prefix, refresh, more = () => ({}) }) {
   event.preventDefault();
   showError(`${prefix}-error`, null);
   try {
-    const made = await api("POST", path, { [body]: $(field).value.trim() });
+    const made = await api("POST", path, { [body]: $(field).value.trim(), ...more() });
     $(`${prefix}-secret-value`).textContent = made.secret;
     $(`${prefix}-secret`).hidden = false;
     $(field).value = "";
@@ -791,6 +792,7 @@ const refreshWebhooks = () =>
   refreshOwnList("/v1/webhooks", "webhooks", (row, hook) => {
     cell(row, hook.id, "mono");
     cell(row, hook.url);
+    cell(row, hook.events.length ? hook.events.join(", ") : "all");
     cell(row, hook.delivered_at ? utcText(hook.delivered_at) : "");
     cell(row, String(hook.failures), "num");
     cell(row, hook.last_error ?? "");
@@ -803,6 +805,7 @@ const refreshWebhooks = () =>
 const addWebhook = (event) =>
   makeWithSecret(event, {
     path: "/v1/webhooks", field: "webhook-url", body: "url", prefix: "webhook", refresh: refreshWebhooks,
+    more: () => ({ events: $("webhook-events").value.split(/[\s,]+/).filter(Boolean) }),
   });
 const removeWebhook = (id) => deleteThen(`/v1/webhooks/${encodeURIComponent(id)}`, "webhook", refreshWebhooks);
 
