@@ -407,7 +407,9 @@ def _rentals_table(found: list[RentalResponse]):
         for r in found
     ]
     columns = ("id", "name", "state", "shape", "nodes", "tier", "image", "pending", "on", "charged")
-    return table("Rentals", columns, rows)
+    # a column empty in every row is left out, so a narrow terminal keeps room for those with something
+    kept = [i for i, name in enumerate(columns) if i < 3 or any(row[i] != "" for row in rows)]
+    return table("Rentals", [columns[i] for i in kept], [tuple(row[i] for i in kept) for row in rows])
 
 
 # what `preempted_by` says when it names no rental of the caller's

@@ -4,6 +4,7 @@
 
 const KEY_ITEM = "suanli.key";
 const REFRESH_MS = 2000;
+const ENDED_STATES = ["stopped", "failed", "lost", "preempted"]; // a rental in one holds nothing again
 const $ = (id) => document.getElementById(id);
 
 class ApiError extends Error {
@@ -378,7 +379,7 @@ async function refreshDetail() {
   const parts = [rental.state, shape(rental.request), rental.request.tier];
   if (rental.price_micros_per_hour != null) parts.push(`${units(rental.price_micros_per_hour)} / h`);
   if (rental.charged_micros || rental.allocation.length) {
-    const ended = ["stopped", "failed", "lost", "preempted"].includes(rental.state);
+    const ended = ENDED_STATES.includes(rental.state);
     parts.push(`charged ${units(rental.charged_micros)}${ended ? "" : " so far"}`);
   }
   if (rental.pending_reason) parts.push(`waiting: ${rental.pending_reason}`);
@@ -386,7 +387,7 @@ async function refreshDetail() {
   if (rental.notice_deadline) parts.push(`preempted, ends at ${rental.notice_deadline}`);
   if (rental.time_limit_at) parts.push(`stops at ${rental.time_limit_at} (max hours)`);
   $("detail-summary").textContent = parts.join(" · ");
-  $("detail-stop").disabled = ["stopped", "failed", "lost", "preempted", "stopping"].includes(rental.state);
+  $("detail-stop").disabled = [...ENDED_STATES, "stopping"].includes(rental.state);
   const body = $("detail-events").tBodies[0];
   body.replaceChildren();
   for (const event of rental.events) {
