@@ -80,6 +80,8 @@ def test_another_tenant_sees_and_changes_nothing(client: TestClient, tenant) -> 
         "contract": client.get(f"/v1/contracts/{cid}", headers=alice).json(),
         "keys": client.get(f"/v1/tenants/{alice_id}/keys", headers=alice).json(),
     }
+    # the meter may have charged the rental meanwhile: that is the meter's, not bob's doing
+    assert after["rental"].pop("charged_micros") >= before["rental"].pop("charged_micros")
     assert after == before
     # admin sees all
     assert client.get(f"/v1/rentals/{rid}", headers=ADMIN).status_code == 200
@@ -233,3 +235,25 @@ def test_rentals_are_listed_by_state_and_an_unknown_state_is_named(client: TestC
     assert listed("?state=failed") == []
     refused = client.get("/v1/rentals?state=sleeping", headers=headers)
     assert 400 <= refused.status_code < 500 and "state" in refused.text
+
+
+def test_rentals_are_listed_by_name_a_tenants_own_only(client: TestClient, tenant) -> None:
+    _, alice = tenant("alice-names")
+    _, bob = tenant("bob-names")
+    body = {"gpu_model": "L40S", "gpus": 1, "command": ["true"]}
+    sft = client.post("/v1/rentals", json={**body, "name": "llama-sft"}, headers=alice).json()
+    client.post("/v1/rentals", json={**body, "name": "llama-eval"}, headers=alice)
+    client.post("/v1/rentals", json=body, headers=alice)
+    client.post("/v1/rentals", json={**body, "name": "llama-sft"}, headers=bob)  # same name, another tenant
+
+    def named(query: str, headers: dict[str, str] = alice) -> list[str]:
+        response = client.get(f"/v1/rentals{query}", headers=headers)
+        assert response.status_code == 200, response.text
+        return [r["id"] for r in response.json()]
+
+    assert named("?name=llama-sft") == [sft["id"]]
+    assert named("?name=llama") == []  # exactly, not a prefix
+    assert named("?name=llama-sft&state=failed") == []
+    assert len(named("?name=llama-sft", bob)) == 1 and named("?name=llama-sft", bob) != [sft["id"]]
+    too_long = client.get(f"/v1/rentals?name={'x' * 65}", headers=alice)
+    assert too_long.status_code == 422 and "name" in too_long.text

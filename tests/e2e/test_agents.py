@@ -276,6 +276,8 @@ def test_a_workload_past_its_max_duration_is_stopped_and_rent_follow_exits_124(p
     names = {r["id"]: r["request"]["name"] for r in json.loads(listed("--state", "stopped", "--json").stdout)}
     assert names[stopped_id] == "limited"
     assert "limited" in listed("--state", "stopped").stdout  # the table's name column
+    assert [r["id"] for r in json.loads(listed("--name", "limited", "--json").stdout)] == [stopped_id]
+    assert json.loads(listed("--name", "limited", "--live", "--json").stdout) == []
     assert stopped_id not in {r["id"] for r in json.loads(listed("--live", "--json").stdout)}
     unknown = listed("--state", "sleeping")
     assert unknown.returncode == 2 and "--state 'sleeping': use one of pending, placed" in unknown.stderr

@@ -46,9 +46,12 @@ def list_rentals(
         list[RentalState] | None,
         Query(description="Only rentals in these states (repeatable: `?state=pending&state=running`)."),
     ] = None,
+    name: Annotated[
+        str | None, Query(min_length=1, max_length=64, description="Only rentals of this name (exactly).")
+    ] = None,
 ) -> list[RentalResponse]:
-    """Your rentals, newest first (at most 1,000), or those in the states asked for."""
-    return [mappers.rental(v) for v in services.rentals.list(caller, state or ())]
+    """Your rentals, newest first (at most 1,000), or those in the states asked for, of the name asked for."""
+    return [mappers.rental(v) for v in services.rentals.list(caller, state or (), name)]
 
 
 @router.get("/rentals/{rental_id}", tags=["rentals"])

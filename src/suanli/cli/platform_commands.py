@@ -208,6 +208,9 @@ def ls(
     live: Annotated[
         bool, typer.Option("--live", help="Only those waiting or holding GPUs (pending to stopping).")
     ] = False,
+    name: Annotated[
+        str | None, typer.Option(help="Only those of this name (as given to rent --name).")
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Your rentals, newest first."""
@@ -217,8 +220,8 @@ def ls(
         raise typer.Exit(EXIT_USAGE)
     if live:
         wanted.update(s for s in RENTAL_STATES if s not in ENDED_STATES)
-    with logged_in() as client:
-        rentals = client.rentals(wanted)
+    with logged_in({"name": "--name"}) as client:
+        rentals = client.rentals(wanted, name)
     emit(rentals, as_json, _rentals_table)
 
 

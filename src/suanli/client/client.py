@@ -212,9 +212,12 @@ class Client:
             retry=idempotency_key is not None,
         )
 
-    def rentals(self, states: Iterable[str] = ()) -> list[RentalResponse]:
-        """Your rentals, newest first; only those in `states` when given (e.g. `{"pending", "running"}`)."""
+    def rentals(self, states: Iterable[str] = (), name: str | None = None) -> list[RentalResponse]:
+        """Your rentals, newest first; only those in `states` (e.g. `{"pending", "running"}`) and of `name`
+        when given."""
         params = [("state", state) for state in sorted(states)]
+        if name is not None:
+            params.append(("name", name))
         return self._call("GET", "/v1/rentals", list[RentalResponse], params=params or None)
 
     def rental(self, rental_id: str) -> RentalResponse:

@@ -41,6 +41,7 @@ class SqlRentals(RentalMoneyReads):
                 state=rental.state,
                 spec=spec_json(rental.spec),
                 image=rental.spec.image,
+                name=rental.spec.name,
                 created_at=rental.created_at,
                 pending_reason=rental.pending_reason,
                 price_micros_per_hour=rental.price_micros_per_hour,
@@ -67,12 +68,16 @@ class SqlRentals(RentalMoneyReads):
         )
         return None if row is None else rental_from_row(row)
 
-    def list(self, tenant_id: str | None, limit: int, states: Sequence[str] = ()) -> list[Rental]:
+    def list(
+        self, tenant_id: str | None, limit: int, states: Sequence[str] = (), name: str | None = None
+    ) -> list[Rental]:
         query = select(RentalRow).order_by(RentalRow.created_at.desc(), RentalRow.id).limit(limit)
         if tenant_id is not None:
             query = query.where(RentalRow.tenant_id == tenant_id)
         if states:
             query = query.where(RentalRow.state.in_(list(states)))
+        if name is not None:
+            query = query.where(RentalRow.name == name)
         return [rental_from_row(r) for r in self.s.scalars(query)]
 
     def pending(self) -> list[Rental]:
@@ -184,7 +189,7 @@ class SqlRentals(RentalMoneyReads):
         self.s.execute(
             update(RentalRow)
             .where(RentalRow.id == rental_id)
-            .values(spec=spec_json(rental.spec), image=rental.spec.image)
+            .values(spec=spec_json(rental.spec), image=rental.spec.image, name=rental.spec.name)
         )
 
     def mark_placed(

@@ -84,6 +84,7 @@ class RentalRow(Base):
     __table_args__ = (
         UniqueConstraint("tenant_id", "idempotency_key", name="uq_rentals_tenant_idempotency_key"),
         Index("ix_rentals_state_created", "state", "created_at"),
+        Index("ix_rentals_tenant_name", "tenant_id", "name"),
     )
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
@@ -109,6 +110,8 @@ class RentalRow(Base):
     billing_closed_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     # placed with a declared max duration: when the leader stops it (placement + the duration; 0025)
     time_limit_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True, index=True)
+    # the tenant's name for it, as in its spec (0028): `GET /v1/rentals?name=` filters on it
+    name: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 class RentalEventRow(Base):

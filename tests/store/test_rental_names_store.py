@@ -1,0 +1,67 @@
+"""Rental names in the store (SQLite and PostgreSQL): the list filtered by name, a tenant's own only, and
+migration 0028, which gives the rentals named before it their name column from their spec."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+from sqlalchemy import text
+
+from conftest import T0, downgrade
+from suanli.app.records import Rental, RentalSpec, Tenant
+from suanli.store.db import make_engine, migrate, unit_of_work_factory
+
+
+def test_the_list_of_a_name_holds_the_tenants_rentals_of_that_name_only(database_url: str) -> None:
+    engine = make_engine(database_url)
+    migrate(engine)
+    factory = unit_of_work_factory(engine)
+    with factory() as u:
+        for tenant in ("ten_a", "ten_b"):
+            u.tenants.add(Tenant(tenant, tenant, "tenant", T0))
+        spec = RentalSpec(gpu_model="H100", gpus=1)
+        u.rentals.add(Rental("rnt_1", "ten_a", "pending", replace(spec, name="sft"), T0))
+        u.rentals.add(Rental("rnt_2", "ten_a", "pending", replace(spec, name="eval"), T0))
+        u.rentals.add(Rental("rnt_3", "ten_b", "pending", replace(spec, name="sft"), T0))
+        u.rentals.add(Rental("rnt_4", "ten_a", "pending", spec, T0))
+        u.commit()
+    with factory() as u:
+        assert [r.id for r in u.rentals.list("ten_a", 100, (), "sft")] == ["rnt_1"]
+        assert sorted(r.id for r in u.rentals.list(None, 100, (), "sft")) == ["rnt_1", "rnt_3"]  # an admin's
+        assert u.rentals.list("ten_a", 100, ("running",), "sft") == []
+        assert len(u.rentals.list("ten_a", 100)) == 3
+        # a resize rewrites the spec; the name stays
+        resized = u.rentals.get("rnt_1")
+        u.rentals.update_spec("rnt_1", replace(resized, spec=replace(resized.spec, gpus=2)))
+        u.commit()
+    with factory() as u:
+        (found,) = u.rentals.list("ten_a", 100, (), "sft")
+        assert found.spec.gpus == 2 and found.spec.name == "sft"
+    engine.dispose()
+
+
+def test_migration_0028_names_the_rentals_named_before_it(database_url: str) -> None:
+    engine = make_engine(database_url)
+    migrate(engine)
+    downgrade(engine, "0027")
+    factory = unit_of_work_factory(engine)
+    with factory() as u:
+        u.tenants.add(Tenant("ten_a", "a", "tenant", T0))
+        u.commit()
+    insert = text(
+        "INSERT INTO rentals (id, tenant_id, state, spec, created_at, fingerprint) "
+        "VALUES (:id, 'ten_a', 'stopped', :spec, :at, '')"
+    )
+    # more than one page of the migration's (1,000 ids), the named ones on both sides of the page's end
+    rows = [{"id": f"rnt_{i:05d}", "spec": json.dumps({"gpus": 1}), "at": T0} for i in range(1_200)]
+    for i in (3, 999, 1_000, 1_150):
+        rows[i]["spec"] = json.dumps({"gpus": 1, "name": f"run-{i}"})
+    with engine.begin() as connection:
+        connection.execute(insert, rows)
+    migrate(engine)
+    with factory() as u:
+        for i in (3, 999, 1_000, 1_150):
+            assert [r.id for r in u.rentals.list("ten_a", 10, (), f"run-{i}")] == [f"rnt_{i:05d}"]
+        assert u.rentals.list("ten_a", 10, (), "run-4") == []
+    engine.dispose()
