@@ -199,3 +199,31 @@ def test_a_filtered_webhook_moves_past_events_it_does_not_get(database_url: str,
         assert service.batches(through) == []  # created, placed: none it gets
         with service.uow() as uow:
             assert uow.webhooks.get(made.json()["id"]).after_event_id == through
+
+
+def test_a_webhook_changes_its_kinds_and_url_keeping_its_secret_and_cursor(
+    database_url: str, picky: Receiver
+) -> None:
+    with app_client(database_url, webhook_private_ok=True, webhook_interval_s=0.1) as client:
+        owner, other = _tenant(client, "owner"), _tenant(client, "other")
+        made = client.post("/v1/webhooks", json={"url": "https://example.com/x"}, headers=owner).json()
+        path = f"/v1/webhooks/{made['id']}"
+        assert client.patch(path, json={"events": ["stopped"]}, headers=other).status_code == 404
+        refused = client.patch(path, json={"events": ["stoped"]}, headers=owner)
+        assert refused.status_code == 400 and refused.json()["error"]["field"] == "events"
+        bad_url = client.patch(path, json={"url": "ftp://example.com/x"}, headers=owner)
+        assert bad_url.status_code == 400 and bad_url.json()["error"]["field"] == "url"
+        changed = client.patch(path, json={"url": picky.url, "events": ["stopped"]}, headers=owner)
+        assert changed.status_code == 200, changed.text
+        assert changed.json()["url"] == picky.url and changed.json()["events"] == ["stopped"]
+        assert changed.json()["secret"] is None
+        body = {"gpu_model": "L40S", "gpus": 1, "command": ["true"]}
+        rental = client.post("/v1/rentals", json=body, headers=owner).json()
+        wait_for(client, rental["id"], owner, "placed")
+        client.post(f"/v1/rentals/{rental['id']}/stop", headers=owner)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and not picky.events():
+            time.sleep(0.1)
+        assert [(e["rental_id"], e["kind"]) for e in picky.events()] == [(rental["id"], "stopped")]
+        every = client.patch(path, json={"events": []}, headers=owner).json()  # back to every kind
+        assert every["events"] == [] and every["url"] == picky.url

@@ -237,7 +237,14 @@ def test_a_webhook_into_the_servers_own_network_is_added_refused_at_delivery_and
     assert "-> https://example.com/x (stopped, failed); signing secret" in picky.stdout, picky.stdout
     listed = _cli(tenant, "webhooks", "ls").stdout
     assert "stopped, failed" in listed and "all" in listed
-    _cli(tenant, "webhooks", "rm", picky.stdout.split()[1])
+    picky_id = picky.stdout.split()[1]
+    changed = _cli(tenant, "webhooks", "set", picky_id, "--event", "preempting")
+    assert changed.stdout.strip() == f"webhook {picky_id} -> https://example.com/x (preempting)"
+    every = _cli(tenant, "webhooks", "set", picky_id, "--all-events", "--url", "https://example.com/y")
+    assert every.stdout.strip() == f"webhook {picky_id} -> https://example.com/y (all events)"
+    both = _cli(tenant, "webhooks", "set", picky_id, "--all-events", "--event", "lost", check=False)
+    assert both.returncode == 2 and "--event and --all-events" in both.stderr
+    _cli(tenant, "webhooks", "rm", picky_id)
     _cli(tenant, "rent", "L40S:1", "--", "true")  # an event to send
     deadline = time.monotonic() + 20
     while True:

@@ -8,7 +8,7 @@ from suanli.api import mappers
 from suanli.api.deps import CallerDep, ServicesDep
 from suanli.api.errors import ERROR_RESPONSES
 from suanli.app.webhooks import WebhookService
-from suanli.wire.schemas import WebhookCreateRequest, WebhookResponse
+from suanli.wire.schemas import WebhookChangeRequest, WebhookCreateRequest, WebhookResponse
 
 router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
 
@@ -30,6 +30,14 @@ def create_webhook(body: WebhookCreateRequest, caller: CallerDep, services: Serv
 def list_webhooks(caller: CallerDep, services: ServicesDep) -> list[WebhookResponse]:
     """Your webhooks and how their deliveries stand."""
     return [mappers.webhook(w) for w in _service(services).list(caller)]
+
+
+@router.patch("/webhooks/{webhook_id}", tags=["webhooks"])
+def change_webhook(
+    webhook_id: str, body: WebhookChangeRequest, caller: CallerDep, services: ServicesDep
+) -> WebhookResponse:
+    """Send to a new URL, or other event kinds, from where its deliveries stand (the secret stays)."""
+    return mappers.webhook(_service(services).change(caller, webhook_id, body.url, body.events))
 
 
 @router.delete("/webhooks/{webhook_id}", tags=["webhooks"])

@@ -24,12 +24,13 @@ import hmac
 import json
 import secrets
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from urllib.parse import urlsplit
 
 from suanli.app.errors import Invalid, NotFound
 from suanli.app.ids import new_id
-from suanli.app.ports import Clock, UnitOfWorkFactory
+from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.records import EVENT_KINDS, Caller, SentEvent, Webhook
 
 BATCH = 100  # events in one delivery at most
@@ -121,13 +122,37 @@ class WebhookService:
         with self.uow() as uow:
             return uow.webhooks.list(caller.tenant.id)
 
+    def change(
+        self, caller: Caller, webhook_id: str, url: str | None, event_kinds: Sequence[str] | None
+    ) -> Webhook:
+        """A new URL or event kinds (None: as they are; no kinds: every kind); the secret and the cursor
+        stay, so delivery goes on from where it was, to the new URL, of the new kinds."""
+        kinds = None if event_kinds is None else check_event_kinds(event_kinds)
+        if url is not None:
+            check_url(url)
+        with self.uow() as uow:
+            webhook = self._owned(uow, caller, webhook_id)
+            changed = replace(
+                webhook,
+                url=webhook.url if url is None else url,
+                event_kinds=webhook.event_kinds if kinds is None else kinds,
+            )
+            uow.webhooks.change(webhook_id, changed.url, changed.event_kinds)
+            uow.commit()
+        return changed
+
     def remove(self, caller: Caller, webhook_id: str) -> Webhook:
         with self.uow() as uow:
-            webhook = uow.webhooks.get(webhook_id)
-            if webhook is None or webhook.tenant_id != caller.tenant.id:
-                raise NotFound(f"no webhook {webhook_id}")
+            webhook = self._owned(uow, caller, webhook_id)
             uow.webhooks.remove(webhook_id)
             uow.commit()
+        return webhook
+
+    @staticmethod
+    def _owned(uow: UnitOfWork, caller: Caller, webhook_id: str) -> Webhook:
+        webhook = uow.webhooks.get(webhook_id)
+        if webhook is None or webhook.tenant_id != caller.tenant.id:
+            raise NotFound(f"no webhook {webhook_id}")
         return webhook
 
     def last_event_id(self) -> int:

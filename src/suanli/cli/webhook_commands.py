@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from suanli.cli.output import emit, logged_in, table
+from suanli.cli.output import EXIT_USAGE, emit, error_text, errors, logged_in, table
 
 webhooks_app = typer.Typer(help="Your webhooks: your rentals' events POSTed to a URL.", no_args_is_help=True)
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of a table.")]
@@ -53,6 +53,31 @@ def webhooks_ls(as_json: JsonFlag = False) -> None:
     ]
     columns = ("id", "url", "events", "last delivered (UTC)", "failures", "last error")
     emit(found, as_json, lambda _: table("webhooks", columns, rows))
+
+
+@webhooks_app.command("set")
+def webhooks_set(
+    webhook_id: str,
+    url: Annotated[str | None, typer.Option(help="Send to this URL from now on.")] = None,
+    event: Annotated[
+        list[str] | None, typer.Option(help="Only events of this kind from now on (repeatable).")
+    ] = None,
+    all_events: Annotated[
+        bool, typer.Option("--all-events", help="Every kind of event from now on.")
+    ] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Change a webhook's URL or event kinds; its secret stays, and delivery goes on from where it stood."""
+    if event and all_events:
+        errors.print(error_text("--event and --all-events: give one or the other"))
+        raise typer.Exit(EXIT_USAGE)
+    kinds = [] if all_events else event
+    with logged_in({"url": "--url", "events": "--event"}) as client:
+        webhook = client.change_webhook(webhook_id, url, kinds)
+    if as_json:
+        typer.echo(webhook.model_dump_json(indent=2))
+    else:
+        typer.echo(f"webhook {webhook.id} -> {webhook.url} ({', '.join(webhook.events) or 'all events'})")
 
 
 @webhooks_app.command("rm")

@@ -74,6 +74,7 @@ from suanli.wire.schemas import (
     RentalResponse,
     TenantCreateRequest,
     TenantResponse,
+    WebhookChangeRequest,
     WebhookCreateRequest,
     WebhookResponse,
 )
@@ -154,6 +155,13 @@ class Client:
 
     def webhooks(self) -> list[WebhookResponse]:
         return self._call("GET", "/v1/webhooks", list[WebhookResponse])
+
+    def change_webhook(
+        self, webhook_id: str, url: str | None = None, events: Sequence[str] | None = None
+    ) -> WebhookResponse:
+        """A new URL or event kinds (None: as is; `events=[]`: every kind) for one of your webhooks."""
+        body = WebhookChangeRequest(url=url, events=None if events is None else list(events))
+        return self._call("PATCH", f"/v1/webhooks/{webhook_id}", WebhookResponse, body=body, retry=True)
 
     def remove_webhook(self, webhook_id: str) -> WebhookResponse:
         return self._call("DELETE", f"/v1/webhooks/{webhook_id}", WebhookResponse, retry=True)

@@ -43,6 +43,13 @@ class SqlWebhooks:
     def remove(self, webhook_id: str) -> None:
         self.s.execute(delete(WebhookRow).where(WebhookRow.id == webhook_id))
 
+    def change(self, webhook_id: str, url: str, event_kinds: tuple[str, ...]) -> None:
+        self.s.execute(
+            update(WebhookRow)
+            .where(WebhookRow.id == webhook_id)
+            .values(url=url, event_kinds=",".join(event_kinds) or None)
+        )
+
     def due(self, now: datetime) -> list[Webhook]:
         query = (
             select(WebhookRow)

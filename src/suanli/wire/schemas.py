@@ -445,6 +445,15 @@ class WebhookCreateRequest(WireModel):
     )
 
 
+class WebhookChangeRequest(WireModel):
+    url: str | None = Field(
+        default=None, min_length=1, max_length=2000, description="A new URL (None: as is)."
+    )
+    events: list[str] | None = Field(
+        default=None, max_length=20, description="New event kinds ([]: every kind; None: as they are)."
+    )
+
+
 class WebhookResponse(WireModel):
     id: str
     url: str
