@@ -220,7 +220,7 @@ def ls(
         raise typer.Exit(EXIT_USAGE)
     if live:
         wanted.update(s for s in RENTAL_STATES if s not in ENDED_STATES)
-    with logged_in({"name": "--name"}) as client:
+    with logged_in() as client:
         rentals = client.rentals(wanted, name)
     emit(rentals, as_json, _rentals_table)
 
