@@ -165,7 +165,7 @@ class WebhookService:
         with nothing new are left out; one that lags by `SKIP_GAP` events it does not get moves past them)."""
         now = self.clock.now()
         with self.uow() as uow:
-            found = []
+            found, skipped = [], False
             for webhook in uow.webhooks.due(now):
                 after = webhook.after_event_id
                 events = uow.webhooks.events_after(
@@ -175,7 +175,9 @@ class WebhookService:
                     found.append((webhook, events))
                 elif through_event_id - after >= SKIP_GAP:
                     uow.webhooks.skip_to(webhook.id, through_event_id)
-            uow.commit()
+                    skipped = True
+            if skipped:  # a pass with nothing to skip writes nothing
+                uow.commit()
             return found
 
     def delivered(self, webhook_id: str, events: Sequence[SentEvent], through_event_id: int) -> None:
