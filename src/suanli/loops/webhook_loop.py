@@ -4,9 +4,10 @@ after a full batch).
 Each due webhook gets one batch per run, POSTed with its signature; a 2xx moves its cursor, anything else
 (an error status, a timeout, no connection) records the failure and its backoff. Redirects are not
 followed. Unless `private_ok`, a URL whose host resolves to a loopback, private, link-local or reserved
-address is refused (a tenant must not make the server call into its own network); the check and the
-request use the same resolution only up to DNS changes in between, which a resolver pinned per request
-would close.
+address is refused (a tenant must not make the server call into its own network). The check is made where
+the connection is opened, on the one resolution the socket then connects to (`PinnedBackend`), so a DNS
+answer that changes between a check and a request (DNS rebinding) cannot slip a private address through;
+TLS still verifies the certificate against the URL's host name.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from __future__ import annotations
 import ipaddress
 import logging
 import socket
+import ssl
 import time
-from urllib.parse import urlsplit
+from collections.abc import Callable, Iterable
 
+import httpcore
 import httpx
 
 from suanli.app.webhooks import BATCH, SIGNATURE_HEADER, WebhookService, payload, signature
@@ -36,7 +39,8 @@ class WebhookLoop(LeaderLoop):
     ) -> None:
         super().__init__(leadership, period_s)
         self.service, self.private_ok = service, private_ok
-        self.http = httpx.Client(timeout=TIMEOUT_S, follow_redirects=False)
+        transport = httpx.HTTPTransport() if private_ok else PinnedTransport()
+        self.http = httpx.Client(timeout=TIMEOUT_S, follow_redirects=False, transport=transport)
         self.seen: list[tuple[float, int]] = []  # (monotonic time, the newest event id then), oldest first
 
     def settled_through(self) -> int | None:
@@ -56,19 +60,19 @@ class WebhookLoop(LeaderLoop):
         more = False
         for webhook, events in self.service.batches(through):
             body = payload(webhook, events)
-            error = None if self.private_ok else refused_address(webhook.url)
-            if error is None:
-                headers = {
-                    "Content-Type": "application/json",
-                    SIGNATURE_HEADER: signature(webhook.secret, body),
-                    "User-Agent": "suanli-webhooks",
-                }
-                try:
-                    answer = self.http.post(webhook.url, content=body, headers=headers)
-                    if not answer.is_success:
-                        error = f"answered {answer.status_code}"
-                except httpx.HTTPError as failure:
-                    error = f"{type(failure).__name__}: {failure}"
+            headers = {
+                "Content-Type": "application/json",
+                SIGNATURE_HEADER: signature(webhook.secret, body),
+                "User-Agent": "suanli-webhooks",
+            }
+            error = None
+            try:
+                answer = self.http.post(webhook.url, content=body, headers=headers)
+                if not answer.is_success:
+                    error = f"answered {answer.status_code}"
+            except httpx.HTTPError as failure:
+                cause = failure.__cause__  # httpx re-raises the pool's errors from them
+                error = str(cause) if isinstance(cause, Refused) else f"{type(failure).__name__}: {failure}"
             if error is None:
                 self.service.delivered(webhook.id, events, through)
                 more |= len(events) == BATCH
@@ -83,15 +87,81 @@ class WebhookLoop(LeaderLoop):
         self.http.close()
 
 
-def refused_address(url: str) -> str | None:
-    """Why the server will not call `url` (its host is or resolves to a non-public address), or None."""
-    host = urlsplit(url).hostname or ""
+Resolver = Callable[[str, int], Iterable[str]]  # (host, port) -> its addresses
+Allowed = Callable[[ipaddress.IPv4Address | ipaddress.IPv6Address], bool]
+
+
+class Refused(httpcore.ConnectError):
+    """The server will not connect to this host: it resolves to an address outside what is allowed."""
+
+
+def resolve(host: str, port: int) -> list[str]:
+    """`host`'s addresses (once; the caller connects to these, not to a second lookup)."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+    return list(dict.fromkeys(info[4][0] for info in infos))
+
+
+def public(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    return ip.is_global
+
+
+def checked_addresses(
+    host: str, port: int, resolver: Resolver = resolve, allowed: Allowed = public
+) -> list[str]:
+    """`host`'s addresses, each allowed; `Refused` (naming the host and address) if any is not, or if the
+    host does not resolve. Every address must pass: the caller may connect to any of them."""
     try:
-        found = {info[4][0] for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)}
+        found = list(resolver(host, port))
     except OSError as error:
-        return f"cannot resolve {host}: {error}"
-    for address in sorted(found):
+        raise Refused(f"cannot resolve {host}: {error}") from error
+    if not found:
+        raise Refused(f"cannot resolve {host}: no address")
+    for address in found:
         ip = ipaddress.ip_address(address.split("%")[0])
-        if not ip.is_global:
-            return f"refused: {host} is a non-public address ({ip})"
-    return None
+        if not allowed(ip):
+            raise Refused(f"refused: {host} is a non-public address ({ip})")
+    return found
+
+
+class PinnedBackend(httpcore.SyncBackend):
+    """Opens TCP connections only to a host's checked addresses, resolved once per connection: the address
+    checked is the address connected to. TLS is started by the pool afterwards with the URL's host name, so
+    the certificate is verified against the name, not the address."""
+
+    def __init__(self, resolver: Resolver = resolve, allowed: Allowed = public) -> None:
+        self.resolver, self.allowed = resolver, allowed
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.NetworkStream:
+        failure: httpcore.ConnectError | httpcore.ConnectTimeout | None = None
+        for address in checked_addresses(host, port, self.resolver, self.allowed):
+            try:
+                return super().connect_tcp(address, port, timeout, local_address, socket_options)
+            except (httpcore.ConnectError, httpcore.ConnectTimeout) as error:
+                failure = error  # the next address, as a resolver's happy path would
+        assert failure is not None
+        raise failure
+
+
+class PinnedTransport(httpx.HTTPTransport):
+    """httpx's transport over a pool whose connections go through `PinnedBackend` (TLS verified with `verify`,
+    by default the system's CAs). Env proxies are not used: a transport given to a client turns them off."""
+
+    def __init__(
+        self, resolver: Resolver = resolve, allowed: Allowed = public, verify: ssl.SSLContext | bool = True
+    ) -> None:
+        super().__init__(verify=verify)
+        # httpx takes no network backend; its pool does (with httpx's default limits, as its own pool has)
+        self._pool = httpcore.ConnectionPool(
+            ssl_context=httpx.create_ssl_context(verify=verify),
+            max_connections=100,
+            max_keepalive_connections=20,
+            keepalive_expiry=5.0,
+            network_backend=PinnedBackend(resolver, allowed),
+        )
