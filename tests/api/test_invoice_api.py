@@ -106,6 +106,7 @@ def test_cli_invoice_prints_a_table_with_a_total(client, tenant, monkeypatch) ->
     shown = runner.invoke(app, ["invoice", month], env={"COLUMNS": "200"})
     assert shown.exit_code == 0, shown.output
     assert f"invoice {month}" in shown.output and "total" in shown.output and rental_id[:8] in shown.output
+    assert "per second while placed" in " ".join(shown.output.split())  # the notes say how amounts are made
     as_csv = runner.invoke(app, ["invoice", month, "--csv"])
     assert as_csv.exit_code == 0 and as_csv.output.startswith("section,ref")
     as_json = runner.invoke(app, ["invoice", month, "--json"])

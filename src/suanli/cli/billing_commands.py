@@ -368,4 +368,6 @@ def _invoice_table(found: InvoiceResponse):
         )
     )
     columns = ["section", "ref", "description", "GPU-s", "rate/h", "discounts", "amount", "kWh", "CO2 kg"]
-    return table(f"invoice {found.month} for {found.tenant_id}", columns, rows)
+    rendered = table(f"invoice {found.month} for {found.tenant_id}", columns, rows)
+    rendered.caption, rendered.caption_justify = "\n".join(found.notes), "left"  # how the figures are made
+    return rendered

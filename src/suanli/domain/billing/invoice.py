@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from suanli.domain.billing.errors import BillingError
+from suanli.domain.billing.meter import DEFAULT_MINIMUM_S
 from suanli.domain.billing.money import SECONDS_PER_HOUR, to_epoch_s
 
 UTILIZATION_ESTIMATE = 0.7
@@ -269,7 +270,8 @@ def build_invoice(
         "hours x PUE; CO2 = kWh x grid g/kWh / 1000; both rounded to 3 decimals",
         "energy source per rental line: measured (agent telemetry covering at least half of the rental's "
         "billable time) or tdp_estimate",
-        "amounts: what the ledger charged each rental inside the month (UTC)",
+        "amounts: what the ledger charged each rental inside the month (UTC): per second while placed (not "
+        f"while waiting after a re-queue), at least {DEFAULT_MINIMUM_S} s a rental; GPU-s: GPU-seconds held",
     )
     if sla_credits:
         notes = (*notes, "SLA credits: posted after the month for the outages named in each line")
