@@ -13,6 +13,7 @@ from suanli.app.records import (
     ApiKey,
     ContractOffer,
     ContractRecord,
+    DryRun,
     MaintenanceWindow,
     RentalSpec,
     RentalView,
@@ -35,6 +36,7 @@ from suanli.wire.schemas import (
     QuoteResponse,
     RateChangeResponse,
     RentalCreateRequest,
+    RentalDryRunResponse,
     RentalEventResponse,
     RentalResponse,
     SliceResponse,
@@ -63,6 +65,22 @@ def spec(body: RentalCreateRequest) -> RentalSpec:
     for name in ("regions", "jurisdictions", "providers", "command"):
         data[name] = tuple(data[name])
     return RentalSpec(**data)
+
+
+def dry_run(found: DryRun) -> RentalDryRunResponse:
+    trial = found.trial
+    rate = trial.price_micros_per_hour
+    return RentalDryRunResponse(
+        starts_now=bool(trial.nodes),
+        nodes=list(trial.nodes),
+        preempts=trial.victims,
+        pending_reason=trial.reason,
+        message=trial.message,
+        price_micros_per_hour=rate if rate is not None else found.quote_micros_per_hour,
+        quote_micros_per_hour=found.quote_micros_per_hour,
+        max_cost_micros=found.max_cost_micros,
+        rentals_waiting=trial.waiting,
+    )
 
 
 def rental(view: RentalView) -> RentalResponse:

@@ -1,4 +1,4 @@
-"""/v1/rentals (Idempotency-Key), stop, resize; /v1/contracts (Idempotency-Key), quote, transfer."""
+"""/v1/rentals (Idempotency-Key), dry run, stop, resize; /v1/contracts (Idempotency-Key), quote, transfer."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from suanli.wire.schemas import (
     ContractResponse,
     ContractTransferRequest,
     RentalCreateRequest,
+    RentalDryRunResponse,
     RentalResizeRequest,
     RentalResponse,
     RentalState,
@@ -36,6 +37,15 @@ def create_rental(
     if not created:
         response.status_code = status.HTTP_200_OK
     return mappers.rental(view)
+
+
+@router.post("/rentals/dry-run", tags=["rentals"])
+def dry_run_rental(
+    body: RentalCreateRequest, caller: CallerDep, services: ServicesDep
+) -> RentalDryRunResponse:
+    """What submitting this body would do now, creating nothing: where it would start (alone in the queue)
+    and at what rate, whom it would preempt, or why it would wait."""
+    return mappers.dry_run(services.rentals.dry_run(caller, mappers.spec(body)))
 
 
 @router.get("/rentals", tags=["rentals"])

@@ -218,7 +218,7 @@ def build(settings: Settings, clock: Clock | None = None) -> Services:
         missed_heartbeats=settings.agent_missed_heartbeats,
         token_ttl_s=settings.join_token_ttl_s,
     )
-    rentals = RentalService(uow, clock, CATALOG, wake, billing)
+    rentals = RentalService(uow, clock, CATALOG, wake, billing, scheduler.trial)
     webhooks = WebhookService(uow, clock)
     reaper = ReaperLoop(
         agents, loop.leadership, min(settings.agent_heartbeat_interval_s / 2, 5.0), rentals=rentals

@@ -141,6 +141,30 @@ class RentalView:
 
 
 @dataclass(frozen=True, slots=True)
+class Trial:
+    """A dry run's answer (`Scheduler.trial`): the nodes a rental would start on now and its rate there, or
+    how many lower-tier rentals it would give notice to, or the pending reason and message it would wait
+    with; and how many rentals are waiting."""
+
+    nodes: tuple[str, ...]
+    victims: int
+    reason: str | None
+    message: str | None
+    waiting: int
+    price_micros_per_hour: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DryRun:
+    """`RentalService.dry_run`: the rental's quote (the most it pays per hour, as created now) and the
+    trial; `max_cost_micros` is that rate over its declared max duration, when it has one."""
+
+    quote_micros_per_hour: int | None
+    trial: Trial
+    max_cost_micros: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Booking:
     """One booked slice position: UNIQUE (node, gpu_index, slot) in the store."""
 

@@ -18,9 +18,19 @@ from suanli.app.errors import Conflict, Duplicate, Invalid, NotFound
 from suanli.app.ids import check_idempotency_key, new_id
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.pricing import ANY_REGION, contract_room_milli
-from suanli.app.records import END_STATES, LIVE_STATES, Caller, Rental, RentalEvent, RentalSpec, RentalView
-from suanli.domain.billing.meter import PostedCharges
-from suanli.domain.billing.money import round_half_up
+from suanli.app.records import (
+    END_STATES,
+    LIVE_STATES,
+    Caller,
+    DryRun,
+    Rental,
+    RentalEvent,
+    RentalSpec,
+    RentalView,
+    Trial,
+)
+from suanli.domain.billing.meter import DEFAULT_MINIMUM_S, PostedCharges
+from suanli.domain.billing.money import charge_micros, round_half_up
 from suanli.domain.billing.pricebook import resized_rate
 from suanli.domain.catalog import Catalog
 from suanli.domain.errors import CatalogError, RequestError
@@ -123,9 +133,11 @@ class RentalService:
         catalog: Catalog,
         signal: Callable[[], None],
         billing: BillingService | None = None,
+        trial: Callable[[Rental], Trial] | None = None,
     ):
+        """`trial`: what the scheduler would do with a rental now (`Scheduler.trial`), for dry runs."""
         self.uow, self.clock, self.catalog, self.signal = uow, clock, catalog, signal
-        self.billing = billing
+        self.billing, self.trial = billing, trial
 
     def create(
         self, caller: Caller, spec: RentalSpec, idempotency_key: str | None
@@ -160,6 +172,30 @@ class RentalService:
             return earlier, False
         self.signal()
         return RentalView(rental, (), (created,)), True
+
+    def dry_run(self, caller: Caller, spec: RentalSpec) -> DryRun:
+        """What creating `spec` now would do, creating nothing: the same checks (a bad spec or too little
+        balance fails as `create` would), the rate it is quoted, and where the scheduler would start it if it
+        were alone in the queue, or why it would wait (`Scheduler.trial`)."""
+        assert self.trial is not None, "dry runs need the scheduler's trial"
+        check_spec(spec, self.catalog)
+        tenant_id = caller.tenant.id
+        now = self.clock.now()
+        rental = Rental(new_id("rnt"), tenant_id, "pending", spec, now)
+        quoted = None
+        if self.billing is not None:
+            with self.uow() as uow:
+                facts = uow.terms.money_facts(tenant_id)
+                quote = self.billing.quote(spec, to_request(rental).shape, now, tenant_id, uow, facts)
+                self.billing.check_funds(uow, tenant_id, quote, facts)
+            rental = replace(rental, quote=quote)
+            quoted = int(quote["final_micros_per_hour"])
+        trial = self.trial(rental)
+        rate = trial.price_micros_per_hour if trial.price_micros_per_hour is not None else quoted
+        limit_s = spec.max_duration_s
+        if rate is None or limit_s is None:
+            return DryRun(quoted, trial)
+        return DryRun(quoted, trial, charge_micros(rate, max(limit_s, DEFAULT_MINIMUM_S)))
 
     def _earlier(self, tenant_id: str, key: str, fingerprint: str) -> RentalView | None:
         with self.uow() as uow:

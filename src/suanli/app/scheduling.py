@@ -28,7 +28,14 @@ from suanli.app.list_prices import list_price
 from suanli.app.maintenance import MAINTENANCE, give_notices, upcoming
 from suanli.app.notices import abandoned, withdraw
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
-from suanli.app.records import PREEMPTIBLE_STATES, MaintenanceWindow, Rental, RentalEvent, domain_contract
+from suanli.app.records import (
+    PREEMPTIBLE_STATES,
+    MaintenanceWindow,
+    Rental,
+    RentalEvent,
+    Trial,
+    domain_contract,
+)
 from suanli.app.rentals import to_request
 from suanli.app.resizing import Resizer
 from suanli.app.spot_repricing import (
@@ -174,19 +181,7 @@ class Scheduler:
             # window and a rental committed between the two reads placed the rental into the window)
             pending = uow.rentals.pending()
             self.windows = uow.maintenance.list(now)
-            imageless, mig_revision = uow.fleet.imageless(), uow.fleet.mig_layouts_revision()
-            if (
-                self.snapshot is None
-                or version != self.version
-                or imageless != self.imageless
-                or mig_revision != self.mig_revision
-            ):
-                if mig_revision != self.mig_revision:  # a report changed: read them all again
-                    self.mig_layouts = uow.fleet.mig_layouts()
-                self.imageless, self.mig_revision = imageless, mig_revision
-                self._rebuild(uow, fleet, version, now)
-            else:
-                self._sync(uow, now)
+            self._refresh(uow, fleet, version, now)
             preempting = uow.rentals.preempting()
             left = abandoned(preempting, {r.id for r in pending}, now)
             withdrawn = [victim for victim in left if withdraw(uow, victim, now)]
@@ -260,6 +255,78 @@ class Scheduler:
         if self.stale:
             self.snapshot, self.stale = None, False
         return report
+
+    def _refresh(self, uow: UnitOfWork, fleet: Fleet, version: int, now: datetime) -> None:
+        """Bring the snapshot up to the store: rebuilt for a new fleet version, a change in which agents run
+        images or in the hosts' MIG reports (or none yet), else synced by allocation id."""
+        imageless, mig_revision = uow.fleet.imageless(), uow.fleet.mig_layouts_revision()
+        if (
+            self.snapshot is None
+            or version != self.version
+            or imageless != self.imageless
+            or mig_revision != self.mig_revision
+        ):
+            if mig_revision != self.mig_revision:  # a report changed: read them all again
+                self.mig_layouts = uow.fleet.mig_layouts()
+            self.imageless, self.mig_revision = imageless, mig_revision
+            self._rebuild(uow, fleet, version, now)
+        else:
+            self._sync(uow, now)
+
+    def trial(self, rental: Rental) -> Trial:
+        """What a cycle would do with `rental` (not stored) if it were alone in the queue now: where it would
+        start, whom it would preempt, or why it would wait (capacity, its tenant's limits, contracts held for
+        others, maintenance ahead), under the server's queue. Nothing is kept: the placement is taken back off
+        the snapshot, and no queue state (head, fair share) changes."""
+        with self._lock:
+            now = self.clock.now()
+            with self.uow() as uow:
+                version, fleet = self.cache.load(uow)
+                if fleet is None:
+                    return Trial((), 0, Reason.NO_CAPACITY.value, "no fleet: no agent has registered", 0)
+                waiting = len(uow.rentals.pending())
+                self.windows = uow.maintenance.list(now)
+                self._refresh(uow, fleet, version, now)
+            assert self.snapshot is not None and self.policy is not None
+            now_s = now.timestamp()
+            live, _ = self._running()
+            running = [r for r, _ in live.values()]
+            request = to_request(rental)
+            with self.uow() as uow:
+                gates = self._gates(uow, [rental], live, now_s)
+            decision = admit(
+                self.snapshot, [request], running, self.policy, now_s, self.queue, FairShare(), gates=gates
+            )
+            price = None
+            if decision.placements:
+                with self.uow() as uow:
+                    price, _ = self._price(uow, rental, decision.placements[0], now)
+            for placement in decision.placements:
+                self.snapshot.unplace(placement)  # MIG instances it would have made go, those it broke return
+            nodes = tuple(a.node for p in decision.placements for a in p.nodes)
+            victims = sum(len(p.victims) for p in decision.preemptions)
+            if nodes or victims:
+                return Trial(nodes, victims, None, None, waiting, price)
+            (held,) = decision.pending
+            return Trial((), 0, held.reason.value, held.message, waiting)
+
+    def _gates(
+        self,
+        uow: UnitOfWork,
+        pending: Sequence[Rental],
+        live: Mapping[str, tuple[Running, int]],
+        now_s: float,
+    ) -> Gates | None:
+        """What holds rentals back besides capacity: tenants' limits (with what `pending` and `live` spend),
+        open contracts, maintenance ahead; None when nothing does."""
+        stored = uow.contracts.list(None)
+        tenants = uow.terms.limits()
+        limits = cycle_limits(uow, self.catalog, tenants, pending, live, now_s) if tenants else None
+        contracts = [domain_contract(c) for c in stored if c.ends_at.timestamp() > now_s]
+        ahead = upcoming(self.windows, datetime.fromtimestamp(now_s, UTC))
+        if not contracts and limits is None and not ahead:
+            return None
+        return Gates(limits, contracts, maintenance=ahead)
 
     @staticmethod
     def _owed_promises(
@@ -371,13 +438,9 @@ class Scheduler:
         for r in running:
             held[r.request.tenant] = held.get(r.request.tenant, 0.0) + r.gpus
         with self.uow() as uow:
-            stored = uow.contracts.list(None)
-            tenants = uow.terms.limits()
-            limits = cycle_limits(uow, self.catalog, tenants, pending, live, now_s) if tenants else None
+            gates = self._gates(uow, pending, live, now_s)
             weights = uow.terms.fair_share_weights()
             self._advance_fair_share(uow, now_s, held)
-        contracts = [domain_contract(c) for c in stored if c.ends_at.timestamp() > now_s]
-        ahead = upcoming(self.windows, datetime.fromtimestamp(now_s, UTC))
         queue = [to_request(r) for r in pending]
         owed = ready | waiting_on.keys()  # preemptors: their victims have left, or still have notice
         # where each was promised capacity, as recorded with the notice (by this leader or the last)
@@ -392,17 +455,18 @@ class Scheduler:
             replace(self.queue, weights=weights) if weights else self.queue,
             self.fair,
             {rental_id: promises.get(rental_id) for rental_id in owed},
-            Gates(limits, contracts, maintenance=ahead) if contracts or limits is not None or ahead else None,
+            gates,
             last_head=self.head if self.head is not None else recorded_head,
             last_reserved=self.reserved if self.head is not None else recorded_nodes,
         )
         self.head, self.reserved = decision.head, decision.reserved_nodes
-        self.limits = limits
+        self.limits = None if gates is None else gates.limits
         self.holding = holding_after(running, queue, decision.placements) if self.resizing else []
-        self.contracts = contracts
+        self.contracts = [] if gates is None else list(gates.contracts)
         self.head_start_s = decision.head_start_s
         self.booked_s = {b.request_id: b.start_s for b in decision.bookings}
         if self.head is not None and self.head_start_s is None:
+            ahead = () if gates is None else gates.maintenance
             self.head_start_s = self._head_start(queue, running, decision.placements, now_s, ahead)
         still = [p for p in decision.pending if p.request_id not in waiting_on]
         requests = {r.id: r for r in queue}
@@ -522,19 +586,7 @@ class Scheduler:
         assert self.snapshot is not None
         if changed:
             return self._unplace(placement)
-        quoted = None
-        if self.pricer is not None:
-            placed = [self._pool_of_node(a.node) for a in placement.nodes]
-            spot = Tier.parse(rental.spec.tier) is Tier.SPOT
-            utilization = pool_utilization(self.snapshot, placed) if spot else {}
-            quoted = self.pricer(uow, rental, placed, utilization, now)
-            price = int(quoted["final_micros_per_hour"])
-        else:
-            price = sum(
-                piece.milli * list_price(self._node(a.node)[1], rental.spec.tier) // FULL_MILLI
-                for a in placement.nodes
-                for piece in a.slices
-            )
+        price, quoted = self._price(uow, rental, placement, now)
         limit_s = rental.spec.max_duration_s
         time_limit_at = None if limit_s is None else now + timedelta(seconds=limit_s)
         if not uow.rentals.mark_placed(rental.id, now, price, quoted, time_limit_at=time_limit_at):
@@ -548,6 +600,25 @@ class Scheduler:
         if self.spot_pricing is not None:
             self.spot_pricing.placed(rental)
         return 1
+
+    def _price(
+        self, uow: UnitOfWork, rental: Rental, placement: Placement, now: datetime
+    ) -> tuple[int, dict | None]:
+        """The rate `rental` pays on `placement` (on the snapshot now) and its quote: the pricer's (price
+        book, spot price at the pool's utilization, plan, contract), else the list prices of its slices."""
+        assert self.snapshot is not None
+        if self.pricer is not None:
+            placed = [self._pool_of_node(a.node) for a in placement.nodes]
+            spot = Tier.parse(rental.spec.tier) is Tier.SPOT
+            utilization = pool_utilization(self.snapshot, placed) if spot else {}
+            quoted = self.pricer(uow, rental, placed, utilization, now)
+            return int(quoted["final_micros_per_hour"]), quoted
+        price = sum(
+            piece.milli * list_price(self._node(a.node)[1], rental.spec.tier) // FULL_MILLI
+            for a in placement.nodes
+            for piece in a.slices
+        )
+        return price, None
 
     def _unplace(self, placement: Placement) -> int:
         """Give a placement that is not booked back to the snapshot; 0 (nothing placed)."""

@@ -8,6 +8,7 @@ from typing import Annotated, get_args
 
 import typer
 from rich.console import Group
+from rich.text import Text
 
 from suanli.cli import profile
 from suanli.cli.follow import follow_rental
@@ -31,6 +32,7 @@ from suanli.wire.schemas import (
     NodeResponse,
     OfferResponse,
     RentalCreateRequest,
+    RentalDryRunResponse,
     RentalResponse,
     RentalState,
 )
@@ -142,6 +144,14 @@ def rent(
             "exit code (1 if preempted or lost). Ctrl-C detaches: the rental goes on.",
         ),
     ] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Create nothing: say where it would start now and at what rate, whom it would preempt, "
+            "or why it would wait.",
+        ),
+    ] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Rent GPUs now: `suanli rent H100:8 --nodes 2 --tier spot --bid 1.9 --region eu -- python train.py`,
@@ -171,6 +181,9 @@ def rent(
     if share_memory is not None and gpu.share_milli is None:
         errors.print(error_text(f"--share-memory {share_memory}: only with a share of a GPU, e.g. L40S:0.5"))
         raise typer.Exit(EXIT_USAGE)
+    if dry_run and follow:
+        errors.print(error_text("--dry-run creates nothing to --follow: use one of them"))
+        raise typer.Exit(EXIT_USAGE)
     with valid_input(RENT_OPTIONS):
         request = RentalCreateRequest(
             gpu_model=gpu.gpu_model,
@@ -194,10 +207,31 @@ def rent(
             name=name,
         )
     with logged_in(RENT_OPTIONS) as client:
+        if dry_run:
+            emit(client.dry_run_rental(request), as_json, _dry_run_text)
+            return
         rental = client.create_rental(request, idempotency_key or f"cli-{uuid.uuid4()}")
         if follow:
             raise typer.Exit(follow_rental(client, rental))
     emit(rental, as_json, _rental_detail)
+
+
+def _dry_run_text(found: RentalDryRunResponse) -> Text:
+    """One line of what would happen, one of the queue when rentals wait, and that nothing was made."""
+    rate = "" if found.price_micros_per_hour is None else f" at {micros(found.price_micros_per_hour)}/h"
+    if found.max_cost_micros is not None:
+        rate += f" (at most {micros(found.max_cost_micros)} to its time limit)"
+    if found.starts_now:
+        lines = [f"would start now on {', '.join(found.nodes)}{rate}"]
+    elif found.preempts:
+        some = "rental" if found.preempts == 1 else "rentals"
+        lines = [f"would give {found.preempts} lower-tier {some} notice and start when they leave{rate}"]
+    else:
+        lines = [f"would wait ({found.pending_reason}): {found.message}"]
+    if found.rentals_waiting:
+        lines.append(f"{found.rentals_waiting} rentals are waiting; the queue may place some of them first")
+    lines.append("dry run: nothing was created")
+    return Text("\n".join(lines))
 
 
 def ls(

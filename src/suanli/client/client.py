@@ -70,6 +70,7 @@ from suanli.wire.schemas import (
     NodeResponse,
     OfferResponse,
     RentalCreateRequest,
+    RentalDryRunResponse,
     RentalResizeRequest,
     RentalResponse,
     TenantCreateRequest,
@@ -219,6 +220,11 @@ class Client:
             headers=headers,
             retry=idempotency_key is not None,
         )
+
+    def dry_run_rental(self, request: RentalCreateRequest) -> RentalDryRunResponse:
+        """What creating `request` now would do, creating nothing: where it would start and at what rate,
+        whom it would preempt, or why it would wait."""
+        return self._call("POST", "/v1/rentals/dry-run", RentalDryRunResponse, body=request, retry=True)
 
     def rentals(self, states: Iterable[str] = (), name: str | None = None) -> list[RentalResponse]:
         """Your rentals, newest first; only those in `states` (e.g. `{"pending", "running"}`) and of `name`

@@ -301,6 +301,33 @@ class QuoteResponse(WireModel):
     created: QuoteResponse | None = None
 
 
+class RentalDryRunResponse(WireModel):
+    """What `POST /v1/rentals` would do with the same body now, with nothing created (as `sbatch
+    --test-only`): the checks create makes (a bad field, too little balance) fail the same way."""
+
+    starts_now: bool = Field(description="Alone in the queue, a cycle now would place it (`nodes`).")
+    nodes: list[str] = Field(default_factory=list, description="Where it would start, one entry per node.")
+    preempts: int = Field(
+        default=0,
+        description="The lower-tier rentals it would give notice to: it starts when they leave, within "
+        "their notice.",
+    )
+    pending_reason: str | None = Field(default=None, description="Why it would wait, as a rental's reason.")
+    message: str | None = None
+    price_micros_per_hour: int | None = Field(
+        default=None,
+        description="The rate it would pay where it would start now; else the quote's, the most it pays "
+        "(the priciest model its selector allows).",
+    )
+    quote_micros_per_hour: int | None = Field(default=None, description="Its quote at creation, as now.")
+    max_cost_micros: int | None = Field(
+        default=None, description="That rate over its declared max duration (at least the 60 s minimum)."
+    )
+    rentals_waiting: int = Field(
+        default=0, description="Rentals pending now: the queue's order may place some of them first."
+    )
+
+
 class RentalResponse(WireModel):
     id: str
     tenant_id: str

@@ -1,0 +1,110 @@
+"""POST /v1/rentals/dry-run through the real app (SQLite and PostgreSQL): where a rental would start now and
+at what rate, whom it would preempt, or why it would wait, with nothing created and the leader's snapshot
+left as it was."""
+
+from __future__ import annotations
+
+from fastapi.testclient import TestClient
+
+from conftest import ADMIN, scheduler_cycles, wait_for
+from suanli.domain.billing.money import charge_micros
+
+H200 = {"gpu_model": "H200", "gpus": 8, "command": ["sleep", "600"]}  # the example fleet has one H200 node
+
+
+def _layout(snapshot) -> str:
+    return repr([(state.name, state.gpus) for state in snapshot.nodes])
+
+
+def _dry_run(client: TestClient, body: dict, headers: dict[str, str]) -> dict:
+    response = client.post("/v1/rentals/dry-run", json=body, headers=headers)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_a_dry_run_says_where_and_at_what_rate_and_creates_nothing(client: TestClient, tenant) -> None:
+    _, headers = tenant("planner")
+    trial = _dry_run(client, {**H200, "max_duration_s": 7200}, headers)
+    assert trial["starts_now"] and trial["nodes"] == ["h200-01"], trial
+    assert trial["pending_reason"] is None and trial["preempts"] == 0 and trial["rentals_waiting"] == 0
+    assert trial["max_cost_micros"] == charge_micros(trial["price_micros_per_hour"], 7200)
+    assert client.get("/v1/rentals", headers=headers).json() == []  # nothing made
+    mig = {"gpu_model": "A100-80GB", "mig_profile": "3g.40gb", "command": ["true"]}
+    scheduler = client.app.state.services.scheduler
+    scheduler_cycles(client)
+    before = _layout(scheduler.snapshot)
+    mig_trial = _dry_run(client, mig, headers)  # lays out an instance in the trial, taken back after it
+    assert mig_trial["starts_now"], mig_trial
+    assert _layout(scheduler.snapshot) == before  # every GPU's free share and MIG layout as they were
+    real_mig = client.post("/v1/rentals", json=mig, headers=headers).json()
+    assert [
+        a["node"] for a in wait_for(client, real_mig["id"], headers, "placed")["allocation"]
+    ] == mig_trial["nodes"]
+    real = client.post("/v1/rentals", json={**H200, "max_duration_s": 7200}, headers=headers).json()
+    placed = wait_for(client, real["id"], headers, "placed")  # the trial left the H200s free
+    assert [a["node"] for a in placed["allocation"]] == trial["nodes"]
+    assert placed["price_micros_per_hour"] == trial["price_micros_per_hour"]
+    assert trial["quote_micros_per_hour"] == real["quote"]["final_micros_per_hour"]
+
+    busy = _dry_run(client, {**H200, "gpus": 1}, headers)
+    assert not busy["starts_now"] and busy["nodes"] == [], busy
+    assert busy["pending_reason"] == "no_capacity" and busy["message"], busy
+    too_big = _dry_run(client, {**H200, "gpus": 9}, headers)
+    assert not too_big["starts_now"] and too_big["pending_reason"] not in (None, "no_capacity"), too_big
+
+
+def test_a_dry_run_names_the_limit_that_would_hold_it_and_the_victims_it_would_preempt(
+    client: TestClient, tenant
+) -> None:
+    spot_id, spot = tenant("spot")
+    client.post(f"/v1/tenants/{spot_id}/credit", json={"amount_micros": 50_000_000}, headers=ADMIN)
+    cheap = client.post("/v1/rentals", json={**H200, "tier": "spot"}, headers=spot).json()
+    wait_for(client, cheap["id"], spot, "placed")
+
+    _, urgent = tenant("urgent")
+    preempting = _dry_run(client, H200, urgent)
+    assert not preempting["starts_now"] and preempting["preempts"] == 1, preempting
+    assert client.get(f"/v1/rentals/{cheap['id']}", headers=spot).json()["state"] == "placed"  # no notice
+
+    quota = {"gpu_quota": {"*": 8}}
+    assert client.put(f"/v1/tenants/{spot_id}/limits", json=quota, headers=ADMIN).status_code == 200
+    held = _dry_run(client, {**H200, "gpu_model": "H100", "gpus": 1}, spot)
+    assert held["pending_reason"] == "quota" and "quota 8 GPUs" in held["message"], held
+
+
+def test_a_bad_dry_run_fails_as_creating_it_would(client: TestClient, tenant) -> None:
+    _, headers = tenant("typo")
+    for body in ({**H200, "gpu_model": "H900"}, {**H200, "tier": "spot", "bid_micros_per_gpu_hour": -1}):
+        trial = client.post("/v1/rentals/dry-run", json=body, headers=headers)
+        create = client.post("/v1/rentals", json=body, headers=headers)
+        assert trial.status_code == create.status_code and trial.status_code in (400, 422), trial.text
+        assert trial.json()["error"]["field"] == create.json()["error"]["field"]
+    assert client.post("/v1/rentals/dry-run", json=H200).status_code == 401
+
+
+def test_rent_dry_run_prints_what_would_happen_and_creates_nothing(
+    client: TestClient, tenant, monkeypatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from conftest import logged_in_as
+    from suanli.cli import platform_commands
+    from suanli.cli.main import app
+
+    _, headers = tenant("cli")
+    key = headers["Authorization"].split()[1]
+    monkeypatch.setattr(platform_commands, "logged_in", lambda options=None: logged_in_as(client, key)())
+    runner = CliRunner()
+    env = {"COLUMNS": "200"}
+    shown = runner.invoke(app, ["rent", "H200:8", "--max-duration", "2h", "--dry-run", "--", "true"], env=env)
+    assert shown.exit_code == 0, shown.output
+    lines = shown.output.splitlines()
+    assert lines[0].startswith("would start now on h200-01 at ") and "to its time limit)" in lines[0], lines
+    assert lines[-1] == "dry run: nothing was created"
+    waits = runner.invoke(app, ["rent", "H200:9", "--dry-run", "--json"], env=env)
+    assert waits.exit_code == 0 and '"pending_reason": "no_matching_gpu"' in waits.output, waits.output
+    region = runner.invoke(app, ["rent", "H200:1", "--region", "mars", "--dry-run"], env=env)
+    assert region.output.startswith("would wait (constraints): no node in region mars"), region.output
+    both = runner.invoke(app, ["rent", "H200:1", "--dry-run", "-f", "--", "true"], env=env)
+    assert both.exit_code == 2 and "--dry-run creates nothing to --follow" in both.output
+    assert client.get("/v1/rentals", headers=headers).json() == []
