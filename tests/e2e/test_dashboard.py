@@ -74,7 +74,14 @@ def test_a_tenant_signs_in_rents_from_an_offer_and_reads_the_output(page: Page, 
     offer.get_by_role("button", name="Use").click()
     expect(page.locator("#rent-model")).to_have_value("H100-SXM-80GB")
     page.fill("#rent-command", "echo hello from the console; echo '<b>not bold</b>'")
-    page.click("#rent-form button")
+    with platform.tenant() as api:
+        before = len(api.rentals())
+    page.click("#rent-check")  # a dry run first: where and at what rate, nothing made
+    expect(page.locator("#rent-trial")).to_contain_text("Would start now on gpu-01 at ")
+    expect(page.locator("#rent-trial")).to_contain_text("Dry run: nothing was created.")
+    with platform.tenant() as api:
+        assert len(api.rentals()) == before
+    page.click("#rent-form button[type=submit]")
 
     expect(page.locator("#detail-id")).not_to_be_empty()
     rental_id = page.locator("#detail-id").inner_text()
@@ -151,7 +158,7 @@ def test_a_rental_with_max_hours_shows_when_it_stops_and_is_stopped_then(
     page.fill("#rent-hours", "0.0006")  # 2 s
     page.fill("#rent-name", "short-one")
     page.fill("#rent-command", "echo up; sleep 60")
-    page.click("#rent-form button")
+    page.click("#rent-form button[type=submit]")
     expect(page.locator("#detail-summary")).to_contain_text("(max hours)")
     expect(page.locator("#detail-summary")).to_contain_text("stopped", timeout=20_000)
     expect(page.locator("#detail-summary")).not_to_contain_text("stops at")
@@ -166,7 +173,7 @@ def test_a_two_node_rentals_output_is_read_one_node_at_a_time(page: Page, platfo
     page.fill("#rent-gpus", "2")
     page.fill("#rent-nodes", "2")
     page.fill("#rent-command", 'echo "rank $SUANLI_NODE_RANK"')
-    page.click("#rent-form button")
+    page.click("#rent-form button[type=submit]")
     expect(page.locator("#detail-summary")).to_contain_text("stopped")
     log = page.locator("#detail-log")
     expect(log).to_contain_text("rank 0")
@@ -189,11 +196,11 @@ def test_bad_input_is_refused_naming_the_field_and_creates_nothing(page: Page, p
     with platform.tenant() as api:
         before = len(api.rentals())
     page.fill("#rent-gpus", "999")
-    page.click("#rent-form button")
+    page.click("#rent-form button[type=submit]")
     expect(page.locator("#rent-error")).to_have_text("gpus: Input should be less than or equal to 64")
     page.fill("#rent-gpus", "1")
     page.fill("#rent-bid", "cheap")
-    page.click("#rent-form button")
+    page.click("#rent-form button[type=submit]")
     expect(page.locator("#rent-error")).to_have_text("bid: give a positive number")
     page.fill("#rent-bid", "")
     page.fill("#offers-query", "gpu=H100 count>>8")
@@ -207,7 +214,7 @@ def test_a_running_rental_is_stopped_from_its_page(page: Page, platform: Platfor
     sign_in(page, platform)
     page.fill("#rent-gpus", "1")
     page.fill("#rent-command", "echo up; exec sleep 300")
-    page.click("#rent-form button")
+    page.click("#rent-form button[type=submit]")
     expect(page.locator("#detail-log")).to_contain_text("up")
     rental_id = page.locator("#detail-id").inner_text()
     expect(page.locator("#detail-stop")).to_be_enabled()
@@ -613,7 +620,7 @@ def test_a_tenant_finds_a_mig_slice_in_the_offers_and_rents_it_from_there(
         expect(page.locator("#rent-profile")).to_have_value("3g.40gb")
         expect(page.locator("#rent-model")).to_have_value("A100-80GB")
         page.fill("#rent-command", "echo visible=$CUDA_VISIBLE_DEVICES; exec sleep 300")
-        page.click("#rent-form button")
+        page.click("#rent-form button[type=submit]")
         expect(page.locator("#detail-log")).to_contain_text("visible=MIG-")
         rental_id = page.locator("#detail-id").inner_text()
         with platform.tenant() as api:
@@ -644,7 +651,7 @@ def test_a_tenant_rents_a_share_from_the_offers_and_the_room_left_shows(
         page.fill("#rent-share", "0.5")
         page.fill("#rent-share-memory", "16")
         page.fill("#rent-command", "echo up; exec sleep 300")
-        page.click("#rent-form button")
+        page.click("#rent-form button[type=submit]")
         expect(page.locator("#detail-log")).to_contain_text("up")
         rental_id = page.locator("#detail-id").inner_text()
         with platform.tenant() as api:

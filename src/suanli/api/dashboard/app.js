@@ -304,9 +304,31 @@ function rentalRequest() {
   return request;
 }
 
+async function dryRun() {
+  showError("rent-error", null);
+  $("rent-trial").textContent = "";
+  try {
+    $("rent-trial").textContent = trialText(await api("POST", "/v1/rentals/dry-run", rentalRequest()));
+  } catch (error) {
+    showError("rent-error", error);
+  }
+}
+
+function trialText(trial) {
+  let rate = trial.price_micros_per_hour == null ? "" : ` at ${units(trial.price_micros_per_hour)}/h`;
+  if (trial.max_cost_micros != null) rate += ` (at most ${units(trial.max_cost_micros)} to its time limit)`;
+  let text;
+  if (trial.starts_now) text = `Would start now on ${trial.nodes.join(", ")}${rate}.`;
+  else if (trial.preempts) text = `Would give ${trial.preempts} lower-tier rental(s) notice and start when they leave${rate}.`;
+  else text = `Would wait (${trial.pending_reason}): ${trial.message}.`;
+  if (trial.rentals_waiting) text += ` ${trial.rentals_waiting} rentals are waiting; the queue may place some of them first.`;
+  return `${text} Dry run: nothing was created.`;
+}
+
 async function rent(event) {
   event.preventDefault();
   showError("rent-error", null);
+  $("rent-trial").textContent = "";
   try {
     const rental = await api("POST", "/v1/rentals", rentalRequest(), { "Idempotency-Key": crypto.randomUUID() });
     await refreshRentals();
@@ -998,6 +1020,7 @@ $("offers-form").addEventListener("submit", (event) => {
   searchOffers();
 });
 $("rent-form").addEventListener("submit", rent);
+$("rent-check").addEventListener("click", dryRun);
 $("detail-stop").addEventListener("click", stopSelected);
 $("detail-log-node").addEventListener("change", (event) => {
   session.logNode = event.target.value;
