@@ -255,5 +255,8 @@ def test_rentals_are_listed_by_name_a_tenants_own_only(client: TestClient, tenan
     assert named("?name=llama") == []  # exactly, not a prefix
     assert named("?name=llama-sft&state=failed") == []
     assert len(named("?name=llama-sft", bob)) == 1 and named("?name=llama-sft", bob) != [sft["id"]]
-    too_long = client.get(f"/v1/rentals?name={'x' * 65}", headers=alice)
-    assert too_long.status_code == 422 and "name" in too_long.text
+    assert len(named("?name=llama-*")) == 2 and sft["id"] in named("?name=llama-*")  # a prefix, with the star
+    assert named("?name=llama-sft*", bob) == named("?name=llama-sft", bob)
+    for bad in ("x" * 66, "*", "llama*sft", "-llama*", "llama%25"):
+        refused = client.get(f"/v1/rentals?name={bad}", headers=alice)
+        assert refused.status_code == 422 and "name" in refused.text, bad

@@ -282,6 +282,28 @@ def test_a_workload_past_its_max_duration_is_stopped_and_rent_follow_exits_124(p
     unknown = listed("--state", "sleeping")
     assert unknown.returncode == 2 and "--state 'sleeping': use one of pending, placed" in unknown.stderr
 
+    # a sweep by its names' prefix: listed, then stopped together
+    def cli(*words: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*SUANLI, *words], env={**env, "COLUMNS": "300"}, capture_output=True, text=True, timeout=30
+        )
+
+    sweep = [
+        cli("rent", "H100-SXM-80GB:1", "--name", f"sweep_a-{i}", "--json", "--", "sleep", "600")
+        for i in (1, 2)
+    ]
+    started = {json.loads(made.stdout)["id"] for made in sweep}
+    assert {r["id"] for r in json.loads(listed("--name", "sweep_a-*", "--json").stdout)} == started
+    assert json.loads(listed("--name", "sweepXa-*", "--json").stdout) == []  # `_` is itself, not a wildcard
+    ended = cli("stop", "--name", "sweep_a-*", "--json")
+    assert ended.returncode == 0, ended.stderr
+    assert {r["id"] for r in json.loads(ended.stdout)} == started
+    assert all(r["state"] in ("stopping", "stopped") for r in json.loads(ended.stdout))
+    none_left = cli("stop", "--name", "sweep_a-*")
+    assert none_left.returncode == 0 and "no live rental named sweep_a-*" in none_left.stderr
+    neither = cli("stop")
+    assert neither.returncode == 2 and "give rental ids or --name" in neither.stderr
+
 
 def test_a_two_node_rental_runs_until_its_last_rank_finishes(platform: Platform) -> None:
     """Rank 0 exits at once, rank 1 works 2 s more: the rental runs until rank 1 is done too, and its output

@@ -41,6 +41,37 @@ def test_the_list_of_a_name_holds_the_tenants_rentals_of_that_name_only(database
     engine.dispose()
 
 
+def test_a_name_ending_in_a_star_lists_the_names_starting_so(database_url: str) -> None:
+    """`sweep_a*`: a prefix, in which `_` is the character itself (not LIKE's any-one-character)."""
+    engine = make_engine(database_url)
+    migrate(engine)
+    factory = unit_of_work_factory(engine)
+    with factory() as u:
+        for tenant in ("ten_a", "ten_b"):
+            u.tenants.add(Tenant(tenant, tenant, "tenant", T0))
+        spec = RentalSpec(gpu_model="H100", gpus=1)
+        for rental_id, tenant, name in (
+            ("rnt_1", "ten_a", "sweep_a-1"),
+            ("rnt_2", "ten_a", "sweep_a-2"),
+            ("rnt_3", "ten_a", "sweepXa-3"),  # `_` as a wildcard would match it
+            ("rnt_4", "ten_a", "sweep"),
+            ("rnt_5", "ten_b", "sweep_a-1"),
+        ):
+            u.rentals.add(Rental(rental_id, tenant, "pending", replace(spec, name=name), T0))
+        u.commit()
+    with factory() as u:
+        assert sorted(r.id for r in u.rentals.list("ten_a", 100, (), "sweep_a*")) == ["rnt_1", "rnt_2"]
+        assert sorted(r.id for r in u.rentals.list("ten_a", 100, (), "sweep*")) == [
+            "rnt_1",
+            "rnt_2",
+            "rnt_3",
+            "rnt_4",
+        ]
+        assert u.rentals.list("ten_a", 100, (), "sweep_a") == []  # without the star: exactly
+        assert sorted(r.id for r in u.rentals.list(None, 100, (), "sweep_a-1*")) == ["rnt_1", "rnt_5"]
+    engine.dispose()
+
+
 def test_migration_0028_names_the_rentals_named_before_it(database_url: str) -> None:
     engine = make_engine(database_url)
     migrate(engine)

@@ -57,7 +57,14 @@ def list_rentals(
         Query(description="Only rentals in these states (repeatable: `?state=pending&state=running`)."),
     ] = None,
     name: Annotated[
-        str | None, Query(min_length=1, max_length=64, description="Only rentals of this name (exactly).")
+        str | None,
+        Query(
+            min_length=1,
+            max_length=65,
+            pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*\*?$",
+            description="Only rentals of this name, exactly, or, ending in `*`, starting with what is before "
+            "it (`sweep-lr-*`).",
+        ),
     ] = None,
 ) -> list[RentalResponse]:
     """Your rentals, newest first (at most 1,000), or those in the states asked for, of the name asked for."""

@@ -215,7 +215,7 @@ class RentalService:
 
     def list(self, caller: Caller, states: Sequence[str] = (), name: str | None = None) -> list[RentalView]:
         """The caller's rentals (an admin's: everyone's), newest first; only those in `states`, and only
-        those named `name`, when given."""
+        those named `name` (ending in `*`: a prefix), when given."""
         with self.uow() as uow:
             uow.read_snapshot()
             tenant_id = None if caller.is_admin else caller.tenant.id

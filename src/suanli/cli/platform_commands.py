@@ -243,7 +243,8 @@ def ls(
         bool, typer.Option("--live", help="Only those waiting or holding GPUs (pending to stopping).")
     ] = False,
     name: Annotated[
-        str | None, typer.Option(help="Only those of this name (as given to rent --name).")
+        str | None,
+        typer.Option(help="Only those of this name (as given to rent --name), or starting so: sweep-*."),
     ] = None,
     as_json: JsonFlag = False,
 ) -> None:
@@ -268,10 +269,27 @@ def show(rental_id: str, as_json: JsonFlag = False) -> None:
 
 
 def stop(
-    rental_ids: Annotated[list[str], typer.Argument(metavar="RENTAL...", help="One rental id or more.")],
+    rental_ids: Annotated[
+        list[str] | None, typer.Argument(metavar="[RENTAL...]", help="One rental id or more.")
+    ] = None,
+    name: Annotated[
+        str | None,
+        typer.Option(help="Instead of ids: every live rental of this name, or starting so (sweep-*)."),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Stop rentals and release their GPUs (several: each in turn; one refused does not keep the rest)."""
+    if bool(rental_ids) == (name is not None):
+        errors.print(error_text("give rental ids or --name, one of them"))
+        raise typer.Exit(EXIT_USAGE)
+    if name is not None:
+        with logged_in() as client:
+            live = {s for s in RENTAL_STATES if s not in ENDED_STATES}
+            rental_ids = [r.id for r in client.rentals(live, name)]
+        if not rental_ids:
+            errors.print(f"no live rental named {name}")
+            return
+    assert rental_ids
     if len(rental_ids) == 1:
         with logged_in() as client:
             rental = client.stop(rental_ids[0])

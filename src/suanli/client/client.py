@@ -228,7 +228,7 @@ class Client:
 
     def rentals(self, states: Iterable[str] = (), name: str | None = None) -> list[RentalResponse]:
         """Your rentals, newest first; only those in `states` (e.g. `{"pending", "running"}`) and of `name`
-        when given."""
+        when given (ending in `*`: those whose name starts with what is before it)."""
         params = [("state", state) for state in sorted(states)]
         if name is not None:
             params.append(("name", name))

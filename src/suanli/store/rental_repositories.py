@@ -76,7 +76,9 @@ class SqlRentals(RentalMoneyReads):
             query = query.where(RentalRow.tenant_id == tenant_id)
         if states:
             query = query.where(RentalRow.state.in_(list(states)))
-        if name is not None:
+        if name is not None and name.endswith("*"):  # a prefix; `_` in it is not a LIKE wildcard
+            query = query.where(RentalRow.name.startswith(name[:-1], autoescape=True))
+        elif name is not None:
             query = query.where(RentalRow.name == name)
         return [rental_from_row(r) for r in self.s.scalars(query)]
 
