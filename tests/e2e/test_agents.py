@@ -299,6 +299,20 @@ def test_a_workload_past_its_max_duration_is_stopped_and_rent_follow_exits_124(p
     assert ended.returncode == 0, ended.stderr
     assert {r["id"] for r in json.loads(ended.stdout)} == started
     assert all(r["state"] in ("stopping", "stopped") for r in json.loads(ended.stdout))
+    again = cli(
+        "rerun", sorted(started)[0], "--name", "sweep_b-1", "--json"
+    )  # the same request, a new rental
+    assert again.returncode == 0, again.stderr
+    rerun = json.loads(again.stdout)
+    assert rerun["id"] not in started and rerun["request"]["name"] == "sweep_b-1"
+    assert rerun["request"]["command"] == ["sleep", "600"] and rerun["request"]["gpus"] == 1
+    assert cli("stop", rerun["id"]).returncode == 0
+    bad_name = cli("rerun", rerun["id"], "--name", "sweep b")
+    assert bad_name.returncode == 2 and "--name: String should match pattern" in bad_name.stderr, (
+        bad_name.stderr
+    )
+    unknown_id = cli("rerun", "rnt_nope")
+    assert unknown_id.returncode != 0 and "no rental rnt_nope" in unknown_id.stderr
     none_left = cli("stop", "--name", "sweep_a-*")
     assert none_left.returncode == 0 and "no live rental named sweep_a-*" in none_left.stderr
     neither = cli("stop")

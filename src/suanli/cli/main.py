@@ -36,6 +36,7 @@ for command in (
     platform.login,
     platform.offers,
     platform.rent,
+    platform.rerun,
     platform.ls,
     platform.show,
     platform.stop,

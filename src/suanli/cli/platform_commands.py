@@ -216,6 +216,30 @@ def rent(
     emit(rental, as_json, _rental_detail)
 
 
+def rerun(
+    rental_id: Annotated[str, typer.Argument(metavar="RENTAL", help="The rental to submit again.")],
+    name: Annotated[str | None, typer.Option(help="A name for the new one (default: the same).")] = None,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow", "-f", help="Wait for it and print its output, as rent -f; exit with its exit code."
+        ),
+    ] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Submit a rental again: a new rental with the same request (GPUs, nodes, tier, image, command, env,
+    limits), placed afresh, at the prices in force now."""
+    with logged_in() as client:
+        request = client.rental(rental_id).request
+        if name is not None:
+            with valid_input({"name": "--name"}):
+                request = RentalCreateRequest.model_validate({**request.model_dump(), "name": name})
+        rental = client.create_rental(request, f"cli-{uuid.uuid4()}")
+        if follow:
+            raise typer.Exit(follow_rental(client, rental))
+    emit(rental, as_json, _rental_detail)
+
+
 def _dry_run_text(found: RentalDryRunResponse) -> Text:
     """One line of what would happen, one of the queue when rentals wait, and that nothing was made."""
     rate = "" if found.price_micros_per_hour is None else f" at {micros(found.price_micros_per_hour)}/h"
