@@ -23,6 +23,8 @@ def test_admins_set_limits_and_tenants_read_theirs(client, tenant) -> None:
         "gpu_quota": {"*": 16, "H100-SXM-80GB": 8},  # catalogue names
         "daily_cap_micros": 5_000_000,
         "monthly_cap_micros": None,
+        "budget_daily_micros": None,
+        "budget_monthly_micros": None,
         "fair_share_weight": 2.0,
         "fair_share_usage_gpu_hours": 0.0,  # the default greedy queue keeps no fair-share usage
         "fair_share_as_of": None,
@@ -120,3 +122,51 @@ def test_tenants_read_their_fair_share_usage(database_url: str) -> None:
             uow.commit()
         mine = client.get("/v1/limits", headers=headers).json()
         assert mine["fair_share_usage_gpu_hours"] == 8.0 and mine["fair_share_as_of"].startswith("2030-01-01")
+
+
+def test_a_tenants_own_budget_holds_its_rentals_and_the_operators_limits_stay(client, tenant) -> None:
+    """The tenant sets a monthly budget of 1 unit; an H100 rental with no declared end (it burns to the end of
+    the month) waits with reason spend_cap naming the budget; removing the budget lets it start. The admin's
+    quota and the tenant's budget are set apart: neither replaces the other."""
+    tenant_id, headers = _funded_tenant(client, "thrifty")
+    client.put(f"/v1/tenants/{tenant_id}/limits", json={"gpu_quota": {"*": 16}}, headers=ADMIN)
+    set_budget = client.put("/v1/budget", json={"monthly_micros": 1_000_000}, headers=headers)
+    assert set_budget.status_code == 200, set_budget.text
+    mine = set_budget.json()
+    assert (mine["budget_daily_micros"], mine["budget_monthly_micros"]) == (None, 1_000_000)
+    assert mine["gpu_quota"] == {"*": 16}  # the operator's quota stays
+    rental = client.post(
+        "/v1/rentals", json={"gpu_model": "H100-SXM-80GB", "gpus": 1}, headers=headers
+    ).json()
+    held = wait_for(client, rental["id"], headers, "placed", reason="spend_cap")
+    assert held["pending_reason"] == "spend_cap", held
+    assert "own monthly budget 1000000 micros" in held["events"][-1]["message"], held["events"]
+    again = client.put(f"/v1/tenants/{tenant_id}/limits", json={"gpu_quota": {"*": 8}}, headers=ADMIN).json()
+    assert again["budget_monthly_micros"] == 1_000_000  # the admin's change keeps the tenant's budget
+    cleared = client.put("/v1/budget", json={}, headers=headers).json()
+    assert cleared["budget_monthly_micros"] is None and cleared["gpu_quota"] == {"*": 8}
+    assert wait_for(client, rental["id"], headers, "placed")["state"] == "placed"
+
+    other_id, other = tenant("nosy")
+    assert client.put(f"/v1/budget?tenant={tenant_id}", json={}, headers=other).status_code == 404
+    bad = client.put("/v1/budget", json={"daily_micros": -1}, headers=headers)
+    assert bad.status_code == 422 and "daily_micros" in bad.text
+    by_admin = client.put(f"/v1/budget?tenant={other_id}", json={"daily_micros": 5}, headers=ADMIN).json()
+    assert by_admin["tenant_id"] == other_id and by_admin["budget_daily_micros"] == 5
+
+
+def test_cli_budget_sets_and_clears_a_tenants_own_budget(client, tenant, monkeypatch) -> None:
+    _, headers = tenant("cli-budget")
+    monkeypatch.setattr(plan_commands, "logged_in", logged_in_as(client, headers["Authorization"].split()[1]))
+    runner, env = CliRunner(), {"COLUMNS": "200"}
+    done = runner.invoke(app, ["budget", "--monthly", "250", "--daily", "20.5"], env=env)
+    assert done.exit_code == 0 and "own monthly budget" in done.output, done.output
+    assert "250.0000" in done.output and "20.5000" in done.output
+    shown = runner.invoke(app, ["limits", "--json"], env=env)
+    assert '"budget_monthly_micros": 250000000' in shown.output, shown.output
+    neither = runner.invoke(app, ["budget"], env=env)
+    assert neither.exit_code == 2 and "give --daily and/or --monthly, or --clear" in neither.output
+    bad = runner.invoke(app, ["budget", "--daily", "lots"], env=env)
+    assert bad.exit_code == 2 and "--daily" in bad.output
+    cleared = runner.invoke(app, ["budget", "--clear", "--json"], env=env)
+    assert cleared.exit_code == 0 and '"budget_monthly_micros": null' in cleared.output

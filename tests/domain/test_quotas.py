@@ -118,6 +118,30 @@ def test_monthly_cap_applies_when_the_day_is_fine():
     assert decision.pending[0].reason is Reason.SPEND_CAP and "monthly" in decision.pending[0].message
 
 
+def test_a_tenants_own_budget_holds_like_a_cap_and_says_it_is_its_own():
+    """The operator's cap of 1,000 $ a month leaves room; the tenant's own budget of 995 $ does not."""
+    snap = snapshot_of(1)
+    limits = Limits(
+        {"acme": TenantLimits(monthly_cap_micros=1_000_000_000, budget_monthly_micros=995_000_000)},
+        {"acme": Spent(day_micros=0, month_micros=990_000_000)},
+        price_micros_per_hour=price,
+    )
+    decision = admit(snap, [ask("x", 1, hours=3)], [], POLICY, NOW, gates=Gates(limits=limits))  # adds 6 $
+    (pending,) = decision.pending
+    assert pending.reason is Reason.SPEND_CAP
+    assert pending.message.startswith("tenant acme: own monthly budget 995000000 micros, 990000000 spent")
+    daily = Limits(
+        {"acme": TenantLimits(budget_daily_micros=3_000_000)}, {"acme": Spent()}, price_micros_per_hour=price
+    )
+    decision = admit(snapshot_of(1), [ask("y", 1, hours=2)], [], POLICY, NOW, gates=Gates(limits=daily))
+    assert "own daily budget 3000000 micros" in decision.pending[0].message  # 2 h x 2 $ = 4 $ > 3 $
+    roomy = Limits(
+        {"acme": TenantLimits(budget_daily_micros=4_000_000)}, {"acme": Spent()}, price_micros_per_hour=price
+    )
+    decision = admit(snapshot_of(1), [ask("z", 1, hours=2)], [], POLICY, NOW, gates=Gates(limits=roomy))
+    assert [p.request_id for p in decision.placements] == ["z"]  # exactly the budget: allowed
+
+
 def test_period_ends_follow_the_calendar():
     day_end, month_end = period_ends(datetime(2024, 2, 10, 5, tzinfo=UTC).timestamp())
     assert day_end == datetime(2024, 2, 11, tzinfo=UTC).timestamp()

@@ -14,6 +14,7 @@ from suanli.app.limits import LimitsService, LimitsView
 from suanli.app.plans import PlanService, TermsView
 from suanli.domain.billing.plans import Plan
 from suanli.wire.plan_schemas import (
+    BudgetRequest,
     GrantResponse,
     LimitsRequest,
     LimitsResponse,
@@ -140,6 +141,8 @@ def _limits_response(view: LimitsView) -> LimitsResponse:
         gpu_quota=dict(view.limits.gpu_quota),
         daily_cap_micros=view.limits.daily_cap_micros,
         monthly_cap_micros=view.limits.monthly_cap_micros,
+        budget_daily_micros=view.limits.budget_daily_micros,
+        budget_monthly_micros=view.limits.budget_monthly_micros,
         fair_share_weight=view.fair_share_weight,
         fair_share_usage_gpu_hours=round(view.usage_gpu_s / 3600, 3),
         fair_share_as_of=view.usage_as_of,
@@ -159,6 +162,17 @@ def set_limits(
         body.monthly_cap_micros,
         body.fair_share_weight,
     )
+    return _limits_response(view)
+
+
+@router.put("/budget")
+def set_budget(
+    body: BudgetRequest, caller: CallerDep, services: ServicesDep, tenant: TenantQuery = None
+) -> LimitsResponse:
+    """Your own spend budget per UTC day and month (replaces the earlier one; nulls remove it): a rental that
+    would take your spend past it waits with reason `spend_cap`, as past the operator's caps. Admins:
+    `?tenant=`."""
+    view = _limits(services).set_budget(caller, body.daily_micros, body.monthly_micros, tenant)
     return _limits_response(view)
 
 

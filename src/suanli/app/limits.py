@@ -1,5 +1,5 @@
-"""Tenant limits: GPU quotas per model or family and daily / monthly spend caps, set by admins, read by the
-scheduler.
+"""Tenant limits: GPU quotas per model or family and daily / monthly spend caps, set by admins, and a daily /
+monthly budget each tenant sets itself; read by the scheduler.
 
 A quota key is `*` (every GPU of the tenant), a catalogue model name (`H100-SXM-80GB`) or a family name
 (`H100`: every H100 model together; a family of one model is that model). A rental counts against `*`, against
@@ -64,8 +64,25 @@ class LimitsService:
                 raise NotFound(f"no tenant {tenant_id}", field="tenant_id")
             uow.terms.set_limits(tenant_id, limits, self.clock.now(), fair_share_weight)
             uow.commit()
-            usage, as_of = _usage(uow, tenant_id)
-        return LimitsView(tenant_id, limits, fair_share_weight, usage, as_of)
+        return self.get(caller, tenant_id)
+
+    def set_budget(
+        self,
+        caller: Caller,
+        daily_micros: int | None,
+        monthly_micros: int | None,
+        tenant_id: str | None = None,
+    ) -> LimitsView:
+        """The caller's own spend budget per UTC day and calendar month (None: none), beside the operator's
+        caps: a rental that would take its spend past either waits with reason `spend_cap` (an admin may set
+        a tenant's, `tenant_id`)."""
+        target = target_tenant(caller, tenant_id)
+        with self.uow() as uow:
+            if uow.tenants.get(target) is None:
+                raise NotFound(f"no tenant {target}")
+            uow.terms.set_budget(target, daily_micros, monthly_micros, self.clock.now())
+            uow.commit()
+        return self.get(caller, target)
 
     def get(self, caller: Caller, tenant_id: str | None = None) -> LimitsView:
         """The caller's limits (an admin: any tenant's; none set reads as no limits) and fair-share usage."""

@@ -50,6 +50,7 @@ for command in (
     plan_commands.grants,
     plan_commands.terms,
     plan_commands.limits,
+    plan_commands.budget,
     agent_commands.logs,
     agent_commands.agent,
     agent_commands.demo,

@@ -168,25 +168,60 @@ def admin_limits(
 
 
 def limits(tenant: TenantOption = None, as_json: JsonFlag = False) -> None:
-    """Your GPU quotas and spend caps: a rental past them waits with reason quota or spend_cap."""
+    """Your GPU quotas, spend caps and own budget: a rental past them waits with reason quota or spend_cap."""
     with logged_in() as client:
         found = client.limits(tenant)
     emit(found, as_json, _limits_table)
 
 
+def budget(
+    daily: Annotated[str | None, typer.Option("--daily", help="Most to spend per UTC day, in units.")] = None,
+    monthly: Annotated[
+        str | None, typer.Option("--monthly", help="Most to spend per calendar month, in units.")
+    ] = None,
+    clear: Annotated[bool, typer.Option("--clear", help="Remove your budget.")] = False,
+    tenant: TenantOption = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Set your own spend budget (replacing the earlier one): a rental that would take your spend past it
+    waits with reason spend_cap, as past the operator's caps; running ones go on."""
+    if clear == (daily is not None or monthly is not None):
+        raise _usage("give --daily and/or --monthly, or --clear")
+    daily_micros = None if daily is None else _money(daily, "--daily")
+    monthly_micros = None if monthly is None else _money(monthly, "--monthly")
+    with logged_in() as client:
+        found = client.set_budget(daily_micros, monthly_micros, tenant)
+    emit(found, as_json, _limits_table)
+
+
 def _limits_table(found: LimitsResponse):
     quota = ", ".join(f"{group}: {gpus}" for group, gpus in sorted(found.gpu_quota.items())) or "none"
+
+    def amount(value: int | None) -> str:
+        return "none" if value is None else micros(value)
+
     rows = [
         (
             found.tenant_id,
             quota,
-            "none" if found.daily_cap_micros is None else micros(found.daily_cap_micros),
-            "none" if found.monthly_cap_micros is None else micros(found.monthly_cap_micros),
+            amount(found.daily_cap_micros),
+            amount(found.monthly_cap_micros),
+            amount(found.budget_daily_micros),
+            amount(found.budget_monthly_micros),
             f"{found.fair_share_weight:g}",
             f"{found.fair_share_usage_gpu_hours:,.1f}",
         )
     ]
-    columns = ["tenant", "GPU quota", "daily cap", "monthly cap", "fair-share weight", "usage (GPU-h)"]
+    columns = [
+        "tenant",
+        "GPU quota",
+        "daily cap",
+        "monthly cap",
+        "own daily budget",
+        "own monthly budget",
+        "fair-share weight",
+        "usage (GPU-h)",
+    ]
     return table("limits", columns, rows)
 
 

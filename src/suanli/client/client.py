@@ -43,6 +43,7 @@ from suanli.wire.billing_schemas import (
     PriceResponse,
 )
 from suanli.wire.plan_schemas import (
+    BudgetRequest,
     GrantResponse,
     LimitsRequest,
     LimitsResponse,
@@ -454,6 +455,14 @@ class Client:
             fair_share_weight=fair_share_weight,
         )
         return self._call("PUT", f"/v1/tenants/{tenant_id}/limits", LimitsResponse, body=body, retry=True)
+
+    def set_budget(
+        self, daily_micros: int | None = None, monthly_micros: int | None = None, tenant_id: str | None = None
+    ) -> LimitsResponse:
+        """Your own spend budget per UTC day and month (None: none); a rental past it waits (`spend_cap`)."""
+        body = BudgetRequest(daily_micros=daily_micros, monthly_micros=monthly_micros)
+        params = {"tenant": tenant_id} if tenant_id else None
+        return self._call("PUT", "/v1/budget", LimitsResponse, body=body, params=params, retry=True)
 
     def limits(self, tenant_id: str | None = None) -> LimitsResponse:
         params = {"tenant": tenant_id} if tenant_id else None

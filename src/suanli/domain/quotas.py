@@ -37,6 +37,9 @@ class TenantLimits:
     gpu_quota: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     daily_cap_micros: int | None = None
     monthly_cap_micros: int | None = None
+    # the tenant's own budget, which it sets itself (the caps above are the operator's): held the same way
+    budget_daily_micros: int | None = None
+    budget_monthly_micros: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,9 +116,13 @@ class Ledger:
                 )
         spent = self.limits.spent.get(tenant, Spent())
         day_add, month_add = self._burn(request, self.now)
-        for name, cap, already, burning, adds in (
-            ("daily", limits.daily_cap_micros, spent.day_micros, self.burn_day, day_add),
-            ("monthly", limits.monthly_cap_micros, spent.month_micros, self.burn_month, month_add),
+        day = (spent.day_micros, self.burn_day, day_add)
+        month = (spent.month_micros, self.burn_month, month_add)
+        for name, cap, (already, burning, adds) in (
+            ("daily spend cap", limits.daily_cap_micros, day),
+            ("monthly spend cap", limits.monthly_cap_micros, month),
+            ("own daily budget", limits.budget_daily_micros, day),
+            ("own monthly budget", limits.budget_monthly_micros, month),
         ):
             if cap is None:
                 continue
@@ -124,7 +131,7 @@ class Ledger:
                 return Pending(
                     request.id,
                     Reason.SPEND_CAP,
-                    f"tenant {tenant}: {name} spend cap {cap} micros, {committed:.0f} spent or committed, "
+                    f"tenant {tenant}: {name} {cap} micros, {committed:.0f} spent or committed, "
                     f"this rental adds {adds:.0f}",
                 )
         return None

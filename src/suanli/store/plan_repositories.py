@@ -187,14 +187,29 @@ class SqlTerms:
             )
 
     def set_limits(self, tenant_id: str, limits: TenantLimits, now: datetime, weight: float = 1.0) -> None:
-        row = self.s.get(TenantLimitsRow, tenant_id)
-        if row is None:
-            row = TenantLimitsRow(tenant_id=tenant_id)
-            self.s.add(row)
+        """The operator's part: quotas, caps and weight (the tenant's own budget stays)."""
+        row = self._limits_row(tenant_id)
         row.gpu_quota = dict(limits.gpu_quota)
         row.daily_cap_micros, row.monthly_cap_micros = limits.daily_cap_micros, limits.monthly_cap_micros
         row.fair_share_weight, row.updated_at = weight, now
         self.s.flush()
+
+    def set_budget(
+        self, tenant_id: str, daily_micros: int | None, monthly_micros: int | None, now: datetime
+    ) -> None:
+        """The tenant's own part: its daily and monthly budget (the operator's limits stay)."""
+        row = self._limits_row(tenant_id)
+        row.budget_daily_micros, row.budget_monthly_micros = daily_micros, monthly_micros
+        row.updated_at = now
+        self.s.flush()
+
+    def _limits_row(self, tenant_id: str) -> TenantLimitsRow:
+        """The tenant's limits row, locked; a new one (no limits, weight 1) when it has none."""
+        row = self.s.get(TenantLimitsRow, tenant_id, with_for_update=True)
+        if row is None:
+            row = TenantLimitsRow(tenant_id=tenant_id, gpu_quota={}, fair_share_weight=1.0)
+            self.s.add(row)
+        return row
 
     # payment terms
     def payment_terms(self, tenant_id: str) -> tuple[PaymentTerms, datetime | None] | None:
@@ -240,4 +255,10 @@ class SqlTerms:
 
 def _limits(row: TenantLimitsRow) -> TenantLimits:
     quota = {str(group): int(gpus) for group, gpus in (row.gpu_quota or {}).items()}
-    return TenantLimits(quota, row.daily_cap_micros, row.monthly_cap_micros)
+    return TenantLimits(
+        quota,
+        row.daily_cap_micros,
+        row.monthly_cap_micros,
+        row.budget_daily_micros,
+        row.budget_monthly_micros,
+    )

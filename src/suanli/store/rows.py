@@ -356,13 +356,16 @@ class RevenueReportRow(Base):
 
 
 class TenantLimitsRow(Base):
-    """A tenant's GPU quotas (model name or `*` -> most GPUs held at once) and daily / monthly spend caps."""
+    """A tenant's GPU quotas (model name or `*` -> most GPUs held at once) and daily / monthly spend caps (the
+    operator's), and its own daily / monthly budget (the tenant's)."""
 
     __tablename__ = "tenant_limits"
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
     gpu_quota: Mapped[dict[str, Any]] = mapped_column(JSON)
     daily_cap_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     monthly_cap_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    budget_daily_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    budget_monthly_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     fair_share_weight: Mapped[float] = mapped_column(Float, default=1.0)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime())
 

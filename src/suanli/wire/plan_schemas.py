@@ -89,11 +89,21 @@ class LimitsRequest(WireModel):
     )
 
 
+class BudgetRequest(WireModel):
+    """A tenant's own spend budget: a rental that would take its spend past it waits (`spend_cap`), as past
+    the operator's caps; null: no budget."""
+
+    daily_micros: int | None = Field(default=None, ge=0, le=MAX_MICROS, description="Per UTC day.")
+    monthly_micros: int | None = Field(default=None, ge=0, le=MAX_MICROS, description="Per calendar month.")
+
+
 class LimitsResponse(WireModel):
     tenant_id: str
     gpu_quota: dict[str, int]
     daily_cap_micros: int | None
     monthly_cap_micros: int | None
+    budget_daily_micros: int | None = Field(default=None, description="The tenant's own daily budget.")
+    budget_monthly_micros: int | None = Field(default=None, description="The tenant's own monthly budget.")
     fair_share_weight: float
     fair_share_usage_gpu_hours: float = Field(
         default=0.0,
