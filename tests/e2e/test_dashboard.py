@@ -150,6 +150,32 @@ def test_a_tenant_adds_a_webhook_sees_its_secret_once_and_removes_it(page: Page,
         assert api.webhooks() == []
 
 
+def test_a_tenant_sets_and_clears_its_own_budget(page: Page, platform: Platform) -> None:
+    sign_in(page, platform)
+    try:
+        expect(page.locator("#budget-monthly")).to_have_value("")
+        page.fill("#budget-monthly", "lots")
+        page.click("#budget-form button")
+        expect(page.locator("#budget-error")).to_have_text("monthly budget: give a positive number")
+        page.fill("#budget-monthly", "0.5")
+        page.fill("#budget-daily", "0.25")
+        page.click("#budget-form button")
+        expect(page.locator("#budget-error")).to_have_text("")
+        expect(page.locator("#budget-monthly")).to_have_value("0.5000")  # as the server has it now
+        with platform.tenant() as api:
+            limits = api.limits()
+        assert (limits.budget_daily_micros, limits.budget_monthly_micros) == (250_000, 500_000)
+        page.fill("#budget-daily", "")
+        page.fill("#budget-monthly", "")
+        page.click("#budget-form button")
+        expect(page.locator("#budget-daily")).to_have_value("")
+        with platform.tenant() as api:
+            assert api.limits().budget_monthly_micros is None
+    finally:
+        with platform.tenant() as api:
+            api.set_budget()  # later tests rent as this tenant
+
+
 def test_a_rental_with_max_hours_shows_when_it_stops_and_is_stopped_then(
     page: Page, platform: Platform
 ) -> None:

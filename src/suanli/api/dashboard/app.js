@@ -103,7 +103,7 @@ async function signIn(key) {
   $("transfer-form").hidden = session.role !== "admin";
   $("offer-form").hidden = session.role !== "admin";
   $("maintenance-form").querySelector("button").disabled = session.role !== "admin";
-  await Promise.all([refreshBalance(), searchOffers(), refreshRentals(), refreshSlow()]);
+  await Promise.all([refreshBalance(), searchOffers(), refreshRentals(), refreshSlow(), refreshBudget()]);
   session.timer = setInterval(tick, REFRESH_MS);
 }
 
@@ -467,6 +467,42 @@ async function stopSelected() {
 }
 
 // --- the month's invoice, and the nodes (operators) -----------------------------------------------------
+
+// the tenant's own budget in the form, and the operator's caps beside it (read at sign-in and after a change,
+// so a refresh never overwrites what is being typed)
+async function refreshBudget() {
+  let limits;
+  try {
+    limits = await api("GET", "/v1/limits");
+  } catch (error) {
+    showError("budget-error", error);
+    return;
+  }
+  const shown = (micros) => (micros == null ? "" : units(micros));
+  $("budget-daily").value = shown(limits.budget_daily_micros);
+  $("budget-monthly").value = shown(limits.budget_monthly_micros);
+  const caps = [["daily", limits.daily_cap_micros], ["monthly", limits.monthly_cap_micros]]
+    .filter(([, micros]) => micros != null)
+    .map(([name, micros]) => `${name} ${units(micros)}`);
+  $("budget-caps").textContent = caps.length ? `the operator's caps: ${caps.join(", ")}` : "";
+}
+
+async function setBudget(event) {
+  event.preventDefault();
+  showError("budget-error", null);
+  try {
+    const body = {};
+    const daily = decimal($("budget-daily").value, "daily budget");
+    if (daily !== null) body.daily_micros = Math.round(daily * 1e6);
+    const monthly = decimal($("budget-monthly").value, "monthly budget");
+    if (monthly !== null) body.monthly_micros = Math.round(monthly * 1e6);
+    await api("PUT", "/v1/budget", body);
+  } catch (error) {
+    showError("budget-error", error);
+    return;
+  }
+  await refreshBudget();
+}
 
 async function refreshUsage() {
   const month = new Date().toISOString().slice(0, 7);
@@ -1021,6 +1057,7 @@ $("offers-form").addEventListener("submit", (event) => {
 });
 $("rent-form").addEventListener("submit", rent);
 $("rent-check").addEventListener("click", dryRun);
+$("budget-form").addEventListener("submit", setBudget);
 $("detail-stop").addEventListener("click", stopSelected);
 $("detail-log-node").addEventListener("change", (event) => {
   session.logNode = event.target.value;
