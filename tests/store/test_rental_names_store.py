@@ -4,16 +4,21 @@ migration 0028, which gives the rentals named before it their name column from t
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import replace
 
-from sqlalchemy import text
+from sqlalchemy import Engine, text
 
 from conftest import T0, downgrade
+from suanli.app.ports import UnitOfWorkFactory
 from suanli.app.records import Rental, RentalSpec, Tenant
 from suanli.store.db import make_engine, migrate, unit_of_work_factory
 
 
-def test_the_list_of_a_name_holds_the_tenants_rentals_of_that_name_only(database_url: str) -> None:
+def _named(
+    database_url: str, rentals: Sequence[tuple[str, str, str | None]]
+) -> tuple[Engine, UnitOfWorkFactory]:
+    """A migrated store with tenants ten_a and ten_b and pending rentals (id, tenant, name or None)."""
     engine = make_engine(database_url)
     migrate(engine)
     factory = unit_of_work_factory(engine)
@@ -21,11 +26,22 @@ def test_the_list_of_a_name_holds_the_tenants_rentals_of_that_name_only(database
         for tenant in ("ten_a", "ten_b"):
             u.tenants.add(Tenant(tenant, tenant, "tenant", T0))
         spec = RentalSpec(gpu_model="H100", gpus=1)
-        u.rentals.add(Rental("rnt_1", "ten_a", "pending", replace(spec, name="sft"), T0))
-        u.rentals.add(Rental("rnt_2", "ten_a", "pending", replace(spec, name="eval"), T0))
-        u.rentals.add(Rental("rnt_3", "ten_b", "pending", replace(spec, name="sft"), T0))
-        u.rentals.add(Rental("rnt_4", "ten_a", "pending", spec, T0))
+        for rental_id, tenant, name in rentals:
+            u.rentals.add(Rental(rental_id, tenant, "pending", replace(spec, name=name), T0))
         u.commit()
+    return engine, factory
+
+
+def test_the_list_of_a_name_holds_the_tenants_rentals_of_that_name_only(database_url: str) -> None:
+    engine, factory = _named(
+        database_url,
+        (
+            ("rnt_1", "ten_a", "sft"),
+            ("rnt_2", "ten_a", "eval"),
+            ("rnt_3", "ten_b", "sft"),
+            ("rnt_4", "ten_a", None),
+        ),
+    )
     with factory() as u:
         assert [r.id for r in u.rentals.list("ten_a", 100, (), "sft")] == ["rnt_1"]
         assert sorted(r.id for r in u.rentals.list(None, 100, (), "sft")) == ["rnt_1", "rnt_3"]  # an admin's
@@ -43,22 +59,16 @@ def test_the_list_of_a_name_holds_the_tenants_rentals_of_that_name_only(database
 
 def test_a_name_ending_in_a_star_lists_the_names_starting_so(database_url: str) -> None:
     """`sweep_a*`: a prefix, in which `_` is the character itself (not LIKE's any-one-character)."""
-    engine = make_engine(database_url)
-    migrate(engine)
-    factory = unit_of_work_factory(engine)
-    with factory() as u:
-        for tenant in ("ten_a", "ten_b"):
-            u.tenants.add(Tenant(tenant, tenant, "tenant", T0))
-        spec = RentalSpec(gpu_model="H100", gpus=1)
-        for rental_id, tenant, name in (
+    engine, factory = _named(
+        database_url,
+        (
             ("rnt_1", "ten_a", "sweep_a-1"),
             ("rnt_2", "ten_a", "sweep_a-2"),
             ("rnt_3", "ten_a", "sweepXa-3"),  # `_` as a wildcard would match it
             ("rnt_4", "ten_a", "sweep"),
             ("rnt_5", "ten_b", "sweep_a-1"),
-        ):
-            u.rentals.add(Rental(rental_id, tenant, "pending", replace(spec, name=name), T0))
-        u.commit()
+        ),
+    )
     with factory() as u:
         assert sorted(r.id for r in u.rentals.list("ten_a", 100, (), "sweep_a*")) == ["rnt_1", "rnt_2"]
         assert sorted(r.id for r in u.rentals.list("ten_a", 100, (), "sweep*")) == [
