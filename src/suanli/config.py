@@ -29,6 +29,11 @@ class Settings(BaseSettings):
         "network); off, a tenant's webhook cannot reach the server's own network.",
     )
     scheduler_interval_s: float = Field(default=5.0, gt=0)
+    dry_run_rate: str = Field(
+        default="5/second;120/minute",
+        description="Dry runs a tenant may ask for, per window (the `limits` notation; each takes the "
+        "scheduler's lock for a moment); past it, 429 with Retry-After. Empty: no limit.",
+    )
     policy: str = "suanli"
     policy_seed: int = 0
     queue: Literal["greedy", "backfill", "conservative"] = Field(

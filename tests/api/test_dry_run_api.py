@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
-from conftest import ADMIN, scheduler_cycles, wait_for
+from conftest import ADMIN, app_client, scheduler_cycles, wait_for
+from suanli.app.errors import RateLimited
+from suanli.app.rate_limits import RateLimit
 from suanli.domain.billing.money import charge_micros
 
 H200 = {"gpu_model": "H200", "gpus": 8, "command": ["sleep", "600"]}  # the example fleet has one H200 node
@@ -108,3 +110,38 @@ def test_rent_dry_run_prints_what_would_happen_and_creates_nothing(
     both = runner.invoke(app, ["rent", "H200:1", "--dry-run", "-f", "--", "true"], env=env)
     assert both.exit_code == 2 and "--dry-run creates nothing to --follow" in both.output
     assert client.get("/v1/rentals", headers=headers).json() == []
+
+
+def test_a_rate_limit_counts_every_window_and_says_when_to_come_back() -> None:
+    limit = RateLimit("2/second;3/minute", "dry runs")
+    limit.hit("ten_a")
+    limit.hit("ten_a")
+    try:
+        limit.hit("ten_a")
+    except RateLimited as refused:
+        assert refused.retry_after_s == 1 and "at most 2/second;3/minute" in refused.message
+    else:
+        raise AssertionError("a third hit in one second passed")
+    limit.hit("ten_b")  # each key counts its own
+    RateLimit("", "dry runs").hit("ten_a")  # no limit
+
+
+def test_dry_runs_past_the_tenants_rate_get_429_with_retry_after(database_url: str) -> None:
+    with app_client(database_url, dry_run_rate="2/minute") as client:
+        tenant_id = client.post("/v1/tenants", json={"name": "eager"}, headers=ADMIN).json()["id"]
+        key = client.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()[
+            "secret"
+        ]
+        headers = {"Authorization": f"Bearer {key}"}
+        for _ in range(2):
+            assert client.post("/v1/rentals/dry-run", json=H200, headers=headers).status_code == 200
+        refused = client.post("/v1/rentals/dry-run", json=H200, headers=headers)
+        assert refused.status_code == 429, refused.text
+        assert refused.json()["error"]["code"] == "rate_limited"
+        assert 1 <= int(refused.headers["Retry-After"]) <= 60
+        assert (
+            client.post("/v1/rentals/dry-run", json=H200, headers=ADMIN).status_code == 200
+        )  # its own count
+        assert (
+            client.post("/v1/rentals", json=H200, headers=headers).status_code == 201
+        )  # renting is not limited

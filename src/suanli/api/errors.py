@@ -7,7 +7,16 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from suanli.app.errors import AppError, Conflict, Forbidden, Invalid, NotFound, PaymentRequired, Unauthorized
+from suanli.app.errors import (
+    AppError,
+    Conflict,
+    Forbidden,
+    Invalid,
+    NotFound,
+    PaymentRequired,
+    RateLimited,
+    Unauthorized,
+)
 from suanli.wire.schemas import ErrorDetail, ErrorResponse
 
 STATUS = {
@@ -17,6 +26,7 @@ STATUS = {
     Forbidden: 403,
     NotFound: 404,
     Conflict: 409,
+    RateLimited: 429,
 }
 HTTP_CODES = {
     400: "invalid",
@@ -31,9 +41,12 @@ ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
 }
 
 
-def error_response(status: int, code: str, message: str, field: str | None = None) -> JSONResponse:
+def error_response(
+    status: int, code: str, message: str, field: str | None = None, headers: dict[str, str] | None = None
+) -> JSONResponse:
     body = ErrorResponse(error=ErrorDetail(code=code, message=message, field=field))
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    if status == 401:
+        headers = {**(headers or {}), "WWW-Authenticate": "Bearer"}
     return JSONResponse(body.model_dump(), status_code=status, headers=headers)
 
 
@@ -41,7 +54,8 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(AppError)
     async def _app_error(_: Request, error: AppError) -> JSONResponse:
         status = next((s for kind, s in STATUS.items() if isinstance(error, kind)), 400)
-        return error_response(status, error.code, error.message, error.field)
+        headers = {"Retry-After": str(error.retry_after_s)} if isinstance(error, RateLimited) else None
+        return error_response(status, error.code, error.message, error.field, headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, error: RequestValidationError) -> JSONResponse:

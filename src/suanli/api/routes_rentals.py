@@ -14,6 +14,7 @@ from suanli.wire.schemas import (
     ContractQuoteResponse,
     ContractResponse,
     ContractTransferRequest,
+    ErrorResponse,
     RentalCreateRequest,
     RentalDryRunResponse,
     RentalResizeRequest,
@@ -39,7 +40,7 @@ def create_rental(
     return mappers.rental(view)
 
 
-@router.post("/rentals/dry-run", tags=["rentals"])
+@router.post("/rentals/dry-run", tags=["rentals"], responses={429: {"model": ErrorResponse}})
 def dry_run_rental(
     body: RentalCreateRequest, caller: CallerDep, services: ServicesDep
 ) -> RentalDryRunResponse:

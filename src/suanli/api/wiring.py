@@ -22,6 +22,7 @@ from suanli.app.maintenance import MaintenanceService
 from suanli.app.offers import OfferService
 from suanli.app.plans import PlanService
 from suanli.app.ports import Clock
+from suanli.app.rate_limits import RateLimit
 from suanli.app.rentals import RentalService, stop_in, to_request
 from suanli.app.scheduling import CycleReport, Scheduler
 from suanli.app.sla import SlaService
@@ -218,7 +219,8 @@ def build(settings: Settings, clock: Clock | None = None) -> Services:
         missed_heartbeats=settings.agent_missed_heartbeats,
         token_ttl_s=settings.join_token_ttl_s,
     )
-    rentals = RentalService(uow, clock, CATALOG, wake, billing, scheduler.trial)
+    dry_runs = RateLimit(settings.dry_run_rate, "dry runs")
+    rentals = RentalService(uow, clock, CATALOG, wake, billing, scheduler.trial, dry_runs)
     webhooks = WebhookService(uow, clock)
     reaper = ReaperLoop(
         agents, loop.leadership, min(settings.agent_heartbeat_interval_s / 2, 5.0), rentals=rentals

@@ -7,6 +7,7 @@ AppError
  +-- NotFound       no such object, or not the caller's (404: never a hint that it exists)
  +-- Conflict       the request clashes with the current state (409)
  +-- PaymentRequired  a prepaid tenant's balance cannot pay for this (402)
+ +-- RateLimited    the caller asked too often; `retry_after_s` says when it may again (429)
 """
 
 from __future__ import annotations
@@ -51,3 +52,11 @@ class Duplicate(Conflict):
 
 class PaymentRequired(AppError):
     code = "payment_required"
+
+
+class RateLimited(AppError):
+    code = "rate_limited"
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s

@@ -18,6 +18,7 @@ from suanli.app.errors import Conflict, Duplicate, Invalid, NotFound
 from suanli.app.ids import check_idempotency_key, new_id
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.pricing import ANY_REGION, contract_room_milli
+from suanli.app.rate_limits import RateLimit
 from suanli.app.records import (
     END_STATES,
     LIVE_STATES,
@@ -134,10 +135,12 @@ class RentalService:
         signal: Callable[[], None],
         billing: BillingService | None = None,
         trial: Callable[[Rental], Trial] | None = None,
+        dry_run_limit: RateLimit | None = None,
     ):
-        """`trial`: what the scheduler would do with a rental now (`Scheduler.trial`), for dry runs."""
+        """`trial`: what the scheduler would do with a rental now (`Scheduler.trial`), for dry runs, each
+        tenant's as often as `dry_run_limit` allows."""
         self.uow, self.clock, self.catalog, self.signal = uow, clock, catalog, signal
-        self.billing, self.trial = billing, trial
+        self.billing, self.trial, self.dry_run_limit = billing, trial, dry_run_limit
 
     def create(
         self, caller: Caller, spec: RentalSpec, idempotency_key: str | None
@@ -180,6 +183,8 @@ class RentalService:
         assert self.trial is not None, "dry runs need the scheduler's trial"
         check_spec(spec, self.catalog)
         tenant_id = caller.tenant.id
+        if self.dry_run_limit is not None:
+            self.dry_run_limit.hit(tenant_id)
         now = self.clock.now()
         rental = Rental(new_id("rnt"), tenant_id, "pending", spec, now)
         quoted = None
