@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
-from conftest import ADMIN, app_client, scheduler_cycles, wait_for
+from conftest import ADMIN, app_client, logged_in_as, scheduler_cycles, wait_for
 from suanli.app.errors import RateLimited
 from suanli.app.rate_limits import RateLimit
 from suanli.domain.billing.money import charge_micros
@@ -89,7 +89,6 @@ def test_rent_dry_run_prints_what_would_happen_and_creates_nothing(
 ) -> None:
     from typer.testing import CliRunner
 
-    from conftest import logged_in_as
     from suanli.cli import platform_commands
     from suanli.cli.main import app
 
