@@ -95,6 +95,13 @@ def test_a_tenant_signs_in_rents_from_an_offer_and_reads_the_output(page: Page, 
     with platform.tenant() as api:
         rental = api.rental(rental_id)
     assert rental.request.command == ["sh", "-c", "echo hello from the console; echo '<b>not bold</b>'"]
+
+    page.click("#detail-rerun")  # the same request again: a new rental, shown
+    expect(page.locator("#detail-id")).not_to_have_text(rental_id)
+    again_id = page.locator("#detail-id").inner_text()
+    expect(page.locator("#detail-log")).to_contain_text("hello from the console")
+    with platform.tenant() as api:
+        assert api.rental(again_id).request == rental.request
     assert rental.request.gpu_model == "H100-SXM-80GB" and rental.request.gpus == 2
 
     expect(page.locator("#usage tbody")).to_contain_text(rental_id)  # charged from its start

@@ -456,6 +456,19 @@ async function followLog(id) {
   }
 }
 
+// submit the shown rental's request again: a new rental, which the page then shows
+async function rerunSelected() {
+  showError("detail-error", null);
+  try {
+    const shown = await api("GET", `/v1/rentals/${encodeURIComponent(session.selected)}`);
+    const rental = await api("POST", "/v1/rentals", shown.request, { "Idempotency-Key": crypto.randomUUID() });
+    await refreshRentals();
+    select(rental.id);
+  } catch (error) {
+    showError("detail-error", error);
+  }
+}
+
 async function stopSelected() {
   showError("detail-error", null);
   try {
@@ -1059,6 +1072,7 @@ $("rent-form").addEventListener("submit", rent);
 $("rent-check").addEventListener("click", dryRun);
 $("budget-form").addEventListener("submit", setBudget);
 $("detail-stop").addEventListener("click", stopSelected);
+$("detail-rerun").addEventListener("click", rerunSelected);
 $("detail-log-node").addEventListener("change", (event) => {
   session.logNode = event.target.value;
   restartLog();
