@@ -279,36 +279,41 @@ class Scheduler:
         others, maintenance ahead), under the server's queue. Nothing is kept: the placement is taken back off
         the snapshot, and no queue state (head, fair share) changes."""
         with self._lock:
-            now = self.clock.now()
+            try:
+                return self._trial(rental)
+            except BaseException:
+                self.snapshot = None  # it may still hold the trial's placement: rebuilt at the next cycle
+                raise
+
+    def _trial(self, rental: Rental) -> Trial:
+        now = self.clock.now()
+        with self.uow() as uow:
+            version, fleet = self.cache.load(uow)
+            if fleet is None:
+                return Trial((), 0, Reason.NO_CAPACITY.value, "no fleet: no agent has registered", 0)
+            waiting = len(uow.rentals.pending())
+            self.windows = uow.maintenance.list(now)
+            self._refresh(uow, fleet, version, now)
+        assert self.snapshot is not None and self.policy is not None
+        now_s = now.timestamp()
+        live, _ = self._running()
+        running = [r for r, _ in live.values()]
+        with self.uow() as uow:
+            gates = self._gates(uow, [rental], live, now_s)
+        request, fair = to_request(rental), FairShare()  # alone in the queue: no one to take turns with
+        decision = admit(self.snapshot, [request], running, self.policy, now_s, self.queue, fair, gates=gates)
+        price = None
+        if decision.placements:
             with self.uow() as uow:
-                version, fleet = self.cache.load(uow)
-                if fleet is None:
-                    return Trial((), 0, Reason.NO_CAPACITY.value, "no fleet: no agent has registered", 0)
-                waiting = len(uow.rentals.pending())
-                self.windows = uow.maintenance.list(now)
-                self._refresh(uow, fleet, version, now)
-            assert self.snapshot is not None and self.policy is not None
-            now_s = now.timestamp()
-            live, _ = self._running()
-            running = [r for r, _ in live.values()]
-            request = to_request(rental)
-            with self.uow() as uow:
-                gates = self._gates(uow, [rental], live, now_s)
-            decision = admit(
-                self.snapshot, [request], running, self.policy, now_s, self.queue, FairShare(), gates=gates
-            )
-            price = None
-            if decision.placements:
-                with self.uow() as uow:
-                    price, _ = self._price(uow, rental, decision.placements[0], now)
-            for placement in decision.placements:
-                self.snapshot.unplace(placement)  # MIG instances it would have made go, those it broke return
-            nodes = tuple(a.node for p in decision.placements for a in p.nodes)
-            victims = sum(len(p.victims) for p in decision.preemptions)
-            if nodes or victims:
-                return Trial(nodes, victims, None, None, waiting, price)
-            (held,) = decision.pending
-            return Trial((), 0, held.reason.value, held.message, waiting)
+                price, _ = self._price(uow, rental, decision.placements[0], now)
+        for placement in decision.placements:
+            self.snapshot.unplace(placement)  # MIG instances it would have made go, those it broke return
+        nodes = tuple(a.node for p in decision.placements for a in p.nodes)
+        victims = sum(len(p.victims) for p in decision.preemptions)
+        if nodes or victims:
+            return Trial(nodes, victims, None, None, waiting, price)
+        (held,) = decision.pending
+        return Trial((), 0, held.reason.value, held.message, waiting)
 
     def _gates(
         self,
