@@ -69,14 +69,13 @@ def spec(body: RentalCreateRequest) -> RentalSpec:
 
 def dry_run(found: DryRun) -> RentalDryRunResponse:
     trial = found.trial
-    rate = trial.price_micros_per_hour
     return RentalDryRunResponse(
         starts_now=bool(trial.nodes),
         nodes=list(trial.nodes),
         preempts=trial.victims,
         pending_reason=trial.reason,
         message=trial.message,
-        price_micros_per_hour=rate if rate is not None else found.quote_micros_per_hour,
+        price_micros_per_hour=found.price_micros_per_hour,
         quote_micros_per_hour=found.quote_micros_per_hour,
         max_cost_micros=found.max_cost_micros,
         rentals_waiting=trial.waiting,

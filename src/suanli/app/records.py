@@ -156,11 +156,13 @@ class Trial:
 
 @dataclass(frozen=True, slots=True)
 class DryRun:
-    """`RentalService.dry_run`: the rental's quote (the most it pays per hour, as created now) and the
-    trial; `max_cost_micros` is that rate over its declared max duration, when it has one."""
+    """`RentalService.dry_run`: the trial; the rate it would pay (the trial's where it would start, else its
+    quote's); its quote (the most it pays per hour, as created now); that rate over its declared max
+    duration, when it has one."""
 
-    quote_micros_per_hour: int | None
     trial: Trial
+    price_micros_per_hour: int | None
+    quote_micros_per_hour: int | None
     max_cost_micros: int | None = None
 
 

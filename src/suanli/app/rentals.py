@@ -160,11 +160,7 @@ class RentalService:
         # new rental paying for a look-up. The quote and the funds check read in the same transaction.
         try:
             with self.uow() as uow:
-                if self.billing is not None:
-                    facts = uow.terms.money_facts(tenant_id)
-                    quote = self.billing.quote(spec, to_request(rental).shape, now, tenant_id, uow, facts)
-                    rental = replace(rental, quote=quote)
-                    self.billing.check_funds(uow, tenant_id, quote, facts)
+                rental = self._quoted(uow, rental)
                 uow.rentals.add(rental)
                 uow.rentals.add_event(rental.id, created)
                 uow.commit()
@@ -185,22 +181,26 @@ class RentalService:
         tenant_id = caller.tenant.id
         if self.dry_run_limit is not None:
             self.dry_run_limit.hit(tenant_id)
-        now = self.clock.now()
-        rental = Rental(new_id("rnt"), tenant_id, "pending", spec, now)
-        quoted = None
-        if self.billing is not None:
-            with self.uow() as uow:
-                facts = uow.terms.money_facts(tenant_id)
-                quote = self.billing.quote(spec, to_request(rental).shape, now, tenant_id, uow, facts)
-                self.billing.check_funds(uow, tenant_id, quote, facts)
-            rental = replace(rental, quote=quote)
-            quoted = int(quote["final_micros_per_hour"])
+        with self.uow() as uow:
+            rental = self._quoted(uow, Rental(new_id("rnt"), tenant_id, "pending", spec, self.clock.now()))
+        quoted = None if rental.quote is None else int(rental.quote["final_micros_per_hour"])
         trial = self.trial(rental)
         rate = trial.price_micros_per_hour if trial.price_micros_per_hour is not None else quoted
         limit_s = spec.max_duration_s
-        if rate is None or limit_s is None:
-            return DryRun(quoted, trial)
-        return DryRun(quoted, trial, charge_micros(rate, max(limit_s, DEFAULT_MINIMUM_S)))
+        most = (
+            None if rate is None or limit_s is None else charge_micros(rate, max(limit_s, DEFAULT_MINIMUM_S))
+        )
+        return DryRun(trial, rate, quoted, most)
+
+    def _quoted(self, uow: UnitOfWork, rental: Rental) -> Rental:
+        """`rental` with its quote when billing is on; `PaymentRequired` when its tenant cannot pay for it."""
+        if self.billing is None:
+            return rental
+        tenant_id, now = rental.tenant_id, rental.created_at
+        facts = uow.terms.money_facts(tenant_id)
+        quote = self.billing.quote(rental.spec, to_request(rental).shape, now, tenant_id, uow, facts)
+        self.billing.check_funds(uow, tenant_id, quote, facts)
+        return replace(rental, quote=quote)
 
     def _earlier(self, tenant_id: str, key: str, fingerprint: str) -> RentalView | None:
         with self.uow() as uow:

@@ -291,7 +291,7 @@ class Scheduler:
             version, fleet = self.cache.load(uow)
             if fleet is None:
                 return Trial((), 0, Reason.NO_CAPACITY.value, "no fleet: no agent has registered", 0)
-            waiting = len(uow.rentals.pending())
+            waiting = uow.rentals.pending_count()
             self.windows = uow.maintenance.list(now)
             self._refresh(uow, fleet, version, now)
         assert self.snapshot is not None and self.policy is not None

@@ -41,6 +41,7 @@ JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts i
 
 
 RENTAL_STATES: tuple[str, ...] = get_args(RentalState)  # in the order a rental moves through them
+LIVE_STATES = frozenset(s for s in RENTAL_STATES if s not in ENDED_STATES)  # waiting or holding GPUs
 
 # request fields -> the options that set them, for messages about bad values
 RENT_OPTIONS = {
@@ -278,7 +279,7 @@ def ls(
         errors.print(error_text(f"--state {unknown[0]!r}: use one of {', '.join(RENTAL_STATES)}"))
         raise typer.Exit(EXIT_USAGE)
     if live:
-        wanted.update(s for s in RENTAL_STATES if s not in ENDED_STATES)
+        wanted.update(LIVE_STATES)
     with logged_in() as client:
         rentals = client.rentals(wanted, name)
     emit(rentals, as_json, _rentals_table)
@@ -308,8 +309,7 @@ def stop(
         raise typer.Exit(EXIT_USAGE)
     if name is not None:
         with logged_in() as client:
-            live = {s for s in RENTAL_STATES if s not in ENDED_STATES}
-            rental_ids = [r.id for r in client.rentals(live, name)]
+            rental_ids = [r.id for r in client.rentals(LIVE_STATES, name)]
         if not rental_ids:
             errors.print(f"no live rental named {name}")
             return

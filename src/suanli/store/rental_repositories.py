@@ -82,6 +82,9 @@ class SqlRentals(RentalMoneyReads):
             query = query.where(RentalRow.name == name)
         return [rental_from_row(r) for r in self.s.scalars(query)]
 
+    def pending_count(self) -> int:
+        return self.s.scalar(select(func.count(RentalRow.id)).where(RentalRow.state == "pending")) or 0
+
     def pending(self) -> list[Rental]:
         query = (
             select(RentalRow).where(RentalRow.state == "pending").order_by(RentalRow.created_at, RentalRow.id)
