@@ -25,6 +25,9 @@ def test_admins_set_limits_and_tenants_read_theirs(client, tenant) -> None:
         "monthly_cap_micros": None,
         "budget_daily_micros": None,
         "budget_monthly_micros": None,
+        "budget_stops_running": False,
+        "spent_today_micros": 0,
+        "spent_month_micros": 0,
         "fair_share_weight": 2.0,
         "fair_share_usage_gpu_hours": 0.0,  # the default greedy queue keeps no fair-share usage
         "fair_share_as_of": None,
@@ -155,6 +158,56 @@ def test_a_tenants_own_budget_holds_its_rentals_and_the_operators_limits_stay(cl
     assert by_admin["tenant_id"] == other_id and by_admin["budget_daily_micros"] == 5
 
 
+def test_budget_alerts_at_80_and_100_percent_once_and_a_spent_budget_stops_running_rentals(
+    database_url: str,
+) -> None:
+    """An H100 rental of 10 minutes (about 0.498 units) under a monthly budget of 0.6: the meter's charge at
+    8 minutes (66%) sends nothing, at 9.5 minutes (79%) nothing, at 9.9 minutes (82%) one `budget` event;
+    checking again sends no second one. The tenant lowers the budget to 0.45 and asks for running rentals to
+    stop: the next check sends the 100% event and stops the rental, and the budget shows what was spent."""
+    from datetime import datetime, timedelta
+
+    with app_client(database_url, meter_interval_s=3600) as client:
+        services = client.app.state.services
+        services.meter.after = ()  # the test runs the alerts at its own instants
+        tenant_id, headers = _funded_tenant(client, "alerted")
+        budget = client.put("/v1/budget", json={"monthly_micros": 600_000}, headers=headers)
+        assert budget.status_code == 200, budget.text
+        spec = {"gpu_model": "H100-SXM-80GB", "gpus": 1, "max_duration_s": 600}
+        rental_id = client.post("/v1/rentals", json=spec, headers=headers).json()["id"]
+        placed = wait_for(client, rental_id, headers, "placed")
+        placed_at = datetime.fromisoformat(placed["time_limit_at"]) - timedelta(seconds=600)
+
+        def at(seconds: float) -> dict[str, list[str]]:
+            moment = placed_at + timedelta(seconds=seconds)
+            services.billing.meter(moment)
+            return services.budget_alerts.check(moment)
+
+        def budget_events() -> list[str]:
+            events = client.get(f"/v1/rentals/{rental_id}", headers=headers).json()["events"]
+            return [e["message"] for e in events if e["kind"] == "budget"]
+
+        assert at(480) == {} and at(570) == {} and budget_events() == []
+        sent = at(594)
+        assert list(sent) == [tenant_id] and budget_events() == sent[tenant_id]
+        assert sent[tenant_id][0].startswith("80% of the own monthly budget used: ")
+        assert at(594) == {} and len(budget_events()) == 1  # once per threshold and month
+        lowered = client.put(
+            "/v1/budget", json={"monthly_micros": 450_000, "stop_running": True}, headers=headers
+        ).json()
+        assert lowered["budget_stops_running"] is True and lowered["spent_month_micros"] > 450_000
+        assert lowered["spent_month_micros"] == lowered["spent_today_micros"]  # all charged today
+        stopped = services.budget_alerts.check(placed_at + timedelta(seconds=595))
+        assert stopped[tenant_id][0].startswith("100% of the own monthly budget used: "), stopped
+        assert "the budget stops running rentals" in stopped[tenant_id][1]
+        shown = client.get(f"/v1/rentals/{rental_id}", headers=headers).json()
+        assert shown["state"] == "stopped" and len(budget_events()) == 2, shown["events"]
+        assert "own monthly budget is spent" in shown["events"][-1]["message"]
+
+        refused = client.put("/v1/budget", json={"stop_running": True}, headers=headers)
+        assert refused.status_code == 400 and refused.json()["error"]["field"] == "stop_running"
+
+
 def test_cli_budget_sets_and_clears_a_tenants_own_budget(client, tenant, monkeypatch) -> None:
     _, headers = tenant("cli-budget")
     monkeypatch.setattr(plan_commands, "logged_in", logged_in_as(client, headers["Authorization"].split()[1]))
@@ -164,8 +217,17 @@ def test_cli_budget_sets_and_clears_a_tenants_own_budget(client, tenant, monkeyp
     assert "250.0000" in done.output and "20.5000" in done.output
     shown = runner.invoke(app, ["limits", "--json"], env=env)
     assert '"budget_monthly_micros": 250000000' in shown.output, shown.output
-    neither = runner.invoke(app, ["budget"], env=env)
-    assert neither.exit_code == 2 and "give --daily and/or --monthly, or --clear" in neither.output
+    shown = runner.invoke(app, ["budget"], env=env)  # nothing to set: what is spent against it
+    assert shown.exit_code == 0 and "own monthly budget" in shown.output and "0%" in shown.output
+    assert "budget event" in " ".join(shown.output.split()), shown.output
+    for bad, says in (
+        (["budget", "--stop-running"], "--stop-running needs --daily and/or --monthly"),
+        (["budget", "--clear", "--daily", "3"], "--clear removes the budget"),
+    ):
+        refused = runner.invoke(app, bad, env=env)
+        assert refused.exit_code == 2 and says in refused.output, refused.output
+    stopping = runner.invoke(app, ["budget", "--monthly", "250", "--stop-running"], env=env)
+    assert "running rentals stop once the budget is spent" in " ".join(stopping.output.split())
     bad = runner.invoke(app, ["budget", "--daily", "lots"], env=env)
     assert bad.exit_code == 2 and "--daily" in bad.output
     cleared = runner.invoke(app, ["budget", "--clear", "--json"], env=env)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -160,6 +161,7 @@ def test_a_tenant_adds_a_webhook_sees_its_secret_once_and_removes_it(page: Page,
 def test_a_tenant_sets_and_clears_its_own_budget(page: Page, platform: Platform) -> None:
     sign_in(page, platform)
     try:
+        expect(page.locator("#budget-spent")).to_contain_text("today")  # read: it will not overwrite typing
         expect(page.locator("#budget-monthly")).to_have_value("")
         page.fill("#budget-monthly", "lots")
         page.click("#budget-form button")
@@ -172,8 +174,20 @@ def test_a_tenant_sets_and_clears_its_own_budget(page: Page, platform: Platform)
         with platform.tenant() as api:
             limits = api.limits()
         assert (limits.budget_daily_micros, limits.budget_monthly_micros) == (250_000, 500_000)
+        assert not limits.budget_stops_running
+        page.check("#budget-stop")
+        page.click("#budget-form button")
+        with platform.tenant() as api:  # the box was ticked by the click: wait for the server's answer
+            deadline = time.monotonic() + 5
+            while not api.limits().budget_stops_running and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert api.limits().budget_stops_running
+        expect(page.locator("#budget-stop")).to_be_checked()  # as the server has it
         page.fill("#budget-daily", "")
         page.fill("#budget-monthly", "")
+        page.click("#budget-form button")  # no budget, stop checked: the server names the field
+        expect(page.locator("#budget-error")).to_contain_text("give a daily or monthly budget")
+        page.uncheck("#budget-stop")
         page.click("#budget-form button")
         expect(page.locator("#budget-daily")).to_have_value("")
         with platform.tenant() as api:

@@ -143,6 +143,9 @@ def _limits_response(view: LimitsView) -> LimitsResponse:
         monthly_cap_micros=view.limits.monthly_cap_micros,
         budget_daily_micros=view.limits.budget_daily_micros,
         budget_monthly_micros=view.limits.budget_monthly_micros,
+        budget_stops_running=view.limits.budget_stops_running,
+        spent_today_micros=view.spent.day_micros,
+        spent_month_micros=view.spent.month_micros,
         fair_share_weight=view.fair_share_weight,
         fair_share_usage_gpu_hours=round(view.usage_gpu_s / 3600, 3),
         fair_share_as_of=view.usage_as_of,
@@ -170,9 +173,12 @@ def set_budget(
     body: BudgetRequest, caller: CallerDep, services: ServicesDep, tenant: TenantQuery = None
 ) -> LimitsResponse:
     """Your own spend budget per UTC day and month (replaces the earlier one; nulls remove it): a rental that
-    would take your spend past it waits with reason `spend_cap`, as past the operator's caps. Admins:
-    `?tenant=`."""
-    view = _limits(services).set_budget(caller, body.daily_micros, body.monthly_micros, tenant)
+    would take your spend past it waits with reason `spend_cap`, as past the operator's caps; at 80% and
+    100% of it your rentals get a `budget` event, and with `stop_running` they stop once it is spent.
+    Admins: `?tenant=`."""
+    view = _limits(services).set_budget(
+        caller, body.daily_micros, body.monthly_micros, tenant, body.stop_running
+    )
     return _limits_response(view)
 
 

@@ -11,6 +11,7 @@ from sqlalchemy import Engine
 
 from suanli.app.agents import AgentService
 from suanli.app.billing import BillingService
+from suanli.app.budgets import BudgetAlerts
 from suanli.app.contract_offers import ContractOffers
 from suanli.app.contracts import ContractService
 from suanli.app.downtime import notice_horizon_s
@@ -142,6 +143,7 @@ class Services:
     contract_offers: ContractOffers | None = None
     webhooks: WebhookService | None = None
     webhook_loop: WebhookLoop | None = None
+    budget_alerts: BudgetAlerts | None = None
 
 
 def build(settings: Settings, clock: Clock | None = None) -> Services:
@@ -182,6 +184,7 @@ def build(settings: Settings, clock: Clock | None = None) -> Services:
 
     loop = SchedulerLoop(scheduler, Leadership(engine), settings.scheduler_interval_s, on_report)
     sla = SlaService(uow, clock)
+    budget_alerts = BudgetAlerts(uow, clock, stop_in)
     contracts = ContractService(
         uow, clock, cache, CATALOG, price_book=billing.price_book, refuses=plans.refuses
     )
@@ -190,7 +193,12 @@ def build(settings: Settings, clock: Clock | None = None) -> Services:
         loop.leadership,
         settings.meter_interval_s,
         sla,
-        after=(plans.expire_grants, contracts.recognize, plans.enforce),
+        after=(
+            plans.expire_grants,
+            contracts.recognize,
+            plans.enforce,
+            BudgetAlerts(uow, clock, stop_in).check,
+        ),
         before=(contracts.follow_coverage,),
     )
 
@@ -251,5 +259,6 @@ def build(settings: Settings, clock: Clock | None = None) -> Services:
         WebhookLoop(
             webhooks, loop.leadership, settings.webhook_interval_s, private_ok=settings.webhook_private_ok
         ),
+        budget_alerts,
     )
     return services

@@ -12,7 +12,7 @@ day and calendar month.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from suanli.app.errors import Invalid, NotFound
@@ -35,6 +35,7 @@ class LimitsView:
     fair_share_weight: float = 1.0
     usage_gpu_s: float = 0.0  # decayed fair-share usage as the backfill queue's leader last saved it
     usage_as_of: datetime | None = None
+    spent: Spent = field(default_factory=Spent)  # charged this UTC day and month (caps and budget)
 
 
 class LimitsService:
@@ -72,15 +73,22 @@ class LimitsService:
         daily_micros: int | None,
         monthly_micros: int | None,
         tenant_id: str | None = None,
+        stops_running: bool = False,
     ) -> LimitsView:
         """The caller's own spend budget per UTC day and calendar month (None: none), beside the operator's
-        caps: a rental that would take its spend past either waits with reason `spend_cap` (an admin may set
-        a tenant's, `tenant_id`)."""
+        caps: a rental that would take its spend past either waits with reason `spend_cap`, and with
+        `stops_running` its running rentals stop once either is spent (an admin may set a tenant's,
+        `tenant_id`)."""
         target = target_tenant(caller, tenant_id)
+        if stops_running and daily_micros is None and monthly_micros is None:
+            raise Invalid(
+                "stops running rentals once a budget is spent: give a daily or monthly budget",
+                field="stop_running",
+            )
         with self.uow() as uow:
             if uow.tenants.get(target) is None:
                 raise NotFound(f"no tenant {target}")
-            uow.terms.set_budget(target, daily_micros, monthly_micros, self.clock.now())
+            uow.terms.set_budget(target, daily_micros, monthly_micros, self.clock.now(), stops_running)
             uow.commit()
         return self.get(caller, target)
 
@@ -93,7 +101,8 @@ class LimitsService:
             found = uow.terms.limits().get(target)
             weight = uow.terms.fair_share_weights().get(target, 1.0)
             usage, as_of = _usage(uow, target)
-        return LimitsView(target, found or TenantLimits(), weight, usage, as_of)
+            spent = spent_now(uow, [target], self.clock.now().timestamp())[target]
+        return LimitsView(target, found or TenantLimits(), weight, usage, as_of, spent)
 
     def _group(self, name: str) -> str:
         """The canonical quota key: `*`, a model's name, or a family's (a family of one model: the model)."""
@@ -125,11 +134,7 @@ def cycle_limits(
     A rental's price is its rate when placed (`live`: rental id -> (running, micros per hour)), its quote's
     final rate while pending; its quota groups are its model and family (`quota_groups`, once per name).
     """
-    moment = datetime.fromtimestamp(now_s, UTC)
-    day = int(moment.replace(hour=0, minute=0, second=0, microsecond=0).timestamp())
-    month = int(moment.replace(day=1, hour=0, minute=0, second=0, microsecond=0).timestamp())
-    today, this_month = uow.ledger.charged_since(tenants, day), uow.ledger.charged_since(tenants, month)
-    spent = {t: Spent(today.get(t, 0), this_month.get(t, 0)) for t in tenants}
+    spent = spent_now(uow, list(tenants), now_s)
     rates = {rental_id: rate for rental_id, (_, rate) in live.items()}
     for rental in pending:
         quoted = (rental.quote or {}).get("final_micros_per_hour", 0)
@@ -145,6 +150,14 @@ def cycle_limits(
     return Limits(
         tenants, spent, price_micros_per_hour=lambda request: rates.get(request.id, 0), groups_of=groups_of
     )
+
+
+def spent_now(uow: UnitOfWork, tenant_ids: Sequence[str], now_s: float) -> dict[str, Spent]:
+    """What each tenant has been charged (cash and grants) in the UTC day and calendar month of `now_s`."""
+    day = datetime.fromtimestamp(now_s, UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    today = uow.ledger.charged_since(tenant_ids, int(day.timestamp()))
+    this_month = uow.ledger.charged_since(tenant_ids, int(day.replace(day=1).timestamp()))
+    return {t: Spent(today.get(t, 0), this_month.get(t, 0)) for t in tenant_ids}
 
 
 def quota_groups(catalog: Catalog, request: Request) -> tuple[str, ...]:

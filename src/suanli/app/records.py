@@ -15,7 +15,7 @@ LIVE_STATES = ("placed", "starting", "running", "stopping", "preempting")
 PREEMPTIBLE_STATES = ("placed", "starting", "running")  # may be given a preemption notice
 END_STATES = ("stopped", "preempted", "lost", "failed")
 # Every kind of rental event: a state it entered, or what happened to it (a restart of its workload, a
-# re-queue after a lost node, a resize, growing onto more nodes, a low balance warning)
+# re-queue after a lost node, a resize, growing onto more nodes, a low balance warning, a budget alert)
 EVENT_KINDS = (
     "created",
     "pending",
@@ -28,6 +28,7 @@ EVENT_KINDS = (
     "growing",
     "grown",
     "low_balance",
+    "budget",
     "preempting",
     "stopping",
     "stopped",

@@ -179,19 +179,52 @@ def budget(
     monthly: Annotated[
         str | None, typer.Option("--monthly", help="Most to spend per calendar month, in units.")
     ] = None,
+    stop_running: Annotated[
+        bool,
+        typer.Option("--stop-running", help="Also stop your running rentals once the budget is spent."),
+    ] = False,
     clear: Annotated[bool, typer.Option("--clear", help="Remove your budget.")] = False,
     tenant: TenantOption = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Set your own spend budget (replacing the earlier one): a rental that would take your spend past it
-    waits with reason spend_cap, as past the operator's caps; running ones go on."""
-    if clear == (daily is not None or monthly is not None):
-        raise _usage("give --daily and/or --monthly, or --clear")
+    """Show your spend against your budget, or set it (replacing the earlier one): a rental that would take
+    your spend past it waits with reason spend_cap, your rentals get a budget event at 80% and 100% of it,
+    and with --stop-running the running ones stop once it is spent."""
+    setting = daily is not None or monthly is not None
+    if clear and (setting or stop_running):
+        raise _usage("--clear removes the budget: give it alone")
+    if stop_running and not setting:
+        raise _usage("--stop-running needs --daily and/or --monthly")
     daily_micros = None if daily is None else _money(daily, "--daily")
     monthly_micros = None if monthly is None else _money(monthly, "--monthly")
     with logged_in() as client:
-        found = client.set_budget(daily_micros, monthly_micros, tenant)
-    emit(found, as_json, _limits_table)
+        if setting or clear:
+            found = client.set_budget(daily_micros, monthly_micros, tenant, stop_running=stop_running)
+        else:
+            found = client.limits(tenant)
+    emit(found, as_json, _budget_table)
+
+
+def _budget_table(found: LimitsResponse):
+    """Each spend limit with what was spent against it this day or month, and the share used."""
+    rows = []
+    for name, limit, spent in (
+        ("own daily budget", found.budget_daily_micros, found.spent_today_micros),
+        ("own monthly budget", found.budget_monthly_micros, found.spent_month_micros),
+        ("daily cap (operator)", found.daily_cap_micros, found.spent_today_micros),
+        ("monthly cap (operator)", found.monthly_cap_micros, found.spent_month_micros),
+    ):
+        if limit is None:
+            continue
+        used = f"{100 * spent / limit:.0f}%" if limit else ("100%" if spent else "0%")
+        rows.append((name, micros(limit), micros(spent), used))
+    if not rows:
+        rows.append(("none (this month)", "", micros(found.spent_month_micros), ""))
+    shown = table(f"budget: {found.tenant_id}", ["limit", "amount", "spent", "used"], rows)
+    shown.caption = "at 80% and 100% of a limit your rentals get a budget event (webhooks get it too)"
+    if found.budget_stops_running:
+        shown.caption += "; running rentals stop once the budget is spent"
+    return shown
 
 
 def _limits_table(found: LimitsResponse):

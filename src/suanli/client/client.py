@@ -457,10 +457,18 @@ class Client:
         return self._call("PUT", f"/v1/tenants/{tenant_id}/limits", LimitsResponse, body=body, retry=True)
 
     def set_budget(
-        self, daily_micros: int | None = None, monthly_micros: int | None = None, tenant_id: str | None = None
+        self,
+        daily_micros: int | None = None,
+        monthly_micros: int | None = None,
+        tenant_id: str | None = None,
+        *,
+        stop_running: bool = False,
     ) -> LimitsResponse:
-        """Your own spend budget per UTC day and month (None: none); a rental past it waits (`spend_cap`)."""
-        body = BudgetRequest(daily_micros=daily_micros, monthly_micros=monthly_micros)
+        """Your own spend budget per UTC day and month (None: none); a rental past it waits (`spend_cap`),
+        and with `stop_running` your running rentals stop once it is spent."""
+        body = BudgetRequest(
+            daily_micros=daily_micros, monthly_micros=monthly_micros, stop_running=stop_running
+        )
         params = {"tenant": tenant_id} if tenant_id else None
         return self._call("PUT", "/v1/budget", LimitsResponse, body=body, params=params, retry=True)
 

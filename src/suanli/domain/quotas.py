@@ -40,6 +40,7 @@ class TenantLimits:
     # the tenant's own budget, which it sets itself (the caps above are the operator's): held the same way
     budget_daily_micros: int | None = None
     budget_monthly_micros: int | None = None
+    budget_stops_running: bool = False  # its running rentals stop once its own budget is spent
 
 
 @dataclass(frozen=True, slots=True)

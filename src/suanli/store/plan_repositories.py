@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,6 +14,7 @@ from suanli.domain.billing.ledger import AccountKind
 from suanli.domain.billing.plans import Grant, PaymentMode, PaymentTerms, Plan, PlanKind
 from suanli.domain.quotas import TenantLimits
 from suanli.store.rows import (
+    BudgetAlertRow,
     ContractRow,
     FairShareRow,
     GrantRow,
@@ -195,12 +197,40 @@ class SqlTerms:
         self.s.flush()
 
     def set_budget(
-        self, tenant_id: str, daily_micros: int | None, monthly_micros: int | None, now: datetime
+        self,
+        tenant_id: str,
+        daily_micros: int | None,
+        monthly_micros: int | None,
+        now: datetime,
+        stops_running: bool = False,
     ) -> None:
         """The tenant's own part: its daily and monthly budget (the operator's limits stay)."""
         row = self._limits_row(tenant_id)
         row.budget_daily_micros, row.budget_monthly_micros = daily_micros, monthly_micros
+        row.budget_stops_running = stops_running
         row.updated_at = now
+        self.s.flush()
+
+    def budget_alerts_sent(self, tenant_id: str, periods: Sequence[str]) -> set[tuple[str, str, int]]:
+        """(limit, period, threshold %) of the alerts the tenant was sent in `periods`."""
+        query = select(BudgetAlertRow.limit_name, BudgetAlertRow.period, BudgetAlertRow.threshold_pct).where(
+            BudgetAlertRow.tenant_id == tenant_id, BudgetAlertRow.period.in_(list(periods))
+        )
+        return {(limit, period, int(pct)) for limit, period, pct in self.s.execute(query)}
+
+    def add_budget_alert(
+        self, tenant_id: str, limit: str, period: str, threshold_pct: int, spent_micros: int, at: datetime
+    ) -> None:
+        self.s.add(
+            BudgetAlertRow(
+                tenant_id=tenant_id,
+                limit_name=limit,
+                period=period,
+                threshold_pct=threshold_pct,
+                spent_micros=spent_micros,
+                sent_at=at,
+            )
+        )
         self.s.flush()
 
     def _limits_row(self, tenant_id: str) -> TenantLimitsRow:
@@ -261,4 +291,5 @@ def _limits(row: TenantLimitsRow) -> TenantLimits:
         row.monthly_cap_micros,
         row.budget_daily_micros,
         row.budget_monthly_micros,
+        bool(row.budget_stops_running),
     )

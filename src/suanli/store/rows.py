@@ -366,8 +366,23 @@ class TenantLimitsRow(Base):
     monthly_cap_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     budget_daily_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     budget_monthly_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # the tenant asked for its running rentals to stop once its own budget is spent
+    budget_stops_running: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
     fair_share_weight: Mapped[float] = mapped_column(Float, default=1.0)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime())
+
+
+class BudgetAlertRow(Base):
+    """A budget alert sent: `threshold_pct` of a tenant's limit was reached in `period` (a UTC day or
+    month); the key makes each one go out once."""
+
+    __tablename__ = "budget_alerts"
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    limit_name: Mapped[str] = mapped_column(String(40), primary_key=True)
+    period: Mapped[str] = mapped_column(String(10), primary_key=True)
+    threshold_pct: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    spent_micros: Mapped[int] = mapped_column(BigInteger)
+    sent_at: Mapped[datetime] = mapped_column(UtcDateTime())
 
 
 class FairShareRow(Base):

@@ -95,6 +95,11 @@ class BudgetRequest(WireModel):
 
     daily_micros: int | None = Field(default=None, ge=0, le=MAX_MICROS, description="Per UTC day.")
     monthly_micros: int | None = Field(default=None, ge=0, le=MAX_MICROS, description="Per calendar month.")
+    stop_running: bool = Field(
+        default=False,
+        description="Also stop your running rentals once a budget is spent (checked at each meter charge). "
+        "Whatever you set, you get a `budget` event at 80% and 100% of each budget and cap.",
+    )
 
 
 class LimitsResponse(WireModel):
@@ -104,6 +109,11 @@ class LimitsResponse(WireModel):
     monthly_cap_micros: int | None
     budget_daily_micros: int | None = Field(default=None, description="The tenant's own daily budget.")
     budget_monthly_micros: int | None = Field(default=None, description="The tenant's own monthly budget.")
+    budget_stops_running: bool = Field(
+        default=False, description="Running rentals stop once the tenant's own budget is spent."
+    )
+    spent_today_micros: int = Field(default=0, description="Charged so far this UTC day (cash and grants).")
+    spent_month_micros: int = Field(default=0, description="Charged so far this calendar month.")
     fair_share_weight: float
     fair_share_usage_gpu_hours: float = Field(
         default=0.0,

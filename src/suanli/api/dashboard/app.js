@@ -494,6 +494,9 @@ async function refreshBudget() {
   const shown = (micros) => (micros == null ? "" : units(micros));
   $("budget-daily").value = shown(limits.budget_daily_micros);
   $("budget-monthly").value = shown(limits.budget_monthly_micros);
+  $("budget-stop").checked = limits.budget_stops_running;
+  $("budget-spent").textContent =
+    `spent ${units(limits.spent_today_micros)} today, ${units(limits.spent_month_micros)} this month`;
   const caps = [["daily", limits.daily_cap_micros], ["monthly", limits.monthly_cap_micros]]
     .filter(([, micros]) => micros != null)
     .map(([name, micros]) => `${name} ${units(micros)}`);
@@ -509,6 +512,7 @@ async function setBudget(event) {
     if (daily !== null) body.daily_micros = Math.round(daily * 1e6);
     const monthly = decimal($("budget-monthly").value, "monthly budget");
     if (monthly !== null) body.monthly_micros = Math.round(monthly * 1e6);
+    if ($("budget-stop").checked) body.stop_running = true;
     await api("PUT", "/v1/budget", body);
   } catch (error) {
     showError("budget-error", error);
