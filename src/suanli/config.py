@@ -29,6 +29,12 @@ class Settings(BaseSettings):
         "network); off, a tenant's webhook cannot reach the server's own network.",
     )
     scheduler_interval_s: float = Field(default=5.0, gt=0)
+    api_rate: str = Field(
+        default="50/second;2000/minute",
+        description="Requests a tenant (all its keys together) may send, per window (the `limits` "
+        "notation); past it, 429 with Retry-After, which the SDK and CLI wait out. Admins and providers "
+        "are not limited. Empty: no limit.",
+    )
     dry_run_rate: str = Field(
         default="5/second;120/minute",
         description="Dry runs a tenant may ask for, per window (the `limits` notation; each takes the "

@@ -52,7 +52,8 @@ def app_client(database_url: str, clock: object = None, **settings: object) -> I
         database_url=database_url,
         bootstrap_admin_key=ADMIN_KEY,
         scheduler_interval_s=0.05,
-        **settings,  # type: ignore[arg-type]
+        # tests poll every 20 ms and fuzz as one tenant: no request limit unless a test sets one
+        **{"api_rate": "", **settings},  # type: ignore[arg-type]
     )
     with TestClient(create_app(chosen, clock)) as client:  # type: ignore[arg-type]
         response = client.put(

@@ -44,6 +44,7 @@ def _app(database_url: str, queue: str, spot_notice_s: float) -> Iterator[TestCl
         preemption_notice_s=60,
         preemption_notice_by_tier_s={"spot": spot_notice_s},
         queue=queue,
+        api_rate="",  # the tests poll every 20 ms
     )
     with TestClient(create_app(settings)) as client:
         response = client.put(

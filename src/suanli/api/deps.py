@@ -20,8 +20,13 @@ def services(request: Request) -> Services:
 def caller(
     request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 ) -> Caller:
+    """The key's tenant; a tenant past `SUANLI_API_RATE` gets 429 (`RateLimited`) before any work."""
     secret = credentials.credentials if credentials is not None else None
-    return services(request).tenants.authenticate(secret)
+    found = services(request).tenants.authenticate(secret)
+    limit = services(request).api_rate
+    if limit is not None and found.tenant.role == "tenant":
+        limit.hit(found.tenant.id)
+    return found
 
 
 ServicesDep = Annotated[Services, Depends(services)]

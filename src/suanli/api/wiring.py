@@ -144,6 +144,7 @@ class Services:
     webhooks: WebhookService | None = None
     webhook_loop: WebhookLoop | None = None
     budget_alerts: BudgetAlerts | None = None
+    api_rate: RateLimit | None = None  # every tenant request (`deps.caller`); None: no limit
 
 
 def build(settings: Settings, clock: Clock | None = None) -> Services:
@@ -260,5 +261,6 @@ def build(settings: Settings, clock: Clock | None = None) -> Services:
             webhooks, loop.leadership, settings.webhook_interval_s, private_ok=settings.webhook_private_ok
         ),
         budget_alerts,
+        RateLimit(settings.api_rate, "requests") if settings.api_rate.strip() else None,
     )
     return services

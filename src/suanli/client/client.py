@@ -16,7 +16,14 @@ from typing import Any, TypeVar
 
 import httpx
 from pydantic import BaseModel, TypeAdapter
-from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
+from tenacity import (
+    RetryCallState,
+    retry,
+    retry_if_exception_type,
+    retry_if_result,
+    stop_after_attempt,
+    wait_exponential,
+)
 
 from suanli.wire.agent_schemas import (
     AgentRegisterRequest,
@@ -83,6 +90,7 @@ from suanli.wire.schemas import (
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT_S = 30.0
+MAX_RATE_WAIT_S = 30.0  # the longest a 429's Retry-After is waited out before sending again
 
 
 class ClientError(Exception):
@@ -523,7 +531,7 @@ class Client:
             )
 
         attempts = self._retries if safe else 1
-        sender = retry_on_connection_errors(attempts)(send)
+        sender = retry_when_rate_limited(self._retries)(retry_on_connection_errors(attempts)(send))
         try:
             response = sender()
         except httpx.TransportError as error:
@@ -544,6 +552,26 @@ def retry_on_connection_errors(attempts: int):
         stop=stop_after_attempt(max(attempts, 1)),
         wait=wait_exponential(multiplier=0.2, max=3.0),
         reraise=True,
+    )
+
+
+def retry_when_rate_limited(attempts: int):
+    """Send again after a 429, once its Retry-After has passed (at most `MAX_RATE_WAIT_S` a time): the server
+    did nothing with a limited request, so any method may be sent again. The last 429 is returned."""
+
+    def retry_after(state: RetryCallState) -> float:
+        response = state.outcome.result() if state.outcome is not None else None
+        try:
+            wait_s = float(response.headers.get("Retry-After", "1")) if response is not None else 1.0
+        except ValueError:  # an HTTP date: not what this server sends
+            wait_s = 1.0
+        return min(max(wait_s, 0.0), MAX_RATE_WAIT_S)
+
+    return retry(
+        retry=retry_if_result(lambda response: response.status_code == 429),
+        stop=stop_after_attempt(max(attempts, 1)),
+        wait=retry_after,
+        retry_error_callback=lambda state: state.outcome.result() if state.outcome is not None else None,
     )
 
 

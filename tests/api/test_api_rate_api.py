@@ -1,0 +1,58 @@
+"""Every request of a tenant counts against `SUANLI_API_RATE` (all its keys together): past it, 429 with
+Retry-After and nothing done; admins are not limited; the SDK (and so the CLI) waits the 429 out."""
+
+from __future__ import annotations
+
+import time
+
+from conftest import ADMIN, app_client
+from suanli.client.client import ApiError, Client
+from suanli.wire.schemas import RentalCreateRequest
+
+H100 = {"gpu_model": "H100-SXM-80GB", "gpus": 1, "command": ["sleep", "600"]}
+
+
+def _tenant_key(client, name: str) -> str:
+    tenant_id = client.post("/v1/tenants", json={"name": name}, headers=ADMIN).json()["id"]
+    credit = {"amount_micros": 10**10}
+    assert client.post(f"/v1/tenants/{tenant_id}/credit", json=credit, headers=ADMIN).status_code == 201
+    return client.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()["secret"]
+
+
+def test_a_tenant_past_its_request_rate_gets_429_and_nothing_is_done(database_url: str) -> None:
+    with app_client(database_url, api_rate="3/minute") as client:
+        busy = {"Authorization": f"Bearer {_tenant_key(client, 'busy')}"}
+        calm = {"Authorization": f"Bearer {_tenant_key(client, 'calm')}"}
+        for _ in range(3):
+            assert client.get("/v1/rentals", headers=busy).status_code == 200
+        refused = client.post("/v1/rentals", json=H100, headers=busy)
+        assert refused.status_code == 429, refused.text
+        error = refused.json()["error"]
+        assert error["code"] == "rate_limited" and "at most 3/minute" in error["message"], error
+        assert 1 <= int(refused.headers["Retry-After"]) <= 60
+        assert client.get("/v1/rentals", headers=ADMIN).json() == []  # the refused create made nothing
+        assert client.get("/v1/rentals", headers=calm).status_code == 200  # each tenant counts its own
+        for _ in range(5):  # the operator is not limited
+            assert client.get("/v1/tenants", headers=ADMIN).status_code == 200
+        assert client.get("/v1/rentals", headers={"Authorization": "Bearer sk_nobody"}).status_code == 401
+
+
+def test_the_sdk_waits_out_a_429_and_sends_again(database_url: str) -> None:
+    with app_client(database_url, api_rate="2/second") as client:
+        key = _tenant_key(client, "patient")
+        started = time.monotonic()
+        with Client("http://testserver", key, transport=client._transport) as sdk:
+            created = sdk.create_rental(RentalCreateRequest(**H100))  # not retried on errors, but on 429
+            assert [sdk.rental(created.id).id for _ in range(3)] == [created.id] * 3
+            assert len(sdk.rentals()) == 1  # one rental, however often it was sent
+        assert time.monotonic() - started >= 1.9  # five requests at two a second: two waits
+        with Client("http://testserver", key, transport=client._transport, retries=1) as impatient:
+            time.sleep(1.1)
+            impatient.rentals()
+            impatient.rentals()
+            try:
+                impatient.rentals()
+            except ApiError as error:
+                assert error.status == 429 and error.code == "rate_limited"
+            else:
+                raise AssertionError("a third request in a second passed without waiting")
