@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -119,8 +119,8 @@ def logged_in_as(client: TestClient, key: str) -> Callable[[], Any]:
     """A stand-in for the CLI's `logged_in`: the SDK with `key`, talking to the in-process app."""
 
     @contextmanager
-    def logged_in() -> Iterator[Client]:
-        with api_errors(), Client("http://testserver", key, transport=client._transport) as sdk:
+    def logged_in(options: Mapping[str, str] | None = None) -> Iterator[Client]:
+        with api_errors(options), Client("http://testserver", key, transport=client._transport) as sdk:
             yield sdk
 
     return logged_in

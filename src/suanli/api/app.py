@@ -16,6 +16,7 @@ from suanli.api import (
     routes_billing,
     routes_contract_offers,
     routes_dashboard,
+    routes_execs,
     routes_fleet,
     routes_plans,
     routes_rentals,
@@ -76,6 +77,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
     app.include_router(routes_plans.router)
     app.include_router(routes_sla.router)
     app.include_router(routes_webhooks.router)
+    app.include_router(routes_execs.router)
     routes_dashboard.install(app)
 
     @app.get("/healthz", tags=["ops"])

@@ -14,6 +14,7 @@ from suanli.wire.agent_schemas import (
     AgentRegisterRequest,
     AgentRegisterResponse,
     AssignmentResponse,
+    ExecAssignmentResponse,
     HeartbeatRequest,
     HeartbeatResponse,
     JoinTokenCreateRequest,
@@ -74,6 +75,12 @@ def heartbeat(body: HeartbeatRequest, key: NodeKeyDep, service: AgentsDep) -> He
         node=answer.node,
         heartbeat_interval_s=answer.interval_s,
         assignments=[_assignment(a) for a in answer.assignments],
+        execs=[
+            ExecAssignmentResponse(
+                id=e.id, rental_id=e.rental_id, command=list(e.command), timeout_s=e.timeout_s, state=e.state
+            )
+            for e in answer.execs
+        ],
     )
 
 

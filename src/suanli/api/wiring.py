@@ -15,6 +15,7 @@ from suanli.app.budgets import BudgetAlerts
 from suanli.app.contract_offers import ContractOffers
 from suanli.app.contracts import ContractService
 from suanli.app.downtime import notice_horizon_s
+from suanli.app.execs import ExecService
 from suanli.app.fleet import FleetCache, FleetService
 from suanli.app.ids import SystemClock
 from suanli.app.invoices import InvoiceService
@@ -145,6 +146,7 @@ class Services:
     webhook_loop: WebhookLoop | None = None
     budget_alerts: BudgetAlerts | None = None
     api_rate: RateLimit | None = None  # every tenant request (`deps.caller`); None: no limit
+    execs: ExecService | None = None
 
 
 def build(settings: Settings, clock: Clock | None = None) -> Services:
@@ -262,5 +264,6 @@ def build(settings: Settings, clock: Clock | None = None) -> Services:
         ),
         budget_alerts,
         RateLimit(settings.api_rate, "requests") if settings.api_rate.strip() else None,
+        ExecService(lambda: SqlAgentUnitOfWork(sessions), clock),
     )
     return services

@@ -33,11 +33,12 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from suanli.app.errors import Forbidden, Invalid, NotFound, Unauthorized
+from suanli.app.execs import Exec, ExecRepo, ExecService
 from suanli.app.fleet import FleetCache
 from suanli.app.ids import digest, new_id
 from suanli.app.ports import Clock, UnitOfWork
 from suanli.app.records import END_STATES, LIVE_STATES, PREEMPTIBLE_STATES, Caller, Rental, RentalEvent
-from suanli.app.tenants import require_operator
+from suanli.app.tenants import owned_rental, require_operator
 from suanli.domain.billing.energy import WHOLE_GPU_MILLI, measured_interval_s, slice_power_w
 from suanli.domain.mig import MigInstance
 from suanli.domain.plan import NodeAllocation
@@ -122,6 +123,7 @@ class HeartbeatAnswer:
     node: str
     interval_s: float
     assignments: list[NodeAssignment] = field(default_factory=list)
+    execs: list[Exec] = field(default_factory=list)  # commands to run inside its running rentals
 
 
 class AgentRepo(Protocol):
@@ -166,6 +168,7 @@ class AgentRepo(Protocol):
 
 class AgentUnitOfWork(UnitOfWork, Protocol):
     agents: AgentRepo
+    execs: ExecRepo
 
 
 AgentUnitOfWorkFactory = Callable[[], AgentUnitOfWork]
@@ -290,10 +293,12 @@ class AgentService:
             for report in reports:
                 changed |= self._apply(uow, agent.node, report, now, report.rental_id not in held_here)
             assignments = self._assignments(uow, agent.node)
+            running = {a.rental.id for a in assignments if a.action == "run"}
+            execs = ExecService.for_node(uow, agent.node, running)
             uow.commit()
         if changed:
             self.signal()
-        return HeartbeatAnswer(agent.node, self.interval_s, assignments)
+        return HeartbeatAnswer(agent.node, self.interval_s, assignments, execs)
 
     def _measure(
         self,
@@ -506,7 +511,7 @@ class AgentService:
 
     def runs(self, caller: Caller, rental_id: str) -> list[RentalRun]:
         with self.uow() as uow:
-            _owned(uow, caller, rental_id)
+            owned_rental(uow, caller, rental_id)
             return uow.agents.runs(rental_id)
 
     def upload_log(
@@ -542,7 +547,7 @@ class AgentService:
         if tail is not None and not 1 <= tail <= MAX_LOG_READ_CHARS:
             raise Invalid(f"tail is 1 to {MAX_LOG_READ_CHARS} characters", field="tail")
         with self.uow() as uow:
-            rental = _owned(uow, caller, rental_id)
+            rental = owned_rental(uow, caller, rental_id)
             if node is not None and not uow.agents.had_allocation(rental_id, node):
                 raise Invalid(f"rental {rental_id} never ran on node {node!r}", field="node")
             if tail is not None:
@@ -550,13 +555,6 @@ class AgentService:
             piece, total = uow.agents.log_page(rental_id, node, offset, MAX_LOG_READ_CHARS)
         next_offset = offset + len(piece)
         return offset, piece, next_offset, rental.state in END_STATES and next_offset >= total
-
-
-def _owned(uow: UnitOfWork, caller: Caller, rental_id: str) -> Rental:
-    rental = uow.rentals.get(rental_id)
-    if rental is None or (not caller.is_admin and rental.tenant_id != caller.tenant.id):
-        raise NotFound(f"no rental {rental_id}")
-    return rental
 
 
 def _started_at(rental: Rental, report: WorkloadReport, now: datetime) -> datetime | None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from suanli.app.billing import BillingService
 from suanli.app.booking import SHARE_UNIT_MILLI
-from suanli.app.errors import Conflict, Duplicate, Invalid, NotFound
+from suanli.app.errors import Conflict, Duplicate, Invalid
 from suanli.app.ids import check_idempotency_key, new_id
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.pricing import ANY_REGION, contract_room_milli
@@ -30,6 +30,7 @@ from suanli.app.records import (
     RentalView,
     Trial,
 )
+from suanli.app.tenants import owned_rental
 from suanli.domain.billing.meter import DEFAULT_MINIMUM_S, PostedCharges
 from suanli.domain.billing.money import charge_micros, round_half_up
 from suanli.domain.billing.pricebook import resized_rate
@@ -288,12 +289,7 @@ class RentalService:
         self.signal()
         return self.get(caller, rental_id)
 
-    @staticmethod
-    def _owned(uow: UnitOfWork, caller: Caller, rental_id: str, *, lock: bool = False) -> Rental:
-        rental = uow.rentals.get(rental_id, lock=lock)
-        if rental is None or (not caller.is_admin and rental.tenant_id != caller.tenant.id):
-            raise NotFound(f"no rental {rental_id}")
-        return rental
+    _owned = staticmethod(owned_rental)
 
 
 def follow_size(

@@ -10,8 +10,8 @@ import hmac
 
 from suanli.app.errors import Forbidden, Invalid, NotFound, Unauthorized
 from suanli.app.ids import digest, new_id, new_secret
-from suanli.app.ports import Clock, UnitOfWorkFactory
-from suanli.app.records import ROLES, ApiKey, Caller, Tenant
+from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
+from suanli.app.records import ROLES, ApiKey, Caller, Rental, Tenant
 
 AUTH_CACHE_TTL_S = 5.0  # a key revoked on another server process stops working within this time
 AUTH_CACHE_SIZE = 10_000
@@ -116,6 +116,14 @@ def target_tenant(caller: Caller, tenant_id: str | None) -> str:
     if not caller.is_admin:
         raise NotFound(f"no tenant {tenant_id}")
     return tenant_id
+
+
+def owned_rental(uow: UnitOfWork, caller: Caller, rental_id: str, *, lock: bool = False) -> Rental:
+    """The rental, if the caller may see it (its tenant, or an admin); others get NotFound, as if absent."""
+    rental = uow.rentals.get(rental_id, lock=lock)
+    if rental is None or (not caller.is_admin and rental.tenant_id != caller.tenant.id):
+        raise NotFound(f"no rental {rental_id}")
+    return rental
 
 
 def require_admin(caller: Caller) -> None:

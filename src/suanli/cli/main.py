@@ -8,6 +8,7 @@ from suanli.cli import (
     agent_commands,
     billing_commands,
     contract_commands,
+    exec_commands,
     key_commands,
     plan_commands,
     webhook_commands,
@@ -56,6 +57,7 @@ for command in (
     agent_commands.demo,
 ):
     app.command()(command)
+app.command("exec")(exec_commands.exec_command)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from tenacity import (
 from suanli.wire.agent_schemas import (
     AgentRegisterRequest,
     AgentRegisterResponse,
+    ExecReportRequest,
     HeartbeatRequest,
     HeartbeatResponse,
     JoinTokenCreateRequest,
@@ -69,6 +70,8 @@ from suanli.wire.schemas import (
     ContractQuoteResponse,
     ContractResponse,
     ContractTransferRequest,
+    ExecCreateRequest,
+    ExecResponse,
     FleetResponse,
     KeyCreateRequest,
     KeyResponse,
@@ -311,6 +314,29 @@ class Client:
     def rental_runs(self, rental_id: str) -> list[RentalRunResponse]:
         return self._call("GET", f"/v1/rentals/{rental_id}/runs", list[RentalRunResponse])
 
+    def exec(
+        self, rental_id: str, command: Sequence[str], *, node_rank: int = 0, timeout_s: int = 60
+    ) -> ExecResponse:
+        """Queue `command` to run inside the running rental (on its node of `node_rank`); see `wait_exec`."""
+        body = ExecCreateRequest(command=list(command), node_rank=node_rank, timeout_s=timeout_s)
+        return self._call("POST", f"/v1/rentals/{rental_id}/execs", ExecResponse, body=body)
+
+    def exec_status(self, rental_id: str, exec_id: str) -> ExecResponse:
+        return self._call("GET", f"/v1/rentals/{rental_id}/execs/{exec_id}", ExecResponse)
+
+    def execs(self, rental_id: str) -> list[ExecResponse]:
+        """The rental's commands, newest first."""
+        return self._call("GET", f"/v1/rentals/{rental_id}/execs", list[ExecResponse])
+
+    def wait_exec(self, rental_id: str, exec_id: str, *, poll_s: float = 0.5) -> ExecResponse:
+        """The command once it has ended (exited, failed or lost): the server decides `lost` by its timeout,
+        so this returns without a deadline of its own."""
+        while True:
+            found = self.exec_status(rental_id, exec_id)
+            if found.state in ("exited", "failed", "lost"):
+                return found
+            time.sleep(poll_s)
+
     # --- agents (join tokens with an operator key; the rest with the node key) ----------------------
 
     def create_join_token(self, node: str, ttl_s: float | None = None) -> JoinTokenResponse:
@@ -324,6 +350,10 @@ class Client:
     def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
         """Report workloads and telemetry; safe to retry (reports are states, not increments)."""
         return self._call("POST", "/v1/agents/heartbeat", HeartbeatResponse, body=request, retry=True)
+
+    def report_exec(self, exec_id: str, report: ExecReportRequest) -> ExecResponse:
+        """Say a command started or how it ended; safe to retry (a state it has already is a no-op)."""
+        return self._call("POST", f"/v1/agents/execs/{exec_id}", ExecResponse, body=report, retry=True)
 
     def upload_log(self, rental_id: str, offset: int, data: bytes) -> LogChunkResponse:
         """Send one chunk read at byte `offset` of the rental's log; retried safely (the server dedups)."""

@@ -10,12 +10,14 @@ from sqlalchemy import BigInteger, Text, func, insert, literal, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from suanli.app.agents import AgentNode, JoinToken, RentalRun
+from suanli.app.execs import OPEN_STATES, Exec
 from suanli.store.repositories import SqlUnitOfWork
 from suanli.store.rows import (
     AgentNodeRow,
     AllocationRow,
     JoinTokenRow,
     NodeRow,
+    RentalExecRow,
     RentalLogRow,
     RentalRunRow,
     SliceRow,
@@ -313,11 +315,12 @@ class SqlRunEnergy:
 
 
 class SqlAgentUnitOfWork(SqlUnitOfWork):
-    """The unit of work of `suanli.store.repositories` plus `agents`."""
+    """The unit of work of `suanli.store.repositories` plus `agents` and `execs`."""
 
     def __enter__(self) -> SqlAgentUnitOfWork:
         super().__enter__()
         self.agents = SqlAgents(self.session)
+        self.execs = SqlExecs(self.session)
         return self
 
 
@@ -337,4 +340,92 @@ def _node(row: AgentNodeRow) -> AgentNode:
 def _run(row: RentalRunRow) -> RentalRun:
     return RentalRun(
         row.rental_id, row.node, row.state, row.exit_code, row.started_at, row.ended_at, row.last_heartbeat_at
+    )
+
+
+class SqlExecs:
+    """`suanli.app.execs.ExecRepo`: the commands tenants run inside their rentals."""
+
+    def __init__(self, session: Session) -> None:
+        self.s = session
+
+    def add(self, found: Exec) -> None:
+        self.s.add(
+            RentalExecRow(
+                id=found.id,
+                rental_id=found.rental_id,
+                node=found.node,
+                command=list(found.command),
+                timeout_s=found.timeout_s,
+                state=found.state,
+                exit_code=found.exit_code,
+                output=found.output,
+                output_truncated=found.output_truncated,
+                message=found.message,
+                created_at=found.created_at,
+                started_at=found.started_at,
+                ended_at=found.ended_at,
+            )
+        )
+        self.s.flush()
+
+    def get(self, exec_id: str) -> Exec | None:
+        row = self.s.get(RentalExecRow, exec_id)
+        return None if row is None else _exec(row)
+
+    def of_rental(self, rental_id: str, limit: int) -> list[Exec]:
+        query = (
+            select(RentalExecRow)
+            .where(RentalExecRow.rental_id == rental_id)
+            .order_by(RentalExecRow.created_at.desc(), RentalExecRow.id.desc())
+            .limit(limit)
+        )
+        return [_exec(row) for row in self.s.scalars(query)]
+
+    def open_count(self, rental_id: str) -> int:
+        query = select(func.count(RentalExecRow.id)).where(
+            RentalExecRow.rental_id == rental_id, RentalExecRow.state.in_(OPEN_STATES)
+        )
+        return self.s.scalar(query) or 0
+
+    def open_on(self, node: str) -> list[Exec]:
+        query = (
+            select(RentalExecRow)
+            .where(RentalExecRow.node == node, RentalExecRow.state.in_(OPEN_STATES))
+            .order_by(RentalExecRow.created_at, RentalExecRow.id)
+        )
+        return [_exec(row) for row in self.s.scalars(query)]
+
+    def update(self, found: Exec, *, expect: Sequence[str]) -> bool:
+        result = self.s.execute(
+            update(RentalExecRow)
+            .where(RentalExecRow.id == found.id, RentalExecRow.state.in_(list(expect)))
+            .values(
+                state=found.state,
+                exit_code=found.exit_code,
+                output=found.output,
+                output_truncated=found.output_truncated,
+                message=found.message,
+                started_at=found.started_at,
+                ended_at=found.ended_at,
+            )
+        )
+        return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+def _exec(row: RentalExecRow) -> Exec:
+    return Exec(
+        row.id,
+        row.rental_id,
+        row.node,
+        tuple(row.command),
+        row.timeout_s,
+        row.state,
+        row.created_at,
+        row.exit_code,
+        row.output,
+        row.output_truncated,
+        row.message,
+        row.started_at,
+        row.ended_at,
     )

@@ -243,6 +243,27 @@ class RentalRunRow(Base):
     measured_gpu_s: Mapped[float] = mapped_column(Float, default=0.0)  # those seconds x its GPUs there
 
 
+class RentalExecRow(Base):
+    """A one-off command a tenant runs inside its running rental on one node (`suanli exec`): queued until
+    that node's agent takes it from its heartbeat answer, then its exit code and the end of its output."""
+
+    __tablename__ = "rental_execs"
+    __table_args__ = (Index("ix_rental_execs_node_state", "node", "state"),)
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    rental_id: Mapped[str] = mapped_column(ForeignKey("rentals.id"), index=True)
+    node: Mapped[str] = mapped_column(String(200))
+    command: Mapped[list[str]] = mapped_column(JSON)
+    timeout_s: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16))  # queued, running, exited, failed, lost
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    output: Mapped[str] = mapped_column(Text, default="")
+    output_truncated: Mapped[bool] = mapped_column(Boolean, default=False)
+    message: Mapped[str] = mapped_column(String(500), default="")
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    started_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    ended_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+
+
 class RentalLogRow(Base):
     """One chunk of a rental's output from one node; `node_offset` is its byte offset in that node's log."""
 

@@ -139,12 +139,38 @@ class AssignmentResponse(WireModel):
     )
 
 
+class ExecAssignmentResponse(WireModel):
+    """A command a tenant asked to run inside one of this node's running rentals (`suanli exec`)."""
+
+    id: str
+    rental_id: str
+    command: list[str]
+    timeout_s: int = Field(description="Killed after this long, even if the agent dies.")
+    state: Literal["queued", "running"] = Field(
+        description="running: this node's agent said it started it (an agent that does not know it restarted "
+        "meanwhile, and reports it failed)."
+    )
+
+
 class HeartbeatResponse(WireModel):
     node: str
     heartbeat_interval_s: float
     assignments: list[AssignmentResponse] = Field(
         description="Every rental placed on this node; a workload not listed here must be killed."
     )
+    execs: list[ExecAssignmentResponse] = Field(
+        default_factory=list, description="Commands to run inside this node's running rentals, oldest first."
+    )
+
+
+class ExecReportRequest(WireModel):
+    """An agent's word on a command: it started it, or how it ended."""
+
+    state: Literal["running", "exited", "failed"]
+    exit_code: int | None = Field(default=None, ge=-(2**31), le=2**31 - 1)
+    output: str = Field(default="", max_length=1_048_576, description="The end of its stdout and stderr.")
+    output_truncated: bool = False
+    message: str = Field(default="", max_length=2000)
 
 
 class LogChunkRequest(WireModel):

@@ -491,3 +491,30 @@ class WebhookResponse(WireModel):
     delivered_at: datetime | None = Field(default=None, description="The last delivery that went through.")
     secret: str | None = Field(default=None, description="The signing secret: shown once, at creation.")
     events: list[str] = Field(default_factory=list, description="The event kinds it gets; empty: every kind.")
+
+
+class ExecCreateRequest(WireModel):
+    """A command to run inside a running rental, on one of its nodes, as its workload runs."""
+
+    command: list[str] = Field(min_length=1, max_length=1000, description='argv, e.g. ["nvidia-smi"].')
+    node_rank: int = Field(default=0, ge=0, le=4095, description="Which of the rental's nodes (0: first).")
+    timeout_s: int = Field(default=60, ge=1, le=3600, description="Killed after this long.")
+
+
+class ExecResponse(WireModel):
+    id: str
+    rental_id: str
+    node: str
+    command: list[str]
+    timeout_s: int
+    state: Literal["queued", "running", "exited", "failed", "lost"] = Field(
+        description="queued (for the node's agent's next heartbeat), running, exited (see exit_code), "
+        "failed (it could not run: see message) or lost (no answer from the agent, or the rental ended)."
+    )
+    exit_code: int | None = Field(default=None, description="Exited: its status (128+N: killed by signal N).")
+    output: str = Field(default="", description="The end of its stdout and stderr together (64 KiB at most).")
+    output_truncated: bool = False
+    message: str = ""
+    created_at: datetime
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
