@@ -97,6 +97,27 @@ def test_a_rental_started_again_keeps_its_uid(base: Path) -> None:
     assert executor.paths("r-2").workdir.stat().st_uid != int(uids[0])
 
 
+def test_an_exec_runs_as_its_rentals_uid_in_its_directory_with_its_environment(base: Path) -> None:
+    """`suanli exec`'s command on this executor: the rental's uid, working directory and environment, under
+    `timeout` (exit 124 past it), its output in the agent's file."""
+    executor = ProcessExecutor(base, uids=UidPool.parse(f"{FIRST}-{LAST}"))
+    running = spec("r-exec", "id -u > uid; exec sleep 30", {"CUDA_VISIBLE_DEVICES": "GPU-x"})
+    workload = executor.launch(running)
+    try:
+        wait_for(workload.paths.workdir / "uid")
+        output = base / "exec.log"
+        script = 'id -u; cat uid; echo "$CUDA_VISIBLE_DEVICES"; [ -O "$HOME" ] && echo home'
+        command = executor.run_command(running, ["/bin/sh", "-c", script], 10, output)
+        assert command.wait(WAIT_S) == 0
+        uid, workload_uid, visible, home = output.read_text().split()
+        assert uid == workload_uid and FIRST <= int(uid) <= LAST
+        assert (visible, home) == ("GPU-x", "home")
+        slow = executor.run_command(running, ["sleep", "30"], 1, output)
+        assert slow.wait(WAIT_S) == 124  # coreutils' timeout ended it
+    finally:
+        workload.kill()
+
+
 def test_a_uid_something_still_runs_as_is_not_handed_on(base: Path) -> None:
     lingering = subprocess.Popen(["sleep", "30"], user=FIRST, group=FIRST)  # a daemon a workload left
     try:

@@ -232,6 +232,44 @@ def test_rent_follow_prints_the_output_and_exits_with_the_workloads_code(platfor
         assert api.rental(stderr.split(":")[0]).state == "running"
 
 
+def test_exec_runs_a_command_inside_a_running_rental_with_its_devices_and_directory(
+    platform: Platform,
+) -> None:
+    """`suanli exec`, the real CLI, server and agent: the command runs as the workload's user and sees the
+    rental's GPUs and working directory (where its workload wrote its uid), its output comes back and the CLI
+    exits with its code; one past its timeout is killed (124); one on an ended rental is refused."""
+    env = {**os.environ, "SUANLI_URL": platform.url, "SUANLI_API_KEY": platform.tenant_key}
+    env["SUANLI_CONFIG_DIR"] = str(platform.tmp / "cli")
+    with platform.tenant() as api:
+        rental = api.create_rental(
+            RentalCreateRequest(
+                gpu_model="H100-SXM-80GB", gpus=1, command=["sh", "-c", "id -u > marker; sleep 120"]
+            )
+        )
+        running = wait_for_state(api, rental.id, "running")
+
+        def exec_(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
+            argv = [*SUANLI, "exec", rental.id, *args]
+            return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout_s)
+
+        code = "import os; print(os.environ['CUDA_VISIBLE_DEVICES'], os.getuid(), open('marker').read())"
+        shown = exec_("--", sys.executable, "-c", code + "; raise SystemExit(3)")
+        assert shown.returncode == 3, shown.stdout + shown.stderr
+        visible, uid, workload_uid = shown.stdout.split()
+        where = running.allocation[0]
+        assert visible == declared_gpu_uuid(where.node, where.slices[0].gpu_index)
+        assert uid == workload_uid  # as the workload's user (a root agent's: the rental's own uid)
+        slow = exec_("--timeout", "1s", "--", "sleep", "30")
+        assert slow.returncode == 124, slow.stdout + slow.stderr
+        missing = exec_("--", "no-such-program-here")
+        assert missing.returncode == 127, missing.stdout + missing.stderr
+        assert [e.state for e in api.execs(rental.id)] == ["exited"] * 3
+        api.stop(rental.id)
+        wait_for_state(api, rental.id, "stopped")
+    ended = exec_("--", "true")
+    assert ended.returncode == 1 and "running rental only" in " ".join(ended.stderr.split()), ended.stderr
+
+
 def test_a_workload_past_its_max_duration_is_stopped_and_rent_follow_exits_124(platform: Platform) -> None:
     """`--max-duration 2` on a workload that would run a minute: the leader stops it at its time limit, the
     agent sends SIGTERM (the workload says so), and `rent -f` exits 124, as timeout(1) does."""

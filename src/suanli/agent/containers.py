@@ -77,6 +77,28 @@ class ContainerExecutor:
         write_record(paths, process.pid, spec, runtime=self.runtime or "docker")
         return ContainerWorkload(spec.rental_id, process, paths, self.runtime or "docker")
 
+    def run_command(
+        self, spec: WorkloadSpec, command: Sequence[str], timeout_s: int, output: Path
+    ) -> subprocess.Popen[bytes]:
+        """`command` in the rental's container (`docker exec`: its user, environment and working directory).
+        The image may have no `timeout`, so the limit is the agent's: it kills the exec client at `timeout_s`,
+        and a command the client leaves behind in the container ends with the container."""
+        argv = [self.runtime or "docker", "exec", container_name(spec.rental_id), *command]
+        env = {k: os.environ[k] for k in INHERITED_ENV if k in os.environ}
+        try:
+            with output.open("wb") as out:
+                return subprocess.Popen(
+                    argv,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+        except OSError as error:
+            raise ExecutorError(f"cannot run {argv[0]!r}: {error}", exit_code=127) from None
+
 
 class ContainerWorkload:
     """A container this agent started: signals go to the container through the runtime CLI (the attached

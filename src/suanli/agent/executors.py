@@ -180,6 +180,12 @@ class Executor(Protocol):
 
     def launch(self, spec: WorkloadSpec) -> Workload: ...
 
+    # a one-off command inside a running workload's context (`suanli exec`), its stdout and stderr to
+    # `output`; ended at `timeout_s` (by `timeout` itself where it can, so it outlives no agent)
+    def run_command(
+        self, spec: WorkloadSpec, command: Sequence[str], timeout_s: int, output: Path
+    ) -> subprocess.Popen[bytes]: ...
+
 
 @dataclass(frozen=True, slots=True)
 class RunAs:
@@ -258,6 +264,39 @@ class ProcessExecutor:
         process = spawn(list(spec.command), env, paths, user)
         write_record(paths, process.pid, spec)
         return ProcessWorkload(spec.rental_id, process, paths)
+
+    def run_command(
+        self, spec: WorkloadSpec, command: Sequence[str], timeout_s: int, output: Path
+    ) -> subprocess.Popen[bytes]:
+        """`command` as the workload runs: its user, environment and working directory, in a session of its
+        own under coreutils' `timeout` (TERM at `timeout_s`, KILL 5 s later; exit 124 when it timed out)."""
+        paths = self.paths(spec.rental_id)
+        if not paths.workdir.is_dir():
+            raise ExecutorError(f"rental {spec.rental_id} has no working directory on this node")
+        user = self.run_as if self.uids is None else self.uids.pick(paths, self.rentals_dir)
+        env = {name: os.environ[name] for name in self._inherit if name in os.environ}
+        env["HOME"] = str(paths.workdir)
+        env["TMPDIR"] = str(paths.tmp_dir)
+        env.update(spec.env)
+        as_user: dict[str, object] = {}
+        if user is not None:
+            as_user = {"user": user.uid, "group": user.gid, "extra_groups": []}
+        argv = ["timeout", "--kill-after=5", f"{timeout_s}s", *command]
+        try:
+            with output.open("wb") as out:
+                return subprocess.Popen(
+                    argv,
+                    cwd=paths.workdir,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    close_fds=True,
+                    **as_user,  # type: ignore[arg-type]
+                )
+        except OSError as error:
+            raise ExecutorError(f"cannot run {command[0]!r}: {error}", exit_code=127) from None
 
 
 class ProcessWorkload:

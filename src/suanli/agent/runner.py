@@ -48,7 +48,16 @@ from tenacity import Retrying, retry_if_exception_type, stop_when_event_set, wai
 
 from suanli.agent.assignment import Assignment
 from suanli.agent.cleanup import sweep_rentals
-from suanli.agent.executors import Executor, ExecutorError, ProcessExecutor, Workload, write_nodes
+from suanli.agent.execs import POLL_S as EXEC_POLL_S
+from suanli.agent.execs import ExecRunner
+from suanli.agent.executors import (
+    Executor,
+    ExecutorError,
+    ProcessExecutor,
+    Workload,
+    WorkloadSpec,
+    write_nodes,
+)
 from suanli.agent.orphans import (
     EXIT_UNKNOWN,
     Orphan,
@@ -140,6 +149,7 @@ class AgentRunner:
         self.orphans: dict[str, Orphan] = find_orphans(work_dir)
         self.unremovable: set[str] = set()  # rentals over here whose directory could not all be removed
         self._client: Client | None = None
+        self.execs = ExecRunner(self.executor, work_dir)  # `suanli exec` commands in running workloads
 
     # --- the loop -------------------------------------------------------------------------------------
 
@@ -168,8 +178,20 @@ class AgentRunner:
                     log.warning("server error (%s); workloads keep running; retry in %.1f s", error, pause)
                 else:
                     raise
-            stopping.wait(pause)
+            self._pause(stopping, pause)
         self.shutdown()
+
+    def _pause(self, stopping: threading.Event, pause_s: float) -> None:
+        """Wait `pause_s` (or until `stopping`), checking running `exec` commands meanwhile, so one's end is
+        told within `execs.POLL_S`, not at the next heartbeat."""
+        end = time.monotonic() + pause_s
+        while not stopping.is_set() and (left := end - time.monotonic()) > 0:
+            if not self.execs.running or self._client is None:
+                stopping.wait(left)
+                return
+            stopping.wait(min(left, EXEC_POLL_S))
+            with contextlib.suppress(SuanliError, OSError):
+                self.execs.poll(self._client)
 
     def _backoff(self, failures: int) -> float:
         """The pause before the next try after `failures` failed steps in a row: grows, capped."""
@@ -179,6 +201,7 @@ class AgentRunner:
         self.poll()
         self.ship_logs()
         client = self._require_client()
+        self.execs.poll(client)
         reports = self.reports()
         answer = client.heartbeat(
             HeartbeatRequest(
@@ -192,6 +215,17 @@ class AgentRunner:
         if self.fixed_interval_s is None:
             self.interval_s = answer.heartbeat_interval_s
         self.reconcile(answer.assignments)
+        self.execs.start(client, answer.execs, self._running_spec)
+
+    def _running_spec(self, rental_id: str) -> WorkloadSpec | None:
+        """The spec of the rental's workload running here (what an `exec` runs beside), or None."""
+        local = self.local.get(rental_id)
+        if local is None or local.state != "running" or local.workload is None or local.assignment is None:
+            return None
+        try:
+            return workload_spec(local.assignment, self.inventory, self.executor)
+        except SuanliError:
+            return None
 
     def shutdown(self) -> None:
         if self.stop_workloads_on_exit:
