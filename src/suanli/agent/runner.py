@@ -28,6 +28,8 @@ Guarantees:
   directory removed, its working directory with it (`cleanup.py`): the next workload on the host finds no
   other tenant's files, and the disk does not fill with every rental's.
 * On exit the workloads keep running (they are adopted on restart) unless `stop_workloads_on_exit`.
+* Commands the answer lists (`suanli exec`) run beside their rental's workload (`execs.py`); while one runs,
+  the pause between steps checks it every 0.2 s, so its end is told without waiting for the next beat.
 """
 
 from __future__ import annotations
