@@ -116,6 +116,29 @@ def test_a_tenant_signs_in_rents_from_an_offer_and_reads_the_output(page: Page, 
     expect(page.locator("#console")).to_be_hidden()
 
 
+def test_a_command_runs_inside_a_running_rental_from_its_page(page: Page, platform: Platform) -> None:
+    """The rental page's "Run in it" box: the command sees the rental's GPUs, its output and exit code show;
+    the same box on an ended rental says why it cannot."""
+    sign_in(page, platform)
+    page.fill("#rent-model", "H100-SXM-80GB")
+    page.fill("#rent-name", "exec-me")
+    page.fill("#rent-command", "sleep 60")
+    page.click("#rent-form button[type=submit]")
+    expect(page.locator("#detail-summary")).to_contain_text("running", timeout=20_000)
+    rental_id = page.locator("#detail-id").inner_text()
+    page.fill("#exec-command", 'echo "sees $CUDA_VISIBLE_DEVICES"; exit 2')
+    page.click("#exec-form button")
+    expect(page.locator("#exec-status")).to_have_text("exit 2", timeout=20_000)
+    expect(page.locator("#exec-output")).to_contain_text("sees GPU-")
+    with platform.tenant() as api:
+        (done,) = api.execs(rental_id)
+        assert done.command == ["sh", "-c", 'echo "sees $CUDA_VISIBLE_DEVICES"; exit 2']
+        api.stop(rental_id)
+    expect(page.locator("#detail-summary")).to_contain_text("stopped", timeout=20_000)
+    page.click("#exec-form button")
+    expect(page.locator("#exec-error")).to_contain_text("a command runs inside a running rental only")
+
+
 def test_a_tenant_creates_a_key_for_a_script_and_revokes_it(page: Page, platform: Platform) -> None:
     sign_in(page, platform)
     expect(page.locator("#keys tbody tr", has_text="(this session's)").get_by_role("button")).to_be_disabled()

@@ -380,6 +380,9 @@ function select(id) {
     restartLog();
     $("detail-log-node").replaceChildren(new Option("every node", ""));
     showError("detail-error", null);
+    showError("exec-error", null);
+    $("exec-status").textContent = "";
+    $("exec-output").hidden = true;
   }
   for (const row of $("rentals").tBodies[0].rows) row.classList.toggle("selected", row.dataset.id === id);
   $("detail").hidden = false;
@@ -467,6 +470,39 @@ async function rerunSelected() {
   } catch (error) {
     showError("detail-error", error);
   }
+}
+
+// a one-off command inside the shown (running) rental, as `suanli exec`: queued for its node's agent, then
+// its output and exit code once it ends
+async function execInSelected(event) {
+  event.preventDefault();
+  showError("exec-error", null);
+  const id = session.selected;
+  const text = $("exec-command").value.trim();
+  if (!text) {
+    showError("exec-error", new ApiError(0, "command: give one to run, e.g. nvidia-smi"));
+    return;
+  }
+  const base = `/v1/rentals/${encodeURIComponent(id)}/execs`;
+  let found;
+  try {
+    found = await api("POST", base, { command: ["sh", "-c", text] });
+    $("exec-output").hidden = true;
+    while (["queued", "running"].includes(found.state)) {
+      $("exec-status").textContent = `${found.state}…`;
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      if (id !== session.selected) return;
+      found = await api("GET", `${base}/${encodeURIComponent(found.id)}`);
+    }
+  } catch (error) {
+    $("exec-status").textContent = "";
+    showError("exec-error", error);
+    return;
+  }
+  $("exec-output").textContent = found.output;
+  $("exec-output").hidden = false;
+  $("exec-status").textContent =
+    found.state === "exited" ? `exit ${found.exit_code}` : `${found.state}: ${found.message}`;
 }
 
 async function stopSelected() {
@@ -1077,6 +1113,7 @@ $("rent-check").addEventListener("click", dryRun);
 $("budget-form").addEventListener("submit", setBudget);
 $("detail-stop").addEventListener("click", stopSelected);
 $("detail-rerun").addEventListener("click", rerunSelected);
+$("exec-form").addEventListener("submit", execInSelected);
 $("detail-log-node").addEventListener("change", (event) => {
   session.logNode = event.target.value;
   restartLog();
