@@ -53,6 +53,13 @@ def test_option_values_the_request_refuses_are_named_by_option_not_a_traceback()
     assert "--share-memory: Input should be greater than or equal to 0" in share.output
     whole = runner.invoke(app, ["rent", "H100:1", "--share-memory", "1024"])
     assert whole.exit_code == 2 and "--share-memory 1024: only with a share of a GPU" in whole.output
+    for args, says in (
+        (["rent", "L40S:0.5", "--idle-stop", "30m"], "--idle-stop: needs whole GPUs"),
+        (["rent", "H100:1", "--idle-stop", "soon"], "--idle-stop: not a duration: 'soon'"),
+        (["rent", "H100:1", "--idle-stop", "30s"], "--idle-stop: Input should be greater than or equal"),
+    ):
+        idle = runner.invoke(app, args)
+        assert idle.exit_code == 2 and says in idle.output, idle.output
     far = ["contracts", "create", "--gpu", "H100", "--count", "1", "--region", "x"]
     contract = runner.invoke(app, [*far, "--from", "2030-01-01T00:00", "--until", "9999-12-31T23:00"])
     assert contract.exit_code == 2 and "--until: Value error, must be before the year 9000" in contract.output

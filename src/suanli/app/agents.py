@@ -35,6 +35,7 @@ from typing import Any, Protocol
 from suanli.app.errors import Forbidden, Invalid, NotFound, Unauthorized
 from suanli.app.execs import Exec, ExecRepo, ExecService
 from suanli.app.fleet import FleetCache
+from suanli.app.idle_stops import stop_idle
 from suanli.app.ids import digest, new_id
 from suanli.app.ports import Clock, UnitOfWork
 from suanli.app.records import END_STATES, LIVE_STATES, PREEMPTIBLE_STATES, Caller, Rental, RentalEvent
@@ -292,6 +293,7 @@ class AgentService:
             held_here = set(uow.agents.live_rentals_on(agent.node))  # before the reports end any
             for report in reports:
                 changed |= self._apply(uow, agent.node, report, now, report.rental_id not in held_here)
+            changed |= bool(stop_idle(uow, agent.node, telemetry, now))
             assignments = self._assignments(uow, agent.node)
             running = {a.rental.id for a in assignments if a.action == "run"}
             execs = ExecService.for_node(uow, agent.node, running)

@@ -93,6 +93,7 @@ class RentalSpec:
     restart: str = "never"  # or "on-failure": the agent restarts a failed workload, a lost one is re-queued
     max_restarts: int = 0
     name: str | None = None  # the tenant's own name for it (not unique)
+    idle_stop_s: int | None = None  # stopped once its GPUs have been idle this long (`domain/idle.py`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +115,7 @@ class Rental:
     reserved_nodes: tuple[str, ...] = ()  # head of the backfill queue: the nodes drained for it
     promise: tuple[NodeAllocation, ...] | None = None  # preemptor: where it was promised capacity
     time_limit_at: datetime | None = None  # placed with a max duration: when the leader stops it
+    last_busy_at: datetime | None = None  # with `idle_stop_s`: its GPUs' last busy reading (`domain/idle.py`)
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,6 +50,7 @@ RENT_OPTIONS = {
     "memory_mib": "--memory",
     "bid_micros_per_gpu_hour": "--bid",
     "max_duration_s": "--max-duration",
+    "idle_stop_s": "--idle-stop",
     "env": "--env",
     "max_restarts": "--max-restarts",
     "name": "--name",
@@ -117,6 +118,12 @@ def rent(
             "ahead of a queue."
         ),
     ] = None,
+    idle_stop: Annotated[
+        str | None,
+        typer.Option(
+            help="Stop it once its GPUs have been idle (under 5% used) this long: 30m, 2h. Whole GPUs only."
+        ),
+    ] = None,
     env: Annotated[
         list[str] | None,
         typer.Option("--env", "-e", help="NAME=VALUE in the workload's environment (repeatable)."),
@@ -169,6 +176,14 @@ def rent(
         errors.print(error_text(f"--max-duration: {error}"))
         raise typer.Exit(EXIT_USAGE) from None
     try:
+        idle_stop_s = duration_s(idle_stop) if idle_stop is not None else None
+    except SpecError as error:
+        errors.print(error_text(f"--idle-stop: {error}"))
+        raise typer.Exit(EXIT_USAGE) from None
+    if idle_stop_s is not None and (gpu.mig_profile is not None or gpu.share_milli is not None):
+        errors.print(error_text("--idle-stop: needs whole GPUs (not a MIG instance or a share)"))
+        raise typer.Exit(EXIT_USAGE)
+    try:
         variables = env_pairs(env or [])
     except SpecError as error:
         errors.print(error_text(f"--env: {error}"))
@@ -200,6 +215,7 @@ def rent(
             regions=region or [],
             jurisdictions=jurisdiction or [],
             max_duration_s=max_duration_s,
+            idle_stop_s=idle_stop_s,
             image=image,
             command=command or [],
             env=variables,

@@ -181,6 +181,17 @@ class SqlRentals(RentalMoneyReads):
             .values(expected_start_at=at, reserved_nodes=sorted(reserved_nodes) or None)
         )
 
+    def mark_busy(self, rental_id: str, at: datetime) -> None:
+        """Its GPUs were read busy at `at` (idle stop); an earlier reading never moves it back."""
+        self.s.execute(
+            update(RentalRow)
+            .where(
+                RentalRow.id == rental_id,
+                (RentalRow.last_busy_at.is_(None)) | (RentalRow.last_busy_at < at),
+            )
+            .values(last_busy_at=at)
+        )
+
     def set_promise(self, rental_id: str, promise: Sequence[NodeAllocation] | None) -> None:
         """Record (or clear) where a pending preemptor was promised capacity; one no longer pending is left
         alone."""

@@ -110,6 +110,8 @@ class RentalRow(Base):
     billing_closed_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     # placed with a declared max duration: when the leader stops it (placement + the duration; 0025)
     time_limit_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True, index=True)
+    # with idle_stop_s in its spec (0032): the last heartbeat that read any of its GPUs busy
+    last_busy_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     # the tenant's name for it, as in its spec (0028): `GET /v1/rentals?name=` filters on it
     name: Mapped[str | None] = mapped_column(String(64), nullable=True)
 

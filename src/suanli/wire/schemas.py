@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from suanli.wire.images import image_reference
 
@@ -228,6 +228,20 @@ class RentalCreateRequest(WireModel):
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
         description="A name of yours for it (letters, digits, `.`, `_`, `-`; not unique), shown by `ls`.",
     )
+    idle_stop_s: int | None = Field(
+        default=None,
+        ge=60,
+        le=MAX_DURATION_S,
+        description="Stop it once every one of its GPUs has been idle (under 5% utilization, as its nodes' "
+        "agents measure it) this long, so a forgotten notebook stops costing. Whole GPUs only: a MIG "
+        "instance's or a share's own use cannot be told from its GPU's.",
+    )
+
+    @model_validator(mode="after")
+    def _idle_stop_needs_whole_gpus(self) -> RentalCreateRequest:
+        if self.idle_stop_s is not None and (self.mig_profile or self.share_milli or self.gpus == 0):
+            raise ValueError("idle_stop_s: needs whole GPUs (not a MIG instance, a share or CPU only)")
+        return self
 
 
 class RentalResizeRequest(WireModel):
