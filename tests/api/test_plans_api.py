@@ -141,10 +141,12 @@ def test_a_revenue_share_tenant_reports_a_month_once(client, tenant) -> None:
         headers=ADMIN,
     )
     assert made.status_code == 201, made.text
-    reserved = client.post("/v1/rentals", json={**H100, "tier": "reserved"}, headers=headers).json()
-    assert reserved["quote"]["discounts"][0]["micros_per_hour"] == bp_of(
-        reserved["quote"]["base_micros_per_hour"], 3000
+    discounted = client.post("/v1/rentals", json=H100, headers=headers).json()
+    assert discounted["quote"]["discounts"][0]["micros_per_hour"] == bp_of(
+        discounted["quote"]["base_micros_per_hour"], 3000
     )
+    refused = client.post("/v1/rentals", json={**H100, "tier": "reserved"}, headers=headers)
+    assert refused.status_code == 400 and refused.json()["error"]["field"] == "tier"  # a contract's tier
 
     report = {"month": month, "revenue_micros": 7_000_001}
     first = client.post("/v1/revenue-reports", json=report, headers=headers)

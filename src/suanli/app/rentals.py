@@ -97,6 +97,12 @@ def check_spec(spec: RentalSpec, catalog: Catalog) -> None:
             m.mig and m.mig.has_profile(spec.mig_profile) for m in models
         ):
             raise Invalid(f"no {spec.gpu_model} has MIG profile {spec.mig_profile!r}", field="mig_profile")
+    if spec.tier == "reserved":  # else anyone could pay the contract price and outrank on-demand
+        raise Invalid(
+            "reserved is the tier a contract gives: rent on_demand in your contract's GPU model and region "
+            "and the rental is admitted as reserved, up to its count (suanli contracts)",
+            field="tier",
+        )
     if spec.bid_micros_per_gpu_hour is not None and spec.tier != "spot":
         raise Invalid("a bid is for the spot tier only", field="bid_micros_per_gpu_hour")
     if (problem := env_problem(spec.env)) is not None:
@@ -117,7 +123,7 @@ def spec_fingerprint(spec: RentalSpec) -> str:
     request). A field added later counts only when set, so a rental created before it keeps its fingerprint
     and its retry is still a retry."""
     fields = asdict(spec)
-    for later in ("image", "name"):
+    for later in ("image", "name", "idle_stop_s"):
         if fields[later] is None:
             del fields[later]
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=list).encode()).hexdigest()

@@ -99,7 +99,9 @@ def rent(
     nodes: Annotated[
         int, typer.Option(min=1, help="Nodes; more than 1 is a gang placed all or nothing.")
     ] = 1,
-    tier: Annotated[str, typer.Option(help="on_demand, spot or reserved.")] = "on_demand",
+    tier: Annotated[
+        str, typer.Option(help="on_demand or spot (within a contract, on_demand is admitted as reserved).")
+    ] = "on_demand",
     bid: Annotated[str | None, typer.Option(help="Spot bid per GPU-hour, e.g. 1.9.")] = None,
     region: Annotated[list[str] | None, typer.Option(help="Allowed region (repeatable).")] = None,
     jurisdiction: Annotated[
@@ -188,8 +190,9 @@ def rent(
     except SpecError as error:
         errors.print(error_text(f"--env: {error}"))
         raise typer.Exit(EXIT_USAGE) from None
-    if tier not in ("on_demand", "spot", "reserved"):
-        errors.print(error_text(f"--tier {tier!r}: use on_demand, spot or reserved"))
+    if tier not in ("on_demand", "spot"):
+        reserved = " (reserved is what a contract gives an on_demand rental)" if tier == "reserved" else ""
+        errors.print(error_text(f"--tier {tier!r}: use on_demand or spot{reserved}"))
         raise typer.Exit(EXIT_USAGE)
     if restart not in ("never", "on-failure"):
         errors.print(error_text(f"--restart {restart!r}: use never or on-failure"))
