@@ -19,6 +19,7 @@ from suanli.config import Settings
 
 NOTICE_S = 3.0  # long enough to see `preempting` on a loaded machine (1.5 s was missed once under load)
 PATIENT_NOTICE_S = 10.0  # to stop the preemptor inside the notice: 3 s ran out once under CI's load
+BID = 50_000_000  # micros per GPU-hour: above any spot floor (a bid below it waits, never runs)
 
 
 @pytest.fixture(params=["greedy", "backfill"])
@@ -74,7 +75,7 @@ def _events(body: dict, kind: str) -> list[dict]:
 def test_on_demand_preempts_spot_with_notice_and_takes_the_node_at_the_deadline(client, tenant) -> None:
     _, spot_tenant = tenant("spotty")
     _, od_tenant = tenant("steady")
-    spot = _rent(client, spot_tenant, gpu_model="H200", gpus=8, tier="spot", bid_micros_per_gpu_hour=1)
+    spot = _rent(client, spot_tenant, gpu_model="H200", gpus=8, tier="spot", bid_micros_per_gpu_hour=BID)
     assert wait_for(client, spot, spot_tenant, "placed")["allocation"][0]["node"] == "h200-01"
     od = _rent(client, od_tenant, gpu_model="H200", gpus=8, tier="on_demand")
 
@@ -94,7 +95,9 @@ def test_on_demand_preempts_spot_with_notice_and_takes_the_node_at_the_deadline(
     noticed_at = datetime.fromisoformat(notice["at"])
     assert abs((deadline - noticed_at).total_seconds() - NOTICE_S) < 0.01
     # a spot rental never preempts; a second on-demand finds no other victim and does not notice it again
-    late_spot = _rent(client, spot_tenant, gpu_model="H200", gpus=8, tier="spot", bid_micros_per_gpu_hour=9)
+    late_spot = _rent(
+        client, spot_tenant, gpu_model="H200", gpus=8, tier="spot", bid_micros_per_gpu_hour=BID + 8
+    )
     other_od = _rent(client, od_tenant, gpu_model="H200", gpus=8, tier="on_demand")
     assert wait_for(client, other_od, od_tenant, "placed", reason="no_capacity")["pending_reason"] == (
         "no_capacity"
@@ -149,7 +152,7 @@ def test_the_free_gpus_promised_to_a_preemptor_wait_for_it_through_the_notice(cl
     preemptor starts at the deadline on the whole node and nobody else is preempted."""
     _, spot_tenant = tenant("spotty")
     _, od_tenant = tenant("steady")
-    spot = _rent(client, spot_tenant, gpu_model="H200", gpus=6, tier="spot", bid_micros_per_gpu_hour=1)
+    spot = _rent(client, spot_tenant, gpu_model="H200", gpus=6, tier="spot", bid_micros_per_gpu_hour=BID)
     assert wait_for(client, spot, spot_tenant, "placed")["allocation"][0]["node"] == "h200-01"
     od = _rent(client, od_tenant, gpu_model="H200", gpus=8, tier="on_demand")
     assert wait_for(client, od, od_tenant, "placed", reason="preempting")["pending_reason"] == "preempting"
@@ -167,7 +170,7 @@ def test_the_free_gpus_promised_to_a_preemptor_wait_for_it_through_the_notice(cl
 
 def test_a_tenant_sees_which_of_its_own_rentals_preempted_its_spot_rental(client, tenant) -> None:
     _, own = tenant("both")
-    spot = _rent(client, own, gpu_model="H200", gpus=8, tier="spot", bid_micros_per_gpu_hour=1)
+    spot = _rent(client, own, gpu_model="H200", gpus=8, tier="spot", bid_micros_per_gpu_hour=BID)
     wait_for(client, spot, own, "placed")
     od = _rent(client, own, gpu_model="H200", gpus=8, tier="on_demand")
     wait_for(client, od, own, "placed", reason="preempting")
@@ -187,7 +190,7 @@ def test_a_notice_is_withdrawn_when_the_preemptor_is_stopped_before_the_deadline
     with an event that says why, and is still there once the old deadline has passed."""
     client = patient_client
     spot_tenant, od_tenant = _keyed(client, "spotty"), _keyed(client, "steady")
-    spot = _rent(client, spot_tenant, gpu_model="H200", gpus=8, tier="spot", bid_micros_per_gpu_hour=1)
+    spot = _rent(client, spot_tenant, gpu_model="H200", gpus=8, tier="spot", bid_micros_per_gpu_hour=BID)
     assert wait_for(client, spot, spot_tenant, "placed")["state"] == "placed"
     od = _rent(client, od_tenant, gpu_model="H200", gpus=8, tier="on_demand")
     assert wait_for(client, od, od_tenant, "placed", reason="preempting")["pending_reason"] == "preempting"

@@ -139,6 +139,26 @@ def test_a_spot_rental_whose_bid_falls_below_a_raised_floor_gets_notice_and_ends
         assert ended["notice_deadline"] is not None
 
 
+def test_a_spot_bid_below_the_floor_waits_and_the_dry_run_says_so(database_url) -> None:
+    """A bid below every pool's floor is never placed (it would run at its bid): it waits with
+    `bid_below_floor`, and the dry run gives the same answer; at the floor it runs."""
+    with app_client(database_url, meter_interval_s=3600, prepaid=False) as client:
+        _, headers = _tenant(client)
+        floor, _ = _prices(client)
+        low = {"gpu_model": ASCEND, "gpus": 1, "tier": "spot", "bid_micros_per_gpu_hour": floor - 1}
+        trial = client.post("/v1/rentals/dry-run", json=low, headers=headers).json()
+        assert trial["pending_reason"] == "bid_below_floor" and not trial["starts_now"], trial
+        assert f"below the spot floor {floor}" in trial["message"]
+        held = client.post("/v1/rentals", json=low, headers=headers).json()
+        waiting = wait_for(client, held["id"], headers, "placed", reason="bid_below_floor")
+        assert waiting["state"] == "pending" and waiting["pending_reason"] == "bid_below_floor", waiting
+        at_floor = client.post(
+            "/v1/rentals", json={**low, "bid_micros_per_gpu_hour": floor}, headers=headers
+        ).json()
+        assert wait_for(client, at_floor["id"], headers, "placed")["state"] == "placed"
+        assert client.get(f"/v1/rentals/{held['id']}", headers=headers).json()["state"] == "pending"
+
+
 def _tenant(client: TestClient) -> tuple[str, dict[str, str]]:
     tenant_id = client.post("/v1/tenants", json={"name": "bidder"}, headers=ADMIN).json()["id"]
     secret = client.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()["secret"]

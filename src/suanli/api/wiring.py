@@ -176,6 +176,7 @@ def build(settings: Settings, clock: Clock | None = None) -> Services:
         ),
         repricer=billing.spot_rates,
         floor_check=billing.below_floor,
+        spot_floors=billing.spot_floor_of,
     )
     metrics = Metrics()
     meter: MeterLoop | None = None

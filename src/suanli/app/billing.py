@@ -19,7 +19,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -251,6 +251,25 @@ class BillingService:
             except BillingError:
                 continue
         return rates
+
+    def spot_floor_of(self, uow: UnitOfWork, now: datetime) -> Callable[[str, str], int | None]:
+        """(model, region) -> the spot floor per GPU-hour there at `now` (at most the on-demand list price),
+        or None where the book has no price: what a spot bid must reach to be placed."""
+        book, at_s = self.price_book(uow), to_epoch_s(now)
+        found: dict[tuple[str, str], int | None] = {}
+
+        def floor(model: str, region: str) -> int | None:
+            if (model, region) not in found:
+                try:
+                    found[(model, region)] = min(
+                        book.spot_floor(model, region, at_s).floor_micros_per_gpu_hour,
+                        book.list_price(model, region, Tier.ON_DEMAND, at_s).price_micros_per_gpu_hour,
+                    )
+                except BillingError:
+                    found[(model, region)] = None
+            return found[(model, region)]
+
+        return floor
 
     def below_floor(
         self,

@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence, Set
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
@@ -43,6 +43,7 @@ from suanli.app.spot_repricing import (
     FloorCheck,
     Pricer,
     Repricer,
+    SpotFloors,
     SpotRepricing,
     pool_utilization,
 )
@@ -61,6 +62,7 @@ from suanli.domain.quotas import Limits
 from suanli.domain.request import Request, Tier
 from suanli.domain.reservation import reserve
 from suanli.domain.scattered import scattered_gpus
+from suanli.domain.scheduler import nominate
 from suanli.domain.snapshot import HostMigLayouts, Snapshot
 
 log = logging.getLogger(__name__)
@@ -118,6 +120,7 @@ class Scheduler:
         pricer: Pricer | None = None,
         repricer: Repricer | None = None,
         floor_check: FloorCheck | None = None,
+        spot_floors: SpotFloors | None = None,
         queue: QueueConfig = GREEDY_QUEUE,
     ) -> None:
         self.uow, self.clock, self.catalog, self.cache = uow, clock, catalog, cache
@@ -155,6 +158,7 @@ class Scheduler:
         self.windows: list[MaintenanceWindow] = []  # maintenance windows still to end, as of this cycle
         self._lock = threading.Lock()
         self.pricer = pricer
+        self.spot_floors = spot_floors  # a pending spot bid below its pools' floor waits (bid_below_floor)
         spot_notice_s = self.preemption.notice_for(Tier.SPOT)
         self.spot_pricing = None if repricer is None else SpotRepricing(repricer, floor_check, spot_notice_s)
 
@@ -329,9 +333,32 @@ class Scheduler:
         limits = cycle_limits(uow, self.catalog, tenants, pending, live, now_s) if tenants else None
         contracts = [domain_contract(c) for c in stored if c.ends_at.timestamp() > now_s]
         ahead = upcoming(self.windows, datetime.fromtimestamp(now_s, UTC))
-        if not contracts and limits is None and not ahead:
+        floor_of = self._pending_floor(uow, pending, now_s)
+        if not contracts and limits is None and not ahead and floor_of is None:
             return None
-        return Gates(limits, contracts, maintenance=ahead)
+        return Gates(limits, contracts, spot_floor=floor_of, maintenance=ahead)
+
+    def _pending_floor(
+        self, uow: UnitOfWork, pending: Sequence[Rental], now_s: float
+    ) -> Callable[[Request], int | None] | None:
+        """A pending spot request's floor: the lowest spot floor of the pools it could land in, so a bid
+        below every one of them waits (`bid_below_floor`). Running rentals get None here: one whose bid
+        falls below its pool's floor later is `SpotRepricing`'s, with notice."""
+        waiting = {r.id for r in pending if Tier.parse(r.spec.tier) is Tier.SPOT}
+        if self.spot_floors is None or not waiting or self.snapshot is None:
+            return None
+        floor = self.spot_floors(uow, datetime.fromtimestamp(now_s, UTC))
+        snapshot = self.snapshot
+
+        def floor_of(request: Request) -> int | None:
+            if request.id not in waiting:
+                return None
+            classes, _ = nominate(snapshot, request)
+            pools = {(snapshot.classes[i].model.name, snapshot.classes[i].region) for i in classes}
+            floors = [f for model, region in pools if (f := floor(model, region)) is not None]
+            return min(floors, default=None)
+
+        return floor_of
 
     @staticmethod
     def _owed_promises(

@@ -33,6 +33,8 @@ Utilization = Mapping[tuple[str, str], int]  # busy GPU milli per 1000 of each (
 Pricer = Callable[[UnitOfWork, Rental, Sequence[Pool], Utilization, datetime], dict[str, Any]]
 # (unit of work, live spot rentals and their nodes' (model, region), now) -> rental id: floor above its bid
 FloorCheck = Callable[[UnitOfWork, Sequence[tuple[Rental, Sequence[Pool]]], datetime], dict[str, int]]
+# (model, region) -> the spot floor per GPU-hour there now (None: no price), for admission
+SpotFloors = Callable[[UnitOfWork, datetime], Callable[[str, str], int | None]]
 # (unit of work, [(rental, shape, (model, region) of each of its nodes)], pool utilization milli, now)
 # -> rental id: its spot rate per hour now
 Repricer = Callable[

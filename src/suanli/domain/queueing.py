@@ -300,9 +300,9 @@ class _Cycle:
         """True when a gate holds `request` back (its pending reason is recorded); it blocks nobody."""
         held: Pending | None = None
         floor_of = self.gates.spot_floor
-        if request.tier is Tier.SPOT and floor_of is not None:
-            floor = floor_of(request)
-            bid = request.bid_micros_per_hour or 0
+        if request.tier is Tier.SPOT and floor_of is not None and request.bid_micros_per_hour is not None:
+            floor = floor_of(request)  # (no bid: it pays the spot price, never below the floor)
+            bid = request.bid_micros_per_hour
             if floor is not None and bid < floor:
                 held = Pending(
                     request.id, Reason.BID_BELOW_FLOOR, f"bid {bid} micros/h is below the spot floor {floor}"
