@@ -133,6 +133,7 @@ def test_a_rental_keeps_the_name_it_was_given(client: TestClient, tenant) -> Non
         ("/v1/rentals", {"name": "x" * 65}, "name"),
         ("/v1/contracts", {**CONTRACT, "ends_at": "2029-01-01T00:00:00Z"}, "ends_at"),
         ("/v1/contracts", {**CONTRACT, "region": "mars"}, "region"),
+        ("/v1/contracts", {**CONTRACT, "starts_at": "2020-01-01T00:00:00Z"}, "starts_at"),  # hours over
         ("/v1/contracts", {**CONTRACT, "count": 10_000}, "count"),
     ],
     ids=lambda v: str(v)[:30],

@@ -538,7 +538,7 @@ def test_a_rental_its_contract_covered_pays_on_demand_once_the_contract_has_ende
         headers = {"Authorization": f"Bearer {secret['secret']}"}
         end = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=8)  # signed and placed before it
         window = {"gpu_model": "H100-SXM-80GB", "count": 1, "region": "cn-north"}
-        body = {**window, "starts_at": (end - timedelta(hours=1)).isoformat(), "ends_at": end.isoformat()}
+        body = {**window, "starts_at": (end - timedelta(minutes=1)).isoformat(), "ends_at": end.isoformat()}
         signed = client.post("/v1/contracts", json=body, headers=headers)
         assert signed.status_code == 201, signed.text
         rental = client.post("/v1/rentals", json=H100, headers=headers).json()

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from suanli.app.coverage import extend_coverage, settle_coverage
 from suanli.app.downtime import down_for_contracts
@@ -72,6 +72,9 @@ class ContractQuote:
     price_micros_per_gpu_hour: int  # the reserved list price at the window's start
     price_micros: int  # prepaid at signing: that price x GPUs x window hours
     payable: bool
+
+
+PAST_START_SLACK_S = 300  # a window may start this long before now: "now", as a client's clock read it
 
 
 def _terms(record: ContractRecord) -> tuple[str, str, int, str, datetime, datetime]:
@@ -138,6 +141,12 @@ class ContractService:
             raise Invalid(str(error), field="gpu_model") from None
         now = self.clock.now()
         starts_at, ends_at = upcoming_window(order.starts_at, order.ends_at, now)
+        if starts_at < now - timedelta(seconds=PAST_START_SLACK_S):  # else it prepays hours already over
+            raise Invalid(
+                f"the window starts {starts_at:%Y-%m-%d %H:%M} UTC, before now ({now:%Y-%m-%d %H:%M}): a "
+                "contract holds and charges from its start, so start it now or later",
+                field="starts_at",
+            )
         return ContractRecord(
             new_id("ctr"), holder, model.name, order.count, order.region, starts_at, ends_at, now
         )

@@ -38,10 +38,15 @@ def valid_input(options: Mapping[str, str]) -> Iterator[None]:
     try:
         yield
     except ValidationError as error:
-        for problem in error.errors():
-            field = str(problem["loc"][0]) if problem["loc"] else "input"
-            errors.print(error_text(f"{options.get(field, field)}: {problem['msg']}"))
-        raise typer.Exit(EXIT_USAGE) from None
+        raise _refused_input(error, options) from None
+
+
+def _refused_input(error: ValidationError, options: Mapping[str, str]) -> typer.Exit:
+    """Print one line per bad value of a request model, naming its option; the exit (2) to raise."""
+    for problem in error.errors():
+        field = str(problem["loc"][0]) if problem["loc"] else "input"
+        errors.print(error_text(f"{options.get(field, field)}: {problem['msg']}"))
+    return typer.Exit(EXIT_USAGE)
 
 
 @contextmanager
@@ -60,6 +65,8 @@ def logged_in(options: Mapping[str, str] | None = None) -> Iterator[Client]:
 def api_errors(options: Mapping[str, str] | None = None) -> Iterator[None]:
     try:
         yield
+    except ValidationError as error:  # a request the SDK built from options its model refuses
+        raise _refused_input(error, options or {}) from None
     except ApiError as error:
         option = (options or {}).get(error.field or "")
         where = f" (field {error.field})" if error.field and not option else ""

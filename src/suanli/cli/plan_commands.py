@@ -197,7 +197,7 @@ def budget(
         raise _usage("--stop-running needs --daily and/or --monthly")
     daily_micros = None if daily is None else _money(daily, "--daily")
     monthly_micros = None if monthly is None else _money(monthly, "--monthly")
-    with logged_in() as client:
+    with logged_in({"daily_micros": "--daily", "monthly_micros": "--monthly"}) as client:
         if setting or clear:
             found = client.set_budget(daily_micros, monthly_micros, tenant, stop_running=stop_running)
         else:

@@ -377,7 +377,7 @@ def admin_tenant_create(
     as_json: JsonFlag = False,
 ) -> None:
     """Create a tenant and its first API key (shown once)."""
-    with logged_in() as client:
+    with logged_in({"name": "NAME", "role": "--role"}) as client:
         tenant = client.create_tenant(name, role)
         key = client.create_key(tenant.id, "first key")
     if as_json:

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 import httpx
-from pydantic import BaseModel, TypeAdapter
+from pydantic import BaseModel, TypeAdapter, ValidationError
 from tenacity import (
     RetryCallState,
     retry,
@@ -572,7 +572,11 @@ class Client:
             return None
         if raw:
             return response.text
-        return TypeAdapter(response_type).validate_python(response.json())
+        try:
+            return TypeAdapter(response_type).validate_python(response.json())
+        except (ValidationError, ValueError) as error:  # not a request's fault: the server's answer
+            message = f"the server's answer to {method} {path} is not valid: {error}"
+            raise ApiError(502, "bad_response", message) from None
 
 
 def retry_on_connection_errors(attempts: int):

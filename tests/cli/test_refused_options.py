@@ -1,0 +1,31 @@
+"""A value the SDK's request model refuses is a usage error naming the option (exit 2), never a traceback;
+the check happens before anything is sent, so no server is needed (the saved profile points nowhere)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from suanli.cli.main import app
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (
+            ["keys", "create", "--label", "x" * 101, "--tenant", "ten_x"],
+            "--label: String should have at most 100",
+        ),
+        (["webhooks", "add", "https://x.example/" + "a" * 3000], "URL: "),
+        (["budget", "--daily", "99999999999999"], "--daily: Input should be less than or equal to"),
+        (["admin", "tenant-create", "x" * 300], "NAME: String should have at most"),
+    ],
+    ids=["key-label", "webhook-url", "budget", "tenant-name"],
+)
+def test_a_refused_value_names_its_option_and_exits_2(tmp_path: Path, args: list[str], says: str) -> None:
+    env = {"SUANLI_CONFIG_DIR": str(tmp_path), "SUANLI_URL": "http://127.0.0.1:9", "SUANLI_API_KEY": "sk_x"}
+    done = CliRunner().invoke(app, args, env=env)
+    assert done.exit_code == 2, done.output
+    assert says in " ".join(done.output.split()) and "Traceback" not in done.output, done.output
