@@ -131,6 +131,7 @@ def test_a_rental_keeps_the_name_it_was_given(client: TestClient, tenant) -> Non
         ("/v1/rentals", {"surprise": 1}, "surprise"),
         ("/v1/rentals", {"name": "my job"}, "name"),
         ("/v1/rentals", {"name": "x" * 65}, "name"),
+        ("/v1/rentals", {"regions": ["cn-north", "mars"]}, "regions"),  # a typo would wait forever
         ("/v1/contracts", {**CONTRACT, "ends_at": "2029-01-01T00:00:00Z"}, "ends_at"),
         ("/v1/contracts", {**CONTRACT, "region": "mars"}, "region"),
         ("/v1/contracts", {**CONTRACT, "starts_at": "2020-01-01T00:00:00Z"}, "starts_at"),  # hours over

@@ -105,7 +105,8 @@ def test_rent_dry_run_prints_what_would_happen_and_creates_nothing(
     waits = runner.invoke(app, ["rent", "H200:9", "--dry-run", "--json"], env=env)
     assert waits.exit_code == 0 and '"pending_reason": "no_matching_gpu"' in waits.output, waits.output
     region = runner.invoke(app, ["rent", "H200:1", "--region", "mars", "--dry-run"], env=env)
-    assert region.output.startswith("would wait (constraints): no node in region mars"), region.output
+    assert region.exit_code == 1, region.output  # refused, as a rental there would be: it never runs
+    assert "no region mars in the fleet; its regions: ap-southeast" in " ".join(region.output.split())
     both = runner.invoke(app, ["rent", "H200:1", "--dry-run", "-f", "--", "true"], env=env)
     assert both.exit_code == 2 and "--dry-run creates nothing to --follow" in both.output
     assert client.get("/v1/rentals", headers=headers).json() == []

@@ -132,3 +132,18 @@ def test_cli_exec_prints_the_output_and_exits_with_the_commands_code(client: Tes
         stop.set()
         worker.join(5)
         exec_commands.logged_in = original
+
+
+def test_renting_with_no_command_says_the_gpus_are_held_and_how_to_run_in_them(
+    client: TestClient, tenant, monkeypatch
+) -> None:
+    from suanli.cli import platform_commands
+
+    _, owner = tenant("holder")
+    key = owner["Authorization"].split()[1]
+    monkeypatch.setattr(platform_commands, "logged_in", logged_in_as(client, key))
+    done = CliRunner().invoke(app, ["rent", "L40S:0.5"], env={"COLUMNS": "300"})
+    assert done.exit_code == 0, done.output
+    said = " ".join(done.output.split())
+    assert "no command, so its GPUs are held until `suanli stop rnt_" in said, said
+    assert "`suanli exec rnt_" in said

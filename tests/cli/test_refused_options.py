@@ -29,3 +29,10 @@ def test_a_refused_value_names_its_option_and_exits_2(tmp_path: Path, args: list
     done = CliRunner().invoke(app, args, env=env)
     assert done.exit_code == 2, done.output
     assert says in " ".join(done.output.split()) and "Traceback" not in done.output, done.output
+
+
+def test_version_prints_the_installed_version() -> None:
+    from importlib.metadata import version
+
+    done = CliRunner().invoke(app, ["--version"])
+    assert done.exit_code == 0 and done.output == f"suanli {version('suanli')}\n"

@@ -232,7 +232,7 @@ def build(settings: Settings, clock: Clock | None = None) -> Services:
         token_ttl_s=settings.join_token_ttl_s,
     )
     dry_runs = RateLimit(settings.dry_run_rate, "dry runs")
-    rentals = RentalService(uow, clock, CATALOG, wake, billing, scheduler.trial, dry_runs)
+    rentals = RentalService(uow, clock, CATALOG, wake, billing, scheduler.trial, dry_runs, cache)
     webhooks = WebhookService(uow, clock)
     reaper = ReaperLoop(
         agents, loop.leadership, min(settings.agent_heartbeat_interval_s / 2, 5.0), rentals=rentals

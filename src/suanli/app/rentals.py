@@ -15,6 +15,7 @@ from typing import Any
 from suanli.app.billing import BillingService
 from suanli.app.booking import SHARE_UNIT_MILLI
 from suanli.app.errors import Conflict, Duplicate, Invalid
+from suanli.app.fleet import FleetCache
 from suanli.app.ids import check_idempotency_key, new_id
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.pricing import ANY_REGION, contract_room_milli
@@ -143,11 +144,13 @@ class RentalService:
         billing: BillingService | None = None,
         trial: Callable[[Rental], Trial] | None = None,
         dry_run_limit: RateLimit | None = None,
+        fleet: FleetCache | None = None,
     ):
         """`trial`: what the scheduler would do with a rental now (`Scheduler.trial`), for dry runs, each
         tenant's as often as `dry_run_limit` allows."""
         self.uow, self.clock, self.catalog, self.signal = uow, clock, catalog, signal
         self.billing, self.trial, self.dry_run_limit = billing, trial, dry_run_limit
+        self.fleet = fleet  # to refuse a region the fleet does not have (a typo would wait forever)
 
     def create(
         self, caller: Caller, spec: RentalSpec, idempotency_key: str | None
@@ -199,8 +202,20 @@ class RentalService:
         )
         return DryRun(trial, rate, quoted, most)
 
+    def _check_regions(self, uow: UnitOfWork, spec: RentalSpec) -> None:
+        """Invalid (field `regions`) for a region the current fleet does not have."""
+        if not spec.regions or self.fleet is None:
+            return
+        _, fleet = self.fleet.load(uow)
+        unknown = [r for r in spec.regions if fleet is not None and r not in fleet.regions]
+        if unknown:
+            known = ", ".join(sorted(fleet.regions)) if fleet is not None else ""
+            message = f"no region {', '.join(unknown)} in the fleet; its regions: {known}"
+            raise Invalid(message, field="regions")
+
     def _quoted(self, uow: UnitOfWork, rental: Rental) -> Rental:
         """`rental` with its quote when billing is on; `PaymentRequired` when its tenant cannot pay for it."""
+        self._check_regions(uow, rental.spec)
         if self.billing is None:
             return rental
         tenant_id, now = rental.tenant_id, rental.created_at

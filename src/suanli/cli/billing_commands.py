@@ -157,12 +157,15 @@ def _payouts_table(found: list[PayoutResponse]):
 
 
 def invoice(
-    month: Annotated[str, typer.Argument(help="The month, yyyy-mm (UTC), e.g. 2026-11.")],
+    month: Annotated[
+        str | None, typer.Argument(help="The month, yyyy-mm (UTC), e.g. 2026-11; default: this month.")
+    ] = None,
     tenant: TenantOption = None,
     as_csv: Annotated[bool, typer.Option("--csv", help="Print the server's CSV.")] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Your invoice for a month: a line per rental (GPU-seconds, rate, amount, energy, CO2) and the total."""
+    month = month or f"{datetime.now(UTC):%Y-%m}"
     with logged_in() as client:
         if as_csv:
             typer.echo(client.invoice_csv(month, tenant), nl=False)

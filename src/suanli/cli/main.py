@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from importlib.metadata import version
+from typing import Annotated
+
 import typer
 
 from suanli.cli import (
@@ -19,6 +22,24 @@ from suanli.cli.maintenance_commands import maintenance_app
 from suanli.cli.sim_commands import sim_app
 
 app = typer.Typer(help="suanli: a GPU compute rental platform.", no_args_is_help=True)
+
+
+def _print_version(shown: bool) -> None:
+    if shown:
+        typer.echo(f"suanli {version('suanli')}")
+        raise typer.Exit
+
+
+@app.callback()
+def main(
+    _version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    """suanli: a GPU compute rental platform."""
+
+
 app.add_typer(sim_app, name="sim")
 app.add_typer(fleet_app, name="fleet")
 app.add_typer(contract_commands.contracts_app, name="contracts")

@@ -7,6 +7,8 @@ Exit codes: 0 done; 1 the server refused (4xx); 2 bad usage or input; 3 not logg
 from __future__ import annotations
 
 import json
+import os
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -21,8 +23,11 @@ from suanli.cli import profile
 from suanli.client import ApiError, Client, ServerUnreachable
 
 EXIT_REFUSED, EXIT_USAGE, EXIT_NOT_LOGGED_IN, EXIT_UNREACHABLE, EXIT_SERVER_ERROR = 1, 2, 3, 4, 5
-console = Console()
-errors = Console(stderr=True)
+# Piped or redirected (no terminal, no COLUMNS), Rich would lay tables out in 80 columns and wrap ids and
+# model names inside their cells, so `suanli ls | grep` missed them: lay them out wider there.
+PIPE_WIDTH = 200
+console = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else PIPE_WIDTH)
+errors = Console(stderr=True, soft_wrap=True)  # a message is one line: the terminal wraps it, not Rich
 
 
 def error_text(message: str) -> Text:

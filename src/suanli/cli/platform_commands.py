@@ -151,7 +151,8 @@ def rent(
             "--follow",
             "-f",
             help="Wait for it and print its output as it comes, until it ends; exit with its workload's "
-            "exit code (1 if preempted or lost). Ctrl-C detaches: the rental goes on.",
+            "status (128+N after signal N, e.g. 143 when preempted; 124 at --max-duration; 1 if lost). "
+            "Ctrl-C detaches (130): the rental goes on.",
         ),
     ] = False,
     dry_run: Annotated[
@@ -231,6 +232,13 @@ def rent(
             emit(client.dry_run_rental(request), as_json, _dry_run_text)
             return
         rental = client.create_rental(request, idempotency_key or f"cli-{uuid.uuid4()}")
+        if not command and image is None:  # it runs nothing: the GPUs are held (and charged) until stopped
+            errors.print(
+                Text(
+                    f"{rental.id}: no command, so its GPUs are held until `suanli stop {rental.id}`; run "
+                    f"commands in it with `suanli exec {rental.id} -- CMD`"
+                )
+            )
         if follow:
             raise typer.Exit(follow_rental(client, rental))
     emit(rental, as_json, _rental_detail)
