@@ -33,6 +33,7 @@ from suanli.agent.executors import (
     rental_paths,
     rentals_dir,
     spawn,
+    start_command,
     status_of_returncode,
     write_notice,
     write_record,
@@ -84,20 +85,7 @@ class ContainerExecutor:
         The image may have no `timeout`, so the limit is the agent's: it kills the exec client at `timeout_s`,
         and a command the client leaves behind in the container ends with the container."""
         argv = [self.runtime or "docker", "exec", container_name(spec.rental_id), *command]
-        env = {k: os.environ[k] for k in INHERITED_ENV if k in os.environ}
-        try:
-            with output.open("wb") as out:
-                return subprocess.Popen(
-                    argv,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    close_fds=True,
-                )
-        except OSError as error:
-            raise ExecutorError(f"cannot run {argv[0]!r}: {error}", exit_code=127) from None
+        return start_command(argv, {k: os.environ[k] for k in INHERITED_ENV if k in os.environ}, output)
 
 
 class ContainerWorkload:

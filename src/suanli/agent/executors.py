@@ -282,21 +282,28 @@ class ProcessExecutor:
         if user is not None:
             as_user = {"user": user.uid, "group": user.gid, "extra_groups": []}
         argv = ["timeout", "--kill-after=5", f"{timeout_s}s", *command]
-        try:
-            with output.open("wb") as out:
-                return subprocess.Popen(
-                    argv,
-                    cwd=paths.workdir,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    close_fds=True,
-                    **as_user,  # type: ignore[arg-type]
-                )
-        except OSError as error:
-            raise ExecutorError(f"cannot run {command[0]!r}: {error}", exit_code=127) from None
+        return start_command(argv, env, output, cwd=paths.workdir, **as_user)
+
+
+def start_command(
+    argv: Sequence[str], env: Mapping[str, str], output: Path, **popen: object
+) -> subprocess.Popen[bytes]:
+    """A one-off command (`run_command`) in a session of its own, stdout and stderr to `output`, no stdin;
+    ExecutorError (exit code 127, as a shell's) when it cannot be started."""
+    try:
+        with output.open("wb") as out:
+            return subprocess.Popen(  # type: ignore[call-overload]
+                list(argv),
+                env=dict(env),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+                **popen,
+            )
+    except OSError as error:
+        raise ExecutorError(f"cannot run {argv[0]!r}: {error}", exit_code=127) from None
 
 
 class ProcessWorkload:
