@@ -24,11 +24,14 @@ def stop_idle(
 ) -> list[str]:
     """Record busy readings and stop what has been idle too long; the rentals stopped."""
     utilization = {t["index"]: t.get("utilization_pct") for t in telemetry if isinstance(t.get("index"), int)}
-    stopped = []
-    for rental_id, slices in uow.agents.running_slices(node).items():
-        rental = uow.rentals.get(rental_id)
-        if rental is None or rental.spec.idle_stop_s is None or rental.state != "running":
+    stopped: list[str] = []
+    if not any(u is not None for u in utilization.values()):
+        return stopped  # nothing read (no telemetry): every verdict would be unknown
+    slices_of = uow.agents.running_slices(node)
+    for rental in uow.rentals.by_ids(list(slices_of)):  # one read per beat, not one per rental
+        if rental.spec.idle_stop_s is None or rental.state != "running":
             continue
+        rental_id, slices = rental.id, slices_of[rental.id]
         verdict = reading(utilization.get(index) for index, _ in slices)
         if verdict is Reading.BUSY:
             uow.rentals.mark_busy(rental_id, now)
