@@ -72,15 +72,14 @@ def client(database_url: str) -> Iterator[TestClient]:
 @pytest.fixture
 def tenant(client: TestClient) -> Callable[[str], tuple[str, dict[str, str]]]:
     """Make a tenant; returns its id and auth headers."""
+    return lambda name: make_tenant(client, name)
 
-    def make(name: str) -> tuple[str, dict[str, str]]:
-        tenant_id = client.post("/v1/tenants", json={"name": name}, headers=ADMIN).json()["id"]
-        secret = client.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()[
-            "secret"
-        ]
-        return tenant_id, {"Authorization": f"Bearer {secret}"}
 
-    return make
+def make_tenant(client: TestClient, name: str) -> tuple[str, dict[str, str]]:
+    """A new tenant `name` on `client`'s app, with a key: its id and auth headers."""
+    tenant_id = client.post("/v1/tenants", json={"name": name}, headers=ADMIN).json()["id"]
+    secret = client.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()["secret"]
+    return tenant_id, {"Authorization": f"Bearer {secret}"}
 
 
 WAIT_S = 30  # what a poll waits at most: 10 s ran out once on a loaded machine with the state on its way

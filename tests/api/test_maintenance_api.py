@@ -14,7 +14,17 @@ import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from conftest import ADMIN, ADMIN_KEY, app_client, charged, logged_in_as, scheduler_cycles, wait_for
+from conftest import (
+    ADMIN,
+    ADMIN_KEY,
+    FixedClock,
+    app_client,
+    charged,
+    logged_in_as,
+    make_tenant,
+    scheduler_cycles,
+    wait_for,
+)
 from suanli.cli import maintenance_commands, platform_commands
 from suanli.cli.main import app
 from suanli.domain.billing.money import charge_micros
@@ -193,26 +203,41 @@ def test_a_rental_that_declares_its_duration_is_kept_off_a_node_whose_window_sta
 
 
 def test_a_rental_on_a_node_going_into_maintenance_gets_notice_to_end_by_the_start_and_pays_to_it(
-    client: TestClient, tenant: Callable[[str], tuple[str, dict[str, str]]]
+    database_url: str,
 ) -> None:
     """An 8-GPU H200 rental runs on h200-01; maintenance starts there in 3 s (the notice period is 2 s). It
-    ran into the window. Now it gets notice at 2 s before the start (preempted_by maintenance, the deadline
-    the window's start), is ended at the deadline, and the meter bills it to the deadline, not after."""
-    _, headers = tenant("acme")
-    rental = client.post("/v1/rentals", json=H200, headers=headers).json()
-    placed = wait_for(client, rental["id"], headers, "placed")
-    assert placed["state"] == "placed"
-    window = _window(client, "h200-01", 3, 3600).json()
-    start = datetime.fromisoformat(window["starts_at"])
-    noticed = wait_for(client, rental["id"], headers, "preempting")
-    assert noticed["state"] == "preempting" and datetime.now(UTC) >= start - timedelta(seconds=NOTICE_S + 0.5)
-    assert noticed["preempted_by"] == "maintenance"
-    assert datetime.fromisoformat(noticed["notice_deadline"]) == start
-    ended = wait_for(client, rental["id"], headers, "preempted")
-    assert ended["state"] == "preempted"
-    client.app.state.services.billing.meter(now=start + timedelta(hours=1))
-    # placed under a minute before the start: the 60-s minimum, not the hour after
-    assert charged(client, rental["id"], headers) == charge_micros(placed["price_micros_per_hour"], 60)
+    gets notice inside the 2 s before the start (preempted_by maintenance, the deadline the window's start),
+    is ended at the deadline, and the meter bills it to the deadline, not after. The app's clock moves only
+    when the test moves it: on a loaded machine that ran no cycle for 2 s, the notice came after the start."""
+    clock = FixedClock(datetime.now(UTC))
+    with app_client(
+        database_url, clock, preemption_notice_s=NOTICE_S, meter_interval_s=3600, prepaid=False
+    ) as client:
+        _, headers = make_tenant(client, "acme")
+        rental = client.post("/v1/rentals", json=H200, headers=headers).json()
+        placed = wait_for(client, rental["id"], headers, "placed")
+        assert placed["state"] == "placed"
+        start = clock.at + timedelta(seconds=3)
+        body = {
+            "node": "h200-01",
+            "starts_at": start.isoformat(),
+            "ends_at": (start + timedelta(hours=1)).isoformat(),
+        }
+        assert client.post("/v1/fleet/maintenance", json=body, headers=ADMIN).status_code == 201
+        scheduler_cycles(client)
+        assert client.get(f"/v1/rentals/{rental['id']}", headers=headers).json()["state"] == "placed"
+        clock.at = start - timedelta(seconds=NOTICE_S - 0.5)  # inside the notice period
+        noticed = wait_for(client, rental["id"], headers, "preempting")
+        assert noticed["state"] == "preempting" and noticed["preempted_by"] == "maintenance"
+        assert datetime.fromisoformat(noticed["notice_deadline"]) == start
+        scheduler_cycles(client)
+        assert client.get(f"/v1/rentals/{rental['id']}", headers=headers).json()["state"] == "preempting"
+        clock.at = start + timedelta(seconds=0.5)
+        ended = wait_for(client, rental["id"], headers, "preempted")
+        assert ended["state"] == "preempted"
+        client.app.state.services.billing.meter(now=start + timedelta(hours=1))
+        # placed 3 s before the start: the 60-s minimum, not the hour after
+        assert charged(client, rental["id"], headers) == charge_micros(placed["price_micros_per_hour"], 60)
 
 
 def test_cli_admin_maintenance_add_ls_rm(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
