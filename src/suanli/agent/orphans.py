@@ -52,6 +52,9 @@ class Orphan:
     container_runtime: str | None = None
 
 
+KILL_WAIT_S = 5.0  # how long a killed group may take to be gone before the agent goes on
+
+
 class AdoptedWorkload:
     """A process group an earlier agent process started: signalled by group id, and a container workload's
     container through its runtime as well (its client passes no SIGKILL on, and the container outlives it);
@@ -89,20 +92,26 @@ class AdoptedWorkload:
             self._container.stop(grace_s)
             return self.kill()
         self._signal(signal.SIGTERM)
-        end = time.monotonic() + grace_s
-        while group_alive(self._pgid) and time.monotonic() < end:
-            time.sleep(0.05)
+        self._wait_gone(grace_s)
         return self.kill()
 
     def kill(self) -> WorkloadStatus:
+        """SIGKILL to the group, then a short wait until the kernel has ended it (a loaded host may not have
+        run the kill yet), so that what is reported killed is gone."""
         if self._container is not None:
             self._container.kill()
         self._signal(signal.SIGKILL)
+        self._wait_gone(KILL_WAIT_S)
         return WorkloadStatus(WorkloadState.SIGNALED, exit_code=128 + signal.SIGKILL, signal=signal.SIGKILL)
 
     def _signal(self, signum: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self._pgid, signum)
+
+    def _wait_gone(self, timeout_s: float) -> None:
+        end = time.monotonic() + timeout_s
+        while group_alive(self._pgid) and time.monotonic() < end:
+            time.sleep(0.05)
 
 
 def find_orphans(work_dir: Path) -> dict[str, Orphan]:
