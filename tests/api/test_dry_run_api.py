@@ -51,8 +51,8 @@ def test_a_dry_run_says_where_and_at_what_rate_and_creates_nothing(client: TestC
     busy = _dry_run(client, {**H200, "gpus": 1}, headers)
     assert not busy["starts_now"] and busy["nodes"] == [], busy
     assert busy["pending_reason"] == "no_capacity" and busy["message"], busy
-    too_big = _dry_run(client, {**H200, "gpus": 9}, headers)
-    assert not too_big["starts_now"] and too_big["pending_reason"] not in (None, "no_capacity"), too_big
+    too_big = client.post("/v1/rentals/dry-run", json={**H200, "gpus": 9}, headers=headers)
+    assert too_big.status_code == 400 and too_big.json()["error"]["field"] == "gpus", too_big.text
 
 
 def test_a_dry_run_names_the_limit_that_would_hold_it_and_the_victims_it_would_preempt(
@@ -94,7 +94,7 @@ def test_rent_dry_run_prints_what_would_happen_and_creates_nothing(
 
     _, headers = tenant("cli")
     key = headers["Authorization"].split()[1]
-    monkeypatch.setattr(platform_commands, "logged_in", lambda options=None: logged_in_as(client, key)())
+    monkeypatch.setattr(platform_commands, "logged_in", lambda options=None: logged_in_as(client, key)(options))
     runner = CliRunner()
     env = {"COLUMNS": "200"}
     shown = runner.invoke(app, ["rent", "H200:8", "--max-duration", "2h", "--dry-run", "--", "true"], env=env)
@@ -102,8 +102,10 @@ def test_rent_dry_run_prints_what_would_happen_and_creates_nothing(
     said = " ".join(shown.output.split())  # the console may fold long lines at its width
     assert said.startswith("would start now on h200-01 at ") and "to its time limit)" in said, said
     assert said.endswith("dry run: nothing was created")
-    waits = runner.invoke(app, ["rent", "H200:9", "--dry-run", "--json"], env=env)
-    assert waits.exit_code == 0 and '"pending_reason": "no_matching_gpu"' in waits.output, waits.output
+    too_many = runner.invoke(app, ["rent", "H200:9", "--dry-run", "--json"], env=env)
+    assert too_many.exit_code == 1, too_many.output  # refused, as a rental of 9 would be: no node has 9
+    said = " ".join(too_many.output.split())
+    assert "SPEC (GPUs): no matching node has 9 GPUs (at most 8 on one node)" in said, said
     region = runner.invoke(app, ["rent", "H200:1", "--region", "mars", "--dry-run"], env=env)
     assert region.exit_code == 1, region.output  # refused, as a rental there would be: it never runs
     assert "no region mars in the fleet; its regions: ap-southeast" in " ".join(region.output.split())

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from suanli.domain.catalog_data import CATALOG
 from suanli.domain.fragmentation import typical_mix
@@ -21,7 +23,7 @@ from suanli.domain.request import (
     Tier,
     WholeGpus,
 )
-from suanli.domain.scheduler import order_queue, place, schedule
+from suanli.domain.scheduler import never_fits, order_queue, place, schedule
 from suanli.domain.snapshot import Snapshot, host_layouts
 
 REGIONS = {
@@ -143,6 +145,43 @@ def test_a_request_that_can_never_fit_says_what_to_change() -> None:
     assert plan.pending[0].message == "no node in region mars-1; the fleet's regions: ap-southeast, cn-north"
     plan = run(snapshot(node("n1")), req("r", MigSlice("3g.40gb")))
     assert plan.pending[0].message == "no GPU in the fleet matches the selector and shape"
+
+
+NEVER_FITS_FLEET = (
+    node("a1"),
+    node("a2", where="cn-north/z2/pod-b/leaf-07"),
+    node("b1", gpus=4, where="eu-west/z1/pod-a/leaf-01"),
+    node("c1", model="A100-40GB", gpus=4, where="ap-southeast/z1/pod-a/leaf-01"),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    gpus=st.integers(1, 10),
+    nodes=st.integers(1, 4),
+    model=st.sampled_from(["", "H100-SXM-80GB", "A100-40GB", "H200-141GB"]),
+    regions=st.sets(st.sampled_from(["cn-north", "eu-west", "ap-southeast"]), max_size=2),
+    cpu_milli=st.sampled_from([0, 64_000, 65_000]),
+)
+def test_never_fits_says_so_exactly_when_an_empty_fleet_cannot_place_the_request(
+    gpus: int, nodes: int, model: str, regions: set[str], cpu_milli: int
+) -> None:
+    """What a new rental is refused for: `never_fits` is None exactly when the request is placed on the
+    whole fleet with every node empty, and otherwise carries the reason placement gives."""
+    request = req(
+        "r",
+        WholeGpus(gpus),
+        node_count=nodes,
+        cpu_milli=cpu_milli,
+        selector=GpuSelector(models=frozenset({model}) if model else frozenset()),
+        constraints=Constraints(regions=frozenset(regions)),
+    )
+    why = never_fits(snapshot(*NEVER_FITS_FLEET), request)
+    placed_on_empty = place(snapshot(*NEVER_FITS_FLEET), request, BestFitPolicy())
+    assert (why is None) == isinstance(placed_on_empty, Placement), (why, placed_on_empty)
+    if why is not None:
+        assert isinstance(placed_on_empty, Pending) and why.reason is placed_on_empty.reason
+        assert why.message == placed_on_empty.message
 
 
 def test_a_whole_gpu_on_a_shared_node_needs_an_untouched_gpu() -> None:

@@ -121,6 +121,7 @@ class FleetCache:
         self._lock = Lock()
         self._version = -1
         self._fleet: Fleet | None = None
+        self._empty: tuple[int, Snapshot] | None = None
 
     def load(self, uow: UnitOfWork) -> tuple[int, Fleet | None]:
         """The newest stored fleet; reads only its version number unless that changed."""
@@ -138,6 +139,20 @@ class FleetCache:
                 self._fleet = parse_fleet(document.toml, source="stored fleet", catalog=self.catalog)
                 self._version = document.version
             return self._version, self._fleet
+
+    def empty_snapshot(self, uow: UnitOfWork) -> Snapshot | None:
+        """The newest fleet as a snapshot with every node empty and in service (built once per version):
+        what tells a request that could never be placed from one that waits for capacity. Read only."""
+        version, fleet = self.load(uow)
+        if fleet is None:
+            return None
+        with self._lock:
+            if self._empty is not None and self._empty[0] == version:
+                return self._empty[1]
+        snapshot = Snapshot(fleet, self.catalog)
+        with self._lock:
+            self._empty = (version, snapshot)
+        return snapshot
 
 
 class FleetService:

@@ -38,8 +38,9 @@ from suanli.domain.billing.pricebook import resized_rate
 from suanli.domain.catalog import Catalog
 from suanli.domain.errors import CatalogError, RequestError
 from suanli.domain.images import RUNS_IMAGES_LABEL, check_image
-from suanli.domain.plan import NodeAllocation
+from suanli.domain.plan import NodeAllocation, Reason
 from suanli.domain.request import Constraints, GpuSelector, GpuShare, MigSlice, Request, Tier, WholeGpus
+from suanli.domain.scheduler import most_gpus_per_node, never_fits
 from suanli.domain.workload_env import env_problem
 
 LIST_LIMIT = 1000
@@ -79,6 +80,19 @@ def to_request(rental: Rental) -> Request:
         submitted_at_s=rental.created_at.timestamp(),
         max_duration_s=spec.max_duration_s,
     )
+
+
+def _field_of(reason: Reason, spec: RentalSpec, model_in_fleet: bool) -> str:
+    """The request field to change for a rental that `reason` says never fits."""
+    if reason is Reason.NO_MATCHING_GPU:
+        return "gpus" if model_in_fleet else "gpu_model"
+    fields = {
+        Reason.GANG_TOO_LARGE: "nodes",
+        Reason.RESIDENCY: "jurisdictions",
+        Reason.NODE_TOO_SMALL: "memory_mib" if spec.memory_mib else "cpu_milli",
+        Reason.CONSTRAINTS: "regions" if spec.regions else ("providers" if spec.providers else "labels"),
+    }
+    return fields.get(reason, "gpu_model")
 
 
 def check_spec(spec: RentalSpec, catalog: Catalog) -> None:
@@ -202,20 +216,34 @@ class RentalService:
         )
         return DryRun(trial, rate, quoted, most)
 
-    def _check_regions(self, uow: UnitOfWork, spec: RentalSpec) -> None:
-        """Invalid (field `regions`) for a region the current fleet does not have."""
-        if not spec.regions or self.fleet is None:
+    def _check_fleet(self, uow: UnitOfWork, rental: Rental) -> None:
+        """Invalid, naming the field to change, for a rental the current fleet could never run, empty as it
+        may be: a region it does not have, a GPU model or count no node has, more nodes than a region has
+        (a typo or a wrong size would wait for ever). MIG and share rentals are left to the scheduler: the
+        hosts' MIG layouts, not the fleet file, decide where those fit."""
+        spec = rental.spec
+        if self.fleet is None:
             return
         _, fleet = self.fleet.load(uow)
-        unknown = [r for r in spec.regions if fleet is not None and r not in fleet.regions]
+        if fleet is None:
+            return
+        unknown = [r for r in spec.regions if r not in fleet.regions]
         if unknown:
-            known = ", ".join(sorted(fleet.regions)) if fleet is not None else ""
+            known = ", ".join(sorted(fleet.regions))
             message = f"no region {', '.join(unknown)} in the fleet; its regions: {known}"
             raise Invalid(message, field="regions")
+        snapshot = self.fleet.empty_snapshot(uow)
+        if snapshot is None or spec.mig_profile is not None or spec.share_milli is not None:
+            return
+        # which hosts run images is heard from their agents, not in the fleet file: left to the scheduler
+        why = never_fits(snapshot, to_request(replace(rental, spec=replace(spec, image=None))))
+        if why is not None:
+            fits_a_node = most_gpus_per_node(snapshot, to_request(rental).selector) > 0
+            raise Invalid(why.message, field=_field_of(why.reason, spec, fits_a_node))
 
     def _quoted(self, uow: UnitOfWork, rental: Rental) -> Rental:
         """`rental` with its quote when billing is on; `PaymentRequired` when its tenant cannot pay for it."""
-        self._check_regions(uow, rental.spec)
+        self._check_fleet(uow, rental)
         if self.billing is None:
             return rental
         tenant_id, now = rental.tenant_id, rental.created_at
@@ -282,6 +310,8 @@ class RentalService:
                 raise Invalid("only whole-GPU rentals change their GPU count", field="gpus")
             new_spec = replace(spec, nodes=nodes or spec.nodes, gpus=spec.gpus if gpus is None else gpus)
             check_spec(new_spec, self.catalog)
+            if new_spec != spec:
+                self._check_fleet(uow, replace(rental, spec=new_spec))
             live = rental.state in LIVE_STATES
             if live and not whole and new_spec.nodes != spec.nodes:
                 raise Invalid("a live MIG or share rental keeps its node count", field="nodes")

@@ -370,7 +370,7 @@ def resize(
     or next to them (nodes) once free. A new GPU count restarts its workload; the rate follows."""
     if nodes is None and gpus is None:
         raise typer.BadParameter("give --nodes, --gpus or both", param_hint="--nodes")
-    with logged_in() as client:
+    with logged_in({"nodes": "--nodes", "gpus": "--gpus"}) as client:
         rental = client.resize(rental_id, nodes=nodes, gpus=gpus)
     emit(rental, as_json, _rental_detail)
 

@@ -18,7 +18,7 @@ from suanli.domain.images import RUNS_IMAGES_LABEL
 from suanli.domain.plan import NodeAllocation, Pending, Placement, Plan, Reason, Repartition
 from suanli.domain.policies import Policy, Score
 from suanli.domain.quotas import Ledger
-from suanli.domain.request import Request, WholeGpus
+from suanli.domain.request import GpuSelector, Request, WholeGpus
 from suanli.domain.snapshot import NodeState, Snapshot
 
 TOPOLOGY_LEVELS = (4, 3, 2, 1)  # leaf, pod, zone, region
@@ -78,6 +78,18 @@ def place(snapshot: Snapshot, request: Request, policy: Policy) -> Placement | P
             return Pending(request.id, Reason.NO_CAPACITY, _explain(Reason.NO_CAPACITY, request))
         return apply_candidates(snapshot, request, [candidate], "")
     return place_gang(snapshot, class_ids, request, policy)
+
+
+def never_fits(snapshot: Snapshot, request: Request) -> Pending | None:
+    """Why `request` could not be placed even with every node of `snapshot`'s fleet empty, or None: what a
+    new rental is refused for rather than left waiting for ever (a GPU count no node has, too many nodes)."""
+    class_ids, reason = nominate(snapshot, request)
+    if not class_ids:
+        return Pending(request.id, reason, _never_fits(snapshot, request, reason))
+    most = _most_nodes_in_a_region(snapshot, class_ids)
+    if request.node_count > 1 and most < request.node_count:
+        return Pending(request.id, Reason.GANG_TOO_LARGE, _explain(Reason.GANG_TOO_LARGE, request, most))
+    return None
 
 
 def nominate(snapshot: Snapshot, request: Request) -> tuple[list[int], Reason]:
@@ -266,14 +278,19 @@ def apply_candidates(
     return Placement(request.id, tuple(allocations), subtree, tuple(repartitions))
 
 
+def most_gpus_per_node(snapshot: Snapshot, selector: GpuSelector) -> int:
+    """The most whole GPUs matching `selector` on one node of the fleet (0: no node has one)."""
+    one = WholeGpus(1)
+    return max((c.gpu_count for c in snapshot.classes if c.selector_allows(selector, one)), default=0)
+
+
 def _never_fits(snapshot: Snapshot, request: Request, reason: Reason) -> str:
     """Why no node of the fleet could ever take the request, naming what to change where it can: more whole
     GPUs than any matching node has, or regions the fleet does not have."""
     classes = snapshot.classes
     shape = request.shape
     if reason is Reason.NO_MATCHING_GPU and isinstance(shape, WholeGpus):
-        one = WholeGpus(1)
-        most = max((c.gpu_count for c in classes if c.selector_allows(request.selector, one)), default=0)
+        most = most_gpus_per_node(snapshot, request.selector)
         if 0 < most < shape.count:
             return (
                 f"no matching node has {shape.count} GPUs (at most {most} on one node): ask for {most} or "
