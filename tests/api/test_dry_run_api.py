@@ -94,7 +94,8 @@ def test_rent_dry_run_prints_what_would_happen_and_creates_nothing(
 
     _, headers = tenant("cli")
     key = headers["Authorization"].split()[1]
-    monkeypatch.setattr(platform_commands, "logged_in", lambda options=None: logged_in_as(client, key)(options))
+    as_cli = logged_in_as(client, key)
+    monkeypatch.setattr(platform_commands, "logged_in", lambda options=None: as_cli(options))
     runner = CliRunner()
     env = {"COLUMNS": "200"}
     shown = runner.invoke(app, ["rent", "H200:8", "--max-duration", "2h", "--dry-run", "--", "true"], env=env)

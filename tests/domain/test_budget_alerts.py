@@ -22,7 +22,7 @@ def test_each_limit_counts_the_spend_of_its_own_period() -> None:
     ]
     assert [u.reached_pct for u in uses] == [80, None]
     assert uses[0].message(80) == (
-        "80% of the daily spend cap used: 80 of 100 micros spent today (2026-12-03 UTC)"
+        "80% of the daily spend cap used: 0.00008 of 0.0001 spent today (2026-12-03 UTC)"
     )
     assert "spent this month (2026-12 UTC)" in uses[1].message(100)
 

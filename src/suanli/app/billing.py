@@ -55,7 +55,7 @@ from suanli.domain.billing.meter import (
     charge_postings,
     provider_parts,
 )
-from suanli.domain.billing.money import charge_micros, to_epoch_s
+from suanli.domain.billing.money import charge_micros, money_text, to_epoch_s
 from suanli.domain.billing.plans import Grant
 from suanli.domain.billing.pricebook import ListPrice, PriceBook, SpotFloor
 from suanli.domain.catalog import Catalog, GpuModel
@@ -327,9 +327,10 @@ class BillingService:
             refused, floor = self.prepaid and balance.available_micros - minimum < 0, 0
         if refused:
             raise PaymentRequired(
-                f"insufficient balance: {balance.available_micros} micros available (cash "
-                f"{balance.cash_micros}, grants {balance.grants_micros}, floor {floor}); this rental's "
-                f"{DEFAULT_MINIMUM_S}-s minimum costs {minimum} micros; ask an admin for credit",
+                f"insufficient balance: {money_text(balance.available_micros)} available (cash "
+                f"{money_text(balance.cash_micros)}, grants {money_text(balance.grants_micros)}, floor "
+                f"{money_text(floor)}); this rental's {DEFAULT_MINIMUM_S}-s minimum costs "
+                f"{money_text(minimum)}; ask an admin for credit",
                 field="balance",
             )
 

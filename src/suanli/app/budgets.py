@@ -17,6 +17,7 @@ from suanli.app.limits import spent_now
 from suanli.app.plans import StopRental
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.records import LIVE_STATES, RentalEvent
+from suanli.domain.billing.money import money_text
 from suanli.domain.budget_alerts import LimitUse, limit_uses, new_alerts, own_budget_spent
 from suanli.domain.quotas import TenantLimits
 
@@ -87,7 +88,8 @@ class BudgetAlerts:
         if not rentals:
             return []
         why = (
-            f"because the {reached.limit} is spent ({reached.spent_micros} of {reached.limit_micros} micros, "
+            f"because the {reached.limit} is spent ({money_text(reached.spent_micros)} of "
+            f"{money_text(reached.limit_micros)}, "
             f"{reached.period} UTC) and the budget stops running rentals"
         )
         for rental in rentals:

@@ -31,7 +31,7 @@ from suanli.app.postings import post_once, retrying
 from suanli.app.records import Caller, ContractRecord, domain_contract
 from suanli.domain.billing.errors import BillingError
 from suanli.domain.billing.ledger import AccountId, TxKind
-from suanli.domain.billing.money import to_epoch_s
+from suanli.domain.billing.money import money_text, to_epoch_s
 from suanli.domain.billing.plans import (
     contract_postings,
     contract_price_micros,
@@ -224,7 +224,8 @@ class ContractService:
         if not self._payable(uow, tenant_id, amount_micros):
             cash = _cash(uow, tenant_id)
             raise PaymentRequired(
-                f"{what} is {amount_micros} micros and {tenant_id} has {cash} micros in cash; top up first",
+                f"{what} is {money_text(amount_micros)} and {tenant_id} has {money_text(cash)} in cash; "
+                "top up first",
                 field="tenant_id",
             )
 

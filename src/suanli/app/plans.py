@@ -24,7 +24,7 @@ from suanli.app.tenants import require_admin, target_tenant
 from suanli.domain.billing.errors import BillingError
 from suanli.domain.billing.invoice import InvoiceError, Month
 from suanli.domain.billing.ledger import AccountId, AccountKind, TxKind
-from suanli.domain.billing.money import to_epoch_s
+from suanli.domain.billing.money import money_text, to_epoch_s
 from suanli.domain.billing.plans import (
     SECONDS_PER_YEAR,
     FundsAction,
@@ -124,8 +124,8 @@ class PlanService:
                     cash = uow.ledger.balances([tenant_id]).get(AccountId.tenant_cash(tenant_id), 0)
                     if terms.refuses(cash, plan.fee_micros):
                         raise PaymentRequired(
-                            f"the membership fee is {plan.fee_micros} micros and {tenant_id} has {cash} in "
-                            "cash; top up first",
+                            f"the membership fee is {money_text(plan.fee_micros)} and {tenant_id} has "
+                            f"{money_text(cash)} in cash; top up first",
                             field="fee_micros",
                         )
                     post_once(
@@ -320,8 +320,9 @@ class PlanService:
                 elif action is FundsAction.WARN and rentals:
                     uow.terms.set_warned(tenant_id, now, now, terms)
                     message = (
-                        f"balance {available} micros is below the floor {terms.floor_micros}; running "
-                        f"rentals stop in {self.grace_s:g} s unless credit arrives"
+                        f"balance {money_text(available)} is below the floor "
+                        f"{money_text(terms.floor_micros)}; running rentals stop in {self.grace_s:g} s "
+                        "unless credit arrives"
                     )
                     for rental in rentals:
                         uow.rentals.add_event(

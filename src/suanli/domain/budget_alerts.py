@@ -13,6 +13,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from suanli.domain.billing.money import money_text
 from suanli.domain.quotas import Spent, TenantLimits
 
 ALERT_PCTS = (80, 100)  # the shares of a limit a tenant is told about, each once per period
@@ -46,7 +47,8 @@ class LimitUse:
     def message(self, pct: int) -> str:
         when = "today" if "daily" in self.limit else "this month"
         return (
-            f"{pct}% of the {self.limit} used: {self.spent_micros} of {self.limit_micros} micros spent "
+            f"{pct}% of the {self.limit} used: {money_text(self.spent_micros)} of "
+            f"{money_text(self.limit_micros)} spent "
             f"{when} ({self.period} UTC)"
         )
 

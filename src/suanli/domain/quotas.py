@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import MappingProxyType
 
+from suanli.domain.billing.money import money_text
 from suanli.domain.plan import Pending, Reason
 from suanli.domain.request import Request
 
@@ -132,8 +133,8 @@ class Ledger:
                 return Pending(
                     request.id,
                     Reason.SPEND_CAP,
-                    f"tenant {tenant}: {name} {cap} micros, {committed:.0f} spent or committed, "
-                    f"this rental adds {adds:.0f}",
+                    f"tenant {tenant}: {name} {money_text(cap)}, {money_text(committed)} spent or "
+                    f"committed, this rental adds {money_text(adds)}",
                 )
         return None
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from decimal import Decimal
 
 from suanli.domain.billing.errors import BillingError
 
@@ -35,3 +36,12 @@ def to_epoch_s(moment: datetime) -> int:
         raise BillingError(f"time must be timezone-aware UTC, got naive {moment!r}")
     delta = moment.astimezone(UTC) - datetime(1970, 1, 1, tzinfo=UTC)
     return delta.days * 86_400 + delta.seconds
+
+
+def money_text(amount_micros: float) -> str:
+    """An amount in currency units for people: exact to the micro, at least two decimals (448_500 ->
+    "0.4485", 500_000_000 -> "500.00"); a fractional amount (a burn rate's share) is rounded to the micro."""
+    units = Decimal(round(amount_micros)).scaleb(-6)
+    text = f"{units:f}"
+    whole, _, fraction = text.partition(".")
+    return f"{whole}.{fraction.rstrip('0').ljust(2, '0')}"
