@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import pytest
 from fastapi.testclient import TestClient
+from typer.testing import CliRunner
 
-from conftest import ADMIN, wait_for
+from conftest import ADMIN, logged_in_as, wait_for
+from suanli.cli import platform_commands
+from suanli.cli.main import app
 
 CONTRACT = {
     "gpu_model": "H100-SXM-80GB",
@@ -234,8 +237,36 @@ def test_rentals_are_listed_by_state_and_an_unknown_state_is_named(client: TestC
     assert listed("?state=stopped") == [stopped["id"]]
     assert listed("?state=placed&state=running") == [kept["id"]]
     assert listed("?state=failed") == []
+    assert listed("?limit=1") == [stopped["id"]]  # the newest
+    assert listed("?limit=1&state=placed&state=running") == [kept["id"]]
     refused = client.get("/v1/rentals?state=sleeping", headers=headers)
     assert 400 <= refused.status_code < 500 and "state" in refused.text
+    for bad in ("0", "1001", "x"):
+        refused = client.get(f"/v1/rentals?limit={bad}", headers=headers)
+        assert refused.status_code == 422 and "limit" in refused.text, bad
+
+
+def test_ls_shows_the_newest_with_their_age_and_says_when_there_may_be_more(
+    client: TestClient, tenant, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, headers = tenant("ls-user")
+    body = {"gpu_model": "L40S", "gpus": 1, "command": ["true"]}
+    made = [client.post("/v1/rentals", json=body, headers=headers).json()["id"] for _ in range(3)]
+    as_user = logged_in_as(client, headers["Authorization"].split()[1])
+    monkeypatch.setattr(platform_commands, "logged_in", lambda options=None: as_user(options))
+    runner, env = CliRunner(), {"COLUMNS": "200"}
+    two = runner.invoke(app, ["ls", "-n", "2"], env=env)
+    assert two.exit_code == 0, two.output
+    assert made[2] in two.output and made[1] in two.output and made[0] not in two.output
+    header = next(line for line in two.output.splitlines() if " id " in line)
+    assert " age " in header and "the newest 2 shown; --limit N for more" in two.output
+    row = next(line for line in two.output.splitlines() if made[2] in line)
+    assert row.split("│")[4].strip().endswith("s"), row  # created seconds ago
+    every = runner.invoke(app, ["ls"], env=env)
+    assert all(rental in every.output for rental in made) and "--limit N" not in every.output
+    bad = runner.invoke(app, ["ls", "--name", "a*b"], env=env)
+    said = " ".join(bad.output.split())
+    assert bad.exit_code == 1 and "error: --name: name: a name (letters, digits" in said, said
 
 
 def test_rentals_are_listed_by_name_a_tenants_own_only(client: TestClient, tenant) -> None:
@@ -260,4 +291,5 @@ def test_rentals_are_listed_by_name_a_tenants_own_only(client: TestClient, tenan
     assert named("?name=llama-sft*", bob) == named("?name=llama-sft", bob)
     for bad in ("x" * 66, "*", "llama*sft", "-llama*", "llama%25"):
         refused = client.get(f"/v1/rentals?name={bad}", headers=alice)
-        assert refused.status_code == 422 and "name" in refused.text, bad
+        assert refused.status_code == 422 and refused.json()["error"]["field"] == "name", bad
+    assert refused.json()["error"]["message"].startswith("name: a name (letters, digits, '.', '_' and '-'")

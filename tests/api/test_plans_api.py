@@ -426,6 +426,9 @@ def test_cli_quotes_a_contract_then_signs_it(client, tenant, monkeypatch) -> Non
     assert signed.exit_code == 0 and shown in signed.output, signed.output
     bad = runner.invoke(app, ["contracts", "quote", *window[:2], "--count", "0", *window[4:]], env=env)
     assert bad.exit_code == 2 and "--count" in bad.output
+    past = [*window[:6], "--from", "2020-01-01T00:00", "--until", "2031-05-01T04:00"]
+    late = runner.invoke(app, ["contracts", "create", *past], env=env)
+    assert late.exit_code == 1 and "error: --from: " in late.output, late.output  # the server's refusal
 
 
 def test_a_holder_cannot_make_another_tenant_pay_for_its_contract(client, tenant) -> None:

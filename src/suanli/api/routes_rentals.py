@@ -10,6 +10,7 @@ from suanli.api import mappers
 from suanli.api.deps import CallerDep, ServicesDep
 from suanli.api.errors import ERROR_RESPONSES
 from suanli.wire.schemas import (
+    NAME_QUERY_PATTERN,
     ContractCreateRequest,
     ContractQuoteResponse,
     ContractResponse,
@@ -62,14 +63,15 @@ def list_rentals(
         Query(
             min_length=1,
             max_length=65,
-            pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*\*?$",
+            pattern=NAME_QUERY_PATTERN,
             description="Only rentals of this name, exactly, or, ending in `*`, starting with what is before "
             "it (`sweep-lr-*`).",
         ),
     ] = None,
+    limit: Annotated[int, Query(ge=1, le=1000, description="At most this many, the newest.")] = 1000,
 ) -> list[RentalResponse]:
-    """Your rentals, newest first (at most 1,000), or those in the states asked for, of the name asked for."""
-    return [mappers.rental(v) for v in services.rentals.list(caller, state or (), name)]
+    """Your newest rentals (at most `limit`, 1,000), or those in the states, of the name asked for."""
+    return [mappers.rental(v) for v in services.rentals.list(caller, state or (), name, limit)]
 
 
 @router.get("/rentals/{rental_id}", tags=["rentals"])

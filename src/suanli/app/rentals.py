@@ -268,13 +268,15 @@ class RentalService:
             uow.read_snapshot()  # the rental, its allocation, events and rates as of one moment
             return _view(uow, self._owned(uow, caller, rental_id), caller)
 
-    def list(self, caller: Caller, states: Sequence[str] = (), name: str | None = None) -> list[RentalView]:
-        """The caller's rentals (an admin's: everyone's), newest first; only those in `states`, and only
-        those named `name` (ending in `*`: a prefix), when given."""
+    def list(
+        self, caller: Caller, states: Sequence[str] = (), name: str | None = None, limit: int = LIST_LIMIT
+    ) -> list[RentalView]:
+        """The caller's newest `limit` rentals (an admin's: everyone's; at most `LIST_LIMIT`), newest first;
+        only those in `states`, and only those named `name` (ending in `*`: a prefix), when given."""
         with self.uow() as uow:
             uow.read_snapshot()
             tenant_id = None if caller.is_admin else caller.tenant.id
-            rentals = uow.rentals.list(tenant_id, LIST_LIMIT, states, name)
+            rentals = uow.rentals.list(tenant_id, min(limit, LIST_LIMIT), states, name)
             charged = uow.ledger.posted_charges([r.id for r in rentals]) if rentals else {}
             return [_view(uow, rental, caller, charged.get(rental.id, PostedCharges())) for rental in rentals]
 

@@ -22,7 +22,14 @@ from suanli.wire.schemas import (
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of a table.")]
 # request fields -> the options that set them, for messages about bad values
-CONTRACT_OPTIONS = {"gpu_model": "--gpu", "starts_at": "--from", "ends_at": "--until", "count": "--count"}
+CONTRACT_OPTIONS = {
+    "gpu_model": "--gpu",
+    "starts_at": "--from",
+    "ends_at": "--until",
+    "count": "--count",
+    "region": "--region",
+    "tenant_id": "--tenant",
+}
 
 
 contracts_app = typer.Typer(
@@ -66,7 +73,7 @@ def contracts_quote(
 ) -> None:
     """Price a contract and check the fleet can honour it, without signing: what `create` would prepay."""
     request = _contract_request((gpu_model, count, region, starts_at, ends_at, tenant))
-    with logged_in() as client:
+    with logged_in(CONTRACT_OPTIONS) as client:
         quote = client.quote_contract(request)
     emit(quote, as_json, _quote_text)
 
@@ -83,7 +90,7 @@ def contracts_create(
 ) -> None:
     """Sign a contract for GPUs of one model in one region over [from, until), prepaying its price."""
     request = _contract_request((gpu_model, count, region, starts_at, ends_at, tenant))
-    with logged_in() as client:
+    with logged_in(CONTRACT_OPTIONS) as client:
         contract = client.create_contract(request, f"cli-{uuid.uuid4()}")
     emit(contract, as_json, lambda c: _contracts_table([c]))
 
@@ -135,7 +142,7 @@ def contracts_offer(
             price_micros=price_micros,
             expires_at=expires,
         )
-    with logged_in() as client:
+    with logged_in({**CONTRACT_OPTIONS, "price_micros": "--price", "expires_at": "--expires"}) as client:
         offer = client.offer_contract(request)
     emit(offer, as_json, lambda o: _offers_table([o]))
 

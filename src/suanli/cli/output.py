@@ -21,6 +21,7 @@ from rich.text import Text
 
 from suanli.cli import profile
 from suanli.client import ApiError, Client, ServerUnreachable
+from suanli.wire.schemas import pattern_text
 
 EXIT_REFUSED, EXIT_USAGE, EXIT_NOT_LOGGED_IN, EXIT_UNREACHABLE, EXIT_SERVER_ERROR = 1, 2, 3, 4, 5
 # Piped or redirected (no terminal, no COLUMNS), Rich would lay tables out in 80 columns and wrap ids and
@@ -50,7 +51,7 @@ def _refused_input(error: ValidationError, options: Mapping[str, str]) -> typer.
     """Print one line per bad value of a request model, naming its option; the exit (2) to raise."""
     for problem in error.errors():
         field = str(problem["loc"][0]) if problem["loc"] else "input"
-        errors.print(error_text(f"{options.get(field, field)}: {problem['msg']}"))
+        errors.print(error_text(f"{options.get(field, field)}: {pattern_text(problem)}"))
     return typer.Exit(EXIT_USAGE)
 
 
@@ -107,6 +108,21 @@ def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) 
     for row in rows:
         result.add_row(*(Text("" if cell is None else str(cell)) for cell in row))
     return result
+
+
+def age_text(seconds: float) -> str:
+    """How long ago, as `kubectl get` shows it: 42s, 7m, 3h5m (under 10 h), 15h, 4d."""
+    whole = max(int(seconds), 0)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m"
+    if whole < 10 * 3600:
+        hours, minutes = divmod(whole // 60, 60)
+        return f"{hours}h{minutes}m" if minutes else f"{hours}h"
+    if whole < 2 * 86400:
+        return f"{whole // 3600}h"
+    return f"{whole // 86400}d"
 
 
 def micros(amount: int | None) -> str:

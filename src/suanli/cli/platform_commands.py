@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, get_args
 
@@ -15,6 +16,7 @@ from suanli.cli.follow import follow_rental
 from suanli.cli.output import (
     EXIT_REFUSED,
     EXIT_USAGE,
+    age_text,
     api_errors,
     emit,
     error_text,
@@ -42,6 +44,8 @@ JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts i
 
 RENTAL_STATES: tuple[str, ...] = get_args(RentalState)  # in the order a rental moves through them
 LIVE_STATES = frozenset(s for s in RENTAL_STATES if s not in ENDED_STATES)  # waiting or holding GPUs
+
+LS_LIMIT = 50  # rentals `ls` shows unless asked for more
 
 # request fields -> the options that set them, for messages about bad values
 RENT_OPTIONS = {
@@ -298,6 +302,9 @@ def ls(
         str | None,
         typer.Option(help="Only those of this name (as given to rent --name), or starting so: sweep-*."),
     ] = None,
+    limit: Annotated[
+        int, typer.Option("--limit", "-n", min=1, max=1000, help="Show at most this many, the newest.")
+    ] = LS_LIMIT,
     as_json: JsonFlag = False,
 ) -> None:
     """Your rentals, newest first."""
@@ -307,9 +314,11 @@ def ls(
         raise typer.Exit(EXIT_USAGE)
     if live:
         wanted.update(LIVE_STATES)
-    with logged_in() as client:
-        rentals = client.rentals(wanted, name)
+    with logged_in({"name": "--name"}) as client:
+        rentals = client.rentals(wanted, name, limit)
     emit(rentals, as_json, _rentals_table)
+    if len(rentals) == limit and not as_json:
+        errors.print(Text(f"the newest {limit} shown; --limit N for more"))
 
 
 def show(rental_id: str, as_json: JsonFlag = False) -> None:
@@ -497,11 +506,13 @@ def _offers_table(found: list[OfferResponse]):
 
 
 def _rentals_table(found: list[RentalResponse]):
+    now = datetime.now(UTC)
     rows = [
         (
             r.id,
             r.request.name or "",
             r.state,
+            age_text((now - r.created_at).total_seconds()),
             _shape(r),
             r.request.nodes,
             r.request.tier,
@@ -512,9 +523,9 @@ def _rentals_table(found: list[RentalResponse]):
         )
         for r in found
     ]
-    columns = ("id", "name", "state", "shape", "nodes", "tier", "image", "pending", "on", "charged")
+    columns = ("id", "name", "state", "age", "shape", "nodes", "tier", "image", "pending", "on", "charged")
     # a column empty in every row is left out, so a narrow terminal keeps room for those with something
-    kept = [i for i, name in enumerate(columns) if i < 3 or any(row[i] != "" for row in rows)]
+    kept = [i for i, name in enumerate(columns) if i < 4 or any(row[i] != "" for row in rows)]
     return table("Rentals", [columns[i] for i in kept], [tuple(row[i] for i in kept) for row in rows])
 
 

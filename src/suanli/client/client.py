@@ -238,12 +238,17 @@ class Client:
         whom it would preempt, or why it would wait."""
         return self._call("POST", "/v1/rentals/dry-run", RentalDryRunResponse, body=request, retry=True)
 
-    def rentals(self, states: Iterable[str] = (), name: str | None = None) -> list[RentalResponse]:
-        """Your rentals, newest first; only those in `states` (e.g. `{"pending", "running"}`) and of `name`
-        when given (ending in `*`: those whose name starts with what is before it)."""
+    def rentals(
+        self, states: Iterable[str] = (), name: str | None = None, limit: int | None = None
+    ) -> list[RentalResponse]:
+        """Your rentals, newest first (the newest `limit` when given); only those in `states` (e.g.
+        `{"pending", "running"}`) and of `name` when given (ending in `*`: those whose name starts with
+        what is before it)."""
         params = [("state", state) for state in sorted(states)]
         if name is not None:
             params.append(("name", name))
+        if limit is not None:
+            params.append(("limit", str(limit)))
         return self._call("GET", "/v1/rentals", list[RentalResponse], params=params or None)
 
     def rental(self, rental_id: str) -> RentalResponse:

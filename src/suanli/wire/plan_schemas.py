@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from suanli.wire.schemas import Moment, WireModel
+from suanli.wire.schemas import MONTH_PATTERN, Moment, WireModel
 
 MAX_MICROS = 10**15
 
@@ -39,7 +39,7 @@ class PlanResponse(WireModel):
 
 
 class RevenueReportRequest(WireModel):
-    month: str = Field(pattern=r"^\d{4}-\d{2}$", description="yyyy-mm (UTC)")
+    month: str = Field(pattern=MONTH_PATTERN, description="yyyy-mm (UTC)")
     revenue_micros: int = Field(ge=0, le=MAX_MICROS)
 
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
@@ -44,6 +45,28 @@ def _in_range(moment: datetime) -> datetime:
     return moment
 
 
+TENANT_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9 ._-]*$"
+RENTAL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+NAME_QUERY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*\*?$"  # a rental name, or a prefix of one ending in `*`
+MONTH_PATTERN = r"^\d{4}-\d{2}$"
+# what a value refused by a pattern should look like, said in words rather than as the regex
+PATTERN_TEXT = {
+    TENANT_NAME_PATTERN: "use letters, digits, spaces, '.', '_' and '-', starting with a letter or digit",
+    RENTAL_NAME_PATTERN: "use letters, digits, '.', '_' and '-', starting with a letter or digit",
+    NAME_QUERY_PATTERN: "a name (letters, digits, '.', '_' and '-', starting with a letter or digit), or "
+    "the start of one followed by '*'",
+    MONTH_PATTERN: "a month as yyyy-mm, e.g. 2026-12",
+}
+
+
+def pattern_text(problem: Mapping[str, Any]) -> str:
+    """The message for one pydantic error: for a value its pattern refused, what the value should be."""
+    context = problem.get("ctx") or {}
+    if problem.get("type") == "string_pattern_mismatch" and context.get("pattern") in PATTERN_TEXT:
+        return PATTERN_TEXT[context["pattern"]]
+    return str(problem.get("msg", "invalid value"))
+
+
 # a time in a request: a clear 4xx, never an overflow later (`+ 1 year`, epoch seconds, `astimezone`)
 Moment = Annotated[datetime, AfterValidator(_in_range)]
 # a container image: a catalogue key or a reference in the distribution spec's grammar (422 otherwise)
@@ -68,7 +91,7 @@ class ErrorResponse(WireModel):
 
 
 class TenantCreateRequest(WireModel):
-    name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._-]*$")
+    name: str = Field(min_length=1, max_length=100, pattern=TENANT_NAME_PATTERN)
     role: Role = "tenant"
 
 
@@ -225,7 +248,7 @@ class RentalCreateRequest(WireModel):
         default=None,
         min_length=1,
         max_length=64,
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        pattern=RENTAL_NAME_PATTERN,
         description="A name of yours for it (letters, digits, `.`, `_`, `-`; not unique), shown by `ls`.",
     )
     idle_stop_s: int | None = Field(
