@@ -627,6 +627,7 @@ def test_a_gang_rank_that_fails_is_reported_and_restarted_only_when_the_server_r
     runner.step()
     report = client.reports[-1][0]
     assert (report.state, report.exit_code, report.attempt) == ("failed", 5, 0)
+    assert report.restarts == 0  # not one of the agent's own restarts
     assert report.ran_s is not None and 0 <= report.ran_s < 10  # when it started, for the run's start
     runner.step()
     assert runner.local["r-gang"].state == "failed"  # not restarted alone
@@ -665,3 +666,7 @@ def test_a_one_node_rental_restarted_by_its_agent_sees_its_restart_count(tmp_pat
     eventually(lambda: runner.step() or bytes(client.logs.get("r-solo", b"")).count(b"\n") == 3)
     assert bytes(client.logs["r-solo"]) == b"run 0\nrun 1\nrun 2\n"
     assert runner.local["r-solo"].tracker.restarts == 2
+    runner.step()
+    # the server hears of each restart (for its `restarted` events) and of the failure it followed
+    last = client.reports[-1][0]
+    assert (last.state, last.restarts, last.failed_exit_code) == ("succeeded", 2, 3)

@@ -304,3 +304,48 @@ def test_the_end_of_the_output_is_read_with_tail(client: TestClient, tenant) -> 
     for bad in ("0", str((1 << 20) + 1)):
         refused = client.get(f"/v1/rentals/{rental['id']}/logs", params={"tail": bad}, headers=owner)
         assert refused.status_code == 400 and refused.json()["error"]["field"] == "tail"
+
+
+def test_a_one_node_rental_restarted_by_its_agent_gets_a_restarted_event_per_report(
+    client: TestClient, tenant
+) -> None:
+    """On one node the agent restarts a failed workload itself (on-failure) and counts it in its reports:
+    each count that went up is one `restarted` event (two restarts between beats: one event for both), a
+    report repeated says nothing new, a new agent process counting from 0 again is no restart, and the
+    assignment's attempt stays 0 (the gang's count is for multi-node rentals)."""
+    _, owner = tenant("owner")
+    body = {"gpu_model": "H200-141GB", "gpus": 8, "command": ["train"], "restart": "on-failure"}
+    body["max_restarts"] = 5
+    rental = client.post("/v1/rentals", json=body, headers=owner).json()
+    (node,) = (a["node"] for a in wait_for(client, rental["id"], owner, "placed")["allocation"])
+    agent = register_agent(client, node)
+
+    def report(restarts: int, failed_exit_code: int | None = None) -> list[int]:
+        workload = {
+            "rental_id": rental["id"],
+            "state": "running",
+            "restarts": restarts,
+            "failed_exit_code": failed_exit_code,
+        }
+        beat = client.post("/v1/agents/heartbeat", json={"workloads": [workload]}, headers=agent)
+        assert beat.status_code == 200, beat.text
+        return [a["attempt"] for a in beat.json()["assignments"]]
+
+    def restarted() -> list[str]:
+        events = client.get(f"/v1/rentals/{rental['id']}", headers=owner).json()["events"]
+        return [e["message"] for e in events if e["kind"] == "restarted"]
+
+    assert report(0) == [0] and restarted() == []
+    assert report(1, 3) == [0]
+    assert restarted() == [f"on {node}: workload failed with exit code 3; restarted it there (1/5)"]
+    report(1, 3)
+    assert len(restarted()) == 1
+    report(3, 137)
+    twice = f"on {node}: workload failed with exit code 137; restarted it there 2 times (3/5)"
+    assert restarted()[-1] == twice
+    report(0)  # the agent process was restarted: its count starts again
+    assert len(restarted()) == 2
+    assert report(1, 4) == [0] and len(restarted()) == 3
+    (run,) = client.get(f"/v1/rentals/{rental['id']}/runs", headers=owner).json()
+    assert run["restarts"] == 1
+    assert client.get(f"/v1/rentals/{rental['id']}", headers=owner).json()["state"] == "running"

@@ -119,6 +119,8 @@ class Local:
     stale_record: Path | None = None  # the record of a run that ended with no agent here, till reported
     attempt: int = 0  # the server's count of restarts on all the rental's nodes that this run follows
     launched_at: float | None = None  # monotonic time this agent started the workload (None: adopted)
+    restarted_here: int = 0  # restarts this agent made by itself after failures (one node, on-failure)
+    failed_exit_code: int | None = None  # the exit code the last of them followed
 
 
 class AgentRunner:
@@ -264,6 +266,7 @@ class AgentRunner:
                 outcome = Outcome.FAILED  # reported: the server restarts every node's part together
             if outcome is Outcome.RESTART and local.assignment is not None:
                 log.info("%s: exit %s, restart %d", local.rental_id, status.exit_code, local.tracker.restarts)
+                local.restarted_here, local.failed_exit_code = local.tracker.restarts, status.exit_code
                 # restarted here alone (one node): the workload counts this agent's restarts
                 self._launch(replace(local.assignment, attempt=local.tracker.restarts), local)
                 continue
@@ -284,6 +287,8 @@ class AgentRunner:
                 exit_code=local.exit_code,
                 message=local.message[:500],
                 attempt=local.attempt,
+                restarts=local.restarted_here,
+                failed_exit_code=local.failed_exit_code,
                 ran_s=None if local.launched_at is None else round(time.monotonic() - local.launched_at, 3),
             )
             for local in self.local.values()

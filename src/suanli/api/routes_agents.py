@@ -61,7 +61,9 @@ def register(body: AgentRegisterRequest, service: AgentsDep) -> AgentRegisterRes
 @router.post("/agents/heartbeat", tags=["agents"])
 def heartbeat(body: HeartbeatRequest, key: NodeKeyDep, service: AgentsDep) -> HeartbeatResponse:
     reports = [
-        WorkloadReport(w.rental_id, w.state, w.exit_code, w.message, w.attempt, w.ran_s)
+        WorkloadReport(
+            w.rental_id, w.state, w.exit_code, w.message, w.attempt, w.ran_s, w.restarts, w.failed_exit_code
+        )
         for w in body.workloads
     ]
     telemetry = [t.model_dump() for t in body.telemetry]
@@ -124,6 +126,7 @@ def rental_runs(rental_id: str, caller: CallerDep, services: ServicesDep) -> lis
             started_at=r.started_at,
             ended_at=r.ended_at,
             last_heartbeat_at=r.last_heartbeat_at,
+            restarts=r.restarts,
         )
         for r in services.agents.runs(caller, rental_id)
     ]

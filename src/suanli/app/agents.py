@@ -45,7 +45,8 @@ from suanli.domain.mig import MigInstance
 from suanli.domain.plan import NodeAllocation
 
 REPORTED_STATES = ("starting", "running", "succeeded", "failed", "stopped")
-RESTARTED = "restarted"  # the event of a multi-node rental's workload restarted on all its nodes
+RESTARTED = "restarted"  # the event of a rental's workload restarted after a failure
+RESTARTED_ON_NODE = "restarted_on_node"  # its reason when a one-node rental's agent restarted it by itself
 # (rental state, reported workload state) -> the rental's next state
 TRANSITIONS: Mapping[tuple[str, str], str] = {
     ("placed", "starting"): "starting",
@@ -94,6 +95,7 @@ class RentalRun:
     started_at: datetime | None = None
     ended_at: datetime | None = None
     last_heartbeat_at: datetime | None = None
+    restarts: int = 0  # restarts its agent made by itself (one node, on-failure), as last reported
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +106,8 @@ class WorkloadReport:
     message: str = ""
     attempt: int = 0  # the gang restarts the agent's run follows (`NodeAssignment.attempt`)
     ran_s: float | None = None  # how long ago the agent started the workload (None: it cannot tell)
+    restarts: int = 0  # restarts the agent made by itself after failures (a one-node rental's on-failure)
+    failed_exit_code: int | None = None  # the exit code the last of those restarts followed
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,6 +359,8 @@ class AgentService:
         if given_up and rental.state in LIVE_STATES:  # released by a shrink: the run ends, the rental goes on
             uow.agents.put_run(replace(run, state=report.state, exit_code=report.exit_code, ended_at=now))
             return False
+        if report.restarts > run.restarts:  # only a one-node rental's agent restarts it by itself
+            _restarted_here(uow, rental, node, report, report.restarts - run.restarts, now)
         uow.agents.put_run(
             RentalRun(
                 rental.id,
@@ -364,6 +370,7 @@ class AgentService:
                 run.started_at or _started_at(rental, report, now),
                 run.ended_at or (now if ended else None),
                 now,
+                report.restarts,  # lower than before: a new agent process, counting from 0 again
             )
         )
         if rental.state == "preempting" and ended:
@@ -575,4 +582,22 @@ def _restarts_together(rental: Rental, allocation: Sequence[NodeAllocation]) -> 
 
 def gang_restarts(uow: UnitOfWork, rental_id: str) -> int:
     """How many times the rental's workload was restarted on all its nodes: the attempt its runs follow."""
-    return sum(1 for event in uow.rentals.events(rental_id) if event.kind == RESTARTED)
+    return sum(
+        1
+        for event in uow.rentals.events(rental_id)
+        if event.kind == RESTARTED and event.reason != RESTARTED_ON_NODE
+    )
+
+
+def _restarted_here(
+    uow: UnitOfWork, rental: Rental, node: str, report: WorkloadReport, new: int, now: datetime
+) -> None:
+    """A `restarted` event for the restarts a one-node rental's agent made by itself since its last report
+    (`new`: two failures between heartbeats make one event that counts both)."""
+    code = f" with exit code {report.failed_exit_code}" if report.failed_exit_code is not None else ""
+    times = "" if new == 1 else f" {new} times"
+    message = (
+        f"on {node}: workload failed{code}; restarted it there{times} "
+        f"({report.restarts}/{rental.spec.max_restarts})"
+    )
+    uow.rentals.add_event(rental.id, RentalEvent(now, RESTARTED, RESTARTED_ON_NODE, message))

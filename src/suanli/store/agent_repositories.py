@@ -212,7 +212,7 @@ class SqlAgents:
         if row is None:
             row = RentalRunRow(rental_id=run.rental_id, node=run.node)
             self.s.add(row)
-        row.state, row.exit_code = run.state, run.exit_code
+        row.state, row.exit_code, row.restarts = run.state, run.exit_code, run.restarts
         row.started_at, row.ended_at, row.last_heartbeat_at = (
             run.started_at,
             run.ended_at,
@@ -339,7 +339,14 @@ def _node(row: AgentNodeRow) -> AgentNode:
 
 def _run(row: RentalRunRow) -> RentalRun:
     return RentalRun(
-        row.rental_id, row.node, row.state, row.exit_code, row.started_at, row.ended_at, row.last_heartbeat_at
+        row.rental_id,
+        row.node,
+        row.state,
+        row.exit_code,
+        row.started_at,
+        row.ended_at,
+        row.last_heartbeat_at,
+        row.restarts or 0,
     )
 
 

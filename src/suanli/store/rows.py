@@ -240,6 +240,8 @@ class RentalRunRow(Base):
     started_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     ended_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     last_heartbeat_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    # restarts its agent made by itself after failures (a one-node on-failure rental), as last reported
+    restarts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     energy_j: Mapped[float] = mapped_column(Float, default=0.0)  # measured GPU energy attributed to it
     measured_s: Mapped[float] = mapped_column(Float, default=0.0)  # the seconds those samples cover
     measured_gpu_s: Mapped[float] = mapped_column(Float, default=0.0)  # those seconds x its GPUs there

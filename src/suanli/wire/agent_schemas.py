@@ -56,6 +56,19 @@ class WorkloadReportBody(WireModel):
         description="The assignment's `attempt` this run follows: an end reported for an earlier one is "
         "ignored.",
     )
+    restarts: int = Field(
+        default=0,
+        ge=0,
+        le=10_000,
+        description="Times the agent has restarted this workload by itself after a failure (a one-node "
+        "rental's `on-failure`); each new one is a `restarted` event.",
+    )
+    failed_exit_code: int | None = Field(
+        default=None,
+        ge=-(2**31),
+        le=2**31 - 1,
+        description="The exit code of the failure the last of those restarts followed.",
+    )
     ran_s: float | None = Field(
         default=None,
         ge=0,
@@ -214,3 +227,4 @@ class RentalRunResponse(WireModel):
     started_at: datetime | None = None
     ended_at: datetime | None = Field(default=None, description="Where billing stops for this node.")
     last_heartbeat_at: datetime | None = None
+    restarts: int = Field(default=0, description="Restarts its agent made by itself after failures.")
