@@ -387,6 +387,26 @@ def test_a_two_node_rental_runs_until_its_last_rank_finishes(platform: Platform)
         assert last.returncode == 0 and last.stdout == api.logs(rental.id).data.splitlines(True)[-1], last
 
 
+def test_a_one_node_rental_that_fails_is_restarted_by_its_agent_with_an_event(platform: Platform) -> None:
+    """Under on-failure on one node, the agent restarts the failed workload itself; the server hears of it
+    at the next heartbeat and records a `restarted` event with the failure's exit code, which `rent -f`
+    prints; the second run succeeds."""
+    script = 'echo "run $SUANLI_RESTART_COUNT"; [ "$SUANLI_RESTART_COUNT" = 1 ] || exit 4'
+    env = {**os.environ, "SUANLI_URL": platform.url, "SUANLI_API_KEY": platform.tenant_key}
+    env["SUANLI_CONFIG_DIR"] = str(platform.tmp / "cli")
+    args = [*SUANLI, "rent", "-f", "H100-SXM-80GB:1", "--restart", "on-failure", "--max-restarts", "2"]
+    args += ["--", "sh", "-c", script]
+    followed = subprocess.run(args, env={**env, "COLUMNS": "300"}, capture_output=True, text=True, timeout=90)
+    assert followed.returncode == 0, followed.stdout + followed.stderr
+    assert followed.stdout == "run 0\nrun 1\n", followed.stdout
+    told = [line for line in followed.stderr.splitlines() if ": restarted (" in line]
+    assert len(told) == 1, followed.stderr
+    assert "workload failed with exit code 4; restarted it there (1/2)" in told[0], followed.stderr
+    with platform.tenant() as api:
+        rental_id = followed.stderr.split(":")[0]
+        assert [r.restarts for r in api.rental_runs(rental_id)] == [1]
+
+
 def test_a_rank_that_fails_restarts_the_two_node_rental_on_both_nodes(platform: Platform) -> None:
     """Under on-failure, rank 1 failing on the first run restarts both ranks (rank 0, still running, is
     stopped and started again), each seeing the restart count; the second run succeeds on both, and
