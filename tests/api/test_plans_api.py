@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from conftest import ADMIN, ADMIN_KEY, app_client, charged, h100_contract, logged_in_as, wait_for
-from suanli.cli import billing_commands, contract_commands, plan_commands
+from suanli.cli import billing_commands, contract_commands, plan_commands, platform_commands
 from suanli.cli.main import app
 from suanli.domain.billing.money import bp_of, charge_micros
 
@@ -244,7 +244,7 @@ def test_postpaid_credit_limit_and_prepaid_warning_then_stop(client, tenant) -> 
 
 
 def test_a_contract_is_prepaid_covers_its_holders_usage_and_transfers_its_remaining_value(
-    client, tenant
+    client, tenant, monkeypatch
 ) -> None:
     services = client.app.state.services
     holder_id, holder = tenant("futures-holder")
@@ -268,6 +268,11 @@ def test_a_contract_is_prepaid_covers_its_holders_usage_and_transfers_its_remain
     assert contract["price_micros"] == price
     assert _balance(client, holder)["cash_micros"] == 10_000_000
 
+    trial = client.post("/v1/rentals/dry-run", json={"gpu_model": "H100", "gpus": 3}, headers=holder).json()
+    assert trial["contract_covered_gpus"] == 2 and trial["price_micros_per_hour"] == H100_ON_DEMAND
+    monkeypatch.setattr(platform_commands, "logged_in", logged_in_as(client, holder["Authorization"][7:]))
+    said = CliRunner().invoke(app, ["rent", "H100:3", "--dry-run"], env={"COLUMNS": "200"})
+    assert said.exit_code == 0 and "2 GPU(s) covered by your contracts" in said.output, said.output
     inside = client.post("/v1/rentals", json={"gpu_model": "H100", "gpus": 2}, headers=holder).json()
     placed = wait_for(client, inside["id"], holder, "placed")
     assert placed["price_micros_per_hour"] == 0

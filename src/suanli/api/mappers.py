@@ -79,6 +79,7 @@ def dry_run(found: DryRun) -> RentalDryRunResponse:
         quote_micros_per_hour=found.quote_micros_per_hour,
         max_cost_micros=found.max_cost_micros,
         rentals_waiting=trial.waiting,
+        contract_covered_gpus=trial.covered_gpu_milli / 1000,
     )
 
 

@@ -155,6 +155,7 @@ class Trial:
     message: str | None
     waiting: int
     price_micros_per_hour: int | None = None
+    covered_gpu_milli: int = 0  # of it, what the tenant's open contracts would cover there
 
 
 @dataclass(frozen=True, slots=True)

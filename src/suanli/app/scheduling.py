@@ -306,16 +306,17 @@ class Scheduler:
             gates = self._gates(uow, [rental], live, now_s)
         request, fair = to_request(rental), FairShare()  # alone in the queue: no one to take turns with
         decision = admit(self.snapshot, [request], running, self.policy, now_s, self.queue, fair, gates=gates)
-        price = None
+        price, covered = None, 0
         if decision.placements:
             with self.uow() as uow:
-                price, _ = self._price(uow, rental, decision.placements[0], now)
+                price, quoted = self._price(uow, rental, decision.placements[0], now)
+            covered = int((quoted or {}).get("contract_covered_gpu_milli") or 0)
         for placement in decision.placements:
             self.snapshot.unplace(placement)  # MIG instances it would have made go, those it broke return
         nodes = tuple(a.node for p in decision.placements for a in p.nodes)
         victims = sum(len(p.victims) for p in decision.preemptions)
         if nodes or victims:
-            return Trial(nodes, victims, None, None, waiting, price)
+            return Trial(nodes, victims, None, None, waiting, price, covered)
         (held,) = decision.pending
         return Trial((), 0, held.reason.value, held.message, waiting)
 

@@ -277,6 +277,8 @@ def _dry_run_text(found: RentalDryRunResponse) -> Text:
     rate = "" if found.price_micros_per_hour is None else f" at {micros(found.price_micros_per_hour)}/h"
     if found.max_cost_micros is not None:
         rate += f" (at most {micros(found.max_cost_micros)} to its time limit)"
+    if found.contract_covered_gpus:
+        rate += f", {found.contract_covered_gpus:g} GPU(s) covered by your contracts"
     if found.starts_now:
         lines = [f"would start now on {', '.join(found.nodes)}{rate}"]
     elif found.preempts:

@@ -363,6 +363,11 @@ class RentalDryRunResponse(WireModel):
     rentals_waiting: int = Field(
         default=0, description="Rentals pending now: the queue's order may place some of them first."
     )
+    contract_covered_gpus: float = Field(
+        default=0.0,
+        description="Of its GPUs where it would start now, those your open contracts cover (paid for "
+        "already: the rate counts them at 0).",
+    )
 
 
 class RentalResponse(WireModel):
