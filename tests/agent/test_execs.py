@@ -1,13 +1,14 @@
 """The agent's side of `suanli exec` (`agent/execs.py`) with the real process executor and a recording
-stand-in for the server: each command starts once, its end is told with its output's tail, a report the
-server did not take is sent again, and what cannot run is reported failed with the reason."""
+stand-in for the server: each command starts once, what it prints is sent as it runs and its end with the
+rest, a report the server did not take is sent again, and what cannot run is reported failed with the
+reason."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
-from suanli.agent.execs import MAX_OUTPUT_BYTES, ExecRunner
+from suanli.agent.execs import MAX_OUTPUT_CHARS, PROGRESS_S, ExecRunner
 from suanli.agent.executors import ProcessExecutor, WorkloadSpec
 from suanli.client import ServerUnreachable
 from suanli.wire.agent_schemas import ExecAssignmentResponse, ExecReportRequest
@@ -46,16 +47,44 @@ def test_a_command_starts_once_and_its_end_and_output_tail_are_reported(tmp_path
     executor.paths("r-1").create()
     spec = WorkloadSpec("r-1", ("sleep", "30"), {"CUDA_VISIBLE_DEVICES": "GPU-1"})
     runner, server = ExecRunner(executor, tmp_path), Server(down=2)  # "running" and the first end report lost
-    big = f"import sys; sys.stdout.write('x' * {MAX_OUTPUT_BYTES} + 'END'); raise SystemExit(5)"
+    big = f"import sys; sys.stdout.write('x' * {MAX_OUTPUT_CHARS} + 'END'); raise SystemExit(5)"
     command = listed("exe_1", "python3", "-c", big)
     runner.start(server, [command], lambda rental: spec)  # type: ignore[arg-type]
     runner.start(server, [command], lambda rental: spec)  # listed again by the next heartbeat: not twice
     assert list(runner.running) == ["exe_1"] and server.reports == []
     until_reported(runner, server)
-    ((exec_id, ended),) = server.reports
+    *progress, (exec_id, ended) = server.reports
     assert exec_id == "exe_1" and (ended.state, ended.exit_code) == ("exited", 5)
-    assert ended.output.endswith("END") and len(ended.output) == MAX_OUTPUT_BYTES and ended.output_truncated
+    assert all(report.state == "running" for _, report in progress)
+    # the server gets the last 64 Ki characters at most, and where they start: the rest is marked lost
+    assert ended.output.endswith("END") and ended.output_from_chars is not None
+    assert ended.output_from_chars + len(ended.output) == MAX_OUTPUT_CHARS + 3
+    assert len(ended.output) <= MAX_OUTPUT_CHARS
     assert not list((tmp_path / "execs").iterdir())  # its output file goes once its end is told
+
+
+def test_what_a_command_prints_is_sent_as_it_runs_and_the_rest_with_its_end(tmp_path: Path) -> None:
+    """A line, a pause, a line cut in the middle of a character: the first line reaches the server while
+    the command still runs; the end report carries the rest from where the server's text ends, whole."""
+    executor = ProcessExecutor(tmp_path)
+    executor.paths("r-1").create()
+    spec = WorkloadSpec("r-1", ("sleep", "30"), {})
+    runner, server = ExecRunner(executor, tmp_path), Server()
+    script = (
+        f"import sys, time\nsys.stdout.write('step 1\\n'); sys.stdout.flush(); time.sleep(3 * {PROGRESS_S})\n"
+        "data = 'π done\\n'.encode(); sys.stdout.buffer.write(data[:1]); sys.stdout.flush()\n"
+        f"time.sleep({PROGRESS_S})\n"
+        "sys.stdout.buffer.write(data[1:])"
+    )
+    runner.start(server, [listed("exe_s", "python3", "-c", script)], lambda rental: spec)  # type: ignore[arg-type]
+    until_reported(runner, server)
+    states = [(report.state, report.output, report.output_from_chars) for _, report in server.reports]
+    assert states[0] == ("running", "", None)  # started
+    assert ("running", "step 1\n", 0) in states  # before its end
+    pieces = [(start, output) for _, output, start in states[1:]]
+    assert all(start == sum(len(o) for _, o in pieces[:i]) for i, (start, _) in enumerate(pieces))
+    assert "".join(output for _, output in pieces) == "step 1\nπ done\n"  # the cut character came whole
+    assert states[-1][0] == "exited"
 
 
 def test_what_cannot_run_here_is_reported_failed_with_the_reason(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from conftest import ADMIN, logged_in_as, register_agent, wait_for
 from suanli.app.execs import ANSWER_GRACE_S
 from suanli.cli import exec_commands
 from suanli.cli.main import app
+from suanli.client import Client
 
 SHARE = {"gpu_model": "L40S", "gpus": 0, "share_milli": 500, "command": ["sleep", "600"], "regions": []}
 
@@ -147,3 +148,44 @@ def test_renting_with_no_command_says_the_gpus_are_held_and_how_to_run_in_them(
     said = " ".join(done.output.split())
     assert "no command, so its GPUs are held until `suanli stop rnt_" in said, said
     assert "`suanli exec rnt_" in said
+
+
+def test_output_sent_as_a_command_runs_is_shown_as_it_comes_once_each_and_gaps_are_said(
+    client: TestClient, tenant
+) -> None:
+    """The agent sends what the command printed since its last report, with where it starts: the server
+    adds each piece once (a retried or overlapping one adds only what is new), keeps only what follows a
+    gap (marked truncated), and the SDK hands each new piece to `on_output` as it polls, the gap's size
+    with the piece after it, then the rest with the end. Here the agent's reports are sent from
+    `on_output` itself, one per poll."""
+    _, owner = tenant("exec-stream")
+    rental_id, node_headers = _running(client, owner)
+    url = f"/v1/rentals/{rental_id}/execs"
+    exec_id = client.post(url, json={"command": ["train"]}, headers=owner).json()["id"]
+
+    def send(state: str, output: str, start: int, **more) -> None:
+        body = {"state": state, "output": output, "output_from_chars": start, **more}
+        answer = client.post(f"/v1/agents/execs/{exec_id}", json=body, headers=node_headers)
+        assert answer.status_code == 200, answer.text
+
+    send("running", "epoch 1\n", 0)
+    send("running", "epoch 1\n", 0)  # retried: nothing twice
+    shown = client.get(f"{url}/{exec_id}", headers=owner).json()
+    assert (shown["state"], shown["output"], shown["output_chars"]) == ("running", "epoch 1\n", 8)
+    next_reports = [
+        lambda: send("running", "1\nepoch 2\n", 6),  # overlaps what the server has by two characters
+        lambda: send("running", "epoch 9\n", 40),  # characters 16 to 40 never reached the server
+        lambda: send("exited", "done\n", 48, exit_code=0),
+    ]
+    pieces: list[tuple[str, int]] = []
+
+    def on_output(text: str, skipped: int) -> None:
+        pieces.append((text, skipped))
+        if next_reports:
+            next_reports.pop(0)()
+
+    with Client("http://testserver", owner["Authorization"][7:], transport=client._transport) as sdk:
+        ended = sdk.wait_exec(rental_id, exec_id, poll_s=0.01, on_output=on_output)
+    assert pieces == [("epoch 1\n", 0), ("epoch 2\n", 0), ("epoch 9\n", 24), ("done\n", 0)]
+    assert (ended.state, ended.exit_code, ended.output_chars) == ("exited", 0, 53)
+    assert (ended.output, ended.output_truncated) == ("epoch 9\ndone\n", True)

@@ -235,8 +235,9 @@ def test_exec_runs_a_command_inside_a_running_rental_with_its_devices_and_direct
     platform: Platform,
 ) -> None:
     """`suanli exec`, the real CLI, server and agent: the command runs as the workload's user and sees the
-    rental's GPUs and working directory (where its workload wrote its uid), its output comes back and the CLI
-    exits with its code; one past its timeout is killed (124); one on an ended rental is refused."""
+    rental's GPUs and working directory (where its workload wrote its uid), its output comes back as it is
+    printed and the CLI exits with its code; one past its timeout is killed (124); one on an ended rental is
+    refused."""
     env = {**os.environ, "SUANLI_URL": platform.url, "SUANLI_API_KEY": platform.tenant_key}
     env["SUANLI_CONFIG_DIR"] = str(platform.tmp / "cli")
     with platform.tenant() as api:
@@ -262,7 +263,15 @@ def test_exec_runs_a_command_inside_a_running_rental_with_its_devices_and_direct
         assert slow.returncode == 124, slow.stdout + slow.stderr
         missing = exec_("--", "no-such-program-here")
         assert missing.returncode == 127, missing.stdout + missing.stderr
-        assert [e.state for e in api.execs(rental.id)] == ["exited"] * 3
+        # its output as it comes: the first line is printed while the command still sleeps
+        argv = [*SUANLI, "exec", rental.id, "--", "sh", "-c", "echo first; sleep 8; echo second"]
+        with subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True) as streaming:
+            assert streaming.stdout is not None
+            assert streaming.stdout.readline() == "first\n"
+            first_at = time.monotonic()
+            assert streaming.stdout.read() == "second\n" and streaming.wait(timeout=60) == 0
+            assert time.monotonic() - first_at > 2, "printed only once the command had ended"
+        assert [e.state for e in api.execs(rental.id)] == ["exited"] * 4
         api.stop(rental.id)
         wait_for_state(api, rental.id, "stopped")
     ended = exec_("--", "true")

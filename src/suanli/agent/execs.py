@@ -5,15 +5,18 @@ workloads, and report each one's start and end (exit code and the end of its out
   does not know was started by an agent before a restart; it is reported `failed` (its `timeout` ends it).
 * A command whose rental has no running workload here, or that cannot be started, is reported `failed`
   with the reason.
-* Output goes to `<work dir>/execs/<id>.log` (the agent's, 0600) and only its last `MAX_OUTPUT_BYTES` are
-  sent; the file is removed once the end is reported. A report the server does not take is sent again at
-  the next poll: the server treats a repeated one as a no-op.
+* Output goes to `<work dir>/execs/<id>.log` (the agent's, 0600). While the command runs, what it printed
+  since the last report the server took is sent every `PROGRESS_S` at most (as text, with where it starts
+  in all it printed; at most the last `MAX_OUTPUT_CHARS` of it, the rest marked lost), so `suanli exec`
+  shows it as it comes; the end comes with the exit code. The file is removed once the end is reported. A
+  report the server does not take is sent again at the next poll: the server takes nothing twice.
 * The limit: the process executor runs the command under coreutils' `timeout`; for a container, and in
   any case `KILL_SLACK_S` past the limit, the agent kills the command's process group itself.
 """
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import logging
 import os
@@ -21,7 +24,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from suanli.agent.executors import Executor, WorkloadSpec
@@ -30,7 +33,10 @@ from suanli.domain.errors import SuanliError
 from suanli.wire.agent_schemas import ExecAssignmentResponse, ExecReportRequest
 
 log = logging.getLogger(__name__)
-MAX_OUTPUT_BYTES = 64 * 1024
+_UTF8 = codecs.getincrementaldecoder("utf-8")
+MAX_OUTPUT_CHARS = 64 * 1024  # of output held for the server at most (it keeps as many)
+READ_BYTES = 1 << 20  # read from a command's output file at a time
+PROGRESS_S = 1.0  # while a command runs, how often what it printed is sent at most
 KILL_SLACK_S = 10.0  # past its timeout, the agent kills what `timeout` has not
 POLL_S = 0.2  # between heartbeats, how often running commands are checked while any runs
 
@@ -43,6 +49,11 @@ class RunningExec:
     output: Path
     kill_at: float  # monotonic
     report: ExecReportRequest | None = None  # its end, once known, until the server has taken it
+    read_bytes: int = 0  # of its output file, read so far
+    decoder: codecs.IncrementalDecoder = field(default_factory=lambda: _UTF8(errors="replace"))
+    pending: str = ""  # output read and not yet taken by the server
+    pending_from: int = 0  # where `pending` starts in all it printed, in characters
+    sent_at: float = 0.0  # monotonic time of the last progress report
 
 
 class ExecRunner:
@@ -84,15 +95,26 @@ class ExecRunner:
             self._send(client, found.id, ExecReportRequest(state="running"))
 
     def poll(self, client: Client) -> None:
-        """Report every command that has ended (and kill one past its limit)."""
+        """Send what running commands printed, report every command that has ended (and kill one past its
+        limit)."""
         for running in list(self.running.values()):
             if running.report is None:
                 code = running.process.poll()
+                _read(running, ended=code is not None)
                 if code is None:
-                    if time.monotonic() >= running.kill_at:
+                    now = time.monotonic()
+                    if now >= running.kill_at:
                         _kill_group(running.process)
+                    elif running.pending and now - running.sent_at >= PROGRESS_S:
+                        running.sent_at = now
+                        progress = ExecReportRequest(
+                            state="running", output=running.pending, output_from_chars=running.pending_from
+                        )
+                        if self._send(client, running.id, progress):
+                            running.pending_from += len(running.pending)
+                            running.pending = ""
                     continue
-                running.report = _ended(code, running.output)
+                running.report = _ended(code, running)
             if self._send(client, running.id, running.report):
                 running.output.unlink(missing_ok=True)
                 del self.running[running.id]
@@ -116,28 +138,39 @@ def _failed(message: str, exit_code: int | None = None) -> ExecReportRequest:
     return ExecReportRequest(state="failed", exit_code=exit_code, message=message[:2000])
 
 
-def _ended(returncode: int, output: Path) -> ExecReportRequest:
-    """The report of a command that ended with `returncode` (a signal N reads as 128 + N, as a shell says)."""
-    data, truncated = _tail(output)
+def _ended(returncode: int, running: RunningExec) -> ExecReportRequest:
+    """The report of a command that ended with `returncode` (a signal N reads as 128 + N, as a shell says),
+    with what it printed that the server has not taken."""
     code = returncode if returncode >= 0 else 128 - returncode
     message = "timed out (exit 124 from timeout)" if code == 124 else ""
     return ExecReportRequest(
         state="exited",
         exit_code=code,
-        output=data.decode("utf-8", errors="replace"),
-        output_truncated=truncated,
+        output=running.pending,
+        output_from_chars=running.pending_from,
         message=message,
     )
 
 
-def _tail(path: Path) -> tuple[bytes, bool]:
+def _read(running: RunningExec, ended: bool) -> None:
+    """Add what the command printed since the last read to `pending` (as text: a character cut between two
+    reads waits for its end), keeping its last `MAX_OUTPUT_CHARS`."""
     try:
-        with path.open("rb") as file:
-            size = file.seek(0, os.SEEK_END)
-            file.seek(max(0, size - MAX_OUTPUT_BYTES))
-            return file.read(), size > MAX_OUTPUT_BYTES
+        with running.output.open("rb") as file:
+            file.seek(running.read_bytes)
+            while block := file.read(READ_BYTES):
+                running.read_bytes += len(block)
+                _hold(running, running.decoder.decode(block))
     except OSError:
-        return b"", False
+        pass
+    if ended:
+        _hold(running, running.decoder.decode(b"", final=True))
+
+
+def _hold(running: RunningExec, text: str) -> None:
+    held = running.pending + text
+    dropped = max(len(held) - MAX_OUTPUT_CHARS, 0)
+    running.pending, running.pending_from = held[dropped:], running.pending_from + dropped
 
 
 def _kill_group(process: subprocess.Popen[bytes]) -> None:

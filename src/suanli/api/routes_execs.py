@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Query, Request, status
 from suanli.api.deps import CallerDep
 from suanli.api.errors import ERROR_RESPONSES
 from suanli.api.routes_agents import AgentsDep, NodeKeyDep
-from suanli.app.execs import Exec, ExecService
+from suanli.app.execs import Exec, ExecReport, ExecService
 from suanli.wire.agent_schemas import ExecReportRequest
 from suanli.wire.schemas import ExecCreateRequest, ExecResponse
 
@@ -35,6 +35,7 @@ def exec_response(found: Exec) -> ExecResponse:
         exit_code=found.exit_code,
         output=found.output,
         output_truncated=found.output_truncated,
+        output_chars=found.output_chars,
         message=found.message,
         created_at=found.created_at,
         started_at=found.started_at,
@@ -72,9 +73,11 @@ def get_exec(rental_id: str, exec_id: str, caller: CallerDep, service: ExecsDep)
 def report_exec(
     exec_id: str, body: ExecReportRequest, key: NodeKeyDep, agents: AgentsDep, service: ExecsDep
 ) -> ExecResponse:
-    """A node's agent: it started the command (`running`), or how it ended (`exited`, `failed`)."""
+    """A node's agent: it started the command or it still runs (`running`, with what it printed since),
+    or how it ended (`exited`, `failed`)."""
     node = agents.authenticate(key).node
-    found = service.report(
-        node, exec_id, body.state, body.exit_code, body.output, body.output_truncated, body.message
+    report = ExecReport(
+        body.state, body.exit_code, body.output, body.output_truncated, body.message, body.output_from_chars
     )
+    found = service.report(node, exec_id, report)
     return exec_response(found)

@@ -51,6 +51,20 @@ class Exec:
     message: str = ""
     started_at: datetime | None = None
     ended_at: datetime | None = None
+    output_chars: int = 0  # characters of output it has produced so far; `output` is the last of them
+
+
+@dataclass(frozen=True, slots=True)
+class ExecReport:
+    """An agent's report on a command: `output` is what it printed from character `output_from_chars` on
+    (None: the end of its output, sent once at its end, by an agent that does not stream it)."""
+
+    state: str  # running, exited or failed
+    exit_code: int | None = None
+    output: str = ""
+    output_truncated: bool = False
+    message: str = ""
+    output_from_chars: int | None = None
 
 
 class ExecRepo(Protocol):
@@ -71,6 +85,25 @@ def check_command(command: Sequence[str]) -> tuple[str, ...]:
     if not command or not command[0]:
         raise Invalid("give the command to run, e.g. -- nvidia-smi", field="command")
     return tuple(command)
+
+
+def with_output(found: Exec, chunk: str, start: int) -> Exec:
+    """`found` with `chunk`, its output from character `start` on, added: the part it already has is not
+    added again (a retried report); after a gap (output the agent could not send) only the chunk is kept,
+    so `output` is always the last characters printed, and it is marked truncated; at most the last
+    `MAX_OUTPUT_CHARS` are kept."""
+    end = start + len(chunk)
+    if end <= found.output_chars:
+        return found
+    new = chunk[max(found.output_chars - start, 0) :]
+    gap = start > found.output_chars
+    kept = (new if gap else found.output + new)[-MAX_OUTPUT_CHARS:]
+    return replace(
+        found,
+        output=kept,
+        output_chars=end,
+        output_truncated=found.output_truncated or gap or len(kept) < end,
+    )
 
 
 def settle(found: Exec, rental: Rental, now: datetime) -> Exec | None:
@@ -168,42 +201,35 @@ class ExecService:
         """The open commands of the node's rentals that are `live` there (for its heartbeat answer)."""
         return [e for e in uow.execs.open_on(node) if e.rental_id in live]
 
-    def report(
-        self,
-        node: str,
-        exec_id: str,
-        state: str,
-        exit_code: int | None = None,
-        output: str = "",
-        output_truncated: bool = False,
-        message: str = "",
-    ) -> Exec:
-        """The agent of `node` says the command started (`running`) or how it ended (`exited`, `failed`).
-        Reporting a state it already has is a no-op, so a retried report is safe; an ended one stays."""
-        if state not in ("running", "exited", "failed"):
+    def report(self, node: str, exec_id: str, report: ExecReport) -> Exec:
+        """The agent of `node` says the command started or still runs (`running`, with the output since its
+        last report) or how it ended (`exited`, `failed`). A retried report is safe: output already taken
+        is not taken twice, and an ended command stays as it ended."""
+        if report.state not in ("running", "exited", "failed"):
             raise Invalid("state is running, exited or failed", field="state")
         with self.uow() as uow:
             found = uow.execs.get(exec_id)
             if found is None or found.node != node:
                 raise NotFound(f"no command {exec_id} on node {node}")
-            if found.state == state or found.state in FINAL_STATES:
+            if found.state in FINAL_STATES:
                 return found
             now = self.clock.now()
-            if state == "running":
-                changed = replace(found, state="running", started_at=now)
-            else:
+            changed = replace(found, state=report.state, started_at=found.started_at or now)
+            if report.output_from_chars is not None:
+                changed = with_output(changed, report.output, report.output_from_chars)
+            elif report.state != "running":  # an agent that sends the end of the output only, at the end
+                output, truncated = report.output, report.output_truncated
                 if len(output) > MAX_OUTPUT_CHARS:
-                    output, output_truncated = output[-MAX_OUTPUT_CHARS:], True
+                    output, truncated = output[-MAX_OUTPUT_CHARS:], True
                 changed = replace(
-                    found,
-                    state=state,
-                    exit_code=exit_code,
-                    output=output,
-                    output_truncated=output_truncated,
-                    message=message[:500],
-                    started_at=found.started_at or now,
-                    ended_at=now,
+                    changed, output=output, output_truncated=truncated, output_chars=len(output)
                 )
+            if report.state != "running":
+                changed = replace(
+                    changed, exit_code=report.exit_code, message=report.message[:500], ended_at=now
+                )
+            if changed == found:
+                return found
             if uow.execs.update(changed, expect=OPEN_STATES):
                 uow.commit()
                 return changed

@@ -12,6 +12,15 @@ from suanli.cli.output import EXIT_REFUSED, EXIT_USAGE, error_text, errors, logg
 from suanli.cli.rent_spec import SpecError, duration_s
 
 
+def _print(text: str, skipped: int) -> None:
+    """What the command printed since the last poll, on stdout; a gap the server did not keep, on stderr."""
+    if skipped:
+        sys.stdout.flush()
+        errors.print(error_text(f"({skipped} characters of its output were not kept)"))
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
 def exec_command(
     rental_id: Annotated[str, typer.Argument(metavar="RENTAL", help="A running rental of yours.")],
     command: Annotated[list[str] | None, typer.Argument(help="The command, after --")] = None,
@@ -21,8 +30,8 @@ def exec_command(
     timeout: Annotated[str, typer.Option(help="Kill it after this long: 30s, 5m, 1h (at most 1h).")] = "60s",
 ) -> None:
     """Run a command inside a running rental, on one of its nodes, as its workload runs: its user, GPUs,
-    environment and working directory (its container, for an image). Prints the command's output (the last
-    64 KiB) once it ends and exits with its exit code. It starts at the node agent's next heartbeat."""
+    environment and working directory (its container, for an image). Prints the command's output as it
+    comes (about once a second) and exits with its exit code. It starts at the node agent's next heartbeat."""
     if not command:
         errors.print(error_text("give the command to run after --, e.g. suanli exec RENTAL -- nvidia-smi"))
         raise typer.Exit(EXIT_USAGE)
@@ -33,11 +42,7 @@ def exec_command(
         raise typer.Exit(EXIT_USAGE) from None
     with logged_in({"node_rank": "--node-rank", "timeout_s": "--timeout", "command": "COMMAND"}) as client:
         queued = client.exec(rental_id, command, node_rank=node_rank, timeout_s=timeout_s)
-        ended = client.wait_exec(rental_id, queued.id)
-    if ended.output_truncated:
-        errors.print(error_text("(only the last 64 KiB of its output were kept)"))
-    sys.stdout.write(ended.output)
-    sys.stdout.flush()
+        ended = client.wait_exec(rental_id, queued.id, on_output=_print)
     if ended.state == "exited" and ended.exit_code is not None:
         raise typer.Exit(ended.exit_code if 0 <= ended.exit_code <= 255 else EXIT_REFUSED)
     errors.print(error_text(f"{ended.state} on {ended.node}: {ended.message or 'no exit code'}"))

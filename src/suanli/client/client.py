@@ -333,11 +333,24 @@ class Client:
         """The rental's commands, newest first."""
         return self._call("GET", f"/v1/rentals/{rental_id}/execs", list[ExecResponse])
 
-    def wait_exec(self, rental_id: str, exec_id: str, *, poll_s: float = 0.5) -> ExecResponse:
+    def wait_exec(
+        self,
+        rental_id: str,
+        exec_id: str,
+        *,
+        poll_s: float = 0.5,
+        on_output: Callable[[str, int], None] | None = None,
+    ) -> ExecResponse:
         """The command once it has ended (exited, failed or lost): the server decides `lost` by its timeout,
-        so this returns without a deadline of its own."""
+        so this returns without a deadline of its own. `on_output(text, skipped)`: what it printed since
+        the last call, as it runs, after `skipped` characters the server no longer kept (0: none)."""
+        shown = 0
         while True:
             found = self.exec_status(rental_id, exec_id)
+            if on_output is not None and found.output_chars > shown:
+                start = found.output_chars - len(found.output)
+                on_output(found.output[max(shown - start, 0) :], max(start - shown, 0))
+                shown = found.output_chars
             if found.state in ("exited", "failed", "lost"):
                 return found
             time.sleep(poll_s)

@@ -368,6 +368,7 @@ class SqlExecs:
                 exit_code=found.exit_code,
                 output=found.output,
                 output_truncated=found.output_truncated,
+                output_chars=found.output_chars,
                 message=found.message,
                 created_at=found.created_at,
                 started_at=found.started_at,
@@ -412,6 +413,7 @@ class SqlExecs:
                 exit_code=found.exit_code,
                 output=found.output,
                 output_truncated=found.output_truncated,
+                output_chars=found.output_chars,
                 message=found.message,
                 started_at=found.started_at,
                 ended_at=found.ended_at,
@@ -435,4 +437,5 @@ def _exec(row: RentalExecRow) -> Exec:
         row.message,
         row.started_at,
         row.ended_at,
+        row.output_chars or 0,
     )

@@ -262,6 +262,8 @@ class RentalExecRow(Base):
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     output: Mapped[str] = mapped_column(Text, default="")
     output_truncated: Mapped[bool] = mapped_column(Boolean, default=False)
+    # characters of output the command printed so far (`output` keeps the last of them)
+    output_chars: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     message: Mapped[str] = mapped_column(String(500), default="")
     created_at: Mapped[datetime] = mapped_column(UtcDateTime())
     started_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)

@@ -181,9 +181,21 @@ class ExecReportRequest(WireModel):
 
     state: Literal["running", "exited", "failed"]
     exit_code: int | None = Field(default=None, ge=-(2**31), le=2**31 - 1)
-    output: str = Field(default="", max_length=1_048_576, description="The end of its stdout and stderr.")
+    output: str = Field(
+        default="",
+        max_length=1_048_576,
+        description="Its stdout and stderr from character `output_from_chars` on; without it, the end of "
+        "them (sent once, at the end).",
+    )
     output_truncated: bool = False
     message: str = Field(default="", max_length=2000)
+    output_from_chars: int | None = Field(
+        default=None,
+        ge=0,
+        le=2**53,
+        description="Where `output` starts in everything the command printed (characters): a `running` "
+        "report sends what it printed since the last one the server took, as it runs.",
+    )
 
 
 class LogChunkRequest(WireModel):

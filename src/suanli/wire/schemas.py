@@ -554,8 +554,16 @@ class ExecResponse(WireModel):
         "failed (it could not run: see message) or lost (no answer from the agent, or the rental ended)."
     )
     exit_code: int | None = Field(default=None, description="Exited: its status (128+N: killed by signal N).")
-    output: str = Field(default="", description="The end of its stdout and stderr together (64 KiB at most).")
+    output: str = Field(
+        default="",
+        description="The end of its stdout and stderr together (64 Ki characters at most), as it runs too.",
+    )
     output_truncated: bool = False
+    output_chars: int = Field(
+        default=0,
+        description="Characters it has printed so far: `output` is the last of them, so a client that has "
+        "shown N of them shows `output[N - (output_chars - len(output)):]` next.",
+    )
     message: str = ""
     created_at: datetime
     started_at: datetime | None = None
