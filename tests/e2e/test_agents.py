@@ -354,9 +354,7 @@ def test_a_workload_past_its_max_duration_is_stopped_and_rent_follow_exits_124(p
     assert rerun["request"]["command"] == ["sleep", "600"] and rerun["request"]["gpus"] == 1
     assert cli("stop", rerun["id"]).returncode == 0
     bad_name = cli("rerun", rerun["id"], "--name", "sweep b")
-    assert bad_name.returncode == 2 and "--name: String should match pattern" in bad_name.stderr, (
-        bad_name.stderr
-    )
+    assert bad_name.returncode == 2 and "--name: use letters, digits" in bad_name.stderr, bad_name.stderr
     unknown_id = cli("rerun", "rnt_nope")
     assert unknown_id.returncode != 0 and "no rental rnt_nope" in unknown_id.stderr
     none_left = cli("stop", "--name", "sweep_a-*")
