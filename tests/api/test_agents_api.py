@@ -7,9 +7,12 @@ from datetime import datetime, timedelta
 
 import pytest
 from fastapi.testclient import TestClient
+from typer.testing import CliRunner
 
-from conftest import ADMIN, register_agent, wait_for
+from conftest import ADMIN, logged_in_as, register_agent, wait_for
 from suanli.app.agents import next_state
+from suanli.cli import platform_commands
+from suanli.cli.main import app
 
 
 def test_the_sdk_knows_the_states_a_rental_ends_in() -> None:
@@ -349,3 +352,46 @@ def test_a_one_node_rental_restarted_by_its_agent_gets_a_restarted_event_per_rep
     (run,) = client.get(f"/v1/rentals/{rental['id']}/runs", headers=owner).json()
     assert run["restarts"] == 1
     assert client.get(f"/v1/rentals/{rental['id']}", headers=owner).json()["state"] == "running"
+
+
+def test_a_rentals_gpus_show_their_last_readings_to_its_tenant_only(
+    client: TestClient, tenant, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`GET /v1/rentals/{id}/gpus`: each GPU the rental holds with the last utilization, memory and power
+    its agent sent (none for a GPU the beat did not read), only to its tenant, and nothing once it ended;
+    `suanli show` prints them."""
+    _, owner = tenant("owner")
+    _, other = tenant("other")
+    rental = client.post("/v1/rentals", json={"gpu_model": "H200-141GB", "gpus": 8}, headers=owner).json()
+    (node,) = (a["node"] for a in wait_for(client, rental["id"], owner, "placed")["allocation"])
+    url = f"/v1/rentals/{rental['id']}/gpus"
+    assert [g["read_at"] for g in client.get(url, headers=owner).json()] == [None] * 8  # no beat yet
+    agent = register_agent(client, node)
+    telemetry = [{"index": i, "utilization_pct": 90 + i, "memory_used_mib": 1000 * i} for i in range(7)]
+    telemetry[6]["power_w"] = 600.5
+    beat = client.post("/v1/agents/heartbeat", json={"telemetry": telemetry}, headers=agent)
+    assert beat.status_code == 200, beat.text
+    shown = client.get(url, headers=owner).json()
+    assert [(g["gpu_index"], g["utilization_pct"], g["memory_used_mib"]) for g in shown[:2]] == [
+        (0, 90, 0),
+        (1, 91, 1000),
+    ]
+    assert all(g["whole_gpu"] and g["milli"] == 1000 and g["node"] == node for g in shown)
+    assert shown[6]["power_w"] == 600.5 and shown[6]["read_at"] is not None
+    assert (shown[7]["utilization_pct"], shown[7]["read_at"]) == (None, None)  # GPU 7 was not read
+    assert client.get(url, headers=other).status_code == 404
+
+    monkeypatch.setattr(platform_commands, "logged_in", logged_in_as(client, owner["Authorization"][7:]))
+    said = CliRunner().invoke(app, ["show", rental["id"]], env={"COLUMNS": "200"})
+    assert said.exit_code == 0, said.output
+    gpus = said.output[said.output.index("GPUs") :]  # after the allocation's table
+    row = next(line for line in gpus.splitlines() if "│ 6 " in line)
+    assert "96%" in row and "6,000" in row and "600" in row, said.output
+
+    client.post(f"/v1/rentals/{rental['id']}/stop", headers=owner)
+    assert client.get(url, headers=owner).json() == []
+    share = {"gpu_model": "L40S", "gpus": 0, "share_milli": 500}
+    half = client.post("/v1/rentals", json=share, headers=owner).json()
+    wait_for(client, half["id"], owner, "placed")
+    (part,) = client.get(f"/v1/rentals/{half['id']}/gpus", headers=owner).json()
+    assert (part["milli"], part["whole_gpu"]) == (500, False)  # it would read its whole GPU

@@ -22,6 +22,7 @@ from suanli.wire.agent_schemas import (
     LogChunkRequest,
     LogChunkResponse,
     LogResponse,
+    RentalGpuResponse,
     RentalRunResponse,
 )
 from suanli.wire.schemas import SliceResponse
@@ -113,6 +114,26 @@ def rental_logs(
     it came or one node's; poll with `next_offset` to follow."""
     start, data, next_offset, done = services.agents.read_log(caller, rental_id, offset, node, tail)
     return LogResponse(rental_id=rental_id, offset=start, next_offset=next_offset, data=data, done=done)
+
+
+@router.get("/rentals/{rental_id}/gpus", tags=["rentals"])
+def rental_gpus(rental_id: str, caller: CallerDep, services: ServicesDep) -> list[RentalGpuResponse]:
+    """The GPUs the rental holds now with their last readings (utilization, memory used, power) from the
+    nodes' agents, as `nvidia-smi` shows them; empty once it has ended."""
+    return [
+        RentalGpuResponse(
+            node=g.node,
+            gpu_index=g.gpu_index,
+            milli=g.milli,
+            mig_profile=g.mig_profile,
+            utilization_pct=g.utilization_pct,
+            memory_used_mib=g.memory_used_mib,
+            power_w=g.power_w,
+            read_at=g.read_at,
+            whole_gpu=g.whole_gpu,
+        )
+        for g in services.agents.gpus(caller, rental_id)
+    ]
 
 
 @router.get("/rentals/{rental_id}/runs", tags=["rentals"])

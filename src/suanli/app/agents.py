@@ -35,6 +35,7 @@ from typing import Any, Protocol
 from suanli.app.errors import Forbidden, Invalid, NotFound, Unauthorized
 from suanli.app.execs import Exec, ExecRepo, ExecService
 from suanli.app.fleet import FleetCache
+from suanli.app.gpu_readings import GpuReading, gpu_readings
 from suanli.app.idle_stops import stop_idle
 from suanli.app.ids import digest, new_id
 from suanli.app.ports import Clock, UnitOfWork
@@ -139,6 +140,7 @@ class AgentRepo(Protocol):
     def put_node(self, node: str, key_sha256: str, inventory: Mapping[str, Any], now: datetime) -> None: ...
     def node_by_key(self, key_sha256: str) -> AgentNode | None: ...
     def nodes(self) -> list[AgentNode]: ...
+    def nodes_named(self, names: Sequence[str]) -> list[AgentNode]: ...
     # record the beat (and, when said, whether its agent runs images); returns the previous beat's time
     def beat(
         self,
@@ -522,6 +524,16 @@ class AgentService:
         with self.uow() as uow:
             owned_rental(uow, caller, rental_id)
             return uow.agents.runs(rental_id)
+
+    def gpus(self, caller: Caller, rental_id: str) -> list[GpuReading]:
+        """The GPU slices the rental holds now, each with its GPU's last reading (none once it has ended)."""
+        with self.uow() as uow:
+            rental = owned_rental(uow, caller, rental_id)
+            if rental.state not in LIVE_STATES:
+                return []
+            allocation = uow.rentals.allocation(rental_id)
+            nodes = uow.agents.nodes_named(sorted({part.node for part in allocation}))
+            return gpu_readings(allocation, {n.node: (n.last_heartbeat_at, n.telemetry) for n in nodes})
 
     def upload_log(
         self, node_key: str | None, rental_id: str, node_offset: int, text: str, size_bytes: int

@@ -28,7 +28,7 @@ from suanli.cli.output import (
 )
 from suanli.cli.rent_spec import SpecError, duration_s, env_pairs, money_to_micros, parse_gpu_spec
 from suanli.client import ApiError, Client
-from suanli.wire.agent_schemas import RentalRunResponse
+from suanli.wire.agent_schemas import RentalGpuResponse, RentalRunResponse
 from suanli.wire.schemas import (
     ENDED_STATES,
     NodeResponse,
@@ -324,11 +324,13 @@ def ls(
 
 
 def show(rental_id: str, as_json: JsonFlag = False) -> None:
-    """One rental: state, allocation, its timeline with pending reasons, and its run on each node."""
+    """One rental: state, allocation, its timeline with pending reasons, its run on each node, and while
+    it holds GPUs their last readings (utilization, memory, power)."""
     with logged_in() as client:
         rental = client.rental(rental_id)
         runs = [] if as_json else client.rental_runs(rental_id)
-    emit(rental, as_json, lambda shown: _with_runs(_rental_detail(shown), runs))
+        gpus = [] if as_json or rental.state in ENDED_STATES else client.rental_gpus(rental_id)
+    emit(rental, as_json, lambda shown: _with_gpus(_with_runs(_rental_detail(shown), runs), gpus))
 
 
 def stop(
@@ -537,6 +539,30 @@ PREEMPTED_BY = {
     "below_floor": "the spot floor (its bid is below it)",
     "maintenance": "its node's maintenance",
 }
+
+
+def _with_gpus(detail: Group, gpus: list[RentalGpuResponse]) -> Group:
+    """The rental's detail and the GPUs it holds, with their last readings (a MIG instance or share reads
+    its whole GPU: marked so)."""
+    if not any(g.read_at is not None for g in gpus):
+        return detail
+    rows = [
+        (
+            g.node,
+            g.gpu_index if g.whole_gpu else f"{g.gpu_index} ({_slice_name(g)}; whole GPU read)",
+            "" if g.utilization_pct is None else f"{g.utilization_pct}%",
+            "" if g.memory_used_mib is None else f"{g.memory_used_mib:,}",
+            "" if g.power_w is None else f"{g.power_w:.0f}",
+            "" if g.read_at is None else f"{g.read_at:%H:%M:%S}",
+        )
+        for g in gpus
+    ]
+    columns = ("node", "GPU", "util", "memory MiB", "power W", "read (UTC)")
+    return Group(detail, table("GPUs", columns, rows))
+
+
+def _slice_name(gpu: RentalGpuResponse) -> str:
+    return gpu.mig_profile or f"{gpu.milli / 1000:g} share"
 
 
 def _with_runs(detail: Group, runs: list[RentalRunResponse]) -> Group:

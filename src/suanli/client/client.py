@@ -36,6 +36,7 @@ from suanli.wire.agent_schemas import (
     LogChunkRequest,
     LogChunkResponse,
     LogResponse,
+    RentalGpuResponse,
     RentalRunResponse,
 )
 from suanli.wire.billing_schemas import (
@@ -318,6 +319,10 @@ class Client:
 
     def rental_runs(self, rental_id: str) -> list[RentalRunResponse]:
         return self._call("GET", f"/v1/rentals/{rental_id}/runs", list[RentalRunResponse])
+
+    def rental_gpus(self, rental_id: str) -> list[RentalGpuResponse]:
+        """The GPUs the rental holds now, with their last utilization, memory and power readings."""
+        return self._call("GET", f"/v1/rentals/{rental_id}/gpus", list[RentalGpuResponse])
 
     def exec(
         self, rental_id: str, command: Sequence[str], *, node_rank: int = 0, timeout_s: int = 60

@@ -89,6 +89,10 @@ class SqlAgents:
     def nodes(self) -> list[AgentNode]:
         return [_node(r) for r in self.s.scalars(select(AgentNodeRow).order_by(AgentNodeRow.node))]
 
+    def nodes_named(self, names: Sequence[str]) -> list[AgentNode]:
+        query = select(AgentNodeRow).where(AgentNodeRow.node.in_(list(names))).order_by(AgentNodeRow.node)
+        return [_node(r) for r in self.s.scalars(query)] if names else []
+
     def beat(
         self,
         node: str,

@@ -232,6 +232,23 @@ class LogResponse(WireModel):
     done: bool = Field(description="The rental has ended and every stored line has been read.")
 
 
+class RentalGpuResponse(WireModel):
+    """A GPU slice the rental holds now, with its GPU's last reading from the node's agent."""
+
+    node: str
+    gpu_index: int
+    milli: int = Field(description="Thousandths of the GPU: 1000 whole, less for a MIG instance or share.")
+    mig_profile: str | None = None
+    utilization_pct: int | None = None
+    memory_used_mib: int | None = None
+    power_w: float | None = None
+    read_at: datetime | None = Field(default=None, description="The heartbeat that carried it (None: none).")
+    whole_gpu: bool = Field(
+        description="The reading is this slice's own; false for a MIG instance or a share, which read the "
+        "whole GPU they are part of (NVML reports per GPU)."
+    )
+
+
 class RentalRunResponse(WireModel):
     node: str
     state: str
