@@ -369,6 +369,7 @@ def test_a_rentals_gpus_show_their_last_readings_to_its_tenant_only(
     agent = register_agent(client, node)
     telemetry = [{"index": i, "utilization_pct": 90 + i, "memory_used_mib": 1000 * i} for i in range(7)]
     telemetry[6]["power_w"] = 600.5
+    telemetry.append({"index": 7})  # listed with nothing read (a host without NVML sends such)
     beat = client.post("/v1/agents/heartbeat", json={"telemetry": telemetry}, headers=agent)
     assert beat.status_code == 200, beat.text
     shown = client.get(url, headers=owner).json()
@@ -378,7 +379,7 @@ def test_a_rentals_gpus_show_their_last_readings_to_its_tenant_only(
     ]
     assert all(g["whole_gpu"] and g["milli"] == 1000 and g["node"] == node for g in shown)
     assert shown[6]["power_w"] == 600.5 and shown[6]["read_at"] is not None
-    assert (shown[7]["utilization_pct"], shown[7]["read_at"]) == (None, None)  # GPU 7 was not read
+    assert (shown[7]["utilization_pct"], shown[7]["read_at"]) == (None, None)  # nothing read of GPU 7
     assert client.get(url, headers=other).status_code == 404
 
     monkeypatch.setattr(platform_commands, "logged_in", logged_in_as(client, owner["Authorization"][7:]))

@@ -44,16 +44,19 @@ def gpu_readings(
         by_index = {r.get("index"): r for r in readings}
         for piece in sorted(part.slices, key=lambda s: (s.gpu_index, s.mig_start or 0)):
             reading = by_index.get(piece.gpu_index) or {}
+            utilization = _int(reading.get("utilization_pct"))
+            memory, power = _int(reading.get("memory_used_mib")), _float(reading.get("power_w"))
+            read = any(value is not None for value in (utilization, memory, power))
             found.append(
                 GpuReading(
                     part.node,
                     piece.gpu_index,
                     piece.milli,
                     piece.mig_profile,
-                    _int(reading.get("utilization_pct")),
-                    _int(reading.get("memory_used_mib")),
-                    _float(reading.get("power_w")),
-                    beat_at if reading else None,
+                    utilization,
+                    memory,
+                    power,
+                    beat_at if read else None,  # a host without NVML (a declared probe) reads nothing
                 )
             )
     return found

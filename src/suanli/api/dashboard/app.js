@@ -473,7 +473,7 @@ async function rerunSelected() {
 }
 
 // a one-off command inside the shown (running) rental, as `suanli exec`: queued for its node's agent, then
-// its output and exit code once it ends
+// its output as it comes (the last 64 Ki characters) and its exit code once it ends
 async function execInSelected(event) {
   event.preventDefault();
   showError("exec-error", null);
@@ -490,6 +490,8 @@ async function execInSelected(event) {
     $("exec-output").hidden = true;
     while (["queued", "running"].includes(found.state)) {
       $("exec-status").textContent = `${found.state}…`;
+      $("exec-output").textContent = found.output;
+      $("exec-output").hidden = !found.output;
       await new Promise((resolve) => setTimeout(resolve, 500));
       if (id !== session.selected) return;
       found = await api("GET", `${base}/${encodeURIComponent(found.id)}`);
