@@ -117,8 +117,8 @@ def test_a_tenant_signs_in_rents_from_an_offer_and_reads_the_output(page: Page, 
 
 
 def test_a_command_runs_inside_a_running_rental_from_its_page(page: Page, platform: Platform) -> None:
-    """The rental page's "Run in it" box: the command sees the rental's GPUs, its output and exit code show;
-    the same box on an ended rental says why it cannot."""
+    """The rental page's "Run in it" box: the command sees the rental's GPUs, its output shows as it comes
+    (while it still runs) and then its exit code; the same box on an ended rental says why it cannot."""
     sign_in(page, platform)
     page.fill("#rent-model", "H100-SXM-80GB")
     page.fill("#rent-name", "exec-me")
@@ -126,13 +126,16 @@ def test_a_command_runs_inside_a_running_rental_from_its_page(page: Page, platfo
     page.click("#rent-form button[type=submit]")
     expect(page.locator("#detail-summary")).to_contain_text("running", timeout=20_000)
     rental_id = page.locator("#detail-id").inner_text()
-    page.fill("#exec-command", 'echo "sees $CUDA_VISIBLE_DEVICES"; exit 2')
+    command = 'echo "sees $CUDA_VISIBLE_DEVICES"; sleep 6; exit 2'
+    page.fill("#exec-command", command)
     page.click("#exec-form button")
+    expect(page.locator("#exec-output")).to_contain_text("sees GPU-", timeout=20_000)
+    expect(page.locator("#exec-status")).to_have_text("running…")  # shown before the command ends
     expect(page.locator("#exec-status")).to_have_text("exit 2", timeout=20_000)
     expect(page.locator("#exec-output")).to_contain_text("sees GPU-")
     with platform.tenant() as api:
         (done,) = api.execs(rental_id)
-        assert done.command == ["sh", "-c", 'echo "sees $CUDA_VISIBLE_DEVICES"; exit 2']
+        assert done.command == ["sh", "-c", command]
         api.stop(rental_id)
     expect(page.locator("#detail-summary")).to_contain_text("stopped", timeout=20_000)
     page.click("#exec-form button")
