@@ -274,6 +274,20 @@ def test_exec_runs_a_command_inside_a_running_rental_with_its_devices_and_direct
         assert [e.state for e in api.execs(rental.id)] == ["exited"] * 4
         api.stop(rental.id)
         wait_for_state(api, rental.id, "stopped")
+        # a rental with no command holds its GPUs and runs nothing: a command still runs in it
+        held = api.create_rental(RentalCreateRequest(gpu_model="H100-SXM-80GB", gpus=1))
+        wait_for_state(api, held.id, "running")
+        inside = subprocess.run(
+            [*SUANLI, "exec", held.id, "--", "sh", "-c", 'echo "$CUDA_VISIBLE_DEVICES"; pwd'],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert inside.returncode == 0, inside.stdout + inside.stderr
+        devices, workdir = inside.stdout.split()
+        assert devices.startswith("GPU-") and workdir.endswith("/work"), inside.stdout
+        api.stop(held.id)
     ended = exec_("--", "true")
     assert ended.returncode == 1 and "running rental only" in " ".join(ended.stderr.split()), ended.stderr
 

@@ -78,6 +78,12 @@ class ContainerExecutor:
         write_record(paths, process.pid, spec, runtime=self.runtime or "docker")
         return ContainerWorkload(spec.rental_id, process, paths, self.runtime or "docker")
 
+    def prepare(self, spec: WorkloadSpec) -> None:
+        raise ExecutorError(
+            f"rental {spec.rental_id} runs nothing here, and this node runs commands only in a rental's "
+            "container: rent it with a command that keeps running (e.g. -- sleep infinity) to exec into it"
+        )
+
     def run_command(
         self, spec: WorkloadSpec, command: Sequence[str], timeout_s: int, output: Path
     ) -> subprocess.Popen[bytes]:

@@ -76,7 +76,11 @@ class ExecRunner:
                 restarted = "this node's agent restarted while it ran; its end is unknown"
                 self._send(client, found.id, _failed(restarted))
                 continue
-            spec = spec_of(found.rental_id)
+            try:
+                spec = spec_of(found.rental_id)
+            except SuanliError as error:
+                self._send(client, found.id, _failed(str(error)))
+                continue
             if spec is None:
                 self._send(client, found.id, _failed("the rental's workload is not running on this node"))
                 continue

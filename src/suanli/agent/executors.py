@@ -180,6 +180,10 @@ class Executor(Protocol):
 
     def launch(self, spec: WorkloadSpec) -> Workload: ...
 
+    # the rental's directories (and user) made ready as `launch` makes them, for commands run in a rental
+    # that runs no workload (`suanli exec` into held GPUs); ExecutorError when commands cannot run there
+    def prepare(self, spec: WorkloadSpec) -> None: ...
+
     # a one-off command inside a running workload's context (`suanli exec`), its stdout and stderr to
     # `output`; ended at `timeout_s` (by `timeout` itself where it can, so it outlives no agent)
     def run_command(
@@ -251,11 +255,7 @@ class ProcessExecutor:
         if not spec.command:
             raise ExecutorError(f"rental {spec.rental_id}: no command to run")
         paths = self.paths(spec.rental_id)
-        user = self.run_as if self.uids is None else self.uids.pick(paths, self.rentals_dir)
-        paths.create()
-        paths.tmp_dir.mkdir(mode=0o700, exist_ok=True)
-        if user is not None:
-            confine(paths, user)
+        user = self._ready(paths)
         paths.notice_file.unlink(missing_ok=True)  # a notice from an earlier run is not for this one
         env = {name: os.environ[name] for name in self._inherit if name in os.environ}
         env["HOME"] = str(paths.workdir)
@@ -264,6 +264,18 @@ class ProcessExecutor:
         process = spawn(list(spec.command), env, paths, user)
         write_record(paths, process.pid, spec)
         return ProcessWorkload(spec.rental_id, process, paths)
+
+    def prepare(self, spec: WorkloadSpec) -> None:
+        self._ready(self.paths(spec.rental_id))
+
+    def _ready(self, paths: RentalPaths) -> RunAs | None:
+        """The rental's directories, owned by the user its processes run as (returned; None: the agent's)."""
+        user = self.run_as if self.uids is None else self.uids.pick(paths, self.rentals_dir)
+        paths.create()
+        paths.tmp_dir.mkdir(mode=0o700, exist_ok=True)
+        if user is not None:
+            confine(paths, user)
+        return user
 
     def run_command(
         self, spec: WorkloadSpec, command: Sequence[str], timeout_s: int, output: Path

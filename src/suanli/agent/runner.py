@@ -222,14 +222,22 @@ class AgentRunner:
         self.execs.start(client, answer.execs, self._running_spec)
 
     def _running_spec(self, rental_id: str) -> WorkloadSpec | None:
-        """The spec of the rental's workload running here (what an `exec` runs beside), or None."""
+        """The spec of the rental's workload running here (what an `exec` runs beside), or None; for a
+        rental that holds its GPUs and runs nothing, its directories are made ready first (ExecutorError
+        when this executor cannot run commands in it)."""
         local = self.local.get(rental_id)
-        if local is None or local.state != "running" or local.workload is None or local.assignment is None:
+        if local is None or local.state != "running" or local.assignment is None:
             return None
+        held = local.workload is None
+        if held and local.assignment.runs_workload:
+            return None  # its workload has not started here
         try:
-            return workload_spec(local.assignment, self.inventory, self.executor)
+            spec = workload_spec(local.assignment, self.inventory, self.executor)
         except SuanliError:
             return None
+        if held:
+            self.executor.prepare(spec)
+        return spec
 
     def shutdown(self) -> None:
         if self.stop_workloads_on_exit:
