@@ -118,6 +118,29 @@ def test_an_exec_runs_as_its_rentals_uid_in_its_directory_with_its_environment(b
         workload.kill()
 
 
+def test_a_workload_run_as_another_uid_gets_only_the_path_entries_it_can_search(
+    base: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent's PATH may hold directories only it can search (root's ~/.pyenv/shims): passed on as they
+    are, a program found nowhere else read "Permission denied" (126) instead of "not found" (127)."""
+    hidden, shared = base / "root-only-bin", base / "shared-bin"
+    hidden.mkdir()
+    shared.mkdir()
+    hidden.chmod(0o700)
+    shared.chmod(0o755)
+    tool = hidden / "mytool"
+    tool.write_text("#!/bin/sh\necho hidden\n")
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{hidden}:{shared}:/usr/bin:/bin")
+    executor = ProcessExecutor(base, uids=UidPool.parse(f"{FIRST}-{LAST}"))
+    workload = executor.launch(spec("r-path", 'echo "$PATH"; mytool; echo "status $?"'))
+    status = workload.wait(WAIT_S)
+    assert (status.state, status.exit_code) == (WorkloadState.EXITED, 0)
+    said = workload.paths.log_file.read_text().splitlines()
+    assert said[0] == f"{shared}:/usr/bin:/bin" and said[-1] == "status 127", said
+    assert "not found" in said[1], said
+
+
 def test_a_uid_something_still_runs_as_is_not_handed_on(base: Path) -> None:
     lingering = subprocess.Popen(["sleep", "30"], user=FIRST, group=FIRST)  # a daemon a workload left
     try:

@@ -39,6 +39,7 @@ import os
 import pwd
 import re
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -257,16 +258,24 @@ class ProcessExecutor:
         paths = self.paths(spec.rental_id)
         user = self._ready(paths)
         paths.notice_file.unlink(missing_ok=True)  # a notice from an earlier run is not for this one
-        env = {name: os.environ[name] for name in self._inherit if name in os.environ}
-        env["HOME"] = str(paths.workdir)
-        env["TMPDIR"] = str(paths.tmp_dir)
-        env.update(spec.env)
-        process = spawn(list(spec.command), env, paths, user)
+        process = spawn(list(spec.command), self._env(spec, paths, user), paths, user)
         write_record(paths, process.pid, spec)
         return ProcessWorkload(spec.rental_id, process, paths)
 
     def prepare(self, spec: WorkloadSpec) -> None:
         self._ready(self.paths(spec.rental_id))
+
+    def _env(self, spec: WorkloadSpec, paths: RentalPaths, user: RunAs | None) -> dict[str, str]:
+        """What the agent passes on, its HOME and TMPDIR, then the rental's own variables; run as another
+        user, a PATH without the directories that user cannot search (root's ~/.local/bin, say), where a
+        missing program would read "Permission denied" rather than "not found"."""
+        env = {name: os.environ[name] for name in self._inherit if name in os.environ}
+        if user is not None and "PATH" in env:
+            env["PATH"] = searchable_path(env["PATH"], user)
+        env["HOME"] = str(paths.workdir)
+        env["TMPDIR"] = str(paths.tmp_dir)
+        env.update(spec.env)
+        return env
 
     def _ready(self, paths: RentalPaths) -> RunAs | None:
         """The rental's directories, owned by the user its processes run as (returned; None: the agent's)."""
@@ -286,15 +295,40 @@ class ProcessExecutor:
         if not paths.workdir.is_dir():
             raise ExecutorError(f"rental {spec.rental_id} has no working directory on this node")
         user = self.run_as if self.uids is None else self.uids.pick(paths, self.rentals_dir)
-        env = {name: os.environ[name] for name in self._inherit if name in os.environ}
-        env["HOME"] = str(paths.workdir)
-        env["TMPDIR"] = str(paths.tmp_dir)
-        env.update(spec.env)
+        env = self._env(spec, paths, user)
         as_user: dict[str, object] = {}
         if user is not None:
             as_user = {"user": user.uid, "group": user.gid, "extra_groups": []}
         argv = ["timeout", "--kill-after=5", f"{timeout_s}s", *command]
         return start_command(argv, env, output, cwd=paths.workdir, **as_user)
+
+
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def searchable_path(value: str, user: RunAs) -> str:
+    """The entries of PATH `value` that `user` can search (each directory on the way can be passed through
+    by it), in order; the usual system PATH when none is left."""
+    kept = [entry for entry in value.split(":") if entry and _searchable(Path(entry), user)]
+    return ":".join(kept) or DEFAULT_PATH
+
+
+def _searchable(directory: Path, user: RunAs) -> bool:
+    try:
+        resolved = directory.resolve(strict=True)
+        for step in (resolved, *resolved.parents):
+            info = step.stat()
+            if info.st_uid == user.uid:
+                allowed = info.st_mode & stat.S_IXUSR
+            elif info.st_gid == user.gid:
+                allowed = info.st_mode & stat.S_IXGRP
+            else:
+                allowed = info.st_mode & stat.S_IXOTH
+            if not allowed:
+                return False
+        return resolved.is_dir()
+    except OSError:
+        return False
 
 
 def start_command(
