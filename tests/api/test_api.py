@@ -264,6 +264,10 @@ def test_ls_shows_the_newest_with_their_age_and_says_when_there_may_be_more(
     assert row.split("│")[4].strip().endswith("s"), row  # created seconds ago
     every = runner.invoke(app, ["ls"], env=env)
     assert all(rental in every.output for rental in made) and "--limit N" not in every.output
+    # an id is one path segment: a slash or a query in it names nothing, and an empty one is refused
+    for odd in (f"{made[0]}/../{made[1]}", f"{made[0]}?x=1", ""):
+        shown = runner.invoke(app, ["show", odd], env=env)
+        assert shown.exit_code == 1 and "not_found" in shown.output, (odd, shown.output)
     bad = runner.invoke(app, ["ls", "--name", "a*b"], env=env)
     said = " ".join(bad.output.split())
     assert bad.exit_code == 1 and "error: --name: name: a name (letters, digits" in said, said

@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import httpx
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -114,6 +115,14 @@ class ServerUnreachable(ClientError):
     """The server did not answer."""
 
 
+def _segment(value: object) -> str:
+    """An id or name as one path segment: escaped, so `a/../b` or `a?x=1` names nothing but itself."""
+    text = str(value)
+    if not text:
+        raise ApiError(404, "not_found", "no such object: its id is empty")
+    return quote(text, safe="")
+
+
 class Client:
     """A session with one suanli server, authenticated by an API key."""
 
@@ -155,11 +164,11 @@ class Client:
 
     def create_key(self, tenant_id: str, label: str = "") -> KeyResponse:
         body = KeyCreateRequest(label=label)
-        return self._call("POST", f"/v1/tenants/{tenant_id}/keys", KeyResponse, body=body)
+        return self._call("POST", f"/v1/tenants/{_segment(tenant_id)}/keys", KeyResponse, body=body)
 
     def keys(self, tenant_id: str) -> list[KeyResponse]:
         """The tenant's API keys (never their secrets), revoked ones included."""
-        return self._call("GET", f"/v1/tenants/{tenant_id}/keys", list[KeyResponse])
+        return self._call("GET", f"/v1/tenants/{_segment(tenant_id)}/keys", list[KeyResponse])
 
     def create_webhook(self, url: str, events: Sequence[str] = ()) -> WebhookResponse:
         """Your rentals' events from now on (of the kinds in `events`; none: all) go to `url`; the answer's
@@ -175,13 +184,15 @@ class Client:
     ) -> WebhookResponse:
         """A new URL or event kinds (None: as is; `events=[]`: every kind) for one of your webhooks."""
         body = WebhookChangeRequest(url=url, events=None if events is None else list(events))
-        return self._call("PATCH", f"/v1/webhooks/{webhook_id}", WebhookResponse, body=body, retry=True)
+        return self._call(
+            "PATCH", f"/v1/webhooks/{_segment(webhook_id)}", WebhookResponse, body=body, retry=True
+        )
 
     def remove_webhook(self, webhook_id: str) -> WebhookResponse:
-        return self._call("DELETE", f"/v1/webhooks/{webhook_id}", WebhookResponse, retry=True)
+        return self._call("DELETE", f"/v1/webhooks/{_segment(webhook_id)}", WebhookResponse, retry=True)
 
     def revoke_key(self, tenant_id: str, key_id: str) -> None:
-        self._call("DELETE", f"/v1/tenants/{tenant_id}/keys/{key_id}", None)
+        self._call("DELETE", f"/v1/tenants/{_segment(tenant_id)}/keys/{_segment(key_id)}", None)
 
     # --- fleet -------------------------------------------------------------------------------------
 
@@ -200,10 +211,10 @@ class Client:
     def drain(self, node: str, force: bool = False) -> NodeResponse:
         """Cordon `node`; refused (409) when a signed contract would be short, unless `force`."""
         params = {"force": "true"} if force else None
-        return self._call("POST", f"/v1/nodes/{node}/drain", NodeResponse, params=params)
+        return self._call("POST", f"/v1/nodes/{_segment(node)}/drain", NodeResponse, params=params)
 
     def undrain(self, node: str) -> NodeResponse:
-        return self._call("POST", f"/v1/nodes/{node}/undrain", NodeResponse)
+        return self._call("POST", f"/v1/nodes/{_segment(node)}/undrain", NodeResponse)
 
     def schedule_maintenance(self, request: MaintenanceCreateRequest) -> MaintenanceResponse:
         return self._call("POST", "/v1/fleet/maintenance", MaintenanceResponse, body=request)
@@ -213,7 +224,7 @@ class Client:
         return self._call("GET", "/v1/fleet/maintenance", list[MaintenanceResponse], params=params)
 
     def cancel_maintenance(self, window_id: str) -> MaintenanceResponse:
-        return self._call("DELETE", f"/v1/fleet/maintenance/{window_id}", MaintenanceResponse)
+        return self._call("DELETE", f"/v1/fleet/maintenance/{_segment(window_id)}", MaintenanceResponse)
 
     def offers(self, query: str = "") -> list[OfferResponse]:
         return self._call("GET", "/v1/offers", list[OfferResponse], params={"q": query} if query else None)
@@ -253,14 +264,14 @@ class Client:
         return self._call("GET", "/v1/rentals", list[RentalResponse], params=params or None)
 
     def rental(self, rental_id: str) -> RentalResponse:
-        return self._call("GET", f"/v1/rentals/{rental_id}", RentalResponse)
+        return self._call("GET", f"/v1/rentals/{_segment(rental_id)}", RentalResponse)
 
     def stop(self, rental_id: str) -> RentalResponse:
-        return self._call("POST", f"/v1/rentals/{rental_id}/stop", RentalResponse, retry=True)
+        return self._call("POST", f"/v1/rentals/{_segment(rental_id)}/stop", RentalResponse, retry=True)
 
     def resize(self, rental_id: str, *, nodes: int | None = None, gpus: int | None = None) -> RentalResponse:
         body = RentalResizeRequest(nodes=nodes, gpus=gpus)
-        return self._call("PATCH", f"/v1/rentals/{rental_id}", RentalResponse, body=body)
+        return self._call("PATCH", f"/v1/rentals/{_segment(rental_id)}", RentalResponse, body=body)
 
     def logs(
         self, rental_id: str, offset: int = 0, node: str | None = None, tail: int | None = None
@@ -270,7 +281,7 @@ class Client:
         params = {"offset": str(offset)} | ({"node": node} if node is not None else {})
         if tail is not None:
             params["tail"] = str(tail)
-        return self._call("GET", f"/v1/rentals/{rental_id}/logs", LogResponse, params=params)
+        return self._call("GET", f"/v1/rentals/{_segment(rental_id)}/logs", LogResponse, params=params)
 
     def output(
         self,
@@ -318,25 +329,25 @@ class Client:
             time.sleep(poll_s)
 
     def rental_runs(self, rental_id: str) -> list[RentalRunResponse]:
-        return self._call("GET", f"/v1/rentals/{rental_id}/runs", list[RentalRunResponse])
+        return self._call("GET", f"/v1/rentals/{_segment(rental_id)}/runs", list[RentalRunResponse])
 
     def rental_gpus(self, rental_id: str) -> list[RentalGpuResponse]:
         """The GPUs the rental holds now, with their last utilization, memory and power readings."""
-        return self._call("GET", f"/v1/rentals/{rental_id}/gpus", list[RentalGpuResponse])
+        return self._call("GET", f"/v1/rentals/{_segment(rental_id)}/gpus", list[RentalGpuResponse])
 
     def exec(
         self, rental_id: str, command: Sequence[str], *, node_rank: int = 0, timeout_s: int = 60
     ) -> ExecResponse:
         """Queue `command` to run inside the running rental (on its node of `node_rank`); see `wait_exec`."""
         body = ExecCreateRequest(command=list(command), node_rank=node_rank, timeout_s=timeout_s)
-        return self._call("POST", f"/v1/rentals/{rental_id}/execs", ExecResponse, body=body)
+        return self._call("POST", f"/v1/rentals/{_segment(rental_id)}/execs", ExecResponse, body=body)
 
     def exec_status(self, rental_id: str, exec_id: str) -> ExecResponse:
-        return self._call("GET", f"/v1/rentals/{rental_id}/execs/{exec_id}", ExecResponse)
+        return self._call("GET", f"/v1/rentals/{_segment(rental_id)}/execs/{_segment(exec_id)}", ExecResponse)
 
     def execs(self, rental_id: str) -> list[ExecResponse]:
         """The rental's commands, newest first."""
-        return self._call("GET", f"/v1/rentals/{rental_id}/execs", list[ExecResponse])
+        return self._call("GET", f"/v1/rentals/{_segment(rental_id)}/execs", list[ExecResponse])
 
     def wait_exec(
         self,
@@ -376,7 +387,9 @@ class Client:
 
     def report_exec(self, exec_id: str, report: ExecReportRequest) -> ExecResponse:
         """Say a command started or how it ended; safe to retry (a state it has already is a no-op)."""
-        return self._call("POST", f"/v1/agents/execs/{exec_id}", ExecResponse, body=report, retry=True)
+        return self._call(
+            "POST", f"/v1/agents/execs/{_segment(exec_id)}", ExecResponse, body=report, retry=True
+        )
 
     def upload_log(self, rental_id: str, offset: int, data: bytes) -> LogChunkResponse:
         """Send one chunk read at byte `offset` of the rental's log; retried safely (the server dedups)."""
@@ -417,11 +430,13 @@ class Client:
 
     def accept_offer(self, offer_id: str) -> ContractResponse:
         """Sign an offered contract at its price; safe to retry (accepting again returns the same one)."""
-        return self._call("POST", f"/v1/contract-offers/{offer_id}/accept", ContractResponse, retry=True)
+        return self._call(
+            "POST", f"/v1/contract-offers/{_segment(offer_id)}/accept", ContractResponse, retry=True
+        )
 
     def decline_offer(self, offer_id: str) -> ContractOfferResponse:
         return self._call(
-            "POST", f"/v1/contract-offers/{offer_id}/decline", ContractOfferResponse, retry=True
+            "POST", f"/v1/contract-offers/{_segment(offer_id)}/decline", ContractOfferResponse, retry=True
         )
 
     def contracts(self) -> list[ContractResponse]:
@@ -429,7 +444,9 @@ class Client:
 
     def transfer_contract(self, contract_id: str, to_tenant_id: str) -> ContractResponse:
         body = ContractTransferRequest(to_tenant_id=to_tenant_id)
-        return self._call("POST", f"/v1/contracts/{contract_id}/transfer", ContractResponse, body=body)
+        return self._call(
+            "POST", f"/v1/contracts/{_segment(contract_id)}/transfer", ContractResponse, body=body
+        )
 
     # --- billing ---------------------------------------------------------------------------------------
 
@@ -460,7 +477,7 @@ class Client:
         headers = {"Idempotency-Key": key or str(uuid.uuid4())}
         return self._call(
             "POST",
-            f"/v1/tenants/{tenant_id}/credit",
+            f"/v1/tenants/{_segment(tenant_id)}/credit",
             LedgerTransactionResponse,
             body=body,
             headers=headers,
@@ -469,7 +486,7 @@ class Client:
 
     def create_plan(self, tenant_id: str, request: PlanRequest) -> PlanResponse:
         """Admin: put a tenant on a membership (its fee is posted now) or a revenue-share plan."""
-        return self._call("POST", f"/v1/tenants/{tenant_id}/plans", PlanResponse, body=request)
+        return self._call("POST", f"/v1/tenants/{_segment(tenant_id)}/plans", PlanResponse, body=request)
 
     def plans(self, tenant_id: str | None = None) -> list[PlanResponse]:
         params = {"tenant": tenant_id} if tenant_id else None
@@ -494,7 +511,11 @@ class Client:
     ) -> PaymentTermsResponse:
         body = PaymentTermsRequest(mode=mode, credit_limit_micros=credit_limit_micros)  # type: ignore[arg-type]
         return self._call(
-            "PUT", f"/v1/tenants/{tenant_id}/payment-terms", PaymentTermsResponse, body=body, retry=True
+            "PUT",
+            f"/v1/tenants/{_segment(tenant_id)}/payment-terms",
+            PaymentTermsResponse,
+            body=body,
+            retry=True,
         )
 
     def payment_terms(self, tenant_id: str | None = None) -> PaymentTermsResponse:
@@ -515,7 +536,9 @@ class Client:
             monthly_cap_micros=monthly_cap_micros,
             fair_share_weight=fair_share_weight,
         )
-        return self._call("PUT", f"/v1/tenants/{tenant_id}/limits", LimitsResponse, body=body, retry=True)
+        return self._call(
+            "PUT", f"/v1/tenants/{_segment(tenant_id)}/limits", LimitsResponse, body=body, retry=True
+        )
 
     def set_budget(
         self,
@@ -551,14 +574,14 @@ class Client:
 
     def invoice(self, month: str, tenant_id: str | None = None) -> InvoiceResponse:
         params = {"tenant": tenant_id} if tenant_id else None
-        return self._call("GET", f"/v1/invoices/{month}", InvoiceResponse, params=params)
+        return self._call("GET", f"/v1/invoices/{_segment(month)}", InvoiceResponse, params=params)
 
     def invoice_csv(self, month: str, tenant_id: str | None = None) -> str:
         """The invoice as CSV text."""
         params: dict[str, str] = {"format": "csv"}
         if tenant_id:
             params["tenant"] = tenant_id
-        return self._call("GET", f"/v1/invoices/{month}", str, params=params, raw=True)
+        return self._call("GET", f"/v1/invoices/{_segment(month)}", str, params=params, raw=True)
 
     # --- plumbing ----------------------------------------------------------------------------------
 
