@@ -40,7 +40,8 @@ def test_a_tenant_without_credit_is_refused_and_a_credited_one_gets_a_quote(clie
     refused = client.post("/v1/rentals", json=H100, headers=headers)
     assert refused.status_code == 402, refused.text
     error = refused.json()["error"]
-    assert error["code"] == "payment_required" and "insufficient balance: 0.00 available" in error["message"]
+    assert error["code"] == "payment_required"
+    assert "insufficient balance: 0.0000 available" in error["message"]
 
     credit = client.post(
         f"/v1/tenants/{tenant_id}/credit",

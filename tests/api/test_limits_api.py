@@ -143,7 +143,7 @@ def test_a_tenants_own_budget_holds_its_rentals_and_the_operators_limits_stay(cl
     ).json()
     held = wait_for(client, rental["id"], headers, "placed", reason="spend_cap")
     assert held["pending_reason"] == "spend_cap", held
-    assert "own monthly budget 1.00," in held["events"][-1]["message"], held["events"]
+    assert "own monthly budget 1.0000," in held["events"][-1]["message"], held["events"]
     again = client.put(f"/v1/tenants/{tenant_id}/limits", json={"gpu_quota": {"*": 8}}, headers=ADMIN).json()
     assert again["budget_monthly_micros"] == 1_000_000  # the admin's change keeps the tenant's budget
     cleared = client.put("/v1/budget", json={}, headers=headers).json()

@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from conftest import ADMIN, WAIT_S, app_client, charged, scheduler_cycles, wait_for
-from suanli.domain.billing.money import round_half_up, to_epoch_s
+from suanli.domain.billing.money import money_text, round_half_up, to_epoch_s
 from suanli.domain.billing.pricebook import spot_formula
 
 ASCEND = "Ascend-910B"  # the example fleet's only Ascend node: a pool of 8 in cn-north
@@ -148,7 +148,7 @@ def test_a_spot_bid_below_the_floor_waits_and_the_dry_run_says_so(database_url) 
         low = {"gpu_model": ASCEND, "gpus": 1, "tier": "spot", "bid_micros_per_gpu_hour": floor - 1}
         trial = client.post("/v1/rentals/dry-run", json=low, headers=headers).json()
         assert trial["pending_reason"] == "bid_below_floor" and not trial["starts_now"], trial
-        assert f"below the spot floor {floor}" in trial["message"]
+        assert f"/GPU-h is below the spot floor {money_text(floor)}" in trial["message"]
         held = client.post("/v1/rentals", json=low, headers=headers).json()
         waiting = wait_for(client, held["id"], headers, "placed", reason="bid_below_floor")
         assert waiting["state"] == "pending" and waiting["pending_reason"] == "bid_below_floor", waiting

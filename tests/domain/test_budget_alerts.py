@@ -21,9 +21,8 @@ def test_each_limit_counts_the_spend_of_its_own_period() -> None:
         LimitUse("own monthly budget", "2026-12", 1_000, 500),
     ]
     assert [u.reached_pct for u in uses] == [80, None]
-    assert uses[0].message(80) == (
-        "80% of the daily spend cap used: 0.00008 of 0.0001 spent today (2026-12-03 UTC)"
-    )
+    cap = LimitUse("daily spend cap", "2026-12-03", 3_000_000, 2_633_742)
+    assert cap.message(80) == "80% of the daily spend cap used: 2.6337 of 3.0000 spent today (2026-12-03 UTC)"
     assert "spent this month (2026-12 UTC)" in uses[1].message(100)
 
 

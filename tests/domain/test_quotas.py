@@ -104,7 +104,7 @@ def test_daily_spend_cap_counts_spent_plus_committed_burn():
     assert [p.request_id for p in decision.placements] == ["short"]
     (pending,) = decision.pending
     assert pending.reason is Reason.SPEND_CAP
-    assert pending.message.startswith("tenant acme: daily spend cap 300.00, 164.00 spent")
+    assert pending.message.startswith("tenant acme: daily spend cap 300.0000, 164.0000 spent")
 
 
 def test_monthly_cap_applies_when_the_day_is_fine():
@@ -129,12 +129,12 @@ def test_a_tenants_own_budget_holds_like_a_cap_and_says_it_is_its_own():
     decision = admit(snap, [ask("x", 1, hours=3)], [], POLICY, NOW, gates=Gates(limits=limits))  # adds 6 $
     (pending,) = decision.pending
     assert pending.reason is Reason.SPEND_CAP
-    assert pending.message.startswith("tenant acme: own monthly budget 995.00, 990.00 spent")
+    assert pending.message.startswith("tenant acme: own monthly budget 995.0000, 990.0000 spent")
     daily = Limits(
         {"acme": TenantLimits(budget_daily_micros=3_000_000)}, {"acme": Spent()}, price_micros_per_hour=price
     )
     decision = admit(snapshot_of(1), [ask("y", 1, hours=2)], [], POLICY, NOW, gates=Gates(limits=daily))
-    assert "own daily budget 3.00," in decision.pending[0].message  # 2 h x 2 $ = 4 $ > 3 $
+    assert "own daily budget 3.0000," in decision.pending[0].message  # 2 h x 2 $ = 4 $ > 3 $
     roomy = Limits(
         {"acme": TenantLimits(budget_daily_micros=4_000_000)}, {"acme": Spent()}, price_micros_per_hour=price
     )

@@ -35,6 +35,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
+from suanli.domain.billing.money import money_text
 from suanli.domain.contracts import (
     Contract,
     Holds,
@@ -305,7 +306,9 @@ class _Cycle:
             bid = request.bid_micros_per_hour
             if floor is not None and bid < floor:
                 held = Pending(
-                    request.id, Reason.BID_BELOW_FLOOR, f"bid {bid} micros/h is below the spot floor {floor}"
+                    request.id,
+                    Reason.BID_BELOW_FLOOR,
+                    f"bid {money_text(bid)}/GPU-h is below the spot floor {money_text(floor)}",
                 )
         if held is None and self.ledger is not None:
             held = self.ledger.check(request)

@@ -1,4 +1,4 @@
-"""Money in messages: in currency units, exact to the micro, at least two decimals."""
+"""Money in messages: in currency units as the CLI's tables show it (four decimals, rounded half up)."""
 
 from __future__ import annotations
 
@@ -7,21 +7,30 @@ from decimal import Decimal
 from hypothesis import given
 from hypothesis import strategies as st
 
+from suanli.cli.output import micros
 from suanli.domain.billing.money import money_text
 
 
 def test_amounts_read_as_units() -> None:
-    assert [money_text(m) for m in (448_500, 500_000_000, 1, 0, -2_500_000)] == [
+    assert [money_text(m) for m in (448_500, 500_000_000, 50, 49, 0, -1, -2_500_000, 1_234_500_000)] == [
         "0.4485",
-        "500.00",
-        "0.000001",
-        "0.00",
-        "-2.50",
+        "500.0000",
+        "0.0001",
+        "0.0000",
+        "0.0000",
+        "0.0000",
+        "-2.5000",
+        "1,234.5000",
     ]
 
 
 @given(st.integers(-(10**15), 10**15))
-def test_the_text_is_the_amount_exactly(amount_micros: int) -> None:
+def test_the_text_is_the_amount_to_the_ten_thousandth(amount_micros: int) -> None:
     text = money_text(amount_micros)
-    assert Decimal(text) * 1_000_000 == amount_micros
-    assert len(text.partition(".")[2]) >= 2
+    assert abs(Decimal(text.replace(",", "")) * 1_000_000 - amount_micros) <= 50
+    assert len(text.partition(".")[2]) == 4
+
+
+@given(st.integers(0, 10**12).filter(lambda m: m % 100 != 50))
+def test_messages_and_the_cli_s_tables_show_an_amount_alike(amount_micros: int) -> None:
+    assert money_text(amount_micros) == micros(amount_micros)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 
 from suanli.domain.billing.errors import BillingError
 
@@ -39,9 +39,7 @@ def to_epoch_s(moment: datetime) -> int:
 
 
 def money_text(amount_micros: float) -> str:
-    """An amount in currency units for people: exact to the micro, at least two decimals (448_500 ->
-    "0.4485", 500_000_000 -> "500.00"); a fractional amount (a burn rate's share) is rounded to the micro."""
-    units = Decimal(round(amount_micros)).scaleb(-6)
-    text = f"{units:f}"
-    whole, _, fraction = text.partition(".")
-    return f"{whole}.{fraction.rstrip('0').ljust(2, '0')}"
+    """An amount in currency units for people, as the CLI's tables show money: four decimals, rounded half
+    up, thousands separated (448_500 -> "0.4485", 1_234_500_000 -> "1,234.5000")."""
+    units = Decimal(round(amount_micros)).scaleb(-6).quantize(Decimal("0.0001"), rounding=ROUND_HALF_UP)
+    return f"{abs(units) if units == 0 else units:,}"  # never "-0.0000"

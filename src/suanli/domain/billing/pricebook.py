@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from suanli.domain.billing.errors import BidBelowFloorError, BillingError, PriceNotFoundError
-from suanli.domain.billing.money import BASIS_POINTS, bp_of, round_half_up
+from suanli.domain.billing.money import BASIS_POINTS, bp_of, money_text, round_half_up
 from suanli.domain.catalog import GpuModel
 from suanli.domain.request import MILLI_PER_GPU, GpuShare, MigSlice, Shape, Tier, WholeGpus
 
@@ -170,7 +170,10 @@ class PriceBook:
             self.list_price(model, region, Tier.ON_DEMAND, at_s).price_micros_per_gpu_hour,
         )
         if bid_micros_per_gpu_hour < floor:
-            raise BidBelowFloorError(f"bid {bid_micros_per_gpu_hour} is below {model}'s spot floor {floor}")
+            raise BidBelowFloorError(
+                f"bid {money_text(bid_micros_per_gpu_hour)}/GPU-h is below {model}'s spot floor "
+                f"{money_text(floor)}/GPU-h"
+            )
         return min(price, bid_micros_per_gpu_hour)
 
 
