@@ -19,10 +19,13 @@ from suanli.cli.main import app
             "--label: String should have at most 100",
         ),
         (["webhooks", "add", "https://x.example/" + "a" * 3000], "URL: "),
-        (["budget", "--daily", "99999999999999"], "--daily: Input should be less than or equal to"),
+        (["budget", "--daily", "99999999999999"], "--daily: at most 1,000,000,000.0000"),  # in units
         (["admin", "tenant-create", "x" * 300], "NAME: String should have at most"),
+        (["rent", "H100:1", "--max-duration", "99999d", "--", "true"], "--max-duration: at most 3660 days"),
+        (["rent", "H100:1", "--idle-stop", "10s", "--", "true"], "--idle-stop: at least 60 s"),
+        (["rent", "H100:1", "--name", "a b", "--", "true"], "--name: use letters, digits"),
     ],
-    ids=["key-label", "webhook-url", "budget", "tenant-name"],
+    ids=["key-label", "webhook-url", "budget", "tenant-name", "max-duration", "idle-stop", "name"],
 )
 def test_a_refused_value_names_its_option_and_exits_2(tmp_path: Path, args: list[str], says: str) -> None:
     env = {"SUANLI_CONFIG_DIR": str(tmp_path), "SUANLI_URL": "http://127.0.0.1:9", "SUANLI_API_KEY": "sk_x"}

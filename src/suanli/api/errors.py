@@ -17,7 +17,7 @@ from suanli.app.errors import (
     RateLimited,
     Unauthorized,
 )
-from suanli.wire.schemas import ErrorDetail, ErrorResponse, pattern_text
+from suanli.wire.schemas import ErrorDetail, ErrorResponse, problem_text
 
 STATUS = {
     Invalid: 400,
@@ -64,7 +64,7 @@ def install(app: FastAPI) -> None:
         if location and location[0] in ("body", "query", "path", "header"):
             location = location[1:]
         field = ".".join(location) or None
-        message = pattern_text(first)
+        message = problem_text(first)
         return error_response(422, "invalid", f"{field}: {message}" if field else message, field)
 
     @app.exception_handler(HTTPException)

@@ -21,7 +21,7 @@ from rich.text import Text
 
 from suanli.cli import profile
 from suanli.client import ApiError, Client, ServerUnreachable
-from suanli.wire.schemas import pattern_text
+from suanli.wire.schemas import problem_text
 
 EXIT_REFUSED, EXIT_USAGE, EXIT_NOT_LOGGED_IN, EXIT_UNREACHABLE, EXIT_SERVER_ERROR = 1, 2, 3, 4, 5
 # Piped or redirected (no terminal, no COLUMNS), Rich would lay tables out in 80 columns and wrap ids and
@@ -51,7 +51,7 @@ def _refused_input(error: ValidationError, options: Mapping[str, str]) -> typer.
     """Print one line per bad value of a request model, naming its option; the exit (2) to raise."""
     for problem in error.errors():
         field = str(problem["loc"][0]) if problem["loc"] else "input"
-        errors.print(error_text(f"{options.get(field, field)}: {pattern_text(problem)}"))
+        errors.print(error_text(f"{options.get(field, field)}: {problem_text(problem, money_in_units=True)}"))
     return typer.Exit(EXIT_USAGE)
 
 

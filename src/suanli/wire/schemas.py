@@ -59,11 +59,33 @@ PATTERN_TEXT = {
 }
 
 
-def pattern_text(problem: Mapping[str, Any]) -> str:
-    """The message for one pydantic error: for a value its pattern refused, what the value should be."""
+BOUNDS = {
+    "less_than_equal": ("at most", "le"),
+    "greater_than_equal": ("at least", "ge"),
+    "less_than": ("under", "lt"),
+    "greater_than": ("over", "gt"),
+}
+
+
+def problem_text(problem: Mapping[str, Any], *, money_in_units: bool = False) -> str:
+    """The message for one pydantic error, in words: for a value its pattern refused, what the value should
+    be; for one out of bounds, the bound with its unit (a field in micros or seconds, by its name), money in
+    currency units when `money_in_units` (the CLI, whose options take units)."""
     context = problem.get("ctx") or {}
-    if problem.get("type") == "string_pattern_mismatch" and context.get("pattern") in PATTERN_TEXT:
+    kind = str(problem.get("type", ""))
+    if kind == "string_pattern_mismatch" and context.get("pattern") in PATTERN_TEXT:
         return PATTERN_TEXT[context["pattern"]]
+    location = problem.get("loc") or ()
+    name = str(location[-1]) if location else ""
+    if kind in BOUNDS and isinstance(context.get(BOUNDS[kind][1]), int | float):
+        words, key = BOUNDS[kind]
+        limit = context[key]
+        if "micros" in name:
+            return f"{words} {limit / 1_000_000:,.4f}" if money_in_units else f"{words} {limit} micros"
+        if name.endswith("_s"):
+            days = limit / 86_400
+            whole_days = limit >= 86_400 and days == int(days)
+            return f"{words} {days:g} days" if whole_days else f"{words} {limit:g} s"
     return str(problem.get("msg", "invalid value"))
 
 
