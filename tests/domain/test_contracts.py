@@ -107,6 +107,19 @@ def test_admission_refuses_overbooking(new, existing, down, ok):
             check_contract(new, existing, CAPACITY, down)
 
 
+def test_a_refusal_says_when_and_why_in_words() -> None:
+    """No contract id (a quote has none yet), the instant as a UTC time, and a pool the fleet lacks named."""
+    with pytest.raises(ContractError) as overbooked:
+        check_contract(contract("new", 33, 3600, 7200), [], CAPACITY)
+    assert str(overbooked.value) == (
+        f"33 x {MODEL} in r would overbook it from 1970-01-01 01:00 UTC: 32 GPUs, 0 of them in maintenance, "
+        "0 already contracted"
+    )
+    elsewhere = replace(contract("new", 1, 0, 10), region="mars")
+    with pytest.raises(ContractError, match=f"the fleet has no {MODEL} in mars to contract"):
+        check_contract(elsewhere, [], CAPACITY)
+
+
 @settings(max_examples=60, deadline=None)
 @given(windows=st.lists(st.tuples(st.integers(0, 20), st.integers(1, 10), st.integers(1, 16)), max_size=8))
 def test_admitted_contracts_never_exceed_capacity_at_any_instant(windows):

@@ -228,7 +228,7 @@ class FleetService:
                 if short and not force:
                     raise Conflict(
                         f"draining {node_name} would leave contract(s) {', '.join(short)} short of GPUs; "
-                        "pass force to drain it anyway",
+                        "pass force (the CLI's --force) to drain it anyway",
                         field="node",
                     )
             if not uow.fleet.set_schedulable(node_name, schedulable):

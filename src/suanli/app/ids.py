@@ -45,7 +45,7 @@ def upcoming_window(starts_at: datetime, ends_at: datetime, now: datetime) -> tu
     """[starts_at, ends_at), UTC; Invalid (naming `ends_at`) unless it ends after it starts and after now."""
     starts_at, ends_at = as_utc(starts_at), as_utc(ends_at)
     if ends_at <= starts_at:
-        raise Invalid("must be after starts_at", field="ends_at")
+        raise Invalid("must be after the start", field="ends_at")
     if ends_at <= now:
         raise Invalid("the window has already ended", field="ends_at")
     return starts_at, ends_at

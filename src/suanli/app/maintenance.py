@@ -68,8 +68,9 @@ class MaintenanceService:
             short = tuple(c.id for c in short_contracts(signed, fleet_capacity(fleet), down, start_s, end_s))
             if short and not force:
                 raise Conflict(
-                    f"maintenance of {node} over {starts_at.isoformat()} to {ends_at.isoformat()} would "
-                    f"leave contract(s) {', '.join(short)} short of GPUs; pass force to schedule it anyway",
+                    f"maintenance of {node} over {starts_at:%Y-%m-%d %H:%M} to {ends_at:%Y-%m-%d %H:%M} UTC "
+                    f"would leave contract(s) {', '.join(short)} short of GPUs; pass force (the CLI's "
+                    "--force) to schedule it anyway",
                     field="node",
                 )
             uow.maintenance.add(window)

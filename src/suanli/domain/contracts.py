@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 
 from suanli.domain.capacity import FULL_MILLI
 from suanli.domain.errors import ContractError
@@ -78,11 +79,13 @@ def check_contract(
 ) -> None:
     """Raise ContractError unless the fleet can honour `new` beside `existing` at every instant of it."""
     if new.gpus < 1:
-        raise ContractError(f"contract {new.id}: gpus must be 1 or more, not {new.gpus}")
+        raise ContractError(f"gpus must be 1 or more, not {new.gpus}")
     if not new.start_s < new.end_s:
-        raise ContractError(f"contract {new.id}: the window must end after it starts")
+        raise ContractError("the window must end after it starts")
     pool = (new.model, new.region)
     capacity = fleet_capacity.get(pool, 0)
+    if capacity == 0:
+        raise ContractError(f"the fleet has no {new.model} in {new.region} to contract")
     others = [c for c in existing if (c.model, c.region) == pool and c.overlaps(new.start_s, new.end_s)]
     down = [m for m in maintenance if (m.model, m.region) == pool and _overlap(m, new)]
     # what is booked or down only rises at a start: checking each start in the window covers every instant
@@ -91,9 +94,10 @@ def check_contract(
         booked = sum(c.gpus for c in others if c.open_at(t))
         out = sum(m.gpus for m in down if m.start_s <= t < m.end_s)
         if booked + new.gpus > capacity - out:
+            at = datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M UTC")
             raise ContractError(
-                f"contract {new.id}: {new.gpus} x {new.model} in {new.region} at {t:.0f} would overbook: "
-                f"capacity {capacity} GPUs, {out} in maintenance, {booked} already contracted"
+                f"{new.gpus} x {new.model} in {new.region} would overbook it from {at}: {capacity} GPUs, "
+                f"{out} of them in maintenance, {booked} already contracted"
             )
 
 
