@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
@@ -262,8 +264,12 @@ def test_ls_shows_the_newest_with_their_age_and_says_when_there_may_be_more(
     assert " age " in header and "the newest 2 shown; --limit N for more" in two.output
     row = next(line for line in two.output.splitlines() if made[2] in line)
     assert row.split("│")[4].strip().endswith("s"), row  # created seconds ago
+    on_failure = ["rent", "L40S:1", "--restart", "on-failure", "--json", "--", "x"]
+    restarting = runner.invoke(app, on_failure, env=env)
+    assert json.loads(restarting.output)["request"]["max_restarts"] == 3  # on-failure restarts by default
+    made.append(json.loads(restarting.output)["id"])
     every = runner.invoke(app, ["ls"], env=env)
-    assert all(rental in every.output for rental in made) and "--limit N" not in every.output
+    assert all(rental in every.output for rental in made) and "--limit" not in every.output
     # an id is one path segment: a slash or a query in it names nothing, and an empty one is refused
     for odd in (f"{made[0]}/../{made[1]}", f"{made[0]}?x=1", ""):
         shown = runner.invoke(app, ["show", odd], env=env)

@@ -24,8 +24,18 @@ from suanli.cli.main import app
         (["rent", "H100:1", "--max-duration", "99999d", "--", "true"], "--max-duration: at most 3660 days"),
         (["rent", "H100:1", "--idle-stop", "10s", "--", "true"], "--idle-stop: at least 60 s"),
         (["rent", "H100:1", "--name", "a b", "--", "true"], "--name: use letters, digits"),
+        (["rent", "H100:1", "--max-restarts", "2", "--", "true"], "--max-restarts 2: only with --restart"),
     ],
-    ids=["key-label", "webhook-url", "budget", "tenant-name", "max-duration", "idle-stop", "name"],
+    ids=[
+        "key-label",
+        "webhook-url",
+        "budget",
+        "tenant-name",
+        "max-duration",
+        "idle-stop",
+        "name",
+        "restarts",
+    ],
 )
 def test_a_refused_value_names_its_option_and_exits_2(tmp_path: Path, args: list[str], says: str) -> None:
     env = {"SUANLI_CONFIG_DIR": str(tmp_path), "SUANLI_URL": "http://127.0.0.1:9", "SUANLI_API_KEY": "sk_x"}

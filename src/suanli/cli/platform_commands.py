@@ -46,6 +46,7 @@ RENTAL_STATES: tuple[str, ...] = get_args(RentalState)  # in the order a rental 
 LIVE_STATES = frozenset(s for s in RENTAL_STATES if s not in ENDED_STATES)  # waiting or holding GPUs
 
 LS_LIMIT = 50  # rentals `ls` shows unless asked for more
+DEFAULT_RESTARTS = 3  # `--restart on-failure` without --max-restarts (0 would restart nothing)
 
 # request fields -> the options that set them, for messages about bad values
 RENT_OPTIONS = {
@@ -147,7 +148,10 @@ def rent(
     name: Annotated[
         str | None, typer.Option(help="A name of yours for it (letters, digits, . _ -), shown by ls.")
     ] = None,
-    max_restarts: Annotated[int, typer.Option(min=0, max=100, help="Restarts allowed with on-failure.")] = 0,
+    max_restarts: Annotated[
+        int | None,
+        typer.Option(min=0, max=100, help=f"Restarts allowed with on-failure (default {DEFAULT_RESTARTS})."),
+    ] = None,
     idempotency_key: Annotated[str | None, typer.Option(help="Retry-safe key; default: a new one.")] = None,
     follow: Annotated[
         bool,
@@ -202,6 +206,9 @@ def rent(
     if restart not in ("never", "on-failure"):
         errors.print(error_text(f"--restart {restart!r}: use never or on-failure"))
         raise typer.Exit(EXIT_USAGE)
+    if max_restarts is not None and restart != "on-failure":
+        errors.print(error_text(f"--max-restarts {max_restarts}: only with --restart on-failure"))
+        raise typer.Exit(EXIT_USAGE)
     if share_memory is not None and gpu.share_milli is None:
         errors.print(error_text(f"--share-memory {share_memory}: only with a share of a GPU, e.g. L40S:0.5"))
         raise typer.Exit(EXIT_USAGE)
@@ -228,7 +235,9 @@ def rent(
             command=command or [],
             env=variables,
             restart=restart,  # type: ignore[arg-type]
-            max_restarts=max_restarts,
+            max_restarts=(DEFAULT_RESTARTS if restart == "on-failure" else 0)
+            if max_restarts is None
+            else max_restarts,
             name=name,
         )
     with logged_in(RENT_OPTIONS) as client:
@@ -287,7 +296,9 @@ def _dry_run_text(found: RentalDryRunResponse) -> Text:
     else:
         lines = [f"would wait ({found.pending_reason}): {found.message}"]
     if found.rentals_waiting:
-        lines.append(f"{found.rentals_waiting} rentals are waiting; the queue may place some of them first")
+        some = "it" if found.rentals_waiting == 1 else "some of them"
+        waiting = "1 rental is" if found.rentals_waiting == 1 else f"{found.rentals_waiting} rentals are"
+        lines.append(f"{waiting} waiting; the queue may place {some} first")
     lines.append("dry run: nothing was created")
     return Text("\n".join(lines))
 
