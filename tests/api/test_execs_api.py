@@ -34,8 +34,9 @@ def test_a_command_goes_to_the_nodes_agent_and_its_exit_code_and_output_come_bac
 ) -> None:
     _, owner = tenant("exec-owner")
     _, other = tenant("exec-other")
-    pending = client.post("/v1/rentals", json={**SHARE, "gpu_model": "H200", "gpus": 9}, headers=owner).json()
-    refused = client.post(f"/v1/rentals/{pending['id']}/execs", json={"command": ["ls"]}, headers=owner)
+    stopped = client.post("/v1/rentals", json=SHARE, headers=owner).json()
+    client.post(f"/v1/rentals/{stopped['id']}/stop", headers=owner)
+    refused = client.post(f"/v1/rentals/{stopped['id']}/execs", json={"command": ["ls"]}, headers=owner)
     assert refused.status_code == 409 and "running rental only" in refused.json()["error"]["message"]
 
     rental_id, node_headers = _running(client, owner)

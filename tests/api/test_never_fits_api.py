@@ -1,7 +1,7 @@
 """A rental the fleet could never run, even empty, is refused (400, naming the field to change) rather than
 left pending for ever, at creation and at a resize, through the real app (SQLite and PostgreSQL); a refused
-request creates or changes nothing. What the fleet file cannot tell (MIG layouts, which hosts run images) is
-left to the scheduler."""
+request creates or changes nothing. What the fleet file cannot tell (how a host's MIG is laid out now, which
+hosts run images) is left to the scheduler."""
 
 from __future__ import annotations
 
@@ -32,6 +32,16 @@ def test_a_rental_no_node_could_ever_run_is_refused_naming_what_to_change(client
         "nodes": ({**H100, "nodes": 40}, "at most 8 matching nodes in one region, even empty; 40 needed"),
         "gpu_model": ({"gpu_model": "B200", "gpus": 1}, "no GPU in the fleet matches"),
         "jurisdictions": ({**H100, "jurisdictions": ["US"]}, "in an allowed jurisdiction (US)"),
+        # the fleet's A100-40GBs are whole GPUs: none is in MIG mode, whatever a host's layout
+        "mig_profile": (
+            {"gpu_model": "A100-40GB", "gpus": 0, "mig_profile": "1g.5gb"},
+            "no GPU in the fleet",
+        ),
+        # more memory than an L40S has, on the fleet's only shared GPUs
+        "share_memory_mib": (
+            {"gpu_model": "L40S", "gpus": 0, "share_milli": 500, "share_memory_mib": 60_000},
+            "no GPU in the fleet",
+        ),
     }
     for field, (body, message) in refused.items():
         response = client.post("/v1/rentals", json=body, headers=headers)

@@ -85,6 +85,10 @@ def to_request(rental: Rental) -> Request:
 def _field_of(reason: Reason, spec: RentalSpec, model_in_fleet: bool) -> str:
     """The request field to change for a rental that `reason` says never fits."""
     if reason is Reason.NO_MATCHING_GPU:
+        if spec.mig_profile is not None:
+            return "mig_profile"
+        if spec.share_milli is not None:
+            return "share_memory_mib" if spec.share_memory_mib else "gpu_model"
         return "gpus" if model_in_fleet else "gpu_model"
     fields = {
         Reason.GANG_TOO_LARGE: "nodes",
@@ -219,8 +223,8 @@ class RentalService:
     def _check_fleet(self, uow: UnitOfWork, rental: Rental) -> None:
         """Invalid, naming the field to change, for a rental the current fleet could never run, empty as it
         may be: a region it does not have, a GPU model or count no node has, more nodes than a region has
-        (a typo or a wrong size would wait for ever). MIG and share rentals are left to the scheduler: the
-        hosts' MIG layouts, not the fleet file, decide where those fit."""
+        (a typo or a wrong size would wait for ever). Only what the fleet file fixes counts (models, modes,
+        MIG profiles the model has, sizes, places), never what is busy or how a host's MIG is laid out now."""
         spec = rental.spec
         if self.fleet is None:
             return
@@ -233,7 +237,7 @@ class RentalService:
             message = f"no region {', '.join(unknown)} in the fleet; its regions: {known}"
             raise Invalid(message, field="regions")
         snapshot = self.fleet.empty_snapshot(uow)
-        if snapshot is None or spec.mig_profile is not None or spec.share_milli is not None:
+        if snapshot is None:
             return
         # which hosts run images is heard from their agents, not in the fleet file: left to the scheduler
         why = never_fits(snapshot, to_request(replace(rental, spec=replace(spec, image=None))))
