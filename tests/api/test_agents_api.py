@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import time
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from conftest import ADMIN, logged_in_as, register_agent, wait_for
+from conftest import ADMIN, FixedClock, logged_in_as, register_agent, wait_for
 from suanli.app.agents import next_state
 from suanli.cli import platform_commands
 from suanli.cli.main import app
@@ -396,3 +396,51 @@ def test_a_rentals_gpus_show_their_last_readings_to_its_tenant_only(
     wait_for(client, half["id"], owner, "placed")
     (part,) = client.get(f"/v1/rentals/{half['id']}/gpus", headers=owner).json()
     assert (part["milli"], part["whole_gpu"]) == (500, False)  # it would read its whole GPU
+
+
+def test_a_failed_gangs_output_is_done_once_the_killed_rank_has_said_it_ended(
+    client: TestClient, tenant
+) -> None:
+    """Rank 1 fails and the rental ends `failed` at once; rank 0, killed because of it, ships its last line
+    and says it stopped at its agent's next beat. Until then the output is not `done`, so `rent -f` does not
+    end before that line; a node whose agent stays silent past the timeout does not hold it for ever."""
+    _, owner = tenant("owner")
+    body = {"gpu_model": "H100", "gpus": 8, "nodes": 2, "command": ["train"], "regions": ["cn-north"]}
+    rental = client.post("/v1/rentals", json=body, headers=owner).json()
+    first, second = (a["node"] for a in wait_for(client, rental["id"], owner, "placed")["allocation"])
+    agents = {node: register_agent(client, node) for node in (first, second)}
+
+    def beat(node: str, state: str, exit_code: int | None = None, line: str = "") -> None:
+        if line:
+            chunk = {"rental_id": rental["id"], "offset": 0, "data": line, "size_bytes": len(line)}
+            client.post("/v1/agents/logs", json=chunk, headers=agents[node])
+        workload = {"rental_id": rental["id"], "state": state, "exit_code": exit_code}
+        client.post("/v1/agents/heartbeat", json={"workloads": [workload]}, headers=agents[node])
+
+    def logs() -> dict:
+        return client.get(f"/v1/rentals/{rental['id']}/logs", headers=owner).json()
+
+    beat(first, "running")
+    beat(second, "failed", 7, "rank 1: boom\n")
+    assert client.get(f"/v1/rentals/{rental['id']}", headers=owner).json()["state"] == "failed"
+    assert logs()["done"] is False  # rank 0 has not said it ended
+    beat(first, "stopped", None, "rank 0: last words\n")
+    page = logs()
+    assert (page["data"], page["done"]) == ("rank 1: boom\nrank 0: last words\n", True)
+
+    silent = client.app.state.services.agents
+    shifted = silent.clock
+    try:
+        rental = client.post("/v1/rentals", json=body, headers=owner).json()
+        first, second = (a["node"] for a in wait_for(client, rental["id"], owner, "placed")["allocation"])
+        for node in (first, second):
+            if node not in agents:
+                agents[node] = register_agent(client, node)
+        beat(first, "running")
+        beat(second, "failed", 7)
+        assert logs()["done"] is False
+        later = datetime.now(UTC) + timedelta(seconds=silent.timeout_s + 1)
+        silent.clock = FixedClock(later)  # rank 0's agent said nothing since
+        assert logs()["done"] is True
+    finally:
+        silent.clock = shifted

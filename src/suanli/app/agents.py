@@ -574,8 +574,23 @@ class AgentService:
             if tail is not None:
                 offset = max(0, uow.agents.log_length(rental_id, node) - tail)
             piece, total = uow.agents.log_page(rental_id, node, offset, MAX_LOG_READ_CHARS)
-        next_offset = offset + len(piece)
-        return offset, piece, next_offset, rental.state in END_STATES and next_offset >= total
+            next_offset = offset + len(piece)
+            read_all = rental.state in END_STATES and next_offset >= total
+            done = read_all and self._runs_over(uow, rental_id, node)
+        return offset, piece, next_offset, done
+
+    def _runs_over(self, uow: AgentUnitOfWork, rental_id: str, node: str | None) -> bool:
+        """Whether every node's run of an ended rental (or `node`'s) has said it ended, or its agent has been
+        silent past the timeout: a rank killed because another failed ships its last output after the rental
+        ended, so a follower reading until `done` waits for it."""
+        now = self.clock.now()
+        return all(
+            run.ended_at is not None
+            or run.last_heartbeat_at is None
+            or (now - run.last_heartbeat_at).total_seconds() > self.timeout_s
+            for run in uow.agents.runs(rental_id)
+            if node is None or run.node == node
+        )
 
 
 def _started_at(rental: Rental, report: WorkloadReport, now: datetime) -> datetime | None:
