@@ -121,8 +121,8 @@ def rent(
     max_duration: Annotated[
         str | None,
         typer.Option(
-            help="Max run time (90m, 2h, 1h30m, 1:30:00 or seconds): stopped then, and it may start sooner, "
-            "ahead of a queue."
+            help="Max run time (90m, 2h, 1h30m, 1:30:00 or seconds; 1:30 is 1 min 30 s, as in Slurm): "
+            "stopped then, and it may start sooner, ahead of a queue."
         ),
     ] = None,
     idle_stop: Annotated[
@@ -387,7 +387,7 @@ def stop(
 def resize(
     rental_id: str,
     nodes: Annotated[int | None, typer.Option(min=1, help="Nodes it should span.")] = None,
-    gpus: Annotated[int | None, typer.Option(min=0, help="Whole GPUs per node.")] = None,
+    gpus: Annotated[int | None, typer.Option(min=1, help="Whole GPUs per node.")] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Resize a rental in place: fewer nodes or GPUs are given back; more are added on its own nodes (GPUs)
