@@ -277,9 +277,13 @@ class ProcessExecutor:
         env.update(spec.env)
         return env
 
+    def _user(self, paths: RentalPaths) -> RunAs | None:
+        """The user the rental's processes run as (None: the agent's)."""
+        return self.run_as if self.uids is None else self.uids.pick(paths, self.rentals_dir)
+
     def _ready(self, paths: RentalPaths) -> RunAs | None:
         """The rental's directories, owned by the user its processes run as (returned; None: the agent's)."""
-        user = self.run_as if self.uids is None else self.uids.pick(paths, self.rentals_dir)
+        user = self._user(paths)
         paths.create()
         paths.tmp_dir.mkdir(mode=0o700, exist_ok=True)
         if user is not None:
@@ -294,7 +298,7 @@ class ProcessExecutor:
         paths = self.paths(spec.rental_id)
         if not paths.workdir.is_dir():
             raise ExecutorError(f"rental {spec.rental_id} has no working directory on this node")
-        user = self.run_as if self.uids is None else self.uids.pick(paths, self.rentals_dir)
+        user = self._user(paths)
         env = self._env(spec, paths, user)
         as_user: dict[str, object] = {}
         if user is not None:

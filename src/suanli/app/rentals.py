@@ -226,23 +226,20 @@ class RentalService:
         (a typo or a wrong size would wait for ever). Only what the fleet file fixes counts (models, modes,
         MIG profiles the model has, sizes, places), never what is busy or how a host's MIG is laid out now."""
         spec = rental.spec
-        if self.fleet is None:
-            return
-        _, fleet = self.fleet.load(uow)
-        if fleet is None:
-            return
-        unknown = [r for r in spec.regions if r not in fleet.regions]
-        if unknown:
-            known = ", ".join(sorted(fleet.regions))
-            message = f"no region {', '.join(unknown)} in the fleet; its regions: {known}"
-            raise Invalid(message, field="regions")
-        snapshot = self.fleet.empty_snapshot(uow)
+        snapshot = None if self.fleet is None else self.fleet.empty_snapshot(uow)
         if snapshot is None:
             return
+        regions = snapshot.fleet.regions
+        unknown = [r for r in spec.regions if r not in regions]
+        if unknown:
+            known = ", ".join(sorted(regions))
+            message = f"no region {', '.join(unknown)} in the fleet; its regions: {known}"
+            raise Invalid(message, field="regions")
         # which hosts run images is heard from their agents, not in the fleet file: left to the scheduler
-        why = never_fits(snapshot, to_request(replace(rental, spec=replace(spec, image=None))))
+        request = to_request(replace(rental, spec=replace(spec, image=None)))
+        why = never_fits(snapshot, request)
         if why is not None:
-            fits_a_node = most_gpus_per_node(snapshot, to_request(rental).selector) > 0
+            fits_a_node = most_gpus_per_node(snapshot, request.selector) > 0
             raise Invalid(why.message, field=_field_of(why.reason, spec, fits_a_node))
 
     def _quoted(self, uow: UnitOfWork, rental: Rental) -> Rental:
