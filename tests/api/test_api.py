@@ -163,6 +163,15 @@ def test_offer_queries_filter_and_point_at_bad_tokens(client: TestClient, tenant
     bad = client.get("/v1/offers", params={"q": "gpu=H100 count>=eight"}, headers=alice)
     assert bad.status_code == 400 and bad.json()["error"]["field"] == "q"
     assert "column 10" in bad.json()["error"]["message"] and "count>=eight" in bad.json()["error"]["message"]
+    typo = client.get("/v1/offers", params={"q": "tier=spot gpu=H10"}, headers=alice)
+    assert typo.status_code == 400 and typo.json()["error"]["field"] == "q"
+    assert typo.json()["error"]["message"] == (
+        "column 11, 'gpu=H10': no GPU in this fleet is H10; it has A100-40GB, A100-80GB, Ascend-910B, "
+        "H100-SXM-80GB, H200-141GB, L40S"
+    )
+    mars = client.get("/v1/offers", params={"q": "region=mars"}, headers=alice).json()["error"]["message"]
+    assert mars.startswith("column 1, 'region=mars': no region or jurisdiction mars in this fleet; it has ")
+    assert client.get("/v1/offers", params={"q": "gpu!=H10"}, headers=alice).json()  # != names no typo
 
 
 def test_drain_keeps_new_rentals_off_a_node(client: TestClient, tenant) -> None:
@@ -303,3 +312,14 @@ def test_rentals_are_listed_by_name_a_tenants_own_only(client: TestClient, tenan
         refused = client.get(f"/v1/rentals?name={bad}", headers=alice)
         assert refused.status_code == 422 and refused.json()["error"]["field"] == "name", bad
     assert refused.json()["error"]["message"].startswith("name: a name (letters, digits, '.', '_' and '-'")
+
+
+def test_a_tenant_name_is_taken_once_whatever_its_case(client: TestClient, tenant) -> None:
+    alice_id, _ = tenant("alice")
+    again = client.post("/v1/tenants", json={"name": "Alice"}, headers=ADMIN)
+    assert again.status_code == 409 and again.json()["error"]["field"] == "name"
+    assert (
+        again.json()["error"]["message"] == f"a tenant named 'alice' exists ({alice_id}); pick another name"
+    )
+    names = [t["name"] for t in client.get("/v1/tenants", headers=ADMIN).json()]
+    assert names.count("alice") == 1 and "Alice" not in names

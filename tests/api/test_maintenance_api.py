@@ -267,6 +267,18 @@ def test_cli_admin_maintenance_add_ls_rm(client: TestClient, monkeypatch: pytest
     assert listed.exit_code == 0 and "h200-01" in listed.output and "psu" in listed.output
     bad = runner.invoke(app, ["admin", "maintenance", "add", "nowhere", "--from", start, "--until", end])
     assert bad.exit_code != 0 and "node" in bad.output
+    soon = runner.invoke(
+        app, ["admin", "maintenance", "add", "h200-01", "--from", "+3d", "--until", "+3d2h", "--json"]
+    )
+    assert soon.exit_code == 0, soon.output
+    window = json.loads(soon.output)
+    begins = datetime.fromisoformat(window["starts_at"]) - datetime.now(UTC)
+    assert timedelta(days=3) - timedelta(minutes=1) < begins <= timedelta(days=3)
+    assert runner.invoke(app, ["admin", "maintenance", "rm", window["id"]]).exit_code == 0
+    typo = runner.invoke(
+        app, ["admin", "maintenance", "add", "h200-01", "--from", "tomorrow", "--until", end]
+    )
+    assert typo.exit_code == 2 and "not a time: 'tomorrow'" in typo.output
     removed = runner.invoke(app, ["admin", "maintenance", "rm", window_id])
     assert removed.exit_code == 0 and window_id in removed.output
     assert client.get("/v1/fleet/maintenance", headers=ADMIN).json() == []

@@ -49,3 +49,32 @@ def test_version_prints_the_installed_version() -> None:
 
     done = CliRunner().invoke(app, ["--version"])
     assert done.exit_code == 0 and done.output == f"suanli {version('suanli')}\n"
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("notaurl", "SUANLI_URL: 'notaurl' is not a server URL; expected http://HOST:PORT"),
+        ("ftp://host", "SUANLI_URL: 'ftp://host' is not a server URL"),
+        ("http://[::1", "SUANLI_URL: 'http://[::1' is not a URL"),
+    ],
+    ids=["word", "scheme", "unparsable"],
+)
+def test_a_server_url_that_cannot_be_one_is_a_usage_error_not_an_unreachable_server(
+    tmp_path: Path, url: str, says: str
+) -> None:
+    env = {"SUANLI_CONFIG_DIR": str(tmp_path), "SUANLI_URL": url, "SUANLI_API_KEY": "sk_x"}
+    done = CliRunner().invoke(app, ["ls"], env=env)
+    assert done.exit_code == 2 and says in " ".join(done.output.split()), done.output
+    login = CliRunner().invoke(app, ["login", url], env={"SUANLI_CONFIG_DIR": str(tmp_path)})
+    assert (
+        login.exit_code == 2 and "is not a" in login.output and "Key" not in login.output
+    )  # before the prompt
+    assert not (tmp_path / "profile.json").exists()
+
+
+def test_the_sdk_refuses_a_base_url_that_cannot_be_a_servers() -> None:
+    from suanli.client import Client
+
+    with pytest.raises(ValueError, match="base_url 'localhost:8000' is not a server URL"):
+        Client("localhost:8000")

@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 
-from suanli.cli.rent_spec import GpuSpec, SpecError, duration_s, env_pairs, money_to_micros, parse_gpu_spec
+from suanli.cli.rent_spec import (
+    GpuSpec,
+    SpecError,
+    duration_s,
+    env_pairs,
+    moment,
+    money_to_micros,
+    parse_gpu_spec,
+)
 
 
 @pytest.mark.parametrize(
@@ -69,3 +79,29 @@ def test_env_items_are_name_equals_value() -> None:
     for bad in ("A", "=1"):
         with pytest.raises(SpecError, match="NAME=VALUE"):
             env_pairs([bad])
+
+
+NOW = datetime(2026, 12, 3, 10, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("text", "at"),
+    [
+        ("now", NOW),
+        ("NOW", NOW),
+        ("+2h", NOW + timedelta(hours=2)),
+        ("now+1d", NOW + timedelta(days=1)),
+        ("now + 90m", NOW + timedelta(minutes=90)),
+        ("2026-12-24", datetime(2026, 12, 24, tzinfo=UTC)),
+        ("2026-12-24T02:00", datetime(2026, 12, 24, 2, tzinfo=UTC)),
+        ("2026-12-24T10:00+08:00", datetime(2026, 12, 24, 2, tzinfo=UTC)),
+    ],
+)
+def test_moments_read_as_slurm_and_iso_8601_write_them(text: str, at: datetime) -> None:
+    assert moment(text, NOW) == at and moment(text, NOW).tzinfo is not None
+
+
+@pytest.mark.parametrize("text", ["tomorrow", "", "+soon", "now-1h", "12/24/2026"], ids=str)
+def test_a_moment_that_is_not_one_says_what_is(text: str) -> None:
+    with pytest.raises(SpecError, match=r"not a time|not a duration"):
+        moment(text, NOW)

@@ -22,7 +22,7 @@ from suanli.domain.catalog_data import CATALOG
 from suanli.domain.plan import NodeAllocation, Slice
 from suanli.domain.queue_order import BOOKED_QUEUE, GREEDY_QUEUE, PLATFORM_QUEUE
 from suanli.store.db import make_engine, migrate, unit_of_work_factory
-from suanli.store.rows import RentalRow
+from suanli.store.rows import RentalRow, TenantRow
 
 FLEET = (Path(__file__).resolve().parents[2] / "examples" / "fleet.toml").read_text()
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
@@ -97,6 +97,31 @@ def test_idempotency_key_is_unique_per_tenant(uow) -> None:
         u.commit()
     with uow() as u, pytest.raises(Duplicate):
         u.rentals.add(_rental("rnt_2", RentalSpec(), "same"))
+
+
+def test_a_tenant_name_is_taken_once_whatever_its_case(uow) -> None:
+    with uow() as u, pytest.raises(Duplicate, match="a tenant named 'A' exists"):
+        u.tenants.add(Tenant("ten_b", "A", "tenant", NOW))
+    with uow() as u:
+        assert u.tenants.named("A").id == "ten_a" and u.tenants.named("b") is None
+
+
+def test_names_taken_twice_before_the_migration_keep_the_oldest_tenant(uow, database_url: str) -> None:
+    """Migration 0035 makes names unique: the oldest tenant keeps a name, a later one gets its id appended."""
+    engine = make_engine(database_url)
+    downgrade(engine, "0034")
+    later = NOW + timedelta(days=1)
+    rows = [("ten_x1", "Acme", later), ("ten_x2", "acme", NOW), ("ten_x3", "A", later)]
+    with engine.begin() as connection:
+        connection.execute(
+            insert(TenantRow.__table__),
+            [{"id": i, "name": name, "role": "tenant", "created_at": at} for i, name, at in rows],
+        )
+    migrate(engine)
+    engine.dispose()
+    with uow() as u:
+        names = {t.id: t.name for t in u.tenants.list()}
+    assert names == {"ten_a": "a", "ten_x2": "acme", "ten_x1": "Acme-x1", "ten_x3": "A-x3"}
 
 
 def test_a_slice_position_cannot_be_booked_twice(uow) -> None:

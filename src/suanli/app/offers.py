@@ -52,6 +52,7 @@ WHOLE = "whole"  # `profile=whole`: rows of whole GPUs
 SHARE = "share"  # `profile=share`: rows of GPUs with room for a share
 TEXT_KEYS = ("gpu", "region", "tier", "interconnect", "profile")
 NUMBER_KEYS = ("count", "price")
+NAMED_KEYS = ("gpu", "region")  # an `=` that names nothing in the fleet is refused, not an empty list
 OPERATORS = (">=", "<=", "!=", "=", "<", ">")
 _TERM = re.compile(r"^([A-Za-z_]+)(>=|<=|!=|=|<|>)(.+)$")
 
@@ -127,6 +128,16 @@ def parse_query(text: str) -> list[Term]:
     return terms
 
 
+def _unknown(term: Term, offers: list[Offer]) -> str:
+    """Why a `gpu=` or `region=` term names nothing the fleet has, with what it has (a typo shows)."""
+    if term.key == "gpu":
+        return (
+            f"no GPU in this fleet is {term.value}; it has {', '.join(sorted({o.gpu_model for o in offers}))}"
+        )
+    regions = sorted({o.region for o in offers} | {o.jurisdiction for o in offers})
+    return f"no region or jurisdiction {term.value} in this fleet; it has {', '.join(regions)}"
+
+
 def _bad(column: int, token: str, message: str) -> Invalid:
     return Invalid(f"column {column}, {token!r}: {message}", field="q")
 
@@ -154,6 +165,10 @@ class OfferService:
         """The offers `query` keeps, priced for `tenant_id` (its plan's discount taken off) when given."""
         terms = parse_query(query)
         offers, plan = self._offers(tenant_id)
+        for term in terms:  # offers list every pool, free or not: a name none of them has is a typo
+            named = term.key in NAMED_KEYS and term.op == "="
+            if named and offers and not any(_holds(term, offer, self.catalog) for offer in offers):
+                raise _bad(term.column, term.token, _unknown(term, offers))
         if plan is not None and plan.discount_bp:
             offers = [_with_plan(offer, plan) for offer in offers]
         return [offer for offer in offers if all(_holds(term, offer, self.catalog) for term in terms)]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hmac
 
-from suanli.app.errors import Forbidden, Invalid, NotFound, Unauthorized
+from suanli.app.errors import Duplicate, Forbidden, Invalid, NotFound, Unauthorized
 from suanli.app.ids import digest, new_id, new_secret
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.records import ROLES, ApiKey, Caller, Rental, Tenant
@@ -31,7 +31,11 @@ class TenantService:
             if uow.tenants.has_admin():
                 return None
             now = self.clock.now()
-            tenant = Tenant(new_id("ten"), "admin", "admin", now)
+            tenant_id = new_id("ten")
+            name = (
+                "admin" if uow.tenants.named("admin") is None else f"admin-{tenant_id.removeprefix('ten_')}"
+            )
+            tenant = Tenant(tenant_id, name, "admin", now)
             uow.tenants.add(tenant)
             uow.keys.add(ApiKey(new_id("key"), tenant.id, "bootstrap", digest(admin_key), now))
             uow.commit()
@@ -63,6 +67,10 @@ class TenantService:
             raise Invalid(f"role must be one of {', '.join(ROLES)}", field="role")
         tenant = Tenant(new_id("ten"), name, role, self.clock.now())
         with self.uow() as uow:
+            if (same := uow.tenants.named(name)) is not None:
+                raise Duplicate(
+                    f"a tenant named {same.name!r} exists ({same.id}); pick another name", field="name"
+                )
             uow.tenants.add(tenant)
             uow.commit()
         return tenant

@@ -9,7 +9,7 @@ import typer
 from pydantic import ValidationError
 
 from suanli.cli.output import EXIT_USAGE, emit, error_text, errors, logged_in, micros, table
-from suanli.cli.rent_spec import SpecError, money_to_micros
+from suanli.cli.rent_spec import SpecError, moment, money_to_micros
 from suanli.domain.billing.ledger import (
     AccountId,
     AccountKind,
@@ -182,7 +182,7 @@ def admin_credit(
     ] = False,
     memo: str = "",
     expires: Annotated[
-        str | None, typer.Option("--expires", help="A grant's expiry, ISO 8601 (UTC if no zone).")
+        str | None, typer.Option("--expires", help="A grant's expiry: +30d, or ISO 8601 (UTC if no zone).")
     ] = None,
     as_json: JsonFlag = False,
 ) -> None:
@@ -195,12 +195,10 @@ def admin_credit(
     expires_at = None
     if expires is not None:
         try:
-            expires_at = datetime.fromisoformat(expires)
-        except ValueError:
-            errors.print(error_text(f"--expires: not an ISO 8601 time: {expires!r}"))
+            expires_at = moment(expires)
+        except SpecError as error:
+            errors.print(error_text(f"--expires: {error}"))
             raise typer.Exit(EXIT_USAGE) from None
-        if expires_at.tzinfo is None:
-            expires_at = expires_at.replace(tzinfo=UTC)
         if not grant:
             errors.print(error_text("--expires: only a grant (--grant) expires"))
             raise typer.Exit(EXIT_USAGE)
@@ -226,7 +224,9 @@ def admin_prices_set(
     ] = None,
     effective_from: Annotated[
         str | None,
-        typer.Option("--from", help="When it takes effect, ISO 8601 (UTC if no zone); default now."),
+        typer.Option(
+            "--from", help="When it takes effect: now, +1d, or ISO 8601 (UTC if no zone); default now."
+        ),
     ] = None,
     source: Annotated[str, typer.Option("--source", help="Where the price comes from.")] = "",
     as_json: JsonFlag = False,
@@ -235,8 +235,7 @@ def admin_prices_set(
     try:
         start = None
         if effective_from is not None:
-            start = datetime.fromisoformat(effective_from)
-            start = start.replace(tzinfo=UTC) if start.tzinfo is None else start
+            start = moment(effective_from)
         entry = PriceEntryRequest(
             gpu_model=model,
             region=region,
@@ -247,14 +246,14 @@ def admin_prices_set(
             source=source,
         )
     except ValueError as error:
-        errors.print(error_text(_option_error(error, effective_from)))
+        errors.print(error_text(_option_error(error)))
         raise typer.Exit(EXIT_USAGE) from None
     with logged_in() as client:
         stored = client.set_prices([entry])
     emit(stored, as_json, _entries_table)
 
 
-def _option_error(error: ValueError, effective_from: str | None) -> str:
+def _option_error(error: ValueError) -> str:
     options = {
         "gpu_model": "--model",
         "tier": "--tier",
@@ -267,7 +266,7 @@ def _option_error(error: ValueError, effective_from: str | None) -> str:
         first = error.errors()[0]
         name = str(first["loc"][0]) if first["loc"] else ""
         return f"{options.get(name, name)}: {first['msg']}"
-    return f"--from: not an ISO 8601 time: {effective_from!r}"
+    return f"--from: {error}"
 
 
 def _entries_table(found: list[PriceEntryResponse]):

@@ -10,7 +10,17 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from suanli.cli.output import EXIT_USAGE, emit, error_text, errors, logged_in, micros, table, valid_input
+from suanli.cli.output import (
+    EXIT_USAGE,
+    emit,
+    error_text,
+    errors,
+    logged_in,
+    micros,
+    moment_option,
+    table,
+    valid_input,
+)
 from suanli.cli.rent_spec import SpecError, money_to_micros
 from suanli.wire.schemas import (
     ContractCreateRequest,
@@ -56,8 +66,18 @@ def _contract_request(window: ContractWindow) -> ContractCreateRequest:
 GpuOption = Annotated[str, typer.Option("--gpu", help="GPU model, e.g. H100-SXM-80GB.")]
 CountOption = Annotated[int, typer.Option(min=1)]
 RegionOption = Annotated[str, typer.Option()]
-FromOption = Annotated[datetime, typer.Option("--from", help="Window start (UTC), e.g. 2026-12-01T00:00.")]
-UntilOption = Annotated[datetime, typer.Option("--until", help="Window end (UTC, exclusive).")]
+FromOption = Annotated[
+    datetime,
+    typer.Option(
+        "--from", parser=moment_option, metavar="TIME", help="Window start: now, +2h, 2026-12-01T00:00 (UTC)."
+    ),
+]
+UntilOption = Annotated[
+    datetime,
+    typer.Option(
+        "--until", parser=moment_option, metavar="TIME", help="Window end (exclusive): +30d, 2027-01-01."
+    ),
+]
 TenantOption = Annotated[str | None, typer.Option(help="Admins: sign for this tenant id.")]
 
 
@@ -121,7 +141,12 @@ def contracts_offer(
     ends_at: UntilOption,
     price: Annotated[str, typer.Option(help="The whole contract's prepaid price, e.g. 1200.50.")],
     expires: Annotated[
-        datetime | None, typer.Option(help="Open until then (UTC); a week from now when not given.")
+        datetime | None,
+        typer.Option(
+            parser=moment_option,
+            metavar="TIME",
+            help="Open until then: +3d, 2026-12-10 (UTC); default a week.",
+        ),
     ] = None,
     as_json: JsonFlag = False,
 ) -> None:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from suanli.cli.output import emit, logged_in, table, valid_input
+from suanli.cli.output import emit, logged_in, moment_option, table, valid_input
 from suanli.wire.schemas import MaintenanceCreateRequest, MaintenanceResponse
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of a table.")]
@@ -22,8 +22,18 @@ maintenance_app = typer.Typer(
 @maintenance_app.command("add")
 def maintenance_add(
     node: str,
-    starts_at: Annotated[datetime, typer.Option("--from", help="Window start (UTC), e.g. 2026-12-01T02:00.")],
-    ends_at: Annotated[datetime, typer.Option("--until", help="Window end (UTC, exclusive).")],
+    starts_at: Annotated[
+        datetime,
+        typer.Option(
+            "--from", parser=moment_option, metavar="TIME", help="Window start: now, +2h, 2026-12-01T02:00."
+        ),
+    ],
+    ends_at: Annotated[
+        datetime,
+        typer.Option(
+            "--until", parser=moment_option, metavar="TIME", help="Window end (exclusive): +4h, or a time."
+        ),
+    ],
     reason: Annotated[str, typer.Option(help="Why, shown to the rentals given notice.")] = "",
     force: Annotated[
         bool, typer.Option("--force", help="Schedule it even if it leaves contracts short (they are named).")

@@ -11,6 +11,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 
 import typer
@@ -20,7 +21,9 @@ from rich.table import Table
 from rich.text import Text
 
 from suanli.cli import profile
+from suanli.cli.rent_spec import SpecError, moment
 from suanli.client import ApiError, Client, ServerUnreachable
+from suanli.client.client import url_problem
 from suanli.wire.schemas import problem_text
 
 EXIT_REFUSED, EXIT_USAGE, EXIT_NOT_LOGGED_IN, EXIT_UNREACHABLE, EXIT_SERVER_ERROR = 1, 2, 3, 4, 5
@@ -29,6 +32,14 @@ EXIT_REFUSED, EXIT_USAGE, EXIT_NOT_LOGGED_IN, EXIT_UNREACHABLE, EXIT_SERVER_ERRO
 PIPE_WIDTH = 200
 console = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else PIPE_WIDTH)
 errors = Console(stderr=True, soft_wrap=True)  # a message is one line: the terminal wraps it, not Rich
+
+
+def moment_option(text: str) -> datetime:
+    """A typer parser for a time option: `now`, `+2h`, `now+1d` or ISO 8601 (UTC unless a zone is given)."""
+    try:
+        return moment(text)
+    except SpecError as error:
+        raise typer.BadParameter(str(error)) from None
 
 
 def error_text(message: str) -> Text:
@@ -63,6 +74,10 @@ def logged_in(options: Mapping[str, str] | None = None) -> Iterator[Client]:
     if saved is None:
         errors.print(error_text("not logged in; run `suanli login URL --key KEY` first"))
         raise typer.Exit(EXIT_NOT_LOGGED_IN)
+    if (problem := url_problem(saved.url)) is not None:
+        source = "SUANLI_URL" if os.environ.get("SUANLI_URL") else f"the URL in {profile.profile_path()}"
+        errors.print(error_text(f"{source}: {saved.url!r} {problem}"))
+        raise typer.Exit(EXIT_USAGE)
     with api_errors(options), Client(saved.url, saved.key) as client:
         yield client
 

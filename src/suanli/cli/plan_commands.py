@@ -3,14 +3,14 @@ theirs)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated
 
 import typer
 from pydantic import ValidationError
 
 from suanli.cli.output import EXIT_USAGE, emit, error_text, errors, logged_in, micros, table
-from suanli.cli.rent_spec import SpecError, money_to_micros
+from suanli.cli.rent_spec import SpecError, moment, money_to_micros
 from suanli.wire.plan_schemas import (
     GrantResponse,
     LimitsResponse,
@@ -40,10 +40,9 @@ def _moment(text: str | None, option: str) -> datetime | None:
     if text is None:
         return None
     try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise _usage(f"{option}: not an ISO 8601 time: {text!r}") from None
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
+        return moment(text)
+    except SpecError as error:
+        raise _usage(f"{option}: {error}") from None
 
 
 def _bp(percent: float, option: str) -> int:
@@ -62,9 +61,11 @@ def admin_plan(
     share_pct: Annotated[
         float, typer.Option("--share-pct", help="Revenue share: percent of reported monthly revenue.")
     ] = 0.0,
-    starts: Annotated[str | None, typer.Option("--starts", help="ISO 8601; default now.")] = None,
+    starts: Annotated[
+        str | None, typer.Option("--starts", help="now, +1d or ISO 8601 (UTC); default now.")
+    ] = None,
     ends: Annotated[
-        str | None, typer.Option("--ends", help="ISO 8601; default a year after the start.")
+        str | None, typer.Option("--ends", help="+90d or ISO 8601 (UTC); default a year after the start.")
     ] = None,
     as_json: JsonFlag = False,
 ) -> None:

@@ -28,6 +28,7 @@ from suanli.cli.output import (
 )
 from suanli.cli.rent_spec import SpecError, duration_s, env_pairs, money_to_micros, parse_gpu_spec
 from suanli.client import ApiError, Client
+from suanli.client.client import url_problem
 from suanli.wire.agent_schemas import RentalGpuResponse, RentalRunResponse
 from suanli.wire.schemas import (
     ENDED_STATES,
@@ -70,8 +71,15 @@ RENT_OPTIONS = {
 }
 
 
+def _server_url(url: str) -> str:
+    """Refuses a URL no server can have before the key is asked for."""
+    if (problem := url_problem(url)) is not None:
+        raise typer.BadParameter(f"{url!r} {problem}")
+    return url
+
+
 def login(
-    url: Annotated[str, typer.Argument(help="Server URL, e.g. http://127.0.0.1:8080")],
+    url: Annotated[str, typer.Argument(help="Server URL, e.g. http://127.0.0.1:8080", callback=_server_url)],
     key: Annotated[str, typer.Option(help="Your API key (sk_...).", prompt=True, hide_input=True)],
 ) -> None:
     """Check the key against the server and save URL and key as your profile."""

@@ -24,8 +24,12 @@ def config_dir() -> Path:
     return Path(override) if override else Path(platformdirs.user_config_dir("suanli"))
 
 
+def profile_path() -> Path:
+    return config_dir() / PROFILE_FILE
+
+
 def save(profile: Profile) -> Path:
-    path = config_dir() / PROFILE_FILE
+    path = profile_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(descriptor, "w") as handle:
@@ -35,7 +39,7 @@ def save(profile: Profile) -> Path:
 
 def load() -> Profile | None:
     """The saved profile; `SUANLI_URL` and `SUANLI_API_KEY` override it field by field."""
-    path = config_dir() / PROFILE_FILE
+    path = profile_path()
     stored: dict[str, str] = {}
     if path.is_file():
         try:

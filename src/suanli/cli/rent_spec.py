@@ -1,12 +1,13 @@
-"""Parse what `suanli rent` is given in its own forms: the GPU spec (`H100:8`, `A100-80GB:3g.40gb`,
-`L40S:0.5`, `H100`, `cpu`), a bid, a duration (`90m`, `2h`, `1h30m`, `1:30:00`, seconds) and `--env`'s
-`NAME=VALUE`."""
+"""Parse what the CLI is given in its own forms: the GPU spec (`H100:8`, `A100-80GB:3g.40gb`, `L40S:0.5`,
+`H100`, `cpu`), a bid, a duration (`90m`, `2h`, `1h30m`, `1:30:00`, seconds), a moment (`now`, `+2h`,
+`2026-12-01T02:00`) and `--env`'s `NAME=VALUE`."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 from pytimeparse2 import parse as parse_time
 
@@ -75,6 +76,25 @@ def duration_s(text: str) -> int:
     if seconds < 1:
         raise SpecError(f"a duration is 1 s or more (got {text!r})")
     return round(seconds)
+
+
+def moment(text: str, now: datetime | None = None) -> datetime:
+    """`now`, `+2h` or `now+1d` (a duration from now, as Slurm's `--begin` takes it), or ISO 8601
+    (`2026-12-01`, `2026-12-01T02:00`; UTC unless it names a zone) -> an aware time."""
+    raw = text.strip()
+    now = now or datetime.now(UTC)
+    if raw.lower() == "now":
+        return now
+    if (ahead := re.fullmatch(r"(?i:now)?\s*\+\s*(\S.*)", raw)) is not None:
+        return now + timedelta(seconds=duration_s(ahead.group(1)))
+    try:
+        parsed = datetime.fromisoformat(raw)
+    except ValueError:
+        raise SpecError(
+            f"not a time: {text!r} (use now, +2h, now+1d, 2026-12-01 or 2026-12-01T02:00; UTC unless a zone "
+            "is given)"
+        ) from None
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed
 
 
 def env_pairs(items: Sequence[str]) -> dict[str, str]:

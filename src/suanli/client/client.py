@@ -123,6 +123,18 @@ def _segment(value: object) -> str:
     return quote(text, safe="")
 
 
+def url_problem(url: str) -> str | None:
+    """Why `url` cannot be a server's base URL (`http://host:port`), or None: a typo then reads as a typo,
+    not as a server that does not answer."""
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as error:
+        return f"is not a URL ({error})"
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        return "is not a server URL; expected http://HOST:PORT or https://HOST"
+    return None
+
+
 class Client:
     """A session with one suanli server, authenticated by an API key."""
 
@@ -135,6 +147,8 @@ class Client:
         transport: httpx.BaseTransport | None = None,
         retries: int = 4,
     ) -> None:
+        if (problem := url_problem(base_url)) is not None:
+            raise ValueError(f"base_url {base_url!r} {problem}")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.Client(
             base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s, transport=transport

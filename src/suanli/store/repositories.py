@@ -11,7 +11,7 @@ from sqlalchemy import and_, delete, func, or_, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from suanli.app.errors import BookingConflict
+from suanli.app.errors import BookingConflict, Duplicate
 from suanli.app.records import (
     ApiKey,
     ContractRecord,
@@ -42,10 +42,18 @@ class SqlTenants:
 
     def add(self, tenant: Tenant) -> None:
         self.s.add(TenantRow(id=tenant.id, name=tenant.name, role=tenant.role, created_at=tenant.created_at))
-        self.s.flush()
+        try:
+            self.s.flush()
+        except IntegrityError as error:  # another writer took the name since `named` looked
+            raise Duplicate(f"a tenant named {tenant.name!r} exists", field="name") from error
 
     def get(self, tenant_id: str) -> Tenant | None:
         row = self.s.get(TenantRow, tenant_id)
+        return None if row is None else _tenant(row)
+
+    def named(self, name: str) -> Tenant | None:
+        """The tenant whose name matches `name` regardless of case (names are unique that way)."""
+        row = self.s.scalar(select(TenantRow).where(func.lower(TenantRow.name) == name.lower()))
         return None if row is None else _tenant(row)
 
     def list(self) -> list[Tenant]:

@@ -20,6 +20,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    func,
     text,
 )
 from sqlalchemy.engine import Dialect
@@ -54,6 +55,9 @@ class TenantRow(Base):
     name: Mapped[str] = mapped_column(String(100))
     role: Mapped[str] = mapped_column(String(16), index=True)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+
+
+Index("uq_tenants_lower_name", func.lower(TenantRow.name), unique=True)  # `acme` and `ACME` are one tenant
 
 
 class ApiKeyRow(Base):
