@@ -87,21 +87,30 @@ def test_a_live_rental_grows_and_shrinks_in_place_and_pays_for_its_nodes(
 
 
 def test_a_rental_grows_only_within_its_tenants_gpu_quota(database_url: str) -> None:
-    """A tenant with a quota of 16 GPUs holds a 2-node rental (16 H100s); resized to 3 nodes it keeps its
-    two, at its rate, with an event naming the quota; with the quota raised to 24 it grows."""
+    """A tenant with a quota of 24 GPUs holds a 2-node rental (16 H100s) and an 8-GPU one. Resized to 4 nodes
+    (32 GPUs, past the quota on its own) it is refused; to 3 nodes it keeps its two, at its rate, with an
+    event naming the quota; once the other rental stops it grows."""
     with app_client(database_url) as client:
-        headers, tenant_id = _tenant(client, "capped", gpu_quota=16)
+        headers, _ = _tenant(client, "capped", gpu_quota=24)
         rental_id = client.post("/v1/rentals", json={**H100, "nodes": 2}, headers=headers).json()["id"]
         rate = wait_for(client, rental_id, headers, "placed")["price_micros_per_hour"]
+        other = client.post("/v1/rentals", json=H100, headers=headers).json()["id"]
+        wait_for(client, other, headers, "placed")
+
+        past = client.patch(f"/v1/rentals/{rental_id}", json={"nodes": 4}, headers=headers)
+        assert past.status_code == 400 and past.json()["error"]["field"] == "nodes", past.text
+        assert past.json()["error"]["message"].startswith(
+            "asks 32 GPUs, more than the tenant's GPU quota of 24"
+        )
+        assert client.get(f"/v1/rentals/{rental_id}", headers=headers).json()["request"]["nodes"] == 2
 
         client.patch(f"/v1/rentals/{rental_id}", json={"nodes": 3}, headers=headers)
         body = _until(client, rental_id, headers, lambda b: any(e["kind"] == "growing" for e in b["events"]))
         (waiting,) = [e for e in body["events"] if e["kind"] == "growing"]
-        assert waiting["reason"] == "quota" and "GPU quota 16 GPUs" in waiting["message"]
+        assert waiting["reason"] == "quota" and "GPU quota 24 GPUs" in waiting["message"]
         assert len(body["allocation"]) == 2 and body["price_micros_per_hour"] == rate
 
-        raised = client.put(f"/v1/tenants/{tenant_id}/limits", json={"gpu_quota": {"*": 24}}, headers=ADMIN)
-        assert raised.status_code == 200, raised.text
+        assert client.post(f"/v1/rentals/{other}/stop", headers=headers).status_code == 200
         grown = _until(client, rental_id, headers, lambda b: len(b["allocation"]) == 3 and b["rate_changes"])
         assert len(grown["allocation"]) == 3 and grown["price_micros_per_hour"] == rate * 3 // 2
 
@@ -148,15 +157,20 @@ def test_a_live_rental_changes_its_gpu_count_in_place_when_its_node_has_them(
 
 
 def test_a_rental_gains_gpus_only_within_its_tenants_gpu_quota(database_url: str) -> None:
-    """With a quota of 4 GPUs, a 4-GPU rental resized to 8 keeps its 4 with an event naming the quota."""
+    """With a quota of 6 GPUs, a 4-GPU rental beside a 2-GPU one: resized to 8 GPUs (past the quota on its
+    own) it is refused; to 6 it keeps its 4 with an event naming the quota."""
     with app_client(database_url) as client:
-        headers, _ = _tenant(client, "capped", gpu_quota=4)
+        headers, _ = _tenant(client, "capped", gpu_quota=6)
         rental_id = client.post("/v1/rentals", json={**H100, "gpus": 4}, headers=headers).json()["id"]
         rate = wait_for(client, rental_id, headers, "placed")["price_micros_per_hour"]
-        client.patch(f"/v1/rentals/{rental_id}", json={"gpus": 8}, headers=headers)
+        other = client.post("/v1/rentals", json={**H100, "gpus": 2}, headers=headers).json()["id"]
+        wait_for(client, other, headers, "placed")
+        past = client.patch(f"/v1/rentals/{rental_id}", json={"gpus": 8}, headers=headers)
+        assert past.status_code == 400 and past.json()["error"]["field"] == "gpus", past.text
+        client.patch(f"/v1/rentals/{rental_id}", json={"gpus": 6}, headers=headers)
         body = _until(client, rental_id, headers, lambda b: any(e["kind"] == "growing" for e in b["events"]))
         (waiting,) = [e for e in body["events"] if e["kind"] == "growing"]
-        assert waiting["reason"] == "quota" and "GPU quota 4 GPUs" in waiting["message"]
+        assert waiting["reason"] == "quota" and "GPU quota 6 GPUs" in waiting["message"]
         assert [len(a["slices"]) for a in body["allocation"]] == [4] and body["price_micros_per_hour"] == rate
 
 

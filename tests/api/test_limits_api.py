@@ -62,6 +62,33 @@ def test_a_rental_past_its_quota_waits(database_url: str, queue: str) -> None:
         assert held["state"] == "pending" and held["pending_reason"] == "quota"
 
 
+def test_a_rental_larger_than_a_quota_on_its_own_is_refused_not_left_waiting(database_url: str) -> None:
+    """It could never start while the quota stands: create and dry run get 400 naming the field to lower
+    (nodes when one node's GPUs are within it), and nothing is created."""
+    with app_client(database_url) as client:
+        tenant_id, headers = _funded_tenant(client, "small")
+        quota = {"gpu_quota": {"*": 12, "H100": 4}}
+        assert client.put(f"/v1/tenants/{tenant_id}/limits", json=quota, headers=ADMIN).status_code == 200
+        for body, field, says in (
+            ({"gpu_model": "H100", "gpus": 8}, "gpus", "asks 8 GPUs, more than the tenant's H100 quota of 4"),
+            (
+                {"gpu_model": "L40S", "gpus": 4, "nodes": 4},
+                "nodes",
+                "asks 16 GPUs, more than the tenant's GPU",
+            ),
+        ):
+            for path in ("/v1/rentals", "/v1/rentals/dry-run"):
+                refused = client.post(path, json=body, headers=headers)
+                assert refused.status_code == 400 and refused.json()["error"]["field"] == field, refused.text
+                message = refused.json()["error"]["message"]
+                assert message.startswith(says) and message.endswith(
+                    "an operator can raise it (suanli admin limits)"
+                )
+        assert client.get("/v1/rentals", headers=headers).json() == []
+        within = client.post("/v1/rentals", json={"gpu_model": "H100", "gpus": 4}, headers=headers)
+        assert within.status_code == 201, within.text
+
+
 def test_cli_sets_and_shows_limits(client, tenant, monkeypatch) -> None:
     tenant_id, headers = tenant("cli-limited")
 

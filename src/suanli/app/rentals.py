@@ -17,6 +17,7 @@ from suanli.app.booking import SHARE_UNIT_MILLI
 from suanli.app.errors import Conflict, Duplicate, Invalid
 from suanli.app.fleet import FleetCache
 from suanli.app.ids import check_idempotency_key, new_id
+from suanli.app.limits import quota_groups
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.pricing import ANY_REGION, contract_room_milli
 from suanli.app.rate_limits import RateLimit
@@ -39,6 +40,7 @@ from suanli.domain.catalog import Catalog
 from suanli.domain.errors import CatalogError, RequestError
 from suanli.domain.images import RUNS_IMAGES_LABEL, check_image
 from suanli.domain.plan import NodeAllocation, Reason
+from suanli.domain.quotas import over_quota, request_gpus
 from suanli.domain.request import Constraints, GpuSelector, GpuShare, MigSlice, Request, Tier, WholeGpus
 from suanli.domain.scheduler import most_gpus_per_node, never_fits
 from suanli.domain.workload_env import env_problem
@@ -242,9 +244,24 @@ class RentalService:
             fits_a_node = most_gpus_per_node(snapshot, request.selector) > 0
             raise Invalid(why.message, field=_field_of(why.reason, spec, fits_a_node))
 
+    def _check_quota(self, uow: UnitOfWork, rental: Rental) -> None:
+        """Invalid for a rental larger on its own than one of its tenant's GPU quotas: it would wait until an
+        operator raised the quota, so it is refused now, as a cloud refuses a request past a limit."""
+        limits = uow.terms.limits().get(rental.tenant_id)
+        if limits is None or not limits.gpu_quota:
+            return
+        request = to_request(rental)
+        groups = quota_groups(self.catalog, request)
+        why = over_quota(limits, request, groups)
+        if why is not None:  # the field to lower: nodes when one node's GPUs are within the quota
+            one_node_fits = over_quota(limits, replace(request, node_count=1), groups) is None
+            field = "nodes" if rental.spec.nodes > 1 and one_node_fits else "gpus"
+            raise Invalid(f"{why}; an operator can raise it (suanli admin limits)", field=field)
+
     def _quoted(self, uow: UnitOfWork, rental: Rental) -> Rental:
         """`rental` with its quote when billing is on; `PaymentRequired` when its tenant cannot pay for it."""
         self._check_fleet(uow, rental)
+        self._check_quota(uow, rental)
         if self.billing is None:
             return rental
         tenant_id, now = rental.tenant_id, rental.created_at
@@ -315,6 +332,10 @@ class RentalService:
             check_spec(new_spec, self.catalog)
             if new_spec != spec:
                 self._check_fleet(uow, replace(rental, spec=new_spec))
+                if request_gpus(to_request(replace(rental, spec=new_spec))) > request_gpus(
+                    to_request(rental)
+                ):
+                    self._check_quota(uow, replace(rental, spec=new_spec))  # shrinking is always allowed
             live = rental.state in LIVE_STATES
             if live and not whole and new_spec.nodes != spec.nodes:
                 raise Invalid("a live MIG or share rental keeps its node count", field="nodes")

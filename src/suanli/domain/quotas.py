@@ -79,6 +79,18 @@ def request_gpus(request: Request) -> float:
     return request.gpus_per_node * request.node_count
 
 
+def over_quota(limits: TenantLimits, request: Request, groups: tuple[str, ...]) -> str | None:
+    """Why `request` alone exceeds one of its tenant's GPU quotas (it could never start while they stand),
+    or None; `groups`: the quota keys besides `*` it counts against."""
+    gpus = request_gpus(request)
+    for key in (*groups, ALL_GROUPS):
+        quota = limits.gpu_quota.get(key)
+        if quota is not None and gpus > quota + 1e-9:
+            label = "GPU quota" if key == ALL_GROUPS else f"{key} quota"
+            return f"asks {gpus:g} GPUs, more than the tenant's {label} of {quota} GPUs at once"
+    return None
+
+
 def period_ends(now: float) -> tuple[float, float]:
     """(end of the UTC day, end of the calendar month) containing `now`, in epoch seconds."""
     day_end = (now // DAY_S + 1) * DAY_S
