@@ -290,6 +290,21 @@ def test_a_running_rental_is_stopped_from_its_page(page: Page, platform: Platfor
     page.click("#rent-form button[type=submit]")
     expect(page.locator("#detail-log")).to_contain_text("up")
     rental_id = page.locator("#detail-id").inner_text()
+    expect(page.locator("#detail-gpus-block")).to_be_hidden()  # declared GPUs: no agent read anything
+    # What NVML would report cannot be read here: the server's own answer gets one reading added
+    with platform.tenant() as api:
+        (gpu,) = api.rental_gpus(rental_id)
+    read = {
+        "utilization_pct": 96,
+        "memory_used_mib": 6000,
+        "power_w": 600.5,
+        "read_at": "2026-12-03T10:00:00Z",
+    }
+    answer = [{**gpu.model_dump(mode="json"), **read}]
+    page.route(f"**/v1/rentals/{rental_id}/gpus", lambda route: route.fulfill(json=answer))
+    expect(page.locator("#detail-gpus tbody tr")).to_have_count(1)
+    cells = [f"{gpu.node}", f"{gpu.gpu_index}", "whole", "96", "6,000", "600.5", "2026-12-03 10:00:00"]
+    expect(page.locator("#detail-gpus tbody td")).to_have_text(cells)
     expect(page.locator("#detail-stop")).to_be_enabled()
     page.click("#detail-stop")
     with platform.tenant() as api:

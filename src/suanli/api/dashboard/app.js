@@ -422,9 +422,37 @@ async function refreshDetail() {
     cell(row, event.reason ?? "");
     cell(row, event.message);
   }
+  await showGpus(id, rental);
   if (rental.request.nodes > 1) await listLogNodes(id);
   $("detail-log-node-label").hidden = rental.request.nodes <= 1;
   await followLog(id);
+}
+
+async function showGpus(id, rental) {
+  // the last reading of each GPU the rental holds, as `suanli show` prints it; hidden when none was read
+  let gpus = [];
+  if (rental.allocation.length && !ENDED_STATES.includes(rental.state)) {
+    try {
+      gpus = await api("GET", `/v1/rentals/${encodeURIComponent(id)}/gpus`);
+    } catch (error) {
+      showError("detail-error", error);
+    }
+  }
+  if (id !== session.selected) return;
+  const read = gpus.filter((gpu) => gpu.read_at);
+  const body = $("detail-gpus").tBodies[0];
+  body.replaceChildren();
+  for (const gpu of read) {
+    const row = body.insertRow();
+    cell(row, gpu.node);
+    cell(row, String(gpu.gpu_index));
+    cell(row, gpu.mig_profile ?? (gpu.whole_gpu ? "whole" : `${gpu.milli / 10}% share`));
+    for (const value of [gpu.utilization_pct, gpu.memory_used_mib, gpu.power_w]) {
+      cell(row, value == null ? "-" : Number(value).toLocaleString("en-US"), "num");
+    }
+    cell(row, gpu.read_at.replace("T", " ").slice(0, 19));
+  }
+  $("detail-gpus-block").hidden = read.length === 0;
 }
 
 function restartLog() {
