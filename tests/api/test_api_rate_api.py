@@ -47,12 +47,16 @@ def test_the_sdk_waits_out_a_429_and_sends_again(database_url: str) -> None:
             assert len(sdk.rentals()) == 1  # one rental, however often it was sent
         assert time.monotonic() - started >= 1.9  # five requests at two a second: two waits
         with Client("http://testserver", key, transport=client._transport, retries=1) as impatient:
-            time.sleep(1.1)
-            impatient.rentals()
-            impatient.rentals()
-            try:
+            for _ in range(5):  # a loaded machine may take a second for three requests: then try again
+                time.sleep(1.1)
+                first = time.monotonic()
                 impatient.rentals()
-            except ApiError as error:
-                assert error.status == 429 and error.code == "rate_limited"
+                impatient.rentals()
+                try:
+                    impatient.rentals()
+                except ApiError as error:
+                    assert error.status == 429 and error.code == "rate_limited"
+                    break
+                assert time.monotonic() - first >= 1.0, "a third request in a second passed without waiting"
             else:
-                raise AssertionError("a third request in a second passed without waiting")
+                raise AssertionError("no three requests fitted in one second in five tries")
