@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -17,6 +18,7 @@ from typer.testing import CliRunner
 from conftest import (
     ADMIN,
     ADMIN_KEY,
+    FLEET,
     FixedClock,
     app_client,
     charged,
@@ -296,3 +298,35 @@ def test_cli_admin_drain_names_the_contract_it_would_leave_short_and_force_drain
     assert refused.exit_code != 0 and contract_id in refused.output and "force" in refused.output
     forced = runner.invoke(app, ["admin", "drain", "h100-a-01", "--force"])
     assert forced.exit_code == 0 and "drained h100-a-01" in forced.output
+
+
+def test_a_fleet_put_that_would_leave_a_contract_short_is_refused_unless_forced(
+    client: TestClient,
+    tenant: Callable[[str], tuple[str, dict[str, str]]],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """As a drain: 60 of cn-north's 64 H100s are contracted for next week, and a fleet file with one H100 node
+    fewer (56) is refused naming the contract, changing nothing; with --force it is put."""
+    _, headers = tenant("acme")
+    week = 7 * 24 * 3600
+    contract_id = _contract(client, headers, 60, week, week + 3600).json()["id"]
+    smaller = tmp_path / "smaller.toml"
+    smaller.write_text(
+        FLEET.replace('name = "h100-b-{i}"\ncount_nodes = 4', 'name = "h100-b-{i}"\ncount_nodes = 3')
+    )
+    assert smaller.read_text() != FLEET
+    monkeypatch.setattr(platform_commands, "logged_in", logged_in_as(client, ADMIN_KEY))
+    runner = CliRunner()
+    refused = runner.invoke(app, ["admin", "fleet-put", str(smaller)])
+    assert refused.exit_code == 1, refused.output
+    assert f"the new fleet would leave contract(s) {contract_id} short of GPUs" in " ".join(
+        refused.output.split()
+    )
+    assert len(client.get("/v1/nodes", headers=ADMIN).json()) == 20
+    unchanged = tmp_path / "fleet.toml"
+    unchanged.write_text(FLEET)
+    same = runner.invoke(app, ["admin", "fleet-put", str(unchanged)])  # leaves no contract shorter: put
+    assert same.exit_code == 0, same.output
+    forced = runner.invoke(app, ["admin", "fleet-put", str(smaller), "--force"])
+    assert forced.exit_code == 0 and "19 nodes" in forced.output, forced.output

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Request
@@ -38,15 +39,18 @@ TOML_BODY = {
 
 
 @router.put("/fleet", openapi_extra=TOML_BODY, responses={413: {"model": ErrorResponse}})
-async def put_fleet(request: Request, caller: CallerDep, services: ServicesDep) -> FleetResponse:
-    """Replace the fleet with a fleet TOML file (admin). Refused while live rentals sit on changed nodes."""
+async def put_fleet(
+    request: Request, caller: CallerDep, services: ServicesDep, force: bool = False
+) -> FleetResponse:
+    """Replace the fleet with a fleet TOML file (admin). Refused while live rentals sit on changed nodes, and
+    when signed contracts would be short of GPUs unless `force`."""
     require_admin(caller)
     raw = await _fleet_body(request)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise Invalid("the fleet file must be UTF-8 text", field="body") from None
-    fleet = await run_in_threadpool(services.fleet.put, caller, text)
+    fleet = await run_in_threadpool(partial(services.fleet.put, caller, text, force=force))
     services.loop.signal()
     return FleetResponse(regions=len(fleet.regions), nodes=len(fleet.nodes), gpus=fleet.gpu_count)
 

@@ -163,7 +163,9 @@ class FleetService:
         self.uow, self.clock, self.cache = uow, clock, cache
         self.notice_horizon_s = notice_horizon_s
 
-    def put(self, caller: Caller, toml: str) -> Fleet:
+    def put(self, caller: Caller, toml: str, *, force: bool = False) -> Fleet:
+        """Replace the fleet. Refused (409) while live rentals sit on nodes it removes or changes, and, unless
+        `force`, when it would leave signed contracts short of GPUs at some instant (as a drain is)."""
         require_admin(caller)
         try:
             fleet = parse_fleet(toml, source="fleet", catalog=self.cache.catalog)
@@ -182,6 +184,14 @@ class FleetService:
                                 f"node {name} has live rentals; the new fleet removes or changes it",
                                 field="body",
                             )
+                uow.contracts.lock_signing()  # a signing and a fleet change take turns, as with a drain
+                short = self._short_under(uow, fleet) - self._short_under(uow, old)
+                if short and not force:
+                    raise Conflict(
+                        f"the new fleet would leave contract(s) {', '.join(sorted(short))} short of GPUs; "
+                        "pass force (the CLI's --force) to put it anyway",
+                        field="body",
+                    )
             uow.fleet.put(toml, [node.name for node in fleet.nodes], self.clock.now())
             uow.commit()
         return fleet
@@ -235,6 +245,15 @@ class FleetService:
                 raise NotFound(f"no node {node_name}")
             uow.commit()
         return next(view for view in self.nodes(caller) if view.node.name == node_name)
+
+    def _short_under(self, uow: UnitOfWork, fleet: Fleet) -> set[str]:
+        """The signed contracts `fleet` would leave short from now on, given the maintenance and cordons."""
+        now = self.clock.now()
+        contracts = map(domain_contract, uow.contracts.list(None))
+        down = down_for_contracts(uow, fleet, now)
+        return {
+            c.id for c in short_contracts(contracts, fleet_capacity(fleet), down, now.timestamp(), math.inf)
+        }
 
     def _left_short(self, uow: UnitOfWork, node_name: str) -> tuple[str, ...]:
         """The contracts of the node's pool a drain from now on would leave short (those short already, say

@@ -443,7 +443,12 @@ def admin_key_revoke(tenant_id: str, key_id: str) -> None:
 
 
 @admin_app.command("fleet-put")
-def admin_fleet_put(path: Path) -> None:
+def admin_fleet_put(
+    path: Path,
+    force: Annotated[
+        bool, typer.Option("--force", help="Put it even if a signed contract is then short of GPUs.")
+    ] = False,
+) -> None:
     """Replace the fleet with a fleet TOML file (see examples/fleet.toml)."""
     try:
         text = path.read_text()
@@ -451,7 +456,7 @@ def admin_fleet_put(path: Path) -> None:
         errors.print(error_text(f"{path}: {error.strerror}"))
         raise typer.Exit(EXIT_USAGE) from None
     with logged_in() as client:
-        fleet = client.put_fleet(text)
+        fleet = client.put_fleet(text, force=force)
     typer.echo(f"fleet: {fleet.regions} regions, {fleet.nodes} nodes, {fleet.gpus} GPUs")
 
 

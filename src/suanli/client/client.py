@@ -210,13 +210,15 @@ class Client:
 
     # --- fleet -------------------------------------------------------------------------------------
 
-    def put_fleet(self, toml_text: str) -> FleetResponse:
+    def put_fleet(self, toml_text: str, force: bool = False) -> FleetResponse:
+        """Replace the fleet; refused (409) when signed contracts would be short of GPUs, unless `force`."""
         return self._call(
             "PUT",
             "/v1/fleet",
             FleetResponse,
             content=toml_text.encode(),
             headers={"Content-Type": "application/toml"},
+            params={"force": "true"} if force else None,
         )
 
     def nodes(self) -> list[NodeResponse]:
