@@ -27,7 +27,7 @@ def _client_4xx(client: TestClient, method: str, url: str, field: str, **kw) -> 
     assert field in response.text
 
 
-@pytest.mark.parametrize("month", ["9999-12"])
+@pytest.mark.parametrize("month", ["9999-12", "２０２６-12", "٢٠٢٦-١٢"])  # the last month; non-ASCII digits
 def test_last_representable_month_is_a_4xx(client, month) -> None:
     _, headers = _funded(client)
     _client_4xx(client, "GET", f"/v1/invoices/{month}", "month", headers=headers)
@@ -158,3 +158,34 @@ def test_an_env_the_agent_would_refuse_is_refused_at_creation_naming_env(client,
     assert response.status_code == 400, response.text
     assert response.json()["error"]["field"] == "env"
     assert client.get("/v1/rentals", headers=headers).json() == []
+
+
+def test_true_or_false_is_never_read_as_a_number_and_changes_nothing(client) -> None:
+    """Pydantic's lax mode reads `true` as 1: a 1-micro credit, a 1-micro price, a quota of 1."""
+    tenant_id, headers = _funded(client)
+    balance = client.get("/v1/balance", headers=headers).json()
+    prices = client.get("/v1/prices").json()
+    for method, url, body, field, auth in (
+        ("POST", f"/v1/tenants/{tenant_id}/credit", {"amount_micros": True}, "amount_micros", ADMIN),
+        ("PUT", "/v1/budget", {"daily_micros": True}, "daily_micros", headers),
+        ("PUT", f"/v1/tenants/{tenant_id}/limits", {"gpu_quota": {"H100": True}}, "gpu_quota", ADMIN),
+        ("POST", "/v1/rentals", {"gpus": True}, "gpus", headers),
+        (
+            "PUT",
+            "/v1/prices",
+            [{"gpu_model": "L4", "tier": "on_demand", "price_micros_per_gpu_hour": False}],
+            "price_micros_per_gpu_hour",
+            ADMIN,
+        ),
+    ):
+        refused = client.request(method, url, json=body, headers=auth)
+        assert refused.status_code == 422, (url, refused.text)
+        error = refused.json()["error"]
+        assert error["field"].endswith(field) and "not true or false" in error["message"], error
+    assert client.get("/v1/balance", headers=headers).json() == balance
+    assert client.get("/v1/prices").json() == prices
+    assert client.get("/v1/rentals", headers=headers).json() == []
+    assert client.get("/v1/limits", headers=headers).json()["gpu_quota"] == {}
+    assert client.get("/v1/limits", headers=headers).json()["budget_daily_micros"] is None
+    stop_running = client.put("/v1/budget", json={"daily_micros": 10, "stop_running": True}, headers=headers)
+    assert stop_running.status_code == 200, stop_running.text  # a bool field still takes one

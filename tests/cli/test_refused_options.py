@@ -25,6 +25,10 @@ from suanli.cli.main import app
         (["rent", "H100:1", "--idle-stop", "10s", "--", "true"], "--idle-stop: at least 60 s"),
         (["rent", "H100:1", "--name", "a b", "--", "true"], "--name: use letters, digits"),
         (["rent", "H100:1", "--max-restarts", "2", "--", "true"], "--max-restarts 2: only with --restart"),
+        (["invoice", "2026/12"], "'2026/12' is not a month as yyyy-mm"),
+        (["invoice", "２０２６-12"], "is not a month as yyyy-mm"),  # fullwidth digits
+        (["report-revenue", "26-12", "5"], "'26-12' is not a month as yyyy-mm"),
+        (["admin", "credit", "ten_x", "١٢"], "not an amount"),  # Arabic-Indic digits
     ],
     ids=[
         "key-label",
@@ -35,6 +39,10 @@ from suanli.cli.main import app
         "idle-stop",
         "name",
         "restarts",
+        "month-slash",
+        "month-fullwidth",
+        "revenue-month",
+        "amount-digits",
     ],
 )
 def test_a_refused_value_names_its_option_and_exits_2(tmp_path: Path, args: list[str], says: str) -> None:

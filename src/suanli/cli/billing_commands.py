@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
-from suanli.cli.output import EXIT_USAGE, emit, error_text, errors, logged_in, micros, table
+from suanli.cli.output import EXIT_USAGE, emit, error_text, errors, logged_in, micros, month_argument, table
 from suanli.cli.rent_spec import SpecError, moment, money_to_micros
 from suanli.domain.billing.ledger import (
     AccountId,
@@ -158,7 +158,10 @@ def _payouts_table(found: list[PayoutResponse]):
 
 def invoice(
     month: Annotated[
-        str | None, typer.Argument(help="The month, yyyy-mm (UTC), e.g. 2026-11; default: this month.")
+        str | None,
+        typer.Argument(
+            help="The month, yyyy-mm (UTC), e.g. 2026-11; default: this month.", callback=month_argument
+        ),
     ] = None,
     tenant: TenantOption = None,
     as_csv: Annotated[bool, typer.Option("--csv", help="Print the server's CSV.")] = False,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -24,7 +25,7 @@ from suanli.cli import profile
 from suanli.cli.rent_spec import SpecError, moment
 from suanli.client import ApiError, Client, ServerUnreachable
 from suanli.client.client import url_problem
-from suanli.wire.schemas import problem_text
+from suanli.wire.schemas import MONTH_PATTERN, problem_text
 
 EXIT_REFUSED, EXIT_USAGE, EXIT_NOT_LOGGED_IN, EXIT_UNREACHABLE, EXIT_SERVER_ERROR = 1, 2, 3, 4, 5
 # Piped or redirected (no terminal, no COLUMNS), Rich would lay tables out in 80 columns and wrap ids and
@@ -40,6 +41,14 @@ def moment_option(text: str) -> datetime:
         return moment(text)
     except SpecError as error:
         raise typer.BadParameter(str(error)) from None
+
+
+def month_argument(text: str | None) -> str | None:
+    """A typer callback for a month argument: yyyy-mm in ASCII digits, checked before anything is sent (a `/`
+    in it would change the URL's path)."""
+    if text is not None and re.fullmatch(MONTH_PATTERN, text) is None:
+        raise typer.BadParameter(f"{text!r} is not a month as yyyy-mm, e.g. 2026-12")
+    return text
 
 
 def error_text(message: str) -> Text:

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
-from suanli.cli.output import EXIT_USAGE, emit, error_text, errors, logged_in, micros, table
+from suanli.cli.output import EXIT_USAGE, emit, error_text, errors, logged_in, micros, month_argument, table
 from suanli.cli.rent_spec import SpecError, moment, money_to_micros
 from suanli.wire.plan_schemas import (
     GrantResponse,
@@ -95,7 +95,7 @@ def plans(tenant: TenantOption = None, as_json: JsonFlag = False) -> None:
 
 
 def report_revenue(
-    month: Annotated[str, typer.Argument(help="yyyy-mm")],
+    month: Annotated[str, typer.Argument(help="yyyy-mm", callback=month_argument)],
     revenue: Annotated[str, typer.Argument(help="The month's revenue, currency units.")],
     tenant: TenantOption = None,
     as_json: JsonFlag = False,

@@ -4,9 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from suanli.wire.images import image_reference
 
@@ -48,7 +56,7 @@ def _in_range(moment: datetime) -> datetime:
 TENANT_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9 ._-]*$"
 RENTAL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 NAME_QUERY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*\*?$"  # a rental name, or a prefix of one ending in `*`
-MONTH_PATTERN = r"^\d{4}-\d{2}$"
+MONTH_PATTERN = r"^[0-9]{4}-[0-9]{2}$"
 # what a value refused by a pattern should look like, said in words rather than as the regex
 PATTERN_TEXT = {
     TENANT_NAME_PATTERN: "use letters, digits, spaces, '.', '_' and '-', starting with a letter or digit",
@@ -95,8 +103,36 @@ Moment = Annotated[datetime, AfterValidator(_in_range)]
 ImageName = Annotated[str, AfterValidator(image_reference)]
 
 
+def _takes_bool(annotation: Any) -> bool:
+    """Whether a field of this type may hold a JSON `true`/`false` (a nested model checks its own fields)."""
+    if annotation is bool or annotation is Any:
+        return True
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return True
+    return any(_takes_bool(arg) for arg in get_args(annotation))
+
+
+def _holds_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return True
+    if isinstance(value, Mapping):
+        return any(_holds_bool(item) for item in value.values())
+    return isinstance(value, list | tuple) and any(_holds_bool(item) for item in value)
+
+
 class WireModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        """A JSON `true` is never a number: pydantic's lax mode reads it as 1 (a 1-micro credit, a quota of
+        1), and its strict mode would refuse the ISO times and arrays JSON sends as strings and lists."""
+        if _holds_bool(value) and info.field_name is not None:
+            annotation = cls.model_fields[info.field_name].annotation
+            if not _takes_bool(annotation):
+                raise ValueError("a number or text, not true or false")
+        return value
 
 
 class ErrorDetail(WireModel):

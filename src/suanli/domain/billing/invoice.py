@@ -41,7 +41,7 @@ ENERGY_MEASURED = "measured"
 ENERGY_TDP_ESTIMATE = "tdp_estimate"
 ENERGY_DECIMALS = 3
 MIG_COMPUTE_SLICES = 7
-_MONTH = re.compile(r"^(\d{4})-(\d{2})$")
+_MONTH = re.compile(r"^([0-9]{4})-([0-9]{2})$")
 
 
 class InvoiceError(BillingError):
