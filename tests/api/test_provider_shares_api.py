@@ -72,6 +72,9 @@ def test_a_gang_across_two_providers_pays_each_its_half_and_each_sees_its_own_li
             }
         ]
         assert client.get("/v1/ledger/verify", headers=ADMIN).json()["ok"]
+        # the operator's own nodes are `platform`'s: no provider tenant takes that name (it would see them)
+        posing = client.post("/v1/tenants", json={"name": "Platform", "role": "provider"}, headers=ADMIN)
+        assert posing.status_code == 400 and posing.json()["error"]["field"] == "name", posing.text
 
 
 def test_a_rental_grown_onto_another_providers_node_pays_it_from_the_growth_on(database_url) -> None:

@@ -12,6 +12,7 @@ from suanli.app.errors import Duplicate, Forbidden, Invalid, NotFound, Unauthori
 from suanli.app.ids import digest, new_id, new_secret
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.records import ROLES, ApiKey, Caller, Rental, Tenant
+from suanli.domain.fleet_format import DEFAULT_PROVIDER
 
 AUTH_CACHE_TTL_S = 5.0  # a key revoked on another server process stops working within this time
 AUTH_CACHE_SIZE = 10_000
@@ -65,6 +66,12 @@ class TenantService:
         require_admin(caller)
         if role not in ROLES:
             raise Invalid(f"role must be one of {', '.join(ROLES)}", field="role")
+        if role == "provider" and name.casefold() == DEFAULT_PROVIDER:
+            raise Invalid(
+                f"{DEFAULT_PROVIDER!r} names the operator's own nodes: a provider tenant is named as "
+                "the fleet file's `provider` of its nodes",
+                field="name",
+            )
         tenant = Tenant(new_id("ten"), name, role, self.clock.now())
         with self.uow() as uow:
             if (same := uow.tenants.named(name)) is not None:
