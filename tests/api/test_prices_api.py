@@ -175,7 +175,7 @@ def test_cli_admin_prices_set_sends_one_entry_and_prints_it(client, monkeypatch)
     monkeypatch.setattr(billing_commands, "logged_in", logged_in)
     runner = CliRunner()
     start = (datetime.now(UTC) + timedelta(days=1)).replace(microsecond=0, tzinfo=None).isoformat()
-    args = ["admin", "prices", "set", "--model", H100, "--tier", "reserved", "--price-micros", "1800000"]
+    args = ["admin", "prices", "set", "--model", H100, "--tier", "reserved", "--price", "1.8"]
     shown = runner.invoke(
         app,
         [*args, "--region", "eu-west", "--from", start, "--source", "contract list"],
@@ -184,6 +184,7 @@ def test_cli_admin_prices_set_sends_one_entry_and_prints_it(client, monkeypatch)
     assert shown.exit_code == 0, shown.output
     assert "price entries stored" in shown.output and "eu-west" in shown.output
     assert sent[0].effective_from == datetime.fromisoformat(start).replace(tzinfo=UTC)
+    assert sent[0].price_micros_per_gpu_hour == 1_800_000  # --price is in units
     as_json = runner.invoke(app, [*args, "--mig-profile", "3g.40gb", "--json"])
     assert as_json.exit_code == 0 and '"mig_profile": "3g.40gb"' in as_json.output
 
@@ -191,6 +192,14 @@ def test_cli_admin_prices_set_sends_one_entry_and_prints_it(client, monkeypatch)
         app, ["admin", "prices", "set", "--model", H100, "--tier", "gold", "--price-micros", "1"]
     )
     assert bad_tier.exit_code != 0 and "--tier" in bad_tier.output
+    for price_args, says in (
+        (["--price", "1.2345678"], "--price: not an amount"),
+        (["--price", "1", "--price-micros", "1"], "--price: give the price"),
+        ([], "--price: give the price"),
+    ):
+        base = ["admin", "prices", "set", "--model", H100, "--tier", "reserved"]
+        refused_price = runner.invoke(app, [*base, *price_args])
+        assert refused_price.exit_code == 2 and says in refused_price.output, refused_price.output
     bad_from = runner.invoke(app, [*args, "--from", "yesterday"])
     assert bad_from.exit_code != 0 and "--from" in bad_from.output
     refused = runner.invoke(app, [*args, "--region", "mars-1"])

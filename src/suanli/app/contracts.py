@@ -299,7 +299,10 @@ class ContractService:
             kind=TxKind.CONTRACT,
             postings=recognition_postings(record.id, delta),
             ref=record.id,
-            memo=f"earned {earned} of {record.price_micros} micros by {now:%Y-%m-%d %H:%M:%S} UTC",
+            memo=(
+                f"earned {money_text(earned)} of {money_text(record.price_micros)} by "
+                f"{now:%Y-%m-%d %H:%M:%S} UTC"
+            ),
         )
         return 1
 
@@ -340,8 +343,8 @@ class ContractService:
                     if value > 0:
                         if not caller.is_admin:
                             raise Forbidden(
-                                f"the buyer would pay its remaining value, {value} micros: only an admin, "
-                                "with the buyer's agreement, transfers a contract with value left",
+                                f"the buyer would pay its remaining value, {money_text(value)}: only an "
+                                "admin, with the buyer's agreement, transfers a contract with value left",
                                 field="to_tenant_id",
                             )
                         self._charge(uow, moved.tenant, value, "the contract's remaining value")

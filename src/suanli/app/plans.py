@@ -184,7 +184,9 @@ class PlanService:
                 share = revenue_share_micros(plan, revenue_micros)
                 if earlier is not None:
                     if earlier != revenue_micros:
-                        raise Conflict(f"{month} was already reported as {earlier} micros", field="month")
+                        raise Conflict(
+                            f"{month} was already reported as {money_text(earlier)}", field="month"
+                        )
                     return share, key
                 uow.terms.add_revenue_report(target, str(month), revenue_micros, now)
                 if share:
@@ -195,7 +197,10 @@ class PlanService:
                         kind=TxKind.REVENUE_SHARE,
                         postings=fee_postings(target, share),
                         ref=str(month),
-                        memo=f"{plan.revenue_share_bp / 100:g}% of {revenue_micros} micros reported, {month}",
+                        memo=(
+                            f"{plan.revenue_share_bp / 100:g}% of {money_text(revenue_micros)} reported, "
+                            f"{month}"
+                        ),
                     )
                 uow.commit()
                 return share, key
@@ -235,7 +240,10 @@ class PlanService:
                     kind=TxKind.GRANT_EXPIRY,
                     postings=expiry_postings(tenant_id, amount),
                     ref=grant.id,
-                    memo=f"grant {grant.id} expired with {amount} of {grant.amount_micros} micros left",
+                    memo=(
+                        f"grant {grant.id} expired with {money_text(amount)} of "
+                        f"{money_text(grant.amount_micros)} left"
+                    ),
                 )
                 balance -= amount
                 added += 1

@@ -215,12 +215,17 @@ def admin_credit(
 
 @admin_prices_app.command("set")
 def admin_prices_set(
-    model: Annotated[str, typer.Option("--model", help="A catalogue model or family, e.g. H100.")],
+    model: Annotated[str, typer.Option("--model", help="A catalogue model, e.g. H100-SXM-80GB.")],
     tier: Annotated[str, typer.Option("--tier", help="on_demand, reserved, or spot (the spot floor).")],
+    price: Annotated[
+        str | None,
+        typer.Option(
+            "--price", help="Units per GPU-hour, e.g. 2.99 (with --mig-profile: per instance-hour)."
+        ),
+    ] = None,
     price_micros: Annotated[
-        int,
-        typer.Option("--price-micros", help="Micros per GPU-hour (with --mig-profile: per instance-hour)."),
-    ],
+        int | None, typer.Option("--price-micros", help="The same in micros (1 unit = 1,000,000).")
+    ] = None,
     region: Annotated[str, typer.Option("--region", help="A fleet region, or * for any.")] = "*",
     mig_profile: Annotated[
         str | None, typer.Option("--mig-profile", help="Price one MIG instance explicitly, e.g. 3g.40gb.")
@@ -235,6 +240,15 @@ def admin_prices_set(
     as_json: JsonFlag = False,
 ) -> None:
     """Add a price book entry, in force from --from (now by default; never in the past)."""
+    if (price is None) == (price_micros is None):
+        errors.print(error_text("--price: give the price, as --price 2.99 or --price-micros 2990000"))
+        raise typer.Exit(EXIT_USAGE)
+    if price is not None:
+        try:
+            price_micros = money_to_micros(price)
+        except SpecError as error:
+            errors.print(error_text(f"--price: {error}"))
+            raise typer.Exit(EXIT_USAGE) from None
     try:
         start = None
         if effective_from is not None:
@@ -249,18 +263,18 @@ def admin_prices_set(
             source=source,
         )
     except ValueError as error:
-        errors.print(error_text(_option_error(error)))
+        errors.print(error_text(_option_error(error, price is not None)))
         raise typer.Exit(EXIT_USAGE) from None
     with logged_in() as client:
         stored = client.set_prices([entry])
     emit(stored, as_json, _entries_table)
 
 
-def _option_error(error: ValueError) -> str:
+def _option_error(error: ValueError, price_given: bool) -> str:
     options = {
         "gpu_model": "--model",
         "tier": "--tier",
-        "price_micros_per_gpu_hour": "--price-micros",
+        "price_micros_per_gpu_hour": "--price" if price_given else "--price-micros",
         "region": "--region",
         "mig_profile": "--mig-profile",
         "source": "--source",
