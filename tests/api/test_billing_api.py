@@ -110,6 +110,8 @@ def test_a_stopped_rental_is_charged_once_and_the_ledger_verifies(client, tenant
         for t in client.get("/v1/ledger", headers=ADMIN).json()
     ]
     assert check(everything, BalanceResponse.model_validate(balance), complete=True) == []
+    unknown = client.get("/v1/ledger", params={"tenant": "ten_nope"}, headers=ADMIN)
+    assert unknown.status_code == 404 and unknown.json()["error"]["message"] == "no tenant ten_nope"
     tampered = list(journal)
     tampered[-1] = to_domain(
         LedgerTransactionResponse.model_validate({**ledger[-1], "memo": "nothing to see"})

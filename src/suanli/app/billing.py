@@ -509,6 +509,8 @@ class BillingService:
         """The caller's transactions (with a posting to its accounts); an admin: all, or one tenant's."""
         owner = tenant_id if caller.is_admin else target_tenant(caller, tenant_id)
         with self.uow() as uow:
+            if owner is not None and uow.tenants.get(owner) is None:
+                raise NotFound(f"no tenant {owner}")  # as for its balance, not an empty list
             return uow.ledger.transactions(owner)
 
     def verify(self, caller: Caller) -> tuple[Verification, int]:
