@@ -9,8 +9,20 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from fastapi.testclient import TestClient
+from typer.testing import CliRunner
 
-from conftest import ADMIN, FixedClock, MidMonthClock, app_client, register_agent, wait_for
+from conftest import (
+    ADMIN,
+    ADMIN_KEY,
+    FixedClock,
+    MidMonthClock,
+    app_client,
+    logged_in_as,
+    register_agent,
+    wait_for,
+)
+from suanli.cli import billing_commands, platform_commands
+from suanli.cli.main import app
 
 
 @pytest.fixture
@@ -21,7 +33,7 @@ def client(database_url: str) -> Iterator[TestClient]:
 
 
 def test_a_lost_node_earns_an_sla_credit_posted_once_and_shown_on_the_invoice(
-    client: TestClient, tenant
+    client: TestClient, tenant, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     tenant_id, owner = tenant("sla")
     _, other = tenant("other")
@@ -77,3 +89,20 @@ def test_a_lost_node_earns_an_sla_credit_posted_once_and_shown_on_the_invoice(
     (rental_line,) = invoice["lines"]
     assert invoice["total_micros"] == rental_line["amount_micros"] + line["amount_micros"] == 0
     assert client.get(f"/v1/invoices/{month}?format=csv", headers=owner).text.count("sla_credit,") == 1
+
+    # the same through the CLI: the tenant's month, the operator's posting (nothing new) and the tenants
+    monkeypatch.setattr(
+        billing_commands, "logged_in", logged_in_as(client, owner["Authorization"].split()[1])
+    )
+    runner, env = CliRunner(), {"COLUMNS": "200"}
+    shown = runner.invoke(app, ["sla", month], env=env)
+    assert shown.exit_code == 0, shown.output
+    assert f"{month}: availability {body['availability_percent']}%" in shown.output
+    assert "credit 100% of " in shown.output and "(posted)" in shown.output and node in shown.output
+    monkeypatch.setattr(billing_commands, "logged_in", logged_in_as(client, ADMIN_KEY))
+    again = runner.invoke(app, ["admin", "sla", month], env=env)
+    assert again.exit_code == 0 and "0 credit(s) newly posted" in again.output and tenant_id in again.output
+    assert runner.invoke(app, ["admin", "sla", "2026/12"], env=env).exit_code == 2
+    monkeypatch.setattr(platform_commands, "logged_in", logged_in_as(client, ADMIN_KEY))
+    tenants = runner.invoke(app, ["admin", "tenants"], env=env)
+    assert tenants.exit_code == 0 and tenant_id in tenants.output and " other " in tenants.output

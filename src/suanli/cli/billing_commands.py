@@ -7,8 +7,20 @@ from typing import Annotated
 
 import typer
 from pydantic import ValidationError
+from rich.console import Group, RenderableType
+from rich.text import Text
 
-from suanli.cli.output import EXIT_USAGE, emit, error_text, errors, logged_in, micros, month_argument, table
+from suanli.cli.output import (
+    EXIT_USAGE,
+    console,
+    emit,
+    error_text,
+    errors,
+    logged_in,
+    micros,
+    month_argument,
+    table,
+)
 from suanli.cli.rent_spec import SpecError, moment, money_to_micros
 from suanli.domain.billing.ledger import (
     AccountId,
@@ -27,6 +39,7 @@ from suanli.wire.billing_schemas import (
     PriceEntryRequest,
     PriceEntryResponse,
     PriceResponse,
+    SlaResponse,
 )
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of a table.")]
@@ -386,7 +399,63 @@ def _invoice_table(found: InvoiceResponse):
             energy(found.total_co2_kg),
         )
     )
-    columns = ["section", "ref", "description", "GPU-s", "rate/h", "discounts", "amount", "kWh", "CO2 kg"]
+    columns = ["section", "ref", "description", "GPU-s", "rate/h", "discounts/h", "amount", "kWh", "CO2 kg"]
     rendered = table(f"invoice {found.month} for {found.tenant_id}", columns, rows)
     rendered.caption, rendered.caption_justify = "\n".join(found.notes), "left"  # how the figures are made
     return rendered
+
+
+def sla(
+    month: Annotated[
+        str | None,
+        typer.Argument(help="The month, yyyy-mm (UTC); default: this month.", callback=month_argument),
+    ] = None,
+    tenant: TenantOption = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Your rentals' availability in a month, the node outages that hit them, and the credit they earn
+    (posted once the month has ended)."""
+    month = month or f"{datetime.now(UTC):%Y-%m}"
+    with logged_in() as client:
+        found = client.sla(month, tenant)
+    emit(found, as_json, _sla_report)
+
+
+def admin_sla(
+    month: Annotated[str, typer.Argument(help="An ended month, yyyy-mm (UTC).", callback=month_argument)],
+    as_json: JsonFlag = False,
+) -> None:
+    """Post an ended month's SLA credits to every tenant an outage hit (each once, however often it runs)."""
+    with logged_in() as client:
+        done = client.post_sla(month)
+    if as_json:
+        typer.echo(done.model_dump_json(indent=2))
+        return
+    rows = [
+        (s.tenant_id, f"{s.availability_percent}%", f"{s.credit_bp / 100:g}%", micros(s.posted_micros))
+        for s in done.tenants
+    ]
+    console.print(table(f"SLA credits {done.month}", ["tenant", "availability", "credit", "posted"], rows))
+    typer.echo(f"{done.posted} credit(s) newly posted")
+
+
+def _sla_report(found: SlaResponse) -> RenderableType:
+    state = "posted" if found.posted_key else "ended, not yet posted" if found.ended else "month not over"
+    summary = (
+        f"{found.month}: availability {found.availability_percent}% "
+        f"({found.down_seconds:,} of {found.rental_seconds:,} rental-seconds down); "
+        f"credit {found.credit_bp / 100:g}% of {micros(found.affected_micros)} affected = "
+        f"{micros(found.credit_micros)} ({state})"
+    )
+    if not found.outages:
+        return Text(summary)
+    rows = [
+        (
+            o.node,
+            f"{o.started_at:%Y-%m-%d %H:%M:%S}",
+            "-" if o.ended_at is None else f"{o.ended_at:%Y-%m-%d %H:%M:%S}",
+            o.cause,
+        )
+        for o in found.outages
+    ]
+    return Group(Text(summary), table("outages (UTC)", ["node", "from", "until", "cause"], rows))

@@ -48,6 +48,7 @@ app.add_typer(key_commands.keys_app, name="keys")
 app.add_typer(webhook_commands.webhooks_app, name="webhooks")
 app.add_typer(billing_commands.ledger_app, name="ledger")
 platform.admin_app.command("credit")(billing_commands.admin_credit)
+platform.admin_app.command("sla")(billing_commands.admin_sla)
 platform.admin_app.add_typer(billing_commands.admin_prices_app, name="prices")
 platform.admin_app.command("plan")(plan_commands.admin_plan)
 platform.admin_app.command("terms")(plan_commands.admin_terms)
@@ -67,6 +68,7 @@ for command in (
     billing_commands.balance,
     billing_commands.payouts,
     billing_commands.invoice,
+    billing_commands.sla,
     plan_commands.plans,
     plan_commands.report_revenue,
     plan_commands.grants,

@@ -426,6 +426,22 @@ def admin_tenant_create(
         typer.echo(f"tenant {tenant.id} ({tenant.name}, {tenant.role}); key (shown once): {key.secret}")
 
 
+@admin_app.command("tenants")
+def admin_tenants(as_json: JsonFlag = False) -> None:
+    """Every tenant: id, name, role and when it was made."""
+    with logged_in() as client:
+        found = client.tenants()
+    emit(
+        found,
+        as_json,
+        lambda tenants: table(
+            "tenants",
+            ["id", "name", "role", "created (UTC)"],
+            [(t.id, t.name, t.role, f"{t.created_at:%Y-%m-%d %H:%M}") for t in tenants],
+        ),
+    )
+
+
 @admin_app.command("key-create")
 def admin_key_create(tenant_id: str, label: str = "", as_json: JsonFlag = False) -> None:
     """Create another API key for a tenant (shown once)."""

@@ -51,6 +51,8 @@ from suanli.wire.billing_schemas import (
     PriceEntryRequest,
     PriceEntryResponse,
     PriceResponse,
+    SlaPostResponse,
+    SlaResponse,
 )
 from suanli.wire.plan_schemas import (
     BudgetRequest,
@@ -598,6 +600,15 @@ class Client:
         if tenant_id:
             params["tenant"] = tenant_id
         return self._call("GET", f"/v1/invoices/{_segment(month)}", str, params=params, raw=True)
+
+    def sla(self, month: str, tenant_id: str | None = None) -> SlaResponse:
+        """The month's availability of the caller's rentals, the outages that hit them and the credit owed."""
+        params = {"tenant": tenant_id} if tenant_id else None
+        return self._call("GET", f"/v1/sla/{_segment(month)}", SlaResponse, params=params)
+
+    def post_sla(self, month: str) -> SlaPostResponse:
+        """Admin: post an ended month's SLA credits (each tenant's once, however often this is called)."""
+        return self._call("POST", f"/v1/admin/sla/{_segment(month)}", SlaPostResponse)
 
     # --- plumbing ----------------------------------------------------------------------------------
 
