@@ -191,7 +191,14 @@ def test_a_tenant_sets_and_clears_its_own_budget(page: Page, platform: Platform)
         expect(page.locator("#budget-monthly")).to_have_value("")
         page.fill("#budget-monthly", "lots")
         page.click("#budget-form button")
-        expect(page.locator("#budget-error")).to_have_text("monthly budget: give a positive number")
+        expect(page.locator("#budget-error")).to_have_text(
+            "monthly budget: give an amount of 0 or more, e.g. 12.5 (at most 6 decimals)"
+        )
+        page.fill("#budget-monthly", "1.1234567")  # past a micro: refused, as the CLI does, not rounded
+        page.click("#budget-form button")
+        expect(page.locator("#budget-error")).to_contain_text("(at most 6 decimals)")
+        with platform.tenant() as api:
+            assert api.limits().budget_monthly_micros is None  # nothing was sent
         page.fill("#budget-monthly", "0.5")
         page.fill("#budget-daily", "0.25")
         page.click("#budget-form button")
@@ -274,11 +281,17 @@ def test_bad_input_is_refused_naming_the_field_and_creates_nothing(page: Page, p
     page.fill("#rent-gpus", "1")
     page.fill("#rent-bid", "cheap")
     page.click("#rent-form button[type=submit]")
-    expect(page.locator("#rent-error")).to_have_text("bid: give a positive number")
+    expect(page.locator("#rent-error")).to_have_text(
+        "bid: give an amount of 0 or more, e.g. 12.5 (at most 6 decimals)"
+    )
     page.fill("#rent-bid", "")
     page.fill("#offers-query", "gpu=H100 count>>8")
     page.click("#offers-form button")
     expect(page.locator("#offers-error")).not_to_be_empty()
+    expect(page.locator("#offers tbody tr")).to_have_count(0)  # no earlier query's rows beside the error
+    page.fill("#offers-query", "gpu=H10")
+    page.click("#offers-form button")
+    expect(page.locator("#offers-error")).to_contain_text("no GPU in this fleet is H10; it has H100-SXM-80GB")
     with platform.tenant() as api:
         assert len(api.rentals()) == before
 
@@ -550,7 +563,9 @@ def test_an_operator_adds_a_later_price_and_a_tenant_cannot(page: Page, platform
     page.select_option("#price-tier", "reserved")
     page.fill("#price-amount", "-1")
     page.click("#price-form button")
-    expect(page.locator("#prices-error")).to_have_text("price / GPU-h: give an amount of 0 or more")
+    expect(page.locator("#prices-error")).to_have_text(
+        "price / GPU-h: give an amount of 0 or more, e.g. 12.5 (at most 6 decimals)"
+    )
     page.fill("#price-amount", "2.45")
     page.fill("#price-from", "2031-02-01T00:00")
     page.fill("#price-source", "console test")

@@ -74,10 +74,12 @@ const suggestions = (values) =>
 // an amount in currency units as micros; ApiError naming `field` unless it is 0 or more (blank: `blank`,
 // or refused when none is given)
 function toMicros(text, field, blank = undefined) {
-  if (!text.trim() && blank !== undefined) return blank;
-  const value = Number(text);
-  if (!text.trim() || !Number.isFinite(value) || value < 0) throw new ApiError(0, "give an amount of 0 or more", field);
-  return Math.round(value * 1e6);
+  // exact, as the CLI reads money: units with at most 6 decimals (a micro), never a float's rounding
+  const trimmed = text.trim();
+  if (!trimmed && blank !== undefined) return blank;
+  const match = /^([0-9]{1,12})(?:\.([0-9]{1,6}))?$/.exec(trimmed);
+  if (!match) throw new ApiError(0, "give an amount of 0 or more, e.g. 12.5 (at most 6 decimals)", field);
+  return Number(match[1]) * 1e6 + Number((match[2] ?? "").padEnd(6, "0"));
 }
 
 function showError(id, error) {
@@ -170,7 +172,10 @@ async function searchOffers() {
   try {
     offers = await api("GET", `/v1/offers?q=${encodeURIComponent(query)}`);
   } catch (error) {
-    if (asked === offersAsked) showError("offers-error", error);
+    if (asked === offersAsked) {
+      showError("offers-error", error);
+      $("offers").tBodies[0].replaceChildren(); // rows of an earlier query would read as this one's
+    }
     return;
   }
   if (asked !== offersAsked) return; // a later search (another query, or a refresh) answers instead
@@ -294,8 +299,8 @@ function rentalRequest() {
   if (share !== null) request.share_milli = Math.round(share * 1000);
   const shareMemory = decimal(form.share_memory.value, "share memory GiB");
   if (shareMemory !== null) request.share_memory_mib = Math.round(shareMemory * 1024);
-  const bid = decimal(form.bid.value, "bid");
-  if (bid !== null) request.bid_micros_per_gpu_hour = Math.round(bid * 1e6);
+  const bid = toMicros(form.bid.value, "bid", null);
+  if (bid !== null) request.bid_micros_per_gpu_hour = bid;
   const hours = decimal(form.hours.value, "max hours");
   if (hours !== null) request.max_duration_s = Math.round(hours * 3600);
   if (form.image.value.trim()) request.image = form.image.value.trim();
@@ -574,10 +579,10 @@ async function setBudget(event) {
   showError("budget-error", null);
   try {
     const body = {};
-    const daily = decimal($("budget-daily").value, "daily budget");
-    if (daily !== null) body.daily_micros = Math.round(daily * 1e6);
-    const monthly = decimal($("budget-monthly").value, "monthly budget");
-    if (monthly !== null) body.monthly_micros = Math.round(monthly * 1e6);
+    const daily = toMicros($("budget-daily").value, "daily budget", null);
+    if (daily !== null) body.daily_micros = daily;
+    const monthly = toMicros($("budget-monthly").value, "monthly budget", null);
+    if (monthly !== null) body.monthly_micros = monthly;
     if ($("budget-stop").checked) body.stop_running = true;
     await api("PUT", "/v1/budget", body);
   } catch (error) {
