@@ -520,6 +520,28 @@ def test_cli_plan_terms_grants_and_revenue(client, tenant, monkeypatch) -> None:
     assert plan.exit_code == 0 and "membership" in plan.output and "1,200.0000" in plan.output, plan.output
     wrong = runner.invoke(app, ["admin", "plan", tenant_id, "--kind", "gold"], env=env)
     assert wrong.exit_code == 2 and "--kind" in wrong.output
+    for args, says in (  # each refusal names the option the operator typed, in its units
+        (["admin", "credit", tenant_id, "0"], "AMOUNT: "),
+        (["admin", "limits", tenant_id, "--weight", "0"], "--weight: "),
+        (
+            [
+                "admin",
+                "plan",
+                tenant_id,
+                "--kind",
+                "membership",
+                "--starts",
+                "2027-05-01",
+                "--ends",
+                "2027-01-01",
+            ],
+            "--ends: the plan would end (2027-01-01 00:00 UTC) before it starts (2027-05-01 00:00 UTC)",
+        ),
+    ):
+        refused_option = runner.invoke(app, args, env=env)
+        assert refused_option.exit_code in (1, 2) and says in refused_option.output, refused_option.output
+        assert "_micros" not in refused_option.output and "pln_" not in refused_option.output
+        assert "fair_share" not in refused_option.output
     terms = runner.invoke(
         app, ["admin", "terms", tenant_id, "--mode", "postpaid", "--credit-limit", "100"], env=env
     )

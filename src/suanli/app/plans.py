@@ -95,6 +95,12 @@ class PlanService:
         now = self.clock.now()
         start = as_utc(starts_at) if starts_at is not None else now
         end = as_utc(ends_at) if ends_at is not None else start + timedelta(seconds=SECONDS_PER_YEAR)
+        if end <= start:
+            raise Invalid(
+                f"the plan would end ({end:%Y-%m-%d %H:%M} UTC) before it starts "
+                f"({start:%Y-%m-%d %H:%M} UTC)",
+                field="ends_at",
+            )
         try:
             plan = Plan(
                 new_id("pln"),

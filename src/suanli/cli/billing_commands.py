@@ -218,7 +218,7 @@ def admin_credit(
         if not grant:
             errors.print(error_text("--expires: only a grant (--grant) expires"))
             raise typer.Exit(EXIT_USAGE)
-    with logged_in() as client:
+    with logged_in({"amount_micros": "AMOUNT", "memo": "--memo", "expires_at": "--expires"}) as client:
         tx = client.credit(tenant_id, amount_micros, grant=grant, memo=memo, expires_at=expires_at)
     if as_json:
         typer.echo(tx.model_dump_json(indent=2))

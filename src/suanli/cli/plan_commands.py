@@ -82,7 +82,15 @@ def admin_plan(
     except ValidationError as error:
         first = error.errors()[0]
         raise _usage(f"--{str(first['loc'][0]).replace('_', '-')}: {first['msg']}") from None
-    with logged_in() as client:
+    options = {
+        "kind": "--kind",
+        "discount_bp": "--discount-pct",
+        "fee_micros": "--fee",
+        "revenue_share_bp": "--share-pct",
+        "starts_at": "--starts",
+        "ends_at": "--ends",
+    }
+    with logged_in(options) as client:
         plan = client.create_plan(tenant_id, request)
     emit([plan], as_json, _plans_table)
 
@@ -163,7 +171,13 @@ def admin_limits(
         gpu_quota[group] = int(count)
     daily_micros = None if daily is None else _money(daily, "--daily")
     monthly_micros = None if monthly is None else _money(monthly, "--monthly")
-    with logged_in() as client:
+    options = {
+        "gpu_quota": "--quota",
+        "daily_cap_micros": "--daily",
+        "monthly_cap_micros": "--monthly",
+        "fair_share_weight": "--weight",
+    }
+    with logged_in(options) as client:
         found = client.set_limits(tenant_id, gpu_quota, daily_micros, monthly_micros, weight)
     emit(found, as_json, _limits_table)
 
