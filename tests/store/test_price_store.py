@@ -73,7 +73,7 @@ def test_the_book_is_the_seed_plus_stored_entries_and_cached_until_one_is_added(
         ],
     )
     assert [e.gpu_model for e in stored] == [H100, H100, "A100-80GB"]
-    assert stored[0].source.startswith("set by admin root") and stored[1].effective_from == T0
+    assert stored[0].source.startswith("set by operator root") and stored[1].effective_from == T0
     with factory() as u:
         book = billing.price_book(u)
         assert book is not seeded and billing.price_book(u) is book

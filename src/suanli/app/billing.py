@@ -491,7 +491,7 @@ class BillingService:
                     postings=postings,
                     ref=grant_id if grant else tenant_id,
                     memo=memo[:200]
-                    or (f"grant by {caller.tenant.id}" if grant else f"top-up by {caller.tenant.id}"),
+                    or (f"grant by {caller.tenant.name}" if grant else f"top-up by {caller.tenant.name}"),
                 )
                 uow.commit()
                 return tx

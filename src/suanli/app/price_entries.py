@@ -97,7 +97,7 @@ def _checked(
             "(quotes already given stay valid); give now or a future instant",
             field="effective_from",
         )
-    source = entry.source.strip() or f"set by admin {who} at {now.isoformat(timespec='seconds')}"
+    source = entry.source.strip() or f"set by operator {who} at {now.isoformat(timespec='seconds')}"
     return replace(
         entry, gpu_model=model.name, effective_from=effective, source=source, id=None, created_at=now
     )
