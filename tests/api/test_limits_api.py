@@ -259,3 +259,34 @@ def test_cli_budget_sets_and_clears_a_tenants_own_budget(client, tenant, monkeyp
     assert bad.exit_code == 2 and "--daily" in bad.output
     cleared = runner.invoke(app, ["budget", "--clear", "--json"], env=env)
     assert cleared.exit_code == 0 and '"budget_monthly_micros": null' in cleared.output
+
+
+def test_a_compute_future_counts_as_spent_and_is_refused_past_the_own_budget(client: TestClient) -> None:
+    """What `suanli budget` calls spent is what the invoice adds up: a contract's prepaid price counts, and
+    signing one that would take the spend past the tenant's own budget is refused, charging nothing."""
+    from datetime import UTC, datetime, timedelta
+
+    tenant_id, headers = _funded_tenant(client, "futures")
+    start = (datetime.now(UTC) + timedelta(days=1)).replace(minute=0, second=0, microsecond=0)
+    window = {"gpu_model": "H100-SXM-80GB", "count": 1, "region": "cn-north"}
+    window |= {"starts_at": start.isoformat(), "ends_at": (start + timedelta(hours=1)).isoformat()}
+    first = client.post("/v1/contracts", json=window, headers=headers)
+    assert first.status_code == 201, first.text
+    price = first.json()["price_micros"]
+    limits = client.get("/v1/limits", headers=headers).json()
+    assert limits["spent_today_micros"] == limits["spent_month_micros"] == price > 0
+    month = datetime.now(UTC).strftime("%Y-%m")
+    assert client.get(f"/v1/invoices/{month}", headers=headers).json()["total_micros"] == price
+
+    budget = client.put("/v1/budget", json={"monthly_micros": price + price // 2}, headers=headers)
+    assert budget.status_code == 200, budget.text
+    balance = client.get("/v1/balance", headers=headers).json()
+    later = window | {"starts_at": (start + timedelta(hours=1)).isoformat()}
+    later["ends_at"] = (start + timedelta(hours=2)).isoformat()
+    refused = client.post("/v1/contracts", json=later, headers=headers)
+    assert refused.status_code == 409, refused.text
+    assert "past the own monthly budget of" in refused.json()["error"]["message"]
+    assert client.get("/v1/balance", headers=headers).json() == balance
+    assert len(client.get("/v1/contracts", headers=headers).json()) == 1
+    assert client.put("/v1/budget", json={}, headers=headers).status_code == 200  # no budget: it signs
+    assert client.post("/v1/contracts", json=later, headers=headers).status_code == 201

@@ -26,6 +26,7 @@ from suanli.app.downtime import down_for_contracts
 from suanli.app.errors import Conflict, Forbidden, Invalid, NotFound, PaymentRequired
 from suanli.app.fleet import FleetCache
 from suanli.app.ids import check_idempotency_key, derived_id, new_id, upcoming_window
+from suanli.app.limits import spent_now
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.postings import post_once, retrying
 from suanli.app.records import Caller, ContractRecord, domain_contract
@@ -43,6 +44,7 @@ from suanli.domain.billing.pricebook import PriceBook
 from suanli.domain.catalog import Catalog
 from suanli.domain.contracts import ContractError, check_contract, fleet_capacity, transfer
 from suanli.domain.errors import CatalogError
+from suanli.domain.quotas import over_spend_limit
 from suanli.domain.request import Tier
 
 
@@ -187,6 +189,7 @@ class ContractService:
         else:
             record = replace(record, price_micros=self._list_price(uow, record)[1])
         if record.price_micros:
+            self._within_spend_limits(uow, holder, record.price_micros, now)
             self._charge(uow, holder, record.price_micros, "the contract's prepaid price")
         uow.contracts.add(record)
         if record.price_micros:
@@ -218,6 +221,19 @@ class ContractService:
     def _payable(self, uow: UnitOfWork, tenant_id: str, amount_micros: int) -> bool:
         """Whether paying `amount_micros` from cash keeps to the payer's terms."""
         return self.refuses is None or not self.refuses(uow, tenant_id, _cash(uow, tenant_id), amount_micros)
+
+    def _within_spend_limits(
+        self, uow: UnitOfWork, tenant_id: str, amount_micros: int, now: datetime
+    ) -> None:
+        """Refuse (409) a purchase past the holder's spend caps or own budget: its price counts as spent
+        today, as its invoice and `suanli budget` count it."""
+        limits = uow.terms.limits().get(tenant_id)
+        if limits is None:
+            return
+        spent = spent_now(uow, [tenant_id], now.timestamp())[tenant_id]
+        why = over_spend_limit(limits, spent, amount_micros)
+        if why is not None:
+            raise Conflict(f"the contract's prepaid price is {money_text(amount_micros)}: {why}")
 
     def _charge(self, uow: UnitOfWork, tenant_id: str, amount_micros: int, what: str) -> None:
         """Refuse (PaymentRequired) when paying `amount_micros` from cash breaks the payer's terms."""

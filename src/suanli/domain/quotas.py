@@ -91,6 +91,23 @@ def over_quota(limits: TenantLimits, request: Request, groups: tuple[str, ...]) 
     return None
 
 
+def over_spend_limit(limits: TenantLimits, spent: Spent, amount_micros: int) -> str | None:
+    """Why paying `amount_micros` at once (a compute future's prepaid price) would take the tenant past a
+    spend cap or its own budget in the current day or month, or None."""
+    for name, cap, already in (
+        ("daily spend cap", limits.daily_cap_micros, spent.day_micros),
+        ("monthly spend cap", limits.monthly_cap_micros, spent.month_micros),
+        ("own daily budget", limits.budget_daily_micros, spent.day_micros),
+        ("own monthly budget", limits.budget_monthly_micros, spent.month_micros),
+    ):
+        if cap is not None and already + amount_micros > cap:
+            return (
+                f"it would take the spend to {money_text(already + amount_micros)}, past the {name} of "
+                f"{money_text(cap)} ({money_text(already)} spent)"
+            )
+    return None
+
+
 def period_ends(now: float) -> tuple[float, float]:
     """(end of the UTC day, end of the calendar month) containing `now`, in epoch seconds."""
     day_end = (now // DAY_S + 1) * DAY_S

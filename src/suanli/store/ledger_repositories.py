@@ -31,6 +31,10 @@ from suanli.store.rows import LedgerBalanceRow, LedgerPostingRow, LedgerTransact
 
 _CHARGED = (AccountKind.PROVIDER_PAYABLE.value, AccountKind.PLATFORM_REVENUE.value)
 _PAID_BY_TENANT = (AccountKind.TENANT_CASH.value, AccountKind.TENANT_GRANTS.value)
+_SPENDING = tuple(
+    kind.value
+    for kind in (TxKind.CHARGE, TxKind.CONTRACT, TxKind.TRANSFER, TxKind.MEMBERSHIP, TxKind.REVENUE_SHARE)
+)
 _TRANSACTIONS = LedgerTransactionRow.__table__
 _POSTINGS = LedgerPostingRow.__table__
 _BALANCES = LedgerBalanceRow.__table__
@@ -234,12 +238,14 @@ class SqlLedger:
         }
 
     def charged_since(self, owners: Iterable[str], since_s: int) -> dict[str, int]:
-        """Per tenant: micros its cash and grants paid in charges stamped at or after `since_s`."""
+        """Per tenant: micros its cash and grants paid at or after `since_s` for what it bought (rentals,
+        compute futures, bought or transferred, plan fees and revenue shares), as its invoice adds them up."""
         query = (
             select(LedgerPostingRow.owner, func.sum(LedgerPostingRow.amount_micros))
             .join(LedgerTransactionRow, LedgerPostingRow.tx_seq == LedgerTransactionRow.seq)
             .where(
-                LedgerTransactionRow.kind == TxKind.CHARGE.value,
+                LedgerTransactionRow.kind.in_(_SPENDING),
+                LedgerPostingRow.amount_micros < 0,  # paid: a seller's receipt of a transfer is not spending
                 LedgerTransactionRow.at_s >= since_s,
                 LedgerPostingRow.account_kind.in_(_PAID_BY_TENANT),
                 one_of(self.s, LedgerPostingRow.owner, owners),
