@@ -128,14 +128,25 @@ def parse_query(text: str) -> list[Term]:
     return terms
 
 
-def _unknown(term: Term, offers: list[Offer]) -> str:
-    """Why a `gpu=` or `region=` term names nothing the fleet has, with what it has (a typo shows)."""
+def _names_nothing(term: Term, fleet: Fleet, catalog: Catalog) -> str | None:
+    """Why a `gpu=` or `region=` term names nothing the fleet has (a typo), with what it has; None when it
+    names something, free now or not (a node in maintenance offers nothing, but its model is no typo)."""
+    wanted = str(term.value).casefold()
     if term.key == "gpu":
-        return (
-            f"no GPU in this fleet is {term.value}; it has {', '.join(sorted({o.gpu_model for o in offers}))}"
-        )
-    regions = sorted({o.region for o in offers} | {o.jurisdiction for o in offers})
-    return f"no region or jurisdiction {term.value} in this fleet; it has {', '.join(regions)}"
+        models = sorted({node.gpu_model for node in fleet.nodes})
+        if any(catalog.get(model).matches(wanted) for model in models):
+            return None
+        return f"no GPU in this fleet is {term.value}; it has {', '.join(models)}"
+    regions = fleet.regions.values()
+    names = (
+        {r.name for r in regions}
+        | {r.name.split("-")[0] for r in regions}
+        | {r.jurisdiction for r in regions}
+    )
+    if wanted in {name.casefold() for name in names}:
+        return None
+    listed = sorted({r.name for r in regions} | {r.jurisdiction for r in regions})
+    return f"no region or jurisdiction {term.value} in this fleet; it has {', '.join(listed)}"
 
 
 def _bad(column: int, token: str, message: str) -> Invalid:
@@ -164,16 +175,16 @@ class OfferService:
     def search(self, query: str, tenant_id: str | None = None) -> list[Offer]:
         """The offers `query` keeps, priced for `tenant_id` (its plan's discount taken off) when given."""
         terms = parse_query(query)
-        offers, plan = self._offers(tenant_id)
-        for term in terms:  # offers list every pool, free or not: a name none of them has is a typo
-            named = term.key in NAMED_KEYS and term.op == "="
-            if named and offers and not any(_holds(term, offer, self.catalog) for offer in offers):
-                raise _bad(term.column, term.token, _unknown(term, offers))
+        offers, plan, fleet = self._offers(tenant_id)
+        named = [t for t in terms if t.key in NAMED_KEYS and t.op == "="] if fleet is not None else []
+        for term in named:
+            if (why := _names_nothing(term, fleet, self.catalog)) is not None:  # type: ignore[arg-type]
+                raise _bad(term.column, term.token, why)
         if plan is not None and plan.discount_bp:
             offers = [_with_plan(offer, plan) for offer in offers]
         return [offer for offer in offers if all(_holds(term, offer, self.catalog) for term in terms)]
 
-    def _offers(self, tenant_id: str | None) -> tuple[list[Offer], Plan | None]:
+    def _offers(self, tenant_id: str | None) -> tuple[list[Offer], Plan | None, Fleet | None]:
         """Every offer before filtering, recomputed only when what it shows may have changed: the fleet, an
         allocation (the newest id grows with each, the live count falls with each release), the drained
         nodes (those in or about to enter a maintenance window count, as the leader treats them), the price
@@ -181,7 +192,7 @@ class OfferService:
         with self.uow() as uow:
             version, fleet = self.cache.load(uow)
             if fleet is None:
-                return [], None
+                return [], None, None
             now = self.clock.now()
             now_s = to_epoch_s(now)
             plan = None if tenant_id is None else plan_in_force(uow.terms.plans(tenant_id), now_s)
@@ -199,7 +210,7 @@ class OfferService:
             with self._lock:
                 computed = self._computed
                 if computed is not None and computed.stamp == stamp and now_s < computed.valid_until_s:
-                    return computed.offers, plan
+                    return computed.offers, plan, fleet
             book = self.price_book(uow)
             taken = uow.rentals.busy_by_gpu()  # every GPU a live allocation has a slice of
             carved = self._mig_instances(uow, fleet)
@@ -230,7 +241,7 @@ class OfferService:
         ]
         with self._lock:
             self._computed = _Computed(stamp, _next_entry_s(book, now_s), offers)
-        return offers, plan
+        return offers, plan, fleet
 
     def _has_mig(self, version: int, fleet: Fleet) -> bool:
         """Whether a node of the fleet is in MIG mode: a fleet without one needs no host layouts read."""
