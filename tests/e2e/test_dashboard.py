@@ -279,6 +279,10 @@ def test_bad_input_is_refused_naming_the_field_and_creates_nothing(page: Page, p
     page.click("#rent-form button[type=submit]")
     expect(page.locator("#rent-error")).to_have_text("gpus: Input should be less than or equal to 64")
     page.fill("#rent-gpus", "1")
+    page.fill("#rent-hours", "1e9")  # the server's field is max_duration_s; the page names its own box
+    page.click("#rent-form button[type=submit]")
+    expect(page.locator("#rent-error")).to_have_text("max hours: at most 3660 days")
+    page.fill("#rent-hours", "")
     page.fill("#rent-bid", "cheap")
     page.click("#rent-form button[type=submit]")
     expect(page.locator("#rent-error")).to_have_text(

@@ -18,10 +18,11 @@ from suanli.cli.output import (
     errors,
     logged_in,
     micros,
+    micros_option,
     month_argument,
     table,
 )
-from suanli.cli.rent_spec import SpecError, moment, money_to_micros
+from suanli.cli.rent_spec import SpecError, moment
 from suanli.domain.billing.ledger import (
     AccountId,
     AccountKind,
@@ -203,11 +204,7 @@ def admin_credit(
     as_json: JsonFlag = False,
 ) -> None:
     """Top up a tenant's cash (or give it a grant, optionally expiring): one balanced ledger transaction."""
-    try:
-        amount_micros = money_to_micros(amount)
-    except SpecError as error:
-        errors.print(error_text(str(error)))
-        raise typer.Exit(EXIT_USAGE) from None
+    amount_micros = micros_option(amount, "AMOUNT")
     expires_at = None
     if expires is not None:
         try:
@@ -257,11 +254,7 @@ def admin_prices_set(
         errors.print(error_text("--price: give the price, as --price 2.99 or --price-micros 2990000"))
         raise typer.Exit(EXIT_USAGE)
     if price is not None:
-        try:
-            price_micros = money_to_micros(price)
-        except SpecError as error:
-            errors.print(error_text(f"--price: {error}"))
-            raise typer.Exit(EXIT_USAGE) from None
+        price_micros = micros_option(price, "--price")
     try:
         start = None
         if effective_from is not None:

@@ -11,17 +11,14 @@ import typer
 from rich.text import Text
 
 from suanli.cli.output import (
-    EXIT_USAGE,
     emit,
-    error_text,
-    errors,
     logged_in,
     micros,
+    micros_option,
     moment_option,
     table,
     valid_input,
 )
-from suanli.cli.rent_spec import SpecError, money_to_micros
 from suanli.wire.schemas import (
     ContractCreateRequest,
     ContractOfferRequest,
@@ -151,11 +148,7 @@ def contracts_offer(
     as_json: JsonFlag = False,
 ) -> None:
     """Admin: offer TENANT a contract at a negotiated price; it holds no capacity until accepted."""
-    try:
-        price_micros = money_to_micros(price)
-    except SpecError as error:
-        errors.print(error_text(f"--price: {error}"))
-        raise typer.Exit(EXIT_USAGE) from None
+    price_micros = micros_option(price, "--price")
     with valid_input({**CONTRACT_OPTIONS, "price_micros": "--price", "expires_at": "--expires"}):
         request = ContractOfferRequest(
             tenant_id=tenant,

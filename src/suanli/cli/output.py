@@ -22,7 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from suanli.cli import profile
-from suanli.cli.rent_spec import SpecError, moment
+from suanli.cli.rent_spec import SpecError, moment, money_to_micros
 from suanli.client import ApiError, Client, ServerUnreachable
 from suanli.client.client import url_problem
 from suanli.wire.schemas import MONTH_PATTERN, problem_text
@@ -41,6 +41,21 @@ def moment_option(text: str) -> datetime:
         return moment(text)
     except SpecError as error:
         raise typer.BadParameter(str(error)) from None
+
+
+def usage_error(message: str) -> typer.Exit:
+    """Print `message` as an error; the usage exit (2) to raise."""
+    errors.print(error_text(message))
+    return typer.Exit(EXIT_USAGE)
+
+
+def micros_option(text: str, option: str) -> int:
+    """An amount in currency units (`12.5`, at most 6 decimals) as exact micros, or a usage error naming
+    `option`."""
+    try:
+        return money_to_micros(text)
+    except SpecError as error:
+        raise usage_error(f"{option}: {error}") from None
 
 
 def month_argument(text: str | None) -> str | None:

@@ -9,8 +9,8 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
-from suanli.cli.output import EXIT_USAGE, emit, error_text, errors, logged_in, micros, month_argument, table
-from suanli.cli.rent_spec import SpecError, moment, money_to_micros
+from suanli.cli.output import emit, logged_in, micros, micros_option, month_argument, table, usage_error
+from suanli.cli.rent_spec import SpecError, moment
 from suanli.wire.plan_schemas import (
     GrantResponse,
     LimitsResponse,
@@ -24,30 +24,18 @@ JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts i
 TenantOption = Annotated[str | None, typer.Option("--tenant", help="Admins: another tenant.")]
 
 
-def _usage(message: str) -> typer.Exit:
-    errors.print(error_text(message))
-    return typer.Exit(EXIT_USAGE)
-
-
-def _money(text: str, option: str) -> int:
-    try:
-        return money_to_micros(text)
-    except SpecError as error:
-        raise _usage(f"{option}: {error}") from None
-
-
 def _moment(text: str | None, option: str) -> datetime | None:
     if text is None:
         return None
     try:
         return moment(text)
     except SpecError as error:
-        raise _usage(f"{option}: {error}") from None
+        raise usage_error(f"{option}: {error}") from None
 
 
 def _bp(percent: float, option: str) -> int:
     if not 0 <= percent <= 100:
-        raise _usage(f"{option}: a percent from 0 to 100, got {percent:g}")
+        raise usage_error(f"{option}: a percent from 0 to 100, got {percent:g}")
     return round(percent * 100)
 
 
@@ -74,14 +62,14 @@ def admin_plan(
         request = PlanRequest(
             kind=kind,  # type: ignore[arg-type]
             discount_bp=_bp(discount_pct, "--discount-pct"),
-            fee_micros=_money(fee, "--fee"),
+            fee_micros=micros_option(fee, "--fee"),
             revenue_share_bp=_bp(share_pct, "--share-pct"),
             starts_at=_moment(starts, "--starts"),
             ends_at=_moment(ends, "--ends"),
         )
     except ValidationError as error:
         first = error.errors()[0]
-        raise _usage(f"--{str(first['loc'][0]).replace('_', '-')}: {first['msg']}") from None
+        raise usage_error(f"--{str(first['loc'][0]).replace('_', '-')}: {first['msg']}") from None
     options = {
         "kind": "--kind",
         "discount_bp": "--discount-pct",
@@ -109,7 +97,7 @@ def report_revenue(
     as_json: JsonFlag = False,
 ) -> None:
     """Report a month's revenue (revenue-share plans); the share is posted on that month's invoice."""
-    amount = _money(revenue, "REVENUE")
+    amount = micros_option(revenue, "REVENUE")
     with logged_in() as client:
         found = client.report_revenue(month, amount, tenant)
     emit(found, as_json, _report_table)
@@ -132,8 +120,8 @@ def admin_terms(
 ) -> None:
     """Set how a tenant pays (admin key)."""
     if mode not in ("prepaid", "postpaid"):
-        raise _usage(f"--mode: prepaid or postpaid, got {mode!r}")
-    limit = _money(credit_limit, "--credit-limit")
+        raise usage_error(f"--mode: prepaid or postpaid, got {mode!r}")
+    limit = micros_option(credit_limit, "--credit-limit")
     with logged_in() as client:
         found = client.set_payment_terms(tenant_id, mode, limit)
     emit(found, as_json, _terms_table)
@@ -167,10 +155,10 @@ def admin_limits(
     for item in quota or []:
         group, _, count = item.partition("=")
         if not group or not count.isdigit():
-            raise _usage(f"--quota: MODEL=GPUS, got {item!r}")
+            raise usage_error(f"--quota: MODEL=GPUS, got {item!r}")
         gpu_quota[group] = int(count)
-    daily_micros = None if daily is None else _money(daily, "--daily")
-    monthly_micros = None if monthly is None else _money(monthly, "--monthly")
+    daily_micros = None if daily is None else micros_option(daily, "--daily")
+    monthly_micros = None if monthly is None else micros_option(monthly, "--monthly")
     options = {
         "gpu_quota": "--quota",
         "daily_cap_micros": "--daily",
@@ -207,11 +195,11 @@ def budget(
     and with --stop-running the running ones stop once it is spent."""
     setting = daily is not None or monthly is not None
     if clear and (setting or stop_running):
-        raise _usage("--clear removes the budget: give it alone")
+        raise usage_error("--clear removes the budget: give it alone")
     if stop_running and not setting:
-        raise _usage("--stop-running needs --daily and/or --monthly")
-    daily_micros = None if daily is None else _money(daily, "--daily")
-    monthly_micros = None if monthly is None else _money(monthly, "--monthly")
+        raise usage_error("--stop-running needs --daily and/or --monthly")
+    daily_micros = None if daily is None else micros_option(daily, "--daily")
+    monthly_micros = None if monthly is None else micros_option(monthly, "--monthly")
     with logged_in({"daily_micros": "--daily", "monthly_micros": "--monthly"}) as client:
         if setting or clear:
             found = client.set_budget(daily_micros, monthly_micros, tenant, stop_running=stop_running)

@@ -7,9 +7,18 @@ const REFRESH_MS = 2000;
 const ENDED_STATES = ["stopped", "failed", "lost", "preempted"]; // a rental in one holds nothing again
 const $ = (id) => document.getElementById(id);
 
+// the server names a request's field; the page names the box it came from
+const FIELD_LABELS = {
+  share_milli: "share", share_memory_mib: "share memory GiB", bid_micros_per_gpu_hour: "bid",
+  max_duration_s: "max hours", gpu_model: "model", mig_profile: "MIG profile", daily_micros: "daily budget",
+  monthly_micros: "monthly budget", fee_micros: "fee", price_micros_per_gpu_hour: "price / GPU-h",
+  price_micros: "price", discount_bp: "discount %", revenue_share_bp: "revenue share %",
+};
+
 class ApiError extends Error {
   constructor(status, message, field) {
-    super(field && !message.startsWith(`${field}:`) ? `${field}: ${message}` : message);
+    const label = FIELD_LABELS[field] ?? field;
+    super(label && !message.startsWith(`${label}:`) ? `${label}: ${message}` : message);
     this.status = status;
   }
 }
