@@ -266,7 +266,7 @@ def test_a_compute_future_counts_as_spent_and_is_refused_past_the_own_budget(cli
     signing one that would take the spend past the tenant's own budget is refused, charging nothing."""
     from datetime import UTC, datetime, timedelta
 
-    tenant_id, headers = _funded_tenant(client, "futures")
+    _, headers = _funded_tenant(client, "futures")
     start = (datetime.now(UTC) + timedelta(days=1)).replace(minute=0, second=0, microsecond=0)
     window = {"gpu_model": "H100-SXM-80GB", "count": 1, "region": "cn-north"}
     window |= {"starts_at": start.isoformat(), "ends_at": (start + timedelta(hours=1)).isoformat()}
