@@ -104,6 +104,10 @@ def test_reports_move_the_rental_and_logs_are_tenant_scoped(client: TestClient, 
     )  # dedup
     assert client.get(f"/v1/rentals/{rental['id']}/logs", headers=owner).json()["data"] == "hi\n"
     assert client.get(f"/v1/rentals/{rental['id']}/logs", headers=other).status_code == 404
+    # a workload that prints a NUL byte: PostgreSQL stores no NUL, so it is kept as U+FFFD, one for one
+    nul = {"rental_id": rental["id"], "offset": 3, "data": "a\x00b\n", "size_bytes": 4}
+    assert client.post("/v1/agents/logs", json=nul, headers=node_headers).json()["stored_bytes"] == 7
+    assert client.get(f"/v1/rentals/{rental['id']}/logs", headers=owner).json()["data"] == "hi\na\ufffdb\n"
     stop = client.post(f"/v1/rentals/{rental['id']}/stop", headers=owner).json()
     assert stop["state"] == "stopping"
     beat = client.post("/v1/agents/heartbeat", json={}, headers=node_headers).json()

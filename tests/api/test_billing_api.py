@@ -185,6 +185,9 @@ def test_payouts_show_each_provider_its_payable_per_rental(client, tenant) -> No
     assert [p["provider"] for p in everyone] == ["lion-city-gpu"]
     one = client.get("/v1/payouts?provider=lion-city-gpu", headers=ADMIN).json()
     assert one == mine.json()
+    missing = client.get("/v1/payouts", params={"provider": "nope"}, headers=ADMIN)  # a typo, not a zero row
+    assert missing.status_code == 404 and missing.json()["error"]["field"] == "provider", missing.text
+    assert client.get("/v1/payouts?provider=platform", headers=ADMIN).status_code == 200  # the fleet's own
     ledger = client.get("/v1/ledger", headers=ADMIN).json()
     payable = sum(
         p["amount_micros"]

@@ -155,7 +155,7 @@ def test_an_env_the_agent_would_refuse_is_refused_at_creation_naming_env(client,
     _, headers = _funded(client)
     body = {"gpu_model": "L40S", "gpus": 1, "command": ["true"], "env": env}
     response = client.post("/v1/rentals", json=body, headers=headers)
-    assert response.status_code == 400, response.text
+    assert response.status_code in (400, 422), response.text  # 422: a NUL, refused with the request's shape
     assert response.json()["error"]["field"] == "env"
     assert client.get("/v1/rentals", headers=headers).json() == []
 
@@ -189,3 +189,23 @@ def test_true_or_false_is_never_read_as_a_number_and_changes_nothing(client) -> 
     assert client.get("/v1/limits", headers=headers).json()["budget_daily_micros"] is None
     stop_running = client.put("/v1/budget", json={"daily_micros": 10, "stop_running": True}, headers=headers)
     assert stop_running.status_code == 200, stop_running.text  # a bool field still takes one
+
+
+def test_a_nul_character_is_refused_anywhere_a_client_sends_text(client) -> None:
+    """PostgreSQL stores no NUL (U+0000) in text or JSON, nor compares text with one: a 4xx, never a 500."""
+    _, headers = _funded(client)
+    unsafe = TestClient(client.app, raise_server_exceptions=False)
+    for method, url, kw in (
+        ("GET", "/v1/rentals/rnt_%00", {}),
+        ("GET", "/v1/payouts?provider=%00", {}),
+        ("GET", "/v1/rentals?name=a%00", {}),
+        ("POST", "/v1/rentals", {"json": {"gpus": 1, "command": ["echo", "\x00"]}}),
+        ("POST", "/v1/rentals", {"json": {"gpus": 1, "labels": {"team\x00": "a"}}}),
+        ("POST", "/v1/tenants", {"json": {"name": "a\x00b"}}),
+    ):
+        answer = unsafe.request(
+            method, url, headers=ADMIN if "payouts" in url or "tenants" in url else headers, **kw
+        )
+        assert 400 <= answer.status_code < 500, (url, answer.status_code, answer.text)
+        assert "NUL" in answer.json()["error"]["message"] or answer.status_code == 422, answer.text
+    assert client.get("/v1/rentals", headers=headers).json() == []

@@ -6,6 +6,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from suanli.app.errors import (
     AppError,
@@ -50,7 +51,24 @@ def error_response(
     return JSONResponse(body.model_dump(), status_code=status, headers=headers)
 
 
+class RefuseNulInUrl:
+    """400 for a URL whose path or query holds a NUL (`%00`): no id or name has one, and PostgreSQL cannot
+    even compare text with it (a look-up would fail as a 500, not a 404)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and ("\x00" in scope["path"] or b"%00" in scope["query_string"]):
+            message = "the URL holds a NUL character (%00), which no id, name or value has"
+            await error_response(400, "invalid", message)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
 def install(app: FastAPI) -> None:
+    app.add_middleware(RefuseNulInUrl)
+
     @app.exception_handler(AppError)
     async def _app_error(_: Request, error: AppError) -> JSONResponse:
         status = next((s for kind, s in STATUS.items() if isinstance(error, kind)), 400)

@@ -544,6 +544,10 @@ class BillingService:
             raise Forbidden("payouts need a provider or admin key")
         with self.uow() as uow:
             rows = uow.ledger.payables(provider)
+            if provider is not None and caller.is_admin and not rows:
+                _, fleet = self.cache.load(uow)
+                if fleet is None or provider not in {node.provider for node in fleet.nodes}:
+                    raise NotFound(f"no provider {provider!r} in the fleet or the ledger", field="provider")
         lines: dict[str, list[PayoutLine]] = {}
         for owner, ref, amount, count in rows:
             if amount != 0:

@@ -45,6 +45,7 @@ class GpuTelemetryReport(WireModel):
 
 
 class WorkloadReportBody(WireModel):
+    nul_replaced = frozenset({"message"})
     rental_id: str
     state: WorkloadStateName
     exit_code: int | None = Field(default=None, ge=-(2**31), le=2**31 - 1)
@@ -179,6 +180,8 @@ class HeartbeatResponse(WireModel):
 class ExecReportRequest(WireModel):
     """An agent's word on a command: it started it, or how it ended."""
 
+    nul_replaced = frozenset({"output", "message"})
+
     state: Literal["running", "exited", "failed"]
     exit_code: int | None = Field(default=None, ge=-(2**31), le=2**31 - 1)
     output: str = Field(
@@ -199,6 +202,7 @@ class ExecReportRequest(WireModel):
 
 
 class LogChunkRequest(WireModel):
+    nul_replaced = frozenset({"data"})
     rental_id: str
     offset: int = Field(
         ge=0, le=2**53, description="Byte offset of this chunk in the node's log of the rental."

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import (
     AfterValidator,
@@ -112,26 +112,42 @@ def _takes_bool(annotation: Any) -> bool:
     return any(_takes_bool(arg) for arg in get_args(annotation))
 
 
-def _holds_bool(value: Any) -> bool:
-    if isinstance(value, bool):
+def _holds(value: Any, found: Callable[[Any], bool]) -> bool:
+    """Whether `value`, or anything in the lists and mappings it holds (keys included), is `found`."""
+    if found(value):
         return True
     if isinstance(value, Mapping):
-        return any(_holds_bool(item) for item in value.values())
-    return isinstance(value, list | tuple) and any(_holds_bool(item) for item in value)
+        return any(_holds(key, found) or _holds(item, found) for key, item in value.items())
+    return isinstance(value, list | tuple) and any(_holds(item, found) for item in value)
+
+
+def _is_bool(value: Any) -> bool:
+    return isinstance(value, bool)
+
+
+def _has_nul(value: Any) -> bool:
+    return isinstance(value, str) and "\x00" in value
 
 
 class WireModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
+    # fields of text a workload printed: a NUL there becomes U+FFFD (one character for one), not a refusal
+    nul_replaced: ClassVar[frozenset[str]] = frozenset()
 
     @field_validator("*", mode="before")
     @classmethod
-    def _no_bool_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+    def _no_bool_numbers_or_nul(cls, value: Any, info: ValidationInfo) -> Any:
         """A JSON `true` is never a number: pydantic's lax mode reads it as 1 (a 1-micro credit, a quota of
-        1), and its strict mode would refuse the ISO times and arrays JSON sends as strings and lists."""
-        if _holds_bool(value) and info.field_name is not None:
-            annotation = cls.model_fields[info.field_name].annotation
-            if not _takes_bool(annotation):
-                raise ValueError("a number or text, not true or false")
+        1), and its strict mode would refuse the ISO times and arrays JSON sends as strings and lists. And no
+        text holds a NUL (U+0000): PostgreSQL stores none, in text or JSON."""
+        if info.field_name is None:
+            return value
+        if _holds(value, _is_bool) and not _takes_bool(cls.model_fields[info.field_name].annotation):
+            raise ValueError("a number or text, not true or false")
+        if _holds(value, _has_nul):
+            if info.field_name in cls.nul_replaced and isinstance(value, str):
+                return value.replace("\x00", "\ufffd")
+            raise ValueError("text with a NUL character (U+0000), which nothing here holds")
         return value
 
 
