@@ -229,6 +229,7 @@ class LogChunkResponse(WireModel):
 
 
 class LogResponse(WireModel):
+    nul_replaced = frozenset({"data"})  # rows stored before NULs were kept as U+FFFD
     rental_id: str
     offset: int
     next_offset: int

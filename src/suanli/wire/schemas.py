@@ -373,6 +373,7 @@ class NodeAllocationResponse(WireModel):
 
 
 class RentalEventResponse(WireModel):
+    nul_replaced = frozenset({"message"})  # rows stored before NULs were kept as U+FFFD
     at: datetime
     kind: str = Field(description="created, pending, placed, preempting, stopped, ...")
     reason: str | None = None
@@ -618,6 +619,7 @@ class ExecCreateRequest(WireModel):
 
 
 class ExecResponse(WireModel):
+    nul_replaced = frozenset({"output", "message"})  # rows stored before NULs were kept as U+FFFD
     id: str
     rental_id: str
     node: str
