@@ -237,20 +237,22 @@ class RentalService:
             known = ", ".join(sorted(regions))
             message = f"no region {', '.join(unknown)} in the fleet; its regions: {known}"
             raise Invalid(message, field="regions")
-        # which hosts run images is heard from their agents, not in the fleet file: left to the scheduler
-        request = to_request(replace(rental, spec=replace(spec, image=None)))
+        request = _sized(rental)
         why = never_fits(snapshot, request)
         if why is not None:
             fits_a_node = most_gpus_per_node(snapshot, request.selector) > 0
             raise Invalid(why.message, field=_field_of(why.reason, spec, fits_a_node))
 
-    def _check_quota(self, uow: UnitOfWork, rental: Rental) -> None:
+    def _check_quota(self, uow: UnitOfWork, rental: Rental, before: Rental | None = None) -> None:
         """Invalid for a rental larger on its own than one of its tenant's GPU quotas: it would wait until an
-        operator raised the quota, so it is refused now, as a cloud refuses a request past a limit."""
+        operator raised the quota, so it is refused now, as a cloud refuses a request past a limit. A resize
+        (`before`: the rental as it was) is checked only when it grows: shrinking is always allowed."""
         limits = uow.terms.limits().get(rental.tenant_id)
         if limits is None or not limits.gpu_quota:
             return
-        request = to_request(rental)
+        request = _sized(rental)
+        if before is not None and request_gpus(request) <= request_gpus(_sized(before)):
+            return
         groups = quota_groups(self.catalog, request)
         why = over_quota(limits, request, groups)
         if why is not None:  # the field to lower: nodes when one node's GPUs are within the quota
@@ -332,10 +334,7 @@ class RentalService:
             check_spec(new_spec, self.catalog)
             if new_spec != spec:
                 self._check_fleet(uow, replace(rental, spec=new_spec))
-                if request_gpus(to_request(replace(rental, spec=new_spec))) > request_gpus(
-                    to_request(rental)
-                ):
-                    self._check_quota(uow, replace(rental, spec=new_spec))  # shrinking is always allowed
+                self._check_quota(uow, replace(rental, spec=new_spec), before=rental)
             live = rental.state in LIVE_STATES
             if live and not whole and new_spec.nodes != spec.nodes:
                 raise Invalid("a live MIG or share rental keeps its node count", field="nodes")
@@ -380,6 +379,12 @@ def follow_size(
         return
     new_rate, quote = resized_price(uow, rental, rate, was, will, now)
     uow.rentals.change_rate(rental.id, now, new_rate, since=since, previous=rate, quote=quote)
+
+
+def _sized(rental: Rental) -> Request:
+    """`rental`'s domain request for what its size alone decides (the fleet check, quotas), its image left
+    out: which hosts run images is heard from their agents, not read from the fleet file."""
+    return to_request(replace(rental, spec=replace(rental.spec, image=None)))
 
 
 def resized_price(
