@@ -585,7 +585,7 @@ def test_an_operator_adds_a_later_price_and_a_tenant_cannot(page: Page, platform
     page.fill("#price-model", "Z99")
     page.fill("#price-from", "")
     page.click("#price-form button")
-    expect(page.locator("#prices-error")).to_contain_text("gpu_model")
+    expect(page.locator("#prices-error")).to_contain_text("model: entry 0: unknown GPU model 'Z99'")
 
 
 def test_an_operator_transfers_a_contract_and_the_buyer_pays_its_value(

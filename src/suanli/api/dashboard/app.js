@@ -18,7 +18,8 @@ const FIELD_LABELS = {
 class ApiError extends Error {
   constructor(status, message, field) {
     const label = FIELD_LABELS[field] ?? field;
-    super(label && !message.startsWith(`${label}:`) ? `${label}: ${message}` : message);
+    const own = field && message.startsWith(`${field}: `) ? message.slice(field.length + 2) : message;
+    super(label && !own.startsWith(`${label}:`) ? `${label}: ${own}` : own);
     this.status = status;
   }
 }
