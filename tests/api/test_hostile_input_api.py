@@ -202,6 +202,11 @@ def test_a_nul_character_is_refused_anywhere_a_client_sends_text(client) -> None
         ("POST", "/v1/rentals", {"json": {"gpus": 1, "command": ["echo", "\x00"]}}),
         ("POST", "/v1/rentals", {"json": {"gpus": 1, "labels": {"team\x00": "a"}}}),
         ("POST", "/v1/tenants", {"json": {"name": "a\x00b"}}),
+        (
+            "POST",
+            "/v1/rentals",
+            {"json": {"gpus": 1, "\x00": None}},
+        ),  # the refusal quotes the name: a 500 once
     ):
         answer = unsafe.request(
             method, url, headers=ADMIN if "payouts" in url or "tenants" in url else headers, **kw

@@ -152,6 +152,7 @@ class WireModel(BaseModel):
 
 
 class ErrorDetail(WireModel):
+    nul_replaced = frozenset({"code", "message", "field"})  # a refusal may quote the NUL it refuses
     code: str = Field(description="Machine-readable code, e.g. not_found, invalid, conflict, unauthorized.")
     message: str
     field: str | None = Field(default=None, description="The request field at fault, when there is one.")
