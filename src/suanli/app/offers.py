@@ -138,12 +138,7 @@ def _names_nothing(term: Term, fleet: Fleet, catalog: Catalog) -> str | None:
             return None
         return f"no GPU in this fleet is {term.value}; it has {', '.join(models)}"
     regions = fleet.regions.values()
-    names = (
-        {r.name for r in regions}
-        | {r.name.split("-")[0] for r in regions}
-        | {r.jurisdiction for r in regions}
-    )
-    if wanted in {name.casefold() for name in names}:
+    if any(_names_region(wanted, r.name, r.jurisdiction) for r in regions):
         return None
     listed = sorted({r.name for r in regions} | {r.jurisdiction for r in regions})
     return f"no region or jurisdiction {term.value} in this fleet; it has {', '.join(listed)}"
@@ -401,13 +396,7 @@ def _holds(term: Term, offer: Offer, catalog: Catalog) -> bool:
     if term.key == "gpu":
         return _text(term, catalog.get(offer.gpu_model).matches(str(term.value)))
     if term.key == "region":
-        wanted = str(term.value).casefold()
-        names = {
-            offer.region.casefold(),
-            offer.region.split("-")[0].casefold(),
-            offer.jurisdiction.casefold(),
-        }
-        return _text(term, wanted in names)
+        return _text(term, _names_region(str(term.value).casefold(), offer.region, offer.jurisdiction))
     if term.key == "tier":
         return _text(term, offer.tier == term.value)
     if term.key == "profile":
@@ -418,6 +407,12 @@ def _holds(term: Term, offer: Offer, catalog: Catalog) -> bool:
     if term.key == "count":
         return _compare(term.op, offer.max_gpus_per_node, float(term.value))
     return _compare(term.op, offer.unit_price_micros_per_hour, float(term.value) * MICROS)
+
+
+def _names_region(wanted: str, region: str, jurisdiction: str) -> bool:
+    """Whether `wanted` (casefolded) is the region's name, its first part (`eu` for `eu-west`) or its
+    jurisdiction."""
+    return wanted in {region.casefold(), region.split("-")[0].casefold(), jurisdiction.casefold()}
 
 
 def _text(term: Term, equal: bool) -> bool:

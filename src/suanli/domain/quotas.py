@@ -91,16 +91,23 @@ def over_quota(limits: TenantLimits, request: Request, groups: tuple[str, ...]) 
     return None
 
 
+def spend_limits(limits: TenantLimits) -> list[tuple[str, int, bool]]:
+    """The tenant's spend limits that are set: (name, cap in micros, whether it is per month, not per day)."""
+    every = (
+        ("daily spend cap", limits.daily_cap_micros, False),
+        ("monthly spend cap", limits.monthly_cap_micros, True),
+        ("own daily budget", limits.budget_daily_micros, False),
+        ("own monthly budget", limits.budget_monthly_micros, True),
+    )
+    return [(name, cap, monthly) for name, cap, monthly in every if cap is not None]
+
+
 def over_spend_limit(limits: TenantLimits, spent: Spent, amount_micros: int) -> str | None:
     """Why paying `amount_micros` at once (a compute future's prepaid price) would take the tenant past a
     spend cap or its own budget in the current day or month, or None."""
-    for name, cap, already in (
-        ("daily spend cap", limits.daily_cap_micros, spent.day_micros),
-        ("monthly spend cap", limits.monthly_cap_micros, spent.month_micros),
-        ("own daily budget", limits.budget_daily_micros, spent.day_micros),
-        ("own monthly budget", limits.budget_monthly_micros, spent.month_micros),
-    ):
-        if cap is not None and already + amount_micros > cap:
+    for name, cap, monthly in spend_limits(limits):
+        already = spent.month_micros if monthly else spent.day_micros
+        if already + amount_micros > cap:
             return (
                 f"it would take the spend to {money_text(already + amount_micros)}, past the {name} of "
                 f"{money_text(cap)} ({money_text(already)} spent)"
@@ -149,14 +156,8 @@ class Ledger:
         day_add, month_add = self._burn(request, self.now)
         day = (spent.day_micros, self.burn_day, day_add)
         month = (spent.month_micros, self.burn_month, month_add)
-        for name, cap, (already, burning, adds) in (
-            ("daily spend cap", limits.daily_cap_micros, day),
-            ("monthly spend cap", limits.monthly_cap_micros, month),
-            ("own daily budget", limits.budget_daily_micros, day),
-            ("own monthly budget", limits.budget_monthly_micros, month),
-        ):
-            if cap is None:
-                continue
+        for name, cap, monthly in spend_limits(limits):
+            already, burning, adds = month if monthly else day
             committed = already + burning.get(tenant, 0.0)
             if committed + adds > cap:
                 return Pending(
