@@ -15,6 +15,7 @@ import pytest
 from test_runner_lifecycle import FakeClient, eventually, make_runner
 from typer.testing import CliRunner
 
+from suanli.agent.attached import Ends
 from suanli.agent.containers import ContainerExecutor
 from suanli.agent.executor_choice import ExecutorKind, choose_executor
 from suanli.agent.executors import ExecutorError, ProcessExecutor, WorkloadSpec
@@ -217,3 +218,22 @@ def test_killing_an_adopted_container_workload_ends_its_container_not_only_its_c
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize(
+    ("tty", "flags"), [(True, ["-i", "-t", "--env", "TERM=xterm-256color"]), (False, ["-i"])]
+)
+def test_an_attached_command_in_a_container_gets_its_input_and_a_terminal_from_the_runtime(
+    tmp_path: Path, runtime_on_path: Path, tty: bool, flags: list[str]
+) -> None:
+    """`suanli exec -it` into an image rental is `docker exec -i -t` on the agent's pseudo-terminal."""
+    executor, workload, _ = launch_sleeper(tmp_path, runtime_on_path)
+    ends = Ends.open(tty)
+    try:
+        spec = WorkloadSpec("r-1", ("sleep", "60"), {}, image="pytorch")
+        process = executor.run_command(spec, ["bash"], 60, tmp_path / "unused.log", ends.child)
+        assert process.wait(timeout=10) == 0
+        assert ["exec", *flags, "suanli-r-1", "bash"] in [argv[1:] for argv in calls(runtime_on_path)]
+    finally:
+        ends.close()
+        workload.kill()  # type: ignore[attr-defined]

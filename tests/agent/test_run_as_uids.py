@@ -5,6 +5,7 @@ there (and fail if it does not); elsewhere they are skipped."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import agent_cli
+from suanli.agent.attached import Ends
 from suanli.agent.executor_choice import DEFAULT_UIDS, NO_UIDS, ExecutorKind, choose_executor, describe
 from suanli.agent.executors import ExecutorError, ProcessExecutor, RunAs, WorkloadSpec, WorkloadState
 from suanli.agent.uids import UidPool
@@ -115,6 +117,35 @@ def test_an_exec_runs_as_its_rentals_uid_in_its_directory_with_its_environment(b
         slow = executor.run_command(running, ["sleep", "30"], 1, output)
         assert slow.wait(WAIT_S) == 124  # coreutils' timeout ended it
     finally:
+        workload.kill()
+
+
+def test_an_attached_command_on_a_terminal_runs_as_its_rentals_uid_with_the_terminal_as_its_own(
+    base: Path,
+) -> None:
+    """`suanli exec -it` on this executor: the rental's uid, the pseudo-terminal as the controlling terminal
+    of the command's session (so /dev/tty opens, as a shell's job control needs), TERM set."""
+    executor = ProcessExecutor(base, uids=UidPool.parse(f"{FIRST}-{LAST}"))
+    running = spec("r-tty", "id -u > uid; exec sleep 30")
+    workload = executor.launch(running)
+    ends = Ends.open(tty=True)
+    try:
+        wait_for(workload.paths.workdir / "uid")
+        script = 'id -u; cat uid; echo "$TERM"; echo hi > /dev/tty && echo ctty'
+        command = executor.run_command(
+            running, ["/bin/sh", "-c", script], 10, base / "unused.log", ends.child
+        )
+        ends.close_child()
+        assert command.wait(WAIT_S) == 0
+        printed = b""
+        with contextlib.suppress(OSError):  # EIO once the terminal's last holder has gone
+            while block := os.read(ends.output_fd, 4096):
+                printed += block
+        uid, workload_uid, term, hi, ctty = printed.decode().split()
+        assert uid == workload_uid and FIRST <= int(uid) <= LAST
+        assert (term, hi, ctty) == ("xterm-256color", "hi", "ctty")
+    finally:
+        ends.close()
         workload.kill()
 
 

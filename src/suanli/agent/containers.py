@@ -26,6 +26,8 @@ from pathlib import Path
 
 from suanli.agent.executors import (
     INHERITED_ENV,
+    TERMINAL_TYPE,
+    Attachment,
     ExecutorError,
     RentalPaths,
     WorkloadSpec,
@@ -85,13 +87,23 @@ class ContainerExecutor:
         )
 
     def run_command(
-        self, spec: WorkloadSpec, command: Sequence[str], timeout_s: int, output: Path
+        self,
+        spec: WorkloadSpec,
+        command: Sequence[str],
+        timeout_s: int,
+        output: Path,
+        attach: Attachment | None = None,
     ) -> subprocess.Popen[bytes]:
-        """`command` in the rental's container (`docker exec`: its user, environment and working directory).
-        The image may have no `timeout`, so the limit is the agent's: it kills the exec client at `timeout_s`,
-        and a command the client leaves behind in the container ends with the container."""
-        argv = [self.runtime or "docker", "exec", container_name(spec.rental_id), *command]
-        return start_command(argv, {k: os.environ[k] for k in INHERITED_ENV if k in os.environ}, output)
+        """`command` in the rental's container (`docker exec`: its user, environment and working directory;
+        attached, `-i`, and `-t` on a terminal). The image may have no `timeout`, so the limit is the
+        agent's: it kills the exec client at `timeout_s`, and a command the client leaves behind in the
+        container ends with the container."""
+        flags = (
+            [] if attach is None else ["-i", "-t", "--env", f"TERM={TERMINAL_TYPE}"] if attach.tty else ["-i"]
+        )
+        argv = [self.runtime or "docker", "exec", *flags, container_name(spec.rental_id), *command]
+        env = {k: os.environ[k] for k in INHERITED_ENV if k in os.environ}
+        return start_command(argv, env, output, attach)
 
 
 class ContainerWorkload:

@@ -1,5 +1,6 @@
 """The agent's side of `suanli exec`: run the commands a heartbeat answer lists inside their rentals' running
-workloads, and report each one's start and end (exit code and the end of its output) to the server.
+workloads, and report each one's start and end (exit code and the end of its output) to the server. An
+attached command's input and output go through the server to its client instead (`attached`).
 
 * A command starts at most once per agent process: one the server says is already `running` but this agent
   does not know was started by an agent before a restart; it is reported `failed` (its `timeout` ends it).
@@ -27,6 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from suanli.agent.attached import AttachedSession, Ends
 from suanli.agent.executors import Executor, WorkloadSpec
 from suanli.client import ApiError, Client, ServerUnreachable
 from suanli.domain.errors import SuanliError
@@ -85,13 +87,19 @@ class ExecRunner:
                 self._send(client, found.id, _failed("the rental's workload is not running on this node"))
                 continue
             self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            output = self.dir / f"{found.id}.log"
+            output = self.dir / f"{found.id}.log"  # attached, its output goes to the client instead
+            ends = Ends.open(found.tty) if found.stdin else None
             try:
-                process = self.executor.run_command(spec, found.command, found.timeout_s, output)
+                attach = None if ends is None else ends.child
+                process = self.executor.run_command(spec, found.command, found.timeout_s, output, attach)
             except SuanliError as error:  # an ExecutorError among them
                 output.unlink(missing_ok=True)
+                if ends is not None:
+                    ends.close()
                 self._send(client, found.id, _failed(str(error), getattr(error, "exit_code", None)))
                 continue
+            if ends is not None:
+                AttachedSession(client, found.id, process, ends).start()
             log.info("%s: running %s (%s)", found.rental_id, found.command[0], found.id)
             self.running[found.id] = RunningExec(
                 found.id, found.rental_id, process, output, time.monotonic() + found.timeout_s + KILL_SLACK_S

@@ -186,10 +186,31 @@ class Executor(Protocol):
     def prepare(self, spec: WorkloadSpec) -> None: ...
 
     # a one-off command inside a running workload's context (`suanli exec`), its stdout and stderr to
-    # `output`; ended at `timeout_s` (by `timeout` itself where it can, so it outlives no agent)
+    # `output` (or, attached, to and from `attach`); ended at `timeout_s` (by `timeout` itself where it
+    # can, so it outlives no agent)
     def run_command(
-        self, spec: WorkloadSpec, command: Sequence[str], timeout_s: int, output: Path
+        self,
+        spec: WorkloadSpec,
+        command: Sequence[str],
+        timeout_s: int,
+        output: Path,
+        attach: Attachment | None = None,
     ) -> subprocess.Popen[bytes]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Attachment:
+    """The child's ends of an attached command's input and output (`suanli exec -i`): a pseudo-terminal's
+    side with `tty`, else the two pipes' ends; the agent holds the other ends."""
+
+    stdin_fd: int
+    stdout_fd: int
+    tty: bool
+
+    def child_argv(self, argv: Sequence[str]) -> list[str]:
+        """`argv` started so that, with a terminal, it is the controlling terminal of the command's session
+        (util-linux `setsid --ctty`: job control and ^C work as in a login)."""
+        return ["setsid", "--ctty", *argv] if self.tty else list(argv)
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,10 +312,16 @@ class ProcessExecutor:
         return user
 
     def run_command(
-        self, spec: WorkloadSpec, command: Sequence[str], timeout_s: int, output: Path
+        self,
+        spec: WorkloadSpec,
+        command: Sequence[str],
+        timeout_s: int,
+        output: Path,
+        attach: Attachment | None = None,
     ) -> subprocess.Popen[bytes]:
         """`command` as the workload runs: its user, environment and working directory, in a session of its
-        own under coreutils' `timeout` (TERM at `timeout_s`, KILL 5 s later; exit 124 when it timed out)."""
+        own under coreutils' `timeout` (TERM at `timeout_s`, KILL 5 s later; exit 124 when it timed out).
+        On a terminal `timeout` stays in the foreground, so a shell under it may read the terminal."""
         paths = self.paths(spec.rental_id)
         if not paths.workdir.is_dir():
             raise ExecutorError(f"rental {spec.rental_id} has no working directory on this node")
@@ -303,10 +330,14 @@ class ProcessExecutor:
         as_user: dict[str, object] = {}
         if user is not None:
             as_user = {"user": user.uid, "group": user.gid, "extra_groups": []}
-        argv = ["timeout", "--kill-after=5", f"{timeout_s}s", *command]
-        return start_command(argv, env, output, cwd=paths.workdir, **as_user)
+        foreground = ["--foreground"] if attach is not None and attach.tty else []
+        argv = ["timeout", *foreground, "--kill-after=5", f"{timeout_s}s", *command]
+        if attach is not None and attach.tty:
+            env.setdefault("TERM", TERMINAL_TYPE)
+        return start_command(argv, env, output, attach, cwd=paths.workdir, **as_user)
 
 
+TERMINAL_TYPE = "xterm-256color"  # TERM for a command on a terminal, unless the rental sets its own
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -336,11 +367,27 @@ def _searchable(directory: Path, user: RunAs) -> bool:
 
 
 def start_command(
-    argv: Sequence[str], env: Mapping[str, str], output: Path, **popen: object
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    output: Path,
+    attach: Attachment | None = None,
+    **popen: object,
 ) -> subprocess.Popen[bytes]:
-    """A one-off command (`run_command`) in a session of its own, stdout and stderr to `output`, no stdin;
-    ExecutorError (exit code 127, as a shell's) when it cannot be started."""
+    """A one-off command (`run_command`) in a session of its own, stdout and stderr to `output` and no
+    stdin, or both to and from `attach`; ExecutorError (exit code 127, as a shell's) when it cannot be
+    started."""
     try:
+        if attach is not None:  # `setsid` makes the session: it would fork if it led a group already
+            return subprocess.Popen(  # type: ignore[call-overload]
+                attach.child_argv(argv),
+                env=dict(env),
+                stdin=attach.stdin_fd,
+                stdout=attach.stdout_fd,
+                stderr=attach.stdout_fd,
+                start_new_session=not attach.tty,
+                close_fds=True,
+                **popen,
+            )
         with output.open("wb") as out:
             return subprocess.Popen(  # type: ignore[call-overload]
                 list(argv),

@@ -11,6 +11,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from suanli.api import (
     errors,
+    exec_attach,
     routes_accounts,
     routes_agents,
     routes_billing,
@@ -78,6 +79,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
     app.include_router(routes_sla.router)
     app.include_router(routes_webhooks.router)
     app.include_router(routes_execs.router)
+    app.include_router(exec_attach.router)
     routes_dashboard.install(app)
 
     @app.get("/healthz", tags=["ops"])

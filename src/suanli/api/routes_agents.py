@@ -80,7 +80,13 @@ def heartbeat(body: HeartbeatRequest, key: NodeKeyDep, service: AgentsDep) -> He
         assignments=[_assignment(a) for a in answer.assignments],
         execs=[
             ExecAssignmentResponse(
-                id=e.id, rental_id=e.rental_id, command=list(e.command), timeout_s=e.timeout_s, state=e.state
+                id=e.id,
+                rental_id=e.rental_id,
+                command=list(e.command),
+                timeout_s=e.timeout_s,
+                state=e.state,
+                stdin=e.stdin,
+                tty=e.tty,
             )
             for e in answer.execs
         ],

@@ -40,6 +40,8 @@ def exec_response(found: Exec) -> ExecResponse:
         created_at=found.created_at,
         started_at=found.started_at,
         ended_at=found.ended_at,
+        stdin=found.stdin,
+        tty=found.tty,
     )
 
 
@@ -50,7 +52,10 @@ def create_exec(
     """Run a command inside the running rental on its node of `node_rank`, as its workload runs (its user,
     GPUs, environment, working directory; its container for an image). It is `queued` until that node's agent
     takes it (its next heartbeat); poll `GET .../execs/{id}` for its exit code and output."""
-    return exec_response(service.create(caller, rental_id, body.command, body.node_rank, body.timeout_s))
+    created = service.create(
+        caller, rental_id, body.command, body.node_rank, body.timeout_s, stdin=body.stdin, tty=body.tty
+    )
+    return exec_response(created)
 
 
 @router.get("/rentals/{rental_id}/execs", tags=["rentals"])

@@ -1,7 +1,9 @@
-"""One-off commands inside a running rental (`suanli exec RENTAL -- nvidia-smi`), as `kubectl exec` without a
-terminal: the command runs on one of the rental's nodes, as its workload's user, with its GPUs visible, its
-environment and its working directory (in its container, for an image), and the tenant reads its exit code
-and the end of its output.
+"""Commands inside a running rental (`suanli exec RENTAL -- nvidia-smi`), as `kubectl exec`: the command runs
+on one of the rental's nodes, as its workload's user, with its GPUs visible, its environment and its working
+directory (in its container, for an image), and the tenant reads its exit code and the end of its output.
+An attached command (`stdin`, and with `tty` a terminal: `suanli exec -it RENTAL -- bash`) streams instead:
+the tenant's client and the node's agent each open a WebSocket to the server, which relays the bytes between
+them (`suanli.api.exec_attach`); its output is not kept.
 
 The server never connects to a node: an exec waits `queued` in the store until that node's agent takes it
 from its next heartbeat answer (`for_node`), says it started (`running`) and then how it ended (`exited`
@@ -25,6 +27,7 @@ from suanli.app.records import END_STATES, Caller, Rental
 from suanli.app.tenants import owned_rental
 
 MAX_TIMEOUT_S = 3600
+MAX_ATTACHED_TIMEOUT_S = 8 * 3600  # a terminal session: a working day
 DEFAULT_TIMEOUT_S = 60
 MAX_OPEN_PER_RENTAL = 8  # queued or running at once
 MAX_OUTPUT_CHARS = 65_536  # the end of the output that is kept
@@ -52,6 +55,8 @@ class Exec:
     started_at: datetime | None = None
     ended_at: datetime | None = None
     output_chars: int = 0  # characters of output it has produced so far; `output` is the last of them
+    stdin: bool = False  # attached: the tenant's client streams its input and reads its output live
+    tty: bool = False  # attached to a terminal (a pseudo-terminal on the node)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,8 +126,9 @@ def settle(found: Exec, rental: Rental, now: datetime) -> Exec | None:
 
 
 class ExecService:
-    def __init__(self, uow: Callable[[], ExecUnitOfWork], clock: Clock) -> None:
-        self.uow, self.clock = uow, clock
+    def __init__(self, uow: Callable[[], ExecUnitOfWork], clock: Clock, *, attach: bool = True) -> None:
+        """`attach`: whether this server can relay attached commands (one process serves the API)."""
+        self.uow, self.clock, self.attach = uow, clock, attach
 
     def create(
         self,
@@ -131,11 +137,25 @@ class ExecService:
         command: Sequence[str],
         node_rank: int = 0,
         timeout_s: int = DEFAULT_TIMEOUT_S,
+        *,
+        stdin: bool = False,
+        tty: bool = False,
     ) -> Exec:
-        """Queue `command` for the rental's node of rank `node_rank`; 409 unless the rental is running."""
+        """Queue `command` for the rental's node of rank `node_rank`; 409 unless the rental is running. With
+        `stdin` the client attaches to it (`tty`: on a terminal) to stream its input and output."""
         argv = check_command(command)
-        if not 1 <= timeout_s <= MAX_TIMEOUT_S:
-            raise Invalid(f"timeout is 1 to {MAX_TIMEOUT_S} s", field="timeout_s")
+        if tty and not stdin:
+            raise Invalid("a terminal (tty) needs stdin attached too, as kubectl exec -it", field="tty")
+        if stdin and not self.attach:
+            raise Conflict(
+                "this server runs several worker processes and cannot relay an attached command; run "
+                "the command without stdin, or ask the operator for a single-process server",
+                field="stdin",
+            )
+        longest = MAX_ATTACHED_TIMEOUT_S if stdin else MAX_TIMEOUT_S
+        if not 1 <= timeout_s <= longest:
+            what = "an attached command's" if stdin else "a command's"
+            raise Invalid(f"{what} timeout is 1 to {longest} s", field="timeout_s")
         with self.uow() as uow:
             rental = owned_rental(uow, caller, rental_id)
             if rental.state != "running":
@@ -163,9 +183,30 @@ class ExecService:
                 timeout_s,
                 "queued",
                 self.clock.now(),
+                stdin=stdin,
+                tty=tty,
             )
             uow.execs.add(found)
             uow.commit()
+        return found
+
+    def attachable(self, caller: Caller, rental_id: str, exec_id: str) -> Exec:
+        """The caller's open, attached command, for its client to attach to; 409 when it is not one."""
+        found = self.get(caller, rental_id, exec_id)
+        if not found.stdin:
+            raise Conflict(f"command {exec_id} was not started attached (stdin)", field="exec_id")
+        if found.state not in OPEN_STATES:
+            raise Conflict(f"command {exec_id} has ended ({found.state})", field="exec_id")
+        return found
+
+    def agent_attachable(self, node: str, exec_id: str) -> Exec:
+        """The node's open, attached command, for its agent to attach to."""
+        with self.uow() as uow:
+            found = uow.execs.get(exec_id)
+        if found is None or found.node != node:
+            raise NotFound(f"no command {exec_id} on node {node}")
+        if not found.stdin or found.state not in OPEN_STATES:
+            raise Conflict(f"command {exec_id} is not an open attached command", field="exec_id")
         return found
 
     def get(self, caller: Caller, rental_id: str, exec_id: str) -> Exec:

@@ -1,5 +1,6 @@
 """`suanli exec RENTAL -- CMD...`: run a command inside a running rental and print its output, as `kubectl
-exec` without a terminal; exit with the command's exit code."""
+exec`; exit with the command's exit code. `-i` attaches this side's input, `-t` a terminal (`suanli exec -it
+RENTAL -- bash` is a shell on the node)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from suanli.cli.attach import ENDED_BEFORE_ITS_AGENT, Refused, relay
 from suanli.cli.output import EXIT_REFUSED, EXIT_USAGE, error_text, errors, logged_in
 from suanli.cli.rent_spec import SpecError, duration_s
 
@@ -27,22 +29,50 @@ def exec_command(
     node_rank: Annotated[
         int, typer.Option("--node-rank", min=0, help="Which of its nodes (0: the first; see `suanli show`).")
     ] = 0,
-    timeout: Annotated[str, typer.Option(help="Kill it after this long: 30s, 5m, 1h (at most 1h).")] = "60s",
+    timeout: Annotated[
+        str | None,
+        typer.Option(help="Kill it after this long: 30s, 5m, 1h (default 60s, at most 1h; attached 1h, 8h)."),
+    ] = None,
+    stdin: Annotated[
+        bool, typer.Option("--stdin", "-i", help="Attach: send this side's input to it, its output live.")
+    ] = False,
+    tty: Annotated[
+        bool,
+        typer.Option("--tty", "-t", help="With -i, on a terminal: -it for a shell (every key goes to it)."),
+    ] = False,
 ) -> None:
     """Run a command inside a running rental, on one of its nodes, as its workload runs: its user, GPUs,
     environment and working directory (its container, for an image). Prints the command's output as it
-    comes (about once a second) and exits with its exit code. It starts at the node agent's next heartbeat."""
+    comes (about once a second) and exits with its exit code. It starts at the node agent's next heartbeat.
+    With -it it is a terminal session: `suanli exec -it RENTAL -- bash`."""
     if not command:
         errors.print(error_text("give the command to run after --, e.g. suanli exec RENTAL -- nvidia-smi"))
         raise typer.Exit(EXIT_USAGE)
+    if tty and not stdin:
+        errors.print(error_text("--tty: a terminal needs --stdin too (-it)"))
+        raise typer.Exit(EXIT_USAGE)
     try:
-        timeout_s = duration_s(timeout)
+        timeout_s = duration_s(timeout or ("1h" if stdin else "60s"))
     except SpecError as error:
         errors.print(error_text(f"--timeout: {error}"))
         raise typer.Exit(EXIT_USAGE) from None
-    with logged_in({"node_rank": "--node-rank", "timeout_s": "--timeout", "command": "COMMAND"}) as client:
-        queued = client.exec(rental_id, command, node_rank=node_rank, timeout_s=timeout_s)
-        ended = client.wait_exec(rental_id, queued.id, on_output=_print)
+    options = {"node_rank": "--node-rank", "timeout_s": "--timeout", "command": "COMMAND", "stdin": "--stdin"}
+    with logged_in(options) as client:
+        queued = client.exec(
+            rental_id, command, node_rank=node_rank, timeout_s=timeout_s, stdin=stdin, tty=tty
+        )
+        if stdin:
+            terminal = tty and sys.stdin.isatty()
+            if not terminal and tty:
+                errors.print(error_text("(input is not a terminal: its keys are sent as they are read)"))
+            try:
+                with client.attach_exec(rental_id, queued.id) as socket:
+                    relay(socket, sys.stdin.fileno(), sys.stdout.fileno(), terminal)
+            except Refused as refused:
+                errors.print(error_text(str(refused)))
+                if refused.code != ENDED_BEFORE_ITS_AGENT:
+                    raise typer.Exit(EXIT_REFUSED) from None
+        ended = client.wait_exec(rental_id, queued.id, on_output=None if stdin else _print)
     if ended.state == "exited" and ended.exit_code is not None:
         raise typer.Exit(ended.exit_code if 0 <= ended.exit_code <= 255 else EXIT_REFUSED)
     errors.print(error_text(f"{ended.state} on {ended.node}: {ended.message or 'no exit code'}"))

@@ -25,6 +25,8 @@ from tenacity import (
     stop_after_attempt,
     wait_exponential,
 )
+from websockets.exceptions import InvalidHandshake, InvalidStatus
+from websockets.sync.client import ClientConnection, connect
 
 from suanli.wire.agent_schemas import (
     AgentRegisterRequest,
@@ -354,11 +356,48 @@ class Client:
         return self._call("GET", f"/v1/rentals/{_segment(rental_id)}/gpus", list[RentalGpuResponse])
 
     def exec(
-        self, rental_id: str, command: Sequence[str], *, node_rank: int = 0, timeout_s: int = 60
+        self,
+        rental_id: str,
+        command: Sequence[str],
+        *,
+        node_rank: int = 0,
+        timeout_s: int = 60,
+        stdin: bool = False,
+        tty: bool = False,
     ) -> ExecResponse:
-        """Queue `command` to run inside the running rental (on its node of `node_rank`); see `wait_exec`."""
-        body = ExecCreateRequest(command=list(command), node_rank=node_rank, timeout_s=timeout_s)
+        """Queue `command` to run inside the running rental (on its node of `node_rank`); see `wait_exec`.
+        With `stdin` (and `tty`: on a terminal), attach to it with `attach_exec` to stream its input and
+        output."""
+        body = ExecCreateRequest(
+            command=list(command), node_rank=node_rank, timeout_s=timeout_s, stdin=stdin, tty=tty
+        )
         return self._call("POST", f"/v1/rentals/{_segment(rental_id)}/execs", ExecResponse, body=body)
+
+    def attach_exec(self, rental_id: str, exec_id: str) -> ClientConnection:
+        """A WebSocket to an attached command: send its input as binary frames (a text frame
+        `{"rows": R, "cols": C}` sets its terminal's size, `{"eof": true}` ends its input); its output
+        comes as binary frames until it ends. Then `wait_exec` gives its exit code. Close code 4000 + an
+        HTTP status refuses (the reason says why); 4410: it ended before its node's agent came."""
+        return self._websocket(f"/v1/rentals/{_segment(rental_id)}/execs/{_segment(exec_id)}/attach")
+
+    def attach_agent_exec(self, exec_id: str) -> ClientConnection:
+        """The node agent's end of an attached command (with the node key)."""
+        return self._websocket(f"/v1/agents/execs/{_segment(exec_id)}/attach")
+
+    def _websocket(self, path: str) -> ClientConnection:
+        base = self._http.base_url
+        scheme = "wss" if base.scheme == "https" else "ws"
+        url = base.copy_with(scheme=scheme, raw_path=base.raw_path.rstrip(b"/") + path.encode())
+        headers = {k: v for k, v in self._http.headers.items() if k.lower() == "authorization"}
+        try:
+            return connect(str(url), additional_headers=headers, open_timeout=self._http.timeout.connect)
+        except InvalidStatus as error:
+            status = error.response.status_code
+            raise ApiError(
+                status, "not_attached", f"the server did not open the WebSocket ({status})"
+            ) from None
+        except (OSError, TimeoutError, InvalidHandshake) as error:
+            raise ServerUnreachable(f"cannot reach {base}: {error}") from None
 
     def exec_status(self, rental_id: str, exec_id: str) -> ExecResponse:
         return self._call("GET", f"/v1/rentals/{_segment(rental_id)}/execs/{_segment(exec_id)}", ExecResponse)

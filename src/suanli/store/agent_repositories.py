@@ -377,6 +377,8 @@ class SqlExecs:
                 created_at=found.created_at,
                 started_at=found.started_at,
                 ended_at=found.ended_at,
+                stdin=found.stdin,
+                tty=found.tty,
             )
         )
         self.s.flush()
@@ -442,4 +444,6 @@ def _exec(row: RentalExecRow) -> Exec:
         row.started_at,
         row.ended_at,
         row.output_chars or 0,
+        bool(row.stdin),
+        bool(row.tty),
     )

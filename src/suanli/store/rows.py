@@ -272,6 +272,9 @@ class RentalExecRow(Base):
     created_at: Mapped[datetime] = mapped_column(UtcDateTime())
     started_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     ended_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    # attached: its input and output stream through the server (`suanli exec -i`), on a terminal with `tty`
+    stdin: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
+    tty: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
 
 
 class RentalLogRow(Base):

@@ -164,6 +164,12 @@ class ExecAssignmentResponse(WireModel):
         description="running: this node's agent said it started it (an agent that does not know it restarted "
         "meanwhile, and reports it failed)."
     )
+    stdin: bool = Field(
+        default=False,
+        description="Attached: the agent streams its input and output over the WebSocket "
+        "`/v1/agents/execs/{id}/attach`.",
+    )
+    tty: bool = Field(default=False, description="Attached on a pseudo-terminal.")
 
 
 class HeartbeatResponse(WireModel):

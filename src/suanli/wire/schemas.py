@@ -616,7 +616,20 @@ class ExecCreateRequest(WireModel):
 
     command: list[str] = Field(min_length=1, max_length=1000, description='argv, e.g. ["nvidia-smi"].')
     node_rank: int = Field(default=0, ge=0, le=4095, description="Which of the rental's nodes (0: first).")
-    timeout_s: int = Field(default=60, ge=1, le=3600, description="Killed after this long.")
+    timeout_s: int = Field(
+        default=60, ge=1, le=8 * 3600, description="Killed after this long (at most 1 h; attached, 8 h)."
+    )
+    stdin: bool = Field(
+        default=False,
+        description="Attached: its input and output stream over the WebSocket "
+        "`/v1/rentals/{id}/execs/{exec_id}/attach` (binary frames both ways) instead of being kept; it "
+        "waits up to a minute for the client to attach.",
+    )
+    tty: bool = Field(
+        default=False,
+        description="With stdin: run it on a terminal (a pseudo-terminal on the node), for a shell; the "
+        'client sends its size as the text frame {"rows": R, "cols": C}.',
+    )
 
 
 class ExecResponse(WireModel):
@@ -645,3 +658,5 @@ class ExecResponse(WireModel):
     created_at: datetime
     started_at: datetime | None = None
     ended_at: datetime | None = None
+    stdin: bool = Field(default=False, description="Attached: its output streamed, not kept here.")
+    tty: bool = False

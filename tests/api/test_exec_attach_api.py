@@ -1,0 +1,121 @@
+"""Attached commands (`suanli exec -it`), through the real app: the tenant's client and the node's agent each
+open a WebSocket and the server relays input, output and the terminal's size between them; refusals close
+with 4000 + the HTTP status; an agent with no client is sent away, and a command that ended before its agent
+came tells its client why."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from fastapi.testclient import TestClient
+from starlette.websockets import WebSocketDisconnect
+
+from conftest import app_client, make_tenant, register_agent, wait_for
+from suanli.api import exec_attach
+
+SHARE = {"gpu_model": "L40S", "gpus": 0, "share_milli": 500, "command": ["sleep", "600"], "regions": []}
+
+
+def _running(client: TestClient, owner: dict[str, str]) -> tuple[str, dict[str, str]]:
+    rental_id = client.post("/v1/rentals", json=SHARE, headers=owner).json()["id"]
+    node = wait_for(client, rental_id, owner, "placed")["allocation"][0]["node"]
+    node_headers = register_agent(client, node)
+    report = {"workloads": [{"rental_id": rental_id, "state": "running"}]}
+    client.post("/v1/agents/heartbeat", json=report, headers=node_headers)
+    return rental_id, node_headers
+
+
+def _closed_with(connect, code: int) -> str:
+    """The reason of a WebSocket the server closes at once with `code`."""
+    with connect() as socket, pytest.raises(WebSocketDisconnect) as closed:
+        socket.receive_bytes()
+    assert closed.value.code == code, closed.value
+    return closed.value.reason
+
+
+def test_input_output_and_size_are_relayed_between_the_client_and_the_agent(client: TestClient, tenant):
+    _, owner = tenant("attach-owner")
+    rental_id, node_headers = _running(client, owner)
+    url = f"/v1/rentals/{rental_id}/execs"
+    body = {"command": ["bash"], "stdin": True, "tty": True, "timeout_s": 7200}
+    created = client.post(url, json=body, headers=owner)
+    assert created.status_code == 201, created.text
+    exec_id = created.json()["id"]
+    assert created.json()["stdin"] is True and created.json()["tty"] is True
+    beat = client.post("/v1/agents/heartbeat", json={}, headers=node_headers).json()
+    assert [(e["id"], e["stdin"], e["tty"]) for e in beat["execs"]] == [(exec_id, True, True)]
+
+    with client.websocket_connect(f"{url}/{exec_id}/attach", headers=owner) as tenant_end:
+        tenant_end.send_bytes(b"echo hi\r")  # typed before the agent came: it waits for it
+        tenant_end.send_text(json.dumps({"rows": 40, "cols": 120}))
+        agent_url = f"/v1/agents/execs/{exec_id}/attach"
+        with client.websocket_connect(agent_url, headers=node_headers) as agent_end:
+            assert agent_end.receive_bytes() == b"echo hi\r"
+            assert json.loads(agent_end.receive_text()) == {"rows": 40, "cols": 120}
+            agent_end.send_bytes(b"hi\r\n$ ")
+            assert tenant_end.receive_bytes() == b"hi\r\n$ "
+            second = client.websocket_connect(f"{url}/{exec_id}/attach", headers=owner)
+            assert "already" in _closed_with(lambda: second, 4409)
+        with pytest.raises(WebSocketDisconnect):  # the agent went (the command ended): the client is closed
+            tenant_end.receive_bytes()
+
+
+def test_refusals_close_with_the_status_and_say_why(client: TestClient, tenant):
+    _, owner = tenant("attach-refused")
+    _, other = tenant("attach-other")
+    rental_id, _ = _running(client, owner)
+    url = f"/v1/rentals/{rental_id}/execs"
+    plain = client.post(url, json={"command": ["ls"]}, headers=owner).json()["id"]
+    attached = client.post(url, json={"command": ["sh"], "stdin": True}, headers=owner).json()["id"]
+    assert "not started attached" in _closed_with(
+        lambda: client.websocket_connect(f"{url}/{plain}/attach", headers=owner), 4409
+    )
+    _closed_with(lambda: client.websocket_connect(f"{url}/{attached}/attach", headers=other), 4404)
+    _closed_with(lambda: client.websocket_connect(f"{url}/{attached}/attach"), 4401)
+    other_node = register_agent(client, "h100-a-01")
+    _closed_with(
+        lambda: client.websocket_connect(f"/v1/agents/execs/{attached}/attach", headers=other_node), 4404
+    )
+
+    tty_alone = client.post(url, json={"command": ["sh"], "tty": True}, headers=owner)
+    assert tty_alone.status_code == 400 and tty_alone.json()["error"]["field"] == "tty"
+    too_long = client.post(url, json={"command": ["sh"], "timeout_s": 7200}, headers=owner)
+    assert too_long.status_code == 400 and "1 to 3600" in too_long.json()["error"]["message"]
+
+
+def test_an_agent_with_no_client_is_sent_away(client: TestClient, tenant, monkeypatch):
+    monkeypatch.setattr(exec_attach, "ATTACH_WAIT_S", 0.2)
+    _, owner = tenant("attach-alone")
+    rental_id, node_headers = _running(client, owner)
+    url = f"/v1/rentals/{rental_id}/execs"
+    exec_id = client.post(url, json={"command": ["sh"], "stdin": True}, headers=owner).json()["id"]
+    reason = _closed_with(
+        lambda: client.websocket_connect(f"/v1/agents/execs/{exec_id}/attach", headers=node_headers), 4408
+    )
+    assert "no client attached" in reason
+
+
+def test_a_command_that_failed_before_its_agent_came_tells_its_client(client: TestClient, tenant):
+    _, owner = tenant("attach-failed")
+    rental_id, node_headers = _running(client, owner)
+    url = f"/v1/rentals/{rental_id}/execs"
+    exec_id = client.post(url, json={"command": ["nope"], "stdin": True}, headers=owner).json()["id"]
+    with client.websocket_connect(f"{url}/{exec_id}/attach", headers=owner) as tenant_end:
+        failed = {"state": "failed", "exit_code": 127, "message": "cannot run 'nope'"}
+        client.post(f"/v1/agents/execs/{exec_id}", json=failed, headers=node_headers)
+        with pytest.raises(WebSocketDisconnect) as closed:
+            tenant_end.receive_bytes()
+    assert closed.value.code == 4410 and "cannot run 'nope'" in closed.value.reason
+
+
+def test_a_server_of_several_worker_processes_refuses_an_attached_command(database_url: str):
+    """Its two ends could reach different processes, and the relay lives in one."""
+    with app_client(database_url, server_workers=2) as client:
+        _, owner = make_tenant(client, "attach-workers")
+        rental_id, _ = _running(client, owner)
+        url = f"/v1/rentals/{rental_id}/execs"
+        refused = client.post(url, json={"command": ["sh"], "stdin": True}, headers=owner)
+        assert refused.status_code == 409 and refused.json()["error"]["field"] == "stdin"
+        assert "several worker processes" in refused.json()["error"]["message"]
+        assert client.post(url, json={"command": ["ls"]}, headers=owner).status_code == 201

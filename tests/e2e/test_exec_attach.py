@@ -1,0 +1,126 @@
+"""`suanli exec -it` with the real CLI, server and agent: a shell on the node on a real pseudo-terminal at
+both ends (the CLI's in raw mode, its size passed on), ^C reaching the remote command, the shell's exit
+code; piped input with `-i`; and a client that goes away hangs its command up."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import select
+import struct
+import subprocess
+import termios
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_agents import FLEET, NODES, SUANLI, Platform, running_platform, wait_for_state, wait_until
+
+from suanli.agent.probe import declared_gpu_uuid
+from suanli.wire.schemas import RentalCreateRequest
+
+WAIT_S = 30.0
+
+
+@pytest.fixture
+def platform(tmp_path: Path) -> Iterator[Platform]:
+    with running_platform(tmp_path, FLEET, NODES[:1]) as p:
+        yield p
+
+
+def _cli_env(platform: Platform) -> dict[str, str]:
+    env = {**os.environ, "SUANLI_URL": platform.url, "SUANLI_API_KEY": platform.tenant_key}
+    env["SUANLI_CONFIG_DIR"] = str(platform.tmp / "cli")
+    return env
+
+
+def _in_terminal(argv: list[str], env: dict[str, str], rows: int, cols: int) -> tuple[subprocess.Popen, int]:
+    """`argv` on a new pseudo-terminal of `rows` x `cols`; the process and the terminal's master side."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    process = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True)
+    os.close(slave)
+    return process, master
+
+
+def _read_until(master: int, wanted: bytes, seen: bytearray) -> None:
+    """Read the terminal into `seen` until it holds `wanted`."""
+    deadline = time.monotonic() + WAIT_S
+    while wanted not in seen:
+        assert time.monotonic() < deadline, f"never printed {wanted!r}; printed {bytes(seen)!r}"
+        ready, _, _ = select.select([master], [], [], 0.2)
+        if ready:
+            try:
+                seen += os.read(master, 65536)
+            except OSError:
+                break
+    assert wanted in seen, bytes(seen)
+
+
+def _running_rental(platform: Platform):
+    with platform.tenant() as api:
+        request = RentalCreateRequest(gpu_model="H100-SXM-80GB", gpus=1, command=["sleep", "600"])
+        rental = api.create_rental(request)
+        return wait_for_state(api, rental.id, "running")
+
+
+def test_a_shell_on_a_terminal_sees_the_rentals_gpu_its_size_and_ctrl_c(platform: Platform) -> None:
+    running = _running_rental(platform)
+    argv = [*SUANLI, "exec", "-it", running.id, "--", "bash", "--norc", "--noprofile", "-i"]
+    process, master = _in_terminal(argv, _cli_env(platform), rows=33, cols=101)
+    seen = bytearray()
+    try:
+        os.write(master, b'tty; echo "gpus=$CUDA_VISIBLE_DEVICES"; stty size\r')
+        _read_until(master, b"33 101", seen)
+        where = running.allocation[0]
+        assert f"gpus={declared_gpu_uuid(where.node, where.slices[0].gpu_index)}".encode() in seen
+        assert b"/dev/pts/" in seen  # a terminal on the node too
+        os.write(master, b"sleep 100\r")
+        time.sleep(1.0)
+        os.write(master, b"\x03")  # ^C: to the remote sleep, not to the CLI (its terminal is raw)
+        os.write(master, b"echo alive-$((6*7))\r")
+        _read_until(master, b"alive-42", seen)
+        os.write(master, b"exit 5\r")
+        assert process.wait(timeout=WAIT_S) == 5, bytes(seen)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        os.close(master)
+    with platform.tenant() as api:
+        shown = api.execs(running.id)[0]
+        assert (shown.state, shown.exit_code, shown.tty, shown.output) == ("exited", 5, True, "")
+
+
+def test_piped_input_reaches_the_command_and_its_end_closes_the_input(platform: Platform) -> None:
+    running = _running_rental(platform)
+    script = "read first; echo got:$first; wc -l"
+    shown = subprocess.run(
+        [*SUANLI, "exec", "-i", running.id, "--", "sh", "-c", script],
+        input="hello\nmore\nlines\n",
+        env=_cli_env(platform),
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S * 2,
+    )
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert shown.stdout.split() == ["got:hello", "2"]
+
+
+def test_a_client_that_goes_away_hangs_up_its_command(platform: Platform) -> None:
+    running = _running_rental(platform)
+    marker = platform.tmp / "hung-up"
+    script = f"trap 'echo hup > {marker}; exit 129' HUP; echo ready; while :; do sleep 0.1; done"
+    argv = [*SUANLI, "exec", "-it", running.id, "--", "bash", "--norc", "-c", script]
+    process, master = _in_terminal(argv, _cli_env(platform), rows=24, cols=80)
+    try:
+        _read_until(master, b"ready", bytearray())
+        process.kill()
+        process.wait()
+    finally:
+        os.close(master)
+    wait_until(marker.exists, WAIT_S, "the command was never hung up")
+    with platform.tenant() as api:
+        wait_until(lambda: api.execs(running.id)[0].state == "exited", WAIT_S, "its end was never reported")
+        assert api.execs(running.id)[0].exit_code == 129
