@@ -29,12 +29,6 @@ class Settings(BaseSettings):
         "network); off, a tenant's webhook cannot reach the server's own network.",
     )
     scheduler_interval_s: float = Field(default=5.0, gt=0)
-    server_workers: int = Field(
-        default=1,
-        ge=1,
-        description="Worker processes serving the API (set by `suanli server --workers`): with more than "
-        "one, attached commands (`suanli exec -it`) are refused, since their relay lives in one process.",
-    )
     api_rate: str = Field(
         default="50/second;2000/minute",
         description="Requests a tenant (all its keys together) may send, per window (the `limits` "

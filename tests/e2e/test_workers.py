@@ -11,6 +11,11 @@ from pathlib import Path
 import httpx
 import pytest
 from server_process import ServerProcess, new_database
+from websockets.exceptions import ConnectionClosed
+
+from suanli.client import Client
+from suanli.wire.agent_schemas import HeartbeatRequest, WorkloadReportBody
+from suanli.wire.schemas import RentalCreateRequest
 
 ADMIN_KEY = "sk_workers_admin_key_0123456789"
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
@@ -142,3 +147,39 @@ def test_a_worker_collects_young_garbage_less_often_and_keeps_the_older_ratios(
         assert gc.get_threshold() == (GC_YOUNG_THRESHOLD, 10, 10)
     finally:
         gc.set_threshold(*before)
+
+
+def test_an_attached_command_relays_between_workers(server: ServerProcess) -> None:
+    """`suanli exec -it` on two workers: the client's and the agent's WebSockets may reach different worker
+    processes, so frames go through PostgreSQL (NOTIFY). Three sessions, each end on a connection of its
+    own, with input, output and the end going both ways."""
+    admin = httpx.Client(base_url=server.url, timeout=10, headers=ADMIN)
+    assert (
+        admin.put("/v1/fleet", content=FLEET, headers={"Content-Type": "application/toml"}).status_code == 200
+    )
+    tenant_id = admin.post("/v1/tenants", json={"name": "attach"}).json()["id"]
+    secret = admin.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}).json()["secret"]
+    admin.post(f"/v1/tenants/{tenant_id}/credit", json={"amount_micros": 10**12})
+    tenant = Client(server.url, secret)
+    rental = tenant.create_rental(RentalCreateRequest(gpu_model="H100-SXM-80GB", gpus=1))
+    deadline = time.monotonic() + 30
+    while (found := tenant.rental(rental.id)).state != "placed":
+        assert time.monotonic() < deadline, found.state
+        time.sleep(0.1)
+    token = admin.post("/v1/join-tokens", json={"node": found.allocation[0].node}).json()["token"]
+    registered = admin.post("/v1/agents/register", json={"token": token, "inventory": {"gpus": []}}).json()
+    node = Client(server.url, registered["node_key"])
+    node.heartbeat(HeartbeatRequest(workloads=[WorkloadReportBody(rental_id=rental.id, state="running")]))
+    for turn in range(3):
+        queued = tenant.exec(rental.id, ["bash"], stdin=True, tty=True)
+        with tenant.attach_exec(rental.id, queued.id) as client_end:
+            client_end.send(f"echo {turn}\r".encode())
+            with node.attach_agent_exec(queued.id) as agent_end:
+                assert agent_end.recv(timeout=10) == f"echo {turn}\r".encode()
+                agent_end.send(f"{turn}\r\n".encode())
+                assert client_end.recv(timeout=10) == f"{turn}\r\n".encode()
+            with pytest.raises(ConnectionClosed):  # the agent's end went: the client's is closed
+                client_end.recv(timeout=10)
+    tenant.close()
+    node.close()
+    admin.close()

@@ -24,14 +24,17 @@ from suanli.api import (
     routes_sla,
     routes_webhooks,
 )
+from suanli.api.attach_relay import Relay
 from suanli.api.wiring import build
 from suanli.app.ports import Clock
 from suanli.config import Settings
+from suanli.store.attach_bus import AttachBus
 
 
 def create_app(settings: Settings | None = None, clock: Clock | None = None) -> FastAPI:
     """Migrate the database, bootstrap the first admin, and wire the routes; the loop starts with the app."""
     services = build(settings or Settings(), clock)
+    relay = Relay(AttachBus(services.engine))  # attached commands' frames, between processes on PostgreSQL
 
     def on_notify() -> None:
         """Another server process created, stopped or resized a rental: the leader's loops run soon."""
@@ -52,9 +55,11 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
             services.webhook_loop.start()
         if services.wakeups is not None:
             services.wakeups.listen(on_notify)
+        relay.start()
         try:
             yield
         finally:
+            relay.stop()
             if services.wakeups is not None:
                 services.wakeups.stop()
             if services.meter is not None:
@@ -68,6 +73,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
 
     app = FastAPI(title="suanli", version="0.1.0", lifespan=lifespan)
     app.state.services = services
+    app.state.exec_relay = relay
     errors.install(app)
     app.include_router(routes_accounts.router)
     app.include_router(routes_fleet.router)

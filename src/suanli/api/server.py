@@ -60,7 +60,6 @@ def serve(host: str, port: int, settings: Settings | None = None, workers: int =
             f"{workers} worker processes need PostgreSQL (SUANLI_DATABASE_URL); SQLite has one server process"
         )
     prepare(settings)
-    os.environ["SUANLI_SERVER_WORKERS"] = str(workers)  # each worker's Settings() reads it
     with contextlib.ExitStack() as stack:
         if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # the workers' metrics files, gone at exit
             os.environ["PROMETHEUS_MULTIPROC_DIR"] = stack.enter_context(

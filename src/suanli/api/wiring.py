@@ -265,6 +265,6 @@ def build(settings: Settings, clock: Clock | None = None) -> Services:
         ),
         budget_alerts,
         RateLimit(settings.api_rate, "requests") if settings.api_rate.strip() else None,
-        ExecService(lambda: SqlAgentUnitOfWork(sessions), clock, attach=settings.server_workers == 1),
+        ExecService(lambda: SqlAgentUnitOfWork(sessions), clock),
     )
     return services

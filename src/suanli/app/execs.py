@@ -126,9 +126,8 @@ def settle(found: Exec, rental: Rental, now: datetime) -> Exec | None:
 
 
 class ExecService:
-    def __init__(self, uow: Callable[[], ExecUnitOfWork], clock: Clock, *, attach: bool = True) -> None:
-        """`attach`: whether this server can relay attached commands (one process serves the API)."""
-        self.uow, self.clock, self.attach = uow, clock, attach
+    def __init__(self, uow: Callable[[], ExecUnitOfWork], clock: Clock) -> None:
+        self.uow, self.clock = uow, clock
 
     def create(
         self,
@@ -146,12 +145,6 @@ class ExecService:
         argv = check_command(command)
         if tty and not stdin:
             raise Invalid("a terminal (tty) needs stdin attached too, as kubectl exec -it", field="tty")
-        if stdin and not self.attach:
-            raise Conflict(
-                "this server runs several worker processes and cannot relay an attached command; run "
-                "the command without stdin, or ask the operator for a single-process server",
-                field="stdin",
-            )
         longest = MAX_ATTACHED_TIMEOUT_S if stdin else MAX_TIMEOUT_S
         if not 1 <= timeout_s <= longest:
             what = "an attached command's" if stdin else "a command's"

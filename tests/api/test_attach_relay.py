@@ -1,0 +1,63 @@
+"""The relay of attached commands between two server processes on PostgreSQL: two relays, each with its
+own engine and listener, stand for two worker processes; the client's end is held by one, the agent's by
+the other. Frames go both ways in order, a frame too large for one notification arrives whole in pieces,
+each end learns the other came, and one end going closes the other after what it sent."""
+
+from __future__ import annotations
+
+import asyncio
+
+from suanli.api.attach_relay import Relay
+from suanli.store.attach_bus import PIECE_BYTES, AttachBus
+from suanli.store.db import make_engine
+
+
+async def _read(queue: asyncio.Queue, count_bytes: int) -> bytes:
+    """Binary frames from `queue` until `count_bytes` have come."""
+    got = b""
+    while len(got) < count_bytes:
+        frame = await asyncio.wait_for(queue.get(), 10)
+        assert isinstance(frame, bytes), frame
+        got += frame
+    return got
+
+
+def test_frames_cross_between_two_processes_through_postgresql(database_url: str) -> None:
+    engines = [make_engine(database_url) for _ in range(2)]
+    if database_url.startswith("sqlite"):
+        assert not Relay(AttachBus(engines[0])).bus  # one process: frames stay in memory
+        return
+
+    async def scenario() -> None:
+        client_side, agent_side = Relay(AttachBus(engines[0])), Relay(AttachBus(engines[1]))
+        client_side.start()
+        agent_side.start()
+        try:
+            client = client_side.join("exe_1", "client")
+            assert client is not None
+            typed = b"typed before the agent came\r"
+            client.outbox["client"].put_nowait(typed)
+            agent = agent_side.join("exe_1", "agent")
+            assert agent is not None
+            await asyncio.wait_for(agent.came["client"].wait(), 10)
+            await asyncio.wait_for(client.came["agent"].wait(), 10)
+            assert await _read(agent.queue("agent"), len(typed)) == typed
+            client.outbox["client"].put_nowait('{"rows": 40, "cols": 120}')
+            assert await asyncio.wait_for(agent.queue("agent").get(), 10) == '{"rows": 40, "cols": 120}'
+            big = bytes(range(256)) * (PIECE_BYTES // 100)  # several notifications' worth
+            agent.outbox["agent"].put_nowait(big)
+            agent.outbox["agent"].put_nowait(b"$ ")
+            assert await _read(client.queue("client"), len(big) + 2) == big + b"$ "
+            await agent_side.leave("exe_1", "agent")  # the command ended
+            assert await asyncio.wait_for(client.queue("client").get(), 10) is None
+            await client_side.leave("exe_1", "client")
+            assert client_side.pipes == {} and agent_side.pipes == {}
+        finally:
+            client_side.stop()
+            agent_side.stop()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        for engine in engines:
+            engine.dispose()
