@@ -29,6 +29,8 @@ from suanli.cli.main import app
         (["invoice", "２０２６-12"], "is not a month as yyyy-mm"),  # fullwidth digits
         (["report-revenue", "26-12", "5"], "'26-12' is not a month as yyyy-mm"),
         (["admin", "credit", "ten_x", "١٢"], "not an amount"),  # Arabic-Indic digits
+        (["admin", "credit", "ten_x", "-5"], "AMOUNT: an amount is not negative"),  # not "No such option"
+        (["report-revenue", "2026-11", "-5"], "REVENUE: an amount is not negative"),
     ],
     ids=[
         "key-label",
@@ -43,6 +45,8 @@ from suanli.cli.main import app
         "month-fullwidth",
         "revenue-month",
         "amount-digits",
+        "negative-credit",
+        "negative-revenue",
     ],
 )
 def test_a_refused_value_names_its_option_and_exits_2(tmp_path: Path, args: list[str], says: str) -> None:

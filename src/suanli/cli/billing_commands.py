@@ -19,10 +19,10 @@ from suanli.cli.output import (
     logged_in,
     micros,
     micros_option,
+    moment_option,
     month_argument,
     table,
 )
-from suanli.cli.rent_spec import SpecError, moment
 from suanli.domain.billing.ledger import (
     AccountId,
     AccountKind,
@@ -199,22 +199,22 @@ def admin_credit(
     ] = False,
     memo: str = "",
     expires: Annotated[
-        str | None, typer.Option("--expires", help="A grant's expiry: +30d, or ISO 8601 (UTC if no zone).")
+        datetime | None,
+        typer.Option(
+            "--expires",
+            parser=moment_option,
+            metavar="TIME",
+            help="A grant's expiry: +30d, or ISO 8601 (UTC if no zone).",
+        ),
     ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Top up a tenant's cash (or give it a grant, optionally expiring): one balanced ledger transaction."""
     amount_micros = micros_option(amount, "AMOUNT")
-    expires_at = None
-    if expires is not None:
-        try:
-            expires_at = moment(expires)
-        except SpecError as error:
-            errors.print(error_text(f"--expires: {error}"))
-            raise typer.Exit(EXIT_USAGE) from None
-        if not grant:
-            errors.print(error_text("--expires: only a grant (--grant) expires"))
-            raise typer.Exit(EXIT_USAGE)
+    expires_at = expires
+    if expires is not None and not grant:
+        errors.print(error_text("--expires: only a grant (--grant) expires"))
+        raise typer.Exit(EXIT_USAGE)
     with logged_in({"amount_micros": "AMOUNT", "memo": "--memo", "expires_at": "--expires"}) as client:
         tx = client.credit(tenant_id, amount_micros, grant=grant, memo=memo, expires_at=expires_at)
     if as_json:
@@ -241,9 +241,12 @@ def admin_prices_set(
         str | None, typer.Option("--mig-profile", help="Price one MIG instance explicitly, e.g. 3g.40gb.")
     ] = None,
     effective_from: Annotated[
-        str | None,
+        datetime | None,
         typer.Option(
-            "--from", help="When it takes effect: now, +1d, or ISO 8601 (UTC if no zone); default now."
+            "--from",
+            parser=moment_option,
+            metavar="TIME",
+            help="When it takes effect: now, +1d, or ISO 8601 (UTC if no zone); default now.",
         ),
     ] = None,
     source: Annotated[str, typer.Option("--source", help="Where the price comes from.")] = "",
@@ -256,16 +259,13 @@ def admin_prices_set(
     if price is not None:
         price_micros = micros_option(price, "--price")
     try:
-        start = None
-        if effective_from is not None:
-            start = moment(effective_from)
         entry = PriceEntryRequest(
             gpu_model=model,
             region=region,
             tier=tier,  # type: ignore[arg-type]
             mig_profile=mig_profile,
             price_micros_per_gpu_hour=price_micros,
-            effective_from=start,
+            effective_from=effective_from,
             source=source,
         )
     except ValueError as error:

@@ -47,7 +47,10 @@ app.add_typer(platform.admin_app, name="admin")
 app.add_typer(key_commands.keys_app, name="keys")
 app.add_typer(webhook_commands.webhooks_app, name="webhooks")
 app.add_typer(billing_commands.ledger_app, name="ledger")
-platform.admin_app.command("credit")(billing_commands.admin_credit)
+# "-5" is the amount (refused as such), not an unknown option
+platform.admin_app.command("credit", context_settings={"ignore_unknown_options": True})(
+    billing_commands.admin_credit
+)
 platform.admin_app.command("sla")(billing_commands.admin_sla)
 platform.admin_app.add_typer(billing_commands.admin_prices_app, name="prices")
 platform.admin_app.command("plan")(plan_commands.admin_plan)
@@ -70,7 +73,6 @@ for command in (
     billing_commands.invoice,
     billing_commands.sla,
     plan_commands.plans,
-    plan_commands.report_revenue,
     plan_commands.grants,
     plan_commands.terms,
     plan_commands.limits,
@@ -81,6 +83,7 @@ for command in (
 ):
     app.command()(command)
 app.command("exec")(exec_commands.exec_command)
+app.command("report-revenue", context_settings={"ignore_unknown_options": True})(plan_commands.report_revenue)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,16 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
-from suanli.cli.output import emit, logged_in, micros, micros_option, month_argument, table, usage_error
-from suanli.cli.rent_spec import SpecError, moment
+from suanli.cli.output import (
+    emit,
+    logged_in,
+    micros,
+    micros_option,
+    moment_option,
+    month_argument,
+    table,
+    usage_error,
+)
 from suanli.wire.plan_schemas import (
     GrantResponse,
     LimitsResponse,
@@ -22,15 +30,6 @@ from suanli.wire.plan_schemas import (
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of a table.")]
 TenantOption = Annotated[str | None, typer.Option("--tenant", help="Admins: another tenant.")]
-
-
-def _moment(text: str | None, option: str) -> datetime | None:
-    if text is None:
-        return None
-    try:
-        return moment(text)
-    except SpecError as error:
-        raise usage_error(f"{option}: {error}") from None
 
 
 def _bp(percent: float, option: str) -> int:
@@ -50,10 +49,19 @@ def admin_plan(
         float, typer.Option("--share-pct", help="Revenue share: percent of reported monthly revenue.")
     ] = 0.0,
     starts: Annotated[
-        str | None, typer.Option("--starts", help="now, +1d or ISO 8601 (UTC); default now.")
+        datetime | None,
+        typer.Option(
+            "--starts", parser=moment_option, metavar="TIME", help="now, +1d or ISO 8601 (UTC); default now."
+        ),
     ] = None,
     ends: Annotated[
-        str | None, typer.Option("--ends", help="+90d or ISO 8601 (UTC); default a year after the start.")
+        datetime | None,
+        typer.Option(
+            "--ends",
+            parser=moment_option,
+            metavar="TIME",
+            help="+90d or ISO 8601 (UTC); default a year after the start.",
+        ),
     ] = None,
     as_json: JsonFlag = False,
 ) -> None:
@@ -64,8 +72,8 @@ def admin_plan(
             discount_bp=_bp(discount_pct, "--discount-pct"),
             fee_micros=micros_option(fee, "--fee"),
             revenue_share_bp=_bp(share_pct, "--share-pct"),
-            starts_at=_moment(starts, "--starts"),
-            ends_at=_moment(ends, "--ends"),
+            starts_at=starts,
+            ends_at=ends,
         )
     except ValidationError as error:
         first = error.errors()[0]

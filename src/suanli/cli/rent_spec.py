@@ -62,6 +62,8 @@ def parse_gpu_spec(text: str) -> GpuSpec:
 def money_to_micros(text: str) -> int:
     """`1.9` (currency units per GPU-hour) -> 1_900_000 micros, exactly (no float rounding)."""
     match = re.fullmatch(r"([0-9]+)(?:\.([0-9]{1,6}))?", text.strip())
+    if not match and re.fullmatch(r"-[0-9]+(?:\.[0-9]{1,6})?", text.strip()):
+        raise SpecError(f"an amount is not negative (got {text!r})")
     if not match:
         raise SpecError(f"not an amount: {text!r} (use e.g. 1.9)")
     whole, fraction = match.group(1), (match.group(2) or "").ljust(6, "0")
