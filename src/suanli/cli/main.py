@@ -17,6 +17,7 @@ from suanli.cli import (
     webhook_commands,
 )
 from suanli.cli import platform_commands as platform
+from suanli.cli.admin_commands import admin_app
 from suanli.cli.fleet_commands import fleet_app
 from suanli.cli.maintenance_commands import maintenance_app
 from suanli.cli.sim_commands import sim_app
@@ -43,20 +44,18 @@ def main(
 app.add_typer(sim_app, name="sim")
 app.add_typer(fleet_app, name="fleet")
 app.add_typer(contract_commands.contracts_app, name="contracts")
-app.add_typer(platform.admin_app, name="admin")
+app.add_typer(admin_app, name="admin")
 app.add_typer(key_commands.keys_app, name="keys")
 app.add_typer(webhook_commands.webhooks_app, name="webhooks")
 app.add_typer(billing_commands.ledger_app, name="ledger")
 # "-5" is the amount (refused as such), not an unknown option
-platform.admin_app.command("credit", context_settings={"ignore_unknown_options": True})(
-    billing_commands.admin_credit
-)
-platform.admin_app.command("sla")(billing_commands.admin_sla)
-platform.admin_app.add_typer(billing_commands.admin_prices_app, name="prices")
-platform.admin_app.command("plan")(plan_commands.admin_plan)
-platform.admin_app.command("terms")(plan_commands.admin_terms)
-platform.admin_app.command("limits")(plan_commands.admin_limits)
-platform.admin_app.add_typer(maintenance_app, name="maintenance")
+admin_app.command("credit", context_settings={"ignore_unknown_options": True})(billing_commands.admin_credit)
+admin_app.command("sla")(billing_commands.admin_sla)
+admin_app.add_typer(billing_commands.admin_prices_app, name="prices")
+admin_app.command("plan")(plan_commands.admin_plan)
+admin_app.command("terms")(plan_commands.admin_terms)
+admin_app.command("limits")(plan_commands.admin_limits)
+admin_app.add_typer(maintenance_app, name="maintenance")
 for command in (
     platform.server,
     platform.login,
