@@ -237,3 +237,17 @@ def test_an_attached_command_in_a_container_gets_its_input_and_a_terminal_from_t
     finally:
         ends.close()
         workload.kill()  # type: ignore[attr-defined]
+
+
+def test_a_containers_ports_are_reached_at_its_address(tmp_path: Path, runtime_on_path: Path) -> None:
+    """`suanli port-forward` into an image rental connects to the address `inspect` gives the container."""
+    executor, workload, _ = launch_sleeper(tmp_path, runtime_on_path)
+    try:
+        spec = WorkloadSpec("r-1", ("sleep", "60"), {}, image="pytorch")
+        assert executor.address(spec) == "127.0.0.1"  # the stand-in's containers share the host's network
+        inspected = [argv[1:] for argv in calls(runtime_on_path) if argv[1] == "inspect"]
+        assert inspected == [
+            ["inspect", "--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}", "suanli-r-1"]
+        ]
+    finally:
+        workload.kill()  # type: ignore[attr-defined]

@@ -107,3 +107,32 @@ def test_a_command_that_failed_before_its_agent_came_tells_its_client(client: Te
         with pytest.raises(WebSocketDisconnect) as closed:
             tenant_end.receive_bytes()
     assert closed.value.code == 4410 and "cannot run 'nope'" in closed.value.reason
+
+
+def test_a_port_forward_goes_to_the_nodes_agent_with_its_port(client: TestClient, tenant):
+    _, owner = tenant("forward-owner")
+    _, other = tenant("forward-other")
+    rental_id, node_headers = _running(client, owner)
+    url = f"/v1/rentals/{rental_id}/forwards"
+    created = client.post(url, json={"port": 8888}, headers=owner)
+    assert created.status_code == 201, created.text
+    forward = created.json()
+    assert (forward["port"], forward["command"], forward["stdin"], forward["timeout_s"]) == (
+        8888,
+        [],
+        True,
+        28800,
+    )
+    beat = client.post("/v1/agents/heartbeat", json={}, headers=node_headers).json()
+    assert [(e["id"], e["port"], e["command"]) for e in beat["execs"]] == [(forward["id"], 8888, [])]
+    assert client.post(url, json={"port": 8888}, headers=other).status_code == 404
+    for bad, field in (
+        ({"port": 0}, "port"),
+        ({"port": 65536}, "port"),
+        ({"port": 80, "node_rank": 1}, "node_rank"),
+    ):
+        response = client.post(url, json=bad, headers=owner)
+        assert response.status_code in (400, 422) and field in response.text, response.text
+    client.post(f"/v1/rentals/{rental_id}/stop", headers=owner)
+    ended = client.post(url, json={"port": 8888}, headers=owner)
+    assert ended.status_code == 409 and "a port forward reaches a running rental only" in ended.text

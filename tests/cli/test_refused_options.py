@@ -31,6 +31,9 @@ from suanli.cli.main import app
         (["admin", "credit", "ten_x", "١٢"], "not an amount"),  # Arabic-Indic digits
         (["admin", "credit", "ten_x", "-5"], "AMOUNT: an amount is not negative"),  # not "No such option"
         (["report-revenue", "2026-11", "-5"], "REVENUE: an amount is not negative"),
+        (["port-forward", "rnt_x", "jupyter"], "[LOCAL:]REMOTE: 'jupyter' is not a port"),
+        (["port-forward", "rnt_x", "9000:70000"], "a port is 1 to 65535"),
+        (["exec", "-t", "rnt_x", "--", "bash"], "--tty: a terminal needs --stdin too (-it)"),
     ],
     ids=[
         "key-label",
@@ -47,6 +50,9 @@ from suanli.cli.main import app
         "amount-digits",
         "negative-credit",
         "negative-revenue",
+        "forward-port",
+        "forward-range",
+        "tty-alone",
     ],
 )
 def test_a_refused_value_names_its_option_and_exits_2(tmp_path: Path, args: list[str], says: str) -> None:

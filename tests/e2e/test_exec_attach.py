@@ -1,6 +1,7 @@
 """`suanli exec -it` with the real CLI, server and agent: a shell on the node on a real pseudo-terminal at
 both ends (the CLI's in raw mode, its size passed on), ^C reaching the remote command, the shell's exit
-code; piped input with `-i`; and a client that goes away hangs its command up."""
+code; piped input with `-i`; a client that goes away hangs its command up; and `suanli port-forward` to a
+web server the rental runs."""
 
 from __future__ import annotations
 
@@ -8,13 +9,18 @@ import fcntl
 import os
 import pty
 import select
+import signal
+import socket
 import struct
 import subprocess
+import sys
 import termios
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import httpx
 import pytest
 from test_agents import FLEET, NODES, SUANLI, Platform, running_platform, wait_for_state, wait_until
 
@@ -124,3 +130,63 @@ def test_a_client_that_goes_away_hangs_up_its_command(platform: Platform) -> Non
     with platform.tenant() as api:
         wait_until(lambda: api.execs(running.id)[0].state == "exited", WAIT_S, "its end was never reported")
         assert api.execs(running.id)[0].exit_code == 129
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _forward(platform: Platform, rental_id: str, remote: int) -> tuple[subprocess.Popen[str], int]:
+    """`suanli port-forward RENTAL 0:REMOTE` running; the local port it listens on."""
+    argv = [*SUANLI, "port-forward", rental_id, f"0:{remote}"]
+    process = subprocess.Popen(argv, env=_cli_env(platform), stderr=subprocess.PIPE, text=True)
+    assert process.stderr is not None
+    line = process.stderr.readline()
+    assert line.startswith("Forwarding from 127.0.0.1:"), line
+    return process, int(line.split(":")[1].split()[0])
+
+
+def test_port_forward_reaches_a_server_the_rental_runs(platform: Platform) -> None:
+    """`suanli port-forward`: HTTP requests, two at once, reach the rental's web server on its node through
+    the server; a port nothing listens on is refused with the reason; Ctrl-C ends it, and its end is told."""
+    port = _free_port()
+    with platform.tenant() as api:
+        serve = [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"]
+        rental = api.create_rental(RentalCreateRequest(gpu_model="H100-SXM-80GB", gpus=1, command=serve))
+        wait_for_state(api, rental.id, "running")
+        wait_until(lambda: _listening(port), WAIT_S, "the rental's web server never listened")
+        process, local = _forward(platform, rental.id, port)
+        try:
+            url = f"http://127.0.0.1:{local}/"
+            with httpx.Client(timeout=WAIT_S) as http:
+                first = http.get(url)  # waits for the agent's next heartbeat, then goes through
+                assert first.status_code == 200 and "Directory listing" in first.text
+            with ThreadPoolExecutor(2) as pool:
+                both = list(pool.map(lambda _: httpx.get(url, timeout=WAIT_S).status_code, range(2)))
+            assert both == [200, 200]
+        finally:
+            process.send_signal(signal.SIGINT)
+            assert process.wait(timeout=WAIT_S) == 0
+        wait_until(lambda: api.execs(rental.id)[0].state == "exited", WAIT_S, "its end was never reported")
+        ended = api.execs(rental.id)[0]
+        assert ended.port == port and ended.command == [] and "3 connection(s)" in ended.message
+
+        closed = _free_port()  # nothing listens there
+        process, local = _forward(platform, rental.id, closed)
+        try:
+            with pytest.raises(httpx.TransportError):
+                httpx.get(f"http://127.0.0.1:{local}/", timeout=WAIT_S)
+        finally:
+            process.send_signal(signal.SIGINT)
+            _, said = process.communicate(timeout=WAIT_S)
+        assert f"cannot connect to port {closed} on the node" in said, said
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False

@@ -86,6 +86,26 @@ class ContainerExecutor:
             "container: rent it with a command that keeps running (e.g. -- sleep infinity) to exec into it"
         )
 
+    def address(self, spec: WorkloadSpec) -> str:
+        """The container's address on its network (`inspect`); the host's when it has none of its own
+        (`--network host`)."""
+        name = container_name(spec.rental_id)
+        template = "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}"
+        try:
+            done = subprocess.run(
+                [self.runtime or "docker", "inspect", "--format", template, name],
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=CLI_TIMEOUT_S,
+            )
+        except (OSError, subprocess.TimeoutExpired) as error:
+            raise ExecutorError(f"cannot inspect container {name}: {error}") from None
+        if done.returncode != 0:
+            raise ExecutorError(f"cannot inspect container {name}: {done.stderr.strip()[:200]}")
+        addresses = done.stdout.split()
+        return addresses[0] if addresses else "127.0.0.1"
+
     def run_command(
         self,
         spec: WorkloadSpec,

@@ -1,6 +1,7 @@
 """The agent's side of `suanli exec`: run the commands a heartbeat answer lists inside their rentals' running
 workloads, and report each one's start and end (exit code and the end of its output) to the server. An
-attached command's input and output go through the server to its client instead (`attached`).
+attached command's input and output go through the server to its client instead (`attached`); a port
+forward carries TCP connections to a port of the rental (`forwards`).
 
 * A command starts at most once per agent process: one the server says is already `running` but this agent
   does not know was started by an agent before a restart; it is reported `failed` (its `timeout` ends it).
@@ -30,6 +31,7 @@ from pathlib import Path
 
 from suanli.agent.attached import AttachedSession, Ends
 from suanli.agent.executors import Executor, WorkloadSpec
+from suanli.agent.forwards import ForwardSession
 from suanli.client import ApiError, Client, ServerUnreachable
 from suanli.domain.errors import SuanliError
 from suanli.wire.agent_schemas import ExecAssignmentResponse, ExecReportRequest
@@ -62,6 +64,7 @@ class ExecRunner:
     def __init__(self, executor: Executor, work_dir: Path) -> None:
         self.executor, self.dir = executor, work_dir / "execs"
         self.running: dict[str, RunningExec] = {}
+        self.forwards: dict[str, ForwardSession] = {}  # port forwards, until their end is reported
 
     def start(
         self,
@@ -72,7 +75,7 @@ class ExecRunner:
         """Start each listed command this agent has not started; `spec_of(rental)`: the running workload's
         spec, or None when the rental runs nothing here."""
         for found in execs:
-            if found.id in self.running:
+            if found.id in self.running or found.id in self.forwards:
                 continue
             if found.state == "running":
                 restarted = "this node's agent restarted while it ran; its end is unknown"
@@ -85,6 +88,9 @@ class ExecRunner:
                 continue
             if spec is None:
                 self._send(client, found.id, _failed("the rental's workload is not running on this node"))
+                continue
+            if found.port is not None:
+                self._forward(client, found.id, spec, found.port)
                 continue
             self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
             output = self.dir / f"{found.id}.log"  # attached, its output goes to the client instead
@@ -106,9 +112,28 @@ class ExecRunner:
             )
             self._send(client, found.id, ExecReportRequest(state="running"))
 
+    def _forward(self, client: Client, exec_id: str, spec: WorkloadSpec, port: int) -> None:
+        try:
+            host = self.executor.address(spec)
+        except SuanliError as error:
+            self._send(client, exec_id, _failed(str(error)))
+            return
+        session = ForwardSession(client, exec_id, host, port)
+        session.start()
+        self.forwards[exec_id] = session
+        log.info("%s: forwarding port %d (%s)", spec.rental_id, port, exec_id)
+        self._send(client, exec_id, ExecReportRequest(state="running"))
+
     def poll(self, client: Client) -> None:
         """Send what running commands printed, report every command that has ended (and kill one past its
-        limit)."""
+        limit), and every port forward whose client went."""
+        for exec_id, session in list(self.forwards.items()):
+            if session.done.is_set():
+                message = f"{session.opened} connection(s) to port {session.port}"
+                if self._send(
+                    client, exec_id, ExecReportRequest(state="exited", exit_code=0, message=message)
+                ):
+                    del self.forwards[exec_id]
         for running in list(self.running.values()):
             if running.report is None:
                 code = running.process.poll()

@@ -185,6 +185,9 @@ class Executor(Protocol):
     # that runs no workload (`suanli exec` into held GPUs); ExecutorError when commands cannot run there
     def prepare(self, spec: WorkloadSpec) -> None: ...
 
+    # the address at which this host reaches the rental's ports (`suanli port-forward`)
+    def address(self, spec: WorkloadSpec) -> str: ...
+
     # a one-off command inside a running workload's context (`suanli exec`), its stdout and stderr to
     # `output` (or, attached, to and from `attach`); ended at `timeout_s` (by `timeout` itself where it
     # can, so it outlives no agent)
@@ -285,6 +288,10 @@ class ProcessExecutor:
 
     def prepare(self, spec: WorkloadSpec) -> None:
         self._ready(self.paths(spec.rental_id))
+
+    def address(self, spec: WorkloadSpec) -> str:
+        """Host processes share the host's network: their ports are the host's."""
+        return "127.0.0.1"
 
     def _env(self, spec: WorkloadSpec, paths: RentalPaths, user: RunAs | None) -> dict[str, str]:
         """What the agent passes on, its HOME and TMPDIR, then the rental's own variables; run as another

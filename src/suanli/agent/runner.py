@@ -190,7 +190,7 @@ class AgentRunner:
         told within `execs.POLL_S`, not at the next heartbeat."""
         end = time.monotonic() + pause_s
         while not stopping.is_set() and (left := end - time.monotonic()) > 0:
-            if not self.execs.running or self._client is None:
+            if not (self.execs.running or self.execs.forwards) or self._client is None:
                 stopping.wait(left)
                 return
             stopping.wait(min(left, EXEC_POLL_S))

@@ -87,6 +87,7 @@ def heartbeat(body: HeartbeatRequest, key: NodeKeyDep, service: AgentsDep) -> He
                 state=e.state,
                 stdin=e.stdin,
                 tty=e.tty,
+                port=e.port,
             )
             for e in answer.execs
         ],

@@ -12,7 +12,7 @@ from suanli.api.errors import ERROR_RESPONSES
 from suanli.api.routes_agents import AgentsDep, NodeKeyDep
 from suanli.app.execs import Exec, ExecReport, ExecService
 from suanli.wire.agent_schemas import ExecReportRequest
-from suanli.wire.schemas import ExecCreateRequest, ExecResponse
+from suanli.wire.schemas import ExecCreateRequest, ExecResponse, ForwardCreateRequest
 
 router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
 
@@ -42,6 +42,7 @@ def exec_response(found: Exec) -> ExecResponse:
         ended_at=found.ended_at,
         stdin=found.stdin,
         tty=found.tty,
+        port=found.port,
     )
 
 
@@ -56,6 +57,18 @@ def create_exec(
         caller, rental_id, body.command, body.node_rank, body.timeout_s, stdin=body.stdin, tty=body.tty
     )
     return exec_response(created)
+
+
+@router.post("/rentals/{rental_id}/forwards", status_code=status.HTTP_201_CREATED, tags=["rentals"])
+def create_forward(
+    rental_id: str, body: ForwardCreateRequest, caller: CallerDep, service: ExecsDep
+) -> ExecResponse:
+    """Forward TCP connections to `port` of the running rental on its node of `node_rank`, as `kubectl
+    port-forward` does (`suanli port-forward`). It is `queued` until that node's agent takes it (its next
+    heartbeat); attach to `.../execs/{id}/attach`: send `{"open": N}` for a connection N, then frames of 4
+    bytes of N (big-endian) and its bytes, both ways; `{"close": N}` either way ends it (the agent's may
+    say why in `error`). The rental's processes share its node's network, so this reaches what they do."""
+    return exec_response(service.forward(caller, rental_id, body.port, body.node_rank, body.timeout_s))
 
 
 @router.get("/rentals/{rental_id}/execs", tags=["rentals"])

@@ -27,7 +27,8 @@ from suanli.app.records import END_STATES, Caller, Rental
 from suanli.app.tenants import owned_rental
 
 MAX_TIMEOUT_S = 3600
-MAX_ATTACHED_TIMEOUT_S = 8 * 3600  # a terminal session: a working day
+MAX_ATTACHED_TIMEOUT_S = 8 * 3600  # a terminal session or a port forward: a working day
+DEFAULT_FORWARD_S = 8 * 3600
 DEFAULT_TIMEOUT_S = 60
 MAX_OPEN_PER_RENTAL = 8  # queued or running at once
 MAX_OUTPUT_CHARS = 65_536  # the end of the output that is kept
@@ -57,6 +58,7 @@ class Exec:
     output_chars: int = 0  # characters of output it has produced so far; `output` is the last of them
     stdin: bool = False  # attached: the tenant's client streams its input and reads its output live
     tty: bool = False  # attached to a terminal (a pseudo-terminal on the node)
+    port: int | None = None  # a port forward (no command): the agent connects to this port of the rental
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,12 +151,26 @@ class ExecService:
         if not 1 <= timeout_s <= longest:
             what = "an attached command's" if stdin else "a command's"
             raise Invalid(f"{what} timeout is 1 to {longest} s", field="timeout_s")
+        return self._queue(caller, rental_id, argv, node_rank, timeout_s, stdin=stdin, tty=tty)
+
+    def _queue(
+        self,
+        caller: Caller,
+        rental_id: str,
+        argv: tuple[str, ...],
+        node_rank: int,
+        timeout_s: int,
+        *,
+        stdin: bool,
+        tty: bool,
+        port: int | None = None,
+    ) -> Exec:
         with self.uow() as uow:
             rental = owned_rental(uow, caller, rental_id)
             if rental.state != "running":
+                what = "a command runs inside" if port is None else "a port forward reaches"
                 raise Conflict(
-                    f"rental {rental_id} is {rental.state}: a command runs inside a running rental only",
-                    field="rental_id",
+                    f"rental {rental_id} is {rental.state}: {what} a running rental only", field="rental_id"
                 )
             allocation = uow.rentals.allocation(rental_id)
             if not 0 <= node_rank < len(allocation):
@@ -165,7 +181,7 @@ class ExecService:
                 )
             if uow.execs.open_count(rental_id) >= MAX_OPEN_PER_RENTAL:
                 raise Conflict(
-                    f"rental {rental_id} already has {MAX_OPEN_PER_RENTAL} commands queued or running",
+                    f"rental {rental_id} already has {MAX_OPEN_PER_RENTAL} commands or port forwards open",
                     field="rental_id",
                 )
             found = Exec(
@@ -178,10 +194,27 @@ class ExecService:
                 self.clock.now(),
                 stdin=stdin,
                 tty=tty,
+                port=port,
             )
             uow.execs.add(found)
             uow.commit()
         return found
+
+    def forward(
+        self,
+        caller: Caller,
+        rental_id: str,
+        port: int,
+        node_rank: int = 0,
+        timeout_s: int = DEFAULT_FORWARD_S,
+    ) -> Exec:
+        """A port forward to `port` of the rental on its node of `node_rank` (`suanli port-forward`): attached
+        as a command is, its frames carry TCP connections the agent opens to that port."""
+        if not 1 <= port <= 65535:
+            raise Invalid("a port is 1 to 65535", field="port")
+        if not 1 <= timeout_s <= MAX_ATTACHED_TIMEOUT_S:
+            raise Invalid(f"a port forward's timeout is 1 to {MAX_ATTACHED_TIMEOUT_S} s", field="timeout_s")
+        return self._queue(caller, rental_id, (), node_rank, timeout_s, stdin=True, tty=False, port=port)
 
     def attachable(self, caller: Caller, rental_id: str, exec_id: str) -> Exec:
         """The caller's open, attached command, for its client to attach to; 409 when it is not one."""

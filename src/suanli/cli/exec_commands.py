@@ -1,16 +1,18 @@
 """`suanli exec RENTAL -- CMD...`: run a command inside a running rental and print its output, as `kubectl
 exec`; exit with the command's exit code. `-i` attaches this side's input, `-t` a terminal (`suanli exec -it
-RENTAL -- bash` is a shell on the node)."""
+RENTAL -- bash` is a shell on the node). `suanli port-forward RENTAL 8888` reaches a port of the rental."""
 
 from __future__ import annotations
 
+import socket
 import sys
 from typing import Annotated
 
 import typer
 
 from suanli.cli.attach import ENDED_BEFORE_ITS_AGENT, Refused, relay
-from suanli.cli.output import EXIT_REFUSED, EXIT_USAGE, error_text, errors, logged_in
+from suanli.cli.forward import Forwarder
+from suanli.cli.output import EXIT_REFUSED, EXIT_USAGE, error_text, errors, logged_in, usage_error
 from suanli.cli.rent_spec import SpecError, duration_s
 
 
@@ -77,3 +79,65 @@ def exec_command(
         raise typer.Exit(ended.exit_code if 0 <= ended.exit_code <= 255 else EXIT_REFUSED)
     errors.print(error_text(f"{ended.state} on {ended.node}: {ended.message or 'no exit code'}"))
     raise typer.Exit(EXIT_REFUSED)
+
+
+def port_forward_command(
+    rental_id: Annotated[str, typer.Argument(metavar="RENTAL", help="A running rental of yours.")],
+    ports: Annotated[
+        str,
+        typer.Argument(
+            metavar="[LOCAL:]REMOTE",
+            help="The rental's port, and the local one (default the same; 0: any free).",
+        ),
+    ],
+    node_rank: Annotated[
+        int, typer.Option("--node-rank", min=0, help="Which of its nodes (0: the first; see `suanli show`).")
+    ] = 0,
+    address: Annotated[str, typer.Option("--address", help="The local address to listen on.")] = "127.0.0.1",
+    timeout: Annotated[str, typer.Option(help="Stop forwarding after this long (at most 8h).")] = "8h",
+) -> None:
+    """Forward a local port to a port of a running rental, as `kubectl port-forward` does: `suanli
+    port-forward RENTAL 8888` and open http://127.0.0.1:8888 for its Jupyter. Every connection goes through
+    the server; it starts at the node agent's next heartbeat and runs until Ctrl-C or its timeout."""
+    local, remote = _ports(ports)
+    try:
+        timeout_s = duration_s(timeout)
+    except SpecError as error:
+        raise usage_error(f"--timeout: {error}") from None
+    try:
+        listener = socket.create_server((address, local))
+    except OSError as error:
+        raise usage_error(
+            f"[LOCAL:]REMOTE: cannot listen on {address}:{local}: {error.strerror or error}"
+        ) from None
+    with (
+        listener,
+        logged_in({"port": "[LOCAL:]REMOTE", "node_rank": "--node-rank", "timeout_s": "--timeout"}) as client,
+    ):
+        queued = client.forward(rental_id, remote, node_rank=node_rank, timeout_s=timeout_s)
+        bound = listener.getsockname()[1]
+        errors.print(f"Forwarding from {address}:{bound} -> port {remote} of {rental_id} (Ctrl-C stops)")
+        try:
+            with client.attach_exec(rental_id, queued.id) as ws:
+                Forwarder(ws, listener, on_error=lambda message: errors.print(error_text(message))).run()
+        except KeyboardInterrupt:
+            return
+        except Refused as refused:
+            errors.print(error_text(str(refused)))
+            raise typer.Exit(EXIT_REFUSED) from None
+    errors.print("the forward ended (its time ran out, or the rental ended)")
+
+
+def _ports(text: str) -> tuple[int, int]:
+    """`8888` -> (8888, 8888); `9000:8888` -> (9000, 8888); `0:8888` -> any free local port."""
+    local_text, _, remote_text = text.rpartition(":")
+    try:
+        remote = int(remote_text)
+        local = int(local_text) if local_text else remote
+    except ValueError:
+        raise usage_error(
+            f"[LOCAL:]REMOTE: {text!r} is not a port or LOCAL:REMOTE, e.g. 8888 or 9000:8888"
+        ) from None
+    if not 1 <= remote <= 65535 or not 0 <= local <= 65535:
+        raise usage_error(f"[LOCAL:]REMOTE: {text!r}: a port is 1 to 65535 (local 0: any free port)")
+    return local, remote

@@ -82,6 +82,7 @@ for command in (
 ):
     app.command()(command)
 app.command("exec")(exec_commands.exec_command)
+app.command("port-forward")(exec_commands.port_forward_command)
 app.command("report-revenue", context_settings={"ignore_unknown_options": True})(plan_commands.report_revenue)
 
 

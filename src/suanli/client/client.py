@@ -79,6 +79,7 @@ from suanli.wire.schemas import (
     ExecCreateRequest,
     ExecResponse,
     FleetResponse,
+    ForwardCreateRequest,
     KeyCreateRequest,
     KeyResponse,
     MaintenanceCreateRequest,
@@ -372,6 +373,14 @@ class Client:
             command=list(command), node_rank=node_rank, timeout_s=timeout_s, stdin=stdin, tty=tty
         )
         return self._call("POST", f"/v1/rentals/{_segment(rental_id)}/execs", ExecResponse, body=body)
+
+    def forward(
+        self, rental_id: str, port: int, *, node_rank: int = 0, timeout_s: int = 8 * 3600
+    ) -> ExecResponse:
+        """Queue a port forward to `port` of the running rental (on its node of `node_rank`); attach to it
+        with `attach_exec` to carry TCP connections (see `suanli.cli.forward`)."""
+        body = ForwardCreateRequest(port=port, node_rank=node_rank, timeout_s=timeout_s)
+        return self._call("POST", f"/v1/rentals/{_segment(rental_id)}/forwards", ExecResponse, body=body)
 
     def attach_exec(self, rental_id: str, exec_id: str) -> ClientConnection:
         """A WebSocket to an attached command: send its input as binary frames (a text frame

@@ -379,6 +379,7 @@ class SqlExecs:
                 ended_at=found.ended_at,
                 stdin=found.stdin,
                 tty=found.tty,
+                port=found.port,
             )
         )
         self.s.flush()
@@ -446,4 +447,5 @@ def _exec(row: RentalExecRow) -> Exec:
         row.output_chars or 0,
         bool(row.stdin),
         bool(row.tty),
+        row.port,
     )

@@ -275,6 +275,7 @@ class RentalExecRow(Base):
     # attached: its input and output stream through the server (`suanli exec -i`), on a terminal with `tty`
     stdin: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
     tty: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
+    port: Mapped[int | None] = mapped_column(Integer, nullable=True)  # a port forward: no command
 
 
 class RentalLogRow(Base):

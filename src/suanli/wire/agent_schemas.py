@@ -170,6 +170,11 @@ class ExecAssignmentResponse(WireModel):
         "`/v1/agents/execs/{id}/attach`.",
     )
     tty: bool = Field(default=False, description="Attached on a pseudo-terminal.")
+    port: int | None = Field(
+        default=None,
+        description="A port forward (no command): the agent opens a TCP connection to this port of the "
+        'rental for each {"open": N} the client sends, and carries it in frames that start with N (4 bytes).',
+    )
 
 
 class HeartbeatResponse(WireModel):

@@ -632,6 +632,15 @@ class ExecCreateRequest(WireModel):
     )
 
 
+class ForwardCreateRequest(WireModel):
+    """A port forward to a running rental: TCP connections to `port` on one of its nodes, carried over the
+    WebSocket `/v1/rentals/{id}/execs/{exec_id}/attach` (see the answer's id)."""
+
+    port: int = Field(ge=1, le=65535, description="The rental's port on its node, e.g. 8888 for Jupyter.")
+    node_rank: int = Field(default=0, ge=0, le=4095, description="Which of the rental's nodes (0: first).")
+    timeout_s: int = Field(default=8 * 3600, ge=1, le=8 * 3600, description="Closed after this long.")
+
+
 class ExecResponse(WireModel):
     nul_replaced = frozenset({"output", "message"})  # rows stored before NULs were kept as U+FFFD
     id: str
@@ -660,3 +669,4 @@ class ExecResponse(WireModel):
     ended_at: datetime | None = None
     stdin: bool = Field(default=False, description="Attached: its output streamed, not kept here.")
     tty: bool = False
+    port: int | None = Field(default=None, description="A port forward (no command): to this port.")

@@ -1,0 +1,141 @@
+"""The agent's end of a port forward (`suanli port-forward RENTAL 8888`): for each connection the client
+opens (`{"open": N}`), a TCP connection to the rental's port on this node, carried over the server's
+WebSocket in binary frames that start with N (4 bytes, big-endian). `{"close": N}` from either side ends
+connection N; one the agent cannot open is closed with the reason (`error`). The session ends when the
+socket does (the client stopped forwarding, or its time ran out), and every connection with it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import socket
+import struct
+import threading
+
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import ClientConnection
+
+from suanli.client import ApiError, Client, ServerUnreachable
+
+log = logging.getLogger(__name__)
+HEADER = struct.Struct(">I")  # a frame's connection number
+READ_BYTES = 64 * 1024
+CONNECT_TIMEOUT_S = 5.0
+MAX_CONNECTIONS = 256  # open at once in one forward
+
+
+class ForwardSession:
+    """One port forward's connections, relayed on threads of their own."""
+
+    def __init__(self, client: Client, exec_id: str, host: str, port: int) -> None:
+        self.client, self.exec_id, self.host, self.port = client, exec_id, host, port
+        self.connections: dict[int, socket.socket] = {}
+        self.lock = threading.Lock()
+        self.done = threading.Event()  # the session has ended
+        self.opened = 0  # connections opened to the port
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, name=f"forward-{self.exec_id}", daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            ws = self.client.attach_agent_exec(self.exec_id)
+        except (ApiError, ServerUnreachable) as error:
+            log.warning("forward %s: cannot attach to the server (%s)", self.exec_id, error)
+            self.done.set()
+            return
+        try:
+            for message in ws:
+                if isinstance(message, bytes):
+                    self._to_port(ws, message)
+                else:
+                    self._control(ws, message)
+        except ConnectionClosed:
+            pass
+        finally:
+            with self.lock:
+                left, self.connections = list(self.connections.values()), {}
+            for connection in left:
+                _close(connection)
+            with contextlib.suppress(Exception):
+                ws.close()
+            self.done.set()
+
+    def _control(self, ws: ClientConnection, text: str) -> None:
+        try:
+            control = json.loads(text)
+        except ValueError:
+            return
+        if not isinstance(control, dict):
+            return
+        number = control.get("open", control.get("close"))
+        if not isinstance(number, int) or isinstance(number, bool) or not 0 <= number < 2**32:
+            return
+        if "open" in control:
+            self._open(ws, number)
+        else:
+            with self.lock:
+                connection = self.connections.pop(number, None)
+            if connection is not None:
+                _close(connection)
+
+    def _open(self, ws: ClientConnection, number: int) -> None:
+        with self.lock:
+            full = len(self.connections) >= MAX_CONNECTIONS
+        if full:
+            _send(ws, {"close": number, "error": f"at most {MAX_CONNECTIONS} connections at once"})
+            return
+        try:
+            connection = socket.create_connection((self.host, self.port), timeout=CONNECT_TIMEOUT_S)
+        except OSError as error:
+            reason = error.strerror or str(error)
+            _send(ws, {"close": number, "error": f"cannot connect to port {self.port} on the node: {reason}"})
+            return
+        connection.settimeout(None)
+        with self.lock:
+            self.connections[number] = connection
+            self.opened += 1
+        threading.Thread(target=self._from_port, args=(ws, number, connection), daemon=True).start()
+
+    def _to_port(self, ws: ClientConnection, frame: bytes) -> None:
+        if len(frame) < HEADER.size:
+            return
+        (number,) = HEADER.unpack_from(frame)
+        with self.lock:
+            connection = self.connections.get(number)
+        if connection is None:
+            return
+        try:
+            connection.sendall(frame[HEADER.size :])
+        except OSError:
+            self._gone(ws, number, connection)
+
+    def _from_port(self, ws: ClientConnection, number: int, connection: socket.socket) -> None:
+        """What the port sends on connection `number`, to the client, until either side closes it."""
+        try:
+            while data := connection.recv(READ_BYTES):
+                ws.send(HEADER.pack(number) + data)
+        except (OSError, ConnectionClosed):
+            pass
+        self._gone(ws, number, connection)
+
+    def _gone(self, ws: ClientConnection, number: int, connection: socket.socket) -> None:
+        """Connection `number` ended here: the client is told, unless it closed it first."""
+        with self.lock:
+            ours = self.connections.pop(number, None) is connection
+        _close(connection)
+        if ours:
+            _send(ws, {"close": number})
+
+
+def _send(ws: ClientConnection, control: dict[str, object]) -> None:
+    with contextlib.suppress(ConnectionClosed):
+        ws.send(json.dumps(control))
+
+
+def _close(connection: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        connection.shutdown(socket.SHUT_RDWR)
+    connection.close()

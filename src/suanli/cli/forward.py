@@ -1,0 +1,126 @@
+"""The client's end of a port forward (`suanli port-forward RENTAL 8888`): a local listening socket whose
+every accepted connection is carried to the rental's port over one WebSocket, as `kubectl port-forward`
+does: `{"open": N}` opens connection N at the node's agent, binary frames of 4 bytes of N and its bytes
+carry it both ways, and `{"close": N}` from either side ends it (with `error` when the agent could not
+connect)."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import socket
+import struct
+import threading
+from collections.abc import Callable
+
+from websockets.exceptions import ConnectionClosed, ConnectionClosedOK
+from websockets.sync.client import ClientConnection
+
+from suanli.cli.attach import REFUSED, Refused
+
+HEADER = struct.Struct(">I")
+READ_BYTES = 64 * 1024
+
+
+class Forwarder:
+    """Accepts on `listener` and carries each connection over `ws` until the socket closes."""
+
+    def __init__(
+        self, ws: ClientConnection, listener: socket.socket, on_error: Callable[[str], None]
+    ) -> None:
+        self.ws, self.listener, self.on_error = ws, listener, on_error
+        self.connections: dict[int, socket.socket] = {}
+        self.lock = threading.Lock()
+        self.numbers = itertools.count(1)
+
+    def run(self) -> None:
+        """Forward until the server closes the socket (the forward's time ran out, or it was refused)."""
+        threading.Thread(target=self._accept, daemon=True).start()
+        try:
+            for message in self.ws:
+                if isinstance(message, bytes):
+                    self._to_local(message)
+                else:
+                    self._control(message)
+        except ConnectionClosedOK:
+            pass
+        except ConnectionClosed as closed:
+            if closed.rcvd is not None and closed.rcvd.code >= REFUSED:
+                raise Refused(closed.rcvd.code, closed.rcvd.reason) from None
+            raise
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.listener.close()
+        with self.lock:
+            left, self.connections = list(self.connections.values()), {}
+        for connection in left:
+            _close(connection)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:  # the listener was closed
+                return
+            number = next(self.numbers)
+            with self.lock:
+                self.connections[number] = connection
+            try:
+                self.ws.send(json.dumps({"open": number}))
+            except ConnectionClosed:
+                _close(connection)
+                return
+            threading.Thread(target=self._from_local, args=(number, connection), daemon=True).start()
+
+    def _from_local(self, number: int, connection: socket.socket) -> None:
+        try:
+            while data := connection.recv(READ_BYTES):
+                self.ws.send(HEADER.pack(number) + data)
+        except (OSError, ConnectionClosed):
+            pass
+        with self.lock:
+            ours = self.connections.pop(number, None) is connection
+        _close(connection)
+        if ours:
+            with contextlib.suppress(ConnectionClosed):
+                self.ws.send(json.dumps({"close": number}))
+
+    def _to_local(self, frame: bytes) -> None:
+        if len(frame) < HEADER.size:
+            return
+        (number,) = HEADER.unpack_from(frame)
+        with self.lock:
+            connection = self.connections.get(number)
+        if connection is not None:
+            try:
+                connection.sendall(frame[HEADER.size :])
+            except OSError:
+                with self.lock:
+                    self.connections.pop(number, None)
+                _close(connection)
+                with contextlib.suppress(ConnectionClosed):
+                    self.ws.send(json.dumps({"close": number}))
+
+    def _control(self, text: str) -> None:
+        try:
+            control = json.loads(text)
+        except ValueError:
+            return
+        if not isinstance(control, dict) or not isinstance(number := control.get("close"), int):
+            return
+        with self.lock:
+            connection = self.connections.pop(number, None)
+        if connection is not None:
+            _close(connection)
+        if control.get("error"):
+            self.on_error(str(control["error"]))
+
+
+def _close(connection: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        connection.shutdown(socket.SHUT_RDWR)
+    connection.close()
