@@ -240,6 +240,7 @@ def _banner(
         f"  {prog} offers",
         f"  {prog} rent -f L40S:0.5 -- python3 -c {SHOW_DEVICES}   # waits, prints its output",
         f"  {prog} ls; {prog} logs <rental id>",
+        f"  {prog} rent H100:1 -- sleep infinity; {prog} exec -it <rental id> -- bash   # a shell beside it",
         f"  SUANLI_API_KEY={admin_key} {prog} {operator}   # as the operator",
     ]
     return Panel("\n".join(lines), title="suanli demo", expand=False), commands
