@@ -146,6 +146,20 @@ def register_agent(client: TestClient, node: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {answer.json()['node_key']}"}
 
 
+SHARE = {"gpu_model": "L40S", "gpus": 0, "share_milli": 500, "command": ["sleep", "600"], "regions": []}
+
+
+def running_share(client: TestClient, owner: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """A half-L40S rental its hand-driven agent has reported running: its id and the node's headers."""
+    rental_id = client.post("/v1/rentals", json=SHARE, headers=owner).json()["id"]
+    node = wait_for(client, rental_id, owner, "placed")["allocation"][0]["node"]
+    node_headers = register_agent(client, node)
+    report = {"workloads": [{"rental_id": rental_id, "state": "running"}]}
+    client.post("/v1/agents/heartbeat", json=report, headers=node_headers)
+    assert client.get(f"/v1/rentals/{rental_id}", headers=owner).json()["state"] == "running"
+    return rental_id, node_headers
+
+
 def h100_contract(start: datetime, hours: float, count: int = 1) -> dict:
     """A contract body: `count` H100s in cn-north over [start, start + hours)."""
     return {

@@ -11,19 +11,8 @@ import pytest
 from fastapi.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
-from conftest import register_agent, wait_for
+from conftest import register_agent, running_share
 from suanli.api import exec_attach
-
-SHARE = {"gpu_model": "L40S", "gpus": 0, "share_milli": 500, "command": ["sleep", "600"], "regions": []}
-
-
-def _running(client: TestClient, owner: dict[str, str]) -> tuple[str, dict[str, str]]:
-    rental_id = client.post("/v1/rentals", json=SHARE, headers=owner).json()["id"]
-    node = wait_for(client, rental_id, owner, "placed")["allocation"][0]["node"]
-    node_headers = register_agent(client, node)
-    report = {"workloads": [{"rental_id": rental_id, "state": "running"}]}
-    client.post("/v1/agents/heartbeat", json=report, headers=node_headers)
-    return rental_id, node_headers
 
 
 def _closed_with(connect, code: int) -> str:
@@ -36,7 +25,7 @@ def _closed_with(connect, code: int) -> str:
 
 def test_input_output_and_size_are_relayed_between_the_client_and_the_agent(client: TestClient, tenant):
     _, owner = tenant("attach-owner")
-    rental_id, node_headers = _running(client, owner)
+    rental_id, node_headers = running_share(client, owner)
     url = f"/v1/rentals/{rental_id}/execs"
     body = {"command": ["bash"], "stdin": True, "tty": True, "timeout_s": 7200}
     created = client.post(url, json=body, headers=owner)
@@ -64,7 +53,7 @@ def test_input_output_and_size_are_relayed_between_the_client_and_the_agent(clie
 def test_refusals_close_with_the_status_and_say_why(client: TestClient, tenant):
     _, owner = tenant("attach-refused")
     _, other = tenant("attach-other")
-    rental_id, _ = _running(client, owner)
+    rental_id, _ = running_share(client, owner)
     url = f"/v1/rentals/{rental_id}/execs"
     plain = client.post(url, json={"command": ["ls"]}, headers=owner).json()["id"]
     attached = client.post(url, json={"command": ["sh"], "stdin": True}, headers=owner).json()["id"]
@@ -87,7 +76,7 @@ def test_refusals_close_with_the_status_and_say_why(client: TestClient, tenant):
 def test_an_agent_with_no_client_is_sent_away(client: TestClient, tenant, monkeypatch):
     monkeypatch.setattr(exec_attach, "ATTACH_WAIT_S", 0.2)
     _, owner = tenant("attach-alone")
-    rental_id, node_headers = _running(client, owner)
+    rental_id, node_headers = running_share(client, owner)
     url = f"/v1/rentals/{rental_id}/execs"
     exec_id = client.post(url, json={"command": ["sh"], "stdin": True}, headers=owner).json()["id"]
     reason = _closed_with(
@@ -98,7 +87,7 @@ def test_an_agent_with_no_client_is_sent_away(client: TestClient, tenant, monkey
 
 def test_a_command_that_failed_before_its_agent_came_tells_its_client(client: TestClient, tenant):
     _, owner = tenant("attach-failed")
-    rental_id, node_headers = _running(client, owner)
+    rental_id, node_headers = running_share(client, owner)
     url = f"/v1/rentals/{rental_id}/execs"
     exec_id = client.post(url, json={"command": ["nope"], "stdin": True}, headers=owner).json()["id"]
     with client.websocket_connect(f"{url}/{exec_id}/attach", headers=owner) as tenant_end:
@@ -112,7 +101,7 @@ def test_a_command_that_failed_before_its_agent_came_tells_its_client(client: Te
 def test_a_port_forward_goes_to_the_nodes_agent_with_its_port(client: TestClient, tenant):
     _, owner = tenant("forward-owner")
     _, other = tenant("forward-other")
-    rental_id, node_headers = _running(client, owner)
+    rental_id, node_headers = running_share(client, owner)
     url = f"/v1/rentals/{rental_id}/forwards"
     created = client.post(url, json={"port": 8888}, headers=owner)
     assert created.status_code == 201, created.text

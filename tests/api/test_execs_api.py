@@ -9,24 +9,11 @@ from datetime import timedelta
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from conftest import ADMIN, logged_in_as, register_agent, wait_for
+from conftest import ADMIN, SHARE, logged_in_as, register_agent, running_share
 from suanli.app.execs import ANSWER_GRACE_S
 from suanli.cli import exec_commands
 from suanli.cli.main import app
 from suanli.client import Client
-
-SHARE = {"gpu_model": "L40S", "gpus": 0, "share_milli": 500, "command": ["sleep", "600"], "regions": []}
-
-
-def _running(client: TestClient, owner: dict[str, str]) -> tuple[str, dict[str, str]]:
-    """A rental its agent has reported running; its id and the node's headers."""
-    rental_id = client.post("/v1/rentals", json=SHARE, headers=owner).json()["id"]
-    node = wait_for(client, rental_id, owner, "placed")["allocation"][0]["node"]
-    node_headers = register_agent(client, node)
-    report = {"workloads": [{"rental_id": rental_id, "state": "running"}]}
-    client.post("/v1/agents/heartbeat", json=report, headers=node_headers)
-    assert client.get(f"/v1/rentals/{rental_id}", headers=owner).json()["state"] == "running"
-    return rental_id, node_headers
 
 
 def test_a_command_goes_to_the_nodes_agent_and_its_exit_code_and_output_come_back(
@@ -39,7 +26,7 @@ def test_a_command_goes_to_the_nodes_agent_and_its_exit_code_and_output_come_bac
     refused = client.post(f"/v1/rentals/{stopped['id']}/execs", json={"command": ["ls"]}, headers=owner)
     assert refused.status_code == 409 and "running rental only" in refused.json()["error"]["message"]
 
-    rental_id, node_headers = _running(client, owner)
+    rental_id, node_headers = running_share(client, owner)
     url = f"/v1/rentals/{rental_id}/execs"
     created = client.post(url, json={"command": ["nvidia-smi", "-L"], "timeout_s": 30}, headers=owner)
     assert created.status_code == 201, created.text
@@ -82,7 +69,7 @@ def test_a_command_is_lost_when_its_rental_ends_or_its_agent_never_answers(
     client: TestClient, tenant
 ) -> None:
     _, owner = tenant("exec-lost")
-    rental_id, node_headers = _running(client, owner)
+    rental_id, node_headers = running_share(client, owner)
     url = f"/v1/rentals/{rental_id}/execs"
     silent = client.post(url, json={"command": ["true"], "timeout_s": 1}, headers=owner).json()
     execs = client.app.state.services.execs
@@ -110,7 +97,7 @@ def test_cli_exec_prints_the_output_and_exits_with_the_commands_code(client: Tes
     import threading
 
     _, owner = tenant("exec-cli")
-    rental_id, node_headers = _running(client, owner)
+    rental_id, node_headers = running_share(client, owner)
     stop = threading.Event()
 
     def agent() -> None:
@@ -160,7 +147,7 @@ def test_output_sent_as_a_command_runs_is_shown_as_it_comes_once_each_and_gaps_a
     with the piece after it, then the rest with the end. Here the agent's reports are sent from
     `on_output` itself, one per poll."""
     _, owner = tenant("exec-stream")
-    rental_id, node_headers = _running(client, owner)
+    rental_id, node_headers = running_share(client, owner)
     url = f"/v1/rentals/{rental_id}/execs"
     exec_id = client.post(url, json={"command": ["train"]}, headers=owner).json()["id"]
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import json
 import logging
 import os
 import pty
@@ -33,9 +32,9 @@ from websockets.sync.client import ClientConnection
 
 from suanli.agent.executors import Attachment
 from suanli.client import ApiError, Client, ServerUnreachable
+from suanli.client.streams import READ_BYTES, control_message
 
 log = logging.getLogger(__name__)
-READ_BYTES = 64 * 1024
 POLL_S = 0.2  # how often a quiet command is checked for its end
 HANGUP_GRACE_S = 5.0  # after SIGHUP, before SIGKILL, when the client went first
 LARGEST_SIZE = 10_000  # rows or columns a terminal may be set to
@@ -159,11 +158,7 @@ class AttachedSession:
             self.input_open = False
 
     def _control(self, text: str) -> None:
-        try:
-            control = json.loads(text)
-        except ValueError:
-            return
-        if not isinstance(control, dict):
+        if (control := control_message(text)) is None:
             return
         if control.get("eof") is True:
             if self.ends.child.tty:

@@ -11,17 +11,22 @@ import contextlib
 import json
 import logging
 import socket
-import struct
 import threading
 
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection
 
 from suanli.client import ApiError, Client, ServerUnreachable
+from suanli.client.streams import (
+    READ_BYTES,
+    close_connection,
+    connection_number,
+    control_message,
+    forward_frame,
+    forward_parts,
+)
 
 log = logging.getLogger(__name__)
-HEADER = struct.Struct(">I")  # a frame's connection number
-READ_BYTES = 64 * 1024
 CONNECT_TIMEOUT_S = 5.0
 MAX_CONNECTIONS = 256  # open at once in one forward
 
@@ -58,20 +63,17 @@ class ForwardSession:
             with self.lock:
                 left, self.connections = list(self.connections.values()), {}
             for connection in left:
-                _close(connection)
+                close_connection(connection)
             with contextlib.suppress(Exception):
                 ws.close()
             self.done.set()
 
     def _control(self, ws: ClientConnection, text: str) -> None:
-        try:
-            control = json.loads(text)
-        except ValueError:
-            return
-        if not isinstance(control, dict):
-            return
-        number = control.get("open", control.get("close"))
-        if not isinstance(number, int) or isinstance(number, bool) or not 0 <= number < 2**32:
+        control = control_message(text)
+        if (
+            control is None
+            or (number := connection_number(control.get("open", control.get("close")))) is None
+        ):
             return
         if "open" in control:
             self._open(ws, number)
@@ -79,7 +81,7 @@ class ForwardSession:
             with self.lock:
                 connection = self.connections.pop(number, None)
             if connection is not None:
-                _close(connection)
+                close_connection(connection)
 
     def _open(self, ws: ClientConnection, number: int) -> None:
         with self.lock:
@@ -100,15 +102,15 @@ class ForwardSession:
         threading.Thread(target=self._from_port, args=(ws, number, connection), daemon=True).start()
 
     def _to_port(self, ws: ClientConnection, frame: bytes) -> None:
-        if len(frame) < HEADER.size:
+        if (parts := forward_parts(frame)) is None:
             return
-        (number,) = HEADER.unpack_from(frame)
+        number, data = parts
         with self.lock:
             connection = self.connections.get(number)
         if connection is None:
             return
         try:
-            connection.sendall(frame[HEADER.size :])
+            connection.sendall(data)
         except OSError:
             self._gone(ws, number, connection)
 
@@ -116,7 +118,7 @@ class ForwardSession:
         """What the port sends on connection `number`, to the client, until either side closes it."""
         try:
             while data := connection.recv(READ_BYTES):
-                ws.send(HEADER.pack(number) + data)
+                ws.send(forward_frame(number, data))
         except (OSError, ConnectionClosed):
             pass
         self._gone(ws, number, connection)
@@ -125,7 +127,7 @@ class ForwardSession:
         """Connection `number` ended here: the client is told, unless it closed it first."""
         with self.lock:
             ours = self.connections.pop(number, None) is connection
-        _close(connection)
+        close_connection(connection)
         if ours:
             _send(ws, {"close": number})
 
@@ -133,9 +135,3 @@ class ForwardSession:
 def _send(ws: ClientConnection, control: dict[str, object]) -> None:
     with contextlib.suppress(ConnectionClosed):
         ws.send(json.dumps(control))
-
-
-def _close(connection: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        connection.shutdown(socket.SHUT_RDWR)
-    connection.close()

@@ -27,7 +27,7 @@ from fastapi import APIRouter, WebSocket
 from starlette.concurrency import run_in_threadpool
 from starlette.websockets import WebSocketDisconnect
 
-from suanli.api.attach_relay import Frame, Relay
+from suanli.api.attach_relay import End, Frame, Pipe, Relay
 from suanli.api.errors import STATUS
 from suanli.app.errors import AppError, Conflict
 from suanli.app.execs import FINAL_STATES
@@ -48,6 +48,22 @@ def _bearer(websocket: WebSocket) -> str | None:
     return secret.strip() or None if scheme.lower() == "bearer" else None
 
 
+async def _admit(websocket: WebSocket, exec_id: str, end: End, check: Callable[[], None]) -> Pipe | None:
+    """The command's pipe with this `end` attached and the socket accepted, once `check` (who asks, and
+    whether they may) passes; None when the socket was refused and closed."""
+    try:
+        await run_in_threadpool(check)
+    except AppError as error:
+        await _refuse(websocket, error)
+        return None
+    pipe = relay_of(websocket).join(exec_id, end)
+    if pipe is None:
+        await _refuse(websocket, Conflict(f"command {exec_id} has its {end} attached already"))
+        return None
+    await websocket.accept()
+    return pipe
+
+
 async def _refuse(websocket: WebSocket, error: AppError) -> None:
     status = next((s for kind, s in STATUS.items() if isinstance(error, kind)), 400)
     await websocket.accept()
@@ -58,18 +74,16 @@ async def _refuse(websocket: WebSocket, error: AppError) -> None:
 async def attach_client(websocket: WebSocket, rental_id: str, exec_id: str) -> None:
     """The tenant's end of an attached command (created with `stdin`)."""
     services = websocket.app.state.services
-    try:
-        caller = await run_in_threadpool(services.tenants.authenticate, _bearer(websocket))
-        await run_in_threadpool(services.execs.attachable, caller, rental_id, exec_id)
-    except AppError as error:
-        await _refuse(websocket, error)
+    caller = None
+
+    def check() -> None:
+        nonlocal caller
+        caller = services.tenants.authenticate(_bearer(websocket))
+        services.execs.attachable(caller, rental_id, exec_id)
+
+    if (pipe := await _admit(websocket, exec_id, "client", check)) is None:
         return
     relay = relay_of(websocket)
-    pipe = relay.join(exec_id, "client")
-    if pipe is None:
-        await _refuse(websocket, Conflict(f"a client is attached to command {exec_id} already"))
-        return
-    await websocket.accept()
 
     async def ended_before_its_agent_came() -> None:
         while not pipe.came["agent"].is_set():
@@ -92,18 +106,14 @@ async def attach_client(websocket: WebSocket, rental_id: str, exec_id: str) -> N
 async def attach_agent(websocket: WebSocket, exec_id: str) -> None:
     """The node agent's end of an attached command on its node."""
     services = websocket.app.state.services
-    try:
-        node = await run_in_threadpool(services.agents.authenticate, _bearer(websocket))
-        await run_in_threadpool(services.execs.agent_attachable, node.node, exec_id)
-    except AppError as error:
-        await _refuse(websocket, error)
+
+    def check() -> None:
+        node = services.agents.authenticate(_bearer(websocket))
+        services.execs.agent_attachable(node.node, exec_id)
+
+    if (pipe := await _admit(websocket, exec_id, "agent", check)) is None:
         return
     relay = relay_of(websocket)
-    pipe = relay.join(exec_id, "agent")
-    if pipe is None:
-        await _refuse(websocket, Conflict(f"an agent is attached to command {exec_id} already"))
-        return
-    await websocket.accept()
 
     async def no_client() -> None:
         with anyio.move_on_after(ATTACH_WAIT_S):

@@ -17,18 +17,10 @@ from collections.abc import Iterator
 from websockets.exceptions import ConnectionClosed, ConnectionClosedOK
 from websockets.sync.client import ClientConnection
 
-READ_BYTES = 64 * 1024
-REFUSED = 4000  # close codes from 4000: the server's refusal, 4000 + the HTTP status
+from suanli.client.forward import REFUSED, Refused
+from suanli.client.streams import READ_BYTES
+
 ENDED_BEFORE_ITS_AGENT = 4410  # the command ended (it failed to start) before its node's agent came
-
-
-class Refused(Exception):
-    """The server closed the attachment with a refusal (`code` 4000 + status, or 4410: the command ended
-    before its node's agent came); the message is its reason."""
-
-    def __init__(self, code: int, reason: str) -> None:
-        super().__init__(reason or f"closed with code {code}")
-        self.code = code
 
 
 def relay(socket: ClientConnection, stdin_fd: int, stdout_fd: int, terminal: bool) -> None:

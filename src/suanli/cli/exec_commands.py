@@ -10,10 +10,10 @@ from typing import Annotated
 
 import typer
 
-from suanli.cli.attach import ENDED_BEFORE_ITS_AGENT, Refused, relay
-from suanli.cli.forward import Forwarder
+from suanli.cli.attach import ENDED_BEFORE_ITS_AGENT, relay
 from suanli.cli.output import EXIT_REFUSED, EXIT_USAGE, error_text, errors, logged_in, usage_error
 from suanli.cli.rent_spec import SpecError, duration_s
+from suanli.client.forward import Forwarder, Refused
 
 
 def _print(text: str, skipped: int) -> None:

@@ -1,8 +1,8 @@
-"""The client's end of a port forward (`suanli port-forward RENTAL 8888`): a local listening socket whose
-every accepted connection is carried to the rental's port over one WebSocket, as `kubectl port-forward`
-does: `{"open": N}` opens connection N at the node's agent, binary frames of 4 bytes of N and its bytes
-carry it both ways, and `{"close": N}` from either side ends it (with `error` when the agent could not
-connect)."""
+"""The client's end of a port forward (`suanli port-forward RENTAL 8888`, or the SDK's `forward` and
+`attach_exec`): a local listening socket whose every accepted connection is carried to the rental's port
+over one WebSocket, as `kubectl port-forward` does: `{"open": N}` opens connection N at the node's agent,
+binary frames of N and its bytes (`streams`) carry it both ways, and `{"close": N}` from either side ends
+it (with `error` when the agent could not connect)."""
 
 from __future__ import annotations
 
@@ -10,17 +10,31 @@ import contextlib
 import itertools
 import json
 import socket
-import struct
 import threading
 from collections.abc import Callable
 
 from websockets.exceptions import ConnectionClosed, ConnectionClosedOK
 from websockets.sync.client import ClientConnection
 
-from suanli.cli.attach import REFUSED, Refused
+from suanli.client.streams import (
+    READ_BYTES,
+    close_connection,
+    connection_number,
+    control_message,
+    forward_frame,
+    forward_parts,
+)
 
-HEADER = struct.Struct(">I")
-READ_BYTES = 64 * 1024
+REFUSED = 4000  # close codes from 4000: the server's refusal, 4000 + the HTTP status
+
+
+class Refused(Exception):
+    """The server closed the socket with a refusal (`code` 4000 + status, or 4410: it ended before its
+    node's agent came); the message is its reason."""
+
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(reason or f"closed with code {code}")
+        self.code = code
 
 
 class Forwarder:
@@ -58,7 +72,7 @@ class Forwarder:
         with self.lock:
             left, self.connections = list(self.connections.values()), {}
         for connection in left:
-            _close(connection)
+            close_connection(connection)
 
     def _accept(self) -> None:
         while True:
@@ -72,55 +86,46 @@ class Forwarder:
             try:
                 self.ws.send(json.dumps({"open": number}))
             except ConnectionClosed:
-                _close(connection)
+                close_connection(connection)
                 return
             threading.Thread(target=self._from_local, args=(number, connection), daemon=True).start()
 
     def _from_local(self, number: int, connection: socket.socket) -> None:
         try:
             while data := connection.recv(READ_BYTES):
-                self.ws.send(HEADER.pack(number) + data)
+                self.ws.send(forward_frame(number, data))
         except (OSError, ConnectionClosed):
             pass
         with self.lock:
             ours = self.connections.pop(number, None) is connection
-        _close(connection)
+        close_connection(connection)
         if ours:
             with contextlib.suppress(ConnectionClosed):
                 self.ws.send(json.dumps({"close": number}))
 
     def _to_local(self, frame: bytes) -> None:
-        if len(frame) < HEADER.size:
+        if (parts := forward_parts(frame)) is None:
             return
-        (number,) = HEADER.unpack_from(frame)
+        number, data = parts
         with self.lock:
             connection = self.connections.get(number)
         if connection is not None:
             try:
-                connection.sendall(frame[HEADER.size :])
+                connection.sendall(data)
             except OSError:
                 with self.lock:
                     self.connections.pop(number, None)
-                _close(connection)
+                close_connection(connection)
                 with contextlib.suppress(ConnectionClosed):
                     self.ws.send(json.dumps({"close": number}))
 
     def _control(self, text: str) -> None:
-        try:
-            control = json.loads(text)
-        except ValueError:
-            return
-        if not isinstance(control, dict) or not isinstance(number := control.get("close"), int):
+        control = control_message(text)
+        if control is None or (number := connection_number(control.get("close"))) is None:
             return
         with self.lock:
             connection = self.connections.pop(number, None)
         if connection is not None:
-            _close(connection)
+            close_connection(connection)
         if control.get("error"):
             self.on_error(str(control["error"]))
-
-
-def _close(connection: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        connection.shutdown(socket.SHUT_RDWR)
-    connection.close()

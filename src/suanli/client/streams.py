@@ -1,0 +1,53 @@
+"""The frames on an attached command's or a port forward's WebSocket (`/v1/.../execs/{id}/attach`), for
+both ends that speak them: the client (SDK and CLI) and the node's agent.
+
+* A text frame is a JSON control message: `{"rows", "cols"}`, `{"eof": true}` to an attached command;
+  `{"open": N}`, `{"close": N}` (with `error`) for a port forward's connection N.
+* A port forward's binary frame is N in 4 bytes (big-endian), then that connection's bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import struct
+from typing import Any
+
+FORWARD_HEADER = struct.Struct(">I")
+READ_BYTES = 64 * 1024  # read from a pseudo-terminal or a connection at a time
+
+
+def control_message(text: str) -> dict[str, Any] | None:
+    """A text frame's control message; None when it is not a JSON object."""
+    try:
+        message = json.loads(text)
+    except ValueError:
+        return None
+    return message if isinstance(message, dict) else None
+
+
+def connection_number(value: object) -> int | None:
+    """A port forward's connection number from a control message; None when it is not one."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**32:
+        return value
+    return None
+
+
+def forward_frame(number: int, data: bytes) -> bytes:
+    return FORWARD_HEADER.pack(number) + data
+
+
+def forward_parts(frame: bytes) -> tuple[int, bytes] | None:
+    """A port forward's binary frame as its connection number and bytes; None when it is too short."""
+    if len(frame) < FORWARD_HEADER.size:
+        return None
+    (number,) = FORWARD_HEADER.unpack_from(frame)
+    return number, frame[FORWARD_HEADER.size :]
+
+
+def close_connection(connection: socket.socket) -> None:
+    """End a forwarded connection both ways (the other side reads its end), whatever state it is in."""
+    with contextlib.suppress(OSError):
+        connection.shutdown(socket.SHUT_RDWR)
+    connection.close()
