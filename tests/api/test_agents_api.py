@@ -392,6 +392,7 @@ def test_a_rentals_gpus_show_their_last_readings_to_its_tenant_only(
     gpus = said.output[said.output.index("GPUs") :]  # after the allocation's table
     row = next(line for line in gpus.splitlines() if "│ 6 " in line)
     assert "96%" in row and "6,000" in row and "600" in row, said.output
+    assert row.count("█") == 1, row  # the last hour's utilization: this minute's 96%
 
     client.post(f"/v1/rentals/{rental['id']}/stop", headers=owner)
     assert client.get(url, headers=owner).json() == []

@@ -311,6 +311,7 @@ def test_a_running_rental_is_stopped_from_its_page(page: Page, platform: Platfor
     # What NVML would report cannot be read here: the server's own answer gets one reading added
     with platform.tenant() as api:
         (gpu,) = api.rental_gpus(rental_id)
+        (held,) = api.rental_gpu_history(rental_id)
     read = {
         "utilization_pct": 96,
         "memory_used_mib": 6000,
@@ -318,9 +319,18 @@ def test_a_running_rental_is_stopped_from_its_page(page: Page, platform: Platfor
         "read_at": "2026-12-03T10:00:00Z",
     }
     answer = [{**gpu.model_dump(mode="json"), **read}]
+    this_minute = datetime.now(UTC).replace(second=0, microsecond=0)
+    minute = {
+        "minute": this_minute.isoformat(),
+        "utilization_pct": 96.0,
+        "memory_used_mib": 6000,
+        "power_w": 600.5,
+    }
+    history = [{**held.model_dump(mode="json"), "minutes": [minute]}]
     page.route(f"**/v1/rentals/{rental_id}/gpus", lambda route: route.fulfill(json=answer))
+    page.route(f"**/v1/rentals/{rental_id}/gpus/history?*", lambda route: route.fulfill(json=history))
     expect(page.locator("#detail-gpus tbody tr")).to_have_count(1)
-    cells = [f"{gpu.node}", f"{gpu.gpu_index}", "whole", "96", "6,000", "600.5", "2026-12-03 10:00:00"]
+    cells = [f"{gpu.node}", f"{gpu.gpu_index}", "whole", "96", "█", "6,000", "600.5", "2026-12-03 10:00:00"]
     expect(page.locator("#detail-gpus tbody td")).to_have_text(cells)
     expect(page.locator("#detail-stop")).to_be_enabled()
     page.click("#detail-stop")

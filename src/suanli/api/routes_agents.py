@@ -10,11 +10,13 @@ from fastapi.security import HTTPAuthorizationCredentials
 from suanli.api.deps import CallerDep, ServicesDep, bearer
 from suanli.api.errors import ERROR_RESPONSES
 from suanli.app.agents import AgentService, NodeAssignment, WorkloadReport
+from suanli.app.gpu_history import MAX_MINUTES
 from suanli.wire.agent_schemas import (
     AgentRegisterRequest,
     AgentRegisterResponse,
     AssignmentResponse,
     ExecAssignmentResponse,
+    GpuMinuteResponse,
     HeartbeatRequest,
     HeartbeatResponse,
     JoinTokenCreateRequest,
@@ -22,6 +24,7 @@ from suanli.wire.agent_schemas import (
     LogChunkRequest,
     LogChunkResponse,
     LogResponse,
+    RentalGpuHistoryResponse,
     RentalGpuResponse,
     RentalRunResponse,
 )
@@ -140,6 +143,38 @@ def rental_gpus(rental_id: str, caller: CallerDep, services: ServicesDep) -> lis
             whole_gpu=g.whole_gpu,
         )
         for g in services.agents.gpus(caller, rental_id)
+    ]
+
+
+@router.get("/rentals/{rental_id}/gpus/history", tags=["rentals"])
+def rental_gpu_history(
+    rental_id: str,
+    caller: CallerDep,
+    services: ServicesDep,
+    minutes: Annotated[int, Query(ge=1, le=MAX_MINUTES, description="How far back (a week at most).")] = 60,
+) -> list[RentalGpuHistoryResponse]:
+    """The GPUs the rental held in the last `minutes`, running or ended, each with its readings by minute
+    while it held it (mean utilization and power, most memory used); kept a week."""
+    return [
+        RentalGpuHistoryResponse(
+            node=h.node,
+            gpu_index=h.gpu_index,
+            milli=h.milli,
+            mig_profile=h.mig_profile,
+            whole_gpu=h.whole_gpu,
+            since=h.since,
+            until=h.until,
+            minutes=[
+                GpuMinuteResponse(
+                    minute=m.minute,
+                    utilization_pct=None if m.utilization_pct is None else round(m.utilization_pct, 1),
+                    memory_used_mib=m.memory_used_mib,
+                    power_w=None if m.power_w is None else round(m.power_w, 1),
+                )
+                for m in h.minutes
+            ],
+        )
+        for h in services.gpu_history.history(caller, rental_id, minutes)
     ]
 
 

@@ -17,6 +17,7 @@ from suanli.app.contracts import ContractService
 from suanli.app.downtime import notice_horizon_s
 from suanli.app.execs import ExecService
 from suanli.app.fleet import FleetCache, FleetService
+from suanli.app.gpu_history import GpuHistoryService
 from suanli.app.ids import SystemClock
 from suanli.app.invoices import InvoiceService
 from suanli.app.limits import LimitsService
@@ -147,6 +148,7 @@ class Services:
     budget_alerts: BudgetAlerts | None = None
     api_rate: RateLimit | None = None  # every tenant request (`deps.caller`); None: no limit
     execs: ExecService | None = None
+    gpu_history: GpuHistoryService | None = None
 
 
 def build(settings: Settings, clock: Clock | None = None) -> Services:
@@ -266,5 +268,6 @@ def build(settings: Settings, clock: Clock | None = None) -> Services:
         budget_alerts,
         RateLimit(settings.api_rate, "requests") if settings.api_rate.strip() else None,
         ExecService(lambda: SqlAgentUnitOfWork(sessions), clock),
+        GpuHistoryService(lambda: SqlAgentUnitOfWork(sessions), clock),
     )
     return services

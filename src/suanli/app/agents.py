@@ -35,6 +35,8 @@ from typing import Any, Protocol
 from suanli.app.errors import Forbidden, Invalid, NotFound, Unauthorized
 from suanli.app.execs import Exec, ExecRepo, ExecService
 from suanli.app.fleet import FleetCache
+from suanli.app.gpu_history import GpuMinuteRepo
+from suanli.app.gpu_history import record as record_gpu_minutes
 from suanli.app.gpu_readings import GpuReading, gpu_readings
 from suanli.app.idle_stops import stop_idle
 from suanli.app.ids import digest, new_id
@@ -176,6 +178,7 @@ class AgentRepo(Protocol):
 class AgentUnitOfWork(UnitOfWork, Protocol):
     agents: AgentRepo
     execs: ExecRepo
+    gpu_minutes: GpuMinuteRepo
 
 
 AgentUnitOfWorkFactory = Callable[[], AgentUnitOfWork]
@@ -287,6 +290,7 @@ class AgentService:
         with self.uow() as uow:
             now = self.clock.now()
             previous = uow.agents.beat(agent.node, telemetry, now, runs_images)
+            record_gpu_minutes(uow.gpu_minutes, agent.node, previous, now, telemetry)
             if mig_layouts is not None:
                 changed |= uow.agents.set_mig_layouts(agent.node, mig_layouts)
             self._measure(uow, agent.node, previous, now, telemetry, reports)

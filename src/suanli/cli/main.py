@@ -12,6 +12,7 @@ from suanli.cli import (
     billing_commands,
     contract_commands,
     exec_commands,
+    gpu_commands,
     key_commands,
     plan_commands,
     webhook_commands,
@@ -83,6 +84,7 @@ for command in (
     app.command()(command)
 app.command("exec")(exec_commands.exec_command)
 app.command("port-forward")(exec_commands.port_forward_command)
+app.command("gpus")(gpu_commands.gpus)
 app.command("report-revenue", context_settings={"ignore_unknown_options": True})(plan_commands.report_revenue)
 
 

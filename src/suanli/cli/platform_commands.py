@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, get_args
 
 import typer
@@ -12,6 +12,7 @@ from rich.text import Text
 
 from suanli.cli import profile
 from suanli.cli.follow import follow_rental
+from suanli.cli.gpu_commands import sparkline
 from suanli.cli.output import (
     EXIT_REFUSED,
     EXIT_USAGE,
@@ -28,7 +29,7 @@ from suanli.cli.output import (
 from suanli.cli.rent_spec import SpecError, duration_s, env_pairs, money_to_micros, parse_gpu_spec
 from suanli.client import ApiError, Client
 from suanli.client.client import url_problem
-from suanli.wire.agent_schemas import RentalGpuResponse, RentalRunResponse
+from suanli.wire.agent_schemas import RentalGpuHistoryResponse, RentalGpuResponse, RentalRunResponse
 from suanli.wire.schemas import (
     ENDED_STATES,
     OfferResponse,
@@ -346,8 +347,10 @@ def show(rental_id: str, as_json: JsonFlag = False) -> None:
     with logged_in() as client:
         rental = client.rental(rental_id)
         runs = [] if as_json else client.rental_runs(rental_id)
-        gpus = [] if as_json or rental.state in ENDED_STATES else client.rental_gpus(rental_id)
-    emit(rental, as_json, lambda shown: _with_gpus(_with_runs(_rental_detail(shown), runs), gpus))
+        live = not as_json and rental.state not in ENDED_STATES
+        gpus = client.rental_gpus(rental_id) if live else []
+        history = client.rental_gpu_history(rental_id, 60) if live else []
+    emit(rental, as_json, lambda shown: _with_gpus(_with_runs(_rental_detail(shown), runs), gpus, history))
 
 
 def stop(
@@ -468,23 +471,29 @@ PREEMPTED_BY = {
 }
 
 
-def _with_gpus(detail: Group, gpus: list[RentalGpuResponse]) -> Group:
-    """The rental's detail and the GPUs it holds, with their last readings (a MIG instance or share reads
-    its whole GPU: marked so)."""
+def _with_gpus(
+    detail: Group, gpus: list[RentalGpuResponse], history: list[RentalGpuHistoryResponse]
+) -> Group:
+    """The rental's detail and the GPUs it holds, with their last readings and the last hour's utilization
+    (a MIG instance or share reads its whole GPU: marked so)."""
     if not any(g.read_at is not None for g in gpus):
         return detail
+    end = datetime.now(UTC)
+    start = (end - timedelta(minutes=59)).replace(second=0, microsecond=0)
+    minutes = {(h.node, h.gpu_index): h.minutes for h in history}
     rows = [
         (
             g.node,
             g.gpu_index if g.whole_gpu else f"{g.gpu_index} ({_slice_name(g)}; whole GPU read)",
             "" if g.utilization_pct is None else f"{g.utilization_pct}%",
+            sparkline(minutes.get((g.node, g.gpu_index), []), start, end),
             "" if g.memory_used_mib is None else f"{g.memory_used_mib:,}",
             "" if g.power_w is None else f"{g.power_w:.0f}",
             "" if g.read_at is None else f"{g.read_at:%H:%M:%S}",
         )
         for g in gpus
     ]
-    columns = ("node", "GPU", "util", "memory MiB", "power W", "read (UTC)")
+    columns = ("node", "GPU", "util", "last hour (suanli gpus)", "memory MiB", "power W", "read (UTC)")
     return Group(detail, table("GPUs", columns, rows))
 
 

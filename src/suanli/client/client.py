@@ -39,6 +39,7 @@ from suanli.wire.agent_schemas import (
     LogChunkRequest,
     LogChunkResponse,
     LogResponse,
+    RentalGpuHistoryResponse,
     RentalGpuResponse,
     RentalRunResponse,
 )
@@ -355,6 +356,12 @@ class Client:
     def rental_gpus(self, rental_id: str) -> list[RentalGpuResponse]:
         """The GPUs the rental holds now, with their last utilization, memory and power readings."""
         return self._call("GET", f"/v1/rentals/{_segment(rental_id)}/gpus", list[RentalGpuResponse])
+
+    def rental_gpu_history(self, rental_id: str, minutes: int = 60) -> list[RentalGpuHistoryResponse]:
+        """The GPUs the rental held in the last `minutes` (running or ended), each with its readings by
+        minute while it held them (kept a week)."""
+        path = f"/v1/rentals/{_segment(rental_id)}/gpus/history"
+        return self._call("GET", path, list[RentalGpuHistoryResponse], params={"minutes": minutes})
 
     def exec(
         self,

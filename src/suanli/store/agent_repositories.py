@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from suanli.app.agents import AgentNode, JoinToken, RentalRun
 from suanli.app.execs import OPEN_STATES, Exec
+from suanli.store.gpu_minute_repositories import SqlGpuMinutes
 from suanli.store.repositories import SqlUnitOfWork
 from suanli.store.rows import (
     AgentNodeRow,
@@ -319,12 +320,13 @@ class SqlRunEnergy:
 
 
 class SqlAgentUnitOfWork(SqlUnitOfWork):
-    """The unit of work of `suanli.store.repositories` plus `agents` and `execs`."""
+    """The unit of work of `suanli.store.repositories` plus `agents`, `execs` and `gpu_minutes`."""
 
     def __enter__(self) -> SqlAgentUnitOfWork:
         super().__enter__()
         self.agents = SqlAgents(self.session)
         self.execs = SqlExecs(self.session)
+        self.gpu_minutes = SqlGpuMinutes(self.session)
         return self
 
 

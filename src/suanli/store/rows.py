@@ -233,6 +233,22 @@ class AgentNodeRow(Base):
     mig_layouts_revision: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
+class GpuMinuteRow(Base):
+    """One GPU's heartbeat readings in one minute (`suanli.app.gpu_history`): sums and counts for the means,
+    the most memory used; kept a week."""
+
+    __tablename__ = "gpu_minutes"
+    __table_args__ = (Index("ix_gpu_minutes_node_minute", "node", "minute"),)
+    node: Mapped[str] = mapped_column(String(200), primary_key=True)
+    gpu_index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    minute: Mapped[datetime] = mapped_column(UtcDateTime(), primary_key=True)
+    utilization_sum: Mapped[float] = mapped_column(Float, default=0.0)
+    utilization_count: Mapped[int] = mapped_column(Integer, default=0)
+    memory_max_mib: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    power_sum_w: Mapped[float] = mapped_column(Float, default=0.0)
+    power_count: Mapped[int] = mapped_column(Integer, default=0)
+
+
 class RentalRunRow(Base):
     """A rental's workload on one node as its agent reported it; `ended_at` is where billing stops."""
 

@@ -265,6 +265,28 @@ class RentalGpuResponse(WireModel):
     )
 
 
+class GpuMinuteResponse(WireModel):
+    minute: datetime = Field(description="The minute's start (UTC).")
+    utilization_pct: float | None = Field(default=None, description="Mean of the minute's readings.")
+    memory_used_mib: int | None = Field(default=None, description="The most read in the minute.")
+    power_w: float | None = Field(default=None, description="Mean of the minute's readings.")
+
+
+class RentalGpuHistoryResponse(WireModel):
+    """A GPU slice the rental held, with its GPU's readings by minute while it held it."""
+
+    node: str
+    gpu_index: int
+    milli: int
+    mig_profile: str | None = None
+    whole_gpu: bool = Field(description="False for a MIG instance or a share: the readings are the GPU's.")
+    since: datetime = Field(description="From when it held it (or the window's start).")
+    until: datetime | None = Field(default=None, description="When it gave it back (None: it holds it).")
+    minutes: list[GpuMinuteResponse] = Field(
+        description="Minutes with readings, oldest first (none read: absent)."
+    )
+
+
 class RentalRunResponse(WireModel):
     node: str
     state: str

@@ -443,17 +443,36 @@ async function refreshDetail() {
   await followLog(id);
 }
 
+const BARS = "▁▂▃▄▅▆▇█";
+
+function sparkline(minutes, end) {
+  // the last hour's utilization, a character a minute (a space where nothing was read), as `suanli gpus`
+  const start = Math.floor(end / 60000) * 60000 - 59 * 60000;
+  const bars = Array(60).fill(" ");
+  for (const minute of minutes) {
+    const at = Math.floor((Date.parse(minute.minute) - start) / 60000);
+    if (minute.utilization_pct == null || at < 0 || at >= 60) continue;
+    bars[at] = BARS[Math.min(Math.floor((Math.max(minute.utilization_pct, 0) / 100) * BARS.length), BARS.length - 1)];
+  }
+  return bars.join("");
+}
+
 async function showGpus(id, rental) {
-  // the last reading of each GPU the rental holds, as `suanli show` prints it; hidden when none was read
+  // the last reading of each GPU the rental holds, as `suanli show` prints it, and its last hour; hidden
+  // when none was read
   let gpus = [];
+  let history = [];
   if (rental.allocation.length && !ENDED_STATES.includes(rental.state)) {
     try {
-      gpus = await api("GET", `/v1/rentals/${encodeURIComponent(id)}/gpus`);
+      const path = `/v1/rentals/${encodeURIComponent(id)}/gpus`;
+      [gpus, history] = await Promise.all([api("GET", path), api("GET", `${path}/history?minutes=60`)]);
     } catch (error) {
       showError("detail-error", error);
     }
   }
   if (id !== session.selected) return;
+  const minutes = new Map(history.map((gpu) => [`${gpu.node}/${gpu.gpu_index}`, gpu.minutes]));
+  const now = Date.now();
   const read = gpus.filter((gpu) => gpu.read_at);
   const body = $("detail-gpus").tBodies[0];
   body.replaceChildren();
@@ -462,7 +481,9 @@ async function showGpus(id, rental) {
     cell(row, gpu.node);
     cell(row, String(gpu.gpu_index));
     cell(row, gpu.mig_profile ?? (gpu.whole_gpu ? "whole" : `${gpu.milli / 10}% share`));
-    for (const value of [gpu.utilization_pct, gpu.memory_used_mib, gpu.power_w]) {
+    cell(row, gpu.utilization_pct == null ? "-" : String(gpu.utilization_pct), "num");
+    cell(row, sparkline(minutes.get(`${gpu.node}/${gpu.gpu_index}`) ?? [], now), "spark");
+    for (const value of [gpu.memory_used_mib, gpu.power_w]) {
       cell(row, value == null ? "-" : Number(value).toLocaleString("en-US"), "num");
     }
     cell(row, gpu.read_at.replace("T", " ").slice(0, 19));
