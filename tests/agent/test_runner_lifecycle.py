@@ -670,3 +670,24 @@ def test_a_one_node_rental_restarted_by_its_agent_sees_its_restart_count(tmp_pat
     # the server hears of each restart (for its `restarted` events) and of the failure it followed
     last = client.reports[-1][0]
     assert (last.state, last.restarts, last.failed_exit_code) == ("succeeded", 2, 3)
+
+
+def test_an_agent_that_restarted_counts_on_from_the_restarts_its_assignment_reports(tmp_path: Path) -> None:
+    """An earlier agent process restarted the workload twice (the server's run says so): with a limit of 3,
+    the new agent restarts it once more, not three more times, and the failure after that is final."""
+    script = "import sys\nprint('ran', flush=True)\nsys.exit(3)"
+    client = FakeClient()
+    client.assignments = [
+        assignment("r-again", script).model_copy(
+            update={"restart": "on-failure", "max_restarts": 3, "peers": ["h100-a-01"], "restarts": 2}
+        )
+    ]
+    runner = make_runner(tmp_path, client)
+    runner.step()
+    eventually(lambda: runner.step() or runner.local["r-again"].state == "failed", timeout_s=20)
+    assert runner.local["r-again"].tracker.restarts == 3
+    eventually(lambda: runner.step() or bytes(client.logs.get("r-again", b"")).count(b"\n") == 2)
+    assert bytes(client.logs["r-again"]) == b"ran\nran\n"  # its first run here and the one restart left
+    runner.step()
+    last = client.reports[-1][0]
+    assert (last.state, last.restarts) == ("failed", 3)

@@ -318,8 +318,9 @@ def test_a_one_node_rental_restarted_by_its_agent_gets_a_restarted_event_per_rep
 ) -> None:
     """On one node the agent restarts a failed workload itself (on-failure) and counts it in its reports:
     each count that went up is one `restarted` event (two restarts between beats: one event for both), a
-    report repeated says nothing new, a new agent process counting from 0 again is no restart, and the
-    assignment's attempt stays 0 (the gang's count is for multi-node rentals)."""
+    report repeated says nothing new, the assignment tells the count back (a new agent process counts on
+    from it, so max_restarts holds across it) and a lower count forgets nothing, and the assignment's
+    attempt stays 0 (the gang's count is for multi-node rentals)."""
     _, owner = tenant("owner")
     body = {"gpu_model": "H200-141GB", "gpus": 8, "command": ["train"], "restart": "on-failure"}
     body["max_restarts"] = 5
@@ -336,7 +337,12 @@ def test_a_one_node_rental_restarted_by_its_agent_gets_a_restarted_event_per_rep
         }
         beat = client.post("/v1/agents/heartbeat", json={"workloads": [workload]}, headers=agent)
         assert beat.status_code == 200, beat.text
-        return [a["attempt"] for a in beat.json()["assignments"]]
+        (assigned,) = beat.json()["assignments"]
+        assert assigned["restarts"] == max(restarts, told[0]), assigned  # what the agent counts on from
+        told[0] = assigned["restarts"]
+        return [assigned["attempt"]]
+
+    told = [0]
 
     def restarted() -> list[str]:
         events = client.get(f"/v1/rentals/{rental['id']}", headers=owner).json()["events"]
@@ -350,11 +356,12 @@ def test_a_one_node_rental_restarted_by_its_agent_gets_a_restarted_event_per_rep
     report(3, 137)
     twice = f"on {node}: workload failed with exit code 137; restarted it there 2 times (3/5)"
     assert restarted()[-1] == twice
-    report(0)  # the agent process was restarted: its count starts again
+    report(0)  # an agent that did not count on from its assignment: its lower count forgets nothing
     assert len(restarted()) == 2
-    assert report(1, 4) == [0] and len(restarted()) == 3
+    assert report(4, 4) == [0] and len(restarted()) == 3
+    assert restarted()[-1] == f"on {node}: workload failed with exit code 4; restarted it there (4/5)"
     (run,) = client.get(f"/v1/rentals/{rental['id']}/runs", headers=owner).json()
-    assert run["restarts"] == 1
+    assert run["restarts"] == 4
     assert client.get(f"/v1/rentals/{rental['id']}", headers=owner).json()["state"] == "running"
 
 

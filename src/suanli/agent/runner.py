@@ -354,8 +354,10 @@ class AgentRunner:
 
     def _start(self, response: AssignmentResponse) -> Local:
         assignment = _assignment(response)
-        local = Local(response.rental_id, None, RestartTracker(assignment.restart), assignment, None)
-        local.attempt = assignment.attempt
+        # the restarts an earlier agent process made count: max_restarts holds across an agent's restart
+        tracker = RestartTracker(assignment.restart, response.restarts)
+        local = Local(response.rental_id, None, tracker, assignment, None)
+        local.attempt, local.restarted_here = assignment.attempt, response.restarts
         self.local[response.rental_id] = local
         if response.action == "stop":
             return local

@@ -219,4 +219,5 @@ def _assignment(a: NodeAssignment) -> AssignmentResponse:
         peers=list(a.peers),
         node_rank=a.node_rank,
         attempt=a.attempt,
+        restarts=a.restarts,
     )

@@ -124,6 +124,7 @@ class NodeAssignment:
     peers: tuple[str, ...] = ()  # the host names of all its nodes, in rank order (its allocation's)
     node_rank: int = 0  # this node's place among them
     attempt: int = 0  # a multi-node rental's restarts of all its nodes so far: a higher one restarts the run
+    restarts: int = 0  # restarts a one-node rental's agent made by itself there, as last reported
 
 
 @dataclass(frozen=True, slots=True)
@@ -376,7 +377,9 @@ class AgentService:
                 run.started_at or _started_at(rental, report, now),
                 run.ended_at or (now if ended else None),
                 now,
-                report.restarts,  # lower than before: a new agent process, counting from 0 again
+                max(
+                    report.restarts, run.restarts
+                ),  # an agent that restarted goes on from it (its assignment)
             )
         )
         if rental.state == "preempting" and ended:
@@ -460,12 +463,17 @@ class AgentService:
         found = []
         for rental, allocation in placed:
             peers = tuple(hosts.get(a.node, a.node) for a in allocation)
-            attempt = gang_restarts(uow, rental.id) if _restarts_together(rental, allocation) else 0
+            together = _restarts_together(rental, allocation)
+            attempt = gang_restarts(uow, rental.id) if together else 0
             for rank, part in enumerate(allocation):
                 if part.node == node:
                     action = "stop" if rental.state == "stopping" else "run"
                     deadline = rental.notice_deadline if rental.state == "preempting" else None
-                    found.append(NodeAssignment(rental, part, action, deadline, peers, rank, attempt))
+                    run = None if together else uow.agents.run(rental.id, node)
+                    restarts = 0 if run is None else run.restarts
+                    found.append(
+                        NodeAssignment(rental, part, action, deadline, peers, rank, attempt, restarts)
+                    )
         return found
 
     # --- failures -------------------------------------------------------------------------------------

@@ -151,6 +151,12 @@ class AssignmentResponse(WireModel):
         "(on-failure: a failure on one node restarts every node's part); a higher one than the agent's "
         "run restarts it.",
     )
+    restarts: int = Field(
+        default=0,
+        ge=0,
+        description="Restarts this node's agent has made by itself (one node, on-failure), as it last "
+        "reported them: an agent that restarted counts on from them, so max_restarts holds across it.",
+    )
 
 
 class ExecAssignmentResponse(WireModel):
