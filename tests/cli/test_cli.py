@@ -177,3 +177,28 @@ def test_follow_knows_the_reasons_no_free_capacity_cures() -> None:
 
     assert frozenset(reason.value for reason in DOMAIN_NEVER_FITS) == NEVER_FITS
     assert "suanli stop rnt_1" in never_fits_hint("rnt_1")
+
+
+def test_the_readmes_port_forward_example_names_what_the_sdk_has() -> None:
+    """The snippet runs until its forward ends (the e2e tests run the same calls); here it compiles and
+    every SDK name it uses exists, with the arguments it passes."""
+    import ast
+    import inspect
+
+    from suanli.client import Client
+    from suanli.client.forward import Forwarder
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("A port forward from a script", 1)[1]
+    snippet = section.split("```python\n", 1)[1].split("```", 1)[0]
+    tree = ast.parse(snippet)
+    called = {
+        node.func.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+    }
+    assert {"forward", "attach_exec", "rental_gpu_history"} <= called
+    for name in ("forward", "attach_exec", "rental_gpu_history"):
+        assert callable(getattr(Client, name))
+    inspect.signature(Client.rental_gpu_history).bind(None, "rnt_x", minutes=30)
+    inspect.signature(Forwarder).bind(None, None, on_error=print)
