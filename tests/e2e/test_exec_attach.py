@@ -190,3 +190,21 @@ def _listening(port: int) -> bool:
         return True
     except OSError:
         return False
+
+
+def test_a_shell_whose_server_goes_away_ends_with_a_message_not_a_traceback(platform: Platform) -> None:
+    running = _running_rental(platform)
+    argv = [*SUANLI, "exec", "-it", running.id, "--", "bash", "--norc", "--noprofile", "-i"]
+    process, master = _in_terminal(argv, _cli_env(platform), rows=24, cols=80)
+    seen = bytearray()
+    try:
+        os.write(master, b"echo up-$((2+3))\r")
+        _read_until(master, b"up-5", seen)
+        platform.stop_server()
+        assert process.wait(timeout=WAIT_S) == 1
+        _read_until(master, b"error:", seen)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        os.close(master)
+    assert b"Traceback" not in seen, bytes(seen)

@@ -9,11 +9,14 @@ import sys
 from typing import Annotated
 
 import typer
+from websockets.exceptions import ConnectionClosed
 
 from suanli.cli.attach import ENDED_BEFORE_ITS_AGENT, relay
 from suanli.cli.output import EXIT_REFUSED, EXIT_USAGE, error_text, errors, logged_in, usage_error
 from suanli.cli.rent_spec import SpecError, duration_s
 from suanli.client.forward import Forwarder, Refused
+
+LOST = "the connection to the server was lost (it restarted, or the network went)"
 
 
 def _print(text: str, skipped: int) -> None:
@@ -74,6 +77,10 @@ def exec_command(
                 errors.print(error_text(str(refused)))
                 if refused.code != ENDED_BEFORE_ITS_AGENT:
                     raise typer.Exit(EXIT_REFUSED) from None
+            except ConnectionClosed:
+                errors.print()  # off the remote prompt's line
+                errors.print(error_text(LOST))  # its command is hung up on the node
+                raise typer.Exit(EXIT_REFUSED) from None
         ended = client.wait_exec(rental_id, queued.id, on_output=None if stdin else _print)
     if ended.state == "exited" and ended.exit_code is not None:
         raise typer.Exit(ended.exit_code if 0 <= ended.exit_code <= 255 else EXIT_REFUSED)
@@ -124,6 +131,9 @@ def port_forward_command(
             return
         except Refused as refused:
             errors.print(error_text(str(refused)))
+            raise typer.Exit(EXIT_REFUSED) from None
+        except ConnectionClosed:
+            errors.print(error_text(LOST))
             raise typer.Exit(EXIT_REFUSED) from None
     errors.print("the forward ended (its time ran out, or the rental ended)")
 
