@@ -27,7 +27,7 @@ from conftest import (
     scheduler_cycles,
     wait_for,
 )
-from suanli.cli import maintenance_commands, platform_commands
+from suanli.cli import admin_commands, maintenance_commands
 from suanli.cli.main import app
 from suanli.domain.billing.money import charge_micros
 
@@ -292,7 +292,7 @@ def test_cli_admin_drain_names_the_contract_it_would_leave_short_and_force_drain
     _, headers = tenant("acme")
     week = 7 * 24 * 3600
     contract_id = _contract(client, headers, 60, week, week + 3600).json()["id"]
-    monkeypatch.setattr(platform_commands, "logged_in", logged_in_as(client, ADMIN_KEY))
+    monkeypatch.setattr(admin_commands, "logged_in", logged_in_as(client, ADMIN_KEY))
     runner = CliRunner()
     refused = runner.invoke(app, ["admin", "drain", "h100-a-01"])
     assert refused.exit_code != 0 and contract_id in refused.output and "force" in refused.output
@@ -316,7 +316,7 @@ def test_a_fleet_put_that_would_leave_a_contract_short_is_refused_unless_forced(
         FLEET.replace('name = "h100-b-{i}"\ncount_nodes = 4', 'name = "h100-b-{i}"\ncount_nodes = 3')
     )
     assert smaller.read_text() != FLEET
-    monkeypatch.setattr(platform_commands, "logged_in", logged_in_as(client, ADMIN_KEY))
+    monkeypatch.setattr(admin_commands, "logged_in", logged_in_as(client, ADMIN_KEY))
     runner = CliRunner()
     refused = runner.invoke(app, ["admin", "fleet-put", str(smaller)])
     assert refused.exit_code == 1, refused.output

@@ -21,7 +21,7 @@ from conftest import (
     register_agent,
     wait_for,
 )
-from suanli.cli import billing_commands, platform_commands
+from suanli.cli import admin_commands, billing_commands
 from suanli.cli.main import app
 
 
@@ -103,6 +103,6 @@ def test_a_lost_node_earns_an_sla_credit_posted_once_and_shown_on_the_invoice(
     again = runner.invoke(app, ["admin", "sla", month], env=env)
     assert again.exit_code == 0 and "0 credit(s) newly posted" in again.output and tenant_id in again.output
     assert runner.invoke(app, ["admin", "sla", "2026/12"], env=env).exit_code == 2
-    monkeypatch.setattr(platform_commands, "logged_in", logged_in_as(client, ADMIN_KEY))
+    monkeypatch.setattr(admin_commands, "logged_in", logged_in_as(client, ADMIN_KEY))
     tenants = runner.invoke(app, ["admin", "tenants"], env=env)
     assert tenants.exit_code == 0 and tenant_id in tenants.output and " other " in tenants.output
