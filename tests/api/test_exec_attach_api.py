@@ -10,9 +10,12 @@ import json
 import pytest
 from fastapi.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
+from typer.testing import CliRunner
 
-from conftest import register_agent, running_share
+from conftest import logged_in_as, register_agent, running_share
 from suanli.api import exec_attach
+from suanli.cli import exec_commands
+from suanli.cli.main import app
 
 
 def _closed_with(connect, code: int) -> str:
@@ -98,7 +101,7 @@ def test_a_command_that_failed_before_its_agent_came_tells_its_client(client: Te
     assert closed.value.code == 4410 and "cannot run 'nope'" in closed.value.reason
 
 
-def test_a_port_forward_goes_to_the_nodes_agent_with_its_port(client: TestClient, tenant):
+def test_a_port_forward_goes_to_the_nodes_agent_with_its_port(client: TestClient, tenant, monkeypatch):
     _, owner = tenant("forward-owner")
     _, other = tenant("forward-other")
     rental_id, node_headers = running_share(client, owner)
@@ -122,6 +125,15 @@ def test_a_port_forward_goes_to_the_nodes_agent_with_its_port(client: TestClient
     ):
         response = client.post(url, json=bad, headers=owner)
         assert response.status_code in (400, 422) and field in response.text, response.text
+    client.post(
+        f"/v1/rentals/{rental_id}/execs",
+        json={"command": ["bash"], "stdin": True, "tty": True},
+        headers=owner,
+    )
+    monkeypatch.setattr(exec_commands, "logged_in", logged_in_as(client, owner["Authorization"][7:]))
+    listed = CliRunner().invoke(app, ["execs", rental_id], env={"COLUMNS": "200"})
+    assert listed.exit_code == 0, listed.output
+    assert "port-forward :8888" in listed.output and "-it bash" in listed.output, listed.output
     client.post(f"/v1/rentals/{rental_id}/stop", headers=owner)
     ended = client.post(url, json={"port": 8888}, headers=owner)
     assert ended.status_code == 409 and "a port forward reaches a running rental only" in ended.text

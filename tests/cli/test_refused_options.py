@@ -34,6 +34,12 @@ from suanli.cli.main import app
         (["port-forward", "rnt_x", "jupyter"], "[LOCAL:]REMOTE: 'jupyter' is not a port"),
         (["port-forward", "rnt_x", "9000:70000"], "a port is 1 to 65535"),
         (["exec", "-t", "rnt_x", "--", "bash"], "--tty: a terminal needs --stdin too (-it)"),
+        (
+            ["exec", "-it", "--timeout", "9h", "rnt_x", "--", "bash"],
+            "--timeout: '9h' is too long: at most 8h",
+        ),
+        (["exec", "--timeout", "2h", "rnt_x", "--", "ls"], "at most 1h (8h with -i)"),
+        (["port-forward", "--timeout", "9h", "rnt_x", "8888"], "--timeout: '9h' is too long: at most 8h"),
     ],
     ids=[
         "key-label",
@@ -53,6 +59,9 @@ from suanli.cli.main import app
         "forward-port",
         "forward-range",
         "tty-alone",
+        "shell-timeout",
+        "exec-timeout",
+        "forward-timeout",
     ],
 )
 def test_a_refused_value_names_its_option_and_exits_2(tmp_path: Path, args: list[str], says: str) -> None:
@@ -96,3 +105,14 @@ def test_the_sdk_refuses_a_base_url_that_cannot_be_a_servers() -> None:
 
     with pytest.raises(ValueError, match="base_url 'localhost:8000' is not a server URL"):
         Client("localhost:8000")
+
+
+def test_port_forward_ports_read_as_kubectls() -> None:
+    from suanli.cli.exec_commands import _ports
+
+    assert [_ports(text) for text in ("8888", "9000:8888", ":8888", "0:8888")] == [
+        (8888, 8888),
+        (9000, 8888),
+        (0, 8888),  # any free local port
+        (0, 8888),
+    ]

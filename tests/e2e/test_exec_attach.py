@@ -208,3 +208,49 @@ def test_a_shell_whose_server_goes_away_ends_with_a_message_not_a_traceback(plat
             process.kill()
         os.close(master)
     assert b"Traceback" not in seen, bytes(seen)
+
+
+def _processes_running(needle: str) -> list[int]:
+    """Pids of live processes whose command line holds `needle`."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (cmdline.parent / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if needle in text and state != "Z" and int(cmdline.parent.name) != os.getpid():
+            found.append(int(cmdline.parent.name))
+    return found
+
+
+def test_stopping_a_rental_ends_its_commands_shells_and_forwards(platform: Platform) -> None:
+    """A command, a shell (with a job its job control put in a process group of its own) and a port forward
+    into a rental do not outlive it: its GPUs go to the next tenant."""
+    running = _running_rental(platform)
+    env = _cli_env(platform)
+    plain = subprocess.Popen(
+        [*SUANLI, "exec", "--timeout", "10m", running.id, "--", "sleep", "1234"], env=env
+    )
+    argv = [*SUANLI, "exec", "-it", running.id, "--", "bash", "--norc", "--noprofile", "-i"]
+    shell, master = _in_terminal(argv, env, rows=24, cols=80)
+    forward, _ = _forward(platform, running.id, _free_port())
+    try:
+        os.write(master, b"sleep 2345 & echo job-$((1+1))\r")
+        _read_until(master, b"job-2", bytearray())
+        wait_until(lambda: bool(_processes_running("sleep 1234")), WAIT_S, "the command never started")
+        assert _processes_running("sleep 2345")
+        with platform.tenant() as api:
+            api.stop(running.id)
+            wait_for_state(api, running.id, "stopped")
+        wait_until(lambda: not _processes_running("sleep 1234"), WAIT_S, "the command outlived its rental")
+        wait_until(
+            lambda: not _processes_running("sleep 2345"), WAIT_S, "the shell's job outlived its rental"
+        )
+        assert shell.wait(timeout=WAIT_S) != 0 and plain.wait(timeout=WAIT_S) != 0
+        assert forward.wait(timeout=WAIT_S) != 0
+    finally:
+        for process in (plain, shell, forward):
+            if process.poll() is None:
+                process.kill()
+        os.close(master)

@@ -21,11 +21,12 @@ from __future__ import annotations
 import codecs
 import contextlib
 import logging
+import math
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,6 +59,8 @@ class RunningExec:
     pending: str = ""  # output read and not yet taken by the server
     pending_from: int = 0  # where `pending` starts in all it printed, in characters
     sent_at: float = 0.0  # monotonic time of the last progress report
+    rental_ended: bool = False  # killed because its rental no longer runs here
+    timeout_at: float = math.inf  # monotonic: its --timeout passes
 
 
 class ExecRunner:
@@ -65,6 +68,7 @@ class ExecRunner:
         self.executor, self.dir = executor, work_dir / "execs"
         self.running: dict[str, RunningExec] = {}
         self.forwards: dict[str, ForwardSession] = {}  # port forwards, until their end is reported
+        self.forward_deadlines: dict[str, float] = {}  # monotonic: a forward is stopped at its timeout
 
     def start(
         self,
@@ -90,7 +94,7 @@ class ExecRunner:
                 self._send(client, found.id, _failed("the rental's workload is not running on this node"))
                 continue
             if found.port is not None:
-                self._forward(client, found.id, spec, found.port)
+                self._forward(client, found, spec)
                 continue
             self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
             output = self.dir / f"{found.id}.log"  # attached, its output goes to the client instead
@@ -107,22 +111,48 @@ class ExecRunner:
             if ends is not None:
                 AttachedSession(client, found.id, process, ends).start()
             log.info("%s: running %s (%s)", found.rental_id, found.command[0], found.id)
+            now = time.monotonic()
             self.running[found.id] = RunningExec(
-                found.id, found.rental_id, process, output, time.monotonic() + found.timeout_s + KILL_SLACK_S
+                found.id,
+                found.rental_id,
+                process,
+                output,
+                now + found.timeout_s + KILL_SLACK_S,
+                timeout_at=now + found.timeout_s,
             )
             self._send(client, found.id, ExecReportRequest(state="running"))
 
-    def _forward(self, client: Client, exec_id: str, spec: WorkloadSpec, port: int) -> None:
+    def end_with_rentals(self, live: Collection[str]) -> list[str]:
+        """Kill the commands, shells and port forwards of rentals no longer running here (stopped, ended,
+        moved away): they must not outlive the GPUs they were given. Their ends are reported as usual (the
+        server has them `lost` already). The ids ended."""
+        ended = []
+        for running in self.running.values():
+            if running.rental_id not in live and running.report is None and not running.rental_ended:
+                running.rental_ended = True
+                _kill_session(running.process)
+                ended.append(running.id)
+        for exec_id, session in self.forwards.items():
+            if session.rental_id not in live and not session.done.is_set():
+                session.stop()
+                ended.append(exec_id)
+        for exec_id in ended:
+            log.info("exec %s: its rental no longer runs here; ended", exec_id)
+        return ended
+
+    def _forward(self, client: Client, found: ExecAssignmentResponse, spec: WorkloadSpec) -> None:
+        assert found.port is not None
         try:
             host = self.executor.address(spec)
         except SuanliError as error:
-            self._send(client, exec_id, _failed(str(error)))
+            self._send(client, found.id, _failed(str(error)))
             return
-        session = ForwardSession(client, exec_id, host, port)
+        session = ForwardSession(client, found.id, spec.rental_id, host, found.port)
         session.start()
-        self.forwards[exec_id] = session
-        log.info("%s: forwarding port %d (%s)", spec.rental_id, port, exec_id)
-        self._send(client, exec_id, ExecReportRequest(state="running"))
+        self.forwards[found.id] = session
+        self.forward_deadlines[found.id] = time.monotonic() + found.timeout_s
+        log.info("%s: forwarding port %d (%s)", spec.rental_id, found.port, found.id)
+        self._send(client, found.id, ExecReportRequest(state="running"))
 
     def poll(self, client: Client) -> None:
         """Send what running commands printed, report every command that has ended (and kill one past its
@@ -171,6 +201,16 @@ class ExecRunner:
         return True
 
 
+def _forward_ended(session: ForwardSession) -> ExecReportRequest:
+    """A port forward's end: exit 124 (as `timeout` says) when its time ran out, else 0."""
+    counts = f"{session.opened} connection(s) to port {session.port}"
+    if session.refused:
+        counts += f", {session.refused} refused"
+    if session.timed_out:
+        return ExecReportRequest(state="exited", exit_code=124, message=f"timed out; {counts}")
+    return ExecReportRequest(state="exited", exit_code=0, message=counts)
+
+
 def _failed(message: str, exit_code: int | None = None) -> ExecReportRequest:
     return ExecReportRequest(state="failed", exit_code=exit_code, message=message[:2000])
 
@@ -179,7 +219,11 @@ def _ended(returncode: int, running: RunningExec) -> ExecReportRequest:
     """The report of a command that ended with `returncode` (a signal N reads as 128 + N, as a shell says),
     with what it printed that the server has not taken."""
     code = returncode if returncode >= 0 else 128 - returncode
-    message = "timed out (exit 124 from timeout)" if code == 124 else ""
+    message = ""
+    if running.rental_ended:
+        message = "ended with its rental"
+    elif code in (124, 137) and time.monotonic() >= running.timeout_at:  # TERM at the limit, KILL 5 s on
+        message = f"timed out (exit {code})"
     return ExecReportRequest(
         state="exited",
         exit_code=code,
@@ -213,3 +257,17 @@ def _hold(running: RunningExec, text: str) -> None:
 def _kill_group(process: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)
+
+
+def _kill_session(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL every process of the command's session (it leads one: `start_new_session`, or `setsid` on a
+    terminal), process groups a shell's job control made included."""
+    _kill_group(process)
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 3 and fields[3] == str(process.pid):  # field 6 of stat: the session id
+            with contextlib.suppress(ProcessLookupError, PermissionError, ValueError):
+                os.kill(int(stat.parent.name), signal.SIGKILL)

@@ -34,12 +34,30 @@ MAX_CONNECTIONS = 256  # open at once in one forward
 class ForwardSession:
     """One port forward's connections, relayed on threads of their own."""
 
-    def __init__(self, client: Client, exec_id: str, host: str, port: int) -> None:
-        self.client, self.exec_id, self.host, self.port = client, exec_id, host, port
+    def __init__(self, client: Client, exec_id: str, rental_id: str, host: str, port: int) -> None:
+        self.client, self.exec_id, self.rental_id, self.host, self.port = (
+            client,
+            exec_id,
+            rental_id,
+            host,
+            port,
+        )
+        self.ws: ClientConnection | None = None
+        self.stopping = threading.Event()
         self.connections: dict[int, socket.socket] = {}
         self.lock = threading.Lock()
         self.done = threading.Event()  # the session has ended
         self.opened = 0  # connections opened to the port
+        self.refused = 0  # connections the port refused
+        self.timed_out = False  # stopped at its timeout
+
+    def stop(self) -> None:
+        """End the forward (its rental ended, or its time ran out): its socket and connections close."""
+        self.stopping.set()
+        ws = self.ws
+        if ws is not None:
+            with contextlib.suppress(Exception):
+                ws.close()
 
     def start(self) -> None:
         threading.Thread(target=self._run, name=f"forward-{self.exec_id}", daemon=True).start()
@@ -51,6 +69,9 @@ class ForwardSession:
             log.warning("forward %s: cannot attach to the server (%s)", self.exec_id, error)
             self.done.set()
             return
+        self.ws = ws
+        if self.stopping.is_set():  # stopped while it attached
+            ws.close()
         try:
             for message in ws:
                 if isinstance(message, bytes):
@@ -93,6 +114,8 @@ class ForwardSession:
             connection = socket.create_connection((self.host, self.port), timeout=CONNECT_TIMEOUT_S)
         except OSError as error:
             reason = error.strerror or str(error)
+            with self.lock:
+                self.refused += 1
             _send(ws, {"close": number, "error": f"cannot connect to port {self.port} on the node: {reason}"})
             return
         connection.settimeout(None)

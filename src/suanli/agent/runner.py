@@ -219,6 +219,7 @@ class AgentRunner:
         if self.fixed_interval_s is None:
             self.interval_s = answer.heartbeat_interval_s
         self.reconcile(answer.assignments)
+        self.execs.end_with_rentals({r for r, local in self.local.items() if local.state == "running"})
         self.execs.start(client, answer.execs, self._running_spec)
 
     def _running_spec(self, rental_id: str) -> WorkloadSpec | None:

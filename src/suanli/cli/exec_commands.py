@@ -4,26 +4,41 @@ RENTAL -- bash` is a shell on the node). `suanli port-forward RENTAL 8888` reach
 
 from __future__ import annotations
 
+import shlex
 import socket
 import sys
+import time
 from typing import Annotated
 
 import typer
 from websockets.exceptions import ConnectionClosed
 
 from suanli.cli.attach import ENDED_BEFORE_ITS_AGENT, relay
-from suanli.cli.output import EXIT_REFUSED, EXIT_USAGE, error_text, errors, logged_in, usage_error
+from suanli.cli.output import (
+    EXIT_REFUSED,
+    EXIT_USAGE,
+    emit,
+    error_text,
+    errors,
+    logged_in,
+    table,
+    usage_error,
+)
 from suanli.cli.rent_spec import SpecError, duration_s
+from suanli.client import Client
 from suanli.client.forward import Forwarder, Refused
+from suanli.wire.schemas import ExecResponse
 
 LOST = "the connection to the server was lost (it restarted, or the network went)"
+START_WAIT_S = 120.0  # how long exec and port-forward wait for a placed rental to start running
 
 
 def _print(text: str, skipped: int) -> None:
     """What the command printed since the last poll, on stdout; a gap the server did not keep, on stderr."""
     if skipped:
         sys.stdout.flush()
-        errors.print(error_text(f"({skipped} characters of its output were not kept)"))
+        note = f"({skipped:,} characters of its output came too fast to be kept; -i streams all of it)"
+        errors.print(note, style="dim")
     sys.stdout.write(text)
     sys.stdout.flush()
 
@@ -36,7 +51,10 @@ def exec_command(
     ] = 0,
     timeout: Annotated[
         str | None,
-        typer.Option(help="Kill it after this long: 30s, 5m, 1h (default 60s, at most 1h; attached 1h, 8h)."),
+        typer.Option(
+            help="Kill it after this long: 30s, 5m, 1h. Default 60s and at most 1h; with -i, default 1h "
+            "and at most 8h."
+        ),
     ] = None,
     stdin: Annotated[
         bool, typer.Option("--stdin", "-i", help="Attach: send this side's input to it, its output live.")
@@ -48,28 +66,31 @@ def exec_command(
 ) -> None:
     """Run a command inside a running rental, on one of its nodes, as its workload runs: its user, GPUs,
     environment and working directory (its container, for an image). Prints the command's output as it
-    comes (about once a second) and exits with its exit code. It starts at the node agent's next heartbeat.
-    With -it it is a terminal session: `suanli exec -it RENTAL -- bash`."""
+    comes (about once a second; stdout and stderr together, the last 64 Ki characters kept) and exits with
+    its exit code. It starts at the node agent's next heartbeat. With -i its output streams whole; with -it
+    it is a terminal session: `suanli exec -it RENTAL -- bash`. It ends with the rental."""
     if not command:
-        errors.print(error_text("give the command to run after --, e.g. suanli exec RENTAL -- nvidia-smi"))
+        example = "-- bash" if stdin else "-- nvidia-smi"
+        errors.print(
+            error_text(
+                f"give the command to run after --, e.g. suanli exec {'-it ' if tty else ''}RENTAL {example}"
+            )
+        )
         raise typer.Exit(EXIT_USAGE)
     if tty and not stdin:
         errors.print(error_text("--tty: a terminal needs --stdin too (-it)"))
         raise typer.Exit(EXIT_USAGE)
-    try:
-        timeout_s = duration_s(timeout or ("1h" if stdin else "60s"))
-    except SpecError as error:
-        errors.print(error_text(f"--timeout: {error}"))
-        raise typer.Exit(EXIT_USAGE) from None
+    timeout_s = _timeout(timeout or ("1h" if stdin else "60s"), 8 * 3600 if stdin else 3600, stdin)
     options = {"node_rank": "--node-rank", "timeout_s": "--timeout", "command": "COMMAND", "stdin": "--stdin"}
     with logged_in(options) as client:
+        _wait_running(client, rental_id)
         queued = client.exec(
             rental_id, command, node_rank=node_rank, timeout_s=timeout_s, stdin=stdin, tty=tty
         )
         if stdin:
             terminal = tty and sys.stdin.isatty()
             if not terminal and tty:
-                errors.print(error_text("(input is not a terminal: its keys are sent as they are read)"))
+                errors.print("(input is not a terminal: what it reads is sent as it comes)", style="dim")
             try:
                 with client.attach_exec(rental_id, queued.id) as socket:
                     relay(socket, sys.stdin.fileno(), sys.stdout.fileno(), terminal)
@@ -81,7 +102,14 @@ def exec_command(
                 errors.print()  # off the remote prompt's line
                 errors.print(error_text(LOST))  # its command is hung up on the node
                 raise typer.Exit(EXIT_REFUSED) from None
-        ended = client.wait_exec(rental_id, queued.id, on_output=None if stdin else _print)
+        try:
+            ended = client.wait_exec(rental_id, queued.id, on_output=None if stdin else _print)
+        except KeyboardInterrupt:
+            detached = f"{queued.id} runs on until it ends or its --timeout; `suanli execs {rental_id}`"
+            errors.print(f"\n(detached: {detached})")
+            raise typer.Exit(130) from None
+    if ended.state == "exited" and ended.message.startswith("timed out"):
+        errors.print(f"({ended.message})", style="dim")
     if ended.state == "exited" and ended.exit_code is not None:
         raise typer.Exit(ended.exit_code if 0 <= ended.exit_code <= 255 else EXIT_REFUSED)
     errors.print(error_text(f"{ended.state} on {ended.node}: {ended.message or 'no exit code'}"))
@@ -104,23 +132,24 @@ def port_forward_command(
     timeout: Annotated[str, typer.Option(help="Stop forwarding after this long (at most 8h).")] = "8h",
 ) -> None:
     """Forward a local port to a port of a running rental, as `kubectl port-forward` does: `suanli
-    port-forward RENTAL 8888` and open http://127.0.0.1:8888 for its Jupyter. Every connection goes through
-    the server; it starts at the node agent's next heartbeat and runs until Ctrl-C or its timeout."""
+    port-forward RENTAL 8888` and open http://127.0.0.1:8888 for its Jupyter (`:8888`: any free local
+    port, printed; use that where the rental runs on this machine, as in `suanli demo`). Every connection
+    goes through the server; it starts at the node agent's next heartbeat and runs until Ctrl-C, its
+    --timeout or the rental's end."""
     local, remote = _ports(ports)
-    try:
-        timeout_s = duration_s(timeout)
-    except SpecError as error:
-        raise usage_error(f"--timeout: {error}") from None
+    timeout_s = _timeout(timeout, 8 * 3600, True)
     try:
         listener = socket.create_server((address, local))
+    except socket.gaierror as error:
+        raise usage_error(f"--address: {address!r} is not an address here ({error.strerror})") from None
     except OSError as error:
-        raise usage_error(
-            f"[LOCAL:]REMOTE: cannot listen on {address}:{local}: {error.strerror or error}"
-        ) from None
+        where = f"[{address}]:{local}" if ":" in address else f"{address}:{local}"
+        raise usage_error(f"[LOCAL:]REMOTE: cannot listen on {where}: {error.strerror or error}") from None
     with (
         listener,
         logged_in({"port": "[LOCAL:]REMOTE", "node_rank": "--node-rank", "timeout_s": "--timeout"}) as client,
     ):
+        _wait_running(client, rental_id)
         queued = client.forward(rental_id, remote, node_rank=node_rank, timeout_s=timeout_s)
         bound = listener.getsockname()[1]
         errors.print(f"Forwarding from {address}:{bound} -> port {remote} of {rental_id} (Ctrl-C stops)")
@@ -139,15 +168,78 @@ def port_forward_command(
 
 
 def _ports(text: str) -> tuple[int, int]:
-    """`8888` -> (8888, 8888); `9000:8888` -> (9000, 8888); `0:8888` -> any free local port."""
-    local_text, _, remote_text = text.rpartition(":")
+    """`8888` -> (8888, 8888); `9000:8888` -> (9000, 8888); `:8888` or `0:8888` -> any free local port, as
+    kubectl port-forward reads them."""
+    local_text, colon, remote_text = text.rpartition(":")
     try:
         remote = int(remote_text)
-        local = int(local_text) if local_text else remote
+        local = int(local_text) if local_text else (0 if colon else remote)
     except ValueError:
         raise usage_error(
-            f"[LOCAL:]REMOTE: {text!r} is not a port or LOCAL:REMOTE, e.g. 8888 or 9000:8888"
+            f"[LOCAL:]REMOTE: {text!r} is not a port or LOCAL:REMOTE, e.g. 8888, 9000:8888 or :8888"
         ) from None
     if not 1 <= remote <= 65535 or not 0 <= local <= 65535:
         raise usage_error(f"[LOCAL:]REMOTE: {text!r}: a port is 1 to 65535 (local 0: any free port)")
     return local, remote
+
+
+def _timeout(text: str, most_s: int, attached: bool) -> int:
+    """`--timeout` in seconds, checked against the limit here so that the message says it in hours."""
+    try:
+        seconds = duration_s(text)
+    except SpecError as error:
+        raise usage_error(f"--timeout: {error}") from None
+    if seconds > most_s:
+        limit = f"at most {most_s // 3600}h" + ("" if attached else " (8h with -i)")
+        raise usage_error(f"--timeout: {text!r} is too long: {limit}")
+    return seconds
+
+
+def _wait_running(client: Client, rental_id: str) -> None:
+    """Wait for a rental that has its GPUs and is starting (placed, starting) to run, as `rent` then `exec`
+    right away would find it; a rental in any other state is the server's to refuse."""
+    deadline = time.monotonic() + START_WAIT_S
+    said = False
+    while (state := client.rental(rental_id).state) in ("placed", "starting") and time.monotonic() < deadline:
+        if not said:
+            errors.print(f"(waiting for {rental_id} to start running: it is {state})", style="dim")
+            said = True
+        time.sleep(1.0)
+
+
+def execs_command(
+    rental_id: Annotated[str, typer.Argument(metavar="RENTAL", help="A rental of yours.")],
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print JSON for scripts instead of a table.")
+    ] = False,
+) -> None:
+    """The rental's commands, shells and port forwards, newest first: what, where, state and exit code (at
+    most 8 may be open at once)."""
+    with logged_in() as client:
+        found = client.execs(rental_id)
+    emit(found, as_json, _execs_table)
+
+
+def _execs_table(found: list[ExecResponse]):
+    rows = [
+        (
+            e.id,
+            _what(e),
+            e.node,
+            e.state,
+            "" if e.exit_code is None else e.exit_code,
+            f"{e.created_at:%Y-%m-%d %H:%M:%S}",
+            "" if e.ended_at is None else f"{e.ended_at:%H:%M:%S}",
+            e.message,
+        )
+        for e in found
+    ]
+    columns = ("id", "what", "node", "state", "exit", "asked (UTC)", "ended", "message")
+    return table("Commands and port forwards", columns, rows)
+
+
+def _what(found: ExecResponse) -> str:
+    if found.port is not None:
+        return f"port-forward :{found.port}"
+    command = shlex.join(found.command)
+    return f"{'-it' if found.tty else '-i'} {command}" if found.stdin else command

@@ -60,7 +60,9 @@ def history_rows(found: list[RentalGpuHistoryResponse], start: datetime, end: da
 
 
 def gpus(
-    rental_id: Annotated[str, typer.Argument(metavar="RENTAL")],
+    rental_id: Annotated[
+        str, typer.Argument(metavar="RENTAL", help="A rental of yours, running or ended (kept a week).")
+    ],
     minutes: Annotated[
         int, typer.Option("--minutes", min=1, max=7 * 24 * 60, help="How far back (a week at most).")
     ] = 60,
