@@ -32,9 +32,10 @@ from websockets.sync.client import ClientConnection
 
 from suanli.agent.executors import Attachment
 from suanli.client import ApiError, Client, ServerUnreachable
-from suanli.client.streams import READ_BYTES, control_message
+from suanli.client.streams import control_message
 
 log = logging.getLogger(__name__)
+READ_BYTES = 16 * 1024  # of output per frame: small frames keep what waits behind a ^C short
 POLL_S = 0.2  # how often a quiet command is checked for its end
 HANGUP_GRACE_S = 5.0  # after SIGHUP, before SIGKILL, when the client went first
 LARGEST_SIZE = 10_000  # rows or columns a terminal may be set to

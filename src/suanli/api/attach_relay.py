@@ -23,7 +23,9 @@ from suanli.store.attach_bus import AttachBus, Message
 
 End = Literal["client", "agent"]
 Frame = bytes | str | None  # None: the other end went
-QUEUE_FRAMES = 256  # in memory: frames one end may send before the other reads them
+QUEUE_FRAMES = (
+    32  # in memory: frames one end may send before the other reads them (a flood's ^C waits on them)
+)
 BUS_QUEUE_FRAMES = 4096  # through the bus: frames waiting for a slow reader before its end is closed
 CLOSE_WAIT_S = 30.0  # how long a leaving end waits to tell the other (and, through the bus, to flush)
 

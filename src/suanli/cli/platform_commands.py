@@ -539,14 +539,14 @@ def _rental_detail(rental: RentalResponse) -> Group:
         by = PREEMPTED_BY.get(rental.preempted_by, rental.preempted_by)
         header += f", preempted by {by}{deadline}"
     slices = [
-        (a.node, s.gpu_index, s.mig_profile or ("whole" if s.milli == 1000 else f"{s.milli} milli"))
-        for a in rental.allocation
+        (rank, a.node, s.gpu_index, s.mig_profile or ("whole" if s.milli == 1000 else f"{s.milli} milli"))
+        for rank, a in enumerate(rental.allocation)
         for s in a.slices
     ]
     timeline = [(f"{e.at:%Y-%m-%d %H:%M:%S}", e.kind, e.reason or "", e.message) for e in rental.events]
     parts: list = [header]
     if slices:
-        parts.append(table("allocation", ("node", "GPU", "slice"), slices))
+        parts.append(table("allocation", ("rank", "node", "GPU", "slice"), slices))
     parts.append(table("timeline", ("at (UTC)", "event", "reason", "message"), timeline))
     return Group(*parts)
 
