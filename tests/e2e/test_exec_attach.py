@@ -254,3 +254,48 @@ def test_stopping_a_rental_ends_its_commands_shells_and_forwards(platform: Platf
             if process.poll() is None:
                 process.kill()
         os.close(master)
+
+
+def test_a_forward_and_a_shell_end_at_their_timeout_and_say_so(platform: Platform) -> None:
+    """A forward's --timeout is kept on the node (exit 124, its connections counted, refused ones too);
+    a shell past its --timeout (bash ignores TERM: KILL follows 5 s later) says it timed out."""
+    running = _running_rental(platform)
+    closed = _free_port()
+    argv = [*SUANLI, "port-forward", "--timeout", "3s", running.id, f":{closed}"]
+    forward = subprocess.Popen(argv, env=_cli_env(platform), stderr=subprocess.PIPE, text=True)
+    assert forward.stderr is not None
+    local = int(forward.stderr.readline().split(":")[1].split()[0])
+    with pytest.raises(httpx.TransportError):
+        httpx.get(f"http://127.0.0.1:{local}/", timeout=WAIT_S)  # refused on the node
+    _, said = forward.communicate(timeout=WAIT_S)
+    assert forward.returncode == 0 and "the forward ended" in said, said
+    with platform.tenant() as api:
+        wait_until(lambda: api.execs(running.id)[0].state == "exited", WAIT_S, "its end was never reported")
+        ended = api.execs(running.id)[0]
+    assert (ended.exit_code, ended.message) == (
+        124,
+        f"timed out; 0 connection(s) to port {closed}, 1 refused",
+    )
+
+    argv = [
+        *SUANLI,
+        "exec",
+        "-it",
+        "--timeout",
+        "2s",
+        running.id,
+        "--",
+        "bash",
+        "--norc",
+        "--noprofile",
+        "-i",
+    ]
+    shell, master = _in_terminal(argv, _cli_env(platform), rows=24, cols=80)
+    seen = bytearray()
+    try:
+        assert shell.wait(timeout=WAIT_S) == 137
+        _read_until(master, b"timed out (exit 137)", seen)
+    finally:
+        if shell.poll() is None:
+            shell.kill()
+        os.close(master)

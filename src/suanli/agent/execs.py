@@ -158,12 +158,14 @@ class ExecRunner:
         """Send what running commands printed, report every command that has ended (and kill one past its
         limit), and every port forward whose client went."""
         for exec_id, session in list(self.forwards.items()):
-            if session.done.is_set():
-                message = f"{session.opened} connection(s) to port {session.port}"
-                if self._send(
-                    client, exec_id, ExecReportRequest(state="exited", exit_code=0, message=message)
-                ):
-                    del self.forwards[exec_id]
+            if not session.done.is_set() and time.monotonic() >= self.forward_deadlines.get(
+                exec_id, math.inf
+            ):
+                session.timed_out = True
+                session.stop()
+            if session.done.is_set() and self._send(client, exec_id, _forward_ended(session)):
+                del self.forwards[exec_id]
+                self.forward_deadlines.pop(exec_id, None)
         for running in list(self.running.values()):
             if running.report is None:
                 code = running.process.poll()

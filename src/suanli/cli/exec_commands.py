@@ -38,7 +38,7 @@ def _print(text: str, skipped: int) -> None:
     if skipped:
         sys.stdout.flush()
         note = f"({skipped:,} characters of its output came too fast to be kept; -i streams all of it)"
-        errors.print(note, style="dim")
+        errors.print(note, style="dim", highlight=False)
     sys.stdout.write(text)
     sys.stdout.flush()
 
@@ -90,7 +90,11 @@ def exec_command(
         if stdin:
             terminal = tty and sys.stdin.isatty()
             if not terminal and tty:
-                errors.print("(input is not a terminal: what it reads is sent as it comes)", style="dim")
+                errors.print(
+                    "(input is not a terminal: what it reads is sent as it comes)",
+                    style="dim",
+                    highlight=False,
+                )
             try:
                 with client.attach_exec(rental_id, queued.id) as socket:
                     relay(socket, sys.stdin.fileno(), sys.stdout.fileno(), terminal)
@@ -109,7 +113,7 @@ def exec_command(
             errors.print(f"\n(detached: {detached})")
             raise typer.Exit(130) from None
     if ended.state == "exited" and ended.message.startswith("timed out"):
-        errors.print(f"({ended.message})", style="dim")
+        errors.print(f"{chr(10) if stdin else ''}({ended.message})", style="dim", highlight=False)
     if ended.state == "exited" and ended.exit_code is not None:
         raise typer.Exit(ended.exit_code if 0 <= ended.exit_code <= 255 else EXIT_REFUSED)
     errors.print(error_text(f"{ended.state} on {ended.node}: {ended.message or 'no exit code'}"))
@@ -202,7 +206,9 @@ def _wait_running(client: Client, rental_id: str) -> None:
     said = False
     while (state := client.rental(rental_id).state) in ("placed", "starting") and time.monotonic() < deadline:
         if not said:
-            errors.print(f"(waiting for {rental_id} to start running: it is {state})", style="dim")
+            errors.print(
+                f"(waiting for {rental_id} to start running: it is {state})", style="dim", highlight=False
+            )
             said = True
         time.sleep(1.0)
 
