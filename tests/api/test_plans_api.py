@@ -13,7 +13,16 @@ import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from conftest import ADMIN, ADMIN_KEY, app_client, charged, h100_contract, logged_in_as, wait_for
+from conftest import (
+    ADMIN,
+    ADMIN_KEY,
+    SteppedClock,
+    app_client,
+    charged,
+    h100_contract,
+    logged_in_as,
+    wait_for,
+)
 from suanli.cli import billing_commands, contract_commands, plan_commands, platform_commands
 from suanli.cli.main import app
 from suanli.domain.billing.money import bp_of, charge_micros
@@ -590,20 +599,20 @@ def test_a_rental_placed_before_its_contract_opens_is_covered_from_the_start(dat
     and on-demand for the same GPU: the hour after the start charged 2,990,000 micros). Now the meter
     loop's pass (its jobs as the server wires them) re-prices it from the start: the hour after costs 0,
     and only the 60-s minimum before it is charged."""
-    with app_client(database_url, meter_interval_s=3600, prepaid=False) as client:
+    clock = SteppedClock()
+    with app_client(database_url, clock, meter_interval_s=3600, prepaid=False) as client:
         services = client.app.state.services
         tenant_id = client.post("/v1/tenants", json={"name": "early"}, headers=ADMIN).json()["id"]
         secret = client.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()
         headers = {"Authorization": f"Bearer {secret['secret']}"}
-        start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=8)  # placed before it
+        start = clock.now().replace(microsecond=0) + timedelta(seconds=50)  # placed before it
         body = h100_contract(start, hours=2)
         signed = client.post("/v1/contracts", json=body, headers=headers)
         assert signed.status_code == 201, signed.text
         rental = client.post("/v1/rentals", json={**H100, "regions": ["cn-north"]}, headers=headers).json()
         placed = wait_for(client, rental["id"], headers, "placed")
         assert placed["price_micros_per_hour"] == H100_ON_DEMAND  # the window is not open yet
-        while datetime.now(UTC) < start:
-            time.sleep(0.1)
+        clock.step_to(start)
         services.meter.work()  # a meter pass and the jobs around it
         services.billing.meter(now=start + timedelta(hours=1))
         body = client.get(f"/v1/rentals/{rental['id']}", headers=headers).json()
