@@ -5,7 +5,6 @@ limit, a prepaid tenant warned then stopped, and a contract's prepaid price, 0-p
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -567,15 +566,16 @@ def test_cli_plan_terms_grants_and_revenue(client, tenant, monkeypatch) -> None:
 
 
 def test_a_rental_its_contract_covered_pays_on_demand_once_the_contract_has_ended(database_url: str) -> None:
-    """A 1-GPU contract ending 8 s from now covers a 1-GPU rental (0 micros per hour). After the window the
+    """A 1-GPU contract ending 50 s from now covers a 1-GPU rental (0 micros per hour). After the window the
     rental kept its 0 rate for good. Now the meter loop's pass (its jobs as the server wires them) re-prices
     it from the contract's end: the hour after it costs the on-demand rate."""
-    with app_client(database_url, meter_interval_s=3600, prepaid=False) as client:
+    clock = SteppedClock()
+    with app_client(database_url, clock, meter_interval_s=3600, prepaid=False) as client:
         services = client.app.state.services
         tenant_id = client.post("/v1/tenants", json={"name": "ending"}, headers=ADMIN).json()["id"]
         secret = client.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()
         headers = {"Authorization": f"Bearer {secret['secret']}"}
-        end = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=8)  # signed and placed before it
+        end = clock.now().replace(microsecond=0) + timedelta(seconds=50)  # signed and placed before it
         window = {"gpu_model": "H100-SXM-80GB", "count": 1, "region": "cn-north"}
         body = {**window, "starts_at": (end - timedelta(minutes=1)).isoformat(), "ends_at": end.isoformat()}
         signed = client.post("/v1/contracts", json=body, headers=headers)
@@ -583,8 +583,7 @@ def test_a_rental_its_contract_covered_pays_on_demand_once_the_contract_has_ende
         rental = client.post("/v1/rentals", json=H100, headers=headers).json()
         placed = wait_for(client, rental["id"], headers, "placed")
         assert placed["price_micros_per_hour"] == 0 and placed["quote"]["contract_covered_gpu_milli"] == 1000
-        while datetime.now(UTC) < end:
-            time.sleep(0.1)
+        clock.step_to(end)
         services.meter.work()  # a meter pass and the jobs after it
         later = end + timedelta(hours=1)
         services.billing.meter(now=later)

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from typer.testing import CliRunner
 
-from conftest import ADMIN, ADMIN_KEY, FixedClock, wait_for
+from conftest import ADMIN, ADMIN_KEY, FixedClock, SteppedClock, app_client, make_tenant, wait_for
 from suanli.cli import billing_commands
 from suanli.cli.main import app
 from suanli.cli.output import api_errors
@@ -52,10 +52,16 @@ def test_an_admin_put_is_listed_and_quotes_new_rentals(client, tenant) -> None:
     assert quote["source"] == "Q3 price cut"
 
 
-def test_a_future_dated_entry_is_listed_but_applies_only_from_its_time(client, tenant) -> None:
-    _, headers = tenant("planner")
-    start = datetime.now(UTC) + timedelta(seconds=8)  # room for the PUT and two quotes on a slow machine
-    far = datetime.now(UTC) + timedelta(days=30)
+def test_a_future_dated_entry_is_listed_but_applies_only_from_its_time(database_url: str) -> None:
+    clock = SteppedClock()
+    with app_client(database_url, clock) as client:
+        _a_future_dated_entry_applies_from_its_time(client, clock)
+
+
+def _a_future_dated_entry_applies_from_its_time(client, clock: SteppedClock) -> None:
+    _, headers = make_tenant(client, "planner")
+    start = clock.now() + timedelta(seconds=50)  # later than the PUT and two quotes on a slow machine
+    far = clock.now() + timedelta(days=30)
     put = client.put(
         "/v1/prices",
         json=[
@@ -82,7 +88,7 @@ def test_a_future_dated_entry_is_listed_but_applies_only_from_its_time(client, t
         "/v1/rentals", json={"gpu_model": "A100-80GB", "mig_profile": "1g.10gb"}, headers=headers
     ).json()["quote"]
     assert mig["final_micros_per_hour"] == 123_000
-    time.sleep(max(0.0, (start - datetime.now(UTC)).total_seconds()) + 1.1)
+    clock.step_to(start + timedelta(seconds=1))
     later = client.post("/v1/rentals", json=RENT, headers=headers).json()["quote"]
     assert later["unit_micros_per_gpu_hour"] == 2_500_000
     assert [p["price_micros_per_gpu_hour"] for p in _on_demand(client)] == [2_500_000, 2_400_000]
