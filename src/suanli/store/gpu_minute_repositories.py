@@ -10,8 +10,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from suanli.app.gpu_history import GpuMinute, GpuSample
-from suanli.domain.plan import NodeAllocation, Slice
-from suanli.store.rows import AllocationRow, GpuMinuteRow, SliceRow
+from suanli.domain.plan import NodeAllocation
+from suanli.store.rental_rows import allocations_by_rental
+from suanli.store.rows import AllocationRow, GpuMinuteRow
 
 _MINUTES = GpuMinuteRow.__table__
 
@@ -83,23 +84,8 @@ class SqlGpuMinutes:
         ]
 
     def spans(self, rental_id: str) -> list[tuple[NodeAllocation, datetime | None, datetime | None]]:
-        rows = self.s.execute(
-            select(AllocationRow, SliceRow)
-            .outerjoin(SliceRow, SliceRow.allocation_id == AllocationRow.id)
-            .where(AllocationRow.rental_id == rental_id)
-            .order_by(AllocationRow.ordinal, AllocationRow.id, SliceRow.ordinal)
-        ).all()
-        grouped: dict[int, tuple[AllocationRow, list[Slice]]] = {}
-        for allocation, piece in rows:
-            entry = grouped.setdefault(allocation.id, (allocation, []))
-            if piece is not None:
-                entry[1].append(
-                    Slice(piece.gpu_index, piece.milli, piece.memory_mib, piece.mig_profile, piece.mig_start)
-                )
-        return [
-            (NodeAllocation(a.node, a.cpu_milli, a.memory_mib, tuple(s)), a.booked_at, a.released_at)
-            for a, s in grouped.values()
-        ]
+        pairs = allocations_by_rental(self.s, AllocationRow.rental_id == rental_id).get(rental_id, [])
+        return [(allocation, row.booked_at, row.released_at) for row, allocation in pairs]
 
 
 def _greatest(dialect: object, left: object, right: object) -> object:

@@ -15,7 +15,7 @@ from suanli.app.records import LIVE_STATES, Booking, Rental, RentalEvent
 from suanli.domain.plan import NodeAllocation, Slice
 from suanli.store.ledger_repositories import one_of
 from suanli.store.rental_money import RentalMoneyReads
-from suanli.store.rental_rows import allocation_json, rental_from_row, spec_json
+from suanli.store.rental_rows import allocation_json, allocations_by_rental, rental_from_row, spec_json
 from suanli.store.rows import (
     AllocationRow,
     BookingRow,
@@ -343,24 +343,9 @@ class SqlRentals(RentalMoneyReads):
         condition = AllocationRow.released.is_(False)
         if where is not None:
             condition = condition & where
-        rows = self.s.execute(
-            select(AllocationRow, SliceRow)
-            .outerjoin(SliceRow, SliceRow.allocation_id == AllocationRow.id)
-            .where(condition)
-            .order_by(AllocationRow.rental_id, AllocationRow.ordinal, SliceRow.ordinal)
-        ).all()
-        grouped: dict[str, dict[int, tuple[AllocationRow, list[Slice]]]] = {}
-        for allocation, piece in rows:
-            entry = grouped.setdefault(allocation.rental_id, {}).setdefault(allocation.id, (allocation, []))
-            if piece is not None:
-                entry[1].append(
-                    Slice(piece.gpu_index, piece.milli, piece.memory_mib, piece.mig_profile, piece.mig_start)
-                )
         return {
-            rental_id: [
-                NodeAllocation(a.node, a.cpu_milli, a.memory_mib, tuple(s)) for a, s in by_id.values()
-            ]
-            for rental_id, by_id in grouped.items()
+            rental_id: [allocation for _, allocation in pairs]
+            for rental_id, pairs in allocations_by_rental(self.s, condition).items()
         }
 
     def booked_slots(self, node: str, gpu_index: int) -> set[int]:

@@ -1,4 +1,5 @@
-"""Rental rows to records and back: the spec and promise JSON columns, and aware UTC moments."""
+"""Rental rows to records and back: the spec and promise JSON columns, allocations with their slices, and
+aware UTC moments."""
 
 from __future__ import annotations
 
@@ -6,9 +7,12 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
 from suanli.app.records import Rental, RentalSpec
 from suanli.domain.plan import NodeAllocation, Slice
-from suanli.store.rows import RentalRow
+from suanli.store.rows import AllocationRow, RentalRow, SliceRow
 
 
 def spec_json(spec: RentalSpec) -> dict[str, Any]:
@@ -46,6 +50,33 @@ def rental_from_row(row: RentalRow) -> Rental:
         row.time_limit_at,
         row.last_busy_at,
     )
+
+
+def allocations_by_rental(
+    session: Session, condition: Any
+) -> dict[str, list[tuple[AllocationRow, NodeAllocation]]]:
+    """The allocation rows `condition` selects, each with what it holds (its slices), per rental in their
+    order: one query for the rows and their slices together."""
+    rows = session.execute(
+        select(AllocationRow, SliceRow)
+        .outerjoin(SliceRow, SliceRow.allocation_id == AllocationRow.id)
+        .where(condition)
+        .order_by(AllocationRow.rental_id, AllocationRow.ordinal, AllocationRow.id, SliceRow.ordinal)
+    ).all()
+    grouped: dict[str, dict[int, tuple[AllocationRow, list[Slice]]]] = {}
+    for allocation, piece in rows:
+        entry = grouped.setdefault(allocation.rental_id, {}).setdefault(allocation.id, (allocation, []))
+        if piece is not None:
+            entry[1].append(
+                Slice(piece.gpu_index, piece.milli, piece.memory_mib, piece.mig_profile, piece.mig_start)
+            )
+    return {
+        rental_id: [
+            (a, NodeAllocation(a.node, a.cpu_milli, a.memory_mib, tuple(slices)))
+            for a, slices in by_id.values()
+        ]
+        for rental_id, by_id in grouped.items()
+    }
 
 
 def allocation_json(allocation: NodeAllocation) -> dict[str, Any]:
