@@ -165,6 +165,7 @@ class AgentRepo(Protocol):
     def hostnames(self, nodes: Sequence[str]) -> dict[str, str]: ...
     def had_allocation(self, rental_id: str, node: str) -> bool: ...
     def run(self, rental_id: str, node: str) -> RentalRun | None: ...
+    def runs_on(self, node: str, rental_ids: Sequence[str]) -> dict[str, RentalRun]: ...
     def put_run(self, run: RentalRun) -> None: ...
     def runs(self, rental_id: str) -> list[RentalRun]: ...
     def log_size(self, rental_id: str, node: str) -> int: ...
@@ -460,6 +461,7 @@ class AgentService:
             if rental is not None and rental.state in LIVE_STATES:
                 placed.append((rental, uow.rentals.allocation(rental_id)))
         hosts = uow.agents.hostnames(sorted({a.node for _, allocation in placed for a in allocation}))
+        runs = uow.agents.runs_on(node, [rental.id for rental, _ in placed])  # one read, not one per rental
         found = []
         for rental, allocation in placed:
             peers = tuple(hosts.get(a.node, a.node) for a in allocation)
@@ -469,7 +471,7 @@ class AgentService:
                 if part.node == node:
                     action = "stop" if rental.state == "stopping" else "run"
                     deadline = rental.notice_deadline if rental.state == "preempting" else None
-                    run = None if together else uow.agents.run(rental.id, node)
+                    run = None if together else runs.get(rental.id)
                     restarts = 0 if run is None else run.restarts
                     found.append(
                         NodeAssignment(rental, part, action, deadline, peers, rank, attempt, restarts)

@@ -212,6 +212,15 @@ class SqlAgents:
         row = self.s.get(RentalRunRow, (rental_id, node))
         return None if row is None else _run(row)
 
+    def runs_on(self, node: str, rental_ids: Sequence[str]) -> dict[str, RentalRun]:
+        """The runs of these rentals on `node`, by rental, in one query."""
+        if not rental_ids:
+            return {}
+        query = select(RentalRunRow).where(
+            RentalRunRow.node == node, RentalRunRow.rental_id.in_(list(rental_ids))
+        )
+        return {row.rental_id: _run(row) for row in self.s.scalars(query)}
+
     def put_run(self, run: RentalRun) -> None:
         row = self.s.get(RentalRunRow, (run.rental_id, run.node))
         if row is None:
