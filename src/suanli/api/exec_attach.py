@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import anyio
 from fastapi import APIRouter, WebSocket
@@ -31,6 +32,9 @@ from suanli.api.attach_relay import End, Frame, Pipe, Relay
 from suanli.api.errors import STATUS
 from suanli.app.errors import AppError, Conflict
 from suanli.app.execs import FINAL_STATES
+from suanli.app.records import Caller
+
+Asker = TypeVar("Asker")  # who attaches, as `check` found them: a tenant's caller, an agent's node
 
 ATTACH_WAIT_S = 60.0  # how long an agent's end waits for its client
 STATE_POLL_S = 1.0  # while a client waits for its agent, how often the command's state is read
@@ -48,11 +52,13 @@ def _bearer(websocket: WebSocket) -> str | None:
     return secret.strip() or None if scheme.lower() == "bearer" else None
 
 
-async def _admit(websocket: WebSocket, exec_id: str, end: End, check: Callable[[], None]) -> Pipe | None:
-    """The command's pipe with this `end` attached and the socket accepted, once `check` (who asks, and
-    whether they may) passes; None when the socket was refused and closed."""
+async def _admit(
+    websocket: WebSocket, exec_id: str, end: End, check: Callable[[], Asker]
+) -> tuple[Pipe, Asker] | None:
+    """The command's pipe with this `end` attached and the socket accepted, with who asks, once `check`
+    (who asks, and whether they may) passes; None when the socket was refused and closed."""
     try:
-        await run_in_threadpool(check)
+        asker = await run_in_threadpool(check)
     except AppError as error:
         await _refuse(websocket, error)
         return None
@@ -61,7 +67,7 @@ async def _admit(websocket: WebSocket, exec_id: str, end: End, check: Callable[[
         await _refuse(websocket, Conflict(f"command {exec_id} has its {end} attached already"))
         return None
     await websocket.accept()
-    return pipe
+    return pipe, asker
 
 
 async def _refuse(websocket: WebSocket, error: AppError) -> None:
@@ -74,15 +80,15 @@ async def _refuse(websocket: WebSocket, error: AppError) -> None:
 async def attach_client(websocket: WebSocket, rental_id: str, exec_id: str) -> None:
     """The tenant's end of an attached command (created with `stdin`)."""
     services = websocket.app.state.services
-    caller = None
 
-    def check() -> None:
-        nonlocal caller
+    def check() -> Caller:
         caller = services.tenants.authenticate(_bearer(websocket))
         services.execs.attachable(caller, rental_id, exec_id)
+        return caller
 
-    if (pipe := await _admit(websocket, exec_id, "client", check)) is None:
+    if (admitted := await _admit(websocket, exec_id, "client", check)) is None:
         return
+    pipe, caller = admitted
     relay = relay_of(websocket)
 
     async def ended_before_its_agent_came() -> None:
@@ -107,12 +113,14 @@ async def attach_agent(websocket: WebSocket, exec_id: str) -> None:
     """The node agent's end of an attached command on its node."""
     services = websocket.app.state.services
 
-    def check() -> None:
-        node = services.agents.authenticate(_bearer(websocket))
-        services.execs.agent_attachable(node.node, exec_id)
+    def check() -> str:
+        node = services.agents.authenticate(_bearer(websocket)).node
+        services.execs.agent_attachable(node, exec_id)
+        return node
 
-    if (pipe := await _admit(websocket, exec_id, "agent", check)) is None:
+    if (admitted := await _admit(websocket, exec_id, "agent", check)) is None:
         return
+    pipe, _ = admitted
     relay = relay_of(websocket)
 
     async def no_client() -> None:
