@@ -71,6 +71,32 @@ def test_a_refused_value_names_its_option_and_exits_2(tmp_path: Path, args: list
     assert says in " ".join(done.output.split()) and "Traceback" not in done.output, done.output
 
 
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["exec", "rnt_x", "ls", "-la"], ("No such option: -l.", "suanli exec rnt_x -- ls -la")),
+        (
+            ["exec", "--timeout", "5m", "-i", "rnt_x", "python", "-c", "print(1)"],
+            ("No such option: -c.", "suanli exec --timeout 5m -i rnt_x -- python -c 'print(1)'"),
+        ),
+    ],
+    ids=["ls-la", "quoted"],
+)
+def test_an_exec_whose_command_has_options_says_where_the_command_goes(
+    tmp_path: Path, args: list[str], says: tuple[str, ...]
+) -> None:
+    env = {"SUANLI_CONFIG_DIR": str(tmp_path), "SUANLI_URL": "http://127.0.0.1:9", "SUANLI_API_KEY": "sk_x"}
+    done = CliRunner(env={"COLUMNS": "200"}).invoke(app, args, env=env)
+    assert done.exit_code == 2 and "goes after --" in done.output, done.output
+    assert all(part in done.output for part in says), done.output
+
+
+def test_a_misspelt_exec_option_before_the_dashes_is_only_refused() -> None:
+    done = CliRunner().invoke(app, ["exec", "rnt_x", "--tiemout", "5m", "--", "ls"])
+    assert done.exit_code == 2 and "No such option: --tiemout" in done.output
+    assert "goes after --" not in " ".join(done.output.split()), done.output
+
+
 def test_version_prints_the_installed_version() -> None:
     from importlib.metadata import version
 

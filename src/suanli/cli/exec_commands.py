@@ -11,6 +11,7 @@ import time
 from typing import Annotated
 
 import typer
+from typer.core import TyperCommand
 from websockets.exceptions import ConnectionClosed
 
 from suanli.cli.attach import ENDED_BEFORE_ITS_AGENT, relay
@@ -41,6 +42,43 @@ def _print(text: str, skipped: int) -> None:
         errors.print(note, style="dim", highlight=False)
     sys.stdout.write(text)
     sys.stdout.flush()
+
+
+class ExecCommand(TyperCommand):
+    """`suanli exec`: an option it does not know is most likely the command's own (`exec R ls -la`), so the
+    error says where the command goes."""
+
+    VALUE_OPTIONS = frozenset({"--node-rank", "--timeout"})
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        given = list(args)  # the parser consumes `args`
+        try:
+            return super().parse_args(ctx, args)
+        except typer.TyperException as error:  # Typer's own click: NoSuchOption names the option
+            option, split = getattr(error, "option_name", None), _rental_index(given, self.VALUE_OPTIONS)
+            if option is None or split is None or "--" in given:  # before a --: a typo of one of ours
+                raise
+            ours, theirs = given[: split + 1], given[split + 1 :]
+            error.message = (
+                f"No such option: {option}. The command to run goes after --, with its options: "
+                f"suanli exec {shlex.join([*ours, '--', *theirs])}"
+            )
+            raise
+
+
+def _rental_index(args: list[str], value_options: frozenset[str]) -> int | None:
+    """Where the rental is: the first word that is not an option or an option's value (None: before --)."""
+    skip = False
+    for index, word in enumerate(args):
+        if skip:
+            skip = False
+        elif word in value_options:
+            skip = True
+        elif word == "--":
+            return None
+        elif not word.startswith("-"):
+            return index
+    return None
 
 
 def exec_command(

@@ -82,7 +82,7 @@ for command in (
     agent_commands.demo,
 ):
     app.command()(command)
-app.command("exec")(exec_commands.exec_command)
+app.command("exec", cls=exec_commands.ExecCommand)(exec_commands.exec_command)
 app.command("port-forward")(exec_commands.port_forward_command)
 app.command("execs")(exec_commands.execs_command)
 app.command("gpus")(gpu_commands.gpus)
