@@ -68,7 +68,6 @@ class ExecRunner:
         self.executor, self.dir = executor, work_dir / "execs"
         self.running: dict[str, RunningExec] = {}
         self.forwards: dict[str, ForwardSession] = {}  # port forwards, until their end is reported
-        self.forward_deadlines: dict[str, float] = {}  # monotonic: a forward is stopped at its timeout
 
     def start(
         self,
@@ -147,10 +146,9 @@ class ExecRunner:
         except SuanliError as error:
             self._send(client, found.id, _failed(str(error)))
             return
-        session = ForwardSession(client, found.id, spec.rental_id, host, found.port)
+        session = ForwardSession(client, found.id, spec.rental_id, host, found.port, found.timeout_s)
         session.start()
         self.forwards[found.id] = session
-        self.forward_deadlines[found.id] = time.monotonic() + found.timeout_s
         log.info("%s: forwarding port %d (%s)", spec.rental_id, found.port, found.id)
         self._send(client, found.id, ExecReportRequest(state="running"))
 
@@ -158,14 +156,9 @@ class ExecRunner:
         """Send what running commands printed, report every command that has ended (and kill one past its
         limit), and every port forward whose client went."""
         for exec_id, session in list(self.forwards.items()):
-            if not session.done.is_set() and time.monotonic() >= self.forward_deadlines.get(
-                exec_id, math.inf
-            ):
-                session.timed_out = True
-                session.stop()
+            session.stop_if_due()
             if session.done.is_set() and self._send(client, exec_id, _forward_ended(session)):
                 del self.forwards[exec_id]
-                self.forward_deadlines.pop(exec_id, None)
         for running in list(self.running.values()):
             if running.report is None:
                 code = running.process.poll()

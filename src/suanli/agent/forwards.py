@@ -10,8 +10,10 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import socket
 import threading
+import time
 
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection
@@ -34,7 +36,9 @@ MAX_CONNECTIONS = 256  # open at once in one forward
 class ForwardSession:
     """One port forward's connections, relayed on threads of their own."""
 
-    def __init__(self, client: Client, exec_id: str, rental_id: str, host: str, port: int) -> None:
+    def __init__(
+        self, client: Client, exec_id: str, rental_id: str, host: str, port: int, timeout_s: float = math.inf
+    ) -> None:
         self.client, self.exec_id, self.rental_id, self.host, self.port = (
             client,
             exec_id,
@@ -42,6 +46,7 @@ class ForwardSession:
             host,
             port,
         )
+        self.timeout_at = time.monotonic() + timeout_s  # monotonic: the forward is stopped then
         self.ws: ClientConnection | None = None
         self.stopping = threading.Event()
         self.connections: dict[int, socket.socket] = {}
@@ -58,6 +63,12 @@ class ForwardSession:
         if ws is not None:
             with contextlib.suppress(Exception):
                 ws.close()
+
+    def stop_if_due(self) -> None:
+        """Stop the forward once its --timeout has passed (noted, for its end report)."""
+        if not self.done.is_set() and time.monotonic() >= self.timeout_at:
+            self.timed_out = True
+            self.stop()
 
     def start(self) -> None:
         threading.Thread(target=self._run, name=f"forward-{self.exec_id}", daemon=True).start()
