@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from suanli.app.agents import AgentService, WorkloadReport
+from suanli.app.agent_records import WorkloadReport
+from suanli.app.agents import AgentService
 from suanli.app.billing import BillingService
 from suanli.app.fleet import FleetCache
 from suanli.app.invoices import InvoiceService

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import update
 
-from suanli.app.agents import AgentService, WorkloadReport
+from suanli.app.agent_records import WorkloadReport
+from suanli.app.agents import AgentService
 from suanli.app.billing import BillingService, Payout, PayoutLine
 from suanli.app.fleet import FleetCache
 from suanli.app.records import Booking, Caller, Rental, RentalEvent, RentalSpec, Tenant

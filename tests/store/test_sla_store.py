@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from suanli.app.agents import AgentService, WorkloadReport
+from suanli.app.agent_records import WorkloadReport
+from suanli.app.agents import AgentService
 from suanli.app.billing import BillingService
 from suanli.app.errors import Conflict, Forbidden
 from suanli.app.fleet import FleetCache

@@ -9,7 +9,8 @@ from fastapi.security import HTTPAuthorizationCredentials
 
 from suanli.api.deps import CallerDep, ServicesDep, bearer
 from suanli.api.errors import ERROR_RESPONSES
-from suanli.app.agents import AgentService, NodeAssignment, WorkloadReport
+from suanli.app.agent_records import NodeAssignment, WorkloadReport
+from suanli.app.agents import AgentService
 from suanli.app.gpu_history import MAX_MINUTES
 from suanli.wire.agent_schemas import (
     AgentRegisterRequest,

@@ -14,7 +14,7 @@ from suanli.app.rentals import stop_in
 from suanli.domain.idle import BUSY_PCT, Reading, idle_too_long, reading
 
 if TYPE_CHECKING:
-    from suanli.app.agents import AgentUnitOfWork
+    from suanli.app.agent_records import AgentUnitOfWork
 
 IDLE = "idle"  # the reason on its stop event
 

@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import BigInteger, Text, func, insert, literal, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from suanli.app.agents import AgentNode, JoinToken, RentalRun
+from suanli.app.agent_records import AgentNode, JoinToken, RentalRun
 from suanli.app.execs import OPEN_STATES, Exec
 from suanli.store.gpu_minute_repositories import SqlGpuMinutes
 from suanli.store.repositories import SqlUnitOfWork
