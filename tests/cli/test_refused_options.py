@@ -3,6 +3,7 @@ the check happens before anything is sent, so no server is needed (the saved pro
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -95,6 +96,21 @@ def test_a_misspelt_exec_option_before_the_dashes_is_only_refused() -> None:
     done = CliRunner().invoke(app, ["exec", "rnt_x", "--tiemout", "5m", "--", "ls"])
     assert done.exit_code == 2 and "No such option: --tiemout" in done.output
     assert "goes after --" not in " ".join(done.output.split()), done.output
+
+
+def test_a_port_forward_names_an_address_it_cannot_use(tmp_path: Path) -> None:
+    env = {"SUANLI_CONFIG_DIR": str(tmp_path), "SUANLI_URL": "http://127.0.0.1:9", "SUANLI_API_KEY": "sk_x"}
+    runner = CliRunner(env={"COLUMNS": "200"})
+    unknown = runner.invoke(
+        app, ["port-forward", "--address", "no-such-host.invalid", "rnt_x", "8888"], env=env
+    )
+    assert unknown.exit_code == 2, unknown.output
+    assert "--address: 'no-such-host.invalid' is not an address here" in unknown.output, unknown.output
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        busy = runner.invoke(app, ["port-forward", "rnt_x", f"{port}:8888"], env=env)
+    assert busy.exit_code == 2, busy.output
+    assert f"[LOCAL:]REMOTE: cannot listen on 127.0.0.1:{port}" in busy.output, busy.output
 
 
 def test_version_prints_the_installed_version() -> None:

@@ -180,10 +180,12 @@ def port_forward_command(
     --timeout or the rental's end."""
     local, remote = _ports(ports)
     timeout_s = _timeout(timeout, 8 * 3600, True)
-    try:
-        listener = socket.create_server((address, local))
+    try:  # (create_server reports a name it cannot resolve as a failure to bind: resolve it first)
+        socket.getaddrinfo(address, local, type=socket.SOCK_STREAM)
     except socket.gaierror as error:
         raise usage_error(f"--address: {address!r} is not an address here ({error.strerror})") from None
+    try:
+        listener = socket.create_server((address, local))
     except OSError as error:
         where = f"[{address}]:{local}" if ":" in address else f"{address}:{local}"
         raise usage_error(f"[LOCAL:]REMOTE: cannot listen on {where}: {error.strerror or error}") from None
