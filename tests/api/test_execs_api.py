@@ -177,3 +177,28 @@ def test_output_sent_as_a_command_runs_is_shown_as_it_comes_once_each_and_gaps_a
     assert pieces == [("epoch 1\n", 0), ("epoch 2\n", 0), ("epoch 9\n", 24), ("done\n", 0)]
     assert (ended.state, ended.exit_code, ended.output_chars) == ("exited", 0, 53)
     assert (ended.output, ended.output_truncated) == ("epoch 9\ndone\n", True)
+
+
+def test_cli_exec_interrupted_detaches_and_says_where_the_command_goes_on(
+    client: TestClient, tenant, monkeypatch
+) -> None:
+    """Ctrl-C while `suanli exec` waits leaves the command running on the node (it was queued there), says
+    so with how to find it, and exits 130 as an interrupted shell command does; the command is still there."""
+    _, owner = tenant("exec-detach")
+    rental_id, _ = running_share(client, owner)
+    key = owner["Authorization"].split()[1]
+    monkeypatch.setattr(exec_commands, "logged_in", logged_in_as(client, key))
+
+    def interrupted(self: Client, *args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Client, "wait_exec", interrupted)
+    done = CliRunner(env={"COLUMNS": "300"}).invoke(app, ["exec", rental_id, "--", "sleep", "600"])
+    assert done.exit_code == 130, done.output
+    said = " ".join(done.output.split())
+    listed = client.get(f"/v1/rentals/{rental_id}/execs", headers=owner).json()
+    assert [e["command"] for e in listed] == [["sleep", "600"]] and listed[0]["state"] == "queued"
+    assert (
+        f"(detached: {listed[0]['id']} runs on until it ends or its --timeout; `suanli execs {rental_id}`)"
+        in said
+    )
