@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -97,6 +98,29 @@ def test_a_rental_started_again_keeps_its_uid(base: Path) -> None:
     uids = again.paths.log_file.read_text().split()
     assert len(set(uids)) == 1 and len(uids) == 3, uids
     assert executor.paths("r-2").workdir.stat().st_uid != int(uids[0])
+
+
+def test_a_workload_run_as_a_uid_without_an_account_still_has_a_user_name(base: Path) -> None:
+    """A pool uid has no passwd entry; USER and LOGNAME name it, so Python's getpass.getuser() (which
+    PyTorch's compile cache calls) answers instead of failing, in the workload and in an exec."""
+    executor = ProcessExecutor(base, uids=UidPool.parse(f"{FIRST}-{LAST}"))
+    python = shutil.which("python3", path="/usr/bin:/bin")  # the host's: the venv's may lie under /root
+    assert python is not None, "no python3 in /usr/bin or /bin"
+    asks = f"{python} -c 'import getpass, os; print(getpass.getuser(), os.getuid())'"
+    workload = executor.launch(spec("r-name", f"{asks} > said && mv said name; exec sleep 30"))
+    try:
+        wait_for(workload.paths.workdir / "name")
+        name, uid = (workload.paths.workdir / "name").read_text().split()
+        assert name == f"u{uid}" and FIRST <= int(uid) <= LAST
+        output = base / "exec-name.log"
+        command = executor.run_command(spec("r-name", ""), ["/bin/sh", "-c", asks], 10, output)
+        assert command.wait(WAIT_S) == 0
+        assert output.read_text().split() == [name, uid]
+    finally:
+        workload.kill()
+    named = ProcessExecutor(base, run_as=RunAs.of("nobody")).launch(spec("r-nobody", "echo $USER $LOGNAME"))
+    assert named.wait(WAIT_S).state is WorkloadState.EXITED
+    assert named.paths.log_file.read_text().split() == ["nobody", "nobody"]
 
 
 def test_an_exec_runs_as_its_rentals_uid_in_its_directory_with_its_environment(base: Path) -> None:

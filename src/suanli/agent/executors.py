@@ -224,6 +224,13 @@ class RunAs:
     name: str
     uid: int
     gid: int
+    account: bool = True  # a user of the host's; a uid of `--run-as-uids` has no account (no passwd entry)
+
+    @property
+    def login(self) -> str:
+        """USER and LOGNAME for its processes: the account's name, or `u<uid>` for a uid without one, so
+        that what asks for the user's name (Python's getpass, hence PyTorch's compile cache) gets one."""
+        return self.name if self.account else f"u{self.uid}"
 
     @classmethod
     def of(cls, name: str) -> RunAs:
@@ -294,14 +301,16 @@ class ProcessExecutor:
         return "127.0.0.1"
 
     def _env(self, spec: WorkloadSpec, paths: RentalPaths, user: RunAs | None) -> dict[str, str]:
-        """What the agent passes on, its HOME and TMPDIR, then the rental's own variables; run as another
-        user, a PATH without the directories that user cannot search (root's ~/.local/bin, say), where a
+        """What the agent passes on, its HOME and TMPDIR (and USER and LOGNAME, run as another user), then
+        the rental's own variables; run as another user, a PATH without the directories that user cannot search (root's ~/.local/bin, say), where a
         missing program would read "Permission denied" rather than "not found"."""
         env = {name: os.environ[name] for name in self._inherit if name in os.environ}
         if user is not None and "PATH" in env:
             env["PATH"] = searchable_path(env["PATH"], user)
         env["HOME"] = str(paths.workdir)
         env["TMPDIR"] = str(paths.tmp_dir)
+        if user is not None:
+            env["USER"] = env["LOGNAME"] = user.login
         env.update(spec.env)
         return env
 

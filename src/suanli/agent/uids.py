@@ -76,7 +76,7 @@ class UidPool:
 
 
 def _user(uid: int) -> RunAs:
-    return RunAs(f"uid {uid}", uid, uid)
+    return RunAs(f"uid {uid}", uid, uid, account=False)
 
 
 def _owner(path: Path) -> int | None:
