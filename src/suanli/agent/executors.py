@@ -302,8 +302,9 @@ class ProcessExecutor:
 
     def _env(self, spec: WorkloadSpec, paths: RentalPaths, user: RunAs | None) -> dict[str, str]:
         """What the agent passes on, its HOME and TMPDIR (and USER and LOGNAME, run as another user), then
-        the rental's own variables; run as another user, a PATH without the directories that user cannot search (root's ~/.local/bin, say), where a
-        missing program would read "Permission denied" rather than "not found"."""
+        the rental's own variables; run as another user, a PATH without the directories that user cannot
+        search (root's ~/.local/bin, say), where a missing program would read "Permission denied" rather
+        than "not found"."""
         env = {name: os.environ[name] for name in self._inherit if name in os.environ}
         if user is not None and "PATH" in env:
             env["PATH"] = searchable_path(env["PATH"], user)
