@@ -92,9 +92,17 @@ def test_an_exec_whose_command_has_options_says_where_the_command_goes(
     assert all(part in done.output for part in says), done.output
 
 
-def test_a_misspelt_exec_option_before_the_dashes_is_only_refused() -> None:
-    done = CliRunner().invoke(app, ["exec", "rnt_x", "--tiemout", "5m", "--", "ls"])
-    assert done.exit_code == 2 and "No such option: --tiemout" in done.output
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["exec", "rnt_x", "--tiemout", "5m", "--", "ls"],
+        ["exec", "-x", "rnt_x"],
+        ["exec", "-l", "rnt_x", "ls"],
+    ],
+)
+def test_a_misspelt_exec_option_of_its_own_is_only_refused(args: list[str]) -> None:
+    done = CliRunner().invoke(app, args)
+    assert done.exit_code == 2 and "No such option" in done.output
     assert "goes after --" not in " ".join(done.output.split()), done.output
 
 

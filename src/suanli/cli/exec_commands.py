@@ -59,6 +59,8 @@ class ExecCommand(TyperCommand):
             if option is None or split is None or "--" in given:  # before a --: a typo of one of ours
                 raise
             ours, theirs = given[: split + 1], given[split + 1 :]
+            if not any(word.startswith(option) for word in theirs):  # before the rental: one of ours
+                raise
             error.message = (
                 f"No such option: {option}. The command to run goes after --, with its options: "
                 f"suanli exec {shlex.join([*ours, '--', *theirs])}"
