@@ -63,6 +63,9 @@ class RunningExec:
     timeout_at: float = math.inf  # monotonic: its --timeout passes
 
 
+RENTAL_ENDED_EXIT = 128 + signal.SIGTERM  # a forward ended with its rental, as a command it terminated
+
+
 class ExecRunner:
     def __init__(self, executor: Executor, work_dir: Path) -> None:
         self.executor, self.dir = executor, work_dir / "execs"
@@ -133,6 +136,7 @@ class ExecRunner:
                 ended.append(running.id)
         for exec_id, session in self.forwards.items():
             if session.rental_id not in live and not session.done.is_set():
+                session.rental_ended = True
                 session.stop()
                 ended.append(exec_id)
         for exec_id in ended:
@@ -197,10 +201,15 @@ class ExecRunner:
 
 
 def _forward_ended(session: ForwardSession) -> ExecReportRequest:
-    """A port forward's end: exit 124 (as `timeout` says) when its time ran out, else 0."""
+    """A port forward's end: exit 124 (as `timeout` says) when its time ran out, 143 (as a command its
+    rental's end terminated) when its rental no longer runs here, else 0."""
     counts = f"{session.opened} connection(s) to port {session.port}"
     if session.refused:
         counts += f", {session.refused} refused"
+    if session.rental_ended:
+        return ExecReportRequest(
+            state="exited", exit_code=RENTAL_ENDED_EXIT, message=f"ended with its rental; {counts}"
+        )
     if session.timed_out:
         return ExecReportRequest(state="exited", exit_code=124, message=f"timed out; {counts}")
     return ExecReportRequest(state="exited", exit_code=0, message=counts)

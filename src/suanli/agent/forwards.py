@@ -55,6 +55,7 @@ class ForwardSession:
         self.opened = 0  # connections opened to the port
         self.refused = 0  # connections the port refused
         self.timed_out = False  # stopped at its timeout
+        self.rental_ended = False  # stopped because its rental no longer runs on this node
 
     def stop(self) -> None:
         """End the forward (its rental ended, or its time ran out): its socket and connections close."""

@@ -31,6 +31,7 @@ from suanli.client.forward import Forwarder, Refused
 from suanli.wire.schemas import ExecResponse
 
 LOST = "the connection to the server was lost (it restarted, or the network went)"
+FORWARD_END_WAIT_S = 30.0  # after a forward's socket closed, how long to wait for word of how it ended
 START_WAIT_S = 120.0  # how long exec and port-forward wait for a placed rental to start running
 
 
@@ -210,7 +211,29 @@ def port_forward_command(
         except ConnectionClosed:
             errors.print(error_text(LOST))
             raise typer.Exit(EXIT_REFUSED) from None
-    errors.print("the forward ended (its time ran out, or the rental ended)")
+        try:
+            ended = _forward_end(client, rental_id, queued.id)
+        except KeyboardInterrupt:
+            return
+    if ended is None:
+        errors.print(error_text("the forward ended; its node's agent has not said why"))
+        raise typer.Exit(EXIT_REFUSED)
+    if ended.state == "exited" and ended.exit_code in (0, 124):  # stopped on the node, or its time ran out
+        errors.print(f"the forward ended ({ended.message})", style="dim", highlight=False)
+        return
+    errors.print(error_text(f"the forward ended: {ended.message or ended.state}"))
+    raise typer.Exit(EXIT_REFUSED)
+
+
+def _forward_end(client: Client, rental_id: str, exec_id: str) -> ExecResponse | None:
+    """How a forward whose socket closed ended, as its agent reports it or the server decides (its rental
+    ended); None when neither has said within `FORWARD_END_WAIT_S`."""
+    deadline = time.monotonic() + FORWARD_END_WAIT_S
+    while True:
+        found = client.exec_status(rental_id, exec_id)
+        if found.state in ("exited", "failed", "lost") or time.monotonic() > deadline:
+            return found if found.state in ("exited", "failed", "lost") else None
+        time.sleep(0.25)
 
 
 def _ports(text: str) -> tuple[int, int]:
