@@ -231,8 +231,10 @@ def _forward_end(client: Client, rental_id: str, exec_id: str) -> ExecResponse |
     deadline = time.monotonic() + FORWARD_END_WAIT_S
     while True:
         found = client.exec_status(rental_id, exec_id)
-        if found.state in ("exited", "failed", "lost") or time.monotonic() > deadline:
-            return found if found.state in ("exited", "failed", "lost") else None
+        if found.state in ("exited", "failed", "lost"):
+            return found
+        if time.monotonic() > deadline:
+            return None
         time.sleep(0.25)
 
 
