@@ -393,6 +393,9 @@ def test_two_growths_in_one_cycle_are_checked_together_against_a_spend_cap(uow) 
     with uow() as u:
         nodes = {r.id: len(u.rentals.allocation(r.id)) for r in u.rentals.by_ids(["rnt_g0", "rnt_g1"])}
         waiting = [e for r in ("rnt_g0", "rnt_g1") for e in u.rentals.events(r) if e.kind == "growing"]
+        assert u.rentals.live_allocations_of(["rnt_g0", "rnt_g1", "rnt_none"]) == {  # one read for several
+            r: u.rentals.allocation(r) for r in ("rnt_g0", "rnt_g1")
+        }
     assert sorted(nodes.values()) == [1, 2]
     assert [e.reason for e in waiting] == ["spend_cap"]
 

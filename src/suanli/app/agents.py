@@ -342,11 +342,10 @@ class AgentService:
         return True
 
     def _assignments(self, uow: AgentUnitOfWork, node: str) -> list[NodeAssignment]:
-        placed = []
-        for rental_id in uow.agents.live_rentals_on(node):
-            rental = uow.rentals.get(rental_id)
-            if rental is not None and rental.state in LIVE_STATES:
-                placed.append((rental, uow.rentals.allocation(rental_id)))
+        # three reads however many rentals the node holds (a beat comes every few seconds from every node)
+        live = [r for r in uow.rentals.by_ids(uow.agents.live_rentals_on(node)) if r.state in LIVE_STATES]
+        allocations = uow.rentals.live_allocations_of([r.id for r in live])
+        placed = [(rental, allocations.get(rental.id, [])) for rental in sorted(live, key=lambda r: r.id)]
         hosts = uow.agents.hostnames(sorted({a.node for _, allocation in placed for a in allocation}))
         runs = uow.agents.runs_on(node, [rental.id for rental, _ in placed])  # one read, not one per rental
         found = []

@@ -282,6 +282,9 @@ class SqlRentals(RentalMoneyReads):
     def live_allocations_on(self, nodes: Sequence[str]) -> dict[str, list[NodeAllocation]]:
         return self._allocations(one_of(self.s, AllocationRow.node, nodes)) if nodes else {}
 
+    def live_allocations_of(self, rental_ids: Sequence[str]) -> dict[str, list[NodeAllocation]]:
+        return self._allocations(one_of(self.s, AllocationRow.rental_id, rental_ids)) if rental_ids else {}
+
     def live_allocation_ids(self, rental_ids: Sequence[str] | None = None) -> set[int]:
         query = select(AllocationRow.id).where(AllocationRow.released.is_(False))
         if rental_ids is not None:
