@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import socket
 import threading
 import time
@@ -37,7 +36,7 @@ class ForwardSession:
     """One port forward's connections, relayed on threads of their own."""
 
     def __init__(
-        self, client: Client, exec_id: str, rental_id: str, host: str, port: int, timeout_s: float = math.inf
+        self, client: Client, exec_id: str, rental_id: str, host: str, port: int, timeout_s: float
     ) -> None:
         self.client, self.exec_id, self.rental_id, self.host, self.port = (
             client,

@@ -342,7 +342,7 @@ class AgentService:
         return True
 
     def _assignments(self, uow: AgentUnitOfWork, node: str) -> list[NodeAssignment]:
-        # three reads however many rentals the node holds (a beat comes every few seconds from every node)
+        # reads per beat that do not grow with the node's rentals (a beat comes every few seconds per node)
         live = [r for r in uow.rentals.by_ids(uow.agents.live_rentals_on(node)) if r.state in LIVE_STATES]
         allocations = uow.rentals.live_allocations_of([r.id for r in live])
         placed = [(rental, allocations.get(rental.id, [])) for rental in sorted(live, key=lambda r: r.id)]

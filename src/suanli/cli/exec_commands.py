@@ -49,15 +49,22 @@ class ExecCommand(TyperCommand):
     """`suanli exec`: an option it does not know is most likely the command's own (`exec R ls -la`), so the
     error says where the command goes."""
 
-    VALUE_OPTIONS = frozenset({"--node-rank", "--timeout"})
-
     def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
         given = list(args)  # the parser consumes `args`
         try:
             return super().parse_args(ctx, args)
         except typer.TyperException as error:  # Typer's own click: NoSuchOption names the option
-            option, split = getattr(error, "option_name", None), _rental_index(given, self.VALUE_OPTIONS)
-            if option is None or split is None or "--" in given:  # before a --: a typo of one of ours
+            option = getattr(error, "option_name", None)
+            if option is None or "--" in given:  # before a --: a typo of one of ours
+                raise
+            taking_values = {
+                name
+                for param in self.params
+                if param.param_type_name == "option" and not getattr(param, "is_flag", False)
+                for name in param.opts
+            }
+            split = _rental_index(given, taking_values)
+            if split is None:
                 raise
             ours, theirs = given[: split + 1], given[split + 1 :]
             if not any(word.startswith(option) for word in theirs):  # before the rental: one of ours
@@ -69,16 +76,14 @@ class ExecCommand(TyperCommand):
             raise
 
 
-def _rental_index(args: list[str], value_options: frozenset[str]) -> int | None:
-    """Where the rental is: the first word that is not an option or an option's value (None: before --)."""
+def _rental_index(args: list[str], value_options: set[str]) -> int | None:
+    """Where the rental is: the first word that is not an option or an option's value (None: none is)."""
     skip = False
     for index, word in enumerate(args):
         if skip:
             skip = False
         elif word in value_options:
             skip = True
-        elif word == "--":
-            return None
         elif not word.startswith("-"):
             return index
     return None
@@ -211,31 +216,18 @@ def port_forward_command(
         except ConnectionClosed:
             errors.print(error_text(LOST))
             raise typer.Exit(EXIT_REFUSED) from None
-        try:
-            ended = _forward_end(client, rental_id, queued.id)
+        try:  # how it ended: its agent's report, or the server's `lost` (its rental ended)
+            ended = client.wait_exec(rental_id, queued.id, poll_s=0.25, within_s=FORWARD_END_WAIT_S)
         except KeyboardInterrupt:
             return
-    if ended is None:
-        errors.print(error_text("the forward ended; its node's agent has not said why"))
-        raise typer.Exit(EXIT_REFUSED)
+        except TimeoutError:
+            errors.print(error_text("the forward ended; its node's agent has not said why"))
+            raise typer.Exit(EXIT_REFUSED) from None
     if ended.state == "exited" and ended.exit_code in (0, 124):  # stopped on the node, or its time ran out
         errors.print(f"the forward ended ({ended.message})", style="dim", highlight=False)
         return
     errors.print(error_text(f"the forward ended: {ended.message or ended.state}"))
     raise typer.Exit(EXIT_REFUSED)
-
-
-def _forward_end(client: Client, rental_id: str, exec_id: str) -> ExecResponse | None:
-    """How a forward whose socket closed ended, as its agent reports it or the server decides (its rental
-    ended); None when neither has said within `FORWARD_END_WAIT_S`."""
-    deadline = time.monotonic() + FORWARD_END_WAIT_S
-    while True:
-        found = client.exec_status(rental_id, exec_id)
-        if found.state in ("exited", "failed", "lost"):
-            return found
-        if time.monotonic() > deadline:
-            return None
-        time.sleep(0.25)
 
 
 def _ports(text: str) -> tuple[int, int]:

@@ -429,10 +429,13 @@ class Client:
         *,
         poll_s: float = 0.5,
         on_output: Callable[[str, int], None] | None = None,
+        within_s: float | None = None,
     ) -> ExecResponse:
         """The command once it has ended (exited, failed or lost): the server decides `lost` by its timeout,
-        so this returns without a deadline of its own. `on_output(text, skipped)`: what it printed since
-        the last call, as it runs, after `skipped` characters the server no longer kept (0: none)."""
+        so this needs no deadline of its own; `within_s` gives one (TimeoutError past it). `on_output(text,
+        skipped)`: what it printed since the last call, as it runs, after `skipped` characters the server
+        no longer kept (0: none)."""
+        deadline = None if within_s is None else time.monotonic() + within_s
         shown = 0
         while True:
             found = self.exec_status(rental_id, exec_id)
@@ -442,6 +445,8 @@ class Client:
                 shown = found.output_chars
             if found.state in ("exited", "failed", "lost"):
                 return found
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"command {exec_id} has not ended within {within_s:g} s")
             time.sleep(poll_s)
 
     # --- agents (join tokens with an operator key; the rest with the node key) ----------------------

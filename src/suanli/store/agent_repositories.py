@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from suanli.app.agent_records import AgentNode, JoinToken, RentalRun
 from suanli.app.execs import OPEN_STATES, Exec
 from suanli.store.gpu_minute_repositories import SqlGpuMinutes
+from suanli.store.ledger_repositories import one_of
 from suanli.store.repositories import SqlUnitOfWork
 from suanli.store.rows import (
     AgentNodeRow,
@@ -217,7 +218,7 @@ class SqlAgents:
         if not rental_ids:
             return {}
         query = select(RentalRunRow).where(
-            RentalRunRow.node == node, RentalRunRow.rental_id.in_(list(rental_ids))
+            RentalRunRow.node == node, one_of(self.s, RentalRunRow.rental_id, rental_ids)
         )
         return {row.rental_id: _run(row) for row in self.s.scalars(query)}
 
