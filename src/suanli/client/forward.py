@@ -123,9 +123,9 @@ class Forwarder:
         control = control_message(text)
         if control is None or (number := connection_number(control.get("close"))) is None:
             return
+        if control.get("error"):  # told before the close, so whoever sees the close can read why
+            self.on_error(str(control["error"]))
         with self.lock:
             connection = self.connections.pop(number, None)
         if connection is not None:
             close_connection(connection)
-        if control.get("error"):
-            self.on_error(str(control["error"]))
