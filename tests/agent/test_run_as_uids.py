@@ -19,6 +19,7 @@ from conftest import agent_cli
 from suanli.agent.attached import Ends
 from suanli.agent.executor_choice import DEFAULT_UIDS, NO_UIDS, ExecutorKind, choose_executor, describe
 from suanli.agent.executors import ExecutorError, ProcessExecutor, RunAs, WorkloadSpec, WorkloadState
+from suanli.agent.identity import nss_wrapper_library
 from suanli.agent.uids import UidPool
 from suanli.cli import agent_commands
 
@@ -121,6 +122,31 @@ def test_a_workload_run_as_a_uid_without_an_account_still_has_a_user_name(base: 
     named = ProcessExecutor(base, run_as=RunAs.of("nobody")).launch(spec("r-nobody", "echo $USER $LOGNAME"))
     assert named.wait(WAIT_S).state is WorkloadState.EXITED
     assert named.paths.log_file.read_text().split() == ["nobody", "nobody"]
+
+
+@pytest.mark.skipif(
+    nss_wrapper_library() is None and os.environ.get("CI") != "true",
+    reason="no libnss-wrapper here (CI installs it)",
+)
+def test_a_uid_without_an_account_has_a_passwd_entry_through_nss_wrapper(base: Path) -> None:
+    """whoami, id and a shell's prompt name a pool uid (`u<uid>`, its own group, its working directory as
+    home), in the workload and in an exec, while the host's own names still resolve."""
+    executor = ProcessExecutor(base, uids=UidPool.parse(f"{FIRST}-{LAST}"))
+    assert executor.nss_wrapper is not None, "CI installs libnss-wrapper (.ci/run)"
+    asks = 'whoami; id -gn; getent passwd 0 | cut -d: -f1; [ ~ = "$PWD" ] && echo home; echo "$LD_PRELOAD"'
+    running = spec("r-named", f"({asks}) > said && mv said names; exec sleep 30")
+    workload = executor.launch(running)
+    try:
+        wait_for(workload.paths.workdir / "names")
+        name, group, root, home, preload = (workload.paths.workdir / "names").read_text().split()
+        assert name == group == f"u{workload.paths.workdir.stat().st_uid}"
+        assert (root, home, preload) == ("root", "home", str(executor.nss_wrapper))
+        output = base / "exec-names.log"
+        command = executor.run_command(running, ["/bin/sh", "-c", asks], 10, output)
+        assert command.wait(WAIT_S) == 0
+        assert output.read_text().split() == [name, group, root, home, preload]
+    finally:
+        workload.kill()
 
 
 def test_an_exec_runs_as_its_rentals_uid_in_its_directory_with_its_environment(base: Path) -> None:
@@ -237,7 +263,9 @@ def test_a_bad_range_is_refused_naming_the_option(text: str, message: str) -> No
 def test_choosing_the_executor_with_a_range(base: Path) -> None:
     chosen = choose_executor(ExecutorKind.PROCESS, base, run_as_uids=f"{FIRST}-{LAST}")
     assert isinstance(chosen, ProcessExecutor) and chosen.uids == UidPool(FIRST, LAST)
-    assert describe(chosen) == f"host processes, each rental as a uid of its own from {FIRST}-{LAST}"
+    assert describe(chosen).startswith(
+        f"host processes, each rental as a uid of its own from {FIRST}-{LAST} ("
+    )
     with pytest.raises(ExecutorError, match="not both"):
         choose_executor(ExecutorKind.PROCESS, base, run_as="nobody", run_as_uids=f"{FIRST}-{LAST}")
     with pytest.raises(ExecutorError, match="--run-as-uids is for --executor process or auto"):
@@ -257,7 +285,9 @@ def test_a_root_agent_runs_each_rental_as_a_uid_of_its_own_by_default(
     an explicit range."""
     chosen = choose_executor(ExecutorKind.PROCESS, base)
     assert isinstance(chosen, ProcessExecutor) and chosen.uids == UidPool.parse(DEFAULT_UIDS)
-    assert describe(chosen) == f"host processes, each rental as a uid of its own from {DEFAULT_UIDS}"
+    assert describe(chosen).startswith(
+        f"host processes, each rental as a uid of its own from {DEFAULT_UIDS} ("
+    )
     said, neighbour_uid = neighbour_seen_by_another(chosen, base)
     pool = range(chosen.uids.first, chosen.uids.last + 1)
     assert neighbour_uid in pool and int(said[0]) in pool and int(said[0]) != neighbour_uid

@@ -88,7 +88,12 @@ def describe(executor: Executor) -> str:
     if isinstance(executor, ProcessExecutor) and executor.run_as is not None:
         return f"host processes as user {executor.run_as.name}"
     if isinstance(executor, ProcessExecutor) and executor.uids is not None:
-        return f"host processes, each rental as a uid of its own from {executor.uids.label}"
+        names = (
+            f"named by {executor.nss_wrapper}"
+            if executor.nss_wrapper is not None
+            else "with no user name: install libnss-wrapper to give them one"
+        )
+        return f"host processes, each rental as a uid of its own from {executor.uids.label} ({names})"
     if os.geteuid() == 0:
         return "host processes as root, the agent's user (they can read its node key; see --run-as-uids)"
     return "host processes (as the agent's user: they can read its node key; see --run-as-uids)"

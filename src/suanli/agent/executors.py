@@ -50,6 +50,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from suanli.agent.identity import Account, IdentityFiles, login_shell, nss_wrapper_library, write_identity
 from suanli.agent.supervisor import STARTED
 from suanli.domain.errors import SuanliError
 
@@ -266,6 +267,7 @@ class ProcessExecutor:
         self._inherit = tuple(inherit)
         self.run_as = run_as
         self.uids = uids
+        self.nss_wrapper = nss_wrapper_library() if uids is not None else None  # names the pool's uids
         if run_as is not None:
             check_reachable(base, f"--run-as {run_as.name!r}")
         elif uids is not None:
@@ -302,9 +304,9 @@ class ProcessExecutor:
 
     def _env(self, spec: WorkloadSpec, paths: RentalPaths, user: RunAs | None) -> dict[str, str]:
         """What the agent passes on, its HOME and TMPDIR (and USER and LOGNAME, run as another user), then
-        the rental's own variables; run as another user, a PATH without the directories that user cannot
-        search (root's ~/.local/bin, say), where a missing program would read "Permission denied" rather
-        than "not found"."""
+        the rental's own variables, and for a uid of the pool the nss_wrapper that names it (`identity`);
+        run as another user, a PATH without the directories that user cannot search (root's ~/.local/bin,
+        say), where a missing program would read "Permission denied" rather than "not found"."""
         env = {name: os.environ[name] for name in self._inherit if name in os.environ}
         if user is not None and "PATH" in env:
             env["PATH"] = searchable_path(env["PATH"], user)
@@ -313,7 +315,15 @@ class ProcessExecutor:
         if user is not None:
             env["USER"] = env["LOGNAME"] = user.login
         env.update(spec.env)
+        if (identity := self._identity(paths, user)) is not None and identity.passwd.exists():
+            env.update(identity.env(spec.env.get("LD_PRELOAD")))
         return env
+
+    def _identity(self, paths: RentalPaths, user: RunAs | None) -> IdentityFiles | None:
+        """The passwd and group files that name a uid of the pool (None: an account's, or no nss_wrapper)."""
+        if user is None or user.account or self.nss_wrapper is None:
+            return None
+        return IdentityFiles(self.nss_wrapper, paths.control_dir / "passwd", paths.control_dir / "group")
 
     def _user(self, paths: RentalPaths) -> RunAs | None:
         """The user the rental's processes run as (None: the agent's)."""
@@ -326,6 +336,9 @@ class ProcessExecutor:
         paths.tmp_dir.mkdir(mode=0o700, exist_ok=True)
         if user is not None:
             confine(paths, user)
+        if (identity := self._identity(paths, user)) is not None and user is not None:
+            account = Account(user.login, user.uid, user.gid, paths.workdir, login_shell(), "suanli rental")
+            write_identity(paths.control_dir, account, identity.library)
         return user
 
     def run_command(
