@@ -82,8 +82,8 @@ class QueueConfig:
 # candidates by the same ratio, those that end before the head's start going to its drained nodes first;
 # the blocked head keeps its place and its drained nodes, reserved on nodes busy now; spot does not start
 # while a higher tier waits; lower tiers are preempted with notice. A request's cost in the ratio is at most
-# 72 h, and requests declared over 24 h hold at most the nodes the widest request leaves (README: on ITP
-# cluster03 this lifts allocation above Slurm's and keeps the lowest JCT).
+# 72 h, and requests declared over 24 h hold at most the nodes the widest request leaves (docs/queueing.md:
+# on ITP cluster03 this lifts allocation above Slurm's and keeps the lowest JCT).
 PLATFORM_QUEUE = QueueConfig(
     mode=Mode.BACKFILL,
     order=Order.PRIORITY,
@@ -103,7 +103,7 @@ PLATFORM_QUEUE = QueueConfig(
 # An allocation-first variant of the platform's policy, for the simulator only (`sim queue`'s
 # `suanli-wide-first`): the oldest request needing whole nodes and at most 5/8 of its pool goes first, and
 # backfill candidates declared under 64 h rank by their wait. It trades short jobs' waits for fuller
-# drains; a steady stream of whole-node jobs keeps narrow ones from ever heading the queue (README).
+# drains; a steady stream of whole-node jobs keeps narrow ones from ever heading the queue (docs/queueing.md).
 # (It was measured without the ratio cap and the long-job budget, which it leaves off.)
 WIDE_FIRST_QUEUE = replace(
     PLATFORM_QUEUE,
