@@ -1,6 +1,7 @@
 """`suanli exec RENTAL -- CMD...`: run a command inside a running rental and print its output, as `kubectl
 exec`; exit with the command's exit code. `-i` attaches this side's input, `-t` a terminal (`suanli exec -it
-RENTAL -- bash` is a shell on the node). `suanli port-forward RENTAL 8888` reaches a port of the rental."""
+RENTAL -- bash` is a shell on the node). `suanli port-forward RENTAL 8888` reaches a port of the rental;
+`suanli cp` copies files in and out of it."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import shlex
 import socket
 import sys
 import time
+from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.progress import DownloadColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
 from typer.core import TyperCommand
 from websockets.exceptions import ConnectionClosed
 
@@ -27,6 +30,7 @@ from suanli.cli.output import (
 )
 from suanli.cli.rent_spec import SpecError, duration_s
 from suanli.client import Client
+from suanli.client.copy import CopyError, RemotePath, download, upload
 from suanli.client.forward import Forwarder, Refused
 from suanli.wire.schemas import ExecResponse
 
@@ -228,6 +232,53 @@ def port_forward_command(
         return
     errors.print(error_text(f"the forward ended: {ended.message or ended.state}"))
     raise typer.Exit(EXIT_REFUSED)
+
+
+def copy_command(
+    source: Annotated[str, typer.Argument(metavar="SOURCE", help="A local path, or RENTAL:PATH.")],
+    destination: Annotated[str, typer.Argument(metavar="DEST", help="RENTAL:PATH, or a local path.")],
+    node_rank: Annotated[
+        int, typer.Option("--node-rank", min=0, help="Which of its nodes (0: the first; see `suanli show`).")
+    ] = 0,
+    timeout: Annotated[str, typer.Option(help="Stop after this long (at most 8h).")] = "1h",
+) -> None:
+    """Copy a file or directory into or out of a running rental, as `kubectl cp`: `suanli cp ./data
+    RENTAL:data` (a relative PATH is in its working directory), `suanli cp RENTAL:results .`; into a
+    directory that exists, by its name. It runs `tar` beside the workload, as it runs (its user, its
+    container), starting at the node agent's next heartbeat."""
+    remote_source, remote_destination = RemotePath.parse(source), RemotePath.parse(destination)
+    if (remote_source is None) == (remote_destination is None):
+        raise usage_error("SOURCE DEST: one of them is RENTAL:PATH (in a rental), the other a local path")
+    timeout_s = _timeout(timeout, 8 * 3600, True)
+    rental_id = (remote_source or remote_destination or RemotePath("", "")).rental_id
+    with logged_in({"node_rank": "--node-rank", "timeout_s": "--timeout"}) as client:
+        _wait_running(client, rental_id)
+        columns = (
+            TextColumn("{task.description}"),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TimeElapsedColumn(),
+        )
+        failed = ""
+        with Progress(*columns, console=errors, transient=True, disable=not errors.is_terminal) as progress:
+            task = progress.add_task("sending" if remote_destination else "receiving", total=None)
+
+            def moved(count: int) -> None:
+                progress.update(task, completed=count)
+
+            options = {"node_rank": node_rank, "timeout_s": timeout_s, "on_bytes": moved}
+            try:
+                if remote_destination is not None:
+                    upload(client, Path(source), remote_destination, **options)
+                elif remote_source is not None:
+                    download(client, remote_source, Path(destination), **options)
+            except (CopyError, Refused) as error:
+                failed = str(error)
+            except ConnectionClosed:
+                failed = LOST
+    if failed:  # after the progress line has gone
+        errors.print(error_text(failed))
+        raise typer.Exit(EXIT_REFUSED)
 
 
 def _ports(text: str) -> tuple[int, int]:

@@ -84,6 +84,7 @@ for command in (
     app.command()(command)
 app.command("exec", cls=exec_commands.ExecCommand)(exec_commands.exec_command)
 app.command("port-forward")(exec_commands.port_forward_command)
+app.command("cp")(exec_commands.copy_command)
 app.command("execs")(exec_commands.execs_command)
 app.command("gpus")(gpu_commands.gpus)
 app.command("report-revenue", context_settings={"ignore_unknown_options": True})(plan_commands.report_revenue)

@@ -1,0 +1,258 @@
+"""Copy files into and out of a running rental (`suanli cp`, as `kubectl cp`): a tar stream carried by an
+attached command, `tar -x` or `tar -c` on the node, run as the workload runs (its user, its working
+directory for relative paths, its container for an image), so the rental needs `tar`, as kubectl cp's pods
+do. The command's output is the archive, so its errors go to a file beside it, read back when it fails.
+What is written here is extracted with tarfile's `data` filter: nothing lands outside the target, and no
+device, setuid bit or link out of it is made."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import secrets
+import tarfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import IO
+
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import ClientConnection
+
+from suanli.client.client import Client
+from suanli.client.streams import READ_BYTES
+
+# sh -c SCRIPT sh DEST NAME ERR: the archive's one top entry NAME becomes DEST (or goes into it, a directory)
+UNPACK = """err="${TMPDIR:-/tmp}/$3"
+exec 2>"$err"
+case $1 in */) mkdir -p -- "$1" || exit 1;; esac
+if [ -d "$1" ]; then
+  tar -xf - --no-same-owner -C "$1"
+else
+  parent=$(dirname -- "$1")
+  mkdir -p -- "$parent" && stage=$(mktemp -d "$parent/.suanli-cp.XXXXXX") || exit 1
+  tar -xf - --no-same-owner -C "$stage" && mv -f -- "$stage/$2" "$1"
+  status=$?
+  rm -rf -- "$stage"
+  (exit $status)
+fi
+status=$?
+[ $status -eq 0 ] && rm -f -- "$err"
+exit $status"""
+# sh -c SCRIPT sh SOURCE ERR: SOURCE archived as its last path component
+PACK = """err="${TMPDIR:-/tmp}/$2"
+exec 2>"$err"
+if [ ! -e "$1" ]; then echo "no such file or directory" >&2; exit 2; fi
+cd -- "$(dirname -- "$1")" && tar -cf - -- "$(basename -- "$1")"
+status=$?
+[ $status -eq 0 ] && rm -f -- "$err"
+exit $status"""
+# sh -c SCRIPT sh ERR: what the failed command wrote to its error file (removed)
+READ_ERRORS = 'err="${TMPDIR:-/tmp}/$1"; cat -- "$err" 2>/dev/null; rm -f -- "$err"'
+ERRORS_WAIT_S = 60.0
+
+
+class CopyError(Exception):
+    """The copy failed: the message says why (the node's tar, or this side)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RemotePath:
+    """`RENTAL:PATH`: a path in a rental (relative: to its working directory)."""
+
+    rental_id: str
+    path: str
+
+    @classmethod
+    def parse(cls, text: str) -> RemotePath | None:
+        """`RENTAL:PATH` as a remote path; None for a local one (no colon, or a slash before the first)."""
+        rental_id, colon, path = text.partition(":")
+        if not colon or not rental_id or "/" in rental_id:
+            return None
+        return cls(rental_id, path)
+
+    def __str__(self) -> str:
+        return f"{self.rental_id}:{self.path}"
+
+
+def upload(
+    client: Client,
+    local: Path,
+    remote: RemotePath,
+    *,
+    node_rank: int = 0,
+    timeout_s: int = 3600,
+    on_bytes: Callable[[int], None] | None = None,
+) -> None:
+    """Copy the file or directory `local` to `remote` (into it, when it is a directory there; `on_bytes`:
+    archive bytes sent so far); CopyError when it fails."""
+    if not remote.path:
+        raise CopyError(f"{remote}: give the path to copy to (`.` for the rental's working directory)")
+    if not local.exists():
+        raise CopyError(f"{local}: no such file or directory")
+    name = local.resolve().name or "root"
+    err = _error_file()
+    command = ["sh", "-c", UNPACK, "sh", remote.path, name, err]
+    queued = client.exec(remote.rental_id, command, node_rank=node_rank, timeout_s=timeout_s, stdin=True)
+    with (
+        client.attach_exec(remote.rental_id, queued.id) as socket,
+        contextlib.suppress(ConnectionClosed),  # it ended early: its exit code and errors say why
+    ):
+        sink = _FrameWriter(socket, on_bytes)
+        with tarfile.open(fileobj=sink, mode="w|", format=tarfile.PAX_FORMAT) as archive:
+            archive.add(local, arcname=name)
+        sink.flush()
+        socket.send('{"eof": true}')
+        for _ in socket:  # its output, if any, until it ends
+            pass
+    _check(client, remote, queued.id, err, node_rank)
+
+
+def download(
+    client: Client,
+    remote: RemotePath,
+    local: Path,
+    *,
+    node_rank: int = 0,
+    timeout_s: int = 3600,
+    on_bytes: Callable[[int], None] | None = None,
+) -> None:
+    """Copy `remote`'s file or directory to `local` (into it, when it is a directory here); CopyError when
+    it fails."""
+    source = remote.path.rstrip("/") or remote.path
+    if not source:
+        raise CopyError(f"{remote}: give the path to copy from (`.` for the rental's working directory)")
+    into = local.is_dir()
+    parent = local if into else local.parent
+    if not parent.is_dir():
+        raise CopyError(f"{local}: no directory {parent} to copy into")
+    top = PurePosixPath(source).name or "root"
+    target = top if into else local.name
+    err = _error_file()
+    command = ["sh", "-c", PACK, "sh", source, err]
+    queued = client.exec(remote.rental_id, command, node_rank=node_rank, timeout_s=timeout_s, stdin=True)
+    broken: Exception | None = None
+    with client.attach_exec(remote.rental_id, queued.id) as socket:
+        socket.send('{"eof": true}')
+        stream = _FrameReader(socket, on_bytes)
+        try:
+            extract(stream, parent, top, target)
+        except (tarfile.TarError, CopyError, OSError) as error:
+            broken = error
+        stream.drain()
+    _check(client, remote, queued.id, err, node_rank)
+    if broken is not None:
+        raise CopyError(f"{remote}: {broken}")
+
+
+def extract(stream: IO[bytes], parent: Path, top: str, target: str) -> None:
+    """Extract the tar `stream` of `top` into `parent` as `target`, with tarfile's `data` filter (it
+    refuses a member that would land outside `parent`, a device, or a link out of it)."""
+    with tarfile.open(fileobj=stream, mode="r|") as archive:
+        for member in archive:
+            member.name = _renamed(member.name, top, target)
+            if member.islnk():  # a hard link names another member
+                member.linkname = _renamed(member.linkname, top, target)
+            archive.extract(member, parent, filter="data")
+
+
+def _renamed(name: str, top: str, target: str) -> str:
+    """A member of the archive of `top`, as a member of `target` (`top` itself, or under it)."""
+    if name == top or name == f"{top}/":
+        return target
+    if name.startswith(f"{top}/"):
+        return target + name[len(top) :]
+    raise CopyError(f"the archive holds {name!r}, outside {top!r}")
+
+
+def _check(client: Client, remote: RemotePath, exec_id: str, err: str, node_rank: int) -> None:
+    """CopyError with the node's errors when the command did not exit 0."""
+    ended = client.wait_exec(remote.rental_id, exec_id)
+    if ended.state == "exited" and ended.exit_code == 0:
+        return
+    said = _errors(client, remote.rental_id, err, node_rank) if ended.state == "exited" else ""
+    reason = said.strip() or ended.message or f"tar exited with code {ended.exit_code}"
+    raise CopyError(f"{remote}: {_tar_said(reason)}")
+
+
+def _errors(client: Client, rental_id: str, err: str, node_rank: int) -> str:
+    """The error file the failed command left (removed); empty when it cannot be read."""
+    try:
+        queued = client.exec(rental_id, ["sh", "-c", READ_ERRORS, "sh", err], node_rank=node_rank)
+        return client.wait_exec(rental_id, queued.id, within_s=ERRORS_WAIT_S).output
+    except Exception:  # the copy's own failure is what to report, not this one's
+        return ""
+
+
+def _tar_said(text: str) -> str:
+    """The node's error lines, without tar's closing `Exiting with failure status` line."""
+    lines = [line for line in text.splitlines() if line and "Exiting with failure status" not in line]
+    return "; ".join(lines) or text
+
+
+def _error_file() -> str:
+    return f".suanli-cp-{secrets.token_hex(6)}.err"
+
+
+class _FrameWriter(io.RawIOBase):
+    """Bytes written here go to the socket as binary frames of up to `READ_BYTES`."""
+
+    def __init__(self, socket: ClientConnection, on_bytes: Callable[[int], None] | None) -> None:
+        self.socket, self.on_bytes = socket, on_bytes
+        self.pending = bytearray()
+        self.sent = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: bytes) -> int:  # type: ignore[override]
+        self.pending += data
+        while len(self.pending) >= READ_BYTES:
+            self._send(bytes(self.pending[:READ_BYTES]))
+            del self.pending[:READ_BYTES]
+        return len(data)
+
+    def flush(self) -> None:
+        if self.pending:
+            self._send(bytes(self.pending))
+            self.pending.clear()
+
+    def _send(self, frame: bytes) -> None:
+        self.socket.send(frame)
+        self.sent += len(frame)
+        if self.on_bytes is not None:
+            self.on_bytes(self.sent)
+
+
+class _FrameReader(io.RawIOBase):
+    """The socket's binary frames as a stream of bytes (text frames are not the command's output)."""
+
+    def __init__(self, socket: ClientConnection, on_bytes: Callable[[int], None] | None) -> None:
+        self.frames: Iterator[str | bytes] = iter(socket)
+        self.on_bytes = on_bytes
+        self.buffer = b""
+        self.received = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, target: memoryview) -> int:  # type: ignore[override]
+        while not self.buffer:
+            try:
+                frame = next(self.frames)
+            except (StopIteration, ConnectionClosed):
+                return 0
+            if isinstance(frame, bytes):
+                self.buffer = frame
+                self.received += len(frame)
+                if self.on_bytes is not None:
+                    self.on_bytes(self.received)
+        count = min(len(target), len(self.buffer))
+        target[:count] = self.buffer[:count]
+        self.buffer = self.buffer[count:]
+        return count
+
+    def drain(self) -> None:
+        """Read to the end, so the command's end is not cut short by this side going."""
+        while self.readinto(memoryview(bytearray(READ_BYTES))):
+            pass
