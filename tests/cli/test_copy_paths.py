@@ -42,25 +42,26 @@ def _archive(*members: tuple[str, bytes | None]) -> io.BytesIO:
     return data
 
 
-def test_the_archives_top_is_written_under_the_name_asked_for(tmp_path: Path) -> None:
-    extract(
-        _archive(("results", None), ("results/a.txt", b"1"), ("results/s/b", b"2")), tmp_path, "results", "r2"
-    )
+def test_a_directory_or_a_file_is_written_under_the_name_asked_for(tmp_path: Path) -> None:
+    """A directory comes as its contents (`./...`), a file by its name; either lands as the target."""
+    extract(_archive(("./", None), ("./a.txt", b"1"), ("./s/b", b"2")), tmp_path, "results", "r2")
     assert (tmp_path / "r2" / "a.txt").read_bytes() == b"1" and (
         tmp_path / "r2" / "s" / "b"
     ).read_bytes() == b"2"
-    assert not (tmp_path / "results").exists()
+    extract(_archive(("notes.txt", b"n")), tmp_path, "notes.txt", "renamed.txt")
+    assert (tmp_path / "renamed.txt").read_bytes() == b"n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r2", "renamed.txt"]
 
 
 def test_an_archive_cannot_write_outside_its_target(tmp_path: Path) -> None:
-    """A node's tar is the tenant's code: a member outside the copied path, or one that climbs out of it,
-    is refused and nothing lands outside."""
+    """A node's tar is the tenant's code: a member that is not the copied path, or one that climbs out of
+    it, is refused and nothing lands outside."""
     inside = tmp_path / "in"
     inside.mkdir()
-    with pytest.raises(CopyError, match="outside"):
-        extract(_archive(("results/a", b"1"), ("elsewhere", b"x")), inside, "results", "results")
+    with pytest.raises(CopyError, match="not the copied path"):
+        extract(_archive(("./a", b"1"), ("elsewhere", b"x")), inside, "results", "results")
     with pytest.raises(tarfile.OutsideDestinationError):
-        extract(_archive(("results/../../escaped", b"x")), inside, "results", "results")
+        extract(_archive(("./../../escaped", b"x")), inside, "results", "results")
     assert not (tmp_path / "escaped").exists() and not (inside / "elsewhere").exists()
 
 

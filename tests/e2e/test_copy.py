@@ -53,6 +53,11 @@ def test_a_directory_goes_into_a_rental_and_comes_back_the_same(platform: Platfo
     assert _tree(back) == _tree(data)
     assert os.access(back / "run.sh", os.X_OK)
 
+    whole = tmp_path / "whole"  # the working directory: its contents, into a new directory here
+    received = _cp(platform, f"{running.id}:.", str(whole))
+    assert received.returncode == 0, received.stderr
+    assert _tree(whole / "inputs" / "data") == _tree(data)
+
     listed = subprocess.run(
         [*SUANLI, "exec", running.id, "--", "sh", "-c", "cd inputs/data && ls && wc -c < sub/weights.bin"],
         env=_cli_env(platform),

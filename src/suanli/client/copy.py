@@ -1,7 +1,8 @@
 """Copy files into and out of a running rental (`suanli cp`, as `kubectl cp`): a tar stream carried by an
 attached command, `tar -x` or `tar -c` on the node, run as the workload runs (its user, its working
 directory for relative paths, its container for an image), so the rental needs `tar`, as kubectl cp's pods
-do. The command's output is the archive, so its errors go to a file beside it, read back when it fails.
+do. The command's output is the archive, so its errors go to a file in /tmp (outside the working directory,
+which a copy may archive), read back when it fails.
 What is written here is extracted with tarfile's `data` filter: nothing lands outside the target, and no
 device, setuid bit or link out of it is made."""
 
@@ -23,8 +24,9 @@ from suanli.client.client import Client
 from suanli.client.streams import READ_BYTES
 
 # sh -c SCRIPT sh DEST NAME ERR: the archive's one top entry NAME becomes DEST (or goes into it, a directory)
-UNPACK = """err="${TMPDIR:-/tmp}/$3"
-exec 2>"$err"
+UNPACK = """err="/tmp/$3"
+(umask 077; : > "$err")
+exec 2>>"$err"
 case $1 in */) mkdir -p -- "$1" || exit 1;; esac
 if [ -d "$1" ]; then
   tar -xf - --no-same-owner -C "$1"
@@ -39,16 +41,21 @@ fi
 status=$?
 [ $status -eq 0 ] && rm -f -- "$err"
 exit $status"""
-# sh -c SCRIPT sh SOURCE ERR: SOURCE archived as its last path component
-PACK = """err="${TMPDIR:-/tmp}/$2"
-exec 2>"$err"
+# sh -c SCRIPT sh SOURCE ERR: a directory archived as `.` (its contents), a file by its name
+PACK = """err="/tmp/$2"
+(umask 077; : > "$err")
+exec 2>>"$err"
 if [ ! -e "$1" ]; then echo "no such file or directory" >&2; exit 2; fi
-cd -- "$(dirname -- "$1")" && tar -cf - -- "$(basename -- "$1")"
+if [ -d "$1" ]; then
+  cd -- "$1" && tar -cf - .
+else
+  cd -- "$(dirname -- "$1")" && tar -cf - -- "$(basename -- "$1")"
+fi
 status=$?
 [ $status -eq 0 ] && rm -f -- "$err"
 exit $status"""
 # sh -c SCRIPT sh ERR: what the failed command wrote to its error file (removed)
-READ_ERRORS = 'err="${TMPDIR:-/tmp}/$1"; cat -- "$err" 2>/dev/null; rm -f -- "$err"'
+READ_ERRORS = 'err="/tmp/$1"; cat -- "$err" 2>/dev/null; rm -f -- "$err"'
 ERRORS_WAIT_S = 60.0
 
 
@@ -117,17 +124,20 @@ def download(
     timeout_s: int = 3600,
     on_bytes: Callable[[int], None] | None = None,
 ) -> None:
-    """Copy `remote`'s file or directory to `local` (into it, when it is a directory here); CopyError when
-    it fails."""
+    """Copy `remote`'s file or directory to `local` (into it by its name, when `local` is a directory here
+    and `remote` is not the rental's working directory, `/` or a `..`: their contents go into `local`);
+    CopyError when it fails."""
     source = remote.path.rstrip("/") or remote.path
     if not source:
         raise CopyError(f"{remote}: give the path to copy from (`.` for the rental's working directory)")
-    into = local.is_dir()
-    parent = local if into else local.parent
+    local = local.absolute()
+    name = PurePosixPath(source).name  # "" for `.` and `/`
+    if local.is_dir() and name not in ("", ".."):
+        parent, target = local, name
+    else:
+        parent, target = local.parent, local.name
     if not parent.is_dir():
         raise CopyError(f"{local}: no directory {parent} to copy into")
-    top = PurePosixPath(source).name or "root"
-    target = top if into else local.name
     err = _error_file()
     command = ["sh", "-c", PACK, "sh", source, err]
     queued = client.exec(remote.rental_id, command, node_rank=node_rank, timeout_s=timeout_s, stdin=True)
@@ -136,7 +146,7 @@ def download(
         socket.send('{"eof": true}')
         stream = _FrameReader(socket, on_bytes)
         try:
-            extract(stream, parent, top, target)
+            extract(stream, parent, name, target)
         except (tarfile.TarError, CopyError, OSError) as error:
             broken = error
         stream.drain()
@@ -145,24 +155,25 @@ def download(
         raise CopyError(f"{remote}: {broken}")
 
 
-def extract(stream: IO[bytes], parent: Path, top: str, target: str) -> None:
-    """Extract the tar `stream` of `top` into `parent` as `target`, with tarfile's `data` filter (it
-    refuses a member that would land outside `parent`, a device, or a link out of it)."""
+def extract(stream: IO[bytes], parent: Path, name: str, target: str) -> None:
+    """Extract the tar `stream` into `parent` as `target`: a directory's (`.`, its contents) or the file
+    `name`'s; with tarfile's `data` filter, which refuses a member that would land outside `parent`, a
+    device, or a link out of it."""
     with tarfile.open(fileobj=stream, mode="r|") as archive:
         for member in archive:
-            member.name = _renamed(member.name, top, target)
+            member.name = _renamed(member.name, name, target)
             if member.islnk():  # a hard link names another member
-                member.linkname = _renamed(member.linkname, top, target)
+                member.linkname = _renamed(member.linkname, name, target)
             archive.extract(member, parent, filter="data")
 
 
-def _renamed(name: str, top: str, target: str) -> str:
-    """A member of the archive of `top`, as a member of `target` (`top` itself, or under it)."""
-    if name == top or name == f"{top}/":
+def _renamed(member: str, name: str, target: str) -> str:
+    """A member of a directory's archive (`.`, `./...`) or of the file `name`'s, as one of `target`."""
+    if member in (".", "./") or (name and member == name):
         return target
-    if name.startswith(f"{top}/"):
-        return target + name[len(top) :]
-    raise CopyError(f"the archive holds {name!r}, outside {top!r}")
+    if member.startswith("./"):
+        return f"{target}/{member[2:]}"
+    raise CopyError(f"the archive holds {member!r}, not the copied path")
 
 
 def _check(client: Client, remote: RemotePath, exec_id: str, err: str, node_rank: int) -> None:
