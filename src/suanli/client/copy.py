@@ -33,6 +33,7 @@ if [ -d "$1" ]; then
 else
   parent=$(dirname -- "$1")
   mkdir -p -- "$parent" && stage=$(mktemp -d "$parent/.suanli-cp.XXXXXX") || exit 1
+  trap 'rm -rf -- "$stage"; exit 129' HUP TERM
   tar -xf - --no-same-owner -C "$stage" && mv -f -- "$stage/$2" "$1"
   status=$?
   rm -rf -- "$stage"
@@ -106,8 +107,13 @@ def upload(
         contextlib.suppress(ConnectionClosed),  # it ended early: its exit code and errors say why
     ):
         sink = _FrameWriter(socket, on_bytes)
-        with tarfile.open(fileobj=sink, mode="w|", format=tarfile.PAX_FORMAT) as archive:
-            archive.add(local, arcname=name)
+        try:
+            with tarfile.open(fileobj=sink, mode="w|", format=tarfile.PAX_FORMAT) as archive:
+                archive.add(local, arcname=name)
+        except OSError as error:  # unreadable here: the command on the node is hung up as this goes
+            raise CopyError(
+                f"{local}: {error.strerror or error}: {error.filename or ''}".rstrip(": ")
+            ) from None
         sink.flush()
         socket.send('{"eof": true}')
         for _ in socket:  # its output, if any, until it ends
