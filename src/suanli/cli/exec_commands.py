@@ -247,12 +247,12 @@ def copy_command(
     directory that exists, by its name. It runs `tar` beside the workload, as it runs (its user, its
     container), starting at the node agent's next heartbeat."""
     remote_source, remote_destination = RemotePath.parse(source), RemotePath.parse(destination)
-    if (remote_source is None) == (remote_destination is None):
+    remote = remote_source or remote_destination
+    if remote is None or (remote_source is not None and remote_destination is not None):
         raise usage_error("SOURCE DEST: one of them is RENTAL:PATH (in a rental), the other a local path")
     timeout_s = _timeout(timeout, 8 * 3600, True)
-    rental_id = (remote_source or remote_destination or RemotePath("", "")).rental_id
     with logged_in({"node_rank": "--node-rank", "timeout_s": "--timeout"}) as client:
-        _wait_running(client, rental_id)
+        _wait_running(client, remote.rental_id)
         columns = (
             TextColumn("{task.description}"),
             DownloadColumn(),
@@ -266,12 +266,20 @@ def copy_command(
             def moved(count: int) -> None:
                 progress.update(task, completed=count)
 
-            options = {"node_rank": node_rank, "timeout_s": timeout_s, "on_bytes": moved}
             try:
-                if remote_destination is not None:
-                    upload(client, Path(source), remote_destination, **options)
-                elif remote_source is not None:
-                    download(client, remote_source, Path(destination), **options)
+                if remote is remote_destination:
+                    upload(
+                        client, Path(source), remote, node_rank=node_rank, timeout_s=timeout_s, on_bytes=moved
+                    )
+                else:
+                    download(
+                        client,
+                        remote,
+                        Path(destination),
+                        node_rank=node_rank,
+                        timeout_s=timeout_s,
+                        on_bytes=moved,
+                    )
             except (CopyError, Refused) as error:
                 failed = str(error)
             except ConnectionClosed:
