@@ -338,7 +338,7 @@ class ProcessExecutor:
             confine(paths, user)
         if (identity := self._identity(paths, user)) is not None and user is not None:
             account = Account(user.login, user.uid, user.gid, paths.workdir, login_shell(), "suanli rental")
-            write_identity(paths.control_dir, account, identity.library)
+            write_identity(identity, account)
         return user
 
     def run_command(

@@ -82,10 +82,8 @@ class IdentityFiles:
         }
 
 
-def write_identity(directory: Path, account: Account, library: Path) -> IdentityFiles:
-    """Write `account`'s passwd and group files into `directory` (readable by all, written by the agent
-    alone)."""
-    files = IdentityFiles(library, directory / "passwd", directory / "group")
+def write_identity(files: IdentityFiles, account: Account) -> None:
+    """Write `account`'s passwd and group files (readable by all, written by the agent alone)."""
     for path, text in (
         (files.passwd, passwd_text(_read(SYSTEM_PASSWD), account)),
         (files.group, group_text(_read(SYSTEM_GROUP), account)),
@@ -94,7 +92,6 @@ def write_identity(directory: Path, account: Account, library: Path) -> Identity
         partial.write_text(text)
         partial.chmod(0o644)
         partial.replace(path)
-    return files
 
 
 def _read(path: Path) -> str:

@@ -18,7 +18,7 @@ from websockets.exceptions import ConnectionClosed, ConnectionClosedOK
 from websockets.sync.client import ClientConnection
 
 from suanli.client.forward import REFUSED, Refused
-from suanli.client.streams import READ_BYTES
+from suanli.client.streams import END_OF_INPUT, READ_BYTES
 
 ENDED_BEFORE_ITS_AGENT = 4410  # the command ended (it failed to start) before its node's agent came
 
@@ -49,7 +49,7 @@ def _send_input(socket: ClientConnection, stdin_fd: int) -> None:
     with contextlib.suppress(ConnectionClosed, OSError):
         while block := os.read(stdin_fd, READ_BYTES):
             socket.send(block)
-        socket.send(json.dumps({"eof": True}))
+        socket.send(END_OF_INPUT)
 
 
 def _write_all(fd: int, data: bytes) -> None:

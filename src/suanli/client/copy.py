@@ -21,7 +21,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection
 
 from suanli.client.client import Client
-from suanli.client.streams import READ_BYTES
+from suanli.client.streams import END_OF_INPUT, READ_BYTES
 
 # sh -c SCRIPT sh DEST NAME ERR: the archive's one top entry NAME becomes DEST (or goes into it, a directory)
 UNPACK = """err="/tmp/$3"
@@ -115,7 +115,7 @@ def upload(
                 f"{local}: {error.strerror or error}: {error.filename or ''}".rstrip(": ")
             ) from None
         sink.flush()
-        socket.send('{"eof": true}')
+        socket.send(END_OF_INPUT)
         for _ in socket:  # its output, if any, until it ends
             pass
     _check(client, remote, queued.id, err, node_rank)
@@ -149,7 +149,7 @@ def download(
     queued = client.exec(remote.rental_id, command, node_rank=node_rank, timeout_s=timeout_s, stdin=True)
     broken: Exception | None = None
     with client.attach_exec(remote.rental_id, queued.id) as socket:
-        socket.send('{"eof": true}')
+        socket.send(END_OF_INPUT)
         stream = _FrameReader(socket, on_bytes)
         try:
             extract(stream, parent, name, target)
@@ -271,5 +271,6 @@ class _FrameReader(io.RawIOBase):
 
     def drain(self) -> None:
         """Read to the end, so the command's end is not cut short by this side going."""
-        while self.readinto(memoryview(bytearray(READ_BYTES))):
+        scratch = memoryview(bytearray(READ_BYTES))
+        while self.readinto(scratch):
             pass

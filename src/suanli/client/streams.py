@@ -15,6 +15,7 @@ import struct
 from typing import Any
 
 FORWARD_HEADER = struct.Struct(">I")
+END_OF_INPUT = json.dumps({"eof": True})  # to an attached command: no more input
 READ_BYTES = 64 * 1024  # read from a pseudo-terminal or a connection at a time
 
 
