@@ -1,13 +1,14 @@
 """The relay of attached commands between two server processes on PostgreSQL: two relays, each with its
 own engine and listener, stand for two worker processes; the client's end is held by one, the agent's by
 the other. Frames go both ways in order, a frame too large for one notification arrives whole in pieces,
-each end learns the other came, and one end going closes the other after what it sent."""
+each end learns the other came, and one end going closes the other after what it sent; a reader that does not
+keep up holds its sender back (no frame dropped, no end closed)."""
 
 from __future__ import annotations
 
 import asyncio
 
-from suanli.api.attach_relay import Relay
+from suanli.api.attach_relay import BUS_QUEUE_FRAMES, WINDOW_PIECES, Relay
 from suanli.store.attach_bus import PIECE_BYTES, AttachBus
 from suanli.store.db import make_engine
 
@@ -52,6 +53,59 @@ def test_frames_cross_between_two_processes_through_postgresql(database_url: str
             assert await asyncio.wait_for(client.queue("client").get(), 10) is None
             await client_side.leave("exe_1", "client")
             assert client_side.pipes == {} and agent_side.pipes == {}
+        finally:
+            client_side.stop()
+            agent_side.stop()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        for engine in engines:
+            engine.dispose()
+
+
+def test_a_slow_reader_holds_its_sender_back_through_postgresql(database_url: str) -> None:
+    """More frames than an inbox may hold, written while the client reads none, all arrive in order once it
+    reads: the agent's forwarder stops a window ahead, and its outbox, full, holds the writer back (as the
+    agent's WebSocket would be)."""
+    if database_url.startswith("sqlite"):
+        return  # one process: the in-memory queues are bounded (`test_exec_attach`)
+    engines = [make_engine(database_url) for _ in range(2)]
+
+    async def scenario() -> None:
+        client_side, agent_side = Relay(AttachBus(engines[0])), Relay(AttachBus(engines[1]))
+        client_side.start()
+        agent_side.start()
+        try:
+            client, agent = client_side.join("exe_2", "client"), agent_side.join("exe_2", "agent")
+            assert client is not None and agent is not None
+            await asyncio.wait_for(client.came["agent"].wait(), 10)
+            frames = [f"line {n:05d}\n".encode() for n in range(BUS_QUEUE_FRAMES + 200)]
+
+            async def write() -> None:
+                for frame in frames:
+                    await agent.outbox["agent"].put(frame)
+
+            writer = asyncio.ensure_future(write())
+            for _ in range(200):  # until the window is spent
+                if agent.ahead("agent") >= WINDOW_PIECES:
+                    break
+                await asyncio.sleep(0.1)
+            await asyncio.sleep(1.0)
+            assert agent.ahead("agent") == WINDOW_PIECES
+            assert not writer.done()
+            assert client.queue("client").qsize() <= WINDOW_PIECES
+            got = []
+            while len(got) < len(frames):
+                frame = await asyncio.wait_for(client.queue("client").get(), 10)
+                assert frame is not None, f"the client's end was closed after {len(got)} frames"
+                got.append(frame)
+                client_side.sent("exe_2", "client")  # as its WebSocket would, having sent it on
+            assert got == frames
+            await asyncio.wait_for(writer, 10)
+            await agent_side.leave("exe_2", "agent")
+            assert await asyncio.wait_for(client.queue("client").get(), 10) is None
+            await client_side.leave("exe_2", "client")
         finally:
             client_side.stop()
             agent_side.stop()

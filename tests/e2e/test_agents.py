@@ -75,11 +75,13 @@ class Platform:
     missed_heartbeats: int = MISSED_HEARTBEATS  # before a node is marked down
     agent_args: tuple[str, ...] = ()  # more `suanli agent` options, e.g. the executor
     agent_path: str | None = None  # the agents' PATH (default: this process's)
+    database_url: str | None = None  # the server's (default: SQLite in `tmp`)
+    server_args: tuple[str, ...] = ()  # more `suanli server` options, e.g. `--workers 2`
 
     def start_server(self) -> None:
         env = {
             **os.environ,
-            "SUANLI_DATABASE_URL": f"sqlite:///{self.tmp / 'suanli.db'}",
+            "SUANLI_DATABASE_URL": self.database_url or f"sqlite:///{self.tmp / 'suanli.db'}",
             "SUANLI_BOOTSTRAP_ADMIN_KEY": ADMIN_KEY,
             "SUANLI_SCHEDULER_INTERVAL_S": "0.2",
             "SUANLI_AGENT_HEARTBEAT_INTERVAL_S": str(HEARTBEAT_S),
@@ -88,7 +90,10 @@ class Platform:
         }
         with (self.tmp / "server.log").open("ab") as log:
             self.server = subprocess.Popen(
-                [*SUANLI, "server", "--port", str(self.port)], env=env, stdout=log, stderr=subprocess.STDOUT
+                [*SUANLI, "server", "--port", str(self.port), *self.server_args],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
             )
         wait_until(lambda: _healthy(self.url), 30, f"server: {(self.tmp / 'server.log').read_text()[-2000:]}")
 
@@ -119,9 +124,11 @@ def running_platform(
     missed_heartbeats: int = MISSED_HEARTBEATS,
     agent_args: Sequence[str] = (),
     agent_path: str | None = None,
+    database_url: str | None = None,
+    server_args: Sequence[str] = (),
 ) -> Iterator[Platform]:
-    """A server with `fleet` loaded, a tenant, and an agent for each of `nodes` (with `agent_args`, on
-    `agent_path`); all stopped afterwards."""
+    """A server with `fleet` loaded (on `database_url`, with `server_args`), a tenant, and an agent for each
+    of `nodes` (with `agent_args`, on `agent_path`); all stopped afterwards."""
     port = _free_port()
     (tmp_path / "fleet.toml").write_text(fleet)
     p = Platform(
@@ -131,6 +138,8 @@ def running_platform(
         missed_heartbeats=missed_heartbeats,
         agent_args=tuple(agent_args),
         agent_path=agent_path,
+        database_url=database_url,
+        server_args=tuple(server_args),
     )
     p.start_server()
     try:

@@ -5,6 +5,7 @@ scrape of either worker shows the leader's gauges (Prometheus multiprocess mode)
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 from server_process import ServerProcess, new_database
 from websockets.exceptions import ConnectionClosed
 
+from suanli.api.attach_relay import BUS_QUEUE_FRAMES
 from suanli.client import Client
 from suanli.wire.agent_schemas import HeartbeatRequest, WorkloadReportBody
 from suanli.wire.schemas import RentalCreateRequest
@@ -180,6 +182,22 @@ def test_an_attached_command_relays_between_workers(server: ServerProcess) -> No
                 assert client_end.recv(timeout=10) == f"{turn}\r\n".encode()
             with pytest.raises(ConnectionClosed):  # the agent's end went: the client's is closed
                 client_end.recv(timeout=10)
+    # more frames than the bus's window and than an inbox may hold, sent while the client waits before it
+    # reads: each end acknowledges what its WebSocket took, so the agent's frames flow on, all in order
+    lines = [f"line {n:05d}\n".encode() for n in range(BUS_QUEUE_FRAMES + 500)]
+    queued = tenant.exec(rental.id, ["sh"], stdin=True)
+    with (
+        tenant.attach_exec(rental.id, queued.id) as client_end,
+        node.attach_agent_exec(queued.id) as agent_end,
+    ):
+        printing = threading.Thread(target=lambda: [agent_end.send(line) for line in lines], daemon=True)
+        printing.start()
+        time.sleep(1.0)
+        got = b""
+        while len(got) < sum(map(len, lines)):
+            got += client_end.recv(timeout=10)
+        assert got == b"".join(lines)
+        printing.join(timeout=10)
     tenant.close()
     node.close()
     admin.close()

@@ -2,12 +2,15 @@
 process (SQLite), through PostgreSQL's NOTIFY (`AttachBus`) otherwise, so the tenant's client and the
 node's agent may reach different server processes.
 
-Each end held here has an inbox (what its WebSocket is to send) and an outbox (what it received). In memory
-an end's outbox is the other end's inbox: a bounded queue that holds a fast sender back. Through the bus a
+Each end held here has an inbox (what its WebSocket is to send) and an outbox (what it received), both
+bounded, so a fast sender is held back by a slow reader (a `suanli cp` to a slow disk, a terminal scrolled
+back) and nothing is dropped. In memory an end's outbox is the other end's inbox. Through the bus a
 forwarder publishes the outbox, once the other end is known to be there, and the listener puts what comes
 for an end held here in its inbox; an end says `hello` when it attaches, the other end answers `here`, and
-`bye` when it goes. An inbox fed by the bus cannot hold its sender back: past `BUS_QUEUE_FRAMES` (a reader
-far slower than the command prints) the end is closed.
+`bye` when it goes. A notification cannot hold its sender back, so the bus has credit-based flow control
+(as HTTP/2's windows): the forwarder publishes at most `WINDOW_PIECES` notifications ahead of those the
+other end has sent on to its WebSocket, which it acknowledges (`ack`, a running count) every
+`ACK_EVERY_PIECES`. An inbox past `BUS_QUEUE_FRAMES` (a sender that ignores the window) is closed.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Literal
 import anyio
 from starlette.concurrency import run_in_threadpool
 
-from suanli.store.attach_bus import AttachBus, Message
+from suanli.store.attach_bus import AttachBus, Message, piece_count
 
 End = Literal["client", "agent"]
 Frame = bytes | str | None  # None: the other end went
@@ -27,6 +30,8 @@ QUEUE_FRAMES = (
     32  # in memory: frames one end may send before the other reads them (a flood's ^C waits on them)
 )
 BUS_QUEUE_FRAMES = 4096  # through the bus: frames waiting for a slow reader before its end is closed
+WINDOW_PIECES = 256  # notifications a forwarder may publish ahead of the other end's acknowledgements
+ACK_EVERY_PIECES = 64  # notifications an end sends on to its WebSocket between two acknowledgements
 CLOSE_WAIT_S = 30.0  # how long a leaving end waits to tell the other (and, through the bus, to flush)
 
 
@@ -46,11 +51,25 @@ class Pipe:
     ends: set[End] = field(default_factory=set)
     outbox: dict[End, asyncio.Queue[Frame]] = field(default_factory=dict)
     forwarders: dict[End, asyncio.Task[None]] = field(default_factory=dict)
+    # through the bus: an end's notifications published and acknowledged by the other end, which woke its
+    # forwarder; notifications it has sent on to its WebSocket, and the count it last acknowledged
+    published: dict[End, int] = field(default_factory=lambda: {"client": 0, "agent": 0})
+    acknowledged: dict[End, int] = field(default_factory=lambda: {"client": 0, "agent": 0})
+    credit: dict[End, asyncio.Event] = field(
+        default_factory=lambda: {"client": asyncio.Event(), "agent": asyncio.Event()}
+    )
+    delivered: dict[End, int] = field(default_factory=lambda: {"client": 0, "agent": 0})
+    delivered_acknowledged: dict[End, int] = field(default_factory=lambda: {"client": 0, "agent": 0})
+    went: set[End] = field(default_factory=set)  # ends that said `bye`: nobody to wait for credit from
 
     def queue(self, end: End) -> asyncio.Queue[Frame]:
         if end not in self.inbox:
             self.inbox[end] = asyncio.Queue(QUEUE_FRAMES if self.bounded else 0)
         return self.inbox[end]
+
+    def ahead(self, end: End) -> int:
+        """Notifications `end` published that the other end has not yet acknowledged."""
+        return self.published[end] - self.acknowledged[end]
 
 
 class Relay:
@@ -82,9 +101,20 @@ class Relay:
             pipe.came[end].set()
             pipe.outbox[end] = pipe.queue(other(end))
         else:
-            pipe.outbox[end] = asyncio.Queue()
+            pipe.outbox[end] = asyncio.Queue(QUEUE_FRAMES)
             pipe.forwarders[end] = asyncio.ensure_future(self._forward(exec_id, pipe, end))
         return pipe
+
+    def sent(self, exec_id: str, end: End) -> None:
+        """`end`'s WebSocket took a frame of its inbox; through the bus, acknowledged every so often."""
+        pipe = self.pipes.get(exec_id)
+        if pipe is None or self.bus is None:
+            return
+        pipe.delivered[end] += 1
+        if pipe.delivered[end] - pipe.delivered_acknowledged[end] >= ACK_EVERY_PIECES:
+            pipe.delivered_acknowledged[end] = pipe.delivered[end]
+            ack = {"exec": exec_id, "to": other(end), "kind": "ack", "count": pipe.delivered[end]}
+            self._publish_soon(ack)
 
     async def leave(self, exec_id: str, end: End) -> None:
         """`end` went: the other end is told (through the bus, after what it sent before)."""
@@ -92,13 +122,14 @@ class Relay:
         if pipe is None or end not in pipe.ends:
             return
         with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_WAIT_S):
-            await pipe.outbox[end].put(None)
             forwarder = pipe.forwarders.get(end)
-            if forwarder is not None and pipe.came[other(end)].is_set():
-                await asyncio.shield(forwarder)  # it flushes what the end sent, then says bye
-            elif forwarder is not None:  # nobody to flush to
+            if forwarder is not None and not pipe.came[other(end)].is_set():  # nobody to flush to
                 forwarder.cancel()
                 await self._publish({"exec": exec_id, "to": other(end), "kind": "bye"})
+            else:
+                await pipe.outbox[end].put(None)
+                if forwarder is not None:
+                    await asyncio.shield(forwarder)  # it flushes what the end sent, then says bye
         pipe.ends.discard(end)
         if not pipe.ends:
             del self.pipes[exec_id]
@@ -109,6 +140,12 @@ class Relay:
         assert self.bus is not None
         await run_in_threadpool(self.bus.publish, message)
 
+    def _publish_soon(self, message: Message) -> None:
+        """Publish without waiting (a reply: `here`, `ack`); the task is kept until it is done."""
+        task = asyncio.ensure_future(self._publish(message))
+        self.answers.add(task)
+        task.add_done_callback(self.answers.discard)
+
     async def _forward(self, exec_id: str, pipe: Pipe, end: End) -> None:
         """Say `end` came, then publish what it sends once the other end is there; `bye` when it goes."""
         await self._publish({"exec": exec_id, "to": other(end), "kind": "hello"})
@@ -117,7 +154,11 @@ class Relay:
         if item is not None:
             await pipe.came[other(end)].wait()
         while item is not None:
+            while pipe.ahead(end) >= WINDOW_PIECES and other(end) not in pipe.went:
+                pipe.credit[end].clear()
+                await pipe.credit[end].wait()
             await self._publish({"exec": exec_id, "to": other(end), "kind": "frame", "data": item})
+            pipe.published[end] += piece_count(item)
             item = await outbox.get()
         await self._publish({"exec": exec_id, "to": other(end), "kind": "bye"})
 
@@ -135,13 +176,17 @@ class Relay:
         kind = message.get("kind")
         if kind == "hello":
             pipe.came[sender].set()
-            here = {"exec": message["exec"], "to": sender, "kind": "here"}
-            answer = asyncio.ensure_future(self._publish(here))
-            self.answers.add(answer)
-            answer.add_done_callback(self.answers.discard)
+            self._publish_soon({"exec": message["exec"], "to": sender, "kind": "here"})
         elif kind == "here":
             pipe.came[sender].set()
+        elif kind == "ack":
+            count = message.get("count")
+            if isinstance(count, int) and count > pipe.acknowledged[to]:
+                pipe.acknowledged[to] = count
+                pipe.credit[to].set()
         elif kind == "bye":
+            pipe.went.add(sender)
+            pipe.credit[to].set()
             pipe.queue(to).put_nowait(None)
         elif kind == "frame":
             inbox = pipe.queue(to)

@@ -18,7 +18,6 @@ server relays the frames between them. The server never connects to a node; both
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -28,7 +27,7 @@ from fastapi import APIRouter, WebSocket
 from starlette.concurrency import run_in_threadpool
 from starlette.websockets import WebSocketDisconnect
 
-from suanli.api.attach_relay import End, Frame, Pipe, Relay
+from suanli.api.attach_relay import End, Pipe, Relay
 from suanli.api.errors import STATUS
 from suanli.app.errors import AppError, Conflict
 from suanli.app.execs import FINAL_STATES
@@ -103,7 +102,7 @@ async def attach_client(websocket: WebSocket, rental_id: str, exec_id: str) -> N
         await anyio.sleep_forever()  # the agent came: nothing more to watch
 
     try:
-        await _pump(websocket, pipe.queue("client"), pipe.outbox["client"], ended_before_its_agent_came)
+        await _pump(websocket, relay, exec_id, "client", ended_before_its_agent_came)
     finally:
         await relay.leave(exec_id, "client")
 
@@ -133,20 +132,19 @@ async def attach_agent(websocket: WebSocket, exec_id: str) -> None:
         await anyio.sleep_forever()
 
     try:
-        await _pump(websocket, pipe.queue("agent"), pipe.outbox["agent"], no_client)
+        await _pump(websocket, relay, exec_id, "agent", no_client)
     finally:
         await relay.leave(exec_id, "agent")
 
 
 async def _pump(
-    websocket: WebSocket,
-    inbox: asyncio.Queue[Frame],
-    outbox: asyncio.Queue[Frame],
-    watch: Callable[[], Awaitable[None]],
+    websocket: WebSocket, relay: Relay, exec_id: str, end: End, watch: Callable[[], Awaitable[None]]
 ) -> None:
-    """Send what comes to `inbox` on `websocket`, put what it receives in `outbox`, until either end goes
-    (None in the inbox: the other end went) or `watch` returns (it closed the socket); the relay's `leave`
-    then tells the other end."""
+    """Send what comes to `end`'s inbox on `websocket`, put what it receives in its outbox, until either end
+    goes (None in the inbox: the other end went) or `watch` returns (it closed the socket); the relay's
+    `leave` then tells the other end."""
+    pipe = relay.pipes[exec_id]
+    inbox, outbox = pipe.queue(end), pipe.outbox[end]
 
     async def receive() -> None:
         with contextlib.suppress(WebSocketDisconnect):
@@ -163,6 +161,7 @@ async def _pump(
                 await websocket.send_bytes(item)
             else:
                 await websocket.send_text(item)
+            relay.sent(exec_id, end)
 
     try:
         async with anyio.create_task_group() as group:

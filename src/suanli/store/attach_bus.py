@@ -30,13 +30,18 @@ log = logging.getLogger(__name__)
 Message = dict[str, Any]
 
 
+def piece_count(data: bytes | str) -> int:
+    """How many notifications a frame takes (each arrives as one frame of its own)."""
+    return max(1, -(-len(data) // PIECE_BYTES)) if isinstance(data, bytes) else 1
+
+
 def encode(message: Message) -> Iterator[str]:
     """The payloads of `message`: one, or for a binary frame (`data` bytes) one per piece."""
     data = message.get("data")
     if not isinstance(data, bytes):
         yield json.dumps(message, separators=(",", ":"))
         return
-    for start in range(0, max(len(data), 1), PIECE_BYTES):
+    for start in range(0, piece_count(data) * PIECE_BYTES, PIECE_BYTES):
         piece = base64.b64encode(data[start : start + PIECE_BYTES]).decode()
         yield json.dumps({**message, "data": None, "b64": piece}, separators=(",", ":"))
 
