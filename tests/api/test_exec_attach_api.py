@@ -72,6 +72,13 @@ def test_refusals_close_with_the_status_and_say_why(client: TestClient, tenant):
 
     tty_alone = client.post(url, json={"command": ["sh"], "tty": True}, headers=owner)
     assert tty_alone.status_code == 400 and tty_alone.json()["error"]["field"] == "tty"
+    for not_apart in ({"stdin": True, "tty": True}, {}):  # a terminal has one output; a plain exec keeps one
+        refused = client.post(
+            url, json={"command": ["sh"], "separate_stderr": True, **not_apart}, headers=owner
+        )
+        assert refused.status_code == 400 and refused.json()["error"]["field"] == "separate_stderr"
+    apart = client.post(url, json={"command": ["sh"], "stdin": True, "separate_stderr": True}, headers=owner)
+    assert apart.status_code == 201 and apart.json()["separate_stderr"] is True
     too_long = client.post(url, json={"command": ["sh"], "timeout_s": 7200}, headers=owner)
     assert too_long.status_code == 400 and "1 to 3600" in too_long.json()["error"]["message"]
 

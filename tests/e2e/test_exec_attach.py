@@ -1,7 +1,7 @@
 """`suanli exec -it` with the real CLI, server and agent: a shell on the node on a real pseudo-terminal at
 both ends (the CLI's in raw mode, its size passed on), ^C reaching the remote command, the shell's exit
-code; piped input with `-i`; a client that goes away hangs its command up; and `suanli port-forward` to a
-web server the rental runs."""
+code; piped input with `-i`, the command's stdout and stderr each on its own; a client that goes away
+hangs its command up; and `suanli port-forward` to a web server the rental runs."""
 
 from __future__ import annotations
 
@@ -101,7 +101,7 @@ def test_a_shell_on_a_terminal_sees_the_rentals_gpu_its_size_and_ctrl_c(platform
 
 def test_piped_input_reaches_the_command_and_its_end_closes_the_input(platform: Platform) -> None:
     running = _running_rental(platform)
-    script = "read first; echo got:$first; wc -l"
+    script = "read first; echo got:$first; echo to-stderr >&2; wc -l"
     shown = subprocess.run(
         [*SUANLI, "exec", "-i", running.id, "--", "sh", "-c", script],
         input="hello\nmore\nlines\n",
@@ -111,7 +111,8 @@ def test_piped_input_reaches_the_command_and_its_end_closes_the_input(platform: 
         timeout=WAIT_S * 2,
     )
     assert shown.returncode == 0, shown.stdout + shown.stderr
-    assert shown.stdout.split() == ["got:hello", "2"]
+    assert shown.stdout.split() == ["got:hello", "2"]  # its stderr is not in it: on this side's stderr
+    assert shown.stderr == "to-stderr\n"
 
 
 def test_a_client_that_goes_away_hangs_up_its_command(platform: Platform) -> None:

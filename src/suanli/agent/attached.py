@@ -5,7 +5,8 @@ WebSocket (`suanli.api.exec_attach`), which relays them to the tenant's client.
 * Input comes as binary frames; a text frame is `{"rows": R, "cols": C}` (the terminal's size) or
   `{"eof": true}` (no more input: the pipe is closed; on a terminal, ^D is typed).
 * Output goes as binary frames until the command and every process holding its terminal are gone, then the
-  socket is closed; the exit code goes with the usual report (`ExecRunner.poll`).
+  socket is closed; the exit code goes with the usual report (`ExecRunner.poll`). With `separate_stderr`
+  stderr has a pipe of its own, and each frame starts with its stream: `STDOUT` or `STDERR`.
 * When the socket closes first (the client went, or none came), the command's session is hung up (SIGHUP),
   and killed `HANGUP_GRACE_S` later if it is still there.
 """
@@ -32,7 +33,7 @@ from websockets.sync.client import ClientConnection
 
 from suanli.agent.executors import Attachment
 from suanli.client import ApiError, Client, ServerUnreachable
-from suanli.client.streams import control_message
+from suanli.client.streams import STDERR, STDOUT, control_message
 
 log = logging.getLogger(__name__)
 READ_BYTES = 16 * 1024  # of output per frame: small frames keep what waits behind a ^C short
@@ -49,19 +50,30 @@ class Ends:
     child: Attachment
     input_fd: int  # input goes here (a terminal's master side, or a pipe)
     output_fd: int  # output comes from here (the same master, or another pipe)
+    error_fd: int | None = None  # stderr comes from here when it is kept apart (a third pipe)
     closed: set[int] = field(default_factory=set)  # never closed twice: the number may be reused
 
     @classmethod
-    def open(cls, tty: bool) -> Ends:
+    def open(cls, tty: bool, separate_stderr: bool = False) -> Ends:
         if tty:
             master, slave = pty.openpty()
             return cls(Attachment(slave, slave, tty=True), master, master)
         in_read, in_write = os.pipe()
         out_read, out_write = os.pipe()
-        return cls(Attachment(in_read, out_write, tty=False), in_write, out_read)
+        if not separate_stderr:
+            return cls(Attachment(in_read, out_write, tty=False), in_write, out_read)
+        err_read, err_write = os.pipe()
+        child = Attachment(in_read, out_write, tty=False, stderr_fd=err_write)
+        return cls(child, in_write, out_read, err_read)
+
+    def streams(self) -> dict[int, bytes]:
+        """The output's ends, each with what marks its frames (nothing when stderr goes with stdout)."""
+        if self.error_fd is None:
+            return {self.output_fd: b""}
+        return {self.output_fd: bytes([STDOUT]), self.error_fd: bytes([STDERR])}
 
     def close_child(self) -> None:
-        self._close(self.child.stdin_fd, self.child.stdout_fd)
+        self._close(self.child.stdin_fd, self.child.stdout_fd, *self._child_stderr())
 
     def close_input(self) -> None:
         if self.input_fd != self.output_fd:
@@ -69,6 +81,10 @@ class Ends:
 
     def close(self) -> None:
         self._close(self.child.stdin_fd, self.child.stdout_fd, self.input_fd, self.output_fd)
+        self._close(*self._child_stderr(), *([] if self.error_fd is None else [self.error_fd]))
+
+    def _child_stderr(self) -> list[int]:
+        return [] if self.child.stderr_fd is None else [self.child.stderr_fd]
 
     def _close(self, *fds: int) -> None:
         for fd in set(fds) - self.closed:
@@ -114,22 +130,25 @@ class AttachedSession:
     def _output(self, socket: ClientConnection) -> None:
         """Send what the command prints until it and every holder of its output are gone."""
         ended_at: float | None = None
-        while True:
-            ready, _, _ = select.select([self.ends.output_fd], [], [], POLL_S)
-            if ready:
+        streams = self.ends.streams()
+        while streams:
+            ready, _, _ = select.select(list(streams), [], [], POLL_S)
+            for fd in ready:
                 try:
-                    block = os.read(self.ends.output_fd, READ_BYTES)
+                    block = os.read(fd, READ_BYTES)
                 except OSError as error:  # EIO: the terminal's last holder closed it
                     if error.errno != errno.EIO:
                         raise
-                    return
+                    block = b""
                 if not block:
-                    return
+                    del streams[fd]
+                    continue
                 try:
-                    socket.send(block)
+                    socket.send(streams[fd] + block)
                 except ConnectionClosed:
                     self._hang_up()
                     return
+            if ready:
                 continue
             if self.process.poll() is not None:  # ended: a child it left may hold the output; not waited for
                 ended_at = ended_at or time.monotonic()

@@ -100,7 +100,7 @@ class ExecRunner:
                 continue
             self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
             output = self.dir / f"{found.id}.log"  # attached, its output goes to the client instead
-            ends = Ends.open(found.tty) if found.stdin else None
+            ends = Ends.open(found.tty, found.separate_stderr) if found.stdin else None
             try:
                 attach = None if ends is None else ends.child
                 process = self.executor.run_command(spec, found.command, found.timeout_s, output, attach)

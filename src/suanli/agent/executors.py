@@ -205,11 +205,12 @@ class Executor(Protocol):
 @dataclass(frozen=True, slots=True)
 class Attachment:
     """The child's ends of an attached command's input and output (`suanli exec -i`): a pseudo-terminal's
-    side with `tty`, else the two pipes' ends; the agent holds the other ends."""
+    side with `tty`, else the pipes' ends (stderr's own, or stdout's); the agent holds the other ends."""
 
     stdin_fd: int
     stdout_fd: int
     tty: bool
+    stderr_fd: int | None = None  # None: stderr goes with stdout
 
     def child_argv(self, argv: Sequence[str]) -> list[str]:
         """`argv` started so that, with a terminal, it is the controlling terminal of the command's session
@@ -404,7 +405,7 @@ def start_command(
     **popen: object,
 ) -> subprocess.Popen[bytes]:
     """A one-off command (`run_command`) in a session of its own, stdout and stderr to `output` and no
-    stdin, or both to and from `attach`; ExecutorError (exit code 127, as a shell's) when it cannot be
+    stdin, or all three to and from `attach`; ExecutorError (exit code 127, as a shell's) when it cannot be
     started."""
     try:
         if attach is not None:  # `setsid` makes the session: it would fork if it led a group already
@@ -413,7 +414,7 @@ def start_command(
                 env=dict(env),
                 stdin=attach.stdin_fd,
                 stdout=attach.stdout_fd,
-                stderr=attach.stdout_fd,
+                stderr=attach.stdout_fd if attach.stderr_fd is None else attach.stderr_fd,
                 start_new_session=not attach.tty,
                 close_fds=True,
                 **popen,

@@ -92,6 +92,7 @@ def heartbeat(body: HeartbeatRequest, key: NodeKeyDep, service: AgentsDep) -> He
                 stdin=e.stdin,
                 tty=e.tty,
                 port=e.port,
+                separate_stderr=e.separate_stderr,
             )
             for e in answer.execs
         ],

@@ -43,6 +43,7 @@ def exec_response(found: Exec) -> ExecResponse:
         stdin=found.stdin,
         tty=found.tty,
         port=found.port,
+        separate_stderr=found.separate_stderr,
     )
 
 
@@ -54,7 +55,14 @@ def create_exec(
     GPUs, environment, working directory; its container for an image). It is `queued` until that node's agent
     takes it (its next heartbeat); poll `GET .../execs/{id}` for its exit code and output."""
     created = service.create(
-        caller, rental_id, body.command, body.node_rank, body.timeout_s, stdin=body.stdin, tty=body.tty
+        caller,
+        rental_id,
+        body.command,
+        body.node_rank,
+        body.timeout_s,
+        stdin=body.stdin,
+        tty=body.tty,
+        separate_stderr=body.separate_stderr,
     )
     return exec_response(created)
 

@@ -59,6 +59,7 @@ class Exec:
     stdin: bool = False  # attached: the tenant's client streams its input and reads its output live
     tty: bool = False  # attached to a terminal (a pseudo-terminal on the node)
     port: int | None = None  # a port forward (no command): the agent connects to this port of the rental
+    separate_stderr: bool = False  # attached without a terminal: stderr in frames of its own (channel 2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,17 +142,34 @@ class ExecService:
         *,
         stdin: bool = False,
         tty: bool = False,
+        separate_stderr: bool = False,
     ) -> Exec:
         """Queue `command` for the rental's node of rank `node_rank`; 409 unless the rental is running. With
-        `stdin` the client attaches to it (`tty`: on a terminal) to stream its input and output."""
+        `stdin` the client attaches to it (`tty`: on a terminal) to stream its input and output
+        (`separate_stderr`: its stdout and stderr apart)."""
         argv = check_command(command)
         if tty and not stdin:
             raise Invalid("a terminal (tty) needs stdin attached too, as kubectl exec -it", field="tty")
+        if separate_stderr and (tty or not stdin):
+            raise Invalid(
+                "separate_stderr is for an attached command without a terminal (stdin, no tty): a terminal "
+                "has one output, and a command that is not attached keeps both together",
+                field="separate_stderr",
+            )
         longest = MAX_ATTACHED_TIMEOUT_S if stdin else MAX_TIMEOUT_S
         if not 1 <= timeout_s <= longest:
             what = "an attached command's" if stdin else "a command's"
             raise Invalid(f"{what} timeout is 1 to {longest} s", field="timeout_s")
-        return self._queue(caller, rental_id, argv, node_rank, timeout_s, stdin=stdin, tty=tty)
+        return self._queue(
+            caller,
+            rental_id,
+            argv,
+            node_rank,
+            timeout_s,
+            stdin=stdin,
+            tty=tty,
+            separate_stderr=separate_stderr,
+        )
 
     def _queue(
         self,
@@ -164,6 +182,7 @@ class ExecService:
         stdin: bool,
         tty: bool,
         port: int | None = None,
+        separate_stderr: bool = False,
     ) -> Exec:
         with self.uow() as uow:
             rental = owned_rental(uow, caller, rental_id)
@@ -195,6 +214,7 @@ class ExecService:
                 stdin=stdin,
                 tty=tty,
                 port=port,
+                separate_stderr=separate_stderr,
             )
             uow.execs.add(found)
             uow.commit()

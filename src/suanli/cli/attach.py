@@ -18,20 +18,28 @@ from websockets.exceptions import ConnectionClosed, ConnectionClosedOK
 from websockets.sync.client import ClientConnection
 
 from suanli.client.forward import REFUSED, Refused
-from suanli.client.streams import END_OF_INPUT, READ_BYTES
+from suanli.client.streams import END_OF_INPUT, READ_BYTES, STDERR, output_stream
 
 ENDED_BEFORE_ITS_AGENT = 4410  # the command ended (it failed to start) before its node's agent came
 
 
-def relay(socket: ClientConnection, stdin_fd: int, stdout_fd: int, terminal: bool) -> None:
+def relay(
+    socket: ClientConnection, stdin_fd: int, stdout_fd: int, terminal: bool, stderr_fd: int | None = None
+) -> None:
     """Relay `stdin_fd` to the command and its output to `stdout_fd` until the server closes the socket;
-    `terminal`: this side's stdin is a terminal to put in raw mode and size the remote one by."""
+    `terminal`: this side's stdin is a terminal to put in raw mode and size the remote one by; `stderr_fd`:
+    the command keeps its stderr apart (`separate_stderr`), which goes there."""
     with _raw(stdin_fd, terminal), _window_size(socket, stdin_fd, terminal):
         threading.Thread(target=_send_input, args=(socket, stdin_fd), daemon=True).start()
         try:
             for message in socket:
-                if isinstance(message, bytes):
+                if not isinstance(message, bytes):
+                    continue
+                if stderr_fd is None:
                     _write_all(stdout_fd, message)
+                elif (marked := output_stream(message)) is not None:
+                    stream, data = marked
+                    _write_all(stderr_fd if stream == STDERR else stdout_fd, data)
         except ConnectionClosedOK:
             pass
         except ConnectionClosed as closed:

@@ -117,8 +117,9 @@ def exec_command(
     """Run a command inside a running rental, on one of its nodes, as its workload runs: its user, GPUs,
     environment and working directory (its container, for an image). Prints the command's output as it
     comes (about once a second; stdout and stderr together, the last 64 Ki characters kept) and exits with
-    its exit code. It starts at the node agent's next heartbeat. With -i its output streams whole; with -it
-    it is a terminal session: `suanli exec -it RENTAL -- bash`. It ends with the rental."""
+    its exit code. It starts at the node agent's next heartbeat. With -i its output streams whole, its
+    stdout here on stdout and its stderr on stderr; with -it it is a terminal session: `suanli exec -it
+    RENTAL -- bash`. It ends with the rental."""
     if not command:
         example = "-- bash" if stdin else "-- nvidia-smi"
         errors.print(
@@ -134,8 +135,15 @@ def exec_command(
     options = {"node_rank": "--node-rank", "timeout_s": "--timeout", "command": "COMMAND", "stdin": "--stdin"}
     with logged_in(options) as client:
         _wait_running(client, rental_id)
+        apart = stdin and not tty  # stdout and stderr each to its own, as kubectl exec -i
         queued = client.exec(
-            rental_id, command, node_rank=node_rank, timeout_s=timeout_s, stdin=stdin, tty=tty
+            rental_id,
+            command,
+            node_rank=node_rank,
+            timeout_s=timeout_s,
+            stdin=stdin,
+            tty=tty,
+            separate_stderr=apart,
         )
         if stdin:
             terminal = tty and sys.stdin.isatty()
@@ -147,7 +155,8 @@ def exec_command(
                 )
             try:
                 with client.attach_exec(rental_id, queued.id) as socket:
-                    relay(socket, sys.stdin.fileno(), sys.stdout.fileno(), terminal)
+                    stderr_fd = sys.stderr.fileno() if apart else None
+                    relay(socket, sys.stdin.fileno(), sys.stdout.fileno(), terminal, stderr_fd)
             except Refused as refused:
                 errors.print(error_text(str(refused)))
                 if refused.code != ENDED_BEFORE_ITS_AGENT:

@@ -372,12 +372,19 @@ class Client:
         timeout_s: int = 60,
         stdin: bool = False,
         tty: bool = False,
+        separate_stderr: bool = False,
     ) -> ExecResponse:
         """Queue `command` to run inside the running rental (on its node of `node_rank`); see `wait_exec`.
         With `stdin` (and `tty`: on a terminal), attach to it with `attach_exec` to stream its input and
-        output."""
+        output; `separate_stderr` (without `tty`) marks each output frame with its stream
+        (`suanli.client.streams.output_stream`)."""
         body = ExecCreateRequest(
-            command=list(command), node_rank=node_rank, timeout_s=timeout_s, stdin=stdin, tty=tty
+            command=list(command),
+            node_rank=node_rank,
+            timeout_s=timeout_s,
+            stdin=stdin,
+            tty=tty,
+            separate_stderr=separate_stderr,
         )
         return self._call("POST", f"/v1/rentals/{_segment(rental_id)}/execs", ExecResponse, body=body)
 

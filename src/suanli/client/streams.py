@@ -4,6 +4,8 @@ both ends that speak them: the client (SDK and CLI) and the node's agent.
 * A text frame is a JSON control message: `{"rows", "cols"}`, `{"eof": true}` to an attached command;
   `{"open": N}`, `{"close": N}` (with `error`) for a port forward's connection N.
 * A port forward's binary frame is N in 4 bytes (big-endian), then that connection's bytes.
+* An attached command's output frame, with `separate_stderr`, is `STDOUT` or `STDERR` (one byte), then the
+  bytes of that stream, as Kubernetes' channel protocol marks them.
 """
 
 from __future__ import annotations
@@ -17,6 +19,15 @@ from typing import Any
 FORWARD_HEADER = struct.Struct(">I")
 END_OF_INPUT = json.dumps({"eof": True})  # to an attached command: no more input
 READ_BYTES = 64 * 1024  # read from a pseudo-terminal or a connection at a time
+STDOUT, STDERR = 1, 2  # an output frame's first byte with `separate_stderr`
+
+
+def output_stream(frame: bytes) -> tuple[int, bytes] | None:
+    """An output frame with `separate_stderr` as its stream (`STDOUT` or `STDERR`) and bytes; None when it
+    is marked as neither."""
+    if not frame or frame[0] not in (STDOUT, STDERR):
+        return None
+    return frame[0], frame[1:]
 
 
 def control_message(text: str) -> dict[str, Any] | None:

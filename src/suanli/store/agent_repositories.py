@@ -392,6 +392,7 @@ class SqlExecs:
                 stdin=found.stdin,
                 tty=found.tty,
                 port=found.port,
+                separate_stderr=found.separate_stderr,
             )
         )
         self.s.flush()
@@ -460,4 +461,5 @@ def _exec(row: RentalExecRow) -> Exec:
         bool(row.stdin),
         bool(row.tty),
         row.port,
+        bool(row.separate_stderr),
     )

@@ -292,6 +292,8 @@ class RentalExecRow(Base):
     stdin: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
     tty: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
     port: Mapped[int | None] = mapped_column(Integer, nullable=True)  # a port forward: no command
+    # attached without a terminal: stderr in frames of its own
+    separate_stderr: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
 
 
 class RentalLogRow(Base):

@@ -176,6 +176,11 @@ class ExecAssignmentResponse(WireModel):
         "`/v1/agents/execs/{id}/attach`.",
     )
     tty: bool = Field(default=False, description="Attached on a pseudo-terminal.")
+    separate_stderr: bool = Field(
+        default=False,
+        description="Attached without a terminal: every output frame starts with its stream, 1 (stdout) or "
+        "2 (stderr).",
+    )
     port: int | None = Field(
         default=None,
         description="A port forward (no command): the agent opens a TCP connection to this port of the "

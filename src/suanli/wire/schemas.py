@@ -630,6 +630,12 @@ class ExecCreateRequest(WireModel):
         description="With stdin: run it on a terminal (a pseudo-terminal on the node), for a shell; the "
         'client sends its size as the text frame {"rows": R, "cols": C}.',
     )
+    separate_stderr: bool = Field(
+        default=False,
+        description="With stdin and without tty: its stdout and stderr apart, as kubectl exec keeps them; "
+        "every binary frame of its output then starts with one byte saying which, 1 (stdout) or 2 (stderr), "
+        "as Kubernetes' channel protocol does. Without it they come together, unmarked.",
+    )
 
 
 class ForwardCreateRequest(WireModel):
@@ -670,3 +676,4 @@ class ExecResponse(WireModel):
     stdin: bool = Field(default=False, description="Attached: its output streamed, not kept here.")
     tty: bool = False
     port: int | None = Field(default=None, description="A port forward (no command): to this port.")
+    separate_stderr: bool = False
