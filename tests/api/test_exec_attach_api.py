@@ -1,7 +1,7 @@
 """Attached commands (`suanli exec -it`), through the real app: the tenant's client and the node's agent each
 open a WebSocket and the server relays input, output and the terminal's size between them; refusals close
 with 4000 + the HTTP status; an agent with no client is sent away, and a command that ended before its agent
-came tells its client why."""
+came tells its client why; a browser's key comes as a subprotocol."""
 
 from __future__ import annotations
 
@@ -144,3 +144,24 @@ def test_a_port_forward_goes_to_the_nodes_agent_with_its_port(client: TestClient
     client.post(f"/v1/rentals/{rental_id}/stop", headers=owner)
     ended = client.post(url, json={"port": 8888}, headers=owner)
     assert ended.status_code == 409 and "a port forward reaches a running rental only" in ended.text
+
+
+def test_a_browser_sends_its_key_as_a_subprotocol_and_is_answered_with_suanli_v1(client: TestClient, tenant):
+    """A browser's WebSocket has no Authorization header: the console's terminal offers `suanli.v1` and
+    `bearer.KEY`; the server takes the key from there and answers with `suanli.v1` (else the browser drops
+    the socket); a wrong key is refused as in a header."""
+    _, owner = tenant("attach-browser")
+    key = owner["Authorization"].removeprefix("Bearer ")
+    rental_id, node_headers = running_share(client, owner)
+    url = f"/v1/rentals/{rental_id}/execs"
+    body = {"command": ["bash"], "stdin": True, "tty": True}
+    exec_id = client.post(url, json=body, headers=owner).json()["id"]
+    client.post("/v1/agents/heartbeat", json={}, headers=node_headers)
+    offered = ["suanli.v1", f"bearer.{key}"]
+    with client.websocket_connect(f"{url}/{exec_id}/attach", subprotocols=offered) as browser:
+        assert browser.accepted_subprotocol == "suanli.v1"
+        with client.websocket_connect(f"/v1/agents/execs/{exec_id}/attach", headers=node_headers) as agent:
+            browser.send_bytes(b"ls\r")
+            assert agent.receive_bytes() == b"ls\r"
+    wrong = ["suanli.v1", "bearer.sk_not_a_key_of_this_server"]
+    _closed_with(lambda: client.websocket_connect(f"{url}/{exec_id}/attach", subprotocols=wrong), 4401)

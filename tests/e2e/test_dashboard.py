@@ -142,6 +142,38 @@ def test_a_command_runs_inside_a_running_rental_from_its_page(page: Page, platfo
     expect(page.locator("#exec-error")).to_contain_text("a command runs inside a running rental only")
 
 
+def test_a_terminal_opens_on_a_running_rental_in_a_new_tab(page: Page, platform: Platform) -> None:
+    """The rental page's Terminal button: a shell on the node in a tab of its own (xterm.js over the attach
+    WebSocket, the key as its subprotocol), keys typed reach it, its output shows, and its exit code once it
+    ends; the button is off for a rental that does not run."""
+    sign_in(page, platform)
+    page.fill("#rent-model", "H100-SXM-80GB")
+    page.fill("#rent-name", "shell-me")
+    page.fill("#rent-command", "sleep 120")
+    page.click("#rent-form button[type=submit]")
+    expect(page.locator("#detail-summary")).to_contain_text("running", timeout=20_000)
+    rental_id = page.locator("#detail-id").inner_text()
+    with page.context.expect_page() as opened:
+        page.click("#detail-terminal")
+    terminal = opened.value
+    terminal.set_default_timeout(WAIT_MS)
+    expect(terminal.locator("#term-rental")).to_have_text(rental_id)
+    expect(terminal.locator("#term-status")).to_contain_text("exe_", timeout=20_000)  # its first output came
+    terminal.keyboard.type('echo "sees $CUDA_VISIBLE_DEVICES on $(tty)"')
+    terminal.keyboard.press("Enter")
+    expect(terminal.locator(".xterm-rows")).to_contain_text("sees GPU-")
+    expect(terminal.locator(".xterm-rows")).to_contain_text("on /dev/pts/")  # a terminal on the node
+    terminal.keyboard.type("exit 3")
+    terminal.keyboard.press("Enter")
+    expect(terminal.locator("#term-status")).to_have_text("ended: exit 3")
+    with platform.tenant() as api:
+        (shell,) = api.execs(rental_id)
+        assert shell.tty and shell.stdin and shell.exit_code == 3
+        api.stop(rental_id)
+    expect(page.locator("#detail-summary")).to_contain_text("stopped", timeout=20_000)
+    expect(page.locator("#detail-terminal")).to_be_disabled()
+
+
 def test_a_tenant_creates_a_key_for_a_script_and_revokes_it(page: Page, platform: Platform) -> None:
     sign_in(page, platform)
     expect(page.locator("#keys tbody tr", has_text="(this session's)").get_by_role("button")).to_be_disabled()
@@ -345,6 +377,9 @@ def test_the_console_is_served_with_a_strict_content_security_policy(platform: P
     assert response.status_code == 200 and "suanli console" in response.text
     policy = response.headers["content-security-policy"]
     assert "script-src 'self'" in policy and "unsafe-inline" not in policy
+    terminal = httpx.get(f"{platform.url}/ui/terminal.html", timeout=5)  # xterm.js writes <style> elements
+    policy = terminal.headers["content-security-policy"]
+    assert "script-src 'self';" in policy and "style-src 'self' 'unsafe-inline';" in policy
     assert httpx.get(f"{platform.url}/", timeout=5).headers["location"] == "/ui/"
 
 

@@ -14,6 +14,9 @@ server relays the frames between them. The server never connects to a node; both
   the client reads its exit code from `GET .../execs/{id}`.
 * Refusals close the socket at once with 4000 + the HTTP status the same request would get (4401, 4404,
   4409) and the message as the reason.
+* A browser cannot set a WebSocket's headers, so its key may come as the subprotocol `bearer.KEY`, offered
+  beside `suanli.v1`, which the server answers with (as Kubernetes takes a bearer token from a browser):
+  the web console's terminal (`/ui/terminal.html`).
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ Asker = TypeVar("Asker")  # who attaches, as `check` found them: a tenant's call
 ATTACH_WAIT_S = 60.0  # how long an agent's end waits for its client
 STATE_POLL_S = 1.0  # while a client waits for its agent, how often the command's state is read
 REASON_CHARS = 120  # a close reason fits in a control frame (123 bytes)
+SUBPROTOCOL = "suanli.v1"  # what a browser offers with its key, and is answered with
+KEY_SUBPROTOCOL = "bearer."  # a browser's key, as the subprotocol `bearer.KEY`
 
 router = APIRouter()
 
@@ -47,8 +52,21 @@ def relay_of(websocket: WebSocket) -> Relay:
 
 
 def _bearer(websocket: WebSocket) -> str | None:
+    """The key in the Authorization header, else in a `bearer.KEY` subprotocol (a browser's)."""
     scheme, _, secret = websocket.headers.get("authorization", "").partition(" ")
-    return secret.strip() or None if scheme.lower() == "bearer" else None
+    if scheme.lower() == "bearer" and secret.strip():
+        return secret.strip()
+    offered = [p for p in _offered(websocket) if p.startswith(KEY_SUBPROTOCOL)]
+    return offered[0].removeprefix(KEY_SUBPROTOCOL) or None if offered else None
+
+
+def _offered(websocket: WebSocket) -> list[str]:
+    return list(websocket.scope.get("subprotocols") or [])
+
+
+async def _accept(websocket: WebSocket) -> None:
+    """Accept, answering `suanli.v1` when it was offered (a browser drops a socket whose offer is not)."""
+    await websocket.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in _offered(websocket) else None)
 
 
 async def _admit(
@@ -65,13 +83,13 @@ async def _admit(
     if pipe is None:
         await _refuse(websocket, Conflict(f"command {exec_id} has its {end} attached already"))
         return None
-    await websocket.accept()
+    await _accept(websocket)
     return pipe, asker
 
 
 async def _refuse(websocket: WebSocket, error: AppError) -> None:
     status = next((s for kind, s in STATUS.items() if isinstance(error, kind)), 400)
-    await websocket.accept()
+    await _accept(websocket)
     await websocket.close(code=4000 + status, reason=error.message[:REASON_CHARS])
 
 

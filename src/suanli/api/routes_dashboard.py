@@ -14,6 +14,10 @@ CONTENT_SECURITY_POLICY = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
 )
+# the terminal's page: xterm.js sizes and colours its cells with <style> elements it writes, so styles (never
+# scripts) may be inline there; nothing from elsewhere still
+TERMINAL_PAGE = "/ui/terminal.html"
+TERMINAL_POLICY = CONTENT_SECURITY_POLICY.replace("style-src 'self'", "style-src 'self' 'unsafe-inline'")
 
 
 def install(app: FastAPI) -> None:
@@ -28,7 +32,10 @@ def install(app: FastAPI) -> None:
     async def secure_console(request: Request, call_next) -> Response:
         response = await call_next(request)
         if request.url.path.startswith("/ui"):
-            response.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
+            terminal = request.url.path == TERMINAL_PAGE
+            response.headers["Content-Security-Policy"] = (
+                TERMINAL_POLICY if terminal else CONTENT_SECURITY_POLICY
+            )
             response.headers["X-Content-Type-Options"] = "nosniff"
             response.headers["Referrer-Policy"] = "no-referrer"
         return response

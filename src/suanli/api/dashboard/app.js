@@ -428,6 +428,7 @@ async function refreshDetail() {
   if (rental.time_limit_at) parts.push(`stops at ${rental.time_limit_at} (max hours)`);
   $("detail-summary").textContent = parts.join(" · ");
   $("detail-stop").disabled = [...ENDED_STATES, "stopping"].includes(rental.state);
+  $("detail-terminal").disabled = rental.state !== "running";
   const body = $("detail-events").tBodies[0];
   body.replaceChildren();
   for (const event of rental.events) {
@@ -1179,6 +1180,9 @@ $("rent-check").addEventListener("click", dryRun);
 $("budget-form").addEventListener("submit", setBudget);
 $("detail-stop").addEventListener("click", stopSelected);
 $("detail-rerun").addEventListener("click", rerunSelected);
+// a tab this one opens gets a copy of its sessionStorage (the key): not with noopener, so not a plain link
+$("detail-terminal").addEventListener("click", () =>
+  window.open(`terminal.html?rental=${encodeURIComponent(session.selected)}`, "_blank"));
 $("exec-form").addEventListener("submit", execInSelected);
 $("detail-log-node").addEventListener("change", (event) => {
   session.logNode = event.target.value;
