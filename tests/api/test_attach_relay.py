@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 
 from suanli.api.attach_relay import BUS_QUEUE_FRAMES, WINDOW_PIECES, Relay
-from suanli.store.attach_bus import PIECE_BYTES, AttachBus
+from suanli.store.attach_bus import PIECE_BYTES, AttachBus, Joiner, decode, encode
 from suanli.store.db import make_engine
 
 
@@ -21,6 +21,20 @@ async def _read(queue: asyncio.Queue, count_bytes: int) -> bytes:
         assert isinstance(frame, bytes), frame
         got += frame
     return got
+
+
+def test_a_frame_sent_in_pieces_is_joined_again_with_its_boundaries() -> None:
+    """A port forward's frame starts with its connection number, an output frame with its stream: pieces
+    handed on as frames of their own would lose them."""
+    joiner = Joiner()
+    for size in (0, 1, PIECE_BYTES, PIECE_BYTES + 1, 3 * PIECE_BYTES + 7):
+        frame = bytes([2]) + bytes(range(256)) * (size // 256) + bytes(size % 256)
+        message = {"exec": "exe_1", "to": "client", "kind": "frame", "data": frame}
+        pieces = [decode(payload) for payload in encode(message)]
+        joined = [whole for piece in pieces if piece is not None and (whole := joiner.add(piece)) is not None]
+        assert joined == [message]
+    text = {"exec": "exe_1", "to": "agent", "kind": "frame", "data": '{"eof": true}'}
+    assert joiner.add(decode(next(encode(text)))) == text
 
 
 def test_frames_cross_between_two_processes_through_postgresql(database_url: str) -> None:
@@ -48,7 +62,8 @@ def test_frames_cross_between_two_processes_through_postgresql(database_url: str
             big = bytes(range(256)) * (PIECE_BYTES // 100)  # several notifications' worth
             agent.outbox["agent"].put_nowait(big)
             agent.outbox["agent"].put_nowait(b"$ ")
-            assert await _read(client.queue("client"), len(big) + 2) == big + b"$ "
+            assert await asyncio.wait_for(client.queue("client").get(), 10) == big  # whole: one frame
+            assert await asyncio.wait_for(client.queue("client").get(), 10) == b"$ "
             await agent_side.leave("exe_1", "agent")  # the command ended
             assert await asyncio.wait_for(client.queue("client").get(), 10) is None
             await client_side.leave("exe_1", "client")
@@ -100,7 +115,7 @@ def test_a_slow_reader_holds_its_sender_back_through_postgresql(database_url: st
                 frame = await asyncio.wait_for(client.queue("client").get(), 10)
                 assert frame is not None, f"the client's end was closed after {len(got)} frames"
                 got.append(frame)
-                client_side.sent("exe_2", "client")  # as its WebSocket would, having sent it on
+                client_side.sent("exe_2", "client", frame)  # as its WebSocket would, having sent it on
             assert got == frames
             await asyncio.wait_for(writer, 10)
             await agent_side.leave("exe_2", "agent")

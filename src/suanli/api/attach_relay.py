@@ -105,12 +105,13 @@ class Relay:
             pipe.forwarders[end] = asyncio.ensure_future(self._forward(exec_id, pipe, end))
         return pipe
 
-    def sent(self, exec_id: str, end: End) -> None:
-        """`end`'s WebSocket took a frame of its inbox; through the bus, acknowledged every so often."""
+    def sent(self, exec_id: str, end: End, frame: bytes | str) -> None:
+        """`end`'s WebSocket took `frame` from its inbox; through the bus, acknowledged (in notifications, as
+        its sender counts them) every so often."""
         pipe = self.pipes.get(exec_id)
         if pipe is None or self.bus is None:
             return
-        pipe.delivered[end] += 1
+        pipe.delivered[end] += piece_count(frame)
         if pipe.delivered[end] - pipe.delivered_acknowledged[end] >= ACK_EVERY_PIECES:
             pipe.delivered_acknowledged[end] = pipe.delivered[end]
             ack = {"exec": exec_id, "to": other(end), "kind": "ack", "count": pipe.delivered[end]}

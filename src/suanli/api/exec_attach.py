@@ -179,7 +179,7 @@ async def _pump(
                 await websocket.send_bytes(item)
             else:
                 await websocket.send_text(item)
-            relay.sent(exec_id, end)
+            relay.sent(exec_id, end, item)
 
     try:
         async with anyio.create_task_group() as group:

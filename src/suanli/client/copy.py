@@ -1,8 +1,8 @@
 """Copy files into and out of a running rental (`suanli cp`, as `kubectl cp`): a tar stream carried by an
 attached command, `tar -x` or `tar -c` on the node, run as the workload runs (its user, its working
 directory for relative paths, its container for an image), so the rental needs `tar`, as kubectl cp's pods
-do. The command's output is the archive, so its errors go to a file in /tmp (outside the working directory,
-which a copy may archive), read back when it fails.
+do. The command's stdout is the archive and its stderr comes apart (`separate_stderr`): tar's errors, said
+when it fails.
 What is written here is extracted with tarfile's `data` filter: nothing lands outside the target, and no
 device, setuid bit or link out of it is made."""
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import secrets
 import tarfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -21,13 +20,11 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection
 
 from suanli.client.client import Client
-from suanli.client.streams import END_OF_INPUT, READ_BYTES
+from suanli.client.streams import END_OF_INPUT, READ_BYTES, STDERR, output_stream
+from suanli.wire.schemas import ExecResponse
 
-# sh -c SCRIPT sh DEST NAME ERR: the archive's one top entry NAME becomes DEST (or goes into it, a directory)
-UNPACK = """err="/tmp/$3"
-(umask 077; : > "$err")
-exec 2>>"$err"
-case $1 in */) mkdir -p -- "$1" || exit 1;; esac
+# sh -c SCRIPT sh DEST NAME: the archive's one top entry NAME becomes DEST (or goes into it, a directory)
+UNPACK = """case $1 in */) mkdir -p -- "$1" || exit 1;; esac
 if [ -d "$1" ]; then
   tar -xf - --no-same-owner -C "$1"
 else
@@ -37,27 +34,16 @@ else
   tar -xf - --no-same-owner -C "$stage" && mv -f -- "$stage/$2" "$1"
   status=$?
   rm -rf -- "$stage"
-  (exit $status)
-fi
-status=$?
-[ $status -eq 0 ] && rm -f -- "$err"
-exit $status"""
-# sh -c SCRIPT sh SOURCE ERR: a directory archived as `.` (its contents), a file by its name
-PACK = """err="/tmp/$2"
-(umask 077; : > "$err")
-exec 2>>"$err"
-if [ ! -e "$1" ]; then echo "no such file or directory" >&2; exit 2; fi
+  exit $status
+fi"""
+# sh -c SCRIPT sh SOURCE: a directory archived as `.` (its contents), a file by its name
+PACK = """if [ ! -e "$1" ]; then echo "no such file or directory" >&2; exit 2; fi
 if [ -d "$1" ]; then
   cd -- "$1" && tar -cf - .
 else
   cd -- "$(dirname -- "$1")" && tar -cf - -- "$(basename -- "$1")"
-fi
-status=$?
-[ $status -eq 0 ] && rm -f -- "$err"
-exit $status"""
-# sh -c SCRIPT sh ERR: what the failed command wrote to its error file (removed)
-READ_ERRORS = 'err="/tmp/$1"; cat -- "$err" 2>/dev/null; rm -f -- "$err"'
-ERRORS_WAIT_S = 60.0
+fi"""
+ERROR_BYTES = 4096  # of the node's stderr kept for the message
 
 
 class CopyError(Exception):
@@ -99,13 +85,14 @@ def upload(
     if not local.exists():
         raise CopyError(f"{local}: no such file or directory")
     name = local.resolve().name or "root"
-    err = _error_file()
-    command = ["sh", "-c", UNPACK, "sh", remote.path, name, err]
-    queued = client.exec(remote.rental_id, command, node_rank=node_rank, timeout_s=timeout_s, stdin=True)
+    command = ["sh", "-c", UNPACK, "sh", remote.path, name]
+    queued = _queue(client, remote, command, node_rank, timeout_s)
+    stream = None
     with (
         client.attach_exec(remote.rental_id, queued.id) as socket,
         contextlib.suppress(ConnectionClosed),  # it ended early: its exit code and errors say why
     ):
+        stream = _FrameReader(socket, None)
         sink = _FrameWriter(socket, on_bytes)
         try:
             with tarfile.open(fileobj=sink, mode="w|", format=tarfile.PAX_FORMAT) as archive:
@@ -116,9 +103,8 @@ def upload(
             ) from None
         sink.flush()
         socket.send(END_OF_INPUT)
-        for _ in socket:  # its output, if any, until it ends
-            pass
-    _check(client, remote, queued.id, err, node_rank)
+        stream.drain()  # its output and errors, if any, until it ends
+    _check(client, remote, queued.id, stream.errors if stream is not None else "")
 
 
 def download(
@@ -144,9 +130,8 @@ def download(
         parent, target = local.parent, local.name
     if not parent.is_dir():
         raise CopyError(f"{local}: no directory {parent} to copy into")
-    err = _error_file()
-    command = ["sh", "-c", PACK, "sh", source, err]
-    queued = client.exec(remote.rental_id, command, node_rank=node_rank, timeout_s=timeout_s, stdin=True)
+    command = ["sh", "-c", PACK, "sh", source]
+    queued = _queue(client, remote, command, node_rank, timeout_s)
     broken: Exception | None = None
     with client.attach_exec(remote.rental_id, queued.id) as socket:
         socket.send(END_OF_INPUT)
@@ -156,7 +141,7 @@ def download(
         except (tarfile.TarError, CopyError, OSError) as error:
             broken = error
         stream.drain()
-    _check(client, remote, queued.id, err, node_rank)
+    _check(client, remote, queued.id, stream.errors)
     if broken is not None:
         raise CopyError(f"{remote}: {broken}")
 
@@ -182,33 +167,33 @@ def _renamed(member: str, name: str, target: str) -> str:
     raise CopyError(f"the archive holds {member!r}, not the copied path")
 
 
-def _check(client: Client, remote: RemotePath, exec_id: str, err: str, node_rank: int) -> None:
-    """CopyError with the node's errors when the command did not exit 0."""
+def _queue(
+    client: Client, remote: RemotePath, command: list[str], node_rank: int, timeout_s: int
+) -> ExecResponse:
+    """The copy's command, attached, its stderr apart from the archive."""
+    return client.exec(
+        remote.rental_id,
+        command,
+        node_rank=node_rank,
+        timeout_s=timeout_s,
+        stdin=True,
+        separate_stderr=True,
+    )
+
+
+def _check(client: Client, remote: RemotePath, exec_id: str, errors: str) -> None:
+    """CopyError with the node's errors (its stderr) when the command did not exit 0."""
     ended = client.wait_exec(remote.rental_id, exec_id)
     if ended.state == "exited" and ended.exit_code == 0:
         return
-    said = _errors(client, remote.rental_id, err, node_rank) if ended.state == "exited" else ""
-    reason = said.strip() or ended.message or f"tar exited with code {ended.exit_code}"
+    reason = errors.strip() or ended.message or f"tar exited with code {ended.exit_code}"
     raise CopyError(f"{remote}: {_tar_said(reason)}")
-
-
-def _errors(client: Client, rental_id: str, err: str, node_rank: int) -> str:
-    """The error file the failed command left (removed); empty when it cannot be read."""
-    try:
-        queued = client.exec(rental_id, ["sh", "-c", READ_ERRORS, "sh", err], node_rank=node_rank)
-        return client.wait_exec(rental_id, queued.id, within_s=ERRORS_WAIT_S).output
-    except Exception:  # the copy's own failure is what to report, not this one's
-        return ""
 
 
 def _tar_said(text: str) -> str:
     """The node's error lines, without tar's closing `Exiting with failure status` line."""
     lines = [line for line in text.splitlines() if line and "Exiting with failure status" not in line]
     return "; ".join(lines) or text
-
-
-def _error_file() -> str:
-    return f".suanli-cp-{secrets.token_hex(6)}.err"
 
 
 class _FrameWriter(io.RawIOBase):
@@ -242,13 +227,19 @@ class _FrameWriter(io.RawIOBase):
 
 
 class _FrameReader(io.RawIOBase):
-    """The socket's binary frames as a stream of bytes (text frames are not the command's output)."""
+    """The command's stdout, from the socket's binary frames, as a stream of bytes; the first `ERROR_BYTES`
+    of its stderr kept apart (`errors`)."""
 
     def __init__(self, socket: ClientConnection, on_bytes: Callable[[int], None] | None) -> None:
         self.frames: Iterator[str | bytes] = iter(socket)
         self.on_bytes = on_bytes
         self.buffer = b""
         self.received = 0
+        self.stderr = bytearray()
+
+    @property
+    def errors(self) -> str:
+        return self.stderr.decode(errors="replace")
 
     def readable(self) -> bool:
         return True
@@ -259,11 +250,16 @@ class _FrameReader(io.RawIOBase):
                 frame = next(self.frames)
             except (StopIteration, ConnectionClosed):
                 return 0
-            if isinstance(frame, bytes):
-                self.buffer = frame
-                self.received += len(frame)
-                if self.on_bytes is not None:
-                    self.on_bytes(self.received)
+            if not isinstance(frame, bytes) or (marked := output_stream(frame)) is None:
+                continue
+            stream, data = marked
+            if stream == STDERR:
+                self.stderr += data[: max(0, ERROR_BYTES - len(self.stderr))]
+                continue
+            self.buffer = data
+            self.received += len(data)
+            if self.on_bytes is not None:
+                self.on_bytes(self.received)
         count = min(len(target), len(self.buffer))
         target[:count] = self.buffer[:count]
         self.buffer = self.buffer[count:]

@@ -5,7 +5,9 @@ The tenant's client and the node's agent may reach different server processes (`
 N`, or several servers on one database), so on PostgreSQL every frame goes through the database: each end's
 frames are sent with `pg_notify`, one after another, and every process's listener hands those addressed to
 an end it holds to that end. PostgreSQL delivers the notifications of one sender in the order they were
-committed. A payload holds at most 8000 bytes, so a binary frame goes in base64 pieces of `PIECE_BYTES`. On
+committed. A payload holds at most 8000 bytes, so a binary frame goes in base64 pieces of `PIECE_BYTES`,
+all but the last marked `more`, and the listener joins them into the frame again before it hands it on: a
+frame's boundaries carry meaning (a port forward's connection number, a stream's mark leads each). On
 SQLite there is one server process, and the relay keeps frames in memory.
 """
 
@@ -31,7 +33,7 @@ Message = dict[str, Any]
 
 
 def piece_count(data: bytes | str) -> int:
-    """How many notifications a frame takes (each arrives as one frame of its own)."""
+    """How many notifications a frame takes."""
     return max(1, -(-len(data) // PIECE_BYTES)) if isinstance(data, bytes) else 1
 
 
@@ -41,9 +43,11 @@ def encode(message: Message) -> Iterator[str]:
     if not isinstance(data, bytes):
         yield json.dumps(message, separators=(",", ":"))
         return
-    for start in range(0, piece_count(data) * PIECE_BYTES, PIECE_BYTES):
-        piece = base64.b64encode(data[start : start + PIECE_BYTES]).decode()
-        yield json.dumps({**message, "data": None, "b64": piece}, separators=(",", ":"))
+    count = piece_count(data)
+    for index in range(count):
+        piece = base64.b64encode(data[index * PIECE_BYTES : (index + 1) * PIECE_BYTES]).decode()
+        more = {"more": True} if index < count - 1 else {}
+        yield json.dumps({**message, "data": None, "b64": piece, **more}, separators=(",", ":"))
 
 
 def decode(payload: str) -> Message | None:
@@ -57,6 +61,27 @@ def decode(payload: str) -> Message | None:
         return message
     except (ValueError, TypeError):
         return None
+
+
+class Joiner:
+    """Binary pieces joined into their frames again, by the exec and end they go to (one sender's pieces of a
+    frame are sent in one transaction, so they arrive together and in order)."""
+
+    def __init__(self) -> None:
+        self.partial: dict[tuple[object, object], bytearray] = {}
+
+    def add(self, message: Message) -> Message | None:
+        """The whole message once its last piece came (a message in one piece at once); None before."""
+        data = message.get("data")
+        if not isinstance(data, bytes):
+            return message
+        key = (message.get("exec"), message.get("to"))
+        if message.pop("more", False):
+            self.partial.setdefault(key, bytearray()).extend(data)
+            return None
+        if (before := self.partial.pop(key, None)) is not None:
+            message["data"] = bytes(before + data)
+        return message
 
 
 class AttachBus:
@@ -98,10 +123,11 @@ class AttachBus:
                 with psycopg.connect(dsn, autocommit=True) as connection:
                     connection.execute(f"LISTEN {CHANNEL}")
                     self._listening.set()
+                    joiner = Joiner()  # a frame cut by a lost connection is dropped with it
                     while not self._stop.is_set():
                         for notification in connection.notifies(timeout=POLL_S):
-                            message = decode(notification.payload)
-                            if message is None:
+                            piece = decode(notification.payload)
+                            if piece is None or (message := joiner.add(piece)) is None:
                                 continue
                             try:
                                 deliver(message)
