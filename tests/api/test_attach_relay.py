@@ -1,12 +1,13 @@
 """The relay of attached commands between two server processes on PostgreSQL: two relays, each with its
 own engine and listener, stand for two worker processes; the client's end is held by one, the agent's by
-the other. Frames go both ways in order, a frame too large for one notification arrives whole in pieces,
+the other. Frames go both ways in order, a frame too large for one notification arrives whole (sent in pieces),
 each end learns the other came, and one end going closes the other after what it sent; a reader that does not
 keep up holds its sender back (no frame dropped, no end closed)."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 from suanli.api.attach_relay import BUS_QUEUE_FRAMES, WINDOW_PIECES, Relay
 from suanli.store.attach_bus import PIECE_BYTES, AttachBus, Joiner, decode, encode
@@ -21,6 +22,27 @@ async def _read(queue: asyncio.Queue, count_bytes: int) -> bytes:
         assert isinstance(frame, bytes), frame
         got += frame
     return got
+
+
+def _between_two_processes(database_url: str, scenario: Callable[[Relay, Relay], Awaitable[None]]) -> None:
+    """Run `scenario(client_side, agent_side)`: two relays, each with an engine and a listener of its own."""
+    engines = [make_engine(database_url) for _ in range(2)]
+
+    async def run() -> None:
+        client_side, agent_side = Relay(AttachBus(engines[0])), Relay(AttachBus(engines[1]))
+        client_side.start()
+        agent_side.start()
+        try:
+            await scenario(client_side, agent_side)
+        finally:
+            client_side.stop()
+            agent_side.stop()
+
+    try:
+        asyncio.run(run())
+    finally:
+        for engine in engines:
+            engine.dispose()
 
 
 def test_a_frame_sent_in_pieces_is_joined_again_with_its_boundaries() -> None:
@@ -38,45 +60,35 @@ def test_a_frame_sent_in_pieces_is_joined_again_with_its_boundaries() -> None:
 
 
 def test_frames_cross_between_two_processes_through_postgresql(database_url: str) -> None:
-    engines = [make_engine(database_url) for _ in range(2)]
     if database_url.startswith("sqlite"):
-        assert not Relay(AttachBus(engines[0])).bus  # one process: frames stay in memory
+        engine = make_engine(database_url)
+        assert not Relay(AttachBus(engine)).bus  # one process: frames stay in memory
+        engine.dispose()
         return
 
-    async def scenario() -> None:
-        client_side, agent_side = Relay(AttachBus(engines[0])), Relay(AttachBus(engines[1]))
-        client_side.start()
-        agent_side.start()
-        try:
-            client = client_side.join("exe_1", "client")
-            assert client is not None
-            typed = b"typed before the agent came\r"
-            client.outbox["client"].put_nowait(typed)
-            agent = agent_side.join("exe_1", "agent")
-            assert agent is not None
-            await asyncio.wait_for(agent.came["client"].wait(), 10)
-            await asyncio.wait_for(client.came["agent"].wait(), 10)
-            assert await _read(agent.queue("agent"), len(typed)) == typed
-            client.outbox["client"].put_nowait('{"rows": 40, "cols": 120}')
-            assert await asyncio.wait_for(agent.queue("agent").get(), 10) == '{"rows": 40, "cols": 120}'
-            big = bytes(range(256)) * (PIECE_BYTES // 100)  # several notifications' worth
-            agent.outbox["agent"].put_nowait(big)
-            agent.outbox["agent"].put_nowait(b"$ ")
-            assert await asyncio.wait_for(client.queue("client").get(), 10) == big  # whole: one frame
-            assert await asyncio.wait_for(client.queue("client").get(), 10) == b"$ "
-            await agent_side.leave("exe_1", "agent")  # the command ended
-            assert await asyncio.wait_for(client.queue("client").get(), 10) is None
-            await client_side.leave("exe_1", "client")
-            assert client_side.pipes == {} and agent_side.pipes == {}
-        finally:
-            client_side.stop()
-            agent_side.stop()
+    async def scenario(client_side: Relay, agent_side: Relay) -> None:
+        client = client_side.join("exe_1", "client")
+        assert client is not None
+        typed = b"typed before the agent came\r"
+        client.outbox["client"].put_nowait(typed)
+        agent = agent_side.join("exe_1", "agent")
+        assert agent is not None
+        await asyncio.wait_for(agent.came["client"].wait(), 10)
+        await asyncio.wait_for(client.came["agent"].wait(), 10)
+        assert await _read(agent.queue("agent"), len(typed)) == typed
+        client.outbox["client"].put_nowait('{"rows": 40, "cols": 120}')
+        assert await asyncio.wait_for(agent.queue("agent").get(), 10) == '{"rows": 40, "cols": 120}'
+        big = bytes(range(256)) * (PIECE_BYTES // 100)  # several notifications' worth
+        agent.outbox["agent"].put_nowait(big)
+        agent.outbox["agent"].put_nowait(b"$ ")
+        assert await asyncio.wait_for(client.queue("client").get(), 10) == big  # whole: one frame
+        assert await asyncio.wait_for(client.queue("client").get(), 10) == b"$ "
+        await agent_side.leave("exe_1", "agent")  # the command ended
+        assert await asyncio.wait_for(client.queue("client").get(), 10) is None
+        await client_side.leave("exe_1", "client")
+        assert client_side.pipes == {} and agent_side.pipes == {}
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        for engine in engines:
-            engine.dispose()
+    _between_two_processes(database_url, scenario)
 
 
 def test_a_slow_reader_holds_its_sender_back_through_postgresql(database_url: str) -> None:
@@ -85,48 +97,36 @@ def test_a_slow_reader_holds_its_sender_back_through_postgresql(database_url: st
     agent's WebSocket would be)."""
     if database_url.startswith("sqlite"):
         return  # one process: the in-memory queues are bounded (`test_exec_attach`)
-    engines = [make_engine(database_url) for _ in range(2)]
 
-    async def scenario() -> None:
-        client_side, agent_side = Relay(AttachBus(engines[0])), Relay(AttachBus(engines[1]))
-        client_side.start()
-        agent_side.start()
-        try:
-            client, agent = client_side.join("exe_2", "client"), agent_side.join("exe_2", "agent")
-            assert client is not None and agent is not None
-            await asyncio.wait_for(client.came["agent"].wait(), 10)
-            frames = [f"line {n:05d}\n".encode() for n in range(BUS_QUEUE_FRAMES + 200)]
+    async def scenario(client_side: Relay, agent_side: Relay) -> None:
+        client, agent = client_side.join("exe_2", "client"), agent_side.join("exe_2", "agent")
+        assert client is not None and agent is not None
+        await asyncio.wait_for(client.came["agent"].wait(), 10)
+        frames = [f"line {n:05d}\n".encode() for n in range(BUS_QUEUE_FRAMES + 200)]
 
-            async def write() -> None:
-                for frame in frames:
-                    await agent.outbox["agent"].put(frame)
+        async def write() -> None:
+            for frame in frames:
+                await agent.outbox["agent"].put(frame)
 
-            writer = asyncio.ensure_future(write())
-            for _ in range(200):  # until the window is spent
-                if agent.ahead("agent") >= WINDOW_PIECES:
-                    break
-                await asyncio.sleep(0.1)
-            await asyncio.sleep(1.0)
-            assert agent.ahead("agent") == WINDOW_PIECES
-            assert not writer.done()
-            assert client.queue("client").qsize() <= WINDOW_PIECES
-            got = []
-            while len(got) < len(frames):
-                frame = await asyncio.wait_for(client.queue("client").get(), 10)
-                assert frame is not None, f"the client's end was closed after {len(got)} frames"
-                got.append(frame)
-                client_side.sent("exe_2", "client", frame)  # as its WebSocket would, having sent it on
-            assert got == frames
-            await asyncio.wait_for(writer, 10)
-            await agent_side.leave("exe_2", "agent")
-            assert await asyncio.wait_for(client.queue("client").get(), 10) is None
-            await client_side.leave("exe_2", "client")
-        finally:
-            client_side.stop()
-            agent_side.stop()
+        writer = asyncio.ensure_future(write())
+        for _ in range(200):  # until the window is spent
+            if agent.ahead("agent") >= WINDOW_PIECES:
+                break
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(1.0)
+        assert agent.ahead("agent") == WINDOW_PIECES
+        assert not writer.done()
+        assert client.queue("client").qsize() <= WINDOW_PIECES
+        got = []
+        while len(got) < len(frames):
+            frame = await asyncio.wait_for(client.queue("client").get(), 10)
+            assert frame is not None, f"the client's end was closed after {len(got)} frames"
+            got.append(frame)
+            client_side.sent("exe_2", "client", frame)  # as its WebSocket would, having sent it on
+        assert got == frames
+        await asyncio.wait_for(writer, 10)
+        await agent_side.leave("exe_2", "agent")
+        assert await asyncio.wait_for(client.queue("client").get(), 10) is None
+        await client_side.leave("exe_2", "client")
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        for engine in engines:
-            engine.dispose()
+    _between_two_processes(database_url, scenario)

@@ -62,6 +62,16 @@ def sign_in(page: Page, platform: Platform) -> None:
     expect(page.locator("#tenant-name")).to_have_text("lab (tenant)")
 
 
+def rent_running(page: Page, name: str, command: str) -> str:
+    """Rent an H100 from the form to run `command`; its id once its page says it runs."""
+    page.fill("#rent-model", "H100-SXM-80GB")
+    page.fill("#rent-name", name)
+    page.fill("#rent-command", command)
+    page.click("#rent-form button[type=submit]")
+    expect(page.locator("#detail-summary")).to_contain_text("running", timeout=20_000)
+    return page.locator("#detail-id").inner_text()
+
+
 def test_a_tenant_signs_in_rents_from_an_offer_and_reads_the_output(page: Page, platform: Platform) -> None:
     page.goto(platform.url)
     page.fill("#key", "sk_not_a_key_of_this_server")
@@ -120,12 +130,7 @@ def test_a_command_runs_inside_a_running_rental_from_its_page(page: Page, platfo
     """The rental page's "Run in it" box: the command sees the rental's GPUs, its output shows as it comes
     (while it still runs) and then its exit code; the same box on an ended rental says why it cannot."""
     sign_in(page, platform)
-    page.fill("#rent-model", "H100-SXM-80GB")
-    page.fill("#rent-name", "exec-me")
-    page.fill("#rent-command", "sleep 60")
-    page.click("#rent-form button[type=submit]")
-    expect(page.locator("#detail-summary")).to_contain_text("running", timeout=20_000)
-    rental_id = page.locator("#detail-id").inner_text()
+    rental_id = rent_running(page, "exec-me", "sleep 60")
     command = 'echo "sees $CUDA_VISIBLE_DEVICES"; sleep 6; exit 2'
     page.fill("#exec-command", command)
     page.click("#exec-form button")
@@ -147,12 +152,7 @@ def test_a_terminal_opens_on_a_running_rental_in_a_new_tab(page: Page, platform:
     WebSocket, the key as its subprotocol), keys typed reach it, its output shows, and its exit code once it
     ends; the button is off for a rental that does not run."""
     sign_in(page, platform)
-    page.fill("#rent-model", "H100-SXM-80GB")
-    page.fill("#rent-name", "shell-me")
-    page.fill("#rent-command", "sleep 120")
-    page.click("#rent-form button[type=submit]")
-    expect(page.locator("#detail-summary")).to_contain_text("running", timeout=20_000)
-    rental_id = page.locator("#detail-id").inner_text()
+    rental_id = rent_running(page, "shell-me", "sleep 120")
     with page.context.expect_page() as opened:
         page.click("#detail-terminal")
     terminal = opened.value
