@@ -1,8 +1,8 @@
 """The relay of attached commands between two server processes on PostgreSQL: two relays, each with its
 own engine and listener, stand for two worker processes; the client's end is held by one, the agent's by
-the other. Frames go both ways in order, a frame too large for one notification arrives whole (sent in pieces),
-each end learns the other came, and one end going closes the other after what it sent; a reader that does not
-keep up holds its sender back (no frame dropped, no end closed)."""
+the other. Frames go both ways in order, a frame too large for one notification arrives whole (sent in
+pieces), each end learns the other came, and one end going closes the other after what it sent; a reader
+that does not keep up holds its sender back (no frame dropped, no end closed)."""
 
 from __future__ import annotations
 
