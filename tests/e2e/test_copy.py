@@ -1,6 +1,6 @@
 """`suanli cp` with the real CLI, server and agent: a directory into a rental and back, byte for byte; a file
 into its working directory and out under another name; a path that is not there, refused with tar's
-reason; a large file in and out through two server workers on PostgreSQL (its bytes cross the attach bus)."""
+reason. Through two server workers: `test_attach_between_workers`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from server_process import new_database
 from test_agents import FLEET, NODES, SUANLI, Platform, running_platform
 from test_exec_attach import _cli_env, _running_rental
 
@@ -101,22 +100,3 @@ def test_a_path_that_is_not_there_is_refused_with_the_reason(platform: Platform,
     assert "mkdir" in unwritable.stderr, unwritable.stderr
     both_local = _cp(platform, str(tmp_path), str(tmp_path / "x"))
     assert both_local.returncode == 2 and "SOURCE DEST" in both_local.stderr, both_local.stderr
-
-
-def test_a_large_file_crosses_two_workers_on_postgresql(postgres_server: str, tmp_path: Path) -> None:
-    """With `--workers 2` the CLI's and the agent's WebSockets may reach different workers: every frame goes
-    through PostgreSQL, thousands of notifications each way, held to the bus's window."""
-    database_url = new_database(postgres_server, "copy")
-    (tmp_path / "platform").mkdir()
-    with running_platform(
-        tmp_path / "platform", FLEET, NODES[:1], database_url=database_url, server_args=("--workers", "2")
-    ) as platform:
-        running = _running_rental(platform)
-        local = tmp_path / "weights.bin"
-        local.write_bytes(os.urandom(24 * 1024 * 1024))
-        sent = _cp(platform, str(local), f"{running.id}:weights.bin")
-        assert sent.returncode == 0, sent.stderr
-        back = tmp_path / "back.bin"
-        received = _cp(platform, f"{running.id}:weights.bin", str(back))
-        assert received.returncode == 0, received.stderr
-        assert back.read_bytes() == local.read_bytes()
