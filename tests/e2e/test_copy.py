@@ -95,6 +95,7 @@ def test_a_path_that_is_not_there_is_refused_with_the_reason(platform: Platform,
     ), missing.stderr
     assert missing.stderr.startswith("error:"), repr(missing.stderr)  # the progress line has gone
     assert not (tmp_path / "results").exists()
+    (tmp_path / "large.bin").write_bytes(os.urandom(32 * 1024 * 1024))  # still sending when it fails
     unwritable = _cp(platform, str(tmp_path), f"{running.id}:/proc/none/here")
     assert unwritable.returncode == 1 and f"{running.id}:/proc/none/here: " in unwritable.stderr
     assert "mkdir" in unwritable.stderr, unwritable.stderr

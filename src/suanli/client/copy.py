@@ -87,24 +87,21 @@ def upload(
     name = local.resolve().name or "root"
     command = ["sh", "-c", UNPACK, "sh", remote.path, name]
     queued = _queue(client, remote, command, node_rank, timeout_s)
-    stream = None
-    with (
-        client.attach_exec(remote.rental_id, queued.id) as socket,
-        contextlib.suppress(ConnectionClosed),  # it ended early: its exit code and errors say why
-    ):
+    with client.attach_exec(remote.rental_id, queued.id) as socket:
         stream = _FrameReader(socket, None)
         sink = _FrameWriter(socket, on_bytes)
-        try:
-            with tarfile.open(fileobj=sink, mode="w|", format=tarfile.PAX_FORMAT) as archive:
-                archive.add(local, arcname=name)
-        except OSError as error:  # unreadable here: the command on the node is hung up as this goes
-            raise CopyError(
-                f"{local}: {error.strerror or error}: {error.filename or ''}".rstrip(": ")
-            ) from None
-        sink.flush()
-        socket.send(END_OF_INPUT)
-        stream.drain()  # its output and errors, if any, until it ends
-    _check(client, remote, queued.id, stream.errors if stream is not None else "")
+        with contextlib.suppress(ConnectionClosed):  # it ended early: its exit code and errors say why
+            try:
+                with tarfile.open(fileobj=sink, mode="w|", format=tarfile.PAX_FORMAT) as archive:
+                    archive.add(local, arcname=name)
+            except OSError as error:  # unreadable here: the command on the node is hung up as this goes
+                raise CopyError(
+                    f"{local}: {error.strerror or error}: {error.filename or ''}".rstrip(": ")
+                ) from None
+            sink.flush()
+            socket.send(END_OF_INPUT)
+        stream.drain()  # its output and errors until it ends (ended early: those that came before)
+    _check(client, remote, queued.id, stream.errors)
 
 
 def download(
