@@ -51,7 +51,8 @@ async function main() {
     status("no rental given: open the terminal from a running rental's page", true);
     return;
   }
-  const terminal = new Terminal({ cursorBlink: true, fontSize: 14, scrollback: 5000 });
+  // at a line height of 1 the row clips what goes below the baseline: underscores did not show
+  const terminal = new Terminal({ cursorBlink: true, fontSize: 14, lineHeight: 1.2, scrollback: 5000 });
   const fit = new FitAddon();
   terminal.loadAddon(fit);
   terminal.open($("term"));
