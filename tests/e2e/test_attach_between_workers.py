@@ -8,18 +8,15 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 from server_process import new_database
-from test_agents import FLEET, NODES, Platform, running_platform, wait_for_state, wait_until
+from test_agents import FLEET, NODES, Platform, running_platform
 from test_copy import WAIT_S, _cp
-from test_exec_attach import _forward, _free_port, _listening, _running_rental
-
-from suanli.wire.schemas import RentalCreateRequest
+from test_exec_attach import _forward, _free_port, _running_rental, serving_rental
 
 
 @pytest.fixture(scope="module")
@@ -56,10 +53,7 @@ def test_a_port_forward_carries_large_responses(platform: Platform, tmp_path: Pa
     (served / "blob").write_bytes(body)
     port = _free_port()
     with platform.tenant() as api:
-        serve = [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "-d", str(served)]
-        rental = api.create_rental(RentalCreateRequest(gpu_model="H100-SXM-80GB", gpus=1, command=serve))
-        wait_for_state(api, rental.id, "running")
-        wait_until(lambda: _listening(port), WAIT_S, "the rental's web server never listened")
+        rental = serving_rental(api, port, served)
         process, local = _forward(platform, rental.id, port)
         try:
             url = f"http://127.0.0.1:{local}/blob"

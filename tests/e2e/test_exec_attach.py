@@ -25,7 +25,8 @@ import pytest
 from test_agents import FLEET, NODES, SUANLI, Platform, running_platform, wait_for_state, wait_until
 
 from suanli.agent.probe import declared_gpu_uuid
-from suanli.wire.schemas import RentalCreateRequest
+from suanli.client import Client
+from suanli.wire.schemas import RentalCreateRequest, RentalResponse
 
 WAIT_S = 30.0
 
@@ -149,15 +150,22 @@ def _forward(platform: Platform, rental_id: str, remote: int) -> tuple[subproces
     return process, int(line.split(":")[1].split()[0])
 
 
+def serving_rental(api: Client, port: int, directory: Path | None = None) -> RentalResponse:
+    """A running rental whose workload serves `directory` (its work dir) over HTTP on `port`, listening."""
+    serve = [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"]
+    serve += [] if directory is None else ["-d", str(directory)]
+    rental = api.create_rental(RentalCreateRequest(gpu_model="H100-SXM-80GB", gpus=1, command=serve))
+    running = wait_for_state(api, rental.id, "running")
+    wait_until(lambda: _listening(port), WAIT_S, "the rental's web server never listened")
+    return running
+
+
 def test_port_forward_reaches_a_server_the_rental_runs(platform: Platform) -> None:
     """`suanli port-forward`: HTTP requests, two at once, reach the rental's web server on its node through
     the server; a port nothing listens on is refused with the reason; Ctrl-C ends it, and its end is told."""
     port = _free_port()
     with platform.tenant() as api:
-        serve = [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"]
-        rental = api.create_rental(RentalCreateRequest(gpu_model="H100-SXM-80GB", gpus=1, command=serve))
-        wait_for_state(api, rental.id, "running")
-        wait_until(lambda: _listening(port), WAIT_S, "the rental's web server never listened")
+        rental = serving_rental(api, port)
         process, local = _forward(platform, rental.id, port)
         try:
             url = f"http://127.0.0.1:{local}/"
