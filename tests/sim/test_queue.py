@@ -20,7 +20,7 @@ from suanli.sim.itp import (
     read_itp_jobs,
     synthetic_fleet,
 )
-from suanli.sim.queue import POLICIES, parse_mix, percentile, run_queue
+from suanli.sim.queue import POLICIES, RESTART_S, parse_mix, percentile, run_queue
 from suanli.sim.queue_report import queue_command, results_json
 
 ROWS = [
@@ -214,9 +214,14 @@ def test_work_a_preemption_throws_away_is_counted_unless_jobs_checkpoint():
     assert result.lost_work_pct == pytest.approx(100 * 8 * 130 / (8 * (130 + 100 + 1_000)))
     assert result.summary()["lost_work_pct"] == round(result.lost_work_pct, 2)
 
-    saved = run_requests(fleet, [spot, on_demand], true_s, "suanli", checkpoint=True)
+    saved = run_requests(fleet, [spot, on_demand], true_s, "suanli", checkpoint=True, restart_s=0)
     assert saved.preemptions == 1 and saved.lost_gpu_s == 0
     assert sorted(saved.jct_s) == pytest.approx([130.0, 230 + 1_000.0 - 130])  # resumes with 870 s left
+
+    restarted = run_requests(fleet, [spot, on_demand], true_s, "suanli", checkpoint=True)
+    assert restarted.lost_gpu_s == pytest.approx(8 * RESTART_S)  # its restart from the checkpoint
+    assert sorted(restarted.jct_s) == pytest.approx([130.0, 230 + 870 + RESTART_S])
+    assert restarted.wait_s == pytest.approx([30.0, 100.0])  # od: the notice; spot: od's run
 
 
 def test_the_declared_duration_rule_is_read_from_its_command_line_form():
@@ -331,3 +336,24 @@ def test_a_tier_mix_that_is_not_finite_and_non_negative_is_refused(text: str):
     'Total of weights must be finite', naming neither the option nor the value."""
     with pytest.raises(ValueError, match="bad tier mix"):
         parse_mix(text)
+
+
+def test_a_job_that_checkpoints_borrows_the_drain_and_resumes_after_the_head():
+    """`old` holds n0 until 1000 s and a two-node head waits for it; `filler` (3000 s) would delay the head,
+    so it waits for the head's end; when jobs checkpoint it borrows n1 at once, is taken back at 1000 with
+    30 s notice, and resumes after the head with what is left and a restart: done 698 s sooner, the head
+    30 s later (the notice)."""
+    from suanli.domain.request import Request, WholeGpus
+    from suanli.sim.queue import run_requests
+
+    old = Request("old", WholeGpus(8), max_duration_s=1000)
+    head = Request("head", WholeGpus(8), node_count=2, submitted_at_s=1, max_duration_s=50)
+    filler = Request("filler", WholeGpus(4), submitted_at_s=2, max_duration_s=3600)
+    fleet, requests, true_s = synthetic_fleet(2, 8), [old, head, filler], [1000.0, 50.0, 3000.0]
+    waited = run_requests(fleet, requests, true_s, "suanli")
+    assert waited.preemptions == 0 and waited.jct_s == pytest.approx([1000.0, 1049.0, 4048.0])
+    borrowed = run_requests(fleet, requests, true_s, "suanli", checkpoint=True)
+    assert borrowed.preemptions == 1
+    assert borrowed.jct_s == pytest.approx([1000.0, 1079.0, 1080 + (3000 - 1028) + RESTART_S - 2])
+    assert borrowed.lost_gpu_s == pytest.approx(4 * RESTART_S)
+    assert borrowed.alloc_gpu_s_total == pytest.approx(waited.alloc_gpu_s_total + 4 * RESTART_S)

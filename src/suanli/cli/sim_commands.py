@@ -151,7 +151,10 @@ def queue(
     plot: Annotated[Path | None, typer.Option(help="Write PNG charts into this directory.")] = None,
     checkpoint: Annotated[
         bool,
-        typer.Option(help="Preempted jobs save at their notice deadline and resume (default: run again)."),
+        typer.Option(
+            help="Jobs checkpoint: a preempted one saves at its notice deadline and resumes (each restart "
+            "wastes 300 s), and the queue may lend them idle GPUs (default: a preempted job runs again)."
+        ),
     ] = False,
     estimate: EstimateOption = "pow2h",
 ) -> None:
@@ -200,11 +203,26 @@ def itp_check(
             "at its own capacity: clusters of the same kind. 0: no split.",
         ),
     ] = 0,
+    checkpoint: Annotated[
+        bool,
+        typer.Option(
+            help="Every job checkpoints: saves on notice and resumes (each restart wastes 300 s), so the "
+            "queue may lend it idle GPUs and take them back."
+        ),
+    ] = False,
 ) -> None:
     """Replay every ITP cluster at about 85% offered load under every policy; check suanli against each."""
     try:
         checks = itp_check_command(
-            traces, cluster or [], json_path, console, perturb, shift_s, parse_estimate(estimate), split
+            traces,
+            cluster or [],
+            json_path,
+            console,
+            perturb,
+            shift_s,
+            parse_estimate(estimate),
+            split,
+            checkpoint,
         )
     except (ValueError, SuanliError, OSError) as error:
         console.print(error_text(str(error)))

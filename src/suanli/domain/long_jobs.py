@@ -110,7 +110,9 @@ class LongJobBudget:
             self.long = [
                 (_width(q), r.placement)
                 for r in (*self.running, *started)
-                if (q := r.request).max_duration_s is not None and q.max_duration_s > long_s
+                if not r.borrowed
+                and (q := r.request).max_duration_s is not None
+                and q.max_duration_s > long_s
             ]
             self.long_nodes = {a.node for _, placement in self.long for a in placement.nodes}
         held = self.held.get(widest)

@@ -33,6 +33,7 @@ class Running:
     started_at_s: float
     preempted_by: str | None = None
     notice_deadline_s: float | None = None
+    borrowed: bool = False  # started on capacity drained for another request: the queue's head takes it back
     gpus: float = field(init=False, repr=False, compare=False)  # the placement's GPUs, computed once
 
     def __post_init__(self) -> None:
@@ -102,6 +103,7 @@ def choose_victims(
     policy: Policy,
     now: float,
     config: PreemptionConfig = PreemptionConfig(),
+    reclaim: bool = False,
 ) -> Preemption | None:
     """The cheapest set of lower-tier victims after which `request` fits, or None; the snapshot is unchanged.
 
@@ -110,7 +112,12 @@ def choose_victims(
     every chosen victim, most expensive first, without which it still fits; (4) promise the placement found.
     """
     candidates = sorted(
-        (r for r in running if r.request.tier < request.tier and r.preempted_by is None),
+        (
+            r
+            for r in running
+            if r.preempted_by is None
+            and (r.request.tier <= request.tier if reclaim else r.request.tier < request.tier)
+        ),
         key=lambda r: victim_cost(r, now),
     )
     if not candidates:

@@ -74,6 +74,10 @@ class QueueConfig:
     # to nodes that long requests already hold first (`long_jobs.py`): the widest request's drain never
     # waits on a week-long job
     long_job_s: float = math.inf
+    # a request that checkpoints (`Request.checkpoints`) and would otherwise wait while GPUs idle (it would
+    # delay the blocked head, or the long-job budget holds it back) starts on them anyway, borrowed: the
+    # first request of the walk that does not fit takes it back with notice, and it resumes later
+    borrow_idle: bool = False
 
 
 # The platform's queueing policy (`sim queue`'s `suanli`; the server's `SUANLI_QUEUE=backfill`): tier,
@@ -97,6 +101,7 @@ PLATFORM_QUEUE = QueueConfig(
     fill_drain_first=True,
     ratio_cost_cap_s=72 * 3600.0,
     long_job_s=24 * 3600.0,
+    borrow_idle=True,
 )
 
 

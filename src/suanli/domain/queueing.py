@@ -25,6 +25,13 @@ floor (Reason.BID_BELOW_FLOOR; running spot below the floor gets notice), tenant
 holder's requests up to its count are promoted to `reserved` before ordering; spot may borrow held capacity.
 With `QueueConfig.long_job_s`, requests declared longer than it keep within the long-job node budget
 (`long_jobs.py`) wherever they are placed; one held back by the budget alone waits and blocks nobody.
+6. borrow (`QueueConfig.borrow_idle`): a request that checkpoints (`Request.checkpoints`) and would wait
+   while GPUs idle (backfill refused it, as it would delay the head; or the long-job budget held it back)
+   starts on them anyway, the head's drained nodes first, as borrowed (`CycleDecision.borrowed`): it counts
+   as ending now in the head's reservation and not in the budget, and the first request of the walk that
+   does not fit takes borrowed GPUs back with notice (`choose_victims(reclaim=True)`; never the other way:
+   a request that reclaimed is not borrowed, so no cycle). The drain a wide head waits for is then filled by
+   work that resumes elsewhere, not left idle for want of short jobs that end in time.
 """
 
 from __future__ import annotations
@@ -113,6 +120,7 @@ class CycleDecision:
     promoted: tuple[str, ...] = ()  # requests admitted as `reserved` under an open contract
     reserved_nodes: tuple[str, ...] = ()  # where the blocked head's reservation lies (when one was made)
     bookings: tuple[Booking, ...] = ()  # Mode.CONSERVATIVE: every planned start, in queue order
+    borrowed: tuple[str, ...] = ()  # placed on borrowed GPUs (`QueueConfig.borrow_idle`): mark them so
 
 
 def admit(
@@ -164,6 +172,8 @@ def admit(
         head_index = cycle.walk(rest)  # 3. walk
         if head_index is not None:
             cycle.after_head(rest[head_index], rest[head_index + 1 :])  # 4, 5
+        if config.borrow_idle:  # 6. what the long-job budget held back borrows what is still free
+            cycle.borrow_held()
     finally:
         cycle.release_holds()
     return CycleDecision(
@@ -177,6 +187,7 @@ def admit(
         tuple(sorted(cycle.claims)),
         tuple(sorted(cycle.reserved_nodes)),
         tuple(cycle.bookings),
+        tuple(cycle.borrowed),
     )
 
 
@@ -222,6 +233,8 @@ class _Cycle:
         self.reserved_nodes: set[str] = set()
         self.bookings: list[Booking] = []
         self.started: list[Running] = []  # this cycle's placements, as running from now
+        self.borrowed: list[str] = []  # of them, those borrowed (`_borrow`): taken back with notice
+        self.budget_held: list[Request] = []  # held back by the long-job budget alone
         self.higher_waiting = False  # a non-spot request waits for capacity (preempting or blocked)
         self.free_gpus = snapshot.gpu_count - snapshot.allocated_milli() / 1000
         # (fit key, cordoned) that did not fit, and why: capacity only shrinks, so not in this cycle either
@@ -394,7 +407,7 @@ class _Cycle:
         terms or anywhere: capacity only shrinks in a cycle, so it would fail again."""
         return key in self.failed or (key[0], False) in self.failed
 
-    def _fit(self, request: Request, key: tuple) -> bool:
+    def _fit(self, request: Request, key: tuple, borrowed: bool = False) -> bool:
         if self._failed_before(key):
             return False
         least = self.snapshot.least_gpus(request)
@@ -413,8 +426,10 @@ class _Cycle:
                 self.pending.append(hold_pending(request.id, breached))
                 return True  # decided: held capacity is not for it, and it blocks nobody
             self.placements.append(outcome)
-            self.started.append(Running(request, outcome, self.now))
-            if self.long_jobs is not None:
+            self.started.append(Running(request, outcome, self.now, borrowed=borrowed))
+            if borrowed:
+                self.borrowed.append(request.id)
+            elif self.long_jobs is not None:
                 self.long_jobs.placed(request, outcome)
             self.free_gpus -= outcome.gpus
             self._book(request, outcome)
@@ -483,8 +498,9 @@ class _Cycle:
             if self.gated(request) or self.spot_held(request) or self.try_place(request, cordon=False):
                 continue
             if self._over_long_budget(request):
+                self.budget_held.append(request)
                 continue  # no preemption either: the capacity it would free is not for it
-            if self._preempt_for(request):
+            if self._preempt_for(request) or self._reclaim_for(request):
                 self.note_waiting(request)
                 continue
             if self.config.mode is Mode.GREEDY:
@@ -528,6 +544,25 @@ class _Cycle:
         if decision is None:
             self.no_victims.add(key)
             return False
+        return self._give_notice(request, decision)
+
+    def _reclaim_for(self, request: Request) -> bool:
+        """With `borrow_idle`: `request`, which does not fit, takes back with notice what requests behind it
+        borrowed (`_borrow`), when that makes room for it (as Kueue reclaims a cohort's lent quota)."""
+        if not self.config.borrow_idle:
+            return False
+        lent = [r for r in self.running if r.borrowed and r.request.id not in self.chosen_victims]
+        if not lent:
+            return False
+        config = self.config.preemption or PreemptionConfig()
+        lead_s = max(config.notice_for(r.request.tier) for r in lent)
+        with self.snapshot.cordoned(self._maintenance_ahead(request, lead_s)):
+            decision = choose_victims(
+                self.snapshot, request, lent, self.policy, self.now, config, reclaim=True
+            )
+        return decision is not None and self._give_notice(request, decision)
+
+    def _give_notice(self, request: Request, decision: Preemption) -> bool:
         breached = self._hold_breached(request, decision.promised)
         if breached is not None:
             self.pending.append(hold_pending(request.id, breached))
@@ -599,6 +634,7 @@ class _Cycle:
                 )
             )
         would_delay = f"would delay the head's reserved start at {_utc_text(self.head_start_s)}"
+        delaying: list[Request] = []
         for request in candidates:
             if self.gated(request) or self.spot_held(request):
                 continue
@@ -615,7 +651,31 @@ class _Cycle:
                 if not self.try_place(request, cordon=False):
                     self.pending.append(Pending(request.id, Reason.NO_CAPACITY, "no free capacity"))
             elif not self._place_avoiding(request, reserved_nodes):
+                if self.config.borrow_idle and request.checkpoints:
+                    delaying.append(request)
+                else:
+                    self.pending.append(_blocked(request, would_delay))
+        for request in delaying:  # the drain first, lent until the head can start; then what else is free
+            if not (self._borrow(request, reserved_nodes) or self._borrow(request, None)):
                 self.pending.append(_blocked(request, would_delay))
+
+    def borrow_held(self) -> None:
+        """Requests the long-job budget alone held back borrow what is free, if they checkpoint."""
+        for request in self.budget_held:
+            if request.checkpoints and self._borrow(request, None):
+                self.pending = [p for p in self.pending if p.request_id != request.id]
+
+    def _borrow(self, request: Request, nodes: set[str] | None) -> bool:
+        """Place `request`, which checkpoints and would otherwise wait while GPUs idle, on `nodes` (None:
+        any), borrowed: outside the long-job budget and free of the head's reservation, since whoever the
+        walk reaches that does not fit takes it back with notice (`_reclaim_for`), and it resumes later."""
+        if self.free_gpus < self.snapshot.least_gpus(request) - 1e-9 or self._maintenance_ahead(request):
+            return False
+        if nodes is None:
+            return self._fit(request, (_fit_key(request), "borrow"), borrowed=True)
+        others = [name for name in self.snapshot.by_name if name not in nodes]
+        with self.snapshot.cordoned(others):
+            return self._fit(request, (_fit_key(request), "borrow", frozenset(nodes)), borrowed=True)
 
     def _plan_conservative(self, requests: Sequence[Request]) -> None:
         """Book each request in order at its earliest slot that delays no booking before it; start what can.

@@ -92,6 +92,9 @@ class Request:
     constraints: Constraints = Constraints()
     submitted_at_s: float = 0.0
     max_duration_s: float | None = None
+    # the workload saves its state on notice and resumes where it stopped: it may start early on capacity
+    # drained for another request, which takes it back with notice (`QueueConfig.borrow_drain`)
+    checkpoints: bool = False
 
     def __post_init__(self) -> None:
         check_request(self)

@@ -142,7 +142,10 @@ class Booking:
 
 
 def expected_end(running: Running, now: float) -> float:
-    """When `running` frees its capacity in the plan; one already past its declared end, a minute from now."""
+    """When `running` frees its capacity in the plan; one already past its declared end, a minute from now;
+    one on borrowed capacity, now or at its notice deadline (it is taken back when needed)."""
+    if running.borrowed:
+        return max(now, running.notice_deadline_s or now)
     end = running.expected_end_s
     if end is None:
         return math.inf

@@ -4,7 +4,9 @@ Discrete events on a heap (departures and preemption deadlines before arrivals a
 each instant's events, one scheduling cycle with the same domain code the server runs. Jobs run for their
 true duration; the scheduler only sees the declared one (see `DurationEstimate`). A preempted job is killed
 at its notice deadline and queued again, keeping its submission time: from scratch (its work is lost), or
-with what is left when jobs checkpoint. `sim/queue_report.py` loads workloads and prints, writes and plots.
+with what is left when jobs checkpoint (then each resumption costs `RESTART_S` of wasted GPU-time, and the
+queue may lend them idle GPUs: `QueueConfig.borrow_idle`). `sim/queue_report.py` loads workloads and
+prints, writes and plots.
 """
 
 from __future__ import annotations
@@ -67,6 +69,9 @@ BASELINES = ("fifo", "fifo-easy", "fifo-backfill")  # the published policies `su
 SPOT_BID_MICROS = (500_000, 3_000_000)  # spot bids drawn uniformly in this range (micros per GPU-hour)
 DEFAULT_ESTIMATE = DurationEstimate()
 END, KILL, ARRIVE = 0, 1, 2  # event kinds, in the order they are handled at one instant
+# what a checkpointed job spends again each time it resumes (loading its state, warming up) before it makes
+# progress; deep-learning jobs take tens of seconds to minutes (Tiresias, NSDI'19: checkpoint and restore)
+RESTART_S = 300.0
 
 
 @dataclass
@@ -81,7 +86,8 @@ class QueueResult:
     wait_s: list[float] = field(default_factory=list)  # time in the queue: JCT less every run (lost ones too)
     tier_of: list[str] = field(default_factory=list)
     preemptions: int = 0
-    lost_gpu_s: float = 0.0  # GPU-seconds of runs that preemption ended (the job starts over)
+    lost_gpu_s: float = 0.0  # GPU-seconds preemption wasted: runs it ended, or restarts from a checkpoint
+    lost_gpu_s_arrivals: float = 0.0  # of which counted by the last arrival (at the event that wasted them)
     alloc_gpu_s_arrivals: float = 0.0
     arrival_span_s: float = 0.0
     alloc_gpu_s_total: float = 0.0
@@ -109,6 +115,13 @@ class QueueResult:
     def mean_alloc_pct(self) -> float:
         """Mean allocated GPU % between the first and the last arrival (the loaded period)."""
         return _pct(self.alloc_gpu_s_arrivals, self.arrival_span_s * self.capacity_gpus)
+
+    @property
+    def useful_alloc_pct(self) -> float:
+        """`mean_alloc_pct` less the GPU-time preemption wasted (by the last arrival): the work done."""
+        return _pct(
+            self.alloc_gpu_s_arrivals - self.lost_gpu_s_arrivals, self.arrival_span_s * self.capacity_gpus
+        )
 
     @property
     def makespan_alloc_pct(self) -> float:
@@ -174,6 +187,7 @@ class QueueResult:
             "p99_queue_s": round(percentile(self.wait_s, 99), 1),
             "max_queue_s": round(self.max_queue_s, 1),
             "mean_alloc_pct": round(self.mean_alloc_pct, 2),
+            "useful_alloc_pct": round(self.useful_alloc_pct, 2),
             "makespan_alloc_pct": round(self.makespan_alloc_pct, 2),
             "owed_gpu_h": round(self.owed_gpu_h, 1),
             "idle_waiting_pct": round(self.idle_waiting_pct, 2),
@@ -259,6 +273,8 @@ def run_queue(
     placement: Policy | None = None,
     on_progress: Callable[[float], None] | None = None,
     sample_every_s: float = 600.0,
+    checkpoint: bool = False,
+    restart_s: float = RESTART_S,
 ) -> QueueResult:
     """Replay `jobs` on `fleet` under the named policy (`POLICIES`); deterministic for the same inputs."""
     started = time.perf_counter()
@@ -275,6 +291,8 @@ def run_queue(
         on_progress=on_progress,
         sample_every_s=sample_every_s,
         started=started,
+        checkpoint=checkpoint,
+        restart_s=restart_s,
     )
 
 
@@ -328,15 +346,19 @@ def run_requests(
     sample_every_s: float = 600.0,
     started: float | None = None,
     checkpoint: bool = False,
+    restart_s: float = RESTART_S,
 ) -> QueueResult:
     """Replay timed `requests` (each runs its true duration once started) under the named policy.
 
-    A preempted job runs again in full, unless `checkpoint`: then it saves at its notice deadline and runs
-    only what is left when it starts again (its declared duration shrinks by as much)."""
+    A preempted job runs again in full, unless `checkpoint`: then every request checkpoints (so the queue
+    may lend it idle GPUs), a preempted one saves at its notice deadline, and it runs what is left plus
+    `restart_s` when it starts again (its declared duration too)."""
     config = POLICIES[policy_name]
     started = time.perf_counter() if started is None else started
     snapshot = Snapshot(fleet, CATALOG)
     true_s = {r.id: max(d, 1.0) for r, d in zip(requests, true_durations_s, strict=True)}
+    if checkpoint:
+        requests = [replace(r, checkpoints=True) for r in requests]
     by_id = {r.id: r for r in requests}
     result = QueueResult(policy_name, fleet.gpu_count, len(requests), estimate.describe())
     if not requests:
@@ -390,24 +412,32 @@ def run_requests(
                 snapshot.release(allocation)
             allocated -= job.gpus
             held[job.request.tenant] -= job.gpus
+            overhead_s = restart_s if request_id in done_s else 0.0  # this run's restart from a checkpoint
+            wasted_before = result.lost_gpu_s
             if kind == END:
+                result.lost_gpu_s += job.gpus * overhead_s
                 last_end = now
                 result.jct_s.append(now - job.request.submitted_at_s)
-                ran_s = true_s[request_id] + lost_s.pop(request_id, 0.0)
+                ran_s = true_s[request_id] + lost_s.pop(request_id, 0.0) + overhead_s
                 result.wait_s.append(now - job.request.submitted_at_s - ran_s)
                 result.tier_of.append(job.request.tier.label)
             else:
                 result.preemptions += 1
                 ran = now - job.started_at_s
                 if checkpoint:
-                    done_s[request_id] = done_s.get(request_id, 0.0) + ran
+                    saved = max(ran - overhead_s, 0.0)
+                    result.lost_gpu_s += job.gpus * (ran - saved)
+                    lost_s[request_id] = lost_s.get(request_id, 0.0) + ran - saved
+                    done_s[request_id] = done_s.get(request_id, 0.0) + saved
                     declared = by_id[request_id].max_duration_s
-                    left = None if declared is None else max(declared - done_s[request_id], 1.0)
+                    left = None if declared is None else max(declared - done_s[request_id], 1.0) + restart_s
                     queue[request_id] = replace(job.request, max_duration_s=left)
                 else:
                     result.lost_gpu_s += job.gpus * ran
                     lost_s[request_id] = lost_s.get(request_id, 0.0) + ran
                     queue[request_id] = job.request
+            if now <= last_arrival:
+                result.lost_gpu_s_arrivals += result.lost_gpu_s - wasted_before
         idle_waiting = idle_held = idle_scattered = 0.0
         if queue:
             result.cycles += 1
@@ -424,14 +454,17 @@ def run_requests(
                 last_reserved=reserved,
             )
             head, reserved = decision.head, decision.reserved_nodes
+            borrowed = set(decision.borrowed)
             for placement_ in decision.placements:
                 request = queue.pop(placement_.request_id)
                 promised.pop(request.id, None)
-                running[request.id] = Running(request, placement_, now)
+                running[request.id] = Running(request, placement_, now, borrowed=request.id in borrowed)
                 allocated += placement_.gpus
                 held[request.tenant] = held.get(request.tenant, 0.0) + placement_.gpus
                 sequence += 1
                 left_s = true_s[request.id] - done_s.get(request.id, 0.0)
+                if request.id in done_s:
+                    left_s += restart_s
                 heapq.heappush(events, (now + left_s, END, sequence, request.id, now))
             for preemption in decision.preemptions:
                 promised[preemption.preemptor] = preemption.promised

@@ -28,6 +28,7 @@ from suanli.sim.itp_check import (
 from suanli.sim.queue import (
     DEFAULT_ESTIMATE,
     POLICIES,
+    RESTART_S,
     QueueResult,
     build_requests,
     parse_mix,
@@ -246,6 +247,7 @@ def itp_check_command(
     max_shift_s: float = 60.0,
     estimate: DurationEstimate = DEFAULT_ESTIMATE,
     split_parts: int = 0,
+    checkpoint: bool = False,
 ) -> list[ClusterCheck]:
     """`suanli sim itp-check`: each ITP cluster at its capacity under every policy, and the bar's verdict;
     with `perturb_runs`, how far the figures move when arrivals move by up to `max_shift_s`; with
@@ -253,7 +255,7 @@ def itp_check_command(
     if split_parts and split_parts < 2:
         raise ValueError(f"--split {split_parts}: a trace splits into 2 parts or more (0: no split)")
     paths = cluster_paths(traces, clusters)
-    console.print(estimate.describe())
+    console.print(estimate.describe() + ("; jobs checkpoint" if checkpoint else ""))
     checks = []
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("day {task.completed:.0f}"))
     with Progress(*columns, TimeElapsedColumn(), console=console, transient=True) as progress:
@@ -269,11 +271,14 @@ def itp_check_command(
                 perturb_runs=perturb_runs,
                 max_shift_s=max_shift_s,
                 estimate=estimate,
+                checkpoint=checkpoint,
             )
             checks.append(check)
             _print_check(console, check)
             if split_parts:
-                parts = check_parts(path, split_parts, on_policy=on_policy, estimate=estimate)
+                parts = check_parts(
+                    path, split_parts, on_policy=on_policy, estimate=estimate, checkpoint=checkpoint
+                )
                 checks.extend(parts)
                 for part in parts:
                     _print_check(console, part)
@@ -284,6 +289,10 @@ def itp_check_command(
             "capacity_rule": "8-GPU nodes at the offered load nearest 85%; 4-GPU nodes if none is in 80-90%; "
             "never fewer nodes than the widest job needs",
             "declared_durations": estimate.describe(),
+            "checkpointing_jobs": "every job saves on notice and resumes, each restart wasting "
+            f"{RESTART_S:.0f} s; the bar counts useful_alloc_pct"
+            if checkpoint
+            else "none: a preempted job reruns in full",
             "mean_alloc_window": "first to last arrival",
             "perturbed": "arrivals moved by a seeded uniform shift; each figure: mean, lowest, highest",
             "parts": "a cluster's jobs dealt into disjoint parts by a hash of job ids, each at its capacity",
