@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -82,6 +83,16 @@ def test_the_bar_is_met_only_when_jct_is_lower_and_allocation_no_lower():
     assert missed[1].text == "alloc % 69.98 < fifo 70.00"
     equal_p95 = shortfalls({"suanli": result("suanli", [1.0, 1.0, 30.0], 75.0), "fifo": base})
     assert [s.metric for s in equal_p95] == ["p95 JCT h"]  # equal is not lower
+
+
+def test_the_bar_counts_the_gpu_time_preemption_wasted_against_allocation():
+    base = result("fifo", [10.0, 20.0, 30.0], 70.0)
+    wasteful = replace(result("suanli", [5.0, 10.0, 29.0], 70.05), lost_gpu_s_arrivals=0.1 * 1000)
+    assert wasteful.mean_alloc_pct == pytest.approx(70.05) and wasteful.useful_alloc_pct == pytest.approx(
+        69.95
+    )
+    missed = shortfalls({"suanli": wasteful, "fifo": base})
+    assert [m.text for m in missed] == ["alloc % 69.95 < fifo 70.00"]
 
 
 def test_every_baseline_is_checked():
@@ -211,6 +222,19 @@ def test_the_check_replays_with_the_declared_durations_asked_for(traces: Path, t
     assert "declared = true duration (oracle)" in outcome.output
     bad = runner.invoke(app, ["sim", "itp-check", "--traces", str(traces), "--estimate", "daily"])
     assert bad.exit_code == 2 and "--estimate daily" in bad.output
+
+
+def test_the_check_replays_jobs_that_checkpoint_when_asked(traces: Path, tmp_path: Path):
+    out = tmp_path / "itp.json"
+    args = ["sim", "itp-check", "--traces", str(traces), "--checkpoint", "--json", str(out)]
+    outcome = runner.invoke(app, args)
+    assert outcome.exit_code == 0, outcome.output
+    report = json.loads(out.read_text())
+    assert "resumes" in report["checkpointing_jobs"] and "jobs checkpoint" in " ".join(outcome.output.split())
+    assert "useful_alloc_pct" in report["clusters"]["cluster07"]["policies"]["suanli"]
+    plain = check_cluster(traces / "cluster07.csv")
+    saving = check_cluster(traces / "cluster07.csv", checkpoint=True)
+    assert [r.jct_s for r in saving.results[:3]] == [r.jct_s for r in plain.results[:3]]  # no baseline lends
 
 
 def test_a_trace_splits_into_disjoint_parts_of_the_same_kind_the_same_way_every_time():
