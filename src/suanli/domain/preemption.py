@@ -33,7 +33,7 @@ class Running:
     started_at_s: float
     preempted_by: str | None = None
     notice_deadline_s: float | None = None
-    borrowed: bool = False  # started on capacity drained for another request: the queue's head takes it back
+    borrowed: bool = False  # started on GPUs lent while it would have waited: taken back with notice
     gpus: float = field(init=False, repr=False, compare=False)  # the placement's GPUs, computed once
 
     def __post_init__(self) -> None:
@@ -107,7 +107,8 @@ def choose_victims(
 ) -> Preemption | None:
     """The cheapest set of lower-tier victims after which `request` fits, or None; the snapshot is unchanged.
 
-    Phases: (1) candidates: strictly lower tier, not already under notice, ordered by `victim_cost`;
+    Phases: (1) candidates: strictly lower tier (with `reclaim`, the same tier or lower: `running` is then
+    only the rentals on borrowed GPUs), not already under notice, ordered by `victim_cost`;
     (2) grow: release candidates (whole gangs) in that order until the request fits; (3) shrink: drop
     every chosen victim, most expensive first, without which it still fits; (4) promise the placement found.
     """

@@ -92,8 +92,8 @@ class Request:
     constraints: Constraints = Constraints()
     submitted_at_s: float = 0.0
     max_duration_s: float | None = None
-    # the workload saves its state on notice and resumes where it stopped: it may start early on capacity
-    # drained for another request, which takes it back with notice (`QueueConfig.borrow_drain`)
+    # the workload saves its state on notice and resumes where it stopped: it may start on GPUs that would
+    # idle while it waits, which are taken back with notice (`QueueConfig.borrow_idle`)
     checkpoints: bool = False
 
     def __post_init__(self) -> None:
