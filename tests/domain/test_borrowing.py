@@ -134,3 +134,17 @@ def test_borrowing_never_delays_the_heads_reserved_start(running, queued, saves)
 
 def by_id_node(decision, request_id: str) -> str:
     return next(p.nodes[0].node for p in decision.placements if p.request_id == request_id)
+
+
+def test_a_request_that_checkpoints_may_borrow_without_declaring_its_duration():
+    """Backfill needs a duration to know a request ends in time; a borrower gives the GPUs back when asked."""
+    snap, old, head = drained()
+    queue = [head, job("saves", 4, 2, None, checkpoints=True), job("plain", 4, 3, None)]
+    decision = admit(snap, queue, [old], POLICY, 10, BORROW)
+    assert decision.borrowed == ("saves",) and reasons(decision)["plain"] is Reason.BLOCKED_BY_HEAD
+    (placement,) = decision.placements
+    lent = Running(queue[1], placement, 10, borrowed=True)
+    later = admit(snap, [head], [old, lent], POLICY, 20, BORROW)  # it does not make the head's start unknown
+    assert later.head == "head"
+    found = reserve(snap, head, [old, lent], POLICY, 20)
+    assert found is not None and found[0] == 1000  # not unbounded: the borrower leaves when asked

@@ -58,6 +58,21 @@ while True:
     time.sleep(0.1)
 """
 
+# a workload that checkpoints: it counts from what it saved, and saves its count when told to stop (SIGTERM)
+SAVES_ON_SIGTERM = """
+import os, pathlib, signal, sys, time
+saved = pathlib.Path(os.environ["STATE_DIR"]) / os.environ["SUANLI_RENTAL_ID"]
+count = int(saved.read_text()) if saved.exists() else 0
+print(f"counting from {count}", flush=True)
+def save(*_):
+    saved.write_text(str(count))
+    sys.exit(0)
+signal.signal(signal.SIGTERM, save)
+while True:
+    count += 1
+    time.sleep(0.05)
+"""
+
 
 def host(node: str) -> str:
     """The host name each test agent advertises for its node."""
@@ -586,17 +601,57 @@ def test_a_notice_withdrawn_before_its_deadline_leaves_the_spot_workload_running
             api.stop(rental_id)
 
 
+def test_a_preempted_rental_that_checkpoints_saves_goes_back_to_the_queue_and_resumes(
+    platform: Platform, tmp_path: Path
+) -> None:
+    """A spot rental on every node, each counting and saving its count on SIGTERM (its notice); one is
+    preempted by an on-demand rental, saves, and goes back to the queue rather than ending; when another
+    node frees up it is placed again there and resumes from its count: a run on each node."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o777)
+    state.chmod(0o777)  # the workload may run as a user of its own
+    with platform.tenant() as api:
+        spots, od, victim = _spot_noticed_for_on_demand(
+            api, SAVES_ON_SIGTERM, "counting from 0", checkpoints=True, env={"STATE_DIR": str(state)}
+        )
+        wait_for_state(api, od.id, "running", timeout_s=NOTICE_S + 10)
+        back = wait_for_state(api, victim.id, "pending", timeout_s=5)
+        assert not back.allocation and [e.reason for e in back.events if e.kind == "requeued"] == [
+            "preempted"
+        ]
+        saved = int((state / victim.id).read_text())
+        assert saved > 0
+
+        other = next(r for r in spots if r != victim.id)
+        freed = api.rental(other).allocation[0].node
+        api.stop(other)  # a node frees: the victim is placed again there, and resumes
+        resumed = wait_for_state(api, victim.id, "running", timeout_s=15)
+        assert resumed.allocation[0].node == freed != victim.allocation[0].node
+        wait_until(lambda: f"counting from {saved}" in api.logs(victim.id).data, 10, "the resumed count")
+        runs = {run.node: run for run in api.rental_runs(victim.id)}
+        assert runs[victim.allocation[0].node].ended_at is not None and runs[freed].ended_at is None
+        api.stop(od.id)
+        for rental_id in spots:
+            api.stop(rental_id)
+
+
 # --- helpers -----------------------------------------------------------------------------------------
 
 
-def _spot_noticed_for_on_demand(api: Client):
-    """A spot rental on every node, each running a workload that traps SIGTERM, then an on-demand rental
-    that preempts one of them: (the spot rental ids, the on-demand rental, the victim under notice)."""
-    spot_cmd = [sys.executable, "-c", TRAPS_SIGTERM]
-    spots = [api.create_rental(RentalCreateRequest(gpus=2, tier="spot", command=spot_cmd)).id for _ in NODES]
+def _spot_noticed_for_on_demand(
+    api: Client, workload: str = TRAPS_SIGTERM, started: str = "started", **spot: object
+):
+    """A spot rental on every node (with `spot`'s fields), each running `workload` (by default one that
+    traps SIGTERM) until it prints `started`, then an on-demand rental that preempts one of them: (the spot
+    rental ids, the on-demand rental, the victim under notice)."""
+    spot_cmd = [sys.executable, "-c", workload]
+    spots = [
+        api.create_rental(RentalCreateRequest(gpus=2, tier="spot", command=spot_cmd, **spot)).id  # type: ignore[arg-type]
+        for _ in NODES
+    ]
     for rental_id in spots:
         wait_for_state(api, rental_id, "running")
-    wait_until(lambda: all("started" in api.logs(r).data for r in spots), 10, "spot workloads started")
+    wait_until(lambda: all(started in api.logs(r).data for r in spots), 10, "spot workloads started")
     od = api.create_rental(RentalCreateRequest(gpus=2, command=["sleep", "300"]))
     wait_until(lambda: api.rental(od.id).pending_reason == "preempting", 10, "preemption notice")
     (victim,) = [api.rental(r) for r in spots if api.rental(r).state == "preempting"]

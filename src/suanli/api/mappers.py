@@ -118,6 +118,7 @@ def rental(view: RentalView) -> RentalResponse:
         notice_deadline=r.notice_deadline,
         expected_start_at=r.expected_start_at,
         time_limit_at=r.time_limit_at if r.state in LIVE_STATES else None,
+        borrowed=r.borrowed and r.state in LIVE_STATES,
         events=[
             RentalEventResponse(at=e.at, kind=e.kind, reason=e.reason, message=e.message) for e in view.events
         ],

@@ -94,6 +94,9 @@ class RentalSpec:
     max_restarts: int = 0
     name: str | None = None  # the tenant's own name for it (not unique)
     idle_stop_s: int | None = None  # stopped once its GPUs have been idle this long (`domain/idle.py`)
+    # the workload saves its state on notice and resumes: preempted, it goes back to the queue instead of
+    # ending, and the backfill queue may lend it GPUs that would idle while it waits (`borrowed`)
+    checkpoints: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +119,7 @@ class Rental:
     promise: tuple[NodeAllocation, ...] | None = None  # preemptor: where it was promised capacity
     time_limit_at: datetime | None = None  # placed with a max duration: when the leader stops it
     last_busy_at: datetime | None = None  # with `idle_stop_s`: its GPUs' last busy reading (`domain/idle.py`)
+    borrowed: bool = False  # placed on lent GPUs (`checkpoints`): the queue may take them back with notice
 
 
 @dataclass(frozen=True, slots=True)

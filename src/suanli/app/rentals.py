@@ -81,6 +81,7 @@ def to_request(rental: Rental) -> Request:
         ),
         submitted_at_s=rental.created_at.timestamp(),
         max_duration_s=spec.max_duration_s,
+        checkpoints=spec.checkpoints,
     )
 
 

@@ -146,6 +146,7 @@ class Scheduler:
         self.head_start_s: float | None = None  # the blocked head's reserved start, when one was made
         self.booked_s: dict[str, float] = {}  # conservative queue: every booked start (epoch seconds)
         self.reserved: tuple[str, ...] = ()
+        self.lent: set[str] = set()  # placed by the last decision on lent GPUs (`CycleDecision.borrowed`)
         self.scattered_gpus = 0.0  # after the last cycle: free GPUs no rental waiting for capacity fits
         self.stale = False  # a decided placement was not applied: rebuild the snapshot after the cycle
         self.resizing: list[Running] = []  # live rentals a resize asked to change in place (`_resize`)
@@ -447,6 +448,7 @@ class Scheduler:
                 (rental.placed_at or rental.created_at).timestamp(),
                 rental.preempted_by,
                 deadline,
+                rental.borrowed,
             )
             running[rental.id] = (request, rental.price_micros_per_hour or 0)
         return running, wanted
@@ -493,6 +495,7 @@ class Scheduler:
             last_reserved=self.reserved if self.head is not None else recorded_nodes,
         )
         self.head, self.reserved = decision.head, decision.reserved_nodes
+        self.lent = set(decision.borrowed)
         self.limits = None if gates is None else gates.limits
         self.holding = holding_after(running, queue, decision.placements) if self.resizing else []
         self.contracts = [] if gates is None else list(gates.contracts)
@@ -589,6 +592,8 @@ class Scheduler:
 
     @staticmethod
     def _end_victim(uow: UnitOfWork, victim: Rental, now: datetime, same_tenant: bool) -> int:
+        if victim.spec.checkpoints:
+            return Scheduler._requeue_victim(uow, victim, now)
         if not uow.rentals.set_state(victim.id, "preempted", expect=("preempting",), reason=None):
             return 0
         uow.rentals.release(victim.id, at=now)
@@ -602,6 +607,20 @@ class Scheduler:
             given_to = victim.preempted_by if same_tenant else "the higher-tier rental that preempted it"
             message = f"{how}; capacity given to {given_to}"
         uow.rentals.add_event(victim.id, RentalEvent(now, "preempted", "preempted", message))
+        return 1
+
+    @staticmethod
+    def _requeue_victim(uow: UnitOfWork, victim: Rental, now: datetime) -> int:
+        """A victim that checkpoints saved its state under notice: it goes back to the queue (its place by
+        age kept) and resumes when placed again, rather than ending; its run ends here."""
+        if not uow.rentals.set_state(victim.id, "pending", expect=("preempting",), reason=None):
+            return 0
+        uow.rentals.release(victim.id, at=now)
+        deadline = victim.notice_deadline
+        how = "left" if deadline is not None and deadline < now else "notice deadline reached"
+        what = "its borrowed GPUs were taken back" if victim.borrowed else "preempted"
+        message = f"{how}; {what}: back in the queue, it resumes from its checkpoint when placed again"
+        uow.rentals.add_event(victim.id, RentalEvent(now, "requeued", "preempted", message))
         return 1
 
     def _forget(self, rental_id: str) -> None:
@@ -622,12 +641,16 @@ class Scheduler:
         price, quoted = self._price(uow, rental, placement, now)
         limit_s = rental.spec.max_duration_s
         time_limit_at = None if limit_s is None else now + timedelta(seconds=limit_s)
-        if not uow.rentals.mark_placed(rental.id, now, price, quoted, time_limit_at=time_limit_at):
+        borrowed = rental.id in self.lent
+        if not uow.rentals.mark_placed(
+            rental.id, now, price, quoted, time_limit_at=time_limit_at, borrowed=borrowed
+        ):
             return self._unplace(placement)
         rows = bookings_for(placement.nodes, self._node, uow.rentals.booked_slots)
         allocation_ids = uow.rentals.book(rental.id, placement.nodes, rows, at=now)
         nodes = ", ".join(a.node for a in placement.nodes)
-        uow.rentals.add_event(rental.id, RentalEvent(now, "placed", None, f"on {nodes}"))
+        lent = "; borrowed: taken back with notice when a rental ahead of it needs them" if borrowed else ""
+        uow.rentals.add_event(rental.id, RentalEvent(now, "placed", None, f"on {nodes}{lent}"))
         self.held.update(zip(allocation_ids, placement.nodes, strict=True))
         self.owner.update((i, rental.id) for i in allocation_ids)
         if self.spot_pricing is not None:

@@ -138,6 +138,13 @@ def rent(
             help="Stop it once its GPUs have been idle (under 5% used) this long: 30m, 2h. Whole GPUs only."
         ),
     ] = None,
+    checkpoints: Annotated[
+        bool,
+        typer.Option(
+            help="The workload saves its state on SIGTERM and resumes from it: preempted, it goes back to "
+            "the queue rather than ending, and the backfill queue may lend it GPUs that would idle."
+        ),
+    ] = False,
     env: Annotated[
         list[str] | None,
         typer.Option("--env", "-e", help="NAME=VALUE in the workload's environment (repeatable)."),
@@ -238,6 +245,7 @@ def rent(
             jurisdictions=jurisdiction or [],
             max_duration_s=max_duration_s,
             idle_stop_s=idle_stop_s,
+            checkpoints=checkpoints,
             image=image,
             command=command or [],
             env=variables,

@@ -26,7 +26,8 @@ holder's requests up to its count are promoted to `reserved` before ordering; sp
 With `QueueConfig.long_job_s`, requests declared longer than it keep within the long-job node budget
 (`long_jobs.py`) wherever they are placed; one held back by the budget alone waits and blocks nobody.
 6. borrow (`QueueConfig.borrow_idle`): a request that checkpoints (`Request.checkpoints`) and would wait
-   while GPUs idle (backfill refused it, as it would delay the head; or the long-job budget held it back)
+   while GPUs idle (backfill refused it, as it would delay the head or declares no duration; or the long-job
+   budget held it back)
    starts on them anyway, the head's drained nodes first, as borrowed (`CycleDecision.borrowed`): it counts
    as ending now in the head's reservation and not in the budget, and the first request of the walk that
    does not fit takes borrowed GPUs back with notice (`choose_victims(reclaim=True)`; never the other way:
@@ -587,12 +588,10 @@ class _Cycle:
             self._plan_conservative([head, *rest])
             return
         self.pending.append(Pending(head.id, Reason.NO_CAPACITY, "head of the queue; waiting for capacity"))
-        if self.config.mode is Mode.STRICT or not any(r.max_duration_s is not None for r in rest):
+        if self.config.mode is Mode.STRICT or not any(self._may_pass(r) for r in rest):
             self._block(rest, "strict order: nothing passes the head")
             return
-        smallest = min(
-            (self.snapshot.least_gpus(r) for r in rest if r.max_duration_s is not None), default=math.inf
-        )
+        smallest = min((self.snapshot.least_gpus(r) for r in rest if self._may_pass(r)), default=math.inf)
         if smallest > self.free_gpus + 1e-9:  # nothing could start now: skip the reservation
             for request in rest:
                 if not self.gated(request):
@@ -639,7 +638,10 @@ class _Cycle:
             if self.gated(request) or self.spot_held(request):
                 continue
             if request.max_duration_s is None:
-                self.pending.append(_blocked(request, "no declared duration: cannot backfill"))
+                if self._may_pass(request):
+                    delaying.append(request)  # it may still borrow: it gives the GPUs back when asked
+                else:
+                    self.pending.append(_blocked(request, "no declared duration: cannot backfill"))
                 continue
             if self.free_gpus < 1e-9:
                 self.pending.append(Pending(request.id, Reason.NO_CAPACITY, "no free GPU"))
@@ -658,6 +660,11 @@ class _Cycle:
         for request in delaying:  # the drain first, lent until the head can start; then what else is free
             if not (self._borrow(request, reserved_nodes) or self._borrow(request, None)):
                 self.pending.append(_blocked(request, would_delay))
+
+    def _may_pass(self, request: Request) -> bool:
+        """Whether `request` may start ahead of a blocked head: it declares its duration (backfill), or it
+        checkpoints and the queue lends idle GPUs (it gives them back when asked, whenever it would end)."""
+        return request.max_duration_s is not None or (self.config.borrow_idle and request.checkpoints)
 
     def borrow_held(self) -> None:
         """Requests the long-job budget alone held back borrow what is free, if they checkpoint."""

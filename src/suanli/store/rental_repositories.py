@@ -162,7 +162,7 @@ class SqlRentals(RentalMoneyReads):
                     else {"preempted_by": None, "notice_deadline": None}
                 ),
                 **(
-                    {}
+                    {"borrowed": False}  # a pending rental holds nothing, so borrows nothing
                     if state == "pending"
                     else {"expected_start_at": None, "reserved_nodes": None, "promise": None}
                 ),
@@ -216,10 +216,11 @@ class SqlRentals(RentalMoneyReads):
         quote: dict[str, Any] | None = None,
         *,
         time_limit_at: datetime | None = None,
+        borrowed: bool = False,
     ) -> bool:
         """A pending rental becomes placed at `at`, at its price (and quote), to be stopped at `time_limit_at`
-        (None: never), in one statement; False, and nothing changed, when it is no longer pending (stopped
-        or changed since it was read)."""
+        (None: never), on lent GPUs when `borrowed`, in one statement; False, and nothing changed, when it is
+        no longer pending (stopped or changed since it was read)."""
         values: dict[str, Any] = {
             "state": "placed",
             "pending_reason": None,
@@ -231,6 +232,7 @@ class SqlRentals(RentalMoneyReads):
             "placed_at": at,
             "price_micros_per_hour": price_micros_per_hour,
             "time_limit_at": time_limit_at,
+            "borrowed": borrowed,
         }
         if quote is not None:
             values["quote"] = quote

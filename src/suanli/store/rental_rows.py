@@ -49,6 +49,7 @@ def rental_from_row(row: RentalRow) -> Rental:
         None if row.promise is None else tuple(allocation_from_json(a) for a in row.promise),
         row.time_limit_at,
         row.last_busy_at,
+        bool(row.borrowed),
     )
 
 

@@ -118,6 +118,8 @@ class RentalRow(Base):
     last_busy_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     # the tenant's name for it, as in its spec (0028): `GET /v1/rentals?name=` filters on it
     name: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # placed on GPUs the backfill queue lent it (it checkpoints): taken back with notice when needed (0040)
+    borrowed: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
 
 
 class RentalEventRow(Base):

@@ -326,6 +326,14 @@ class RentalCreateRequest(WireModel):
         pattern=RENTAL_NAME_PATTERN,
         description="A name of yours for it (letters, digits, `.`, `_`, `-`; not unique), shown by `ls`.",
     )
+    checkpoints: bool = Field(
+        default=False,
+        description="The workload saves its state when told (SIGTERM, or the notice in its preemption "
+        "event) and resumes from it when started again. Preempted, it goes back to the queue instead of "
+        "ending, keeping its place by age; and under SUANLI_QUEUE=backfill it may start at once on GPUs "
+        "that would idle while it waits (`borrowed`), which the queue takes back with notice when a "
+        "rental ahead of it needs them. Each run is billed; the time in the queue is not.",
+    )
     idle_stop_s: int | None = Field(
         default=None,
         ge=60,
@@ -462,6 +470,11 @@ class RentalResponse(WireModel):
         "tenant's: its id is not shown), or `below_floor` (a spot bid below the floor) or `maintenance`.",
     )
     notice_deadline: datetime | None = Field(default=None, description="Preempting: killed at this time.")
+    borrowed: bool = Field(
+        default=False,
+        description="Live on GPUs lent to it while it would have waited (it checkpoints): the queue takes "
+        "them back with notice when a rental ahead of it needs them, and it goes back to the queue.",
+    )
     expected_start_at: datetime | None = Field(
         default=None,
         description="Pending at the head of the backfill queue (SUANLI_QUEUE=backfill), or any pending "

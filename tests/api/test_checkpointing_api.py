@@ -1,0 +1,100 @@
+"""Rentals that checkpoint, through the real app (SQLite and PostgreSQL): preempted, one goes back to the
+queue and is placed again rather than ending; under the backfill queue it borrows the GPUs a blocked head
+drains, and the head takes them back with notice once it could start."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+from test_preemption_api import BID, _events, _rent
+
+from conftest import app_client, make_tenant, wait_for
+
+NOTICE_S = 3.0
+
+
+@pytest.fixture(params=["greedy", "backfill"])
+def client(database_url: str, request: pytest.FixtureRequest) -> Iterator[TestClient]:
+    with app_client(database_url, preemption_notice_s=NOTICE_S, queue=request.param) as client:
+        yield client
+
+
+@pytest.fixture
+def backfill_client(database_url: str) -> Iterator[TestClient]:
+    with app_client(database_url, preemption_notice_s=NOTICE_S, queue="backfill") as client:
+        yield client
+
+
+def test_a_preempted_rental_that_checkpoints_goes_back_to_the_queue_and_runs_again(client, tenant) -> None:
+    _, spot_tenant = tenant("saver")
+    _, od_tenant = tenant("steady")
+    spot = _rent(
+        client,
+        spot_tenant,
+        gpu_model="H200",
+        gpus=8,
+        tier="spot",
+        bid_micros_per_gpu_hour=BID,
+        checkpoints=True,
+    )
+    first = wait_for(client, spot, spot_tenant, "placed")
+    assert first["request"]["checkpoints"] is True and first["borrowed"] is False
+    od = _rent(client, od_tenant, gpu_model="H200", gpus=8, tier="on_demand", max_duration_s=3600)
+    assert wait_for(client, spot, spot_tenant, "preempting")["state"] == "preempting"
+
+    assert wait_for(client, od, od_tenant, "placed")["state"] == "placed"
+    requeued = client.get(f"/v1/rentals/{spot}", headers=spot_tenant).json()
+    assert requeued["state"] == "pending" and requeued["allocation"] == []
+    (event,) = _events(requeued, "requeued")
+    assert event["reason"] == "preempted" and "resumes from its checkpoint" in event["message"]
+    assert _events(requeued, "preempted") == []
+
+    assert client.post(f"/v1/rentals/{od}/stop", headers=od_tenant).status_code == 200
+    again = wait_for(client, spot, spot_tenant, "placed")
+    assert again["state"] == "placed" and again["allocation"][0]["node"] == "h200-01"
+    assert len(_events(again, "placed")) == 2
+
+
+def test_a_rental_that_does_not_checkpoint_still_ends_when_preempted(client, tenant) -> None:
+    _, spot_tenant = tenant("plain")
+    _, od_tenant = tenant("steady")
+    spot = _rent(client, spot_tenant, gpu_model="H200", gpus=8, tier="spot", bid_micros_per_gpu_hour=BID)
+    wait_for(client, spot, spot_tenant, "placed")
+    od = _rent(client, od_tenant, gpu_model="H200", gpus=8, tier="on_demand")
+    wait_for(client, od, od_tenant, "placed")
+    assert wait_for(client, spot, spot_tenant, "preempted")["state"] == "preempted"
+
+
+def test_a_rental_that_checkpoints_borrows_a_drain_and_the_head_takes_it_back(
+    backfill_client,
+) -> None:
+    """The eight H100 nodes: `busy` holds one for an hour, so a gang of all eight is the blocked head and
+    the other seven drain for it. A rental that checkpoints and would run past the head's start borrows one
+    of them; one that does not stays blocked. When `busy` stops, the head takes the borrowed node back with
+    notice and starts; the borrower goes back to the queue."""
+    client = backfill_client
+    _, headers = make_tenant(client, "trainer")
+    busy = _rent(client, headers, gpu_model="H100", gpus=8, max_duration_s=3600)
+    wait_for(client, busy, headers, "placed")
+    head = _rent(client, headers, gpu_model="H100", gpus=8, nodes=8, max_duration_s=3600)
+    assert wait_for(client, head, headers, "placed", reason="no_capacity")["expected_start_at"] is not None
+    plain = _rent(client, headers, gpu_model="H100", gpus=8, max_duration_s=7200)
+    saver = _rent(client, headers, gpu_model="H100", gpus=8, max_duration_s=7200, checkpoints=True)
+
+    lent = wait_for(client, saver, headers, "placed")
+    assert lent["state"] == "placed" and lent["borrowed"] is True
+    assert "borrowed" in _events(lent, "placed")[0]["message"]
+    blocked = wait_for(client, plain, headers, "placed", reason="blocked_by_head")
+    assert blocked["pending_reason"] == "blocked_by_head"
+    assert client.get(f"/v1/rentals/{head}", headers=headers).json()["state"] == "pending"
+
+    assert client.post(f"/v1/rentals/{busy}/stop", headers=headers).status_code == 200
+    assert wait_for(client, saver, headers, "preempting")["state"] == "preempting"
+    started = wait_for(client, head, headers, "placed")
+    assert started["state"] == "placed" and len(started["allocation"]) == 8
+    back = client.get(f"/v1/rentals/{saver}", headers=headers).json()
+    assert back["state"] == "pending" and back["borrowed"] is False
+    (event,) = _events(back, "requeued")
+    assert "its borrowed GPUs were taken back" in event["message"]
