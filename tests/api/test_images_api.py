@@ -4,6 +4,7 @@ stored, shown, and sent to the agent. SQLite and PostgreSQL through the real app
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import pytest
 from fastapi.testclient import TestClient
@@ -115,6 +116,7 @@ def test_a_rental_without_an_image_keeps_the_fingerprint_it_had_before_images_ex
         regions=("cn-north",),
     )
     assert spec_fingerprint(spec) == "1cb6caa0ce5bcedccd3a36ac0e1faa7cccc3ee62adf9439308c87c0855f1e028"
+    assert spec_fingerprint(replace(spec, checkpoints=True)) != spec_fingerprint(spec)  # set, it counts
 
 
 def test_the_agents_assignment_carries_the_image(client: TestClient, tenant) -> None:

@@ -145,8 +145,8 @@ def spec_fingerprint(spec: RentalSpec) -> str:
     request). A field added later counts only when set, so a rental created before it keeps its fingerprint
     and its retry is still a retry."""
     fields = asdict(spec)
-    for later in ("image", "name", "idle_stop_s"):
-        if fields[later] is None:
+    for later, unset in (("image", None), ("name", None), ("idle_stop_s", None), ("checkpoints", False)):
+        if fields[later] == unset:
             del fields[later]
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=list).encode()).hexdigest()
 
