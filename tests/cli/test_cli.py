@@ -171,6 +171,37 @@ def test_a_followed_rental_waiting_says_why() -> None:
     assert _state_line(rental.model_copy(update={"events": []})) == "rnt_1: pending (no_matching_gpu)"
 
 
+def test_show_says_a_rental_checkpoints_and_when_it_runs_on_borrowed_gpus() -> None:
+    from datetime import UTC, datetime
+
+    from rich.console import Console
+
+    from suanli.cli.platform_commands import _rental_detail
+    from suanli.wire.schemas import RentalCreateRequest, RentalResponse
+
+    at = datetime(2026, 12, 4, tzinfo=UTC)
+    plain = RentalResponse(
+        id="rnt_1",
+        tenant_id="ten_1",
+        state="running",
+        request=RentalCreateRequest(gpu_model="H100", gpus=8),
+        allocation=[],
+        created_at=at,
+    )
+    saving = plain.model_copy(
+        update={"request": RentalCreateRequest(gpu_model="H100", gpus=8, checkpoints=True)}
+    )
+    lent = saving.model_copy(update={"borrowed": True})
+    shown = []
+    for rental in (plain, saving, lent):
+        console = Console(record=True, width=200)
+        console.print(_rental_detail(rental))
+        shown.append(console.export_text().splitlines()[0])
+    assert "checkpoints" not in shown[0] and "borrowed" not in shown[0]
+    assert shown[1].endswith("on_demand, checkpoints") and "borrowed" not in shown[1]
+    assert "checkpoints (on borrowed GPUs: taken back with notice" in shown[2]
+
+
 def test_follow_knows_the_reasons_no_free_capacity_cures() -> None:
     from suanli.cli.follow import NEVER_FITS, never_fits_hint
     from suanli.domain.queueing import NEVER_FITS as DOMAIN_NEVER_FITS

@@ -542,6 +542,10 @@ def _rental_detail(rental: RentalResponse) -> Group:
         header += f", charged {micros(rental.charged_micros)}{so_far}"
     if rental.time_limit_at is not None:
         header += f", stops at {rental.time_limit_at:%Y-%m-%d %H:%M:%S} UTC (max duration)"
+    if request.checkpoints:
+        header += ", checkpoints"
+    if rental.borrowed:
+        header += " (on borrowed GPUs: taken back with notice when a rental ahead needs them)"
     if rental.preempted_by:
         deadline = f" until {rental.notice_deadline:%Y-%m-%d %H:%M:%S} UTC" if rental.notice_deadline else ""
         by = PREEMPTED_BY.get(rental.preempted_by, rental.preempted_by)
