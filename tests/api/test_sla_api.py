@@ -69,6 +69,9 @@ def test_a_lost_node_earns_an_sla_credit_posted_once_and_shown_on_the_invoice(
     assert client.post(f"/v1/admin/sla/{month}", headers=ADMIN).status_code == 409  # not ended
     start = datetime.strptime(month, "%Y-%m").replace(tzinfo=UTC)
     after = (start + timedelta(days=32)).replace(day=2)
+    # the meter loop posts an ended month's credits on its own (post_due, tested in the store tests); kept
+    # out here, or its pass could post first and this call, rightly, would post nothing new (CI saw it once)
+    services.meter.sla = None
     services.sla.clock = FixedClock(after)
     posted = client.post(f"/v1/admin/sla/{month}", headers=ADMIN)
     assert posted.status_code == 200, posted.text
