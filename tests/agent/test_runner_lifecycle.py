@@ -691,3 +691,50 @@ def test_an_agent_that_restarted_counts_on_from_the_restarts_its_assignment_repo
     runner.step()
     last = client.reports[-1][0]
     assert (last.state, last.restarts) == ("failed", 3)
+
+
+def _placed(rental_id: str, script: str, placement: int) -> AssignmentResponse:
+    return assignment(rental_id, script, gpu=2).model_copy(update={"placement": placement})
+
+
+def test_a_rental_placed_here_again_after_a_requeue_runs_anew_and_its_output_goes_on_after_the_first(
+    tmp_path: Path,
+) -> None:
+    """Preempted, a rental that checkpoints went back to the queue and its directory here was removed; placed
+    on this node again, its workload starts anew, reports under its new placement, and ships its output
+    after what the server holds of the first run's, not over it."""
+    client = FakeClient()
+    client.assignments = [_placed("r-1", "print('first run')", 1)]
+    runner = make_runner(tmp_path, client)
+    runner.step()
+    eventually(lambda: not runner.local["r-1"].workload.poll().running)
+    runner.step()  # its end reported, its log shipped
+    assert [(w.state, w.placement) for w in client.reports[-1]] == [("succeeded", 1)]
+    client.assignments = []  # back in the queue
+    runner.step()
+    assert "r-1" not in runner.local and not ProcessExecutor(tmp_path).paths("r-1").root.exists()
+
+    client.assignments = [_placed("r-1", "print('second run')", 2)]
+    runner.step()
+    eventually(lambda: not runner.local["r-1"].workload.poll().running)
+    runner.step()
+    assert [(w.state, w.placement) for w in client.reports[-1]] == [("succeeded", 2)]
+    assert bytes(client.logs["r-1"]) == b"first run\nsecond run\n"
+
+
+def test_a_rental_placed_here_again_before_the_agent_saw_it_leave_still_starts_anew(tmp_path: Path) -> None:
+    """Placed on this node again before any heartbeat answer left it out: the earlier run, still running
+    (its notice ignored), is ended and the new placement's workload starts; the output goes on in the same
+    log file."""
+    client = FakeClient()
+    client.assignments = [_placed("r-1", "print('first', flush=True)\n" + SLEEPS, 1)]
+    runner = make_runner(tmp_path, client)
+    runner.step()
+    first = runner.local["r-1"].workload
+    eventually(lambda: runner.step() or bytes(client.logs.get("r-1", b"")) == b"first\n")
+    client.assignments = [_placed("r-1", "print('second')", 2)]
+    runner.step()
+    eventually(lambda: not first.poll().running)
+    assert runner.local["r-1"].workload is not first and runner.local["r-1"].placement == 2
+    eventually(lambda: runner.step() or bytes(client.logs["r-1"]) == b"first\nsecond\n")
+    assert client.reports[-1][0].placement == 2

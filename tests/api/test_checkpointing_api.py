@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 from test_preemption_api import BID, _events, _rent
 
-from conftest import app_client, make_tenant, wait_for
+from conftest import app_client, make_tenant, register_agent, wait_for
 
 NOTICE_S = 3.0
 
@@ -27,18 +27,17 @@ def backfill_client(database_url: str) -> Iterator[TestClient]:
         yield client
 
 
+def _saver(client: TestClient, headers: dict[str, str]) -> str:
+    """A spot rental that checkpoints, on a whole H200 node: the first an on-demand one preempts."""
+    return _rent(
+        client, headers, gpu_model="H200", gpus=8, tier="spot", bid_micros_per_gpu_hour=BID, checkpoints=True
+    )
+
+
 def test_a_preempted_rental_that_checkpoints_goes_back_to_the_queue_and_runs_again(client, tenant) -> None:
     _, spot_tenant = tenant("saver")
     _, od_tenant = tenant("steady")
-    spot = _rent(
-        client,
-        spot_tenant,
-        gpu_model="H200",
-        gpus=8,
-        tier="spot",
-        bid_micros_per_gpu_hour=BID,
-        checkpoints=True,
-    )
+    spot = _saver(client, spot_tenant)
     first = wait_for(client, spot, spot_tenant, "placed")
     assert first["request"]["checkpoints"] is True and first["borrowed"] is False
     od = _rent(client, od_tenant, gpu_model="H200", gpus=8, tier="on_demand", max_duration_s=3600)
@@ -98,3 +97,41 @@ def test_a_rental_that_checkpoints_borrows_a_drain_and_the_head_takes_it_back(
     assert back["state"] == "pending" and back["borrowed"] is False
     (event,) = _events(back, "requeued")
     assert "its borrowed GPUs were taken back" in event["message"]
+
+
+def test_placed_again_on_its_node_it_runs_anew_there_and_late_word_of_its_first_run_changes_nothing(
+    client, tenant
+) -> None:
+    """A rental that checkpoints, preempted on h200-01 and placed there again: its agent is told the new
+    placement, the end of the first run it reports late leaves the rental placed, and the rental has a run
+    per placement (the first ended, the second running)."""
+    _, spot_tenant = tenant("saver")
+    _, od_tenant = tenant("steady")
+    spot = _saver(client, spot_tenant)
+    node = wait_for(client, spot, spot_tenant, "placed")["allocation"][0]["node"]
+    agent = register_agent(client, node)
+
+    def beat(state: str, placement: int) -> list[int]:
+        report = {"rental_id": spot, "state": state, "placement": placement}
+        answer = client.post("/v1/agents/heartbeat", json={"workloads": [report]}, headers=agent)
+        assert answer.status_code == 200, answer.text
+        return [a["placement"] for a in answer.json()["assignments"] if a["rental_id"] == spot]
+
+    assert beat("running", 1) == [1]
+    od = _rent(client, od_tenant, gpu_model="H200", gpus=8, tier="on_demand", max_duration_s=3600)
+    wait_for(client, spot, spot_tenant, "preempting")
+    beat("stopped", 1)  # saved its checkpoint and left under notice
+    wait_for(client, od, od_tenant, "placed")
+    assert client.get(f"/v1/rentals/{spot}", headers=spot_tenant).json()["state"] == "pending"
+    assert client.post(f"/v1/rentals/{od}/stop", headers=od_tenant).status_code == 200
+    assert wait_for(client, spot, spot_tenant, "placed")["allocation"][0]["node"] == node
+
+    assert beat("stopped", 1) == [2]  # the agent's word on its first run, before it saw the new placement
+    assert client.get(f"/v1/rentals/{spot}", headers=spot_tenant).json()["state"] == "placed"
+    assert beat("running", 2) == [2]
+    assert client.get(f"/v1/rentals/{spot}", headers=spot_tenant).json()["state"] == "running"
+    runs = client.get(f"/v1/rentals/{spot}/runs", headers=spot_tenant).json()
+    assert [(r["node"], r["placement"], r["state"], r["ended_at"] is None) for r in runs] == [
+        (node, 1, "stopped", False),
+        (node, 2, "running", True),
+    ]

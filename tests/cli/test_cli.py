@@ -233,3 +233,30 @@ def test_the_readmes_port_forward_example_names_what_the_sdk_has() -> None:
         assert callable(getattr(Client, name))
     inspect.signature(Client.rental_gpu_history).bind(None, "rnt_x", minutes=30)
     inspect.signature(Forwarder).bind(None, None, on_error=print)
+
+
+def test_show_numbers_the_runs_of_a_rental_placed_again_and_only_then() -> None:
+    from datetime import UTC, datetime
+
+    from rich.console import Console
+    from rich.console import Group as RichGroup
+
+    from suanli.cli.platform_commands import _with_runs
+    from suanli.wire.agent_schemas import RentalRunResponse
+
+    at = datetime(2026, 12, 4, tzinfo=UTC)
+    first = RentalRunResponse(node="h100-01", state="stopped", started_at=at, ended_at=at, placement=1)
+    second = first.model_copy(update={"state": "running", "ended_at": None, "placement": 2})
+
+    def table_of(runs: list[RentalRunResponse]) -> list[str]:
+        console = Console(record=True, width=200)
+        console.print(_with_runs(RichGroup(), runs))
+        lines = console.export_text().splitlines()
+        cells = [[cell.strip() for cell in line.strip("┃│ ").replace("┃", "│").split("│")] for line in lines]
+        return [" ".join(row) for row in cells if "h100-01" in row or "node" in row]
+
+    header, *rows = table_of([second, first])
+    assert header.split()[:2] == ["placement", "node"]
+    assert [row.split()[:3] for row in rows] == [["1", "h100-01", "stopped"], ["2", "h100-01", "running"]]
+    header, row = table_of([first])
+    assert header.split()[0] == "node" and row.split()[:2] == ["h100-01", "stopped"]

@@ -635,6 +635,35 @@ def test_a_preempted_rental_that_checkpoints_saves_goes_back_to_the_queue_and_re
             api.stop(rental_id)
 
 
+def test_a_rental_that_checkpoints_placed_again_on_its_own_node_resumes_there_with_a_run_of_its_own(
+    platform: Platform, tmp_path: Path
+) -> None:
+    """As above, but the preemptor is stopped instead: the victim is placed again on the node it left, its
+    agent starts it anew there (the second placement), it resumes from its count, its output goes on after
+    the first run's, and the node has a run per placement."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o777)
+    state.chmod(0o777)
+    with platform.tenant() as api:
+        spots, od, victim = _spot_noticed_for_on_demand(
+            api, SAVES_ON_SIGTERM, "counting from 0", checkpoints=True, env={"STATE_DIR": str(state)}
+        )
+        wait_for_state(api, od.id, "running", timeout_s=NOTICE_S + 10)
+        wait_for_state(api, victim.id, "pending", timeout_s=5)
+        saved = int((state / victim.id).read_text())
+        api.stop(od.id)  # its node frees: the victim goes back there
+        resumed = wait_for_state(api, victim.id, "running", timeout_s=15)
+        node = victim.allocation[0].node
+        assert resumed.allocation[0].node == node
+        wait_until(lambda: f"counting from {saved}" in api.logs(victim.id).data, 10, "the resumed count")
+        output = api.logs(victim.id).data
+        assert output.index("counting from 0") < output.index(f"counting from {saved}")
+        runs = [(run.node, run.placement, run.ended_at is None) for run in api.rental_runs(victim.id)]
+        assert runs == [(node, 1, False), (node, 2, True)]
+        for rental_id in spots:
+            api.stop(rental_id)
+
+
 # --- helpers -----------------------------------------------------------------------------------------
 
 

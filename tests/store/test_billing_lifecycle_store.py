@@ -19,6 +19,7 @@ from suanli.app.fleet import FleetCache
 from suanli.app.invoices import InvoiceService
 from suanli.app.records import Booking, Caller, Rental, RentalEvent, RentalSpec, Tenant
 from suanli.app.rentals import added_price, follow_size
+from suanli.app.scheduling import Scheduler
 from suanli.domain.billing.ledger import TxKind
 from suanli.domain.billing.money import charge_micros, round_half_up
 from suanli.domain.catalog_data import CATALOG
@@ -145,6 +146,64 @@ def test_a_requeued_rental_placed_again_is_billed_from_its_placement_until_its_r
     _place(factory, "rnt_q", OTHER, T0 + 1000 * S)  # no run reported there yet
     billing.meter(now=T0 + 1030 * S)
     assert _charged(factory, "rnt_q") == charge_micros(RATE, 130)
+
+
+def _requeue_at(factory, rental_id, deadline, now):
+    """Preempt a rental that checkpoints with notice to `deadline`; the cycle at `now` re-queues it."""
+    with factory() as u:
+        assert u.rentals.give_notice(rental_id, "rnt_other", deadline, expect=("running",))
+        u.commit()
+    with factory() as u:
+        assert Scheduler._requeue_victim(u, u.rentals.get(rental_id), now) == 1
+        u.commit()
+
+
+def test_a_rental_placed_again_on_its_node_has_a_run_per_placement_each_billed(env) -> None:
+    """Preempted twice, a rental that checkpoints comes back to the same node each time: three runs there,
+    each billed from its start to its end, none of the time in the queue. The first ends when its agent says
+    so (it left under notice), the second, whose agent said nothing, at its deadline, and the agent's late
+    word on it, after the third began, changes neither the third run nor the rental."""
+    factory, clock, agents, billing = env
+    key = _key(agents, NODE)
+    spec = RentalSpec(gpu_model="H100", gpus=1, tier="spot", checkpoints=True)
+    _place(factory, "rnt_c", NODE, T0, spec)
+    agents.heartbeat(key, [WorkloadReport("rnt_c", "running", placement=1)], [])  # run 1 from T0
+    clock.at = T0 + 100 * S
+    with factory() as u:
+        u.rentals.give_notice("rnt_c", "rnt_other", T0 + 130 * S, expect=("running",))
+        u.commit()
+    agents.heartbeat(key, [WorkloadReport("rnt_c", "stopped", placement=1)], [])  # saved and left at 100
+    with factory() as u:
+        assert Scheduler._requeue_victim(u, u.rentals.get("rnt_c"), T0 + 101 * S) == 1
+        u.commit()
+    _place(factory, "rnt_c", NODE, T0 + 1000 * S)  # 900 s in the queue, then the same node again
+    clock.at = T0 + 1000 * S
+    agents.heartbeat(key, [WorkloadReport("rnt_c", "running", placement=2)], [])  # run 2 from 1000
+    clock.at = T0 + 1200 * S
+    agents.heartbeat(key, [WorkloadReport("rnt_c", "running", placement=2)], [])
+    _requeue_at(factory, "rnt_c", T0 + 1230 * S, T0 + 1231 * S)  # its agent silent: ends at its deadline
+    _place(factory, "rnt_c", NODE, T0 + 2000 * S)
+    clock.at = T0 + 2000 * S
+    agents.heartbeat(key, [WorkloadReport("rnt_c", "running", placement=3)], [])  # run 3 from 2000
+    clock.at = T0 + 2050 * S
+    late = [WorkloadReport("rnt_c", "stopped", placement=2), WorkloadReport("rnt_c", "running", placement=3)]
+    agents.heartbeat(key, late, [])
+    with agents.uow() as u:
+        assert u.rentals.get("rnt_c").state == "running"
+        runs = [(r.placement, r.state, r.started_at, r.ended_at) for r in u.agents.runs("rnt_c")]
+    assert runs == [
+        (1, "stopped", T0, T0 + 100 * S),
+        (2, "stopped", T0 + 1000 * S, T0 + 1230 * S),
+        (3, "running", T0 + 2000 * S, None),
+    ]
+    billing.meter()  # to the heartbeat at 2050
+    assert _charged(factory, "rnt_c") == charge_micros(RATE, 100 + 230 + 50)
+    clock.at = T0 + 2100 * S
+    agents.heartbeat(key, [WorkloadReport("rnt_c", "succeeded", exit_code=0, placement=3)], [])
+    billing.meter()
+    assert _charged(factory, "rnt_c") == charge_micros(RATE, 100 + 230 + 100)
+    (line,) = InvoiceService(factory, clock, CATALOG, FleetCache(CATALOG)).invoice(ALICE, "2030-01").lines
+    assert line.gpu_seconds == 430
 
 
 def test_a_contract_covered_rental_grown_from_1_to_4_gpus_pays_on_demand_for_the_3_uncovered(env) -> None:

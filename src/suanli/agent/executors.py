@@ -106,6 +106,11 @@ class RentalPaths:
         return self.root / "output.log"
 
     @property
+    def log_base_file(self) -> Path:
+        """Bytes of the node's log the server held before `log_file` began (placed here again)."""
+        return self.root / "output.base"
+
+    @property
     def control_dir(self) -> Path:
         return self.root / "control"
 

@@ -56,6 +56,7 @@ from suanli.agent.executors import (
     Executor,
     ExecutorError,
     ProcessExecutor,
+    RentalPaths,
     Workload,
     WorkloadSpec,
     write_nodes,
@@ -121,6 +122,10 @@ class Local:
     launched_at: float | None = None  # monotonic time this agent started the workload (None: adopted)
     restarted_here: int = 0  # restarts this agent made by itself after failures (one node, on-failure)
     failed_exit_code: int | None = None  # the exit code the last of them followed
+    placement: int = 0  # the server's count of the rental's placements this run follows
+    # bytes of this node's log the server held before this log file's first byte (an earlier placement's
+    # output, its file since removed); None: not asked yet (`_ship_log` asks before its first upload)
+    log_base: int | None = 0
 
 
 class AgentRunner:
@@ -296,6 +301,7 @@ class AgentRunner:
                 exit_code=local.exit_code,
                 message=local.message[:500],
                 attempt=local.attempt,
+                placement=local.placement,
                 restarts=local.restarted_here,
                 failed_exit_code=local.failed_exit_code,
                 ran_s=None if local.launched_at is None else round(time.monotonic() - local.launched_at, 3),
@@ -328,8 +334,10 @@ class AgentRunner:
         self._stop_and_restart(assignments)
         for assignment in assignments:
             local = self.local.get(assignment.rental_id)
-            if local is None or local.unassigned:  # new here, or assigned here again
-                local = self._start(assignment)
+            if local is not None and assignment.placement > local.placement and not local.unassigned:
+                self._replaced(local)
+            if local is None or local.unassigned or assignment.placement > local.placement:
+                local = self._start(assignment)  # new here, assigned here again, or placed here again
             if assignment.action == "stop":
                 if local.state == "running":
                     local.state = "stopped"
@@ -342,6 +350,14 @@ class AgentRunner:
                 self._withdraw_notice(local)
 
     # --- helpers --------------------------------------------------------------------------------------
+
+    def _replaced(self, local: Local) -> None:
+        """The rental was re-queued and placed on this node again: a workload of the earlier placement still
+        running here (its end not seen yet) is killed before the new placement's starts."""
+        if local.workload is not None and local.state == "running":
+            log.info("%s: placed here again; ending its earlier run", local.rental_id)
+            local.workload.kill()
+        self.executor.paths(local.rental_id).notice_file.unlink(missing_ok=True)
 
     def _withdraw_notice(self, local: Local) -> None:
         """The server withdrew the notice (its preemptor left): the workload is not killed at the deadline,
@@ -359,6 +375,7 @@ class AgentRunner:
         tracker = RestartTracker(assignment.restart, response.restarts)
         local = Local(response.rental_id, None, tracker, assignment, None)
         local.attempt, local.restarted_here = assignment.attempt, response.restarts
+        local.placement = response.placement
         self.local[response.rental_id] = local
         if response.action == "stop":
             return local
@@ -367,6 +384,7 @@ class AgentRunner:
             log.info("%s: its workload ended while the agent was away; reporting its end", response.rental_id)
             local.state, local.exit_code, local.message = ended_away(orphan.ended)
             local.log_file = self.executor.paths(response.rental_id).log_file
+            local.log_base = read_log_base(self.executor.paths(response.rental_id))
             local.stale_record = orphan.record
             return local
         if orphan is not None:  # on its assigned devices: one moved was stopped already (_stop_and_restart)
@@ -377,6 +395,7 @@ class AgentRunner:
             )
             local.workload = adopt(response.rental_id, orphan, self.executor)
             local.log_file = self.executor.paths(response.rental_id).log_file
+            local.log_base = read_log_base(self.executor.paths(response.rental_id))
             local.log_offset = 0  # the server tells the stored size at the first upload
             self._write_nodes(assignment)  # its nodes may have changed meanwhile too
             return local
@@ -480,6 +499,12 @@ class AgentRunner:
             write_nodes(path, assignment.rental_id, assignment.peers, assignment.node_rank)
 
     def _launch(self, assignment: Assignment, local: Local) -> None:
+        paths = self.executor.paths(assignment.rental_id)
+        if paths.log_file.exists() and paths.log_file.stat().st_size > 0:
+            local.log_base = read_log_base(paths)  # the file goes on from where its earlier run left it
+        else:  # a new file: placed here before, the server may hold an earlier placement's output
+            paths.log_base_file.unlink(missing_ok=True)
+            local.log_base = None if local.placement > 1 else 0
         try:
             self._make_mig_devices(assignment)
             spec = workload_spec(assignment, self.inventory, self.executor)
@@ -635,6 +660,19 @@ class AgentRunner:
             json.dump({"server": self.server_url, "node": node, "node_key": node_key}, handle)
 
 
+def read_log_base(paths: RentalPaths) -> int:
+    """The log base an earlier agent process learned for this rental's log file (0: none)."""
+    try:
+        return max(0, int(paths.log_base_file.read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        return 0
+
+
+def write_log_base(paths: RentalPaths, base: int) -> None:
+    """Keep the log base by the log: an agent that adopts the workload ships on from the same place."""
+    paths.log_base_file.write_text(str(base), encoding="utf-8")
+
+
 def _ship_log(client: Client, local: Local, log_file: Path) -> bool:
     """Upload up to MAX_CHUNKS_PER_STEP chunks of a workload's new log; True when it stopped at that cap
     (more waits), False at the end of the file or where the server takes no more."""
@@ -645,14 +683,18 @@ def _ship_log(client: Client, local: Local, log_file: Path) -> bool:
             if not chunk:
                 return False
             try:
-                stored = client.upload_log(local.rental_id, local.log_offset, chunk).stored_bytes
+                if local.log_base is None:  # a new file: the earlier placement's output stays before it
+                    local.log_base = client.upload_log(local.rental_id, 0, b"").stored_bytes
+                    write_log_base(RentalPaths(log_file.parent), local.log_base)
+                at = local.log_base + local.log_offset
+                stored = client.upload_log(local.rental_id, at, chunk).stored_bytes
             except ApiError as error:
                 if error.status == 404:
                     return False
                 raise
-            if stored == local.log_offset:  # nothing taken: a gap on the server side
+            if stored == at:  # nothing taken: a gap on the server side
                 return False
-            local.log_offset = stored
+            local.log_offset = max(0, stored - local.log_base)
     return True
 
 

@@ -67,7 +67,15 @@ def register(body: AgentRegisterRequest, service: AgentsDep) -> AgentRegisterRes
 def heartbeat(body: HeartbeatRequest, key: NodeKeyDep, service: AgentsDep) -> HeartbeatResponse:
     reports = [
         WorkloadReport(
-            w.rental_id, w.state, w.exit_code, w.message, w.attempt, w.ran_s, w.restarts, w.failed_exit_code
+            w.rental_id,
+            w.state,
+            w.exit_code,
+            w.message,
+            w.attempt,
+            w.ran_s,
+            w.restarts,
+            w.failed_exit_code,
+            w.placement,
         )
         for w in body.workloads
     ]
@@ -192,6 +200,7 @@ def rental_runs(rental_id: str, caller: CallerDep, services: ServicesDep) -> lis
             ended_at=r.ended_at,
             last_heartbeat_at=r.last_heartbeat_at,
             restarts=r.restarts,
+            placement=r.placement,
         )
         for r in services.agents.runs(caller, rental_id)
     ]
@@ -222,4 +231,5 @@ def _assignment(a: NodeAssignment) -> AssignmentResponse:
         node_rank=a.node_rank,
         attempt=a.attempt,
         restarts=a.restarts,
+        placement=a.rental.placements,
     )

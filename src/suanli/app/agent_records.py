@@ -51,6 +51,7 @@ class RentalRun:
     ended_at: datetime | None = None
     last_heartbeat_at: datetime | None = None
     restarts: int = 0  # restarts its agent made by itself (one node, on-failure), as last reported
+    placement: int = 0  # the rental's placement it ran in (`Rental.placements` then)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +64,7 @@ class WorkloadReport:
     ran_s: float | None = None  # how long ago the agent started the workload (None: it cannot tell)
     restarts: int = 0  # restarts the agent made by itself after failures (a one-node rental's on-failure)
     failed_exit_code: int | None = None  # the exit code the last of those restarts followed
+    placement: int | None = None  # the placement the agent's run follows (None: an agent that does not say)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +118,7 @@ class AgentRepo(Protocol):
     # the host name each registered node's agent reported (nodes without an agent are left out)
     def hostnames(self, nodes: Sequence[str]) -> dict[str, str]: ...
     def had_allocation(self, rental_id: str, node: str) -> bool: ...
-    def run(self, rental_id: str, node: str) -> RentalRun | None: ...
+    def run(self, rental_id: str, node: str, placement: int) -> RentalRun | None: ...
     def runs_on(self, node: str, rental_ids: Sequence[str]) -> dict[str, RentalRun]: ...
     def put_run(self, run: RentalRun) -> None: ...
     def runs(self, rental_id: str) -> list[RentalRun]: ...

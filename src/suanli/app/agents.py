@@ -240,7 +240,12 @@ class AgentService:
         rental = uow.rentals.get(report.rental_id)
         if rental is None or not uow.agents.had_allocation(rental.id, node):
             return False
-        run = uow.agents.run(rental.id, node) or RentalRun(rental.id, node, report.state)
+        placement = rental.placements if report.placement is None else report.placement
+        if placement != rental.placements:  # a run of an earlier placement, placed again on this node since
+            return _earlier_run_reported(uow, rental.id, node, report, placement, now)
+        run = uow.agents.run(rental.id, node, placement) or RentalRun(
+            rental.id, node, report.state, placement=placement
+        )
         ended = report.state in ("succeeded", "failed", "stopped")
         allocation = uow.rentals.allocation(rental.id) if ended and not given_up else []
         if _restarts_together(rental, allocation):
@@ -268,6 +273,7 @@ class AgentService:
                 max(
                     report.restarts, run.restarts
                 ),  # an agent that restarted goes on from it (its assignment)
+                placement,
             )
         )
         if rental.state == "preempting" and ended:
@@ -303,10 +309,12 @@ class AgentService:
         if restarts >= rental.spec.max_restarts:
             return False
         for part in allocation:
-            run = uow.agents.run(rental.id, part.node)
+            run = uow.agents.run(rental.id, part.node, rental.placements)
             started = run.started_at if run is not None else None
             seen = run.last_heartbeat_at if run is not None else None
-            uow.agents.put_run(RentalRun(rental.id, part.node, "starting", None, started, None, seen))
+            uow.agents.put_run(
+                RentalRun(rental.id, part.node, "starting", None, started, None, seen, 0, rental.placements)
+            )
         code = f" with exit code {report.exit_code}" if report.exit_code is not None else ""
         why = f"; {report.message}" if report.message else ""
         uow.rentals.add_event(
@@ -325,7 +333,7 @@ class AgentService:
     def _all_succeeded(uow: AgentUnitOfWork, rental: Rental) -> bool:
         """Whether the workload has succeeded on every node the rental holds (a failure on any ends it)."""
         for allocation in uow.rentals.allocation(rental.id):
-            run = uow.agents.run(rental.id, allocation.node)
+            run = uow.agents.run(rental.id, allocation.node, rental.placements)
             if run is None or run.state != "succeeded":
                 return False
         return True
@@ -335,7 +343,7 @@ class AgentService:
         """A victim under notice whose workload ended on every node: its deadline becomes now, so the next
         cycle ends it `preempted` and gives its capacity to the preemptor in one transaction."""
         for allocation in uow.rentals.allocation(rental.id):
-            run = uow.agents.run(rental.id, allocation.node)
+            run = uow.agents.run(rental.id, allocation.node, rental.placements)
             if run is None or run.ended_at is None:
                 return False
         uow.rentals.advance_deadline(rental.id, now)
@@ -397,9 +405,20 @@ class AgentService:
         rental = uow.rentals.get(rental_id)
         if rental is None or rental.state not in LIVE_STATES:
             return
-        run = uow.agents.run(rental_id, node) or RentalRun(rental_id, node, "lost")
+        placement = rental.placements
+        run = uow.agents.run(rental_id, node, placement) or RentalRun(rental_id, node, "lost")
         uow.agents.put_run(
-            RentalRun(rental_id, node, "lost", run.exit_code, run.started_at, last, run.last_heartbeat_at)
+            RentalRun(
+                rental_id,
+                node,
+                "lost",
+                run.exit_code,
+                run.started_at,
+                last,
+                run.last_heartbeat_at,
+                run.restarts,
+                placement,
+            )
         )
         requeues = sum(1 for e in uow.rentals.events(rental_id) if e.kind == "requeued")
         spec = rental.spec
@@ -491,6 +510,17 @@ class AgentService:
             for run in uow.agents.runs(rental_id)
             if node is None or run.node == node
         )
+
+
+def _earlier_run_reported(
+    uow: AgentUnitOfWork, rental_id: str, node: str, report: WorkloadReport, placement: int, now: datetime
+) -> bool:
+    """A report on the run of an earlier placement of a rental placed on this node again since: only its end
+    is news, and it ends that run (the rental's state follows its current run); False: nothing changed."""
+    run = uow.agents.run(rental_id, node, placement)
+    if run is not None and run.ended_at is None and report.state in ("succeeded", "failed", "stopped"):
+        uow.agents.put_run(replace(run, state=report.state, exit_code=report.exit_code, ended_at=now))
+    return False
 
 
 def _started_at(rental: Rental, report: WorkloadReport, now: datetime) -> datetime | None:

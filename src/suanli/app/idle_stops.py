@@ -36,7 +36,7 @@ def stop_idle(
         if verdict is Reading.BUSY:
             uow.rentals.mark_busy(rental_id, now)
             continue
-        run = uow.agents.run(rental_id, node)
+        run = uow.agents.run(rental_id, node, rental.placements)
         started = run.started_at if run is not None and run.started_at is not None else now
         if idle_too_long(verdict, rental.last_busy_at, started, now, rental.spec.idle_stop_s):
             why = (

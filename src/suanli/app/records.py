@@ -120,6 +120,7 @@ class Rental:
     time_limit_at: datetime | None = None  # placed with a max duration: when the leader stops it
     last_busy_at: datetime | None = None  # with `idle_stop_s`: its GPUs' last busy reading (`domain/idle.py`)
     borrowed: bool = False  # placed on lent GPUs (`checkpoints`): the queue may take them back with notice
+    placements: int = 0  # times placed: a run belongs to one (`RentalRun.placement`), a re-placed one's anew
 
 
 @dataclass(frozen=True, slots=True)

@@ -617,6 +617,8 @@ class Scheduler:
             return 0
         uow.rentals.release(victim.id, at=now)
         deadline = victim.notice_deadline
+        # billed to here: a run its agent has not said ended yet ends now (at its deadline at the latest)
+        uow.rentals.end_runs(victim.id, now if deadline is None else min(now, deadline), "stopped")
         how = "left" if deadline is not None and deadline < now else "notice deadline reached"
         what = "its borrowed GPUs were taken back" if victim.borrowed else "preempted"
         message = f"{how}; {what}: back in the queue, it resumes from its checkpoint when placed again"

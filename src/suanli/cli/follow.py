@@ -112,7 +112,9 @@ def follow_rental(client: Client, rental: RentalResponse) -> int:
         return TIMED_OUT
     if ended.state == SUCCEEDED:
         return 0
-    codes = [run.exit_code for run in client.rental_runs(rental.id) if run.exit_code]
+    runs = client.rental_runs(rental.id)
+    latest = max((run.placement for run in runs), default=0)  # a re-queued rental's earlier runs ended before
+    codes = [run.exit_code for run in runs if run.placement == latest and run.exit_code]
     return exit_status(codes[0]) if codes else 1
 
 

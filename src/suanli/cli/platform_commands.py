@@ -510,20 +510,24 @@ def _slice_name(gpu: RentalGpuResponse) -> str:
 
 
 def _with_runs(detail: Group, runs: list[RentalRunResponse]) -> Group:
-    """The rental's detail and, once its workload has run, each node's run (which rank failed, and how)."""
+    """The rental's detail and, once its workload has run, each node's run (which rank failed, and how);
+    a rental placed again after a re-queue has a run per placement, numbered."""
     if not runs:
         return detail
+    several = len({r.placement for r in runs}) > 1
     rows = [
         (
+            *((r.placement,) if several else ()),
             r.node,
             r.state,
             "" if r.exit_code is None else r.exit_code,
             "" if r.started_at is None else f"{r.started_at:%Y-%m-%d %H:%M:%S}",
             "" if r.ended_at is None else f"{r.ended_at:%Y-%m-%d %H:%M:%S}",
         )
-        for r in runs
+        for r in sorted(runs, key=lambda r: (r.placement, r.node))
     ]
-    return Group(detail, table("runs", ("node", "state", "exit code", "started (UTC)", "ended (UTC)"), rows))
+    headers = ("node", "state", "exit code", "started (UTC)", "ended (UTC)")
+    return Group(detail, table("runs", (("placement",) if several else ()) + headers, rows))
 
 
 def _rental_detail(rental: RentalResponse) -> Group:

@@ -21,6 +21,7 @@ from suanli.store.rows import (
     NodeRow,
     RentalExecRow,
     RentalLogRow,
+    RentalRow,
     RentalRunRow,
     SliceRow,
     UtcDateTime,
@@ -141,6 +142,7 @@ class SqlAgents:
                 AllocationRow.node == node,
                 AllocationRow.released.is_(False),
                 RentalRunRow.state == "running",
+                RentalRunRow.placement == _placements_of(AllocationRow.rental_id),  # not an earlier one's
             )
             .order_by(AllocationRow.rental_id, SliceRow.id)
         )
@@ -154,7 +156,11 @@ class SqlAgents:
     ) -> None:
         self.s.execute(
             update(RentalRunRow)
-            .where(RentalRunRow.rental_id == rental_id, RentalRunRow.node == node)
+            .where(
+                RentalRunRow.rental_id == rental_id,
+                RentalRunRow.node == node,
+                RentalRunRow.placement == _placements_of(RentalRunRow.rental_id),
+            )
             .values(
                 energy_j=RentalRunRow.energy_j + energy_j,
                 measured_s=RentalRunRow.measured_s + seconds,
@@ -209,23 +215,29 @@ class SqlAgents:
         )
         return self.s.scalar(query.limit(1)) is not None
 
-    def run(self, rental_id: str, node: str) -> RentalRun | None:
-        row = self.s.get(RentalRunRow, (rental_id, node))
+    def run(self, rental_id: str, node: str, placement: int) -> RentalRun | None:
+        row = self.s.get(RentalRunRow, (rental_id, node, placement))
         return None if row is None else _run(row)
 
     def runs_on(self, node: str, rental_ids: Sequence[str]) -> dict[str, RentalRun]:
-        """The runs of these rentals on `node`, by rental, in one query."""
+        """The runs of these rentals on `node` in their current placements, by rental, in one query."""
         if not rental_ids:
             return {}
-        query = select(RentalRunRow).where(
-            RentalRunRow.node == node, one_of(self.s, RentalRunRow.rental_id, rental_ids)
+        query = (
+            select(RentalRunRow)
+            .join(RentalRow, RentalRow.id == RentalRunRow.rental_id)
+            .where(
+                RentalRunRow.node == node,
+                RentalRunRow.placement == RentalRow.placements,
+                one_of(self.s, RentalRunRow.rental_id, rental_ids),
+            )
         )
         return {row.rental_id: _run(row) for row in self.s.scalars(query)}
 
     def put_run(self, run: RentalRun) -> None:
-        row = self.s.get(RentalRunRow, (run.rental_id, run.node))
+        row = self.s.get(RentalRunRow, (run.rental_id, run.node, run.placement))
         if row is None:
-            row = RentalRunRow(rental_id=run.rental_id, node=run.node)
+            row = RentalRunRow(rental_id=run.rental_id, node=run.node, placement=run.placement)
             self.s.add(row)
         row.state, row.exit_code, row.restarts = run.state, run.exit_code, run.restarts
         row.started_at, row.ended_at, row.last_heartbeat_at = (
@@ -236,8 +248,11 @@ class SqlAgents:
         self.s.flush()
 
     def runs(self, rental_id: str) -> list[RentalRun]:
+        """Every run of the rental, of all its placements, by node and placement."""
         rows = self.s.scalars(
-            select(RentalRunRow).where(RentalRunRow.rental_id == rental_id).order_by(RentalRunRow.node)
+            select(RentalRunRow)
+            .where(RentalRunRow.rental_id == rental_id)
+            .order_by(RentalRunRow.node, RentalRunRow.placement)
         )
         return [_run(r) for r in rows]
 
@@ -353,6 +368,11 @@ def _node(row: AgentNodeRow) -> AgentNode:
     )
 
 
+def _placements_of(rental_id: Any) -> Any:
+    """The current placement of the rental `rental_id` names (a correlated subquery)."""
+    return select(RentalRow.placements).where(RentalRow.id == rental_id).scalar_subquery()
+
+
 def _run(row: RentalRunRow) -> RentalRun:
     return RentalRun(
         row.rental_id,
@@ -363,6 +383,7 @@ def _run(row: RentalRunRow) -> RentalRun:
         row.ended_at,
         row.last_heartbeat_at,
         row.restarts or 0,
+        row.placement or 0,
     )
 
 

@@ -22,6 +22,7 @@ from suanli.store.rows import (
     RentalEventRow,
     RentalRateRow,
     RentalRow,
+    RentalRunRow,
     SliceRow,
     UtcDateTime,
 )
@@ -233,6 +234,7 @@ class SqlRentals(RentalMoneyReads):
             "price_micros_per_hour": price_micros_per_hour,
             "time_limit_at": time_limit_at,
             "borrowed": borrowed,
+            "placements": RentalRow.placements + 1,
         }
         if quote is not None:
             values["quote"] = quote
@@ -415,6 +417,17 @@ class SqlRentals(RentalMoneyReads):
         except IntegrityError as error:
             raise BookingConflict(f"a slice of rental {rental_id} is already booked") from error
         return [ids[node_allocation.node] for node_allocation in allocation]
+
+    def end_runs(self, rental_id: str, at: datetime, state: str) -> int:
+        """End the rental's runs still open (in `state`, at `at`): a re-queued rental's runs end when it goes
+        back to the queue, whether or not its agents said so yet; how many."""
+        runs = RentalRunRow.__table__
+        ended = self.s.execute(
+            update(runs)
+            .where(runs.c.rental_id == rental_id, runs.c.ended_at.is_(None))
+            .values(ended_at=at, state=state)
+        )
+        return int(ended.rowcount or 0)  # type: ignore[attr-defined]
 
     def release(self, rental_id: str, nodes: Sequence[str] | None = None, *, at: datetime) -> None:
         """Give back the rental's allocations (on `nodes` only, when given) from `at` on."""

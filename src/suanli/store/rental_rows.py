@@ -50,6 +50,7 @@ def rental_from_row(row: RentalRow) -> Rental:
         row.time_limit_at,
         row.last_busy_at,
         bool(row.borrowed),
+        int(row.placements or 0),
     )
 
 

@@ -120,6 +120,8 @@ class RentalRow(Base):
     name: Mapped[str | None] = mapped_column(String(64), nullable=True)
     # placed on GPUs the backfill queue lent it (it checkpoints): taken back with notice when needed (0040)
     borrowed: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    # how many times it was placed (0041): its runs name the placement they belong to
+    placements: Mapped[int] = mapped_column(Integer, server_default="0")
 
 
 class RentalEventRow(Base):
@@ -252,11 +254,14 @@ class GpuMinuteRow(Base):
 
 
 class RentalRunRow(Base):
-    """A rental's workload on one node as its agent reported it; `ended_at` is where billing stops."""
+    """A rental's workload on one node in one of its placements, as its agent reported it; `ended_at` is
+    where billing stops."""
 
     __tablename__ = "rental_runs"
     rental_id: Mapped[str] = mapped_column(ForeignKey("rentals.id"), primary_key=True)
     node: Mapped[str] = mapped_column(String(200), primary_key=True)
+    # the rental's `placements` when it ran (0041): placed again on the node, it has a new run there
+    placement: Mapped[int] = mapped_column(Integer, primary_key=True, server_default="0")
     state: Mapped[str] = mapped_column(String(16))
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     started_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)

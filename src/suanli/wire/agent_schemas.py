@@ -70,6 +70,13 @@ class WorkloadReportBody(WireModel):
         le=2**31 - 1,
         description="The exit code of the failure the last of those restarts followed.",
     )
+    placement: int | None = Field(
+        default=None,
+        ge=0,
+        le=2**31 - 1,
+        description="The assignment's `placement` this run follows: a report on an earlier placement's run "
+        "only ends that run. Absent: the rental's current placement.",
+    )
     ran_s: float | None = Field(
         default=None,
         ge=0,
@@ -156,6 +163,13 @@ class AssignmentResponse(WireModel):
         ge=0,
         description="Restarts this node's agent has made by itself (one node, on-failure), as it last "
         "reported them: an agent that restarted counts on from them, so max_restarts holds across it.",
+    )
+    placement: int = Field(
+        default=0,
+        ge=0,
+        description="How many times the rental has been placed: a rental re-queued (a lost node, or "
+        "preempted while it checkpoints) and placed on this node again has a higher one than the run the "
+        "agent remembers, and starts anew here.",
     )
 
 
@@ -306,3 +320,8 @@ class RentalRunResponse(WireModel):
     ended_at: datetime | None = Field(default=None, description="Where billing stops for this node.")
     last_heartbeat_at: datetime | None = None
     restarts: int = Field(default=0, description="Restarts its agent made by itself after failures.")
+    placement: int = Field(
+        default=0,
+        description="The rental's placement it ran in: a re-queued rental placed again has a run per "
+        "placement.",
+    )
