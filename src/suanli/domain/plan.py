@@ -24,6 +24,18 @@ class Reason(StrEnum):
     PREEMPTING = "preempting"  # victims have notice; capacity is promised at their deadline
 
 
+# what no free capacity cures: the fleet as it is has no node, GPU or network subtree that could take it
+NEVER_FITS = frozenset(
+    {
+        Reason.NO_MATCHING_GPU,
+        Reason.RESIDENCY,
+        Reason.CONSTRAINTS,
+        Reason.NODE_TOO_SMALL,
+        Reason.GANG_TOO_LARGE,
+    }
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Slice:
     """A rentable part of one GPU: whole (1000 milli), a MIG instance, or a share."""

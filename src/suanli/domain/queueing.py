@@ -2,7 +2,7 @@
 
 `admit(snapshot, queue, running, policy, now, config) -> CycleDecision` is pure apart from the snapshot,
 which comes back with the decision's placements applied (as `schedule` does); preemption and reservation
-trials are undone. Phases:
+trials are undone. Phases (4 to 6 are `backfill.BackfillPhase`):
 1. promises: a request whose victims have all left takes the capacity it was promised, before anyone else;
    while they have notice, what is free of its promise is held for it (no one else starts there);
 2. order (`queue_order.py`, with the settings `QueueConfig`): strict arrival order (`Order.FIFO`) or tier,
@@ -38,11 +38,10 @@ With `QueueConfig.long_job_s`, requests declared longer than it keep within the 
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from dataclasses import dataclass
 
+from suanli.domain.backfill import BackfillPhase, fit_key
 from suanli.domain.billing.money import money_text
 from suanli.domain.contracts import (
     Contract,
@@ -57,7 +56,7 @@ from suanli.domain.contracts import (
 )
 from suanli.domain.fair_share import FairShare
 from suanli.domain.long_jobs import LongJobBudget, Room
-from suanli.domain.plan import Pending, Placement, Reason
+from suanli.domain.plan import NEVER_FITS, Pending, Placement, Reason
 from suanli.domain.policies import Policy
 from suanli.domain.preemption import (
     Eviction,
@@ -70,30 +69,17 @@ from suanli.domain.preemption import (
     hold_promise,
 )
 from suanli.domain.queue_order import (
-    BackfillOrder,
     Mode,
     QueueConfig,
-    backfill_key,
     keep_head_first,
     oldest_wide,
     order_requests,
-    width_cost,
 )
 from suanli.domain.quotas import Ledger, Limits
 from suanli.domain.request import Request, Tier
-from suanli.domain.reservation import Booking, earliest_slot, expected_end, reserve
+from suanli.domain.reservation import Booking
 from suanli.domain.scheduler import nominate, place
 from suanli.domain.snapshot import Snapshot
-
-NEVER_FITS = frozenset(
-    {
-        Reason.NO_MATCHING_GPU,
-        Reason.RESIDENCY,
-        Reason.CONSTRAINTS,
-        Reason.NODE_TOO_SMALL,
-        Reason.GANG_TOO_LARGE,
-    }
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +181,7 @@ def admit(
 def pool_share(snapshot: Snapshot, request: Request) -> float:
     """The share of the GPUs it could ever be placed on (its model, region, residency) that `request` takes:
     0..1, and 1 when it fits nowhere (static for the fleet: cached by what decides it)."""
-    key = ("pool_share", _fit_key(request))
+    key = ("pool_share", fit_key(request))
     share = snapshot.nomination_cache.get(key)
     if share is None:
         classes, _ = nominate(snapshot, request)
@@ -205,7 +191,7 @@ def pool_share(snapshot: Snapshot, request: Request) -> float:
     return share
 
 
-class _Cycle:
+class _Cycle(BackfillPhase):
     """Working state of one `admit` call: what was decided so far and the free GPUs left."""
 
     def __init__(
@@ -364,9 +350,9 @@ class _Cycle:
         failure record nothing (the caller gives the reason)."""
         avoid = self._maintenance_ahead(request)
         if not avoid:
-            return self._try_place(request, (_fit_key(request), cordon))
+            return self._try_place(request, (fit_key(request), cordon))
         with self.snapshot.cordoned(avoid):
-            return self._try_place(request, (_fit_key(request), cordon, avoid))
+            return self._try_place(request, (fit_key(request), cordon, avoid))
 
     def _maintenance_ahead(self, request: Request, lead_s: float = 0.0) -> frozenset[str]:
         """Nodes whose maintenance starts while `request` would still run (by its declared duration) if it
@@ -404,7 +390,7 @@ class _Cycle:
         return True
 
     def _failed_before(self, key: tuple) -> bool:
-        """Whether a request of `key`'s kind (`key[0]` its `_fit_key`) already failed this cycle, on these
+        """Whether a request of `key`'s kind (`key[0]` its `fit_key`) already failed this cycle, on these
         terms or anywhere: capacity only shrinks in a cycle, so it would fail again."""
         return key in self.failed or (key[0], False) in self.failed
 
@@ -515,7 +501,7 @@ class _Cycle:
         now (it did not try when fewer GPUs were free than the request needs: it cannot place it either), off
         the nodes whose maintenance starts before its declared end, as `try_place` tried it."""
         avoid = self._maintenance_ahead(request)
-        key = (_fit_key(request), False, avoid) if avoid else (_fit_key(request), False)
+        key = (fit_key(request), False, avoid) if avoid else (fit_key(request), False)
         failed = self.failed.get(key)
         if failed is not None:
             return Pending(request.id, failed.reason, failed.message)
@@ -536,7 +522,7 @@ class _Cycle:
             return False  # nothing running is of a lower tier
         lead_s = max(config.notice_for(tier) for tier in Tier if tier < request.tier)
         avoid = self._maintenance_ahead(request, lead_s)  # the promise must outlast no window's start
-        key = (_fit_key(request), request.tier, avoid)
+        key = (fit_key(request), request.tier, avoid)
         if key in self.no_victims:
             return False
         eligible = [r for r in self.running if r.request.id not in self.chosen_victims]
@@ -579,260 +565,3 @@ class _Cycle:
             )
         )
         return True
-
-    def after_head(self, head: Request, rest: Sequence[Request]) -> None:
-        """Reserve the head's earliest start, then backfill `rest` without delaying it."""
-        self.head = head.id
-        self.note_waiting(head)
-        if self.config.mode is Mode.CONSERVATIVE:
-            self._plan_conservative([head, *rest])
-            return
-        self.pending.append(Pending(head.id, Reason.NO_CAPACITY, "head of the queue; waiting for capacity"))
-        if self.config.mode is Mode.STRICT or not any(self._may_pass(r) for r in rest):
-            self._block(rest, "strict order: nothing passes the head")
-            return
-        smallest = min((self.snapshot.least_gpus(r) for r in rest if self._may_pass(r)), default=math.inf)
-        if smallest > self.free_gpus + 1e-9:  # nothing could start now: skip the reservation
-            for request in rest:
-                if not self.gated(request):
-                    self.pending.append(
-                        Pending(request.id, Reason.NO_CAPACITY, "no free capacity")
-                        if request.max_duration_s is not None
-                        else _blocked(request, "no declared duration: cannot backfill")
-                    )
-            return
-        reservation = reserve(  # what this cycle placed runs from now: it ends at its declared duration too
-            self.snapshot,
-            head,
-            [*self.running, *self.started],
-            self.policy,
-            self.now,
-            spare_free=self.config.spare_free,
-            maintenance=self._maintenance_on_fleet(),
-        )
-        if reservation is None:
-            self._block(rest, "the head's start cannot be bounded (running rentals without a duration)")
-            return
-        self.head_start_s, reserved = reservation
-        reserved_nodes = {a.node for a in reserved.nodes}
-        self.reserved_nodes = set(reserved_nodes)
-        if head.id == self.last_head:  # nodes drained for it last cycle stay out of long backfill
-            reserved_nodes |= self.last_reserved
-        candidates = list(rest)
-        if self.config.backfill_order is not BackfillOrder.QUEUE:
-            order = self.config.backfill_order
-            floor_s = self.config.backfill_floor_s
-            candidates.sort(
-                key=lambda r: backfill_key(
-                    r,
-                    self.now,
-                    order,
-                    width_cost(self.config, r, self.pool_share),
-                    floor_s,
-                    self.config.ratio_cost_cap_s,
-                )
-            )
-        would_delay = f"would delay the head's reserved start at {_utc_text(self.head_start_s)}"
-        delaying: list[Request] = []
-        for request in candidates:
-            if self.gated(request) or self.spot_held(request):
-                continue
-            if request.max_duration_s is None:
-                if self._may_pass(request):
-                    delaying.append(request)  # it may still borrow: it gives the GPUs back when asked
-                else:
-                    self.pending.append(_blocked(request, "no declared duration: cannot backfill"))
-                continue
-            if self.free_gpus < 1e-9:
-                self.pending.append(Pending(request.id, Reason.NO_CAPACITY, "no free GPU"))
-                continue
-            ends_in_time = self.now + request.max_duration_s <= self.head_start_s
-            if ends_in_time:
-                if self.config.fill_drain_first and self._place_within(request, reserved_nodes):
-                    continue
-                if not self.try_place(request, cordon=False):
-                    self.pending.append(Pending(request.id, Reason.NO_CAPACITY, "no free capacity"))
-            elif not self._place_avoiding(request, reserved_nodes):
-                if self.config.borrow_idle and request.checkpoints:
-                    delaying.append(request)
-                else:
-                    self.pending.append(_blocked(request, would_delay))
-        for request in delaying:  # the drain first, lent until the head can start; then what else is free
-            if not (self._borrow(request, reserved_nodes) or self._borrow(request, None)):
-                self.pending.append(_blocked(request, would_delay))
-
-    def _may_pass(self, request: Request) -> bool:
-        """Whether `request` may start ahead of a blocked head: it declares its duration (backfill), or it
-        checkpoints and the queue lends idle GPUs (it gives them back when asked, whenever it would end)."""
-        return request.max_duration_s is not None or (self.config.borrow_idle and request.checkpoints)
-
-    def borrow_held(self) -> None:
-        """Requests the long-job budget alone held back borrow what is free, if they checkpoint."""
-        for request in self.budget_held:
-            if request.checkpoints and self._borrow(request, None):
-                self.pending = [p for p in self.pending if p.request_id != request.id]
-
-    def _borrow(self, request: Request, nodes: set[str] | None) -> bool:
-        """Place `request`, which checkpoints and would otherwise wait while GPUs idle, on `nodes` (None:
-        any), borrowed: outside the long-job budget and free of the head's reservation, since whoever the
-        walk reaches that does not fit takes it back with notice (`_reclaim_for`), and it resumes later."""
-        if self.free_gpus < self.snapshot.least_gpus(request) - 1e-9 or self._maintenance_ahead(request):
-            return False
-        if nodes is None:
-            return self._fit(request, (_fit_key(request), "borrow"), borrowed=True)
-        others = [name for name in self.snapshot.by_name if name not in nodes]
-        with self.snapshot.cordoned(others):
-            return self._fit(request, (_fit_key(request), "borrow", frozenset(nodes)), borrowed=True)
-
-    def _plan_conservative(self, requests: Sequence[Request]) -> None:
-        """Book each request in order at its earliest slot that delays no booking before it; start what can.
-
-        Slurm's backfill: every request (up to `backfill_depth`) gets a start, found against the running
-        rentals' declared ends and the whole nodes booked for the requests before it; one whose slot is now
-        starts. A request whose slot lies past `backfill_window_s` gets no booking, so later ones may pass it.
-        """
-        # with what the walk placed this cycle, running from now; `ends` is kept in step with `timed` as the
-        # cycle starts requests (the order among equal ends does not matter: a start releases them all)
-        timed = sorted(
-            (r for r in [*self.running, *self.started] if r.expected_end_s is not None),
-            key=lambda r: expected_end(r, self.now),
-        )
-        ends = [expected_end(r, self.now) for r in timed]
-        bookings = self.bookings
-        horizon_s = self.now + self.config.backfill_window_s
-        # capacity only shrinks as the cycle books and starts requests, so a request like an earlier one
-        # (same shape, constraints and duration) starts no sooner: its scan starts where that one's ended
-        earliest: dict[tuple, float] = {}
-        never: dict[tuple, Pending | None] = {}  # why requests like one that got no slot never fit, if so
-        planned = 0
-        for request in requests:
-            if self.gated(request) or self.spot_held(request):
-                continue
-            if planned >= self.config.backfill_depth:
-                self.pending.append(Pending(request.id, Reason.NO_CAPACITY, "past the backfill depth"))
-                continue
-            if self.free_gpus < 1e-9 < len(bookings):  # nothing more can start now: the rest plans nothing
-                self.pending.append(Pending(request.id, Reason.NO_CAPACITY, "no free GPU"))
-                continue
-            planned += 1
-            like = (_fit_key(request), request.max_duration_s)
-            not_before_s = earliest.get(like, self.now)
-            slot = None
-            if not_before_s <= horizon_s:
-                slot = earliest_slot(
-                    self.snapshot,
-                    request,
-                    timed,
-                    bookings,
-                    self.policy,
-                    self.now,
-                    horizon_s,
-                    not_before_s,
-                    ends,
-                    self._maintenance_on_fleet(),
-                )
-            if slot is None:
-                if like not in never:
-                    never[like] = self._never_fits(request)
-                    earliest[like] = math.inf
-                why = never[like]
-                self.pending.append(
-                    _unbooked(request) if why is None else replace(why, request_id=request.id)
-                )
-                continue
-            start_s, placement = slot.start_s, slot.placement
-            earliest[like] = start_s
-            if placement is not None:
-                breached = self._hold_breached(request, placement)
-                if breached is not None:
-                    self.pending.append(hold_pending(request.id, breached))
-                    continue
-                for allocation in placement.nodes:
-                    self.snapshot.occupy(allocation)
-                self.placements.append(placement)
-                self.free_gpus -= placement.gpus
-                self._book(request, placement)
-                started = Running(request, placement, self.now)
-                self.started.append(started)
-                if started.expected_end_s is not None:
-                    end = expected_end(started, self.now)
-                    at = bisect_right(ends, end)
-                    ends.insert(at, end)
-                    timed.insert(at, started)
-                continue
-            duration = request.max_duration_s if request.max_duration_s is not None else math.inf
-            nodes = slot.nodes
-            bookings.append(Booking(request.id, start_s, start_s + duration, nodes))
-            if self.head_start_s is None:
-                self.head, self.head_start_s, self.reserved_nodes = request.id, start_s, set(nodes)
-            self.pending.append(
-                Pending(request.id, Reason.NO_CAPACITY, f"booked to start by {_utc_text(start_s)}")
-            )
-
-    def _maintenance_on_fleet(self) -> tuple[tuple[str, float, float], ...]:
-        """The windows to come on nodes of this snapshot."""
-        return tuple(w for w in self.gates.maintenance if w[0] in self.snapshot.by_name)
-
-    def _never_fits(self, request: Request) -> Pending | None:
-        """Why `request` fits nowhere even on an empty fleet, if it does not; the snapshot is unchanged."""
-        outcome = place(self.snapshot, request, self.policy)
-        if isinstance(outcome, Placement):
-            self.snapshot.unplace(outcome)
-            return None
-        if outcome.reason in NEVER_FITS or self.snapshot.least_gpus(request) > self.snapshot.gpu_count:
-            return outcome
-        return None
-
-    def _place_within(self, request: Request, nodes: set[str]) -> bool:
-        """Place `request` on `nodes` only (the head's drained nodes, which only requests that end in time
-        can use), leaving the others to requests that cannot end in time. A request with maintenance ahead
-        on some node is left to `try_place`, which keeps it off those nodes."""
-        if not nodes or self._maintenance_ahead(request):
-            return False
-        key = (_fit_key(request), "within", frozenset(nodes))
-        if self._failed_before(key):
-            return False
-        states = (self.snapshot.by_name[name] for name in nodes)
-        free_milli = sum(s.free_milli for s in states if s.schedulable)
-        if free_milli < self.snapshot.least_gpus(request) * 1000 - 1e-6:
-            return False  # too few GPUs free there: skip cordoning the rest of the fleet for a trial
-        others = [name for name in self.snapshot.by_name if name not in nodes]
-        with self.snapshot.cordoned(others):
-            return self._try_place(request, key)
-
-    def _place_avoiding(self, request: Request, nodes: set[str]) -> bool:
-        """`try_place` off `nodes` (the head's drained nodes, for a request that cannot end in time)."""
-        if self._failed_before((_fit_key(request), True)):
-            return False
-        with self.snapshot.cordoned(nodes):
-            return self.try_place(request, cordon=True)
-
-    def _block(self, rest: Sequence[Request], message: str) -> None:
-        self.pending.extend(_blocked(r, message) for r in rest)
-
-
-def _utc_text(epoch_s: float) -> str:
-    return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _unbooked(request: Request) -> Pending:
-    return Pending(request.id, Reason.NO_CAPACITY, "no start within the backfill window: not booked")
-
-
-def _blocked(request: Request, message: str) -> Pending:
-    return Pending(request.id, Reason.BLOCKED_BY_HEAD, message)
-
-
-def _fit_key(request: Request) -> tuple:
-    c = request.constraints
-    return (
-        request.shape,
-        request.node_count,
-        request.cpu_milli,
-        request.memory_mib,
-        request.selector,
-        c.jurisdictions,
-        c.regions,
-        c.providers,
-        tuple(sorted(c.labels.items())),
-    )

@@ -1,0 +1,311 @@
+"""The backfill phase of a scheduling cycle (`queueing.admit`, phases 4 to 6): reserve the blocked head's
+earliest start, let later requests start without delaying it, lend what would idle to requests that
+checkpoint, or, in `Mode.CONSERVATIVE`, book every request at its earliest slot as Slurm's plan does.
+
+`BackfillPhase` is a part of the cycle (`queueing._Cycle` derives from it), split off for size: it works on
+the cycle's state (the snapshot, what is placed and pending so far, the free GPUs) through the cycle's own
+placement trials (`try_place`, `_fit`, `gated`, `spot_held`).
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from suanli.domain.contracts import hold_pending
+from suanli.domain.plan import NEVER_FITS, Pending, Placement, Reason
+from suanli.domain.policies import Policy
+from suanli.domain.preemption import Running
+from suanli.domain.queue_order import BackfillOrder, Mode, QueueConfig, backfill_key, width_cost
+from suanli.domain.request import Request
+from suanli.domain.reservation import Booking, earliest_slot, expected_end, reserve
+from suanli.domain.scheduler import place
+from suanli.domain.snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from suanli.domain.queueing import Gates
+
+
+class BackfillPhase:
+    """Phases 4 to 6 of `_Cycle`: the head's reservation, backfill, borrowing, or the conservative plan.
+
+    The cycle's state it reads and changes is declared here; the cycle's trials it calls (`try_place`,
+    `_try_place`, `_fit`, `_failed_before`, `_maintenance_ahead`, `gated`, `spot_held`, `note_waiting`,
+    `_hold_breached`, `_book`, `pool_share`) are `_Cycle`'s."""
+
+    snapshot: Snapshot
+    running: Sequence[Running]
+    policy: Policy
+    now: float
+    config: QueueConfig
+    gates: Gates
+    placements: list[Placement]
+    pending: list[Pending]
+    head: str | None
+    head_start_s: float | None
+    last_head: str | None
+    last_reserved: frozenset[str]
+    reserved_nodes: set[str]
+    bookings: list[Booking]
+    started: list[Running]
+    budget_held: list[Request]
+    free_gpus: float
+
+    def after_head(self, head: Request, rest: Sequence[Request]) -> None:
+        """Reserve the head's earliest start, then backfill `rest` without delaying it."""
+        self.head = head.id
+        self.note_waiting(head)
+        if self.config.mode is Mode.CONSERVATIVE:
+            self._plan_conservative([head, *rest])
+            return
+        self.pending.append(Pending(head.id, Reason.NO_CAPACITY, "head of the queue; waiting for capacity"))
+        if self.config.mode is Mode.STRICT or not any(self._may_pass(r) for r in rest):
+            self._block(rest, "strict order: nothing passes the head")
+            return
+        smallest = min((self.snapshot.least_gpus(r) for r in rest if self._may_pass(r)), default=math.inf)
+        if smallest > self.free_gpus + 1e-9:  # nothing could start now: skip the reservation
+            for request in rest:
+                if not self.gated(request):
+                    self.pending.append(
+                        Pending(request.id, Reason.NO_CAPACITY, "no free capacity")
+                        if request.max_duration_s is not None
+                        else blocked(request, "no declared duration: cannot backfill")
+                    )
+            return
+        reservation = reserve(  # what this cycle placed runs from now: it ends at its declared duration too
+            self.snapshot,
+            head,
+            [*self.running, *self.started],
+            self.policy,
+            self.now,
+            spare_free=self.config.spare_free,
+            maintenance=self._maintenance_on_fleet(),
+        )
+        if reservation is None:
+            self._block(rest, "the head's start cannot be bounded (running rentals without a duration)")
+            return
+        self.head_start_s, reserved = reservation
+        reserved_nodes = {a.node for a in reserved.nodes}
+        self.reserved_nodes = set(reserved_nodes)
+        if head.id == self.last_head:  # nodes drained for it last cycle stay out of long backfill
+            reserved_nodes |= self.last_reserved
+        candidates = list(rest)
+        if self.config.backfill_order is not BackfillOrder.QUEUE:
+            order = self.config.backfill_order
+            floor_s = self.config.backfill_floor_s
+            candidates.sort(
+                key=lambda r: backfill_key(
+                    r,
+                    self.now,
+                    order,
+                    width_cost(self.config, r, self.pool_share),
+                    floor_s,
+                    self.config.ratio_cost_cap_s,
+                )
+            )
+        would_delay = f"would delay the head's reserved start at {utc_text(self.head_start_s)}"
+        delaying: list[Request] = []
+        for request in candidates:
+            if self.gated(request) or self.spot_held(request):
+                continue
+            if request.max_duration_s is None:
+                if self._may_pass(request):
+                    delaying.append(request)  # it may still borrow: it gives the GPUs back when asked
+                else:
+                    self.pending.append(blocked(request, "no declared duration: cannot backfill"))
+                continue
+            if self.free_gpus < 1e-9:
+                self.pending.append(Pending(request.id, Reason.NO_CAPACITY, "no free GPU"))
+                continue
+            ends_in_time = self.now + request.max_duration_s <= self.head_start_s
+            if ends_in_time:
+                if self.config.fill_drain_first and self._place_within(request, reserved_nodes):
+                    continue
+                if not self.try_place(request, cordon=False):
+                    self.pending.append(Pending(request.id, Reason.NO_CAPACITY, "no free capacity"))
+            elif not self._place_avoiding(request, reserved_nodes):
+                if self.config.borrow_idle and request.checkpoints:
+                    delaying.append(request)
+                else:
+                    self.pending.append(blocked(request, would_delay))
+        for request in delaying:  # the drain first, lent until the head can start; then what else is free
+            if not (self._borrow(request, reserved_nodes) or self._borrow(request, None)):
+                self.pending.append(blocked(request, would_delay))
+
+    def _may_pass(self, request: Request) -> bool:
+        """Whether `request` may start ahead of a blocked head: it declares its duration (backfill), or it
+        checkpoints and the queue lends idle GPUs (it gives them back when asked, whenever it would end)."""
+        return request.max_duration_s is not None or (self.config.borrow_idle and request.checkpoints)
+
+    def borrow_held(self) -> None:
+        """Requests the long-job budget alone held back borrow what is free, if they checkpoint."""
+        for request in self.budget_held:
+            if request.checkpoints and self._borrow(request, None):
+                self.pending = [p for p in self.pending if p.request_id != request.id]
+
+    def _borrow(self, request: Request, nodes: set[str] | None) -> bool:
+        """Place `request`, which checkpoints and would otherwise wait while GPUs idle, on `nodes` (None:
+        any), borrowed: outside the long-job budget and free of the head's reservation, since whoever the
+        walk reaches that does not fit takes it back with notice (`_reclaim_for`), and it resumes later."""
+        if self.free_gpus < self.snapshot.least_gpus(request) - 1e-9 or self._maintenance_ahead(request):
+            return False
+        if nodes is None:
+            return self._fit(request, (fit_key(request), "borrow"), borrowed=True)
+        others = [name for name in self.snapshot.by_name if name not in nodes]
+        with self.snapshot.cordoned(others):
+            return self._fit(request, (fit_key(request), "borrow", frozenset(nodes)), borrowed=True)
+
+    def _plan_conservative(self, requests: Sequence[Request]) -> None:
+        """Book each request in order at its earliest slot that delays no booking before it; start what can.
+
+        Slurm's backfill: every request (up to `backfill_depth`) gets a start, found against the running
+        rentals' declared ends and the whole nodes booked for the requests before it; one whose slot is now
+        starts. A request whose slot lies past `backfill_window_s` gets no booking, so later ones may pass it.
+        """
+        # with what the walk placed this cycle, running from now; `ends` is kept in step with `timed` as the
+        # cycle starts requests (the order among equal ends does not matter: a start releases them all)
+        timed = sorted(
+            (r for r in [*self.running, *self.started] if r.expected_end_s is not None),
+            key=lambda r: expected_end(r, self.now),
+        )
+        ends = [expected_end(r, self.now) for r in timed]
+        bookings = self.bookings
+        horizon_s = self.now + self.config.backfill_window_s
+        # capacity only shrinks as the cycle books and starts requests, so a request like an earlier one
+        # (same shape, constraints and duration) starts no sooner: its scan starts where that one's ended
+        earliest: dict[tuple, float] = {}
+        never: dict[tuple, Pending | None] = {}  # why requests like one that got no slot never fit, if so
+        planned = 0
+        for request in requests:
+            if self.gated(request) or self.spot_held(request):
+                continue
+            if planned >= self.config.backfill_depth:
+                self.pending.append(Pending(request.id, Reason.NO_CAPACITY, "past the backfill depth"))
+                continue
+            if self.free_gpus < 1e-9 < len(bookings):  # nothing more can start now: the rest plans nothing
+                self.pending.append(Pending(request.id, Reason.NO_CAPACITY, "no free GPU"))
+                continue
+            planned += 1
+            like = (fit_key(request), request.max_duration_s)
+            not_before_s = earliest.get(like, self.now)
+            slot = None
+            if not_before_s <= horizon_s:
+                slot = earliest_slot(
+                    self.snapshot,
+                    request,
+                    timed,
+                    bookings,
+                    self.policy,
+                    self.now,
+                    horizon_s,
+                    not_before_s,
+                    ends,
+                    self._maintenance_on_fleet(),
+                )
+            if slot is None:
+                if like not in never:
+                    never[like] = self._never_fits(request)
+                    earliest[like] = math.inf
+                why = never[like]
+                self.pending.append(unbooked(request) if why is None else replace(why, request_id=request.id))
+                continue
+            start_s, placement = slot.start_s, slot.placement
+            earliest[like] = start_s
+            if placement is not None:
+                breached = self._hold_breached(request, placement)
+                if breached is not None:
+                    self.pending.append(hold_pending(request.id, breached))
+                    continue
+                for allocation in placement.nodes:
+                    self.snapshot.occupy(allocation)
+                self.placements.append(placement)
+                self.free_gpus -= placement.gpus
+                self._book(request, placement)
+                started = Running(request, placement, self.now)
+                self.started.append(started)
+                if started.expected_end_s is not None:
+                    end = expected_end(started, self.now)
+                    at = bisect_right(ends, end)
+                    ends.insert(at, end)
+                    timed.insert(at, started)
+                continue
+            duration = request.max_duration_s if request.max_duration_s is not None else math.inf
+            nodes = slot.nodes
+            bookings.append(Booking(request.id, start_s, start_s + duration, nodes))
+            if self.head_start_s is None:
+                self.head, self.head_start_s, self.reserved_nodes = request.id, start_s, set(nodes)
+            self.pending.append(
+                Pending(request.id, Reason.NO_CAPACITY, f"booked to start by {utc_text(start_s)}")
+            )
+
+    def _maintenance_on_fleet(self) -> tuple[tuple[str, float, float], ...]:
+        """The windows to come on nodes of this snapshot."""
+        return tuple(w for w in self.gates.maintenance if w[0] in self.snapshot.by_name)
+
+    def _never_fits(self, request: Request) -> Pending | None:
+        """Why `request` fits nowhere even on an empty fleet, if it does not; the snapshot is unchanged."""
+        outcome = place(self.snapshot, request, self.policy)
+        if isinstance(outcome, Placement):
+            self.snapshot.unplace(outcome)
+            return None
+        if outcome.reason in NEVER_FITS or self.snapshot.least_gpus(request) > self.snapshot.gpu_count:
+            return outcome
+        return None
+
+    def _place_within(self, request: Request, nodes: set[str]) -> bool:
+        """Place `request` on `nodes` only (the head's drained nodes, which only requests that end in time
+        can use), leaving the others to requests that cannot end in time. A request with maintenance ahead
+        on some node is left to `try_place`, which keeps it off those nodes."""
+        if not nodes or self._maintenance_ahead(request):
+            return False
+        key = (fit_key(request), "within", frozenset(nodes))
+        if self._failed_before(key):
+            return False
+        states = (self.snapshot.by_name[name] for name in nodes)
+        free_milli = sum(s.free_milli for s in states if s.schedulable)
+        if free_milli < self.snapshot.least_gpus(request) * 1000 - 1e-6:
+            return False  # too few GPUs free there: skip cordoning the rest of the fleet for a trial
+        others = [name for name in self.snapshot.by_name if name not in nodes]
+        with self.snapshot.cordoned(others):
+            return self._try_place(request, key)
+
+    def _place_avoiding(self, request: Request, nodes: set[str]) -> bool:
+        """`try_place` off `nodes` (the head's drained nodes, for a request that cannot end in time)."""
+        if self._failed_before((fit_key(request), True)):
+            return False
+        with self.snapshot.cordoned(nodes):
+            return self.try_place(request, cordon=True)
+
+    def _block(self, rest: Sequence[Request], message: str) -> None:
+        self.pending.extend(blocked(r, message) for r in rest)
+
+
+def utc_text(epoch_s: float) -> str:
+    return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def unbooked(request: Request) -> Pending:
+    return Pending(request.id, Reason.NO_CAPACITY, "no start within the backfill window: not booked")
+
+
+def blocked(request: Request, message: str) -> Pending:
+    return Pending(request.id, Reason.BLOCKED_BY_HEAD, message)
+
+
+def fit_key(request: Request) -> tuple:
+    c = request.constraints
+    return (
+        request.shape,
+        request.node_count,
+        request.cpu_milli,
+        request.memory_mib,
+        request.selector,
+        c.jurisdictions,
+        c.regions,
+        c.providers,
+        tuple(sorted(c.labels.items())),
+    )
