@@ -17,9 +17,9 @@ from suanli.app.agents import AgentService
 from suanli.app.billing import BillingService
 from suanli.app.fleet import FleetCache
 from suanli.app.invoices import InvoiceService
+from suanli.app.notices import requeue_victim
 from suanli.app.records import Booking, Caller, Rental, RentalEvent, RentalSpec, Tenant
 from suanli.app.rentals import added_price, follow_size
-from suanli.app.scheduling import Scheduler
 from suanli.domain.billing.ledger import TxKind
 from suanli.domain.billing.money import charge_micros, round_half_up
 from suanli.domain.catalog_data import CATALOG
@@ -154,7 +154,7 @@ def _requeue_at(factory, rental_id, deadline, now):
         assert u.rentals.give_notice(rental_id, "rnt_other", deadline, expect=("running",))
         u.commit()
     with factory() as u:
-        assert Scheduler._requeue_victim(u, u.rentals.get(rental_id), now) == 1
+        assert requeue_victim(u, u.rentals.get(rental_id), now) == 1
         u.commit()
 
 
@@ -174,7 +174,7 @@ def test_a_rental_placed_again_on_its_node_has_a_run_per_placement_each_billed(e
         u.commit()
     agents.heartbeat(key, [WorkloadReport("rnt_c", "stopped", placement=1)], [])  # saved and left at 100
     with factory() as u:
-        assert Scheduler._requeue_victim(u, u.rentals.get("rnt_c"), T0 + 101 * S) == 1
+        assert requeue_victim(u, u.rentals.get("rnt_c"), T0 + 101 * S) == 1
         u.commit()
     _place(factory, "rnt_c", NODE, T0 + 1000 * S)  # 900 s in the queue, then the same node again
     clock.at = T0 + 1000 * S

@@ -1,4 +1,6 @@
-"""Preemption notices whose preemptor has left: withdrawn, so their victims run on.
+"""Preemption notices: given to a decision's victims (`give_notice`), ended at the deadline or when the victim
+leaves (`end_victim`: `preempted`, or back in the queue for one that checkpoints, `requeue_victim`), or
+withdrawn when the preemptor has left, so their victims run on.
 
 A victim under notice is killed at its deadline for the rental it was preempted for. When that rental is
 stopped before the deadline (it no longer waits), nobody needs the capacity: the notice is withdrawn and
@@ -10,12 +12,14 @@ their cause has not left.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 
 from suanli.app.maintenance import MAINTENANCE
 from suanli.app.ports import UnitOfWork
 from suanli.app.records import PREEMPTIBLE_STATES, Rental, RentalEvent
 from suanli.app.spot_repricing import BELOW_FLOOR
+from suanli.domain.plan import Reason
+from suanli.domain.preemption import Preemption
 
 WITHDRAWN = "notice_withdrawn"  # the reason of the event that records a withdrawn notice
 
@@ -51,3 +55,80 @@ def withdraw(uow: UnitOfWork, victim: Rental, now: datetime) -> bool:
     message = "notice withdrawn: the rental it was preempted for was stopped before the deadline"
     uow.rentals.add_event(victim.id, RentalEvent(now, state, WITHDRAWN, message))
     return True
+
+
+def give_notice(uow: UnitOfWork, preemptor: Rental, decision: Preemption, now: datetime) -> int:
+    """Give `decision`'s victims notice for `preemptor`, which waits `preempting` on its promised
+    placement; how many victims got it (none when the preemptor changed since it was read)."""
+    if not uow.rentals.set_state(preemptor.id, "pending", expect=("pending",), reason=Reason.PREEMPTING):
+        return 0  # stopped (or changed) since it was read: no one is preempted for it
+    tenant_of = {r.id: r.tenant_id for r in uow.rentals.by_ids([v.request_id for v in decision.victims])}
+    given = []
+    for victim in decision.victims:
+        deadline = datetime.fromtimestamp(victim.deadline_s, UTC)
+        if uow.rentals.give_notice(victim.request_id, preemptor.id, deadline, expect=PREEMPTIBLE_STATES):
+            given.append((victim.request_id, tenant_of.get(victim.request_id, "")))
+            by = named_for(tenant_of.get(victim.request_id, ""), [(preemptor.id, preemptor.tenant_id)])
+            message = f"preempted by {by} ({preemptor.spec.tier}), notice until {deadline.isoformat()}"
+            uow.rentals.add_event(victim.request_id, RentalEvent(now, "preempting", "preempted", message))
+    until = datetime.fromtimestamp(decision.deadline_s, UTC).isoformat()
+    uow.rentals.set_promise(preemptor.id, decision.promised.nodes)
+    uow.rentals.add_event(
+        preemptor.id,
+        RentalEvent(
+            now,
+            "pending",
+            Reason.PREEMPTING,
+            f"preempting {named_for(preemptor.tenant_id, given)}; capacity promised by {until}",
+        ),
+    )
+    return len(given)
+
+
+def end_victim(uow: UnitOfWork, victim: Rental, now: datetime, same_tenant: bool) -> int:
+    """A victim whose deadline came or who left: `preempted`, its capacity free for its preemptor (one that
+    checkpoints goes back to the queue instead); 1 if it ended here."""
+    if victim.spec.checkpoints:
+        return requeue_victim(uow, victim, now)
+    if not uow.rentals.set_state(victim.id, "preempted", expect=("preempting",), reason=None):
+        return 0
+    uow.rentals.release(victim.id, at=now)
+    deadline = victim.notice_deadline
+    how = "left" if deadline is not None and deadline < now else "notice deadline reached"
+    if victim.preempted_by == BELOW_FLOOR:
+        message = f"{how}; its bid was below the spot floor"
+    elif victim.preempted_by == MAINTENANCE:
+        message = f"{how}; its node went into maintenance"
+    else:
+        given_to = victim.preempted_by if same_tenant else "the higher-tier rental that preempted it"
+        message = f"{how}; capacity given to {given_to}"
+    uow.rentals.add_event(victim.id, RentalEvent(now, "preempted", "preempted", message))
+    return 1
+
+
+def requeue_victim(uow: UnitOfWork, victim: Rental, now: datetime) -> int:
+    """A victim that checkpoints saved its state under notice: it goes back to the queue (its place by
+    age kept) and resumes when placed again, rather than ending; its run ends here."""
+    if not uow.rentals.set_state(victim.id, "pending", expect=("preempting",), reason=None):
+        return 0
+    uow.rentals.release(victim.id, at=now)
+    deadline = victim.notice_deadline
+    # billed to here: a run its agent has not said ended yet ends now (at its deadline at the latest)
+    uow.rentals.end_runs(victim.id, now if deadline is None else min(now, deadline), "stopped")
+    how = "left" if deadline is not None and deadline < now else "notice deadline reached"
+    what = "its borrowed GPUs were taken back" if victim.borrowed else "preempted"
+    message = f"{how}; {what}: back in the queue, it resumes from its checkpoint when placed again"
+    uow.rentals.add_event(victim.id, RentalEvent(now, "requeued", "preempted", message))
+    return 1
+
+
+def named_for(viewer_tenant: str, rentals: Sequence[tuple[str, str]]) -> str:
+    """(rental id, tenant) pairs as `viewer_tenant` may read them: its own rentals by id, another tenant's
+    only as "a higher-tier rental of another tenant" (or a count), so no tenant learns another's ids."""
+    own = [rental_id for rental_id, tenant in rentals if tenant == viewer_tenant]
+    others = len(rentals) - len(own)
+    if others == 1:
+        own.append("a rental of another tenant")
+    elif others:
+        own.append(f"{others} rentals of other tenants")
+    return ", ".join(own) or "nothing"

@@ -25,8 +25,8 @@ from suanli.app.fleet import FleetCache, host_mig_layouts
 from suanli.app.growth import Held, held_request, holding_after, wants_resize
 from suanli.app.limits import cycle_limits
 from suanli.app.list_prices import list_price
-from suanli.app.maintenance import MAINTENANCE, give_notices, upcoming
-from suanli.app.notices import abandoned, withdraw
+from suanli.app.maintenance import give_notices, upcoming
+from suanli.app.notices import abandoned, end_victim, give_notice, named_for, withdraw
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.records import (
     PREEMPTIBLE_STATES,
@@ -39,7 +39,6 @@ from suanli.app.records import (
 from suanli.app.rentals import to_request
 from suanli.app.resizing import Resizer
 from suanli.app.spot_repricing import (
-    BELOW_FLOOR,
     FloorCheck,
     Pricer,
     Repricer,
@@ -219,7 +218,7 @@ class Scheduler:
             for victim in due:
                 preemptor = by_id.get(victim.preempted_by or "")
                 same_tenant = preemptor is not None and preemptor.tenant_id == victim.tenant_id
-                report.preempted += self._end_victim(uow, victim, now, same_tenant)
+                report.preempted += end_victim(uow, victim, now, same_tenant)
             # as they are now, their rows held: a stop or a resize committed since they were read wins
             current = {r.id: r for r in uow.rentals.by_ids([p.request_id for p in placements], lock=True)}
             for placement in placements:
@@ -228,7 +227,7 @@ class Scheduler:
                 changed = now_row is None or now_row.state != "pending" or now_row.spec != rental.spec
                 report.placed += self._apply_placement(uow, rental, placement, now, changed)
             for decision in notices:
-                report.notices += self._give_notice(uow, by_id[decision.preemptor], decision, now)
+                report.notices += give_notice(uow, by_id[decision.preemptor], decision, now)
             report.notices += self._maintenance_notices(uow, now)
             report.grown = self._resize(uow, now, self._owed_promises(pending, waiting_on, notices))
             for waiting in still:
@@ -555,32 +554,6 @@ class Scheduler:
             uow.commit()
             self.fair_saved_s = now_s
 
-    @staticmethod
-    def _give_notice(uow: UnitOfWork, preemptor: Rental, decision: Preemption, now: datetime) -> int:
-        if not uow.rentals.set_state(preemptor.id, "pending", expect=("pending",), reason=Reason.PREEMPTING):
-            return 0  # stopped (or changed) since it was read: no one is preempted for it
-        tenant_of = {r.id: r.tenant_id for r in uow.rentals.by_ids([v.request_id for v in decision.victims])}
-        given = []
-        for victim in decision.victims:
-            deadline = datetime.fromtimestamp(victim.deadline_s, UTC)
-            if uow.rentals.give_notice(victim.request_id, preemptor.id, deadline, expect=PREEMPTIBLE_STATES):
-                given.append((victim.request_id, tenant_of.get(victim.request_id, "")))
-                by = named_for(tenant_of.get(victim.request_id, ""), [(preemptor.id, preemptor.tenant_id)])
-                message = f"preempted by {by} ({preemptor.spec.tier}), notice until {deadline.isoformat()}"
-                uow.rentals.add_event(victim.request_id, RentalEvent(now, "preempting", "preempted", message))
-        until = datetime.fromtimestamp(decision.deadline_s, UTC).isoformat()
-        uow.rentals.set_promise(preemptor.id, decision.promised.nodes)
-        uow.rentals.add_event(
-            preemptor.id,
-            RentalEvent(
-                now,
-                "pending",
-                Reason.PREEMPTING,
-                f"preempting {named_for(preemptor.tenant_id, given)}; capacity promised by {until}",
-            ),
-        )
-        return len(given)
-
     def _maintenance_notices(self, uow: UnitOfWork, now: datetime) -> int:
         """Notice to the rentals on nodes whose maintenance window is near (`maintenance.give_notices`)."""
         if not self.windows:
@@ -589,41 +562,6 @@ class Scheduler:
         for allocation_id, allocation in self.held.items():
             nodes_of.setdefault(self.owner[allocation_id], set()).add(allocation.node)
         return give_notices(uow, self.windows, nodes_of, self.preemption, now)
-
-    @staticmethod
-    def _end_victim(uow: UnitOfWork, victim: Rental, now: datetime, same_tenant: bool) -> int:
-        if victim.spec.checkpoints:
-            return Scheduler._requeue_victim(uow, victim, now)
-        if not uow.rentals.set_state(victim.id, "preempted", expect=("preempting",), reason=None):
-            return 0
-        uow.rentals.release(victim.id, at=now)
-        deadline = victim.notice_deadline
-        how = "left" if deadline is not None and deadline < now else "notice deadline reached"
-        if victim.preempted_by == BELOW_FLOOR:
-            message = f"{how}; its bid was below the spot floor"
-        elif victim.preempted_by == MAINTENANCE:
-            message = f"{how}; its node went into maintenance"
-        else:
-            given_to = victim.preempted_by if same_tenant else "the higher-tier rental that preempted it"
-            message = f"{how}; capacity given to {given_to}"
-        uow.rentals.add_event(victim.id, RentalEvent(now, "preempted", "preempted", message))
-        return 1
-
-    @staticmethod
-    def _requeue_victim(uow: UnitOfWork, victim: Rental, now: datetime) -> int:
-        """A victim that checkpoints saved its state under notice: it goes back to the queue (its place by
-        age kept) and resumes when placed again, rather than ending; its run ends here."""
-        if not uow.rentals.set_state(victim.id, "pending", expect=("preempting",), reason=None):
-            return 0
-        uow.rentals.release(victim.id, at=now)
-        deadline = victim.notice_deadline
-        # billed to here: a run its agent has not said ended yet ends now (at its deadline at the latest)
-        uow.rentals.end_runs(victim.id, now if deadline is None else min(now, deadline), "stopped")
-        how = "left" if deadline is not None and deadline < now else "notice deadline reached"
-        what = "its borrowed GPUs were taken back" if victim.borrowed else "preempted"
-        message = f"{how}; {what}: back in the queue, it resumes from its checkpoint when placed again"
-        uow.rentals.add_event(victim.id, RentalEvent(now, "requeued", "preempted", message))
-        return 1
 
     def _forget(self, rental_id: str) -> None:
         """Release a rental's allocations from the snapshot (the database follows in this cycle's apply)."""
@@ -798,15 +736,3 @@ def label_image_nodes(fleet: Fleet, imageless: Set[str]) -> Fleet:
         for node in fleet.nodes
     )
     return replace(fleet, nodes=nodes)
-
-
-def named_for(viewer_tenant: str, rentals: Sequence[tuple[str, str]]) -> str:
-    """(rental id, tenant) pairs as `viewer_tenant` may read them: its own rentals by id, another tenant's
-    only as "a higher-tier rental of another tenant" (or a count), so no tenant learns another's ids."""
-    own = [rental_id for rental_id, tenant in rentals if tenant == viewer_tenant]
-    others = len(rentals) - len(own)
-    if others == 1:
-        own.append("a rental of another tenant")
-    elif others:
-        own.append(f"{others} rentals of other tenants")
-    return ", ".join(own) or "nothing"
