@@ -286,6 +286,41 @@ def test_a_lost_rental_metered_before_the_reap_is_charged_to_its_last_heartbeat_
     assert _charged(factory, "rnt_l") == charge_micros(RATE, 3600)  # got charge_micros(RATE, 3625)
 
 
+def test_a_lost_gang_is_billed_to_its_lost_node_s_last_heartbeat_whenever_its_other_agents_report(
+    env,
+) -> None:
+    """Two nodes; one goes silent. Lost at the reap, the rental is billed to that node's last heartbeat: the
+    other node's run ends there too, and its agent's word that it stopped, later, moves nothing."""
+    factory, clock, agents, billing = env
+    keys = {node: _key(agents, node) for node in (NODE, OTHER)}
+    with factory() as u:
+        u.rentals.add(Rental("rnt_g", "ten_a", "pending", RentalSpec(gpu_model="H100", gpus=1, nodes=2), T0))
+        assert u.rentals.mark_placed("rnt_g", T0, RATE)
+        parts = [NodeAllocation(node, 0, 0, (Slice(0, 1000, 1024),)) for node in (NODE, OTHER)]
+        u.rentals.book("rnt_g", parts, [Booking(NODE, 0, 0), Booking(OTHER, 0, 0)], at=T0)
+        u.commit()
+    for key in keys.values():
+        agents.heartbeat(key, [WorkloadReport("rnt_g", "running")], [])
+    clock.at = T0 + 100 * S
+    agents.heartbeat(keys[NODE], [], [])  # NODE's last heartbeat
+    clock.at = T0 + 125 * S
+    agents.heartbeat(keys[OTHER], [WorkloadReport("rnt_g", "running")], [])
+    clock.at = T0 + 131 * S
+    assert agents.reap() == [NODE]
+    clock.at = T0 + 140 * S
+    agents.heartbeat(
+        keys[OTHER], [WorkloadReport("rnt_g", "stopped", exit_code=143)], []
+    )  # killed, said late
+    with agents.uow() as u:
+        assert u.rentals.get("rnt_g").state == "lost"
+        assert {r.node: r.ended_at for r in u.agents.runs("rnt_g")} == {
+            NODE: T0 + 100 * S,
+            OTHER: T0 + 100 * S,
+        }
+    billing.meter()
+    assert _charged(factory, "rnt_g") == charge_micros(RATE, 100)  # got charge_micros(RATE, 140)
+
+
 def test_an_invoice_counts_gpu_seconds_at_the_size_held_not_at_a_resize_it_never_got(env) -> None:
     factory, clock, agents, billing = env
     key = _key(agents, NODE)

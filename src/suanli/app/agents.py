@@ -420,6 +420,9 @@ class AgentService:
                 placement,
             )
         )
+        # its runs on other nodes end there too: a gang is billed to its lost node's last heartbeat, whenever
+        # their agents get to say that they stopped
+        uow.rentals.end_runs(rental_id, last, "stopped")
         requeues = sum(1 for e in uow.rentals.events(rental_id) if e.kind == "requeued")
         spec = rental.spec
         why = f"node {node} missed its heartbeats; last heartbeat {last.isoformat()}"

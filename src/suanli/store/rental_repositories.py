@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, delete, func, insert, literal, select, update
+from sqlalchemy import BigInteger, case, delete, func, insert, literal, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -419,13 +419,15 @@ class SqlRentals(RentalMoneyReads):
         return [ids[node_allocation.node] for node_allocation in allocation]
 
     def end_runs(self, rental_id: str, at: datetime, state: str) -> int:
-        """End the rental's runs still open (in `state`, at `at`): a re-queued rental's runs end when it goes
-        back to the queue, whether or not its agents said so yet; how many."""
+        """End the rental's runs still open (in `state`, at `at`, or at their start if that is later): a
+        re-queued or lost rental's runs end when the platform ends them, whether its agents said so yet or
+        not; how many."""
         runs = RentalRunRow.__table__
+        moment = literal(at, UtcDateTime())
         ended = self.s.execute(
             update(runs)
             .where(runs.c.rental_id == rental_id, runs.c.ended_at.is_(None))
-            .values(ended_at=at, state=state)
+            .values(ended_at=case((runs.c.started_at > moment, runs.c.started_at), else_=moment), state=state)
         )
         return int(ended.rowcount or 0)  # type: ignore[attr-defined]
 
