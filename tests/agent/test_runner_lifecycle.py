@@ -738,3 +738,20 @@ def test_a_rental_placed_here_again_before_the_agent_saw_it_leave_still_starts_a
     assert runner.local["r-1"].workload is not first and runner.local["r-1"].placement == 2
     eventually(lambda: runner.step() or bytes(client.logs["r-1"]) == b"first\nsecond\n")
     assert client.reports[-1][0].placement == 2
+
+
+def test_a_rental_placed_here_again_on_other_gpus_starts_once_not_as_a_resize_first(tmp_path: Path) -> None:
+    """Placed again on other GPUs of this node before the agent saw it leave: the new placement's workload
+    is launched once (not first restarted as a resize of the earlier run, then again as the new placement)."""
+    client = FakeClient()
+    client.assignments = [_placed("r-1", SLEEPS, 1)]
+    runner = make_runner(tmp_path, client)
+    launched: list[str] = []
+    launch = runner.executor.launch
+    runner.executor.launch = lambda spec: launched.append(spec.rental_id) or launch(spec)  # type: ignore[method-assign]
+    runner.step()
+    client.assignments = [assignment("r-1", SLEEPS, gpu=3).model_copy(update={"placement": 2})]
+    runner.step()
+    runner.step()
+    assert launched == ["r-1", "r-1"]
+    assert runner.local["r-1"].placement == 2 and runner.local["r-1"].workload.poll().running

@@ -414,7 +414,10 @@ class AgentRunner:
             for response in assignments
             if response.action == "run" and response.notice_deadline is None
             for local in [self.local.get(response.rental_id)]
-            if local is not None and not local.unassigned and response.attempt > local.attempt
+            if local is not None
+            and not local.unassigned
+            and response.placement <= local.placement  # placed here again: started anew (reconcile)
+            and response.attempt > local.attempt
         ]
         for local in again:
             local.assignment = _assignment(self._response(assignments, local.rental_id))
@@ -433,6 +436,7 @@ class AgentRunner:
             for local in [self.local.get(response.rental_id)]
             if local is not None
             and not local.unassigned
+            and response.placement <= local.placement
             and self._follow_resize(local, _assignment(response))
         ]
         halted = [
