@@ -56,7 +56,8 @@ from suanli.domain.billing.energy import WHOLE_GPU_MILLI, measured_interval_s, s
 from suanli.domain.mig import MigInstance
 from suanli.domain.plan import NodeAllocation
 
-REPORTED_STATES = ("starting", "running", "succeeded", "failed", "stopped")
+WORKLOAD_ENDED = ("succeeded", "failed", "stopped")  # a workload report that its run has ended
+REPORTED_STATES = ("starting", "running", *WORKLOAD_ENDED)
 RESTARTED = "restarted"  # the event of a rental's workload restarted after a failure
 RESTARTED_ON_NODE = "restarted_on_node"  # its reason when a one-node rental's agent restarted it by itself
 # (rental state, reported workload state) -> the rental's next state
@@ -246,7 +247,7 @@ class AgentService:
         run = uow.agents.run(rental.id, node, placement) or RentalRun(
             rental.id, node, report.state, placement=placement
         )
-        ended = report.state in ("succeeded", "failed", "stopped")
+        ended = report.state in WORKLOAD_ENDED
         allocation = uow.rentals.allocation(rental.id) if ended and not given_up else []
         if _restarts_together(rental, allocation):
             restarts = gang_restarts(uow, rental.id)
@@ -521,7 +522,7 @@ def _earlier_run_reported(
     """A report on the run of an earlier placement of a rental placed on this node again since: only its end
     is news, and it ends that run (the rental's state follows its current run); False: nothing changed."""
     run = uow.agents.run(rental_id, node, placement)
-    if run is not None and run.ended_at is None and report.state in ("succeeded", "failed", "stopped"):
+    if run is not None and run.ended_at is None and report.state in WORKLOAD_ENDED:
         uow.agents.put_run(replace(run, state=report.state, exit_code=report.exit_code, ended_at=now))
     return False
 

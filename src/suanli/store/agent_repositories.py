@@ -223,14 +223,10 @@ class SqlAgents:
         """The runs of these rentals on `node` in their current placements, by rental, in one query."""
         if not rental_ids:
             return {}
-        query = (
-            select(RentalRunRow)
-            .join(RentalRow, RentalRow.id == RentalRunRow.rental_id)
-            .where(
-                RentalRunRow.node == node,
-                RentalRunRow.placement == RentalRow.placements,
-                one_of(self.s, RentalRunRow.rental_id, rental_ids),
-            )
+        query = select(RentalRunRow).where(
+            RentalRunRow.node == node,
+            RentalRunRow.placement == _placements_of(RentalRunRow.rental_id),
+            one_of(self.s, RentalRunRow.rental_id, rental_ids),
         )
         return {row.rental_id: _run(row) for row in self.s.scalars(query)}
 
