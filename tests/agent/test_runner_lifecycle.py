@@ -579,19 +579,21 @@ def test_a_running_workloads_unfinished_line_waits_for_its_newline(tmp_path: Pat
 
 
 def test_an_unfinished_line_is_shipped_after_a_while_and_at_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    from suanli.agent import log_shipping
+    from suanli.agent.local import Local
+    from suanli.agent.log_shipping import PARTIAL_LINE_WAIT_S, whole_lines
     from suanli.agent.restart import RestartPolicy, RestartTracker
-    from suanli.agent.runner import PARTIAL_LINE_WAIT_S, Local, _whole_lines
 
     clock = [100.0]
-    monkeypatch.setattr(runner_module.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(log_shipping.time, "monotonic", lambda: clock[0])
     local = Local("r-1", None, RestartTracker(RestartPolicy.never()), None, None)
-    assert _whole_lines(local, b"a\nprogress 10%") == b"a\n"
-    assert _whole_lines(local, b"progress 10%") == b""
+    assert whole_lines(local, b"a\nprogress 10%") == b"a\n"
+    assert whole_lines(local, b"progress 10%") == b""
     clock[0] += PARTIAL_LINE_WAIT_S  # a progress bar that never ends its line still shows
-    assert _whole_lines(local, b"progress 10%") == b"progress 10%"
-    assert _whole_lines(local, b"b\n") == b"b\n"
+    assert whole_lines(local, b"progress 10%") == b"progress 10%"
+    assert whole_lines(local, b"b\n") == b"b\n"
     local.state = "succeeded"
-    assert _whole_lines(local, b"c\nlast words") == b"c\nlast words"  # all of it once it has ended
+    assert whole_lines(local, b"c\nlast words") == b"c\nlast words"  # all of it once it has ended
 
 
 # prints the restart count it was started with; the first run fails, later ones run until stopped

@@ -204,9 +204,9 @@ def test_two_schedulers_on_one_database_never_double_book(uow) -> None:
     placed = first.run_cycle().placed
     assert placed == 8  # the 8 H100 nodes of the example fleet
     # the second decides on a snapshot that has not seen those placements: the database refuses its plan
-    second._sync = lambda uow, now: None  # type: ignore[method-assign]
+    second.live._sync = lambda uow, now, windows: None  # type: ignore[method-assign]
     assert second.run_cycle().dropped
-    del second._sync
+    del second.live._sync
     assert second.run_cycle().placed == 0  # rebuilt from the database: nothing left to place on
     booked = _booked(uow)
     assert len(booked) == len(set(booked)) == 64

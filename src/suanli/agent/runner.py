@@ -42,7 +42,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -56,11 +56,12 @@ from suanli.agent.executors import (
     Executor,
     ExecutorError,
     ProcessExecutor,
-    RentalPaths,
     Workload,
     WorkloadSpec,
     write_nodes,
 )
+from suanli.agent.local import Local
+from suanli.agent.log_shipping import read_log_base, ship_log
 from suanli.agent.orphans import (
     EXIT_UNKNOWN,
     Orphan,
@@ -88,44 +89,12 @@ from suanli.wire.agent_schemas import (
 
 log = logging.getLogger(__name__)
 STATE_FILE = "agent.json"
-LOG_CHUNK_BYTES = 256 * 1024
-PARTIAL_LINE_WAIT_S = 5.0  # a running workload's unfinished last line waits this long for its newline
-MAX_CHUNKS_PER_STEP = 8
 MAX_BACKOFF_S = 5.0
 MIG_PROBE_S = 30.0  # how often the heartbeat probes the host's MIG instances again (made by hand meanwhile)
 
 
 class AgentError(SuanliError):
     """The agent cannot go on: no saved key and no usable join token."""
-
-
-@dataclass
-class Local:
-    """One rental's workload on this host, as the agent tracks it."""
-
-    rental_id: str
-    workload: Workload | None
-    tracker: RestartTracker
-    assignment: Assignment | None
-    log_file: Path | None
-    state: str = "running"  # running, succeeded, failed, stopped
-    exit_code: int | None = None
-    message: str = ""
-    stop_requested: bool = False
-    noticed_until: datetime | None = None
-    log_offset: int = 0
-    log_behind: bool = False  # the last shipping stopped at the per-step cap: more of the log waits
-    partial_since: float | None = None  # monotonic time its log's unfinished last line was first held back
-    unassigned: bool = False  # killed as no longer assigned here; reported once, then forgotten
-    stale_record: Path | None = None  # the record of a run that ended with no agent here, till reported
-    attempt: int = 0  # the server's count of restarts on all the rental's nodes that this run follows
-    launched_at: float | None = None  # monotonic time this agent started the workload (None: adopted)
-    restarted_here: int = 0  # restarts this agent made by itself after failures (one node, on-failure)
-    failed_exit_code: int | None = None  # the exit code the last of them followed
-    placement: int = 0  # the server's count of the rental's placements this run follows
-    # bytes of this node's log the server held before this log file's first byte (an earlier placement's
-    # output, its file since removed); None: not asked yet (`_ship_log` asks before its first upload)
-    log_base: int | None = 0
 
 
 class AgentRunner:
@@ -291,7 +260,7 @@ class AgentRunner:
         for local in self.local.values():
             if local.log_file is None or not local.log_file.is_file():
                 continue
-            local.log_behind = _ship_log(client, local, local.log_file)
+            local.log_behind = ship_log(client, local, local.log_file)
 
     def reports(self) -> list[WorkloadReportBody]:
         return [
@@ -662,61 +631,6 @@ class AgentRunner:
         descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(descriptor, "w") as handle:
             json.dump({"server": self.server_url, "node": node, "node_key": node_key}, handle)
-
-
-def read_log_base(paths: RentalPaths) -> int:
-    """The log base an earlier agent process learned for this rental's log file (0: none)."""
-    try:
-        return max(0, int(paths.log_base_file.read_text(encoding="utf-8")))
-    except (OSError, ValueError):
-        return 0
-
-
-def write_log_base(paths: RentalPaths, base: int) -> None:
-    """Keep the log base by the log: an agent that adopts the workload ships on from the same place."""
-    paths.log_base_file.write_text(str(base), encoding="utf-8")
-
-
-def _ship_log(client: Client, local: Local, log_file: Path) -> bool:
-    """Upload up to MAX_CHUNKS_PER_STEP chunks of a workload's new log; True when it stopped at that cap
-    (more waits), False at the end of the file or where the server takes no more."""
-    with log_file.open("rb") as handle:
-        for _ in range(MAX_CHUNKS_PER_STEP):
-            handle.seek(local.log_offset)
-            chunk = _whole_lines(local, handle.read(LOG_CHUNK_BYTES))
-            if not chunk:
-                return False
-            try:
-                if local.log_base is None:  # a new file: the earlier placement's output stays before it
-                    local.log_base = client.upload_log(local.rental_id, 0, b"").stored_bytes
-                    write_log_base(RentalPaths(log_file.parent), local.log_base)
-                at = local.log_base + local.log_offset
-                stored = client.upload_log(local.rental_id, at, chunk).stored_bytes
-            except ApiError as error:
-                if error.status == 404:
-                    return False
-                raise
-            if stored == at:  # nothing taken: a gap on the server side
-                return False
-            local.log_offset = max(0, stored - local.log_base)
-    return True
-
-
-def _whole_lines(local: Local, chunk: bytes) -> bytes:
-    """What of `chunk` to ship now: while the workload runs, whole lines, its unfinished last line held back
-    until its newline comes or it has waited PARTIAL_LINE_WAIT_S (a progress bar without newlines still
-    shows), so the lines of a rental's nodes never interleave mid-line in its output; all of it once the
-    workload has ended, or when a full chunk holds no newline."""
-    if not chunk or chunk.endswith(b"\n") or local.state != "running" or len(chunk) == LOG_CHUNK_BYTES:
-        local.partial_since = None
-        return chunk
-    now = time.monotonic()
-    if local.partial_since is None:
-        local.partial_since = now
-    if now - local.partial_since >= PARTIAL_LINE_WAIT_S:
-        local.partial_since = None
-        return chunk
-    return chunk[: chunk.rfind(b"\n") + 1]
 
 
 def _stop_together(workloads: Sequence[Workload | None], grace_s: float) -> None:

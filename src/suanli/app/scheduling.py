@@ -13,18 +13,19 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence, Set
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 
 from suanli.app.booking import bookings_for
-from suanli.app.downtime import notice_horizon_s, out_of_service
+from suanli.app.downtime import notice_horizon_s
 from suanli.app.errors import BookingConflict
-from suanli.app.fleet import FleetCache, host_mig_layouts
+from suanli.app.fleet import FleetCache
 from suanli.app.growth import Held, held_request, holding_after, wants_resize
 from suanli.app.limits import cycle_limits
 from suanli.app.list_prices import list_price
+from suanli.app.live_snapshot import LiveSnapshot, allocations_by_rental
 from suanli.app.maintenance import give_notices, upcoming
 from suanli.app.notices import abandoned, end_victim, give_notice, named_for, withdraw
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
@@ -47,13 +48,12 @@ from suanli.app.spot_repricing import (
     pool_utilization,
 )
 from suanli.domain.capacity import FULL_MILLI
-from suanli.domain.catalog import Catalog, GpuModel
+from suanli.domain.catalog import Catalog
 from suanli.domain.contracts import Contract
 from suanli.domain.fair_share import FairShare
-from suanli.domain.images import RUNS_IMAGES_LABEL
-from suanli.domain.inventory import Fleet, Node
-from suanli.domain.plan import NodeAllocation, Pending, Placement, Reason
-from suanli.domain.policies import Policy, build_policy
+from suanli.domain.inventory import Fleet
+from suanli.domain.plan import Pending, Placement, Reason
+from suanli.domain.policies import Policy
 from suanli.domain.preemption import DEFAULT_NOTICE_S, Preemption, PreemptionConfig, Running, hold_promise
 from suanli.domain.queue_order import GREEDY_QUEUE, QueueConfig
 from suanli.domain.queueing import Gates, admit
@@ -62,7 +62,7 @@ from suanli.domain.request import Request, Tier
 from suanli.domain.reservation import reserve
 from suanli.domain.scattered import scattered_gpus
 from suanli.domain.scheduler import nominate
-from suanli.domain.snapshot import HostMigLayouts, Snapshot
+from suanli.domain.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
 # pending reasons of a rental that would start if the capacity were there (not held by a gate, not too big)
@@ -123,17 +123,6 @@ class Scheduler:
         queue: QueueConfig = GREEDY_QUEUE,
     ) -> None:
         self.uow, self.clock, self.catalog, self.cache = uow, clock, catalog, cache
-        self.policy_name, self.seed = policy, seed
-        self.snapshot: Snapshot | None = None
-        self.policy: Policy | None = None
-        self.fleet: Fleet | None = None
-        self.version = -1
-        self.imageless: set[str] = set()  # nodes whose agent runs no images: unlabelled in the snapshot
-        # the MIG instances hosts reported (node -> GPU -> (start, profile, busy)): the snapshot's layout
-        self.mig_layouts: dict[str, dict[int, tuple[tuple[int, str, bool], ...]]] = {}
-        self.mig_revision: tuple[int, int] | None = None  # `mig_layouts_revision` when they were read
-        self.held: dict[int, NodeAllocation] = {}  # live allocation id -> what it occupies in the snapshot
-        self.owner: dict[int, str] = {}  # live allocation id -> its rental
         by_tier = {Tier.parse(name): seconds for name, seconds in (notice_by_tier_s or {}).items()}
         self.preemption = PreemptionConfig(by_tier, notice_s)
         # the server's queue (`SUANLI_QUEUE`), decided by the domain's `admit` (see `_admit`); what it keeps
@@ -147,20 +136,32 @@ class Scheduler:
         self.reserved: tuple[str, ...] = ()
         self.lent: set[str] = set()  # placed by the last decision on lent GPUs (`CycleDecision.borrowed`)
         self.scattered_gpus = 0.0  # after the last cycle: free GPUs no rental waiting for capacity fits
-        self.stale = False  # a decided placement was not applied: rebuild the snapshot after the cycle
         self.resizing: list[Running] = []  # live rentals a resize asked to change in place (`_resize`)
         # what a growth must fit within (`_resize`): this cycle's tenant limits, open contracts, and every
         # rental as large as it is now, this cycle's placements included
         self.limits: Limits | None = None
         self.holding: list[Held] = []
         self.contracts: list[Contract] = []
-        self.cordoned: set[str] = set()
         self.windows: list[MaintenanceWindow] = []  # maintenance windows still to end, as of this cycle
         self._lock = threading.Lock()
         self.pricer = pricer
         self.spot_floors = spot_floors  # a pending spot bid below its pools' floor waits (bid_below_floor)
         spot_notice_s = self.preemption.notice_for(Tier.SPOT)
         self.spot_pricing = None if repricer is None else SpotRepricing(repricer, floor_check, spot_notice_s)
+        horizon_s = notice_horizon_s(self.preemption)
+        self.live = LiveSnapshot(catalog, policy, seed, horizon_s, self.spot_pricing)
+
+    @property
+    def snapshot(self) -> Snapshot | None:
+        return self.live.snapshot
+
+    @property
+    def policy(self) -> Policy | None:
+        return self.live.policy
+
+    @property
+    def fleet(self) -> Fleet | None:
+        return self.live.fleet
 
     def run_cycle(self) -> CycleReport:
         with self._lock:
@@ -168,10 +169,10 @@ class Scheduler:
                 return self._cycle()
             except BookingConflict as error:
                 log.warning("plan dropped, snapshot will be rebuilt: %s", error)
-                self.snapshot = None
+                self.live.drop()
                 return CycleReport(dropped=True)
             except BaseException:
-                self.snapshot = None  # it may hold this cycle's decision, which the database never got
+                self.live.drop()  # it may hold this cycle's decision, which the database never got
                 raise
 
     def _cycle(self) -> CycleReport:
@@ -185,7 +186,7 @@ class Scheduler:
             # window and a rental committed between the two reads placed the rental into the window)
             pending = uow.rentals.pending()
             self.windows = uow.maintenance.list(now)
-            self._refresh(uow, fleet, version, now)
+            self.live.refresh(uow, fleet, version, now, self.windows)
             preempting = uow.rentals.preempting()
             left = abandoned(preempting, {r.id for r in pending}, now)
             withdrawn = [victim for victim in left if withdraw(uow, victim, now)]
@@ -201,7 +202,7 @@ class Scheduler:
             if victim not in due and victim.preempted_by is not None:
                 waiting_on.setdefault(victim.preempted_by, []).append(victim)
         for victim in due:
-            self._forget(victim.id)  # their capacity is free in this decision; the apply releases it
+            self.live.forget(victim.id)  # their capacity is free in this decision; the apply releases it
         ready = {v.preempted_by for v in due}.difference(waiting_on)
         by_id = {rental.id: rental for rental in pending}
         started = time.perf_counter()
@@ -252,30 +253,12 @@ class Scheduler:
         if self.spot_pricing is not None:
             fresh = {p.request_id for p in placements}
             report.repriced = self.spot_pricing.reprice(
-                self.uow, snapshot, self.held, self.owner, self._pool_of_node, fresh, now
+                self.uow, snapshot, self.live.held, self.live.owner, self.live.pool_of_node, fresh, now
             )
-        report.gpus = self._gpu_states()
-        report.mig_instances = self._mig_instances()
-        if self.stale:
-            self.snapshot, self.stale = None, False
+        report.gpus = self.live.gpu_states()
+        report.mig_instances = self.live.mig_instances()
+        self.live.end_cycle()
         return report
-
-    def _refresh(self, uow: UnitOfWork, fleet: Fleet, version: int, now: datetime) -> None:
-        """Bring the snapshot up to the store: rebuilt for a new fleet version, a change in which agents run
-        images or in the hosts' MIG reports (or none yet), else synced by allocation id."""
-        imageless, mig_revision = uow.fleet.imageless(), uow.fleet.mig_layouts_revision()
-        if (
-            self.snapshot is None
-            or version != self.version
-            or imageless != self.imageless
-            or mig_revision != self.mig_revision
-        ):
-            if mig_revision != self.mig_revision:  # a report changed: read them all again
-                self.mig_layouts = uow.fleet.mig_layouts()
-            self.imageless, self.mig_revision = imageless, mig_revision
-            self._rebuild(uow, fleet, version, now)
-        else:
-            self._sync(uow, now)
 
     def trial(self, rental: Rental) -> Trial:
         """What a cycle would do with `rental` (not stored) if it were alone in the queue now: where it would
@@ -286,7 +269,7 @@ class Scheduler:
             try:
                 return self._trial(rental)
             except BaseException:
-                self.snapshot = None  # it may still hold the trial's placement: rebuilt at the next cycle
+                self.live.drop()  # it may still hold the trial's placement: rebuilt at the next cycle
                 raise
 
     def _trial(self, rental: Rental) -> Trial:
@@ -297,7 +280,7 @@ class Scheduler:
                 return Trial((), 0, Reason.NO_CAPACITY.value, "no fleet: no agent has registered", 0)
             waiting = uow.rentals.pending_count()
             self.windows = uow.maintenance.list(now)
-            self._refresh(uow, fleet, version, now)
+            self.live.refresh(uow, fleet, version, now, self.windows)
         assert self.snapshot is not None and self.policy is not None
         now_s = now.timestamp()
         live, _ = self._running()
@@ -391,9 +374,9 @@ class Scheduler:
             self.limits,
             self.holding,
             self.contracts,
-            self.held,
-            self.owner,
-            self._node,
+            self.live.held,
+            self.live.owner,
+            self.live.node,
         )
         return resizer.apply(uow, self.resizing, now)
 
@@ -427,9 +410,7 @@ class Scheduler:
         """The live rentals holding capacity in the snapshot, as the domain sees them (as large as they are,
         not as a resize asks), with their rate per hour (one read); and the ids of those a resize asks to
         change."""
-        nodes: dict[str, list[NodeAllocation]] = {}
-        for allocation_id in sorted(self.held):
-            nodes.setdefault(self.owner[allocation_id], []).append(self.held[allocation_id])
+        nodes = allocations_by_rental(self.live.held, self.live.owner)
         with self.uow() as uow:
             live = uow.rentals.by_ids(sorted(nodes))
         running: dict[str, tuple[Running, int]] = {}
@@ -558,17 +539,7 @@ class Scheduler:
         """Notice to the rentals on nodes whose maintenance window is near (`maintenance.give_notices`)."""
         if not self.windows:
             return 0
-        nodes_of: dict[str, set[str]] = {}
-        for allocation_id, allocation in self.held.items():
-            nodes_of.setdefault(self.owner[allocation_id], set()).add(allocation.node)
-        return give_notices(uow, self.windows, nodes_of, self.preemption, now)
-
-    def _forget(self, rental_id: str) -> None:
-        """Release a rental's allocations from the snapshot (the database follows in this cycle's apply)."""
-        assert self.snapshot is not None
-        for allocation_id in [i for i, owner in self.owner.items() if owner == rental_id]:
-            self.snapshot.release(self.held.pop(allocation_id))
-            del self.owner[allocation_id]
+        return give_notices(uow, self.windows, self.live.nodes_of(), self.preemption, now)
 
     def _apply_placement(
         self, uow: UnitOfWork, rental: Rental, placement: Placement, now: datetime, changed: bool = False
@@ -577,7 +548,7 @@ class Scheduler:
         was read; 1 if booked."""
         assert self.snapshot is not None
         if changed:
-            return self._unplace(placement)
+            return self.live.unplace(placement)
         price, quoted = self._price(uow, rental, placement, now)
         limit_s = rental.spec.max_duration_s
         time_limit_at = None if limit_s is None else now + timedelta(seconds=limit_s)
@@ -585,14 +556,13 @@ class Scheduler:
         if not uow.rentals.mark_placed(
             rental.id, now, price, quoted, time_limit_at=time_limit_at, borrowed=borrowed
         ):
-            return self._unplace(placement)
-        rows = bookings_for(placement.nodes, self._node, uow.rentals.booked_slots)
+            return self.live.unplace(placement)
+        rows = bookings_for(placement.nodes, self.live.node, uow.rentals.booked_slots)
         allocation_ids = uow.rentals.book(rental.id, placement.nodes, rows, at=now)
         nodes = ", ".join(a.node for a in placement.nodes)
         lent = "; borrowed: taken back with notice when a rental ahead of it needs them" if borrowed else ""
         uow.rentals.add_event(rental.id, RentalEvent(now, "placed", None, f"on {nodes}{lent}"))
-        self.held.update(zip(allocation_ids, placement.nodes, strict=True))
-        self.owner.update((i, rental.id) for i in allocation_ids)
+        self.live.booked(rental.id, allocation_ids, placement.nodes)
         if self.spot_pricing is not None:
             self.spot_pricing.placed(rental)
         return 1
@@ -604,118 +574,17 @@ class Scheduler:
         book, spot price at the pool's utilization, plan, contract), else the list prices of its slices."""
         assert self.snapshot is not None
         if self.pricer is not None:
-            placed = [self._pool_of_node(a.node) for a in placement.nodes]
+            placed = [self.live.pool_of_node(a.node) for a in placement.nodes]
             spot = Tier.parse(rental.spec.tier) is Tier.SPOT
             utilization = pool_utilization(self.snapshot, placed) if spot else {}
             quoted = self.pricer(uow, rental, placed, utilization, now)
             return int(quoted["final_micros_per_hour"]), quoted
         price = sum(
-            piece.milli * list_price(self._node(a.node)[1], rental.spec.tier) // FULL_MILLI
+            piece.milli * list_price(self.live.node(a.node)[1], rental.spec.tier) // FULL_MILLI
             for a in placement.nodes
             for piece in a.slices
         )
         return price, None
-
-    def _unplace(self, placement: Placement) -> int:
-        """Give a placement that is not booked back to the snapshot; 0 (nothing placed)."""
-        assert self.snapshot is not None
-        for allocation in placement.nodes:
-            self.snapshot.release(allocation)
-        # MIG instances it would have made were not made, and later placements may sit where the idle ones it
-        # destroyed were: the snapshot is rebuilt from the store after this cycle
-        self.stale = self.stale or bool(placement.repartitions)
-        return 0
-
-    def _pool_of_node(self, name: str) -> tuple[GpuModel, str]:
-        node, model = self._node(name)
-        return model, node.region
-
-    def _node(self, name: str) -> tuple[Node, GpuModel]:
-        assert self.snapshot is not None
-        state = self.snapshot.by_name[name]
-        return state.node, self.snapshot.classes[state.class_id].model
-
-    def _cordons(self, uow: UnitOfWork, now: datetime) -> set[str]:
-        """Nodes out of placements now: drained (or down), and those in or about to enter maintenance."""
-        horizon_s = notice_horizon_s(self.preemption)
-        return uow.fleet.cordoned() | out_of_service(self.windows, now, horizon_s)
-
-    def _rebuild(self, uow: UnitOfWork, fleet: Fleet, version: int, now: datetime) -> None:
-        live = uow.rentals.allocations_by_id(sorted(uow.rentals.live_allocation_ids()))
-        on_host = self._host_layouts(fleet, [allocation for _, allocation in live.values()])
-        snapshot = Snapshot(label_image_nodes(fleet, self.imageless), self.catalog, on_host)
-        self.cordoned = self._cordons(uow, now)
-        for name in self.cordoned:
-            if name in snapshot.by_name:
-                snapshot.set_schedulable(name, False)
-        for _, allocation in live.values():
-            snapshot.occupy(allocation)
-        self.held = {allocation_id: allocation for allocation_id, (_, allocation) in live.items()}
-        self.owner = {allocation_id: rental_id for allocation_id, (rental_id, _) in live.items()}
-        if self.spot_pricing is not None:
-            self.spot_pricing.forget_all()
-            self.spot_pricing.learn(uow, set(self.owner.values()))
-        history = [to_request(r) for r in uow.rentals.list(None, 5000)]
-        self.policy = build_policy(self.policy_name, seed=self.seed, history=history)
-        self.snapshot, self.fleet, self.version = snapshot, fleet, version
-
-    def _host_layouts(self, fleet: Fleet, live: Sequence[NodeAllocation]) -> dict[str, HostMigLayouts]:
-        """The reported MIG layouts the snapshot takes (an instance `live` holds as the rental's); each one
-        it cannot is logged (the fleet's declared layout stands for that GPU)."""
-        kept, problems = host_mig_layouts(fleet, self.catalog, self.mig_layouts, live)
-        for problem in problems:
-            log.warning("reported MIG layout left out: %s", problem)
-        return kept
-
-    def _sync(self, uow: UnitOfWork, now: datetime) -> None:
-        """Catch up with the database by allocation id: release what was released since (stops, shrinks,
-        re-queues), occupy what appeared (written by someone else); only new allocations are read in full."""
-        snapshot = self.snapshot
-        assert snapshot is not None
-        live = uow.rentals.live_allocation_ids()
-        for allocation_id in [i for i in self.held if i not in live]:
-            snapshot.release(self.held.pop(allocation_id))
-            self.owner.pop(allocation_id, None)
-        new = sorted(live.difference(self.held))
-        if new:
-            for allocation_id, (rental_id, allocation) in uow.rentals.allocations_by_id(new).items():
-                snapshot.occupy(allocation)
-                self.held[allocation_id] = allocation
-                self.owner[allocation_id] = rental_id
-            if self.spot_pricing is not None:
-                self.spot_pricing.learn(uow, {self.owner[i] for i in new if i in self.owner})
-        cordoned = self._cordons(uow, now)
-        for name in cordoned ^ self.cordoned:
-            if name in snapshot.by_name:
-                snapshot.set_schedulable(name, name not in cordoned)
-        self.cordoned = cordoned
-
-    def _gpu_states(self) -> Counter[str]:
-        counts: Counter[str] = Counter()
-        if self.snapshot is None:
-            return counts
-        for state in self.snapshot.nodes:
-            for free_milli, _, _ in state.gpus:
-                if not state.schedulable:
-                    counts["cordoned"] += 1
-                elif free_milli >= FULL_MILLI:
-                    counts["idle"] += 1
-                elif free_milli > 0:
-                    counts["partial"] += 1
-                else:
-                    counts["busy"] += 1
-        return counts
-
-    def _mig_instances(self) -> Counter[tuple[str, str]]:
-        counts: Counter[tuple[str, str]] = Counter()
-        if self.snapshot is None:
-            return counts
-        for state in self.snapshot.nodes:
-            if state.schedulable:
-                for _, _, layout in state.gpus:
-                    for _, profile, busy in layout:
-                        counts[profile, "busy" if busy else "idle"] += 1
-        return counts
 
 
 def _shown_start(start_s: float) -> datetime | None:
@@ -725,14 +594,3 @@ def _shown_start(start_s: float) -> datetime | None:
         return datetime.fromtimestamp(start_s, UTC)
     except (OverflowError, OSError, ValueError):
         return None
-
-
-def label_image_nodes(fleet: Fleet, imageless: Set[str]) -> Fleet:
-    """`fleet` with `RUNS_IMAGES_LABEL` on every node but those in `imageless`, whose agent said it runs host
-    processes only; a rental that names an image requires the label (`to_request`). A node whose agent has
-    not said (none registered yet, or an older agent) keeps it: the agent reports such a rental failed."""
-    nodes = tuple(
-        node if node.name in imageless else replace(node, labels={**node.labels, RUNS_IMAGES_LABEL: "true"})
-        for node in fleet.nodes
-    )
-    return replace(fleet, nodes=nodes)
