@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -81,6 +82,21 @@ def assignment(rental_id: str, script: str, *, gpu: int = 2, deadline=None, acti
     )
 
 
+RUNNERS: list[AgentRunner] = []  # the runners this test made: their workloads end with it
+
+
+@pytest.fixture(autouse=True)
+def _no_workload_outlives_its_test() -> Iterator[None]:
+    """Kill what the test's runners still run when it ends (an assert failed, or the test left it running):
+    a workload that loops for ever must not outlive the test run."""
+    yield
+    for runner in RUNNERS:
+        for local in runner.local.values():
+            if local.workload is not None and local.workload.poll().running:
+                local.workload.kill()
+    RUNNERS.clear()
+
+
 def make_runner(work_dir: Path, client: FakeClient, node: str = "h100-a-01") -> AgentRunner:
     runner = AgentRunner(
         "http://server.test",
@@ -91,6 +107,7 @@ def make_runner(work_dir: Path, client: FakeClient, node: str = "h100-a-01") -> 
         client_factory=lambda url, key: client,
     )
     runner._client = client  # as after registration
+    RUNNERS.append(runner)
     return runner
 
 
