@@ -21,6 +21,7 @@ from suanli.app.records import (
     Webhook,
 )
 from suanli.domain.billing.ledger import Transaction
+from suanli.domain.plan import Slice
 from suanli.wire.billing_schemas import LedgerTransactionResponse, PostingResponse
 from suanli.wire.schemas import (
     ContractCreateRequest,
@@ -97,16 +98,7 @@ def rental(view: RentalView) -> RentalResponse:
                 node=a.node,
                 cpu_milli=a.cpu_milli,
                 memory_mib=a.memory_mib,
-                slices=[
-                    SliceResponse(
-                        gpu_index=s.gpu_index,
-                        milli=s.milli,
-                        memory_mib=s.memory_mib,
-                        mig_profile=s.mig_profile,
-                        mig_start=s.mig_start,
-                    )
-                    for s in a.slices
-                ],
+                slices=[slice_response(s) for s in a.slices],
             )
             for a in view.allocation
         ],
@@ -126,6 +118,16 @@ def rental(view: RentalView) -> RentalResponse:
             RateChangeResponse(from_at=at, rate_micros_per_hour=rate) for at, rate in view.rate_changes
         ],
         charged_micros=view.charged_micros,
+    )
+
+
+def slice_response(s: Slice) -> SliceResponse:
+    return SliceResponse(
+        gpu_index=s.gpu_index,
+        milli=s.milli,
+        memory_mib=s.memory_mib,
+        mig_profile=s.mig_profile,
+        mig_start=s.mig_start,
     )
 
 

@@ -9,6 +9,7 @@ from fastapi.security import HTTPAuthorizationCredentials
 
 from suanli.api.deps import CallerDep, ServicesDep, bearer
 from suanli.api.errors import ERROR_RESPONSES
+from suanli.api.mappers import slice_response
 from suanli.app.agent_records import NodeAssignment, WorkloadReport
 from suanli.app.agents import AgentService
 from suanli.app.gpu_history import MAX_MINUTES
@@ -29,7 +30,6 @@ from suanli.wire.agent_schemas import (
     RentalGpuResponse,
     RentalRunResponse,
 )
-from suanli.wire.schemas import SliceResponse
 
 router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
 
@@ -211,16 +211,7 @@ def _assignment(a: NodeAssignment) -> AssignmentResponse:
     return AssignmentResponse(
         rental_id=a.rental.id,
         action=a.action,  # type: ignore[arg-type]
-        slices=[
-            SliceResponse(
-                gpu_index=s.gpu_index,
-                milli=s.milli,
-                memory_mib=s.memory_mib,
-                mig_profile=s.mig_profile,
-                mig_start=s.mig_start,
-            )
-            for s in a.allocation.slices
-        ],
+        slices=[slice_response(s) for s in a.allocation.slices],
         command=list(spec.command),
         env=dict(spec.env),
         image=spec.image,
