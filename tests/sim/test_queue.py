@@ -330,10 +330,14 @@ def test_figures_that_have_no_value_are_null_in_the_json_not_nan(tmp_path: Path)
     assert figures["mean_alloc_pct"] is None and figures["mean_jct_s"] == 60.0
 
 
-@pytest.mark.parametrize("text", ["on_demand=1,spot=inf", "on_demand=1,spot=nan", "spot=-1,on_demand=2"])
+BAD_MIXES = ["on_demand=1,spot=inf", "on_demand=1,spot=nan", "spot=-1,on_demand=2", "spot", "spot=", "gold=1"]
+
+
+@pytest.mark.parametrize("text", BAD_MIXES)
 def test_a_tier_mix_that_is_not_finite_and_non_negative_is_refused(text: str):
     """`spot=inf` normalised to on_demand 0 and spot NaN, and the replay failed later with random's
-    'Total of weights must be finite', naming neither the option nor the value."""
+    'Total of weights must be finite', naming neither the option nor the value; a part without a number
+    said only "could not convert string to float: ''"."""
     with pytest.raises(ValueError, match="bad tier mix"):
         parse_mix(text)
 

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from suanli.domain.catalog_data import CATALOG
+from suanli.domain.errors import RequestError
 from suanli.domain.fair_share import FairShare
 from suanli.domain.inventory import Fleet
 from suanli.domain.plan import Placement
@@ -226,7 +227,10 @@ def parse_mix(text: str | None) -> dict[Tier, float]:
     mix: dict[Tier, float] = {}
     for part in text.split(","):
         name, _, value = part.partition("=")
-        mix[Tier.parse(name)] = float(value)
+        try:
+            mix[Tier.parse(name)] = float(value)
+        except (ValueError, RequestError) as error:
+            raise ValueError(f"bad tier mix {text!r}: {part!r} is not TIER=PROBABILITY ({error})") from None
     total = sum(mix.values())
     if not all(0 <= v < math.inf for v in mix.values()) or total <= 0:  # also refuses NaN
         raise ValueError(f"bad tier mix {text!r}: probabilities must be finite, >= 0 and not all 0")
