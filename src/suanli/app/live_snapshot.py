@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Mapping, Sequence, Set
+from collections.abc import Sequence, Set
 from dataclasses import replace
 from datetime import datetime
 
@@ -122,6 +122,13 @@ class LiveSnapshot:
         state = self.snapshot.by_name[name]
         return state.node, self.snapshot.classes[state.class_id].model
 
+    def allocations_by_rental(self) -> dict[str, list[NodeAllocation]]:
+        """Each live rental's allocations, in allocation id order."""
+        nodes: dict[str, list[NodeAllocation]] = {}
+        for allocation_id in sorted(self.held):
+            nodes.setdefault(self.owner[allocation_id], []).append(self.held[allocation_id])
+        return nodes
+
     def nodes_of(self) -> dict[str, set[str]]:
         """The nodes each live rental holds."""
         nodes: dict[str, set[str]] = {}
@@ -224,13 +231,3 @@ def label_image_nodes(fleet: Fleet, imageless: Set[str]) -> Fleet:
         for node in fleet.nodes
     )
     return replace(fleet, nodes=nodes)
-
-
-def allocations_by_rental(
-    held: Mapping[int, NodeAllocation], owner: Mapping[int, str]
-) -> dict[str, list[NodeAllocation]]:
-    """Each live rental's allocations, in allocation id order."""
-    nodes: dict[str, list[NodeAllocation]] = {}
-    for allocation_id in sorted(held):
-        nodes.setdefault(owner[allocation_id], []).append(held[allocation_id])
-    return nodes

@@ -25,7 +25,7 @@ from suanli.app.fleet import FleetCache
 from suanli.app.growth import Held, held_request, holding_after, wants_resize
 from suanli.app.limits import cycle_limits
 from suanli.app.list_prices import list_price
-from suanli.app.live_snapshot import LiveSnapshot, allocations_by_rental
+from suanli.app.live_snapshot import LiveSnapshot
 from suanli.app.maintenance import give_notices, upcoming
 from suanli.app.notices import abandoned, end_victim, give_notice, named_for, withdraw
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
@@ -410,7 +410,7 @@ class Scheduler:
         """The live rentals holding capacity in the snapshot, as the domain sees them (as large as they are,
         not as a resize asks), with their rate per hour (one read); and the ids of those a resize asks to
         change."""
-        nodes = allocations_by_rental(self.live.held, self.live.owner)
+        nodes = self.live.allocations_by_rental()
         with self.uow() as uow:
             live = uow.rentals.by_ids(sorted(nodes))
         running: dict[str, tuple[Running, int]] = {}
