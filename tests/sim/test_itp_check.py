@@ -276,3 +276,26 @@ def test_command_checks_the_parts_when_asked_and_counts_the_verdicts(traces: Pat
     assert f"bar met on {met} of 3" in outcome.output
     bad = runner.invoke(app, ["sim", "itp-check", "--traces", str(traces), "--split", "1"])
     assert bad.exit_code == 2 and "--split 1" in bad.output
+
+
+def test_a_variant_is_checked_against_the_same_baselines_by_the_same_bar(traces: Path, tmp_path: Path):
+    """`--candidate` measures another policy (an experiment) as `suanli` is measured: same clusters, same
+    baselines, same moved arrivals, same bar; a baseline or an unknown name is refused, naming the choices."""
+    check = check_cluster(traces / "cluster07.csv", perturb_runs=1, candidate="suanli-wide-first")
+    assert [r.policy for r in check.results] == [*BASELINES, "suanli-wide-first"]
+    assert check.candidate_result.policy == "suanli-wide-first"
+    results = {r.policy: r for r in check.results}
+    assert list(check.shortfalls) == shortfalls(results, "suanli-wide-first")
+    assert check.perturbed is not None and set(check.perturbed.spreads) == {*BASELINES, "suanli-wide-first"}
+    out = tmp_path / "itp.json"
+    args = ["--candidate", "suanli-wide-first", "--json", str(out)]
+    outcome = runner.invoke(app, ["sim", "itp-check", "--traces", str(traces), *args])
+    assert outcome.exit_code == 0, outcome.output
+    report = json.loads(out.read_text())
+    assert report["candidate"] == "suanli-wide-first" and report["bar"].startswith("suanli-wide-first:")
+    assert report["clusters"]["cluster07"]["candidate"] == "suanli-wide-first"
+    assert "suanli-wide-first against every baseline" in outcome.output
+    for bad in ("fifo-backfill", "nope"):
+        refused = runner.invoke(app, ["sim", "itp-check", "--traces", str(traces), "--candidate", bad])
+        assert refused.exit_code == 2 and f"--candidate '{bad}'" in refused.output
+        assert "suanli-wide-first" in refused.output

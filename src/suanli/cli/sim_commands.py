@@ -210,6 +210,13 @@ def itp_check(
             "queue may lend it idle GPUs and take them back."
         ),
     ] = False,
+    candidate: Annotated[
+        str,
+        typer.Option(
+            help="The policy checked against the baselines: suanli, or a variant measured the same way "
+            "(suanli-wide-first, greedy, conservative)."
+        ),
+    ] = "suanli",
 ) -> None:
     """Replay every ITP cluster at about 85% offered load under every policy; check suanli against each."""
     try:
@@ -223,6 +230,7 @@ def itp_check(
             parse_estimate(estimate),
             split,
             checkpoint,
+            candidate,
         )
     except (ValueError, SuanliError, OSError) as error:
         console.print(error_text(str(error)))

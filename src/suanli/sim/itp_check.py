@@ -1,5 +1,8 @@
 """Every ITP cluster at its stated capacity under every queue policy, and where `suanli` misses the bar.
 
+The candidate is `suanli` unless another policy is named (`sim itp-check --candidate`): a variant is measured
+against the same baselines, on the same clusters and moved arrivals, by the same bar.
+
 The bar (the scheduling-over-time issue): `suanli`'s mean and p95 job completion time strictly below each
 baseline's, and its mean allocation (as printed, to 0.01 %) no lower. Capacity, the same rule for every
 cluster: the count of 8-GPU nodes whose offered load is nearest 85%; 4-GPU nodes when no count of 8-GPU
@@ -25,7 +28,7 @@ from suanli.sim.itp import (
     split_jobs,
     synthetic_fleet,
 )
-from suanli.sim.queue import BASELINES, DEFAULT_ESTIMATE, QueueResult, run_queue
+from suanli.sim.queue import BASELINES, DEFAULT_ESTIMATE, POLICIES, QueueResult, run_queue
 
 CANDIDATE = "suanli"
 TARGET_LOAD = 0.85
@@ -109,6 +112,11 @@ class ClusterCheck:
     results: tuple[QueueResult, ...]
     shortfalls: tuple[Shortfall, ...]
     perturbed: Perturbed | None = None
+    candidate: str = CANDIDATE
+
+    @property
+    def candidate_result(self) -> QueueResult:
+        return next(r for r in self.results if r.policy == self.candidate)
 
     @property
     def met(self) -> bool:
@@ -125,6 +133,7 @@ class ClusterCheck:
             "gpus_per_node": self.capacity.gpus_per_node,
             "capacity_gpus": self.capacity.gpus,
             "offered_load_pct": round(100 * self.capacity.offered_load, 2),
+            "candidate": self.candidate,
             "met": self.met,
             "shortfalls": [s.text for s in self.shortfalls],
             "policies": {r.policy: r.summary() for r in self.results},
@@ -175,14 +184,24 @@ def shortfalls(results: Mapping[str, QueueResult], candidate: str = CANDIDATE) -
     return missed
 
 
+def check_candidate(candidate: str) -> None:
+    """Refuse a candidate that is not a queue policy, or is one of the baselines it is measured against."""
+    if candidate not in POLICIES or candidate in BASELINES:
+        others = ", ".join(p for p in POLICIES if p not in BASELINES)
+        raise ValueError(
+            f"--candidate {candidate!r}: not a policy to check against the baselines; use {others}"
+        )
+
+
 def check_cluster(
     path: Path,
-    policies: Sequence[str] = (*BASELINES, CANDIDATE),
+    policies: Sequence[str] | None = None,
     on_policy: Callable[[str, float], Callable[[float], None]] | None = None,
     perturb_runs: int = 0,
     max_shift_s: float = 60.0,
     estimate: DurationEstimate = DEFAULT_ESTIMATE,
     checkpoint: bool = False,
+    candidate: str = CANDIDATE,
 ) -> ClusterCheck:
     """Replay the ITP trace at `path` under each policy at its capacity (jobs declaring durations by
     `estimate`, and checkpointing with `checkpoint`: see `run_requests`), then `perturb_runs` times more
@@ -191,16 +210,19 @@ def check_cluster(
     jobs = read_itp_jobs(path)
     if not jobs:
         raise ValueError(f"{path}: no jobs")
-    return check_jobs(path.stem, jobs, policies, on_policy, perturb_runs, max_shift_s, estimate, checkpoint)
+    return check_jobs(
+        path.stem, jobs, policies, on_policy, perturb_runs, max_shift_s, estimate, checkpoint, candidate
+    )
 
 
 def check_parts(
     path: Path,
     parts: int,
-    policies: Sequence[str] = (*BASELINES, CANDIDATE),
+    policies: Sequence[str] | None = None,
     on_policy: Callable[[str, float], Callable[[float], None]] | None = None,
     estimate: DurationEstimate = DEFAULT_ESTIMATE,
     checkpoint: bool = False,
+    candidate: str = CANDIDATE,
 ) -> list[ClusterCheck]:
     """The trace at `path` split into `parts` clusters of the same kind (`split_jobs`), each checked at its
     own capacity by the same rule: whether the verdict is the policy's or one trace's."""
@@ -214,6 +236,7 @@ def check_parts(
             on_policy,
             estimate=estimate,
             checkpoint=checkpoint,
+            candidate=candidate,
         )
         for number, part in enumerate(split_jobs(read_itp_jobs(path), parts), start=1)
         if part
@@ -223,16 +246,20 @@ def check_parts(
 def check_jobs(
     name: str,
     jobs: list[TraceJob],
-    policies: Sequence[str] = (*BASELINES, CANDIDATE),
+    policies: Sequence[str] | None = None,
     on_policy: Callable[[str, float], Callable[[float], None]] | None = None,
     perturb_runs: int = 0,
     max_shift_s: float = 60.0,
     estimate: DurationEstimate = DEFAULT_ESTIMATE,
     checkpoint: bool = False,
+    candidate: str = CANDIDATE,
 ) -> ClusterCheck:
-    """`jobs` replayed under each policy at their capacity (see `check_cluster`), named `name`."""
-    if CANDIDATE not in policies:
-        raise ValueError(f"the check compares {CANDIDATE} with the baselines: include it in the policies")
+    """`jobs` replayed under each policy at their capacity (see `check_cluster`), named `name`; `policies`
+    defaults to the baselines and `candidate`."""
+    check_candidate(candidate)
+    policies = (*BASELINES, candidate) if policies is None else policies
+    if candidate not in policies:
+        raise ValueError(f"the check compares {candidate} with the baselines: include it in the policies")
     if perturb_runs < 0 or max_shift_s < 0:
         raise ValueError("perturbed runs and the arrival shift must be >= 0")
     capacity = itp_capacity(jobs)
@@ -256,15 +283,17 @@ def check_jobs(
     perturbed = None
     if perturb_runs:
         runs = [replay(jittered(jobs, max_shift_s, seed), f" #{seed}") for seed in range(1, perturb_runs + 1)]
-        perturbed = _perturbed(runs, max_shift_s)
-    missed = tuple(shortfalls(results))
-    return ClusterCheck(name, len(jobs), capacity, tuple(results.values()), missed, perturbed)
+        perturbed = _perturbed(runs, max_shift_s, candidate)
+    missed = tuple(shortfalls(results, candidate))
+    return ClusterCheck(name, len(jobs), capacity, tuple(results.values()), missed, perturbed, candidate)
 
 
-def _perturbed(runs: Sequence[Mapping[str, QueueResult]], max_shift_s: float) -> Perturbed:
+def _perturbed(
+    runs: Sequence[Mapping[str, QueueResult]], max_shift_s: float, candidate: str = CANDIDATE
+) -> Perturbed:
     misses: dict[tuple[str, str], int] = {}
     for run in runs:
-        for shortfall in {(s.baseline, s.metric) for s in shortfalls(run)}:
+        for shortfall in {(s.baseline, s.metric) for s in shortfalls(run, candidate)}:
             misses[shortfall] = misses.get(shortfall, 0) + 1
     spreads = {
         name: Spread(

@@ -21,6 +21,7 @@ from suanli.sim.itp_check import (
     CANDIDATE,
     ClusterCheck,
     Perturbed,
+    check_candidate,
     check_cluster,
     check_parts,
     cluster_paths,
@@ -248,12 +249,15 @@ def itp_check_command(
     estimate: DurationEstimate = DEFAULT_ESTIMATE,
     split_parts: int = 0,
     checkpoint: bool = False,
+    candidate: str = CANDIDATE,
 ) -> list[ClusterCheck]:
-    """`suanli sim itp-check`: each ITP cluster at its capacity under every policy, and the bar's verdict;
+    """`suanli sim itp-check`: each ITP cluster at its capacity under every policy, and the bar's verdict
+    for `candidate` (`suanli`, or a variant measured the same way);
     with `perturb_runs`, how far the figures move when arrivals move by up to `max_shift_s`; with
     `split_parts`, each cluster's jobs also split into that many clusters of the same kind, each checked."""
     if split_parts and split_parts < 2:
         raise ValueError(f"--split {split_parts}: a trace splits into 2 parts or more (0: no split)")
+    check_candidate(candidate)
     paths = cluster_paths(traces, clusters)
     console.print(estimate.describe() + ("; jobs checkpoint" if checkpoint else ""))
     checks = []
@@ -272,20 +276,27 @@ def itp_check_command(
                 max_shift_s=max_shift_s,
                 estimate=estimate,
                 checkpoint=checkpoint,
+                candidate=candidate,
             )
             checks.append(check)
             _print_check(console, check)
             if split_parts:
                 parts = check_parts(
-                    path, split_parts, on_policy=on_policy, estimate=estimate, checkpoint=checkpoint
+                    path,
+                    split_parts,
+                    on_policy=on_policy,
+                    estimate=estimate,
+                    checkpoint=checkpoint,
+                    candidate=candidate,
                 )
                 checks.extend(parts)
                 for part in parts:
                     _print_check(console, part)
-    console.print(itp_verdict_table(checks))
+    console.print(itp_verdict_table(checks, candidate))
     if json_path is not None:
         report = {
-            "bar": f"{CANDIDATE}: mean and p95 JCT below every baseline's, mean_alloc_pct (to 0.01) no lower",
+            "candidate": candidate,
+            "bar": f"{candidate}: mean and p95 JCT below every baseline's, mean_alloc_pct (to 0.01) no lower",
             "capacity_rule": "8-GPU nodes at the offered load nearest 85%; 4-GPU nodes if none is in 80-90%; "
             "never fewer nodes than the widest job needs",
             "declared_durations": estimate.describe(),
@@ -311,12 +322,12 @@ def _print_check(console, check: ClusterCheck) -> None:
         f"offered load {100 * check.capacity.offered_load:.1f}%)"
     )
     console.print(results_table(title, check.results))
-    console.print(f"{CANDIDATE}: bar {check.verdict}")
+    console.print(f"{check.candidate}: bar {check.verdict}")
     if check.perturbed is not None:
-        console.print(perturbed_table(check.perturbed))
+        console.print(perturbed_table(check.perturbed, check.candidate))
 
 
-def perturbed_table(perturbed: Perturbed) -> Table:
+def perturbed_table(perturbed: Perturbed, candidate: str = CANDIDATE) -> Table:
     """Mean (lowest-highest) of each figure over the perturbed runs, and how often each shortfall held."""
     runs = f"{perturbed.runs} run" + ("s" if perturbed.runs != 1 else "")
     title = f"{runs} with arrivals moved by up to {perturbed.max_shift_s:g} s"
@@ -326,7 +337,7 @@ def perturbed_table(perturbed: Perturbed) -> Table:
     )
     table = Table(
         title=title,
-        caption=misses or f"{CANDIDATE} met the bar in every run",
+        caption=misses or f"{candidate} met the bar in every run",
         box=box.SIMPLE_HEAD,
         collapse_padding=True,
         pad_edge=False,
@@ -342,11 +353,11 @@ def perturbed_table(perturbed: Perturbed) -> Table:
     return table
 
 
-def itp_verdict_table(checks: Sequence[ClusterCheck]) -> Table:
+def itp_verdict_table(checks: Sequence[ClusterCheck], candidate: str = CANDIDATE) -> Table:
     """One row per cluster: its capacity, the candidate's figures and the verdict."""
     met = sum(check.met for check in checks)
     table = Table(
-        title=f"{CANDIDATE} against every baseline",
+        title=f"{candidate} against every baseline",
         caption=f"bar met on {met} of {len(checks)}",
         box=box.SIMPLE_HEAD,
         pad_edge=False,
@@ -357,7 +368,7 @@ def itp_verdict_table(checks: Sequence[ClusterCheck]) -> Table:
             header, justify="left" if header in ("cluster", "verdict") else "right", overflow="fold"
         )
     for check in checks:
-        mine = next(r for r in check.results if r.policy == CANDIDATE)
+        mine = check.candidate_result
         table.add_row(
             check.name,
             check.capacity.label,
