@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
@@ -129,12 +130,32 @@ def scheduler_cycles(client: TestClient, count: int = 3) -> None:
         time.sleep(0.01)
 
 
+class AppTransport(httpx.BaseTransport):
+    """The SDK's transport into the in-process app: each request goes through `client` (Starlette's test
+    client, which speaks httpx2), its answer comes back as an httpx response."""
+
+    def __init__(self, client: TestClient) -> None:
+        self.client = client
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        answer = self.client.request(
+            request.method,
+            str(request.url),
+            headers=list(request.headers.multi_items()),
+            content=request.read(),
+            follow_redirects=False,
+        )
+        decoded = ("content-encoding", "content-length", "transfer-encoding")  # the body comes back decoded
+        headers = [(k, v) for k, v in answer.headers.multi_items() if k.lower() not in decoded]
+        return httpx.Response(answer.status_code, headers=headers, content=answer.content, request=request)
+
+
 def logged_in_as(client: TestClient, key: str) -> Callable[[], Any]:
     """A stand-in for the CLI's `logged_in`: the SDK with `key`, talking to the in-process app."""
 
     @contextmanager
     def logged_in(options: Mapping[str, str] | None = None) -> Iterator[Client]:
-        with api_errors(options), Client("http://testserver", key, transport=client._transport) as sdk:
+        with api_errors(options), Client("http://testserver", key, transport=AppTransport(client)) as sdk:
             yield sdk
 
     return logged_in

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from conftest import ADMIN, app_client
+from conftest import ADMIN, AppTransport, app_client
 from suanli.client.client import ApiError, Client
 from suanli.wire.schemas import RentalCreateRequest
 
@@ -41,12 +41,12 @@ def test_the_sdk_waits_out_a_429_and_sends_again(database_url: str) -> None:
     with app_client(database_url, api_rate="2/second") as client:
         key = _tenant_key(client, "patient")
         started = time.monotonic()
-        with Client("http://testserver", key, transport=client._transport) as sdk:
+        with Client("http://testserver", key, transport=AppTransport(client)) as sdk:
             created = sdk.create_rental(RentalCreateRequest(**H100))  # not retried on errors, but on 429
             assert [sdk.rental(created.id).id for _ in range(3)] == [created.id] * 3
             assert len(sdk.rentals()) == 1  # one rental, however often it was sent
         assert time.monotonic() - started >= 1.9  # five requests at two a second: two waits
-        with Client("http://testserver", key, transport=client._transport, retries=1) as impatient:
+        with Client("http://testserver", key, transport=AppTransport(client), retries=1) as impatient:
             for _ in range(5):  # a loaded machine may take a second for three requests: then try again
                 time.sleep(1.1)
                 first = time.monotonic()

@@ -9,7 +9,7 @@ from datetime import timedelta
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from conftest import ADMIN, SHARE, logged_in_as, register_agent, running_share
+from conftest import ADMIN, SHARE, AppTransport, logged_in_as, register_agent, running_share
 from suanli.app.execs import ANSWER_GRACE_S
 from suanli.cli import exec_commands
 from suanli.cli.main import app
@@ -172,7 +172,7 @@ def test_output_sent_as_a_command_runs_is_shown_as_it_comes_once_each_and_gaps_a
         if next_reports:
             next_reports.pop(0)()
 
-    with Client("http://testserver", owner["Authorization"][7:], transport=client._transport) as sdk:
+    with Client("http://testserver", owner["Authorization"][7:], transport=AppTransport(client)) as sdk:
         ended = sdk.wait_exec(rental_id, exec_id, poll_s=0.01, on_output=on_output)
     assert pieces == [("epoch 1\n", 0), ("epoch 2\n", 0), ("epoch 9\n", 24), ("done\n", 0)]
     assert (ended.state, ended.exit_code, ended.output_chars) == ("exited", 0, 53)

@@ -12,7 +12,16 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from typer.testing import CliRunner
 
-from conftest import ADMIN, ADMIN_KEY, FixedClock, SteppedClock, app_client, make_tenant, wait_for
+from conftest import (
+    ADMIN,
+    ADMIN_KEY,
+    AppTransport,
+    FixedClock,
+    SteppedClock,
+    app_client,
+    make_tenant,
+    wait_for,
+)
 from suanli.cli import billing_commands
 from suanli.cli.main import app
 from suanli.cli.output import api_errors
@@ -175,7 +184,7 @@ def test_cli_admin_prices_set_sends_one_entry_and_prints_it(client, monkeypatch)
 
     @contextmanager
     def logged_in() -> Iterator[Sdk]:
-        with api_errors(), Sdk("http://testserver", ADMIN_KEY, transport=client._transport) as sdk:
+        with api_errors(), Sdk("http://testserver", ADMIN_KEY, transport=AppTransport(client)) as sdk:
             yield sdk
 
     monkeypatch.setattr(billing_commands, "logged_in", logged_in)
@@ -211,7 +220,7 @@ def test_cli_admin_prices_set_sends_one_entry_and_prints_it(client, monkeypatch)
     refused = runner.invoke(app, [*args, "--region", "mars-1"])
     assert refused.exit_code != 0 and "field region" in refused.output
     assert len(sent) == 3
-    listed = Client("http://testserver", transport=client._transport).prices()
+    listed = Client("http://testserver", transport=AppTransport(client)).prices()
     assert any(p.kind == "mig" and p.mig_profile == "3g.40gb" for p in listed)
 
 
@@ -224,7 +233,7 @@ def test_cli_prices_filters_by_model_and_says_from_when_each_applies(client, mon
 
     @contextmanager
     def logged_in() -> Iterator[Client]:
-        with api_errors(), Client("http://testserver", ADMIN_KEY, transport=client._transport) as sdk:
+        with api_errors(), Client("http://testserver", ADMIN_KEY, transport=AppTransport(client)) as sdk:
             yield sdk
 
     monkeypatch.setattr(billing_commands, "logged_in", logged_in)
