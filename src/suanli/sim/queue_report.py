@@ -292,7 +292,7 @@ def itp_check_command(
                 checks.extend(parts)
                 for part in parts:
                     _print_check(console, part)
-    console.print(itp_verdict_table(checks, candidate))
+    console.print(itp_verdict_table(checks))
     if json_path is not None:
         report = {
             "candidate": candidate,
@@ -353,9 +353,10 @@ def perturbed_table(perturbed: Perturbed, candidate: str = CANDIDATE) -> Table:
     return table
 
 
-def itp_verdict_table(checks: Sequence[ClusterCheck], candidate: str = CANDIDATE) -> Table:
+def itp_verdict_table(checks: Sequence[ClusterCheck]) -> Table:
     """One row per cluster: its capacity, the candidate's figures and the verdict."""
     met = sum(check.met for check in checks)
+    candidate = checks[0].candidate if checks else CANDIDATE  # one command checks one candidate
     table = Table(
         title=f"{candidate} against every baseline",
         caption=f"bar met on {met} of {len(checks)}",
