@@ -150,12 +150,13 @@ class AppTransport(httpx.BaseTransport):
         return httpx.Response(answer.status_code, headers=headers, content=answer.content, request=request)
 
 
-def logged_in_as(client: TestClient, key: str) -> Callable[[], Any]:
-    """A stand-in for the CLI's `logged_in`: the SDK with `key`, talking to the in-process app."""
+def logged_in_as(client: TestClient, key: str, sdk_class: type[Client] = Client) -> Callable[[], Any]:
+    """A stand-in for the CLI's `logged_in`: the SDK (`sdk_class`, a spy if a test wants one) with `key`,
+    talking to the in-process app."""
 
     @contextmanager
     def logged_in(options: Mapping[str, str] | None = None) -> Iterator[Client]:
-        with api_errors(options), Client("http://testserver", key, transport=AppTransport(client)) as sdk:
+        with api_errors(options), sdk_class("http://testserver", key, transport=AppTransport(client)) as sdk:
             yield sdk
 
     return logged_in

@@ -5,8 +5,6 @@ tenants may not set prices, bad entries are refused naming the field; and `suanl
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -19,12 +17,12 @@ from conftest import (
     FixedClock,
     SteppedClock,
     app_client,
+    logged_in_as,
     make_tenant,
     wait_for,
 )
 from suanli.cli import billing_commands
 from suanli.cli.main import app
-from suanli.cli.output import api_errors
 from suanli.client.client import Client
 from suanli.wire.billing_schemas import PriceEntryRequest, PriceEntryResponse
 
@@ -182,12 +180,7 @@ def test_cli_admin_prices_set_sends_one_entry_and_prints_it(client, monkeypatch)
             sent.extend(entries)
             return super().set_prices(entries)
 
-    @contextmanager
-    def logged_in() -> Iterator[Sdk]:
-        with api_errors(), Sdk("http://testserver", ADMIN_KEY, transport=AppTransport(client)) as sdk:
-            yield sdk
-
-    monkeypatch.setattr(billing_commands, "logged_in", logged_in)
+    monkeypatch.setattr(billing_commands, "logged_in", logged_in_as(client, ADMIN_KEY, Sdk))
     runner = CliRunner()
     start = (datetime.now(UTC) + timedelta(days=1)).replace(microsecond=0, tzinfo=None).isoformat()
     args = ["admin", "prices", "set", "--model", H100, "--tier", "reserved", "--price", "1.8"]
@@ -231,12 +224,7 @@ def test_cli_prices_filters_by_model_and_says_from_when_each_applies(client, mon
     entry = _entry(region="cn-north", price_micros_per_gpu_hour=3_100_000, effective_from=later.isoformat())
     assert client.put("/v1/prices", json=[entry], headers=ADMIN).status_code == 200
 
-    @contextmanager
-    def logged_in() -> Iterator[Client]:
-        with api_errors(), Client("http://testserver", ADMIN_KEY, transport=AppTransport(client)) as sdk:
-            yield sdk
-
-    monkeypatch.setattr(billing_commands, "logged_in", logged_in)
+    monkeypatch.setattr(billing_commands, "logged_in", logged_in_as(client, ADMIN_KEY))
     shown = CliRunner().invoke(app, ["prices", "--gpu", "h100"], env={"COLUMNS": "250"})
     assert shown.exit_code == 0, shown.output
     rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in shown.output.splitlines()]
