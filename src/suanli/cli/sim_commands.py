@@ -156,6 +156,16 @@ def queue(
             "wastes 300 s), and the queue may lend them idle GPUs (default: a preempted job runs again)."
         ),
     ] = False,
+    elastic: Annotated[
+        float | None,
+        typer.Option(
+            min=0.01,
+            max=1.0,
+            help="Jobs of 2+ GPUs are elastic: each may start on this share of its GPUs (fewer on its node, "
+            "or fewer nodes of a gang), grows toward its size, and runs at the share it holds of its speed. "
+            "A model (the traces' jobs are rigid); policies with elastic starts (suanli) use it.",
+        ),
+    ] = None,
     estimate: EstimateOption = "pow2h",
 ) -> None:
     """Replay a job trace with arrivals and departures in virtual time through the scheduler."""
@@ -172,6 +182,7 @@ def queue(
             estimate=parse_estimate(estimate, seed),
             seed=seed,
             checkpoint=checkpoint,
+            elastic=elastic,
         )
     except (ValueError, SuanliError, OSError) as error:
         console.print(error_text(str(error)))
@@ -217,6 +228,16 @@ def itp_check(
             "(suanli-wide-first, greedy, conservative)."
         ),
     ] = "suanli",
+    elastic: Annotated[
+        float | None,
+        typer.Option(
+            min=0.01,
+            max=1.0,
+            help="Jobs of 2+ GPUs are elastic: each may start on this share of its GPUs (fewer on its node, "
+            "or fewer nodes of a gang), grows toward its size, and runs at the share it holds of its speed. "
+            "A model (the traces' jobs are rigid); policies with elastic starts (suanli) use it.",
+        ),
+    ] = None,
 ) -> None:
     """Replay every ITP cluster at about 85% offered load under every policy; check suanli against each."""
     try:
@@ -231,6 +252,7 @@ def itp_check(
             split,
             checkpoint,
             candidate,
+            elastic,
         )
     except (ValueError, SuanliError, OSError) as error:
         console.print(error_text(str(error)))

@@ -78,6 +78,10 @@ class QueueConfig:
     # delay the blocked head, or the long-job budget holds it back) starts on them anyway, borrowed: the
     # first request of the walk that does not fit takes it back with notice, and it resumes later
     borrow_idle: bool = False
+    # a request that declares `min_gpus` and does not fit whole starts at the largest smaller size that
+    # fits (fewer GPUs on one node, fewer nodes of a gang) instead of waiting; it becomes the head only if
+    # it fits at no size (`elastic_start.py`; the caller grows it toward its size as capacity frees)
+    elastic_start: bool = False
 
 
 # The platform's queueing policy (`sim queue`'s `suanli`; the server's `SUANLI_QUEUE=backfill`): tier,
@@ -102,6 +106,7 @@ PLATFORM_QUEUE = QueueConfig(
     ratio_cost_cap_s=72 * 3600.0,
     long_job_s=24 * 3600.0,
     borrow_idle=True,
+    elastic_start=True,
 )
 
 

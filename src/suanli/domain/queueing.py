@@ -54,6 +54,7 @@ from suanli.domain.contracts import (
     pool_gpus,
     pools_of,
 )
+from suanli.domain.elastic_start import smaller_sizes
 from suanli.domain.fair_share import FairShare
 from suanli.domain.long_jobs import LongJobBudget, Room
 from suanli.domain.plan import NEVER_FITS, Pending, Placement, Reason
@@ -161,6 +162,8 @@ def admit(
             cycle.after_head(rest[head_index], rest[head_index + 1 :])  # 4, 5
         if config.borrow_idle:  # 6. what the long-job budget held back borrows what is still free
             cycle.borrow_held()
+        if config.elastic_start:  # 7. what still waits and may start smaller does, on what is still free
+            cycle.start_smaller_waiting(rest)
     finally:
         cycle.release_holds()
     return CycleDecision(
@@ -495,6 +498,31 @@ class _Cycle(BackfillPhase):
                 continue
             return index
         return None
+
+    def start_smaller_waiting(self, ordered: Sequence[Request]) -> None:
+        """Each elastic request of `ordered` that did not start, in order, at the largest size that fits."""
+        started = {p.request_id for p in self.placements}
+        for request in ordered:
+            if request.min_gpus is None or request.id in started or self.free_gpus < 1 - 1e-9:
+                continue
+            if self.gated(request) or self.spot_held(request) or not self._start_smaller(request):
+                continue
+            self.pending = [p for p in self.pending if p.request_id != request.id]
+            if self.head == request.id:
+                self.head, self.head_start_s, self.reserved_nodes = None, None, set()
+
+    def _start_smaller(self, request: Request) -> bool:
+        """Place an elastic `request` at the largest size below its own that fits now (`smaller_sizes`),
+        off nodes whose maintenance comes before its end; like a borrowed start, outside the long-job
+        budget (it fills what the cycle left free, and it grows toward its size rather than spreading)."""
+        placed = len(self.placements)
+        for smaller in smaller_sizes(request):
+            avoid = self._maintenance_ahead(smaller)
+            with self.snapshot.cordoned(avoid):
+                self._fit(smaller, (fit_key(smaller), "elastic", avoid))
+            if len(self.placements) > placed:
+                return True
+        return False
 
     def _why_waiting(self, request: Request) -> Pending:
         """Why `request`, which did not fit, waits: what `place` said for one like it in this cycle, or says

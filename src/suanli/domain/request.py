@@ -95,6 +95,9 @@ class Request:
     # the workload saves its state on notice and resumes where it stopped: it may start on GPUs that would
     # idle while it waits, which are taken back with notice (`QueueConfig.borrow_idle`)
     checkpoints: bool = False
+    # elastic: it may start on as few as this many GPUs in all (fewer GPUs on its one node, or fewer whole
+    # nodes of a gang), and is grown toward its size as capacity frees (`QueueConfig.elastic_start`)
+    min_gpus: int | None = None
 
     def __post_init__(self) -> None:
         check_request(self)
@@ -145,3 +148,10 @@ def check_request(request: Request) -> None:
         raise RequestError("must be 0 or more", field="bid_micros_per_hour")
     if request.max_duration_s is not None and request.max_duration_s <= 0:
         raise RequestError("must be positive", field="max_duration_s")
+    if request.min_gpus is not None:
+        if not isinstance(shape, WholeGpus) or shape.count < 1:
+            raise RequestError("only a request of whole GPUs can start smaller", field="min_gpus")
+        if not 1 <= request.min_gpus <= shape.count * request.node_count:
+            raise RequestError(
+                f"must be 1 to the {shape.count * request.node_count} GPUs it asks for", field="min_gpus"
+            )

@@ -202,6 +202,7 @@ def check_cluster(
     estimate: DurationEstimate = DEFAULT_ESTIMATE,
     checkpoint: bool = False,
     candidate: str = CANDIDATE,
+    elastic: float | None = None,
 ) -> ClusterCheck:
     """Replay the ITP trace at `path` under each policy at its capacity (jobs declaring durations by
     `estimate`, and checkpointing with `checkpoint`: see `run_requests`), then `perturb_runs` times more
@@ -211,7 +212,16 @@ def check_cluster(
     if not jobs:
         raise ValueError(f"{path}: no jobs")
     return check_jobs(
-        path.stem, jobs, policies, on_policy, perturb_runs, max_shift_s, estimate, checkpoint, candidate
+        path.stem,
+        jobs,
+        policies,
+        on_policy,
+        perturb_runs,
+        max_shift_s,
+        estimate,
+        checkpoint,
+        candidate,
+        elastic,
     )
 
 
@@ -223,6 +233,7 @@ def check_parts(
     estimate: DurationEstimate = DEFAULT_ESTIMATE,
     checkpoint: bool = False,
     candidate: str = CANDIDATE,
+    elastic: float | None = None,
 ) -> list[ClusterCheck]:
     """The trace at `path` split into `parts` clusters of the same kind (`split_jobs`), each checked at its
     own capacity by the same rule: whether the verdict is the policy's or one trace's."""
@@ -237,6 +248,7 @@ def check_parts(
             estimate=estimate,
             checkpoint=checkpoint,
             candidate=candidate,
+            elastic=elastic,
         )
         for number, part in enumerate(split_jobs(read_itp_jobs(path), parts), start=1)
         if part
@@ -253,6 +265,7 @@ def check_jobs(
     estimate: DurationEstimate = DEFAULT_ESTIMATE,
     checkpoint: bool = False,
     candidate: str = CANDIDATE,
+    elastic: float | None = None,
 ) -> ClusterCheck:
     """`jobs` replayed under each policy at their capacity (see `check_cluster`), named `name`; `policies`
     defaults to the baselines and `candidate`."""
@@ -275,6 +288,7 @@ def check_jobs(
                 estimate=estimate,
                 on_progress=on_policy(policy + suffix, end_s) if on_policy else None,
                 checkpoint=checkpoint,
+                elastic=elastic,
             )
             for policy in policies
         }

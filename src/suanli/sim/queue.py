@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from suanli.domain.catalog_data import CATALOG
+from suanli.domain.elastic_start import full_gpus, grow_toward_size
 from suanli.domain.errors import RequestError
 from suanli.domain.fair_share import FairShare
 from suanli.domain.inventory import Fleet
@@ -279,6 +280,7 @@ def run_queue(
     sample_every_s: float = 600.0,
     checkpoint: bool = False,
     restart_s: float = RESTART_S,
+    elastic: float | None = None,
 ) -> QueueResult:
     """Replay `jobs` on `fleet` under the named policy (`POLICIES`); deterministic for the same inputs."""
     started = time.perf_counter()
@@ -297,6 +299,7 @@ def run_queue(
         started=started,
         checkpoint=checkpoint,
         restart_s=restart_s,
+        elastic=elastic,
     )
 
 
@@ -351,13 +354,23 @@ def run_requests(
     started: float | None = None,
     checkpoint: bool = False,
     restart_s: float = RESTART_S,
+    elastic: float | None = None,
 ) -> QueueResult:
     """Replay timed `requests` (each runs its true duration once started) under the named policy.
 
     A preempted job runs again in full, unless `checkpoint`: then every request checkpoints (so the queue
     may lend it idle GPUs), a preempted one saves at its notice deadline, and it runs what is left plus
-    `restart_s` when it starts again (its declared duration too)."""
+    `restart_s` when it starts again (its declared duration too). With `elastic`, every request of more than
+    one whole GPU may start on that share of its GPUs (`Request.min_gpus`; a policy with
+    `QueueConfig.elastic_start` uses it) and is grown toward its size before each cycle; it runs at the
+    share of its GPUs it holds of its full speed (linear scaling)."""
     config = POLICIES[policy_name]
+    if elastic is not None:
+        if not 0 < elastic <= 1:
+            raise RequestError("the share an elastic job may start on is in (0, 1]", field="elastic")
+        if checkpoint:
+            raise RequestError("elastic jobs that checkpoint are not modelled yet", field="elastic")
+        requests = [_elastic(r, elastic) for r in requests]
     started = time.perf_counter() if started is None else started
     snapshot = Snapshot(fleet, CATALOG)
     true_s = {r.id: max(d, 1.0) for r, d in zip(requests, true_durations_s, strict=True)}
@@ -381,6 +394,11 @@ def run_requests(
     held: dict[str, float] = {}
     done_s: dict[str, float] = {}  # with `checkpoint`: seconds of its run a preempted job has saved
     lost_s: dict[str, float] = {}  # without: seconds a preempted job ran for nothing (not time in the queue)
+    # with `elastic`, of a running job: its full speed's seconds still to run as of its last start or
+    # growth (`Running.started_at_s`), when its run began, and the GPU-seconds it held before that growth
+    work_left_s: dict[str, float] = {}
+    run_began_s: dict[str, float] = {}
+    held_gpu_s: dict[str, float] = {}
     fair = FairShare(at_s=first_arrival)
     head: str | None = None
     reserved: tuple[str, ...] = ()
@@ -422,7 +440,12 @@ def run_requests(
                 result.lost_gpu_s += job.gpus * overhead_s
                 last_end = now
                 result.jct_s.append(now - job.request.submitted_at_s)
-                ran_s = true_s[request_id] + lost_s.pop(request_id, 0.0) + overhead_s
+                if elastic is not None:  # it ran slower while it held less than its size
+                    ran_s = now - run_began_s.pop(request_id) + lost_s.pop(request_id, 0.0)
+                    work_left_s.pop(request_id, None)
+                    held_gpu_s.pop(request_id, None)
+                else:
+                    ran_s = true_s[request_id] + lost_s.pop(request_id, 0.0) + overhead_s
                 result.wait_s.append(now - job.request.submitted_at_s - ran_s)
                 result.tier_of.append(job.request.tier.label)
             else:
@@ -436,6 +459,12 @@ def run_requests(
                     declared = by_id[request_id].max_duration_s
                     left = None if declared is None else max(declared - done_s[request_id], 1.0) + restart_s
                     queue[request_id] = replace(job.request, max_duration_s=left)
+                elif elastic is not None:
+                    began = run_began_s.pop(request_id)
+                    result.lost_gpu_s += held_gpu_s.pop(request_id, 0.0) + job.gpus * ran
+                    lost_s[request_id] = lost_s.get(request_id, 0.0) + now - began
+                    work_left_s.pop(request_id, None)
+                    queue[request_id] = by_id[request_id]
                 else:
                     result.lost_gpu_s += job.gpus * ran
                     lost_s[request_id] = lost_s.get(request_id, 0.0) + ran
@@ -443,6 +472,29 @@ def run_requests(
             if now <= last_arrival:
                 result.lost_gpu_s_arrivals += result.lost_gpu_s - wasted_before
         idle_waiting = idle_held = idle_scattered = 0.0
+        if elastic is not None and config.elastic_start and running:
+            for part in grow_toward_size(snapshot, list(running.values()), policy):
+                job = running[part.request_id]
+                full = by_id[part.request_id]
+                done = (now - job.started_at_s) * job.gpus / full_gpus(full)
+                work_left_s[part.request_id] -= done
+                held_gpu_s[part.request_id] = held_gpu_s.get(part.request_id, 0.0) + job.gpus * (
+                    now - job.started_at_s
+                )
+                merged = replace(job.placement, nodes=job.placement.nodes + part.nodes)
+                declared_left = (
+                    None
+                    if full.max_duration_s is None
+                    else full.max_duration_s - (true_s[full.id] - work_left_s[full.id])
+                )
+                running[part.request_id] = _elastic_run(full, merged, now, declared_left)
+                allocated += part.gpus
+                held[full.tenant] += part.gpus
+                sequence += 1
+                speed = merged.gpus / full_gpus(full)
+                heapq.heappush(
+                    events, (now + work_left_s[part.request_id] / speed, END, sequence, full.id, now)
+                )
         if queue:
             result.cycles += 1
             decision = admit(
@@ -469,6 +521,10 @@ def run_requests(
                 left_s = true_s[request.id] - done_s.get(request.id, 0.0)
                 if request.id in done_s:
                     left_s += restart_s
+                if elastic is not None:
+                    work_left_s[request.id], run_began_s[request.id] = left_s, now
+                    running[request.id] = _elastic_run(request, placement_, now, request.max_duration_s)
+                    left_s /= placement_.gpus / max(full_gpus(request), placement_.gpus, 1e-9)
                 heapq.heappush(events, (now + left_s, END, sequence, request.id, now))
             for preemption in decision.preemptions:
                 promised[preemption.preemptor] = preemption.promised
@@ -496,3 +552,22 @@ def run_requests(
     result.makespan_s = last_end - first_arrival
     result.wall_s = time.perf_counter() - started
     return result
+
+
+def _elastic(request: Request, share: float) -> Request:
+    """`request` as an elastic job that may start on `share` of its GPUs (one whole GPU or more)."""
+    gpus = full_gpus(request)
+    if gpus <= 1:
+        return request
+    return replace(request, min_gpus=max(1, math.ceil(share * gpus - 1e-9)))
+
+
+def _elastic_run(
+    request: Request, placement: Placement, now: float, declared_left_s: float | None
+) -> Running:
+    """A running elastic job as the scheduler sees it: what is left of its declared duration (given for its
+    full size) stretched by how much slower than full speed it runs now."""
+    speed = placement.gpus / max(full_gpus(request), placement.gpus, 1e-9)
+    if declared_left_s is None:
+        return Running(request, placement, now)
+    return Running(replace(request, max_duration_s=max(declared_left_s, 60.0) / speed), placement, now)

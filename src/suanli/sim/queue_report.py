@@ -146,6 +146,7 @@ def queue_command(
     estimate: DurationEstimate = DEFAULT_ESTIMATE,
     seed: int = 0,
     checkpoint: bool = False,
+    elastic: float | None = None,
 ) -> list[QueueResult]:
     """`suanli sim queue`: replay `jobs` under each policy, print a table, write JSON and plots if asked."""
     names = list(POLICIES) if policies in (["all"], []) else policies
@@ -158,7 +159,7 @@ def queue_command(
     load = requests_load(requests, true_s, fleet.gpu_count)
     console.print(
         f"{len(requests)} {kind} on {len(fleet.nodes)} nodes / {fleet.gpu_count} GPUs: "
-        f"offered load {100 * load:.1f}%; {estimate.describe()}"
+        f"offered load {100 * load:.1f}%; {estimate.describe()}" + _elastic_text(elastic)
     )
     start = min((r.submitted_at_s for r in requests), default=0.0)
     end = max((r.submitted_at_s + d for r, d in zip(requests, true_s, strict=True)), default=1.0)
@@ -180,6 +181,7 @@ def queue_command(
                     estimate=estimate,
                     on_progress=advance,
                     checkpoint=checkpoint,
+                    elastic=elastic,
                 )
             )
     console.print(results_table(f"queueing replay: {jobs.name} on {fleet.gpu_count} GPUs", results))
@@ -204,6 +206,7 @@ def queue_command(
         "idle_scattered: elsewhere, on nodes where none of the waiting requests fits what is free",
         "workload": kind,
         "preempted_jobs": "save at the notice deadline and resume" if checkpoint else "run again in full",
+        "elastic_jobs": _elastic_text(elastic).removeprefix("; ") or "none: every job starts whole",
     }
     if json_path is not None:
         write_json(json_path, results, notes)
@@ -250,6 +253,7 @@ def itp_check_command(
     split_parts: int = 0,
     checkpoint: bool = False,
     candidate: str = CANDIDATE,
+    elastic: float | None = None,
 ) -> list[ClusterCheck]:
     """`suanli sim itp-check`: each ITP cluster at its capacity under every policy, and the bar's verdict
     for `candidate` (`suanli`, or a variant measured the same way);
@@ -259,7 +263,7 @@ def itp_check_command(
         raise ValueError(f"--split {split_parts}: a trace splits into 2 parts or more (0: no split)")
     check_candidate(candidate)
     paths = cluster_paths(traces, clusters)
-    console.print(estimate.describe() + ("; jobs checkpoint" if checkpoint else ""))
+    console.print(estimate.describe() + ("; jobs checkpoint" if checkpoint else "") + _elastic_text(elastic))
     checks = []
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("day {task.completed:.0f}"))
     with Progress(*columns, TimeElapsedColumn(), console=console, transient=True) as progress:
@@ -277,6 +281,7 @@ def itp_check_command(
                 estimate=estimate,
                 checkpoint=checkpoint,
                 candidate=candidate,
+                elastic=elastic,
             )
             checks.append(check)
             _print_check(console, check)
@@ -288,6 +293,7 @@ def itp_check_command(
                     estimate=estimate,
                     checkpoint=checkpoint,
                     candidate=candidate,
+                    elastic=elastic,
                 )
                 checks.extend(parts)
                 for part in parts:
@@ -304,6 +310,7 @@ def itp_check_command(
             f"{RESTART_S:.0f} s; the bar counts useful_alloc_pct"
             if checkpoint
             else "none: a preempted job reruns in full",
+            "elastic_jobs": _elastic_text(elastic).removeprefix("; ") or "none: every job starts whole",
             "mean_alloc_window": "first to last arrival",
             "perturbed": "arrivals moved by a seeded uniform shift; each figure: mean, lowest, highest",
             "parts": "a cluster's jobs dealt into disjoint parts by a hash of job ids, each at its capacity",
@@ -380,3 +387,13 @@ def itp_verdict_table(checks: Sequence[ClusterCheck]) -> Table:
             check.verdict,
         )
     return table
+
+
+def _elastic_text(elastic: float | None) -> str:
+    """How elastic the replay's jobs are, for the header and the JSON notes ("" when none is)."""
+    if elastic is None:
+        return ""
+    return (
+        f"; jobs of 2+ GPUs elastic: may start on {100 * elastic:.0f}% of their GPUs, grow toward their "
+        "size, and run at the share they hold of their speed"
+    )

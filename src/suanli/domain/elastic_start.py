@@ -1,0 +1,75 @@
+"""Elastic starts: a request that declares `min_gpus` may start smaller than it asks when it does not fit
+whole, and is grown toward its size as capacity frees.
+
+The sizes are the ones a live rental resizes between (`elastic.grow`, `app/resizing.py`): a one-node
+request takes fewer GPUs on its node, a gang fewer whole nodes of its own shape. Without this, a wide
+request waits for a drain while GPUs idle around it, and short-first orders leave no short work to fill the
+drain (docs/queueing.md, "Elastic starts").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+
+from suanli.domain.elastic import grow
+from suanli.domain.plan import Placement
+from suanli.domain.policies import Policy
+from suanli.domain.preemption import Running
+from suanli.domain.request import Request, WholeGpus
+from suanli.domain.snapshot import Snapshot
+
+
+def full_gpus(request: Request) -> int:
+    """The GPUs `request` asks for in all (whole GPUs only)."""
+    shape = request.shape
+    return shape.count * request.node_count if isinstance(shape, WholeGpus) else 0
+
+
+def smaller_sizes(request: Request) -> Iterator[Request]:
+    """`request` at each size below its own down to its `min_gpus`, largest first (none if not elastic),
+    each declaring the longer duration it runs at that size (as many GPU-seconds at a lower speed)."""
+    shape = request.shape
+    if request.min_gpus is None or not isinstance(shape, WholeGpus):
+        return
+    if request.node_count == 1:
+        sizes = [(count, 1) for count in range(shape.count - 1, request.min_gpus - 1, -1)]
+    else:
+        least_nodes = max(1, math.ceil(request.min_gpus / shape.count))
+        sizes = [(shape.count, nodes) for nodes in range(request.node_count - 1, least_nodes - 1, -1)]
+    full = full_gpus(request)
+    for count, nodes in sizes:
+        declared = request.max_duration_s
+        yield replace(
+            request,
+            shape=WholeGpus(count),
+            node_count=nodes,
+            max_duration_s=None if declared is None else declared * full / (count * nodes),
+        )
+
+
+def grow_toward_size(snapshot: Snapshot, running: Sequence[Running], policy: Policy) -> list[Placement]:
+    """The parts added, on the snapshot, to running elastic rentals held below their size, oldest start
+    first: as many more GPUs on a one-node rental's node as are free there, as many more whole nodes near
+    a gang's as fit."""
+    added: list[Placement] = []
+    for job in sorted(running, key=lambda r: (r.started_at_s, r.request.id)):
+        request = job.request
+        missing = full_gpus(request) - round(job.gpus)
+        if request.min_gpus is None or missing <= 0 or job.preempted_by is not None:
+            continue
+        held = job.placement
+        if request.node_count == 1:  # more GPUs on its node (held in one part or in several)
+            held = replace(held, nodes=held.nodes[:1])
+            steps = [{"extra_gpus_per_node": extra} for extra in range(missing, 0, -1)]
+        else:
+            per_node = request.shape.count  # type: ignore[union-attr]  # whole GPUs (full_gpus > 0)
+            steps = [{"extra_nodes": extra} for extra in range(missing // per_node, 0, -1)]
+        rigid = replace(request, min_gpus=None)  # the added part is a plain request of its own shape
+        for step in steps:
+            part = grow(snapshot, rigid, held, policy, **step)
+            if isinstance(part, Placement):
+                added.append(part)
+                break
+    return added
