@@ -361,3 +361,55 @@ def test_a_job_that_checkpoints_borrows_the_drain_and_resumes_after_the_head():
     assert borrowed.jct_s == pytest.approx([1000.0, 1079.0, 1080 + (3000 - 1028) + RESTART_S - 2])
     assert borrowed.lost_gpu_s == pytest.approx(4 * RESTART_S)
     assert borrowed.alloc_gpu_s_total == pytest.approx(waited.alloc_gpu_s_total + 4 * RESTART_S)
+
+
+def test_an_elastic_job_starts_on_what_is_free_at_that_share_of_its_speed_and_grows_when_more_frees():
+    """One 8-GPU node; a 4-GPU job runs 10 h; an 8-GPU job arriving at 0 starts on the other 4 GPUs at half
+    speed, so by 10 h it has done 5 h of its 10; grown to 8 GPUs it ends 5 h later. Rigid, it waits 10 h."""
+    from suanli.domain.request import Request, WholeGpus
+    from suanli.sim.queue import run_requests
+
+    hour = 3600.0
+    first = Request("first", WholeGpus(4), max_duration_s=16 * hour)
+    wide = Request("wide", WholeGpus(8), submitted_at_s=1, max_duration_s=16 * hour)
+    fleet, true_s = synthetic_fleet(1, 8), [10 * hour, 10 * hour]
+    elastic = run_requests(fleet, [first, wide], true_s, "suanli", elastic=0.5)
+    assert sorted(elastic.jct_s) == pytest.approx([10 * hour, 15 * hour - 0.5])
+    assert elastic.wait_s == pytest.approx([0.0, 0.0])  # it ran from its arrival, slower for a while
+    rigid = run_requests(fleet, [first, wide], true_s, "suanli")
+    assert sorted(rigid.jct_s) == pytest.approx([10 * hour, 20 * hour - 1])
+    baseline = run_requests(fleet, [first, wide], true_s, "fifo-backfill", elastic=0.5)
+    assert sorted(baseline.jct_s) == sorted(rigid.jct_s)  # a queue without elastic starts places it whole
+    too_small = run_requests(fleet, [first, wide], true_s, "suanli", elastic=0.75)
+    assert sorted(too_small.jct_s) == sorted(rigid.jct_s)  # 4 GPUs free are below its 6
+
+
+@pytest.mark.parametrize(("share", "checkpoint"), [(0.0, False), (1.5, False), (0.5, True)])
+def test_an_elastic_share_outside_0_1_or_with_checkpointing_is_refused(share: float, checkpoint: bool):
+    from suanli.domain.errors import RequestError
+    from suanli.domain.request import Request, WholeGpus
+    from suanli.sim.queue import run_requests
+
+    with pytest.raises(RequestError) as refused:
+        run_requests(
+            synthetic_fleet(1, 8),
+            [Request("r", WholeGpus(8))],
+            [60.0],
+            "suanli",
+            elastic=share,
+            checkpoint=checkpoint,
+        )
+    assert refused.value.field == "elastic"
+
+
+def test_the_queue_command_says_when_jobs_are_elastic(trace: Path, tmp_path: Path):
+    out = tmp_path / "elastic.json"
+    args = ["sim", "queue", "--nodes", "2:8", "--jobs", str(trace), "--policy", "suanli", "--json", str(out)]
+    outcome = CliRunner().invoke(app, [*args, "--elastic", "0.25"])
+    assert outcome.exit_code == 0, outcome.output
+    assert "elastic: may start on 25% of their GPUs" in " ".join(outcome.output.split())
+    assert "25% of their GPUs" in json.loads(out.read_text())["elastic_jobs"]
+    rigid = CliRunner().invoke(app, [*args])
+    assert rigid.exit_code == 0 and json.loads(out.read_text())["elastic_jobs"].startswith("none")
+    bad = CliRunner().invoke(app, [*args, "--elastic", "2"])
+    assert bad.exit_code == 2 and "--elastic" in bad.output

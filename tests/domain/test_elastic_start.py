@@ -1,0 +1,114 @@
+"""Elastic starts: a request with `min_gpus` starts smaller when it does not fit whole, and grows later."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from test_queueing import EASY, POLICY, job, reasons, run, snapshot_of
+
+from suanli.domain.elastic_start import full_gpus, grow_toward_size, smaller_sizes
+from suanli.domain.errors import RequestError
+from suanli.domain.plan import Placement, Reason
+from suanli.domain.preemption import Running
+from suanli.domain.queueing import admit
+from suanli.domain.request import GpuShare, Request, WholeGpus
+
+ELASTIC = replace(EASY, elastic_start=True)
+
+
+def test_a_one_node_request_shrinks_in_gpus_and_a_gang_in_whole_nodes_each_declaring_its_longer_run():
+    one = job("one", 8, 0, 3600, min_gpus=2)
+    assert [(r.shape.count, r.node_count, r.max_duration_s) for r in smaller_sizes(one)] == [
+        (count, 1, 3600 * 8 / count) for count in range(7, 1, -1)
+    ]
+    gang = job("gang", 8, 0, 3600, nodes=4, min_gpus=12)  # 12 GPUs: at least 2 whole nodes
+    assert [(r.shape.count, r.node_count, r.max_duration_s) for r in smaller_sizes(gang)] == [
+        (8, 3, 3600 * 32 / 24),
+        (8, 2, 3600 * 32 / 16),
+    ]
+    assert list(smaller_sizes(job("rigid", 8, 0, 3600))) == []
+    assert full_gpus(gang) == 32 and {r.id for r in smaller_sizes(gang)} == {"gang"}
+
+
+@pytest.mark.parametrize(
+    ("shape", "nodes", "least", "message"),
+    [
+        (WholeGpus(8), 1, 0, "must be 1 to the 8 GPUs it asks for"),
+        (WholeGpus(8), 2, 17, "must be 1 to the 16 GPUs it asks for"),
+        (GpuShare(500), 1, 1, "only a request of whole GPUs can start smaller"),
+    ],
+)
+def test_a_least_size_outside_the_request_is_refused_naming_the_field(shape, nodes, least, message):
+    with pytest.raises(RequestError) as refused:
+        Request("r", shape, node_count=nodes, min_gpus=least)
+    assert refused.value.field == "min_gpus" and message in str(refused.value)
+
+
+def partly_busy() -> tuple:
+    """Two 8-GPU nodes, 5 and 4 GPUs busy for a long while: 3 and 4 free, so no 8-GPU request fits."""
+    snap = snapshot_of(2, 8)
+    busy = [run(snap, job("a", 5, 0, 100_000), 0), run(snap, job("b", 4, 0, 100_000), 0)]
+    return snap, busy
+
+
+def test_an_elastic_request_that_does_not_fit_whole_starts_on_the_most_gpus_one_node_has_free():
+    snap, busy = partly_busy()
+    decision = admit(snap, [job("wide", 8, 1, 3600, min_gpus=4)], busy, POLICY, 10, ELASTIC)
+    (placement,) = decision.placements
+    assert placement.request_id == "wide" and placement.gpus == 4 and placement.nodes[0].node == "n1"
+    assert decision.head is None and "wide" not in reasons(decision)
+
+
+def test_below_its_least_size_or_without_one_or_under_a_queue_without_elastic_starts_it_waits():
+    for request, config in [
+        (job("wide", 8, 1, 3600, min_gpus=5), ELASTIC),
+        (job("wide", 8, 1, 3600), ELASTIC),
+        (job("wide", 8, 1, 3600, min_gpus=4), EASY),
+    ]:
+        snap, busy = partly_busy()
+        decision = admit(snap, [request], busy, POLICY, 10, config)
+        assert decision.placements == () and reasons(decision)["wide"] is Reason.NO_CAPACITY
+
+
+def test_a_gang_starts_on_fewer_whole_nodes_after_what_fits_whole_has_started():
+    snap = snapshot_of(3, 8)
+    busy = [run(snap, job("busy", 8, 0, 100_000), 0)]
+    queue = [job("gang", 8, 1, 3600, nodes=3, min_gpus=16), job("small", 4, 2, 3600)]
+    decision = admit(snap, queue, busy, POLICY, 10, ELASTIC)
+    started = {p.request_id: p for p in decision.placements}
+    assert started["small"].gpus == 4  # backfill first: it fits whole and ends before the head could start
+    # what is left is one whole node and half of another: below the gang's least two nodes, so it waits
+    assert "gang" not in started and decision.head == "gang"
+    snap = snapshot_of(3, 8)
+    busy = [run(snap, job("busy", 8, 0, 100_000), 0)]
+    decision = admit(snap, queue[:1], busy, POLICY, 10, ELASTIC)
+    (placement,) = decision.placements
+    assert placement.gpus == 16 and len(placement.nodes) == 2 and decision.head is None
+
+
+def test_running_elastic_rentals_grow_toward_their_size_on_what_frees_and_others_do_not():
+    snap, busy = partly_busy()
+    wide = job("wide", 8, 1, 3600, min_gpus=4)
+    (placement,) = admit(snap, [wide], busy, POLICY, 10, ELASTIC).placements
+    shrunk = Running(wide, placement, 10)
+    assert grow_toward_size(snap, [*busy, shrunk], POLICY) == []  # nothing free on its node yet
+    snap.release(busy[1].placement.nodes[0])  # "b" ends: its 4 GPUs on n1 come free
+    (added,) = grow_toward_size(snap, [busy[0], shrunk], POLICY)
+    assert isinstance(added, Placement) and added.request_id == "wide" and added.gpus == 4
+    assert added.nodes[0].node == "n1"
+    grown = Running(wide, replace(placement, nodes=placement.nodes + added.nodes), 20)
+    assert grow_toward_size(snap, [grown], POLICY) == []  # at its size: nothing more
+    under_notice = replace(shrunk, preempted_by="other")
+    assert grow_toward_size(snap, [under_notice], POLICY) == []
+
+
+def test_a_shrunk_gang_grows_by_whole_nodes():
+    snap = snapshot_of(3, 8)
+    busy = run(snap, job("busy", 8, 0, 100_000), 0)
+    gang = job("gang", 8, 1, 3600, nodes=3, min_gpus=16)
+    (placement,) = admit(snap, [gang], [busy], POLICY, 10, ELASTIC).placements
+    assert grow_toward_size(snap, [busy, Running(gang, placement, 10)], POLICY) == []
+    snap.release(busy.placement.nodes[0])
+    (added,) = grow_toward_size(snap, [Running(gang, placement, 10)], POLICY)
+    assert added.gpus == 8 and {a.node for a in added.nodes}.isdisjoint({a.node for a in placement.nodes})
