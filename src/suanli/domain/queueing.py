@@ -33,6 +33,11 @@ With `QueueConfig.long_job_s`, requests declared longer than it keep within the 
    does not fit takes borrowed GPUs back with notice (`choose_victims(reclaim=True)`; never the other way:
    a request that reclaimed is not borrowed, so no cycle). The drain a wide head waits for is then filled by
    work that resumes elsewhere, not left idle for want of short jobs that end in time.
+7. elastic starts (`QueueConfig.elastic_start`): a request that declares `min_gpus` and still waits starts,
+   in order, at the largest smaller size that fits what is left (fewer GPUs on one node, fewer whole nodes
+   of a gang; `elastic_start.py`), the head too, on its drained nodes as anywhere. Like a borrowed start it
+   is outside the long-job budget. The caller grows it toward its size as capacity frees
+   (`grow_toward_size`), so a wide request runs on what is free instead of waiting for a drain.
 """
 
 from __future__ import annotations
