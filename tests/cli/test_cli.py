@@ -130,6 +130,12 @@ def test_rent_refuses_an_image_that_is_not_a_reference_naming_the_option() -> No
     assert "did you mean 'ghcr.io/acme/trainer:1'" in shown
 
 
+def test_rent_refuses_a_least_size_below_one_naming_the_option() -> None:
+    rent = runner.invoke(app, ["rent", "H100:8", "--min-gpus", "0", "--", "python", "t.py"])
+    assert rent.exit_code == 2, rent.output
+    assert "--min-gpus: Input should be greater than or equal to 1" in " ".join(rent.output.split())
+
+
 def test_the_demo_box_gives_the_operator_key_and_an_operator_command(tmp_path: Path) -> None:
     panel, commands = demo._banner(
         "http://127.0.0.1:8080", "sk_tenant", "sk_admin", tmp_path / "p.json", 20, tmp_path, "admin mig m1"

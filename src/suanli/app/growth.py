@@ -44,7 +44,7 @@ def held_request(request: Request, nodes: Sequence[NodeAllocation]) -> Request:
     shape = request.shape
     if isinstance(shape, WholeGpus) and nodes[0].slices:
         shape = WholeGpus(len(nodes[0].slices))
-    return replace(request, shape=shape, node_count=len(nodes))
+    return replace(request, shape=shape, node_count=len(nodes), min_gpus=None)  # live: it grows by resizes
 
 
 def wants_resize(rental: Rental, held: Request) -> bool:

@@ -97,6 +97,9 @@ class RentalSpec:
     # the workload saves its state on notice and resumes: preempted, it goes back to the queue instead of
     # ending, and the backfill queue may lend it GPUs that would idle while it waits (`borrowed`)
     checkpoints: bool = False
+    # elastic: when it does not fit whole it may start on as few as this many GPUs in all (fewer on its
+    # node, or fewer whole nodes), and the leader grows it toward its size as GPUs free (`wants_resize`)
+    min_gpus: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -82,6 +82,7 @@ def to_request(rental: Rental) -> Request:
         submitted_at_s=rental.created_at.timestamp(),
         max_duration_s=spec.max_duration_s,
         checkpoints=spec.checkpoints,
+        min_gpus=_least_gpus(spec),
     )
 
 
@@ -127,6 +128,11 @@ def check_spec(spec: RentalSpec, catalog: Catalog) -> None:
         )
     if spec.bid_micros_per_gpu_hour is not None and spec.tier != "spot":
         raise Invalid("a bid is for the spot tier only", field="bid_micros_per_gpu_hour")
+    if spec.min_gpus is not None:
+        if spec.mig_profile is not None or spec.share_milli is not None or spec.gpus < 1:
+            raise Invalid("only a rental of whole GPUs can start smaller", field="min_gpus")
+        if spec.min_gpus > spec.gpus * spec.nodes:
+            raise Invalid(f"at most the {spec.gpus * spec.nodes} GPUs it asks for", field="min_gpus")
     if (problem := env_problem(spec.env)) is not None:
         raise Invalid(problem, field="env")
     if spec.image is not None:
@@ -140,12 +146,25 @@ def check_spec(spec: RentalSpec, catalog: Catalog) -> None:
         raise Invalid(str(error), field=_FIELDS.get(error.field, error.field) or None) from None
 
 
+def _least_gpus(spec: RentalSpec) -> int | None:
+    """The spec's least size, no more than it asks for since a resize (a resize to fewer GPUs lowers it)."""
+    if spec.min_gpus is None:
+        return None
+    return min(spec.min_gpus, max(spec.gpus * spec.nodes, 1))
+
+
 def spec_fingerprint(spec: RentalSpec) -> str:
     """SHA-256 of the request, which tells a retry (same key, same request) from a clash (same key, another
     request). A field added later counts only when set, so a rental created before it keeps its fingerprint
     and its retry is still a retry."""
     fields = asdict(spec)
-    for later, unset in (("image", None), ("name", None), ("idle_stop_s", None), ("checkpoints", False)):
+    for later, unset in (
+        ("image", None),
+        ("name", None),
+        ("idle_stop_s", None),
+        ("checkpoints", False),
+        ("min_gpus", None),
+    ):
         if fields[later] == unset:
             del fields[later]
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=list).encode()).hexdigest()

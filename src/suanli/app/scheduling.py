@@ -575,6 +575,7 @@ class Scheduler:
         assert self.snapshot is not None
         if self.pricer is not None:
             placed = [self.live.pool_of_node(a.node) for a in placement.nodes]
+            rental = held_spec(rental, placement)  # an elastic one started smaller pays for what it holds
             spot = Tier.parse(rental.spec.tier) is Tier.SPOT
             utilization = pool_utilization(self.snapshot, placed) if spot else {}
             quoted = self.pricer(uow, rental, placed, utilization, now)
@@ -585,6 +586,16 @@ class Scheduler:
             for piece in a.slices
         )
         return price, None
+
+
+def held_spec(rental: Rental, placement: Placement) -> Rental:
+    """`rental` with its spec's GPUs per node as `placement` holds them (an elastic rental started on fewer
+    than it asks for; its nodes are the placement's), for its price."""
+    spec, first = rental.spec, placement.nodes[0] if placement.nodes else None
+    if spec.min_gpus is None or first is None or spec.mig_profile or spec.share_milli is not None:
+        return rental
+    held = len(first.slices)
+    return rental if held == spec.gpus else replace(rental, spec=replace(spec, gpus=held))
 
 
 def _shown_start(start_s: float) -> datetime | None:

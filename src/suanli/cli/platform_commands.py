@@ -56,6 +56,7 @@ RENT_OPTIONS = {
     "bid_micros_per_gpu_hour": "--bid",
     "max_duration_s": "--max-duration",
     "idle_stop_s": "--idle-stop",
+    "min_gpus": "--min-gpus",
     "env": "--env",
     "max_restarts": "--max-restarts",
     "name": "--name",
@@ -145,6 +146,13 @@ def rent(
             "the queue rather than ending, and the backfill queue may lend it GPUs that would idle."
         ),
     ] = False,
+    min_gpus: Annotated[
+        int | None,
+        typer.Option(
+            help="Elastic: when it does not fit whole, start on as few as this many GPUs in all (fewer on "
+            "its node, or fewer nodes) and grow toward its size as GPUs free; billed for what it holds."
+        ),
+    ] = None,
     env: Annotated[
         list[str] | None,
         typer.Option("--env", "-e", help="NAME=VALUE in the workload's environment (repeatable)."),
@@ -246,6 +254,7 @@ def rent(
             max_duration_s=max_duration_s,
             idle_stop_s=idle_stop_s,
             checkpoints=checkpoints,
+            min_gpus=min_gpus,
             image=image,
             command=command or [],
             env=variables,

@@ -125,8 +125,11 @@ WIDE_FIRST_QUEUE = replace(
 
 
 # The server's `SUANLI_QUEUE=greedy` (its default): tier, spot bid, weighted fair share, then age; every
-# request that fits starts, none is held for a larger one before it; lower tiers are preempted with notice.
-GREEDY_QUEUE = QueueConfig(mode=Mode.GREEDY, order=Order.PRIORITY, preemption=PreemptionConfig())
+# request that fits starts, none is held for a larger one before it; lower tiers are preempted with notice;
+# a rental that declares a least size starts at the largest that fits when it does not fit whole.
+GREEDY_QUEUE = QueueConfig(
+    mode=Mode.GREEDY, order=Order.PRIORITY, preemption=PreemptionConfig(), elastic_start=True
+)
 
 
 # The server's `SUANLI_QUEUE=conservative`: tier, spot bid, weighted fair share, then age, with Slurm's

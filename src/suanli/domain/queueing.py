@@ -35,8 +35,9 @@ With `QueueConfig.long_job_s`, requests declared longer than it keep within the 
    work that resumes elsewhere, not left idle for want of short jobs that end in time.
 7. elastic starts (`QueueConfig.elastic_start`): a request that declares `min_gpus` and still waits starts,
    in order, at the largest smaller size that fits what is left (fewer GPUs on one node, fewer whole nodes
-   of a gang; `elastic_start.py`), the head too, on its drained nodes as anywhere. Like a borrowed start it
-   is outside the long-job budget. The caller grows it toward its size as capacity frees
+   of a gang; `elastic_start.py`): the head anywhere, the others off its reserved nodes unless they end
+   before its start (so a rigid head is never delayed). Like a borrowed start it is outside the long-job
+   budget. The caller grows it toward its size as capacity frees
    (`grow_toward_size`), so a wide request runs on what is free instead of waiting for a drain.
 """
 
@@ -505,7 +506,9 @@ class _Cycle(BackfillPhase):
         return None
 
     def start_smaller_waiting(self, ordered: Sequence[Request]) -> None:
-        """Each elastic request of `ordered` that did not start, in order, at the largest size that fits."""
+        """Each elastic request of `ordered` that did not start, in order, at the largest size that fits;
+        off the blocked head's reserved nodes unless it is the head or ends before the head's start (as a
+        backfill would), so a rigid head is never delayed by it."""
         started = {p.request_id for p in self.placements}
         for request in ordered:
             if request.min_gpus is None or request.id in started or self.free_gpus < 1 - 1e-9:
@@ -518,11 +521,16 @@ class _Cycle(BackfillPhase):
 
     def _start_smaller(self, request: Request) -> bool:
         """Place an elastic `request` at the largest size below its own that fits now (`smaller_sizes`),
-        off nodes whose maintenance comes before its end; like a borrowed start, outside the long-job
-        budget (it fills what the cycle left free, and it grows toward its size rather than spreading)."""
+        off nodes whose maintenance comes before its end and off the head's reserved nodes when it would
+        outlast the head's start; like a borrowed start, outside the long-job budget (it fills what the
+        cycle left free, and it grows toward its size rather than spreading)."""
         placed = len(self.placements)
         for smaller in smaller_sizes(request):
             avoid = self._maintenance_ahead(smaller)
+            if self.head is not None and self.head != request.id and self.reserved_nodes:
+                declared = smaller.max_duration_s
+                if declared is None or self.head_start_s is None or self.now + declared > self.head_start_s:
+                    avoid = avoid | frozenset(self.reserved_nodes)
             with self.snapshot.cordoned(avoid):
                 self._fit(smaller, (fit_key(smaller), "elastic", avoid))
             if len(self.placements) > placed:

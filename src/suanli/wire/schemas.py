@@ -40,6 +40,7 @@ MAX_DURATION_S = 10 * 366 * 86_400  # a declared run time: ten years at most (a 
 # per node: far above any server, well inside a 64-bit column (PostgreSQL BIGINT) and exact in a float
 MAX_CPU_MILLI, MAX_MEMORY_MIB = 10**9, 10**12
 MAX_BID_MICROS = 10**15  # a bid per GPU-hour (a billion units)
+MAX_MIN_GPUS = 64 * 256  # a least size: whole GPUs per node times nodes, at most
 
 
 def _in_range(moment: datetime) -> datetime:
@@ -333,6 +334,15 @@ class RentalCreateRequest(WireModel):
         "ending, keeping its place by age; and under SUANLI_QUEUE=backfill it may start at once on GPUs "
         "that would idle while it waits (`borrowed`), which the queue takes back with notice when a "
         "rental ahead of it needs them. Each run is billed; the time in the queue is not.",
+    )
+    min_gpus: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_MIN_GPUS,
+        description="Elastic: when it does not fit whole it may start on as few as this many GPUs in all "
+        "(fewer on its node, or fewer whole nodes of its gang), billed for what it holds, and it is grown "
+        "toward its size as GPUs free (its workload restarts on the new GPUs, as on a resize). Whole GPUs "
+        "only; at most the GPUs it asks for.",
     )
     idle_stop_s: int | None = Field(
         default=None,

@@ -1,0 +1,75 @@
+"""Elastic starts through the real app (SQLite and PostgreSQL): a rental that declares `min_gpus` and does
+not fit whole starts on the GPUs that are free, pays for what it holds, and the leader grows it to its size
+when more free; one without a least size waits. Under both server queues that start rentals smaller."""
+
+from __future__ import annotations
+
+import pytest
+from test_elastic_api import _tenant, _until
+
+from conftest import app_client, scheduler_cycles, wait_for
+
+H100 = {"gpu_model": "H100-SXM-80GB"}
+
+
+def _fill_all_but_four(client, headers: dict) -> str:
+    """Seven of the eight H100 nodes taken whole, and four GPUs of the eighth: the 4-GPU rental's id."""
+    for _ in range(7):
+        taken = client.post("/v1/rentals", json={**H100, "gpus": 8}, headers=headers)
+        assert taken.status_code == 201, taken.text
+        wait_for(client, taken.json()["id"], headers, "placed")
+    four = client.post("/v1/rentals", json={**H100, "gpus": 4}, headers=headers)
+    assert four.status_code == 201, four.text
+    assert wait_for(client, four.json()["id"], headers, "placed")["state"] == "placed"
+    return four.json()["id"]
+
+
+@pytest.mark.parametrize("queue", ["greedy", "backfill"])
+def test_an_elastic_rental_starts_on_what_is_free_pays_for_it_and_grows_when_more_frees(
+    database_url: str, queue: str
+) -> None:
+    with app_client(database_url, queue=queue, meter_interval_s=3600, prepaid=False) as client:
+        headers, _ = _tenant(client, "elastic-start")
+        four = _fill_all_but_four(client, headers)
+        four_rate = client.get(f"/v1/rentals/{four}", headers=headers).json()["price_micros_per_hour"]
+        rigid = client.post("/v1/rentals", json={**H100, "gpus": 8}, headers=headers).json()["id"]
+        created = client.post("/v1/rentals", json={**H100, "gpus": 8, "min_gpus": 4}, headers=headers)
+        assert created.status_code == 201, created.text
+        elastic = created.json()["id"]
+        body = wait_for(client, elastic, headers, "placed")
+        assert body["state"] == "placed"
+        (allocation,) = body["allocation"]
+        assert len(allocation["slices"]) == 4  # the four free GPUs of the eighth node
+        assert body["price_micros_per_hour"] == four_rate  # it pays for the four it holds
+        scheduler_cycles(client)
+        assert client.get(f"/v1/rentals/{rigid}", headers=headers).json()["state"] == "pending"
+
+        stopped = client.post(f"/v1/rentals/{four}/stop", headers=headers)
+        assert stopped.status_code == 200, stopped.text
+        grown = _until(
+            client, elastic, headers, lambda b: sum(len(a["slices"]) for a in b["allocation"]) == 8
+        )
+        assert sum(len(a["slices"]) for a in grown["allocation"]) == 8, grown
+        assert grown["price_micros_per_hour"] == 2 * four_rate
+        assert any(e["kind"] == "resized" for e in grown["events"]), grown["events"]
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"gpus": 8, "min_gpus": 9}, "at most the 8 GPUs it asks for"),
+        (
+            {"gpus": 0, "mig_profile": "1g.10gb", "min_gpus": 1},
+            "only a rental of whole GPUs can start smaller",
+        ),
+        ({"gpus": 8, "min_gpus": 0}, "greater than or equal to 1"),
+    ],
+)
+def test_a_least_size_a_rental_cannot_have_is_refused_naming_the_field(
+    database_url: str, body: dict, message: str
+) -> None:
+    with app_client(database_url) as client:
+        headers, _ = _tenant(client, "elastic-bad")
+        refused = client.post("/v1/rentals", json={**H100, **body}, headers=headers)
+        assert refused.status_code in (400, 422), refused.text  # the wire (422) or the service (400)
+        assert "min_gpus" in refused.text and message in refused.text
