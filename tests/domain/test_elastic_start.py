@@ -112,3 +112,28 @@ def test_a_shrunk_gang_grows_by_whole_nodes():
     snap.release(busy.placement.nodes[0])
     (added,) = grow_toward_size(snap, [Running(gang, placement, 10)], POLICY)
     assert added.gpus == 8 and {a.node for a in added.nodes}.isdisjoint({a.node for a in placement.nodes})
+
+
+def test_an_elastic_start_keeps_off_a_rigid_heads_drain_unless_it_ends_before_the_heads_start():
+    """Two 8-GPU nodes, n0 busy until 1000 and 2 GPUs of n1 until 900: a rigid two-node head starts at
+    1000 on both. An elastic request that would outlast that start does not take n1's free GPUs, whether
+    the head was reserved (something started whole beside it) or not; an elastic head, which gave up that
+    guarantee, does not hold them back."""
+    snap = snapshot_of(2, 8)
+    busy = [run(snap, job("old", 8, 0, 1000), 0), run(snap, job("half", 2, 0, 900), 0)]
+    head = job("head", 8, 1, 3600, nodes=2)
+    late = job("late", 8, 2, 5000, min_gpus=4)
+    decision = admit(snap, [head, late], busy, POLICY, 10, ELASTIC)
+    assert decision.head == "head" and decision.placements == ()  # n1's 6 free GPUs are the head's
+    snap = snapshot_of(2, 8)
+    busy = [run(snap, job("old", 8, 0, 1000), 0), run(snap, job("half", 2, 0, 900), 0)]
+    quick = job("quick", 4, 2, 100)  # a rigid one that fits whole: the head is reserved (start 1000)
+    late_too = job("late", 8, 2, 5000, min_gpus=2)  # 2 GPUs are still free on n1 after it: held
+    decision = admit(snap, [head, quick, late_too], busy, POLICY, 10, ELASTIC)
+    assert decision.head_start_s == 1000
+    assert [(p.request_id, p.gpus) for p in decision.placements] == [("quick", 4)]
+    snap = snapshot_of(2, 8)
+    busy = [run(snap, job("old", 8, 0, 1000), 0), run(snap, job("half", 2, 0, 900), 0)]
+    elastic_head = replace(head, min_gpus=12)  # it cannot start on 6 GPUs either, and gave up the guard
+    decision = admit(snap, [elastic_head, late], busy, POLICY, 10, ELASTIC)
+    assert [(p.request_id, p.gpus) for p in decision.placements] == [("late", 6)]

@@ -35,8 +35,8 @@ With `QueueConfig.long_job_s`, requests declared longer than it keep within the 
    work that resumes elsewhere, not left idle for want of short jobs that end in time.
 7. elastic starts (`QueueConfig.elastic_start`): a request that declares `min_gpus` and still waits starts,
    in order, at the largest smaller size that fits what is left (fewer GPUs on one node, fewer whole nodes
-   of a gang; `elastic_start.py`): the head anywhere, the others off its reserved nodes unless they end
-   before its start (so a rigid head is never delayed). Like a borrowed start it is outside the long-job
+   of a gang; `elastic_start.py`): the head anywhere; the others off a rigid head's reserved nodes unless
+   they end before its start (so a head that cannot start smaller is never delayed). Like a borrowed start it is outside the long-job
    budget. The caller grows it toward its size as capacity frees
    (`grow_toward_size`), so a wide request runs on what is free instead of waiting for a drain.
 """
@@ -507,19 +507,24 @@ class _Cycle(BackfillPhase):
 
     def start_smaller_waiting(self, ordered: Sequence[Request]) -> None:
         """Each elastic request of `ordered` that did not start, in order, at the largest size that fits;
-        off the blocked head's reserved nodes unless it is the head or ends before the head's start (as a
-        backfill would), so a rigid head is never delayed by it."""
+        off a rigid blocked head's reserved nodes unless it ends before the head's start (as a backfill
+        would), so a head that cannot start smaller is never delayed by it. An elastic head that does not
+        fit even at its least size may be: it starts small as soon as its least size frees."""
         started = {p.request_id for p in self.placements}
+        head = next((r for r in ordered if r.id == self.head), None)
+        guard = head is not None and head.min_gpus is None  # an elastic head gave up its guarantee
+        if guard and not self.reserved_nodes:
+            return  # no reservation was made (nothing else could start whole): what it drains is unknown
         for request in ordered:
             if request.min_gpus is None or request.id in started or self.free_gpus < 1 - 1e-9:
                 continue
-            if self.gated(request) or self.spot_held(request) or not self._start_smaller(request):
+            if self.gated(request) or self.spot_held(request) or not self._start_smaller(request, guard):
                 continue
             self.pending = [p for p in self.pending if p.request_id != request.id]
             if self.head == request.id:
                 self.head, self.head_start_s, self.reserved_nodes = None, None, set()
 
-    def _start_smaller(self, request: Request) -> bool:
+    def _start_smaller(self, request: Request, guard_head: bool = True) -> bool:
         """Place an elastic `request` at the largest size below its own that fits now (`smaller_sizes`),
         off nodes whose maintenance comes before its end and off the head's reserved nodes when it would
         outlast the head's start; like a borrowed start, outside the long-job budget (it fills what the
@@ -527,7 +532,7 @@ class _Cycle(BackfillPhase):
         placed = len(self.placements)
         for smaller in smaller_sizes(request):
             avoid = self._maintenance_ahead(smaller)
-            if self.head is not None and self.head != request.id and self.reserved_nodes:
+            if guard_head and self.head is not None and self.head != request.id and self.reserved_nodes:
                 declared = smaller.max_duration_s
                 if declared is None or self.head_start_s is None or self.now + declared > self.head_start_s:
                     avoid = avoid | frozenset(self.reserved_nodes)
