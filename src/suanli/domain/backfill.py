@@ -63,10 +63,12 @@ class BackfillPhase:
             self._plan_conservative([head, *rest])
             return
         self.pending.append(Pending(head.id, Reason.NO_CAPACITY, "head of the queue; waiting for capacity"))
-        if self.config.mode is Mode.STRICT or not any(self._may_pass(r) for r in rest):
+        if self.config.mode is Mode.STRICT or not any(self._may_pass(r) or self._may_shrink(r) for r in rest):
             self._block(rest, "strict order: nothing passes the head")
             return
-        smallest = min((self.snapshot.least_gpus(r) for r in rest if self._may_pass(r)), default=math.inf)
+        smallest = min(
+            (self._least_start(r) for r in rest if self._may_pass(r) or self._may_shrink(r)), default=math.inf
+        )
         if smallest > self.free_gpus + 1e-9:  # nothing could start now: skip the reservation
             for request in rest:
                 if not self.gated(request):
@@ -135,6 +137,15 @@ class BackfillPhase:
         for request in delaying:  # the drain first, lent until the head can start; then what else is free
             if not (self._borrow(request, reserved_nodes) or self._borrow(request, None)):
                 self.pending.append(blocked(request, would_delay))
+
+    def _may_shrink(self, request: Request) -> bool:
+        """Whether `request` may start smaller after backfill (phase 7), off the head's drained nodes."""
+        return self.config.elastic_start and request.min_gpus is not None
+
+    def _least_start(self, request: Request) -> float:
+        """The fewest GPUs `request` could start on now: its least size when it may start smaller."""
+        least = self.snapshot.least_gpus(request)
+        return min(least, request.min_gpus) if self._may_shrink(request) and request.min_gpus else least
 
     def _may_pass(self, request: Request) -> bool:
         """Whether `request` may start ahead of a blocked head: it declares its duration (backfill), or it

@@ -168,7 +168,7 @@ def admit(
             cycle.after_head(rest[head_index], rest[head_index + 1 :])  # 4, 5
         if config.borrow_idle:  # 6. what the long-job budget held back borrows what is still free
             cycle.borrow_held()
-        if config.elastic_start:  # 7. what still waits and may start smaller does, on what is still free
+        if config.elastic_start and config.mode is not Mode.STRICT:  # 7. what waits starts smaller, if it can
             cycle.start_smaller_waiting(rest)
     finally:
         cycle.release_holds()
