@@ -130,6 +130,41 @@ def test_rent_refuses_an_image_that_is_not_a_reference_naming_the_option() -> No
     assert "did you mean 'ghcr.io/acme/trainer:1'" in shown
 
 
+def test_show_says_a_rental_is_elastic_and_how_much_of_its_size_it_holds() -> None:
+    from datetime import UTC, datetime
+
+    from rich.console import Console
+
+    from suanli.cli.platform_commands import _rental_detail
+    from suanli.wire.schemas import NodeAllocationResponse, RentalCreateRequest, RentalResponse, SliceResponse
+
+    def slices(count: int) -> list[SliceResponse]:
+        return [SliceResponse(gpu_index=i, milli=1000, memory_mib=81920) for i in range(count)]
+
+    elastic = RentalResponse(
+        id="rnt_1",
+        tenant_id="ten_1",
+        state="running",
+        request=RentalCreateRequest(gpu_model="H100", gpus=8, min_gpus=4),
+        allocation=[NodeAllocationResponse(node="h100-a-01", cpu_milli=0, memory_mib=0, slices=slices(4))],
+        created_at=datetime(2026, 12, 5, tzinfo=UTC),
+    )
+    whole = elastic.model_copy(
+        update={
+            "allocation": [
+                NodeAllocationResponse(node="h100-a-01", cpu_milli=0, memory_mib=0, slices=slices(8))
+            ]
+        }
+    )
+    shown = []
+    for rental in (elastic, whole):
+        console = Console(record=True, width=240)
+        console.print(_rental_detail(rental))
+        shown.append(console.export_text().splitlines()[0])
+    assert shown[0].endswith("elastic from 4 GPUs (holds 4 of 8; grows as GPUs free)"), shown[0]
+    assert shown[1].endswith("elastic from 4 GPUs"), shown[1]
+
+
 def test_rent_refuses_a_least_size_below_one_naming_the_option() -> None:
     rent = runner.invoke(app, ["rent", "H100:8", "--min-gpus", "0", "--", "python", "t.py"])
     assert rent.exit_code == 2, rent.output

@@ -557,6 +557,12 @@ def _rental_detail(rental: RentalResponse) -> Group:
         header += f", stops at {rental.time_limit_at:%Y-%m-%d %H:%M:%S} UTC (max duration)"
     if request.checkpoints:
         header += ", checkpoints"
+    if request.min_gpus is not None:
+        held = sum(len(a.slices) for a in rental.allocation)
+        total = request.gpus * request.nodes
+        header += f", elastic from {request.min_gpus} GPUs"
+        if rental.allocation and held < total:
+            header += f" (holds {held} of {total}; grows as GPUs free)"
     if rental.borrowed:
         header += " (on borrowed GPUs: taken back with notice when a rental ahead needs them)"
     if rental.preempted_by:
