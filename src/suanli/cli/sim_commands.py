@@ -124,6 +124,19 @@ def packing_table(summaries: list[PolicySummary], capacity_gpus: int, seeds: lis
     return table
 
 
+# `sim queue --elastic` and `sim itp-check --elastic`: the share of its GPUs an elastic job may start on
+ElasticOption = Annotated[
+    float | None,
+    typer.Option(
+        min=0.01,
+        max=1.0,
+        help="Jobs of 2+ GPUs are elastic: each may start on this share of its GPUs (fewer on its node, "
+        "or fewer nodes of a gang), grows toward its size, and runs at the share it holds of its speed. "
+        "A model (the traces' jobs are rigid); policies with elastic starts (suanli) use it.",
+    ),
+]
+
+
 @sim_app.command("queue")
 def queue(
     nodes: Annotated[
@@ -156,16 +169,7 @@ def queue(
             "wastes 300 s), and the queue may lend them idle GPUs (default: a preempted job runs again)."
         ),
     ] = False,
-    elastic: Annotated[
-        float | None,
-        typer.Option(
-            min=0.01,
-            max=1.0,
-            help="Jobs of 2+ GPUs are elastic: each may start on this share of its GPUs (fewer on its node, "
-            "or fewer nodes of a gang), grows toward its size, and runs at the share it holds of its speed. "
-            "A model (the traces' jobs are rigid); policies with elastic starts (suanli) use it.",
-        ),
-    ] = None,
+    elastic: ElasticOption = None,
     estimate: EstimateOption = "pow2h",
 ) -> None:
     """Replay a job trace with arrivals and departures in virtual time through the scheduler."""
@@ -228,16 +232,7 @@ def itp_check(
             "(suanli-wide-first, greedy, conservative)."
         ),
     ] = "suanli",
-    elastic: Annotated[
-        float | None,
-        typer.Option(
-            min=0.01,
-            max=1.0,
-            help="Jobs of 2+ GPUs are elastic: each may start on this share of its GPUs (fewer on its node, "
-            "or fewer nodes of a gang), grows toward its size, and runs at the share it holds of its speed. "
-            "A model (the traces' jobs are rigid); policies with elastic starts (suanli) use it.",
-        ),
-    ] = None,
+    elastic: ElasticOption = None,
 ) -> None:
     """Replay every ITP cluster at about 85% offered load under every policy; check suanli against each."""
     try:
