@@ -1,8 +1,9 @@
 """The relay of attached commands between two server processes on PostgreSQL: two relays, each with its
 own engine and listener, stand for two worker processes; the client's end is held by one, the agent's by
 the other. Frames go both ways in order, a frame too large for one notification arrives whole (sent in
-pieces), each end learns the other came, and one end going closes the other after what it sent; a reader
-that does not keep up holds its sender back (no frame dropped, no end closed)."""
+pieces), each end learns the other came, and one end going closes the other after what it sent; an agent
+that went before its client came leaves its output for it; a reader that does not keep up holds its sender
+back (no frame dropped, no end closed)."""
 
 from __future__ import annotations
 
@@ -128,5 +129,31 @@ def test_a_slow_reader_holds_its_sender_back_through_postgresql(database_url: st
         await agent_side.leave("exe_2", "agent")
         assert await asyncio.wait_for(client.queue("client").get(), 10) is None
         await client_side.leave("exe_2", "client")
+
+    _between_two_processes(database_url, scenario)
+
+
+def test_an_agent_that_went_before_its_client_came_leaves_its_output_for_it(database_url: str) -> None:
+    """A command quicker than its client's connection: the agent's end, held by one process, went with the
+    whole archive sent; the client's end, attached later to the other process, still gets all of it."""
+    if database_url.startswith("sqlite"):
+        return  # one process: `test_exec_attach_api`
+
+    async def scenario(client_side: Relay, agent_side: Relay) -> None:
+        agent = agent_side.join("exe_3", "agent")
+        assert agent is not None
+        archive = [b"first block ", b"last block"]
+        for block in archive:
+            agent.outbox["agent"].put_nowait(block)
+        leaving = asyncio.ensure_future(agent_side.leave("exe_3", "agent", hold=True))
+        await asyncio.sleep(0.5)
+        assert not leaving.done()  # it waits for the client
+        client = client_side.join("exe_3", "client")
+        assert client is not None
+        assert [await asyncio.wait_for(client.queue("client").get(), 10) for _ in archive] == archive
+        assert await asyncio.wait_for(client.queue("client").get(), 10) is None
+        await asyncio.wait_for(leaving, 10)
+        await client_side.leave("exe_3", "client")
+        assert client_side.pipes == {} and agent_side.pipes == {}
 
     _between_two_processes(database_url, scenario)

@@ -1,11 +1,13 @@
 """Attached commands (`suanli exec -it`), through the real app: the tenant's client and the node's agent each
 open a WebSocket and the server relays input, output and the terminal's size between them; refusals close
 with 4000 + the HTTP status; an agent with no client is sent away, and a command that ended before its agent
-came tells its client why; a browser's key comes as a subprotocol."""
+came tells its client why; a command that ended before its client came keeps its output for it; a browser's
+key comes as a subprotocol."""
 
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 from fastapi.testclient import TestClient
@@ -14,6 +16,7 @@ from typer.testing import CliRunner
 
 from conftest import logged_in_as, register_agent, running_share
 from suanli.api import exec_attach
+from suanli.app import execs
 from suanli.cli import exec_commands
 from suanli.cli.main import app
 
@@ -95,7 +98,10 @@ def test_an_agent_with_no_client_is_sent_away(client: TestClient, tenant, monkey
     assert "no client attached" in reason
 
 
-def test_a_command_that_failed_before_its_agent_came_tells_its_client(client: TestClient, tenant):
+def test_a_command_that_failed_before_its_agent_came_tells_its_client(
+    client: TestClient, tenant, monkeypatch
+):
+    monkeypatch.setattr(exec_attach, "LATE_AGENT_S", 0.1)
     _, owner = tenant("attach-failed")
     rental_id, node_headers = running_share(client, owner)
     url = f"/v1/rentals/{rental_id}/execs"
@@ -165,3 +171,42 @@ def test_a_browser_sends_its_key_as_a_subprotocol_and_is_answered_with_suanli_v1
             assert agent.receive_bytes() == b"ls\r"
     wrong = ["suanli.v1", "bearer.sk_not_a_key_of_this_server"]
     _closed_with(lambda: client.websocket_connect(f"{url}/{exec_id}/attach", subprotocols=wrong), 4401)
+
+
+def test_a_command_that_ended_before_its_client_came_keeps_its_output_for_it(
+    client: TestClient, tenant, monkeypatch
+):
+    """`suanli cp RENTAL:notes.txt .` runs `tar -c` on the node, which can end before the client's WebSocket
+    is up: the agent's end waits for the client with what it sent, and the client reads all of it."""
+    _, owner = tenant("attach-late")
+    rental_id, node_headers = running_share(client, owner)
+    url = f"/v1/rentals/{rental_id}/execs"
+    exec_id = client.post(url, json={"command": ["tar", "-c"], "stdin": True}, headers=owner).json()["id"]
+    archive = [b"first block ", b"last block"]
+    sent = threading.Event()
+
+    def agent() -> None:  # its end is closed once the command ended; the server holds what it sent
+        with client.websocket_connect(f"/v1/agents/execs/{exec_id}/attach", headers=node_headers) as end:
+            for block in archive:
+                end.send_bytes(block)
+            sent.set()
+
+    agent_thread = threading.Thread(target=agent)
+    agent_thread.start()
+    assert sent.wait(timeout=10)
+    exited = {"state": "exited", "exit_code": 0}
+    assert client.post(f"/v1/agents/execs/{exec_id}", json=exited, headers=node_headers).status_code == 200
+    assert client.get(f"{url}/{exec_id}", headers=owner).json()["state"] == "exited"
+
+    with client.websocket_connect(f"{url}/{exec_id}/attach", headers=owner) as tenant_end:
+        assert [tenant_end.receive_bytes() for _ in archive] == archive
+        with pytest.raises(WebSocketDisconnect) as closed:
+            tenant_end.receive_bytes()
+    assert closed.value.code == 1000
+    agent_thread.join(timeout=10)
+    assert not agent_thread.is_alive()
+
+    monkeypatch.setattr(execs, "LATE_CLIENT_S", 0.0)  # once its output can no longer wait, it is refused
+    assert "has ended (exited)" in _closed_with(
+        lambda: client.websocket_connect(f"{url}/{exec_id}/attach", headers=owner), 4409
+    )

@@ -1,6 +1,7 @@
 """`suanli cp` with the real CLI, server and agent: a directory into a rental and back, byte for byte; a file
-into its working directory and out under another name; a path that is not there, refused with tar's
-reason. Through two server workers: `test_attach_between_workers`."""
+into its working directory and out under another name; an archive whose command ended before its client
+attached; a path that is not there, refused with tar's reason. Through two server workers:
+`test_attach_between_workers`."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from pathlib import Path
 import pytest
 from test_agents import FLEET, NODES, SUANLI, Platform, running_platform
 from test_exec_attach import _cli_env, _running_rental
+
+from suanli.client.copy import PACK, _FrameReader, extract
 
 WAIT_S = 60.0
 
@@ -84,6 +87,25 @@ def test_a_file_goes_into_the_working_directory_and_comes_out_under_another_name
     into = _cp(platform, f"{running.id}:notes.txt", str(out))  # into a directory here, by its name
     assert into.returncode == 0, into.stderr
     assert (out / "notes.txt").read_text() == "line one\nline two\n"
+
+
+def test_an_archive_whose_command_ended_before_its_client_attached_still_arrives(
+    platform: Platform, tmp_path: Path
+) -> None:
+    """`tar -c` needs no input, so it can end before `suanli cp`'s WebSocket is up (a flaky CI run lost
+    the archive so): the server keeps the agent's output for the client that comes late."""
+    running = _running_rental(platform)
+    local = tmp_path / "notes.txt"
+    local.write_text("line one\nline two\n")
+    assert _cp(platform, str(local), f"{running.id}:.").returncode == 0
+    with platform.tenant() as api:
+        command = ["sh", "-c", PACK, "sh", "notes.txt"]
+        queued = api.exec(running.id, command, stdin=True, separate_stderr=True)
+        ended = api.wait_exec(running.id, queued.id, within_s=WAIT_S)  # it ran with no client attached
+        assert (ended.state, ended.exit_code) == ("exited", 0), ended
+        with api.attach_exec(running.id, queued.id) as socket:
+            extract(_FrameReader(socket, None), tmp_path, "notes.txt", "late.txt")
+    assert (tmp_path / "late.txt").read_text() == "line one\nline two\n"
 
 
 def test_a_path_that_is_not_there_is_refused_with_the_reason(platform: Platform, tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from typing import Literal
 import anyio
 from starlette.concurrency import run_in_threadpool
 
+from suanli.app.execs import LATE_CLIENT_S
 from suanli.store.attach_bus import AttachBus, Message, piece_count
 
 End = Literal["client", "agent"]
@@ -117,11 +118,16 @@ class Relay:
             ack = {"exec": exec_id, "to": other(end), "kind": "ack", "count": pipe.delivered[end]}
             self._publish_soon(ack)
 
-    async def leave(self, exec_id: str, end: End) -> None:
-        """`end` went: the other end is told (through the bus, after what it sent before)."""
+    async def leave(self, exec_id: str, end: End, *, hold: bool = False) -> None:
+        """`end` went: the other end is told (through the bus, after what it sent before). With `hold`, an
+        end that goes before the other came (an agent whose command ended before its client connected)
+        first waits up to `LATE_CLIENT_S` for it, so what it sent is not lost."""
         pipe = self.pipes.get(exec_id)
         if pipe is None or end not in pipe.ends:
             return
+        if hold:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(LATE_CLIENT_S):
+                await pipe.came[other(end)].wait()
         with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_WAIT_S):
             forwarder = pipe.forwarders.get(end)
             if forwarder is not None and not pipe.came[other(end)].is_set():  # nobody to flush to

@@ -9,7 +9,8 @@ server relays the frames between them. The server never connects to a node; both
   `attach_relay` (in memory on one process, through PostgreSQL's NOTIFY between several). An agent whose
   client has not come within `ATTACH_WAIT_S` is sent away (close code 4408), so the command does not wait
   for ever on input; a client whose command ends before its agent came (it failed to start) is told so
-  (4410 with the reason).
+  (4410 with the reason). A command may also end before its client came (quicker than the client's
+  connection): its agent's end then waits for the client (`LATE_CLIENT_S`) with the output.
 * When either end goes, the other is closed: the agent then ends the command (its terminal hangs up), and
   the client reads its exit code from `GET .../execs/{id}`.
 * Refusals close the socket at once with 4000 + the HTTP status the same request would get (4401, 4404,
@@ -40,6 +41,7 @@ Asker = TypeVar("Asker")  # who attaches, as `check` found them: a tenant's call
 
 ATTACH_WAIT_S = 60.0  # how long an agent's end waits for its client
 STATE_POLL_S = 1.0  # while a client waits for its agent, how often the command's state is read
+LATE_AGENT_S = 2.0  # once the command has ended, how long a client still waits for its agent's output
 REASON_CHARS = 120  # a close reason fits in a control frame (123 bytes)
 SUBPROTOCOL = "suanli.v1"  # what a browser offers with its key, and is answered with
 KEY_SUBPROTOCOL = "bearer."  # a browser's key, as the subprotocol `bearer.KEY`
@@ -112,6 +114,10 @@ async def attach_client(websocket: WebSocket, rental_id: str, exec_id: str) -> N
         while not pipe.came["agent"].is_set():
             found = await run_in_threadpool(services.execs.get, caller, rental_id, exec_id)
             if found.state in FINAL_STATES:
+                with anyio.move_on_after(LATE_AGENT_S):  # through the bus, its `here` may be on its way
+                    await pipe.came["agent"].wait()
+                if pipe.came["agent"].is_set():
+                    break
                 reason = f"{found.state}: {found.message or 'it ended'}"
                 await websocket.close(code=4410, reason=reason[:REASON_CHARS])
                 return
@@ -139,11 +145,14 @@ async def attach_agent(websocket: WebSocket, exec_id: str) -> None:
         return
     pipe, _ = admitted
     relay = relay_of(websocket)
+    sent_away = False
 
     async def no_client() -> None:
+        nonlocal sent_away
         with anyio.move_on_after(ATTACH_WAIT_S):
             await pipe.came["client"].wait()
         if not pipe.came["client"].is_set():
+            sent_away = True
             reason = f"no client attached within {ATTACH_WAIT_S:.0f} s"
             await websocket.close(code=4408, reason=reason)
             return
@@ -151,8 +160,8 @@ async def attach_agent(websocket: WebSocket, exec_id: str) -> None:
 
     try:
         await _pump(websocket, relay, exec_id, "agent", no_client)
-    finally:
-        await relay.leave(exec_id, "agent")
+    finally:  # a command quicker than its client's connection: its output waits for the client
+        await relay.leave(exec_id, "agent", hold=not sent_away)
 
 
 async def _pump(

@@ -34,6 +34,7 @@ MAX_OPEN_PER_RENTAL = 8  # queued or running at once
 MAX_OUTPUT_CHARS = 65_536  # the end of the output that is kept
 ANSWER_GRACE_S = 120.0  # past its timeout, how long an exec waits for its agent's answer before it is lost
 OPEN_STATES = ("queued", "running")
+LATE_CLIENT_S = 60.0  # after an attached command ended, how long its output waits for a client not yet come
 FINAL_STATES = ("exited", "failed", "lost")
 EXEC_STATES = (*OPEN_STATES, *FINAL_STATES)
 
@@ -237,13 +238,21 @@ class ExecService:
         return self._queue(caller, rental_id, (), node_rank, timeout_s, stdin=True, tty=False, port=port)
 
     def attachable(self, caller: Caller, rental_id: str, exec_id: str) -> Exec:
-        """The caller's open, attached command, for its client to attach to; 409 when it is not one."""
+        """The caller's open (or just ended) attached command, for its client to attach to; 409 when it is
+        not one."""
         found = self.get(caller, rental_id, exec_id)
         if not found.stdin:
             raise Conflict(f"command {exec_id} was not started attached (stdin)", field="exec_id")
-        if found.state not in OPEN_STATES:
+        if found.state not in OPEN_STATES and not self._output_may_wait(found):
             raise Conflict(f"command {exec_id} has ended ({found.state})", field="exec_id")
         return found
+
+    def _output_may_wait(self, found: Exec) -> bool:
+        """Whether an ended command's output may still wait for its client (a command quicker than its
+        client's connection ends before the client comes)."""
+        if found.ended_at is None:
+            return False
+        return self.clock.now() - found.ended_at <= timedelta(seconds=LATE_CLIENT_S)
 
     def agent_attachable(self, node: str, exec_id: str) -> Exec:
         """The node's open, attached command, for its agent to attach to."""
