@@ -21,7 +21,7 @@ from suanli.sim.itp import (
     synthetic_fleet,
 )
 from suanli.sim.queue import POLICIES, RESTART_S, parse_mix, percentile, run_queue
-from suanli.sim.queue_report import queue_command, results_json
+from suanli.sim.queue_report import print_trims, queue_command, results_json
 
 ROWS = [
     ("a", 0, 100, 8),
@@ -382,6 +382,31 @@ def test_an_elastic_job_starts_on_what_is_free_at_that_share_of_its_speed_and_gr
     assert sorted(baseline.jct_s) == sorted(rigid.jct_s)  # a queue without elastic starts places it whole
     too_small = run_requests(fleet, [first, wide], true_s, "suanli", elastic=0.75)
     assert sorted(too_small.jct_s) == sorted(rigid.jct_s)  # 4 GPUs free are below its 6
+
+
+def test_an_elastic_spot_job_is_trimmed_for_an_on_demand_one_rather_than_evicted_and_grows_back():
+    """Spot holds the 8-GPU node, elastic down to 4; on-demand asks for 4 at 100 s. With 30 s notice the
+    spot job gives back 4 GPUs at 130 s and runs on at half speed (820 s of its work left at 230 s), grows
+    back when on-demand ends at 230 s, and ends at 1,050 s: nothing lost. Rigid, it is evicted: 8 GPUs x
+    130 s lost and its 1,000 s run again after on-demand's."""
+    from suanli.domain.request import Request, Tier, WholeGpus
+    from suanli.sim.queue import run_requests
+
+    spot = Request("spot", WholeGpus(8), tier=Tier.SPOT, bid_micros_per_hour=1_000_000, max_duration_s=3600)
+    on_demand = Request("od", WholeGpus(4), submitted_at_s=100, max_duration_s=3600)
+    fleet, true_s = synthetic_fleet(1, 8), [1_000.0, 100.0]
+    trimmed = run_requests(fleet, [spot, on_demand], true_s, "suanli", elastic=0.5)
+    assert (trimmed.trims, trimmed.preemptions, trimmed.lost_gpu_s) == (1, 0, 0)
+    assert sorted(trimmed.jct_s) == pytest.approx([130.0, 1_050.0])
+    assert trimmed.summary()["trims"] == 1
+    evicted = run_requests(fleet, [spot, on_demand], true_s, "suanli")
+    assert (evicted.trims, evicted.preemptions, evicted.lost_gpu_s) == (0, 1, 8 * 130)
+    assert sorted(evicted.jct_s) == pytest.approx([130.0, 1_230.0])
+    printed = Console(record=True, width=120)
+    print_trims(printed, [trimmed, evicted])
+    assert "elastic victims that gave back part of their GPUs and ran on): suanli 1, suanli 0" in (
+        printed.export_text()
+    )
 
 
 @pytest.mark.parametrize(("share", "checkpoint"), [(0.0, False), (1.5, False), (0.5, True)])

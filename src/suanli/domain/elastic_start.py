@@ -27,16 +27,27 @@ def full_gpus(request: Request) -> int:
     return shape.count * request.node_count if isinstance(shape, WholeGpus) else 0
 
 
+def least_size(request: Request) -> tuple[int, int] | None:
+    """The fewest nodes, and whole GPUs on each, an elastic `request` may run on (`Running.least`: what a
+    preemption may trim it to); None when it is not elastic."""
+    shape = request.shape
+    if request.min_gpus is None or not isinstance(shape, WholeGpus):
+        return None
+    if request.node_count == 1:
+        return 1, request.min_gpus
+    return max(1, math.ceil(request.min_gpus / shape.count)), shape.count
+
+
 def smaller_sizes(request: Request) -> Iterator[Request]:
     """`request` at each size below its own down to its `min_gpus`, largest first (none if not elastic),
     each declaring the longer duration it runs at that size (as many GPU-seconds at a lower speed)."""
     shape = request.shape
     if request.min_gpus is None or not isinstance(shape, WholeGpus):
         return
+    least_nodes, least_gpus = least_size(request) or (request.node_count, shape.count)
     if request.node_count == 1:
-        sizes = [(count, 1) for count in range(shape.count - 1, request.min_gpus - 1, -1)]
+        sizes = [(count, 1) for count in range(shape.count - 1, least_gpus - 1, -1)]
     else:
-        least_nodes = max(1, math.ceil(request.min_gpus / shape.count))
         sizes = [(shape.count, nodes) for nodes in range(request.node_count - 1, least_nodes - 1, -1)]
     full = full_gpus(request)
     for count, nodes in sizes:

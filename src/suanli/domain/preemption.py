@@ -5,12 +5,18 @@ functions, and the snapshot is left exactly as it was found. Guarantees: only re
 tier are victims (so a victim can never preempt its preemptor: no cycles); a gang is released whole or not
 at all; a rental already under notice is not chosen again; victims get a deadline of `now + notice_s` for
 their tier, and the capacity the preemptor will take is returned with the decision (the promise).
+
+An elastic victim (`Running.least`: it may run on fewer GPUs) may be trimmed instead of evicted: it gives
+back, at its deadline, only the part of what it holds above its least size that the promise needs (whole
+nodes of a gang, GPUs on a one-node rental's node) and runs on with the rest (`Eviction.keeps`), as
+elastic training frameworks shrink a job rather than stop it. A trim loses fewer GPU-seconds than the
+eviction of the same rental, so it is tried first; a gang trimmed keeps whole nodes of its shape.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from suanli.domain.capacity import instance_milli
 from suanli.domain.catalog import MigGeometry
@@ -34,6 +40,8 @@ class Running:
     preempted_by: str | None = None
     notice_deadline_s: float | None = None
     borrowed: bool = False  # started on GPUs lent while it would have waited: taken back with notice
+    # elastic: the fewest nodes, and whole GPUs on each, it may run on (a preemption may trim it to them)
+    least: tuple[int, int] | None = None
     gpus: float = field(init=False, repr=False, compare=False)  # the placement's GPUs, computed once
 
     def __post_init__(self) -> None:
@@ -69,6 +77,7 @@ class Eviction:
     gpus: float
     lost_gpu_s: float
     deadline_s: float
+    keeps: Placement | None = None  # a trim: what the victim runs on after its deadline (None: it ends)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,25 +117,34 @@ def choose_victims(
     """The cheapest set of lower-tier victims after which `request` fits, or None; the snapshot is unchanged.
 
     Phases: (1) candidates: strictly lower tier (with `reclaim`, the same tier or lower: `running` is then
-    only the rentals on borrowed GPUs), not already under notice, ordered by `victim_cost`;
-    (2) grow: release candidates (whole gangs) in that order until the request fits; (3) shrink: drop
-    every chosen victim, most expensive first, without which it still fits; (4) promise the placement found.
+    only the rentals on borrowed GPUs), not already under notice, ordered by `victim_cost`; an elastic one
+    also as its trim (its part above its least size); (2) grow: release candidates (whole gangs, or trims)
+    in that order until the request fits, a rental's eviction replacing its trim; (3) shrink: drop every
+    chosen victim, most expensive first, without which it still fits; (4) promise the placement found, and
+    trim each trimmed victim only by what the promise takes of it.
     """
-    candidates = sorted(
-        (
-            r
-            for r in running
-            if r.preempted_by is None
-            and (r.request.tier <= request.tier if reclaim else r.request.tier < request.tier)
-        ),
-        key=lambda r: victim_cost(r, now),
-    )
+    eligible = [
+        r
+        for r in running
+        if r.preempted_by is None
+        and (r.request.tier <= request.tier if reclaim else r.request.tier < request.tier)
+    ]
+    trimmed_from = {r.request.id: r for r in eligible if trim_of(r) is not None}
+    as_trims = [_as_trim(r) for r in trimmed_from.values()]
+    trims = {id(t): trimmed_from[t.request.id] for t in as_trims}  # a trim candidate -> the whole rental
+    candidates = sorted([*eligible, *as_trims], key=lambda r: victim_cost(r, now))
     if not candidates:
         return None
     need = snapshot.least_gpus(request)
     free = snapshot.gpu_count - snapshot.allocated_milli() / 1000
     chosen: list[Running] = []
     for candidate in candidates:
+        if id(candidate) not in trims:  # the whole rental: instead of its trim, if that was chosen
+            trimmed = [c for c in chosen if c.request.id == candidate.request.id]
+            chosen = [c for c in chosen if c not in trimmed]
+            free -= sum(c.gpus for c in trimmed)
+        elif any(c.request.id == candidate.request.id for c in chosen):
+            continue
         chosen.append(candidate)
         free += candidate.gpus
         if free >= need and fits_without(snapshot, request, chosen, policy) is not None:
@@ -139,17 +157,81 @@ def choose_victims(
             chosen = rest
     promised = fits_without(snapshot, request, chosen, policy)
     assert promised is not None, "the shrunk victim set was checked to fit"
-    victims = tuple(
-        Eviction(
-            r.request.id,
-            r.request.tier,
-            r.gpus,
-            victim_cost(r, now)[1],
-            now + config.notice_for(r.request.tier),
-        )
+    evictions = (
+        _eviction(r, trims.get(id(r)), promised, now, config)
         for r in sorted(chosen, key=lambda r: victim_cost(r, now))
     )
-    return Preemption(request.id, victims, promised)
+    victims = tuple(e for e in evictions if e.gpus > 0)  # a trim the promise took nothing of is no victim
+    return Preemption(request.id, victims, promised) if victims else None
+
+
+def trim_of(victim: Running) -> Placement | None:
+    """The part of an elastic victim above its least size: its last whole nodes beyond its least count, or
+    on its one node the whole GPUs beyond its least; None when it holds no more than that (or is not
+    elastic, or runs on borrowed GPUs, which are taken back whole)."""
+    if victim.least is None or victim.borrowed:
+        return None
+    least_nodes, least_gpus = victim.least
+    by_node: dict[str, list[NodeAllocation]] = {}
+    for allocation in victim.placement.nodes:
+        by_node.setdefault(allocation.node, []).append(allocation)
+    if len(by_node) > least_nodes:
+        surplus = list(by_node)[least_nodes:]
+        return Placement(victim.request.id, tuple(a for node in surplus for a in by_node[node]))
+    if len(by_node) != 1:
+        return None
+    ((node, parts),) = by_node.items()
+    whole = [s for a in parts for s in a.slices if s.is_whole]
+    if len(whole) <= least_gpus:
+        return None
+    return Placement(victim.request.id, (NodeAllocation(node, 0, 0, tuple(whole[least_gpus:])),))
+
+
+def _as_trim(victim: Running) -> Running:
+    """`victim`'s trim as a candidate of its own: it holds only the part it would give back."""
+    part = trim_of(victim)
+    assert part is not None
+    return replace(victim, placement=part)
+
+
+def _eviction(
+    chosen: Running, whole: Running | None, promised: Placement, now: float, config: PreemptionConfig
+) -> Eviction:
+    """`chosen` as an eviction, or (`whole`: the rental `chosen` trims) as a trim by what `promised` takes of
+    the part it gives back: a gang's nodes the promise uses, or the GPUs it uses on a one-node rental."""
+    deadline = now + config.notice_for(chosen.request.tier)
+    if whole is None:
+        return Eviction(
+            chosen.request.id, chosen.request.tier, chosen.gpus, victim_cost(chosen, now)[1], deadline
+        )
+    taken = {(a.node, s.gpu_index) for a in promised.nodes for s in a.slices}
+    gang = len({a.node for a in whole.placement.nodes}) > 1
+    given: list[NodeAllocation] = []
+    for part in chosen.placement.nodes:
+        used = [s for s in part.slices if (part.node, s.gpu_index) in taken]
+        if gang and used:
+            given.append(part)
+        elif used:
+            given.append(NodeAllocation(part.node, 0, 0, tuple(used)))
+    keeps = _without(whole.placement, given, gang)
+    gpus = whole.gpus - keeps.gpus
+    lost = gpus * max(now - whole.started_at_s, 0.0)
+    return Eviction(chosen.request.id, chosen.request.tier, gpus, lost, deadline, keeps)
+
+
+def _without(placement: Placement, given: Sequence[NodeAllocation], gang: bool) -> Placement:
+    """`placement` less `given`: a gang's whole nodes, or GPUs on the one node."""
+    if gang:
+        gone = {a.node for a in given}
+        kept = tuple(a for a in placement.nodes if a.node not in gone)
+    else:
+        gone_slices = {s for a in given for s in a.slices}
+        kept = tuple(
+            replace(a, slices=rest)
+            for a in placement.nodes
+            if (rest := tuple(s for s in a.slices if s not in gone_slices)) or a.cpu_milli or a.memory_mib
+        )
+    return replace(placement, nodes=kept, repartitions=())
 
 
 def fits_without(

@@ -19,13 +19,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from suanli.domain.catalog_data import CATALOG
-from suanli.domain.elastic_start import full_gpus, grow_toward_size
+from suanli.domain.elastic_start import full_gpus, grow_toward_size, least_size
 from suanli.domain.errors import RequestError
 from suanli.domain.fair_share import FairShare
 from suanli.domain.inventory import Fleet
 from suanli.domain.plan import Placement
 from suanli.domain.policies import BestFitPolicy, Policy
-from suanli.domain.preemption import Running
+from suanli.domain.preemption import Running, hold_promise
 from suanli.domain.queue_order import (
     BOOKED_QUEUE,
     GREEDY_QUEUE,
@@ -88,6 +88,7 @@ class QueueResult:
     wait_s: list[float] = field(default_factory=list)  # time in the queue: JCT less every run (lost ones too)
     tier_of: list[str] = field(default_factory=list)
     preemptions: int = 0
+    trims: int = 0  # elastic victims that gave back part of their GPUs and ran on (not in `preemptions`)
     lost_gpu_s: float = 0.0  # GPU-seconds preemption wasted: runs it ended, or restarts from a checkpoint
     lost_gpu_s_arrivals: float = 0.0  # of which counted by the last arrival (at the event that wasted them)
     alloc_gpu_s_arrivals: float = 0.0
@@ -196,6 +197,7 @@ class QueueResult:
             "idle_held_pct": round(self.idle_held_pct, 2),
             "idle_scattered_pct": round(self.idle_scattered_pct, 2),
             "preemptions": self.preemptions,
+            "trims": self.trims,
             "lost_work_pct": round(self.lost_work_pct, 2),
             "jobs_per_s": round(self.jobs_per_s, 1),
             "completed": len(self.jct_s),
@@ -397,6 +399,7 @@ def run_requests(
     # with `elastic`, of a running job: its full speed's seconds still to run as of its last start or
     # growth (`Running.started_at_s`), when its run began, and the GPU-seconds it held before that growth
     work_left_s: dict[str, float] = {}
+    trimmed_to: dict[str, Placement] = {}  # an elastic victim under notice -> what it keeps at its deadline
     run_began_s: dict[str, float] = {}
     held_gpu_s: dict[str, float] = {}
     fair = FairShare(at_s=first_arrival)
@@ -429,6 +432,21 @@ def run_requests(
             job = running.get(request_id)
             if job is None or job.started_at_s != stamp:
                 continue  # a stale event: the run it belonged to already ended
+            if kind == KILL and request_id in trimmed_to:  # an elastic victim gives back part, runs on
+                keeps = trimmed_to.pop(request_id)
+                for allocation in job.placement.nodes:
+                    snapshot.release(allocation)
+                for allocation in keeps.nodes:
+                    snapshot.occupy(allocation)
+                running[request_id], end_s = _resized_run(
+                    job, keeps, by_id[request_id], now, true_s[request_id], work_left_s, held_gpu_s
+                )
+                allocated -= job.gpus - keeps.gpus
+                held[job.request.tenant] -= job.gpus - keeps.gpus
+                result.trims += 1
+                sequence += 1
+                heapq.heappush(events, (end_s, END, sequence, request_id, now))
+                continue
             del running[request_id]
             for allocation in job.placement.nodes:
                 snapshot.release(allocation)
@@ -473,28 +491,22 @@ def run_requests(
                 result.lost_gpu_s_arrivals += result.lost_gpu_s - wasted_before
         idle_waiting = idle_held = idle_scattered = 0.0
         if elastic is not None and config.elastic_start and running:
-            for part in grow_toward_size(snapshot, list(running.values()), policy):
+            # not onto GPUs promised to a preemptor (a trimmed victim's, given back for it)
+            holds = [part for promise in promised.values() for part in hold_promise(snapshot, promise)]
+            grown = grow_toward_size(snapshot, list(running.values()), policy)
+            for give_back, _ in reversed(holds):
+                give_back()
+            for part in grown:
                 job = running[part.request_id]
                 full = by_id[part.request_id]
-                done = (now - job.started_at_s) * job.gpus / full_gpus(full)
-                work_left_s[part.request_id] -= done
-                held_gpu_s[part.request_id] = held_gpu_s.get(part.request_id, 0.0) + job.gpus * (
-                    now - job.started_at_s
-                )
                 merged = replace(job.placement, nodes=job.placement.nodes + part.nodes)
-                declared_left = (
-                    None
-                    if full.max_duration_s is None
-                    else full.max_duration_s - (true_s[full.id] - work_left_s[full.id])
+                running[full.id], end_s = _resized_run(
+                    job, merged, full, now, true_s[full.id], work_left_s, held_gpu_s
                 )
-                running[part.request_id] = _elastic_run(full, merged, now, declared_left)
                 allocated += part.gpus
                 held[full.tenant] += part.gpus
                 sequence += 1
-                speed = merged.gpus / full_gpus(full)
-                heapq.heappush(
-                    events, (now + work_left_s[part.request_id] / speed, END, sequence, full.id, now)
-                )
+                heapq.heappush(events, (end_s, END, sequence, full.id, now))
         if queue:
             result.cycles += 1
             decision = admit(
@@ -529,6 +541,8 @@ def run_requests(
             for preemption in decision.preemptions:
                 promised[preemption.preemptor] = preemption.promised
                 for victim in preemption.victims:
+                    if victim.keeps is not None:
+                        trimmed_to[victim.request_id] = victim.keeps
                     job = running[victim.request_id]
                     running[victim.request_id] = replace(
                         job, preempted_by=preemption.preemptor, notice_deadline_s=victim.deadline_s
@@ -562,12 +576,33 @@ def _elastic(request: Request, share: float) -> Request:
     return replace(request, min_gpus=max(1, math.ceil(share * gpus - 1e-9)))
 
 
+def _resized_run(
+    job: Running,
+    placement: Placement,
+    full: Request,
+    now: float,
+    true_s: float,
+    work_left_s: dict[str, float],
+    held_gpu_s: dict[str, float],
+) -> tuple[Running, float]:
+    """A running elastic job moved onto `placement` (grown or trimmed) now, the work it did at its old speed
+    counted; its new run and when it ends at its new speed."""
+    work_left_s[full.id] -= (now - job.started_at_s) * job.gpus / full_gpus(full)
+    held_gpu_s[full.id] = held_gpu_s.get(full.id, 0.0) + job.gpus * (now - job.started_at_s)
+    declared = full.max_duration_s
+    declared_left = None if declared is None else declared - (true_s - work_left_s[full.id])
+    speed = placement.gpus / full_gpus(full)
+    return _elastic_run(full, placement, now, declared_left), now + work_left_s[full.id] / speed
+
+
 def _elastic_run(
     request: Request, placement: Placement, now: float, declared_left_s: float | None
 ) -> Running:
     """A running elastic job as the scheduler sees it: what is left of its declared duration (given for its
     full size) stretched by how much slower than full speed it runs now."""
     speed = placement.gpus / max(full_gpus(request), placement.gpus, 1e-9)
+    least = least_size(request)
     if declared_left_s is None:
-        return Running(request, placement, now)
-    return Running(replace(request, max_duration_s=max(declared_left_s, 60.0) / speed), placement, now)
+        return Running(request, placement, now, least=least)
+    stretched = replace(request, max_duration_s=max(declared_left_s, 60.0) / speed)
+    return Running(stretched, placement, now, least=least)

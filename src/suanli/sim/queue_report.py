@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rich import box
+from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -186,6 +187,7 @@ def queue_command(
             )
     console.print(results_table(f"queueing replay: {jobs.name} on {fleet.gpu_count} GPUs", results))
     console.print("replay speed (jobs/s): " + ", ".join(f"{r.policy} {r.jobs_per_s:,.0f}" for r in results))
+    print_trims(console, results)
     legend = (
         "idle %: GPUs free while jobs waited (first to last arrival); held %: of those, on nodes drained "
         "for the blocked head; scat %: elsewhere, on nodes where no waiting job fits what is free; "
@@ -214,6 +216,13 @@ def queue_command(
         for path in write_plots(plot_dir, results):
             console.print(f"wrote {path}")
     return results
+
+
+def print_trims(console: Console, results: Sequence[QueueResult]) -> None:
+    """How many elastic victims each policy trimmed rather than evicted, when any did."""
+    if any(r.trims for r in results):
+        trims = ", ".join(f"{r.policy} {r.trims:,}" for r in results)
+        console.print(f"trimmed (elastic victims that gave back part of their GPUs and ran on): {trims}")
 
 
 def results_table(title: str, results: Sequence[QueueResult]) -> Table:
