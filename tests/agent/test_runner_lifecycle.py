@@ -491,6 +491,41 @@ def test_a_withdrawn_notice_removes_the_notice_file_and_the_workload_outlives_th
         os.killpg(pgid, signal.SIGKILL)
 
 
+def test_a_trim_notice_writes_the_notice_file_with_the_gpus_kept_and_neither_signals_nor_kills(
+    tmp_path: Path,
+) -> None:
+    """An elastic rental preempted in part: the notice file says `trimmed` and how many GPUs it keeps; the
+    workload gets no SIGTERM and outlives the deadline (the server then changes its slices, and it restarts
+    on them); once the answer carries no notice, the file goes."""
+    client = FakeClient()
+    signalled = "import signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *_: sys.exit(7))\n"
+    script = signalled + "while True: time.sleep(0.05)"
+    client.assignments = [assignment("r-1", script)]
+    runner = make_runner(tmp_path, client)
+    runner.step()
+    pgid = runner.local["r-1"].workload.pid
+    try:
+        time.sleep(0.3)  # the workload has set its SIGTERM handler: a SIGTERM would end it with 7
+        deadline = datetime.now(UTC) + timedelta(seconds=0.6)
+        trim = assignment("r-1", script, deadline=deadline).model_copy(update={"notice_keeps_gpus": 4})
+        client.assignments = [trim]
+        runner.step()
+        notice = ProcessExecutor(tmp_path).paths("r-1").notice_file
+        said = json.loads(notice.read_text())
+        assert said["reason"] == "trimmed" and said["keeps_gpus"] == 4
+        assert said["deadline_unix_s"] == pytest.approx(deadline.timestamp())
+        time.sleep(max((deadline - datetime.now(UTC)).total_seconds(), 0) + 0.2)
+        runner.step()
+        runner.step()
+        assert group_alive(pgid), "a trimmed workload was signalled or killed at its deadline"
+        assert [w.state for w in client.reports[-1] if w.rental_id == "r-1"] == ["running"]
+        client.assignments = [assignment("r-1", script)]  # trimmed: the notice is gone from the answer
+        runner.step()
+        assert not notice.exists()
+    finally:
+        os.killpg(pgid, signal.SIGKILL)
+
+
 def test_the_heartbeat_reports_the_host_s_mig_instances_made_by_hand_too(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

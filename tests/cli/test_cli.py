@@ -156,13 +156,25 @@ def test_show_says_a_rental_is_elastic_and_how_much_of_its_size_it_holds() -> No
             ]
         }
     )
+    trimmed = whole.model_copy(
+        update={
+            "state": "preempting",
+            "preempted_by": "another_tenant",
+            "notice_deadline": datetime(2026, 12, 5, 1, 2, 3, tzinfo=UTC),
+            "notice_keeps_gpus": 4,
+        }
+    )
     shown = []
-    for rental in (elastic, whole):
+    for rental in (elastic, whole, trimmed):
         console = Console(record=True, width=240)
         console.print(_rental_detail(rental))
         shown.append(console.export_text().splitlines()[0])
     assert shown[0].endswith("elastic from 4 GPUs (holds 4 of 8; grows as GPUs free)"), shown[0]
     assert shown[1].endswith("elastic from 4 GPUs"), shown[1]
+    assert shown[2].endswith(
+        "preempted in part by a higher-tier rental of another tenant until 2026-12-05 01:02:03 UTC "
+        "(then runs on 4 GPUs)"
+    ), shown[2]
 
 
 def test_rent_refuses_a_least_size_below_one_naming_the_option() -> None:

@@ -120,3 +120,17 @@ def test_a_trim_keeps_at_least_the_least_size_and_gives_the_promise_what_it_take
 
 def _free(snap) -> set[tuple[str, int]]:
     return {(n.name, i) for n in snap.nodes for i, entry in enumerate(n.gpus) if entry[0] == 1000}
+
+
+def test_a_victim_under_a_trims_notice_is_planned_to_run_on_past_its_deadline():
+    """Backfill plans a victim under notice as ending at its deadline; a trimmed one runs on with what it
+    keeps, so the plan keeps its declared end (what it gives back is promised to its preemptor)."""
+    snap = snapshot_of(1, 8)
+    victim = elastic(start(snap, "trainer", 8, Tier.SPOT, at=0), min_gpus=2)
+    victim = replace(victim, request=replace(victim.request, max_duration_s=1000))
+    (trim,) = choose_victims(
+        snap, Request("od", WholeGpus(4), tier=Tier.ON_DEMAND), [victim], POLICY, 100
+    ).victims
+    noticed = replace(victim, preempted_by="od", notice_deadline_s=trim.deadline_s, keeps=trim.keeps)
+    assert noticed.expected_end_s == 1000
+    assert replace(noticed, keeps=None).expected_end_s == trim.deadline_s == 130

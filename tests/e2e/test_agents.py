@@ -601,6 +601,68 @@ def test_a_notice_withdrawn_before_its_deadline_leaves_the_spot_workload_running
             api.stop(rental_id)
 
 
+# an elastic workload: says its GPUs when it starts, the notice file once it appears, and any SIGTERM
+TELLS_ITS_GPUS = """
+import json, os, signal, time
+signal.signal(signal.SIGTERM, lambda *_: print(f"TERM at={time.time()}", flush=True))
+print(f"started gpus={os.environ.get('CUDA_VISIBLE_DEVICES', '')}", flush=True)
+said = False
+while True:
+    path = os.environ["SUANLI_NOTICE_FILE"]
+    if not said and os.path.exists(path):
+        notice = json.load(open(path))
+        print(f"notice {notice['reason']} keeps={notice.get('keeps_gpus')}", flush=True)
+        said = True
+    time.sleep(0.1)
+"""
+
+
+def test_an_elastic_spot_rental_is_trimmed_for_on_demand_and_runs_on_with_fewer_gpus(
+    platform: Platform,
+) -> None:
+    """Elastic spot rentals (2 GPUs, down to 1) fill the three nodes; an on-demand rental of one GPU trims
+    one of them: the notice file says so and no SIGTERM comes with it; at the deadline on-demand runs on the
+    GPU given back and the victim's workload restarts on the one it kept."""
+    with platform.tenant() as api:
+        command = [sys.executable, "-c", TELLS_ITS_GPUS]
+        spots = [
+            api.create_rental(
+                RentalCreateRequest(gpus=2, min_gpus=1, tier="spot", command=command)  # type: ignore[arg-type]
+            ).id
+            for _ in NODES
+        ]
+        for rental_id in spots:
+            wait_for_state(api, rental_id, "running")
+        wait_until(lambda: all("started" in api.logs(r).data for r in spots), 10, "spot workloads started")
+        od = api.create_rental(RentalCreateRequest(gpus=1, command=["sleep", "300"]))
+        wait_until(lambda: api.rental(od.id).pending_reason == "preempting", 10, "preemption notice")
+        (victim,) = [api.rental(r) for r in spots if api.rental(r).state == "preempting"]
+        assert victim.notice_keeps_gpus == 1 and victim.notice_deadline is not None
+        wait_until(lambda: "notice trimmed keeps=1" in api.logs(victim.id).data, NOTICE_S, "the trim notice")
+
+        running = wait_for_state(api, od.id, "running", timeout_s=NOTICE_S + 10)
+        node = victim.allocation[0].node
+        assert running.allocation[0].node == node
+
+        def restarted_on_one() -> bool:
+            started = [line for line in api.logs(victim.id).data.splitlines() if line.startswith("started")]
+            return len(started) == 2 and "," not in started[1]
+
+        wait_until(restarted_on_one, 10, "the victim's workload restarted on the GPU it kept")
+        trimmed = api.rental(victim.id)
+        assert trimmed.state == "running" and trimmed.allocation[0].node == node
+        assert len(trimmed.allocation[0].slices) == 1
+        kept = {s.gpu_index for s in trimmed.allocation[0].slices}
+        assert kept.isdisjoint(s.gpu_index for s in running.allocation[0].slices)
+        deadline = victim.notice_deadline.timestamp()
+        terms = [line for line in api.logs(victim.id).data.splitlines() if line.startswith("TERM")]
+        # the notice signals nothing; the restart on the kept GPU stops the old run, after the deadline
+        assert all(float(line.rsplit("=", 1)[1]) >= deadline for line in terms), (terms, deadline)
+        for rental_id in spots:
+            api.stop(rental_id)
+        api.stop(od.id)
+
+
 def test_a_preempted_rental_that_checkpoints_saves_goes_back_to_the_queue_and_resumes(
     platform: Platform, tmp_path: Path
 ) -> None:

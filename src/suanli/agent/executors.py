@@ -484,16 +484,19 @@ class ProcessWorkload:
             os.killpg(self._process.pid, signum)
 
 
-def write_notice(path: Path, rental_id: str, deadline: datetime) -> None:
-    """Write the notice file atomically (a reader sees no file or the whole JSON, never half of it)."""
+def write_notice(path: Path, rental_id: str, deadline: datetime, keeps_gpus: int | None = None) -> None:
+    """Write the notice file atomically (a reader sees no file or the whole JSON, never half of it); with
+    `keeps_gpus`, a trim's: at the deadline the rental runs on with that many GPUs (reason `trimmed`)."""
     if deadline.tzinfo is None:
         raise ExecutorError("a notice deadline must be timezone-aware")
-    body = {
+    body: dict[str, object] = {
         "rental_id": rental_id,
-        "reason": "preempted",
+        "reason": "preempted" if keeps_gpus is None else "trimmed",
         "deadline": deadline.isoformat(),
         "deadline_unix_s": deadline.timestamp(),
     }
+    if keeps_gpus is not None:
+        body["keeps_gpus"] = keeps_gpus
     _write_json(path, body)
 
 

@@ -25,6 +25,7 @@ class Local:
     message: str = ""
     stop_requested: bool = False
     noticed_until: datetime | None = None
+    trim_noticed: datetime | None = None  # the deadline of a trim's notice written (no kill at it)
     log_offset: int = 0
     log_behind: bool = False  # the last shipping stopped at the per-step cap: more of the log waits
     partial_since: float | None = None  # monotonic time its log's unfinished last line was first held back

@@ -59,6 +59,7 @@ from suanli.agent.executors import (
     Workload,
     WorkloadSpec,
     write_nodes,
+    write_notice,
 )
 from suanli.agent.local import Local
 from suanli.agent.log_shipping import read_log_base, ship_log
@@ -310,6 +311,11 @@ class AgentRunner:
             if assignment.action == "stop":
                 if local.state == "running":
                     local.state = "stopped"
+            elif assignment.notice_deadline is not None and assignment.notice_keeps_gpus is not None:
+                self._trim_notice(local, assignment.notice_deadline, assignment.notice_keeps_gpus)
+            elif assignment.notice_deadline is None and local.trim_noticed is not None:
+                local.trim_noticed = None  # trimmed (its workload restarts on what it kept) or withdrawn
+                self.executor.paths(local.rental_id).notice_file.unlink(missing_ok=True)
             elif assignment.notice_deadline is not None and local.noticed_until is None:
                 if local.workload is not None and local.state == "running":
                     local.stop_requested = True
@@ -327,6 +333,15 @@ class AgentRunner:
             log.info("%s: placed here again; ending its earlier run", local.rental_id)
             local.workload.kill()
         self.executor.paths(local.rental_id).notice_file.unlink(missing_ok=True)
+
+    def _trim_notice(self, local: Local, deadline: datetime, keeps_gpus: int) -> None:
+        """A trim's notice: the notice file says how many GPUs the rental runs on with after `deadline`; no
+        signal and no kill (the workload restarts on its new GPUs when the server changes its slices)."""
+        if local.trim_noticed == deadline:
+            return
+        log.info("%s: trimmed at %s to %d GPUs", local.rental_id, deadline.isoformat(), keeps_gpus)
+        write_notice(self.executor.paths(local.rental_id).notice_file, local.rental_id, deadline, keeps_gpus)
+        local.trim_noticed = deadline
 
     def _withdraw_notice(self, local: Local) -> None:
         """The server withdrew the notice (its preemptor left): the workload is not killed at the deadline,

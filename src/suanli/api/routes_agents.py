@@ -218,6 +218,7 @@ def _assignment(a: NodeAssignment) -> AssignmentResponse:
         restart=spec.restart,  # type: ignore[arg-type]
         max_restarts=spec.max_restarts,
         notice_deadline=a.notice_deadline,
+        notice_keeps_gpus=a.notice_keeps_gpus,
         peers=list(a.peers),
         node_rank=a.node_rank,
         attempt=a.attempt,

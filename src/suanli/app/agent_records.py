@@ -79,6 +79,8 @@ class NodeAssignment:
     node_rank: int = 0  # this node's place among them
     attempt: int = 0  # a multi-node rental's restarts of all its nodes so far: a higher one restarts the run
     restarts: int = 0  # restarts a one-node rental's agent made by itself there, as last reported
+    # preempted in part (a trim): the GPUs it runs on with after `notice_deadline`; it is not killed then
+    notice_keeps_gpus: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -103,6 +103,13 @@ class LiveSnapshot:
             self.snapshot.release(self.held.pop(allocation_id))
             del self.owner[allocation_id]
 
+    def keep(self, allocations: Sequence[NodeAllocation]) -> None:
+        """Take `allocations` on the snapshot again (what a trimmed victim runs on with, forgotten with the
+        rest of it): the apply books them and notes their ids (`booked`)."""
+        assert self.snapshot is not None
+        for allocation in allocations:
+            self.snapshot.occupy(allocation)
+
     def unplace(self, placement: Placement) -> int:
         """Give a placement that is not booked back to the snapshot; 0 (nothing placed)."""
         assert self.snapshot is not None

@@ -1,6 +1,10 @@
 """Preemption notices: given to a decision's victims (`give_notice`), ended at the deadline or when the victim
 leaves (`end_victim`: `preempted`, or back in the queue for one that checkpoints, `requeue_victim`), or
-withdrawn when the preemptor has left, so their victims run on.
+withdrawn when the preemptor has left, so their victims run on. An elastic victim preempted in part (a trim:
+`Eviction.keeps`, stored as `Rental.notice_keeps`) gives back at its deadline only what its preemptor was
+promised of it and runs on with the rest (`trim_victim`), as on a resize (a one-node rental's workload
+restarts on its fewer GPUs; a gang's nodes given up end theirs), and the leader grows it back toward its size
+as GPUs free.
 
 A victim under notice is killed at its deadline for the rental it was preempted for. When that rental is
 stopped before the deadline (it no longer waits), nobody needs the capacity: the notice is withdrawn and
@@ -11,14 +15,15 @@ their cause has not left.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, datetime
 
 from suanli.app.maintenance import MAINTENANCE
 from suanli.app.ports import UnitOfWork
 from suanli.app.records import PREEMPTIBLE_STATES, Rental, RentalEvent
+from suanli.app.rentals import follow_size, per_node_gpus
 from suanli.app.spot_repricing import BELOW_FLOOR
-from suanli.domain.plan import Reason
+from suanli.domain.plan import NodeAllocation, Reason
 from suanli.domain.preemption import Preemption
 
 WITHDRAWN = "notice_withdrawn"  # the reason of the event that records a withdrawn notice
@@ -66,10 +71,18 @@ def give_notice(uow: UnitOfWork, preemptor: Rental, decision: Preemption, now: d
     given = []
     for victim in decision.victims:
         deadline = datetime.fromtimestamp(victim.deadline_s, UTC)
-        if uow.rentals.give_notice(victim.request_id, preemptor.id, deadline, expect=PREEMPTIBLE_STATES):
+        keeps = None if victim.keeps is None else victim.keeps.nodes
+        if uow.rentals.give_notice(
+            victim.request_id, preemptor.id, deadline, expect=PREEMPTIBLE_STATES, keeps=keeps
+        ):
             given.append((victim.request_id, tenant_of.get(victim.request_id, "")))
             by = named_for(tenant_of.get(victim.request_id, ""), [(preemptor.id, preemptor.tenant_id)])
             message = f"preempted by {by} ({preemptor.spec.tier}), notice until {deadline.isoformat()}"
+            if victim.keeps is not None:
+                message = (
+                    f"preempted in part by {by} ({preemptor.spec.tier}): gives back {victim.gpus:g} GPUs at "
+                    f"{deadline.isoformat()} and runs on with {victim.keeps.gpus:g}"
+                )
             uow.rentals.add_event(victim.request_id, RentalEvent(now, "preempting", "preempted", message))
     until = datetime.fromtimestamp(decision.deadline_s, UTC).isoformat()
     uow.rentals.set_promise(preemptor.id, decision.promised.nodes)
@@ -103,6 +116,33 @@ def end_victim(uow: UnitOfWork, victim: Rental, now: datetime, same_tenant: bool
         given_to = victim.preempted_by if same_tenant else "the higher-tier rental that preempted it"
         message = f"{how}; capacity given to {given_to}"
     uow.rentals.add_event(victim.id, RentalEvent(now, "preempted", "preempted", message))
+    return 1
+
+
+def trim_victim(
+    uow: UnitOfWork,
+    victim: Rental,
+    now: datetime,
+    book: Callable[[str, Sequence[NodeAllocation]], None],
+) -> int:
+    """A victim preempted in part, at its deadline: it gives back what it does not keep and runs on with
+    `notice_keeps` (booked anew by `book`: its agents follow, as on a resize), in the state it had, re-priced
+    for its new size; 1 if trimmed here."""
+    keeps = victim.notice_keeps
+    assert keeps is not None
+    held = uow.rentals.allocation(victim.id)
+    state = state_before_notice(uow.rentals.events(victim.id))
+    if not uow.rentals.set_state(victim.id, state, expect=("preempting",), reason=None):
+        return 0
+    uow.rentals.release(victim.id, at=now)
+    book(victim.id, keeps)
+    follow_size(uow, victim, (len(held), per_node_gpus(held)), (len(keeps), per_node_gpus(keeps)), now)
+    gave = sum(a.gpus for a in held) - sum(a.gpus for a in keeps)
+    message = (
+        f"gave back {gave:g} GPUs at its notice deadline; runs on with {sum(a.gpus for a in keeps):g} "
+        "and grows back as GPUs free"
+    )
+    uow.rentals.add_event(victim.id, RentalEvent(now, "resized", "preempted", message))
     return 1
 
 

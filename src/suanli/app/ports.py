@@ -90,7 +90,13 @@ class RentalRepo(Protocol):
     # lock: hold the rows until commit (PostgreSQL), as `get`
     def by_ids(self, rental_ids: Sequence[str], *, lock: bool = False) -> list[Rental]: ...
     def give_notice(
-        self, rental_id: str, preemptor: str, deadline: datetime, *, expect: Sequence[str]
+        self,
+        rental_id: str,
+        preemptor: str,
+        deadline: datetime,
+        *,
+        expect: Sequence[str],
+        keeps: Sequence[NodeAllocation] | None = None,
     ) -> bool: ...
     def advance_deadline(self, rental_id: str, deadline: datetime) -> None: ...
     def live_by_tenant(self, tenant_id: str | None = None) -> dict[str, list[str]]: ...

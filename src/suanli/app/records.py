@@ -124,6 +124,8 @@ class Rental:
     last_busy_at: datetime | None = None  # with `idle_stop_s`: its GPUs' last busy reading (`domain/idle.py`)
     borrowed: bool = False  # placed on lent GPUs (`checkpoints`): the queue may take them back with notice
     placements: int = 0  # times placed: a run belongs to one (`RentalRun.placement`), a re-placed one's anew
+    # preempting in part (an elastic rental's trim): what it keeps at its notice deadline, and runs on with
+    notice_keeps: tuple[NodeAllocation, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,7 @@ from suanli.app.limits import cycle_limits
 from suanli.app.list_prices import list_price
 from suanli.app.live_snapshot import LiveSnapshot
 from suanli.app.maintenance import give_notices, upcoming
-from suanli.app.notices import abandoned, end_victim, give_notice, named_for, withdraw
+from suanli.app.notices import abandoned, end_victim, give_notice, named_for, trim_victim, withdraw
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.records import (
     PREEMPTIBLE_STATES,
@@ -50,9 +50,10 @@ from suanli.app.spot_repricing import (
 from suanli.domain.capacity import FULL_MILLI
 from suanli.domain.catalog import Catalog
 from suanli.domain.contracts import Contract
+from suanli.domain.elastic_start import least_size
 from suanli.domain.fair_share import FairShare
 from suanli.domain.inventory import Fleet
-from suanli.domain.plan import Pending, Placement, Reason
+from suanli.domain.plan import NodeAllocation, Pending, Placement, Reason
 from suanli.domain.policies import Policy
 from suanli.domain.preemption import DEFAULT_NOTICE_S, Preemption, PreemptionConfig, Running, hold_promise
 from suanli.domain.queue_order import GREEDY_QUEUE, QueueConfig
@@ -82,6 +83,7 @@ class CycleReport:
     dropped: bool = False
     notices: int = 0  # victims given a preemption notice
     preempted: int = 0  # victims ended at their deadline (or when they left), capacity handed over
+    trimmed: int = 0  # elastic victims that gave back part of their GPUs at their deadline and ran on
     repriced: int = 0  # live spot rentals whose rate followed their pool's spot price
     head_start_s: float | None = None  # backfill queue: the blocked head's reserved start (epoch seconds)
     scattered_gpus: float = 0.0  # free GPUs in pieces too small for every rental waiting for capacity
@@ -203,6 +205,7 @@ class Scheduler:
                 waiting_on.setdefault(victim.preempted_by, []).append(victim)
         for victim in due:
             self.live.forget(victim.id)  # their capacity is free in this decision; the apply releases it
+            self.live.keep(victim.notice_keeps or ())  # a trimmed victim's part it runs on with is not
         ready = {v.preempted_by for v in due}.difference(waiting_on)
         by_id = {rental.id: rental for rental in pending}
         started = time.perf_counter()
@@ -217,6 +220,11 @@ class Scheduler:
         noticed = {p.preemptor for p in notices}
         with self.uow() as uow:
             for victim in due:
+                if victim.notice_keeps is not None:
+                    trimmed = trim_victim(uow, victim, now, self._booker(uow, now))
+                    self.live.stale = self.live.stale or not trimmed  # it changed: the snapshot is rebuilt
+                    report.trimmed += trimmed
+                    continue
                 preemptor = by_id.get(victim.preempted_by or "")
                 same_tenant = preemptor is not None and preemptor.tenant_id == victim.tenant_id
                 report.preempted += end_victim(uow, victim, now, same_tenant)
@@ -344,6 +352,15 @@ class Scheduler:
 
         return floor_of
 
+    def _booker(self, uow: UnitOfWork, now: datetime) -> Callable[[str, Sequence[NodeAllocation]], None]:
+        """Books allocations already on the snapshot for a rental (a trimmed victim's kept part)."""
+
+        def book(rental_id: str, nodes: Sequence[NodeAllocation]) -> None:
+            rows = bookings_for(nodes, self.live.node, uow.rentals.booked_slots)
+            self.live.booked(rental_id, uow.rentals.book(rental_id, nodes, rows, at=now, extend=True), nodes)
+
+        return book
+
     @staticmethod
     def _owed_promises(
         pending: Sequence[Rental], waiting_on: Mapping[str, Sequence[Rental]], notices: Sequence[Preemption]
@@ -419,7 +436,8 @@ class Scheduler:
             if rental.state not in (*PREEMPTIBLE_STATES, "preempting"):
                 continue  # stopping, or ended since the snapshot was synced
             deadline = rental.notice_deadline.timestamp() if rental.notice_deadline is not None else None
-            held = held_request(to_request(rental), nodes[rental.id])
+            asked = to_request(rental)
+            held = held_request(asked, nodes[rental.id])
             if rental.preempted_by is None and wants_resize(rental, held):
                 wanted.add(rental.id)
             request = Running(
@@ -429,6 +447,8 @@ class Scheduler:
                 rental.preempted_by,
                 deadline,
                 rental.borrowed,
+                least_size(asked),  # elastic: a preemption may trim it to its least size
+                None if rental.notice_keeps is None else Placement(rental.id, rental.notice_keeps),
             )
             running[rental.id] = (request, rental.price_micros_per_hour or 0)
         return running, wanted

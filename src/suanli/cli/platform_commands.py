@@ -568,7 +568,10 @@ def _rental_detail(rental: RentalResponse) -> Group:
     if rental.preempted_by:
         deadline = f" until {rental.notice_deadline:%Y-%m-%d %H:%M:%S} UTC" if rental.notice_deadline else ""
         by = PREEMPTED_BY.get(rental.preempted_by, rental.preempted_by)
-        header += f", preempted by {by}{deadline}"
+        if rental.notice_keeps_gpus is not None:  # a trim: it runs on after the deadline
+            header += f", preempted in part by {by}{deadline} (then runs on {rental.notice_keeps_gpus} GPUs)"
+        else:
+            header += f", preempted by {by}{deadline}"
     slices = [
         (rank, a.node, s.gpu_index, s.mig_profile or ("whole" if s.milli == 1000 else f"{s.milli} milli"))
         for rank, a in enumerate(rental.allocation)

@@ -42,6 +42,7 @@ class Running:
     borrowed: bool = False  # started on GPUs lent while it would have waited: taken back with notice
     # elastic: the fewest nodes, and whole GPUs on each, it may run on (a preemption may trim it to them)
     least: tuple[int, int] | None = None
+    keeps: Placement | None = None  # under a trim's notice: what it runs on with after its deadline
     gpus: float = field(init=False, repr=False, compare=False)  # the placement's GPUs, computed once
 
     def __post_init__(self) -> None:
@@ -49,8 +50,10 @@ class Running:
 
     @property
     def expected_end_s(self) -> float | None:
-        """When it ends at the latest: start plus declared duration, the notice deadline if sooner."""
-        deadline, duration = self.notice_deadline_s, self.request.max_duration_s
+        """When it ends at the latest: start plus declared duration, the notice deadline if sooner (not a
+        trim's: it runs on, and what it gives back is promised to its preemptor)."""
+        deadline = None if self.keeps is not None else self.notice_deadline_s
+        duration = self.request.max_duration_s
         if duration is None:
             return deadline
         end = self.started_at_s + duration

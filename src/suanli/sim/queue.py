@@ -545,7 +545,10 @@ def run_requests(
                         trimmed_to[victim.request_id] = victim.keeps
                     job = running[victim.request_id]
                     running[victim.request_id] = replace(
-                        job, preempted_by=preemption.preemptor, notice_deadline_s=victim.deadline_s
+                        job,
+                        preempted_by=preemption.preemptor,
+                        notice_deadline_s=victim.deadline_s,
+                        keeps=victim.keeps,
                     )
                     sequence += 1
                     heapq.heappush(

@@ -116,12 +116,19 @@ class SqlRentals(RentalMoneyReads):
         return found
 
     def give_notice(
-        self, rental_id: str, preemptor: str, deadline: datetime, *, expect: Sequence[str]
+        self,
+        rental_id: str,
+        preemptor: str,
+        deadline: datetime,
+        *,
+        expect: Sequence[str],
+        keeps: Sequence[NodeAllocation] | None = None,
     ) -> bool:
+        kept = None if keeps is None else [allocation_json(a) for a in keeps]
         result = self.s.execute(
             update(RentalRow)
             .where(RentalRow.id == rental_id, RentalRow.state.in_(list(expect)))
-            .values(state="preempting", preempted_by=preemptor, notice_deadline=deadline)
+            .values(state="preempting", preempted_by=preemptor, notice_deadline=deadline, notice_keeps=kept)
         )
         return bool(result.rowcount)  # type: ignore[attr-defined]
 
@@ -160,7 +167,7 @@ class SqlRentals(RentalMoneyReads):
                 **(
                     {}
                     if state in ("preempting", "preempted")
-                    else {"preempted_by": None, "notice_deadline": None}
+                    else {"preempted_by": None, "notice_deadline": None, "notice_keeps": None}
                 ),
                 **(
                     {"borrowed": False}  # a pending rental holds nothing, so borrows nothing

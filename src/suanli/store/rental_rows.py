@@ -51,6 +51,7 @@ def rental_from_row(row: RentalRow) -> Rental:
         row.last_busy_at,
         bool(row.borrowed),
         int(row.placements or 0),
+        None if row.notice_keeps is None else tuple(allocation_from_json(a) for a in row.notice_keeps),
     )
 
 

@@ -102,6 +102,8 @@ class RentalRow(Base):
     placed_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     preempted_by: Mapped[str | None] = mapped_column(String(40), nullable=True, index=True)
     notice_deadline: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    # preempting in part (an elastic rental's trim): the placement it keeps at the deadline (0042)
+    notice_keeps: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
     # pending at the head of the backfill queue: its reserved start, as the leader last worked it out (0011)
     expected_start_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     # pending: a preemptor's promised placement, and the nodes drained for the blocked head (0013)

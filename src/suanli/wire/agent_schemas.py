@@ -145,6 +145,13 @@ class AssignmentResponse(WireModel):
     notice_deadline: datetime | None = Field(
         default=None, description="Preemption notice: SIGTERM and the notice file now, SIGKILL at this time."
     )
+    notice_keeps_gpus: int | None = Field(
+        default=None,
+        ge=0,
+        description="Preempted in part (an elastic rental trimmed): the notice file now (with these GPUs), "
+        "no signal, and no kill at `notice_deadline`: the rental then runs on with this many GPUs, as after "
+        "any resize (new GPUs here: its workload restarts on them; a node it gives up is not assigned).",
+    )
     peers: list[str] = Field(
         default_factory=list,
         description="The host names of all the rental's nodes in rank order, as their agents registered them "

@@ -480,6 +480,12 @@ class RentalResponse(WireModel):
         "tenant's: its id is not shown), or `below_floor` (a spot bid below the floor) or `maintenance`.",
     )
     notice_deadline: datetime | None = Field(default=None, description="Preempting: killed at this time.")
+    notice_keeps_gpus: int | None = Field(
+        default=None,
+        description="Preempting in part (an elastic rental, `min_gpus`): at `notice_deadline` it gives back "
+        "the GPUs its preemptor needs and runs on with this many, as after a resize; it grows back toward "
+        "its size as GPUs free.",
+    )
     borrowed: bool = Field(
         default=False,
         description="Live on GPUs lent to it while it would have waited (it checkpoints): the queue takes "
