@@ -370,8 +370,6 @@ def run_requests(
     if elastic is not None:
         if not 0 < elastic <= 1:
             raise RequestError("the share an elastic job may start on is in (0, 1]", field="elastic")
-        if checkpoint:
-            raise RequestError("elastic jobs that checkpoint are not modelled yet", field="elastic")
         requests = [_elastic(r, elastic) for r in requests]
     started = time.perf_counter() if started is None else started
     snapshot = Snapshot(fleet, CATALOG)
@@ -400,6 +398,7 @@ def run_requests(
     # growth (`Running.started_at_s`), when its run began, and the GPU-seconds it held before that growth
     work_left_s: dict[str, float] = {}
     trimmed_to: dict[str, Placement] = {}  # an elastic victim under notice -> what it keeps at its deadline
+    run_left_s: dict[str, float] = {}  # with `elastic` and `checkpoint`: its work left when this run began
     run_began_s: dict[str, float] = {}
     held_gpu_s: dict[str, float] = {}
     fair = FairShare(at_s=first_arrival)
@@ -455,13 +454,15 @@ def run_requests(
             overhead_s = restart_s if request_id in done_s else 0.0  # this run's restart from a checkpoint
             wasted_before = result.lost_gpu_s
             if kind == END:
-                result.lost_gpu_s += job.gpus * overhead_s
+                full_gpu_count = full_gpus(by_id[request_id]) if elastic is not None else job.gpus
+                result.lost_gpu_s += full_gpu_count * overhead_s  # its restart's work, at its full size
                 last_end = now
                 result.jct_s.append(now - job.request.submitted_at_s)
                 if elastic is not None:  # it ran slower while it held less than its size
                     ran_s = now - run_began_s.pop(request_id) + lost_s.pop(request_id, 0.0)
                     work_left_s.pop(request_id, None)
                     held_gpu_s.pop(request_id, None)
+                    run_left_s.pop(request_id, None)
                 else:
                     ran_s = true_s[request_id] + lost_s.pop(request_id, 0.0) + overhead_s
                 result.wait_s.append(now - job.request.submitted_at_s - ran_s)
@@ -469,7 +470,18 @@ def run_requests(
             else:
                 result.preemptions += 1
                 ran = now - job.started_at_s
-                if checkpoint:
+                if checkpoint and elastic is not None:  # saves the work it did, in full-speed seconds
+                    full = by_id[request_id]
+                    work_now = work_left_s.pop(request_id) - ran * job.gpus / full_gpus(full)
+                    saved = max(run_left_s.pop(request_id) - work_now - overhead_s, 0.0)
+                    held_gpu_s_run = held_gpu_s.pop(request_id, 0.0) + job.gpus * ran
+                    result.lost_gpu_s += max(held_gpu_s_run - saved * full_gpus(full), 0.0)
+                    lost_s[request_id] = lost_s.get(request_id, 0.0) + now - run_began_s.pop(request_id)
+                    done_s[request_id] = done_s.get(request_id, 0.0) + saved
+                    declared = full.max_duration_s
+                    left = None if declared is None else max(declared - done_s[request_id], 1.0) + restart_s
+                    queue[request_id] = replace(full, max_duration_s=left)
+                elif checkpoint:
                     saved = max(ran - overhead_s, 0.0)
                     result.lost_gpu_s += job.gpus * (ran - saved)
                     lost_s[request_id] = lost_s.get(request_id, 0.0) + ran - saved
@@ -535,7 +547,10 @@ def run_requests(
                     left_s += restart_s
                 if elastic is not None:
                     work_left_s[request.id], run_began_s[request.id] = left_s, now
-                    running[request.id] = _elastic_run(request, placement_, now, request.max_duration_s)
+                    run_left_s[request.id] = left_s
+                    running[request.id] = _elastic_run(
+                        request, placement_, now, request.max_duration_s, borrowed=request.id in borrowed
+                    )
                     left_s /= placement_.gpus / max(full_gpus(request), placement_.gpus, 1e-9)
                 heapq.heappush(events, (now + left_s, END, sequence, request.id, now))
             for preemption in decision.preemptions:
@@ -595,17 +610,23 @@ def _resized_run(
     declared = full.max_duration_s
     declared_left = None if declared is None else declared - (true_s - work_left_s[full.id])
     speed = placement.gpus / full_gpus(full)
-    return _elastic_run(full, placement, now, declared_left), now + work_left_s[full.id] / speed
+    run = _elastic_run(full, placement, now, declared_left, borrowed=job.borrowed)
+    return run, now + work_left_s[full.id] / speed
 
 
 def _elastic_run(
-    request: Request, placement: Placement, now: float, declared_left_s: float | None
+    request: Request,
+    placement: Placement,
+    now: float,
+    declared_left_s: float | None,
+    *,
+    borrowed: bool = False,
 ) -> Running:
     """A running elastic job as the scheduler sees it: what is left of its declared duration (given for its
     full size) stretched by how much slower than full speed it runs now."""
     speed = placement.gpus / max(full_gpus(request), placement.gpus, 1e-9)
     least = least_size(request)
     if declared_left_s is None:
-        return Running(request, placement, now, least=least)
+        return Running(request, placement, now, borrowed=borrowed, least=least)
     stretched = replace(request, max_duration_s=max(declared_left_s, 60.0) / speed)
-    return Running(stretched, placement, now, least=least)
+    return Running(stretched, placement, now, borrowed=borrowed, least=least)

@@ -424,7 +424,9 @@ async function refreshDetail() {
   }
   if (rental.pending_reason) parts.push(`waiting: ${rental.pending_reason}`);
   if (rental.expected_start_at) parts.push(`starts by ${rental.expected_start_at}`);
-  if (rental.notice_deadline) parts.push(`preempted, ends at ${rental.notice_deadline}`);
+  if (rental.notice_keeps_gpus != null) {
+    parts.push(`preempted in part: runs on ${rental.notice_keeps_gpus} GPUs from ${rental.notice_deadline}`);
+  } else if (rental.notice_deadline) parts.push(`preempted, ends at ${rental.notice_deadline}`);
   if (rental.time_limit_at) parts.push(`stops at ${rental.time_limit_at} (max hours)`);
   $("detail-summary").textContent = parts.join(" · ");
   $("detail-stop").disabled = [...ENDED_STATES, "stopping"].includes(rental.state);
