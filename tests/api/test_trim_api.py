@@ -6,6 +6,7 @@ A rigid rental in its place would be evicted whole (`test_preemption_api`)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 
 from test_elastic_api import _until
@@ -110,3 +111,24 @@ def test_a_trimmed_rental_whose_workload_ends_under_notice_ends_and_on_demand_st
     assert datetime.fromisoformat(placed["events"][-1]["at"]) < datetime.fromisoformat(
         noticed["notice_deadline"]
     )  # it did not wait for the deadline
+
+
+def test_a_trim_whose_preemptor_no_longer_waits_is_withdrawn_even_past_its_deadline() -> None:
+    """An eviction's notice stands once its deadline has passed (its workload was told to stop); a trim's
+    is withdrawn whenever its preemptor no longer waits, since its workload was told nothing to stop for."""
+    from datetime import UTC, timedelta
+
+    from suanli.app.notices import abandoned
+    from suanli.app.records import Rental, RentalSpec
+    from suanli.domain.plan import NodeAllocation
+
+    now = datetime(2026, 12, 5, 12, tzinfo=UTC)
+    evicted = Rental(
+        "rnt_evicted", "ten_1", "preempting", RentalSpec(gpus=8), now, preempted_by="rnt_od",
+        notice_deadline=now - timedelta(seconds=1),
+    )  # fmt: skip
+    trimmed = replace(evicted, id="rnt_trimmed", notice_keeps=(NodeAllocation("h200-01", 0, 0, ()),))
+    assert abandoned([evicted, trimmed], waiting=set(), now=now) == [trimmed]
+    assert abandoned([evicted, trimmed], waiting={"rnt_od"}, now=now) == []
+    early = replace(evicted, notice_deadline=now + timedelta(seconds=1))
+    assert abandoned([early], waiting=set(), now=now) == [early]

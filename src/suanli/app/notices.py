@@ -9,7 +9,8 @@ as GPUs free.
 A victim under notice is killed at its deadline for the rental it was preempted for. When that rental is
 stopped before the deadline (it no longer waits), nobody needs the capacity: the notice is withdrawn and
 the victim goes back to the state it had (`state_before_notice`), its deadline cleared; its agent deletes
-the notice file and no longer kills it. Notices for a spot bid below the floor or for maintenance stand:
+the notice file and no longer kills it. A trim's notice is withdrawn so even past its deadline (its workload
+was neither signalled nor killed). Notices for a spot bid below the floor or for maintenance stand:
 their cause has not left.
 """
 
@@ -30,14 +31,16 @@ WITHDRAWN = "notice_withdrawn"  # the reason of the event that records a withdra
 
 
 def abandoned(preempting: Sequence[Rental], waiting: Collection[str], now: datetime) -> list[Rental]:
-    """Victims whose notice runs on past `now` for a preemptor that no longer waits (not in `waiting`)."""
+    """Victims whose notice runs on past `now` for a preemptor that no longer waits (not in `waiting`); a
+    trim's past its deadline too (its workload was neither signalled nor killed: nothing is lost by keeping
+    all it holds)."""
     return [
         victim
         for victim in preempting
         if victim.preempted_by not in (None, BELOW_FLOOR, MAINTENANCE)
         and victim.preempted_by not in waiting
         and victim.notice_deadline is not None
-        and victim.notice_deadline > now
+        and (victim.notice_deadline > now or victim.notice_keeps is not None)
     ]
 
 
@@ -58,6 +61,8 @@ def withdraw(uow: UnitOfWork, victim: Rental, now: datetime) -> bool:
     if not uow.rentals.set_state(victim.id, state, expect=("preempting",), reason=None):
         return False
     message = "notice withdrawn: the rental it was preempted for was stopped before the deadline"
+    if victim.notice_deadline is not None and victim.notice_deadline <= now:  # a trim's, past its deadline
+        message = "notice withdrawn: the rental it was preempted for no longer waits; it keeps all its GPUs"
     uow.rentals.add_event(victim.id, RentalEvent(now, state, WITHDRAWN, message))
     return True
 
