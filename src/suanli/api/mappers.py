@@ -108,11 +108,7 @@ def rental(view: RentalView) -> RentalResponse:
         preempted_by=r.preempted_by,
         quote=None if r.quote is None else QuoteResponse.model_validate(dict(r.quote)),
         notice_deadline=r.notice_deadline,
-        notice_keeps_gpus=(
-            round(sum(a.gpus for a in r.notice_keeps))
-            if r.notice_keeps is not None and r.state == "preempting"
-            else None
-        ),
+        notice_keeps_gpus=r.kept_gpus if r.state == "preempting" else None,
         expected_start_at=r.expected_start_at,
         time_limit_at=r.time_limit_at if r.state in LIVE_STATES else None,
         borrowed=r.borrowed and r.state in LIVE_STATES,

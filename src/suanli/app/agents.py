@@ -74,13 +74,6 @@ MAX_LOG_READ_CHARS = 1 << 20
 MAX_TOKEN_TTL_S = 7 * 24 * 3600
 
 
-def _kept_gpus(rental: Rental) -> int | None:
-    """The whole GPUs a rental preempted in part runs on with after its deadline (None: it ends then)."""
-    if rental.notice_keeps is None:
-        return None
-    return round(sum(a.gpus for a in rental.notice_keeps))
-
-
 def next_state(current: str, reported: str) -> str | None:
     """The rental's state after its agent reports `reported`; None when the report changes nothing."""
     return TRANSITIONS.get((current, reported))
@@ -290,7 +283,9 @@ class AgentService:
         succeeded_here = report.state == "succeeded" and rental.state != "stopping"
         if succeeded_here and not self._all_succeeded(uow, rental):
             return False  # a gang succeeds once every node's workload has; the others run on meanwhile
-        new = next_state("running" if rental.state == "preempting" else rental.state, report.state)
+        new = next_state(
+            "running" if trimming and rental.state == "preempting" else rental.state, report.state
+        )
         if new is None or not uow.rentals.set_state(rental.id, new, expect=(rental.state,), reason=None):
             return False
         detail = f" with exit code {report.exit_code}" if report.exit_code is not None else ""
@@ -376,7 +371,7 @@ class AgentService:
                     deadline = rental.notice_deadline if rental.state == "preempting" else None
                     run = None if together else runs.get(rental.id)
                     restarts = 0 if run is None else run.restarts
-                    keeps = None if deadline is None else _kept_gpus(rental)
+                    keeps = None if deadline is None else rental.kept_gpus
                     found.append(
                         NodeAssignment(rental, part, action, deadline, peers, rank, attempt, restarts, keeps)
                     )

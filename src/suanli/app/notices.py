@@ -144,8 +144,8 @@ def trim_victim(
     follow_size(uow, victim, (len(held), per_node_gpus(held)), (len(keeps), per_node_gpus(keeps)), now)
     gave = sum(a.gpus for a in held) - sum(a.gpus for a in keeps)
     message = (
-        f"gave back {gave:g} GPUs at its notice deadline; runs on with {sum(a.gpus for a in keeps):g} "
-        "and grows back as GPUs free"
+        f"gave back {gave:g} GPUs at its notice deadline; runs on with {victim.kept_gpus} and grows back as "
+        "GPUs free"
     )
     uow.rentals.add_event(victim.id, RentalEvent(now, "resized", "preempted", message))
     return 1

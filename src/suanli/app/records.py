@@ -127,6 +127,11 @@ class Rental:
     # preempting in part (an elastic rental's trim): what it keeps at its notice deadline, and runs on with
     notice_keeps: tuple[NodeAllocation, ...] | None = None
 
+    @property
+    def kept_gpus(self) -> int | None:
+        """The whole GPUs it runs on with after a trim's deadline (None: not preempted in part)."""
+        return None if self.notice_keeps is None else round(sum(a.gpus for a in self.notice_keeps))
+
 
 @dataclass(frozen=True, slots=True)
 class RentalEvent:

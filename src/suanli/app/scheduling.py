@@ -205,7 +205,7 @@ class Scheduler:
                 waiting_on.setdefault(victim.preempted_by, []).append(victim)
         for victim in due:
             self.live.forget(victim.id)  # their capacity is free in this decision; the apply releases it
-            self.live.keep(victim.notice_keeps or ())  # a trimmed victim's part it runs on with is not
+            self.live.keep(victim.notice_keeps or ())  # but not the part a trimmed victim runs on with
         ready = {v.preempted_by for v in due}.difference(waiting_on)
         by_id = {rental.id: rental for rental in pending}
         started = time.perf_counter()

@@ -132,10 +132,10 @@ def choose_victims(
         if r.preempted_by is None
         and (r.request.tier <= request.tier if reclaim else r.request.tier < request.tier)
     ]
-    trimmed_from = {r.request.id: r for r in eligible if trim_of(r) is not None}
-    as_trims = [_as_trim(r) for r in trimmed_from.values()]
-    trims = {id(t): trimmed_from[t.request.id] for t in as_trims}  # a trim candidate -> the whole rental
-    candidates = sorted([*eligible, *as_trims], key=lambda r: victim_cost(r, now))
+    # an elastic rental's trim as a candidate of its own, holding only the part it would give back
+    as_trims = [(replace(r, placement=part), r) for r in eligible if (part := trim_of(r)) is not None]
+    trims = {id(trim): whole for trim, whole in as_trims}  # a trim candidate -> the whole rental
+    candidates = sorted([*eligible, *(trim for trim, _ in as_trims)], key=lambda r: victim_cost(r, now))
     if not candidates:
         return None
     need = snapshot.least_gpus(request)
@@ -188,13 +188,6 @@ def trim_of(victim: Running) -> Placement | None:
     if len(whole) <= least_gpus:
         return None
     return Placement(victim.request.id, (NodeAllocation(node, 0, 0, tuple(whole[least_gpus:])),))
-
-
-def _as_trim(victim: Running) -> Running:
-    """`victim`'s trim as a candidate of its own: it holds only the part it would give back."""
-    part = trim_of(victim)
-    assert part is not None
-    return replace(victim, placement=part)
 
 
 def _eviction(
