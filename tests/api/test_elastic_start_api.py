@@ -5,6 +5,8 @@ backfill, not past a rigid head it could delay."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 from test_elastic_api import _tenant, _until
 
@@ -78,3 +80,47 @@ def test_a_least_size_a_rental_cannot_have_is_refused_naming_the_field(
         refused = client.post("/v1/rentals", json={**H100, **body}, headers=headers)
         assert refused.status_code in (400, 422), refused.text  # the wire (422) or the service (400)
         assert "min_gpus" in refused.text and message in refused.text
+
+
+def _nodes_of(body: dict) -> set[str]:
+    return {a["node"] for a in body["allocation"]}
+
+
+@pytest.mark.parametrize(("gang_s", "grows"), [(36_000, False), (1_800, True)])
+def test_a_growth_keeps_off_a_rigid_heads_drain_unless_it_ends_before_the_heads_start(
+    database_url: str, gang_s: int, grows: bool
+) -> None:
+    """Five H100 nodes busy for 10 h, one for 1 h, and an elastic gang asking three nodes that started on
+    the last two. A rigid two-node head waits; when one of the 10-h nodes frees, the head is reserved on it
+    and the 1-h one. The gang, which would run past that start, does not grow onto the free node (that would
+    delay the head, as a backfill may not); declared to end first, it does."""
+    with app_client(database_url, queue="backfill", meter_interval_s=3600, prepaid=False) as client:
+        headers, _ = _tenant(client, "elastic-drain")
+
+        def rent(body: dict, state: str = "placed") -> dict:
+            created = client.post("/v1/rentals", json={**H100, **body}, headers=headers)
+            assert created.status_code == 201, created.text
+            return wait_for(client, created.json()["id"], headers, state)
+
+        long_ids = [rent({"gpus": 8, "max_duration_s": 36_000})["id"] for _ in range(5)]
+        old = rent({"gpus": 8, "max_duration_s": 3600})
+        gang = rent({"gpus": 8, "nodes": 3, "min_gpus": 16, "max_duration_s": gang_s})
+        assert len(gang["allocation"]) == 2  # the two whole nodes left
+        head = rent({"gpus": 8, "nodes": 2, "max_duration_s": 3600}, state="pending")
+        assert head["state"] == "pending"
+        freed = client.get(f"/v1/rentals/{long_ids[0]}", headers=headers).json()
+        assert client.post(f"/v1/rentals/{long_ids[0]}/stop", headers=headers).status_code == 200
+        free_node = _nodes_of(freed)
+        if grows:
+            grown = _until(client, gang["id"], headers, lambda b: len(b["allocation"]) == 3)
+            assert _nodes_of(grown) == _nodes_of(gang) | free_node
+            return
+        scheduler_cycles(client)
+        held = client.get(f"/v1/rentals/{gang['id']}", headers=headers).json()
+        assert _nodes_of(held) == _nodes_of(gang)  # it did not take the head's drained node
+        head = client.get(f"/v1/rentals/{head['id']}", headers=headers).json()
+        expected = datetime.fromisoformat(head["expected_start_at"])
+        assert head["state"] == "pending" and expected < datetime.now(UTC) + timedelta(hours=1, minutes=1)
+        assert client.post(f"/v1/rentals/{old['id']}/stop", headers=headers).status_code == 200
+        started = wait_for(client, head["id"], headers, "placed")
+        assert _nodes_of(started) == free_node | _nodes_of(old)

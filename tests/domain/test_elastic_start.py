@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 from test_queueing import EASY, POLICY, job, reasons, run, snapshot_of
 
-from suanli.domain.elastic_start import full_gpus, grow_toward_size, smaller_sizes
+from suanli.domain.elastic_start import Drain, full_gpus, grow_toward_size, smaller_sizes
 from suanli.domain.errors import RequestError
 from suanli.domain.plan import Placement, Reason
 from suanli.domain.preemption import Running
@@ -137,3 +137,31 @@ def test_an_elastic_start_keeps_off_a_rigid_heads_drain_unless_it_ends_before_th
     elastic_head = replace(head, min_gpus=12)  # it cannot start on 6 GPUs either, and gave up the guard
     decision = admit(snap, [elastic_head, late], busy, POLICY, 10, ELASTIC)
     assert [(p.request_id, p.gpus) for p in decision.placements] == [("late", 6)]
+
+
+def test_growth_keeps_off_a_rigid_heads_drain_unless_the_rental_ends_before_the_heads_start():
+    """Four 8-GPU nodes: n0 busy until 1000, an elastic gang on two of its three nodes until 5000, n1 free.
+    A rigid two-node head is reserved on n0 and n1 from 1000: the gang may not take n1, since it would
+    outlast that start; it may when the head starts after it ends, or when no head waits."""
+    snap = snapshot_of(4, 8)
+    old = run(snap, job("old", 8, 0, 1000), 0)
+    with snap.cordoned({"n0", "n1"}):  # the gang's two nodes are n2 and n3
+        gang = run(snap, job("gang", 8, 1, 5000, nodes=2), 1)
+    elastic = Running(job("gang", 8, 1, 5000, nodes=3, min_gpus=16), gang.placement, 1)
+    head = job("head", 8, 2, 3600, nodes=2)
+    quick = job("quick", 1, 3, 10)  # a rigid one that fits whole, so the head is reserved
+    decision = admit(snap, [head, quick], [old, elastic], POLICY, 10, ELASTIC)
+    assert decision.head == "head" and decision.head_start_s == 1000
+    assert set(decision.reserved_nodes) == {"n0", "n1"}
+    drain = Drain(frozenset(decision.reserved_nodes), decision.head_start_s)
+    (started,) = decision.placements
+    snap.release(started.nodes[0])  # "quick" took one GPU of n1 (it ends before 1000): gone again
+    assert grow_toward_size(snap, [old, elastic], POLICY, drain) == []
+    assert snap.by_name["n1"].schedulable  # the drain was kept off for the trial only
+    for later in [replace(drain, start_s=5001), None]:
+        (grown,) = grow_toward_size(snap, [old, elastic], POLICY, later)
+        assert grown.request_id == "gang" and [a.node for a in grown.nodes] == ["n1"]
+        for allocation in grown.nodes:
+            snap.release(allocation)
+    assert Drain(frozenset({"n1"}), None).keep_off(10.0) == {"n1"}  # the head's start unknown: kept off
+    assert Drain(frozenset({"n1"}), 1000.0).keep_off(None) == {"n1"}  # its own end unknown: kept off

@@ -384,6 +384,24 @@ def test_an_elastic_job_starts_on_what_is_free_at_that_share_of_its_speed_and_gr
     assert sorted(too_small.jct_s) == sorted(rigid.jct_s)  # 4 GPUs free are below its 6
 
 
+def test_a_running_elastic_job_grows_after_what_waits_has_started_as_on_the_server():
+    """One 8-GPU node: a 6-GPU job runs 100 s; an elastic 8-GPU job starts on the other 2 at 1 s; a 1-GPU
+    job waits from 2 s. At 100 s the waiting job starts first (it ends at 150 s) and the elastic one grows
+    onto the 5 GPUs left, then onto the last at 150 s: 99 s at a quarter of its speed, 50 s at 7/8, the
+    rest at full speed, so it ends at 1,081.5 s. Growing first, it would take all 6 and the 1-GPU job wait
+    for it."""
+    from suanli.domain.request import Request, WholeGpus
+    from suanli.sim.queue import run_requests
+
+    first = Request("first", WholeGpus(6), max_duration_s=3600)
+    wide = Request("wide", WholeGpus(8), submitted_at_s=1, max_duration_s=3600)
+    small = Request("small", WholeGpus(1), submitted_at_s=2, max_duration_s=3600)
+    fleet, true_s = synthetic_fleet(1, 8), [100.0, 1_000.0, 50.0]
+    result = run_requests(fleet, [first, wide, small], true_s, "suanli", elastic=0.25)
+    assert result.jct_s == pytest.approx([100.0, 148.0, 1_080.5])
+    assert result.wait_s == pytest.approx([0.0, 98.0, 0.0])
+
+
 def test_an_elastic_spot_job_is_trimmed_for_an_on_demand_one_rather_than_evicted_and_grows_back():
     """Spot holds the 8-GPU node, elastic down to 4; on-demand asks for 4 at 100 s. With 30 s notice the
     spot job gives back 4 GPUs at 130 s and runs on at half speed (820 s of its work left at 230 s), grows

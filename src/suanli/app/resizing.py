@@ -8,6 +8,8 @@ the cycle left free (a resized rental does not jump ahead of pending rentals).
 * A growth fits within its tenant's limits and leaves what contracts hold for others (`app/growth.py`); while
   it cannot, the rental keeps what it holds and an event says why, once. The rate follows its GPUs
   (`follow_size`).
+* A growth keeps off the nodes drained for a rigid blocked head unless the rental ends before the head's
+  reserved start, as a backfill would: capacity freed for the head is not given to a running rental.
 * The rental's row is held (`lock=True`) and a rental whose live allocations are not the ones the leader
   decided on (a resize or an end committed meanwhile) is left to the next cycle, which starts from them.
 """
@@ -26,6 +28,7 @@ from suanli.app.rentals import added_price, follow_size, per_node_gpus
 from suanli.domain.catalog import GpuModel
 from suanli.domain.contracts import Contract
 from suanli.domain.elastic import grow, shrink
+from suanli.domain.elastic_start import Drain
 from suanli.domain.inventory import Node
 from suanli.domain.plan import NodeAllocation, Pending, Placement
 from suanli.domain.policies import Policy
@@ -48,6 +51,9 @@ class Resizer:
     held: MutableMapping[int, NodeAllocation]
     owner: MutableMapping[int, str]
     node: Callable[[str], tuple[Node, GpuModel]]
+    drain: Drain | None = (
+        None  # a rigid blocked head's reservation: a growth keeps off it as a backfill would
+    )
 
     def apply(self, uow: UnitOfWork, resizing: Sequence[Running], now: datetime) -> int:
         """Resize each of `resizing` (as large as it is now) towards its spec; how many changed."""
@@ -130,9 +136,11 @@ class Resizer:
         `extra`), within its tenant's limits and without taking what contracts hold for others; it counts
         for the next growth in this cycle too."""
         now_s = now.timestamp()
-        outcome = within_limits(self.limits, self.holding, more, price, now_s) or grow(
-            self.snapshot, running.request, running.placement, self.policy, **extra
-        )
+        avoid = frozenset() if self.drain is None else self.drain.keep_off(running.expected_end_s)
+        with self.snapshot.cordoned(avoid):
+            outcome = within_limits(self.limits, self.holding, more, price, now_s) or grow(
+                self.snapshot, running.request, running.placement, self.policy, **extra
+            )
         if isinstance(outcome, Placement):
             why = held_for_contracts(
                 self.snapshot, self.holding, self.contracts, rental, outcome, more, now_s

@@ -50,7 +50,7 @@ from suanli.app.spot_repricing import (
 from suanli.domain.capacity import FULL_MILLI
 from suanli.domain.catalog import Catalog
 from suanli.domain.contracts import Contract
-from suanli.domain.elastic_start import least_size
+from suanli.domain.elastic_start import Drain, least_size
 from suanli.domain.fair_share import FairShare
 from suanli.domain.inventory import Fleet
 from suanli.domain.plan import NodeAllocation, Pending, Placement, Reason
@@ -143,6 +143,7 @@ class Scheduler:
         # rental as large as it is now, this cycle's placements included
         self.limits: Limits | None = None
         self.holding: list[Held] = []
+        self.drain: Drain | None = None  # a rigid blocked head's reserved nodes, which growth keeps off
         self.contracts: list[Contract] = []
         self.windows: list[MaintenanceWindow] = []  # maintenance windows still to end, as of this cycle
         self._lock = threading.Lock()
@@ -394,6 +395,7 @@ class Scheduler:
             self.live.held,
             self.live.owner,
             self.live.node,
+            self.drain,
         )
         return resizer.apply(uow, self.resizing, now)
 
@@ -501,11 +503,17 @@ class Scheduler:
         self.contracts = [] if gates is None else list(gates.contracts)
         self.head_start_s = decision.head_start_s
         self.booked_s = {b.request_id: b.start_s for b in decision.bookings}
+        drained = frozenset(self.reserved)
         if self.head is not None and self.head_start_s is None:
             ahead = () if gates is None else gates.maintenance
-            self.head_start_s = self._head_start(queue, running, decision.placements, now_s, ahead)
+            found = self._head_start(queue, running, decision.placements, now_s, ahead)
+            if found is not None:
+                self.head_start_s, drained = found[0], frozenset(a.node for a in found[1].nodes)
         still = [p for p in decision.pending if p.request_id not in waiting_on]
         requests = {r.id: r for r in queue}
+        head = requests.get(self.head or "")
+        rigid_head = head is not None and head.min_gpus is None and drained
+        self.drain = Drain(drained, self.head_start_s) if rigid_head else None
         waiting = [requests[p.request_id] for p in still if p.reason in WAITING_FOR_CAPACITY]
         self.scattered_gpus = scattered_gpus(self.snapshot, waiting, self.reserved)
         return decision.placements, still, decision.preemptions
@@ -517,9 +525,10 @@ class Scheduler:
         placed: Sequence[Placement],
         now_s: float,
         maintenance: Sequence[tuple[str, float, float]] = (),
-    ) -> float | None:
-        """The blocked head's reserved start when `admit` did not need it (nothing could backfill), for the
-        tenant to read; the rentals placed in this cycle count as running from now."""
+    ) -> tuple[float, Placement] | None:
+        """The blocked head's reserved start, and where, when `admit` did not need it (nothing could
+        backfill): for the tenant to read, and for growth to keep off; the rentals placed in this cycle count
+        as running from now."""
         assert self.snapshot is not None and self.policy is not None
         by_id = {r.id: r for r in queue}
         head = by_id.get(self.head or "")
@@ -535,7 +544,7 @@ class Scheduler:
             spare_free=self.queue.spare_free,
             maintenance=maintenance,
         )
-        return None if found is None else found[0]
+        return found
 
     def _advance_fair_share(self, uow: UnitOfWork, now_s: float, held: Mapping[str, float]) -> None:
         """Fair share as of `now_s`: read back when another leader saved since (or on the first cycle),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from suanli.domain.elastic import grow
 from suanli.domain.plan import Placement
@@ -60,27 +60,54 @@ def smaller_sizes(request: Request) -> Iterator[Request]:
         )
 
 
-def grow_toward_size(snapshot: Snapshot, running: Sequence[Running], policy: Policy) -> list[Placement]:
+@dataclass(frozen=True, slots=True)
+class Drain:
+    """A rigid blocked head's reservation: the nodes drained for it and its reserved start (None: unknown).
+    A growth is given capacity ahead of the head, so it keeps off these nodes as a backfill would."""
+
+    nodes: frozenset[str]
+    start_s: float | None
+
+    def keep_off(self, end_s: float | None) -> frozenset[str]:
+        """The nodes a rental that ends by `end_s` (None: unknown) may not grow onto: the drained ones,
+        unless it ends by the head's start (growing never makes it end later)."""
+        if end_s is not None and self.start_s is not None and end_s <= self.start_s:
+            return frozenset()
+        return self.nodes
+
+
+def grow_toward_size(
+    snapshot: Snapshot, running: Sequence[Running], policy: Policy, drain: Drain | None = None
+) -> list[Placement]:
     """The parts added, on the snapshot, to running elastic rentals held below their size, oldest start
     first: as many more GPUs on a one-node rental's node as are free there, as many more whole nodes near
-    a gang's as fit."""
+    a gang's as fit; off a rigid blocked head's `drain` unless the rental ends before the head starts."""
     added: list[Placement] = []
     for job in sorted(running, key=lambda r: (r.started_at_s, r.request.id)):
         request = job.request
         missing = full_gpus(request) - round(job.gpus)
         if request.min_gpus is None or missing <= 0 or job.preempted_by is not None:
             continue
-        held = job.placement
-        if request.node_count == 1:  # more GPUs on its node (held in one part or in several)
-            held = replace(held, nodes=held.nodes[:1])
-            steps = [{"extra_gpus_per_node": extra} for extra in range(missing, 0, -1)]
-        else:
-            per_node = request.shape.count  # type: ignore[union-attr]  # whole GPUs (full_gpus > 0)
-            steps = [{"extra_nodes": extra} for extra in range(missing // per_node, 0, -1)]
-        rigid = replace(request, min_gpus=None)  # the added part is a plain request of its own shape
-        for step in steps:
-            part = grow(snapshot, rigid, held, policy, **step)
-            if isinstance(part, Placement):
-                added.append(part)
-                break
+        avoid = frozenset() if drain is None else drain.keep_off(job.expected_end_s)
+        with snapshot.cordoned(avoid):
+            part = _grown_part(snapshot, job, missing, policy)
+        if part is not None:
+            added.append(part)
     return added
+
+
+def _grown_part(snapshot: Snapshot, job: Running, missing: int, policy: Policy) -> Placement | None:
+    """The largest part that fits of the `missing` GPUs of a running elastic rental, if any."""
+    request, held = job.request, job.placement
+    if request.node_count == 1:  # more GPUs on its node (held in one part or in several)
+        held = replace(held, nodes=held.nodes[:1])
+        steps = [{"extra_gpus_per_node": extra} for extra in range(missing, 0, -1)]
+    else:
+        per_node = request.shape.count  # type: ignore[union-attr]  # whole GPUs (full_gpus > 0)
+        steps = [{"extra_nodes": extra} for extra in range(missing // per_node, 0, -1)]
+    rigid = replace(request, min_gpus=None)  # the added part is a plain request of its own shape
+    for step in steps:
+        part = grow(snapshot, rigid, held, policy, **step)
+        if isinstance(part, Placement):
+            return part
+    return None

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from suanli.domain.catalog_data import CATALOG
-from suanli.domain.elastic_start import full_gpus, grow_toward_size, least_size
+from suanli.domain.elastic_start import Drain, full_gpus, grow_toward_size, least_size
 from suanli.domain.errors import RequestError
 from suanli.domain.fair_share import FairShare
 from suanli.domain.inventory import Fleet
@@ -36,8 +36,9 @@ from suanli.domain.queue_order import (
     Order,
     QueueConfig,
 )
-from suanli.domain.queueing import NEVER_FITS, admit
+from suanli.domain.queueing import NEVER_FITS, CycleDecision, admit
 from suanli.domain.request import Request, Tier, WholeGpus
+from suanli.domain.reservation import reserve
 from suanli.domain.scattered import scattered_gpus
 from suanli.domain.snapshot import Snapshot
 from suanli.sim.itp import (
@@ -364,8 +365,9 @@ def run_requests(
     may lend it idle GPUs), a preempted one saves at its notice deadline, and it runs what is left plus
     `restart_s` when it starts again (its declared duration too). With `elastic`, every request of more than
     one whole GPU may start on that share of its GPUs (`Request.min_gpus`; a policy with
-    `QueueConfig.elastic_start` uses it) and is grown toward its size before each cycle; it runs at the
-    share of its GPUs it holds of its full speed (linear scaling)."""
+    `QueueConfig.elastic_start` uses it) and is grown toward its size after each cycle's admission (as the
+    server's leader grows rentals), off a rigid blocked head's drain; it runs at the share of its GPUs it
+    holds of its full speed (linear scaling)."""
     config = POLICIES[policy_name]
     if elastic is not None:
         if not 0 < elastic <= 1:
@@ -502,23 +504,8 @@ def run_requests(
             if now <= last_arrival:
                 result.lost_gpu_s_arrivals += result.lost_gpu_s - wasted_before
         idle_waiting = idle_held = idle_scattered = 0.0
-        if elastic is not None and config.elastic_start and running:
-            # not onto GPUs promised to a preemptor (a trimmed victim's, given back for it)
-            holds = [part for promise in promised.values() for part in hold_promise(snapshot, promise)]
-            grown = grow_toward_size(snapshot, list(running.values()), policy)
-            for give_back, _ in reversed(holds):
-                give_back()
-            for part in grown:
-                job = running[part.request_id]
-                full = by_id[part.request_id]
-                merged = replace(job.placement, nodes=job.placement.nodes + part.nodes)
-                running[full.id], end_s = _resized_run(
-                    job, merged, full, now, true_s[full.id], work_left_s, held_gpu_s
-                )
-                allocated += part.gpus
-                held[full.tenant] += part.gpus
-                sequence += 1
-                heapq.heappush(events, (end_s, END, sequence, full.id, now))
+        drain = None  # a rigid blocked head's reservation, made again below for this cycle's growth
+        waiting: list[Request] = []
         if queue:
             result.cycles += 1
             decision = admit(
@@ -553,6 +540,8 @@ def run_requests(
                     )
                     left_s /= placement_.gpus / max(full_gpus(request), placement_.gpus, 1e-9)
                 heapq.heappush(events, (now + left_s, END, sequence, request.id, now))
+            if elastic is not None and head is not None and queue[head].min_gpus is None:
+                drain = _drain(snapshot, queue[head], decision, list(running.values()), policy, now, config)
             for preemption in decision.preemptions:
                 promised[preemption.preemptor] = preemption.promised
                 for victim in preemption.victims:
@@ -570,11 +559,29 @@ def run_requests(
                         events, (victim.deadline_s, KILL, sequence, victim.request_id, job.started_at_s)
                     )
             waiting = [by_id[p.request_id] for p in decision.pending if p.reason not in NEVER_FITS]
-            if waiting:  # (a request that never fits the fleet does not count as waiting)
-                idle_waiting = fleet.gpu_count - allocated
-                idle_held = sum(snapshot.by_name[n].free_milli for n in decision.reserved_nodes) / 1000
-                if idle_waiting - idle_held > 1e-9:
-                    idle_scattered = scattered_gpus(snapshot, waiting, reserved)
+        if elastic is not None and config.elastic_start and running:
+            # after admission, as the server's leader resizes (a running job does not jump ahead of what
+            # waits), off a rigid blocked head's drain, and not onto GPUs promised to a preemptor
+            holds = [part for promise in promised.values() for part in hold_promise(snapshot, promise)]
+            grown = grow_toward_size(snapshot, list(running.values()), policy, drain)
+            for give_back, _ in reversed(holds):
+                give_back()
+            for part in grown:
+                job = running[part.request_id]
+                full = by_id[part.request_id]
+                merged = replace(job.placement, nodes=job.placement.nodes + part.nodes)
+                running[full.id], end_s = _resized_run(
+                    job, merged, full, now, true_s[full.id], work_left_s, held_gpu_s
+                )
+                allocated += part.gpus
+                held[full.tenant] += part.gpus
+                sequence += 1
+                heapq.heappush(events, (end_s, END, sequence, full.id, now))
+        if waiting:  # (a request that never fits the fleet does not count as waiting)
+            idle_waiting = fleet.gpu_count - allocated
+            idle_held = sum(snapshot.by_name[n].free_milli for n in reserved) / 1000
+            if idle_waiting - idle_held > 1e-9:
+                idle_scattered = scattered_gpus(snapshot, waiting, reserved)
         if now >= next_sample or not events:
             result.samples.append((now, allocated, len(queue)))
             next_sample = now + sample_every_s
@@ -584,6 +591,23 @@ def run_requests(
     result.makespan_s = last_end - first_arrival
     result.wall_s = time.perf_counter() - started
     return result
+
+
+def _drain(
+    snapshot: Snapshot,
+    head: Request,
+    decision: CycleDecision,
+    running: Sequence[Running],
+    policy: Policy,
+    now: float,
+    config: QueueConfig,
+) -> Drain | None:
+    """Where the rigid blocked `head` is reserved and from when, as the server's leader works it out for
+    growth to keep off: the decision's reservation, or one made now when `admit` did not need it."""
+    if decision.reserved_nodes:
+        return Drain(frozenset(decision.reserved_nodes), decision.head_start_s)
+    found = reserve(snapshot, head, running, policy, now, spare_free=config.spare_free)
+    return None if found is None else Drain(frozenset(a.node for a in found[1].nodes), found[0])
 
 
 def _elastic(request: Request, share: float) -> Request:
