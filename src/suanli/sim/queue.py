@@ -102,6 +102,7 @@ class QueueResult:
     wall_s: float = 0.0
     cycles: int = 0
     samples: list[tuple[float, float, int]] = field(default_factory=list)  # (t, allocated GPUs, queued)
+    started_at_s: dict[str, float] = field(default_factory=dict)  # each job's last start (a rerun's, if any)
 
     @property
     def mean_jct_s(self) -> float:
@@ -526,6 +527,7 @@ def run_requests(
                 request = queue.pop(placement_.request_id)
                 promised.pop(request.id, None)
                 running[request.id] = Running(request, placement_, now, borrowed=request.id in borrowed)
+                result.started_at_s[request.id] = now
                 allocated += placement_.gpus
                 held[request.tenant] = held.get(request.tenant, 0.0) + placement_.gpus
                 sequence += 1

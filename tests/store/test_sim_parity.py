@@ -1,0 +1,121 @@
+"""The simulator replays through the server's scheduler: the same rentals, arriving and ending at the same
+moments on the example fleet, start at the same moments whether the leader's cycles decide (on SQLite and
+PostgreSQL, every rental's state read back from the database) or `sim.queue` does, under each of the
+server's queues (`SUANLI_QUEUE`: greedy, backfill, which is `sim`'s `suanli`, and conservative). A
+divergence (a phase one side runs and the other does not, a rental seen at another size or age) shows as a
+job that starts at another time; with this workload 47 to 55 of its 70 rentals start at other times under
+another queue. Rigid rentals only: the simulator runs an elastic job at the speed its GPUs give it and
+stretches its declared duration to match, where the server knows only the rental's time limit."""
+
+from __future__ import annotations
+
+import heapq
+import random
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from suanli.app.fleet import FleetCache
+from suanli.app.records import Rental, RentalSpec, Tenant
+from suanli.app.rentals import to_request
+from suanli.app.scheduling import Scheduler
+from suanli.domain.catalog_data import CATALOG
+from suanli.domain.fleet_format import parse_fleet
+from suanli.domain.policies import BestFitPolicy
+from suanli.domain.queue_order import BOOKED_QUEUE, GREEDY_QUEUE, PLATFORM_QUEUE
+from suanli.sim.queue import POLICIES, run_requests
+from suanli.store.db import make_engine, migrate, unit_of_work_factory
+
+FLEET = (Path(__file__).resolve().parents[2] / "examples" / "fleet.toml").read_text()
+T0 = datetime(2030, 1, 1, tzinfo=UTC)
+H100 = "H100-SXM-80GB"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.at = T0
+
+    def now(self) -> datetime:
+        return self.at
+
+
+def _workload(seed: int, count: int) -> list[tuple[Rental, float]]:
+    """`count` H100 rentals (one to eight GPUs, or gangs of two to four whole nodes) arriving about every ten
+    minutes, more than the eight H100 nodes can take, each with its true run time; most declare a duration
+    (the true one rounded up to a power of two hours, as `sim`'s pow2h), some none."""
+    rng = random.Random(seed)
+    rentals: list[tuple[Rental, float]] = []
+    at_s = 0
+    for n in range(count):
+        at_s += rng.randint(1, 1200)
+        nodes = rng.choice((1, 1, 1, 1, 1, 2, 3, 4))
+        gpus = 8 if nodes > 1 else rng.choice((1, 1, 2, 4, 8))
+        true_s = float(rng.randint(300, 30_000))
+        declared = None if rng.random() < 0.15 else 3600 * 2 ** max(0, (int(true_s) - 1) // 3600).bit_length()
+        spec = RentalSpec(gpu_model=H100, gpus=gpus, nodes=nodes, max_duration_s=declared)
+        created = T0 + timedelta(seconds=at_s)
+        rentals.append((Rental(f"job-{n:03d}", "ten_a", "pending", spec, created), true_s))
+    return rentals
+
+
+def _served(database_url: str, queue_name: str, workload: list[tuple[Rental, float]]) -> dict[str, float]:
+    """When each rental started (seconds from T0) under the leader's cycles: one cycle at each moment a
+    rental arrives or ends, as the simulator runs one `admit` per event time; an ending rental is stopped and
+    released as an API stop releases a rental whose workload never started."""
+    engine = make_engine(database_url)
+    migrate(engine)
+    uow = unit_of_work_factory(engine)
+    clock = Clock()
+    with uow() as u:
+        u.tenants.add(Tenant("ten_a", "ten_a", "tenant", T0))
+        u.fleet.put(FLEET, [], T0)
+        u.commit()
+    scheduler = Scheduler(uow, clock, CATALOG, FleetCache(CATALOG), "best-fit", 0, queue=POLICIES[queue_name])
+    by_id = {rental.id: (rental, true_s) for rental, true_s in workload}
+    events = [((r.created_at - T0).total_seconds(), 1, r.id) for r, _ in workload]
+    heapq.heapify(events)
+    started: dict[str, float] = {}
+    while events:
+        now_s = events[0][0]
+        clock.at = T0 + timedelta(seconds=now_s)
+        with uow() as u:
+            while events and events[0][0] == now_s:
+                _, kind, rental_id = heapq.heappop(events)
+                if kind == 1:
+                    u.rentals.add(by_id[rental_id][0])
+                    continue
+                assert u.rentals.set_state(rental_id, "stopped", expect=("placed",), reason=None)
+                u.rentals.release(rental_id, at=clock.now())
+            u.commit()
+        report = scheduler.run_cycle()
+        assert not report.dropped
+        with uow() as u:
+            placed = [r.id for r in u.rentals.list(None, 1000) if r.state == "placed" and r.id not in started]
+        for rental_id in placed:
+            started[rental_id] = now_s
+            heapq.heappush(events, (now_s + by_id[rental_id][1], 0, rental_id))
+    return started
+
+
+@pytest.mark.parametrize(
+    ("queue_name", "server_queue"),
+    [("suanli", PLATFORM_QUEUE), ("greedy", GREEDY_QUEUE), ("conservative", BOOKED_QUEUE)],
+)
+def test_the_leader_and_the_simulator_start_every_rental_at_the_same_moment(
+    database_url: str, queue_name: str, server_queue
+) -> None:
+    assert POLICIES[queue_name] is server_queue  # the server's queue, as `SUANLI_QUEUE` names it
+    workload = _workload(seed=3, count=70)
+    served = _served(database_url, queue_name, workload)
+    requests = [to_request(rental) for rental, _ in workload]
+    fleet = parse_fleet(FLEET, source="examples/fleet.toml", catalog=CATALOG)
+    replayed = run_requests(
+        fleet, requests, [t for _, t in workload], queue_name, placement=BestFitPolicy(seed=0)
+    )
+    simulated = {rental_id: at_s - T0.timestamp() for rental_id, at_s in replayed.started_at_s.items()}
+    assert len(served) == len(workload)  # every rental started, and ended
+    arrived = {rental.id: (rental.created_at - T0).total_seconds() for rental, _ in workload}
+    waited = [rental_id for rental_id, at_s in served.items() if at_s > arrived[rental_id]]
+    assert len(waited) > len(workload) // 3  # a queue built up: backfill and the head's drain were at work
+    assert simulated == pytest.approx(served)
