@@ -87,14 +87,16 @@ def _nodes_of(body: dict) -> set[str]:
 
 
 @pytest.mark.parametrize(("gang_s", "grows"), [(36_000, False), (1_800, True)])
-def test_a_growth_keeps_off_a_rigid_heads_drain_unless_it_ends_before_the_heads_start(
-    database_url: str, gang_s: int, grows: bool
+@pytest.mark.parametrize("queue", ["backfill", "conservative"])
+def test_a_growth_keeps_off_a_waiting_rentals_planned_start_unless_it_ends_before_it(
+    database_url: str, queue: str, gang_s: int, grows: bool
 ) -> None:
-    """Five H100 nodes busy for 10 h, one for 1 h, and an elastic gang asking three nodes that started on
-    the last two. A rigid two-node head waits; when one of the 10-h nodes frees, the head is reserved on it
-    and the 1-h one. The gang, which would run past that start, does not grow onto the free node (that would
-    delay the head, as a backfill may not); declared to end first, it does."""
-    with app_client(database_url, queue="backfill", meter_interval_s=3600, prepaid=False) as client:
+    """Five H100 nodes busy for 10 h, one for 1 h, and a gang asking three nodes on the last two: an
+    elastic one that started smaller (backfill), or a rigid one resized to three (conservative, which starts
+    nothing smaller). A rigid two-node rental waits; when one of the 10-h nodes frees, it is reserved (or
+    booked) on that node and the 1-h one from 1 h on. The gang, which would run past that start, does not
+    grow onto the free node (that would delay it, as a backfill may not); declared to end first, it does."""
+    with app_client(database_url, queue=queue, meter_interval_s=3600, prepaid=False) as client:
         headers, _ = _tenant(client, "elastic-drain")
 
         def rent(body: dict, state: str = "placed") -> dict:
@@ -104,7 +106,12 @@ def test_a_growth_keeps_off_a_rigid_heads_drain_unless_it_ends_before_the_heads_
 
         long_ids = [rent({"gpus": 8, "max_duration_s": 36_000})["id"] for _ in range(5)]
         old = rent({"gpus": 8, "max_duration_s": 3600})
-        gang = rent({"gpus": 8, "nodes": 3, "min_gpus": 16, "max_duration_s": gang_s})
+        if queue == "backfill":
+            gang = rent({"gpus": 8, "nodes": 3, "min_gpus": 16, "max_duration_s": gang_s})
+        else:
+            gang = rent({"gpus": 8, "nodes": 2, "max_duration_s": gang_s})
+            resized = client.patch(f"/v1/rentals/{gang['id']}", json={"nodes": 3}, headers=headers)
+            assert resized.status_code == 200, resized.text
         assert len(gang["allocation"]) == 2  # the two whole nodes left
         head = rent({"gpus": 8, "nodes": 2, "max_duration_s": 3600}, state="pending")
         assert head["state"] == "pending"
@@ -124,3 +131,38 @@ def test_a_growth_keeps_off_a_rigid_heads_drain_unless_it_ends_before_the_heads_
         assert client.post(f"/v1/rentals/{old['id']}/stop", headers=headers).status_code == 200
         started = wait_for(client, head["id"], headers, "placed")
         assert _nodes_of(started) == free_node | _nodes_of(old)
+
+
+def test_under_the_conservative_queue_a_growth_keeps_off_every_booking_it_would_outlast(
+    database_url: str,
+) -> None:
+    """As above, with two rentals waiting: a three-node one booked when the gang ends (5.5 h), and a
+    two-node one booked at 1 h on the free node and the 1-h one, between them. The gang ends no later than
+    the first's start but after the second's, so it may not grow: every booking is a promise."""
+    with app_client(database_url, queue="conservative", meter_interval_s=3600, prepaid=False) as client:
+        headers, _ = _tenant(client, "elastic-bookings")
+
+        def rent(body: dict, state: str = "placed") -> dict:
+            created = client.post("/v1/rentals", json={**H100, **body}, headers=headers)
+            assert created.status_code == 201, created.text
+            return wait_for(client, created.json()["id"], headers, state)
+
+        long_ids = [rent({"gpus": 8, "max_duration_s": 36_000})["id"] for _ in range(5)]
+        old = rent({"gpus": 8, "max_duration_s": 3600})
+        gang = rent({"gpus": 8, "nodes": 2, "max_duration_s": 20_000})
+        resized = client.patch(f"/v1/rentals/{gang['id']}", json={"nodes": 3}, headers=headers)
+        assert resized.status_code == 200, resized.text
+        first = rent({"gpus": 8, "nodes": 3, "max_duration_s": 3600}, state="pending")
+        second = rent({"gpus": 8, "nodes": 2, "max_duration_s": 3600}, state="pending")
+        freed = client.get(f"/v1/rentals/{long_ids[0]}", headers=headers).json()
+        assert client.post(f"/v1/rentals/{long_ids[0]}/stop", headers=headers).status_code == 200
+        scheduler_cycles(client)
+        held = client.get(f"/v1/rentals/{gang['id']}", headers=headers).json()
+        assert _nodes_of(held) == _nodes_of(gang)  # the free node is booked for the second from 1 h
+        booked = client.get(f"/v1/rentals/{second['id']}", headers=headers).json()
+        expected = datetime.fromisoformat(booked["expected_start_at"])
+        assert expected < datetime.now(UTC) + timedelta(hours=1, minutes=1)
+        assert client.get(f"/v1/rentals/{first['id']}", headers=headers).json()["state"] == "pending"
+        assert client.post(f"/v1/rentals/{old['id']}/stop", headers=headers).status_code == 200
+        started = wait_for(client, second["id"], headers, "placed")
+        assert _nodes_of(started) == _nodes_of(freed) | _nodes_of(old)

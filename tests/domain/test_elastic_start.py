@@ -153,15 +153,18 @@ def test_growth_keeps_off_a_rigid_heads_drain_unless_the_rental_ends_before_the_
     decision = admit(snap, [head, quick], [old, elastic], POLICY, 10, ELASTIC)
     assert decision.head == "head" and decision.head_start_s == 1000
     assert set(decision.reserved_nodes) == {"n0", "n1"}
-    drain = Drain(frozenset(decision.reserved_nodes), decision.head_start_s)
+    drain = Drain.for_head(decision.reserved_nodes, decision.head_start_s)
     (started,) = decision.placements
     snap.release(started.nodes[0])  # "quick" took one GPU of n1 (it ends before 1000): gone again
     assert grow_toward_size(snap, [old, elastic], POLICY, drain) == []
     assert snap.by_name["n1"].schedulable  # the drain was kept off for the trial only
-    for later in [replace(drain, start_s=5001), None]:
+    for later in [Drain.for_head(decision.reserved_nodes, 5001), None]:
         (grown,) = grow_toward_size(snap, [old, elastic], POLICY, later)
         assert grown.request_id == "gang" and [a.node for a in grown.nodes] == ["n1"]
         for allocation in grown.nodes:
             snap.release(allocation)
-    assert Drain(frozenset({"n1"}), None).keep_off(10.0) == {"n1"}  # the head's start unknown: kept off
-    assert Drain(frozenset({"n1"}), 1000.0).keep_off(None) == {"n1"}  # its own end unknown: kept off
+    assert Drain.for_head({"n1"}, None).keep_off(10.0) == {"n1"}  # the head's start unknown: kept off
+    assert Drain.for_head({"n1"}, 1000.0).keep_off(None) == {"n1"}  # its own end unknown: kept off
+    bookings = Drain(((frozenset({"n1"}), 100.0), (frozenset({"n2", "n3"}), 500.0)))
+    assert bookings.keep_off(50.0) == set() and bookings.keep_off(200.0) == {"n1"}
+    assert bookings.keep_off(600.0) == bookings.keep_off(None) == {"n1", "n2", "n3"}

@@ -8,8 +8,9 @@ the cycle left free (a resized rental does not jump ahead of pending rentals).
 * A growth fits within its tenant's limits and leaves what contracts hold for others (`app/growth.py`); while
   it cannot, the rental keeps what it holds and an event says why, once. The rate follows its GPUs
   (`follow_size`).
-* A growth keeps off the nodes drained for a rigid blocked head unless the rental ends before the head's
-  reserved start, as a backfill would: capacity freed for the head is not given to a running rental.
+* A growth keeps off the nodes drained for a rigid blocked head (every booking's nodes, under the
+  conservative queue) unless the rental ends before that start, as a backfill would: capacity freed for a
+  waiting rental's promised start is not given to a running one.
 * The rental's row is held (`lock=True`) and a rental whose live allocations are not the ones the leader
   decided on (a resize or an end committed meanwhile) is left to the next cycle, which starts from them.
 """
@@ -51,9 +52,7 @@ class Resizer:
     held: MutableMapping[int, NodeAllocation]
     owner: MutableMapping[int, str]
     node: Callable[[str], tuple[Node, GpuModel]]
-    drain: Drain | None = (
-        None  # a rigid blocked head's reservation: a growth keeps off it as a backfill would
-    )
+    drain: Drain | None = None  # waiting rentals' planned starts, which a growth keeps off
 
     def apply(self, uow: UnitOfWork, resizing: Sequence[Running], now: datetime) -> int:
         """Resize each of `resizing` (as large as it is now) towards its spec; how many changed."""

@@ -143,7 +143,8 @@ class Scheduler:
         # rental as large as it is now, this cycle's placements included
         self.limits: Limits | None = None
         self.holding: list[Held] = []
-        self.drain: Drain | None = None  # a rigid blocked head's reserved nodes, which growth keeps off
+        # a rigid blocked head's reserved nodes, or every booking's: what growth keeps off (`Resizer`)
+        self.drain: Drain | None = None
         self.contracts: list[Contract] = []
         self.windows: list[MaintenanceWindow] = []  # maintenance windows still to end, as of this cycle
         self._lock = threading.Lock()
@@ -513,7 +514,9 @@ class Scheduler:
         requests = {r.id: r for r in queue}
         head = requests.get(self.head or "")
         rigid_head = head is not None and head.min_gpus is None and drained
-        self.drain = Drain(drained, self.head_start_s) if rigid_head else None
+        self.drain = Drain.for_head(drained, self.head_start_s) if rigid_head else None
+        if decision.bookings:  # the conservative queue: every booking is a promised start
+            self.drain = Drain.for_bookings(decision.bookings)
         waiting = [requests[p.request_id] for p in still if p.reason in WAITING_FOR_CAPACITY]
         self.scattered_gpus = scattered_gpus(self.snapshot, waiting, self.reserved)
         return decision.placements, still, decision.preemptions

@@ -10,7 +10,7 @@ drain (docs/queueing.md, "Elastic starts").
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from suanli.domain.elastic import grow
@@ -18,6 +18,7 @@ from suanli.domain.plan import Placement
 from suanli.domain.policies import Policy
 from suanli.domain.preemption import Running
 from suanli.domain.request import Request, WholeGpus
+from suanli.domain.reservation import Booking
 from suanli.domain.snapshot import Snapshot
 
 
@@ -62,18 +63,26 @@ def smaller_sizes(request: Request) -> Iterator[Request]:
 
 @dataclass(frozen=True, slots=True)
 class Drain:
-    """A rigid blocked head's reservation: the nodes drained for it and its reserved start (None: unknown).
-    A growth is given capacity ahead of the head, so it keeps off these nodes as a backfill would."""
+    """Nodes held for pending requests' planned starts: a rigid blocked head's reservation (backfill), or
+    every booking (the conservative queue), each as its nodes and start (None: unknown). A growth is capacity
+    given ahead of them, so it keeps off these nodes as a backfill would."""
 
-    nodes: frozenset[str]
-    start_s: float | None
+    starts: tuple[tuple[frozenset[str], float | None], ...]
+
+    @classmethod
+    def for_head(cls, nodes: Iterable[str], start_s: float | None) -> Drain:
+        return cls(((frozenset(nodes), start_s),))
+
+    @classmethod
+    def for_bookings(cls, bookings: Iterable[Booking]) -> Drain | None:
+        starts = tuple((b.nodes, b.start_s) for b in bookings)
+        return cls(starts) if starts else None
 
     def keep_off(self, end_s: float | None) -> frozenset[str]:
-        """The nodes a rental that ends by `end_s` (None: unknown) may not grow onto: the drained ones,
-        unless it ends by the head's start (growing never makes it end later)."""
-        if end_s is not None and self.start_s is not None and end_s <= self.start_s:
-            return frozenset()
-        return self.nodes
+        """The nodes a rental that ends by `end_s` (None: unknown) may not grow onto: those of every start
+        it would outlast (growing never makes it end later)."""
+        kept = (n for n, start_s in self.starts if end_s is None or start_s is None or end_s > start_s)
+        return frozenset().union(*kept)
 
 
 def grow_toward_size(
@@ -81,7 +90,7 @@ def grow_toward_size(
 ) -> list[Placement]:
     """The parts added, on the snapshot, to running elastic rentals held below their size, oldest start
     first: as many more GPUs on a one-node rental's node as are free there, as many more whole nodes near
-    a gang's as fit; off a rigid blocked head's `drain` unless the rental ends before the head starts."""
+    a gang's as fit; off the nodes of `drain`'s planned starts that the rental would outlast."""
     added: list[Placement] = []
     for job in sorted(running, key=lambda r: (r.started_at_s, r.request.id)):
         request = job.request

@@ -505,7 +505,7 @@ def run_requests(
             if now <= last_arrival:
                 result.lost_gpu_s_arrivals += result.lost_gpu_s - wasted_before
         idle_waiting = idle_held = idle_scattered = 0.0
-        drain = None  # a rigid blocked head's reservation, made again below for this cycle's growth
+        drain = None  # what waiting requests were promised, made again below for this cycle's growth
         waiting: list[Request] = []
         if queue:
             result.cycles += 1
@@ -542,7 +542,9 @@ def run_requests(
                     )
                     left_s /= placement_.gpus / max(full_gpus(request), placement_.gpus, 1e-9)
                 heapq.heappush(events, (now + left_s, END, sequence, request.id, now))
-            if elastic is not None and head is not None and queue[head].min_gpus is None:
+            if elastic is not None and decision.bookings:
+                drain = Drain.for_bookings(decision.bookings)
+            elif elastic is not None and head is not None and queue[head].min_gpus is None:
                 drain = _drain(snapshot, queue[head], decision, list(running.values()), policy, now, config)
             for preemption in decision.preemptions:
                 promised[preemption.preemptor] = preemption.promised
@@ -607,9 +609,9 @@ def _drain(
     """Where the rigid blocked `head` is reserved and from when, as the server's leader works it out for
     growth to keep off: the decision's reservation, or one made now when `admit` did not need it."""
     if decision.reserved_nodes:
-        return Drain(frozenset(decision.reserved_nodes), decision.head_start_s)
+        return Drain.for_head(decision.reserved_nodes, decision.head_start_s)
     found = reserve(snapshot, head, running, policy, now, spare_free=config.spare_free)
-    return None if found is None else Drain(frozenset(a.node for a in found[1].nodes), found[0])
+    return None if found is None else Drain.for_head((a.node for a in found[1].nodes), found[0])
 
 
 def _elastic(request: Request, share: float) -> Request:
