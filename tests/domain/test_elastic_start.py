@@ -10,9 +10,9 @@ from test_queueing import EASY, POLICY, job, reasons, run, snapshot_of
 from suanli.domain.elastic_start import Drain, full_gpus, grow_toward_size, smaller_sizes
 from suanli.domain.errors import RequestError
 from suanli.domain.plan import Placement, Reason
-from suanli.domain.preemption import Running
+from suanli.domain.preemption import PreemptionConfig, Running
 from suanli.domain.queueing import admit
-from suanli.domain.request import GpuShare, Request, WholeGpus
+from suanli.domain.request import GpuShare, Request, Tier, WholeGpus
 
 ELASTIC = replace(EASY, elastic_start=True)
 
@@ -168,3 +168,23 @@ def test_growth_keeps_off_a_rigid_heads_drain_unless_the_rental_ends_before_the_
     bookings = Drain(((frozenset({"n1"}), 100.0), (frozenset({"n2", "n3"}), 500.0)))
     assert bookings.keep_off(50.0) == set() and bookings.keep_off(200.0) == {"n1"}
     assert bookings.keep_off(600.0) == bookings.keep_off(None) == {"n1", "n2", "n3"}
+
+
+def test_spot_does_not_grow_while_a_higher_tier_waits_for_capacity():
+    """One 8-GPU node: on-demand holds 2 GPUs, an elastic spot rental 4 of its 8, 2 are free. An 8-GPU
+    on-demand request can neither fit nor preempt enough (evicting spot leaves it 6), so it waits: the
+    decision says spot yields, and the spot rental is not grown onto the 2 free GPUs (it would only be taken
+    back); with nothing of a higher tier waiting, it is."""
+    config = replace(ELASTIC, spot_yields=True, preemption=PreemptionConfig(default_notice_s=30))
+    snap = snapshot_of(1, 8)
+    held = run(snap, job("held", 2, 0, 100_000), 0)
+    spot = job("spot", 8, 1, 100_000, min_gpus=2, tier=Tier.SPOT, bid_micros_per_hour=1)
+    small = run(snap, replace(spot, shape=WholeGpus(4)), 1)
+    running = [held, Running(spot, small.placement, 1)]
+    decision = admit(snap, [job("wide", 8, 2, 3600)], running, POLICY, 10, config)
+    assert decision.placements == () and decision.preemptions == () and decision.spot_yields
+    assert grow_toward_size(snap, running, POLICY, spot_yields=decision.spot_yields) == []
+    (grown,) = grow_toward_size(snap, running, POLICY)
+    assert grown.request_id == "spot" and grown.gpus == 2
+    quiet = admit(snapshot_of(1, 8), [], [], POLICY, 10, config)
+    assert not quiet.spot_yields

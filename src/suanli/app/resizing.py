@@ -10,7 +10,8 @@ the cycle left free (a resized rental does not jump ahead of pending rentals).
   (`follow_size`).
 * A growth keeps off the nodes drained for a rigid blocked head (every booking's nodes, under the
   conservative queue) unless the rental ends before that start, as a backfill would: capacity freed for a
-  waiting rental's promised start is not given to a running one.
+  waiting rental's promised start is not given to a running one. Spot does not grow while a higher tier
+  waits for capacity (the queue's `spot_yields`): it would be preempted for it a moment later.
 * The rental's row is held (`lock=True`) and a rental whose live allocations are not the ones the leader
   decided on (a resize or an end committed meanwhile) is left to the next cycle, which starts from them.
 """
@@ -31,11 +32,11 @@ from suanli.domain.contracts import Contract
 from suanli.domain.elastic import grow, shrink
 from suanli.domain.elastic_start import Drain
 from suanli.domain.inventory import Node
-from suanli.domain.plan import NodeAllocation, Pending, Placement
+from suanli.domain.plan import NodeAllocation, Pending, Placement, Reason
 from suanli.domain.policies import Policy
 from suanli.domain.preemption import Running
 from suanli.domain.quotas import Limits
-from suanli.domain.request import Request, WholeGpus
+from suanli.domain.request import Request, Tier, WholeGpus
 from suanli.domain.snapshot import Snapshot
 
 
@@ -53,6 +54,7 @@ class Resizer:
     owner: MutableMapping[int, str]
     node: Callable[[str], tuple[Node, GpuModel]]
     drain: Drain | None = None  # waiting rentals' planned starts, which a growth keeps off
+    spot_yields: bool = False  # a higher tier waits for capacity: spot does not grow (it would be taken back)
 
     def apply(self, uow: UnitOfWork, resizing: Sequence[Running], now: datetime) -> int:
         """Resize each of `resizing` (as large as it is now) towards its spec; how many changed."""
@@ -134,6 +136,8 @@ class Resizer:
         """The part `more` (at `price` per hour) added to `running` on the snapshot (`elastic.grow` with
         `extra`), within its tenant's limits and without taking what contracts hold for others; it counts
         for the next growth in this cycle too."""
+        if self.spot_yields and running.request.tier is Tier.SPOT:
+            return Pending(rental.id, Reason.NO_CAPACITY, "a higher tier is waiting for capacity")
         now_s = now.timestamp()
         avoid = frozenset() if self.drain is None else self.drain.keep_off(running.expected_end_s)
         with self.snapshot.cordoned(avoid):

@@ -145,6 +145,7 @@ class Scheduler:
         self.holding: list[Held] = []
         # a rigid blocked head's reserved nodes, or every booking's: what growth keeps off (`Resizer`)
         self.drain: Drain | None = None
+        self.spot_yields = False  # a higher tier waits for capacity: spot does not grow either
         self.contracts: list[Contract] = []
         self.windows: list[MaintenanceWindow] = []  # maintenance windows still to end, as of this cycle
         self._lock = threading.Lock()
@@ -397,6 +398,7 @@ class Scheduler:
             self.live.owner,
             self.live.node,
             self.drain,
+            self.spot_yields,
         )
         return resizer.apply(uow, self.resizing, now)
 
@@ -499,6 +501,7 @@ class Scheduler:
         )
         self.head, self.reserved = decision.head, decision.reserved_nodes
         self.lent = set(decision.borrowed)
+        self.spot_yields = decision.spot_yields
         self.limits = None if gates is None else gates.limits
         self.holding = holding_after(running, queue, decision.placements) if self.resizing else []
         self.contracts = [] if gates is None else list(gates.contracts)

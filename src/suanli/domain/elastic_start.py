@@ -17,7 +17,7 @@ from suanli.domain.elastic import grow
 from suanli.domain.plan import Placement
 from suanli.domain.policies import Policy
 from suanli.domain.preemption import Running
-from suanli.domain.request import Request, WholeGpus
+from suanli.domain.request import Request, Tier, WholeGpus
 from suanli.domain.reservation import Booking
 from suanli.domain.snapshot import Snapshot
 
@@ -86,16 +86,23 @@ class Drain:
 
 
 def grow_toward_size(
-    snapshot: Snapshot, running: Sequence[Running], policy: Policy, drain: Drain | None = None
+    snapshot: Snapshot,
+    running: Sequence[Running],
+    policy: Policy,
+    drain: Drain | None = None,
+    spot_yields: bool = False,
 ) -> list[Placement]:
     """The parts added, on the snapshot, to running elastic rentals held below their size, oldest start
     first: as many more GPUs on a one-node rental's node as are free there, as many more whole nodes near
-    a gang's as fit; off the nodes of `drain`'s planned starts that the rental would outlast."""
+    a gang's as fit; off the nodes of `drain`'s planned starts that the rental would outlast, and none to
+    spot while `spot_yields` (a higher tier waits for capacity: it would take them back at once)."""
     added: list[Placement] = []
     for job in sorted(running, key=lambda r: (r.started_at_s, r.request.id)):
         request = job.request
         missing = full_gpus(request) - round(job.gpus)
         if request.min_gpus is None or missing <= 0 or job.preempted_by is not None:
+            continue
+        if spot_yields and request.tier is Tier.SPOT:
             continue
         avoid = frozenset() if drain is None else drain.keep_off(job.expected_end_s)
         with snapshot.cordoned(avoid):

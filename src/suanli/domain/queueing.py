@@ -116,6 +116,8 @@ class CycleDecision:
     reserved_nodes: tuple[str, ...] = ()  # where the blocked head's reservation lies (when one was made)
     bookings: tuple[Booking, ...] = ()  # Mode.CONSERVATIVE: every planned start, in queue order
     borrowed: tuple[str, ...] = ()  # placed on borrowed GPUs (`QueueConfig.borrow_idle`): mark them so
+    # with `spot_yields`, a higher tier waits for capacity: spot neither starts nor grows (`grow_toward_size`)
+    spot_yields: bool = False
 
 
 def admit(
@@ -185,6 +187,7 @@ def admit(
         tuple(sorted(cycle.reserved_nodes)),
         tuple(cycle.bookings),
         tuple(cycle.borrowed),
+        config.spot_yields and cycle.higher_waiting,
     )
 
 

@@ -506,6 +506,7 @@ def run_requests(
                 result.lost_gpu_s_arrivals += result.lost_gpu_s - wasted_before
         idle_waiting = idle_held = idle_scattered = 0.0
         drain = None  # what waiting requests were promised, made again below for this cycle's growth
+        spot_yields = False
         waiting: list[Request] = []
         if queue:
             result.cycles += 1
@@ -522,6 +523,7 @@ def run_requests(
                 last_reserved=reserved,
             )
             head, reserved = decision.head, decision.reserved_nodes
+            spot_yields = decision.spot_yields
             borrowed = set(decision.borrowed)
             for placement_ in decision.placements:
                 request = queue.pop(placement_.request_id)
@@ -567,7 +569,7 @@ def run_requests(
             # after admission, as the server's leader resizes (a running job does not jump ahead of what
             # waits), off a rigid blocked head's drain, and not onto GPUs promised to a preemptor
             holds = [part for promise in promised.values() for part in hold_promise(snapshot, promise)]
-            grown = grow_toward_size(snapshot, list(running.values()), policy, drain)
+            grown = grow_toward_size(snapshot, list(running.values()), policy, drain, spot_yields)
             for give_back, _ in reversed(holds):
                 give_back()
             for part in grown:
