@@ -166,3 +166,45 @@ def test_under_the_conservative_queue_a_growth_keeps_off_every_booking_it_would_
         assert client.post(f"/v1/rentals/{old['id']}/stop", headers=headers).status_code == 200
         started = wait_for(client, second["id"], headers, "placed")
         assert _nodes_of(started) == _nodes_of(freed) | _nodes_of(old)
+
+
+def _slices(body: dict) -> int:
+    return sum(len(a["slices"]) for a in body["allocation"])
+
+
+def test_an_elastic_rental_grows_by_what_frees_and_a_rigid_resize_waits_for_all_of_it(database_url: str):
+    """Seven H100 nodes taken whole, two 2-GPU rentals on the eighth. An elastic 8-GPU rental (least 4)
+    starts on its other 4 and takes 2 more as soon as one of the 2-GPU rentals stops, then the last 2: it
+    grows as capacity frees, as in the simulator. A rigid 4-GPU rental asked to be 8 takes nothing until all
+    4 it lacks are free on its node."""
+    with app_client(database_url, queue="backfill", meter_interval_s=3600, prepaid=False) as client:
+        headers, _ = _tenant(client, "elastic-steps")
+
+        def rent(body: dict) -> dict:
+            created = client.post("/v1/rentals", json={**H100, **body}, headers=headers)
+            assert created.status_code == 201, created.text
+            return wait_for(client, created.json()["id"], headers, "placed")
+
+        for _ in range(7):
+            rent({"gpus": 8})
+        first, second = rent({"gpus": 2}), rent({"gpus": 2})
+        elastic = rent({"gpus": 8, "min_gpus": 4})
+        assert _slices(elastic) == 4
+        rate = elastic["price_micros_per_hour"]
+        assert client.post(f"/v1/rentals/{first['id']}/stop", headers=headers).status_code == 200
+        grown = _until(client, elastic["id"], headers, lambda b: _slices(b) == 6)
+        assert _slices(grown) == 6 and grown["price_micros_per_hour"] == rate * 6 // 4
+        assert client.post(f"/v1/rentals/{second['id']}/stop", headers=headers).status_code == 200
+        whole = _until(client, elastic["id"], headers, lambda b: _slices(b) == 8)
+        assert _slices(whole) == 8 and whole["price_micros_per_hour"] == rate * 2
+
+        assert client.post(f"/v1/rentals/{elastic['id']}/stop", headers=headers).status_code == 200
+        rigid, third = rent({"gpus": 4}), rent({"gpus": 2})
+        asked = client.patch(f"/v1/rentals/{rigid['id']}", json={"gpus": 8}, headers=headers)
+        assert asked.status_code == 200, asked.text
+        scheduler_cycles(client)
+        waiting = client.get(f"/v1/rentals/{rigid['id']}", headers=headers).json()
+        assert _slices(waiting) == 4  # 2 are free on its node, not the 4 it lacks
+        assert any(e["kind"] == "growing" for e in waiting["events"]), waiting["events"]
+        assert client.post(f"/v1/rentals/{third['id']}/stop", headers=headers).status_code == 200
+        assert _slices(_until(client, rigid["id"], headers, lambda b: _slices(b) == 8)) == 8

@@ -2,9 +2,11 @@
 the cycle left free (a resized rental does not jump ahead of pending rentals).
 
 * A new GPU count per node comes first: fewer are given back at once (`elastic.shrink`); more are taken only
-  where every node of the rental has them free, all or nothing (`elastic.grow`). The rental's allocations are
-  replaced by new rows, so its agents see new slices and restart the workload with them.
-* Then more nodes, nearest its own (`elastic.grow`), of its new per-node shape: a gang never mixes sizes.
+  where every node of the rental has them free, all or nothing (`elastic.grow`), except that an elastic
+  rental (`min_gpus`) takes as many of them as are free and grows again as more free. The rental's
+  allocations are replaced by new rows, so its agents see new slices and restart the workload with them.
+* Then more nodes, nearest its own (`elastic.grow`), of its new per-node shape: a gang never mixes sizes. All
+  of them at once, or for an elastic gang as many as fit.
 * A growth fits within its tenant's limits and leaves what contracts hold for others (`app/growth.py`); while
   it cannot, the rental keeps what it holds and an event says why, once. The rate follows its GPUs
   (`follow_size`).
@@ -87,10 +89,15 @@ class Resizer:
         extra = rental.spec.nodes - have
         if extra <= 0:
             return 0
-        more = replace(running.request, id=f"{rental.id}+nodes", node_count=extra)
         per_node = per_node_gpus(running.placement.nodes)
-        price = added_price(uow, rental, (have, per_node), (have + extra, per_node), now)
-        outcome = self._grow(rental, running, more, price, now, extra_nodes=extra)
+        outcome: Placement | Pending | None = None
+        for step in _steps(rental, extra):  # an elastic gang takes as many of the nodes as fit
+            more = replace(running.request, id=f"{rental.id}+nodes", node_count=step)
+            price = added_price(uow, rental, (have, per_node), (have + step, per_node), now)
+            outcome = self._grow(rental, running, more, price, now, extra_nodes=step)
+            if isinstance(outcome, Placement):
+                break
+        assert outcome is not None
         if isinstance(outcome, Pending):
             _waiting(uow, rental, f"to grow by {extra} nodes", outcome, now)
             return 0
@@ -112,10 +119,16 @@ class Resizer:
             kept, _ = shrink(self.snapshot, running.placement, fewer_gpus_per_node=have - wanted)
             nodes = kept.nodes
         else:
-            more = replace(held, id=f"{rental.id}+gpus", shape=WholeGpus(wanted - have))
             nodes_held = len(running.placement.nodes)
-            price = added_price(uow, rental, (nodes_held, have), (nodes_held, wanted), now)
-            outcome = self._grow(rental, running, more, price, now, extra_gpus_per_node=wanted - have)
+            outcome: Placement | Pending | None = None
+            for step in _steps(rental, wanted - have):  # an elastic rental takes as many as are free
+                more = replace(held, id=f"{rental.id}+gpus", shape=WholeGpus(step))
+                price = added_price(uow, rental, (nodes_held, have), (nodes_held, have + step), now)
+                outcome = self._grow(rental, running, more, price, now, extra_gpus_per_node=step)
+                if isinstance(outcome, Placement):
+                    wanted = have + step
+                    break
+            assert outcome is not None
             if isinstance(outcome, Pending):
                 return outcome
             added = {a.node: a for a in outcome.nodes}
@@ -158,6 +171,12 @@ class Resizer:
         allocation_ids = uow.rentals.book(rental_id, nodes, rows, at=now, extend=True)
         self.held.update(zip(allocation_ids, nodes, strict=True))
         self.owner.update((i, rental_id) for i in allocation_ids)
+
+
+def _steps(rental: Rental, missing: int) -> range:
+    """The growths to try, largest first: all that is missing, or for an elastic rental (`min_gpus`: it
+    runs on fewer than it asks) any part of it, so it grows as capacity frees, as the simulator's jobs do."""
+    return range(missing, 0, -1) if rental.spec.min_gpus is not None else range(missing, missing - 1, -1)
 
 
 def _waiting(uow: UnitOfWork, rental: Rental, what: str, why: Pending, now: datetime) -> None:
