@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from test_queueing import EASY, POLICY, job, reasons, run, snapshot_of
+from test_queueing import CONSERVATIVE, EASY, POLICY, job, reasons, run, snapshot_of
 
 from suanli.domain.elastic_start import Drain, full_gpus, grow_toward_size, smaller_sizes
 from suanli.domain.errors import RequestError
@@ -188,3 +188,35 @@ def test_spot_does_not_grow_while_a_higher_tier_waits_for_capacity():
     assert grown.request_id == "spot" and grown.gpus == 2
     quiet = admit(snapshot_of(1, 8), [], [], POLICY, 10, config)
     assert not quiet.spot_yields
+
+
+@pytest.mark.parametrize(("declared_s", "starts"), [(5_000, True), (15_000, False)])
+def test_under_the_conservative_queue_an_elastic_start_keeps_off_every_booking_it_would_outlast(
+    declared_s: float, starts: bool
+):
+    """Three 8-GPU nodes: n0 busy until 1,000, 4 GPUs of n1 until 20,000, n2 until 40,000. A three-node
+    gang is booked first (at 40,000, the head), a two-node one at 20,000 on n0 and n1. An elastic 8-GPU
+    request may start on n1's 4 free GPUs only if it ends (at half speed, twice its declared time) before
+    the second booking: the head's start alone would let the longer one in, and delay that booking."""
+    config = replace(CONSERVATIVE, elastic_start=True)
+    snap = snapshot_of(3, 8)
+    with snap.cordoned({"n1", "n2"}):
+        old = run(snap, job("old", 8, 0, 1_000), 0)
+    with snap.cordoned({"n0", "n2"}):
+        half = run(snap, job("half", 4, 0, 20_000), 0)
+    with snap.cordoned({"n0", "n1"}):
+        busy = run(snap, job("busy", 8, 0, 40_000), 0)
+    queue = [
+        job("head", 8, 1, 3_600, nodes=3),
+        job("second", 8, 2, 3_600, nodes=2),
+        job("elastic", 8, 3, declared_s, min_gpus=2),
+    ]
+    decision = admit(snap, queue, [old, half, busy], POLICY, 10, config)
+    booked = {b.request_id: (b.start_s, set(b.nodes)) for b in decision.bookings}
+    assert booked["head"][0] == 40_000 and booked["second"] == (20_000, {"n0", "n1"})
+    if starts:
+        (placement,) = decision.placements
+        assert (placement.request_id, placement.gpus, placement.nodes[0].node) == ("elastic", 4, "n1")
+        assert "elastic" not in booked  # it started: no booking left for it
+    else:
+        assert decision.placements == () and "elastic" in booked

@@ -134,12 +134,14 @@ GREEDY_QUEUE = QueueConfig(
 
 # The server's `SUANLI_QUEUE=conservative`: tier, spot bid, weighted fair share, then age, with Slurm's
 # conservative backfill, so every pending rental (up to the depth) has a start no later rental can delay;
-# spot does not start while a higher tier waits; lower tiers are preempted with notice.
+# spot does not start while a higher tier waits; lower tiers are preempted with notice; a rental that declares
+# a least size starts smaller off every booking it would outlast.
 BOOKED_QUEUE = QueueConfig(
     mode=Mode.CONSERVATIVE,
     order=Order.PRIORITY,
     preemption=PreemptionConfig(),
     spot_yields=True,
+    elastic_start=True,  # off every booking it would outlast: the bookings stay promises
 )
 
 

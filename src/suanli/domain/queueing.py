@@ -61,7 +61,7 @@ from suanli.domain.contracts import (
     pool_gpus,
     pools_of,
 )
-from suanli.domain.elastic_start import smaller_sizes
+from suanli.domain.elastic_start import Drain, smaller_sizes
 from suanli.domain.fair_share import FairShare
 from suanli.domain.long_jobs import LongJobBudget, Room
 from suanli.domain.plan import NEVER_FITS, Pending, Placement, Reason
@@ -516,7 +516,9 @@ class _Cycle(BackfillPhase):
         fit even at its least size may be: it starts small as soon as its least size frees."""
         started = {p.request_id for p in self.placements}
         head = next((r for r in ordered if r.id == self.head), None)
-        guard = head is not None and head.min_gpus is None  # an elastic head gave up its guarantee
+        # an elastic head gave up its guarantee; under the conservative queue the bookings are what is kept
+        # (`_start_smaller`), and a request with no booking holds nothing back, as in the plan itself
+        guard = head is not None and head.min_gpus is None and self.config.mode is not Mode.CONSERVATIVE
         if guard and not self.reserved_nodes:
             return  # no reservation was made (nothing else could start whole): what it drains is unknown
         for request in ordered:
@@ -525,21 +527,26 @@ class _Cycle(BackfillPhase):
             if self.gated(request) or self.spot_held(request) or not self._start_smaller(request, guard):
                 continue
             self.pending = [p for p in self.pending if p.request_id != request.id]
+            self.bookings[:] = [b for b in self.bookings if b.request_id != request.id]  # it started
             if self.head == request.id:
                 self.head, self.head_start_s, self.reserved_nodes = None, None, set()
 
     def _start_smaller(self, request: Request, guard_head: bool = True) -> bool:
         """Place an elastic `request` at the largest size below its own that fits now (`smaller_sizes`),
         off nodes whose maintenance comes before its end and off the head's reserved nodes when it would
-        outlast the head's start; like a borrowed start, outside the long-job budget (it fills what the
-        cycle left free, and it grows toward its size rather than spreading)."""
+        outlast the head's start (under the conservative queue, off every booking it would outlast); like a
+        borrowed start, outside the long-job budget (it fills what the cycle left free, and it grows toward
+        its size rather than spreading)."""
         placed = len(self.placements)
         for smaller in smaller_sizes(request):
             avoid = self._maintenance_ahead(smaller)
-            if guard_head and self.head is not None and self.head != request.id and self.reserved_nodes:
-                declared = smaller.max_duration_s
-                if declared is None or self.head_start_s is None or self.now + declared > self.head_start_s:
-                    avoid = avoid | frozenset(self.reserved_nodes)
+            declared = smaller.max_duration_s
+            end_s = None if declared is None else self.now + declared
+            others = tuple((b.nodes, b.start_s) for b in self.bookings if b.request_id != request.id)
+            if others:  # the conservative queue: every booking is a promised start
+                avoid = avoid | Drain(others).keep_off(end_s)
+            elif guard_head and self.head is not None and self.head != request.id and self.reserved_nodes:
+                avoid = avoid | Drain.for_head(self.reserved_nodes, self.head_start_s).keep_off(end_s)
             with self.snapshot.cordoned(avoid):
                 self._fit(smaller, (fit_key(smaller), "elastic", avoid))
             if len(self.placements) > placed:
