@@ -83,6 +83,17 @@ def test_a_least_size_a_rental_cannot_have_is_refused_naming_the_field(
         assert "min_gpus" in refused.text and message in refused.text
 
 
+def _renter(client, headers: dict):
+    """Rent H100s with `body` and wait for the rental to reach `state` (placed, by default)."""
+
+    def rent(body: dict, state: str = "placed") -> dict:
+        created = client.post("/v1/rentals", json={**H100, **body}, headers=headers)
+        assert created.status_code == 201, created.text
+        return wait_for(client, created.json()["id"], headers, state)
+
+    return rent
+
+
 def _nodes_of(body: dict) -> set[str]:
     return {a["node"] for a in body["allocation"]}
 
@@ -100,10 +111,7 @@ def test_a_growth_keeps_off_a_waiting_rentals_planned_start_unless_it_ends_befor
     with app_client(database_url, queue=queue, meter_interval_s=3600, prepaid=False) as client:
         headers, _ = _tenant(client, "elastic-drain")
 
-        def rent(body: dict, state: str = "placed") -> dict:
-            created = client.post("/v1/rentals", json={**H100, **body}, headers=headers)
-            assert created.status_code == 201, created.text
-            return wait_for(client, created.json()["id"], headers, state)
+        rent = _renter(client, headers)
 
         long_ids = [rent({"gpus": 8, "max_duration_s": 36_000})["id"] for _ in range(5)]
         old = rent({"gpus": 8, "max_duration_s": 3600})
@@ -143,10 +151,7 @@ def test_under_the_conservative_queue_a_growth_keeps_off_every_booking_it_would_
     with app_client(database_url, queue="conservative", meter_interval_s=3600, prepaid=False) as client:
         headers, _ = _tenant(client, "elastic-bookings")
 
-        def rent(body: dict, state: str = "placed") -> dict:
-            created = client.post("/v1/rentals", json={**H100, **body}, headers=headers)
-            assert created.status_code == 201, created.text
-            return wait_for(client, created.json()["id"], headers, state)
+        rent = _renter(client, headers)
 
         long_ids = [rent({"gpus": 8, "max_duration_s": 36_000})["id"] for _ in range(5)]
         old = rent({"gpus": 8, "max_duration_s": 3600})
@@ -181,10 +186,7 @@ def test_an_elastic_rental_grows_by_what_frees_and_a_rigid_resize_waits_for_all_
     with app_client(database_url, queue="backfill", meter_interval_s=3600, prepaid=False) as client:
         headers, _ = _tenant(client, "elastic-steps")
 
-        def rent(body: dict) -> dict:
-            created = client.post("/v1/rentals", json={**H100, **body}, headers=headers)
-            assert created.status_code == 201, created.text
-            return wait_for(client, created.json()["id"], headers, "placed")
+        rent = _renter(client, headers)
 
         for _ in range(7):
             rent({"gpus": 8})
