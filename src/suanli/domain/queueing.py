@@ -36,7 +36,8 @@ With `QueueConfig.long_job_s`, requests declared longer than it keep within the 
 7. elastic starts (`QueueConfig.elastic_start`): a request that declares `min_gpus` and still waits starts,
    in order, at the largest smaller size that fits what is left (fewer GPUs on one node, fewer whole nodes
    of a gang; `elastic_start.py`): the head anywhere; the others off a rigid head's reserved nodes unless
-   they end before its start (so a head that cannot start smaller is never delayed). Like a borrowed start
+   they end before its start (so a head that cannot start smaller is never delayed), and under
+   `Mode.CONSERVATIVE` off every booking they would outlast (so every booking holds). Like a borrowed start
    it is outside the long-job budget. The caller grows it toward its size after admission as capacity
    frees (`grow_toward_size`; off a rigid head's drain unless it ends first), so a wide request runs on what
    is free instead of waiting for a drain.
