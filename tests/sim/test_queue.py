@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -382,6 +383,9 @@ def test_an_elastic_job_starts_on_what_is_free_at_that_share_of_its_speed_and_gr
     assert sorted(baseline.jct_s) == sorted(rigid.jct_s)  # a queue without elastic starts places it whole
     too_small = run_requests(fleet, [first, wide], true_s, "suanli", elastic=0.75)
     assert sorted(too_small.jct_s) == sorted(rigid.jct_s)  # 4 GPUs free are below its 6
+    restarted = run_requests(fleet, [first, wide], true_s, "suanli", elastic=0.5, resize_restart_s=100)
+    assert sorted(restarted.jct_s) == pytest.approx([10 * hour, 15 * hour - 0.5 + 100])  # its growth's
+    assert restarted.lost_gpu_s == pytest.approx(8 * 100)  # 8 GPUs restarting for 100 s
 
 
 def test_a_running_elastic_job_grows_after_what_waits_has_started_as_on_the_server():
@@ -417,6 +421,11 @@ def test_an_elastic_spot_job_is_trimmed_for_an_on_demand_one_rather_than_evicted
     assert (trimmed.trims, trimmed.preemptions, trimmed.lost_gpu_s) == (1, 0, 0)
     assert sorted(trimmed.jct_s) == pytest.approx([130.0, 1_050.0])
     assert trimmed.summary()["trims"] == 1
+    # each resize restarting for 50 s: 4 GPUs idle 130-180 s, then half speed to 230 s (25 s of work: 845
+    # left), 8 GPUs idle 230-280 s, and the rest at full speed
+    restarted = run_requests(fleet, [spot, on_demand], true_s, "suanli", elastic=0.5, resize_restart_s=50)
+    assert sorted(restarted.jct_s) == pytest.approx([130.0, 1_125.0])
+    assert restarted.lost_gpu_s == pytest.approx(4 * 50 + 8 * 50) and restarted.preemptions == 0
     evicted = run_requests(fleet, [spot, on_demand], true_s, "suanli")
     assert (evicted.trims, evicted.preemptions, evicted.lost_gpu_s) == (0, 1, 8 * 130)
     assert sorted(evicted.jct_s) == pytest.approx([130.0, 1_230.0])
@@ -470,3 +479,47 @@ def test_the_queue_command_says_when_jobs_are_elastic(trace: Path, tmp_path: Pat
     assert rigid.exit_code == 0 and json.loads(out.read_text())["elastic_jobs"].startswith("none")
     bad = CliRunner().invoke(app, [*args, "--elastic", "2"])
     assert bad.exit_code == 2 and "--elastic" in bad.output
+    restarting = CliRunner().invoke(app, [*args, "--elastic", "0.25", "--resize-restart-s", "300"])
+    assert restarting.exit_code == 0, restarting.output
+    assert "each resize restarting for 300 s" in json.loads(out.read_text())["elastic_jobs"]
+    lonely = CliRunner().invoke(app, [*args, "--resize-restart-s", "300"])
+    assert lonely.exit_code == 2 and "resize_restart_s" in lonely.output and "elastic" in lonely.output
+
+
+@pytest.mark.parametrize("seed", range(1, 9))
+@pytest.mark.parametrize("checkpoint", [False, True])
+def test_every_allocated_gpu_second_is_work_done_or_counted_lost(checkpoint: bool, seed: int):
+    """A random busy workload with every tier, elastic jobs trimmed, grown and evicted, each resize
+    restarting for 120 s: the GPU-seconds allocated over the replay are the jobs' work at full size plus
+    what was counted lost (reruns, restarts), never more or less, so no restart is missed or counted twice."""
+    from suanli.domain.request import Request, Tier, WholeGpus
+    from suanli.sim.itp import synthetic_fleet
+    from suanli.sim.queue import run_requests
+
+    rng = random.Random(seed)
+    requests, true_s = [], []
+    for n in range(120):
+        tier = rng.choice([Tier.ON_DEMAND, Tier.SPOT, Tier.SPOT, Tier.RESERVED])
+        nodes = rng.choice([1, 1, 1, 2])
+        gpus = 8 if nodes > 1 else rng.choice([1, 2, 4, 8])
+        run_s = float(rng.randint(200, 6_000))
+        bid = rng.randint(1, 10) * 100_000 if tier is Tier.SPOT else None
+        requests.append(
+            Request(
+                f"j{n:03d}",
+                WholeGpus(gpus),
+                node_count=nodes,
+                submitted_at_s=n * 90.0,
+                max_duration_s=2 * run_s,
+                tier=tier,
+                bid_micros_per_hour=bid,
+            )
+        )
+        true_s.append(run_s)
+    fleet = synthetic_fleet(4, 8)
+    result = run_requests(
+        fleet, requests, true_s, "suanli", elastic=0.25, checkpoint=checkpoint, resize_restart_s=120
+    )
+    assert len(result.jct_s) == len(requests) and result.preemptions + result.trims > 0
+    work = sum(r.shape.count * r.node_count * t for r, t in zip(requests, true_s, strict=True))
+    assert result.alloc_gpu_s_total == pytest.approx(work + result.lost_gpu_s, rel=1e-9)

@@ -135,6 +135,15 @@ ElasticOption = Annotated[
         "A model (the traces' jobs are rigid); policies with elastic starts (suanli) use it.",
     ),
 ]
+# `--resize-restart-s`: what each resize of an elastic job costs it (the server restarts its workload)
+ResizeRestartOption = Annotated[
+    float,
+    typer.Option(
+        min=0.0,
+        help="With --elastic: each resize (a growth, or a trim) restarts the job on its new GPUs, which make "
+        "no progress for this many seconds (counted as lost work). 0: resizes are free.",
+    ),
+]
 
 
 @sim_app.command("queue")
@@ -170,6 +179,7 @@ def queue(
         ),
     ] = False,
     elastic: ElasticOption = None,
+    resize_restart_s: ResizeRestartOption = 0.0,
     estimate: EstimateOption = "pow2h",
 ) -> None:
     """Replay a job trace with arrivals and departures in virtual time through the scheduler."""
@@ -187,6 +197,7 @@ def queue(
             seed=seed,
             checkpoint=checkpoint,
             elastic=elastic,
+            resize_restart_s=resize_restart_s,
         )
     except (ValueError, SuanliError, OSError) as error:
         console.print(error_text(str(error)))
@@ -233,6 +244,7 @@ def itp_check(
         ),
     ] = "suanli",
     elastic: ElasticOption = None,
+    resize_restart_s: ResizeRestartOption = 0.0,
 ) -> None:
     """Replay every ITP cluster at about 85% offered load under every policy; check suanli against each."""
     try:
@@ -248,6 +260,7 @@ def itp_check(
             checkpoint,
             candidate,
             elastic,
+            resize_restart_s,
         )
     except (ValueError, SuanliError, OSError) as error:
         console.print(error_text(str(error)))

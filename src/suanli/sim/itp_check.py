@@ -203,6 +203,7 @@ def check_cluster(
     checkpoint: bool = False,
     candidate: str = CANDIDATE,
     elastic: float | None = None,
+    resize_restart_s: float = 0.0,
 ) -> ClusterCheck:
     """Replay the ITP trace at `path` under each policy at its capacity (jobs declaring durations by
     `estimate`, and checkpointing with `checkpoint`: see `run_requests`), then `perturb_runs` times more
@@ -222,6 +223,7 @@ def check_cluster(
         checkpoint,
         candidate,
         elastic,
+        resize_restart_s,
     )
 
 
@@ -234,6 +236,7 @@ def check_parts(
     checkpoint: bool = False,
     candidate: str = CANDIDATE,
     elastic: float | None = None,
+    resize_restart_s: float = 0.0,
 ) -> list[ClusterCheck]:
     """The trace at `path` split into `parts` clusters of the same kind (`split_jobs`), each checked at its
     own capacity by the same rule: whether the verdict is the policy's or one trace's."""
@@ -249,6 +252,7 @@ def check_parts(
             checkpoint=checkpoint,
             candidate=candidate,
             elastic=elastic,
+            resize_restart_s=resize_restart_s,
         )
         for number, part in enumerate(split_jobs(read_itp_jobs(path), parts), start=1)
         if part
@@ -266,6 +270,7 @@ def check_jobs(
     checkpoint: bool = False,
     candidate: str = CANDIDATE,
     elastic: float | None = None,
+    resize_restart_s: float = 0.0,
 ) -> ClusterCheck:
     """`jobs` replayed under each policy at their capacity (see `check_cluster`), named `name`; `policies`
     defaults to the baselines and `candidate`."""
@@ -289,6 +294,7 @@ def check_jobs(
                 on_progress=on_policy(policy + suffix, end_s) if on_policy else None,
                 checkpoint=checkpoint,
                 elastic=elastic,
+                resize_restart_s=resize_restart_s,
             )
             for policy in policies
         }

@@ -285,6 +285,7 @@ def run_queue(
     checkpoint: bool = False,
     restart_s: float = RESTART_S,
     elastic: float | None = None,
+    resize_restart_s: float = 0.0,
 ) -> QueueResult:
     """Replay `jobs` on `fleet` under the named policy (`POLICIES`); deterministic for the same inputs."""
     started = time.perf_counter()
@@ -304,6 +305,7 @@ def run_queue(
         checkpoint=checkpoint,
         restart_s=restart_s,
         elastic=elastic,
+        resize_restart_s=resize_restart_s,
     )
 
 
@@ -359,6 +361,7 @@ def run_requests(
     checkpoint: bool = False,
     restart_s: float = RESTART_S,
     elastic: float | None = None,
+    resize_restart_s: float = 0.0,
 ) -> QueueResult:
     """Replay timed `requests` (each runs its true duration once started) under the named policy.
 
@@ -368,12 +371,18 @@ def run_requests(
     one whole GPU may start on that share of its GPUs (`Request.min_gpus`; a policy with
     `QueueConfig.elastic_start` uses it) and is grown toward its size after each cycle's admission (as the
     server's leader grows rentals), off a rigid blocked head's drain; it runs at the share of its GPUs it
-    holds of its full speed (linear scaling)."""
+    holds of its full speed (linear scaling), and each resize costs it `resize_restart_s` on its new GPUs
+    (counted as lost work; none by default: the model's resizes are free)."""
     config = POLICIES[policy_name]
     if elastic is not None:
         if not 0 < elastic <= 1:
             raise RequestError("the share an elastic job may start on is in (0, 1]", field="elastic")
         requests = [_elastic(r, elastic) for r in requests]
+    if resize_restart_s < 0 or (resize_restart_s > 0 and elastic is None):
+        raise RequestError(
+            "a resize's restart is >= 0 s, and only elastic jobs (--elastic) are resized",
+            field="resize_restart_s",
+        )
     started = time.perf_counter() if started is None else started
     snapshot = Snapshot(fleet, CATALOG)
     true_s = {r.id: max(d, 1.0) for r, d in zip(requests, true_durations_s, strict=True)}
@@ -404,6 +413,7 @@ def run_requests(
     run_left_s: dict[str, float] = {}  # with `elastic` and `checkpoint`: its work left when this run began
     run_began_s: dict[str, float] = {}
     held_gpu_s: dict[str, float] = {}
+    restarts = _Restarts(resize_restart_s)
     fair = FairShare(at_s=first_arrival)
     head: str | None = None
     reserved: tuple[str, ...] = ()
@@ -440,9 +450,12 @@ def run_requests(
                     snapshot.release(allocation)
                 for allocation in keeps.nodes:
                     snapshot.occupy(allocation)
-                running[request_id], end_s = _resized_run(
-                    job, keeps, by_id[request_id], now, true_s[request_id], work_left_s, held_gpu_s
+                running[request_id], end_s, wasted = _resized_run(
+                    job, keeps, by_id[request_id], now, true_s[request_id], work_left_s, held_gpu_s, restarts
                 )
+                result.lost_gpu_s += wasted
+                if now <= last_arrival:
+                    result.lost_gpu_s_arrivals += wasted
                 allocated -= job.gpus - keeps.gpus
                 held[job.request.tenant] -= job.gpus - keeps.gpus
                 result.trims += 1
@@ -462,6 +475,8 @@ def run_requests(
                 last_end = now
                 result.jct_s.append(now - job.request.submitted_at_s)
                 if elastic is not None:  # it ran slower while it held less than its size
+                    result.lost_gpu_s += restarts.wasted(job, now)  # its last resize's restart
+                    restarts.forget(request_id)
                     ran_s = now - run_began_s.pop(request_id) + lost_s.pop(request_id, 0.0)
                     work_left_s.pop(request_id, None)
                     held_gpu_s.pop(request_id, None)
@@ -475,10 +490,12 @@ def run_requests(
                 ran = now - job.started_at_s
                 if checkpoint and elastic is not None:  # saves the work it did, in full-speed seconds
                     full = by_id[request_id]
-                    work_now = work_left_s.pop(request_id) - ran * job.gpus / full_gpus(full)
+                    progress_s = max(now - restarts.productive_from(job), 0.0)
+                    work_now = work_left_s.pop(request_id) - progress_s * job.gpus / full_gpus(full)
                     saved = max(run_left_s.pop(request_id) - work_now - overhead_s, 0.0)
                     held_gpu_s_run = held_gpu_s.pop(request_id, 0.0) + job.gpus * ran
-                    result.lost_gpu_s += max(held_gpu_s_run - saved * full_gpus(full), 0.0)
+                    counted = restarts.forget(request_id)  # resize restarts already counted as lost
+                    result.lost_gpu_s += max(held_gpu_s_run - saved * full_gpus(full) - counted, 0.0)
                     lost_s[request_id] = lost_s.get(request_id, 0.0) + now - run_began_s.pop(request_id)
                     done_s[request_id] = done_s.get(request_id, 0.0) + saved
                     declared = full.max_duration_s
@@ -494,7 +511,8 @@ def run_requests(
                     queue[request_id] = replace(job.request, max_duration_s=left)
                 elif elastic is not None:
                     began = run_began_s.pop(request_id)
-                    result.lost_gpu_s += held_gpu_s.pop(request_id, 0.0) + job.gpus * ran
+                    counted = restarts.forget(request_id)  # resize restarts already counted as lost
+                    result.lost_gpu_s += held_gpu_s.pop(request_id, 0.0) + job.gpus * ran - counted
                     lost_s[request_id] = lost_s.get(request_id, 0.0) + now - began
                     work_left_s.pop(request_id, None)
                     queue[request_id] = by_id[request_id]
@@ -576,9 +594,12 @@ def run_requests(
                 job = running[part.request_id]
                 full = by_id[part.request_id]
                 merged = replace(job.placement, nodes=job.placement.nodes + part.nodes)
-                running[full.id], end_s = _resized_run(
-                    job, merged, full, now, true_s[full.id], work_left_s, held_gpu_s
+                running[full.id], end_s, wasted = _resized_run(
+                    job, merged, full, now, true_s[full.id], work_left_s, held_gpu_s, restarts
                 )
+                result.lost_gpu_s += wasted
+                if now <= last_arrival:
+                    result.lost_gpu_s_arrivals += wasted
                 allocated += part.gpus
                 held[full.tenant] += part.gpus
                 sequence += 1
@@ -624,6 +645,32 @@ def _elastic(request: Request, share: float) -> Request:
     return replace(request, min_gpus=max(1, math.ceil(share * gpus - 1e-9)))
 
 
+@dataclass
+class _Restarts:
+    """With `resize_restart_s`: each resize of a running elastic job (a growth, or a trim at its deadline)
+    restarts its workload on the new GPUs, which then hold it `restart_s` without progress (an elastic
+    launcher resuming from its checkpoint). Per job: when its current run's restart ends, and the GPU-seconds
+    restarts already counted as lost."""
+
+    restart_s: float = 0.0
+    until: dict[str, float] = field(default_factory=dict)
+    counted: dict[str, float] = field(default_factory=dict)
+
+    def productive_from(self, job: Running) -> float:
+        """When the current run of `job` began to make progress."""
+        return max(job.started_at_s, self.until.get(job.request.id, job.started_at_s))
+
+    def wasted(self, job: Running, now: float) -> float:
+        """The GPU-seconds the current run of `job` spent restarting, up to `now`."""
+        restarting_s = min(self.until.get(job.request.id, job.started_at_s), now) - job.started_at_s
+        return job.gpus * max(restarting_s, 0.0)
+
+    def forget(self, request_id: str) -> float:
+        """The job's run ended: the restart GPU-seconds already counted as lost (so not counted again)."""
+        self.until.pop(request_id, None)
+        return self.counted.pop(request_id, 0.0)
+
+
 def _resized_run(
     job: Running,
     placement: Placement,
@@ -632,16 +679,24 @@ def _resized_run(
     true_s: float,
     work_left_s: dict[str, float],
     held_gpu_s: dict[str, float],
-) -> tuple[Running, float]:
+    restarts: _Restarts,
+) -> tuple[Running, float, float]:
     """A running elastic job moved onto `placement` (grown or trimmed) now, the work it did at its old speed
-    counted; its new run and when it ends at its new speed."""
-    work_left_s[full.id] -= (now - job.started_at_s) * job.gpus / full_gpus(full)
+    counted; its new run, when it ends at its new speed (after a restart, with `restarts`), and the
+    GPU-seconds its old run spent restarting (lost)."""
+    work_left_s[full.id] -= max(now - restarts.productive_from(job), 0.0) * job.gpus / full_gpus(full)
     held_gpu_s[full.id] = held_gpu_s.get(full.id, 0.0) + job.gpus * (now - job.started_at_s)
+    wasted = restarts.wasted(job, now)
+    restarts.counted[full.id] = restarts.counted.get(full.id, 0.0) + wasted
     declared = full.max_duration_s
     declared_left = None if declared is None else declared - (true_s - work_left_s[full.id])
     speed = placement.gpus / full_gpus(full)
+    if declared_left is not None:  # the scheduler sees the restart too
+        declared_left += restarts.restart_s * speed
     run = _elastic_run(full, placement, now, declared_left, borrowed=job.borrowed)
-    return run, now + work_left_s[full.id] / speed
+    if restarts.restart_s > 0:
+        restarts.until[full.id] = now + restarts.restart_s
+    return run, now + restarts.restart_s + work_left_s[full.id] / speed, wasted
 
 
 def _elastic_run(

@@ -148,6 +148,7 @@ def queue_command(
     seed: int = 0,
     checkpoint: bool = False,
     elastic: float | None = None,
+    resize_restart_s: float = 0.0,
 ) -> list[QueueResult]:
     """`suanli sim queue`: replay `jobs` under each policy, print a table, write JSON and plots if asked."""
     names = list(POLICIES) if policies in (["all"], []) else policies
@@ -160,7 +161,7 @@ def queue_command(
     load = requests_load(requests, true_s, fleet.gpu_count)
     console.print(
         f"{len(requests)} {kind} on {len(fleet.nodes)} nodes / {fleet.gpu_count} GPUs: "
-        f"offered load {100 * load:.1f}%; {estimate.describe()}" + _elastic_text(elastic)
+        f"offered load {100 * load:.1f}%; {estimate.describe()}" + _elastic_text(elastic, resize_restart_s)
     )
     start = min((r.submitted_at_s for r in requests), default=0.0)
     end = max((r.submitted_at_s + d for r, d in zip(requests, true_s, strict=True)), default=1.0)
@@ -183,6 +184,7 @@ def queue_command(
                     on_progress=advance,
                     checkpoint=checkpoint,
                     elastic=elastic,
+                    resize_restart_s=resize_restart_s,
                 )
             )
     console.print(results_table(f"queueing replay: {jobs.name} on {fleet.gpu_count} GPUs", results))
@@ -208,7 +210,8 @@ def queue_command(
         "idle_scattered: elsewhere, on nodes where none of the waiting requests fits what is free",
         "workload": kind,
         "preempted_jobs": "save at the notice deadline and resume" if checkpoint else "run again in full",
-        "elastic_jobs": _elastic_text(elastic).removeprefix("; ") or "none: every job starts whole",
+        "elastic_jobs": _elastic_text(elastic, resize_restart_s).removeprefix("; ")
+        or "none: every job starts whole",
     }
     if json_path is not None:
         write_json(json_path, results, notes)
@@ -263,6 +266,7 @@ def itp_check_command(
     checkpoint: bool = False,
     candidate: str = CANDIDATE,
     elastic: float | None = None,
+    resize_restart_s: float = 0.0,
 ) -> list[ClusterCheck]:
     """`suanli sim itp-check`: each ITP cluster at its capacity under every policy, and the bar's verdict
     for `candidate` (`suanli`, or a variant measured the same way);
@@ -272,7 +276,11 @@ def itp_check_command(
         raise ValueError(f"--split {split_parts}: a trace splits into 2 parts or more (0: no split)")
     check_candidate(candidate)
     paths = cluster_paths(traces, clusters)
-    console.print(estimate.describe() + ("; jobs checkpoint" if checkpoint else "") + _elastic_text(elastic))
+    console.print(
+        estimate.describe()
+        + ("; jobs checkpoint" if checkpoint else "")
+        + _elastic_text(elastic, resize_restart_s)
+    )
     checks = []
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("day {task.completed:.0f}"))
     with Progress(*columns, TimeElapsedColumn(), console=console, transient=True) as progress:
@@ -291,6 +299,7 @@ def itp_check_command(
                 checkpoint=checkpoint,
                 candidate=candidate,
                 elastic=elastic,
+                resize_restart_s=resize_restart_s,
             )
             checks.append(check)
             _print_check(console, check)
@@ -303,6 +312,7 @@ def itp_check_command(
                     checkpoint=checkpoint,
                     candidate=candidate,
                     elastic=elastic,
+                    resize_restart_s=resize_restart_s,
                 )
                 checks.extend(parts)
                 for part in parts:
@@ -319,7 +329,8 @@ def itp_check_command(
             f"{RESTART_S:.0f} s; the bar counts useful_alloc_pct"
             if checkpoint
             else "none: a preempted job reruns in full",
-            "elastic_jobs": _elastic_text(elastic).removeprefix("; ") or "none: every job starts whole",
+            "elastic_jobs": _elastic_text(elastic, resize_restart_s).removeprefix("; ")
+            or "none: every job starts whole",
             "mean_alloc_window": "first to last arrival",
             "perturbed": "arrivals moved by a seeded uniform shift; each figure: mean, lowest, highest",
             "parts": "a cluster's jobs dealt into disjoint parts by a hash of job ids, each at its capacity",
@@ -398,11 +409,12 @@ def itp_verdict_table(checks: Sequence[ClusterCheck]) -> Table:
     return table
 
 
-def _elastic_text(elastic: float | None) -> str:
+def _elastic_text(elastic: float | None, resize_restart_s: float = 0.0) -> str:
     """How elastic the replay's jobs are, for the header and the JSON notes ("" when none is)."""
     if elastic is None:
         return ""
+    restarts = f"restarting for {resize_restart_s:.0f} s" if resize_restart_s > 0 else "free"
     return (
         f"; jobs of 2+ GPUs elastic: may start on {100 * elastic:.0f}% of their GPUs, grow toward their "
-        "size, and run at the share they hold of their speed"
+        f"size, and run at the share they hold of their speed, each resize {restarts}"
     )
