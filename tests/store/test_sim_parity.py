@@ -2,10 +2,12 @@
 moments on the example fleet, start at the same moments whether the leader's cycles decide (on SQLite and
 PostgreSQL, every rental's state read back from the database) or `sim.queue` does, under each of the
 server's queues (`SUANLI_QUEUE`: greedy, backfill, which is `sim`'s `suanli`, and conservative). A
-divergence (a phase one side runs and the other does not, a rental seen at another size or age) shows as a
-job that starts at another time; with this workload 47 to 55 of its 70 rentals start at other times under
-another queue. Rigid rentals only: the simulator runs an elastic job at the speed its GPUs give it and
-stretches its declared duration to match, where the server knows only the rental's time limit."""
+divergence (a phase one side runs and the other does not, a rental seen at another size, age or share)
+shows as a job that starts at another time: 46 to 64 of this workload's 70 rentals start at other times
+under another queue than the backfill one, and 53 to 62 when its two tenants are one (fair share orders
+them). Rigid on-demand rentals only: a preempted rental ends on the server and reruns in the simulator, and
+the simulator runs an elastic job at the speed its GPUs give it, stretching its declared duration to match,
+where the server knows only the rental's time limit."""
 
 from __future__ import annotations
 
@@ -41,8 +43,9 @@ class Clock:
 
 
 def _workload(seed: int, count: int) -> list[tuple[Rental, float]]:
-    """`count` H100 rentals (one to eight GPUs, or gangs of two to four whole nodes) arriving about every ten
-    minutes, more than the eight H100 nodes can take, each with its true run time; most declare a duration
+    """`count` H100 rentals of two tenants (one to eight GPUs, or gangs of two to four whole nodes) arriving
+    about every ten minutes, more than the eight H100 nodes can take, each with its true run time; most
+    declare a duration
     (the true one rounded up to a power of two hours, as `sim`'s pow2h), some none."""
     rng = random.Random(seed)
     rentals: list[tuple[Rental, float]] = []
@@ -55,7 +58,8 @@ def _workload(seed: int, count: int) -> list[tuple[Rental, float]]:
         declared = None if rng.random() < 0.15 else 3600 * 2 ** max(0, (int(true_s) - 1) // 3600).bit_length()
         spec = RentalSpec(gpu_model=H100, gpus=gpus, nodes=nodes, max_duration_s=declared)
         created = T0 + timedelta(seconds=at_s)
-        rentals.append((Rental(f"job-{n:03d}", "ten_a", "pending", spec, created), true_s))
+        tenant = rng.choice(("ten_a", "ten_a", "ten_b"))
+        rentals.append((Rental(f"job-{n:03d}", tenant, "pending", spec, created), true_s))
     return rentals
 
 
@@ -68,7 +72,8 @@ def _served(database_url: str, queue_name: str, workload: list[tuple[Rental, flo
     uow = unit_of_work_factory(engine)
     clock = Clock()
     with uow() as u:
-        u.tenants.add(Tenant("ten_a", "ten_a", "tenant", T0))
+        for tenant in ("ten_a", "ten_b"):
+            u.tenants.add(Tenant(tenant, tenant, "tenant", T0))
         u.fleet.put(FLEET, [], T0)
         u.commit()
     scheduler = Scheduler(uow, clock, CATALOG, FleetCache(CATALOG), "best-fit", 0, queue=POLICIES[queue_name])
