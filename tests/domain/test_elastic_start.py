@@ -220,3 +220,19 @@ def test_under_the_conservative_queue_an_elastic_start_keeps_off_every_booking_i
         assert "elastic" not in booked  # it started: no booking left for it
     else:
         assert decision.placements == () and "elastic" in booked
+
+
+def test_the_oldest_elastic_rental_grows_first_however_recently_it_was_resized():
+    """One 8-GPU node, two elastic rentals of 8 holding 3 each, 2 GPUs free. The one placed first takes
+    them, though it was resized more recently (its `started_at_s`): `started_s` says when each began."""
+    snap = snapshot_of(1, 8)
+    first = job("first", 8, 0, None, min_gpus=2)
+    second = job("second", 8, 1, None, min_gpus=2)
+    held_first = run(snap, replace(first, shape=WholeGpus(3)), 0)
+    held_second = run(snap, replace(second, shape=WholeGpus(3)), 0)
+    running = [Running(first, held_first.placement, 500), Running(second, held_second.placement, 100)]
+    (grown,) = grow_toward_size(snap, running, POLICY, started_s={"first": 0, "second": 100})
+    assert grown.request_id == "first" and grown.gpus == 2
+    snap.unplace(grown)
+    (by_last_resize,) = grow_toward_size(snap, running, POLICY)  # without: by `started_at_s`
+    assert by_last_resize.request_id == "second"

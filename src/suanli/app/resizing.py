@@ -66,7 +66,9 @@ class Resizer:
             if owner in wanted:
                 decided_on.setdefault(owner, set()).add(allocation_id)
         changed = 0
-        for running in resizing:
+        # the oldest rental first (as `grow_toward_size` grows the simulator's jobs) when several want the
+        # same free GPUs
+        for running in sorted(resizing, key=lambda r: (r.started_at_s, r.request.id)):
             rental = uow.rentals.get(running.request.id, lock=True)
             if rental is None or rental.state not in PREEMPTIBLE_STATES:
                 continue

@@ -10,7 +10,7 @@ drain (docs/queueing.md, "Elastic starts").
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from suanli.domain.elastic import grow
@@ -91,13 +91,16 @@ def grow_toward_size(
     policy: Policy,
     drain: Drain | None = None,
     spot_yields: bool = False,
+    started_s: Mapping[str, float] | None = None,
 ) -> list[Placement]:
-    """The parts added, on the snapshot, to running elastic rentals held below their size, oldest start
-    first: as many more GPUs on a one-node rental's node as are free there, as many more whole nodes near
-    a gang's as fit; off the nodes of `drain`'s planned starts that the rental would outlast, and none to
-    spot while `spot_yields` (a higher tier waits for capacity: it would take them back at once)."""
+    """The parts added, on the snapshot, to running elastic rentals held below their size, oldest first
+    (by `started_s`, when each began, where a rental's `started_at_s` is its last resize): as many more
+    GPUs on a one-node rental's node as are free there, as many more whole nodes near a gang's as fit; off
+    the nodes of `drain`'s planned starts that the rental would outlast, and none to spot while
+    `spot_yields` (a higher tier waits for capacity: it would take them back at once)."""
+    began = started_s or {}
     added: list[Placement] = []
-    for job in sorted(running, key=lambda r: (r.started_at_s, r.request.id)):
+    for job in sorted(running, key=lambda r: (began.get(r.request.id, r.started_at_s), r.request.id)):
         request = job.request
         missing = full_gpus(request) - round(job.gpus)
         if request.min_gpus is None or missing <= 0 or job.preempted_by is not None:

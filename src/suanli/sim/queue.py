@@ -587,7 +587,8 @@ def run_requests(
             # after admission, as the server's leader resizes (a running job does not jump ahead of what
             # waits), off a rigid blocked head's drain, and not onto GPUs promised to a preemptor
             holds = [part for promise in promised.values() for part in hold_promise(snapshot, promise)]
-            grown = grow_toward_size(snapshot, list(running.values()), policy, drain, spot_yields)
+            jobs = list(running.values())
+            grown = grow_toward_size(snapshot, jobs, policy, drain, spot_yields, run_began_s)
             for give_back, _ in reversed(holds):
                 give_back()
             for part in grown:
