@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import Engine
 
+from suanli.app.records import Tenant
 from suanli.store.db import MIGRATIONS, make_engine, migrate, unit_of_work_factory
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
+EXAMPLE_FLEET = (Path(__file__).resolve().parents[2] / "examples" / "fleet.toml").read_text()
 
 
 class SettableClock:
@@ -36,6 +39,16 @@ def store(database_url: str) -> Iterator[tuple[Engine, Any]]:
     migrate(engine)
     yield engine, unit_of_work_factory(engine)
     engine.dispose()
+
+
+def with_example_fleet(uow: Any, tenants: tuple[str, ...] = ("ten_a", "ten_b")) -> None:
+    """Store the example fleet and these tenants (each named as its id), as of T0: what a leader's cycles
+    run against."""
+    with uow() as u:
+        for tenant in tenants:
+            u.tenants.add(Tenant(tenant, tenant, "tenant", T0))
+        u.fleet.put(EXAMPLE_FLEET, [], T0)
+        u.commit()
 
 
 def downgrade(engine: Engine, revision: str) -> None:

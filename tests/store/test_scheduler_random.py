@@ -8,31 +8,20 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from datetime import datetime, timedelta
 
 import pytest
 
+from conftest import with_example_fleet
 from suanli.app.fleet import FleetCache
-from suanli.app.records import LIVE_STATES, Rental, RentalSpec, Tenant
+from suanli.app.records import LIVE_STATES, Rental, RentalSpec
 from suanli.app.rentals import follow_size, per_node_gpus
 from suanli.app.scheduling import Scheduler
 from suanli.domain.catalog_data import CATALOG
 from suanli.domain.queue_order import BOOKED_QUEUE, GREEDY_QUEUE, PLATFORM_QUEUE
 from suanli.domain.snapshot import Snapshot
-from suanli.store.db import make_engine, migrate, unit_of_work_factory
 
-FLEET = (Path(__file__).resolve().parents[2] / "examples" / "fleet.toml").read_text()
-T0 = datetime(2030, 1, 1, tzinfo=UTC)
 MIG = ("1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb")
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.at = T0
-
-    def now(self) -> datetime:
-        return self.at
 
 
 def _spec(rng: random.Random) -> RentalSpec:
@@ -57,16 +46,9 @@ def _free(snapshot: Snapshot) -> list[tuple]:
 
 
 @pytest.mark.parametrize("queue", [GREEDY_QUEUE, PLATFORM_QUEUE, BOOKED_QUEUE], ids=lambda q: q.mode.value)
-def test_random_cycles_keep_the_snapshot_and_the_database_in_step(database_url: str, queue) -> None:
-    engine = make_engine(database_url)
-    migrate(engine)
-    uow = unit_of_work_factory(engine)
-    clock = Clock()
-    with uow() as u:
-        for tenant in ("ten_a", "ten_b"):
-            u.tenants.add(Tenant(tenant, tenant, "tenant", T0))
-        u.fleet.put(FLEET, [], T0)
-        u.commit()
+def test_random_cycles_keep_the_snapshot_and_the_database_in_step(store, clock, queue) -> None:
+    engine, uow = store
+    with_example_fleet(uow)
     scheduler = Scheduler(
         uow, clock, CATALOG, FleetCache(CATALOG), "suanli", 0, queue=queue, notice_by_tier_s={"spot": 20}
     )

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import heapq
 import random
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from datetime import timedelta
 
 import pytest
 
+from conftest import EXAMPLE_FLEET, T0, with_example_fleet
 from suanli.app.fleet import FleetCache
-from suanli.app.records import Rental, RentalSpec, Tenant
+from suanli.app.records import Rental, RentalSpec
 from suanli.app.rentals import to_request
 from suanli.app.scheduling import Scheduler
 from suanli.domain.catalog_data import CATALOG
@@ -27,19 +27,8 @@ from suanli.domain.fleet_format import parse_fleet
 from suanli.domain.policies import BestFitPolicy
 from suanli.domain.queue_order import BOOKED_QUEUE, GREEDY_QUEUE, PLATFORM_QUEUE
 from suanli.sim.queue import POLICIES, run_requests
-from suanli.store.db import make_engine, migrate, unit_of_work_factory
 
-FLEET = (Path(__file__).resolve().parents[2] / "examples" / "fleet.toml").read_text()
-T0 = datetime(2030, 1, 1, tzinfo=UTC)
 H100 = "H100-SXM-80GB"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.at = T0
-
-    def now(self) -> datetime:
-        return self.at
 
 
 def _workload(seed: int, count: int) -> list[tuple[Rental, float]]:
@@ -63,19 +52,11 @@ def _workload(seed: int, count: int) -> list[tuple[Rental, float]]:
     return rentals
 
 
-def _served(database_url: str, queue_name: str, workload: list[tuple[Rental, float]]) -> dict[str, float]:
+def _served(uow, clock, queue_name: str, workload: list[tuple[Rental, float]]) -> dict[str, float]:
     """When each rental started (seconds from T0) under the leader's cycles: one cycle at each moment a
     rental arrives or ends, as the simulator runs one `admit` per event time; an ending rental is stopped and
     released as an API stop releases a rental whose workload never started."""
-    engine = make_engine(database_url)
-    migrate(engine)
-    uow = unit_of_work_factory(engine)
-    clock = Clock()
-    with uow() as u:
-        for tenant in ("ten_a", "ten_b"):
-            u.tenants.add(Tenant(tenant, tenant, "tenant", T0))
-        u.fleet.put(FLEET, [], T0)
-        u.commit()
+    with_example_fleet(uow)
     scheduler = Scheduler(uow, clock, CATALOG, FleetCache(CATALOG), "best-fit", 0, queue=POLICIES[queue_name])
     by_id = {rental.id: (rental, true_s) for rental, true_s in workload}
     events = [((r.created_at - T0).total_seconds(), 1, r.id) for r, _ in workload]
@@ -108,13 +89,13 @@ def _served(database_url: str, queue_name: str, workload: list[tuple[Rental, flo
     [("suanli", PLATFORM_QUEUE), ("greedy", GREEDY_QUEUE), ("conservative", BOOKED_QUEUE)],
 )
 def test_the_leader_and_the_simulator_start_every_rental_at_the_same_moment(
-    database_url: str, queue_name: str, server_queue
+    store, clock, queue_name: str, server_queue
 ) -> None:
     assert POLICIES[queue_name] is server_queue  # the server's queue, as `SUANLI_QUEUE` names it
     workload = _workload(seed=3, count=70)
-    served = _served(database_url, queue_name, workload)
+    served = _served(store[1], clock, queue_name, workload)
     requests = [to_request(rental) for rental, _ in workload]
-    fleet = parse_fleet(FLEET, source="examples/fleet.toml", catalog=CATALOG)
+    fleet = parse_fleet(EXAMPLE_FLEET, source="examples/fleet.toml", catalog=CATALOG)
     replayed = run_requests(
         fleet, requests, [t for _, t in workload], queue_name, placement=BestFitPolicy(seed=0)
     )

@@ -516,10 +516,12 @@ class Scheduler:
         still = [p for p in decision.pending if p.request_id not in waiting_on]
         requests = {r.id: r for r in queue}
         head = requests.get(self.head or "")
-        rigid_head = head is not None and head.min_gpus is None and drained
-        self.drain = Drain.for_head(drained, self.head_start_s) if rigid_head else None
         if decision.bookings:  # the conservative queue: every booking is a promised start
             self.drain = Drain.for_bookings(decision.bookings)
+        elif head is not None and head.min_gpus is None and drained:  # backfill: a rigid head's drain
+            self.drain = Drain.for_head(drained, self.head_start_s)
+        else:
+            self.drain = None
         waiting = [requests[p.request_id] for p in still if p.reason in WAITING_FOR_CAPACITY]
         self.scattered_gpus = scattered_gpus(self.snapshot, waiting, self.reserved)
         return decision.placements, still, decision.preemptions
