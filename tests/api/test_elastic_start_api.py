@@ -62,6 +62,33 @@ def test_an_elastic_rental_starts_on_what_is_free_pays_for_it_and_grows_when_mor
         assert any(e["kind"] == "resized" for e in grown["events"]), grown["events"]
 
 
+def test_an_elastic_rentals_time_limit_is_for_its_full_size_and_moves_with_its_speed(
+    database_url: str,
+) -> None:
+    """An elastic rental declares its max duration for its full size, as the simulator runs it: started on
+    half its GPUs it is stopped twice as late, and grown to its size at `t` what is left runs twice as
+    fast (a rigid rental's limit is its max duration after placement: test_time_limits_api.py)."""
+    with app_client(database_url, meter_interval_s=3600, prepaid=False) as client:
+        headers, _ = _tenant(client, "elastic-limit")
+        four = _fill_all_but_four(client, headers)
+        created = client.post(
+            "/v1/rentals", json={**H100, "gpus": 8, "min_gpus": 4, "max_duration_s": 3600}, headers=headers
+        )
+        assert created.status_code == 201, created.text
+        elastic = created.json()["id"]
+        body = wait_for(client, elastic, headers, "placed")
+        placed_at = datetime.fromisoformat(next(e["at"] for e in body["events"] if e["kind"] == "placed"))
+        assert datetime.fromisoformat(body["time_limit_at"]) == placed_at + timedelta(hours=2)
+
+        assert client.post(f"/v1/rentals/{four}/stop", headers=headers).status_code == 200
+        grown = _until(
+            client, elastic, headers, lambda b: sum(len(a["slices"]) for a in b["allocation"]) == 8
+        )
+        grown_at = datetime.fromisoformat(next(e["at"] for e in grown["events"] if e["kind"] == "resized"))
+        left = placed_at + timedelta(hours=2) - grown_at
+        assert datetime.fromisoformat(grown["time_limit_at"]) == grown_at + left / 2
+
+
 @pytest.mark.parametrize(
     ("body", "message"),
     [

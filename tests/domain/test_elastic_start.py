@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 from test_queueing import CONSERVATIVE, EASY, POLICY, job, reasons, run, snapshot_of
 
-from suanli.domain.elastic_start import Drain, full_gpus, grow_toward_size, smaller_sizes
+from suanli.domain.elastic_start import Drain, at_size, full_gpus, grow_toward_size, smaller_sizes
 from suanli.domain.errors import RequestError
 from suanli.domain.plan import Placement, Reason
 from suanli.domain.preemption import PreemptionConfig, Running
@@ -29,6 +29,15 @@ def test_a_one_node_request_shrinks_in_gpus_and_a_gang_in_whole_nodes_each_decla
     ]
     assert list(smaller_sizes(job("rigid", 8, 0, 3600))) == []
     assert full_gpus(gang) == 32 and {r.id for r in smaller_sizes(gang)} == {"gang"}
+
+
+def test_an_elastic_request_on_fewer_gpus_declares_a_run_as_much_longer_and_a_rigid_one_keeps_its_own():
+    gang = job("gang", 8, 0, 3600, nodes=4, min_gpus=8)
+    assert at_size(gang, 8).max_duration_s == 3600 * 4
+    assert at_size(gang, 24).max_duration_s == 3600 * 32 / 24
+    assert at_size(gang, 32) == gang == at_size(gang, 40)  # at its size (or more): as declared
+    assert at_size(job("rigid", 8, 0, 3600), 4).max_duration_s == 3600  # its time limit is wall-clock
+    assert at_size(job("open", 8, 0, None, min_gpus=2), 4).max_duration_s is None
 
 
 @pytest.mark.parametrize(

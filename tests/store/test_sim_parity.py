@@ -5,13 +5,15 @@ server's queues (`SUANLI_QUEUE`: greedy, backfill, which is `sim`'s `suanli`, an
 divergence (a phase one side runs and the other does not, a rental seen at another size, age or share)
 shows as a job that starts at another time: 46 to 64 of this workload's 70 rentals start at other times
 under another queue than the backfill one, and 53 to 62 when its two tenants are one (fair share orders
-them). Rigid on-demand rentals only: a preempted rental ends on the server and reruns in the simulator, and
-the simulator runs an elastic job at the speed its GPUs give it, stretching its declared duration to match,
-where the server knows only the rental's time limit."""
+them). Elastic rentals too: the leader starts them smaller and grows them as the simulator does, and
+both stretch an elastic rental's declared duration by the speed it runs at (on the server, its time limit);
+41 (backfill) and 59 (greedy) of 70 start at other times when the leader keeps the unstretched limit.
+On-demand rentals only: a preempted rental ends on the server and reruns in the simulator."""
 
 from __future__ import annotations
 
 import heapq
+import math
 import random
 from datetime import timedelta
 
@@ -31,11 +33,12 @@ from suanli.sim.queue import POLICIES, run_requests
 H100 = "H100-SXM-80GB"
 
 
-def _workload(seed: int, count: int) -> list[tuple[Rental, float]]:
+def _workload(seed: int, count: int, least_share: float | None = None) -> list[tuple[Rental, float]]:
     """`count` H100 rentals of two tenants (one to eight GPUs, or gangs of two to four whole nodes) arriving
     about every ten minutes, more than the eight H100 nodes can take, each with its true run time; most
-    declare a duration
-    (the true one rounded up to a power of two hours, as `sim`'s pow2h), some none."""
+    declare a duration (the true one rounded up to a power of two hours, as `sim`'s pow2h), some none.
+    With `least_share`, those of two GPUs or more may start on that share of them (`min_gpus`, as `sim
+    --elastic` makes its jobs)."""
     rng = random.Random(seed)
     rentals: list[tuple[Rental, float]] = []
     at_s = 0
@@ -45,7 +48,10 @@ def _workload(seed: int, count: int) -> list[tuple[Rental, float]]:
         gpus = 8 if nodes > 1 else rng.choice((1, 1, 2, 4, 8))
         true_s = float(rng.randint(300, 30_000))
         declared = None if rng.random() < 0.15 else 3600 * 2 ** max(0, (int(true_s) - 1) // 3600).bit_length()
-        spec = RentalSpec(gpu_model=H100, gpus=gpus, nodes=nodes, max_duration_s=declared)
+        least = None
+        if least_share is not None and gpus * nodes > 1:
+            least = max(1, math.ceil(least_share * gpus * nodes - 1e-9))
+        spec = RentalSpec(gpu_model=H100, gpus=gpus, nodes=nodes, max_duration_s=declared, min_gpus=least)
         created = T0 + timedelta(seconds=at_s)
         tenant = rng.choice(("ten_a", "ten_a", "ten_b"))
         rentals.append((Rental(f"job-{n:03d}", tenant, "pending", spec, created), true_s))
@@ -84,6 +90,59 @@ def _served(uow, clock, queue_name: str, workload: list[tuple[Rental, float]]) -
     return started
 
 
+def _served_elastic(
+    uow, clock, queue_name: str, workload: list[tuple[Rental, float]]
+) -> tuple[dict[str, float], int, int]:
+    """As `_served`, for elastic rentals: each has its true run time of work at its full size, done at the
+    share of its GPUs it holds (read back after every cycle, as the leader starts it smaller and grows it),
+    and is stopped when that work is done; with how many started smaller, and how many resizes there were."""
+    with_example_fleet(uow)
+    scheduler = Scheduler(uow, clock, CATALOG, FleetCache(CATALOG), "best-fit", 0, queue=POLICIES[queue_name])
+    by_id = {rental.id: (rental, true_s) for rental, true_s in workload}
+    events = [((r.created_at - T0).total_seconds(), 1, r.id, 0) for r, _ in workload]
+    heapq.heapify(events)
+    started: dict[str, float] = {}
+    work_left_s: dict[str, float] = {}
+    speed: dict[str, tuple[float, float]] = {}  # live rental -> (share of its full speed, since)
+    version: dict[str, int] = {}
+    smaller = resizes = 0
+    while events:
+        now_s = events[0][0]
+        clock.at = T0 + timedelta(seconds=now_s)
+        with uow() as u:
+            while events and events[0][0] == now_s:
+                _, kind, rental_id, stamp = heapq.heappop(events)
+                if kind == 1:
+                    u.rentals.add(by_id[rental_id][0])
+                elif stamp == version.get(rental_id):  # its work is done (a stale end is skipped)
+                    assert u.rentals.set_state(rental_id, "stopped", expect=("placed",), reason=None)
+                    u.rentals.release(rental_id, at=clock.now())
+                    del speed[rental_id]
+            u.commit()
+        report = scheduler.run_cycle()
+        assert not report.dropped
+        with uow() as u:
+            held = {rid: sum(a.gpus for a in nodes) for rid, nodes in u.rentals.live_allocations().items()}
+        for rental_id, gpus in held.items():
+            rental, true_s = by_id[rental_id]
+            now_speed = gpus / (rental.spec.gpus * rental.spec.nodes)
+            if rental_id not in started:
+                started[rental_id], work_left_s[rental_id] = now_s, true_s
+                smaller += now_speed < 1
+            elif speed[rental_id][0] == now_speed:
+                continue
+            else:
+                was, since = speed[rental_id]
+                work_left_s[rental_id] -= (now_s - since) * was
+                resizes += 1
+            speed[rental_id] = (now_speed, now_s)
+            version[rental_id] = version.get(rental_id, 0) + 1
+            heapq.heappush(
+                events, (now_s + work_left_s[rental_id] / now_speed, 0, rental_id, version[rental_id])
+            )
+    return started, smaller, resizes
+
+
 @pytest.mark.parametrize(
     ("queue_name", "server_queue"),
     [("suanli", PLATFORM_QUEUE), ("greedy", GREEDY_QUEUE), ("conservative", BOOKED_QUEUE)],
@@ -104,4 +163,24 @@ def test_the_leader_and_the_simulator_start_every_rental_at_the_same_moment(
     arrived = {rental.id: (rental.created_at - T0).total_seconds() for rental, _ in workload}
     waited = [rental_id for rental_id, at_s in served.items() if at_s > arrived[rental_id]]
     assert len(waited) > len(workload) // 3  # a queue built up: backfill and the head's drain were at work
+    assert simulated == pytest.approx(served)
+
+
+@pytest.mark.parametrize("queue_name", ["suanli", "greedy", "conservative"])
+def test_elastic_rentals_start_smaller_and_grow_at_the_same_moments_on_the_leader_and_in_the_simulator(
+    store, clock, queue_name: str
+) -> None:
+    """The same with rentals that may start on half their GPUs (`sim --elastic 0.5`): both sides start
+    them smaller, grow them as GPUs free (off a waiting rental's planned start), and stretch their declared
+    durations by the speed they run at."""
+    workload = _workload(seed=3, count=70, least_share=0.5)
+    served, smaller, resizes = _served_elastic(store[1], clock, queue_name, workload)
+    assert smaller >= 5 and resizes >= 5  # (25, 16 under suanli; 33, 15 greedy; 9, 6 conservative)
+    requests = [to_request(rental) for rental, _ in workload]
+    fleet = parse_fleet(EXAMPLE_FLEET, source="examples/fleet.toml", catalog=CATALOG)
+    replayed = run_requests(
+        fleet, requests, [t for _, t in workload], queue_name, placement=BestFitPolicy(seed=0), elastic=0.5
+    )
+    simulated = {rental_id: at_s - T0.timestamp() for rental_id, at_s in replayed.started_at_s.items()}
+    assert len(served) == len(workload)
     assert simulated == pytest.approx(served)

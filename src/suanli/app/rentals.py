@@ -37,6 +37,7 @@ from suanli.domain.billing.meter import DEFAULT_MINIMUM_S, PostedCharges
 from suanli.domain.billing.money import charge_micros, round_half_up
 from suanli.domain.billing.pricebook import resized_rate
 from suanli.domain.catalog import Catalog
+from suanli.domain.elastic_start import at_size
 from suanli.domain.errors import CatalogError, RequestError
 from suanli.domain.images import RUNS_IMAGES_LABEL, check_image
 from suanli.domain.plan import NodeAllocation, Reason
@@ -390,15 +391,27 @@ def follow_size(
     uow: UnitOfWork, rental: Rental, before: tuple[int, float], after: tuple[int, float], now: datetime
 ) -> None:
     """A live rental now `after` (nodes, GPUs per node) instead of `before` is re-priced at its new size
-    from `now` on (`resized_price`); the size is recorded for its invoice's GPU-seconds and energy."""
+    from `now` on (`resized_price`); the size is recorded for its invoice's GPU-seconds and energy, and an
+    elastic rental's time limit moves with its speed (the work left takes as many GPU-seconds)."""
     since = rental.placed_at or rental.created_at
     uow.rentals.record_size(rental.id, now, after, since=since, previous=before)
     rate = rental.price_micros_per_hour
     was, will = _milli(before), _milli(after)
+    limit = rental.time_limit_at
+    if rental.spec.min_gpus is not None and limit is not None and was > 0 and will > 0 and will != was:
+        # an elastic rental's limit is for its work at its full size: what is left of it runs at the new speed
+        uow.rentals.set_time_limit(rental.id, now + (limit - now) * (was / will))
     if rate is None or was <= 0 or will <= 0 or will == was:
         return
     new_rate, quote = resized_price(uow, rental, rate, was, will, now)
     uow.rentals.change_rate(rental.id, now, new_rate, since=since, previous=rate, quote=quote)
+
+
+def time_limit_s(rental: Rental, gpus: float) -> float | None:
+    """Seconds from `rental`'s placement on `gpus` GPUs to its time limit (None: it has none): its declared
+    max duration, which an elastic rental declares for its full size, so on fewer GPUs it is stretched in
+    proportion (`at_size`), as the simulator runs it; its resizes move it again (`follow_size`)."""
+    return at_size(to_request(rental), gpus).max_duration_s
 
 
 def _sized(rental: Rental) -> Request:
@@ -476,11 +489,15 @@ def stop_in(uow: UnitOfWork, rental: Rental, now: datetime, why: str, reason: st
 
 def stop_overdue(uow: UnitOfWork, now: datetime) -> list[str]:
     """Stop every placed, starting or running rental at or past its time limit (placement + its declared
-    max duration), as Slurm ends a job at its time limit: backfill and maintenance plans count on it."""
+    max duration, stretched for an elastic rental while it holds less than its size), as Slurm ends a job
+    at its time limit: backfill and maintenance plans count on it."""
     stopped = []
     for rental in uow.rentals.overdue(now):
         limit_s = rental.spec.max_duration_s
-        stop_in(uow, rental, now, f"at its max duration ({limit_s} s since placement)", TIME_LIMIT)
+        why = f"at its max duration ({limit_s} s since placement)"
+        if rental.spec.min_gpus is not None:
+            why = f"at its max duration ({limit_s} s at its full size, longer while it ran on fewer GPUs)"
+        stop_in(uow, rental, now, why, TIME_LIMIT)
         stopped.append(rental.id)
     return stopped
 

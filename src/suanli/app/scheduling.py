@@ -37,7 +37,7 @@ from suanli.app.records import (
     Trial,
     domain_contract,
 )
-from suanli.app.rentals import to_request
+from suanli.app.rentals import time_limit_s, to_request
 from suanli.app.resizing import Resizer
 from suanli.app.spot_repricing import (
     FloorCheck,
@@ -50,7 +50,7 @@ from suanli.app.spot_repricing import (
 from suanli.domain.capacity import FULL_MILLI
 from suanli.domain.catalog import Catalog
 from suanli.domain.contracts import Contract
-from suanli.domain.elastic_start import Drain, least_size
+from suanli.domain.elastic_start import Drain, at_size, least_size
 from suanli.domain.fair_share import FairShare
 from suanli.domain.inventory import Fleet
 from suanli.domain.plan import NodeAllocation, Pending, Placement, Reason
@@ -443,12 +443,15 @@ class Scheduler:
             deadline = rental.notice_deadline.timestamp() if rental.notice_deadline is not None else None
             asked = to_request(rental)
             held = held_request(asked, nodes[rental.id])
+            placed_at = rental.placed_at or rental.created_at
+            if rental.time_limit_at is not None:  # it ends there at the latest (an elastic one's moves)
+                held = replace(held, max_duration_s=(rental.time_limit_at - placed_at).total_seconds())
             if rental.preempted_by is None and wants_resize(rental, held):
                 wanted.add(rental.id)
             request = Running(
                 held,
                 Placement(rental.id, tuple(nodes[rental.id])),
-                (rental.placed_at or rental.created_at).timestamp(),
+                placed_at.timestamp(),
                 rental.preempted_by,
                 deadline,
                 rental.borrowed,
@@ -542,7 +545,9 @@ class Scheduler:
         head = by_id.get(self.head or "")
         if head is None:
             return None
-        started = [Running(by_id[p.request_id], p, now_s) for p in placed if p.request_id in by_id]
+        started = [
+            Running(at_size(by_id[p.request_id], p.gpus), p, now_s) for p in placed if p.request_id in by_id
+        ]
         found = reserve(
             self.snapshot,
             head,
@@ -587,7 +592,7 @@ class Scheduler:
         if changed:
             return self.live.unplace(placement)
         price, quoted = self._price(uow, rental, placement, now)
-        limit_s = rental.spec.max_duration_s
+        limit_s = time_limit_s(rental, placement.gpus)
         time_limit_at = None if limit_s is None else now + timedelta(seconds=limit_s)
         borrowed = rental.id in self.lent
         if not uow.rentals.mark_placed(

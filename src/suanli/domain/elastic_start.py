@@ -39,6 +39,15 @@ def least_size(request: Request) -> tuple[int, int] | None:
     return max(1, math.ceil(request.min_gpus / shape.count)), shape.count
 
 
+def at_size(request: Request, gpus: float) -> Request:
+    """`request` as it runs on `gpus` of its GPUs: an elastic one's declared duration, given for its full
+    size, stretched by how much slower it runs there (as many GPU-seconds at a lower speed)."""
+    full, declared = full_gpus(request), request.max_duration_s
+    if request.min_gpus is None or declared is None or full <= 0 or gpus <= 0 or gpus >= full:
+        return request
+    return replace(request, max_duration_s=declared * full / gpus)
+
+
 def smaller_sizes(request: Request) -> Iterator[Request]:
     """`request` at each size below its own down to its `min_gpus`, largest first (none if not elastic),
     each declaring the longer duration it runs at that size (as many GPU-seconds at a lower speed)."""
@@ -50,15 +59,8 @@ def smaller_sizes(request: Request) -> Iterator[Request]:
         sizes = [(count, 1) for count in range(shape.count - 1, least_gpus - 1, -1)]
     else:
         sizes = [(shape.count, nodes) for nodes in range(request.node_count - 1, least_nodes - 1, -1)]
-    full = full_gpus(request)
     for count, nodes in sizes:
-        declared = request.max_duration_s
-        yield replace(
-            request,
-            shape=WholeGpus(count),
-            node_count=nodes,
-            max_duration_s=None if declared is None else declared * full / (count * nodes),
-        )
+        yield replace(at_size(request, count * nodes), shape=WholeGpus(count), node_count=nodes)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from suanli.domain.catalog_data import CATALOG
-from suanli.domain.elastic_start import Drain, full_gpus, grow_toward_size, least_size
+from suanli.domain.elastic_start import Drain, full_gpus, grow_toward_size
 from suanli.domain.errors import RequestError
 from suanli.domain.fair_share import FairShare
 from suanli.domain.inventory import Fleet
@@ -41,6 +41,7 @@ from suanli.domain.request import Request, Tier, WholeGpus
 from suanli.domain.reservation import reserve
 from suanli.domain.scattered import scattered_gpus
 from suanli.domain.snapshot import Snapshot
+from suanli.sim.elastic_jobs import ElasticJobs, as_elastic
 from suanli.sim.itp import (
     DurationEstimate,
     TraceJob,
@@ -377,7 +378,7 @@ def run_requests(
     if elastic is not None:
         if not 0 < elastic <= 1:
             raise RequestError("the share an elastic job may start on is in (0, 1]", field="elastic")
-        requests = [_elastic(r, elastic) for r in requests]
+        requests = [as_elastic(r, elastic) for r in requests]
     if resize_restart_s < 0 or (resize_restart_s > 0 and elastic is None):
         raise RequestError(
             "a resize's restart is >= 0 s, and only elastic jobs (--elastic) are resized",
@@ -406,14 +407,8 @@ def run_requests(
     held: dict[str, float] = {}
     done_s: dict[str, float] = {}  # with `checkpoint`: seconds of its run a preempted job has saved
     lost_s: dict[str, float] = {}  # without: seconds a preempted job ran for nothing (not time in the queue)
-    # with `elastic`, of a running job: its full speed's seconds still to run as of its last start or
-    # growth (`Running.started_at_s`), when its run began, and the GPU-seconds it held before that growth
-    work_left_s: dict[str, float] = {}
+    jobs = ElasticJobs(resize_restart_s)  # with `elastic`: the running jobs' work left and resizes
     trimmed_to: dict[str, Placement] = {}  # an elastic victim under notice -> what it keeps at its deadline
-    run_left_s: dict[str, float] = {}  # with `elastic` and `checkpoint`: its work left when this run began
-    run_began_s: dict[str, float] = {}
-    held_gpu_s: dict[str, float] = {}
-    restarts = _Restarts(resize_restart_s)
     fair = FairShare(at_s=first_arrival)
     head: str | None = None
     reserved: tuple[str, ...] = ()
@@ -450,8 +445,8 @@ def run_requests(
                     snapshot.release(allocation)
                 for allocation in keeps.nodes:
                     snapshot.occupy(allocation)
-                running[request_id], end_s, wasted = _resized_run(
-                    job, keeps, by_id[request_id], now, true_s[request_id], work_left_s, held_gpu_s, restarts
+                running[request_id], end_s, wasted = jobs.resize(
+                    job, keeps, by_id[request_id], now, true_s[request_id]
                 )
                 result.lost_gpu_s += wasted
                 if now <= last_arrival:
@@ -475,12 +470,9 @@ def run_requests(
                 last_end = now
                 result.jct_s.append(now - job.request.submitted_at_s)
                 if elastic is not None:  # it ran slower while it held less than its size
-                    result.lost_gpu_s += restarts.wasted(job, now)  # its last resize's restart
-                    restarts.forget(request_id)
-                    ran_s = now - run_began_s.pop(request_id) + lost_s.pop(request_id, 0.0)
-                    work_left_s.pop(request_id, None)
-                    held_gpu_s.pop(request_id, None)
-                    run_left_s.pop(request_id, None)
+                    wasted, ran_s = jobs.end(job, now)  # (its last resize's restart)
+                    result.lost_gpu_s += wasted
+                    ran_s += lost_s.pop(request_id, 0.0)
                 else:
                     ran_s = true_s[request_id] + lost_s.pop(request_id, 0.0) + overhead_s
                 result.wait_s.append(now - job.request.submitted_at_s - ran_s)
@@ -490,13 +482,9 @@ def run_requests(
                 ran = now - job.started_at_s
                 if checkpoint and elastic is not None:  # saves the work it did, in full-speed seconds
                     full = by_id[request_id]
-                    progress_s = max(now - restarts.productive_from(job), 0.0)
-                    work_now = work_left_s.pop(request_id) - progress_s * job.gpus / full_gpus(full)
-                    saved = max(run_left_s.pop(request_id) - work_now - overhead_s, 0.0)
-                    held_gpu_s_run = held_gpu_s.pop(request_id, 0.0) + job.gpus * ran
-                    counted = restarts.forget(request_id)  # resize restarts already counted as lost
-                    result.lost_gpu_s += max(held_gpu_s_run - saved * full_gpus(full) - counted, 0.0)
-                    lost_s[request_id] = lost_s.get(request_id, 0.0) + now - run_began_s.pop(request_id)
+                    saved, lost_gpu_s, ran_s = jobs.saved(job, full, now, overhead_s)
+                    result.lost_gpu_s += lost_gpu_s
+                    lost_s[request_id] = lost_s.get(request_id, 0.0) + ran_s
                     done_s[request_id] = done_s.get(request_id, 0.0) + saved
                     declared = full.max_duration_s
                     left = None if declared is None else max(declared - done_s[request_id], 1.0) + restart_s
@@ -510,11 +498,9 @@ def run_requests(
                     left = None if declared is None else max(declared - done_s[request_id], 1.0) + restart_s
                     queue[request_id] = replace(job.request, max_duration_s=left)
                 elif elastic is not None:
-                    began = run_began_s.pop(request_id)
-                    counted = restarts.forget(request_id)  # resize restarts already counted as lost
-                    result.lost_gpu_s += held_gpu_s.pop(request_id, 0.0) + job.gpus * ran - counted
-                    lost_s[request_id] = lost_s.get(request_id, 0.0) + now - began
-                    work_left_s.pop(request_id, None)
+                    lost_gpu_s, ran_s = jobs.preempted(job, now)
+                    result.lost_gpu_s += lost_gpu_s
+                    lost_s[request_id] = lost_s.get(request_id, 0.0) + ran_s
                     queue[request_id] = by_id[request_id]
                 else:
                     result.lost_gpu_s += job.gpus * ran
@@ -554,14 +540,12 @@ def run_requests(
                 left_s = true_s[request.id] - done_s.get(request.id, 0.0)
                 if request.id in done_s:
                     left_s += restart_s
+                end_s = now + left_s
                 if elastic is not None:
-                    work_left_s[request.id], run_began_s[request.id] = left_s, now
-                    run_left_s[request.id] = left_s
-                    running[request.id] = _elastic_run(
-                        request, placement_, now, request.max_duration_s, borrowed=request.id in borrowed
+                    running[request.id], end_s = jobs.start(
+                        request, placement_, now, left_s, borrowed=request.id in borrowed
                     )
-                    left_s /= placement_.gpus / max(full_gpus(request), placement_.gpus, 1e-9)
-                heapq.heappush(events, (now + left_s, END, sequence, request.id, now))
+                heapq.heappush(events, (end_s, END, sequence, request.id, now))
             if elastic is not None and decision.bookings:
                 drain = Drain.for_bookings(decision.bookings)
             elif elastic is not None and head is not None and queue[head].min_gpus is None:
@@ -587,17 +571,16 @@ def run_requests(
             # after admission, as the server's leader resizes (a running job does not jump ahead of what
             # waits), off a rigid blocked head's drain, and not onto GPUs promised to a preemptor
             holds = [part for promise in promised.values() for part in hold_promise(snapshot, promise)]
-            jobs = list(running.values())
-            grown = grow_toward_size(snapshot, jobs, policy, drain, spot_yields, run_began_s)
+            grown = grow_toward_size(
+                snapshot, list(running.values()), policy, drain, spot_yields, jobs.run_began_s
+            )
             for give_back, _ in reversed(holds):
                 give_back()
             for part in grown:
                 job = running[part.request_id]
                 full = by_id[part.request_id]
                 merged = replace(job.placement, nodes=job.placement.nodes + part.nodes)
-                running[full.id], end_s, wasted = _resized_run(
-                    job, merged, full, now, true_s[full.id], work_left_s, held_gpu_s, restarts
-                )
+                running[full.id], end_s, wasted = jobs.resize(job, merged, full, now, true_s[full.id])
                 result.lost_gpu_s += wasted
                 if now <= last_arrival:
                     result.lost_gpu_s_arrivals += wasted
@@ -636,83 +619,3 @@ def _drain(
         return Drain.for_head(decision.reserved_nodes, decision.head_start_s)
     found = reserve(snapshot, head, running, policy, now, spare_free=config.spare_free)
     return None if found is None else Drain.for_head((a.node for a in found[1].nodes), found[0])
-
-
-def _elastic(request: Request, share: float) -> Request:
-    """`request` as an elastic job that may start on `share` of its GPUs (one whole GPU or more)."""
-    gpus = full_gpus(request)
-    if gpus <= 1:
-        return request
-    return replace(request, min_gpus=max(1, math.ceil(share * gpus - 1e-9)))
-
-
-@dataclass
-class _Restarts:
-    """With `resize_restart_s`: each resize of a running elastic job (a growth, or a trim at its deadline)
-    restarts its workload on the new GPUs, which then hold it `restart_s` without progress (an elastic
-    launcher resuming from its checkpoint). Per job: when its current run's restart ends, and the GPU-seconds
-    restarts already counted as lost."""
-
-    restart_s: float = 0.0
-    until: dict[str, float] = field(default_factory=dict)
-    counted: dict[str, float] = field(default_factory=dict)
-
-    def productive_from(self, job: Running) -> float:
-        """When the current run of `job` began to make progress."""
-        return max(job.started_at_s, self.until.get(job.request.id, job.started_at_s))
-
-    def wasted(self, job: Running, now: float) -> float:
-        """The GPU-seconds the current run of `job` spent restarting, up to `now`."""
-        restarting_s = min(self.until.get(job.request.id, job.started_at_s), now) - job.started_at_s
-        return job.gpus * max(restarting_s, 0.0)
-
-    def forget(self, request_id: str) -> float:
-        """The job's run ended: the restart GPU-seconds already counted as lost (so not counted again)."""
-        self.until.pop(request_id, None)
-        return self.counted.pop(request_id, 0.0)
-
-
-def _resized_run(
-    job: Running,
-    placement: Placement,
-    full: Request,
-    now: float,
-    true_s: float,
-    work_left_s: dict[str, float],
-    held_gpu_s: dict[str, float],
-    restarts: _Restarts,
-) -> tuple[Running, float, float]:
-    """A running elastic job moved onto `placement` (grown or trimmed) now, the work it did at its old speed
-    counted; its new run, when it ends at its new speed (after a restart, with `restarts`), and the
-    GPU-seconds its old run spent restarting (lost)."""
-    work_left_s[full.id] -= max(now - restarts.productive_from(job), 0.0) * job.gpus / full_gpus(full)
-    held_gpu_s[full.id] = held_gpu_s.get(full.id, 0.0) + job.gpus * (now - job.started_at_s)
-    wasted = restarts.wasted(job, now)
-    restarts.counted[full.id] = restarts.counted.get(full.id, 0.0) + wasted
-    declared = full.max_duration_s
-    declared_left = None if declared is None else declared - (true_s - work_left_s[full.id])
-    speed = placement.gpus / full_gpus(full)
-    if declared_left is not None:  # the scheduler sees the restart too
-        declared_left += restarts.restart_s * speed
-    run = _elastic_run(full, placement, now, declared_left, borrowed=job.borrowed)
-    if restarts.restart_s > 0:
-        restarts.until[full.id] = now + restarts.restart_s
-    return run, now + restarts.restart_s + work_left_s[full.id] / speed, wasted
-
-
-def _elastic_run(
-    request: Request,
-    placement: Placement,
-    now: float,
-    declared_left_s: float | None,
-    *,
-    borrowed: bool = False,
-) -> Running:
-    """A running elastic job as the scheduler sees it: what is left of its declared duration (given for its
-    full size) stretched by how much slower than full speed it runs now."""
-    speed = placement.gpus / max(full_gpus(request), placement.gpus, 1e-9)
-    least = least_size(request)
-    if declared_left_s is None:
-        return Running(request, placement, now, borrowed=borrowed, least=least)
-    stretched = replace(request, max_duration_s=max(declared_left_s, 60.0) / speed)
-    return Running(stretched, placement, now, borrowed=borrowed, least=least)

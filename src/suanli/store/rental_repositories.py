@@ -178,6 +178,14 @@ class SqlRentals(RentalMoneyReads):
         )
         return bool(result.rowcount)  # type: ignore[attr-defined]
 
+    def set_time_limit(self, rental_id: str, at: datetime) -> None:
+        """Move a live rental's time limit to `at` (one with none keeps none)."""
+        self.s.execute(
+            update(RentalRow)
+            .where(RentalRow.id == rental_id, RentalRow.time_limit_at.is_not(None))
+            .values(time_limit_at=at)
+        )
+
     def set_expected_start(
         self, rental_id: str, at: datetime | None, reserved_nodes: Sequence[str] = ()
     ) -> None:
