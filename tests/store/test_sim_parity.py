@@ -7,15 +7,18 @@ shows as a job that starts at another time: 46 to 64 of this workload's 70 renta
 under another queue than the backfill one, and 53 to 62 when its two tenants are one (fair share orders
 them). Elastic rentals too: the leader starts them smaller and grows them as the simulator does, and
 both stretch an elastic rental's declared duration by the speed it runs at (on the server, its time limit);
-41 (backfill) and 59 (greedy) of 70 start at other times when the leader keeps the unstretched limit.
-On-demand rentals only: a preempted rental ends on the server and reruns in the simulator."""
+41 (backfill) and 59 (greedy) of 70 start at other times when the leader keeps the unstretched limit. And
+spot rentals, preempted with notice by on-demand ones: the same victims at the same moments, each preempted
+whole submitted again at its deadline on the server (the simulator queues it again), an elastic one trimmed
+to what its preemptor leaves it."""
 
 from __future__ import annotations
 
 import heapq
 import math
 import random
-from datetime import timedelta
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -28,18 +31,23 @@ from suanli.domain.catalog_data import CATALOG
 from suanli.domain.fleet_format import parse_fleet
 from suanli.domain.policies import BestFitPolicy
 from suanli.domain.queue_order import BOOKED_QUEUE, GREEDY_QUEUE, PLATFORM_QUEUE
-from suanli.sim.queue import POLICIES, run_requests
+from suanli.sim.queue import POLICIES, SPOT_BID_MICROS, QueueResult, run_requests
 
 H100 = "H100-SXM-80GB"
+ENDS, DEADLINE, ARRIVES = 0, 1, 2  # event kinds, in the order the simulator handles them at one instant
 
 
-def _workload(seed: int, count: int, least_share: float | None = None) -> list[tuple[Rental, float]]:
+def _workload(
+    seed: int, count: int, least_share: float | None = None, spot_share: float = 0.0
+) -> list[tuple[Rental, float]]:
     """`count` H100 rentals of two tenants (one to eight GPUs, or gangs of two to four whole nodes) arriving
     about every ten minutes, more than the eight H100 nodes can take, each with its true run time; most
     declare a duration (the true one rounded up to a power of two hours, as `sim`'s pow2h), some none.
     With `least_share`, those of two GPUs or more may start on that share of them (`min_gpus`, as `sim
-    --elastic` makes its jobs)."""
+    --elastic` makes its jobs); `spot_share` of them are spot, bidding 0.5 to 3 dollars per GPU-hour (as
+    `sim --mix`), the rest on-demand."""
     rng = random.Random(seed)
+    tiers = random.Random(seed + 100)
     rentals: list[tuple[Rental, float]] = []
     at_s = 0
     for n in range(count):
@@ -52,95 +60,110 @@ def _workload(seed: int, count: int, least_share: float | None = None) -> list[t
         if least_share is not None and gpus * nodes > 1:
             least = max(1, math.ceil(least_share * gpus * nodes - 1e-9))
         spec = RentalSpec(gpu_model=H100, gpus=gpus, nodes=nodes, max_duration_s=declared, min_gpus=least)
+        if tiers.random() < spot_share:
+            spec = replace(spec, tier="spot", bid_micros_per_gpu_hour=tiers.randint(*SPOT_BID_MICROS))
         created = T0 + timedelta(seconds=at_s)
         tenant = rng.choice(("ten_a", "ten_a", "ten_b"))
         rentals.append((Rental(f"job-{n:03d}", tenant, "pending", spec, created), true_s))
     return rentals
 
 
-def _served(uow, clock, queue_name: str, workload: list[tuple[Rental, float]]) -> dict[str, float]:
-    """When each rental started (seconds from T0) under the leader's cycles: one cycle at each moment a
-    rental arrives or ends, as the simulator runs one `admit` per event time; an ending rental is stopped and
-    released as an API stop releases a rental whose workload never started."""
+@dataclass
+class Served:
+    """What the leader's cycles did with a workload: when each rental last started (seconds from T0), how
+    many started smaller than their size, how many resizes (growths and trims) and preemptions there were."""
+
+    started: dict[str, float] = field(default_factory=dict)
+    smaller: int = 0
+    resizes: int = 0
+    preemptions: int = 0
+
+
+def _served(uow, clock, queue_name: str, workload: list[tuple[Rental, float]]) -> Served:
+    """The workload under the leader's cycles: one cycle at each moment a rental arrives, ends, or reaches
+    its notice deadline, as the simulator runs one `admit` per event time. A rental does its true run time
+    of work at its full size, at the share of its GPUs it holds (read back after every cycle, as the leader
+    starts it smaller, grows it and trims it), and is then stopped and released as an API stop releases a
+    rental whose workload never started. A victim preempted whole is submitted again at its deadline (a new
+    rental, its place by age kept), as the simulator queues it again to run from scratch."""
     with_example_fleet(uow)
     scheduler = Scheduler(uow, clock, CATALOG, FleetCache(CATALOG), "best-fit", 0, queue=POLICIES[queue_name])
     by_id = {rental.id: (rental, true_s) for rental, true_s in workload}
-    events = [((r.created_at - T0).total_seconds(), 1, r.id) for r, _ in workload]
+    events = [((r.created_at - T0).total_seconds(), ARRIVES, r.id, 0) for r, _ in workload]
     heapq.heapify(events)
-    started: dict[str, float] = {}
+    served = Served()
+    live: dict[str, str] = {}  # job (arrived) -> the rental that runs it now (a resubmission's)
+    placed: set[str] = set()  # rentals seen placed
+    noticed: set[tuple[str, datetime | None]] = set()  # notices seen: (rental, deadline)
+    work_left_s: dict[str, float] = {}  # job -> full-speed seconds of work left as of `speed`'s since
+    speed: dict[str, tuple[float, float]] = {}  # job -> (share of its full speed, since)
+    version: dict[str, int] = {}  # job -> its current end event (an older one is stale)
     while events:
         now_s = events[0][0]
         clock.at = T0 + timedelta(seconds=now_s)
         with uow() as u:
             while events and events[0][0] == now_s:
-                _, kind, rental_id = heapq.heappop(events)
-                if kind == 1:
-                    u.rentals.add(by_id[rental_id][0])
-                    continue
-                assert u.rentals.set_state(rental_id, "stopped", expect=("placed",), reason=None)
-                u.rentals.release(rental_id, at=clock.now())
-            u.commit()
-        report = scheduler.run_cycle()
-        assert not report.dropped
-        with uow() as u:
-            placed = [r.id for r in u.rentals.list(None, 1000) if r.state == "placed" and r.id not in started]
-        for rental_id in placed:
-            started[rental_id] = now_s
-            heapq.heappush(events, (now_s + by_id[rental_id][1], 0, rental_id))
-    return started
-
-
-def _served_elastic(
-    uow, clock, queue_name: str, workload: list[tuple[Rental, float]]
-) -> tuple[dict[str, float], int, int]:
-    """As `_served`, for elastic rentals: each has its true run time of work at its full size, done at the
-    share of its GPUs it holds (read back after every cycle, as the leader starts it smaller and grows it),
-    and is stopped when that work is done; with how many started smaller, and how many resizes there were."""
-    with_example_fleet(uow)
-    scheduler = Scheduler(uow, clock, CATALOG, FleetCache(CATALOG), "best-fit", 0, queue=POLICIES[queue_name])
-    by_id = {rental.id: (rental, true_s) for rental, true_s in workload}
-    events = [((r.created_at - T0).total_seconds(), 1, r.id, 0) for r, _ in workload]
-    heapq.heapify(events)
-    started: dict[str, float] = {}
-    work_left_s: dict[str, float] = {}
-    speed: dict[str, tuple[float, float]] = {}  # live rental -> (share of its full speed, since)
-    version: dict[str, int] = {}
-    smaller = resizes = 0
-    while events:
-        now_s = events[0][0]
-        clock.at = T0 + timedelta(seconds=now_s)
-        with uow() as u:
-            while events and events[0][0] == now_s:
-                _, kind, rental_id, stamp = heapq.heappop(events)
-                if kind == 1:
-                    u.rentals.add(by_id[rental_id][0])
-                elif stamp == version.get(rental_id):  # its work is done (a stale end is skipped)
-                    assert u.rentals.set_state(rental_id, "stopped", expect=("placed",), reason=None)
-                    u.rentals.release(rental_id, at=clock.now())
-                    del speed[rental_id]
+                _, kind, job, stamp = heapq.heappop(events)
+                if kind == ARRIVES:
+                    u.rentals.add(by_id[job][0])
+                    live[job] = job
+                elif kind == ENDS and stamp == version.get(job):  # its work is done
+                    assert u.rentals.set_state(
+                        live[job], "stopped", expect=("placed", "preempting"), reason=None
+                    )
+                    u.rentals.release(live[job], at=clock.now())
+                    del speed[job]
+            for job, rental_id in list(live.items()):  # victims whose deadline is now go back to the queue
+                rental = u.rentals.get(rental_id)
+                assert rental is not None
+                due = rental.notice_deadline is not None and rental.notice_deadline <= clock.now()
+                if rental.state == "preempting" and due and rental.notice_keeps is None:
+                    live[job] = f"{job}~{served.preemptions}"  # sorts as the job did among the others
+                    u.rentals.add(replace(by_id[job][0], id=live[job]))
+                    version[job] = version.get(job, 0) + 1
+                    speed.pop(job, None)
+                    served.preemptions += 1
             u.commit()
         report = scheduler.run_cycle()
         assert not report.dropped
         with uow() as u:
             held = {rid: sum(a.gpus for a in nodes) for rid, nodes in u.rentals.live_allocations().items()}
-        for rental_id, gpus in held.items():
-            rental, true_s = by_id[rental_id]
-            now_speed = gpus / (rental.spec.gpus * rental.spec.nodes)
-            if rental_id not in started:
-                started[rental_id], work_left_s[rental_id] = now_s, true_s
-                smaller += now_speed < 1
-            elif speed[rental_id][0] == now_speed:
+            for job, rental_id in live.items():
+                rental = u.rentals.get(rental_id)
+                assert rental is not None and rental.state != "preempted"  # a victim was submitted again
+                if rental.state == "preempting" and (rental_id, rental.notice_deadline) not in noticed:
+                    noticed.add((rental_id, rental.notice_deadline))  # (a trimmed one may be noticed again)
+                    assert rental.notice_deadline is not None
+                    heapq.heappush(events, ((rental.notice_deadline - T0).total_seconds(), DEADLINE, job, 0))
+        for job, rental_id in live.items():
+            if rental_id not in held:
+                continue
+            spec = by_id[job][0].spec
+            now_speed = held[rental_id] / (spec.gpus * spec.nodes)
+            if rental_id not in placed:
+                placed.add(rental_id)
+                served.started[job], work_left_s[job] = now_s, by_id[job][1]
+                served.smaller += now_speed < 1
+            elif speed[job][0] == now_speed:
                 continue
             else:
-                was, since = speed[rental_id]
-                work_left_s[rental_id] -= (now_s - since) * was
-                resizes += 1
-            speed[rental_id] = (now_speed, now_s)
-            version[rental_id] = version.get(rental_id, 0) + 1
-            heapq.heappush(
-                events, (now_s + work_left_s[rental_id] / now_speed, 0, rental_id, version[rental_id])
-            )
-    return started, smaller, resizes
+                was, since = speed[job]
+                work_left_s[job] -= (now_s - since) * was
+                served.resizes += 1
+            speed[job] = (now_speed, now_s)
+            version[job] = version.get(job, 0) + 1
+            heapq.heappush(events, (now_s + work_left_s[job] / now_speed, ENDS, job, version[job]))
+    return served
+
+
+def _replayed(queue_name: str, workload: list[tuple[Rental, float]], **options) -> tuple[QueueResult, dict]:
+    """The workload replayed by the simulator, and when each job last started (seconds from T0)."""
+    requests = [to_request(rental) for rental, _ in workload]
+    fleet = parse_fleet(EXAMPLE_FLEET, source="examples/fleet.toml", catalog=CATALOG)
+    result = run_requests(
+        fleet, requests, [t for _, t in workload], queue_name, placement=BestFitPolicy(seed=0), **options
+    )
+    return result, {rental_id: at_s - T0.timestamp() for rental_id, at_s in result.started_at_s.items()}
 
 
 @pytest.mark.parametrize(
@@ -153,17 +176,12 @@ def test_the_leader_and_the_simulator_start_every_rental_at_the_same_moment(
     assert POLICIES[queue_name] is server_queue  # the server's queue, as `SUANLI_QUEUE` names it
     workload = _workload(seed=3, count=70)
     served = _served(store[1], clock, queue_name, workload)
-    requests = [to_request(rental) for rental, _ in workload]
-    fleet = parse_fleet(EXAMPLE_FLEET, source="examples/fleet.toml", catalog=CATALOG)
-    replayed = run_requests(
-        fleet, requests, [t for _, t in workload], queue_name, placement=BestFitPolicy(seed=0)
-    )
-    simulated = {rental_id: at_s - T0.timestamp() for rental_id, at_s in replayed.started_at_s.items()}
-    assert len(served) == len(workload)  # every rental started, and ended
+    _, simulated = _replayed(queue_name, workload)
+    assert len(served.started) == len(workload)  # every rental started, and ended
     arrived = {rental.id: (rental.created_at - T0).total_seconds() for rental, _ in workload}
-    waited = [rental_id for rental_id, at_s in served.items() if at_s > arrived[rental_id]]
+    waited = [rental_id for rental_id, at_s in served.started.items() if at_s > arrived[rental_id]]
     assert len(waited) > len(workload) // 3  # a queue built up: backfill and the head's drain were at work
-    assert simulated == pytest.approx(served)
+    assert simulated == pytest.approx(served.started)
 
 
 @pytest.mark.parametrize("queue_name", ["suanli", "greedy", "conservative"])
@@ -174,13 +192,29 @@ def test_elastic_rentals_start_smaller_and_grow_at_the_same_moments_on_the_leade
     them smaller, grow them as GPUs free (off a waiting rental's planned start), and stretch their declared
     durations by the speed they run at."""
     workload = _workload(seed=3, count=70, least_share=0.5)
-    served, smaller, resizes = _served_elastic(store[1], clock, queue_name, workload)
-    assert smaller >= 5 and resizes >= 5  # (25, 16 under suanli; 33, 15 greedy; 9, 6 conservative)
-    requests = [to_request(rental) for rental, _ in workload]
-    fleet = parse_fleet(EXAMPLE_FLEET, source="examples/fleet.toml", catalog=CATALOG)
-    replayed = run_requests(
-        fleet, requests, [t for _, t in workload], queue_name, placement=BestFitPolicy(seed=0), elastic=0.5
-    )
-    simulated = {rental_id: at_s - T0.timestamp() for rental_id, at_s in replayed.started_at_s.items()}
-    assert len(served) == len(workload)
-    assert simulated == pytest.approx(served)
+    served = _served(store[1], clock, queue_name, workload)
+    assert (
+        served.smaller >= 5 and served.resizes >= 5
+    )  # (25, 16 under suanli; 33, 15 greedy; 9, 6 conservative)
+    _, simulated = _replayed(queue_name, workload, elastic=0.5)
+    assert len(served.started) == len(workload)
+    assert simulated == pytest.approx(served.started)
+
+
+@pytest.mark.parametrize("least_share", [None, 0.5])
+@pytest.mark.parametrize("queue_name", ["suanli", "greedy", "conservative"])
+def test_spot_rentals_are_preempted_and_trimmed_at_the_same_moments_on_the_leader_and_in_the_simulator(
+    store, clock, queue_name: str, least_share: float | None
+) -> None:
+    """The same with 60% of the rentals spot: on-demand ones preempt them with notice, the same victims at
+    the same moments on both sides, and take their capacity at the deadline; a victim preempted whole runs
+    again from the start (on the server, submitted again), an elastic one is trimmed to what the preemptor
+    leaves it and runs on."""
+    workload = _workload(seed=4, count=70, least_share=least_share, spot_share=0.6)
+    served = _served(store[1], clock, queue_name, workload)
+    options = {} if least_share is None else {"elastic": least_share}
+    replayed, simulated = _replayed(queue_name, workload, **options)
+    # 10, 18 and 9 victims preempted whole (suanli, greedy, conservative); elastic, 8, 20 and 6, and 3, 3
+    # and 2 trimmed
+    assert served.preemptions >= 5 and (least_share is None or replayed.trims >= 1)
+    assert (served.preemptions, simulated) == (replayed.preemptions, pytest.approx(served.started))

@@ -18,6 +18,7 @@ from suanli.domain.contracts import (
     pool_gpus,
     pools_of,
 )
+from suanli.domain.elastic_start import at_size, full_gpus, least_size
 from suanli.domain.plan import NodeAllocation, Pending, Placement
 from suanli.domain.preemption import Running
 from suanli.domain.quotas import Limits
@@ -45,6 +46,22 @@ def held_request(request: Request, nodes: Sequence[NodeAllocation]) -> Request:
     if isinstance(shape, WholeGpus) and nodes[0].slices:
         shape = WholeGpus(len(nodes[0].slices))
     return replace(request, shape=shape, node_count=len(nodes), min_gpus=None)  # live: it grows by resizes
+
+
+def started_smaller(queue: Sequence[Request], placed: Sequence[Placement], now_s: float) -> list[Running]:
+    """This cycle's placements of elastic requests below their size, as live rentals to grow in the same
+    cycle (as the simulator grows every running job after admission): a rental placed on one GPU and
+    grown to two before its agent hears of it starts on two, with no restart."""
+    by_id = {r.id: r for r in queue}
+    started = []
+    for placement in placed:
+        request = by_id.get(placement.request_id)
+        if request is None or request.min_gpus is None or placement.gpus >= full_gpus(request):
+            continue
+        held = held_request(request, placement.nodes)  # its declared end at this size (`time_limit_s`)
+        held = replace(held, max_duration_s=at_size(request, placement.gpus).max_duration_s)
+        started.append(Running(held, placement, now_s, least=least_size(request)))
+    return started
 
 
 def wants_resize(rental: Rental, held: Request) -> bool:

@@ -140,7 +140,8 @@ class Resizer:
             del self.held[allocation_id], self.owner[allocation_id]
         self._book(uow, rental.id, nodes, now)
         follow_size(uow, rental, (len(nodes), have), (len(nodes), wanted), now)
-        message = f"now {wanted} GPUs on each of its {len(nodes)} nodes (was {have}); its workload restarts"
+        restarts = "" if rental.placed_at == now else "; its workload restarts"  # (placed in this cycle)
+        message = f"now {wanted} GPUs on each of its {len(nodes)} nodes (was {have}){restarts}"
         uow.rentals.add_event(rental.id, RentalEvent(now, "resized", None, message))
         placement = Placement(rental.id, nodes, running.placement.subtree)
         return replace(running, request=held_request(held, nodes), placement=placement)

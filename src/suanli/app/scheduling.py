@@ -22,7 +22,7 @@ from suanli.app.booking import bookings_for
 from suanli.app.downtime import notice_horizon_s
 from suanli.app.errors import BookingConflict
 from suanli.app.fleet import FleetCache
-from suanli.app.growth import Held, held_request, holding_after, wants_resize
+from suanli.app.growth import Held, held_request, holding_after, started_smaller, wants_resize
 from suanli.app.limits import cycle_limits
 from suanli.app.list_prices import list_price
 from suanli.app.live_snapshot import LiveSnapshot
@@ -505,6 +505,7 @@ class Scheduler:
         self.head, self.reserved = decision.head, decision.reserved_nodes
         self.lent = set(decision.borrowed)
         self.spot_yields = decision.spot_yields
+        self.resizing += started_smaller(queue, decision.placements, now_s)
         self.limits = None if gates is None else gates.limits
         self.holding = holding_after(running, queue, decision.placements) if self.resizing else []
         self.contracts = [] if gates is None else list(gates.contracts)
