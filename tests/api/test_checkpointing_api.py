@@ -5,12 +5,14 @@ drains, and the head takes them back with notice once it could start."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 
 import pytest
 from fastapi.testclient import TestClient
 from test_preemption_api import BID, _events, _rent
 
 from conftest import app_client, make_tenant, register_agent, wait_for
+from suanli.domain.preemption import RESUME_S
 
 NOTICE_S = 3.0
 
@@ -27,21 +29,36 @@ def backfill_client(database_url: str) -> Iterator[TestClient]:
         yield client
 
 
-def _saver(client: TestClient, headers: dict[str, str]) -> str:
+def _saver(client: TestClient, headers: dict[str, str], **spec) -> str:
     """A spot rental that checkpoints, on a whole H200 node: the first an on-demand one preempts."""
     return _rent(
-        client, headers, gpu_model="H200", gpus=8, tier="spot", bid_micros_per_gpu_hour=BID, checkpoints=True
+        client,
+        headers,
+        gpu_model="H200",
+        gpus=8,
+        tier="spot",
+        bid_micros_per_gpu_hour=BID,
+        checkpoints=True,
+        **spec,
     )
 
 
+def _at(body: dict, kind: str, nth: int = 0) -> datetime:
+    return datetime.fromisoformat(_events(body, kind)[nth]["at"])
+
+
 def test_a_preempted_rental_that_checkpoints_goes_back_to_the_queue_and_runs_again(client, tenant) -> None:
+    """Placed again, it declares what is left of its max duration, and a resumption's allowance: its work
+    until its deadline is saved (as the simulator resumes a checkpointed job)."""
     _, spot_tenant = tenant("saver")
     _, od_tenant = tenant("steady")
-    spot = _saver(client, spot_tenant)
+    spot = _saver(client, spot_tenant, max_duration_s=7200)
     first = wait_for(client, spot, spot_tenant, "placed")
     assert first["request"]["checkpoints"] is True and first["borrowed"] is False
     od = _rent(client, od_tenant, gpu_model="H200", gpus=8, tier="on_demand", max_duration_s=3600)
-    assert wait_for(client, spot, spot_tenant, "preempting")["state"] == "preempting"
+    noticed = wait_for(client, spot, spot_tenant, "preempting")
+    assert noticed["state"] == "preempting"
+    saved_at = datetime.fromisoformat(noticed["notice_deadline"])  # its run ends there at the latest
 
     assert wait_for(client, od, od_tenant, "placed")["state"] == "placed"
     requeued = client.get(f"/v1/rentals/{spot}", headers=spot_tenant).json()
@@ -54,6 +71,9 @@ def test_a_preempted_rental_that_checkpoints_goes_back_to_the_queue_and_runs_aga
     again = wait_for(client, spot, spot_tenant, "placed")
     assert again["state"] == "placed" and again["allocation"][0]["node"] == "h200-01"
     assert len(_events(again, "placed")) == 2
+    left = _at(again, "placed") + timedelta(seconds=7200) - min(saved_at, _at(again, "requeued"))
+    limit = _at(again, "placed", 1) + left + timedelta(seconds=RESUME_S)
+    assert datetime.fromisoformat(again["time_limit_at"]) == limit
 
 
 def test_a_rental_that_does_not_checkpoint_still_ends_when_preempted(client, tenant) -> None:

@@ -10,7 +10,10 @@ both stretch an elastic rental's declared duration by the speed it runs at (on t
 41 (backfill) and 59 (greedy) of 70 start at other times when the leader keeps the unstretched limit. And
 spot rentals, preempted with notice by on-demand ones: the same victims at the same moments, each preempted
 whole submitted again at its deadline on the server (the simulator queues it again), an elastic one trimmed
-to what its preemptor leaves it."""
+to what its preemptor leaves it. And rentals that checkpoint: lent idle GPUs and taken back, saving their
+work at the deadline and resuming with the rest, declaring what is left of their duration (3 of the 6
+replays diverge when the leader declares the whole duration again, and all 3 rigid ones when it requeues
+the victim after the cycle's decision rather than before)."""
 
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ from suanli.app.scheduling import Scheduler
 from suanli.domain.catalog_data import CATALOG
 from suanli.domain.fleet_format import parse_fleet
 from suanli.domain.policies import BestFitPolicy
+from suanli.domain.preemption import RESUME_S
 from suanli.domain.queue_order import BOOKED_QUEUE, GREEDY_QUEUE, PLATFORM_QUEUE
 from suanli.sim.queue import POLICIES, SPOT_BID_MICROS, QueueResult, run_requests
 
@@ -38,14 +42,18 @@ ENDS, DEADLINE, ARRIVES = 0, 1, 2  # event kinds, in the order the simulator han
 
 
 def _workload(
-    seed: int, count: int, least_share: float | None = None, spot_share: float = 0.0
+    seed: int,
+    count: int,
+    least_share: float | None = None,
+    spot_share: float = 0.0,
+    checkpoints: bool = False,
 ) -> list[tuple[Rental, float]]:
     """`count` H100 rentals of two tenants (one to eight GPUs, or gangs of two to four whole nodes) arriving
     about every ten minutes, more than the eight H100 nodes can take, each with its true run time; most
     declare a duration (the true one rounded up to a power of two hours, as `sim`'s pow2h), some none.
     With `least_share`, those of two GPUs or more may start on that share of them (`min_gpus`, as `sim
     --elastic` makes its jobs); `spot_share` of them are spot, bidding 0.5 to 3 dollars per GPU-hour (as
-    `sim --mix`), the rest on-demand."""
+    `sim --mix`), the rest on-demand; with `checkpoints`, every one checkpoints (as `sim --checkpoint`)."""
     rng = random.Random(seed)
     tiers = random.Random(seed + 100)
     rentals: list[tuple[Rental, float]] = []
@@ -59,7 +67,14 @@ def _workload(
         least = None
         if least_share is not None and gpus * nodes > 1:
             least = max(1, math.ceil(least_share * gpus * nodes - 1e-9))
-        spec = RentalSpec(gpu_model=H100, gpus=gpus, nodes=nodes, max_duration_s=declared, min_gpus=least)
+        spec = RentalSpec(
+            gpu_model=H100,
+            gpus=gpus,
+            nodes=nodes,
+            max_duration_s=declared,
+            min_gpus=least,
+            checkpoints=checkpoints,
+        )
         if tiers.random() < spot_share:
             spec = replace(spec, tier="spot", bid_micros_per_gpu_hour=tiers.randint(*SPOT_BID_MICROS))
         created = T0 + timedelta(seconds=at_s)
@@ -85,7 +100,9 @@ def _served(uow, clock, queue_name: str, workload: list[tuple[Rental, float]]) -
     of work at its full size, at the share of its GPUs it holds (read back after every cycle, as the leader
     starts it smaller, grows it and trims it), and is then stopped and released as an API stop releases a
     rental whose workload never started. A victim preempted whole is submitted again at its deadline (a new
-    rental, its place by age kept), as the simulator queues it again to run from scratch."""
+    rental, its place by age kept), as the simulator queues it again to run from scratch; one that
+    checkpoints goes back to the queue itself, saving the work it did (less the resumption it began with),
+    and runs the rest plus `RESUME_S` when placed again, as the simulator's do."""
     with_example_fleet(uow)
     scheduler = Scheduler(uow, clock, CATALOG, FleetCache(CATALOG), "best-fit", 0, queue=POLICIES[queue_name])
     by_id = {rental.id: (rental, true_s) for rental, true_s in workload}
@@ -93,7 +110,9 @@ def _served(uow, clock, queue_name: str, workload: list[tuple[Rental, float]]) -
     heapq.heapify(events)
     served = Served()
     live: dict[str, str] = {}  # job (arrived) -> the rental that runs it now (a resubmission's)
-    placed: set[str] = set()  # rentals seen placed
+    placed: set[tuple[str, int]] = set()  # placements seen: (rental, its placement count)
+    done_s: dict[str, float] = {}  # job that checkpoints -> full-speed seconds of work it saved
+    run_left_s: dict[str, float] = {}  # job -> its work left when its run began
     noticed: set[tuple[str, datetime | None]] = set()  # notices seen: (rental, deadline)
     work_left_s: dict[str, float] = {}  # job -> full-speed seconds of work left as of `speed`'s since
     speed: dict[str, tuple[float, float]] = {}  # job -> (share of its full speed, since)
@@ -118,8 +137,15 @@ def _served(uow, clock, queue_name: str, workload: list[tuple[Rental, float]]) -
                 assert rental is not None
                 due = rental.notice_deadline is not None and rental.notice_deadline <= clock.now()
                 if rental.state == "preempting" and due and rental.notice_keeps is None:
-                    live[job] = f"{job}~{served.preemptions}"  # sorts as the job did among the others
-                    u.rentals.add(replace(by_id[job][0], id=live[job]))
+                    if rental.spec.checkpoints:  # it saves its work; the cycle puts it back in the queue
+                        was, since = speed[job]
+                        work_now_s = work_left_s[job] - (now_s - since) * was
+                        overhead_s = RESUME_S if job in done_s else 0.0
+                        saved_s = max(run_left_s[job] - work_now_s - overhead_s, 0.0)
+                        done_s[job] = done_s.get(job, 0.0) + saved_s
+                    else:
+                        live[job] = f"{job}~{served.preemptions}"  # sorts as the job did among the others
+                        u.rentals.add(replace(by_id[job][0], id=live[job]))
                     version[job] = version.get(job, 0) + 1
                     speed.pop(job, None)
                     served.preemptions += 1
@@ -135,24 +161,26 @@ def _served(uow, clock, queue_name: str, workload: list[tuple[Rental, float]]) -
                     noticed.add((rental_id, rental.notice_deadline))  # (a trimmed one may be noticed again)
                     assert rental.notice_deadline is not None
                     heapq.heappush(events, ((rental.notice_deadline - T0).total_seconds(), DEADLINE, job, 0))
-        for job, rental_id in live.items():
-            if rental_id not in held:
-                continue
-            spec = by_id[job][0].spec
-            now_speed = held[rental_id] / (spec.gpus * spec.nodes)
-            if rental_id not in placed:
-                placed.add(rental_id)
-                served.started[job], work_left_s[job] = now_s, by_id[job][1]
-                served.smaller += now_speed < 1
-            elif speed[job][0] == now_speed:
-                continue
-            else:
-                was, since = speed[job]
-                work_left_s[job] -= (now_s - since) * was
-                served.resizes += 1
-            speed[job] = (now_speed, now_s)
-            version[job] = version.get(job, 0) + 1
-            heapq.heappush(events, (now_s + work_left_s[job] / now_speed, ENDS, job, version[job]))
+                if rental_id not in held:
+                    continue
+                spec = by_id[job][0].spec
+                now_speed = held[rental_id] / (spec.gpus * spec.nodes)
+                if (rental_id, rental.placements) not in placed:
+                    placed.add((rental_id, rental.placements))
+                    work_left_s[job] = by_id[job][1] - done_s.get(job, 0.0)
+                    if job in done_s:  # it resumes from its checkpoint
+                        work_left_s[job] += RESUME_S
+                    served.started[job], run_left_s[job] = now_s, work_left_s[job]
+                    served.smaller += now_speed < 1
+                elif speed[job][0] == now_speed:
+                    continue
+                else:
+                    was, since = speed[job]
+                    work_left_s[job] -= (now_s - since) * was
+                    served.resizes += 1
+                speed[job] = (now_speed, now_s)
+                version[job] = version.get(job, 0) + 1
+                heapq.heappush(events, (now_s + work_left_s[job] / now_speed, ENDS, job, version[job]))
     return served
 
 
@@ -216,5 +244,23 @@ def test_spot_rentals_are_preempted_and_trimmed_at_the_same_moments_on_the_leade
     replayed, simulated = _replayed(queue_name, workload, **options)
     # 10, 18 and 9 victims preempted whole (suanli, greedy, conservative); elastic, 8, 20 and 6, and 3, 3
     # and 2 trimmed
+    assert served.preemptions >= 5 and (least_share is None or replayed.trims >= 1)
+    assert (served.preemptions, simulated) == (replayed.preemptions, pytest.approx(served.started))
+
+
+@pytest.mark.parametrize("least_share", [None, 0.5])
+@pytest.mark.parametrize("queue_name", ["suanli", "greedy", "conservative"])
+def test_rentals_that_checkpoint_are_lent_idle_gpus_taken_back_and_resumed_at_the_same_moments(
+    store, clock, queue_name: str, least_share: float | None
+) -> None:
+    """The same with every rental checkpointing (`sim --checkpoint`): the backfill queue lends idle GPUs to
+    those that would wait and takes them back with notice, spot victims save their work, and each goes back
+    to the queue and resumes with what it has left, declaring what is left of its duration."""
+    workload = _workload(seed=4, count=70, least_share=least_share, spot_share=0.6, checkpoints=True)
+    served = _served(store[1], clock, queue_name, workload)
+    options = {"checkpoint": True} | ({} if least_share is None else {"elastic": least_share})
+    replayed, simulated = _replayed(queue_name, workload, **options)
+    # 25, 18 and 9 victims that went back to the queue (suanli's include borrowers taken back); elastic,
+    # 12, 20 and 6, and 4, 3 and 2 trimmed
     assert served.preemptions >= 5 and (least_share is None or replayed.trims >= 1)
     assert (served.preemptions, simulated) == (replayed.preemptions, pytest.approx(served.started))

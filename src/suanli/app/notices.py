@@ -17,6 +17,7 @@ their cause has not left.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from suanli.app.maintenance import MAINTENANCE
@@ -25,7 +26,7 @@ from suanli.app.records import PREEMPTIBLE_STATES, Rental, RentalEvent
 from suanli.app.rentals import follow_size, per_node_gpus
 from suanli.app.spot_repricing import BELOW_FLOOR
 from suanli.domain.plan import NodeAllocation, Reason
-from suanli.domain.preemption import Preemption
+from suanli.domain.preemption import RESUME_S, Preemption
 
 WITHDRAWN = "notice_withdrawn"  # the reason of the event that records a withdrawn notice
 
@@ -156,8 +157,13 @@ def requeue_victim(uow: UnitOfWork, victim: Rental, now: datetime) -> int:
     age kept) and resumes when placed again, rather than ending; its run ends here."""
     if not uow.rentals.set_state(victim.id, "pending", expect=("preempting",), reason=None):
         return 0
-    uow.rentals.release(victim.id, at=now)
     deadline = victim.notice_deadline
+    left_s = time_left_s(
+        victim, uow.rentals.allocation(victim.id), now if deadline is None else min(now, deadline)
+    )
+    if left_s is not None:
+        uow.rentals.set_time_left(victim.id, left_s)
+    uow.rentals.release(victim.id, at=now)
     # billed to here: a run its agent has not said ended yet ends now (at its deadline at the latest)
     uow.rentals.end_runs(victim.id, now if deadline is None else min(now, deadline), "stopped")
     how = "left" if deadline is not None and deadline < now else "notice deadline reached"
@@ -165,6 +171,34 @@ def requeue_victim(uow: UnitOfWork, victim: Rental, now: datetime) -> int:
     message = f"{how}; {what}: back in the queue, it resumes from its checkpoint when placed again"
     uow.rentals.add_event(victim.id, RentalEvent(now, "requeued", "preempted", message))
     return 1
+
+
+def requeued(victim: Rental, held: Sequence[NodeAllocation], now: datetime) -> Rental:
+    """A checkpointing `victim` due now as `requeue_victim` puts it back in the queue: pending, its place by
+    age kept, declaring what is left of its duration; so the cycle that ends its run may place it again (as
+    the simulator queues a preempted job before the cycle at its deadline)."""
+    deadline = victim.notice_deadline
+    left_s = time_left_s(victim, held, now if deadline is None else min(now, deadline))
+    return replace(
+        victim,
+        state="pending",
+        preempted_by=None,
+        notice_deadline=None,
+        borrowed=False,
+        time_left_s=victim.time_left_s if left_s is None else left_s,
+    )
+
+
+def time_left_s(victim: Rental, held: Sequence[NodeAllocation], saved_at: datetime) -> float | None:
+    """What is left of a checkpointing `victim`'s max duration once it saved its work at `saved_at`: the
+    time to its time limit there, in full-size seconds (it held `held`), plus a resumption's `RESUME_S`, as
+    the simulator resumes a checkpointed job (None: it has no time limit)."""
+    if victim.time_limit_at is None:
+        return None
+    full = victim.spec.gpus * victim.spec.nodes
+    speed = 1.0 if full <= 0 or not held else min(sum(a.gpus for a in held) / full, 1.0)
+    left_s = (victim.time_limit_at - saved_at).total_seconds() * speed
+    return max(left_s, 1.0) + RESUME_S
 
 
 def named_for(viewer_tenant: str, rentals: Sequence[tuple[str, str]]) -> str:

@@ -126,6 +126,9 @@ class Rental:
     placements: int = 0  # times placed: a run belongs to one (`RentalRun.placement`), a re-placed one's anew
     # preempting in part (an elastic rental's trim): what it keeps at its notice deadline, and runs on with
     notice_keeps: tuple[NodeAllocation, ...] | None = None
+    # resumed from a checkpoint: what is left of its max duration (for its full size), with a resumption's
+    # `RESUME_S`; it declares that, and is stopped there, when placed again (None: all of it)
+    time_left_s: float | None = None
 
     @property
     def kept_gpus(self) -> int | None:

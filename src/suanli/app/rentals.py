@@ -81,7 +81,7 @@ def to_request(rental: Rental) -> Request:
             else dict(spec.labels),
         ),
         submitted_at_s=rental.created_at.timestamp(),
-        max_duration_s=spec.max_duration_s,
+        max_duration_s=spec.max_duration_s if rental.time_left_s is None else rental.time_left_s,
         checkpoints=spec.checkpoints,
         min_gpus=_least_gpus(spec),
     )

@@ -27,7 +27,15 @@ from suanli.app.limits import cycle_limits
 from suanli.app.list_prices import list_price
 from suanli.app.live_snapshot import LiveSnapshot
 from suanli.app.maintenance import give_notices, upcoming
-from suanli.app.notices import abandoned, end_victim, give_notice, named_for, trim_victim, withdraw
+from suanli.app.notices import (
+    abandoned,
+    end_victim,
+    give_notice,
+    named_for,
+    requeued,
+    trim_victim,
+    withdraw,
+)
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.records import (
     PREEMPTIBLE_STATES,
@@ -206,9 +214,15 @@ class Scheduler:
         for victim in preempting:
             if victim not in due and victim.preempted_by is not None:
                 waiting_on.setdefault(victim.preempted_by, []).append(victim)
+        held = self.live.allocations_by_rental() if due else {}
         for victim in due:
             self.live.forget(victim.id)  # their capacity is free in this decision; the apply releases it
             self.live.keep(victim.notice_keeps or ())  # but not the part a trimmed victim runs on with
+        # one that checkpoints is back in the queue (the apply requeues it first), and may start again now
+        back = [
+            requeued(v, held.get(v.id, ()), now) for v in due if v.spec.checkpoints and v.notice_keeps is None
+        ]
+        pending = [*pending, *back]
         ready = {v.preempted_by for v in due}.difference(waiting_on)
         by_id = {rental.id: rental for rental in pending}
         started = time.perf_counter()

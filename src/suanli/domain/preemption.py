@@ -28,6 +28,9 @@ from suanli.domain.scheduler import place
 from suanli.domain.snapshot import Snapshot
 
 DEFAULT_NOTICE_S = 30.0
+# what a checkpointed job spends again each time it resumes (loading its state, warming up) before it makes
+# progress; deep-learning jobs take tens of seconds to minutes (Tiresias, NSDI'19: checkpoint and restore)
+RESUME_S = 300.0
 
 
 @dataclass(frozen=True, slots=True)

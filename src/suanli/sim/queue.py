@@ -25,7 +25,7 @@ from suanli.domain.fair_share import FairShare
 from suanli.domain.inventory import Fleet
 from suanli.domain.plan import Placement
 from suanli.domain.policies import BestFitPolicy, Policy
-from suanli.domain.preemption import Running, hold_promise
+from suanli.domain.preemption import RESUME_S, Running, hold_promise
 from suanli.domain.queue_order import (
     BOOKED_QUEUE,
     GREEDY_QUEUE,
@@ -73,9 +73,7 @@ BASELINES = ("fifo", "fifo-easy", "fifo-backfill")  # the published policies `su
 SPOT_BID_MICROS = (500_000, 3_000_000)  # spot bids drawn uniformly in this range (micros per GPU-hour)
 DEFAULT_ESTIMATE = DurationEstimate()
 END, KILL, ARRIVE = 0, 1, 2  # event kinds, in the order they are handled at one instant
-# what a checkpointed job spends again each time it resumes (loading its state, warming up) before it makes
-# progress; deep-learning jobs take tens of seconds to minutes (Tiresias, NSDI'19: checkpoint and restore)
-RESTART_S = 300.0
+RESTART_S = RESUME_S  # what a checkpointed job spends again each time it resumes, before it makes progress
 
 
 @dataclass

@@ -186,6 +186,9 @@ class SqlRentals(RentalMoneyReads):
             .values(time_limit_at=at)
         )
 
+    def set_time_left(self, rental_id: str, seconds: float) -> None:
+        self.s.execute(update(RentalRow).where(RentalRow.id == rental_id).values(time_left_s=seconds))
+
     def set_expected_start(
         self, rental_id: str, at: datetime | None, reserved_nodes: Sequence[str] = ()
     ) -> None:

@@ -52,6 +52,7 @@ def rental_from_row(row: RentalRow) -> Rental:
         bool(row.borrowed),
         int(row.placements or 0),
         None if row.notice_keeps is None else tuple(allocation_from_json(a) for a in row.notice_keeps),
+        row.time_left_s,
     )
 
 

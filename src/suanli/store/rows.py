@@ -124,6 +124,8 @@ class RentalRow(Base):
     borrowed: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
     # how many times it was placed (0041): its runs name the placement they belong to
     placements: Mapped[int] = mapped_column(Integer, server_default="0")
+    # back in the queue from a checkpoint: what is left of its max duration (0043)
+    time_left_s: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class RentalEventRow(Base):
