@@ -47,7 +47,7 @@ def _free(snapshot: Snapshot) -> list[tuple]:
 
 @pytest.mark.parametrize("queue", [GREEDY_QUEUE, PLATFORM_QUEUE, BOOKED_QUEUE], ids=lambda q: q.mode.value)
 def test_random_cycles_keep_the_snapshot_and_the_database_in_step(store, clock, queue) -> None:
-    engine, uow = store
+    _, uow = store
     with_example_fleet(uow)
     scheduler = Scheduler(
         uow, clock, CATALOG, FleetCache(CATALOG), "suanli", 0, queue=queue, notice_by_tier_s={"spot": 20}
@@ -56,54 +56,51 @@ def test_random_cycles_keep_the_snapshot_and_the_database_in_step(store, clock, 
     made = 0
     totals = [0, 0, 0, 0]  # placed, noticed, preempted, grown
     resized = 0
-    try:
-        for _ in range(60):
-            with uow() as u:
-                for _ in range(rng.randint(0, 4)):
-                    made += 1
-                    tenant = rng.choice(("ten_a", "ten_b"))
-                    u.rentals.add(Rental(f"rnt_{made:03d}", tenant, "pending", _spec(rng), clock.now()))
-                live = [r for r in u.rentals.list(None, 1000) if r.state in ("placed", "running")]
-                for rental in rng.sample(live, k=min(len(live), rng.randint(0, 2))):  # some end
-                    u.rentals.set_state(rental.id, "stopped", expect=("placed", "running"), reason=None)
-                    u.rentals.release(rental.id, at=clock.now())
-                    live.remove(rental)
-                whole = [r for r in live if r.spec.mig_profile is None and r.spec.share_milli is None]
-                for rental in rng.sample(whole, k=min(len(whole), rng.randint(0, 1))):  # one is resized
-                    resize(u, rental, rng.randint(1, 3), rng.choice((None, 1, 2, 4, 8)), clock.now())
-                    resized += 1
-                u.commit()
-            clock.at += timedelta(seconds=rng.choice((1, 5, 15, 30)))
-            report = scheduler.run_cycle()
-            totals[0] += report.placed
-            totals[1] += report.notices
-            totals[2] += report.preempted
-            totals[3] += report.grown
-            if scheduler.snapshot is None:
-                continue  # dropped on purpose: rebuilt from the database next cycle
-            with uow() as u:
-                rebuilt = Snapshot(scheduler.fleet, CATALOG)
-                for _, allocation in u.rentals.allocations_by_id(
-                    sorted(u.rentals.live_allocation_ids())
-                ).values():
-                    rebuilt.occupy(allocation)
-                rentals = u.rentals.list(None, 1000)
-                holding = u.rentals.live_allocations()
-            assert _free(scheduler.snapshot) == _free(rebuilt)
-            for rental in rentals:
-                assert (rental.id in holding) == (rental.state in LIVE_STATES), rental
-                if rental.id in holding and rental.spec.share_milli is None:
-                    assert len({len(a.slices) for a in holding[rental.id]}) == 1, holding[rental.id]
-                if rental.state == "preempting":
-                    assert rental.notice_deadline is not None
-                    assert rental.notice_deadline >= clock.now() - timedelta(seconds=30), rental
+    for _ in range(60):
         with uow() as u:
-            regpu = sum(
-                any(e.kind == "resized" and e.message.startswith("now ") for e in u.rentals.events(r.id))
-                for r in u.rentals.list(None, 1000)
-            )
-    finally:
-        engine.dispose()
+            for _ in range(rng.randint(0, 4)):
+                made += 1
+                tenant = rng.choice(("ten_a", "ten_b"))
+                u.rentals.add(Rental(f"rnt_{made:03d}", tenant, "pending", _spec(rng), clock.now()))
+            live = [r for r in u.rentals.list(None, 1000) if r.state in ("placed", "running")]
+            for rental in rng.sample(live, k=min(len(live), rng.randint(0, 2))):  # some end
+                u.rentals.set_state(rental.id, "stopped", expect=("placed", "running"), reason=None)
+                u.rentals.release(rental.id, at=clock.now())
+                live.remove(rental)
+            whole = [r for r in live if r.spec.mig_profile is None and r.spec.share_milli is None]
+            for rental in rng.sample(whole, k=min(len(whole), rng.randint(0, 1))):  # one is resized
+                resize(u, rental, rng.randint(1, 3), rng.choice((None, 1, 2, 4, 8)), clock.now())
+                resized += 1
+            u.commit()
+        clock.at += timedelta(seconds=rng.choice((1, 5, 15, 30)))
+        report = scheduler.run_cycle()
+        totals[0] += report.placed
+        totals[1] += report.notices
+        totals[2] += report.preempted
+        totals[3] += report.grown
+        if scheduler.snapshot is None:
+            continue  # dropped on purpose: rebuilt from the database next cycle
+        with uow() as u:
+            rebuilt = Snapshot(scheduler.fleet, CATALOG)
+            for _, allocation in u.rentals.allocations_by_id(
+                sorted(u.rentals.live_allocation_ids())
+            ).values():
+                rebuilt.occupy(allocation)
+            rentals = u.rentals.list(None, 1000)
+            holding = u.rentals.live_allocations()
+        assert _free(scheduler.snapshot) == _free(rebuilt)
+        for rental in rentals:
+            assert (rental.id in holding) == (rental.state in LIVE_STATES), rental
+            if rental.id in holding and rental.spec.share_milli is None:
+                assert len({len(a.slices) for a in holding[rental.id]}) == 1, holding[rental.id]
+            if rental.state == "preempting":
+                assert rental.notice_deadline is not None
+                assert rental.notice_deadline >= clock.now() - timedelta(seconds=30), rental
+    with uow() as u:
+        regpu = sum(
+            any(e.kind == "resized" and e.message.startswith("now ") for e in u.rentals.events(r.id))
+            for r in u.rentals.list(None, 1000)
+        )
     placed, noticed, preempted, grown = totals
     assert made > 60 and placed > 40 and noticed > 0 and preempted > 0  # the steps did exercise preemption
     assert resized > 5 and grown > 0 and regpu > 0  # and elastic resizes, GPU counts changed in place too
