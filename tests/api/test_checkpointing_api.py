@@ -66,6 +66,8 @@ def test_a_preempted_rental_that_checkpoints_goes_back_to_the_queue_and_runs_aga
     (event,) = _events(requeued, "requeued")
     assert event["reason"] == "preempted" and "resumes from its checkpoint" in event["message"]
     assert _events(requeued, "preempted") == []
+    ran = min(saved_at, _at(requeued, "requeued")) - _at(requeued, "placed")
+    assert requeued["time_left_s"] == pytest.approx(7200 - ran.total_seconds() + RESUME_S)
 
     assert client.post(f"/v1/rentals/{od}/stop", headers=od_tenant).status_code == 200
     again = wait_for(client, spot, spot_tenant, "placed")

@@ -111,6 +111,7 @@ def rental(view: RentalView) -> RentalResponse:
         notice_keeps_gpus=r.kept_gpus if r.state == "preempting" else None,
         expected_start_at=r.expected_start_at,
         time_limit_at=r.time_limit_at if r.state in LIVE_STATES else None,
+        time_left_s=r.time_left_s if r.state == "pending" else None,
         borrowed=r.borrowed and r.state in LIVE_STATES,
         events=[
             RentalEventResponse(at=e.at, kind=e.kind, reason=e.reason, message=e.message) for e in view.events

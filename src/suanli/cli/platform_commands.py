@@ -557,6 +557,8 @@ def _rental_detail(rental: RentalResponse) -> Group:
         header += f", stops at {rental.time_limit_at:%Y-%m-%d %H:%M:%S} UTC (max duration)"
     if request.checkpoints:
         header += ", checkpoints"
+        if rental.time_left_s is not None:
+            header += f" ({rental.time_left_s:.0f} s of its max duration left)"
     if request.min_gpus is not None:
         held = sum(len(a.slices) for a in rental.allocation)
         total = request.gpus * request.nodes

@@ -504,6 +504,12 @@ class RentalResponse(WireModel):
         "the workload gets SIGTERM, then SIGKILL after the agent's grace), as Slurm ends a job at its time "
         "limit, since the scheduler's backfill and maintenance plans count on it.",
     )
+    time_left_s: float | None = Field(
+        default=None,
+        description="Back in the queue after a preemption it checkpointed for: what is left of its max "
+        "duration (for its full size), with 300 s to resume. It is ordered and backfilled by it, and its "
+        "next placement is stopped after it (null: the whole max duration).",
+    )
     quote: QuoteResponse | None = Field(default=None, description="The price breakdown at creation.")
     rate_changes: list[RateChangeResponse] = Field(
         default_factory=list,
