@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 from suanli.cli.main import app
 from suanli.sim.itp import TraceJob, jittered, read_itp_jobs, split_jobs, synthetic_fleet
 from suanli.sim.itp_check import check_cluster, check_parts, cluster_paths, itp_capacity, shortfalls
-from suanli.sim.queue import BASELINES, QueueResult, run_queue
+from suanli.sim.queue import BASELINES, run_queue
+from suanli.sim.queue_result import QueueResult
 
 HOUR = 3600.0
 ITP = Path(__file__).resolve().parents[3] / "shared" / "traces" / "microsoft-itp-elasticflow"

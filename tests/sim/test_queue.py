@@ -21,8 +21,9 @@ from suanli.sim.itp import (
     read_itp_jobs,
     synthetic_fleet,
 )
-from suanli.sim.queue import POLICIES, RESTART_S, parse_mix, percentile, run_queue
+from suanli.sim.queue import POLICIES, RESTART_S, parse_mix, run_queue
 from suanli.sim.queue_report import print_trims, queue_command, results_json
+from suanli.sim.queue_result import percentile
 
 ROWS = [
     ("a", 0, 100, 8),

@@ -35,7 +35,8 @@ from suanli.domain.fleet_format import parse_fleet
 from suanli.domain.policies import BestFitPolicy
 from suanli.domain.preemption import RESUME_S
 from suanli.domain.queue_order import BOOKED_QUEUE, GREEDY_QUEUE, PLATFORM_QUEUE
-from suanli.sim.queue import POLICIES, SPOT_BID_MICROS, QueueResult, run_requests
+from suanli.sim.queue import POLICIES, SPOT_BID_MICROS, run_requests
+from suanli.sim.queue_result import QueueResult
 
 H100 = "H100-SXM-80GB"
 ENDS, DEADLINE, ARRIVES = 0, 1, 2  # event kinds, in the order the simulator handles them at one instant

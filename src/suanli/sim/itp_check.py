@@ -28,7 +28,8 @@ from suanli.sim.itp import (
     split_jobs,
     synthetic_fleet,
 )
-from suanli.sim.queue import BASELINES, DEFAULT_ESTIMATE, POLICIES, QueueResult, run_queue
+from suanli.sim.queue import BASELINES, DEFAULT_ESTIMATE, POLICIES, run_queue
+from suanli.sim.queue_result import QueueResult
 
 CANDIDATE = "suanli"
 TARGET_LOAD = 0.85

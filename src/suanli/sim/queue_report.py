@@ -31,12 +31,12 @@ from suanli.sim.queue import (
     DEFAULT_ESTIMATE,
     POLICIES,
     RESTART_S,
-    QueueResult,
     build_requests,
     parse_mix,
     pod_requests,
     run_requests,
 )
+from suanli.sim.queue_result import QueueResult
 from suanli.sim.traces import read_openb_nodes, read_openb_pods
 
 
