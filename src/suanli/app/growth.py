@@ -58,8 +58,7 @@ def started_smaller(queue: Sequence[Request], placed: Sequence[Placement], now_s
         request = by_id.get(placement.request_id)
         if request is None or request.min_gpus is None or placement.gpus >= full_gpus(request):
             continue
-        held = held_request(request, placement.nodes)  # its declared end at this size (`time_limit_s`)
-        held = replace(held, max_duration_s=at_size(request, placement.gpus).max_duration_s)
+        held = held_request(at_size(request, placement.gpus), placement.nodes)  # its end at this size
         started.append(Running(held, placement, now_s, least=least_size(request)))
     return started
 

@@ -157,15 +157,13 @@ def requeue_victim(uow: UnitOfWork, victim: Rental, now: datetime) -> int:
     age kept) and resumes when placed again, rather than ending; its run ends here."""
     if not uow.rentals.set_state(victim.id, "pending", expect=("preempting",), reason=None):
         return 0
-    deadline = victim.notice_deadline
-    left_s = time_left_s(
-        victim, uow.rentals.allocation(victim.id), now if deadline is None else min(now, deadline)
-    )
+    left_s = time_left_s(victim, uow.rentals.allocation(victim.id), now)
     if left_s is not None:
         uow.rentals.set_time_left(victim.id, left_s)
     uow.rentals.release(victim.id, at=now)
     # billed to here: a run its agent has not said ended yet ends now (at its deadline at the latest)
-    uow.rentals.end_runs(victim.id, now if deadline is None else min(now, deadline), "stopped")
+    uow.rentals.end_runs(victim.id, _run_ended_at(victim, now), "stopped")
+    deadline = victim.notice_deadline
     how = "left" if deadline is not None and deadline < now else "notice deadline reached"
     what = "its borrowed GPUs were taken back" if victim.borrowed else "preempted"
     message = f"{how}; {what}: back in the queue, it resumes from its checkpoint when placed again"
@@ -177,8 +175,7 @@ def requeued(victim: Rental, held: Sequence[NodeAllocation], now: datetime) -> R
     """A checkpointing `victim` due now as `requeue_victim` puts it back in the queue: pending, its place by
     age kept, declaring what is left of its duration; so the cycle that ends its run may place it again (as
     the simulator queues a preempted job before the cycle at its deadline)."""
-    deadline = victim.notice_deadline
-    left_s = time_left_s(victim, held, now if deadline is None else min(now, deadline))
+    left_s = time_left_s(victim, held, now)
     return replace(
         victim,
         state="pending",
@@ -189,16 +186,24 @@ def requeued(victim: Rental, held: Sequence[NodeAllocation], now: datetime) -> R
     )
 
 
-def time_left_s(victim: Rental, held: Sequence[NodeAllocation], saved_at: datetime) -> float | None:
-    """What is left of a checkpointing `victim`'s max duration once it saved its work at `saved_at`: the
-    time to its time limit there, in full-size seconds (it held `held`), plus a resumption's `RESUME_S`, as
-    the simulator resumes a checkpointed job (None: it has no time limit)."""
+def time_left_s(victim: Rental, held: Sequence[NodeAllocation], now: datetime) -> float | None:
+    """What is left of a checkpointing `victim`'s max duration once it saved its work as its run ended (by
+    `now`, at its deadline at the latest): the time to its time limit there, in full-size seconds (it held
+    `held`), plus a resumption's `RESUME_S`, as the simulator resumes a checkpointed job (None: it has no
+    time limit)."""
     if victim.time_limit_at is None:
         return None
+    saved_at = _run_ended_at(victim, now)
     full = victim.spec.gpus * victim.spec.nodes
     speed = 1.0 if full <= 0 or not held else min(sum(a.gpus for a in held) / full, 1.0)
     left_s = (victim.time_limit_at - saved_at).total_seconds() * speed
     return max(left_s, 1.0) + RESUME_S
+
+
+def _run_ended_at(victim: Rental, now: datetime) -> datetime:
+    """When a victim's run ended, seen `now`: then, or at its notice deadline if that came first."""
+    deadline = victim.notice_deadline
+    return now if deadline is None else min(now, deadline)
 
 
 def named_for(viewer_tenant: str, rentals: Sequence[tuple[str, str]]) -> str:
