@@ -290,3 +290,25 @@ def test_a_compute_future_counts_as_spent_and_is_refused_past_the_own_budget(cli
     assert len(client.get("/v1/contracts", headers=headers).json()) == 1
     assert client.put("/v1/budget", json={}, headers=headers).status_code == 200  # no budget: it signs
     assert client.post("/v1/contracts", json=later, headers=headers).status_code == 201
+
+
+def test_a_model_quota_holds_whatever_the_rental_names(database_url: str) -> None:
+    """`H100-SXM-80GB: 8` counts the GPUs a rental runs on, not the name it gave: once 8 are in use, a rental
+    naming the H100 family (only that model in this fleet) waits for the quota, and one naming no model runs
+    on another model."""
+    with app_client(database_url, queue="backfill") as client:
+        tenant_id, headers = _funded_tenant(client, "anyname")
+        quota = {"gpu_quota": {"H100-SXM-80GB": 8}}
+        assert client.put(f"/v1/tenants/{tenant_id}/limits", json=quota, headers=ADMIN).status_code == 200
+        model = {"gpu_model": "H100-SXM-80GB", "gpus": 8, "max_duration_s": 3600}
+        first = client.post("/v1/rentals", json=model, headers=headers).json()["id"]
+        assert wait_for(client, first, headers, "placed")["state"] == "placed"
+        family = {"gpu_model": "H100", "gpus": 8, "max_duration_s": 3600}
+        second = client.post("/v1/rentals", json=family, headers=headers).json()["id"]
+        held = wait_for(client, second, headers, "placed", reason="quota")
+        assert held["state"] == "pending" and held["pending_reason"] == "quota", held
+        assert "H100-SXM-80GB quota 8 GPUs, 8 in use, asks 8" in held["events"][-1]["message"]
+        anywhere = {"gpus": 8, "max_duration_s": 3600}
+        third = client.post("/v1/rentals", json=anywhere, headers=headers).json()["id"]
+        placed = wait_for(client, third, headers, "placed")
+        assert placed["state"] == "placed" and placed["quote"]["model"] != "H100-SXM-80GB", placed

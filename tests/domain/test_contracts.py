@@ -161,6 +161,37 @@ def test_holder_gets_its_capacity_within_the_notice_period_when_spot_filled_the_
     assert [p.request_id for p in second.placements] == ["claim"]
 
 
+def test_a_holders_running_claim_is_reserved_so_its_next_claim_preempts_someone_else():
+    snap = Snapshot(fleet_of(2), CATALOG)
+    crowd8 = run(snap, ask("crowd8", 8, tenant="crowd"), at=0)
+    crowd4 = run(snap, ask("crowd4", 4, tenant="crowd"), at=0)
+    first_half = run(snap, ask("first-half", 4, tenant="alpha"), at=110)  # cheapest to evict: newest
+    gates = Gates(contracts=[contract("A", 8, 100, 200, tenant="alpha")])
+    second = ask("second-half", 4, tenant="alpha", at=120)
+    decision = admit(snap, [second], [crowd8, crowd4, first_half], POLICY, 120, CONFIG, gates=gates)
+    assert decision.promoted == ("second-half",)
+    (preemption,) = decision.preemptions
+    assert [v.request_id for v in preemption.victims] == ["crowd4"]
+
+
+def test_one_holders_claim_never_preempts_another_holders_running_claim():
+    snap = Snapshot(fleet_of(2), CATALOG)
+    older = run(snap, ask("older", 8, tenant="crowd"), at=0)
+    alphas = run(snap, ask("alphas", 8, tenant="alpha"), at=110)  # lost fewer GPU-seconds than `older`
+    gates = Gates(
+        contracts=[contract("A", 8, 100, 200, tenant="alpha"), contract("B", 8, 100, 200, tenant="beta")]
+    )
+    decision = admit(
+        snap, [ask("betas", 8, tenant="beta", at=120)], [older, alphas], POLICY, 120, CONFIG, gates=gates
+    )
+    (preemption,) = decision.preemptions
+    assert [v.request_id for v in preemption.victims] == ["older"]
+    after = admit(
+        snap, [ask("betas", 8, tenant="beta", at=120)], [older, alphas], POLICY, 250, CONFIG, gates=gates
+    )
+    assert after.preemptions == ()  # the windows closed: both on demand, nothing to preempt
+
+
 def test_held_capacity_is_kept_from_on_demand_but_spot_may_borrow_it():
     snap = Snapshot(fleet_of(2), CATALOG)
     gates = Gates(contracts=[contract("c", 8, 0, 100)])

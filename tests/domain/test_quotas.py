@@ -179,3 +179,57 @@ def test_the_greedy_schedule_checks_and_books_the_limits_too():
     assert [p.request_id for p in plan.placements] == ["a", "other"]
     (waiting,) = plan.pending
     assert waiting.request_id == "b" and waiting.reason is Reason.QUOTA and "quota 16 GPUs" in waiting.message
+
+
+def two_models(nodes_each: int = 1) -> Snapshot:
+    """H100 and A100 nodes side by side: a request naming no model may land on either."""
+    fleet = Fleet(
+        {"r": REGION},
+        tuple(
+            Node(f"{model[:4]}-{i}", "r", ("r", "z", "p", "l"), 64_000, 512_000, model, 8, GpuMode.WHOLE)
+            for model in ("H100-SXM-80GB", "A100-80GB")
+            for i in range(nodes_each)
+        ),
+    )
+    return Snapshot(fleet, CATALOG)
+
+
+def anywhere(rid: str, gpus: int, at: float = 0.0) -> Request:
+    return Request(rid, WholeGpus(gpus), tenant="acme", submitted_at_s=at)
+
+
+@pytest.mark.parametrize("quota_key", ["H100", "H100-SXM-80GB"])
+def test_a_request_naming_no_model_counts_where_it_lands_and_keeps_off_a_full_quota(quota_key):
+    """Naming no model (or a family) is no way past a model's quota: the rental counts against the model it
+    runs on, and a request that may land on several is kept off those whose quota is full."""
+    snap = two_models(nodes_each=2)
+    held = [running(snap, anywhere("held", 8))]
+    assert snap.classes[snap.by_name[held[0].placement.nodes[0].node].class_id].model.name == "H100-SXM-80GB"
+    limits = Limits({"acme": TenantLimits(gpu_quota={quota_key: 8})})
+    queue = [anywhere("a", 8, at=1), anywhere("b", 8, at=2), anywhere("c", 8, at=3)]
+    decision = admit(snap, queue, held, POLICY, NOW, gates=Gates(limits=limits))
+    placed = {p.request_id: p.nodes[0].node for p in decision.placements}
+    assert sorted(placed) == ["a", "b"] and all(node.startswith("A100") for node in placed.values())
+    (waiting,) = decision.pending  # only H100 is left, and its quota is full
+    assert waiting.request_id == "c" and waiting.reason is Reason.QUOTA
+    assert f"{quota_key} quota 8 GPUs, 8 in use" in waiting.message
+
+
+def test_a_family_request_counts_against_its_models_quota_once_placed():
+    snap = two_models()
+    limits = Limits({"acme": TenantLimits(gpu_quota={"H100-SXM-80GB": 4})})
+    queue = [ask("a", 4, at=1), ask("b", 4, at=2)]  # each names the H100 family, not the model
+    decision = admit(snap, queue, [], POLICY, NOW, gates=Gates(limits=limits))
+    assert [p.request_id for p in decision.placements] == ["a"]
+    assert [(p.request_id, p.reason) for p in decision.pending] == [("b", Reason.QUOTA)]
+
+
+def test_the_greedy_schedule_keeps_a_request_off_a_full_models_nodes():
+    from suanli.domain.scheduler import schedule
+
+    snap = two_models()
+    limits = Limits({"acme": TenantLimits(gpu_quota={"H100": 8})})
+    ledger = limits.ledger([(ask("held", 8), NOW)], NOW)  # its 8 H100s are in use elsewhere
+    plan = schedule(snap, [anywhere("a", 8, at=1), anywhere("b", 8, at=2)], POLICY, NOW, ledger)
+    assert [(p.request_id, p.nodes[0].node[:4]) for p in plan.placements] == [("a", "A100")]
+    assert [p.reason for p in plan.pending] == [Reason.QUOTA]

@@ -20,9 +20,8 @@ from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.records import Caller, Rental
 from suanli.app.tenants import require_admin, target_tenant
 from suanli.domain.catalog import Catalog
-from suanli.domain.errors import CatalogError
 from suanli.domain.preemption import Running
-from suanli.domain.quotas import ALL_GROUPS, Limits, Spent, TenantLimits
+from suanli.domain.quotas import ALL_GROUPS, Limits, Spent, TenantLimits, name_groups, quota_groups
 from suanli.domain.request import Request
 
 MAX_QUOTA_GPUS = 1_000_000
@@ -108,7 +107,7 @@ class LimitsService:
         """The canonical quota key: `*`, a model's name, or a family's (a family of one model: the model)."""
         if name == ALL_GROUPS:
             return name
-        groups = _groups(self.catalog, name)
+        groups = name_groups(self.catalog, name)
         if not groups:
             models = self.catalog.models
             known = ", ".join(sorted({m.name for m in models} | {m.family for m in models}))
@@ -158,26 +157,3 @@ def spent_now(uow: UnitOfWork, tenant_ids: Sequence[str], now_s: float) -> dict[
     today = uow.ledger.charged_since(tenant_ids, int(day.timestamp()))
     this_month = uow.ledger.charged_since(tenant_ids, int(day.replace(day=1).timestamp()))
     return {t: Spent(today.get(t, 0), this_month.get(t, 0)) for t in tenant_ids}
-
-
-def quota_groups(catalog: Catalog, request: Request) -> tuple[str, ...]:
-    """The quota keys besides `*` a rental counts against: its model and its family (see the module doc)."""
-    models = request.selector.models
-    if len(models) != 1:
-        return ()
-    return _groups(catalog, next(iter(models)))
-
-
-def _groups(catalog: Catalog, name: str) -> tuple[str, ...]:
-    """(model, family) for a model name; (family,) for a family of several models; () when unknown."""
-    try:
-        model = catalog.get(name)  # a model's name, or a family of one model
-    except CatalogError:  # unknown, or a family of several models
-        wanted = name.casefold()
-        family = next((m.family for m in catalog.models if m.family.casefold() == wanted), None)
-        return () if family is None else (family,)
-    return (model.name, model.family) if _family_size(catalog, model.family) > 1 else (model.name,)
-
-
-def _family_size(catalog: Catalog, family: str) -> int:
-    return sum(m.family == family for m in catalog.models)

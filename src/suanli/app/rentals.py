@@ -17,7 +17,6 @@ from suanli.app.booking import SHARE_UNIT_MILLI
 from suanli.app.errors import Conflict, Duplicate, Invalid
 from suanli.app.fleet import FleetCache
 from suanli.app.ids import check_idempotency_key, new_id
-from suanli.app.limits import quota_groups
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.pricing import ANY_REGION, contract_room_milli
 from suanli.app.rate_limits import RateLimit
@@ -41,7 +40,7 @@ from suanli.domain.elastic_start import at_size
 from suanli.domain.errors import CatalogError, RequestError
 from suanli.domain.images import RUNS_IMAGES_LABEL, check_image
 from suanli.domain.plan import NodeAllocation, Reason
-from suanli.domain.quotas import over_quota, request_gpus
+from suanli.domain.quotas import over_quota, quota_groups, request_gpus
 from suanli.domain.request import Constraints, GpuSelector, GpuShare, MigSlice, Request, Tier, WholeGpus
 from suanli.domain.scheduler import most_gpus_per_node, never_fits
 from suanli.domain.workload_env import env_problem

@@ -34,7 +34,7 @@ class BackfillPhase:
     """Phases 4 to 6 of `_Cycle`: the head's reservation, backfill, borrowing, or the conservative plan.
 
     The cycle's state it reads and changes is declared here; the cycle's trials it calls (`try_place`,
-    `_try_place`, `_fit`, `_failed_before`, `_maintenance_ahead`, `gated`, `spot_held`, `note_waiting`,
+    `_try_place`, `_fit`, `_failed_before`, `_off_limits`, `gated`, `spot_held`, `note_waiting`,
     `_hold_breached`, `_book`, `pool_share`) are `_Cycle`'s."""
 
     snapshot: Snapshot
@@ -162,7 +162,7 @@ class BackfillPhase:
         """Place `request`, which checkpoints and would otherwise wait while GPUs idle, on `nodes` (None:
         any), borrowed: outside the long-job budget and free of the head's reservation, since whoever the
         walk reaches that does not fit takes it back with notice (`_reclaim_for`), and it resumes later."""
-        if self.free_gpus < self.snapshot.least_gpus(request) - 1e-9 or self._maintenance_ahead(request):
+        if self.free_gpus < self.snapshot.least_gpus(request) - 1e-9 or self._off_limits(request):
             return False
         if nodes is None:
             return self._fit(request, (fit_key(request), "borrow"), borrowed=True)
@@ -269,9 +269,9 @@ class BackfillPhase:
 
     def _place_within(self, request: Request, nodes: set[str]) -> bool:
         """Place `request` on `nodes` only (the head's drained nodes, which only requests that end in time
-        can use), leaving the others to requests that cannot end in time. A request with maintenance ahead
-        on some node is left to `try_place`, which keeps it off those nodes."""
-        if not nodes or self._maintenance_ahead(request):
+        can use), leaving the others to requests that cannot end in time. A request with nodes off limits
+        (maintenance ahead, a full quota) is left to `try_place`, which keeps it off those nodes."""
+        if not nodes or self._off_limits(request):
             return False
         key = (fit_key(request), "within", frozenset(nodes))
         if self._failed_before(key):

@@ -141,6 +141,9 @@ class Holds:
     contracts: list[Contract]
     claimed: dict[str, float]  # contract id -> GPUs its holder uses under it
     pool_of_node: Mapping[str, Pool]
+    # running rentals that count as claims: `reserved` while their contract is open, so no claim (their
+    # holder's own, or another holder's) and no on-demand request may take them as victims
+    claiming: frozenset[str] = frozenset()
 
     def claim(
         self, request: Request, pools: Collection[Pool | None], gpus: float
@@ -179,6 +182,7 @@ def open_holds(
     claims, at the GPUs they hold."""
     open_now = sorted((c for c in contracts if c.open_at(now)), key=lambda c: (c.start_s, c.id))
     holds = Holds(open_now, {c.id: 0.0 for c in open_now}, pool_of_node)
+    claiming = set()
     for request, nodes in holding:
         if request.tier is Tier.SPOT:  # borrowed capacity: it yields to the holder's claims
             continue
@@ -186,6 +190,8 @@ def open_holds(
         _, contract = holds.claim(request, {pool_of_node.get(a.node) for a in nodes}, gpus)
         if contract is not None:
             holds.book(contract, gpus)
+            claiming.add(request.id)
+    holds.claiming = frozenset(claiming)
     return holds
 
 

@@ -87,7 +87,7 @@ from suanli.domain.queue_order import (
 from suanli.domain.quotas import Ledger, Limits
 from suanli.domain.request import Request, Tier
 from suanli.domain.reservation import Booking
-from suanli.domain.scheduler import nominate, place
+from suanli.domain.scheduler import landed, nominate, place, quota_gate
 from suanli.domain.snapshot import Snapshot
 
 
@@ -255,7 +255,9 @@ class _Cycle(BackfillPhase):
             self.chosen_victims.update(e.request_id for e in self.floor_evictions)
         self.ledger: Ledger | None = None
         if gates.limits is not None:
-            self.ledger = gates.limits.ledger(((r.request, r.started_at_s) for r in running), now)
+            held = ((landed(snapshot, r.request, r.placement), r.started_at_s) for r in running)
+            self.ledger = gates.limits.ledger(held, now)
+        self.quota_off: dict[str, frozenset[str]] = {}  # request id -> nodes its GPU quota keeps it off
         self.holds: Holds | None = None
         self.claims: dict[str, Contract] = {}  # promoted: they can only land in their contract's pool
         self.tentative: Holds | None = None  # the holds with every promoted request's claim booked up front
@@ -325,7 +327,7 @@ class _Cycle(BackfillPhase):
                     f"bid {money_text(bid)}/GPU-h is below the spot floor {money_text(floor)}",
                 )
         if held is None and self.ledger is not None:
-            held = self.ledger.check(request)
+            held, self.quota_off[request.id] = quota_gate(self.snapshot, self.ledger, request, self.policy)
         if held is not None:
             self.pending.append(held)
             return True
@@ -346,7 +348,7 @@ class _Cycle(BackfillPhase):
 
     def _book(self, request: Request, placement: Placement) -> None:
         if self.ledger is not None:
-            self.ledger.take(request)
+            self.ledger.take(landed(self.snapshot, request, placement))
         if self.holds is not None:
             contract = self.claims.get(request.id)
             if contract is None:
@@ -362,19 +364,21 @@ class _Cycle(BackfillPhase):
     def try_place(self, request: Request, cordon: bool) -> bool:
         """Place `request` if it fits now, off the nodes whose maintenance starts before its declared end; on
         failure record nothing (the caller gives the reason)."""
-        avoid = self._maintenance_ahead(request)
+        avoid = self._off_limits(request)
         if not avoid:
             return self._try_place(request, (fit_key(request), cordon))
         with self.snapshot.cordoned(avoid):
             return self._try_place(request, (fit_key(request), cordon, avoid))
 
-    def _maintenance_ahead(self, request: Request, lead_s: float = 0.0) -> frozenset[str]:
-        """Nodes whose maintenance starts while `request` would still run (by its declared duration) if it
-        started `lead_s` from now (a preemptor starts when its victims' notice ends)."""
+    def _off_limits(self, request: Request, lead_s: float = 0.0) -> frozenset[str]:
+        """Nodes `request` must keep off: those whose maintenance starts while it would still run (by its
+        declared duration) if it started `lead_s` from now (a preemptor starts when its victims' notice
+        ends), and those of models where its tenant's GPU quota has no room for it (`quota_gate`)."""
+        quota_off = self.quota_off.get(request.id, frozenset())
         if request.max_duration_s is None or not self.gates.maintenance:
-            return frozenset()
+            return quota_off
         end_s = self.now + lead_s + request.max_duration_s
-        return frozenset(
+        return quota_off | frozenset(
             node
             for node, start_s, _ in self.gates.maintenance
             if self.now < start_s < end_s and node in self.snapshot.by_name
@@ -540,7 +544,7 @@ class _Cycle(BackfillPhase):
         its size rather than spreading)."""
         placed = len(self.placements)
         for smaller in smaller_sizes(request):
-            avoid = self._maintenance_ahead(smaller)
+            avoid = self._off_limits(smaller)
             declared = smaller.max_duration_s
             end_s = None if declared is None else self.now + declared
             others = tuple((b.nodes, b.start_s) for b in self.bookings if b.request_id != request.id)
@@ -558,7 +562,7 @@ class _Cycle(BackfillPhase):
         """Why `request`, which did not fit, waits: what `place` said for one like it in this cycle, or says
         now (it did not try when fewer GPUs were free than the request needs: it cannot place it either), off
         the nodes whose maintenance starts before its declared end, as `try_place` tried it."""
-        avoid = self._maintenance_ahead(request)
+        avoid = self._off_limits(request)
         key = (fit_key(request), False, avoid) if avoid else (fit_key(request), False)
         failed = self.failed.get(key)
         if failed is not None:
@@ -573,17 +577,22 @@ class _Cycle(BackfillPhase):
         config = self.config.preemption
         if config is None or request.tier is Tier.SPOT:
             return False
+        claiming = frozenset() if self.holds is None else self.holds.claiming  # reserved while open
         if self.lowest_tier is None:
             free = (r.request.tier for r in self.running if r.preempted_by is None)
             self.lowest_tier = min(free, default=math.inf)
         if request.tier <= self.lowest_tier:
             return False  # nothing running is of a lower tier
         lead_s = max(config.notice_for(tier) for tier in Tier if tier < request.tier)
-        avoid = self._maintenance_ahead(request, lead_s)  # the promise must outlast no window's start
+        avoid = self._off_limits(request, lead_s)  # the promise must outlast no window's start
         key = (fit_key(request), request.tier, avoid)
         if key in self.no_victims:
             return False
-        eligible = [r for r in self.running if r.request.id not in self.chosen_victims]
+        eligible = [
+            r
+            for r in self.running
+            if r.request.id not in self.chosen_victims and r.request.id not in claiming
+        ]
         with self.snapshot.cordoned(avoid):
             decision = choose_victims(self.snapshot, request, eligible, self.policy, self.now, config)
         if decision is None:
@@ -601,7 +610,7 @@ class _Cycle(BackfillPhase):
             return False
         config = self.config.preemption or PreemptionConfig()
         lead_s = max(config.notice_for(r.request.tier) for r in lent)
-        with self.snapshot.cordoned(self._maintenance_ahead(request, lead_s)):
+        with self.snapshot.cordoned(self._off_limits(request, lead_s)):
             decision = choose_victims(
                 self.snapshot, request, lent, self.policy, self.now, config, reclaim=True
             )

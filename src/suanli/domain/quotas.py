@@ -2,9 +2,11 @@
 
 Pure: `now` and the price function are arguments. Two kinds of limit, per tenant:
 - GPU quota: the most GPUs of a model group held at once (running rentals plus those admitted this cycle).
-  A request counts against each of its groups, `groups_of(request)` (default: the GPU model or family its
-  selector names; none when it names none or several; the platform passes the model and its family), and
-  against `*`, which counts every GPU of the tenant.
+  A rental counts against the groups of the model it runs on, `groups_of` of the request pinned to that
+  model (`pinned`; `quota_groups`: the model and its family, from the built-in catalogue unless the caller
+  passes its own), and against `*`, which counts every GPU of the tenant. A request that may land on
+  several models (it names none, or a family) is kept off those whose quota it would exceed
+  (`full_models`), so naming no model never gets past a model's quota.
 - Spend caps per UTC day and per calendar month, in micros: what the tenant already spent in the period
   (from billing) plus what its rentals will burn until the period ends (price x time left, at most to their
   declared end; a rental without a declared duration burns to the period's end) must stay within the cap.
@@ -16,11 +18,14 @@ from __future__ import annotations
 import calendar
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from types import MappingProxyType
 
 from suanli.domain.billing.money import money_text
+from suanli.domain.catalog import Catalog
+from suanli.domain.catalog_data import CATALOG
+from suanli.domain.errors import CatalogError
 from suanli.domain.plan import Pending, Reason
 from suanli.domain.request import Request
 
@@ -59,7 +64,7 @@ class Limits:
     tenants: Mapping[str, TenantLimits] = field(default_factory=lambda: MappingProxyType({}))
     spent: Mapping[str, Spent] = field(default_factory=lambda: MappingProxyType({}))
     price_micros_per_hour: PriceFn = field(default=lambda request: 0)  # until billing supplies a price
-    groups_of: GroupsFn = field(default=lambda request: model_groups(request))
+    groups_of: GroupsFn = field(default=lambda request: quota_groups(CATALOG, request))
 
     def ledger(self, held: Iterable[tuple[Request, float]], now: float) -> Ledger:
         """A cycle's ledger from the rentals held now: (request, started_at_s) pairs."""
@@ -69,10 +74,33 @@ class Limits:
         return ledger
 
 
-def model_groups(request: Request) -> tuple[str, ...]:
-    """The model or family the selector names; none when it names none or several (then only `*` counts)."""
+def pinned(request: Request, model: str) -> Request:
+    """`request` as it counts once placed on `model`: its selector names that model alone."""
+    if request.selector.models == {model}:
+        return request
+    return replace(request, selector=replace(request.selector, models=frozenset({model})))
+
+
+def quota_groups(catalog: Catalog, request: Request) -> tuple[str, ...]:
+    """The quota keys besides `*` a request counts against: the model its selector names and that model's
+    family (when the family has other models), the family alone when it names a family of several; none
+    when it names none or several (a placed rental is `pinned` to the model it runs on first)."""
     models = request.selector.models
-    return (next(iter(models)),) if len(models) == 1 else ()
+    if len(models) != 1:
+        return ()
+    return name_groups(catalog, next(iter(models)))
+
+
+def name_groups(catalog: Catalog, name: str) -> tuple[str, ...]:
+    """(model, family) for a model name; (family,) for a family of several models; () when unknown."""
+    try:
+        model = catalog.get(name)  # a model's name, or a family of one model
+    except CatalogError:  # unknown, or a family of several models
+        wanted = name.casefold()
+        family = next((m.family for m in catalog.models if m.family.casefold() == wanted), None)
+        return () if family is None else (family,)
+    family_size = sum(m.family == model.family for m in catalog.models)
+    return (model.name, model.family) if family_size > 1 else (model.name,)
 
 
 def request_gpus(request: Request) -> float:
@@ -139,19 +167,10 @@ class Ledger:
         limits = self.limits.tenants.get(request.tenant)
         if limits is None:
             return None
-        tenant, gpus = request.tenant, request_gpus(request)
-        for key in (*self.limits.groups_of(request), ALL_GROUPS):
-            quota = limits.gpu_quota.get(key)
-            if quota is None:
-                continue
-            used = self.in_use.get((tenant, key), 0.0)
-            if used + gpus > quota + 1e-9:
-                label = "GPU" if key == ALL_GROUPS else f"{key}"
-                return Pending(
-                    request.id,
-                    Reason.QUOTA,
-                    f"tenant {tenant}: {label} quota {quota} GPUs, {used:g} in use, asks {gpus:g}",
-                )
+        tenant = request.tenant
+        held = self._over_quota(limits, request, self.limits.groups_of(request))
+        if held is not None:
+            return held
         spent = self.limits.spent.get(tenant, Spent())
         day_add, month_add = self._burn(request, self.now)
         day = (spent.day_micros, self.burn_day, day_add)
@@ -165,6 +184,36 @@ class Ledger:
                     Reason.SPEND_CAP,
                     f"tenant {tenant}: {name} {money_text(cap)}, {money_text(committed)} spent or "
                     f"committed, this rental adds {money_text(adds)}",
+                )
+        return None
+
+    def full_models(self, request: Request, models: Iterable[str]) -> tuple[frozenset[str], Pending | None]:
+        """Of the models `request` may land on, those where its tenant's GPU quota has no room for it, and
+        the reason one of them gives (to say why it waits when they are all full)."""
+        limits = self.limits.tenants.get(request.tenant)
+        if limits is None or not any(key != ALL_GROUPS for key in limits.gpu_quota):
+            return frozenset(), None
+        full, reason = set(), None
+        for model in models:
+            held = self._over_quota(limits, request, self.limits.groups_of(pinned(request, model)))
+            if held is not None:
+                full.add(model)
+                reason = reason or held
+        return frozenset(full), reason
+
+    def _over_quota(self, limits: TenantLimits, request: Request, groups: tuple[str, ...]) -> Pending | None:
+        tenant, gpus = request.tenant, request_gpus(request)
+        for key in (*groups, ALL_GROUPS):
+            quota = limits.gpu_quota.get(key)
+            if quota is None:
+                continue
+            used = self.in_use.get((tenant, key), 0.0)
+            if used + gpus > quota + 1e-9:
+                label = "GPU" if key == ALL_GROUPS else f"{key}"
+                return Pending(
+                    request.id,
+                    Reason.QUOTA,
+                    f"tenant {tenant}: {label} quota {quota} GPUs, {used:g} in use, asks {gpus:g}",
                 )
         return None
 

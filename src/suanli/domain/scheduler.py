@@ -10,14 +10,14 @@ The snapshot comes back with the plan applied: it is the caller's working copy.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from suanli.domain.capacity import Option, options
 from suanli.domain.images import RUNS_IMAGES_LABEL
 from suanli.domain.plan import NodeAllocation, Pending, Placement, Plan, Reason, Repartition
 from suanli.domain.policies import Policy, Score
-from suanli.domain.quotas import Ledger
+from suanli.domain.quotas import Ledger, pinned
 from suanli.domain.request import GpuSelector, Request, WholeGpus
 from suanli.domain.snapshot import NodeState, Snapshot
 
@@ -43,18 +43,60 @@ def schedule(
     placements: list[Placement] = []
     pending: list[Pending] = []
     for request in order_queue(queue):
-        held = limits.check(request) if limits is not None else None
+        held, off_limits = None, frozenset[str]()
+        if limits is not None:
+            held, off_limits = quota_gate(snapshot, limits, request, policy)
         if held is not None:
             pending.append(held)
             continue
-        outcome = place(snapshot, request, policy)
+        with snapshot.cordoned(off_limits):
+            outcome = place(snapshot, request, policy)
         if isinstance(outcome, Placement):
             placements.append(outcome)
             if limits is not None:
-                limits.take(request)
+                limits.take(landed(snapshot, request, outcome))
         else:
             pending.append(outcome)
     return Plan(tuple(placements), tuple(pending))
+
+
+def quota_gate(
+    snapshot: Snapshot, ledger: Ledger, request: Request, policy: Policy
+) -> tuple[Pending | None, frozenset[str]]:
+    """Why `request` must wait for its tenant's limits (None: it may start), and the nodes it must keep off:
+    those of the models it may land on where its GPU quota has no room. It waits for its quota too when it
+    fits now only on such nodes; when it fits nowhere now, it waits for capacity on the others."""
+    held = ledger.check(request)
+    if held is not None:
+        return held, frozenset()
+    class_ids, _ = nominate(snapshot, request)
+    models = {snapshot.classes[i].model.name for i in class_ids}
+    full, reason = ledger.full_models(request, models)
+    if reason is None:
+        return None, frozenset()
+    if full >= models:
+        return reason, frozenset()
+    full_classes = {i for i in class_ids if snapshot.classes[i].model.name in full}
+    off_limits = frozenset(s.name for s in snapshot.nodes if s.class_id in full_classes)
+    if not _fits_now(snapshot, request, policy, off_limits) and _fits_now(snapshot, request, policy, ()):
+        return reason, frozenset()
+    return None, off_limits
+
+
+def _fits_now(snapshot: Snapshot, request: Request, policy: Policy, cordon: Collection[str]) -> bool:
+    """Whether `request` would fit now off `cordon`; the snapshot is left as it was."""
+    with snapshot.cordoned(cordon):
+        outcome = place(snapshot, request, policy)
+    if isinstance(outcome, Placement):
+        snapshot.unplace(outcome)
+        return True
+    return False
+
+
+def landed(snapshot: Snapshot, request: Request, placement: Placement) -> Request:
+    """`request` as its tenant's GPU quotas count it once placed: on the model of the nodes it took."""
+    node = snapshot.by_name[placement.nodes[0].node]
+    return pinned(request, snapshot.classes[node.class_id].model.name)
 
 
 def order_queue(queue: Iterable[Request]) -> list[Request]:
