@@ -55,6 +55,60 @@ def test_picks_the_victim_that_loses_the_fewest_gpu_seconds():
     assert decision.victims[0].lost_gpu_s == 40
 
 
+def test_the_cheapest_set_may_be_on_a_node_whose_cheapest_victim_is_not_the_fleets():
+    """The fleet's cheapest victim (a1, 10 GPU-s) shares its node with a dear one (a2, 60); the other node's
+    two cost 20 and 55. Freeing a node: {a1, a2} loses 70 GPU-s, {b1, b2} 75."""
+    snap = snapshot_of(2, 8)
+    now = 100.0
+    a1 = start(snap, "a1", 4, Tier.SPOT, at=now - 10 / 4)
+    a2 = start(snap, "a2", 4, Tier.SPOT, at=now - 60 / 4)
+    b1 = start(snap, "b1", 2, Tier.SPOT, at=now - 20 / 2)
+    b2 = start(snap, "b2", 6, Tier.SPOT, at=now - 55 / 6)
+    assert {a.node for r in (a1, a2) for a in r.placement.nodes} == {"n0"}
+    decision = choose_victims(
+        snap, Request("od", WholeGpus(8), tier=Tier.ON_DEMAND), [a1, a2, b1, b2], POLICY, now
+    )
+    assert decision is not None
+    assert sorted(v.request_id for v in decision.victims) == ["a1", "a2"]
+    assert sum(v.lost_gpu_s for v in decision.victims) == 70
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(st.tuples(st.integers(1, 8), st.integers(0, 100)), min_size=1, max_size=8),
+    asked=st.integers(1, 8),
+)
+def test_victims_cost_no_more_than_any_set_that_makes_room(sizes, asked):
+    """Against every subset of the running spot rentals (brute force): none that lets the request fit loses
+    fewer GPU-seconds than the chosen victims (`set_cost`)."""
+    from itertools import combinations
+
+    from suanli.domain.preemption import fits_without, set_cost
+
+    snap = snapshot_of(3, 8)
+    running = []
+    for i, (gpus, age) in enumerate(sizes):
+        request = Request(f"s{i}", WholeGpus(gpus), tier=Tier.SPOT)
+        placement = place(snap, request, POLICY)
+        if isinstance(placement, Placement):
+            running.append(Running(request, placement, 100.0 - age))
+    request = Request("od", WholeGpus(asked), tier=Tier.ON_DEMAND)
+    if fits_without(snap, request, [], POLICY) is not None:
+        return  # it fits already: no victims are needed
+    decision = choose_victims(snap, request, running, POLICY, 100.0)
+    room = [
+        set_cost(chosen, 100.0)
+        for k in range(1, len(running) + 1)
+        for chosen in combinations(running, k)
+        if fits_without(snap, request, list(chosen), POLICY) is not None
+    ]
+    if decision is None:
+        assert room == []
+        return
+    victims = [r for r in running if r.request.id in {v.request_id for v in decision.victims}]
+    assert set_cost(victims, 100.0)[:4] == min(room)[:4]
+
+
 def test_equal_loss_goes_to_the_lower_bid_and_lower_tier_goes_first():
     snap = snapshot_of(1, 8)
     rich = start(snap, "rich", 4, Tier.SPOT, at=50, bid=3_000_000)

@@ -15,7 +15,7 @@ eviction of the same rental, so it is tried first; a gang trimmed keeps whole no
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from suanli.domain.capacity import instance_milli
@@ -46,10 +46,18 @@ class Running:
     # elastic: the fewest nodes, and whole GPUs on each, it may run on (a preemption may trim it to them)
     least: tuple[int, int] | None = None
     keeps: Placement | None = None  # under a trim's notice: what it runs on with after its deadline
+    # when its run began, if before `started_at_s` (a simulated elastic job restamped at each resize):
+    # what a preemption loses is counted from here
+    run_began_s: float | None = None
     gpus: float = field(init=False, repr=False, compare=False)  # the placement's GPUs, computed once
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpus", self.placement.gpus)
+
+    def lost_gpu_s(self, now: float) -> float:
+        """The GPU-seconds its eviction now would lose: what it holds, since its run began."""
+        began = self.started_at_s if self.run_began_s is None else self.run_began_s
+        return self.gpus * max(now - began, 0.0)
 
     @property
     def expected_end_s(self) -> float | None:
@@ -101,7 +109,7 @@ class Preemption:
 
 def victim_cost(victim: Running, now: float) -> tuple[float, float, int, float, str]:
     """Cheaper first: lower tier, fewer GPU-seconds lost, lower bid, fewer GPUs, then id (stable)."""
-    lost = victim.gpus * max(now - victim.started_at_s, 0.0)
+    lost = victim.lost_gpu_s(now)
     return (
         victim.request.tier,
         lost,
@@ -126,8 +134,10 @@ def choose_victims(
     only the rentals on borrowed GPUs), not already under notice, ordered by `victim_cost`; an elastic one
     also as its trim (its part above its least size); (2) grow: release candidates (whole gangs, or trims)
     in that order until the request fits, a rental's eviction replacing its trim; (3) shrink: drop every
-    chosen victim, most expensive first, without which it still fits; (4) promise the placement found, and
-    trim each trimmed victim only by what the promise takes of it.
+    chosen victim, most expensive first, without which it still fits; (3b) for a one-node request, search
+    each node's cheapest sets that free enough there (`_cheapest_on_one_node`: the greedy pass can pick the
+    cheapest victim on a node where the rest cost more); (4) promise the placement found, and trim each
+    trimmed victim only by what the promise takes of it.
     """
     eligible = [
         r
@@ -161,6 +171,8 @@ def choose_victims(
         rest = [r for r in chosen if r is not victim]
         if rest and fits_without(snapshot, request, rest, policy) is not None:
             chosen = rest
+    if request.node_count == 1:
+        chosen = _cheapest_on_one_node(snapshot, request, candidates, chosen, policy, now)
     promised = fits_without(snapshot, request, chosen, policy)
     assert promised is not None, "the shrunk victim set was checked to fit"
     evictions = (
@@ -169,6 +181,84 @@ def choose_victims(
     )
     victims = tuple(e for e in evictions if e.gpus > 0)  # a trim the promise took nothing of is no victim
     return Preemption(request.id, victims, promised) if victims else None
+
+
+def set_cost(victims: Sequence[Running], now: float) -> tuple[float, float, int, float, tuple[str, ...]]:
+    """A victim set's cost, cheaper first: its highest tier, the GPU-seconds it loses in all, its highest
+    bid, its GPUs in all, then its ids (stable); it never falls as a victim is added."""
+    costs = [victim_cost(v, now) for v in victims]
+    return (
+        max(c[0] for c in costs),
+        sum(c[1] for c in costs),
+        max(c[2] for c in costs),
+        sum(c[3] for c in costs),
+        tuple(sorted(c[4] for c in costs)),
+    )
+
+
+SEARCH_RENTALS_PER_NODE = 10  # the cheapest rentals on a node that `_cheapest_on_one_node` combines
+SEARCH_FIT_TRIALS = 64  # trial placements it may make: it is bounded however crowded the fleet
+
+
+def _cheapest_on_one_node(
+    snapshot: Snapshot,
+    request: Request,
+    candidates: Sequence[Running],
+    chosen: list[Running],
+    policy: Policy,
+    now: float,
+) -> list[Running]:
+    """The cheapest victim set (`set_cost`) after which the one-node `request` fits: on each node, every
+    set of its cheapest rentals (each evicted, trimmed, or left) that frees enough GPUs there and costs
+    less than `chosen` is a candidate, and the cheapest that fits wins; `chosen` when none does."""
+    best = set_cost(chosen, now)
+    need_milli = snapshot.least_gpus(request) * 1000 - 1e-6
+    on_node: dict[str, dict[str, list[Running]]] = {}  # node -> rental id -> its options (whole, trim)
+    for candidate in candidates:
+        for node in {a.node for a in candidate.placement.nodes}:
+            on_node.setdefault(node, {}).setdefault(candidate.request.id, []).append(candidate)
+    found: list[tuple[tuple, list[Running]]] = []
+    for node, by_rental in on_node.items():
+        state = snapshot.by_name[node]
+        if not state.schedulable:
+            continue
+        rentals = sorted(by_rental.values(), key=lambda options: victim_cost(options[0], now))
+        rentals = rentals[:SEARCH_RENTALS_PER_NODE]
+        freed = {
+            id(o): sum(s.milli for a in o.placement.nodes if a.node == node for s in a.slices)
+            for options in rentals
+            for o in options
+        }
+        found.extend(_sets_freeing(rentals, freed, state.free_milli, need_milli, best, now))
+    found.sort(key=lambda f: f[0])
+    for _, victims in found[:SEARCH_FIT_TRIALS]:
+        if fits_without(snapshot, request, victims, policy) is not None:
+            return victims
+    return chosen
+
+
+def _sets_freeing(
+    rentals: Sequence[list[Running]],
+    freed: Mapping[int, float],
+    milli: float,
+    need_milli: float,
+    best: tuple,
+    now: float,
+    picked: tuple[Running, ...] = (),
+) -> Iterator[tuple[tuple, list[Running]]]:
+    """(cost, set) for every set of one option per chosen rental that brings `milli` (free on the node, plus
+    what each option frees there: `freed`) to `need_milli` and costs less than `best`."""
+    if picked:
+        cost = set_cost(picked, now)
+        if cost >= best:
+            return  # a larger set costs no less
+        if milli >= need_milli:
+            yield cost, list(picked)
+    for j, options in enumerate(rentals):
+        for option in options:
+            yield from _sets_freeing(
+                rentals[j + 1 :], freed, milli + freed[id(option)], need_milli, best, now, (*picked, option)
+            )
 
 
 def trim_of(victim: Running) -> Placement | None:
@@ -214,7 +304,7 @@ def _eviction(
             given.append(NodeAllocation(part.node, 0, 0, tuple(used)))
     keeps = _without(whole.placement, given, gang)
     gpus = whole.gpus - keeps.gpus
-    lost = gpus * max(now - whole.started_at_s, 0.0)
+    lost = whole.lost_gpu_s(now) * gpus / whole.gpus
     return Eviction(chosen.request.id, chosen.request.tier, gpus, lost, deadline, keeps)
 
 

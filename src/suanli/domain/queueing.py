@@ -529,6 +529,8 @@ class _Cycle(BackfillPhase):
         for request in ordered:
             if request.min_gpus is None or request.id in started or self.free_gpus < 1 - 1e-9:
                 continue
+            if request.id in self.promise_holds:
+                continue  # it preempted for its full size this cycle: it takes that at the deadline
             if self.gated(request) or self.spot_held(request) or not self._start_smaller(request, guard):
                 continue
             self.pending = [p for p in self.pending if p.request_id != request.id]

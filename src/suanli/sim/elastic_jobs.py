@@ -29,15 +29,16 @@ def elastic_run(
     declared_left_s: float | None,
     *,
     borrowed: bool = False,
+    run_began_s: float | None = None,
 ) -> Running:
     """A running elastic job as the scheduler sees it: what is left of its declared duration (given for its
-    full size) stretched by how much slower than full speed it runs now."""
+    full size) stretched by how much slower than full speed it runs now; `run_began_s`: when its run began,
+    if before now (a resize), from which a preemption counts what it loses, as the server counts it."""
     speed = placement.gpus / max(full_gpus(request), placement.gpus, 1e-9)
     least = least_size(request)
-    if declared_left_s is None:
-        return Running(request, placement, now, borrowed=borrowed, least=least)
-    stretched = replace(request, max_duration_s=max(declared_left_s, 60.0) / speed)
-    return Running(stretched, placement, now, borrowed=borrowed, least=least)
+    if declared_left_s is not None:
+        request = replace(request, max_duration_s=max(declared_left_s, 60.0) / speed)
+    return Running(request, placement, now, borrowed=borrowed, least=least, run_began_s=run_began_s)
 
 
 @dataclass
@@ -82,7 +83,8 @@ class ElasticJobs:
         speed = placement.gpus / full_gpus(full)
         if declared_left is not None:  # the scheduler sees the restart too
             declared_left += self.restart_s * speed
-        run = elastic_run(full, placement, now, declared_left, borrowed=job.borrowed)
+        began = self.run_began_s[full.id]
+        run = elastic_run(full, placement, now, declared_left, borrowed=job.borrowed, run_began_s=began)
         if self.restart_s > 0:
             self.restart_until[full.id] = now + self.restart_s
         return run, now + self.restart_s + self.work_left_s[full.id] / speed, wasted
