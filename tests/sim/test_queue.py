@@ -524,3 +524,55 @@ def test_every_allocated_gpu_second_is_work_done_or_counted_lost(checkpoint: boo
     assert len(result.jct_s) == len(requests) and result.preemptions + result.trims > 0
     work = sum(r.shape.count * r.node_count * t for r, t in zip(requests, true_s, strict=True))
     assert result.alloc_gpu_s_total == pytest.approx(work + result.lost_gpu_s, rel=1e-9)
+
+
+def test_the_queue_command_refuses_bad_options_before_replaying_and_names_them(trace: Path, tmp_path: Path):
+    base = ["sim", "queue", "--nodes", "2:8", "--jobs", str(trace)]
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    empty = tmp_path / "empty.csv"
+    empty.write_text("job_id,submission_time,duration,num_gpu\n")
+    for args, says in (
+        (["sim", "queue", "--nodes", "2:8", "--jobs", str(tmp_path / "none.csv")], "--jobs"),
+        (["sim", "queue", "--nodes", "2:8", "--jobs", str(tmp_path)], "is a directory"),
+        (["sim", "queue", "--nodes", "13", "--jobs", str(trace)], "--nodes 13: not N:M"),
+        ([*base, "--policy", " , "], "--policy: name at least one policy"),
+        ([*base, "--plot", str(a_file)], "is not a directory"),
+        ([*base, "--json", str(tmp_path)], "--json"),
+        (["sim", "queue", "--nodes", "2:8", "--jobs", str(empty)], "the trace holds no jobs"),
+    ):
+        outcome = CliRunner().invoke(app, args)
+        assert outcome.exit_code == 2 and says in " ".join(outcome.output.split()), (args, outcome.output)
+        assert "Traceback" not in outcome.output
+    out = tmp_path / "new" / "folder" / "figures.json"  # its folder is made
+    done = CliRunner().invoke(app, [*base, "--policy", "fifo", "--json", str(out)])
+    assert done.exit_code == 0 and json.loads(out.read_text())["never_fit_jobs"] == 0
+
+
+def test_jobs_that_can_never_fit_the_fleet_are_counted_and_said_not_silently_dropped(
+    trace: Path, tmp_path: Path
+):
+    out = tmp_path / "small.json"
+    args = ["sim", "queue", "--nodes", "2:4", "--jobs", str(trace), "--policy", "fifo", "--json", str(out)]
+    outcome = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+    assert outcome.exit_code == 0, outcome.output
+    assert "1 of 8 jobs can never fit this fleet" in outcome.output  # d: 16 GPUs on 8
+    figures = json.loads(out.read_text())
+    assert figures["never_fit_jobs"] == 1 and figures["policies"]["fifo"]["completed"] == 7
+
+
+def test_with_a_tier_mix_the_figures_fit_80_columns_and_each_tier_has_its_own(trace: Path, tmp_path: Path):
+    out = tmp_path / "mix.json"
+    args = ["sim", "queue", "--nodes", "1:8", "--jobs", str(trace), "--json", str(out), "--seed", "1"]
+    args += ["--policy", "suanli-wide-first,fifo-backfill", "--mix", "on_demand=0.5,spot=0.5"]
+    outcome = CliRunner().invoke(app, args, env={"COLUMNS": "80"})
+    assert outcome.exit_code == 0, outcome.output
+    assert "…" not in outcome.output  # no figure is cut short
+    assert "by tier" in outcome.output and "spot" in outcome.output and "empted" in outcome.output
+    figures = json.loads(out.read_text())
+    assert figures["policies"]["suanli-wide-first"]["per_tier"]["spot"]["preemptions"] == 2
+    assert figures["tier_mix"] == {"on_demand": 0.5, "spot": 0.5}
+    for policy in figures["policies"].values():
+        tiers = policy["per_tier"]
+        assert sum(t["jobs"] for t in tiers.values()) == policy["completed"]
+        assert sum(t["preemptions"] for t in tiers.values()) == policy["preemptions"]

@@ -330,6 +330,8 @@ def run_requests(
                 result.tier_of.append(job.request.tier.label)
             else:
                 result.preemptions += 1
+                tier = job.request.tier.label
+                result.preempted_by_tier[tier] = result.preempted_by_tier.get(tier, 0) + 1
                 ran = now - job.started_at_s
                 if checkpoint and elastic is not None:  # saves the work it did, in full-speed seconds
                     full = by_id[request_id]

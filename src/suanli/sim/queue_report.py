@@ -11,11 +11,15 @@ from pathlib import Path
 
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from suanli.domain.catalog_data import CATALOG
 from suanli.domain.inventory import Fleet
 from suanli.domain.request import Request, Tier
+from suanli.domain.scheduler import never_fits
+from suanli.domain.snapshot import Snapshot
 from suanli.sim.fleet_files import read_fleet
 from suanli.sim.itp import DurationEstimate, read_itp_jobs, synthetic_fleet
 from suanli.sim.itp_check import (
@@ -104,6 +108,11 @@ def load_fleet(nodes: str) -> Fleet:
             raise ValueError(f"--nodes {nodes!r}: N:M needs two positive integers, e.g. 73:8")
         return synthetic_fleet(int(count), int(per_node))
     path = Path(nodes)
+    if not path.is_file():
+        raise ValueError(
+            f"--nodes {nodes}: not N:M (e.g. 73:8), and no fleet TOML or node CSV there"
+            + (" (a directory)" if path.is_dir() else "")
+        )
     if path.suffix == ".toml":
         return read_fleet(path)
     return read_openb_nodes(path)
@@ -151,18 +160,31 @@ def queue_command(
     resize_restart_s: float = 0.0,
 ) -> list[QueueResult]:
     """`suanli sim queue`: replay `jobs` under each policy, print a table, write JSON and plots if asked."""
-    names = list(POLICIES) if policies in (["all"], []) else policies
+    if not policies:
+        raise ValueError("--policy: name at least one policy, or all")
+    names = list(POLICIES) if policies == ["all"] else policies
     unknown = [n for n in names if n not in POLICIES]
     if unknown:
         raise ValueError(f"unknown policy {', '.join(unknown)}; use {', '.join(POLICIES)} or all")
+    check_outputs(jobs, json_path, plot_dir)
     fleet = load_fleet(nodes)
     tier_mix = parse_mix(mix)
     requests, true_s, kind = load_workload(jobs, fleet, estimate, tier_mix, seed)
-    load = requests_load(requests, true_s, fleet.gpu_count)
+    if not requests:
+        raise ValueError(f"--jobs {jobs}: the trace holds no jobs")
+    never = never_fit(fleet, requests)
+    fitting = [(r, d) for r, d in zip(requests, true_s, strict=True) if r.id not in never]
+    load = requests_load([r for r, _ in fitting], [d for _, d in fitting], fleet.gpu_count)
     console.print(
         f"{len(requests)} {kind} on {len(fleet.nodes)} nodes / {fleet.gpu_count} GPUs: "
         f"offered load {100 * load:.1f}%; {estimate.describe()}" + _elastic_text(elastic, resize_restart_s)
     )
+    if never:
+        example = next(iter(never.values()))
+        console.print(
+            f"[yellow]{len(never)} of {len(requests)} jobs can never fit this fleet and are left out of "
+            f"every figure and of the offered load[/] (e.g. {escape(example)})"
+        )
     start = min((r.submitted_at_s for r in requests), default=0.0)
     end = max((r.submitted_at_s + d for r, d in zip(requests, true_s, strict=True)), default=1.0)
     results = []
@@ -188,12 +210,15 @@ def queue_command(
                 )
             )
     console.print(results_table(f"queueing replay: {jobs.name} on {fleet.gpu_count} GPUs", results))
+    console.print(idle_table(results))
+    if len(tier_mix) > 1:
+        console.print(tiers_table(results))
     console.print("replay speed (jobs/s): " + ", ".join(f"{r.policy} {r.jobs_per_s:,.0f}" for r in results))
     print_trims(console, results)
     legend = (
-        "idle %: GPUs free while jobs waited (first to last arrival); held %: of those, on nodes drained "
-        "for the blocked head; scat %: elsewhere, on nodes where no waiting job fits what is free; "
-        "owed GPU-h: work still to run at the last arrival"
+        "owed GPU-h: work still to run at the last arrival; idle %: GPUs free while jobs waited (first to "
+        "last arrival); held %: of those, on nodes drained for the blocked head; scat %: elsewhere, on "
+        "nodes where no waiting job fits what is free"
     )
     if any(r.preemptions for r in results):
         legend += "; lost %: allocated GPU-time that preemption threw away"
@@ -203,7 +228,8 @@ def queue_command(
         "nodes": len(fleet.nodes),
         "offered_load_pct": round(100 * load, 2),
         "declared_durations": estimate.describe(),
-        "tier_mix": {t.label: p for t, p in tier_mix.items()},
+        "tier_mix": {t.label: round(p, 6) for t, p in tier_mix.items()},
+        "never_fit_jobs": len(never),
         "mean_alloc_window": "first to last arrival",
         "owed_gpu_h": "GPU-hours still to run at the last arrival: total work less what the window allocated",
         "idle_waiting": "free GPUs while requests wait; idle_held: on the blocked head's reserved nodes; "
@@ -221,6 +247,48 @@ def queue_command(
     return results
 
 
+def check_outputs(jobs: Path, json_path: Path | None, plot_dir: Path | None) -> None:
+    """Refuse, before a replay that may take minutes, a trace that is not a file and outputs that cannot be
+    written; make the JSON file's folder."""
+    if not jobs.is_file():
+        why = "is a directory" if jobs.is_dir() else "no such file"
+        raise ValueError(f"--jobs {jobs}: {why}")
+    if plot_dir is not None and plot_dir.exists() and not plot_dir.is_dir():
+        raise ValueError(f"--plot {plot_dir}: exists and is not a directory")
+    if json_path is not None:
+        if json_path.is_dir():
+            raise ValueError(f"--json {json_path}: is a directory")
+        try:
+            json_path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise ValueError(f"--json {json_path}: cannot make its folder ({error.strerror})") from None
+
+
+def never_fit(fleet: Fleet, requests: Sequence[Request]) -> dict[str, str]:
+    """The requests no placement on `fleet` could ever take, even empty (id -> why): the replay leaves
+    them waiting, so the figures are over the others, and the caller says so."""
+    snapshot = Snapshot(fleet, CATALOG)
+    why: dict[tuple, str | None] = {}
+    never: dict[str, str] = {}
+    for request in requests:
+        where = request.constraints
+        labels = tuple(sorted(where.labels.items()))
+        key = (
+            request.shape,
+            request.node_count,
+            request.selector,
+            where.regions,
+            where.jurisdictions,
+            labels,
+        )
+        if key not in why:
+            refused = never_fits(snapshot, request)
+            why[key] = None if refused is None else refused.message
+        if why[key] is not None:
+            never[request.id] = why[key]
+    return never
+
+
 def print_trims(console: Console, results: Sequence[QueueResult]) -> None:
     """How many elastic victims each policy trimmed rather than evicted, when any did."""
     if any(r.trims for r in results):
@@ -229,28 +297,57 @@ def print_trims(console: Console, results: Sequence[QueueResult]) -> None:
 
 
 def results_table(title: str, results: Sequence[QueueResult]) -> Table:
-    """One row per policy, fitting 80 columns; preemption columns only when some policy preempted."""
+    """One row per policy, the headline figures, fitting 80 columns (a long policy name folds, never a
+    figure); preemption columns only when some policy preempted."""
     preempting = any(r.preemptions for r in results)
-    table = Table(title=title, box=box.SIMPLE_HEAD, collapse_padding=True, pad_edge=False)
-    table.add_column("policy", no_wrap=True)
-    headers = ["mean\nJCT h", "p95\nJCT h", "mean\nqueue h", "alloc\n%", "idle\n%", "held\n%", "scat\n%"]
-    headers += ["owed\nGPU-h"]
+    headers = ["mean\nJCT h", "p95\nJCT h", "mean\nqueue h", "alloc\n%", "owed\nGPU-h"]
     headers += ["pre-\nempted", "lost\n%"] if preempting else []
-    for header in headers:
-        table.add_column(header, justify="right", no_wrap=True)
+    table = _figures_table(title, headers)
     for r in results:
         cells = [
             f"{r.mean_jct_s / 3600:.2f}",
             f"{r.p95_jct_s / 3600:.2f}",
             f"{r.mean_queue_s / 3600:.2f}",
             f"{r.mean_alloc_pct:.2f}",
-            f"{r.idle_waiting_pct:.1f}",
-            f"{r.idle_held_pct:.1f}",
-            f"{r.idle_scattered_pct:.1f}",
             f"{r.owed_gpu_h:,.0f}",
         ]
-        cells += [str(r.preemptions), f"{r.lost_work_pct:.1f}"] if preempting else []
+        cells += [f"{r.preemptions:,}", f"{r.lost_work_pct:.1f}"] if preempting else []
         table.add_row(r.policy, *cells)
+    return table
+
+
+def idle_table(results: Sequence[QueueResult]) -> Table:
+    """Where GPUs idled while jobs waited, per policy (the legend says what each column counts)."""
+    table = _figures_table("GPUs idle while jobs waited", ["idle\n%", "held\n%", "scat\n%"])
+    for r in results:
+        cells = (r.idle_waiting_pct, r.idle_held_pct, r.idle_scattered_pct)
+        table.add_row(r.policy, *(f"{c:.1f}" for c in cells))
+    return table
+
+
+def tiers_table(results: Sequence[QueueResult]) -> Table:
+    """Per policy and price tier: jobs completed, JCT, queueing delay and victims preempted."""
+    headers = ["tier", "jobs", "mean\nJCT h", "p95\nJCT h", "mean\nqueue h", "pre-\nempted"]
+    table = _figures_table("by tier", headers)
+    for r in results:
+        for tier, figures in r.per_tier().items():
+            table.add_row(
+                r.policy,
+                tier,
+                f"{figures['jobs']:,}",
+                f"{figures['mean_jct_s'] / 3600:.2f}",
+                f"{figures['p95_jct_s'] / 3600:.2f}",
+                f"{figures['mean_queue_s'] / 3600:.2f}",
+                f"{figures['preemptions']:,}",
+            )
+    return table
+
+
+def _figures_table(title: str, headers: Sequence[str]) -> Table:
+    table = Table(title=title, box=box.SIMPLE_HEAD, collapse_padding=True, pad_edge=False)
+    table.add_column("policy", overflow="fold", min_width=6)
+    for header in headers:
+        table.add_column(header, justify="left" if header == "tier" else "right", no_wrap=True)
     return table
 
 

@@ -21,6 +21,7 @@ class QueueResult:
     wait_s: list[float] = field(default_factory=list)  # time in the queue: JCT less every run (lost ones too)
     tier_of: list[str] = field(default_factory=list)
     preemptions: int = 0
+    preempted_by_tier: dict[str, int] = field(default_factory=dict)  # of `preemptions`, by the victim's tier
     trims: int = 0  # elastic victims that gave back part of their GPUs and ran on (not in `preemptions`)
     lost_gpu_s: float = 0.0  # GPU-seconds preemption wasted: runs it ended, or restarts from a checkpoint
     lost_gpu_s_arrivals: float = 0.0  # of which counted by the last arrival (at the event that wasted them)
@@ -113,6 +114,7 @@ class QueueResult:
                 "mean_jct_s": _mean(jct),
                 "p95_jct_s": percentile(jct, 95),
                 "mean_queue_s": _mean(wait),
+                "preemptions": self.preempted_by_tier.get(name, 0),
             }
         return tiers
 
