@@ -246,3 +246,24 @@ def test_a_stopping_or_ended_rental_is_not_resized(database_url: str) -> None:
         ended = client.patch(f"/v1/rentals/{rental_id}", json={"nodes": 2}, headers=headers)
         assert ended.status_code == 409 and "is stopped" in ended.json()["error"]["message"]
         assert client.get(f"/v1/rentals/{rental_id}", headers=headers).json()["request"]["gpus"] == 2
+
+
+def test_a_rental_naming_a_family_gains_gpus_only_within_the_quota_of_the_model_it_runs_on(
+    database_url: str,
+) -> None:
+    """`H100-SXM-80GB: 6` counts the GPUs a rental runs on, whatever it named: a 4-GPU rental naming the H100
+    family (only that model in this fleet) beside a 2-GPU one, resized to 6, keeps its 4."""
+    with app_client(database_url) as client:
+        headers, tenant_id = _tenant(client, "model-capped")
+        quota = {"gpu_quota": {"H100-SXM-80GB": 6}}
+        assert client.put(f"/v1/tenants/{tenant_id}/limits", json=quota, headers=ADMIN).status_code == 200
+        family = {**H100, "gpu_model": "H100", "gpus": 4}
+        rental_id = client.post("/v1/rentals", json=family, headers=headers).json()["id"]
+        wait_for(client, rental_id, headers, "placed")
+        other = client.post("/v1/rentals", json={**H100, "gpus": 2}, headers=headers).json()["id"]
+        wait_for(client, other, headers, "placed")
+        client.patch(f"/v1/rentals/{rental_id}", json={"gpus": 6}, headers=headers)
+        body = _until(client, rental_id, headers, lambda b: any(e["kind"] == "growing" for e in b["events"]))
+        (waiting,) = [e for e in body["events"] if e["kind"] == "growing"]
+        assert waiting["reason"] == "quota" and "H100-SXM-80GB quota 6 GPUs" in waiting["message"], waiting
+        assert [len(a["slices"]) for a in body["allocation"]] == [4]

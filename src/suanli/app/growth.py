@@ -23,6 +23,7 @@ from suanli.domain.plan import NodeAllocation, Pending, Placement
 from suanli.domain.preemption import Running
 from suanli.domain.quotas import Limits
 from suanli.domain.request import Request, Tier, WholeGpus
+from suanli.domain.scheduler import landed
 from suanli.domain.snapshot import Snapshot
 
 
@@ -81,11 +82,18 @@ def holding_after(
 
 
 def within_limits(
-    limits: Limits | None, held: Sequence[Held], more: Request, price_micros_per_hour: int, now_s: float
+    limits: Limits | None,
+    held: Sequence[Held],
+    more: Request,
+    price_micros_per_hour: int,
+    now_s: float,
+    snapshot: Snapshot,
+    growing: Placement,
 ) -> Pending | None:
-    """Why the tenant's GPU quota or spend cap does not allow the added part `more` (its own id), if it does
-    not: it counts as one more rental of that size, at `price_micros_per_hour`, as do the parts grown
-    before it in this cycle at theirs."""
+    """Why the tenant's GPU quota or spend cap does not allow the added part `more` (its own id) of the
+    rental on `growing`, if it does not: it counts as one more rental of that size on that rental's model
+    (quotas count the model a rental runs on), at `price_micros_per_hour`, as do the parts grown before it
+    in this cycle at theirs."""
     if limits is None or limits.tenants.get(more.tenant) is None:
         return None
     price = limits.price_micros_per_hour
@@ -97,9 +105,9 @@ def within_limits(
         return grown[request.id] if request.id in grown else price(request)
 
     ledger = replace(limits, price_micros_per_hour=priced).ledger(
-        ((h.request, h.started_at_s) for h in held), now_s
+        ((landed(snapshot, h.request, h.placement), h.started_at_s) for h in held), now_s
     )
-    return ledger.check(more)
+    return ledger.check(landed(snapshot, more, growing))
 
 
 def held_for_contracts(

@@ -157,9 +157,10 @@ class Resizer:
         now_s = now.timestamp()
         avoid = frozenset() if self.drain is None else self.drain.keep_off(running.expected_end_s)
         with self.snapshot.cordoned(avoid):
-            outcome = within_limits(self.limits, self.holding, more, price, now_s) or grow(
-                self.snapshot, running.request, running.placement, self.policy, **extra
+            limited = within_limits(
+                self.limits, self.holding, more, price, now_s, self.snapshot, running.placement
             )
+            outcome = limited or grow(self.snapshot, running.request, running.placement, self.policy, **extra)
         if isinstance(outcome, Placement):
             why = held_for_contracts(
                 self.snapshot, self.holding, self.contracts, rental, outcome, more, now_s
