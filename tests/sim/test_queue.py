@@ -576,3 +576,30 @@ def test_with_a_tier_mix_the_figures_fit_80_columns_and_each_tier_has_its_own(tr
         tiers = policy["per_tier"]
         assert sum(t["jobs"] for t in tiers.values()) == policy["completed"]
         assert sum(t["preemptions"] for t in tiers.values()) == policy["preemptions"]
+
+
+def test_gpus_that_take_shares_let_fractional_pods_run_on_a_synthetic_fleet(tmp_path: Path):
+    """Most Alibaba pods ask part of a GPU: on `N:M` (whole GPUs) they can never fit and are counted so; on
+    `N:M:shared` they run beside whole-GPU pods."""
+    pods = tmp_path / "pods.csv"
+    header = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,"
+    rows = [
+        "p0,1000,1024,1,1000,,LS,Running,0,3600,0",
+        "p1,1000,1024,1,500,,LS,Running,10,1800,10",
+        "p2,1000,1024,1,250,,LS,Running,20,900,20",
+    ]
+    pods.write_text(header + "scheduled_time\n" + "\n".join(rows) + "\n")
+    figures = {}
+    for nodes in ("1:8", "1:8:shared"):
+        out = tmp_path / f"{nodes.replace(':', '-')}.json"
+        args = ["sim", "queue", "--nodes", nodes, "--jobs", str(pods), "--policy", "fifo", "--json", str(out)]
+        outcome = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+        assert outcome.exit_code == 0, outcome.output
+        figures[nodes] = json.loads(out.read_text())
+    assert figures["1:8"]["never_fit_jobs"] == 2 and figures["1:8"]["policies"]["fifo"]["completed"] == 1
+    assert (
+        figures["1:8:shared"]["never_fit_jobs"] == 0
+        and figures["1:8:shared"]["policies"]["fifo"]["completed"] == 3
+    )
+    bad = CliRunner().invoke(app, ["sim", "queue", "--nodes", "1:8:mig", "--jobs", str(pods)])
+    assert bad.exit_code == 2 and "only :whole or :shared" in " ".join(bad.output.split())

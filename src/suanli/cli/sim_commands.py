@@ -149,7 +149,11 @@ ResizeRestartOption = Annotated[
 @sim_app.command("queue")
 def queue(
     nodes: Annotated[
-        str, typer.Option(help="Fleet: a fleet TOML, the trace node CSV, or N:M (N nodes of M GPUs).")
+        str,
+        typer.Option(
+            help="Fleet: a fleet TOML, the trace node CSV, or N:M (N nodes of M GPUs; N:M:shared for GPUs "
+            "that also take shares of one, as most Alibaba pods ask)."
+        ),
     ],
     jobs: Annotated[
         Path,

@@ -107,8 +107,9 @@ def nodes_for_load(jobs: list[TraceJob], gpus_per_node: int, target: float = 0.8
     return max(1, math.ceil(work / (target * gpus_per_node)))
 
 
-def synthetic_fleet(nodes: int, gpus_per_node: int) -> Fleet:
-    """N nodes of M whole H100-SXM-80GB GPUs, one leaf per 32 nodes (four leaves a pod)."""
+def synthetic_fleet(nodes: int, gpus_per_node: int, gpu_mode: GpuMode = GpuMode.WHOLE) -> Fleet:
+    """N nodes of M H100-SXM-80GB GPUs (whole, or `GpuMode.SHARED`: whole GPUs and shares of one), one leaf
+    per 32 nodes (four leaves a pod)."""
     fleet_nodes = tuple(
         Node(
             name=f"node-{i:05d}",
@@ -118,7 +119,7 @@ def synthetic_fleet(nodes: int, gpus_per_node: int) -> Fleet:
             memory_mib=131_072 * gpus_per_node,
             gpu_model=SIM_MODEL,
             gpu_count=gpus_per_node,
-            gpu_mode=GpuMode.WHOLE,
+            gpu_mode=gpu_mode,
         )
         for i in range(nodes)
     )

@@ -16,7 +16,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from suanli.domain.catalog_data import CATALOG
-from suanli.domain.inventory import Fleet
+from suanli.domain.inventory import Fleet, GpuMode
 from suanli.domain.request import Request, Tier
 from suanli.domain.scheduler import never_fits
 from suanli.domain.snapshot import Snapshot
@@ -101,12 +101,16 @@ def write_plots(directory: Path, results: Sequence[QueueResult]) -> list[Path]:
 
 
 def load_fleet(nodes: str) -> Fleet:
-    """`N:M` (N nodes of M GPUs), a fleet TOML, or the openb node CSV."""
+    """`N:M` (N nodes of M whole GPUs; `N:M:shared`: GPUs that also take shares of one, as the Alibaba pods
+    ask), a fleet TOML, or the openb node CSV."""
     if ":" in nodes and not Path(nodes).exists():
-        count, _, per_node = nodes.partition(":")
+        count, per_node, *mode = nodes.split(":")
         if not (count.isdigit() and per_node.isdigit() and int(count) > 0 and int(per_node) > 0):
             raise ValueError(f"--nodes {nodes!r}: N:M needs two positive integers, e.g. 73:8")
-        return synthetic_fleet(int(count), int(per_node))
+        if mode not in ([], ["whole"], ["shared"]):
+            raise ValueError(f"--nodes {nodes!r}: after N:M, only :whole or :shared (GPUs shared by pods)")
+        gpu_mode = GpuMode.SHARED if mode == ["shared"] else GpuMode.WHOLE
+        return synthetic_fleet(int(count), int(per_node), gpu_mode)
     path = Path(nodes)
     if not path.is_file():
         raise ValueError(
