@@ -20,6 +20,7 @@ from conftest import (
     charged,
     h100_contract,
     logged_in_as,
+    make_tenant,
     wait_for,
 )
 from suanli.cli import billing_commands, contract_commands, plan_commands, platform_commands
@@ -618,3 +619,31 @@ def test_a_rental_placed_before_its_contract_opens_is_covered_from_the_start(dat
         assert body["price_micros_per_hour"] == 0
         assert body["quote"]["contract_covered_gpu_milli"] == 1000
         assert charged(client, rental["id"], headers) == charge_micros(H100_ON_DEMAND, 60)
+
+
+def test_a_holders_running_claim_is_never_the_victim_of_its_next_claim(database_url: str) -> None:
+    """Inside an open contract the holder's running rentals are `reserved`: with the fleet's H100s full of
+    another tenant's older rentals, the holder's second claim preempts one of those, not the holder's first
+    claim (the newest rental, so the one that would lose the fewest GPU-seconds)."""
+    with app_client(database_url, preemption_notice_s=1.0) as client:
+        crowd_id, crowd = make_tenant(client, "claims-crowd")
+        holder_id, holder = make_tenant(client, "claims-holder")
+        _credit(client, crowd_id, 10**12)
+        _credit(client, holder_id, 10**12)
+        model = {"gpu_model": "H100-SXM-80GB", "gpus": 8}
+        crowded = [client.post("/v1/rentals", json=model, headers=crowd).json()["id"] for _ in range(8)]
+        for rental_id in crowded:  # every H100 of the fleet
+            assert wait_for(client, rental_id, crowd, "placed")["state"] == "placed"
+        start = datetime.now(UTC) - timedelta(minutes=1)
+        body = {"gpu_model": "H100-SXM-80GB", "count": 12, "region": "cn-north"}
+        body |= {"starts_at": start.isoformat(), "ends_at": (start + timedelta(hours=2)).isoformat()}
+        assert client.post("/v1/contracts", json=body, headers=holder).status_code == 201
+        first = client.post("/v1/rentals", json=model, headers=holder).json()["id"]
+        assert wait_for(client, first, holder, "placed")["state"] == "placed"  # a crowd rental went
+        second = client.post("/v1/rentals", json={**model, "gpus": 4}, headers=holder).json()["id"]
+        assert wait_for(client, second, holder, "placed")["state"] == "placed"  # another crowd rental went
+        assert client.get(f"/v1/rentals/{first}", headers=holder).json()["state"] == "placed"
+        gone = [
+            r for r in crowded if client.get(f"/v1/rentals/{r}", headers=crowd).json()["state"] != "placed"
+        ]
+        assert len(gone) == 2
