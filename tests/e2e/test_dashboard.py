@@ -262,6 +262,34 @@ def test_a_tenant_sets_and_clears_its_own_budget(page: Page, platform: Platform)
             api.set_budget()  # later tests rent as this tenant
 
 
+def test_a_budget_refresh_that_answers_late_leaves_what_was_typed_since(
+    page: Page, platform: Platform
+) -> None:
+    """After a change the form reads the budget back; typed while that read is on its way (held here), the
+    new text stays: CI once lost a test's typing to a refresh that answered after it."""
+    sign_in(page, platform)
+    held = []
+    try:
+        expect(page.locator("#budget-spent")).to_contain_text("today")
+        page.route("**/v1/limits", lambda route: held.append(route))  # the read after the change waits here
+        page.fill("#budget-daily", "0.25")
+        page.click("#budget-form button")
+        deadline = time.monotonic() + 10
+        while not held and time.monotonic() < deadline:
+            page.wait_for_timeout(20)
+        assert held, "the form did not read the budget back"
+        page.fill("#budget-daily", "7")
+        for route in held:
+            route.continue_()
+        page.unroute("**/v1/limits")
+        expect(page.locator("#budget-spent")).to_contain_text("today")
+        page.wait_for_timeout(300)  # the late answer has been handled
+        expect(page.locator("#budget-daily")).to_have_value("7")
+    finally:
+        with platform.tenant() as api:
+            api.set_budget()  # later tests rent as this tenant
+
+
 def test_a_rental_with_max_hours_shows_when_it_stops_and_is_stopped_then(
     page: Page, platform: Platform
 ) -> None:

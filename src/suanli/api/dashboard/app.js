@@ -586,9 +586,13 @@ async function stopSelected() {
 
 // --- the month's invoice, and the nodes (operators) -----------------------------------------------------
 
+// edits of the budget form so far: a refresh that began before the latest leaves the form as typed
+let budgetEdits = 0;
+
 // the tenant's own budget in the form, and the operator's caps beside it (read at sign-in and after a change,
-// so a refresh never overwrites what is being typed)
+// so a refresh never overwrites what is being typed, even one whose answer comes after the typing began)
 async function refreshBudget() {
+  const edits = budgetEdits;
   let limits;
   try {
     limits = await api("GET", "/v1/limits");
@@ -597,9 +601,11 @@ async function refreshBudget() {
     return;
   }
   const shown = (micros) => (micros == null ? "" : units(micros));
-  $("budget-daily").value = shown(limits.budget_daily_micros);
-  $("budget-monthly").value = shown(limits.budget_monthly_micros);
-  $("budget-stop").checked = limits.budget_stops_running;
+  if (edits === budgetEdits) {
+    $("budget-daily").value = shown(limits.budget_daily_micros);
+    $("budget-monthly").value = shown(limits.budget_monthly_micros);
+    $("budget-stop").checked = limits.budget_stops_running;
+  }
   $("budget-spent").textContent =
     `spent ${units(limits.spent_today_micros)} today, ${units(limits.spent_month_micros)} this month`;
   const caps = [["daily", limits.daily_cap_micros], ["monthly", limits.monthly_cap_micros]]
@@ -1180,6 +1186,7 @@ $("offers-form").addEventListener("submit", (event) => {
 $("rent-form").addEventListener("submit", rent);
 $("rent-check").addEventListener("click", dryRun);
 $("budget-form").addEventListener("submit", setBudget);
+$("budget-form").addEventListener("input", () => { budgetEdits += 1; });
 $("detail-stop").addEventListener("click", stopSelected);
 $("detail-rerun").addEventListener("click", rerunSelected);
 // a tab this one opens gets a copy of its sessionStorage (the key): not with noopener, so not a plain link
