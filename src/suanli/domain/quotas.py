@@ -191,7 +191,7 @@ class Ledger:
         """Of the models `request` may land on, those where its tenant's GPU quota has no room for it, and
         the reason one of them gives (to say why it waits when they are all full)."""
         limits = self.limits.tenants.get(request.tenant)
-        if limits is None or not any(key != ALL_GROUPS for key in limits.gpu_quota):
+        if limits is None or not self.has_model_quotas(request.tenant):
             return frozenset(), None
         full, reason = set(), None
         for model in models:
@@ -200,6 +200,11 @@ class Ledger:
                 full.add(model)
                 reason = reason or held
         return frozenset(full), reason
+
+    def has_model_quotas(self, tenant: str) -> bool:
+        """Whether `tenant` has a GPU quota on a model or family (not only `*`): where it lands counts."""
+        limits = self.limits.tenants.get(tenant)
+        return limits is not None and any(key != ALL_GROUPS for key in limits.gpu_quota)
 
     def _over_quota(self, limits: TenantLimits, request: Request, groups: tuple[str, ...]) -> Pending | None:
         tenant, gpus = request.tenant, request_gpus(request)

@@ -67,7 +67,7 @@ def quota_gate(
     those of the models it may land on where its GPU quota has no room. It waits for its quota too when it
     fits now only on such nodes; when it fits nowhere now, it waits for capacity on the others."""
     held = ledger.check(request)
-    if held is not None:
+    if held is not None or not ledger.has_model_quotas(request.tenant):
         return held, frozenset()
     class_ids, _ = nominate(snapshot, request)
     models = {snapshot.classes[i].model.name for i in class_ids}
