@@ -114,7 +114,7 @@ def test_the_verdict_table_wraps_rather_than_cuts_at_80_columns():
     from rich.console import Console
 
     from suanli.sim.itp_check import Capacity, ClusterCheck
-    from suanli.sim.queue_report import itp_verdict_table
+    from suanli.sim.queue_tables import itp_verdict_table
 
     results = {
         "suanli": result("suanli", [5.0, 5.0, 5.0], 65.62),

@@ -22,8 +22,10 @@ from suanli.sim.itp import (
     synthetic_fleet,
 )
 from suanli.sim.queue import POLICIES, RESTART_S, parse_mix, run_queue
-from suanli.sim.queue_report import print_trims, queue_command, results_json
+from suanli.sim.queue_outputs import results_json
+from suanli.sim.queue_report import queue_command
 from suanli.sim.queue_result import percentile
+from suanli.sim.queue_tables import print_trims
 
 ROWS = [
     ("a", 0, 100, 8),

@@ -1,19 +1,14 @@
-"""`suanli sim queue`: load a fleet and a workload, replay them under each policy, print the table, write JSON
-and PNG charts (the replay itself is `sim/queue.py`)."""
+"""`suanli sim queue` and `sim itp-check`: load a fleet and a workload, replay them under each policy, print
+the tables (`queue_tables.py`), write JSON and charts (`queue_outputs.py`); the replay is `sim/queue.py`."""
 
 from __future__ import annotations
 
 import csv
-import json
-import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from rich import box
-from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from suanli.domain.catalog_data import CATALOG
 from suanli.domain.inventory import Fleet, GpuMode
@@ -25,7 +20,6 @@ from suanli.sim.itp import DurationEstimate, read_itp_jobs, synthetic_fleet
 from suanli.sim.itp_check import (
     CANDIDATE,
     ClusterCheck,
-    Perturbed,
     check_candidate,
     check_cluster,
     check_parts,
@@ -40,64 +34,17 @@ from suanli.sim.queue import (
     pod_requests,
     run_requests,
 )
+from suanli.sim.queue_outputs import check_outputs, json_text, write_json, write_plots
 from suanli.sim.queue_result import QueueResult
+from suanli.sim.queue_tables import (
+    idle_table,
+    itp_verdict_table,
+    perturbed_table,
+    print_trims,
+    results_table,
+    tiers_table,
+)
 from suanli.sim.traces import read_openb_nodes, read_openb_pods
-
-
-def results_json(results: Sequence[QueueResult], notes: dict[str, object] | None = None) -> dict[str, object]:
-    """`capacity_gpus` and `policies.<name>.{mean_jct_s, p95_jct_s, mean_queue_s, mean_alloc_pct, ...}`."""
-    return {
-        "capacity_gpus": results[0].capacity_gpus if results else 0,
-        **(notes or {}),
-        "policies": {r.policy: r.summary() for r in results},
-    }
-
-
-def write_json(path: Path, results: Sequence[QueueResult], notes: dict[str, object] | None = None) -> None:
-    path.write_text(json_text(results_json(results, notes)), encoding="utf-8")
-
-
-def json_text(report: object) -> str:
-    """`report` as JSON, a figure without a value (NaN: no job completed, no arrival window) as null:
-    NaN is not JSON, and strict readers refuse the whole file."""
-    return json.dumps(_nan_as_none(report), indent=2, allow_nan=False) + "\n"
-
-
-def _nan_as_none(value: object) -> object:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: _nan_as_none(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_nan_as_none(item) for item in value]
-    return value
-
-
-def write_plots(directory: Path, results: Sequence[QueueResult]) -> list[Path]:
-    """PNG charts of GPU allocation % and queue length over virtual time, one line per policy."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    directory.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, column, label in (("allocation", 1, "GPU allocation %"), ("queue", 2, "queued jobs")):
-        figure, axes = plt.subplots(figsize=(10, 4))
-        for result in results:
-            t0 = result.samples[0][0] if result.samples else 0.0
-            xs = [(s[0] - t0) / 86400 for s in result.samples]
-            ys = [100 * s[1] / result.capacity_gpus if column == 1 else s[2] for s in result.samples]
-            axes.plot(xs, ys, label=result.policy, linewidth=0.8)
-        axes.set_xlabel("days since the first arrival")
-        axes.set_ylabel(label)
-        axes.legend()
-        figure.tight_layout()
-        path = directory / f"{name}.png"
-        figure.savefig(path, dpi=120)
-        plt.close(figure)
-        written.append(path)
-    return written
 
 
 def load_fleet(nodes: str) -> Fleet:
@@ -251,23 +198,6 @@ def queue_command(
     return results
 
 
-def check_outputs(jobs: Path, json_path: Path | None, plot_dir: Path | None) -> None:
-    """Refuse, before a replay that may take minutes, a trace that is not a file and outputs that cannot be
-    written; make the JSON file's folder."""
-    if not jobs.is_file():
-        why = "is a directory" if jobs.is_dir() else "no such file"
-        raise ValueError(f"--jobs {jobs}: {why}")
-    if plot_dir is not None and plot_dir.exists() and not plot_dir.is_dir():
-        raise ValueError(f"--plot {plot_dir}: exists and is not a directory")
-    if json_path is not None:
-        if json_path.is_dir():
-            raise ValueError(f"--json {json_path}: is a directory")
-        try:
-            json_path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise ValueError(f"--json {json_path}: cannot make its folder ({error.strerror})") from None
-
-
 def never_fit(fleet: Fleet, requests: Sequence[Request]) -> dict[str, str]:
     """The requests no placement on `fleet` could ever take, even empty (id -> why): the replay leaves
     them waiting, so the figures are over the others, and the caller says so."""
@@ -291,68 +221,6 @@ def never_fit(fleet: Fleet, requests: Sequence[Request]) -> dict[str, str]:
         if why[key] is not None:
             never[request.id] = why[key]
     return never
-
-
-def print_trims(console: Console, results: Sequence[QueueResult]) -> None:
-    """How many elastic victims each policy trimmed rather than evicted, when any did."""
-    if any(r.trims for r in results):
-        trims = ", ".join(f"{r.policy} {r.trims:,}" for r in results)
-        console.print(f"trimmed (elastic victims that gave back part of their GPUs and ran on): {trims}")
-
-
-def results_table(title: str, results: Sequence[QueueResult]) -> Table:
-    """One row per policy, the headline figures, fitting 80 columns (a long policy name folds, never a
-    figure); preemption columns only when some policy preempted."""
-    preempting = any(r.preemptions for r in results)
-    headers = ["mean\nJCT h", "p95\nJCT h", "mean\nqueue h", "alloc\n%", "owed\nGPU-h"]
-    headers += ["pre-\nempted", "lost\n%"] if preempting else []
-    table = _figures_table(title, headers)
-    for r in results:
-        cells = [
-            f"{r.mean_jct_s / 3600:.2f}",
-            f"{r.p95_jct_s / 3600:.2f}",
-            f"{r.mean_queue_s / 3600:.2f}",
-            f"{r.mean_alloc_pct:.2f}",
-            f"{r.owed_gpu_h:,.0f}",
-        ]
-        cells += [f"{r.preemptions:,}", f"{r.lost_work_pct:.1f}"] if preempting else []
-        table.add_row(r.policy, *cells)
-    return table
-
-
-def idle_table(results: Sequence[QueueResult]) -> Table:
-    """Where GPUs idled while jobs waited, per policy (the legend says what each column counts)."""
-    table = _figures_table("GPUs idle while jobs waited", ["idle\n%", "held\n%", "scat\n%"])
-    for r in results:
-        cells = (r.idle_waiting_pct, r.idle_held_pct, r.idle_scattered_pct)
-        table.add_row(r.policy, *(f"{c:.1f}" for c in cells))
-    return table
-
-
-def tiers_table(results: Sequence[QueueResult]) -> Table:
-    """Per policy and price tier: jobs completed, JCT, queueing delay and victims preempted."""
-    headers = ["tier", "jobs", "mean\nJCT h", "p95\nJCT h", "mean\nqueue h", "pre-\nempted"]
-    table = _figures_table("by tier", headers)
-    for r in results:
-        for tier, figures in r.per_tier().items():
-            table.add_row(
-                r.policy,
-                tier,
-                f"{figures['jobs']:,}",
-                f"{figures['mean_jct_s'] / 3600:.2f}",
-                f"{figures['p95_jct_s'] / 3600:.2f}",
-                f"{figures['mean_queue_s'] / 3600:.2f}",
-                f"{figures['preemptions']:,}",
-            )
-    return table
-
-
-def _figures_table(title: str, headers: Sequence[str]) -> Table:
-    table = Table(title=title, box=box.SIMPLE_HEAD, collapse_padding=True, pad_edge=False)
-    table.add_column("policy", overflow="fold", min_width=6)
-    for header in headers:
-        table.add_column(header, justify="left" if header == "tier" else "right", no_wrap=True)
-    return table
 
 
 def itp_check_command(
@@ -453,61 +321,6 @@ def _print_check(console, check: ClusterCheck) -> None:
     console.print(f"{check.candidate}: bar {check.verdict}")
     if check.perturbed is not None:
         console.print(perturbed_table(check.perturbed, check.candidate))
-
-
-def perturbed_table(perturbed: Perturbed, candidate: str = CANDIDATE) -> Table:
-    """Mean (lowest-highest) of each figure over the perturbed runs, and how often each shortfall held."""
-    runs = f"{perturbed.runs} run" + ("s" if perturbed.runs != 1 else "")
-    title = f"{runs} with arrivals moved by up to {perturbed.max_shift_s:g} s"
-    misses = "; ".join(
-        f"{metric} vs {baseline} missed in {n} of {perturbed.runs}"
-        for (baseline, metric), n in perturbed.misses.items()
-    )
-    table = Table(
-        title=title,
-        caption=misses or f"{candidate} met the bar in every run",
-        box=box.SIMPLE_HEAD,
-        collapse_padding=True,
-        pad_edge=False,
-    )
-    table.add_column("policy", no_wrap=True, min_width=13)
-    for header in ("mean JCT h", "p95 JCT h", "alloc %"):
-        table.add_column(header, justify="right", no_wrap=True)
-    for name, spread in perturbed.spreads.items():
-        cells = [f"{m:.2f} ({lo:.1f}-{hi:.1f})" for m, lo, hi in (spread.mean_jct_h, spread.p95_jct_h)]
-        mean, low, high = spread.alloc_pct
-        cells.append(f"{mean:.2f} ({low:.2f}-{high:.2f})")  # allocation bars are 0.01 apart
-        table.add_row(name, *cells)
-    return table
-
-
-def itp_verdict_table(checks: Sequence[ClusterCheck]) -> Table:
-    """One row per cluster: its capacity, the candidate's figures and the verdict."""
-    met = sum(check.met for check in checks)
-    candidate = checks[0].candidate if checks else CANDIDATE  # one command checks one candidate
-    table = Table(
-        title=f"{candidate} against every baseline",
-        caption=f"bar met on {met} of {len(checks)}",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-    )
-    for header in ("cluster", "nodes", "load %", "mean JCT h", "p95 JCT h", "alloc %", "verdict"):
-        # a narrow terminal wraps the verdict whole rather than cut a baseline's name or figure
-        table.add_column(
-            header, justify="left" if header in ("cluster", "verdict") else "right", overflow="fold"
-        )
-    for check in checks:
-        mine = check.candidate_result
-        table.add_row(
-            check.name,
-            check.capacity.label,
-            f"{100 * check.capacity.offered_load:.1f}",
-            f"{mine.mean_jct_s / 3600:.2f}",
-            f"{mine.p95_jct_s / 3600:.2f}",
-            f"{mine.mean_alloc_pct:.2f}",
-            check.verdict,
-        )
-    return table
 
 
 def _elastic_text(elastic: float | None, resize_restart_s: float = 0.0) -> str:

@@ -1,0 +1,84 @@
+"""`suanli sim queue` and `sim itp-check`: what they write, the JSON report and the PNG charts, and the
+checks that those outputs can be written before a replay that may take minutes."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+from suanli.sim.queue_result import QueueResult
+
+
+def results_json(results: Sequence[QueueResult], notes: dict[str, object] | None = None) -> dict[str, object]:
+    """`capacity_gpus` and `policies.<name>.{mean_jct_s, p95_jct_s, mean_queue_s, mean_alloc_pct, ...}`."""
+    return {
+        "capacity_gpus": results[0].capacity_gpus if results else 0,
+        **(notes or {}),
+        "policies": {r.policy: r.summary() for r in results},
+    }
+
+
+def write_json(path: Path, results: Sequence[QueueResult], notes: dict[str, object] | None = None) -> None:
+    path.write_text(json_text(results_json(results, notes)), encoding="utf-8")
+
+
+def json_text(report: object) -> str:
+    """`report` as JSON, a figure without a value (NaN: no job completed, no arrival window) as null:
+    NaN is not JSON, and strict readers refuse the whole file."""
+    return json.dumps(_nan_as_none(report), indent=2, allow_nan=False) + "\n"
+
+
+def _nan_as_none(value: object) -> object:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _nan_as_none(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_nan_as_none(item) for item in value]
+    return value
+
+
+def write_plots(directory: Path, results: Sequence[QueueResult]) -> list[Path]:
+    """PNG charts of GPU allocation % and queue length over virtual time, one line per policy."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, column, label in (("allocation", 1, "GPU allocation %"), ("queue", 2, "queued jobs")):
+        figure, axes = plt.subplots(figsize=(10, 4))
+        for result in results:
+            t0 = result.samples[0][0] if result.samples else 0.0
+            xs = [(s[0] - t0) / 86400 for s in result.samples]
+            ys = [100 * s[1] / result.capacity_gpus if column == 1 else s[2] for s in result.samples]
+            axes.plot(xs, ys, label=result.policy, linewidth=0.8)
+        axes.set_xlabel("days since the first arrival")
+        axes.set_ylabel(label)
+        axes.legend()
+        figure.tight_layout()
+        path = directory / f"{name}.png"
+        figure.savefig(path, dpi=120)
+        plt.close(figure)
+        written.append(path)
+    return written
+
+
+def check_outputs(jobs: Path, json_path: Path | None, plot_dir: Path | None) -> None:
+    """Refuse, before a replay that may take minutes, a trace that is not a file and outputs that cannot be
+    written; make the JSON file's folder."""
+    if not jobs.is_file():
+        why = "is a directory" if jobs.is_dir() else "no such file"
+        raise ValueError(f"--jobs {jobs}: {why}")
+    if plot_dir is not None and plot_dir.exists() and not plot_dir.is_dir():
+        raise ValueError(f"--plot {plot_dir}: exists and is not a directory")
+    if json_path is not None:
+        if json_path.is_dir():
+            raise ValueError(f"--json {json_path}: is a directory")
+        try:
+            json_path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise ValueError(f"--json {json_path}: cannot make its folder ({error.strerror})") from None
