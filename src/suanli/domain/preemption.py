@@ -24,7 +24,7 @@ from suanli.domain.inventory import GpuMode
 from suanli.domain.plan import NodeAllocation, Placement, Slice
 from suanli.domain.policies import Policy
 from suanli.domain.request import Request, Tier
-from suanli.domain.scheduler import place
+from suanli.domain.scheduler import trial_place
 from suanli.domain.snapshot import Snapshot
 
 DEFAULT_NOTICE_S = 30.0
@@ -331,11 +331,7 @@ def fits_without(
         snapshot.release(allocation) for victim in victims for allocation in victim.placement.nodes
     ]
     try:
-        outcome = place(snapshot, request, policy)
-        if not isinstance(outcome, Placement):
-            return None
-        snapshot.unplace(outcome)  # the trial is taken back
-        return outcome
+        return trial_place(snapshot, request, policy)
     finally:
         for undo in reversed(undos):
             undo()

@@ -12,7 +12,7 @@ from suanli.domain.plan import Placement
 from suanli.domain.policies import Policy
 from suanli.domain.preemption import Running
 from suanli.domain.request import Request, WholeGpus
-from suanli.domain.scheduler import nominate, place
+from suanli.domain.scheduler import nominate, place, trial_place
 from suanli.domain.snapshot import Snapshot
 
 
@@ -255,7 +255,7 @@ def earliest_slot(
             while applied < released:
                 undos.extend(snapshot.release(a) for a in timed[applied].placement.nodes)
                 applied += 1
-            found = _place_without(snapshot, request, policy, held)
+            found = trial_place(snapshot, request, policy, held)
             if found is not None:
                 nodes = frozenset(a.node for a in found.nodes)
                 return Slot(start, nodes, found if start <= now else None)
@@ -292,13 +292,3 @@ def _down(maintenance: Sequence[tuple[str, float, float]], start_s: float, end_s
 
 def _fits(free: Sequence[float], need: Need) -> bool:
     return free[0] >= need[0] and free[1] >= need[1] and free[2] >= need[2]
-
-
-def _place_without(snapshot: Snapshot, request: Request, policy: Policy, nodes: set[str]) -> Placement | None:
-    """Where `request` would go with `nodes` cordoned; the snapshot is left as it was."""
-    with snapshot.cordoned(nodes):
-        outcome = place(snapshot, request, policy)
-        if not isinstance(outcome, Placement):
-            return None
-        snapshot.unplace(outcome)
-        return outcome

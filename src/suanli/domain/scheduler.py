@@ -78,19 +78,21 @@ def quota_gate(
         return reason, frozenset()
     full_classes = {i for i in class_ids if snapshot.classes[i].model.name in full}
     off_limits = frozenset(s.name for s in snapshot.nodes if s.class_id in full_classes)
-    if not _fits_now(snapshot, request, policy, off_limits) and _fits_now(snapshot, request, policy, ()):
+    if trial_place(snapshot, request, policy, off_limits) is None and trial_place(snapshot, request, policy):
         return reason, frozenset()
     return None, off_limits
 
 
-def _fits_now(snapshot: Snapshot, request: Request, policy: Policy, cordon: Collection[str]) -> bool:
-    """Whether `request` would fit now off `cordon`; the snapshot is left as it was."""
+def trial_place(
+    snapshot: Snapshot, request: Request, policy: Policy, cordon: Collection[str] = ()
+) -> Placement | None:
+    """Where `request` would go now, off the nodes in `cordon`; the snapshot is left as it was."""
     with snapshot.cordoned(cordon):
         outcome = place(snapshot, request, policy)
     if isinstance(outcome, Placement):
         snapshot.unplace(outcome)
-        return True
-    return False
+        return outcome
+    return None
 
 
 def landed(snapshot: Snapshot, request: Request, placement: Placement) -> Request:
