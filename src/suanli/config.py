@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Literal
 
 from platformdirs import user_data_dir
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -15,6 +15,10 @@ def default_database_url() -> str:
     directory = Path(user_data_dir("suanli", appauthor=False))
     directory.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{directory / 'suanli.db'}"
+
+
+# the tiers a rental can be preempted in (reserved is never a victim, but naming it is harmless)
+NOTICE_TIERS = ("spot", "on_demand", "reserved")
 
 
 class Settings(BaseSettings):
@@ -59,6 +63,18 @@ class Settings(BaseSettings):
     preemption_notice_by_tier_s: dict[str, float] = Field(
         default_factory=dict, description='Per victim tier, e.g. {"spot": 30, "on_demand": 120} (JSON).'
     )
+
+    @field_validator("preemption_notice_by_tier_s")
+    @classmethod
+    def _notices_are_per_known_tier(cls, notices: dict[str, float]) -> dict[str, float]:
+        """Every victim gets a notice: a tier named here exists, and its notice is some seconds long."""
+        for tier, seconds in notices.items():
+            if tier.strip().lower().replace("-", "_") not in NOTICE_TIERS:
+                raise ValueError(f"unknown tier {tier!r}; use {', '.join(NOTICE_TIERS)}")
+            if not seconds > 0:
+                raise ValueError(f"the notice for {tier} must be above 0 seconds, not {seconds}")
+        return notices
+
     commission_bp: int = Field(
         default=1500,
         ge=0,

@@ -12,6 +12,7 @@ from datetime import datetime
 
 import pytest
 from fastapi.testclient import TestClient
+from pydantic import ValidationError
 
 from conftest import ADMIN, FLEET, scheduler_cycles, wait_for
 from suanli.api.app import create_app
@@ -214,3 +215,19 @@ def test_a_notice_is_withdrawn_when_the_preemptor_is_stopped_before_the_deadline
     again = _rent(client, od_tenant, gpu_model="H200", gpus=8, tier="on_demand")
     assert wait_for(client, again, od_tenant, "placed", reason="preempting")["pending_reason"] == "preempting"
     assert client.get(f"/v1/rentals/{spot}", headers=spot_tenant).json()["state"] == "preempting"
+
+
+@pytest.mark.parametrize(
+    ("notices", "message"),
+    [
+        ({"spot": -60}, "the notice for spot must be above 0 seconds"),
+        ({"spot": 0}, "the notice for spot must be above 0 seconds"),
+        ({"sopt": 30}, "unknown tier 'sopt'"),
+    ],
+)
+def test_a_per_tier_notice_names_a_known_tier_and_some_seconds(notices, message):
+    """A negative notice gave victims a deadline already past (killed without notice); a misspelt tier was
+    accepted and then failed the server's start with a raw error."""
+    with pytest.raises(ValidationError, match=message):
+        Settings(database_url="sqlite://", preemption_notice_by_tier_s=notices)
+    assert Settings(database_url="sqlite://", preemption_notice_by_tier_s={"On-Demand": 120})

@@ -19,7 +19,7 @@ from suanli.domain.contracts import (
     short_contracts,
     transfer,
 )
-from suanli.domain.errors import ContractError
+from suanli.domain.errors import ContractError, RequestError
 from suanli.domain.inventory import Fleet, GpuMode, Node, Region
 from suanli.domain.plan import Placement, Reason
 from suanli.domain.policies import BestFitPolicy
@@ -226,6 +226,26 @@ def test_spot_below_the_floor_waits_and_running_spot_below_it_gets_notice():
     assert eviction.request_id == "low" and eviction.deadline_s == 80
     noticed = Running(low.request, low.placement, 0, SPOT_FLOOR, 80)
     assert below_floor([noticed, high], lambda r: 2_000_000, 60) == ()
+
+
+def test_spot_without_a_bid_pays_the_spot_price_so_the_floor_neither_holds_nor_evicts_it():
+    """`gated` lets a spot request with no bid pass the floor; `below_floor` read the missing bid as 0 and
+    gave the same rental notice in the next cycle."""
+    snap = Snapshot(fleet_of(1), CATALOG)
+    gates = Gates(spot_floor=lambda request: 2_000_000)
+    first = admit(snap, [ask("nobid", 4, tier=Tier.SPOT)], [], POLICY, 10, CONFIG, gates=gates)
+    assert [p.request_id for p in first.placements] == ["nobid"]
+    snap = Snapshot(fleet_of(1), CATALOG)
+    running = run(snap, ask("nobid", 4, tier=Tier.SPOT))
+    later = admit(snap, [], [running], POLICY, 20, CONFIG, gates=gates)
+    assert later.floor_evictions == ()
+
+
+def test_a_notice_of_no_time_is_refused():
+    with pytest.raises(RequestError, match="spot notice must be above 0"):
+        PreemptionConfig(notice_s={Tier.SPOT: 0})
+    with pytest.raises(RequestError, match="default notice must be above 0"):
+        PreemptionConfig(default_notice_s=-30)
 
 
 def test_a_holders_spot_request_is_not_promoted_so_it_neither_skips_the_floor_nor_preempts():

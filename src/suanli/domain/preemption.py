@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 
 from suanli.domain.capacity import instance_milli
 from suanli.domain.catalog import MigGeometry
+from suanli.domain.errors import RequestError
 from suanli.domain.inventory import GpuMode
 from suanli.domain.plan import NodeAllocation, Placement, Slice
 from suanli.domain.policies import Policy
@@ -77,6 +78,14 @@ class PreemptionConfig:
 
     notice_s: Mapping[Tier, float] = field(default_factory=dict)
     default_notice_s: float = DEFAULT_NOTICE_S
+
+    def __post_init__(self) -> None:
+        for tier, seconds in {**self.notice_s, None: self.default_notice_s}.items():
+            if not seconds > 0:  # a deadline at or before the notice kills without one
+                name = "default" if tier is None else tier.label
+                raise RequestError(
+                    f"the {name} notice must be above 0 seconds, not {seconds}", field="notice_s"
+                )
 
     def notice_for(self, tier: Tier) -> float:
         return self.notice_s.get(tier, self.default_notice_s)
@@ -348,14 +357,16 @@ def below_floor(
 ) -> tuple[Eviction, ...]:
     """Spot rentals whose bid is below their pool's floor (`floor_of`), each with its notice deadline.
 
+    A rental that bids nothing pays the pool's spot price, never below the floor, so it is never one.
     Rentals already under notice are left alone; the caller marks the rest `preempted_by=SPOT_FLOOR`.
     """
     evictions = []
     for r in running:
         if r.request.tier is not Tier.SPOT or r.preempted_by is not None:
             continue
-        floor = floor_of(r.request)
-        if floor is not None and (r.request.bid_micros_per_hour or 0) < floor:
+        bid = r.request.bid_micros_per_hour
+        floor = floor_of(r.request) if bid is not None else None  # no bid: it pays the spot price
+        if floor is not None and bid < floor:
             evictions.append(
                 Eviction(
                     r.request.id,
