@@ -238,3 +238,21 @@ def test_an_elastic_rental_grows_by_what_frees_and_a_rigid_resize_waits_for_all_
         assert any(e["kind"] == "growing" for e in waiting["events"]), waiting["events"]
         assert client.post(f"/v1/rentals/{third['id']}/stop", headers=headers).status_code == 200
         assert _slices(_until(client, rigid["id"], headers, lambda b: _slices(b) == 8)) == 8
+
+
+def test_an_elastic_rental_shrinks_below_its_least_size_which_falls_with_it(database_url: str):
+    """A resize is the tenant's own choice of size: an elastic rental asked to be smaller than its
+    `min_gpus` becomes that size (its least size with it), as a rigid one does. It was refused with a
+    message about `min_gpus`, a field the resize does not take."""
+    with app_client(database_url, meter_interval_s=3600, prepaid=False) as client:
+        headers, _ = _tenant(client, "elastic-shrink")
+        elastic = _renter(client, headers)({"gpus": 8, "min_gpus": 4})
+        assert _slices(elastic) == 8
+        shrunk = client.patch(f"/v1/rentals/{elastic['id']}", json={"gpus": 2}, headers=headers)
+        assert shrunk.status_code == 200, shrunk.text
+        assert shrunk.json()["request"]["gpus"] == 2 and shrunk.json()["request"]["min_gpus"] == 2
+        body = _until(client, elastic["id"], headers, lambda b: _slices(b) == 2)
+        assert _slices(body) == 2
+        grown = client.patch(f"/v1/rentals/{elastic['id']}", json={"gpus": 6}, headers=headers)
+        assert grown.status_code == 200, grown.text
+        assert grown.json()["request"]["min_gpus"] == 2  # growing leaves its least size as it is

@@ -351,6 +351,10 @@ class RentalService:
             if gpus is not None and not whole:
                 raise Invalid("only whole-GPU rentals change their GPU count", field="gpus")
             new_spec = replace(spec, nodes=nodes or spec.nodes, gpus=spec.gpus if gpus is None else gpus)
+            if (
+                spec.min_gpus is not None
+            ):  # an elastic rental asked smaller than its least size: that is its size
+                new_spec = replace(new_spec, min_gpus=min(spec.min_gpus, new_spec.gpus * new_spec.nodes))
             check_spec(new_spec, self.catalog)
             if new_spec != spec:
                 self._check_fleet(uow, replace(rental, spec=new_spec))
