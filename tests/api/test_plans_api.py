@@ -314,6 +314,39 @@ def test_a_contract_is_prepaid_covers_its_holders_usage_and_transfers_its_remain
     assert client.get("/v1/ledger/verify", headers=ADMIN).json()["ok"] is True
 
 
+def test_a_contract_transferred_in_its_window_covers_the_buyers_running_rentals_at_once(
+    client, tenant
+) -> None:
+    """The buyer's rentals already running in the contract's pool become its claims at the transfer (the
+    scheduler counts them reserved), so they pay the contract's 0 from then on, as a holder's rentals placed
+    before a window's start do when it opens; the seller's lose the coverage. The buyer paid on-demand."""
+    seller_id, seller = tenant("transfer-seller")
+    buyer_id, buyer = tenant("transfer-buyer")
+    for tenant_id in (seller_id, buyer_id):
+        _credit(client, tenant_id, 1_000_000_000)
+    pool = {"gpu_model": "H100-SXM-80GB", "gpus": 2, "regions": ["cn-north"]}
+    start = datetime.now(UTC) - timedelta(minutes=1)
+    signed = client.post("/v1/contracts", json=h100_contract(start, 10, 2), headers=seller)
+    assert signed.status_code == 201, signed.text
+    sellers = wait_for(
+        client, client.post("/v1/rentals", json=pool, headers=seller).json()["id"], seller, "placed"
+    )
+    assert sellers["price_micros_per_hour"] == 0
+    buyers = wait_for(
+        client, client.post("/v1/rentals", json=pool, headers=buyer).json()["id"], buyer, "placed"
+    )
+    assert buyers["price_micros_per_hour"] == 2 * H100_ON_DEMAND
+
+    moved = client.post(
+        f"/v1/contracts/{signed.json()['id']}/transfer", json={"to_tenant_id": buyer_id}, headers=ADMIN
+    )
+    assert moved.status_code == 200, moved.text
+    assert client.get(f"/v1/rentals/{buyers['id']}", headers=buyer).json()["price_micros_per_hour"] == 0
+    after = client.get(f"/v1/rentals/{sellers['id']}", headers=seller).json()
+    assert after["price_micros_per_hour"] == 2 * H100_ON_DEMAND
+    assert client.get("/v1/ledger/verify", headers=ADMIN).json()["ok"] is True
+
+
 def _reserved_list_price(client: TestClient, gpu_model: str) -> int:
     return next(
         p["price_micros_per_gpu_hour"]

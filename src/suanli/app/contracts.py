@@ -375,6 +375,8 @@ class ContractService:
                         )
                 uow.contracts.set_tenant(record.id, moved.tenant)
                 settle_coverage(uow, record.tenant_id, record.gpu_model, record.region, now)  # the seller's
+                if record.starts_at <= now < record.ends_at:  # the buyer's rentals there are its claims now
+                    extend_coverage(uow, moved.tenant, record.gpu_model, record.region, now)
                 uow.commit()
                 return replace(record, tenant_id=moved.tenant)
 
