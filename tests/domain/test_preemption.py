@@ -115,6 +115,12 @@ def test_equal_loss_goes_to_the_lower_bid_and_lower_tier_goes_first():
     poor = start(snap, "poor", 4, Tier.SPOT, at=50, bid=1_000_000)
     asked = Request("od", WholeGpus(4), tier=Tier.ON_DEMAND)
     assert [v.request_id for v in choose_victims(snap, asked, [rich, poor], POLICY, 100).victims] == ["poor"]
+    snap = snapshot_of(1, 8)  # no bid: it pays the spot price whatever it is, so it offers the most
+    market = start(snap, "market", 4, Tier.SPOT, at=50)
+    rich = start(snap, "rich", 4, Tier.SPOT, at=50, bid=3_000_000)
+    assert [v.request_id for v in choose_victims(snap, asked, [market, rich], POLICY, 100).victims] == [
+        "rich"
+    ]
     snap = snapshot_of(1, 8)
     on_demand = start(snap, "od1", 4, Tier.ON_DEMAND, at=99)
     spot = start(snap, "spot", 4, Tier.SPOT, at=0)

@@ -384,6 +384,10 @@ def test_priority_order_is_tier_then_bid_then_age():
     ]
     ordered = order_requests(queue, QueueConfig(order=Order.PRIORITY), FairShare())
     assert [r.id for r in ordered] == ["res", "od-old", "od-young", "spot-high", "spot-low"]
+    # spot without a bid pays the spot price whatever it is: it outranks every bid, never a higher tier
+    with_market = [*queue, job("spot-market", 1, 30, tier=Tier.SPOT)]
+    ordered = order_requests(with_market, QueueConfig(order=Order.PRIORITY), FairShare())
+    assert [r.id for r in ordered][-3:] == ["spot-market", "spot-high", "spot-low"]
     assert next(r.id for r in order_requests(queue, FIFO, FairShare())) == "spot-low"
 
 

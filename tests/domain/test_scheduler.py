@@ -569,6 +569,8 @@ def test_queue_order_is_tier_then_bid_then_age_then_id() -> None:
         "spot-high",
         "spot-low",
     ]
+    market = req("spot-market", tier=Tier.SPOT, submitted_at_s=30)  # no bid: it takes the spot price
+    assert [r.id for r in order_queue([*queue, market])][-3:] == ["spot-market", "spot-high", "spot-low"]
 
 
 @pytest.mark.parametrize(

@@ -116,13 +116,14 @@ class Preemption:
         return max(v.deadline_s for v in self.victims)
 
 
-def victim_cost(victim: Running, now: float) -> tuple[float, float, int, float, str]:
-    """Cheaper first: lower tier, fewer GPU-seconds lost, lower bid, fewer GPUs, then id (stable)."""
+def victim_cost(victim: Running, now: float) -> tuple[float, float, float, float, str]:
+    """Cheaper first: lower tier, fewer GPU-seconds lost, lower offer (a spot bid; no bid offers the most),
+    fewer GPUs, then id (stable)."""
     lost = victim.lost_gpu_s(now)
     return (
         victim.request.tier,
         lost,
-        victim.request.bid_micros_per_hour or 0,
+        victim.request.offered_micros_per_hour,
         victim.gpus,
         victim.request.id,
     )
@@ -192,7 +193,7 @@ def choose_victims(
     return Preemption(request.id, victims, promised) if victims else None
 
 
-def set_cost(victims: Sequence[Running], now: float) -> tuple[float, float, int, float, tuple[str, ...]]:
+def set_cost(victims: Sequence[Running], now: float) -> tuple[float, float, float, float, tuple[str, ...]]:
     """A victim set's cost, cheaper first: its highest tier, the GPU-seconds it loses in all, its highest
     bid, its GPUs in all, then its ids (stable); it never falls as a victim is added."""
     costs = [victim_cost(v, now) for v in victims]

@@ -12,7 +12,7 @@ from types import MappingProxyType
 
 from suanli.domain.fair_share import FairShare
 from suanli.domain.preemption import PreemptionConfig, Running
-from suanli.domain.request import Request, Tier
+from suanli.domain.request import Request
 
 
 class Mode(StrEnum):
@@ -162,10 +162,9 @@ def order_requests(
     """
     if config.order is Order.FIFO:
         return sorted(queue, key=lambda r: (r.submitted_at_s, r.id))
-    classes: dict[tuple[int, int], dict[str, list[Request]]] = {}
+    classes: dict[tuple[int, float], dict[str, list[Request]]] = {}
     for request in queue:
-        bid = (request.bid_micros_per_hour or 0) if request.tier is Tier.SPOT else 0
-        classes.setdefault((-request.tier, -bid), {}).setdefault(request.tenant, []).append(request)
+        classes.setdefault(class_key(request), {}).setdefault(request.tenant, []).append(request)
     horizon = fair.horizon_s
     if all(len(tenants) == 1 for tenants in classes.values()):
         running = ()  # one tenant per class: nobody to take turns with, so what is held does not matter
@@ -250,9 +249,9 @@ def _age(request: Request) -> tuple[float, str]:
     return (request.submitted_at_s, request.id)
 
 
-def class_key(request: Request) -> tuple[int, int]:
-    bid = (request.bid_micros_per_hour or 0) if request.tier is Tier.SPOT else 0
-    return (-request.tier, -bid)
+def class_key(request: Request) -> tuple[int, float]:
+    """Tier, then among spot the higher offer first."""
+    return (-request.tier, -request.offered_micros_per_hour)
 
 
 def response_ratio(

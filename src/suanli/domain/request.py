@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -101,6 +102,15 @@ class Request:
 
     def __post_init__(self) -> None:
         check_request(self)
+
+    @property
+    def offered_micros_per_hour(self) -> float:
+        """What a spot request offers, for its rank among spot and as a victim: its bid, or with none more
+        than any bid, since it pays the spot price whatever it is (AWS's default maximum is the on-demand
+        price). 0 for the other tiers, which bid nothing."""
+        if self.tier is not Tier.SPOT:
+            return 0
+        return math.inf if self.bid_micros_per_hour is None else self.bid_micros_per_hour
 
     @property
     def gpus_per_node(self) -> float:

@@ -102,8 +102,8 @@ def landed(snapshot: Snapshot, request: Request, placement: Placement) -> Reques
 
 
 def order_queue(queue: Iterable[Request]) -> list[Request]:
-    """Tier first (reserved, on-demand, spot), spot by higher bid, then age, then id for stability."""
-    return sorted(queue, key=lambda r: (-r.tier, -(r.bid_micros_per_hour or 0), r.submitted_at_s, r.id))
+    """Tier first (reserved, on-demand, spot), spot by higher offer (no bid first), then age, then id."""
+    return sorted(queue, key=lambda r: (-r.tier, -r.offered_micros_per_hour, r.submitted_at_s, r.id))
 
 
 def place(snapshot: Snapshot, request: Request, policy: Policy) -> Placement | Pending:
