@@ -159,6 +159,27 @@ def test_a_spot_bid_below_the_floor_waits_and_the_dry_run_says_so(database_url) 
         assert client.get(f"/v1/rentals/{held['id']}", headers=headers).json()["state"] == "pending"
 
 
+def test_a_spot_bid_is_placed_only_in_a_pool_whose_floor_it_meets(database_url) -> None:
+    """A bid at the Ascend pool's floor, below the H100 pool's, for any 8 GPUs in cn-north: while the Ascend
+    node is taken it waits (`bid_below_floor`) rather than run on H100s at less than their floor, and it
+    starts on the Ascend node once that frees. It was placed on an H100 node, at its bid, and never given
+    notice, since its bid had not fallen below a raised floor."""
+    with app_client(database_url, meter_interval_s=3600, prepaid=False) as client:
+        _, headers = _tenant(client)
+        floor, _ = _prices(client)
+        filler = client.post("/v1/rentals", json={"gpu_model": ASCEND, "gpus": 8}, headers=headers).json()
+        assert wait_for(client, filler["id"], headers, "placed")["state"] == "placed"
+        body = {"gpus": 8, "tier": "spot", "bid_micros_per_gpu_hour": floor, "regions": ["cn-north"]}
+        spot = client.post("/v1/rentals", json=body, headers=headers).json()
+        waiting = wait_for(client, spot["id"], headers, "placed", reason="bid_below_floor")
+        assert waiting["state"] == "pending", waiting
+        said = [e["message"] for e in waiting["events"] if e["reason"] == "bid_below_floor"]
+        assert said and "of the pools with room now" in said[-1], waiting["events"]
+        assert client.post(f"/v1/rentals/{filler['id']}/stop", headers=headers).status_code == 200
+        placed = wait_for(client, spot["id"], headers, "placed")
+        assert [a["node"] for a in placed["allocation"]] == ["ascend-01"], placed
+
+
 def _tenant(client: TestClient) -> tuple[str, dict[str, str]]:
     tenant_id = client.post("/v1/tenants", json={"name": "bidder"}, headers=ADMIN).json()["id"]
     secret = client.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()["secret"]

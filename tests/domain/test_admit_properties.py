@@ -68,7 +68,7 @@ def test_admit_decides_each_request_once_and_leaves_only_its_placements(
         Gates(
             Limits(MappingProxyType({"a": TenantLimits(MappingProxyType({"*": quota}))})),
             (Contract("ctr", "b", first.gpu_model, first.region, contracted, 0.0, 100.0),),
-            lambda request: 3,
+            lambda model, region: 3,
         )
         if gated
         else None

@@ -217,7 +217,7 @@ def test_spot_below_the_floor_waits_and_running_spot_below_it_gets_notice():
     snap = Snapshot(fleet_of(1), CATALOG)
     low = run(snap, ask("low", 4, tier=Tier.SPOT, bid=1_000_000))
     high = run(snap, ask("high", 2, tier=Tier.SPOT, bid=3_000_000))
-    gates = Gates(spot_floor=lambda request: 2_000_000)
+    gates = Gates(spot_floor=lambda model, region: 2_000_000)
     queue = [ask("cheap", 1, tier=Tier.SPOT, bid=1_500_000), ask("fine", 1, tier=Tier.SPOT, bid=2_500_000)]
     decision = admit(snap, queue, [low, high], POLICY, 50, CONFIG, gates=gates)
     assert [p.request_id for p in decision.placements] == ["fine"]
@@ -232,13 +232,46 @@ def test_spot_without_a_bid_pays_the_spot_price_so_the_floor_neither_holds_nor_e
     """`gated` lets a spot request with no bid pass the floor; `below_floor` read the missing bid as 0 and
     gave the same rental notice in the next cycle."""
     snap = Snapshot(fleet_of(1), CATALOG)
-    gates = Gates(spot_floor=lambda request: 2_000_000)
+    gates = Gates(spot_floor=lambda model, region: 2_000_000)
     first = admit(snap, [ask("nobid", 4, tier=Tier.SPOT)], [], POLICY, 10, CONFIG, gates=gates)
     assert [p.request_id for p in first.placements] == ["nobid"]
     snap = Snapshot(fleet_of(1), CATALOG)
     running = run(snap, ask("nobid", 4, tier=Tier.SPOT))
     later = admit(snap, [], [running], POLICY, 20, CONFIG, gates=gates)
     assert later.floor_evictions == ()
+
+
+def test_a_spot_bid_lands_only_in_pools_whose_floor_it_meets():
+    """An H100 node (floor 2.00/GPU-h) and an L40S node (floor 0.40): a 1.00 bid that may take either goes
+    to the L40S, and while the L40S is taken it waits rather than pay 1.00 for an H100. It was placed on the
+    H100, below that pool's floor, and never given notice (its bid had not fallen)."""
+    nodes = (
+        Node("h100", "r", ("r", "z", "p", "l"), 64_000, 512_000, MODEL, 8, GpuMode.WHOLE),
+        Node("l40s", "r", ("r", "z", "p", "l"), 64_000, 512_000, "L40S", 8, GpuMode.WHOLE),
+    )
+    floors = {MODEL: 2_000_000, "L40S": 400_000}
+    gates = Gates(spot_floor=lambda model, region: floors[model])
+
+    def spot(rid: str) -> Request:
+        return Request(rid, WholeGpus(4), tier=Tier.SPOT, bid_micros_per_hour=1_000_000)
+
+    snap = Snapshot(Fleet({"r": REGION}, nodes), CATALOG)
+    decision = admit(snap, [spot("a")], [], POLICY, 10, CONFIG, gates=gates)
+    assert [(p.request_id, p.nodes[0].node) for p in decision.placements] == [("a", "l40s")]
+    snap = Snapshot(Fleet({"r": REGION}, nodes), CATALOG)
+    busy = run(snap, Request("busy", WholeGpus(8), selector=GpuSelector(models=frozenset({"L40S"}))))
+    decision = admit(snap, [spot("b")], [busy], POLICY, 10, CONFIG, gates=gates)
+    assert decision.placements == ()
+    (waiting,) = decision.pending
+    assert waiting.reason is Reason.BID_BELOW_FLOOR and "of the pools with room now" in waiting.message
+    high = Request("high", WholeGpus(4), tier=Tier.SPOT, bid_micros_per_hour=2_500_000)
+    decision = admit(snap, [high], [busy], POLICY, 10, CONFIG, gates=gates)
+    assert [p.nodes[0].node for p in decision.placements] == ["h100"]
+    running = run(snap, spot("below"))  # placed below the floor by hand: notice, whatever pool it is in
+    assert [
+        e.request_id
+        for e in admit(snap, [], [busy, running], POLICY, 10, CONFIG, gates=gates).floor_evictions
+    ] == ["below"]
 
 
 def test_a_notice_of_no_time_is_refused():
@@ -253,7 +286,7 @@ def test_a_holders_spot_request_is_not_promoted_so_it_neither_skips_the_floor_no
     bid of 1 micro/h under a 2,000,000 floor skipped the floor and gave another tenant's on-demand notice."""
     snap = Snapshot(fleet_of(1), CATALOG)
     other = run(snap, ask("od", 8, tenant="beta"))
-    gates = Gates(contracts=[contract("c", 8, 0, 100)], spot_floor=lambda request: 2_000_000)
+    gates = Gates(contracts=[contract("c", 8, 0, 100)], spot_floor=lambda model, region: 2_000_000)
     decision = admit(
         snap, [ask("sp", 8, tier=Tier.SPOT, bid=1, at=1)], [other], POLICY, 10, CONFIG, gates=gates
     )

@@ -70,7 +70,6 @@ from suanli.domain.quotas import Limits
 from suanli.domain.request import Request, Tier
 from suanli.domain.reservation import reserve
 from suanli.domain.scattered import scattered_gpus
-from suanli.domain.scheduler import nominate
 from suanli.domain.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
@@ -342,32 +341,21 @@ class Scheduler:
         limits = cycle_limits(uow, self.catalog, tenants, pending, live, now_s) if tenants else None
         contracts = [domain_contract(c) for c in stored if c.ends_at.timestamp() > now_s]
         ahead = upcoming(self.windows, datetime.fromtimestamp(now_s, UTC))
-        floor_of = self._pending_floor(uow, pending, now_s)
+        floor_of = self._pool_floor(uow, pending, now_s)
         if not contracts and limits is None and not ahead and floor_of is None:
             return None
-        return Gates(limits, contracts, spot_floor=floor_of, maintenance=ahead)
+        return Gates(limits, contracts, spot_floor=floor_of, evict_below_floor=False, maintenance=ahead)
 
-    def _pending_floor(
+    def _pool_floor(
         self, uow: UnitOfWork, pending: Sequence[Rental], now_s: float
-    ) -> Callable[[Request], int | None] | None:
-        """A pending spot request's floor: the lowest spot floor of the pools it could land in, so a bid
-        below every one of them waits (`bid_below_floor`). Running rentals get None here: one whose bid
-        falls below its pool's floor later is `SpotRepricing`'s, with notice."""
-        waiting = {r.id for r in pending if Tier.parse(r.spec.tier) is Tier.SPOT}
-        if self.spot_floors is None or not waiting or self.snapshot is None:
+    ) -> Callable[[str, str], int | None] | None:
+        """The spot floor per GPU-hour of each (model, region) pool, while spot rentals wait: a bid is placed
+        only in pools whose floor it meets, and waits (`bid_below_floor`) when it meets none. A running rental
+        whose bid falls below a floor raised later is `SpotRepricing`'s, with notice."""
+        waiting = any(Tier.parse(r.spec.tier) is Tier.SPOT for r in pending)
+        if self.spot_floors is None or not waiting:
             return None
-        floor = self.spot_floors(uow, datetime.fromtimestamp(now_s, UTC))
-        snapshot = self.snapshot
-
-        def floor_of(request: Request) -> int | None:
-            if request.id not in waiting:
-                return None
-            classes, _ = nominate(snapshot, request)
-            pools = {(snapshot.classes[i].model.name, snapshot.classes[i].region) for i in classes}
-            floors = [f for model, region in pools if (f := floor(model, region)) is not None]
-            return min(floors, default=None)
-
-        return floor_of
+        return self.spot_floors(uow, datetime.fromtimestamp(now_s, UTC))
 
     def _booker(self, uow: UnitOfWork, now: datetime) -> Callable[[str, Sequence[NodeAllocation]], None]:
         """Books allocations already on the snapshot for a rental (a trimmed victim's kept part)."""

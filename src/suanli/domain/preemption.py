@@ -350,9 +350,23 @@ def fits_without(
 SPOT_FLOOR = "spot-floor"  # the preemptor named on a rental evicted because its bid fell below the floor
 
 
+def running_floor(
+    snapshot: Snapshot, floor_of: Callable[[str, str], int | None], rental: Running
+) -> int | None:
+    """The highest spot floor of the pools (model, region) `rental` runs in (None: none has one)."""
+    floors = []
+    for allocation in rental.placement.nodes:
+        node = snapshot.by_name.get(allocation.node)
+        if node is not None:
+            gpu_class = snapshot.classes[node.class_id]
+            if (floor := floor_of(gpu_class.model.name, gpu_class.region)) is not None:
+                floors.append(floor)
+    return max(floors, default=None)
+
+
 def below_floor(
     running: Sequence[Running],
-    floor_of: Callable[[Request], int | None],
+    floor_of: Callable[[Running], int | None],
     now: float,
     config: PreemptionConfig = PreemptionConfig(),
 ) -> tuple[Eviction, ...]:
@@ -366,7 +380,7 @@ def below_floor(
         if r.request.tier is not Tier.SPOT or r.preempted_by is not None:
             continue
         bid = r.request.bid_micros_per_hour
-        floor = floor_of(r.request) if bid is not None else None  # no bid: it pays the spot price
+        floor = floor_of(r) if bid is not None else None  # no bid: it pays the spot price
         if floor is not None and bid < floor:
             evictions.append(
                 Eviction(

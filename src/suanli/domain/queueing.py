@@ -48,9 +48,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from suanli.domain.backfill import BackfillPhase, fit_key
-from suanli.domain.billing.money import money_text
 from suanli.domain.contracts import (
     Contract,
     Holds,
@@ -76,6 +76,7 @@ from suanli.domain.preemption import (
     choose_victims,
     fits_without,
     hold_promise,
+    running_floor,
 )
 from suanli.domain.queue_order import (
     Mode,
@@ -87,7 +88,7 @@ from suanli.domain.queue_order import (
 from suanli.domain.quotas import Ledger, Limits
 from suanli.domain.request import Request, Tier
 from suanli.domain.reservation import Booking
-from suanli.domain.scheduler import landed, nominate, place, quota_gate
+from suanli.domain.scheduler import floor_gate, landed, nominate, place, quota_gate
 from suanli.domain.snapshot import Snapshot
 
 
@@ -97,7 +98,11 @@ class Gates:
 
     limits: Limits | None = None
     contracts: Sequence[Contract] = ()
-    spot_floor: Callable[[Request], int | None] | None = None  # floor bid (micros/hour) of the request's pool
+    # the spot floor per GPU-hour of a (model, region) pool: a spot bid below it is not placed there
+    spot_floor: Callable[[str, str], int | None] | None = None
+    # running spot whose bid is below a floor of its pools gets notice in the cycle (`floor_evictions`); the
+    # server gives it itself, only to bids that fell below a floor raised since their placement
+    evict_below_floor: bool = True
     # (node, start, end) of maintenance windows to come: a request that declares its duration is not placed
     # (nor promised a preemptor's placement, nor booked by the conservative queue) on a node whose window
     # would start before it ends; a booking does not start on a node inside its window either
@@ -249,15 +254,17 @@ class _Cycle(BackfillPhase):
         self.lowest_tier: float | None = None  # of what runs and is not under notice (worked out when asked)
         self.gates = gates
         self.floor_evictions: tuple[Eviction, ...] = ()
-        if gates.spot_floor is not None:
+        if gates.spot_floor is not None and gates.evict_below_floor:
             notice = config.preemption or PreemptionConfig()
-            self.floor_evictions = below_floor(running, gates.spot_floor, now, notice)
+            floor_of = partial(running_floor, snapshot, gates.spot_floor)
+            self.floor_evictions = below_floor(running, floor_of, now, notice)
             self.chosen_victims.update(e.request_id for e in self.floor_evictions)
         self.ledger: Ledger | None = None
         if gates.limits is not None:
             held = ((landed(snapshot, r.request, r.placement), r.started_at_s) for r in running)
             self.ledger = gates.limits.ledger(held, now)
-        self.quota_off: dict[str, frozenset[str]] = {}  # request id -> nodes its GPU quota keeps it off
+        # request id -> nodes its gates keep it off: its quota's full models, pools whose floor beats its bid
+        self.gate_off: dict[str, frozenset[str]] = {}
         self.holds: Holds | None = None
         self.claims: dict[str, Contract] = {}  # promoted: they can only land in their contract's pool
         self.tentative: Holds | None = None  # the holds with every promoted request's claim booked up front
@@ -316,18 +323,13 @@ class _Cycle(BackfillPhase):
     def gated(self, request: Request) -> bool:
         """True when a gate holds `request` back (its pending reason is recorded); it blocks nobody."""
         held: Pending | None = None
-        floor_of = self.gates.spot_floor
-        if request.tier is Tier.SPOT and floor_of is not None and request.bid_micros_per_hour is not None:
-            floor = floor_of(request)  # (no bid: it pays the spot price, never below the floor)
-            bid = request.bid_micros_per_hour
-            if floor is not None and bid < floor:
-                held = Pending(
-                    request.id,
-                    Reason.BID_BELOW_FLOOR,
-                    f"bid {money_text(bid)}/GPU-h is below the spot floor {money_text(floor)}",
-                )
+        off: frozenset[str] = frozenset()
+        if self.gates.spot_floor is not None:
+            held, off = floor_gate(self.snapshot, request, self.policy, self.gates.spot_floor)
         if held is None and self.ledger is not None:
-            held, self.quota_off[request.id] = quota_gate(self.snapshot, self.ledger, request, self.policy)
+            held, quota_off = quota_gate(self.snapshot, self.ledger, request, self.policy)
+            off |= quota_off
+        self.gate_off[request.id] = off
         if held is not None:
             self.pending.append(held)
             return True
@@ -373,12 +375,12 @@ class _Cycle(BackfillPhase):
     def _off_limits(self, request: Request, lead_s: float = 0.0) -> frozenset[str]:
         """Nodes `request` must keep off: those whose maintenance starts while it would still run (by its
         declared duration) if it started `lead_s` from now (a preemptor starts when its victims' notice
-        ends), and those of models where its tenant's GPU quota has no room for it (`quota_gate`)."""
-        quota_off = self.quota_off.get(request.id, frozenset())
+        ends), and those its gates keep it off (`quota_gate`'s full models, `floor_gate`'s dear pools)."""
+        gate_off = self.gate_off.get(request.id, frozenset())
         if request.max_duration_s is None or not self.gates.maintenance:
-            return quota_off
+            return gate_off
         end_s = self.now + lead_s + request.max_duration_s
-        return quota_off | frozenset(
+        return gate_off | frozenset(
             node
             for node, start_s, _ in self.gates.maintenance
             if self.now < start_s < end_s and node in self.snapshot.by_name

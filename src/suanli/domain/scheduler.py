@@ -10,15 +10,16 @@ The snapshot comes back with the plan applied: it is the caller's working copy.
 from __future__ import annotations
 
 import random
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 
+from suanli.domain.billing.money import money_text
 from suanli.domain.capacity import Option, options
 from suanli.domain.images import RUNS_IMAGES_LABEL
 from suanli.domain.plan import NodeAllocation, Pending, Placement, Plan, Reason, Repartition
 from suanli.domain.policies import Policy, Score
 from suanli.domain.quotas import Ledger, pinned
-from suanli.domain.request import GpuSelector, Request, WholeGpus
+from suanli.domain.request import GpuSelector, Request, Tier, WholeGpus
 from suanli.domain.snapshot import NodeState, Snapshot
 
 TOPOLOGY_LEVELS = (4, 3, 2, 1)  # leaf, pod, zone, region
@@ -78,6 +79,39 @@ def quota_gate(
         return reason, frozenset()
     full_classes = {i for i in class_ids if snapshot.classes[i].model.name in full}
     off_limits = frozenset(s.name for s in snapshot.nodes if s.class_id in full_classes)
+    if trial_place(snapshot, request, policy, off_limits) is None and trial_place(snapshot, request, policy):
+        return reason, frozenset()
+    return None, off_limits
+
+
+def floor_gate(
+    snapshot: Snapshot, request: Request, policy: Policy, floor_of: Callable[[str, str], int | None]
+) -> tuple[Pending | None, frozenset[str]]:
+    """Why a spot `request` with a bid must wait for the floor (None: it may start), and the nodes it must
+    keep off: those of pools (model, region) whose floor per GPU-hour, `floor_of`, is above its bid. It
+    waits when every pool it may land in is such a pool, or when it fits now only in one."""
+    bid = request.bid_micros_per_hour
+    if request.tier is not Tier.SPOT or bid is None:  # no bid: it pays the spot price, never below the floor
+        return None, frozenset()
+    class_ids, _ = nominate(snapshot, request)
+    above: dict[int, int] = {}
+    for i in class_ids:
+        floor = floor_of(snapshot.classes[i].model.name, snapshot.classes[i].region)
+        if floor is not None and bid < floor:
+            above[i] = floor
+    if not above:
+        return None, frozenset()
+    below_every = len(above) == len(class_ids)
+    lowest = min(above.values())
+    reason = Pending(
+        request.id,
+        Reason.BID_BELOW_FLOOR,
+        f"bid {money_text(bid)}/GPU-h is below the spot floor {money_text(lowest)}"
+        + ("" if below_every else " of the pools with room now; it waits for one whose floor it meets"),
+    )
+    if below_every:
+        return reason, frozenset()
+    off_limits = frozenset(s.name for s in snapshot.nodes if s.class_id in above)
     if trial_place(snapshot, request, policy, off_limits) is None and trial_place(snapshot, request, policy):
         return reason, frozenset()
     return None, off_limits
