@@ -347,6 +347,26 @@ def test_a_contract_transferred_in_its_window_covers_the_buyers_running_rentals_
     assert client.get("/v1/ledger/verify", headers=ADMIN).json()["ok"] is True
 
 
+def test_a_holders_rental_larger_than_its_contract_starts_on_what_is_held_for_it(client, tenant) -> None:
+    """A holder of 8 H100s asks for 2 nodes of 8 while another tenant takes 6 of the 8 nodes: the 16 GPUs
+    left include the 8 held for it, which are not held back from it (it waited with `contract_hold` until
+    the window closed). It pays on-demand for the 8 its contract does not cover."""
+    holder_id, holder = tenant("partial-holder")
+    other_id, other = tenant("partial-other")
+    for tenant_id in (holder_id, other_id):
+        _credit(client, tenant_id, 1_000_000_000)
+    signed = client.post("/v1/contracts", json=h100_contract(datetime.now(UTC), 3, 8), headers=holder)
+    assert signed.status_code == 201, signed.text
+    six = {"gpu_model": "H100-SXM-80GB", "gpus": 8, "nodes": 6}
+    taken = client.post("/v1/rentals", json=six, headers=other).json()
+    assert wait_for(client, taken["id"], other, "placed")["state"] == "placed"
+    gang = client.post("/v1/rentals", json={**six, "nodes": 2}, headers=holder).json()
+    placed = wait_for(client, gang["id"], holder, "placed")
+    assert placed["state"] == "placed", placed
+    assert placed["quote"]["contract_covered_gpu_milli"] == 8000
+    assert placed["price_micros_per_hour"] == 8 * H100_ON_DEMAND
+
+
 def _reserved_list_price(client: TestClient, gpu_model: str) -> int:
     return next(
         p["price_micros_per_gpu_hour"]

@@ -16,6 +16,8 @@ from suanli.domain.contracts import (
     Maintenance,
     check_contract,
     fleet_capacity,
+    open_holds,
+    pools_of,
     short_contracts,
     transfer,
 )
@@ -211,6 +213,31 @@ def test_beyond_the_contracted_count_the_holder_is_on_demand():
     decision = admit(snap, [ask("a", 8, at=1), ask("b", 8, at=2)], [], POLICY, 10, CONFIG, gates=gates)
     assert decision.promoted == ("a",)
     assert len(decision.placements) == 2
+
+
+def test_a_holders_request_larger_than_its_contract_uses_what_is_held_for_it():
+    """A holder of 8 asks 16 on 16 free GPUs: the 8 held for it are not held back from it (it waited with
+    `contract_hold` until the window closed). Running, it covers the contract's 8 (`claiming`), so nothing
+    more is held: on 24 GPUs another tenant's 8 start in the next cycle, and the holder's further 8 are
+    on-demand. Another tenant's 16 on the 16 still waits for the hold."""
+    gates = Gates(contracts=[contract("c", 8, 0, 100)])
+    gang = replace(ask("big", 8, at=1), node_count=2)
+    snap = Snapshot(fleet_of(2), CATALOG)
+    decision = admit(snap, [gang], [], POLICY, 10, CONFIG, gates=gates)
+    assert [p.request_id for p in decision.placements] == ["big"] and decision.promoted == ()
+    snap = Snapshot(fleet_of(2), CATALOG)
+    other = replace(ask("other", 8, tenant="beta", at=1), node_count=2)
+    decision = admit(snap, [other], [], POLICY, 10, CONFIG, gates=gates)
+    assert [(p.request_id, p.reason) for p in decision.pending] == [("other", Reason.CONTRACT_HOLD)]
+
+    snap = Snapshot(fleet_of(3), CATALOG)
+    running = run(snap, gang, at=10)
+    queue = [ask("beta8", 8, tenant="beta", at=20), ask("more", 8, at=21)]
+    decision = admit(snap, queue, [running], POLICY, 30, CONFIG, gates=gates)
+    assert [p.request_id for p in decision.placements] == ["beta8"]  # the one node left
+    assert decision.promoted == ()  # the contract is used: the holder's next 8 are on-demand
+    holds = open_holds(gates.contracts, 30, [(running.request, running.placement.nodes)], pools_of(snap))
+    assert holds.claimed == {"c": 8} and holds.claiming == {"big"} and holds.held() == {(MODEL, "r"): 0.0}
 
 
 def test_spot_below_the_floor_waits_and_running_spot_below_it_gets_notice():

@@ -121,7 +121,7 @@ def held_for_contracts(
 ) -> Pending | None:
     """Why `added` (just taken on the snapshot; `more` as a request) eats into capacity open contracts hold
     for other tenants, if it does, as admission judges a placement (`breached_pool`); then it is given back.
-    A holder's growth within its contract, and spot, may take it."""
+    A holder's growth, within its contract or beyond it on what is held for it, and spot, may take it."""
     if not contracts or Tier.parse(rental.spec.tier) is Tier.SPOT:
         return None
     pool_of = pools_of(snapshot)
@@ -132,7 +132,7 @@ def held_for_contracts(
     available = available_for_holds(snapshot, pool_of, spot)
     for pool, gpus in pool_gpus(added, pool_of).items():  # as it was before the growth took them
         available[pool] = available.get(pool, 0.0) + gpus
-    pool = breached_pool(holds, available, added)
+    pool = breached_pool(holds, available, added, more.tenant)
     if pool is None:
         return None
     snapshot.unplace(added)

@@ -7,8 +7,9 @@ Pure: times are arguments. Guarantees:
 - `Holds` (built by `open_holds` for one instant) is what admission uses inside open windows: the holder's
   requests that can only land in that model and region, up to the contracted count, become `reserved` tier
   (so they may preempt spot with notice); a holder's request that could land elsewhere too claims the
-  contract once it is placed in its pool (pricing and a running rental's claim go by placement too). The
-  unclaimed rest of the contract is held back from everyone but spot, which may borrow it until the holder
+  contract once it is placed in its pool (pricing and a running rental's claim go by placement too), and
+  one larger than what is left of the contract uses that part of it (`Holds.partial`). The unclaimed rest of
+  the contract is held back from everyone but its holder and spot, which may borrow it until the holder
   claims it. Spot never claims a contract (no contract applies to spot).
 - `short_contracts` names the contracts a maintenance window would leave overbooked (its scheduling is
   refused unless forced).
@@ -160,15 +161,32 @@ class Holds:
                 return replace(request, tier=Tier.RESERVED), contract
         return request, None
 
+    def partial(
+        self, request: Request, pools: Collection[Pool | None], gpus: float
+    ) -> tuple[Contract, float] | None:
+        """A placed request of a holder larger than what its open contract has left there: (the contract,
+        the GPUs of the request it covers), so what is held for the holder is used by it, not held again."""
+        if request.tier is Tier.SPOT:
+            return None
+        for contract in self.contracts:
+            if contract.tenant != request.tenant or set(pools) != {(contract.model, contract.region)}:
+                continue
+            room = contract.gpus - self.claimed[contract.id]
+            if room > 1e-9:
+                return contract, min(room, gpus)
+        return None
+
     def book(self, contract: Contract, gpus: float) -> None:
         self.claimed[contract.id] += gpus
 
-    def held(self) -> dict[Pool, float]:
-        """GPUs held back per pool: the unclaimed part of every open contract."""
+    def held(self, besides: str | None = None) -> dict[Pool, float]:
+        """GPUs held back per pool: the unclaimed part of every open contract (but those of tenant `besides`:
+        what is held for a holder is not held back from the holder)."""
         held: dict[Pool, float] = {}
         for c in self.contracts:
-            key = (c.model, c.region)
-            held[key] = held.get(key, 0.0) + max(0.0, c.gpus - self.claimed[c.id])
+            if c.tenant != besides:
+                key = (c.model, c.region)
+                held[key] = held.get(key, 0.0) + max(0.0, c.gpus - self.claimed[c.id])
         return held
 
 
@@ -179,17 +197,26 @@ def open_holds(
     pool_of_node: Mapping[str, Pool],
 ) -> Holds:
     """Holds at `now`; `holding` lists running rentals (request, what it holds on each node) that count as
-    claims, at the GPUs they hold."""
+    claims, at the GPUs they hold: whole, then a holder's rentals larger than what is left of its contract
+    for the part it covers (`Holds.partial`). Both are `claiming`: no claim may take them as victims."""
     open_now = sorted((c for c in contracts if c.open_at(now)), key=lambda c: (c.start_s, c.id))
     holds = Holds(open_now, {c.id: 0.0 for c in open_now}, pool_of_node)
     claiming = set()
+    larger = []
     for request, nodes in holding:
         if request.tier is Tier.SPOT:  # borrowed capacity: it yields to the holder's claims
             continue
         gpus = sum(a.gpus for a in nodes)
-        _, contract = holds.claim(request, {pool_of_node.get(a.node) for a in nodes}, gpus)
+        pools = {pool_of_node.get(a.node) for a in nodes}
+        _, contract = holds.claim(request, pools, gpus)
         if contract is not None:
             holds.book(contract, gpus)
+            claiming.add(request.id)
+        else:
+            larger.append((request, pools, gpus))
+    for request, pools, gpus in larger:
+        if (part := holds.partial(request, pools, gpus)) is not None:
+            holds.book(*part)
             claiming.add(request.id)
     holds.claiming = frozenset(claiming)
     return holds
@@ -225,9 +252,12 @@ def available_for_holds(
     return available
 
 
-def breached_pool(holds: Holds, available: Mapping[Pool, float], placement: Placement) -> Pool | None:
-    """The pool whose held capacity `placement`, taken out of `available`, would eat into, if any."""
-    held = holds.held()
+def breached_pool(
+    holds: Holds, available: Mapping[Pool, float], placement: Placement, tenant: str | None = None
+) -> Pool | None:
+    """The pool whose capacity held for others than `tenant` `placement`, taken out of `available`, would
+    eat into, if any."""
+    held = holds.held(besides=tenant)
     for pool, gpus in pool_gpus(placement, holds.pool_of_node).items():
         if held.get(pool, 0.0) > 1e-9 and available.get(pool, 0.0) - gpus < held[pool] - 1e-9:
             return pool

@@ -269,6 +269,8 @@ class _Cycle(BackfillPhase):
         self.claims: dict[str, Contract] = {}  # promoted: they can only land in their contract's pool
         self.tentative: Holds | None = None  # the holds with every promoted request's claim booked up front
         self.placed_claims: dict[str, Contract] = {}  # requests that claim a contract where they were placed
+        # a holder's requests larger than what is left of its contract where placed: (contract, GPUs covered)
+        self.placed_parts: dict[str, tuple[Contract, float]] = {}
         self.available: dict[Pool, float] = {}  # per held pool: free GPUs plus spot a holder may preempt
         self.long_jobs: LongJobBudget | None = None  # with `config.long_job_s`, once the queue is known
         if gates.contracts:
@@ -346,7 +348,10 @@ class _Cycle(BackfillPhase):
             if contract is not None:
                 self.placed_claims[request.id] = contract
                 return None
-        return breached_pool(self.holds, self.available, placement)
+            self.placed_parts.pop(request.id, None)  # of an earlier trial, elsewhere
+            if (part := self.tentative.partial(request, pools, placement.gpus)) is not None:
+                self.placed_parts[request.id] = part
+        return breached_pool(self.holds, self.available, placement, request.tenant)
 
     def _book(self, request: Request, placement: Placement) -> None:
         if self.ledger is not None:
@@ -359,6 +364,10 @@ class _Cycle(BackfillPhase):
                     self.tentative.book(contract, placement.gpus)  # a promoted one was booked there already
             if contract is not None:
                 self.holds.book(contract, placement.gpus)
+            elif (part := self.placed_parts.get(request.id)) is not None:  # larger than what was left
+                self.holds.book(*part)
+                if self.tentative is not None:
+                    self.tentative.book(*part)
             if request.tier is not Tier.SPOT:
                 for pool, gpus in pool_gpus(placement, self.holds.pool_of_node).items():
                     self.available[pool] = self.available.get(pool, 0.0) - gpus
