@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import random
 from pathlib import Path
@@ -342,7 +343,7 @@ def test_a_tier_mix_that_is_not_finite_and_non_negative_is_refused(text: str):
     """`spot=inf` normalised to on_demand 0 and spot NaN, and the replay failed later with random's
     'Total of weights must be finite', naming neither the option nor the value; a part without a number
     said only "could not convert string to float: ''"."""
-    with pytest.raises(ValueError, match="bad tier mix"):
+    with pytest.raises(ValueError, match="--mix"):
         parse_mix(text)
 
 
@@ -540,6 +541,10 @@ def test_the_queue_command_refuses_bad_options_before_replaying_and_names_them(t
         (["sim", "queue", "--nodes", "13", "--jobs", str(trace)], "--nodes 13: not N:M"),
         ([*base, "--policy", " , "], "--policy: name at least one policy"),
         ([*base, "--plot", str(a_file)], "is not a directory"),
+        ([*base, "--plot", str(a_file / "charts")], "--plot"),  # under a file: no folder can be made there
+        ([*base, "--json", str(a_file / "out.json")], "--json"),
+        ([*base, "--policy", "tetris"], "--policy: unknown tetris"),
+        ([*base, "--mix", "spot"], "--mix"),
         ([*base, "--json", str(tmp_path)], "--json"),
         (["sim", "queue", "--nodes", "2:8", "--jobs", str(empty)], "the trace holds no jobs"),
     ):
@@ -561,6 +566,13 @@ def test_jobs_that_can_never_fit_the_fleet_are_counted_and_said_not_silently_dro
     assert "1 of 8 jobs can never fit this fleet" in outcome.output  # d: 16 GPUs on 8
     figures = json.loads(out.read_text())
     assert figures["never_fit_jobs"] == 1 and figures["policies"]["fifo"]["completed"] == 7
+    # left out of the replay itself: waiting forever, it filled the queue's chart and slowed the replay
+    (result,) = queue_command("2:4", trace, ["fifo"], None, None, None, Console(file=io.StringIO()))
+    assert result.jobs == 7 and result.samples[-1][2] == 0
+    wide = tmp_path / "wide.csv"
+    wide.write_text("job_id,submission_time,duration,num_gpu\nw,0,60,16")
+    refused = CliRunner().invoke(app, ["sim", "queue", "--nodes", "1:8", "--jobs", str(wide)])
+    assert refused.exit_code == 2 and "no job of the trace fits this fleet" in refused.output
 
 
 def test_with_a_tier_mix_the_figures_fit_80_columns_and_each_tier_has_its_own(trace: Path, tmp_path: Path):

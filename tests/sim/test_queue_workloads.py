@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from suanli.domain.errors import FleetError
 from suanli.domain.request import GpuShare, Tier
 from suanli.sim.itp import TraceJob, offered_load, synthetic_fleet, synthetic_jobs
 from suanli.sim.queue import DEFAULT_ESTIMATE, run_queue
@@ -95,3 +96,19 @@ def test_a_pod_time_that_is_not_a_finite_number_names_its_line(tmp_path: Path):
     with pytest.raises(FleetError, match=r"pods\.csv:2") as error:
         read_openb_pods(path)
     assert error.value.field == "deletion_time"
+
+
+@pytest.mark.parametrize("column", ["creation_time", "scheduled_time", "deletion_time"])
+def test_a_pod_file_without_a_time_column_is_told_so(tmp_path: Path, column: str):
+    """A pod file missing one of its times was taken for ITP jobs (its error named ITP's columns), or, without
+    `scheduled_time`, read as pods never scheduled ("the trace holds no jobs")."""
+    header = POD_HEADER.split(",")
+    at = header.index(column)
+    row = ["p0", "4000", "1024", "1", "1000", "", "LS", "Succeeded", "0", "500", "400"]
+    path = tmp_path / "pods.csv"
+    path.write_text(
+        ",".join(header[:at] + header[at + 1 :]) + "\n" + ",".join(row[:at] + row[at + 1 :]) + "\n"
+    )
+    fleet = load_fleet("1:8")
+    with pytest.raises(FleetError, match=f"missing columns {column}"):
+        load_workload(path, fleet, DEFAULT_ESTIMATE, {Tier.ON_DEMAND: 1.0}, 0)

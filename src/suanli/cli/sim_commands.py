@@ -151,8 +151,8 @@ def queue(
     nodes: Annotated[
         str,
         typer.Option(
-            help="Fleet: a fleet TOML, the trace node CSV, or N:M (N nodes of M GPUs; N:M:shared for GPUs "
-            "that also take shares of one, as most Alibaba pods ask)."
+            help="Fleet: a fleet TOML, the trace node CSV, or N:M (N nodes of M GPUs; with :shared after it, "
+            "GPUs that also take shares of one, as most Alibaba pods ask)."
         ),
     ],
     jobs: Annotated[
@@ -165,12 +165,15 @@ def queue(
     policy: Annotated[
         str,
         typer.Option(
-            help="Comma-separated of fifo, fifo-easy, fifo-backfill, suanli, greedy, conservative (the last "
-            "three: the server's queues), or all."
+            help="Comma-separated of fifo, fifo-easy, fifo-backfill, suanli, suanli-wide-first (a variant), "
+            "greedy, conservative (the server's other queues), or all."
         ),
     ] = "all",
     mix: Annotated[
-        str | None, typer.Option(help="Seeded tier mix, e.g. on_demand=0.6,spot=0.3,reserved=0.1.")
+        str | None,
+        typer.Option(
+            help="Seeded tier mix, e.g. on_demand=0.6,spot=0.3,reserved=0.1 (shares, scaled to add up to 1)."
+        ),
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed for the tier mix and bids.")] = 0,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures as JSON here.")] = None,

@@ -87,10 +87,10 @@ def parse_mix(text: str | None) -> dict[Tier, float]:
         try:
             mix[Tier.parse(name)] = float(value)
         except (ValueError, RequestError) as error:
-            raise ValueError(f"bad tier mix {text!r}: {part!r} is not TIER=PROBABILITY ({error})") from None
+            raise ValueError(f"--mix {text!r}: {part!r} is not TIER=SHARE ({error})") from None
     total = sum(mix.values())
     if not all(0 <= v < math.inf for v in mix.values()) or total <= 0:  # also refuses NaN
-        raise ValueError(f"bad tier mix {text!r}: probabilities must be finite, >= 0 and not all 0")
+        raise ValueError(f"--mix {text!r}: shares must be finite, >= 0 and not all 0")
     return {tier: v / total for tier, v in mix.items()}
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -69,16 +70,26 @@ def write_plots(directory: Path, results: Sequence[QueueResult]) -> list[Path]:
 
 def check_outputs(jobs: Path, json_path: Path | None, plot_dir: Path | None) -> None:
     """Refuse, before a replay that may take minutes, a trace that is not a file and outputs that cannot be
-    written; make the JSON file's folder."""
+    written; make the JSON file's folder and the charts' folder."""
     if not jobs.is_file():
         why = "is a directory" if jobs.is_dir() else "no such file"
         raise ValueError(f"--jobs {jobs}: {why}")
-    if plot_dir is not None and plot_dir.exists() and not plot_dir.is_dir():
-        raise ValueError(f"--plot {plot_dir}: exists and is not a directory")
+    if plot_dir is not None:
+        if plot_dir.exists() and not plot_dir.is_dir():
+            raise ValueError(f"--plot {plot_dir}: exists and is not a directory")
+        _writable_folder("--plot", plot_dir, plot_dir)
     if json_path is not None:
         if json_path.is_dir():
             raise ValueError(f"--json {json_path}: is a directory")
-        try:
-            json_path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise ValueError(f"--json {json_path}: cannot make its folder ({error.strerror})") from None
+        _writable_folder("--json", json_path, json_path.parent)
+        if json_path.exists() and not os.access(json_path, os.W_OK):
+            raise ValueError(f"--json {json_path}: not writable")
+
+
+def _writable_folder(option: str, given: Path, folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ValueError(f"{option} {given}: cannot make its folder ({error.strerror})") from None
+    if not os.access(folder, os.W_OK):
+        raise ValueError(f"{option} {given}: its folder is not writable")

@@ -75,8 +75,8 @@ def load_workload(
     """(requests, true durations, kind) from an ITP job CSV or an openb pod CSV, told apart by the header."""
     with path.open(newline="") as handle:
         header = set(next(csv.reader(handle), []))
-    if {"creation_time", "deletion_time", "gpu_milli"} <= header:
-        pods = read_openb_pods(path)
+    if header & {"creation_time", "deletion_time", "scheduled_time", "gpu_milli"}:  # ITP's has none of them
+        pods = read_openb_pods(path, timed=True)
         requests, true_s = pod_requests(pods, estimate, mix, seed)
         never_scheduled = sum(1 for pod in pods if pod.scheduled_s is None)
         kind = "openb pods" + (f" ({never_scheduled} never scheduled left out)" if never_scheduled else "")
@@ -116,7 +116,7 @@ def queue_command(
     names = list(POLICIES) if policies == ["all"] else policies
     unknown = [n for n in names if n not in POLICIES]
     if unknown:
-        raise ValueError(f"unknown policy {', '.join(unknown)}; use {', '.join(POLICIES)} or all")
+        raise ValueError(f"--policy: unknown {', '.join(unknown)}; use {', '.join(POLICIES)} or all")
     check_outputs(jobs, json_path, plot_dir)
     fleet = load_fleet(nodes)
     tier_mix = parse_mix(mix)
@@ -124,17 +124,24 @@ def queue_command(
     if not requests:
         raise ValueError(f"--jobs {jobs}: the trace holds no jobs")
     never = never_fit(fleet, requests)
-    fitting = [(r, d) for r, d in zip(requests, true_s, strict=True) if r.id not in never]
-    load = requests_load([r for r, _ in fitting], [d for _, d in fitting], fleet.gpu_count)
+    if len(never) == len(requests):
+        raise ValueError(
+            f"--nodes {nodes}: no job of the trace fits this fleet (e.g. {next(iter(never.values()))})"
+        )
+    # left out of the replay, not only of the figures: waiting forever, they would fill the queue's chart
+    total = len(requests)
+    true_s = [d for r, d in zip(requests, true_s, strict=True) if r.id not in never]
+    requests = [r for r in requests if r.id not in never]
+    load = requests_load(requests, true_s, fleet.gpu_count)
     console.print(
-        f"{len(requests)} {kind} on {len(fleet.nodes)} nodes / {fleet.gpu_count} GPUs: "
+        f"{total} {kind} on {len(fleet.nodes)} nodes / {fleet.gpu_count} GPUs: "
         f"offered load {100 * load:.1f}%; {estimate.describe()}" + _elastic_text(elastic, resize_restart_s)
     )
     if never:
         example = next(iter(never.values()))
         console.print(
-            f"[yellow]{len(never)} of {len(requests)} jobs can never fit this fleet and are left out of "
-            f"every figure and of the offered load[/] (e.g. {escape(example)})"
+            f"[yellow]{len(never)} of {total} jobs can never fit this fleet and are left out of the "
+            f"replay, every figure and the offered load[/] (e.g. {escape(example)})"
         )
     start = min((r.submitted_at_s for r in requests), default=0.0)
     end = max((r.submitted_at_s + d for r, d in zip(requests, true_s, strict=True)), default=1.0)
@@ -191,9 +198,16 @@ def queue_command(
         or "none: every job starts whole",
     }
     if json_path is not None:
-        write_json(json_path, results, notes)
+        try:
+            write_json(json_path, results, notes)
+        except OSError as error:
+            raise ValueError(f"--json {json_path}: cannot write it ({error.strerror})") from None
     if plot_dir is not None:
-        for path in write_plots(plot_dir, results):
+        try:
+            written = write_plots(plot_dir, results)
+        except OSError as error:
+            raise ValueError(f"--plot {plot_dir}: cannot write the charts ({error.strerror})") from None
+        for path in written:
             console.print(f"wrote {path}")
     return results
 

@@ -52,10 +52,17 @@ def synthetic_topology(region: str, index: int) -> tuple[str, str, str, str]:
     return (region, "z1", f"pod-{leaf // LEAVES_PER_POD:03d}", f"leaf-{leaf:04d}")
 
 
-def read_openb_pods(path: Path, *, with_memory: bool = False) -> list[TracePod]:
-    """The trace's pods as requests; host memory is kept only `with_memory`."""
+POD_TIMES = ("creation_time", "scheduled_time", "deletion_time")  # what a replay in time needs of each pod
+
+
+def read_openb_pods(path: Path, *, with_memory: bool = False, timed: bool = False) -> list[TracePod]:
+    """The trace's pods as requests; host memory is kept only `with_memory`; `timed`: the file must have the
+    columns of each pod's times (`POD_TIMES`), which a replay in time reads."""
     pods = []
-    for line, row in _rows(path, ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec")):
+    required = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec") + (
+        POD_TIMES if timed else ()
+    )
+    for line, row in _rows(path, required):
         num_gpu = _int(row, "num_gpu", path, line)
         gpu_milli = _int(row, "gpu_milli", path, line)
         try:
