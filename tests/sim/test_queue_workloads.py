@@ -112,3 +112,19 @@ def test_a_pod_file_without_a_time_column_is_told_so(tmp_path: Path, column: str
     fleet = load_fleet("1:8")
     with pytest.raises(FleetError, match=f"missing columns {column}"):
         load_workload(path, fleet, DEFAULT_ESTIMATE, {Tier.ON_DEMAND: 1.0}, 0)
+
+
+def test_the_replay_benchmark_draws_tiers_when_asked(tmp_path: Path, capsys):
+    """`queue_bench --mix` times a replay where spot is preempted, not only an all on-demand one."""
+    from suanli.sim import queue_bench
+
+    template = tmp_path / "template.csv"
+    rows = "\n".join(f"{j.job_id},{j.submitted_s:.0f},{j.duration_s:.0f},{j.gpus}" for j in TEMPLATE)
+    template.write_text("job_id,submission_time,duration,num_gpu\n" + rows)
+    args = ["--jobs", "400", "--gpus", "64", "--load", "1.2", "--template", str(template)]
+    report = queue_bench.main([*args, "--mix", "on_demand=0.5,spot=0.5"])
+    assert report["completed"] == 400 and report["tier_mix"] == {"on_demand": 0.5, "spot": 0.5}
+    assert report["preemptions"] > 0 and set(report["per_tier"]) == {"on_demand", "spot"}
+    assert "per_tier" not in queue_bench.main(args)
+    with pytest.raises(SystemExit):
+        queue_bench.main([*args, "--mix", "gold=1"])

@@ -2,7 +2,8 @@
 
 `python -m suanli.sim.queue_bench --jobs 100000 --gpus 10000 --policy suanli` prints wall seconds and jobs/s.
 Jobs come from `synthetic_jobs` (cluster04's sizes, durations and arrival gaps, the clock compressed to the
-offered load); the figure that matters is jobs/s, the scheduling results are the replay's as usual.
+offered load), all on-demand unless `--mix` draws tiers and bids (so spot is preempted with notice); the
+figure that matters is jobs/s, the scheduling results are the replay's as usual.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import json
 from pathlib import Path
 
 from suanli.sim.itp import offered_load, read_itp_jobs, synthetic_fleet, synthetic_jobs
-from suanli.sim.queue import POLICIES, run_queue
+from suanli.sim.queue import POLICIES, parse_mix, run_queue
 
 DEFAULT_TEMPLATE = Path("../shared/traces/microsoft-itp-elasticflow/cluster04.csv")
 
@@ -25,20 +26,27 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     parser.add_argument("--arrivals", default="trace", choices=("trace", "poisson"))
     parser.add_argument("--template", type=Path, default=DEFAULT_TEMPLATE)
     parser.add_argument("--policy", default="suanli", choices=sorted(POLICIES))
+    parser.add_argument("--mix", default=None, help="tier mix, as `sim queue --mix`")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
+    try:
+        mix = parse_mix(args.mix)
+    except ValueError as error:
+        parser.error(str(error))
     fleet = synthetic_fleet(args.gpus // 8, 8)
     template = read_itp_jobs(args.template)
     jobs = synthetic_jobs(template, args.jobs, fleet.gpu_count, args.load, 0, args.arrivals)
-    result = run_queue(fleet, jobs, args.policy)
+    result = run_queue(fleet, jobs, args.policy, mix=mix)
     report = {
         "jobs": len(jobs),
         "capacity_gpus": fleet.gpu_count,
         "offered_load_pct": round(100 * offered_load(jobs, fleet.gpu_count), 2),
         "policy": args.policy,
+        "tier_mix": {t.label: round(p, 6) for t, p in mix.items()},
         **result.summary(),
     }
-    report.pop("per_tier")
+    if len(mix) == 1:
+        report.pop("per_tier")
     print(json.dumps(report))
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
