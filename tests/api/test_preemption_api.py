@@ -231,3 +231,33 @@ def test_a_per_tier_notice_names_a_known_tier_and_some_seconds(notices, message)
     with pytest.raises(ValidationError, match=message):
         Settings(database_url="sqlite://", preemption_notice_by_tier_s=notices)
     assert Settings(database_url="sqlite://", preemption_notice_by_tier_s={"On-Demand": 120})
+
+
+@pytest.mark.parametrize("checkpoints", [False, True])
+def test_a_victim_stopped_under_notice_ends_now_and_its_preemptor_takes_its_gpus(database_url, checkpoints):
+    """Its tenant's stop ends it at once (`stopped`, never back in the queue even if it checkpoints), and the
+    preemptor starts then, not at the deadline. The stop was answered 200 and ignored: the victim ran, and
+    was billed, to its deadline, and the preemptor waited for it."""
+    with _app(database_url, "greedy", spot_notice_s=600) as client:
+        spot_tenant, od_tenant = _keyed(client, "spotty"), _keyed(client, "steady")
+        body = {"gpu_model": "H200", "gpus": 8, "tier": "spot", "bid_micros_per_gpu_hour": BID}
+        spot = _rent(client, spot_tenant, **body, checkpoints=checkpoints)
+        assert wait_for(client, spot, spot_tenant, "placed")["state"] == "placed"
+        od = _rent(client, od_tenant, gpu_model="H200", gpus=8, tier="on_demand")
+        assert (
+            wait_for(client, od, od_tenant, "placed", reason="preempting")["pending_reason"] == "preempting"
+        )
+        victim = client.get(f"/v1/rentals/{spot}", headers=spot_tenant).json()
+        deadline = datetime.fromisoformat(victim["notice_deadline"])
+        assert victim["state"] == "preempting"
+
+        stopped = client.post(f"/v1/rentals/{spot}/stop", headers=spot_tenant)
+        assert stopped.status_code == 200, stopped.text
+        placed = wait_for(client, od, od_tenant, "placed")
+        assert placed["state"] == "placed" and placed["allocation"][0]["node"] == "h200-01"
+        assert datetime.fromisoformat(_events(placed, "placed")[-1]["at"]) < deadline
+        ended = client.get(f"/v1/rentals/{spot}", headers=spot_tenant).json()
+        assert ended["state"] == "stopped" and ended["allocation"] == [], ended
+        assert [e["reason"] for e in ended["events"] if e["kind"] == "stopping"] == ["stopped_under_notice"]
+        assert not _events(ended, "requeued")
+        assert client.get("/v1/ledger/verify", headers=ADMIN).json()["ok"] is True

@@ -1,6 +1,8 @@
 """Preemption notices: given to a decision's victims (`give_notice`), ended at the deadline or when the victim
 leaves (`end_victim`: `preempted`, or back in the queue for one that checkpoints, `requeue_victim`), or
-withdrawn when the preemptor has left, so their victims run on. An elastic victim preempted in part (a trim:
+withdrawn when the preemptor has left, so their victims run on. A victim its tenant stops under notice ends
+then (`stop_in` brings its deadline to the stop; `stop_victim`: `stopped`, whole, never back in the queue),
+and its preemptor takes what was promised at once. An elastic victim preempted in part (a trim:
 `Eviction.keeps`, stored as `Rental.notice_keeps`) gives back at its deadline only what its preemptor was
 promised of it and runs on with the rest (`trim_victim`), as on a resize (a one-node rental's workload
 restarts on its fewer GPUs; a gang's nodes given up end theirs), and the leader grows it back toward its size
@@ -23,7 +25,7 @@ from datetime import UTC, datetime
 from suanli.app.maintenance import MAINTENANCE
 from suanli.app.ports import UnitOfWork
 from suanli.app.records import PREEMPTIBLE_STATES, Rental, RentalEvent
-from suanli.app.rentals import follow_size, per_node_gpus
+from suanli.app.rentals import STOP_UNDER_NOTICE, TIME_LIMIT, follow_size, per_node_gpus
 from suanli.app.spot_repricing import BELOW_FLOOR
 from suanli.domain.plan import NodeAllocation, Reason
 from suanli.domain.preemption import RESUME_S, Preemption
@@ -102,6 +104,28 @@ def give_notice(uow: UnitOfWork, preemptor: Rental, decision: Preemption, now: d
         ),
     )
     return len(given)
+
+
+def stop_asked(events: Sequence[RentalEvent]) -> bool:
+    """Whether a stop was asked since the rental's last notice (`stop_in` brought its deadline to then)."""
+    for event in reversed(events):
+        if event.kind == "preempting":
+            return False
+        if event.kind == "stopping" and event.reason in (STOP_UNDER_NOTICE, TIME_LIMIT):
+            return True
+    return False
+
+
+def stop_victim(uow: UnitOfWork, victim: Rental, now: datetime) -> int:
+    """A victim whose tenant stopped it under notice: `stopped` (never back in the queue, whole even if it
+    was to be trimmed), billed to now, its capacity free for its preemptor; 1 if it ended here."""
+    if not uow.rentals.set_state(victim.id, "stopped", expect=("preempting",), reason=None):
+        return 0
+    uow.rentals.release(victim.id, at=now)
+    uow.rentals.end_runs(victim.id, _run_ended_at(victim, now), "stopped")
+    message = "stopped under notice; what it held goes to the rental that preempted it"
+    uow.rentals.add_event(victim.id, RentalEvent(now, "stopped", None, message))
+    return 1
 
 
 def end_victim(uow: UnitOfWork, victim: Rental, now: datetime, same_tenant: bool) -> int:

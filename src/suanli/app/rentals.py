@@ -46,6 +46,8 @@ from suanli.domain.scheduler import most_gpus_per_node, never_fits
 from suanli.domain.workload_env import env_problem
 
 LIST_LIMIT = 1000
+# the reason on the event of a stop asked while the rental was under notice: the cycle ends it `stopped`
+STOP_UNDER_NOTICE = "stopped_under_notice"
 TIME_LIMIT = "time_limit"  # the reason on the event of a rental stopped at its declared max duration
 # domain field names -> wire field names, for errors
 _FIELDS = {"gpu_milli": "share_milli", "gpu_memory_mib": "share_memory_mib", "node_count": "nodes"}
@@ -479,9 +481,17 @@ def _milli(size: tuple[int, float]) -> int:
 
 def stop_in(uow: UnitOfWork, rental: Rental, now: datetime, why: str, reason: str | None = None) -> None:
     """Stop a rental inside a unit of work: a running workload is stopped by its agent (`stopping`), one
-    not started yet is stopped and released at once; ended, stopping or preempting ones are left alone.
-    `reason` goes on the event (`time_limit`: the leader stopped it at its declared max duration)."""
-    if rental.state in ("starting", "running"):
+    not started yet is stopped and released at once; one under notice ends now, its deadline brought to
+    now (its agent kills it; the next cycle ends it `stopped` and its preemptor takes what was promised);
+    ended or stopping ones are left alone. `reason` goes on the event (`time_limit`: the leader stopped it at
+    its declared max duration)."""
+    if rental.state == "preempting":
+        if rental.notice_deadline is not None and rental.notice_deadline <= now:
+            return  # ending already: the next cycle ends it
+        uow.rentals.advance_deadline(rental.id, now)
+        message = f"stop requested {why} during its notice: it ends now, billed to now"
+        uow.rentals.add_event(rental.id, RentalEvent(now, "stopping", reason or STOP_UNDER_NOTICE, message))
+    elif rental.state in ("starting", "running"):
         uow.rentals.set_state(rental.id, "stopping", expect=(rental.state,), reason=None)
         uow.rentals.add_event(rental.id, RentalEvent(now, "stopping", reason, f"stop requested {why}"))
     elif rental.state not in END_STATES and rental.state not in ("stopping", "preempting"):

@@ -33,6 +33,8 @@ from suanli.app.notices import (
     give_notice,
     named_for,
     requeued,
+    stop_asked,
+    stop_victim,
     trim_victim,
     withdraw,
 )
@@ -200,7 +202,15 @@ class Scheduler:
             self.windows = uow.maintenance.list(now)
             self.live.refresh(uow, fleet, version, now, self.windows)
             preempting = uow.rentals.preempting()
-            left = abandoned(preempting, {r.id for r in pending}, now)
+            # stopped by their tenants under notice: they end `stopped`, whole, and are never requeued
+            asked = {
+                v.id
+                for v in preempting
+                if v.notice_deadline is not None
+                and v.notice_deadline <= now
+                and stop_asked(uow.rentals.events(v.id))
+            }
+            left = [v for v in abandoned(preempting, {r.id for r in pending}, now) if v.id not in asked]
             withdrawn = [victim for victim in left if withdraw(uow, victim, now)]
             if withdrawn:
                 uow.commit()
@@ -216,10 +226,13 @@ class Scheduler:
         held = self.live.allocations_by_rental() if due else {}
         for victim in due:
             self.live.forget(victim.id)  # their capacity is free in this decision; the apply releases it
-            self.live.keep(victim.notice_keeps or ())  # but not the part a trimmed victim runs on with
+            if victim.id not in asked:
+                self.live.keep(victim.notice_keeps or ())  # but not the part a trimmed victim runs on with
         # one that checkpoints is back in the queue (the apply requeues it first), and may start again now
         back = [
-            requeued(v, held.get(v.id, ()), now) for v in due if v.spec.checkpoints and v.notice_keeps is None
+            requeued(v, held.get(v.id, ()), now)
+            for v in due
+            if v.spec.checkpoints and v.notice_keeps is None and v.id not in asked
         ]
         pending = [*pending, *back]
         ready = {v.preempted_by for v in due}.difference(waiting_on)
@@ -236,6 +249,9 @@ class Scheduler:
         noticed = {p.preemptor for p in notices}
         with self.uow() as uow:
             for victim in due:
+                if victim.id in asked:
+                    report.preempted += stop_victim(uow, victim, now)
+                    continue
                 if victim.notice_keeps is not None:
                     trimmed = trim_victim(uow, victim, now, self._booker(uow, now))
                     self.live.stale = self.live.stale or not trimmed  # it changed: the snapshot is rebuilt
