@@ -3,11 +3,13 @@ read theirs, bad input is a 4xx naming the field, and either server queue holds 
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from conftest import ADMIN, ADMIN_KEY, app_client, logged_in_as, wait_for
+from conftest import ADMIN, ADMIN_KEY, SteppedClock, app_client, logged_in_as, scheduler_cycles, wait_for
 from suanli.cli import plan_commands
 from suanli.cli.main import app
 
@@ -312,3 +314,27 @@ def test_a_model_quota_holds_whatever_the_rental_names(database_url: str) -> Non
         third = client.post("/v1/rentals", json=anywhere, headers=headers).json()["id"]
         placed = wait_for(client, third, headers, "placed")
         assert placed["state"] == "placed" and placed["quote"]["model"] != "H100-SXM-80GB", placed
+
+
+def test_a_growth_a_spend_cap_holds_back_says_so_once_not_every_cycle(database_url: str) -> None:
+    """The cap's message holds money that moves each cycle (spent so far, what the growth adds till
+    midnight); the growth's `growing` event was written again whenever it moved, thousands a day."""
+    clock = SteppedClock()
+    with app_client(database_url, clock=clock) as client:
+        tenant_id, headers = _funded_tenant(client, "capped-growth")
+        now = clock.now()
+        hours_left = (
+            now.replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1) - now
+        ) / timedelta(hours=1)
+        cap = {"daily_cap_micros": int(2_990_000 * hours_left * 1.5)}  # one H200 fits, two do not
+        assert client.put(f"/v1/tenants/{tenant_id}/limits", json=cap, headers=ADMIN).status_code == 200
+        one = client.post("/v1/rentals", json={"gpu_model": "H200", "gpus": 1}, headers=headers).json()["id"]
+        assert wait_for(client, one, headers, "placed")["state"] == "placed"
+        assert client.patch(f"/v1/rentals/{one}", json={"gpus": 2}, headers=headers).status_code == 200
+        for _ in range(6):
+            clock.step_to(clock.now() + timedelta(seconds=5))
+            scheduler_cycles(client)
+        body = client.get(f"/v1/rentals/{one}", headers=headers).json()
+        growing = [e for e in body["events"] if e["kind"] == "growing"]
+        assert len(growing) == 1 and growing[0]["reason"] == "spend_cap", growing
+        assert len(body["allocation"][0]["slices"]) == 1

@@ -184,8 +184,11 @@ def _steps(rental: Rental, missing: int) -> range:
 
 
 def _waiting(uow: UnitOfWork, rental: Rental, what: str, why: Pending, now: datetime) -> None:
-    """Say once why the rental cannot change yet (again only when the reason changes)."""
-    message = f"waiting {what}: {why.message}"
+    """Say once why the rental cannot change yet: again only when the change or the reason's kind does, not
+    when the figures in its message move (a spend cap's money moves every cycle)."""
+    said = f"waiting {what}: "
     events = uow.rentals.events(rental.id)
-    if not events or events[-1].message != message:
-        uow.rentals.add_event(rental.id, RentalEvent(now, "growing", why.reason, message))
+    last = events[-1] if events else None
+    same = last is not None and last.kind == "growing" and last.reason == why.reason
+    if not (same and last.message.startswith(said)):
+        uow.rentals.add_event(rental.id, RentalEvent(now, "growing", why.reason, said + why.message))
