@@ -14,7 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
-from conftest import ADMIN, FLEET, scheduler_cycles, wait_for
+from conftest import ADMIN, FLEET, app_client, scheduler_cycles, wait_for
 from suanli.api.app import create_app
 from suanli.config import Settings
 
@@ -261,3 +261,24 @@ def test_a_victim_stopped_under_notice_ends_now_and_its_preemptor_takes_its_gpus
         assert [e["reason"] for e in ended["events"] if e["kind"] == "stopping"] == ["stopped_under_notice"]
         assert not _events(ended, "requeued")
         assert client.get("/v1/ledger/verify", headers=ADMIN).json()["ok"] is True
+
+
+def test_the_preemptor_starts_at_its_victims_deadline_not_at_the_next_timer(database_url: str) -> None:
+    """The leader's loop wakes at the next notice deadline: with a 60-s interval and nothing else to wake
+    it, the preemptor was placed up to an interval after its victim's deadline, its GPUs idle meanwhile."""
+    with app_client(database_url, preemption_notice_by_tier_s={"spot": 2.0}) as client:
+        client.app.state.services.loop.interval_s = 60.0
+        spot_tenant, od_tenant = _keyed(client, "spotty"), _keyed(client, "steady")
+        spot = _rent(client, spot_tenant, gpu_model="H200", gpus=8, tier="spot", bid_micros_per_gpu_hour=BID)
+        assert wait_for(client, spot, spot_tenant, "placed")["state"] == "placed"
+        od = _rent(client, od_tenant, gpu_model="H200", gpus=8, tier="on_demand")
+        assert (
+            wait_for(client, od, od_tenant, "placed", reason="preempting")["pending_reason"] == "preempting"
+        )
+        deadline = datetime.fromisoformat(
+            client.get(f"/v1/rentals/{spot}", headers=spot_tenant).json()["notice_deadline"]
+        )
+        placed = wait_for(client, od, od_tenant, "placed")
+        assert placed["state"] == "placed"
+        late_s = (datetime.fromisoformat(_events(placed, "placed")[-1]["at"]) - deadline).total_seconds()
+        assert 0 <= late_s < 10, late_s  # a loaded machine may be slow, but not an interval slow

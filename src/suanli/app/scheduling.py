@@ -134,6 +134,9 @@ class Scheduler:
         queue: QueueConfig = GREEDY_QUEUE,
     ) -> None:
         self.uow, self.clock, self.catalog, self.cache = uow, clock, catalog, cache
+        # the earliest notice deadline still to come after the last cycle: the loop runs a cycle then, so a
+        # preemptor starts at its victims' deadline rather than up to an interval after it
+        self.next_deadline: datetime | None = None
         by_tier = {Tier.parse(name): seconds for name, seconds in (notice_by_tier_s or {}).items()}
         self.preemption = PreemptionConfig(by_tier, notice_s)
         # the server's queue (`SUANLI_QUEUE`), decided by the domain's `admit` (see `_admit`); what it keeps
@@ -179,6 +182,7 @@ class Scheduler:
 
     def run_cycle(self) -> CycleReport:
         with self._lock:
+            self.next_deadline = None  # until a cycle completes: a failing one is retried at the interval
             try:
                 return self._cycle()
             except BookingConflict as error:
@@ -223,6 +227,7 @@ class Scheduler:
         for victim in preempting:
             if victim not in due and victim.preempted_by is not None:
                 waiting_on.setdefault(victim.preempted_by, []).append(victim)
+        deadlines = [v.notice_deadline for v in preempting if v not in due and v.notice_deadline is not None]
         held = self.live.allocations_by_rental() if due else {}
         for victim in due:
             self.live.forget(victim.id)  # their capacity is free in this decision; the apply releases it
@@ -298,6 +303,8 @@ class Scheduler:
         report.gpus = self.live.gpu_states()
         report.mig_instances = self.live.mig_instances()
         self.live.end_cycle()
+        deadlines += [datetime.fromtimestamp(d.deadline_s, UTC) for d in notices]
+        self.next_deadline = min(deadlines, default=None)
         return report
 
     def trial(self, rental: Rental) -> Trial:

@@ -31,6 +31,10 @@ class LeaderLoop:
         """One run of the loop's work (in a worker thread, on the leader only)."""
         raise NotImplementedError
 
+    def due_in_s(self) -> float | None:
+        """Seconds until the work is due again, when that is sooner than the interval (None: the interval)."""
+        return None
+
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
@@ -57,8 +61,10 @@ class LeaderLoop:
     async def _run(self) -> None:
         assert self._wake is not None
         while not self._stopping:
+            due_s = self.due_in_s()
+            timeout_s = self.interval_s if due_s is None else max(0.0, min(self.interval_s, due_s))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=self.interval_s)
+                await asyncio.wait_for(self._wake.wait(), timeout=timeout_s)
             self._wake.clear()
             if self._stopping:
                 return

@@ -12,6 +12,8 @@ from suanli.app.scheduling import CycleReport, Scheduler
 from suanli.loops.leader_loop import LeaderLoop
 from suanli.store.leader import Leadership
 
+DEADLINE_SLACK_S = 0.05
+
 
 class SchedulerLoop(LeaderLoop):
     name = "suanli-scheduler"
@@ -32,6 +34,13 @@ class SchedulerLoop(LeaderLoop):
 
     def work(self) -> None:
         self.on_report(self.scheduler.run_cycle())
+
+    def due_in_s(self) -> float | None:
+        """At the next notice deadline (a little after it, so the cycle finds it passed)."""
+        deadline = self.scheduler.next_deadline
+        if deadline is None:
+            return None
+        return (deadline - self.scheduler.clock.now()).total_seconds() + DEADLINE_SLACK_S
 
     async def stop(self) -> None:
         await super().stop()
