@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from test_elastic_api import _tenant, _until
 
-from conftest import app_client, scheduler_cycles, wait_for
+from conftest import ADMIN, app_client, scheduler_cycles, wait_for
 
 H100 = {"gpu_model": "H100-SXM-80GB"}
 
@@ -256,3 +256,29 @@ def test_an_elastic_rental_shrinks_below_its_least_size_which_falls_with_it(data
         grown = client.patch(f"/v1/rentals/{elastic['id']}", json={"gpus": 6}, headers=headers)
         assert grown.status_code == 200, grown.text
         assert grown.json()["request"]["min_gpus"] == 2  # growing leaves its least size as it is
+
+
+def test_an_elastic_rental_past_a_limit_at_its_size_starts_within_it(database_url: str):
+    """A GPU quota or a daily spend cap that its full size would pass: it starts at the largest size the
+    limit allows, priced and counted as large as it is, and is not refused at creation when its least size
+    fits the quota. It waited (the cap), or was refused with a 400 (a quota below its size alone)."""
+    with app_client(database_url, meter_interval_s=3600, prepaid=False) as client:
+        headers, tenant_id = _tenant(client, "elastic-limits")
+        quota = {"gpu_quota": {"*": 3}}
+        assert client.put(f"/v1/tenants/{tenant_id}/limits", json=quota, headers=ADMIN).status_code == 200
+        elastic = _renter(client, headers)({"gpus": 8, "min_gpus": 1})
+        assert _slices(elastic) == 3
+        assert client.post(f"/v1/rentals/{elastic['id']}/stop", headers=headers).status_code == 200
+
+        rate = elastic["price_micros_per_hour"] // 3  # per GPU
+        now = datetime.now(UTC)
+        hours_left = (
+            now.replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1) - now
+        ) / timedelta(hours=1)
+        cap = {
+            "gpu_quota": {},
+            "daily_cap_micros": int(rate * hours_left * 2.5 + rate / 20),
+        }  # + the stop's 60 s
+        assert client.put(f"/v1/tenants/{tenant_id}/limits", json=cap, headers=ADMIN).status_code == 200
+        capped = _renter(client, headers)({"gpus": 8, "min_gpus": 1})
+        assert _slices(capped) == 2 and capped["price_micros_per_hour"] == 2 * rate

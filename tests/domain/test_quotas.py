@@ -13,6 +13,7 @@ from suanli.domain.inventory import Fleet, GpuMode, Node, Region
 from suanli.domain.plan import Placement, Reason
 from suanli.domain.policies import BestFitPolicy
 from suanli.domain.preemption import Running
+from suanli.domain.queue_order import GREEDY_QUEUE, PLATFORM_QUEUE
 from suanli.domain.queueing import Gates, admit
 from suanli.domain.quotas import Limits, Spent, TenantLimits, period_ends
 from suanli.domain.request import GpuSelector, Request, WholeGpus
@@ -233,3 +234,27 @@ def test_the_greedy_schedule_keeps_a_request_off_a_full_models_nodes():
     plan = schedule(snap, [anywhere("a", 8, at=1), anywhere("b", 8, at=2)], POLICY, NOW, ledger)
     assert [(p.request_id, p.nodes[0].node[:4]) for p in plan.placements] == [("a", "A100")]
     assert [p.reason for p in plan.pending] == [Reason.QUOTA]
+
+
+@pytest.mark.parametrize("config", [GREEDY_QUEUE, PLATFORM_QUEUE], ids=["greedy", "backfill"])
+def test_an_elastic_request_past_a_limit_at_its_size_starts_at_a_size_within_it(config):
+    """Held back at its full size by a GPU quota or a spend cap, an elastic request starts at the largest
+    size the limit allows (if its least size is within it) rather than wait with GPUs free; it waited."""
+
+    def elastic(rid: str, gpus: int) -> Request:
+        return Request(rid, WholeGpus(gpus), selector=H100, tenant="acme", submitted_at_s=1, min_gpus=1)
+
+    snap = snapshot_of(1)
+    held = [running(snap, ask("one", 1))]
+    quota = Limits({"acme": TenantLimits(gpu_quota={"*": 4})})
+    decision = admit(snap, [elastic("e", 4)], held, POLICY, NOW, config, gates=Gates(limits=quota))
+    assert [(p.request_id, p.gpus) for p in decision.placements] == [("e", 3)] and decision.pending == ()
+    # a day's cap of 60 $ at 2 $ per GPU-hour with 12 h left: 2 GPUs (48 $), not 3 (72 $), nor 8 (192 $)
+    cap = Limits(
+        {"acme": TenantLimits(daily_cap_micros=60_000_000)}, {"acme": Spent()}, price_micros_per_hour=price
+    )
+    decision = admit(snapshot_of(1), [elastic("f", 8)], [], POLICY, NOW, config, gates=Gates(limits=cap))
+    assert [(p.request_id, p.gpus) for p in decision.placements] == [("f", 2)] and decision.pending == ()
+    tight = Limits({"acme": TenantLimits(gpu_quota={"*": 1})})
+    decision = admit(snap, [elastic("g", 4)], held, POLICY, NOW, config, gates=Gates(limits=tight))
+    assert decision.placements == () and decision.pending[0].reason is Reason.QUOTA  # not even its least

@@ -74,10 +74,13 @@ def wants_resize(rental: Rental, held: Request) -> bool:
 def holding_after(
     running: Sequence[Running], queue: Sequence[Request], placed: Sequence[Placement]
 ) -> list[Held]:
-    """The live rentals at their allocated size, and this cycle's placements."""
+    """The live rentals at their allocated size, and this cycle's placements at theirs (an elastic one may
+    have started smaller: it counts, and is priced, as large as it is)."""
     by_id = {r.id: r for r in queue}
     held = [Held(r.request, r.started_at_s, r.placement, r.preempted_by is not None) for r in running]
-    held += [Held(by_id[p.request_id], None, p) for p in placed if p.request_id in by_id]
+    held += [
+        Held(held_request(by_id[p.request_id], p.nodes), None, p) for p in placed if p.request_id in by_id
+    ]
     return held
 
 

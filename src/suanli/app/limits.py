@@ -19,10 +19,11 @@ from suanli.app.errors import Invalid, NotFound
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.records import Caller, Rental
 from suanli.app.tenants import require_admin, target_tenant
+from suanli.domain.billing.money import round_half_up
 from suanli.domain.catalog import Catalog
 from suanli.domain.preemption import Running
 from suanli.domain.quotas import ALL_GROUPS, Limits, Spent, TenantLimits, name_groups, quota_groups
-from suanli.domain.request import Request
+from suanli.domain.request import Request, WholeGpus
 
 MAX_QUOTA_GPUS = 1_000_000
 
@@ -135,9 +136,12 @@ def cycle_limits(
     """
     spent = spent_now(uow, list(tenants), now_s)
     rates = {rental_id: rate for rental_id, (_, rate) in live.items()}
+    elastic: dict[str, int] = {}  # a pending elastic rental's GPUs in all, whose quote is for all of them
     for rental in pending:
         quoted = (rental.quote or {}).get("final_micros_per_hour", 0)
         rates[rental.id] = int(quoted) if isinstance(quoted, int | float | str) else 0
+        if rental.spec.min_gpus is not None:
+            elastic[rental.id] = rental.spec.gpus * rental.spec.nodes
     groups: dict[frozenset[str], tuple[str, ...]] = {}  # by selector: the ledger asks on every check
 
     def groups_of(request: Request) -> tuple[str, ...]:
@@ -146,9 +150,14 @@ def cycle_limits(
             groups[models] = quota_groups(catalog, request)
         return groups[models]
 
-    return Limits(
-        tenants, spent, price_micros_per_hour=lambda request: rates.get(request.id, 0), groups_of=groups_of
-    )
+    def price(request: Request) -> int:
+        """Its rate; an elastic rental starting smaller, in proportion to the GPUs it would start on."""
+        rate, full = rates.get(request.id, 0), elastic.get(request.id)
+        if full is None or not isinstance(request.shape, WholeGpus):
+            return rate
+        return round_half_up(rate * request.shape.count * request.node_count, full)
+
+    return Limits(tenants, spent, price_micros_per_hour=price, groups_of=groups_of)
 
 
 def spent_now(uow: UnitOfWork, tenant_ids: Sequence[str], now_s: float) -> dict[str, Spent]:

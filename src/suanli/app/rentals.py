@@ -36,7 +36,7 @@ from suanli.domain.billing.meter import DEFAULT_MINIMUM_S, PostedCharges
 from suanli.domain.billing.money import charge_micros, round_half_up
 from suanli.domain.billing.pricebook import resized_rate
 from suanli.domain.catalog import Catalog
-from suanli.domain.elastic_start import at_size
+from suanli.domain.elastic_start import at_size, least_size
 from suanli.domain.errors import CatalogError, RequestError
 from suanli.domain.images import RUNS_IMAGES_LABEL, check_image
 from suanli.domain.plan import NodeAllocation, Reason
@@ -275,6 +275,9 @@ class RentalService:
         request = _sized(rental)
         if before is not None and request_gpus(request) <= request_gpus(_sized(before)):
             return
+        if (least := least_size(request)) is not None:  # elastic: it may start, and stay, at its least size
+            nodes, gpus = least
+            request = replace(request, shape=WholeGpus(gpus), node_count=nodes, min_gpus=None)
         groups = quota_groups(self.catalog, request)
         why = over_quota(limits, request, groups)
         if why is not None:  # the field to lower: nodes when one node's GPUs are within the quota

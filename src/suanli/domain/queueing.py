@@ -324,6 +324,15 @@ class _Cycle(BackfillPhase):
 
     def gated(self, request: Request) -> bool:
         """True when a gate holds `request` back (its pending reason is recorded); it blocks nobody."""
+        held, self.gate_off[request.id] = self._gates(request)
+        if held is not None:
+            self.pending.append(held)
+            return True
+        return False
+
+    def _gates(self, request: Request) -> tuple[Pending | None, frozenset[str]]:
+        """Why a gate (the spot floor, the tenant's limits) holds `request` back, and the nodes they keep it
+        off; nothing is recorded."""
         held: Pending | None = None
         off: frozenset[str] = frozenset()
         if self.gates.spot_floor is not None:
@@ -331,11 +340,7 @@ class _Cycle(BackfillPhase):
         if held is None and self.ledger is not None:
             held, quota_off = quota_gate(self.snapshot, self.ledger, request, self.policy)
             off |= quota_off
-        self.gate_off[request.id] = off
-        if held is not None:
-            self.pending.append(held)
-            return True
-        return False
+        return held, off
 
     def _hold_breached(self, request: Request, placement: Placement) -> Pool | None:
         """The pool whose contract hold this placement would eat into, if any (claims and spot never do); a
@@ -542,21 +547,27 @@ class _Cycle(BackfillPhase):
                 continue
             if request.id in self.promise_holds:
                 continue  # it preempted for its full size this cycle: it takes that at the deadline
-            if self.gated(request) or self.spot_held(request) or not self._start_smaller(request, guard):
+            limited = self.gated(request)  # at its full size: a smaller one may be within the limits
+            if self.spot_held(request) or not self._start_smaller(request, guard, gate_each=limited):
                 continue
             self.pending = [p for p in self.pending if p.request_id != request.id]
             self.bookings[:] = [b for b in self.bookings if b.request_id != request.id]  # it started
             if self.head == request.id:
                 self.head, self.head_start_s, self.reserved_nodes = None, None, set()
 
-    def _start_smaller(self, request: Request, guard_head: bool = True) -> bool:
+    def _start_smaller(self, request: Request, guard_head: bool = True, gate_each: bool = False) -> bool:
         """Place an elastic `request` at the largest size below its own that fits now (`smaller_sizes`),
         off nodes whose maintenance comes before its end and off the head's reserved nodes when it would
         outlast the head's start (under the conservative queue, off every booking it would outlast); like a
         borrowed start, outside the long-job budget (it fills what the cycle left free, and it grows toward
-        its size rather than spreading)."""
+        its size rather than spreading). `gate_each`: its full size is past a limit (a quota, a spend cap),
+        so each size must pass the gates itself."""
         placed = len(self.placements)
         for smaller in smaller_sizes(request):
+            if gate_each:
+                held, self.gate_off[smaller.id] = self._gates(smaller)
+                if held is not None:
+                    continue
             avoid = self._off_limits(smaller)
             declared = smaller.max_duration_s
             end_s = None if declared is None else self.now + declared
