@@ -14,7 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
-from conftest import ADMIN, FLEET, app_client, scheduler_cycles, wait_for
+from conftest import ADMIN, FLEET, app_client, register_agent, scheduler_cycles, wait_for
 from suanli.api.app import create_app
 from suanli.config import Settings
 
@@ -282,3 +282,41 @@ def test_the_preemptor_starts_at_its_victims_deadline_not_at_the_next_timer(data
         assert placed["state"] == "placed"
         late_s = (datetime.fromisoformat(_events(placed, "placed")[-1]["at"]) - deadline).total_seconds()
         assert 0 <= late_s < 10, late_s  # a loaded machine may be slow, but not an interval slow
+
+
+def test_a_victim_that_ends_its_workload_under_notice_is_said_to_have_left(database_url: str):
+    """Its final event said "left" whenever the cycle ran after its deadline, which it always does; it says
+    so now only when its agent reported the workload ended before the deadline."""
+    with app_client(database_url, preemption_notice_by_tier_s={"spot": 600.0}) as client:
+        spot_tenant, od_tenant = _keyed(client, "spotty"), _keyed(client, "steady")
+        spot = _rent(client, spot_tenant, gpu_model="H200", gpus=8, tier="spot", bid_micros_per_gpu_hour=BID)
+        node = wait_for(client, spot, spot_tenant, "placed")["allocation"][0]["node"]
+        agent = register_agent(client, node)
+        beat = {"workloads": [{"rental_id": spot, "state": "running"}]}
+        assert client.post("/v1/agents/heartbeat", json=beat, headers=agent).status_code == 200
+        od = _rent(client, od_tenant, gpu_model="H200", gpus=8, tier="on_demand")
+        assert wait_for(client, od, od_tenant, "placed", reason="preempting")["state"] == "pending"
+        beat = {"workloads": [{"rental_id": spot, "state": "failed", "exit_code": 143}]}  # it saved, exited
+        assert client.post("/v1/agents/heartbeat", json=beat, headers=agent).status_code == 200
+        assert wait_for(client, od, od_tenant, "placed")["state"] == "placed"
+        ended = client.get(f"/v1/rentals/{spot}", headers=spot_tenant).json()
+        (last,) = _events(ended, "preempted")
+        assert ended["state"] == "preempted" and last["message"].startswith("left;"), last
+    # killed at its deadline (no agent here to say otherwise), on H100s: the H200 node's agent fell silent
+    with app_client(database_url, preemption_notice_by_tier_s={"spot": 1.0}) as client:
+        spot_tenant, od_tenant = _keyed(client, "spotty-2"), _keyed(client, "steady-2")
+        spot = _rent(
+            client,
+            spot_tenant,
+            gpu_model="H100-SXM-80GB",
+            nodes=8,
+            gpus=8,
+            tier="spot",
+            bid_micros_per_gpu_hour=BID,
+        )
+        assert wait_for(client, spot, spot_tenant, "placed")["state"] == "placed"
+        od = _rent(client, od_tenant, gpu_model="H100-SXM-80GB", nodes=8, gpus=8, tier="on_demand")
+        assert wait_for(client, od, od_tenant, "placed")["state"] == "placed"
+        ended = client.get(f"/v1/rentals/{spot}", headers=spot_tenant).json()
+        (last,) = _events(ended, "preempted")
+        assert last["message"].startswith("notice deadline reached;"), last

@@ -51,6 +51,7 @@ from suanli.app.idle_stops import stop_idle
 from suanli.app.ids import digest, new_id
 from suanli.app.ports import Clock, UnitOfWork
 from suanli.app.records import END_STATES, LIVE_STATES, PREEMPTIBLE_STATES, Caller, Rental, RentalEvent
+from suanli.app.rentals import LEFT_UNDER_NOTICE
 from suanli.app.tenants import owned_rental, require_operator
 from suanli.domain.billing.energy import WHOLE_GPU_MILLI, measured_interval_s, slice_power_w
 from suanli.domain.mig import MigInstance
@@ -350,6 +351,11 @@ class AgentService:
             run = uow.agents.run(rental.id, allocation.node, rental.placements)
             if run is None or run.ended_at is None:
                 return False
+        if rental.notice_deadline is not None and rental.notice_deadline > now:  # not killed at it: it left
+            uow.rentals.add_event(
+                rental.id,
+                RentalEvent(now, "preempting", LEFT_UNDER_NOTICE, "its workload ended under notice"),
+            )
         uow.rentals.advance_deadline(rental.id, now)
         return True
 

@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from suanli.app.maintenance import MAINTENANCE
 from suanli.app.ports import UnitOfWork
 from suanli.app.records import PREEMPTIBLE_STATES, Rental, RentalEvent
-from suanli.app.rentals import STOP_UNDER_NOTICE, TIME_LIMIT, follow_size, per_node_gpus
+from suanli.app.rentals import LEFT_UNDER_NOTICE, STOP_UNDER_NOTICE, TIME_LIMIT, follow_size, per_node_gpus
 from suanli.app.spot_repricing import BELOW_FLOOR
 from suanli.domain.plan import NodeAllocation, Reason
 from suanli.domain.preemption import RESUME_S, Preemption
@@ -108,12 +108,23 @@ def give_notice(uow: UnitOfWork, preemptor: Rental, decision: Preemption, now: d
 
 def stop_asked(events: Sequence[RentalEvent]) -> bool:
     """Whether a stop was asked since the rental's last notice (`stop_in` brought its deadline to then)."""
+    return _since_notice(events, "stopping", (STOP_UNDER_NOTICE, TIME_LIMIT))
+
+
+def _since_notice(events: Sequence[RentalEvent], kind: str, reasons: Collection[str]) -> bool:
+    """Whether an event of `kind` with one of `reasons` came after the rental's last notice."""
     for event in reversed(events):
-        if event.kind == "preempting":
-            return False
-        if event.kind == "stopping" and event.reason in (STOP_UNDER_NOTICE, TIME_LIMIT):
+        if event.kind == kind and event.reason in reasons:
             return True
+        if event.kind == "preempting" and event.reason == "preempted":  # the notice
+            return False
     return False
+
+
+def _how_it_ended(uow: UnitOfWork, victim: Rental) -> str:
+    """ "left" when its workload ended before its deadline, as its agent reported, else the deadline's."""
+    left = _since_notice(uow.rentals.events(victim.id), "preempting", (LEFT_UNDER_NOTICE,))
+    return "left" if left else "notice deadline reached"
 
 
 def stop_victim(uow: UnitOfWork, victim: Rental, now: datetime) -> int:
@@ -136,8 +147,7 @@ def end_victim(uow: UnitOfWork, victim: Rental, now: datetime, same_tenant: bool
     if not uow.rentals.set_state(victim.id, "preempted", expect=("preempting",), reason=None):
         return 0
     uow.rentals.release(victim.id, at=now)
-    deadline = victim.notice_deadline
-    how = "left" if deadline is not None and deadline < now else "notice deadline reached"
+    how = _how_it_ended(uow, victim)
     if victim.preempted_by == BELOW_FLOOR:
         message = f"{how}; its bid was below the spot floor"
     elif victim.preempted_by == MAINTENANCE:
@@ -187,8 +197,7 @@ def requeue_victim(uow: UnitOfWork, victim: Rental, now: datetime) -> int:
     uow.rentals.release(victim.id, at=now)
     # billed to here: a run its agent has not said ended yet ends now (at its deadline at the latest)
     uow.rentals.end_runs(victim.id, _run_ended_at(victim, now), "stopped")
-    deadline = victim.notice_deadline
-    how = "left" if deadline is not None and deadline < now else "notice deadline reached"
+    how = _how_it_ended(uow, victim)
     what = "its borrowed GPUs were taken back" if victim.borrowed else "preempted"
     message = f"{how}; {what}: back in the queue, it resumes from its checkpoint when placed again"
     uow.rentals.add_event(victim.id, RentalEvent(now, "requeued", "preempted", message))

@@ -48,6 +48,7 @@ from suanli.domain.workload_env import env_problem
 LIST_LIMIT = 1000
 # the reason on the event of a stop asked while the rental was under notice: the cycle ends it `stopped`
 STOP_UNDER_NOTICE = "stopped_under_notice"
+LEFT_UNDER_NOTICE = "left_under_notice"  # the reason on the event of a victim whose workload ended early
 TIME_LIMIT = "time_limit"  # the reason on the event of a rental stopped at its declared max duration
 # domain field names -> wire field names, for errors
 _FIELDS = {"gpu_milli": "share_milli", "gpu_memory_mib": "share_memory_mib", "node_count": "nodes"}
