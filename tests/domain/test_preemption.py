@@ -318,3 +318,22 @@ def test_mig_promise_holds_leave_no_trace(carvings, running, queued, noticed, gr
             replay.release(victim.placement.nodes[0])
         for allocation in preemption.promised.nodes:
             replay.occupy(allocation)  # raises if the promised instance does not fit
+
+
+def test_a_victim_holding_no_gpu_is_noticed_when_the_promise_needs_its_cpu():
+    """Found by the admission property test: a CPU-only rental freed the CPU the promise counted on, but it
+    was dropped from the victims as "a trim the promise took nothing of" (0 GPUs), so it ran on while the
+    preemptor was promised its CPU: the node would have been overbooked at the deadline."""
+    fleet = Fleet(
+        {"r": REGION}, (Node("n0", "r", ("r", "z", "p", "l"), 32_000, 32_768, "L40S", 2, GpuMode.SHARED),)
+    )
+    snap = Snapshot(fleet, CATALOG)
+    cpu_only = Request("cpu", WholeGpus(0), cpu_milli=16_000)
+    gpus = Request("gpus", WholeGpus(2))
+    running = [Running(r, place(snap, r, POLICY), 0) for r in (cpu_only, gpus)]
+    assert isinstance(
+        place(snap, Request("mine", WholeGpus(0), cpu_milli=16_000, tier=Tier.RESERVED), POLICY), Placement
+    )
+    asked = Request("res", WholeGpus(1), cpu_milli=2_000, tier=Tier.RESERVED)
+    decision = choose_victims(snap, asked, running, POLICY, 10)
+    assert decision is not None and {v.request_id for v in decision.victims} == {"cpu", "gpus"}

@@ -200,7 +200,9 @@ def choose_victims(
         _eviction(r, trims.get(id(r)), promised, now, config)
         for r in sorted(chosen, key=lambda r: victim_cost(r, now))
     )
-    victims = tuple(e for e in evictions if e.gpus > 0)  # a trim the promise took nothing of is no victim
+    # a trim the promise took nothing of is no victim; a whole rental is, even one holding no GPU (its CPU
+    # or memory may be what the promise needs)
+    victims = tuple(e for e in evictions if e.gpus > 0 or e.keeps is None)
     return Preemption(request.id, victims, promised) if victims else None
 
 
