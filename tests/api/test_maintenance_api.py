@@ -159,7 +159,12 @@ def test_the_leader_places_nothing_on_a_node_in_maintenance_and_lets_it_back_aft
     _, headers = tenant("acme")
     window = _window(client, "h200-01", -1, 3600).json()
     rental = client.post("/v1/rentals", json=H200, headers=headers).json()
-    held = wait_for(client, rental["id"], headers, "placed", reason="no_capacity")
+    held = wait_for(client, rental["id"], headers, "placed", reason="maintenance")
+    # it says so, and when the node comes back: "busy" said that rentals held it
+    said = [e["message"] for e in held["events"] if e["reason"] == "maintenance"]
+    assert said and f"h200-01 until {window['ends_at'][:10]}" in said[-1], held["events"]
+    trial = client.post("/v1/rentals/dry-run", json=H200, headers=headers).json()
+    assert trial["pending_reason"] == "maintenance" and "h200-01 until" in trial["message"], trial
     scheduler_cycles(client)
     assert client.get(f"/v1/rentals/{rental['id']}", headers=headers).json()["state"] == "pending", held
     assert client.delete(f"/v1/fleet/maintenance/{window['id']}", headers=ADMIN).status_code == 200

@@ -59,6 +59,7 @@ class LiveSnapshot:
         self.held: dict[int, NodeAllocation] = {}  # live allocation id -> what it occupies in the snapshot
         self.owner: dict[int, str] = {}  # live allocation id -> its rental
         self.cordoned: set[str] = set()
+        self.drained: set[str] = set()  # of those, cordoned by an operator or down (not for maintenance)
         self.stale = False  # a decided placement was not applied: rebuild the snapshot after the cycle
 
     def refresh(
@@ -174,7 +175,8 @@ class LiveSnapshot:
 
     def _cordons(self, uow: UnitOfWork, now: datetime, windows: Sequence[MaintenanceWindow]) -> set[str]:
         """Nodes out of placements now: drained (or down), and those in or about to enter maintenance."""
-        return uow.fleet.cordoned() | out_of_service(windows, now, self.notice_horizon_s)
+        self.drained = uow.fleet.cordoned()
+        return self.drained | out_of_service(windows, now, self.notice_horizon_s)
 
     def _rebuild(
         self, uow: UnitOfWork, fleet: Fleet, version: int, now: datetime, windows: Sequence[MaintenanceWindow]

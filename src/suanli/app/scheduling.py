@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 
 from suanli.app.booking import bookings_for
-from suanli.app.downtime import notice_horizon_s
+from suanli.app.downtime import notice_horizon_s, out_of_service_until
 from suanli.app.errors import BookingConflict
 from suanli.app.fleet import FleetCache
 from suanli.app.growth import Held, held_request, holding_after, started_smaller, wants_resize
@@ -72,6 +72,7 @@ from suanli.domain.quotas import Limits
 from suanli.domain.request import Request, Tier
 from suanli.domain.reservation import reserve
 from suanli.domain.scattered import scattered_gpus
+from suanli.domain.scheduler import trial_place
 from suanli.domain.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
@@ -347,7 +348,7 @@ class Scheduler:
         victims = sum(len(p.victims) for p in decision.preemptions)
         if nodes or victims:
             return Trial(nodes, victims, None, None, waiting, price, covered)
-        (held,) = decision.pending
+        (held,) = self._in_maintenance(decision.pending, {request.id: request}, now_s)
         return Trial((), 0, held.reason.value, held.message, waiting)
 
     def _gates(
@@ -553,7 +554,38 @@ class Scheduler:
             self.drain = None
         waiting = [requests[p.request_id] for p in still if p.reason in WAITING_FOR_CAPACITY]
         self.scattered_gpus = scattered_gpus(self.snapshot, waiting, self.reserved)
-        return decision.placements, still, decision.preemptions
+        return decision.placements, self._in_maintenance(still, requests, now_s), decision.preemptions
+
+    def _in_maintenance(
+        self, still: Sequence[Pending], requests: Mapping[str, Request], now_s: float
+    ) -> list[Pending]:
+        """A request waiting for capacity that would fit now on nodes in (or about to enter) maintenance
+        waits for `maintenance`, its message naming them and when their windows end: "busy" would say
+        that rentals hold them."""
+        assert self.snapshot is not None and self.policy is not None
+        now = datetime.fromtimestamp(now_s, UTC)
+        until = out_of_service_until(self.windows, now, self.live.notice_horizon_s)
+        down = [n for n in until if n not in self.live.drained and n in self.snapshot.by_name]
+        if not down or not any(p.reason is Reason.NO_CAPACITY for p in still):
+            return list(still)
+        found = []
+        for name in down:
+            self.snapshot.set_schedulable(name, True)
+        try:
+            for pending in still:
+                request = requests.get(pending.request_id)
+                if pending.reason is Reason.NO_CAPACITY and request is not None:
+                    placement = trial_place(self.snapshot, request, self.policy)
+                    if placement is not None:
+                        nodes = sorted({a.node for a in placement.nodes if a.node in until})
+                        back = ", ".join(f"{n} until {until[n]:%Y-%m-%d %H:%M} UTC" for n in nodes)
+                        message = f"it fits now only on nodes in maintenance: {back}"
+                        pending = Pending(pending.request_id, Reason.MAINTENANCE, message)
+                found.append(pending)
+        finally:
+            for name in down:
+                self.snapshot.set_schedulable(name, False)
+        return found
 
     def _head_start(
         self,

@@ -22,6 +22,9 @@ class Reason(StrEnum):
     BID_BELOW_FLOOR = "bid_below_floor"
     BLOCKED_BY_HEAD = "blocked_by_head"
     PREEMPTING = "preempting"  # victims have notice; capacity is promised at their deadline
+    MAINTENANCE = (
+        "maintenance"  # it would fit now on nodes in maintenance (or about to be): it waits for them
+    )
 
 
 # what no free capacity cures: the fleet as it is has no node, GPU or network subtree that could take it
