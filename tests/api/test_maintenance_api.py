@@ -202,8 +202,10 @@ def test_a_rental_that_declares_its_duration_is_kept_off_a_node_whose_window_sta
     _, headers = tenant("acme")
     assert _window(client, "h200-01", 1800, 3600).status_code == 201
     long = client.post("/v1/rentals", json={**H200, "max_duration_s": 3600}, headers=headers).json()
-    waiting = wait_for(client, long["id"], headers, "placed", reason="no_capacity")
-    assert (waiting["state"], waiting["pending_reason"]) == ("pending", "no_capacity")  # the cycle failed
+    waiting = wait_for(client, long["id"], headers, "placed", reason="maintenance")
+    assert (waiting["state"], waiting["pending_reason"]) == ("pending", "maintenance")  # it says why
+    said = [e["message"] for e in waiting["events"] if e["reason"] == "maintenance"]
+    assert said and "when maintenance starts on h200-01 at" in said[-1], waiting["events"]
     client.post(f"/v1/rentals/{long['id']}/stop", headers=headers)
     short = client.post("/v1/rentals", json={**H200, "max_duration_s": 600}, headers=headers).json()
     assert wait_for(client, short["id"], headers, "placed")["state"] == "placed"

@@ -559,15 +559,19 @@ class Scheduler:
     def _in_maintenance(
         self, still: Sequence[Pending], requests: Mapping[str, Request], now_s: float
     ) -> list[Pending]:
-        """A request waiting for capacity that would fit now on nodes in (or about to enter) maintenance
-        waits for `maintenance`, its message naming them and when their windows end: "busy" would say
-        that rentals hold them."""
+        """A request waiting for capacity that would fit now on nodes in (or about to enter) maintenance, or
+        that declares a duration it would still run for when a node's window starts, waits for
+        `maintenance`, its message naming the nodes and their windows: "busy" would say rentals hold them."""
         assert self.snapshot is not None and self.policy is not None
+        if not self.windows or not any(p.reason is Reason.NO_CAPACITY for p in still):
+            return list(still)
         now = datetime.fromtimestamp(now_s, UTC)
         until = out_of_service_until(self.windows, now, self.live.notice_horizon_s)
         down = [n for n in until if n not in self.live.drained and n in self.snapshot.by_name]
-        if not down or not any(p.reason is Reason.NO_CAPACITY for p in still):
-            return list(still)
+        starts: dict[str, datetime] = {}  # each node's next window still ahead
+        for window in self.windows:
+            if window.starts_at > now and window.node not in until:
+                starts[window.node] = min(window.starts_at, starts.get(window.node, window.starts_at))
         found = []
         for name in down:
             self.snapshot.set_schedulable(name, True)
@@ -576,10 +580,20 @@ class Scheduler:
                 request = requests.get(pending.request_id)
                 if pending.reason is Reason.NO_CAPACITY and request is not None:
                     placement = trial_place(self.snapshot, request, self.policy)
-                    if placement is not None:
-                        nodes = sorted({a.node for a in placement.nodes if a.node in until})
-                        back = ", ".join(f"{n} until {until[n]:%Y-%m-%d %H:%M} UTC" for n in nodes)
+                    nodes = sorted({a.node for a in placement.nodes}) if placement is not None else []
+                    inside = [n for n in nodes if n in until]
+                    end = now + timedelta(seconds=request.max_duration_s or 0)
+                    ahead = [n for n in nodes if n in starts and starts[n] < end]
+                    if inside:
+                        back = ", ".join(f"{n} until {until[n]:%Y-%m-%d %H:%M} UTC" for n in inside)
                         message = f"it fits now only on nodes in maintenance: {back}"
+                        pending = Pending(pending.request_id, Reason.MAINTENANCE, message)
+                    elif ahead and request.max_duration_s is not None:
+                        at = ", ".join(f"{n} at {starts[n]:%Y-%m-%d %H:%M} UTC" for n in ahead)
+                        message = (
+                            f"it would still run, by its declared duration, when maintenance starts on {at}; "
+                            "it waits for nodes it can finish on"
+                        )
                         pending = Pending(pending.request_id, Reason.MAINTENANCE, message)
                 found.append(pending)
         finally:
