@@ -89,6 +89,17 @@ def test_a_rental_larger_than_a_quota_on_its_own_is_refused_not_left_waiting(dat
         assert client.get("/v1/rentals", headers=headers).json() == []
         within = client.post("/v1/rentals", json={"gpu_model": "H100", "gpus": 4}, headers=headers)
         assert within.status_code == 201, within.text
+        # a model's quota, for a rental naming the family: every H100 of the fleet is that model, so it could
+        # never start (it was created, and waited for ever)
+        models = {"gpu_quota": {"*": 16, "H100-SXM-80GB": 8}}
+        assert client.put(f"/v1/tenants/{tenant_id}/limits", json=models, headers=ADMIN).status_code == 200
+        family = client.post(
+            "/v1/rentals", json={"gpu_model": "H100", "gpus": 4, "nodes": 3}, headers=headers
+        )
+        assert family.status_code == 400 and family.json()["error"]["field"] == "nodes", family.text
+        assert "H100-SXM-80GB quota of 8" in family.json()["error"]["message"]
+        anywhere = client.post("/v1/rentals", json={"gpus": 4, "nodes": 3}, headers=headers)  # other models
+        assert anywhere.status_code == 201, anywhere.text
 
 
 def test_cli_sets_and_shows_limits(client, tenant, monkeypatch) -> None:

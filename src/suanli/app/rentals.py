@@ -40,9 +40,9 @@ from suanli.domain.elastic_start import at_size, least_size
 from suanli.domain.errors import CatalogError, RequestError
 from suanli.domain.images import RUNS_IMAGES_LABEL, check_image
 from suanli.domain.plan import NodeAllocation, Reason
-from suanli.domain.quotas import over_quota, quota_groups, request_gpus
+from suanli.domain.quotas import over_quota, pinned, quota_groups, request_gpus
 from suanli.domain.request import Constraints, GpuSelector, GpuShare, MigSlice, Request, Tier, WholeGpus
-from suanli.domain.scheduler import most_gpus_per_node, never_fits
+from suanli.domain.scheduler import most_gpus_per_node, never_fits, nominate
 from suanli.domain.workload_env import env_problem
 
 LIST_LIMIT = 1000
@@ -279,12 +279,25 @@ class RentalService:
         if (least := least_size(request)) is not None:  # elastic: it may start, and stay, at its least size
             nodes, gpus = least
             request = replace(request, shape=WholeGpus(gpus), node_count=nodes, min_gpus=None)
-        groups = quota_groups(self.catalog, request)
-        why = over_quota(limits, request, groups)
-        if why is not None:  # the field to lower: nodes when one node's GPUs are within the quota
-            one_node_fits = over_quota(limits, replace(request, node_count=1), groups) is None
-            field = "nodes" if rental.spec.nodes > 1 and one_node_fits else "gpus"
-            raise Invalid(f"{why}; an operator can raise it (suanli admin limits)", field=field)
+        # it counts against the quotas of the model it lands on: it is refused when every model of the fleet
+        # it could land on has one it exceeds (a family's name, `H100`, reaches each model's quota)
+        snapshot = None if self.fleet is None else self.fleet.empty_snapshot(uow)
+        class_ids = nominate(snapshot, request)[0] if snapshot is not None else []
+        models = sorted({snapshot.classes[i].model.name for i in class_ids}) if snapshot is not None else []
+        ways = [pinned(request, model) for model in models] or [request]
+        refusals = []
+        for way in ways:
+            groups = quota_groups(self.catalog, way)
+            why = over_quota(limits, way, groups)
+            if why is None:
+                return
+            one_node_fits = over_quota(limits, replace(way, node_count=1), groups) is None
+            refusals.append((why, one_node_fits))
+        why, one_node_fits = refusals[
+            0
+        ]  # the field to lower: nodes when one node's GPUs are within the quota
+        field = "nodes" if rental.spec.nodes > 1 and one_node_fits else "gpus"
+        raise Invalid(f"{why}; an operator can raise it (suanli admin limits)", field=field)
 
     def _quoted(self, uow: UnitOfWork, rental: Rental) -> Rental:
         """`rental` with its quote when billing is on; `PaymentRequired` when its tenant cannot pay for it."""
