@@ -232,6 +232,15 @@ def test_budget_alerts_at_80_and_100_percent_once_and_a_spent_budget_stops_runni
         assert list(sent) == [tenant_id] and budget_events() == sent[tenant_id]
         assert sent[tenant_id][0].startswith("80% of the own monthly budget used: ")
         assert at(594) == {} and len(budget_events()) == 1  # once per threshold and month
+        # for each amount: raised out of reach then set back, the budget's 80% comes again (it never did)
+        assert client.put("/v1/budget", json={"monthly_micros": 700_000}, headers=headers).status_code == 200
+        assert services.budget_alerts.check(placed_at + timedelta(seconds=594)) == {}
+        assert client.put("/v1/budget", json={"monthly_micros": 600_000}, headers=headers).status_code == 200
+        again = services.budget_alerts.check(placed_at + timedelta(seconds=594))
+        assert (
+            again[tenant_id][0].startswith("80% of the own monthly budget used: ")
+            and len(budget_events()) == 2
+        )
         lowered = client.put(
             "/v1/budget", json={"monthly_micros": 450_000, "stop_running": True}, headers=headers
         ).json()
@@ -241,7 +250,7 @@ def test_budget_alerts_at_80_and_100_percent_once_and_a_spent_budget_stops_runni
         assert stopped[tenant_id][0].startswith("100% of the own monthly budget used: "), stopped
         assert "the budget stops running rentals" in stopped[tenant_id][1]
         shown = client.get(f"/v1/rentals/{rental_id}", headers=headers).json()
-        assert shown["state"] == "stopped" and len(budget_events()) == 2, shown["events"]
+        assert shown["state"] == "stopped" and len(budget_events()) == 3, shown["events"]
         assert "own monthly budget is spent" in shown["events"][-1]["message"]
 
         refused = client.put("/v1/budget", json={"stop_running": True}, headers=headers)

@@ -191,6 +191,11 @@ class SqlTerms:
     def set_limits(self, tenant_id: str, limits: TenantLimits, now: datetime, weight: float = 1.0) -> None:
         """The operator's part: quotas, caps and weight (the tenant's own budget stays)."""
         row = self._limits_row(tenant_id)
+        self._alerts_anew(
+            tenant_id,
+            ("daily spend cap", row.daily_cap_micros, limits.daily_cap_micros),
+            ("monthly spend cap", row.monthly_cap_micros, limits.monthly_cap_micros),
+        )
         row.gpu_quota = dict(limits.gpu_quota)
         row.daily_cap_micros, row.monthly_cap_micros = limits.daily_cap_micros, limits.monthly_cap_micros
         row.fair_share_weight, row.updated_at = weight, now
@@ -206,10 +211,27 @@ class SqlTerms:
     ) -> None:
         """The tenant's own part: its daily and monthly budget (the operator's limits stay)."""
         row = self._limits_row(tenant_id)
+        self._alerts_anew(
+            tenant_id,
+            ("own daily budget", row.budget_daily_micros, daily_micros),
+            ("own monthly budget", row.budget_monthly_micros, monthly_micros),
+        )
         row.budget_daily_micros, row.budget_monthly_micros = daily_micros, monthly_micros
         row.budget_stops_running = stops_running
         row.updated_at = now
         self.s.flush()
+
+    def _alerts_anew(self, tenant_id: str, *changes: tuple[str, int | None, int | None]) -> None:
+        """Forget the alerts sent for each (limit, old amount, new amount) whose amount changed: its 80% and
+        100% alerts are for the new amount (they went out once per period, whatever the amount became)."""
+        changed = [name for name, old, new in changes if old != new]
+        if changed:
+            with self.s.no_autoflush:  # a new limits row is not complete yet
+                self.s.execute(
+                    delete(BudgetAlertRow).where(
+                        BudgetAlertRow.tenant_id == tenant_id, BudgetAlertRow.limit_name.in_(changed)
+                    )
+                )
 
     def budget_alerts_sent(self, tenant_id: str, periods: Sequence[str]) -> set[tuple[str, str, int]]:
         """(limit, period, threshold %) of the alerts the tenant was sent in `periods`."""
