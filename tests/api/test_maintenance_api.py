@@ -337,3 +337,18 @@ def test_a_fleet_put_that_would_leave_a_contract_short_is_refused_unless_forced(
     assert same.exit_code == 0, same.output
     forced = runner.invoke(app, ["admin", "fleet-put", str(smaller), "--force"])
     assert forced.exit_code == 0 and "19 nodes" in forced.output, forced.output
+
+
+def test_cli_admin_nodes_says_maintenance_and_undrain_says_the_window_still_holds(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node in a window was listed "drained", and `undrain` said "undrained" while it stayed out."""
+    monkeypatch.setattr(admin_commands, "logged_in", logged_in_as(client, ADMIN_KEY))
+    assert _window(client, "h200-01", -1, 3600).status_code == 201
+    listed = CliRunner().invoke(app, ["admin", "nodes"], env={"COLUMNS": "200"})
+    line = next(row for row in listed.output.splitlines() if "h200-01" in row)
+    assert "maintenance until" in line and "drained" not in line, listed.output
+    undrained = CliRunner().invoke(app, ["admin", "undrain", "h200-01"], env={"COLUMNS": "200"})
+    assert (
+        undrained.exit_code == 0 and "stays out of placements for its maintenance until" in undrained.output
+    )

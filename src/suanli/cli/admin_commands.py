@@ -120,8 +120,12 @@ def admin_drain(
 def admin_undrain(node: str) -> None:
     """Let a drained node take new work again."""
     with logged_in() as client:
-        client.undrain(node)
-    typer.echo(f"undrained {node}")
+        shown = client.undrain(node)
+    if shown.maintenance_until is not None:  # its drain is lifted, its maintenance window is not
+        until = shown.maintenance_until.strftime("%Y-%m-%d %H:%M UTC")
+        typer.echo(f"undrained {node}; it stays out of placements for its maintenance until {until}")
+    else:
+        typer.echo(f"undrained {node}")
 
 
 @admin_app.command("join-token")
@@ -143,7 +147,7 @@ def _nodes_table(found: list[NodeResponse]):
             n.gpu_count,
             n.gpu_mode,
             f"{n.free_gpu_milli / 1000:g}",
-            "yes" if n.schedulable else "drained",
+            _schedulable(n),
             n.topology,
         )
         for n in found
@@ -151,6 +155,13 @@ def _nodes_table(found: list[NodeResponse]):
     return table(
         "Nodes", ("name", "region", "model", "GPUs", "mode", "free", "schedulable", "topology"), rows
     )
+
+
+def _schedulable(node: NodeResponse) -> str:
+    """yes; maintenance until its window's end; or drained (an operator's drain, or down)."""
+    if node.maintenance_until is not None:
+        return f"maintenance until {node.maintenance_until:%m-%d %H:%M}"
+    return "yes" if node.schedulable else "drained"
 
 
 def _mig_table(found: list[NodeResponse]):
