@@ -32,6 +32,7 @@ from suanli.cli.main import app
         (["admin", "credit", "ten_x", "١٢"], "not an amount"),  # Arabic-Indic digits
         (["admin", "credit", "ten_x", "-5"], "AMOUNT: an amount is not negative"),  # not "No such option"
         (["report-revenue", "2026-11", "-5"], "REVENUE: an amount is not negative"),
+        (["rent", "H100:1", "--tier", "spot", "--bid=-1", "--", "true"], "--bid: an amount is not negative"),
         (["port-forward", "rnt_x", "jupyter"], "[LOCAL:]REMOTE: 'jupyter' is not a port"),
         (["port-forward", "rnt_x", "9000:70000"], "a port is 1 to 65535"),
         (["exec", "-t", "rnt_x", "--", "bash"], "--tty: a terminal needs --stdin too (-it)"),
@@ -57,6 +58,7 @@ from suanli.cli.main import app
         "amount-digits",
         "negative-credit",
         "negative-revenue",
+        "negative-bid",
         "forward-port",
         "forward-range",
         "tty-alone",

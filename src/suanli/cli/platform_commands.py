@@ -195,13 +195,17 @@ def rent(
     ] = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Rent GPUs now: `suanli rent H100:8 --nodes 2 --tier spot --bid 1.9 --region eu -- python train.py`,
-    or in a container: `suanli rent H100:8 --image pytorch -- python train.py`."""
+    """Rent GPUs now: `suanli rent H100:8 --nodes 2 --tier spot --bid 1.9 --region cn-north -- python
+    train.py`, or in a container: `suanli rent H100:8 --image pytorch -- python train.py`."""
     try:
         gpu = parse_gpu_spec(spec)
-        bid_micros = money_to_micros(bid) if bid is not None else None
     except SpecError as error:
         errors.print(error_text(str(error)))
+        raise typer.Exit(EXIT_USAGE) from None
+    try:
+        bid_micros = money_to_micros(bid) if bid is not None else None
+    except SpecError as error:
+        errors.print(error_text(f"--bid: {error}"))
         raise typer.Exit(EXIT_USAGE) from None
     try:
         max_duration_s = duration_s(max_duration) if max_duration is not None else None
