@@ -136,7 +136,10 @@ def test_a_live_rental_changes_its_gpu_count_in_place_when_its_node_has_them(
         assert resized.status_code == 200, resized.text
         body = _until(client, first, headers, lambda b: any(e["kind"] == "growing" for e in b["events"]))
         (waiting,) = [e for e in body["events"] if e["kind"] == "growing"]
-        assert waiting["message"] == f"waiting to have 8 GPUs per node: node {node} has no 4 more free GPUs"
+        assert (
+            waiting["message"]
+            == f"waiting to have 8 GPUs per node: node {node} does not have 4 more GPUs free"
+        )
         assert body["state"] == "placed" and body["price_micros_per_hour"] == rate
         assert [len(a["slices"]) for a in body["allocation"]] == [4]
 
@@ -192,7 +195,8 @@ def test_more_gpus_are_taken_on_every_node_or_none_and_new_nodes_wait_for_them(d
         body = _until(client, first, headers, lambda b: any(e["kind"] == "growing" for e in b["events"]))
         (waiting,) = [e for e in body["events"] if e["kind"] == "growing"]
         assert (
-            waiting["message"] == f"waiting to have 8 GPUs per node: node {blocked} has no 4 more free GPUs"
+            waiting["message"]
+            == f"waiting to have 8 GPUs per node: node {blocked} does not have 4 more GPUs free"
         )
         scheduler_cycles(client)  # still as it was
         body = client.get(f"/v1/rentals/{first}", headers=headers).json()

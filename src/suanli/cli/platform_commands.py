@@ -566,7 +566,7 @@ def _rental_detail(rental: RentalResponse) -> Group:
     if request.min_gpus is not None:
         held = sum(len(a.slices) for a in rental.allocation)
         total = request.gpus * request.nodes
-        header += f", elastic from {request.min_gpus} GPUs"
+        header += f", elastic from {request.min_gpus} GPU" + ("" if request.min_gpus == 1 else "s")
         if rental.allocation and held < total:
             header += f" (holds {held} of {total}; grows as GPUs free)"
     if rental.borrowed:

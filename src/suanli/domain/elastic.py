@@ -46,7 +46,8 @@ def grow(
                 return Pending(
                     request.id,
                     Reason.NO_CAPACITY,
-                    f"node {allocation.node} has no {extra_gpus_per_node} more free GPUs",
+                    f"node {allocation.node} does not have {extra_gpus_per_node} more "
+                    + ("GPU free" if extra_gpus_per_node == 1 else "GPUs free"),
                 )
             added.append(outcome)
     if extra_nodes:
