@@ -572,7 +572,8 @@ def _rental_detail(rental: RentalResponse) -> Group:
     if rental.borrowed:
         header += " (on borrowed GPUs: taken back with notice when a rental ahead needs them)"
     if rental.preempted_by:
-        deadline = f" until {rental.notice_deadline:%Y-%m-%d %H:%M:%S} UTC" if rental.notice_deadline else ""
+        word = " until" if rental.state == "preempting" else " at"  # an ended victim's notice ran out then
+        deadline = f"{word} {rental.notice_deadline:%Y-%m-%d %H:%M:%S} UTC" if rental.notice_deadline else ""
         by = PREEMPTED_BY.get(rental.preempted_by, rental.preempted_by)
         if rental.notice_keeps_gpus is not None:  # a trim: it runs on after the deadline
             header += f", preempted in part by {by}{deadline} (then runs on {rental.notice_keeps_gpus} GPUs)"
