@@ -275,7 +275,11 @@ def test_cli_admin_maintenance_add_ls_rm(client: TestClient, monkeypatch: pytest
     listed = runner.invoke(app, ["admin", "maintenance", "ls"])
     assert listed.exit_code == 0 and "h200-01" in listed.output and "psu" in listed.output
     bad = runner.invoke(app, ["admin", "maintenance", "add", "nowhere", "--from", start, "--until", end])
-    assert bad.exit_code != 0 and "node" in bad.output
+    assert bad.exit_code != 0 and "NODE: no node 'nowhere'" in bad.output, bad.output
+    backwards = runner.invoke(
+        app, ["admin", "maintenance", "add", "h200-01", "--from", "+2h", "--until", "+1h"]
+    )
+    assert backwards.exit_code != 0 and "--until: " in backwards.output, backwards.output
     soon = runner.invoke(
         app, ["admin", "maintenance", "add", "h200-01", "--from", "+3d", "--until", "+3d2h", "--json"]
     )

@@ -45,7 +45,7 @@ def maintenance_add(
         request = MaintenanceCreateRequest(
             node=node, starts_at=starts_at, ends_at=ends_at, reason=reason, force=force
         )
-    with logged_in() as client:
+    with logged_in(MAINTENANCE_OPTIONS) as client:  # the server's refusals name the option, not the field
         window = client.schedule_maintenance(request)
     emit(window, as_json, lambda w: _windows_table([w]))
     if window.short_contracts and not as_json:
