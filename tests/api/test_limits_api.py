@@ -3,6 +3,7 @@ read theirs, bad input is a 4xx naming the field, and either server queue holds 
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import pytest
@@ -120,6 +121,79 @@ def test_cli_sets_and_shows_limits(client, tenant, monkeypatch) -> None:
     mine = runner.invoke(app, ["limits", "--json"], env=env)
     assert mine.exit_code == 0 and '"daily_cap_micros": 12500000' in mine.output, mine.output
     assert '"fair_share_weight": 0.5' in mine.output
+
+
+def test_a_limits_patch_changes_only_what_it_names(client, tenant) -> None:
+    """PATCH is a merge: a weight alone keeps the quotas and caps, null removes one quota or cap, and the
+    tenant's own budget stays through both."""
+    tenant_id, headers = tenant("patched")
+    url = f"/v1/tenants/{tenant_id}/limits"
+    full = {
+        "gpu_quota": {"*": 16, "L40S": 4},
+        "daily_cap_micros": 50_000_000,
+        "monthly_cap_micros": 900_000_000,
+    }
+    assert client.put(url, json=full, headers=ADMIN).status_code == 200
+    assert client.put("/v1/budget", json={"daily_micros": 7_000_000}, headers=headers).status_code == 200
+
+    weighted = client.patch(url, json={"fair_share_weight": 2.5}, headers=ADMIN)
+    assert weighted.status_code == 200, weighted.text
+    body = weighted.json()
+    assert body["gpu_quota"] == {"*": 16, "L40S": 4} and body["fair_share_weight"] == 2.5
+    assert (body["daily_cap_micros"], body["monthly_cap_micros"]) == (50_000_000, 900_000_000)
+    assert body["budget_daily_micros"] == 7_000_000
+
+    change = {"gpu_quota": {"l40s": None, "H100": 8}, "daily_cap_micros": None}
+    patched = client.patch(url, json=change, headers=ADMIN).json()
+    assert patched["gpu_quota"] == {"*": 16, "H100": 8}
+    assert (patched["daily_cap_micros"], patched["monthly_cap_micros"]) == (None, 900_000_000)
+    assert patched["fair_share_weight"] == 2.5 and patched["budget_daily_micros"] == 7_000_000
+
+    refusals = [
+        ({"fair_share_weight": None}, "fair_share_weight"),
+        ({"fair_share_weight": 0}, "fair_share_weight"),
+        ({"gpu_quota": {"X900": 2}}, "unknown GPU model or family 'X900'"),
+        ({"gpu_quota": {"H100": -1}}, "0 to"),
+        ({"daily_cap_micros": -5}, "daily_cap_micros"),
+    ]
+    for bad, message in refusals:
+        refused = client.patch(url, json=bad, headers=ADMIN)
+        assert refused.status_code in (400, 422) and message in refused.text, (bad, refused.text)
+    assert client.get(f"/v1/limits?tenant={tenant_id}", headers=ADMIN).json()["gpu_quota"] == {
+        "*": 16,
+        "H100": 8,
+    }
+    assert client.patch(url, json={"fair_share_weight": 2}, headers=headers).status_code == 403
+    assert client.patch("/v1/tenants/nobody/limits", json={}, headers=ADMIN).status_code == 404
+
+
+def test_cli_admin_limits_changes_only_the_options_given(client, tenant, monkeypatch) -> None:
+    """`--weight` alone keeps the quotas and caps; GROUP=none and `--daily none` remove one; `--replace`
+    sets the whole of them as before."""
+    tenant_id, _ = tenant("cli-patched")
+    runner, env = CliRunner(), {"COLUMNS": "200"}
+    monkeypatch.setattr(plan_commands, "logged_in", logged_in_as(client, ADMIN_KEY))
+
+    def limits_after(*options: str) -> dict:
+        done = runner.invoke(app, ["admin", "limits", tenant_id, *options, "--json"], env=env)
+        assert done.exit_code == 0, done.output
+        return json.loads(done.output)
+
+    limits_after("--quota", "*=16", "--quota", "L40S=4", "--daily", "12.5", "--monthly", "300")
+    weighted = limits_after("--weight", "3")
+    assert weighted["gpu_quota"] == {"*": 16, "L40S": 4} and weighted["daily_cap_micros"] == 12_500_000
+    assert weighted["fair_share_weight"] == 3
+    removed = limits_after("--quota", "L40S=none", "--daily", "none")
+    assert removed["gpu_quota"] == {"*": 16} and removed["daily_cap_micros"] is None
+    assert removed["monthly_cap_micros"] == 300_000_000 and removed["fair_share_weight"] == 3
+    assert limits_after() == removed  # nothing given: shows them
+    replaced = limits_after("--replace", "--quota", "H100=8")
+    assert replaced["gpu_quota"] == {"H100": 8} and replaced["monthly_cap_micros"] is None
+    assert replaced["fair_share_weight"] == 1
+    bad = runner.invoke(app, ["admin", "limits", tenant_id, "--quota", "L40S=lots"], env=env)
+    assert bad.exit_code == 2 and "--quota" in bad.output
+    cap = runner.invoke(app, ["admin", "limits", tenant_id, "--daily", "twelve"], env=env)
+    assert cap.exit_code == 2 and "--daily" in cap.output
 
 
 def test_a_family_quota_counts_every_model_of_the_family(database_url: str) -> None:

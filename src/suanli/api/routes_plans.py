@@ -10,12 +10,13 @@ from fastapi import APIRouter, Query, status
 from suanli.api.deps import CallerDep, ServicesDep
 from suanli.api.errors import ERROR_RESPONSES
 from suanli.api.wiring import Services
-from suanli.app.limits import LimitsService, LimitsView
+from suanli.app.limits import LimitsChange, LimitsService, LimitsView
 from suanli.app.plans import PlanService, TermsView
 from suanli.domain.billing.plans import Plan
 from suanli.wire.plan_schemas import (
     BudgetRequest,
     GrantResponse,
+    LimitsPatch,
     LimitsRequest,
     LimitsResponse,
     PaymentTermsRequest,
@@ -166,6 +167,22 @@ def set_limits(
         body.fair_share_weight,
     )
     return _limits_response(view)
+
+
+@router.patch("/tenants/{tenant_id}/limits")
+def update_limits(
+    tenant_id: str, body: LimitsPatch, caller: CallerDep, services: ServicesDep
+) -> LimitsResponse:
+    """Admin: change only the quotas, caps and weight the body names (null removes a quota or a cap); the
+    others, and the tenant's own budget, stay."""
+    given = body.model_fields_set
+    caps = {
+        period: getattr(body, f"{period}_cap_micros")
+        for period in ("daily", "monthly")
+        if f"{period}_cap_micros" in given
+    }
+    change = LimitsChange(body.gpu_quota, caps, body.fair_share_weight)
+    return _limits_response(_limits(services).update(caller, tenant_id, change))
 
 
 @router.put("/budget")

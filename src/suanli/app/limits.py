@@ -12,7 +12,7 @@ day and calendar month.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from suanli.app.errors import Invalid, NotFound
@@ -36,6 +36,17 @@ class LimitsView:
     usage_gpu_s: float = 0.0  # decayed fair-share usage as the backfill queue's leader last saved it
     usage_as_of: datetime | None = None
     spent: Spent = field(default_factory=Spent)  # charged this UTC day and month (caps and budget)
+
+
+@dataclass(frozen=True, slots=True)
+class LimitsChange:
+    """What an admin changes of a tenant's limits; what it does not name stays as it is."""
+
+    gpu_quota: Mapping[str, int | None] = field(default_factory=dict)  # group -> GPUs, None: no quota
+    caps_micros: Mapping[str, int | None] = field(
+        default_factory=dict
+    )  # "daily"/"monthly" -> cap, None: none
+    fair_share_weight: float | None = None  # None: unchanged
 
 
 class LimitsService:
@@ -64,6 +75,34 @@ class LimitsService:
             if uow.tenants.get(tenant_id) is None:
                 raise NotFound(f"no tenant {tenant_id}", field="tenant_id")
             uow.terms.set_limits(tenant_id, limits, self.clock.now(), fair_share_weight)
+            uow.commit()
+        return self.get(caller, tenant_id)
+
+    def update(self, caller: Caller, tenant_id: str, change: LimitsChange) -> LimitsView:
+        """Admin: change only what `change` names of a tenant's quotas, caps and fair-share weight; the rest,
+        and the tenant's own budget, stay."""
+        require_admin(caller)
+        quota_changes = {self._group(group): gpus for group, gpus in change.gpu_quota.items()}
+        for group, gpus in quota_changes.items():
+            if gpus is not None and not 0 <= gpus <= MAX_QUOTA_GPUS:
+                raise Invalid(f"{group}: 0 to {MAX_QUOTA_GPUS} GPUs", field="gpu_quota")
+        with self.uow() as uow:
+            if uow.tenants.get(tenant_id) is None:
+                raise NotFound(f"no tenant {tenant_id}", field="tenant_id")
+            current, weight = uow.terms.limits_for_update(tenant_id)
+            quota = dict(current.gpu_quota)
+            for group, gpus in quota_changes.items():
+                if gpus is None:
+                    quota.pop(group, None)
+                else:
+                    quota[group] = gpus
+            caps = {"daily": current.daily_cap_micros, "monthly": current.monthly_cap_micros}
+            caps.update(change.caps_micros)
+            limits = replace(
+                current, gpu_quota=quota, daily_cap_micros=caps["daily"], monthly_cap_micros=caps["monthly"]
+            )
+            new_weight = weight if change.fair_share_weight is None else change.fair_share_weight
+            uow.terms.set_limits(tenant_id, limits, self.clock.now(), new_weight)
             uow.commit()
         return self.get(caller, tenant_id)
 

@@ -19,6 +19,7 @@ from suanli.cli.output import (
     table,
     usage_error,
 )
+from suanli.client.client import LimitsChanges
 from suanli.wire.plan_schemas import (
     GrantResponse,
     LimitsResponse,
@@ -142,31 +143,52 @@ def terms(tenant: TenantOption = None, as_json: JsonFlag = False) -> None:
     emit(found, as_json, _terms_table)
 
 
+NONE_WORDS = ("none", "-")  # an option's value that removes a quota or a cap
+
+
 def admin_limits(
     tenant_id: str,
     quota: Annotated[
         list[str] | None,
         typer.Option(
             "--quota",
-            help="MODEL=GPUS or FAMILY=GPUS, repeatable; * for every GPU (e.g. '*=16', H100=8).",
+            help=(
+                "MODEL=GPUS or FAMILY=GPUS, repeatable; * for every GPU (e.g. '*=16', H100=8); "
+                "GROUP=none removes one."
+            ),
         ),
     ] = None,
-    daily: Annotated[str | None, typer.Option("--daily", help="Spend cap per UTC day, in units.")] = None,
-    monthly: Annotated[str | None, typer.Option("--monthly", help="Spend cap per month, in units.")] = None,
+    daily: Annotated[
+        str | None, typer.Option("--daily", help="Spend cap per UTC day, in units; none removes it.")
+    ] = None,
+    monthly: Annotated[
+        str | None, typer.Option("--monthly", help="Spend cap per month, in units; none removes it.")
+    ] = None,
     weight: Annotated[
-        float, typer.Option("--weight", help="Fair-share weight (backfill queue), relative to 1.")
-    ] = 1.0,
+        float | None, typer.Option("--weight", help="Fair-share weight (backfill queue), relative to 1.")
+    ] = None,
+    replace_all: Annotated[
+        bool,
+        typer.Option("--replace", help="Replace every quota, cap and the weight with the options given."),
+    ] = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Set a tenant's GPU quotas, spend caps and fair-share weight, replacing the earlier ones (admin key)."""
-    gpu_quota: dict[str, int] = {}
+    """Change a tenant's GPU quotas, spend caps or fair-share weight; what is not given stays (admin key)."""
+    gpu_quota: dict[str, int | None] = {}
     for item in quota or []:
         group, _, count = item.partition("=")
-        if not group or not count.isdigit():
-            raise usage_error(f"--quota: MODEL=GPUS, got {item!r}")
-        gpu_quota[group] = int(count)
-    daily_micros = None if daily is None else micros_option(daily, "--daily")
-    monthly_micros = None if monthly is None else micros_option(monthly, "--monthly")
+        if not group or not (count.isdigit() or count.lower() in NONE_WORDS):
+            raise usage_error(f"--quota: MODEL=GPUS or MODEL=none, got {item!r}")
+        gpu_quota[group] = int(count) if count.isdigit() else None
+    changes: LimitsChanges = {}
+    if gpu_quota:
+        changes["gpu_quota"] = gpu_quota
+    if daily is not None:
+        changes["daily_cap_micros"] = _cap_option(daily, "--daily")
+    if monthly is not None:
+        changes["monthly_cap_micros"] = _cap_option(monthly, "--monthly")
+    if weight is not None:
+        changes["fair_share_weight"] = weight
     options = {
         "gpu_quota": "--quota",
         "daily_cap_micros": "--daily",
@@ -174,8 +196,23 @@ def admin_limits(
         "fair_share_weight": "--weight",
     }
     with logged_in(options) as client:
-        found = client.set_limits(tenant_id, gpu_quota, daily_micros, monthly_micros, weight)
+        if replace_all:
+            removed = sorted(group for group, gpus in gpu_quota.items() if gpus is None)
+            if removed:
+                raise usage_error(f"--quota: {removed[0]}=none with --replace: leave it out instead")
+            kept = {group: gpus for group, gpus in gpu_quota.items() if gpus is not None}
+            daily_micros, monthly_micros = changes.get("daily_cap_micros"), changes.get("monthly_cap_micros")
+            found = client.set_limits(tenant_id, kept, daily_micros, monthly_micros, weight or 1.0)
+        elif changes:
+            found = client.change_limits(tenant_id, **changes)
+        else:
+            found = client.limits(tenant_id)
     emit(found, as_json, _limits_table)
+
+
+def _cap_option(text: str, option: str) -> int | None:
+    """A spend cap option's micros, or None for `none` (the cap is removed)."""
+    return None if text.lower() in NONE_WORDS else micros_option(text, option)
 
 
 def limits(tenant: TenantOption = None, as_json: JsonFlag = False) -> None:

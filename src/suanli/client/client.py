@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar, Unpack
 from urllib.parse import quote
 
 import httpx
@@ -60,6 +60,7 @@ from suanli.wire.billing_schemas import (
 from suanli.wire.plan_schemas import (
     BudgetRequest,
     GrantResponse,
+    LimitsPatch,
     LimitsRequest,
     LimitsResponse,
     PaymentTermsRequest,
@@ -100,6 +101,17 @@ from suanli.wire.schemas import (
 )
 
 T = TypeVar("T")
+
+
+class LimitsChanges(TypedDict, total=False):
+    """What `change_limits` may change; a quota or cap given as None is removed."""
+
+    gpu_quota: dict[str, int | None]
+    daily_cap_micros: int | None
+    monthly_cap_micros: int | None
+    fair_share_weight: float
+
+
 DEFAULT_TIMEOUT_S = 30.0
 MAX_RATE_WAIT_S = 30.0  # the longest a 429's Retry-After is waited out before sending again
 
@@ -625,6 +637,18 @@ class Client:
             "PUT", f"/v1/tenants/{_segment(tenant_id)}/limits", LimitsResponse, body=body, retry=True
         )
 
+    def change_limits(self, tenant_id: str, **changes: Unpack[LimitsChanges]) -> LimitsResponse:
+        """Admin: change only the limits named (a quota or cap given as None is removed); the rest stay."""
+        body = LimitsPatch(**changes)
+        return self._call(
+            "PATCH",
+            f"/v1/tenants/{_segment(tenant_id)}/limits",
+            LimitsResponse,
+            body=body,
+            retry=True,
+            merge_patch=True,
+        )
+
     def set_budget(
         self,
         daily_micros: int | None = None,
@@ -691,9 +715,12 @@ class Client:
         headers: dict[str, str] | None = None,
         retry: bool | None = None,
         raw: bool = False,
+        merge_patch: bool = False,
     ) -> Any:
         safe = method in ("GET", "HEAD") if retry is None else retry
-        json_body = body.model_dump(mode="json", exclude_none=True) if body is not None else None
+        json_body = None
+        if body is not None:  # a merge patch sends what was given, nulls too (null removes)
+            json_body = body.model_dump(mode="json", exclude_unset=merge_patch, exclude_none=not merge_patch)
 
         def send() -> httpx.Response:
             return self._http.request(

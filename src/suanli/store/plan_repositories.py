@@ -164,6 +164,11 @@ class SqlTerms:
         """Every tenant that has limits, with them."""
         return {row.tenant_id: _limits(row) for row in self.s.scalars(select(TenantLimitsRow))}
 
+    def limits_for_update(self, tenant_id: str) -> tuple[TenantLimits, float]:
+        """One tenant's limits and fair-share weight, its row locked until the commit (none: no limits, 1)."""
+        row = self.s.get(TenantLimitsRow, tenant_id, with_for_update=True)
+        return (TenantLimits(), 1.0) if row is None else (_limits(row), float(row.fair_share_weight))
+
     def fair_share_weights(self) -> dict[str, float]:
         """Every tenant whose weight is not the default 1."""
         query = select(TenantLimitsRow.tenant_id, TenantLimitsRow.fair_share_weight)

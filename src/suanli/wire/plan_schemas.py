@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from suanli.wire.schemas import MONTH_PATTERN, Moment, WireModel
 
@@ -87,6 +87,27 @@ class LimitsRequest(WireModel):
     fair_share_weight: float = Field(
         default=1.0, gt=0, le=1000, description="Share of the fleet under contention, relative to others (1)."
     )
+
+
+class LimitsPatch(WireModel):
+    """A change to a tenant's limits: only the fields given change (JSON merge patch); null removes a quota
+    or a cap."""
+
+    gpu_quota: dict[str, int | None] = Field(
+        default_factory=dict,
+        description='Quotas to set or, with null, remove, e.g. {"H100": 8, "*": null}; the others stay.',
+    )
+    daily_cap_micros: int | None = Field(default=None, ge=0, le=MAX_MICROS, description="Per UTC day.")
+    monthly_cap_micros: int | None = Field(default=None, ge=0, le=MAX_MICROS, description="Per month.")
+    fair_share_weight: float | None = Field(
+        default=None, gt=0, le=1000, description="Share of the fleet under contention, relative to others."
+    )
+
+    @model_validator(mode="after")
+    def _weight_not_null(self) -> LimitsPatch:
+        if "fair_share_weight" in self.model_fields_set and self.fair_share_weight is None:
+            raise ValueError("fair_share_weight: a number above 0 (1 is the default), not null")
+        return self
 
 
 class BudgetRequest(WireModel):
