@@ -65,7 +65,8 @@ from suanli.domain.fair_share import FairShare
 from suanli.domain.inventory import Fleet
 from suanli.domain.plan import NodeAllocation, Pending, Placement, Reason
 from suanli.domain.policies import Policy
-from suanli.domain.preemption import DEFAULT_NOTICE_S, Preemption, PreemptionConfig, Running, hold_promise
+from suanli.domain.preemption import DEFAULT_NOTICE_S, Preemption, PreemptionConfig, Running
+from suanli.domain.promise_holds import hold_promise
 from suanli.domain.queue_order import GREEDY_QUEUE, QueueConfig
 from suanli.domain.queueing import Gates, admit
 from suanli.domain.quotas import Limits

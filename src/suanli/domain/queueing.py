@@ -75,9 +75,9 @@ from suanli.domain.preemption import (
     below_floor,
     choose_victims,
     fits_without,
-    hold_promise,
     running_floor,
 )
+from suanli.domain.promise_holds import hold_promise
 from suanli.domain.queue_order import (
     Mode,
     QueueConfig,

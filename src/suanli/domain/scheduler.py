@@ -78,10 +78,7 @@ def quota_gate(
     if full >= models:
         return reason, frozenset()
     full_classes = {i for i in class_ids if snapshot.classes[i].model.name in full}
-    off_limits = frozenset(s.name for s in snapshot.nodes if s.class_id in full_classes)
-    if trial_place(snapshot, request, policy, off_limits) is None and trial_place(snapshot, request, policy):
-        return reason, frozenset()
-    return None, off_limits
+    return _keep_off(snapshot, request, policy, full_classes, reason)
 
 
 def floor_gate(
@@ -111,7 +108,15 @@ def floor_gate(
     )
     if below_every:
         return reason, frozenset()
-    off_limits = frozenset(s.name for s in snapshot.nodes if s.class_id in above)
+    return _keep_off(snapshot, request, policy, above.keys(), reason)
+
+
+def _keep_off(
+    snapshot: Snapshot, request: Request, policy: Policy, class_ids: Collection[int], reason: Pending
+) -> tuple[Pending | None, frozenset[str]]:
+    """The nodes of `class_ids` for `request` to keep off; or `reason` to wait with, when it fits now only
+    on them (it fits nowhere now: it waits for capacity on the others)."""
+    off_limits = frozenset(s.name for s in snapshot.nodes if s.class_id in class_ids)
     if trial_place(snapshot, request, policy, off_limits) is None and trial_place(snapshot, request, policy):
         return reason, frozenset()
     return None, off_limits

@@ -25,7 +25,8 @@ from suanli.domain.fair_share import FairShare
 from suanli.domain.inventory import Fleet
 from suanli.domain.plan import Placement
 from suanli.domain.policies import BestFitPolicy, Policy
-from suanli.domain.preemption import RESUME_S, Running, hold_promise
+from suanli.domain.preemption import RESUME_S, Running
+from suanli.domain.promise_holds import hold_promise
 from suanli.domain.queue_order import (
     BOOKED_QUEUE,
     GREEDY_QUEUE,
