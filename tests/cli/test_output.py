@@ -101,3 +101,31 @@ def test_the_offers_table_says_when_the_tenants_plan_discount_is_in_its_prices()
     shown = _shown(_offers_table(member))
     assert "prices include your plan's discount: 10.00% off on_demand" in shown
     assert "discount" not in _shown(_offers_table(member[1:]))
+
+
+def test_the_share_of_a_limit_spent_reads_100_percent_only_once_it_is_reached() -> None:
+    """99.99% of a budget showed 100% (rounded), while rentals still started; it is floored to a tenth."""
+    from suanli.cli.plan_commands import used_percent
+
+    limit = 250_000_000
+    shown = [used_percent(spent, limit) for spent in (0, 1, limit // 3, limit - 25_000, limit - 1, limit)]
+    assert shown == ["0%", "0%", "33.3%", "99.9%", "99.9%", "100%"]
+    assert used_percent(limit // 2, limit) == "50%" and used_percent(limit + limit // 8, limit) == "112.5%"
+    assert used_percent(0, 0) == "0%" and used_percent(1, 0) == "100%"
+
+
+def test_the_budget_table_shows_99_99_percent_spent_as_99_9_not_100() -> None:
+    from suanli.cli.plan_commands import _budget_table
+    from suanli.wire.plan_schemas import LimitsResponse
+
+    found = LimitsResponse(
+        tenant_id="ten_1", gpu_quota={}, daily_cap_micros=None, monthly_cap_micros=None,
+        budget_daily_micros=10_000_000, budget_monthly_micros=250_000_000, spent_today_micros=9_999_000,
+        spent_month_micros=250_000_000, fair_share_weight=1.0,
+    )  # fmt: skip
+    used = {
+        cells[0]: cells[3]
+        for line in _shown(_budget_table(found)).splitlines()
+        if line.startswith("│") and len(cells := [c.strip() for c in line.strip("│").split("│")]) == 4
+    }
+    assert used == {"own daily budget": "99.9%", "own monthly budget": "100%"}, used

@@ -15,6 +15,7 @@ from suanli.domain.contracts import (
     Contract,
     Maintenance,
     check_contract,
+    contract_shortfalls,
     fleet_capacity,
     open_holds,
     pools_of,
@@ -406,6 +407,20 @@ def test_short_contracts_names_those_a_maintenance_window_would_overbook() -> No
     assert short_contracts(signed, capacity, down(140, math.inf), 140, math.inf) == []
     nine = [contract("c", 9, 0, 200)]
     assert [c.id for c in short_contracts(nine, capacity, down(140, math.inf), 140, math.inf)] == ["c"]
+
+
+def test_contract_shortfalls_say_how_short_each_contract_is_left_at_its_pools_worst_instant() -> None:
+    """16 GPUs; a (10, 0-100), b (6, 50-150) and beta's c (4, 120-200). n1 down from 60 with no end (a drain)
+    leaves 8: at 60 a and b hold 16 (8 short), at 120 b and c hold 10 (2 short). b is named at its worst
+    instant, 60, not at 120; c, open only from 120, at 120."""
+    capacity = fleet_capacity(fleet_of(2))
+    signed = [contract("a", 10, 0, 100), contract("b", 6, 50, 150), contract("c", 4, 120, 200, "beta")]
+    drained = [Maintenance("n1", MODEL, "r", 8, 60, math.inf)]
+    found = contract_shortfalls(signed, capacity, drained, 60, math.inf)
+    shown = [(s.contract.id, s.at_s, s.contracted_gpus, s.in_service_gpus, s.short_gpus) for s in found]
+    assert shown == [("a", 60, 16, 8, 8), ("b", 60, 16, 8, 8), ("c", 120, 10, 8, 2)]
+    assert [s.contract for s in found] == short_contracts(signed, capacity, drained, 60, math.inf)
+    assert contract_shortfalls(signed, capacity, [], 0, math.inf) == []
 
 
 def test_a_request_that_declares_its_duration_is_not_placed_where_maintenance_starts_before_it_ends() -> None:

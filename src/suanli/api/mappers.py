@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict
+from datetime import UTC, datetime
 
 from suanli.app.contracts import ContractOrder, ContractQuote
-from suanli.app.fleet import NodeView
+from suanli.app.fleet import NodeChange, NodeView
 from suanli.app.offers import Offer
 from suanli.app.records import (
     LIVE_STATES,
@@ -21,6 +22,7 @@ from suanli.app.records import (
     Webhook,
 )
 from suanli.domain.billing.ledger import Transaction
+from suanli.domain.contracts import ContractShortfall
 from suanli.domain.plan import Slice
 from suanli.wire.billing_schemas import LedgerTransactionResponse, PostingResponse
 from suanli.wire.schemas import (
@@ -28,10 +30,12 @@ from suanli.wire.schemas import (
     ContractOfferResponse,
     ContractQuoteResponse,
     ContractResponse,
+    ContractShortfallResponse,
     KeyResponse,
     MaintenanceResponse,
     MigInstanceResponse,
     NodeAllocationResponse,
+    NodeDrainResponse,
     NodeResponse,
     OfferResponse,
     QuoteResponse,
@@ -176,8 +180,39 @@ def contract_quote(q: ContractQuote) -> ContractQuoteResponse:
     return ContractQuoteResponse(**asdict(q))
 
 
-def maintenance(window: MaintenanceWindow, short_contracts: Sequence[str] = ()) -> MaintenanceResponse:
-    return MaintenanceResponse(**asdict(window), short_contracts=list(short_contracts))
+def maintenance(
+    window: MaintenanceWindow, left_short: Sequence[ContractShortfall] = ()
+) -> MaintenanceResponse:
+    return MaintenanceResponse(
+        **asdict(window),
+        short_contracts=[s.contract.id for s in left_short],
+        shortfalls=[shortfall(s) for s in left_short],
+    )
+
+
+def drained(change: NodeChange) -> NodeDrainResponse:
+    return NodeDrainResponse(
+        **node(change.view).model_dump(),
+        short_contracts=[s.contract.id for s in change.left_short],
+        shortfalls=[shortfall(s) for s in change.left_short],
+    )
+
+
+def shortfall(s: ContractShortfall) -> ContractShortfallResponse:
+    c = s.contract
+    return ContractShortfallResponse(
+        contract_id=c.id,
+        tenant_id=c.tenant,
+        gpu_model=c.model,
+        region=c.region,
+        count=c.gpus,
+        starts_at=datetime.fromtimestamp(c.start_s, UTC),
+        ends_at=datetime.fromtimestamp(c.end_s, UTC),
+        short_at=datetime.fromtimestamp(s.at_s, UTC),
+        contracted_gpus=s.contracted_gpus,
+        in_service_gpus=s.in_service_gpus,
+        short_gpus=s.short_gpus,
+    )
 
 
 def transaction(tx: Transaction) -> LedgerTransactionResponse:

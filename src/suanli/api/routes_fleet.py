@@ -20,6 +20,7 @@ from suanli.wire.schemas import (
     FleetResponse,
     MaintenanceCreateRequest,
     MaintenanceResponse,
+    NodeDrainResponse,
     NodeResponse,
     OfferResponse,
 )
@@ -82,12 +83,12 @@ def schedule_maintenance(
 ) -> MaintenanceResponse:
     """Schedule a node's maintenance over [starts_at, ends_at) (admin): nothing is placed there inside it,
     its rentals get notice to end by the start. 409 naming the contracts it would leave short, unless
-    `force` (then they are listed in `short_contracts`)."""
+    `force` (then they are listed in `short_contracts`, and in `shortfalls` with how short each is left)."""
     scheduled = _maintenance(services).schedule(
         caller, body.node, body.starts_at, body.ends_at, body.reason, force=body.force
     )
     services.loop.signal()
-    return mappers.maintenance(scheduled.window, scheduled.short_contracts)
+    return mappers.maintenance(scheduled.window, scheduled.left_short)
 
 
 @router.get("/fleet/maintenance")
@@ -112,19 +113,20 @@ def list_nodes(caller: CallerDep, services: ServicesDep) -> list[NodeResponse]:
 
 
 @router.post("/nodes/{name}/drain")
-def drain(name: str, caller: CallerDep, services: ServicesDep, force: bool = False) -> NodeResponse:
+def drain(name: str, caller: CallerDep, services: ServicesDep, force: bool = False) -> NodeDrainResponse:
     """Cordon a node (admin): rentals on it keep running, nothing new is placed there. 409 naming the signed
-    contracts its pool would then be short for, unless `force`."""
-    view = services.fleet.set_schedulable(caller, name, False, force=force)
+    contracts its pool would then be short for, unless `force` (then the answer lists them, with how short
+    each is left: `short_contracts`, `shortfalls`)."""
+    change = services.fleet.set_schedulable(caller, name, False, force=force)
     services.loop.signal()
-    return mappers.node(view)
+    return mappers.drained(change)
 
 
 @router.post("/nodes/{name}/undrain")
 def undrain(name: str, caller: CallerDep, services: ServicesDep) -> NodeResponse:
-    view = services.fleet.set_schedulable(caller, name, True)
+    change = services.fleet.set_schedulable(caller, name, True)
     services.loop.signal()
-    return mappers.node(view)
+    return mappers.node(change.view)
 
 
 @router.get("/offers")

@@ -19,7 +19,13 @@ from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.records import Caller, domain_contract
 from suanli.app.tenants import require_admin, require_operator
 from suanli.domain.catalog import Catalog
-from suanli.domain.contracts import Maintenance, fleet_capacity, short_contracts
+from suanli.domain.contracts import (
+    ContractShortfall,
+    Maintenance,
+    contract_shortfalls,
+    fleet_capacity,
+    short_contracts,
+)
 from suanli.domain.errors import SuanliError
 from suanli.domain.fleet_format import parse_fleet
 from suanli.domain.inventory import Fleet, GpuMode, Node
@@ -111,6 +117,14 @@ def mig_instances(
         )
         for state in snapshot.nodes
     }
+
+
+@dataclass(frozen=True, slots=True)
+class NodeChange:
+    """A node just drained or undrained, with the contracts a forced drain left short (and by how much)."""
+
+    view: NodeView
+    left_short: tuple[ContractShortfall, ...] = ()
 
 
 class FleetCache:
@@ -225,26 +239,30 @@ class FleetService:
 
     def set_schedulable(
         self, caller: Caller, node_name: str, schedulable: bool, *, force: bool = False
-    ) -> NodeView:
+    ) -> NodeChange:
         """Undrain, or drain: cordon the node from now on, with no end. A drain is refused (409, naming them)
         when it would leave signed contracts of the node's pool short of GPUs at some instant, unless
         `force`, as `kubectl drain` against a disruption budget: capacity sold ahead is not taken away
-        quietly. A node its agent left (down) is cordoned by the reaper, which asks no one."""
+        quietly. A node its agent left (down) is cordoned by the reaper, which asks no one. A forced drain
+        answers the contracts it left short."""
         require_admin(caller)
+        short: tuple[ContractShortfall, ...] = ()
         with self.uow() as uow:
             if not schedulable and node_name not in uow.fleet.cordoned():
                 uow.contracts.lock_signing()  # a signing and a drain take turns: neither misses the other
                 short = self._left_short(uow, node_name)
                 if short and not force:
+                    named = ", ".join(s.contract.id for s in short)
                     raise Conflict(
-                        f"draining {node_name} would leave contract(s) {', '.join(short)} short of GPUs; "
+                        f"draining {node_name} would leave contract(s) {named} short of GPUs; "
                         "pass force (the CLI's --force) to drain it anyway",
                         field="node",
                     )
             if not uow.fleet.set_schedulable(node_name, schedulable):
                 raise NotFound(f"no node {node_name}")
             uow.commit()
-        return next(view for view in self.nodes(caller) if view.node.name == node_name)
+        view = next(view for view in self.nodes(caller) if view.node.name == node_name)
+        return NodeChange(view, short)
 
     def _short_under(self, uow: UnitOfWork, fleet: Fleet) -> set[str]:
         """The signed contracts `fleet` would leave short from now on, given the maintenance and cordons."""
@@ -255,9 +273,9 @@ class FleetService:
             c.id for c in short_contracts(contracts, fleet_capacity(fleet), down, now.timestamp(), math.inf)
         }
 
-    def _left_short(self, uow: UnitOfWork, node_name: str) -> tuple[str, ...]:
-        """The contracts of the node's pool a drain from now on would leave short (those short already, say
-        through a node that went down, are not the drain's doing)."""
+    def _left_short(self, uow: UnitOfWork, node_name: str) -> tuple[ContractShortfall, ...]:
+        """The contracts of the node's pool a drain from now on would leave short, and by how much (those
+        short already, say through a node that went down, are not the drain's doing)."""
         now = self.clock.now()
         _, fleet = self.cache.load(uow)
         node = None if fleet is None else next((n for n in fleet.nodes if n.name == node_name), None)
@@ -275,6 +293,5 @@ class FleetService:
         ]
         capacity, now_s = fleet_capacity(fleet), now.timestamp()
         already = {c.id for c in short_contracts(pool, capacity, before, now_s, math.inf)}
-        return tuple(
-            c.id for c in short_contracts(pool, capacity, after, now_s, math.inf) if c.id not in already
-        )
+        drained = contract_shortfalls(pool, capacity, after, now_s, math.inf)
+        return tuple(s for s in drained if s.contract.id not in already)

@@ -21,7 +21,7 @@ from suanli.app.ids import new_id, upcoming_window
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.records import PREEMPTIBLE_STATES, Caller, MaintenanceWindow, RentalEvent, domain_contract
 from suanli.app.tenants import require_admin, require_operator
-from suanli.domain.contracts import fleet_capacity, short_contracts
+from suanli.domain.contracts import ContractShortfall, contract_shortfalls, fleet_capacity
 from suanli.domain.preemption import PreemptionConfig
 from suanli.domain.request import Tier
 
@@ -31,10 +31,10 @@ MAINTENANCE = "maintenance"  # `preempted_by` of a rental given notice because i
 
 @dataclass(frozen=True, slots=True)
 class Scheduled:
-    """A window just scheduled, with the contracts it leaves short (forced only)."""
+    """A window just scheduled, with the contracts it leaves short and by how much (forced only)."""
 
     window: MaintenanceWindow
-    short_contracts: tuple[str, ...] = ()
+    left_short: tuple[ContractShortfall, ...] = ()
 
 
 class MaintenanceService:
@@ -65,11 +65,12 @@ class MaintenanceService:
             down = down_for_contracts(uow, fleet, now, extra=[window])
             start_s, end_s = starts_at.timestamp(), ends_at.timestamp()
             signed = [domain_contract(c) for c in uow.contracts.list(None)]
-            short = tuple(c.id for c in short_contracts(signed, fleet_capacity(fleet), down, start_s, end_s))
+            short = tuple(contract_shortfalls(signed, fleet_capacity(fleet), down, start_s, end_s))
             if short and not force:
+                named = ", ".join(s.contract.id for s in short)
                 raise Conflict(
                     f"maintenance of {node} over {starts_at:%Y-%m-%d %H:%M} to {ends_at:%Y-%m-%d %H:%M} UTC "
-                    f"would leave contract(s) {', '.join(short)} short of GPUs; pass force (the CLI's "
+                    f"would leave contract(s) {named} short of GPUs; pass force (the CLI's "
                     "--force) to schedule it anyway",
                     field="node",
                 )

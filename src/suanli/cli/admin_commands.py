@@ -7,9 +7,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Group
+from rich.text import Text
 
+from suanli.cli.contract_commands import shortfalls_table
 from suanli.cli.output import EXIT_USAGE, emit, error_text, errors, logged_in, table
-from suanli.wire.schemas import NodeResponse
+from suanli.wire.schemas import NodeDrainResponse, NodeResponse
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of a table.")]
 
@@ -107,13 +110,17 @@ def admin_mig(
 def admin_drain(
     node: str,
     force: Annotated[
-        bool, typer.Option("--force", help="Drain even if a signed contract is then short of GPUs.")
+        bool,
+        typer.Option(
+            "--force", help="Drain even if a signed contract is then short of GPUs (they are listed)."
+        ),
     ] = False,
+    as_json: JsonFlag = False,
 ) -> None:
     """Stop placing new work on a node (running rentals stay); refused if a contract would be short."""
     with logged_in() as client:
-        client.drain(node, force=force)
-    typer.echo(f"drained {node}")
+        drained = client.drain(node, force=force)
+    emit(drained, as_json, _drained_view)
 
 
 @admin_app.command("undrain")
@@ -155,6 +162,15 @@ def _nodes_table(found: list[NodeResponse]):
     return table(
         "Nodes", ("name", "region", "model", "GPUs", "mode", "free", "schedulable", "topology"), rows
     )
+
+
+def _drained_view(drained: NodeDrainResponse):
+    """`drained NODE`, and after a forced drain the contracts it left short, with how short."""
+    done = Text(f"drained {drained.name}")
+    if not drained.shortfalls:
+        return done
+    forced = Text(f"forced: contracts left short of GPUs: {', '.join(drained.short_contracts)}")
+    return Group(done, forced, shortfalls_table(drained.shortfalls))
 
 
 def _schedulable(node: NodeResponse) -> str:

@@ -25,6 +25,7 @@ from suanli.wire.schemas import (
     ContractOfferResponse,
     ContractQuoteResponse,
     ContractResponse,
+    ContractShortfallResponse,
 )
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of a table.")]
@@ -217,6 +218,31 @@ def _contracts_table(found: list[ContractResponse]):
     ]
     columns = ("id", "tenant", "model", "count", "region", "from", "until", "prepaid")
     return table("Contracts", columns, rows)
+
+
+def shortfalls_table(found: list[ContractShortfallResponse]):
+    """The contracts a forced drain or maintenance window left short: holder, pool and window, and the GPUs
+    held, the pool's contracted and in service when it is shortest, and the difference."""
+    rows = [
+        (
+            s.contract_id,
+            s.tenant_id,
+            s.gpu_model,
+            s.region,
+            f"{s.starts_at:%Y-%m-%d %H:%M} to {s.ends_at:%Y-%m-%d %H:%M}",
+            s.count,
+            s.contracted_gpus,
+            s.in_service_gpus,
+            s.short_gpus,
+            f"{s.short_at:%Y-%m-%d %H:%M}",
+        )
+        for s in found
+    ]
+    columns = (
+        "contract", "holder", "model", "region", "window (UTC)", "held",
+        "pool contracted", "pool in service", "short by", "at (UTC)",
+    )  # fmt: skip
+    return table("Contracts left short of GPUs", columns, rows)
 
 
 def _offers_table(found: list[ContractOfferResponse]):

@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from suanli.cli.output import emit, logged_in, moment_option, table, valid_input
+from suanli.cli.contract_commands import shortfalls_table
+from suanli.cli.output import console, emit, logged_in, moment_option, table, valid_input
 from suanli.wire.schemas import MaintenanceCreateRequest, MaintenanceResponse
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of a table.")]
@@ -50,6 +51,7 @@ def maintenance_add(
     emit(window, as_json, lambda w: _windows_table([w]))
     if window.short_contracts and not as_json:
         typer.echo(f"forced: contracts left short of GPUs: {', '.join(window.short_contracts)}")
+        console.print(shortfalls_table(window.shortfalls))
 
 
 @maintenance_app.command("ls")

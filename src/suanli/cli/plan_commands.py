@@ -264,8 +264,7 @@ def _budget_table(found: LimitsResponse):
     ):
         if limit is None:
             continue
-        used = f"{100 * spent / limit:.0f}%" if limit else ("100%" if spent else "0%")
-        rows.append((name, micros(limit), micros(spent), used))
+        rows.append((name, micros(limit), micros(spent), used_percent(spent, limit)))
     if not rows:
         rows.append(("none (this month)", "", micros(found.spent_month_micros), ""))
     shown = table(f"budget: {found.tenant_id}", ["limit", "amount", "spent", "used"], rows)
@@ -273,6 +272,15 @@ def _budget_table(found: LimitsResponse):
     if found.budget_stops_running:
         shown.caption += "; running rentals stop once the budget is spent"
     return shown
+
+
+def used_percent(spent_micros: int, limit_micros: int) -> str:
+    """The share of a limit spent, floored to a tenth of a percent: 100% only once it is reached (99.99% is
+    99.9%, not a rounded-up 100% that says the limit is hit while rentals still start)."""
+    if not limit_micros:
+        return "100%" if spent_micros else "0%"
+    tenths = spent_micros * 1000 // limit_micros
+    return f"{tenths / 10:.1f}".removesuffix(".0") + "%"
 
 
 def _limits_table(found: LimitsResponse):

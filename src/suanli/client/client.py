@@ -87,6 +87,7 @@ from suanli.wire.schemas import (
     MaintenanceCreateRequest,
     MaintenanceResponse,
     MeResponse,
+    NodeDrainResponse,
     NodeResponse,
     OfferResponse,
     RentalCreateRequest,
@@ -242,10 +243,11 @@ class Client:
     def nodes(self) -> list[NodeResponse]:
         return self._call("GET", "/v1/nodes", list[NodeResponse])
 
-    def drain(self, node: str, force: bool = False) -> NodeResponse:
-        """Cordon `node`; refused (409) when a signed contract would be short, unless `force`."""
+    def drain(self, node: str, force: bool = False) -> NodeDrainResponse:
+        """Cordon `node`; refused (409) when a signed contract would be short, unless `force` (then the answer
+        lists the contracts left short, with how short)."""
         params = {"force": "true"} if force else None
-        return self._call("POST", f"/v1/nodes/{_segment(node)}/drain", NodeResponse, params=params)
+        return self._call("POST", f"/v1/nodes/{_segment(node)}/drain", NodeDrainResponse, params=params)
 
     def undrain(self, node: str) -> NodeResponse:
         return self._call("POST", f"/v1/nodes/{_segment(node)}/undrain", NodeResponse)

@@ -12,7 +12,7 @@ Pure: times are arguments. Guarantees:
   the contract is held back from everyone but its holder and spot, which may borrow it until the holder
   claims it. Spot never claims a contract (no contract applies to spot).
 - `short_contracts` names the contracts a maintenance window would leave overbooked (its scheduling is
-  refused unless forced).
+  refused unless forced); `contract_shortfalls` says by how much, and when.
 - `transfer` hands a contract to another tenant before it ends.
 """
 
@@ -102,6 +102,52 @@ def check_contract(
             )
 
 
+@dataclass(frozen=True, slots=True)
+class ContractShortfall:
+    """A contract left short: at `at_s`, the instant of the span where its pool is shortest (the first such),
+    the pool's open contracts hold `contracted_gpus` against `in_service_gpus` GPUs not in maintenance."""
+
+    contract: Contract
+    at_s: float
+    contracted_gpus: int
+    in_service_gpus: int
+
+    @property
+    def short_gpus(self) -> int:
+        """GPUs the pool's contracts hold beyond what is in service then."""
+        return self.contracted_gpus - self.in_service_gpus
+
+
+def contract_shortfalls(
+    contracts: Iterable[Contract],
+    fleet_capacity: Mapping[Pool, int],
+    maintenance: Iterable[Maintenance],
+    start_s: float,
+    end_s: float,
+) -> list[ContractShortfall]:
+    """Each contract open at some instant of [start_s, end_s) when its pool's contracts add up to more than
+    its GPUs less those in maintenance then, with the instant it is shortest by most: what a maintenance
+    window (or a drain) over that span would leave short, and by how much."""
+    contracts, maintenance = list(contracts), list(maintenance)
+    worst: dict[str, ContractShortfall] = {}
+    for pool in {(c.model, c.region) for c in contracts}:
+        mine = [c for c in contracts if (c.model, c.region) == pool and c.overlaps(start_s, end_s)]
+        down = [m for m in maintenance if (m.model, m.region) == pool]
+        # what is booked or down only rises at a start: checking each start (and the span's) covers it all
+        instants = {start_s, *(c.start_s for c in mine), *(m.start_s for m in down)}
+        for t in sorted(t for t in instants if start_s <= t < end_s):
+            open_now = [c for c in mine if c.open_at(t)]
+            contracted = sum(c.gpus for c in open_now)
+            in_service = fleet_capacity.get(pool, 0) - sum(m.gpus for m in down if m.start_s <= t < m.end_s)
+            if contracted <= in_service:
+                continue
+            for c in open_now:
+                seen = worst.get(c.id)
+                if seen is None or contracted - in_service > seen.short_gpus:
+                    worst[c.id] = ContractShortfall(c, t, contracted, in_service)
+    return sorted(worst.values(), key=lambda s: (s.contract.start_s, s.contract.id))
+
+
 def short_contracts(
     contracts: Iterable[Contract],
     fleet_capacity: Mapping[Pool, int],
@@ -111,19 +157,8 @@ def short_contracts(
 ) -> list[Contract]:
     """The contracts open at some instant of [start_s, end_s) when their pool's contracts add up to more than
     its GPUs less those in maintenance then: what a maintenance window over that span would leave short."""
-    contracts, maintenance = list(contracts), list(maintenance)
-    short: dict[str, Contract] = {}
-    for pool in {(c.model, c.region) for c in contracts}:
-        mine = [c for c in contracts if (c.model, c.region) == pool and c.overlaps(start_s, end_s)]
-        down = [m for m in maintenance if (m.model, m.region) == pool]
-        # what is booked or down only rises at a start: checking each start (and the span's) covers it all
-        instants = {start_s, *(c.start_s for c in mine), *(m.start_s for m in down)}
-        for t in sorted(t for t in instants if start_s <= t < end_s):
-            open_now = [c for c in mine if c.open_at(t)]
-            out = sum(m.gpus for m in down if m.start_s <= t < m.end_s)
-            if sum(c.gpus for c in open_now) > fleet_capacity.get(pool, 0) - out:
-                short.update((c.id, c) for c in open_now)
-    return sorted(short.values(), key=lambda c: (c.start_s, c.id))
+    found = contract_shortfalls(contracts, fleet_capacity, maintenance, start_s, end_s)
+    return [shortfall.contract for shortfall in found]
 
 
 def transfer(contract: Contract, tenant: str, now: float) -> Contract:

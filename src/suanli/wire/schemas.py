@@ -240,6 +240,40 @@ class NodeResponse(WireModel):
     )
 
 
+class ContractShortfallResponse(WireModel):
+    """A signed contract a forced drain or maintenance window leaves short of GPUs, and by how much."""
+
+    contract_id: str
+    tenant_id: str = Field(description="The contract's holder.")
+    gpu_model: str
+    region: str
+    count: int = Field(description="GPUs the contract holds.")
+    starts_at: datetime
+    ends_at: datetime
+    short_at: datetime = Field(
+        description="When its pool (model and region) is shortest inside the window (the first such instant)."
+    )
+    contracted_gpus: int = Field(
+        description="GPUs the pool's contracts open then hold, this one's among them."
+    )
+    in_service_gpus: int = Field(description="GPUs of the pool left in service then.")
+    short_gpus: int = Field(
+        description="contracted_gpus - in_service_gpus: the GPUs sold that are not there."
+    )
+
+
+class NodeDrainResponse(NodeResponse):
+    """A node just drained, with the signed contracts a forced drain left short."""
+
+    short_contracts: list[str] = Field(
+        default_factory=list, description="Forced: the contracts this drain leaves short of GPUs."
+    )
+    shortfalls: list[ContractShortfallResponse] = Field(
+        default_factory=list,
+        description="Forced: each of those contracts with how short it is left, and when.",
+    )
+
+
 # --- offers -------------------------------------------------------------------------------------------
 
 
@@ -603,6 +637,10 @@ class MaintenanceResponse(WireModel):
     created_at: datetime
     short_contracts: list[str] = Field(
         default_factory=list, description="Forced: the contracts this window leaves short of GPUs."
+    )
+    shortfalls: list[ContractShortfallResponse] = Field(
+        default_factory=list,
+        description="Forced: each of those contracts with how short it is left, and when.",
     )
 
 
