@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from conftest import ADMIN, ADMIN_KEY, SteppedClock, app_client, logged_in_as, scheduler_cycles, wait_for
-from suanli.cli import plan_commands
+from suanli.cli import plan_commands, platform_commands
 from suanli.cli.main import app
 
 
@@ -432,3 +432,66 @@ def test_a_growth_a_spend_cap_holds_back_says_so_once_not_every_cycle(database_u
         growing = [e for e in body["events"] if e["kind"] == "growing"]
         assert len(growing) == 1 and growing[0]["reason"] == "spend_cap", growing
         assert len(body["allocation"][0]["slices"]) == 1
+
+
+@pytest.mark.parametrize("queue", ["greedy", "backfill"])
+def test_a_quota_message_reads_the_gpus_in_use_now_without_another_event(
+    database_url: str, queue: str, monkeypatch
+) -> None:
+    """A rental waiting on its quota said the GPUs in use when it began to wait, for good: the message was
+    written only with the reason. Now another rental of its tenant ending rewrites it at the next cycle (the
+    API and `suanli show` read it), and its `pending` events stay one (written when the reason became
+    `quota`)."""
+    with app_client(database_url, queue=queue) as client:
+        tenant_id, headers = _funded_tenant(client, "recount")
+        quota = {"gpu_quota": {"*": 10}}
+        assert client.put(f"/v1/tenants/{tenant_id}/limits", json=quota, headers=ADMIN).status_code == 200
+        running = []
+        for gpus in (8, 2):
+            spec = {"gpu_model": "H100-SXM-80GB", "gpus": gpus, "max_duration_s": 3600}
+            rental_id = client.post("/v1/rentals", json=spec, headers=headers).json()["id"]
+            assert wait_for(client, rental_id, headers, "placed")["state"] == "placed"
+            running.append(rental_id)
+        spec = {"gpu_model": "H100-SXM-80GB", "gpus": 4, "max_duration_s": 3600}
+        waiting = client.post("/v1/rentals", json=spec, headers=headers).json()["id"]
+        held = wait_for(client, waiting, headers, "placed", reason="quota")
+        assert "GPU quota 10 GPUs, 10 in use, asks 4" in (held.get("pending_message") or ""), held
+        assert client.post(f"/v1/rentals/{running[1]}/stop", headers=headers).json()["state"] == "stopped"
+        scheduler_cycles(client)
+        body = client.get(f"/v1/rentals/{waiting}", headers=headers).json()
+        assert body["state"] == "pending" and body["pending_reason"] == "quota", body
+        assert "GPU quota 10 GPUs, 8 in use, asks 4" in (body.get("pending_message") or ""), body
+        assert [e["reason"] for e in body["events"] if e["kind"] == "pending"] == ["quota"], body["events"]
+        key = headers["Authorization"].removeprefix("Bearer ")
+        monkeypatch.setattr(platform_commands, "logged_in", logged_in_as(client, key))
+        shown = CliRunner().invoke(app, ["show", waiting], env={"COLUMNS": "200"})
+        assert shown.exit_code == 0 and "waiting: " in shown.output, shown.output
+        assert "GPU quota 10 GPUs, 8 in use, asks 4" in shown.output, shown.output
+
+
+def test_a_spend_cap_message_follows_the_money_with_one_pending_event(database_url: str) -> None:
+    """A spend cap's figures move every cycle (what the running rental and this one add till midnight): the
+    message follows them, and the rental's `pending` event is still written once, not each cycle."""
+    clock = SteppedClock()
+    with app_client(database_url, clock=clock) as client:
+        tenant_id, headers = _funded_tenant(client, "capped-wait")
+        now = clock.now()
+        hours_left = (
+            now.replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1) - now
+        ) / timedelta(hours=1)
+        cap = {"daily_cap_micros": int(2_990_000 * hours_left * 1.5)}  # one H200 fits, two do not
+        assert client.put(f"/v1/tenants/{tenant_id}/limits", json=cap, headers=ADMIN).status_code == 200
+        one = client.post("/v1/rentals", json={"gpu_model": "H200", "gpus": 1}, headers=headers).json()["id"]
+        assert wait_for(client, one, headers, "placed")["state"] == "placed"
+        two = client.post("/v1/rentals", json={"gpu_model": "H200", "gpus": 1}, headers=headers).json()["id"]
+        assert wait_for(client, two, headers, "placed", reason="spend_cap")["pending_reason"] == "spend_cap"
+        said = set()
+        for _ in range(4):
+            clock.step_to(clock.now() + timedelta(seconds=60))
+            scheduler_cycles(client)
+            said.add(client.get(f"/v1/rentals/{two}", headers=headers).json().get("pending_message"))
+        body = client.get(f"/v1/rentals/{two}", headers=headers).json()
+        assert body["state"] == "pending" and len(said) == 4 and "daily" in body["pending_message"], said
+        assert [e["reason"] for e in body["events"] if e["kind"] == "pending"] == ["spend_cap"], body[
+            "events"
+        ]

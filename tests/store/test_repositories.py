@@ -280,6 +280,19 @@ def test_the_head_shows_its_reserved_start_until_it_is_placed(uow) -> None:
         assert u.rentals.get("rnt_b").expected_start_at is None
 
 
+def test_the_pending_message_goes_with_the_pending_state(uow) -> None:
+    """A rental left pending carries its reason in words; a placed one none, and a message written after it
+    left pending (a cycle's late rewrite) does not stick to it."""
+    _queue_case(uow, PLATFORM_QUEUE)
+    with uow() as u:
+        assert u.rentals.get("rnt_c").pending_message == "no declared duration: cannot backfill"
+        assert u.rentals.get("rnt_d").state == "placed" and u.rentals.get("rnt_d").pending_message is None
+        u.rentals.set_pending_message("rnt_d", "quota 8 GPUs, 8 in use")
+        u.rentals.set_pending_message("rnt_c", "waiting behind the head")
+        assert u.rentals.get("rnt_d", lock=True).pending_message is None
+        assert u.rentals.get("rnt_c", lock=True).pending_message == "waiting behind the head"
+
+
 def test_a_new_leader_keeps_the_recorded_head(uow) -> None:
     """`b` (2 nodes, 4 h) heads the queue; then `e` (2 nodes, 10 min) arrives, whose response ratio is
     higher an hour later. A new leader reads the recorded head and keeps `b` first, as the old one would

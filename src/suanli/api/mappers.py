@@ -107,6 +107,7 @@ def rental(view: RentalView) -> RentalResponse:
             for a in view.allocation
         ],
         pending_reason=r.pending_reason,
+        pending_message=r.pending_message,
         price_micros_per_hour=r.price_micros_per_hour,
         created_at=r.created_at,
         preempted_by=r.preempted_by,

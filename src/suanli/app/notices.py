@@ -94,15 +94,9 @@ def give_notice(uow: UnitOfWork, preemptor: Rental, decision: Preemption, now: d
             uow.rentals.add_event(victim.request_id, RentalEvent(now, "preempting", "preempted", message))
     until = datetime.fromtimestamp(decision.deadline_s, UTC).isoformat()
     uow.rentals.set_promise(preemptor.id, decision.promised.nodes)
-    uow.rentals.add_event(
-        preemptor.id,
-        RentalEvent(
-            now,
-            "pending",
-            Reason.PREEMPTING,
-            f"preempting {named_for(preemptor.tenant_id, given)}; capacity promised by {until}",
-        ),
-    )
+    message = f"preempting {named_for(preemptor.tenant_id, given)}; capacity promised by {until}"
+    uow.rentals.set_pending_message(preemptor.id, message)
+    uow.rentals.add_event(preemptor.id, RentalEvent(now, "pending", Reason.PREEMPTING, message))
     return len(given)
 
 

@@ -129,6 +129,9 @@ class Rental:
     # resumed from a checkpoint: what is left of its max duration (for its full size), with a resumption's
     # `RESUME_S`; it declares that, and is stopped there, when placed again (None: all of it)
     time_left_s: float | None = None
+    # pending: its reason in words with the figures of the last cycle ("quota 8 GPUs, 6 in use"); the
+    # `pending` events say only when the reason changed, so their messages' figures may be old
+    pending_message: str | None = None
 
     @property
     def kept_gpus(self) -> int | None:

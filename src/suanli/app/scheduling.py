@@ -450,10 +450,16 @@ class Scheduler:
 
     @staticmethod
     def _set_reason(uow: UnitOfWork, rental: Rental, reason: Reason, message: str, now: datetime) -> None:
-        if rental.pending_reason != reason.value and uow.rentals.set_state(
-            rental.id, "pending", expect=("pending",), reason=reason
-        ):  # no event for a rental that left pending meanwhile
-            uow.rentals.add_event(rental.id, RentalEvent(now, "pending", reason, message))
+        """Keep a pending rental's reason and message current: a `pending` event only when the reason changes
+        (the figures in a message move, a spend cap's money every cycle: an event each time was a flood), the
+        message rewritten whenever its text changes, and nothing written when neither did."""
+        if rental.pending_reason != reason.value:
+            if uow.rentals.set_state(
+                rental.id, "pending", expect=("pending",), reason=reason, message=message
+            ):  # no event for a rental that left pending meanwhile
+                uow.rentals.add_event(rental.id, RentalEvent(now, "pending", reason, message))
+        elif rental.pending_message != message:
+            uow.rentals.set_pending_message(rental.id, message)  # one that left pending is left alone
 
     def _running(self) -> tuple[dict[str, tuple[Running, int]], set[str]]:
         """The live rentals holding capacity in the snapshot, as the domain sees them (as large as they are,

@@ -586,6 +586,8 @@ def _rental_detail(rental: RentalResponse) -> Group:
     ]
     timeline = [(f"{e.at:%Y-%m-%d %H:%M:%S}", e.kind, e.reason or "", e.message) for e in rental.events]
     parts: list = [header]
+    if rental.pending_message:  # the figures as of the last cycle; the timeline's are as the reason changed
+        parts.append(Text(f"waiting: {rental.pending_message}"))
     if slices:
         parts.append(table("allocation", ("rank", "node", "GPU", "slice"), slices))
     parts.append(table("timeline", ("at (UTC)", "event", "reason", "message"), timeline))

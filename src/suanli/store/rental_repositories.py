@@ -45,6 +45,7 @@ class SqlRentals(RentalMoneyReads):
                 name=rental.spec.name,
                 created_at=rental.created_at,
                 pending_reason=rental.pending_reason,
+                pending_message=rental.pending_message,
                 price_micros_per_hour=rental.price_micros_per_hour,
                 quote=None if rental.quote is None else dict(rental.quote),
                 idempotency_key=rental.idempotency_key,
@@ -157,13 +158,22 @@ class SqlRentals(RentalMoneyReads):
     def live_ids(self) -> set[str]:
         return set(self.s.scalars(select(AllocationRow.rental_id).where(AllocationRow.released.is_(False))))
 
-    def set_state(self, rental_id: str, state: str, *, expect: Sequence[str], reason: str | None) -> bool:
+    def set_state(
+        self,
+        rental_id: str,
+        state: str,
+        *,
+        expect: Sequence[str],
+        reason: str | None,
+        message: str | None = None,
+    ) -> bool:
         result = self.s.execute(
             update(RentalRow)
             .where(RentalRow.id == rental_id, RentalRow.state.in_(list(expect)))
             .values(
                 state=state,
                 pending_reason=None if reason is None else str(reason),
+                pending_message=message,
                 **(
                     {}
                     if state in ("preempting", "preempted")
@@ -177,6 +187,14 @@ class SqlRentals(RentalMoneyReads):
             )
         )
         return bool(result.rowcount)  # type: ignore[attr-defined]
+
+    def set_pending_message(self, rental_id: str, message: str) -> None:
+        """Rewrite a pending rental's message (its reason stays); a rental no longer pending is left alone."""
+        self.s.execute(
+            update(RentalRow)
+            .where(RentalRow.id == rental_id, RentalRow.state == "pending")
+            .values(pending_message=message)
+        )
 
     def set_time_limit(self, rental_id: str, at: datetime) -> None:
         """Move a live rental's time limit to `at` (one with none keeps none)."""
@@ -243,6 +261,7 @@ class SqlRentals(RentalMoneyReads):
         values: dict[str, Any] = {
             "state": "placed",
             "pending_reason": None,
+            "pending_message": None,
             "preempted_by": None,
             "notice_deadline": None,
             "expected_start_at": None,

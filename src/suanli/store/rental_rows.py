@@ -53,6 +53,7 @@ def rental_from_row(row: RentalRow) -> Rental:
         int(row.placements or 0),
         None if row.notice_keeps is None else tuple(allocation_from_json(a) for a in row.notice_keeps),
         row.time_left_s,
+        row.pending_message,
     )
 
 

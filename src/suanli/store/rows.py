@@ -96,6 +96,8 @@ class RentalRow(Base):
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime())
     pending_reason: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    # pending: the reason in words, with its figures as the leader last worked them out (0044)
+    pending_message: Mapped[str | None] = mapped_column(Text, nullable=True)
     price_micros_per_hour: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     idempotency_key: Mapped[str | None] = mapped_column(String(200), nullable=True)
     fingerprint: Mapped[str] = mapped_column(String(64), default="")

@@ -505,6 +505,12 @@ class RentalResponse(WireModel):
     request: RentalCreateRequest
     allocation: list[NodeAllocationResponse]
     pending_reason: str | None = None
+    pending_message: str | None = Field(
+        default=None,
+        description="Pending: its reason in words, with the figures of the scheduler's last cycle (GPUs in "
+        "use, money spent). Its `pending` events are written when the reason changes, so their figures may "
+        "be older.",
+    )
     price_micros_per_hour: int | None = None
     created_at: datetime
     events: list[RentalEventResponse] = Field(default_factory=list)

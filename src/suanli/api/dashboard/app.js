@@ -422,7 +422,9 @@ async function refreshDetail() {
     const ended = ENDED_STATES.includes(rental.state);
     parts.push(`charged ${units(rental.charged_micros)}${ended ? "" : " so far"}`);
   }
-  if (rental.pending_reason) parts.push(`waiting: ${rental.pending_reason}`);
+  if (rental.pending_reason) {
+    parts.push(`waiting: ${rental.pending_reason}${rental.pending_message ? ` (${rental.pending_message})` : ""}`);
+  }
   if (rental.expected_start_at) parts.push(`starts by ${rental.expected_start_at}`);
   if (rental.notice_keeps_gpus != null) {
     parts.push(`preempted in part: runs on ${rental.notice_keeps_gpus} GPUs from ${rental.notice_deadline}`);
