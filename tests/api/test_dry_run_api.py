@@ -4,9 +4,12 @@ left as it was."""
 
 from __future__ import annotations
 
+import time
+from datetime import datetime, timedelta
+
 from fastapi.testclient import TestClient
 
-from conftest import ADMIN, app_client, logged_in_as, scheduler_cycles, wait_for
+from conftest import ADMIN, WAIT_S, app_client, logged_in_as, make_tenant, scheduler_cycles, wait_for
 from suanli.app.errors import RateLimited
 from suanli.app.rate_limits import RateLimit
 from suanli.domain.billing.money import charge_micros
@@ -72,6 +75,95 @@ def test_a_dry_run_names_the_limit_that_would_hold_it_and_the_victims_it_would_p
     assert client.put(f"/v1/tenants/{spot_id}/limits", json=quota, headers=ADMIN).status_code == 200
     held = _dry_run(client, {**H200, "gpu_model": "H100", "gpus": 1}, spot)
     assert held["pending_reason"] == "quota" and "quota 8 GPUs" in held["message"], held
+
+
+def test_under_backfill_a_dry_run_waits_behind_the_blocked_head_unless_it_ends_before_its_start(
+    database_url: str, monkeypatch
+) -> None:
+    """Half of the H200 node is rented for at most an hour. Asked for alone, the whole node would head the
+    backfill queue, reserved for when that rental ends. Once a wide rental heads it so, one more GPU fits
+    now, yet a rental that declares no duration waits behind the head (it never passes it), as does one that
+    would still run at the head's start; one that ends before it starts now (backfill). Each answer is the
+    cycle's: a rental created so waits or starts alike."""
+    with app_client(database_url, queue="backfill") as client:
+        tenant_id, headers = make_tenant(client, "backfiller")
+        credit = {"amount_micros": 10**12}
+        assert client.post(f"/v1/tenants/{tenant_id}/credit", json=credit, headers=ADMIN).status_code == 201
+        half = {**H200, "gpus": 4, "max_duration_s": 3600}
+        first = client.post("/v1/rentals", json=half, headers=headers).json()
+        placed = wait_for(client, first["id"], headers, "placed")
+        (event,) = [e for e in placed["events"] if e["kind"] == "placed"]
+        first_ends = datetime.fromisoformat(event["at"]) + timedelta(hours=1)
+
+        heading = _dry_run(client, {**H200, "max_duration_s": 600}, headers)
+        assert heading["pending_reason"] == "no_capacity" and heading["head_start_at"] is None, heading
+        assert abs(datetime.fromisoformat(heading["expected_start_at"]) - first_ends) < timedelta(seconds=1)
+
+        wide = client.post("/v1/rentals", json={**H200, "max_duration_s": 600}, headers=headers).json()["id"]
+        deadline, url = time.monotonic() + WAIT_S, f"/v1/rentals/{wide}"
+        while (head := client.get(url, headers=headers).json())["expected_start_at"] is None:
+            assert time.monotonic() < deadline, head  # the cycle reserved its start
+            time.sleep(0.02)
+        head_start = datetime.fromisoformat(head["expected_start_at"])
+        assert head["pending_reason"] == "no_capacity" and abs(head_start - first_ends) < timedelta(seconds=1)
+
+        one = {**H200, "gpus": 1}
+
+        endless = _dry_run(client, one, headers)
+        assert not endless["starts_now"] and endless["pending_reason"] == "blocked_by_head", endless
+        assert endless["message"] == "no declared duration: cannot backfill", endless
+        shown = datetime.fromisoformat(endless["head_start_at"])
+        assert abs(shown - head_start) < timedelta(seconds=1) and endless["expected_start_at"] is None
+        assert endless["rentals_waiting"] == 1, endless
+
+        short = _dry_run(client, {**one, "max_duration_s": 600}, headers)
+        assert short["starts_now"] and short["nodes"] == ["h200-01"], short
+        assert short["pending_reason"] is None and short["head_start_at"] is None
+
+        long = _dry_run(client, {**one, "max_duration_s": 7200}, headers)
+        assert not long["starts_now"] and long["pending_reason"] == "blocked_by_head", long
+        assert "would delay the head's reserved start at" in long["message"], long
+        assert abs(datetime.fromisoformat(long["head_start_at"]) - head_start) < timedelta(seconds=1)
+
+        # the dry runs changed nothing: the head keeps its reservation, and the cycle agrees with them
+        assert client.get(f"/v1/rentals/{wide}", headers=headers).json()["pending_reason"] == "no_capacity"
+        made = client.post("/v1/rentals", json={**one, "max_duration_s": 7200}, headers=headers).json()
+        assert wait_for(client, made["id"], headers, "placed", reason="blocked_by_head")["state"] == "pending"
+
+        from typer.testing import CliRunner
+
+        from suanli.cli import platform_commands
+        from suanli.cli.main import app
+
+        key = headers["Authorization"].split()[1]
+        monkeypatch.setattr(platform_commands, "logged_in", logged_in_as(client, key))
+        printed = CliRunner().invoke(
+            app, ["rent", "H200:1", "--dry-run", "--", "true"], env={"COLUMNS": "200"}
+        )
+        assert printed.exit_code == 0, printed.output
+        said = " ".join(printed.output.split())  # the console may fold long lines at its width
+        assert said.startswith("would wait (blocked_by_head): no declared duration: cannot backfill"), said
+        at = f"{head_start:%Y-%m-%d %H:%M} UTC"
+        assert f"behind the head of the queue, whose capacity is reserved from {at}" in said, said
+        assert "2 rentals are waiting; judged in the queue's order with them" in said, said
+
+
+def test_under_the_greedy_queue_a_dry_run_starts_where_it_fits_whatever_waits(
+    client: TestClient, tenant
+) -> None:
+    """The greedy queue holds no one back for a rental that waits: with the whole H200 node asked for and 4
+    of its GPUs rented, one more GPU starts now without declaring a duration; five wait for capacity."""
+    tenant_id, headers = tenant("greedy")
+    client.post(f"/v1/tenants/{tenant_id}/credit", json={"amount_micros": 10**12}, headers=ADMIN)
+    first = client.post("/v1/rentals", json={**H200, "gpus": 4}, headers=headers).json()
+    wait_for(client, first["id"], headers, "placed")
+    wide = client.post("/v1/rentals", json=H200, headers=headers).json()
+    assert wait_for(client, wide["id"], headers, "placed", reason="no_capacity")["state"] == "pending"
+    trial = _dry_run(client, {**H200, "gpus": 1}, headers)
+    assert trial["starts_now"] and trial["nodes"] == ["h200-01"] and trial["rentals_waiting"] == 1, trial
+    assert trial["head_start_at"] is None and trial["expected_start_at"] is None
+    again = _dry_run(client, {**H200, "gpus": 5}, headers)
+    assert again["pending_reason"] == "no_capacity" and again["head_start_at"] is None, again
 
 
 def test_a_bad_dry_run_fails_as_creating_it_would(client: TestClient, tenant) -> None:

@@ -85,6 +85,8 @@ def dry_run(found: DryRun) -> RentalDryRunResponse:
         max_cost_micros=found.max_cost_micros,
         rentals_waiting=trial.waiting,
         contract_covered_gpus=trial.covered_gpu_milli / 1000,
+        expected_start_at=trial.expected_start_at,
+        head_start_at=trial.head_start_at,
     )
 
 

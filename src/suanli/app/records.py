@@ -168,7 +168,7 @@ class RentalView:
 class Trial:
     """A dry run's answer (`Scheduler.trial`): the nodes a rental would start on now and its rate there, or
     how many lower-tier rentals it would give notice to, or the pending reason and message it would wait
-    with; and how many rentals are waiting."""
+    with; and how many rentals are waiting (the trial took it in the queue's order with them)."""
 
     nodes: tuple[str, ...]
     victims: int
@@ -177,6 +177,11 @@ class Trial:
     waiting: int
     price_micros_per_hour: int | None = None
     covered_gpu_milli: int = 0  # of it, what the tenant's open contracts would cover there
+    # waiting: when capacity would be reserved for it (it would head the backfill queue, or be booked by the
+    # conservative queue), as its `expected_start_at` would show
+    expected_start_at: datetime | None = None
+    # waiting behind another blocked head, with no start of its own: that head's reserved start
+    head_start_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -227,8 +227,8 @@ class RentalService:
 
     def dry_run(self, caller: Caller, spec: RentalSpec) -> DryRun:
         """What creating `spec` now would do, creating nothing: the same checks (a bad spec or too little
-        balance fails as `create` would), the rate it is quoted, and where the scheduler would start it if it
-        were alone in the queue, or why it would wait (`Scheduler.trial`)."""
+        balance fails as `create` would), the rate it is quoted, and where the scheduler would start it,
+        taking it in the queue's order with the rentals waiting, or why it would wait (`Scheduler.trial`)."""
         assert self.trial is not None, "dry runs need the scheduler's trial"
         check_spec(spec, self.catalog)
         tenant_id = caller.tenant.id

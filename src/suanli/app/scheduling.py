@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
@@ -68,7 +68,7 @@ from suanli.domain.policies import Policy
 from suanli.domain.preemption import DEFAULT_NOTICE_S, Preemption, PreemptionConfig, Running
 from suanli.domain.promise_holds import hold_promise
 from suanli.domain.queue_order import GREEDY_QUEUE, QueueConfig
-from suanli.domain.queueing import Gates, admit
+from suanli.domain.queueing import CycleDecision, Gates, admit
 from suanli.domain.quotas import Limits
 from suanli.domain.request import Request, Tier
 from suanli.domain.reservation import reserve
@@ -310,15 +310,16 @@ class Scheduler:
         return report
 
     def trial(self, rental: Rental) -> Trial:
-        """What a cycle would do with `rental` (not stored) if it were alone in the queue now: where it would
-        start, whom it would preempt, or why it would wait (capacity, its tenant's limits, contracts held for
-        others, maintenance ahead), under the server's queue. Nothing is kept: the placement is taken back off
-        the snapshot, and no queue state (head, fair share) changes."""
+        """What a cycle would do now with `rental` (not stored) added to the pending queue: where it would
+        start, whom it would preempt, or why it would wait (capacity, a blocked head it may not pass, its
+        tenant's limits, contracts held for others, maintenance ahead), under the server's queue, taken in its
+        order with the rentals waiting. Nothing is kept: the decision's placements are taken back off the
+        snapshot, and no queue state (head, fair share) changes."""
         with self._lock:
             try:
                 return self._trial(rental)
             except BaseException:
-                self.live.drop()  # it may still hold the trial's placement: rebuilt at the next cycle
+                self.live.drop()  # it may still hold the trial's placements: rebuilt at the next cycle
                 raise
 
     def _trial(self, rental: Rental) -> Trial:
@@ -327,30 +328,78 @@ class Scheduler:
             version, fleet = self.cache.load(uow)
             if fleet is None:
                 return Trial((), 0, Reason.NO_CAPACITY.value, "no fleet: no agent has registered", 0)
-            waiting = uow.rentals.pending_count()
+            pending = uow.rentals.pending()  # before the windows, as the cycle reads them
             self.windows = uow.maintenance.list(now)
             self.live.refresh(uow, fleet, version, now, self.windows)
+            preempting = uow.rentals.preempting()
         assert self.snapshot is not None and self.policy is not None
         now_s = now.timestamp()
         live, _ = self._running()
         running = [r for r, _ in live.values()]
+        queue = [*pending, rental]
+        # preemptors whose victims have notice keep what they were promised (their victims, still on the
+        # snapshot, leave it to them in the cycle at their deadline)
+        owed = {v.preempted_by for v in preempting if v.preempted_by is not None}
         with self.uow() as uow:
-            gates = self._gates(uow, [rental], live, now_s)
-        request, fair = to_request(rental), FairShare()  # alone in the queue: no one to take turns with
-        decision = admit(self.snapshot, [request], running, self.policy, now_s, self.queue, fair, gates=gates)
-        price, covered = None, 0
-        if decision.placements:
+            gates = self._gates(uow, queue, live, now_s)
+            weights = uow.terms.fair_share_weights()
+            fair, _ = self._fair_share_at(uow, now_s, _gpus_by_tenant(running))
+        decision, requests = self._decide(queue, owed, running, gates, weights, fair, now_s)
+        try:
+            return self._trial_outcome(rental, decision, requests, running, gates, now, len(pending))
+        finally:
+            for placement in reversed(decision.placements):
+                self.snapshot.unplace(placement)  # MIG instances it would have made go, those it broke return
+
+    def _trial_outcome(
+        self,
+        rental: Rental,
+        decision: CycleDecision,
+        requests: Sequence[Request],
+        running: Sequence[Running],
+        gates: Gates | None,
+        now: datetime,
+        waiting: int,
+    ) -> Trial:
+        """`rental`'s part of a trial's `decision` (its placements still on the snapshot): where it starts and
+        at what rate, whom it gives notice to, or why it waits, and the start the queue would show for it (it
+        heads the queue, or is booked) or for the blocked head it waits behind."""
+        assert self.snapshot is not None
+        now_s = now.timestamp()
+        mine = [p for p in decision.placements if p.request_id == rental.id]
+        victims = sum(len(p.victims) for p in decision.preemptions if p.preemptor == rental.id)
+        if mine:
             with self.uow() as uow:
-                price, quoted = self._price(uow, rental, decision.placements[0], now)
+                price, quoted = self._price(uow, rental, mine[0], now)
             covered = int((quoted or {}).get("contract_covered_gpu_milli") or 0)
-        for placement in decision.placements:
-            self.snapshot.unplace(placement)  # MIG instances it would have made go, those it broke return
-        nodes = tuple(a.node for p in decision.placements for a in p.nodes)
-        victims = sum(len(p.victims) for p in decision.preemptions)
-        if nodes or victims:
-            return Trial(nodes, victims, None, None, waiting, price, covered)
-        (held,) = self._in_maintenance(decision.pending, {request.id: request}, now_s)
-        return Trial((), 0, held.reason.value, held.message, waiting)
+            nodes = tuple(a.node for p in mine for a in p.nodes)
+            return Trial(nodes, 0, None, None, waiting, price, covered)
+        if victims:
+            return Trial((), victims, None, None, waiting)
+        head_start_s = decision.head_start_s
+        if decision.head is not None and head_start_s is None:
+            ahead = () if gates is None else gates.maintenance
+            found = self._head_start(decision.head, requests, running, decision.placements, now_s, ahead)
+            head_start_s = None if found is None else found[0]
+        starts = {b.request_id: b.start_s for b in decision.bookings}
+        if decision.head is not None and head_start_s is not None:
+            starts.setdefault(decision.head, head_start_s)
+        own_start_s = starts.get(rental.id)
+        behind = own_start_s is None and decision.head not in (None, rental.id)
+        behind_s = head_start_s if behind else None
+        # the last reason given it, as the cycle records them in order (an elastic one gated at its full size
+        # is gated again at its smaller ones)
+        pending = [p for p in decision.pending if p.request_id == rental.id][-1]
+        (held,) = self._in_maintenance([pending], {r.id: r for r in requests}, now_s)
+        return Trial(
+            (),
+            0,
+            held.reason.value,
+            held.message,
+            waiting,
+            expected_start_at=None if own_start_s is None else _shown_start(own_start_s),
+            head_start_at=None if behind_s is None else _shown_start(behind_s),
+        )
 
     def _gates(
         self,
@@ -510,31 +559,12 @@ class Scheduler:
         live, wanted = self._running()
         running = [r for r, _ in live.values()]
         self.resizing = [r for r in running if r.request.id in wanted]
-        held: dict[str, float] = {}
-        for r in running:
-            held[r.request.tenant] = held.get(r.request.tenant, 0.0) + r.gpus
         with self.uow() as uow:
             gates = self._gates(uow, pending, live, now_s)
             weights = uow.terms.fair_share_weights()
-            self._advance_fair_share(uow, now_s, held)
-        queue = [to_request(r) for r in pending]
+            self._advance_fair_share(uow, now_s, _gpus_by_tenant(running))
         owed = ready | waiting_on.keys()  # preemptors: their victims have left, or still have notice
-        # where each was promised capacity, as recorded with the notice (by this leader or the last)
-        promises = {r.id: Placement(r.id, r.promise) for r in pending if r.id in owed and r.promise}
-        recorded_head, recorded_nodes = _recorded_head(pending) if self.head is None else (None, ())
-        decision = admit(
-            self.snapshot,
-            queue,
-            running,
-            self.policy,
-            now_s,
-            replace(self.queue, weights=weights) if weights else self.queue,
-            self.fair,
-            {rental_id: promises.get(rental_id) for rental_id in owed},
-            gates,
-            last_head=self.head if self.head is not None else recorded_head,
-            last_reserved=self.reserved if self.head is not None else recorded_nodes,
-        )
+        decision, queue = self._decide(pending, owed, running, gates, weights, self.fair, now_s)
         self.head, self.reserved = decision.head, decision.reserved_nodes
         self.lent = set(decision.borrowed)
         self.spot_yields = decision.spot_yields
@@ -547,7 +577,7 @@ class Scheduler:
         drained = frozenset(self.reserved)
         if self.head is not None and self.head_start_s is None:
             ahead = () if gates is None else gates.maintenance
-            found = self._head_start(queue, running, decision.placements, now_s, ahead)
+            found = self._head_start(self.head, queue, running, decision.placements, now_s, ahead)
             if found is not None:
                 self.head_start_s, drained = found[0], frozenset(a.node for a in found[1].nodes)
         still = [p for p in decision.pending if p.request_id not in waiting_on]
@@ -562,6 +592,40 @@ class Scheduler:
         waiting = [requests[p.request_id] for p in still if p.reason in WAITING_FOR_CAPACITY]
         self.scattered_gpus = scattered_gpus(self.snapshot, waiting, self.reserved)
         return decision.placements, self._in_maintenance(still, requests, now_s), decision.preemptions
+
+    def _decide(
+        self,
+        pending: Sequence[Rental],
+        owed: Collection[str],
+        running: Sequence[Running],
+        gates: Gates | None,
+        weights: Mapping[str, float] | None,
+        fair: FairShare,
+        now_s: float,
+    ) -> tuple[CycleDecision, list[Request]]:
+        """One `admit` of `pending` under the server's queue, on the snapshot, as the cycle decides it (and
+        the dry run, with its rental added): `owed` preemptors take their promised capacity first, and the
+        blocked head (this leader's, or the one a previous leader recorded) keeps its place and drained nodes.
+        Only the snapshot changes (the decision's placements are on it); the requests come back with it."""
+        assert self.snapshot is not None and self.policy is not None
+        queue = [to_request(r) for r in pending]
+        # where each was promised capacity, as recorded with the notice (by this leader or the last)
+        promises = {r.id: Placement(r.id, r.promise) for r in pending if r.id in owed and r.promise}
+        recorded_head, recorded_nodes = _recorded_head(pending) if self.head is None else (None, ())
+        decision = admit(
+            self.snapshot,
+            queue,
+            running,
+            self.policy,
+            now_s,
+            replace(self.queue, weights=weights) if weights else self.queue,
+            fair,
+            {rental_id: promises.get(rental_id) for rental_id in owed},
+            gates,
+            last_head=self.head if self.head is not None else recorded_head,
+            last_reserved=self.reserved if self.head is not None else recorded_nodes,
+        )
+        return decision, queue
 
     def _in_maintenance(
         self, still: Sequence[Pending], requests: Mapping[str, Request], now_s: float
@@ -610,18 +674,19 @@ class Scheduler:
 
     def _head_start(
         self,
+        head_id: str,
         queue: Sequence[Request],
         running: Sequence[Running],
         placed: Sequence[Placement],
         now_s: float,
         maintenance: Sequence[tuple[str, float, float]] = (),
     ) -> tuple[float, Placement] | None:
-        """The blocked head's reserved start, and where, when `admit` did not need it (nothing could
-        backfill): for the tenant to read, and for growth to keep off; the rentals placed in this cycle count
-        as running from now."""
+        """The blocked head's (`head_id`) reserved start, and where, when `admit` did not need it (nothing
+        could backfill): for the tenant to read, and for growth to keep off; the rentals placed in this cycle
+        count as running from now."""
         assert self.snapshot is not None and self.policy is not None
         by_id = {r.id: r for r in queue}
-        head = by_id.get(self.head or "")
+        head = by_id.get(head_id)
         if head is None:
             return None
         started = [
@@ -639,22 +704,30 @@ class Scheduler:
         return found
 
     def _advance_fair_share(self, uow: UnitOfWork, now_s: float, held: Mapping[str, float]) -> None:
-        """Fair share as of `now_s`: read back when another leader saved since (or on the first cycle),
-        decayed with the GPUs each tenant holds, saved every `FAIR_SHARE_SAVE_S` for the next leader."""
-        saved_at = uow.terms.fair_share_saved_at()
-        saved_s = None if saved_at is None else saved_at.timestamp()
-        if saved_s is not None and (self.fair_saved_s is None or abs(saved_s - self.fair_saved_s) > 1e-3):
-            usage = uow.terms.fair_share()
-            self.fair = FairShare(MappingProxyType(usage), saved_s, self.fair.half_life_s)
-            self.fair_saved_s = saved_s
-        if not self.fair.at_s:
-            self.fair = FairShare(at_s=now_s, half_life_s=self.fair.half_life_s)
-        self.fair = self.fair.advance(now_s, held)
+        """Fair share as of `now_s` (`_fair_share_at`), saved every `FAIR_SHARE_SAVE_S` for the next
+        leader."""
+        self.fair, self.fair_saved_s = self._fair_share_at(uow, now_s, held)
         if self.fair_saved_s is None or now_s - self.fair_saved_s >= FAIR_SHARE_SAVE_S:
             usage = {t: u for t, u in self.fair.usage_gpu_s.items() if u >= 1.0}  # below 1 GPU-s: forgotten
             uow.terms.save_fair_share(usage, datetime.fromtimestamp(now_s, UTC))
             uow.commit()
             self.fair_saved_s = now_s
+
+    def _fair_share_at(
+        self, uow: UnitOfWork, now_s: float, held: Mapping[str, float]
+    ) -> tuple[FairShare, float | None]:
+        """Fair share as of `now_s`: read back when another leader saved since (or on the first cycle),
+        decayed with the GPUs each tenant holds; and when the store's was saved, as last seen. Nothing is kept
+        or written (the dry run asks too)."""
+        fair, seen_s = self.fair, self.fair_saved_s
+        saved_at = uow.terms.fair_share_saved_at()
+        saved_s = None if saved_at is None else saved_at.timestamp()
+        if saved_s is not None and (seen_s is None or abs(saved_s - seen_s) > 1e-3):
+            fair = FairShare(MappingProxyType(uow.terms.fair_share()), saved_s, fair.half_life_s)
+            seen_s = saved_s
+        if not fair.at_s:
+            fair = FairShare(at_s=now_s, half_life_s=fair.half_life_s)
+        return fair.advance(now_s, held), seen_s
 
     def _maintenance_notices(self, uow: UnitOfWork, now: datetime) -> int:
         """Notice to the rentals on nodes whose maintenance window is near (`maintenance.give_notices`)."""
@@ -707,6 +780,14 @@ class Scheduler:
             for piece in a.slices
         )
         return price, None
+
+
+def _gpus_by_tenant(running: Sequence[Running]) -> dict[str, float]:
+    """The GPUs each tenant holds now (what its fair-share usage grows by)."""
+    held: dict[str, float] = {}
+    for r in running:
+        held[r.request.tenant] = held.get(r.request.tenant, 0.0) + r.gpus
+    return held
 
 
 def held_spec(rental: Rental, placement: Placement) -> Rental:

@@ -310,7 +310,8 @@ def rerun(
 
 
 def _dry_run_text(found: RentalDryRunResponse) -> Text:
-    """One line of what would happen, one of the queue when rentals wait, and that nothing was made."""
+    """One line of what would happen (when it would wait, its reserved start or the blocked head's it waits
+    behind), one of the queue when rentals wait, and that nothing was made."""
     rate = "" if found.price_micros_per_hour is None else f" at {micros(found.price_micros_per_hour)}/h"
     if found.max_cost_micros is not None:
         rate += f" (at most {micros(found.max_cost_micros)} to its time limit)"
@@ -323,10 +324,16 @@ def _dry_run_text(found: RentalDryRunResponse) -> Text:
         lines = [f"would give {found.preempts} lower-tier {some} notice and start when they leave{rate}"]
     else:
         lines = [f"would wait ({found.pending_reason}): {found.message}"]
+        if found.expected_start_at is not None:
+            at = f"{found.expected_start_at:%Y-%m-%d %H:%M} UTC"
+            lines.append(f"capacity would be reserved for it: starts by {at} at the latest")
+        if found.head_start_at is not None:
+            at = f"{found.head_start_at:%Y-%m-%d %H:%M} UTC"
+            lines.append(f"behind the head of the queue, whose capacity is reserved from {at}")
     if found.rentals_waiting:
-        some = "it" if found.rentals_waiting == 1 else "some of them"
+        them = "it" if found.rentals_waiting == 1 else "them"
         waiting = "1 rental is" if found.rentals_waiting == 1 else f"{found.rentals_waiting} rentals are"
-        lines.append(f"{waiting} waiting; the queue may place {some} first")
+        lines.append(f"{waiting} waiting; judged in the queue's order with {them}")
     lines.append("dry run: nothing was created")
     return Text("\n".join(lines))
 

@@ -63,8 +63,11 @@ class BackfillPhase:
             self._plan_conservative([head, *rest])
             return
         self.pending.append(Pending(head.id, Reason.NO_CAPACITY, "head of the queue; waiting for capacity"))
-        if self.config.mode is Mode.STRICT or not any(self._may_pass(r) or self._may_shrink(r) for r in rest):
+        if self.config.mode is Mode.STRICT:
             self._block(rest, "strict order: nothing passes the head")
+            return
+        if not any(self._may_pass(r) or self._may_shrink(r) for r in rest):
+            self._block(rest, "no declared duration: cannot backfill")
             return
         smallest = min(
             (self._least_start(r) for r in rest if self._may_pass(r) or self._may_shrink(r)), default=math.inf

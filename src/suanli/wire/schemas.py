@@ -470,7 +470,10 @@ class RentalDryRunResponse(WireModel):
     """What `POST /v1/rentals` would do with the same body now, with nothing created (as `sbatch
     --test-only`): the checks create makes (a bad field, too little balance) fail the same way."""
 
-    starts_now: bool = Field(description="Alone in the queue, a cycle now would place it (`nodes`).")
+    starts_now: bool = Field(
+        description="A cycle now would place it (`nodes`), taking it in the queue's order with the rentals "
+        "waiting (under the backfill queue: it passes a blocked head only where it cannot delay it)."
+    )
     nodes: list[str] = Field(default_factory=list, description="Where it would start, one entry per node.")
     preempts: int = Field(
         default=0,
@@ -489,7 +492,17 @@ class RentalDryRunResponse(WireModel):
         default=None, description="That rate over its declared max duration (at least the 60 s minimum)."
     )
     rentals_waiting: int = Field(
-        default=0, description="Rentals pending now: the queue's order may place some of them first."
+        default=0, description="Rentals pending now: the trial took it in the queue's order with them."
+    )
+    expected_start_at: datetime | None = Field(
+        default=None,
+        description="Waiting: when capacity would be reserved for it (it would head the backfill queue, or "
+        "the conservative queue would book it), as the rental's own `expected_start_at` would show.",
+    )
+    head_start_at: datetime | None = Field(
+        default=None,
+        description="Waiting behind the backfill queue's blocked head (another rental), with no "
+        "`expected_start_at` of its own: when capacity is reserved for that head.",
     )
     contract_covered_gpus: float = Field(
         default=0.0,

@@ -336,7 +336,9 @@ function trialText(trial) {
   if (trial.starts_now) text = `Would start now on ${trial.nodes.join(", ")}${rate}.`;
   else if (trial.preempts) text = `Would give ${trial.preempts} lower-tier rental(s) notice and start when they leave${rate}.`;
   else text = `Would wait (${trial.pending_reason}): ${trial.message}.`;
-  if (trial.rentals_waiting) text += ` ${trial.rentals_waiting} rentals are waiting; the queue may place some of them first.`;
+  if (trial.expected_start_at) text += ` Capacity would be reserved for it: starts by ${trial.expected_start_at} at the latest.`;
+  if (trial.head_start_at) text += ` Behind the head of the queue, whose capacity is reserved from ${trial.head_start_at}.`;
+  if (trial.rentals_waiting) text += ` ${trial.rentals_waiting} rentals are waiting; judged in the queue's order with them.`;
   return `${text} Dry run: nothing was created.`;
 }
 
