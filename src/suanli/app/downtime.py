@@ -4,14 +4,19 @@ leader keeps out of placements now because of a window (also what node and offer
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 
 from suanli.app.ports import UnitOfWork
 from suanli.app.records import MaintenanceWindow
 from suanli.domain.contracts import Maintenance
 from suanli.domain.inventory import Fleet
+from suanli.domain.plan import Pending, Reason
+from suanli.domain.policies import Policy
 from suanli.domain.preemption import PreemptionConfig
+from suanli.domain.request import Request
+from suanli.domain.scheduler import trial_place
+from suanli.domain.snapshot import Snapshot
 
 
 def down_for_contracts(
@@ -66,3 +71,71 @@ def out_of_service_until(
         if window.starts_at - lead <= now < window.ends_at:
             until[window.node] = max(window.ends_at, until.get(window.node, window.ends_at))
     return until
+
+
+def maintenance_reasons(
+    still: Sequence[Pending],
+    requests: Mapping[str, Request],
+    snapshot: Snapshot,
+    policy: Policy,
+    windows: Sequence[MaintenanceWindow],
+    drained: Collection[str],
+    horizon_s: float,
+    now: datetime,
+) -> list[Pending]:
+    """`still`, with a request waiting for capacity that would fit now on nodes in (or about to enter)
+    maintenance, or that declares a duration it would still run for when a node's window starts, waiting for
+    `maintenance` instead, its message naming the nodes and their windows: "busy" would say rentals hold
+    them. The snapshot is left as it was found."""
+    if not windows or not any(p.reason is Reason.NO_CAPACITY for p in still):
+        return list(still)
+    until = out_of_service_until(windows, now, horizon_s)
+    down = [n for n in until if n not in drained and n in snapshot.by_name]
+    starts: dict[str, datetime] = {}  # each node's next window still ahead
+    for window in windows:
+        if window.starts_at > now and window.node not in until:
+            starts[window.node] = min(window.starts_at, starts.get(window.node, window.starts_at))
+    found = []
+    for name in down:
+        snapshot.set_schedulable(name, True)
+    try:
+        for pending in still:
+            request = requests.get(pending.request_id)
+            if pending.reason is Reason.NO_CAPACITY and request is not None:
+                pending = _maintenance_reason(pending, request, snapshot, policy, until, starts, now)
+            found.append(pending)
+    finally:
+        for name in down:
+            snapshot.set_schedulable(name, False)
+    return found
+
+
+def _maintenance_reason(
+    pending: Pending,
+    request: Request,
+    snapshot: Snapshot,
+    policy: Policy,
+    until: Mapping[str, datetime],
+    starts: Mapping[str, datetime],
+    now: datetime,
+) -> Pending:
+    """`maintenance` for one request waiting for capacity, when windows (in force `until`, or ahead at
+    `starts`) are what keeps it out; `pending` as it was otherwise."""
+    placement = trial_place(snapshot, request, policy)
+    nodes = sorted({a.node for a in placement.nodes}) if placement is not None else []
+    inside = [n for n in nodes if n in until]
+    end = now + timedelta(seconds=request.max_duration_s or 0)
+    ahead = [n for n in nodes if n in starts and starts[n] < end]
+    if inside:
+        back = ", ".join(f"{n} until {until[n]:%Y-%m-%d %H:%M} UTC" for n in inside)
+        return Pending(
+            pending.request_id, Reason.MAINTENANCE, f"it fits now only on nodes in maintenance: {back}"
+        )
+    if ahead and request.max_duration_s is not None:
+        at = ", ".join(f"{n} at {starts[n]:%Y-%m-%d %H:%M} UTC" for n in ahead)
+        message = (
+            f"it would still run, by its declared duration, when maintenance starts on {at}; "
+            "it waits for nodes it can finish on"
+        )
+        return Pending(pending.request_id, Reason.MAINTENANCE, message)
+    return pending

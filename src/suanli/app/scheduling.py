@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 
 from suanli.app.booking import bookings_for
-from suanli.app.downtime import notice_horizon_s, out_of_service_until
+from suanli.app.downtime import maintenance_reasons, notice_horizon_s
 from suanli.app.errors import BookingConflict
 from suanli.app.fleet import FleetCache
 from suanli.app.growth import Held, held_request, holding_after, started_smaller, wants_resize
@@ -73,7 +73,6 @@ from suanli.domain.quotas import Limits
 from suanli.domain.request import Request, Tier
 from suanli.domain.reservation import reserve
 from suanli.domain.scattered import scattered_gpus
-from suanli.domain.scheduler import trial_place
 from suanli.domain.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
@@ -390,7 +389,7 @@ class Scheduler:
         # the last reason given it, as the cycle records them in order (an elastic one gated at its full size
         # is gated again at its smaller ones)
         pending = [p for p in decision.pending if p.request_id == rental.id][-1]
-        (held,) = self._in_maintenance([pending], {r.id: r for r in requests}, now_s)
+        (held,) = self._maintenance_reasons([pending], {r.id: r for r in requests}, now_s)
         return Trial(
             (),
             0,
@@ -591,7 +590,7 @@ class Scheduler:
             self.drain = None
         waiting = [requests[p.request_id] for p in still if p.reason in WAITING_FOR_CAPACITY]
         self.scattered_gpus = scattered_gpus(self.snapshot, waiting, self.reserved)
-        return decision.placements, self._in_maintenance(still, requests, now_s), decision.preemptions
+        return decision.placements, self._maintenance_reasons(still, requests, now_s), decision.preemptions
 
     def _decide(
         self,
@@ -627,50 +626,16 @@ class Scheduler:
         )
         return decision, queue
 
-    def _in_maintenance(
+    def _maintenance_reasons(
         self, still: Sequence[Pending], requests: Mapping[str, Request], now_s: float
     ) -> list[Pending]:
-        """A request waiting for capacity that would fit now on nodes in (or about to enter) maintenance, or
-        that declares a duration it would still run for when a node's window starts, waits for
-        `maintenance`, its message naming the nodes and their windows: "busy" would say rentals hold them."""
+        """`still`, with `maintenance` named where windows, not busy capacity, keep a request waiting."""
         assert self.snapshot is not None and self.policy is not None
-        if not self.windows or not any(p.reason is Reason.NO_CAPACITY for p in still):
-            return list(still)
         now = datetime.fromtimestamp(now_s, UTC)
-        until = out_of_service_until(self.windows, now, self.live.notice_horizon_s)
-        down = [n for n in until if n not in self.live.drained and n in self.snapshot.by_name]
-        starts: dict[str, datetime] = {}  # each node's next window still ahead
-        for window in self.windows:
-            if window.starts_at > now and window.node not in until:
-                starts[window.node] = min(window.starts_at, starts.get(window.node, window.starts_at))
-        found = []
-        for name in down:
-            self.snapshot.set_schedulable(name, True)
-        try:
-            for pending in still:
-                request = requests.get(pending.request_id)
-                if pending.reason is Reason.NO_CAPACITY and request is not None:
-                    placement = trial_place(self.snapshot, request, self.policy)
-                    nodes = sorted({a.node for a in placement.nodes}) if placement is not None else []
-                    inside = [n for n in nodes if n in until]
-                    end = now + timedelta(seconds=request.max_duration_s or 0)
-                    ahead = [n for n in nodes if n in starts and starts[n] < end]
-                    if inside:
-                        back = ", ".join(f"{n} until {until[n]:%Y-%m-%d %H:%M} UTC" for n in inside)
-                        message = f"it fits now only on nodes in maintenance: {back}"
-                        pending = Pending(pending.request_id, Reason.MAINTENANCE, message)
-                    elif ahead and request.max_duration_s is not None:
-                        at = ", ".join(f"{n} at {starts[n]:%Y-%m-%d %H:%M} UTC" for n in ahead)
-                        message = (
-                            f"it would still run, by its declared duration, when maintenance starts on {at}; "
-                            "it waits for nodes it can finish on"
-                        )
-                        pending = Pending(pending.request_id, Reason.MAINTENANCE, message)
-                found.append(pending)
-        finally:
-            for name in down:
-                self.snapshot.set_schedulable(name, False)
-        return found
+        live, windows = self.live, self.windows
+        return maintenance_reasons(
+            still, requests, self.snapshot, self.policy, windows, live.drained, live.notice_horizon_s, now
+        )
 
     def _head_start(
         self,
