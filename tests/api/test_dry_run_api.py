@@ -9,7 +9,16 @@ from datetime import datetime, timedelta
 
 from fastapi.testclient import TestClient
 
-from conftest import ADMIN, WAIT_S, app_client, logged_in_as, make_tenant, scheduler_cycles, wait_for
+from conftest import (
+    ADMIN,
+    WAIT_S,
+    app_client,
+    logged_in_as,
+    make_tenant,
+    register_agent,
+    scheduler_cycles,
+    wait_for,
+)
 from suanli.app.errors import RateLimited
 from suanli.app.rate_limits import RateLimit
 from suanli.domain.billing.money import charge_micros
@@ -146,6 +155,41 @@ def test_under_backfill_a_dry_run_waits_behind_the_blocked_head_unless_it_ends_b
         at = f"{head_start:%Y-%m-%d %H:%M} UTC"
         assert f"behind the head of the queue, whose capacity is reserved from {at}" in said, said
         assert "2 rentals are waiting; judged in the queue's order with them" in said, said
+
+
+def test_a_rental_being_stopped_frees_its_gpus_now_in_the_heads_reservation(database_url: str) -> None:
+    """While a rental is `stopping` (its agent has not confirmed yet) its GPUs are about to free: the
+    blocked head keeps its reserved start and a short rental still backfills, rather than the head's start
+    becoming unbounded (the stopping rental was left out of the running ones while it still held GPUs)."""
+    with app_client(database_url, queue="backfill") as client:
+        tenant_id, headers = make_tenant(client, "stopper")
+        credit = {"amount_micros": 10**12}
+        assert client.post(f"/v1/tenants/{tenant_id}/credit", json=credit, headers=ADMIN).status_code == 201
+        first = client.post("/v1/rentals", json={**H200, "gpus": 4, "max_duration_s": 3600}, headers=headers)
+        placed = wait_for(client, first.json()["id"], headers, "placed")
+        (event,) = [e for e in placed["events"] if e["kind"] == "placed"]
+        first_ends = datetime.fromisoformat(event["at"]) + timedelta(hours=1)
+        second = client.post("/v1/rentals", json={**H200, "gpus": 2, "max_duration_s": 1800}, headers=headers)
+        assert wait_for(client, second.json()["id"], headers, "placed")["state"] == "placed"
+        wide = client.post("/v1/rentals", json={**H200, "max_duration_s": 600}, headers=headers).json()["id"]
+        deadline, url = time.monotonic() + WAIT_S, f"/v1/rentals/{wide}"
+        while client.get(url, headers=headers).json()["expected_start_at"] is None:
+            assert time.monotonic() < deadline  # the cycle reserved its start
+            time.sleep(0.02)
+
+        agent = register_agent(client, "h200-01")
+        report = {"workloads": [{"rental_id": second.json()["id"], "state": "running"}]}
+        assert client.post("/v1/agents/heartbeat", json=report, headers=agent).status_code == 200
+        stopped = client.post(f"/v1/rentals/{second.json()['id']}/stop", headers=headers).json()
+        assert stopped["state"] == "stopping", stopped  # until its agent says it stopped
+        scheduler_cycles(client, 2)
+        head = client.get(url, headers=headers).json()
+        assert head["expected_start_at"] is not None, head
+        assert abs(datetime.fromisoformat(head["expected_start_at"]) - first_ends) < timedelta(seconds=1)
+        short = _dry_run(client, {**H200, "gpus": 1, "max_duration_s": 600}, headers)
+        assert short["starts_now"], short
+        endless = _dry_run(client, {**H200, "gpus": 1}, headers)
+        assert endless["message"] == "no declared duration: cannot backfill", endless
 
 
 def test_under_the_greedy_queue_a_dry_run_starts_where_it_fits_whatever_waits(

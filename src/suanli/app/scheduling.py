@@ -84,6 +84,9 @@ EXPECTED_START_STEP_S = 60.0  # a head's recorded start is rewritten when the es
 FAIR_SHARE_SAVE_S = 60.0  # how often the leader saves fair-share usage (a new leader loses at most this much)
 
 
+STOPPING = "stopping"  # `Running.preempted_by` of a rental being stopped: not a victim, ending now
+
+
 @dataclass
 class CycleReport:
     placed: int = 0
@@ -518,22 +521,26 @@ class Scheduler:
             live = uow.rentals.by_ids(sorted(nodes))
         running: dict[str, tuple[Running, int]] = {}
         wanted: set[str] = set()
+        now_s = self.clock.now().timestamp()
         for rental in live:
-            if rental.state not in (*PREEMPTIBLE_STATES, "preempting"):
-                continue  # stopping, or ended since the snapshot was synced
+            stopping = rental.state == "stopping"
+            if rental.state not in (*PREEMPTIBLE_STATES, "preempting") and not stopping:
+                continue  # ended since the snapshot was synced
             deadline = rental.notice_deadline.timestamp() if rental.notice_deadline is not None else None
+            if stopping:  # its agents are stopping it: it frees what it holds now, and is no one's victim
+                deadline = now_s
             asked = to_request(rental)
             held = held_request(asked, nodes[rental.id])
             placed_at = rental.placed_at or rental.created_at
             if rental.time_limit_at is not None:  # it ends there at the latest (an elastic one's moves)
                 held = replace(held, max_duration_s=(rental.time_limit_at - placed_at).total_seconds())
-            if rental.preempted_by is None and wants_resize(rental, held):
+            if rental.preempted_by is None and not stopping and wants_resize(rental, held):
                 wanted.add(rental.id)
             request = Running(
                 held,
                 Placement(rental.id, tuple(nodes[rental.id])),
                 placed_at.timestamp(),
-                rental.preempted_by,
+                STOPPING if stopping and rental.preempted_by is None else rental.preempted_by,
                 deadline,
                 rental.borrowed,
                 least_size(asked),  # elastic: a preemption may trim it to its least size
