@@ -138,3 +138,31 @@ def test_cli_admin_maintenance_add_force_prints_the_contracts_left_short(
     assert f"forced: contracts left short of GPUs: {held['id']}" in forced.output
     row = next(line for line in forced.output.splitlines() if held["id"] in line and "│" in line)
     assert [cell.strip() for cell in row.strip("│").split("│")][5:9] == ["60", "60", "56", "4"], row
+
+
+def test_a_drain_that_deepens_a_shortfall_a_forced_window_made_is_refused_and_listed(
+    client: TestClient, tenant: Callable[[str], tuple[str, dict[str, str]]]
+) -> None:
+    """60 of 64 H100s contracted; a forced window on h100-a-01 leaves it 4 short for half an hour. Draining
+    h100-a-02 then takes 8 more (12 short in the window, 4 outside it): it was let through unforced, since the
+    contract was short already somewhere; now it is refused, and forced it is listed at the window's start."""
+    _, acme = tenant("acme")
+    start = _next_hour(WEEK)
+    held = _sign(client, acme, start, 2, 60)
+    window_start = start + timedelta(minutes=30)
+    body = {
+        "node": "h100-a-01",
+        "starts_at": window_start.isoformat(),
+        "ends_at": (window_start + timedelta(minutes=30)).isoformat(),
+        "force": True,
+    }
+    assert client.post("/v1/fleet/maintenance", json=body, headers=ADMIN).status_code == 201
+    refused = client.post("/v1/nodes/h100-a-02/drain", headers=ADMIN)
+    assert refused.status_code == 409 and held["id"] in refused.json()["error"]["message"], refused.text
+    forced = client.post("/v1/nodes/h100-a-02/drain", params={"force": "true"}, headers=ADMIN)
+    assert forced.status_code == 200, forced.text
+    [shown] = forced.json()["shortfalls"]
+    assert datetime.fromisoformat(shown["short_at"]) == window_start
+    assert (shown["contracted_gpus"], shown["in_service_gpus"], shown["short_gpus"]) == (60, 48, 12)
+    again = client.post("/v1/nodes/h100-a-03/drain", params={"force": "true"}, headers=ADMIN)
+    assert [s["short_gpus"] for s in again.json()["shortfalls"]] == [20]  # each drain takes more: listed

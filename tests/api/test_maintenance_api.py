@@ -133,8 +133,8 @@ def test_a_drain_that_would_leave_a_contract_short_is_refused_unless_forced(
 ) -> None:
     """cn-north has 64 H100s; a 60-GPU contract is signed for a week from now. Draining one H100 node (8
     GPUs, no end) would leave it short: 409 naming it, the node stays schedulable; forced, it is drained. A
-    second drain is refused no more than the first (the contract is short already: this drain is not why),
-    and draining a node of another pool is not held back by it."""
+    second drain is refused too (it leaves the contract shorter still, as a disruption budget already
+    spent refuses every further eviction), and draining a node of another pool is not held back by it."""
     _, headers = tenant("acme")
     week = 7 * 24 * 3600
     signed = _contract(client, headers, 60, week, week + 3600)
@@ -147,7 +147,9 @@ def test_a_drain_that_would_leave_a_contract_short_is_refused_unless_forced(
     assert nodes["h100-a-01"]["schedulable"] is True
     forced = client.post("/v1/nodes/h100-a-01/drain", params={"force": "true"}, headers=ADMIN)
     assert forced.status_code == 200 and forced.json()["schedulable"] is False
-    assert client.post("/v1/nodes/h100-a-02/drain", headers=ADMIN).status_code == 200
+    assert client.post("/v1/nodes/h100-a-02/drain", headers=ADMIN).status_code == 409
+    forced_again = client.post("/v1/nodes/h100-a-02/drain", params={"force": "true"}, headers=ADMIN)
+    assert forced_again.status_code == 200 and forced_again.json()["short_contracts"] == [contract_id]
     assert client.post("/v1/nodes/h200-01/drain", headers=ADMIN).status_code == 200
     _, tenant_headers = tenant("beta")
     assert client.post("/v1/nodes/h100-b-01/drain", headers=tenant_headers).status_code == 403

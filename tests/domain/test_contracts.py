@@ -16,6 +16,7 @@ from suanli.domain.contracts import (
     Maintenance,
     check_contract,
     contract_shortfalls,
+    deepened_shortfalls,
     fleet_capacity,
     open_holds,
     pools_of,
@@ -32,6 +33,8 @@ from suanli.domain.queueing import Gates, admit
 from suanli.domain.request import Constraints, GpuSelector, MigSlice, Request, Tier, WholeGpus
 from suanli.domain.scheduler import place
 from suanli.domain.snapshot import Snapshot
+
+HOUR = 3600.0
 
 MODEL = "H100-SXM-80GB"
 REGION = Region("r", "US", 400.0, 1.2)
@@ -436,3 +439,18 @@ def test_a_request_that_declares_its_duration_is_not_placed_where_maintenance_st
         assert [p.request_id for p in decision.placements] == [request.id]
     later = admit(Snapshot(fleet_of(1), CATALOG), [long], [], POLICY, 1800.0, CONFIG, gates=gates)
     assert [p.request_id for p in later.placements] == ["long"]  # the window has started: cordons rule then
+
+
+def test_a_drain_that_deepens_a_pool_short_already_is_its_doing_where_it_takes_more():
+    """Two nodes of 4; 6 contracted over [1 h, 5 h); a window on one node over [2 h, 3 h) leaves it 2 short
+    then. A drain of the other from now on leaves it 2 short outside the window and 6 inside: the drain made
+    it shorter, listed at its worst instant; a drain that changes nothing of it is not."""
+    pool = ("H100-SXM-80GB", "cn-north")
+    contract = Contract("c1", "acme", *pool, 6, 1 * HOUR, 5 * HOUR)
+    window = Maintenance("n1", *pool, 4, 2 * HOUR, 3 * HOUR)
+    drain = Maintenance("n2", *pool, 4, 0.0, math.inf)
+    capacity = {pool: 8}
+    [shortfall] = deepened_shortfalls([contract], capacity, [window], [window, drain], 0.0, math.inf)
+    assert (shortfall.at_s, shortfall.contracted_gpus, shortfall.in_service_gpus) == (2 * HOUR, 6, 0)
+    assert deepened_shortfalls([contract], capacity, [window], [window], 0.0, math.inf) == []
+    assert [s.short_gpus for s in contract_shortfalls([contract], capacity, [window], 0.0, math.inf)] == [2]

@@ -22,7 +22,7 @@ from suanli.domain.catalog import Catalog
 from suanli.domain.contracts import (
     ContractShortfall,
     Maintenance,
-    contract_shortfalls,
+    deepened_shortfalls,
     fleet_capacity,
     short_contracts,
 )
@@ -274,8 +274,9 @@ class FleetService:
         }
 
     def _left_short(self, uow: UnitOfWork, node_name: str) -> tuple[ContractShortfall, ...]:
-        """The contracts of the node's pool a drain from now on would leave short, and by how much (those
-        short already, say through a node that went down, are not the drain's doing)."""
+        """The contracts of the node's pool a drain from now on would leave short, or shorter, and by how
+        much (at an instant when the pool is short already, say through a node that went down or a forced
+        window, only a drain that takes more of it then)."""
         now = self.clock.now()
         _, fleet = self.cache.load(uow)
         node = None if fleet is None else next((n for n in fleet.nodes if n.name == node_name), None)
@@ -292,6 +293,4 @@ class FleetService:
             if (contract.model, contract.region) == (node.gpu_model, node.region)
         ]
         capacity, now_s = fleet_capacity(fleet), now.timestamp()
-        already = {c.id for c in short_contracts(pool, capacity, before, now_s, math.inf)}
-        drained = contract_shortfalls(pool, capacity, after, now_s, math.inf)
-        return tuple(s for s in drained if s.contract.id not in already)
+        return tuple(deepened_shortfalls(pool, capacity, before, after, now_s, math.inf))

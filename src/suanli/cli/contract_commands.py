@@ -240,7 +240,7 @@ def shortfalls_table(found: list[ContractShortfallResponse]):
     ]
     columns = (
         "contract", "holder", "model", "region", "window (UTC)", "held",
-        "pool contracted", "pool in service", "short by", "at (UTC)",
+        "pool contracted", "pool in service", "pool short by", "at (UTC)",
     )  # fmt: skip
     return table("Contracts left short of GPUs", columns, rows)
 

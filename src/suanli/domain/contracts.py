@@ -114,7 +114,7 @@ class ContractShortfall:
 
     @property
     def short_gpus(self) -> int:
-        """GPUs the pool's contracts hold beyond what is in service then."""
+        """GPUs the pool's contracts (this one's and others') hold beyond what is in service then."""
         return self.contracted_gpus - self.in_service_gpus
 
 
@@ -127,25 +127,52 @@ def contract_shortfalls(
 ) -> list[ContractShortfall]:
     """Each contract open at some instant of [start_s, end_s) when its pool's contracts add up to more than
     its GPUs less those in maintenance then, with the instant it is shortest by most: what a maintenance
-    window (or a drain) over that span would leave short, and by how much."""
-    contracts, maintenance = list(contracts), list(maintenance)
+    window over that span would leave short, and by how much."""
+    return deepened_shortfalls(
+        contracts, fleet_capacity, (), maintenance, start_s, end_s, already_short=False
+    )
+
+
+def deepened_shortfalls(
+    contracts: Iterable[Contract],
+    fleet_capacity: Mapping[Pool, int],
+    before: Iterable[Maintenance],
+    after: Iterable[Maintenance],
+    start_s: float,
+    end_s: float,
+    *,
+    already_short: bool = True,
+) -> list[ContractShortfall]:
+    """Each contract open at some instant of [start_s, end_s) when its pool is short with `after`'s
+    maintenance, and (`already_short`) shorter than with `before`'s, with the instant it is shortest by
+    most: what a change of maintenance, a drain, leaves short or makes shorter. A pool short already
+    before is not the change's doing, unless the change takes more of it then."""
+    contracts, before, after = list(contracts), list(before), list(after)
     worst: dict[str, ContractShortfall] = {}
     for pool in {(c.model, c.region) for c in contracts}:
         mine = [c for c in contracts if (c.model, c.region) == pool and c.overlaps(start_s, end_s)]
-        down = [m for m in maintenance if (m.model, m.region) == pool]
+        down_before = [m for m in before if (m.model, m.region) == pool]
+        down_after = [m for m in after if (m.model, m.region) == pool]
+        capacity = fleet_capacity.get(pool, 0)
         # what is booked or down only rises at a start: checking each start (and the span's) covers it all
-        instants = {start_s, *(c.start_s for c in mine), *(m.start_s for m in down)}
+        instants = {start_s, *(c.start_s for c in mine), *(m.start_s for m in (*down_before, *down_after))}
         for t in sorted(t for t in instants if start_s <= t < end_s):
             open_now = [c for c in mine if c.open_at(t)]
             contracted = sum(c.gpus for c in open_now)
-            in_service = fleet_capacity.get(pool, 0) - sum(m.gpus for m in down if m.start_s <= t < m.end_s)
-            if contracted <= in_service:
+            in_service = capacity - _down_at(down_after, t)
+            short_before = max(0, contracted - (capacity - _down_at(down_before, t))) if already_short else 0
+            if contracted - in_service <= short_before:
                 continue
             for c in open_now:
                 seen = worst.get(c.id)
                 if seen is None or contracted - in_service > seen.short_gpus:
                     worst[c.id] = ContractShortfall(c, t, contracted, in_service)
     return sorted(worst.values(), key=lambda s: (s.contract.start_s, s.contract.id))
+
+
+def _down_at(maintenance: Sequence[Maintenance], t: float) -> int:
+    """GPUs of `maintenance` out of service at instant `t`."""
+    return sum(m.gpus for m in maintenance if m.start_s <= t < m.end_s)
 
 
 def short_contracts(
