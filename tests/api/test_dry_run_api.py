@@ -190,6 +190,13 @@ def test_a_rental_being_stopped_frees_its_gpus_now_in_the_heads_reservation(data
         assert short["starts_now"], short
         endless = _dry_run(client, {**H200, "gpus": 1}, headers)
         assert endless["message"] == "no declared duration: cannot backfill", endless
+        # one held back by a limit, not the head, is not said to wait behind it
+        other_id, other = make_tenant(client, "capped")
+        assert client.post(f"/v1/tenants/{other_id}/credit", json=credit, headers=ADMIN).status_code == 201
+        cap = {"daily_cap_micros": 1}
+        assert client.patch(f"/v1/tenants/{other_id}/limits", json=cap, headers=ADMIN).status_code == 200
+        limited = _dry_run(client, {**H200, "gpus": 1, "max_duration_s": 600}, other)
+        assert limited["pending_reason"] == "spend_cap" and limited["head_start_at"] is None, limited
 
 
 def test_under_the_greedy_queue_a_dry_run_starts_where_it_fits_whatever_waits(

@@ -387,12 +387,12 @@ class Scheduler:
         if decision.head is not None and head_start_s is not None:
             starts.setdefault(decision.head, head_start_s)
         own_start_s = starts.get(rental.id)
-        behind = own_start_s is None and decision.head not in (None, rental.id)
-        behind_s = head_start_s if behind else None
         # the last reason given it, as the cycle records them in order (an elastic one gated at its full size
         # is gated again at its smaller ones)
         pending = [p for p in decision.pending if p.request_id == rental.id][-1]
         (held,) = self._maintenance_reasons([pending], {r.id: r for r in requests}, now_s)
+        behind = held.reason is Reason.BLOCKED_BY_HEAD and own_start_s is None  # not a limit or a window
+        behind_s = head_start_s if behind and decision.head not in (None, rental.id) else None
         return Trial(
             (),
             0,
