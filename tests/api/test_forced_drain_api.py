@@ -117,6 +117,9 @@ def test_cli_admin_drain_force_prints_the_contracts_left_short(
     quiet = runner.invoke(app, ["admin", "drain", "h200-01"], env=env)
     assert quiet.exit_code == 0 and quiet.output.strip() == "drained h200-01"
     assert runner.invoke(app, ["admin", "undrain", "h100-a-01"]).exit_code == 0
+    refused = runner.invoke(app, ["admin", "drain", "h100-a-01"], env=env)
+    assert refused.exit_code != 0 and "NODE: draining h100-a-01 would leave" in refused.output, refused.output
+    assert "(field node)" not in refused.output
     as_json = runner.invoke(app, ["admin", "drain", "h100-a-01", "--force", "--json"])
     assert as_json.exit_code == 0, as_json.output
     [shown] = json.loads(as_json.output)["shortfalls"]

@@ -150,7 +150,8 @@ def test_a_limits_patch_changes_only_what_it_names(client, tenant) -> None:
     assert patched["fair_share_weight"] == 2.5 and patched["budget_daily_micros"] == 7_000_000
 
     refusals = [
-        ({"fair_share_weight": None}, "fair_share_weight"),
+        ({"fair_share_weight": None}, "fair_share_weight: a number above 0 (1 is the default), not null"),
+        ({"gpu_quota": None}, "gpu_quota: null would remove every quota"),
         ({"fair_share_weight": 0}, "fair_share_weight"),
         ({"gpu_quota": {"X900": 2}}, "unknown GPU model or family 'X900'"),
         ({"gpu_quota": {"H100": -1}}, "0 to"),

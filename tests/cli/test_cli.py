@@ -126,7 +126,7 @@ def test_rent_refuses_an_image_that_is_not_a_reference_naming_the_option() -> No
     rent = runner.invoke(app, ["rent", "H100:1", "--image", "ghcr.io/Acme/trainer:1", "--", "python", "t.py"])
     assert rent.exit_code == 2, rent.output
     shown = " ".join(rent.output.split())  # Rich wraps long lines
-    assert "--image: Value error, 'ghcr.io/Acme/trainer:1': repository names are lowercase" in shown
+    assert "--image: 'ghcr.io/Acme/trainer:1': repository names are lowercase" in shown
     assert "did you mean 'ghcr.io/acme/trainer:1'" in shown
 
 

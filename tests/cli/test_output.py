@@ -62,7 +62,7 @@ def test_option_values_the_request_refuses_are_named_by_option_not_a_traceback()
         assert idle.exit_code == 2 and says in idle.output, idle.output
     far = ["contracts", "create", "--gpu", "H100", "--count", "1", "--region", "x"]
     contract = runner.invoke(app, [*far, "--from", "2030-01-01T00:00", "--until", "9999-12-31T23:00"])
-    assert contract.exit_code == 2 and "--until: Value error, must be before the year 9000" in contract.output
+    assert contract.exit_code == 2 and "--until: must be before the year 9000" in contract.output
 
 
 def test_the_offers_table_names_each_rows_unit() -> None:
@@ -111,7 +111,7 @@ def test_the_share_of_a_limit_spent_reads_100_percent_only_once_it_is_reached() 
     shown = [used_percent(spent, limit) for spent in (0, 1, limit // 3, limit - 25_000, limit - 1, limit)]
     assert shown == ["0%", "0%", "33.3%", "99.9%", "99.9%", "100%"]
     assert used_percent(limit // 2, limit) == "50%" and used_percent(limit + limit // 8, limit) == "112.5%"
-    assert used_percent(0, 0) == "0%" and used_percent(1, 0) == "100%"
+    assert used_percent(0, 0) == "100%" and used_percent(1, 0) == "100%"  # a zero cap holds everything
 
 
 def test_the_budget_table_shows_99_99_percent_spent_as_99_9_not_100() -> None:

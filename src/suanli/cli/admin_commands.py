@@ -118,7 +118,7 @@ def admin_drain(
     as_json: JsonFlag = False,
 ) -> None:
     """Stop placing new work on a node (running rentals stay); refused if a contract would be short."""
-    with logged_in() as client:
+    with logged_in({"node": "NODE"}) as client:  # a refusal names the argument, not the wire field
         drained = client.drain(node, force=force)
     emit(drained, as_json, _drained_view)
 

@@ -178,7 +178,7 @@ def admin_limits(
     for item in quota or []:
         group, _, count = item.partition("=")
         if not group or not (count.isdigit() or count.lower() in NONE_WORDS):
-            raise usage_error(f"--quota: MODEL=GPUS or MODEL=none, got {item!r}")
+            raise usage_error(f"--quota: MODEL=GPUS, FAMILY=GPUS or GROUP=none, got {item!r}")
         gpu_quota[group] = int(count) if count.isdigit() else None
     changes: LimitsChanges = {}
     if gpu_quota:
@@ -278,7 +278,7 @@ def used_percent(spent_micros: int, limit_micros: int) -> str:
     """The share of a limit spent, floored to a tenth of a percent: 100% only once it is reached (99.99% is
     99.9%, not a rounded-up 100% that says the limit is hit while rentals still start)."""
     if not limit_micros:
-        return "100%" if spent_micros else "0%"
+        return "100%"  # a limit of 0 is reached: it holds every rental back
     tenths = spent_micros * 1000 // limit_micros
     return f"{tenths / 10:.1f}".removesuffix(".0") + "%"
 

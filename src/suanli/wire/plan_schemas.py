@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator
 
 from suanli.wire.schemas import MONTH_PATTERN, Moment, WireModel
 
@@ -103,11 +103,19 @@ class LimitsPatch(WireModel):
         default=None, gt=0, le=1000, description="Share of the fleet under contention, relative to others."
     )
 
-    @model_validator(mode="after")
-    def _weight_not_null(self) -> LimitsPatch:
-        if "fair_share_weight" in self.model_fields_set and self.fair_share_weight is None:
-            raise ValueError("fair_share_weight: a number above 0 (1 is the default), not null")
-        return self
+    @field_validator("gpu_quota", mode="before")
+    @classmethod
+    def _quota_map_not_null(cls, value: object) -> object:
+        if value is None:
+            raise ValueError('null would remove every quota: name each ({"H100": null}), or PUT the limits')
+        return value
+
+    @field_validator("fair_share_weight")
+    @classmethod
+    def _weight_not_null(cls, value: float | None) -> float:
+        if value is None:  # only a weight given as null: one left out is not validated
+            raise ValueError("a number above 0 (1 is the default), not null")
+        return value
 
 
 class BudgetRequest(WireModel):

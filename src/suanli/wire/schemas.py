@@ -95,7 +95,9 @@ def problem_text(problem: Mapping[str, Any], *, money_in_units: bool = False) ->
             days = limit / 86_400
             whole_days = limit >= 86_400 and days == int(days)
             return f"{words} {days:g} days" if whole_days else f"{words} {limit:g} s"
-    return str(problem.get("msg", "invalid value"))
+    message = str(problem.get("msg", "invalid value"))
+    # a validator's own words, without pydantic's prefix
+    return message.removeprefix("Value error, ") if kind == "value_error" else message
 
 
 # a time in a request: a clear 4xx, never an overflow later (`+ 1 year`, epoch seconds, `astimezone`)
