@@ -83,7 +83,8 @@ def test_victims_cost_no_more_than_any_set_that_makes_room(sizes, asked):
     fewer GPU-seconds than the chosen victims (`set_cost`)."""
     from itertools import combinations
 
-    from suanli.domain.preemption import fits_without, set_cost
+    from suanli.domain.running import set_cost
+    from suanli.domain.victim_search import fits_without
 
     snap = snapshot_of(3, 8)
     running = []
