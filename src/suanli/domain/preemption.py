@@ -1,7 +1,9 @@
 """Preemption with notice: the cheapest set of strictly lower-tier victims that lets a request fit.
 
-Pure and deterministic. "What if these were gone?" is answered on the snapshot with `release` undo
-functions, and the snapshot is left exactly as it was found. Guarantees: only rentals of a strictly lower
+Pure and deterministic. A greedy pass finds a victim set, and a bounded search (`victim_search`: per
+node for a one-node request, unions over nodes for a gang) replaces it with a cheaper one when it finds
+one. "What if these were gone?" is answered on the snapshot with `release` undo functions, and the
+snapshot is left exactly as it was found. Guarantees: only rentals of a strictly lower
 tier are victims (so a victim can never preempt its preemptor: no cycles); a gang is released whole or not
 at all; a rental already under notice is not chosen again; victims get a deadline of `now + notice_s` for
 their tier, and the capacity the preemptor will take is returned with the decision (the promise).
@@ -25,7 +27,7 @@ from suanli.domain.request import Request, Tier
 from suanli.domain.running import Running, victim_cost
 from suanli.domain.scheduler import trial_place
 from suanli.domain.snapshot import Snapshot
-from suanli.domain.victim_search import cheapest_on_one_node, fits_without
+from suanli.domain.victim_search import cheapest_for_gang, cheapest_on_one_node, fits_without
 
 DEFAULT_NOTICE_S = 30.0
 # what a checkpointed job spends again each time it resumes (loading its state, warming up) before it makes
@@ -92,10 +94,12 @@ def choose_victims(
     only the rentals on borrowed GPUs), not already under notice, ordered by `victim_cost`; an elastic one
     also as its trim (its part above its least size); (2) grow: release candidates (whole gangs, or trims)
     in that order until the request fits, a rental's eviction replacing its trim; (3) shrink: drop every
-    chosen victim, most expensive first, without which it still fits; (3b) for a one-node request, search
-    each node's cheapest sets that free enough there (`cheapest_on_one_node`: the greedy pass can pick the
-    cheapest victim on a node where the rest cost more); (4) promise the placement found, and trim each
-    trimmed victim only by what the promise takes of it.
+    chosen victim, most expensive first, without which it still fits; (3b) search for a cheaper set (the
+    greedy pass can pick the cheapest victim on a node where the rest cost more): for a one-node request,
+    each node's cheapest sets that free enough there (`cheapest_on_one_node`); for a gang, unions of such
+    sets on its likeliest nodes until enough nodes are clear, a gang victim counted once
+    (`cheapest_for_gang`); either is kept only if it fits and costs less (`set_cost`); (4) promise the
+    placement found, and trim each trimmed victim only by what the promise takes of it.
     """
     eligible = [
         r
@@ -140,8 +144,8 @@ def choose_victims(
                 gone.release(victim)
     finally:
         gone.restore()
-    if request.node_count == 1:
-        chosen = cheapest_on_one_node(snapshot, request, candidates, chosen, policy, now)
+    search = cheapest_on_one_node if request.node_count == 1 else cheapest_for_gang
+    chosen = search(snapshot, request, candidates, chosen, policy, now)
     promised = fits_without(snapshot, request, chosen, policy)
     assert promised is not None, "the shrunk victim set was checked to fit"
     evictions = (
