@@ -42,15 +42,17 @@ def cheapest_on_one_node(
 ) -> list[Running]:
     """The cheapest victim set (`set_cost`) after which the one-node `request` fits: on each node, every
     set of its cheapest rentals (each evicted, trimmed, or left) that frees enough GPUs there and costs
-    less than `chosen` is a candidate, and the cheapest that fits wins; `chosen` when none does."""
+    less than `chosen` is a candidate, and the cheapest that fits wins; `chosen` when none does.
+    `candidates` come in `victim_cost` order."""
     best = set_cost(chosen, now)
     need_milli = snapshot.least_gpus(request) * 1000 - 1e-6
     found: list[tuple[tuple, list[Running]]] = []
     for node, by_rental in _victims_by_node(candidates).items():
         state = snapshot.by_name[node]
-        if not state.schedulable:
-            continue
-        local = _NodeRentals.of(node, by_rental, state.free_milli, now)
+        cheapest = next(iter(by_rental.values()))[0]
+        if not state.schedulable or victim_cost(cheapest, now)[:4] > best[:4]:
+            continue  # a set holding any of its rentals costs more than the one found
+        local = _NodeRentals.of(node, by_rental, state.free_milli)
         found.extend(
             _sets_freeing(local.rentals, local.freed, local.reach, state.free_milli, need_milli, best, now)
         )
@@ -77,7 +79,7 @@ def cheapest_for_gang(
     best = set_cost(chosen, now)
     need_milli = snapshot.least_gpus(request) / request.node_count * 1000 - 1e-6
     found: list[tuple[tuple, list[Running]]] = []
-    for region in _gang_nodes(snapshot, request, candidates, need_milli, policy, now):
+    for region in _gang_nodes(snapshot, request, candidates, need_milli, best, policy, now):
         nodes = [replace(node, clearances=_clearances(node, need_milli, best, now)) for node in region]
         found.extend(_combinations(nodes, request.node_count, need_milli, best, now))
     found.sort(key=lambda f: f[0])
@@ -115,10 +117,9 @@ class _NodeRentals:
     clearances: list[list[Running]] = field(default_factory=list)  # a gang search's cheapest sets for it
 
     @staticmethod
-    def of(node: str, by_rental: Mapping[str, list[Running]], free_milli: float, now: float) -> _NodeRentals:
-        """`node`'s rentals among `by_rental` (rental id -> its options there), cheapest first."""
-        rentals = sorted(by_rental.values(), key=lambda options: victim_cost(options[0], now))
-        rentals = rentals[:SEARCH_RENTALS_PER_NODE]
+    def of(node: str, by_rental: Mapping[str, list[Running]], free_milli: float) -> _NodeRentals:
+        """`node`'s rentals from `by_rental` (rental id -> its options there, in `victim_cost` order)."""
+        rentals = list(by_rental.values())[:SEARCH_RENTALS_PER_NODE]
         freed = {
             id(o): sum(s.milli for a in o.placement.nodes if a.node == node for s in a.slices)
             for options in rentals
@@ -176,11 +177,12 @@ def _gang_nodes(
     request: Request,
     candidates: Sequence[Running],
     need_milli: float,
+    best: tuple,
     policy: Policy,
     now: float,
 ) -> list[list[_NodeRentals]]:
     """Per region (a gang never spans two), its schedulable nodes that could host one of the gang's nodes:
-    those that take one as they are (`clear_now`), then those likeliest to clear cheaply
+    those that take one as they are (`clear_now`), then those likeliest to clear for less than `best`
     (`_clearance_guess`), at most `node_count` + SEARCH_GANG_SPARE_NODES in all."""
     class_ids = set(nominate(snapshot, request)[0])
     shape_id = snapshot.intern_request(request)
@@ -192,7 +194,10 @@ def _gang_nodes(
         fits = state.free_milli >= need_milli
         if fits and best_option(snapshot, state.class_id, state.state_id, shape_id, request, policy) is None:
             continue  # free GPUs enough, yet its CPU, memory or GPU layout stops it: no set can say
-        guess = (-1, 0.0) if fits else _clearance_guess(on_node.get(state.name, []), state, need_milli, now)
+        options = on_node.get(state.name, [])
+        if not fits and (not options or victim_cost(options[0][0], now)[:4] > best[:4]):
+            continue  # nothing to free, or a set holding any of its rentals costs more than `best`
+        guess = (-1, 0.0) if fits else _clearance_guess(options, state, need_milli, now)
         if guess is not None:
             ranked.setdefault(state.node.topology[0], []).append((guess, state.index, fits))
     keep = request.node_count + SEARCH_GANG_SPARE_NODES
@@ -201,9 +206,16 @@ def _gang_nodes(
 
 
 def _freed_on_nodes(candidates: Sequence[Running]) -> dict[str, list[tuple[Running, float]]]:
-    """Node -> (option, milli it frees there) for every candidate option on it, in `candidates`' order."""
+    """Node -> (option, milli it frees there) for every candidate option on it, in `candidates`' order
+    (`victim_cost`: the first is the node's cheapest)."""
     on_node: dict[str, dict[int, tuple[Running, float]]] = {}
     for candidate in candidates:
+        if len(candidate.placement.nodes) == 1:  # most are: what it holds, computed once, is what it frees
+            on_node.setdefault(candidate.placement.nodes[0].node, {})[id(candidate)] = (
+                candidate,
+                round(candidate.gpus * 1000),
+            )
+            continue
         for allocation in candidate.placement.nodes:
             here = on_node.setdefault(allocation.node, {})
             _, milli = here.get(id(candidate), (candidate, 0.0))
@@ -218,7 +230,7 @@ def _clearance_guess(
     options taken lowest tier and fewest GPU-seconds lost per milli first (a gang's loss shared among its
     nodes: `_share_here`) until enough is free, the last in part; None when all of them free too little."""
     milli = state.free_milli
-    if not options or milli + sum(freed for _, freed in options) < need_milli:
+    if milli + sum(freed for _, freed in options) < need_milli:
         return None
     rated = sorted(
         (o.request.tier, _share_here(o) * o.lost_gpu_s(now) / freed, freed)
@@ -243,7 +255,7 @@ def _gang_node(
     by_rental: dict[str, list[Running]] = {}
     for option, _ in on_node[state.name]:
         by_rental.setdefault(option.request.id, []).append(option)
-    return _NodeRentals.of(state.name, by_rental, state.free_milli, now)
+    return _NodeRentals.of(state.name, by_rental, state.free_milli)
 
 
 def _share_here(victim: Running) -> float:
