@@ -1,5 +1,6 @@
 """Bounded searches for the cheapest victim set (`set_cost`) that lets a request fit, run by
-`choose_victims` after its greedy pass, whose set they replace only with a cheaper one that fits.
+`choose_victims` after its greedy pass, whose set they replace only with a cheaper one that fits. Both
+look only at the candidates that alone cost no more than that set (`_cheaper_than`).
 
 One node (`cheapest_on_one_node`): on every node, every set of its cheapest rentals that frees enough
 there; exact within SEARCH_RENTALS_PER_NODE and SEARCH_FIT_TRIALS. A gang (`cheapest_for_gang`): per
@@ -15,6 +16,7 @@ Pure and deterministic; the snapshot is left as it was found (`fits_without` rel
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -47,11 +49,10 @@ def cheapest_on_one_node(
     best = set_cost(chosen, now)
     need_milli = snapshot.least_gpus(request) * 1000 - 1e-6
     found: list[tuple[tuple, list[Running]]] = []
-    for node, by_rental in _victims_by_node(candidates).items():
+    for node, by_rental in _victims_by_node(_cheaper_than(candidates, best, now)).items():
         state = snapshot.by_name[node]
-        cheapest = next(iter(by_rental.values()))[0]
-        if not state.schedulable or victim_cost(cheapest, now)[:4] > best[:4]:
-            continue  # a set holding any of its rentals costs more than the one found
+        if not state.schedulable:
+            continue
         local = _NodeRentals.of(node, by_rental, state.free_milli)
         found.extend(
             _sets_freeing(local.rentals, local.freed, local.reach, state.free_milli, need_milli, best, now)
@@ -92,6 +93,12 @@ def cheapest_for_gang(
             if fits_without(snapshot, request, victims, policy) is not None:
                 return victims
     return chosen
+
+
+def _cheaper_than(candidates: Sequence[Running], best: tuple, now: float) -> Sequence[Running]:
+    """The first of `candidates` (in `victim_cost` order), up to the first that alone costs more than
+    `best`: no set holding it or a later one could cost less."""
+    return candidates[: bisect_right(candidates, best[:4], key=lambda r: victim_cost(r, now)[:4])]
 
 
 def _victims_by_node(candidates: Sequence[Running]) -> dict[str, dict[str, list[Running]]]:
@@ -186,7 +193,7 @@ def _gang_nodes(
     (`_clearance_guess`), at most `node_count` + SEARCH_GANG_SPARE_NODES in all."""
     class_ids = set(nominate(snapshot, request)[0])
     shape_id = snapshot.intern_request(request)
-    on_node = _freed_on_nodes(candidates)
+    on_node = _freed_on_nodes(_cheaper_than(candidates, best, now))
     ranked: dict[str, list[tuple[tuple[float, float], int, bool]]] = {}
     for state in snapshot.nodes:
         if not state.schedulable or state.class_id not in class_ids:
@@ -195,8 +202,8 @@ def _gang_nodes(
         if fits and best_option(snapshot, state.class_id, state.state_id, shape_id, request, policy) is None:
             continue  # free GPUs enough, yet its CPU, memory or GPU layout stops it: no set can say
         options = on_node.get(state.name, [])
-        if not fits and (not options or victim_cost(options[0][0], now)[:4] > best[:4]):
-            continue  # nothing to free, or a set holding any of its rentals costs more than `best`
+        if not fits and not options:
+            continue  # nothing on it that could go for less than `best`
         guess = (-1, 0.0) if fits else _clearance_guess(options, state, need_milli, now)
         if guess is not None:
             ranked.setdefault(state.node.topology[0], []).append((guess, state.index, fits))
@@ -303,12 +310,19 @@ class _Union:
     freed: Mapping[str, float]
     cleared: frozenset[str]
     totals: tuple[float, float, float, float] = (-1, 0.0, -1, 0.0)
+    last: int = -1  # the position of the last node whose clearance it took: later ones come after it
 
     def adding(
-        self, clearance: Sequence[Running], free: Mapping[str, float], need_milli: float, now: float
+        self,
+        position: int,
+        clearance: Sequence[Running],
+        free: Mapping[str, float],
+        need_milli: float,
+        now: float,
     ) -> _Union:
-        """This union with one more node's clearance: a victim already in it (a gang) counts once, and a
-        node searched (`free`: its free milli) is clear once what is free there reaches `need_milli`."""
+        """This union with the clearance of the node at `position`: a victim already in it (a gang) counts
+        once, and a node searched (`free`: its free milli) is clear once what is free there reaches
+        `need_milli`."""
         victims, freed = dict(self.victims), dict(self.freed)
         tier, lost, offer, gpus = self.totals
         for victim in clearance:
@@ -324,7 +338,7 @@ class _Union:
             offer = max(offer, victim.request.offered_micros_per_hour)
             lost, gpus = lost + victim.lost_gpu_s(now), gpus + victim.gpus
         cleared = self.cleared | {n for n, milli in freed.items() if free[n] + milli >= need_milli}
-        return _Union(victims, freed, cleared, (tier, lost, offer, gpus))
+        return _Union(victims, freed, cleared, (tier, lost, offer, gpus), position)
 
 
 def _add_freed(freed: dict[str, float], victim: Running, free: Mapping[str, float], sign: int) -> None:
@@ -339,19 +353,20 @@ def _combinations(
     nodes: Sequence[_NodeRentals], count: int, need_milli: float, best: tuple, now: float
 ) -> list[tuple[tuple, list[Running]]]:
     """(cost, set) for the cheapest unions of node clearances found that clear `count` of `nodes` and cost
-    less than `best`: a beam search that adds one clearance of a node not yet clear at each step, keeping
-    the SEARCH_GANG_BEAM cheapest unions not yet enough (every one of them on a small enough fleet)."""
+    less than `best`: a beam search that adds the clearance of a node not yet clear at each step (nodes in
+    order, so each set of nodes is made once), keeping the SEARCH_GANG_BEAM cheapest unions not yet enough
+    (every one of them on a small enough fleet)."""
     free = {node.name: node.free_milli for node in nodes}
     beam = [_Union({}, {}, frozenset(node.name for node in nodes if node.clear_now))]
     done: list[_Union] = []
     for _ in range(count):
         grown: dict[frozenset[int], _Union] = {}  # by its victims: the same set clears the same nodes
         for union in beam:
-            for node in nodes:
-                if node.name in union.cleared:
+            for position in range(union.last + 1, len(nodes)):
+                if nodes[position].name in union.cleared:
                     continue
-                for clearance in node.clearances:
-                    child = union.adding(clearance, free, need_milli, now)
+                for clearance in nodes[position].clearances:
+                    child = union.adding(position, clearance, free, need_milli, now)
                     if child.totals < best[:4]:
                         grown.setdefault(frozenset(map(id, child.victims.values())), child)
         done.extend(union for union in grown.values() if len(union.cleared) >= count)
