@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -83,7 +84,8 @@ def test_victims_cost_no_more_than_any_set_that_makes_room(sizes, asked):
     fewer GPU-seconds than the chosen victims (`set_cost`)."""
     from itertools import combinations
 
-    from suanli.domain.preemption import fits_without, set_cost
+    from suanli.domain.running import set_cost
+    from suanli.domain.victim_search import fits_without
 
     snap = snapshot_of(3, 8)
     running = []
@@ -107,6 +109,121 @@ def test_victims_cost_no_more_than_any_set_that_makes_room(sizes, asked):
         return
     victims = [r for r in running if r.request.id in {v.request_id for v in decision.victims}]
     assert set_cost(victims, 100.0)[:4] == min(room)[:4]
+
+
+def nodes_of(*rentals: Running) -> set[str]:
+    return {a.node for r in rentals for a in r.placement.nodes}
+
+
+def test_a_gang_preemptor_clears_the_nodes_whose_victims_cost_least_in_all():
+    """A 2-node gang of 8 GPUs on three full nodes. The greedy pass takes victims cheapest first (a1 10, b1
+    11, c1 45, c2 45, a2 50 GPU-seconds) until two nodes are clear (n0, n2) and drops b1: 150 lost. Clearing
+    n0 and n1 instead loses 10 + 50 + 11 + 55 = 126."""
+    snap = snapshot_of(3, 8)
+    now = 100.0
+    a1 = start(snap, "a1", 1, Tier.SPOT, at=now - 10)
+    a2 = start(snap, "a2", 7, Tier.SPOT, at=now - 50 / 7)
+    b1 = start(snap, "b1", 1, Tier.SPOT, at=now - 11)
+    b2 = start(snap, "b2", 7, Tier.SPOT, at=now - 55 / 7)
+    c1 = start(snap, "c1", 4, Tier.SPOT, at=now - 45 / 4)
+    c2 = start(snap, "c2", 4, Tier.SPOT, at=now - 45 / 4)
+    assert (nodes_of(a1, a2), nodes_of(b1, b2), nodes_of(c1, c2)) == ({"n0"}, {"n1"}, {"n2"})
+    before = state(snap)
+    asked = Request("gang", WholeGpus(8), node_count=2, tier=Tier.ON_DEMAND)
+    decision = choose_victims(snap, asked, [a1, a2, b1, b2, c1, c2], POLICY, now)
+    assert state(snap) == before
+    assert decision is not None
+    assert sorted(v.request_id for v in decision.victims) == ["a1", "a2", "b1", "b2"]
+    assert sum(v.lost_gpu_s for v in decision.victims) == pytest.approx(126)
+    assert {a.node for a in decision.promised.nodes} == {"n0", "n1"}
+
+
+def test_a_gang_victim_that_clears_two_nodes_is_counted_once():
+    """A spot gang (4 GPUs on n0 and on n1, 80 GPU-seconds) shares each node with a 30 GPU-s rental; n2
+    holds two of 20. For a 2-node gang of 8 GPUs the greedy pass ends on {r1, r2, p, gang}: 150 lost.
+    Clearing n0 and n1 evicts the gang once with p and q: 140."""
+    snap = snapshot_of(3, 8)
+    now = 100.0
+    gang = start(snap, "gang", 4, Tier.SPOT, at=now - 10, nodes=2)
+    p = start(snap, "p", 4, Tier.SPOT, at=now - 30 / 4)
+    q = start(snap, "q", 4, Tier.SPOT, at=now - 30 / 4)
+    r1 = start(snap, "r1", 4, Tier.SPOT, at=now - 5)
+    r2 = start(snap, "r2", 4, Tier.SPOT, at=now - 5)
+    assert (nodes_of(gang), nodes_of(p), nodes_of(q), nodes_of(r1, r2)) == (
+        {"n0", "n1"},
+        {"n0"},
+        {"n1"},
+        {"n2"},
+    )
+    asked = Request("asked", WholeGpus(8), node_count=2, tier=Tier.ON_DEMAND)
+    decision = choose_victims(snap, asked, [gang, p, q, r1, r2], POLICY, now)
+    assert decision is not None
+    victims = {v.request_id: v for v in decision.victims}
+    assert sorted(victims) == ["gang", "p", "q"]
+    assert victims["gang"].gpus == 8  # both of its nodes, never half
+    assert sum(v.lost_gpu_s for v in decision.victims) == pytest.approx(140)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    nodes=st.integers(2, 4),
+    gang=st.tuples(st.integers(1, 4), st.integers(0, 100)),
+    singles=st.lists(
+        st.tuples(st.integers(1, 4), st.integers(0, 100), st.sampled_from([Tier.SPOT, Tier.ON_DEMAND])),
+        max_size=6,
+    ),
+    asked=st.tuples(st.integers(1, 4), st.integers(2, 3)),
+)
+def test_gang_victims_cost_no_more_than_any_set_that_makes_room(nodes, gang, singles, asked):
+    """A gang preemptor on 2-4 nodes of 4 GPUs, among a spot gang victim (on two nodes) and one-node spot
+    and on-demand rentals: the victims chosen let it fit, the gang victim goes whole, and on sizes within
+    the search's bounds no subset of the rentals that lets it fit costs less (`set_cost`, brute force over
+    every subset). Within the bounds: a 2-node preemptor and at most SEARCH_GANG_CLEARANCES rentals on a
+    node (so no node has more minimal sets than it keeps), with every node's sets in the beam at once."""
+    from itertools import combinations
+
+    from suanli.domain.running import set_cost
+    from suanli.domain.victim_search import SEARCH_GANG_BEAM, SEARCH_GANG_CLEARANCES, fits_without
+
+    snap = snapshot_of(nodes, 4)
+    now = 100.0
+    running = []
+    gang_gpus, gang_age = gang
+    shapes = [("g", gang_gpus, gang_age, Tier.SPOT, 2)]
+    shapes += [(f"s{i}", gpus, age, tier, 1) for i, (gpus, age, tier) in enumerate(singles)]
+    for rid, gpus, age, tier, count in shapes:
+        request = Request(rid, WholeGpus(gpus), node_count=count, tier=tier)
+        placement = place(snap, request, POLICY)
+        if isinstance(placement, Placement):
+            running.append(Running(request, placement, now - age))
+    per_node, count = asked
+    request = Request("res", WholeGpus(per_node), node_count=count, tier=Tier.RESERVED)
+    if fits_without(snap, request, [], POLICY) is not None:
+        return  # it fits already: no victims are needed
+    before = state(snap)
+    decision = choose_victims(snap, request, running, POLICY, now)
+    assert state(snap) == before
+    room = [
+        set_cost(chosen, now)
+        for k in range(1, len(running) + 1)
+        for chosen in combinations(running, k)
+        if fits_without(snap, request, list(chosen), POLICY) is not None
+    ]
+    if decision is None:
+        assert room == []
+        return
+    by_id = {r.request.id: r for r in running}
+    victims = [by_id[v.request_id] for v in decision.victims]
+    assert fits_without(snap, request, victims, POLICY) is not None
+    assert all(v.gpus == by_id[v.request_id].gpus and v.keeps is None for v in decision.victims)
+    rentals_on = [sum(1 for r in running if f"n{i}" in nodes_of(r)) for i in range(nodes)]
+    within_bounds = (
+        count == 2
+        and max(rentals_on) <= SEARCH_GANG_CLEARANCES
+        and nodes * SEARCH_GANG_CLEARANCES <= SEARCH_GANG_BEAM
+    )
+    if within_bounds:
+        assert set_cost(victims, now)[:4] == pytest.approx(min(room)[:4])
 
 
 def test_equal_loss_goes_to_the_lower_bid_and_lower_tier_goes_first():

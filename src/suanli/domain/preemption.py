@@ -1,7 +1,9 @@
 """Preemption with notice: the cheapest set of strictly lower-tier victims that lets a request fit.
 
-Pure and deterministic. "What if these were gone?" is answered on the snapshot with `release` undo
-functions, and the snapshot is left exactly as it was found. Guarantees: only rentals of a strictly lower
+Pure and deterministic. A greedy pass finds a victim set, and a bounded search (`victim_search`: per
+node for a one-node request, unions over nodes for a gang) replaces it with a cheaper one when it finds
+one. "What if these were gone?" is answered on the snapshot with `release` undo functions, and the
+snapshot is left exactly as it was found. Guarantees: only rentals of a strictly lower
 tier are victims (so a victim can never preempt its preemptor: no cycles); a gang is released whole or not
 at all; a rental already under notice is not chosen again; victims get a deadline of `now + notice_s` for
 their tier, and the capacity the preemptor will take is returned with the decision (the promise).
@@ -15,58 +17,22 @@ eviction of the same rental, so it is tried first; a gang trimmed keeps whole no
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from suanli.domain.errors import RequestError
 from suanli.domain.plan import NodeAllocation, Placement
 from suanli.domain.policies import Policy
 from suanli.domain.request import Request, Tier
+from suanli.domain.running import Running, victim_cost
 from suanli.domain.scheduler import trial_place
 from suanli.domain.snapshot import Snapshot
+from suanli.domain.victim_search import cheapest_for_gang, cheapest_on_one_node, fits_without
 
 DEFAULT_NOTICE_S = 30.0
 # what a checkpointed job spends again each time it resumes (loading its state, warming up) before it makes
 # progress; deep-learning jobs take tens of seconds to minutes (Tiresias, NSDI'19: checkpoint and restore)
 RESUME_S = 300.0
-
-
-@dataclass(frozen=True, slots=True)
-class Running:
-    """A placed rental as the scheduler sees it; `preempted_by` and `notice_deadline_s` once under notice."""
-
-    request: Request
-    placement: Placement
-    started_at_s: float
-    preempted_by: str | None = None
-    notice_deadline_s: float | None = None
-    borrowed: bool = False  # started on GPUs lent while it would have waited: taken back with notice
-    # elastic: the fewest nodes, and whole GPUs on each, it may run on (a preemption may trim it to them)
-    least: tuple[int, int] | None = None
-    keeps: Placement | None = None  # under a trim's notice: what it runs on with after its deadline
-    # when its run began, if before `started_at_s` (a simulated elastic job restamped at each resize):
-    # what a preemption loses is counted from here
-    run_began_s: float | None = None
-    gpus: float = field(init=False, repr=False, compare=False)  # the placement's GPUs, computed once
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "gpus", self.placement.gpus)
-
-    def lost_gpu_s(self, now: float) -> float:
-        """The GPU-seconds its eviction now would lose: what it holds, since its run began."""
-        began = self.started_at_s if self.run_began_s is None else self.run_began_s
-        return self.gpus * max(now - began, 0.0)
-
-    @property
-    def expected_end_s(self) -> float | None:
-        """When it ends at the latest: start plus declared duration, the notice deadline if sooner (not a
-        trim's: it runs on, and what it gives back is promised to its preemptor)."""
-        deadline = None if self.keeps is not None else self.notice_deadline_s
-        duration = self.request.max_duration_s
-        if duration is None:
-            return deadline
-        end = self.started_at_s + duration
-        return deadline if deadline is not None and deadline <= end else end
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,19 +79,6 @@ class Preemption:
         return max(v.deadline_s for v in self.victims)
 
 
-def victim_cost(victim: Running, now: float) -> tuple[float, float, float, float, str]:
-    """Cheaper first: lower tier, fewer GPU-seconds lost, lower offer (a spot bid; no bid offers the most),
-    fewer GPUs, then id (stable)."""
-    lost = victim.lost_gpu_s(now)
-    return (
-        victim.request.tier,
-        lost,
-        victim.request.offered_micros_per_hour,
-        victim.gpus,
-        victim.request.id,
-    )
-
-
 def choose_victims(
     snapshot: Snapshot,
     request: Request,
@@ -141,10 +94,12 @@ def choose_victims(
     only the rentals on borrowed GPUs), not already under notice, ordered by `victim_cost`; an elastic one
     also as its trim (its part above its least size); (2) grow: release candidates (whole gangs, or trims)
     in that order until the request fits, a rental's eviction replacing its trim; (3) shrink: drop every
-    chosen victim, most expensive first, without which it still fits; (3b) for a one-node request, search
-    each node's cheapest sets that free enough there (`_cheapest_on_one_node`: the greedy pass can pick the
-    cheapest victim on a node where the rest cost more); (4) promise the placement found, and trim each
-    trimmed victim only by what the promise takes of it.
+    chosen victim, most expensive first, without which it still fits; (3b) search for a cheaper set (the
+    greedy pass can pick the cheapest victim on a node where the rest cost more): for a one-node request,
+    each node's cheapest sets that free enough there (`cheapest_on_one_node`); for a gang, unions of such
+    sets on its likeliest nodes until enough nodes are clear, a gang victim counted once
+    (`cheapest_for_gang`); either is kept only if it fits and costs less (`set_cost`); (4) promise the
+    placement found, and trim each trimmed victim only by what the promise takes of it.
     """
     eligible = [
         r
@@ -189,8 +144,8 @@ def choose_victims(
                 gone.release(victim)
     finally:
         gone.restore()
-    if request.node_count == 1:
-        chosen = _cheapest_on_one_node(snapshot, request, candidates, chosen, policy, now)
+    search = cheapest_on_one_node if request.node_count == 1 else cheapest_for_gang
+    chosen = search(snapshot, request, candidates, chosen, policy, now)
     promised = fits_without(snapshot, request, chosen, policy)
     assert promised is not None, "the shrunk victim set was checked to fit"
     evictions = (
@@ -201,84 +156,6 @@ def choose_victims(
     # or memory may be what the promise needs)
     victims = tuple(e for e in evictions if e.gpus > 0 or e.keeps is None)
     return Preemption(request.id, victims, promised) if victims else None
-
-
-def set_cost(victims: Sequence[Running], now: float) -> tuple[float, float, float, float, tuple[str, ...]]:
-    """A victim set's cost, cheaper first: its highest tier, the GPU-seconds it loses in all, its highest
-    bid, its GPUs in all, then its ids (stable); it never falls as a victim is added."""
-    costs = [victim_cost(v, now) for v in victims]
-    return (
-        max(c[0] for c in costs),
-        sum(c[1] for c in costs),
-        max(c[2] for c in costs),
-        sum(c[3] for c in costs),
-        tuple(sorted(c[4] for c in costs)),
-    )
-
-
-SEARCH_RENTALS_PER_NODE = 10  # the cheapest rentals on a node that `_cheapest_on_one_node` combines
-SEARCH_FIT_TRIALS = 64  # trial placements it may make: it is bounded however crowded the fleet
-
-
-def _cheapest_on_one_node(
-    snapshot: Snapshot,
-    request: Request,
-    candidates: Sequence[Running],
-    chosen: list[Running],
-    policy: Policy,
-    now: float,
-) -> list[Running]:
-    """The cheapest victim set (`set_cost`) after which the one-node `request` fits: on each node, every
-    set of its cheapest rentals (each evicted, trimmed, or left) that frees enough GPUs there and costs
-    less than `chosen` is a candidate, and the cheapest that fits wins; `chosen` when none does."""
-    best = set_cost(chosen, now)
-    need_milli = snapshot.least_gpus(request) * 1000 - 1e-6
-    on_node: dict[str, dict[str, list[Running]]] = {}  # node -> rental id -> its options (whole, trim)
-    for candidate in candidates:
-        for node in {a.node for a in candidate.placement.nodes}:
-            on_node.setdefault(node, {}).setdefault(candidate.request.id, []).append(candidate)
-    found: list[tuple[tuple, list[Running]]] = []
-    for node, by_rental in on_node.items():
-        state = snapshot.by_name[node]
-        if not state.schedulable:
-            continue
-        rentals = sorted(by_rental.values(), key=lambda options: victim_cost(options[0], now))
-        rentals = rentals[:SEARCH_RENTALS_PER_NODE]
-        freed = {
-            id(o): sum(s.milli for a in o.placement.nodes if a.node == node for s in a.slices)
-            for options in rentals
-            for o in options
-        }
-        found.extend(_sets_freeing(rentals, freed, state.free_milli, need_milli, best, now))
-    found.sort(key=lambda f: f[0])
-    for _, victims in found[:SEARCH_FIT_TRIALS]:
-        if fits_without(snapshot, request, victims, policy) is not None:
-            return victims
-    return chosen
-
-
-def _sets_freeing(
-    rentals: Sequence[list[Running]],
-    freed: Mapping[int, float],
-    milli: float,
-    need_milli: float,
-    best: tuple,
-    now: float,
-    picked: tuple[Running, ...] = (),
-) -> Iterator[tuple[tuple, list[Running]]]:
-    """(cost, set) for every set of one option per chosen rental that brings `milli` (free on the node, plus
-    what each option frees there: `freed`) to `need_milli` and costs less than `best`."""
-    if picked:
-        cost = set_cost(picked, now)
-        if cost >= best:
-            return  # a larger set costs no less
-        if milli >= need_milli:
-            yield cost, list(picked)
-    for j, options in enumerate(rentals):
-        for option in options:
-            yield from _sets_freeing(
-                rentals[j + 1 :], freed, milli + freed[id(option)], need_milli, best, now, (*picked, option)
-            )
 
 
 def trim_of(victim: Running) -> Placement | None:
@@ -366,20 +243,6 @@ class _Released:
         """Take back every rental still released: the snapshot is as it was."""
         for rental in list(self.out.values()):
             self.take_back(rental)
-
-
-def fits_without(
-    snapshot: Snapshot, request: Request, victims: Sequence[Running], policy: Policy
-) -> Placement | None:
-    """Where `request` would go if `victims` were gone (whole gangs); the snapshot is restored after."""
-    undos: list[Callable[[], None]] = [
-        snapshot.release(allocation) for victim in victims for allocation in victim.placement.nodes
-    ]
-    try:
-        return trial_place(snapshot, request, policy)
-    finally:
-        for undo in reversed(undos):
-            undo()
 
 
 SPOT_FLOOR = "spot-floor"  # the preemptor named on a rental evicted because its bid fell below the floor
