@@ -15,11 +15,11 @@ from suanli.domain.contracts import Contract
 from suanli.domain.inventory import Fleet
 from suanli.domain.plan import Placement
 from suanli.domain.policies import BestFitPolicy
-from suanli.domain.preemption import Running
 from suanli.domain.queue_order import BOOKED_QUEUE, GREEDY_QUEUE, PLATFORM_QUEUE, Mode, Order, QueueConfig
 from suanli.domain.queueing import Gates, admit
 from suanli.domain.quotas import Limits, TenantLimits
 from suanli.domain.request import Tier
+from suanli.domain.running import Running
 from suanli.domain.scheduler import place
 from suanli.domain.snapshot import Snapshot
 

@@ -10,10 +10,11 @@ from test_queueing import EASY, POLICY, QUEUED, RUNNING, job, random_cycle, reas
 
 from suanli.domain.long_jobs import LongJobBudget
 from suanli.domain.plan import Reason
-from suanli.domain.preemption import DEFAULT_NOTICE_S, PreemptionConfig, Running
+from suanli.domain.preemption import DEFAULT_NOTICE_S, PreemptionConfig
 from suanli.domain.queueing import admit
 from suanli.domain.request import Tier
 from suanli.domain.reservation import reserve
+from suanli.domain.running import Running
 
 BORROW = replace(EASY, preemption=PreemptionConfig(), borrow_idle=True)
 DAY = 24 * 3600

@@ -27,10 +27,11 @@ from suanli.domain.errors import ContractError, RequestError
 from suanli.domain.inventory import Fleet, GpuMode, Node, Region
 from suanli.domain.plan import Placement, Reason
 from suanli.domain.policies import BestFitPolicy
-from suanli.domain.preemption import SPOT_FLOOR, PreemptionConfig, Running, below_floor
+from suanli.domain.preemption import SPOT_FLOOR, PreemptionConfig, below_floor
 from suanli.domain.queue_order import Mode, Order, QueueConfig
 from suanli.domain.queueing import Gates, admit
 from suanli.domain.request import Constraints, GpuSelector, MigSlice, Request, Tier, WholeGpus
+from suanli.domain.running import Running
 from suanli.domain.scheduler import place
 from suanli.domain.snapshot import Snapshot
 

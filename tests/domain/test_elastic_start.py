@@ -10,9 +10,10 @@ from test_queueing import CONSERVATIVE, EASY, POLICY, job, reasons, run, snapsho
 from suanli.domain.elastic_start import Drain, at_size, full_gpus, grow_toward_size, smaller_sizes
 from suanli.domain.errors import RequestError
 from suanli.domain.plan import Placement, Reason
-from suanli.domain.preemption import PreemptionConfig, Running
+from suanli.domain.preemption import PreemptionConfig
 from suanli.domain.queueing import admit
 from suanli.domain.request import GpuShare, Request, Tier, WholeGpus
+from suanli.domain.running import Running
 
 ELASTIC = replace(EASY, elastic_start=True)
 

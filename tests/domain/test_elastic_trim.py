@@ -11,8 +11,9 @@ from test_preemption import POLICY, snapshot_of, start, state
 
 from suanli.domain.elastic_start import least_size
 from suanli.domain.plan import Placement
-from suanli.domain.preemption import Running, choose_victims, trim_of
+from suanli.domain.preemption import choose_victims, trim_of
 from suanli.domain.request import Request, Tier, WholeGpus
+from suanli.domain.running import Running
 from suanli.domain.scheduler import place
 
 

@@ -10,10 +10,11 @@ from suanli.domain.catalog_data import CATALOG
 from suanli.domain.inventory import Fleet, GpuMode, Node, Region
 from suanli.domain.plan import Placement, Reason
 from suanli.domain.policies import BestFitPolicy
-from suanli.domain.preemption import PreemptionConfig, Running, choose_victims
+from suanli.domain.preemption import PreemptionConfig, choose_victims
 from suanli.domain.queue_order import Mode, Order, QueueConfig
 from suanli.domain.queueing import admit
 from suanli.domain.request import MigSlice, Request, Tier, WholeGpus
+from suanli.domain.running import Running
 from suanli.domain.scheduler import place
 from suanli.domain.snapshot import Snapshot
 

@@ -15,7 +15,7 @@ from suanli.domain.fair_share import FairShare
 from suanli.domain.inventory import Fleet, GpuMode, Node, Region
 from suanli.domain.plan import NodeAllocation, Placement, Reason, Slice
 from suanli.domain.policies import BestFitPolicy
-from suanli.domain.preemption import PreemptionConfig, Running
+from suanli.domain.preemption import PreemptionConfig
 from suanli.domain.queue_order import (
     GREEDY_QUEUE,
     BackfillOrder,
@@ -32,6 +32,7 @@ from suanli.domain.queue_order import (
 from suanli.domain.queueing import Gates, admit, pool_share
 from suanli.domain.request import GpuSelector, GpuShare, MigSlice, Request, Tier, WholeGpus
 from suanli.domain.reservation import OVERDUE_S, reserve
+from suanli.domain.running import Running
 from suanli.domain.scheduler import place
 from suanli.domain.snapshot import Snapshot
 

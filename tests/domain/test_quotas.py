@@ -13,11 +13,11 @@ from suanli.domain.catalog_data import CATALOG
 from suanli.domain.inventory import Fleet, GpuMode, Node, Region
 from suanli.domain.plan import Placement, Reason
 from suanli.domain.policies import BestFitPolicy
-from suanli.domain.preemption import Running
 from suanli.domain.queue_order import GREEDY_QUEUE, PLATFORM_QUEUE
 from suanli.domain.queueing import Gates, admit
 from suanli.domain.quotas import Limits, Spent, TenantLimits, period_ends
 from suanli.domain.request import GpuSelector, Request, WholeGpus
+from suanli.domain.running import Running
 from suanli.domain.scheduler import place
 from suanli.domain.snapshot import Snapshot
 

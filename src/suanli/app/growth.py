@@ -20,9 +20,9 @@ from suanli.domain.contracts import (
 )
 from suanli.domain.elastic_start import at_size, full_gpus, least_size
 from suanli.domain.plan import NodeAllocation, Pending, Placement
-from suanli.domain.preemption import Running
 from suanli.domain.quotas import Limits
 from suanli.domain.request import Request, Tier, WholeGpus
+from suanli.domain.running import Running
 from suanli.domain.scheduler import landed
 from suanli.domain.snapshot import Snapshot
 

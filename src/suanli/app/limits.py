@@ -21,7 +21,6 @@ from suanli.app.records import Caller, Rental
 from suanli.app.tenants import require_admin, target_tenant
 from suanli.domain.billing.money import round_half_up
 from suanli.domain.catalog import Catalog
-from suanli.domain.preemption import Running
 from suanli.domain.quotas import (
     ALL_GROUPS,
     Limits,
@@ -32,6 +31,7 @@ from suanli.domain.quotas import (
     quota_groups,
 )
 from suanli.domain.request import Request, WholeGpus
+from suanli.domain.running import Running
 
 MAX_QUOTA_GPUS = 1_000_000
 

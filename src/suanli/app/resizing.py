@@ -36,9 +36,9 @@ from suanli.domain.elastic_start import Drain
 from suanli.domain.inventory import Node
 from suanli.domain.plan import NodeAllocation, Pending, Placement, Reason
 from suanli.domain.policies import Policy
-from suanli.domain.preemption import Running
 from suanli.domain.quotas import Limits
 from suanli.domain.request import Request, Tier, WholeGpus
+from suanli.domain.running import Running
 from suanli.domain.snapshot import Snapshot
 
 

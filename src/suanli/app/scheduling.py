@@ -65,13 +65,14 @@ from suanli.domain.fair_share import FairShare
 from suanli.domain.inventory import Fleet
 from suanli.domain.plan import NodeAllocation, Pending, Placement, Reason
 from suanli.domain.policies import Policy
-from suanli.domain.preemption import DEFAULT_NOTICE_S, Preemption, PreemptionConfig, Running
+from suanli.domain.preemption import DEFAULT_NOTICE_S, Preemption, PreemptionConfig
 from suanli.domain.promise_holds import hold_promise
 from suanli.domain.queue_order import GREEDY_QUEUE, QueueConfig
 from suanli.domain.queueing import CycleDecision, Gates, admit
 from suanli.domain.quotas import Limits
 from suanli.domain.request import Request, Tier
 from suanli.domain.reservation import reserve
+from suanli.domain.running import Running
 from suanli.domain.scattered import scattered_gpus
 from suanli.domain.snapshot import Snapshot
 

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING
 from suanli.domain.contracts import hold_pending
 from suanli.domain.plan import NEVER_FITS, Pending, Placement, Reason
 from suanli.domain.policies import Policy
-from suanli.domain.preemption import Running
 from suanli.domain.queue_order import BackfillOrder, Mode, QueueConfig, backfill_key, width_cost
 from suanli.domain.request import Request
 from suanli.domain.reservation import Booking, earliest_slot, expected_end, reserve
+from suanli.domain.running import Running
 from suanli.domain.scheduler import place
 from suanli.domain.snapshot import Snapshot
 

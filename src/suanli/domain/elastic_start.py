@@ -16,9 +16,9 @@ from dataclasses import dataclass, replace
 from suanli.domain.elastic import grow
 from suanli.domain.plan import Placement
 from suanli.domain.policies import Policy
-from suanli.domain.preemption import Running
 from suanli.domain.request import Request, Tier, WholeGpus
 from suanli.domain.reservation import Booking
+from suanli.domain.running import Running
 from suanli.domain.snapshot import Snapshot
 
 

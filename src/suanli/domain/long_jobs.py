@@ -23,8 +23,8 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from suanli.domain.plan import Placement
-from suanli.domain.preemption import Running
 from suanli.domain.request import Request, Tier
+from suanli.domain.running import Running
 from suanli.domain.scheduler import nominate
 from suanli.domain.snapshot import Snapshot
 

@@ -11,8 +11,9 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from suanli.domain.fair_share import FairShare
-from suanli.domain.preemption import PreemptionConfig, Running
+from suanli.domain.preemption import PreemptionConfig
 from suanli.domain.request import Request
+from suanli.domain.running import Running
 
 
 class Mode(StrEnum):

@@ -71,10 +71,8 @@ from suanli.domain.preemption import (
     Eviction,
     Preemption,
     PreemptionConfig,
-    Running,
     below_floor,
     choose_victims,
-    fits_without,
     running_floor,
 )
 from suanli.domain.promise_holds import hold_promise
@@ -88,8 +86,10 @@ from suanli.domain.queue_order import (
 from suanli.domain.quotas import Ledger, Limits
 from suanli.domain.request import Request, Tier
 from suanli.domain.reservation import Booking
+from suanli.domain.running import Running
 from suanli.domain.scheduler import floor_gate, landed, nominate, place, quota_gate
 from suanli.domain.snapshot import Snapshot
+from suanli.domain.victim_search import fits_without
 
 
 @dataclass(frozen=True, slots=True)

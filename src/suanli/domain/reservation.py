@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 from suanli.domain.plan import Placement
 from suanli.domain.policies import Policy
-from suanli.domain.preemption import Running
 from suanli.domain.request import Request, WholeGpus
+from suanli.domain.running import Running
 from suanli.domain.scheduler import nominate, place, trial_place
 from suanli.domain.snapshot import Snapshot
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field, replace
 
 from suanli.domain.elastic_start import full_gpus, least_size
 from suanli.domain.plan import Placement
-from suanli.domain.preemption import Running
 from suanli.domain.request import Request
+from suanli.domain.running import Running
 
 
 def as_elastic(request: Request, share: float) -> Request:

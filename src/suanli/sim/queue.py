@@ -25,7 +25,7 @@ from suanli.domain.fair_share import FairShare
 from suanli.domain.inventory import Fleet
 from suanli.domain.plan import Placement
 from suanli.domain.policies import BestFitPolicy, Policy
-from suanli.domain.preemption import RESUME_S, Running
+from suanli.domain.preemption import RESUME_S
 from suanli.domain.promise_holds import hold_promise
 from suanli.domain.queue_order import (
     BOOKED_QUEUE,
@@ -40,6 +40,7 @@ from suanli.domain.queue_order import (
 from suanli.domain.queueing import NEVER_FITS, CycleDecision, admit
 from suanli.domain.request import Request, Tier, WholeGpus
 from suanli.domain.reservation import reserve
+from suanli.domain.running import Running
 from suanli.domain.scattered import scattered_gpus
 from suanli.domain.snapshot import Snapshot
 from suanli.sim.elastic_jobs import ElasticJobs, as_elastic
