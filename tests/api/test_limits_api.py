@@ -411,20 +411,27 @@ def test_a_model_quota_holds_whatever_the_rental_names(database_url: str) -> Non
         assert placed["state"] == "placed" and placed["quote"]["model"] != "H100-SXM-80GB", placed
 
 
+def _capped_with_one_h200(client: TestClient, clock: SteppedClock, name: str) -> tuple[str, dict, str]:
+    """A funded tenant whose daily spend cap lets one H200 GPU run till midnight but not two, with one
+    running: (tenant id, its headers, that rental's id)."""
+    tenant_id, headers = _funded_tenant(client, name)
+    now = clock.now()
+    hours_left = (
+        now.replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1) - now
+    ) / timedelta(hours=1)
+    cap = {"daily_cap_micros": int(2_990_000 * hours_left * 1.5)}  # one H200 fits, two do not
+    assert client.put(f"/v1/tenants/{tenant_id}/limits", json=cap, headers=ADMIN).status_code == 200
+    one = client.post("/v1/rentals", json={"gpu_model": "H200", "gpus": 1}, headers=headers).json()["id"]
+    assert wait_for(client, one, headers, "placed")["state"] == "placed"
+    return tenant_id, headers, one
+
+
 def test_a_growth_a_spend_cap_holds_back_says_so_once_not_every_cycle(database_url: str) -> None:
     """The cap's message holds money that moves each cycle (spent so far, what the growth adds till
     midnight); the growth's `growing` event was written again whenever it moved, thousands a day."""
     clock = SteppedClock()
     with app_client(database_url, clock=clock) as client:
-        tenant_id, headers = _funded_tenant(client, "capped-growth")
-        now = clock.now()
-        hours_left = (
-            now.replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1) - now
-        ) / timedelta(hours=1)
-        cap = {"daily_cap_micros": int(2_990_000 * hours_left * 1.5)}  # one H200 fits, two do not
-        assert client.put(f"/v1/tenants/{tenant_id}/limits", json=cap, headers=ADMIN).status_code == 200
-        one = client.post("/v1/rentals", json={"gpu_model": "H200", "gpus": 1}, headers=headers).json()["id"]
-        assert wait_for(client, one, headers, "placed")["state"] == "placed"
+        _, headers, one = _capped_with_one_h200(client, clock, "capped-growth")
         assert client.patch(f"/v1/rentals/{one}", json={"gpus": 2}, headers=headers).status_code == 200
         for _ in range(6):
             clock.step_to(clock.now() + timedelta(seconds=5))
@@ -475,15 +482,7 @@ def test_a_spend_cap_message_follows_the_money_with_one_pending_event(database_u
     message follows them, and the rental's `pending` event is still written once, not each cycle."""
     clock = SteppedClock()
     with app_client(database_url, clock=clock) as client:
-        tenant_id, headers = _funded_tenant(client, "capped-wait")
-        now = clock.now()
-        hours_left = (
-            now.replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1) - now
-        ) / timedelta(hours=1)
-        cap = {"daily_cap_micros": int(2_990_000 * hours_left * 1.5)}  # one H200 fits, two do not
-        assert client.put(f"/v1/tenants/{tenant_id}/limits", json=cap, headers=ADMIN).status_code == 200
-        one = client.post("/v1/rentals", json={"gpu_model": "H200", "gpus": 1}, headers=headers).json()["id"]
-        assert wait_for(client, one, headers, "placed")["state"] == "placed"
+        _, headers, _ = _capped_with_one_h200(client, clock, "capped-wait")
         two = client.post("/v1/rentals", json={"gpu_model": "H200", "gpus": 1}, headers=headers).json()["id"]
         assert wait_for(client, two, headers, "placed", reason="spend_cap")["pending_reason"] == "spend_cap"
         said = set()
