@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 
 from suanli.app.errors import Invalid, NotFound
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
@@ -21,15 +21,7 @@ from suanli.app.records import Caller, Rental
 from suanli.app.tenants import require_admin, target_tenant
 from suanli.domain.billing.money import round_half_up
 from suanli.domain.catalog import Catalog
-from suanli.domain.quotas import (
-    ALL_GROUPS,
-    Limits,
-    Spent,
-    TenantLimits,
-    name_groups,
-    period_starts,
-    quota_groups,
-)
+from suanli.domain.quotas import ALL_GROUPS, Limits, Spent, TenantLimits, name_groups, quota_groups
 from suanli.domain.request import Request, WholeGpus
 from suanli.domain.running import Running
 
@@ -182,8 +174,6 @@ def cycle_limits(
     final rate while pending; its quota groups are its model and family (`quota_groups`, once per name).
     """
     spent = spent_now(uow, list(tenants), now_s)
-    limited = [rental_id for rental_id, (running, _) in live.items() if running.request.tenant in tenants]
-    charged = charged_now(uow, limited, now_s)
     rates = {rental_id: rate for rental_id, (_, rate) in live.items()}
     elastic: dict[str, int] = {}  # a pending elastic rental's GPUs in all, whose quote is for all of them
     for rental in pending:
@@ -206,22 +196,12 @@ def cycle_limits(
             return rate
         return round_half_up(rate * request.shape.count * request.node_count, full)
 
-    return Limits(tenants, spent, price_micros_per_hour=price, groups_of=groups_of, charged=charged)
+    return Limits(tenants, spent, price_micros_per_hour=price, groups_of=groups_of)
 
 
 def spent_now(uow: UnitOfWork, tenant_ids: Sequence[str], now_s: float) -> dict[str, Spent]:
     """What each tenant has been charged (cash and grants) in the UTC day and calendar month of `now_s`."""
-    day_start_s, month_start_s = period_starts(now_s)
-    today = uow.ledger.charged_since(tenant_ids, int(day_start_s))
-    this_month = uow.ledger.charged_since(tenant_ids, int(month_start_s))
+    day = datetime.fromtimestamp(now_s, UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    today = uow.ledger.charged_since(tenant_ids, int(day.timestamp()))
+    this_month = uow.ledger.charged_since(tenant_ids, int(day.replace(day=1).timestamp()))
     return {t: Spent(today.get(t, 0), this_month.get(t, 0)) for t in tenant_ids}
-
-
-def charged_now(uow: UnitOfWork, rental_ids: Sequence[str], now_s: float) -> dict[str, Spent]:
-    """What each rental's tenant has been charged for it in the UTC day and calendar month of `now_s`."""
-    if not rental_ids:
-        return {}
-    day_start_s, month_start_s = period_starts(now_s)
-    today = uow.ledger.rental_charges_since(rental_ids, int(day_start_s))
-    this_month = uow.ledger.rental_charges_since(rental_ids, int(month_start_s))
-    return {r: Spent(today.get(r, 0), this_month.get(r, 0)) for r in rental_ids if r in this_month}

@@ -65,10 +65,6 @@ class Limits:
     spent: Mapping[str, Spent] = field(default_factory=lambda: MappingProxyType({}))
     price_micros_per_hour: PriceFn = field(default=lambda request: 0)  # until billing supplies a price
     groups_of: GroupsFn = field(default=lambda request: quota_groups(CATALOG, request))
-    # per running rental, what `spent` already holds of it this day and month (the server's ledger): its
-    # cost still to come is then its cost in the period less that, whenever the meter last ran; None (the
-    # simulator): from now on
-    charged: Mapping[str, Spent] | None = None
 
     def ledger(self, held: Iterable[tuple[Request, float]], now: float) -> Ledger:
         """A cycle's ledger from the rentals held now: (request, started_at_s) pairs."""
@@ -145,12 +141,6 @@ def over_spend_limit(limits: TenantLimits, spent: Spent, amount_micros: int) -> 
                 f"{money_text(cap)} ({money_text(already)} spent)"
             )
     return None
-
-
-def period_starts(now: float) -> tuple[float, float]:
-    """(start of the UTC day, start of the calendar month) containing `now`, in epoch seconds."""
-    moment = datetime.fromtimestamp(now, tz=UTC)
-    return now // DAY_S * DAY_S, datetime(moment.year, moment.month, 1, tzinfo=UTC).timestamp()
 
 
 def period_ends(now: float) -> tuple[float, float]:
@@ -237,34 +227,16 @@ class Ledger:
         tenant, gpus = request.tenant, request_gpus(request)
         for key in {*self.limits.groups_of(request), ALL_GROUPS}:
             self.in_use[(tenant, key)] = self.in_use.get((tenant, key), 0.0) + gpus
-        charged = self.limits.charged
-        if started_at_s is None or charged is None:
-            day_add, month_add = self._burn(request, self.now if started_at_s is None else started_at_s)
-        else:
-            day_add, month_add = self._unbilled(request, started_at_s, charged.get(request.id, Spent()))
+        day_add, month_add = self._burn(request, self.now if started_at_s is None else started_at_s)
         self.burn_day[tenant] = self.burn_day.get(tenant, 0.0) + day_add
         self.burn_month[tenant] = self.burn_month.get(tenant, 0.0) + month_add
 
     def _burn(self, request: Request, started_at_s: float) -> tuple[float, float]:
         """Micros the rental will still be charged until the end of the day and of the month."""
-        return self._cost_in_periods(request, started_at_s, self.now, self.now)
-
-    def _unbilled(self, request: Request, started_at_s: float, charged: Spent) -> tuple[float, float]:
-        """Micros a running rental costs in this day and month, less what the ledger has charged it in them:
-        what it is still to be charged, however long ago the meter last ran."""
-        day_start_s, month_start_s = period_starts(self.now)
-        day, month = self._cost_in_periods(request, started_at_s, day_start_s, month_start_s)
-        return max(0.0, day - charged.day_micros), max(0.0, month - charged.month_micros)
-
-    def _cost_in_periods(
-        self, request: Request, started_at_s: float, day_from_s: float, month_from_s: float
-    ) -> tuple[float, float]:
-        """Micros the rental costs from `day_from_s` to the end of the day and from `month_from_s` to the end
-        of the month (not before it starts, not past its declared end)."""
         if request.tenant not in self.limits.tenants:
             return 0.0, 0.0
         rate = self.limits.price_micros_per_hour(request)
         end = math.inf if request.max_duration_s is None else started_at_s + request.max_duration_s
-        day = max(0.0, min(end, self.day_end_s) - max(day_from_s, started_at_s))
-        month = max(0.0, min(end, self.month_end_s) - max(month_from_s, started_at_s))
+        day = max(0.0, min(end, self.day_end_s) - self.now)
+        month = max(0.0, min(end, self.month_end_s) - self.now)
         return rate * day / HOUR_S, rate * month / HOUR_S

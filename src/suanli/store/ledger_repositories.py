@@ -254,23 +254,6 @@ class SqlLedger:
         )
         return {owner: -int(total) for owner, total in self.s.execute(query)}
 
-    def rental_charges_since(self, refs: Iterable[str], since_s: int) -> dict[str, int]:
-        """Per rental (`ref`): micros its tenant's cash and grants paid for it in charges at or after
-        `since_s` (its part of `charged_since`)."""
-        query = (
-            select(LedgerTransactionRow.ref, func.sum(LedgerPostingRow.amount_micros))
-            .join(LedgerPostingRow, LedgerPostingRow.tx_seq == LedgerTransactionRow.seq)
-            .where(
-                LedgerTransactionRow.kind == TxKind.CHARGE.value,
-                LedgerPostingRow.amount_micros < 0,
-                LedgerTransactionRow.at_s >= since_s,
-                LedgerPostingRow.account_kind.in_(_PAID_BY_TENANT),
-                one_of(self.s, LedgerTransactionRow.ref, refs),
-            )
-            .group_by(LedgerTransactionRow.ref)
-        )
-        return {ref: -int(total) for ref, total in self.s.execute(query)}
-
     def posted_charges(self, refs: Iterable[str] | None = None) -> dict[str, PostedCharges]:
         """Per rental (`ref`): micros charged so far and the number of charge transactions; only `refs`'
         when given (the meter's batch)."""
