@@ -5,7 +5,7 @@ left as it was."""
 from __future__ import annotations
 
 import time
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from fastapi.testclient import TestClient
 
@@ -79,6 +79,18 @@ def test_a_dry_run_names_the_limit_that_would_hold_it_and_the_victims_it_would_p
     preempting = _dry_run(client, H200, urgent)
     assert not preempting["starts_now"] and preempting["preempts"] == 1, preempting
     assert client.get(f"/v1/rentals/{cheap['id']}", headers=spot).json()["state"] == "placed"  # no notice
+
+    # the holder of an open contract for the node's 8 H200s would preempt it too, and pay nothing there
+    urgent_id = client.get("/v1/limits", headers=urgent).json()["tenant_id"]
+    credit = {"amount_micros": 10**12}
+    assert client.post(f"/v1/tenants/{urgent_id}/credit", json=credit, headers=ADMIN).status_code == 201
+    now = datetime.now(UTC)
+    window = {"starts_at": now.isoformat(), "ends_at": (now + timedelta(hours=1)).isoformat()}
+    contract = {"gpu_model": "H200-141GB", "count": 8, "region": "eu-west", **window}
+    assert client.post("/v1/contracts", json=contract, headers=urgent).status_code == 201, contract
+    covered = _dry_run(client, H200, urgent)
+    assert covered["preempts"] == 1 and covered["price_micros_per_hour"] == 0, covered
+    assert covered["contract_covered_gpus"] == 8, covered
 
     quota = {"gpu_quota": {"*": 8}}
     assert client.put(f"/v1/tenants/{spot_id}/limits", json=quota, headers=ADMIN).status_code == 200

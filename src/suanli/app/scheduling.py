@@ -377,8 +377,12 @@ class Scheduler:
             covered = int((quoted or {}).get("contract_covered_gpu_milli") or 0)
             nodes = tuple(a.node for p in mine for a in p.nodes)
             return Trial(nodes, 0, None, None, waiting, price, covered)
-        if victims:
-            return Trial((), victims, None, None, waiting)
+        if victims:  # priced where it was promised, as it will be placed there at the deadline
+            promised = next(p.promised for p in decision.preemptions if p.preemptor == rental.id)
+            with self.uow() as uow:
+                price, quoted = self._price(uow, rental, promised, now)
+            covered = int((quoted or {}).get("contract_covered_gpu_milli") or 0)
+            return Trial((), victims, None, None, waiting, price, covered)
         head_start_s = decision.head_start_s
         if decision.head is not None and head_start_s is None:
             ahead = () if gates is None else gates.maintenance
