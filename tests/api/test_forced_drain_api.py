@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from fastapi.testclient import TestClient
+from httpx import Response
 from typer.testing import CliRunner
 
 from conftest import ADMIN, ADMIN_KEY, h100_contract, logged_in_as
@@ -24,6 +25,17 @@ def _sign(client: TestClient, headers: dict[str, str], start: datetime, hours: f
     signed = client.post("/v1/contracts", json=h100_contract(start, hours, count), headers=headers)
     assert signed.status_code == 201, signed.text
     return signed.json()
+
+
+def _forced_window(client: TestClient, node: str, start: datetime) -> Response:
+    """Schedule a half-hour maintenance window on `node` from `start`, forced past the contracts."""
+    body = {
+        "node": node,
+        "starts_at": start.isoformat(),
+        "ends_at": (start + timedelta(minutes=30)).isoformat(),
+        "force": True,
+    }
+    return client.post("/v1/fleet/maintenance", json=body, headers=ADMIN)
 
 
 def _next_hour(after: timedelta) -> datetime:
@@ -83,13 +95,7 @@ def test_a_forced_window_answers_how_short_it_leaves_a_contract(
     start = _next_hour(WEEK)
     held = _sign(client, acme, start, 2, 60)
     window_start = start + timedelta(minutes=30)
-    body = {
-        "node": "h100-a-01",
-        "starts_at": window_start.isoformat(),
-        "ends_at": (window_start + timedelta(minutes=30)).isoformat(),
-        "force": True,
-    }
-    forced = client.post("/v1/fleet/maintenance", json=body, headers=ADMIN)
+    forced = _forced_window(client, "h100-a-01", window_start)
     assert forced.status_code == 201, forced.text
     [shown] = forced.json()["shortfalls"]
     assert forced.json()["short_contracts"] == [held["id"]]
@@ -153,13 +159,7 @@ def test_a_drain_that_deepens_a_shortfall_a_forced_window_made_is_refused_and_li
     start = _next_hour(WEEK)
     held = _sign(client, acme, start, 2, 60)
     window_start = start + timedelta(minutes=30)
-    body = {
-        "node": "h100-a-01",
-        "starts_at": window_start.isoformat(),
-        "ends_at": (window_start + timedelta(minutes=30)).isoformat(),
-        "force": True,
-    }
-    assert client.post("/v1/fleet/maintenance", json=body, headers=ADMIN).status_code == 201
+    assert _forced_window(client, "h100-a-01", window_start).status_code == 201
     refused = client.post("/v1/nodes/h100-a-02/drain", headers=ADMIN)
     assert refused.status_code == 409 and held["id"] in refused.json()["error"]["message"], refused.text
     forced = client.post("/v1/nodes/h100-a-02/drain", params={"force": "true"}, headers=ADMIN)

@@ -371,18 +371,17 @@ class Scheduler:
         now_s = now.timestamp()
         mine = [p for p in decision.placements if p.request_id == rental.id]
         victims = sum(len(p.victims) for p in decision.preemptions if p.preemptor == rental.id)
-        if mine:
+        if mine or victims:  # priced where it starts, or where it is promised (it is placed there then)
+            where = (
+                mine[0]
+                if mine
+                else next(p.promised for p in decision.preemptions if p.preemptor == rental.id)
+            )
             with self.uow() as uow:
-                price, quoted = self._price(uow, rental, mine[0], now)
+                price, quoted = self._price(uow, rental, where, now)
             covered = int((quoted or {}).get("contract_covered_gpu_milli") or 0)
             nodes = tuple(a.node for p in mine for a in p.nodes)
-            return Trial(nodes, 0, None, None, waiting, price, covered)
-        if victims:  # priced where it was promised, as it will be placed there at the deadline
-            promised = next(p.promised for p in decision.preemptions if p.preemptor == rental.id)
-            with self.uow() as uow:
-                price, quoted = self._price(uow, rental, promised, now)
-            covered = int((quoted or {}).get("contract_covered_gpu_milli") or 0)
-            return Trial((), victims, None, None, waiting, price, covered)
+            return Trial(nodes, 0 if mine else victims, None, None, waiting, price, covered)
         head_start_s = decision.head_start_s
         if decision.head is not None and head_start_s is None:
             ahead = () if gates is None else gates.maintenance
