@@ -495,3 +495,36 @@ def test_a_spend_cap_message_follows_the_money_with_one_pending_event(database_u
         assert [e["reason"] for e in body["events"] if e["kind"] == "pending"] == ["spend_cap"], body[
             "events"
         ]
+
+
+def test_a_spend_cap_counts_what_a_running_rental_ran_up_since_the_meter_last_posted(
+    database_url: str,
+) -> None:
+    """A cap counted the ledger's charges and each running rental's cost from now on, so the time since the
+    meter last posted (its interval, and a live rental is posted only to its nodes' last heartbeat) was in
+    neither, and a cap could be passed by that much. Here the meter does not run for half an hour: the
+    tenant's spend reads the half hour its rental ran, and a second rental that fits the cap only without it
+    waits with reason spend_cap."""
+    clock = SteppedClock()
+    with app_client(database_url, clock=clock, meter_interval_s=86_400) as client:
+        tenant_id, headers = _funded_tenant(client, "unposted")
+        spec = {"gpu_model": "H200", "gpus": 1}
+        one = client.post("/v1/rentals", json=spec, headers=headers).json()["id"]
+        rate = wait_for(client, one, headers, "placed")["price_micros_per_hour"]
+        clock.step_to(clock.now() + timedelta(minutes=30))
+        spent = client.get("/v1/limits", headers=headers).json()["spent_today_micros"]
+        assert rate // 2 <= spent <= rate // 2 + rate // 600, (spent, rate)  # 30 min, within 6 s of clock
+        now = clock.now()
+        hours_left = (
+            now.replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1) - now
+        ) / timedelta(hours=1)
+        cap = {
+            "daily_cap_micros": int(rate * (2 * hours_left + 0.25))
+        }  # both till midnight, not the half hour
+        assert client.put(f"/v1/tenants/{tenant_id}/limits", json=cap, headers=ADMIN).status_code == 200
+        scheduler_cycles(client, 1)  # a cycle that read the limits before the cap does not see `two`
+        two = client.post("/v1/rentals", json=spec, headers=headers).json()["id"]
+        held = wait_for(client, two, headers, "placed", reason="spend_cap")
+        assert held["state"] == "pending" and held["pending_reason"] == "spend_cap", held
+        assert client.post(f"/v1/rentals/{one}/stop", headers=headers).json()["state"] == "stopped"
+        assert wait_for(client, two, headers, "placed")["state"] == "placed"

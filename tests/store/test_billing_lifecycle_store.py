@@ -337,3 +337,40 @@ def test_an_invoice_counts_gpu_seconds_at_the_size_held_not_at_a_resize_it_never
     (line,) = InvoiceService(factory, clock, CATALOG, FleetCache(CATALOG)).invoice(ALICE, "2030-01").lines
     assert line.amount_micros == charge_micros(RATE, 3600)  # charged for 1 GPU-hour
     assert line.gpu_seconds == 3600  # got 14400: 4 GPUs for the whole hour, energy and CO2 x4 too
+
+
+def test_spend_so_far_counts_what_the_meter_has_not_posted_at_the_rates_in_force(env) -> None:
+    """Spend caps and budgets read what a tenant spent: the ledger's charges plus what its rentals ran up that
+    the meter has not posted (its interval; a live rental only to its nodes' last heartbeat), each at the
+    rates in force over the time (spot re-pricing, a resize), so a later meter pass changes nothing.
+    Reads stop at one ledger transaction, so a charge posted between them is counted once."""
+    from suanli.app.limits import spent_now
+    from suanli.app.usage import unposted_by_tenant
+
+    factory, clock, agents, billing = env
+    key = _key(agents, NODE)
+    _place(factory, "rnt_c", NODE, T0)
+    agents.heartbeat(key, [WorkloadReport("rnt_c", "running")], [])
+    with factory() as u:
+        u.rentals.change_rate("rnt_c", T0 + 50 * S, 2 * RATE, since=T0, previous=RATE)
+        u.commit()
+    clock.at = T0 + 60 * S
+    agents.heartbeat(key, [], [])
+    billing.meter()  # posts 50 s at RATE and 10 s at 2 x RATE
+    clock.at = T0 + 100 * S
+    agents.heartbeat(key, [], [])  # the last heartbeat: the meter would post to here, not to now
+    now_s = int((T0 + 130 * S).timestamp())
+    whole = round_half_up(RATE * 50 + 2 * RATE * 80, 3600)
+    with factory() as u:
+        assert spent_now(u, ["ten_a"], now_s)["ten_a"].day_micros == whole
+        before = u.ledger.head_seq()
+    clock.at = T0 + 130 * S
+    agents.heartbeat(key, [], [])
+    billing.meter()  # posts the rest: the spend stays where it was
+    assert _charged(factory, "rnt_c") == whole
+    with factory() as u:
+        assert spent_now(u, ["ten_a"], now_s)["ten_a"].month_micros == whole
+        # reads bounded by the head seen before the meter posted: the charge is still unposted to them
+        first_pass = round_half_up(RATE * 50 + 2 * RATE * 10, 3600)
+        assert u.ledger.charged_since(["ten_a"], 0, through_seq=before) == {"ten_a": first_pass}
+        assert unposted_by_tenant(u, ["ten_a"], now_s, before) == {"ten_a": whole - first_pass}

@@ -5,8 +5,8 @@ A quota key is `*` (every GPU of the tenant), a catalogue model name (`H100-SXM-
 (`H100`: every H100 model together; a family of one model is that model). A rental counts against `*`, against
 the family its `gpu_model` lies in, and against the model when it names one (`gpu_model=H100` counts against
 the family and `*`; `H100-PCIe` against the model, the family and `*`). The scheduler (either queue) holds
-a rental back with reason `quota` or `spend_cap`; the spend so far comes from the ledger's charges in the UTC
-day and calendar month.
+a rental back with reason `quota` or `spend_cap`; the spend so far is the ledger's charges in the UTC day and
+calendar month plus what rentals ran up that the meter has not posted yet (`spent_now`).
 """
 
 from __future__ import annotations
@@ -19,9 +19,18 @@ from suanli.app.errors import Invalid, NotFound
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.records import Caller, Rental
 from suanli.app.tenants import require_admin, target_tenant
+from suanli.app.usage import unposted_by_tenant
 from suanli.domain.billing.money import round_half_up
 from suanli.domain.catalog import Catalog
-from suanli.domain.quotas import ALL_GROUPS, Limits, Spent, TenantLimits, name_groups, quota_groups
+from suanli.domain.quotas import (
+    ALL_GROUPS,
+    Limits,
+    Spent,
+    TenantLimits,
+    name_groups,
+    quota_groups,
+    spend_limits,
+)
 from suanli.domain.request import Request, WholeGpus
 from suanli.domain.running import Running
 
@@ -35,7 +44,7 @@ class LimitsView:
     fair_share_weight: float = 1.0
     usage_gpu_s: float = 0.0  # decayed fair-share usage as the backfill queue's leader last saved it
     usage_as_of: datetime | None = None
-    spent: Spent = field(default_factory=Spent)  # charged this UTC day and month (caps and budget)
+    spent: Spent = field(default_factory=Spent)  # this UTC day and month, posted or not (caps and budget)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +182,7 @@ def cycle_limits(
     A rental's price is its rate when placed (`live`: rental id -> (running, micros per hour)), its quote's
     final rate while pending; its quota groups are its model and family (`quota_groups`, once per name).
     """
-    spent = spent_now(uow, list(tenants), now_s)
+    spent = spent_now(uow, [t for t, lim in tenants.items() if spend_limits(lim)], now_s)
     rates = {rental_id: rate for rental_id, (_, rate) in live.items()}
     elastic: dict[str, int] = {}  # a pending elastic rental's GPUs in all, whose quote is for all of them
     for rental in pending:
@@ -200,8 +209,16 @@ def cycle_limits(
 
 
 def spent_now(uow: UnitOfWork, tenant_ids: Sequence[str], now_s: float) -> dict[str, Spent]:
-    """What each tenant has been charged (cash and grants) in the UTC day and calendar month of `now_s`."""
+    """What each tenant has spent (cash and grants) in the UTC day and calendar month of `now_s`: what the
+    ledger has charged in them, and what its rentals have run up that the meter has not posted yet (posted
+    later, it falls in the period that is current then, as this one or a later one). Every read stops at one
+    ledger transaction, so a charge the meter posts meanwhile is counted once: unposted, not yet charged."""
     day = datetime.fromtimestamp(now_s, UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-    today = uow.ledger.charged_since(tenant_ids, int(day.timestamp()))
-    this_month = uow.ledger.charged_since(tenant_ids, int(day.replace(day=1).timestamp()))
-    return {t: Spent(today.get(t, 0), this_month.get(t, 0)) for t in tenant_ids}
+    through = uow.ledger.head_seq()
+    today = uow.ledger.charged_since(tenant_ids, int(day.timestamp()), through_seq=through)
+    month_start = int(day.replace(day=1).timestamp())
+    this_month = uow.ledger.charged_since(tenant_ids, month_start, through_seq=through)
+    owed = unposted_by_tenant(uow, tenant_ids, int(now_s), through)
+    return {
+        t: Spent(today.get(t, 0) + owed.get(t, 0), this_month.get(t, 0) + owed.get(t, 0)) for t in tenant_ids
+    }

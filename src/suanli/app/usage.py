@@ -17,8 +17,10 @@ allocation booked before those times were recorded (migration 0016) pays its fir
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 
+from suanli.app.ports import UnitOfWork
 from suanli.app.records import END_STATES, LIVE_STATES, BillableRental, HeldAllocation, MeterRental
 from suanli.domain.billing.meter import RentalUsage
 from suanli.domain.billing.money import to_epoch_s
@@ -76,6 +78,38 @@ def rental_usage(
         gaps=queue_gaps(found, runs) if runs else (),
         holders=held_by(held, providers) if held else (),
     )
+
+
+def unposted_by_tenant(
+    uow: UnitOfWork, tenant_ids: Sequence[str], now_s: int, through_seq: int, page: int = 2000
+) -> dict[str, int]:
+    """Per tenant: what its rentals have run up to `now_s` that the ledger's transactions up to `through_seq`
+    do not charge, which spend caps and budgets count as spent. The meter posts every interval, and a live
+    rental only to its nodes' last heartbeat; counted here to `now_s`, through the meter's own reading (rate
+    changes, queue gaps, the minimum)."""
+    owed: dict[str, int] = {}
+    after = None
+    while tenant_ids:
+        items = uow.rentals.meter_page(after, page, tenants=tenant_ids)
+        if not items:
+            break
+        ids = [item.id for item in items]
+        posted = uow.ledger.posted_charges(ids, through_seq=through_seq)
+        rates = uow.rentals.rate_changes(ids)
+        runs = uow.rentals.run_spans([item.id for item in items if replaced(item)])
+        for item in items:
+            to_now = replace(item, heartbeat_at=None)  # still running now, whatever its heartbeat says
+            usage = rental_usage(to_now, {}, rates.get(item.id, ()), runs.get(item.id, ()))
+            if usage is None:
+                continue
+            already = posted.get(item.id)
+            delta = usage.charge_delta(0 if already is None else already.micros, now_s)
+            if delta:
+                owed[item.tenant_id] = owed.get(item.tenant_id, 0) + delta
+        if len(items) < page:
+            break
+        after = items[-1].id
+    return owed
 
 
 def held_by(held: Sequence[HeldAllocation], providers: dict[str, str]) -> Holders:

@@ -67,6 +67,11 @@ class SqlLedger:
         )
         return found or GENESIS_HASH
 
+    def head_seq(self) -> int:
+        """The last transaction's sequence number (0 for an empty ledger): reads bounded by it see one prefix
+        of the chain, whatever is appended between them."""
+        return int(self.s.scalar(select(func.max(LedgerTransactionRow.seq))) or 0)
+
     def get(self, key: str) -> Transaction | None:
         row = self.s.scalar(select(LedgerTransactionRow).where(LedgerTransactionRow.key == key))
         if row is None:
@@ -237,9 +242,12 @@ class SqlLedger:
             AccountId(AccountKind(kind), owner): int(total) for kind, owner, total in self.s.execute(query)
         }
 
-    def charged_since(self, owners: Iterable[str], since_s: int) -> dict[str, int]:
+    def charged_since(
+        self, owners: Iterable[str], since_s: int, *, through_seq: int | None = None
+    ) -> dict[str, int]:
         """Per tenant: micros its cash and grants paid at or after `since_s` for what it bought (rentals,
-        compute futures, bought or transferred, plan fees and revenue shares), as its invoice adds them up."""
+        compute futures, bought or transferred, plan fees and revenue shares), as its invoice adds them up;
+        in the transactions up to `through_seq` when given."""
         query = (
             select(LedgerPostingRow.owner, func.sum(LedgerPostingRow.amount_micros))
             .join(LedgerTransactionRow, LedgerPostingRow.tx_seq == LedgerTransactionRow.seq)
@@ -252,11 +260,15 @@ class SqlLedger:
             )
             .group_by(LedgerPostingRow.owner)
         )
+        if through_seq is not None:
+            query = query.where(LedgerTransactionRow.seq <= through_seq)
         return {owner: -int(total) for owner, total in self.s.execute(query)}
 
-    def posted_charges(self, refs: Iterable[str] | None = None) -> dict[str, PostedCharges]:
+    def posted_charges(
+        self, refs: Iterable[str] | None = None, *, through_seq: int | None = None
+    ) -> dict[str, PostedCharges]:
         """Per rental (`ref`): micros charged so far and the number of charge transactions; only `refs`'
-        when given (the meter's batch)."""
+        when given (the meter's batch), in the transactions up to `through_seq` when given."""
         amounts = select(
             LedgerTransactionRow.ref,
             func.sum(LedgerPostingRow.amount_micros),
@@ -265,23 +277,23 @@ class SqlLedger:
         amounts = amounts.where(
             LedgerTransactionRow.kind == TxKind.CHARGE.value, LedgerPostingRow.account_kind.in_(_CHARGED)
         ).group_by(LedgerTransactionRow.ref)
+        if through_seq is not None:
+            amounts = amounts.where(LedgerTransactionRow.seq <= through_seq)
         if refs is not None and self.s.get_bind().dialect.name == "postgresql":
-            return self._posted_pg(refs)
+            return self._posted_pg(refs, through_seq)
         if refs is not None:
             amounts = amounts.where(one_of(self.s, LedgerTransactionRow.ref, refs))
         return {ref: PostedCharges(int(total), int(count)) for ref, total, count in self.s.execute(amounts)}
 
-    def _posted_pg(self, refs: Iterable[str]) -> dict[str, PostedCharges]:
+    def _posted_pg(self, refs: Iterable[str], through_seq: int | None) -> dict[str, PostedCharges]:
         """`posted_charges(refs)` as two single-table index reads (the charges of `refs`, then their charged
         postings), a plan that stays right on tables just bulk-loaded, before PostgreSQL has statistics."""
-        charges = dict(
-            self.s.execute(
-                select(LedgerTransactionRow.seq, LedgerTransactionRow.ref).where(
-                    one_of(self.s, LedgerTransactionRow.ref, refs),
-                    LedgerTransactionRow.kind == TxKind.CHARGE.value,
-                )
-            ).all()
+        query = select(LedgerTransactionRow.seq, LedgerTransactionRow.ref).where(
+            one_of(self.s, LedgerTransactionRow.ref, refs), LedgerTransactionRow.kind == TxKind.CHARGE.value
         )
+        if through_seq is not None:
+            query = query.where(LedgerTransactionRow.seq <= through_seq)
+        charges = dict(self.s.execute(query).all())
         if not charges:
             return {}
         seqs = bindparam(None, sorted(charges), type_=ARRAY(Integer))

@@ -52,10 +52,16 @@ class RentalMoneyReads:
         ]
 
     def meter_page(
-        self, after: str | None, limit: int, ids: Sequence[str] | None = None
+        self,
+        after: str | None,
+        limit: int,
+        ids: Sequence[str] | None = None,
+        *,
+        tenants: Sequence[str] | None = None,
     ) -> list[MeterRental]:
         """Up to `limit` rentals still open for billing (placed, not `close_billing`d), in id order after
-        `after`; only `ids` when given. One statement on the partial index `ix_rentals_meter_open` (0006)."""
+        `after`; only `ids`, or only `tenants`' rentals, when given. One statement on the partial index
+        `ix_rentals_meter_open` (0006)."""
         rentals = RentalRow.__table__
         quote = type_coerce(case((rentals.c.price_micros_per_hour.is_(None), rentals.c.quote)), JSON)
         query = (
@@ -78,6 +84,8 @@ class RentalMoneyReads:
             query = query.where(rentals.c.id > after)
         if ids is not None:
             query = query.where(one_of(self.s, rentals.c.id, ids))
+        if tenants is not None:
+            query = query.where(one_of(self.s, rentals.c.tenant_id, tenants))
         return [
             MeterRental(
                 row.id,

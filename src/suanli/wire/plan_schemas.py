@@ -141,8 +141,13 @@ class LimitsResponse(WireModel):
     budget_stops_running: bool = Field(
         default=False, description="Running rentals stop once the tenant's own budget is spent."
     )
-    spent_today_micros: int = Field(default=0, description="Charged so far this UTC day (cash and grants).")
-    spent_month_micros: int = Field(default=0, description="Charged so far this calendar month.")
+    spent_today_micros: int = Field(
+        default=0,
+        description="Spent so far this UTC day (cash and grants): charged, and run up but not yet metered.",
+    )
+    spent_month_micros: int = Field(
+        default=0, description="Spent so far this calendar month: charged, and run up but not yet metered."
+    )
     fair_share_weight: float
     fair_share_usage_gpu_hours: float = Field(
         default=0.0,
