@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 from conftest import (
     ADMIN,
     WAIT_S,
+    SteppedClock,
     app_client,
     logged_in_as,
     make_tenant,
@@ -209,6 +210,61 @@ def test_a_rental_being_stopped_frees_its_gpus_now_in_the_heads_reservation(data
         assert client.patch(f"/v1/tenants/{other_id}/limits", json=cap, headers=ADMIN).status_code == 200
         limited = _dry_run(client, {**H200, "gpus": 1, "max_duration_s": 600}, other)
         assert limited["pending_reason"] == "spend_cap" and limited["head_start_at"] is None, limited
+
+
+def test_a_stop_its_agent_does_not_confirm_is_billed_no_further_and_frees_nothing_now(
+    database_url: str,
+) -> None:
+    """An agent that never confirms a stop (hung, or a workload that will not die): the rental stays
+    `stopping` and holds its GPUs. It was billed until the confirmation, for as long as the agent hung, and
+    the blocked head counted on its GPUs freeing now, cycle after cycle. Past `STOP_CONFIRM_S` it is billed
+    no further, and the head counts on its time limit instead."""
+    clock = SteppedClock()
+    with app_client(database_url, clock=clock, queue="backfill", meter_interval_s=86_400) as client:
+        tenant_id, headers = make_tenant(client, "hung")
+        credit = {"amount_micros": 10**12}
+        assert client.post(f"/v1/tenants/{tenant_id}/credit", json=credit, headers=ADMIN).status_code == 201
+        first = client.post("/v1/rentals", json={**H200, "gpus": 4, "max_duration_s": 900}, headers=headers)
+        placed = wait_for(client, first.json()["id"], headers, "placed")
+        (event,) = [e for e in placed["events"] if e["kind"] == "placed"]
+        first_ends = datetime.fromisoformat(event["at"]) + timedelta(seconds=900)
+        spec = {**H200, "gpus": 2, "max_duration_s": 1800}
+        second = client.post("/v1/rentals", json=spec, headers=headers).json()["id"]
+        placed = wait_for(client, second, headers, "placed")
+        (event,) = [e for e in placed["events"] if e["kind"] == "placed"]
+        second_ends = datetime.fromisoformat(event["at"]) + timedelta(seconds=1800)
+        wide = client.post("/v1/rentals", json={**H200, "max_duration_s": 600}, headers=headers).json()["id"]
+        agent = register_agent(client, "h200-01")
+        report = {"workloads": [{"rental_id": second, "state": "running"}]}
+        assert client.post("/v1/agents/heartbeat", json=report, headers=agent).status_code == 200
+        ran_from = clock.now()
+        assert client.post(f"/v1/rentals/{second}/stop", headers=headers).json()["state"] == "stopping"
+        asked = datetime.fromisoformat(
+            [
+                e
+                for e in client.get(f"/v1/rentals/{second}", headers=headers).json()["events"]
+                if e["kind"] == "stopping"
+            ][-1]["at"]
+        )
+        scheduler_cycles(client, 2)
+        head = client.get(f"/v1/rentals/{wide}", headers=headers).json()
+        assert abs(datetime.fromisoformat(head["expected_start_at"]) - first_ends) < timedelta(seconds=1), (
+            head
+        )
+        for _ in range(9):  # 180 s of heartbeats that still report it running: the stop is never confirmed
+            clock.step_to(clock.now() + timedelta(seconds=20))
+            assert client.post("/v1/agents/heartbeat", json=report, headers=agent).status_code == 200
+        scheduler_cycles(client, 2)
+        assert client.get(f"/v1/rentals/{second}", headers=headers).json()["state"] == "stopping"
+        head = client.get(f"/v1/rentals/{wide}", headers=headers).json()
+        assert abs(datetime.fromisoformat(head["expected_start_at"]) - second_ends) < timedelta(seconds=1), (
+            head
+        )
+        client.app.state.services.billing.meter()
+        charged = client.get(f"/v1/rentals/{second}", headers=headers).json()["charged_micros"]
+        rate = placed["price_micros_per_hour"]
+        billed_s = (asked - ran_from).total_seconds() + 120
+        assert abs(charged - charge_micros(rate, round(billed_s))) <= charge_micros(rate, 2), (charged, rate)
 
 
 def test_under_the_greedy_queue_a_dry_run_starts_where_it_fits_whatever_waits(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pytest
 from fastapi.testclient import TestClient
@@ -215,6 +215,30 @@ def test_a_notice_is_withdrawn_when_the_preemptor_is_stopped_before_the_deadline
     again = _rent(client, od_tenant, gpu_model="H200", gpus=8, tier="on_demand")
     assert wait_for(client, again, od_tenant, "placed", reason="preempting")["pending_reason"] == "preempting"
     assert client.get(f"/v1/rentals/{spot}", headers=spot_tenant).json()["state"] == "preempting"
+
+
+def test_a_preemptor_waiting_on_notice_shows_its_victims_deadline_as_its_expected_start(
+    patient_client,
+) -> None:
+    """Its start is known: when its victims leave, by their deadline at the latest. It showed none (only a
+    backfill head's or a booking's start was shown); the field clears once it is placed."""
+    client = patient_client
+    spot_tenant, od_tenant = _keyed(client, "spotted"), _keyed(client, "waiting")
+    spot = _rent(client, spot_tenant, gpu_model="H200", gpus=8, tier="spot", bid_micros_per_gpu_hour=BID)
+    assert wait_for(client, spot, spot_tenant, "placed")["state"] == "placed"
+    od = _rent(client, od_tenant, gpu_model="H200", gpus=8, tier="on_demand")
+    assert wait_for(client, od, od_tenant, "placed", reason="preempting")["pending_reason"] == "preempting"
+    deadline = datetime.fromisoformat(
+        client.get(f"/v1/rentals/{spot}", headers=spot_tenant).json()["notice_deadline"]
+    )
+    scheduler_cycles(client, 1)
+    waiting = client.get(f"/v1/rentals/{od}", headers=od_tenant).json()
+    assert waiting["state"] == "pending" and waiting["expected_start_at"] is not None, waiting
+    assert abs(datetime.fromisoformat(waiting["expected_start_at"]) - deadline) < timedelta(seconds=1), (
+        waiting
+    )
+    placed = wait_for(client, od, od_tenant, "placed")
+    assert placed["state"] == "placed" and placed["expected_start_at"] is None, placed
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,9 @@ ROLES = ("admin", "provider", "tenant")
 LIVE_STATES = ("placed", "starting", "running", "stopping", "preempting")
 PREEMPTIBLE_STATES = ("placed", "starting", "running")  # may be given a preemption notice
 END_STATES = ("stopped", "preempted", "lost", "failed")
+# A stop its agents have not confirmed this long after it was asked is billed no further, and the scheduler no
+# longer counts on its GPUs coming free now: an agent that hangs must not bill its tenant, nor hold the queue
+STOP_CONFIRM_S = 120
 # Every kind of rental event: a state it entered, or what happened to it (a restart of its workload, a
 # re-queue after a lost node, a resize, growing onto more nodes, a low balance warning, a budget alert)
 EVENT_KINDS = (
@@ -117,7 +120,8 @@ class Rental:
     preempted_by: str | None = None  # the rental its capacity is promised to (state `preempting`)
     notice_deadline: datetime | None = None  # killed at this time unless it leaves first
     quote: Mapping[str, object] | None = None  # the price breakdown at creation (`suanli.app.billing`)
-    expected_start_at: datetime | None = None  # head of the backfill queue: its reserved start
+    # head of the backfill queue: its reserved start; a preemptor: its victims' last deadline
+    expected_start_at: datetime | None = None
     reserved_nodes: tuple[str, ...] = ()  # head of the backfill queue: the nodes drained for it
     promise: tuple[NodeAllocation, ...] | None = None  # preemptor: where it was promised capacity
     time_limit_at: datetime | None = None  # placed with a max duration: when the leader stops it
@@ -275,6 +279,7 @@ class BillableRental:
     run_started_at: datetime | None  # the earliest start an agent reported
     run_ended_at: datetime | None  # the latest end an agent reported (a lost node: its last heartbeat)
     ended_at: datetime | None  # the time of its end event (stopped, failed, lost, preempted)
+    stop_asked_at: datetime | None = None  # its latest `stopping` event: when a stop was asked
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,6 +310,7 @@ class MeterRental:
     run_ended_at: datetime | None
     ended_at: datetime | None
     heartbeat_at: datetime | None = None  # the latest heartbeat of its open runs' nodes: usage confirmed
+    stop_asked_at: datetime | None = None  # its latest `stopping` event: when a stop was asked
 
 
 @dataclass(frozen=True, slots=True)

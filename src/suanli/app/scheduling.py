@@ -41,6 +41,7 @@ from suanli.app.notices import (
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.records import (
     PREEMPTIBLE_STATES,
+    STOP_CONFIRM_S,
     MaintenanceWindow,
     Rental,
     RentalEvent,
@@ -107,11 +108,17 @@ class CycleReport:
     mig_instances: Counter[tuple[str, str]] = field(default_factory=Counter)
 
 
+def _stop_overdue(uow: UnitOfWork, rental_id: str, now_s: float) -> bool:
+    """Whether the stop of a `stopping` rental was asked more than `STOP_CONFIRM_S` ago."""
+    asked = [e.at for e in uow.rentals.events(rental_id) if e.kind == "stopping"]
+    return bool(asked) and now_s - max(asked).timestamp() > STOP_CONFIRM_S
+
+
 def _recorded_head(pending: Sequence[Rental]) -> tuple[str | None, tuple[str, ...]]:
     """The head a previous leader recorded (the pending rental showing a reserved start) and the nodes it
     drained: a new leader keeps it at the front of its class and those nodes out of long backfill, so a
     change of leader does not hand its drained capacity to another."""
-    shown = [r for r in pending if r.expected_start_at is not None]
+    shown = [r for r in pending if r.expected_start_at is not None and r.promise is None]  # not a preemptor
     if not shown:
         return None, ()
     head = min(shown, key=lambda r: (r.created_at, r.id))
@@ -298,7 +305,14 @@ class Scheduler:
             for rental in pending:  # a promise kept past its victims' leaving is forgotten
                 if rental.promise is not None and rental.id not in owed | placed_ids:
                     uow.rentals.set_promise(rental.id, None)
-            self._record_expected_start(uow, [r for r in pending if r.id not in placed_ids])
+            promised_s = {  # a preemptor starts when its last victim leaves, by its deadline at the latest
+                preemptor_id: max(v.notice_deadline.timestamp() for v in victims if v.notice_deadline)
+                for preemptor_id, victims in waiting_on.items()
+                if any(v.notice_deadline for v in victims)
+            }
+            promised_s.update((d.preemptor, d.deadline_s) for d in notices)
+            unplaced = [r for r in pending if r.id not in placed_ids]
+            self._record_expected_start(uow, unplaced, promised_s)
             uow.commit()
         if self.spot_pricing is not None:
             fresh = {p.request_id for p in placements}
@@ -484,11 +498,14 @@ class Scheduler:
         )
         return resizer.apply(uow, self.resizing, now)
 
-    def _record_expected_start(self, uow: UnitOfWork, pending: Sequence[Rental]) -> None:
+    def _record_expected_start(
+        self, uow: UnitOfWork, pending: Sequence[Rental], promised_s: Mapping[str, float]
+    ) -> None:
         """Show each booked start (the blocked head's under backfill, every booking under the conservative
-        queue) on its rental and on no other. The estimates are worked out again every cycle; one is written
-        only when it moves by `EXPECTED_START_STEP_S` or more."""
-        starts = dict(self.booked_s)
+        queue) and each preemptor's (`promised_s`: its victims' last deadline) on its rental and on no other.
+        The estimates are worked out again every cycle; one is written only when it moves by
+        `EXPECTED_START_STEP_S` or more."""
+        starts = {**promised_s, **self.booked_s}
         if self.head is not None and self.head_start_s is not None:
             starts.setdefault(self.head, self.head_start_s)
         for rental in pending:
@@ -521,18 +538,20 @@ class Scheduler:
         not as a resize asks), with their rate per hour (one read); and the ids of those a resize asks to
         change."""
         nodes = self.live.allocations_by_rental()
+        now_s = self.clock.now().timestamp()
         with self.uow() as uow:
             live = uow.rentals.by_ids(sorted(nodes))
+            overdue = {r.id for r in live if r.state == "stopping" and _stop_overdue(uow, r.id, now_s)}
         running: dict[str, tuple[Running, int]] = {}
         wanted: set[str] = set()
-        now_s = self.clock.now().timestamp()
         for rental in live:
             stopping = rental.state == "stopping"
             if rental.state not in (*PREEMPTIBLE_STATES, "preempting") and not stopping:
                 continue  # ended since the snapshot was synced
             deadline = rental.notice_deadline.timestamp() if rental.notice_deadline is not None else None
-            if stopping:  # its agents are stopping it: it frees what it holds now, and is no one's victim
-                deadline = now_s
+            if stopping:  # its agents are stopping it: it frees what it holds now, and is no one's victim;
+                # once they are overdue to confirm, when it frees them is unknown (its time limit at most)
+                deadline = None if rental.id in overdue else now_s
             asked = to_request(rental)
             held = held_request(asked, nodes[rental.id])
             placed_at = rental.placed_at or rental.created_at

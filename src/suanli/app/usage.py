@@ -1,7 +1,8 @@
 """What the meter charges a rental: its rate (or rate segments), its billable interval and its providers.
 
 One reading for the meter, invoices and SLA credits: from the agent-reported start (else `placed_at`) to its
-end: a stop or failure at its end event, a preempted one at its notice deadline (a preempting one too: known
+end: a stop or failure at its end event (a stop at most `STOP_CONFIRM_S` after it was asked, however long
+its agents take to confirm it), a preempted one at its notice deadline (a preempting one too: known
 in advance), a lost one at its node's last heartbeat (the run's `ended_at`), a re-queued one at its last
 run's end; a live one is open (the meter: to the latest heartbeat of the nodes of its open runs when there
 is one, the usage confirmed so far: a node that goes silent is not charged past its last heartbeat). A
@@ -18,10 +19,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from suanli.app.ports import UnitOfWork
-from suanli.app.records import END_STATES, LIVE_STATES, BillableRental, HeldAllocation, MeterRental
+from suanli.app.records import (
+    END_STATES,
+    LIVE_STATES,
+    STOP_CONFIRM_S,
+    BillableRental,
+    HeldAllocation,
+    MeterRental,
+)
 from suanli.domain.billing.meter import RentalUsage
 from suanli.domain.billing.money import to_epoch_s
 from suanli.domain.billing.provider_split import Held, Holders, holders_over_time, providers_of
@@ -65,6 +73,9 @@ def rental_usage(
         end = found.run_ended_at or start
     if found.state in LIVE_STATES and found.heartbeat_at is not None:  # to the usage its nodes confirmed
         end = found.heartbeat_at if end is None else min(end, found.heartbeat_at)
+    if found.state in ("stopping", "stopped") and found.stop_asked_at is not None:  # agents bounded
+        confirm_by = found.stop_asked_at + timedelta(seconds=STOP_CONFIRM_S)
+        end = confirm_by if end is None else min(end, confirm_by)
     started_s = to_epoch_s(start)
     ended_s = None if end is None else max(started_s, to_epoch_s(end))
     return RentalUsage(
@@ -186,4 +197,5 @@ def metered(item: BillableRental) -> MeterRental:
         item.run_started_at,
         item.run_ended_at,
         item.ended_at,
+        stop_asked_at=item.stop_asked_at,
     )

@@ -602,7 +602,7 @@ def _rental_detail(rental: RentalResponse) -> Group:
 
 
 def _pending(rental: RentalResponse) -> str:
-    """The pending reason, with the reserved start when the rental heads the backfill queue."""
+    """The pending reason, with its expected start: a backfill head's reserved one, a preemptor's deadline."""
     reason = rental.pending_reason or ""
     if rental.expected_start_at is not None:
         reason += f", starts by {rental.expected_start_at:%Y-%m-%d %H:%M} UTC"

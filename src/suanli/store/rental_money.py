@@ -47,6 +47,7 @@ class RentalMoneyReads:
                 utc_moment(row.run_started_at),
                 utc_moment(row.run_ended_at),
                 utc_moment(row.end_event_at),
+                utc_moment(row.stop_asked_at),
             )
             for row in self.s.execute(query)
         ]
@@ -100,6 +101,7 @@ class RentalMoneyReads:
                 utc_moment(row.run_ended_at),
                 utc_moment(row.end_event_at),
                 utc_moment(row.heartbeat_at),
+                utc_moment(row.stop_asked_at),
             )
             for row in self.s.execute(query)
         ]
@@ -294,7 +296,7 @@ class RentalMoneyReads:
 
 def _billing_facts() -> tuple[Any, ...]:
     """Per rental (correlated with `rentals`): its first node, earliest reported run start, latest reported
-    run end and the time of its end event."""
+    run end, the time of its end event and when a stop was last asked."""
     rental_id = RentalRow.__table__.c.id
     first_node = (  # the earliest allocation's node, on the (rental_id, id) index (0006)
         select(AllocationRow.node)
@@ -310,11 +312,15 @@ def _billing_facts() -> tuple[Any, ...]:
     ended = select(func.max(RentalEventRow.at)).where(
         RentalEventRow.rental_id == rental_id, RentalEventRow.kind.in_(END_STATES)
     )
+    stop_asked = select(func.max(RentalEventRow.at)).where(
+        RentalEventRow.rental_id == rental_id, RentalEventRow.kind == "stopping"
+    )
     return (
         first_node.label("first_node"),
         run_started.label("run_started_at"),
         run_ended.scalar_subquery().label("run_ended_at"),
         ended.scalar_subquery().label("end_event_at"),
+        stop_asked.scalar_subquery().label("stop_asked_at"),
     )
 
 

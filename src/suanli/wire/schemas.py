@@ -551,7 +551,9 @@ class RentalResponse(WireModel):
         description="Pending at the head of the backfill queue (SUANLI_QUEUE=backfill), or any pending "
         "rental the conservative queue booked (SUANLI_QUEUE=conservative): when capacity is reserved for "
         "it, the rentals ahead of it ending at their declared max duration. It starts then at the latest, "
-        "sooner if they end early, unless a higher tier or a contract holder takes the capacity.",
+        "sooner if they end early, unless a higher tier or a contract holder takes the capacity. A rental "
+        "waiting on the preemption notice it gave (reason `preempting`, any queue): its victims' last "
+        "deadline, when it starts at the latest.",
     )
     time_limit_at: datetime | None = Field(
         default=None,
