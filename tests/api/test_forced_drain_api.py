@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from httpx import Response
 from typer.testing import CliRunner
 
-from conftest import ADMIN, ADMIN_KEY, h100_contract, logged_in_as
+from conftest import ADMIN, ADMIN_KEY, FLEET, h100_contract, logged_in_as
 from suanli.cli import admin_commands, maintenance_commands
 from suanli.cli.main import app
 
@@ -169,3 +169,77 @@ def test_a_drain_that_deepens_a_shortfall_a_forced_window_made_is_refused_and_li
     assert (shown["contracted_gpus"], shown["in_service_gpus"], shown["short_gpus"]) == (60, 48, 12)
     again = client.post("/v1/nodes/h100-a-03/drain", params={"force": "true"}, headers=ADMIN)
     assert [s["short_gpus"] for s in again.json()["shortfalls"]] == [20]  # each drain takes more: listed
+
+
+def _with_h100_b(nodes: int) -> str:
+    """The example fleet with `nodes` of its four h100-b nodes (8 H100s each, cn-north)."""
+    four = 'name = "h100-b-{i}"\ncount_nodes = 4'
+    assert four in FLEET
+    return FLEET.replace(four, f'name = "h100-b-{{i}}"\ncount_nodes = {nodes}')
+
+
+def _put_fleet(client: TestClient, text: str, force: bool = False) -> Response:
+    headers = {**ADMIN, "Content-Type": "application/toml"}
+    return client.put("/v1/fleet", content=text, params={"force": "true"} if force else None, headers=headers)
+
+
+def test_a_fleet_put_that_leaves_a_contract_short_is_refused_and_forced_lists_it(
+    client: TestClient, tenant: Callable[[str], tuple[str, dict[str, str]]]
+) -> None:
+    """60 of 64 H100s contracted; a fleet with one h100-b node fewer (56) is refused naming the contract, and
+    forced its answer lists it (60 contracted, 56 in service), as a forced drain's does; it said nothing."""
+    acme_id, acme = tenant("acme")
+    start = _next_hour(WEEK)
+    held = _sign(client, acme, start, 2, 60)
+    refused = _put_fleet(client, _with_h100_b(3))
+    assert refused.status_code == 409, refused.text
+    assert f"contract(s) {held['id']} short" in refused.json()["error"]["message"]
+    forced = _put_fleet(client, _with_h100_b(3), force=True)
+    assert forced.status_code == 200, forced.text
+    assert forced.json()["short_contracts"] == [held["id"]] and forced.json()["nodes"] == 19
+    [shown] = forced.json()["shortfalls"]
+    assert (shown["contract_id"], shown["tenant_id"]) == (held["id"], acme_id)
+    assert datetime.fromisoformat(shown["short_at"]) == start
+    assert (shown["contracted_gpus"], shown["in_service_gpus"], shown["short_gpus"]) == (60, 56, 4)
+    restored = _put_fleet(client, FLEET)
+    assert restored.status_code == 200 and restored.json()["shortfalls"] == [], restored.text
+
+
+def test_a_fleet_put_that_deepens_a_shortfall_a_forced_window_made_is_refused(
+    client: TestClient, tenant: Callable[[str], tuple[str, dict[str, str]]]
+) -> None:
+    """60 of 64 contracted; a forced window on h100-a-01 leaves it 4 short for half an hour. A fleet with one
+    h100-b node fewer takes 8 more (12 short in the window): it was let through unforced, since the check
+    compared which contracts were short before and after, and this one was short already somewhere."""
+    _, acme = tenant("acme")
+    start = _next_hour(WEEK)
+    held = _sign(client, acme, start, 2, 60)
+    window_start = start + timedelta(minutes=30)
+    assert _forced_window(client, "h100-a-01", window_start).status_code == 201
+    refused = _put_fleet(client, _with_h100_b(3))
+    assert refused.status_code == 409 and held["id"] in refused.json()["error"]["message"], refused.text
+    forced = _put_fleet(client, _with_h100_b(3), force=True)
+    assert forced.status_code == 200, forced.text
+    [shown] = forced.json()["shortfalls"]
+    assert datetime.fromisoformat(shown["short_at"]) == window_start
+    assert (shown["contracted_gpus"], shown["in_service_gpus"], shown["short_gpus"]) == (60, 48, 12)
+
+
+def test_cli_admin_fleet_put_force_prints_the_contracts_left_short(
+    client: TestClient, tenant: Callable[[str], tuple[str, dict[str, str]]], monkeypatch, tmp_path
+) -> None:
+    _, acme = tenant("acme")
+    held = _sign(client, acme, _next_hour(WEEK), 2, 60)
+    monkeypatch.setattr(admin_commands, "logged_in", logged_in_as(client, ADMIN_KEY))
+    path = tmp_path / "fleet.toml"
+    path.write_text(_with_h100_b(3))
+    runner = CliRunner()
+    refused = runner.invoke(app, ["admin", "fleet-put", str(path)], env={"COLUMNS": "200"})
+    assert refused.exit_code != 0 and held["id"] in refused.output, refused.output
+    forced = runner.invoke(app, ["admin", "fleet-put", str(path), "--force"], env={"COLUMNS": "200"})
+    assert forced.exit_code == 0, forced.output
+    assert f"forced: contracts left short of GPUs: {held['id']}" in forced.output, forced.output
+    assert "pool short by" in forced.output
+    assert _put_fleet(client, FLEET).status_code == 200  # the same fleet again takes nothing more
+    as_json = runner.invoke(app, ["admin", "fleet-put", str(path), "--force", "--json"])
+    assert as_json.exit_code == 0 and json.loads(as_json.output)["short_contracts"] == [held["id"]]

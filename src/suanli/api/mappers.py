@@ -7,7 +7,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 
 from suanli.app.contracts import ContractOrder, ContractQuote
-from suanli.app.fleet import NodeChange, NodeView
+from suanli.app.fleet import FleetChange, NodeChange, NodeView
 from suanli.app.offers import Offer
 from suanli.app.records import (
     LIVE_STATES,
@@ -31,6 +31,7 @@ from suanli.wire.schemas import (
     ContractQuoteResponse,
     ContractResponse,
     ContractShortfallResponse,
+    FleetResponse,
     KeyResponse,
     MaintenanceResponse,
     MigInstanceResponse,
@@ -190,6 +191,17 @@ def maintenance(
         **asdict(window),
         short_contracts=[s.contract.id for s in left_short],
         shortfalls=[shortfall(s) for s in left_short],
+    )
+
+
+def fleet_put(change: FleetChange) -> FleetResponse:
+    fleet = change.fleet
+    return FleetResponse(
+        regions=len(fleet.regions),
+        nodes=len(fleet.nodes),
+        gpus=fleet.gpu_count,
+        short_contracts=[s.contract.id for s in change.left_short],
+        shortfalls=[shortfall(s) for s in change.left_short],
     )
 
 

@@ -44,16 +44,17 @@ async def put_fleet(
     request: Request, caller: CallerDep, services: ServicesDep, force: bool = False
 ) -> FleetResponse:
     """Replace the fleet with a fleet TOML file (admin). Refused while live rentals sit on changed nodes, and
-    when signed contracts would be short of GPUs unless `force`."""
+    when signed contracts would be short of GPUs, or shorter, unless `force` (then they are listed in
+    `short_contracts`, and in `shortfalls` with how short each is left)."""
     require_admin(caller)
     raw = await _fleet_body(request)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise Invalid("the fleet file must be UTF-8 text", field="body") from None
-    fleet = await run_in_threadpool(partial(services.fleet.put, caller, text, force=force))
+    change = await run_in_threadpool(partial(services.fleet.put, caller, text, force=force))
     services.loop.signal()
-    return FleetResponse(regions=len(fleet.regions), nodes=len(fleet.nodes), gpus=fleet.gpu_count)
+    return mappers.fleet_put(change)
 
 
 async def _fleet_body(request: Request) -> bytes:

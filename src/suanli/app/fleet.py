@@ -24,7 +24,6 @@ from suanli.domain.contracts import (
     Maintenance,
     deepened_shortfalls,
     fleet_capacity,
-    short_contracts,
 )
 from suanli.domain.errors import SuanliError
 from suanli.domain.fleet_format import parse_fleet
@@ -127,6 +126,14 @@ class NodeChange:
     left_short: tuple[ContractShortfall, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class FleetChange:
+    """A fleet just put, with the contracts a forced put left short, or shorter (and by how much)."""
+
+    fleet: Fleet
+    left_short: tuple[ContractShortfall, ...] = ()
+
+
 class FleetCache:
     """Parsed fleets by stored version, so readers parse the TOML once per change."""
 
@@ -177,10 +184,12 @@ class FleetService:
         self.uow, self.clock, self.cache = uow, clock, cache
         self.notice_horizon_s = notice_horizon_s
 
-    def put(self, caller: Caller, toml: str, *, force: bool = False) -> Fleet:
+    def put(self, caller: Caller, toml: str, *, force: bool = False) -> FleetChange:
         """Replace the fleet. Refused (409) while live rentals sit on nodes it removes or changes, and, unless
-        `force`, when it would leave signed contracts short of GPUs at some instant (as a drain is)."""
+        `force`, when it would leave signed contracts short of GPUs at some instant, or shorter than they are
+        (as a drain is); the answer lists those a forced one left so."""
         require_admin(caller)
+        short: tuple[ContractShortfall, ...] = ()
         try:
             fleet = parse_fleet(toml, source="fleet", catalog=self.cache.catalog)
         except SuanliError as error:
@@ -199,16 +208,17 @@ class FleetService:
                                 field="body",
                             )
                 uow.contracts.lock_signing()  # a signing and a fleet change take turns, as with a drain
-                short = self._short_under(uow, fleet) - self._short_under(uow, old)
+                short = self._short_under(uow, old, fleet)
                 if short and not force:
+                    named = ", ".join(s.contract.id for s in short)
                     raise Conflict(
-                        f"the new fleet would leave contract(s) {', '.join(sorted(short))} short of GPUs; "
+                        f"the new fleet would leave contract(s) {named} short of GPUs; "
                         "pass force (the CLI's --force) to put it anyway",
                         field="body",
                     )
             uow.fleet.put(toml, [node.name for node in fleet.nodes], self.clock.now())
             uow.commit()
-        return fleet
+        return FleetChange(fleet, short)
 
     def nodes(self, caller: Caller) -> list[NodeView]:
         require_operator(caller)
@@ -264,14 +274,17 @@ class FleetService:
         view = next(view for view in self.nodes(caller) if view.node.name == node_name)
         return NodeChange(view, short)
 
-    def _short_under(self, uow: UnitOfWork, fleet: Fleet) -> set[str]:
-        """The signed contracts `fleet` would leave short from now on, given the maintenance and cordons."""
+    def _short_under(self, uow: UnitOfWork, old: Fleet, new: Fleet) -> tuple[ContractShortfall, ...]:
+        """The signed contracts `new` would leave short from now on, or shorter than `old` leaves them, given
+        the maintenance and cordons, and by how much."""
         now = self.clock.now()
         contracts = map(domain_contract, uow.contracts.list(None))
-        down = down_for_contracts(uow, fleet, now)
-        return {
-            c.id for c in short_contracts(contracts, fleet_capacity(fleet), down, now.timestamp(), math.inf)
-        }
+        before, after = down_for_contracts(uow, old, now), down_for_contracts(uow, new, now)
+        capacity, was = fleet_capacity(new), fleet_capacity(old)
+        found = deepened_shortfalls(
+            contracts, capacity, before, after, now.timestamp(), math.inf, capacity_before=was
+        )
+        return tuple(found)
 
     def _left_short(self, uow: UnitOfWork, node_name: str) -> tuple[ContractShortfall, ...]:
         """The contracts of the node's pool a drain from now on would leave short, or shorter, and by how

@@ -12,7 +12,7 @@ from rich.text import Text
 
 from suanli.cli.contract_commands import shortfalls_table
 from suanli.cli.output import EXIT_USAGE, emit, error_text, errors, logged_in, table
-from suanli.wire.schemas import NodeDrainResponse, NodeResponse
+from suanli.wire.schemas import FleetResponse, NodeDrainResponse, NodeResponse
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of a table.")]
 
@@ -71,10 +71,13 @@ def admin_key_revoke(tenant_id: str, key_id: str) -> None:
 def admin_fleet_put(
     path: Path,
     force: Annotated[
-        bool, typer.Option("--force", help="Put it even if a signed contract is then short of GPUs.")
+        bool,
+        typer.Option("--force", help="Put it even if a signed contract is then short of GPUs (or shorter)."),
     ] = False,
+    as_json: JsonFlag = False,
 ) -> None:
-    """Replace the fleet with a fleet TOML file (see examples/fleet.toml)."""
+    """Replace the fleet with a fleet TOML file (see examples/fleet.toml); forced, it lists the contracts it
+    left short."""
     try:
         text = path.read_text()
     except OSError as error:
@@ -82,7 +85,16 @@ def admin_fleet_put(
         raise typer.Exit(EXIT_USAGE) from None
     with logged_in() as client:
         fleet = client.put_fleet(text, force=force)
-    typer.echo(f"fleet: {fleet.regions} regions, {fleet.nodes} nodes, {fleet.gpus} GPUs")
+    emit(fleet, as_json, _fleet_put_view)
+
+
+def _fleet_put_view(fleet: FleetResponse):
+    """The new fleet's size, and after a forced put the contracts it left short, with how short."""
+    done = Text(f"fleet: {fleet.regions} regions, {fleet.nodes} nodes, {fleet.gpus} GPUs")
+    if not fleet.shortfalls:
+        return done
+    forced = Text(f"forced: contracts left short of GPUs: {', '.join(fleet.short_contracts)}")
+    return Group(done, forced, shortfalls_table(fleet.shortfalls))
 
 
 @admin_app.command("nodes")

@@ -142,25 +142,30 @@ def deepened_shortfalls(
     end_s: float,
     *,
     already_short: bool = True,
+    capacity_before: Mapping[Pool, int] | None = None,
 ) -> list[ContractShortfall]:
     """Each contract open at some instant of [start_s, end_s) when its pool is short with `after`'s
     maintenance, and (`already_short`) shorter than with `before`'s, with the instant it is shortest by
-    most: what a change of maintenance, a drain, leaves short or makes shorter. A pool short already
-    before is not the change's doing, unless the change takes more of it then."""
+    most: what a change of maintenance, a drain, a new fleet (`capacity_before`: the old fleet's GPUs per
+    pool) leaves short or makes shorter. A pool short already before is not the change's doing, unless the
+    change takes more of it then."""
+    was = fleet_capacity if capacity_before is None else capacity_before
     contracts, before, after = list(contracts), list(before), list(after)
     worst: dict[str, ContractShortfall] = {}
     for pool in {(c.model, c.region) for c in contracts}:
         mine = [c for c in contracts if (c.model, c.region) == pool and c.overlaps(start_s, end_s)]
         down_before = [m for m in before if (m.model, m.region) == pool]
         down_after = [m for m in after if (m.model, m.region) == pool]
-        capacity = fleet_capacity.get(pool, 0)
+        capacity, capacity_was = fleet_capacity.get(pool, 0), was.get(pool, 0)
         # what is booked or down only rises at a start: checking each start (and the span's) covers it all
         instants = {start_s, *(c.start_s for c in mine), *(m.start_s for m in (*down_before, *down_after))}
         for t in sorted(t for t in instants if start_s <= t < end_s):
             open_now = [c for c in mine if c.open_at(t)]
             contracted = sum(c.gpus for c in open_now)
             in_service = capacity - _down_at(down_after, t)
-            short_before = max(0, contracted - (capacity - _down_at(down_before, t))) if already_short else 0
+            short_before = (
+                max(0, contracted - (capacity_was - _down_at(down_before, t))) if already_short else 0
+            )
             if contracted - in_service <= short_before:
                 continue
             for c in open_now:

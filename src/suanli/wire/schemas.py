@@ -205,6 +205,14 @@ class FleetResponse(WireModel):
     regions: int
     nodes: int
     gpus: int
+    short_contracts: list[str] = Field(
+        default_factory=list,
+        description="Forced: the signed contracts the new fleet leaves short of GPUs, or shorter.",
+    )
+    shortfalls: list[ContractShortfallResponse] = Field(
+        default_factory=list,
+        description="Forced: each of those contracts with how short it is left, and when.",
+    )
 
 
 class MigInstanceResponse(WireModel):
