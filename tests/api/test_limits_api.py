@@ -344,18 +344,54 @@ def test_cli_budget_sets_and_clears_a_tenants_own_budget(client, tenant, monkeyp
     shown = runner.invoke(app, ["budget"], env=env)  # nothing to set: what is spent against it
     assert shown.exit_code == 0 and "own monthly budget" in shown.output and "0%" in shown.output
     assert "budget event" in " ".join(shown.output.split()), shown.output
-    for bad, says in (
-        (["budget", "--stop-running"], "--stop-running needs --daily and/or --monthly"),
-        (["budget", "--clear", "--daily", "3"], "--clear removes the budget"),
-    ):
-        refused = runner.invoke(app, bad, env=env)
-        assert refused.exit_code == 2 and says in refused.output, refused.output
-    stopping = runner.invoke(app, ["budget", "--monthly", "250", "--stop-running"], env=env)
-    assert "running rentals stop once the budget is spent" in " ".join(stopping.output.split())
+    refused = runner.invoke(app, ["budget", "--clear", "--daily", "3"], env=env)
+    assert refused.exit_code == 2 and "--clear removes the budget" in refused.output, refused.output
+    # an option changes only itself: --stop-running alone keeps both amounts, --daily none removes one
+    stopping = runner.invoke(app, ["budget", "--stop-running", "--json"], env=env)
+    assert stopping.exit_code == 0, stopping.output
+    kept = json.loads(stopping.output)
+    assert (kept["budget_daily_micros"], kept["budget_monthly_micros"]) == (20_500_000, 250_000_000)
+    assert kept["budget_stops_running"] is True
+    shown = runner.invoke(app, ["budget"], env=env)
+    assert "running rentals stop once the budget is spent" in " ".join(shown.output.split())
+    removed = json.loads(runner.invoke(app, ["budget", "--daily", "none", "--json"], env=env).output)
+    assert (removed["budget_daily_micros"], removed["budget_monthly_micros"]) == (None, 250_000_000)
+    assert removed["budget_stops_running"] is True
+    kept_running = json.loads(runner.invoke(app, ["budget", "--keep-running", "--json"], env=env).output)
+    assert (
+        kept_running["budget_stops_running"] is False and kept_running["budget_monthly_micros"] == 250_000_000
+    )
     bad = runner.invoke(app, ["budget", "--daily", "lots"], env=env)
     assert bad.exit_code == 2 and "--daily" in bad.output
     cleared = runner.invoke(app, ["budget", "--clear", "--json"], env=env)
     assert cleared.exit_code == 0 and '"budget_monthly_micros": null' in cleared.output
+    alone = runner.invoke(app, ["budget", "--stop-running"], env=env)  # no budget left to spend
+    assert alone.exit_code != 0 and "--stop-running" in alone.output, alone.output
+    assert "give a daily or monthly budget" in " ".join(alone.output.split()), alone.output
+
+
+def test_a_budget_patch_changes_only_what_it_names(client, tenant) -> None:
+    """PATCH /v1/budget is a JSON merge patch: a daily budget alone keeps the monthly one and stop_running,
+    null removes one; stop_running with no budget left, or null, is refused naming the field."""
+    _, headers = tenant("patching")
+    both = {"daily_micros": 5_000_000, "monthly_micros": 90_000_000, "stop_running": True}
+    assert client.put("/v1/budget", json=both, headers=headers).status_code == 200
+    patch = {**headers, "Content-Type": "application/merge-patch+json"}
+    daily = client.patch("/v1/budget", content=json.dumps({"daily_micros": 7_000_000}), headers=patch).json()
+    assert (daily["budget_daily_micros"], daily["budget_monthly_micros"]) == (7_000_000, 90_000_000)
+    assert daily["budget_stops_running"] is True
+    gone = client.patch("/v1/budget", content=json.dumps({"monthly_micros": None}), headers=patch).json()
+    assert (gone["budget_daily_micros"], gone["budget_monthly_micros"]) == (7_000_000, None)
+    for body, field in (
+        ({"daily_micros": None}, "stop_running"),  # stops running with no budget left
+        ({"stop_running": None}, "stop_running"),
+        ({"daily_micros": -1}, "daily_micros"),
+    ):
+        refused = client.patch("/v1/budget", content=json.dumps(body), headers=patch)
+        assert refused.status_code in (400, 422), refused.text
+        assert refused.json()["error"]["field"] == field, refused.text
+    unchanged = client.get("/v1/limits", headers=headers).json()
+    assert (unchanged["budget_daily_micros"], unchanged["budget_stops_running"]) == (7_000_000, True)
 
 
 def test_a_compute_future_counts_as_spent_and_is_refused_past_the_own_budget(client: TestClient) -> None:

@@ -14,6 +14,7 @@ from suanli.app.limits import LimitsChange, LimitsService, LimitsView
 from suanli.app.plans import PlanService, TermsView
 from suanli.domain.billing.plans import Plan
 from suanli.wire.plan_schemas import (
+    BudgetPatch,
     BudgetRequest,
     GrantResponse,
     LimitsPatch,
@@ -196,6 +197,21 @@ def set_budget(
     view = _limits(services).set_budget(
         caller, body.daily_micros, body.monthly_micros, tenant, body.stop_running
     )
+    return _limits_response(view)
+
+
+@router.patch("/budget")
+def change_budget(
+    body: BudgetPatch, caller: CallerDep, services: ServicesDep, tenant: TenantQuery = None
+) -> LimitsResponse:
+    """Change only what the body names of your own budget (JSON merge patch: null removes a daily or monthly
+    budget); the rest stays. Admins: `?tenant=`."""
+    amounts = {
+        period: getattr(body, f"{period}_micros")
+        for period in ("daily", "monthly")
+        if f"{period}_micros" in body.model_fields_set
+    }
+    view = _limits(services).change_budget(caller, amounts, body.stop_running, tenant)
     return _limits_response(view)
 
 

@@ -140,6 +140,32 @@ class LimitsService:
             uow.commit()
         return self.get(caller, target)
 
+    def change_budget(
+        self,
+        caller: Caller,
+        amounts_micros: Mapping[str, int | None],
+        stops_running: bool | None = None,
+        tenant_id: str | None = None,
+    ) -> LimitsView:
+        """Change only what is given of the caller's own budget: `amounts_micros` "daily" / "monthly" (None
+        removes it), `stops_running` (None: unchanged); the rest stays."""
+        target = target_tenant(caller, tenant_id)
+        with self.uow() as uow:
+            if uow.tenants.get(target) is None:
+                raise NotFound(f"no tenant {target}")
+            current, _ = uow.terms.limits_for_update(target)
+            budget = {"daily": current.budget_daily_micros, "monthly": current.budget_monthly_micros}
+            budget.update(amounts_micros)
+            stops = current.budget_stops_running if stops_running is None else stops_running
+            if stops and budget["daily"] is None and budget["monthly"] is None:
+                raise Invalid(
+                    "stops running rentals once a budget is spent: give a daily or monthly budget",
+                    field="stop_running",
+                )
+            uow.terms.set_budget(target, budget["daily"], budget["monthly"], self.clock.now(), stops)
+            uow.commit()
+        return self.get(caller, target)
+
     def get(self, caller: Caller, tenant_id: str | None = None) -> LimitsView:
         """The caller's limits (an admin: any tenant's; none set reads as no limits) and fair-share usage."""
         target = target_tenant(caller, tenant_id)

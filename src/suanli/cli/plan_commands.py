@@ -19,7 +19,7 @@ from suanli.cli.output import (
     table,
     usage_error,
 )
-from suanli.client.client import LimitsChanges
+from suanli.client.client import BudgetChanges, LimitsChanges
 from suanli.wire.plan_schemas import (
     GrantResponse,
     LimitsResponse,
@@ -223,31 +223,42 @@ def limits(tenant: TenantOption = None, as_json: JsonFlag = False) -> None:
 
 
 def budget(
-    daily: Annotated[str | None, typer.Option("--daily", help="Most to spend per UTC day, in units.")] = None,
+    daily: Annotated[
+        str | None, typer.Option("--daily", help="Most to spend per UTC day, in units; none removes it.")
+    ] = None,
     monthly: Annotated[
-        str | None, typer.Option("--monthly", help="Most to spend per calendar month, in units.")
+        str | None,
+        typer.Option("--monthly", help="Most to spend per calendar month, in units; none removes it."),
     ] = None,
     stop_running: Annotated[
-        bool,
-        typer.Option("--stop-running", help="Also stop your running rentals once the budget is spent."),
-    ] = False,
+        bool | None,
+        typer.Option(
+            "--stop-running/--keep-running",
+            help="Stop your running rentals once the budget is spent, or (the default) only hold new ones.",
+        ),
+    ] = None,
     clear: Annotated[bool, typer.Option("--clear", help="Remove your budget.")] = False,
     tenant: TenantOption = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Show your spend against your budget, or set it (replacing the earlier one): a rental that would take
-    your spend past it waits with reason spend_cap, your rentals get a budget event at 80% and 100% of it,
-    and with --stop-running the running ones stop once it is spent."""
-    setting = daily is not None or monthly is not None
-    if clear and (setting or stop_running):
+    """Show your spend against your budget, or change it (only what you give; the rest stays): a rental that
+    would take your spend past it waits with reason spend_cap, your rentals get a budget event at 80% and
+    100% of it, and with --stop-running the running ones stop once it is spent."""
+    changes: BudgetChanges = {}
+    if daily is not None:
+        changes["daily_micros"] = _cap_option(daily, "--daily")
+    if monthly is not None:
+        changes["monthly_micros"] = _cap_option(monthly, "--monthly")
+    if stop_running is not None:
+        changes["stop_running"] = stop_running
+    if clear and changes:
         raise usage_error("--clear removes the budget: give it alone")
-    if stop_running and not setting:
-        raise usage_error("--stop-running needs --daily and/or --monthly")
-    daily_micros = None if daily is None else micros_option(daily, "--daily")
-    monthly_micros = None if monthly is None else micros_option(monthly, "--monthly")
-    with logged_in({"daily_micros": "--daily", "monthly_micros": "--monthly"}) as client:
-        if setting or clear:
-            found = client.set_budget(daily_micros, monthly_micros, tenant, stop_running=stop_running)
+    options = {"daily_micros": "--daily", "monthly_micros": "--monthly", "stop_running": "--stop-running"}
+    with logged_in(options) as client:
+        if clear:
+            found = client.set_budget(None, None, tenant)
+        elif changes:
+            found = client.change_budget(tenant, **changes)
         else:
             found = client.limits(tenant)
     emit(found, as_json, _budget_table)

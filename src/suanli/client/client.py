@@ -58,6 +58,7 @@ from suanli.wire.billing_schemas import (
     SlaResponse,
 )
 from suanli.wire.plan_schemas import (
+    BudgetPatch,
     BudgetRequest,
     GrantResponse,
     LimitsPatch,
@@ -102,6 +103,14 @@ from suanli.wire.schemas import (
 )
 
 T = TypeVar("T")
+
+
+class BudgetChanges(TypedDict, total=False):
+    """What `change_budget` may change; a budget given as None is removed."""
+
+    daily_micros: int | None
+    monthly_micros: int | None
+    stop_running: bool
 
 
 class LimitsChanges(TypedDict, total=False):
@@ -666,6 +675,14 @@ class Client:
         )
         params = {"tenant": tenant_id} if tenant_id else None
         return self._call("PUT", "/v1/budget", LimitsResponse, body=body, params=params, retry=True)
+
+    def change_budget(self, tenant_id: str | None = None, **changes: Unpack[BudgetChanges]) -> LimitsResponse:
+        """Change only what is named of your own budget (one given as None is removed); the rest stays."""
+        params = {"tenant": tenant_id} if tenant_id else None
+        body = BudgetPatch(**changes)
+        return self._call(
+            "PATCH", "/v1/budget", LimitsResponse, body=body, params=params, retry=True, merge_patch=True
+        )
 
     def limits(self, tenant_id: str | None = None) -> LimitsResponse:
         params = {"tenant": tenant_id} if tenant_id else None

@@ -131,6 +131,24 @@ class BudgetRequest(WireModel):
     )
 
 
+class BudgetPatch(WireModel):
+    """A change to a tenant's own budget: only the fields given change (JSON merge patch); null removes a
+    daily or monthly budget."""
+
+    daily_micros: int | None = Field(default=None, ge=0, le=MAX_MICROS, description="Per UTC day.")
+    monthly_micros: int | None = Field(default=None, ge=0, le=MAX_MICROS, description="Per calendar month.")
+    stop_running: bool | None = Field(
+        default=None, description="Whether your running rentals stop once a budget is spent."
+    )
+
+    @field_validator("stop_running")
+    @classmethod
+    def _stop_running_not_null(cls, value: bool | None) -> bool:
+        if value is None:  # only one given as null: one left out is not validated
+            raise ValueError("true or false, not null")
+        return value
+
+
 class LimitsResponse(WireModel):
     tenant_id: str
     gpu_quota: dict[str, int]
