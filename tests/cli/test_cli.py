@@ -222,6 +222,12 @@ def test_a_followed_rental_waiting_says_why() -> None:
     )
     assert _state_line(rental) == f"rnt_1: pending (no_matching_gpu: {why})"
     assert _state_line(rental.model_copy(update={"events": []})) == "rnt_1: pending (no_matching_gpu)"
+    live = rental.model_copy(  # the message as the last cycle wrote it, and the start it was promised
+        update={"pending_message": "GPU quota 10 GPUs, 8 in use, asks 4", "expected_start_at": at}
+    )
+    said = "rnt_1: pending (no_matching_gpu: GPU quota 10 GPUs, 8 in use, asks 4), starts by 2026-12-02 00:00"
+    said += " UTC"
+    assert _state_line(live) == said
 
 
 def test_show_says_a_rental_checkpoints_and_when_it_runs_on_borrowed_gpus() -> None:
@@ -313,3 +319,56 @@ def test_show_numbers_the_runs_of_a_rental_placed_again_and_only_then() -> None:
     assert [row.split()[:3] for row in rows] == [["1", "h100-01", "stopped"], ["2", "h100-01", "running"]]
     header, row = table_of([first])
     assert header.split()[0] == "node" and row.split()[:2] == ["h100-01", "stopped"]
+
+
+def test_following_a_waiting_rental_tells_its_moving_figures_at_most_once_a_minute(
+    capsys, monkeypatch
+) -> None:
+    """`rent -f` said why a rental waits only when the reason changed (from its events), so a quota's figures
+    freeing up went unseen; it reads the live message now, and tells it again for the same reason only after
+    `RESAY_S` (a spend cap's money moves every cycle), a new reason at once."""
+    from datetime import UTC, datetime
+
+    from suanli.cli import follow
+    from suanli.wire.schemas import RentalCreateRequest, RentalResponse
+
+    at = datetime(2026, 12, 2, tzinfo=UTC)
+
+    def waiting(reason: str, message: str, state: str = "pending") -> RentalResponse:
+        return RentalResponse(
+            id="rnt_1",
+            tenant_id="ten_1",
+            state=state,
+            request=RentalCreateRequest(gpu_model="H100", gpus=4),
+            allocation=[],
+            pending_reason=reason if state == "pending" else None,
+            pending_message=message if state == "pending" else None,
+            created_at=at,
+            events=[],
+        )
+
+    polls = [
+        waiting("quota", "GPU quota 10 GPUs, 9 in use, asks 4"),  # figures moved: not yet again
+        waiting("quota", "GPU quota 10 GPUs, 8 in use, asks 4"),
+        waiting("spend_cap", "daily spend cap 5.0000, 4.9000 spent or committed"),  # a new reason: at once
+        waiting("spend_cap", "daily spend cap 5.0000, 4.9100 spent or committed"),
+        waiting("", "", state="stopped"),
+    ]
+
+    class Polled:
+        def rental(self, rental_id: str) -> RentalResponse:
+            return polls.pop(0) if len(polls) > 1 else polls[0]
+
+        def output(self, rental_id, follow, node, poll_s, on_wait, offset):
+            for _ in range(4):
+                on_wait()
+            return iter(())
+
+    monkeypatch.setattr(follow, "RESAY_S", 3600.0)
+    first = waiting("quota", "GPU quota 10 GPUs, 10 in use, asks 4")
+    assert follow.follow_rental(Polled(), first) == 0  # type: ignore[arg-type]
+    told = [line for line in capsys.readouterr().err.splitlines() if line.startswith("rnt_1: pending")]
+    assert told == [
+        "rnt_1: pending (quota: GPU quota 10 GPUs, 10 in use, asks 4)",
+        "rnt_1: pending (spend_cap: daily spend cap 5.0000, 4.9000 spent or committed)",
+    ], told

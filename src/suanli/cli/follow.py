@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable
 
 from rich.text import Text
@@ -13,6 +14,9 @@ from suanli.domain import queueing
 from suanli.wire.schemas import ENDED_STATES, RentalResponse
 
 POLL_S = 1.0
+RESAY_S = (
+    60.0  # a waiting rental whose reason stays is told again, its message's figures moved, at most this often
+)
 SUCCEEDED = "stopped"  # the state a rental ends in when its workload exits 0 (or the tenant stops it)
 RESTARTED = "restarted"  # the event of a multi-node rental's workload restarted on all its nodes
 TIME_LIMIT = "time_limit"  # the reason on the event of a rental the leader stopped at its max duration
@@ -85,15 +89,22 @@ def follow_rental(client: Client, rental: RentalResponse) -> int:
             errors.print(Text(f"{rental.id}: restarted ({message})"))
         restarts_told[0] = len(restarts)
 
+    said = [(rental.state, rental.pending_reason, time.monotonic())]  # what the last line said, and when
+
     def note_state() -> None:
         current = client.rental(rental.id)
         tell_restarts(current)
         line = _state_line(current)
-        if line != shown[-1]:
-            shown.append(line)
-            errors.print(Text(line))
-            if current.state == "pending" and current.pending_reason in NEVER_FITS:
-                errors.print(Text(never_fits_hint(current.id)))
+        if line == shown[-1]:
+            return
+        state, reason, at = said[-1]
+        if (current.state, current.pending_reason) == (state, reason) and time.monotonic() - at < RESAY_S:
+            return  # only the figures of its message moved (a spend cap's, every cycle): not yet again
+        shown.append(line)
+        said.append((current.state, current.pending_reason, time.monotonic()))
+        errors.print(Text(line))
+        if current.state == "pending" and current.pending_reason in NEVER_FITS:
+            errors.print(Text(never_fits_hint(current.id)))
 
     try:
         print_output(client, rental.id, follow=True, on_wait=note_state)
@@ -137,12 +148,18 @@ def exit_status(exit_code: int) -> int:
 
 
 def _state_line(rental: RentalResponse) -> str:
-    """`rnt_…: pending (no_capacity: matching nodes are busy; …)`, `rnt_…: running on h100-a-01`."""
+    """`rnt_…: pending (no_capacity: matching nodes are busy; …)`, with its live message (a quota's or a spend
+    cap's figures as they are now) and expected start when it has them; `rnt_…: running on h100-a-01`."""
     where = ", ".join(a.node for a in rental.allocation)
     line = f"{rental.id}: {rental.state}"
     if rental.state == "pending" and rental.pending_reason:
-        why = next((e.message for e in reversed(rental.events) if e.kind == "pending" and e.message), "")
-        return f"{line} ({rental.pending_reason}" + (f": {why})" if why else ")")
+        why = rental.pending_message or next(
+            (e.message for e in reversed(rental.events) if e.kind == "pending" and e.message), ""
+        )
+        line = f"{line} ({rental.pending_reason}" + (f": {why})" if why else ")")
+        if rental.expected_start_at is not None:
+            line += f", starts by {rental.expected_start_at:%Y-%m-%d %H:%M} UTC"
+        return line
     line = f"{line} on {where}" if where else line
     if rental.state == "stopping":  # stopped by the platform (its time limit) rather than by its tenant
         stop = next((e for e in reversed(rental.events) if e.kind == "stopping"), None)
