@@ -138,7 +138,7 @@ def test_a_live_rental_changes_its_gpu_count_in_place_when_its_node_has_them(
         (waiting,) = [e for e in body["events"] if e["kind"] == "growing"]
         assert (
             waiting["message"]
-            == f"waiting to have 8 GPUs per node: node {node} does not have 4 more GPUs free"
+            == f"waiting to have 8 GPUs per node (has 4): node {node} does not have 4 more GPUs free"
         )
         assert body["state"] == "placed" and body["price_micros_per_hour"] == rate
         assert [len(a["slices"]) for a in body["allocation"]] == [4]
@@ -196,7 +196,7 @@ def test_more_gpus_are_taken_on_every_node_or_none_and_new_nodes_wait_for_them(d
         (waiting,) = [e for e in body["events"] if e["kind"] == "growing"]
         assert (
             waiting["message"]
-            == f"waiting to have 8 GPUs per node: node {blocked} does not have 4 more GPUs free"
+            == f"waiting to have 8 GPUs per node (has 4): node {blocked} does not have 4 more GPUs free"
         )
         scheduler_cycles(client)  # still as it was
         body = client.get(f"/v1/rentals/{first}", headers=headers).json()

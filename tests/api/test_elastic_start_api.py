@@ -47,6 +47,9 @@ def test_an_elastic_rental_starts_on_what_is_free_pays_for_it_and_grows_when_mor
         assert body["state"] == "placed"
         (allocation,) = body["allocation"]
         assert len(allocation["slices"]) == 4  # the four free GPUs of the eighth node
+        waiting = _until(client, elastic, headers, lambda b: any(e["kind"] == "growing" for e in b["events"]))
+        (said,) = [e["message"] for e in waiting["events"] if e["kind"] == "growing"]  # what it still wants
+        assert said == f"waiting to have 8 GPUs per node (has 4): node {allocation['node']} has no GPU free"
         assert body["price_micros_per_hour"] == four_rate  # it pays for the four it holds
         if queue != "backfill":  # the rigid one waits for a whole node (conservative: unbooked, as nothing
             # running declares when it ends, so it holds nothing back), the elastic one did not

@@ -79,7 +79,8 @@ class Resizer:
             if isinstance(held.shape, WholeGpus) and rental.spec.gpus != held.shape.count:
                 outcome = self._change_gpus(uow, rental, running, allocation_ids, now)
                 if isinstance(outcome, Pending):
-                    _waiting(uow, rental, f"to have {rental.spec.gpus} GPUs per node", outcome, now)
+                    what = f"to have {rental.spec.gpus} GPUs per node (has {held.shape.count})"
+                    _waiting(uow, rental, what, outcome, now)
                     continue
                 running, changed = outcome, changed + 1
                 rental = uow.rentals.get(rental.id) or rental  # at its new rate
@@ -101,7 +102,7 @@ class Resizer:
                 break
         assert outcome is not None
         if isinstance(outcome, Pending):
-            _waiting(uow, rental, f"to grow by {extra} nodes", outcome, now)
+            _waiting(uow, rental, f"to grow by {extra} nodes (has {have})", outcome, now)
             return 0
         self._book(uow, rental.id, outcome.nodes, now)
         follow_size(uow, rental, (have, per_node), (have + len(outcome.nodes), per_node), now)

@@ -46,8 +46,9 @@ def grow(
                 return Pending(
                     request.id,
                     Reason.NO_CAPACITY,
-                    f"node {allocation.node} does not have {extra_gpus_per_node} more "
-                    + ("GPU free" if extra_gpus_per_node == 1 else "GPUs free"),
+                    f"node {allocation.node} has no GPU free"
+                    if extra_gpus_per_node == 1
+                    else f"node {allocation.node} does not have {extra_gpus_per_node} more GPUs free",
                 )
             added.append(outcome)
     if extra_nodes:
