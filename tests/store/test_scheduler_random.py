@@ -54,7 +54,7 @@ def test_random_cycles_keep_the_snapshot_and_the_database_in_step(store, clock, 
     )
     rng = random.Random(f"{queue.mode}")
     made = 0
-    totals = [0, 0, 0, 0]  # placed, noticed, preempted, grown
+    totals = [0, 0, 0, 0]  # placed, noticed, ended under notice, grown
     resized = 0
     for _ in range(60):
         with uow() as u:
@@ -76,7 +76,7 @@ def test_random_cycles_keep_the_snapshot_and_the_database_in_step(store, clock, 
         report = scheduler.run_cycle()
         totals[0] += report.placed
         totals[1] += report.notices
-        totals[2] += report.preempted
+        totals[2] += report.preempted + report.stopped
         totals[3] += report.grown
         if scheduler.snapshot is None:
             continue  # dropped on purpose: rebuilt from the database next cycle

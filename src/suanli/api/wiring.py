@@ -185,8 +185,8 @@ def build(settings: Settings, clock: Clock | None = None) -> Services:
 
     def on_report(report: CycleReport) -> None:
         metrics.record(report)
-        if (report.preempted or report.trimmed) and meter is not None:
-            meter.signal()  # victims ended (charged to their deadline now) or trimmed (re-priced)
+        if (report.preempted or report.stopped or report.trimmed) and meter is not None:
+            meter.signal()  # victims ended (charged to their deadline or stop now) or trimmed (re-priced)
 
     loop = SchedulerLoop(scheduler, Leadership(engine), settings.scheduler_interval_s, on_report)
     sla = SlaService(uow, clock)

@@ -98,6 +98,7 @@ class CycleReport:
     dropped: bool = False
     notices: int = 0  # victims given a preemption notice
     preempted: int = 0  # victims ended at their deadline (or when they left), capacity handed over
+    stopped: int = 0  # victims their tenants stopped under notice, capacity handed over (not preempted)
     trimmed: int = 0  # elastic victims that gave back part of their GPUs at their deadline and ran on
     repriced: int = 0  # live spot rentals whose rate followed their pool's spot price
     head_start_s: float | None = None  # backfill queue: the blocked head's reserved start (epoch seconds)
@@ -267,7 +268,7 @@ class Scheduler:
         with self.uow() as uow:
             for victim in due:
                 if victim.id in asked:
-                    report.preempted += stop_victim(uow, victim, now)
+                    report.stopped += stop_victim(uow, victim, now)
                     continue
                 if victim.notice_keeps is not None:
                     trimmed = trim_victim(uow, victim, now, self._booker(uow, now))
