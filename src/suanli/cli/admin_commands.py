@@ -7,10 +7,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Group
 from rich.text import Text
 
-from suanli.cli.contract_commands import shortfalls_table
+from suanli.cli.contract_commands import with_shortfalls
 from suanli.cli.output import EXIT_USAGE, emit, error_text, errors, logged_in, table
 from suanli.wire.schemas import FleetResponse, NodeDrainResponse, NodeResponse
 
@@ -91,10 +90,7 @@ def admin_fleet_put(
 def _fleet_put_view(fleet: FleetResponse):
     """The new fleet's size, and after a forced put the contracts it left short, with how short."""
     done = Text(f"fleet: {fleet.regions} regions, {fleet.nodes} nodes, {fleet.gpus} GPUs")
-    if not fleet.shortfalls:
-        return done
-    forced = Text(f"forced: contracts left short of GPUs: {', '.join(fleet.short_contracts)}")
-    return Group(done, forced, shortfalls_table(fleet.shortfalls))
+    return with_shortfalls(done, fleet.short_contracts, fleet.shortfalls)
 
 
 @admin_app.command("nodes")
@@ -178,11 +174,7 @@ def _nodes_table(found: list[NodeResponse]):
 
 def _drained_view(drained: NodeDrainResponse):
     """`drained NODE`, and after a forced drain the contracts it left short, with how short."""
-    done = Text(f"drained {drained.name}")
-    if not drained.shortfalls:
-        return done
-    forced = Text(f"forced: contracts left short of GPUs: {', '.join(drained.short_contracts)}")
-    return Group(done, forced, shortfalls_table(drained.shortfalls))
+    return with_shortfalls(Text(f"drained {drained.name}"), drained.short_contracts, drained.shortfalls)
 
 
 def _schedulable(node: NodeResponse) -> str:

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Annotated
 
 import typer
+from rich.console import Group, RenderableType
 from rich.text import Text
 
 from suanli.cli.output import (
@@ -218,6 +219,16 @@ def _contracts_table(found: list[ContractResponse]):
     ]
     columns = ("id", "tenant", "model", "count", "region", "from", "until", "prepaid")
     return table("Contracts", columns, rows)
+
+
+def with_shortfalls(
+    done: RenderableType, short_contracts: list[str], found: list[ContractShortfallResponse]
+) -> RenderableType:
+    """`done`, and after a forced drain, window or fleet the contracts it left short, with how short."""
+    if not found:
+        return done
+    forced = Text(f"forced: contracts left short of GPUs: {', '.join(short_contracts)}")
+    return Group(done, forced, shortfalls_table(found))
 
 
 def shortfalls_table(found: list[ContractShortfallResponse]):

@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from suanli.cli.contract_commands import shortfalls_table
-from suanli.cli.output import console, emit, logged_in, moment_option, table, valid_input
+from suanli.cli.contract_commands import with_shortfalls
+from suanli.cli.output import emit, logged_in, moment_option, table, valid_input
 from suanli.wire.schemas import MaintenanceCreateRequest, MaintenanceResponse
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of a table.")]
@@ -48,10 +48,7 @@ def maintenance_add(
         )
     with logged_in(MAINTENANCE_OPTIONS) as client:  # the server's refusals name the option, not the field
         window = client.schedule_maintenance(request)
-    emit(window, as_json, lambda w: _windows_table([w]))
-    if window.short_contracts and not as_json:
-        typer.echo(f"forced: contracts left short of GPUs: {', '.join(window.short_contracts)}")
-        console.print(shortfalls_table(window.shortfalls))
+    emit(window, as_json, lambda w: with_shortfalls(_windows_table([w]), w.short_contracts, w.shortfalls))
 
 
 @maintenance_app.command("ls")
