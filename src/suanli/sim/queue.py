@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from suanli.domain.catalog_data import CATALOG
+from suanli.domain.contracts import Contract
 from suanli.domain.elastic_start import Drain, full_gpus, grow_toward_size
 from suanli.domain.errors import RequestError
 from suanli.domain.fair_share import FairShare
@@ -37,7 +38,7 @@ from suanli.domain.queue_order import (
     Order,
     QueueConfig,
 )
-from suanli.domain.queueing import NEVER_FITS, CycleDecision, admit
+from suanli.domain.queueing import NEVER_FITS, CycleDecision, Gates, admit
 from suanli.domain.request import Request, Tier, WholeGpus
 from suanli.domain.reservation import reserve
 from suanli.domain.running import Running
@@ -216,6 +217,7 @@ def run_requests(
     restart_s: float = RESTART_S,
     elastic: float | None = None,
     resize_restart_s: float = 0.0,
+    contracts: Sequence[Contract] = (),
 ) -> QueueResult:
     """Replay timed `requests` (each runs its true duration once started) under the named policy.
 
@@ -226,8 +228,16 @@ def run_requests(
     `QueueConfig.elastic_start` uses it) and is grown toward its size after each cycle's admission (as the
     server's leader grows rentals), off a rigid blocked head's drain; it runs at the share of its GPUs it
     holds of its full speed (linear scaling), and each resize costs it `resize_restart_s` on its new GPUs
-    (counted as lost work; none by default: the model's resizes are free)."""
+    (counted as lost work; none by default: the model's resizes are free). `contracts` hold capacity for
+    their holders (tenants of `requests`) in their windows, as on the server: the holder's requests up to
+    the contracted count are promoted to reserved, on-demand keeps off the held capacity, and spot that
+    borrowed it is preempted with notice when the holder claims it."""
     config = POLICIES[policy_name]
+    if contracts and elastic is not None:  # growth here does not keep off held capacity (the server's does)
+        raise RequestError(
+            "contracts are modelled for rigid jobs only, not with --elastic", field="contracts"
+        )
+    gates = Gates(contracts=tuple(contracts), evict_below_floor=False) if contracts else None
     if elastic is not None:
         if not 0 < elastic <= 1:
             raise RequestError("the share an elastic job may start on is in (0, 1]", field="elastic")
@@ -378,6 +388,7 @@ def run_requests(
                 config,
                 fair,
                 promised,
+                gates,
                 last_head=head,
                 last_reserved=reserved,
             )
