@@ -14,7 +14,7 @@ from suanli.domain.plan import Placement, Reason
 from suanli.domain.policies import BestFitPolicy
 from suanli.domain.queue_order import GREEDY_QUEUE, PLATFORM_QUEUE
 from suanli.domain.queueing import Gates, admit
-from suanli.domain.quotas import Limits, Spent, TenantLimits, period_ends
+from suanli.domain.quotas import BillingWindow, Limits, Spent, TenantLimits, period_ends
 from suanli.domain.request import GpuSelector, Request, WholeGpus
 from suanli.domain.running import Running
 from suanli.domain.scheduler import place
@@ -106,6 +106,26 @@ def test_daily_spend_cap_counts_spent_plus_committed_burn():
     (pending,) = decision.pending
     assert pending.reason is Reason.SPEND_CAP
     assert pending.message.startswith("tenant acme: daily spend cap 300.0000, 164.0000 spent")
+
+
+def test_a_running_rental_commits_from_where_it_is_charged_to_where_its_billing_ends():
+    """A running rental's burn is its rate from how far it is charged (`BillingWindow`) to when its billing
+    ends: not from now to midnight for one being stopped (billed to its stop at most) or under notice (to
+    its deadline), and not its 60-s minimum again, which is charged (spent) ahead. Each was counted to
+    midnight from now: a stop its agent hung on held its tenant's next rentals back all day."""
+    one = ask("one", 1)  # 2 $/h, no declared end: to midnight, 12 h
+    cap = {"acme": TenantLimits(daily_cap_micros=33_000_000)}
+    plain = Limits(cap, price_micros_per_hour=price).ledger([(one, NOW - 5), (ask("min", 1), NOW - 3)], NOW)
+    assert plain.burn_day["acme"] == pytest.approx(48_000_000)
+    assert plain.check(ask("next", 4, hours=1)) is not None
+    windows = {
+        "one": BillingWindow(NOW - 10, ends_s=NOW + 120),  # stopping: 10 s lag behind, 120 s at most
+        "min": BillingWindow(NOW + 57, ends_s=None),  # started 3 s ago: its minimum charged to 57 s ahead
+    }
+    limits = Limits(cap, price_micros_per_hour=price, billing=windows)
+    ledger = limits.ledger([(one, NOW - 5), (ask("min", 1), NOW - 3)], NOW)
+    assert ledger.burn_day["acme"] == pytest.approx(2_000_000 * (130 + 12 * 3600 - 57) / 3600)
+    assert ledger.check(ask("next", 4, hours=1)) is None  # 24.04 $ + 8 $ fits 33 $
 
 
 def test_monthly_cap_applies_when_the_day_is_fine():

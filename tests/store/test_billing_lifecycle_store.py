@@ -341,11 +341,14 @@ def test_an_invoice_counts_gpu_seconds_at_the_size_held_not_at_a_resize_it_never
 
 def test_spend_so_far_counts_what_the_meter_has_not_posted_at_the_rates_in_force(env) -> None:
     """Spend caps and budgets read what a tenant spent: the ledger's charges plus what its rentals ran up that
-    the meter has not posted (its interval; a live rental only to its nodes' last heartbeat), each at the
-    rates in force over the time (spot re-pricing, a resize), so a later meter pass changes nothing.
-    Reads stop at one ledger transaction, so a charge posted between them is counted once."""
-    from suanli.app.limits import spent_now
-    from suanli.app.usage import unposted_by_tenant
+    the meter has not posted (its interval), read as the meter would charge it now: to the nodes' last
+    heartbeat (a silent node's time may never be charged), each at the rates in force over the time (spot
+    re-pricing, a resize), so a later meter pass changes nothing. The time from the heartbeat on is what the
+    rental commits (`BillingWindow`). Reads stop at one ledger transaction, so a charge posted between them is
+    counted once."""
+    from suanli.app.limits import spend_now
+    from suanli.app.usage import open_spend
+    from suanli.domain.quotas import BillingWindow
 
     factory, clock, agents, billing = env
     key = _key(agents, NODE)
@@ -360,17 +363,72 @@ def test_spend_so_far_counts_what_the_meter_has_not_posted_at_the_rates_in_force
     clock.at = T0 + 100 * S
     agents.heartbeat(key, [], [])  # the last heartbeat: the meter would post to here, not to now
     now_s = int((T0 + 130 * S).timestamp())
-    whole = round_half_up(RATE * 50 + 2 * RATE * 80, 3600)
+    to_heartbeat = round_half_up(RATE * 50 + 2 * RATE * 50, 3600)
     with factory() as u:
-        assert spent_now(u, ["ten_a"], now_s)["ten_a"].day_micros == whole
+        spent, windows = spend_now(u, ["ten_a"], now_s)
+        assert spent["ten_a"].day_micros == to_heartbeat
+        assert windows == {"rnt_c": BillingWindow((T0 + 100 * S).timestamp(), None)}  # committed from there
         before = u.ledger.head_seq()
     clock.at = T0 + 130 * S
     agents.heartbeat(key, [], [])
-    billing.meter()  # posts the rest: the spend stays where it was
+    billing.meter()  # posts to the new heartbeat: what was spent, and the 30 s it had committed
+    whole = round_half_up(RATE * 50 + 2 * RATE * 80, 3600)
     assert _charged(factory, "rnt_c") == whole
     with factory() as u:
-        assert spent_now(u, ["ten_a"], now_s)["ten_a"].month_micros == whole
+        assert spend_now(u, ["ten_a"], now_s)[0]["ten_a"].month_micros == whole
         # reads bounded by the head seen before the meter posted: the charge is still unposted to them
         first_pass = round_half_up(RATE * 50 + 2 * RATE * 10, 3600)
         assert u.ledger.charged_since(["ten_a"], 0, through_seq=before) == {"ten_a": first_pass}
-        assert unposted_by_tenant(u, ["ten_a"], now_s, before) == {"ten_a": whole - first_pass}
+        found = open_spend(u, ["ten_a"], now_s, before)
+        assert found.owed_micros == {"ten_a": whole - first_pass}
+
+
+def test_a_rental_is_billed_no_further_than_its_time_limit_whatever_its_stop_takes(env) -> None:
+    """Declared 90 s: the leader stops it at its limit, its agent confirms 5 s later. It was billed the 95 s,
+    past the dry run's "at most ... to its time limit"; the stop's lag past the limit is not its doing."""
+    from suanli.app.rentals import stop_overdue
+
+    factory, clock, agents, billing = env
+    key = _key(agents, NODE)
+    with factory() as u:
+        u.rentals.add(Rental("rnt_t", "ten_a", "pending", RentalSpec(gpu_model="H100", gpus=1), T0))
+        assert u.rentals.mark_placed("rnt_t", T0, RATE, time_limit_at=T0 + 90 * S)
+        u.rentals.book(
+            "rnt_t", [NodeAllocation(NODE, 0, 0, (Slice(0, 1000, 1024),))], [Booking(NODE, 0, 0)], at=T0
+        )
+        u.commit()
+    agents.heartbeat(key, [WorkloadReport("rnt_t", "running")], [])
+    clock.at = T0 + 91 * S
+    with factory() as u:
+        assert stop_overdue(u, clock.now()) == ["rnt_t"]
+        u.commit()
+    clock.at = T0 + 95 * S
+    agents.heartbeat(key, [WorkloadReport("rnt_t", "stopped")], [])
+    billing.meter()
+    with factory() as u:
+        assert u.rentals.get("rnt_t").state == "stopped"
+    assert _charged(factory, "rnt_t") == charge_micros(RATE, 90)  # got charge_micros(RATE, 95)
+
+
+def test_a_rental_being_stopped_when_its_node_goes_down_is_billed_to_its_last_heartbeat(env) -> None:
+    """Its agent went silent, then its tenant stopped it: the reap ends it `stopped` (it was being stopped),
+    saying "billing ends there" at the last heartbeat; it was billed to the reap, as the end event's time."""
+    from suanli.app.rentals import stop_in
+
+    factory, clock, agents, billing = env
+    key = _key(agents, NODE)
+    _place(factory, "rnt_d", NODE, T0)
+    agents.heartbeat(key, [WorkloadReport("rnt_d", "running")], [])
+    clock.at = T0 + 77 * S
+    agents.heartbeat(key, [], [])  # its last heartbeat
+    clock.at = T0 + 80 * S
+    with factory() as u:
+        stop_in(u, u.rentals.get("rnt_d"), clock.now(), "by its tenant")
+        u.commit()
+    clock.at = T0 + 110 * S
+    assert agents.reap() == [NODE]
+    billing.meter()
+    with factory() as u:
+        rental = u.rentals.get("rnt_d")
+        assert rental.state == "stopped" and "billing ends there" in u.rentals.events("rnt_d")[-1].message
+    assert _charged(factory, "rnt_d") == charge_micros(RATE, 77)  # got charge_micros(RATE, 110)

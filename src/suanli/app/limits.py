@@ -19,11 +19,12 @@ from suanli.app.errors import Invalid, NotFound
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.records import Caller, Rental
 from suanli.app.tenants import require_admin, target_tenant
-from suanli.app.usage import unposted_by_tenant
+from suanli.app.usage import open_spend
 from suanli.domain.billing.money import round_half_up
 from suanli.domain.catalog import Catalog
 from suanli.domain.quotas import (
     ALL_GROUPS,
+    BillingWindow,
     Limits,
     Spent,
     TenantLimits,
@@ -208,7 +209,8 @@ def cycle_limits(
     A rental's price is its rate when placed (`live`: rental id -> (running, micros per hour)), its quote's
     final rate while pending; its quota groups are its model and family (`quota_groups`, once per name).
     """
-    spent = spent_now(uow, [t for t, lim in tenants.items() if spend_limits(lim)], now_s)
+    capped = [t for t, lim in tenants.items() if spend_limits(lim)]
+    spent, windows = spend_now(uow, capped, now_s)
     rates = {rental_id: rate for rental_id, (_, rate) in live.items()}
     elastic: dict[str, int] = {}  # a pending elastic rental's GPUs in all, whose quote is for all of them
     for rental in pending:
@@ -231,20 +233,30 @@ def cycle_limits(
             return rate
         return round_half_up(rate * request.shape.count * request.node_count, full)
 
-    return Limits(tenants, spent, price_micros_per_hour=price, groups_of=groups_of)
+    return Limits(tenants, spent, price_micros_per_hour=price, groups_of=groups_of, billing=windows)
 
 
 def spent_now(uow: UnitOfWork, tenant_ids: Sequence[str], now_s: float) -> dict[str, Spent]:
     """What each tenant has spent (cash and grants) in the UTC day and calendar month of `now_s`: what the
     ledger has charged in them, and what its rentals have run up that the meter has not posted yet (posted
-    later, it falls in the period that is current then, as this one or a later one). Every read stops at one
-    ledger transaction, so a charge the meter posts meanwhile is counted once: unposted, not yet charged."""
+    later, it falls in the period that is current then, as this one or a later one)."""
+    return spend_now(uow, tenant_ids, now_s)[0]
+
+
+def spend_now(
+    uow: UnitOfWork, tenant_ids: Sequence[str], now_s: float
+) -> tuple[dict[str, Spent], dict[str, BillingWindow]]:
+    """`spent_now`, and how far each of their open rentals is charged by it (`open_spend`). Every read stops
+    at one ledger transaction, so a charge the meter posts meanwhile is counted once: unposted, not yet
+    charged."""
     day = datetime.fromtimestamp(now_s, UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     through = uow.ledger.head_seq()
     today = uow.ledger.charged_since(tenant_ids, int(day.timestamp()), through_seq=through)
     month_start = int(day.replace(day=1).timestamp())
     this_month = uow.ledger.charged_since(tenant_ids, month_start, through_seq=through)
-    owed = unposted_by_tenant(uow, tenant_ids, int(now_s), through)
-    return {
+    found = open_spend(uow, tenant_ids, int(now_s), through)
+    owed = found.owed_micros
+    spent = {
         t: Spent(today.get(t, 0) + owed.get(t, 0), this_month.get(t, 0) + owed.get(t, 0)) for t in tenant_ids
     }
+    return spent, found.windows

@@ -311,6 +311,7 @@ class MeterRental:
     ended_at: datetime | None
     heartbeat_at: datetime | None = None  # the latest heartbeat of its open runs' nodes: usage confirmed
     stop_asked_at: datetime | None = None  # its latest `stopping` event: when a stop was asked
+    time_limit_at: datetime | None = None  # placement + its declared max duration: billed no further
 
 
 @dataclass(frozen=True, slots=True)

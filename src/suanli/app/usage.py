@@ -2,7 +2,9 @@
 
 One reading for the meter, invoices and SLA credits: from the agent-reported start (else `placed_at`) to its
 end: a stop or failure at its end event (a stop at most `STOP_CONFIRM_S` after it was asked, however long
-its agents take to confirm it), a preempted one at its notice deadline (a preempting one too: known
+its agents take to confirm it; one whose node went down while it was stopped at its last heartbeat), never
+past its time limit (placement + declared max duration: the lag of the stop there is not billed), a
+preempted one at its notice deadline (a preempting one too: known
 in advance), a lost one at its node's last heartbeat (the run's `ended_at`), a re-queued one at its last
 run's end; a live one is open (the meter: to the latest heartbeat of the nodes of its open runs when there
 is one, the usage confirmed so far: a node that goes silent is not charged past its last heartbeat). A
@@ -18,7 +20,7 @@ allocation booked before those times were recorded (migration 0016) pays its fir
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from suanli.app.ports import UnitOfWork
@@ -33,6 +35,7 @@ from suanli.app.records import (
 from suanli.domain.billing.meter import RentalUsage
 from suanli.domain.billing.money import to_epoch_s
 from suanli.domain.billing.provider_split import Held, Holders, holders_over_time, providers_of
+from suanli.domain.quotas import BillingWindow
 
 NO_PROVIDER = "platform"  # a node the fleet does not list (any more): its share is the platform's
 
@@ -69,6 +72,11 @@ def rental_usage(
         end = found.run_ended_at or found.ended_at
     elif found.state in END_STATES:
         end = found.ended_at or found.run_ended_at
+        run_end, placed = found.run_ended_at, found.placed_at
+        if found.state == "stopped" and end and run_end and placed and placed <= run_end < end:
+            end = (
+                run_end  # being stopped when its node went down: billed to the last heartbeat, as a lost one
+            )
     elif found.state == "pending":  # re-queued after a lost node: billed to its last run's end
         end = found.run_ended_at or start
     if found.state in LIVE_STATES and found.heartbeat_at is not None:  # to the usage its nodes confirmed
@@ -76,6 +84,8 @@ def rental_usage(
     if found.state in ("stopping", "stopped") and found.stop_asked_at is not None:  # agents bounded
         confirm_by = found.stop_asked_at + timedelta(seconds=STOP_CONFIRM_S)
         end = confirm_by if end is None else min(end, confirm_by)
+    if found.time_limit_at is not None:  # stopped there: what its stop takes past it is not billed
+        end = found.time_limit_at if end is None else min(end, found.time_limit_at)
     started_s = to_epoch_s(start)
     ended_s = None if end is None else max(started_s, to_epoch_s(end))
     return RentalUsage(
@@ -91,14 +101,23 @@ def rental_usage(
     )
 
 
-def unposted_by_tenant(
+@dataclass(frozen=True, slots=True)
+class OpenSpend:
+    """What some tenants' open rentals ran up that the ledger does not charge yet, and how far each is."""
+
+    owed_micros: dict[str, int] = field(default_factory=dict)  # per tenant
+    windows: dict[str, BillingWindow] = field(default_factory=dict)  # per rental
+
+
+def open_spend(
     uow: UnitOfWork, tenant_ids: Sequence[str], now_s: int, through_seq: int, page: int = 2000
-) -> dict[str, int]:
-    """Per tenant: what its rentals have run up to `now_s` that the ledger's transactions up to `through_seq`
-    do not charge, which spend caps and budgets count as spent. The meter posts every interval, and a live
-    rental only to its nodes' last heartbeat; counted here to `now_s`, through the meter's own reading (rate
-    changes, queue gaps, the minimum)."""
-    owed: dict[str, int] = {}
+) -> OpenSpend:
+    """What `tenant_ids`' rentals have run up to `now_s`, read as the meter would charge them now (to their
+    nodes' last heartbeat: a silent node's time may never be charged), that the ledger's transactions up to
+    `through_seq` do not charge; and per rental how far that charges it and when its billing ends, if known,
+    so a spend cap counts its rate between (the heartbeat's lag too) as committed, and nothing twice (its
+    60-s minimum is charged ahead)."""
+    found = OpenSpend()
     after = None
     while tenant_ids:
         items = uow.rentals.meter_page(after, page, tenants=tenant_ids)
@@ -109,18 +128,22 @@ def unposted_by_tenant(
         rates = uow.rentals.rate_changes(ids)
         runs = uow.rentals.run_spans([item.id for item in items if replaced(item)])
         for item in items:
-            to_now = replace(item, heartbeat_at=None)  # still running now, whatever its heartbeat says
-            usage = rental_usage(to_now, {}, rates.get(item.id, ()), runs.get(item.id, ()))
+            usage = rental_usage(item, {}, rates.get(item.id, ()), runs.get(item.id, ()))
             if usage is None:
                 continue
             already = posted.get(item.id)
             delta = usage.charge_delta(0 if already is None else already.micros, now_s)
             if delta:
-                owed[item.tenant_id] = owed.get(item.tenant_id, 0) + delta
+                found.owed_micros[item.tenant_id] = found.owed_micros.get(item.tenant_id, 0) + delta
+            bound = rental_usage(replace(item, heartbeat_at=None), {}, rates.get(item.id, ()))
+            reached = now_s if usage.ended_s is None else min(now_s, usage.ended_s)
+            ends_s = None if bound is None or bound.ended_s is None else float(bound.ended_s)
+            charged_through_s = float(max(reached, usage.started_s + usage.minimum_s))
+            found.windows[item.id] = BillingWindow(charged_through_s, ends_s)
         if len(items) < page:
             break
         after = items[-1].id
-    return owed
+    return found
 
 
 def held_by(held: Sequence[HeldAllocation], providers: dict[str, str]) -> Holders:
@@ -198,4 +221,5 @@ def metered(item: BillableRental) -> MeterRental:
         item.run_ended_at,
         item.ended_at,
         stop_asked_at=item.stop_asked_at,
+        time_limit_at=rental.time_limit_at,
     )

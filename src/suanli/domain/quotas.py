@@ -8,8 +8,9 @@ Pure: `now` and the price function are arguments. Two kinds of limit, per tenant
   several models (it names none, or a family) is kept off those whose quota it would exceed
   (`full_models`), so naming no model never gets past a model's quota.
 - Spend caps per UTC day and per calendar month, in micros: what the tenant already spent in the period
-  (from billing) plus what its rentals will burn until the period ends (price x time left, at most to their
-  declared end; a rental without a declared duration burns to the period's end) must stay within the cap.
+  (from billing) plus what its rentals will burn until the period ends (price x time left, from what is
+  spent already to their billing's end or declared end; a rental without either burns to the period's end)
+  must stay within the cap.
 `Ledger` is the working state of one cycle: `check` says why a request must wait (or None), `take` books it.
 """
 
@@ -58,6 +59,16 @@ class Spent:
 
 
 @dataclass(frozen=True, slots=True)
+class BillingWindow:
+    """How far a running rental is charged already (what is spent: its last heartbeat, or its minimum's end)
+    and when its billing ends at the latest, if known (a notice deadline, a stop, its time limit): what it
+    still commits is its rate over the time between, not from now to its declared end."""
+
+    charged_through_s: float
+    ends_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Limits:
     """Every tenant's limits and spend so far, with the price and group functions admission uses."""
 
@@ -65,6 +76,8 @@ class Limits:
     spent: Mapping[str, Spent] = field(default_factory=lambda: MappingProxyType({}))
     price_micros_per_hour: PriceFn = field(default=lambda request: 0)  # until billing supplies a price
     groups_of: GroupsFn = field(default=lambda request: quota_groups(CATALOG, request))
+    # running rentals by request id: how far each is charged and when its billing ends (none: from now on)
+    billing: Mapping[str, BillingWindow] = field(default_factory=lambda: MappingProxyType({}))
 
     def ledger(self, held: Iterable[tuple[Request, float]], now: float) -> Ledger:
         """A cycle's ledger from the rentals held now: (request, started_at_s) pairs."""
@@ -232,11 +245,17 @@ class Ledger:
         self.burn_month[tenant] = self.burn_month.get(tenant, 0.0) + month_add
 
     def _burn(self, request: Request, started_at_s: float) -> tuple[float, float]:
-        """Micros the rental will still be charged until the end of the day and of the month."""
+        """Micros the rental will still be charged until the end of the day and of the month: from what is
+        spent already (`Limits.billing`, else now) to its billing's end (else its declared end)."""
         if request.tenant not in self.limits.tenants:
             return 0.0, 0.0
         rate = self.limits.price_micros_per_hour(request)
         end = math.inf if request.max_duration_s is None else started_at_s + request.max_duration_s
-        day = max(0.0, min(end, self.day_end_s) - self.now)
-        month = max(0.0, min(end, self.month_end_s) - self.now)
+        begin = self.now
+        window = self.limits.billing.get(request.id)
+        if window is not None:
+            begin = window.charged_through_s
+            end = end if window.ends_s is None else min(end, window.ends_s)
+        day = max(0.0, min(end, self.day_end_s) - begin)
+        month = max(0.0, min(end, self.month_end_s) - begin)
         return rate * day / HOUR_S, rate * month / HOUR_S

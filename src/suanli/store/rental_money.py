@@ -74,6 +74,7 @@ class RentalMoneyReads:
                 quote.label("quote"),
                 rentals.c.placed_at,
                 rentals.c.notice_deadline,
+                rentals.c.time_limit_at,
                 *_billing_facts(),
                 _confirmed_until(),
             )
@@ -102,6 +103,7 @@ class RentalMoneyReads:
                 utc_moment(row.end_event_at),
                 utc_moment(row.heartbeat_at),
                 utc_moment(row.stop_asked_at),
+                utc_moment(row.time_limit_at),
             )
             for row in self.s.execute(query)
         ]
