@@ -255,7 +255,10 @@ def test_a_stop_its_agent_does_not_confirm_is_billed_no_further_and_frees_nothin
             clock.step_to(clock.now() + timedelta(seconds=20))
             assert client.post("/v1/agents/heartbeat", json=report, headers=agent).status_code == 200
         scheduler_cycles(client, 2)
-        assert client.get(f"/v1/rentals/{second}", headers=headers).json()["state"] == "stopping"
+        hung = client.get(f"/v1/rentals/{second}", headers=headers).json()
+        assert hung["state"] == "stopping"
+        (told,) = [e for e in hung["events"] if e["kind"] == "stop_overdue"]  # once, however many cycles
+        assert "have not confirmed the stop" in told["message"] and "GPUs stay held" in told["message"]
         head = client.get(f"/v1/rentals/{wide}", headers=headers).json()
         assert abs(datetime.fromisoformat(head["expected_start_at"]) - second_ends) < timedelta(seconds=1), (
             head

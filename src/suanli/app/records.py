@@ -18,7 +18,8 @@ END_STATES = ("stopped", "preempted", "lost", "failed")
 # longer counts on its GPUs coming free now: an agent that hangs must not bill its tenant, nor hold the queue
 STOP_CONFIRM_S = 120
 # Every kind of rental event: a state it entered, or what happened to it (a restart of its workload, a
-# re-queue after a lost node, a resize, growing onto more nodes, a low balance warning, a budget alert)
+# re-queue after a lost node, a resize, growing onto more nodes, a low balance warning, a budget alert, a stop
+# its agents have not confirmed in `STOP_CONFIRM_S`)
 EVENT_KINDS = (
     "created",
     "pending",
@@ -34,6 +35,7 @@ EVENT_KINDS = (
     "budget",
     "preempting",
     "stopping",
+    "stop_overdue",
     "stopped",
     "preempted",
     "lost",
