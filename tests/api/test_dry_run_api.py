@@ -170,20 +170,35 @@ def test_under_backfill_a_dry_run_waits_behind_the_blocked_head_unless_it_ends_b
         assert "2 rentals are waiting; judged in the queue's order with them" in said, said
 
 
+def _funded(client: TestClient, name: str) -> tuple[str, dict[str, str]]:
+    """A new tenant with credit for any test rental: its id and auth headers."""
+    tenant_id, headers = make_tenant(client, name)
+    credit = {"amount_micros": 10**12}
+    assert client.post(f"/v1/tenants/{tenant_id}/credit", json=credit, headers=ADMIN).status_code == 201
+    return tenant_id, headers
+
+
+def _placed(client: TestClient, body: dict, headers: dict[str, str]) -> tuple[dict, datetime]:
+    """Rent `body` and wait until it is placed: the rental, and when it was placed."""
+    created = client.post("/v1/rentals", json=body, headers=headers)
+    assert created.status_code == 201, created.text
+    placed = wait_for(client, created.json()["id"], headers, "placed")
+    return placed, _last_event_at(placed, "placed")
+
+
+def _last_event_at(rental: dict, kind: str) -> datetime:
+    return datetime.fromisoformat([e for e in rental["events"] if e["kind"] == kind][-1]["at"])
+
+
 def test_a_rental_being_stopped_frees_its_gpus_now_in_the_heads_reservation(database_url: str) -> None:
     """While a rental is `stopping` (its agent has not confirmed yet) its GPUs are about to free: the
     blocked head keeps its reserved start and a short rental still backfills, rather than the head's start
     becoming unbounded (the stopping rental was left out of the running ones while it still held GPUs)."""
     with app_client(database_url, queue="backfill") as client:
-        tenant_id, headers = make_tenant(client, "stopper")
-        credit = {"amount_micros": 10**12}
-        assert client.post(f"/v1/tenants/{tenant_id}/credit", json=credit, headers=ADMIN).status_code == 201
-        first = client.post("/v1/rentals", json={**H200, "gpus": 4, "max_duration_s": 3600}, headers=headers)
-        placed = wait_for(client, first.json()["id"], headers, "placed")
-        (event,) = [e for e in placed["events"] if e["kind"] == "placed"]
-        first_ends = datetime.fromisoformat(event["at"]) + timedelta(hours=1)
-        second = client.post("/v1/rentals", json={**H200, "gpus": 2, "max_duration_s": 1800}, headers=headers)
-        assert wait_for(client, second.json()["id"], headers, "placed")["state"] == "placed"
+        _, headers = _funded(client, "stopper")
+        _, first_at = _placed(client, {**H200, "gpus": 4, "max_duration_s": 3600}, headers)
+        first_ends = first_at + timedelta(hours=1)
+        second, _ = _placed(client, {**H200, "gpus": 2, "max_duration_s": 1800}, headers)
         wide = client.post("/v1/rentals", json={**H200, "max_duration_s": 600}, headers=headers).json()["id"]
         deadline, url = time.monotonic() + WAIT_S, f"/v1/rentals/{wide}"
         while client.get(url, headers=headers).json()["expected_start_at"] is None:
@@ -191,9 +206,9 @@ def test_a_rental_being_stopped_frees_its_gpus_now_in_the_heads_reservation(data
             time.sleep(0.02)
 
         agent = register_agent(client, "h200-01")
-        report = {"workloads": [{"rental_id": second.json()["id"], "state": "running"}]}
+        report = {"workloads": [{"rental_id": second["id"], "state": "running"}]}
         assert client.post("/v1/agents/heartbeat", json=report, headers=agent).status_code == 200
-        stopped = client.post(f"/v1/rentals/{second.json()['id']}/stop", headers=headers).json()
+        stopped = client.post(f"/v1/rentals/{second['id']}/stop", headers=headers).json()
         assert stopped["state"] == "stopping", stopped  # until its agent says it stopped
         scheduler_cycles(client, 2)
         head = client.get(url, headers=headers).json()
@@ -204,8 +219,7 @@ def test_a_rental_being_stopped_frees_its_gpus_now_in_the_heads_reservation(data
         endless = _dry_run(client, {**H200, "gpus": 1}, headers)
         assert endless["message"] == "no declared duration: cannot backfill", endless
         # one held back by a limit, not the head, is not said to wait behind it
-        other_id, other = make_tenant(client, "capped")
-        assert client.post(f"/v1/tenants/{other_id}/credit", json=credit, headers=ADMIN).status_code == 201
+        other_id, other = _funded(client, "capped")
         cap = {"daily_cap_micros": 1}
         assert client.patch(f"/v1/tenants/{other_id}/limits", json=cap, headers=ADMIN).status_code == 200
         limited = _dry_run(client, {**H200, "gpus": 1, "max_duration_s": 600}, other)
@@ -221,31 +235,18 @@ def test_a_stop_its_agent_does_not_confirm_is_billed_no_further_and_frees_nothin
     no further, and the head counts on its time limit instead."""
     clock = SteppedClock()
     with app_client(database_url, clock=clock, queue="backfill", meter_interval_s=86_400) as client:
-        tenant_id, headers = make_tenant(client, "hung")
-        credit = {"amount_micros": 10**12}
-        assert client.post(f"/v1/tenants/{tenant_id}/credit", json=credit, headers=ADMIN).status_code == 201
-        first = client.post("/v1/rentals", json={**H200, "gpus": 4, "max_duration_s": 900}, headers=headers)
-        placed = wait_for(client, first.json()["id"], headers, "placed")
-        (event,) = [e for e in placed["events"] if e["kind"] == "placed"]
-        first_ends = datetime.fromisoformat(event["at"]) + timedelta(seconds=900)
-        spec = {**H200, "gpus": 2, "max_duration_s": 1800}
-        second = client.post("/v1/rentals", json=spec, headers=headers).json()["id"]
-        placed = wait_for(client, second, headers, "placed")
-        (event,) = [e for e in placed["events"] if e["kind"] == "placed"]
-        second_ends = datetime.fromisoformat(event["at"]) + timedelta(seconds=1800)
+        _, headers = _funded(client, "hung")
+        _, first_at = _placed(client, {**H200, "gpus": 4, "max_duration_s": 900}, headers)
+        first_ends = first_at + timedelta(seconds=900)
+        placed, second_at = _placed(client, {**H200, "gpus": 2, "max_duration_s": 1800}, headers)
+        second, second_ends = placed["id"], second_at + timedelta(seconds=1800)
         wide = client.post("/v1/rentals", json={**H200, "max_duration_s": 600}, headers=headers).json()["id"]
         agent = register_agent(client, "h200-01")
         report = {"workloads": [{"rental_id": second, "state": "running"}]}
         assert client.post("/v1/agents/heartbeat", json=report, headers=agent).status_code == 200
         ran_from = clock.now()
         assert client.post(f"/v1/rentals/{second}/stop", headers=headers).json()["state"] == "stopping"
-        asked = datetime.fromisoformat(
-            [
-                e
-                for e in client.get(f"/v1/rentals/{second}", headers=headers).json()["events"]
-                if e["kind"] == "stopping"
-            ][-1]["at"]
-        )
+        asked = _last_event_at(client.get(f"/v1/rentals/{second}", headers=headers).json(), "stopping")
         scheduler_cycles(client, 2)
         head = client.get(f"/v1/rentals/{wide}", headers=headers).json()
         assert abs(datetime.fromisoformat(head["expected_start_at"]) - first_ends) < timedelta(seconds=1), (

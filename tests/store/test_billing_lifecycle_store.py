@@ -62,13 +62,13 @@ def _key(agents, node):
     return agents.register(secret, {})[1]
 
 
-def _place(factory, rental_id, node, at, spec=None):
+def _place(factory, rental_id, node, at, spec=None, time_limit_at=None):
     with factory() as u:
         if u.rentals.get(rental_id) is None:
             u.rentals.add(
                 Rental(rental_id, "ten_a", "pending", spec or RentalSpec(gpu_model="H100", gpus=1), T0)
             )
-        assert u.rentals.mark_placed(rental_id, at, RATE)
+        assert u.rentals.mark_placed(rental_id, at, RATE, time_limit_at=time_limit_at)
         u.rentals.book(
             rental_id, [NodeAllocation(node, 0, 0, (Slice(0, 1000, 1024),))], [Booking(node, 0, 0)], at=at
         )
@@ -390,13 +390,7 @@ def test_a_rental_is_billed_no_further_than_its_time_limit_whatever_its_stop_tak
 
     factory, clock, agents, billing = env
     key = _key(agents, NODE)
-    with factory() as u:
-        u.rentals.add(Rental("rnt_t", "ten_a", "pending", RentalSpec(gpu_model="H100", gpus=1), T0))
-        assert u.rentals.mark_placed("rnt_t", T0, RATE, time_limit_at=T0 + 90 * S)
-        u.rentals.book(
-            "rnt_t", [NodeAllocation(NODE, 0, 0, (Slice(0, 1000, 1024),))], [Booking(NODE, 0, 0)], at=T0
-        )
-        u.commit()
+    _place(factory, "rnt_t", NODE, T0, time_limit_at=T0 + 90 * S)
     agents.heartbeat(key, [WorkloadReport("rnt_t", "running")], [])
     clock.at = T0 + 91 * S
     with factory() as u:

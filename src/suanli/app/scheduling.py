@@ -41,7 +41,6 @@ from suanli.app.notices import (
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.records import (
     PREEMPTIBLE_STATES,
-    STOP_CONFIRM_S,
     MaintenanceWindow,
     Rental,
     RentalEvent,
@@ -58,6 +57,7 @@ from suanli.app.spot_repricing import (
     SpotRepricing,
     pool_utilization,
 )
+from suanli.app.unconfirmed_stops import overdue_stops, tell_overdue_stop
 from suanli.domain.capacity import FULL_MILLI
 from suanli.domain.catalog import Catalog
 from suanli.domain.contracts import Contract
@@ -109,27 +109,6 @@ class CycleReport:
     mig_instances: Counter[tuple[str, str]] = field(default_factory=Counter)
 
 
-def _stop_overdue(uow: UnitOfWork, rental_id: str, now_s: float) -> bool:
-    """Whether the stop of a `stopping` rental was asked more than `STOP_CONFIRM_S` ago."""
-    asked = [e.at for e in uow.rentals.events(rental_id) if e.kind == "stopping"]
-    return bool(asked) and now_s - max(asked).timestamp() > STOP_CONFIRM_S
-
-
-def _tell_overdue_stop(uow: UnitOfWork, rental_id: str, now: datetime) -> None:
-    """Say once per stop that its agents are overdue to confirm it: billed no further, its GPUs held."""
-    events = uow.rentals.events(rental_id)
-    asked = max((e.at for e in events if e.kind == "stopping"), default=None)
-    if asked is None or any(e.kind == "stop_overdue" and e.at >= asked for e in events):
-        return
-    until = asked + timedelta(seconds=STOP_CONFIRM_S)
-    message = (
-        f"its agents have not confirmed the stop asked at {asked:%Y-%m-%d %H:%M:%S} UTC: billed to "
-        f"{until:%H:%M:%S} UTC and no further; its GPUs stay held until they confirm it or its node is "
-        "declared down"
-    )
-    uow.rentals.add_event(rental_id, RentalEvent(now, "stop_overdue", None, message))
-
-
 def _recorded_head(pending: Sequence[Rental]) -> tuple[str | None, tuple[str, ...]]:
     """The head a previous leader recorded (the pending rental showing a reserved start) and the nodes it
     drained: a new leader keeps it at the front of its class and those nodes out of long backfill, so a
@@ -173,7 +152,8 @@ class Scheduler:
         self.fair = FairShare()
         self.fair_saved_s: float | None = None  # when the fair share in the store was saved, as last seen
         self.head: str | None = None
-        self.overdue_stops: set[str] = set()  # `stopping` rentals whose agents are overdue to confirm
+        # `stopping` rentals whose agents are overdue to confirm, with when the stop was asked
+        self.overdue_stops: dict[str, datetime] = {}
         self.head_start_s: float | None = None  # the blocked head's reserved start, when one was made
         self.booked_s: dict[str, float] = {}  # conservative queue: every booked start (epoch seconds)
         self.reserved: tuple[str, ...] = ()
@@ -330,8 +310,8 @@ class Scheduler:
             promised_s.update((d.preemptor, d.deadline_s) for d in notices)
             unplaced = [r for r in pending if r.id not in placed_ids]
             self._record_expected_start(uow, unplaced, promised_s)
-            for rental_id in sorted(self.overdue_stops):
-                _tell_overdue_stop(uow, rental_id, now)
+            for rental_id, asked in sorted(self.overdue_stops.items()):
+                tell_overdue_stop(uow, rental_id, asked, now)
             uow.commit()
         if self.spot_pricing is not None:
             fresh = {p.request_id for p in placements}
@@ -557,11 +537,11 @@ class Scheduler:
         not as a resize asks), with their rate per hour (one read); and the ids of those a resize asks to
         change."""
         nodes = self.live.allocations_by_rental()
-        now_s = self.clock.now().timestamp()
+        now = self.clock.now()
+        now_s = now.timestamp()
         with self.uow() as uow:
             live = uow.rentals.by_ids(sorted(nodes))
-            overdue = {r.id for r in live if r.state == "stopping" and _stop_overdue(uow, r.id, now_s)}
-        self.overdue_stops = overdue
+            self.overdue_stops = overdue = overdue_stops(uow, live, now)
         running: dict[str, tuple[Running, int]] = {}
         wanted: set[str] = set()
         for rental in live:

@@ -73,19 +73,17 @@ def rental_usage(
     elif found.state in END_STATES:
         end = found.ended_at or found.run_ended_at
         run_end, placed = found.run_ended_at, found.placed_at
-        if found.state == "stopped" and end and run_end and placed and placed <= run_end < end:
-            end = (
-                run_end  # being stopped when its node went down: billed to the last heartbeat, as a lost one
-            )
+        if found.state == "stopped" and run_end and placed and placed <= run_end:
+            # being stopped when its node went down: billed to the last heartbeat, as a lost one
+            end = _sooner(end, run_end)
     elif found.state == "pending":  # re-queued after a lost node: billed to its last run's end
         end = found.run_ended_at or start
     if found.state in LIVE_STATES and found.heartbeat_at is not None:  # to the usage its nodes confirmed
-        end = found.heartbeat_at if end is None else min(end, found.heartbeat_at)
+        end = _sooner(end, found.heartbeat_at)
     if found.state in ("stopping", "stopped") and found.stop_asked_at is not None:  # agents bounded
-        confirm_by = found.stop_asked_at + timedelta(seconds=STOP_CONFIRM_S)
-        end = confirm_by if end is None else min(end, confirm_by)
+        end = _sooner(end, found.stop_asked_at + timedelta(seconds=STOP_CONFIRM_S))
     if found.time_limit_at is not None:  # stopped there: what its stop takes past it is not billed
-        end = found.time_limit_at if end is None else min(end, found.time_limit_at)
+        end = _sooner(end, found.time_limit_at)
     started_s = to_epoch_s(start)
     ended_s = None if end is None else max(started_s, to_epoch_s(end))
     return RentalUsage(
@@ -144,6 +142,11 @@ def open_spend(
             break
         after = items[-1].id
     return found
+
+
+def _sooner(end: datetime | None, bound: datetime) -> datetime:
+    """`bound`, or `end` when that comes first (None: no end yet)."""
+    return bound if end is None else min(end, bound)
 
 
 def held_by(held: Sequence[HeldAllocation], providers: dict[str, str]) -> Holders:
