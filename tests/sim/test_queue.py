@@ -617,3 +617,53 @@ def test_gpus_that_take_shares_let_fractional_pods_run_on_a_synthetic_fleet(tmp_
     )
     bad = CliRunner().invoke(app, ["sim", "queue", "--nodes", "1:8:mig", "--jobs", str(pods)])
     assert bad.exit_code == 2 and "only :whole or :shared" in " ".join(bad.output.split())
+
+
+def test_a_contract_sold_ahead_holds_its_gpus_for_the_holder_and_keeps_on_demand_off_them():
+    """The mix's reserved job becomes the holder's on-demand request: on 16 GPUs with 8 sold, the second
+    on-demand job waits for the first rather than take the held GPUs, and the holder's job starts on
+    arrival; without it both on-demand jobs start, and the reserved job preempts one, after the notice."""
+    from suanli.domain.request import Request, Tier, WholeGpus
+    from suanli.sim.contract_sale import parse_contract, sell_contract
+    from suanli.sim.queue import run_requests
+
+    def job(name: str, at_s: float, tier: Tier = Tier.ON_DEMAND) -> Request:
+        return Request(name, WholeGpus(8), submitted_at_s=at_s, max_duration_s=20_000, tier=tier)
+
+    fleet = synthetic_fleet(2, 8)
+    requests = [job("od1", 0), job("od2", 10), job("held", 100, Tier.RESERVED)]
+    true_s = [10_000.0, 10_000.0, 1_000.0]
+    sold, contract = sell_contract(requests, *parse_contract("8", fleet))
+    assert [r.tier for r in sold] == [Tier.ON_DEMAND] * 3 and sold[2].tenant == contract.tenant
+    held = run_requests(fleet, sold, true_s, "suanli", contracts=[contract]).per_tier()
+    assert held["contract"]["jobs"] == 1 and held["contract"]["mean_queue_s"] == 0
+    assert held["on_demand"]["mean_queue_s"] == pytest.approx(9_990 / 2)  # od2 waits for od1
+    unsold = run_requests(fleet, requests, true_s, "suanli")
+    assert "contract" not in unsold.per_tier() and unsold.preempted_by_tier == {"on_demand": 1}
+    assert unsold.per_tier()["reserved"]["mean_queue_s"] == 30  # the victim's notice
+
+
+def test_the_queue_command_sells_a_contract_and_names_a_bad_one(trace: Path, tmp_path: Path):
+    out = tmp_path / "sold.json"
+    args = ["sim", "queue", "--nodes", "2:8", "--jobs", str(trace), "--policy", "suanli", "--json", str(out)]
+    mix = ["--mix", "on_demand=0.5,reserved=0.5", "--seed", "3"]
+    outcome = CliRunner().invoke(app, [*args, *mix, "--contract", "H100-SXM-80GB@sim=8"])
+    assert outcome.exit_code == 0, outcome.output
+    assert "contract: 8 x H100-SXM-80GB in sim held" in " ".join(outcome.output.split())
+    figures = json.loads(out.read_text())
+    assert figures["contract"] == [
+        {"model": "H100-SXM-80GB", "region": "sim", "gpus": 8, "held_for": "the mix's reserved jobs"}
+    ]
+    assert "contract" in figures["policies"]["suanli"]["per_tier"]
+    for extra, says in (
+        (["--contract", "17"], "GPUS is 1 to the 16 GPUs of H100-SXM-80GB in sim, not 17"),
+        (["--contract", "0"], "not 0"),
+        (["--contract", "eight"], "give GPUS or MODEL@REGION=GPUS"),
+        (["--contract", "H100@=8"], "the pool is MODEL@REGION"),
+        (["--contract", "A100-80GB@sim=8"], "the 0 GPUs of A100-80GB in sim"),
+        (["--contract", "8", "--elastic", "0.5"], "rigid jobs only"),
+    ):
+        bad = CliRunner().invoke(app, [*args, *mix, *extra])
+        assert bad.exit_code == 2 and says in " ".join(bad.output.split()), (extra, bad.output)
+    no_holder = CliRunner().invoke(app, [*args, "--contract", "8"])
+    assert no_holder.exit_code == 2 and "draws no reserved jobs" in no_holder.output

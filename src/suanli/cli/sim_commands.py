@@ -188,6 +188,14 @@ def queue(
     elastic: ElasticOption = None,
     resize_restart_s: ResizeRestartOption = 0.0,
     estimate: EstimateOption = "pow2h",
+    contract: Annotated[
+        str | None,
+        typer.Option(
+            help="Sell GPUS (or MODEL@REGION=GPUS) of the fleet ahead as a compute future to the tenant of "
+            "the mix's reserved jobs: they ask on-demand and are promoted to reserved up to that count, "
+            "on-demand keeps off the held capacity, spot that borrows it is preempted (the `contract` row).",
+        ),
+    ] = None,
 ) -> None:
     """Replay a job trace with arrivals and departures in virtual time through the scheduler."""
     names = [p.strip() for p in policy.split(",") if p.strip()]
@@ -205,6 +213,7 @@ def queue(
             checkpoint=checkpoint,
             elastic=elastic,
             resize_restart_s=resize_restart_s,
+            contract=contract,
         )
     except (ValueError, SuanliError, OSError) as error:
         console.print(error_text(str(error)))

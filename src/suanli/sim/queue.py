@@ -44,6 +44,7 @@ from suanli.domain.reservation import reserve
 from suanli.domain.running import Running
 from suanli.domain.scattered import scattered_gpus
 from suanli.domain.snapshot import Snapshot
+from suanli.sim.contract_sale import tier_label
 from suanli.sim.elastic_jobs import ElasticJobs, as_elastic
 from suanli.sim.itp import (
     DurationEstimate,
@@ -231,13 +232,15 @@ def run_requests(
     (counted as lost work; none by default: the model's resizes are free). `contracts` hold capacity for
     their holders (tenants of `requests`) in their windows, as on the server: the holder's requests up to
     the contracted count are promoted to reserved, on-demand keeps off the held capacity, and spot that
-    borrowed it is preempted with notice when the holder claims it."""
+    borrowed it is preempted with notice when the holder claims it; the holders' jobs are the per-tier
+    figures' `contract` row."""
     config = POLICIES[policy_name]
     if contracts and elastic is not None:  # growth here does not keep off held capacity (the server's does)
         raise RequestError(
             "contracts are modelled for rigid jobs only, not with --elastic", field="contracts"
         )
     gates = Gates(contracts=tuple(contracts), evict_below_floor=False) if contracts else None
+    holders = frozenset(c.tenant for c in contracts)  # their jobs' figures: the `contract` row
     if elastic is not None:
         if not 0 < elastic <= 1:
             raise RequestError("the share an elastic job may start on is in (0, 1]", field="elastic")
@@ -339,10 +342,10 @@ def run_requests(
                 else:
                     ran_s = true_s[request_id] + lost_s.pop(request_id, 0.0) + overhead_s
                 result.wait_s.append(now - job.request.submitted_at_s - ran_s)
-                result.tier_of.append(job.request.tier.label)
+                result.tier_of.append(tier_label(job.request, holders))
             else:
                 result.preemptions += 1
-                tier = job.request.tier.label
+                tier = tier_label(job.request, holders)
                 result.preempted_by_tier[tier] = result.preempted_by_tier.get(tier, 0) + 1
                 ran = now - job.started_at_s
                 if checkpoint and elastic is not None:  # saves the work it did, in full-speed seconds

@@ -11,10 +11,12 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from suanli.domain.catalog_data import CATALOG
+from suanli.domain.contracts import Contract
 from suanli.domain.inventory import Fleet, GpuMode
 from suanli.domain.request import Request, Tier
 from suanli.domain.scheduler import never_fits
 from suanli.domain.snapshot import Snapshot
+from suanli.sim.contract_sale import parse_contract, sell_contract
 from suanli.sim.fleet_files import read_fleet
 from suanli.sim.itp import DurationEstimate, read_itp_jobs, synthetic_fleet
 from suanli.sim.itp_check import (
@@ -109,6 +111,7 @@ def queue_command(
     checkpoint: bool = False,
     elastic: float | None = None,
     resize_restart_s: float = 0.0,
+    contract: str | None = None,
 ) -> list[QueueResult]:
     """`suanli sim queue`: replay `jobs` under each policy, print a table, write JSON and plots if asked."""
     if not policies:
@@ -120,6 +123,13 @@ def queue_command(
     check_outputs(jobs, json_path, plot_dir)
     fleet = load_fleet(nodes)
     tier_mix = parse_mix(mix)
+    sale = None if contract is None else parse_contract(contract, fleet)
+    if sale is not None and elastic is not None:
+        raise ValueError("--contract: contracts are replayed with rigid jobs only, not with --elastic")
+    if sale is not None and not tier_mix.get(Tier.RESERVED):
+        raise ValueError(
+            "--contract: the tier mix draws no reserved jobs for the holder (add reserved=SHARE)"
+        )
     requests, true_s, kind = load_workload(jobs, fleet, estimate, tier_mix, seed)
     if not requests:
         raise ValueError(f"--jobs {jobs}: the trace holds no jobs")
@@ -137,6 +147,15 @@ def queue_command(
         f"{total} {kind} on {len(fleet.nodes)} nodes / {fleet.gpu_count} GPUs: "
         f"offered load {100 * load:.1f}%; {estimate.describe()}" + _elastic_text(elastic, resize_restart_s)
     )
+    contracts: list[Contract] = []
+    if sale is not None:
+        requests, sold = sell_contract(requests, *sale)
+        contracts.append(sold)
+        holder_jobs = sum(1 for r in requests if r.tenant == sold.tenant)
+        console.print(
+            f"contract: {sold.gpus} x {sold.model} in {sold.region} held from the first arrival for one "
+            f"tenant's {holder_jobs} jobs (the mix's reserved ones), reserved up to that count"
+        )
     if never:
         example = next(iter(never.values()))
         console.print(
@@ -165,6 +184,7 @@ def queue_command(
                     checkpoint=checkpoint,
                     elastic=elastic,
                     resize_restart_s=resize_restart_s,
+                    contracts=contracts,
                 )
             )
     console.print(results_table(f"queueing replay: {jobs.name} on {fleet.gpu_count} GPUs", results))
@@ -196,6 +216,10 @@ def queue_command(
         "preempted_jobs": "save at the notice deadline and resume" if checkpoint else "run again in full",
         "elastic_jobs": _elastic_text(elastic, resize_restart_s).removeprefix("; ")
         or "none: every job starts whole",
+        "contract": [
+            {"model": c.model, "region": c.region, "gpus": c.gpus, "held_for": "the mix's reserved jobs"}
+            for c in contracts
+        ],
     }
     if json_path is not None:
         try:
