@@ -655,15 +655,40 @@ def test_the_queue_command_sells_a_contract_and_names_a_bad_one(trace: Path, tmp
         {"model": "H100-SXM-80GB", "region": "sim", "gpus": 8, "held_for": "the mix's reserved jobs"}
     ]
     assert "contract" in figures["policies"]["suanli"]["per_tier"]
+    elastic = CliRunner().invoke(app, [*args, *mix, "--contract", "8", "--elastic", "0.5"])
+    assert (
+        elastic.exit_code == 0 and "contract" in json.loads(out.read_text())["policies"]["suanli"]["per_tier"]
+    )
     for extra, says in (
         (["--contract", "17"], "GPUS is 1 to the 16 GPUs of H100-SXM-80GB in sim, not 17"),
         (["--contract", "0"], "not 0"),
         (["--contract", "eight"], "give GPUS or MODEL@REGION=GPUS"),
         (["--contract", "H100@=8"], "the pool is MODEL@REGION"),
         (["--contract", "A100-80GB@sim=8"], "the 0 GPUs of A100-80GB in sim"),
-        (["--contract", "8", "--elastic", "0.5"], "rigid jobs only"),
     ):
         bad = CliRunner().invoke(app, [*args, *mix, *extra])
         assert bad.exit_code == 2 and says in " ".join(bad.output.split()), (extra, bad.output)
     no_holder = CliRunner().invoke(app, [*args, "--contract", "8"])
     assert no_holder.exit_code == 2 and "draws no reserved jobs" in no_holder.output
+
+
+def test_an_elastic_job_grows_only_onto_what_no_contract_holds_for_another_tenant():
+    """One node of 8 GPUs, 4 sold ahead: an on-demand job of 8 that may start on 2 starts on the 4 not
+    held and stays there (running at half speed) rather than grow onto the held ones, and the holder's job
+    starts on arrival; with nothing sold it starts on all 8 and the reserved job trims it with notice."""
+    from suanli.domain.request import Request, Tier, WholeGpus
+    from suanli.sim.contract_sale import parse_contract, sell_contract
+    from suanli.sim.queue import run_requests
+
+    fleet = synthetic_fleet(1, 8)
+    requests = [
+        Request("od", WholeGpus(8), submitted_at_s=0, max_duration_s=4_000),
+        Request("held", WholeGpus(4), submitted_at_s=100, max_duration_s=1_000, tier=Tier.RESERVED),
+    ]
+    true_s = [1_000.0, 500.0]
+    sold, contract = sell_contract(requests, *parse_contract("4", fleet))
+    result = run_requests(fleet, sold, true_s, "suanli", elastic=0.25, contracts=[contract])
+    assert result.per_tier()["contract"]["mean_queue_s"] == 0
+    assert result.per_tier()["on_demand"]["mean_jct_s"] == pytest.approx(2_000)  # on 4 of its 8 throughout
+    unsold = run_requests(fleet, requests, true_s, "suanli", elastic=0.25)
+    assert unsold.trims == 1 and unsold.per_tier()["reserved"]["mean_queue_s"] == 30

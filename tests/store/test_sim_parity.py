@@ -278,22 +278,25 @@ def test_rentals_that_checkpoint_are_lent_idle_gpus_taken_back_and_resumed_at_th
     assert served.preemptions >= 4 and (least_share is None or replayed.trims >= 1)
 
 
+@pytest.mark.parametrize("least_share", [None, 0.5])
 @pytest.mark.parametrize("queue_name", ["suanli", "greedy", "conservative"])
 def test_a_contract_holds_capacity_for_its_holder_at_the_same_moments_on_the_leader_and_in_the_simulator(
-    store, clock, queue_name: str
+    store, clock, queue_name: str, least_share: float | None
 ) -> None:
     """The same with 60% spot and a contract: ten_b holds 56 of the 64 H100s from the second hour to the
     ninth. Its rentals in the window (up to 56 GPUs) are reserved, on-demand keeps off the capacity held for
     it, spot borrows it and is preempted with notice when ten_b claims it: the same moments on both sides,
     and not those of the same workload without the contract (61, 58 and 62 of the 70 rentals start at other
-    times under suanli, greedy and conservative)."""
-    workload = _workload(seed=4, count=70, spot_share=0.6)
+    times under suanli, greedy and conservative). With elastic rentals (half their GPUs at least), a growth
+    keeps off what is held for another tenant on both sides too."""
+    workload = _workload(seed=4, count=70, least_share=least_share, spot_share=0.6)
+    options = {} if least_share is None else {"elastic": least_share}
     held = ContractRecord(
         "ctr_parity", "ten_b", H100, 56, "cn-north", T0 + timedelta(hours=1), T0 + timedelta(hours=8), T0
     )
     served = _served(store[1], clock, queue_name, workload, [held])
-    replayed, simulated = _replayed(queue_name, workload, contracts=[domain_contract(held)])
+    replayed, simulated = _replayed(queue_name, workload, contracts=[domain_contract(held)], **options)
     assert (served.preemptions, simulated) == (replayed.preemptions, pytest.approx(served.started))
-    _, without = _replayed(queue_name, workload)
+    _, without = _replayed(queue_name, workload, **options)
     moved = [job for job, at_s in simulated.items() if abs(at_s - without[job]) > 1e-6]
     assert len(moved) >= 5, moved  # the contract changed the schedule

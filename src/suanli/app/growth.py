@@ -9,15 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from suanli.app.records import Rental
-from suanli.domain.contracts import (
-    Contract,
-    available_for_holds,
-    breached_pool,
-    hold_pending,
-    open_holds,
-    pool_gpus,
-    pools_of,
-)
+from suanli.domain.contracts import Contract, growth_breach, hold_pending
 from suanli.domain.elastic_start import at_size, full_gpus, least_size
 from suanli.domain.plan import NodeAllocation, Pending, Placement
 from suanli.domain.quotas import Limits
@@ -123,19 +115,10 @@ def held_for_contracts(
     now_s: float,
 ) -> Pending | None:
     """Why `added` (just taken on the snapshot; `more` as a request) eats into capacity open contracts hold
-    for other tenants, if it does, as admission judges a placement (`breached_pool`); then it is given back.
-    A holder's growth, within its contract or beyond it on what is held for it, and spot, may take it."""
-    if not contracts or Tier.parse(rental.spec.tier) is Tier.SPOT:
-        return None
-    pool_of = pools_of(snapshot)
-    holds = open_holds(contracts, now_s, [(h.request, h.placement.nodes) for h in held], pool_of)
-    if holds.claim(more, pool_gpus(added, pool_of).keys(), added.gpus)[1] is not None:
-        return None
-    spot = (h.placement for h in held if h.request.tier is Tier.SPOT and not h.under_notice)
-    available = available_for_holds(snapshot, pool_of, spot)
-    for pool, gpus in pool_gpus(added, pool_of).items():  # as it was before the growth took them
-        available[pool] = available.get(pool, 0.0) + gpus
-    pool = breached_pool(holds, available, added, more.tenant)
+    for other tenants, if it does (`growth_breach`); then it is given back."""
+    holding = [(h.request, h.placement, h.under_notice) for h in held]
+    tier = Tier.parse(rental.spec.tier)
+    pool = growth_breach(snapshot, holding, contracts, added, replace(more, tier=tier), now_s)
     if pool is None:
         return None
     snapshot.unplace(added)

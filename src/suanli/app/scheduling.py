@@ -154,6 +154,8 @@ class Scheduler:
         self.head: str | None = None
         # `stopping` rentals whose agents are overdue to confirm, with when the stop was asked
         self.overdue_stops: dict[str, datetime] = {}
+        # this cycle's trimmed victims at their deadline: the part each runs on with, as a live rental
+        self.kept: dict[str, list[NodeAllocation]] = {}
         self.head_start_s: float | None = None  # the blocked head's reserved start, when one was made
         self.booked_s: dict[str, float] = {}  # conservative queue: every booked start (epoch seconds)
         self.reserved: tuple[str, ...] = ()
@@ -238,10 +240,13 @@ class Scheduler:
                 waiting_on.setdefault(victim.preempted_by, []).append(victim)
         deadlines = [v.notice_deadline for v in preempting if v not in due and v.notice_deadline is not None]
         held = self.live.allocations_by_rental() if due else {}
+        self.kept = {}
         for victim in due:
             self.live.forget(victim.id)  # their capacity is free in this decision; the apply releases it
             if victim.id not in asked:
                 self.live.keep(victim.notice_keeps or ())  # but not the part a trimmed victim runs on with
+                if victim.notice_keeps:
+                    self.kept[victim.id] = list(victim.notice_keeps)
         # one that checkpoints is back in the queue (the apply requeues it first), and may start again now
         back = [
             requeued(v, held.get(v.id, ()), now)
@@ -253,7 +258,10 @@ class Scheduler:
         by_id = {rental.id: rental for rental in pending}
         started = time.perf_counter()
         now_s = now.timestamp()
-        placements, still, notices = self._admit(pending, ready, waiting_on, now_s)
+        try:
+            placements, still, notices = self._admit(pending, ready, waiting_on, now_s)
+        finally:
+            self.kept = {}
         report = CycleReport(
             decision_s=time.perf_counter() - started,
             head_start_s=self.head_start_s,
@@ -536,7 +544,7 @@ class Scheduler:
         """The live rentals holding capacity in the snapshot, as the domain sees them (as large as they are,
         not as a resize asks), with their rate per hour (one read); and the ids of those a resize asks to
         change."""
-        nodes = self.live.allocations_by_rental()
+        nodes = self.live.allocations_by_rental() | self.kept
         now = self.clock.now()
         now_s = now.timestamp()
         with self.uow() as uow:
@@ -549,6 +557,10 @@ class Scheduler:
             if rental.state not in (*PREEMPTIBLE_STATES, "preempting") and not stopping:
                 continue  # ended since the snapshot was synced
             deadline = rental.notice_deadline.timestamp() if rental.notice_deadline is not None else None
+            # a trimmed victim at its deadline runs on with what it keeps, a live rental noticed no more
+            trimmed = rental.id in self.kept
+            if trimmed:
+                deadline = None
             if stopping:  # its agents are stopping it: it frees what it holds now, and is no one's victim;
                 # once they are overdue to confirm, when it frees them is unknown (its time limit at most)
                 deadline = None if rental.id in overdue else now_s
@@ -563,11 +575,15 @@ class Scheduler:
                 held,
                 Placement(rental.id, tuple(nodes[rental.id])),
                 placed_at.timestamp(),
-                STOPPING if stopping and rental.preempted_by is None else rental.preempted_by,
+                None
+                if trimmed
+                else STOPPING
+                if stopping and rental.preempted_by is None
+                else rental.preempted_by,
                 deadline,
                 rental.borrowed,
                 least_size(asked),  # elastic: a preemption may trim it to its least size
-                None if rental.notice_keeps is None else Placement(rental.id, rental.notice_keeps),
+                None if trimmed or rental.notice_keeps is None else Placement(rental.id, rental.notice_keeps),
             )
             running[rental.id] = (request, rental.price_micros_per_hour or 0)
         return running, wanted

@@ -331,6 +331,33 @@ def breached_pool(
     return None
 
 
+def growth_breach(
+    snapshot: Snapshot,
+    holding: Sequence[tuple[Request, Placement, bool]],
+    contracts: Sequence[Contract],
+    added: Placement,
+    more: Request,
+    now: float,
+) -> Pool | None:
+    """The pool where `added` (a running rental's growth, just taken on the snapshot; `more` as a request of
+    its tenant and tier) eats into capacity open contracts hold for other tenants, if it does, as admission
+    judges a placement. `holding`: what runs (request, placement, under notice), this cycle's growths with
+    it. A holder's growth, within its contract or beyond it on what is held for it, and spot, may take it."""
+    if not contracts or more.tier is Tier.SPOT:
+        return None
+    pool_of = pools_of(snapshot)
+    holds = open_holds(
+        contracts, now, [(request, placement.nodes) for request, placement, _ in holding], pool_of
+    )
+    if holds.claim(more, pool_gpus(added, pool_of).keys(), added.gpus)[1] is not None:
+        return None
+    spot = (p for request, p, noticed in holding if request.tier is Tier.SPOT and not noticed)
+    available = available_for_holds(snapshot, pool_of, spot)
+    for pool, gpus in pool_gpus(added, pool_of).items():  # as it was before the growth took them
+        available[pool] = available.get(pool, 0.0) + gpus
+    return breached_pool(holds, available, added, more.tenant)
+
+
 def hold_pending(request_id: str, pool: Pool) -> Pending:
     """Why a request waits: its placement would take capacity held for open contracts."""
     model, region = pool

@@ -10,7 +10,7 @@ drain (docs/queueing.md, "Elastic starts").
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from suanli.domain.elastic import grow
@@ -94,12 +94,15 @@ def grow_toward_size(
     drain: Drain | None = None,
     spot_yields: bool = False,
     started_s: Mapping[str, float] | None = None,
+    allows: Callable[[Running, Placement], bool] | None = None,
 ) -> list[Placement]:
     """The parts added, on the snapshot, to running elastic rentals held below their size, oldest first
     (by `started_s`, when each began, where a rental's `started_at_s` is its last resize): as many more
     GPUs on a one-node rental's node as are free there, as many more whole nodes near a gang's as fit; off
     the nodes of `drain`'s planned starts that the rental would outlast, and none to spot while
-    `spot_yields` (a higher tier waits for capacity: it would take them back at once)."""
+    `spot_yields` (a higher tier waits for capacity: it would take them back at once). A part `allows`
+    refuses (it is on the snapshot when asked: capacity held for contracts) is given back, and a smaller
+    one tried, as the server's leader steps down."""
     began = started_s or {}
     added: list[Placement] = []
     for job in sorted(running, key=lambda r: (began.get(r.request.id, r.started_at_s), r.request.id)):
@@ -111,14 +114,21 @@ def grow_toward_size(
             continue
         avoid = frozenset() if drain is None else drain.keep_off(job.expected_end_s)
         with snapshot.cordoned(avoid):
-            part = _grown_part(snapshot, job, missing, policy)
+            part = _grown_part(snapshot, job, missing, policy, allows)
         if part is not None:
             added.append(part)
     return added
 
 
-def _grown_part(snapshot: Snapshot, job: Running, missing: int, policy: Policy) -> Placement | None:
-    """The largest part that fits of the `missing` GPUs of a running elastic rental, if any."""
+def _grown_part(
+    snapshot: Snapshot,
+    job: Running,
+    missing: int,
+    policy: Policy,
+    allows: Callable[[Running, Placement], bool] | None = None,
+) -> Placement | None:
+    """The largest part that fits of the `missing` GPUs of a running elastic rental (and that `allows`
+    lets it keep), if any."""
     request, held = job.request, job.placement
     if request.node_count == 1:  # more GPUs on its node (held in one part or in several)
         held = replace(held, nodes=held.nodes[:1])
@@ -130,5 +140,7 @@ def _grown_part(snapshot: Snapshot, job: Running, missing: int, policy: Policy) 
     for step in steps:
         part = grow(snapshot, rigid, held, policy, **step)
         if isinstance(part, Placement):
-            return part
+            if allows is None or allows(job, part):
+                return part
+            snapshot.unplace(part)
     return None

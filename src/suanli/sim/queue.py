@@ -15,11 +15,11 @@ import heapq
 import math
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
 from suanli.domain.catalog_data import CATALOG
-from suanli.domain.contracts import Contract
+from suanli.domain.contracts import Contract, growth_breach
 from suanli.domain.elastic_start import Drain, full_gpus, grow_toward_size
 from suanli.domain.errors import RequestError
 from suanli.domain.fair_share import FairShare
@@ -235,10 +235,6 @@ def run_requests(
     borrowed it is preempted with notice when the holder claims it; the holders' jobs are the per-tier
     figures' `contract` row."""
     config = POLICIES[policy_name]
-    if contracts and elastic is not None:  # growth here does not keep off held capacity (the server's does)
-        raise RequestError(
-            "contracts are modelled for rigid jobs only, not with --elastic", field="contracts"
-        )
     gates = Gates(contracts=tuple(contracts), evict_below_floor=False) if contracts else None
     holders = frozenset(c.tenant for c in contracts)  # their jobs' figures: the `contract` row
     if elastic is not None:
@@ -441,7 +437,13 @@ def run_requests(
             # waits), off a rigid blocked head's drain, and not onto GPUs promised to a preemptor
             holds = [part for promise in promised.values() for part in hold_promise(snapshot, promise)]
             grown = grow_toward_size(
-                snapshot, list(running.values()), policy, drain, spot_yields, jobs.run_began_s
+                snapshot,
+                list(running.values()),
+                policy,
+                drain,
+                spot_yields,
+                jobs.run_began_s,
+                _off_holds(snapshot, running.values(), contracts, now) if contracts else None,
             )
             for give_back, _ in reversed(holds):
                 give_back()
@@ -471,6 +473,30 @@ def run_requests(
     result.makespan_s = last_end - first_arrival
     result.wall_s = time.perf_counter() - started
     return result
+
+
+def _off_holds(
+    snapshot: Snapshot, running: Iterable[Running], contracts: Sequence[Contract], now: float
+) -> Callable[[Running, Placement], bool]:
+    """Whether a growth keeps off capacity open contracts hold for other tenants, counting the growths
+    allowed before it in this cycle, as the server's leader judges a resize (`growth_breach`)."""
+    holding = [(r.request, r.placement, r.preempted_by is not None) for r in running]
+
+    def allows(job: Running, part: Placement) -> bool:
+        gpus_per_node = round(part.gpus / len(part.nodes))
+        more = replace(
+            job.request,
+            id=f"{job.request.id}+grown",
+            shape=WholeGpus(gpus_per_node),
+            node_count=len(part.nodes),
+            min_gpus=None,
+        )
+        if growth_breach(snapshot, holding, contracts, part, more, now) is not None:
+            return False
+        holding.append((more, part, False))
+        return True
+
+    return allows
 
 
 def _drain(

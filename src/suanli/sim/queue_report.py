@@ -124,8 +124,6 @@ def queue_command(
     fleet = load_fleet(nodes)
     tier_mix = parse_mix(mix)
     sale = None if contract is None else parse_contract(contract, fleet)
-    if sale is not None and elastic is not None:
-        raise ValueError("--contract: contracts are replayed with rigid jobs only, not with --elastic")
     if sale is not None and not tier_mix.get(Tier.RESERVED):
         raise ValueError(
             "--contract: the tier mix draws no reserved jobs for the holder (add reserved=SHARE)"
