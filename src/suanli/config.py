@@ -51,8 +51,10 @@ class Settings(BaseSettings):
         description="greedy: each cycle places whatever fits, in tier, bid, fair share and age order (a "
         "cloud's on-demand behaviour); backfill: `suanli`'s queueing policy (fair share, response ratio, a "
         "blocked head keeps a reservation, only rentals with max_duration_s may pass it); "
-        "conservative: fair share then age, and every pending rental is booked a start that no later "
-        "rental may delay (Slurm's backfill), shown as its expected start.",
+        "conservative: fair share then age, and every pending rental is booked a start that no rental "
+        "ranked after it may delay (Slurm's backfill), shown as its expected start; the plan is made again "
+        "each cycle in priority order, so a higher tier, or a tenant further below its fair share, moves "
+        "it.",
     )
     agent_heartbeat_interval_s: float = Field(default=5.0, gt=0)
     agent_missed_heartbeats: int = Field(default=3, ge=1, description="Down after this many intervals.")

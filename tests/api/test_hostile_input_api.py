@@ -214,3 +214,30 @@ def test_a_nul_character_is_refused_anywhere_a_client_sends_text(client) -> None
         assert 400 <= answer.status_code < 500, (url, answer.status_code, answer.text)
         assert "NUL" in answer.json()["error"]["message"] or answer.status_code == 422, answer.text
     assert client.get("/v1/rentals", headers=headers).json() == []
+
+
+def test_a_window_shorter_than_a_second_is_a_4xx_naming_ends_at_not_a_500(client) -> None:
+    """Windows are held and priced in whole seconds: a contract (quoted, signed or offered) or a maintenance
+    window of half a second was a 500 (a zero-second price) or was stored; now each is a 400 on `ends_at`."""
+    from datetime import UTC, datetime, timedelta
+
+    start = (datetime.now(UTC) + timedelta(hours=1)).replace(microsecond=0)
+    window = {"starts_at": start.isoformat(), "ends_at": (start + timedelta(seconds=0.5)).isoformat()}
+    tenant_id = client.post("/v1/tenants", json={"name": "subsecond"}, headers=ADMIN).json()["id"]
+    contract = {
+        "gpu_model": "H100-SXM-80GB",
+        "count": 1,
+        "region": "cn-north",
+        "tenant_id": tenant_id,
+        **window,
+    }
+    for path, body in (
+        ("/v1/contracts/quote", contract),
+        ("/v1/contracts", contract),
+        ("/v1/contract-offers", {**contract, "price_micros": 1}),
+        ("/v1/fleet/maintenance", {"node": "h100-a-01", "reason": "firmware", **window}),
+    ):
+        refused = client.post(path, json=body, headers=ADMIN)
+        assert refused.status_code == 400, (path, refused.text)
+        assert "ends_at" in refused.text and "whole seconds" in refused.text, (path, refused.text)
+    assert client.get("/v1/fleet/maintenance", headers=ADMIN).json() == []

@@ -43,6 +43,7 @@ def test_admins_set_limits_and_tenants_read_theirs(client, tenant) -> None:
         ({"gpu_quota": {"*": -1}}, 400, "gpu_quota"),
         ({"daily_cap_micros": -5}, 422, "daily_cap_micros"),
         ({"fair_share_weight": 0}, 422, "fair_share_weight"),
+        ({"fair_share_weight": 0.0001}, 422, "fair_share_weight"),
     ):
         response = client.put(f"/v1/tenants/{tenant_id}/limits", json=bad, headers=ADMIN)
         assert response.status_code == status, response.text
@@ -101,6 +102,14 @@ def test_a_rental_larger_than_a_quota_on_its_own_is_refused_not_left_waiting(dat
         assert "H100-SXM-80GB quota of 8" in family.json()["error"]["message"]
         anywhere = client.post("/v1/rentals", json={"gpus": 4, "nodes": 3}, headers=headers)  # other models
         assert anywhere.status_code == 201, anywhere.text
+        # past `*` and one model's quota, on any model: the message names `*`, the one that binds everywhere
+        both = {"gpu_quota": {"*": 3, "H100-SXM-80GB": 2}}
+        assert client.put(f"/v1/tenants/{tenant_id}/limits", json=both, headers=ADMIN).status_code == 200
+        binding = client.post("/v1/rentals/dry-run", json={"gpus": 4}, headers=headers)
+        assert binding.status_code == 400, binding.text
+        assert binding.json()["error"]["message"].startswith(
+            "asks 4 GPUs, more than the tenant's GPU quota of 3"
+        )
 
 
 def test_cli_sets_and_shows_limits(client, tenant, monkeypatch) -> None:
@@ -150,7 +159,11 @@ def test_a_limits_patch_changes_only_what_it_names(client, tenant) -> None:
     assert patched["fair_share_weight"] == 2.5 and patched["budget_daily_micros"] == 7_000_000
 
     refusals = [
-        ({"fair_share_weight": None}, "fair_share_weight: a number above 0 (1 is the default), not null"),
+        (
+            {"fair_share_weight": None},
+            "fair_share_weight: a number from 0.001 to 1000 (1 is the default), not null",
+        ),
+        ({"fair_share_weight": 1e-300}, "greater than or equal to 0.001"),  # all but infinite against 1
         ({"gpu_quota": None}, "gpu_quota: null would remove every quota"),
         ({"fair_share_weight": 0}, "fair_share_weight"),
         ({"gpu_quota": {"X900": 2}}, "unknown GPU model or family 'X900'"),

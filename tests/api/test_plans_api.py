@@ -21,6 +21,7 @@ from conftest import (
     h100_contract,
     logged_in_as,
     make_tenant,
+    scheduler_cycles,
     wait_for,
 )
 from suanli.cli import billing_commands, contract_commands, plan_commands, platform_commands
@@ -700,3 +701,43 @@ def test_a_holders_running_claim_is_never_the_victim_of_its_next_claim(database_
             r for r in crowded if client.get(f"/v1/rentals/{r}", headers=crowd).json()["state"] != "placed"
         ]
         assert len(gone) == 2
+
+
+def test_a_notice_for_a_contract_claim_is_withdrawn_when_the_contract_ends_before_the_deadline(
+    database_url: str,
+) -> None:
+    """The holder's claim (reserved) gives another tenant's on-demand rental notice; the contract ends
+    before the deadline. Without it the claim is on-demand too and outranks no one: the victim keeps its
+    GPUs (it was killed at the deadline for a rental of its own tier), and the claim waits."""
+    clock = SteppedClock()
+    with app_client(database_url, clock, preemption_notice_s=600.0) as client:
+        crowd_id, crowd = make_tenant(client, "ending-crowd")
+        holder_id, holder = make_tenant(client, "ending-holder")
+        _credit(client, crowd_id, 10**12)
+        _credit(client, holder_id, 10**12)
+        model = {"gpu_model": "H100-SXM-80GB", "gpus": 8}
+        crowded = [client.post("/v1/rentals", json=model, headers=crowd).json()["id"] for _ in range(8)]
+        for rental_id in crowded:  # every H100 of the fleet
+            assert wait_for(client, rental_id, crowd, "placed")["state"] == "placed"
+        end = clock.now().replace(microsecond=0) + timedelta(minutes=2)
+        body = {"gpu_model": "H100-SXM-80GB", "count": 8, "region": "cn-north"}
+        body |= {"starts_at": (clock.now() - timedelta(minutes=1)).isoformat(), "ends_at": end.isoformat()}
+        signed = client.post("/v1/contracts", json=body, headers=holder)
+        assert signed.status_code == 201, signed.text
+        claim = client.post("/v1/rentals", json=model, headers=holder).json()["id"]
+        assert (
+            wait_for(client, claim, holder, "placed", reason="preempting")["pending_reason"] == "preempting"
+        )
+        states = {r: client.get(f"/v1/rentals/{r}", headers=crowd).json()["state"] for r in crowded}
+        (victim,) = [r for r, state in states.items() if state == "preempting"]
+        clock.step_to(end + timedelta(seconds=1))  # the window closed; the deadline is 8 minutes off
+        kept = wait_for(client, victim, crowd, "placed")
+        assert kept["state"] == "placed" and kept["notice_deadline"] is None
+        assert any("no longer outranks it" in e["message"] for e in kept["events"])
+        assert any(
+            "preempted by a rental of another tenant (reserved)" in e["message"] for e in kept["events"]
+        )
+        clock.step_to(end + timedelta(minutes=10))  # past the old deadline
+        scheduler_cycles(client)
+        assert client.get(f"/v1/rentals/{victim}", headers=crowd).json()["state"] == "placed"
+        assert client.get(f"/v1/rentals/{claim}", headers=holder).json()["state"] == "pending"

@@ -957,3 +957,66 @@ def test_a_request_held_by_the_long_job_budget_preempts_no_one_but_a_reserved_on
     assert [p.preemptor for p in decision.preemptions] == ["reserved-long"]
     held = next(p for p in decision.pending if p.request_id == "od-long")
     assert held.reason is Reason.NO_CAPACITY and "long requests hold" in held.message
+
+
+def test_spot_yields_only_in_the_pools_a_waiting_higher_tier_could_use():
+    """On-demand waits for the H200 node (it preempts the spot job there): spot that asks for H100 starts,
+    spot that could run on either starts on the H100 node, spot that needs H200 is held and told why; a
+    running elastic spot job grows on the H100 node, and one on the H200 node does not."""
+    from suanli.domain.elastic_start import grow_toward_size
+
+    fleet = Fleet(
+        {"r": REGION},
+        tuple(
+            Node(name, "r", ("r", "z", "p", "l0"), 64_000, 512_000, model, 8, GpuMode.WHOLE)
+            for name, model in (("h100", "H100-SXM-80GB"), ("h200", "H200-141GB"))
+        ),
+    )
+    snap = Snapshot(fleet, CATALOG)
+    config = QueueConfig(order=Order.PRIORITY, spot_yields=True, preemption=PreemptionConfig())
+
+    def on(model: str) -> GpuSelector:
+        return GpuSelector(models=frozenset({model}))
+
+    six = run(snap, job("squatter", 6, 0, 1000, tier=Tier.SPOT, selector=on("H200-141GB")), 0)
+    squatter = replace(six, request=replace(six.request, shape=WholeGpus(8), min_gpus=1))  # on 6 of its 8
+    one = run(snap, job("small", 1, 0, 1000, tier=Tier.SPOT, selector=on("H100-SXM-80GB")), 0)
+    small = replace(one, request=replace(one.request, shape=WholeGpus(2), min_gpus=1))  # on 1 of its 2
+    spot = {"tier": Tier.SPOT, "bid_micros_per_hour": 5}
+    queue = [
+        job("od", 8, 5, 100, selector=on("H200-141GB")),
+        job("on-h100", 1, 6, 10, selector=on("H100-SXM-80GB"), **spot),
+        job("anywhere", 1, 7, 10, **spot),
+        job("on-h200", 1, 8, 10, selector=on("H200-141GB"), **spot),
+    ]
+    decision = admit(snap, queue, [squatter, small], POLICY, 10, config)
+    assert [p.preemptor for p in decision.preemptions] == ["od"]
+    placed = {p.request_id: {a.node for a in p.nodes} for p in decision.placements}
+    assert placed == {"on-h100": {"h100"}, "anywhere": {"h100"}}
+    held = {p.request_id: p for p in decision.pending}["on-h200"]
+    assert held.reason is Reason.NO_CAPACITY and "H200-141GB in r" in held.message
+    assert decision.spot_yields == {("H200-141GB", "r")}
+    unnoticed = replace(squatter, preempted_by=None)  # (noticed, it would not grow anyway)
+    grown = grow_toward_size(snap, [small, unnoticed], POLICY, spot_yields=decision.spot_yields)
+    assert [p.request_id for p in grown] == ["small"]
+    assert {p.request_id for p in grow_toward_size(snap, [unnoticed], POLICY)} == {"squatter"}
+
+
+def test_a_blocked_head_holds_back_only_what_competes_for_its_pools():
+    """The head waits for the busy H200 node: a request for H100 without a declared duration starts (it can
+    never touch the head's nodes), while one that could also run on H200 stays behind the head."""
+    fleet = Fleet(
+        {"r": REGION},
+        tuple(
+            Node(name, "r", ("r", "z", "p", "l0"), 64_000, 512_000, model, 8, GpuMode.WHOLE)
+            for name, model in (("h100", "H100-SXM-80GB"), ("h200", "H200-141GB"))
+        ),
+    )
+    snap = Snapshot(fleet, CATALOG)
+    h200 = GpuSelector(models=frozenset({"H200-141GB"}))
+    h100 = GpuSelector(models=frozenset({"H100-SXM-80GB"}))
+    busy = run(snap, job("busy", 4, 0, 1000, selector=h200), 0)
+    queue = [job("head", 8, 1, 100, selector=h200), job("h100", 1, 2, None, selector=h100), job("any", 1, 3)]
+    decision = admit(snap, queue, [busy], POLICY, 10, EASY)
+    assert decision.head == "head" and [p.request_id for p in decision.placements] == ["h100"]
+    assert reasons(decision)["any"] is Reason.BLOCKED_BY_HEAD

@@ -42,10 +42,13 @@ def as_utc(moment: datetime) -> datetime:
 
 
 def upcoming_window(starts_at: datetime, ends_at: datetime, now: datetime) -> tuple[datetime, datetime]:
-    """[starts_at, ends_at), UTC; Invalid (naming `ends_at`) unless it ends after it starts and after now."""
-    starts_at, ends_at = as_utc(starts_at), as_utc(ends_at)
+    """[starts_at, ends_at), UTC, in whole seconds (as contracts are priced and held); Invalid (naming
+    `ends_at`) unless it ends at least a second after it starts, and after now."""
+    starts_at, ends_at = as_utc(starts_at).replace(microsecond=0), as_utc(ends_at).replace(microsecond=0)
     if ends_at <= starts_at:
-        raise Invalid("must be after the start", field="ends_at")
+        raise Invalid(
+            "must be at least a second after the start (windows are in whole seconds)", field="ends_at"
+        )
     if ends_at <= now:
         raise Invalid("the window has already ended", field="ends_at")
     return starts_at, ends_at

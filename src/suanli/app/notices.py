@@ -18,7 +18,7 @@ their cause has not left.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -29,6 +29,7 @@ from suanli.app.rentals import LEFT_UNDER_NOTICE, STOP_UNDER_NOTICE, TIME_LIMIT,
 from suanli.app.spot_repricing import BELOW_FLOOR
 from suanli.domain.plan import NodeAllocation, Reason
 from suanli.domain.preemption import RESUME_S, Preemption
+from suanli.domain.request import Tier
 
 WITHDRAWN = "notice_withdrawn"  # the reason of the event that records a withdrawn notice
 
@@ -47,6 +48,26 @@ def abandoned(preempting: Sequence[Rental], waiting: Collection[str], now: datet
     ]
 
 
+def outranked_no_more(
+    preempting: Sequence[Rental],
+    pending: Mapping[str, Rental],
+    reserved_for: Callable[[Rental, Rental], bool],
+) -> list[Rental]:
+    """Victims whose preemptor still waits but no longer outranks them: it was `reserved` by an open
+    contract of its tenant (`reserved_for(preemptor, victim)`: one covers the victim's pool now) that has
+    since ended or been transferred, and is of the victim's tier or lower without it. Preemption takes only
+    strictly lower tiers, at the deadline as when the notice was given."""
+    outranked = []
+    for victim in preempting:
+        preemptor = pending.get(victim.preempted_by or "")
+        if preemptor is None:
+            continue
+        tier = Tier.RESERVED if reserved_for(preemptor, victim) else Tier.parse(preemptor.spec.tier)
+        if tier <= Tier.parse(victim.spec.tier):
+            outranked.append(victim)
+    return outranked
+
+
 def state_before_notice(events: Sequence[RentalEvent]) -> str:
     """The state a rental had when it got its last notice, from its events; `running` when none says."""
     state, before = "running", None
@@ -58,21 +79,31 @@ def state_before_notice(events: Sequence[RentalEvent]) -> str:
     return before or state
 
 
-def withdraw(uow: UnitOfWork, victim: Rental, now: datetime) -> bool:
-    """Withdraw `victim`'s notice (in `uow`); False when it is no longer under notice."""
+def withdraw(uow: UnitOfWork, victim: Rental, now: datetime, outranked: bool = False) -> bool:
+    """Withdraw `victim`'s notice (in `uow`); False when it is no longer under notice. `outranked`: its
+    preemptor still waits, but no longer outranks it (`outranked_no_more`)."""
     state = state_before_notice(uow.rentals.events(victim.id))
     if not uow.rentals.set_state(victim.id, state, expect=("preempting",), reason=None):
         return False
     message = "notice withdrawn: the rental it was preempted for was stopped before the deadline"
     if victim.notice_deadline is not None and victim.notice_deadline <= now:  # a trim's, past its deadline
         message = "notice withdrawn: the rental it was preempted for no longer waits; it keeps all its GPUs"
+    if outranked:
+        message = (
+            "notice withdrawn: the rental it was preempted for no longer outranks it (the contract that made "
+            "it reserved ended or moved to another tenant); it keeps all its GPUs"
+        )
     uow.rentals.add_event(victim.id, RentalEvent(now, state, WITHDRAWN, message))
     return True
 
 
-def give_notice(uow: UnitOfWork, preemptor: Rental, decision: Preemption, now: datetime) -> int:
+def give_notice(
+    uow: UnitOfWork, preemptor: Rental, decision: Preemption, now: datetime, reserved: bool = False
+) -> int:
     """Give `decision`'s victims notice for `preemptor`, which waits `preempting` on its promised
-    placement; how many victims got it (none when the preemptor changed since it was read)."""
+    placement; how many victims got it (none when the preemptor changed since it was read). `reserved`: the
+    preemptor is a contract's claim, reserved whatever tier it asked for."""
+    tier = "reserved" if reserved else preemptor.spec.tier
     if not uow.rentals.set_state(preemptor.id, "pending", expect=("pending",), reason=Reason.PREEMPTING):
         return 0  # stopped (or changed) since it was read: no one is preempted for it
     tenant_of = {r.id: r.tenant_id for r in uow.rentals.by_ids([v.request_id for v in decision.victims])}
@@ -85,10 +116,10 @@ def give_notice(uow: UnitOfWork, preemptor: Rental, decision: Preemption, now: d
         ):
             given.append((victim.request_id, tenant_of.get(victim.request_id, "")))
             by = named_for(tenant_of.get(victim.request_id, ""), [(preemptor.id, preemptor.tenant_id)])
-            message = f"preempted by {by} ({preemptor.spec.tier}), notice until {deadline.isoformat()}"
+            message = f"preempted by {by} ({tier}), notice until {deadline.isoformat()}"
             if victim.keeps is not None:
                 message = (
-                    f"preempted in part by {by} ({preemptor.spec.tier}): gives back {victim.gpus:g} GPUs at "
+                    f"preempted in part by {by} ({tier}): gives back {victim.gpus:g} GPUs at "
                     f"{deadline.isoformat()} and runs on with {victim.keeps.gpus:g}"
                 )
             uow.rentals.add_event(victim.request_id, RentalEvent(now, "preempting", "preempted", message))

@@ -296,6 +296,10 @@ class RentalService:
         why, one_node_fits = refusals[
             0
         ]  # the field to lower: nodes when one node's GPUs are within the quota
+        if (everywhere := over_quota(limits, ways[0], ())) is not None:  # `*` binds on every model
+            why = everywhere
+        elif len({w for w, _ in refusals}) > 1 and len(models) == len(refusals):  # a quota per model
+            why = "; ".join(f"on {model}, {w}" for model, (w, _) in zip(models, refusals, strict=True))
         field = "nodes" if rental.spec.nodes > 1 and one_node_fits else "gpus"
         raise Invalid(f"{why}; an operator can raise it (suanli admin limits)", field=field)
 

@@ -32,7 +32,7 @@ from suanli.app.rentals import added_price, follow_size, per_node_gpus
 from suanli.domain.catalog import GpuModel
 from suanli.domain.contracts import Contract
 from suanli.domain.elastic import grow, shrink
-from suanli.domain.elastic_start import Drain
+from suanli.domain.elastic_start import Drain, yields_here
 from suanli.domain.inventory import Node
 from suanli.domain.plan import NodeAllocation, Pending, Placement, Reason
 from suanli.domain.policies import Policy
@@ -56,7 +56,8 @@ class Resizer:
     owner: MutableMapping[int, str]
     node: Callable[[str], tuple[Node, GpuModel]]
     drain: Drain | None = None  # waiting rentals' planned starts, which a growth keeps off
-    spot_yields: bool = False  # a higher tier waits for capacity: spot does not grow (it would be taken back)
+    # the pools where a higher tier waits for capacity: spot does not grow there (it would be taken back)
+    spot_yields: frozenset[tuple[str, str]] = frozenset()
 
     def apply(self, uow: UnitOfWork, resizing: Sequence[Running], now: datetime) -> int:
         """Resize each of `resizing` (as large as it is now) towards its spec; how many changed."""
@@ -153,7 +154,9 @@ class Resizer:
         """The part `more` (at `price` per hour) added to `running` on the snapshot (`elastic.grow` with
         `extra`), within its tenant's limits and without taking what contracts hold for others; it counts
         for the next growth in this cycle too."""
-        if self.spot_yields and running.request.tier is Tier.SPOT:
+        if running.request.tier is Tier.SPOT and yields_here(
+            self.spot_yields, self.snapshot, running.placement
+        ):
             return Pending(rental.id, Reason.NO_CAPACITY, "a higher tier is waiting for capacity")
         now_s = now.timestamp()
         avoid = frozenset() if self.drain is None else self.drain.keep_off(running.expected_end_s)

@@ -32,6 +32,7 @@ from suanli.app.notices import (
     end_victim,
     give_notice,
     named_for,
+    outranked_no_more,
     requeued,
     stop_asked,
     stop_victim,
@@ -156,6 +157,7 @@ class Scheduler:
         self.overdue_stops: dict[str, datetime] = {}
         # this cycle's trimmed victims at their deadline: the part each runs on with, as a live rental
         self.kept: dict[str, list[NodeAllocation]] = {}
+        self.promoted: frozenset[str] = frozenset()  # the last cycle's contract claims (reserved)
         self.head_start_s: float | None = None  # the blocked head's reserved start, when one was made
         self.booked_s: dict[str, float] = {}  # conservative queue: every booked start (epoch seconds)
         self.reserved: tuple[str, ...] = ()
@@ -168,7 +170,7 @@ class Scheduler:
         self.holding: list[Held] = []
         # a rigid blocked head's reserved nodes, or every booking's: what growth keeps off (`Resizer`)
         self.drain: Drain | None = None
-        self.spot_yields = False  # a higher tier waits for capacity: spot does not grow either
+        self.spot_yields: frozenset[tuple[str, str]] = frozenset()  # pools where spot does not grow either
         self.contracts: list[Contract] = []
         self.windows: list[MaintenanceWindow] = []  # maintenance windows still to end, as of this cycle
         self._lock = threading.Lock()
@@ -227,6 +229,15 @@ class Scheduler:
             }
             left = [v for v in abandoned(preempting, {r.id for r in pending}, now) if v.id not in asked]
             withdrawn = [victim for victim in left if withdraw(uow, victim, now)]
+            reserved_for = self._reserved_for(uow, now)
+            by_pending = {r.id: r for r in pending}
+            for victim in outranked_no_more(preempting, by_pending, reserved_for):
+                if (
+                    victim.id not in asked
+                    and victim not in left
+                    and withdraw(uow, victim, now, outranked=True)
+                ):
+                    withdrawn.append(victim)
             if withdrawn:
                 uow.commit()
                 preempting = [v for v in preempting if v not in withdrawn]
@@ -290,7 +301,8 @@ class Scheduler:
                 changed = now_row is None or now_row.state != "pending" or now_row.spec != rental.spec
                 report.placed += self._apply_placement(uow, rental, placement, now, changed)
             for decision in notices:
-                report.notices += give_notice(uow, by_id[decision.preemptor], decision, now)
+                reserved = decision.preemptor in self.promoted
+                report.notices += give_notice(uow, by_id[decision.preemptor], decision, now, reserved)
             report.notices += self._maintenance_notices(uow, now)
             report.grown = self._resize(uow, now, self._owed_promises(pending, waiting_on, notices))
             for waiting in still:
@@ -427,6 +439,22 @@ class Scheduler:
             expected_start_at=None if own_start_s is None else _shown_start(own_start_s),
             head_start_at=None if behind_s is None else _shown_start(behind_s),
         )
+
+    def _reserved_for(self, uow: UnitOfWork, now: datetime) -> Callable[[Rental, Rental], bool]:
+        """Whether an open contract of a preemptor's tenant covers its victim's pool (model, region) now."""
+        now_s = now.timestamp()
+        open_now = [domain_contract(c) for c in uow.contracts.list(None)]
+        held = {(c.tenant, c.model, c.region) for c in open_now if c.open_at(now_s)}
+        where = self.live.allocations_by_rental()
+
+        def reserved_for(preemptor: Rental, victim: Rental) -> bool:
+            pools = set()
+            for allocation in where.get(victim.id, ()):
+                node, model = self.live.node(allocation.node)
+                pools.add((preemptor.tenant_id, model.name, node.region))
+            return bool(pools) and pools <= held
+
+        return reserved_for
 
     def _gates(
         self,
@@ -613,6 +641,7 @@ class Scheduler:
         self.head, self.reserved = decision.head, decision.reserved_nodes
         self.lent = set(decision.borrowed)
         self.spot_yields = decision.spot_yields
+        self.promoted = frozenset(decision.promoted)  # contracts' claims, admitted as reserved
         self.resizing += started_smaller(queue, decision.placements, now_s)
         self.limits = None if gates is None else gates.limits
         self.holding = holding_after(running, queue, decision.placements) if self.resizing else []

@@ -165,7 +165,8 @@ def admin_limits(
         str | None, typer.Option("--monthly", help="Spend cap per month, in units; none removes it.")
     ] = None,
     weight: Annotated[
-        float | None, typer.Option("--weight", help="Fair-share weight (backfill queue), relative to 1.")
+        float | None,
+        typer.Option("--weight", help="Fair-share weight (every queue), relative to 1: 0.001 to 1000."),
     ] = None,
     replace_all: Annotated[
         bool,

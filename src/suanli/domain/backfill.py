@@ -35,7 +35,7 @@ class BackfillPhase:
 
     The cycle's state it reads and changes is declared here; the cycle's trials it calls (`try_place`,
     `_try_place`, `_fit`, `_failed_before`, `_off_limits`, `gated`, `spot_held`, `note_waiting`,
-    `_hold_breached`, `_book`, `pool_share`) are `_Cycle`'s."""
+    `_hold_breached`, `_book`, `pool_share`, `_landing_pools`, `_why_waiting`) are `_Cycle`'s."""
 
     snapshot: Snapshot
     running: Sequence[Running]
@@ -66,6 +66,7 @@ class BackfillPhase:
         if self.config.mode is Mode.STRICT:
             self._block(rest, "strict order: nothing passes the head")
             return
+        rest = self._apart_from(head, rest)
         if not any(self._may_pass(r) or self._may_shrink(r) for r in rest):
             self._block(rest, "no declared duration: cannot backfill")
             return
@@ -172,6 +173,21 @@ class BackfillPhase:
         others = [name for name in self.snapshot.by_name if name not in nodes]
         with self.snapshot.cordoned(others):
             return self._fit(request, (fit_key(request), "borrow", frozenset(nodes)), borrowed=True)
+
+    def _apart_from(self, head: Request, rest: Sequence[Request]) -> list[Request]:
+        """Start, in order, what fits of `rest` in pools (model, region) the head can never use: it cannot
+        delay the head's start, with or without a declared duration, so it is not behind it (as a job of
+        another Slurm partition is not). What shares a pool with the head is returned, to backfill."""
+        head_pools = self._landing_pools(head)
+        behind = []
+        for request in rest:
+            if self._landing_pools(request) & head_pools:
+                behind.append(request)
+            elif not (
+                self.gated(request) or self.spot_held(request) or self.try_place(request, cordon=False)
+            ):
+                self.pending.append(self._why_waiting(request))
+        return behind
 
     def _plan_conservative(self, requests: Sequence[Request]) -> None:
         """Book each request in order at its earliest slot that delays no booking before it; start what can.

@@ -10,7 +10,7 @@ drain (docs/queueing.md, "Elastic starts").
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from suanli.domain.elastic import grow
@@ -92,17 +92,17 @@ def grow_toward_size(
     running: Sequence[Running],
     policy: Policy,
     drain: Drain | None = None,
-    spot_yields: bool = False,
+    spot_yields: Collection[tuple[str, str]] = (),
     started_s: Mapping[str, float] | None = None,
     allows: Callable[[Running, Placement], bool] | None = None,
 ) -> list[Placement]:
     """The parts added, on the snapshot, to running elastic rentals held below their size, oldest first
     (by `started_s`, when each began, where a rental's `started_at_s` is its last resize): as many more
     GPUs on a one-node rental's node as are free there, as many more whole nodes near a gang's as fit; off
-    the nodes of `drain`'s planned starts that the rental would outlast, and none to spot while
-    `spot_yields` (a higher tier waits for capacity: it would take them back at once). A part `allows`
-    refuses (it is on the snapshot when asked: capacity held for contracts) is given back, and a smaller
-    one tried, as the server's leader steps down."""
+    the nodes of `drain`'s planned starts that the rental would outlast, and none to spot in a pool of
+    `spot_yields` (a higher tier waits for capacity there: it would take them back at once). A part
+    `allows` refuses (it is on the snapshot when asked: capacity held for contracts) is given back, and a
+    smaller one tried, as the server's leader steps down."""
     began = started_s or {}
     added: list[Placement] = []
     for job in sorted(running, key=lambda r: (began.get(r.request.id, r.started_at_s), r.request.id)):
@@ -110,7 +110,7 @@ def grow_toward_size(
         missing = full_gpus(request) - round(job.gpus)
         if request.min_gpus is None or missing <= 0 or job.preempted_by is not None:
             continue
-        if spot_yields and request.tier is Tier.SPOT:
+        if request.tier is Tier.SPOT and yields_here(spot_yields, snapshot, job.placement):
             continue
         avoid = frozenset() if drain is None else drain.keep_off(job.expected_end_s)
         with snapshot.cordoned(avoid):
@@ -118,6 +118,15 @@ def grow_toward_size(
         if part is not None:
             added.append(part)
     return added
+
+
+def yields_here(spot_yields: Collection[tuple[str, str]], snapshot: Snapshot, placement: Placement) -> bool:
+    """Whether a spot rental on `placement` is in a pool (model, region) where a higher tier waits for
+    capacity (`CycleDecision.spot_yields`): it does not grow there."""
+    if not spot_yields or not placement.nodes:
+        return False
+    node = snapshot.by_name[placement.nodes[0].node].node
+    return (node.gpu_model, node.region) in spot_yields
 
 
 def _grown_part(

@@ -134,7 +134,9 @@ GREEDY_QUEUE = QueueConfig(
 
 
 # The server's `SUANLI_QUEUE=conservative`: tier, spot bid, weighted fair share, then age, with Slurm's
-# conservative backfill, so every pending rental (up to the depth) has a start no later rental can delay;
+# conservative backfill, so every pending rental (up to the depth) has a start no rental ranked after it can
+# delay (the plan is made again each cycle in that order, as Slurm's: a higher tier, or a tenant whose fair
+# share has room, ranks ahead and may move it);
 # spot does not start while a higher tier waits; lower tiers are preempted with notice; a rental that declares
 # a least size starts smaller off every booking it would outlast.
 BOOKED_QUEUE = QueueConfig(

@@ -122,8 +122,9 @@ class CycleDecision:
     reserved_nodes: tuple[str, ...] = ()  # where the blocked head's reservation lies (when one was made)
     bookings: tuple[Booking, ...] = ()  # Mode.CONSERVATIVE: every planned start, in queue order
     borrowed: tuple[str, ...] = ()  # placed on borrowed GPUs (`QueueConfig.borrow_idle`): mark them so
-    # with `spot_yields`, a higher tier waits for capacity: spot neither starts nor grows (`grow_toward_size`)
-    spot_yields: bool = False
+    # with `spot_yields`, the pools where a higher tier waits for capacity: spot neither starts nor grows
+    # there (`grow_toward_size`), and may elsewhere
+    spot_yields: frozenset[Pool] = frozenset()
 
 
 def admit(
@@ -193,7 +194,7 @@ def admit(
         tuple(sorted(cycle.reserved_nodes)),
         tuple(cycle.bookings),
         tuple(cycle.borrowed),
-        config.spot_yields and cycle.higher_waiting,
+        frozenset(cycle.contested) if config.spot_yields else frozenset(),
     )
 
 
@@ -241,7 +242,9 @@ class _Cycle(BackfillPhase):
         self.started: list[Running] = []  # this cycle's placements, as running from now
         self.borrowed: list[str] = []  # of them, those borrowed (`_borrow`): taken back with notice
         self.budget_held: list[Request] = []  # held back by the long-job budget alone
-        self.higher_waiting = False  # a non-spot request waits for capacity (preempting or blocked)
+        self.contested: set[Pool] = set()  # where a non-spot request waits for capacity (preempting, blocked)
+        self.yield_off: dict[str, frozenset[str]] = {}  # a spot request -> the contested nodes it keeps off
+        self.landing: dict[object, set[Pool]] = {}  # fit key -> the pools such a request could land in
         self.free_gpus = snapshot.gpu_count - snapshot.allocated_milli() / 1000
         # (fit key, cordoned) that did not fit, and why: capacity only shrinks, so not in this cycle either
         self.failed: dict[tuple, Pending] = {}
@@ -319,8 +322,13 @@ class _Cycle(BackfillPhase):
 
     def _landing_pools(self, request: Request) -> set[Pool]:
         """Every (model, region) the request could ever be placed in."""
-        classes, _ = nominate(self.snapshot, request)
-        return {(self.snapshot.classes[i].model.name, self.snapshot.classes[i].region) for i in classes}
+        key = fit_key(request)
+        if key not in self.landing:
+            classes, _ = nominate(self.snapshot, request)
+            self.landing[key] = {
+                (self.snapshot.classes[i].model.name, self.snapshot.classes[i].region) for i in classes
+            }
+        return self.landing[key]
 
     def gated(self, request: Request) -> bool:
         """True when a gate holds `request` back (its pending reason is recorded); it blocks nobody."""
@@ -390,7 +398,7 @@ class _Cycle(BackfillPhase):
         """Nodes `request` must keep off: those whose maintenance starts while it would still run (by its
         declared duration) if it started `lead_s` from now (a preemptor starts when its victims' notice
         ends), and those its gates keep it off (`quota_gate`'s full models, `floor_gate`'s dear pools)."""
-        gate_off = self.gate_off.get(request.id, frozenset())
+        gate_off = self.gate_off.get(request.id, frozenset()) | self.yield_off.get(request.id, frozenset())
         if request.max_duration_s is None or not self.gates.maintenance:
             return gate_off
         end_s = self.now + lead_s + request.max_duration_s
@@ -500,17 +508,29 @@ class _Cycle(BackfillPhase):
 
     def note_waiting(self, request: Request) -> None:
         if request.tier is not Tier.SPOT:
-            self.higher_waiting = True
+            self.contested |= self._landing_pools(request)
 
     def spot_held(self, request: Request) -> bool:
-        """With `spot_yields`: a spot request is held while a higher tier waits for capacity.
+        """With `spot_yields`: a spot request keeps off the pools where a higher tier waits for capacity,
+        and is held when it can land nowhere else.
 
-        Capacity that frees up belongs to the waiting higher tier (it would preempt the spot job a moment
-        later): starting spot on it only makes a preemption cycle. The reason is recorded; it blocks nobody.
+        Capacity that frees up there belongs to the waiting higher tier (it would preempt the spot job a
+        moment later): starting spot on it only makes a preemption cycle. A pool no one of a higher tier
+        waits for is spot's as before. The reason is recorded; it blocks nobody.
         """
-        if not (self.config.spot_yields and self.higher_waiting and request.tier is Tier.SPOT):
+        if not (self.config.spot_yields and self.contested and request.tier is Tier.SPOT):
             return False
-        self.pending.append(Pending(request.id, Reason.NO_CAPACITY, "a higher tier is waiting for capacity"))
+        contested = self._landing_pools(request) & self.contested
+        if not contested:
+            return False
+        if contested != self._landing_pools(request):  # it may start in the others
+            self.yield_off[request.id] = frozenset(
+                s.name for s in self.snapshot.nodes if (s.node.gpu_model, s.node.region) in contested
+            )
+            return False
+        where = ", ".join(f"{model} in {region}" for model, region in sorted(contested))
+        message = f"a higher tier is waiting for capacity ({where})"
+        self.pending.append(Pending(request.id, Reason.NO_CAPACITY, message))
         return True
 
     def walk(self, ordered: Sequence[Request]) -> int | None:

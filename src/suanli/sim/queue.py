@@ -374,7 +374,7 @@ def run_requests(
                 result.lost_gpu_s_arrivals += result.lost_gpu_s - wasted_before
         idle_waiting = idle_held = idle_scattered = 0.0
         drain = None  # what waiting requests were promised, made again below for this cycle's growth
-        spot_yields = False
+        spot_yields: frozenset[tuple[str, str]] = frozenset()
         waiting: list[Request] = []
         if queue:
             result.cycles += 1

@@ -12,6 +12,9 @@ from suanli.wire.schemas import MONTH_PATTERN, Moment, WireModel
 MAX_MICROS = 10**15
 
 
+MIN_WEIGHT = 0.001  # a fair-share weight's range is 1/1000 to 1000 times the default's
+
+
 class PlanRequest(WireModel):
     """Admin: put a tenant on a plan. A membership's fee is posted from its cash when the plan is made."""
 
@@ -85,7 +88,11 @@ class LimitsRequest(WireModel):
     daily_cap_micros: int | None = Field(default=None, ge=0, le=MAX_MICROS, description="Per UTC day.")
     monthly_cap_micros: int | None = Field(default=None, ge=0, le=MAX_MICROS, description="Per month.")
     fair_share_weight: float = Field(
-        default=1.0, gt=0, le=1000, description="Share of the fleet under contention, relative to others (1)."
+        default=1.0,
+        ge=MIN_WEIGHT,
+        le=1000,
+        allow_inf_nan=False,
+        description="Share of the fleet under contention, relative to others (1): 0.001 to 1000.",
     )
 
 
@@ -100,7 +107,11 @@ class LimitsPatch(WireModel):
     daily_cap_micros: int | None = Field(default=None, ge=0, le=MAX_MICROS, description="Per UTC day.")
     monthly_cap_micros: int | None = Field(default=None, ge=0, le=MAX_MICROS, description="Per month.")
     fair_share_weight: float | None = Field(
-        default=None, gt=0, le=1000, description="Share of the fleet under contention, relative to others."
+        default=None,
+        ge=MIN_WEIGHT,
+        le=1000,
+        allow_inf_nan=False,
+        description="Share of the fleet under contention, relative to others: 0.001 to 1000.",
     )
 
     @field_validator("gpu_quota", mode="before")
@@ -114,7 +125,7 @@ class LimitsPatch(WireModel):
     @classmethod
     def _weight_not_null(cls, value: float | None) -> float:
         if value is None:  # only a weight given as null: one left out is not validated
-            raise ValueError("a number above 0 (1 is the default), not null")
+            raise ValueError("a number from 0.001 to 1000 (1 is the default), not null")
         return value
 
 
