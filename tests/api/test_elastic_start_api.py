@@ -285,3 +285,32 @@ def test_an_elastic_rental_past_a_limit_at_its_size_starts_within_it(database_ur
         assert client.put(f"/v1/tenants/{tenant_id}/limits", json=cap, headers=ADMIN).status_code == 200
         capped = _renter(client, headers)({"gpus": 8, "min_gpus": 1})
         assert _slices(capped) == 2 and capped["price_micros_per_hour"] == 2 * rate
+
+
+@pytest.mark.parametrize("queue", ["backfill", "conservative"])
+def test_a_tenants_shrink_stretches_its_time_limit_no_later_than_a_start_planned_on_its_node(
+    database_url: str, queue: str
+) -> None:
+    """Seven H100 nodes busy for 10 h; on the eighth a rigid 4-GPU rental for 1 h and an elastic one (least
+    1 GPU) for 20 min. A whole-node rental waits for the eighth node, at 1 h. The elastic one's tenant
+    shrinks it to 1 GPU: its limit, for its work at full size, would stretch to 80 min and delay that start;
+    it stretches to the start and no further, and the waiting rental's expected start does not move."""
+    with app_client(database_url, queue=queue, meter_interval_s=3600, prepaid=False) as client:
+        headers, _ = _tenant(client, "shrink-limit")
+        rent = _renter(client, headers)
+        for _ in range(7):
+            rent({"gpus": 8, "max_duration_s": 36_000})
+        rent({"gpus": 4, "max_duration_s": 3600})
+        elastic = rent({"gpus": 4, "min_gpus": 1, "max_duration_s": 1200})
+        waiting = rent({"gpus": 8, "max_duration_s": 3600}, state="pending")
+        waiting = _until(client, waiting["id"], headers, lambda b: b["expected_start_at"] is not None)
+        planned = datetime.fromisoformat(waiting["expected_start_at"])
+        shrunk = client.patch(f"/v1/rentals/{elastic['id']}", json={"gpus": 1}, headers=headers)
+        assert shrunk.status_code == 200, shrunk.text
+        done = _until(client, elastic["id"], headers, lambda b: len(b["allocation"][0]["slices"]) == 1)
+        limit = datetime.fromisoformat(done["time_limit_at"])
+        assert abs((limit - planned).total_seconds()) < 1  # stretched to the planned start, not 80 min
+        assert any("stretches no later than" in e["message"] for e in done["events"])
+        scheduler_cycles(client)
+        after = client.get(f"/v1/rentals/{waiting['id']}", headers=headers).json()
+        assert datetime.fromisoformat(after["expected_start_at"]) == planned

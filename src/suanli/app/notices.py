@@ -56,11 +56,12 @@ def outranked_no_more(
     """Victims whose preemptor still waits but no longer outranks them: it was `reserved` by an open
     contract of its tenant (`reserved_for(preemptor, victim)`: one covers the victim's pool now) that has
     since ended or been transferred, and is of the victim's tier or lower without it. Preemption takes only
-    strictly lower tiers, at the deadline as when the notice was given."""
+    strictly lower tiers, at the deadline as when the notice was given; a borrower is taken back by its
+    own tier (it was lent idle GPUs on that understanding), so it is not judged."""
     outranked = []
     for victim in preempting:
         preemptor = pending.get(victim.preempted_by or "")
-        if preemptor is None:
+        if preemptor is None or victim.borrowed:
             continue
         tier = Tier.RESERVED if reserved_for(preemptor, victim) else Tier.parse(preemptor.spec.tier)
         if tier <= Tier.parse(victim.spec.tier):

@@ -414,23 +414,34 @@ class RentalService:
 
 
 def follow_size(
-    uow: UnitOfWork, rental: Rental, before: tuple[int, float], after: tuple[int, float], now: datetime
-) -> None:
+    uow: UnitOfWork,
+    rental: Rental,
+    before: tuple[int, float],
+    after: tuple[int, float],
+    now: datetime,
+    stretch_until: datetime | None = None,
+) -> bool:
     """A live rental now `after` (nodes, GPUs per node) instead of `before` is re-priced at its new size
     from `now` on (`resized_price`); the size is recorded for its invoice's GPU-seconds and energy, and an
-    elastic rental's time limit moves with its speed (the work left takes as many GPU-seconds)."""
+    elastic rental's time limit moves with its speed (the work left takes as many GPU-seconds), but a
+    shrink stretches it no later than `stretch_until` (a start planned on its nodes): True when it did."""
     since = rental.placed_at or rental.created_at
     uow.rentals.record_size(rental.id, now, after, since=since, previous=before)
     rate = rental.price_micros_per_hour
     was, will = _milli(before), _milli(after)
     limit = rental.time_limit_at
+    capped = False
     if rental.spec.min_gpus is not None and limit is not None and was > 0 and will > 0 and will != was:
         # an elastic rental's limit is for its work at its full size: what is left of it runs at the new speed
-        uow.rentals.set_time_limit(rental.id, now + (limit - now) * (was / will))
+        moved = now + (limit - now) * (was / will)
+        if stretch_until is not None and moved > stretch_until:
+            moved, capped = max(limit, stretch_until), True
+        uow.rentals.set_time_limit(rental.id, moved)
     if rate is None or was <= 0 or will <= 0 or will == was:
-        return
+        return capped
     new_rate, quote = resized_price(uow, rental, rate, was, will, now)
     uow.rentals.change_rate(rental.id, now, new_rate, since=since, previous=rate, quote=quote)
+    return capped
 
 
 def time_limit_s(rental: Rental, gpus: float) -> float | None:

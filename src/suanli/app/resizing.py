@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 
 from suanli.app.booking import bookings_for
 from suanli.app.growth import Held, held_for_contracts, held_request, within_limits
@@ -119,9 +119,16 @@ class Resizer:
         held, wanted = running.request, rental.spec.gpus
         assert isinstance(held.shape, WholeGpus)
         have = held.shape.count
+        stretch_until = None
         if wanted < have:
             kept, _ = shrink(self.snapshot, running.placement, fewer_gpus_per_node=have - wanted)
             nodes = kept.nodes
+            # the tenant's own shrink: its limit stretches, but never past a start planned on its nodes
+            # that it ended before (it was let start, or grow, ahead of it on that promise)
+            own = {a.node for a in nodes}
+            planned_s = None if self.drain is None else self.drain.next_start(own, running.expected_end_s)
+            if planned_s is not None:
+                stretch_until = datetime.fromtimestamp(planned_s, UTC)
         else:
             nodes_held = len(running.placement.nodes)
             outcome: Placement | Pending | None = None
@@ -141,9 +148,14 @@ class Resizer:
         for allocation_id in allocation_ids:
             del self.held[allocation_id], self.owner[allocation_id]
         self._book(uow, rental.id, nodes, now)
-        follow_size(uow, rental, (len(nodes), have), (len(nodes), wanted), now)
+        capped = follow_size(uow, rental, (len(nodes), have), (len(nodes), wanted), now, stretch_until)
         restarts = "" if rental.placed_at == now else "; its workload restarts"  # (placed in this cycle)
         message = f"now {wanted} GPUs on each of its {len(nodes)} nodes (was {have}){restarts}"
+        if capped and stretch_until is not None:
+            message += (
+                f"; its time limit stretches no later than {stretch_until:%Y-%m-%d %H:%M:%S} UTC, when "
+                "another rental is planned to start on its node"
+            )
         uow.rentals.add_event(rental.id, RentalEvent(now, "resized", None, message))
         placement = Placement(rental.id, nodes, running.placement.subtree)
         return replace(running, request=held_request(held, nodes), placement=placement)
@@ -165,6 +177,21 @@ class Resizer:
                 self.limits, self.holding, more, price, now_s, self.snapshot, running.placement
             )
             outcome = limited or grow(self.snapshot, running.request, running.placement, self.policy, **extra)
+        own = {a.node for a in running.placement.nodes}
+        if (
+            limited is None
+            and isinstance(outcome, Pending)
+            and own & avoid
+            and running.request.node_count == 1
+        ):
+            free = sum(self.snapshot.by_name[node].free_milli for node in own) / 1000
+            if free >= extra.get("extra_gpus_per_node", 0) > 0:  # they are free, but planned for another
+                return Pending(
+                    rental.id,
+                    Reason.BLOCKED_BY_HEAD,
+                    f"the free GPUs on {', '.join(sorted(own))} are kept for a rental planned to start there "
+                    "before this one would end",
+                )
         if isinstance(outcome, Placement):
             why = held_for_contracts(
                 self.snapshot, self.holding, self.contracts, rental, outcome, more, now_s

@@ -80,6 +80,14 @@ class Drain:
         starts = tuple((b.nodes, b.start_s) for b in bookings)
         return cls(starts) if starts else None
 
+    def next_start(self, nodes: Collection[str], end_s: float | None) -> float | None:
+        """The first planned start on any of `nodes` that a rental ending by `end_s` does not outlast now
+        (None: none): a shrink may not stretch it past that, as a backfill may not start past it."""
+        if end_s is None:
+            return None
+        starts = [s for n, s in self.starts if s is not None and s >= end_s and not n.isdisjoint(nodes)]
+        return min(starts, default=None)
+
     def keep_off(self, end_s: float | None) -> frozenset[str]:
         """The nodes a rental that ends by `end_s` (None: unknown) may not grow onto: those of every start
         it would outlast (growing never makes it end later)."""
