@@ -104,7 +104,7 @@ def test_a_contract_the_fleet_cannot_honour_through_a_window_is_refused(
     assert _window(client, "h100-a-01", 3600, 3 * 3600).status_code == 201
     refused = _contract(client, headers, 64, 2 * 3600, 4 * 3600)
     assert refused.status_code == 409, refused.text
-    assert " 1 of them in maintenance" not in refused.text and "8 of them in maintenance" in refused.text
+    assert " 1 of them out of service" not in refused.text and "8 of them out of service" in refused.text
     signed = _contract(client, headers, 56, 2 * 3600, 4 * 3600)
     assert signed.status_code == 201, signed.text
     contract_id = signed.json()["id"]

@@ -119,8 +119,8 @@ def test_a_refusal_says_when_and_why_in_words() -> None:
     with pytest.raises(ContractError) as overbooked:
         check_contract(contract("new", 33, 3600, 7200), [], CAPACITY)
     assert str(overbooked.value) == (
-        f"33 x {MODEL} in r would overbook it from 1970-01-01 01:00 UTC: 32 GPUs, 0 of them in maintenance, "
-        "0 already contracted"
+        f"33 x {MODEL} in r would overbook it from 1970-01-01 01:00 UTC: 32 GPUs, 0 of them out of service "
+        "(in maintenance or drained), 0 already contracted"
     )
     elsewhere = replace(contract("new", 1, 0, 10), region="mars")
     with pytest.raises(ContractError, match=f"the fleet has no {MODEL} in mars to contract"):

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from suanli.app.errors import Invalid
+from suanli.domain.billing.money import to_epoch_s
 
 MAX_IDEMPOTENCY_KEY = 200  # characters of an Idempotency-Key header
 
@@ -42,10 +43,12 @@ def as_utc(moment: datetime) -> datetime:
 
 
 def upcoming_window(starts_at: datetime, ends_at: datetime, now: datetime) -> tuple[datetime, datetime]:
-    """[starts_at, ends_at), UTC, in whole seconds (as contracts are priced and held); Invalid (naming
-    `ends_at`) unless it ends at least a second after it starts, and after now."""
-    starts_at, ends_at = as_utc(starts_at).replace(microsecond=0), as_utc(ends_at).replace(microsecond=0)
+    """[starts_at, ends_at), UTC; Invalid (naming `ends_at`) unless it ends after now and at least a second
+    after it starts, in whole seconds too (contracts are priced and held by the second)."""
+    starts_at, ends_at = as_utc(starts_at), as_utc(ends_at)
     if ends_at <= starts_at:
+        raise Invalid("must be after the start", field="ends_at")
+    if ends_at - starts_at < timedelta(seconds=1) or to_epoch_s(ends_at) <= to_epoch_s(starts_at):
         raise Invalid(
             "must be at least a second after the start (windows are in whole seconds)", field="ends_at"
         )

@@ -18,7 +18,7 @@ from suanli.app.growth import held_request
 from suanli.app.ports import UnitOfWork, UnitOfWorkFactory
 from suanli.app.records import PREEMPTIBLE_STATES, Rental, RentalEvent
 from suanli.app.rentals import to_request
-from suanli.domain.billing.money import money_text
+from suanli.domain.billing.money import money_pair_text
 from suanli.domain.billing.pricebook import rate_moved, utilization_milli
 from suanli.domain.capacity import FULL_MILLI
 from suanli.domain.catalog import GpuModel
@@ -151,8 +151,10 @@ class SpotRepricing:
             if uow.rentals.give_notice(rental.id, BELOW_FLOOR, deadline, expect=PREEMPTIBLE_STATES):
                 bid = rental.spec.bid_micros_per_gpu_hour
                 message = (
-                    f"bid {money_text(bid or 0)}/GPU-h is below the spot floor {money_text(floor)}/GPU-h; "
-                    f"notice until {deadline.isoformat()}"
+                    "bid {}/GPU-h is below the spot floor {}/GPU-h; ".format(
+                        *money_pair_text(bid or 0, floor)
+                    )
+                    + f"notice until {deadline.isoformat()}"
                 )
                 uow.rentals.add_event(rental.id, RentalEvent(now, "preempting", "below_floor", message))
                 given += 1

@@ -98,7 +98,7 @@ def check_contract(
             at = datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M UTC")
             raise ContractError(
                 f"{new.gpus} x {new.model} in {new.region} would overbook it from {at}: {capacity} GPUs, "
-                f"{out} of them in maintenance, {booked} already contracted"
+                f"{out} of them out of service (in maintenance or drained), {booked} already contracted"
             )
 
 

@@ -13,7 +13,7 @@ import random
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 
-from suanli.domain.billing.money import money_text
+from suanli.domain.billing.money import money_pair_text
 from suanli.domain.capacity import Option, options
 from suanli.domain.images import RUNS_IMAGES_LABEL
 from suanli.domain.plan import NodeAllocation, Pending, Placement, Plan, Reason, Repartition
@@ -103,7 +103,7 @@ def floor_gate(
     reason = Pending(
         request.id,
         Reason.BID_BELOW_FLOOR,
-        f"bid {money_text(bid)}/GPU-h is below the spot floor {money_text(lowest)}"
+        "bid {}/GPU-h is below the spot floor {}".format(*money_pair_text(bid, lowest))
         + ("" if below_every else " of the pools with room now; it waits for one whose floor it meets"),
     )
     if below_every:

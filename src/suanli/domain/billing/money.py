@@ -43,3 +43,14 @@ def money_text(amount_micros: float) -> str:
     up, thousands separated (448_500 -> "0.4485", 1_234_500_000 -> "1,234.5000")."""
     units = Decimal(round(amount_micros)).scaleb(-6).quantize(Decimal("0.0001"), rounding=ROUND_HALF_UP)
     return f"{abs(units) if units == 0 else units:,}"  # never "-0.0000"
+
+
+def money_pair_text(low_micros: float, high_micros: float) -> tuple[str, str]:
+    """Two amounts as `money_text` shows them, or to the micro (six decimals) when four would show a
+    smaller one as equal to a larger one (a bid of 1.999999 against a floor of 2), or as nothing."""
+    low, high = money_text(low_micros), money_text(high_micros)
+    hidden = low == high or (low == money_text(0) and round(low_micros) != 0)  # 1 micro shows as 0.0000
+    if not hidden or round(low_micros) == round(high_micros):
+        return low, high
+    exact = (f"{Decimal(round(a)).scaleb(-6):,.6f}" for a in (low_micros, high_micros))
+    return next(exact), next(exact)
