@@ -259,6 +259,9 @@ def test_an_elastic_rental_shrinks_below_its_least_size_which_falls_with_it(data
         grown = client.patch(f"/v1/rentals/{elastic['id']}", json={"gpus": 6}, headers=headers)
         assert grown.status_code == 200, grown.text
         assert grown.json()["request"]["min_gpus"] == 2  # growing leaves its least size as it is
+        none = client.patch(f"/v1/rentals/{elastic['id']}", json={"gpus": 0}, headers=headers)
+        assert none.status_code == 400 and none.json()["error"]["field"] == "gpus", none.text
+        assert "keeps at least one GPU per node; stop it instead" in none.json()["error"]["message"]
 
 
 def test_an_elastic_rental_past_a_limit_at_its_size_starts_within_it(database_url: str):

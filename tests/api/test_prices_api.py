@@ -201,7 +201,7 @@ def test_cli_admin_prices_set_sends_one_entry_and_prints_it(client, monkeypatch)
     )
     assert bad_tier.exit_code != 0 and "--tier" in bad_tier.output
     for price_args, says in (
-        (["--price", "1.2345678"], "--price: not an amount"),
+        (["--price", "1.2345678"], "--price: an amount has at most six decimals"),
         (["--price", "1", "--price-micros", "1"], "--price: give the price"),
         ([], "--price: give the price"),
     ):

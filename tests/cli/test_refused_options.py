@@ -31,6 +31,7 @@ from suanli.cli.main import app
         (["report-revenue", "26-12", "5"], "'26-12' is not a month as yyyy-mm"),
         (["admin", "credit", "ten_x", "١٢"], "not an amount"),  # Arabic-Indic digits
         (["admin", "credit", "ten_x", "-5"], "AMOUNT: an amount is not negative"),  # not "No such option"
+        (["budget", "--daily", "0.00000001"], "--daily: an amount has at most six decimals"),
         (["report-revenue", "2026-11", "-5"], "REVENUE: an amount is not negative"),
         (["rent", "H100:1", "--tier", "spot", "--bid=-1", "--", "true"], "--bid: an amount is not negative"),
         (["port-forward", "rnt_x", "jupyter"], "[LOCAL:]REMOTE: 'jupyter' is not a port"),
@@ -57,6 +58,7 @@ from suanli.cli.main import app
         "revenue-month",
         "amount-digits",
         "negative-credit",
+        "budget-decimals",
         "negative-revenue",
         "negative-bid",
         "forward-port",

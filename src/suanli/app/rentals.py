@@ -373,6 +373,8 @@ class RentalService:
             whole = spec.mig_profile is None and spec.share_milli is None
             if gpus is not None and not whole:
                 raise Invalid("only whole-GPU rentals change their GPU count", field="gpus")
+            if gpus == 0 and whole and rental.state in LIVE_STATES:  # before the least size is judged
+                raise Invalid("a live rental keeps at least one GPU per node; stop it instead", field="gpus")
             new_spec = replace(spec, nodes=nodes or spec.nodes, gpus=spec.gpus if gpus is None else gpus)
             if (
                 spec.min_gpus is not None

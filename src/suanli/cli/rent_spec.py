@@ -64,6 +64,8 @@ def money_to_micros(text: str) -> int:
     match = re.fullmatch(r"([0-9]+)(?:\.([0-9]{1,6}))?", text.strip())
     if not match and re.fullmatch(r"-[0-9]+(?:\.[0-9]{1,6})?", text.strip()):
         raise SpecError(f"an amount is not negative (got {text!r})")
+    if not match and re.fullmatch(r"-?[0-9]+\.[0-9]{7,}", text.strip()):
+        raise SpecError(f"an amount has at most six decimals, a micro (got {text!r})")
     if not match:
         raise SpecError(f"not an amount: {text!r} (use e.g. 1.9)")
     whole, fraction = match.group(1), (match.group(2) or "").ljust(6, "0")
