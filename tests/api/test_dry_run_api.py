@@ -363,3 +363,24 @@ def test_dry_runs_past_the_tenants_rate_get_429_with_retry_after(database_url: s
         assert (
             client.post("/v1/rentals", json=H200, headers=headers).status_code == 201
         )  # renting is not limited
+
+
+def test_a_family_is_quoted_at_a_model_the_fleet_has_not_the_dearest_of_the_catalogue(
+    client: TestClient, tenant
+) -> None:
+    """`H100` names the family; the fleet has only H100-SXM-80GB, of which the tenant holds a contract for
+    4. Its 8-GPU rental's creation quote (a waiting dry run's rate) was for the dearest H100 after
+    coverage, H100-PCIe, which no node has, with nothing covered; it is the SXM's, 4 GPUs covered."""
+    from datetime import UTC, datetime, timedelta
+
+    from conftest import h100_contract
+
+    tenant_id, headers = tenant("family")
+    funded = client.post(f"/v1/tenants/{tenant_id}/credit", json={"amount_micros": 10**12}, headers=ADMIN)
+    assert funded.status_code == 201, funded.text
+    body = h100_contract(datetime.now(UTC) - timedelta(minutes=1), hours=2, count=4)
+    assert client.post("/v1/contracts", json=body, headers=headers).status_code == 201
+    created = client.post("/v1/rentals", json={"gpu_model": "H100", "gpus": 8}, headers=headers)
+    assert created.status_code == 201, created.text
+    quote = created.json()["quote"]
+    assert quote["model"] == "H100-SXM-80GB" and quote["contract_covered_gpu_milli"] == 4000, quote

@@ -19,7 +19,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -166,13 +166,15 @@ class BillingService:
         tenant_id: str | None = None,
         uow: UnitOfWork | None = None,
         facts: MoneyFacts | None = None,
+        among: Collection[str] | None = None,
     ) -> dict[str, Any]:
-        """The price breakdown of a new rental: for the most expensive model its selector allows, with the
-        tenant's plan discount and contract coverage (`suanli.app.pricing`); read in `uow` when given, from
-        the tenant's `facts` (read here unless given; plans and contracts only when the tenant has any)."""
+        """The price breakdown of a new rental: for the most expensive model its selector allows (of those
+        `among`, the fleet's it could run on, when given), with the tenant's plan discount and contract
+        coverage (`suanli.app.pricing`); read in `uow` when given, from the tenant's `facts` (read here unless
+        given; plans and contracts only when the tenant has any)."""
         if uow is None:
             with self.uow() as own:
-                return self.quote(spec, shape, at, tenant_id, own)
+                return self.quote(spec, shape, at, tenant_id, own, among=among)
         tier = Tier.parse(spec.tier)
         tenant = tenant_id or ""
         facts = uow.terms.money_facts(tenant) if facts is None else facts
@@ -180,7 +182,7 @@ class BillingService:
         plans = uow.terms.plans(tenant) if facts.plan_count else []
         contracts = uow.contracts.list(tenant) if facts.contract_count else []
         quotes = []
-        for model in self._models(spec):
+        for model in self._models(spec, among):
             try:
                 quotes.append(
                     pricing.price(
@@ -305,8 +307,10 @@ class BillingService:
                     break
         return found
 
-    def _models(self, spec: RentalSpec) -> list[GpuModel]:
+    def _models(self, spec: RentalSpec, among: Collection[str] | None = None) -> list[GpuModel]:
         models = [m for m in self.catalog.models if not spec.gpu_model or m.matches(spec.gpu_model)]
+        if among:  # a model the fleet lacks prices nothing it could run on (unless none is left)
+            models = [m for m in models if m.name in among] or models
         if spec.mig_profile is not None:
             models = [m for m in models if m.mig is not None and m.mig.has_profile(spec.mig_profile)]
         return models

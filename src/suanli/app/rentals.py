@@ -311,7 +311,12 @@ class RentalService:
             return rental
         tenant_id, now = rental.tenant_id, rental.created_at
         facts = uow.terms.money_facts(tenant_id)
-        quote = self.billing.quote(rental.spec, to_request(rental).shape, now, tenant_id, uow, facts)
+        snapshot = None if self.fleet is None else self.fleet.empty_snapshot(uow)
+        landing = None  # the models of the fleet it could run on: its price is one of theirs
+        if snapshot is not None:
+            landing = frozenset(snapshot.classes[i].model.name for i in nominate(snapshot, _sized(rental))[0])
+        shape = to_request(rental).shape
+        quote = self.billing.quote(rental.spec, shape, now, tenant_id, uow, facts, among=landing or None)
         self.billing.check_funds(uow, tenant_id, quote, facts)
         return replace(rental, quote=quote)
 
