@@ -675,19 +675,27 @@ def test_a_rental_placed_before_its_contract_opens_is_covered_from_the_start(dat
         assert charged(client, rental["id"], headers) == charge_micros(H100_ON_DEMAND, 60)
 
 
+def _crowded_h100s(client: TestClient, name: str) -> tuple[dict, dict, list[str]]:
+    """Two funded tenants, `{name}-crowd` and `{name}-holder`: the crowd's eight 8-GPU rentals placed on
+    every H100 of the fleet. (crowd's headers, holder's headers, the crowd's rental ids.)"""
+    crowd_id, crowd = make_tenant(client, f"{name}-crowd")
+    holder_id, holder = make_tenant(client, f"{name}-holder")
+    _credit(client, crowd_id, 10**12)
+    _credit(client, holder_id, 10**12)
+    model = {"gpu_model": "H100-SXM-80GB", "gpus": 8}
+    crowded = [client.post("/v1/rentals", json=model, headers=crowd).json()["id"] for _ in range(8)]
+    for rental_id in crowded:
+        assert wait_for(client, rental_id, crowd, "placed")["state"] == "placed"
+    return crowd, holder, crowded
+
+
 def test_a_holders_running_claim_is_never_the_victim_of_its_next_claim(database_url: str) -> None:
     """Inside an open contract the holder's running rentals are `reserved`: with the fleet's H100s full of
     another tenant's older rentals, the holder's second claim preempts one of those, not the holder's first
     claim (the newest rental, so the one that would lose the fewest GPU-seconds)."""
     with app_client(database_url, preemption_notice_s=1.0) as client:
-        crowd_id, crowd = make_tenant(client, "claims-crowd")
-        holder_id, holder = make_tenant(client, "claims-holder")
-        _credit(client, crowd_id, 10**12)
-        _credit(client, holder_id, 10**12)
+        crowd, holder, crowded = _crowded_h100s(client, "claims")
         model = {"gpu_model": "H100-SXM-80GB", "gpus": 8}
-        crowded = [client.post("/v1/rentals", json=model, headers=crowd).json()["id"] for _ in range(8)]
-        for rental_id in crowded:  # every H100 of the fleet
-            assert wait_for(client, rental_id, crowd, "placed")["state"] == "placed"
         start = datetime.now(UTC) - timedelta(minutes=1)
         body = {"gpu_model": "H100-SXM-80GB", "count": 12, "region": "cn-north"}
         body |= {"starts_at": start.isoformat(), "ends_at": (start + timedelta(hours=2)).isoformat()}
@@ -711,14 +719,8 @@ def test_a_notice_for_a_contract_claim_is_withdrawn_when_the_contract_ends_befor
     GPUs (it was killed at the deadline for a rental of its own tier), and the claim waits."""
     clock = SteppedClock()
     with app_client(database_url, clock, preemption_notice_s=600.0) as client:
-        crowd_id, crowd = make_tenant(client, "ending-crowd")
-        holder_id, holder = make_tenant(client, "ending-holder")
-        _credit(client, crowd_id, 10**12)
-        _credit(client, holder_id, 10**12)
+        crowd, holder, crowded = _crowded_h100s(client, "ending")
         model = {"gpu_model": "H100-SXM-80GB", "gpus": 8}
-        crowded = [client.post("/v1/rentals", json=model, headers=crowd).json()["id"] for _ in range(8)]
-        for rental_id in crowded:  # every H100 of the fleet
-            assert wait_for(client, rental_id, crowd, "placed")["state"] == "placed"
         end = clock.now().replace(microsecond=0) + timedelta(minutes=2)
         body = {"gpu_model": "H100-SXM-80GB", "count": 8, "region": "cn-north"}
         body |= {"starts_at": (clock.now() - timedelta(minutes=1)).isoformat(), "ends_at": end.isoformat()}

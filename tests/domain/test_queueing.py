@@ -959,12 +959,8 @@ def test_a_request_held_by_the_long_job_budget_preempts_no_one_but_a_reserved_on
     assert held.reason is Reason.NO_CAPACITY and "long requests hold" in held.message
 
 
-def test_spot_yields_only_in_the_pools_a_waiting_higher_tier_could_use():
-    """On-demand waits for the H200 node (it preempts the spot job there): spot that asks for H100 starts,
-    spot that could run on either starts on the H100 node, spot that needs H200 is held and told why; a
-    running elastic spot job grows on the H100 node, and one on the H200 node does not."""
-    from suanli.domain.elastic_start import grow_toward_size
-
+def two_pools() -> Snapshot:
+    """One 8-GPU node of H100 (`h100`) and one of H200 (`h200`), in one region: two pools."""
     fleet = Fleet(
         {"r": REGION},
         tuple(
@@ -972,7 +968,16 @@ def test_spot_yields_only_in_the_pools_a_waiting_higher_tier_could_use():
             for name, model in (("h100", "H100-SXM-80GB"), ("h200", "H200-141GB"))
         ),
     )
-    snap = Snapshot(fleet, CATALOG)
+    return Snapshot(fleet, CATALOG)
+
+
+def test_spot_yields_only_in_the_pools_a_waiting_higher_tier_could_use():
+    """On-demand waits for the H200 node (it preempts the spot job there): spot that asks for H100 starts,
+    spot that could run on either starts on the H100 node, spot that needs H200 is held and told why; a
+    running elastic spot job grows on the H100 node, and one on the H200 node does not."""
+    from suanli.domain.elastic_start import grow_toward_size
+
+    snap = two_pools()
     config = QueueConfig(order=Order.PRIORITY, spot_yields=True, preemption=PreemptionConfig())
 
     def on(model: str) -> GpuSelector:
@@ -1005,14 +1010,7 @@ def test_spot_yields_only_in_the_pools_a_waiting_higher_tier_could_use():
 def test_a_blocked_head_holds_back_only_what_competes_for_its_pools():
     """The head waits for the busy H200 node: a request for H100 without a declared duration starts (it can
     never touch the head's nodes), while one that could also run on H200 stays behind the head."""
-    fleet = Fleet(
-        {"r": REGION},
-        tuple(
-            Node(name, "r", ("r", "z", "p", "l0"), 64_000, 512_000, model, 8, GpuMode.WHOLE)
-            for name, model in (("h100", "H100-SXM-80GB"), ("h200", "H200-141GB"))
-        ),
-    )
-    snap = Snapshot(fleet, CATALOG)
+    snap = two_pools()
     h200 = GpuSelector(models=frozenset({"H200-141GB"}))
     h100 = GpuSelector(models=frozenset({"H100-SXM-80GB"}))
     busy = run(snap, job("busy", 4, 0, 1000, selector=h200), 0)
