@@ -317,3 +317,31 @@ def test_a_tenants_shrink_stretches_its_time_limit_no_later_than_a_start_planned
         scheduler_cycles(client)
         after = client.get(f"/v1/rentals/{waiting['id']}", headers=headers).json()
         assert datetime.fromisoformat(after["expected_start_at"]) == planned
+
+
+def test_an_elastic_gang_does_not_grow_onto_a_node_whose_maintenance_starts_before_it_ends(
+    database_url: str,
+) -> None:
+    """Six H100 nodes busy; an elastic gang of three (two at least, declared 1 h) starts on the other two.
+    A window on a busy node starts in 10 minutes: when that node frees the gang does not grow onto it (it
+    grew, and the whole gang was then preempted for the window), and it grows onto the next node freed."""
+    with app_client(database_url, meter_interval_s=3600, prepaid=False) as client:
+        headers, _ = _tenant(client, "elastic-window")
+        rent = _renter(client, headers)
+        busy = [rent({"gpus": 8, "max_duration_s": 36_000}) for _ in range(6)]
+        gang = rent({"gpus": 8, "nodes": 3, "min_gpus": 16, "max_duration_s": 3600})
+        assert len(gang["allocation"]) == 2
+        windowed, other = busy[0], busy[1]
+        (node,) = _nodes_of(windowed)
+        start = datetime.now(UTC) + timedelta(minutes=10)
+        window = {"node": node, "starts_at": start.isoformat(), "reason": "firmware"}
+        window["ends_at"] = (start + timedelta(hours=1)).isoformat()
+        assert client.post("/v1/fleet/maintenance", json=window, headers=ADMIN).status_code == 201
+        assert client.post(f"/v1/rentals/{windowed['id']}/stop", headers=headers).status_code == 200
+        _until(client, windowed["id"], headers, lambda b: b["state"] == "stopped")
+        scheduler_cycles(client)
+        held = client.get(f"/v1/rentals/{gang['id']}", headers=headers).json()
+        assert _nodes_of(held) == _nodes_of(gang)  # not onto the node going into maintenance
+        assert client.post(f"/v1/rentals/{other['id']}/stop", headers=headers).status_code == 200
+        grown = _until(client, gang["id"], headers, lambda b: len(b["allocation"]) == 3)
+        assert _nodes_of(grown) == _nodes_of(gang) | _nodes_of(other)

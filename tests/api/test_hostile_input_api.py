@@ -241,3 +241,23 @@ def test_a_window_shorter_than_a_second_is_a_4xx_naming_ends_at_not_a_500(client
         assert refused.status_code == 400, (path, refused.text)
         assert "ends_at" in refused.text and "whole seconds" in refused.text, (path, refused.text)
     assert client.get("/v1/fleet/maintenance", headers=ADMIN).json() == []
+
+
+def test_a_share_or_mig_instance_with_a_gpu_count_is_refused_naming_gpus(client) -> None:
+    """One share or MIG instance per node: `gpus: 2` with one was stored and ignored (it ran one share)."""
+    tenant_id = client.post("/v1/tenants", json={"name": "shapes"}, headers=ADMIN).json()["id"]
+    key = client.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()["secret"]
+    headers = {"Authorization": f"Bearer {key}"}
+    for body, says in (
+        ({"gpu_model": "L40S", "share_milli": 500, "gpus": 2}, "one share of a GPU per node"),
+        ({"gpu_model": "A100-80GB", "mig_profile": "1g.10gb", "gpus": 3}, "one MIG instance per node"),
+    ):
+        refused = client.post("/v1/rentals", json=body, headers=headers)
+        assert refused.status_code == 400 and refused.json()["error"]["field"] == "gpus", refused.text
+        assert says in refused.json()["error"]["message"]
+    assert client.get("/v1/rentals", headers=headers).json() == []
+    for body in (
+        {"gpu_model": "L40S", "share_milli": 500},
+        {"gpu_model": "L40S", "share_milli": 500, "gpus": 0},
+    ):
+        assert client.post("/v1/rentals", json=body, headers=headers).status_code == 201

@@ -95,3 +95,23 @@ def test_shrink_then_grow_returns_to_the_same_capacity():
     kept, _ = shrink(snap, rental, release_nodes=[rental.nodes[1].node])
     added = grow(snap, request, kept, POLICY, extra_nodes=1)
     assert isinstance(added, Placement) and snap.allocated_milli() == before
+
+
+def test_a_gang_grows_only_within_its_region_however_free_the_others_are():
+    """Two nodes in region `a`, two in `b`: a gang on one node of `a` whose neighbour is busy does not grow
+    onto `b`'s free nodes (a gang never spans regions); it grows when `a`'s frees."""
+    regions = {"a": Region("a", "CN", 500.0, 1.3), "b": Region("b", "EU", 300.0, 1.2)}
+    nodes = tuple(
+        Node(f"{r}{i}", r, (r, "z", "p", "l"), 64_000, 512_000, "H100-SXM-80GB", 8, GpuMode.WHOLE)
+        for r in ("a", "b")
+        for i in range(2)
+    )
+    snap = Snapshot(Fleet(regions, nodes), CATALOG)
+    rental = on(snap, "job", 8, "a0")
+    busy = on(snap, "busy", 8, "a1")
+    added = grow(snap, Request("job", WholeGpus(8)), rental, POLICY, extra_nodes=1)
+    assert isinstance(added, Pending) and added.reason is Reason.NO_CAPACITY
+    for allocation in busy.nodes:
+        snap.release(allocation)
+    grown = grow(snap, Request("job", WholeGpus(8)), rental, POLICY, extra_nodes=1)
+    assert isinstance(grown, Placement) and [a.node for a in grown.nodes] == ["a1"]

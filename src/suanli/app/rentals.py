@@ -110,6 +110,11 @@ def check_spec(spec: RentalSpec, catalog: Catalog) -> None:
     """Raise Invalid naming the wire field when the spec can never be valid."""
     if spec.mig_profile is not None and spec.share_milli is not None:
         raise Invalid("ask for a MIG profile or a share, not both", field="share_milli")
+    if (spec.mig_profile is not None or spec.share_milli is not None) and spec.gpus > 1:
+        what = "MIG instance" if spec.mig_profile is not None else "share of a GPU"
+        raise Invalid(
+            f"a rental takes one {what} per node: gpus is 0 or 1 with it, not {spec.gpus}", field="gpus"
+        )
     if spec.share_milli is not None and spec.share_milli % SHARE_UNIT_MILLI:
         raise Invalid(f"a share is a multiple of {SHARE_UNIT_MILLI} milli (1% of a GPU)", field="share_milli")
     if spec.gpu_model:

@@ -58,6 +58,9 @@ class Resizer:
     drain: Drain | None = None  # waiting rentals' planned starts, which a growth keeps off
     # the pools where a higher tier waits for capacity: spot does not grow there (it would be taken back)
     spot_yields: frozenset[tuple[str, str]] = frozenset()
+    # maintenance windows to come, (node, start, end): a growth keeps off a node whose window starts before
+    # the rental's declared end, as its placement did (`Gates.maintenance`)
+    maintenance: Sequence[tuple[str, float, float]] = ()
 
     def apply(self, uow: UnitOfWork, resizing: Sequence[Running], now: datetime) -> int:
         """Resize each of `resizing` (as large as it is now) towards its spec; how many changed."""
@@ -171,7 +174,10 @@ class Resizer:
         ):
             return Pending(rental.id, Reason.NO_CAPACITY, "a higher tier is waiting for capacity")
         now_s = now.timestamp()
-        avoid = frozenset() if self.drain is None else self.drain.keep_off(running.expected_end_s)
+        end_s = running.expected_end_s
+        drained = frozenset() if self.drain is None else self.drain.keep_off(end_s)
+        windowed = {n for n, start_s, _ in self.maintenance if end_s is not None and now_s < start_s < end_s}
+        avoid = drained | windowed
         with self.snapshot.cordoned(avoid):
             limited = within_limits(
                 self.limits, self.holding, more, price, now_s, self.snapshot, running.placement
@@ -181,7 +187,8 @@ class Resizer:
         if (
             limited is None
             and isinstance(outcome, Pending)
-            and own & avoid
+            and own & drained
+            and not own & windowed
             and running.request.node_count == 1
         ):
             free = sum(self.snapshot.by_name[node].free_milli for node in own) / 1000

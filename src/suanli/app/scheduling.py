@@ -158,6 +158,7 @@ class Scheduler:
         # this cycle's trimmed victims at their deadline: the part each runs on with, as a live rental
         self.kept: dict[str, list[NodeAllocation]] = {}
         self.promoted: frozenset[str] = frozenset()  # the last cycle's contract claims (reserved)
+        self.maintenance: tuple[tuple[str, float, float], ...] = ()  # windows to come: (node, start, end)
         self.head_start_s: float | None = None  # the blocked head's reserved start, when one was made
         self.booked_s: dict[str, float] = {}  # conservative queue: every booked start (epoch seconds)
         self.reserved: tuple[str, ...] = ()
@@ -530,6 +531,7 @@ class Scheduler:
             self.live.node,
             self.drain,
             self.spot_yields,
+            self.maintenance,
         )
         return resizer.apply(uow, self.resizing, now)
 
@@ -646,6 +648,7 @@ class Scheduler:
         self.limits = None if gates is None else gates.limits
         self.holding = holding_after(running, queue, decision.placements) if self.resizing else []
         self.contracts = [] if gates is None else list(gates.contracts)
+        self.maintenance = () if gates is None else tuple(gates.maintenance)
         self.head_start_s = decision.head_start_s
         self.booked_s = {b.request_id: b.start_s for b in decision.bookings}
         drained = frozenset(self.reserved)

@@ -117,6 +117,7 @@ def _place_near(
         return Pending(request.id, reason, f"no node class can host it ({reason.value})")
     own = {a.node for a in placement.nodes}
     paths = [snapshot.by_name[n].node.topology for n in own]
+    regions = {snapshot.by_name[n].node.region for n in own}  # a gang never spans regions, grown or not
     shape_id = snapshot.intern_request(request)
     ranked: list[tuple[int, tuple, int, Candidate]] = []
     for class_id in class_ids:
@@ -126,7 +127,7 @@ def _place_near(
                 continue
             for index in members:
                 state = snapshot.nodes[index]
-                if state.name in own:
+                if state.name in own or state.node.region not in regions:
                     continue
                 near = max(_shared(state.node.topology, p) for p in paths)
                 ranked.append((-near, scored[0], index, Candidate(scored[0], state, scored[1])))
