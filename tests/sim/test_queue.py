@@ -487,7 +487,7 @@ def test_the_queue_command_says_when_jobs_are_elastic(trace: Path, tmp_path: Pat
     assert restarting.exit_code == 0, restarting.output
     assert "each resize restarting for 300 s" in json.loads(out.read_text())["elastic_jobs"]
     lonely = CliRunner().invoke(app, [*args, "--resize-restart-s", "300"])
-    assert lonely.exit_code == 2 and "resize_restart_s" in lonely.output and "elastic" in lonely.output
+    assert lonely.exit_code == 2 and "--resize-restart-s" in lonely.output and "elastic" in lonely.output
 
 
 @pytest.mark.parametrize("seed", range(1, 9))
@@ -535,6 +535,8 @@ def test_the_queue_command_refuses_bad_options_before_replaying_and_names_them(t
     a_file.write_text("x")
     empty = tmp_path / "empty.csv"
     empty.write_text("job_id,submission_time,duration,num_gpu\n")
+    binary = tmp_path / "binary.csv"
+    binary.write_bytes(b"\xff\xfe\x00job")
     for args, says in (
         (["sim", "queue", "--nodes", "2:8", "--jobs", str(tmp_path / "none.csv")], "--jobs"),
         (["sim", "queue", "--nodes", "2:8", "--jobs", str(tmp_path)], "is a directory"),
@@ -546,6 +548,9 @@ def test_the_queue_command_refuses_bad_options_before_replaying_and_names_them(t
         ([*base, "--policy", "tetris"], "--policy: unknown tetris"),
         ([*base, "--mix", "spot"], "--mix"),
         ([*base, "--json", str(tmp_path)], "--json"),
+        ([*base, "--policy", "all,fifo"], "--policy: all names every policy"),
+        ([*base, "--resize-restart-s", "60"], "--resize-restart-s: only elastic jobs"),
+        (["sim", "queue", "--nodes", "2:8", "--jobs", str(binary)], "not a text (UTF-8) CSV file"),
         (["sim", "queue", "--nodes", "2:8", "--jobs", str(empty)], "the trace holds no jobs"),
     ):
         outcome = CliRunner().invoke(app, args)
@@ -664,10 +669,16 @@ def test_the_queue_command_sells_a_contract_and_names_a_bad_one(trace: Path, tmp
         (["--contract", "0"], "not 0"),
         (["--contract", "eight"], "give GPUS or MODEL@REGION=GPUS"),
         (["--contract", "H100@=8"], "the pool is MODEL@REGION"),
-        (["--contract", "A100-80GB@sim=8"], "the 0 GPUs of A100-80GB in sim"),
+        (["--contract", "A100-80GB@sim=8"], "the fleet has no A100-80GB in sim (it has H100-SXM-80GB@sim)"),
     ):
         bad = CliRunner().invoke(app, [*args, *mix, *extra])
         assert bad.exit_code == 2 and says in " ".join(bad.output.split()), (extra, bad.output)
+    alone = CliRunner().invoke(app, [*args, "--mix", "reserved=1", "--contract", "8"])  # one tier: the row
+    assert alone.exit_code == 0 and "by tier" in alone.output and "contract" in alone.output, alone.output
+    twice = CliRunner().invoke(app, [*args[:-2], "--policy", "fifo,fifo", "--json", str(out)])
+    (speeds,) = [line for line in twice.output.splitlines() if line.startswith("replay speed")]
+    assert twice.exit_code == 0 and speeds.count("fifo") == 1, twice.output  # replayed once
+    assert list(json.loads(out.read_text())["policies"]) == ["fifo"]
     no_holder = CliRunner().invoke(app, [*args, "--contract", "8"])
     assert no_holder.exit_code == 2 and "draws no reserved jobs" in no_holder.output
 

@@ -128,3 +128,22 @@ def test_the_replay_benchmark_draws_tiers_when_asked(tmp_path: Path, capsys):
     assert "per_tier" not in queue_bench.main(args)
     with pytest.raises(SystemExit):
         queue_bench.main([*args, "--mix", "gold=1"])
+
+
+@pytest.mark.parametrize(
+    ("bad", "says"),
+    [
+        (["--gpus", "7"], "--gpus 7: at least 8"),  # was a ZeroDivisionError
+        (["--load", "nan"], "--load nan"),  # hung: a NaN clock never advances
+        (["--load", "0"], "--load 0.0"),
+        (["--jobs", "0"], "--jobs 0: at least 1"),
+        (["--template", "/no/such.csv"], "--template /no/such.csv: no such file"),
+        (["--json", "/"], "--json /: is a directory"),  # was a traceback after the run
+    ],
+)
+def test_the_replay_benchmark_refuses_bad_values_before_replaying(bad: list[str], says: str, capsys) -> None:
+    from suanli.sim import queue_bench
+
+    with pytest.raises(SystemExit) as refused:
+        queue_bench.main(["--jobs", "10", *bad])
+    assert refused.value.code == 2 and says in capsys.readouterr().err

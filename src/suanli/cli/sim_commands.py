@@ -193,7 +193,8 @@ def queue(
         typer.Option(
             help="Sell GPUS (or MODEL@REGION=GPUS) of the fleet ahead as a compute future to the tenant of "
             "the mix's reserved jobs: they ask on-demand and are promoted to reserved up to that count, "
-            "on-demand keeps off the held capacity, spot that borrows it is preempted (the `contract` row).",
+            "on-demand keeps off the held capacity, spot that borrows it is preempted (the `contract` row; "
+            "under the FIFO baselines, which order by arrival alone, only the hold applies).",
         ),
     ] = None,
 ) -> None:

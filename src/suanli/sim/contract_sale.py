@@ -36,6 +36,9 @@ def parse_contract(text: str, fleet: Fleet) -> tuple[Pool, int]:
                 f"--contract {text!r}: the pool is MODEL@REGION, e.g. H100-SXM-80GB@{region or 'sim'}"
             )
         pool = (model, region)
+        if pool not in pools:
+            names = ", ".join(f"{m}@{r}" for m, r in sorted(pools))
+            raise ValueError(f"--contract {text!r}: the fleet has no {model} in {region} (it has {names})")
     elif len(pools) == 1:
         (pool,) = pools
     else:

@@ -320,7 +320,7 @@ def _perturbed(
         name: Spread(
             _range([run[name].mean_jct_s / 3600 for run in runs]),
             _range([run[name].p95_jct_s / 3600 for run in runs]),
-            _range([run[name].mean_alloc_pct for run in runs]),
+            _range([run[name].useful_alloc_pct for run in runs]),  # the bar's
         )
         for name in runs[0]
     }

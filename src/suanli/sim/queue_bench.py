@@ -14,8 +14,13 @@ from pathlib import Path
 
 from suanli.sim.itp import offered_load, read_itp_jobs, synthetic_fleet, synthetic_jobs
 from suanli.sim.queue import POLICIES, parse_mix, run_queue
+from suanli.sim.queue_outputs import check_outputs
 
-DEFAULT_TEMPLATE = Path("../shared/traces/microsoft-itp-elasticflow/cluster04.csv")
+TEMPLATE_PATH = Path("../shared/traces/microsoft-itp-elasticflow/cluster04.csv")  # from the repository
+# from the working directory, else from the repository this module is in (run from anywhere)
+DEFAULT_TEMPLATE = (
+    TEMPLATE_PATH if TEMPLATE_PATH.is_file() else Path(__file__).resolve().parents[3] / TEMPLATE_PATH
+)
 
 
 def main(argv: list[str] | None = None) -> dict[str, object]:
@@ -33,6 +38,19 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         mix = parse_mix(args.mix)
     except ValueError as error:
         parser.error(str(error))
+    if args.jobs < 1:
+        parser.error(f"--jobs {args.jobs}: at least 1")
+    if args.gpus < 8:
+        parser.error(f"--gpus {args.gpus}: at least 8 (the fleet is nodes of 8 GPUs)")
+    if not 0 < args.load <= 10:  # also refuses NaN, which never advances the clock
+        parser.error(f"--load {args.load}: the offered load is a number above 0 (0.85 is 85%)")
+    if not args.template.is_file():
+        parser.error(f"--template {args.template}: no such file (run from the repository, or give the path)")
+    if args.json is not None:
+        try:
+            check_outputs(None, args.json, None)
+        except ValueError as error:
+            parser.error(str(error))
     fleet = synthetic_fleet(args.gpus // 8, 8)
     template = read_itp_jobs(args.template)
     jobs = synthetic_jobs(template, args.jobs, fleet.gpu_count, args.load, 0, args.arrivals)

@@ -68,10 +68,10 @@ def write_plots(directory: Path, results: Sequence[QueueResult]) -> list[Path]:
     return written
 
 
-def check_outputs(jobs: Path, json_path: Path | None, plot_dir: Path | None) -> None:
+def check_outputs(jobs: Path | None, json_path: Path | None, plot_dir: Path | None) -> None:
     """Refuse, before a replay that may take minutes, a trace that is not a file and outputs that cannot be
     written; make the JSON file's folder and the charts' folder."""
-    if not jobs.is_file():
+    if jobs is not None and not jobs.is_file():
         why = "is a directory" if jobs.is_dir() else "no such file"
         raise ValueError(f"--jobs {jobs}: {why}")
     if plot_dir is not None:

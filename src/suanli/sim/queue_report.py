@@ -66,9 +66,12 @@ def load_fleet(nodes: str) -> Fleet:
             f"--nodes {nodes}: not N:M (e.g. 73:8), and no fleet TOML or node CSV there"
             + (" (a directory)" if path.is_dir() else "")
         )
-    if path.suffix == ".toml":
-        return read_fleet(path)
-    return read_openb_nodes(path)
+    try:
+        if path.suffix == ".toml":
+            return read_fleet(path)
+        return read_openb_nodes(path)
+    except UnicodeDecodeError:
+        raise ValueError(f"--nodes {nodes}: not a text (UTF-8) file") from None
 
 
 def load_workload(
@@ -116,10 +119,14 @@ def queue_command(
     """`suanli sim queue`: replay `jobs` under each policy, print a table, write JSON and plots if asked."""
     if not policies:
         raise ValueError("--policy: name at least one policy, or all")
-    names = list(POLICIES) if policies == ["all"] else policies
+    if "all" in policies and policies != ["all"]:
+        raise ValueError("--policy: all names every policy; give it alone, or name the policies")
+    names = list(POLICIES) if policies == ["all"] else list(dict.fromkeys(policies))  # each replayed once
     unknown = [n for n in names if n not in POLICIES]
     if unknown:
         raise ValueError(f"--policy: unknown {', '.join(unknown)}; use {', '.join(POLICIES)} or all")
+    if resize_restart_s and elastic is None:
+        raise ValueError("--resize-restart-s: only elastic jobs (--elastic) are resized")
     check_outputs(jobs, json_path, plot_dir)
     fleet = load_fleet(nodes)
     tier_mix = parse_mix(mix)
@@ -128,7 +135,10 @@ def queue_command(
         raise ValueError(
             "--contract: the tier mix draws no reserved jobs for the holder (add reserved=SHARE)"
         )
-    requests, true_s, kind = load_workload(jobs, fleet, estimate, tier_mix, seed)
+    try:
+        requests, true_s, kind = load_workload(jobs, fleet, estimate, tier_mix, seed)
+    except UnicodeDecodeError:
+        raise ValueError(f"--jobs {jobs}: not a text (UTF-8) CSV file") from None
     if not requests:
         raise ValueError(f"--jobs {jobs}: the trace holds no jobs")
     never = never_fit(fleet, requests)
@@ -187,7 +197,7 @@ def queue_command(
             )
     console.print(results_table(f"queueing replay: {jobs.name} on {fleet.gpu_count} GPUs", results))
     console.print(idle_table(results))
-    if len(tier_mix) > 1:
+    if len(tier_mix) > 1 or contracts:  # (one tier and no holder: the table above says it all)
         console.print(tiers_table(results))
     console.print("replay speed (jobs/s): " + ", ".join(f"{r.policy} {r.jobs_per_s:,.0f}" for r in results))
     print_trims(console, results)
@@ -281,6 +291,7 @@ def itp_check_command(
         raise ValueError(f"--split {split_parts}: a trace splits into 2 parts or more (0: no split)")
     check_candidate(candidate)
     paths = cluster_paths(traces, clusters)
+    check_outputs(None, json_path, None)  # before minutes of replays
     console.print(
         estimate.describe()
         + ("; jobs checkpoint" if checkpoint else "")
@@ -353,7 +364,7 @@ def _print_check(console, check: ClusterCheck) -> None:
         f"({check.capacity.gpus} GPUs, "
         f"offered load {100 * check.capacity.offered_load:.1f}%)"
     )
-    console.print(results_table(title, check.results))
+    console.print(results_table(title, check.results, useful=True))
     console.print(f"{check.candidate}: bar {check.verdict}")
     if check.perturbed is not None:
         console.print(perturbed_table(check.perturbed, check.candidate))

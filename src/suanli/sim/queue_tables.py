@@ -20,11 +20,13 @@ def print_trims(console: Console, results: Sequence[QueueResult]) -> None:
         console.print(f"trimmed (elastic victims that gave back part of their GPUs and ran on): {trims}")
 
 
-def results_table(title: str, results: Sequence[QueueResult]) -> Table:
+def results_table(title: str, results: Sequence[QueueResult], useful: bool = False) -> Table:
     """One row per policy, the headline figures, fitting 80 columns (a long policy name folds, never a
-    figure); preemption columns only when some policy preempted."""
+    figure); preemption columns only when some policy preempted. `useful`: the allocation the bar
+    compares (`useful_alloc_pct`: what reruns and restarts threw away left out)."""
     preempting = any(r.preemptions for r in results)
-    headers = ["mean\nJCT h", "p95\nJCT h", "mean\nqueue h", "alloc\n%", "owed\nGPU-h"]
+    alloc = "useful\nalloc %" if useful else "alloc\n%"
+    headers = ["mean\nJCT h", "p95\nJCT h", "mean\nqueue h", alloc, "owed\nGPU-h"]
     headers += ["pre-\nempted", "lost\n%"] if preempting else []
     table = _figures_table(title, headers)
     for r in results:
@@ -32,7 +34,7 @@ def results_table(title: str, results: Sequence[QueueResult]) -> Table:
             f"{r.mean_jct_s / 3600:.2f}",
             f"{r.p95_jct_s / 3600:.2f}",
             f"{r.mean_queue_s / 3600:.2f}",
-            f"{r.mean_alloc_pct:.2f}",
+            f"{r.useful_alloc_pct if useful else r.mean_alloc_pct:.2f}",
             f"{r.owed_gpu_h:,.0f}",
         ]
         cells += [f"{r.preemptions:,}", f"{r.lost_work_pct:.1f}"] if preempting else []
@@ -91,7 +93,7 @@ def perturbed_table(perturbed: Perturbed, candidate: str = CANDIDATE) -> Table:
         pad_edge=False,
     )
     table.add_column("policy", no_wrap=True, min_width=13)
-    for header in ("mean JCT h", "p95 JCT h", "alloc %"):
+    for header in ("mean JCT h", "p95 JCT h", "useful alloc %"):
         table.add_column(header, justify="right", no_wrap=True)
     for name, spread in perturbed.spreads.items():
         cells = [f"{m:.2f} ({lo:.1f}-{hi:.1f})" for m, lo, hi in (spread.mean_jct_h, spread.p95_jct_h)]
@@ -111,7 +113,7 @@ def itp_verdict_table(checks: Sequence[ClusterCheck]) -> Table:
         box=box.SIMPLE_HEAD,
         pad_edge=False,
     )
-    for header in ("cluster", "nodes", "load %", "mean JCT h", "p95 JCT h", "alloc %", "verdict"):
+    for header in ("cluster", "nodes", "load %", "mean JCT h", "p95 JCT h", "useful alloc %", "verdict"):
         # a narrow terminal wraps the verdict whole rather than cut a baseline's name or figure
         table.add_column(
             header, justify="left" if header in ("cluster", "verdict") else "right", overflow="fold"
@@ -124,7 +126,7 @@ def itp_verdict_table(checks: Sequence[ClusterCheck]) -> Table:
             f"{100 * check.capacity.offered_load:.1f}",
             f"{mine.mean_jct_s / 3600:.2f}",
             f"{mine.p95_jct_s / 3600:.2f}",
-            f"{mine.mean_alloc_pct:.2f}",
+            f"{mine.useful_alloc_pct:.2f}",  # the bar's (the same as allocated when nothing is lost)
             check.verdict,
         )
     return table
