@@ -31,7 +31,10 @@ def test_a_rental_no_node_could_ever_run_is_refused_naming_what_to_change(client
         "gpus": ({**H100, "gpus": 9}, "no matching node has 9 GPUs (at most 8 on one node)"),
         "nodes": ({**H100, "nodes": 40}, "at most 8 matching nodes in one region, even empty; 40 needed"),
         "gpu_model": ({"gpu_model": "B200", "gpus": 1}, "no GPU in the fleet matches"),
-        "jurisdictions": ({**H100, "jurisdictions": ["US"]}, "in an allowed jurisdiction (US)"),
+        "jurisdictions": (
+            {**H100, "jurisdictions": ["eu"]},
+            "jurisdiction (eu); the fleet's others: CN, EU, SG",
+        ),
         # the fleet's A100-40GBs are whole GPUs: none is in MIG mode, whatever a host's layout
         "mig_profile": (
             {"gpu_model": "A100-40GB", "gpus": 0, "mig_profile": "1g.5gb"},

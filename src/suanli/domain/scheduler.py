@@ -379,6 +379,13 @@ def _never_fits(snapshot: Snapshot, request: Request, reason: Reason) -> str:
                 f"no matching node has {shape.count} GPUs (at most {most} on one node): ask for {most} or "
                 "fewer per node, on more nodes"
             )
+    if reason is Reason.RESIDENCY:
+        asked = request.constraints.jurisdictions
+        held = sorted({r.jurisdiction for r in snapshot.fleet.regions.values()} - set(asked))
+        return (
+            f"no matching GPU in an allowed jurisdiction ({', '.join(sorted(asked))}); the fleet's "
+            f"others: {', '.join(held) or 'none'} (codes as the fleet names them, e.g. EU, not eu)"
+        )
     wanted = request.constraints.regions
     if reason is Reason.CONSTRAINTS and wanted:
         regions = {c.region for c in classes}
