@@ -358,3 +358,16 @@ def test_cli_admin_nodes_says_maintenance_and_undrain_says_the_window_still_hold
     assert (
         undrained.exit_code == 0 and "stays out of placements for its maintenance until" in undrained.output
     )
+
+
+def test_a_rental_that_fits_only_on_a_drained_node_says_so(client: TestClient) -> None:
+    """The fleet's one H200 node drained: an H200 rental waits `no_capacity`, as before, but its message
+    names the drained node rather than "matching nodes are busy"."""
+    _, headers = make_tenant(client, "drained-out")
+    assert client.post("/v1/nodes/h200-01/drain", headers=ADMIN).status_code == 200
+    rental = client.post("/v1/rentals", json={"gpu_model": "H200-141GB", "gpus": 1}, headers=headers).json()
+    waiting = wait_for(client, rental["id"], headers, "placed", reason="no_capacity")
+    assert waiting["state"] == "pending" and waiting["pending_reason"] == "no_capacity"
+    scheduler_cycles(client)
+    waiting = client.get(f"/v1/rentals/{rental['id']}", headers=headers).json()
+    assert waiting["pending_message"] == "it fits now only on nodes an operator drained: h200-01"

@@ -87,8 +87,10 @@ def maintenance_reasons(
     maintenance, or that declares a duration it would still run for when a node's window starts, waiting for
     `maintenance` instead, its message naming the nodes and their windows: "busy" would say rentals hold
     them. The snapshot is left as it was found."""
-    if not windows or not any(p.reason is Reason.NO_CAPACITY for p in still):
+    if not any(p.reason is Reason.NO_CAPACITY for p in still):
         return list(still)
+    if not windows:
+        return _drain_reasons(still, requests, snapshot, policy, drained)
     until = out_of_service_until(windows, now, horizon_s)
     down = [n for n in until if n not in drained and n in snapshot.by_name]
     starts: dict[str, datetime] = {}  # each node's next window still ahead
@@ -106,6 +108,37 @@ def maintenance_reasons(
             found.append(pending)
     finally:
         for name in down:
+            snapshot.set_schedulable(name, False)
+    return found
+
+
+def _drain_reasons(
+    still: Sequence[Pending],
+    requests: Mapping[str, Request],
+    snapshot: Snapshot,
+    policy: Policy,
+    drained: Collection[str],
+) -> list[Pending]:
+    """`still`, a request waiting for capacity that would fit now on drained nodes saying so (its reason
+    stays `no_capacity`: an operator, not rentals, holds the nodes, and no window says until when)."""
+    nodes = [n for n in drained if n in snapshot.by_name]
+    if not nodes:
+        return list(still)
+    found = []
+    for name in nodes:
+        snapshot.set_schedulable(name, True)
+    try:
+        for pending in still:
+            request = requests.get(pending.request_id)
+            if pending.reason is Reason.NO_CAPACITY and request is not None:
+                placement = trial_place(snapshot, request, policy)
+                on = sorted({a.node for a in placement.nodes} & set(nodes)) if placement is not None else []
+                if on:
+                    message = f"it fits now only on nodes an operator drained: {', '.join(on)}"
+                    pending = Pending(pending.request_id, Reason.NO_CAPACITY, message)
+            found.append(pending)
+    finally:
+        for name in nodes:
             snapshot.set_schedulable(name, False)
     return found
 
