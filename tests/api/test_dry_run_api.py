@@ -14,6 +14,7 @@ from conftest import (
     WAIT_S,
     SteppedClock,
     app_client,
+    h100_contract,
     logged_in_as,
     make_tenant,
     register_agent,
@@ -371,10 +372,6 @@ def test_a_family_is_quoted_at_a_model_the_fleet_has_not_the_dearest_of_the_cata
     """`H100` names the family; the fleet has only H100-SXM-80GB, of which the tenant holds a contract for
     4. Its 8-GPU rental's creation quote (a waiting dry run's rate) was for the dearest H100 after
     coverage, H100-PCIe, which no node has, with nothing covered; it is the SXM's, 4 GPUs covered."""
-    from datetime import UTC, datetime, timedelta
-
-    from conftest import h100_contract
-
     tenant_id, headers = tenant("family")
     funded = client.post(f"/v1/tenants/{tenant_id}/credit", json={"amount_micros": 10**12}, headers=ADMIN)
     assert funded.status_code == 201, funded.text
