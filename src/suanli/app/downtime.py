@@ -98,17 +98,12 @@ def maintenance_reasons(
         if window.starts_at > now and window.node not in until:
             starts[window.node] = min(window.starts_at, starts.get(window.node, window.starts_at))
     found = []
-    for name in down:
-        snapshot.set_schedulable(name, True)
-    try:
+    with snapshot.uncordoned(down):
         for pending in still:
             request = requests.get(pending.request_id)
             if pending.reason is Reason.NO_CAPACITY and request is not None:
                 pending = _maintenance_reason(pending, request, snapshot, policy, until, starts, now)
             found.append(pending)
-    finally:
-        for name in down:
-            snapshot.set_schedulable(name, False)
     return found
 
 
@@ -125,9 +120,7 @@ def _drain_reasons(
     if not nodes:
         return list(still)
     found = []
-    for name in nodes:
-        snapshot.set_schedulable(name, True)
-    try:
+    with snapshot.uncordoned(nodes):
         for pending in still:
             request = requests.get(pending.request_id)
             if pending.reason is Reason.NO_CAPACITY and request is not None:
@@ -137,9 +130,6 @@ def _drain_reasons(
                     message = f"it fits now only on nodes an operator drained: {', '.join(on)}"
                     pending = Pending(pending.request_id, Reason.NO_CAPACITY, message)
             found.append(pending)
-    finally:
-        for name in nodes:
-            snapshot.set_schedulable(name, False)
     return found
 
 

@@ -230,15 +230,12 @@ class Scheduler:
             }
             left = [v for v in abandoned(preempting, {r.id for r in pending}, now) if v.id not in asked]
             withdrawn = [victim for victim in left if withdraw(uow, victim, now)]
-            reserved_for = self._reserved_for(uow, now)
-            by_pending = {r.id: r for r in pending}
-            for victim in outranked_no_more(preempting, by_pending, reserved_for):
-                if (
-                    victim.id not in asked
-                    and victim not in left
-                    and withdraw(uow, victim, now, outranked=True)
-                ):
-                    withdrawn.append(victim)
+            if preempting:  # (the contracts are read only when someone has notice)
+                by_pending = {r.id: r for r in pending}
+                skip = asked | {v.id for v in left}
+                for victim in outranked_no_more(preempting, by_pending, self._reserved_for(uow, now)):
+                    if victim.id not in skip and withdraw(uow, victim, now, outranked=True):
+                        withdrawn.append(victim)
             if withdrawn:
                 uow.commit()
                 preempting = [v for v in preempting if v not in withdrawn]

@@ -303,6 +303,19 @@ class Snapshot:
             for name in names:
                 self.set_schedulable(name, True)
 
+    @contextmanager
+    def uncordoned(self, node_names: Collection[str]) -> Iterator[None]:
+        """Open these cordoned nodes for a trial (what would fit if they were in service); those that were
+        cordoned are cordoned again after it."""
+        names = [n for n in node_names if not self.by_name[n].schedulable]
+        for name in names:
+            self.set_schedulable(name, True)
+        try:
+            yield
+        finally:
+            for name in names:
+                self.set_schedulable(name, False)
+
     def _index(self, state: NodeState) -> None:
         self.version += 1
         free = sum(e[0] for e in state.gpus)
