@@ -319,6 +319,37 @@ def test_a_tenants_shrink_stretches_its_time_limit_no_later_than_a_start_planned
         assert datetime.fromisoformat(after["expected_start_at"]) == planned
 
 
+@pytest.mark.parametrize("queue", ["backfill", "conservative"])
+def test_a_gangs_node_count_shrink_stretches_its_time_limit_no_later_than_a_start_planned_on_its_nodes(
+    database_url: str, queue: str
+) -> None:
+    """Five H100 nodes busy for 10 h, a sixth for 1 h, and an elastic gang of two (one node at least) for
+    40 min on the last two. A rigid three-node rental waits for those three, at 1 h. The gang's tenant drops
+    a node (applied by the API at once, not by the leader): its limit, for its work at full size, would
+    stretch to 80 min and delay that start; it stretches to the recorded start (less the minute by which a
+    recorded start may lag the plan) and no further, and the waiting rental's expected start does not move."""
+    with app_client(database_url, queue=queue, meter_interval_s=3600, prepaid=False) as client:
+        headers, _ = _tenant(client, "gang-shrink-limit")
+        rent = _renter(client, headers)
+        for _ in range(5):
+            rent({"gpus": 8, "max_duration_s": 36_000})
+        rent({"gpus": 8, "max_duration_s": 3600})
+        gang = rent({"gpus": 8, "nodes": 2, "min_gpus": 8, "max_duration_s": 2400})
+        waiting = rent({"gpus": 8, "nodes": 3, "max_duration_s": 3600}, state="pending")
+        waiting = _until(client, waiting["id"], headers, lambda b: b["expected_start_at"] is not None)
+        planned = datetime.fromisoformat(waiting["expected_start_at"])
+        shrunk = client.patch(f"/v1/rentals/{gang['id']}", json={"nodes": 1}, headers=headers)
+        assert shrunk.status_code == 200, shrunk.text
+        done = shrunk.json()
+        assert len(done["allocation"]) == 1
+        limit = datetime.fromisoformat(done["time_limit_at"])
+        assert planned - timedelta(seconds=61) < limit <= planned - timedelta(seconds=59)  # not 80 min
+        assert any("stretches no later than" in e["message"] for e in done["events"])
+        scheduler_cycles(client)
+        after = client.get(f"/v1/rentals/{waiting['id']}", headers=headers).json()
+        assert datetime.fromisoformat(after["expected_start_at"]) == planned
+
+
 def test_an_elastic_gang_does_not_grow_onto_a_node_whose_maintenance_starts_before_it_ends(
     database_url: str,
 ) -> None:

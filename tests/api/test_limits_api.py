@@ -432,6 +432,12 @@ def test_a_compute_future_counts_as_spent_and_is_refused_past_the_own_budget(cli
     refused = client.post("/v1/contracts", json=later, headers=headers)
     assert refused.status_code == 409, refused.text
     assert "past the own monthly budget of" in refused.json()["error"]["message"]
+    assert (refused.json()["error"]["code"], refused.json()["error"]["field"]) == (
+        "over_spend_limit",
+        "count",
+    )
+    quoted = client.post("/v1/contracts/quote", json=later, headers=headers)  # it said payable: true
+    assert quoted.status_code == 409 and quoted.json()["error"] == refused.json()["error"], quoted.text
     assert client.get("/v1/balance", headers=headers).json() == balance
     assert len(client.get("/v1/contracts", headers=headers).json()) == 1
     assert client.put("/v1/budget", json={}, headers=headers).status_code == 200  # no budget: it signs
@@ -577,3 +583,38 @@ def test_a_spend_cap_counts_what_a_running_rental_ran_up_since_the_meter_last_po
         assert held["state"] == "pending" and held["pending_reason"] == "spend_cap", held
         assert client.post(f"/v1/rentals/{one}/stop", headers=headers).json()["state"] == "stopped"
         assert wait_for(client, two, headers, "placed")["state"] == "placed"
+
+
+def test_a_transfer_past_the_buyers_spend_cap_is_refused_charging_no_one(client: TestClient) -> None:
+    """An admin transfers a priced contract to a tenant whose daily cap its remaining value would pass: 409
+    `over_spend_limit` naming `to_tenant_id`, nothing charged, the contract still the seller's; without the
+    cap it moves. A contract for a model the region lacks names `gpu_model`; an ended one's end is a date."""
+    from datetime import UTC, datetime, timedelta
+
+    _, seller = _funded_tenant(client, "seller")
+    buyer_id, buyer = _funded_tenant(client, "buyer")
+    start = (datetime.now(UTC) + timedelta(days=1)).replace(minute=0, second=0, microsecond=0)
+    window = {"gpu_model": "H100-SXM-80GB", "count": 1, "region": "cn-north"}
+    window |= {"starts_at": start.isoformat(), "ends_at": (start + timedelta(hours=1)).isoformat()}
+    contract = client.post("/v1/contracts", json=window, headers=seller).json()
+    cap = {"daily_cap_micros": contract["price_micros"] - 1}
+    assert client.put(f"/v1/tenants/{buyer_id}/limits", json=cap, headers=ADMIN).status_code == 200
+    balances = [client.get("/v1/balance", headers=h).json() for h in (seller, buyer)]
+    moved = client.post(
+        f"/v1/contracts/{contract['id']}/transfer", json={"to_tenant_id": buyer_id}, headers=ADMIN
+    )
+    assert moved.status_code == 409, moved.text
+    assert (moved.json()["error"]["code"], moved.json()["error"]["field"]) == (
+        "over_spend_limit",
+        "to_tenant_id",
+    )
+    assert "daily spend cap" in moved.json()["error"]["message"]
+    assert [client.get("/v1/balance", headers=h).json() for h in (seller, buyer)] == balances
+    assert [c["id"] for c in client.get("/v1/contracts", headers=seller).json()] == [contract["id"]]
+    assert client.put(f"/v1/tenants/{buyer_id}/limits", json={}, headers=ADMIN).status_code == 200
+    moved = client.post(
+        f"/v1/contracts/{contract['id']}/transfer", json={"to_tenant_id": buyer_id}, headers=ADMIN
+    )
+    assert moved.status_code == 200, moved.text
+    lacking = client.post("/v1/contracts/quote", json=window | {"region": "eu-west"}, headers=buyer)
+    assert lacking.status_code == 409 and lacking.json()["error"]["field"] == "gpu_model", lacking.text

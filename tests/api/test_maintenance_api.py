@@ -251,6 +251,45 @@ def test_a_rental_on_a_node_going_into_maintenance_gets_notice_to_end_by_the_sta
         assert charged(client, rental["id"], headers) == charge_micros(placed["price_micros_per_hour"], 60)
 
 
+def test_an_elastic_gang_gives_back_only_its_node_going_into_maintenance_and_runs_on(
+    database_url: str,
+) -> None:
+    """An elastic H100 gang of two nodes (one node at least) and a rigid one of two run; maintenance starts
+    in 3 s on one node of each. The elastic gang's notice says it will give that node back; at the deadline
+    it runs on, placed, with its other node, re-priced for it, while the rigid gang ends whole."""
+    clock = FixedClock(datetime.now(UTC))
+    with app_client(
+        database_url, clock, preemption_notice_s=NOTICE_S, meter_interval_s=3600, prepaid=False
+    ) as client:
+        _, headers = make_tenant(client, "acme")
+        asked = {"gpu_model": "H100-SXM-80GB", "gpus": 8, "nodes": 2}
+        elastic = client.post("/v1/rentals", json={**asked, "min_gpus": 8}, headers=headers).json()
+        rigid = client.post("/v1/rentals", json=asked, headers=headers).json()
+        elastic = wait_for(client, elastic["id"], headers, "placed")
+        rigid = wait_for(client, rigid["id"], headers, "placed")
+        going = elastic["allocation"][1]["node"]
+        staying = elastic["allocation"][0]["node"]
+        start = clock.at + timedelta(seconds=3)
+        for node in (going, rigid["allocation"][0]["node"]):
+            body = {
+                "node": node,
+                "starts_at": start.isoformat(),
+                "ends_at": (start + timedelta(hours=1)).isoformat(),
+            }
+            assert client.post("/v1/fleet/maintenance", json=body, headers=ADMIN).status_code == 201
+        clock.at = start - timedelta(seconds=NOTICE_S - 0.5)
+        noticed = wait_for(client, elastic["id"], headers, "preempting")
+        assert noticed["preempted_by"] == "maintenance"
+        assert any(f"gives back {going}" in e["message"] for e in noticed["events"])
+        clock.at = start + timedelta(seconds=0.5)
+        ended = wait_for(client, rigid["id"], headers, "preempted")
+        assert ended["state"] == "preempted"
+        trimmed = wait_for(client, elastic["id"], headers, "placed")
+        assert [a["node"] for a in trimmed["allocation"]] == [staying]
+        assert trimmed["price_micros_per_hour"] == elastic["price_micros_per_hour"] // 2
+        assert any("went into maintenance" in e["message"] for e in trimmed["events"])
+
+
 def test_cli_admin_maintenance_add_ls_rm(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(maintenance_commands, "logged_in", logged_in_as(client, ADMIN_KEY))
     runner = CliRunner()

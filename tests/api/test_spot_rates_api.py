@@ -184,3 +184,71 @@ def _tenant(client: TestClient) -> tuple[str, dict[str, str]]:
     tenant_id = client.post("/v1/tenants", json={"name": "bidder"}, headers=ADMIN).json()["id"]
     secret = client.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()["secret"]
     return tenant_id, {"Authorization": f"Bearer {secret}"}
+
+
+def _set_floor(client: TestClient, price_micros: int, in_s: float) -> None:
+    entry = {"gpu_model": ASCEND, "tier": "spot", "price_micros_per_gpu_hour": price_micros}
+    entry["effective_from"] = (datetime.now(UTC) + timedelta(seconds=in_s)).isoformat()
+    assert client.put("/v1/prices", json=[entry], headers=ADMIN).status_code == 200
+
+
+def _events(client: TestClient, rental_id: str, headers: dict[str, str]) -> list[dict]:
+    return client.get(f"/v1/rentals/{rental_id}", headers=headers).json()["events"]
+
+
+def test_a_preemptor_takes_what_a_rental_leaving_for_the_floor_frees_and_evicts_no_one_else(
+    database_url,
+) -> None:
+    """Two spot rentals fill the Ascend node, one bidding under a raised floor (notice for 3 s), one above
+    it. An on-demand rental that arrives meanwhile is promised what the leaving one frees at its deadline:
+    the other is never given notice (it was evicted too, for nothing, and its GPUs left idle)."""
+    with app_client(
+        database_url, meter_interval_s=3600, prepaid=False, preemption_notice_by_tier_s={"spot": 3}
+    ) as client:
+        _, headers = _tenant(client)
+        floor, _ = _prices(client)
+        spot = {"gpu_model": ASCEND, "gpus": 4, "tier": "spot"}
+        low = client.post(
+            "/v1/rentals", json=spot | {"bid_micros_per_gpu_hour": floor + 1000}, headers=headers
+        )
+        high = client.post(
+            "/v1/rentals", json=spot | {"bid_micros_per_gpu_hour": floor + 9000}, headers=headers
+        )
+        low, high = (wait_for(client, r.json()["id"], headers, "placed") for r in (low, high))
+        assert low["state"] == high["state"] == "placed"
+        _set_floor(client, floor + 5000, in_s=1.5)
+        assert wait_for(client, low["id"], headers, "preempting")["preempted_by"] == "below_floor"
+        asked = client.post("/v1/rentals", json={"gpu_model": ASCEND, "gpus": 4}, headers=headers).json()
+        placed = wait_for(client, asked["id"], headers, "placed")
+        assert placed["state"] == "placed"
+        assert placed["allocation"][0]["slices"] == low["allocation"][0]["slices"]  # the GPUs it freed
+        ended = client.get(f"/v1/rentals/{low['id']}", headers=headers).json()
+        assert ended["state"] == "preempted"
+        assert any("leaving for the spot floor" in e["message"] for e in ended["events"])
+        kept = client.get(f"/v1/rentals/{high['id']}", headers=headers).json()
+        assert kept["state"] == "placed" and not [e for e in kept["events"] if e["kind"] == "preempting"]
+
+
+def test_a_floor_notice_is_withdrawn_when_the_floor_falls_back_to_the_bid_before_the_deadline(
+    database_url,
+) -> None:
+    """The floor rises above a spot rental's bid (notice for 8 s; prices take effect in whole seconds), then
+    falls back below it before the deadline: the notice is withdrawn, the rental runs on, and the event says
+    why."""
+    with app_client(
+        database_url, meter_interval_s=3600, prepaid=False, preemption_notice_by_tier_s={"spot": 8}
+    ) as client:
+        _, headers = _tenant(client)
+        floor, _ = _prices(client)
+        spot = {"gpu_model": ASCEND, "gpus": 1, "tier": "spot", "bid_micros_per_gpu_hour": floor + 1000}
+        rental = client.post("/v1/rentals", json=spot, headers=headers).json()
+        assert wait_for(client, rental["id"], headers, "placed")["state"] == "placed"
+        _set_floor(client, floor + 5000, in_s=1.5)
+        assert wait_for(client, rental["id"], headers, "preempting")["state"] == "preempting"
+        _set_floor(client, floor, in_s=1.5)
+        back = wait_for(client, rental["id"], headers, "placed")
+        assert back["state"] == "placed" and back["notice_deadline"] is None
+        assert "the spot floor is no longer above its bid" in back["events"][-1]["message"]
+        time.sleep(8)
+        scheduler_cycles(client)
+        assert client.get(f"/v1/rentals/{rental['id']}", headers=headers).json()["state"] == "placed"

@@ -27,11 +27,11 @@ from suanli.domain.errors import ContractError, RequestError
 from suanli.domain.inventory import Fleet, GpuMode, Node, Region
 from suanli.domain.plan import Placement, Reason
 from suanli.domain.policies import BestFitPolicy
-from suanli.domain.preemption import SPOT_FLOOR, PreemptionConfig, below_floor
+from suanli.domain.preemption import PreemptionConfig, below_floor
 from suanli.domain.queue_order import Mode, Order, QueueConfig
 from suanli.domain.queueing import Gates, admit
 from suanli.domain.request import Constraints, GpuSelector, MigSlice, Request, Tier, WholeGpus
-from suanli.domain.running import Running
+from suanli.domain.running import SPOT_FLOOR, Running
 from suanli.domain.scheduler import place
 from suanli.domain.snapshot import Snapshot
 
@@ -145,7 +145,7 @@ def test_admitted_contracts_never_exceed_capacity_at_any_instant(windows):
 def test_transfer_moves_the_contract_until_it_ends():
     c = contract("c", 8, 0, 100)
     assert transfer(c, "beta", 50).tenant == "beta"
-    with pytest.raises(ContractError):
+    with pytest.raises(ContractError, match=r"ended at 1970-01-01 00:01:40 UTC; nothing to transfer"):
         transfer(c, "beta", 100)
 
 

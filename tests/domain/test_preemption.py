@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from suanli.domain.catalog_data import CATALOG
 from suanli.domain.inventory import Fleet, GpuMode, Node, Region
-from suanli.domain.plan import Placement, Reason
+from suanli.domain.plan import NodeAllocation, Placement, Reason, Slice
 from suanli.domain.policies import BestFitPolicy
-from suanli.domain.preemption import PreemptionConfig, choose_victims
+from suanli.domain.preemption import PreemptionConfig, choose_victims, kept_through_maintenance
 from suanli.domain.queue_order import Mode, Order, QueueConfig
 from suanli.domain.queueing import admit
 from suanli.domain.request import MigSlice, Request, Tier, WholeGpus
-from suanli.domain.running import Running
+from suanli.domain.running import SPOT_FLOOR, Running
 from suanli.domain.scheduler import place
 from suanli.domain.snapshot import Snapshot
 
@@ -455,3 +457,58 @@ def test_a_victim_holding_no_gpu_is_noticed_when_the_promise_needs_its_cpu():
     asked = Request("res", WholeGpus(1), cpu_milli=2_000, tier=Tier.RESERVED)
     decision = choose_victims(snap, asked, running, POLICY, 10)
     assert decision is not None and {v.request_id for v in decision.victims} == {"cpu", "gpus"}
+
+
+def test_an_elastic_gang_keeps_its_nodes_out_of_maintenance_only_when_they_hold_its_least_size() -> None:
+    """Of a three-node gang, the nodes going into maintenance go and the rest stay, when at least its least
+    count of nodes stays; a rigid gang, a one-node rental, or one left below its least ends whole."""
+    gang = tuple(
+        NodeAllocation(f"n{i}", 0, 0, tuple(Slice(g, 1000, 81920) for g in range(8))) for i in range(3)
+    )
+    assert kept_through_maintenance(gang, (2, 8), {"n1"}) == (gang[0], gang[2])
+    assert kept_through_maintenance(gang, (2, 8), {"n1", "n2"}) is None  # one node left, two at least
+    assert kept_through_maintenance(gang, (1, 8), {"n1", "n2"}) == (gang[0],)
+    assert kept_through_maintenance(gang, None, {"n1"}) is None  # rigid
+    assert kept_through_maintenance(gang[:1], (1, 4), {"n0"}) is None  # its one node
+    assert kept_through_maintenance(gang, (1, 8), {"other"}) is None  # not on a node going
+
+
+def test_a_gang_preemptor_takes_a_near_tie_whose_nodes_share_a_leaf_over_the_cheapest_across_two():
+    """Three nodes, n0 in one leaf and n1, n2 in another, each held by an 8-GPU spot rental started a
+    fraction of a second apart. A two-node gang's cheapest victims are on n0 and n1 (804 GPU-s lost), but
+    those on n1 and n2 lose 812, within a second per GPU, and leave the gang in one leaf: they are chosen.
+    Started 10 s apart instead, the cheapest pair is chosen, whatever the topology."""
+
+    def chosen_with(ages: tuple[float, float, float]) -> list[str]:
+        leaves = ("leaf-a", "leaf-b", "leaf-b")
+        nodes = tuple(
+            Node(f"n{i}", "r", ("r", "z", "p", leaf), 64_000, 512_000, "H100-SXM-80GB", 8, GpuMode.WHOLE)
+            for i, leaf in enumerate(leaves)
+        )
+        snap = Snapshot(Fleet({"r": REGION}, nodes), CATALOG)
+        running = [start(snap, f"v{i}", 8, Tier.SPOT, at=100 - age) for i, age in enumerate(ages)]
+        gang = Request("gang", WholeGpus(8), node_count=2, tier=Tier.ON_DEMAND)
+        decision = choose_victims(snap, gang, running, POLICY, now=100)
+        assert decision is not None
+        return sorted(v.request_id for v in decision.victims)
+
+    assert chosen_with((50, 50.5, 51)) == ["v1", "v2"]
+    assert chosen_with((50, 50.5, 60)) == ["v0", "v1"]
+
+
+def test_a_rental_leaving_for_the_spot_floor_is_taken_first_at_its_own_deadline_and_no_one_else():
+    """Two spot rentals fill a node; one is under notice for the spot floor until 120. An on-demand request
+    for its GPUs is promised them at 120 (its deadline, not now + 30), and the other, younger and cheaper
+    to evict by GPU-seconds, is left alone."""
+    snap = snapshot_of(1, 8)
+    old = start(snap, "old", 4, Tier.SPOT, at=0)
+    young = start(snap, "young", 4, Tier.SPOT, at=99)
+    leaving = replace(old, preempted_by=SPOT_FLOOR, notice_deadline_s=120.0)
+    asked = Request("od", WholeGpus(4), tier=Tier.ON_DEMAND)
+    decision = choose_victims(snap, asked, [leaving, young], POLICY, now=100)
+    assert decision is not None
+    assert [(v.request_id, v.lost_gpu_s, v.deadline_s) for v in decision.victims] == [("old", 0.0, 120.0)]
+    soon = replace(old, preempted_by=SPOT_FLOOR, notice_deadline_s=200.0)  # its deadline is later: 30 s
+    assert [v.deadline_s for v in choose_victims(snap, asked, [soon, young], POLICY, now=100).victims] == [
+        130.0
+    ]

@@ -14,7 +14,7 @@ from suanli.domain.plan import Placement, Reason
 from suanli.domain.policies import BestFitPolicy
 from suanli.domain.queue_order import GREEDY_QUEUE, PLATFORM_QUEUE
 from suanli.domain.queueing import Gates, admit
-from suanli.domain.quotas import BillingWindow, Limits, Spent, TenantLimits, period_ends
+from suanli.domain.quotas import BillingWindow, Limits, Spent, TenantLimits, period_ends, request_gpus
 from suanli.domain.request import GpuSelector, Request, WholeGpus
 from suanli.domain.running import Running
 from suanli.domain.scheduler import place
@@ -278,3 +278,19 @@ def test_an_elastic_request_past_a_limit_at_its_size_starts_at_a_size_within_it(
     tight = Limits({"acme": TenantLimits(gpu_quota={"*": 1})})
     decision = admit(snap, [elastic("g", 4)], held, POLICY, NOW, config, gates=Gates(limits=tight))
     assert decision.placements == () and decision.pending[0].reason is Reason.QUOTA  # not even its least
+
+
+def test_a_rental_that_adds_nothing_goes_however_far_past_its_cap_the_tenant_is():
+    """A tenant already past its daily cap: a rental priced at nothing (its contract covers it) cannot take
+    the spend further, so it is admitted; one that adds a cent still waits, naming the cap."""
+    snap = snapshot_of(1)
+    limits = Limits(
+        {"acme": TenantLimits(daily_cap_micros=100_000_000)},
+        {"acme": Spent(day_micros=150_000_000)},
+        price_micros_per_hour=lambda r: 0 if r.id == "covered" else 2_000_000 * request_gpus(r),
+    )
+    decision = admit(
+        snap, [ask("covered", 2), ask("paid", 2, hours=1)], [], POLICY, NOW, gates=Gates(limits=limits)
+    )
+    assert [p.request_id for p in decision.placements] == ["covered"]
+    assert decision.pending[0].reason is Reason.SPEND_CAP and decision.pending[0].request_id == "paid"

@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 
 from suanli.app.coverage import extend_coverage, settle_coverage
 from suanli.app.downtime import down_for_contracts
-from suanli.app.errors import Conflict, Forbidden, Invalid, NotFound, PaymentRequired
+from suanli.app.errors import Conflict, Forbidden, Invalid, NotFound, OverSpendLimit, PaymentRequired
 from suanli.app.fleet import FleetCache
 from suanli.app.ids import check_idempotency_key, derived_id, new_id, upcoming_window
 from suanli.app.limits import spent_now
@@ -123,12 +123,15 @@ class ContractService:
         return retrying(work)
 
     def quote(self, caller: Caller, order: ContractOrder) -> ContractQuote:
-        """What signing would hold and prepay now, signing nothing; the errors signing would raise, except
-        that a price the payer cannot pay now is reported (`payable`), so the buyer sees what to top up."""
+        """What signing would hold and prepay now, signing nothing; the errors signing would raise (a spend
+        cap's included), except that a price the payer cannot pay now is reported (`payable`), so the buyer
+        sees what to top up."""
         record = self.draft(caller, order)
         with self.uow() as uow:  # never committed
             self.check(uow, record)
             unit_micros, price = self._list_price(uow, record)
+            if price:
+                self._within_spend_limits(uow, record.tenant_id, price, record.created_at)
             payable = not price or self._payable(uow, record.tenant_id, price)
         return ContractQuote(*_terms(record), unit_micros, price, payable)
 
@@ -167,7 +170,7 @@ class ContractService:
         try:
             check_contract(domain_contract(record), existing, fleet_capacity(fleet), down)
         except ContractError as error:
-            raise Conflict(str(error), field="count") from None
+            raise Conflict(str(error), field=error.field or "count") from None
 
     def sign(
         self, uow: UnitOfWork, record: ContractRecord, price_micros: int | None = None
@@ -223,17 +226,23 @@ class ContractService:
         return self.refuses is None or not self.refuses(uow, tenant_id, _cash(uow, tenant_id), amount_micros)
 
     def _within_spend_limits(
-        self, uow: UnitOfWork, tenant_id: str, amount_micros: int, now: datetime
+        self,
+        uow: UnitOfWork,
+        tenant_id: str,
+        amount_micros: int,
+        now: datetime,
+        what: str = "the contract's prepaid price",
+        field: str = "count",
     ) -> None:
-        """Refuse (409) a purchase past the holder's spend caps or own budget: its price counts as spent
-        today, as its invoice and `suanli budget` count it."""
+        """Refuse (409 `over_spend_limit`) a purchase past the buyer's spend caps or own budget: its price
+        counts as spent today, as its invoice and `suanli budget` count it."""
         limits = uow.terms.limits().get(tenant_id)
         if limits is None:
             return
         spent = spent_now(uow, [tenant_id], now.timestamp())[tenant_id]
         why = over_spend_limit(limits, spent, amount_micros)
         if why is not None:
-            raise Conflict(f"the contract's prepaid price is {money_text(amount_micros)}: {why}")
+            raise OverSpendLimit(f"{what} is {money_text(amount_micros)}: {why}", field=field)
 
     def _charge(self, uow: UnitOfWork, tenant_id: str, amount_micros: int, what: str) -> None:
         """Refuse (PaymentRequired) when paying `amount_micros` from cash breaks the payer's terms."""
@@ -363,6 +372,8 @@ class ContractService:
                                 "admin, with the buyer's agreement, transfers a contract with value left",
                                 field="to_tenant_id",
                             )
+                        what = f"the contract's remaining value, which {moved.tenant} would pay,"
+                        self._within_spend_limits(uow, moved.tenant, value, now, what, "to_tenant_id")
                         self._charge(uow, moved.tenant, value, "the contract's remaining value")
                         post_once(
                             uow,

@@ -6,6 +6,7 @@ AppError
  +-- Forbidden      the caller's role may not do this (403)
  +-- NotFound       no such object, or not the caller's (404: never a hint that it exists)
  +-- Conflict       the request clashes with the current state (409)
+ |    +-- OverSpendLimit  a purchase would take the buyer past a spend cap or its own budget (409)
  +-- PaymentRequired  a prepaid tenant's balance cannot pay for this (402)
  +-- RateLimited    the caller asked too often; `retry_after_s` says when it may again (429)
 """
@@ -40,6 +41,10 @@ class NotFound(AppError):
 
 class Conflict(AppError):
     code = "conflict"
+
+
+class OverSpendLimit(Conflict):
+    code = "over_spend_limit"
 
 
 class BookingConflict(Conflict):

@@ -20,9 +20,11 @@ from suanli.app.fleet import FleetCache
 from suanli.app.ids import new_id, upcoming_window
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.records import PREEMPTIBLE_STATES, Caller, MaintenanceWindow, RentalEvent, domain_contract
+from suanli.app.rentals import to_request
 from suanli.app.tenants import require_admin, require_operator
 from suanli.domain.contracts import ContractShortfall, contract_shortfalls, fleet_capacity
-from suanli.domain.preemption import PreemptionConfig
+from suanli.domain.elastic_start import least_size
+from suanli.domain.preemption import PreemptionConfig, kept_through_maintenance
 from suanli.domain.request import Tier
 
 MAX_REASON_CHARS = 500
@@ -113,7 +115,8 @@ def give_notices(
 ) -> int:
     """Give each live rental on a node whose window starts within its tier's notice period notice to end by
     the start (`preempted_by` maintenance; a window scheduled later than that: by now at the latest, as the
-    operator asked); at the deadline the cycle ends it like any victim, billed to the deadline.
+    operator asked); at the deadline the cycle ends it like any victim, billed to the deadline, but an
+    elastic gang that keeps its least size on its other nodes is trimmed instead, as a preemption trims it.
     `nodes_of`: rental id -> the nodes it holds. How many got notice."""
     horizon = timedelta(seconds=notice_horizon_s(preemption))
     soon = [w for w in windows if w.starts_at - horizon <= now < w.ends_at]
@@ -132,12 +135,18 @@ def give_notices(
         if now < window.starts_at - notice:
             continue  # its tier's notice period has not begun
         deadline = max(window.starts_at, now)
-        if uow.rentals.give_notice(rental.id, MAINTENANCE, deadline, expect=PREEMPTIBLE_STATES):
+        # an elastic gang gives back only its nodes going into maintenance, and runs on with the others
+        allocation = uow.rentals.allocation(rental.id)
+        keeps = kept_through_maintenance(allocation, least_size(to_request(rental)), starts.keys())
+        if uow.rentals.give_notice(rental.id, MAINTENANCE, deadline, expect=PREEMPTIBLE_STATES, keeps=keeps):
             why = f" ({window.reason})" if window.reason else ""
             message = (
                 f"node {window.node} goes into maintenance {window.id} at {window.starts_at.isoformat()}"
                 f"{why}; notice until {deadline.isoformat()}"
             )
+            if keeps is not None:
+                going = sorted({a.node for a in allocation} - {a.node for a in keeps})
+                message += f"; it then gives back {', '.join(going)} and runs on with its other nodes"
             uow.rentals.add_event(rental.id, RentalEvent(now, "preempting", "maintenance", message))
             given += 1
     return given

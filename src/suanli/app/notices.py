@@ -1,6 +1,7 @@
 """Preemption notices: given to a decision's victims (`give_notice`), ended at the deadline or when the victim
 leaves (`end_victim`: `preempted`, or back in the queue for one that checkpoints, `requeue_victim`), or
-withdrawn when the preemptor has left, so their victims run on. A victim its tenant stops under notice ends
+withdrawn when the preemptor has left, so their victims run on (a spot floor's, when the floor falls back to
+its bid before the deadline: `spot_repricing`). A victim its tenant stops under notice ends
 then (`stop_in` brings its deadline to the stop; `stop_victim`: `stopped`, whole, never back in the queue),
 and its preemptor takes what was promised at once. An elastic victim preempted in part (a trim:
 `Eviction.keeps`, stored as `Rental.notice_keeps`) gives back at its deadline only what its preemptor was
@@ -12,8 +13,8 @@ A victim under notice is killed at its deadline for the rental it was preempted 
 stopped before the deadline (it no longer waits), nobody needs the capacity: the notice is withdrawn and
 the victim goes back to the state it had (`state_before_notice`), its deadline cleared; its agent deletes
 the notice file and no longer kills it. A trim's notice is withdrawn so even past its deadline (its workload
-was neither signalled nor killed). Notices for a spot bid below the floor or for maintenance stand:
-their cause has not left.
+was neither signalled nor killed). Notices for maintenance stand, and a spot floor's while the floor stays
+above the bid: their cause has not left.
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ from suanli.app.maintenance import MAINTENANCE
 from suanli.app.ports import UnitOfWork
 from suanli.app.records import PREEMPTIBLE_STATES, Rental, RentalEvent
 from suanli.app.rentals import LEFT_UNDER_NOTICE, STOP_UNDER_NOTICE, TIME_LIMIT, follow_size, per_node_gpus
-from suanli.app.spot_repricing import BELOW_FLOOR
 from suanli.domain.plan import NodeAllocation, Reason
 from suanli.domain.preemption import RESUME_S, Preemption
 from suanli.domain.request import Tier
+from suanli.domain.running import SPOT_FLOOR as BELOW_FLOOR
 
 WITHDRAWN = "notice_withdrawn"  # the reason of the event that records a withdrawn notice
 
@@ -80,9 +81,11 @@ def state_before_notice(events: Sequence[RentalEvent]) -> str:
     return before or state
 
 
-def withdraw(uow: UnitOfWork, victim: Rental, now: datetime, outranked: bool = False) -> bool:
+def withdraw(
+    uow: UnitOfWork, victim: Rental, now: datetime, outranked: bool = False, why: str | None = None
+) -> bool:
     """Withdraw `victim`'s notice (in `uow`); False when it is no longer under notice. `outranked`: its
-    preemptor still waits, but no longer outranks it (`outranked_no_more`)."""
+    preemptor still waits, but no longer outranks it (`outranked_no_more`); `why`: another cause, in words."""
     state = state_before_notice(uow.rentals.events(victim.id))
     if not uow.rentals.set_state(victim.id, state, expect=("preempting",), reason=None):
         return False
@@ -94,6 +97,8 @@ def withdraw(uow: UnitOfWork, victim: Rental, now: datetime, outranked: bool = F
             "notice withdrawn: the rental it was preempted for no longer outranks it (the contract that made "
             "it reserved ended or moved to another tenant); it keeps all its GPUs"
         )
+    if why is not None:
+        message = f"notice withdrawn: {why}"
     uow.rentals.add_event(victim.id, RentalEvent(now, state, WITHDRAWN, message))
     return True
 
@@ -107,18 +112,25 @@ def give_notice(
     tier = "reserved" if reserved else preemptor.spec.tier
     if not uow.rentals.set_state(preemptor.id, "pending", expect=("pending",), reason=Reason.PREEMPTING):
         return 0  # stopped (or changed) since it was read: no one is preempted for it
-    tenant_of = {r.id: r.tenant_id for r in uow.rentals.by_ids([v.request_id for v in decision.victims])}
+    rows = uow.rentals.by_ids([v.request_id for v in decision.victims])
+    tenant_of = {r.id: r.tenant_id for r in rows}
+    # already leaving for the spot floor: what it frees at its deadline is promised to the preemptor
+    leaving = {r.id for r in rows if r.state == "preempting" and r.preempted_by == BELOW_FLOOR}
     given = []
     for victim in decision.victims:
         deadline = datetime.fromtimestamp(victim.deadline_s, UTC)
         keeps = None if victim.keeps is None else victim.keeps.nodes
-        if uow.rentals.give_notice(
-            victim.request_id, preemptor.id, deadline, expect=PREEMPTIBLE_STATES, keeps=keeps
-        ):
+        expect = ("preempting",) if victim.request_id in leaving else PREEMPTIBLE_STATES
+        if uow.rentals.give_notice(victim.request_id, preemptor.id, deadline, expect=expect, keeps=keeps):
             given.append((victim.request_id, tenant_of.get(victim.request_id, "")))
             by = named_for(tenant_of.get(victim.request_id, ""), [(preemptor.id, preemptor.tenant_id)])
             message = f"preempted by {by} ({tier}), notice until {deadline.isoformat()}"
-            if victim.keeps is not None:
+            if victim.request_id in leaving:
+                message = (
+                    f"leaving for the spot floor at {deadline.isoformat()}: what it frees then is promised "
+                    f"to {by} ({tier})"
+                )
+            elif victim.keeps is not None:
                 message = (
                     f"preempted in part by {by} ({tier}): gives back {victim.gpus:g} GPUs at "
                     f"{deadline.isoformat()} and runs on with {victim.keeps.gpus:g}"
@@ -204,9 +216,13 @@ def trim_victim(
     book(victim.id, keeps)
     follow_size(uow, victim, (len(held), per_node_gpus(held)), (len(keeps), per_node_gpus(keeps)), now)
     gave = sum(a.gpus for a in held) - sum(a.gpus for a in keeps)
+    why = ""
+    if victim.preempted_by == MAINTENANCE:
+        going = sorted({a.node for a in held} - {a.node for a in keeps})
+        why = f" ({', '.join(going)} went into maintenance)"
     message = (
-        f"gave back {gave:g} GPUs at its notice deadline; runs on with {victim.kept_gpus} and grows back as "
-        "GPUs free"
+        f"gave back {gave:g} GPUs at its notice deadline{why}; runs on with {victim.kept_gpus} and grows "
+        "back as GPUs free"
     )
     uow.rentals.add_event(victim.id, RentalEvent(now, "resized", "preempted", message))
     return 1

@@ -17,6 +17,8 @@ END_STATES = ("stopped", "preempted", "lost", "failed")
 # A stop its agents have not confirmed this long after it was asked is billed no further, and the scheduler no
 # longer counts on its GPUs coming free now: an agent that hangs must not bill its tenant, nor hold the queue
 STOP_CONFIRM_S = 120
+# a pending rental's recorded expected start is rewritten when the leader's estimate moves this much
+EXPECTED_START_STEP_S = 60.0
 # Every kind of rental event: a state it entered, or what happened to it (a restart of its workload, a
 # re-queue after a lost node, a resize, growing onto more nodes, a low balance warning, a budget alert, a stop
 # its agents have not confirmed in `STOP_CONFIRM_S`)
@@ -124,7 +126,7 @@ class Rental:
     quote: Mapping[str, object] | None = None  # the price breakdown at creation (`suanli.app.billing`)
     # head of the backfill queue: its reserved start; a preemptor: its victims' last deadline
     expected_start_at: datetime | None = None
-    reserved_nodes: tuple[str, ...] = ()  # head of the backfill queue: the nodes drained for it
+    reserved_nodes: tuple[str, ...] = ()  # the nodes held for its expected start (a head's drain, a booking)
     promise: tuple[NodeAllocation, ...] | None = None  # preemptor: where it was promised capacity
     time_limit_at: datetime | None = None  # placed with a max duration: when the leader stops it
     last_busy_at: datetime | None = None  # with `idle_stop_s`: its GPUs' last busy reading (`domain/idle.py`)

@@ -22,6 +22,7 @@ from suanli.app.pricing import ANY_REGION, contract_room_milli
 from suanli.app.rate_limits import RateLimit
 from suanli.app.records import (
     END_STATES,
+    EXPECTED_START_STEP_S,
     LIVE_STATES,
     Caller,
     DryRun,
@@ -36,7 +37,7 @@ from suanli.domain.billing.meter import DEFAULT_MINIMUM_S, PostedCharges
 from suanli.domain.billing.money import charge_micros, round_half_up
 from suanli.domain.billing.pricebook import resized_rate
 from suanli.domain.catalog import Catalog
-from suanli.domain.elastic_start import at_size, least_size
+from suanli.domain.elastic_start import Drain, at_size, least_size
 from suanli.domain.errors import CatalogError, RequestError
 from suanli.domain.images import RUNS_IMAGES_LABEL, check_image
 from suanli.domain.plan import NodeAllocation, Reason
@@ -411,7 +412,14 @@ class RentalService:
                     uow.rentals.release(rental.id, dropped, at=now)
                     message += f"; released {', '.join(dropped)}"
                     per_node = per_node_gpus(allocation)
-                    follow_size(uow, rental, (len(allocation), per_node), (new_spec.nodes, per_node), now)
+                    kept = {a.node for a in allocation[: new_spec.nodes]}
+                    until = _recorded_next_start(uow, kept, rental.time_limit_at)
+                    before, after = (len(allocation), per_node), (new_spec.nodes, per_node)
+                    if follow_size(uow, rental, before, after, now, until) and until is not None:
+                        message += (
+                            f"; its time limit stretches no later than {until:%Y-%m-%d %H:%M:%S} UTC, when "
+                            "another rental is planned to start on its nodes"
+                        )
                 held_gpus = len(allocation[0].slices) if allocation else new_spec.gpus
                 if new_spec.gpus != held_gpus:
                     message += f"; changing to {new_spec.gpus} GPUs per node in place (the workload restarts)"
@@ -454,6 +462,21 @@ def follow_size(
     new_rate, quote = resized_price(uow, rental, rate, was, will, now)
     uow.rentals.change_rate(rental.id, now, new_rate, since=since, previous=rate, quote=quote)
     return capped
+
+
+def _recorded_next_start(uow: UnitOfWork, nodes: set[str], limit: datetime | None) -> datetime | None:
+    """The first start the leader recorded as planned on any of `nodes` at or after `limit` (a rental ending
+    by then was let run ahead of it), less the step by which a recorded start may lag the plan: how far a
+    shrink applied here, outside the leader's cycle, may stretch a time limit (`follow_size`)."""
+    if limit is None:
+        return None
+    recorded = [
+        (frozenset(r.reserved_nodes), r.expected_start_at.timestamp())
+        for r in uow.rentals.pending()
+        if r.expected_start_at is not None and r.reserved_nodes
+    ]
+    start_s = Drain(tuple(recorded)).next_start(nodes, limit.timestamp() - EXPECTED_START_STEP_S)
+    return None if start_s is None else datetime.fromtimestamp(start_s - EXPECTED_START_STEP_S, UTC)
 
 
 def time_limit_s(rental: Rental, gpus: float) -> float | None:

@@ -41,6 +41,7 @@ from suanli.app.notices import (
 )
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.records import (
+    EXPECTED_START_STEP_S,
     PREEMPTIBLE_STATES,
     MaintenanceWindow,
     Rental,
@@ -83,7 +84,6 @@ log = logging.getLogger(__name__)
 WAITING_FOR_CAPACITY = frozenset(
     {Reason.NO_CAPACITY, Reason.GANG_INCOMPLETE, Reason.BLOCKED_BY_HEAD, Reason.PREEMPTING}
 )
-EXPECTED_START_STEP_S = 60.0  # a head's recorded start is rewritten when the estimate moves this much
 FAIR_SHARE_SAVE_S = 60.0  # how often the leader saves fair-share usage (a new leader loses at most this much)
 
 
@@ -161,7 +161,9 @@ class Scheduler:
         self.maintenance: tuple[tuple[str, float, float], ...] = ()  # windows to come: (node, start, end)
         self.head_start_s: float | None = None  # the blocked head's reserved start, when one was made
         self.booked_s: dict[str, float] = {}  # conservative queue: every booked start (epoch seconds)
+        self.booked_nodes: dict[str, frozenset[str]] = {}  # and the nodes each booking holds
         self.reserved: tuple[str, ...] = ()
+        self.head_nodes: frozenset[str] = frozenset()  # the nodes drained for the head's reserved start
         self.lent: set[str] = set()  # placed by the last decision on lent GPUs (`CycleDecision.borrowed`)
         self.scattered_gpus = 0.0  # after the last cycle: free GPUs no rental waiting for capacity fits
         self.resizing: list[Running] = []  # live rentals a resize asked to change in place (`_resize`)
@@ -545,7 +547,8 @@ class Scheduler:
         for rental in pending:
             start_s = starts.get(rental.id)
             wanted = None if start_s is None else _shown_start(start_s)
-            nodes = tuple(sorted(self.reserved)) if rental.id == self.head and wanted is not None else ()
+            held = self.head_nodes if rental.id == self.head else self.booked_nodes.get(rental.id, ())
+            nodes = tuple(sorted(held)) if wanted is not None else ()
             shown = rental.expected_start_at
             if wanted is None or shown is None:
                 moved = wanted is not shown
@@ -648,12 +651,14 @@ class Scheduler:
         self.maintenance = () if gates is None else tuple(gates.maintenance)
         self.head_start_s = decision.head_start_s
         self.booked_s = {b.request_id: b.start_s for b in decision.bookings}
+        self.booked_nodes = {b.request_id: b.nodes for b in decision.bookings}
         drained = frozenset(self.reserved)
         if self.head is not None and self.head_start_s is None:
             ahead = () if gates is None else gates.maintenance
             found = self._head_start(self.head, queue, running, decision.placements, now_s, ahead)
             if found is not None:
                 self.head_start_s, drained = found[0], frozenset(a.node for a in found[1].nodes)
+        self.head_nodes = drained
         still = [p for p in decision.pending if p.request_id not in waiting_on]
         requests = {r.id: r for r in queue}
         head = requests.get(self.head or "")

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from suanli.app.growth import held_request
+from suanli.app.notices import withdraw
 from suanli.app.ports import UnitOfWork, UnitOfWorkFactory
 from suanli.app.records import PREEMPTIBLE_STATES, Rental, RentalEvent
 from suanli.app.rentals import to_request
@@ -24,9 +25,10 @@ from suanli.domain.capacity import FULL_MILLI
 from suanli.domain.catalog import GpuModel
 from suanli.domain.plan import NodeAllocation
 from suanli.domain.request import Shape, Tier
+from suanli.domain.running import SPOT_FLOOR
 from suanli.domain.snapshot import Snapshot
 
-BELOW_FLOOR = "below_floor"  # `preempted_by` of a spot rental noticed because its bid fell below the floor
+BELOW_FLOOR = SPOT_FLOOR  # `preempted_by` of a spot rental noticed because its bid fell below the floor
 REPRICED_STATES = ("placed", "starting", "running", "preempting")  # a spot rental that pays the spot price
 Pool = tuple[GpuModel, str]  # (model, region) of a node
 Utilization = Mapping[tuple[str, str], int]  # busy GPU milli per 1000 of each (model name, region) pool
@@ -138,15 +140,31 @@ class SpotRepricing:
         self, uow: UnitOfWork, rentals: Sequence[Rental], nodes: Mapping[str, list[Pool]], now: datetime
     ) -> int:
         """Give spot rentals whose bid fell below their pool's floor a notice (reason `below_floor`); at the
-        deadline the cycle ends them like any victim (billed to the deadline)."""
+        deadline the cycle ends them like any victim (billed to the deadline), unless the floor falls back to
+        their bid before it: the notice is then withdrawn. How many changed."""
         assert self.floor_check is not None
-        candidates = [(r, nodes[r.id]) for r in rentals if r.state in PREEMPTIBLE_STATES]
+        leaving = [
+            r
+            for r in rentals
+            if r.state == "preempting"
+            and r.preempted_by == BELOW_FLOOR
+            and r.notice_deadline is not None
+            and r.notice_deadline > now
+        ]
+        leaving_ids = {r.id for r in leaving}
+        candidates = [
+            (r, nodes[r.id]) for r in rentals if r.state in PREEMPTIBLE_STATES or r.id in leaving_ids
+        ]
         below = self.floor_check(uow, candidates, now) if candidates else {}
         deadline = now + timedelta(seconds=self.notice_s)
         given = 0
+        for rental in leaving:  # the floor fell back to its bid before the deadline: it runs on
+            if rental.id not in below:
+                why = "the spot floor is no longer above its bid; it runs on"
+                given += withdraw(uow, rental, now, why=why)
         for rental, _ in candidates:
             floor = below.get(rental.id)
-            if floor is None:
+            if floor is None or rental.id in leaving_ids:
                 continue
             if uow.rentals.give_notice(rental.id, BELOW_FLOOR, deadline, expect=PREEMPTIBLE_STATES):
                 bid = rental.spec.bid_micros_per_gpu_hour

@@ -86,7 +86,7 @@ def check_contract(
     pool = (new.model, new.region)
     capacity = fleet_capacity.get(pool, 0)
     if capacity == 0:
-        raise ContractError(f"the fleet has no {new.model} in {new.region} to contract")
+        raise ContractError(f"the fleet has no {new.model} in {new.region} to contract", field="gpu_model")
     others = [c for c in existing if (c.model, c.region) == pool and c.overlaps(new.start_s, new.end_s)]
     down = [m for m in maintenance if (m.model, m.region) == pool and _overlap(m, new)]
     # what is booked or down only rises at a start: checking each start in the window covers every instant
@@ -196,7 +196,10 @@ def short_contracts(
 def transfer(contract: Contract, tenant: str, now: float) -> Contract:
     """The contract held by `tenant` from now on; refused once the window has closed."""
     if now >= contract.end_s:
-        raise ContractError(f"contract {contract.id} ended at {contract.end_s:.0f}; nothing to transfer")
+        ended = datetime.fromtimestamp(contract.end_s, UTC)
+        raise ContractError(
+            f"contract {contract.id} ended at {ended:%Y-%m-%d %H:%M:%S} UTC; nothing to transfer"
+        )
     if not tenant or tenant == contract.tenant:
         raise ContractError(f"contract {contract.id}: transfer to a different tenant, not {tenant!r}")
     return replace(contract, tenant=tenant)

@@ -43,4 +43,9 @@ class RequestError(SuanliError):
 
 
 class ContractError(SuanliError):
-    """A compute future (contract) that is malformed, overbooks the fleet, or cannot be transferred."""
+    """A compute future (contract) that is malformed, overbooks the fleet, or cannot be transferred;
+    `field` names the term at fault when it is not the count."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field

@@ -17,14 +17,14 @@ eviction of the same rental, so it is tried first; a gang trimmed keeps whole no
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from suanli.domain.errors import RequestError
 from suanli.domain.plan import NodeAllocation, Placement
 from suanli.domain.policies import Policy
 from suanli.domain.request import Request, Tier
-from suanli.domain.running import Running, victim_cost
+from suanli.domain.running import SPOT_FLOOR, Running, victim_cost
 from suanli.domain.scheduler import trial_place
 from suanli.domain.snapshot import Snapshot
 from suanli.domain.victim_search import cheapest_for_gang, cheapest_on_one_node, fits_without
@@ -91,7 +91,9 @@ def choose_victims(
     """The cheapest set of lower-tier victims after which `request` fits, or None; the snapshot is unchanged.
 
     Phases: (1) candidates: strictly lower tier (with `reclaim`, the same tier or lower: `running` is then
-    only the rentals on borrowed GPUs), not already under notice, ordered by `victim_cost`; an elastic one
+    only the rentals on borrowed GPUs), not already under notice (but for one leaving for the spot floor at
+    its deadline, which costs nothing more: its preemptor is promised what it frees then, and no healthy
+    rental is evicted beside it), ordered by `victim_cost`; an elastic one
     also as its trim (its part above its least size); (2) grow: release candidates (whole gangs, or trims)
     in that order until the request fits, a rental's eviction replacing its trim; (3) shrink: drop every
     chosen victim, most expensive first, without which it still fits; (3b) search for a cheaper set (the
@@ -104,11 +106,15 @@ def choose_victims(
     eligible = [
         r
         for r in running
-        if r.preempted_by is None
+        if (r.preempted_by is None or (r.preempted_by == SPOT_FLOOR and not reclaim))
         and (r.request.tier <= request.tier if reclaim else r.request.tier < request.tier)
     ]
     # an elastic rental's trim as a candidate of its own, holding only the part it would give back
-    as_trims = [(replace(r, placement=part), r) for r in eligible if (part := trim_of(r)) is not None]
+    as_trims = [
+        (replace(r, placement=part), r)
+        for r in eligible
+        if r.preempted_by is None and (part := trim_of(r)) is not None
+    ]
     trims = {id(trim): whole for trim, whole in as_trims}  # a trim candidate -> the whole rental
     candidates = sorted([*eligible, *(trim for trim, _ in as_trims)], key=lambda r: victim_cost(r, now))
     if not candidates:
@@ -180,12 +186,29 @@ def trim_of(victim: Running) -> Placement | None:
     return Placement(victim.request.id, (NodeAllocation(node, 0, 0, tuple(whole[least_gpus:])),))
 
 
+def kept_through_maintenance(
+    allocation: Sequence[NodeAllocation], least: tuple[int, int] | None, going: Collection[str]
+) -> tuple[NodeAllocation, ...] | None:
+    """What an elastic gang (`least`: its least nodes and GPUs on each, `least_size`) keeps when its nodes in
+    `going` go into maintenance: its other nodes, when there are at least its least count of them; None when
+    it must end whole (not elastic, one node, or too few left)."""
+    if least is None:
+        return None
+    kept = tuple(a for a in allocation if a.node not in going)
+    nodes_kept = len({a.node for a in kept})
+    if nodes_kept < max(least[0], 1) or nodes_kept == len({a.node for a in allocation}):
+        return None
+    return kept
+
+
 def _eviction(
     chosen: Running, whole: Running | None, promised: Placement, now: float, config: PreemptionConfig
 ) -> Eviction:
     """`chosen` as an eviction, or (`whole`: the rental `chosen` trims) as a trim by what `promised` takes of
     the part it gives back: a gang's nodes the promise uses, or the GPUs it uses on a one-node rental."""
     deadline = now + config.notice_for(chosen.request.tier)
+    if chosen.preempted_by == SPOT_FLOOR and chosen.notice_deadline_s is not None:
+        deadline = min(deadline, chosen.notice_deadline_s)  # it leaves then anyway: its notice stands
     if whole is None:
         return Eviction(
             chosen.request.id, chosen.request.tier, chosen.gpus, victim_cost(chosen, now)[1], deadline
@@ -243,9 +266,6 @@ class _Released:
         """Take back every rental still released: the snapshot is as it was."""
         for rental in list(self.out.values()):
             self.take_back(rental)
-
-
-SPOT_FLOOR = "spot-floor"  # the preemptor named on a rental evicted because its bid fell below the floor
 
 
 def running_floor(

@@ -86,7 +86,7 @@ from suanli.domain.queue_order import (
 from suanli.domain.quotas import Ledger, Limits
 from suanli.domain.request import Request, Tier
 from suanli.domain.reservation import Booking
-from suanli.domain.running import Running
+from suanli.domain.running import SPOT_FLOOR, Running
 from suanli.domain.scheduler import floor_gate, landed, nominate, place, quota_gate
 from suanli.domain.snapshot import Snapshot
 from suanli.domain.victim_search import fits_without
@@ -623,7 +623,7 @@ class _Cycle(BackfillPhase):
             return False
         claiming = frozenset() if self.holds is None else self.holds.claiming  # reserved while open
         if self.lowest_tier is None:
-            free = (r.request.tier for r in self.running if r.preempted_by is None)
+            free = (r.request.tier for r in self.running if r.preempted_by in (None, SPOT_FLOOR))
             self.lowest_tier = min(free, default=math.inf)
         if request.tier <= self.lowest_tier:
             return False  # nothing running is of a lower tier

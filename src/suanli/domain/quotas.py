@@ -191,7 +191,7 @@ class Ledger:
         for name, cap, monthly in spend_limits(limits):
             already, burning, adds = month if monthly else day
             committed = already + burning.get(tenant, 0.0)
-            if committed + adds > cap:
+            if adds > 0 and committed + adds > cap:  # one that adds nothing (a contract covers it) goes
                 return Pending(
                     request.id,
                     Reason.SPEND_CAP,

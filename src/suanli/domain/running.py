@@ -12,6 +12,10 @@ from dataclasses import dataclass, field
 from suanli.domain.plan import Placement
 from suanli.domain.request import Request
 
+# `Running.preempted_by` of a spot rental under notice because its bid fell below its pool's floor: it
+# leaves at its deadline whatever happens, so a preemptor may be promised what it frees at no further cost
+SPOT_FLOOR = "below_floor"
+
 
 @dataclass(frozen=True, slots=True)
 class Running:
@@ -52,9 +56,9 @@ class Running:
 
 
 def victim_cost(victim: Running, now: float) -> tuple[float, float, float, float, str]:
-    """Cheaper first: lower tier, fewer GPU-seconds lost, lower offer (a spot bid; no bid offers the most),
-    fewer GPUs, then id (stable)."""
-    lost = victim.lost_gpu_s(now)
+    """Cheaper first: lower tier, fewer GPU-seconds lost (none for one already leaving for the spot floor),
+    lower offer (a spot bid; no bid offers the most), fewer GPUs, then id (stable)."""
+    lost = 0.0 if victim.preempted_by == SPOT_FLOOR else victim.lost_gpu_s(now)  # lost anyway
     return (
         victim.request.tier,
         lost,

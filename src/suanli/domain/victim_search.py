@@ -32,6 +32,7 @@ SEARCH_FIT_TRIALS = 64  # trial placements a search may make: it is bounded howe
 SEARCH_GANG_SPARE_NODES = 8  # per region, the nodes beyond a gang's count whose clearances it combines
 SEARCH_GANG_CLEARANCES = 3  # per node and tier, the cheapest sets freeing a gang node's need that it combines
 SEARCH_GANG_BEAM = 16  # the cheapest partial combinations of node clearances it keeps at each step
+NEAR_TIE_S = 1.0  # gang victim sets whose GPU-seconds lost differ by under this per GPU: topology decides
 
 
 def cheapest_on_one_node(
@@ -76,23 +77,39 @@ def cheapest_for_gang(
     nodes likeliest to clear cheaply (`_gang_nodes`) each offer their cheapest sets that free one gang
     node's need there (`_clearances`), a beam search unites them until `node_count` nodes are clear,
     counting a victim they share (a gang) once (`_combinations`), and the cheapest union that fits and costs
-    less than `chosen` wins; `chosen` when none does."""
-    best = set_cost(chosen, now)
+    less than `chosen` wins; `chosen` when none does. Sets as cheap but for up to `NEAR_TIE_S` lost per GPU
+    (victims that started a moment apart) are near ties, and the one whose gang would land in the smallest
+    network subtree wins among them: a gang in one leaf runs faster for as long as it runs."""
+    greedy = set_cost(chosen, now)
+    # the search's bound: as cheap as the greedy set, or dearer only by a near tie's margin
+    best = (greedy[0], greedy[1] + NEAR_TIE_S * max(greedy[3], 1), *greedy[2:])
     need_milli = snapshot.least_gpus(request) / request.node_count * 1000 - 1e-6
-    found: list[tuple[tuple, list[Running]]] = []
+    found: list[tuple[tuple, list[Running]]] = [(greedy, chosen)]
     for region in _gang_nodes(snapshot, request, candidates, need_milli, best, policy, now):
         nodes = [replace(node, clearances=_clearances(node, need_milli, best, now)) for node in region]
         found.extend(_combinations(nodes, request.node_count, need_milli, best, now))
     found.sort(key=lambda f: f[0])
     tried: set[frozenset[int]] = set()
-    for _, victims in found:
+    cheapest: tuple | None = None  # the cost of the cheapest set that fits
+    fitting: tuple[list[Running], int] | None = None  # the near tie chosen, and its gang's subtree depth
+    for cost, victims in found:
         if len(tried) == SEARCH_FIT_TRIALS:
             break
+        if cheapest is not None:
+            if cost[0] != cheapest[0] or cost[1] > cheapest[1] + NEAR_TIE_S * max(cheapest[3], 1):
+                break  # sorted: no later set is as cheap
+            if cost[2] > cheapest[2]:
+                continue  # a higher bid lost
         if (key := frozenset(map(id, victims))) not in tried:
             tried.add(key)
-            if fits_without(snapshot, request, victims, policy) is not None:
-                return victims
-    return chosen
+            placement = fits_without(snapshot, request, victims, policy)
+            if placement is None:
+                continue
+            depth = len(placement.subtree.split("/")) if placement.subtree else 0
+            cheapest = cheapest or cost
+            if fitting is None or depth > fitting[1]:
+                fitting = (victims, depth)
+    return chosen if fitting is None else fitting[0]  # (the trials may run out before the greedy set)
 
 
 def _cheaper_than(candidates: Sequence[Running], best: tuple, now: float) -> Sequence[Running]:
