@@ -32,6 +32,7 @@ def test_whole_gpus_are_visible_by_their_uuids_in_slice_order() -> None:
         "CUDA_VISIBLE_DEVICES": f"{inventory.gpus[3].uuid},{inventory.gpus[1].uuid}",
         "SUANLI_RENTAL_ID": "r-1",
         "SUANLI_NOTICE_FILE": NOTICE,
+        "SUANLI_PLACEMENT": "1",
         "WANDB_MODE": "offline",
     }
 
@@ -122,10 +123,13 @@ def test_a_multi_node_rental_knows_its_rank_its_nodes_and_its_master() -> None:
     inventory = NvmlProbe(RecordedNvml(load_fixture("h100x8")), hostname="h").inventory()
     slices = tuple(Slice(i, 1000, 81920) for i in range(4))
     peers = ("gpu-a", "gpu-b", "gpu-c")
-    assignment = Assignment("r-1", slices, ("torchrun", "train.py"), peers=peers, node_rank=1, attempt=2)
+    assignment = Assignment(
+        "r-1", slices, ("torchrun", "train.py"), peers=peers, node_rank=1, attempt=2, placement=3
+    )
     env = workload_env(assignment, inventory, notice_file=NOTICE, nodes_file="/x/nodes.json")
     assert {k: v for k, v in env.items() if k not in ("CUDA_VISIBLE_DEVICES", "SUANLI_NOTICE_FILE")} == {
         "SUANLI_RENTAL_ID": "r-1",
+        "SUANLI_PLACEMENT": "3",  # placed a third time: re-queued twice
         "SUANLI_NNODES": "3",
         "SUANLI_NODE_RANK": "1",
         "SUANLI_NODES": "gpu-a,gpu-b,gpu-c",

@@ -3,6 +3,7 @@ errors, an agent restart (adoption, workloads that ended meanwhile, stale record
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -809,3 +810,71 @@ def test_a_rental_placed_here_again_on_other_gpus_starts_once_not_as_a_resize_fi
     runner.step()
     assert launched == ["r-1", "r-1"]
     assert runner.local["r-1"].placement == 2 and runner.local["r-1"].workload.poll().running
+
+
+def counts_terms(log: Path) -> str:
+    """A workload that appends a line to `log` at each SIGTERM and runs on."""
+    return (
+        "import signal, time\n"
+        f"signal.signal(signal.SIGTERM, lambda *_: open({str(log)!r}, 'a').write('TERM\\n'))\n"
+        "while True: time.sleep(0.05)"
+    )
+
+
+def test_an_agent_restarted_under_notice_does_not_signal_the_adopted_workload_again(tmp_path: Path) -> None:
+    """A notice reaches a workload (notice file, one SIGTERM); the agent restarts and adopts it while the
+    notice stands: it is not sent a second SIGTERM (many frameworks read a second one as "exit now", which
+    can cut its checkpoint short), and is still killed at the deadline."""
+    client = FakeClient()
+    log = tmp_path / "terms.log"
+    script = counts_terms(log)
+    client.assignments = [assignment("r-1", script)]
+    first = make_runner(tmp_path, client)
+    first.step()
+    pgid = first.local["r-1"].workload.pid
+    try:
+        time.sleep(0.3)  # its handler is set
+        deadline = datetime.now(UTC) + timedelta(seconds=1.5)
+        client.assignments = [assignment("r-1", script, deadline=deadline)]
+        first.step()  # the notice: one SIGTERM
+        second = make_runner(tmp_path, client)  # the agent restarts and adopts it
+        second.step()
+        time.sleep(0.3)
+        assert log.read_text().count("TERM") == 1
+        time.sleep(max((deadline - datetime.now(UTC)).total_seconds(), 0) + 0.2)
+        second.step()
+        assert not group_alive(pgid), "the adopted workload outlived its deadline"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+
+
+def test_the_agent_kills_a_workload_at_its_deadline_between_heartbeats(tmp_path: Path) -> None:
+    """With a 5-s heartbeat, a notice whose deadline is 0.5 s away: the agent's pause wakes at the deadline
+    and kills the workload then, not at the next heartbeat up to 5 s later."""
+    client = FakeClient()
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    script = ignores_term_then_says_so(ready)
+    client.assignments = [assignment("r-1", script)]
+    runner = make_runner(tmp_path, client)
+    runner.step()
+    pgid = runner.local["r-1"].workload.pid
+    try:
+        eventually(lambda: any(ready.iterdir()))  # it ignores SIGTERM now
+        deadline = datetime.now(UTC) + timedelta(seconds=0.5)
+        client.assignments = [assignment("r-1", script, deadline=deadline)]
+        runner.step()  # the notice
+        stopping = threading.Event()
+        started = time.monotonic()
+        pause = threading.Thread(target=runner._pause, args=(stopping, 5.0))
+        pause.start()
+        while group_alive(pgid) and time.monotonic() - started < 4:
+            time.sleep(0.02)
+        killed_after = (datetime.now(UTC) - deadline).total_seconds()
+        stopping.set()
+        pause.join()
+        assert not group_alive(pgid) and killed_after < 0.5, f"killed {killed_after:.2f} s after its deadline"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)

@@ -23,6 +23,7 @@ class Assignment:
     peers: tuple[str, ...] = ()  # host names of all the rental's nodes, rank order (empty: not told)
     node_rank: int = 0
     attempt: int = 0  # a multi-node rental's restarts on all its nodes so far (the server counts them)
+    placement: int = 1  # its placements so far: more than one once re-queued (preempted while it checkpoints)
 
     @property
     def restarts_together(self) -> bool:

@@ -500,6 +500,18 @@ def write_notice(path: Path, rental_id: str, deadline: datetime, keeps_gpus: int
     _write_json(path, body)
 
 
+def read_notice_deadline(path: Path) -> datetime | None:
+    """The deadline of the preemption notice in `path` (None: no file, a trim's, or unreadable): an agent
+    that adopts a workload after a restart tells it again only a notice it was not told."""
+    try:
+        body = json.loads(path.read_text())
+        if body.get("reason") != "preempted":
+            return None
+        return datetime.fromisoformat(body["deadline"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
 def write_nodes(path: Path, rental_id: str, peers: Sequence[str], node_rank: int) -> None:
     """Write the nodes file atomically: the rental's nodes (host names, rank order) and this one's rank.
     The agent rewrites it when the rental grows or shrinks, so an elastic workload can follow."""

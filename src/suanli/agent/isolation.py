@@ -10,7 +10,9 @@
   milli / 10 (whole percent, at least 1) and `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT` = `<GPU UUID>=<MiB>M` per GPU,
   comma-separated. (NVIDIA's k8s device plugin keys this limit by index because of a driver issue with UUID
   keys; check on real MPS hosts.)
-* `SUANLI_RENTAL_ID` and `SUANLI_NOTICE_FILE` (where a preemption notice will appear, JSON).
+* `SUANLI_RENTAL_ID`, `SUANLI_NOTICE_FILE` (where a preemption notice will appear, JSON) and
+  `SUANLI_PLACEMENT` (1 on its first placement; more once re-queued, as a rental that checkpoints is when
+  preempted: it resumes from its checkpoint, which must be where its next node can read it).
 * Where the server names the rental's nodes (`Assignment.peers`, rank order): `SUANLI_NNODES`,
   `SUANLI_NODE_RANK`, `SUANLI_NODES` (host names, comma-separated), `SUANLI_MASTER_ADDR` (rank 0's),
   `SUANLI_GPUS_PER_NODE` (devices visible here), `SUANLI_NODES_FILE` (the same as JSON, rewritten when the
@@ -51,6 +53,7 @@ def workload_env(
     env.update(device_env(assignment.slices, inventory))
     env["SUANLI_RENTAL_ID"] = assignment.rental_id
     env["SUANLI_NOTICE_FILE"] = notice_file
+    env["SUANLI_PLACEMENT"] = str(assignment.placement)
     if assignment.peers:
         visible = env["CUDA_VISIBLE_DEVICES"]
         env["SUANLI_NNODES"] = str(len(assignment.peers))

@@ -58,6 +58,7 @@ from suanli.agent.executors import (
     ProcessExecutor,
     Workload,
     WorkloadSpec,
+    read_notice_deadline,
     write_nodes,
     write_notice,
 )
@@ -92,6 +93,7 @@ log = logging.getLogger(__name__)
 STATE_FILE = "agent.json"
 MAX_BACKOFF_S = 5.0
 MIG_PROBE_S = 30.0  # how often the heartbeat probes the host's MIG instances again (made by hand meanwhile)
+MIN_WAKE_S = 0.05  # the shortest pause between wakes (a deadline already passed does not spin the loop)
 
 
 class AgentError(SuanliError):
@@ -162,15 +164,31 @@ class AgentRunner:
 
     def _pause(self, stopping: threading.Event, pause_s: float) -> None:
         """Wait `pause_s` (or until `stopping`), checking running `exec` commands meanwhile, so one's end is
-        told within `execs.POLL_S`, not at the next heartbeat."""
+        told within `execs.POLL_S`, not at the next heartbeat; and waking at a notice deadline, so a victim
+        is killed at it, not up to a heartbeat after it."""
         end = time.monotonic() + pause_s
         while not stopping.is_set() and (left := end - time.monotonic()) > 0:
-            if not (self.execs.running or self.execs.forwards) or self._client is None:
-                stopping.wait(left)
-                return
-            stopping.wait(min(left, EXEC_POLL_S))
-            with contextlib.suppress(SuanliError, OSError):
-                self.execs.poll(self._client)
+            watching = bool(self.execs.running or self.execs.forwards) and self._client is not None
+            kill_in = self._next_kill_in_s()
+            wait = min(left, EXEC_POLL_S if watching else left, left if kill_in is None else kill_in)
+            stopping.wait(max(wait, MIN_WAKE_S))
+            if kill_in is not None and kill_in <= wait:
+                with contextlib.suppress(SuanliError, OSError):
+                    self.poll()  # kills what reached its deadline; reported at the next heartbeat
+            if watching and self._client is not None:
+                with contextlib.suppress(SuanliError, OSError):
+                    self.execs.poll(self._client)
+
+    def _next_kill_in_s(self) -> float | None:
+        """Seconds until the earliest notice deadline of a workload running here (None: none has one)."""
+        deadlines = [
+            local.noticed_until
+            for local in self.local.values()
+            if local.noticed_until is not None and local.workload is not None and local.state == "running"
+        ]
+        if not deadlines:
+            return None
+        return max((min(deadlines) - datetime.now(UTC)).total_seconds(), 0.0)
 
     def _backoff(self, failures: int) -> float:
         """The pause before the next try after `failures` failed steps in a row: grows, capped."""
@@ -319,7 +337,9 @@ class AgentRunner:
             elif assignment.notice_deadline is not None and local.noticed_until is None:
                 if local.workload is not None and local.state == "running":
                     local.stop_requested = True
-                    local.workload.notice(assignment.notice_deadline)
+                    notice_file = self.executor.paths(local.rental_id).notice_file
+                    if read_notice_deadline(notice_file) != assignment.notice_deadline:
+                        local.workload.notice(assignment.notice_deadline)  # (adopted: told already)
                 local.noticed_until = assignment.notice_deadline
             elif assignment.notice_deadline is None and local.noticed_until is not None:
                 self._withdraw_notice(local)
@@ -689,4 +709,5 @@ def _assignment(response: AssignmentResponse) -> Assignment:
         peers=tuple(response.peers),
         node_rank=response.node_rank,
         attempt=response.attempt,
+        placement=max(response.placement, 1),
     )
