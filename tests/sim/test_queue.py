@@ -335,7 +335,16 @@ def test_figures_that_have_no_value_are_null_in_the_json_not_nan(tmp_path: Path)
     assert figures["mean_alloc_pct"] is None and figures["mean_jct_s"] == 60.0
 
 
-BAD_MIXES = ["on_demand=1,spot=inf", "on_demand=1,spot=nan", "spot=-1,on_demand=2", "spot", "spot=", "gold=1"]
+BAD_MIXES = [
+    "on_demand=1,spot=inf",
+    "on_demand=1,spot=nan",
+    "spot=-1,on_demand=2",
+    "spot",
+    "spot=",
+    "gold=1",
+    "spot=1e308,on_demand=1e308",  # the sum overflowed: random's "Total of weights must be greater than zero"
+    "spot=1,spot=0",  # the second silently replaced the first
+]
 
 
 @pytest.mark.parametrize("text", BAD_MIXES)
@@ -550,6 +559,10 @@ def test_the_queue_command_refuses_bad_options_before_replaying_and_names_them(t
         ([*base, "--json", str(tmp_path)], "--json"),
         ([*base, "--policy", "all,fifo"], "--policy: all names every policy"),
         ([*base, "--resize-restart-s", "60"], "--resize-restart-s: only elastic jobs"),
+        ([*base, "--elastic", "0.5", "--resize-restart-s", "inf"], "--resize-restart-s inf: from 0"),
+        (["sim", "queue", "--nodes", "99999999999:8", "--jobs", str(trace)], "at most 100,000 nodes"),
+        (["sim", "queue", "--nodes", "3:99999", "--jobs", str(trace)], "of at most 64 GPUs"),
+        (["sim", "queue", "--nodes", str(empty), "--jobs", str(trace)], "--nodes (a fleet TOML"),
         (["sim", "queue", "--nodes", "2:8", "--jobs", str(binary)], "not a text (UTF-8) CSV file"),
         (["sim", "queue", "--nodes", "2:8", "--jobs", str(empty)], "the trace holds no jobs"),
     ):

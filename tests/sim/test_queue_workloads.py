@@ -3,6 +3,7 @@ offer the asked load; a 2,000-GPU replay completes every job (its speed is make 
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -133,7 +134,9 @@ def test_the_replay_benchmark_draws_tiers_when_asked(tmp_path: Path, capsys):
 @pytest.mark.parametrize(
     ("bad", "says"),
     [
-        (["--gpus", "7"], "--gpus 7: at least 8"),  # was a ZeroDivisionError
+        (["--gpus", "7"], "--gpus 7: a multiple of 8, at least 8"),  # was a ZeroDivisionError
+        (["--gpus", "15"], "--gpus 15: a multiple of 8"),  # was 8 GPUs, silently
+        (["--gpus", "8"], "the template's widest job takes 64 GPUs"),  # 64-GPU jobs waited forever, unsaid
         (["--load", "nan"], "--load nan"),  # hung: a NaN clock never advances
         (["--load", "0"], "--load 0.0"),
         (["--jobs", "0"], "--jobs 0: at least 1"),
@@ -147,3 +150,60 @@ def test_the_replay_benchmark_refuses_bad_values_before_replaying(bad: list[str]
     with pytest.raises(SystemExit) as refused:
         queue_bench.main(["--jobs", "10", *bad])
     assert refused.value.code == 2 and says in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("times", "says"),
+    [
+        ("0,,100", "scheduled but never deleted"),  # replayed as a 1-second job
+        ("0,50,100", "deleted before it was scheduled"),
+        ("200,500,100", "scheduled before it was created"),
+        ("-5,500,100", "negative"),
+    ],
+)
+def test_a_pod_whose_times_cannot_be_replayed_is_refused_naming_its_line(
+    tmp_path: Path, times: str, says: str
+):
+    """Such a pod was replayed, without a word, as a job of one second."""
+    path = tmp_path / "pods.csv"
+    path.write_text(POD_HEADER + f"\np0,4000,1024,1,1000,,LS,Running,{times}\n")
+    with pytest.raises(ValueError, match=r"--jobs: .*pods\.csv:2.*" + says):
+        queue_command(
+            str(path_nodes(tmp_path)), path, ["fifo"], None, None, None, Console(file=io.StringIO())
+        )
+
+
+def path_nodes(tmp_path: Path) -> Path:
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text(NODES)
+    return nodes
+
+
+def test_the_all_node_file_leaves_its_cpu_only_nodes_out(tmp_path: Path):
+    """The trace's all-node CSV (CPU-only nodes beside the GPU ones) failed: "unknown GPU model 'none'"."""
+    nodes = tmp_path / "all.csv"
+    nodes.write_text(NODES + "cpu-0,96000,786432,0,\n")
+    fleet = load_fleet(str(nodes))
+    assert "cpu-0" not in {n.name for n in fleet.nodes} and fleet.gpu_count > 0
+    only_cpu = tmp_path / "cpu.csv"
+    only_cpu.write_text(NODES.splitlines()[0] + "\ncpu-0,96000,786432,0,\n")
+    with pytest.raises(ValueError, match=r"--nodes .*no node with a GPU"):
+        load_fleet(str(only_cpu))
+
+
+def test_the_replay_benchmark_writes_json_without_nan_and_names_a_template_that_is_not_itp(
+    tmp_path: Path, capsys
+) -> None:
+    """With no job completed its figures were NaN, which is not JSON; a pod file as template: a traceback."""
+    from suanli.sim import queue_bench
+
+    template = tmp_path / "template.csv"
+    template.write_text("job_id,submission_time,duration,num_gpu\nj0,0,10,1\n")
+    out = tmp_path / "bench.json"
+    queue_bench.main(["--jobs", "1", "--gpus", "8", "--template", str(template), "--json", str(out)])
+    json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"{c} in the JSON"))
+    pods = tmp_path / "pods.csv"
+    pods.write_text(POD_HEADER + "\np0,4000,1024,1,1000,,LS,Running,0,500,100\n")
+    with pytest.raises(SystemExit):
+        queue_bench.main(["--jobs", "1", "--template", str(pods)])
+    assert "not an ITP job CSV" in capsys.readouterr().err

@@ -12,7 +12,6 @@ prints, writes and plots.
 from __future__ import annotations
 
 import heapq
-import math
 import random
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -81,6 +80,9 @@ END, KILL, ARRIVE = 0, 1, 2  # event kinds, in the order they are handled at one
 RESTART_S = RESUME_S  # what a checkpointed job spends again each time it resumes, before it makes progress
 
 
+MAX_MIX_WEIGHT = 1e6  # a share is a weight; past this their sum may overflow to infinity
+
+
 def parse_mix(text: str | None) -> dict[Tier, float]:
     """`on_demand=0.6,spot=0.3,reserved=0.1` as tier -> probability (normalised); empty: all on-demand."""
     if not text:
@@ -89,12 +91,15 @@ def parse_mix(text: str | None) -> dict[Tier, float]:
     for part in text.split(","):
         name, _, value = part.partition("=")
         try:
-            mix[Tier.parse(name)] = float(value)
+            tier, share = Tier.parse(name), float(value)
         except (ValueError, RequestError) as error:
             raise ValueError(f"--mix {text!r}: {part!r} is not TIER=SHARE ({error})") from None
+        if tier in mix:
+            raise ValueError(f"--mix {text!r}: {tier.name.lower()} is named twice")
+        mix[tier] = share
+    if not all(0 <= v <= MAX_MIX_WEIGHT for v in mix.values()) or sum(mix.values()) <= 0:  # NaN too
+        raise ValueError(f"--mix {text!r}: shares must be from 0 to {MAX_MIX_WEIGHT:g} and not all 0")
     total = sum(mix.values())
-    if not all(0 <= v < math.inf for v in mix.values()) or total <= 0:  # also refuses NaN
-        raise ValueError(f"--mix {text!r}: shares must be finite, >= 0 and not all 0")
     return {tier: v / total for tier, v in mix.items()}
 
 

@@ -9,12 +9,12 @@ figure that matters is jobs/s, the scheduling results are the replay's as usual.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
+from suanli.domain.errors import SuanliError
 from suanli.sim.itp import offered_load, read_itp_jobs, synthetic_fleet, synthetic_jobs
 from suanli.sim.queue import POLICIES, parse_mix, run_queue
-from suanli.sim.queue_outputs import check_outputs
+from suanli.sim.queue_outputs import check_outputs, json_text
 
 TEMPLATE_PATH = Path("../shared/traces/microsoft-itp-elasticflow/cluster04.csv")  # from the repository
 # from the working directory, else from the repository this module is in (run from anywhere)
@@ -40,8 +40,8 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         parser.error(str(error))
     if args.jobs < 1:
         parser.error(f"--jobs {args.jobs}: at least 1")
-    if args.gpus < 8:
-        parser.error(f"--gpus {args.gpus}: at least 8 (the fleet is nodes of 8 GPUs)")
+    if args.gpus < 8 or args.gpus % 8:
+        parser.error(f"--gpus {args.gpus}: a multiple of 8, at least 8 (the fleet is nodes of 8 GPUs)")
     if not 0 < args.load <= 10:  # also refuses NaN, which never advances the clock
         parser.error(f"--load {args.load}: the offered load is a number above 0 (0.85 is 85%)")
     if not args.template.is_file():
@@ -52,7 +52,15 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         except ValueError as error:
             parser.error(str(error))
     fleet = synthetic_fleet(args.gpus // 8, 8)
-    template = read_itp_jobs(args.template)
+    try:
+        template = read_itp_jobs(args.template)
+    except (SuanliError, UnicodeDecodeError) as error:
+        parser.error(f"--template {args.template}: not an ITP job CSV ({error})")
+    widest = max((job.gpus for job in template), default=0)
+    if widest > fleet.gpu_count:
+        parser.error(
+            f"--gpus {args.gpus}: the template's widest job takes {widest} GPUs; give at least as many"
+        )
     jobs = synthetic_jobs(template, args.jobs, fleet.gpu_count, args.load, 0, args.arrivals)
     result = run_queue(fleet, jobs, args.policy, mix=mix)
     report = {
@@ -65,9 +73,9 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     }
     if len(mix) == 1:
         report.pop("per_tier")
-    print(json.dumps(report))
+    print(json_text(report, indent=None), end="")
     if args.json is not None:
-        args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        args.json.write_text(json_text(report), encoding="utf-8")
     return report
 
 

@@ -25,10 +25,10 @@ def write_json(path: Path, results: Sequence[QueueResult], notes: dict[str, obje
     path.write_text(json_text(results_json(results, notes)), encoding="utf-8")
 
 
-def json_text(report: object) -> str:
+def json_text(report: object, indent: int | None = 2) -> str:
     """`report` as JSON, a figure without a value (NaN: no job completed, no arrival window) as null:
     NaN is not JSON, and strict readers refuse the whole file."""
-    return json.dumps(_nan_as_none(report), indent=2, allow_nan=False) + "\n"
+    return json.dumps(_nan_as_none(report), indent=indent, allow_nan=False) + "\n"
 
 
 def _nan_as_none(value: object) -> object:

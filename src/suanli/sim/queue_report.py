@@ -12,6 +12,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from suanli.domain.catalog_data import CATALOG
 from suanli.domain.contracts import Contract
+from suanli.domain.errors import SuanliError
 from suanli.domain.inventory import Fleet, GpuMode
 from suanli.domain.request import Request, Tier
 from suanli.domain.scheduler import never_fits
@@ -48,6 +49,16 @@ from suanli.sim.queue_tables import (
 )
 from suanli.sim.traces import read_openb_nodes, read_openb_pods
 
+MAX_NODES = 100_000  # `N:M` fleets: more is no GPU cloud, and would take the machine's memory
+MAX_GPUS_PER_NODE = 64
+DAY_S = 86_400.0
+
+
+def check_seconds(option: str, seconds: float) -> None:
+    """Refuse, naming `option`, a number of seconds that is negative, not finite, or over a day."""
+    if not 0 <= seconds <= DAY_S:  # NaN too
+        raise ValueError(f"{option} {seconds}: from 0 to {DAY_S:g} seconds (a day)")
+
 
 def load_fleet(nodes: str) -> Fleet:
     """`N:M` (N nodes of M whole GPUs; `N:M:shared`: GPUs that also take shares of one, as the Alibaba pods
@@ -56,6 +67,10 @@ def load_fleet(nodes: str) -> Fleet:
         count, per_node, *mode = nodes.split(":")
         if not (count.isdigit() and per_node.isdigit() and int(count) > 0 and int(per_node) > 0):
             raise ValueError(f"--nodes {nodes!r}: N:M needs two positive integers, e.g. 73:8")
+        if int(count) > MAX_NODES or int(per_node) > MAX_GPUS_PER_NODE:
+            raise ValueError(
+                f"--nodes {nodes!r}: at most {MAX_NODES:,} nodes of at most {MAX_GPUS_PER_NODE} GPUs"
+            )
         if mode not in ([], ["whole"], ["shared"]):
             raise ValueError(f"--nodes {nodes!r}: after N:M, only :whole or :shared (GPUs shared by pods)")
         gpu_mode = GpuMode.SHARED if mode == ["shared"] else GpuMode.WHOLE
@@ -72,6 +87,8 @@ def load_fleet(nodes: str) -> Fleet:
         return read_openb_nodes(path)
     except UnicodeDecodeError:
         raise ValueError(f"--nodes {nodes}: not a text (UTF-8) file") from None
+    except SuanliError as error:
+        raise ValueError(f"--nodes (a fleet TOML, the trace's node CSV, or N:M): {error}") from None
 
 
 def load_workload(
@@ -125,6 +142,7 @@ def queue_command(
     unknown = [n for n in names if n not in POLICIES]
     if unknown:
         raise ValueError(f"--policy: unknown {', '.join(unknown)}; use {', '.join(POLICIES)} or all")
+    check_seconds("--resize-restart-s", resize_restart_s)
     if resize_restart_s and elastic is None:
         raise ValueError("--resize-restart-s: only elastic jobs (--elastic) are resized")
     check_outputs(jobs, json_path, plot_dir)
@@ -139,6 +157,8 @@ def queue_command(
         requests, true_s, kind = load_workload(jobs, fleet, estimate, tier_mix, seed)
     except UnicodeDecodeError:
         raise ValueError(f"--jobs {jobs}: not a text (UTF-8) CSV file") from None
+    except SuanliError as error:
+        raise ValueError(f"--jobs: {error}") from None
     if not requests:
         raise ValueError(f"--jobs {jobs}: the trace holds no jobs")
     never = never_fit(fleet, requests)
@@ -289,6 +309,8 @@ def itp_check_command(
     `split_parts`, each cluster's jobs also split into that many clusters of the same kind, each checked."""
     if split_parts and split_parts < 2:
         raise ValueError(f"--split {split_parts}: a trace splits into 2 parts or more (0: no split)")
+    check_seconds("--shift-s", max_shift_s)
+    check_seconds("--resize-restart-s", resize_restart_s)
     check_candidate(candidate)
     paths = cluster_paths(traces, clusters)
     check_outputs(None, json_path, None)  # before minutes of replays

@@ -27,10 +27,13 @@ class TracePod:
 
 
 def read_openb_nodes(path: Path) -> Fleet:
-    """The trace's GPU nodes as a fleet: one region, a leaf per 32 nodes, GPUs shareable."""
+    """The trace's GPU nodes as a fleet: one region, a leaf per 32 nodes, GPUs shareable; its CPU-only nodes
+    (in the all-node file) are left out, as the fleet model has GPU nodes only."""
     nodes = []
     for line, row in _rows(path, ("sn", "cpu_milli", "memory_mib", "gpu", "model")):
         gpu_count = _int(row, "gpu", path, line)
+        if gpu_count <= 0:
+            continue
         nodes.append(
             Node(
                 name=row["sn"],
@@ -38,11 +41,13 @@ def read_openb_nodes(path: Path) -> Fleet:
                 topology=synthetic_topology(TRACE_REGION.name, len(nodes)),
                 cpu_milli=_int(row, "cpu_milli", path, line),
                 memory_mib=_int(row, "memory_mib", path, line),
-                gpu_model=row["model"] if gpu_count else "none",
+                gpu_model=row["model"],
                 gpu_count=gpu_count,
                 gpu_mode=GpuMode.SHARED,
             )
         )
+    if not nodes:
+        raise FleetError("no node with a GPU", source=str(path))
     return Fleet({TRACE_REGION.name: TRACE_REGION}, tuple(nodes))
 
 
@@ -78,15 +83,32 @@ def read_openb_pods(path: Path, *, with_memory: bool = False, timed: bool = Fals
             )
         except RequestError as error:
             raise FleetError(str(error), source=f"{path}:{line}", field=error.field) from None
-        pods.append(
-            TracePod(
-                request,
-                _float(row, "creation_time", path, line) or 0.0,
-                _float(row, "deletion_time", path, line),
-                _float(row, "scheduled_time", path, line),
-            )
+        pod = TracePod(
+            request,
+            _float(row, "creation_time", path, line) or 0.0,
+            _float(row, "deletion_time", path, line),
+            _float(row, "scheduled_time", path, line),
         )
+        if timed and (problem := _times_problem(pod)) is not None:
+            raise FleetError(problem, source=f"{path}:{line}", field="deletion_time")
+        pods.append(pod)
     return pods
+
+
+def _times_problem(pod: TracePod) -> str | None:
+    """Why `pod`'s times cannot be replayed (its run is from scheduled to deleted), or None."""
+    times = (pod.creation_s, pod.scheduled_s, pod.deletion_s)
+    if any(t is not None and (t < 0 or not math.isfinite(t)) for t in times):
+        return "a time is negative or not finite"
+    if pod.scheduled_s is None:
+        return None  # never scheduled: left out of the replay
+    if pod.deletion_s is None:
+        return "scheduled but never deleted: how long it ran is unknown"
+    if pod.deletion_s < pod.scheduled_s:
+        return "deleted before it was scheduled"
+    if pod.scheduled_s < pod.creation_s:
+        return "scheduled before it was created"
+    return None
 
 
 def _rows(path: Path, required: tuple[str, ...]):
