@@ -353,12 +353,14 @@ def test_a_notice_to_an_adopted_workload_writes_the_notice_file(tmp_path: Path) 
     try:
         second = make_runner(tmp_path, client)  # a restarted agent adopts r-1
         deadline = datetime.now(UTC) + timedelta(seconds=60)
-        client.assignments = [assignment("r-1", SLEEPS, deadline=deadline)]
+        told = assignment("r-1", SLEEPS, deadline=deadline).model_copy(update={"notice_cause": "spot_floor"})
+        client.assignments = [told]
         second.step()  # the notice arrives
         notice = ProcessExecutor(tmp_path).paths("r-1").notice_file
         assert notice.is_file(), "SIGTERM was sent but no notice file was written"
         body = json.loads(notice.read_text())
         assert (body["rental_id"], body["deadline_unix_s"]) == ("r-1", deadline.timestamp())
+        assert body["cause"] == "spot_floor"  # why, as the server said
     finally:
         os.killpg(pgid, signal.SIGKILL)
 

@@ -320,6 +320,9 @@ def test_a_victim_that_ends_its_workload_under_notice_is_said_to_have_left(datab
         assert client.post("/v1/agents/heartbeat", json=beat, headers=agent).status_code == 200
         od = _rent(client, od_tenant, gpu_model="H200", gpus=8, tier="on_demand")
         assert wait_for(client, od, od_tenant, "placed", reason="preempting")["state"] == "pending"
+        beat = {"workloads": [{"rental_id": spot, "state": "running"}]}
+        (told,) = client.post("/v1/agents/heartbeat", json=beat, headers=agent).json()["assignments"]
+        assert told["notice_deadline"] is not None and told["notice_cause"] == "higher_tier"  # the file's
         beat = {"workloads": [{"rental_id": spot, "state": "failed", "exit_code": 143}]}  # it saved, exited
         assert client.post("/v1/agents/heartbeat", json=beat, headers=agent).status_code == 200
         assert wait_for(client, od, od_tenant, "placed")["state"] == "placed"

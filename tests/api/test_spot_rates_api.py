@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from fastapi.testclient import TestClient
 
-from conftest import ADMIN, WAIT_S, app_client, charged, scheduler_cycles, wait_for
+from conftest import ADMIN, WAIT_S, app_client, charged, register_agent, scheduler_cycles, wait_for
 from suanli.domain.billing.money import money_text, round_half_up, to_epoch_s
 from suanli.domain.billing.pricebook import spot_formula
 
@@ -244,7 +244,12 @@ def test_a_floor_notice_is_withdrawn_when_the_floor_falls_back_to_the_bid_before
         rental = client.post("/v1/rentals", json=spot, headers=headers).json()
         assert wait_for(client, rental["id"], headers, "placed")["state"] == "placed"
         _set_floor(client, floor + 5000, in_s=1.5)
-        assert wait_for(client, rental["id"], headers, "preempting")["state"] == "preempting"
+        noticed = wait_for(client, rental["id"], headers, "preempting")
+        assert noticed["state"] == "preempting"
+        agent = register_agent(client, noticed["allocation"][0]["node"])
+        beat = {"workloads": [{"rental_id": rental["id"], "state": "running"}]}
+        (told,) = client.post("/v1/agents/heartbeat", json=beat, headers=agent).json()["assignments"]
+        assert told["notice_cause"] == "spot_floor"  # a workload can tell a raised floor from a higher tier
         _set_floor(client, floor, in_s=1.5)
         back = wait_for(client, rental["id"], headers, "placed")
         assert back["state"] == "placed" and back["notice_deadline"] is None

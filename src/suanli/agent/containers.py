@@ -146,8 +146,8 @@ class ContainerWorkload:
     def poll(self) -> WorkloadStatus:
         return status_of_returncode(self._process.poll())
 
-    def notice(self, deadline: datetime) -> None:
-        write_notice(self.paths.notice_file, self.rental_id, deadline)
+    def notice(self, deadline: datetime, cause: str | None = None) -> None:
+        write_notice(self.paths.notice_file, self.rental_id, deadline, cause=cause)
         self._container.signal("TERM")
 
     def stop(self, grace_s: float) -> WorkloadStatus:

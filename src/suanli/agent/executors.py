@@ -170,7 +170,8 @@ class Workload(Protocol):
 
     def poll(self) -> WorkloadStatus: ...
 
-    def notice(self, deadline: datetime) -> None: ...
+    # the notice file (with why: `cause`), then SIGTERM; killed at `deadline` by the agent
+    def notice(self, deadline: datetime, cause: str | None = None) -> None: ...
 
     def stop(self, grace_s: float) -> WorkloadStatus: ...
 
@@ -454,8 +455,8 @@ class ProcessWorkload:
     def poll(self) -> WorkloadStatus:
         return status_of_returncode(self._process.poll())
 
-    def notice(self, deadline: datetime) -> None:
-        write_notice(self.paths.notice_file, self.rental_id, deadline)
+    def notice(self, deadline: datetime, cause: str | None = None) -> None:
+        write_notice(self.paths.notice_file, self.rental_id, deadline, cause=cause)
         self._signal(signal.SIGTERM)
 
     def stop(self, grace_s: float) -> WorkloadStatus:
@@ -484,9 +485,12 @@ class ProcessWorkload:
             os.killpg(self._process.pid, signum)
 
 
-def write_notice(path: Path, rental_id: str, deadline: datetime, keeps_gpus: int | None = None) -> None:
+def write_notice(
+    path: Path, rental_id: str, deadline: datetime, keeps_gpus: int | None = None, cause: str | None = None
+) -> None:
     """Write the notice file atomically (a reader sees no file or the whole JSON, never half of it); with
-    `keeps_gpus`, a trim's: at the deadline the rental runs on with that many GPUs (reason `trimmed`)."""
+    `keeps_gpus`, a trim's: at the deadline the rental runs on with that many GPUs (reason `trimmed`);
+    `cause`: why (`higher_tier`, `spot_floor`, `maintenance`, `reclaimed`), as the server says."""
     if deadline.tzinfo is None:
         raise ExecutorError("a notice deadline must be timezone-aware")
     body: dict[str, object] = {
@@ -497,6 +501,8 @@ def write_notice(path: Path, rental_id: str, deadline: datetime, keeps_gpus: int
     }
     if keeps_gpus is not None:
         body["keeps_gpus"] = keeps_gpus
+    if cause is not None:
+        body["cause"] = cause
     _write_json(path, body)
 
 

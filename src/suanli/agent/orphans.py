@@ -80,8 +80,8 @@ class AdoptedWorkload:
             return WorkloadStatus(WorkloadState.RUNNING)
         return WorkloadStatus(WorkloadState.EXITED, exit_code=None)
 
-    def notice(self, deadline: datetime) -> None:
-        write_notice(self._paths.notice_file, self._rental_id, deadline)
+    def notice(self, deadline: datetime, cause: str | None = None) -> None:
+        write_notice(self._paths.notice_file, self._rental_id, deadline, cause=cause)
         if self._container is not None:
             self._container.signal("TERM")
             return

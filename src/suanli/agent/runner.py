@@ -339,7 +339,8 @@ class AgentRunner:
                     local.stop_requested = True
                     notice_file = self.executor.paths(local.rental_id).notice_file
                     if read_notice_deadline(notice_file) != assignment.notice_deadline:
-                        local.workload.notice(assignment.notice_deadline)  # (adopted: told already)
+                        # (adopted: told already)
+                        local.workload.notice(assignment.notice_deadline, assignment.notice_cause)
                 local.noticed_until = assignment.notice_deadline
             elif assignment.notice_deadline is None and local.noticed_until is not None:
                 self._withdraw_notice(local)

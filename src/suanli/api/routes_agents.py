@@ -13,6 +13,7 @@ from suanli.api.mappers import slice_response
 from suanli.app.agent_records import NodeAssignment, WorkloadReport
 from suanli.app.agents import AgentService
 from suanli.app.gpu_history import MAX_MINUTES
+from suanli.app.notices import notice_cause
 from suanli.wire.agent_schemas import (
     AgentRegisterRequest,
     AgentRegisterResponse,
@@ -218,6 +219,7 @@ def _assignment(a: NodeAssignment) -> AssignmentResponse:
         restart=spec.restart,  # type: ignore[arg-type]
         max_restarts=spec.max_restarts,
         notice_deadline=a.notice_deadline,
+        notice_cause=None if a.notice_deadline is None else notice_cause(a.rental),  # type: ignore[arg-type]
         notice_keeps_gpus=a.notice_keeps_gpus,
         peers=list(a.peers),
         node_rank=a.node_rank,

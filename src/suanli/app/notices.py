@@ -35,6 +35,15 @@ from suanli.domain.running import SPOT_FLOOR as BELOW_FLOOR
 WITHDRAWN = "notice_withdrawn"  # the reason of the event that records a withdrawn notice
 
 
+def notice_cause(victim: Rental) -> str:
+    """Why `victim` is under notice, as its agent tells the workload (the notice file's `cause`)."""
+    if victim.preempted_by == BELOW_FLOOR:
+        return "spot_floor"
+    if victim.preempted_by == MAINTENANCE:
+        return "maintenance"
+    return "reclaimed" if victim.borrowed else "higher_tier"
+
+
 def abandoned(preempting: Sequence[Rental], waiting: Collection[str], now: datetime) -> list[Rental]:
     """Victims whose notice runs on past `now` for a preemptor that no longer waits (not in `waiting`); a
     trim's past its deadline too (its workload was neither signalled nor killed: nothing is lost by keeping

@@ -145,6 +145,12 @@ class AssignmentResponse(WireModel):
     notice_deadline: datetime | None = Field(
         default=None, description="Preemption notice: SIGTERM and the notice file now, SIGKILL at this time."
     )
+    notice_cause: Literal["higher_tier", "spot_floor", "maintenance", "reclaimed"] | None = Field(
+        default=None,
+        description="Why the notice (with `notice_deadline`): a higher tier needs the GPUs, the spot floor "
+        "rose above the bid, the node goes into maintenance, or the idle GPUs it borrowed are taken back "
+        "(the notice file's `cause`).",
+    )
     notice_keeps_gpus: int | None = Field(
         default=None,
         ge=0,
