@@ -18,6 +18,7 @@ from suanli.domain.policies import BestFitPolicy
 from suanli.domain.preemption import PreemptionConfig
 from suanli.domain.queue_order import (
     GREEDY_QUEUE,
+    PLATFORM_QUEUE,
     BackfillOrder,
     Mode,
     Order,
@@ -452,6 +453,25 @@ def test_fair_share_converges_to_the_weights(weights, durations):
     total = sum(used.values())
     for tenant, weight in zip(tenants, weights, strict=True):
         assert used[tenant] / total == pytest.approx(weight / sum(weights), abs=0.08)
+
+
+def test_backfill_gives_the_holes_to_tenants_by_fair_share_not_to_whoever_ranks_first():
+    """A reserved 16-GPU head waits for two nodes; 3 GPUs are free until then. Tenants a (weight 2) and b
+    (weight 1) each have three 1-GPU jobs that would end in time, b's shorter (a higher response ratio).
+    Backfill takes turns by weighted fair share, as the walk does: a gets two holes, b one. It ranked every
+    candidate by ratio alone, across tenants, and b took all three (a tenant's weight counted in the walk,
+    but most of an overloaded fleet's starts are backfill)."""
+    snap = snapshot_of(2, 8)
+    held = [run(snap, job("c-run", 8, 0, 10_000, tenant="c", tier=Tier.RESERVED), 0)]
+    held.append(run(snap, job("c-run2", 5, 0, 10_000, tenant="c", tier=Tier.RESERVED), 0))
+    head = job("c-head", 8, 0, 3600, nodes=2, tenant="c", tier=Tier.RESERVED)
+    theirs = [job(f"a{i}", 1, 10, 1000, tenant="a") for i in range(3)]
+    theirs += [job(f"b{i}", 1, 10, 500, tenant="b") for i in range(3)]
+    config = replace(PLATFORM_QUEUE, weights={"a": 2.0, "b": 1.0})
+    decision = admit(snap, [head, *theirs], held, POLICY, 100, config, FairShare())
+    started = sorted(p.request_id for p in decision.placements)
+    assert decision.head == "c-head" and len(started) == 3
+    assert sum(1 for r in started if r.startswith("a")) == 2, started
 
 
 def test_ratio_within_a_class_puts_short_jobs_first_but_waiting_raises_the_long_ones():

@@ -207,3 +207,32 @@ def test_the_replay_benchmark_writes_json_without_nan_and_names_a_template_that_
     with pytest.raises(SystemExit):
         queue_bench.main(["--jobs", "1", "--template", str(pods)])
     assert "not an ITP job CSV" in capsys.readouterr().err
+
+
+def test_tenants_share_a_replay_by_their_fair_share_weights(tmp_path: Path):
+    """`--tenants a=2,b=1` deals an overloaded trace evenly to two tenants: `suanli` (fair share in the walk
+    and in backfill) gives a about two thirds of the GPU-time, FIFO about what each asks (a half)."""
+    import random
+
+    rng = random.Random(1)
+    rows = [f"j{i},{i * 60},{rng.randint(1800, 7200)},{rng.choice([1, 2, 4, 8])}" for i in range(1500)]
+    trace = tmp_path / "jobs.csv"
+    trace.write_text("job_id,submission_time,duration,num_gpu\n" + "\n".join(rows) + "\n")
+    out = tmp_path / "out.json"
+    console = Console(file=io.StringIO())
+    queue_command("4:8", trace, ["suanli", "fifo"], None, out, None, console, tenants="a=2,b=1")
+    shares = {
+        name: {t: f["gpu_share_pct"] for t, f in figures["per_tenant"].items()}
+        for name, figures in json.loads(out.read_text())["policies"].items()
+    }
+    assert shares["suanli"]["a"] == pytest.approx(66.7, abs=6), shares
+    assert shares["fifo"]["a"] == pytest.approx(50, abs=6), shares
+    assert "by tenant" in console.file.getvalue()
+    for bad, says in (
+        ("a=2", "two tenants or more"),
+        ("a=2,a=1", "named once"),
+        ("a=0,b=1", "from 0.001 to 1000"),
+        ("a=x,b=1", "NAME=WEIGHT"),
+    ):
+        with pytest.raises(ValueError, match=f"--tenants .*{says}"):
+            queue_command("4:8", trace, ["fifo"], None, None, None, console, tenants=bad)

@@ -197,6 +197,13 @@ def queue(
             "under the FIFO baselines, which order by arrival alone, only the hold applies).",
         ),
     ] = None,
+    tenants: Annotated[
+        str | None,
+        typer.Option(
+            help="NAME=WEIGHT,... : deal the jobs evenly (seeded) to these tenants with these fair-share "
+            "weights (0.001 to 1000); the `by tenant` table shows each one's share of the GPU-time.",
+        ),
+    ] = None,
 ) -> None:
     """Replay a job trace with arrivals and departures in virtual time through the scheduler."""
     names = [p.strip() for p in policy.split(",") if p.strip()]
@@ -215,6 +222,7 @@ def queue(
             elastic=elastic,
             resize_restart_s=resize_restart_s,
             contract=contract,
+            tenants=tenants,
         )
     except (ValueError, SuanliError, OSError) as error:
         console.print(error_text(str(error)))

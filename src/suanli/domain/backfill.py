@@ -17,9 +17,10 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from suanli.domain.contracts import hold_pending
+from suanli.domain.fair_share import FairShare
 from suanli.domain.plan import NEVER_FITS, Pending, Placement, Reason
 from suanli.domain.policies import Policy
-from suanli.domain.queue_order import BackfillOrder, Mode, QueueConfig, backfill_key, width_cost
+from suanli.domain.queue_order import BackfillOrder, Mode, QueueConfig, backfill_key, fair_merge, width_cost
 from suanli.domain.request import Request
 from suanli.domain.reservation import Booking, earliest_slot, expected_end, reserve
 from suanli.domain.running import Running
@@ -42,6 +43,7 @@ class BackfillPhase:
     policy: Policy
     now: float
     config: QueueConfig
+    fair: FairShare  # the tenants' decayed usage, as the walk's order read it
     gates: Gates
     placements: list[Placement]
     pending: list[Pending]
@@ -103,16 +105,15 @@ class BackfillPhase:
         if self.config.backfill_order is not BackfillOrder.QUEUE:
             order = self.config.backfill_order
             floor_s = self.config.backfill_floor_s
-            candidates.sort(
-                key=lambda r: backfill_key(
-                    r,
-                    self.now,
-                    order,
-                    width_cost(self.config, r, self.pool_share),
-                    floor_s,
-                    self.config.ratio_cost_cap_s,
-                )
-            )
+
+            def within(r: Request) -> tuple:
+                width = width_cost(self.config, r, self.pool_share)
+                key = backfill_key(r, self.now, order, width, floor_s, self.config.ratio_cost_cap_s)
+                return (*key, r.submitted_at_s, r.id)
+
+            # tiers first, and tenants taking turns by fair share, as the walk: the holes go to the tenant
+            # furthest below its share, not to whoever's candidate ranks first across tenants
+            candidates = fair_merge(candidates, self.config, self.fair, self.running, within)
         would_delay = f"would delay the head's reserved start at {utc_text(self.head_start_s)}"
         delaying: list[Request] = []
         for request in candidates:

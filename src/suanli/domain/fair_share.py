@@ -10,6 +10,10 @@ from types import MappingProxyType
 DEFAULT_HALF_LIFE_S = 7 * 24 * 3600.0
 
 
+MIN_WEIGHT = 0.001  # a fair-share weight's range is 1/1000 to 1000 times the default's (1)
+MAX_WEIGHT = 1000.0
+
+
 @dataclass(frozen=True, slots=True)
 class FairShare:
     """Each tenant's GPU-seconds with exponential decay (half-life `half_life_s`), as of `at_s`.

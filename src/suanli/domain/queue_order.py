@@ -165,6 +165,29 @@ def order_requests(
     """
     if config.order is Order.FIFO:
         return sorted(queue, key=lambda r: (r.submitted_at_s, r.id))
+    if config.within is Within.RATIO:
+
+        def within(r: Request) -> tuple:
+            width = width_cost(config, r, pool_share)
+            return (-response_ratio(r, now, width, cap_s=config.ratio_cost_cap_s), r.submitted_at_s, r.id)
+
+    else:
+
+        def within(r: Request) -> tuple:
+            return (r.submitted_at_s, r.id)
+
+    return fair_merge(queue, config, fair, running, within)
+
+
+def fair_merge(
+    queue: Iterable[Request],
+    config: QueueConfig,
+    fair: FairShare,
+    running: Sequence[Running],
+    within: Callable[[Request], tuple],
+) -> list[Request]:
+    """`queue` by (tier, bid) class, and within a class tenants taking turns by weighted fair share, each
+    tenant's requests in `within` order (`order_requests`' merge, which backfill's candidates follow too)."""
     classes: dict[tuple[int, float], dict[str, list[Request]]] = {}
     for request in queue:
         classes.setdefault(class_key(request), {}).setdefault(request.tenant, []).append(request)
@@ -179,18 +202,7 @@ def order_requests(
     for key in sorted(classes):
         tenants = classes[key]
         for requests in tenants.values():
-            if config.within is Within.RATIO:
-                requests.sort(
-                    key=lambda r: (
-                        -response_ratio(
-                            r, now, width_cost(config, r, pool_share), cap_s=config.ratio_cost_cap_s
-                        ),
-                        r.submitted_at_s,
-                        r.id,
-                    )
-                )
-            else:
-                requests.sort(key=lambda r: (r.submitted_at_s, r.id))
+            requests.sort(key=within)
         if len(tenants) == 1:
             ordered.extend(next(iter(tenants.values())))
             continue

@@ -144,11 +144,10 @@ def admit(
     `Preemption.promised`, or None, also says where), `last_head` the previous cycle's blocked head
     (kept at the front of its class when `config.keep_head`). See the module doc."""
     cycle = _Cycle(snapshot, running, policy, now, config, gates or Gates())
+    cycle.fair = fair or FairShare()
     if config.keep_head and last_head is not None:
         cycle.last_head, cycle.last_reserved = last_head, frozenset(last_reserved)
-    ordered = order_requests(
-        cycle.promote(queue), config, fair or FairShare(), running, now, cycle.pool_share
-    )
+    ordered = order_requests(cycle.promote(queue), config, cycle.fair, running, now, cycle.pool_share)
     if config.wide_first_share:
         wide = oldest_wide(ordered, cycle.wide_first)
         if wide is not None:
@@ -230,6 +229,7 @@ class _Cycle(BackfillPhase):
             now,
             config,
         )
+        self.fair = FairShare()  # `admit` sets the cycle's
         self.placements: list[Placement] = []
         self.pending: list[Pending] = []
         self.preemptions: list[Preemption] = []

@@ -14,8 +14,9 @@ from __future__ import annotations
 import heapq
 import random
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
+from types import MappingProxyType
 
 from suanli.domain.catalog_data import CATALOG
 from suanli.domain.contracts import Contract, growth_breach
@@ -224,6 +225,7 @@ def run_requests(
     elastic: float | None = None,
     resize_restart_s: float = 0.0,
     contracts: Sequence[Contract] = (),
+    weights: Mapping[str, float] | None = None,
 ) -> QueueResult:
     """Replay timed `requests` (each runs its true duration once started) under the named policy.
 
@@ -238,8 +240,11 @@ def run_requests(
     their holders (tenants of `requests`) in their windows, as on the server: the holder's requests up to
     the contracted count are promoted to reserved, on-demand keeps off the held capacity, and spot that
     borrowed it is preempted with notice when the holder claims it; the holders' jobs are the per-tier
-    figures' `contract` row."""
+    figures' `contract` row. `weights`: the tenants' fair-share weights (those a policy that orders by fair
+    share uses), with each tenant's share of the allocated GPU-time in the figures (`per_tenant`)."""
     config = POLICIES[policy_name]
+    if weights:
+        config = replace(config, weights=MappingProxyType(dict(weights)))
     gates = Gates(contracts=tuple(contracts), evict_below_floor=False) if contracts else None
     holders = frozenset(c.tenant for c in contracts)  # their jobs' figures: the `contract` row
     if elastic is not None:
@@ -258,6 +263,7 @@ def run_requests(
         requests = [replace(r, checkpoints=True) for r in requests]
     by_id = {r.id: r for r in requests}
     result = QueueResult(policy_name, fleet.gpu_count, len(requests), estimate.describe())
+    result.weights = dict(weights or {})
     if not requests:
         return result
     policy = placement or BestFitPolicy()
@@ -295,6 +301,9 @@ def run_requests(
         result.idle_waiting_gpu_s += idle_waiting * overlap
         result.idle_held_gpu_s += idle_held * overlap
         result.idle_scattered_gpu_s += idle_scattered * overlap
+        if result.weights and overlap:
+            for tenant, gpus in held.items():
+                result.tenant_gpu_s[tenant] = result.tenant_gpu_s.get(tenant, 0.0) + gpus * overlap
         if config.order is Order.PRIORITY:
             fair = fair.advance(now, held)
         previous = now
@@ -344,6 +353,7 @@ def run_requests(
                     ran_s = true_s[request_id] + lost_s.pop(request_id, 0.0) + overhead_s
                 result.wait_s.append(now - job.request.submitted_at_s - ran_s)
                 result.tier_of.append(tier_label(job.request, holders))
+                result.tenant_of.append(job.request.tenant)
             else:
                 result.preemptions += 1
                 tier = tier_label(job.request, holders)

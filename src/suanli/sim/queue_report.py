@@ -45,8 +45,10 @@ from suanli.sim.queue_tables import (
     perturbed_table,
     print_trims,
     results_table,
+    tenants_table,
     tiers_table,
 )
+from suanli.sim.tenant_mix import deal_to_tenants, parse_tenants
 from suanli.sim.traces import read_openb_nodes, read_openb_pods
 
 MAX_NODES = 100_000  # `N:M` fleets: more is no GPU cloud, and would take the machine's memory
@@ -132,6 +134,7 @@ def queue_command(
     elastic: float | None = None,
     resize_restart_s: float = 0.0,
     contract: str | None = None,
+    tenants: str | None = None,
 ) -> list[QueueResult]:
     """`suanli sim queue`: replay `jobs` under each policy, print a table, write JSON and plots if asked."""
     if not policies:
@@ -149,6 +152,9 @@ def queue_command(
     fleet = load_fleet(nodes)
     tier_mix = parse_mix(mix)
     sale = None if contract is None else parse_contract(contract, fleet)
+    weights = None if tenants is None else parse_tenants(tenants)
+    if weights and sale is not None:
+        raise ValueError("--tenants: not with --contract, whose holder is a tenant of its own")
     if sale is not None and not tier_mix.get(Tier.RESERVED):
         raise ValueError(
             "--contract: the tier mix draws no reserved jobs for the holder (add reserved=SHARE)"
@@ -175,6 +181,11 @@ def queue_command(
         f"{total} {kind} on {len(fleet.nodes)} nodes / {fleet.gpu_count} GPUs: "
         f"offered load {100 * load:.1f}%; {estimate.describe()}" + _elastic_text(elastic, resize_restart_s)
     )
+    if weights:
+        requests = deal_to_tenants(requests, list(weights), seed)
+        console.print(
+            f"jobs dealt evenly to tenants {', '.join(f'{t} (weight {w:g})' for t, w in weights.items())}"
+        )
     contracts: list[Contract] = []
     if sale is not None:
         requests, sold = sell_contract(requests, *sale)
@@ -213,12 +224,15 @@ def queue_command(
                     elastic=elastic,
                     resize_restart_s=resize_restart_s,
                     contracts=contracts,
+                    weights=weights,
                 )
             )
     console.print(results_table(f"queueing replay: {jobs.name} on {fleet.gpu_count} GPUs", results))
     console.print(idle_table(results))
     if len(tier_mix) > 1 or contracts:  # (one tier and no holder: the table above says it all)
         console.print(tiers_table(results))
+    if weights:
+        console.print(tenants_table(results))
     console.print("replay speed (jobs/s): " + ", ".join(f"{r.policy} {r.jobs_per_s:,.0f}" for r in results))
     print_trims(console, results)
     legend = (

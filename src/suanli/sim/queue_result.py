@@ -20,6 +20,11 @@ class QueueResult:
     jct_s: list[float] = field(default_factory=list)
     wait_s: list[float] = field(default_factory=list)  # time in the queue: JCT less every run (lost ones too)
     tier_of: list[str] = field(default_factory=list)
+    tenant_of: list[str] = field(default_factory=list)  # each completed job's tenant (as `jct_s`)
+    # with several tenants (`sim queue --tenants`): their fair-share weights, and the GPU-seconds each was
+    # allocated in the arrival window
+    weights: dict[str, float] = field(default_factory=dict)
+    tenant_gpu_s: dict[str, float] = field(default_factory=dict)
     preemptions: int = 0
     preempted_by_tier: dict[str, int] = field(default_factory=dict)  # of `preemptions`, by the victim's tier
     trims: int = 0  # elastic victims that gave back part of their GPUs and ran on (not in `preemptions`)
@@ -118,7 +123,28 @@ class QueueResult:
             }
         return tiers
 
+    def per_tenant(self) -> dict[str, dict[str, float]]:
+        """With several tenants: each one's weight, its share of the weights, jobs, its share of the GPU-time
+        allocated in the arrival window (what fair share drives toward its weight's share while every
+        tenant waits), and its mean queueing delay. Empty with one tenant."""
+        if len(self.weights) < 2:
+            return {}
+        total_gpu_s = sum(self.tenant_gpu_s.values())
+        total_weight = sum(self.weights.values())
+        tenants: dict[str, dict[str, float]] = {}
+        for name, weight in self.weights.items():
+            wait = [w for w, t in zip(self.wait_s, self.tenant_of, strict=True) if t == name]
+            tenants[name] = {
+                "weight": weight,
+                "weight_share_pct": round(100 * weight / total_weight, 2),
+                "jobs": len(wait),
+                "gpu_share_pct": round(_pct(self.tenant_gpu_s.get(name, 0.0), total_gpu_s), 2),
+                "mean_queue_s": _mean(wait),
+            }
+        return tenants
+
     def summary(self) -> dict[str, float | int | dict]:
+        tenants = self.per_tenant()
         return {
             "mean_jct_s": round(self.mean_jct_s, 1),
             "p95_jct_s": round(self.p95_jct_s, 1),
@@ -140,6 +166,7 @@ class QueueResult:
             "cycles": self.cycles,
             "wall_s": round(self.wall_s, 2),
             "per_tier": self.per_tier(),
+            **({"per_tenant": tenants} if tenants else {}),
         }
 
 

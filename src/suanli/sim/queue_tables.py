@@ -69,6 +69,24 @@ def tiers_table(results: Sequence[QueueResult]) -> Table:
     return table
 
 
+def tenants_table(results: Sequence[QueueResult]) -> Table:
+    """Per policy and tenant: its weight's share, its share of the GPU-time allocated (arrival window), jobs
+    and mean queueing delay."""
+    headers = ["tenant", "weight\n%", "GPU\n%", "jobs", "mean\nqueue h"]
+    table = _figures_table("by tenant", headers)
+    for r in results:
+        for tenant, figures in r.per_tenant().items():
+            table.add_row(
+                r.policy,
+                tenant,
+                f"{figures['weight_share_pct']:.1f}",
+                f"{figures['gpu_share_pct']:.1f}",
+                f"{figures['jobs']:,}",
+                f"{figures['mean_queue_s'] / 3600:.2f}",
+            )
+    return table
+
+
 def _figures_table(title: str, headers: Sequence[str]) -> Table:
     table = Table(title=title, box=box.SIMPLE_HEAD, collapse_padding=True, pad_edge=False)
     table.add_column("policy", overflow="fold", min_width=6)
