@@ -41,8 +41,13 @@ def _nan_as_none(value: object) -> object:
     return value
 
 
-def write_plots(directory: Path, results: Sequence[QueueResult]) -> list[Path]:
-    """PNG charts of GPU allocation % and queue length over virtual time, one line per policy."""
+LINE_STYLES = ("-", "--", ":", "-.")  # policies with identical figures stay visible
+
+
+def write_plots(directory: Path, results: Sequence[QueueResult], title: str = "") -> list[Path]:
+    """PNG charts of GPU allocation % and queue length over virtual time, one step line per policy (a sample
+    holds until the next: the replay's state changes only at events), titled with `title` (the trace and
+    fleet); a policy drawn over another's identical line is told apart by its dashes."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -52,11 +57,14 @@ def write_plots(directory: Path, results: Sequence[QueueResult]) -> list[Path]:
     written = []
     for name, column, label in (("allocation", 1, "GPU allocation %"), ("queue", 2, "queued jobs")):
         figure, axes = plt.subplots(figsize=(10, 4))
-        for result in results:
+        for number, result in enumerate(results):
             t0 = result.samples[0][0] if result.samples else 0.0
             xs = [(s[0] - t0) / 86400 for s in result.samples]
             ys = [100 * s[1] / result.capacity_gpus if column == 1 else s[2] for s in result.samples]
-            axes.plot(xs, ys, label=result.policy, linewidth=0.8)
+            dashes = LINE_STYLES[number % len(LINE_STYLES)]
+            axes.plot(xs, ys, label=result.policy, linewidth=0.8, drawstyle="steps-post", linestyle=dashes)
+        if title:
+            axes.set_title(f"{label}: {title}")
         axes.set_xlabel("days since the first arrival")
         axes.set_ylabel(label)
         axes.legend()

@@ -270,7 +270,7 @@ def queue_command(
             raise ValueError(f"--json {json_path}: cannot write it ({error.strerror})") from None
     if plot_dir is not None:
         try:
-            written = write_plots(plot_dir, results)
+            written = write_plots(plot_dir, results, f"{jobs.name} on {nodes} ({fleet.gpu_count} GPUs)")
         except OSError as error:
             raise ValueError(f"--plot {plot_dir}: cannot write the charts ({error.strerror})") from None
         for path in written:
