@@ -111,9 +111,10 @@ class BackfillPhase:
                 key = backfill_key(r, self.now, order, width, floor_s, self.config.ratio_cost_cap_s)
                 return (*key, r.submitted_at_s, r.id)
 
-            # tiers first, and tenants taking turns by fair share, as the walk: the holes go to the tenant
-            # furthest below its share, not to whoever's candidate ranks first across tenants
-            candidates = fair_merge(candidates, self.config, self.fair, self.running, within)
+            # tenants taking turns by fair share, as in the walk: the holes go to the tenant furthest below
+            # its share, not to whoever's candidate ranks first across tenants (tiers are not ranked here:
+            # spot yields where a higher tier waits, and ranking them cost spot without sparing on-demand)
+            candidates = fair_merge(candidates, self.config, self.fair, self.running, within, by_class=False)
         would_delay = f"would delay the head's reserved start at {utc_text(self.head_start_s)}"
         delaying: list[Request] = []
         for request in candidates:

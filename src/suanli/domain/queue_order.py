@@ -185,12 +185,15 @@ def fair_merge(
     fair: FairShare,
     running: Sequence[Running],
     within: Callable[[Request], tuple],
+    by_class: bool = True,
 ) -> list[Request]:
-    """`queue` by (tier, bid) class, and within a class tenants taking turns by weighted fair share, each
-    tenant's requests in `within` order (`order_requests`' merge, which backfill's candidates follow too)."""
+    """`queue` by (tier, bid) class (`by_class`; else as one class), and within a class tenants taking turns
+    by weighted fair share, each tenant's requests in `within` order (`order_requests`' merge; backfill's
+    candidates follow it as one class, since spot already yields to a higher tier waiting in its pools)."""
     classes: dict[tuple[int, float], dict[str, list[Request]]] = {}
     for request in queue:
-        classes.setdefault(class_key(request), {}).setdefault(request.tenant, []).append(request)
+        key = class_key(request) if by_class else (0, 0.0)
+        classes.setdefault(key, {}).setdefault(request.tenant, []).append(request)
     horizon = fair.horizon_s
     if all(len(tenants) == 1 for tenants in classes.values()):
         running = ()  # one tenant per class: nobody to take turns with, so what is held does not matter
