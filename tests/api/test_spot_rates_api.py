@@ -257,3 +257,45 @@ def test_a_floor_notice_is_withdrawn_when_the_floor_falls_back_to_the_bid_before
         time.sleep(8)
         scheduler_cycles(client)
         assert client.get(f"/v1/rentals/{rental['id']}", headers=headers).json()["state"] == "placed"
+
+
+def test_a_tenant_raises_its_spot_bid_and_a_notice_for_the_floor_is_withdrawn(
+    database_url, monkeypatch
+) -> None:
+    """`PUT /v1/rentals/{id}/bid` (`suanli bid`): the floor rises above a running spot rental's bid and it
+    gets notice; its tenant raises the bid to meet the floor and it runs on. A bid on an on-demand rental,
+    or a running one's bid lowered under the floor, is refused naming the field; nothing changes."""
+    from typer.testing import CliRunner
+
+    from conftest import logged_in_as
+    from suanli.cli import platform_commands
+    from suanli.cli.main import app
+
+    with app_client(
+        database_url, meter_interval_s=3600, prepaid=False, preemption_notice_by_tier_s={"spot": 8}
+    ) as client:
+        _, headers = _tenant(client)
+        floor, _ = _prices(client)
+        spot = {"gpu_model": ASCEND, "gpus": 1, "tier": "spot", "bid_micros_per_gpu_hour": floor + 1000}
+        rental = client.post("/v1/rentals", json=spot, headers=headers).json()
+        assert wait_for(client, rental["id"], headers, "placed")["state"] == "placed"
+        url = f"/v1/rentals/{rental['id']}/bid"
+        under = client.put(url, json={"bid_micros_per_gpu_hour": floor - 1}, headers=headers)
+        assert under.status_code == 400 and under.json()["error"]["field"] == "bid_micros_per_gpu_hour"
+        assert "below the spot floor" in under.json()["error"]["message"]
+        steady = client.post("/v1/rentals", json={"gpu_model": ASCEND, "gpus": 1}, headers=headers).json()
+        refused = client.put(
+            f"/v1/rentals/{steady['id']}/bid", json={"bid_micros_per_gpu_hour": 5}, headers=headers
+        )
+        assert refused.status_code == 400 and "only a spot rental" in refused.json()["error"]["message"]
+        _set_floor(client, floor + 5000, in_s=1.5)
+        assert wait_for(client, rental["id"], headers, "preempting")["state"] == "preempting"
+        key = headers["Authorization"][7:]
+        monkeypatch.setattr(platform_commands, "logged_in", logged_in_as(client, key))
+        price = f"{(floor + 6000) / 1e6:.6f}"
+        said = CliRunner().invoke(app, ["bid", rental["id"], price, "--json"])
+        assert said.exit_code == 0, said.output
+        back = wait_for(client, rental["id"], headers, "placed")
+        assert back["state"] == "placed" and back["request"]["bid_micros_per_gpu_hour"] == floor + 6000
+        kinds = [e["kind"] for e in back["events"]]
+        assert "bid" in kinds and "the spot floor is no longer above its bid" in back["events"][-1]["message"]

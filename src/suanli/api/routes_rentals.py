@@ -16,6 +16,7 @@ from suanli.wire.schemas import (
     ContractResponse,
     ContractTransferRequest,
     ErrorResponse,
+    RentalBidRequest,
     RentalCreateRequest,
     RentalDryRunResponse,
     RentalResizeRequest,
@@ -89,6 +90,13 @@ def resize_rental(
     rental_id: str, body: RentalResizeRequest, caller: CallerDep, services: ServicesDep
 ) -> RentalResponse:
     return mappers.rental(services.rentals.resize(caller, rental_id, body.nodes, body.gpus))
+
+
+@router.put("/rentals/{rental_id}/bid", tags=["rentals"])
+def set_bid(
+    rental_id: str, body: RentalBidRequest, caller: CallerDep, services: ServicesDep
+) -> RentalResponse:
+    return mappers.rental(services.rentals.set_bid(caller, rental_id, body.bid_micros_per_gpu_hour))
 
 
 @router.post("/contracts", status_code=status.HTTP_201_CREATED, tags=["contracts"])

@@ -20,8 +20,8 @@ STOP_CONFIRM_S = 120
 # a pending rental's recorded expected start is rewritten when the leader's estimate moves this much
 EXPECTED_START_STEP_S = 60.0
 # Every kind of rental event: a state it entered, or what happened to it (a restart of its workload, a
-# re-queue after a lost node, a resize, growing onto more nodes, a low balance warning, a budget alert, a stop
-# its agents have not confirmed in `STOP_CONFIRM_S`)
+# re-queue after a lost node, a resize, a spot bid changed, growing onto more nodes, a low balance warning,
+# a budget alert, a stop its agents have not confirmed in `STOP_CONFIRM_S`)
 EVENT_KINDS = (
     "created",
     "pending",
@@ -31,6 +31,7 @@ EVENT_KINDS = (
     "restarted",
     "requeued",
     "resized",
+    "bid",
     "growing",
     "grown",
     "low_balance",

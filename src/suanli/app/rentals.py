@@ -12,6 +12,7 @@ from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from suanli.app.bids import change_bid
 from suanli.app.billing import BillingService
 from suanli.app.booking import SHARE_UNIT_MILLI
 from suanli.app.errors import Conflict, Duplicate, Invalid
@@ -427,6 +428,18 @@ class RentalService:
                     message += "; growing in place"
             uow.rentals.add_event(rental.id, RentalEvent(now, "resized", None, message))
             uow.commit()
+        self.signal()
+        return self.get(caller, rental_id)
+
+    def set_bid(self, caller: Caller, rental_id: str, bid_micros_per_gpu_hour: int) -> RentalView:
+        """A spot rental's new bid (`bids.change_bid`); the leader re-prices and re-judges it next cycle."""
+        with self.uow() as uow:
+            rental = self._owned(uow, caller, rental_id, lock=True)
+            now = self.clock.now()
+            fleet = None if self.fleet is None else self.fleet.load(uow)[1]
+            floor_of = self.billing.spot_floor_of(uow, now)
+            if change_bid(uow, rental, bid_micros_per_gpu_hour, fleet, floor_of, now):
+                uow.commit()
         self.signal()
         return self.get(caller, rental_id)
 

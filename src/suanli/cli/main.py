@@ -67,6 +67,7 @@ for command in (
     platform.show,
     platform.stop,
     platform.resize,
+    platform.bid,
     billing_commands.prices,
     billing_commands.balance,
     billing_commands.payouts,

@@ -436,6 +436,23 @@ def resize(
     emit(rental, as_json, _rental_detail)
 
 
+def bid(
+    rental_id: str,
+    price: Annotated[str, typer.Argument(help="The new bid per GPU-hour, e.g. 2.5.")],
+    as_json: JsonFlag = False,
+) -> None:
+    """Change a spot rental's bid: waiting, it is ordered and placed by the new one; running, its rate is
+    capped at it (at least the pool's spot floor), and a notice for the floor goes once the bid meets it."""
+    try:
+        bid_micros = money_to_micros(price)
+    except SpecError as error:
+        errors.print(error_text(f"PRICE: {error}"))
+        raise typer.Exit(EXIT_USAGE) from None
+    with logged_in({"bid_micros_per_gpu_hour": "PRICE"}) as client:
+        rental = client.set_bid(rental_id, bid_micros)
+    emit(rental, as_json, _rental_detail)
+
+
 def _offer_unit(offer: OfferResponse) -> str:
     """GPU, a MIG profile, or `share<=0.50 24GiB` (the largest share one GPU has free, and its memory)."""
     if offer.shares:

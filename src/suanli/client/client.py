@@ -91,6 +91,7 @@ from suanli.wire.schemas import (
     NodeDrainResponse,
     NodeResponse,
     OfferResponse,
+    RentalBidRequest,
     RentalCreateRequest,
     RentalDryRunResponse,
     RentalResizeRequest,
@@ -313,6 +314,11 @@ class Client:
 
     def stop(self, rental_id: str) -> RentalResponse:
         return self._call("POST", f"/v1/rentals/{_segment(rental_id)}/stop", RentalResponse, retry=True)
+
+    def set_bid(self, rental_id: str, bid_micros_per_gpu_hour: int) -> RentalResponse:
+        """A spot rental's new bid per GPU-hour (live: at least its pool's floor)."""
+        body = RentalBidRequest(bid_micros_per_gpu_hour=bid_micros_per_gpu_hour)
+        return self._call("PUT", f"/v1/rentals/{_segment(rental_id)}/bid", RentalResponse, body=body)
 
     def resize(self, rental_id: str, *, nodes: int | None = None, gpus: int | None = None) -> RentalResponse:
         body = RentalResizeRequest(nodes=nodes, gpus=gpus)

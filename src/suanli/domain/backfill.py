@@ -20,7 +20,15 @@ from suanli.domain.contracts import hold_pending
 from suanli.domain.fair_share import FairShare
 from suanli.domain.plan import NEVER_FITS, Pending, Placement, Reason
 from suanli.domain.policies import Policy
-from suanli.domain.queue_order import BackfillOrder, Mode, QueueConfig, backfill_key, fair_merge, width_cost
+from suanli.domain.queue_order import (
+    BackfillOrder,
+    Mode,
+    QueueConfig,
+    backfill_key,
+    class_key,
+    fair_merge,
+    width_cost,
+)
 from suanli.domain.request import Request
 from suanli.domain.reservation import Booking, earliest_slot, expected_end, reserve
 from suanli.domain.running import Running
@@ -109,7 +117,7 @@ class BackfillPhase:
             def within(r: Request) -> tuple:
                 width = width_cost(self.config, r, self.pool_share)
                 key = backfill_key(r, self.now, order, width, floor_s, self.config.ratio_cost_cap_s)
-                return (*key, r.submitted_at_s, r.id)
+                return (*key, class_key(r), r.submitted_at_s, r.id)  # a tie: the walk's order
 
             # tenants taking turns by fair share, as in the walk: the holes go to the tenant furthest below
             # its share, not to whoever's candidate ranks first across tenants (tiers are not ranked here:
