@@ -177,6 +177,16 @@ def test_command_names_a_bad_cluster(traces: Path):
     assert outcome.exit_code == 2 and "--cluster 99" in outcome.output
 
 
+def test_command_refuses_a_shift_without_perturbed_runs_and_one_not_finite(traces: Path):
+    """`--shift-s` alone changed nothing and said nothing; `--shift-s inf` collapsed every arrival to 0 and
+    the perturbed table said "met" over NaN figures."""
+    base = ["sim", "itp-check", "--traces", str(traces)]
+    alone = runner.invoke(app, [*base, "--shift-s", "30"])
+    assert alone.exit_code == 2 and "--shift-s: only with --perturb" in alone.output
+    endless = runner.invoke(app, [*base, "--perturb", "1", "--shift-s", "inf"])
+    assert endless.exit_code == 2 and "--shift-s inf" in endless.output
+
+
 def test_jittered_arrivals_move_within_the_shift_and_repeat_by_seed():
     jobs = [TraceJob(f"j{i}", 100.0 * i, 50.0, 1 + i % 3) for i in range(30)]
     moved = jittered(jobs, 30.0, seed=3)

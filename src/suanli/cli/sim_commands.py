@@ -243,8 +243,9 @@ def itp_check(
         int, typer.Option(min=0, help="Also replay this many times with arrivals moved (seeded): the spread.")
     ] = 0,
     shift_s: Annotated[
-        float, typer.Option(min=0.0, help="With --perturb: the most an arrival moves, in seconds.")
-    ] = 60.0,
+        float | None,
+        typer.Option(help="With --perturb: the most an arrival moves, in seconds (default 60)."),
+    ] = None,
     estimate: EstimateOption = "pow2h",
     split: Annotated[
         int,
@@ -272,6 +273,9 @@ def itp_check(
     resize_restart_s: ResizeRestartOption = 0.0,
 ) -> None:
     """Replay every ITP cluster at about 85% offered load under every policy; check suanli against each."""
+    if shift_s is not None and not perturb:
+        console.print(error_text("--shift-s: only with --perturb (it moves the perturbed runs' arrivals)"))
+        raise typer.Exit(2)
     try:
         checks = itp_check_command(
             traces,
@@ -279,7 +283,7 @@ def itp_check(
             json_path,
             console,
             perturb,
-            shift_s,
+            60.0 if shift_s is None else shift_s,
             parse_estimate(estimate),
             split,
             checkpoint,
