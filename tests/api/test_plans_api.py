@@ -368,6 +368,31 @@ def test_a_holders_rental_larger_than_its_contract_starts_on_what_is_held_for_it
     assert placed["price_micros_per_hour"] == 8 * H100_ON_DEMAND
 
 
+def test_capacity_a_contract_opens_on_in_two_minutes_is_kept_from_rentals_that_would_still_run(
+    client, tenant
+) -> None:
+    """A holder's 8 H100s open in two minutes; another tenant holds 7 of the 8 H100 nodes. Its next
+    8-GPU rental declared for an hour would still run when the window opens (and the holder's claim would
+    preempt it at once): it waits with `contract_hold`. One declared for a minute ends before: it starts."""
+    holder_id, holder = tenant("soon-holder")
+    other_id, other = tenant("soon-other")
+    for tenant_id in (holder_id, other_id):
+        _credit(client, tenant_id, 1_000_000_000)
+    start = datetime.now(UTC) + timedelta(minutes=2)
+    assert client.post("/v1/contracts", json=h100_contract(start, 3, 8), headers=holder).status_code == 201
+    seven = {"gpu_model": "H100-SXM-80GB", "gpus": 8, "nodes": 7, "max_duration_s": 3600}
+    assert wait_for(
+        client, client.post("/v1/rentals", json=seven, headers=other).json()["id"], other, "placed"
+    )
+    hour = {"gpu_model": "H100-SXM-80GB", "gpus": 8, "max_duration_s": 3600}
+    held = client.post("/v1/rentals", json=hour, headers=other).json()
+    waiting = wait_for(client, held["id"], other, "placed", reason="contract_hold")
+    assert waiting["pending_reason"] == "contract_hold", waiting
+    assert "opening while it would run" in waiting["pending_message"]
+    minute = client.post("/v1/rentals", json={**hour, "max_duration_s": 60}, headers=other).json()
+    assert wait_for(client, minute["id"], other, "placed")["state"] == "placed"
+
+
 def _reserved_list_price(client: TestClient, gpu_model: str) -> int:
     return next(
         p["price_micros_per_gpu_hour"]

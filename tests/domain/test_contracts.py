@@ -455,3 +455,25 @@ def test_a_drain_that_deepens_a_pool_short_already_is_its_doing_where_it_takes_m
     assert (shortfall.at_s, shortfall.contracted_gpus, shortfall.in_service_gpus) == (2 * HOUR, 6, 0)
     assert deepened_shortfalls([contract], capacity, [window], [window], 0.0, math.inf) == []
     assert [s.short_gpus for s in contract_shortfalls([contract], capacity, [window], 0.0, math.inf)] == [2]
+
+
+def test_capacity_a_contract_opens_on_soon_is_kept_from_others_that_would_still_run_then():
+    """A contract of acme for 4 of the 8 GPUs opens at 100 (now 60). Beta's on-demand request for 8 GPUs
+    declared to run an hour would still run then, and acme's claim would preempt it with notice at once:
+    it waits (`contract_hold`). One for 4 GPUs fits beside the contract; one for 8 declared 30 s ends before
+    it opens; one without a duration is judged over its notice (30 s), so it is placed (a contract opening
+    later cannot be weighed against a rental with no end); acme's own request takes what is held for it."""
+    gates = Gates(contracts=[contract("c", 4, 100, 1000)])
+
+    def admitted(request: Request) -> bool:
+        decision = admit(Snapshot(fleet_of(1), CATALOG), [request], [], POLICY, 60, CONFIG, gates=gates)
+        return bool(decision.placements)
+
+    hour = replace(ask("long", 8, tenant="beta"), max_duration_s=3600)
+    waiting = admit(Snapshot(fleet_of(1), CATALOG), [hour], [], POLICY, 60, CONFIG, gates=gates).pending
+    assert [(p.request_id, p.reason) for p in waiting] == [("long", Reason.CONTRACT_HOLD)]
+    assert "opening while it would run" in waiting[0].message
+    assert admitted(replace(ask("half", 4, tenant="beta"), max_duration_s=3600))
+    assert admitted(replace(ask("brief", 8, tenant="beta"), max_duration_s=30))
+    assert admitted(ask("open-ended", 8, tenant="beta"))
+    assert admitted(replace(ask("own", 8, tenant="acme"), max_duration_s=3600))

@@ -322,12 +322,36 @@ def available_for_holds(
     return available
 
 
+def upcoming_held(
+    contracts: Iterable[Contract], now: float, until: float, besides: str | None = None
+) -> dict[Pool, float]:
+    """Per pool, the most GPUs that contracts of others than `besides`, opening after `now` and by `until`,
+    hold at once: what a request that would still run when they open must leave them (their holders would
+    claim it back with notice at once)."""
+    upcoming = [c for c in contracts if c.tenant != besides and now < c.start_s <= until]
+    peak: dict[Pool, float] = {}
+    for instant in {c.start_s for c in upcoming}:
+        at: dict[Pool, float] = {}
+        for c in upcoming:
+            if c.start_s <= instant < c.end_s:
+                at[(c.model, c.region)] = at.get((c.model, c.region), 0.0) + c.gpus
+        for pool, gpus in at.items():
+            peak[pool] = max(peak.get(pool, 0.0), gpus)
+    return peak
+
+
 def breached_pool(
-    holds: Holds, available: Mapping[Pool, float], placement: Placement, tenant: str | None = None
+    holds: Holds,
+    available: Mapping[Pool, float],
+    placement: Placement,
+    tenant: str | None = None,
+    ahead: Mapping[Pool, float] | None = None,
 ) -> Pool | None:
     """The pool whose capacity held for others than `tenant` `placement`, taken out of `available`, would
-    eat into, if any."""
+    eat into, if any; `ahead`: what contracts opening before the request would end hold there too."""
     held = holds.held(besides=tenant)
+    for pool, gpus in (ahead or {}).items():
+        held[pool] = held.get(pool, 0.0) + gpus
     for pool, gpus in pool_gpus(placement, holds.pool_of_node).items():
         if held.get(pool, 0.0) > 1e-9 and available.get(pool, 0.0) - gpus < held[pool] - 1e-9:
             return pool
@@ -365,7 +389,9 @@ def hold_pending(request_id: str, pool: Pool) -> Pending:
     """Why a request waits: its placement would take capacity held for open contracts."""
     model, region = pool
     return Pending(
-        request_id, Reason.CONTRACT_HOLD, f"{model} in {region}: free capacity is held for open contracts"
+        request_id,
+        Reason.CONTRACT_HOLD,
+        f"{model} in {region}: free capacity is held for contracts (open, or opening while it would run)",
     )
 
 

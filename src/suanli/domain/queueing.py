@@ -61,6 +61,7 @@ from suanli.domain.contracts import (
     open_holds,
     pool_gpus,
     pools_of,
+    upcoming_held,
 )
 from suanli.domain.elastic_start import Drain, smaller_sizes
 from suanli.domain.fair_share import FairShare
@@ -364,7 +365,18 @@ class _Cycle(BackfillPhase):
             self.placed_parts.pop(request.id, None)  # of an earlier trial, elsewhere
             if (part := self.tentative.partial(request, pools, placement.gpus)) is not None:
                 self.placed_parts[request.id] = part
-        return breached_pool(self.holds, self.available, placement, request.tenant)
+        return breached_pool(self.holds, self.available, placement, request.tenant, self._ahead(request))
+
+    def _ahead(self, request: Request) -> dict[Pool, float]:
+        """What contracts opening while `request` would still run hold (`upcoming_held`): those opening
+        before its declared end, or, without one, within the notice it would get, as for maintenance."""
+        if not self.gates.contracts:
+            return {}
+        duration = request.max_duration_s
+        if duration is None:
+            config = self.config.preemption
+            duration = 0.0 if config is None else config.notice_for(request.tier)
+        return upcoming_held(self.gates.contracts, self.now, self.now + duration, request.tenant)
 
     def _book(self, request: Request, placement: Placement) -> None:
         if self.ledger is not None:
