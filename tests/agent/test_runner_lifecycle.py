@@ -867,16 +867,70 @@ def test_the_agent_kills_a_workload_at_its_deadline_between_heartbeats(tmp_path:
         deadline = datetime.now(UTC) + timedelta(seconds=0.5)
         client.assignments = [assignment("r-1", script, deadline=deadline)]
         runner.step()  # the notice
-        stopping = threading.Event()
-        started = time.monotonic()
-        pause = threading.Thread(target=runner._pause, args=(stopping, 5.0))
-        pause.start()
-        while group_alive(pgid) and time.monotonic() - started < 4:
-            time.sleep(0.02)
+        runner._pause(threading.Event(), 5.0)  # ends at the deadline, not after the 5-s interval
+        runner.step()  # asks the server (the notice stands), then kills
         killed_after = (datetime.now(UTC) - deadline).total_seconds()
-        stopping.set()
-        pause.join()
         assert not group_alive(pgid) and killed_after < 0.5, f"killed {killed_after:.2f} s after its deadline"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+
+
+def test_a_notice_withdrawn_in_the_answer_at_its_deadline_is_not_killed(tmp_path: Path) -> None:
+    """The server withdrew the notice (the floor fell back, the bid was raised, the preemptor left) less
+    than a heartbeat before the deadline: the agent's step at the deadline asks first and does not kill it
+    (it killed on its local deadline, and heard of the withdrawal only after)."""
+    client = FakeClient()
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    script = ignores_term_then_says_so(ready)
+    client.assignments = [assignment("r-1", script)]
+    runner = make_runner(tmp_path, client)
+    runner.step()
+    pgid = runner.local["r-1"].workload.pid
+    try:
+        eventually(lambda: any(ready.iterdir()))
+        deadline = datetime.now(UTC) + timedelta(seconds=0.4)
+        client.assignments = [assignment("r-1", script, deadline=deadline)]
+        runner.step()  # the notice
+        client.assignments = [assignment("r-1", script)]  # withdrawn just before the deadline
+        runner._pause(threading.Event(), 5.0)
+        runner.step()
+        runner.step()
+        assert group_alive(pgid), "killed at a deadline the server had withdrawn"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+
+
+def test_a_notice_given_again_with_another_deadline_is_followed_without_a_second_signal(
+    tmp_path: Path,
+) -> None:
+    """The answer moves a standing notice's deadline (a notice given anew for another cause): the notice
+    file says the new deadline, the workload gets no second SIGTERM, and it is killed at the new one."""
+    client = FakeClient()
+    log = tmp_path / "terms.log"
+    script = counts_terms(log)
+    client.assignments = [assignment("r-1", script)]
+    runner = make_runner(tmp_path, client)
+    runner.step()
+    pgid = runner.local["r-1"].workload.pid
+    try:
+        time.sleep(0.3)
+        first = datetime.now(UTC) + timedelta(seconds=0.5)
+        client.assignments = [assignment("r-1", script, deadline=first)]
+        runner.step()
+        later = first + timedelta(seconds=1)
+        client.assignments = [assignment("r-1", script, deadline=later)]
+        runner.step()
+        notice = ProcessExecutor(tmp_path).paths("r-1").notice_file
+        assert json.loads(notice.read_text())["deadline_unix_s"] == later.timestamp()
+        time.sleep(max((first - datetime.now(UTC)).total_seconds(), 0) + 0.2)
+        runner.step()
+        assert group_alive(pgid), "killed at the old deadline"
+        time.sleep(max((later - datetime.now(UTC)).total_seconds(), 0) + 0.2)
+        runner.step()
+        assert not group_alive(pgid) and log.read_text().count("TERM") == 1
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGKILL)

@@ -299,3 +299,40 @@ def test_a_tenant_raises_its_spot_bid_and_a_notice_for_the_floor_is_withdrawn(
         assert back["state"] == "placed" and back["request"]["bid_micros_per_gpu_hour"] == floor + 6000
         kinds = [e["kind"] for e in back["events"]]
         assert "bid" in kinds and "the spot floor is no longer above its bid" in back["events"][-1]["message"]
+
+
+def test_a_floor_leaver_whose_preemptor_leaves_goes_back_to_its_floor_notice_and_a_lowered_bid_caps_the_rate(
+    database_url,
+) -> None:
+    """A rental leaving for the floor was taken by an on-demand preemptor, which is then stopped: it goes back
+    to its floor notice with its deadline kept (it was withdrawn, then noticed anew with a later deadline its
+    agent never heard of). A running rental whose bid is lowered under its rate pays the bid from then on
+    (the repricer moves rates by 1% or more, and left it above the bid)."""
+    with app_client(
+        database_url, meter_interval_s=3600, prepaid=False, preemption_notice_by_tier_s={"spot": 30}
+    ) as client:
+        _, headers = _tenant(client)
+        floor, _ = _prices(client)
+        spot = {"gpu_model": ASCEND, "gpus": 4, "tier": "spot"}
+        low = client.post(
+            "/v1/rentals", json=spot | {"bid_micros_per_gpu_hour": floor + 1000}, headers=headers
+        )
+        high = client.post(
+            "/v1/rentals", json=spot | {"bid_micros_per_gpu_hour": floor + 90_000}, headers=headers
+        )
+        low, high = (wait_for(client, r.json()["id"], headers, "placed") for r in (low, high))
+        lowered = client.put(
+            f"/v1/rentals/{high['id']}/bid", json={"bid_micros_per_gpu_hour": floor + 2000}, headers=headers
+        ).json()
+        assert lowered["price_micros_per_hour"] <= 4 * (floor + 2000) < high["price_micros_per_hour"]
+        _set_floor(client, floor + 1500, in_s=1.5)
+        noticed = wait_for(client, low["id"], headers, "preempting")
+        asked = client.post("/v1/rentals", json={"gpu_model": ASCEND, "gpus": 4}, headers=headers).json()
+        taken = wait_for(client, asked["id"], headers, "placed", reason="preempting")
+        assert taken["pending_reason"] == "preempting"
+        assert client.post(f"/v1/rentals/{asked['id']}/stop", headers=headers).status_code == 200
+        scheduler_cycles(client)
+        back = client.get(f"/v1/rentals/{low['id']}", headers=headers).json()
+        assert back["state"] == "preempting" and back["preempted_by"] == "below_floor"
+        assert back["notice_deadline"] == noticed["notice_deadline"]
+        assert "it still leaves for the spot floor" in back["events"][-1]["message"]

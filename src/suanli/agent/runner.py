@@ -144,10 +144,12 @@ class AgentRunner:
                 failures = 0
                 pause = self.interval_s
             except ServerUnreachable as error:
+                self.poll()  # the server cannot be asked: deadlines as last told
                 failures += 1
                 pause = self._backoff(failures)
                 log.warning("server unreachable (%s); workloads keep running; retry in %.1f s", error, pause)
             except ApiError as error:
+                self.poll()  # no answer this step: deadlines as last told
                 if error.status == 401:
                     log.warning("the server refused the node key; registering again")
                     self._client = None
@@ -164,8 +166,9 @@ class AgentRunner:
 
     def _pause(self, stopping: threading.Event, pause_s: float) -> None:
         """Wait `pause_s` (or until `stopping`), checking running `exec` commands meanwhile, so one's end is
-        told within `execs.POLL_S`, not at the next heartbeat; and waking at a notice deadline, so a victim
-        is killed at it, not up to a heartbeat after it."""
+        told within `execs.POLL_S`, not at the next heartbeat; and ending at a notice deadline, so the next
+        step asks the server (a notice withdrawn at the last moment holds) and kills then, not up to a
+        heartbeat after it."""
         end = time.monotonic() + pause_s
         while not stopping.is_set() and (left := end - time.monotonic()) > 0:
             watching = bool(self.execs.running or self.execs.forwards) and self._client is not None
@@ -173,8 +176,7 @@ class AgentRunner:
             wait = min(left, EXEC_POLL_S if watching else left, left if kill_in is None else kill_in)
             stopping.wait(max(wait, MIN_WAKE_S))
             if kill_in is not None and kill_in <= wait:
-                with contextlib.suppress(SuanliError, OSError):
-                    self.poll()  # kills what reached its deadline; reported at the next heartbeat
+                return  # a deadline: the step asks the server, then kills
             if watching and self._client is not None:
                 with contextlib.suppress(SuanliError, OSError):
                     self.execs.poll(self._client)
@@ -195,7 +197,7 @@ class AgentRunner:
         return min(MAX_BACKOFF_S, 0.2 * 2**failures, self.interval_s * 2)
 
     def step(self) -> None:
-        self.poll()
+        self.poll(kill=False)
         self.ship_logs()
         client = self._require_client()
         self.execs.poll(client)
@@ -212,6 +214,7 @@ class AgentRunner:
         if self.fixed_interval_s is None:
             self.interval_s = answer.heartbeat_interval_s
         self.reconcile(answer.assignments)
+        self.poll()  # deadlines as the answer left them: a notice withdrawn by now is not killed
         self.execs.end_with_rentals({r for r, local in self.local.items() if local.state == "running"})
         self.execs.start(client, answer.execs, self._running_spec)
 
@@ -246,12 +249,14 @@ class AgentRunner:
 
     # --- steps ----------------------------------------------------------------------------------------
 
-    def poll(self) -> None:
+    def poll(self, kill: bool = True) -> None:
+        """Follow each workload: its exit (a restart under on-failure), and, with `kill`, its notice deadline
+        reached (`step` kills only after the heartbeat, so a notice withdrawn at the last moment holds)."""
         for local in self.local.values():
             if local.workload is None or local.state != "running":
                 continue
             now = datetime.now(UTC)
-            if local.noticed_until is not None and now >= local.noticed_until:
+            if kill and local.noticed_until is not None and now >= local.noticed_until:
                 local.workload.kill()
                 local.state, local.exit_code, local.message = "stopped", None, "killed at the notice deadline"
                 continue
@@ -344,6 +349,8 @@ class AgentRunner:
                 local.noticed_until = assignment.notice_deadline
             elif assignment.notice_deadline is None and local.noticed_until is not None:
                 self._withdraw_notice(local)
+            elif assignment.notice_deadline is not None and assignment.notice_deadline != local.noticed_until:
+                self._move_deadline(local, assignment.notice_deadline, assignment.notice_cause)
 
     # --- helpers --------------------------------------------------------------------------------------
 
@@ -363,6 +370,16 @@ class AgentRunner:
         log.info("%s: trimmed at %s to %d GPUs", local.rental_id, deadline.isoformat(), keeps_gpus)
         write_notice(self.executor.paths(local.rental_id).notice_file, local.rental_id, deadline, keeps_gpus)
         local.trim_noticed = deadline
+
+    def _move_deadline(self, local: Local, deadline: datetime, cause: str | None) -> None:
+        """The notice stands with another deadline (a notice given anew for another cause): the notice file
+        says the new one, and the workload is killed then, not signalled again."""
+        log.info("%s: notice deadline moved to %s", local.rental_id, deadline.isoformat())
+        local.noticed_until = deadline
+        if local.workload is not None and local.state == "running":
+            write_notice(
+                self.executor.paths(local.rental_id).notice_file, local.rental_id, deadline, cause=cause
+            )
 
     def _withdraw_notice(self, local: Local) -> None:
         """The server withdrew the notice (its preemptor left): the workload is not killed at the deadline,

@@ -18,6 +18,7 @@ from suanli.app.ports import UnitOfWork
 from suanli.app.records import END_STATES, LIVE_STATES, Rental, RentalEvent
 from suanli.domain.billing.money import money_pair_text, money_text
 from suanli.domain.inventory import Fleet
+from suanli.domain.running import SPOT_FLOOR as BELOW_FLOOR
 
 BID_FIELD = "bid_micros_per_gpu_hour"
 
@@ -56,11 +57,31 @@ def change_bid(
     uow.rentals.update_spec(
         rental.id, replace(rental, spec=replace(spec, bid_micros_per_gpu_hour=bid_micros))
     )
+    capped = _capped_now(uow, rental, bid_micros, now)
     before = (
         "none (the spot price)"
         if spec.bid_micros_per_gpu_hour is None
         else money_text(spec.bid_micros_per_gpu_hour)
     )
     message = f"bid changed from {before} to {money_text(bid_micros)} per GPU-hour"
+    if rental.state == "preempting" and rental.preempted_by not in (None, BELOW_FLOOR):
+        until = "" if rental.notice_deadline is None else f" until {rental.notice_deadline.isoformat()}"
+        message += f"; it stays under notice{until} for the rental it was preempted for"
+    if capped is not None:
+        message += f"; its rate is now {money_text(capped)}/h, its bid for its GPUs"
     uow.rentals.add_event(rental.id, RentalEvent(now, "bid", None, message))
     return True
+
+
+def _capped_now(uow: UnitOfWork, rental: Rental, bid_micros: int, now: datetime) -> int | None:
+    """A live rental's rate brought down to its new bid for the GPUs it holds, from `now`, when it was above
+    it (the repricer moves a rate only by 1% or more, and a bid is a cap, never exceeded); the new rate."""
+    current, since = rental.price_micros_per_hour, rental.placed_at
+    if rental.state not in LIVE_STATES or current is None or since is None:
+        return None
+    gpus = sum(a.gpus for a in uow.rentals.allocation(rental.id))
+    capped = round(bid_micros * gpus)
+    if capped >= current:
+        return None
+    uow.rentals.change_rate(rental.id, now, capped, since=since, previous=current)
+    return capped

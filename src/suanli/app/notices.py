@@ -94,8 +94,23 @@ def withdraw(
     uow: UnitOfWork, victim: Rental, now: datetime, outranked: bool = False, why: str | None = None
 ) -> bool:
     """Withdraw `victim`'s notice (in `uow`); False when it is no longer under notice. `outranked`: its
-    preemptor still waits, but no longer outranks it (`outranked_no_more`); `why`: another cause, in words."""
-    state = state_before_notice(uow.rentals.events(victim.id))
+    preemptor still waits, but no longer outranks it (`outranked_no_more`); `why`: another cause, in words.
+    A victim taken while it was leaving for the spot floor goes back to that notice, its deadline kept (the
+    repricer withdraws it too if its bid meets the floor by then)."""
+    events = uow.rentals.events(victim.id)
+    if victim.preempted_by != BELOW_FLOOR and _taken_while_leaving(events):
+        deadline = victim.notice_deadline
+        if deadline is None or not uow.rentals.give_notice(
+            victim.id, BELOW_FLOOR, deadline, expect=("preempting",)
+        ):
+            return False
+        message = (
+            "no longer taken by a higher-tier rental; it still leaves for the spot floor at "
+            f"{deadline.isoformat()}"
+        )
+        uow.rentals.add_event(victim.id, RentalEvent(now, "preempting", "below_floor", message))
+        return True
+    state = state_before_notice(events)
     if not uow.rentals.set_state(victim.id, state, expect=("preempting",), reason=None):
         return False
     message = "notice withdrawn: the rental it was preempted for was stopped before the deadline"
@@ -110,6 +125,20 @@ def withdraw(
         message = f"notice withdrawn: {why}"
     uow.rentals.add_event(victim.id, RentalEvent(now, state, WITHDRAWN, message))
     return True
+
+
+def _taken_while_leaving(events: Sequence[RentalEvent]) -> bool:
+    """Whether the rental's notice was given on top of a notice for the spot floor that still stood (it was
+    taken as a free victim while leaving for the floor)."""
+    notices = 0
+    for event in reversed(events):
+        if event.reason == WITHDRAWN:
+            return False
+        if event.kind == "preempting":
+            notices += 1
+            if notices == 2:
+                return event.reason == "below_floor"
+    return False
 
 
 def give_notice(

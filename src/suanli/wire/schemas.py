@@ -422,7 +422,7 @@ class RentalResizeRequest(WireModel):
 
 class RentalBidRequest(WireModel):
     bid_micros_per_gpu_hour: int = Field(
-        ge=1,
+        ge=0,
         le=MAX_BID_MICROS,
         description="A spot rental's new bid per GPU-hour. Live: at least its pool's spot floor; its rate is "
         "capped at it from the next re-pricing, and a notice for the floor is withdrawn once the bid meets "
