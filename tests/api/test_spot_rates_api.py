@@ -11,8 +11,20 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from fastapi.testclient import TestClient
+from typer.testing import CliRunner
 
-from conftest import ADMIN, WAIT_S, app_client, charged, register_agent, scheduler_cycles, wait_for
+from conftest import (
+    ADMIN,
+    WAIT_S,
+    app_client,
+    charged,
+    logged_in_as,
+    register_agent,
+    scheduler_cycles,
+    wait_for,
+)
+from suanli.cli import platform_commands
+from suanli.cli.main import app
 from suanli.domain.billing.money import money_text, round_half_up, to_epoch_s
 from suanli.domain.billing.pricebook import spot_formula
 
@@ -265,12 +277,6 @@ def test_a_tenant_raises_its_spot_bid_and_a_notice_for_the_floor_is_withdrawn(
     """`PUT /v1/rentals/{id}/bid` (`suanli bid`): the floor rises above a running spot rental's bid and it
     gets notice; its tenant raises the bid to meet the floor and it runs on. A bid on an on-demand rental,
     or a running one's bid lowered under the floor, is refused naming the field; nothing changes."""
-    from typer.testing import CliRunner
-
-    from conftest import logged_in_as
-    from suanli.cli import platform_commands
-    from suanli.cli.main import app
-
     with app_client(
         database_url, meter_interval_s=3600, prepaid=False, preemption_notice_by_tier_s={"spot": 8}
     ) as client:

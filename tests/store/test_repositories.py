@@ -651,7 +651,7 @@ def test_a_rental_does_not_grow_into_capacity_held_for_another_tenants_contract(
     with uow() as u:
         assert len(u.rentals.allocation("rnt_a")) == 2
         (waiting,) = [e for e in u.rentals.events("rnt_a") if e.kind == "growing"]
-        assert waiting.reason == "contract_hold" and "held for open contracts" in waiting.message
+        assert waiting.reason == "contract_hold" and "held for contracts" in waiting.message
     clock.at = NOW + timedelta(hours=2)
     assert scheduler.run_cycle().grown == 1
     with uow() as u:
