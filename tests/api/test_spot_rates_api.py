@@ -208,6 +208,19 @@ def _events(client: TestClient, rental_id: str, headers: dict[str, str]) -> list
     return client.get(f"/v1/rentals/{rental_id}", headers=headers).json()["events"]
 
 
+def _two_bidders(
+    client: TestClient, headers: dict[str, str], low_bid: int, high_bid: int
+) -> tuple[dict, dict]:
+    """Two spot rentals of 4 GPUs that fill the Ascend node, bidding `low_bid` and `high_bid`, placed."""
+    spot = {"gpu_model": ASCEND, "gpus": 4, "tier": "spot"}
+    placed = []
+    for bid in (low_bid, high_bid):
+        posted = client.post("/v1/rentals", json=spot | {"bid_micros_per_gpu_hour": bid}, headers=headers)
+        placed.append(wait_for(client, posted.json()["id"], headers, "placed"))
+    assert [r["state"] for r in placed] == ["placed", "placed"]
+    return placed[0], placed[1]
+
+
 def test_a_preemptor_takes_what_a_rental_leaving_for_the_floor_frees_and_evicts_no_one_else(
     database_url,
 ) -> None:
@@ -219,15 +232,7 @@ def test_a_preemptor_takes_what_a_rental_leaving_for_the_floor_frees_and_evicts_
     ) as client:
         _, headers = _tenant(client)
         floor, _ = _prices(client)
-        spot = {"gpu_model": ASCEND, "gpus": 4, "tier": "spot"}
-        low = client.post(
-            "/v1/rentals", json=spot | {"bid_micros_per_gpu_hour": floor + 1000}, headers=headers
-        )
-        high = client.post(
-            "/v1/rentals", json=spot | {"bid_micros_per_gpu_hour": floor + 9000}, headers=headers
-        )
-        low, high = (wait_for(client, r.json()["id"], headers, "placed") for r in (low, high))
-        assert low["state"] == high["state"] == "placed"
+        low, high = _two_bidders(client, headers, floor + 1000, floor + 9000)
         _set_floor(client, floor + 5000, in_s=1.5)
         assert wait_for(client, low["id"], headers, "preempting")["preempted_by"] == "below_floor"
         asked = client.post("/v1/rentals", json={"gpu_model": ASCEND, "gpus": 4}, headers=headers).json()
@@ -319,14 +324,7 @@ def test_a_floor_leaver_whose_preemptor_leaves_goes_back_to_its_floor_notice_and
     ) as client:
         _, headers = _tenant(client)
         floor, _ = _prices(client)
-        spot = {"gpu_model": ASCEND, "gpus": 4, "tier": "spot"}
-        low = client.post(
-            "/v1/rentals", json=spot | {"bid_micros_per_gpu_hour": floor + 1000}, headers=headers
-        )
-        high = client.post(
-            "/v1/rentals", json=spot | {"bid_micros_per_gpu_hour": floor + 90_000}, headers=headers
-        )
-        low, high = (wait_for(client, r.json()["id"], headers, "placed") for r in (low, high))
+        low, high = _two_bidders(client, headers, floor + 1000, floor + 90_000)
         lowered = client.put(
             f"/v1/rentals/{high['id']}/bid", json={"bid_micros_per_gpu_hour": floor + 2000}, headers=headers
         ).json()
