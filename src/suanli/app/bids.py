@@ -9,16 +9,16 @@ a bid below the floor at placement is kept only because the rental was placed at
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
 
 from suanli.app.errors import Conflict, Invalid
 from suanli.app.ports import UnitOfWork
-from suanli.app.records import END_STATES, LIVE_STATES, Rental, RentalEvent
+from suanli.app.records import BELOW_FLOOR, END_STATES, LIVE_STATES, Rental, RentalEvent
 from suanli.domain.billing.money import money_pair_text, money_text
 from suanli.domain.inventory import Fleet
-from suanli.domain.running import SPOT_FLOOR as BELOW_FLOOR
+from suanli.domain.plan import NodeAllocation
 
 BID_FIELD = "bid_micros_per_gpu_hour"
 
@@ -42,9 +42,10 @@ def change_bid(
         raise Invalid("a bid is more than 0", field=BID_FIELD)
     if spec.bid_micros_per_gpu_hour == bid_micros:
         return False
-    if rental.state in LIVE_STATES and fleet is not None:
+    allocation = uow.rentals.allocation(rental.id) if rental.state in LIVE_STATES else []
+    if allocation and fleet is not None:
         nodes = {n.name: n for n in fleet.nodes}
-        held = {a.node for a in uow.rentals.allocation(rental.id)}
+        held = {a.node for a in allocation}
         pools = {(nodes[n].gpu_model, nodes[n].region) for n in held if n in nodes}
         floors = [f for pool in sorted(pools) if (f := floor_of(*pool)) is not None]
         if floors and bid_micros < max(floors):
@@ -57,7 +58,7 @@ def change_bid(
     uow.rentals.update_spec(
         rental.id, replace(rental, spec=replace(spec, bid_micros_per_gpu_hour=bid_micros))
     )
-    capped = _capped_now(uow, rental, bid_micros, now)
+    capped = _capped_now(uow, rental, allocation, bid_micros, now)
     before = (
         "none (the spot price)"
         if spec.bid_micros_per_gpu_hour is None
@@ -73,14 +74,16 @@ def change_bid(
     return True
 
 
-def _capped_now(uow: UnitOfWork, rental: Rental, bid_micros: int, now: datetime) -> int | None:
-    """A live rental's rate brought down to its new bid for the GPUs it holds, from `now`, when it was above
-    it (the repricer moves a rate only by 1% or more, and a bid is a cap, never exceeded); the new rate."""
+def _capped_now(
+    uow: UnitOfWork, rental: Rental, allocation: Sequence[NodeAllocation], bid_micros: int, now: datetime
+) -> int | None:
+    """A live rental's rate brought down to its new bid for the GPUs it holds (`allocation`), from `now`,
+    when it was above it (the repricer moves a rate only by 1% or more, and a bid is a cap, never exceeded);
+    the new rate."""
     current, since = rental.price_micros_per_hour, rental.placed_at
-    if rental.state not in LIVE_STATES or current is None or since is None:
+    if not allocation or current is None or since is None:
         return None
-    gpus = sum(a.gpus for a in uow.rentals.allocation(rental.id))
-    capped = round(bid_micros * gpus)
+    capped = round(bid_micros * sum(a.gpus for a in allocation))
     if capped >= current:
         return None
     uow.rentals.change_rate(rental.id, now, capped, since=since, previous=current)

@@ -25,12 +25,11 @@ from datetime import UTC, datetime
 
 from suanli.app.maintenance import MAINTENANCE
 from suanli.app.ports import UnitOfWork
-from suanli.app.records import PREEMPTIBLE_STATES, Rental, RentalEvent
+from suanli.app.records import BELOW_FLOOR, PREEMPTIBLE_STATES, Rental, RentalEvent
 from suanli.app.rentals import LEFT_UNDER_NOTICE, STOP_UNDER_NOTICE, TIME_LIMIT, follow_size, per_node_gpus
 from suanli.domain.plan import NodeAllocation, Reason
 from suanli.domain.preemption import RESUME_S, Preemption
 from suanli.domain.request import Tier
-from suanli.domain.running import SPOT_FLOOR as BELOW_FLOOR
 
 WITHDRAWN = "notice_withdrawn"  # the reason of the event that records a withdrawn notice
 
@@ -90,11 +89,15 @@ def state_before_notice(events: Sequence[RentalEvent]) -> str:
     return before or state
 
 
-def withdraw(
-    uow: UnitOfWork, victim: Rental, now: datetime, outranked: bool = False, why: str | None = None
-) -> bool:
-    """Withdraw `victim`'s notice (in `uow`); False when it is no longer under notice. `outranked`: its
-    preemptor still waits, but no longer outranks it (`outranked_no_more`); `why`: another cause, in words.
+OUTRANKED_NO_MORE = (  # why a notice is withdrawn whose preemptor still waits (`outranked_no_more`)
+    "the rental it was preempted for no longer outranks it (the contract that made it reserved ended or "
+    "moved to another tenant); it keeps all its GPUs"
+)
+
+
+def withdraw(uow: UnitOfWork, victim: Rental, now: datetime, why: str | None = None) -> bool:
+    """Withdraw `victim`'s notice (in `uow`); False when it is no longer under notice. `why`: the cause in
+    words, when it is not that its preemptor left (`OUTRANKED_NO_MORE`, the spot floor fell back).
     A victim taken while it was leaving for the spot floor goes back to that notice, its deadline kept (the
     repricer withdraws it too if its bid meets the floor by then)."""
     events = uow.rentals.events(victim.id)
@@ -116,11 +119,6 @@ def withdraw(
     message = "notice withdrawn: the rental it was preempted for was stopped before the deadline"
     if victim.notice_deadline is not None and victim.notice_deadline <= now:  # a trim's, past its deadline
         message = "notice withdrawn: the rental it was preempted for no longer waits; it keeps all its GPUs"
-    if outranked:
-        message = (
-            "notice withdrawn: the rental it was preempted for no longer outranks it (the contract that made "
-            "it reserved ended or moved to another tenant); it keeps all its GPUs"
-        )
     if why is not None:
         message = f"notice withdrawn: {why}"
     uow.rentals.add_event(victim.id, RentalEvent(now, state, WITHDRAWN, message))

@@ -9,6 +9,7 @@ from datetime import datetime
 from suanli.domain.billing.plans import PaymentTerms
 from suanli.domain.contracts import Contract
 from suanli.domain.plan import NodeAllocation
+from suanli.domain.running import SPOT_FLOOR
 
 ROLES = ("admin", "provider", "tenant")
 LIVE_STATES = ("placed", "starting", "running", "stopping", "preempting")
@@ -17,6 +18,8 @@ END_STATES = ("stopped", "preempted", "lost", "failed")
 # A stop its agents have not confirmed this long after it was asked is billed no further, and the scheduler no
 # longer counts on its GPUs coming free now: an agent that hangs must not bill its tenant, nor hold the queue
 STOP_CONFIRM_S = 120
+# `preempted_by` of a spot rental noticed because its bid fell below its pool's floor
+BELOW_FLOOR = SPOT_FLOOR
 # a pending rental's recorded expected start is rewritten when the leader's estimate moves this much
 EXPECTED_START_STEP_S = 60.0
 # Every kind of rental event: a state it entered, or what happened to it (a restart of its workload, a

@@ -28,6 +28,7 @@ from suanli.app.list_prices import list_price
 from suanli.app.live_snapshot import LiveSnapshot
 from suanli.app.maintenance import give_notices, upcoming
 from suanli.app.notices import (
+    OUTRANKED_NO_MORE,
     abandoned,
     end_victim,
     give_notice,
@@ -236,7 +237,7 @@ class Scheduler:
                 by_pending = {r.id: r for r in pending}
                 skip = asked | {v.id for v in left}
                 for victim in outranked_no_more(preempting, by_pending, self._reserved_for(uow, now)):
-                    if victim.id not in skip and withdraw(uow, victim, now, outranked=True):
+                    if victim.id not in skip and withdraw(uow, victim, now, OUTRANKED_NO_MORE):
                         withdrawn.append(victim)
             if withdrawn:
                 uow.commit()

@@ -17,7 +17,7 @@ from typing import Any
 from suanli.app.growth import held_request
 from suanli.app.notices import withdraw
 from suanli.app.ports import UnitOfWork, UnitOfWorkFactory
-from suanli.app.records import PREEMPTIBLE_STATES, Rental, RentalEvent
+from suanli.app.records import BELOW_FLOOR, PREEMPTIBLE_STATES, Rental, RentalEvent
 from suanli.app.rentals import to_request
 from suanli.domain.billing.money import money_pair_text
 from suanli.domain.billing.pricebook import rate_moved, utilization_milli
@@ -25,10 +25,8 @@ from suanli.domain.capacity import FULL_MILLI
 from suanli.domain.catalog import GpuModel
 from suanli.domain.plan import NodeAllocation
 from suanli.domain.request import Shape, Tier
-from suanli.domain.running import SPOT_FLOOR
 from suanli.domain.snapshot import Snapshot
 
-BELOW_FLOOR = SPOT_FLOOR  # `preempted_by` of a spot rental noticed because its bid fell below the floor
 REPRICED_STATES = ("placed", "starting", "running", "preempting")  # a spot rental that pays the spot price
 Pool = tuple[GpuModel, str]  # (model, region) of a node
 Utilization = Mapping[tuple[str, str], int]  # busy GPU milli per 1000 of each (model name, region) pool

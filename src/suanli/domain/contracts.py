@@ -332,9 +332,8 @@ def upcoming_held(
     peak: dict[Pool, float] = {}
     for instant in {c.start_s for c in upcoming}:
         at: dict[Pool, float] = {}
-        for c in upcoming:
-            if c.start_s <= instant < c.end_s:
-                at[(c.model, c.region)] = at.get((c.model, c.region), 0.0) + c.gpus
+        for c in (c for c in upcoming if c.open_at(instant)):
+            at[(c.model, c.region)] = at.get((c.model, c.region), 0.0) + c.gpus
         for pool, gpus in at.items():
             peak[pool] = max(peak.get(pool, 0.0), gpus)
     return peak
