@@ -295,15 +295,24 @@ def test_the_cpu_and_memory_promised_to_a_preemptor_are_held_too():
 
 
 @pytest.mark.parametrize("config", [EASY, CONSERVATIVE], ids=["easy", "conservative"])
-def test_a_rental_past_its_declared_end_is_expected_to_end_a_minute_from_now_in_both_plans(config):
-    """`late` declared 100 s and still holds n0 at 500: the 2-node head is expected to start at 560 under EASY
-    and under Slurm's plan alike, so on n1 a 30-second job may start in front of it and a 2-minute one not."""
-    snap = snapshot_of(2, 8)
+def test_a_rental_past_its_declared_end_frees_at_the_next_instant_and_nothing_backfills_in_front_of_the_head(
+    config,
+):
+    """`late` declared 100 s and still holds n0 at 500 (it is being stopped at its time limit): the 2-node
+    head is expected to start a second later under EASY and under Slurm's plan alike, on n0 and the free node,
+    so not even a 12-second job takes the free node in front of it (counted a minute away, one did at each
+    cycle while the stop went through, and held the head past its start); the half-busy node still takes a
+    long one."""
+    snap = snapshot_of(3, 8)
     late = run(snap, job("late", 8, 0, 100), 0)
-    queue = [job("head", 8, 1, 50, nodes=2), job("quick", 1, 2, 30), job("slow", 1, 3, 120)]
-    decision = admit(snap, queue, [late], POLICY, 500, config)
-    assert decision.head == "head" and decision.head_start_s == 500 + OVERDUE_S
-    assert [p.request_id for p in decision.placements] == ["quick"]
+    other = run(snap, job("other", 4, 0, 10_000), 0)
+    queue = [job("head", 8, 1, 50, nodes=2), job("quick", 8, 2, 12), job("slow", 4, 3, 120)]
+    decision = admit(snap, queue, [late, other], POLICY, 500, config)
+    assert decision.head == "head" and decision.head_start_s == 500 + OVERDUE_S <= 501
+    half_busy = other.placement.nodes[0].node
+    assert set(decision.reserved_nodes) == {"n0", "n1", "n2"} - {half_busy}
+    assert [(p.request_id, p.nodes[0].node) for p in decision.placements] == [("slow", half_busy)]
+    assert reasons(decision)["quick"] in (Reason.BLOCKED_BY_HEAD, Reason.NO_CAPACITY)
 
 
 def test_backfill_takes_short_jobs_holds_long_ones_and_never_passes_without_a_duration():

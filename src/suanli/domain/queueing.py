@@ -11,7 +11,7 @@ trials are undone. Phases (4 to 6 are `backfill.BackfillPhase`):
    (with notice) and then stops blocking; the first request that neither fits nor preempts is the head
    (`Mode.GREEDY`, a cloud's on-demand: there is no head; the walk places whatever fits, and the cycle ends);
 4. reserve: the head's earliest start, found by releasing running rentals in the order of their expected ends
-   (start + declared duration; one already past it, a minute from now) on the snapshot until the head fits;
+   (start + declared duration; one already past it, at the next instant) on the snapshot until the head fits;
    the nodes it would take are reserved;
 5. backfill (`Mode.BACKFILL`): a later request with a declared duration may start now if it ends before the
    head's reserved start, or if it fits without touching the reserved nodes; then it cannot delay the head.

@@ -27,7 +27,7 @@ def reserve(
     maintenance: Sequence[tuple[str, float, float]] = (),
 ) -> tuple[float, Placement] | None:
     """The head's earliest start and where it would go, releasing rentals by expected end (`expected_end`:
-    one past its declared end is expected a minute from now); None if unbounded.
+    one past its declared end, at the next instant); None if unbounded.
 
     The snapshot is restored. Rentals without an expected end never release, so they bound nothing. With
     `spare_free`, among the placements that fit at that start the one holding the fewest GPUs free *now*
@@ -128,7 +128,12 @@ def _spare_free(
     return found
 
 
-OVERDUE_S = 60.0  # a rental past its declared end is expected to end this much later (it is still there now)
+# A rental past its declared end is being stopped (the platform ends a rental at its time limit), so it is
+# expected to free its capacity at the next instant: a head waiting on it starts then, and nothing that would
+# still run then (a backfill of any length) goes onto its nodes in front of it. Counted a minute away, short
+# backfills kept taking the head's nodes cycle after cycle while the stop went through, and held it up to a
+# minute past its reserved start.
+OVERDUE_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +147,7 @@ class Booking:
 
 
 def expected_end(running: Running, now: float) -> float:
-    """When `running` frees its capacity in the plan; one already past its declared end, a minute from now;
+    """When `running` frees its capacity in the plan; one already past its declared end, `OVERDUE_S` from now;
     one on borrowed capacity, now or at its notice deadline (it is taken back when needed)."""
     if running.borrowed:
         return max(now, running.notice_deadline_s or now)
