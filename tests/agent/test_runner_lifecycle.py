@@ -919,3 +919,21 @@ def test_a_notice_given_again_with_another_deadline_is_followed_without_a_second
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGKILL)
+
+
+def test_a_workload_that_exits_between_heartbeats_is_told_within_half_a_second_not_at_the_next_one(
+    tmp_path: Path,
+) -> None:
+    """With a 5-s heartbeat, a workload that ends 0.3 s into the pause: the pause ends within `EXIT_POLL_S` of
+    its exit and the next step reports it, so its billing stops and its GPUs free then (a preemptor waiting
+    on a victim that leaves early starts then), not up to a heartbeat later."""
+    client = FakeClient()
+    client.assignments = [assignment("r-1", "import time; time.sleep(0.3)")]
+    runner = make_runner(tmp_path, client)
+    runner.step()
+    began = time.monotonic()
+    runner._pause(threading.Event(), 5.0)
+    paused_s = time.monotonic() - began
+    runner.step()
+    assert paused_s < 0.3 + runner_module.EXIT_POLL_S + 0.5, f"told {paused_s:.2f} s after the pause began"
+    assert [(r.rental_id, r.state) for r in client.reports[-1]] == [("r-1", "succeeded")]

@@ -94,6 +94,9 @@ STATE_FILE = "agent.json"
 MAX_BACKOFF_S = 5.0
 MIG_PROBE_S = 30.0  # how often the heartbeat probes the host's MIG instances again (made by hand meanwhile)
 MIN_WAKE_S = 0.05  # the shortest pause between wakes (a deadline already passed does not spin the loop)
+# how often a pause looks for a workload that has exited: its end is told then, not at the next heartbeat, so
+# its billing stops and its GPUs go to the next rental (a preemptor waiting on it) within this of its exit
+EXIT_POLL_S = 0.5
 
 
 class AgentError(SuanliError):
@@ -166,20 +169,37 @@ class AgentRunner:
 
     def _pause(self, stopping: threading.Event, pause_s: float) -> None:
         """Wait `pause_s` (or until `stopping`), checking running `exec` commands meanwhile, so one's end is
-        told within `execs.POLL_S`, not at the next heartbeat; and ending at a notice deadline, so the next
+        told within `execs.POLL_S`, not at the next heartbeat; ending at a notice deadline, so the next
         step asks the server (a notice withdrawn at the last moment holds) and kills then, not up to a
-        heartbeat after it."""
+        heartbeat after it; and ending once a workload has exited, so the next step tells its end within
+        `EXIT_POLL_S` of it (billed to then, its GPUs free for the next rental)."""
         end = time.monotonic() + pause_s
         while not stopping.is_set() and (left := end - time.monotonic()) > 0:
             watching = bool(self.execs.running or self.execs.forwards) and self._client is not None
             kill_in = self._next_kill_in_s()
-            wait = min(left, EXEC_POLL_S if watching else left, left if kill_in is None else kill_in)
+            running = self._running_workloads()
+            wait = min(
+                left,
+                EXEC_POLL_S if watching else left,
+                left if kill_in is None else kill_in,
+                EXIT_POLL_S if running else left,
+            )
             stopping.wait(max(wait, MIN_WAKE_S))
             if kill_in is not None and kill_in <= wait:
                 return  # a deadline: the step asks the server, then kills
+            if any(not workload.poll().running for workload in running):
+                return  # an exit: the step tells the server now
             if watching and self._client is not None:
                 with contextlib.suppress(SuanliError, OSError):
                     self.execs.poll(self._client)
+
+    def _running_workloads(self) -> list[Workload]:
+        """The workloads this agent runs and has not seen end."""
+        return [
+            local.workload
+            for local in self.local.values()
+            if local.workload is not None and local.state == "running"
+        ]
 
     def _next_kill_in_s(self) -> float | None:
         """Seconds until the earliest notice deadline of a workload running here (None: none has one)."""
