@@ -23,23 +23,12 @@ from suanli.app.downtime import maintenance_reasons, notice_horizon_s
 from suanli.app.errors import BookingConflict
 from suanli.app.fleet import FleetCache
 from suanli.app.growth import Held, held_request, holding_after, started_smaller, wants_resize
+from suanli.app.leaving import Leaving, end_due, under_notice
 from suanli.app.limits import cycle_limits
 from suanli.app.list_prices import list_price
 from suanli.app.live_snapshot import LiveSnapshot
 from suanli.app.maintenance import give_notices, upcoming
-from suanli.app.notices import (
-    OUTRANKED_NO_MORE,
-    abandoned,
-    end_victim,
-    give_notice,
-    named_for,
-    outranked_no_more,
-    requeued,
-    stop_asked,
-    stop_victim,
-    trim_victim,
-    withdraw,
-)
+from suanli.app.notices import give_notice, named_for, requeued
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.records import (
     EXPECTED_START_STEP_S,
@@ -212,125 +201,34 @@ class Scheduler:
 
     def _cycle(self) -> CycleReport:
         now = self.clock.now()
-        with self.uow() as uow:
-            version, fleet = self.cache.load(uow)
-            if fleet is None:
-                return CycleReport()
-            # the queue before the windows: a window scheduled before a rental was asked for is then always
-            # seen with it (PostgreSQL reads each statement's committed state; read the other way round, a
-            # window and a rental committed between the two reads placed the rental into the window)
-            pending = uow.rentals.pending()
-            self.windows = uow.maintenance.list(now)
-            self.live.refresh(uow, fleet, version, now, self.windows)
-            preempting = uow.rentals.preempting()
-            # stopped by their tenants under notice: they end `stopped`, whole, and are never requeued
-            asked = {
-                v.id
-                for v in preempting
-                if v.notice_deadline is not None
-                and v.notice_deadline <= now
-                and stop_asked(uow.rentals.events(v.id))
-            }
-            left = [v for v in abandoned(preempting, {r.id for r in pending}, now) if v.id not in asked]
-            withdrawn = [victim for victim in left if withdraw(uow, victim, now)]
-            if preempting:  # (the contracts are read only when someone has notice)
-                by_pending = {r.id: r for r in pending}
-                skip = asked | {v.id for v in left}
-                for victim in outranked_no_more(preempting, by_pending, self._reserved_for(uow, now)):
-                    if victim.id not in skip and withdraw(uow, victim, now, OUTRANKED_NO_MORE):
-                        withdrawn.append(victim)
-            if withdrawn:
-                uow.commit()
-                preempting = [v for v in preempting if v not in withdrawn]
-        snapshot, policy = self.snapshot, self.policy
-        assert snapshot is not None and policy is not None
-        # victims whose deadline passed (or whose workload ended: the heartbeat moved the deadline to then)
-        due = [v for v in preempting if v.notice_deadline is None or v.notice_deadline <= now]
-        waiting_on: dict[str, list[Rental]] = {}  # preemptor -> its victims still under notice
-        for victim in preempting:
-            if victim not in due and victim.preempted_by is not None:
-                waiting_on.setdefault(victim.preempted_by, []).append(victim)
-        deadlines = [v.notice_deadline for v in preempting if v not in due and v.notice_deadline is not None]
-        held = self.live.allocations_by_rental() if due else {}
-        self.kept = {}
-        for victim in due:
-            self.live.forget(victim.id)  # their capacity is free in this decision; the apply releases it
-            if victim.id not in asked:
-                self.live.keep(victim.notice_keeps or ())  # but not the part a trimmed victim runs on with
-                if victim.notice_keeps:
-                    self.kept[victim.id] = list(victim.notice_keeps)
-        # one that checkpoints is back in the queue (the apply requeues it first), and may start again now
-        back = [
-            requeued(v, held.get(v.id, ()), now)
-            for v in due
-            if v.spec.checkpoints and v.notice_keeps is None and v.id not in asked
-        ]
-        pending = [*pending, *back]
-        ready = {v.preempted_by for v in due}.difference(waiting_on)
+        read = self._read(now)
+        if read is None:
+            return CycleReport()
+        pending, leaving = read
+        snapshot = self.snapshot
+        assert snapshot is not None and self.policy is not None
+        pending = [*pending, *self._free_due(leaving, now)]
+        ready = leaving.ready
         by_id = {rental.id: rental for rental in pending}
         started = time.perf_counter()
-        now_s = now.timestamp()
         try:
-            placements, still, notices = self._admit(pending, ready, waiting_on, now_s)
+            placements, still, notices = self._admit(pending, ready, leaving.waiting_on, now.timestamp())
         finally:
             self.kept = {}
         report = CycleReport(
             decision_s=time.perf_counter() - started,
             head_start_s=self.head_start_s,
             scattered_gpus=self.scattered_gpus,
-            withdrawn=len(withdrawn),
+            withdrawn=leaving.withdrawn,
         )
-        noticed = {p.preemptor for p in notices}
         with self.uow() as uow:
-            for victim in due:
-                if victim.id in asked:
-                    report.stopped += stop_victim(uow, victim, now)
-                    continue
-                if victim.notice_keeps is not None:
-                    trimmed = trim_victim(uow, victim, now, self._booker(uow, now))
-                    self.live.stale = self.live.stale or not trimmed  # it changed: the snapshot is rebuilt
-                    report.trimmed += trimmed
-                    continue
-                preemptor = by_id.get(victim.preempted_by or "")
-                same_tenant = preemptor is not None and preemptor.tenant_id == victim.tenant_id
-                report.preempted += end_victim(uow, victim, now, same_tenant)
-            # as they are now, their rows held: a stop or a resize committed since they were read wins
-            current = {r.id: r for r in uow.rentals.by_ids([p.request_id for p in placements], lock=True)}
-            for placement in placements:
-                rental = by_id[placement.request_id]
-                now_row = current.get(rental.id)
-                changed = now_row is None or now_row.state != "pending" or now_row.spec != rental.spec
-                report.placed += self._apply_placement(uow, rental, placement, now, changed)
-            for decision in notices:
-                reserved = decision.preemptor in self.promoted
-                report.notices += give_notice(uow, by_id[decision.preemptor], decision, now, reserved)
-            report.notices += self._maintenance_notices(uow, now)
-            report.grown = self._resize(uow, now, self._owed_promises(pending, waiting_on, notices))
-            for waiting in still:
-                if waiting.request_id in noticed:
-                    report.pending[Reason.PREEMPTING.value] += 1
-                    continue
-                report.pending[waiting.reason.value] += 1
-                self._set_reason(uow, by_id[waiting.request_id], waiting.reason, waiting.message, now)
-            for preemptor_id, victims in waiting_on.items():
-                if preemptor_id in by_id:
-                    report.pending[Reason.PREEMPTING.value] += 1
-                    preemptor = by_id[preemptor_id]
-                    named = named_for(preemptor.tenant_id, [(v.id, v.tenant_id) for v in victims])
-                    self._set_reason(uow, preemptor, Reason.PREEMPTING, f"waiting for {named} to leave", now)
-            placed_ids = {p.request_id for p in placements}
-            owed = ready | waiting_on.keys() | noticed
-            for rental in pending:  # a promise kept past its victims' leaving is forgotten
-                if rental.promise is not None and rental.id not in owed | placed_ids:
-                    uow.rentals.set_promise(rental.id, None)
-            promised_s = {  # a preemptor starts when its last victim leaves, by its deadline at the latest
-                preemptor_id: max(v.notice_deadline.timestamp() for v in victims if v.notice_deadline)
-                for preemptor_id, victims in waiting_on.items()
-                if any(v.notice_deadline for v in victims)
-            }
-            promised_s.update((d.preemptor, d.deadline_s) for d in notices)
-            unplaced = [r for r in pending if r.id not in placed_ids]
-            self._record_expected_start(uow, unplaced, promised_s)
+            ended = end_due(uow, leaving, by_id, now, self._booker(uow, now))
+            report.stopped, report.preempted, report.trimmed = ended.stopped, ended.preempted, ended.trimmed
+            self.live.stale = self.live.stale or ended.changed  # a trim found it changed: rebuilt
+            self._apply_decision(uow, by_id, placements, notices, report, now)
+            self._tell_waiting(
+                uow, pending, placements, still, notices, leaving.waiting_on, ready, report, now
+            )
             for rental_id, asked in sorted(self.overdue_stops.items()):
                 tell_overdue_stop(uow, rental_id, asked, now)
             uow.commit()
@@ -342,9 +240,112 @@ class Scheduler:
         report.gpus = self.live.gpu_states()
         report.mig_instances = self.live.mig_instances()
         self.live.end_cycle()
-        deadlines += [datetime.fromtimestamp(d.deadline_s, UTC) for d in notices]
+        deadlines = leaving.deadlines + [datetime.fromtimestamp(d.deadline_s, UTC) for d in notices]
         self.next_deadline = min(deadlines, default=None)
         return report
+
+    def _read(self, now: datetime) -> tuple[list[Rental], Leaving] | None:
+        """The queue and the rentals under notice, the snapshot synced with the database, and the notices
+        whose cause has gone withdrawn (committed); None without a fleet."""
+        with self.uow() as uow:
+            version, fleet = self.cache.load(uow)
+            if fleet is None:
+                return None
+            # the queue before the windows: a window scheduled before a rental was asked for is then always
+            # seen with it (PostgreSQL reads each statement's committed state; read the other way round, a
+            # window and a rental committed between the two reads placed the rental into the window)
+            pending = uow.rentals.pending()
+            self.windows = uow.maintenance.list(now)
+            self.live.refresh(uow, fleet, version, now, self.windows)
+            leaving = under_notice(uow, pending, now, lambda: self._reserved_for(uow, now))
+            if leaving.withdrawn:
+                uow.commit()
+        return pending, leaving
+
+    def _free_due(self, leaving: Leaving, now: datetime) -> list[Rental]:
+        """Free the capacity of the victims whose deadline passed in this decision (the apply releases it),
+        but not the part a trimmed victim runs on with; the ones that checkpoint, back in the queue (the
+        apply requeues them first), so they may start again now."""
+        held = self.live.allocations_by_rental() if leaving.due else {}
+        self.kept = {}
+        for victim in leaving.due:
+            self.live.forget(victim.id)
+            if victim.id not in leaving.asked:
+                self.live.keep(victim.notice_keeps or ())
+                if victim.notice_keeps:
+                    self.kept[victim.id] = list(victim.notice_keeps)
+        return [
+            requeued(v, held.get(v.id, ()), now)
+            for v in leaving.due
+            if v.spec.checkpoints and v.notice_keeps is None and v.id not in leaving.asked
+        ]
+
+    def _apply_decision(
+        self,
+        uow: UnitOfWork,
+        by_id: Mapping[str, Rental],
+        placements: Sequence[Placement],
+        notices: Sequence[Preemption],
+        report: CycleReport,
+        now: datetime,
+    ) -> None:
+        """The cycle's placements (each only if its rental is still pending as it was read), its notices
+        (preemption and maintenance) and the resizes that are owed."""
+        # as they are now, their rows held: a stop or a resize committed since they were read wins
+        current = {r.id: r for r in uow.rentals.by_ids([p.request_id for p in placements], lock=True)}
+        for placement in placements:
+            rental = by_id[placement.request_id]
+            now_row = current.get(rental.id)
+            changed = now_row is None or now_row.state != "pending" or now_row.spec != rental.spec
+            report.placed += self._apply_placement(uow, rental, placement, now, changed)
+        for decision in notices:
+            reserved = decision.preemptor in self.promoted
+            report.notices += give_notice(uow, by_id[decision.preemptor], decision, now, reserved)
+        report.notices += self._maintenance_notices(uow, now)
+
+    def _tell_waiting(
+        self,
+        uow: UnitOfWork,
+        pending: Sequence[Rental],
+        placements: Sequence[Placement],
+        still: Sequence[Pending],
+        notices: Sequence[Preemption],
+        waiting_on: Mapping[str, list[Rental]],
+        ready: Collection[str | None],
+        report: CycleReport,
+        now: datetime,
+    ) -> None:
+        """Grow what the resizes ask for (off what preemptors are owed), then tell each rental still
+        waiting why (a preemptor, whom it waits for) and when it is expected to start; a promise kept past
+        its victims' leaving is forgotten."""
+        report.grown = self._resize(uow, now, self._owed_promises(pending, waiting_on, notices))
+        noticed = {p.preemptor for p in notices}
+        by_id = {rental.id: rental for rental in pending}
+        for waiting in still:
+            if waiting.request_id in noticed:
+                report.pending[Reason.PREEMPTING.value] += 1
+                continue
+            report.pending[waiting.reason.value] += 1
+            self._set_reason(uow, by_id[waiting.request_id], waiting.reason, waiting.message, now)
+        for preemptor_id, victims in waiting_on.items():
+            if preemptor_id in by_id:
+                report.pending[Reason.PREEMPTING.value] += 1
+                preemptor = by_id[preemptor_id]
+                named = named_for(preemptor.tenant_id, [(v.id, v.tenant_id) for v in victims])
+                self._set_reason(uow, preemptor, Reason.PREEMPTING, f"waiting for {named} to leave", now)
+        placed_ids = {p.request_id for p in placements}
+        owed = set(ready) | waiting_on.keys() | noticed
+        for rental in pending:
+            if rental.promise is not None and rental.id not in owed | placed_ids:
+                uow.rentals.set_promise(rental.id, None)
+        promised_s = {  # a preemptor starts when its last victim leaves, by its deadline at the latest
+            preemptor_id: max(v.notice_deadline.timestamp() for v in victims if v.notice_deadline)
+            for preemptor_id, victims in waiting_on.items()
+            if any(v.notice_deadline for v in victims)
+        }
+        promised_s.update((d.preemptor, d.deadline_s) for d in notices)
+        unplaced = [r for r in pending if r.id not in placed_ids]
+        self._record_expected_start(uow, unplaced, promised_s)
 
     def trial(self, rental: Rental) -> Trial:
         """What a cycle would do now with `rental` (not stored) added to the pending queue: where it would
