@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from typer.testing import CliRunner
 
 from conftest import ADMIN, WAIT_S, app_client, logged_in_as, wait_for
+from suanli.api.wiring import SERVER_QUEUES
 from suanli.cli import platform_commands
 from suanli.cli.main import app
 
@@ -21,9 +22,9 @@ def _placed_at(body: dict) -> datetime:
     return datetime.fromisoformat(placed["at"])
 
 
-def _tenant(client) -> tuple[dict, dict, Callable[..., str]]:
+def _tenant(client, name: str = "q") -> tuple[dict, dict, Callable[..., str]]:
     """A funded tenant: its key, its auth headers, and a function that rents the H200 node for it."""
-    tenant_id = client.post("/v1/tenants", json={"name": "q"}, headers=ADMIN).json()["id"]
+    tenant_id = client.post("/v1/tenants", json={"name": name}, headers=ADMIN).json()["id"]
     secret = client.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()
     credit = {"amount_micros": 10**12}
     assert client.post(f"/v1/tenants/{tenant_id}/credit", json=credit, headers=ADMIN).status_code == 201
@@ -84,7 +85,9 @@ def test_the_head_of_the_queue_shows_when_it_starts_at_the_latest(database_url: 
 def test_the_conservative_queue_shows_every_booked_start(database_url: str) -> None:
     """Under `SUANLI_QUEUE=conservative` every pending rental is booked: `second` for when `first` ends at
     its declared 1 h, `third` (no declared duration) for when `second` ends 10 min later; a short rental that
-    could run now but would overlap `second`'s booking waits its turn."""
+    could run now but would overlap `second`'s booking waits its turn. The server's queue books them all
+    even while no GPU is free (a replay skips those bookings, which start nothing)."""
+    assert SERVER_QUEUES["conservative"].book_when_full
     with app_client(database_url, queue="conservative") as client:
         _, headers, rent = _tenant(client)
 
@@ -102,6 +105,33 @@ def test_the_conservative_queue_shows_every_booked_start(database_url: str) -> N
         assert client.post(f"/v1/rentals/{first}/stop", headers=headers).status_code == 200
         started = wait_for(client, second, headers, "placed")
         assert started["state"] == "placed" and started["expected_start_at"] is None
+
+
+def test_a_start_shown_moves_later_at_once_when_a_rental_ranked_ahead_arrives(database_url: str) -> None:
+    """a's `second` is booked for when a's `first` ends; b, which holds nothing, asks for 30 s and ranks
+    ahead of it by fair share: `second`'s shown start moves 30 s later at once (it says "starts by": written
+    only on a move of a minute or more before, the earlier one stayed while the message said the later)."""
+    with app_client(database_url, queue="conservative") as client:
+        _, headers, rent = _tenant(client, "a")
+        _, b_headers, b_rent = _tenant(client, "b")
+        first = rent(max_duration_s=3600)
+        ends = _placed_at(wait_for(client, first, headers, "placed")) + timedelta(hours=1)
+        second = rent(max_duration_s=600)
+        shown = _with_expected_start(client, second, headers)["expected_start_at"]
+        assert abs(datetime.fromisoformat(shown) - ends) < timedelta(seconds=1)
+
+        ahead = b_rent(max_duration_s=30)
+        booked = _with_expected_start(client, ahead, b_headers)["expected_start_at"]
+        assert abs(datetime.fromisoformat(booked) - ends) < timedelta(seconds=1)
+        later = ends + timedelta(seconds=30)
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            body = client.get(f"/v1/rentals/{second}", headers=headers).json()
+            if abs(datetime.fromisoformat(body["expected_start_at"]) - later) < timedelta(seconds=1):
+                break
+            time.sleep(0.05)
+        assert abs(datetime.fromisoformat(body["expected_start_at"]) - later) < timedelta(seconds=1), body
+        assert f"booked to start by {later:%Y-%m-%d %H:%M:%S}" in body["pending_message"], body
 
 
 def test_metrics_show_the_gpus_left_in_pieces_too_small_for_the_queue(database_url: str) -> None:

@@ -566,6 +566,28 @@ def test_conservative_backfill_protects_every_booking_where_easy_protects_only_t
     assert "booked to start by" in next(p.message for p in decision.pending if p.request_id == "second")
 
 
+def test_with_every_gpu_busy_the_servers_conservative_queue_still_books_every_request():
+    """Both nodes are full: nothing can start, so a replay plans only the first booking (the rest start
+    nothing this cycle either way); the server's queue (`book_when_full`) books each, so each shows its start:
+    one after another on n0, which frees first (n1 only at 300)."""
+    snap = snapshot_of(2, 8)
+    a = run(snap, job("a", 8, 0, 100), 0)  # n0 until 100
+    b = run(snap, job("b", 8, 0, 300), 0)  # n1 until 300
+    queue = [job("first", 8, 1, 50), job("second", 8, 2, 50), job("third", 8, 3, 50), job("fourth", 4, 4, 50)]
+    replay = admit(snap, queue, [a, b], POLICY, 10, CONSERVATIVE)
+    assert [b.request_id for b in replay.bookings] == ["first"]
+    server = admit(snap, queue, [a, b], POLICY, 10, replace(CONSERVATIVE, book_when_full=True))
+    booked = {b.request_id: (b.start_s, sorted(b.nodes)) for b in server.bookings}
+    assert booked == {
+        "first": (100, ["n0"]),
+        "second": (150, ["n0"]),
+        "third": (200, ["n0"]),
+        "fourth": (250, ["n0"]),
+    }
+    assert replay.placements == server.placements == ()
+    assert all("booked to start by" in p.message for p in server.pending)
+
+
 def test_conservative_books_nothing_past_the_window_so_later_requests_may_pass():
     snap = snapshot_of(2, 8)
     a = run(snap, job("a", 8, 0, 1000), 0)

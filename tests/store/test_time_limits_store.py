@@ -54,6 +54,29 @@ def test_the_rentals_past_their_time_limit_are_found_and_stopped(store) -> None:
         assert u.rentals.overdue(T0 + timedelta(days=1)) == [u.rentals.get("rnt_later")]
 
 
+def test_a_rental_under_notice_is_stopped_at_its_time_limit_when_its_deadline_comes_later(store) -> None:
+    """`noticed` reaches its 60-s limit 20 s before its notice deadline: its deadline is brought to its limit
+    (the next cycle ends it, whole), once; `ending`, whose deadline comes first, is left to its deadline."""
+    _, factory = store
+    _placed(factory, "rnt_noticed", 60, "running")
+    _placed(factory, "rnt_ending", 60, "running")
+    with factory() as u:
+        for rental_id, deadline_s in (("rnt_noticed", 80), ("rnt_ending", 50)):
+            deadline = T0 + timedelta(seconds=deadline_s)
+            assert u.rentals.give_notice(rental_id, "rnt_od", deadline, expect=("running",))
+        u.commit()
+    at_limit = T0 + timedelta(seconds=61)
+    with factory() as u:
+        assert stop_overdue(u, at_limit) == ["rnt_noticed"]
+        u.commit()
+    with factory() as u:
+        noticed = u.rentals.get("rnt_noticed")
+        assert (noticed.state, noticed.notice_deadline) == ("preempting", at_limit)
+        assert [(e.kind, e.reason) for e in u.rentals.events("rnt_noticed")][-1] == ("stopping", "time_limit")
+        assert u.rentals.get("rnt_ending").notice_deadline == T0 + timedelta(seconds=50)
+        assert stop_overdue(u, at_limit + timedelta(seconds=1)) == []  # its deadline has come: not again
+
+
 def test_migration_0025_gives_live_rentals_placed_before_it_their_time_limit(database_url: str) -> None:
     engine = make_engine(database_url)
     migrate(engine)

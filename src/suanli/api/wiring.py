@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest, multiprocess
@@ -45,7 +45,12 @@ from suanli.store.wakeups import Wakeups
 
 GPU_STATES = ("idle", "partial", "busy", "cordoned")
 # SUANLI_QUEUE: the domain's queue configuration each server queue runs
-SERVER_QUEUES = {"greedy": GREEDY_QUEUE, "backfill": PLATFORM_QUEUE, "conservative": BOOKED_QUEUE}
+# (the conservative queue books every pending rental, GPUs free or not, so each shows its start)
+SERVER_QUEUES = {
+    "greedy": GREEDY_QUEUE,
+    "backfill": PLATFORM_QUEUE,
+    "conservative": replace(BOOKED_QUEUE, book_when_full=True),
+}
 
 
 class Metrics:

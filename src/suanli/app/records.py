@@ -20,7 +20,8 @@ END_STATES = ("stopped", "preempted", "lost", "failed")
 STOP_CONFIRM_S = 120
 # `preempted_by` of a spot rental noticed because its bid fell below its pool's floor
 BELOW_FLOOR = SPOT_FLOOR
-# a pending rental's recorded expected start is rewritten when the leader's estimate moves this much
+# a pending rental's recorded expected start is rewritten when the leader's estimate moves this much earlier
+# (any later move is written at once: a recorded start is at most this much later than the estimate)
 EXPECTED_START_STEP_S = 60.0
 # Every kind of rental event: a state it entered, or what happened to it (a restart of its workload, a
 # re-queue after a lost node, a resize, a spot bid changed, growing onto more nodes, a low balance warning,

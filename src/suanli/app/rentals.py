@@ -583,7 +583,8 @@ def stop_in(uow: UnitOfWork, rental: Rental, now: datetime, why: str, reason: st
 def stop_overdue(uow: UnitOfWork, now: datetime) -> list[str]:
     """Stop every placed, starting or running rental at or past its time limit (placement + its declared
     max duration, stretched for an elastic rental while it holds less than its size), as Slurm ends a job
-    at its time limit: backfill and maintenance plans count on it."""
+    at its time limit: backfill and maintenance plans count on it. One under notice whose deadline comes
+    later ends at its time limit (its deadline brought to it, `stop_in`), whole, a trim's victim too."""
     stopped = []
     for rental in uow.rentals.overdue(now):
         limit_s = rental.spec.max_duration_s

@@ -74,6 +74,8 @@ log = logging.getLogger(__name__)
 WAITING_FOR_CAPACITY = frozenset(
     {Reason.NO_CAPACITY, Reason.GANG_INCOMPLETE, Reason.BLOCKED_BY_HEAD, Reason.PREEMPTING}
 )
+# a shown start is rewritten when the estimate moves this much later (less is rounding between cycles)
+LATER_START_S = 1.0
 FAIR_SHARE_SAVE_S = 60.0  # how often the leader saves fair-share usage (a new leader loses at most this much)
 
 
@@ -541,8 +543,10 @@ class Scheduler:
     ) -> None:
         """Show each booked start (the blocked head's under backfill, every booking under the conservative
         queue) and each preemptor's (`promised_s`: its victims' last deadline) on its rental and on no other.
-        The estimates are worked out again every cycle; one is written only when it moves by
-        `EXPECTED_START_STEP_S` or more."""
+        The estimates are worked out again every cycle; one is written when it moves later (a start shown is
+        one by which it starts: a later arrival ranked ahead, or an overrun, must not leave an earlier one
+        shown), or earlier by `EXPECTED_START_STEP_S` or more (a start that comes sooner is no broken
+        promise, and rewriting it at every cycle's jitter would be a write a cycle)."""
         starts = {**promised_s, **self.booked_s}
         if self.head is not None and self.head_start_s is not None:
             starts.setdefault(self.head, self.head_start_s)
@@ -555,7 +559,8 @@ class Scheduler:
             if wanted is None or shown is None:
                 moved = wanted is not shown
             else:
-                moved = abs((wanted - shown).total_seconds()) >= EXPECTED_START_STEP_S
+                later_s = (wanted - shown).total_seconds()
+                moved = later_s >= LATER_START_S or -later_s >= EXPECTED_START_STEP_S
             if moved or nodes != rental.reserved_nodes:
                 uow.rentals.set_expected_start(rental.id, wanted, nodes)
 

@@ -226,9 +226,9 @@ class BackfillPhase:
             if planned >= self.config.backfill_depth:
                 self.pending.append(Pending(request.id, Reason.NO_CAPACITY, "past the backfill depth"))
                 continue
-            if self.free_gpus < 1e-9 < len(bookings):  # nothing more can start now: the rest plans nothing
+            if self.free_gpus < 1e-9 < len(bookings) and not self.config.book_when_full:
                 self.pending.append(Pending(request.id, Reason.NO_CAPACITY, "no free GPU"))
-                continue
+                continue  # nothing more can start now, and this plan is not shown
             planned += 1
             like = (fit_key(request), request.max_duration_s)
             not_before_s = earliest.get(like, self.now)

@@ -56,6 +56,9 @@ class QueueConfig:
     spot_yields: bool = False  # no spot starts in a cycle where a higher tier waits for capacity
     backfill_window_s: float = 24 * 3600.0  # CONSERVATIVE: latest booked start (Slurm bf_window)
     backfill_depth: int = 500  # CONSERVATIVE: requests planned per cycle (Slurm bf_max_job_test)
+    # CONSERVATIVE: book every request even while no GPU is free, so each shows its start (the server); a
+    # replay skips those bookings, which start nothing (its decisions are the same, ten times as fast)
+    book_when_full: bool = False
     # RATIO: a request's cost is its declared duration times (1 + this x the share of its pool it takes), so
     # a rental that holds the whole pool ages more slowly than one GPU for as long (see `response_ratio`)
     width_weight: float = 0.0

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, case, delete, func, insert, literal, select, update
+from sqlalchemy import BigInteger, and_, case, delete, func, insert, literal, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -96,7 +96,14 @@ class SqlRentals(RentalMoneyReads):
     def overdue(self, now: datetime, limit: int = 500) -> list[Rental]:
         query = (
             select(RentalRow)
-            .where(RentalRow.time_limit_at <= now, RentalRow.state.in_(("placed", "starting", "running")))
+            .where(
+                RentalRow.time_limit_at <= now,
+                or_(
+                    RentalRow.state.in_(("placed", "starting", "running")),
+                    # under notice with its deadline still to come: its time limit comes first
+                    and_(RentalRow.state == "preempting", RentalRow.notice_deadline > now),
+                ),
+            )
             .order_by(RentalRow.time_limit_at, RentalRow.id)
             .limit(limit)
         )
