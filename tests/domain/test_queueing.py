@@ -483,6 +483,29 @@ def test_backfill_gives_the_holes_to_tenants_by_fair_share_not_to_whoever_ranks_
     assert sum(1 for r in started if r.startswith("a")) == 2, started
 
 
+def test_fair_share_does_not_count_what_a_leaving_rental_holds_against_its_tenant():
+    """a's 8-GPU rental is being stopped (its GPUs free at the next instant in the plan) and b holds 4: a's
+    request goes first, as it will once a's rental has left. Counted as a's, b's went first while the stop
+    went through, and the order flipped back a moment later: a start shown as now was lost. A trimmed
+    victim counts what it keeps."""
+    snap = snapshot_of(2, 8)
+    a_run = run(snap, job("a-run", 8, 0, 10_000, tenant="a"), 0)
+    b_run = run(snap, job("b-run", 4, 0, 10_000, tenant="b"), 0)
+    leaving = replace(a_run, preempted_by="stopping", notice_deadline_s=100.0)
+    queue = [job("b-next", 4, 5, 600, tenant="b"), job("a-next", 4, 6, 600, tenant="a")]
+    ordered = order_requests(queue, PLATFORM_QUEUE, FairShare(), [leaving, b_run], 100)
+    assert [r.id for r in ordered] == ["a-next", "b-next"]
+    staying = order_requests(queue, PLATFORM_QUEUE, FairShare(), [a_run, b_run], 100)
+    assert [r.id for r in staying] == ["b-next", "a-next"]
+    node = a_run.placement.nodes[0]
+    kept = Placement("a-run", (replace(node, slices=node.slices[:6]),))
+    trimmed = replace(a_run, preempted_by="b-x", notice_deadline_s=130.0, keeps=kept)
+    assert [r.id for r in order_requests(queue, PLATFORM_QUEUE, FairShare(), [trimmed, b_run], 100)] == [
+        "b-next",
+        "a-next",
+    ]
+
+
 def test_ratio_within_a_class_puts_short_jobs_first_but_waiting_raises_the_long_ones():
     config = QueueConfig(order=Order.PRIORITY, within=Within.RATIO)
     long_old = job("long", 8, at=0, duration=8 * 3600)
