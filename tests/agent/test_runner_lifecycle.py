@@ -515,7 +515,7 @@ def test_a_trim_notice_writes_the_notice_file_with_the_gpus_kept_and_neither_sig
         runner.step()
         notice = ProcessExecutor(tmp_path).paths("r-1").notice_file
         said = json.loads(notice.read_text())
-        assert said["reason"] == "trimmed" and said["keeps_gpus"] == 4
+        assert said["reason"] == "trimmed" and said["keeps_gpus"] == 4 and said["released"] is False
         assert said["deadline_unix_s"] == pytest.approx(deadline.timestamp())
         time.sleep(max((deadline - datetime.now(UTC)).total_seconds(), 0) + 0.2)
         runner.step()

@@ -376,3 +376,20 @@ def test_an_elastic_gang_does_not_grow_onto_a_node_whose_maintenance_starts_befo
         assert client.post(f"/v1/rentals/{other['id']}/stop", headers=headers).status_code == 200
         grown = _until(client, gang["id"], headers, lambda b: len(b["allocation"]) == 3)
         assert _nodes_of(grown) == _nodes_of(gang) | _nodes_of(other)
+
+
+def test_a_dry_run_of_an_elastic_rental_that_would_start_smaller_quotes_its_stretched_limit(
+    database_url: str,
+) -> None:
+    """4 of 8 GPUs free: a dry run of 8 GPUs down to 4 for an hour would start on 4 at their rate, stopped two
+    hours later (its hour is for its full size), so at most 2 h at that rate, what the full size costs in
+    1 h; it said 1 h at the smaller rate, half of it."""
+    with app_client(database_url, meter_interval_s=3600, prepaid=False) as client:
+        headers, _ = _tenant(client, "elastic-dry-run")
+        _fill_all_but_four(client, headers)
+        body = {**H100, "gpus": 8, "min_gpus": 4, "max_duration_s": 3600}
+        answer = client.post("/v1/rentals/dry-run", json=body, headers=headers)
+        assert answer.status_code == 200, answer.text
+        dry = answer.json()
+        assert len(dry["nodes"]) == 1 and dry["price_micros_per_hour"] is not None, dry
+        assert dry["max_cost_micros"] == 2 * dry["price_micros_per_hour"], dry

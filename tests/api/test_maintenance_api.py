@@ -24,6 +24,7 @@ from conftest import (
     charged,
     logged_in_as,
     make_tenant,
+    register_agent,
     scheduler_cycles,
     wait_for,
 )
@@ -281,6 +282,12 @@ def test_an_elastic_gang_gives_back_only_its_node_going_into_maintenance_and_run
         noticed = wait_for(client, elastic["id"], headers, "preempting")
         assert noticed["preempted_by"] == "maintenance"
         assert any(f"gives back {going}" in e["message"] for e in noticed["events"])
+        told = {}  # what each node's agent is told: the one given up says so (its notice file: `released`)
+        for node in (going, staying):
+            answer = client.post("/v1/agents/heartbeat", json={}, headers=register_agent(client, node)).json()
+            (mine,) = [a for a in answer["assignments"] if a["rental_id"] == elastic["id"]]
+            told[node] = (mine["notice_keeps_gpus"], mine["notice_releases_node"])
+        assert told == {going: (8, True), staying: (8, False)}
         clock.at = start + timedelta(seconds=0.5)
         ended = wait_for(client, rigid["id"], headers, "preempted")
         assert ended["state"] == "preempted"

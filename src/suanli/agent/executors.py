@@ -486,11 +486,17 @@ class ProcessWorkload:
 
 
 def write_notice(
-    path: Path, rental_id: str, deadline: datetime, keeps_gpus: int | None = None, cause: str | None = None
+    path: Path,
+    rental_id: str,
+    deadline: datetime,
+    keeps_gpus: int | None = None,
+    cause: str | None = None,
+    released: bool = False,
 ) -> None:
     """Write the notice file atomically (a reader sees no file or the whole JSON, never half of it); with
-    `keeps_gpus`, a trim's: at the deadline the rental runs on with that many GPUs (reason `trimmed`);
-    `cause`: why (`higher_tier`, `spot_floor`, `maintenance`, `reclaimed`), as the server says."""
+    `keeps_gpus`, a trim's: at the deadline the rental runs on with that many GPUs (reason `trimmed`), and
+    `released` on a node the trim gives up (the part here ends then); `cause`: why (`higher_tier`,
+    `spot_floor`, `maintenance`, `reclaimed`), as the server says."""
     if deadline.tzinfo is None:
         raise ExecutorError("a notice deadline must be timezone-aware")
     body: dict[str, object] = {
@@ -501,6 +507,7 @@ def write_notice(
     }
     if keeps_gpus is not None:
         body["keeps_gpus"] = keeps_gpus
+        body["released"] = released
     if cause is not None:
         body["cause"] = cause
     _write_json(path, body)

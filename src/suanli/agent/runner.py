@@ -355,7 +355,12 @@ class AgentRunner:
                 if local.state == "running":
                     local.state = "stopped"
             elif assignment.notice_deadline is not None and assignment.notice_keeps_gpus is not None:
-                self._trim_notice(local, assignment.notice_deadline, assignment.notice_keeps_gpus)
+                self._trim_notice(
+                    local,
+                    assignment.notice_deadline,
+                    assignment.notice_keeps_gpus,
+                    assignment.notice_releases_node,
+                )
             elif assignment.notice_deadline is None and local.trim_noticed is not None:
                 local.trim_noticed = None  # trimmed (its workload restarts on what it kept) or withdrawn
                 self.executor.paths(local.rental_id).notice_file.unlink(missing_ok=True)
@@ -382,13 +387,15 @@ class AgentRunner:
             local.workload.kill()
         self.executor.paths(local.rental_id).notice_file.unlink(missing_ok=True)
 
-    def _trim_notice(self, local: Local, deadline: datetime, keeps_gpus: int) -> None:
-        """A trim's notice: the notice file says how many GPUs the rental runs on with after `deadline`; no
-        signal and no kill (the workload restarts on its new GPUs when the server changes its slices)."""
+    def _trim_notice(self, local: Local, deadline: datetime, keeps_gpus: int, released: bool) -> None:
+        """A trim's notice: the notice file says how many GPUs the rental runs on with after `deadline`, and
+        whether this node is the one it gives up; no signal and no kill (the workload restarts on its new
+        GPUs when the server changes its slices; a node given up is no longer assigned)."""
         if local.trim_noticed == deadline:
             return
         log.info("%s: trimmed at %s to %d GPUs", local.rental_id, deadline.isoformat(), keeps_gpus)
-        write_notice(self.executor.paths(local.rental_id).notice_file, local.rental_id, deadline, keeps_gpus)
+        path = self.executor.paths(local.rental_id).notice_file
+        write_notice(path, local.rental_id, deadline, keeps_gpus, released=released)
         local.trim_noticed = deadline
 
     def _move_deadline(self, local: Local, deadline: datetime, cause: str | None) -> None:

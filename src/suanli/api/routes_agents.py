@@ -221,6 +221,7 @@ def _assignment(a: NodeAssignment) -> AssignmentResponse:
         notice_deadline=a.notice_deadline,
         notice_cause=None if a.notice_deadline is None else notice_cause(a.rental),  # type: ignore[arg-type]
         notice_keeps_gpus=a.notice_keeps_gpus,
+        notice_releases_node=a.notice_releases_node,
         peers=list(a.peers),
         node_rank=a.node_rank,
         attempt=a.attempt,

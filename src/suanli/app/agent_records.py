@@ -81,6 +81,8 @@ class NodeAssignment:
     restarts: int = 0  # restarts a one-node rental's agent made by itself there, as last reported
     # preempted in part (a trim): the GPUs it runs on with after `notice_deadline`; it is not killed then
     notice_keeps_gpus: int | None = None
+    # a trim that gives up this node (a gang keeps its other nodes): its part here ends at the deadline
+    notice_releases_node: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -378,8 +378,12 @@ class AgentService:
                     run = None if together else runs.get(rental.id)
                     restarts = 0 if run is None else run.restarts
                     keeps = None if deadline is None else rental.kept_gpus
+                    kept_nodes = {a.node for a in rental.notice_keeps or ()}
+                    released = keeps is not None and node not in kept_nodes
                     found.append(
-                        NodeAssignment(rental, part, action, deadline, peers, rank, attempt, restarts, keeps)
+                        NodeAssignment(
+                            rental, part, action, deadline, peers, rank, attempt, restarts, keeps, released
+                        )
                     )
         return found
 

@@ -195,6 +195,7 @@ class Trial:
     expected_start_at: datetime | None = None
     # waiting behind another blocked head, with no start of its own: that head's reserved start
     head_start_at: datetime | None = None
+    gpus: float | None = None  # starting now, or promised: the GPUs it would hold (fewer when elastic)
 
 
 @dataclass(frozen=True, slots=True)

@@ -246,7 +246,8 @@ class RentalService:
         quoted = None if rental.quote is None else int(rental.quote["final_micros_per_hour"])
         trial = self.trial(rental)
         rate = trial.price_micros_per_hour if trial.price_micros_per_hour is not None else quoted
-        limit_s = spec.max_duration_s
+        # at the size it would start at: an elastic rental's limit is stretched while it holds fewer GPUs
+        limit_s = spec.max_duration_s if trial.gpus is None else time_limit_s(rental, trial.gpus)
         most = (
             None if rate is None or limit_s is None else charge_micros(rate, max(limit_s, DEFAULT_MINIMUM_S))
         )

@@ -418,7 +418,7 @@ class Scheduler:
                 price, quoted = self._price(uow, rental, where, now)
             covered = int((quoted or {}).get("contract_covered_gpu_milli") or 0)
             nodes = tuple(a.node for p in mine for a in p.nodes)
-            return Trial(nodes, 0 if mine else victims, None, None, waiting, price, covered)
+            return Trial(nodes, 0 if mine else victims, None, None, waiting, price, covered, gpus=where.gpus)
         head_start_s = decision.head_start_s
         if decision.head is not None and head_start_s is None:
             ahead = () if gates is None else gates.maintenance

@@ -428,7 +428,9 @@ def resize(
     as_json: JsonFlag = False,
 ) -> None:
     """Resize a rental in place: fewer nodes or GPUs are given back; more are added on its own nodes (GPUs)
-    or next to them (nodes) once free. A new GPU count restarts its workload; the rate follows."""
+    or next to them (nodes) once free. A new GPU count restarts its workload; the rate follows. An elastic
+    rental resized below its least size (--min-gpus) takes the new size as its least: it showed it can run
+    there, and growing it again does not raise it."""
     if nodes is None and gpus is None:
         raise typer.BadParameter("give --nodes, --gpus or both", param_hint="--nodes")
     with logged_in({"nodes": "--nodes", "gpus": "--gpus"}) as client:

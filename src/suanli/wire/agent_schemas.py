@@ -158,6 +158,11 @@ class AssignmentResponse(WireModel):
         "no signal, and no kill at `notice_deadline`: the rental then runs on with this many GPUs, as after "
         "any resize (new GPUs here: its workload restarts on them; a node it gives up is not assigned).",
     )
+    notice_releases_node: bool = Field(
+        default=False,
+        description="With `notice_keeps_gpus`: the trim gives up this node (a gang runs on with its other "
+        "nodes), so its part here ends at `notice_deadline`; the notice file says `released: true`.",
+    )
     peers: list[str] = Field(
         default_factory=list,
         description="The host names of all the rental's nodes in rank order, as their agents registered them "

@@ -416,7 +416,9 @@ class RentalResizeRequest(WireModel):
         ge=0,
         le=64,
         description="Whole GPUs per node. Live: changed on its own nodes by the scheduler's next cycle (more "
-        "once they are free there; until then it keeps what it has); its workload restarts with them.",
+        "once they are free there; until then it keeps what it has); its workload restarts with them. An "
+        "elastic rental resized below its `min_gpus` takes the new size as its least (growing it again does "
+        "not raise it).",
     )
 
 
