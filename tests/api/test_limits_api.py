@@ -4,13 +4,22 @@ read theirs, bad input is a 4xx naming the field, and either server queue holds 
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from conftest import ADMIN, ADMIN_KEY, SteppedClock, app_client, logged_in_as, scheduler_cycles, wait_for
+from conftest import (
+    ADMIN,
+    ADMIN_KEY,
+    WAIT_S,
+    SteppedClock,
+    app_client,
+    logged_in_as,
+    scheduler_cycles,
+    wait_for,
+)
 from suanli.cli import plan_commands, platform_commands
 from suanli.cli.main import app
 
@@ -618,3 +627,36 @@ def test_a_transfer_past_the_buyers_spend_cap_is_refused_charging_no_one(client:
     assert moved.status_code == 200, moved.text
     lacking = client.post("/v1/contracts/quote", json=window | {"region": "eu-west"}, headers=buyer)
     assert lacking.status_code == 409 and lacking.json()["error"]["field"] == "gpu_model", lacking.text
+
+
+def test_an_elastic_rental_grows_within_a_spend_cap_its_full_size_fits(database_url: str) -> None:
+    """An H200 rental of 2 GPUs down to 1, declared 1 h at its full size, starts on the one GPU free (2 h at
+    that size): 5.98 committed under a 7.00 daily cap. When the other GPU frees it grows: its limit comes
+    back to an hour away, so it commits no more. It was held by the cap, its added GPU charged as another
+    rental to the stretched limit ("this rental adds 5.9800")."""
+    clock = SteppedClock()
+    tomorrow = clock.now() + timedelta(days=1)
+    clock.step_to(tomorrow.replace(hour=6, minute=0, second=0, microsecond=0))  # all of it inside one day
+    with app_client(database_url, clock=clock) as client:
+        tenant_id, headers = _funded_tenant(client, "elastic-capped")
+        _, other = _funded_tenant(client, "other")
+        h200 = {"gpu_model": "H200", "max_duration_s": 3600}
+        seven = client.post("/v1/rentals", json={**h200, "gpus": 7}, headers=other).json()["id"]
+        assert wait_for(client, seven, other, "placed")["state"] == "placed"
+        cap = {"daily_cap_micros": 7_000_000}
+        assert client.put(f"/v1/tenants/{tenant_id}/limits", json=cap, headers=ADMIN).status_code == 200
+        body = {**h200, "gpus": 2, "min_gpus": 1}
+        elastic = client.post("/v1/rentals", json=body, headers=headers).json()["id"]
+        placed = wait_for(client, elastic, headers, "placed")
+        assert len(placed["allocation"][0]["slices"]) == 1, placed
+        assert client.post(f"/v1/rentals/{seven}/stop", headers=other).status_code == 200
+        scheduler_cycles(client)
+        deadline = clock.now() + timedelta(seconds=WAIT_S)
+        while clock.now() < deadline:
+            grown = client.get(f"/v1/rentals/{elastic}", headers=headers).json()
+            if len(grown["allocation"][0]["slices"]) == 2:
+                break
+            scheduler_cycles(client)
+        assert len(grown["allocation"][0]["slices"]) == 2, [e["message"] for e in grown["events"]]
+        limit = datetime.fromisoformat(grown["time_limit_at"])
+        assert limit - clock.now() < timedelta(hours=1), grown

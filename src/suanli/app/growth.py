@@ -84,16 +84,27 @@ def within_limits(
     now_s: float,
     snapshot: Snapshot,
     growing: Placement,
+    moved_end_s: float | None = None,
 ) -> Pending | None:
     """Why the tenant's GPU quota or spend cap does not allow the added part `more` (its own id) of the
     rental on `growing`, if it does not: it counts as one more rental of that size on that rental's model
     (quotas count the model a rental runs on), at `price_micros_per_hour`, as do the parts grown before it
-    in this cycle at theirs."""
+    in this cycle at theirs. `moved_end_s`: an elastic rental's time limit once grown (its work left runs
+    faster): the rental and the part then both end there, so a growth that spends its work sooner but no
+    more of it adds nothing to what is committed (it was charged as another rental to the old limit)."""
     if limits is None or limits.tenants.get(more.tenant) is None:
         return None
     price = limits.price_micros_per_hour
     grown = {h.request.id: h.price_micros_per_hour for h in held if h.price_micros_per_hour is not None}
     grown[more.id] = price_micros_per_hour
+    if moved_end_s is not None:
+        held = [
+            replace(h, request=replace(h.request, max_duration_s=moved_end_s - h.started_at_s))
+            if h.request.id == growing.request_id and h.started_at_s is not None
+            else h
+            for h in held
+        ]
+        more = replace(more, max_duration_s=max(moved_end_s - now_s, 0.0))
 
     def priced(request: Request) -> int:
         """A part grown in this cycle (none has a rate of its own yet) at what it adds to its rental's."""

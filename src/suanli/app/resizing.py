@@ -32,7 +32,7 @@ from suanli.app.rentals import added_price, follow_size, per_node_gpus
 from suanli.domain.catalog import GpuModel
 from suanli.domain.contracts import Contract
 from suanli.domain.elastic import grow, shrink
-from suanli.domain.elastic_start import Drain, yields_here
+from suanli.domain.elastic_start import Drain, full_gpus, yields_here
 from suanli.domain.inventory import Node
 from suanli.domain.plan import NodeAllocation, Pending, Placement, Reason
 from suanli.domain.policies import Policy
@@ -178,9 +178,13 @@ class Resizer:
         drained = frozenset() if self.drain is None else self.drain.keep_off(end_s)
         windowed = {n for n, start_s, _ in self.maintenance if end_s is not None and now_s < start_s < end_s}
         avoid = drained | windowed
+        moved_end_s = None  # an elastic rental's limit moves with its speed (`follow_size`)
+        if rental.spec.min_gpus is not None and end_s is not None and end_s > now_s:
+            was, will = running.placement.gpus, running.placement.gpus + full_gpus(more)
+            moved_end_s = now_s + (end_s - now_s) * was / will
         with self.snapshot.cordoned(avoid):
             limited = within_limits(
-                self.limits, self.holding, more, price, now_s, self.snapshot, running.placement
+                self.limits, self.holding, more, price, now_s, self.snapshot, running.placement, moved_end_s
             )
             outcome = limited or grow(self.snapshot, running.request, running.placement, self.policy, **extra)
         own = {a.node for a in running.placement.nodes}
