@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from test_elastic_api import _tenant, _until
 
-from conftest import ADMIN, app_client, scheduler_cycles, wait_for
+from conftest import ADMIN, app_client, register_agent, scheduler_cycles, wait_for
 
 H100 = {"gpu_model": "H100-SXM-80GB"}
 
@@ -297,7 +297,10 @@ def test_a_tenants_shrink_stretches_its_time_limit_no_later_than_a_start_planned
     """Seven H100 nodes busy for 10 h; on the eighth a rigid 4-GPU rental for 1 h and an elastic one (least
     1 GPU) for 20 min. A whole-node rental waits for the eighth node, at 1 h. The elastic one's tenant
     shrinks it to 1 GPU: its limit, for its work at full size, would stretch to 80 min and delay that start;
-    it stretches to the start and no further, and the waiting rental's expected start does not move."""
+    it stretches to the start and no further, and the waiting rental's expected start does not move. Grown
+    back to 4 GPUs at once, the work the cap cut is given back: its limit is back at about 20 min (it was
+    reckoned from the capped limit, a quarter of the hour to the start: 15 min, a quarter of its work
+    lost)."""
     with app_client(database_url, queue=queue, meter_interval_s=3600, prepaid=False) as client:
         headers, _ = _tenant(client, "shrink-limit")
         rent = _renter(client, headers)
@@ -317,6 +320,13 @@ def test_a_tenants_shrink_stretches_its_time_limit_no_later_than_a_start_planned
         scheduler_cycles(client)
         after = client.get(f"/v1/rentals/{waiting['id']}", headers=headers).json()
         assert datetime.fromisoformat(after["expected_start_at"]) == planned
+        first_limit = datetime.fromisoformat(elastic["time_limit_at"])
+        grown = client.patch(f"/v1/rentals/{elastic['id']}", json={"gpus": 4}, headers=headers)
+        assert grown.status_code == 200, grown.text
+        back = _until(client, elastic["id"], headers, lambda b: len(b["allocation"][0]["slices"]) == 4)
+        assert len(back["allocation"][0]["slices"]) == 4, [e["message"] for e in back["events"]]
+        limit = datetime.fromisoformat(back["time_limit_at"])
+        assert abs((limit - first_limit).total_seconds()) < 10, (limit, first_limit)
 
 
 @pytest.mark.parametrize("queue", ["backfill", "conservative"])
@@ -348,6 +358,13 @@ def test_a_gangs_node_count_shrink_stretches_its_time_limit_no_later_than_a_star
         scheduler_cycles(client)
         after = client.get(f"/v1/rentals/{waiting['id']}", headers=headers).json()
         assert datetime.fromisoformat(after["expected_start_at"]) == planned
+        first_limit = datetime.fromisoformat(gang["time_limit_at"])
+        grown = client.patch(f"/v1/rentals/{gang['id']}", json={"nodes": 2}, headers=headers)
+        assert grown.status_code == 200, grown.text
+        back = _until(client, gang["id"], headers, lambda b: len(b["allocation"]) == 2)
+        assert len(back["allocation"]) == 2, [e["message"] for e in back["events"]]
+        limit = datetime.fromisoformat(back["time_limit_at"])
+        assert abs((limit - first_limit).total_seconds()) < 10, (limit, first_limit)  # the work given back
 
 
 def test_an_elastic_gang_does_not_grow_onto_a_node_whose_maintenance_starts_before_it_ends(
@@ -393,3 +410,24 @@ def test_a_dry_run_of_an_elastic_rental_that_would_start_smaller_quotes_its_stre
         dry = answer.json()
         assert len(dry["nodes"]) == 1 and dry["price_micros_per_hour"] is not None, dry
         assert dry["max_cost_micros"] == 2 * dry["price_micros_per_hour"], dry
+
+
+def test_a_rental_waiting_to_grow_says_why_once_though_its_workload_starts_meanwhile(
+    database_url: str,
+) -> None:
+    """Started on 4 of its 8 GPUs, it says once why it waits to grow; its workload starting (a `running`
+    event after that one) did not make the next cycle say it again, as it did on every smaller start."""
+    with app_client(database_url, meter_interval_s=3600, prepaid=False) as client:
+        headers, _ = _tenant(client, "elastic-once")
+        _fill_all_but_four(client, headers)
+        spec = {**H100, "gpus": 8, "min_gpus": 4, "command": ["sleep", "600"]}
+        elastic = client.post("/v1/rentals", json=spec, headers=headers).json()["id"]
+        body = wait_for(client, elastic, headers, "placed")
+        _until(client, elastic, headers, lambda b: any(e["kind"] == "growing" for e in b["events"]))
+        agent = register_agent(client, body["allocation"][0]["node"])
+        report = {"workloads": [{"rental_id": elastic, "state": "running"}]}
+        assert client.post("/v1/agents/heartbeat", json=report, headers=agent).status_code == 200
+        scheduler_cycles(client)
+        scheduler_cycles(client)
+        kinds = [e["kind"] for e in client.get(f"/v1/rentals/{elastic}", headers=headers).json()["events"]]
+        assert "running" in kinds and kinds.count("growing") == 1, kinds

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
+from rich.progress import Progress
 
 from suanli.domain.errors import FleetError
 from suanli.domain.request import GpuShare, Tier
 from suanli.sim.itp import TraceJob, offered_load, synthetic_fleet, synthetic_jobs
 from suanli.sim.queue import DEFAULT_ESTIMATE, run_queue
-from suanli.sim.queue_report import load_fleet, load_workload, queue_command
+from suanli.sim.queue_report import days_bar, load_fleet, load_workload, queue_command
 
 POD_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase," + (
     "creation_time,deletion_time,scheduled_time"
@@ -236,3 +237,15 @@ def test_tenants_share_a_replay_by_their_fair_share_weights(tmp_path: Path):
     ):
         with pytest.raises(ValueError, match=f"--tenants .*{says}"):
             queue_command("4:8", trace, ["fifo"], None, None, None, console, tenants=bad)
+
+
+def test_the_progress_bar_grows_with_a_replay_that_runs_past_its_last_arrival_and_run():
+    """Its total is the last arrival plus its run time; a replay whose queue runs past that stretched the
+    bar to 100% and kept it there: the total now follows the virtual clock."""
+    with Progress(console=Console(file=io.StringIO())) as progress:
+        advance = days_bar(progress, "suanli", 2.0, start_s=86400.0)
+        advance(86400.0 * 2)
+        (task,) = progress.tasks
+        assert (task.completed, task.total) == (1.0, 2.0)
+        advance(86400.0 * 5)
+        assert (task.completed, task.total) == (4.0, 4.0)

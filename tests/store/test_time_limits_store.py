@@ -109,3 +109,29 @@ def test_migration_0025_gives_live_rentals_placed_before_it_their_time_limit(dat
         "rnt_pending": None,
     }
     engine.dispose()
+
+
+def test_migration_0045_goes_down_and_up_again_and_a_new_placement_clears_the_uncapped_limit(
+    database_url: str,
+) -> None:
+    engine = make_engine(database_url)
+    migrate(engine)
+    downgrade(engine, "0044")
+    migrate(engine)
+    factory = unit_of_work_factory(engine)
+    _placed(factory, "rnt_capped", 600, "running")
+    with factory() as u:
+        u.rentals.set_time_limit("rnt_capped", T0 + timedelta(seconds=900), T0 + timedelta(seconds=2400))
+        u.commit()
+    with factory() as u:
+        capped = u.rentals.get("rnt_capped")
+        assert (capped.time_limit_at, capped.uncapped_limit_at) == (
+            T0 + timedelta(seconds=900),
+            T0 + timedelta(seconds=2400),
+        )
+        assert u.rentals.set_state("rnt_capped", "pending", expect=("running",), reason=None)
+        assert u.rentals.mark_placed("rnt_capped", T0, RATE, time_limit_at=T0 + timedelta(seconds=600))
+        u.commit()
+    with factory() as u:
+        assert u.rentals.get("rnt_capped").uncapped_limit_at is None
+    engine.dispose()

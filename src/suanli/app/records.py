@@ -145,6 +145,9 @@ class Rental:
     # pending: its reason in words with the figures of the last cycle ("quota 8 GPUs, 6 in use"); the
     # `pending` events say only when the reason changed, so their messages' figures may be old
     pending_message: str | None = None
+    # elastic, its limit capped by a shrink at a start planned on its nodes: where the work it has left
+    # would put its limit, so a growth before the cap gives that work back (`follow_size`)
+    uncapped_limit_at: datetime | None = None
 
     @property
     def kept_gpus(self) -> int | None:

@@ -458,7 +458,8 @@ def follow_size(
     """A live rental now `after` (nodes, GPUs per node) instead of `before` is re-priced at its new size
     from `now` on (`resized_price`); the size is recorded for its invoice's GPU-seconds and energy, and an
     elastic rental's time limit moves with its speed (the work left takes as many GPU-seconds), but a
-    shrink stretches it no later than `stretch_until` (a start planned on its nodes): True when it did."""
+    shrink stretches it no later than `stretch_until` (a start planned on its nodes): True when it did; what
+    the cap cut is kept (`uncapped_limit_at`) and given back by a growth, up to the capped limit."""
     since = rental.placed_at or rental.created_at
     uow.rentals.record_size(rental.id, now, after, since=since, previous=before)
     rate = rental.price_micros_per_hour
@@ -467,10 +468,15 @@ def follow_size(
     capped = False
     if rental.spec.min_gpus is not None and limit is not None and was > 0 and will > 0 and will != was:
         # an elastic rental's limit is for its work at its full size: what is left of it runs at the new speed
-        moved = now + (limit - now) * (was / will)
+        # (what is left as if no cap had cut it: a growth before the cap gives the work back)
+        work_until = rental.uncapped_limit_at if rental.uncapped_limit_at is not None else limit
+        moved = now + (work_until - now) * (was / will)
+        uncapped = None
         if stretch_until is not None and moved > stretch_until:
-            moved, capped = max(limit, stretch_until), True
-        uow.rentals.set_time_limit(rental.id, moved)
+            moved, uncapped, capped = max(limit, stretch_until), moved, True
+        elif rental.uncapped_limit_at is not None and moved > limit:  # still past the cap: it stays
+            moved, uncapped = limit, moved
+        uow.rentals.set_time_limit(rental.id, moved, uncapped)
     if rate is None or was <= 0 or will <= 0 or will == was:
         return capped
     new_rate, quote = resized_price(uow, rental, rate, was, will, now)

@@ -178,10 +178,12 @@ class Resizer:
         drained = frozenset() if self.drain is None else self.drain.keep_off(end_s)
         windowed = {n for n, start_s, _ in self.maintenance if end_s is not None and now_s < start_s < end_s}
         avoid = drained | windowed
-        moved_end_s = None  # an elastic rental's limit moves with its speed (`follow_size`)
+        moved_end_s = None  # an elastic rental's limit moves with its speed: sooner once grown (follow_size)
         if rental.spec.min_gpus is not None and end_s is not None and end_s > now_s:
+            uncapped = rental.uncapped_limit_at  # the work a cap cut, given back by a growth before it
+            work_until_s = end_s if uncapped is None else uncapped.timestamp()
             was, will = running.placement.gpus, running.placement.gpus + full_gpus(more)
-            moved_end_s = now_s + (end_s - now_s) * was / will
+            moved_end_s = min(now_s + (work_until_s - now_s) * was / will, end_s)
         with self.snapshot.cordoned(avoid):
             limited = within_limits(
                 self.limits, self.holding, more, price, now_s, self.snapshot, running.placement, moved_end_s
@@ -225,12 +227,21 @@ def _steps(rental: Rental, missing: int) -> range:
     return range(missing, 0, -1) if rental.spec.min_gpus is not None else range(missing, missing - 1, -1)
 
 
+SIZE_EVENTS = frozenset({"placed", "resized", "grown", "requeued"})  # after one, a wait is said anew
+
+
 def _waiting(uow: UnitOfWork, rental: Rental, what: str, why: Pending, now: datetime) -> None:
     """Say once why the rental cannot change yet: again only when the change or the reason's kind does, not
-    when the figures in its message move (a spend cap's money moves every cycle)."""
+    when the figures in its message move (a spend cap's money moves every cycle), nor when other events
+    came since (its workload started), until its size changes."""
     said = f"waiting {what}: "
-    events = uow.rentals.events(rental.id)
-    last = events[-1] if events else None
-    same = last is not None and last.kind == "growing" and last.reason == why.reason
+    last = None
+    for event in reversed(uow.rentals.events(rental.id)):
+        if event.kind == "growing":
+            last = event
+            break
+        if event.kind in SIZE_EVENTS:
+            break
+    same = last is not None and last.reason == why.reason
     if not (same and last.message.startswith(said)):
         uow.rentals.add_event(rental.id, RentalEvent(now, "growing", why.reason, said + why.message))

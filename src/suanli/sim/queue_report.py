@@ -111,6 +111,23 @@ def load_workload(
     return requests, [max(j.duration_s, 1.0) for j in trace], "ITP jobs"
 
 
+def days_bar(
+    progress: Progress, description: str, total_days: float, start_s: float = 0.0
+) -> Callable[[float], None]:
+    """A bar of virtual days for one replay, and the callback that moves it to a virtual time: its total is
+    the last arrival plus its run time, and grows with a replay whose queue runs past that (it showed 100%
+    for the rest of such a replay)."""
+    task = progress.add_task(description, total=total_days)
+    total = [total_days]
+
+    def advance(now_s: float) -> None:
+        done = (now_s - start_s) / 86400
+        total[0] = max(total[0], done)
+        progress.update(task, completed=done, total=total[0])
+
+    return advance
+
+
 def requests_load(requests: Sequence[Request], true_s: Sequence[float], capacity_gpus: int) -> float:
     """sum(true duration x GPUs) / (arrival span x capacity), as `offered_load` for ITP jobs."""
     if not requests or capacity_gpus <= 0:
@@ -207,11 +224,7 @@ def queue_command(
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("day {task.completed:.0f}"))
     with Progress(*columns, TimeElapsedColumn(), console=console, transient=True) as progress:
         for name in names:
-            task = progress.add_task(name, total=(end - start) / 86400)
-
-            def advance(now: float, task=task) -> None:
-                progress.update(task, completed=(now - start) / 86400)
-
+            advance = days_bar(progress, name, (end - start) / 86400, start)
             results.append(
                 run_requests(
                     fleet,
@@ -339,8 +352,7 @@ def itp_check_command(
         for path in paths:
 
             def on_policy(name: str, end_s: float, path: Path = path) -> Callable[[float], None]:
-                task = progress.add_task(f"{path.stem} {name}", total=end_s / 86400)
-                return lambda now: progress.update(task, completed=now / 86400)
+                return days_bar(progress, f"{path.stem} {name}", end_s / 86400)
 
             check = check_cluster(
                 path,

@@ -203,12 +203,13 @@ class SqlRentals(RentalMoneyReads):
             .values(pending_message=message)
         )
 
-    def set_time_limit(self, rental_id: str, at: datetime) -> None:
-        """Move a live rental's time limit to `at` (one with none keeps none)."""
+    def set_time_limit(self, rental_id: str, at: datetime, uncapped_at: datetime | None = None) -> None:
+        """Move a live rental's time limit to `at` (one with none keeps none), `uncapped_at` where it would
+        be without a cap (None: not capped)."""
         self.s.execute(
             update(RentalRow)
             .where(RentalRow.id == rental_id, RentalRow.time_limit_at.is_not(None))
-            .values(time_limit_at=at)
+            .values(time_limit_at=at, uncapped_limit_at=uncapped_at)
         )
 
     def set_time_left(self, rental_id: str, seconds: float) -> None:
@@ -277,6 +278,7 @@ class SqlRentals(RentalMoneyReads):
             "placed_at": at,
             "price_micros_per_hour": price_micros_per_hour,
             "time_limit_at": time_limit_at,
+            "uncapped_limit_at": None,
             "borrowed": borrowed,
             "placements": RentalRow.placements + 1,
         }

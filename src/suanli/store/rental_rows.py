@@ -54,6 +54,7 @@ def rental_from_row(row: RentalRow) -> Rental:
         None if row.notice_keeps is None else tuple(allocation_from_json(a) for a in row.notice_keeps),
         row.time_left_s,
         row.pending_message,
+        row.uncapped_limit_at,
     )
 
 

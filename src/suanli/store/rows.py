@@ -128,6 +128,8 @@ class RentalRow(Base):
     placements: Mapped[int] = mapped_column(Integer, server_default="0")
     # back in the queue from a checkpoint: what is left of its max duration (0043)
     time_left_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # an elastic rental whose limit a shrink capped at a start planned on its nodes: its limit uncapped (0045)
+    uncapped_limit_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
 
 
 class RentalEventRow(Base):
