@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from fake_nvml import RecordedNvml, load_fixture
 
 from suanli.agent.assignment import Assignment
-from suanli.agent.isolation import IsolationError, workload_env
+from suanli.agent.executors import write_nodes
+from suanli.agent.isolation import IsolationError, master_port, workload_env
 from suanli.agent.probe import DeclaredProbe, HostInventory, NvmlProbe
 from suanli.domain.plan import Slice
 
@@ -134,6 +136,7 @@ def test_a_multi_node_rental_knows_its_rank_its_nodes_and_its_master() -> None:
         "SUANLI_NODE_RANK": "1",
         "SUANLI_NODES": "gpu-a,gpu-b,gpu-c",
         "SUANLI_MASTER_ADDR": "gpu-a",
+        "SUANLI_MASTER_PORT": str(master_port("r-1")),
         "SUANLI_GPUS_PER_NODE": "4",
         "SUANLI_NODES_FILE": "/x/nodes.json",
         "SUANLI_RESTART_COUNT": "2",
@@ -144,3 +147,15 @@ def test_a_multi_node_rental_knows_its_rank_its_nodes_and_its_master() -> None:
             inventory,
             notice_file=NOTICE,
         )
+
+
+def test_gangs_get_their_own_master_port_the_same_on_every_rank(tmp_path: Path) -> None:
+    """Two gangs whose rank 0 shared a host both used torchrun's default 29500, and the second failed to
+    bind: each rental now has its own port, from its id, so every rank (and a restart) reads the same; the
+    nodes file says it too."""
+    ports = {master_port(f"rnt_{i:04x}") for i in range(200)}
+    assert len(ports) > 190 and all(20_000 <= p < 29_000 for p in ports)
+    assert master_port("rnt_a") == master_port("rnt_a") != master_port("rnt_b")
+    write_nodes(tmp_path / "nodes.json", "rnt_a", ["gpu-a", "gpu-b"], 1)
+    said = json.loads((tmp_path / "nodes.json").read_text())
+    assert (said["master_addr"], said["master_port"]) == ("gpu-a", master_port("rnt_a"))

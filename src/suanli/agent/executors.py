@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from suanli.agent.identity import Account, IdentityFiles, login_shell, nss_wrapper_library, write_identity
+from suanli.agent.isolation import master_port
 from suanli.agent.supervisor import STARTED
 from suanli.domain.errors import SuanliError
 
@@ -534,6 +535,7 @@ def write_nodes(path: Path, rental_id: str, peers: Sequence[str], node_rank: int
         "nnodes": len(peers),
         "node_rank": node_rank,
         "master_addr": peers[0] if peers else None,
+        "master_port": master_port(rental_id) if peers else None,
     }
     _write_json(path, body)
 
