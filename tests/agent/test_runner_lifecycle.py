@@ -937,3 +937,33 @@ def test_a_workload_that_exits_between_heartbeats_is_told_within_half_a_second_n
     runner.step()
     assert paused_s < 0.3 + runner_module.EXIT_POLL_S + 0.5, f"told {paused_s:.2f} s after the pause began"
     assert [(r.rental_id, r.state) for r in client.reports[-1]] == [("r-1", "succeeded")]
+
+
+@pytest.mark.parametrize("noticed", [False, True], ids=["no-notice", "noticed"])
+def test_a_workload_no_longer_assigned_gets_sigterm_first_unless_it_had_its_notice(
+    tmp_path: Path, noticed: bool
+) -> None:
+    """Its gang failed on another node (or lost one, or a shrink released this one): the answer no longer
+    assigns it, and it gets SIGTERM and a grace, as torchrun gives its workers, so it may flush its output;
+    it was killed at once, its last lines lost. One whose notice deadline came was told already: killed."""
+    client = FakeClient()
+    said = tmp_path / "said"
+    script = (
+        "import signal, sys, time\n"
+        f"signal.signal(signal.SIGTERM, lambda *_: (open({str(said)!r}, 'w').write('bye'), sys.exit(0)))\n"
+        "while True: time.sleep(0.05)"
+    )
+    client.assignments = [assignment("r-1", script)]
+    runner = make_runner(tmp_path, client)
+    runner.step()
+    time.sleep(0.3)  # its SIGTERM handler is set
+    if noticed:
+        runner.local["r-1"].noticed_until = datetime.now(UTC) - timedelta(seconds=1)
+    pgid = runner.local["r-1"].workload.pid
+    client.assignments = []
+    runner.step()
+    assert not group_alive(pgid)
+    assert said.exists() is not noticed
+    assert [(r.rental_id, r.state) for r in client.reports[-1]] == [("r-1", "running")]  # told next step
+    runner.step()
+    assert [(r.rental_id, r.state) for r in client.reports[-1]] == [("r-1", "stopped")]

@@ -324,18 +324,22 @@ class AgentRunner:
 
     def reconcile(self, assignments: list[AssignmentResponse]) -> None:
         wanted = {a.rental_id: a for a in assignments}
+        ending: list[Workload] = []  # no longer assigned, with no notice: SIGTERM, one grace, then SIGKILL
         for rental_id in [r for r in self.local if r not in wanted]:
             local = self.local[rental_id]
             if local.state == "running":  # a workload, or a reservation that runs nothing
                 log.info("%s: no longer assigned; ending its run here", rental_id)
-                if local.workload is not None:
-                    local.workload.kill()
+                if local.workload is not None and (local.noticed_until or local.trim_noticed) is not None:
+                    local.workload.kill()  # it had its notice (and its deadline has come)
+                elif local.workload is not None:  # its gang failed or lost a node, or a shrink released
+                    ending.append(local.workload)  # this one: it may flush its output, as torchrun's are
                 local.state, local.message = "stopped", "no longer assigned to this node"
                 local.unassigned = True
                 continue  # reported once more, so the server ends the run here (a shrink released the node)
             if local.log_behind:
                 continue  # the rest of its log goes out first, MAX_CHUNKS_PER_STEP a step
             del self.local[rental_id]
+        _stop_together(ending, self.grace_s)
         for rental_id in [r for r in self.orphans if r not in wanted or wanted[r].action == "stop"]:
             drop_orphan(rental_id, self.orphans.pop(rental_id), self.executor)
         removed, failed = sweep_rentals(self.executor.rentals_dir, {*wanted, *self.local, *self.orphans})

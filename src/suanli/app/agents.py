@@ -7,7 +7,8 @@ Guarantees:
   new key (`nk_...`, stored as a digest); the node's earlier key stops working.
 * A rental's state moves only along `TRANSITIONS` as its agent reports: placed -> starting -> running ->
   stopped / failed; `stopping` (asked by the API) -> stopped once the agent has stopped the workload. A
-  multi-node rental fails when its workload fails on any node (the others are then killed), and ends
+  multi-node rental fails when its workload fails on any node (the others are then stopped: SIGTERM, a
+  grace, SIGKILL), and ends
   `stopped` only once it has succeeded on every node: a rank that finishes first does not end the others.
   Under `on-failure`, a failure on one node of a multi-node rental restarts the workload on all of its nodes
   together (a distributed job's ranks rendezvous again), up to the restart limit: the rental's `attempt`
@@ -15,7 +16,8 @@ Guarantees:
   reports are ignored. A one-node rental's agent restarts it alone.
   A report for a rental that is not on the reporting node is ignored.
 * The heartbeat answer lists every live rental placed on the node (what to run; `stop` for a stopping one):
-  a workload the answer does not list is one the agent must kill (reconciliation after an outage).
+  a workload the answer does not list is one the agent must end (reconciliation after an outage): SIGTERM
+  and a grace first, unless it had a notice whose deadline came (then SIGKILL at once).
 * `reap(now)`: a node whose last heartbeat is older than `missed_heartbeats` x interval is marked down and
   cordoned; each live rental on it is re-queued when its restart policy allows, else ends `lost`, its run's
   `ended_at` set to the last heartbeat (billing stops there). A node that heartbeats again is up again.
