@@ -120,14 +120,7 @@ def test_a_spot_rental_whose_bid_falls_below_a_raised_floor_gets_notice_and_ends
     with app_client(
         database_url, meter_interval_s=3600, prepaid=False, preemption_notice_by_tier_s={"spot": 0.3}
     ) as client:
-        _, headers = _tenant(client)
-        floor, _ = _prices(client)
-        spot = client.post(
-            "/v1/rentals",
-            json={"gpu_model": ASCEND, "gpus": 1, "tier": "spot", "bid_micros_per_gpu_hour": floor + 1000},
-            headers=headers,
-        ).json()
-        assert wait_for(client, spot["id"], headers, "placed")["state"] == "placed"
+        headers, floor, spot = _spot_above_floor(client)
         raised = client.put(
             "/v1/prices",
             json=[
@@ -198,6 +191,17 @@ def _tenant(client: TestClient) -> tuple[str, dict[str, str]]:
     return tenant_id, {"Authorization": f"Bearer {secret}"}
 
 
+def _spot_above_floor(client: TestClient) -> tuple[dict[str, str], int, dict]:
+    """A new tenant's spot rental of one Ascend GPU bidding just above the spot floor, placed: the tenant's
+    headers, the floor, the rental."""
+    _, headers = _tenant(client)
+    floor, _ = _prices(client)
+    spot = {"gpu_model": ASCEND, "gpus": 1, "tier": "spot", "bid_micros_per_gpu_hour": floor + 1000}
+    rental = client.post("/v1/rentals", json=spot, headers=headers).json()
+    assert wait_for(client, rental["id"], headers, "placed")["state"] == "placed"
+    return headers, floor, rental
+
+
 def _set_floor(client: TestClient, price_micros: int, in_s: float) -> None:
     entry = {"gpu_model": ASCEND, "tier": "spot", "price_micros_per_gpu_hour": price_micros}
     entry["effective_from"] = (datetime.now(UTC) + timedelta(seconds=in_s)).isoformat()
@@ -255,11 +259,7 @@ def test_a_floor_notice_is_withdrawn_when_the_floor_falls_back_to_the_bid_before
     with app_client(
         database_url, meter_interval_s=3600, prepaid=False, preemption_notice_by_tier_s={"spot": 8}
     ) as client:
-        _, headers = _tenant(client)
-        floor, _ = _prices(client)
-        spot = {"gpu_model": ASCEND, "gpus": 1, "tier": "spot", "bid_micros_per_gpu_hour": floor + 1000}
-        rental = client.post("/v1/rentals", json=spot, headers=headers).json()
-        assert wait_for(client, rental["id"], headers, "placed")["state"] == "placed"
+        headers, floor, rental = _spot_above_floor(client)
         _set_floor(client, floor + 5000, in_s=1.5)
         noticed = wait_for(client, rental["id"], headers, "preempting")
         assert noticed["state"] == "preempting"
@@ -285,11 +285,7 @@ def test_a_tenant_raises_its_spot_bid_and_a_notice_for_the_floor_is_withdrawn(
     with app_client(
         database_url, meter_interval_s=3600, prepaid=False, preemption_notice_by_tier_s={"spot": 8}
     ) as client:
-        _, headers = _tenant(client)
-        floor, _ = _prices(client)
-        spot = {"gpu_model": ASCEND, "gpus": 1, "tier": "spot", "bid_micros_per_gpu_hour": floor + 1000}
-        rental = client.post("/v1/rentals", json=spot, headers=headers).json()
-        assert wait_for(client, rental["id"], headers, "placed")["state"] == "placed"
+        headers, floor, rental = _spot_above_floor(client)
         url = f"/v1/rentals/{rental['id']}/bid"
         under = client.put(url, json={"bid_micros_per_gpu_hour": floor - 1}, headers=headers)
         assert under.status_code == 400 and under.json()["error"]["field"] == "bid_micros_per_gpu_hour"

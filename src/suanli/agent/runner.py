@@ -329,7 +329,8 @@ class AgentRunner:
             local = self.local[rental_id]
             if local.state == "running":  # a workload, or a reservation that runs nothing
                 log.info("%s: no longer assigned; ending its run here", rental_id)
-                if local.workload is not None and (local.noticed_until or local.trim_noticed) is not None:
+                noticed = local.noticed_until is not None or local.trim_noticed is not None
+                if local.workload is not None and noticed:
                     local.workload.kill()  # it had its notice (and its deadline has come)
                 elif local.workload is not None:  # its gang failed or lost a node, or a shrink released
                     ending.append(local.workload)  # this one: it may flush its output, as torchrun's are

@@ -28,9 +28,8 @@ class Leaving:
     """The rentals under notice in a cycle."""
 
     due: list[Rental]  # deadline passed (or their workload ended: the heartbeat moved the deadline to then)
-    asked: set[
-        str
-    ]  # of those, stopped by their tenants under notice: they end `stopped`, whole, never requeued
+    # of those, stopped by their tenants under notice: they end `stopped`, whole, never requeued
+    asked: set[str]
     waiting_on: dict[str, list[Rental]]  # preemptor -> its victims still under notice
     deadlines: list[datetime]  # of the victims still under notice
     withdrawn: int  # notices withdrawn (their preemptor left, or outranks them no more): commit them

@@ -467,10 +467,7 @@ def follow_size(
     limit = rental.time_limit_at
     capped = False
     if rental.spec.min_gpus is not None and limit is not None and was > 0 and will > 0 and will != was:
-        # an elastic rental's limit is for its work at its full size: what is left of it runs at the new speed
-        # (what is left as if no cap had cut it: a growth before the cap gives the work back)
-        work_until = rental.uncapped_limit_at if rental.uncapped_limit_at is not None else limit
-        moved = now + (work_until - now) * (was / will)
+        moved = limit_at_speed(rental, now, was, will)
         uncapped = None
         if stretch_until is not None and moved > stretch_until:
             moved, uncapped, capped = max(limit, stretch_until), moved, True
@@ -482,6 +479,15 @@ def follow_size(
     new_rate, quote = resized_price(uow, rental, rate, was, will, now)
     uow.rentals.change_rate(rental.id, now, new_rate, since=since, previous=rate, quote=quote)
     return capped
+
+
+def limit_at_speed(rental: Rental, now: datetime, was: float, will: float) -> datetime:
+    """Where a live elastic rental's time limit goes when it runs on `will` GPUs (or milli) instead of `was`:
+    its limit is for its work at its full size, and what is left of it runs at the new speed; counted from
+    the limit before a cap cut it (`uncapped_limit_at`), so a growth before the cap gives that work back."""
+    work_until = rental.uncapped_limit_at or rental.time_limit_at
+    assert work_until is not None, "a rental with a time limit"
+    return now + (work_until - now) * (was / will)
 
 
 def _recorded_next_start(uow: UnitOfWork, nodes: set[str], limit: datetime | None) -> datetime | None:

@@ -28,7 +28,7 @@ from suanli.app.booking import bookings_for
 from suanli.app.growth import Held, held_for_contracts, held_request, within_limits
 from suanli.app.ports import UnitOfWork
 from suanli.app.records import PREEMPTIBLE_STATES, Rental, RentalEvent
-from suanli.app.rentals import added_price, follow_size, per_node_gpus
+from suanli.app.rentals import added_price, follow_size, limit_at_speed, per_node_gpus
 from suanli.domain.catalog import GpuModel
 from suanli.domain.contracts import Contract
 from suanli.domain.elastic import grow, shrink
@@ -179,11 +179,10 @@ class Resizer:
         windowed = {n for n, start_s, _ in self.maintenance if end_s is not None and now_s < start_s < end_s}
         avoid = drained | windowed
         moved_end_s = None  # an elastic rental's limit moves with its speed: sooner once grown (follow_size)
-        if rental.spec.min_gpus is not None and end_s is not None and end_s > now_s:
-            uncapped = rental.uncapped_limit_at  # the work a cap cut, given back by a growth before it
-            work_until_s = end_s if uncapped is None else uncapped.timestamp()
+        elastic = rental.spec.min_gpus is not None and rental.time_limit_at is not None
+        if elastic and end_s is not None and end_s > now_s:
             was, will = running.placement.gpus, running.placement.gpus + full_gpus(more)
-            moved_end_s = min(now_s + (work_until_s - now_s) * was / will, end_s)
+            moved_end_s = min(limit_at_speed(rental, now, was, will).timestamp(), end_s)
         with self.snapshot.cordoned(avoid):
             limited = within_limits(
                 self.limits, self.holding, more, price, now_s, self.snapshot, running.placement, moved_end_s

@@ -228,9 +228,7 @@ class Scheduler:
             report.stopped, report.preempted, report.trimmed = ended.stopped, ended.preempted, ended.trimmed
             self.live.stale = self.live.stale or ended.changed  # a trim found it changed: rebuilt
             self._apply_decision(uow, by_id, placements, notices, report, now)
-            self._tell_waiting(
-                uow, pending, placements, still, notices, leaving.waiting_on, ready, report, now
-            )
+            self._tell_waiting(uow, by_id, placements, still, notices, leaving.waiting_on, ready, report, now)
             for rental_id, asked in sorted(self.overdue_stops.items()):
                 tell_overdue_stop(uow, rental_id, asked, now)
             uow.commit()
@@ -308,7 +306,7 @@ class Scheduler:
     def _tell_waiting(
         self,
         uow: UnitOfWork,
-        pending: Sequence[Rental],
+        by_id: Mapping[str, Rental],  # the queue, by id
         placements: Sequence[Placement],
         still: Sequence[Pending],
         notices: Sequence[Preemption],
@@ -320,9 +318,9 @@ class Scheduler:
         """Grow what the resizes ask for (off what preemptors are owed), then tell each rental still
         waiting why (a preemptor, whom it waits for) and when it is expected to start; a promise kept past
         its victims' leaving is forgotten."""
+        pending = list(by_id.values())
         report.grown = self._resize(uow, now, self._owed_promises(pending, waiting_on, notices))
         noticed = {p.preemptor for p in notices}
-        by_id = {rental.id: rental for rental in pending}
         for waiting in still:
             if waiting.request_id in noticed:
                 report.pending[Reason.PREEMPTING.value] += 1

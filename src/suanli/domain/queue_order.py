@@ -201,10 +201,8 @@ def fair_merge(
     if all(len(tenants) == 1 for tenants in classes.values()):
         running = ()  # one tenant per class: nobody to take turns with, so what is held does not matter
     held: dict[str, float] = {}
-    for r in running:  # what each tenant will hold: not what a rental leaving whole (noticed, or stopping)
-        # frees at its deadline, nor the part a trimmed one gives back (the plan counts it free by then)
-        gpus = r.gpus if r.notice_deadline_s is None else 0.0 if r.keeps is None else r.keeps.gpus
-        held[r.request.tenant] = held.get(r.request.tenant, 0.0) + gpus
+    for r in running:  # what each tenant will hold (the plan counts what a notice frees as free by then)
+        held[r.request.tenant] = held.get(r.request.tenant, 0.0) + r.gpus_kept
     load = {t: fair.usage_gpu_s.get(t, 0.0) + g * horizon for t, g in held.items()}
     ordered: list[Request] = []
     for key in sorted(classes):

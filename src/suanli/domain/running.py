@@ -38,6 +38,14 @@ class Running:
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpus", self.placement.gpus)
 
+    @property
+    def gpus_kept(self) -> float:
+        """The GPUs it holds past its notice: all without one, what a trim keeps, none when it leaves whole
+        (noticed, or being stopped)."""
+        if self.notice_deadline_s is None:
+            return self.gpus
+        return 0.0 if self.keeps is None else self.keeps.gpus
+
     def lost_gpu_s(self, now: float) -> float:
         """The GPU-seconds its eviction now would lose: what it holds, since its run began."""
         began = self.started_at_s if self.run_began_s is None else self.run_began_s

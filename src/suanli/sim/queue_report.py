@@ -118,12 +118,10 @@ def days_bar(
     the last arrival plus its run time, and grows with a replay whose queue runs past that (it showed 100%
     for the rest of such a replay)."""
     task = progress.add_task(description, total=total_days)
-    total = [total_days]
 
     def advance(now_s: float) -> None:
-        done = (now_s - start_s) / 86400
-        total[0] = max(total[0], done)
-        progress.update(task, completed=done, total=total[0])
+        done = (now_s - start_s) / 86400  # the virtual clock only moves on: so does the total
+        progress.update(task, completed=done, total=max(total_days, done))
 
     return advance
 
