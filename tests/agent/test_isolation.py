@@ -13,6 +13,7 @@ from suanli.agent.executors import write_nodes
 from suanli.agent.isolation import IsolationError, master_port, workload_env
 from suanli.agent.probe import DeclaredProbe, HostInventory, NvmlProbe
 from suanli.domain.plan import Slice
+from suanli.domain.rendezvous import hashed_master_port
 
 FLEET = Path(__file__).parents[2] / "examples" / "fleet.toml"
 NOTICE = "/var/lib/suanli/rentals/r-1/control/notice.json"
@@ -126,7 +127,14 @@ def test_a_multi_node_rental_knows_its_rank_its_nodes_and_its_master() -> None:
     slices = tuple(Slice(i, 1000, 81920) for i in range(4))
     peers = ("gpu-a", "gpu-b", "gpu-c")
     assignment = Assignment(
-        "r-1", slices, ("torchrun", "train.py"), peers=peers, node_rank=1, attempt=2, placement=3
+        "r-1",
+        slices,
+        ("torchrun", "train.py"),
+        peers=peers,
+        node_rank=1,
+        attempt=2,
+        placement=3,
+        master_port=24_242,
     )
     env = workload_env(assignment, inventory, notice_file=NOTICE, nodes_file="/x/nodes.json")
     assert {k: v for k, v in env.items() if k not in ("CUDA_VISIBLE_DEVICES", "SUANLI_NOTICE_FILE")} == {
@@ -136,7 +144,7 @@ def test_a_multi_node_rental_knows_its_rank_its_nodes_and_its_master() -> None:
         "SUANLI_NODE_RANK": "1",
         "SUANLI_NODES": "gpu-a,gpu-b,gpu-c",
         "SUANLI_MASTER_ADDR": "gpu-a",
-        "SUANLI_MASTER_PORT": str(master_port("r-1")),
+        "SUANLI_MASTER_PORT": "24242",  # the server's choice
         "SUANLI_GPUS_PER_NODE": "4",
         "SUANLI_NODES_FILE": "/x/nodes.json",
         "SUANLI_RESTART_COUNT": "2",
@@ -149,13 +157,13 @@ def test_a_multi_node_rental_knows_its_rank_its_nodes_and_its_master() -> None:
         )
 
 
-def test_gangs_get_their_own_master_port_the_same_on_every_rank(tmp_path: Path) -> None:
+def test_the_agent_uses_the_servers_master_port_and_the_nodes_file_says_it(tmp_path: Path) -> None:
     """Two gangs whose rank 0 shared a host both used torchrun's default 29500, and the second failed to
-    bind: each rental now has its own port, from its id, so every rank (and a restart) reads the same; the
-    nodes file says it too."""
-    ports = {master_port(f"rnt_{i:04x}") for i in range(200)}
-    assert len(ports) > 190 and all(20_000 <= p < 29_000 for p in ports)
-    assert master_port("rnt_a") == master_port("rnt_a") != master_port("rnt_b")
-    write_nodes(tmp_path / "nodes.json", "rnt_a", ["gpu-a", "gpu-b"], 1)
+    bind: each rental has its own port, the one the server chose (the same on every rank and restart), else,
+    from a server that names none, the one its id points at; the nodes file says it too."""
+    chosen = Assignment("rnt_a", (), ("x",), peers=("gpu-a", "gpu-b"), node_rank=1, master_port=21_000)
+    write_nodes(tmp_path / "nodes.json", chosen)
     said = json.loads((tmp_path / "nodes.json").read_text())
-    assert (said["master_addr"], said["master_port"]) == ("gpu-a", master_port("rnt_a"))
+    assert (said["master_addr"], said["master_port"], said["node_rank"]) == ("gpu-a", 21_000, 1)
+    unnamed = Assignment("rnt_a", (), ("x",), peers=("gpu-a",))
+    assert master_port(unnamed) == hashed_master_port("rnt_a") != hashed_master_port("rnt_b")

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.skipif(
 )
 FIRST, LAST = 61000, 61009  # no account on a Debian host
 WAIT_S = 10.0
-SLEEPS_WITH_A_SECRET = "echo $$ > pid; touch ready; exec sleep 30"
+SLEEPS_WITH_A_SECRET = "echo $$ > pid; echo > ready; exec sleep 30"
 
 
 def spec(rental_id: str, script: str, env: dict[str, str] | None = None) -> WorkloadSpec:
@@ -37,8 +37,9 @@ def spec(rental_id: str, script: str, env: dict[str, str] | None = None) -> Work
 
 
 def wait_for(path: Path) -> None:
+    """Until `path` holds a whole line: the shell creates a redirect's file before the command writes it."""
     end = time.monotonic() + WAIT_S
-    while not path.exists():
+    while not (path.exists() and path.read_bytes().endswith(b"\n")):
         assert time.monotonic() < end, f"{path} never appeared"
         time.sleep(0.02)
 
@@ -236,7 +237,7 @@ def test_a_uid_something_still_runs_as_is_not_handed_on(base: Path) -> None:
 
 def test_a_full_pool_refuses_the_next_workload_and_says_so(base: Path) -> None:
     executor = ProcessExecutor(base, uids=UidPool.parse(f"{FIRST}-{FIRST}"))
-    running = executor.launch(spec("r-1", "touch ready; exec sleep 30"))
+    running = executor.launch(spec("r-1", "echo > ready; exec sleep 30"))
     try:
         wait_for(running.paths.workdir / "ready")
         with pytest.raises(ExecutorError, match=f"every uid of --run-as-uids {FIRST}-{FIRST} is in use"):

@@ -164,6 +164,25 @@ def test_a_gang_ends_when_every_node_has_succeeded_or_when_one_fails(
     assert state() == "failed"
 
 
+def test_every_rank_of_a_gang_is_told_the_same_master_port_and_its_peers(client: TestClient, tenant) -> None:
+    """The leader picked the gang's rendezvous port when it placed it; each node's assignment carries it,
+    with the rank order, so torchrun on every rank meets on rank 0's host at one port."""
+    _, owner = tenant("owner")
+    body = {"gpu_model": "H100", "gpus": 8, "nodes": 2, "command": ["train"], "regions": ["cn-north"]}
+    rental = client.post("/v1/rentals", json=body, headers=owner).json()
+    nodes = [a["node"] for a in wait_for(client, rental["id"], owner, "placed")["allocation"]]
+    told = []
+    for node in nodes:
+        beat = client.post(
+            "/v1/agents/heartbeat", json={"workloads": []}, headers=register_agent(client, node)
+        )
+        (assignment,) = beat.json()["assignments"]
+        told.append((assignment["master_port"], assignment["peers"], assignment["node_rank"]))
+    port = told[0][0]
+    assert 20_000 <= port < 29_000
+    assert told == [(port, nodes, 0), (port, nodes, 1)]
+
+
 def test_a_gangs_output_is_read_whole_or_one_nodes_at_a_time(client: TestClient, tenant) -> None:
     """Two ranks' lines come in turn: the rental's log has them as they came, `node=` one rank's alone, and a
     node the rental never ran on is refused naming the field."""

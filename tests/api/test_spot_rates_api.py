@@ -95,6 +95,9 @@ def test_a_running_spot_rental_pays_its_pools_current_spot_price(client, tenant)
     assert charged(client, rental_id, headers) == expected
 
 
+SPOT_ZERO_BID = {"gpus": 1, "tier": "spot", "bid_micros_per_gpu_hour": 0}
+
+
 def test_a_bid_caps_the_rate_a_running_spot_rental_follows(client, tenant) -> None:
     _, headers = tenant("bidder")
     floor, on_demand = _prices(client)
@@ -281,7 +284,8 @@ def test_a_tenant_raises_its_spot_bid_and_a_notice_for_the_floor_is_withdrawn(
 ) -> None:
     """`PUT /v1/rentals/{id}/bid` (`suanli bid`): the floor rises above a running spot rental's bid and it
     gets notice; its tenant raises the bid to meet the floor and it runs on. A bid on an on-demand rental,
-    or a running one's bid lowered under the floor, is refused naming the field; nothing changes."""
+    a running one's bid lowered under the floor, or a bid of 0, is refused naming the field; nothing
+    changes."""
     with app_client(
         database_url, meter_interval_s=3600, prepaid=False, preemption_notice_by_tier_s={"spot": 8}
     ) as client:
@@ -295,6 +299,11 @@ def test_a_tenant_raises_its_spot_bid_and_a_notice_for_the_floor_is_withdrawn(
             f"/v1/rentals/{steady['id']}/bid", json={"bid_micros_per_gpu_hour": 5}, headers=headers
         )
         assert refused.status_code == 400 and "only a spot rental" in refused.json()["error"]["message"]
+        for zero in (
+            client.put(url, json={"bid_micros_per_gpu_hour": 0}, headers=headers),
+            client.post("/v1/rentals", json={**SPOT_ZERO_BID, "gpu_model": ASCEND}, headers=headers),
+        ):  # a bid of 0 never meets a floor: refused on a new rental too, not left waiting for ever
+            assert zero.status_code == 422 and zero.json()["error"]["field"] == "bid_micros_per_gpu_hour"
         _set_floor(client, floor + 5000, in_s=1.5)
         assert wait_for(client, rental["id"], headers, "preempting")["state"] == "preempting"
         key = headers["Authorization"][7:]

@@ -59,6 +59,22 @@ def test_picks_the_victim_that_loses_the_fewest_gpu_seconds():
     assert decision.victims[0].lost_gpu_s == 40
 
 
+def test_victims_started_milliseconds_apart_lose_the_same_and_the_lower_bid_is_evicted():
+    """Two spot rentals placed by one cycle, started by their agents 35 ms apart: the milliseconds decided
+    (the later one, bid 1.8, was evicted, not the one bidding 1.6); now their run times count in whole
+    seconds, so they lose the same and the lower bid goes. A second more of run time still decides."""
+    snap = snapshot_of(1, 8)
+    low = start(snap, "low", 4, Tier.SPOT, at=10.0, bid=1_600_000)
+    high = start(snap, "high", 4, Tier.SPOT, at=10.035, bid=1_800_000)
+    asked = Request("od", WholeGpus(4), tier=Tier.ON_DEMAND)
+    decision = choose_victims(snap, asked, [low, high], POLICY, now=40.0)
+    assert decision is not None
+    assert [(v.request_id, v.lost_gpu_s) for v in decision.victims] == [("low", 120.0)]  # lost: exact
+    later = replace(high, started_at_s=11.5)
+    decision = choose_victims(snap, asked, [low, later], POLICY, now=40.0)
+    assert decision is not None and [v.request_id for v in decision.victims] == ["high"]
+
+
 def test_the_cheapest_set_may_be_on_a_node_whose_cheapest_victim_is_not_the_fleets():
     """The fleet's cheapest victim (a1, 10 GPU-s) shares its node with a dear one (a2, 60); the other node's
     two cost 20 and 55. Freeing a node: {a1, a2} loses 70 GPU-s, {b1, b2} 75."""

@@ -56,6 +56,7 @@ from suanli.agent.supervisor import STARTED
 from suanli.domain.errors import SuanliError
 
 if TYPE_CHECKING:
+    from suanli.agent.assignment import Assignment
     from suanli.agent.uids import UidPool
 
 INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "TMPDIR")
@@ -526,16 +527,17 @@ def read_notice_deadline(path: Path) -> datetime | None:
         return None
 
 
-def write_nodes(path: Path, rental_id: str, peers: Sequence[str], node_rank: int) -> None:
+def write_nodes(path: Path, assignment: Assignment) -> None:
     """Write the nodes file atomically: the rental's nodes (host names, rank order) and this one's rank.
     The agent rewrites it when the rental grows or shrinks, so an elastic workload can follow."""
+    peers = assignment.peers
     body = {
-        "rental_id": rental_id,
+        "rental_id": assignment.rental_id,
         "nodes": list(peers),
         "nnodes": len(peers),
-        "node_rank": node_rank,
+        "node_rank": assignment.node_rank,
         "master_addr": peers[0] if peers else None,
-        "master_port": master_port(rental_id) if peers else None,
+        "master_port": master_port(assignment) if peers else None,
     }
     _write_json(path, body)
 

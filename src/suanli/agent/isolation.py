@@ -15,8 +15,8 @@
   preempted: it resumes from its checkpoint, which must be where its next node can read it).
 * Where the server names the rental's nodes (`Assignment.peers`, rank order): `SUANLI_NNODES`,
   `SUANLI_NODE_RANK`, `SUANLI_NODES` (host names, comma-separated), `SUANLI_MASTER_ADDR` (rank 0's),
-  `SUANLI_MASTER_PORT` (the rental's own, `master_port`: two gangs whose rank 0 shares a host each listen on
-  their own, not both on torchrun's default 29500, where the second failed to bind),
+  `SUANLI_MASTER_PORT` (the rental's own, `master_port`: the server picks one no other live rental on its
+  nodes holds, `domain/rendezvous.py`, so two gangs whose rank 0 shares a host never both bind one),
   `SUANLI_GPUS_PER_NODE` (devices visible here), `SUANLI_NODES_FILE` (the same as JSON, rewritten when the
   rental grows or shrinks) and `SUANLI_RESTART_COUNT` (how many times the workload was restarted under
   `on-failure`: on all the rental's nodes, or on its one node; as torchrun's `TORCHELASTIC_RESTART_COUNT`,
@@ -33,24 +33,20 @@ mixed with other slices, and shares of different sizes.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 
 from suanli.agent.assignment import Assignment
 from suanli.agent.probe import GpuDevice, HostInventory, MigDevice, ProbeError
 from suanli.domain.errors import SuanliError
 from suanli.domain.plan import Slice
+from suanli.domain.rendezvous import hashed_master_port
 from suanli.domain.workload_env import env_problem
 
-# gangs' rendezvous ports: below Linux's ephemeral ports (32768 on) and torchrun's defaults (29400, 29500)
-MASTER_PORTS = range(20_000, 29_000)
 
-
-def master_port(rental_id: str) -> int:
-    """The rental's rendezvous port on its rank 0's host, the same on every rank (from its id alone): gangs
-    sharing a host get different ones but for a chance of 1 in 9,000 a pair."""
-    digest = int.from_bytes(hashlib.sha256(rental_id.encode()).digest()[:8], "big")
-    return MASTER_PORTS[digest % len(MASTER_PORTS)]
+def master_port(assignment: Assignment) -> int:
+    """The rental's rendezvous port on its rank 0's host, the same on every rank: the one the server chose
+    (no other live rental on its nodes holds it), else the one its id points at."""
+    return assignment.master_port or hashed_master_port(assignment.rental_id)
 
 
 class IsolationError(SuanliError):
@@ -73,7 +69,7 @@ def workload_env(
         env["SUANLI_NODE_RANK"] = str(assignment.node_rank)
         env["SUANLI_NODES"] = ",".join(assignment.peers)
         env["SUANLI_MASTER_ADDR"] = assignment.peers[0]
-        env["SUANLI_MASTER_PORT"] = str(master_port(assignment.rental_id))
+        env["SUANLI_MASTER_PORT"] = str(master_port(assignment))
         env["SUANLI_GPUS_PER_NODE"] = str(len(visible.split(",")) if visible else 0)
         env["SUANLI_NODES_FILE"] = nodes_file
         env["SUANLI_RESTART_COUNT"] = str(assignment.attempt)

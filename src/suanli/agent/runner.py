@@ -554,7 +554,7 @@ class AgentRunner:
     def _write_nodes(self, assignment: Assignment) -> None:
         if assignment.peers:
             path = self.executor.paths(assignment.rental_id).nodes_file
-            write_nodes(path, assignment.rental_id, assignment.peers, assignment.node_rank)
+            write_nodes(path, assignment)
 
     def _launch(self, assignment: Assignment, local: Local) -> None:
         paths = self.executor.paths(assignment.rental_id)
@@ -760,4 +760,5 @@ def _assignment(response: AssignmentResponse) -> Assignment:
         node_rank=response.node_rank,
         attempt=response.attempt,
         placement=max(response.placement, 1),
+        master_port=response.master_port,
     )

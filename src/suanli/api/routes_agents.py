@@ -224,6 +224,7 @@ def _assignment(a: NodeAssignment) -> AssignmentResponse:
         notice_releases_node=a.notice_releases_node,
         peers=list(a.peers),
         node_rank=a.node_rank,
+        master_port=a.rental.master_port,
         attempt=a.attempt,
         restarts=a.restarts,
         placement=a.rental.placements,

@@ -148,6 +148,8 @@ class Rental:
     # elastic, its limit capped by a shrink at a start planned on its nodes: where the work it has left
     # would put its limit, so a growth before the cap gives that work back (`follow_size`)
     uncapped_limit_at: datetime | None = None
+    # its rendezvous port (`SUANLI_MASTER_PORT`), chosen when placed: none other live on its nodes holds it
+    master_port: int | None = None
 
     @property
     def kept_gpus(self) -> int | None:

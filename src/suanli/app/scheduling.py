@@ -63,6 +63,7 @@ from suanli.domain.promise_holds import hold_promise
 from suanli.domain.queue_order import GREEDY_QUEUE, QueueConfig
 from suanli.domain.queueing import CycleDecision, Gates, admit
 from suanli.domain.quotas import Limits
+from suanli.domain.rendezvous import free_master_port
 from suanli.domain.request import Request, Tier
 from suanli.domain.reservation import reserve
 from suanli.domain.running import Running
@@ -797,8 +798,9 @@ class Scheduler:
         limit_s = time_limit_s(rental, placement.gpus)
         time_limit_at = None if limit_s is None else now + timedelta(seconds=limit_s)
         borrowed = rental.id in self.lent
+        port = free_master_port(rental.id, uow.rentals.master_ports_on([a.node for a in placement.nodes]))
         if not uow.rentals.mark_placed(
-            rental.id, now, price, quoted, time_limit_at=time_limit_at, borrowed=borrowed
+            rental.id, now, price, quoted, time_limit_at=time_limit_at, borrowed=borrowed, master_port=port
         ):
             return self.live.unplace(placement)
         rows = bookings_for(placement.nodes, self.live.node, uow.rentals.booked_slots)

@@ -24,7 +24,7 @@ from suanli.domain.errors import RequestError
 from suanli.domain.plan import NodeAllocation, Placement
 from suanli.domain.policies import Policy
 from suanli.domain.request import Request, Tier
-from suanli.domain.running import SPOT_FLOOR, Running, victim_cost
+from suanli.domain.running import SPOT_FLOOR, Running, eviction_loss_gpu_s, victim_cost
 from suanli.domain.scheduler import trial_place
 from suanli.domain.snapshot import Snapshot
 from suanli.domain.victim_search import cheapest_for_gang, cheapest_on_one_node, fits_without
@@ -211,7 +211,7 @@ def _eviction(
         deadline = min(deadline, chosen.notice_deadline_s)  # it leaves then anyway: its notice stands
     if whole is None:
         return Eviction(
-            chosen.request.id, chosen.request.tier, chosen.gpus, victim_cost(chosen, now)[1], deadline
+            chosen.request.id, chosen.request.tier, chosen.gpus, eviction_loss_gpu_s(chosen, now), deadline
         )
     taken = {(a.node, s.gpu_index) for a in promised.nodes for s in a.slices}
     gang = len({a.node for a in whole.placement.nodes}) > 1
@@ -305,7 +305,7 @@ def below_floor(
                     r.request.id,
                     r.request.tier,
                     r.gpus,
-                    victim_cost(r, now)[1],
+                    eviction_loss_gpu_s(r, now),
                     now + config.notice_for(r.request.tier),
                 )
             )

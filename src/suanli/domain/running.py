@@ -15,6 +15,10 @@ from suanli.domain.request import Request
 # `Running.preempted_by` of a spot rental under notice because its bid fell below its pool's floor: it
 # leaves at its deadline whatever happens, so a preemptor may be promised what it frees at no further cost
 SPOT_FLOOR = "below_floor"
+# a victim's run time is compared in whole steps of this many seconds: victims that started moments apart
+# (placed by one cycle, started by their agents a few milliseconds apart) lose the same, and their bids
+# decide, not the milliseconds between their starts
+RUN_STEP_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,10 +67,17 @@ class Running:
         return deadline if deadline is not None and deadline <= end else end
 
 
+def eviction_loss_gpu_s(victim: Running, now: float) -> float:
+    """The GPU-seconds evicting `victim` now loses: none for one already leaving for the spot floor."""
+    return 0.0 if victim.preempted_by == SPOT_FLOOR else victim.lost_gpu_s(now)
+
+
 def victim_cost(victim: Running, now: float) -> tuple[float, float, float, float, str]:
-    """Cheaper first: lower tier, fewer GPU-seconds lost (none for one already leaving for the spot floor),
-    lower offer (a spot bid; no bid offers the most), fewer GPUs, then id (stable)."""
-    lost = 0.0 if victim.preempted_by == SPOT_FLOOR else victim.lost_gpu_s(now)  # lost anyway
+    """Cheaper first: lower tier, fewer GPU-seconds lost (`eviction_loss_gpu_s`, its run time rounded to
+    `RUN_STEP_S`), lower offer (a spot bid; no bid offers the most), fewer GPUs, then id (stable)."""
+    lost = eviction_loss_gpu_s(victim, now)
+    if lost:
+        lost = victim.gpus * RUN_STEP_S * round(lost / victim.gpus / RUN_STEP_S)
     return (
         victim.request.tier,
         lost,

@@ -262,10 +262,11 @@ class SqlRentals(RentalMoneyReads):
         *,
         time_limit_at: datetime | None = None,
         borrowed: bool = False,
+        master_port: int | None = None,
     ) -> bool:
         """A pending rental becomes placed at `at`, at its price (and quote), to be stopped at `time_limit_at`
-        (None: never), on lent GPUs when `borrowed`, in one statement; False, and nothing changed, when it is
-        no longer pending (stopped or changed since it was read)."""
+        (None: never), on lent GPUs when `borrowed`, with its rendezvous port, in one statement; False, and
+        nothing changed, when it is no longer pending (stopped or changed since it was read)."""
         values: dict[str, Any] = {
             "state": "placed",
             "pending_reason": None,
@@ -281,6 +282,7 @@ class SqlRentals(RentalMoneyReads):
             "uncapped_limit_at": None,
             "borrowed": borrowed,
             "placements": RentalRow.placements + 1,
+            "master_port": master_port,
         }
         if quote is not None:
             values["quote"] = quote
@@ -291,6 +293,20 @@ class SqlRentals(RentalMoneyReads):
             return False
         self._rate_from_placement(rental_id, at, price_micros_per_hour)
         return True
+
+    def master_ports_on(self, nodes: Sequence[str]) -> set[int]:
+        """The rendezvous ports of the live rentals holding GPUs on any of `nodes`."""
+        query = (
+            select(RentalRow.master_port)
+            .join(AllocationRow, AllocationRow.rental_id == RentalRow.id)
+            .where(
+                AllocationRow.node.in_(list(nodes)),
+                AllocationRow.released.is_(False),
+                RentalRow.master_port.is_not(None),
+            )
+            .distinct()
+        )
+        return {int(port) for port in self.s.scalars(query)}
 
     def _rate_from_placement(self, rental_id: str, at: datetime, rate: int) -> None:
         """A re-placed rental with a rate history (spot re-pricing) pays its new price from `at`: one more

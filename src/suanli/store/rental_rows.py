@@ -55,6 +55,7 @@ def rental_from_row(row: RentalRow) -> Rental:
         row.time_left_s,
         row.pending_message,
         row.uncapped_limit_at,
+        row.master_port,
     )
 
 

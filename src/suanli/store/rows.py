@@ -130,6 +130,8 @@ class RentalRow(Base):
     time_left_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     # an elastic rental whose limit a shrink capped at a start planned on its nodes: its limit uncapped (0045)
     uncapped_limit_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    # its rendezvous port, chosen when placed so that no other live rental on its nodes holds it (0046)
+    master_port: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class RentalEventRow(Base):

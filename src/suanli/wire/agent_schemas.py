@@ -169,6 +169,13 @@ class AssignmentResponse(WireModel):
         "(rank 0 first); it changes when the rental grows or shrinks.",
     )
     node_rank: int = Field(default=0, ge=0, description="This node's rank among `peers`.")
+    master_port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description="The rental's rendezvous port on rank 0's host (`SUANLI_MASTER_PORT`): the server picks "
+        "one that no other live rental on its nodes holds when it places the rental.",
+    )
     attempt: int = Field(
         default=0,
         ge=0,

@@ -343,7 +343,7 @@ class RentalCreateRequest(WireModel):
     cpu_milli: int = Field(default=0, ge=0, le=MAX_CPU_MILLI)
     memory_mib: int = Field(default=0, ge=0, le=MAX_MEMORY_MIB)
     tier: TierName = "on_demand"
-    bid_micros_per_gpu_hour: int | None = Field(default=None, ge=0, le=MAX_BID_MICROS)
+    bid_micros_per_gpu_hour: int | None = Field(default=None, gt=0, le=MAX_BID_MICROS)
     regions: list[str] = Field(default_factory=list)
     jurisdictions: list[str] = Field(default_factory=list)
     providers: list[str] = Field(default_factory=list)
@@ -424,7 +424,7 @@ class RentalResizeRequest(WireModel):
 
 class RentalBidRequest(WireModel):
     bid_micros_per_gpu_hour: int = Field(
-        ge=0,
+        gt=0,
         le=MAX_BID_MICROS,
         description="A spot rental's new bid per GPU-hour. Live: at least its pool's spot floor; its rate is "
         "capped at it from the next re-pricing, and a notice for the floor is withdrawn once the bid meets "
