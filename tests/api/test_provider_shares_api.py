@@ -102,7 +102,7 @@ def test_a_rental_grown_onto_another_providers_node_pays_it_from_the_growth_on(d
         def share(micros_seconds: int) -> int:
             return round_half_up(micros_seconds, 3600) * 8500 // 10_000
 
-        before = share(rate * max(60, grown_at - placed_at))  # on the first node only (its 60-s minimum)
+        before = share(rate * (grown_at - placed_at))  # on the first node only (running: no minimum yet)
         after = share(rate * (grown_at - placed_at) + grown_rate * (to_epoch_s(later) - grown_at)) - before
         second = "beta" if first == "alpha" else "alpha"
         halves = {"alpha": (after + 1) // 2, "beta": after // 2}  # the odd micro to the first by name

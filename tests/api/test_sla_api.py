@@ -44,9 +44,11 @@ def test_a_lost_node_earns_an_sla_credit_posted_once_and_shown_on_the_invoice(
     assert client.post("/v1/agents/heartbeat", json=beat, headers=headers).status_code == 200
     services = client.app.state.services  # type: ignore[attr-defined]
     agents = services.agents
+    agents.clock = FixedClock(agents.clock.now() + timedelta(seconds=30))  # it ran 30 s, then went silent
+    assert client.post("/v1/agents/heartbeat", json=beat, headers=headers).status_code == 200
     later = agents.clock.now() + timedelta(seconds=agents.timeout_s + 1)
     assert agents.reap(later) == [node]
-    services.billing.meter()
+    services.billing.meter(now=later)  # lost: it pays its 30 s (no minimum), and they are credited
     agents.clock = FixedClock(later + timedelta(hours=1))
     assert client.post("/v1/agents/heartbeat", json={}, headers=headers).status_code == 200  # back
     month = datetime.fromisoformat(rental["created_at"]).strftime("%Y-%m")

@@ -104,6 +104,13 @@ CAPACITY = fleet_capacity(fleet_of(4))  # 32 GPUs
             False,
             id="peak-inside-window",
         ),
+        pytest.param(  # one node's two overlapping windows take its 8 GPUs once, not 16
+            contract("n", 24, 12, 14),
+            [],
+            [Maintenance("n0", MODEL, "r", 8, 10, 40), Maintenance("n0", MODEL, "r", 8, 11, 35)],
+            True,
+            id="one-node-two-windows",
+        ),
     ],
 )
 def test_admission_refuses_overbooking(new, existing, down, ok):
@@ -197,6 +204,23 @@ def test_one_holders_claim_never_preempts_another_holders_running_claim():
         snap, [ask("betas", 8, tenant="beta", at=120)], [older, alphas], POLICY, 250, CONFIG, gates=gates
     )
     assert after.preemptions == ()  # the windows closed: both on demand, nothing to preempt
+
+
+def test_a_holders_contracts_in_one_pool_hold_for_it_together():
+    """Two contracts of 4 in one pool, as billing covers them: the holder's request for 8 is `reserved`
+    (it preempts the crowd's on-demand), and once it runs on 8 nothing more is held back, so another
+    tenant's 8 start beside it (one contract's hold stayed, and that tenant waited on 8 idle GPUs)."""
+    snap = Snapshot(fleet_of(2), CATALOG)
+    crowd = [run(snap, ask(f"crowd{i}", 8, tenant="crowd"), at=0) for i in range(2)]
+    gates = Gates(contracts=[contract("c1", 4, 100, 200), contract("c2", 4, 100, 200)])
+    decision = admit(snap, [ask("eight", 8, at=110)], crowd, POLICY, 120, CONFIG, gates=gates)
+    assert decision.promoted == ("eight",) and len(decision.preemptions) == 1
+    snap = Snapshot(fleet_of(2), CATALOG)
+    eight = run(snap, ask("eight", 8), at=120)
+    holds = open_holds(gates.contracts, 130, [(eight.request, eight.placement.nodes)], pools_of(snap))
+    assert holds.claimed == {"c1": 4, "c2": 4} and holds.claiming == {"eight"}
+    beside = admit(snap, [ask("other", 8, tenant="beta", at=125)], [eight], POLICY, 130, CONFIG, gates=gates)
+    assert [p.request_id for p in beside.placements] == ["other"]
 
 
 def test_held_capacity_is_kept_from_on_demand_but_spot_may_borrow_it():
@@ -349,12 +373,13 @@ def test_a_holders_request_naming_the_family_draws_on_its_contract_instead_of_wa
     assert decision.promoted == ("fam",) and decision.pending == ()
 
 
-def test_a_holders_request_that_may_land_in_another_region_claims_its_contract_only_where_it_lands():
+def test_a_holders_request_that_may_land_in_another_region_runs_on_its_contract_and_leaves_the_rest():
     """A contract for 8 GPUs in region r; the holder asks for the model in any region. It was promoted and
     booked against the contract, was placed in region q (first in node order), and the contract's 8 GPUs in
     r went to another tenant's on-demand rental in the same cycle: the holder paid on-demand in q while its
-    prepaid capacity ran someone else's work. Now it is promoted only when it can land nowhere but r, and
-    otherwise claims the contract where it is placed."""
+    prepaid capacity ran someone else's work. Then it was promoted only when it could land nowhere but r,
+    and was placed in q at the on-demand price while r's 8 idled, held back from the other tenant, who
+    waited. Now it is narrowed to its contract's pool and promoted there, and the other tenant takes q."""
     other = Region("q", "US", 400.0, 1.2)
     nodes = [Node("b0", "q", ("q", "z", "p", "l"), 64_000, 512_000, MODEL, 8, GpuMode.WHOLE)]
     nodes.append(Node("a0", "r", ("r", "z", "p", "l"), 64_000, 512_000, MODEL, 8, GpuMode.WHOLE))
@@ -362,9 +387,11 @@ def test_a_holders_request_that_may_land_in_another_region_claims_its_contract_o
     gates = Gates(contracts=[contract("c", 8, 0, 100)])
     queue = [ask("mine", 8, at=1), ask("theirs", 8, tenant="beta", at=2)]
     decision = admit(snap, queue, [], POLICY, 10, CONFIG, gates=gates)
-    assert decision.promoted == ()
-    assert [(p.request_id, p.nodes[0].node) for p in decision.placements] == [("mine", "b0")]
-    assert [(p.request_id, p.reason) for p in decision.pending] == [("theirs", Reason.CONTRACT_HOLD)]
+    assert decision.promoted == ("mine",) and decision.pending == ()
+    assert sorted((p.request_id, p.nodes[0].node) for p in decision.placements) == [
+        ("mine", "a0"),
+        ("theirs", "b0"),
+    ]
     pinned = Request(
         "pinned",
         WholeGpus(8),
@@ -372,6 +399,7 @@ def test_a_holders_request_that_may_land_in_another_region_claims_its_contract_o
         tenant="acme",
         constraints=Constraints(regions=frozenset({"r"})),
     )
+    snap = Snapshot(Fleet({"r": REGION, "q": other}, tuple(nodes)), CATALOG)
     again = admit(snap, [pinned], [], POLICY, 10, CONFIG, gates=gates)
     assert again.promoted == ("pinned",) and [p.nodes[0].node for p in again.placements] == ["a0"]
 

@@ -294,3 +294,30 @@ def test_a_rental_that_adds_nothing_goes_however_far_past_its_cap_the_tenant_is(
     )
     assert [p.request_id for p in decision.placements] == ["covered"]
     assert decision.pending[0].reason is Reason.SPEND_CAP and decision.pending[0].request_id == "paid"
+
+
+@pytest.mark.parametrize("durations", [(None, None), (2.0, None)], ids=["none_declared", "one_declared"])
+def test_behind_a_blocked_head_a_request_a_limit_holds_is_told_its_limit_not_to_declare_a_duration(durations):
+    """A head waits on a fleet whose running rentals declare no end; behind it a tenant at its quota and one
+    at its spend cap ask. Whether none behind the head could backfill or the head's start cannot be
+    bounded, each is told the limit that holds it (it was told "no declared duration: cannot backfill" or
+    "the head's start cannot be bounded", and neither a duration nor a bound would have started it)."""
+    snap = snapshot_of(3)  # 20 of 24 GPUs held, none with a declared end: the head's start is unbounded
+    held = [running(snap, ask(f"held{i}", gpus, tenant="other")) for i, gpus in enumerate((8, 8, 4))]
+    limits = Limits(
+        {"capped": TenantLimits(daily_cap_micros=1_000_000), "quota": TenantLimits(gpu_quota={"*": 0})},
+        price_micros_per_hour=price,
+    )
+    hours_quota, hours_capped = durations
+    queue = [
+        ask("head", 8, tenant="waiting", at=NOW - 86_400),  # waited a day: it heads the queue
+        ask("q", 4, tenant="quota", at=NOW, hours=hours_quota),
+        ask("c", 1, tenant="capped", at=NOW, hours=hours_capped),
+    ]
+    decision = admit(snap, queue, held, POLICY, NOW, gates=Gates(limits=limits), config=PLATFORM_QUEUE)
+    reasons = {p.request_id: p.reason for p in decision.pending}
+    assert reasons == {
+        "head": Reason.NO_CAPACITY,
+        "q": Reason.QUOTA,
+        "c": Reason.SPEND_CAP,
+    }

@@ -74,10 +74,35 @@ def test_a_stopped_rental_is_charged_rate_times_max_n_60_exactly_once(env, secon
 def test_a_live_rental_is_charged_cumulatively_and_the_meter_posts_only_deltas(env) -> None:
     _, factory, billing, _ = env
     _placed(factory, "rnt_live")
-    assert billing.meter(now=T0 + timedelta(seconds=10)) == 1  # the 60-s minimum
-    assert billing.meter(now=T0 + timedelta(seconds=59)) == 0
+    assert billing.meter(now=T0 + timedelta(seconds=10)) == 1  # its 10 s: no minimum charged ahead
+    assert _charged(factory, "rnt_live")[0] == charge_micros(RATE, 10)
+    assert billing.meter(now=T0 + timedelta(seconds=10)) == 0
     assert billing.meter(now=T0 + timedelta(seconds=600)) == 1
     assert _charged(factory, "rnt_live")[0] == charge_micros(RATE, 600)
+
+
+@pytest.mark.parametrize(
+    ("ended", "charged_s"), [("stopped", 60), ("failed", 60), ("preempted", 20), ("lost", 20)]
+)
+def test_the_minimum_is_charged_when_the_tenant_ends_a_rental_not_when_the_platform_does(
+    env, ended: str, charged_s: int
+) -> None:
+    """A rental its tenant stops (or whose workload fails) 20 s in pays the 60-s minimum, charged at its
+    end; one the platform preempts or loses 20 s in pays its 20 s (it was charged the minimum ahead, past
+    its notice deadline)."""
+    _, factory, billing, _ = env
+    _placed(factory, "rnt_m")
+    billing.meter(now=T0 + timedelta(seconds=10))
+    assert _charged(factory, "rnt_m")[0] == charge_micros(RATE, 10)  # while it ran: what it held
+    with factory() as u:
+        end = T0 + timedelta(seconds=20)
+        if ended == "preempted":
+            u.rentals.give_notice("rnt_m", "rnt_x", end, expect=("placed",))
+        u.rentals.set_state("rnt_m", ended, expect=("placed", "preempting"), reason=None)
+        u.rentals.add_event("rnt_m", RentalEvent(end, ended))
+        u.commit()
+    billing.meter(now=T0 + timedelta(seconds=100))
+    assert _charged(factory, "rnt_m")[0] == charge_micros(RATE, charged_s)
 
 
 def test_a_preempted_rental_is_charged_to_its_deadline(env) -> None:
@@ -317,3 +342,20 @@ def test_charged_since_sums_what_a_tenant_paid_in_charges(env) -> None:
         assert u.ledger.charged_since(["ten_a"], start) == {"ten_a": charge_micros(RATE, 120)}
         assert u.ledger.charged_since(["ten_a"], start + 10_000) == {}  # stamped before: not counted
         assert u.ledger.charged_since(["ten_b"], start) == {}
+
+
+def test_a_rental_is_billed_the_whole_seconds_it_held_counted_from_its_start(env) -> None:
+    """Placed at .9 of a second and preempted 84.42 s later: 84 s, not the 85 that cutting both ends to the
+    clock's seconds gave (a second past its notice deadline)."""
+    _, factory, billing, _ = env
+    placed = T0 + timedelta(seconds=0.9)
+    deadline = placed + timedelta(seconds=84.42)
+    with factory() as u:
+        u.rentals.add(Rental("rnt_f", "ten_a", "pending", RentalSpec(gpu_model="H100", gpus=1), T0))
+        assert u.rentals.mark_placed("rnt_f", placed, RATE)
+        u.rentals.give_notice("rnt_f", "rnt_x", deadline, expect=("placed",))
+        u.rentals.set_state("rnt_f", "preempted", expect=("preempting",), reason=None)
+        u.rentals.add_event("rnt_f", RentalEvent(deadline, "preempted"))
+        u.commit()
+    billing.meter(now=T0 + timedelta(seconds=200))
+    assert _charged(factory, "rnt_f")[0] == charge_micros(RATE, 84)

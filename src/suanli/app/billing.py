@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from suanli.app import pricing
@@ -316,24 +316,33 @@ class BillingService:
         return models
 
     def check_funds(
-        self, uow: UnitOfWork, tenant_id: str, quoted: dict[str, Any], facts: MoneyFacts | None = None
+        self,
+        uow: UnitOfWork,
+        tenant_id: str,
+        quoted: dict[str, Any],
+        facts: MoneyFacts | None = None,
+        now: datetime | None = None,
     ) -> None:
-        """Raise PaymentRequired when the new rental's minimum charge would take the balance below the
+        """Raise PaymentRequired when the new rental's minimum charge, with the minimum its rentals placed in
+        the last minute may still owe (charged when they end, not ahead), would take the balance below the
         tenant's floor (prepaid: 0; postpaid: minus its credit limit; see `suanli.app.plans`); the balance
         and terms come from the tenant's `facts` (read here unless given)."""
         facts = uow.terms.money_facts(tenant_id) if facts is None else facts
         balance = Balance(tenant_id, facts.cash_micros, facts.grants_micros)
+        since = (now or self.clock.now()) - timedelta(seconds=DEFAULT_MINIMUM_S)
         minimum = charge_micros(int(quoted["final_micros_per_hour"]), DEFAULT_MINIMUM_S)
+        owed = charge_micros(uow.rentals.live_rate_placed_since(tenant_id, since), DEFAULT_MINIMUM_S)
         if self.terms is not None:
             terms = self.terms.terms_or_default(facts.terms)
-            refused, floor = terms.refuses(balance.available_micros, minimum), terms.floor_micros
+            refused, floor = terms.refuses(balance.available_micros - owed, minimum), terms.floor_micros
         else:
-            refused, floor = self.prepaid and balance.available_micros - minimum < 0, 0
+            refused, floor = self.prepaid and balance.available_micros - owed - minimum < 0, 0
         if refused:
+            recent = f", {money_text(owed)} owed by rentals started in the last minute" if owed else ""
             raise PaymentRequired(
                 f"insufficient balance: {money_text(balance.available_micros)} available (cash "
                 f"{money_text(balance.cash_micros)}, grants {money_text(balance.grants_micros)}, floor "
-                f"{money_text(floor)}); this rental's {DEFAULT_MINIMUM_S}-s minimum costs "
+                f"{money_text(floor)}{recent}); this rental's {DEFAULT_MINIMUM_S}-s minimum costs "
                 f"{money_text(minimum)}; ask an admin for credit",
                 field="balance",
             )

@@ -325,7 +325,7 @@ class RentalService:
             landing = frozenset(snapshot.classes[i].model.name for i in nominate(snapshot, _sized(rental))[0])
         shape = to_request(rental).shape
         quote = self.billing.quote(rental.spec, shape, now, tenant_id, uow, facts, among=landing or None)
-        self.billing.check_funds(uow, tenant_id, quote, facts)
+        self.billing.check_funds(uow, tenant_id, quote, facts, now)
         return replace(rental, quote=quote)
 
     def _earlier(self, tenant_id: str, key: str, fingerprint: str) -> RentalView | None:

@@ -1,15 +1,18 @@
 """What the meter charges a rental: its rate (or rate segments), its billable interval and its providers.
 
-One reading for the meter, invoices and SLA credits: from the agent-reported start (else `placed_at`) to its
-end: a stop or failure at its end event (a stop at most `STOP_CONFIRM_S` after it was asked, however long
-its agents take to confirm it; one whose node went down while it was stopped at its last heartbeat), never
-past its time limit (placement + declared max duration: the lag of the stop there is not billed), a
-preempted one at its notice deadline (a preempting one too: known
-in advance), a lost one at its node's last heartbeat (the run's `ended_at`), a re-queued one at its last
-run's end; a live one is open (the meter: to the latest heartbeat of the nodes of its open runs when there
-is one, the usage confirmed so far: a node that goes silent is not charged past its last heartbeat). A
-re-placed rental (`replaced`) is not billed for the time it waited in the queue: only its runs (a live one
-with no open run: from its latest placement on), the gaps between them are billed nothing.
+One reading for the meter, invoices and SLA credits: the whole seconds from the agent-reported start (else
+`placed_at`) to its end (counted from the start, so never a second more than it held): a stop or failure at
+its end event (a stop at most `STOP_CONFIRM_S` after it was asked, however long its agents take to confirm it;
+one whose node went down while it was stopped at its last heartbeat), never past its time limit (placement +
+declared max duration: the lag of the stop there is not billed), a preempted one at its notice deadline (a
+preempting one too: known in advance), a lost one at its node's last heartbeat (the run's `ended_at`), a
+re-queued one at its last run's end; a live one is open (the meter: to the latest heartbeat of the nodes of
+its open runs when there is one, the usage confirmed so far: a node that goes silent is not charged past its
+last heartbeat). A re-placed rental (`replaced`) is not billed for the time it waited in the queue: only its
+runs (a live one with no open run: from its latest placement on), the gaps between them are billed nothing.
+The 60-s minimum is charged when a rental ends by its tenant's or its workload's doing
+(`TENANT_ENDED_STATES`), never ahead: one the platform preempted or lost before its first minute pays only the
+seconds it held (as GCP bills nothing for a Spot VM it stops in its first minute).
 
 Its provider is the provider of its first node; a rental whose nodes, over its life, belonged to several
 providers (a gang across providers, a re-placed or grown rental) gets `holders` too, from its allocations'
@@ -32,12 +35,15 @@ from suanli.app.records import (
     HeldAllocation,
     MeterRental,
 )
-from suanli.domain.billing.meter import RentalUsage
+from suanli.domain.billing.meter import DEFAULT_MINIMUM_S, RentalUsage
 from suanli.domain.billing.money import to_epoch_s
 from suanli.domain.billing.provider_split import Held, Holders, holders_over_time, providers_of
 from suanli.domain.quotas import BillingWindow
 
 NO_PROVIDER = "platform"  # a node the fleet does not list (any more): its share is the platform's
+# ended by its tenant or its workload (a stop, a time limit, an idle stop, a failure): only these pay the
+# 60-s minimum, charged when they end; one the platform ended (preempted, lost) pays the seconds it held
+TENANT_ENDED_STATES = ("stopped", "failed")
 
 
 def rental_usage(
@@ -85,7 +91,9 @@ def rental_usage(
     if found.time_limit_at is not None:  # stopped there: what its stop takes past it is not billed
         end = _sooner(end, found.time_limit_at)
     started_s = to_epoch_s(start)
-    ended_s = None if end is None else max(started_s, to_epoch_s(end))
+    # the whole seconds it held, counted from its start (not both ends cut to the clock's seconds, which
+    # billed 85 s for 84.42 s held)
+    ended_s = None if end is None else started_s + max(0, int((end - start).total_seconds()))
     return RentalUsage(
         found.id,
         found.tenant_id,
@@ -93,6 +101,7 @@ def rental_usage(
         rate,
         started_s,
         ended_s,
+        minimum_s=DEFAULT_MINIMUM_S if found.state in TENANT_ENDED_STATES else 0,
         rate_changes=changes,
         gaps=queue_gaps(found, runs) if runs else (),
         holders=held_by(held, providers) if held else (),
@@ -113,8 +122,8 @@ def open_spend(
     """What `tenant_ids`' rentals have run up to `now_s`, read as the meter would charge them now (to their
     nodes' last heartbeat: a silent node's time may never be charged), that the ledger's transactions up to
     `through_seq` do not charge; and per rental how far that charges it and when its billing ends, if known,
-    so a spend cap counts its rate between (the heartbeat's lag too) as committed, and nothing twice (its
-    60-s minimum is charged ahead)."""
+    so a spend cap counts its rate between (the heartbeat's lag too) as committed, and nothing twice (a
+    live rental is charged no minimum yet)."""
     found = OpenSpend()
     after = None
     while tenant_ids:

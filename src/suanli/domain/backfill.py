@@ -321,7 +321,9 @@ class BackfillPhase:
             return self.try_place(request, cordon=True)
 
     def _block(self, rest: Sequence[Request], message: str) -> None:
-        self.pending.extend(blocked(r, message) for r in rest)
+        """`rest` waits behind the head for `message`; one a gate holds back (a quota, a spend cap, the spot
+        floor) is told that instead: passing the head would not start it."""
+        self.pending.extend(blocked(r, message) for r in rest if not self.gated(r))
 
 
 def utc_text(epoch_s: float) -> str:

@@ -93,7 +93,7 @@ def check_contract(
     instants = sorted({new.start_s, *(c.start_s for c in others), *(m.start_s for m in down)})
     for t in (t for t in instants if new.start_s <= t < new.end_s):
         booked = sum(c.gpus for c in others if c.open_at(t))
-        out = sum(m.gpus for m in down if m.start_s <= t < m.end_s)
+        out = _down_at(down, t)
         if booked + new.gpus > capacity - out:
             at = datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M UTC")
             raise ContractError(
@@ -176,8 +176,9 @@ def deepened_shortfalls(
 
 
 def _down_at(maintenance: Sequence[Maintenance], t: float) -> int:
-    """GPUs of `maintenance` out of service at instant `t`."""
-    return sum(m.gpus for m in maintenance if m.start_s <= t < m.end_s)
+    """GPUs of `maintenance` out of service at instant `t`: each node's once, however many of its windows
+    (or a window and its drain) cover `t`."""
+    return sum({m.node: m.gpus for m in maintenance if m.start_s <= t < m.end_s}.values())
 
 
 def short_contracts(
@@ -219,35 +220,74 @@ class Holds:
     def claim(
         self, request: Request, pools: Collection[Pool | None], gpus: float
     ) -> tuple[Request, Contract | None]:
-        """The request as admission sees it: `reserved` when an open contract of its tenant covers it;
-        `pools`: every pool it can land in (or, once placed, the pools it took); `gpus`: what it takes
-        there (MIG instances and shares at their part of a GPU, as pricing counts them)."""
+        """The request as admission sees it: `reserved` when its tenant's open contracts in its pool cover it
+        together (the first of them is returned; `book` fills them in turn); `pools`: every pool it can land
+        in (or, once placed, the pools it took); `gpus`: what it takes there (MIG instances and shares at
+        their part of a GPU, as pricing counts them)."""
         if request.tier is Tier.SPOT:
             return request, None
         for contract in self.contracts:
             if contract.tenant != request.tenant or set(pools) != {(contract.model, contract.region)}:
                 continue
-            if self.claimed[contract.id] + gpus <= contract.gpus + 1e-9:
+            if gpus <= self._room(contract) + 1e-9:
                 return replace(request, tier=Tier.RESERVED), contract
+            return request, None
+        return request, None
+
+    def claim_in_own_pool(
+        self, request: Request, pools: Collection[Pool | None], gpus: float
+    ) -> tuple[Request, Contract | None]:
+        """A holder's request that may land in several `pools`, one of them an open contract's of its tenant
+        with room for it: `reserved` and narrowed to that pool (its model and region), so it runs on the
+        capacity its tenant prepaid, not at the on-demand price elsewhere while that capacity idles, held
+        from everyone else."""
+        for contract in self.contracts:
+            pool = (contract.model, contract.region)
+            if contract.tenant != request.tenant or pool not in pools:
+                continue
+            narrowed = replace(
+                request,
+                selector=replace(request.selector, models=frozenset({contract.model})),
+                constraints=replace(request.constraints, regions=frozenset({contract.region})),
+            )
+            return self.claim(narrowed, {pool}, gpus)
         return request, None
 
     def partial(
         self, request: Request, pools: Collection[Pool | None], gpus: float
     ) -> tuple[Contract, float] | None:
-        """A placed request of a holder larger than what its open contract has left there: (the contract,
-        the GPUs of the request it covers), so what is held for the holder is used by it, not held again."""
+        """A placed request of a holder larger than what its open contracts have left there: (the first of
+        them, the GPUs of the request they cover), so what is held for the holder is used by it, not held
+        again."""
         if request.tier is Tier.SPOT:
             return None
         for contract in self.contracts:
             if contract.tenant != request.tenant or set(pools) != {(contract.model, contract.region)}:
                 continue
-            room = contract.gpus - self.claimed[contract.id]
-            if room > 1e-9:
-                return contract, min(room, gpus)
+            room = self._room(contract)
+            return (contract, min(room, gpus)) if room > 1e-9 else None
         return None
 
     def book(self, contract: Contract, gpus: float) -> None:
-        self.claimed[contract.id] += gpus
+        """Count `gpus` claimed under `contract` and its holder's other open contracts in its pool, filling
+        each in turn (what is beyond them all counts against `contract`)."""
+        left = gpus
+        for sibling in self._pooled(contract):
+            taken = min(left, max(0.0, sibling.gpus - self.claimed[sibling.id]))
+            self.claimed[sibling.id] += taken
+            left -= taken
+        if left > 1e-9:
+            self.claimed[contract.id] += left
+
+    def _pooled(self, contract: Contract) -> list[Contract]:
+        """The open contracts of `contract`'s holder in its pool, in order (`contract` among them): one
+        holder's contracts in a pool hold capacity for it together, as billing counts them."""
+        pool = (contract.model, contract.region)
+        return [c for c in self.contracts if c.tenant == contract.tenant and (c.model, c.region) == pool]
+
+    def _room(self, contract: Contract) -> float:
+        """What the holder's open contracts in `contract`'s pool have left to claim, together."""
+        return sum(max(0.0, c.gpus - self.claimed[c.id]) for c in self._pooled(contract))
 
     def held(self, besides: str | None = None) -> dict[Pool, float]:
         """GPUs held back per pool: the unclaimed part of every open contract (but those of tenant `besides`:

@@ -297,7 +297,10 @@ class _Cycle(BackfillPhase):
         promoted = {}
         for request in sorted(queue, key=lambda r: (r.submitted_at_s, r.id)):
             gpus = self.snapshot.least_gpus(request)  # a MIG slice at its part of a GPU
-            claimed, contract = tentative.claim(request, self._landing_pools(request), gpus)
+            pools = self._landing_pools(request)
+            claimed, contract = tentative.claim(request, pools, gpus)
+            if contract is None and len(pools) > 1:
+                claimed, contract = tentative.claim_in_own_pool(request, pools, gpus)
             if contract is not None:
                 tentative.book(contract, gpus)
                 promoted[request.id] = claimed

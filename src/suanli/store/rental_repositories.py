@@ -294,6 +294,15 @@ class SqlRentals(RentalMoneyReads):
         self._rate_from_placement(rental_id, at, price_micros_per_hour)
         return True
 
+    def live_rate_placed_since(self, tenant_id: str, since: datetime) -> int:
+        """The summed rates (micros per hour) of `tenant_id`'s live rentals placed at or after `since`."""
+        query = select(func.coalesce(func.sum(RentalRow.price_micros_per_hour), 0)).where(
+            RentalRow.tenant_id == tenant_id,
+            RentalRow.state.in_(LIVE_STATES),
+            RentalRow.placed_at >= since,
+        )
+        return int(self.s.scalar(query) or 0)
+
     def master_ports_on(self, nodes: Sequence[str]) -> set[int]:
         """The rendezvous ports of the live rentals holding GPUs on any of `nodes`."""
         query = (

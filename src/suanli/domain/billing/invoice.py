@@ -271,7 +271,8 @@ def build_invoice(
         "energy source per rental line: measured (agent telemetry covering at least half of the rental's "
         "billable time) or tdp_estimate",
         "amounts: what the ledger charged each rental inside the month (UTC): per second while placed (not "
-        f"while waiting after a re-queue), at least {DEFAULT_MINIMUM_S} s a rental; GPU-s: GPU-seconds held",
+        f"while waiting after a re-queue), at least {DEFAULT_MINIMUM_S} s a rental its tenant ended (none "
+        "for one the platform preempted or lost); GPU-s: GPU-seconds held",
     )
     if sla_credits:
         notes = (*notes, "SLA credits: posted after the month for the outages named in each line")

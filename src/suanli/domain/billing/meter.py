@@ -4,7 +4,8 @@ Rules, all in integer micros:
 
 * Billable seconds at `now_s`: 0 before the start; else max(minimum_s, min(now_s, ended_s) - started_s), with
   `minimum_s` 60 by default. A preempted spot rental ends at its deadline, a lost one at its last
-  heartbeat: the caller sets `ended_s` so.
+  heartbeat: the caller sets `ended_s` so. The caller gives `minimum_s` 0 to a live rental and to one the
+  platform ended, so the minimum is charged when a tenant's rental ends, never ahead (`app/usage.py`).
 * Charge to date = round half up of rate_micros_per_hour * billable_s / 3600, always from the whole interval.
 * Rate changes (a spot rental follows its pool's spot price): `rate_changes` = ((from_s, rate), ...), sorted,
   each rate in force from its `from_s` on; before the first one the rental pays `rate_micros_per_hour`. The
