@@ -208,6 +208,11 @@ class Scheduler:
         if read is None:
             return CycleReport()
         pending, leaving = read
+        # a rental asked for between the clock's read and the queue's: its events (pending, placed) follow
+        # its creation (a placement 9 ms before its `created` was seen); bounded, so a skewed clock elsewhere
+        # moves this cycle by a second at most
+        newest = max((r.created_at for r in pending), default=now)
+        now = max(now, min(newest, now + timedelta(seconds=1)))
         snapshot = self.snapshot
         assert snapshot is not None and self.policy is not None
         pending = [*pending, *self._free_due(leaving, now)]
