@@ -32,7 +32,7 @@ from suanli.domain.quotas import (
     quota_groups,
     spend_limits,
 )
-from suanli.domain.request import Request, WholeGpus
+from suanli.domain.request import Request, Tier, WholeGpus
 from suanli.domain.running import Running
 
 MAX_QUOTA_GPUS = 1_000_000
@@ -206,16 +206,25 @@ def cycle_limits(
 ) -> Limits:
     """One scheduling cycle's limits: `tenants`' quotas and caps with what they spent this UTC day and month.
 
-    A rental's price is its rate when placed (`live`: rental id -> (running, micros per hour)), its quote's
-    final rate while pending; its quota groups are its model and family (`quota_groups`, once per name).
+    A rental's price is its rate when placed (`live`: rental id -> (running, micros per hour)); while pending,
+    its quote's rate without a contract's coverage (the quote's coverage was the contracts open when it was
+    asked for: one that closed since let it pass a cap at 0 and start at the full rate), and 0 when this
+    cycle claims a contract for it (its request comes `reserved`, its spec not: covered from its start, as
+    pricing covers it when placed). Its quota groups are its model and family (`quota_groups`, once per
+    name).
     """
     capped = [t for t, lim in tenants.items() if spend_limits(lim)]
     spent, windows = spend_now(uow, capped, now_s)
     rates = {rental_id: rate for rental_id, (_, rate) in live.items()}
     elastic: dict[str, int] = {}  # a pending elastic rental's GPUs in all, whose quote is for all of them
+    claimable: set[str] = set()  # pending, not asked for as `reserved`: `reserved` in a cycle is a claim
     for rental in pending:
-        quoted = (rental.quote or {}).get("final_micros_per_hour", 0)
-        rates[rental.id] = int(quoted) if isinstance(quoted, int | float | str) else 0
+        quote = rental.quote or {}
+        rates[rental.id] = _micros(quote.get("final_micros_per_hour")) + _micros(
+            quote.get("contract_coverage_micros_per_hour")
+        )
+        if Tier.parse(rental.spec.tier) is not Tier.RESERVED:
+            claimable.add(rental.id)
         if rental.spec.min_gpus is not None:
             elastic[rental.id] = rental.spec.gpus * rental.spec.nodes
     groups: dict[frozenset[str], tuple[str, ...]] = {}  # by selector: the ledger asks on every check
@@ -228,12 +237,19 @@ def cycle_limits(
 
     def price(request: Request) -> int:
         """Its rate; an elastic rental starting smaller, in proportion to the GPUs it would start on."""
+        if request.tier is Tier.RESERVED and request.id in claimable:
+            return 0  # the cycle claimed an open contract for all of it
         rate, full = rates.get(request.id, 0), elastic.get(request.id)
         if full is None or not isinstance(request.shape, WholeGpus):
             return rate
         return round_half_up(rate * request.shape.count * request.node_count, full)
 
     return Limits(tenants, spent, price_micros_per_hour=price, groups_of=groups_of, billing=windows)
+
+
+def _micros(value: object) -> int:
+    """A quote's micros field as an int (0 when absent or not a number)."""
+    return int(value) if isinstance(value, int | float | str) else 0
 
 
 def spent_now(uow: UnitOfWork, tenant_ids: Sequence[str], now_s: float) -> dict[str, Spent]:
