@@ -321,3 +321,22 @@ def test_behind_a_blocked_head_a_request_a_limit_holds_is_told_its_limit_not_to_
         "q": Reason.QUOTA,
         "c": Reason.SPEND_CAP,
     }
+
+
+def test_a_covered_rental_commits_its_rate_after_its_coverage_ends_not_0_to_the_end_of_the_day():
+    """8 GPUs a contract covers (0/h) with no declared end, the window ending in an hour: it commits the
+    16 $/h it pays from then to midnight (176 $), past a 100 $ cap; it committed nothing and ran at the full
+    rate. A window ending after midnight commits nothing today."""
+    snap = snapshot_of(2)
+    covered = ask("covered", 8)
+    for ends_in_h, held in ((1.0, True), (13.0, False)):
+        limits = Limits(
+            {"acme": TenantLimits(daily_cap_micros=100_000_000)},
+            price_micros_per_hour=lambda request: 0,
+            rate_after=lambda request, ends=NOW + ends_in_h * 3600: (ends, 16_000_000),
+        )
+        decision = admit(snap, [covered], [], POLICY, NOW, gates=Gates(limits=limits))
+        assert [p.reason for p in decision.pending] == ([Reason.SPEND_CAP] if held else [])
+        if held:
+            assert "this rental adds 176.0000" in decision.pending[0].message
+        snap = snapshot_of(2)

@@ -6,10 +6,11 @@ asked for: asked for inside a window and held (by a quota) past its end, it pass
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import timedelta
 
 from conftest import T0, with_example_fleet
 from suanli.app.limits import cycle_limits
-from suanli.app.records import Rental, RentalSpec
+from suanli.app.records import ContractRecord, Rental, RentalSpec
 from suanli.app.rentals import to_request
 from suanli.domain.catalog_data import CATALOG
 from suanli.domain.plan import Reason
@@ -43,3 +44,35 @@ def test_a_pending_rental_counts_at_its_uncovered_rate_unless_the_cycle_claims_a
     with uow() as u:
         limits = cycle_limits(u, CATALOG, capped, [asked_reserved], {}, T0.timestamp())
     assert limits.price_micros_per_hour(to_request(asked_reserved)) == RATE  # asked for so: no claim
+
+
+def test_a_covered_rental_pays_its_uncovered_rate_from_its_tenants_first_contract_end(store) -> None:
+    """What the caps count after coverage ends: a running covered rental's rate plus its coverage, a claimed
+    pending one's uncovered rate, from the first end of its tenant's open contracts; nothing for a tenant
+    with none open, or a rental not covered."""
+    _, uow = store
+    with_example_fleet(uow)
+    opened, ends = T0 - timedelta(hours=1), T0 + timedelta(minutes=20)
+    contracts = [
+        ContractRecord("ctr_1", "ten_a", "H100-SXM-80GB", 8, "eu-west", opened, ends, opened),
+        ContractRecord(
+            "ctr_2", "ten_a", "H100-SXM-80GB", 8, "cn-north", opened, ends + timedelta(hours=5), opened
+        ),
+        ContractRecord(
+            "ctr_3", "ten_b", "H100-SXM-80GB", 8, "eu-west", ends, ends + timedelta(hours=1), opened
+        ),
+    ]
+    spec = RentalSpec(gpu_model="H100", gpus=8)
+    pending = Rental("rnt_p", "ten_a", "pending", spec, T0, quote={"final_micros_per_hour": RATE})
+    other = Rental("rnt_o", "ten_b", "pending", spec, T0, quote={"final_micros_per_hour": RATE})
+    capped = {"ten_a": TenantLimits(daily_cap_micros=1), "ten_b": TenantLimits(daily_cap_micros=1)}
+    with uow() as u:
+        limits = cycle_limits(
+            u, CATALOG, capped, [pending, other], {}, T0.timestamp(), {"rnt_live": RATE}, contracts
+        )
+    live = replace(to_request(pending), id="rnt_live")  # its rate 0 (not in `live` here), covered by RATE
+    assert limits.rate_after(live) == (ends.timestamp(), RATE)
+    claimed = replace(to_request(pending), tier=Tier.RESERVED)
+    assert limits.rate_after(claimed) == (ends.timestamp(), RATE)
+    assert limits.rate_after(to_request(pending)) is None  # not claimed: it pays its full rate already
+    assert limits.rate_after(replace(to_request(other), tier=Tier.RESERVED)) is None  # no contract open

@@ -14,10 +14,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from types import MappingProxyType
 
 from suanli.app.errors import Invalid, NotFound
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
-from suanli.app.records import Caller, Rental
+from suanli.app.records import Caller, ContractRecord, Rental
 from suanli.app.tenants import require_admin, target_tenant
 from suanli.app.usage import open_spend
 from suanli.domain.billing.money import round_half_up
@@ -203,6 +204,8 @@ def cycle_limits(
     pending: Sequence[Rental],
     live: Mapping[str, tuple[Running, int]],
     now_s: float,
+    covered: Mapping[str, int] = MappingProxyType({}),
+    contracts: Sequence[ContractRecord] = (),
 ) -> Limits:
     """One scheduling cycle's limits: `tenants`' quotas and caps with what they spent this UTC day and month.
 
@@ -211,7 +214,9 @@ def cycle_limits(
     asked for: one that closed since let it pass a cap at 0 and start at the full rate), and 0 when this
     cycle claims a contract for it (its request comes `reserved`, its spec not: covered from its start, as
     pricing covers it when placed). Its quota groups are its model and family (`quota_groups`, once per
-    name).
+    name). A covered one (`covered`: a live rental's coverage in micros per hour, from its quote; a claimed
+    pending one) pays its rate without the coverage from the first end of its tenant's open `contracts` on,
+    as far as the spend caps count: coverage ends with the window (`app/coverage.settle_coverage`).
     """
     capped = [t for t, lim in tenants.items() if spend_limits(lim)]
     spent, windows = spend_now(uow, capped, now_s)
@@ -244,7 +249,31 @@ def cycle_limits(
             return rate
         return round_half_up(rate * request.shape.count * request.node_count, full)
 
-    return Limits(tenants, spent, price_micros_per_hour=price, groups_of=groups_of, billing=windows)
+    coverage_ends: dict[str, float] = {}  # per tenant: the first end of its open contracts
+    for contract in contracts:
+        if contract.starts_at.timestamp() <= now_s < contract.ends_at.timestamp():
+            end_s = contract.ends_at.timestamp()
+            coverage_ends[contract.tenant_id] = min(coverage_ends.get(contract.tenant_id, end_s), end_s)
+
+    def rate_after(request: Request) -> tuple[float, int] | None:
+        """Where its coverage may end, and its rate from then on (None: not covered, or no end known)."""
+        end_s = coverage_ends.get(request.tenant)
+        if end_s is None:
+            return None
+        if request.id in covered:
+            return end_s, rates.get(request.id, 0) + covered[request.id]
+        if request.tier is Tier.RESERVED and request.id in claimable:
+            return end_s, rates.get(request.id, 0)
+        return None
+
+    return Limits(
+        tenants,
+        spent,
+        price_micros_per_hour=price,
+        groups_of=groups_of,
+        billing=windows,
+        rate_after=rate_after,
+    )
 
 
 def _micros(value: object) -> int:

@@ -148,6 +148,7 @@ class Scheduler:
         self.head: str | None = None
         # `stopping` rentals whose agents are overdue to confirm, with when the stop was asked
         self.overdue_stops: dict[str, datetime] = {}
+        self.covered: dict[str, int] = {}  # live rentals a contract covers: coverage micros per hour
         # this cycle's trimmed victims at their deadline: the part each runs on with, as a live rental
         self.kept: dict[str, list[NodeAllocation]] = {}
         self.promoted: frozenset[str] = frozenset()  # the last cycle's contract claims (reserved)
@@ -475,7 +476,9 @@ class Scheduler:
         open contracts, maintenance ahead; None when nothing does."""
         stored = uow.contracts.list(None)
         tenants = uow.terms.limits()
-        limits = cycle_limits(uow, self.catalog, tenants, pending, live, now_s) if tenants else None
+        limits = None
+        if tenants:
+            limits = cycle_limits(uow, self.catalog, tenants, pending, live, now_s, self.covered, stored)
         contracts = [domain_contract(c) for c in stored if c.ends_at.timestamp() > now_s]
         ahead = upcoming(self.windows, datetime.fromtimestamp(now_s, UTC))
         floor_of = self._pool_floor(uow, pending, now_s)
@@ -593,6 +596,7 @@ class Scheduler:
             self.overdue_stops = overdue = overdue_stops(uow, live, now)
         running: dict[str, tuple[Running, int]] = {}
         wanted: set[str] = set()
+        covered: dict[str, int] = {}  # a contract's coverage of each covered one, micros per hour
         for rental in live:
             stopping = rental.state == "stopping"
             if rental.state not in (*PREEMPTIBLE_STATES, "preempting") and not stopping:
@@ -627,6 +631,9 @@ class Scheduler:
                 None if trimmed or rental.notice_keeps is None else Placement(rental.id, rental.notice_keeps),
             )
             running[rental.id] = (request, rental.price_micros_per_hour or 0)
+            if coverage := _coverage_micros(rental):
+                covered[rental.id] = coverage
+        self.covered = covered
         return running, wanted
 
     def _admit(
@@ -837,6 +844,12 @@ class Scheduler:
             for piece in a.slices
         )
         return price, None
+
+
+def _coverage_micros(rental: Rental) -> int:
+    """What a contract's coverage takes off the rental's rate, per hour, as its quote says (0: none)."""
+    value = (rental.quote or {}).get("contract_coverage_micros_per_hour", 0)
+    return int(value) if isinstance(value, int | float | str) else 0
 
 
 def _gpus_by_tenant(running: Sequence[Running]) -> dict[str, float]:

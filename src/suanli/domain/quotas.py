@@ -35,6 +35,7 @@ HOUR_S = 3_600.0
 ALL_GROUPS = "*"
 PriceFn = Callable[[Request], int]  # price_micros_per_hour(request) for the whole rental
 GroupsFn = Callable[[Request], tuple[str, ...]]
+RateAfterFn = Callable[[Request], tuple[float, int] | None]  # (instant, micros per hour) or None
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +79,8 @@ class Limits:
     groups_of: GroupsFn = field(default=lambda request: quota_groups(CATALOG, request))
     # running rentals by request id: how far each is charged and when its billing ends (none: from now on)
     billing: Mapping[str, BillingWindow] = field(default_factory=lambda: MappingProxyType({}))
+    # (instant, micros per hour): from then on a request pays that rate (its contract's coverage ends then)
+    rate_after: RateAfterFn = field(default=lambda request: None)
 
     def ledger(self, held: Iterable[tuple[Request, float]], now: float) -> Ledger:
         """A cycle's ledger from the rentals held now: (request, started_at_s) pairs."""
@@ -246,7 +249,8 @@ class Ledger:
 
     def _burn(self, request: Request, started_at_s: float) -> tuple[float, float]:
         """Micros the rental will still be charged until the end of the day and of the month: from what is
-        spent already (`Limits.billing`, else now) to its billing's end (else its declared end)."""
+        spent already (`Limits.billing`, else now) to its billing's end (else its declared end), at its rate
+        and, from where its coverage ends (`Limits.rate_after`), at the rate after."""
         if request.tenant not in self.limits.tenants:
             return 0.0, 0.0
         rate = self.limits.price_micros_per_hour(request)
@@ -256,6 +260,13 @@ class Ledger:
         if window is not None:
             begin = window.charged_through_s
             end = end if window.ends_s is None else min(end, window.ends_s)
-        day = max(0.0, min(end, self.day_end_s) - begin)
-        month = max(0.0, min(end, self.month_end_s) - begin)
-        return rate * day / HOUR_S, rate * month / HOUR_S
+        change = self.limits.rate_after(request)
+
+        def cost(period_end_s: float) -> float:
+            until = min(end, period_end_s)
+            if change is None or change[0] >= until:
+                return rate * max(0.0, until - begin) / HOUR_S
+            switch = max(begin, change[0])
+            return (rate * max(0.0, switch - begin) + change[1] * max(0.0, until - switch)) / HOUR_S
+
+        return cost(self.day_end_s), cost(self.month_end_s)
