@@ -24,9 +24,8 @@ class Assignment:
     node_rank: int = 0
     attempt: int = 0  # a multi-node rental's restarts on all its nodes so far (the server counts them)
     placement: int = 1  # its placements so far: more than one once re-queued (preempted while it checkpoints)
-    master_port: int | None = (
-        None  # its rendezvous port, as the server chose it (None: a server that did not)
-    )
+    # its rendezvous port, as the server chose it (None: a server that did not)
+    master_port: int | None = None
 
     @property
     def restarts_together(self) -> bool:

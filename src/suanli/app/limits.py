@@ -224,10 +224,7 @@ def cycle_limits(
     elastic: dict[str, int] = {}  # a pending elastic rental's GPUs in all, whose quote is for all of them
     claimable: set[str] = set()  # pending, not asked for as `reserved`: `reserved` in a cycle is a claim
     for rental in pending:
-        quote = rental.quote or {}
-        rates[rental.id] = _micros(quote.get("final_micros_per_hour")) + _micros(
-            quote.get("contract_coverage_micros_per_hour")
-        )
+        rates[rental.id] = quote_micros(rental, "final_micros_per_hour") + coverage_micros(rental)
         if Tier.parse(rental.spec.tier) is not Tier.RESERVED:
             claimable.add(rental.id)
         if rental.spec.min_gpus is not None:
@@ -276,9 +273,15 @@ def cycle_limits(
     )
 
 
-def _micros(value: object) -> int:
-    """A quote's micros field as an int (0 when absent or not a number)."""
+def quote_micros(rental: Rental, key: str) -> int:
+    """A micros field of the rental's quote as an int (0 when absent or not a number)."""
+    value = (rental.quote or {}).get(key)
     return int(value) if isinstance(value, int | float | str) else 0
+
+
+def coverage_micros(rental: Rental) -> int:
+    """What a contract's coverage takes off the rental's rate, per hour, as its quote says (0: none)."""
+    return quote_micros(rental, "contract_coverage_micros_per_hour")
 
 
 def spent_now(uow: UnitOfWork, tenant_ids: Sequence[str], now_s: float) -> dict[str, Spent]:

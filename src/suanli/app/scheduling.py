@@ -24,7 +24,7 @@ from suanli.app.errors import BookingConflict
 from suanli.app.fleet import FleetCache
 from suanli.app.growth import Held, held_request, holding_after, started_smaller, wants_resize
 from suanli.app.leaving import Leaving, end_due, under_notice
-from suanli.app.limits import cycle_limits
+from suanli.app.limits import coverage_micros, cycle_limits
 from suanli.app.list_prices import list_price
 from suanli.app.live_snapshot import LiveSnapshot
 from suanli.app.maintenance import give_notices, upcoming
@@ -631,7 +631,7 @@ class Scheduler:
                 None if trimmed or rental.notice_keeps is None else Placement(rental.id, rental.notice_keeps),
             )
             running[rental.id] = (request, rental.price_micros_per_hour or 0)
-            if coverage := _coverage_micros(rental):
+            if coverage := coverage_micros(rental):
                 covered[rental.id] = coverage
         self.covered = covered
         return running, wanted
@@ -844,12 +844,6 @@ class Scheduler:
             for piece in a.slices
         )
         return price, None
-
-
-def _coverage_micros(rental: Rental) -> int:
-    """What a contract's coverage takes off the rental's rate, per hour, as its quote says (0: none)."""
-    value = (rental.quote or {}).get("contract_coverage_micros_per_hour", 0)
-    return int(value) if isinstance(value, int | float | str) else 0
 
 
 def _gpus_by_tenant(running: Sequence[Running]) -> dict[str, float]:

@@ -224,15 +224,10 @@ class Holds:
         together (the first of them is returned; `book` fills them in turn); `pools`: every pool it can land
         in (or, once placed, the pools it took); `gpus`: what it takes there (MIG instances and shares at
         their part of a GPU, as pricing counts them)."""
-        if request.tier is Tier.SPOT:
+        contract = self._own_contract(request, pools)
+        if contract is None or gpus > self._room(contract) + 1e-9:
             return request, None
-        for contract in self.contracts:
-            if contract.tenant != request.tenant or set(pools) != {(contract.model, contract.region)}:
-                continue
-            if gpus <= self._room(contract) + 1e-9:
-                return replace(request, tier=Tier.RESERVED), contract
-            return request, None
-        return request, None
+        return replace(request, tier=Tier.RESERVED), contract
 
     def claim_in_own_pool(
         self, request: Request, pools: Collection[Pool | None], gpus: float
@@ -259,14 +254,19 @@ class Holds:
         """A placed request of a holder larger than what its open contracts have left there: (the first of
         them, the GPUs of the request they cover), so what is held for the holder is used by it, not held
         again."""
+        contract = self._own_contract(request, pools)
+        if contract is None or (room := self._room(contract)) <= 1e-9:
+            return None
+        return contract, min(room, gpus)
+
+    def _own_contract(self, request: Request, pools: Collection[Pool | None]) -> Contract | None:
+        """The first open contract of the request's tenant in its one pool (spot never claims one)."""
         if request.tier is Tier.SPOT:
             return None
-        for contract in self.contracts:
-            if contract.tenant != request.tenant or set(pools) != {(contract.model, contract.region)}:
-                continue
-            room = self._room(contract)
-            return (contract, min(room, gpus)) if room > 1e-9 else None
-        return None
+        return next(
+            (c for c in self.contracts if c.tenant == request.tenant and set(pools) == {(c.model, c.region)}),
+            None,
+        )
 
     def book(self, contract: Contract, gpus: float) -> None:
         """Count `gpus` claimed under `contract` and its holder's other open contracts in its pool, filling
