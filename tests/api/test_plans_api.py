@@ -24,8 +24,11 @@ from conftest import (
     scheduler_cycles,
     wait_for,
 )
+from suanli.app.billing import MAX_ACCOUNT_MICROS
+from suanli.app.postings import post_once
 from suanli.cli import billing_commands, contract_commands, plan_commands, platform_commands
 from suanli.cli.main import app
+from suanli.domain.billing.ledger import TxKind, top_up_postings
 from suanli.domain.billing.money import bp_of, charge_micros
 
 H100 = {"gpu_model": "H100", "gpus": 1}
@@ -204,6 +207,54 @@ def test_a_grant_expires_with_what_is_left_of_it(client, tenant) -> None:
     assert len(expiry) == 1 and expiry[0]["ref"] == grant_tx["ref"]
     assert _balance(client, headers)["grants_micros"] == 0
     assert client.get("/v1/ledger/verify", headers=ADMIN).json()["ok"] is True
+
+
+def test_a_credit_key_reused_with_another_expiry_or_memo_is_refused_and_a_naive_expiry_is_utc(
+    client, tenant
+) -> None:
+    tenant_id, headers = tenant("promo")
+    expires = (datetime.now(UTC) + timedelta(days=30)).replace(microsecond=0)
+    grant = {"amount_micros": 5_000_000, "grant": True, "memo": "promo"}
+    naive = {**grant, "expires_at": expires.replace(tzinfo=None).isoformat()}  # no offset: read as UTC
+    keyed = {**ADMIN, "Idempotency-Key": "promo-1"}
+    first = client.post(f"/v1/tenants/{tenant_id}/credit", json=naive, headers=keyed)
+    assert first.status_code == 201, first.text
+    again = client.post(f"/v1/tenants/{tenant_id}/credit", json=naive, headers=keyed)
+    assert again.status_code == 201 and again.json()["hash"] == first.json()["hash"]
+    later = {**grant, "expires_at": (expires + timedelta(days=180)).isoformat()}
+    other_expiry = client.post(f"/v1/tenants/{tenant_id}/credit", json=later, headers=keyed)
+    assert other_expiry.status_code == 409 and other_expiry.json()["error"]["field"] == "expires_at"
+    other_memo = client.post(f"/v1/tenants/{tenant_id}/credit", json={**naive, "memo": "x"}, headers=keyed)
+    assert other_memo.status_code == 409 and other_memo.json()["error"]["field"] == "memo"
+    (stored,) = client.get("/v1/grants", headers=headers).json()
+    assert datetime.fromisoformat(stored["expires_at"]) == expires
+    assert _balance(client, headers)["grants_micros"] == 5_000_000
+
+
+def test_a_credit_that_would_take_an_account_past_a_trillion_units_is_refused(client, tenant) -> None:
+    services = client.app.state.services
+    tenant_id, headers = tenant("whale")
+    with services.billing.uow() as uow:  # a balance near the limit, without a thousand top-ups
+        post_once(
+            uow,
+            datetime.now(UTC),
+            key="whale-seed",
+            kind=TxKind.TOP_UP,
+            postings=top_up_postings(tenant_id, MAX_ACCOUNT_MICROS - 5),
+        )
+        uow.commit()
+    over = client.post(f"/v1/tenants/{tenant_id}/credit", json={"amount_micros": 6}, headers=ADMIN)
+    assert over.status_code == 400 and over.json()["error"]["field"] == "amount_micros", over.text
+    assert _balance(client, headers)["cash_micros"] == MAX_ACCOUNT_MICROS - 5
+    _credit(client, tenant_id, 5)
+    assert _balance(client, headers)["cash_micros"] == MAX_ACCOUNT_MICROS
+    assert client.get("/v1/ledger/verify", headers=ADMIN).json()["ok"] is True
+
+
+def test_a_revenue_report_for_an_unknown_tenant_is_not_found(client) -> None:
+    report = {"month": datetime.now(UTC).strftime("%Y-%m"), "revenue_micros": 1}
+    response = client.post("/v1/revenue-reports?tenant=ten_nope", json=report, headers=ADMIN)
+    assert response.status_code == 404 and "ten_nope" in response.json()["error"]["message"]
 
 
 def test_postpaid_credit_limit_and_prepaid_warning_then_stop(client, tenant) -> None:

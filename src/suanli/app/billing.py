@@ -27,7 +27,7 @@ from typing import Any
 from suanli.app import pricing
 from suanli.app.errors import Conflict, Forbidden, Invalid, NotFound, PaymentRequired
 from suanli.app.fleet import FleetCache
-from suanli.app.ids import new_id
+from suanli.app.ids import as_utc, new_id
 from suanli.app.list_prices import list_price, price_source
 from suanli.app.plans import PlanService
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
@@ -40,6 +40,7 @@ from suanli.domain.billing.errors import BillingError
 from suanli.domain.billing.ledger import (
     AccountId,
     AccountKind,
+    Posting,
     Transaction,
     TxKind,
     Verification,
@@ -64,6 +65,21 @@ from suanli.domain.request import Tier
 ANY_REGION = "*"
 APPEND_ATTEMPTS = 5
 MAX_CREDIT_MICROS = 10**15
+# the most any account may hold either way (a trillion units): running balances and their sums stay far
+# inside the databases' 64-bit integers (past 2**63 SQLite turned them into floats and lost micros)
+MAX_ACCOUNT_MICROS = 10**18
+
+
+def _check_room(uow: UnitOfWork, postings: Sequence[Posting]) -> None:
+    """Invalid (naming `amount_micros`) when a credit would take an account past `MAX_ACCOUNT_MICROS`."""
+    held = uow.ledger.balances(owners={p.account.owner for p in postings})
+    for posting in postings:
+        if abs(held.get(posting.account, 0) + posting.amount_micros) > MAX_ACCOUNT_MICROS:
+            raise Invalid(
+                f"{posting.account.kind.value} of {posting.account.owner} would pass "
+                f"{MAX_ACCOUNT_MICROS} micros",
+                field="amount_micros",
+            )
 
 
 def seed_price_book(catalog: Catalog) -> PriceBook:
@@ -472,27 +488,39 @@ class BillingService:
             raise Invalid(f"amount must be 1..{MAX_CREDIT_MICROS} micros", field="amount_micros")
         if expires_at is not None and not grant:
             raise Invalid("only a grant expires", field="expires_at")
+        expires_at = None if expires_at is None else as_utc(expires_at)  # a naive time is UTC
         kind = TxKind.GRANT if grant else TxKind.TOP_UP
         postings = (
             grant_postings(tenant_id, amount_micros) if grant else top_up_postings(tenant_id, amount_micros)
         )
         tx_key = f"credit:{tenant_id}:{key}" if key else f"credit:{tenant_id}:{new_id('crd')}"
         grant_id = "grt_" + hashlib.sha256(tx_key.encode()).hexdigest()[:20]
+        tx_memo = memo[:200] or (
+            f"grant by {caller.tenant.name}" if grant else f"top-up by {caller.tenant.name}"
+        )
+        expires_s = None if expires_at is None else to_epoch_s(expires_at)
 
         def work() -> Transaction:
             now = self.clock.now()
-            if expires_at is not None and expires_at <= now:
-                raise Invalid("must be in the future", field="expires_at")
             with self.uow() as uow:
                 if uow.tenants.get(tenant_id) is None:
                     raise NotFound(f"no tenant {tenant_id}")
                 existing = uow.ledger.get(tx_key)
-                if existing is not None:
+                if existing is not None:  # a retry: the same credit, or a conflict (as Stripe's keys)
                     if existing.postings != normalize(postings) or existing.kind is not kind:
                         raise Conflict("this Idempotency-Key was used with a different credit", field="key")
+                    if existing.memo != tx_memo:
+                        raise Conflict("this Idempotency-Key was used with another memo", field="memo")
+                    earlier = next((g for g in uow.terms.grants(tenant_id) if g.id == grant_id), None)
+                    if grant and (earlier is None or earlier.expires_s != expires_s):
+                        raise Conflict(
+                            "this Idempotency-Key was used with another expiry", field="expires_at"
+                        )
                     return existing
+                if expires_at is not None and expires_at <= now:
+                    raise Invalid("must be in the future", field="expires_at")
+                _check_room(uow, postings)
                 if grant:
-                    expires_s = None if expires_at is None else to_epoch_s(expires_at)
                     uow.terms.add_grant(
                         Grant(grant_id, tenant_id, amount_micros, to_epoch_s(now), expires_s), memo[:200]
                     )
@@ -503,8 +531,7 @@ class BillingService:
                     kind=kind,
                     postings=postings,
                     ref=grant_id if grant else tenant_id,
-                    memo=memo[:200]
-                    or (f"grant by {caller.tenant.name}" if grant else f"top-up by {caller.tenant.name}"),
+                    memo=tx_memo,
                 )
                 uow.commit()
                 return tx

@@ -176,6 +176,8 @@ class PlanService:
 
         def work() -> tuple[int, str]:
             with self.uow() as uow:
+                if uow.tenants.get(target) is None:
+                    raise NotFound(f"no tenant {target}")
                 plans = [
                     p
                     for p in uow.terms.plans(target)
