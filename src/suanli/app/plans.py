@@ -189,7 +189,11 @@ class PlanService:
                     raise Conflict(f"{target} has no revenue-share plan in {month}", field="month")
                 plan = max(plans, key=lambda p: (p.starts_s, p.id))
                 earlier = uow.terms.revenue_report(target, str(month))
-                share = revenue_share_micros(plan, revenue_micros)
+                share = revenue_share_micros(plans, revenue_micros, month.start_s, month.end_s)
+                days = (
+                    sum(min(p.ends_s, month.end_s) - max(p.starts_s, month.start_s) for p in plans) / 86_400
+                )
+                month_days = (month.end_s - month.start_s) / 86_400
                 if earlier is not None:
                     if earlier != revenue_micros:
                         raise Conflict(
@@ -208,6 +212,11 @@ class PlanService:
                         memo=(
                             f"{plan.revenue_share_bp / 100:g}% of {money_text(revenue_micros)} reported, "
                             f"{month}"
+                            + (
+                                ""
+                                if days >= month_days
+                                else f", for the {days:g} of {month_days:g} days on the plan"
+                            )
                         ),
                     )
                 uow.commit()

@@ -30,6 +30,7 @@ from suanli.domain.billing.plans import (
 from suanli.domain.request import Tier
 
 YEAR = 365 * 86_400
+MONTH = 30 * 86_400
 
 
 def membership(starts_s: int = 0, discount_bp: int = 1000) -> Plan:
@@ -50,10 +51,21 @@ def test_revenue_share_lowers_on_demand_and_reserved_and_takes_its_share():
     plan = Plan("pln_r", "ten_a", PlanKind.REVENUE_SHARE, 3000, 0, 500, 0, YEAR)
     assert plan_discounts(plan, Tier.RESERVED)[0].bp == 3000
     assert plan_discounts(plan, Tier.SPOT) == ()
-    assert revenue_share_micros(plan, 10_000_000) == 500_000
-    assert revenue_share_micros(plan, 1) == 0  # 0.05 micros rounds half up to 0
+    assert revenue_share_micros([plan], 10_000_000, 0, MONTH) == 500_000
+    assert revenue_share_micros([plan], 1, 0, MONTH) == 0  # 0.05 micros rounds half up to 0
     with pytest.raises(BillingError):
-        revenue_share_micros(plan, -1)
+        revenue_share_micros([plan], -1, 0, MONTH)
+
+
+def test_a_revenue_share_plan_takes_its_share_of_the_part_of_the_month_it_was_in_force():
+    half = MONTH // 2
+    from_mid_month = Plan("pln_r", "ten_a", PlanKind.REVENUE_SHARE, 0, 0, 500, half, YEAR)
+    assert revenue_share_micros([from_mid_month], 10_000_000, 0, MONTH) == 250_000
+    then = Plan("pln_s", "ten_a", PlanKind.REVENUE_SHARE, 0, 0, 1000, half, YEAR)
+    before = Plan("pln_q", "ten_a", PlanKind.REVENUE_SHARE, 0, 0, 500, -YEAR, half)
+    assert revenue_share_micros([before, then], 10_000_000, 0, MONTH) == 250_000 + 500_000
+    assert revenue_share_micros([membership(0), before], 10_000_000, 0, MONTH) == 250_000
+    assert revenue_share_micros([before], 10_000_000, MONTH, 2 * MONTH) == 0
 
 
 def test_plan_in_force_is_the_latest_started():

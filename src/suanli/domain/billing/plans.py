@@ -22,7 +22,7 @@ from enum import StrEnum
 from suanli.domain.billing.errors import BillingError
 from suanli.domain.billing.invoice import InvoiceLine
 from suanli.domain.billing.ledger import AccountId, Posting, Transaction, TxKind
-from suanli.domain.billing.money import BASIS_POINTS, SECONDS_PER_HOUR, bp_of, round_half_up
+from suanli.domain.billing.money import BASIS_POINTS, SECONDS_PER_HOUR, round_half_up
 from suanli.domain.billing.pricebook import Discount
 from suanli.domain.request import Tier
 
@@ -102,11 +102,20 @@ def fee_postings(tenant: str, fee_micros: int) -> tuple[Posting, ...]:
     )
 
 
-def revenue_share_micros(plan: Plan, revenue_micros: int) -> int:
-    """The plan's share of a month's reported revenue (round half up)."""
+def revenue_share_micros(plans: Iterable[Plan], revenue_micros: int, start_s: int, end_s: int) -> int:
+    """The share of revenue reported for [start_s, end_s) (a month) that its revenue-share plans take, each
+    in proportion to the time of it it was in force (a plan from mid-month takes half its rate; round half
+    up, once)."""
     if revenue_micros < 0:
         raise BillingError("reported revenue must be 0 or more")
-    return bp_of(revenue_micros, plan.revenue_share_bp)
+    if end_s <= start_s:
+        raise BillingError("the reported period must end after it starts")
+    bp_seconds = sum(
+        plan.revenue_share_bp * max(0, min(plan.ends_s, end_s) - max(plan.starts_s, start_s))
+        for plan in plans
+        if plan.kind is PlanKind.REVENUE_SHARE
+    )
+    return round_half_up(revenue_micros * bp_seconds, BASIS_POINTS * (end_s - start_s))
 
 
 # --- grants --------------------------------------------------------------------------------------------
