@@ -4,6 +4,9 @@ the check happens before anything is sent, so no server is needed (the saved pro
 from __future__ import annotations
 
 import socket
+import threading
+from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -170,3 +173,27 @@ def test_port_forward_ports_read_as_kubectls() -> None:
         (0, 8888),  # any free local port
         (0, 8888),
     ]
+
+
+@pytest.fixture
+def not_suanli() -> Iterator[str]:
+    """Another HTTP server on a loopback port (a typo'd port): it answers every path with an HTML 404."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), SimpleHTTPRequestHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("args", [["ls"], ["balance"]])
+def test_a_url_that_is_not_a_suanli_server_is_said_in_one_line_not_as_its_html(
+    tmp_path: Path, not_suanli: str, args: list[str]
+) -> None:
+    env = {"SUANLI_CONFIG_DIR": str(tmp_path), "SUANLI_URL": not_suanli, "SUANLI_API_KEY": "sk_x"}
+    done = CliRunner().invoke(app, args, env=env)
+    assert done.exit_code != 0
+    assert "<" not in done.output and "Traceback" not in done.output, done.output
+    assert f"{not_suanli} answered GET" in done.output and "is it a suanli server?" in done.output

@@ -808,4 +808,17 @@ def _api_error(response: httpx.Response) -> ApiError:
             response.status_code, detail.get("code", "error"), detail.get("message", ""), detail.get("field")
         )
     except (ValueError, KeyError, TypeError):
-        return ApiError(response.status_code, "http_error", response.text[:200] or response.reason_phrase)
+        return ApiError(response.status_code, "http_error", _not_ours(response))
+
+
+def _not_ours(response: httpx.Response) -> str:
+    """One line for an error a suanli server did not write (a proxy's page, another server on the port):
+    what answered, not its HTML."""
+    kind = response.headers.get("content-type", "").split(";")[0].strip() or "no content type"
+    where = f"{response.request.url.scheme}://{response.request.url.netloc.decode()}"
+    said = " ".join(response.text.split())[:120] if kind in ("text/plain", "application/json") else ""
+    return (
+        f"{where} answered {response.request.method} {response.request.url.path} with HTTP "
+        f"{response.status_code} {response.reason_phrase} ({kind}{': ' + said if said else ''}); "
+        "is it a suanli server? (check the URL given to `suanli login`, or SUANLI_URL)"
+    )
