@@ -261,3 +261,16 @@ def test_a_share_or_mig_instance_with_a_gpu_count_is_refused_naming_gpus(client)
         {"gpu_model": "L40S", "share_milli": 500, "gpus": 0},
     ):
         assert client.post("/v1/rentals", json=body, headers=headers).status_code == 201
+
+
+def test_a_rental_of_no_gpu_is_refused_naming_gpus(client) -> None:
+    """`gpus: 0` with no MIG profile or share held no GPU and ran on GPU hosts at 0/h (8 nodes at once)."""
+    tenant_id = client.post("/v1/tenants", json={"name": "cpu-only"}, headers=ADMIN).json()["id"]
+    key = client.post(f"/v1/tenants/{tenant_id}/keys", json={"label": "t"}, headers=ADMIN).json()["secret"]
+    headers = {"Authorization": f"Bearer {key}"}
+    for path in ("/v1/rentals", "/v1/rentals/dry-run"):
+        for body in ({"gpu_model": "H100", "gpus": 0, "nodes": 8}, {"gpus": 0, "cpu_milli": 4000}):
+            refused = client.post(path, json=body, headers=headers)
+            assert refused.status_code == 400 and refused.json()["error"]["field"] == "gpus", refused.text
+            assert "CPU-only rentals are not offered" in refused.json()["error"]["message"]
+    assert client.get("/v1/rentals", headers=headers).json() == []

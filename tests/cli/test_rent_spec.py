@@ -25,17 +25,28 @@ from suanli.cli.rent_spec import (
         ("A100-80GB:3g.40gb", GpuSpec("A100-80GB", mig_profile="3g.40gb")),
         ("L40S:0.5", GpuSpec("L40S", share_milli=500)),
         ("any:2", GpuSpec(None, gpus=2)),
-        ("cpu", GpuSpec(None, gpus=0)),
     ],
-    ids=["count", "model-only", "mig", "share", "any-model", "cpu-only"],
+    ids=["count", "model-only", "mig", "share", "any-model"],
 )
 def test_accepted_specs(text: str, spec: GpuSpec) -> None:
     assert parse_gpu_spec(text) == spec
 
 
-@pytest.mark.parametrize("text", ["H100:x", "H100:0", "H100:65", "L40S:1.5", ""], ids=str)
-def test_rejected_specs_say_what_is_accepted(text: str) -> None:
-    with pytest.raises(SpecError):
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("H100:x", "cannot read"),
+        ("H100:0", "GPU count 0 out of range"),
+        ("H100:-1", "GPU count -1 out of range"),  # a count, not a share
+        ("H100:65", "GPU count 65 out of range"),
+        ("L40S:1.5", "a GPU share is between 0 and 1"),
+        ("", "empty GPU spec"),
+        ("cpu", "CPU-only rentals are not offered"),
+    ],
+    ids=str,
+)
+def test_rejected_specs_say_what_is_accepted(text: str, says: str) -> None:
+    with pytest.raises(SpecError, match=says):
         parse_gpu_spec(text)
 
 

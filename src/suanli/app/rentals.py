@@ -110,6 +110,12 @@ def _field_of(reason: Reason, spec: RentalSpec, model_in_fleet: bool) -> str:
 
 def check_spec(spec: RentalSpec, catalog: Catalog) -> None:
     """Raise Invalid naming the wire field when the spec can never be valid."""
+    if spec.mig_profile is None and spec.share_milli is None and spec.gpus < 1:
+        raise Invalid(  # it would hold a GPU host's CPUs unpriced (the price book prices GPUs)
+            "a rental holds GPUs: 1 or more whole GPUs per node, a MIG instance (mig_profile) or a share "
+            "of a GPU (share_milli); CPU-only rentals are not offered",
+            field="gpus",
+        )
     if spec.mig_profile is not None and spec.share_milli is not None:
         raise Invalid("ask for a MIG profile or a share, not both", field="share_milli")
     if (spec.mig_profile is not None or spec.share_milli is not None) and spec.gpus > 1:

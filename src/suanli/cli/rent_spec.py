@@ -1,5 +1,5 @@
 """Parse what the CLI is given in its own forms: the GPU spec (`H100:8`, `A100-80GB:3g.40gb`, `L40S:0.5`,
-`H100`, `cpu`), a bid, a duration (`90m`, `2h`, `1h30m`, `1:30:00`, seconds), a moment (`now`, `+2h`,
+`H100`), a bid, a duration (`90m`, `2h`, `1h30m`, `1:30:00`, seconds), a moment (`now`, `+2h`,
 `2026-12-01T02:00`) and `--env`'s `NAME=VALUE`."""
 
 from __future__ import annotations
@@ -26,14 +26,14 @@ class GpuSpec:
     share_milli: int | None = None
 
 
-FORMS = "MODEL[:COUNT] (H100:8), MODEL:MIG_PROFILE (A100-80GB:3g.40gb), MODEL:FRACTION (L40S:0.5), or cpu"
+FORMS = "MODEL[:COUNT] (H100:8), MODEL:MIG_PROFILE (A100-80GB:3g.40gb), or MODEL:FRACTION (L40S:0.5)"
 
 
 def parse_gpu_spec(text: str) -> GpuSpec:
     """Read the spec; raise SpecError naming the accepted forms."""
     text = text.strip()
-    if text.lower() == "cpu":
-        return GpuSpec(None, gpus=0)
+    if text.lower() == "cpu":  # every rental holds a GPU, a MIG instance or a share
+        raise SpecError(f"CPU-only rentals are not offered; use {FORMS}")
     model, sep, amount = text.partition(":")
     model = model.strip() or None
     if model == "any":
@@ -45,7 +45,7 @@ def parse_gpu_spec(text: str) -> GpuSpec:
     amount = amount.strip().lower()
     if MIG_PROFILE.match(amount):
         return GpuSpec(model, mig_profile=amount)
-    if amount.isdigit():
+    if amount.isdigit() or (amount.startswith("-") and amount[1:].isdigit()):
         count = int(amount)
         if not 1 <= count <= 64:
             raise SpecError(f"GPU count {count} out of range 1..64")

@@ -335,7 +335,9 @@ class RentalCreateRequest(WireModel):
     """A rental: `gpus` per node (whole GPUs), or one `mig_profile`, or a share (`share_milli`) per node."""
 
     gpu_model: str | None = Field(default=None, description="Model or family (H100, A100-80GB); unset: any.")
-    gpus: int = Field(default=1, ge=0, le=64, description="Whole GPUs per node (0 for CPU only).")
+    gpus: int = Field(
+        default=1, ge=0, le=64, description="Whole GPUs per node (0 or 1 with a MIG profile or a share)."
+    )
     mig_profile: str | None = Field(default=None, description="One MIG instance per node, e.g. 3g.40gb.")
     share_milli: int | None = Field(default=None, ge=1, le=999, description="A share of one GPU per node.")
     share_memory_mib: int = Field(default=0, ge=0, le=MAX_MEMORY_MIB)
@@ -400,7 +402,7 @@ class RentalCreateRequest(WireModel):
     @model_validator(mode="after")
     def _idle_stop_needs_whole_gpus(self) -> RentalCreateRequest:
         if self.idle_stop_s is not None and (self.mig_profile or self.share_milli or self.gpus == 0):
-            raise ValueError("idle_stop_s: needs whole GPUs (not a MIG instance, a share or CPU only)")
+            raise ValueError("idle_stop_s: needs whole GPUs (not a MIG instance or a share)")
         return self
 
 
