@@ -23,3 +23,6 @@ def test_the_worked_example_invoice_is_exact(tmp_path: Path) -> None:
     assert balance.grants_micros == 0  # the 5-unit grant went first
     assert balance.cash_micros == 1_000_000_000 - 120_000_000 - (used - 5_000_000)
     assert verified["ok"] is True
+    # the README quotes the real output, the ledger's transaction count included
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    assert f"ledger: {verified['transactions']} transactions, verifies: True" in readme

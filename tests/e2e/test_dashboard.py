@@ -331,6 +331,25 @@ def test_a_two_node_rentals_output_is_read_one_node_at_a_time(page: Page, platfo
     expect(log).to_contain_text("rank 1")
 
 
+def test_what_was_spent_is_read_again_while_signed_in_and_what_is_typed_stays(
+    page: Page, platform: Platform
+) -> None:
+    """The budget line ("spent ... today") was read at sign-in only and went stale as the meter charged; it
+    is read again with the month's usage, and that read leaves the budget fields being typed in alone."""
+    sign_in(page, platform)
+    expect(page.locator("#budget-spent")).to_contain_text("today")
+    reads: list[str] = []
+    page.on("request", lambda request: reads.append(request.url) if "/v1/limits" in request.url else None)
+    page.fill("#budget-daily", "3")
+    deadline = time.monotonic() + 30
+    while not reads and time.monotonic() < deadline:
+        page.wait_for_timeout(100)
+    assert reads, "the budget line was not read again after sign-in"
+    page.wait_for_timeout(500)  # its answer has been handled
+    expect(page.locator("#budget-spent")).to_contain_text("today")
+    expect(page.locator("#budget-daily")).to_have_value("3")
+
+
 def test_bad_input_is_refused_naming_the_field_and_creates_nothing(page: Page, platform: Platform) -> None:
     sign_in(page, platform)
     with platform.tenant() as api:
@@ -349,6 +368,12 @@ def test_bad_input_is_refused_naming_the_field_and_creates_nothing(page: Page, p
         "bid: give an amount of 0 or more, e.g. 12.5 (at most 6 decimals)"
     )
     page.fill("#rent-bid", "")
+    page.fill("#rent-share", "1.5")  # the server's field is in milli (at most 999): the page says a fraction
+    page.click("#rent-form button[type=submit]")
+    expect(page.locator("#rent-error")).to_have_text(
+        "share: a share of a GPU is between 0 and 1 (got 1.5); whole GPUs are counts"
+    )
+    page.fill("#rent-share", "")
     page.fill("#offers-query", "gpu=H100 count>>8")
     page.click("#offers-form button")
     expect(page.locator("#offers-error")).not_to_be_empty()

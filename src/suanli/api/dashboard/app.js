@@ -306,6 +306,9 @@ function rentalRequest() {
   if (form.gpu_model.value.trim()) request.gpu_model = form.gpu_model.value.trim();
   if (form.mig_profile.value.trim()) request.mig_profile = form.mig_profile.value.trim();
   const share = decimal(form.share.value, "share");
+  if (share !== null && share >= 1) {
+    throw new ApiError(0, `a share of a GPU is between 0 and 1 (got ${share}); whole GPUs are counts`, "share");
+  }
   if (share !== null) request.share_milli = Math.round(share * 1000);
   const shareMemory = decimal(form.share_memory.value, "share memory GiB");
   if (shareMemory !== null) request.share_memory_mib = Math.round(shareMemory * 1024);
@@ -595,7 +598,9 @@ let budgetEdits = 0;
 
 // the tenant's own budget in the form, and the operator's caps beside it (read at sign-in and after a change,
 // so a refresh never overwrites what is being typed, even one whose answer comes after the typing began)
-async function refreshBudget() {
+// the form's fields are filled at sign-in and after a save; every refresh after that (`refreshSlow`) updates
+// only what was spent and the operator's caps, never a field the tenant may be editing
+async function refreshBudget(fields = true) {
   const edits = budgetEdits;
   let limits;
   try {
@@ -605,7 +610,7 @@ async function refreshBudget() {
     return;
   }
   const shown = (micros) => (micros == null ? "" : units(micros));
-  if (edits === budgetEdits) {
+  if (fields && edits === budgetEdits) {
     $("budget-daily").value = shown(limits.budget_daily_micros);
     $("budget-monthly").value = shown(limits.budget_monthly_micros);
     $("budget-stop").checked = limits.budget_stops_running;
@@ -1161,6 +1166,7 @@ async function refreshSlow() {
     refreshKeys(),
     refreshPayouts(),
     refreshTenants(),
+    refreshBudget(false),
   ]);
 }
 
