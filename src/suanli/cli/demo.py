@@ -180,7 +180,9 @@ def _wait_healthy(url: str, server: subprocess.Popen[bytes], stopping: threading
 def _start_agent(data_dir: Path, url: str, fleet: Path, node: str, token: str) -> subprocess.Popen[bytes]:
     args = [*_suanli(), "agent", "--server", url, "--declared", str(fleet), "--node", node]
     args += ["--work-dir", str(_work_root(data_dir) / node), "--grace", str(AGENT_GRACE_S)]
-    args += ["--stop-workloads-on-exit"]
+    # every node of the demo is this host: a multi-node rental's ranks reach rank 0 here (SUANLI_MASTER_ADDR),
+    # not at a node name no resolver knows
+    args += ["--stop-workloads-on-exit", "--advertise-host", "127.0.0.1"]
     with (data_dir / "agents" / f"{node}.log").open("ab") as log:
         return subprocess.Popen(
             args,
