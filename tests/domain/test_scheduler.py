@@ -250,6 +250,38 @@ def test_an_idle_instance_is_reused_without_repartition(policy: str) -> None:
     assert placement.repartitions == ()
 
 
+SMALL = ("4g.40gb", "2g.20gb", "1g.10gb")
+
+
+@pytest.mark.parametrize("policy", [name for name in POLICIES if name != "random"])
+@pytest.mark.parametrize(
+    ("profile", "on_m1", "on_m2"),
+    [
+        ("7g.80gb", SMALL, ("7g.80gb",)),
+        ("3g.40gb", SMALL, ("3g.40gb", "3g.40gb")),
+        ("1g.10gb", ("4g.40gb", "3g.40gb"), SMALL),
+    ],
+)
+def test_a_mig_request_takes_an_idle_instance_on_another_node_before_carving_one(
+    policy: str, profile: str, on_m1: tuple[str, ...], on_m2: tuple[str, ...]
+) -> None:
+    """m1 is first, its GPUs carved into idle instances of other profiles (the demo's a100-mig-01): a
+    request whose profile idles on m2 goes there; before, the policies' scores sent it to m1 and destroyed
+    m1's idle instances to carve one."""
+    snap = snapshot(mig_node("m1", (on_m1, on_m1)), mig_node("m2", (on_m2,)))
+    placement = placed(run(snap, req("r", MigSlice(profile)), policy=policy), "r")
+    assert placement.nodes[0].node == "m2" and placement.repartitions == ()
+
+
+@pytest.mark.parametrize("policy", [name for name in POLICIES if name != "random"])
+def test_on_one_node_a_mig_request_takes_the_gpu_with_an_idle_instance(policy: str) -> None:
+    layouts = (("4g.40gb", "2g.20gb", "1g.10gb"), ("4g.40gb", "3g.40gb"), ("4g.40gb", "2g.20gb", "1g.10gb"))
+    placement = placed(
+        run(snapshot(mig_node("m1", layouts)), req("r", MigSlice("3g.40gb")), policy=policy), "r"
+    )
+    assert placement.nodes[0].slices[0].gpu_index == 1 and placement.repartitions == ()
+
+
 def test_an_idle_7g_is_destroyed_to_carve_a_smaller_instance() -> None:
     plan = run(snapshot(mig_node("m1", (("7g.80gb",),))), req("r", MigSlice("3g.40gb")))
     assert placed(plan, "r").repartitions == (Repartition("m1", 0, ((0, "7g.80gb"),), (4, "3g.40gb")),)

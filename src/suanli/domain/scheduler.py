@@ -19,7 +19,7 @@ from suanli.domain.images import RUNS_IMAGES_LABEL
 from suanli.domain.plan import NodeAllocation, Pending, Placement, Plan, Reason, Repartition
 from suanli.domain.policies import Policy, Score
 from suanli.domain.quotas import Ledger, pinned
-from suanli.domain.request import GpuSelector, Request, Tier, WholeGpus
+from suanli.domain.request import GpuSelector, MigSlice, Request, Tier, WholeGpus
 from suanli.domain.snapshot import NodeState, Snapshot
 
 TOPOLOGY_LEVELS = (4, 3, 2, 1)  # leaf, pod, zone, region
@@ -221,8 +221,15 @@ def best_single(
     ties: list[tuple[dict[int, None], Option, list[Option], tuple]] = []
     shape_id = snapshot.intern_request(request)
     memo = policy.memo
+    reusing = _reusing_states(snapshot, class_ids, request)
+    if reusing is not None and not policy.random_ties:
+        first = _first_reusing(snapshot, class_ids, reusing, shape_id, request, policy)
+        if first is not None:
+            return first
     for class_id in class_ids:
         for state_id, members in snapshot.groups[class_id].items():
+            if reusing is not None and state_id not in reusing:
+                continue  # carving here loses to the idle instance a state in `reusing` has (`_carves`)
             scored = memo.get((class_id, state_id, shape_id), _MISSING)  # inlined: this loop is the hot path
             if scored is _MISSING:
                 scored = best_option(snapshot, class_id, state_id, shape_id, request, policy)
@@ -328,7 +335,15 @@ def best_option(
         key = snapshot.state_keys[state_id]
         cls = snapshot.classes[class_id]
         fits = options(cls, key, request)
-        if fits:
+        if fits and isinstance(request.shape, MigSlice):  # an idle instance first, anywhere: see `_carves`
+            carves = min(_carves(option) for option in fits)
+            score, index = min(
+                ((carves, *policy.score(class_id, cls, key, option)), i)
+                for i, option in enumerate(fits)
+                if _carves(option) == carves
+            )
+            found = (score, fits[index], fits, key)
+        elif fits:
             score, index = min((policy.score(class_id, cls, key, option), i) for i, option in enumerate(fits))
             found = (score, fits[index], fits, key)
         else:
@@ -338,6 +353,59 @@ def best_option(
 
 
 _MISSING = object()
+
+
+def _reusing_states(snapshot: Snapshot, class_ids: Sequence[int], request: Request) -> set[int] | None:
+    """For a MIG request, the node states with an idle instance of its profile when there are any (the
+    others would only carve one, and lose to them); None otherwise: every state is scored."""
+    shape = request.shape
+    if not isinstance(shape, MigSlice):
+        return None
+    idle = snapshot.nomination_cache.setdefault(("idle MIG", shape.profile), {})  # states never change
+    found = set()
+    for class_id in class_ids:
+        for state_id in snapshot.groups[class_id]:
+            has = idle.get(state_id)
+            if has is None:
+                has = idle[state_id] = _has_idle(snapshot.state_keys[state_id], shape.profile)
+            if has:
+                found.add(state_id)
+    return found or None
+
+
+def _first_reusing(
+    snapshot: Snapshot,
+    class_ids: Sequence[int],
+    reusing: set[int],
+    shape_id: int,
+    request: Request,
+    policy: Policy,
+) -> Candidate | None:
+    """The first node (by index) with an idle instance of the MIG request's profile where it fits, on the GPU
+    the policy scores best among those it would reuse; None when it fits on none of them (CPU, memory)."""
+    groups = [
+        (min(members), class_id, state_id)
+        for class_id in class_ids
+        for state_id, members in snapshot.groups[class_id].items()
+        if state_id in reusing
+    ]
+    for index, class_id, state_id in sorted(groups):
+        scored = best_option(snapshot, class_id, state_id, shape_id, request, policy)
+        if scored is not None and scored[0][0] == 0:  # it takes an idle instance (`_carves` 0)
+            return Candidate(scored[0], snapshot.nodes[index], scored[1])
+    return None
+
+
+def _has_idle(key: tuple, profile: str) -> bool:
+    """Whether a node state has an idle MIG instance of `profile` on one of its GPUs."""
+    return any(not busy and name == profile for _, _, layout in key[2] for _, name, busy in layout)
+
+
+def _carves(option: Option) -> int:
+    """1 when `option` makes a MIG instance (a repartition) rather than take an idle one: a MIG request
+    goes to an idle instance of its profile on any node before one is carved out of idle smaller ones (the
+    operator's layout kept, no instance destroyed), whatever the policy's score; 0 otherwise."""
+    return int(any(c.mig_option is not None and c.mig_option.repartitions for c in option.choices))
 
 
 def apply_candidates(
