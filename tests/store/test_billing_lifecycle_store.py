@@ -133,6 +133,52 @@ def test_a_requeued_spot_rental_pays_the_price_of_its_new_placement_after_the_ga
     assert _charged(factory, "rnt_s") == round_half_up(RATE * 50 + 2 * RATE * 50 + RATE * 100, 3600)
 
 
+def _place_on(factory, rental_id, node, at, gpus, rate, spec):
+    """Place (again) on `gpus` whole GPUs of `node` at `rate`, quoted at that rate, as the leader does."""
+    quote = {"final_micros_per_hour": rate, "base_micros_per_hour": rate, "contract_covered_gpu_milli": 0}
+    with factory() as u:
+        if u.rentals.get(rental_id) is None:
+            u.rentals.add(Rental(rental_id, "ten_a", "pending", spec, T0))
+        assert u.rentals.mark_placed(rental_id, at, rate, quote, size=(1, float(gpus)))
+        slices = tuple(Slice(i, 1000, 1024) for i in range(gpus))
+        bookings = [Booking(node, i, 0) for i in range(gpus)]
+        u.rentals.book(rental_id, [NodeAllocation(node, 0, 0, slices)], bookings, at=at)
+        u.commit()
+
+
+def test_a_rental_placed_again_at_another_size_pays_each_runs_rate_and_a_resize_counts_from_the_new_size(
+    env,
+) -> None:
+    """Run 1 on 1 GPU, run 2 on 2 GPUs at twice the rate: the meter billed run 1's seconds at run 2's rate
+    (no rate row was written at the re-placement), the invoice counted 2 GPUs for both runs, and a resize
+    after it priced the new size against run 1's (4 GPUs at 8 x RATE, not 4 x RATE)."""
+    factory, clock, agents, billing = env
+    key = _key(agents, NODE)
+    spec = RentalSpec(gpu_model="H100", gpus=2, restart="on-failure", max_restarts=1, min_gpus=1)
+    _place_on(factory, "rnt_e", NODE, T0, 1, RATE, spec)
+    agents.heartbeat(key, [WorkloadReport("rnt_e", "running")], [])
+    clock.at = T0 + 100 * S
+    agents.heartbeat(key, [], [])
+    billing.meter(now=clock.at)  # run 1's seconds posted while it ran
+    clock.at = T0 + 131 * S
+    assert agents.reap() == [NODE]
+    clock.at = T0 + 1000 * S
+    other = _key(agents, OTHER)
+    _place_on(factory, "rnt_e", OTHER, clock.at, 2, 2 * RATE, spec)
+    agents.heartbeat(other, [WorkloadReport("rnt_e", "running")], [])
+    clock.at = T0 + 1100 * S
+    agents.heartbeat(other, [], [])
+    billing.meter()
+    assert _charged(factory, "rnt_e") == charge_micros(RATE, 100) + charge_micros(2 * RATE, 100)
+    (line,) = InvoiceService(factory, clock, CATALOG, FleetCache(CATALOG)).invoice(ALICE, "2030-01").lines
+    assert line.gpu_seconds == 1 * 100 + 2 * 100
+    with factory() as u:  # grown on its node to 4 GPUs, as the Resizer does (`follow_size`)
+        follow_size(u, u.rentals.get("rnt_e"), (1, 2.0), (1, 4.0), clock.at)
+        u.commit()
+    with factory() as u:
+        assert u.rentals.get("rnt_e").price_micros_per_hour == 4 * RATE
+
+
 def test_a_requeued_rental_placed_again_is_billed_from_its_placement_until_its_run_is_reported(env) -> None:
     factory, clock, agents, billing = env
     key = _key(agents, NODE)

@@ -135,6 +135,7 @@ class RentalRepo(Protocol):
         time_limit_at: datetime | None = None,
         borrowed: bool = False,
         master_port: int | None = None,
+        size: tuple[int, float] | None = None,  # (nodes, GPUs per node): a re-placed rental's size history
     ) -> bool: ...
     def master_ports_on(self, nodes: Sequence[str]) -> set[int]: ...  # of the live rentals on any of them
     # the rates (micros/h) of a tenant's live rentals placed at or after `since`: minimums they may owe

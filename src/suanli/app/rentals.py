@@ -529,13 +529,16 @@ def resized_price(
 ) -> tuple[int, dict[str, Any] | None]:
     """(rate, quote) of a rental resized from `was` to `will` GPU milli. Its contract-covered GPUs stay
     covered (up to its new size, more where its contracts have room) and only the rest pays, in proportion
-    to the discounted rate its placement quoted for its placement size (its first size row), so up-and-down
-    resizes come back to the same rate. Spot, or no quote: in proportion to its rate."""
+    to the discounted rate its placement quoted for its placement size (its size row at its latest
+    placement), so up-and-down resizes come back to the same rate. Spot, or no quote: in proportion to its
+    rate."""
     quote = dict(rental.quote) if rental.quote is not None else None
     if quote is None or "base_micros_per_hour" not in quote or Tier.parse(rental.spec.tier) is Tier.SPOT:
         return round_half_up(rate * will, was), None
     sizes = uow.rentals.sizes([rental.id]).get(rental.id) or [(now, 0, 0.0)]
-    placed = _milli(sizes[0][1:]) or was
+    placed_at = rental.placed_at or sizes[0][0]  # the size its (latest) placement's quote was for
+    at_placement = [row for row in sizes if row[0] <= placed_at] or sizes[:1]
+    placed = _milli(at_placement[-1][1:]) or was
     discounted = int(quote["base_micros_per_hour"]) - sum(
         int(d["micros_per_hour"]) for d in quote.get("discounts") or []
     )

@@ -39,7 +39,7 @@ from suanli.app.records import (
     Trial,
     domain_contract,
 )
-from suanli.app.rentals import time_limit_s, to_request
+from suanli.app.rentals import per_node_gpus, time_limit_s, to_request
 from suanli.app.resizing import Resizer
 from suanli.app.spot_repricing import (
     FloorCheck,
@@ -811,8 +811,16 @@ class Scheduler:
         time_limit_at = None if limit_s is None else now + timedelta(seconds=limit_s)
         borrowed = rental.id in self.lent
         port = free_master_port(rental.id, uow.rentals.master_ports_on([a.node for a in placement.nodes]))
+        size = (len(placement.nodes), per_node_gpus(placement.nodes))
         if not uow.rentals.mark_placed(
-            rental.id, now, price, quoted, time_limit_at=time_limit_at, borrowed=borrowed, master_port=port
+            rental.id,
+            now,
+            price,
+            quoted,
+            time_limit_at=time_limit_at,
+            borrowed=borrowed,
+            master_port=port,
+            size=size,
         ):
             return self.live.unplace(placement)
         rows = bookings_for(placement.nodes, self.live.node, uow.rentals.booked_slots)

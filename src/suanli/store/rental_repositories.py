@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, and_, case, delete, func, insert, literal, or_, select, update
+from sqlalchemy import and_, case, delete, func, literal, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -15,7 +15,13 @@ from suanli.app.records import LIVE_STATES, Booking, Rental, RentalEvent
 from suanli.domain.plan import NodeAllocation, Slice
 from suanli.store.ledger_repositories import one_of
 from suanli.store.rental_money import RentalMoneyReads
-from suanli.store.rental_rows import allocation_json, allocations_by_rental, rental_from_row, spec_json
+from suanli.store.rental_rows import (
+    allocation_json,
+    allocations_by_rental,
+    rental_from_row,
+    spec_json,
+    utc_moment,
+)
 from suanli.store.rows import (
     AllocationRow,
     BookingRow,
@@ -23,6 +29,7 @@ from suanli.store.rows import (
     RentalRateRow,
     RentalRow,
     RentalRunRow,
+    RentalSizeRow,
     SliceRow,
     UtcDateTime,
 )
@@ -263,10 +270,17 @@ class SqlRentals(RentalMoneyReads):
         time_limit_at: datetime | None = None,
         borrowed: bool = False,
         master_port: int | None = None,
+        size: tuple[int, float] | None = None,
     ) -> bool:
         """A pending rental becomes placed at `at`, at its price (and quote), to be stopped at `time_limit_at`
         (None: never), on lent GPUs when `borrowed`, with its rendezvous port, in one statement; False, and
-        nothing changed, when it is no longer pending (stopped or changed since it was read)."""
+        nothing changed, when it is no longer pending (stopped or changed since it was read). Placed again
+        (preempted and re-queued, or re-queued off a lost node), its rate and its `size` (nodes, GPUs per
+        node) go into its histories from `at`, its earlier placement's from that one's start."""
+        before = self.s.execute(
+            select(RentalRow.placed_at, RentalRow.price_micros_per_hour).where(RentalRow.id == rental_id)
+        ).one_or_none()
+        placed_before = self.placed_sizes([rental_id]).get(rental_id) if before and before[0] else None
         values: dict[str, Any] = {
             "state": "placed",
             "pending_reason": None,
@@ -291,7 +305,8 @@ class SqlRentals(RentalMoneyReads):
         )
         if not result.rowcount:  # type: ignore[attr-defined]
             return False
-        self._rate_from_placement(rental_id, at, price_micros_per_hour)
+        if before is not None and before[0] is not None:
+            self._histories_from_placement(rental_id, at, price_micros_per_hour, size, before, placed_before)
         return True
 
     def live_rate_placed_since(self, tenant_id: str, since: datetime) -> int:
@@ -317,19 +332,25 @@ class SqlRentals(RentalMoneyReads):
         )
         return {int(port) for port in self.s.scalars(query)}
 
-    def _rate_from_placement(self, rental_id: str, at: datetime, rate: int) -> None:
-        """A re-placed rental with a rate history (spot re-pricing) pays its new price from `at`: one more
-        rate row, else the meter would go on billing the last rate of its earlier placement."""
-        rates = RentalRateRow.__table__
-        has_rows = select(rates.c.id).where(rates.c.rental_id == rental_id, rates.c.from_at < at).exists()
-        self.s.execute(
-            insert(rates).from_select(
-                ["rental_id", "from_at", "rate_micros_per_hour"],
-                select(literal(rental_id), literal(at, UtcDateTime()), literal(rate, BigInteger())).where(
-                    has_rows
-                ),
-            )
-        )
+    def _histories_from_placement(
+        self,
+        rental_id: str,
+        at: datetime,
+        rate: int,
+        size: tuple[int, float] | None,
+        before: Any,
+        placed_before: tuple[int, float] | None,
+    ) -> None:
+        """A re-placed rental pays its new price, and is its new size, from `at`: a row in each history (its
+        first rows the earlier placement's rate and size from that one's start), else the meter billed its
+        earlier runs at the new rate and a resize priced its new size against the first placement's."""
+        placed_at, earlier_rate = utc_moment(before[0]) or before[0], before[1]
+        rates, sizes = RentalRateRow.__table__, RentalSizeRow.__table__
+        key = "rate_micros_per_hour"
+        self._put_history(rates, rental_id, at, {key: rate}, placed_at, {key: earlier_rate or rate})
+        if size is not None and placed_before is not None:
+            now, earlier = ({"nodes": n, "gpus_per_node": g} for n, g in (size, placed_before))
+            self._put_history(sizes, rental_id, at, now, placed_at, earlier)
 
     def add_event(self, rental_id: str, event: RentalEvent) -> None:
         self.s.add(
