@@ -149,3 +149,23 @@ def test_a_request_that_checkpoints_may_borrow_without_declaring_its_duration():
     assert later.head == "head"
     found = reserve(snap, head, [old, lent], POLICY, 20)
     assert found is not None and found[0] == 1000  # not unbounded: the borrower leaves when asked
+
+
+def test_a_request_that_checkpoints_borrows_while_the_heads_start_cannot_be_bounded():
+    """`old` declares no duration, so the head's start cannot be bounded and nothing may pass it for good;
+    the idle GPUs are still lent to a request that gives them back when asked (on the server, where rentals
+    seldom declare a duration, every checkpointing request waited beside idle GPUs)."""
+    snap = snapshot_of(2, 8)
+    old = run(snap, job("old", 8, 0, None), 0)
+    head = job("head", 8, 1, 50, nodes=2)
+    queue = [head, job("saves", 4, 2, None, checkpoints=True), job("plain", 4, 3, 100)]
+    decision = admit(snap, queue, [old], POLICY, 10, BORROW)
+    assert decision.borrowed == ("saves",) and [p.request_id for p in decision.placements] == ["saves"]
+    assert reasons(decision)["plain"] is Reason.BLOCKED_BY_HEAD
+    assert decision.head == "head" and decision.head_start_s is None
+    (placement,) = decision.placements
+    for allocation in old.placement.nodes:
+        snap.release(allocation)  # `old` ends: the head takes the lent GPUs back with notice
+    lent = Running(queue[1], placement, 10, borrowed=True)
+    taken = admit(snap, [head], [lent], POLICY, 500, BORROW)
+    assert [v.request_id for p in taken.preemptions for v in p.victims] == ["saves"]

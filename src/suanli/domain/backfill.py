@@ -101,8 +101,15 @@ class BackfillPhase:
             spare_free=self.config.spare_free,
             maintenance=self._maintenance_on_fleet(),
         )
-        if reservation is None:
-            self._block(rest, "the head's start cannot be bounded (running rentals without a duration)")
+        if reservation is None:  # nothing may delay a start no one can bound, but idle GPUs may be lent
+            unbounded = "the head's start cannot be bounded (running rentals without a duration)"
+            lenders = [r for r in rest if self.config.borrow_idle and r.checkpoints]
+            self._block([r for r in rest if r not in lenders], unbounded)
+            for request in lenders:
+                if self.gated(request) or self.spot_held(request):
+                    continue
+                if not self._borrow(request, None):
+                    self.pending.append(blocked(request, unbounded))
             return
         self.head_start_s, reserved = reservation
         reserved_nodes = {a.node for a in reserved.nodes}
