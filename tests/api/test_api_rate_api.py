@@ -60,3 +60,22 @@ def test_the_sdk_waits_out_a_429_and_sends_again(database_url: str) -> None:
                 assert time.monotonic() - first >= 1.0, "a third request in a second passed without waiting"
             else:
                 raise AssertionError("no three requests fitted in one second in five tries")
+
+
+def test_the_openapi_document_says_which_operations_a_tenants_rate_limit_can_refuse(
+    database_url: str,
+) -> None:
+    """429 was documented on the dry run alone; an agent's own requests are never limited."""
+    with app_client(database_url) as client:
+        paths = client.get("/openapi.json").json()["paths"]
+    limited = [
+        ("/v1/rentals", "post"),
+        ("/v1/rentals", "get"),
+        ("/v1/rentals/{rental_id}/logs", "get"),
+        ("/v1/rentals/dry-run", "post"),
+        ("/v1/balance", "get"),
+    ]
+    for path, method in limited:
+        assert "429" in paths[path][method]["responses"], (path, method)
+    for path in ("/v1/agents/heartbeat", "/v1/agents/register"):
+        assert "429" not in paths[path]["post"]["responses"], path

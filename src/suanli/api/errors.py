@@ -37,9 +37,18 @@ HTTP_CODES = {
     405: "method_not_allowed",
     413: "too_large",
 }
-ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
+# what an agent's or an operator's request may be answered with
+AGENT_ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
     status: {"model": ErrorResponse} for status in (400, 401, 402, 403, 404, 409, 422)
 }
+# and a tenant's: each of its keys' requests count against SUANLI_API_RATE (`deps.caller`)
+RATE_LIMITED: dict[int | str, dict[str, object]] = {
+    429: {
+        "model": ErrorResponse,
+        "description": "The tenant passed SUANLI_API_RATE: try again after the Retry-After header's seconds.",
+    },
+}
+ERROR_RESPONSES: dict[int | str, dict[str, object]] = {**AGENT_ERROR_RESPONSES, **RATE_LIMITED}
 
 
 def error_response(

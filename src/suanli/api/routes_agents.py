@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Query, Request, status
 from fastapi.security import HTTPAuthorizationCredentials
 
 from suanli.api.deps import CallerDep, ServicesDep, bearer
-from suanli.api.errors import ERROR_RESPONSES
+from suanli.api.errors import AGENT_ERROR_RESPONSES, RATE_LIMITED
 from suanli.api.mappers import slice_response
 from suanli.app.agent_records import NodeAssignment, WorkloadReport
 from suanli.app.agents import AgentService
@@ -32,7 +32,7 @@ from suanli.wire.agent_schemas import (
     RentalRunResponse,
 )
 
-router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
+router = APIRouter(prefix="/v1", responses=AGENT_ERROR_RESPONSES)
 
 
 def agents(request: Request) -> AgentService:
@@ -114,7 +114,7 @@ def upload_log(body: LogChunkRequest, key: NodeKeyDep, service: AgentsDep) -> Lo
     return LogChunkResponse(stored_bytes=stored)
 
 
-@router.get("/rentals/{rental_id}/logs", tags=["rentals"])
+@router.get("/rentals/{rental_id}/logs", tags=["rentals"], responses=RATE_LIMITED)
 def rental_logs(
     rental_id: str,
     caller: CallerDep,
@@ -137,7 +137,7 @@ def rental_logs(
     return LogResponse(rental_id=rental_id, offset=start, next_offset=next_offset, data=data, done=done)
 
 
-@router.get("/rentals/{rental_id}/gpus", tags=["rentals"])
+@router.get("/rentals/{rental_id}/gpus", tags=["rentals"], responses=RATE_LIMITED)
 def rental_gpus(rental_id: str, caller: CallerDep, services: ServicesDep) -> list[RentalGpuResponse]:
     """The GPUs the rental holds now with their last readings (utilization, memory used, power) from the
     nodes' agents, as `nvidia-smi` shows them; empty once it has ended."""
@@ -157,7 +157,7 @@ def rental_gpus(rental_id: str, caller: CallerDep, services: ServicesDep) -> lis
     ]
 
 
-@router.get("/rentals/{rental_id}/gpus/history", tags=["rentals"])
+@router.get("/rentals/{rental_id}/gpus/history", tags=["rentals"], responses=RATE_LIMITED)
 def rental_gpu_history(
     rental_id: str,
     caller: CallerDep,
@@ -189,7 +189,7 @@ def rental_gpu_history(
     ]
 
 
-@router.get("/rentals/{rental_id}/runs", tags=["rentals"])
+@router.get("/rentals/{rental_id}/runs", tags=["rentals"], responses=RATE_LIMITED)
 def rental_runs(rental_id: str, caller: CallerDep, services: ServicesDep) -> list[RentalRunResponse]:
     """Where the rental ran, as its agents reported: state, exit code, start, end (billing stops there)."""
     return [

@@ -15,7 +15,6 @@ from suanli.wire.schemas import (
     ContractQuoteResponse,
     ContractResponse,
     ContractTransferRequest,
-    ErrorResponse,
     RentalBidRequest,
     RentalCreateRequest,
     RentalDryRunResponse,
@@ -42,7 +41,7 @@ def create_rental(
     return mappers.rental(view)
 
 
-@router.post("/rentals/dry-run", tags=["rentals"], responses={429: {"model": ErrorResponse}})
+@router.post("/rentals/dry-run", tags=["rentals"])
 def dry_run_rental(
     body: RentalCreateRequest, caller: CallerDep, services: ServicesDep
 ) -> RentalDryRunResponse:
