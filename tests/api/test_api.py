@@ -261,11 +261,16 @@ def test_ls_shows_the_newest_with_their_age_and_says_when_there_may_be_more(
     client: TestClient, tenant, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, headers = tenant("ls-user")
-    body = {"gpu_model": "L40S", "gpus": 1, "command": ["true"]}
-    made = [client.post("/v1/rentals", json=body, headers=headers).json()["id"] for _ in range(3)]
     as_user = logged_in_as(client, headers["Authorization"].split()[1])
     monkeypatch.setattr(platform_commands, "logged_in", lambda options=None: as_user(options))
     runner, env = CliRunner(), {"COLUMNS": "200"}
+    none = runner.invoke(app, ["ls", "--live"], env=env)  # an empty table alone said nothing
+    assert none.exit_code == 0 and "no rentals of those states" in none.output, none.output
+    unmatched = runner.invoke(app, ["offers", "gpu=H100", "price<0.01"], env=env)
+    said = " ".join(unmatched.output.split())
+    assert unmatched.exit_code == 0 and "no free capacity matches 'gpu=H100 price<0.01'" in said, said
+    body = {"gpu_model": "L40S", "gpus": 1, "command": ["true"]}
+    made = [client.post("/v1/rentals", json=body, headers=headers).json()["id"] for _ in range(3)]
     two = runner.invoke(app, ["ls", "-n", "2"], env=env)
     assert two.exit_code == 0, two.output
     assert made[2] in two.output and made[1] in two.output and made[0] not in two.output

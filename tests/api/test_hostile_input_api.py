@@ -274,3 +274,13 @@ def test_a_rental_of_no_gpu_is_refused_naming_gpus(client) -> None:
             assert refused.status_code == 400 and refused.json()["error"]["field"] == "gpus", refused.text
             assert "CPU-only rentals are not offered" in refused.json()["error"]["message"]
     assert client.get("/v1/rentals", headers=headers).json() == []
+
+
+def test_a_body_that_is_not_json_is_refused_naming_the_body_not_a_character_offset(client) -> None:
+    """The error read `{"field": "0", "message": "0: JSON decode error"}`: the offset passed for a field."""
+    refused = client.post(
+        "/v1/tenants", content=b"{name: x}", headers={**ADMIN, "Content-Type": "application/json"}
+    )
+    assert refused.status_code == 422, refused.text
+    error = refused.json()["error"]
+    assert error["field"] == "body" and "not valid JSON at character 1" in error["message"], error

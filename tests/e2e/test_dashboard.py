@@ -436,6 +436,20 @@ def test_the_console_is_served_with_a_strict_content_security_policy(platform: P
     assert httpx.get(f"{platform.url}/", timeout=5).headers["location"] == "/ui/"
 
 
+def test_the_console_loads_with_no_request_refused_and_names_an_icon_it_serves(
+    page: Page, platform: Platform
+) -> None:
+    """A browser asks for /favicon.ico when a page names no icon: every load logged a 404 in the console."""
+    refused: list[str] = []
+    page.on("response", lambda response: refused.append(response.url) if response.status >= 400 else None)
+    page.goto(f"{platform.url}/ui/")
+    expect(page.locator("#login-form")).to_be_visible()
+    icon = page.locator("link[rel=icon]").get_attribute("href")
+    assert icon is not None and httpx.get(f"{platform.url}/ui/{icon}", timeout=5).status_code == 200
+    page.wait_for_timeout(500)
+    assert refused == []
+
+
 def test_an_operator_drains_and_undrains_a_node(page: Page, platform: Platform) -> None:
     page.goto(platform.url)
     page.fill("#key", ADMIN_KEY)

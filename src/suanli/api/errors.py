@@ -88,6 +88,12 @@ def install(app: FastAPI) -> None:
     async def _validation(_: Request, error: RequestValidationError) -> JSONResponse:
         first = error.errors()[0] if error.errors() else {"loc": (), "msg": "invalid request"}
         location = [str(part) for part in first.get("loc", ())]
+        if first.get("type") == "json_invalid":  # its place is a character offset, not a field
+            at = f" at character {location[1]}" if len(location) > 1 else ""
+            message = (
+                f"the request body is not valid JSON{at}: {first.get('ctx', {}).get('error', 'invalid')}"
+            )
+            return error_response(422, "invalid", f"body: {message}", "body")
         if location and location[0] in ("body", "query", "path", "header"):
             location = location[1:]
         field = ".".join(location) or None

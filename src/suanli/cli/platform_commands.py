@@ -104,10 +104,17 @@ def offers(
     with logged_in() as client:
         found = client.offers(" ".join(query or []))
     emit(found, as_json, _offers_table)
+    if not found and not as_json:
+        terms = " ".join(query or [])
+        errors.print(
+            Text(f"no free capacity matches {terms!r}; `suanli offers` with no terms lists it all")
+            if terms
+            else Text("no free capacity now; `suanli rent` queues a rental until some frees")
+        )
 
 
 def rent(
-    spec: Annotated[str, typer.Argument(help="H100:8, A100-80GB:3g.40gb, L40S:0.5, H100 or cpu")],
+    spec: Annotated[str, typer.Argument(help="H100:8, A100-80GB:3g.40gb, L40S:0.5 or H100")],
     command: Annotated[list[str] | None, typer.Argument(help="The workload, after --")] = None,
     nodes: Annotated[
         int, typer.Option(min=1, help="Nodes; more than 1 is a gang placed all or nothing.")
@@ -365,6 +372,10 @@ def ls(
     with logged_in({"name": "--name"}) as client:
         rentals = client.rentals(wanted, name, limit)
     emit(rentals, as_json, _rentals_table)
+    if not rentals and not as_json:
+        errors.print(
+            Text("no rentals" + (" of those states" if wanted else "") + (f" named {name!r}" if name else ""))
+        )
     if len(rentals) == limit and not as_json:
         errors.print(Text(f"the newest {limit} shown; --limit N for more"))
 
