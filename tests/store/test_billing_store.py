@@ -359,3 +359,33 @@ def test_a_rental_is_billed_the_whole_seconds_it_held_counted_from_its_start(env
         u.commit()
     billing.meter(now=T0 + timedelta(seconds=200))
     assert _charged(factory, "rnt_f")[0] == charge_micros(RATE, 84)
+
+
+class _ReadBeforeTheOtherCommitted:
+    """A unit of work of a second process whose ledger read came before the first one's credit committed
+    (it sees no transaction under the key), as when two servers take the same credit at once."""
+
+    def __init__(self, factory) -> None:
+        self.uow = factory()
+
+    def __enter__(self):
+        uow = self.uow.__enter__()
+        uow.ledger.get = lambda key: None
+        return uow
+
+    def __exit__(self, *exc) -> None:
+        self.uow.__exit__(*exc)
+
+
+def test_a_grant_credited_by_two_processes_at_once_is_made_once_and_both_answer_it(env) -> None:
+    """The second's grant row collided before its ledger append: an IntegrityError (a 500), not a retry."""
+    _, factory, billing, clock = env
+    first = billing.credit(ADMIN, "ten_a", 50_000, True, "race")
+    attempts = iter([_ReadBeforeTheOtherCommitted(factory)])
+    second_process = BillingService(
+        lambda: next(attempts, None) or factory(), clock, CATALOG, FleetCache(CATALOG)
+    )
+    assert second_process.credit(ADMIN, "ten_a", 50_000, True, "race") == first
+    with factory() as u:
+        assert [g.amount_micros for g in u.terms.grants("ten_a")] == [50_000]
+        assert u.ledger.balances(["ten_a"])[AccountId.tenant_grants("ten_a")] == 50_000

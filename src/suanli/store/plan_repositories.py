@@ -7,8 +7,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from suanli.app.errors import Duplicate
 from suanli.app.records import MoneyFacts
 from suanli.domain.billing.ledger import AccountKind
 from suanli.domain.billing.plans import Grant, PaymentMode, PaymentTerms, Plan, PlanKind
@@ -88,7 +90,10 @@ class SqlTerms:
                 memo=memo,
             )
         )
-        self.s.flush()
+        try:
+            self.s.flush()
+        except IntegrityError as error:  # the same credit, made at once through another process
+            raise Duplicate(f"grant {grant.id} is there already") from error
 
     def grants(self, tenant_id: str | None = None) -> list[Grant]:
         query = select(GrantRow).order_by(GrantRow.granted_at, GrantRow.id)
