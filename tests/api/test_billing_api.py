@@ -196,3 +196,22 @@ def test_payouts_show_each_provider_its_payable_per_rental(client, tenant) -> No
         if p["account_kind"] == "provider_payable" and p["owner"] == "lion-city-gpu"
     )
     assert payable == share
+
+
+def test_a_rental_still_waiting_counts_its_minimum_against_the_next_ones_funds(client, tenant) -> None:
+    """Prepaid, with cash for one 60-s minimum: a second rental asked while the first still waits was
+    accepted (only rentals already placed counted), and both could run the balance below zero."""
+    for name in [f"h100-{leaf}-{i:02d}" for leaf in "ab" for i in range(1, 5)]:
+        assert client.post(f"/v1/nodes/{name}/drain", headers=ADMIN).status_code == 200  # H100s wait
+    tenant_id, headers = tenant("one-minute")
+    minimum = charge_micros(2_990_000, 60)
+    credit = {"amount_micros": minimum + 10_000}
+    assert client.post(f"/v1/tenants/{tenant_id}/credit", json=credit, headers=ADMIN).status_code == 201
+    first = client.post("/v1/rentals", json=H100, headers=headers)
+    assert first.status_code == 201, first.text
+    assert client.get(f"/v1/rentals/{first.json()['id']}", headers=headers).json()["state"] == "pending"
+    second = client.post("/v1/rentals", json=H100, headers=headers)
+    assert second.status_code == 402, second.text
+    assert "owed by rentals waiting or started in the last minute" in second.json()["error"]["message"]
+    client.post(f"/v1/rentals/{first.json()['id']}/stop", headers=headers)  # it never ran: nothing owed
+    assert client.post("/v1/rentals", json=H100, headers=headers).status_code == 201

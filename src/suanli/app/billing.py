@@ -340,9 +340,9 @@ class BillingService:
         now: datetime | None = None,
     ) -> None:
         """Raise PaymentRequired when the new rental's minimum charge, with the minimum its rentals placed in
-        the last minute may still owe (charged when they end, not ahead), would take the balance below the
-        tenant's floor (prepaid: 0; postpaid: minus its credit limit; see `suanli.app.plans`); the balance
-        and terms come from the tenant's `facts` (read here unless given)."""
+        the last minute or still waiting may owe (charged when they end, not ahead), would take the balance
+        below the tenant's floor (prepaid: 0; postpaid: minus its credit limit; see `suanli.app.plans`); the
+        balance and terms come from the tenant's `facts` (read here unless given)."""
         facts = uow.terms.money_facts(tenant_id) if facts is None else facts
         balance = Balance(tenant_id, facts.cash_micros, facts.grants_micros)
         since = (now or self.clock.now()) - timedelta(seconds=DEFAULT_MINIMUM_S)
@@ -354,7 +354,9 @@ class BillingService:
         else:
             refused, floor = self.prepaid and balance.available_micros - owed - minimum < 0, 0
         if refused:
-            recent = f", {money_text(owed)} owed by rentals started in the last minute" if owed else ""
+            recent = (
+                f", {money_text(owed)} owed by rentals waiting or started in the last minute" if owed else ""
+            )
             raise PaymentRequired(
                 f"insufficient balance: {money_text(balance.available_micros)} available (cash "
                 f"{money_text(balance.cash_micros)}, grants {money_text(balance.grants_micros)}, floor "

@@ -324,6 +324,7 @@ class RentalService:
         if self.billing is None:
             return rental
         tenant_id, now = rental.tenant_id, rental.created_at
+        uow.tenants.get(tenant_id, lock=True)  # one create of a tenant at a time counts the others' minimums
         facts = uow.terms.money_facts(tenant_id)
         snapshot = None if self.fleet is None else self.fleet.empty_snapshot(uow)
         landing = None  # the models of the fleet it could run on: its price is one of theirs

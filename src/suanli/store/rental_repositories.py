@@ -310,13 +310,20 @@ class SqlRentals(RentalMoneyReads):
         return True
 
     def live_rate_placed_since(self, tenant_id: str, since: datetime) -> int:
-        """The summed rates (micros per hour) of `tenant_id`'s live rentals placed at or after `since`."""
+        """The summed rates (micros per hour) of `tenant_id`'s live rentals placed at or after `since`, and
+        of its pending ones at their quotes' final rates (each will owe its minimum if placed and stopped)."""
         query = select(func.coalesce(func.sum(RentalRow.price_micros_per_hour), 0)).where(
             RentalRow.tenant_id == tenant_id,
             RentalRow.state.in_(LIVE_STATES),
             RentalRow.placed_at >= since,
         )
-        return int(self.s.scalar(query) or 0)
+        waiting = select(RentalRow.quote).where(
+            RentalRow.tenant_id == tenant_id, RentalRow.state == "pending"
+        )
+        quoted = sum(
+            int((quote or {}).get("final_micros_per_hour") or 0) for quote in self.s.scalars(waiting)
+        )
+        return int(self.s.scalar(query) or 0) + quoted
 
     def master_ports_on(self, nodes: Sequence[str]) -> set[int]:
         """The rendezvous ports of the live rentals holding GPUs on any of `nodes`."""

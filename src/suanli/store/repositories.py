@@ -47,8 +47,8 @@ class SqlTenants:
         except IntegrityError as error:  # another writer took the name since `named` looked
             raise Duplicate(f"a tenant named {tenant.name!r} exists", field="name") from error
 
-    def get(self, tenant_id: str) -> Tenant | None:
-        row = self.s.get(TenantRow, tenant_id)
+    def get(self, tenant_id: str, *, lock: bool = False) -> Tenant | None:
+        row = self.s.get(TenantRow, tenant_id, with_for_update=lock, populate_existing=lock)
         return None if row is None else _tenant(row)
 
     def named(self, name: str) -> Tenant | None:
