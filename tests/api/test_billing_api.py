@@ -4,6 +4,7 @@ CLI check), and tenant isolation of balances and ledgers."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 
@@ -215,3 +216,25 @@ def test_a_rental_still_waiting_counts_its_minimum_against_the_next_ones_funds(c
     assert "owed by rentals waiting or started in the last minute" in second.json()["error"]["message"]
     client.post(f"/v1/rentals/{first.json()['id']}/stop", headers=headers)  # it never ran: nothing owed
     assert client.post("/v1/rentals", json=H100, headers=headers).status_code == 201
+
+
+def test_creates_sent_at_once_with_cash_for_one_minimum_accept_one(client, tenant) -> None:
+    """Each read the same balance and none counted the others: all were accepted (8 of 8 through three
+    servers on PostgreSQL, the tenant then owing 7 minimums it never had)."""
+    for name in [f"h100-{leaf}-{i:02d}" for leaf in "ab" for i in range(1, 5)]:
+        assert client.post(f"/v1/nodes/{name}/drain", headers=ADMIN).status_code == 200
+    tenant_id, headers = tenant("at-once")
+    credit = {"amount_micros": charge_micros(2_990_000, 60) + 10_000}
+    assert client.post(f"/v1/tenants/{tenant_id}/credit", json=credit, headers=ADMIN).status_code == 201
+    at_once, codes = threading.Barrier(6), []
+
+    def create() -> None:
+        at_once.wait()
+        codes.append(client.post("/v1/rentals", json=H100, headers=headers).status_code)
+
+    threads = [threading.Thread(target=create) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(codes) == [201] + [402] * 5, codes

@@ -48,7 +48,10 @@ class SqlTenants:
             raise Duplicate(f"a tenant named {tenant.name!r} exists", field="name") from error
 
     def get(self, tenant_id: str, *, lock: bool = False) -> Tenant | None:
-        row = self.s.get(TenantRow, tenant_id, with_for_update=lock, populate_existing=lock)
+        """The tenant; `lock`: FOR NO KEY UPDATE on PostgreSQL, so two lockers go in turn while rows that
+        refer to the tenant (a rental, a posting) are still written meanwhile."""
+        held = {"key_share": True} if lock else None
+        row = self.s.get(TenantRow, tenant_id, with_for_update=held, populate_existing=lock)
         return None if row is None else _tenant(row)
 
     def named(self, name: str) -> Tenant | None:
