@@ -472,3 +472,25 @@ def test_a_rental_being_stopped_when_its_node_goes_down_is_billed_to_its_last_he
         rental = u.rentals.get("rnt_d")
         assert rental.state == "stopped" and "billing ends there" in u.rentals.events("rnt_d")[-1].message
     assert _charged(factory, "rnt_d") == charge_micros(RATE, 77)  # got charge_micros(RATE, 110)
+
+
+def test_a_rental_placed_on_a_node_gone_silent_is_not_charged_past_its_last_heartbeat(env) -> None:
+    """Placed after its node's last heartbeat (the node died before the reaper saw it), its workload never
+    started: it was charged from its placement to each meter pass (no run of it bounded the charge), and a
+    charge is never taken back once it is found lost."""
+    factory, clock, agents, billing = env
+    clock.at = T0
+    key = _key(agents, NODE)
+    agents.heartbeat(key, [], [])  # the node's last word
+    _place(factory, "rnt_z", NODE, T0 + 5 * S)
+    billing.meter(now=T0 + 12 * S)
+    assert _charged(factory, "rnt_z") == 0
+    clock.at = T0 + 20 * S
+    agents.heartbeat(key, [WorkloadReport("rnt_z", "running")], [])  # it was only late: its run starts
+    clock.at = T0 + 30 * S
+    agents.heartbeat(key, [], [])
+    billing.meter(now=T0 + 30 * S)
+    with factory() as u:
+        ((started, _),) = u.rentals.run_spans(["rnt_z"])["rnt_z"]
+    assert started >= T0 + 5 * S
+    assert _charged(factory, "rnt_z") == charge_micros(RATE, int((T0 + 30 * S - started).total_seconds()))

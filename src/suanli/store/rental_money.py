@@ -327,11 +327,20 @@ def _billing_facts() -> tuple[Any, ...]:
 
 
 def _confirmed_until() -> Any:
-    """Per rental (correlated with `rentals`): the latest heartbeat of the nodes of its open runs, the usage
-    confirmed so far (the meter charges a live rental to there, not past a node that went silent)."""
-    query = (
+    """Per rental (correlated with `rentals`): the latest heartbeat of the nodes of its open runs, or, before
+    any run is reported, of the nodes it is booked on: the usage confirmed so far (the meter charges a live
+    rental to there, not past a node that went silent, even one that did before the rental was placed)."""
+    rental_id = RentalRow.__table__.c.id
+    running = (
         select(func.max(AgentNodeRow.last_heartbeat_at))
         .join(RentalRunRow, RentalRunRow.node == AgentNodeRow.node)
-        .where(RentalRunRow.rental_id == RentalRow.__table__.c.id, RentalRunRow.ended_at.is_(None))
+        .where(RentalRunRow.rental_id == rental_id, RentalRunRow.ended_at.is_(None))
+        .scalar_subquery()
     )
-    return query.scalar_subquery().label("heartbeat_at")
+    booked = (
+        select(func.max(AgentNodeRow.last_heartbeat_at))
+        .join(AllocationRow, AllocationRow.node == AgentNodeRow.node)
+        .where(AllocationRow.rental_id == rental_id, AllocationRow.released.is_(False))
+        .scalar_subquery()
+    )
+    return func.coalesce(running, booked).label("heartbeat_at")
