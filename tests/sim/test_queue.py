@@ -716,3 +716,39 @@ def test_an_elastic_job_grows_only_onto_what_no_contract_holds_for_another_tenan
     assert result.per_tier()["on_demand"]["mean_jct_s"] == pytest.approx(2_000)  # on 4 of its 8 throughout
     unsold = run_requests(fleet, requests, true_s, "suanli", elastic=0.25)
     assert unsold.trims == 1 and unsold.per_tier()["reserved"]["mean_queue_s"] == 30
+
+
+@pytest.mark.parametrize("order", ["too-big-first", "fitting-first"])
+def test_a_pod_too_big_for_the_nodes_cpu_never_fits_whatever_the_order_and_one_that_fits_runs(
+    tmp_path: Path, order: str
+):
+    """The first pod of a GPU shape decided for every later one: a pod asking more CPU than any node has
+    made a fitting one of the same shape count as never fitting, or the other way round."""
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nn1,8000,100000,8,G2\n")
+    header = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,"
+    big, fits = (
+        "big,16000,1000,1,1000,,LS,Succeeded,{t},{e},{t}",
+        "fits,1000,1000,1,1000,,LS,Succeeded,{t},{e},{t}",
+    )
+    first, second = (big, fits) if order == "too-big-first" else (fits, big)
+    rows = [first.format(t=0, e=100), second.format(t=10, e=110)]
+    pods = tmp_path / "pods.csv"
+    pods.write_text(header + "scheduled_time\n" + "\n".join(rows) + "\n")
+    out = tmp_path / "out.json"
+    args = [
+        "sim",
+        "queue",
+        "--nodes",
+        str(nodes),
+        "--jobs",
+        str(pods),
+        "--policy",
+        "fifo",
+        "--json",
+        str(out),
+    ]
+    outcome = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+    assert outcome.exit_code == 0, outcome.output
+    figures = json.loads(out.read_text())
+    assert figures["never_fit_jobs"] == 1 and figures["policies"]["fifo"]["completed"] == 1

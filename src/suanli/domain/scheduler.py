@@ -152,7 +152,7 @@ def place(snapshot: Snapshot, request: Request, policy: Policy) -> Placement | P
     if not class_ids:
         return Pending(request.id, reason, _never_fits(snapshot, request, reason))
     if request.node_count == 1:
-        signature = _signature(request)
+        signature = fit_signature(request)
         if snapshot.no_fit_cache.get(signature) == snapshot.capacity_epoch:
             return Pending(request.id, Reason.NO_CAPACITY, _explain(Reason.NO_CAPACITY, request))
         candidate = best_single(snapshot, class_ids, request, policy)
@@ -178,7 +178,7 @@ def never_fits(snapshot: Snapshot, request: Request) -> Pending | None:
 def nominate(snapshot: Snapshot, request: Request) -> tuple[list[int], Reason]:
     """Node classes that could ever host the request, or the first filter that ruled all of them out."""
     cache = snapshot.nomination_cache
-    signature = _signature(request)
+    signature = fit_signature(request)
     cached = cache.get(signature)
     if cached is not None:
         return cached
@@ -199,7 +199,7 @@ def nominate(snapshot: Snapshot, request: Request) -> tuple[list[int], Reason]:
     return survivors, reason
 
 
-def _signature(request: Request) -> tuple:
+def fit_signature(request: Request) -> tuple:
     """Everything about a one-node request that decides where it can fit (not how it is ranked)."""
     return (
         request.shape,

@@ -15,7 +15,7 @@ from suanli.domain.contracts import Contract
 from suanli.domain.errors import SuanliError
 from suanli.domain.inventory import Fleet, GpuMode
 from suanli.domain.request import Request, Tier
-from suanli.domain.scheduler import never_fits
+from suanli.domain.scheduler import fit_signature, never_fits
 from suanli.domain.snapshot import Snapshot
 from suanli.sim.contract_sale import parse_contract, sell_contract
 from suanli.sim.fleet_files import read_fleet
@@ -296,16 +296,7 @@ def never_fit(fleet: Fleet, requests: Sequence[Request]) -> dict[str, str]:
     why: dict[tuple, str | None] = {}
     never: dict[str, str] = {}
     for request in requests:
-        where = request.constraints
-        labels = tuple(sorted(where.labels.items()))
-        key = (
-            request.shape,
-            request.node_count,
-            request.selector,
-            where.regions,
-            where.jurisdictions,
-            labels,
-        )
+        key = (fit_signature(request), request.node_count)  # all that decides whether it can ever fit
         if key not in why:
             refused = never_fits(snapshot, request)
             why[key] = None if refused is None else refused.message
