@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from suanli.cli import demo
 from suanli.cli.main import app
+from suanli.sim import throughput
 
 EXAMPLE_FLEET = Path(__file__).resolve().parents[2] / "examples" / "fleet.toml"
 runner = CliRunner()
@@ -83,14 +84,41 @@ def test_packing_prints_a_table_and_writes_the_documented_json_keys(tiny_trace, 
     [
         (["--policy", "tetris"], "unknown policy"),
         (["--seeds", "a-b"], "bad seed range"),
+        (
+            ["--json", "/proc/packing.json"],
+            "--json /proc/packing.json: cannot write in its folder",
+        ),  # at once
+        (["--json", "/"], "--json /: is a directory"),
     ],
-    ids=["unknown-policy", "bad-seeds"],
+    ids=["unknown-policy", "bad-seeds", "json-unwritable", "json-directory"],
 )
 def test_packing_rejects_bad_options_by_name(tiny_trace, args: list[str], message: str) -> None:
     nodes, pods = tiny_trace
     result = runner.invoke(app, ["sim", "packing", "--nodes", str(nodes), "--pods", str(pods), *args])
     assert result.exit_code == 2
-    assert message in result.output
+    assert message in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize("which", ["--nodes", "--pods"])
+def test_packing_says_a_file_that_is_not_text_is_not_a_csv_naming_it(
+    tiny_trace, tmp_path: Path, which: str
+) -> None:
+    nodes, pods = tiny_trace
+    binary = tmp_path / "binary.csv"
+    binary.write_bytes(bytes(range(128, 256)) * 4)
+    given = {"--nodes": nodes, "--pods": pods, which: binary}
+    result = runner.invoke(
+        app, ["sim", "packing", "--nodes", str(given["--nodes"]), "--pods", str(given["--pods"])]
+    )
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert "binary.csv" in result.output and "not a text (UTF-8) CSV file" in result.output
+
+
+def test_the_throughput_bench_refuses_a_json_path_it_cannot_write_before_it_runs(capsys) -> None:
+    with pytest.raises(SystemExit) as refused:
+        throughput.main(["--requests", "10", "--nodes", "2", "--json", "/proc/throughput.json"])
+    assert refused.value.code == 2
+    assert "--json /proc/throughput.json: cannot write in its folder" in capsys.readouterr().err
 
 
 def test_packing_names_the_file_and_column_of_a_bad_row(tiny_trace, tmp_path: Path) -> None:

@@ -752,3 +752,12 @@ def test_a_pod_too_big_for_the_nodes_cpu_never_fits_whatever_the_order_and_one_t
     assert outcome.exit_code == 0, outcome.output
     figures = json.loads(out.read_text())
     assert figures["never_fit_jobs"] == 1 and figures["policies"]["fifo"]["completed"] == 1
+
+
+def test_itp_check_names_a_cluster_file_that_is_not_text(tmp_path: Path):
+    (tmp_path / "cluster09.csv").write_bytes(bytes(range(128, 256)) * 4)
+    args = ["sim", "itp-check", "--traces", str(tmp_path), "--cluster", "09"]
+    outcome = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+    said = " ".join(outcome.output.split())
+    assert outcome.exit_code == 2 and "Traceback" not in said, said
+    assert "cluster09.csv" in said and "not a text (UTF-8) CSV file" in said, said

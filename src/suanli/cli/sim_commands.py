@@ -18,6 +18,7 @@ from suanli.domain.fragmentation import typical_mix
 from suanli.domain.policies import POLICY_NAMES, build_policy
 from suanli.sim.itp import parse_estimate
 from suanli.sim.packing import ARRIVED_LEVELS, PolicySummary, inflate, parse_seeds, run_packing, summarize
+from suanli.sim.queue_outputs import check_outputs
 from suanli.sim.queue_report import itp_check_command, queue_command
 from suanli.sim.traces import read_openb_nodes, read_openb_pods
 
@@ -57,6 +58,11 @@ def packing(
         seed_list = parse_seeds(seeds)
     except ValueError as error:
         raise typer.BadParameter(str(error), param_hint="--seeds") from None
+    try:
+        check_outputs(None, json_path, None)  # before runs that may take minutes, not after them
+    except ValueError as error:
+        console.print(error_text(str(error)))
+        raise typer.Exit(2) from None
     try:
         fleet = read_openb_nodes(nodes)
         workload = [pod.request for pod in read_openb_pods(pods, with_memory=True)]

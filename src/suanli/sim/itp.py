@@ -36,7 +36,14 @@ class TraceJob:
 def read_itp_jobs(path: Path) -> list[TraceJob]:
     """The trace's jobs in file order (sorted by submission); FleetError naming the line on a bad row."""
     try:
-        handle = path.open(newline="")
+        return _read_itp_jobs(path)
+    except UnicodeDecodeError:
+        raise FleetError("not a text (UTF-8) CSV file", source=str(path)) from None
+
+
+def _read_itp_jobs(path: Path) -> list[TraceJob]:
+    try:
+        handle = path.open(newline="", encoding="utf-8")
     except OSError as error:
         raise FleetError(f"cannot read: {error.strerror}", source=str(path)) from None
     jobs = []

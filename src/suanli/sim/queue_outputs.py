@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -90,14 +90,18 @@ def check_outputs(jobs: Path | None, json_path: Path | None, plot_dir: Path | No
         if json_path.is_dir():
             raise ValueError(f"--json {json_path}: is a directory")
         _writable_folder("--json", json_path, json_path.parent)
-        if json_path.exists() and not os.access(json_path, os.W_OK):
-            raise ValueError(f"--json {json_path}: not writable")
+        existed = json_path.exists()
+        try:  # opened for appending, as the write will open it (root passes os.access, /proc is not writable)
+            json_path.open("a").close()
+        except OSError as error:
+            raise ValueError(f"--json {json_path}: cannot write it ({error.strerror})") from None
+        if not existed:
+            json_path.unlink(missing_ok=True)
 
 
 def _writable_folder(option: str, given: Path, folder: Path) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=folder).close()  # a file made there, not only permission bits read
     except OSError as error:
-        raise ValueError(f"{option} {given}: cannot make its folder ({error.strerror})") from None
-    if not os.access(folder, os.W_OK):
-        raise ValueError(f"{option} {given}: its folder is not writable")
+        raise ValueError(f"{option} {given}: cannot write in its folder ({error.strerror})") from None

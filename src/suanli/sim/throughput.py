@@ -27,6 +27,7 @@ from suanli.domain.policies import Policy, build_policy
 from suanli.domain.request import Constraints, GpuShare, MigSlice, Request, Tier, WholeGpus
 from suanli.domain.scheduler import schedule
 from suanli.domain.snapshot import Snapshot
+from suanli.sim.queue_outputs import check_outputs
 
 GPU_MODEL = "H100-SXM-80GB"
 GPUS_PER_NODE = 8
@@ -234,12 +235,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=42, help="seed of the queue and of random tie-breaks")
     parser.add_argument("--policy", choices=POLICY_NAMES, default="suanli")
     args = parser.parse_args(argv)
+    if args.json is not None:
+        try:
+            check_outputs(None, args.json, None)
+        except ValueError as error:
+            parser.error(str(error))
     fleet = build_fleet(args.nodes)
     queue = build_queue(args.requests, args.seed)
     result = run_throughput(fleet, queue, make_policy(args.policy, queue, args.seed))
     Console().print(render(result))
     if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result.as_json(), indent=2) + "\n")
     return 0
 

@@ -113,15 +113,18 @@ def _times_problem(pod: TracePod) -> str | None:
 
 def _rows(path: Path, required: tuple[str, ...]):
     try:
-        handle = path.open(newline="")
+        handle = path.open(newline="", encoding="utf-8")
     except OSError as error:
         raise FleetError(f"cannot read: {error.strerror}", source=str(path)) from None
     with handle:
-        reader = csv.DictReader(handle)
-        missing = [c for c in required if c not in (reader.fieldnames or ())]
-        if missing:
-            raise FleetError(f"missing columns {', '.join(missing)}", source=str(path))
-        yield from enumerate(reader, start=2)
+        try:
+            reader = csv.DictReader(handle)
+            missing = [c for c in required if c not in (reader.fieldnames or ())]
+            if missing:
+                raise FleetError(f"missing columns {', '.join(missing)}", source=str(path))
+            yield from enumerate(reader, start=2)
+        except UnicodeDecodeError:
+            raise FleetError("not a text (UTF-8) CSV file", source=str(path)) from None
 
 
 def _int(row: dict, column: str, path: Path, line: int) -> int:
