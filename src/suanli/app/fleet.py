@@ -195,6 +195,7 @@ class FleetService:
         except SuanliError as error:
             raise Invalid(str(error), field=getattr(error, "field", None) or "body") from error
         with self.uow() as uow:
+            uow.fleet.lock_changes(shared=False)  # a cycle booking meanwhile is seen below, or sees this
             _, old = self.cache.load(uow)
             if old is not None:
                 new_nodes = {node.name: node for node in fleet.nodes}

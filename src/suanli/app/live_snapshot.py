@@ -182,6 +182,10 @@ class LiveSnapshot:
         self, uow: UnitOfWork, fleet: Fleet, version: int, now: datetime, windows: Sequence[MaintenanceWindow]
     ) -> None:
         live = uow.rentals.allocations_by_id(sorted(uow.rentals.live_allocation_ids()))
+        known = {node.name for node in fleet.nodes}
+        if stray := sorted({a.node for _, a in live.values()} - known):  # never booked so since 2026-12-06
+            log.warning("live rentals on nodes the fleet no longer has, left out: %s", ", ".join(stray))
+            live = {key: held for key, held in live.items() if held[1].node in known}
         on_host = self._host_layouts(fleet, [allocation for _, allocation in live.values()])
         snapshot = Snapshot(label_image_nodes(fleet, self.imageless), self.catalog, on_host)
         self.cordoned = self._cordons(uow, now, windows)

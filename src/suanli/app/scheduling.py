@@ -231,6 +231,9 @@ class Scheduler:
             withdrawn=leaving.withdrawn,
         )
         with self.uow() as uow:
+            uow.fleet.lock_changes(shared=True)  # a fleet change waits for these bookings, or they for it
+            if uow.fleet.current_version() != self.live.version:  # a node may be gone: decided on the old one
+                raise BookingConflict("the fleet changed while the cycle decided")
             ended = end_due(uow, leaving, by_id, now, self._booker(uow, now))
             report.stopped, report.preempted, report.trimmed = ended.stopped, ended.preempted, ended.trimmed
             self.live.stale = self.live.stale or ended.changed  # a trim found it changed: rebuilt
@@ -297,7 +300,8 @@ class Scheduler:
         now: datetime,
     ) -> None:
         """The cycle's placements (each only if its rental is still pending as it was read), its notices
-        (preemption and maintenance) and the resizes that are owed."""
+        (preemption and maintenance) and the resizes that are owed; none when the fleet changed since it was
+        read (BookingConflict: the plan is dropped and the snapshot rebuilt)."""
         # as they are now, their rows held: a stop or a resize committed since they were read wins
         current = {r.id: r for r in uow.rentals.by_ids([p.request_id for p in placements], lock=True)}
         for placement in placements:

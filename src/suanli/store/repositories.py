@@ -114,6 +114,14 @@ class SqlFleet:
     def current_version(self) -> int | None:
         return self.s.scalar(select(func.max(FleetDocumentRow.version)))
 
+    def lock_changes(self, *, shared: bool) -> None:
+        """Until this transaction ends, a fleet change (exclusive) and the bookings of a scheduling cycle
+        (shared) take turns, so a change's check of the nodes' live rentals cannot miss a booking committed
+        meanwhile (PostgreSQL: an advisory lock; SQLite's transactions are serialised already)."""
+        if self.s.get_bind().dialect.name == "postgresql":
+            call = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
+            self.s.execute(text(f"SELECT {call}(:key)"), {"key": FLEET_LOCK})
+
     def put(self, toml: str, node_names: Sequence[str], now: datetime) -> FleetDocument:
         row = FleetDocumentRow(toml=toml, updated_at=now)
         self.s.add(row)
@@ -156,6 +164,7 @@ class SqlFleet:
 
 
 SIGNING_LOCK = 0x5A4C_0003  # PostgreSQL advisory lock: contract signings take turns
+FLEET_LOCK = 0x5A4C_0004  # and fleet changes with the scheduling cycles' bookings
 
 
 class SqlContracts:
