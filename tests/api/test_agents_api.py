@@ -475,3 +475,34 @@ def test_a_failed_gangs_output_is_done_once_the_killed_rank_has_said_it_ended(
         assert logs()["done"] is True
     finally:
         silent.clock = shifted
+
+
+def test_an_operators_drain_of_a_down_node_outlasts_its_agents_return_and_an_undrain_waits_for_it(
+    client: TestClient,
+) -> None:
+    """A drain of a node the reaper had cordoned was undone when its agent came back (a rental was placed
+    on it at once); an undrain of a down node made it schedulable with no agent, and a rental placed there
+    stayed `placed`, billed, for ever."""
+    node = "l40s-01"
+    headers = register_agent(client, node)
+    service = client.app.state.services.agents  # type: ignore[attr-defined]
+
+    def schedulable() -> bool:
+        (view,) = [n for n in client.get("/v1/nodes", headers=ADMIN).json() if n["name"] == node]
+        return view["schedulable"]
+
+    def goes_down() -> None:
+        assert service.reap(service.clock.now() + timedelta(seconds=service.timeout_s + 1)) == [node]
+        assert not schedulable()
+
+    goes_down()
+    assert client.post(f"/v1/nodes/{node}/drain", headers=ADMIN).status_code == 200
+    assert client.post("/v1/agents/heartbeat", json={}, headers=headers).status_code == 200  # it is back
+    assert not schedulable()  # the operator's drain holds
+    assert client.post(f"/v1/nodes/{node}/undrain", headers=ADMIN).status_code == 200
+    assert schedulable()
+    goes_down()
+    assert client.post(f"/v1/nodes/{node}/undrain", headers=ADMIN).status_code == 200
+    assert not schedulable()  # no agent: no placements until it comes back
+    assert client.post("/v1/agents/heartbeat", json={}, headers=headers).status_code == 200
+    assert schedulable()

@@ -269,7 +269,7 @@ class FleetService:
                         "pass force (the CLI's --force) to drain it anyway",
                         field="node",
                     )
-            if not uow.fleet.set_schedulable(node_name, schedulable):
+            if not uow.fleet.set_drained(node_name, not schedulable):
                 raise NotFound(f"no node {node_name}")
             uow.commit()
         view = next(view for view in self.nodes(caller) if view.node.name == node_name)

@@ -162,6 +162,17 @@ class SqlFleet:
         result = self.s.execute(update(NodeRow).where(NodeRow.name == node).values(schedulable=schedulable))
         return bool(result.rowcount)  # type: ignore[attr-defined]
 
+    def set_drained(self, node: str, drained: bool) -> bool:
+        """An operator's drain or undrain; False: no such node. A drain is the operator's from now on, even
+        of a node the reaper cordoned (its agent's return no longer undoes it); an undrain of a node whose
+        agent is down leaves it cordoned until the agent comes back, as the reaper's cordon is."""
+        agents = AgentNodeRow.__table__
+        down = self.s.scalar(select(agents.c.up).where(agents.c.node == node)) is False
+        self.s.execute(
+            update(agents).where(agents.c.node == node).values(cordoned_by_agent=down and not drained)
+        )
+        return self.set_schedulable(node, not drained and not down)
+
 
 SIGNING_LOCK = 0x5A4C_0003  # PostgreSQL advisory lock: contract signings take turns
 FLEET_LOCK = 0x5A4C_0004  # and fleet changes with the scheduling cycles' bookings
