@@ -125,7 +125,16 @@ def test_a_tenants_rental_events_reach_its_webhook_signed_in_order_and_again_aft
 
 
 @pytest.mark.parametrize(
-    "url", ["ftp://example.com/x", "https://", "https://user:pw@example.com/x", "not a url"], ids=str
+    "url",
+    [
+        "ftp://example.com/x",
+        "https://",
+        "https://user:pw@example.com/x",
+        "not a url",
+        "http://[::1",  # a 500 before
+        "http://example.com:99999/x",
+    ],
+    ids=str,
 )
 def test_a_webhook_url_that_cannot_be_one_is_refused_naming_it(client, tenant, url: str) -> None:
     _, headers = tenant("hooked")

@@ -43,10 +43,14 @@ SKIP_GAP = 1000  # events it does not get that a webhook's cursor lags by before
 
 def check_url(url: str) -> str:
     """The URL, if a webhook can be sent to it: http or https, a host, no user or password in it."""
-    parts = urlsplit(url)
     if len(url) > MAX_URL_CHARS:
         raise Invalid(f"a webhook URL is at most {MAX_URL_CHARS} characters", field="url")
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    try:
+        parts = urlsplit(url)
+        host, _ = parts.hostname, parts.port  # each raises ValueError on a malformed one ("http://[::1")
+    except ValueError as error:
+        raise Invalid(f"not a URL ({error}): {url!r}", field="url") from None
+    if parts.scheme not in ("http", "https") or not host:
         raise Invalid(f"not an http(s) URL with a host: {url!r}", field="url")
     if parts.username or parts.password:
         raise Invalid("a webhook URL carries no user or password; the signature authenticates", field="url")
