@@ -106,6 +106,19 @@ def test_a_failing_childs_exit_code_and_stderr_are_kept(tmp_path: Path, host: Ho
     assert "boom" in workload.paths.log_file.read_text()
 
 
+def test_a_workload_killed_by_sigkill_ends_137_and_its_log_holds_only_its_own_output(
+    tmp_path: Path, host: HostInventory
+) -> None:
+    """As the OOM killer ends one: the supervisor could not reset SIGKILL's handler (Python refuses), so it
+    died with status 1 and wrote its traceback into the tenant's log."""
+    workload = launch(
+        tmp_path, host, "import os, signal; print('before', flush=True); os.kill(os.getpid(), 9)"
+    )
+    status = workload.wait(WAIT_S)
+    assert (status.state, status.signal, status.exit_code) == (WorkloadState.SIGNALED, signal.SIGKILL, 137)
+    assert workload.paths.log_file.read_text() == "before\n"
+
+
 def test_a_workload_that_traps_sigterm_finds_the_notice_and_exits(
     tmp_path: Path, host: HostInventory
 ) -> None:

@@ -145,8 +145,9 @@ def _end_by(signum: int) -> None:
     """End this process with the signal that ended the workload (without a core dump of this one)."""
     with contextlib.suppress(OSError, ValueError):
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    signal.signal(signum, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signum})
+    if signum not in (signal.SIGKILL, signal.SIGSTOP):  # those two cannot be caught, blocked or reset
+        signal.signal(signum, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signum})
     os.kill(os.getpid(), signum)
 
 
