@@ -253,6 +253,33 @@ def test_a_rental_on_a_node_going_into_maintenance_gets_notice_to_end_by_the_sta
         assert charged(client, rental["id"], headers) == charge_micros(placed["price_micros_per_hour"], 3)
 
 
+def test_a_cancelled_window_withdraws_the_notice_it_gave_and_the_rental_runs_on(database_url: str) -> None:
+    """The notice stood after the window was cancelled, and the rental was preempted at the start of a
+    window that no longer existed ("its node went into maintenance")."""
+    clock = FixedClock(datetime.now(UTC))
+    with app_client(database_url, clock, preemption_notice_s=NOTICE_S, prepaid=False) as client:
+        _, headers = make_tenant(client, "acme")
+        rental = client.post("/v1/rentals", json=H200, headers=headers).json()
+        wait_for(client, rental["id"], headers, "placed")
+        start = clock.at + timedelta(seconds=3)
+        body = {
+            "node": "h200-01",
+            "starts_at": start.isoformat(),
+            "ends_at": (start + timedelta(hours=1)).isoformat(),
+        }
+        window = client.post("/v1/fleet/maintenance", json=body, headers=ADMIN).json()
+        clock.at = start - timedelta(seconds=NOTICE_S - 0.5)
+        assert wait_for(client, rental["id"], headers, "preempting")["preempted_by"] == "maintenance"
+        assert client.delete(f"/v1/fleet/maintenance/{window['id']}", headers=ADMIN).status_code == 200
+        back = wait_for(client, rental["id"], headers, "placed")
+        assert back["state"] == "placed" and back["preempted_by"] is None
+        clock.at = start + timedelta(seconds=1)  # past the cancelled window's start
+        scheduler_cycles(client)
+        after = client.get(f"/v1/rentals/{rental['id']}", headers=headers).json()
+        assert after["state"] == "placed", after
+        assert any("maintenance window was cancelled" in e["message"] for e in after["events"]), after
+
+
 def test_an_elastic_gang_gives_back_only_its_node_going_into_maintenance_and_runs_on(
     database_url: str,
 ) -> None:

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from suanli.app.maintenance import MAINTENANCE
 from suanli.app.notices import (
     OUTRANKED_NO_MORE,
     abandoned,
@@ -40,6 +41,23 @@ class Leaving:
         return {v.preempted_by for v in self.due}.difference(self.waiting_on)
 
 
+def cancelled_maintenance(uow: UnitOfWork, preempting: Sequence[Rental], now: datetime) -> list[Rental]:
+    """Victims given notice for a maintenance window on one of their nodes that no window there still
+    backs (the operator cancelled it): a notice whose cause has gone, as a preemptor's that left."""
+    noticed = [v for v in preempting if v.preempted_by == MAINTENANCE and v.notice_deadline is not None]
+    if not noticed:
+        return []
+    windows = uow.maintenance.list(now)
+    gone = []
+    for victim in noticed:
+        nodes = {allocation.node for allocation in uow.rentals.allocation(victim.id)}
+        deadline = victim.notice_deadline
+        assert deadline is not None
+        if not any(w.node in nodes and w.starts_at <= deadline for w in windows):
+            gone.append(victim)
+    return gone
+
+
 def under_notice(
     uow: UnitOfWork,
     pending: Sequence[Rental],
@@ -57,6 +75,9 @@ def under_notice(
     }
     left = [v for v in abandoned(preempting, {r.id for r in pending}, now) if v.id not in asked]
     withdrawn = [victim for victim in left if withdraw(uow, victim, now)]
+    for victim in cancelled_maintenance(uow, [v for v in preempting if v.id not in asked], now):
+        if withdraw(uow, victim, now, "its node's maintenance window was cancelled; it runs on"):
+            withdrawn.append(victim)
     if preempting:
         by_pending = {r.id: r for r in pending}
         skip = asked | {v.id for v in left}
