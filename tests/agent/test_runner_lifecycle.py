@@ -494,6 +494,38 @@ def test_a_withdrawn_notice_removes_the_notice_file_and_the_workload_outlives_th
         os.killpg(pgid, signal.SIGKILL)
 
 
+class ServerBehind(FakeClient):
+    """A server whose clock is two minutes behind this host's (the host's runs ahead)."""
+
+    def heartbeat(self, request):
+        answer = super().heartbeat(request)
+        return answer.model_copy(update={"server_time": datetime.now(UTC) - timedelta(seconds=120)})
+
+
+def test_a_host_whose_clock_runs_ahead_still_gives_the_whole_notice(tmp_path: Path) -> None:
+    """Deadlines are the server's: counted on the host's clock, 2 minutes ahead, a victim was killed at the
+    heartbeat that brought its notice (no SIGTERM first, no time to checkpoint)."""
+    client = ServerBehind()
+    client.assignments = [assignment("r-1", TRAPS_TERM)]
+    runner = make_runner(tmp_path, client)
+    runner.step()
+    pgid = runner.local["r-1"].workload.pid
+    try:
+        time.sleep(0.3)  # the workload has set its SIGTERM handler
+        deadline = datetime.now(UTC) - timedelta(seconds=120) + timedelta(seconds=1)  # 1 s on the server
+        client.assignments = [assignment("r-1", TRAPS_TERM, deadline=deadline)]
+        runner.step()
+        runner.step()
+        assert group_alive(pgid), "killed at once: the deadline was counted on the host's clock"
+        assert ProcessExecutor(tmp_path).paths("r-1").notice_file.is_file()
+        time.sleep(1.2)
+        runner.step()
+        eventually(lambda: not group_alive(pgid))  # killed at the deadline, on the server's clock
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+
+
 def test_a_trim_notice_writes_the_notice_file_with_the_gpus_kept_and_neither_signals_nor_kills(
     tmp_path: Path,
 ) -> None:

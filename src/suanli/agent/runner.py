@@ -43,7 +43,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from tenacity import Retrying, retry_if_exception_type, stop_when_event_set, wait_exponential
@@ -123,6 +123,7 @@ class AgentRunner:
         self.executor = executor or ProcessExecutor(work_dir)
         self.fixed_interval_s = interval_s
         self.interval_s = interval_s or 5.0
+        self.server_offset = timedelta(0)  # the server's clock less this host's, as its last answer said
         self.grace_s, self.stop_workloads_on_exit = grace_s, stop_workloads_on_exit
         self._client_factory = client_factory or (lambda url, key: Client(url, key, timeout_s=10, retries=3))
         self.inventory: HostInventory = probe.inventory()
@@ -210,7 +211,11 @@ class AgentRunner:
         ]
         if not deadlines:
             return None
-        return max((min(deadlines) - datetime.now(UTC)).total_seconds(), 0.0)
+        return max((min(deadlines) - self._server_now()).total_seconds(), 0.0)
+
+    def _server_now(self) -> datetime:
+        """Now on the server's clock (as its last answer put it): its notice deadlines are counted on it."""
+        return datetime.now(UTC) + self.server_offset
 
     def _backoff(self, failures: int) -> float:
         """The pause before the next try after `failures` failed steps in a row: grows, capped."""
@@ -231,6 +236,8 @@ class AgentRunner:
             )
         )
         self._remove_reported_records({report.rental_id for report in reports})
+        if answer.server_time is not None:  # how far this host's clock is off the server's
+            self.server_offset = answer.server_time - datetime.now(UTC)
         if self.fixed_interval_s is None:
             self.interval_s = answer.heartbeat_interval_s
         self.reconcile(answer.assignments)
@@ -275,7 +282,7 @@ class AgentRunner:
         for local in self.local.values():
             if local.workload is None or local.state != "running":
                 continue
-            now = datetime.now(UTC)
+            now = self._server_now()
             if kill and local.noticed_until is not None and now >= local.noticed_until:
                 local.workload.kill()
                 local.state, local.exit_code, local.message = "stopped", None, "killed at the notice deadline"

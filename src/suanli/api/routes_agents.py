@@ -90,6 +90,7 @@ def heartbeat(body: HeartbeatRequest, key: NodeKeyDep, service: AgentsDep) -> He
     return HeartbeatResponse(
         node=answer.node,
         heartbeat_interval_s=answer.interval_s,
+        server_time=service.clock.now(),
         assignments=[_assignment(a) for a in answer.assignments],
         execs=[
             ExecAssignmentResponse(

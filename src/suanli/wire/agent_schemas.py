@@ -230,6 +230,11 @@ class ExecAssignmentResponse(WireModel):
 class HeartbeatResponse(WireModel):
     node: str
     heartbeat_interval_s: float
+    server_time: datetime | None = Field(
+        default=None,
+        description="The server's clock as it answered: an agent counts notice deadlines on it, not on its "
+        "host's clock (one running ahead killed victims at once, with no notice).",
+    )
     assignments: list[AssignmentResponse] = Field(
         description="Every rental placed on this node; a workload not listed here must be killed."
     )
