@@ -9,6 +9,7 @@ import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -17,10 +18,11 @@ import pytest
 
 from conftest import agent_cli
 from suanli.agent.attached import Ends
+from suanli.agent.cleanup import sweep_rentals
 from suanli.agent.executor_choice import DEFAULT_UIDS, NO_UIDS, ExecutorKind, choose_executor, describe
 from suanli.agent.executors import ExecutorError, ProcessExecutor, RunAs, WorkloadSpec, WorkloadState
 from suanli.agent.identity import nss_wrapper_library
-from suanli.agent.uids import UidPool
+from suanli.agent.uids import UidPool, running_uids
 from suanli.cli import agent_commands
 
 pytestmark = pytest.mark.skipif(
@@ -319,3 +321,27 @@ def test_a_root_agent_keeps_its_work_dir_or_takes_var_lib(tmp_path: Path, monkey
     (home / "agent").mkdir(parents=True)
     (home / "agent" / "agent.json").write_text("{}")  # registered before under root's data dir: kept
     assert agent_commands.default_work_dir() == home / "agent"
+
+
+def test_a_daemon_left_in_a_session_of_its_own_is_killed_when_its_rental_ends_here(base: Path) -> None:
+    """Stop signals the workload's process group; a child that called setsid is not in it and ran on as the
+    rental's uid, with its environment, on GPUs let to the next tenant."""
+    pool = UidPool.parse(f"{FIRST}-{LAST}")
+    executor = ProcessExecutor(base, uids=pool)
+    escapes = "setsid sh -c 'echo $$ > daemon; exec sleep 60' </dev/null >/dev/null 2>&1 & exit 0"
+    workload = executor.launch(spec("r-1", escapes))
+    assert workload.wait(WAIT_S).exit_code == 0
+    wait_for(workload.paths.workdir / "daemon")
+    daemon = int((workload.paths.workdir / "daemon").read_text())
+    assert os.stat(f"/proc/{daemon}").st_uid == FIRST  # alive after its rental's workload ended
+    try:
+        end = time.monotonic() + WAIT_S
+        removed: list[str] = []
+        while not removed:  # the agent's step: the rental is no longer assigned here
+            removed, _ = sweep_rentals(executor.rentals_dir, set(), pool.holds)
+            assert time.monotonic() < end, "the rental's directory was never removed"
+            time.sleep(0.05)
+        assert removed == ["r-1"] and FIRST not in running_uids()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(daemon, signal.SIGKILL)

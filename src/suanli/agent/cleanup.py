@@ -14,10 +14,11 @@ import json
 import os
 import shutil
 import stat
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from suanli.agent.executors import RentalPaths, group_alive
+from suanli.agent.uids import kill_processes_of
 
 
 def remove_rental_dir(root: Path) -> bool:
@@ -40,10 +41,14 @@ def _make_removable(directory: Path) -> None:
             directory.chmod(directory.stat().st_mode | stat.S_IRWXU)
 
 
-def sweep_rentals(rentals_dir: Path, keep: Collection[str]) -> tuple[list[str], list[str]]:
+def sweep_rentals(
+    rentals_dir: Path, keep: Collection[str], own_uid: Callable[[int], bool] | None = None
+) -> tuple[list[str], list[str]]:
     """Remove every rental's directory under `rentals_dir` but those in `keep` (assigned here, tracked, or
     left running by an earlier agent) and those whose recorded process group is alive; the ids removed, and
-    those that could not be (wholly) removed."""
+    those that could not be (wholly) removed. With `own_uid` (the agent's uid pool), what still runs as an
+    ended rental's own uid is killed first: a daemon its workload started in a session of its own ran on
+    past the rental's stop, on GPUs let to the next tenant."""
     removed: list[str] = []
     failed: list[str] = []
     if not rentals_dir.is_dir():
@@ -53,6 +58,10 @@ def sweep_rentals(rentals_dir: Path, keep: Collection[str]) -> tuple[list[str], 
             continue
         if _group_alive(RentalPaths(root).record_file):
             continue
+        with contextlib.suppress(OSError):
+            uid = RentalPaths(root).workdir.stat().st_uid
+            if own_uid is not None and own_uid(uid) and kill_processes_of(uid):
+                continue  # removed at the next sweep, once the kernel has reaped them
         (removed if remove_rental_dir(root) else failed).append(root.name)
     return removed, failed
 

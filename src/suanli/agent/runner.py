@@ -350,7 +350,9 @@ class AgentRunner:
         _stop_together(ending, self.grace_s)
         for rental_id in [r for r in self.orphans if r not in wanted or wanted[r].action == "stop"]:
             drop_orphan(rental_id, self.orphans.pop(rental_id), self.executor)
-        removed, failed = sweep_rentals(self.executor.rentals_dir, {*wanted, *self.local, *self.orphans})
+        pool = getattr(self.executor, "uids", None)  # each rental's own uid (process executor)
+        kept = {*wanted, *self.local, *self.orphans}
+        removed, failed = sweep_rentals(self.executor.rentals_dir, kept, None if pool is None else pool.holds)
         for rental_id in removed:
             log.info("%s: ended here; its directory is removed", rental_id)
         for rental_id in set(failed) - self.unremovable:  # said once, tried again every step

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import signal
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +60,9 @@ class UidPool:
     def label(self) -> str:
         return f"{self.first}-{self.last}"
 
+    def holds(self, uid: int) -> bool:
+        return self.first <= uid <= self.last
+
     def pick(self, paths: RentalPaths, rentals_dir: Path) -> RunAs:
         """The uid for the rental at `paths`: the one its working directory has, if in range, else the lowest
         free one; ExecutorError when every uid of the pool is taken."""
@@ -90,6 +94,22 @@ def _directory_owners(rentals_dir: Path) -> Iterable[int | None]:
     if rentals_dir.is_dir():
         for root in rentals_dir.iterdir():
             yield _owner(RentalPaths(root).workdir)
+
+
+def kill_processes_of(uid: int) -> int:
+    """SIGKILL every process running with `uid` (a rental's own, from the pool: nothing else runs as it),
+    such as a daemon its workload left behind in a session of its own, out of its process group; how many."""
+    killed = 0
+    for entry in PROC.glob("[0-9]*/status"):
+        try:
+            fields = dict(line.split(":", 1) for line in entry.read_text().splitlines() if ":" in line)
+            alive = fields.get("State", "").split()[:1] != ["Z"]  # a zombie runs nothing: its parent reaps it
+            if alive and uid in {int(u) for u in fields["Uid"].split()}:
+                os.kill(int(entry.parent.name), signal.SIGKILL)
+                killed += 1
+        except (OSError, ValueError, KeyError):  # it ended meanwhile
+            continue
+    return killed
 
 
 def running_uids() -> set[int]:
