@@ -21,7 +21,7 @@ import pytest
 from suanli.agent import runner as runner_module
 from suanli.agent.executors import ProcessExecutor, group_alive
 from suanli.agent.probe import DeclaredProbe
-from suanli.agent.runner import AgentRunner
+from suanli.agent.runner import AgentError, AgentRunner
 from suanli.client import ApiError
 from suanli.wire.agent_schemas import AssignmentResponse, HeartbeatResponse, LogChunkResponse
 from suanli.wire.schemas import SliceResponse
@@ -999,3 +999,46 @@ def test_a_workload_no_longer_assigned_gets_sigterm_first_unless_it_had_its_noti
     assert [(r.rental_id, r.state) for r in client.reports[-1]] == [("r-1", "running")]  # told next step
     runner.step()
     assert [(r.rental_id, r.state) for r in client.reports[-1]] == [("r-1", "stopped")]
+
+
+def _saved(work_dir: Path, server: str, node: str) -> None:
+    work_dir.mkdir(parents=True, exist_ok=True)
+    (work_dir / "agent.json").write_text(json.dumps({"server": server, "node": node, "node_key": "nk_saved"}))
+
+
+def test_an_agent_pointed_at_another_server_of_the_platform_keeps_its_node_key(tmp_path: Path) -> None:
+    """The key was tied to the URL it was saved with: an agent moved to a second server process (its first
+    one dead) refused to start without a new join token, and its running rentals were ended lost."""
+    _saved(tmp_path, "http://server-a.test", "h100-a-01")
+    keys: list[tuple[str, str | None]] = []
+    runner = AgentRunner(
+        "http://server-b.test",
+        DeclaredProbe.from_file(FLEET, "h100-a-01"),
+        tmp_path,
+        client_factory=lambda url, key: keys.append((url, key)) or FakeClient(),
+        expected_node="h100-a-01",
+    )
+    runner._connect(threading.Event())
+    assert keys == [("http://server-b.test", "nk_saved")] and runner.node == "h100-a-01"
+    assert json.loads((tmp_path / "agent.json").read_text())["server"] == "http://server-b.test"
+
+
+def test_an_agent_of_another_node_on_a_work_dir_is_refused_and_so_is_a_second_agent(tmp_path: Path) -> None:
+    """With --node h100-a-02 on h100-a-01's work dir, it took h100-a-01's identity and restarted its
+    tenants' workloads; two agents on one work dir both adopted its workloads."""
+    _saved(tmp_path, "http://server.test", "h100-a-01")
+
+    def runner_for(node: str) -> AgentRunner:
+        probe = DeclaredProbe.from_file(FLEET, node)
+        factory = lambda url, key: FakeClient()  # noqa: E731
+        return AgentRunner("http://server.test", probe, tmp_path, client_factory=factory, expected_node=node)
+
+    with pytest.raises(AgentError, match="holds the node key of h100-a-01, not of h100-a-02"):
+        runner_for("h100-a-02")._connect(threading.Event())
+    first, second = runner_for("h100-a-01"), runner_for("h100-a-01")
+    first._hold_work_dir()
+    with pytest.raises(AgentError, match="another agent runs on"):
+        second._hold_work_dir()
+    os.close(first._lock)
+    second._hold_work_dir()  # the first has gone: its lock with it
+    os.close(second._lock)

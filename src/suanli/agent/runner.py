@@ -35,6 +35,7 @@ Guarantees:
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -91,6 +92,7 @@ from suanli.wire.agent_schemas import (
 
 log = logging.getLogger(__name__)
 STATE_FILE = "agent.json"
+LOCK_FILE = "agent.lock"  # held by the agent that runs on this work dir
 MAX_BACKOFF_S = 5.0
 MIG_PROBE_S = 30.0  # how often the heartbeat probes the host's MIG instances again (made by hand meanwhile)
 MIN_WAKE_S = 0.05  # the shortest pause between wakes (a deadline already passed does not spin the loop)
@@ -117,6 +119,7 @@ class AgentRunner:
         stop_workloads_on_exit: bool = False,
         client_factory: Callable[[str, str | None], Client] | None = None,
         advertise_host: str | None = None,
+        expected_node: str | None = None,
     ) -> None:
         self.server_url = server_url.rstrip("/")
         self.probe, self.work_dir, self.join_token = probe, work_dir, join_token
@@ -130,6 +133,8 @@ class AgentRunner:
         self.mig_probed_at = time.monotonic()  # when `inventory` was last probed (its MIG instances)
         self.advertise_host = advertise_host  # registered as its host name: what peers of a rental reach
         self.node: str | None = None
+        self.expected_node = expected_node  # the declared node it runs as: a work dir of another is refused
+        self._lock: int | None = None  # the work dir's lock, held while `run` runs
         self.local: dict[str, Local] = {}
         self.orphans: dict[str, Orphan] = find_orphans(work_dir)
         self.unremovable: set[str] = set()  # rentals over here whose directory could not all be removed
@@ -140,6 +145,7 @@ class AgentRunner:
 
     def run(self, stopping: threading.Event) -> None:
         """Register (or reuse the saved key), then step every interval until `stopping` is set."""
+        self._hold_work_dir()
         self._connect(stopping)
         failures = 0
         while not stopping.is_set():
@@ -668,10 +674,36 @@ class AgentRunner:
             for r in readings
         ]
 
+    def _hold_work_dir(self) -> None:
+        """One agent per work dir: a second adopted the first's workloads, shipped their output twice and
+        killed three tenants' rentals when it stopped (AgentError when another holds it)."""
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(self.work_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(descriptor)
+            raise AgentError(
+                f"another agent runs on {self.work_dir} (it holds {LOCK_FILE}): one agent per work dir"
+            ) from None
+        self._lock = descriptor
+
     def _connect(self, stopping: threading.Event) -> None:
         saved = self._load_state()
         if saved is not None:
+            if self.expected_node is not None and saved["node"] != self.expected_node:
+                raise AgentError(
+                    f"{self.work_dir} holds the node key of {saved['node']}, not of {self.expected_node}: "
+                    "give each node's agent a --work-dir of its own"
+                )
             self.node = saved["node"]
+            if (
+                saved.get("server") != self.server_url
+            ):  # another server of the platform: its key is the node's
+                log.warning(
+                    "the node key was saved with %s; using it with %s", saved.get("server"), self.server_url
+                )
+                self._save_state(saved["node"], saved["node_key"])
             self._client = self._client_factory(self.server_url, saved["node_key"])
             return
         self._register(stopping, force=False)
@@ -715,7 +747,7 @@ class AgentRunner:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
             return None
-        if data.get("server") != self.server_url or not data.get("node_key"):
+        if not data.get("node_key") or not data.get("node"):
             return None
         return data
 

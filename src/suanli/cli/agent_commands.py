@@ -119,6 +119,7 @@ def agent(
             grace_s=grace,
             stop_workloads_on_exit=stop_workloads_on_exit,
             advertise_host=advertise_host,
+            expected_node=(node or socket.gethostname()) if declared is not None else None,
         )
     except SuanliError as error:
         errors.print(error_text(str(error)))
