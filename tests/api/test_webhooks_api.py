@@ -22,12 +22,13 @@ from suanli.loops.webhook_loop import Refused, checked_addresses
 class Receiver:
     """An HTTP endpoint that fails its first `failing` requests with 500 and keeps every body it got."""
 
-    def __init__(self, failing: int) -> None:
+    def __init__(self, failing: int, delay_s: float = 0.0) -> None:
         self.failing, self.got = failing, []
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
+                time.sleep(delay_s)
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 receiver.got.append((self.headers["X-Suanli-Signature"], body))
                 status = 500 if len(receiver.got) <= receiver.failing else 204
@@ -184,6 +185,48 @@ def test_the_loop_sends_only_events_whose_lower_ids_are_all_committed(monkeypatc
     clock[0], newest[0] = 108.5, 15
     assert loop.settled_through() == 9  # seen at 103; 12 (at 105) is not settled yet
     loop.http.close()
+
+
+def test_slow_receivers_hold_their_own_webhook_not_the_others(monkeypatch) -> None:
+    """A pass posted to each webhook in turn (5 s timeout each): three receivers answering after 1 s held a
+    fast one's delivery 3 s; side by side it waits for the slowest, about 1 s."""
+    from suanli.loops import webhook_loop
+
+    slow = [Receiver(failing=0, delay_s=1.0) for _ in range(3)]
+    fast = Receiver(failing=0)
+    got: dict[str, float] = {}
+    started = time.monotonic()
+
+    class Batches:
+        def last_event_id(self) -> int:
+            return 1
+
+        def batches(self, through: int):
+            hooks = [*slow, fast]
+            return [(Hook(f"wh_{i}", r.url, "whsec_x"), [{"id": 1}]) for i, r in enumerate(hooks)]
+
+        def delivered(self, webhook_id: str, events, through: int) -> None:
+            got[webhook_id] = time.monotonic() - started
+
+        def failed(self, webhook, error: str):
+            raise AssertionError(f"{webhook.id}: {error}")
+
+    class Hook:
+        def __init__(self, id: str, url: str, secret: str) -> None:
+            self.id, self.url, self.secret = id, url, secret
+
+    monkeypatch.setattr(webhook_loop, "payload", lambda webhook, events: b"{}")
+    loop = webhook_loop.WebhookLoop(Batches(), None, 1.0, private_ok=True)  # type: ignore[arg-type]
+    monkeypatch.setattr(loop, "settled_through", lambda: 1)
+    try:
+        loop.work()
+        assert set(got) == {"wh_0", "wh_1", "wh_2", "wh_3"} and fast.got
+        assert time.monotonic() - started < 2.5, got  # not 3 s and more, one slow receiver after another
+    finally:
+        loop.senders.shutdown()
+        loop.http.close()
+        for receiver in [*slow, fast]:
+            receiver.close()
 
 
 def test_a_filtered_webhook_moves_past_events_it_does_not_get(database_url: str, monkeypatch) -> None:
