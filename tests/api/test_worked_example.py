@@ -23,6 +23,7 @@ def test_the_worked_example_invoice_is_exact(tmp_path: Path) -> None:
     assert balance.grants_micros == 0  # the 5-unit grant went first
     assert balance.cash_micros == 1_000_000_000 - 120_000_000 - (used - 5_000_000)
     assert verified["ok"] is True
-    # the README quotes the real output, the ledger's transaction count included
+    # the README quotes the real output (it said 12 transactions where the run printed 10; the count is
+    # not printed now: how many charges the meter posts depends on when its passes ran, 8 to 12)
     readme = (Path(__file__).parents[2] / "README.md").read_text()
-    assert f"ledger: {verified['transactions']} transactions, verifies: True" in readme
+    assert "ledger verifies (every transaction sums to zero, the hash chain holds): True" in readme
