@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import hmac
 import secrets
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -105,8 +104,7 @@ class AgentService:
     ) -> None:
         self.uow, self.clock, self.signal, self.cache = uow, clock, signal, cache
         self.interval_s, self.missed, self.token_ttl_s = heartbeat_interval_s, missed_heartbeats, token_ttl_s
-        self.started_at = clock.now()  # from when this process has watched heartbeats (see `reap`)
-        self.reaped_monotonic_s: float | None = None  # this process's own clock: a stall shows there
+        self.started_at = clock.now()
 
     @property
     def timeout_s(self) -> float:
@@ -396,13 +394,7 @@ class AgentService:
     def reap(self, now: datetime | None = None) -> list[str]:
         """Mark nodes down that missed their heartbeats; end or re-queue their rentals. The nodes marked."""
         now = now or self.clock.now()
-        # after a server restart every node gets a full timeout from the restart, not from its last beat;
-        # so after a pause in reaping (the process stalled, or leads again): heartbeats sent to it meanwhile
-        # may still wait in its sockets (a leader stopped for 25 s marked its own healthy nodes down)
-        monotonic_s = time.monotonic()
-        if self.reaped_monotonic_s is not None and monotonic_s - self.reaped_monotonic_s > self.timeout_s / 2:
-            self.started_at = max(self.started_at, now)
-        self.reaped_monotonic_s = monotonic_s
+        # after a server restart every node gets a full timeout from the restart, not from its last beat
         cutoff = now - timedelta(seconds=self.timeout_s)
         marked = []
         with self.uow() as uow:
