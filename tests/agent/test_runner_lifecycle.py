@@ -465,18 +465,25 @@ TRAPS_TERM = (
 )
 
 
+def trapping_workload(tmp_path: Path, client: FakeClient) -> tuple[AgentRunner, int]:
+    """A runner running r-1, a workload that handles SIGTERM and runs on; the runner and its process group,
+    once its handler is set."""
+    client.assignments = [assignment("r-1", TRAPS_TERM)]
+    runner = make_runner(tmp_path, client)
+    runner.step()
+    pgid = runner.local["r-1"].workload.pid
+    time.sleep(0.3)  # the workload has set its SIGTERM handler
+    return runner, pgid
+
+
 def test_a_withdrawn_notice_removes_the_notice_file_and_the_workload_outlives_the_deadline(
     tmp_path: Path,
 ) -> None:
     """A workload that handles SIGTERM and runs on is killed at its deadline, unless the server's answer
     withdraws the notice first (its preemptor left): then the notice file goes and it is not killed."""
     client = FakeClient()
-    client.assignments = [assignment("r-1", TRAPS_TERM)]
-    runner = make_runner(tmp_path, client)
-    runner.step()
-    pgid = runner.local["r-1"].workload.pid
+    runner, pgid = trapping_workload(tmp_path, client)
     try:
-        time.sleep(0.3)  # the workload has set its SIGTERM handler
         deadline = datetime.now(UTC) + timedelta(seconds=0.6)
         client.assignments = [assignment("r-1", TRAPS_TERM, deadline=deadline)]
         runner.step()  # notice: the file is written, SIGTERM sent (and ignored)
@@ -506,12 +513,8 @@ def test_a_host_whose_clock_runs_ahead_still_gives_the_whole_notice(tmp_path: Pa
     """Deadlines are the server's: counted on the host's clock, 2 minutes ahead, a victim was killed at the
     heartbeat that brought its notice (no SIGTERM first, no time to checkpoint)."""
     client = ServerBehind()
-    client.assignments = [assignment("r-1", TRAPS_TERM)]
-    runner = make_runner(tmp_path, client)
-    runner.step()
-    pgid = runner.local["r-1"].workload.pid
+    runner, pgid = trapping_workload(tmp_path, client)
     try:
-        time.sleep(0.3)  # the workload has set its SIGTERM handler
         deadline = datetime.now(UTC) - timedelta(seconds=120) + timedelta(seconds=1)  # 1 s on the server
         client.assignments = [assignment("r-1", TRAPS_TERM, deadline=deadline)]
         runner.step()

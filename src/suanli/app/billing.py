@@ -347,7 +347,7 @@ class BillingService:
         balance = Balance(tenant_id, facts.cash_micros, facts.grants_micros)
         since = (now or self.clock.now()) - timedelta(seconds=DEFAULT_MINIMUM_S)
         minimum = charge_micros(int(quoted["final_micros_per_hour"]), DEFAULT_MINIMUM_S)
-        owed = charge_micros(uow.rentals.live_rate_placed_since(tenant_id, since), DEFAULT_MINIMUM_S)
+        owed = charge_micros(uow.rentals.rate_owing_minimums(tenant_id, since), DEFAULT_MINIMUM_S)
         if self.terms is not None:
             terms = self.terms.terms_or_default(facts.terms)
             refused, floor = terms.refuses(balance.available_micros - owed, minimum), terms.floor_micros

@@ -309,7 +309,7 @@ class SqlRentals(RentalMoneyReads):
             self._histories_from_placement(rental_id, at, price_micros_per_hour, size, before, placed_before)
         return True
 
-    def live_rate_placed_since(self, tenant_id: str, since: datetime) -> int:
+    def rate_owing_minimums(self, tenant_id: str, since: datetime) -> int:
         """The summed rates (micros per hour) of `tenant_id`'s live rentals placed at or after `since`, and
         of its pending ones at their quotes' final rates (each will owe its minimum if placed and stopped)."""
         query = select(func.coalesce(func.sum(RentalRow.price_micros_per_hour), 0)).where(
