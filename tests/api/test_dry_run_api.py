@@ -235,7 +235,10 @@ def test_a_stop_its_agent_does_not_confirm_is_billed_no_further_and_frees_nothin
     the blocked head counted on its GPUs freeing now, cycle after cycle. Past `STOP_CONFIRM_S` it is billed
     no further, and the head counts on its time limit instead."""
     clock = SteppedClock()
-    with app_client(database_url, clock=clock, queue="backfill", meter_interval_s=86_400) as client:
+    # heartbeats 20 s apart on the stepped clock: a timeout (3 intervals) longer than that, or the reaper, run
+    # between a step and the next heartbeat, marks the node down and ends the rental (one CI run in many)
+    beats = {"agent_heartbeat_interval_s": 60.0}
+    with app_client(database_url, clock=clock, queue="backfill", meter_interval_s=86_400, **beats) as client:
         _, headers = _funded(client, "hung")
         _, first_at = _placed(client, {**H200, "gpus": 4, "max_duration_s": 900}, headers)
         first_ends = first_at + timedelta(seconds=900)
