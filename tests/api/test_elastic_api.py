@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from conftest import ADMIN, WAIT_S, app_client, charged, scheduler_cycles, wait_for
+from conftest import ADMIN, WAIT_S, app_client, charged, register_agent, scheduler_cycles, wait_for
 from suanli.domain.billing.money import round_half_up, to_epoch_s
 
 H100 = {"gpu_model": "H100-SXM-80GB", "gpus": 8}
@@ -271,3 +271,48 @@ def test_a_rental_naming_a_family_gains_gpus_only_within_the_quota_of_the_model_
         (waiting,) = [e for e in body["events"] if e["kind"] == "growing"]
         assert waiting["reason"] == "quota" and "H100-SXM-80GB quota 6 GPUs" in waiting["message"], waiting
         assert [len(a["slices"]) for a in body["allocation"]] == [4]
+
+
+def test_a_gang_grown_back_onto_a_node_it_left_runs_there_again(database_url: str) -> None:
+    """A gang shrunk off a node (its run there ended) and grown back onto it: the node's run is open again,
+    from the new workload's start, not still ended at the shrink while it runs (`suanli show`'s runs)."""
+    with app_client(database_url, queue="backfill", prepaid=False) as client:
+        headers, _ = _tenant(client, "regrown")
+        created = client.post("/v1/rentals", json={**H100, "nodes": 2}, headers=headers).json()
+        rental_id = created["id"]
+        kept, left = (a["node"] for a in wait_for(client, rental_id, headers, "placed")["allocation"])
+        agents = {node: register_agent(client, node) for node in (kept, left)}
+
+        def beat(node: str, state: str, exit_code: int | None = None) -> None:
+            workload = {"rental_id": rental_id, "state": state, "exit_code": exit_code}
+            sent = client.post("/v1/agents/heartbeat", json={"workloads": [workload]}, headers=agents[node])
+            assert sent.status_code == 200, sent.text
+
+        def runs() -> dict[str, dict]:
+            return {r["node"]: r for r in client.get(f"/v1/rentals/{rental_id}/runs", headers=headers).json()}
+
+        beat(kept, "running")
+        beat(left, "running")
+        assert client.patch(f"/v1/rentals/{rental_id}", json={"nodes": 1}, headers=headers).status_code == 200
+        _until(client, rental_id, headers, lambda b: len(b["allocation"]) == 1)
+        beat(left, "stopped", 143)  # its agent stopped the workload it no longer holds
+        shrunk_at = runs()[left]["ended_at"]
+        assert shrunk_at is not None
+        others = [
+            n["name"]
+            for n in client.get("/v1/nodes", headers=ADMIN).json()
+            if n["gpu_model"] == "H100-SXM-80GB" and n["name"] not in (kept, left)
+        ]
+        for name in others:  # the only H100 node free is the one it left
+            assert client.post(f"/v1/nodes/{name}/drain", headers=ADMIN).status_code == 200
+        assert client.patch(f"/v1/rentals/{rental_id}", json={"nodes": 2}, headers=headers).status_code == 200
+        regrown = _until(client, rental_id, headers, lambda b: len(b["allocation"]) == 2)
+        assert sorted(a["node"] for a in regrown["allocation"]) == sorted((kept, left)), regrown
+        beat(left, "running")
+        again = runs()[left]
+        assert again["state"] == "running" and again["ended_at"] is None, again
+        assert again["exit_code"] is None and again["started_at"] >= shrunk_at, again
+        beat(left, "succeeded", 0)
+        beat(kept, "succeeded", 0)
+        assert client.get(f"/v1/rentals/{rental_id}", headers=headers).json()["state"] == "stopped"
+        assert runs()[left]["ended_at"] > shrunk_at

@@ -251,6 +251,8 @@ class AgentService:
             rental.id, node, report.state, placement=placement
         )
         ended = report.state in WORKLOAD_ENDED
+        if run.ended_at is not None and not ended and not given_up:  # held here again (a gang grown back)
+            run = RentalRun(rental.id, node, report.state, restarts=run.restarts, placement=placement)
         allocation = uow.rentals.allocation(rental.id) if ended and not given_up else []
         if _restarts_together(rental, allocation):
             restarts = gang_restarts(uow, rental.id)
