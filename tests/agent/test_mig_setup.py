@@ -86,7 +86,8 @@ class MigNvml:
         2: (9, "3g.40gb", 3),
         3: (5, "4g.40gb", 4),
         4: (0, "7g.80gb", 7),
-        7: (15, "1g.20gb", 1),
+        7: (20, "1g.10gb+me", 1),  # NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1: with the media engines
+        9: (15, "1g.20gb", 1),
     }
     COMPUTE_PROFILES: ClassVar[dict[int, int]] = {
         0: 1,
@@ -188,6 +189,23 @@ def test_nvml_destroys_the_idle_instances_then_makes_the_one_placed() -> None:
     assert sorted((gi["start"], gi["name"], len(gi["cis"])) for gi in nvml.gis.values()) == [
         (0, "4g.40gb", 1),
         (4, "3g.40gb", 1),
+    ]
+
+
+def test_a_media_extension_instance_counts_as_its_base_profile() -> None:
+    """An operator's `1g.10gb+me` (made by hand) takes 1g.10gb's slot: it is reused as a 1g.10gb, kept when
+    in use, and destroyed like any idle instance in the way (it crashed the agent's plan: no such profile)."""
+    nvml = MigNvml([(0, "1g.10gb+me", 1), (4, "3g.40gb", 1)])
+    NvmlMig(nvml, "gpu0").make(A100, (0, "1g.10gb"), in_use=[])
+    assert nvml.calls == []
+    with pytest.raises(MigSetupError, match=r"1g\.10gb at slot 0 is in use"):
+        NvmlMig(nvml, "gpu0").make(A100, (0, "2g.20gb"), in_use=[(0, "1g.10gb")])
+    NvmlMig(nvml, "gpu0").make(A100, (0, "2g.20gb"), in_use=[(4, "3g.40gb")])
+    assert nvml.calls == [
+        "destroy ci of 1g.10gb+me@0",
+        "destroy gi 1g.10gb+me@0",
+        "create gi 2g.20gb@0 size 2",
+        "create ci 2 slices in 2g.20gb",
     ]
 
 

@@ -108,6 +108,8 @@ def test_device_names_map_to_catalogue_names(raw: str, expected: str) -> None:
 def test_mig_profile_comes_from_the_mig_device_name() -> None:
     assert mig_profile_from_name("NVIDIA A100-SXM4-80GB MIG 3g.40gb") == "3g.40gb"
     assert mig_profile_from_name("NVIDIA A100-SXM4-80GB") is None
+    # a media-extension instance takes its base profile's slots: placed and reused as that profile
+    assert mig_profile_from_name("NVIDIA A100-SXM4-40GB MIG 1g.5gb+me") == "1g.5gb"
 
 
 def test_declared_probe_reads_a_node_of_the_sample_fleet_with_stable_nvidia_shaped_uuids() -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from suanli.domain.catalog import MigGeometry
 from suanli.domain.errors import SuanliError
+from suanli.domain.mig import base_profile
 
 Instance = tuple[int, str]  # (start slot, profile name): one MIG instance on a GPU
 
@@ -41,7 +42,9 @@ def plan_change(
     if wanted in existing:
         return []
     slots = set(profile.slots_at(start))
-    overlapping = [i for i in existing if slots.intersection(geometry.profile(i[1]).slots_at(i[0]))]
+    overlapping = [
+        i for i in existing if slots.intersection(geometry.profile(base_profile(i[1])).slots_at(i[0]))
+    ]
     busy = [i for i in overlapping if i in in_use]
     if busy:
         held = ", ".join(f"{name} at slot {at}" for at, name in busy)
@@ -88,7 +91,7 @@ class NvmlMig:
             nvml.nvmlDeviceGetGpuInstances(self._handle, profile.id, handles, ctypes.byref(count))
             for position in range(count.value):
                 info = nvml.nvmlGpuInstanceGetInfo(handles[position])
-                found[(info.placement.start, name)] = handles[position]
+                found[(info.placement.start, base_profile(name))] = handles[position]  # "+me" as its base
         return found
 
     def _compute_profiles(self, gpu_instance: object) -> Iterator[Any]:

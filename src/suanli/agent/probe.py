@@ -24,7 +24,7 @@ from suanli.domain.catalog import Catalog, MigGeometry
 from suanli.domain.catalog_data import CATALOG
 from suanli.domain.errors import SuanliError
 from suanli.domain.inventory import GpuMode, Node
-from suanli.domain.mig import pack_layout
+from suanli.domain.mig import base_profile, pack_layout
 from suanli.sim.fleet_files import read_fleet
 
 MIB = 1024 * 1024
@@ -158,9 +158,10 @@ def catalog_name(raw_name: str) -> str:
 
 
 def mig_profile_from_name(mig_name: str) -> str | None:
-    """The profile of a MIG device from its NVML name ("NVIDIA A100-SXM4-80GB MIG 3g.40gb" -> "3g.40gb")."""
+    """The profile of a MIG device from its NVML name ("NVIDIA A100-SXM4-80GB MIG 3g.40gb" -> "3g.40gb"); a
+    media-extension instance ("... MIG 1g.10gb+me") as its base profile, whose slots it takes."""
     head, sep, tail = mig_name.rpartition(" MIG ")
-    return tail.strip() if sep and head else None
+    return base_profile(tail) if sep and head else None
 
 
 class NvmlProbe:

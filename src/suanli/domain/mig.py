@@ -17,6 +17,12 @@ from suanli.domain.errors import MigPlacementError
 MigInstance = tuple[int, str, bool]  # (start slot, profile name, busy)
 
 
+def base_profile(name: str) -> str:
+    """A MIG profile's name without its variant ("1g.10gb+me" -> "1g.10gb"): a media-extension variant
+    takes its base profile's slots (NVIDIA's placement table), so it is placed and reused as its base."""
+    return name.partition("+")[0].strip()
+
+
 @dataclass(frozen=True, slots=True)
 class MigOption:
     """Where to put one instance: reuse an idle one, or create it at `start` after destroying `destroyed`."""
