@@ -66,6 +66,13 @@ def test_a_share_reaches_the_hosts_mps_daemon() -> None:
     assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25" in args
 
 
+def test_ascend_or_amd_devices_are_refused_not_run_without_them() -> None:
+    """`--gpus` and CDI's nvidia.com/gpu name NVIDIA devices: an Ascend rental would run with none."""
+    env = {"ASCEND_RT_VISIBLE_DEVICES": "0,1", "SUANLI_RENTAL_ID": "r-7"}
+    with pytest.raises(ExecutorError, match="NVIDIA GPUs only"):
+        run_args("docker", spec(env=env), PATHS)
+
+
 def test_no_devices_means_no_gpu_flags_and_an_image_is_required() -> None:
     args = run_args("docker", spec(devices=(), image="ubuntu:24.04"), PATHS)
     assert "--gpus" not in args and "ubuntu:24.04" in args

@@ -12,6 +12,7 @@ from suanli.agent.assignment import Assignment
 from suanli.agent.executors import write_nodes
 from suanli.agent.isolation import IsolationError, master_port, workload_env
 from suanli.agent.probe import DeclaredProbe, HostInventory, NvmlProbe
+from suanli.domain.inventory import Node
 from suanli.domain.plan import Slice
 from suanli.domain.rendezvous import hashed_master_port
 
@@ -55,6 +56,43 @@ def test_a_share_gets_mps_limits_for_its_gpu() -> None:
     assert env["CUDA_VISIBLE_DEVICES"] == uuid
     assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
     assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"{uuid}=12288M"
+
+
+def test_a_share_that_holds_no_memory_gets_no_memory_limit() -> None:
+    """`L40S:0.5` holds no memory by default: `=0M` would have let the workload pin no device memory."""
+    inventory = DeclaredProbe.from_file(FLEET, "l40s-01").inventory()
+    env = env_for((Slice(1, 500, 0),), inventory)
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
+    assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT" not in env
+
+
+def _declared(model: str, count: int = 4) -> HostInventory:
+    node = Node("n0", "r", ("r", "z", "p", "l"), 64_000, 262_144, model, count)
+    return DeclaredProbe(node).inventory()
+
+
+@pytest.mark.parametrize(
+    ("model", "variable"),
+    [("Ascend-910B", "ASCEND_RT_VISIBLE_DEVICES"), ("MI300X", "ROCR_VISIBLE_DEVICES")],
+)
+def test_other_vendors_devices_are_limited_by_their_runtimes_variable_by_index(
+    model: str, variable: str
+) -> None:
+    """CANN and ROCm read neither CUDA_VISIBLE_DEVICES nor an NVIDIA UUID: a rental of NPUs 3 and 1 saw
+    every NPU on its host (`ascend-01` of the sample fleet is one)."""
+    assignment = Assignment(
+        "r-1", (Slice(3, 1000, 65536), Slice(1, 1000, 65536)), ("train",), peers=("a", "b")
+    )
+    env = workload_env(assignment, _declared(model), notice_file=NOTICE)
+    assert env[variable] == "3,1" and "CUDA_VISIBLE_DEVICES" not in env
+    assert env["SUANLI_GPUS_PER_NODE"] == "2"
+    with pytest.raises(IsolationError, match="need NVIDIA"):
+        env_for((Slice(0, 500, 0),), _declared(model))
+
+
+def test_a_vendor_no_variable_limits_is_refused() -> None:
+    with pytest.raises(IsolationError, match="no variable is known to limit which biren devices"):
+        env_for((Slice(0, 1000, 65536),), _declared("BR100"))
 
 
 def test_the_declared_probe_uses_its_declared_uuids() -> None:

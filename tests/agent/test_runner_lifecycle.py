@@ -937,10 +937,11 @@ def test_a_notice_given_again_with_another_deadline_is_followed_without_a_second
     pgid = runner.local["r-1"].workload.pid
     try:
         time.sleep(0.3)
-        first = datetime.now(UTC) + timedelta(seconds=0.5)
+        # seconds apart, not tenths: a step slowed by a loaded machine must not reach the first deadline
+        first = datetime.now(UTC) + timedelta(seconds=2)
         client.assignments = [assignment("r-1", script, deadline=first)]
         runner.step()
-        later = first + timedelta(seconds=1)
+        later = first + timedelta(seconds=2)
         client.assignments = [assignment("r-1", script, deadline=later)]
         runner.step()
         notice = ProcessExecutor(tmp_path).paths("r-1").notice_file

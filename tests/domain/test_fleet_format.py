@@ -113,6 +113,13 @@ NODE_MISTAKES = [
         id="mig-layout-non-mig-model",
     ),
     pytest.param(
+        node(gpus='{ model = "Ascend-910B", count = 8, mode = "shared" }'),
+        "n-01",
+        "gpus.mode",
+        "shares are limited with NVIDIA MPS; Ascend-910B is huawei's",
+        id="shared-mode-non-nvidia-model",
+    ),
+    pytest.param(
         node(gpus='{ model = "A100-80GB", count = 2, mig_layout = ["3g.40gb"] }'),
         "n-01",
         "gpus.mig_layout",

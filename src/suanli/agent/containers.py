@@ -204,6 +204,11 @@ def run_args(runtime: str, spec: WorkloadSpec, paths: RentalPaths) -> list[str]:
     labels = {"suanli.rental": spec.rental_id, "suanli.managed": "true", **spec.labels}
     for key, value in sorted(labels.items()):
         args += ["--label", f"{key}={value}"]
+    if spec.devices and "CUDA_VISIBLE_DEVICES" not in spec.env:
+        raise ExecutorError(
+            f"rental {spec.rental_id}: containers are given NVIDIA GPUs only (NVIDIA Container Toolkit or "
+            "CDI); run AMD and Ascend rentals with the process executor"
+        )
     if spec.devices:
         if Path(runtime).name == "podman":
             for device in spec.devices:

@@ -2,14 +2,19 @@
 
 `workload_env(assignment, inventory, notice_file=...)` is pure. It guarantees:
 
-* `CUDA_VISIBLE_DEVICES` lists exactly the rental's devices, by UUID as the probe reported them: the GPU UUID
-  for a whole GPU or a share, the MIG device UUID for a MIG slice. On a `DeclaredProbe` host these are the
-  declared (fake) UUIDs, the same ones the agent registered, so the server, logs and the workload all name a
-  device the same way; no real CUDA runs there, so nothing needs indices.
-* For a share (milli < 1000, no MIG profile), NVIDIA MPS limits: `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` =
-  milli / 10 (whole percent, at least 1) and `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT` = `<GPU UUID>=<MiB>M` per GPU,
-  comma-separated. (NVIDIA's k8s device plugin keys this limit by index because of a driver issue with UUID
-  keys; check on real MPS hosts.)
+* The vendor's runtime sees exactly the rental's devices (`VISIBLE_DEVICES`, by the catalogue's vendor of the
+  host's devices). NVIDIA: `CUDA_VISIBLE_DEVICES`, by UUID as the probe reported them: the GPU UUID for a
+  whole GPU or a share, the MIG device UUID for a MIG slice. On a `DeclaredProbe` host these are the declared
+  (fake) UUIDs, the same ones the agent registered, so the server, logs and the workload all name a device
+  the same way; no real CUDA runs there, so nothing needs indices. AMD: `ROCR_VISIBLE_DEVICES` (ROCm's
+  runtime, under HIP), Huawei Ascend: `ASCEND_RT_VISIBLE_DEVICES` (CANN), each by the host's device index,
+  since neither runtime reads `CUDA_VISIBLE_DEVICES`. Another vendor's devices are refused: no variable is
+  known that limits what its workload sees.
+* For a share (milli < 1000, no MIG profile; NVIDIA only), NVIDIA MPS limits:
+  `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` = milli / 10 (whole percent, at least 1) and, for a share that holds
+  GPU memory, `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT` = `<GPU UUID>=<MiB>M` per GPU, comma-separated (a share that
+  holds none, the default, gets no memory limit: 0M would let it pin nothing). (NVIDIA's k8s device plugin
+  keys this limit by index because of a driver issue with UUID keys; check on real MPS hosts.)
 * `SUANLI_RENTAL_ID`, `SUANLI_NOTICE_FILE` (where a preemption notice will appear, JSON) and
   `SUANLI_PLACEMENT` (1 on its first placement; more once re-queued, as a rental that checkpoints is when
   preempted: it resumes from its checkpoint, which must be where its next node can read it).
@@ -37,10 +42,19 @@ from collections.abc import Mapping
 
 from suanli.agent.assignment import Assignment
 from suanli.agent.probe import GpuDevice, HostInventory, MigDevice, ProbeError
-from suanli.domain.errors import SuanliError
+from suanli.domain.catalog import Vendor
+from suanli.domain.catalog_data import CATALOG
+from suanli.domain.errors import CatalogError, SuanliError
 from suanli.domain.plan import Slice
 from suanli.domain.rendezvous import hashed_master_port
 from suanli.domain.workload_env import env_problem
+
+# the variable that limits what each vendor's runtime sees; NVIDIA's by UUID, the others' by device index
+VISIBLE_DEVICES: Mapping[Vendor, str] = {
+    Vendor.NVIDIA: "CUDA_VISIBLE_DEVICES",
+    Vendor.AMD: "ROCR_VISIBLE_DEVICES",
+    Vendor.HUAWEI: "ASCEND_RT_VISIBLE_DEVICES",
+}
 
 
 def master_port(assignment: Assignment) -> int:
@@ -64,13 +78,12 @@ def workload_env(
     env["SUANLI_NOTICE_FILE"] = notice_file
     env["SUANLI_PLACEMENT"] = str(assignment.placement)
     if assignment.peers:
-        visible = env["CUDA_VISIBLE_DEVICES"]
         env["SUANLI_NNODES"] = str(len(assignment.peers))
         env["SUANLI_NODE_RANK"] = str(assignment.node_rank)
         env["SUANLI_NODES"] = ",".join(assignment.peers)
         env["SUANLI_MASTER_ADDR"] = assignment.peers[0]
         env["SUANLI_MASTER_PORT"] = str(master_port(assignment))
-        env["SUANLI_GPUS_PER_NODE"] = str(len(visible.split(",")) if visible else 0)
+        env["SUANLI_GPUS_PER_NODE"] = str(len(assignment.slices))
         env["SUANLI_NODES_FILE"] = nodes_file
         env["SUANLI_RESTART_COUNT"] = str(assignment.attempt)
     return env
@@ -83,7 +96,24 @@ def check_user_env(env: Mapping[str, str]) -> None:
 
 
 def device_env(slices: tuple[Slice, ...], inventory: HostInventory) -> dict[str, str]:
-    """CUDA_VISIBLE_DEVICES and, for shares, the MPS limits; {"CUDA_VISIBLE_DEVICES": ""} for no slices."""
+    """The vendor's visible-devices variable and, for shares, the MPS limits; {"CUDA_VISIBLE_DEVICES": ""}
+    for no slices."""
+    devices = visible_devices(slices, inventory)
+    vendor = device_vendor(slices, inventory)
+    if vendor is not Vendor.NVIDIA:
+        if any(_is_share(s) or s.mig_profile is not None for s in slices):
+            raise IsolationError(f"shares and MIG slices need NVIDIA GPUs; these are {vendor.value}'s")
+        return {VISIBLE_DEVICES[vendor]: ",".join(str(s.gpu_index) for s in slices)}
+    env = {"CUDA_VISIBLE_DEVICES": ",".join(devices)}
+    shares = [s for s in slices if _is_share(s)]
+    if shares:
+        env.update(_mps_env(shares, list(devices)))
+    return env
+
+
+def visible_devices(slices: tuple[Slice, ...], inventory: HostInventory) -> tuple[str, ...]:
+    """The rental's devices on this host by UUID (GPU, or MIG device for a MIG slice), in slice order:
+    IsolationError where they cannot be isolated as assigned."""
     shares = [s for s in slices if _is_share(s)]
     if shares and len(shares) != len(slices):
         raise IsolationError(
@@ -94,11 +124,26 @@ def device_env(slices: tuple[Slice, ...], inventory: HostInventory) -> dict[str,
         raise IsolationError(
             f"{len(migs)} MIG slices in one rental; CUDA enumerates one MIG instance per process"
         )
-    devices = [_device_uuid(s, inventory) for s in slices]
-    env = {"CUDA_VISIBLE_DEVICES": ",".join(devices)}
-    if shares:
-        env.update(_mps_env(shares, devices))
-    return env
+    return tuple(_device_uuid(s, inventory) for s in slices)
+
+
+def device_vendor(slices: tuple[Slice, ...], inventory: HostInventory) -> Vendor:
+    """Whose runtime the rental's devices answer to (NVIDIA for none, or a model the catalogue lacks: only
+    NVML names devices it does not know); IsolationError for a vendor no variable limits, or a mix."""
+    vendors = set()
+    for piece in slices:
+        try:
+            vendors.add(CATALOG.get(inventory.gpu(piece.gpu_index).model_name).vendor)
+        except CatalogError:
+            vendors.add(Vendor.NVIDIA)
+        except ProbeError as exc:
+            raise IsolationError(str(exc)) from None
+    if len(vendors) > 1:
+        raise IsolationError(f"a rental's devices are of several vendors ({', '.join(sorted(vendors))})")
+    vendor = vendors.pop() if vendors else Vendor.NVIDIA
+    if vendor not in VISIBLE_DEVICES:
+        raise IsolationError(f"no variable is known to limit which {vendor.value} devices a workload sees")
+    return vendor
 
 
 def _is_share(piece: Slice) -> bool:
@@ -140,8 +185,10 @@ def _mps_env(shares: list[Slice], devices: list[str]) -> dict[str, str]:
         raise IsolationError(
             "shares of different sizes in one rental; MPS has one thread percentage per client"
         )
-    limits = ",".join(f"{uuid}={s.memory_mib}M" for uuid, s in zip(devices, shares, strict=True))
-    return {
-        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(percentages.pop()),
-        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": limits,
-    }
+    limits = ",".join(
+        f"{uuid}={s.memory_mib}M" for uuid, s in zip(devices, shares, strict=True) if s.memory_mib > 0
+    )  # a share that holds no memory (the default) has no limit: 0M would let it pin nothing
+    env = {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(percentages.pop())}
+    if limits:
+        env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = limits
+    return env

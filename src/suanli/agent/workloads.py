@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from suanli.agent.assignment import Assignment
 from suanli.agent.executors import Executor, WorkloadSpec
-from suanli.agent.isolation import workload_env
+from suanli.agent.isolation import visible_devices, workload_env
 from suanli.agent.probe import HostInventory
 
 
@@ -14,11 +14,10 @@ def workload_spec(assignment: Assignment, inventory: HostInventory, executor: Ex
     env = workload_env(
         assignment, inventory, notice_file=str(paths.notice_file), nodes_file=str(paths.nodes_file)
     )
-    visible = env["CUDA_VISIBLE_DEVICES"]
     return WorkloadSpec(
         rental_id=assignment.rental_id,
         command=assignment.command,
         env=env,
-        devices=tuple(visible.split(",")) if visible else (),
+        devices=visible_devices(assignment.slices, inventory),
         image=assignment.image,
     )

@@ -17,10 +17,11 @@ A fleet file has two parts, both required::
     gpus = { model = "H100-SXM-80GB", count = 8, mode = "whole" }
 
 `gpus` keys: `model` (a catalogue name or an unambiguous family; stored as the canonical name), `count` (a
-positive integer), `mode` (optional, `whole` by default, else `mig` or `shared`) and, only with
-`mode = "mig"` on a MIG-capable model, `mig_layout`: either one list of MIG profile names used on every GPU
-(`["3g.40gb", "2g.20gb", "1g.10gb"]`) or a list of such lists, one per GPU (as many as `count`). Each layout
-must fit NVIDIA's placement rules. Without `mig_layout` a MIG node's GPUs start with no instances.
+positive integer), `mode` (optional, `whole` by default, else `mig` or `shared`: shares need an NVIDIA model,
+whose MPS limits them) and, only with `mode = "mig"` on a MIG-capable model, `mig_layout`: either one list
+of MIG profile names used on every GPU (`["3g.40gb", "2g.20gb", "1g.10gb"]`) or a list of such lists, one
+per GPU (as many as `count`). Each layout must fit NVIDIA's placement rules. Without `mig_layout` a MIG
+node's GPUs start with no instances.
 
 Groups: an entry with `count_nodes = N` and `{i}` in its name stands for N nodes named with `{i}` replaced by
 01, 02, ... N (zero-padded to at least two digits); every other field is the same for all of them.
@@ -37,7 +38,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from suanli.domain.catalog import Catalog, GpuModel, MigGeometry
+from suanli.domain.catalog import Catalog, GpuModel, MigGeometry, Vendor
 from suanli.domain.errors import CatalogError, FleetError, MigPlacementError
 from suanli.domain.inventory import Fleet, GpuMode, Node, Region
 from suanli.domain.mig import pack_layout
@@ -218,6 +219,10 @@ def _parse_gpus(gpus: _Table, catalog: Catalog) -> tuple[GpuModel, int, GpuMode,
         raise gpus.error("model", str(exc)) from None
     count = gpus.positive_int("count")
     mode = _parse_mode(gpus)
+    if mode is GpuMode.SHARED and model.vendor is not Vendor.NVIDIA:
+        raise gpus.error(
+            "mode", f"shares are limited with NVIDIA MPS; {model.name} is {model.vendor.value}'s"
+        )
     return model, count, mode, _parse_mig(gpus, model, count, mode)
 
 
