@@ -22,7 +22,7 @@ from suanli.agent import runner as runner_module
 from suanli.agent.executors import ProcessExecutor, group_alive
 from suanli.agent.probe import DeclaredProbe
 from suanli.agent.runner import AgentError, AgentRunner
-from suanli.client import ApiError
+from suanli.client import ApiError, ServerUnreachable
 from suanli.wire.agent_schemas import AssignmentResponse, HeartbeatResponse, LogChunkResponse
 from suanli.wire.schemas import SliceResponse
 
@@ -1046,3 +1046,44 @@ def test_an_agent_of_another_node_on_a_work_dir_is_refused_and_so_is_a_second_ag
     os.close(first._lock)
     second._hold_work_dir()  # the first has gone: its lock with it
     os.close(second._lock)
+
+
+def test_an_agent_given_several_servers_moves_to_the_next_when_one_cannot_be_reached(tmp_path: Path) -> None:
+    """With one server only, a node whose server died was marked down by the others' leader unless its agent
+    was restarted against another. Given all of them, it heartbeats the next at once, with the same key, and
+    comes round to the first again when that one is the one that answers."""
+    down, up = FakeClient(), FakeClient()
+    down.fail_next = [ServerUnreachable("connection refused")] * 3
+    made: list[tuple[str, str | None]] = []
+    clients = {"http://a.test": down, "http://b.test": up}
+
+    def factory(url: str, key: str | None) -> FakeClient:
+        made.append((url, key))
+        return clients[url]
+
+    (tmp_path / "agent.json").write_text(
+        json.dumps({"server": "http://a.test", "node": "h100-a-01", "node_key": "nk_saved"})
+    )
+    runner = AgentRunner(
+        ["http://a.test/", "http://b.test"],
+        DeclaredProbe.from_file(FLEET, "h100-a-01"),
+        tmp_path,
+        interval_s=0.05,
+        client_factory=factory,
+    )
+    RUNNERS.append(runner)
+    stopping = threading.Event()
+    thread = threading.Thread(target=runner.run, args=(stopping,), daemon=True)
+    thread.start()
+    try:
+        eventually(lambda: len(up.reports) >= 2)
+        assert made[:2] == [("http://a.test", "nk_saved"), ("http://b.test", "nk_saved")]
+        assert len(down.fail_next) == 2  # one try at the dead one, then the other at once
+        clients["http://b.test"] = up
+        up.fail_next = [ServerUnreachable("connection refused")] * 2
+        down.fail_next = []
+        eventually(lambda: len(down.reports) >= 1)  # round to the first, which answers again
+    finally:
+        stopping.set()
+        thread.join(timeout=10)
+    assert runner.server_url == "http://a.test"

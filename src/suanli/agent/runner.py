@@ -108,7 +108,7 @@ class AgentError(SuanliError):
 class AgentRunner:
     def __init__(
         self,
-        server_url: str,
+        server_url: str | Sequence[str],
         probe: GpuProbe,
         work_dir: Path,
         *,
@@ -121,14 +121,25 @@ class AgentRunner:
         advertise_host: str | None = None,
         expected_node: str | None = None,
     ) -> None:
-        self.server_url = server_url.rstrip("/")
+        # the platform's servers (one, or several on one database): the agent moves on when one is unreachable
+        urls = [server_url] if isinstance(server_url, str) else list(server_url)
+        self.server_urls = tuple(dict.fromkeys(url.rstrip("/") for url in urls))
+        if not self.server_urls:
+            raise AgentError("no server URL")
+        self.server_index = 0
         self.probe, self.work_dir, self.join_token = probe, work_dir, join_token
         self.executor = executor or ProcessExecutor(work_dir)
         self.fixed_interval_s = interval_s
         self.interval_s = interval_s or 5.0
         self.server_offset = timedelta(0)  # the server's clock less this host's, as its last answer said
         self.grace_s, self.stop_workloads_on_exit = grace_s, stop_workloads_on_exit
-        self._client_factory = client_factory or (lambda url, key: Client(url, key, timeout_s=10, retries=3))
+        # with a server to move to, a hung one is left after one try of a few seconds, well inside the
+        # heartbeat timeout (3 intervals) after which the others' leader marks this node down
+        several = len(self.server_urls) > 1
+        self._client_factory = client_factory or (
+            lambda url, key: Client(url, key, timeout_s=4 if several else 10, retries=1 if several else 3)
+        )
+        self._node_key: str | None = None
         self.inventory: HostInventory = probe.inventory()
         self.mig_probed_at = time.monotonic()  # when `inventory` was last probed (its MIG instances)
         self.advertise_host = advertise_host  # registered as its host name: what peers of a rental reach
@@ -156,7 +167,7 @@ class AgentRunner:
             except ServerUnreachable as error:
                 self.poll()  # the server cannot be asked: deadlines as last told
                 failures += 1
-                pause = self._backoff(failures)
+                pause = 0.0 if self._next_server() else self._backoff(failures)
                 log.warning("server unreachable (%s); workloads keep running; retry in %.1f s", error, pause)
             except ApiError as error:
                 self.poll()  # no answer this step: deadlines as last told
@@ -167,7 +178,7 @@ class AgentRunner:
                     pause = 0
                 elif _transient(error):
                     failures += 1
-                    pause = self._backoff(failures)
+                    pause = 0.0 if self._next_server() else self._backoff(failures)
                     log.warning("server error (%s); workloads keep running; retry in %.1f s", error, pause)
                 else:
                     raise
@@ -222,6 +233,23 @@ class AgentRunner:
     def _server_now(self) -> datetime:
         """Now on the server's clock (as its last answer put it): its notice deadlines are counted on it."""
         return datetime.now(UTC) + self.server_offset
+
+    @property
+    def server_url(self) -> str:
+        """The server this agent talks to now."""
+        return self.server_urls[self.server_index]
+
+    def _next_server(self) -> bool:
+        """Move to the next server (with the same node key), once around the list: False when the list has
+        come round to the first again (the caller backs off) or there is no other."""
+        if len(self.server_urls) < 2:
+            return False
+        self.server_index = (self.server_index + 1) % len(self.server_urls)
+        if self._client is not None and self._node_key is not None:
+            self._client.close()
+            self._client = self._client_factory(self.server_url, self._node_key)
+        log.warning("moving to server %s", self.server_url)
+        return self.server_index != 0
 
     def _backoff(self, failures: int) -> float:
         """The pause before the next try after `failures` failed steps in a row: grows, capped."""
@@ -698,12 +726,13 @@ class AgentRunner:
                 )
             self.node = saved["node"]
             if (
-                saved.get("server") != self.server_url
-            ):  # another server of the platform: its key is the node's
+                saved.get("server") not in self.server_urls
+            ):  # another server of the platform: the key is the node's
                 log.warning(
                     "the node key was saved with %s; using it with %s", saved.get("server"), self.server_url
                 )
                 self._save_state(saved["node"], saved["node_key"])
+            self._node_key = saved["node_key"]
             self._client = self._client_factory(self.server_url, saved["node_key"])
             return
         self._register(stopping, force=False)
@@ -712,27 +741,30 @@ class AgentRunner:
         if not self.join_token:
             raise AgentError("no saved node key for this server and no join token: pass --token")
         token = self.join_token
-        anonymous = self._client_factory(self.server_url, None)
+        inventory = self.inventory.to_dict()
+        if self.advertise_host:
+            inventory["hostname"] = self.advertise_host
         try:
             for attempt in Retrying(
                 retry=retry_if_exception_type(ServerUnreachable),
                 wait=wait_exponential(multiplier=0.2, max=MAX_BACKOFF_S),
                 stop=stop_when_event_set(stopping),
+                before_sleep=lambda _: self._next_server(),  # each try to the next server
                 reraise=True,
             ):
                 with attempt:
-                    inventory = self.inventory.to_dict()
-                    if self.advertise_host:
-                        inventory["hostname"] = self.advertise_host
-                    answer = anonymous.register_agent(token, inventory)
+                    anonymous = self._client_factory(self.server_url, None)
+                    try:
+                        answer = anonymous.register_agent(token, inventory)
+                    finally:
+                        anonymous.close()
         except ApiError as error:
             raise AgentError(f"registration refused: {error.message}") from None
-        finally:
-            anonymous.close()
         self.node = answer.node
         if self.fixed_interval_s is None:
             self.interval_s = answer.heartbeat_interval_s
         self._save_state(answer.node, answer.node_key)
+        self._node_key = answer.node_key
         self._client = self._client_factory(self.server_url, answer.node_key)
         log.info("registered as node %s", answer.node)
 

@@ -35,7 +35,14 @@ def default_work_dir() -> Path:
 
 
 def agent(
-    server: Annotated[str, typer.Option(help="Server URL, e.g. http://127.0.0.1:8080")],
+    server: Annotated[
+        list[str],
+        typer.Option(
+            metavar="URL",
+            help="Server URL, e.g. http://127.0.0.1:8080. Repeat it for each server of a platform on one "
+            "database: the agent moves to the next when one cannot be reached.",
+        ),
+    ],
     token: Annotated[
         str | None,
         typer.Option(envvar="SUANLI_JOIN_TOKEN", help="Join token (jt_...); not needed once registered."),
