@@ -21,6 +21,7 @@ from conftest import (
     h100_contract,
     logged_in_as,
     make_tenant,
+    register_agent,
     scheduler_cycles,
     wait_for,
 )
@@ -752,6 +753,50 @@ def test_a_rental_placed_before_its_contract_opens_is_covered_from_the_start(dat
         before_s = int(start.timestamp()) - int(datetime.fromisoformat(placed_at).timestamp())
         assert 49 <= before_s <= 50  # still running: no 60-s minimum charged ahead
         assert charged(client, rental["id"], headers) == charge_micros(H100_ON_DEMAND, before_s)
+
+
+@pytest.mark.parametrize("ran", [False, True], ids=["stopped-unrun", "stop-confirmed-by-agent"])
+def test_a_holders_rental_takes_over_the_coverage_of_one_that_ended(database_url: str, ran: bool) -> None:
+    """A 1-GPU contract covers the holder's first rental; its second, placed inside the window, pays
+    on-demand (above the count). The first is stopped: the second is within the count now. It kept paying
+    on-demand for the rest of the window (the contract's GPU paid twice) while the scheduler counted it as the
+    contract's claim. Now it is covered from the first one's stop: charged on-demand only until then."""
+    clock = SteppedClock()
+    with app_client(database_url, clock, meter_interval_s=3600, prepaid=False) as client:
+        services = client.app.state.services
+        _, headers = make_tenant(client, "holder")
+        start = clock.now().replace(microsecond=0) + timedelta(seconds=50)
+        signed = client.post("/v1/contracts", json=h100_contract(start, hours=2), headers=headers)
+        assert signed.status_code == 201, signed.text
+        spec = {**H100, "regions": ["cn-north"]}
+        first = client.post("/v1/rentals", json=spec, headers=headers).json()["id"]
+        node = wait_for(client, first, headers, "placed")["allocation"][0]["node"]
+        agent = register_agent(client, node) if ran else {}
+        report = {"workloads": [{"rental_id": first, "state": "running"}]}
+        if ran:
+            assert client.post("/v1/agents/heartbeat", json=report, headers=agent).status_code == 200
+        clock.step_to(start)
+        services.meter.work()  # the window opens: the first is covered from its start
+        second = client.post("/v1/rentals", json=spec, headers=headers).json()["id"]
+        placed = wait_for(client, second, headers, "placed")
+        assert placed["price_micros_per_hour"] == H100_ON_DEMAND, placed  # above the contract's count
+        clock.step_to(start + timedelta(minutes=10))
+        stopped = client.post(f"/v1/rentals/{first}/stop", headers=headers).json()
+        if ran:  # its agent says the workload stopped
+            assert stopped["state"] == "stopping", stopped
+            report = {"workloads": [{"rental_id": first, "state": "stopped", "exit_code": 143}]}
+            assert client.post("/v1/agents/heartbeat", json=report, headers=agent).status_code == 200
+        stopped = client.get(f"/v1/rentals/{first}", headers=headers).json()
+        assert stopped["state"] == "stopped", stopped
+        body = client.get(f"/v1/rentals/{second}", headers=headers).json()
+        assert body["price_micros_per_hour"] == 0 and body["quote"]["contract_covered_gpu_milli"] == 1000
+        services.billing.meter(now=start + timedelta(hours=1))
+        placed_at = next(e["at"] for e in placed["events"] if e["kind"] == "placed")
+        on_demand_s = int((start + timedelta(minutes=10)).timestamp()) - int(
+            datetime.fromisoformat(placed_at).timestamp()
+        )
+        owed = charge_micros(H100_ON_DEMAND, on_demand_s)  # to the second: the placement's is fractional
+        assert abs(charged(client, second, headers) - owed) <= charge_micros(H100_ON_DEMAND, 1), on_demand_s
 
 
 def _crowded_h100s(client: TestClient, name: str) -> tuple[dict, dict, list[str]]:

@@ -44,6 +44,7 @@ from suanli.app.agent_records import (
     RentalRun,
     WorkloadReport,
 )
+from suanli.app.coverage import pass_on_coverage
 from suanli.app.errors import Forbidden, Invalid, NotFound, Unauthorized
 from suanli.app.execs import ExecService
 from suanli.app.fleet import FleetCache
@@ -300,6 +301,7 @@ class AgentService:
         uow.rentals.add_event(rental.id, RentalEvent(now, new, None, message))
         if new in END_STATES:
             uow.rentals.release(rental.id, at=now)
+            pass_on_coverage(uow, rental, now)
         return True
 
     @staticmethod
@@ -448,6 +450,7 @@ class AgentService:
         uow.rentals.release(rental_id, at=now)
         if spec.restart == "on-failure" and requeues < spec.max_restarts and rental.state != "stopping":
             uow.rentals.set_state(rental_id, "pending", expect=(rental.state,), reason=None)
+            pass_on_coverage(uow, rental, now)
             uow.rentals.add_event(
                 rental_id,
                 RentalEvent(
@@ -457,6 +460,7 @@ class AgentService:
             return
         final = "stopped" if rental.state == "stopping" else "lost"
         uow.rentals.set_state(rental_id, final, expect=(rental.state,), reason=None)
+        pass_on_coverage(uow, rental, now)
         uow.rentals.add_event(rental_id, RentalEvent(now, final, "node_down", f"{why}; billing ends there"))
 
     # --- runs and logs --------------------------------------------------------------------------------

@@ -4,11 +4,11 @@ marginal price for the covered GPUs, and from its end (or its transfer) they pay
 A rental placed inside an open window gets its coverage at placement (`contract_covered_gpu_milli` and
 `contract_coverage_micros_per_hour` in its quote, `app/pricing.py`). A rental placed before the window opens
 was priced on-demand; `extend_coverage` covers such rentals from the start, the earliest placed first, up to
-what the contracts open then leave uncovered. When a window ends, or the contract is transferred, the
-tenant's live rentals may be covered beyond what its contracts still open allow; `settle_coverage` takes the
-excess back, from the latest placed rental on. Both are a rate change from that instant (a `rental_rates`
-row: the meter charges the rest at the new rate) and read the rentals' coverage as it is, so running one
-again changes nothing. Spot is never covered.
+what the contracts open then leave uncovered, and `pass_on_coverage` does the same from the end of a covered
+one. When a window ends, or the contract is transferred, the tenant's live rentals may be covered beyond what
+its contracts still open allow; `settle_coverage` takes the excess back, from the latest placed rental on.
+Both are a rate change from that instant (a `rental_rates` row: the meter charges the rest at the new rate)
+and read the rentals' coverage as it is, so running one again changes nothing. Spot is never covered.
 """
 
 from __future__ import annotations
@@ -61,6 +61,17 @@ def extend_coverage(uow: UnitOfWork, tenant_id: str, model: str, region: str, at
         _cover(uow, rental, milli, covered + added, at)
         changed.append(rental.id)
     return changed
+
+
+def pass_on_coverage(uow: UnitOfWork, rental: Rental, at: datetime) -> list[str]:
+    """`rental` ended (or went back to the queue) at `at`: the contracted GPUs it was covered for cover its
+    tenant's other live rentals in its pool from then, the earliest placed first, as at a window's start (a
+    holder's second rental kept paying on-demand for GPUs its contract holds once the first ended); the ids
+    re-priced. Call it once `rental` is no longer live."""
+    quote = rental.quote or {}
+    if _covered_milli(rental) <= 0 or not quote.get("model") or not quote.get("region"):
+        return []
+    return extend_coverage(uow, rental.tenant_id, str(quote["model"]), str(quote["region"]), at)
 
 
 def _cover(uow: UnitOfWork, rental: Rental, milli: int, covered_milli: int, at: datetime) -> None:

@@ -23,6 +23,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
+from suanli.app.coverage import pass_on_coverage
 from suanli.app.maintenance import MAINTENANCE
 from suanli.app.ports import UnitOfWork
 from suanli.app.records import BELOW_FLOOR, PREEMPTIBLE_STATES, Rental, RentalEvent
@@ -207,6 +208,7 @@ def stop_victim(uow: UnitOfWork, victim: Rental, now: datetime) -> int:
     if not uow.rentals.set_state(victim.id, "stopped", expect=("preempting",), reason=None):
         return 0
     uow.rentals.release(victim.id, at=now)
+    pass_on_coverage(uow, victim, now)
     uow.rentals.end_runs(victim.id, _run_ended_at(victim, now), "stopped")
     message = "stopped under notice; what it held goes to the rental that preempted it"
     uow.rentals.add_event(victim.id, RentalEvent(now, "stopped", None, message))
@@ -221,6 +223,7 @@ def end_victim(uow: UnitOfWork, victim: Rental, now: datetime, same_tenant: bool
     if not uow.rentals.set_state(victim.id, "preempted", expect=("preempting",), reason=None):
         return 0
     uow.rentals.release(victim.id, at=now)
+    pass_on_coverage(uow, victim, now)
     how = _how_it_ended(uow, victim)
     if victim.preempted_by == BELOW_FLOOR:
         message = f"{how}; its bid was below the spot floor"
@@ -273,6 +276,7 @@ def requeue_victim(uow: UnitOfWork, victim: Rental, now: datetime) -> int:
     if left_s is not None:
         uow.rentals.set_time_left(victim.id, left_s)
     uow.rentals.release(victim.id, at=now)
+    pass_on_coverage(uow, victim, now)
     # billed to here: a run its agent has not said ended yet ends now (at its deadline at the latest)
     uow.rentals.end_runs(victim.id, _run_ended_at(victim, now), "stopped")
     how = _how_it_ended(uow, victim)

@@ -15,6 +15,7 @@ from typing import Any
 from suanli.app.bids import change_bid
 from suanli.app.billing import BillingService
 from suanli.app.booking import SHARE_UNIT_MILLI
+from suanli.app.coverage import pass_on_coverage
 from suanli.app.errors import Conflict, Duplicate, Invalid
 from suanli.app.fleet import FleetCache
 from suanli.app.ids import check_idempotency_key, new_id
@@ -600,6 +601,7 @@ def stop_in(uow: UnitOfWork, rental: Rental, now: datetime, why: str, reason: st
     elif rental.state not in END_STATES and rental.state not in ("stopping", "preempting"):
         uow.rentals.set_state(rental.id, "stopped", expect=("pending", *LIVE_STATES), reason=None)
         uow.rentals.release(rental.id, at=now)
+        pass_on_coverage(uow, rental, now)
         uow.rentals.add_event(rental.id, RentalEvent(now, "stopped", reason, f"stopped {why}"))
 
 
