@@ -59,6 +59,14 @@ class SteppedClock:
         """Move now to `moment` if it is not there yet."""
         self.shift += max(timedelta(0), moment - self.now())
 
+    def clear_of_midnight(self) -> SteppedClock:
+        """Step to 06:00 UTC tomorrow when now is within 6 h of midnight: tests whose daily caps count the
+        hours left today (a cap for one rental till midnight, not two) fail in the last minutes of a day."""
+        now = self.now()
+        if now.hour >= 18:
+            self.step_to((now + timedelta(days=1)).replace(hour=6, minute=0, second=0, microsecond=0))
+        return self
+
 
 @contextmanager
 def app_client(database_url: str, clock: object = None, **settings: object) -> Iterator[TestClient]:

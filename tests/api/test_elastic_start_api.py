@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from test_elastic_api import _tenant, _until
 
-from conftest import ADMIN, app_client, register_agent, scheduler_cycles, wait_for
+from conftest import ADMIN, SteppedClock, app_client, register_agent, scheduler_cycles, wait_for
 
 H100 = {"gpu_model": "H100-SXM-80GB"}
 
@@ -268,7 +268,8 @@ def test_an_elastic_rental_past_a_limit_at_its_size_starts_within_it(database_ur
     """A GPU quota or a daily spend cap that its full size would pass: it starts at the largest size the
     limit allows, priced and counted as large as it is, and is not refused at creation when its least size
     fits the quota. It waited (the cap), or was refused with a 400 (a quota below its size alone)."""
-    with app_client(database_url, meter_interval_s=3600, prepaid=False) as client:
+    clock = SteppedClock().clear_of_midnight()  # its cap counts the hours left today
+    with app_client(database_url, clock, meter_interval_s=3600, prepaid=False) as client:
         headers, tenant_id = _tenant(client, "elastic-limits")
         quota = {"gpu_quota": {"*": 3}}
         assert client.put(f"/v1/tenants/{tenant_id}/limits", json=quota, headers=ADMIN).status_code == 200
@@ -277,7 +278,7 @@ def test_an_elastic_rental_past_a_limit_at_its_size_starts_within_it(database_ur
         assert client.post(f"/v1/rentals/{elastic['id']}/stop", headers=headers).status_code == 200
 
         rate = elastic["price_micros_per_hour"] // 3  # per GPU
-        now = datetime.now(UTC)
+        now = clock.now()
         hours_left = (
             now.replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1) - now
         ) / timedelta(hours=1)

@@ -493,7 +493,7 @@ def _capped_with_one_h200(client: TestClient, clock: SteppedClock, name: str) ->
 def test_a_growth_a_spend_cap_holds_back_says_so_once_not_every_cycle(database_url: str) -> None:
     """The cap's message holds money that moves each cycle (spent so far, what the growth adds till
     midnight); the growth's `growing` event was written again whenever it moved, thousands a day."""
-    clock = SteppedClock()
+    clock = SteppedClock().clear_of_midnight()
     with app_client(database_url, clock=clock) as client:
         _, headers, one = _capped_with_one_h200(client, clock, "capped-growth")
         assert client.patch(f"/v1/rentals/{one}", json={"gpus": 2}, headers=headers).status_code == 200
@@ -544,7 +544,7 @@ def test_a_quota_message_reads_the_gpus_in_use_now_without_another_event(
 def test_a_spend_cap_message_follows_the_money_with_one_pending_event(database_url: str) -> None:
     """A spend cap's figures move every cycle (what the running rental and this one add till midnight): the
     message follows them, and the rental's `pending` event is still written once, not each cycle."""
-    clock = SteppedClock()
+    clock = SteppedClock().clear_of_midnight()
     with app_client(database_url, clock=clock) as client:
         _, headers, _ = _capped_with_one_h200(client, clock, "capped-wait")
         two = client.post("/v1/rentals", json={"gpu_model": "H200", "gpus": 1}, headers=headers).json()["id"]
@@ -569,7 +569,7 @@ def test_a_spend_cap_counts_what_a_running_rental_ran_up_since_the_meter_last_po
     neither, and a cap could be passed by that much. Here the meter does not run for half an hour: the
     tenant's spend reads the half hour its rental ran, and a second rental that fits the cap only without it
     waits with reason spend_cap."""
-    clock = SteppedClock()
+    clock = SteppedClock().clear_of_midnight()
     with app_client(database_url, clock=clock, meter_interval_s=86_400) as client:
         tenant_id, headers = _funded_tenant(client, "unposted")
         spec = {"gpu_model": "H200", "gpus": 1}
@@ -660,3 +660,29 @@ def test_an_elastic_rental_grows_within_a_spend_cap_its_full_size_fits(database_
         assert len(grown["allocation"][0]["slices"]) == 2, [e["message"] for e in grown["events"]]
         limit = datetime.fromisoformat(grown["time_limit_at"])
         assert limit - clock.now() < timedelta(hours=1), grown
+
+
+def test_an_elastic_rental_held_back_gets_one_pending_event_and_keeps_its_reason(database_url: str) -> None:
+    """An elastic rental (8 GPUs, at least 2) under a 4-GPU quota, in a pool another tenant's contract
+    holds: the cycle tried it at each size, and each said why it waited (quota at 8, the hold at its least
+    size); every one wrote a `pending` event, several a cycle, and its reason flipped between the two cycle
+    after cycle. Now: one event, for its least size's reason, however many cycles."""
+    from datetime import UTC
+
+    with app_client(database_url) as client:
+        _, holder = _funded_tenant(client, "holds-h200")
+        start = datetime.now(UTC)
+        window = {"gpu_model": "H200-141GB", "count": 8, "region": "eu-west"}
+        body = {**window, "starts_at": start.isoformat(), "ends_at": (start + timedelta(hours=1)).isoformat()}
+        assert client.post("/v1/contracts", json=body, headers=holder).status_code == 201
+        tenant_id, headers = _funded_tenant(client, "elastic-h200")
+        quota = {"gpu_quota": {"H200": 4}}
+        assert client.put(f"/v1/tenants/{tenant_id}/limits", json=quota, headers=ADMIN).status_code == 200
+        spec = {"gpu_model": "H200", "gpus": 8, "min_gpus": 2, "regions": ["eu-west"]}
+        rental_id = client.post("/v1/rentals", json=spec, headers=headers).json()["id"]
+        wait_for(client, rental_id, headers, "placed", reason="contract_hold")
+        scheduler_cycles(client, 5)
+        body = client.get(f"/v1/rentals/{rental_id}", headers=headers).json()
+        pending = [e for e in body["events"] if e["kind"] == "pending"]
+        assert [e["reason"] for e in pending] == ["contract_hold"], pending
+        assert body["pending_reason"] == "contract_hold", body

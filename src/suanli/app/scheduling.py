@@ -332,7 +332,10 @@ class Scheduler:
         pending = list(by_id.values())
         report.grown = self._resize(uow, now, self._owed_promises(pending, waiting_on, notices))
         noticed = {p.preemptor for p in notices}
-        for waiting in still:
+        # one reason per rental: the cycle tries an elastic one at each of its sizes, each saying why it
+        # waits; the last (its least size) is its reason (an event for each was a flood, and one flapping)
+        last = {waiting.request_id: waiting for waiting in still}
+        for waiting in last.values():
             if waiting.request_id in noticed:
                 report.pending[Reason.PREEMPTING.value] += 1
                 continue
