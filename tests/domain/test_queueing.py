@@ -1092,3 +1092,25 @@ def test_a_blocked_head_holds_back_only_what_competes_for_its_pools():
     decision = admit(snap, queue, [busy], POLICY, 10, EASY)
     assert decision.head == "head" and [p.request_id for p in decision.placements] == ["h100"]
     assert reasons(decision)["any"] is Reason.BLOCKED_BY_HEAD
+
+
+@pytest.mark.parametrize("config", [EASY, CONSERVATIVE], ids=["backfill", "conservative"])
+def test_a_head_is_not_reserved_on_capacity_promised_to_a_preemptor(config):
+    """n0 runs spot under notice (deadline 40) for `od`, which has no declared end; n1 runs `x` (4 GPUs to
+    70) with 4 free. The head `h` (8 GPUs) was reserved at 40, on the victim's GPUs, which are `od`'s then;
+    so a 4-GPU backfill running to 620 started on n1 and, when `od` took n0, held the head back to 620.
+    Now the head starts when `x` ends, on n1, and the backfill that would outlast that waits."""
+    snap = snapshot_of(2, 8)
+    spot = run(snap, job("spot", 8, 0, tier=Tier.SPOT, bid_micros_per_hour=1), 0)
+    x = run(snap, job("x", 4, 0, 70), 0)
+    noticed = replace(spot, preempted_by="od", notice_deadline_s=40)
+    queue = [job("od", 8, 5), job("h", 8, 6), job("c", 4, 7, 600)]
+    decision = admit(snap, queue, [noticed, x], POLICY, 10, config, promised={"od"})
+    assert decision.placements == (), decision.placements
+    assert reasons(decision)["od"] is Reason.PREEMPTING
+    assert decision.head_start_s == 70 or [b.start_s for b in decision.bookings if b.request_id == "h"] == [
+        70
+    ]
+    assert reasons(decision)["c"] in (Reason.BLOCKED_BY_HEAD, Reason.NO_CAPACITY)
+    short = admit(snap, [*queue, job("d", 4, 8, 50)], [noticed, x], POLICY, 10, config, promised={"od"})
+    assert [p.request_id for p in short.placements] == ["d"]  # one that ends by 70 still backfills

@@ -57,6 +57,7 @@ class BackfillPhase:
     pending: list[Pending]
     head: str | None
     head_start_s: float | None
+    victim_of: dict[str, tuple[Request, float]]  # a victim -> its preemptor, and when it takes its capacity
     last_head: str | None
     last_reserved: frozenset[str]
     reserved_nodes: set[str]
@@ -95,7 +96,7 @@ class BackfillPhase:
         reservation = reserve(  # what this cycle placed runs from now: it ends at its declared duration too
             self.snapshot,
             head,
-            [*self.running, *self.started],
+            self.timed_running(),
             self.policy,
             self.now,
             spare_free=self.config.spare_free,
@@ -179,6 +180,23 @@ class BackfillPhase:
             if request.checkpoints and self._borrow(request, None):
                 self.pending = [p for p in self.pending if p.request_id != request.id]
 
+    def timed_running(self) -> list[Running]:
+        """What runs (and what this cycle started, from now) as a reservation or a booking may count on it
+        freeing: a preemption victim's capacity is its preemptor's from its deadline, so it frees when the
+        preemptor's declared run ends, never without one (a head reserved on a victim's GPUs was promised a
+        start that the preemptor then took, and a backfill let in meanwhile delayed it by its whole run)."""
+        timed = []
+        for running in [*self.running, *self.started]:
+            held = self.victim_of.get(running.request.id)
+            if held is not None:
+                preemptor, from_s = held
+                declared = preemptor.max_duration_s
+                run_s = None if declared is None else max(from_s, self.now) + declared - running.started_at_s
+                request = replace(running.request, max_duration_s=run_s)
+                running = replace(running, request=request, notice_deadline_s=None)
+            timed.append(running)
+        return timed
+
     def _borrow(self, request: Request, nodes: set[str] | None) -> bool:
         """Place `request`, which checkpoints and would otherwise wait while GPUs idle, on `nodes` (None:
         any), borrowed: outside the long-job budget and free of the head's reservation, since whoever the
@@ -216,7 +234,7 @@ class BackfillPhase:
         # with what the walk placed this cycle, running from now; `ends` is kept in step with `timed` as the
         # cycle starts requests (the order among equal ends does not matter: a start releases them all)
         timed = sorted(
-            (r for r in [*self.running, *self.started] if r.expected_end_s is not None),
+            (r for r in self.timed_running() if r.expected_end_s is not None),
             key=lambda r: expected_end(r, self.now),
         )
         ends = [expected_end(r, self.now) for r in timed]

@@ -165,6 +165,10 @@ def admit(
     try:
         for request in first:  # the GPUs promised to a preemptor are held for it, for the whole cycle
             cycle.hold(request.id, cycle.promise_of(request, promised, request.id in waiting_on_victims))
+            if request.id in waiting_on_victims:
+                for victim in running:
+                    if victim.preempted_by == request.id and victim.keeps is None:
+                        cycle.victim_of[victim.request.id] = (request, victim.notice_deadline_s or now)
         for request in first:  # 1. promises
             if cycle.gated(request):
                 cycle.unhold(request.id)
@@ -250,6 +254,9 @@ class _Cycle(BackfillPhase):
         # (fit key, cordoned) that did not fit, and why: capacity only shrinks, so not in this cycle either
         self.failed: dict[tuple, Pending] = {}
         self.chosen_victims: set[str] = set()
+        # victim id -> (its preemptor, when the preemptor gets its capacity): what a victim frees is its
+        # preemptor's from then, not free for a head's reservation or a booking (`timed_running`)
+        self.victim_of: dict[str, tuple[Request, float]] = {}
         self.shares: dict[str, float] = {}  # request id -> its pool share (`pool_share`)
         # preemptor -> what is held for it (`hold`): how to give each part back, and its GPUs
         self.promise_holds: dict[str, list[tuple[Callable[[], None], float]]] = {}
@@ -684,6 +691,9 @@ class _Cycle(BackfillPhase):
         self._book(request, decision.promised)
         self.hold(request.id, decision.promised)
         self.chosen_victims.update(v.request_id for v in decision.victims)
+        for victim in decision.victims:
+            if victim.keeps is None:
+                self.victim_of[victim.request_id] = (request, victim.deadline_s)
         deadline = decision.deadline_s
         self.pending.append(
             Pending(
