@@ -1114,3 +1114,17 @@ def test_a_head_is_not_reserved_on_capacity_promised_to_a_preemptor(config):
     assert reasons(decision)["c"] in (Reason.BLOCKED_BY_HEAD, Reason.NO_CAPACITY)
     short = admit(snap, [*queue, job("d", 4, 8, 50)], [noticed, x], POLICY, 10, config, promised={"od"})
     assert [p.request_id for p in short.placements] == ["d"]  # one that ends by 70 still backfills
+
+
+def test_spot_behind_a_higher_tier_head_is_told_it_yields_not_that_it_cannot_backfill():
+    """One node: 4 GPUs run to 120, an on-demand head of 8 waits. A spot rental of 4 without a duration was
+    told "no declared duration: cannot backfill", though declaring one would not start it (spot keeps off
+    the pool where a higher tier waits); it is told that, with or without a duration, alone or not."""
+    config = replace(EASY, spot_yields=True)
+    for extra in ([], [job("other", 2, 9, 10_000)]):
+        snap = snapshot_of(1, 8)
+        busy = run(snap, job("busy", 4, 0, 120), 0)
+        queue = [job("head", 8, 5), job("spot", 4, 6, tier=Tier.SPOT), *extra]
+        decision = admit(snap, queue, [busy], POLICY, 10, config)
+        (told,) = [p for p in decision.pending if p.request_id == "spot"]
+        assert told.reason is Reason.NO_CAPACITY and "a higher tier is waiting" in told.message, told

@@ -86,7 +86,7 @@ class BackfillPhase:
         )
         if smallest > self.free_gpus + 1e-9:  # nothing could start now: skip the reservation
             for request in rest:
-                if not self.gated(request):
+                if not (self.gated(request) or self.spot_held(request)):
                     self.pending.append(
                         Pending(request.id, Reason.NO_CAPACITY, "no free capacity")
                         if request.max_duration_s is not None
@@ -347,8 +347,9 @@ class BackfillPhase:
 
     def _block(self, rest: Sequence[Request], message: str) -> None:
         """`rest` waits behind the head for `message`; one a gate holds back (a quota, a spend cap, the spot
-        floor) is told that instead: passing the head would not start it."""
-        self.pending.extend(blocked(r, message) for r in rest if not self.gated(r))
+        floor) or spot yielding to a waiting higher tier is told that instead: passing the head would not
+        start it."""
+        self.pending.extend(blocked(r, message) for r in rest if not (self.gated(r) or self.spot_held(r)))
 
 
 def utc_text(epoch_s: float) -> str:
