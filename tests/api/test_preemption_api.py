@@ -113,12 +113,11 @@ def test_on_demand_preempts_spot_with_notice_and_takes_the_node_at_the_deadline(
     assert "capacity given to the higher-tier rental that preempted it" in preempted["message"]
     assert od not in str(ended)
     assert len(_events(ended, "preempting")) == 1
-    # equal tier never preempts, lower tier never preempts: the placed on-demand rental stays; under the
-    # backfill queue the spot rental (no max_duration_s) waits behind the blocked on-demand head
-    backfill = client.app.state.services.settings.queue == "backfill"
-    spot_reason = "blocked_by_head" if backfill else "no_capacity"
+    # equal tier never preempts, lower tier never preempts: the placed on-demand rental stays; the spot
+    # rental yields to the waiting on-demand one, under either queue (under backfill it was told that it
+    # could not backfill without a duration, though one would not have started it)
     for rental_id, headers, reason in (
-        (late_spot, spot_tenant, spot_reason),
+        (late_spot, spot_tenant, "no_capacity"),
         (other_od, od_tenant, "no_capacity"),
     ):
         body = wait_for(client, rental_id, headers, "placed", reason=reason)
@@ -347,3 +346,28 @@ def test_a_victim_that_ends_its_workload_under_notice_is_said_to_have_left(datab
         ended = client.get(f"/v1/rentals/{spot}", headers=spot_tenant).json()
         (last,) = _events(ended, "preempted")
         assert last["message"].startswith("notice deadline reached;"), last
+
+
+def test_a_preemptor_starts_on_capacity_freed_before_the_deadline_and_its_victim_runs_on(
+    patient_client,
+) -> None:
+    """Both A100 nodes busy, spot on one: an on-demand rental preempts the spot one. Before the deadline the
+    other node frees (its rental stopped): the preemptor starts there, and the spot rental's notice is
+    withdrawn (it waited out the notice, then started on the freed node, the spot rental killed for
+    nothing)."""
+    client = patient_client
+    spot_tenant, od_tenant = _keyed(client, "spot-kept"), _keyed(client, "od-elsewhere")
+    a100 = {"gpu_model": "A100-40GB", "gpus": 4, "regions": ["ap-southeast"]}
+    first = _rent(client, od_tenant, **a100, tier="on_demand")
+    assert wait_for(client, first, od_tenant, "placed")["state"] == "placed"
+    spot = _rent(client, spot_tenant, **a100, tier="spot", bid_micros_per_gpu_hour=BID)
+    spot_node = wait_for(client, spot, spot_tenant, "placed")["allocation"][0]["node"]
+    od = _rent(client, od_tenant, **a100, tier="on_demand")
+    assert wait_for(client, od, od_tenant, "placed", reason="preempting")["pending_reason"] == "preempting"
+    assert client.post(f"/v1/rentals/{first}/stop", headers=od_tenant).json()["state"] == "stopped"
+    placed = wait_for(client, od, od_tenant, "placed")
+    assert placed["state"] == "placed" and placed["allocation"][0]["node"] != spot_node, placed
+    back = wait_for(client, spot, spot_tenant, "placed")
+    assert back["state"] == "placed" and back["notice_deadline"] is None, back
+    (withdrawn,) = [e for e in back["events"] if e["reason"] == "notice_withdrawn"]
+    assert "started on capacity that freed elsewhere" in withdrawn["message"], withdrawn

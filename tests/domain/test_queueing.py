@@ -1128,3 +1128,22 @@ def test_spot_behind_a_higher_tier_head_is_told_it_yields_not_that_it_cannot_bac
         decision = admit(snap, queue, [busy], POLICY, 10, config)
         (told,) = [p for p in decision.pending if p.request_id == "spot"]
         assert told.reason is Reason.NO_CAPACITY and "a higher tier is waiting" in told.message, told
+
+
+@pytest.mark.parametrize("config", [GREEDY_QUEUE, EASY], ids=["greedy", "backfill"])
+def test_a_preemptor_starts_on_capacity_that_frees_before_its_victims_deadline(config):
+    """`od` preempted spot on n1 (deadline 40); at 17 n0 frees. It waited out the notice, then was placed on
+    n0 anyway, spot killed for nothing and n1 left idle. Now it starts on n0 at once, and nothing is held
+    for it on n1 (its victim's notice is withdrawn by the server: its preemptor no longer waits)."""
+    config = replace(config, preemption=PreemptionConfig(default_notice_s=30))
+    snap = snapshot_of(2, 8)
+    x = run(snap, job("x", 8, 0, 17), 0)
+    spot = run(snap, job("spot", 8, 0, tier=Tier.SPOT, bid_micros_per_hour=1), 0)
+    noticed = replace(spot, preempted_by="od", notice_deadline_s=40)
+    queue = [job("od", 8, 5)]
+    decision = admit(snap, queue, [x, noticed], POLICY, 10, config, promised={"od"})
+    assert decision.placements == () and reasons(decision)["od"] is Reason.PREEMPTING
+    snap.release(x.placement.nodes[0])  # x ends at 17
+    later = admit(snap, queue, [noticed], POLICY, 17, config, promised={"od"})
+    ((placed_on,),) = [[a.node for a in p.nodes] for p in later.placements if p.request_id == "od"]
+    assert placed_on == x.placement.nodes[0].node and later.preemptions == ()

@@ -11,6 +11,7 @@ from datetime import datetime
 from suanli.app.maintenance import MAINTENANCE
 from suanli.app.notices import (
     OUTRANKED_NO_MORE,
+    STARTED_ELSEWHERE,
     abandoned,
     end_victim,
     outranked_no_more,
@@ -20,7 +21,7 @@ from suanli.app.notices import (
     withdraw,
 )
 from suanli.app.ports import UnitOfWork
-from suanli.app.records import Rental
+from suanli.app.records import LIVE_STATES, Rental
 from suanli.domain.plan import NodeAllocation
 
 
@@ -39,6 +40,12 @@ class Leaving:
     def ready(self) -> set[str | None]:
         """Preemptors whose victims have all left: they take the freed capacity first."""
         return {v.preempted_by for v in self.due}.difference(self.waiting_on)
+
+
+def _why_left(uow: UnitOfWork, victim: Rental) -> str | None:
+    """Why `victim`'s preemptor no longer waits, when it was not stopped: it started elsewhere."""
+    preemptor = uow.rentals.get(victim.preempted_by or "")
+    return STARTED_ELSEWHERE if preemptor is not None and preemptor.state in LIVE_STATES else None
 
 
 def cancelled_maintenance(uow: UnitOfWork, preempting: Sequence[Rental], now: datetime) -> list[Rental]:
@@ -74,7 +81,7 @@ def under_notice(
         if v.notice_deadline is not None and v.notice_deadline <= now and stop_asked(uow.rentals.events(v.id))
     }
     left = [v for v in abandoned(preempting, {r.id for r in pending}, now) if v.id not in asked]
-    withdrawn = [victim for victim in left if withdraw(uow, victim, now)]
+    withdrawn = [victim for victim in left if withdraw(uow, victim, now, _why_left(uow, victim))]
     for victim in cancelled_maintenance(uow, [v for v in preempting if v.id not in asked], now):
         if withdraw(uow, victim, now, "its node's maintenance window was cancelled; it runs on"):
             withdrawn.append(victim)

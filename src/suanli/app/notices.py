@@ -10,7 +10,8 @@ restarts on its fewer GPUs; a gang's nodes given up end theirs), and the leader 
 as GPUs free.
 
 A victim under notice is killed at its deadline for the rental it was preempted for. When that rental is
-stopped before the deadline (it no longer waits), nobody needs the capacity: the notice is withdrawn and
+stopped before the deadline, or starts on capacity that freed elsewhere meanwhile (`place_without_victims`:
+it no longer waits), nobody needs the capacity: the notice is withdrawn and
 the victim goes back to the state it had (`state_before_notice`), its deadline cleared; its agent deletes
 the notice file and no longer kills it. A trim's notice is withdrawn so even past its deadline (its workload
 was neither signalled nor killed). Notices for maintenance stand, and a spot floor's while the floor stays
@@ -90,6 +91,9 @@ def state_before_notice(events: Sequence[RentalEvent]) -> str:
     return before or state
 
 
+STARTED_ELSEWHERE = (  # why a notice is withdrawn whose preemptor started on capacity that freed meanwhile
+    "the rental it was preempted for started on capacity that freed elsewhere; it keeps all its GPUs"
+)
 OUTRANKED_NO_MORE = (  # why a notice is withdrawn whose preemptor still waits (`outranked_no_more`)
     "the rental it was preempted for no longer outranks it (the contract that made it reserved ended or "
     "moved to another tenant); it keeps all its GPUs"

@@ -162,9 +162,11 @@ def admit(
         cycle.long_jobs = LongJobBudget(snapshot, config.long_job_s, ordered, running)
     first = [r for r in ordered if r.id in promised]
     rest = [r for r in ordered if r.id not in promised]
+    promises: dict[str, Placement | None] = {}
     try:
         for request in first:  # the GPUs promised to a preemptor are held for it, for the whole cycle
-            cycle.hold(request.id, cycle.promise_of(request, promised, request.id in waiting_on_victims))
+            promises[request.id] = cycle.promise_of(request, promised, request.id in waiting_on_victims)
+            cycle.hold(request.id, promises[request.id])
             if request.id in waiting_on_victims:
                 for victim in running:
                     if victim.preempted_by == request.id and victim.keeps is None:
@@ -173,6 +175,8 @@ def admit(
             if cycle.gated(request):
                 cycle.unhold(request.id)
             elif request.id in waiting_on_victims:
+                if cycle.place_without_victims(request, promises[request.id]):
+                    continue  # its victims are no longer needed: their notices are withdrawn
                 cycle.pending.append(Pending(request.id, Reason.PREEMPTING, "victims have notice"))
                 cycle.note_waiting(request)
             elif not cycle.place_promised(request):
@@ -527,6 +531,21 @@ class _Cycle(BackfillPhase):
             return self.try_place(request, cordon=False)
         finally:
             self.failed = failed
+
+    def place_without_victims(self, request: Request, promise: Placement | None) -> bool:
+        """A preemptor whose victims still have notice starts now if what is free fits it (capacity freed
+        elsewhere meanwhile), so no victim is killed for capacity its preemptor would not use; else what is
+        free of its promise is held for it again. (It waited out the notice, then often started on the
+        capacity that had freed, its victims' nodes left idle.)"""
+        self.unhold(request.id)
+        failed = dict(self.failed)
+        try:
+            if self.try_place(request, cordon=False):
+                return True
+        finally:
+            self.failed = failed
+        self.hold(request.id, promise)
+        return False
 
     def note_waiting(self, request: Request) -> None:
         if request.tier is not Tier.SPOT:
