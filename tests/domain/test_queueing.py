@@ -1147,3 +1147,28 @@ def test_a_preemptor_starts_on_capacity_that_frees_before_its_victims_deadline(c
     later = admit(snap, queue, [noticed], POLICY, 17, config, promised={"od"})
     ((placed_on,),) = [[a.node for a in p.nodes] for p in later.placements if p.request_id == "od"]
     assert placed_on == x.placement.nodes[0].node and later.preemptions == ()
+
+
+def test_a_backfilled_gang_is_not_spread_over_two_leaves_to_fill_the_heads_drain():
+    """Leaves l0 (n0, n1) and l1 (n2, n3). n0 is full for good, n1 and n2 run 4 GPUs to 90, n3 runs 4 for
+    good: the head (2 x 8) is reserved on n1 and n2 at 90. A 2 x 4 gang ending at 40 went to n1 and n2 (the
+    drain first), a leaf each, though l1 had room for it; it goes to n2 and n3, one leaf."""
+    snap = snapshot_of(4, 8)
+
+    def on(node: str, request: Request) -> Running:
+        with snap.cordoned([n for n in ("n0", "n1", "n2", "n3") if n != node]):
+            return run(snap, request, 0)
+
+    pinned = [
+        on("n0", job("full", 8, 0)),
+        on("n1", job("a", 4, 0, 90)),
+        on("n2", job("b", 4, 0, 90)),
+        on("n3", job("c", 4, 0)),
+    ]
+    assert [r.placement.nodes[0].node for r in pinned] == ["n0", "n1", "n2", "n3"]
+    config = replace(EASY, fill_drain_first=True)
+    queue = [job("head", 8, 5, nodes=2), job("gang", 4, 6, 30, nodes=2)]
+    decision = admit(snap, queue, pinned, POLICY, 10, config)
+    assert decision.head_start_s == 90
+    ((gang,),) = [[sorted(a.node for a in p.nodes)] for p in decision.placements if p.request_id == "gang"]
+    assert gang == ["n2", "n3"]

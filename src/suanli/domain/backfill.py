@@ -32,7 +32,7 @@ from suanli.domain.queue_order import (
 from suanli.domain.request import Request
 from suanli.domain.reservation import Booking, earliest_slot, expected_end, reserve
 from suanli.domain.running import Running
-from suanli.domain.scheduler import place
+from suanli.domain.scheduler import place, trial_place
 from suanli.domain.snapshot import Snapshot
 
 if TYPE_CHECKING:
@@ -335,8 +335,20 @@ class BackfillPhase:
         if free_milli < self.snapshot.least_gpus(request) * 1000 - 1e-6:
             return False  # too few GPUs free there: skip cordoning the rest of the fleet for a trial
         others = [name for name in self.snapshot.by_name if name not in nodes]
+        if request.node_count > 1 and self._spread_wider(request, others):
+            return False
         with self.snapshot.cordoned(others):
             return self._try_place(request, key)
+
+    def _spread_wider(self, request: Request, others: Sequence[str]) -> bool:
+        """Whether the drain (the fleet less `others`) would hold a gang in a wider network subtree than the
+        fleet offers it now: a gang goes to the smallest subtree first (a 2-node backfill went to one node of
+        each of two leaves when one leaf had room for it)."""
+        anywhere = trial_place(self.snapshot, request, self.policy)
+        if anywhere is None:
+            return False
+        within = trial_place(self.snapshot, request, self.policy, cordon=others)
+        return within is None or _depth(within.subtree) < _depth(anywhere.subtree)
 
     def _place_avoiding(self, request: Request, nodes: set[str]) -> bool:
         """`try_place` off `nodes` (the head's drained nodes, for a request that cannot end in time)."""
@@ -350,6 +362,11 @@ class BackfillPhase:
         floor) or spot yielding to a waiting higher tier is told that instead: passing the head would not
         start it."""
         self.pending.extend(blocked(r, message) for r in rest if not (self.gated(r) or self.spot_held(r)))
+
+
+def _depth(subtree: str) -> int:
+    """How deep a topology path lies (region/zone/pod/leaf: 4); deeper is a smaller subtree."""
+    return len(subtree.split("/")) if subtree else 0
 
 
 def utc_text(epoch_s: float) -> str:
