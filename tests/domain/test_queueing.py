@@ -31,7 +31,7 @@ from suanli.domain.queue_order import (
     response_ratio,
 )
 from suanli.domain.queueing import Gates, admit, pool_share
-from suanli.domain.request import GpuSelector, GpuShare, MigSlice, Request, Tier, WholeGpus
+from suanli.domain.request import Constraints, GpuSelector, GpuShare, MigSlice, Request, Tier, WholeGpus
 from suanli.domain.reservation import OVERDUE_S, reserve
 from suanli.domain.running import Running
 from suanli.domain.scheduler import place
@@ -1172,3 +1172,26 @@ def test_a_backfilled_gang_is_not_spread_over_two_leaves_to_fill_the_heads_drain
     assert decision.head_start_s == 90
     ((gang,),) = [[sorted(a.node for a in p.nodes)] for p in decision.placements if p.request_id == "gang"]
     assert gang == ["n2", "n3"]
+
+
+def test_a_gang_head_holds_back_nothing_in_a_region_too_small_for_it():
+    """r1 has n0 and n1 (both busy for good), r2 only m0 (idle). The head, a 2-node gang, can never land in
+    r2; an 8-GPU rental for r2 without a duration waited behind it ("no declared duration: cannot
+    backfill") while m0 idled. It starts there: the head cannot use m0."""
+    other = Region("r2", "US", 400.0, 1.2)
+
+    def node(name: str, region: str) -> Node:
+        return Node(name, region, (region, "z", "p", "l0"), 64_000, 512_000, "H100-SXM-80GB", 8)
+
+    fleet = Fleet({"r": REGION, "r2": other}, (node("n0", "r"), node("n1", "r"), node("m0", "r2")))
+    snap = Snapshot(fleet, CATALOG)
+    busy = []
+    for name in ("n0", "n1"):
+        with snap.cordoned([n for n in ("n0", "n1", "m0") if n != name]):
+            busy.append(run(snap, job(f"busy-{name}", 8, 0), 0))
+    queue = [
+        job("head", 8, 5, nodes=2),
+        job("r2-only", 8, 6, constraints=Constraints(regions=frozenset({"r2"}))),
+    ]
+    decision = admit(snap, queue, busy, POLICY, 10, EASY)
+    assert [(p.request_id, p.nodes[0].node) for p in decision.placements] == [("r2-only", "m0")]
