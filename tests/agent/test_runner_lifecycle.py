@@ -1087,3 +1087,31 @@ def test_an_agent_given_several_servers_moves_to_the_next_when_one_cannot_be_rea
         stopping.set()
         thread.join(timeout=10)
     assert runner.server_url == "http://a.test"
+
+
+def test_a_stop_inside_a_step_waits_no_longer_than_a_heartbeat_interval(tmp_path: Path) -> None:
+    """A workload that ignores SIGTERM, released by the server: the step stopping it waited the whole
+    `--grace` (here 30 s) without a heartbeat, past the server's timeout (3 intervals), and the node was
+    marked down with every rental on it. It waits one interval (1 s here) and kills."""
+    client = FakeClient()
+    script = (
+        "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True: time.sleep(0.05)"
+    )
+    client.assignments = [assignment("r-1", script)]
+    runner = AgentRunner(
+        "http://server.test",
+        DeclaredProbe.from_file(FLEET, "h100-a-01"),
+        tmp_path,
+        interval_s=1.0,
+        grace_s=30.0,
+        client_factory=lambda url, key: client,
+    )
+    runner._client = client
+    RUNNERS.append(runner)
+    runner.step()
+    pgid = runner.local["r-1"].workload.pid
+    time.sleep(0.3)
+    client.assignments = []
+    began = time.monotonic()
+    runner.step()
+    assert time.monotonic() - began < 10 and not group_alive(pgid)

@@ -251,6 +251,13 @@ class AgentRunner:
         log.warning("moving to server %s", self.server_url)
         return self.server_index != 0
 
+    def _step_grace_s(self) -> float:
+        """The SIGTERM-to-SIGKILL grace of stops made inside a step (a shrink, a resize, a release): at most
+        one heartbeat interval (1 s at least), since no heartbeat goes out while the step waits; a longer
+        `--grace` held heartbeats past the server's timeout, which marked the node down and ended every
+        rental on it, the preemptor just placed there too. The agent's own shutdown gives the full grace."""
+        return min(self.grace_s, max(1.0, self.interval_s))
+
     def _backoff(self, failures: int) -> float:
         """The pause before the next try after `failures` failed steps in a row: grows, capped."""
         return min(MAX_BACKOFF_S, 0.2 * 2**failures, self.interval_s * 2)
@@ -381,7 +388,7 @@ class AgentRunner:
             if local.log_behind:
                 continue  # the rest of its log goes out first, MAX_CHUNKS_PER_STEP a step
             del self.local[rental_id]
-        _stop_together(ending, self.grace_s)
+        _stop_together(ending, self._step_grace_s())
         for rental_id in [r for r in self.orphans if r not in wanted or wanted[r].action == "stop"]:
             drop_orphan(rental_id, self.orphans.pop(rental_id), self.executor)
         pool = getattr(self.executor, "uids", None)  # each rental's own uid (process executor)
@@ -548,7 +555,7 @@ class AgentRunner:
             local.stop_requested = True
         workloads = [adopt(r, self.orphans.pop(r), self.executor) for r in moved]
         stopping = resized + halted + running_again
-        _stop_together([*workloads, *(local.workload for local in stopping)], self.grace_s)
+        _stop_together([*workloads, *(local.workload for local in stopping)], self._step_grace_s())
         for local in [*resized, *again]:
             local.stop_requested = False
             local.exit_code, local.message = None, ""

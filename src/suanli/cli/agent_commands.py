@@ -60,7 +60,14 @@ def agent(
     interval: Annotated[
         float | None, typer.Option(min=0.05, help="Heartbeat interval, s (default: the server's).")
     ] = None,
-    grace: Annotated[float, typer.Option(min=0, help="SIGTERM -> SIGKILL grace when stopping, s.")] = 5.0,
+    grace: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            help="SIGTERM -> SIGKILL grace when stopping, s (at most one heartbeat interval for a stop the "
+            "server asks for: no heartbeat goes out meanwhile).",
+        ),
+    ] = 5.0,
     stop_workloads_on_exit: Annotated[
         bool, typer.Option(help="Stop every workload when the agent exits (default: leave them running).")
     ] = False,
