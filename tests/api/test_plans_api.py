@@ -346,6 +346,10 @@ def test_a_contract_is_prepaid_covers_its_holders_usage_and_transfers_its_remain
     halfway = start + timedelta(hours=5)
     assert services.contracts.recognize(halfway) == 1
     assert services.contracts.recognize(halfway) == 0
+    broke = client.post(
+        f"/v1/contracts/{contract['id']}/transfer", json={"to_tenant_id": buyer_id}, headers=ADMIN
+    )  # the buyer has no cash yet: the field named is the request's own
+    assert broke.status_code == 402 and broke.json()["error"]["field"] == "to_tenant_id", broke.text
     _credit(client, buyer_id, price)
     moved = client.post(
         f"/v1/contracts/{contract['id']}/transfer", json={"to_tenant_id": buyer_id}, headers=ADMIN

@@ -244,14 +244,17 @@ class ContractService:
         if why is not None:
             raise OverSpendLimit(f"{what} is {money_text(amount_micros)}: {why}", field=field)
 
-    def _charge(self, uow: UnitOfWork, tenant_id: str, amount_micros: int, what: str) -> None:
-        """Refuse (PaymentRequired) when paying `amount_micros` from cash breaks the payer's terms."""
+    def _charge(
+        self, uow: UnitOfWork, tenant_id: str, amount_micros: int, what: str, field: str = "tenant_id"
+    ) -> None:
+        """Refuse (PaymentRequired, naming the request's `field` for the payer) when paying `amount_micros`
+        from cash breaks the payer's terms."""
         if not self._payable(uow, tenant_id, amount_micros):
             cash = _cash(uow, tenant_id)
             raise PaymentRequired(
                 f"{what} is {money_text(amount_micros)} and {tenant_id} has {money_text(cash)} in cash; "
                 "top up first",
-                field="tenant_id",
+                field=field,
             )
 
     def recognize(self, now: datetime | None = None) -> int:
@@ -374,7 +377,9 @@ class ContractService:
                             )
                         what = f"the contract's remaining value, which {moved.tenant} would pay,"
                         self._within_spend_limits(uow, moved.tenant, value, now, what, "to_tenant_id")
-                        self._charge(uow, moved.tenant, value, "the contract's remaining value")
+                        self._charge(
+                            uow, moved.tenant, value, "the contract's remaining value", "to_tenant_id"
+                        )
                         post_once(
                             uow,
                             now,
