@@ -371,3 +371,22 @@ def test_a_preemptor_starts_on_capacity_freed_before_the_deadline_and_its_victim
     assert back["state"] == "placed" and back["notice_deadline"] is None, back
     (withdrawn,) = [e for e in back["events"] if e["reason"] == "notice_withdrawn"]
     assert "started on capacity that freed elsewhere" in withdrawn["message"], withdrawn
+
+
+def test_a_victims_notice_is_withdrawn_when_an_operator_drains_its_node(patient_client) -> None:
+    """Spot on the only H200 node has notice for an on-demand rental; the operator drains the node. The
+    preemptor can never be placed there, yet the spot rental was killed at its deadline; its notice is
+    withdrawn and it runs on (a drain keeps what runs), and the preemptor waits for capacity."""
+    client = patient_client
+    spot_tenant, od_tenant = _keyed(client, "spot-drained"), _keyed(client, "od-drained")
+    spot = _rent(client, spot_tenant, gpu_model="H200", gpus=8, tier="spot", bid_micros_per_gpu_hour=BID)
+    assert wait_for(client, spot, spot_tenant, "placed")["allocation"][0]["node"] == "h200-01"
+    od = _rent(client, od_tenant, gpu_model="H200", gpus=8, tier="on_demand")
+    assert wait_for(client, od, od_tenant, "placed", reason="preempting")["pending_reason"] == "preempting"
+    assert client.post("/v1/nodes/h200-01/drain", headers=ADMIN).status_code == 200
+    back = wait_for(client, spot, spot_tenant, "placed")
+    assert back["state"] == "placed" and back["notice_deadline"] is None, back
+    (withdrawn,) = [e for e in back["events"] if e["reason"] == "notice_withdrawn"]
+    assert "its node was drained" in withdrawn["message"], withdrawn
+    waiting = client.get(f"/v1/rentals/{od}", headers=od_tenant).json()
+    assert waiting["state"] == "pending" and waiting["pending_reason"] != "preempting", waiting

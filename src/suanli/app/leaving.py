@@ -21,7 +21,7 @@ from suanli.app.notices import (
     withdraw,
 )
 from suanli.app.ports import UnitOfWork
-from suanli.app.records import LIVE_STATES, Rental
+from suanli.app.records import BELOW_FLOOR, LIVE_STATES, Rental
 from suanli.domain.plan import NodeAllocation
 
 
@@ -46,6 +46,33 @@ def _why_left(uow: UnitOfWork, victim: Rental) -> str | None:
     """Why `victim`'s preemptor no longer waits, when it was not stopped: it started elsewhere."""
     preemptor = uow.rentals.get(victim.preempted_by or "")
     return STARTED_ELSEWHERE if preemptor is not None and preemptor.state in LIVE_STATES else None
+
+
+DRAINED_UNDER_NOTICE = (
+    "its node was drained, so the rental it was preempted for cannot take its GPUs; it keeps them"
+)
+
+
+def on_drained_nodes(uow: UnitOfWork, preempting: Sequence[Rental], now: datetime) -> list[Rental]:
+    """Victims under notice for a rental whose every node an operator drained since (or its agent went down):
+    their preemptor could not be placed there, so they would be killed for nothing (its promise is found
+    anew elsewhere)."""
+    noticed = [
+        v
+        for v in preempting
+        if v.preempted_by not in (None, BELOW_FLOOR, MAINTENANCE)
+        and v.notice_deadline is not None
+        and v.notice_deadline > now
+        and v.notice_keeps is None
+    ]
+    if not noticed:
+        return []
+    drained = uow.fleet.cordoned()
+    return [
+        victim
+        for victim in noticed
+        if (nodes := {a.node for a in uow.rentals.allocation(victim.id)}) and nodes <= drained
+    ]
 
 
 def cancelled_maintenance(uow: UnitOfWork, preempting: Sequence[Rental], now: datetime) -> list[Rental]:
@@ -84,6 +111,9 @@ def under_notice(
     withdrawn = [victim for victim in left if withdraw(uow, victim, now, _why_left(uow, victim))]
     for victim in cancelled_maintenance(uow, [v for v in preempting if v.id not in asked], now):
         if withdraw(uow, victim, now, "its node's maintenance window was cancelled; it runs on"):
+            withdrawn.append(victim)
+    for victim in on_drained_nodes(uow, [v for v in preempting if v.id not in asked and v not in left], now):
+        if withdraw(uow, victim, now, DRAINED_UNDER_NOTICE):
             withdrawn.append(victim)
     if preempting:
         by_pending = {r.id: r for r in pending}
