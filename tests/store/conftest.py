@@ -10,8 +10,12 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
+from suanli.app.agents import AgentService
+from suanli.app.fleet import FleetCache
 from suanli.app.records import Tenant
-from suanli.store.db import MIGRATIONS, make_engine, migrate, unit_of_work_factory
+from suanli.domain.catalog_data import CATALOG
+from suanli.store.agent_repositories import SqlAgentUnitOfWork
+from suanli.store.db import MIGRATIONS, make_engine, migrate, session_factory, unit_of_work_factory
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 EXAMPLE_FLEET = (Path(__file__).resolve().parents[2] / "examples" / "fleet.toml").read_text()
@@ -61,3 +65,17 @@ def downgrade(engine: Engine, revision: str) -> None:
     with engine.begin() as connection:
         config.attributes["connection"] = connection
         command.downgrade(config, revision)
+
+
+def agent_service(engine: Engine, clock: Any) -> AgentService:
+    """The agents' service on `engine`: heartbeats 10 s apart, a node down after 3 missed (30 s)."""
+    sessions = session_factory(engine)
+    return AgentService(
+        lambda: SqlAgentUnitOfWork(sessions),
+        clock,
+        lambda: None,
+        FleetCache(CATALOG),
+        heartbeat_interval_s=10,
+        missed_heartbeats=3,
+        token_ttl_s=600,
+    )

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import agent_service
 from suanli.app.agent_records import WorkloadReport
-from suanli.app.agents import AgentService
 from suanli.app.billing import BillingService
 from suanli.app.fleet import FleetCache
 from suanli.app.invoices import InvoiceService
@@ -24,8 +24,6 @@ from suanli.domain.billing.ledger import TxKind
 from suanli.domain.billing.money import charge_micros, round_half_up
 from suanli.domain.catalog_data import CATALOG
 from suanli.domain.plan import NodeAllocation, Slice
-from suanli.store.agent_repositories import SqlAgentUnitOfWork
-from suanli.store.db import session_factory
 
 FLEET = (Path(__file__).resolve().parents[2] / "examples" / "fleet.toml").read_text()
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
@@ -44,15 +42,7 @@ def env(store, clock):
         u.tenants.add(ALICE.tenant)
         u.fleet.put(FLEET, [NODE, OTHER], T0)
         u.commit()
-    agents = AgentService(
-        lambda: SqlAgentUnitOfWork(session_factory(engine)),
-        clock,
-        lambda: None,
-        FleetCache(CATALOG),
-        heartbeat_interval_s=10,
-        missed_heartbeats=3,
-        token_ttl_s=600,
-    )
+    agents = agent_service(engine, clock)
     billing = BillingService(factory, clock, CATALOG, FleetCache(CATALOG))
     return factory, clock, agents, billing
 

@@ -6,13 +6,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from suanli.app.agents import AgentService
-from suanli.app.fleet import FleetCache
+from conftest import agent_service
 from suanli.app.records import Caller, Tenant
-from suanli.domain.catalog_data import CATALOG
 from suanli.loops.agent_reaper import ReaperLoop
-from suanli.store.agent_repositories import SqlAgentUnitOfWork
-from suanli.store.db import session_factory
 from suanli.store.leader import Leadership
 
 FLEET = (Path(__file__).resolve().parents[2] / "examples" / "fleet.toml").read_text()
@@ -38,15 +34,7 @@ def _reaper(store, clock, ticks):
         u.tenants.add(ADMIN.tenant)
         u.fleet.put(FLEET, [NODE], T0)
         u.commit()
-    agents = AgentService(
-        lambda: SqlAgentUnitOfWork(session_factory(engine)),
-        clock,
-        lambda: None,
-        FleetCache(CATALOG),
-        heartbeat_interval_s=10,
-        missed_heartbeats=3,
-        token_ttl_s=600,
-    )
+    agents = agent_service(engine, clock)
     _, secret = agents.create_token(ADMIN, NODE)
     key = agents.register(secret, {})[1]
     return ReaperLoop(agents, Leadership(engine), 5.0, monotonic_s=ticks), key

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import agent_service
 from suanli.app.agent_records import WorkloadReport
 from suanli.app.agents import AgentService
 from suanli.app.billing import BillingService
@@ -23,8 +24,6 @@ from suanli.domain.billing.money import bp_of, charge_micros
 from suanli.domain.catalog_data import CATALOG
 from suanli.domain.plan import NodeAllocation, Slice
 from suanli.loops.meter_loop import MeterLoop
-from suanli.store.agent_repositories import SqlAgentUnitOfWork
-from suanli.store.db import session_factory
 
 FLEET = (Path(__file__).resolve().parents[2] / "examples" / "fleet.toml").read_text()
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
@@ -43,16 +42,7 @@ def env(store, clock):
         u.tenants.add(ALICE.tenant)
         u.fleet.put(FLEET, [NODE, "l40s-01"], T0)
         u.commit()
-    sessions = session_factory(engine)
-    agents = AgentService(
-        lambda: SqlAgentUnitOfWork(sessions),
-        clock,
-        lambda: None,
-        FleetCache(CATALOG),
-        heartbeat_interval_s=10,
-        missed_heartbeats=3,
-        token_ttl_s=600,
-    )
+    agents = agent_service(engine, clock)
     billing = BillingService(factory, clock, CATALOG, FleetCache(CATALOG))
     invoices = InvoiceService(factory, clock, CATALOG, FleetCache(CATALOG))
     sla = SlaService(factory, clock)
