@@ -5,6 +5,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import replace
+from types import MappingProxyType
 
 import pytest
 from hypothesis import given, settings
@@ -31,6 +32,7 @@ from suanli.domain.queue_order import (
     response_ratio,
 )
 from suanli.domain.queueing import Gates, admit, pool_share
+from suanli.domain.quotas import Limits, TenantLimits
 from suanli.domain.request import Constraints, GpuSelector, GpuShare, MigSlice, Request, Tier, WholeGpus
 from suanli.domain.reservation import OVERDUE_S, reserve
 from suanli.domain.running import Running
@@ -1195,3 +1197,29 @@ def test_a_gang_head_holds_back_nothing_in_a_region_too_small_for_it():
     ]
     decision = admit(snap, queue, busy, POLICY, 10, EASY)
     assert [(p.request_id, p.nodes[0].node) for p in decision.placements] == [("r2-only", "m0")]
+
+
+def test_a_request_its_quota_keeps_off_the_heads_model_is_not_held_behind_it():
+    """Tenant t's H100 quota is full (it runs 8 on n0); n1 runs another tenant's 8 for good; an H100 head
+    waits, its start unbounded. t's 4-GPU request names no model and declares no duration: it can only land
+    on the A100 node, which the head can never use, but it waited behind the head ("no declared duration:
+    cannot backfill") with the A100 idle. It starts there."""
+
+    def node(name: str, model: str, gpus: int) -> Node:
+        return Node(name, "r", ("r", "z", "p", "l0"), 64_000, 512_000, model, gpus)
+
+    fleet = Fleet(
+        {"r": REGION},
+        (node("n0", "H100-SXM-80GB", 8), node("n1", "H100-SXM-80GB", 8), node("a0", "A100-80GB", 8)),
+    )
+    snap = Snapshot(fleet, CATALOG)
+    h100 = GpuSelector(models=frozenset({"H100-SXM-80GB"}))
+    busy = []
+    for name, tenant in (("n0", "t"), ("n1", "u")):
+        with snap.cordoned([n for n in ("n0", "n1", "a0") if n != name]):
+            busy.append(run(snap, job(f"busy-{name}", 8, 0, selector=h100, tenant=tenant), 0))
+    quota = {"t": TenantLimits(MappingProxyType({"H100-SXM-80GB": 8}))}
+    gates = Gates(Limits(MappingProxyType(quota)))
+    queue = [job("head", 8, 5, selector=h100, tenant="v"), job("any", 4, 6, tenant="t")]
+    decision = admit(snap, queue, busy, POLICY, 10, EASY, gates=gates)
+    assert [(p.request_id, p.nodes[0].node) for p in decision.placements] == [("any", "a0")]

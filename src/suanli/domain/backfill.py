@@ -16,7 +16,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from suanli.domain.contracts import hold_pending
+from suanli.domain.contracts import Pool, hold_pending
 from suanli.domain.fair_share import FairShare
 from suanli.domain.plan import NEVER_FITS, Pending, Placement, Reason
 from suanli.domain.policies import Policy
@@ -44,7 +44,7 @@ class BackfillPhase:
 
     The cycle's state it reads and changes is declared here; the cycle's trials it calls (`try_place`,
     `_try_place`, `_fit`, `_failed_before`, `_off_limits`, `gated`, `spot_held`, `note_waiting`,
-    `_hold_breached`, `_book`, `pool_share`, `_landing_pools`, `_why_waiting`) are `_Cycle`'s."""
+    `_hold_breached`, `_book`, `pool_share`, `_landing_pools`, `_gates`, `_why_waiting`) are `_Cycle`'s."""
 
     snapshot: Snapshot
     running: Sequence[Running]
@@ -216,13 +216,28 @@ class BackfillPhase:
         head_pools = self._landing_pools(head)
         behind = []
         for request in rest:
-            if self._landing_pools(request) & head_pools:
+            if self._usable_pools(request) & head_pools:
                 behind.append(request)
             elif not (
                 self.gated(request) or self.spot_held(request) or self.try_place(request, cordon=False)
             ):
                 self.pending.append(self._why_waiting(request))
         return behind
+
+    def _usable_pools(self, request: Request) -> set[Pool]:
+        """`_landing_pools` less those whose every node its gates keep it off (its quota full for a model):
+        it could never land there now (an any-model request whose H100 quota was full waited behind an H100
+        head with an A100 free)."""
+        pools = self._landing_pools(request)
+        _, off = self._gates(request)
+        if not off:
+            return pools
+        open_pools = set()
+        for state in self.snapshot.nodes:
+            if state.name not in off:
+                node_class = self.snapshot.classes[state.class_id]
+                open_pools.add((node_class.model.name, node_class.region))
+        return pools & open_pools
 
     def _plan_conservative(self, requests: Sequence[Request]) -> None:
         """Book each request in order at its earliest slot that delays no booking before it; start what can.
