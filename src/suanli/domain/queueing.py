@@ -163,6 +163,7 @@ def admit(
     first = [r for r in ordered if r.id in promised]
     rest = [r for r in ordered if r.id not in promised]
     promises: dict[str, Placement | None] = {}
+    noticed: list[Request] = []  # preemptors whose victims still have notice
     try:
         for request in first:  # the GPUs promised to a preemptor are held for it, for the whole cycle
             promises[request.id] = cycle.promise_of(request, promised, request.id in waiting_on_victims)
@@ -175,10 +176,9 @@ def admit(
             if cycle.gated(request):
                 cycle.unhold(request.id)
             elif request.id in waiting_on_victims:
-                if cycle.place_without_victims(request, promises[request.id]):
-                    continue  # its victims are no longer needed: their notices are withdrawn
                 cycle.pending.append(Pending(request.id, Reason.PREEMPTING, "victims have notice"))
                 cycle.note_waiting(request)
+                noticed.append(request)
             elif not cycle.place_promised(request):
                 rest.insert(0, request)
         head_index = cycle.walk(rest)  # 3. walk
@@ -188,6 +188,8 @@ def admit(
             cycle.borrow_held()
         if config.elastic_start and config.mode is not Mode.STRICT:  # 7. what waits starts smaller, if it can
             cycle.start_smaller_waiting(rest)
+        for request in noticed:  # 8. a preemptor starts on what is still free: its victims keep their GPUs
+            cycle.place_without_victims(request, promises[request.id])
     finally:
         cycle.release_holds()
     return CycleDecision(
@@ -542,17 +544,27 @@ class _Cycle(BackfillPhase):
             self.failed = failed
 
     def place_without_victims(self, request: Request, promise: Placement | None) -> bool:
-        """A preemptor whose victims still have notice starts now if what is free fits it (capacity freed
-        elsewhere meanwhile), so no victim is killed for capacity its preemptor would not use; else what is
-        free of its promise is held for it again. (It waited out the notice, then often started on the
-        capacity that had freed, its victims' nodes left idle.)"""
+        """A preemptor whose victims still have notice starts now if what the cycle left free fits it, off
+        the head's reserved and the booked nodes (capacity freed elsewhere meanwhile, which no one else
+        took), so no victim is killed for capacity its preemptor would not use; else what is free of its
+        promise is held for it again. (It waited out the notice, then often started on the capacity that
+        had freed, its victims' nodes left idle.) Last in the cycle: a request behind it that fits what
+        freed starts there first, rather than wait for the victims' notice."""
         self.unhold(request.id)
         failed = dict(self.failed)
+        avoid = set(self.reserved_nodes).union(*(b.nodes for b in self.bookings))
+        placed = len(self.placements)
         try:
-            if self.try_place(request, cordon=False):
-                return True
+            with self.snapshot.cordoned(avoid):
+                self.try_place(request, cordon=False)
         finally:
             self.failed = failed
+        if len(self.placements) > placed:
+            self.pending = [p for p in self.pending if p.request_id != request.id]
+            return True
+        self.pending = [  # only what it waits for: a trial's own reason is not it
+            p for p in self.pending if p.request_id != request.id or p.reason is Reason.PREEMPTING
+        ]
         self.hold(request.id, promise)
         return False
 
