@@ -14,6 +14,7 @@ from suanli.app.notices import (
     STARTED_ELSEWHERE,
     abandoned,
     end_victim,
+    noticed_for_a_rental,
     outranked_no_more,
     stop_asked,
     stop_victim,
@@ -21,7 +22,7 @@ from suanli.app.notices import (
     withdraw,
 )
 from suanli.app.ports import UnitOfWork
-from suanli.app.records import BELOW_FLOOR, LIVE_STATES, Rental
+from suanli.app.records import LIVE_STATES, Rental
 from suanli.domain.plan import NodeAllocation
 
 
@@ -60,7 +61,7 @@ def on_drained_nodes(uow: UnitOfWork, preempting: Sequence[Rental], now: datetim
     noticed = [
         v
         for v in preempting
-        if v.preempted_by not in (None, BELOW_FLOOR, MAINTENANCE)
+        if noticed_for_a_rental(v)
         and v.notice_deadline is not None
         and v.notice_deadline > now
         and v.notice_keeps is None

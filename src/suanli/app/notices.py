@@ -45,6 +45,11 @@ def notice_cause(victim: Rental) -> str:
     return "reclaimed" if victim.borrowed else "higher_tier"
 
 
+def noticed_for_a_rental(victim: Rental) -> bool:
+    """Whether `victim`'s notice is for a preemptor rental (not the spot floor's, nor maintenance's)."""
+    return victim.preempted_by not in (None, BELOW_FLOOR, MAINTENANCE)
+
+
 def abandoned(preempting: Sequence[Rental], waiting: Collection[str], now: datetime) -> list[Rental]:
     """Victims whose notice runs on past `now` for a preemptor that no longer waits (not in `waiting`); a
     trim's past its deadline too (its workload was neither signalled nor killed: nothing is lost by keeping
@@ -52,7 +57,7 @@ def abandoned(preempting: Sequence[Rental], waiting: Collection[str], now: datet
     return [
         victim
         for victim in preempting
-        if victim.preempted_by not in (None, BELOW_FLOOR, MAINTENANCE)
+        if noticed_for_a_rental(victim)
         and victim.preempted_by not in waiting
         and victim.notice_deadline is not None
         and (victim.notice_deadline > now or victim.notice_keeps is not None)
