@@ -169,3 +169,19 @@ def test_a_request_that_checkpoints_borrows_while_the_heads_start_cannot_be_boun
     lent = Running(queue[1], placement, 10, borrowed=True)
     taken = admit(snap, [head], [lent], POLICY, 500, BORROW)
     assert [v.request_id for p in taken.preemptions for v in p.victims] == ["saves"]
+
+
+def test_borrowed_gpus_taken_back_are_the_reclaimers_not_free_in_the_heads_reservation():
+    """n0 lends 8 GPUs to `lent`, taken back with notice (deadline 40) by `od`, which has no declared end;
+    n1 runs `x` (4 GPUs to 70) with 4 free. The head `h` (8 GPUs) was reserved on n0 now, as if lent GPUs
+    were free for anyone, so a 4-GPU backfill running to 610 started on n1 and held it back once `od` took
+    n0. Now the head starts when `x` ends, on n1, and a backfill that would outlast that waits."""
+    snap = snapshot_of(2, 8)
+    lent = run(snap, job("lent", 8, 0, 5000, checkpoints=True), 0)
+    x = run(snap, job("x", 4, 0, 70), 0)
+    reclaimed = replace(lent, borrowed=True, preempted_by="od", notice_deadline_s=40)
+    queue = [job("od", 8, 5), job("h", 8, 6), job("c", 4, 7, 600)]
+    decision = admit(snap, queue, [reclaimed, x], POLICY, 10, BORROW, promised={"od"})
+    assert decision.placements == (), decision.placements
+    assert decision.head == "h" and decision.head_start_s == 70
+    assert reasons(decision)["c"] is Reason.BLOCKED_BY_HEAD

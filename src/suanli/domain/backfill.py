@@ -184,7 +184,8 @@ class BackfillPhase:
         """What runs (and what this cycle started, from now) as a reservation or a booking may count on it
         freeing: a preemption victim's capacity is its preemptor's from its deadline, so it frees when the
         preemptor's declared run ends, never without one (a head reserved on a victim's GPUs was promised a
-        start that the preemptor then took, and a backfill let in meanwhile delayed it by its whole run)."""
+        start that the preemptor then took, and a backfill let in meanwhile delayed it by its whole run); a
+        borrower taken back likewise, though lent GPUs otherwise count as free now."""
         timed = []
         for running in [*self.running, *self.started]:
             held = self.victim_of.get(running.request.id)
@@ -193,7 +194,7 @@ class BackfillPhase:
                 declared = preemptor.max_duration_s
                 run_s = None if declared is None else max(from_s, self.now) + declared - running.started_at_s
                 request = replace(running.request, max_duration_s=run_s)
-                running = replace(running, request=request, notice_deadline_s=None)
+                running = replace(running, request=request, notice_deadline_s=None, borrowed=False)
             timed.append(running)
         return timed
 
