@@ -1223,3 +1223,28 @@ def test_a_request_its_quota_keeps_off_the_heads_model_is_not_held_behind_it():
     queue = [job("head", 8, 5, selector=h100, tenant="v"), job("any", 4, 6, tenant="t")]
     decision = admit(snap, queue, busy, POLICY, 10, EASY, gates=gates)
     assert [(p.request_id, p.nodes[0].node) for p in decision.placements] == [("any", "a0")]
+
+
+@pytest.mark.parametrize(
+    "config", [GREEDY_QUEUE, EASY, CONSERVATIVE], ids=["greedy", "backfill", "conservative"]
+)
+def test_a_higher_tier_waits_for_a_time_limit_that_frees_capacity_before_a_notice_would(config):
+    """n0 runs spot with no end, n1 an on-demand rental of 4 GPUs whose time limit ends at 17. An on-demand
+    request of 8 GPUs at 10 preempted the spot rental (notice to 40) though n1 frees at 17: the spot tenant
+    lost its run and the request started 23 s later than by waiting. It waits for n1 now, and a request
+    behind it does not take n1's free GPUs meanwhile; when n1 would free only after the notice ends (at 50),
+    it preempts as before."""
+    config = replace(config, preemption=PreemptionConfig(default_notice_s=30))
+    for ends_at, preempts in ((17, False), (50, True)):
+        snap = snapshot_of(2, 8)
+        spot = run(snap, job("spot", 8, 0, tier=Tier.SPOT, bid_micros_per_hour=1), 0)
+        x = run(snap, job("x", 4, 0, ends_at), 0)
+        queue = [job("od", 8, 5), job("c", 4, 6, 600)]
+        decision = admit(snap, queue, [spot, x], POLICY, 10, config)
+        assert bool(decision.preemptions) is preempts, (ends_at, decision.preemptions)
+        if preempts:
+            continue
+        assert decision.placements == () and reasons(decision)["od"] is Reason.NO_CAPACITY
+        if config.mode is not Mode.GREEDY:
+            booked = [b.start_s for b in decision.bookings if b.request_id == "od"]
+            assert decision.head_start_s == ends_at or booked == [ends_at]

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 from suanli.domain.backfill import BackfillPhase, fit_key
@@ -86,7 +86,7 @@ from suanli.domain.queue_order import (
 )
 from suanli.domain.quotas import Ledger, Limits
 from suanli.domain.request import Request, Tier
-from suanli.domain.reservation import Booking
+from suanli.domain.reservation import Booking, reserve
 from suanli.domain.running import SPOT_FLOOR, Running
 from suanli.domain.scheduler import floor_gate, landed, nominate, place, quota_gate
 from suanli.domain.snapshot import Snapshot
@@ -268,6 +268,7 @@ class _Cycle(BackfillPhase):
         self.promise_holds: dict[str, list[tuple[Callable[[], None], float]]] = {}
         # (fit key, tier) no set of victims makes room for: victims and capacity only shrink in a cycle
         self.no_victims: set[tuple] = set()
+        self.frees_in_time: set[str] = set()  # higher tiers that wait for time limits, not preempting
         self.lowest_tier: float | None = None  # of what runs and is not under notice (worked out when asked)
         self.gates = gates
         self.floor_evictions: tuple[Eviction, ...] = ()
@@ -668,6 +669,11 @@ class _Cycle(BackfillPhase):
         """Why `request`, which did not fit, waits: what `place` said for one like it in this cycle, or says
         now (it did not try when fewer GPUs were free than the request needs: it cannot place it either), off
         the nodes whose maintenance starts before its declared end, as `try_place` tried it."""
+        if request.id in self.frees_in_time:
+            message = (
+                "capacity frees within a notice period as rentals reach their time limits: no preemption"
+            )
+            return Pending(request.id, Reason.NO_CAPACITY, message)
         avoid = self._off_limits(request)
         key = (fit_key(request), False, avoid) if avoid else (fit_key(request), False)
         failed = self.failed.get(key)
@@ -704,7 +710,37 @@ class _Cycle(BackfillPhase):
         if decision is None:
             self.no_victims.add(key)
             return False
+        if self._frees_in_time(request, decision):
+            return False
         return self._give_notice(request, decision)
+
+    def _frees_in_time(self, request: Request, decision: Preemption) -> bool:
+        """Whether `request` starts by its victims' deadline without them, as running rentals reach their
+        time limits: the victims would lose their run for nothing, and it would start no sooner. A floor
+        notice is not an end to wait for (a raised bid withdraws it); victims that all leave for the floor
+        lose nothing, and taking what they free makes the promise firm."""
+        leaving = {r.request.id for r in self.running if r.preempted_by == SPOT_FLOOR}
+        if all(v.request_id in leaving for v in decision.victims):
+            return False
+        timed = [
+            replace(r, preempted_by=None, notice_deadline_s=None) if r.request.id in leaving else r
+            for r in self.timed_running()
+        ]
+        reservation = reserve(
+            self.snapshot,
+            request,
+            timed,
+            self.policy,
+            self.now,
+            maintenance=self._maintenance_on_fleet(),
+        )
+        if reservation is None or reservation[0] > decision.deadline_s:
+            return False
+        self.frees_in_time.add(request.id)
+        self.note_waiting(request)
+        if self.config.mode is Mode.GREEDY:  # what is free of it now is its own this cycle, as a promise
+            self.hold(request.id, reservation[1])
+        return True
 
     def _reclaim_for(self, request: Request) -> bool:
         """With `borrow_idle`: `request`, which does not fit, takes back with notice what requests behind it
