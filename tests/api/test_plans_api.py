@@ -5,6 +5,7 @@ limit, a prepaid tenant warned then stopped, and a contract's prepaid price, 0-p
 from __future__ import annotations
 
 import threading
+from types import SimpleNamespace
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -871,3 +872,29 @@ def test_a_notice_for_a_contract_claim_is_withdrawn_when_the_contract_ends_befor
         scheduler_cycles(client)
         assert client.get(f"/v1/rentals/{victim}", headers=crowd).json()["state"] == "placed"
         assert client.get(f"/v1/rentals/{claim}", headers=holder).json()["state"] == "pending"
+
+
+def test_a_contract_sold_back_and_forth_within_a_second_is_paid_for_at_each_sale(
+    client, tenant, monkeypatch
+) -> None:
+    """A to B, B to A, A to B inside one second: the third sale's payment had the first's ledger key (its
+    parties and the second) and was taken for a replay, so B held the contract and had paid nothing."""
+    services = client.app.state.services
+    seller_id, seller = tenant("futures-bouncer")
+    buyer_id, buyer = tenant("futures-bounced")
+    for tenant_id in (seller_id, buyer_id):
+        _credit(client, tenant_id, 1_000_000_000)
+    contract = client.post("/v1/contracts", json=h100_contract(datetime.now(UTC), hours=10), headers=seller)
+    assert contract.status_code == 201, contract.text
+    frozen = services.contracts.clock.now()
+    monkeypatch.setattr(services.contracts, "clock", SimpleNamespace(now=lambda: frozen))
+    before = {t: _balance(client, h)["cash_micros"] for t, h in ((seller_id, seller), (buyer_id, buyer))}
+    path = f"/v1/contracts/{contract.json()['id']}/transfer"
+    for to_tenant_id in (buyer_id, seller_id, buyer_id):
+        moved = client.post(path, json={"to_tenant_id": to_tenant_id}, headers=ADMIN)
+        assert moved.status_code == 200, moved.text
+    transfers = [tx for tx in _ledger(client, buyer_id) if tx["kind"] == "transfer"]
+    assert len(transfers) == 3
+    paid = before[buyer_id] - _balance(client, buyer)["cash_micros"]
+    assert paid > 0 and _balance(client, seller)["cash_micros"] - before[seller_id] == paid
+    assert client.get("/v1/ledger/verify", headers=ADMIN).json()["ok"] is True

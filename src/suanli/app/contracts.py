@@ -383,7 +383,10 @@ class ContractService:
                         post_once(
                             uow,
                             now,
-                            key=f"transfer:{record.id}:{record.tenant_id}:{moved.tenant}:{to_epoch_s(now)}",
+                            # one key per sale (the row is locked): two sales between the same two
+                            # tenants in one second each pay; a key of the parties and the second took
+                            # the later one for a replay of the first while the contract still changed hands
+                            key=f"transfer:{record.id}:{new_id('sale')}",
                             kind=TxKind.TRANSFER,
                             postings=transfer_postings(moved.tenant, record.tenant_id, value),
                             ref=record.id,
