@@ -5,9 +5,9 @@ limit, a prepaid tenant warned then stopped, and a contract's prepaid price, 0-p
 from __future__ import annotations
 
 import threading
-from types import SimpleNamespace
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 
 import pytest
 from fastapi.testclient import TestClient
