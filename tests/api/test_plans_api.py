@@ -126,7 +126,7 @@ def test_a_members_offers_show_its_discounted_price_and_a_rental_is_charged_it(c
         return {o["tier"]: tuple(o[name] for name in prices) for o in found.json()}
 
     discounted = H100_ON_DEMAND - bp_of(H100_ON_DEMAND, 1000)
-    assert offered(member) == {"on_demand": (discounted, discounted, 1000), "spot": (1_500_000, 1_500_000, 0)}
+    assert offered(member) == {"on_demand": (discounted, discounted, 1000), "spot": (1_500_335, 1_500_335, 0)}
     assert offered(other)["on_demand"] == (H100_ON_DEMAND, H100_ON_DEMAND, 0)
     assert set(offered(member, "tier=on_demand price<2.7")) == {"on_demand"}
     assert offered(other, "tier=on_demand price<2.7") == {}

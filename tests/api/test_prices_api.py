@@ -111,10 +111,11 @@ def _offered(client, headers: dict[str, str], query: str) -> dict[str, int]:
 def test_offers_show_the_price_a_rental_placed_now_pays(client, tenant) -> None:
     """An operator's regional on-demand price and spot floor are what the offers show, as they are what a
     rental placed now pays (the offers used to show the catalogue's list price whatever the book said); the
-    spot price follows the pool's utilization; a future-dated entry shows from its time on."""
+    spot price follows the pool's utilization, one GPU more (a one-GPU spot rental's own, which the leader
+    counts); a future-dated entry shows from its time on."""
     _, headers = tenant("shopper")
     h100 = f"gpu={H100} region=cn-north interconnect=ib"
-    assert _offered(client, headers, h100) == {"on_demand": 2_990_000, "spot": 1_500_000}
+    assert _offered(client, headers, h100) == {"on_demand": 2_990_000, "spot": 1_500_335}  # u = 1/64
     later = datetime.now(UTC) + timedelta(hours=1)
     entries = [
         _entry(region="cn-north", price_micros_per_gpu_hour=3_500_000),
@@ -122,15 +123,15 @@ def test_offers_show_the_price_a_rental_placed_now_pays(client, tenant) -> None:
         _entry(region="cn-north", price_micros_per_gpu_hour=3_000_000, effective_from=later.isoformat()),
     ]
     assert client.put("/v1/prices", json=entries, headers=ADMIN).status_code == 200
-    assert _offered(client, headers, h100) == {"on_demand": 3_500_000, "spot": 900_000}
+    assert _offered(client, headers, h100) == {"on_demand": 3_500_000, "spot": 900_585}
 
     body = {**RENT, "gpus": 8, "regions": ["cn-north"]}
     created = client.post("/v1/rentals", json=body, headers=headers)
     assert created.status_code == 201, created.text
     placed = wait_for(client, created.json()["id"], headers, "placed")
     assert placed["price_micros_per_hour"] == 8 * 3_500_000
-    # 8 of the pool's 64 GPUs busy: floor + (on-demand - floor) x 0.125^2 = 900,000 + 40,625
-    assert _offered(client, headers, h100) == {"on_demand": 3_500_000, "spot": 940_625}
+    # 8 of the pool's 64 GPUs busy, and one more: floor + (on-demand - floor) x 0.140^2 = 900,000 + 50,960
+    assert _offered(client, headers, h100) == {"on_demand": 3_500_000, "spot": 950_960}
 
     offers = client.app.state.services.offers
     real_clock, offers.clock = offers.clock, FixedClock(later + timedelta(seconds=1))
@@ -233,3 +234,20 @@ def test_cli_prices_filters_by_model_and_says_from_when_each_applies(client, mon
     assert ["H100-SXM-80GB", "on_demand", "list", "*", "2.9900", "always"] in [row[:6] for row in rows]
     dated = ["H100-SXM-80GB", "on_demand", "list", "cn-north", "3.1000", later.strftime("%Y-%m-%d %H:%M")]
     assert dated in [row[:6] for row in rows]
+
+
+def test_a_spot_offer_is_what_a_one_gpu_spot_rental_placed_now_pays(client, tenant) -> None:
+    """The spot offer priced the pool at its utilization without the rental, and the leader prices it with
+    its own GPUs counted: a one-GPU rental paid more than the offer said (in an 8-GPU pool, half of it
+    rented paid 25% over). The offer is a one-unit rental's price now; a larger one pays more, as its dry
+    run says."""
+    _, headers = tenant("spot-shopper")
+    h100 = f"gpu={H100} region=cn-north interconnect=ib"
+    offered = _offered(client, headers, h100)["spot"]
+    body = {**RENT, "gpus": 1, "regions": ["cn-north"], "tier": "spot", "bid_micros_per_gpu_hour": 3_000_000}
+    created = client.post("/v1/rentals", json=body, headers=headers)
+    assert created.status_code == 201, created.text
+    placed = wait_for(client, created.json()["id"], headers, "placed")
+    assert placed["price_micros_per_hour"] == offered > 1_500_000
+    trial = client.post("/v1/rentals/dry-run", json={**body, "gpus": 8}, headers=headers).json()
+    assert trial["price_micros_per_hour"] > 8 * _offered(client, headers, h100)["spot"]

@@ -12,10 +12,11 @@ currency units per hour of one unit (a GPU, or one instance). A bad term raises 
 and token.
 
 Prices come from the price book in force now (the operators' entries over the list prices): on-demand its
-list price, spot the pool's spot price at its current utilization (what a spot rental placed now pays, never
-above its bid), a MIG instance its explicit entry or its share of the GPU's compute. A tenant searching sees
-its plan's discount taken off the tiers the plan discounts (`plan_discount_bp`), as a one-unit rental is
-quoted; contracts are left to the rental's quote (covered capacity is paid for up front).
+list price, spot the pool's spot price at its current utilization with one unit more (what a one-unit spot
+rental placed now pays, never above its bid: the leader counts a rental's own GPUs, so a larger one pays
+more), a MIG instance its explicit entry or its share of the GPU's compute. A tenant searching sees its
+plan's discount taken off the tiers the plan discounts (`plan_discount_bp`), as a one-unit rental is quoted;
+contracts are left to the rental's quote (covered capacity is paid for up front).
 
 A MIG row counts the instances of its profile that could run at once now (idle ones reused or
 repartitioned, busy ones kept), each profile on its own: a GPU that can host seven 1g or two 3g instances
@@ -40,6 +41,7 @@ from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.domain.billing.money import bp_of, to_epoch_s
 from suanli.domain.billing.plans import Plan, plan_in_force
 from suanli.domain.billing.pricebook import PriceBook, shape_rate, utilization_milli
+from suanli.domain.capacity import instance_milli
 from suanli.domain.catalog import Catalog, GpuModel
 from suanli.domain.inventory import Fleet, GpuMode, Node
 from suanli.domain.mig import MigInstance, placeable_count
@@ -209,7 +211,7 @@ class OfferService:
             book = self.price_book(uow)
             taken = uow.rentals.busy_by_gpu()  # every GPU a live allocation has a slice of
             carved = self._mig_instances(uow, fleet)
-        utilization = _pool_utilization(fleet, taken)
+        load = _pool_load(fleet, taken)
         open_nodes = [node for node in fleet.nodes if node.name not in cordoned]
         # (group, unit) -> free units per node; unit: None (whole GPUs), a MIG profile, or SHARE
         units: dict[tuple[Group, str | None], list[int]] = {}
@@ -230,9 +232,7 @@ class OfferService:
             offer
             for (group, unit), frees in sorted(units.items(), key=lambda item: self._row_order(*item[0]))
             if unit is None or sum(frees)
-            for offer in self._priced(
-                fleet, group, unit, frees, book, utilization, now_s, largest_share.get(group)
-            )
+            for offer in self._priced(fleet, group, unit, frees, book, load, now_s, largest_share.get(group))
         ]
         with self._lock:
             self._computed = _Computed(stamp, _next_entry_s(book, now_s), offers)
@@ -301,13 +301,18 @@ class OfferService:
         unit: str | None,
         frees: list[int],
         book: PriceBook,
-        utilization: Mapping[tuple[str, str], int],
+        load: Mapping[tuple[str, str], tuple[int, int]],
         now_s: int,
         largest_share: tuple[int, int] | None = None,
     ) -> list[Offer]:
         model_name, region_name, interconnect = group
         model = self.catalog.get(model_name)
         region = fleet.regions[region_name]
+        busy_milli, total_milli = load.get((model_name, region_name), (0, 0))
+        with_unit = busy_milli + _unit_milli(model, unit, largest_share)  # a spot rental pays with its own
+        utilization = utilization_milli(
+            [((model_name, region_name), total_milli, min(with_unit, total_milli))]
+        )
         offers = []
         for tier in TIERS:
             per_gpu = _gpu_hour_price(book, model, region_name, tier, utilization, now_s)
@@ -361,24 +366,35 @@ def _gpu_hour_price(
     now_s: int,
 ) -> int:
     """What one whole GPU costs per hour if placed now: on-demand its list price; spot the pool's spot price
-    at its utilization, as the leader prices a spot rental it places."""
+    at its utilization with the rental's own unit counted, as the leader prices a spot rental it places."""
     if tier == "spot":
         return book.spot_price(model.name, region, utilization.get((model.name, region), 0), now_s)
     return book.list_price(model.name, region, Tier.ON_DEMAND, now_s).price_micros_per_gpu_hour
 
 
-def _pool_utilization(
+def _pool_load(
     fleet: Fleet, taken: Mapping[tuple[str, int], tuple[int, int]]
-) -> dict[tuple[str, str], int]:
-    """Busy GPU milli per 1000 of each (model, region) pool, drained nodes counted, as spot prices follow."""
-    return utilization_milli(
-        (
-            (node.gpu_model, node.region),
-            node.gpu_count * FULL_MILLI,
-            sum(taken.get((node.name, index), (0, 0))[0] for index in range(node.gpu_count)),
-        )
-        for node in fleet.nodes
-    )
+) -> dict[tuple[str, str], tuple[int, int]]:
+    """Busy and total GPU milli of each (model, region) pool, drained nodes counted, as spot prices follow."""
+    load: dict[tuple[str, str], tuple[int, int]] = {}
+    for node in fleet.nodes:
+        pool = (node.gpu_model, node.region)
+        busy_milli, total_milli = load.get(pool, (0, 0))
+        busy_milli += sum(taken.get((node.name, index), (0, 0))[0] for index in range(node.gpu_count))
+        load[pool] = (busy_milli, total_milli + node.gpu_count * FULL_MILLI)
+    return load
+
+
+def _unit_milli(model: GpuModel, unit: str | None, largest_share: tuple[int, int] | None) -> int:
+    """The GPU milli one unit of an offer takes: a whole GPU, one MIG instance of its profile, or the largest
+    share on offer (a smaller share pays a little less)."""
+    if unit is None:
+        return FULL_MILLI
+    if unit == SHARE:
+        return largest_share[0] if largest_share else 0
+    geometry = model.mig
+    assert geometry is not None
+    return instance_milli(geometry, geometry.profile(unit))
 
 
 def _next_entry_s(book: PriceBook, now_s: int) -> float:
