@@ -275,3 +275,62 @@ def test_a_webhook_changes_its_kinds_and_url_keeping_its_secret_and_cursor(
         assert [(e["rental_id"], e["kind"]) for e in picky.events()] == [(rental["id"], "stopped")]
         every = client.patch(path, json={"events": []}, headers=owner).json()  # back to every kind
         assert every["events"] == [] and every["url"] == picky.url
+
+
+UNSENDABLE_URLS = [
+    "http://127.0.0.1:9/hook\r\nX: 1",  # header injection: urlsplit drops the CR LF, httpx refuses it
+    "https://example.com/a\tb",
+    "https://example.com/a\x7fb",
+    "https://\u2603.example/hook",  # not a valid IDNA host name
+    "https://xn--zz.example/hook",  # not a valid A-label
+]
+
+
+@pytest.mark.parametrize("url", UNSENDABLE_URLS, ids=ascii)
+def test_a_webhook_url_the_sender_cannot_send_to_is_refused_naming_it(client, tenant, url: str) -> None:
+    """These passed `urlsplit` and were stored (201), then raised in the sender on every pass."""
+    _, headers = tenant("hooked")
+    refused = client.post("/v1/webhooks", json={"url": url}, headers=headers)
+    assert refused.status_code == 400 and refused.json()["error"]["field"] == "url", refused.text
+    made = client.post("/v1/webhooks", json={"url": "https://example.com/hook"}, headers=headers).json()
+    patched = client.patch(f"/v1/webhooks/{made['id']}", json={"url": url}, headers=headers)
+    assert patched.status_code == 400 and patched.json()["error"]["field"] == "url", patched.text
+    assert [w["url"] for w in client.get("/v1/webhooks", headers=headers).json()] == [made["url"]]
+
+
+def test_a_webhook_that_cannot_be_sent_fails_alone_and_others_are_delivered_once(
+    database_url: str, picky: Receiver
+) -> None:
+    """A stored URL the sender raises on (one kept from before the check) aborted every pass: other
+    tenants' webhooks got the same events again each pass and were never marked delivered."""
+    with app_client(database_url, webhook_private_ok=True, webhook_interval_s=0.1) as client:
+        careless, other = _tenant(client, "careless"), _tenant(client, "other")
+        service = client.app.state.services.webhooks
+        bad = client.post("/v1/webhooks", json={"url": "https://example.com/x"}, headers=careless).json()
+        with service.uow() as uow:
+            uow.webhooks.change(bad["id"], UNSENDABLE_URLS[0], ())
+            uow.commit()
+        good = [client.post("/v1/webhooks", json={"url": picky.url}, headers=other).json() for _ in range(3)]
+        body = {"gpu_model": "L40S", "gpus": 1, "command": ["true"]}
+        for headers in (careless, other):
+            rental = client.post("/v1/rentals", json=body, headers=headers).json()
+            wait_for(client, rental["id"], headers, "placed")
+
+        def sent() -> list[tuple[str, int, str]]:
+            """(webhook, event id, kind) of every event the receiver got, in the order it came."""
+            deliveries = [json.loads(raw) for _, raw in picky.got]
+            return [(d["webhook_id"], e["id"], e["kind"]) for d in deliveries for e in d["events"]]
+
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and sum(kind == "placed" for *_, kind in sent()) < len(good):
+            time.sleep(0.1)
+        time.sleep(1.0)  # passes enough to send each batch again if it were not marked delivered
+        assert len(set(sent())) == len(sent()), sent()  # no event twice to a webhook
+        assert sorted((hook, kind) for hook, _, kind in sent()) == sorted(
+            (w["id"], kind) for w in good for kind in ("created", "placed")
+        )
+        shown = {w["id"]: w for w in client.get("/v1/webhooks", headers=other).json()}
+        assert all(w["delivered_at"] is not None and w["failures"] == 0 for w in shown.values())
+        (failing,) = client.get("/v1/webhooks", headers=careless).json()
+        assert failing["failures"] >= 1 and failing["retry_at"] is not None
+        assert "InvalidURL" in failing["last_error"], failing

@@ -37,7 +37,7 @@ from suanli.domain.queue_order import BOOKED_QUEUE, GREEDY_QUEUE, PLATFORM_QUEUE
 from suanli.loops.agent_reaper import ReaperLoop
 from suanli.loops.meter_loop import MeterLoop
 from suanli.loops.scheduler_loop import SchedulerLoop
-from suanli.loops.webhook_loop import WebhookLoop
+from suanli.loops.webhook_loop import WebhookLoop, parse_url
 from suanli.store.agent_repositories import SqlAgentUnitOfWork, SqlRunEnergy
 from suanli.store.db import make_engine, migrate, session_factory, unit_of_work_factory
 from suanli.store.leader import Leadership
@@ -240,7 +240,7 @@ def build(settings: Settings, clock: Clock | None = None) -> Services:
     )
     dry_runs = RateLimit(settings.dry_run_rate, "dry runs")
     rentals = RentalService(uow, clock, CATALOG, wake, billing, scheduler.trial, dry_runs, cache)
-    webhooks = WebhookService(uow, clock)
+    webhooks = WebhookService(uow, clock, parse_url)
     reaper = ReaperLoop(
         agents, loop.leadership, min(settings.agent_heartbeat_interval_s / 2, 5.0), rentals=rentals
     )

@@ -11,8 +11,10 @@ Guarantees:
   event is skipped only if its transaction stayed open that long after its insert.
 * Signed: the body's HMAC-SHA256 under the webhook's own secret (shown once, at creation) in
   `X-Suanli-Signature: sha256=<hex>`, so a receiver can tell the server's deliveries from anyone's.
-* A failure (no answer, a non-2xx) waits `backoff_s(failures)` before the next try (5 s doubling, at most
-  10 min); it never blocks another webhook.
+* A URL is checked at registration by the sender's own parser (`url_parser`), so what is stored can be
+  sent: control characters and host names that are not valid IDNA are refused naming `url`.
+* A failure (no answer, a non-2xx, anything the send raised) waits `backoff_s(failures)` before the next
+  try (5 s doubling, at most 10 min); it never blocks another webhook.
 The HTTP itself is the shell's (`loops/webhook_loop.py`); this module decides what to send and records how
 it went.
 """
@@ -23,7 +25,7 @@ import hashlib
 import hmac
 import json
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from urllib.parse import urlsplit
@@ -39,12 +41,22 @@ MAX_URL_CHARS = 2000
 FIRST_RETRY_S, LAST_RETRY_S = 5.0, 600.0
 SIGNATURE_HEADER = "X-Suanli-Signature"
 SKIP_GAP = 1000  # events it does not get that a webhook's cursor lags by before it is moved past them
+UrlParser = Callable[[str], object]  # the sender's URL parser: raises ValueError on one it cannot send to
 
 
-def check_url(url: str) -> str:
-    """The URL, if a webhook can be sent to it: http or https, a host, no user or password in it."""
+def no_parser(url: str) -> None:
+    """A parser that takes every URL: for callers that only check the shape (the sender's is wired in)."""
+
+
+def check_url(url: str, parse: UrlParser = no_parser) -> str:
+    """The URL, if a webhook can be sent to it: http or https, a host, no user or password in it, and
+    taken by `parse` (the sender's parser: `urlsplit` silently drops CR, LF and TAB and checks no IDNA)."""
     if len(url) > MAX_URL_CHARS:
         raise Invalid(f"a webhook URL is at most {MAX_URL_CHARS} characters", field="url")
+    try:
+        parse(url)
+    except ValueError as error:
+        raise Invalid(f"not a URL the server can send to ({error}): {url!r}", field="url") from None
     try:
         parts = urlsplit(url)
         host, _ = parts.hostname, parts.port  # each raises ValueError on a malformed one ("http://[::1")
@@ -98,13 +110,13 @@ def signature(secret: str, body: bytes) -> str:
 
 
 class WebhookService:
-    def __init__(self, uow: UnitOfWorkFactory, clock: Clock) -> None:
-        self.uow, self.clock = uow, clock
+    def __init__(self, uow: UnitOfWorkFactory, clock: Clock, url_parser: UrlParser) -> None:
+        self.uow, self.clock, self.url_parser = uow, clock, url_parser
 
     def create(self, caller: Caller, url: str, event_kinds: Sequence[str] = ()) -> Webhook:
         """A webhook for the caller's rentals from now on, for the events of `event_kinds` (none: every
         kind); its secret is in the answer, and only there."""
-        check_url(url)
+        check_url(url, self.url_parser)
         kinds = check_event_kinds(event_kinds)
         with self.uow() as uow:
             if len(uow.webhooks.list(caller.tenant.id)) >= MAX_WEBHOOKS:
@@ -133,7 +145,7 @@ class WebhookService:
         stay, so delivery goes on from where it was, to the new URL, of the new kinds."""
         kinds = None if event_kinds is None else check_event_kinds(event_kinds)
         if url is not None:
-            check_url(url)
+            check_url(url, self.url_parser)
         with self.uow() as uow:
             webhook = self._owned(uow, caller, webhook_id)
             changed = replace(

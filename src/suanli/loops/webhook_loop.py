@@ -2,7 +2,8 @@
 after a full batch).
 
 Each due webhook gets one batch per run, POSTed with its signature; a 2xx moves its cursor, anything else
-(an error status, a timeout, no connection) records the failure and its backoff. Redirects are not
+(an error status, a timeout, no connection, any error the send raised) records that webhook's failure and
+its backoff, and the pass goes on with the others. Redirects are not
 followed. Unless `private_ok`, a URL whose host resolves to a loopback, private, link-local or reserved
 address is refused (a tenant must not make the server call into its own network). The check is made where
 the connection is opened, on the one resolution the socket then connects to (`PinnedBackend`), so a DNS
@@ -92,12 +93,26 @@ class WebhookLoop(LeaderLoop):
         except httpx.HTTPError as failure:
             cause = failure.__cause__  # httpx re-raises the pool's errors from them
             return str(cause) if isinstance(cause, Refused) else f"{type(failure).__name__}: {failure}"
+        except Exception as failure:  # one tenant's webhook fails alone: a raise here aborted every pass
+            log.warning("webhook %s: send raised", webhook.id, exc_info=True)
+            return f"{type(failure).__name__}: {failure}"
         return None if answer.is_success else f"answered {answer.status_code}"
 
     async def stop(self) -> None:
         await super().stop()
         self.senders.shutdown(wait=True)
         self.http.close()
+
+
+def parse_url(url: str) -> httpx.URL:
+    """`url` as the sender will send to it; ValueError if httpx cannot (control characters, a host name
+    that is not valid IDNA), so registration refuses what the sender would raise on."""
+    try:
+        parsed = httpx.URL(url)
+        parsed.host  # noqa: B018 - decodes an "xn--" label, as sending does (idna.IDNAError on a bad one)
+        return parsed
+    except httpx.InvalidURL as error:  # idna's errors are ValueErrors already
+        raise ValueError(str(error)) from None
 
 
 Resolver = Callable[[str, int], Iterable[str]]  # (host, port) -> its addresses
