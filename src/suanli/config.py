@@ -39,6 +39,12 @@ class Settings(BaseSettings):
         "notation); past it, 429 with Retry-After, which the SDK and CLI wait out. Admins and providers "
         "are not limited. Empty: no limit.",
     )
+    max_body_bytes: int = Field(
+        default=4 * 1024 * 1024,
+        gt=0,
+        description="The largest request body the server reads (the fleet file may be 8 MiB); a larger one "
+        "is answered 413 before it is read or its key is checked.",
+    )
     dry_run_rate: str = Field(
         default="5/second;120/minute",
         description="Dry runs a tenant may ask for, per window (the `limits` notation; each takes the "

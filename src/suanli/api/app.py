@@ -25,6 +25,7 @@ from suanli.api import (
     routes_webhooks,
 )
 from suanli.api.attach_relay import Relay
+from suanli.api.body_limit import LimitBodySize
 from suanli.api.wiring import build
 from suanli.app.ports import Clock
 from suanli.config import Settings
@@ -75,6 +76,9 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
     app.state.services = services
     app.state.exec_relay = relay
     errors.install(app)
+    fleet_put = ("PUT", "/v1/fleet")  # the fleet file checks its own, larger limit as it reads it
+    limits = {fleet_put: routes_fleet.MAX_FLEET_BYTES}
+    app.add_middleware(LimitBodySize, max_bytes=services.settings.max_body_bytes, route_limits_bytes=limits)
     app.include_router(routes_accounts.router)
     app.include_router(routes_fleet.router)
     app.include_router(routes_rentals.router)
