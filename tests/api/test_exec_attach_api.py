@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import pytest
 from fastapi.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 from typer.testing import CliRunner
 
-from conftest import logged_in_as, register_agent, running_share
+from conftest import ADMIN, logged_in_as, register_agent, running_share
 from suanli.api import exec_attach
 from suanli.app import execs
 from suanli.cli import exec_commands
@@ -210,3 +211,42 @@ def test_a_command_that_ended_before_its_client_came_keeps_its_output_for_it(
     assert "has ended (exited)" in _closed_with(
         lambda: client.websocket_connect(f"{url}/{exec_id}/attach", headers=owner), 4409
     )
+
+
+@pytest.mark.parametrize(
+    "opened",
+    [("execs", {"command": ["sh"], "stdin": True}), ("forwards", {"port": 8888})],
+    ids=["shell", "port-forward"],
+)
+def test_revoking_a_key_ends_the_sessions_it_opened_within_seconds(
+    client: TestClient, tenant, opened: tuple[str, dict]
+):
+    """An attached shell and a port forward kept relaying (up to 8 h) after their key was revoked and REST
+    calls with it got 401: the key was checked once, when the socket was admitted."""
+    tenant_id, owner = tenant("revoked-midstream")
+    rental_id, node_headers = running_share(client, owner)
+    keys = f"/v1/tenants/{tenant_id}/keys"
+    leaked = client.post(keys, json={"label": "leaked"}, headers=ADMIN).json()
+    with_leaked = {"Authorization": f"Bearer {leaked['secret']}"}
+    kind, body = opened
+    exec_id = client.post(f"/v1/rentals/{rental_id}/{kind}", json=body, headers=with_leaked).json()["id"]
+    attach = f"/v1/rentals/{rental_id}/execs/{exec_id}/attach"
+    with (
+        client.websocket_connect(attach, headers=with_leaked) as tenant_end,
+        client.websocket_connect(f"/v1/agents/execs/{exec_id}/attach", headers=node_headers) as agent_end,
+    ):
+        agent_end.send_bytes(b"before")
+        assert tenant_end.receive_bytes() == b"before"
+        assert client.delete(f"{keys}/{leaked['id']}", headers=ADMIN).status_code == 200
+        assert client.get("/v1/me", headers=with_leaked).status_code == 401
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # the agent's output still reaches it until it is closed
+            agent_end.send_bytes(b"after")
+            message = tenant_end.receive()
+            if message["type"] == "websocket.close":
+                break
+            time.sleep(0.2)
+        assert message["type"] == "websocket.close", "still relaying 10 s after its key was revoked"
+        assert message["code"] == 4401 and "revoked" in message["reason"], message
+        assert agent_end.receive()["type"] == "websocket.close"  # its agent ends the command
+    assert time.monotonic() < deadline

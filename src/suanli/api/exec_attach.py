@@ -11,6 +11,9 @@ server relays the frames between them. The server never connects to a node; both
   for ever on input; a client whose command ends before its agent came (it failed to start) is told so
   (4410 with the reason). A command may also end before its client came (quicker than the client's
   connection): its agent's end then waits for the client (`LATE_CLIENT_S`) with the output.
+* The client's key is checked again every `KEY_RECHECK_S` while it is attached: once it no longer
+  authenticates (revoked, its tenant gone), the socket is closed with 4401 and the reason, so revoking a
+  leaked key ends the shells and port forwards it opened within seconds, not at their timeout (up to 8 h).
 * When either end goes, the other is closed: the agent then ends the command (its terminal hangs up), and
   the client reads its exit code from `GET .../execs/{id}`.
 * Refusals close the socket at once with 4000 + the HTTP status the same request would get (4401, 4404,
@@ -33,7 +36,7 @@ from starlette.websockets import WebSocketDisconnect
 
 from suanli.api.attach_relay import End, Pipe, Relay
 from suanli.api.errors import STATUS
-from suanli.app.errors import AppError, Conflict
+from suanli.app.errors import AppError, Conflict, Unauthorized
 from suanli.app.execs import FINAL_STATES
 from suanli.app.records import Caller
 
@@ -42,6 +45,7 @@ Asker = TypeVar("Asker")  # who attaches, as `check` found them: a tenant's call
 ATTACH_WAIT_S = 60.0  # how long an agent's end waits for its client
 STATE_POLL_S = 1.0  # while a client waits for its agent, how often the command's state is read
 LATE_AGENT_S = 2.0  # once the command has ended, how long a client still waits for its agent's output
+KEY_RECHECK_S = 2.0  # how often an attached client's key is checked again (a revoked one is closed)
 REASON_CHARS = 120  # a close reason fits in a control frame (123 bytes)
 SUBPROTOCOL = "suanli.v1"  # what a browser offers with its key, and is answered with
 KEY_SUBPROTOCOL = "bearer."  # a browser's key, as the subprotocol `bearer.KEY`
@@ -99,9 +103,10 @@ async def _refuse(websocket: WebSocket, error: AppError) -> None:
 async def attach_client(websocket: WebSocket, rental_id: str, exec_id: str) -> None:
     """The tenant's end of an attached command (created with `stdin`)."""
     services = websocket.app.state.services
+    secret = _bearer(websocket)
 
     def check() -> Caller:
-        caller = services.tenants.authenticate(_bearer(websocket))
+        caller = services.tenants.authenticate(secret)
         services.execs.attachable(caller, rental_id, exec_id)
         return caller
 
@@ -125,8 +130,19 @@ async def attach_client(websocket: WebSocket, rental_id: str, exec_id: str) -> N
                 await pipe.came["agent"].wait()
         await anyio.sleep_forever()  # the agent came: nothing more to watch
 
+    async def key_revoked() -> None:
+        """Return, closing with 4401, once the key it attached with no longer authenticates."""
+        while True:
+            await anyio.sleep(KEY_RECHECK_S)
+            try:
+                await run_in_threadpool(services.tenants.authenticate, secret)
+            except Unauthorized as error:
+                reason = f"{error.message}: the session it opened is closed"
+                await websocket.close(code=4401, reason=reason[:REASON_CHARS])
+                return
+
     try:
-        await _pump(websocket, relay, exec_id, "client", ended_before_its_agent_came)
+        await _pump(websocket, relay, exec_id, "client", ended_before_its_agent_came, key_revoked)
     finally:
         await relay.leave(exec_id, "client")
 
@@ -165,11 +181,11 @@ async def attach_agent(websocket: WebSocket, exec_id: str) -> None:
 
 
 async def _pump(
-    websocket: WebSocket, relay: Relay, exec_id: str, end: End, watch: Callable[[], Awaitable[None]]
+    websocket: WebSocket, relay: Relay, exec_id: str, end: End, *watches: Callable[[], Awaitable[None]]
 ) -> None:
     """Send what comes to `end`'s inbox on `websocket`, put what it receives in its outbox, until either end
-    goes (None in the inbox: the other end went) or `watch` returns (it closed the socket); the relay's
-    `leave` then tells the other end."""
+    goes (None in the inbox: the other end went) or one of `watches` returns (it closed the socket); the
+    relay's `leave` then tells the other end."""
     pipe = relay.pipes[exec_id]
     inbox, outbox = pipe.queue(end), pipe.outbox[end]
 
@@ -192,7 +208,7 @@ async def _pump(
 
     try:
         async with anyio.create_task_group() as group:
-            for part in (receive, send, watch):
+            for part in (receive, send, *watches):
                 group.start_soon(_then_cancel, part, group.cancel_scope)
     finally:
         with anyio.CancelScope(shield=True), contextlib.suppress(RuntimeError, WebSocketDisconnect):
