@@ -5,14 +5,17 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime, timedelta
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from conftest import ADMIN, FixedClock, logged_in_as, register_agent, wait_for
+from conftest import ADMIN, AppTransport, FixedClock, logged_in_as, register_agent, wait_for
 from suanli.app.agents import next_state
 from suanli.cli import platform_commands
 from suanli.cli.main import app
+from suanli.client import Client
+from suanli.client.client import ServerUnreachable
 
 
 def test_the_sdk_knows_the_states_a_rental_ends_in() -> None:
@@ -506,3 +509,49 @@ def test_an_operators_drain_of_a_down_node_outlasts_its_agents_return_and_an_und
     assert not schedulable()  # no agent: no placements until it comes back
     assert client.post("/v1/agents/heartbeat", json={}, headers=headers).status_code == 200
     assert schedulable()
+
+
+class _Outage(httpx.BaseTransport):
+    """The network to the app, down for the next `failing` requests (a server restarting)."""
+
+    def __init__(self, inner: httpx.BaseTransport) -> None:
+        self.inner, self.failing = inner, 0
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if self.failing:
+            self.failing -= 1
+            raise httpx.ConnectError("connection refused", request=request)
+        return self.inner.handle_request(request)
+
+
+def test_following_output_rides_out_a_server_that_does_not_answer_for_a_while(client, tenant) -> None:
+    """`logs -f` (and `rent -f`) ended with "cannot reach the server" at a restart of a few seconds, though
+    the rental and its output lived on; a follow now waits for the server and goes on where it was, and
+    gives up only past its reconnect time."""
+    node_headers = register_agent(client, "l40s-01")
+    _, owner = tenant("follower")
+    body = {"gpu_model": "L40S", "gpus": 0, "share_milli": 500, "command": ["echo", "hi"], "regions": []}
+    rental = client.post("/v1/rentals", json=body, headers=owner).json()
+    node = wait_for(client, rental["id"], owner, "placed")["allocation"][0]["node"]
+    node_headers = node_headers if node == "l40s-01" else register_agent(client, node)
+    client.post("/v1/agents/heartbeat", json={}, headers=node_headers)
+    running = {"workloads": [{"rental_id": rental["id"], "state": "running"}]}
+    client.post("/v1/agents/heartbeat", json=running, headers=node_headers)
+
+    def ship(offset: int, data: str) -> None:
+        chunk = {"rental_id": rental["id"], "offset": offset, "data": data, "size_bytes": len(data)}
+        assert client.post("/v1/agents/logs", json=chunk, headers=node_headers).status_code == 200
+
+    ship(0, "a\n")
+    network = _Outage(AppTransport(client))
+    told: list[ServerUnreachable] = []
+    with Client("http://testserver", owner["Authorization"][7:], transport=network, retries=1) as sdk:
+        pieces = sdk.output(rental["id"], poll_s=0.01, on_unreachable=told.append)
+        assert next(pieces) == "a\n"
+        network.failing = 5
+        ship(2, "b\n")
+        assert next(pieces) == "b\n" and len(told) == 1 and network.failing == 0
+        network.failing = 10**6
+        gone = sdk.output(rental["id"], offset=4, poll_s=0.01, reconnect_s=0.05)
+        with pytest.raises(ServerUnreachable):
+            next(gone)

@@ -388,7 +388,7 @@ def test_following_a_waiting_rental_tells_its_moving_figures_at_most_once_a_minu
         def rental(self, rental_id: str) -> RentalResponse:
             return polls.pop(0) if len(polls) > 1 else polls[0]
 
-        def output(self, rental_id, follow, node, poll_s, on_wait, offset):
+        def output(self, rental_id, follow, node, poll_s, on_wait, offset, on_unreachable):
             for _ in range(4):
                 on_wait()
             return iter(())

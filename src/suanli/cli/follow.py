@@ -10,6 +10,7 @@ from rich.text import Text
 
 from suanli.cli.output import errors
 from suanli.client import Client
+from suanli.client.client import FOLLOW_RECONNECT_S, ServerUnreachable
 from suanli.domain import queueing
 from suanli.wire.schemas import ENDED_STATES, RentalResponse
 
@@ -42,7 +43,15 @@ def print_output(
         sys.stdout.write(last)
         sys.stdout.flush()
         printed += len(last)
-    pieces = client.output(rental_id, follow=follow, node=node, poll_s=POLL_S, on_wait=on_wait, offset=offset)
+    pieces = client.output(
+        rental_id,
+        follow=follow,
+        node=node,
+        poll_s=POLL_S,
+        on_wait=on_wait,
+        offset=offset,
+        on_unreachable=_tell_unreachable,
+    )
     for piece in pieces:
         sys.stdout.write(piece)
         sys.stdout.flush()
@@ -51,6 +60,12 @@ def print_output(
 
 
 TAIL_READ_CHARS = (64 << 10, 1 << 20)  # how far back `--tail` reads: first, and at most (the server's page)
+
+
+def _tell_unreachable(error: ServerUnreachable) -> None:
+    """Say on stderr that the follow waits for the server (a restart, a new leader), and for how long."""
+    wait_s = round(FOLLOW_RECONNECT_S)
+    errors.print(Text(f"cannot reach the server ({error}): retrying for up to {wait_s} s, from where it was"))
 
 
 def last_lines(client: Client, rental_id: str, lines: int, node: str | None) -> tuple[int, str]:

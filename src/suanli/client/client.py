@@ -8,6 +8,7 @@ Errors:
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
@@ -125,6 +126,8 @@ class LimitsChanges(TypedDict, total=False):
 
 DEFAULT_TIMEOUT_S = 30.0
 MAX_RATE_WAIT_S = 30.0  # the longest a 429's Retry-After is waited out before sending again
+# how long following a rental's output waits for a server that does not answer (a restart, a new leader)
+FOLLOW_RECONNECT_S = 120.0
 
 
 class ClientError(Exception):
@@ -343,12 +346,30 @@ class Client:
         poll_s: float = 1.0,
         on_wait: Callable[[], None] | None = None,
         offset: int = 0,
+        reconnect_s: float = FOLLOW_RECONNECT_S,
+        on_unreachable: Callable[[ServerUnreachable], None] | None = None,
     ) -> Iterator[str]:
         """The rental's output (every node's, or `node`'s) from character `offset` (the start), in pieces as
         they come; with `follow`, until the rental has ended and all of it is read. `on_wait` runs each time
-        nothing new has come, before the next poll."""
+        nothing new has come, before the next poll. A follow rides out a server that does not answer for up
+        to `reconnect_s` (a restart, a change of leader), resuming where it was; `on_unreachable` is told
+        when it starts to wait for it."""
+        unreachable_since: float | None = None
         while True:
-            page = self.logs(rental_id, offset, node)
+            try:
+                page = self.logs(rental_id, offset, node)
+            except ServerUnreachable as error:
+                if not follow:
+                    raise
+                if unreachable_since is None:
+                    unreachable_since = time.monotonic()
+                    if on_unreachable is not None:
+                        on_unreachable(error)
+                elif time.monotonic() - unreachable_since > reconnect_s:
+                    raise
+                time.sleep(poll_s)
+                continue
+            unreachable_since = None
             if page.data:
                 yield page.data
             offset = page.next_offset
@@ -357,7 +378,8 @@ class Client:
             if not follow or page.done:
                 return
             if on_wait is not None:
-                on_wait()
+                with contextlib.suppress(ServerUnreachable):  # the next poll waits for the server
+                    on_wait()
             time.sleep(poll_s)
 
     def wait(
