@@ -193,6 +193,45 @@ def test_port_forward_reaches_a_server_the_rental_runs(platform: Platform) -> No
         assert f"cannot connect to port {closed} on the node" in said, said
 
 
+# a server that reads each connection to its end, then answers with what it read and closes (as an upload
+# or an RPC whose client shuts its writes to say the request is whole)
+ECHO_AT_END = """import socket, sys
+with socket.create_server(("127.0.0.1", int(sys.argv[1]))) as server:
+    while True:
+        connection, _ = server.accept()
+        with connection:
+            got = bytearray()
+            while data := connection.recv(65536):
+                got += data
+            connection.sendall(bytes(got))
+"""
+
+
+def test_port_forward_passes_a_half_close_on_and_the_answer_comes_back(platform: Platform) -> None:
+    """A client that sends its request, then shuts its writes, got nothing back through the forward (the
+    agent closed the port's connection at the client's end of input); it gets the whole answer now."""
+    port = _free_port()
+    with platform.tenant() as api:
+        command = [sys.executable, "-c", ECHO_AT_END, str(port)]
+        rental = api.create_rental(RentalCreateRequest(gpu_model="H100-SXM-80GB", gpus=1, command=command))
+        wait_for_state(api, rental.id, "running")
+        wait_until(lambda: _listening(port), WAIT_S, "the rental's server never listened")
+        process, local = _forward(platform, rental.id, port)
+        try:
+            sent = os.urandom(200_000)
+            for _ in range(3):
+                with socket.create_connection(("127.0.0.1", local), timeout=WAIT_S) as connection:
+                    connection.sendall(sent)
+                    connection.shutdown(socket.SHUT_WR)
+                    got = bytearray()
+                    while data := connection.recv(65536):
+                        got += data
+                assert bytes(got) == sent, f"{len(got)} of {len(sent)} bytes came back"
+        finally:
+            process.send_signal(signal.SIGINT)
+            assert process.wait(timeout=WAIT_S) == 0
+
+
 def _listening(port: int) -> bool:
     try:
         socket.create_connection(("127.0.0.1", port), timeout=1).close()

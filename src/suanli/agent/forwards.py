@@ -1,6 +1,7 @@
 """The agent's end of a port forward (`suanli port-forward RENTAL 8888`): for each connection the client
 opens (`{"open": N}`), a TCP connection to the rental's port on this node, carried over the server's
-WebSocket in binary frames that start with N (4 bytes, big-endian). `{"close": N}` from either side ends
+WebSocket in binary frames that start with N (4 bytes, big-endian). `{"eof": N}` from either side passes a
+half-close on (the other side's writes are shut, its reads go on); `{"close": N}` from either side ends
 connection N; one the agent cannot open is closed with the reason (`error`). The session ends when the
 socket does (the client stopped forwarding, or its time ran out), and every connection with it.
 """
@@ -20,11 +21,13 @@ from websockets.sync.client import ClientConnection
 from suanli.client import ApiError, Client, ServerUnreachable
 from suanli.client.streams import (
     READ_BYTES,
+    HalfCloses,
     close_connection,
     connection_number,
     control_message,
     forward_frame,
     forward_parts,
+    shut_writes,
 )
 
 log = logging.getLogger(__name__)
@@ -50,6 +53,7 @@ class ForwardSession:
         self.stopping = threading.Event()
         self.connections: dict[int, socket.socket] = {}
         self.lock = threading.Lock()
+        self.half = HalfCloses()
         self.done = threading.Event()  # the session has ended
         self.opened = 0  # connections opened to the port
         self.refused = 0  # connections the port refused
@@ -102,18 +106,31 @@ class ForwardSession:
 
     def _control(self, ws: ClientConnection, text: str) -> None:
         control = control_message(text)
-        if (
-            control is None
-            or (number := connection_number(control.get("open", control.get("close")))) is None
-        ):
+        if control is None:
+            return
+        if (number := connection_number(control.get("eof"))) is not None:
+            self._ended_there(number)
+            return
+        if (number := connection_number(control.get("open", control.get("close")))) is None:
             return
         if "open" in control:
             self._open(ws, number)
         else:
             with self.lock:
                 connection = self.connections.pop(number, None)
+                self.half.forget(number)
             if connection is not None:
                 close_connection(connection)
+
+    def _ended_there(self, number: int) -> None:
+        """The client sent all it will on connection `number`: the port reads its end, and may answer."""
+        with self.lock:
+            connection = self.connections.get(number)
+            done = connection is not None and self.half.both_ended(number, HalfCloses.RECEIVED)
+            if done:
+                del self.connections[number]
+        if connection is not None:
+            (close_connection if done else shut_writes)(connection)
 
     def _open(self, ws: ClientConnection, number: int) -> None:
         with self.lock:
@@ -149,18 +166,29 @@ class ForwardSession:
             self._gone(ws, number, connection)
 
     def _from_port(self, ws: ClientConnection, number: int, connection: socket.socket) -> None:
-        """What the port sends on connection `number`, to the client, until either side closes it."""
+        """What the port sends on connection `number`, to the client, until it has sent all (the client is
+        told, and may still send) or either side closes it."""
         try:
             while data := connection.recv(READ_BYTES):
                 ws.send(forward_frame(number, data))
         except (OSError, ConnectionClosed):
-            pass
-        self._gone(ws, number, connection)
+            self._gone(ws, number, connection)
+            return
+        with self.lock:
+            ours = self.connections.get(number) is connection
+            done = ours and self.half.both_ended(number, HalfCloses.SENT)
+            if done:
+                del self.connections[number]
+        if ours:
+            _send(ws, {"eof": number})
+        if done:
+            close_connection(connection)
 
     def _gone(self, ws: ClientConnection, number: int, connection: socket.socket) -> None:
-        """Connection `number` ended here: the client is told, unless it closed it first."""
+        """Connection `number` failed here: the client is told, unless it closed it first."""
         with self.lock:
             ours = self.connections.pop(number, None) is connection
+            self.half.forget(number)
         close_connection(connection)
         if ours:
             _send(ws, {"close": number})

@@ -1,8 +1,9 @@
 """The client's end of a port forward (`suanli port-forward RENTAL 8888`, or the SDK's `forward` and
 `attach_exec`): a local listening socket whose every accepted connection is carried to the rental's port
 over one WebSocket, as `kubectl port-forward` does: `{"open": N}` opens connection N at the node's agent,
-binary frames of N and its bytes (`streams`) carry it both ways, and `{"close": N}` from either side ends
-it (with `error` when the agent could not connect)."""
+binary frames of N and its bytes (`streams`) carry it both ways, `{"eof": N}` passes a half-close on (a
+client that shuts its writes still reads the reply), and `{"close": N}` from either side ends it (with
+`error` when the agent could not connect)."""
 
 from __future__ import annotations
 
@@ -18,11 +19,13 @@ from websockets.sync.client import ClientConnection
 
 from suanli.client.streams import (
     READ_BYTES,
+    HalfCloses,
     close_connection,
     connection_number,
     control_message,
     forward_frame,
     forward_parts,
+    shut_writes,
 )
 
 REFUSED = 4000  # close codes from 4000: the server's refusal, 4000 + the HTTP status
@@ -47,6 +50,7 @@ class Forwarder:
         self.connections: dict[int, socket.socket] = {}
         self.lock = threading.Lock()
         self.numbers = itertools.count(1)
+        self.half = HalfCloses()
 
     def run(self) -> None:
         """Forward until the server closes the socket (the forward's time ran out, or it was refused)."""
@@ -95,9 +99,24 @@ class Forwarder:
             while data := connection.recv(READ_BYTES):
                 self.ws.send(forward_frame(number, data))
         except (OSError, ConnectionClosed):
-            pass
+            self._end(number, connection)
+            return
+        with self.lock:  # its end: the port reads it and may still answer (a half-close), unless closed
+            ours = self.connections.get(number) is connection
+            done = ours and self.half.both_ended(number, HalfCloses.SENT)
+            if done:
+                del self.connections[number]
+        if ours:
+            with contextlib.suppress(ConnectionClosed):
+                self.ws.send(json.dumps({"eof": number}))
+        if done:
+            close_connection(connection)
+
+    def _end(self, number: int, connection: socket.socket) -> None:
+        """Connection `number` failed here: closed, and the agent told, unless it closed it first."""
         with self.lock:
             ours = self.connections.pop(number, None) is connection
+            self.half.forget(number)
         close_connection(connection)
         if ours:
             with contextlib.suppress(ConnectionClosed):
@@ -113,19 +132,31 @@ class Forwarder:
             try:
                 connection.sendall(data)
             except OSError:
-                with self.lock:
-                    self.connections.pop(number, None)
-                close_connection(connection)
-                with contextlib.suppress(ConnectionClosed):
-                    self.ws.send(json.dumps({"close": number}))
+                self._end(number, connection)
 
     def _control(self, text: str) -> None:
         control = control_message(text)
-        if control is None or (number := connection_number(control.get("close"))) is None:
+        if control is None:
+            return
+        if (number := connection_number(control.get("eof"))) is not None:
+            self._ended_there(number)
+            return
+        if (number := connection_number(control.get("close"))) is None:
             return
         if control.get("error"):  # told before the close, so whoever sees the close can read why
             self.on_error(str(control["error"]))
         with self.lock:
             connection = self.connections.pop(number, None)
+            self.half.forget(number)
         if connection is not None:
             close_connection(connection)
+
+    def _ended_there(self, number: int) -> None:
+        """The rental's port sent all it will on connection `number`: the local end reads its end."""
+        with self.lock:
+            connection = self.connections.get(number)
+            done = connection is not None and self.half.both_ended(number, HalfCloses.RECEIVED)
+            if done:
+                del self.connections[number]
+        if connection is not None:
+            (close_connection if done else shut_writes)(connection)

@@ -2,7 +2,9 @@
 both ends that speak them: the client (SDK and CLI) and the node's agent.
 
 * A text frame is a JSON control message: `{"rows", "cols"}`, `{"eof": true}` to an attached command;
-  `{"open": N}`, `{"close": N}` (with `error`) for a port forward's connection N.
+  `{"open": N}`, `{"close": N}` (with `error`) for a port forward's connection N, and `{"eof": N}`: the
+  sending side's end of connection N has sent all it will (a TCP half-close, passed on as a shutdown of
+  the other side's writes; the connection closes once both directions have ended, as ssh -L does).
 * A port forward's binary frame is N in 4 bytes (big-endian), then that connection's bytes.
 * An attached command's output frame, with `separate_stderr`, is `STDOUT` or `STDERR` (one byte), then the
   bytes of that stream, as Kubernetes' channel protocol marks them.
@@ -56,6 +58,34 @@ def forward_parts(frame: bytes) -> tuple[int, bytes] | None:
         return None
     (number,) = FORWARD_HEADER.unpack_from(frame)
     return number, frame[FORWARD_HEADER.size :]
+
+
+class HalfCloses:
+    """The forwarded connections one direction of which has ended (`SENT`: ours reached its end and the
+    other side was told; `RECEIVED`: the other side's did and ours was shut for writing). The caller holds
+    its own lock around these."""
+
+    SENT, RECEIVED = "sent", "received"
+
+    def __init__(self) -> None:
+        self.ended: dict[int, str] = {}
+
+    def both_ended(self, number: int, direction: str) -> bool:
+        """Note that `direction` of connection `number` ended; whether the other one had (close it now)."""
+        first = self.ended.setdefault(number, direction)
+        if first == direction:
+            return False
+        del self.ended[number]
+        return True
+
+    def forget(self, number: int) -> None:
+        self.ended.pop(number, None)
+
+
+def shut_writes(connection: socket.socket) -> None:
+    """Pass a half-close on: the other end of `connection` reads its end, and can still answer."""
+    with contextlib.suppress(OSError):
+        connection.shutdown(socket.SHUT_WR)
 
 
 def close_connection(connection: socket.socket) -> None:
