@@ -99,3 +99,43 @@ def test_what_cannot_run_here_is_reported_failed_with_the_reason(tmp_path: Path)
     assert said["exe_old"][0] == "failed" and "agent restarted while it ran" in said["exe_old"][1]
     assert said["exe_nodir"][0] == "failed" and "no working directory" in said["exe_nodir"][1]
     assert runner.running == {}
+
+
+def test_a_command_an_earlier_agent_process_started_is_ended_by_the_next_one(tmp_path: Path) -> None:
+    """The agent restarted while a command ran: the new one reported it failed ("its end is unknown") and
+    left it running, unmanaged, so a user who ran it again had two copies. The next agent process ends what
+    the earlier one started before it reports it, and says so."""
+    executor = ProcessExecutor(tmp_path)
+    executor.paths("r-1").create()
+    spec = WorkloadSpec("r-1", ("sleep", "30"), {})
+    first, server = ExecRunner(executor, tmp_path), Server()
+    long_one = listed("exe_long", "sh", "-c", "sleep 477 & sleep 477", timeout_s=600)
+    first.start(server, [long_one], lambda rental: spec)  # type: ignore[arg-type]
+    process = first.running["exe_long"].process
+    end = time.monotonic() + 10
+    while len(_sleeping("sleep 477")) < 2:
+        assert time.monotonic() < end, "the command never started"
+        time.sleep(0.05)
+    second = ExecRunner(executor, tmp_path)  # the agent's next process, after a restart
+    second.start(server, [listed("exe_long", "true", state="running")], lambda rental: spec)  # type: ignore[arg-type]
+    end = time.monotonic() + 5
+    while _sleeping("sleep 477") or process.poll() is None:
+        assert time.monotonic() < end, "the command outlived the agent that started it"
+        time.sleep(0.05)
+    (state, message) = [(r.state, r.message) for exec_id, r in server.reports if exec_id == "exe_long"][-1]
+    assert state == "failed" and "it was ended" in message, message
+    assert not [p for p in (tmp_path / "execs").iterdir() if p.name.startswith("exe_long")]
+
+
+def _sleeping(needle: str) -> list[int]:
+    """Pids of live processes (not zombies) whose command line is `needle`."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            state = (cmdline.parent / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if text == needle and state != "Z":
+            found.append(int(cmdline.parent.name))
+    return found

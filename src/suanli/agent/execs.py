@@ -4,7 +4,10 @@ attached command's input and output go through the server to its client instead 
 forward carries TCP connections to a port of the rental (`forwards`).
 
 * A command starts at most once per agent process: one the server says is already `running` but this agent
-  does not know was started by an agent before a restart; it is reported `failed` (its `timeout` ends it).
+  does not know was started by an agent before a restart. Each command's process is recorded beside its
+  output (`<id>.pid.json`), so the next agent process ends what an earlier one left running (its session,
+  if the record still describes it) before it reports it `failed`: left running, it was managed by no one
+  and a user who ran it again had two copies.
 * A command whose rental has no running workload here, or that cannot be started, is reported `failed`
   with the reason.
 * Output goes to `<work dir>/execs/<id>.log` (the agent's, 0600). While the command runs, what it printed
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import json
 import logging
 import math
 import os
@@ -31,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from suanli.agent.attached import AttachedSession, Ends
-from suanli.agent.executors import Executor, WorkloadSpec
+from suanli.agent.executors import Executor, WorkloadSpec, process_identity, record_describes_process
 from suanli.agent.forwards import ForwardSession
 from suanli.client import ApiError, Client, ServerUnreachable
 from suanli.domain.errors import SuanliError
@@ -71,6 +75,7 @@ class ExecRunner:
         self.executor, self.dir = executor, work_dir / "execs"
         self.running: dict[str, RunningExec] = {}
         self.forwards: dict[str, ForwardSession] = {}  # port forwards, until their end is reported
+        self.left_behind = _end_left_behind(self.dir)  # commands an earlier agent process started: ended
 
     def start(
         self,
@@ -85,7 +90,12 @@ class ExecRunner:
                 continue
             if found.state == "running":
                 restarted = "this node's agent restarted while it ran; its end is unknown"
-                self._send(client, found.id, _failed(restarted))
+                if found.id in self.left_behind:
+                    restarted = (
+                        "this node's agent restarted while it ran: it was ended, its exit code unknown"
+                    )
+                if self._send(client, found.id, _failed(restarted)):
+                    self.left_behind.discard(found.id)
                 continue
             try:
                 spec = spec_of(found.rental_id)
@@ -112,6 +122,7 @@ class ExecRunner:
                 continue
             if ends is not None:
                 AttachedSession(client, found.id, process, ends).start()
+            _write_record(self.dir, found.id, process.pid)
             log.info("%s: running %s (%s)", found.rental_id, found.command[0], found.id)
             now = time.monotonic()
             self.running[found.id] = RunningExec(
@@ -183,6 +194,7 @@ class ExecRunner:
                 running.report = _ended(code, running)
             if self._send(client, running.id, running.report):
                 running.output.unlink(missing_ok=True)
+                _record_path(self.dir, running.id).unlink(missing_ok=True)
                 del self.running[running.id]
 
     @staticmethod
@@ -266,12 +278,51 @@ def _kill_group(process: subprocess.Popen[bytes]) -> None:
 def _kill_session(process: subprocess.Popen[bytes]) -> None:
     """SIGKILL every process of the command's session (it leads one: `start_new_session`, or `setsid` on a
     terminal), process groups a shell's job control made included."""
-    _kill_group(process)
+    _kill_session_of(process.pid)
+
+
+def _kill_session_of(leader: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(leader, signal.SIGKILL)
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue
-        if len(fields) > 3 and fields[3] == str(process.pid):  # field 6 of stat: the session id
+        if len(fields) > 3 and fields[3] == str(leader):  # field 6 of stat: the session id
             with contextlib.suppress(ProcessLookupError, PermissionError, ValueError):
                 os.kill(int(stat.parent.name), signal.SIGKILL)
+
+
+def _record_path(directory: Path, exec_id: str) -> Path:
+    return directory / f"{exec_id}.pid.json"
+
+
+def _write_record(directory: Path, exec_id: str, pid: int) -> None:
+    """Record the command's process (its session's leader), so a later agent process can end it."""
+    identity = process_identity(pid)
+    record = {"pid": pid, "boot_id": None, "start_ticks": None}
+    if identity is not None:
+        record |= {"boot_id": identity.boot_id, "start_ticks": identity.start_ticks}
+    with contextlib.suppress(OSError):  # without it, only the command's `timeout` ends it after a restart
+        _record_path(directory, exec_id).write_text(json.dumps(record))
+
+
+def _end_left_behind(directory: Path) -> set[str]:
+    """End the commands an earlier agent process started here (no process manages them now) and drop their
+    records and output; the ids of those recorded."""
+    ended = set()
+    for path in directory.glob("*.pid.json") if directory.is_dir() else ():
+        exec_id = path.name.removesuffix(".pid.json")
+        try:
+            record = json.loads(path.read_text())
+            pid = int(record["pid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pid = None
+        if pid is not None and record_describes_process(record, pid):
+            _kill_session_of(pid)
+            log.info("exec %s: left running by an earlier agent process; ended", exec_id)
+        ended.add(exec_id)
+        path.unlink(missing_ok=True)
+        (directory / f"{exec_id}.log").unlink(missing_ok=True)
+    return ended
