@@ -9,6 +9,7 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from conftest import ADMIN, logged_in_as, wait_for
+from suanli.app.tenants import MAX_LIVE_KEYS
 from suanli.cli import platform_commands
 from suanli.cli.main import app
 
@@ -328,3 +329,22 @@ def test_a_tenant_name_is_taken_once_whatever_its_case(client: TestClient, tenan
     )
     names = [t["name"] for t in client.get("/v1/tenants", headers=ADMIN).json()]
     assert names.count("alice") == 1 and "Alice" not in names
+
+
+def test_a_tenant_holds_at_most_so_many_live_keys_and_a_revoked_one_makes_room(
+    client: TestClient, tenant
+) -> None:
+    """Keys were uncapped (an audit made 300 for one tenant, while webhooks are capped at 10): each is a
+    credential to track and a row read on every miss of the key cache."""
+    tenant_id, headers = tenant("key-hoarder")
+    path = f"/v1/tenants/{tenant_id}/keys"
+    live = len([k for k in client.get(path, headers=headers).json() if not k["revoked"]])
+    made = [client.post(path, json={"label": f"k{i}"}, headers=headers) for i in range(MAX_LIVE_KEYS - live)]
+    assert all(r.status_code == 201 for r in made)
+    refused = client.post(path, json={"label": "one-too-many"}, headers=headers)
+    assert (
+        refused.status_code == 409
+        and f"at most {MAX_LIVE_KEYS} live API keys" in refused.json()["error"]["message"]
+    )
+    assert client.delete(f"{path}/{made[0].json()['id']}", headers=headers).status_code == 200
+    assert client.post(path, json={"label": "room-again"}, headers=headers).status_code == 201

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hmac
 
-from suanli.app.errors import Duplicate, Forbidden, Invalid, NotFound, Unauthorized
+from suanli.app.errors import Conflict, Duplicate, Forbidden, Invalid, NotFound, Unauthorized
 from suanli.app.ids import digest, new_id, new_secret
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.records import ROLES, ApiKey, Caller, Rental, Tenant
@@ -16,6 +16,8 @@ from suanli.domain.fleet_format import DEFAULT_PROVIDER
 
 AUTH_CACHE_TTL_S = 5.0  # a key revoked on another server process stops working within this time
 AUTH_CACHE_SIZE = 10_000
+# unrevoked keys a tenant may hold: each is a credential to keep track of (webhooks are capped likewise)
+MAX_LIVE_KEYS = 50
 
 
 class TenantService:
@@ -103,6 +105,9 @@ class TenantService:
         secret = new_secret()
         key = ApiKey(new_id("key"), tenant_id, label, digest(secret), self.clock.now())
         with self.uow() as uow:
+            uow.tenants.get(tenant_id, lock=True)  # two creations at once count in turn
+            if sum(not k.revoked for k in uow.keys.list_for(tenant_id)) >= MAX_LIVE_KEYS:
+                raise Conflict(f"a tenant has at most {MAX_LIVE_KEYS} live API keys; revoke one first")
             uow.keys.add(key)
             uow.commit()
         return key, secret
