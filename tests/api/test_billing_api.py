@@ -102,6 +102,11 @@ def test_a_stopped_rental_is_charged_once_and_the_ledger_verifies(client, tenant
     assert verified["ok"] and verified["problem_count"] == 0 and verified["problems"] == []
     admin_verified = client.get("/v1/ledger/verify", headers=ADMIN).json()
     assert admin_verified["ok"] and admin_verified["transactions"] == 3
+    # a tenant's verification reads the whole ledger: one made in the last minute answers the next tenant's
+    other_id, _ = tenant("other-payer")
+    client.post(f"/v1/tenants/{other_id}/credit", json={"amount_micros": 1}, headers=ADMIN)
+    assert client.get("/v1/ledger/verify", headers=headers).json()["transactions"] == 3
+    assert client.get("/v1/ledger/verify", headers=ADMIN).json()["transactions"] == 4  # an admin's is fresh
 
     # the CLI's check: the tenant's own transactions, and the admin's whole journal
     journal = [to_domain(LedgerTransactionResponse.model_validate(t)) for t in ledger]

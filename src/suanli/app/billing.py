@@ -19,6 +19,8 @@
 from __future__ import annotations
 
 import hashlib
+import threading
+import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -68,6 +70,7 @@ MAX_CREDIT_MICROS = 10**15
 # the most any account may hold either way (a trillion units): running balances and their sums stay far
 # inside the databases' 64-bit integers (past 2**63 SQLite turned them into floats and lost micros)
 MAX_ACCOUNT_MICROS = 10**18
+VERIFY_REUSE_S = 60.0  # how old a whole-ledger verification a tenant's request may be answered with
 
 
 def _check_room(uow: UnitOfWork, postings: Sequence[Posting]) -> None:
@@ -138,6 +141,9 @@ class BillingService:
         self._book_cache: tuple[tuple[int, int], PriceBook] = ((0, 0), self.book)
         self.commission_bp, self.prepaid = commission_bp, prepaid
         self.terms: PlanService | None = None  # payment terms (set by the wiring); None: `prepaid` decides
+        # the last whole-ledger verification (monotonic time it was made, result, count): tenants share it
+        self._verified: tuple[float, Verification, int] | None = None
+        self._verify_lock = threading.Lock()
 
     # --- prices and quotes ---------------------------------------------------------------------------
 
@@ -557,7 +563,17 @@ class BillingService:
 
     def verify(self, caller: Caller) -> tuple[Verification, int]:
         """Recompute the whole chain and every balance against the running balances and the postings' sums
-        (any caller); and the count."""
+        (any caller); and the count. A tenant gets a verification at most `VERIFY_REUSE_S` old: each one
+        reads the whole platform's ledger, which no tenant may make the server do at its request rate."""
+        with self._verify_lock:
+            last = self._verified
+            if not caller.is_admin and last is not None and time.monotonic() - last[0] < VERIFY_REUSE_S:
+                return last[1], last[2]
+            result, count = self._verify_now()
+            self._verified = (time.monotonic(), result, count)
+            return result, count
+
+    def _verify_now(self) -> tuple[Verification, int]:
         with self.uow() as uow:
             transactions = uow.ledger.transactions(None)
             stored = uow.ledger.balances(None)
