@@ -111,6 +111,7 @@ def test_a_gang_grows_only_within_its_region_however_free_the_others_are():
     busy = on(snap, "busy", 8, "a1")
     added = grow(snap, Request("job", WholeGpus(8)), rental, POLICY, extra_nodes=1)
     assert isinstance(added, Pending) and added.reason is Reason.NO_CAPACITY
+    assert added.message == "no more node fits it in its region"  # was "0 nodes fit, 1 more needed"
     for allocation in busy.nodes:
         snap.release(allocation)
     grown = grow(snap, Request("job", WholeGpus(8)), rental, POLICY, extra_nodes=1)

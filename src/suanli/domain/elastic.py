@@ -132,7 +132,10 @@ def _place_near(
                 near = max(_shared(state.node.topology, p) for p in paths)
                 ranked.append((-near, scored[0], index, Candidate(scored[0], state, scored[1])))
     if len(ranked) < count:
-        return Pending(request.id, Reason.NO_CAPACITY, f"{len(ranked)} nodes fit, {count} more needed")
+        # what fits of the nodes it would add (an elastic gang tries fewer, down to one): "0 nodes fit, 1
+        # more needed" under "waiting to grow by 2 nodes" read as two different needs
+        fit = "no more node fits it" if not ranked else f"only {len(ranked)} more nodes fit it"
+        return Pending(request.id, Reason.NO_CAPACITY, f"{fit} in its region")
     ranked.sort(key=lambda r: r[:3])
     return apply_candidates(snapshot, request, [r[3] for r in ranked[:count]], "")
 
