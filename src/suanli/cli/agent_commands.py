@@ -15,7 +15,9 @@ import typer
 from rich.text import Text
 
 from suanli.agent.executor_choice import DEFAULT_UIDS, ExecutorKind, choose_executor, describe
+from suanli.agent.executors import ProcessExecutor
 from suanli.agent.probe import DeclaredProbe, GpuProbe, NvmlProbe
+from suanli.agent.proc_visibility import host_command_lines_visible
 from suanli.agent.runner import AgentError, AgentRunner
 from suanli.cli.demo import run_demo
 from suanli.cli.follow import print_output, why_silent
@@ -123,6 +125,11 @@ def agent(
         directory = work_dir or default_work_dir()
         chosen = choose_executor(executor, directory, runtime, run_as, run_as_uids)
         logging.getLogger(__name__).info("workloads run with %s", describe(chosen))
+        if isinstance(chosen, ProcessExecutor) and host_command_lines_visible():
+            logging.getLogger(__name__).warning(
+                "host processes of different rentals can read each other's command lines (/proc is mounted "
+                "without hidepid=invisible): pass secrets in env, or use --executor container"
+            )
         runner = AgentRunner(
             server,
             probe,
