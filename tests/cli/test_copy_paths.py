@@ -72,3 +72,17 @@ def test_cp_needs_exactly_one_side_in_a_rental() -> None:
     assert result.exit_code == 2
     result = CliRunner().invoke(app, ["cp", "a", "rnt_1:b", "--timeout", "9h"])
     assert result.exit_code == 2 and "--timeout" in result.output and "at most 8h" in result.output
+
+
+def test_a_file_copy_cut_off_midway_leaves_the_earlier_local_copy_whole(tmp_path: Path) -> None:
+    """A download cut off (its rental stopped mid-copy) overwrote an existing local file in place with the
+    part that came; a file is now written beside its target and put in place only once whole."""
+    (tmp_path / "big").write_bytes(b"the good copy")
+    whole = _archive(("big", b"x" * 100_000)).getvalue()
+    with pytest.raises(tarfile.TarError):
+        extract(io.BytesIO(whole[:60_000]), tmp_path, "big", "big")
+    assert [p.name for p in tmp_path.iterdir()] == ["big"]  # nothing half-written left beside it
+    assert (tmp_path / "big").read_bytes() == b"the good copy"
+    extract(io.BytesIO(whole), tmp_path, "big", "big")
+    assert (tmp_path / "big").read_bytes() == b"x" * 100_000
+    assert [p.name for p in tmp_path.iterdir()] == ["big"]

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
+import secrets
 import tarfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -152,7 +154,23 @@ def extract(stream: IO[bytes], parent: Path, name: str, target: str) -> None:
             member.name = _renamed(member.name, name, target)
             if member.islnk():  # a hard link names another member
                 member.linkname = _renamed(member.linkname, name, target)
-            archive.extract(member, parent, filter="data")
+            if member.isfile() and member.name == target:
+                _extract_whole(archive, member, parent)
+            else:
+                archive.extract(member, parent, filter="data")
+
+
+def _extract_whole(archive: tarfile.TarFile, member: tarfile.TarInfo, parent: Path) -> None:
+    """Extract the copied file beside its target, then put it in place: a copy cut off midway (its rental
+    stopped) leaves an earlier local copy whole, not overwritten by the part that came."""
+    final = member.name
+    member.name = f".{final}.suanli-cp-{secrets.token_hex(4)}"
+    staged = parent / member.name
+    try:
+        archive.extract(member, parent, filter="data")
+        os.replace(staged, parent / final)
+    finally:
+        staged.unlink(missing_ok=True)
 
 
 def _renamed(member: str, name: str, target: str) -> str:
