@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from conftest import ADMIN, AppTransport, FixedClock, logged_in_as, register_agent, wait_for
+from conftest import ADMIN, FLEET, AppTransport, FixedClock, logged_in_as, register_agent, wait_for
 from suanli.app.agents import next_state
 from suanli.cli import platform_commands
 from suanli.cli.main import app
@@ -83,6 +83,36 @@ def test_a_provider_makes_join_tokens_only_for_its_own_nodes(client: TestClient,
     own = client.post("/v1/join-tokens", json={"node": "l40s-01"}, headers=lion)
     assert own.status_code == 201, own.text
     assert client.post("/v1/join-tokens", json={"node": "h100-a-01"}, headers=ADMIN).status_code == 201
+
+
+A100_40G_NODES = 'name = "a100-40g-{i}"\ncount_nodes = 2'
+LION_A100 = 'memory_mib = 524288\nprovider = "lion-city-gpu"'
+
+
+@pytest.mark.parametrize(
+    "fleet",
+    [
+        FLEET.replace(A100_40G_NODES, 'name = "a100-40g-{i}"\ncount_nodes = 1'),
+        FLEET.replace(LION_A100, 'memory_mib = 524288\nprovider = "other-gpu"'),
+    ],
+    ids=["node-removed", "provider-changed"],
+)
+def test_a_fleet_change_that_removes_or_reowns_a_node_revokes_its_agent_key_and_join_tokens(
+    client: TestClient, fleet: str
+) -> None:
+    """The old owner's agent must not go on as the node and be sent the next owner's tenants' workloads."""
+    assert fleet != FLEET
+    node_headers = register_agent(client, "a100-40g-02")
+    unspent = client.post("/v1/join-tokens", json={"node": "a100-40g-02"}, headers=ADMIN).json()["token"]
+    kept_headers = register_agent(client, "l40s-01")
+    put = client.put("/v1/fleet", content=fleet, headers={**ADMIN, "Content-Type": "application/toml"})
+    assert put.status_code == 200, put.text
+    beat = client.post("/v1/agents/heartbeat", json={}, headers=node_headers)
+    assert beat.status_code == 401, beat.text
+    assert "revoked" in beat.json()["error"]["message"]
+    again = client.post("/v1/agents/register", json={"token": unspent, "inventory": {}})
+    assert again.status_code == 401, again.text
+    assert client.post("/v1/agents/heartbeat", json={}, headers=kept_headers).status_code == 200
 
 
 def test_reports_move_the_rental_and_logs_are_tenant_scoped(client: TestClient, tenant) -> None:

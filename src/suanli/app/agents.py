@@ -164,7 +164,10 @@ class AgentService:
         with self.uow() as uow:
             node = uow.agents.node_by_key(wanted)
         if node is None or not hmac.compare_digest(node.key_sha256, wanted):
-            raise Unauthorized("unknown node key")
+            raise Unauthorized(
+                "unknown or revoked node key (a node removed from the fleet or given to another provider "
+                "joins again with a new join token)"
+            )
         return node
 
     # --- heartbeats -----------------------------------------------------------------------------------

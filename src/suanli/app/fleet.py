@@ -176,6 +176,13 @@ class FleetCache:
         return snapshot
 
 
+def departed_nodes(old: Fleet, new: Fleet) -> list[str]:
+    """The nodes of `old` that `new` removes or gives to another provider: their agents' keys must go, so
+    that an owner's old agent is not sent the next owner's tenants' workloads (a new owner joins anew)."""
+    providers = {node.name: node.provider for node in new.nodes}
+    return sorted(n.name for n in old.nodes if n.name not in providers or providers[n.name] != n.provider)
+
+
 class FleetService:
     def __init__(
         self, uow: UnitOfWorkFactory, clock: Clock, cache: FleetCache, notice_horizon_s: float = 0.0
@@ -218,6 +225,8 @@ class FleetService:
                         field="body",
                     )
             uow.fleet.put(toml, [node.name for node in fleet.nodes], self.clock.now())
+            if old is not None:
+                uow.fleet.revoke_agents(departed_nodes(old, fleet))
             uow.commit()
         return FleetChange(fleet, short)
 

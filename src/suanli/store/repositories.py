@@ -30,6 +30,7 @@ from suanli.store.rows import (
     ApiKeyRow,
     ContractRow,
     FleetDocumentRow,
+    JoinTokenRow,
     NodeRow,
     TenantRow,
 )
@@ -132,6 +133,12 @@ class SqlFleet:
         self.s.add_all(NodeRow(name=name, schedulable=True) for name in sorted(wanted - known))
         self.s.flush()
         return FleetDocument(row.version, toml, now)
+
+    def revoke_agents(self, nodes: Sequence[str]) -> None:
+        if nodes:
+            self.s.execute(delete(AgentNodeRow).where(AgentNodeRow.node.in_(list(nodes))))
+            unspent = JoinTokenRow.node.in_(list(nodes)) & JoinTokenRow.used_at.is_(None)
+            self.s.execute(delete(JoinTokenRow).where(unspent))
 
     def cordoned(self) -> set[str]:
         return set(self.s.scalars(select(NodeRow.name).where(NodeRow.schedulable.is_(False))))
