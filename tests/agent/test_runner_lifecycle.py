@@ -153,6 +153,41 @@ def test_a_refusal_that_retrying_cannot_change_still_ends_the_agent(tmp_path: Pa
         runner.run(threading.Event())
 
 
+class TakenOverServer(FakeClient):
+    """A server that has given the node's key to another agent and refuses this one's join token."""
+
+    def register_agent(self, token, inventory):
+        raise ApiError(409, "conflict", "node h100-a-01 has a live agent")
+
+
+def test_an_agent_that_loses_its_node_key_stops_its_workloads_before_it_exits(tmp_path: Path) -> None:
+    """Left running, the workload would go on unbilled beside its copy started by the node's new agent."""
+    client = TakenOverServer()
+    client.assignments = [assignment("r-1", "import time; time.sleep(60)")]
+    runner = make_runner(tmp_path, client)
+    runner.join_token = "jt_spent"
+    runner._connect = lambda stopping: None  # already registered
+    stopping = threading.Event()
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            runner.run(stopping)
+        except BaseException as error:  # handed to the test's thread
+            failure.append(error)
+
+    agent = threading.Thread(target=run)
+    agent.start()
+    eventually(lambda: "r-1" in runner.local and runner.local["r-1"].workload is not None)
+    pgid = runner.local["r-1"].workload.pid
+    client.fail_next = [ApiError(401, "unauthorized", "unknown or revoked node key")]
+    agent.join(timeout=10)
+    stopping.set()
+    assert not agent.is_alive()
+    assert failure and isinstance(failure[0], AgentError)
+    assert not group_alive(pgid), "the workload outlived its agent's loss of the node"
+
+
 COUNTS_AND_ENDS = "open('runs', 'a').write('run\\n')\nimport time; time.sleep(0.3)"
 
 

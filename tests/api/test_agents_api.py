@@ -115,6 +115,24 @@ def test_a_fleet_change_that_removes_or_reowns_a_node_revokes_its_agent_key_and_
     assert client.post("/v1/agents/heartbeat", json={}, headers=kept_headers).status_code == 200
 
 
+def test_a_second_agent_cannot_join_a_node_whose_agent_is_alive_until_it_is_marked_down(
+    client: TestClient,
+) -> None:
+    """Two agents of one node would both run its rentals' workloads: a join waits for the first's end."""
+    first = register_agent(client, "l40s-01")
+    token = client.post("/v1/join-tokens", json={"node": "l40s-01"}, headers=ADMIN).json()["token"]
+    refused = client.post("/v1/agents/register", json={"token": token, "inventory": {}})
+    assert refused.status_code == 409, refused.text
+    assert refused.json()["error"]["field"] == "token"
+    assert "live agent" in refused.json()["error"]["message"]
+    assert client.post("/v1/agents/heartbeat", json={}, headers=first).status_code == 200
+    service = client.app.state.services.agents  # type: ignore[attr-defined]
+    assert service.reap(service.clock.now() + timedelta(seconds=service.timeout_s + 1)) == ["l40s-01"]
+    joined = client.post("/v1/agents/register", json={"token": token, "inventory": {}})  # kept unspent
+    assert joined.status_code == 200, joined.text
+    assert client.post("/v1/agents/heartbeat", json={}, headers=first).status_code == 401
+
+
 def test_reports_move_the_rental_and_logs_are_tenant_scoped(client: TestClient, tenant) -> None:
     node_headers = register_agent(client, "l40s-01")
     _, owner = tenant("owner")
@@ -316,10 +334,12 @@ def test_a_run_whose_first_report_is_its_end_starts_when_the_agent_says_it_start
     a start the agent puts before the rental's placement is taken as the placement."""
     _, owner = tenant("owner")
     body = {"gpu_model": "L40S", "gpus": 1, "command": ["true"], "regions": []}
+    agents: dict[str, dict[str, str]] = {}  # one agent per node: a second join of a live node is refused
     for ran_s, placed_floor in ((0.5, False), (10 * 24 * 3600.0, True)):
         rental = client.post("/v1/rentals", json=body, headers=owner).json()
         placed = wait_for(client, rental["id"], owner, "placed")
-        node = register_agent(client, placed["allocation"][0]["node"])
+        name = placed["allocation"][0]["node"]
+        node = agents[name] if name in agents else agents.setdefault(name, register_agent(client, name))
         time.sleep(1.0)  # the workload started after its placement
         workload = {"rental_id": rental["id"], "state": "succeeded", "exit_code": 0, "ran_s": ran_s}
         assert (

@@ -27,7 +27,9 @@ Guarantees:
 * A rental over here (not assigned, its log shipped to the end, no process of its group alive) has its
   directory removed, its working directory with it (`cleanup.py`): the next workload on the host finds no
   other tenant's files, and the disk does not fill with every rental's.
-* On exit the workloads keep running (they are adopted on restart) unless `stop_workloads_on_exit`.
+* On exit the workloads keep running (they are adopted on restart) unless `stop_workloads_on_exit`; an agent
+  whose node key is refused and that cannot register again (its node removed, re-owned or joined by another
+  agent) stops them all before it exits, so none runs on, unbilled, beside the node's next agent's.
 * Commands the answer lists (`suanli exec`) run beside their rental's workload (`execs.py`); while one runs,
   the pause between steps checks it every 0.2 s, so its end is told without waiting for the next beat.
 """
@@ -174,7 +176,7 @@ class AgentRunner:
                 if error.status == 401:
                     log.warning("the server refused the node key; registering again")
                     self._client = None
-                    self._register(stopping, force=True)
+                    self._register_or_give_up(stopping)
                     pause = 0
                 elif _transient(error):
                     failures += 1
@@ -743,6 +745,28 @@ class AgentRunner:
             self._client = self._client_factory(self.server_url, saved["node_key"])
             return
         self._register(stopping, force=False)
+
+    def _register_or_give_up(self, stopping: threading.Event) -> None:
+        """Register again after the server refused the node key; when that is refused too (the node was
+        removed, re-owned or joined by another agent), stop every workload and command here before exiting:
+        the node is no longer this agent's, and a workload left running would run unbilled on GPUs let to
+        others, or beside its copy started by the node's new agent."""
+        try:
+            self._register(stopping, force=True)
+        except AgentError:
+            log.error("this agent no longer holds the node; stopping its workloads before exiting")
+            self._give_up_workloads()
+            raise
+
+    def _give_up_workloads(self) -> None:
+        """Stop the workloads, orphans and commands of this agent (the node key is gone: none is reported)."""
+        running = [w for w in self.local.values() if w.workload is not None and w.state == "running"]
+        _stop_together([local.workload for local in running], self.grace_s)
+        for local in running:
+            local.state = "stopped"
+        for rental_id in list(self.orphans):
+            drop_orphan(rental_id, self.orphans.pop(rental_id), self.executor)
+        self.execs.end_with_rentals(())
 
     def _register(self, stopping: threading.Event, *, force: bool) -> None:
         if not self.join_token:

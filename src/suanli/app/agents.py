@@ -4,7 +4,8 @@ Guarantees:
 
 * A join token names one node, is shown once, is stored as a SHA-256 digest, expires, and registers at most
   once (a conditional update decides between two agents racing with one token). Registering gives the node a
-  new key (`nk_...`, stored as a digest); the node's earlier key stops working.
+  new key (`nk_...`, stored as a digest); the node's earlier key stops working. It is refused while the
+  node's agent is alive (up, heartbeating within the timeout): one node, one agent.
 * A rental's state moves only along `TRANSITIONS` as its agent reports: placed -> starting -> running ->
   stopped / failed; `stopping` (asked by the API) -> stopped once the agent has stopped the workload. A
   multi-node rental fails when its workload fails on any node (the others are then stopped: SIGTERM, a
@@ -45,7 +46,7 @@ from suanli.app.agent_records import (
     WorkloadReport,
 )
 from suanli.app.coverage import pass_on_coverage
-from suanli.app.errors import Forbidden, Invalid, NotFound, Unauthorized
+from suanli.app.errors import Conflict, Forbidden, Invalid, NotFound, Unauthorized
 from suanli.app.execs import ExecService
 from suanli.app.fleet import FleetCache
 from suanli.app.gpu_history import record as record_gpu_minutes
@@ -139,7 +140,9 @@ class AgentService:
         return token, secret
 
     def register(self, token_secret: str, inventory: Mapping[str, Any]) -> tuple[str, str]:
-        """Spend a join token: the node's name and its new key."""
+        """Spend a join token: the node's name and its new key. Refused (409, the token kept) while the node's
+        agent is alive: a second agent would take the node over and start its rentals' workloads again
+        beside the first one's."""
         now = self.clock.now()
         wanted = digest(token_secret)
         key = new_node_key()
@@ -150,12 +153,26 @@ class AgentService:
                 or not hmac.compare_digest(token.token_sha256, wanted)
                 or token.used_at is not None
                 or token.expires_at <= now
-                or not uow.agents.use_token(token.id, now)
             ):
+                raise Unauthorized("unknown, used or expired join token")
+            self._check_no_live_agent(uow, token.node, now)
+            if not uow.agents.use_token(token.id, now):
                 raise Unauthorized("unknown, used or expired join token")
             uow.agents.put_node(token.node, digest(key), inventory, now)
             uow.commit()
         return token.node, key
+
+    def _check_no_live_agent(self, uow: AgentUnitOfWork, node: str, now: datetime) -> None:
+        """Conflict while `node`'s agent is up and has heartbeated within the timeout."""
+        for agent in uow.agents.nodes_named([node]):
+            silent_s = (now - (agent.last_heartbeat_at or agent.registered_at)).total_seconds()
+            if agent.up and silent_s < self.timeout_s:
+                raise Conflict(
+                    f"node {node} has a live agent (last heartbeat {silent_s:.0f} s ago): stop it, or let it "
+                    f"be silent for {self.timeout_s:.0f} s so that the node is marked down, before another "
+                    "agent joins as the node",
+                    field="token",
+                )
 
     def authenticate(self, node_key: str | None) -> AgentNode:
         if not node_key:
