@@ -338,10 +338,47 @@ def test_a_daemon_left_in_a_session_of_its_own_is_killed_when_its_rental_ends_he
         end = time.monotonic() + WAIT_S
         removed: list[str] = []
         while not removed:  # the agent's step: the rental is no longer assigned here
-            removed, _ = sweep_rentals(executor.rentals_dir, set(), pool.holds)
+            removed, _ = sweep_rentals(executor.rentals_dir, set(), pool)
             assert time.monotonic() < end, "the rental's directory was never removed"
             time.sleep(0.05)
         assert removed == ["r-1"] and FIRST not in running_uids()
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(daemon, signal.SIGKILL)
+
+
+def two_agents(base: Path) -> tuple[UidPool, ProcessExecutor, ProcessExecutor]:
+    """Two agents on one host (as `suanli demo` runs one per node): work dirs of their own, one uid range,
+    one host-wide lease directory."""
+    pool = UidPool(FIRST, LAST, base / "host-uid-leases")
+    base.chmod(0o711)  # the agents' work dirs under it are reachable by their workloads' uids
+    return pool, ProcessExecutor(base / "agent-a", uids=pool), ProcessExecutor(base / "agent-b", uids=pool)
+
+
+def test_two_agents_on_one_host_never_give_two_rentals_one_uid(base: Path) -> None:
+    """Each agent saw only its own rentals' directories: preparing at once, both picked the lowest uid."""
+    _, first, second = two_agents(base)
+    first.prepare(spec("r-alice", "true"))
+    second.prepare(spec("r-bob", "true"))
+    alice = first.paths("r-alice").workdir.stat().st_uid
+    bob = second.paths("r-bob").workdir.stat().st_uid
+    assert FIRST <= alice <= LAST and FIRST <= bob <= LAST
+    assert alice != bob
+
+
+def test_one_agents_rental_ending_does_not_kill_another_agents_workload(base: Path) -> None:
+    """A rental directory made by an agent before leases (or a stray one) owned by a uid that another
+    agent's rental now holds: its end must not SIGKILL that other tenant's workload."""
+    pool, first, second = two_agents(base)
+    running = first.launch(spec("r-alice", SLEEPS_WITH_A_SECRET))
+    try:
+        wait_for(running.paths.workdir / "ready")
+        uid = running.paths.workdir.stat().st_uid
+        ended = second.paths("r-bob")
+        ended.create()
+        os.chown(ended.workdir, uid, uid)  # the same uid, as the pickers without a lease gave it
+        removed, _ = sweep_rentals(second.rentals_dir, set(), pool)
+        assert removed == ["r-bob"]
+        assert running.poll().running, "another agent's rental's end killed this tenant's workload"
+    finally:
+        running.kill()

@@ -14,11 +14,11 @@ import json
 import os
 import shutil
 import stat
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from pathlib import Path
 
 from suanli.agent.executors import RentalPaths, group_alive
-from suanli.agent.uids import kill_processes_of
+from suanli.agent.uids import UidPool, kill_processes_of
 
 
 def remove_rental_dir(root: Path) -> bool:
@@ -42,13 +42,14 @@ def _make_removable(directory: Path) -> None:
 
 
 def sweep_rentals(
-    rentals_dir: Path, keep: Collection[str], own_uid: Callable[[int], bool] | None = None
+    rentals_dir: Path, keep: Collection[str], uids: UidPool | None = None
 ) -> tuple[list[str], list[str]]:
     """Remove every rental's directory under `rentals_dir` but those in `keep` (assigned here, tracked, or
     left running by an earlier agent) and those whose recorded process group is alive; the ids removed, and
-    those that could not be (wholly) removed. With `own_uid` (the agent's uid pool), what still runs as an
-    ended rental's own uid is killed first: a daemon its workload started in a session of its own ran on
-    past the rental's stop, on GPUs let to the next tenant."""
+    those that could not be (wholly) removed. With `uids` (the agent's uid pool), what still runs as an
+    ended rental's own uid is killed first, when the uid's host-wide lease is that rental's (never another
+    agent's rental's): a daemon its workload started in a session of its own ran on past the rental's stop,
+    on GPUs let to the next tenant; the lease is released with the directory."""
     removed: list[str] = []
     failed: list[str] = []
     if not rentals_dir.is_dir():
@@ -58,12 +59,21 @@ def sweep_rentals(
             continue
         if _group_alive(RentalPaths(root).record_file):
             continue
-        with contextlib.suppress(OSError):
-            uid = RentalPaths(root).workdir.stat().st_uid
-            if own_uid is not None and own_uid(uid) and kill_processes_of(uid):
-                continue  # removed at the next sweep, once the kernel has reaped them
-        (removed if remove_rental_dir(root) else failed).append(root.name)
+        uid = _owner(RentalPaths(root).workdir)
+        if uid is not None and uids is not None and uids.leased_to(uid, root) and kill_processes_of(uid):
+            continue  # removed at the next sweep, once the kernel has reaped them
+        gone = remove_rental_dir(root)
+        if gone and uid is not None and uids is not None and uids.holds(uid):
+            uids.release(uid, root)
+        (removed if gone else failed).append(root.name)
     return removed, failed
+
+
+def _owner(path: Path) -> int | None:
+    try:
+        return path.stat().st_uid
+    except OSError:
+        return None
 
 
 def _group_alive(record: Path) -> bool:

@@ -340,8 +340,8 @@ class ProcessExecutor:
 
     def _ready(self, paths: RentalPaths) -> RunAs | None:
         """The rental's directories, owned by the user its processes run as (returned; None: the agent's)."""
+        paths.create()  # before the uid is picked: its host-wide lease names this existing directory
         user = self._user(paths)
-        paths.create()
         paths.tmp_dir.mkdir(mode=0o700, exist_ok=True)
         if user is not None:
             confine(paths, user)

@@ -395,7 +395,7 @@ class AgentRunner:
             drop_orphan(rental_id, self.orphans.pop(rental_id), self.executor)
         pool = getattr(self.executor, "uids", None)  # each rental's own uid (process executor)
         kept = {*wanted, *self.local, *self.orphans}
-        removed, failed = sweep_rentals(self.executor.rentals_dir, kept, None if pool is None else pool.holds)
+        removed, failed = sweep_rentals(self.executor.rentals_dir, kept, pool)
         for rental_id in removed:
             log.info("%s: ended here; its directory is removed", rental_id)
         for rental_id in set(failed) - self.unremovable:  # said once, tried again every step
