@@ -1,9 +1,10 @@
 """The agent's end of a port forward (`suanli port-forward RENTAL 8888`): for each connection the client
 opens (`{"open": N}`), a TCP connection to the rental's port on this node, carried over the server's
-WebSocket in binary frames that start with N (4 bytes, big-endian). `{"eof": N}` from either side passes a
-half-close on (the other side's writes are shut, its reads go on); `{"close": N}` from either side ends
-connection N; one the agent cannot open is closed with the reason (`error`). The session ends when the
-socket does (the client stopped forwarding, or its time ran out), and every connection with it.
+WebSocket in binary frames that start with N (4 bytes, big-endian). `{"close": N, "half": true}` from
+either side passes a half-close on (the other side's writes are shut, its reads go on); `{"close": N}`
+from either side ends connection N; one the agent cannot open is closed with the reason (`error`). The
+session ends when the socket does (the client stopped forwarding, or its time ran out), and every
+connection with it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from suanli.client.streams import (
     control_message,
     forward_frame,
     forward_parts,
+    half_close_message,
     shut_writes,
 )
 
@@ -108,10 +110,10 @@ class ForwardSession:
         control = control_message(text)
         if control is None:
             return
-        if (number := connection_number(control.get("eof"))) is not None:
-            self._ended_there(number)
-            return
         if (number := connection_number(control.get("open", control.get("close")))) is None:
+            return
+        if "close" in control and control.get("half") is True:
+            self._ended_there(number)
             return
         if "open" in control:
             self._open(ws, number)
@@ -180,7 +182,7 @@ class ForwardSession:
             if done:
                 del self.connections[number]
         if ours:
-            _send(ws, {"eof": number})
+            _send(ws, half_close_message(number))
         if done:
             close_connection(connection)
 

@@ -74,9 +74,9 @@ def create_forward(
     """Forward TCP connections to `port` of the running rental on its node of `node_rank`, as `kubectl
     port-forward` does (`suanli port-forward`). It is `queued` until that node's agent takes it (its next
     heartbeat); attach to `.../execs/{id}/attach`: send `{"open": N}` for a connection N, then frames of 4
-    bytes of N (big-endian) and its bytes, both ways; `{"eof": N}` either way passes a half-close on,
-    `{"close": N}` either way ends it (the agent's may say why in `error`). The rental's processes share
-    its node's network, so this reaches what they do."""
+    bytes of N (big-endian) and its bytes, both ways; `{"close": N, "half": true}` either way passes a
+    half-close on, `{"close": N}` either way ends it (the agent's may say why in `error`). The rental's
+    processes share its node's network, so this reaches what they do."""
     return exec_response(service.forward(caller, rental_id, body.port, body.node_rank, body.timeout_s))
 
 

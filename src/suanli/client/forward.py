@@ -1,9 +1,9 @@
 """The client's end of a port forward (`suanli port-forward RENTAL 8888`, or the SDK's `forward` and
 `attach_exec`): a local listening socket whose every accepted connection is carried to the rental's port
 over one WebSocket, as `kubectl port-forward` does: `{"open": N}` opens connection N at the node's agent,
-binary frames of N and its bytes (`streams`) carry it both ways, `{"eof": N}` passes a half-close on (a
-client that shuts its writes still reads the reply), and `{"close": N}` from either side ends it (with
-`error` when the agent could not connect)."""
+binary frames of N and its bytes (`streams`) carry it both ways, `{"close": N, "half": true}` passes a
+half-close on (a client that shuts its writes still reads the reply), and `{"close": N}` from either side
+ends it (with `error` when the agent could not connect)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from suanli.client.streams import (
     control_message,
     forward_frame,
     forward_parts,
+    half_close_message,
     shut_writes,
 )
 
@@ -108,7 +109,7 @@ class Forwarder:
                 del self.connections[number]
         if ours:
             with contextlib.suppress(ConnectionClosed):
-                self.ws.send(json.dumps({"eof": number}))
+                self.ws.send(json.dumps(half_close_message(number)))
         if done:
             close_connection(connection)
 
@@ -138,10 +139,10 @@ class Forwarder:
         control = control_message(text)
         if control is None:
             return
-        if (number := connection_number(control.get("eof"))) is not None:
-            self._ended_there(number)
-            return
         if (number := connection_number(control.get("close"))) is None:
+            return
+        if control.get("half") is True:
+            self._ended_there(number)
             return
         if control.get("error"):  # told before the close, so whoever sees the close can read why
             self.on_error(str(control["error"]))

@@ -2,9 +2,10 @@
 both ends that speak them: the client (SDK and CLI) and the node's agent.
 
 * A text frame is a JSON control message: `{"rows", "cols"}`, `{"eof": true}` to an attached command;
-  `{"open": N}`, `{"close": N}` (with `error`) for a port forward's connection N, and `{"eof": N}`: the
-  sending side's end of connection N has sent all it will (a TCP half-close, passed on as a shutdown of
-  the other side's writes; the connection closes once both directions have ended, as ssh -L does).
+  `{"open": N}`, `{"close": N}` (with `error`) for a port forward's connection N, and `{"close": N,
+  "half": true}`: the sending side's end of connection N has sent all it will (a TCP half-close, passed on
+  as a shutdown of the other side's writes; the connection closes once both directions have ended, as
+  ssh -L does). An end that predates half-closes reads it as the close it used to send and get then.
 * A port forward's binary frame is N in 4 bytes (big-endian), then that connection's bytes.
 * An attached command's output frame, with `separate_stderr`, is `STDOUT` or `STDERR` (one byte), then the
   bytes of that stream, as Kubernetes' channel protocol marks them.
@@ -58,6 +59,11 @@ def forward_parts(frame: bytes) -> tuple[int, bytes] | None:
         return None
     (number,) = FORWARD_HEADER.unpack_from(frame)
     return number, frame[FORWARD_HEADER.size :]
+
+
+def half_close_message(number: int) -> dict[str, object]:
+    """Connection `number` has sent all it will this way (see the module's docstring)."""
+    return {"close": number, "half": True}
 
 
 class HalfCloses:
