@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 
 from typer.testing import CliRunner
 
-from conftest import ADMIN, WAIT_S, app_client, logged_in_as, wait_for
+from conftest import ADMIN, WAIT_S, app_client, logged_in_as, scheduler_cycles, wait_for
 from suanli.api.wiring import SERVER_QUEUES
 from suanli.cli import platform_commands
 from suanli.cli.main import app
@@ -164,3 +164,24 @@ def _with_expected_start(client, rental_id: str, headers: dict[str, str]) -> dic
         if body["expected_start_at"] is not None or time.monotonic() > deadline:
             return body
         time.sleep(0.02)
+
+
+def test_free_gpus_drained_for_a_blocked_head_are_not_counted_scattered(database_url: str) -> None:
+    """Under backfill, 7 of the H200 node's 8 GPUs run to a time limit and a 2-GPU rental waits: its one
+    free GPU is drained for that head, not a piece no one fits. The gauge counted it scattered whenever
+    nothing else waited (the cycle then skips the reservation the leader works out for itself)."""
+
+    def scattered(client) -> float:
+        lines = client.get("/metrics").text.splitlines()
+        (line,) = [x for x in lines if x.startswith("suanli_gpus_scattered ")]
+        return float(line.split()[1])
+
+    with app_client(database_url, queue="backfill") as client:
+        _, headers, rent = _tenant(client)
+        seven = rent(gpus=7, max_duration_s=3600)
+        assert wait_for(client, seven, headers, "placed")["state"] == "placed"
+        pair = rent(gpus=2)
+        assert wait_for(client, pair, headers, "placed", reason="no_capacity")["state"] == "pending"
+        assert _with_expected_start(client, pair, headers)["expected_start_at"] is not None
+        scheduler_cycles(client)
+        assert scattered(client) == 0.0

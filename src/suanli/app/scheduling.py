@@ -694,7 +694,9 @@ class Scheduler:
         else:
             self.drain = None
         waiting = [requests[p.request_id] for p in still if p.reason in WAITING_FOR_CAPACITY]
-        self.scattered_gpus = scattered_gpus(self.snapshot, waiting, self.reserved)
+        self.scattered_gpus = scattered_gpus(
+            self.snapshot, waiting, drained
+        )  # the head's, worked out here too
         return decision.placements, self._maintenance_reasons(still, requests, now_s), decision.preemptions
 
     def _decide(
