@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -22,7 +23,7 @@ from suanli.agent import runner as runner_module
 from suanli.agent.executors import ProcessExecutor, group_alive
 from suanli.agent.probe import DeclaredProbe
 from suanli.agent.runner import AgentError, AgentRunner
-from suanli.client import ApiError, ServerUnreachable
+from suanli.client import BAD_RESPONSE, ApiError, ServerUnreachable
 from suanli.wire.agent_schemas import AssignmentResponse, HeartbeatResponse, LogChunkResponse
 from suanli.wire.schemas import SliceResponse
 
@@ -129,6 +130,22 @@ def test_a_transient_server_error_does_not_end_the_agent(tmp_path: Path, status:
     threading.Timer(0.5, stopping.set).start()
     runner.run(stopping)
     assert client.reports, "the agent never heartbeat again after one transient error"
+
+
+def test_an_answer_the_agent_cannot_read_is_retried_and_logged_as_an_error_that_says_upgrade(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = FakeClient()
+    client.fail_next = [ApiError(502, BAD_RESPONSE, "the server's answer is not valid")] * 2
+    runner = make_runner(tmp_path, client)
+    runner._connect = lambda stopping: None  # already registered
+    stopping = threading.Event()
+    threading.Timer(1.5, stopping.set).start()
+    with caplog.at_level(logging.WARNING, logger=runner_module.log.name):
+        runner.run(stopping)
+    assert client.reports, "the agent stopped trying after answers it could not read"
+    unreadable = [r for r in caplog.records if "upgrade the agent" in r.getMessage()]
+    assert len(unreadable) == 2 and all(r.levelno == logging.ERROR for r in unreadable), caplog.text
 
 
 def test_an_agent_whose_server_keeps_failing_still_shuts_down_when_asked(tmp_path: Path) -> None:

@@ -80,7 +80,7 @@ from suanli.agent.orphans import (
 from suanli.agent.probe import GpuProbe, HostInventory
 from suanli.agent.restart import Outcome, RestartPolicy, RestartTracker
 from suanli.agent.workloads import workload_spec
-from suanli.client import ApiError, Client, ServerUnreachable
+from suanli.client import BAD_RESPONSE, ApiError, Client, ServerUnreachable
 from suanli.domain.errors import SuanliError
 from suanli.domain.plan import Slice
 from suanli.wire.agent_schemas import (
@@ -178,6 +178,10 @@ class AgentRunner:
                     self._client = None
                     self._register_or_give_up(stopping)
                     pause = 0
+                elif error.code == BAD_RESPONSE:
+                    failures += 1
+                    pause = 0.0 if self._next_server() else self._backoff(failures)
+                    log.error(UNREADABLE_ANSWER, error, pause)
                 elif _transient(error):
                     failures += 1
                     pause = 0.0 if self._next_server() else self._backoff(failures)
@@ -835,6 +839,13 @@ def _stop_together(workloads: Sequence[Workload | None], grace_s: float) -> None
 
 
 TRANSIENT_STATUSES = frozenset({408, 429})
+# an answer this agent cannot read is no passing fault: retrying keeps the workloads running, but nothing the
+# server asks (new rentals, stops, notices) is done until the agent is upgraded, so each try says so loudly
+UNREADABLE_ANSWER = (
+    "cannot read the server's answer (%s): this agent is too old for the server (more than one release "
+    "behind) or the server is not suanli; upgrade the agent. Workloads keep running, but no new rental, stop "
+    "or notice is carried out until then; retry in %.1f s"
+)
 
 
 def _transient(error: ApiError) -> bool:

@@ -128,6 +128,7 @@ DEFAULT_TIMEOUT_S = 30.0
 MAX_RATE_WAIT_S = 30.0  # the longest a 429's Retry-After is waited out before sending again
 # how long following a rental's output waits for a server that does not answer (a restart, a new leader)
 FOLLOW_RECONNECT_S = 120.0
+BAD_RESPONSE = "bad_response"  # an ApiError's code when the server's answer cannot be read
 
 
 class ClientError(Exception):
@@ -786,11 +787,11 @@ class Client:
             return None
         if raw:
             return response.text
-        try:
-            return TypeAdapter(response_type).validate_python(response.json())
+        try:  # fields a newer server added are ignored: this client keeps working after the server's upgrade
+            return TypeAdapter(response_type).validate_python(response.json(), extra="ignore")
         except (ValidationError, ValueError) as error:  # not a request's fault: the server's answer
             message = f"the server's answer to {method} {path} is not valid: {error}"
-            raise ApiError(502, "bad_response", message) from None
+            raise ApiError(502, BAD_RESPONSE, message) from None
 
 
 def retry_on_connection_errors(attempts: int):
