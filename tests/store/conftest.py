@@ -15,7 +15,7 @@ from suanli.app.fleet import FleetCache
 from suanli.app.records import Tenant
 from suanli.domain.catalog_data import CATALOG
 from suanli.store.agent_repositories import SqlAgentUnitOfWork
-from suanli.store.db import MIGRATIONS, make_engine, migrate, session_factory, unit_of_work_factory
+from suanli.store.db import make_engine, migrate, session_factory, unit_of_work_factory
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 EXAMPLE_FLEET = (Path(__file__).resolve().parents[2] / "examples" / "fleet.toml").read_text()
@@ -53,18 +53,6 @@ def with_example_fleet(uow: Any, tenants: tuple[str, ...] = ("ten_a", "ten_b")) 
             u.tenants.add(Tenant(tenant, tenant, "tenant", T0))
         u.fleet.put(EXAMPLE_FLEET, [], T0)
         u.commit()
-
-
-def downgrade(engine: Engine, revision: str) -> None:
-    """Take the schema down to `revision` (the code's own migrations), as an operator rolling back would."""
-    from alembic import command
-    from alembic.config import Config
-
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS))
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.downgrade(config, revision)
 
 
 def agent_service(engine: Engine, clock: Any) -> AgentService:

@@ -10,7 +10,6 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import text
 
-from conftest import downgrade
 from suanli.app.billing import BillingService
 from suanli.app.errors import Conflict, Forbidden
 from suanli.app.fleet import FleetCache
@@ -18,7 +17,7 @@ from suanli.app.records import Caller, Rental, RentalEvent, RentalSpec, Tenant
 from suanli.domain.billing.ledger import AccountId, Posting, Transaction, TxKind, verify
 from suanli.domain.billing.money import charge_micros
 from suanli.domain.catalog_data import CATALOG
-from suanli.store.db import make_engine, migrate, unit_of_work_factory
+from suanli.store.db import downgrade, make_engine, migrate, unit_of_work_factory
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 RATE = 2_990_000  # micros per hour

@@ -8,10 +8,10 @@ import random
 
 from sqlalchemy import select, text
 
-from conftest import T0, downgrade
+from conftest import T0
 from suanli.app.records import Rental, RentalSpec, Tenant
 from suanli.store.agent_repositories import SqlAgentUnitOfWork
-from suanli.store.db import make_engine, migrate, session_factory
+from suanli.store.db import downgrade, make_engine, migrate, session_factory
 from suanli.store.rows import RentalLogRow
 
 NODES = ("gpu-01", "gpu-02")

@@ -9,10 +9,10 @@ from dataclasses import replace
 
 from sqlalchemy import Engine, text
 
-from conftest import T0, downgrade
+from conftest import T0
 from suanli.app.ports import UnitOfWorkFactory
 from suanli.app.records import Rental, RentalSpec, Tenant
-from suanli.store.db import make_engine, migrate, unit_of_work_factory
+from suanli.store.db import downgrade, make_engine, migrate, unit_of_work_factory
 
 
 def _named(

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 from sqlalchemy import insert, text
 
-from conftest import downgrade
 from suanli.app.booking import bookings_for
 from suanli.app.errors import BookingConflict, Duplicate
 from suanli.app.fleet import FleetCache
@@ -21,7 +20,7 @@ from suanli.app.scheduling import Scheduler
 from suanli.domain.catalog_data import CATALOG
 from suanli.domain.plan import NodeAllocation, Slice
 from suanli.domain.queue_order import BOOKED_QUEUE, GREEDY_QUEUE, PLATFORM_QUEUE
-from suanli.store.db import make_engine, migrate, unit_of_work_factory
+from suanli.store.db import downgrade, make_engine, migrate, unit_of_work_factory
 from suanli.store.rows import RentalRow, TenantRow
 
 FLEET = (Path(__file__).resolve().parents[2] / "examples" / "fleet.toml").read_text()

@@ -8,10 +8,10 @@ from datetime import timedelta
 
 from sqlalchemy import text
 
-from conftest import T0, downgrade
+from conftest import T0
 from suanli.app.records import Rental, RentalSpec, Tenant
 from suanli.app.rentals import stop_overdue
-from suanli.store.db import make_engine, migrate, unit_of_work_factory
+from suanli.store.db import downgrade, make_engine, migrate, unit_of_work_factory
 
 RATE = 2_990_000
 
