@@ -9,6 +9,7 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from conftest import ADMIN, logged_in_as, wait_for
+from suanli.app.booking import SHARE_UNIT_MILLI
 from suanli.app.tenants import MAX_LIVE_KEYS
 from suanli.cli import platform_commands
 from suanli.cli.main import app
@@ -149,6 +150,28 @@ def test_bad_input_is_4xx_and_names_the_field(client: TestClient, tenant, path, 
     response = client.post(path, json=body, headers=alice)
     assert 400 <= response.status_code < 500, response.text
     assert response.json()["error"]["field"] == field
+
+
+def test_the_openapi_schema_says_a_share_is_a_multiple_of_ten_milli(client: TestClient) -> None:
+    """It said any integer 1..999, and the API refused all but multiples of 10: clients built from the
+    schema sent shares the server refused."""
+    schemas = client.get("/openapi.json").json()["components"]["schemas"]
+    (share, _null) = schemas["RentalCreateRequest"]["properties"]["share_milli"]["anyOf"]
+    assert (share["multipleOf"], share["minimum"], share["maximum"]) == (SHARE_UNIT_MILLI, 10, 990)
+
+
+@pytest.mark.parametrize("path", ["/v1/rentals", "/v1/rentals/dry-run"])
+@pytest.mark.parametrize("share_milli", [5, 15, 995, 999])
+def test_a_share_that_is_no_multiple_of_ten_milli_is_refused_naming_the_field(
+    client: TestClient, tenant, path: str, share_milli: int
+) -> None:
+    _, alice = tenant("alice")
+    body = {"gpu_model": "L40S", "gpus": 0, "share_milli": share_milli}
+    refused = client.post(path, json=body, headers=alice)
+    assert refused.status_code in (400, 422), refused.text
+    error = refused.json()["error"]
+    assert error["field"] == "share_milli" and "a multiple of 10 milli (1% of a GPU)" in error["message"]
+    assert client.post(path, json={**body, "share_milli": 990}, headers=alice).status_code in (200, 201)
 
 
 def test_offer_queries_filter_and_point_at_bad_tokens(client: TestClient, tenant) -> None:

@@ -41,6 +41,8 @@ MAX_DURATION_S = 10 * 366 * 86_400  # a declared run time: ten years at most (a 
 MAX_CPU_MILLI, MAX_MEMORY_MIB = 10**9, 10**12
 MAX_BID_MICROS = 10**15  # a bid per GPU-hour (a billion units)
 MAX_MIN_GPUS = 64 * 256  # a least size: whole GPUs per node times nodes, at most
+# a share is whole percents of a GPU: the unit the scheduler books (app.booking.SHARE_UNIT_MILLI)
+SHARE_STEP_MILLI = 10
 
 
 def _in_range(moment: datetime) -> datetime:
@@ -79,7 +81,8 @@ BOUNDS = {
 def problem_text(problem: Mapping[str, Any], *, money_in_units: bool = False) -> str:
     """The message for one pydantic error, in words: for a value its pattern refused, what the value should
     be; for one out of bounds, the bound with its unit (a field in micros or seconds, by its name), money in
-    currency units when `money_in_units` (the CLI, whose options take units)."""
+    currency units when `money_in_units` (the CLI, whose options take units); for one off its step, the
+    step."""
     context = problem.get("ctx") or {}
     kind = str(problem.get("type", ""))
     if kind == "string_pattern_mismatch" and context.get("pattern") in PATTERN_TEXT:
@@ -95,6 +98,9 @@ def problem_text(problem: Mapping[str, Any], *, money_in_units: bool = False) ->
             days = limit / 86_400
             whole_days = limit >= 86_400 and days == int(days)
             return f"{words} {days:g} days" if whole_days else f"{words} {limit:g} s"
+    if kind == "multiple_of" and isinstance(step := context.get("multiple_of"), int):
+        unit = " milli (1% of a GPU)" if name == "share_milli" else ""
+        return f"a multiple of {step}{unit}"
     message = str(problem.get("msg", "invalid value"))
     # a validator's own words, without pydantic's prefix
     return message.removeprefix("Value error, ") if kind == "value_error" else message
@@ -339,7 +345,14 @@ class RentalCreateRequest(WireModel):
         default=1, ge=0, le=64, description="Whole GPUs per node (0 or 1 with a MIG profile or a share)."
     )
     mig_profile: str | None = Field(default=None, description="One MIG instance per node, e.g. 3g.40gb.")
-    share_milli: int | None = Field(default=None, ge=1, le=999, description="A share of one GPU per node.")
+    share_milli: int | None = Field(
+        default=None,
+        ge=SHARE_STEP_MILLI,
+        le=1000 - SHARE_STEP_MILLI,
+        multiple_of=SHARE_STEP_MILLI,
+        description="A share of one GPU per node, in thousandths of its compute: whole percents "
+        "(10, 20 ... 990).",
+    )
     share_memory_mib: int = Field(default=0, ge=0, le=MAX_MEMORY_MIB)
     nodes: int = Field(default=1, ge=1, le=256, description="Node count; more than 1 is a gang.")
     cpu_milli: int = Field(default=0, ge=0, le=MAX_CPU_MILLI)
