@@ -29,7 +29,6 @@ from suanli.client.streams import (
     forward_frame,
     forward_parts,
     half_close_message,
-    shut_writes,
 )
 
 log = logging.getLogger(__name__)
@@ -55,7 +54,7 @@ class ForwardSession:
         self.stopping = threading.Event()
         self.connections: dict[int, socket.socket] = {}
         self.lock = threading.Lock()
-        self.half = HalfCloses()
+        self.half = HalfCloses(self.connections, self.lock)
         self.done = threading.Event()  # the session has ended
         self.opened = 0  # connections opened to the port
         self.refused = 0  # connections the port refused
@@ -99,7 +98,8 @@ class ForwardSession:
             pass
         finally:
             with self.lock:
-                left, self.connections = list(self.connections.values()), {}
+                left = list(self.connections.values())
+                self.connections.clear()
             for connection in left:
                 close_connection(connection)
             with contextlib.suppress(Exception):
@@ -112,8 +112,8 @@ class ForwardSession:
             return
         if (number := connection_number(control.get("open", control.get("close")))) is None:
             return
-        if "close" in control and control.get("half") is True:
-            self._ended_there(number)
+        if "close" in control and control.get("half") is True:  # the client sent all: the port reads its end
+            self.half.received(number)
             return
         if "open" in control:
             self._open(ws, number)
@@ -123,16 +123,6 @@ class ForwardSession:
                 self.half.forget(number)
             if connection is not None:
                 close_connection(connection)
-
-    def _ended_there(self, number: int) -> None:
-        """The client sent all it will on connection `number`: the port reads its end, and may answer."""
-        with self.lock:
-            connection = self.connections.get(number)
-            done = connection is not None and self.half.both_ended(number, HalfCloses.RECEIVED)
-            if done:
-                del self.connections[number]
-        if connection is not None:
-            (close_connection if done else shut_writes)(connection)
 
     def _open(self, ws: ClientConnection, number: int) -> None:
         with self.lock:
@@ -176,15 +166,8 @@ class ForwardSession:
         except (OSError, ConnectionClosed):
             self._gone(ws, number, connection)
             return
-        with self.lock:
-            ours = self.connections.get(number) is connection
-            done = ours and self.half.both_ended(number, HalfCloses.SENT)
-            if done:
-                del self.connections[number]
-        if ours:
+        if self.half.sent(number, connection):
             _send(ws, half_close_message(number))
-        if done:
-            close_connection(connection)
 
     def _gone(self, ws: ClientConnection, number: int, connection: socket.socket) -> None:
         """Connection `number` failed here: the client is told, unless it closed it first."""

@@ -26,7 +26,6 @@ from suanli.client.streams import (
     forward_frame,
     forward_parts,
     half_close_message,
-    shut_writes,
 )
 
 REFUSED = 4000  # close codes from 4000: the server's refusal, 4000 + the HTTP status
@@ -51,7 +50,7 @@ class Forwarder:
         self.connections: dict[int, socket.socket] = {}
         self.lock = threading.Lock()
         self.numbers = itertools.count(1)
-        self.half = HalfCloses()
+        self.half = HalfCloses(self.connections, self.lock)
 
     def run(self) -> None:
         """Forward until the server closes the socket (the forward's time ran out, or it was refused)."""
@@ -75,7 +74,8 @@ class Forwarder:
         with contextlib.suppress(OSError):
             self.listener.close()
         with self.lock:
-            left, self.connections = list(self.connections.values()), {}
+            left = list(self.connections.values())
+            self.connections.clear()
         for connection in left:
             close_connection(connection)
 
@@ -102,16 +102,9 @@ class Forwarder:
         except (OSError, ConnectionClosed):
             self._end(number, connection)
             return
-        with self.lock:  # its end: the port reads it and may still answer (a half-close), unless closed
-            ours = self.connections.get(number) is connection
-            done = ours and self.half.both_ended(number, HalfCloses.SENT)
-            if done:
-                del self.connections[number]
-        if ours:
+        if self.half.sent(number, connection):  # the port reads its end and may still answer
             with contextlib.suppress(ConnectionClosed):
                 self.ws.send(json.dumps(half_close_message(number)))
-        if done:
-            close_connection(connection)
 
     def _end(self, number: int, connection: socket.socket) -> None:
         """Connection `number` failed here: closed, and the agent told, unless it closed it first."""
@@ -141,8 +134,8 @@ class Forwarder:
             return
         if (number := connection_number(control.get("close"))) is None:
             return
-        if control.get("half") is True:
-            self._ended_there(number)
+        if control.get("half") is True:  # the rental's port sent all it will: the local end reads its end
+            self.half.received(number)
             return
         if control.get("error"):  # told before the close, so whoever sees the close can read why
             self.on_error(str(control["error"]))
@@ -151,13 +144,3 @@ class Forwarder:
             self.half.forget(number)
         if connection is not None:
             close_connection(connection)
-
-    def _ended_there(self, number: int) -> None:
-        """The rental's port sent all it will on connection `number`: the local end reads its end."""
-        with self.lock:
-            connection = self.connections.get(number)
-            done = connection is not None and self.half.both_ended(number, HalfCloses.RECEIVED)
-            if done:
-                del self.connections[number]
-        if connection is not None:
-            (close_connection if done else shut_writes)(connection)

@@ -17,6 +17,7 @@ import contextlib
 import json
 import socket
 import struct
+import threading
 from typing import Any
 
 FORWARD_HEADER = struct.Struct(">I")
@@ -67,25 +68,48 @@ def half_close_message(number: int) -> dict[str, object]:
 
 
 class HalfCloses:
-    """The forwarded connections one direction of which has ended (`SENT`: ours reached its end and the
-    other side was told; `RECEIVED`: the other side's did and ours was shut for writing). The caller holds
-    its own lock around these."""
+    """Half-closes of one end's forwarded `connections` (guarded by `lock`, both its owner's): which
+    connections one direction of which has ended (`SENT`: ours reached its end and the other side is told;
+    `RECEIVED`: the other side's did and ours was shut for writing); one closes once both have."""
 
     SENT, RECEIVED = "sent", "received"
 
-    def __init__(self) -> None:
+    def __init__(self, connections: dict[int, socket.socket], lock: threading.Lock) -> None:
+        self.connections, self.lock = connections, lock
         self.ended: dict[int, str] = {}
 
-    def both_ended(self, number: int, direction: str) -> bool:
-        """Note that `direction` of connection `number` ended; whether the other one had (close it now)."""
+    def received(self, number: int) -> None:
+        """The other side sent all it will on connection `number`: ours reads its end, and may answer."""
+        with self.lock:
+            connection = self.connections.get(number)
+            done = connection is not None and self._both_ended(number, self.RECEIVED)
+            if done:
+                del self.connections[number]
+        if connection is not None:
+            (close_connection if done else shut_writes)(connection)
+
+    def sent(self, number: int, connection: socket.socket) -> bool:
+        """`connection` (number `number`) reached its end here: whether it is still this end's (the other
+        side is to be told); closed once the other direction had ended too."""
+        with self.lock:
+            ours = self.connections.get(number) is connection
+            done = ours and self._both_ended(number, self.SENT)
+            if done:
+                del self.connections[number]
+        if done:
+            close_connection(connection)
+        return ours
+
+    def forget(self, number: int) -> None:
+        """Connection `number` closed outright (the caller holds the lock)."""
+        self.ended.pop(number, None)
+
+    def _both_ended(self, number: int, direction: str) -> bool:
         first = self.ended.setdefault(number, direction)
         if first == direction:
             return False
         del self.ended[number]
         return True
-
-    def forget(self, number: int) -> None:
-        self.ended.pop(number, None)
 
 
 def shut_writes(connection: socket.socket) -> None:
