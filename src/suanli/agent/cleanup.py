@@ -18,7 +18,7 @@ from collections.abc import Collection
 from pathlib import Path
 
 from suanli.agent.executors import RentalPaths, group_alive
-from suanli.agent.uids import UidPool, kill_processes_of
+from suanli.agent.uids import UidPool, kill_processes_of, path_owner
 
 
 def remove_rental_dir(root: Path) -> bool:
@@ -59,7 +59,7 @@ def sweep_rentals(
             continue
         if _group_alive(RentalPaths(root).record_file):
             continue
-        uid = _owner(RentalPaths(root).workdir)
+        uid = path_owner(RentalPaths(root).workdir)
         if uid is not None and uids is not None and uids.leased_to(uid, root) and kill_processes_of(uid):
             continue  # removed at the next sweep, once the kernel has reaped them
         gone = remove_rental_dir(root)
@@ -67,13 +67,6 @@ def sweep_rentals(
             uids.release(uid, root)
         (removed if gone else failed).append(root.name)
     return removed, failed
-
-
-def _owner(path: Path) -> int | None:
-    try:
-        return path.stat().st_uid
-    except OSError:
-        return None
 
 
 def _group_alive(record: Path) -> bool:

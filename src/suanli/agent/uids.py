@@ -79,7 +79,7 @@ class UidPool:
         """The uid for the rental at `paths`: the one its working directory has, if in range, else the lowest
         free one, leased host-wide to `paths.root` (which must exist); ExecutorError when every uid of the
         pool is taken."""
-        with_dir = _owner(paths.workdir)
+        with_dir = path_owner(paths.workdir)
         if with_dir is not None and self.first <= with_dir <= self.last:
             return _user(with_dir)
         with self._leasing():
@@ -133,7 +133,8 @@ def _user(uid: int) -> RunAs:
     return RunAs(f"uid {uid}", uid, uid, account=False)
 
 
-def _owner(path: Path) -> int | None:
+def path_owner(path: Path) -> int | None:
+    """The uid `path` belongs to; None when it cannot be read (gone)."""
     try:
         return path.stat().st_uid
     except OSError:
@@ -143,13 +144,13 @@ def _owner(path: Path) -> int | None:
 def _directory_owners(rentals_dir: Path) -> Iterable[int | None]:
     if rentals_dir.is_dir():
         for root in rentals_dir.iterdir():
-            yield _owner(RentalPaths(root).workdir)
+            yield path_owner(RentalPaths(root).workdir)
 
 
 def kill_processes_of(uid: int) -> int:
     """SIGKILL every process running with `uid` (a rental's own, leased to it host-wide: nothing else runs
-    as it; check `UidPool.leased_to` first),
-    such as a daemon its workload left behind in a session of its own, out of its process group; how many."""
+    as it; check `UidPool.leased_to` first), such as a daemon its workload left behind in a session of its
+    own, out of its process group; how many."""
     killed = 0
     for entry in PROC.glob("[0-9]*/status"):
         try:
