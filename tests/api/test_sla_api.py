@@ -41,10 +41,15 @@ def test_a_lost_node_earns_an_sla_credit_posted_once_and_shown_on_the_invoice(
     node = wait_for(client, rental["id"], owner, "placed")["allocation"][0]["node"]
     headers = register_agent(client, node)
     beat = {"workloads": [{"rental_id": rental["id"], "state": "running"}]}
-    assert client.post("/v1/agents/heartbeat", json=beat, headers=headers).status_code == 200
     services = client.app.state.services  # type: ignore[attr-defined]
     agents = services.agents
-    agents.clock = FixedClock(agents.clock.now() + timedelta(seconds=30))  # it ran 30 s, then went silent
+    # started at .9 of a second, last heard of at .1 (29.2 s later): billed 29 s from its start, it ends a
+    # second before the second its outage starts in, and the outage still hits it (1 run in 8 failed here
+    # when the running clock's fractions fell so)
+    started = (agents.clock.now() + timedelta(seconds=1)).replace(microsecond=900_000)
+    agents.clock = FixedClock(started)
+    assert client.post("/v1/agents/heartbeat", json=beat, headers=headers).status_code == 200
+    agents.clock = FixedClock(started.replace(microsecond=100_000) + timedelta(seconds=30))  # then silent
     assert client.post("/v1/agents/heartbeat", json=beat, headers=headers).status_code == 200
     later = agents.clock.now() + timedelta(seconds=agents.timeout_s + 1)
     assert agents.reap(later) == [node]

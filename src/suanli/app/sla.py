@@ -3,7 +3,8 @@ posted for it (see `suanli.domain.billing.sla` for the definition and the tiers)
 
 * Outages are recorded by `suanli.app.agents` (a node marked down opens one at its last heartbeat; it closes
   when the node heartbeats again). A rental's interval is the meter's billable interval
-  (`suanli.app.usage.rental_usage`) and its nodes every node it held.
+  (`suanli.app.usage.billable_end`) in the clock's whole seconds, as outages are, and its nodes every node
+  it held.
 * `post_month(month)` posts each tenant's credit once, under key `sla:{tenant}:{yyyy-mm}` (platform revenue ->
   tenant cash, the outage ids in the memo); a month that has not ended is refused. A key already posted is
   kept as it is (a later recomputation never posts twice). `post_due()` does it for the month before now and
@@ -21,9 +22,9 @@ from datetime import UTC, datetime
 from suanli.app.errors import Conflict, Invalid, NotFound
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.postings import post_once, retrying
-from suanli.app.records import Caller
+from suanli.app.records import BillableRental, Caller
 from suanli.app.tenants import require_admin
-from suanli.app.usage import rental_usage
+from suanli.app.usage import billable_end, metered, rental_usage
 from suanli.domain.billing.invoice import InvoiceError, Month
 from suanli.domain.billing.ledger import AccountKind, Transaction, TxKind
 from suanli.domain.billing.money import to_epoch_s
@@ -153,7 +154,7 @@ class SlaService:
                 continue
             rental_nodes = nodes.get(usage.rental_id, frozenset({item.node}))
             by_tenant.setdefault(usage.tenant, []).append(
-                SlaRental(usage.rental_id, usage.started_s, usage.ended_s, rental_nodes)
+                SlaRental(usage.rental_id, usage.started_s, _clock_end_s(item, usage.started_s), rental_nodes)
             )
         reports = []
         for tenant_id, rentals in sorted(by_tenant.items()):
@@ -163,6 +164,14 @@ class SlaService:
             if only is not None or found.down_s > 0:
                 reports.append(found)
         return reports
+
+
+def _clock_end_s(item: BillableRental, started_s: int) -> int | None:
+    """The rental's billable end on the outages' scale (the clock's whole seconds), not the meter's (whole
+    seconds counted from its start, a second sooner when the start's fraction is the larger): a lost rental
+    ends at its node's last heartbeat, the second its outage starts, and that outage must hit it."""
+    end = billable_end(metered(item))
+    return None if end is None else max(started_s, to_epoch_s(end))
 
 
 def _charges(uow: UnitOfWork, tenant_id: str) -> dict[str, list[tuple[int, int]]]:

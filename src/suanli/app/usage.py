@@ -69,6 +69,28 @@ def rental_usage(
     start = found.run_started_at or found.placed_at
     if rate is None or start is None:
         return None
+    end = billable_end(found)
+    started_s = to_epoch_s(start)
+    # the whole seconds it held, counted from its start (not both ends cut to the clock's seconds, which
+    # billed 85 s for 84.42 s held)
+    ended_s = None if end is None else started_s + max(0, int((end - start).total_seconds()))
+    return RentalUsage(
+        found.id,
+        found.tenant_id,
+        providers.get(found.node, NO_PROVIDER),
+        rate,
+        started_s,
+        ended_s,
+        minimum_s=DEFAULT_MINIMUM_S if found.state in TENANT_ENDED_STATES else 0,
+        rate_changes=changes,
+        gaps=queue_gaps(found, runs) if runs else (),
+        holders=held_by(held, providers) if held else (),
+    )
+
+
+def billable_end(found: MeterRental) -> datetime | None:
+    """The instant its billing ends (None while open): the rule in this module's docstring."""
+    start = found.run_started_at or found.placed_at
     end: datetime | None = None
     if found.state == "preempted":
         end = found.notice_deadline or found.ended_at
@@ -90,22 +112,7 @@ def rental_usage(
         end = _sooner(end, found.stop_asked_at + timedelta(seconds=STOP_CONFIRM_S))
     if found.time_limit_at is not None:  # stopped there: what its stop takes past it is not billed
         end = _sooner(end, found.time_limit_at)
-    started_s = to_epoch_s(start)
-    # the whole seconds it held, counted from its start (not both ends cut to the clock's seconds, which
-    # billed 85 s for 84.42 s held)
-    ended_s = None if end is None else started_s + max(0, int((end - start).total_seconds()))
-    return RentalUsage(
-        found.id,
-        found.tenant_id,
-        providers.get(found.node, NO_PROVIDER),
-        rate,
-        started_s,
-        ended_s,
-        minimum_s=DEFAULT_MINIMUM_S if found.state in TENANT_ENDED_STATES else 0,
-        rate_changes=changes,
-        gaps=queue_gaps(found, runs) if runs else (),
-        holders=held_by(held, providers) if held else (),
-    )
+    return end
 
 
 @dataclass(frozen=True, slots=True)
