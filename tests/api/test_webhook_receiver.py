@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 
 from suanli.app.records import RentalEvent, SentEvent, Webhook
@@ -16,13 +17,15 @@ def test_a_delivery_verifies_under_its_secret_only_and_its_events_read_back() ->
     hook = Webhook("whk_1", "ten_1", "https://example.com/hook", "whsec_right", AT, 0)
     sent = [SentEvent(7, "rnt_a", RentalEvent(AT, "stopped", "time_limit", "stopped at its max duration"))]
     body = payload(hook, sent)
-    header = signature(hook.secret, body)
-    assert verify("whsec_right", body, header)
-    assert not verify("whsec_wrong", body, header)
-    assert not verify("whsec_right", body + b" ", header)  # the body as received, byte for byte
-    assert not verify("whsec_right", body, None) and not verify(
-        "whsec_right", body, header.removeprefix("sha256=")
-    )
+    sent_at_s = int(AT.timestamp())
+    header = signature(hook.secret, body, sent_at_s)
+    assert header.startswith(f"t={sent_at_s},sha256=")
+    assert verify("whsec_right", body, header, now_s=sent_at_s + 1)
+    assert not verify("whsec_wrong", body, header, now_s=sent_at_s)
+    assert not verify("whsec_right", body + b" ", header, now_s=sent_at_s)  # the body as received
+    assert not verify("whsec_right", body, None) and not verify("whsec_right", body, "")
+    for mangled in (header.partition(",")[2], header.partition(",")[0], "t=x,sha256=00", "garbage"):
+        assert not verify("whsec_right", body, mangled, now_s=sent_at_s)
     (event,) = events(body)
     assert (event["id"], event["rental_id"], event["kind"], event["reason"]) == (
         7,
@@ -32,6 +35,22 @@ def test_a_delivery_verifies_under_its_secret_only_and_its_events_read_back() ->
     )
     assert event["at"] == AT.isoformat()
     assert receiver.SIGNATURE_HEADER == SIGNATURE_HEADER  # the header the server sets is the one read
+
+
+def test_a_delivery_replayed_later_or_with_another_time_is_refused() -> None:
+    """The time is signed with the body: a captured delivery cannot be sent again later, nor re-dated."""
+    hook = Webhook("whk_1", "ten_1", "https://example.com/hook", "whsec_right", AT, 0)
+    body = payload(hook, [SentEvent(8, "rnt_a", RentalEvent(AT, "placed", None, "placed"))])
+    sent_at_s = int(AT.timestamp())
+    header = signature(hook.secret, body, sent_at_s)
+    assert verify("whsec_right", body, header, now_s=sent_at_s + 300)
+    assert verify("whsec_right", body, header, now_s=sent_at_s - 300)  # the receiver's clock a little behind
+    assert not verify("whsec_right", body, header, now_s=sent_at_s + 301)  # replayed after 5 min
+    assert not verify("whsec_right", body, header, now_s=sent_at_s - 301)
+    assert verify("whsec_right", body, header, now_s=sent_at_s + 3600, tolerance_s=7200)
+    redated = header.replace(f"t={sent_at_s}", f"t={sent_at_s + 3600}")
+    assert not verify("whsec_right", body, redated, now_s=sent_at_s + 3600)
+    assert verify("whsec_right", body, signature(hook.secret, body, int(time.time())))  # the clock's now
 
 
 def test_the_readmes_receiver_example_runs_as_written(capsys) -> None:
@@ -45,6 +64,10 @@ def test_the_readmes_receiver_example_runs_as_written(capsys) -> None:
     hook = Webhook("whk_1", "ten_1", "https://example.com/hook", "whsec_readme", AT, 0)
     body = payload(hook, [SentEvent(3, "rnt_b", RentalEvent(AT, "failed", None, "exit code 2"))])
     on_delivery = scope["on_delivery"]
-    assert on_delivery(body, {"X-Suanli-Signature": signature("whsec_readme", body)}) == 204  # type: ignore[operator]
-    assert on_delivery(body, {"X-Suanli-Signature": signature("whsec_other", body)}) == 401  # type: ignore[operator]
+    now_s = int(time.time())
+    signed = {"X-Suanli-Signature": signature("whsec_readme", body, now_s)}
+    assert on_delivery(body, signed) == 204  # type: ignore[operator]
+    assert on_delivery(body, {"X-Suanli-Signature": signature("whsec_other", body, now_s)}) == 401  # type: ignore[operator]
+    stale = {"X-Suanli-Signature": signature("whsec_readme", body, now_s - 3600)}
+    assert on_delivery(body, stale) == 401  # type: ignore[operator]
     assert capsys.readouterr().out == "rnt_b failed exit code 2\n"

@@ -110,10 +110,12 @@ def test_a_tenants_rental_events_reach_its_webhook_signed_in_order_and_again_aft
         assert {e["rental_id"] for e in delivered} == {rental["id"]}  # never another tenant's
         ids = [e["id"] for e in delivered]
         assert ids == sorted(ids) and len(set(ids)) == len(ids)
-        for sent, raw in receiver.got:
-            assert hmac.compare_digest(
-                sent, "sha256=" + hmac.new(secret.encode(), raw, hashlib.sha256).hexdigest()
-            )
+        for sent, raw in receiver.got:  # each try signed with the moment it was sent
+            sent_at, _, digest = sent.removeprefix("t=").partition(",sha256=")
+            assert abs(int(sent_at) - time.time()) < 60
+            signed = f"{sent_at}.".encode() + raw
+            assert hmac.compare_digest(digest, hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest())
+        assert len({sent for sent, _ in receiver.got}) == len(receiver.got)  # a retry is signed anew
 
         shown, shown_filtered = client.get("/v1/webhooks", headers=owner).json()
         assert shown_filtered["events"] == ["placed", "stopped"]

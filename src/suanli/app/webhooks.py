@@ -9,8 +9,10 @@ Guarantees:
   Ids are handed out before their transactions commit, so on PostgreSQL a lower id can become visible after
   a higher one: the loop sends only events up to the newest id it saw `SETTLE_S` ago (a watermark), so an
   event is skipped only if its transaction stayed open that long after its insert.
-* Signed: the body's HMAC-SHA256 under the webhook's own secret (shown once, at creation) in
-  `X-Suanli-Signature: sha256=<hex>`, so a receiver can tell the server's deliveries from anyone's.
+* Signed, with the moment it was sent: `X-Suanli-Signature: t=<unix s>,sha256=<hex>`, the HMAC-SHA256 of
+  `<t>.` and the body under the webhook's own secret (shown once, at creation), so a receiver can tell the
+  server's deliveries from anyone's and refuse one replayed later (the SDK's `verify`: over 5 min from its
+  clock; Stripe's scheme). Each try is signed again when it is sent.
 * A URL is checked at registration by the sender's own parser (`url_parser`), so what is stored can be
   sent: control characters and host names that are not valid IDNA are refused naming `url`.
 * A failure (no answer, a non-2xx, anything the send raised) waits `backoff_s(failures)` before the next
@@ -104,9 +106,11 @@ def payload(webhook: Webhook, events: Sequence[SentEvent]) -> bytes:
     return json.dumps(body, separators=(",", ":")).encode()
 
 
-def signature(secret: str, body: bytes) -> str:
-    """`sha256=<hex>`: what `X-Suanli-Signature` carries, for a receiver to compare in constant time."""
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+def signature(secret: str, body: bytes, sent_at_s: int) -> str:
+    """`t=<sent_at_s>,sha256=<hex>`: what `X-Suanli-Signature` carries; the time is signed with the body, so
+    a delivery replayed later is refused however it was captured."""
+    signed = f"{sent_at_s}.".encode() + body
+    return f"t={sent_at_s},sha256=" + hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
 
 
 class WebhookService:

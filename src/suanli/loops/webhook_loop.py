@@ -83,9 +83,10 @@ class WebhookLoop(LeaderLoop):
         """POST one webhook's batch; None when it answered 2xx, else why not."""
         webhook, events = batch
         body = payload(webhook, events)
+        sent_at_s = int(time.time())  # the wall clock a receiver compares with, not the business clock
         headers = {
             "Content-Type": "application/json",
-            SIGNATURE_HEADER: signature(webhook.secret, body),
+            SIGNATURE_HEADER: signature(webhook.secret, body, sent_at_s),
             "User-Agent": "suanli-webhooks",
         }
         try:

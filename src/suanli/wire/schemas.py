@@ -711,7 +711,8 @@ class WebhookCreateRequest(WireModel):
         max_length=2000,
         description="http(s) URL that gets your rentals' events as they happen, POSTed as JSON "
         "(`{webhook_id, events: [{id, rental_id, at, kind, reason, message}]}`, oldest first, at least once: "
-        "dedup by `id`), signed in `X-Suanli-Signature: sha256=<HMAC-SHA256 of the body under the secret>`.",
+        'dedup by `id`), signed in `X-Suanli-Signature: t=<unix s>,sha256=<HMAC-SHA256 of "<t>." + body '
+        "under the secret>` (refuse a `t` more than 5 min from your clock: a replay).",
     )
     events: list[str] = Field(
         default_factory=list,
