@@ -185,8 +185,8 @@ def _mig_choice(model: GpuModel, entry: GpuEntry, shape: MigSlice) -> GpuChoice 
 
 
 def instance_milli(geometry: MigGeometry, profile: MigProfile) -> int:
-    """A MIG instance's share of the GPU's compute, in milli-GPUs (its compute slices of all)."""
-    return FULL_MILLI * profile.compute_slices // geometry.compute_slice_count
+    """A MIG instance's share of the GPU's compute in milli-GPUs (`MigGeometry.instance_milli`)."""
+    return geometry.instance_milli(profile)
 
 
 def replace_entries(gpus: tuple[GpuEntry, ...], choices: tuple[GpuChoice, ...]) -> tuple[GpuEntry, ...]:

@@ -53,6 +53,11 @@ class MigGeometry:
     def has_profile(self, name: str) -> bool:
         return any(profile.name == name for profile in self.profiles)
 
+    def instance_milli(self, profile: MigProfile) -> int:
+        """An instance's share of the GPU's compute in milli-GPUs, its compute slices of all, rounded down:
+        what the scheduler holds and a contract covers, so a whole GPU's instances never count past 1000."""
+        return 1000 * profile.compute_slices // self.compute_slice_count
+
 
 @dataclass(frozen=True, slots=True)
 class GpuModel:

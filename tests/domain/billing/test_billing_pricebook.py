@@ -13,11 +13,13 @@ from suanli.domain.billing.pricebook import (
     MigPrice,
     PriceBook,
     SpotFloor,
+    gpu_milli,
     quote,
     resized_rate,
     spot_formula,
     utilization_milli,
 )
+from suanli.domain.capacity import instance_milli
 from suanli.domain.catalog import GpuModel
 from suanli.domain.catalog_data import CATALOG
 from suanli.domain.errors import SuanliError
@@ -115,6 +117,35 @@ def test_a_quote_breaks_down_discounts_and_contract_coverage() -> None:
     assert got.contract_coverage_micros_per_hour == 1_800_000  # one of four GPUs covered
     assert got.final_micros_per_hour == 5_400_000
     assert got.source == "December cut"
+
+
+@pytest.mark.parametrize("model", [m for m in CATALOG.models if m.mig is not None], ids=lambda m: m.name)
+def test_a_gpu_filled_with_its_smallest_instances_fits_a_one_gpu_contract(model: GpuModel) -> None:
+    """Each instance counts what the scheduler holds (slices of the GPU, rounded down): as many of the
+    smallest profile as a GPU has slices never take more than one contracted GPU, so each is covered whole
+    (rounded half up, seven 1g instances counted 1001 milli and the seventh paid for the one it lacked)."""
+    assert model.mig is not None
+    for profile in model.mig.profiles:
+        milli = gpu_milli(model, MigSlice(profile.name))
+        assert milli == instance_milli(model.mig, profile)
+        assert milli * (model.mig.compute_slice_count // profile.compute_slices) <= 1000
+    smallest = min(model.mig.profiles, key=lambda p: p.compute_slices)
+    shape = MigSlice(smallest.name)
+    book = PriceBook(list_prices=[ListPrice(model.name, "r", Tier.RESERVED, 2_100_000, NOV, "l")])
+    room = 1000
+    for _ in range(model.mig.compute_slice_count // smallest.compute_slices):
+        wanted = gpu_milli(model, shape)
+        got = quote(
+            book,
+            model=model,
+            region="r",
+            tier=Tier.RESERVED,
+            shape=shape,
+            at_s=NOV,
+            contract_covered_gpu_milli=min(room, wanted),
+        )
+        assert got.final_micros_per_hour == 0 and got.contract_coverage_micros_per_hour > 0
+        room -= wanted
 
 
 @given(

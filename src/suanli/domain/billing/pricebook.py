@@ -247,14 +247,15 @@ def shape_rate(
 
 
 def gpu_milli(model: GpuModel, shape: Shape) -> int:
-    """Thousandths of a GPU that one node's shape takes (MIG by compute slices, rounded half up)."""
+    """Thousandths of a GPU that one node's shape takes: a MIG instance's as the scheduler holds it
+    (`MigGeometry.instance_milli`, rounded down: rounded half up, seven 1g instances took 1001 of a
+    one-GPU contract and the seventh paid for the milli it lacked)."""
     if isinstance(shape, WholeGpus):
         return shape.count * MILLI_PER_GPU
     if isinstance(shape, GpuShare):
         return shape.milli
     if isinstance(shape, MigSlice) and model.mig is not None:
-        slices = model.mig.profile(shape.profile).compute_slices
-        return round_half_up(slices * MILLI_PER_GPU, model.mig.compute_slice_count)
+        return model.mig.instance_milli(model.mig.profile(shape.profile))
     raise BillingError(f"cannot size shape {shape!r} on {model.name}")
 
 
