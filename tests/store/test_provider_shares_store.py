@@ -1,7 +1,7 @@
 """Each provider is paid for its own nodes' share of a rental, on the real store (SQLite and PostgreSQL): a
 gang across two providers pays each half, a re-placed rental pays each provider for its run there, a grown
 one pays the new provider from the growth on; a rental booked before allocations had times pays its first
-node's provider as before."""
+node's provider as before. A rental re-placed in another region has each region's energy and carbon."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from conftest import agent_service
 from suanli.app.agent_records import WorkloadReport
 from suanli.app.billing import BillingService, Payout, PayoutLine
 from suanli.app.fleet import FleetCache
+from suanli.app.invoices import InvoiceService
 from suanli.app.records import Booking, Caller, Rental, RentalEvent, RentalSpec, Tenant
 from suanli.app.rentals import follow_size
 from suanli.domain.billing.ledger import AccountId, AccountKind, TxKind
@@ -158,3 +159,37 @@ def test_a_rental_booked_before_allocations_had_times_pays_its_first_nodes_provi
     _stop(factory, "rnt_old", T0 + 3600 * S)
     billing.meter(now=T0 + 3600 * S)
     assert _payables(factory, "rnt_old") == {"alpha": provider_part(charge_micros(2 * RATE, 3600))}
+
+
+def test_a_rental_replaced_in_another_region_has_each_regions_energy_and_carbon_on_its_invoice(env) -> None:
+    """Its 100 s in cn-north and 900 s in eu-west: each at its own region's PUE and grid (all of it was
+    charged at cn-north's, its first node's)."""
+    _, factory, clock, agents, billing = env
+    beta_in_eu = FLEET.replace(
+        'provider = "beta"\ntopology = "cn-north/', 'provider = "beta"\ntopology = "eu-west/'
+    )
+    assert beta_in_eu.count("eu-west/") == 1
+    eu_west = '[regions.eu-west]\njurisdiction = "EU"\ngrid_gco2_per_kwh = 250\npue = 1.1\n\n'
+    with factory() as u:
+        u.fleet.put(eu_west + beta_in_eu, [ALPHA, BETA], T0)
+        u.commit()
+    key = agents.register(agents.create_token(ADMIN, ALPHA)[1], {})[1]
+    spec = RentalSpec(gpu_model="H100", gpus=1, restart="on-failure", max_restarts=1)
+    _place(factory, "rnt_r", [ALPHA], T0, spec)
+    agents.heartbeat(key, [WorkloadReport("rnt_r", "running")], [])
+    clock.at = T0 + 100 * S
+    agents.heartbeat(key, [], [])
+    clock.at = T0 + 131 * S
+    assert agents.reap() == [ALPHA]  # lost: re-queued
+    clock.at = T0 + 1000 * S
+    other = agents.register(agents.create_token(ADMIN, BETA)[1], {})[1]
+    _place(factory, "rnt_r", [BETA], clock.at, spec)
+    agents.heartbeat(other, [WorkloadReport("rnt_r", "running")], [])
+    clock.at = T0 + 1900 * S
+    agents.heartbeat(other, [], [])
+    billing.meter()
+    (line,) = InvoiceService(factory, clock, CATALOG, FleetCache(CATALOG)).invoice(ALICE, "2030-01").lines
+    assert line.gpu_seconds == 1000 and line.description == "H100-SXM-80GB x 1 in eu-west, cn-north"
+    power_w = CATALOG.get("H100-SXM-80GB").tdp_watts * 0.7
+    assert line.energy_kwh == round(power_w * (100 * 1.3 + 900 * 1.1) / 3600 / 1000, 3)
+    assert line.co2_kg == round(power_w * (100 * 1.3 * 581 + 900 * 1.1 * 250) / 3600 / 1e6, 3)

@@ -6,15 +6,17 @@ GPU power from agent telemetry when it covers at least half a rental's time (`en
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from suanli.app.errors import Invalid, NotFound
 from suanli.app.fleet import FleetCache
 from suanli.app.ports import Clock, RunEnergyReader, UnitOfWorkFactory
-from suanli.app.records import BillableRental, Caller, Rental
+from suanli.app.records import BillableRental, Caller, HeldAllocation, Rental
 from suanli.app.tenants import target_tenant
 from suanli.app.usage import metered, rental_usage, replaced
-from suanli.domain.billing.energy import average_power_per_gpu_w
+from suanli.domain.billing.energy import average_power_per_gpu_w, blend_regions
 from suanli.domain.billing.invoice import (
     Invoice,
     InvoiceError,
@@ -65,6 +67,8 @@ class InvoiceService:
             resized = uow.rentals.sizes([b.rental.id for b in billable])
             placed = uow.rentals.placed_sizes([b.rental.id for b in billable if b.rental.id not in resized])
             runs = uow.rentals.run_spans([b.rental.id for b in billable if replaced(metered(b))])
+            ids = sorted(b.rental.id for b in billable)
+            held = uow.rentals.held_allocations(first=ids[0], last=ids[-1], only=set(ids)) if ids else {}
         charged = frozenset({AccountKind.PROVIDER_PAYABLE, AccountKind.PLATFORM_REVENUE})
         charges: dict[str, list[tuple[int, int]]] = {}
         for tx in transactions:
@@ -84,7 +88,10 @@ class InvoiceService:
             if usage.gaps:  # re-queued: no GPU-seconds (nor energy) while it waited in the queue
                 sizes = without_gaps(sizes or spec_size(item.rental, usage.started_s), usage.gaps)
             power = self._measured_power_w(item.rental, usage, measured.get(item.rental.id), now_s, sizes)
-            rentals.append(self._rental_billing(item, usage, nodes, regions, power, sizes))
+            billing = self._rental_billing(item, usage, nodes, regions, power, sizes)
+            if item.rental.id in held:
+                billing = spread_over_regions(billing, held[item.rental.id], nodes, regions, usage, now_s)
+            rentals.append(billing)
         sla = [sla_credit_line(tx) for tx in transactions if tx.key == sla_key(target, month)]
         plans = plan_lines(target, str(month), month.start_s, month.end_s, transactions)
         return build_invoice(target, month, rentals, charges, now_s, sla_credits=sla, plan_lines=plans)
@@ -155,6 +162,36 @@ class InvoiceService:
             discounts=discounts,
             sizes=sizes,
         )
+
+
+def spread_over_regions(
+    billing: RentalBilling,
+    held: Sequence[HeldAllocation],
+    nodes: dict[str, Any],
+    regions: dict[str, Any],
+    usage: RentalUsage,
+    now_s: int,
+) -> RentalBilling:
+    """`billing` with the PUE and grid of every region the rental's nodes were in, by the GPU-seconds it
+    held in each (a re-placed rental, a gang across regions); as it was (its first node's) when a node or
+    region is no longer in the fleet, or an allocation's times are unknown (booked before migration 0016)."""
+    end_s = now_s if usage.ended_s is None else min(now_s, usage.ended_s)
+    spread = []
+    for allocation in held:
+        node = nodes.get(allocation.node)
+        region = regions.get(node.region) if node is not None else None
+        if region is None or allocation.booked_at is None:
+            return billing
+        start_s = max(usage.started_s, to_epoch_s(allocation.booked_at))
+        stop_s = end_s if allocation.released_at is None else min(end_s, to_epoch_s(allocation.released_at))
+        queued_s = sum(max(0, min(stop_s, to_s) - max(start_s, from_s)) for from_s, to_s in usage.gaps)
+        held_s = max(0, stop_s - start_s - queued_s)  # not billed while it waited in the queue
+        spread.append((region.name, region.pue, region.grid_gco2_per_kwh, allocation.gpu_milli * held_s))
+    blended = blend_regions(spread)
+    if blended is None or len(blended[0]) < 2:
+        return billing
+    names, pue, grid = blended
+    return replace(billing, region=", ".join(names), pue=pue, grid_gco2_per_kwh=grid)
 
 
 def spec_size(rental: Rental, started_s: int) -> tuple[Size, ...]:

@@ -3,7 +3,7 @@ confirmed usage), rate and size history, run spans and held allocations (`SqlRen
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any, cast
 
@@ -258,10 +258,12 @@ class RentalMoneyReads:
             found.setdefault(rental_id, []).append((utc_moment(moment) or moment, int(rate)))
         return found
 
-    def held_allocations(self, *, first: str, last: str) -> dict[str, list[HeldAllocation]]:
+    def held_allocations(
+        self, *, first: str, last: str, only: Collection[str] | None = None
+    ) -> dict[str, list[HeldAllocation]]:
         """The allocations, with their GPU milli and times, of the rentals with ids in [first, last] (a meter
-        batch: one range scan of the rental_id index) that held more than one node; a rental on one node
-        only is left out (it has one provider)."""
+        batch: one range scan of the rental_id index; `only`: of these ids alone) that held more than one
+        node; a rental on one node only is left out (it has one provider, one region)."""
         allocations = AllocationRow.__table__
         query = select(
             allocations.c.rental_id,
@@ -272,6 +274,8 @@ class RentalMoneyReads:
         ).where(allocations.c.rental_id >= first, allocations.c.rental_id <= last)
         spans: dict[str, list[tuple[int, str, datetime | None, datetime | None]]] = {}
         for rental_id, allocation_id, node, booked, released in self.s.execute(query):
+            if only is not None and rental_id not in only:
+                continue
             spans.setdefault(rental_id, []).append(
                 (allocation_id, node, utc_moment(booked), utc_moment(released))
             )

@@ -9,6 +9,7 @@ from suanli.domain.billing.energy import (
     MAX_GAP_BEATS,
     MIN_COVERAGE,
     average_power_per_gpu_w,
+    blend_regions,
     measured_interval_s,
     slice_power_w,
 )
@@ -84,3 +85,17 @@ def test_a_resized_rentals_measured_power_per_gpu_stays_exact() -> None:
     measured_s, measured_gpu_s = 3600.0 + 2 * 3600.0, (2 + 8) * 3600.0
     power = average_power_per_gpu_w(energy_j, measured_s, measured_gpu_s, 3 * 3600.0)
     assert power == pytest.approx(220.0)
+
+
+def test_blended_regions_charge_each_region_for_its_own_gpu_seconds() -> None:
+    """One PUE and grid for the whole rental that give exactly the sum of each region's energy and CO2."""
+    held = [("cn-north", 1.3, 581.0, 100.0), ("eu-west", 1.1, 250.0, 600.0), ("eu-west", 1.1, 250.0, 300.0)]
+    names, pue, grid = blend_regions(held)  # type: ignore[misc]
+    assert names == ("eu-west", "cn-north")  # most GPU-seconds first, one entry per region
+    power_w = 490.0
+    kwh = power_w * 1000 / 3600 * pue / 1000
+    expected_kwh = power_w * (100 * 1.3 + 900 * 1.1) / 3600 / 1000
+    assert kwh == pytest.approx(expected_kwh)
+    assert kwh * grid / 1000 == pytest.approx(power_w * (100 * 1.3 * 581 + 900 * 1.1 * 250) / 3600 / 1e6)
+    assert blend_regions([("cn-north", 1.3, 581.0, 0.0)]) is None
+    assert blend_regions([("a", 1.2, 100.0, 5.0)]) == (("a",), pytest.approx(1.2), pytest.approx(100.0))

@@ -15,6 +15,10 @@ Rules:
   The average per GPU is joules / the GPU-seconds measured (each beat's seconds x the GPUs the rental held on
   that node then, so a resize keeps it exact); x GPU-hours it gives the rental's energy over its billable
   time.
+* A rental that held nodes in several regions (re-placed after a lost node, a gang across regions) is
+  charged each region's PUE and grid intensity for its GPU-seconds there: `blend_regions` gives the one PUE
+  and grid figure that do it exactly for the rental's total (the PUE's mean by GPU-seconds; the grid's by
+  GPU-seconds x PUE, as it weighs kWh), over the rental's whole life.
 """
 
 from __future__ import annotations
@@ -60,3 +64,20 @@ def average_power_per_gpu_w(
     if measured_s < MIN_COVERAGE * billable_node_s:
         return None
     return energy_j / measured_gpu_s
+
+
+def blend_regions(
+    held: Iterable[tuple[str, float, float, float]],
+) -> tuple[tuple[str, ...], float, float] | None:
+    """(region names, PUE, grid g/kWh) that give the energy and CO2 of GPU-seconds spread over regions,
+    from `(name, pue, grid_gco2_per_kwh, gpu_seconds)`; names most GPU-seconds first; None without any."""
+    by_region: dict[str, tuple[float, float, float]] = {}
+    for name, pue, grid, gpu_s in held:
+        if gpu_s > 0:
+            by_region[name] = (pue, grid, by_region.get(name, (pue, grid, 0.0))[2] + gpu_s)
+    if not by_region:
+        return None
+    total_gpu_s = sum(gpu_s for _, _, gpu_s in by_region.values())
+    pue = sum(p * gpu_s for p, _, gpu_s in by_region.values()) / total_gpu_s
+    grid = sum(p * g * gpu_s for p, g, gpu_s in by_region.values()) / (pue * total_gpu_s)
+    return tuple(sorted(by_region, key=lambda name: (-by_region[name][2], name))), pue, grid

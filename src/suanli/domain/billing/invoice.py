@@ -20,7 +20,9 @@ Rules:
   A rental line's `energy_source` says which: `measured` or `tdp_estimate` (None when there is no energy).
   CO2 (kg) = kWh x the region's grid intensity (g/kWh) / 1000, computed from the unrounded kWh. Both are
   floats rounded half-even to `ENERGY_DECIMALS` (3) with `round`; invoice totals are the rounded sum of the
-  rounded lines. Unknown model or region: energy and CO2 are None and the totals leave them out.
+  rounded lines. Unknown model or region: energy and CO2 are None and the totals leave them out. A rental
+  that held nodes in several regions carries the PUE and grid that weigh each by its GPU-seconds there
+  (`suanli.domain.billing.energy.blend_regions`), and its line names them all.
 """
 
 from __future__ import annotations
