@@ -14,7 +14,7 @@ from __future__ import annotations
 import heapq
 import random
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from types import MappingProxyType
 
@@ -476,9 +476,12 @@ def run_requests(
                 heapq.heappush(events, (end_s, END, sequence, full.id, now))
         if waiting:  # (a request that never fits the fleet does not count as waiting)
             idle_waiting = fleet.gpu_count - allocated
-            idle_held = sum(snapshot.by_name[n].free_milli for n in reserved) / 1000
+            drained = _drained_for(
+                snapshot, queue.get(head) if head else None, reserved, running, policy, now, config
+            )
+            idle_held = sum(snapshot.by_name[n].free_milli for n in drained) / 1000
             if idle_waiting - idle_held > 1e-9:
-                idle_scattered = scattered_gpus(snapshot, waiting, reserved)
+                idle_scattered = scattered_gpus(snapshot, waiting, drained)
         if now >= next_sample or not events:
             result.samples.append((now, allocated, len(queue)))
             next_sample = now + sample_every_s
@@ -512,6 +515,24 @@ def _off_holds(
         return True
 
     return allows
+
+
+def _drained_for(
+    snapshot: Snapshot,
+    head: Request | None,
+    reserved: frozenset[str] | Sequence[str],
+    running: Mapping[str, Running],
+    policy: Policy,
+    now: float,
+    config: QueueConfig,
+) -> Collection[str]:
+    """The nodes drained for the blocked `head`: the decision's reservation, or, when EASY backfill skipped
+    it (nothing could pass the head), the one it would have made, as the server's leader works it out for
+    its gauges; so GPUs idle there count as held for the head whichever way the cycle went."""
+    if reserved or head is None or config.mode is not Mode.BACKFILL:
+        return reserved
+    found = reserve(snapshot, head, list(running.values()), policy, now, spare_free=config.spare_free)
+    return () if found is None else {a.node for a in found[1].nodes}
 
 
 def _drain(
