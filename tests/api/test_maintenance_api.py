@@ -320,9 +320,15 @@ def test_an_elastic_gang_gives_back_only_its_node_going_into_maintenance_and_run
         ended = wait_for(client, rigid["id"], headers, "preempted")
         assert ended["state"] == "preempted"
         trimmed = wait_for(client, elastic["id"], headers, "placed")
-        assert [a["node"] for a in trimmed["allocation"]] == [staying]
-        assert trimmed["price_micros_per_hour"] == elastic["price_micros_per_hour"] // 2
         assert any("went into maintenance" in e["message"] for e in trimmed["events"])
+        held = [a["node"] for a in trimmed["allocation"]]
+        # the rigid gang's other node is free now, and the leader may grow the gang onto it in its next
+        # cycle (an elastic rental grows back toward its size): one run in many read it after that growth
+        assert staying in held and going not in held
+        if held == [staying]:
+            assert trimmed["price_micros_per_hour"] == elastic["price_micros_per_hour"] // 2
+        else:
+            assert any(e["kind"] == "grown" for e in trimmed["events"]), trimmed["events"]
 
 
 def test_cli_admin_maintenance_add_ls_rm(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
