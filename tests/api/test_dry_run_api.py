@@ -384,3 +384,30 @@ def test_a_family_is_quoted_at_a_model_the_fleet_has_not_the_dearest_of_the_cata
     assert created.status_code == 201, created.text
     quote = created.json()["quote"]
     assert quote["model"] == "H100-SXM-80GB" and quote["contract_covered_gpu_milli"] == 4000, quote
+
+
+def test_a_gang_that_names_no_model_is_never_promised_or_placed_across_models(
+    client: TestClient, tenant
+) -> None:
+    """cn-north has eight H100-SXM nodes and one Ascend node. With seven H100 nodes taken, one H100 and the
+    Ascend are free: a two-node gang naming no model waits for two of one model (NCCL and HCCL ranks cannot
+    form one communicator), in the dry run as in the cycle; nine nodes are refused, as no region has nine of
+    one model. It had been promised and placed on the H100 and the Ascend."""
+    tenant_id, headers = tenant("trainer")
+    credit = {"amount_micros": 10**12}
+    assert client.post(f"/v1/tenants/{tenant_id}/credit", json=credit, headers=ADMIN).status_code == 201
+    seven = {"gpu_model": "H100-SXM-80GB", "gpus": 8, "nodes": 7, "command": ["sleep", "600"]}
+    busy = client.post("/v1/rentals", json=seven, headers=headers).json()
+    assert wait_for(client, busy["id"], headers, "placed")["state"] == "placed"
+
+    gang = {"gpus": 8, "nodes": 2, "regions": ["cn-north"], "command": ["sleep", "600"]}
+    trial = _dry_run(client, gang, headers)
+    assert not trial["starts_now"] and trial["nodes"] == [], trial
+    assert trial["pending_reason"] == "gang_incomplete", trial
+    waiting = client.post("/v1/rentals", json=gang, headers=headers).json()
+    held = wait_for(client, waiting["id"], headers, "placed", reason="gang_incomplete")
+    assert held["state"] == "pending" and held["pending_reason"] == "gang_incomplete", held
+
+    nine = client.post("/v1/rentals/dry-run", json={**gang, "nodes": 9}, headers=headers)
+    assert nine.status_code == 400 and nine.json()["error"]["field"] == "nodes", nine.text
+    assert "of one GPU model in one region" in nine.json()["error"]["message"], nine.text

@@ -29,7 +29,10 @@ def test_a_rental_no_node_could_ever_run_is_refused_naming_what_to_change(client
     _, headers = make_tenant(client, "acme")
     refused = {
         "gpus": ({**H100, "gpus": 9}, "no matching node has 9 GPUs (at most 8 on one node)"),
-        "nodes": ({**H100, "nodes": 40}, "at most 8 matching nodes in one region, even empty; 40 needed"),
+        "nodes": (
+            {**H100, "nodes": 40},
+            "at most 8 matching nodes of one GPU model in one region, even empty; 40 needed",
+        ),
         "gpu_model": ({"gpu_model": "B200", "gpus": 1}, "no GPU in the fleet matches"),
         "jurisdictions": (
             {**H100, "jurisdictions": ["eu"]},

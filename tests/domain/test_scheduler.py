@@ -513,7 +513,7 @@ def test_a_gang_that_cannot_fit_whole_takes_nothing(policy: str) -> None:
     before = [n.key for n in snap.nodes]
     plan = run(snap, req("g", WholeGpus(8), node_count=3, cpu_milli=1000), policy=policy)
     assert plan.pending_reason("g") is Reason.GANG_TOO_LARGE  # n3 can never hold 8 GPUs
-    assert "at most 2 matching nodes in one region" in plan.pending[0].message
+    assert "at most 2 matching nodes of one GPU model in one region" in plan.pending[0].message
     assert [n.key for n in snap.nodes] == before
     assert snap.allocated_milli() == 0
 
@@ -575,6 +575,36 @@ def test_a_gang_across_regions_never_fits() -> None:
     plan = run(snap, req("g", WholeGpus(1), node_count=2))
     assert plan.pending_reason("g") is Reason.GANG_TOO_LARGE
     assert snap.allocated_milli() == 0
+
+
+@every_policy
+def test_a_family_gang_takes_nodes_of_one_model_even_in_a_wider_subtree(policy: str) -> None:
+    """`H100` allows SXM and PCIe; one SXM and one PCIe share a leaf, two PCIe share only a zone. The gang
+    lands on the two PCIe nodes: its ranks form one communicator and wait for the slowest, so never a mix."""
+    snap = snapshot(
+        node("sxm", where="cn-north/z1/pod-a/leaf-01"),
+        node("pcie-1", model="H100-PCIe", where="cn-north/z1/pod-a/leaf-01"),
+        node("pcie-2", model="H100-PCIe", where="cn-north/z1/pod-b/leaf-02"),
+    )
+    family = GpuSelector(models=frozenset({"H100"}))
+    plan = run(snap, req("g", WholeGpus(8), node_count=2, selector=family), policy=policy)
+    assert set(nodes_of(plan, "g")) == {"pcie-1", "pcie-2"}
+    assert placed(plan, "g").subtree == "cn-north/z1"
+
+
+@every_policy
+def test_a_gang_with_no_model_waits_rather_than_mixing_models(policy: str) -> None:
+    """A T4 node and an H100 node are free in one leaf: a two-node gang that names no model waits for two
+    of one model (`gang_incomplete`), and is refused outright where no region has them (`gang_too_large`)."""
+    snap = snapshot(node("t4", model="T4", gpus=4), node("h100-1", gpus=4), node("h100-2", gpus=4))
+    busy = req("busy", WholeGpus(4), selector=GpuSelector(models=frozenset({"H100-SXM-80GB"})))
+    plan = run(snap, busy, req("g", WholeGpus(4), node_count=2, submitted_at_s=1), policy=policy)
+    assert plan.pending_reason("g") is Reason.GANG_INCOMPLETE
+    assert plan.pending[0].message == "1 nodes of one GPU model fit, 2 needed in one subtree"
+    empty = snapshot(node("t4", model="T4", gpus=4), node("h100-1", gpus=4), node("h100-2", gpus=4))
+    refused = never_fits(empty, req("three", WholeGpus(4), node_count=3))
+    assert refused is not None and refused.reason is Reason.GANG_TOO_LARGE
+    assert refused.message.startswith("at most 2 matching nodes of one GPU model in one region")
 
 
 def test_a_single_node_placement_has_no_subtree() -> None:

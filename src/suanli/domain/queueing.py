@@ -339,21 +339,20 @@ class _Cycle(BackfillPhase):
         return self.pool_share(request) <= self.config.wide_first_share
 
     def _landing_pools(self, request: Request) -> set[Pool]:
-        """Every (model, region) the request could ever be placed in: for a gang, only in regions with as
+        """Every (model, region) the request could ever be placed in: for a gang, only the pools with as
         many nodes that could host it (a gang never leaves its region; one too wide for a region held back
         what waited there behind it, on nodes it could never use)."""
         key = fit_key(request)
         if key not in self.landing:
             classes, _ = nominate(self.snapshot, request)
             pools = {(self.snapshot.classes[i].model.name, self.snapshot.classes[i].region) for i in classes}
-            if request.node_count > 1:
-                hosts: dict[str, int] = {}
+            if request.node_count > 1:  # a gang's nodes are all of one model: count them per pool
+                hosts: dict[Pool, int] = {}
                 for state in self.snapshot.nodes:
                     if state.class_id in classes:
-                        hosts[state.node.region] = hosts.get(state.node.region, 0) + 1
-                pools = {
-                    (model, region) for model, region in pools if hosts.get(region, 0) >= request.node_count
-                }
+                        pool = (self.snapshot.classes[state.class_id].model.name, state.node.region)
+                        hosts[pool] = hosts.get(pool, 0) + 1
+                pools = {pool for pool in pools if hosts.get(pool, 0) >= request.node_count}
             self.landing[key] = pools
         return self.landing[key]
 

@@ -266,58 +266,71 @@ def _random_option(rng: random.Random, found: list[Option], gpus: tuple) -> Opti
 def place_gang(
     snapshot: Snapshot, class_ids: Sequence[int], request: Request, policy: Policy
 ) -> Placement | Pending:
-    """All `node_count` nodes inside the smallest topology subtree that holds them, or nothing."""
-    candidates: list[Candidate] = []
-    shape_id = snapshot.intern_request(request)
-    for class_id in class_ids:
-        for state_id, members in snapshot.groups[class_id].items():
-            scored = best_option(snapshot, class_id, state_id, shape_id, request, policy)
-            if scored is not None:
-                score, option, _, _ = scored
-                candidates.extend(Candidate(score, snapshot.nodes[i], option) for i in members)
+    """All `node_count` nodes of one GPU model inside the smallest topology subtree that holds them, or
+    nothing: a gang's ranks form one communicator and step at its slowest rank's pace, so models never mix."""
+    by_model = _gang_candidates(snapshot, class_ids, request, policy)
     need = request.node_count
-    if len(candidates) < need:
+    alike = max((len(candidates) for candidates in by_model.values()), default=0)  # most of one model
+    if alike < need:
         most = _most_nodes_in_a_region(snapshot, class_ids)
         if most < need:  # even with every node empty: it never fits, and must not block anyone
             return Pending(request.id, Reason.GANG_TOO_LARGE, _explain(Reason.GANG_TOO_LARGE, request, most))
-        reason = Reason.GANG_INCOMPLETE if candidates else Reason.NO_CAPACITY
-        return Pending(request.id, reason, _explain(reason, request, len(candidates)))
+        reason = Reason.GANG_INCOMPLETE if alike else Reason.NO_CAPACITY
+        return Pending(request.id, reason, _explain(reason, request, alike))
     for depth in TOPOLOGY_LEVELS:
-        subtrees: dict[tuple[str, ...], list[Candidate]] = {}
-        for candidate in candidates:
-            subtrees.setdefault(candidate.state.node.topology[:depth], []).append(candidate)
         best: tuple[tuple, tuple[str, ...], list[Candidate]] | None = None
-        for path, members in subtrees.items():
-            if len(members) < need:
-                continue
-            members.sort(key=lambda c: (c.score, c.state.index))
-            chosen = members[:need]
-            rank = (tuple(sum(s) for s in zip(*(c.score for c in chosen), strict=True)), path)
-            if best is None or rank < best[0]:
-                best = (rank, path, chosen)
+        for model, candidates in by_model.items():
+            subtrees: dict[tuple[str, ...], list[Candidate]] = {}
+            for candidate in candidates:
+                subtrees.setdefault(candidate.state.node.topology[:depth], []).append(candidate)
+            for path, members in subtrees.items():
+                if len(members) < need:
+                    continue
+                members.sort(key=lambda c: (c.score, c.state.index))
+                chosen = members[:need]
+                rank = (tuple(sum(s) for s in zip(*(c.score for c in chosen), strict=True)), path, model)
+                if best is None or rank < best[0]:
+                    best = (rank, path, chosen)
         if best is not None:
             return apply_candidates(snapshot, request, best[2], "/".join(best[1]))
     most = _most_nodes_in_a_region(snapshot, class_ids)
     if most < need:
         return Pending(request.id, Reason.GANG_TOO_LARGE, _explain(Reason.GANG_TOO_LARGE, request, most))
-    return Pending(
-        request.id, Reason.GANG_INCOMPLETE, _explain(Reason.GANG_INCOMPLETE, request, len(candidates))
-    )
+    return Pending(request.id, Reason.GANG_INCOMPLETE, _explain(Reason.GANG_INCOMPLETE, request, alike))
+
+
+def _gang_candidates(
+    snapshot: Snapshot, class_ids: Sequence[int], request: Request, policy: Policy
+) -> dict[str, list[Candidate]]:
+    """GPU model -> the nodes where one of the gang's nodes fits now, with the policy's best way there."""
+    by_model: dict[str, list[Candidate]] = {}
+    shape_id = snapshot.intern_request(request)
+    for class_id in class_ids:
+        model = snapshot.classes[class_id].model.name
+        for state_id, members in snapshot.groups[class_id].items():
+            scored = best_option(snapshot, class_id, state_id, shape_id, request, policy)
+            if scored is not None:
+                score, option, _, _ = scored
+                by_model.setdefault(model, []).extend(
+                    Candidate(score, snapshot.nodes[i], option) for i in members
+                )
+    return by_model
 
 
 def _most_nodes_in_a_region(snapshot: Snapshot, class_ids: Sequence[int]) -> int:
-    """The most nodes of these classes in one region, cordoned ones included: a gang's ceiling (static)."""
+    """The most nodes of these classes of one GPU model in one region, cordoned ones included: a gang's
+    ceiling (static)."""
     key = ("gang_ceiling", tuple(class_ids))
     cached = snapshot.nomination_cache.get(key)
     if cached is not None:
         return cached
     wanted = set(class_ids)
-    per_region: dict[str, int] = {}
+    per_pool: dict[tuple[str, str], int] = {}
     for state in snapshot.nodes:
         if state.class_id in wanted:
-            region = state.node.topology[0]
-            per_region[region] = per_region.get(region, 0) + 1
-    most = max(per_region.values(), default=0)
+            pool = (snapshot.classes[state.class_id].model.name, state.node.topology[0])
+            per_pool[pool] = per_pool.get(pool, 0) + 1
+    most = max(per_pool.values(), default=0)
     snapshot.nomination_cache[key] = most
     return most
 
@@ -479,8 +492,9 @@ def _explain(reason: Reason, request: Request, feasible_nodes: int = 0) -> str:
         Reason.NODE_TOO_SMALL: f"no matching node has {request.cpu_milli} CPU milli "
         f"and {request.memory_mib} MiB",
         Reason.NO_CAPACITY: "matching nodes are busy; waiting for free capacity",
-        Reason.GANG_INCOMPLETE: f"{feasible_nodes} nodes fit, {request.node_count} needed in one subtree",
-        Reason.GANG_TOO_LARGE: f"at most {feasible_nodes} matching nodes in one region, even empty; "
-        f"{request.node_count} needed",
+        Reason.GANG_INCOMPLETE: f"{feasible_nodes} nodes of one GPU model fit, {request.node_count} needed "
+        "in one subtree",
+        Reason.GANG_TOO_LARGE: f"at most {feasible_nodes} matching nodes of one GPU model in one region, "
+        f"even empty; {request.node_count} needed",
     }
     return messages.get(reason, reason.value)

@@ -4,12 +4,13 @@ look only at the candidates that alone cost no more than that set (`_cheaper_tha
 
 One node (`cheapest_on_one_node`): on every node, every set of its cheapest rentals that frees enough
 there; exact within SEARCH_RENTALS_PER_NODE and SEARCH_FIT_TRIALS. A gang (`cheapest_for_gang`): per
-region, the nodes likeliest to clear cheaply each offer their cheapest minimal sets that free one gang
-node's need, and a beam search unites them until `node_count` nodes are clear, a victim shared by
-several nodes (a gang, evicted whole) counted once. Bounded on any fleet: it searches `node_count` +
-SEARCH_GANG_SPARE_NODES nodes per region. Exact on a small fleet of whole GPUs, where it searches every
-node, no node has more minimal sets per tier than SEARCH_GANG_CLEARANCES and no step makes more partial
-unions than SEARCH_GANG_BEAM (the cheapest union is made of minimal sets, one per node it clears).
+pool (GPU model and region: a gang's nodes share both), the nodes likeliest to clear cheaply each offer
+their cheapest minimal sets that free one gang node's need, and a beam search unites them until
+`node_count` nodes are clear, a victim shared by several nodes (a gang, evicted whole) counted once.
+Bounded on any fleet: it searches `node_count` + SEARCH_GANG_SPARE_NODES nodes per pool. Exact on a small
+fleet of whole GPUs, where it searches every node, no node has more minimal sets per tier than
+SEARCH_GANG_CLEARANCES and no step makes more partial unions than SEARCH_GANG_BEAM (the cheapest union is
+made of minimal sets, one per node it clears).
 
 Pure and deterministic; the snapshot is left as it was found (`fits_without` releases and undoes).
 """
@@ -73,13 +74,14 @@ def cheapest_for_gang(
     policy: Policy,
     now: float,
 ) -> list[Running]:
-    """The cheapest victim set (`set_cost`) found after which the gang `request` fits: in each region, the
-    nodes likeliest to clear cheaply (`_gang_nodes`) each offer their cheapest sets that free one gang
-    node's need there (`_clearances`), a beam search unites them until `node_count` nodes are clear,
-    counting a victim they share (a gang) once (`_combinations`), and the cheapest union that fits and costs
-    less than `chosen` wins; `chosen` when none does. Sets as cheap but for up to `NEAR_TIE_S` lost per GPU
-    (victims that started a moment apart) are near ties, and the one whose gang would land in the smallest
-    network subtree wins among them: a gang in one leaf runs faster for as long as it runs."""
+    """The cheapest victim set (`set_cost`) found after which the gang `request` fits: in each pool (GPU
+    model and region), the nodes likeliest to clear cheaply (`_gang_nodes`) each offer their cheapest sets
+    that free one gang node's need there (`_clearances`), a beam search unites them until `node_count`
+    nodes are clear, counting a victim they share (a gang) once (`_combinations`), and the cheapest union
+    that fits and costs less than `chosen` wins; `chosen` when none does. Sets as cheap but for up to
+    `NEAR_TIE_S` lost per GPU (victims that started a moment apart) are near ties, and the one whose gang
+    would land in the smallest network subtree wins among them: a gang in one leaf runs faster for as long
+    as it runs."""
     greedy = set_cost(chosen, now)
     # the search's bound: as cheap as the greedy set, or dearer only by a near tie's margin
     best = (greedy[0], greedy[1] + NEAR_TIE_S * max(greedy[3], 1), *greedy[2:])
@@ -205,13 +207,13 @@ def _gang_nodes(
     policy: Policy,
     now: float,
 ) -> list[list[_NodeRentals]]:
-    """Per region (a gang never spans two), its schedulable nodes that could host one of the gang's nodes:
-    those that take one as they are (`clear_now`), then those likeliest to clear for less than `best`
-    (`_clearance_guess`), at most `node_count` + SEARCH_GANG_SPARE_NODES in all."""
+    """Per pool (GPU model and region: a gang never spans two of either), its schedulable nodes that could
+    host one of the gang's nodes: those that take one as they are (`clear_now`), then those likeliest to
+    clear for less than `best` (`_clearance_guess`), at most `node_count` + SEARCH_GANG_SPARE_NODES in all."""
     class_ids = set(nominate(snapshot, request)[0])
     shape_id = snapshot.intern_request(request)
     on_node = _freed_on_nodes(_cheaper_than(candidates, best, now))
-    ranked: dict[str, list[tuple[tuple[float, float], int, bool]]] = {}
+    ranked: dict[tuple[str, str], list[tuple[tuple[float, float], int, bool]]] = {}
     for state in snapshot.nodes:
         if not state.schedulable or state.class_id not in class_ids:
             continue
@@ -223,10 +225,11 @@ def _gang_nodes(
             continue  # nothing on it that could go for less than `best`
         guess = (-1, 0.0) if fits else _clearance_guess(options, state, need_milli, now)
         if guess is not None:
-            ranked.setdefault(state.node.topology[0], []).append((guess, state.index, fits))
+            pool = (snapshot.classes[state.class_id].model.name, state.node.topology[0])
+            ranked.setdefault(pool, []).append((guess, state.index, fits))
     keep = request.node_count + SEARCH_GANG_SPARE_NODES
-    regions = [sorted(nodes)[:keep] for nodes in ranked.values() if len(nodes) >= request.node_count]
-    return [[_gang_node(snapshot.nodes[i], on_node, fits, now) for _, i, fits in nodes] for nodes in regions]
+    pools = [sorted(nodes)[:keep] for nodes in ranked.values() if len(nodes) >= request.node_count]
+    return [[_gang_node(snapshot.nodes[i], on_node, fits, now) for _, i, fits in nodes] for nodes in pools]
 
 
 def _freed_on_nodes(candidates: Sequence[Running]) -> dict[str, list[tuple[Running, float]]]:
