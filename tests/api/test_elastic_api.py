@@ -316,3 +316,35 @@ def test_a_gang_grown_back_onto_a_node_it_left_runs_there_again(database_url: st
         beat(kept, "succeeded", 0)
         assert client.get(f"/v1/rentals/{rental_id}", headers=headers).json()["state"] == "stopped"
         assert runs()[left]["ended_at"] > shrunk_at
+
+
+def test_a_rental_naming_no_model_grows_only_onto_the_model_it_runs_on(database_url: str) -> None:
+    """cn-north has eight H100-SXM nodes and one Ascend. A rental naming no model placed on the Ascend while
+    the H100s were busy, once they are free, is refused a second node (no region has two Ascend nodes), its
+    node and rate as they were: it had grown onto an H100, billed at the Ascend's rate per GPU. A rental on an
+    H100 grows onto another H100, and its rate doubles."""
+    with app_client(database_url, meter_interval_s=3600, prepaid=False) as client:
+        headers, _ = _tenant(client, "anywhere")
+        filler = client.post("/v1/rentals", json={**H100, "nodes": 8}, headers=headers).json()["id"]
+        assert wait_for(client, filler, headers, "placed")["state"] == "placed"
+        anywhere = {"gpus": 8, "regions": ["cn-north"]}
+        on_ascend = client.post("/v1/rentals", json=anywhere, headers=headers).json()["id"]
+        placed = wait_for(client, on_ascend, headers, "placed")
+        assert [a["node"] for a in placed["allocation"]] == ["ascend-01"], placed
+        assert client.post(f"/v1/rentals/{filler}/stop", headers=headers).status_code == 200
+        assert _until(client, filler, headers, lambda body: body["state"] == "stopped")["state"] == "stopped"
+
+        more = client.patch(f"/v1/rentals/{on_ascend}", json={"nodes": 2}, headers=headers)
+        assert more.status_code == 400 and more.json()["error"]["field"] == "nodes", more.text
+        assert "at most 1 matching nodes of one GPU model" in more.json()["error"]["message"], more.text
+        scheduler_cycles(client)
+        after = client.get(f"/v1/rentals/{on_ascend}", headers=headers).json()
+        assert [a["node"] for a in after["allocation"]] == ["ascend-01"], after
+        assert after["price_micros_per_hour"] == placed["price_micros_per_hour"], after
+
+        on_h100 = client.post("/v1/rentals", json=anywhere, headers=headers).json()["id"]
+        first = wait_for(client, on_h100, headers, "placed")
+        assert client.patch(f"/v1/rentals/{on_h100}", json={"nodes": 2}, headers=headers).status_code == 200
+        grown = _until(client, on_h100, headers, lambda body: len(body["allocation"]) == 2)
+        assert [a["node"].startswith("h100-") for a in grown["allocation"]] == [True, True], grown
+        assert grown["price_micros_per_hour"] == 2 * first["price_micros_per_hour"], grown

@@ -97,6 +97,28 @@ def test_shrink_then_grow_returns_to_the_same_capacity():
     assert isinstance(added, Placement) and snap.allocated_milli() == before
 
 
+def test_a_rental_that_names_no_model_grows_only_onto_nodes_of_the_model_it_runs_on():
+    """A T4 node and two H100 nodes share a leaf: a rental on the T4 that names no model does not grow onto
+    the free H100s (it would run a mixed gang, billed at the T4's rate per GPU); it grows onto a T4 only,
+    even one in another pod."""
+    nodes = (
+        Node("t4-1", "r", PATHS[0], 64_000, 512_000, "T4", 4, GpuMode.WHOLE),
+        Node("h100-1", "r", PATHS[0], 64_000, 512_000, "H100-SXM-80GB", 4, GpuMode.WHOLE),
+        Node("h100-2", "r", PATHS[1], 64_000, 512_000, "H100-SXM-80GB", 4, GpuMode.WHOLE),
+        Node("t4-2", "r", PATHS[7], 64_000, 512_000, "T4", 4, GpuMode.WHOLE),
+    )
+    snap = Snapshot(Fleet({"r": REGION}, nodes), CATALOG)
+    rental = on(snap, "job", 4, "t4-1")
+    busy = on(snap, "busy", 4, "t4-2")
+    anywhere = Request("job", WholeGpus(4))
+    added = grow(snap, anywhere, rental, POLICY, extra_nodes=1)
+    assert isinstance(added, Pending) and added.message == "no more T4 node fits it in its region"
+    for allocation in busy.nodes:
+        snap.release(allocation)
+    grown = grow(snap, anywhere, rental, POLICY, extra_nodes=1)
+    assert isinstance(grown, Placement) and [a.node for a in grown.nodes] == ["t4-2"]
+
+
 def test_a_gang_grows_only_within_its_region_however_free_the_others_are():
     """Two nodes in region `a`, two in `b`: a gang on one node of `a` whose neighbour is busy does not grow
     onto `b`'s free nodes (a gang never spans regions); it grows when `a`'s frees."""
@@ -111,7 +133,9 @@ def test_a_gang_grows_only_within_its_region_however_free_the_others_are():
     busy = on(snap, "busy", 8, "a1")
     added = grow(snap, Request("job", WholeGpus(8)), rental, POLICY, extra_nodes=1)
     assert isinstance(added, Pending) and added.reason is Reason.NO_CAPACITY
-    assert added.message == "no more node fits it in its region"  # was "0 nodes fit, 1 more needed"
+    assert (
+        added.message == "no more H100-SXM-80GB node fits it in its region"
+    )  # was "0 nodes fit, 1 more needed"
     for allocation in busy.nodes:
         snap.release(allocation)
     grown = grow(snap, Request("job", WholeGpus(8)), rental, POLICY, extra_nodes=1)

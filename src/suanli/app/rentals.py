@@ -42,10 +42,10 @@ from suanli.domain.catalog import Catalog
 from suanli.domain.elastic_start import Drain, at_size, least_size
 from suanli.domain.errors import CatalogError, RequestError
 from suanli.domain.images import RUNS_IMAGES_LABEL, check_image
-from suanli.domain.plan import NodeAllocation, Reason
+from suanli.domain.plan import NodeAllocation, Placement, Reason
 from suanli.domain.quotas import over_quota, pinned, quota_groups, request_gpus
 from suanli.domain.request import Constraints, GpuSelector, GpuShare, MigSlice, Request, Tier, WholeGpus
-from suanli.domain.scheduler import most_gpus_per_node, never_fits, nominate
+from suanli.domain.scheduler import landed, most_gpus_per_node, never_fits, nominate
 from suanli.domain.workload_env import env_problem
 
 LIST_LIMIT = 1000
@@ -260,11 +260,13 @@ class RentalService:
         )
         return DryRun(trial, rate, quoted, most)
 
-    def _check_fleet(self, uow: UnitOfWork, rental: Rental) -> None:
+    def _check_fleet(self, uow: UnitOfWork, rental: Rental, held: Sequence[NodeAllocation] = ()) -> None:
         """Invalid, naming the field to change, for a rental the current fleet could never run, empty as it
         may be: a region it does not have, a GPU model or count no node has, more nodes than a region has
         (a typo or a wrong size would wait for ever). Only what the fleet file fixes counts (models, modes,
-        MIG profiles the model has, sizes, places), never what is busy or how a host's MIG is laid out now."""
+        MIG profiles the model has, sizes, places), never what is busy or how a host's MIG is laid out now.
+        A live rental's new size (`held`: its allocation) is judged on the model it runs on, as it grows onto
+        no other."""
         spec = rental.spec
         snapshot = None if self.fleet is None else self.fleet.empty_snapshot(uow)
         if snapshot is None:
@@ -276,6 +278,8 @@ class RentalService:
             message = f"no region {', '.join(unknown)} in the fleet; its regions: {known}"
             raise Invalid(message, field="regions")
         request = _sized(rental)
+        if held and held[0].node in snapshot.by_name:
+            request = landed(snapshot, request, Placement(rental.id, tuple(held)))
         why = never_fits(snapshot, request)
         if why is not None:
             fits_a_node = most_gpus_per_node(snapshot, request.selector) > 0
@@ -403,7 +407,8 @@ class RentalService:
                 new_spec = replace(new_spec, min_gpus=min(spec.min_gpus, new_spec.gpus * new_spec.nodes))
             check_spec(new_spec, self.catalog)
             if new_spec != spec:
-                self._check_fleet(uow, replace(rental, spec=new_spec))
+                held = uow.rentals.allocation(rental.id) if rental.state in LIVE_STATES else []
+                self._check_fleet(uow, replace(rental, spec=new_spec), held)
                 self._check_quota(uow, replace(rental, spec=new_spec), before=rental)
             live = rental.state in LIVE_STATES
             if live and not whole and new_spec.nodes != spec.nodes:

@@ -2,9 +2,10 @@
 
 Pure functions over the snapshot, like `place`: a grow that succeeds takes the capacity on the snapshot and
 returns the added part as a Placement; one that fails leaves the snapshot as it was and says why. New nodes
-go as close as the topology allows to the rental's nodes: the same leaf first, then the same pod, zone,
-region; among equally close nodes the policy's score decides. `shrink` gives capacity back and returns what
-the rental keeps and what it released.
+are of the model the rental runs on (its rate per GPU stays right) and go as close as the topology allows
+to the rental's nodes: the same leaf first, then the same pod, zone, region; among equally close nodes the
+policy's score decides. `shrink` gives capacity back and returns what the rental keeps and what it
+released.
 """
 
 from __future__ import annotations
@@ -112,9 +113,12 @@ def _place_on(snapshot: Snapshot, request: Request, node: str, policy: Policy) -
 def _place_near(
     snapshot: Snapshot, request: Request, placement: Placement, policy: Policy, count: int
 ) -> Placement | Pending:
+    """`count` more nodes of the model the rental runs on, in its region, nearest its nodes first."""
     class_ids, reason = nominate(snapshot, request)
     if not class_ids:
         return Pending(request.id, reason, f"no node class can host it ({reason.value})")
+    model = running_model(snapshot, placement)  # a gang never mixes models, grown or not
+    class_ids = [i for i in class_ids if snapshot.classes[i].model.name == model]
     own = {a.node for a in placement.nodes}
     paths = [snapshot.by_name[n].node.topology for n in own]
     regions = {snapshot.by_name[n].node.region for n in own}  # a gang never spans regions, grown or not
@@ -134,10 +138,17 @@ def _place_near(
     if len(ranked) < count:
         # what fits of the nodes it would add (an elastic gang tries fewer, down to one): "0 nodes fit, 1
         # more needed" under "waiting to grow by 2 nodes" read as two different needs
-        fit = "no more node fits it" if not ranked else f"only {len(ranked)} more nodes fit it"
+        fit = (
+            f"no more {model} node fits it" if not ranked else f"only {len(ranked)} more {model} nodes fit it"
+        )
         return Pending(request.id, Reason.NO_CAPACITY, f"{fit} in its region")
     ranked.sort(key=lambda r: r[:3])
     return apply_candidates(snapshot, request, [r[3] for r in ranked[:count]], "")
+
+
+def running_model(snapshot: Snapshot, placement: Placement) -> str:
+    """The GPU model a rental runs on: its first node's (every node of a gang has the same)."""
+    return snapshot.classes[snapshot.by_name[placement.nodes[0].node].class_id].model.name
 
 
 def _shared(a: tuple[str, ...], b: tuple[str, ...]) -> int:
