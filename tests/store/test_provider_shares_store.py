@@ -193,3 +193,40 @@ def test_a_rental_replaced_in_another_region_has_each_regions_energy_and_carbon_
     power_w = CATALOG.get("H100-SXM-80GB").tdp_watts * 0.7
     assert line.energy_kwh == round(power_w * (100 * 1.3 + 900 * 1.1) / 3600 / 1000, 3)
     assert line.co2_kg == round(power_w * (100 * 1.3 * 581 + 900 * 1.1 * 250) / 3600 / 1e6, 3)
+
+
+def test_a_rental_replaced_on_another_model_has_each_models_energy_and_name_on_its_invoice(env) -> None:
+    """An `H100` rental re-placed after a lost node from an H100-SXM (100 s) onto an H100-PCIe (900 s): its
+    line names both models and its energy weighs each one's TDP by its GPU-seconds (all of it had the
+    first node's model and TDP)."""
+    _, factory, clock, agents, billing = env
+    beta_pcie = FLEET.replace(
+        'provider = "beta"\ntopology = "cn-north/z1/pod-a/leaf-01"\ncpu_milli = 224000\n'
+        'memory_mib = 2097152\ngpus = { model = "H100-SXM-80GB"',
+        'provider = "beta"\ntopology = "cn-north/z1/pod-a/leaf-01"\ncpu_milli = 224000\n'
+        'memory_mib = 2097152\ngpus = { model = "H100-PCIe"',
+    )
+    assert beta_pcie.count("H100-PCIe") == 1
+    with factory() as u:
+        u.fleet.put(beta_pcie, [ALPHA, BETA], T0)
+        u.commit()
+    key = agents.register(agents.create_token(ADMIN, ALPHA)[1], {})[1]
+    spec = RentalSpec(gpu_model="H100", gpus=1, restart="on-failure", max_restarts=1)
+    _place(factory, "rnt_m", [ALPHA], T0, spec)
+    agents.heartbeat(key, [WorkloadReport("rnt_m", "running")], [])
+    clock.at = T0 + 100 * S
+    agents.heartbeat(key, [], [])
+    clock.at = T0 + 131 * S
+    assert agents.reap() == [ALPHA]  # lost: re-queued
+    clock.at = T0 + 1000 * S
+    other = agents.register(agents.create_token(ADMIN, BETA)[1], {})[1]
+    _place(factory, "rnt_m", [BETA], clock.at, spec)
+    agents.heartbeat(other, [WorkloadReport("rnt_m", "running")], [])
+    clock.at = T0 + 1900 * S
+    agents.heartbeat(other, [], [])
+    billing.meter()
+    (line,) = InvoiceService(factory, clock, CATALOG, FleetCache(CATALOG)).invoice(ALICE, "2030-01").lines
+    assert line.gpu_seconds == 1000 and line.description == "H100-PCIe, H100-SXM-80GB x 1 in cn-north"
+    sxm_w, pcie_w = (CATALOG.get(m).tdp_watts * 0.7 for m in ("H100-SXM-80GB", "H100-PCIe"))
+    assert line.energy_kwh == round((100 * sxm_w + 900 * pcie_w) * 1.3 / 3600 / 1000, 3)
+    assert line.co2_kg == round((100 * sxm_w + 900 * pcie_w) * 1.3 * 581 / 3600 / 1e6, 3)

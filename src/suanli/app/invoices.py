@@ -16,7 +16,7 @@ from suanli.app.ports import Clock, RunEnergyReader, UnitOfWorkFactory
 from suanli.app.records import BillableRental, Caller, HeldAllocation, Rental
 from suanli.app.tenants import target_tenant
 from suanli.app.usage import metered, rental_usage, replaced
-from suanli.domain.billing.energy import average_power_per_gpu_w, blend_regions
+from suanli.domain.billing.energy import average_power_per_gpu_w, blend_models, blend_regions
 from suanli.domain.billing.invoice import (
     Invoice,
     InvoiceError,
@@ -90,7 +90,9 @@ class InvoiceService:
             power = self._measured_power_w(item.rental, usage, measured.get(item.rental.id), now_s, sizes)
             billing = self._rental_billing(item, usage, nodes, regions, power, sizes)
             if item.rental.id in held:
-                billing = spread_over_regions(billing, held[item.rental.id], nodes, regions, usage, now_s)
+                billing = spread_over_nodes(
+                    billing, held[item.rental.id], nodes, regions, self.catalog, usage, now_s
+                )
             rentals.append(billing)
         sla = [sla_credit_line(tx) for tx in transactions if tx.key == sla_key(target, month)]
         plans = plan_lines(target, str(month), month.start_s, month.end_s, transactions)
@@ -164,30 +166,40 @@ class InvoiceService:
         )
 
 
-def spread_over_regions(
+def spread_over_nodes(
     billing: RentalBilling,
     held: Sequence[HeldAllocation],
     nodes: dict[str, Any],
     regions: dict[str, Any],
+    catalog: Catalog,
     usage: RentalUsage,
     now_s: int,
 ) -> RentalBilling:
-    """`billing` with the PUE and grid of every region the rental's nodes were in, by the GPU-seconds it
-    held in each (a re-placed rental, a gang across regions); as it was (its first node's) when a node or
-    region is no longer in the fleet, or an allocation's times are unknown (booked before migration 0016)."""
+    """`billing` with the TDP of every GPU model and the PUE and grid of every region the rental's nodes had,
+    by the GPU-seconds it held on each (a re-placed rental, a gang across regions), its line naming them
+    all; as it was (its first node's) when a node, model or region is no longer known, or an allocation's
+    times are unknown (booked before migration 0016)."""
     end_s = now_s if usage.ended_s is None else min(now_s, usage.ended_s)
     spread = []
     for allocation in held:
         node = nodes.get(allocation.node)
         region = regions.get(node.region) if node is not None else None
-        if region is None or allocation.booked_at is None:
+        if region is None or allocation.booked_at is None or node.gpu_model not in catalog:
             return billing
         start_s = max(usage.started_s, to_epoch_s(allocation.booked_at))
         stop_s = end_s if allocation.released_at is None else min(end_s, to_epoch_s(allocation.released_at))
         queued_s = sum(max(0, min(stop_s, to_s) - max(start_s, from_s)) for from_s, to_s in usage.gaps)
         held_s = max(0, stop_s - start_s - queued_s)  # not billed while it waited in the queue
-        spread.append((region.name, region.pue, region.grid_gco2_per_kwh, allocation.gpu_milli * held_s))
-    blended = blend_regions(spread)
+        tdp_w = catalog.get(node.gpu_model).tdp_watts
+        spread.append((node.gpu_model, tdp_w, region, allocation.gpu_milli * held_s))
+    models = blend_models((model, tdp_w, gpu_s) for model, tdp_w, _, gpu_s in spread)
+    if models is not None and len(models[0]) > 1:
+        billing = replace(billing, gpu_model=", ".join(models[0]), tdp_watts=models[1])
+    # a region's part of the energy is its GPU-seconds x their TDP: weighed so, PUE and grid stay exact
+    blended = blend_regions(
+        (region.name, region.pue, region.grid_gco2_per_kwh, tdp_w * gpu_s)
+        for _, tdp_w, region, gpu_s in spread
+    )
     if blended is None or len(blended[0]) < 2:
         return billing
     names, pue, grid = blended

@@ -9,6 +9,7 @@ from suanli.domain.billing.energy import (
     MAX_GAP_BEATS,
     MIN_COVERAGE,
     average_power_per_gpu_w,
+    blend_models,
     blend_regions,
     measured_interval_s,
     slice_power_w,
@@ -99,3 +100,18 @@ def test_blended_regions_charge_each_region_for_its_own_gpu_seconds() -> None:
     assert kwh * grid / 1000 == pytest.approx(power_w * (100 * 1.3 * 581 + 900 * 1.1 * 250) / 3600 / 1e6)
     assert blend_regions([("cn-north", 1.3, 581.0, 0.0)]) is None
     assert blend_regions([("a", 1.2, 100.0, 5.0)]) == (("a",), pytest.approx(1.2), pytest.approx(100.0))
+
+
+def test_blended_models_and_regions_charge_each_model_its_tdp_where_it_ran() -> None:
+    """A rental re-placed from an H100-SXM in cn-north (100 s) onto an H100-PCIe in eu-west (900 s): one TDP
+    (the mean by GPU-seconds), and regions weighed by GPU-seconds x TDP, give exactly each part's energy and
+    CO2."""
+    names, tdp_w = blend_models([("H100-SXM-80GB", 700.0, 100.0), ("H100-PCIe", 350.0, 900.0)])  # type: ignore[misc]
+    assert names == ("H100-PCIe", "H100-SXM-80GB") and tdp_w == pytest.approx((700 * 100 + 350 * 900) / 1000)
+    _, pue, grid = blend_regions(
+        [("cn-north", 1.3, 581.0, 700.0 * 100), ("eu-west", 1.1, 250.0, 350.0 * 900)]
+    )  # type: ignore[misc]
+    kwh = tdp_w * 1000 / 3600 * pue / 1000
+    assert kwh == pytest.approx((700 * 100 * 1.3 + 350 * 900 * 1.1) / 3600 / 1000)
+    assert kwh * grid / 1000 == pytest.approx((700 * 100 * 1.3 * 581 + 350 * 900 * 1.1 * 250) / 3600 / 1e6)
+    assert blend_models([("T4", 70.0, 0.0)]) is None

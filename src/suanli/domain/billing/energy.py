@@ -18,7 +18,10 @@ Rules:
 * A rental that held nodes in several regions (re-placed after a lost node, a gang across regions) is
   charged each region's PUE and grid intensity for its GPU-seconds there: `blend_regions` gives the one PUE
   and grid figure that do it exactly for the rental's total (the PUE's mean by GPU-seconds; the grid's by
-  GPU-seconds x PUE, as it weighs kWh), over the rental's whole life.
+  GPU-seconds x PUE, as it weighs kWh), over the rental's whole life. A rental re-placed on another GPU
+  model (a gang is one model, but a re-queued rental naming none or a family may land on another) is
+  charged each model's TDP for its GPU-seconds on it: `blend_models` gives the one TDP, and the regions are
+  then blended by GPU-seconds x TDP, so energy and CO2 stay exact where both changed.
 """
 
 from __future__ import annotations
@@ -81,3 +84,18 @@ def blend_regions(
     pue = sum(p * gpu_s for p, _, gpu_s in by_region.values()) / total_gpu_s
     grid = sum(p * g * gpu_s for p, g, gpu_s in by_region.values()) / (pue * total_gpu_s)
     return tuple(sorted(by_region, key=lambda name: (-by_region[name][2], name))), pue, grid
+
+
+def blend_models(held: Iterable[tuple[str, float, float]]) -> tuple[tuple[str, ...], float] | None:
+    """(model names, TDP W) that give the estimated energy of GPU-seconds spread over GPU models, from
+    `(name, tdp_watts, gpu_seconds)`: the TDPs' mean by GPU-seconds; names most GPU-seconds first; None
+    without any."""
+    by_model: dict[str, tuple[float, float]] = {}
+    for name, tdp_w, gpu_s in held:
+        if gpu_s > 0:
+            by_model[name] = (tdp_w, by_model.get(name, (tdp_w, 0.0))[1] + gpu_s)
+    if not by_model:
+        return None
+    total_gpu_s = sum(gpu_s for _, gpu_s in by_model.values())
+    tdp_w = sum(tdp * gpu_s for tdp, gpu_s in by_model.values()) / total_gpu_s
+    return tuple(sorted(by_model, key=lambda name: (-by_model[name][1], name))), tdp_w

@@ -22,7 +22,8 @@ Rules:
   floats rounded half-even to `ENERGY_DECIMALS` (3) with `round`; invoice totals are the rounded sum of the
   rounded lines. Unknown model or region: energy and CO2 are None and the totals leave them out. A rental
   that held nodes in several regions carries the PUE and grid that weigh each by its GPU-seconds there
-  (`suanli.domain.billing.energy.blend_regions`), and its line names them all.
+  (`suanli.domain.billing.energy.blend_regions`), and its line names them all; one re-placed on another GPU
+  model carries the TDP that weighs each model by its GPU-seconds (`blend_models`), its line naming them all.
 """
 
 from __future__ import annotations
@@ -139,7 +140,7 @@ class RentalBilling:
     gpu_fraction: float
     gpu_model: str | None = None
     region: str | None = None
-    tdp_watts: int | None = None
+    tdp_watts: float | None = None  # a mean by GPU-seconds for a rental re-placed on another model
     pue: float | None = None
     grid_gco2_per_kwh: float | None = None
     measured_power_w: float | None = None  # average per GPU from telemetry, when known
