@@ -174,6 +174,23 @@ def test_a_share_that_is_no_multiple_of_ten_milli_is_refused_naming_the_field(
     assert client.post(path, json={**body, "share_milli": 990}, headers=alice).status_code in (200, 201)
 
 
+@pytest.mark.parametrize("path", ["/v1/rentals", "/v1/rentals/dry-run"])
+@pytest.mark.parametrize(
+    ("model", "maker", "memory_mib"), [("MI300X", "AMD", 0), ("Ascend-910B", "Huawei", 8192)]
+)
+def test_a_share_of_a_gpu_other_than_nvidia_is_refused_saying_shares_need_nvidia(
+    client: TestClient, tenant, path: str, model: str, maker: str, memory_mib: int
+) -> None:
+    """The refusal was the generic "no GPU in the fleet matches the selector and shape"."""
+    _, alice = tenant("alice")
+    body = {"gpu_model": model, "gpus": 0, "share_milli": 500, "share_memory_mib": memory_mib}
+    refused = client.post(path, json=body, headers=alice)
+    assert refused.status_code == 400, refused.text
+    error = refused.json()["error"]
+    assert error["field"] == "share_milli"
+    assert f"limited with NVIDIA MPS; {model} is made by {maker}" in error["message"]
+
+
 def test_offer_queries_filter_and_point_at_bad_tokens(client: TestClient, tenant) -> None:
     _, alice = tenant("alice")
     offers = client.get(

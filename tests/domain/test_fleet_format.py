@@ -116,8 +116,15 @@ NODE_MISTAKES = [
         node(gpus='{ model = "Ascend-910B", count = 8, mode = "shared" }'),
         "n-01",
         "gpus.mode",
-        "shares are limited with NVIDIA MPS; Ascend-910B is huawei's",
+        "shares are limited with NVIDIA MPS; Ascend-910B is made by Huawei: use mode 'whole'",
         id="shared-mode-non-nvidia-model",
+    ),
+    pytest.param(
+        node(gpus='{ model = "L40S", count = 4, mode = "mig" }'),
+        "n-01",
+        "gpus.mode",
+        "L40S does not support MIG; use mode 'whole' or 'shared'",
+        id="mig-mode-nvidia-model-advises-whole-or-shared",
     ),
     pytest.param(
         node(gpus='{ model = "A100-80GB", count = 2, mig_layout = ["3g.40gb"] }'),
@@ -202,6 +209,15 @@ def test_a_node_mistake_names_the_file_the_node_and_the_field(
     assert f"node {node_name!r}" in str(error)
     assert f"field {field!r}" in str(error)
     assert words in str(error)
+
+
+@pytest.mark.parametrize("model", ["MI300X", "Ascend-910B"])
+def test_mig_refused_on_a_non_nvidia_model_advises_only_the_modes_it_allows(model: str) -> None:
+    with pytest.raises(FleetError) as caught:
+        parse(fleet(node(gpus=f'{{ model = "{model}", count = 4, mode = "mig" }}')))
+    message = str(caught.value)
+    assert f"{model} does not support MIG; use mode 'whole'" in message
+    assert "shared" not in message  # the reader refuses shares of it too
 
 
 FILE_MISTAKES = [

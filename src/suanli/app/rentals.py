@@ -38,7 +38,7 @@ from suanli.app.tenants import owned_rental
 from suanli.domain.billing.meter import DEFAULT_MINIMUM_S, PostedCharges
 from suanli.domain.billing.money import charge_micros, round_half_up
 from suanli.domain.billing.pricebook import resized_rate
-from suanli.domain.catalog import Catalog
+from suanli.domain.catalog import Catalog, Vendor
 from suanli.domain.elastic_start import Drain, at_size, least_size
 from suanli.domain.errors import CatalogError, RequestError
 from suanli.domain.images import RUNS_IMAGES_LABEL, check_image
@@ -137,6 +137,13 @@ def check_spec(spec: RentalSpec, catalog: Catalog) -> None:
             m.mig and m.mig.has_profile(spec.mig_profile) for m in models
         ):
             raise Invalid(f"no {spec.gpu_model} has MIG profile {spec.mig_profile!r}", field="mig_profile")
+        if spec.share_milli is not None and not any(m.vendor is Vendor.NVIDIA for m in models):
+            vendors = " or ".join(sorted({m.vendor.label for m in models}))
+            raise Invalid(
+                f"shares of a GPU are limited with NVIDIA MPS; {spec.gpu_model} is made by {vendors}: "
+                "rent whole GPUs of it",
+                field="share_milli",
+            )
     if spec.tier == "reserved":  # else anyone could pay the contract price and outrank on-demand
         raise Invalid(
             "reserved is the tier a contract gives: rent on_demand in your contract's GPU model and region "

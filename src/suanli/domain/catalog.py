@@ -16,6 +16,14 @@ class Vendor(StrEnum):
     BIREN = "biren"
     UNDISCLOSED = "undisclosed"
 
+    @property
+    def label(self) -> str:
+        """The vendor's name as people write it ("AMD", "Huawei"), for messages."""
+        return _VENDOR_LABELS.get(self, self.value)
+
+
+_VENDOR_LABELS = {Vendor.NVIDIA: "NVIDIA", Vendor.AMD: "AMD", Vendor.HUAWEI: "Huawei", Vendor.BIREN: "Biren"}
+
 
 @dataclass(frozen=True, slots=True)
 class MigProfile:

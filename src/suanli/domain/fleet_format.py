@@ -221,7 +221,9 @@ def _parse_gpus(gpus: _Table, catalog: Catalog) -> tuple[GpuModel, int, GpuMode,
     mode = _parse_mode(gpus)
     if mode is GpuMode.SHARED and model.vendor is not Vendor.NVIDIA:
         raise gpus.error(
-            "mode", f"shares are limited with NVIDIA MPS; {model.name} is {model.vendor.value}'s"
+            "mode",
+            f"shares are limited with NVIDIA MPS; {model.name} is made by {model.vendor.label}: "
+            f"use {_modes_of(model)}",
         )
     return model, count, mode, _parse_mig(gpus, model, count, mode)
 
@@ -235,6 +237,11 @@ def _parse_mode(gpus: _Table) -> GpuMode:
         raise gpus.error("mode", f"unknown mode {text!r}; use one of {allowed}") from None
 
 
+def _modes_of(model: GpuModel) -> str:
+    """The modes other than MIG that `model` allows, as advice: shares only on NVIDIA (MPS limits them)."""
+    return "mode 'whole' or 'shared'" if model.vendor is Vendor.NVIDIA else "mode 'whole'"
+
+
 def _parse_mig(gpus: _Table, model: GpuModel, gpu_count: int, mode: GpuMode) -> MigLayouts:
     """One layout (profile names) per GPU for a MIG node; () for any other mode."""
     if mode is not GpuMode.MIG:
@@ -243,7 +250,7 @@ def _parse_mig(gpus: _Table, model: GpuModel, gpu_count: int, mode: GpuMode) -> 
         return ()
     if model.mig is None:
         key = "mig_layout" if gpus.has("mig_layout") else "mode"
-        raise gpus.error(key, f"{model.name} does not support MIG; use mode 'whole' or 'shared'")
+        raise gpus.error(key, f"{model.name} does not support MIG; use {_modes_of(model)}")
     layouts = _per_gpu_layouts(gpus, gpu_count)
     for layout in sorted(set(layouts)):
         _check_layout(gpus, model.mig, layout, layouts, gpu_count)
