@@ -191,6 +191,45 @@ def test_a_share_of_a_gpu_other_than_nvidia_is_refused_saying_shares_need_nvidia
     assert f"limited with NVIDIA MPS; {model} is made by {maker}" in error["message"]
 
 
+UNISOLATABLE_FLEET = """
+[regions.cn-north]
+jurisdiction = "CN"
+grid_gco2_per_kwh = 581
+pue = 1.3
+
+[[nodes]]
+name = "l40s-1"
+topology = "cn-north/z1/pod-a/leaf-01"
+cpu_milli = 64000
+memory_mib = 262144
+gpus = {{ model = "L40S", count = 4 }}
+
+[[nodes]]
+name = "odd-1"
+topology = "cn-north/z1/pod-a/leaf-02"
+cpu_milli = 64000
+memory_mib = 262144
+gpus = {{ model = "{model}", count = 4 }}
+"""
+
+
+@pytest.mark.parametrize(("model", "maker"), [("BR100", "Biren"), ("G1", "an undisclosed vendor")])
+def test_a_fleet_node_whose_devices_no_agent_can_isolate_is_refused_naming_the_model(
+    client: TestClient, model: str, maker: str
+) -> None:
+    """A BR100 node was accepted, offered and priced, and every rental there failed at the agent (no variable
+    limits which Biren devices a workload sees) and paid its 60-s minimum."""
+    toml = UNISOLATABLE_FLEET.format(model=model)
+    refused = client.put("/v1/fleet", content=toml, headers={**ADMIN, "Content-Type": "application/toml"})
+    assert refused.status_code == 400, refused.text
+    error = refused.json()["error"]
+    assert error["field"] == "gpus.model"
+    assert "node 'odd-1'" in error["message"] and f"{model} is made by {maker}" in error["message"]
+    assert "isolate" in error["message"]
+    offers = client.get("/v1/offers", headers=ADMIN).json()
+    assert model not in {o["gpu_model"] for o in offers}
+
+
 def test_offer_queries_filter_and_point_at_bad_tokens(client: TestClient, tenant) -> None:
     _, alice = tenant("alice")
     offers = client.get(

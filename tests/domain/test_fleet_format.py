@@ -220,6 +220,13 @@ def test_mig_refused_on_a_non_nvidia_model_advises_only_the_modes_it_allows(mode
     assert "shared" not in message  # the reader refuses shares of it too
 
 
+def test_the_reader_takes_a_model_no_agent_can_isolate_for_the_simulator() -> None:
+    """BR100 has no visible-devices variable: the server refuses such a node (`app.fleet.check_isolatable`),
+    the simulator, which runs no workloads, still loads it."""
+    (loaded,) = parse(fleet(node(gpus='{ model = "BR100", count = 8 }'))).nodes
+    assert (loaded.gpu_model, loaded.gpu_count) == ("BR100", 8)
+
+
 FILE_MISTAKES = [
     pytest.param(REGION + "[[nodes]\n", "", "line 6", id="toml-syntax"),
     pytest.param(REGION, "nodes", "missing", id="no-nodes-key"),

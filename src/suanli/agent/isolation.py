@@ -47,14 +47,7 @@ from suanli.domain.catalog_data import CATALOG
 from suanli.domain.errors import CatalogError, SuanliError
 from suanli.domain.plan import Slice
 from suanli.domain.rendezvous import hashed_master_port
-from suanli.domain.workload_env import env_problem
-
-# the variable that limits what each vendor's runtime sees; NVIDIA's by UUID, the others' by device index
-VISIBLE_DEVICES: Mapping[Vendor, str] = {
-    Vendor.NVIDIA: "CUDA_VISIBLE_DEVICES",
-    Vendor.AMD: "ROCR_VISIBLE_DEVICES",
-    Vendor.HUAWEI: "ASCEND_RT_VISIBLE_DEVICES",
-}
+from suanli.domain.workload_env import VISIBLE_DEVICES, env_problem
 
 
 def master_port(assignment: Assignment) -> int:

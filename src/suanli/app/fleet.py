@@ -25,11 +25,12 @@ from suanli.domain.contracts import (
     deepened_shortfalls,
     fleet_capacity,
 )
-from suanli.domain.errors import SuanliError
+from suanli.domain.errors import FleetError, SuanliError
 from suanli.domain.fleet_format import parse_fleet
 from suanli.domain.inventory import Fleet, GpuMode, Node
 from suanli.domain.plan import NodeAllocation
 from suanli.domain.snapshot import HostMigLayouts, Snapshot, host_layouts
+from suanli.domain.workload_env import VISIBLE_DEVICES
 
 MILLI_PER_GPU = 1000
 
@@ -176,6 +177,23 @@ class FleetCache:
         return snapshot
 
 
+def check_isolatable(fleet: Fleet, catalog: Catalog) -> None:
+    """Invalid for a node whose GPUs' vendor has no variable known to limit which devices a workload sees:
+    its agent would refuse every rental placed there, after the tenant had been offered and billed it. The
+    fleet reader itself takes such nodes, for the simulator, which runs no workloads."""
+    for node in fleet.nodes:
+        model = catalog.get(node.gpu_model)
+        if model.vendor not in VISIBLE_DEVICES:
+            makers = ", ".join(vendor.label for vendor in VISIBLE_DEVICES)
+            why = (
+                f"{model.name} is made by {model.vendor.label}, and no variable is known that limits which "
+                "of its devices a workload sees, so no agent can isolate a rental there; the server takes "
+                f"GPUs made by {makers}"
+            )
+            error = FleetError(why, source="fleet", node=node.name, field="gpus.model")
+            raise Invalid(str(error), field=error.field)
+
+
 def departed_nodes(old: Fleet, new: Fleet) -> list[str]:
     """The nodes of `old` that `new` removes or gives to another provider: their agents' keys must go, so
     that an owner's old agent is not sent the next owner's tenants' workloads (a new owner joins anew)."""
@@ -201,6 +219,7 @@ class FleetService:
             fleet = parse_fleet(toml, source="fleet", catalog=self.cache.catalog)
         except SuanliError as error:
             raise Invalid(str(error), field=getattr(error, "field", None) or "body") from error
+        check_isolatable(fleet, self.cache.catalog)
         with self.uow() as uow:
             uow.fleet.lock_changes(shared=False)  # a cycle booking meanwhile is seen below, or sees this
             _, old = self.cache.load(uow)

@@ -22,7 +22,13 @@ class Vendor(StrEnum):
         return _VENDOR_LABELS.get(self, self.value)
 
 
-_VENDOR_LABELS = {Vendor.NVIDIA: "NVIDIA", Vendor.AMD: "AMD", Vendor.HUAWEI: "Huawei", Vendor.BIREN: "Biren"}
+_VENDOR_LABELS = {
+    Vendor.NVIDIA: "NVIDIA",
+    Vendor.AMD: "AMD",
+    Vendor.HUAWEI: "Huawei",
+    Vendor.BIREN: "Biren",
+    Vendor.UNDISCLOSED: "an undisclosed vendor",
+}
 
 
 @dataclass(frozen=True, slots=True)

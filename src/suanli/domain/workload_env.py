@@ -8,6 +8,16 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from suanli.domain.catalog import Vendor
+
+# the variable that limits which of a vendor's devices a workload sees (NVIDIA's by UUID, the others' by
+# device index); a vendor not here has none known, so its devices cannot be rented out isolated
+VISIBLE_DEVICES: Mapping[Vendor, str] = {
+    Vendor.NVIDIA: "CUDA_VISIBLE_DEVICES",
+    Vendor.AMD: "ROCR_VISIBLE_DEVICES",
+    Vendor.HUAWEI: "ASCEND_RT_VISIBLE_DEVICES",
+}
+
 ISOLATION_VARIABLES = (
     "CUDA_VISIBLE_DEVICES",
     "NVIDIA_VISIBLE_DEVICES",
