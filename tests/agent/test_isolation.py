@@ -90,6 +90,19 @@ def test_other_vendors_devices_are_limited_by_their_runtimes_variable_by_index(
         env_for((Slice(0, 500, 0),), _declared(model))
 
 
+def test_each_mi250x_card_is_its_two_rocm_devices() -> None:
+    """ROCm numbers each MI250X card's two GCDs as two devices: a rental of card 1 was given
+    ROCR_VISIBLE_DEVICES=1, the second half of card 0, shared with the rental of card 0."""
+    host = _declared("MI250X")
+    first = workload_env(Assignment("r-1", (Slice(0, 1000, 131072),), ("t",)), host, notice_file=NOTICE)
+    second = workload_env(Assignment("r-2", (Slice(1, 1000, 131072),), ("t",)), host, notice_file=NOTICE)
+    pair = Assignment("r-3", (Slice(3, 1000, 131072), Slice(2, 1000, 131072)), ("t",), peers=("a", "b"))
+    both = workload_env(pair, host, notice_file=NOTICE)
+    assert (first["ROCR_VISIBLE_DEVICES"], second["ROCR_VISIBLE_DEVICES"]) == ("0,1", "2,3")
+    assert both["ROCR_VISIBLE_DEVICES"] == "6,7,4,5"
+    assert both["SUANLI_GPUS_PER_NODE"] == "4"  # the devices a process per device (torchrun) sees
+
+
 def test_a_vendor_no_variable_limits_is_refused() -> None:
     with pytest.raises(IsolationError, match="no variable is known to limit which biren devices"):
         env_for((Slice(0, 1000, 65536),), _declared("BR100"))

@@ -8,7 +8,7 @@ from suanli.domain.catalog import GpuModel, Vendor
 from suanli.domain.catalog_data import CATALOG
 from suanli.domain.errors import CatalogError
 
-FIGURES = ("memory_gib", "bf16_dense_tflops", "tdp_watts", "nvlink", "mig")
+FIGURES = ("memory_gib", "bf16_dense_tflops", "tdp_watts", "nvlink", "mig", "runtime_devices_per_card")
 
 ALL_NAMES = (
     "T4",
@@ -104,6 +104,18 @@ def test_undisclosed_trace_models_say_so(name: str) -> None:
     for figure in FIGURES:
         assert "undisclosed" in model.sources[figure].casefold()
         assert "assumed" in model.sources[figure].casefold()
+
+
+@pytest.mark.parametrize(
+    ("name", "per_card", "card_1"), [("MI250X", 2, [2, 3]), ("MI300X", 1, [1]), ("H100-SXM-80GB", 1, [1])]
+)
+def test_a_card_is_as_many_runtime_devices_as_its_runtime_numbers(
+    name: str, per_card: int, card_1: list
+) -> None:
+    """ROCm numbers an MI250X card's two GCDs as two devices; the catalogue sizes and prices the card."""
+    model = CATALOG.get(name)
+    assert model.runtime_devices_per_card == per_card
+    assert list(model.runtime_devices(1)) == card_1
 
 
 @pytest.mark.parametrize(

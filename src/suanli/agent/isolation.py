@@ -8,8 +8,9 @@
   (fake) UUIDs, the same ones the agent registered, so the server, logs and the workload all name a device
   the same way; no real CUDA runs there, so nothing needs indices. AMD: `ROCR_VISIBLE_DEVICES` (ROCm's
   runtime, under HIP), Huawei Ascend: `ASCEND_RT_VISIBLE_DEVICES` (CANN), each by the host's device index,
-  since neither runtime reads `CUDA_VISIBLE_DEVICES`. Another vendor's devices are refused: no variable is
-  known that limits what its workload sees.
+  since neither runtime reads `CUDA_VISIBLE_DEVICES`; a card whose runtime numbers each of its dies
+  (`GpuModel.runtime_devices_per_card`: an MI250X's two GCDs) is all of them, card i = devices 2i, 2i+1.
+  Another vendor's devices are refused: no variable is known that limits what its workload sees.
 * For a share (milli < 1000, no MIG profile; NVIDIA only), NVIDIA MPS limits:
   `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` = milli / 10 (whole percent, at least 1) and, for a share that holds
   GPU memory, `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT` = `<GPU UUID>=<MiB>M` per GPU, comma-separated (a share that
@@ -76,7 +77,7 @@ def workload_env(
         env["SUANLI_NODES"] = ",".join(assignment.peers)
         env["SUANLI_MASTER_ADDR"] = assignment.peers[0]
         env["SUANLI_MASTER_PORT"] = str(master_port(assignment))
-        env["SUANLI_GPUS_PER_NODE"] = str(len(assignment.slices))
+        env["SUANLI_GPUS_PER_NODE"] = str(_visible_device_count(assignment.slices, inventory))
         env["SUANLI_NODES_FILE"] = nodes_file
         env["SUANLI_RESTART_COUNT"] = str(assignment.attempt)
     return env
@@ -96,7 +97,7 @@ def device_env(slices: tuple[Slice, ...], inventory: HostInventory) -> dict[str,
     if vendor is not Vendor.NVIDIA:
         if any(_is_share(s) or s.mig_profile is not None for s in slices):
             raise IsolationError(f"shares and MIG slices need NVIDIA GPUs; these are {vendor.value}'s")
-        return {VISIBLE_DEVICES[vendor]: ",".join(str(s.gpu_index) for s in slices)}
+        return {VISIBLE_DEVICES[vendor]: ",".join(map(str, runtime_device_indices(slices, inventory)))}
     env = {"CUDA_VISIBLE_DEVICES": ",".join(devices)}
     shares = [s for s in slices if _is_share(s)]
     if shares:
@@ -120,6 +121,13 @@ def visible_devices(slices: tuple[Slice, ...], inventory: HostInventory) -> tupl
     return tuple(_device_uuid(s, inventory) for s in slices)
 
 
+def runtime_device_indices(slices: tuple[Slice, ...], inventory: HostInventory) -> tuple[int, ...]:
+    """The runtime's device indices of the rental's cards, in slice order: a card of a model whose runtime
+    numbers each of its dies (an MI250X's two GCDs) is all of them, 2i and 2i+1, so two rentals of cards 0
+    and 1 never share card 0's halves."""
+    return tuple(device for piece in slices for device in _runtime_devices(piece.gpu_index, inventory))
+
+
 def device_vendor(slices: tuple[Slice, ...], inventory: HostInventory) -> Vendor:
     """Whose runtime the rental's devices answer to (NVIDIA for none, or a model the catalogue lacks: only
     NVML names devices it does not know); IsolationError for a vendor no variable limits, or a mix."""
@@ -137,6 +145,20 @@ def device_vendor(slices: tuple[Slice, ...], inventory: HostInventory) -> Vendor
     if vendor not in VISIBLE_DEVICES:
         raise IsolationError(f"no variable is known to limit which {vendor.value} devices a workload sees")
     return vendor
+
+
+def _visible_device_count(slices: tuple[Slice, ...], inventory: HostInventory) -> int:
+    """How many devices the workload sees: one per slice, or one per die of a card its runtime numbers so."""
+    return sum(len(_runtime_devices(piece.gpu_index, inventory)) for piece in slices)
+
+
+def _runtime_devices(card_index: int, inventory: HostInventory) -> range:
+    """The runtime's device indices of one card of the host (the card's own, for a model the catalogue
+    lacks: only NVML names devices it does not know)."""
+    name = inventory.gpu(card_index).model_name
+    if name not in CATALOG:
+        return range(card_index, card_index + 1)
+    return CATALOG.get(name).runtime_devices(card_index)
 
 
 def _is_share(piece: Slice) -> bool:

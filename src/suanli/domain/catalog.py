@@ -85,11 +85,18 @@ class GpuModel:
     tdp_watts: int
     nvlink: bool
     mig: MigGeometry | None = None
+    # how many devices the vendor's runtime numbers for one card: an MI250X's two GCDs are two ROCm devices
+    runtime_devices_per_card: int = 1
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     @property
     def memory_mib(self) -> int:
         return int(self.memory_gib * 1024)
+
+    def runtime_devices(self, card_index: int) -> range:
+        """The runtime's device indices of card `card_index` on its host (2i and 2i+1 for two per card)."""
+        per_card = self.runtime_devices_per_card
+        return range(card_index * per_card, (card_index + 1) * per_card)
 
     def matches(self, wanted: str) -> bool:
         """True when `wanted` names this model or its family, case-insensitively."""

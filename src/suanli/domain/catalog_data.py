@@ -13,6 +13,9 @@ Conventions for every entry:
 * `mig` follows the NVIDIA MIG User Guide, "Supported MIG Profiles", with placements as
   `nvidia-smi mig -lgipp` reports them (start slot and size in memory slots). `+me` (media-extension)
   variants are not listed: they occupy the same slots as their base profile.
+* `runtime_devices_per_card` is how many devices the vendor's runtime numbers for one card (1 unless the
+  card holds several dies that software sees apart, as an MI250X's two GCDs); the catalogue sizes and prices
+  the card, and the agent makes all of a rented card's devices visible.
 * Where a figure is undisclosed the source says so and states the assumption used instead.
 
 Standard library only; no I/O.
@@ -27,6 +30,7 @@ from suanli.domain.catalog import Catalog, GpuModel, MigGeometry, MigProfile, Ve
 _MIG_GUIDE = "NVIDIA MIG User Guide, Supported MIG Profiles"
 _NO_MIG_NVIDIA = f"no MIG: not among the MIG-capable GPUs in the {_MIG_GUIDE} section"
 _NO_MIG_OTHER = "no MIG: MIG is an NVIDIA-only feature"
+_ONE_DEVICE_PER_CARD = "one die per card: its runtime numbers the card as one device"
 
 # (compute slices, placement slots, valid start slots) for the 8-slot/7-slice GPUs, in the order
 # 1g, 1g double-memory, 2g, 3g, 4g, 7g.
@@ -93,6 +97,7 @@ def _gpu(
     tdp_watts: tuple[int, str],
     nvlink: tuple[bool, str],
     mig: tuple[MigGeometry | None, str],
+    runtime_devices_per_card: tuple[int, str] = (1, _ONE_DEVICE_PER_CARD),
 ) -> GpuModel:
     """One entry; every figure is given together with its source so none can be left without one."""
     return GpuModel(
@@ -104,6 +109,7 @@ def _gpu(
         tdp_watts=tdp_watts[0],
         nvlink=nvlink[0],
         mig=mig[0],
+        runtime_devices_per_card=runtime_devices_per_card[0],
         sources=MappingProxyType(
             {
                 "memory_gib": memory_gib[1],
@@ -111,6 +117,7 @@ def _gpu(
                 "tdp_watts": tdp_watts[1],
                 "nvlink": nvlink[1],
                 "mig": mig[1],
+                "runtime_devices_per_card": runtime_devices_per_card[1],
             }
         ),
     )
@@ -317,6 +324,11 @@ _MI250X = _gpu(
     tdp_watts=(560, "AMD Instinct MI250X specifications: total board power 500 W, 560 W peak; 560 W taken"),
     nvlink=(False, "AMD Instinct MI250X: AMD Infinity Fabric links, not NVLink"),
     mig=(None, _NO_MIG_OTHER),
+    runtime_devices_per_card=(
+        2,
+        "AMD Instinct MI250 / MI250X system acceptance guide (instinct.docs.amd.com): each OAM hosts two "
+        "GCDs, each enumerated as an independent GPU by ROCm tools; a card's two taken as adjacent indices",
+    ),
 )
 
 _MI300X = _gpu(
@@ -331,6 +343,11 @@ _MI300X = _gpu(
     tdp_watts=(750, "AMD Instinct MI300X data sheet: total board power 750 W"),
     nvlink=(False, "AMD Instinct MI300X: AMD Infinity Fabric links, not NVLink"),
     mig=(None, f"{_NO_MIG_OTHER}; AMD compute/memory partitioning (CPX/NPS) is not modelled"),
+    runtime_devices_per_card=(
+        1,
+        "AMD GIM 8.5.0.K release note (amd/MxGPU-Virtualization): MI300X's default compute partitioning is "
+        "SPX, one device per card; CPX/DPX partitioning is not modelled",
+    ),
 )
 
 _ASCEND_910B = _gpu(
@@ -444,6 +461,7 @@ def _undisclosed(name: str) -> GpuModel:
         tdp_watts=(300, f"{_UNDISCLOSED}; assumed 300 W, the PCIe CEM ceiling for an add-in card"),
         nvlink=(False, f"{_UNDISCLOSED}; assumed no NVLink"),
         mig=(None, f"{_UNDISCLOSED}; assumed no MIG"),
+        runtime_devices_per_card=(1, f"{_UNDISCLOSED}; assumed one device per card"),
     )
 
 
