@@ -41,12 +41,14 @@ class FakeClient:
         self.runs_images: list[bool | None] = []  # what each heartbeat said
         self.mig_layouts: list[dict[int, list[tuple[int, str]]] | None] = []  # GPU -> (start, profile)
         self.mig_busy: list[set[tuple[int, int, str]]] = []  # (GPU, start, profile) each heartbeat said busy
+        self.gpu_models: list[list[str] | None] = []  # the host's GPUs' models each heartbeat said
 
     def heartbeat(self, request):
         if self.fail_next:
             raise self.fail_next.pop(0)
         self.reports.append(list(request.workloads))
         self.runs_images.append(request.runs_images)
+        self.gpu_models.append(request.gpu_models)
         self.mig_layouts.append(
             None
             if request.mig_layouts is None
@@ -130,6 +132,14 @@ def test_a_transient_server_error_does_not_end_the_agent(tmp_path: Path, status:
     threading.Timer(0.5, stopping.set).start()
     runner.run(stopping)
     assert client.reports, "the agent never heartbeat again after one transient error"
+
+
+def test_every_heartbeat_says_the_models_of_the_hosts_gpus(tmp_path: Path) -> None:
+    """The server compares them with the fleet's node, and cordons the node while they differ."""
+    client = FakeClient()
+    runner = make_runner(tmp_path, client, node="ascend-01")
+    runner.step()
+    assert client.gpu_models == [["Ascend-910B"] * 8]
 
 
 def test_an_answer_the_agent_cannot_read_is_retried_and_logged_as_an_error_that_says_upgrade(

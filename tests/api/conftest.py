@@ -183,12 +183,23 @@ def charged(client: TestClient, rental_id: str, headers: dict[str, str]) -> int:
 
 
 def register_agent(client: TestClient, node: str) -> dict[str, str]:
-    """Register an agent for `node` with a fresh join token; the headers that authenticate it."""
+    """Register an agent for `node` with a fresh join token, its host's GPUs the fleet's; the headers that
+    authenticate it."""
     token = client.post("/v1/join-tokens", json={"node": node}, headers=ADMIN).json()["token"]
-    answer = client.post("/v1/agents/register", json={"token": token, "inventory": {"gpus": []}})
+    answer = client.post("/v1/agents/register", json={"token": token, "inventory": fleet_host(client, node)})
     assert answer.status_code == 200, answer.text
     assert answer.json()["node_key"].startswith("nk_")
     return {"Authorization": f"Bearer {answer.json()['node_key']}"}
+
+
+def fleet_host(client: TestClient, node: str) -> dict[str, Any]:
+    """A registration inventory of the GPUs the fleet declares for `node`, as its probe would report them."""
+    (view,) = [n for n in client.get("/v1/nodes", headers=ADMIN).json() if n["name"] == node]
+    gpus = [
+        {"index": i, "uuid": f"GPU-{node}-{i}", "model_name": view["gpu_model"], "memory_mib": 0}
+        for i in range(view["gpu_count"])
+    ]
+    return {"hostname": node, "gpus": gpus}
 
 
 SHARE = {"gpu_model": "L40S", "gpus": 0, "share_milli": 500, "command": ["sleep", "600"], "regions": []}

@@ -10,9 +10,18 @@ import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from conftest import ADMIN, FLEET, AppTransport, FixedClock, logged_in_as, register_agent, wait_for
+from conftest import (
+    ADMIN,
+    FLEET,
+    AppTransport,
+    FixedClock,
+    logged_in_as,
+    register_agent,
+    scheduler_cycles,
+    wait_for,
+)
 from suanli.app.agents import next_state
-from suanli.cli import platform_commands
+from suanli.cli import admin_commands, platform_commands
 from suanli.cli.main import app
 from suanli.client import Client
 from suanli.client.client import ServerUnreachable
@@ -605,3 +614,65 @@ def test_following_output_rides_out_a_server_that_does_not_answer_for_a_while(cl
         gone = sdk.output(rental["id"], offset=4, poll_s=0.01, reconnect_s=0.05)
         with pytest.raises(ServerUnreachable):
             next(gone)
+
+
+def _host(model: str, count: int) -> dict:
+    """A registration inventory of `count` GPUs of `model`, as a probe reports it."""
+    gpus = [{"index": i, "uuid": f"GPU-{i}", "model_name": model, "memory_mib": 81920} for i in range(count)]
+    return {"hostname": "host", "gpus": gpus}
+
+
+def test_a_node_whose_host_has_other_gpus_than_the_fleet_says_is_out_of_scheduling_until_they_match(
+    client: TestClient, tenant, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host with 2 GPUs joined as an 8x H100 node silently and stayed schedulable: rentals of more GPUs
+    failed there ("host has no GPU 2"), and a host of another model ran rentals billed as the fleet's."""
+    _, alice = tenant("alice")
+    node = "h200-01"  # the fleet's only H200 node: 8x H200-141GB
+
+    def shown() -> dict:
+        (view,) = [n for n in client.get("/v1/nodes", headers=ADMIN).json() if n["name"] == node]
+        return view
+
+    token = client.post("/v1/join-tokens", json={"node": node}, headers=ADMIN).json()["token"]
+    joined = client.post("/v1/agents/register", json={"token": token, "inventory": _host("H200-141GB", 2)})
+    assert joined.status_code == 200, joined.text
+    headers = {"Authorization": f"Bearer {joined.json()['node_key']}"}
+    view = shown()
+    assert not view["schedulable"]
+    assert view["gpu_mismatch"] == "its host reports 2x H200-141GB; the fleet declares 8x H200-141GB"
+    monkeypatch.setattr(admin_commands, "logged_in", logged_in_as(client, ADMIN["Authorization"][7:]))
+    listed = CliRunner().invoke(app, ["admin", "nodes"], env={"COLUMNS": "300"})
+    assert "no: its host reports 2x H200-141GB" in listed.output, listed.output
+    rental = client.post("/v1/rentals", json={"gpu_model": "H200", "gpus": 4}, headers=alice).json()["id"]
+    scheduler_cycles(client)
+    assert client.get(f"/v1/rentals/{rental}", headers=alice).json()["state"] == "pending"
+
+    matching = {"gpu_models": ["H200-141GB"] * 8}
+    assert client.post("/v1/agents/heartbeat", json=matching, headers=headers).status_code == 200
+    assert (shown()["schedulable"], shown()["gpu_mismatch"]) == (True, None)
+    assert wait_for(client, rental, alice, "placed")["state"] == "placed"
+
+    other = {"gpu_models": ["H100-SXM-80GB"] * 8}
+    assert client.post("/v1/agents/heartbeat", json=other, headers=headers).status_code == 200
+    assert (shown()["schedulable"], shown()["gpu_mismatch"]) == (
+        False,
+        "its host reports 8x H100-SXM-80GB; the fleet declares 8x H200-141GB",
+    )
+    assert client.post("/v1/agents/heartbeat", json={}, headers=headers).status_code == 200  # unsaid: kept
+    assert not shown()["schedulable"]
+    assert client.post("/v1/agents/heartbeat", json=matching, headers=headers).status_code == 200
+    assert shown()["schedulable"]
+
+
+def test_an_operators_drain_outlasts_a_gpu_mismatch_that_clears(client: TestClient) -> None:
+    """Only the cordon the mismatch made is lifted when the host's GPUs match again, not an operator's."""
+    node = "h200-01"
+    token = client.post("/v1/join-tokens", json={"node": node}, headers=ADMIN).json()["token"]
+    joined = client.post("/v1/agents/register", json={"token": token, "inventory": _host("H200-141GB", 7)})
+    headers = {"Authorization": f"Bearer {joined.json()['node_key']}"}
+    assert client.post(f"/v1/nodes/{node}/drain", headers=ADMIN).status_code == 200
+    matching = {"gpu_models": ["H200-141GB"] * 8}
+    assert client.post("/v1/agents/heartbeat", json=matching, headers=headers).status_code == 200
+    (view,) = [n for n in client.get("/v1/nodes", headers=ADMIN).json() if n["name"] == node]
+    assert (view["schedulable"], view["gpu_mismatch"]) == (False, None)

@@ -279,7 +279,8 @@ class AgentRunner:
                 workloads=reports,
                 telemetry=self._telemetry(),
                 runs_images=self.executor.runs_images,
-                mig_layouts=self._mig_layouts(),
+                mig_layouts=self._mig_layouts(),  # probes the host again every MIG_PROBE_S
+                gpu_models=[gpu.model_name for gpu in self.inventory.gpus],
             )
         )
         self._remove_reported_records({report.rental_id for report in reports})

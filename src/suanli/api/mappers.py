@@ -159,6 +159,7 @@ def node(view: NodeView) -> NodeResponse:
         maintenance_until=view.maintenance_until,
         mig_instances=[MigInstanceResponse(**asdict(i)) for i in view.mig_instances],
         mig_host_gpus=list(view.mig_host_gpus),
+        gpu_mismatch=view.gpu_mismatch,
     )
 
 

@@ -86,7 +86,7 @@ def heartbeat(body: HeartbeatRequest, key: NodeKeyDep, service: AgentsDep) -> He
         layouts = {
             g.index: tuple((i.start_slot, i.profile, i.busy) for i in g.instances) for g in body.mig_layouts
         }
-    answer = service.heartbeat(key, reports, telemetry, body.runs_images, layouts)
+    answer = service.heartbeat(key, reports, telemetry, body.runs_images, layouts, body.gpu_models)
     return HeartbeatResponse(
         node=answer.node,
         heartbeat_interval_s=answer.interval_s,

@@ -35,8 +35,13 @@ class AgentNode:
     inventory: Mapping[str, Any]
     last_heartbeat_at: datetime | None
     up: bool
-    cordoned_by_agent: bool
+    cordoned_by_agent: (
+        bool  # the cordon is its agent's doing (down, or GPUs not the fleet's), not an operator's
+    )
     telemetry: Sequence[Mapping[str, Any]] = ()
+    gpu_mismatch: str | None = (
+        None  # why its host's GPUs are not the fleet's (`domain.host_check`); None: they are
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +123,7 @@ class AgentRepo(Protocol):
         self, rental_id: str, node: str, energy_j: float, seconds: float, gpu_seconds: float
     ) -> None: ...
     def set_up(self, node: str, up: bool, cordoned_by_agent: bool) -> None: ...
+    def set_gpu_mismatch(self, node: str, reason: str | None) -> None: ...
     def live_rentals_on(self, node: str) -> list[str]: ...
     # the host name each registered node's agent reported (nodes without an agent are left out)
     def hostnames(self, nodes: Sequence[str]) -> dict[str, str]: ...

@@ -22,6 +22,9 @@ Guarantees:
 * `reap(now)`: a node whose last heartbeat is older than `missed_heartbeats` x interval is marked down and
   cordoned; each live rental on it is re-queued when its restart policy allows, else ends `lost`, its run's
   `ended_at` set to the last heartbeat (billing stops there). A node that heartbeats again is up again.
+* A node whose host's GPUs, as its agent reports them (at registration, and on heartbeats that say them),
+  are not the fleet's (`domain.host_check`) is cordoned with the reason kept (`gpu_mismatch`), unless it is
+  cordoned already; a later report that matches lifts that cordon only.
 * Outages (SLA evidence, `suanli.app.sla`): a node marked down opens an outage from its last heartbeat,
   closed when it heartbeats again; a node an operator had cordoned (maintenance) opens none.
 """
@@ -29,6 +32,7 @@ Guarantees:
 from __future__ import annotations
 
 import hmac
+import logging
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -58,6 +62,7 @@ from suanli.app.records import END_STATES, LIVE_STATES, PREEMPTIBLE_STATES, Call
 from suanli.app.rentals import LEFT_UNDER_NOTICE
 from suanli.app.tenants import owned_rental, require_operator
 from suanli.domain.billing.energy import WHOLE_GPU_MILLI, measured_interval_s, slice_power_w
+from suanli.domain.host_check import gpu_mismatch
 from suanli.domain.mig import MigInstance
 from suanli.domain.plan import NodeAllocation
 
@@ -75,6 +80,7 @@ TRANSITIONS: Mapping[tuple[str, str], str] = {
     ("stopping", "failed"): "stopped",
     **{(state, "stopped"): "stopped" for state in (*PREEMPTIBLE_STATES, "stopping")},
 }  # a `preempting` rental changes only in the scheduling cycle: it becomes `preempted` there
+log = logging.getLogger(__name__)
 MAX_LOG_READ_CHARS = 1 << 20
 MAX_TOKEN_TTL_S = 7 * 24 * 3600
 
@@ -159,7 +165,11 @@ class AgentService:
             if not uow.agents.use_token(token.id, now):
                 raise Unauthorized("unknown, used or expired join token")
             uow.agents.put_node(token.node, digest(key), inventory, now)
+            reported = _reported_models(inventory)
+            changed = reported is not None and self._follow_gpus(uow, token.node, reported)
             uow.commit()
+        if changed:
+            self.signal()
         return token.node, key
 
     def _check_no_live_agent(self, uow: AgentUnitOfWork, node: str, now: datetime) -> None:
@@ -196,9 +206,10 @@ class AgentService:
         telemetry: Sequence[Mapping[str, Any]],
         runs_images: bool | None = None,
         mig_layouts: Mapping[int, Sequence[MigInstance]] | None = None,
+        gpu_models: Sequence[str] | None = None,
     ) -> HeartbeatAnswer:
-        """Record the node alive (and whether its agent runs container images, and its MIG instances, when
-        it says), apply its workload reports, and answer its assignments."""
+        """Record the node alive (and whether its agent runs container images, its MIG instances and its
+        GPUs' models, when it says), apply its workload reports, and answer its assignments."""
         agent = self.authenticate(node_key)
         changed = False
         with self.uow() as uow:
@@ -208,11 +219,10 @@ class AgentService:
             if mig_layouts is not None:
                 changed |= uow.agents.set_mig_layouts(agent.node, mig_layouts)
             self._measure(uow, agent.node, previous, now, telemetry, reports)
+            if gpu_models is not None:
+                changed |= self._follow_gpus(uow, agent.node, gpu_models)
             if not agent.up:
-                if agent.cordoned_by_agent:
-                    uow.fleet.set_schedulable(agent.node, True)
-                uow.agents.set_up(agent.node, True, False)
-                uow.outages.close(agent.node, now)  # SLA evidence: the node is back
+                self._back_up(uow, agent.node, now)
                 changed = True
             held_here = set(uow.agents.live_rentals_on(agent.node))  # before the reports end any
             for report in reports:
@@ -225,6 +235,43 @@ class AgentService:
         if changed:
             self.signal()
         return HeartbeatAnswer(agent.node, self.interval_s, assignments, execs)
+
+    def _follow_gpus(self, uow: AgentUnitOfWork, node_name: str, reported_models: Sequence[str]) -> bool:
+        """Compare the host's GPUs with the fleet's node (`domain.host_check`), as Slurm drains a node whose
+        GPUs are not its config's: on a mismatch the node is cordoned (unless it is already) with the
+        reason kept for `GET /v1/nodes`; once they match, that cordon is lifted (an operator's drain and a
+        down node's cordon stay). True when the node's state changed."""
+        _, fleet = self.cache.load(uow)
+        node = next((n for n in fleet.nodes if n.name == node_name), None) if fleet is not None else None
+        if node is None:
+            return False
+        mismatch = gpu_mismatch(node, reported_models, self.cache.catalog)
+        (agent,) = uow.agents.nodes_named([node_name])
+        if mismatch == agent.gpu_mismatch:
+            return False
+        uow.agents.set_gpu_mismatch(node_name, mismatch)
+        if mismatch is None:
+            log.info("node %s: its host's GPUs are the fleet's again", node_name)
+            if agent.cordoned_by_agent and agent.up:
+                uow.fleet.set_schedulable(node_name, True)
+                uow.agents.set_up(node_name, True, False)
+            return True
+        log.warning("node %s cordoned: %s", node_name, mismatch)
+        if agent.gpu_mismatch is None and node_name not in uow.fleet.cordoned():
+            uow.fleet.set_schedulable(node_name, False)
+            uow.agents.set_up(node_name, agent.up, True)
+        return True
+
+    @staticmethod
+    def _back_up(uow: AgentUnitOfWork, node_name: str, now: datetime) -> None:
+        """A node marked down heartbeats again: up, and schedulable again if the reaper's cordon was the
+        only thing keeping it out (not an operator's drain, nor GPUs that are not the fleet's)."""
+        (agent,) = uow.agents.nodes_named([node_name])
+        kept_out = agent.gpu_mismatch is not None
+        if agent.cordoned_by_agent and not kept_out:
+            uow.fleet.set_schedulable(node_name, True)
+        uow.agents.set_up(node_name, True, agent.cordoned_by_agent and kept_out)
+        uow.outages.close(node_name, now)  # SLA evidence: the node is back
 
     def _measure(
         self,
@@ -429,7 +476,7 @@ class AgentService:
                     continue
                 marked.append(agent.node)
                 by_us = agent.node not in cordoned and uow.fleet.set_schedulable(agent.node, False)
-                uow.agents.set_up(agent.node, False, bool(by_us))
+                uow.agents.set_up(agent.node, False, bool(by_us) or agent.cordoned_by_agent)
                 last = agent.last_heartbeat_at or agent.registered_at
                 if agent.node not in cordoned:  # an operator's maintenance (cordon) is not an outage
                     uow.outages.open(agent.node, last, f"missed heartbeats; marked down at {now.isoformat()}")
@@ -556,6 +603,16 @@ class AgentService:
             for run in uow.agents.runs(rental_id)
             if node is None or run.node == node
         )
+
+
+def _reported_models(inventory: Mapping[str, Any]) -> list[str] | None:
+    """The model names of a registration inventory's GPUs in index order; None when it does not list them."""
+    gpus = inventory.get("gpus")
+    if not isinstance(gpus, list):
+        return None
+    listed = [gpu for gpu in gpus if isinstance(gpu, Mapping)]
+    listed.sort(key=lambda gpu: gpu.get("index") if isinstance(gpu.get("index"), int) else len(listed))
+    return [str(gpu.get("model_name", "")) for gpu in listed]
 
 
 def _earlier_run_reported(

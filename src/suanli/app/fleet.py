@@ -47,8 +47,9 @@ class MigInstanceView:
 
 @dataclass(frozen=True, slots=True)
 class NodeView:
-    """A node as listed: schedulable unless drained or kept out by a maintenance window (until its end); a
-    MIG node's instances, on the GPUs in `mig_host_gpus` as its host reported them, on others as declared."""
+    """A node as listed: schedulable unless drained, kept out by a maintenance window (until its end) or
+    cordoned because its host's GPUs are not the fleet's (`gpu_mismatch` says how); a MIG node's instances,
+    on the GPUs in `mig_host_gpus` as its host reported them, on others as declared."""
 
     node: Node
     schedulable: bool
@@ -56,6 +57,7 @@ class NodeView:
     maintenance_until: datetime | None = None
     mig_instances: tuple[MigInstanceView, ...] = ()
     mig_host_gpus: tuple[int, ...] = ()
+    gpu_mismatch: str | None = None
 
 
 def host_mig_layouts(
@@ -255,7 +257,7 @@ class FleetService:
             _, fleet = self.cache.load(uow)
             if fleet is None:
                 return []
-            cordoned = uow.fleet.cordoned()
+            cordoned, mismatches = uow.fleet.cordoned(), uow.fleet.gpu_mismatches()
             now = self.clock.now()
             maintenance = out_of_service_until(uow.maintenance.list(now), now, self.notice_horizon_s)
             used: dict[str, int] = {}
@@ -272,6 +274,7 @@ class FleetService:
                 maintenance.get(node.name),
                 carved.get(node.name, ()),
                 tuple(sorted(on_host.get(node.name, {}))),
+                mismatches.get(node.name),
             )
             for node in fleet.nodes
         ]

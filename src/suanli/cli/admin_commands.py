@@ -178,7 +178,10 @@ def _drained_view(drained: NodeDrainResponse):
 
 
 def _schedulable(node: NodeResponse) -> str:
-    """yes; maintenance until its window's end; or drained (an operator's drain, or down)."""
+    """yes; maintenance until its window's end; cordoned while its host's GPUs are not the fleet's, saying
+    how; or drained (an operator's drain, or down)."""
+    if node.gpu_mismatch is not None:
+        return f"no: {node.gpu_mismatch}"
     if node.maintenance_until is not None:
         return f"maintenance until {node.maintenance_until:%m-%d %H:%M}"
     return "yes" if node.schedulable else "drained"

@@ -194,6 +194,10 @@ class SqlAgents:
             .values(up=up, cordoned_by_agent=cordoned_by_agent)
         )
 
+    def set_gpu_mismatch(self, node: str, reason: str | None) -> None:
+        stored = None if reason is None else reason[:500]
+        self.s.execute(update(AgentNodeRow).where(AgentNodeRow.node == node).values(gpu_mismatch=stored))
+
     def live_rentals_on(self, node: str) -> list[str]:
         query = (
             select(AllocationRow.rental_id)
@@ -361,6 +365,7 @@ def _node(row: AgentNodeRow) -> AgentNode:
         row.up,
         row.cordoned_by_agent,
         list(row.telemetry or []),
+        row.gpu_mismatch,
     )
 
 

@@ -143,6 +143,12 @@ class SqlFleet:
     def cordoned(self) -> set[str]:
         return set(self.s.scalars(select(NodeRow.name).where(NodeRow.schedulable.is_(False))))
 
+    def gpu_mismatches(self) -> dict[str, str]:
+        query = select(AgentNodeRow.node, AgentNodeRow.gpu_mismatch).where(
+            AgentNodeRow.gpu_mismatch.is_not(None)
+        )
+        return {node: str(reason) for node, reason in self.s.execute(query)}
+
     def imageless(self) -> set[str]:
         return set(self.s.scalars(select(AgentNodeRow.node).where(AgentNodeRow.runs_images.is_(False))))
 
@@ -172,13 +178,17 @@ class SqlFleet:
     def set_drained(self, node: str, drained: bool) -> bool:
         """An operator's drain or undrain; False: no such node. A drain is the operator's from now on, even
         of a node the reaper cordoned (its agent's return no longer undoes it); an undrain of a node whose
-        agent is down leaves it cordoned until the agent comes back, as the reaper's cordon is."""
+        agent is down, or whose host's GPUs are not the fleet's, leaves it cordoned until the agent comes
+        back or its GPUs match, as the agent's side cordoned it."""
         agents = AgentNodeRow.__table__
-        down = self.s.scalar(select(agents.c.up).where(agents.c.node == node)) is False
+        agent = self.s.execute(
+            select(agents.c.up, agents.c.gpu_mismatch).where(agents.c.node == node)
+        ).one_or_none()
+        kept_out = agent is not None and (agent.up is False or agent.gpu_mismatch is not None)
         self.s.execute(
-            update(agents).where(agents.c.node == node).values(cordoned_by_agent=down and not drained)
+            update(agents).where(agents.c.node == node).values(cordoned_by_agent=kept_out and not drained)
         )
-        return self.set_schedulable(node, not drained and not down)
+        return self.set_schedulable(node, not drained and not kept_out)
 
 
 SIGNING_LOCK = 0x5A4C_0003  # PostgreSQL advisory lock: contract signings take turns

@@ -240,6 +240,8 @@ class AgentNodeRow(Base):
     last_heartbeat_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     up: Mapped[bool] = mapped_column(Boolean, default=True)
     cordoned_by_agent: Mapped[bool] = mapped_column(Boolean, default=False)
+    # why the GPUs its agent reports are not the fleet's (the node is cordoned meanwhile); null: they match
+    gpu_mismatch: Mapped[str | None] = mapped_column(String(500), nullable=True)
     runs_images: Mapped[bool | None] = mapped_column(Boolean, nullable=True)  # its executor; null: not said
     # the host's MIG instances as last reported, {"<GPU index>": [[start, profile, busy], ...]}; null: unsaid
     mig_layouts: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -111,6 +111,13 @@ class HeartbeatRequest(WireModel):
         default=None,
         description="Whether this agent runs container images (its executor). False keeps rentals that name "
         "an image off the node; absent leaves what was last said.",
+    )
+    gpu_models: list[Annotated[str, Field(max_length=200)]] | None = Field(
+        default=None,
+        max_length=1024,
+        description="The model of each of the host's GPUs, by index, as its probe names them (catalogue "
+        "names where it knows them): a node whose GPUs are not the fleet's (model, count) is cordoned, and "
+        "back once they are. Absent leaves what was last said (at registration, its inventory's).",
     )
     mig_layouts: list[MigLayoutReport] | None = Field(
         default=None,

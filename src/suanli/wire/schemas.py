@@ -254,6 +254,11 @@ class NodeResponse(WireModel):
         description="The GPUs laid out as their host's agent reported them (instances made by hand or by "
         "earlier rentals); the others as the fleet declares.",
     )
+    gpu_mismatch: str | None = Field(
+        default=None,
+        description="While the GPUs its agent's probe reports are not the ones the fleet declares (model, "
+        "count): how they differ. The node is cordoned meanwhile, and back once a report matches.",
+    )
 
 
 class ContractShortfallResponse(WireModel):

@@ -671,6 +671,7 @@ async function refreshUsage() {
 }
 
 function nodeState(node) {
+  if (node.gpu_mismatch) return `cordoned: ${node.gpu_mismatch}`;
   if (node.maintenance_until) return `maintenance until ${node.maintenance_until.replace("T", " ").slice(0, 16)}`;
   return node.schedulable ? "schedulable" : "drained";
 }
