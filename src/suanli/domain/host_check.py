@@ -2,7 +2,10 @@
 
 `gpu_mismatch` is pure and lenient: a reported name is compared as the catalogue model it names (any case,
 or its family where that is one model), so a probe's catalogue names always match; a name the catalogue
-does not know never does. The host may have more GPUs than the fleet declares (the first ones are rented).
+does not know cannot be told apart and is taken as the fleet's (a driver's new device string, such as "AMD
+Instinct MI300X" or an H100 variant the probe's table lacks, must not cordon a good host): only a model the
+catalogue knows as another one, or too few GPUs, is a mismatch. The host may have more GPUs than the fleet
+declares (the first ones are rented).
 """
 
 from __future__ import annotations
@@ -27,11 +30,11 @@ def gpu_mismatch(node: Node, reported_models: Sequence[str], catalog: Catalog) -
 
 
 def _names(reported: str, model_name: str, catalog: Catalog) -> bool:
-    """Whether `reported` names the catalogue model `model_name`."""
+    """Whether `reported` may name the catalogue model `model_name`: it does, or the catalogue cannot tell."""
     try:
         return catalog.get(reported).name == model_name
     except CatalogError:
-        return False
+        return True
 
 
 def _summary(models: Sequence[str]) -> str:
