@@ -9,6 +9,8 @@ from platformdirs import user_data_dir
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from suanli.domain.policies import POLICY_NAMES
+
 
 def default_database_url() -> str:
     """A SQLite file under the user's data directory (created on first use)."""
@@ -50,8 +52,20 @@ class Settings(BaseSettings):
         description="Dry runs a tenant may ask for, per window (the `limits` notation; each takes the "
         "scheduler's lock for a moment); past it, 429 with Retry-After. Empty: no limit.",
     )
-    policy: str = "suanli"
+    policy: str = Field(
+        default="suanli",
+        description=f"The placement policy of the scheduler's cycle: one of {', '.join(POLICY_NAMES)}.",
+    )
     policy_seed: int = 0
+
+    @field_validator("policy")
+    @classmethod
+    def _policy_exists(cls, policy: str) -> str:
+        """Refuse an unknown policy at start: the cycle builds it by name and would fail every time."""
+        if policy not in POLICY_NAMES:
+            raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(POLICY_NAMES)}")
+        return policy
+
     queue: Literal["greedy", "backfill", "conservative"] = Field(
         default="greedy",
         description="greedy: each cycle places whatever fits, in tier, bid, fair share and age order (a "
