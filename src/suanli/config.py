@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
+from limits import parse_many
 from platformdirs import user_data_dir
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 from suanli.domain.policies import POLICY_NAMES
 
@@ -21,12 +25,30 @@ def default_database_url() -> str:
 
 # the tiers a rental can be preempted in (reserved is never a victim, but naming it is harmless)
 NOTICE_TIERS = ("spot", "on_demand", "reserved")
+# the databases the store runs on (`postgres://` and `postgresql://` mean psycopg 3 there)
+DATABASE_BACKENDS = ("sqlite", "postgresql", "postgres")
 
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SUANLI_", extra="ignore")
 
     database_url: str = Field(default_factory=default_database_url)
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_is_one_we_run_on(cls, url: str) -> str:
+        """A URL of SQLite or PostgreSQL, so a typo is named at start, not as a driver's traceback."""
+        try:
+            backend = make_url(url).get_backend_name()
+        except ArgumentError:
+            backend = None
+        if backend not in DATABASE_BACKENDS:
+            raise ValueError(
+                f"{url!r} is not a SQLite or PostgreSQL URL; e.g. postgresql+psycopg://user@host/suanli "
+                "or sqlite:////var/lib/suanli/suanli.db"
+            )
+        return url
+
     bootstrap_admin_key: str | None = None
     webhook_interval_s: float = Field(default=2.0, gt=0, description="How often webhooks are sent.")
     webhook_private_ok: bool = Field(
@@ -52,6 +74,20 @@ class Settings(BaseSettings):
         description="Dry runs a tenant may ask for, per window (the `limits` notation; each takes the "
         "scheduler's lock for a moment); past it, 429 with Retry-After. Empty: no limit.",
     )
+
+    @field_validator("api_rate", "dry_run_rate")
+    @classmethod
+    def _rate_parses(cls, spec: str) -> str:
+        """Rate limits in the `limits` notation, checked at start rather than when the app is wired."""
+        if spec.strip():
+            try:
+                parse_many(spec)
+            except ValueError as error:
+                raise ValueError(
+                    f"{spec!r} is not a rate limit ({error}); e.g. 50/second;2000/minute, or empty for none"
+                ) from None
+        return spec
+
     policy: str = Field(
         default="suanli",
         description=f"The placement policy of the scheduler's cycle: one of {', '.join(POLICY_NAMES)}.",
@@ -82,9 +118,22 @@ class Settings(BaseSettings):
     preemption_notice_s: float = Field(
         default=30.0, gt=0, description="Seconds between a preemption notice and the kill."
     )
-    preemption_notice_by_tier_s: dict[str, float] = Field(
+    preemption_notice_by_tier_s: Annotated[dict[str, float], NoDecode] = Field(
         default_factory=dict, description='Per victim tier, e.g. {"spot": 30, "on_demand": 120} (JSON).'
     )
+
+    @field_validator("preemption_notice_by_tier_s", mode="before")
+    @classmethod
+    def _notices_from_json(cls, notices: Any) -> Any:
+        """The environment's text as JSON, with its mistake in words (not pydantic-settings' traceback)."""
+        if not isinstance(notices, str):
+            return notices
+        try:
+            return json.loads(notices) if notices.strip() else {}
+        except json.JSONDecodeError:
+            raise ValueError(
+                f'{notices!r} is not a JSON object of seconds per tier, e.g. {{"spot": 30, "on_demand": 120}}'
+            ) from None
 
     @field_validator("preemption_notice_by_tier_s")
     @classmethod

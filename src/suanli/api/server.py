@@ -13,9 +13,15 @@ import gc
 import os
 import socket
 import tempfile
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
+from pydantic import ValidationError
+from pydantic_settings import SettingsError
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
 from uvicorn.supervisors import Multiprocess
 
 from suanli.api.app import create_app
@@ -23,6 +29,7 @@ from suanli.app.ids import SystemClock
 from suanli.app.tenants import TenantService
 from suanli.config import Settings
 from suanli.store.db import make_engine, migrate, normalize_url, unit_of_work_factory
+from suanli.wire.schemas import problem_text
 
 # How long uvicorn's supervisor waits for a worker to answer its health check before it kills it and starts
 # another. Its default, 5 s, is shorter than a worker's start on a loaded machine: a spawned worker answers
@@ -41,6 +48,49 @@ class WorkersNeedPostgres(ValueError):
     """More than one worker process on SQLite, which has one server process."""
 
 
+class BadSettings(ValueError):
+    """`SUANLI_*` values the settings refuse: `problems` has one line per variable, naming it."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+class DatabaseUnreachable(ConnectionError):
+    """The database of SUANLI_DATABASE_URL could not be opened (down, unknown host, refused, no such dir)."""
+
+
+def settings_from_environment() -> Settings:
+    """The settings from `SUANLI_*`, or `BadSettings` naming each variable whose value is refused."""
+    try:
+        return Settings()
+    except ValidationError as error:
+        raise BadSettings([_setting_problem(problem) for problem in error.errors()]) from None
+    except SettingsError as error:  # a value pydantic-settings could not even decode
+        raise BadSettings([str(error)]) from None
+
+
+def _setting_problem(problem: Mapping[str, Any]) -> str:
+    """`SUANLI_NAME: what is wrong`, for one pydantic error of `Settings`."""
+    location = problem["loc"]
+    prefix = Settings.model_config.get("env_prefix", "")
+    variable = f"{prefix}{location[0]}".upper() if location else "settings"
+    return f"{variable}: {problem_text(problem)}"
+
+
+@contextlib.contextmanager
+def database_reachable(url: str) -> Iterator[None]:
+    """Turn a failure to connect to the database while starting into `DatabaseUnreachable`, in one line."""
+    try:
+        yield
+    except OperationalError as error:
+        reason = str(error.orig or error).strip().splitlines()[0]
+        where = make_url(url).render_as_string(hide_password=True)
+        raise DatabaseUnreachable(
+            f"SUANLI_DATABASE_URL: cannot reach the database at {where} ({reason})"
+        ) from None
+
+
 def tune_gc() -> None:
     """Collect garbage less often in a server process (`GC_YOUNG_THRESHOLD`); the older generations keep
     CPython's ratios."""
@@ -49,17 +99,21 @@ def tune_gc() -> None:
 
 
 def serve(host: str, port: int, settings: Settings | None = None, workers: int = 1) -> None:
-    settings = settings or Settings()
+    """Serve the API; `BadSettings`, `WorkersNeedPostgres` or `DatabaseUnreachable` before listening."""
+    settings = settings or settings_from_environment()
     # no per-request access log: it costs a large share of a small request's time; errors still log
     if workers == 1:
         tune_gc()
-        uvicorn.run(create_app(settings), host=host, port=port, log_level="info", access_log=False)
+        with database_reachable(settings.database_url):
+            app = create_app(settings)
+        uvicorn.run(app, host=host, port=port, log_level="info", access_log=False)
         return
     if not normalize_url(settings.database_url).startswith("postgresql"):
         raise WorkersNeedPostgres(
             f"{workers} worker processes need PostgreSQL (SUANLI_DATABASE_URL); SQLite has one server process"
         )
-    prepare(settings)
+    with database_reachable(settings.database_url):
+        prepare(settings)
     with contextlib.ExitStack() as stack:
         if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # the workers' metrics files, gone at exit
             os.environ["PROMETHEUS_MULTIPROC_DIR"] = stack.enter_context(

@@ -15,6 +15,7 @@ from suanli.cli.follow import follow_rental
 from suanli.cli.gpu_commands import sparkline
 from suanli.cli.output import (
     EXIT_REFUSED,
+    EXIT_UNREACHABLE,
     EXIT_USAGE,
     age_text,
     api_errors,
@@ -659,9 +660,16 @@ def server(
     """Run the suanli server (database from SUANLI_DATABASE_URL; SQLite under your data dir by default)."""
     # imported here, not at the top: the server pulls in FastAPI and SQLAlchemy, which every other
     # command would otherwise pay for at start-up
-    from suanli.api.server import WorkersNeedPostgres, serve
+    from suanli.api.server import BadSettings, DatabaseUnreachable, WorkersNeedPostgres, serve
 
     try:
         serve(host, port, workers=workers)
     except WorkersNeedPostgres as error:
         raise typer.BadParameter(str(error), param_hint="--workers") from None
+    except BadSettings as error:
+        for problem in error.problems:
+            errors.print(error_text(problem))
+        raise typer.Exit(EXIT_USAGE) from None
+    except DatabaseUnreachable as error:
+        errors.print(error_text(str(error)))
+        raise typer.Exit(EXIT_UNREACHABLE) from None
