@@ -140,6 +140,17 @@ def test_fleet_check_summarises_the_example() -> None:
     assert "20 nodes, 136 GPUs" in result.output
 
 
+def test_fleet_check_prints_its_summary_as_json_for_scripts() -> None:
+    """README: commands that print a result take --json; `fleet check` refused it ("No such option")."""
+    result = runner.invoke(app, ["fleet", "check", str(EXAMPLE_FLEET), "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output)
+    assert (summary["nodes"], summary["gpus"]) == (20, 136)
+    assert [r["name"] for r in summary["regions"]] == ["cn-north", "eu-west", "ap-southeast"]
+    assert sum(r["gpus"] for r in summary["regions"]) == sum(m["gpus"] for m in summary["models"]) == 136
+    assert {"model": "A100-80GB", "mode": "mig", "nodes": 4, "gpus": 32} in summary["models"]
+
+
 def test_fleet_check_names_file_node_and_field(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text(EXAMPLE_FLEET.read_text().replace("cpu_milli = 224000", 'cpu_milli = "lots"', 1))

@@ -256,3 +256,42 @@ def test_a_webhook_into_the_servers_own_network_is_added_refused_at_delivery_and
     assert hook["secret"] is None and hook["retry_at"] is not None
     assert _cli(tenant, "webhooks", "rm", hook_id).stdout.strip() == f"removed {hook_id}"
     assert json.loads(_cli(tenant, "webhooks", "ls", "--json").stdout) == []
+
+
+def test_commands_that_print_a_result_print_it_as_json_too(server: str, tmp_path: Path) -> None:
+    """README: commands that print a result take --json; `ledger verify`, `admin undrain`, `maintenance rm`,
+    `webhooks rm`, `keys revoke` and `admin key-revoke` refused it ("No such option")."""
+    admin, tenant = tmp_path / "admin", tmp_path / "tenant"
+    _cli(admin, "login", server, "--key", ADMIN_KEY)
+    _cli(admin, "admin", "fleet-put", str(REPO / "examples" / "fleet.toml"))
+    _cli(
+        tenant,
+        "login",
+        server,
+        "--key",
+        json.loads(_cli(admin, "admin", "tenant-create", "js", "--json").stdout)["secret"],
+    )
+    verified = json.loads(_cli(admin, "ledger", "verify", "--json").stdout)
+    assert verified["verified"] and verified["problems"] == [] and verified["server"]["ok"], verified
+    assert verified["transactions"] == verified["server"]["transactions"]
+    _cli(admin, "admin", "drain", "h100-a-01")
+    undrained = json.loads(_cli(admin, "admin", "undrain", "h100-a-01", "--json").stdout)
+    assert undrained["name"] == "h100-a-01" and undrained["schedulable"], undrained
+    window = json.loads(
+        _cli(
+            admin, "admin", "maintenance", "add", "h100-a-02", "--from", "+2d", "--until", "+2d4h", "--json"
+        ).stdout
+    )
+    cancelled = json.loads(_cli(admin, "admin", "maintenance", "rm", window["id"], "--json").stdout)
+    assert cancelled["id"] == window["id"] and cancelled["node"] == "h100-a-02", cancelled
+    hook_id = _cli(tenant, "webhooks", "add", "https://example.com/hook").stdout.split()[1]
+    removed = json.loads(_cli(tenant, "webhooks", "rm", hook_id, "--json").stdout)
+    assert removed["id"] == hook_id and removed["url"] == "https://example.com/hook", removed
+    spare = json.loads(_cli(tenant, "keys", "create", "--label", "spare", "--json").stdout)
+    revoked = json.loads(_cli(tenant, "keys", "revoke", spare["id"], "--json").stdout)
+    assert revoked["id"] == spare["id"] and revoked["revoked"] and revoked["secret"] is None, revoked
+    other = json.loads(_cli(admin, "admin", "key-create", spare["tenant_id"], "--json").stdout)
+    by_admin = json.loads(
+        _cli(admin, "admin", "key-revoke", spare["tenant_id"], other["id"], "--json").stdout
+    )
+    assert by_admin["id"] == other["id"] and by_admin["revoked"], by_admin

@@ -59,11 +59,11 @@ def admin_key_create(tenant_id: str, label: str = "", as_json: JsonFlag = False)
 
 
 @admin_app.command("key-revoke")
-def admin_key_revoke(tenant_id: str, key_id: str) -> None:
+def admin_key_revoke(tenant_id: str, key_id: str, as_json: JsonFlag = False) -> None:
     """Revoke an API key; it stops working at once."""
     with logged_in() as client:
-        client.revoke_key(tenant_id, key_id)
-    typer.echo(f"revoked {key_id}")
+        revoked = client.revoke_key(tenant_id, key_id)
+    emit(revoked, as_json, lambda key: Text(f"revoked {key.id}"))
 
 
 @admin_app.command("fleet-put")
@@ -132,15 +132,19 @@ def admin_drain(
 
 
 @admin_app.command("undrain")
-def admin_undrain(node: str) -> None:
+def admin_undrain(node: str, as_json: JsonFlag = False) -> None:
     """Let a drained node take new work again."""
     with logged_in() as client:
         shown = client.undrain(node)
-    if shown.maintenance_until is not None:  # its drain is lifted, its maintenance window is not
-        until = shown.maintenance_until.strftime("%Y-%m-%d %H:%M UTC")
-        typer.echo(f"undrained {node}; it stays out of placements for its maintenance until {until}")
-    else:
-        typer.echo(f"undrained {node}")
+    emit(shown, as_json, _undrained_view)
+
+
+def _undrained_view(shown: NodeResponse) -> Text:
+    """The node undrained, and the maintenance window that still keeps it out of placements, if any."""
+    if shown.maintenance_until is None:
+        return Text(f"undrained {shown.name}")
+    until = shown.maintenance_until.strftime("%Y-%m-%d %H:%M UTC")  # its drain is lifted, its window is not
+    return Text(f"undrained {shown.name}; it stays out of placements for its maintenance until {until}")
 
 
 @admin_app.command("join-token")

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
-from pydantic import ValidationError
+from pydantic import BaseModel, Field, ValidationError
 from rich.console import Group, RenderableType
 from rich.text import Text
 
@@ -36,6 +36,7 @@ from suanli.wire.billing_schemas import (
     BalanceResponse,
     InvoiceResponse,
     LedgerTransactionResponse,
+    LedgerVerifyResponse,
     PayoutResponse,
     PriceEntryRequest,
     PriceEntryResponse,
@@ -79,8 +80,18 @@ def ledger_ls(tenant: TenantOption = None, as_json: JsonFlag = False) -> None:
     emit(found, as_json, _ledger_table)
 
 
+class LedgerVerification(BaseModel):
+    """`ledger verify`'s finding, for `--json`: the journal checked here and the server's own check."""
+
+    verified: bool
+    transactions: int
+    head_hash: str | None
+    problems: list[str] = Field(description="What the check here found wrong (empty when it verifies).")
+    server: LedgerVerifyResponse
+
+
 @ledger_app.command("verify")
-def ledger_verify() -> None:
+def ledger_verify(as_json: JsonFlag = False) -> None:
     """Fetch the journal and recompute its hashes and balances here (the domain `verify`).
 
     An admin gets the whole journal: the chain is checked link by link and every balance recomputed. A
@@ -94,13 +105,30 @@ def ledger_verify() -> None:
         stated = client.balance()
         server = client.verify_ledger()
     problems = check(journal, stated, complete=me.tenant.role == "admin")
-    typer.echo(f"{len(journal)} transactions fetched; head {journal[-1].hash if journal else '-'}")
-    typer.echo(f"server check of the whole chain: {'ok' if server.ok else 'FAILED'} ({server.head_hash})")
-    for problem in problems:
-        typer.echo(f"problem: {problem}", err=True)
-    if problems or not server.ok:
+    found = LedgerVerification(
+        verified=not problems and server.ok,
+        transactions=len(journal),
+        head_hash=journal[-1].hash if journal else None,
+        problems=problems,
+        server=server,
+    )
+    if as_json:
+        typer.echo(found.model_dump_json(indent=2))
+    else:
+        _print_verification(found)
+    if not found.verified:
         raise typer.Exit(1)
-    typer.echo("ledger verified: hashes, balances and the stated balance agree")
+
+
+def _print_verification(found: LedgerVerification) -> None:
+    """The check for people: what was fetched, the server's word, each problem on stderr, the verdict."""
+    typer.echo(f"{found.transactions} transactions fetched; head {found.head_hash or '-'}")
+    server = found.server
+    typer.echo(f"server check of the whole chain: {'ok' if server.ok else 'FAILED'} ({server.head_hash})")
+    for problem in found.problems:
+        typer.echo(f"problem: {problem}", err=True)
+    if found.verified:
+        typer.echo("ledger verified: hashes, balances and the stated balance agree")
 
 
 def check(journal: list[Transaction], stated: BalanceResponse, *, complete: bool) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from rich.text import Text
 
 from suanli.cli.output import EXIT_USAGE, emit, error_text, errors, logged_in, table
 
@@ -53,6 +54,7 @@ def keys_revoke(
     key_id: str,
     tenant: TenantOption = None,
     force: Annotated[bool, typer.Option(help="Revoke even the key this CLI is logged in with.")] = False,
+    as_json: JsonFlag = False,
 ) -> None:
     """Revoke a key: it stops working at once."""
     with logged_in() as client:
@@ -65,5 +67,5 @@ def keys_revoke(
                 )
             )
             raise typer.Exit(EXIT_USAGE)
-        client.revoke_key(tenant or me.tenant.id, key_id)
-    typer.echo(f"revoked {key_id}")
+        revoked = client.revoke_key(tenant or me.tenant.id, key_id)
+    emit(revoked, as_json, lambda key: Text(f"revoked {key.id}"))

@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Annotated
 
 import typer
+from rich.text import Text
 
 from suanli.cli.contract_commands import with_shortfalls
 from suanli.cli.output import emit, logged_in, moment_option, table, valid_input
@@ -63,11 +64,11 @@ def maintenance_ls(
 
 
 @maintenance_app.command("rm")
-def maintenance_rm(window_id: str) -> None:
+def maintenance_rm(window_id: str, as_json: JsonFlag = False) -> None:
     """Cancel a maintenance window."""
     with logged_in() as client:
-        client.cancel_maintenance(window_id)
-    typer.echo(f"cancelled {window_id}")
+        cancelled = client.cancel_maintenance(window_id)
+    emit(cancelled, as_json, lambda window: Text(f"cancelled {window.id}"))
 
 
 def _windows_table(found: list[MaintenanceResponse]):

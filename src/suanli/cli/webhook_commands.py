@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from rich.text import Text
 
 from suanli.cli.output import EXIT_USAGE, emit, error_text, errors, logged_in, table
 
@@ -81,8 +82,8 @@ def webhooks_set(
 
 
 @webhooks_app.command("rm")
-def webhooks_rm(webhook_id: str) -> None:
+def webhooks_rm(webhook_id: str, as_json: JsonFlag = False) -> None:
     """Stop sending to a webhook."""
     with logged_in() as client:
-        client.remove_webhook(webhook_id)
-    typer.echo(f"removed {webhook_id}")
+        removed = client.remove_webhook(webhook_id)
+    emit(removed, as_json, lambda hook: Text(f"removed {hook.id}"))

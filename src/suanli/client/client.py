@@ -238,8 +238,9 @@ class Client:
     def remove_webhook(self, webhook_id: str) -> WebhookResponse:
         return self._call("DELETE", f"/v1/webhooks/{_segment(webhook_id)}", WebhookResponse, retry=True)
 
-    def revoke_key(self, tenant_id: str, key_id: str) -> None:
-        self._call("DELETE", f"/v1/tenants/{_segment(tenant_id)}/keys/{_segment(key_id)}", None)
+    def revoke_key(self, tenant_id: str, key_id: str) -> KeyResponse:
+        """Revoke a key; the server's answer is the key as revoked (its secret not shown)."""
+        return self._call("DELETE", f"/v1/tenants/{_segment(tenant_id)}/keys/{_segment(key_id)}", KeyResponse)
 
     # --- fleet -------------------------------------------------------------------------------------
 
