@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -295,3 +297,16 @@ def test_commands_that_print_a_result_print_it_as_json_too(server: str, tmp_path
         _cli(admin, "admin", "key-revoke", spare["tenant_id"], other["id"], "--json").stdout
     )
     assert by_admin["id"] == other["id"] and by_admin["revoked"], by_admin
+
+
+def test_a_join_token_says_it_is_single_use_and_when_it_expires(server: str, tmp_path: Path) -> None:
+    """An operator who made tokens for a batch of hosts learnt of the hour's limit only from the agent's
+    refusal: the table output did not show the expiry (only --json had expires_at)."""
+    admin = tmp_path / "admin"
+    _cli(admin, "login", server, "--key", ADMIN_KEY)
+    _cli(admin, "admin", "fleet-put", str(REPO / "examples" / "fleet.toml"))
+    said = _cli(admin, "admin", "join-token", "h100-a-01").stdout.strip()
+    shown = re.fullmatch(r"join token for h100-a-01 \(single use, expires (.+) UTC\): jt_\S+", said)
+    assert shown is not None, said
+    expires_at = datetime.strptime(shown[1], "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
+    assert abs((expires_at - datetime.now(UTC)).total_seconds() - 3600) < 60, said  # SUANLI_JOIN_TOKEN_TTL_S

@@ -11,6 +11,7 @@ from rich.text import Text
 
 from suanli.cli.contract_commands import with_shortfalls
 from suanli.cli.output import EXIT_USAGE, emit, error_text, errors, logged_in, table
+from suanli.wire.agent_schemas import JoinTokenResponse
 from suanli.wire.schemas import FleetResponse, NodeDrainResponse, NodeResponse
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of a table.")]
@@ -149,12 +150,18 @@ def _undrained_view(shown: NodeResponse) -> Text:
 
 @admin_app.command("join-token")
 def admin_join_token(node: str, as_json: JsonFlag = False) -> None:
-    """A single-use token with which the agent on NODE registers (`suanli agent --token ...`)."""
+    """A single-use token with which the agent on NODE registers (`suanli agent --token ...`), valid for the
+    server's SUANLI_JOIN_TOKEN_TTL_S (1 h by default)."""
     with logged_in() as client:
         token = client.create_join_token(node)
-    typer.echo(
-        token.model_dump_json(indent=2) if as_json else f"join token for {node} (single use): {token.token}"
-    )
+    typer.echo(token.model_dump_json(indent=2) if as_json else _join_token_line(token))
+
+
+def _join_token_line(token: JoinTokenResponse) -> str:
+    """The token with its node and expiry (a token made for a batch of hosts may run out before one starts),
+    on one line however narrow the terminal, for copying."""
+    expires = f"{token.expires_at:%Y-%m-%d %H:%M:%S} UTC"
+    return f"join token for {token.node} (single use, expires {expires}): {token.token}"
 
 
 def _nodes_table(found: list[NodeResponse]):
