@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from suanli.cli import demo
 from suanli.cli.main import app
+from suanli.config import Settings
 from suanli.sim import throughput
 
 EXAMPLE_FLEET = Path(__file__).resolve().parents[2] / "examples" / "fleet.toml"
@@ -412,3 +415,39 @@ def test_following_a_waiting_rental_tells_its_moving_figures_at_most_once_a_minu
         "rnt_1: pending (quota: GPU quota 10 GPUs, 10 in use, asks 4)",
         "rnt_1: pending (spend_cap: daily spend cap 5.0000, 4.9000 spent or committed)",
     ], told
+
+
+def test_every_command_is_documented() -> None:
+    """`admin nodes`, `admin key-create`, `admin key-revoke`, `contracts ls`, `contracts transfer` and
+    `webhooks rm` were in no doc: an operator learnt of them only from --help."""
+    root = Path(__file__).resolve().parents[2]
+    docs = " ".join(
+        " ".join(path.read_text().split())
+        for path in [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    )
+    undocumented = [
+        " ".join(path)
+        for path in _command_paths(typer.main.get_command(app), ())
+        if " ".join(path) not in docs
+    ]
+    assert undocumented == []
+
+
+@pytest.mark.parametrize(
+    "variable",
+    ["SUANLI_URL", "SUANLI_API_KEY", "SUANLI_CONFIG_DIR", "SUANLI_JOIN_TOKEN"]
+    + [f"SUANLI_{name.upper()}" for name in Settings.model_fields],
+)
+def test_every_environment_variable_is_documented(variable: str) -> None:
+    """The CLI's and agent's variables and the server's settings (SUANLI_POLICY, SUANLI_POLICY_SEED,
+    SUANLI_JOIN_TOKEN_TTL_S) were read by the code and named in no doc."""
+    root = Path(__file__).resolve().parents[2]
+    docs = " ".join(path.read_text() for path in [root / "README.md", *sorted((root / "docs").glob("*.md"))])
+    assert re.search(rf"\b{variable}\b", docs), f"{variable} is in no doc"
+
+
+def _command_paths(command: object, path: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """Every runnable command under `command` as its words after `suanli` (a group's own name is not one)."""
+    if not hasattr(command, "commands"):  # a group has subcommands (Typer's group is not click's class)
+        return [path]
+    return [found for name, sub in command.commands.items() for found in _command_paths(sub, (*path, name))]

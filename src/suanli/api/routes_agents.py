@@ -60,12 +60,14 @@ def create_join_token(
 
 @router.post("/agents/register", tags=["agents"])
 def register(body: AgentRegisterRequest, service: AgentsDep) -> AgentRegisterResponse:
+    """An agent joins with a single-use join token and its host's inventory; it gets its node key."""
     node, key = service.register(body.token, body.inventory)
     return AgentRegisterResponse(node=node, node_key=key, heartbeat_interval_s=service.interval_s)
 
 
 @router.post("/agents/heartbeat", tags=["agents"])
 def heartbeat(body: HeartbeatRequest, key: NodeKeyDep, service: AgentsDep) -> HeartbeatResponse:
+    """An agent's periodic report (its workloads' states, GPU telemetry); the answer: what it should run."""
     reports = [
         WorkloadReport(
             w.rental_id,
@@ -111,6 +113,7 @@ def heartbeat(body: HeartbeatRequest, key: NodeKeyDep, service: AgentsDep) -> He
 
 @router.post("/agents/logs", tags=["agents"])
 def upload_log(body: LogChunkRequest, key: NodeKeyDep, service: AgentsDep) -> LogChunkResponse:
+    """An agent appends a chunk of a rental's output at its offset; the answer is the bytes stored."""
     stored = service.upload_log(key, body.rental_id, body.offset, body.data, body.size_bytes)
     return LogChunkResponse(stored_bytes=stored)
 

@@ -111,6 +111,7 @@ def price_entry_response(entry: PriceEntry) -> PriceEntryResponse:
 
 @router.get("/balance")
 def get_balance(caller: CallerDep, services: ServicesDep, tenant: TenantQuery = None) -> BalanceResponse:
+    """The caller's cash and grant balances (an admin: any tenant's, with `tenant`)."""
     balance = _billing(services).balance(caller, tenant)
     return BalanceResponse(
         tenant_id=balance.tenant_id,

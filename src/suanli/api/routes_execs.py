@@ -93,6 +93,7 @@ def list_execs(
 
 @router.get("/rentals/{rental_id}/execs/{exec_id}", tags=["rentals"])
 def get_exec(rental_id: str, exec_id: str, caller: CallerDep, service: ExecsDep) -> ExecResponse:
+    """One command, shell or forward run in a rental: its state and exit code."""
     return exec_response(service.get(caller, rental_id, exec_id))
 
 

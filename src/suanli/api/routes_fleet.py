@@ -110,6 +110,7 @@ def cancel_maintenance(window_id: str, caller: CallerDep, services: ServicesDep)
 
 @router.get("/nodes")
 def list_nodes(caller: CallerDep, services: ServicesDep) -> list[NodeResponse]:
+    """The fleet's nodes with their free capacity and whether they take new work."""
     return [mappers.node(v) for v in services.fleet.nodes(caller)]
 
 
@@ -125,6 +126,7 @@ def drain(name: str, caller: CallerDep, services: ServicesDep, force: bool = Fal
 
 @router.post("/nodes/{name}/undrain")
 def undrain(name: str, caller: CallerDep, services: ServicesDep) -> NodeResponse:
+    """Let a drained node take new work again (a maintenance window still keeps it out until its end)."""
     change = services.fleet.set_schedulable(caller, name, True)
     services.loop.signal()
     return mappers.node(change.view)
@@ -136,4 +138,5 @@ def offers(
     services: ServicesDep,
     q: Annotated[str, Query(max_length=1000, description="e.g. gpu=H100 count>=8 region=eu price<2.5")] = "",
 ) -> list[OfferResponse]:
+    """What can be rented now, per model, region and shape, with prices; filtered by the `q` query."""
     return [mappers.offer(o) for o in services.offers.search(q, caller.tenant.id)]

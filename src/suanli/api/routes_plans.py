@@ -83,6 +83,7 @@ def create_plan(tenant_id: str, body: PlanRequest, caller: CallerDep, services: 
 
 @router.get("/plans")
 def list_plans(caller: CallerDep, services: ServicesDep, tenant: TenantQuery = None) -> list[PlanResponse]:
+    """The caller's plans: discount, revenue share and credit terms (an admin: any tenant's)."""
     return [_plan(p) for p in _plans(services).plans(caller, tenant)]
 
 
@@ -129,6 +130,7 @@ def set_payment_terms(
 def get_payment_terms(
     caller: CallerDep, services: ServicesDep, tenant: TenantQuery = None
 ) -> PaymentTermsResponse:
+    """The caller's payment terms: prepaid, or postpaid with a credit limit (an admin: any tenant's)."""
     return _terms(_plans(services).terms(caller, tenant))
 
 

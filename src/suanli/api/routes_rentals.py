@@ -76,11 +76,13 @@ def list_rentals(
 
 @router.get("/rentals/{rental_id}", tags=["rentals"])
 def get_rental(rental_id: str, caller: CallerDep, services: ServicesDep) -> RentalResponse:
+    """One of the caller's rentals: its request, state, allocation, price and timeline."""
     return mappers.rental(services.rentals.get(caller, rental_id))
 
 
 @router.post("/rentals/{rental_id}/stop", tags=["rentals"])
 def stop_rental(rental_id: str, caller: CallerDep, services: ServicesDep) -> RentalResponse:
+    """Stop a rental: a pending one is cancelled, a live one's workload is ended and billing stops."""
     return mappers.rental(services.rentals.stop(caller, rental_id))
 
 
@@ -88,6 +90,7 @@ def stop_rental(rental_id: str, caller: CallerDep, services: ServicesDep) -> Ren
 def resize_rental(
     rental_id: str, body: RentalResizeRequest, caller: CallerDep, services: ServicesDep
 ) -> RentalResponse:
+    """Change a rental's nodes or GPUs per node: at once if pending or fewer nodes, else once it fits."""
     return mappers.rental(services.rentals.resize(caller, rental_id, body.nodes, body.gpus))
 
 
@@ -95,6 +98,7 @@ def resize_rental(
 def set_bid(
     rental_id: str, body: RentalBidRequest, caller: CallerDep, services: ServicesDep
 ) -> RentalResponse:
+    """A spot rental's new bid per GPU-hour; the scheduler re-prices and re-judges it next cycle."""
     return mappers.rental(services.rentals.set_bid(caller, rental_id, body.bid_micros_per_gpu_hour))
 
 
@@ -126,11 +130,13 @@ def quote_contract(
 
 @router.get("/contracts", tags=["contracts"])
 def list_contracts(caller: CallerDep, services: ServicesDep) -> list[ContractResponse]:
+    """The contracts the caller holds (an admin: all), with their windows and what is left."""
     return [mappers.contract(c) for c in services.contracts.list(caller)]
 
 
 @router.get("/contracts/{contract_id}", tags=["contracts"])
 def get_contract(contract_id: str, caller: CallerDep, services: ServicesDep) -> ContractResponse:
+    """One contract: its model, count, region, window, price and holder."""
     return mappers.contract(services.contracts.get(caller, contract_id))
 
 
@@ -138,4 +144,5 @@ def get_contract(contract_id: str, caller: CallerDep, services: ServicesDep) -> 
 def transfer_contract(
     contract_id: str, body: ContractTransferRequest, caller: CallerDep, services: ServicesDep
 ) -> ContractResponse:
+    """Hand a contract to another tenant; when the buyer pays the seller its remaining value, an admin key."""
     return mappers.contract(services.contracts.transfer(caller, contract_id, body.to_tenant_id))
