@@ -5,13 +5,14 @@ CLI check), and tenant isolation of balances and ledgers."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 
 import pytest
 from fastapi.testclient import TestClient
 
-from conftest import ADMIN, app_client, wait_for
+from conftest import ADMIN, WAIT_S, app_client, charged, scheduler_cycles, wait_for
 from suanli.cli.billing_commands import check, to_domain
 from suanli.domain.billing.money import charge_micros
 from suanli.wire.billing_schemas import BalanceResponse, LedgerTransactionResponse
@@ -126,6 +127,28 @@ def test_a_stopped_rental_is_charged_once_and_the_ledger_verifies(client, tenant
         "hash does not match" in p
         for p in check(tampered, BalanceResponse.model_validate(balance), complete=False)
     )
+
+
+def test_creating_rentals_runs_no_meter_pass_and_a_stop_is_charged_promptly(client, tenant) -> None:
+    """A create wakes the scheduler, not the meter: the live rentals' charges wait for the meter's timer (an
+    hour here), so a burst of creates posts nothing for the others; a rental's end wakes the meter."""
+    tenant_id, headers = tenant("busy")
+    client.post(f"/v1/tenants/{tenant_id}/credit", json={"amount_micros": 200_000_000}, headers=ADMIN)
+    live_id = client.post("/v1/rentals", json=H100, headers=headers).json()["id"]
+    assert wait_for(client, live_id, headers, "placed")["state"] == "placed"
+    meter = client.app.state.services.meter
+    passes = meter.runs
+    for _ in range(3):
+        assert client.post("/v1/rentals", json=H100, headers=headers).status_code == 201
+    scheduler_cycles(client)
+    assert meter.runs == passes
+    assert charged(client, live_id, headers) == 0
+
+    assert client.post(f"/v1/rentals/{live_id}/stop", headers=headers).json()["state"] == "stopped"
+    deadline = time.monotonic() + WAIT_S
+    while charged(client, live_id, headers) == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert charged(client, live_id, headers) > 0  # its final charge, long before the meter's timer
 
 
 def test_billing_routes_are_isolated_between_tenants(client, tenant) -> None:

@@ -61,7 +61,7 @@ def agent_service(engine: Engine, clock: Any) -> AgentService:
     return AgentService(
         lambda: SqlAgentUnitOfWork(sessions),
         clock,
-        lambda: None,
+        lambda *, ended=False: None,
         FleetCache(CATALOG),
         heartbeat_interval_s=10,
         missed_heartbeats=3,

@@ -19,14 +19,22 @@ def test_a_notify_reaches_the_listener_of_another_process(database_url: str) -> 
         assert not sender.enabled
         sender.notify()  # a no-op: one server process
         return
-    woken = threading.Event()
-    listener.listen(woken.set)
+    woken, ends = threading.Event(), []
+
+    def on_wake(*, ended: bool = False) -> None:
+        ends.append(ended)
+        woken.set()
+
+    listener.listen(on_wake)
     try:
         for _ in range(40):  # the listener's LISTEN may come a moment after start
             sender.notify()
             if woken.wait(0.25):
                 break
-        assert woken.is_set()
+        assert woken.is_set() and not any(ends)  # a create or resize: the scheduler only
+        woken.clear()
+        sender.notify(ended=True)
+        assert woken.wait(5) and ends[-1]  # a rental ended: the meter runs too
     finally:
         listener.stop()
         sender_engine.dispose()

@@ -37,11 +37,12 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
     services = build(settings or Settings(), clock)
     relay = Relay(AttachBus(services.engine))  # attached commands' frames, between processes on PostgreSQL
 
-    def on_notify() -> None:
-        """Another server process created, stopped or resized a rental: the leader's loops run soon."""
+    def on_notify(*, ended: bool = False) -> None:
+        """Another server process created, stopped or resized a rental: the leader's scheduler runs soon, its
+        meter too when a rental `ended` (as `wake` does in one process)."""
         if services.loop.leadership.held:
             services.loop.signal()
-            if services.meter is not None:
+            if ended and services.meter is not None:
                 services.meter.signal()
 
     @asynccontextmanager

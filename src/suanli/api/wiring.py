@@ -215,15 +215,18 @@ def build(settings: Settings, clock: Clock | None = None) -> Services:
 
     wakeups = Wakeups(engine)
 
-    def wake() -> None:
-        """A rental was created, stopped, resized or ended: schedule soon, meter soon, on the leader. Another
-        process's leader is woken by NOTIFY; this process's loops are not (they cannot run a cycle without
-        the lead, and each try for it opens a connection); their timer tries for the lead anyway."""
+    def wake(*, ended: bool = False) -> None:
+        """A rental was created, stopped, resized or ended: schedule soon on the leader; meter soon only when
+        one `ended` (its final charge; the others' charges wait for the meter's timer, so a burst of creates
+        costs no billing passes). Another process's leader is woken by NOTIFY; this process's loops are not
+        (they cannot run a cycle without the lead, and each try for it opens a connection); their timer
+        tries for the lead anyway."""
         if loop.leadership.held:
             loop.signal()
-            meter.signal()
+            if ended:
+                meter.signal()
         else:
-            wakeups.notify()
+            wakeups.notify(ended=ended)
 
     tenants = TenantService(uow, clock)
     tenants.bootstrap(settings.bootstrap_admin_key)

@@ -34,7 +34,7 @@ from __future__ import annotations
 import hmac
 import logging
 import secrets
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -57,7 +57,7 @@ from suanli.app.gpu_history import record as record_gpu_minutes
 from suanli.app.gpu_readings import GpuReading, gpu_readings
 from suanli.app.idle_stops import stop_idle
 from suanli.app.ids import digest, new_id
-from suanli.app.ports import Clock, UnitOfWork
+from suanli.app.ports import Clock, UnitOfWork, Wake
 from suanli.app.records import END_STATES, LIVE_STATES, PREEMPTIBLE_STATES, Caller, Rental, RentalEvent
 from suanli.app.rentals import LEFT_UNDER_NOTICE
 from suanli.app.tenants import owned_rental, require_operator
@@ -103,7 +103,7 @@ class AgentService:
         self,
         uow: AgentUnitOfWorkFactory,
         clock: Clock,
-        signal: Callable[[], None],
+        signal: Wake,
         cache: FleetCache,
         *,
         heartbeat_interval_s: float,
@@ -211,7 +211,7 @@ class AgentService:
         """Record the node alive (and whether its agent runs container images, its MIG instances and its
         GPUs' models, when it says), apply its workload reports, and answer its assignments."""
         agent = self.authenticate(node_key)
-        changed = False
+        changed = ended = False
         with self.uow() as uow:
             now = self.clock.now()
             previous = uow.agents.beat(agent.node, telemetry, now, runs_images)
@@ -226,14 +226,16 @@ class AgentService:
                 changed = True
             held_here = set(uow.agents.live_rentals_on(agent.node))  # before the reports end any
             for report in reports:
-                changed |= self._apply(uow, agent.node, report, now, report.rental_id not in held_here)
+                applied = self._apply(uow, agent.node, report, now, report.rental_id not in held_here)
+                changed |= applied
+                ended |= applied and report.state in WORKLOAD_ENDED  # a run's end: its charge is due
             changed |= bool(stop_idle(uow, agent.node, telemetry, now))
             assignments = self._assignments(uow, agent.node)
             running = {a.rental.id for a in assignments if a.action == "run"}
             execs = ExecService.for_node(uow, agent.node, running)
             uow.commit()
         if changed:
-            self.signal()
+            self.signal(ended=ended)
         return HeartbeatAnswer(agent.node, self.interval_s, assignments, execs)
 
     def _follow_gpus(self, uow: AgentUnitOfWork, node_name: str, reported_models: Sequence[str]) -> bool:
@@ -484,7 +486,7 @@ class AgentService:
                     self._end_lost(uow, rental_id, agent.node, last, now)
             uow.commit()
         if marked:
-            self.signal()
+            self.signal(ended=True)  # their rentals ended lost (or wait to be placed again)
         return marked
 
     def _end_lost(

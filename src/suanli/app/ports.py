@@ -41,6 +41,14 @@ class Clock(Protocol):
     def now(self) -> datetime: ...
 
 
+class Wake(Protocol):
+    """Wakes the leader's loops after a change: the scheduler always; the meter only when `ended` (a rental
+    ended, and its final charge is due now). Creates and resizes change no one's charge: the meter's timer
+    posts their rentals' charges, so a burst of them costs no billing passes."""
+
+    def __call__(self, *, ended: bool = False) -> None: ...
+
+
 class TenantRepo(Protocol):
     def add(self, tenant: Tenant) -> None: ...
     # `lock`: its row held to the transaction's end (PostgreSQL), so one tenant's money checks go in turn

@@ -19,7 +19,7 @@ from suanli.app.coverage import pass_on_coverage
 from suanli.app.errors import Conflict, Duplicate, Invalid
 from suanli.app.fleet import FleetCache
 from suanli.app.ids import check_idempotency_key, new_id
-from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
+from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory, Wake
 from suanli.app.pricing import ANY_REGION, contract_room_milli
 from suanli.app.rate_limits import RateLimit
 from suanli.app.records import (
@@ -204,7 +204,7 @@ class RentalService:
         uow: UnitOfWorkFactory,
         clock: Clock,
         catalog: Catalog,
-        signal: Callable[[], None],
+        signal: Wake,
         billing: BillingService | None = None,
         trial: Callable[[Rental], Trial] | None = None,
         dry_run_limit: RateLimit | None = None,
@@ -381,15 +381,15 @@ class RentalService:
             stopped = stop_overdue(uow, self.clock.now())
             uow.commit()
         if stopped:
-            self.signal()
+            self.signal(ended=True)
         return stopped
 
     def stop(self, caller: Caller, rental_id: str) -> RentalView:
         with self.uow() as uow:
             rental = self._owned(uow, caller, rental_id)
-            stop_in(uow, rental, self.clock.now(), "by API")
+            ended = stop_in(uow, rental, self.clock.now(), "by API")
             uow.commit()
-        self.signal()
+        self.signal(ended=ended)
         return self.get(caller, rental_id)
 
     def resize(self, caller: Caller, rental_id: str, nodes: int | None, gpus: int | None) -> RentalView:
@@ -595,15 +595,15 @@ def _milli(size: tuple[int, float]) -> int:
     return nodes * round(per_node * 1000)
 
 
-def stop_in(uow: UnitOfWork, rental: Rental, now: datetime, why: str, reason: str | None = None) -> None:
+def stop_in(uow: UnitOfWork, rental: Rental, now: datetime, why: str, reason: str | None = None) -> bool:
     """Stop a rental inside a unit of work: a running workload is stopped by its agent (`stopping`), one
     not started yet is stopped and released at once; one under notice ends now, its deadline brought to
     now (its agent kills it; the next cycle ends it `stopped` and its preemptor takes what was promised);
     ended or stopping ones are left alone. `reason` goes on the event (`time_limit`: the leader stopped it at
-    its declared max duration)."""
+    its declared max duration). True when it ended here (its final charge is due now)."""
     if rental.state == "preempting":
         if rental.notice_deadline is not None and rental.notice_deadline <= now:
-            return  # ending already: the next cycle ends it
+            return False  # ending already: the next cycle ends it
         uow.rentals.advance_deadline(rental.id, now)
         message = f"stop requested {why} during its notice: it ends now, billed to now"
         uow.rentals.add_event(rental.id, RentalEvent(now, "stopping", reason or STOP_UNDER_NOTICE, message))
@@ -615,6 +615,8 @@ def stop_in(uow: UnitOfWork, rental: Rental, now: datetime, why: str, reason: st
         uow.rentals.release(rental.id, at=now)
         pass_on_coverage(uow, rental, now)
         uow.rentals.add_event(rental.id, RentalEvent(now, "stopped", reason, f"stopped {why}"))
+        return True
+    return False
 
 
 def stop_overdue(uow: UnitOfWork, now: datetime) -> list[str]:
