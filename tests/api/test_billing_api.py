@@ -12,7 +12,8 @@ from datetime import datetime, timedelta
 import pytest
 from fastapi.testclient import TestClient
 
-from conftest import ADMIN, WAIT_S, app_client, charged, scheduler_cycles, wait_for
+import suanli.client.client as client_module
+from conftest import ADMIN, WAIT_S, app_client, charged, logged_in_as, scheduler_cycles, wait_for
 from suanli.cli.billing_commands import check, to_domain
 from suanli.domain.billing.money import charge_micros
 from suanli.wire.billing_schemas import BalanceResponse, LedgerTransactionResponse
@@ -266,3 +267,41 @@ def test_creates_sent_at_once_with_cash_for_one_minimum_accept_one(client, tenan
     for thread in threads:
         thread.join()
     assert sorted(codes) == [201] + [402] * 5, codes
+
+
+def test_the_ledger_comes_a_page_at_a_time_with_a_link_to_the_next(client, tenant, monkeypatch) -> None:
+    """`GET /v1/ledger` is bounded: at most `limit` (100 by default, 1,000 at most) past `after`, a `Link`
+    to the next page while more follow; the SDK (and so `suanli ledger ls`) follows them to the end."""
+    tenant_id, headers = tenant("paged")
+    for n in range(5):
+        credit = {"amount_micros": 1_000_000 + n}
+        client.post(
+            f"/v1/tenants/{tenant_id}/credit", json=credit, headers={**ADMIN, "Idempotency-Key": f"p{n}"}
+        )
+    whole = client.get("/v1/ledger", headers=headers)
+    assert whole.status_code == 200 and "link" not in whole.headers and len(whole.json()) == 5
+
+    pages, url = [], "/v1/ledger?limit=2"
+    while url:
+        answer = client.get(url, headers=headers)
+        assert answer.status_code == 200, answer.text
+        pages.append(answer.json())
+        url = answer.links.get("next", {}).get("url")
+    assert [len(page) for page in pages] == [2, 2, 1]
+    walked = [t for page in pages for t in page]
+    assert walked == whole.json()
+    assert [t["seq"] for t in walked] == sorted(t["seq"] for t in walked)
+    after = client.get("/v1/ledger", params={"after": walked[2]["seq"]}, headers=headers).json()
+    assert after == walked[3:]
+
+    for bad in ("0", "1001", "many"):
+        refused = client.get("/v1/ledger", params={"limit": bad}, headers=headers)
+        assert refused.status_code == 422 and refused.json()["error"]["field"] == "limit", refused.text
+    assert (
+        client.get("/v1/ledger", params={"after": "-1"}, headers=headers).json()["error"]["field"] == "after"
+    )
+
+    monkeypatch.setattr(client_module, "LEDGER_PAGE_LIMIT", 2)  # three pages for the SDK to follow
+    with logged_in_as(client, headers["Authorization"].removeprefix("Bearer "))() as sdk:
+        assert [t.key for t in sdk.ledger()] == [t["key"] for t in walked]
+        assert [t.key for t in sdk.ledger(after=walked[0]["seq"], limit=3)] == [t["key"] for t in walked[1:4]]

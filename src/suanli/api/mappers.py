@@ -231,8 +231,9 @@ def shortfall(s: ContractShortfall) -> ContractShortfallResponse:
     )
 
 
-def transaction(tx: Transaction) -> LedgerTransactionResponse:
+def transaction(tx: Transaction, seq: int | None = None) -> LedgerTransactionResponse:
     return LedgerTransactionResponse(
+        seq=seq,
         key=tx.key,
         kind=tx.kind.value,
         at_s=tx.at_s,

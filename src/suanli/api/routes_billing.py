@@ -12,7 +12,7 @@ from suanli.api import mappers
 from suanli.api.deps import CallerDep, ServicesDep
 from suanli.api.errors import ERROR_RESPONSES
 from suanli.api.wiring import Services
-from suanli.app.billing import BillingService
+from suanli.app.billing import LEDGER_PAGE, LEDGER_PAGE_LIMIT, BillingService
 from suanli.app.records import PriceEntry
 from suanli.domain.billing.invoice import Invoice, InvoiceLine, invoice_csv
 from suanli.domain.billing.money import to_epoch_s
@@ -138,10 +138,26 @@ def credit_tenant(
 
 @router.get("/ledger")
 def get_ledger(
-    caller: CallerDep, services: ServicesDep, tenant: TenantQuery = None
+    request: Request,
+    response: Response,
+    caller: CallerDep,
+    services: ServicesDep,
+    tenant: TenantQuery = None,
+    after: Annotated[
+        int, Query(ge=0, description="Only transactions past this `seq` (the last one of the page before).")
+    ] = 0,
+    limit: Annotated[
+        int, Query(ge=1, le=LEDGER_PAGE_LIMIT, description="At most this many (1,000 at most).")
+    ] = LEDGER_PAGE,
 ) -> list[LedgerTransactionResponse]:
-    """The caller's transactions in chain order; an admin: all of them (or one tenant's)."""
-    return [mappers.transaction(tx) for tx in _billing(services).journal(caller, tenant)]
+    """The caller's transactions in chain order (`seq`, oldest first), a page at a time (an admin: all of
+    them, or one tenant's): at most `limit` past `after`. When more follow, a `Link: <...>; rel="next"`
+    header gives the next page's URL (`after` = this page's last `seq`); without it this is the last page."""
+    page = _billing(services).journal(caller, tenant, after, limit)
+    if page.more:
+        next_url = request.url.include_query_params(after=page.entries[-1][0], limit=limit)
+        response.headers["Link"] = f'<{next_url}>; rel="next"'
+    return [mappers.transaction(tx, seq) for seq, tx in page.entries]
 
 
 @router.get("/ledger/verify")

@@ -70,6 +70,8 @@ MAX_CREDIT_MICROS = 10**15
 # the most any account may hold either way (a trillion units): running balances and their sums stay far
 # inside the databases' 64-bit integers (past 2**63 SQLite turned them into floats and lost micros)
 MAX_ACCOUNT_MICROS = 10**18
+LEDGER_PAGE = 100  # transactions in a page of `journal` unless asked otherwise
+LEDGER_PAGE_LIMIT = 1000  # the most in one page: each page is one short read, however long the ledger
 VERIFY_REUSE_S = 60.0  # how old a whole-ledger verification a tenant's request may be answered with
 
 
@@ -123,6 +125,14 @@ class Payout:
     provider: str
     payable_micros: int
     lines: tuple[PayoutLine, ...]
+
+
+@dataclass(frozen=True)
+class JournalPage:
+    """A page of the ledger: (seq, transaction) in chain order, and whether more follow its last seq."""
+
+    entries: list[tuple[int, Transaction]]
+    more: bool
 
 
 class BillingService:
@@ -553,13 +563,19 @@ class BillingService:
                 raise NotFound(f"no tenant {target}")
             return _balance(uow, target)
 
-    def journal(self, caller: Caller, tenant_id: str | None = None) -> list[Transaction]:
-        """The caller's transactions (with a posting to its accounts); an admin: all, or one tenant's."""
+    def journal(
+        self, caller: Caller, tenant_id: str | None = None, after_seq: int = 0, limit: int = LEDGER_PAGE
+    ) -> JournalPage:
+        """A page of the caller's transactions (with a posting to its accounts; an admin: all, or one
+        tenant's) in chain order: at most `limit` (`LEDGER_PAGE_LIMIT` at most) past `after_seq`."""
+        if not 1 <= limit <= LEDGER_PAGE_LIMIT:
+            raise Invalid(f"limit must be between 1 and {LEDGER_PAGE_LIMIT}", field="limit")
         owner = tenant_id if caller.is_admin else target_tenant(caller, tenant_id)
         with self.uow() as uow:
             if owner is not None and uow.tenants.get(owner) is None:
                 raise NotFound(f"no tenant {owner}")  # as for its balance, not an empty list
-            return uow.ledger.transactions(owner)
+            entries = uow.ledger.page(owner, after_seq, limit + 1)  # one more: is there a next page?
+        return JournalPage(entries[:limit], more=len(entries) > limit)
 
     def verify(self, caller: Caller) -> tuple[Verification, int]:
         """Recompute the whole chain and every balance against the running balances and the postings' sums

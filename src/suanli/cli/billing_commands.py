@@ -73,10 +73,17 @@ def balance(tenant: TenantOption = None, as_json: JsonFlag = False) -> None:
 
 
 @ledger_app.command("ls")
-def ledger_ls(tenant: TenantOption = None, as_json: JsonFlag = False) -> None:
-    """Your transactions in chain order."""
+def ledger_ls(
+    tenant: TenantOption = None,
+    after: Annotated[
+        int, typer.Option("--after", min=0, help="Only those past this seq (the last one shown before).")
+    ] = 0,
+    limit: Annotated[int | None, typer.Option("--limit", "-n", min=1, help="Show at most this many.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Your transactions in chain order (all of them, fetched a page at a time; or `-n` past `--after`)."""
     with logged_in() as client:
-        found = client.ledger(tenant)
+        found = client.ledger(tenant, after, limit)
     emit(found, as_json, _ledger_table)
 
 
@@ -377,6 +384,7 @@ def _balance_table(found: BalanceResponse):
 def _ledger_table(found: list[LedgerTransactionResponse]):
     rows = [
         (
+            "" if t.seq is None else str(t.seq),
             t.key,
             t.kind,
             t.ref,
@@ -385,7 +393,7 @@ def _ledger_table(found: list[LedgerTransactionResponse]):
         )
         for t in found
     ]
-    return table("ledger", ["key", "kind", "ref", "postings", "hash"], rows)
+    return table("ledger", ["seq", "key", "kind", "ref", "postings", "hash"], rows)
 
 
 def _invoice_table(found: InvoiceResponse):

@@ -105,6 +105,7 @@ from suanli.wire.schemas import (
 )
 
 T = TypeVar("T")
+LEDGER_PAGE_LIMIT = 1000  # transactions per `GET /v1/ledger` page: the most the server sends in one
 
 
 class BudgetChanges(TypedDict, total=False):
@@ -718,9 +719,21 @@ class Client:
         params = {"tenant": tenant_id} if tenant_id else None
         return self._call("GET", "/v1/limits", LimitsResponse, params=params)
 
-    def ledger(self, tenant_id: str | None = None) -> list[LedgerTransactionResponse]:
-        params = {"tenant": tenant_id} if tenant_id else None
-        return self._call("GET", "/v1/ledger", list[LedgerTransactionResponse], params=params)
+    def ledger(
+        self, tenant_id: str | None = None, after: int = 0, limit: int | None = None
+    ) -> list[LedgerTransactionResponse]:
+        """Your transactions in chain order past `seq` `after` (an admin: all, or one tenant's): every one,
+        or the first `limit`. Fetched a page at a time, each after the last `seq` of the one before."""
+        found: list[LedgerTransactionResponse] = []
+        while limit is None or len(found) < limit:
+            size = LEDGER_PAGE_LIMIT if limit is None else min(LEDGER_PAGE_LIMIT, limit - len(found))
+            params = {"after": str(after), "limit": str(size), **({"tenant": tenant_id} if tenant_id else {})}
+            page = self._call("GET", "/v1/ledger", list[LedgerTransactionResponse], params=params)
+            found.extend(page)
+            if len(page) < size or page[-1].seq is None:  # the last page (or an older server's whole ledger)
+                break
+            after = page[-1].seq
+        return found
 
     def verify_ledger(self) -> LedgerVerifyResponse:
         return self._call("GET", "/v1/ledger/verify", LedgerVerifyResponse)

@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from sqlalchemy import ColumnElement, Integer, String, any_, bindparam, func, insert, select, text
+from sqlalchemy import ColumnElement, Integer, Select, String, any_, bindparam, func, insert, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import IntegrityError
@@ -204,6 +204,22 @@ class SqlLedger:
         finally:
             cursor.close()
 
+    def page(self, owner: str | None, after_seq: int, limit: int) -> list[tuple[int, Transaction]]:
+        """At most `limit` of `transactions(owner)` whose `seq` is past `after_seq`, each with its `seq` (the
+        cursor of the next page): a bounded read, however long the ledger."""
+        query = _chain(owner).where(LedgerTransactionRow.seq > after_seq).limit(limit)
+        rows = list(self.s.scalars(query))
+        seqs = query.with_only_columns(LedgerTransactionRow.seq).subquery()  # no parameter per transaction
+        postings = self._postings(LedgerPostingRow.tx_seq.in_(select(seqs.c.seq))) if rows else {}
+        return [(row.seq, _transaction(row, postings.get(row.seq, ()))) for row in rows]
+
+    def _postings(self, which: ColumnElement[bool]) -> dict[int, list[Posting]]:
+        """The postings `which` selects, by their transaction's `seq`, each transaction's in their order."""
+        by_seq: dict[int, list[Posting]] = {}
+        for p in self.s.scalars(select(LedgerPostingRow).where(which).order_by(LedgerPostingRow.id)):
+            by_seq.setdefault(p.tx_seq, []).append(_posting(p))
+        return by_seq
+
     def transactions(self, owner: str | None = None) -> list[Transaction]:
         """All transactions in chain order, or those with a posting to an account of `owner`."""
         query = select(LedgerTransactionRow).order_by(LedgerTransactionRow.seq)
@@ -369,3 +385,12 @@ def _transaction(row: LedgerTransactionRow, postings: Iterable[Posting]) -> Tran
     for name, value in values.items():
         object.__setattr__(tx, name, value)
     return tx
+
+
+def _chain(owner: str | None) -> Select[tuple[LedgerTransactionRow]]:
+    """The transactions in chain order (`seq`), or those with a posting to an account of `owner`."""
+    query = select(LedgerTransactionRow).order_by(LedgerTransactionRow.seq)
+    if owner is None:
+        return query
+    touching = select(LedgerPostingRow.tx_seq).where(LedgerPostingRow.owner == owner)
+    return query.where(LedgerTransactionRow.seq.in_(touching))

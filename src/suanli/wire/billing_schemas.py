@@ -79,6 +79,9 @@ class PostingResponse(WireModel):
 
 
 class LedgerTransactionResponse(WireModel):
+    seq: int | None = Field(
+        None, description="Its place in the chain (in `GET /v1/ledger`): `?after=` it gives the next page."
+    )
     key: str
     kind: str
     at_s: int
