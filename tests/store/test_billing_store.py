@@ -5,10 +5,11 @@ forked transaction."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from suanli.app.billing import BillingService
 from suanli.app.errors import Conflict, Forbidden
@@ -388,3 +389,38 @@ def test_a_grant_credited_by_two_processes_at_once_is_made_once_and_both_answer_
     with factory() as u:
         assert [g.amount_micros for g in u.terms.grants("ten_a")] == [50_000]
         assert u.ledger.balances(["ten_a"])[AccountId.tenant_grants("ten_a")] == 50_000
+
+
+def test_a_tenants_ledger_binds_no_parameter_per_transaction(env) -> None:
+    """PostgreSQL takes at most 65,535 bind parameters in a statement: a tenant's ledger (whole, or a page)
+    binds as many for 40 transactions as for 1, so one past 65,535 transactions reads as any other."""
+    engine, factory, billing, _ = env
+    bound: list[int] = []
+
+    def count(_conn, _cursor, _statement, parameters, _context, _many) -> None:
+        bound.append(len(parameters or ()))
+
+    def most_bound(read: Callable[[], object]) -> int:
+        bound.clear()
+        event.listen(engine, "before_cursor_execute", count)
+        try:
+            read()
+        finally:
+            event.remove(engine, "before_cursor_execute", count)
+        return max(bound)
+
+    billing.credit(ADMIN, "ten_a", 1_000, False, "first")
+    with factory() as u:
+        one = (
+            most_bound(lambda: u.ledger.transactions("ten_a")),
+            most_bound(lambda: u.ledger.page("ten_a", 0, 1000)),
+        )
+    for n in range(39):
+        billing.credit(ADMIN, "ten_a", 1_000, False, f"more-{n}")
+    with factory() as u:
+        assert len(u.ledger.transactions("ten_a")) == 40
+        forty = (
+            most_bound(lambda: u.ledger.transactions("ten_a")),
+            most_bound(lambda: u.ledger.page("ten_a", 0, 1000)),
+        )
+    assert forty == one and max(one) < 10

@@ -18,7 +18,19 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from sqlalchemy import ColumnElement, Integer, Select, String, any_, bindparam, func, insert, select, text
+from sqlalchemy import (
+    ColumnElement,
+    Integer,
+    Select,
+    String,
+    any_,
+    bindparam,
+    func,
+    insert,
+    select,
+    text,
+    true,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import IntegrityError
@@ -222,18 +234,11 @@ class SqlLedger:
 
     def transactions(self, owner: str | None = None) -> list[Transaction]:
         """All transactions in chain order, or those with a posting to an account of `owner`."""
-        query = select(LedgerTransactionRow).order_by(LedgerTransactionRow.seq)
-        if owner is not None:
-            touching = select(LedgerPostingRow.tx_seq).where(LedgerPostingRow.owner == owner)
-            query = query.where(LedgerTransactionRow.seq.in_(touching))
-        rows = list(self.s.scalars(query))
-        postings: dict[int, list[Posting]] = {}
-        if rows:
-            posting_query = select(LedgerPostingRow).order_by(LedgerPostingRow.id)
-            if owner is not None:
-                posting_query = posting_query.where(LedgerPostingRow.tx_seq.in_([r.seq for r in rows]))
-            for p in self.s.scalars(posting_query):
-                postings.setdefault(p.tx_seq, []).append(_posting(p))
+        rows = list(self.s.scalars(_chain(owner)))
+        if not rows:
+            return []
+        which = true() if owner is None else LedgerPostingRow.tx_seq.in_(_touching(owner))
+        postings = self._postings(which)
         return [_transaction(row, postings.get(row.seq, ())) for row in rows]
 
     def balances(
@@ -390,7 +395,10 @@ def _transaction(row: LedgerTransactionRow, postings: Iterable[Posting]) -> Tran
 def _chain(owner: str | None) -> Select[tuple[LedgerTransactionRow]]:
     """The transactions in chain order (`seq`), or those with a posting to an account of `owner`."""
     query = select(LedgerTransactionRow).order_by(LedgerTransactionRow.seq)
-    if owner is None:
-        return query
-    touching = select(LedgerPostingRow.tx_seq).where(LedgerPostingRow.owner == owner)
-    return query.where(LedgerTransactionRow.seq.in_(touching))
+    return query if owner is None else query.where(LedgerTransactionRow.seq.in_(_touching(owner)))
+
+
+def _touching(owner: str) -> Select[tuple[int]]:
+    """The seqs of the transactions with a posting to an account of `owner`: a subquery, one parameter
+    however many (PostgreSQL refuses a statement of more than 65,535 bind parameters)."""
+    return select(LedgerPostingRow.tx_seq).where(LedgerPostingRow.owner == owner)
