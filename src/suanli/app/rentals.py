@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -372,8 +372,7 @@ class RentalService:
             uow.read_snapshot()
             tenant_id = None if caller.is_admin else caller.tenant.id
             rentals = uow.rentals.list(tenant_id, min(limit, LIST_LIMIT), states, name)
-            charged = uow.ledger.posted_charges([r.id for r in rentals]) if rentals else {}
-            return [_view(uow, rental, caller, charged.get(rental.id, PostedCharges())) for rental in rentals]
+            return _views(uow, rentals, caller)
 
     def stop_overdue(self) -> list[str]:
         """Stop the rentals at their time limit (`stop_overdue`); the ids stopped."""
@@ -635,37 +634,54 @@ def stop_overdue(uow: UnitOfWork, now: datetime) -> list[str]:
     return stopped
 
 
-def _view(
-    uow: UnitOfWork, rental: Rental, viewer: Caller | None, charged: PostedCharges | None = None
-) -> RentalView:
-    """`rental` as `viewer` may read it (None: its own tenant, who created it just now), with what it was
-    charged so far (`charged`, when the caller read it for many rentals at once)."""
-    rates: tuple[tuple[datetime, int], ...] = ()
-    if rental.placed_at is not None:  # spot follows its pool's price; any rental its nodes when resized
-        rates = tuple(uow.rentals.rate_changes([rental.id]).get(rental.id, ()))
-        if charged is None:
-            charged = uow.ledger.posted_charges([rental.id]).get(rental.id)
-    shown = replace(rental, preempted_by=shown_preemptor(uow, rental, viewer))
-    return RentalView(
-        shown,
-        tuple(uow.rentals.allocation(rental.id)),
-        tuple(uow.rentals.events(rental.id)),
-        rates,
-        0 if charged is None else charged.micros,
-    )
+def _view(uow: UnitOfWork, rental: Rental, viewer: Caller | None) -> RentalView:
+    """`rental` as `viewer` may read it (None: its own tenant, who created it just now), with its allocation,
+    events, rate changes and what it was charged so far."""
+    return _views(uow, [rental], viewer)[0]
 
 
-def shown_preemptor(uow: UnitOfWork, rental: Rental, viewer: Caller | None) -> str | None:
+def _views(uow: UnitOfWork, rentals: Sequence[Rental], viewer: Caller | None) -> list[RentalView]:
+    """`_view` of each of `rentals` (a list's page), each part read once for all of them: a constant number
+    of reads however many rentals (one per rental per part made 1,000 rentals take seconds)."""
+    if not rentals:
+        return []
+    ids = [r.id for r in rentals]
+    placed = [r.id for r in rentals if r.placed_at is not None]
+    charged = uow.ledger.posted_charges(ids)
+    rates = uow.rentals.rate_changes(placed) if placed else {}
+    allocations = uow.rentals.live_allocations_of(ids)
+    events = uow.rentals.events_of(ids)
+    preemptors = _preemptor_tenants(uow, rentals, viewer)
+    return [
+        RentalView(
+            replace(rental, preempted_by=_shown(rental, viewer, preemptors)),
+            tuple(allocations.get(rental.id, ())),
+            tuple(events.get(rental.id, ())),
+            tuple(rates.get(rental.id, ())),
+            charged.get(rental.id, PostedCharges()).micros,
+        )
+        for rental in rentals
+    ]
+
+
+def _preemptor_tenants(uow: UnitOfWork, rentals: Sequence[Rental], viewer: Caller | None) -> dict[str, str]:
+    """The tenant of each rental that preempted one of `rentals`, when `viewer` must not see others' (one
+    read)."""
+    if viewer is None or viewer.is_admin:
+        return {}
+    preemptors = sorted({r.preempted_by for r in rentals if r.preempted_by is not None})
+    return {found.id: found.tenant_id for found in uow.rentals.by_ids(preemptors)} if preemptors else {}
+
+
+def _shown(rental: Rental, viewer: Caller | None, preemptor_tenants: Mapping[str, str]) -> str | None:
     """`rental.preempted_by` as `viewer` may see it: another tenant's rental is `ANOTHER_TENANT`, not its
     id (a tenant learns nothing of others' rentals); its own, the other causes (`below_floor`,
     `maintenance`) and everything for an operator as stored."""
     preemptor_id = rental.preempted_by
     if preemptor_id is None or viewer is None or viewer.is_admin:
         return preemptor_id
-    found = uow.rentals.by_ids([preemptor_id])
-    if found and found[0].tenant_id != viewer.tenant.id:
-        return ANOTHER_TENANT
-    return preemptor_id
+    owner = preemptor_tenants.get(preemptor_id)
+    return ANOTHER_TENANT if owner is not None and owner != viewer.tenant.id else preemptor_id
 
 
 _EPOCH = datetime(2000, 1, 1, tzinfo=UTC)

@@ -376,6 +376,15 @@ class SqlRentals(RentalMoneyReads):
         )
         return [RentalEvent(r.at, r.kind, r.reason, r.message) for r in rows]
 
+    def events_of(self, rental_ids: Sequence[str]) -> dict[str, list[RentalEvent]]:
+        if not rental_ids:
+            return {}
+        which = one_of(self.s, RentalEventRow.rental_id, rental_ids)
+        found: dict[str, list[RentalEvent]] = {}
+        for r in self.s.scalars(select(RentalEventRow).where(which).order_by(RentalEventRow.id)):
+            found.setdefault(r.rental_id, []).append(RentalEvent(r.at, r.kind, r.reason, r.message))
+        return found
+
     def allocation(self, rental_id: str) -> list[NodeAllocation]:
         return self._allocations(AllocationRow.rental_id == rental_id).get(rental_id, [])
 
