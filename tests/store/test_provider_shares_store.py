@@ -89,6 +89,28 @@ def _charged(factory, rental_id):
     return sum(-p.amount_micros for t in txs for p in t.postings if p.amount_micros < 0)
 
 
+def _run_on_alpha_then_beta(env, rental_id: str) -> None:
+    """An `H100` rental with restarts: 100 s on alpha's node, which is then lost (re-queued, metered at
+    200 s), placed again on beta's at 1,000 s and run there 900 s, then metered."""
+    _, factory, clock, agents, billing = env
+    key = agents.register(agents.create_token(ADMIN, ALPHA)[1], {})[1]
+    spec = RentalSpec(gpu_model="H100", gpus=1, restart="on-failure", max_restarts=1)
+    _place(factory, rental_id, [ALPHA], T0, spec)
+    agents.heartbeat(key, [WorkloadReport(rental_id, "running")], [])  # runs on alpha's node from T0
+    clock.at = T0 + 100 * S
+    agents.heartbeat(key, [], [])  # its last heartbeat
+    clock.at = T0 + 131 * S
+    assert agents.reap() == [ALPHA]  # lost: re-queued
+    billing.meter(now=T0 + 200 * S)
+    clock.at = T0 + 1000 * S
+    other = agents.register(agents.create_token(ADMIN, BETA)[1], {})[1]
+    _place(factory, rental_id, [BETA], clock.at, spec)  # placed again on beta's node
+    agents.heartbeat(other, [WorkloadReport(rental_id, "running")], [])
+    clock.at = T0 + 1900 * S
+    agents.heartbeat(other, [], [])
+    billing.meter()
+
+
 def test_a_gang_across_two_providers_pays_each_provider_its_nodes_half(env) -> None:
     _, factory, _, _, billing = env
     _place(factory, "rnt_g", [ALPHA, BETA], T0)
@@ -111,23 +133,8 @@ def test_a_gang_across_two_providers_pays_each_provider_its_nodes_half(env) -> N
 
 
 def test_a_replaced_rental_pays_the_provider_of_each_node_for_its_run_there(env) -> None:
-    _, factory, clock, agents, billing = env
-    key = agents.register(agents.create_token(ADMIN, ALPHA)[1], {})[1]
-    spec = RentalSpec(gpu_model="H100", gpus=1, restart="on-failure", max_restarts=1)
-    _place(factory, "rnt_r", [ALPHA], T0, spec)
-    agents.heartbeat(key, [WorkloadReport("rnt_r", "running")], [])  # runs on alpha's node from T0
-    clock.at = T0 + 100 * S
-    agents.heartbeat(key, [], [])  # its last heartbeat
-    clock.at = T0 + 131 * S
-    assert agents.reap() == [ALPHA]  # lost: re-queued
-    billing.meter(now=T0 + 200 * S)
-    clock.at = T0 + 1000 * S
-    other = agents.register(agents.create_token(ADMIN, BETA)[1], {})[1]
-    _place(factory, "rnt_r", [BETA], clock.at, spec)  # placed again on beta's node
-    agents.heartbeat(other, [WorkloadReport("rnt_r", "running")], [])
-    clock.at = T0 + 1900 * S
-    agents.heartbeat(other, [], [])
-    billing.meter()
+    factory = env[1]
+    _run_on_alpha_then_beta(env, "rnt_r")
     on_alpha = provider_part(charge_micros(RATE, 100))  # its 100 s on alpha's node
     total = provider_part(charge_micros(RATE, 1000))  # 100 s there + 900 s on beta's
     # beta got nothing: the rental kept paying alpha, its first node's provider, for its run on beta
@@ -164,7 +171,7 @@ def test_a_rental_booked_before_allocations_had_times_pays_its_first_nodes_provi
 def test_a_rental_replaced_in_another_region_has_each_regions_energy_and_carbon_on_its_invoice(env) -> None:
     """Its 100 s in cn-north and 900 s in eu-west: each at its own region's PUE and grid (all of it was
     charged at cn-north's, its first node's)."""
-    _, factory, clock, agents, billing = env
+    _, factory, clock, _, _ = env
     beta_in_eu = FLEET.replace(
         'provider = "beta"\ntopology = "cn-north/', 'provider = "beta"\ntopology = "eu-west/'
     )
@@ -173,21 +180,7 @@ def test_a_rental_replaced_in_another_region_has_each_regions_energy_and_carbon_
     with factory() as u:
         u.fleet.put(eu_west + beta_in_eu, [ALPHA, BETA], T0)
         u.commit()
-    key = agents.register(agents.create_token(ADMIN, ALPHA)[1], {})[1]
-    spec = RentalSpec(gpu_model="H100", gpus=1, restart="on-failure", max_restarts=1)
-    _place(factory, "rnt_r", [ALPHA], T0, spec)
-    agents.heartbeat(key, [WorkloadReport("rnt_r", "running")], [])
-    clock.at = T0 + 100 * S
-    agents.heartbeat(key, [], [])
-    clock.at = T0 + 131 * S
-    assert agents.reap() == [ALPHA]  # lost: re-queued
-    clock.at = T0 + 1000 * S
-    other = agents.register(agents.create_token(ADMIN, BETA)[1], {})[1]
-    _place(factory, "rnt_r", [BETA], clock.at, spec)
-    agents.heartbeat(other, [WorkloadReport("rnt_r", "running")], [])
-    clock.at = T0 + 1900 * S
-    agents.heartbeat(other, [], [])
-    billing.meter()
+    _run_on_alpha_then_beta(env, "rnt_r")
     (line,) = InvoiceService(factory, clock, CATALOG, FleetCache(CATALOG)).invoice(ALICE, "2030-01").lines
     assert line.gpu_seconds == 1000 and line.description == "H100-SXM-80GB x 1 in eu-west, cn-north"
     power_w = CATALOG.get("H100-SXM-80GB").tdp_watts * 0.7
@@ -199,7 +192,7 @@ def test_a_rental_replaced_on_another_model_has_each_models_energy_and_name_on_i
     """An `H100` rental re-placed after a lost node from an H100-SXM (100 s) onto an H100-PCIe (900 s): its
     line names both models and its energy weighs each one's TDP by its GPU-seconds (all of it had the
     first node's model and TDP)."""
-    _, factory, clock, agents, billing = env
+    _, factory, clock, _, _ = env
     beta_pcie = FLEET.replace(
         'provider = "beta"\ntopology = "cn-north/z1/pod-a/leaf-01"\ncpu_milli = 224000\n'
         'memory_mib = 2097152\ngpus = { model = "H100-SXM-80GB"',
@@ -210,21 +203,7 @@ def test_a_rental_replaced_on_another_model_has_each_models_energy_and_name_on_i
     with factory() as u:
         u.fleet.put(beta_pcie, [ALPHA, BETA], T0)
         u.commit()
-    key = agents.register(agents.create_token(ADMIN, ALPHA)[1], {})[1]
-    spec = RentalSpec(gpu_model="H100", gpus=1, restart="on-failure", max_restarts=1)
-    _place(factory, "rnt_m", [ALPHA], T0, spec)
-    agents.heartbeat(key, [WorkloadReport("rnt_m", "running")], [])
-    clock.at = T0 + 100 * S
-    agents.heartbeat(key, [], [])
-    clock.at = T0 + 131 * S
-    assert agents.reap() == [ALPHA]  # lost: re-queued
-    clock.at = T0 + 1000 * S
-    other = agents.register(agents.create_token(ADMIN, BETA)[1], {})[1]
-    _place(factory, "rnt_m", [BETA], clock.at, spec)
-    agents.heartbeat(other, [WorkloadReport("rnt_m", "running")], [])
-    clock.at = T0 + 1900 * S
-    agents.heartbeat(other, [], [])
-    billing.meter()
+    _run_on_alpha_then_beta(env, "rnt_m")
     (line,) = InvoiceService(factory, clock, CATALOG, FleetCache(CATALOG)).invoice(ALICE, "2030-01").lines
     assert line.gpu_seconds == 1000 and line.description == "H100-PCIe, H100-SXM-80GB x 1 in cn-north"
     sxm_w, pcie_w = (CATALOG.get(m).tdp_watts * 0.7 for m in ("H100-SXM-80GB", "H100-PCIe"))
