@@ -62,6 +62,17 @@ def _cli(config: Path, *args: str, check: bool = True) -> subprocess.CompletedPr
     return result
 
 
+def _admin_and_tenant(server: str, tmp_path: Path, name: str, *, fleet: bool) -> tuple[Path, Path]:
+    """CLI configs logged in as the admin (who loaded the example fleet, if `fleet`) and as a new tenant."""
+    admin, tenant = tmp_path / "admin", tmp_path / "tenant"
+    _cli(admin, "login", server, "--key", ADMIN_KEY)
+    if fleet:
+        _cli(admin, "admin", "fleet-put", str(REPO / "examples" / "fleet.toml"))
+    key = json.loads(_cli(admin, "admin", "tenant-create", name, "--json").stdout)["secret"]
+    _cli(tenant, "login", server, "--key", key)
+    return admin, tenant
+
+
 def _placed(config: Path, rental_id: str) -> dict:
     """The rental once the scheduling loop has placed it (it runs on submit and every half second here)."""
     deadline = time.monotonic() + 15
@@ -149,16 +160,7 @@ def test_a_new_tenant_rents_lists_shows_and_stops(server: str, tmp_path: Path) -
 def test_a_tenant_rents_with_a_container_image_and_sees_it_in_ls_and_show(
     server: str, tmp_path: Path
 ) -> None:
-    admin, tenant = tmp_path / "admin", tmp_path / "tenant"
-    _cli(admin, "login", server, "--key", ADMIN_KEY)
-    _cli(admin, "admin", "fleet-put", str(REPO / "examples" / "fleet.toml"))
-    _cli(
-        tenant,
-        "login",
-        server,
-        "--key",
-        json.loads(_cli(admin, "admin", "tenant-create", "acme", "--json").stdout)["secret"],
-    )
+    _, tenant = _admin_and_tenant(server, tmp_path, "acme", fleet=True)
     rented = json.loads(_cli(tenant, "rent", "H100:2", "--image", "pytorch", "--json").stdout)
     assert (rented["request"]["image"], rented["request"]["command"]) == ("pytorch", [])
     listed = _cli(tenant, "ls").stdout
@@ -218,15 +220,7 @@ def test_a_webhook_into_the_servers_own_network_is_added_refused_at_delivery_and
 ) -> None:
     """The server here runs with its default, webhooks to loopback refused: `webhooks ls` says why the
     deliveries fail (an SSRF guard); `rm` removes it."""
-    admin, tenant = tmp_path / "admin", tmp_path / "tenant"
-    _cli(admin, "login", server, "--key", ADMIN_KEY)
-    _cli(
-        tenant,
-        "login",
-        server,
-        "--key",
-        json.loads(_cli(admin, "admin", "tenant-create", "hooked", "--json").stdout)["secret"],
-    )
+    _, tenant = _admin_and_tenant(server, tmp_path, "hooked", fleet=False)
     added = _cli(tenant, "webhooks", "add", "http://127.0.0.1:9/hook").stdout
     assert "signing secret (shown once): whsec_" in added
     hook_id = added.split()[1]
@@ -263,16 +257,7 @@ def test_a_webhook_into_the_servers_own_network_is_added_refused_at_delivery_and
 def test_commands_that_print_a_result_print_it_as_json_too(server: str, tmp_path: Path) -> None:
     """README: commands that print a result take --json; `ledger verify`, `admin undrain`, `maintenance rm`,
     `webhooks rm`, `keys revoke` and `admin key-revoke` refused it ("No such option")."""
-    admin, tenant = tmp_path / "admin", tmp_path / "tenant"
-    _cli(admin, "login", server, "--key", ADMIN_KEY)
-    _cli(admin, "admin", "fleet-put", str(REPO / "examples" / "fleet.toml"))
-    _cli(
-        tenant,
-        "login",
-        server,
-        "--key",
-        json.loads(_cli(admin, "admin", "tenant-create", "js", "--json").stdout)["secret"],
-    )
+    admin, tenant = _admin_and_tenant(server, tmp_path, "js", fleet=True)
     verified = json.loads(_cli(admin, "ledger", "verify", "--json").stdout)
     assert verified["verified"] and verified["problems"] == [] and verified["server"]["ok"], verified
     assert verified["transactions"] == verified["server"]["transactions"]
