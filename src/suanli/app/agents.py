@@ -220,7 +220,7 @@ class AgentService:
                 changed |= uow.agents.set_mig_layouts(agent.node, mig_layouts)
             self._measure(uow, agent.node, previous, now, telemetry, reports)
             if gpu_models is not None:
-                changed |= self._follow_gpus(uow, agent.node, gpu_models)
+                changed |= self._follow_gpus(uow, agent.node, gpu_models, agent)
             if not agent.up:
                 self._back_up(uow, agent.node, now)
                 changed = True
@@ -238,16 +238,25 @@ class AgentService:
             self.signal(ended=ended)
         return HeartbeatAnswer(agent.node, self.interval_s, assignments, execs)
 
-    def _follow_gpus(self, uow: AgentUnitOfWork, node_name: str, reported_models: Sequence[str]) -> bool:
+    def _follow_gpus(
+        self,
+        uow: AgentUnitOfWork,
+        node_name: str,
+        reported_models: Sequence[str],
+        authenticated: AgentNode | None = None,
+    ) -> bool:
         """Compare the host's GPUs with the fleet's node (`domain.host_check`), as Slurm drains a node whose
         GPUs are not its config's: on a mismatch the node is cordoned (unless it is already) with the
         reason kept for `GET /v1/nodes`; once they match, that cordon is lifted (an operator's drain and a
-        down node's cordon stay). True when the node's state changed."""
+        down node's cordon stay). `authenticated`: the node as the heartbeat's authentication read it, so a
+        beat that changes nothing reads nothing more. True when the node's state changed."""
         _, fleet = self.cache.load(uow)
         node = next((n for n in fleet.nodes if n.name == node_name), None) if fleet is not None else None
         if node is None:
             return False
         mismatch = gpu_mismatch(node, reported_models, self.cache.catalog)
+        if authenticated is not None and mismatch == authenticated.gpu_mismatch:
+            return False
         (agent,) = uow.agents.nodes_named([node_name])
         if mismatch == agent.gpu_mismatch:
             return False
