@@ -1,4 +1,5 @@
-"""Every error as `{"error": {"code", "message", "field"}}`: app errors, validation errors, unknown routes."""
+"""Every error as `{"error": {"code", "message", "field"}}`: app errors, validation errors, unknown routes,
+and the server's own failures (500 `internal_error`, logged with their traceback)."""
 
 from __future__ import annotations
 
@@ -48,6 +49,7 @@ RATE_LIMITED: dict[int | str, dict[str, object]] = {
         "description": "The tenant passed SUANLI_API_RATE: try again after the Retry-After header's seconds.",
     },
 }
+INTERNAL_ERROR = "internal_error"  # the code of a 500: the server failed, its log says why
 ERROR_RESPONSES: dict[int | str, dict[str, object]] = {**AGENT_ERROR_RESPONSES, **RATE_LIMITED}
 
 
@@ -105,3 +107,10 @@ def install(app: FastAPI) -> None:
         return error_response(
             error.status_code, HTTP_CODES.get(error.status_code, "error"), str(error.detail)
         )
+
+    @app.exception_handler(Exception)
+    async def _failed(request: Request, _: Exception) -> JSONResponse:
+        """A failure no handler expects, in the API's shape so a client knows its server failed; Starlette
+        logs the traceback after this answer. The cause stays in the log: it may name internals."""
+        message = f"an unexpected error while handling {request.method} {request.url.path}"
+        return error_response(500, INTERNAL_ERROR, message)

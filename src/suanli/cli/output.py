@@ -23,7 +23,7 @@ from rich.text import Text
 
 from suanli.cli import profile
 from suanli.cli.rent_spec import SpecError, moment, money_to_micros
-from suanli.client import ApiError, Client, ServerUnreachable
+from suanli.client import BAD_RESPONSE, NOT_OURS, ApiError, Client, ServerUnreachable
 from suanli.client.client import url_problem
 from suanli.wire.schemas import MONTH_PATTERN, problem_text
 
@@ -116,11 +116,19 @@ def api_errors(options: Mapping[str, str] | None = None) -> Iterator[None]:
         option = (options or {}).get(error.field or "")
         where = f" (field {error.field})" if error.field and not option else ""
         text = f"{error.message}{where} [{error.status} {error.code}]"
+        if _server_failed(error):
+            text = f"the server failed: {text}; its log says why"
         errors.print(error_text(f"{option}: {text}" if option else text))
         raise typer.Exit(EXIT_SERVER_ERROR if error.status >= 500 else EXIT_REFUSED) from None
     except ServerUnreachable as error:
         errors.print(error_text(f"cannot reach the server: {error}"))
         raise typer.Exit(EXIT_UNREACHABLE) from None
+
+
+def _server_failed(error: ApiError) -> bool:
+    """Whether a suanli server failed the request (a 5xx it wrote, or one from a server that answered as
+    suanli before); not an answer this client could not read, nor a reply that may be another service's."""
+    return error.status >= 500 and error.code not in (BAD_RESPONSE, NOT_OURS)
 
 
 def emit(

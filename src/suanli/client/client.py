@@ -3,6 +3,9 @@
 Errors:
     ClientError
      +-- ApiError            the server answered 4xx/5xx; `status`, `code`, `message`, `field`
+                             (a 5xx the server failed with: `code` is its own, or `server_error` when the
+                             answer is not in suanli's shape but the server answered as suanli before;
+                             `http_error`: a reply that may not be suanli's at all)
      +-- ServerUnreachable   no answer after retries (connection refused, timeout)
 """
 
@@ -130,6 +133,8 @@ MAX_RATE_WAIT_S = 30.0  # the longest a 429's Retry-After is waited out before s
 # how long following a rental's output waits for a server that does not answer (a restart, a new leader)
 FOLLOW_RECONNECT_S = 120.0
 BAD_RESPONSE = "bad_response"  # an ApiError's code when the server's answer cannot be read
+NOT_OURS = "http_error"  # ... when the error reply is not in suanli's shape: perhaps not suanli at all
+SERVER_ERROR = "server_error"  # ... when it is not, but the server answered as suanli before: it failed
 
 
 class ClientError(Exception):
@@ -188,6 +193,7 @@ class Client:
             base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s, transport=transport
         )
         self._retries = retries
+        self._answered_as_suanli = False  # a reply in suanli's shape came: a later bare 5xx is its failure
 
     def __enter__(self) -> Client:
         return self
@@ -796,13 +802,17 @@ class Client:
         except httpx.TransportError as error:
             raise ServerUnreachable(f"{self._http.base_url}: {error}") from None
         if response.status_code >= 400:
-            raise _api_error(response)
+            error = _api_error(response, self._answered_as_suanli)
+            self._answered_as_suanli |= error.code not in (NOT_OURS, SERVER_ERROR)
+            raise error
         if response_type is None or response.status_code == 204:
             return None
         if raw:
             return response.text
         try:  # fields a newer server added are ignored: this client keeps working after the server's upgrade
-            return TypeAdapter(response_type).validate_python(response.json(), extra="ignore")
+            answer = TypeAdapter(response_type).validate_python(response.json(), extra="ignore")
+            self._answered_as_suanli = True
+            return answer
         except (ValidationError, ValueError) as error:  # not a request's fault: the server's answer
             message = f"the server's answer to {method} {path} is not valid: {error}"
             raise ApiError(502, BAD_RESPONSE, message) from None
@@ -838,24 +848,33 @@ def retry_when_rate_limited(attempts: int):
     )
 
 
-def _api_error(response: httpx.Response) -> ApiError:
+def _api_error(response: httpx.Response, answered_as_suanli: bool) -> ApiError:
+    """The error a 4xx/5xx reply means: suanli's own (its JSON shape), the server's failure (a bare 5xx from a
+    server that answered as suanli before: a crash, a proxy in front of it), or a reply that may not be
+    suanli's at all (`NOT_OURS`, with the hint to check the URL)."""
     try:
         detail = response.json()["error"]
         return ApiError(
             response.status_code, detail.get("code", "error"), detail.get("message", ""), detail.get("field")
         )
     except (ValueError, KeyError, TypeError):
-        return ApiError(response.status_code, "http_error", _not_ours(response))
+        if answered_as_suanli and response.status_code >= 500:
+            return ApiError(response.status_code, SERVER_ERROR, _what_answered(response))
+        return ApiError(
+            response.status_code,
+            NOT_OURS,
+            f"{_what_answered(response)}; is it a suanli server? "
+            "(check the URL given to `suanli login`, or SUANLI_URL)",
+        )
 
 
-def _not_ours(response: httpx.Response) -> str:
-    """One line for an error a suanli server did not write (a proxy's page, another server on the port):
-    what answered, not its HTML."""
+def _what_answered(response: httpx.Response) -> str:
+    """One line for an error reply not in suanli's shape (a proxy's page, another server on the port, a
+    crash): what answered, not its HTML."""
     kind = response.headers.get("content-type", "").split(";")[0].strip() or "no content type"
     where = f"{response.request.url.scheme}://{response.request.url.netloc.decode()}"
     said = " ".join(response.text.split())[:120] if kind in ("text/plain", "application/json") else ""
     return (
         f"{where} answered {response.request.method} {response.request.url.path} with HTTP "
-        f"{response.status_code} {response.reason_phrase} ({kind}{': ' + said if said else ''}); "
-        "is it a suanli server? (check the URL given to `suanli login`, or SUANLI_URL)"
+        f"{response.status_code} {response.reason_phrase} ({kind}{': ' + said if said else ''})"
     )
