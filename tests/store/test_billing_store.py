@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import event, text
 
+from suanli.app.agent_records import RentalRun
 from suanli.app.billing import BillingService
 from suanli.app.errors import Conflict, Forbidden
 from suanli.app.fleet import FleetCache
@@ -18,7 +19,8 @@ from suanli.app.records import Caller, Rental, RentalEvent, RentalSpec, Tenant
 from suanli.domain.billing.ledger import AccountId, Posting, Transaction, TxKind, verify
 from suanli.domain.billing.money import charge_micros
 from suanli.domain.catalog_data import CATALOG
-from suanli.store.db import downgrade, make_engine, migrate, unit_of_work_factory
+from suanli.store.agent_repositories import SqlAgentUnitOfWork
+from suanli.store.db import downgrade, make_engine, migrate, session_factory, unit_of_work_factory
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 RATE = 2_990_000  # micros per hour
@@ -82,16 +84,28 @@ def test_a_live_rental_is_charged_cumulatively_and_the_meter_posts_only_deltas(e
 
 
 @pytest.mark.parametrize(
-    ("ended", "charged_s"), [("stopped", 60), ("failed", 60), ("preempted", 20), ("lost", 20)]
+    ("ended", "started", "charged_s"),
+    [
+        ("stopped", False, 60),
+        ("failed", True, 60),
+        ("failed", False, 20),
+        ("preempted", False, 20),
+        ("lost", False, 20),
+    ],
+    ids=["stopped", "workload-failed", "failed-before-start", "preempted", "lost"],
 )
 def test_the_minimum_is_charged_when_the_tenant_ends_a_rental_not_when_the_platform_does(
-    env, ended: str, charged_s: int
+    env, ended: str, started: bool, charged_s: int
 ) -> None:
-    """A rental its tenant stops (or whose workload fails) 20 s in pays the 60-s minimum, charged at its
-    end; one the platform preempts or loses 20 s in pays its 20 s (it was charged the minimum ahead, past
-    its notice deadline)."""
+    """A rental its tenant stops (or whose started workload fails) 20 s in pays the 60-s minimum, charged at
+    its end; one the platform preempts or loses 20 s in, or whose host fails it before its workload started
+    (no agent-reported start), pays its 20 s (it was charged the minimum ahead, past its notice deadline)."""
     _, factory, billing, _ = env
     _placed(factory, "rnt_m")
+    if started:  # its agent reported its workload started
+        with SqlAgentUnitOfWork(session_factory(env[0])) as u:
+            u.agents.put_run(RentalRun("rnt_m", "n1", "running", started_at=T0))
+            u.commit()
     billing.meter(now=T0 + timedelta(seconds=10))
     assert _charged(factory, "rnt_m")[0] == charge_micros(RATE, 10)  # while it ran: what it held
     with factory() as u:

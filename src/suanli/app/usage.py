@@ -10,9 +10,12 @@ re-queued one at its last run's end; a live one is open (the meter: to the lates
 its open runs when there is one, the usage confirmed so far: a node that goes silent is not charged past its
 last heartbeat). A re-placed rental (`replaced`) is not billed for the time it waited in the queue: only its
 runs (a live one with no open run: from its latest placement on), the gaps between them are billed nothing.
-The 60-s minimum is charged when a rental ends by its tenant's or its workload's doing
-(`TENANT_ENDED_STATES`), never ahead: one the platform preempted or lost before its first minute pays only the
-seconds it held (as GCP bills nothing for a Spot VM it stops in its first minute).
+The 60-s minimum is charged when a rental ends by its tenant's or its workload's doing (`owes_minimum`), never
+ahead: stopped (a stop, a time limit, an idle stop), or failed once its workload had started (an
+agent-reported start: it ran and exited non-zero). One its host failed before the workload started (devices
+it could not isolate, a GPU it lacks, an image its agent cannot run) and one the platform preempted or lost
+before its first minute pay only the seconds they held (as GCP bills nothing for a Spot VM it stops in its
+first minute).
 
 Its provider is the provider of its first node; a rental whose nodes, over its life, belonged to several
 providers (a gang across providers, a re-placed or grown rental) gets `holders` too, from its allocations'
@@ -41,9 +44,6 @@ from suanli.domain.billing.provider_split import Held, Holders, holders_over_tim
 from suanli.domain.quotas import BillingWindow
 
 NO_PROVIDER = "platform"  # a node the fleet does not list (any more): its share is the platform's
-# ended by its tenant or its workload (a stop, a time limit, an idle stop, a failure): only these pay the
-# 60-s minimum, charged when they end; one the platform ended (preempted, lost) pays the seconds it held
-TENANT_ENDED_STATES = ("stopped", "failed")
 
 
 def rental_usage(
@@ -81,11 +81,17 @@ def rental_usage(
         rate,
         started_s,
         ended_s,
-        minimum_s=DEFAULT_MINIMUM_S if found.state in TENANT_ENDED_STATES else 0,
+        minimum_s=DEFAULT_MINIMUM_S if owes_minimum(found) else 0,
         rate_changes=changes,
         gaps=queue_gaps(found, runs) if runs else (),
         holders=held_by(held, providers) if held else (),
     )
+
+
+def owes_minimum(found: MeterRental) -> bool:
+    """Whether its tenant or its workload ended it, so it pays the 60-s minimum: stopped, or failed after its
+    workload started; a failure before any start is its host's (the platform's), as a preemption or a loss."""
+    return found.state == "stopped" or (found.state == "failed" and found.run_started_at is not None)
 
 
 def billable_end(found: MeterRental) -> datetime | None:
