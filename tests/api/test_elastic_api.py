@@ -348,3 +348,33 @@ def test_a_rental_naming_no_model_grows_only_onto_the_model_it_runs_on(database_
         grown = _until(client, on_h100, headers, lambda body: len(body["allocation"]) == 2)
         assert [a["node"].startswith("h100-") for a in grown["allocation"]] == [True, True], grown
         assert grown["price_micros_per_hour"] == 2 * first["price_micros_per_hour"], grown
+
+
+def test_a_growth_past_the_quota_of_the_model_it_runs_on_is_refused_whatever_else_it_allows(
+    database_url: str,
+) -> None:
+    """A rental naming no model runs on H100s, its tenant's quota 8 H100 GPUs and none on the Ascend it also
+    allows: a second node is refused naming the quota. The check accepted it as the Ascend had room, and it
+    then waited for ever, as it grows onto no other model than the one it runs on."""
+    with app_client(database_url, meter_interval_s=3600, prepaid=False) as client:
+        headers, tenant_id = _tenant(client, "capped")
+        quota = {"gpu_quota": {"H100-SXM-80GB": 8}}
+        assert client.put(f"/v1/tenants/{tenant_id}/limits", json=quota, headers=ADMIN).status_code == 200
+        ascend = {"gpu_model": "Ascend-910B", "gpus": 8, "regions": ["cn-north"]}
+        taken = client.post("/v1/rentals", json=ascend, headers=headers).json()["id"]
+        assert wait_for(client, taken, headers, "placed")["state"] == "placed"  # so the next lands on H100s
+        anywhere = client.post(
+            "/v1/rentals", json={"gpus": 8, "regions": ["cn-north"]}, headers=headers
+        ).json()
+        placed = wait_for(client, anywhere["id"], headers, "placed")
+        assert [a["node"].startswith("h100-") for a in placed["allocation"]] == [True], placed
+        assert (
+            client.post(f"/v1/rentals/{taken}/stop", headers=headers).status_code == 200
+        )  # the Ascend frees
+
+        more = client.patch(f"/v1/rentals/{anywhere['id']}", json={"nodes": 2}, headers=headers)
+        assert more.status_code == 400, more.text
+        error = more.json()["error"]
+        assert error["field"] == "nodes" and "quota" in error["message"], error
+        assert client.get(f"/v1/rentals/{anywhere['id']}", headers=headers).json()["request"]["nodes"] == 1
+

@@ -39,6 +39,7 @@ from suanli.domain.billing.meter import DEFAULT_MINIMUM_S, PostedCharges
 from suanli.domain.billing.money import charge_micros, round_half_up
 from suanli.domain.billing.pricebook import resized_rate
 from suanli.domain.catalog import Catalog, Vendor
+from suanli.domain.elastic import running_model
 from suanli.domain.elastic_start import Drain, at_size, least_size
 from suanli.domain.errors import CatalogError, RequestError
 from suanli.domain.images import RUNS_IMAGES_LABEL, check_image
@@ -292,10 +293,18 @@ class RentalService:
             fits_a_node = most_gpus_per_node(snapshot, request.selector) > 0
             raise Invalid(why.message, field=_field_of(why.reason, spec, fits_a_node))
 
-    def _check_quota(self, uow: UnitOfWork, rental: Rental, before: Rental | None = None) -> None:
+    def _check_quota(
+        self,
+        uow: UnitOfWork,
+        rental: Rental,
+        before: Rental | None = None,
+        held: Sequence[NodeAllocation] = (),
+    ) -> None:
         """Invalid for a rental larger on its own than one of its tenant's GPU quotas: it would wait until an
         operator raised the quota, so it is refused now, as a cloud refuses a request past a limit. A resize
-        (`before`: the rental as it was) is checked only when it grows: shrinking is always allowed."""
+        (`before`: the rental as it was) is checked only when it grows: shrinking is always allowed. A live
+        rental's (`held`: its allocation) counts against the quotas of the model it runs on only, as it grows
+        onto no other (`elastic.running_model`)."""
         limits = uow.terms.limits().get(rental.tenant_id)
         if limits is None or not limits.gpu_quota:
             return
@@ -310,6 +319,8 @@ class RentalService:
         snapshot = None if self.fleet is None else self.fleet.empty_snapshot(uow)
         class_ids = nominate(snapshot, request)[0] if snapshot is not None else []
         models = sorted({snapshot.classes[i].model.name for i in class_ids}) if snapshot is not None else []
+        if snapshot is not None and held and held[0].node in snapshot.by_name:
+            models = [running_model(snapshot, Placement(rental.id, tuple(held)))]
         ways = [pinned(request, model) for model in models] or [request]
         refusals = []
         for way in ways:
@@ -415,7 +426,7 @@ class RentalService:
             if new_spec != spec:
                 held = uow.rentals.allocation(rental.id) if rental.state in LIVE_STATES else []
                 self._check_fleet(uow, replace(rental, spec=new_spec), held)
-                self._check_quota(uow, replace(rental, spec=new_spec), before=rental)
+                self._check_quota(uow, replace(rental, spec=new_spec), before=rental, held=held)
             live = rental.state in LIVE_STATES
             if live and not whole and new_spec.nodes != spec.nodes:
                 raise Invalid("a live MIG or share rental keeps its node count", field="nodes")
