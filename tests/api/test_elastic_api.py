@@ -8,8 +8,20 @@ import time
 from datetime import datetime, timedelta
 
 import pytest
+from typer.testing import CliRunner
 
-from conftest import ADMIN, WAIT_S, app_client, charged, register_agent, scheduler_cycles, wait_for
+from conftest import (
+    ADMIN,
+    WAIT_S,
+    app_client,
+    charged,
+    logged_in_as,
+    register_agent,
+    scheduler_cycles,
+    wait_for,
+)
+from suanli.cli import platform_commands
+from suanli.cli.main import app
 from suanli.domain.billing.money import round_half_up, to_epoch_s
 
 H100 = {"gpu_model": "H100-SXM-80GB", "gpus": 8}
@@ -378,3 +390,37 @@ def test_a_growth_past_the_quota_of_the_model_it_runs_on_is_refused_whatever_els
         assert error["field"] == "nodes" and "quota" in error["message"], error
         assert client.get(f"/v1/rentals/{anywhere['id']}", headers=headers).json()["request"]["nodes"] == 1
 
+
+def test_a_resize_reply_says_the_shape_it_asks_is_pending_while_it_holds_the_old_one(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`PATCH` answers before the leader applies a new GPU count: its reply asked 4 GPUs per node but listed 8
+    and their rate, with nothing saying so. It now says the resize is pending and what it holds; once the
+    leader has applied it, the rental holds 4 at half the rate and nothing is pending."""
+    with app_client(database_url, prepaid=False) as client:
+        headers, _ = _tenant(client, "shrinker")
+        rental_id = client.post("/v1/rentals", json=H100, headers=headers).json()["id"]
+        placed = wait_for(client, rental_id, headers, "placed")
+        assert placed["resize_pending"] is None, placed
+        services = client.app.state.services  # type: ignore[attr-defined]
+        services.loop.interval_s = 3600  # the leader's cycle comes when a test asks for it, after the reply
+        scheduler_cycles(client)  # so the cycle under way is over, and the next waits for a signal
+        monkeypatch.setattr(services.rentals, "signal", lambda **_: None)
+
+        reply = client.patch(f"/v1/rentals/{rental_id}", json={"gpus": 4}, headers=headers).json()
+        assert reply["request"]["gpus"] == 4 and len(reply["allocation"][0]["slices"]) == 8, reply
+        assert reply["price_micros_per_hour"] == placed["price_micros_per_hour"], reply
+        assert reply["resize_pending"] == {"nodes": 1, "gpus": 4, "held_nodes": 1, "held_gpus": 8}, reply
+        monkeypatch.setattr(
+            platform_commands, "logged_in", logged_in_as(client, headers["Authorization"][7:])
+        )
+        shown = CliRunner().invoke(app, ["show", rental_id], env={"COLUMNS": "200"})
+        said = " ".join(shown.output.split())
+        assert (
+            "(resize pending: holds 8 GPU(s) x 1 node(s) at that rate until the scheduler applies it)" in said
+        )
+
+        scheduler_cycles(client)
+        applied = client.get(f"/v1/rentals/{rental_id}", headers=headers).json()
+        assert len(applied["allocation"][0]["slices"]) == 4 and applied["resize_pending"] is None, applied
+        assert applied["price_micros_per_hour"] == placed["price_micros_per_hour"] // 2, applied

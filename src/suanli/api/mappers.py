@@ -45,6 +45,7 @@ from suanli.wire.schemas import (
     RentalDryRunResponse,
     RentalEventResponse,
     RentalResponse,
+    ResizePendingResponse,
     SliceResponse,
     TenantResponse,
     WebhookResponse,
@@ -127,8 +128,22 @@ def rental(view: RentalView) -> RentalResponse:
         rate_changes=[
             RateChangeResponse(from_at=at, rate_micros_per_hour=rate) for at, rate in view.rate_changes
         ],
+        resize_pending=resize_pending(view),
         charged_micros=view.charged_micros,
     )
+
+
+def resize_pending(view: RentalView) -> ResizePendingResponse | None:
+    """The shape a live whole-GPU rental asks for beside the one it holds, while they differ: a resize's reply
+    is written before the leader applies it, so its allocation and rate are still the held shape's."""
+    spec, held = view.rental.spec, view.allocation
+    whole = spec.mig_profile is None and spec.share_milli is None and spec.gpus > 0
+    if view.rental.state not in LIVE_STATES or not whole or not held:
+        return None
+    held_gpus = len(held[0].slices)
+    if (spec.nodes, spec.gpus) == (len(held), held_gpus):
+        return None
+    return ResizePendingResponse(nodes=spec.nodes, gpus=spec.gpus, held_nodes=len(held), held_gpus=held_gpus)
 
 
 def slice_response(s: Slice) -> SliceResponse:

@@ -592,6 +592,11 @@ def _rental_detail(rental: RentalResponse) -> Group:
         header += f", pending: {_pending(rental)}"
     if rental.price_micros_per_hour is not None:
         header += f", {micros(rental.price_micros_per_hour)}/h"
+    if (pending := rental.resize_pending) is not None and request.min_gpus is None:  # elastic: said below
+        header += (
+            f" (resize pending: holds {pending.held_gpus} GPU(s) x {pending.held_nodes} node(s) at that rate "
+            "until the scheduler applies it)"
+        )
     if rental.charged_micros or rental.allocation:
         so_far = "" if rental.state in ENDED_STATES else " so far"
         header += f", charged {micros(rental.charged_micros)}{so_far}"

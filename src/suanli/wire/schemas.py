@@ -553,6 +553,15 @@ class RentalDryRunResponse(WireModel):
     )
 
 
+class ResizePendingResponse(WireModel):
+    nodes: int = Field(description="The nodes it asked for (`request.nodes`).")
+    gpus: int = Field(description="The whole GPUs per node it asked for (`request.gpus`).")
+    held_nodes: int = Field(description="The nodes it holds now: `allocation` lists them.")
+    held_gpus: int = Field(
+        description="The whole GPUs per node it holds now, which `price_micros_per_hour` is the rate of."
+    )
+
+
 class RentalResponse(WireModel):
     id: str
     tenant_id: str
@@ -612,6 +621,14 @@ class RentalResponse(WireModel):
         default_factory=list,
         description="The rates it paid since placement when its rate changed: a spot pool's price moved, or "
         "a resize changed its nodes or GPUs (empty: the placement rate throughout).",
+    )
+    resize_pending: ResizePendingResponse | None = Field(
+        default=None,
+        description="Live, whole GPUs, holding another shape than its request asks (a resize the "
+        "scheduler's leader has not applied yet, or an elastic rental below its size): `allocation` and "
+        "`price_micros_per_hour` are still those of the shape it holds. The leader applies a smaller shape "
+        "in its next cycle, a larger one once the GPUs are free (an event says why it waits); null once it "
+        "holds what it asks.",
     )
     charged_micros: int = Field(
         default=0,
