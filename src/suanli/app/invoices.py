@@ -16,7 +16,7 @@ from suanli.app.ports import Clock, RunEnergyReader, UnitOfWorkFactory
 from suanli.app.records import BillableRental, Caller, HeldAllocation, Rental
 from suanli.app.tenants import target_tenant
 from suanli.app.usage import metered, rental_usage, replaced
-from suanli.domain.billing.energy import average_power_per_gpu_w, blend_models, blend_regions
+from suanli.domain.billing.energy import average_power_per_gpu_w, blend_models, blend_regions, held_s
 from suanli.domain.billing.invoice import (
     Invoice,
     InvoiceError,
@@ -186,12 +186,10 @@ def spread_over_nodes(
         region = regions.get(node.region) if node is not None else None
         if region is None or allocation.booked_at is None or node.gpu_model not in catalog:
             return billing
-        start_s = max(usage.started_s, to_epoch_s(allocation.booked_at))
-        stop_s = end_s if allocation.released_at is None else min(end_s, to_epoch_s(allocation.released_at))
-        queued_s = sum(max(0, min(stop_s, to_s) - max(start_s, from_s)) for from_s, to_s in usage.gaps)
-        held_s = max(0, stop_s - start_s - queued_s)  # not billed while it waited in the queue
+        released_s = None if allocation.released_at is None else to_epoch_s(allocation.released_at)
+        billed_s = held_s(usage.started_s, end_s, to_epoch_s(allocation.booked_at), released_s, usage.gaps)
         tdp_w = catalog.get(node.gpu_model).tdp_watts
-        spread.append((node.gpu_model, tdp_w, region, allocation.gpu_milli * held_s))
+        spread.append((node.gpu_model, tdp_w, region, allocation.gpu_milli * billed_s))
     models = blend_models((model, tdp_w, gpu_s) for model, tdp_w, _, gpu_s in spread)
     if models is not None and len(models[0]) > 1:
         billing = replace(billing, gpu_model=", ".join(models[0]), tdp_watts=models[1])

@@ -11,6 +11,7 @@ from suanli.domain.billing.energy import (
     average_power_per_gpu_w,
     blend_models,
     blend_regions,
+    held_s,
     measured_interval_s,
     slice_power_w,
 )
@@ -115,3 +116,25 @@ def test_blended_models_and_regions_charge_each_model_its_tdp_where_it_ran() -> 
     assert kwh == pytest.approx((700 * 100 * 1.3 + 350 * 900 * 1.1) / 3600 / 1000)
     assert kwh * grid / 1000 == pytest.approx((700 * 100 * 1.3 * 581 + 350 * 900 * 1.1 * 250) / 3600 / 1e6)
     assert blend_models([("T4", 70.0, 0.0)]) is None
+
+
+@pytest.mark.parametrize(
+    ("booked_s", "released_s", "gaps", "expected_s"),
+    [
+        (0, None, (), 1000),  # held from the rental's start to the end
+        (-50, None, (), 1000),  # booked before the rental's start: counted from the start
+        (200, 700, (), 500),  # booked and released between
+        (0, 2000, (), 1000),  # released after the end: counted to the end
+        (0, None, ((300, 500),), 800),  # the rental waited in the queue 200 s of it
+        (0, 400, ((300, 500),), 300),  # released while it waited: the part before the gap
+        (600, None, ((300, 500), (800, 900)), 300),  # only the gap inside its own span counts
+        (1200, None, (), 0),  # booked after the end: nothing
+    ],
+    ids=["whole", "before-start", "between", "past-end", "gap", "released-in-gap", "later-gap", "after"],
+)
+def test_an_allocations_billed_seconds_are_its_held_span_less_the_queue_gaps(
+    booked_s: int, released_s: int | None, gaps: tuple[tuple[int, int], ...], expected_s: int
+) -> None:
+    """A rental billed from 0 to 1000: each allocation counts from its booking to its release, within that,
+    less the time the rental waited in the queue."""
+    assert held_s(0, 1000, booked_s, released_s, gaps) == expected_s

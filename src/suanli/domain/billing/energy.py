@@ -21,12 +21,15 @@ Rules:
   GPU-seconds x PUE, as it weighs kWh), over the rental's whole life. A rental re-placed on another GPU
   model (a gang is one model, but a re-queued rental naming none or a family may land on another) is
   charged each model's TDP for its GPU-seconds on it: `blend_models` gives the one TDP, and the regions are
-  then blended by GPU-seconds x TDP, so energy and CO2 stay exact where both changed.
+  then blended by GPU-seconds x TDP, so energy and CO2 stay exact where both changed. Both are one weighted
+  mean (`blend`); each allocation's GPU-seconds are its billed seconds (`held_s`: booked to released, less
+  the time the rental waited in the queue) x its GPUs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from statistics import fmean
 
 MAX_GAP_BEATS = 3
 MIN_COVERAGE = 0.5
@@ -69,33 +72,53 @@ def average_power_per_gpu_w(
     return energy_j / measured_gpu_s
 
 
+def held_s(
+    started_s: int, end_s: int, booked_s: int, released_s: int | None, gaps: Iterable[tuple[int, int]]
+) -> int:
+    """The billed seconds of one allocation of a rental: from its booking (not before the rental's start,
+    `started_s`) to its release (None: still held) or `end_s`, less the `(from_s, to_s)` gaps the rental
+    waited in the queue, which are not billed (`RentalUsage.gaps`); at least 0."""
+    start_s = max(started_s, booked_s)
+    stop_s = end_s if released_s is None else min(end_s, released_s)
+    queued_s = sum(max(0, min(stop_s, to_s) - max(start_s, from_s)) for from_s, to_s in gaps)
+    return max(0, stop_s - start_s - queued_s)
+
+
 def blend_regions(
     held: Iterable[tuple[str, float, float, float]],
 ) -> tuple[tuple[str, ...], float, float] | None:
     """(region names, PUE, grid g/kWh) that give the energy and CO2 of GPU-seconds spread over regions,
     from `(name, pue, grid_gco2_per_kwh, gpu_seconds)`; names most GPU-seconds first; None without any."""
-    by_region: dict[str, tuple[float, float, float]] = {}
-    for name, pue, grid, gpu_s in held:
-        if gpu_s > 0:
-            by_region[name] = (pue, grid, by_region.get(name, (pue, grid, 0.0))[2] + gpu_s)
-    if not by_region:
+    blended = blend((name, (pue, pue * grid), gpu_s) for name, pue, grid, gpu_s in held)
+    if blended is None:
         return None
-    total_gpu_s = sum(gpu_s for _, _, gpu_s in by_region.values())
-    pue = sum(p * gpu_s for p, _, gpu_s in by_region.values()) / total_gpu_s
-    grid = sum(p * g * gpu_s for p, g, gpu_s in by_region.values()) / (pue * total_gpu_s)
-    return tuple(sorted(by_region, key=lambda name: (-by_region[name][2], name))), pue, grid
+    names, (pue, pue_x_grid) = blended
+    return names, pue, pue_x_grid / pue  # the grid weighed by GPU-seconds x PUE, as it weighs kWh
 
 
 def blend_models(held: Iterable[tuple[str, float, float]]) -> tuple[tuple[str, ...], float] | None:
     """(model names, TDP W) that give the estimated energy of GPU-seconds spread over GPU models, from
     `(name, tdp_watts, gpu_seconds)`: the TDPs' mean by GPU-seconds; names most GPU-seconds first; None
     without any."""
-    by_model: dict[str, tuple[float, float]] = {}
-    for name, tdp_w, gpu_s in held:
+    blended = blend((name, (tdp_w,), gpu_s) for name, tdp_w, gpu_s in held)
+    return None if blended is None else (blended[0], blended[1][0])
+
+
+def blend(
+    held: Iterable[tuple[str, tuple[float, ...], float]],
+) -> tuple[tuple[str, ...], tuple[float, ...]] | None:
+    """(names, each figure's mean by GPU-seconds) of named figures held `(name, figures, gpu_seconds)`: a
+    name's GPU-seconds add up (its figures are the last given); names most GPU-seconds first; None without
+    any GPU-seconds."""
+    figures_of: dict[str, tuple[float, ...]] = {}
+    gpu_s_of: dict[str, float] = {}
+    for name, figures, gpu_s in held:
         if gpu_s > 0:
-            by_model[name] = (tdp_w, by_model.get(name, (tdp_w, 0.0))[1] + gpu_s)
-    if not by_model:
+            figures_of[name] = figures
+            gpu_s_of[name] = gpu_s_of.get(name, 0.0) + gpu_s
+    if not gpu_s_of:
         return None
-    total_gpu_s = sum(gpu_s for _, gpu_s in by_model.values())
-    tdp_w = sum(tdp * gpu_s for tdp, gpu_s in by_model.values()) / total_gpu_s
-    return tuple(sorted(by_model, key=lambda name: (-by_model[name][1], name))), tdp_w
+    names = tuple(sorted(gpu_s_of, key=lambda name: (-gpu_s_of[name], name)))
+    weights = [gpu_s_of[name] for name in names]
+    columns = zip(*(figures_of[name] for name in names), strict=True)
+    return names, tuple(fmean(column, weights) for column in columns)
