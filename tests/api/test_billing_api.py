@@ -13,7 +13,17 @@ import pytest
 from fastapi.testclient import TestClient
 
 import suanli.client.client as client_module
-from conftest import ADMIN, WAIT_S, app_client, charged, logged_in_as, scheduler_cycles, wait_for
+from conftest import (
+    ADMIN,
+    WAIT_S,
+    SteppedClock,
+    app_client,
+    charged,
+    logged_in_as,
+    make_tenant,
+    scheduler_cycles,
+    wait_for,
+)
 from suanli.cli.billing_commands import check, to_domain
 from suanli.domain.billing.money import charge_micros
 from suanli.wire.billing_schemas import BalanceResponse, LedgerTransactionResponse
@@ -150,6 +160,40 @@ def test_creating_rentals_runs_no_meter_pass_and_a_stop_is_charged_promptly(clie
     while charged(client, live_id, headers) == 0 and time.monotonic() < deadline:
         time.sleep(0.02)
     assert charged(client, live_id, headers) > 0  # its final charge, long before the meter's timer
+
+
+def _transaction_count(client: TestClient) -> int:
+    """How many transactions the whole ledger holds (an admin's verification reads it fresh)."""
+    return client.get("/v1/ledger/verify", headers=ADMIN).json()["transactions"]
+
+
+def test_a_stop_charges_only_the_ended_rental_and_the_timer_pass_charges_the_rest_once(database_url) -> None:
+    """A rental's end wakes a meter pass over the ended rentals only: one charge for it, none for the live
+    ones. The timer's pass then charges the live ones, and not the stopped one again."""
+    clock = SteppedClock()
+    with app_client(database_url, clock, meter_interval_s=3600, prepaid=True) as client:
+        tenant_id, headers = make_tenant(client, "many")
+        client.post(f"/v1/tenants/{tenant_id}/credit", json={"amount_micros": 500_000_000}, headers=ADMIN)
+        ids = [client.post("/v1/rentals", json=H100, headers=headers).json()["id"] for _ in range(3)]
+        assert all(wait_for(client, i, headers, "placed")["state"] == "placed" for i in ids)
+        stopped_id, live_ids = ids[0], ids[1:]
+        clock.step_to(clock.now() + timedelta(minutes=5))  # all three owe five minutes
+        before = _transaction_count(client)
+
+        assert client.post(f"/v1/rentals/{stopped_id}/stop", headers=headers).json()["state"] == "stopped"
+        deadline = time.monotonic() + WAIT_S
+        while charged(client, stopped_id, headers) == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        final_micros = charged(client, stopped_id, headers)
+        assert final_micros > 0
+        assert _transaction_count(client) == before + 1  # its charge only
+        assert [charged(client, i, headers) for i in live_ids] == [0, 0]
+
+        clock.step_to(clock.now() + timedelta(minutes=10))
+        client.app.state.services.meter.work()  # the timer's pass
+        assert all(charged(client, i, headers) > 0 for i in live_ids)
+        assert charged(client, stopped_id, headers) == final_micros  # charged once, not again
+        assert _transaction_count(client) == before + 1 + len(live_ids)
 
 
 def test_billing_routes_are_isolated_between_tenants(client, tenant) -> None:

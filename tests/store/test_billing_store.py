@@ -119,6 +119,25 @@ def test_the_minimum_is_charged_when_the_tenant_ends_a_rental_not_when_the_platf
     assert _charged(factory, "rnt_m")[0] == charge_micros(RATE, charged_s)
 
 
+def test_an_end_pass_charges_the_ended_rentals_only_and_the_timer_pass_does_not_charge_them_again(
+    env,
+) -> None:
+    """`meter_ended` (a rental's end wakes it) posts the ended rentals' final charges and nothing for the
+    live ones; the timer's pass after it charges the live ones and nothing more for the ended ones."""
+    _, factory, billing, _ = env
+    _placed(factory, "rnt_live1")
+    _placed(factory, "rnt_live2")
+    _placed(factory, "rnt_end", ended="stopped", after_s=90)
+    assert billing.meter_ended(now=T0 + timedelta(seconds=100)) == 1
+    assert _charged(factory, "rnt_end") == (charge_micros(RATE, 90), ["charge:rnt_end:1"])
+    assert _charged(factory, "rnt_live1") == _charged(factory, "rnt_live2") == (0, [])
+    assert billing.meter_ended(now=T0 + timedelta(seconds=200)) == 0  # closed: nothing more
+
+    assert billing.meter(now=T0 + timedelta(seconds=300)) == 2
+    assert _charged(factory, "rnt_live1")[0] == _charged(factory, "rnt_live2")[0] == charge_micros(RATE, 300)
+    assert _charged(factory, "rnt_end") == (charge_micros(RATE, 90), ["charge:rnt_end:1"])
+
+
 def test_a_preempted_rental_is_charged_to_its_deadline(env) -> None:
     _, factory, billing, _ = env
     _placed(factory, "rnt_p", ended="preempted", after_s=500, deadline_s=120)

@@ -39,11 +39,11 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
 
     def on_notify(*, ended: bool = False) -> None:
         """Another server process created, stopped or resized a rental: the leader's scheduler runs soon, its
-        meter too when a rental `ended` (as `wake` does in one process)."""
+        meter's pass over the ended rentals too when a rental `ended` (as `wake` does in one process)."""
         if services.loop.leadership.held:
             services.loop.signal()
             if ended and services.meter is not None:
-                services.meter.signal()
+                services.meter.signal_ended()
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

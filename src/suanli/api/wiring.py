@@ -190,8 +190,8 @@ def build(settings: Settings, clock: Clock | None = None) -> Services:
 
     def on_report(report: CycleReport) -> None:
         metrics.record(report)
-        if (report.preempted or report.stopped or report.trimmed) and meter is not None:
-            meter.signal()  # victims ended (charged to their deadline or stop now) or trimmed (re-priced)
+        if (report.preempted or report.stopped) and meter is not None:
+            meter.signal_ended()  # victims ended: their final charges (a trim's new rate waits for the timer)
 
     loop = SchedulerLoop(scheduler, Leadership(engine), settings.scheduler_interval_s, on_report)
     sla = SlaService(uow, clock)
@@ -216,15 +216,15 @@ def build(settings: Settings, clock: Clock | None = None) -> Services:
     wakeups = Wakeups(engine)
 
     def wake(*, ended: bool = False) -> None:
-        """A rental was created, stopped, resized or ended: schedule soon on the leader; meter soon only when
-        one `ended` (its final charge; the others' charges wait for the meter's timer, so a burst of creates
-        costs no billing passes). Another process's leader is woken by NOTIFY; this process's loops are not
-        (they cannot run a cycle without the lead, and each try for it opens a connection); their timer
-        tries for the lead anyway."""
+        """A rental was created, stopped, resized or ended: schedule soon on the leader; when one `ended`,
+        meter the ended rentals soon (their final charges; the live ones' charges wait for the meter's timer,
+        so neither a burst of creates nor of ends posts a charge for every live rental). Another process's
+        leader is woken by NOTIFY; this process's loops are not (they cannot run a cycle without the lead,
+        and each try for it opens a connection); their timer tries for the lead anyway."""
         if loop.leadership.held:
             loop.signal()
             if ended:
-                meter.signal()
+                meter.signal_ended()
         else:
             wakeups.notify(ended=ended)
 

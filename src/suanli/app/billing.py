@@ -383,8 +383,16 @@ class BillingService:
 
     # --- the meter -----------------------------------------------------------------------------------
 
-    def meter(self, now: datetime | None = None, only: Sequence[str] | None = None, batch: int = 2000) -> int:
-        """Post every rental's charge delta at `now`; returns the number of transactions added.
+    def meter(
+        self,
+        now: datetime | None = None,
+        only: Sequence[str] | None = None,
+        batch: int = 2000,
+        *,
+        ended_only: bool = False,
+    ) -> int:
+        """Post every rental's charge delta at `now` (only `only`'s, or only the ended ones' when
+        `ended_only`); returns the number of transactions added.
 
         The rentals still open for billing are read in id order, `batch` at a time; each batch is one
         database transaction (its charges chained on the head it read, then its closed rentals marked), so a
@@ -397,7 +405,7 @@ class BillingService:
         while True:
             for attempt in range(APPEND_ATTEMPTS):
                 try:
-                    count, last = self._meter_once(at, only, after, batch, providers)
+                    count, last = self._meter_once(at, only, after, batch, providers, ended_only)
                     break
                 except Conflict:  # another writer appended after the same head: read the new head, redo
                     if attempt == APPEND_ATTEMPTS - 1:
@@ -407,6 +415,11 @@ class BillingService:
                 return added
             after = last
 
+    def meter_ended(self, now: datetime | None = None) -> int:
+        """Post the final charges of the rentals that ended and are still open for billing (what a rental's
+        end wakes the meter for); the live ones wait for the meter's timer. The transactions added."""
+        return self.meter(now, ended_only=True)
+
     def _meter_once(
         self,
         now: datetime,
@@ -414,13 +427,14 @@ class BillingService:
         after: str | None,
         batch: int,
         providers: dict[str, str],
+        ended_only: bool = False,
     ) -> tuple[int, str | None]:
         """One batch, one transaction: (transactions added, the last rental id read if more may follow)."""
         now_s = to_epoch_s(now)
         with self.uow() as uow:
             # the head first: whatever is appended after it (by anyone) makes this batch's append conflict
             head = uow.ledger.head_hash()
-            items = uow.rentals.meter_page(after, batch, only)
+            items = uow.rentals.meter_page(after, batch, only, ended_only=ended_only)
             if not items:
                 return 0, None
             last = items[-1].id if len(items) >= batch else None

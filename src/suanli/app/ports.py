@@ -43,8 +43,9 @@ class Clock(Protocol):
 
 class Wake(Protocol):
     """Wakes the leader's loops after a change: the scheduler always; the meter only when `ended` (a rental
-    ended, and its final charge is due now). Creates and resizes change no one's charge: the meter's timer
-    posts their rentals' charges, so a burst of them costs no billing passes."""
+    ended, and its final charge is due now: that pass charges the ended rentals only). Creates and resizes
+    change no one's charge: the meter's timer posts their rentals' charges, so a burst of them costs no
+    billing passes."""
 
     def __call__(self, *, ended: bool = False) -> None: ...
 
@@ -198,6 +199,7 @@ class RentalRepo(Protocol):
         ids: Sequence[str] | None = None,
         *,
         tenants: Sequence[str] | None = None,
+        ended_only: bool = False,
     ) -> list[MeterRental]: ...
     def close_billing(self, rental_ids: Sequence[str], at: datetime) -> None: ...
     def change_rate(

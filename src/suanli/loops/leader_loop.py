@@ -31,6 +31,11 @@ class LeaderLoop:
         """One run of the loop's work (in a worker thread, on the leader only)."""
         raise NotImplementedError
 
+    def run_once(self) -> None:
+        """What one wake-up runs (in a worker thread, on the leader only): `work()` unless a loop tells a
+        signal's run from its timer's."""
+        self.work()
+
     def due_in_s(self) -> float | None:
         """Seconds until the work is due again, when that is sooner than the interval (None: the interval)."""
         return None
@@ -71,7 +76,7 @@ class LeaderLoop:
             try:
                 if not await asyncio.to_thread(self.leadership.try_acquire):
                     continue
-                await asyncio.to_thread(self.work)
+                await asyncio.to_thread(self.run_once)
                 self.runs += 1
             except asyncio.CancelledError:
                 raise

@@ -59,10 +59,11 @@ class RentalMoneyReads:
         ids: Sequence[str] | None = None,
         *,
         tenants: Sequence[str] | None = None,
+        ended_only: bool = False,
     ) -> list[MeterRental]:
         """Up to `limit` rentals still open for billing (placed, not `close_billing`d), in id order after
-        `after`; only `ids`, or only `tenants`' rentals, when given. One statement on the partial index
-        `ix_rentals_meter_open` (0006)."""
+        `after`; only `ids`, or only `tenants`' rentals, or only those that ended (`ended_only`: their final
+        charge is due), when given. One statement on the partial index `ix_rentals_meter_open` (0006)."""
         rentals = RentalRow.__table__
         quote = type_coerce(case((rentals.c.price_micros_per_hour.is_(None), rentals.c.quote)), JSON)
         query = (
@@ -88,6 +89,8 @@ class RentalMoneyReads:
             query = query.where(one_of(self.s, rentals.c.id, ids))
         if tenants is not None:
             query = query.where(one_of(self.s, rentals.c.tenant_id, tenants))
+        if ended_only:
+            query = query.where(rentals.c.state.in_(END_STATES))
         return [
             MeterRental(
                 row.id,
