@@ -424,6 +424,43 @@ def test_a_grant_credited_by_two_processes_at_once_is_made_once_and_both_answer_
         assert u.ledger.balances(["ten_a"])[AccountId.tenant_grants("ten_a")] == 50_000
 
 
+def test_a_tenants_ledger_pages_hold_each_of_its_transactions_once_among_other_tenants(env) -> None:
+    """A tenant's pages (a keyset on seq over its postings) give each of its transactions exactly once, in
+    chain order, none of another tenant's, a charge with two postings to it (grants and cash) once; an
+    admin's pages give every transaction once."""
+    _, factory, billing, _ = env
+    with factory() as u:
+        u.tenants.add(Tenant("ten_b", "b", "tenant", T0))
+        u.commit()
+    billing.credit(ADMIN, "ten_a", 1_000, True, "grant")  # spent first: the charge posts to grants and cash
+    for n in range(12):
+        billing.credit(ADMIN, "ten_a", 1_000_000, False, f"a-{n}")
+        billing.credit(ADMIN, "ten_b", 1_000, False, f"b-{n}")
+        billing.credit(ADMIN, "ten_b", 2_000, False, f"b2-{n}")
+    _placed(factory, "rnt_pg", ended="stopped", after_s=90)
+    billing.meter(now=T0 + timedelta(seconds=100))
+
+    def pages(owner: str | None, limit: int) -> list[int]:
+        seqs: list[int] = []
+        with factory() as u:
+            while page := u.ledger.page(owner, seqs[-1] if seqs else 0, limit):
+                assert len(page) <= limit
+                seqs += [seq for seq, _ in page]
+        return seqs
+
+    with factory() as u:
+        everything = u.ledger.page(None, 0, 1_000)
+        mine = [seq for seq, tx in everything if any(p.account.owner == "ten_a" for p in tx.postings)]
+    assert len(mine) == 1 + 12 + 1 and len(everything) == 1 + 36 + 1
+    for limit in (1, 5, 7, 100):
+        assert pages("ten_a", limit) == mine
+        assert pages(None, limit) == [seq for seq, _ in everything]
+    with factory() as u:
+        charge = u.ledger.page("ten_a", mine[-2], 5)
+    assert [tx.kind for _, tx in charge] == [TxKind.CHARGE]
+    assert len([p for p in charge[0][1].postings if p.account.owner == "ten_a"]) == 2
+
+
 def test_a_tenants_ledger_binds_no_parameter_per_transaction(env) -> None:
     """PostgreSQL takes at most 65,535 bind parameters in a statement: a tenant's ledger (whole, or a page)
     binds as many for 40 transactions as for 1, so one past 65,535 transactions reads as any other."""

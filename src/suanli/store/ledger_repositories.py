@@ -219,10 +219,10 @@ class SqlLedger:
     def page(self, owner: str | None, after_seq: int, limit: int) -> list[tuple[int, Transaction]]:
         """At most `limit` of `transactions(owner)` whose `seq` is past `after_seq`, each with its `seq` (the
         cursor of the next page): a bounded read, however long the ledger."""
-        query = _chain(owner).where(LedgerTransactionRow.seq > after_seq).limit(limit)
-        rows = list(self.s.scalars(query))
-        seqs = query.with_only_columns(LedgerTransactionRow.seq).subquery()  # no parameter per transaction
-        postings = self._postings(LedgerPostingRow.tx_seq.in_(select(seqs.c.seq))) if rows else {}
+        seqs = select(_page_seqs(owner, after_seq, limit).subquery().c.seq)  # no parameter per transaction
+        query = select(LedgerTransactionRow).where(LedgerTransactionRow.seq.in_(seqs))
+        rows = list(self.s.scalars(query.order_by(LedgerTransactionRow.seq)))
+        postings = self._postings(LedgerPostingRow.tx_seq.in_(seqs)) if rows else {}
         return [(row.seq, _transaction(row, postings.get(row.seq, ()))) for row in rows]
 
     def _postings(self, which: ColumnElement[bool]) -> dict[int, list[Posting]]:
@@ -396,6 +396,18 @@ def _chain(owner: str | None) -> Select[tuple[LedgerTransactionRow]]:
     """The transactions in chain order (`seq`), or those with a posting to an account of `owner`."""
     query = select(LedgerTransactionRow).order_by(LedgerTransactionRow.seq)
     return query if owner is None else query.where(LedgerTransactionRow.seq.in_(_touching(owner)))
+
+
+def _page_seqs(owner: str | None, after_seq: int, limit: int) -> Select[tuple[int]]:
+    """The seqs of a page, a keyset range: the first `limit` past `after_seq` of all transactions (on their
+    key), or of those with a posting to an account of `owner` (on `ix_ledger_postings_owner_seq`), so a page
+    reads about `limit` rows however long the owner's history is."""
+    if owner is None:
+        seq = LedgerTransactionRow.seq
+        return select(seq.label("seq")).where(seq > after_seq).order_by(seq).limit(limit)
+    tx_seq = LedgerPostingRow.tx_seq
+    touching = select(tx_seq.label("seq")).where(LedgerPostingRow.owner == owner, tx_seq > after_seq)
+    return touching.distinct().order_by(tx_seq).limit(limit)
 
 
 def _touching(owner: str) -> Select[tuple[int]]:

@@ -370,6 +370,7 @@ class LedgerPostingRow(Base):
         CheckConstraint("amount_micros <> 0", name="ck_ledger_postings_non_zero"),
         Index("ix_ledger_postings_tx_seq", "tx_seq"),
         Index("ix_ledger_postings_account", "owner", "account_kind"),
+        Index("ix_ledger_postings_owner_seq", "owner", "tx_seq"),  # a tenant's ledger pages (keyset)
     )
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     tx_seq: Mapped[int] = mapped_column(ForeignKey("ledger_transactions.seq"))
