@@ -4,17 +4,20 @@ CLI check), and tenant isolation of balances and ledgers."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from fastapi.testclient import TestClient
+from typer.testing import CliRunner
 
 import suanli.client.client as client_module
 from conftest import (
     ADMIN,
+    ADMIN_KEY,
     WAIT_S,
     SteppedClock,
     app_client,
@@ -24,7 +27,9 @@ from conftest import (
     scheduler_cycles,
     wait_for,
 )
+from suanli.cli import billing_commands
 from suanli.cli.billing_commands import check, to_domain
+from suanli.cli.main import app
 from suanli.domain.billing.money import charge_micros
 from suanli.wire.billing_schemas import BalanceResponse, LedgerTransactionResponse
 
@@ -270,6 +275,64 @@ def test_payouts_show_each_provider_its_payable_per_rental(client, tenant) -> No
         if p["account_kind"] == "provider_payable" and p["owner"] == "lion-city-gpu"
     )
     assert payable == share
+
+
+def test_payouts_come_a_page_of_lines_at_a_time_with_a_link_to_the_next(client, tenant, monkeypatch) -> None:
+    """`GET /v1/payouts` is bounded: at most `limit` lines (provider, rental) past the cursor `after`, each
+    provider with its whole balance, a `Link` to the next page while more follow; the SDK and `suanli payouts`
+    follow them and give each provider once with all its lines."""
+    tenant_id, headers = tenant("many-rentals")
+    client.post(f"/v1/tenants/{tenant_id}/credit", json={"amount_micros": 500_000_000}, headers=ADMIN)
+    on_lion = {"gpu_model": "A100-40GB", "gpus": 1, "providers": ["lion-city-gpu"]}
+    ids = [
+        client.post("/v1/rentals", json=body, headers=headers).json()["id"]
+        for body in [on_lion] * 3 + [H100] * 2
+    ]
+    assert all(wait_for(client, i, headers, "placed")["state"] == "placed" for i in ids)
+    for rental_id in ids:
+        client.post(f"/v1/rentals/{rental_id}/stop", headers=headers)
+    client.app.state.services.billing.meter(now=datetime.now(UTC) + timedelta(hours=1))
+
+    whole = client.get("/v1/payouts", headers=ADMIN)
+    assert whole.status_code == 200 and "link" not in whole.headers
+    assert [(p["provider"], len(p["lines"])) for p in whole.json()] == [("lion-city-gpu", 3), ("platform", 2)]
+    balances = {p["provider"]: p["payable_micros"] for p in whole.json()}
+    assert balances == {p["provider"]: sum(x["amount_micros"] for x in p["lines"]) for p in whole.json()}
+
+    pages, url = [], "/v1/payouts?limit=2"
+    while url:
+        answer = client.get(url, headers=ADMIN)
+        assert answer.status_code == 200, answer.text
+        pages.append(answer.json())
+        url = answer.links.get("next", {}).get("url")
+    assert [[(p["provider"], len(p["lines"])) for p in page] for page in pages] == [
+        [("lion-city-gpu", 2)],
+        [("lion-city-gpu", 1), ("platform", 1)],
+        [("platform", 1)],
+    ]
+    walked = [(p["provider"], x["ref"]) for page in pages for p in page for x in p["lines"]]
+    assert walked == [(p["provider"], x["ref"]) for p in whole.json() for x in p["lines"]]
+    assert all(p["payable_micros"] == balances[p["provider"]] for page in pages for p in page)
+    cursor = "/".join(walked[1])
+    assert (
+        client.get("/v1/payouts", params={"after": cursor}, headers=ADMIN).json()[0]["lines"][0]["ref"]
+        == walked[2][1]
+    )
+
+    for bad in ("0", "1001", "many"):
+        refused = client.get("/v1/payouts", params={"limit": bad}, headers=ADMIN)
+        assert refused.status_code == 422 and refused.json()["error"]["field"] == "limit", refused.text
+    refused = client.get("/v1/payouts", params={"after": "no-cursor"}, headers=ADMIN)
+    assert refused.status_code == 422 and refused.json()["error"]["field"] == "after", refused.text
+
+    monkeypatch.setattr(client_module, "PAYOUT_PAGE_LIMIT", 2)  # three pages for the SDK to follow
+    with logged_in_as(client, ADMIN_KEY)() as sdk:
+        assert [p.model_dump() for p in sdk.payouts()] == whole.json()
+        assert [(p.provider, len(p.lines)) for p in sdk.payouts(limit=3)] == [("lion-city-gpu", 3)]
+    monkeypatch.setattr(billing_commands, "logged_in", logged_in_as(client, ADMIN_KEY))
+    shown = CliRunner().invoke(app, ["payouts", "--json"], env={"COLUMNS": "200"})
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.output) == whole.json()
 
 
 def test_a_rental_still_waiting_counts_its_minimum_against_the_next_ones_funds(client, tenant) -> None:

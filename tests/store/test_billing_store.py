@@ -268,13 +268,13 @@ def test_payouts_sum_each_providers_payable_per_rental_and_are_scoped_by_role(en
     share1 = charge_micros(RATE, 90) * 8500 // 10_000
     with factory() as u:
         payable = u.ledger.balances(None)[AccountId.provider_payable("platform")]
-    (payout,) = billing.payouts(ADMIN)
+    (payout,) = billing.payouts(ADMIN).payouts
     assert payout.provider == "platform" and payout.payable_micros == payable
     assert [(x.ref, x.transactions) for x in payout.lines] == [("rnt_p1", 1), ("rnt_p2", 2)]
     assert payout.lines[0].amount_micros == share1
     platform = Caller(Tenant("ten_p", "platform", "provider", T0), "key_p")
-    assert billing.payouts(platform) == [payout]
-    assert billing.payouts(Caller(Tenant("ten_q", "other", "provider", T0), "key_q"))[0].lines == ()
+    assert billing.payouts(platform).payouts == [payout]
+    assert billing.payouts(Caller(Tenant("ten_q", "other", "provider", T0), "key_q")).payouts[0].lines == ()
     with pytest.raises(Forbidden):
         billing.payouts(Caller(Tenant("ten_q", "other", "provider", T0), "key_q"), "platform")
     with pytest.raises(Forbidden):

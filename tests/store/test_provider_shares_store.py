@@ -125,7 +125,7 @@ def test_a_gang_across_two_providers_pays_each_provider_its_nodes_half(env) -> N
     with factory() as u:
         platform = u.ledger.balances(None)[AccountId.platform_revenue()]
     assert platform == charged - provider_part(charged)
-    assert billing.payouts(ADMIN) == [
+    assert billing.payouts(ADMIN).payouts == [
         Payout("alpha", 2_541_500, (PayoutLine("rnt_g", 2_541_500, 4),)),
         Payout("beta", 2_541_500, (PayoutLine("rnt_g", 2_541_500, 4),)),
     ]

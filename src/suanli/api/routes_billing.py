@@ -12,7 +12,13 @@ from suanli.api import mappers
 from suanli.api.deps import CallerDep, ServicesDep
 from suanli.api.errors import ERROR_RESPONSES
 from suanli.api.wiring import Services
-from suanli.app.billing import LEDGER_PAGE, LEDGER_PAGE_LIMIT, BillingService
+from suanli.app.billing import (
+    LEDGER_PAGE,
+    LEDGER_PAGE_LIMIT,
+    PAYOUT_PAGE,
+    PAYOUT_PAGE_LIMIT,
+    BillingService,
+)
 from suanli.app.records import PriceEntry
 from suanli.domain.billing.invoice import Invoice, InvoiceLine, invoice_csv
 from suanli.domain.billing.money import to_epoch_s
@@ -31,6 +37,7 @@ from suanli.wire.billing_schemas import (
     PriceEntryResponse,
     PriceResponse,
 )
+from suanli.wire.schemas import PAYOUT_CURSOR_PATTERN
 
 router = APIRouter(prefix="/v1", tags=["billing"], responses=ERROR_RESPONSES)
 TenantQuery = Annotated[str | None, Query(max_length=40, description="Admins: another tenant.")]
@@ -175,11 +182,31 @@ def verify_ledger(caller: CallerDep, services: ServicesDep) -> LedgerVerifyRespo
 
 @router.get("/payouts")
 def get_payouts(
+    request: Request,
+    response: Response,
     caller: CallerDep,
     services: ServicesDep,
     provider: Annotated[str | None, Query(max_length=80, description="Admins: one provider.")] = None,
+    after: Annotated[
+        str | None,
+        Query(
+            max_length=300,
+            pattern=PAYOUT_CURSOR_PATTERN,
+            description="Only lines past this cursor, `provider/rental` (the last line of the page before).",
+        ),
+    ] = None,
+    limit: Annotated[
+        int, Query(ge=1, le=PAYOUT_PAGE_LIMIT, description="At most this many lines (1,000 at most).")
+    ] = PAYOUT_PAGE,
 ) -> list[PayoutResponse]:
-    """Provider payables from the ledger, per rental: a provider key its own; an admin all (or ?provider=)."""
+    """Provider payables from the ledger, per rental, a page at a time: at most `limit` lines in (provider,
+    rental) order past `after`, each provider with its whole balance (a provider key its own; an admin all, or
+    ?provider=). When more follow, a `Link: <...>; rel="next"` header gives the next page's URL; without it
+    this is the last page."""
+    page = _billing(services).payouts(caller, provider, after, limit)
+    if page.next_after is not None:
+        next_url = request.url.include_query_params(after=page.next_after, limit=limit)
+        response.headers["Link"] = f'<{next_url}>; rel="next"'
     return [
         PayoutResponse(
             provider=p.provider,
@@ -189,7 +216,7 @@ def get_payouts(
                 for x in p.lines
             ],
         )
-        for p in _billing(services).payouts(caller, provider)
+        for p in page.payouts
     ]
 
 

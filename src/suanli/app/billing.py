@@ -72,6 +72,8 @@ MAX_CREDIT_MICROS = 10**15
 MAX_ACCOUNT_MICROS = 10**18
 LEDGER_PAGE = 100  # transactions in a page of `journal` unless asked otherwise
 LEDGER_PAGE_LIMIT = 1000  # the most in one page: each page is one short read, however long the ledger
+PAYOUT_PAGE = 100  # payout lines (provider, rental) in a page of `payouts` unless asked otherwise
+PAYOUT_PAGE_LIMIT = 1000  # the most in one page: a provider has a line for every rental it was ever paid for
 VERIFY_REUSE_S = 60.0  # how old a whole-ledger verification a tenant's request may be answered with
 
 
@@ -120,11 +122,21 @@ class PayoutLine:
 
 @dataclass(frozen=True, slots=True)
 class Payout:
-    """A provider's payable balance and the per-rental charges that built it (their exact sum)."""
+    """A provider's payable balance and per-rental charges that built it (all its lines, over every page,
+    sum to the balance exactly)."""
 
     provider: str
     payable_micros: int
     lines: tuple[PayoutLine, ...]
+
+
+@dataclass(frozen=True)
+class PayoutPage:
+    """A page of payout lines in (provider, rental) order, by provider, and the cursor of the next page
+    (`provider/rental` of this page's last line) when more follow."""
+
+    payouts: list[Payout]
+    next_after: str | None
 
 
 @dataclass(frozen=True)
@@ -617,35 +629,62 @@ class BillingService:
         )
         return replace(result, problems=result.problems + drift), len(transactions)
 
-    def payouts(self, caller: Caller, provider: str | None = None) -> list[Payout]:
-        """Providers' payable balances from the ledger, per rental.
+    def payouts(
+        self,
+        caller: Caller,
+        provider: str | None = None,
+        after: str | None = None,
+        limit: int = PAYOUT_PAGE,
+    ) -> PayoutPage:
+        """A page of the providers' payables from the ledger: at most `limit` lines (one per provider and
+        rental) past the cursor `after`, each provider with its whole balance.
 
         A provider key (whose tenant name is the fleet's provider name) sees only its own; an admin all, or
         one with `provider`; a tenant key is Forbidden.
         """
-        role = caller.tenant.role
-        if role == "provider":
-            if provider is not None and provider != caller.tenant.name:
-                raise Forbidden("a provider key sees only its own payouts")
-            provider = caller.tenant.name
-        elif not caller.is_admin:
-            raise Forbidden("payouts need a provider or admin key")
+        if not 1 <= limit <= PAYOUT_PAGE_LIMIT:
+            raise Invalid(f"limit must be between 1 and {PAYOUT_PAGE_LIMIT}", field="limit")
+        past = None if after is None else _payout_cursor(after)
+        provider = _payout_provider(caller, provider)
         with self.uow() as uow:
-            rows = uow.ledger.payables(provider)
-            if provider is not None and caller.is_admin and not rows:
+            rows = uow.ledger.payables(provider, past, limit + 1)  # one more: is there a next page?
+            if provider is not None and caller.is_admin and not rows and past is None:
                 _, fleet = self.cache.load(uow)
                 if fleet is None or provider not in {node.provider for node in fleet.nodes}:
                     raise NotFound(f"no provider {provider!r} in the fleet or the ledger", field="provider")
-        lines: dict[str, list[PayoutLine]] = {}
-        for owner, ref, amount, count in rows:
-            if amount != 0:
+            lines: dict[str, list[PayoutLine]] = {}
+            for owner, ref, amount, count in rows[:limit]:
                 lines.setdefault(owner, []).append(PayoutLine(ref, amount, count))
-        if provider is not None:
-            lines.setdefault(provider, [])
-        return [
-            Payout(owner, sum(x.amount_micros for x in found), tuple(found))
+            if provider is not None and past is None:
+                lines.setdefault(provider, [])
+            kinds = (AccountKind.PROVIDER_PAYABLE,)
+            balances = uow.ledger.balances(lines, kinds=kinds) if lines else {}
+        payouts = [
+            Payout(owner, balances.get(AccountId.provider_payable(owner), 0), tuple(found))
             for owner, found in sorted(lines.items())
         ]
+        next_after = f"{rows[limit - 1][0]}/{rows[limit - 1][1]}" if len(rows) > limit else None
+        return PayoutPage(payouts, next_after)
+
+
+def _payout_provider(caller: Caller, provider: str | None) -> str | None:
+    """Whose payouts the caller may read: a provider key its own, an admin anyone's (`provider` or all)."""
+    if caller.tenant.role == "provider":
+        if provider is not None and provider != caller.tenant.name:
+            raise Forbidden("a provider key sees only its own payouts")
+        return caller.tenant.name
+    if not caller.is_admin:
+        raise Forbidden("payouts need a provider or admin key")
+    return provider
+
+
+def _payout_cursor(after: str) -> tuple[str, str]:
+    """(provider, rental) of a payouts cursor `provider/rental` (a rental id has no '/'); Invalid naming
+    `after` otherwise."""
+    provider, slash, ref = after.rpartition("/")
+    if not slash or not provider:
+        raise Invalid("after must be a payouts page's cursor: provider/rental", field="after")
+    return provider, ref
 
 
 def _balance(uow: UnitOfWork, tenant_id: str) -> Balance:

@@ -187,11 +187,15 @@ def to_domain(tx: LedgerTransactionResponse) -> Transaction:
 
 def payouts(
     provider: Annotated[str | None, typer.Option("--provider", help="Admins: one provider.")] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", "-n", min=1, help="Show at most this many rental lines.")
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Provider payables from the ledger: the balance and the rentals whose charges built it."""
+    """Provider payables from the ledger: the balance and the rentals whose charges built it (every line,
+    fetched a page at a time; or the first `-n`)."""
     with logged_in() as client:
-        found = client.payouts(provider)
+        found = client.payouts(provider, limit)
     emit(found, as_json, _payouts_table)
 
 

@@ -109,6 +109,7 @@ from suanli.wire.schemas import (
 
 T = TypeVar("T")
 LEDGER_PAGE_LIMIT = 1000  # transactions per `GET /v1/ledger` page: the most the server sends in one
+PAYOUT_PAGE_LIMIT = 1000  # lines per `GET /v1/payouts` page: the most the server sends in one
 
 
 class BudgetChanges(TypedDict, total=False):
@@ -744,10 +745,30 @@ class Client:
     def verify_ledger(self) -> LedgerVerifyResponse:
         return self._call("GET", "/v1/ledger/verify", LedgerVerifyResponse)
 
-    def payouts(self, provider: str | None = None) -> list[PayoutResponse]:
-        """Provider payables per rental: a provider key its own; an admin all, or one provider."""
-        params = {"provider": provider} if provider else None
-        return self._call("GET", "/v1/payouts", list[PayoutResponse], params=params)
+    def payouts(self, provider: str | None = None, limit: int | None = None) -> list[PayoutResponse]:
+        """Provider payables per rental (a provider key its own; an admin all, or one provider): every line,
+        or the first `limit`. Fetched a page at a time, each after the last line of the one before; a
+        provider whose lines span pages comes back once, with all of them."""
+        by_provider: dict[str, PayoutResponse] = {}
+        after, count = None, 0
+        while limit is None or count < limit:
+            size = PAYOUT_PAGE_LIMIT if limit is None else min(PAYOUT_PAGE_LIMIT, limit - count)
+            params = {"limit": str(size), **({"provider": provider} if provider else {})}
+            page = self._call(
+                "GET",
+                "/v1/payouts",
+                list[PayoutResponse],
+                params={**params, **({"after": after} if after else {})},
+            )
+            for payout in page:
+                found = by_provider.setdefault(payout.provider, payout.model_copy(update={"lines": []}))
+                found.lines.extend(payout.lines)
+            lines = [(p.provider, line.ref) for p in page for line in p.lines]
+            count += len(lines)
+            if len(lines) != size:  # the last page (or an older server's every line, however many)
+                break
+            after = "/".join(lines[-1])
+        return list(by_provider.values())
 
     def invoice(self, month: str, tenant_id: str | None = None) -> InvoiceResponse:
         params = {"tenant": tenant_id} if tenant_id else None

@@ -23,10 +23,12 @@ from sqlalchemy import (
     Integer,
     Select,
     String,
+    and_,
     any_,
     bindparam,
     func,
     insert,
+    or_,
     select,
     text,
     true,
@@ -331,23 +333,37 @@ class SqlLedger:
             counts[ref] = counts.get(ref, 0) + 1
         return {ref: PostedCharges(totals.get(ref, 0), count) for ref, count in counts.items()}
 
-    def payables(self, provider: str | None = None) -> list[tuple[str, str, int, int]]:
-        """(provider, ref, micros, transactions) of every provider payable posting, per provider and `ref`
-        (a charge's rental), ordered by provider then ref; one provider's only when named."""
+    def payables(
+        self, provider: str | None = None, after: tuple[str, str] | None = None, limit: int | None = None
+    ) -> list[tuple[str, str, int, int]]:
+        """(provider, ref, micros, transactions) of the provider payable postings, per provider and `ref` (a
+        charge's rental), ordered by provider then ref, those that sum to zero left out; one provider's only
+        when named; only past `after` (a (provider, ref) cursor) and at most `limit` when given."""
+        micros = func.sum(LedgerPostingRow.amount_micros)
         query = (
             select(
                 LedgerPostingRow.owner,
                 LedgerTransactionRow.ref,
-                func.sum(LedgerPostingRow.amount_micros),
+                micros,
                 func.count(func.distinct(LedgerTransactionRow.seq)),
             )
             .join(LedgerTransactionRow, LedgerPostingRow.tx_seq == LedgerTransactionRow.seq)
             .where(LedgerPostingRow.account_kind == AccountKind.PROVIDER_PAYABLE.value)
             .group_by(LedgerPostingRow.owner, LedgerTransactionRow.ref)
+            .having(micros != 0)
             .order_by(LedgerPostingRow.owner, LedgerTransactionRow.ref)
+            .limit(limit)
         )
         if provider is not None:
             query = query.where(LedgerPostingRow.owner == provider)
+        if after is not None:
+            past_provider, past_ref = after
+            query = query.where(
+                or_(
+                    LedgerPostingRow.owner > past_provider,
+                    and_(LedgerPostingRow.owner == past_provider, LedgerTransactionRow.ref > past_ref),
+                )
+            )
         return [(owner, ref, int(total), int(count)) for owner, ref, total, count in self.s.execute(query)]
 
     def provider_credits(self, refs: Iterable[str]) -> dict[str, dict[str, int]]:

@@ -100,8 +100,12 @@ class PayoutLineResponse(WireModel):
 
 class PayoutResponse(WireModel):
     provider: str
-    payable_micros: int = Field(description="The provider payable account's balance: the lines' sum.")
-    lines: list[PayoutLineResponse] = Field(default_factory=list)
+    payable_micros: int = Field(
+        description="The provider payable account's balance: the sum of its lines over every page."
+    )
+    lines: list[PayoutLineResponse] = Field(
+        default_factory=list, description="This page's lines of the provider, one per rental, by rental id."
+    )
 
 
 class LedgerVerifyResponse(WireModel):

@@ -60,6 +60,7 @@ TENANT_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9 ._-]*$"
 RENTAL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 NAME_QUERY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*\*?$"  # a rental name, or a prefix of one ending in `*`
 MONTH_PATTERN = r"^[0-9]{4}-[0-9]{2}$"
+PAYOUT_CURSOR_PATTERN = r"^.+/[^/]*$"  # provider/rental: a provider name, then a rental id (no '/')
 # what a value refused by a pattern should look like, said in words rather than as the regex
 PATTERN_TEXT = {
     TENANT_NAME_PATTERN: "use letters, digits, spaces, '.', '_' and '-', starting with a letter or digit",
@@ -67,6 +68,7 @@ PATTERN_TEXT = {
     NAME_QUERY_PATTERN: "a name (letters, digits, '.', '_' and '-', starting with a letter or digit), or "
     "the start of one followed by '*'",
     MONTH_PATTERN: "a month as yyyy-mm, e.g. 2026-12",
+    PAYOUT_CURSOR_PATTERN: "a payouts page's cursor, provider/rental, as the Link header's next URL gives it",
 }
 
 

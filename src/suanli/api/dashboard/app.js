@@ -1068,11 +1068,33 @@ async function putOnPlan(event) {
   }
 }
 
+const PAYOUT_PAGE = 1000; // lines per /v1/payouts page: the most the server sends in one
+
+// Every provider's payout, its lines from all pages (each page after the last line of the one before).
+async function allPayouts() {
+  const byProvider = new Map();
+  let after = null;
+  for (;;) {
+    const query = new URLSearchParams({ limit: String(PAYOUT_PAGE), ...(after ? { after } : {}) });
+    const page = await api("GET", `/v1/payouts?${query}`);
+    let last = null;
+    let count = 0;
+    for (const payout of page) {
+      if (!byProvider.has(payout.provider)) byProvider.set(payout.provider, { ...payout, lines: [] });
+      byProvider.get(payout.provider).lines.push(...payout.lines);
+      count += payout.lines.length;
+      if (payout.lines.length) last = `${payout.provider}/${payout.lines[payout.lines.length - 1].ref}`;
+    }
+    if (count !== PAYOUT_PAGE) return [...byProvider.values()];
+    after = last;
+  }
+}
+
 async function refreshPayouts() {
   if ($("payouts-section").hidden) return;
   let payouts;
   try {
-    payouts = await api("GET", "/v1/payouts");
+    payouts = await allPayouts();
   } catch (error) {
     showError("payouts-error", error);
     return;
