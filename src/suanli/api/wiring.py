@@ -23,6 +23,7 @@ from suanli.app.invoices import InvoiceService
 from suanli.app.limits import LimitsService
 from suanli.app.maintenance import MaintenanceService
 from suanli.app.offers import OfferService
+from suanli.app.plan_windows import PlanWindows
 from suanli.app.plans import PlanService
 from suanli.app.ports import Clock
 from suanli.app.rate_limits import RateLimit
@@ -210,7 +211,7 @@ def build(settings: Settings, clock: Clock | None = None) -> Services:
             plans.enforce,
             BudgetAlerts(uow, clock, stop_in).check,
         ),
-        before=(contracts.follow_coverage,),
+        before=(contracts.follow_coverage, PlanWindows(uow, clock).follow),
     )
 
     wakeups = Wakeups(engine)

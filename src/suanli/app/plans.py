@@ -1,6 +1,7 @@
 """Plans, grants with expiry, revenue reports and payment terms: the use cases around a tenant's money terms.
 
-* Setting a membership posts its fee at once (key `membership:{plan}`); one plan at a time per tenant.
+* Setting a membership posts its fee at once (key `membership:{plan}`); one plan at a time per tenant. A
+  plan made already started discounts the tenant's running rentals from then (`app/plan_windows.py`).
 * A revenue-share tenant reports a month's revenue once; its share is posted as that month's plan line
   (key `revenue_share:{tenant}:{yyyy-mm}`, ref `{yyyy-mm}`).
 * A grant with an expiry gives back what is left of it at that time (key `grant_expiry:{grant}`).
@@ -17,6 +18,7 @@ from datetime import datetime, timedelta
 
 from suanli.app.errors import Conflict, Invalid, NotFound, PaymentRequired
 from suanli.app.ids import as_utc, new_id
+from suanli.app.plan_windows import start_plan_now
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.postings import post_once, retrying
 from suanli.app.records import LIVE_STATES, Caller, Rental, RentalEvent
@@ -125,6 +127,8 @@ class PlanService:
                         f"{tenant_id} is already on {clash.label} over that time", field="starts_at"
                     )
                 uow.terms.add_plan(plan, now)
+                if start <= now:
+                    start_plan_now(uow, plan, now)
                 if plan.fee_micros:
                     terms, _ = self._terms(uow, tenant_id)
                     cash = uow.ledger.balances([tenant_id]).get(AccountId.tenant_cash(tenant_id), 0)

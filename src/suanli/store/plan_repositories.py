@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import and_, delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -37,6 +37,19 @@ def _at(seconds: int) -> datetime:
     return datetime.fromtimestamp(seconds, UTC)
 
 
+def _plan(row: TenantPlanRow) -> Plan:
+    return Plan(
+        row.id,
+        row.tenant_id,
+        PlanKind(row.kind),
+        row.discount_bp,
+        row.fee_micros,
+        row.revenue_share_bp,
+        _s(row.starts_at),
+        _s(row.ends_at),
+    )
+
+
 class SqlTerms:
     def __init__(self, session: Session) -> None:
         self.s = session
@@ -64,21 +77,32 @@ class SqlTerms:
             .where(TenantPlanRow.tenant_id == tenant_id)
             .order_by(TenantPlanRow.starts_at, TenantPlanRow.id)
         )
-        return [
-            Plan(
-                r.id,
-                r.tenant_id,
-                PlanKind(r.kind),
-                r.discount_bp,
-                r.fee_micros,
-                r.revenue_share_bp,
-                _s(r.starts_at),
-                _s(r.ends_at),
-            )
-            for r in rows
-        ]
+        return [_plan(r) for r in rows]
 
     # grants
+    def plan_windows_due(self, now: datetime) -> list[tuple[Plan, int]]:
+        """(plan, stage reached) of each plan whose start (stage 0) or end (stage 1) is at or before `now`
+        and not followed yet: a partial index's rows, the open and future plans, never history."""
+        query = select(TenantPlanRow).where(
+            TenantPlanRow.window_stage < 2,
+            or_(
+                and_(TenantPlanRow.window_stage == 0, TenantPlanRow.starts_at <= now),
+                TenantPlanRow.ends_at <= now,
+            ),
+        )
+        return [(_plan(r), r.window_stage) for r in self.s.scalars(query)]
+
+    def mark_plan_window(self, plan_id: str, stage: int) -> bool:
+        """Record that the plan's window was followed to `stage`; False when it was there already (another
+        pass did it first: this one's work must be rolled back)."""
+        done = self.s.execute(
+            update(TenantPlanRow)
+            .where(TenantPlanRow.id == plan_id, TenantPlanRow.window_stage < stage)
+            .values(window_stage=stage)
+            .execution_options(synchronize_session=False)
+        )
+        return bool(done.rowcount)
+
     def add_grant(self, grant: Grant, memo: str) -> None:
         self.s.add(
             GrantRow(

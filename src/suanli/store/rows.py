@@ -395,6 +395,14 @@ class TenantPlanRow(Base):
     """A plan a tenant is on over [starts_at, ends_at): membership or revenue share (pay as you go: none)."""
 
     __tablename__ = "tenant_plans"
+    __table_args__ = (
+        Index(
+            "ix_tenant_plans_window_to_follow",
+            "window_stage",
+            postgresql_where=text("window_stage < 2"),
+            sqlite_where=text("window_stage < 2"),
+        ),
+    )
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
     kind: Mapped[str] = mapped_column(String(20))
@@ -404,6 +412,8 @@ class TenantPlanRow(Base):
     starts_at: Mapped[datetime] = mapped_column(UtcDateTime())
     ends_at: Mapped[datetime] = mapped_column(UtcDateTime())
     created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    # how far the meter loop has followed the window (fee and re-pricing): 0 not yet, 1 its start, 2 its end
+    window_stage: Mapped[int] = mapped_column(SmallInteger, default=0, server_default="0")
 
 
 class GrantRow(Base):

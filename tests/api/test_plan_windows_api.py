@@ -1,0 +1,96 @@
+"""A plan's window through the real app with a hand-moved clock (SQLite and PostgreSQL): a running rental's
+rate follows the membership in force each second, from the plan's start, end or renewal (the meter loop's
+pass re-prices it there)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from fastapi.testclient import TestClient
+
+from conftest import ADMIN, app_client, charged, make_tenant, wait_for
+from suanli.api.worked_example import ReplayClock, _advance
+
+H100 = {"gpu_model": "H100", "gpus": 1}
+H100_ON_DEMAND = 2_990_000  # micros per hour
+HALF_OFF = 1_495_000  # 50% off 2,990,000
+TEN_OFF = 2_691_000  # 2,990,000 - 299,000
+TWENTY_OFF = 2_392_000  # 2,990,000 - 598,000
+EVE = datetime(2026, 12, 31, 22, 0, tzinfo=UTC)
+MIDNIGHT = datetime(2027, 1, 1, tzinfo=UTC)
+
+
+@contextmanager
+def replayed(database_url: str, start: datetime) -> Iterator[tuple[TestClient, ReplayClock]]:
+    """The real app at `start`, its clock moved by hand; the meter runs only when a test runs its pass."""
+    clock = ReplayClock(start)
+    with app_client(database_url, clock, meter_interval_s=3600, prepaid=True) as client:
+        yield client, clock
+
+
+def _member(client: TestClient, name: str, *windows: tuple[int, datetime, datetime]) -> dict[str, str]:
+    """A tenant with credit, on a membership of (discount_bp, start, end) for each window."""
+    tenant_id, headers = make_tenant(client, name)
+    credit = {"amount_micros": 1_000_000_000}
+    assert client.post(f"/v1/tenants/{tenant_id}/credit", json=credit, headers=ADMIN).status_code == 201
+    for discount_bp, start, end in windows:
+        plan = {"kind": "membership", "discount_bp": discount_bp, "fee_micros": 0}
+        body = {**plan, "starts_at": start.isoformat(), "ends_at": end.isoformat()}
+        made = client.post(f"/v1/tenants/{tenant_id}/plans", json=body, headers=ADMIN)
+        assert made.status_code == 201, made.text
+    return headers
+
+
+def _pass_at(client: TestClient, clock: ReplayClock, moment: datetime) -> None:
+    """Move the clock to `moment` and run the meter loop's pass (its jobs as the server wires them)."""
+    _advance(client, clock, moment - clock.now())
+    client.app.state.services.meter.work()
+
+
+@pytest.mark.parametrize(
+    ("window", "expected_micros"),
+    [
+        ((EVE, EVE + timedelta(hours=1)), HALF_OFF + 2 * H100_ON_DEMAND),  # 7,475,000
+        ((EVE + timedelta(hours=1), EVE + timedelta(days=30)), H100_ON_DEMAND + 2 * HALF_OFF),  # 5,980,000
+    ],
+    ids=["membership-ends-after-1h", "membership-starts-after-1h"],
+)
+def test_a_running_rental_pays_the_membership_discount_only_while_the_membership_is_in_force(
+    database_url: str, window: tuple[datetime, datetime], expected_micros: int
+) -> None:
+    """A 3-h rental on 1 x H100 (2,990,000 per hour) from 22:00, its tenant on 50% off for one of those
+    hours: it pays that hour at 1,495,000 and the two others at list. It kept the rate it was placed at for
+    all 3 h (ended: 4,485,000; started: 8,970,000)."""
+    with replayed(database_url, EVE) as (client, clock):
+        headers = _member(client, "member", (5000, *window))
+        rental = client.post("/v1/rentals", json=H100, headers=headers).json()
+        wait_for(client, rental["id"], headers, "placed")
+        for hour in (1, 2, 3):
+            _pass_at(client, clock, EVE + timedelta(hours=hour))
+        assert charged(client, rental["id"], headers) == expected_micros
+
+
+def test_a_renewal_to_another_plan_at_midnight_re_prices_a_running_rental_there(database_url: str) -> None:
+    """Plan A (10% off) ends at midnight where plan B (20% off) starts: a rental placed at 23:00 pays
+    2,691,000 for the hour before and 2,392,000 for the hour after (5,083,000), and from midnight its quote
+    names plan B. It kept plan A's rate past its end (5,382,000)."""
+    start = MIDNIGHT - timedelta(hours=1)
+    with replayed(database_url, start) as (client, clock):
+        headers = _member(
+            client, "renewing", (1000, EVE, MIDNIGHT), (2000, MIDNIGHT, MIDNIGHT + timedelta(days=365))
+        )
+        plans = sorted(client.get("/v1/plans", headers=headers).json(), key=lambda p: p["starts_at"])
+        rental = client.post("/v1/rentals", json=H100, headers=headers).json()
+        placed = wait_for(client, rental["id"], headers, "placed")
+        assert placed["price_micros_per_hour"] == TEN_OFF
+        _pass_at(client, clock, MIDNIGHT)
+        _pass_at(client, clock, MIDNIGHT + timedelta(hours=1))
+        body = client.get(f"/v1/rentals/{rental['id']}", headers=headers).json()
+        assert body["price_micros_per_hour"] == TWENTY_OFF
+        assert body["quote"]["discounts"] == [
+            {"label": f"membership {plans[1]['id']}", "micros_per_hour": 598_000}
+        ]
+        assert charged(client, rental["id"], headers) == TEN_OFF + TWENTY_OFF
