@@ -94,3 +94,31 @@ def test_a_renewal_to_another_plan_at_midnight_re_prices_a_running_rental_there(
             {"label": f"membership {plans[1]['id']}", "micros_per_hour": 598_000}
         ]
         assert charged(client, rental["id"], headers) == TEN_OFF + TWENTY_OFF
+
+
+def test_a_membership_starting_next_month_posts_its_fee_once_when_it_starts(database_url: str) -> None:
+    """Made on 2026-12-20 for 2027, a membership with a 120-unit fee takes nothing in December (cash, the
+    December invoice and the month's spend keep clear of it); the meter loop's pass posts the fee once, at
+    its start, on January's invoice. It was posted when it was made, on December's invoice and spend."""
+    made_at = datetime(2026, 12, 20, 12, 0, tzinfo=UTC)
+    with replayed(database_url, made_at) as (client, clock):
+        year = (MIDNIGHT, MIDNIGHT + timedelta(days=365))
+        tenant_id, headers = make_tenant(client, "future")
+        credit = {"amount_micros": 1_000_000_000}
+        assert client.post(f"/v1/tenants/{tenant_id}/credit", json=credit, headers=ADMIN).status_code == 201
+        body = {"kind": "membership", "discount_bp": 1000, "fee_micros": 120_000_000}
+        body |= {"starts_at": year[0].isoformat(), "ends_at": year[1].isoformat()}
+        plan = client.post(f"/v1/tenants/{tenant_id}/plans", json=body, headers=ADMIN).json()
+        client.app.state.services.meter.work()
+        assert client.get("/v1/balance", headers=headers).json()["cash_micros"] == 1_000_000_000
+        assert client.get("/v1/limits", headers=headers).json()["spent_month_micros"] == 0
+        assert client.get("/v1/invoices/2026-12", headers=headers).json()["plan_lines"] == []
+
+        _pass_at(client, clock, MIDNIGHT + timedelta(minutes=5))
+        client.app.state.services.meter.work()  # a second pass posts nothing more
+        fees = [t for t in client.get("/v1/ledger", headers=headers).json() if t["kind"] == "membership"]
+        assert [(t["ref"], t["at_s"]) for t in fees] == [(plan["id"], int(MIDNIGHT.timestamp()))]
+        assert client.get("/v1/balance", headers=headers).json()["cash_micros"] == 880_000_000
+        (line,) = client.get("/v1/invoices/2027-01", headers=headers).json()["plan_lines"]
+        assert line["amount_micros"] == 120_000_000 and line["ref"] == plan["id"]
+        assert client.get("/v1/invoices/2026-12", headers=headers).json()["plan_lines"] == []

@@ -1,7 +1,8 @@
-"""A running rental's rate follows its tenant's plan: from a plan's start the tenant's live rentals get its
+"""A plan takes effect at its start: a membership's fee is posted then (key `membership:{plan}`), and a
+running rental's rate follows its tenant's plan: from a plan's start the tenant's live rentals get its
 discount, from its end (or a renewal's start) they get the discount of the plan in force then, or none.
 
-A rental is priced with the plan in force when it is placed (`app/pricing.py`). `follow_plan_windows` (a
+A rental is priced with the plan in force when it is placed (`app/pricing.py`). `PlanWindows.follow` (a
 meter-loop job, run before the pass, like contract coverage in `app/coverage.py`) follows each plan's
 start and end: a rate change from that instant (a `rental_rates` row: the meter charges the rest at the
 new rate, and the rental's quote names the plan in force). It reads only plans whose start or end is still
@@ -15,9 +16,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
+from suanli.app.postings import post_once
 from suanli.app.records import LIVE_STATES, Rental
+from suanli.domain.billing.ledger import TxKind
 from suanli.domain.billing.money import bp_of, round_half_up, to_epoch_s
-from suanli.domain.billing.plans import Plan, plan_discounts, plan_in_force
+from suanli.domain.billing.plans import Plan, fee_postings, plan_discounts, plan_in_force
 from suanli.domain.request import Tier
 
 START, END = 1, 2
@@ -46,10 +49,12 @@ class PlanWindows:
         return len(changed)
 
     def _follow(self, plan: Plan, stage: int, at: datetime) -> list[str]:
-        """Re-price the plan's tenant's rentals at the plan's start or end, once."""
+        """Post the plan's fee at its start and re-price its tenant's rentals at its start or end, once."""
         with self.uow() as uow:
             if not uow.terms.mark_plan_window(plan.id, stage):
                 return []  # another pass followed it first
+            if stage == START:
+                post_fee(uow, plan, at)
             changed = follow_plan(uow, plan.tenant, at)
             uow.commit()
         return changed
@@ -58,7 +63,24 @@ class PlanWindows:
 def start_plan_now(uow: UnitOfWork, plan: Plan, now: datetime) -> list[str]:
     """A plan made when its start has passed is followed from `now` (never re-pricing the past)."""
     uow.terms.mark_plan_window(plan.id, START)
+    post_fee(uow, plan, now)
     return follow_plan(uow, plan.tenant, now)
+
+
+def post_fee(uow: UnitOfWork, plan: Plan, at: datetime) -> None:
+    """A membership's fee, tenant cash -> platform revenue, posted at `at` (its start), once by its key."""
+    if not plan.fee_micros:
+        return
+    start, end = (datetime.fromtimestamp(s, UTC) for s in (plan.starts_s, plan.ends_s))
+    post_once(
+        uow,
+        at,
+        key=f"membership:{plan.id}",
+        kind=TxKind.MEMBERSHIP,
+        postings=fee_postings(plan.tenant, plan.fee_micros),
+        ref=plan.id,
+        memo=f"membership fee, {start:%Y-%m-%d} to {end:%Y-%m-%d}",
+    )
 
 
 def follow_plan(uow: UnitOfWork, tenant_id: str, at: datetime) -> list[str]:

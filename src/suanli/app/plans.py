@@ -1,7 +1,8 @@
 """Plans, grants with expiry, revenue reports and payment terms: the use cases around a tenant's money terms.
 
-* Setting a membership posts its fee at once (key `membership:{plan}`); one plan at a time per tenant. A
-  plan made already started discounts the tenant's running rentals from then (`app/plan_windows.py`).
+* A membership's fee is posted when it starts (key `membership:{plan}`, `app/plan_windows.py`): at once
+  for a plan made already started, else by the meter loop at its start; one plan at a time per tenant. A
+  plan made already started discounts the tenant's running rentals from then.
 * A revenue-share tenant reports a month's revenue once; its share is posted as that month's plan line
   (key `revenue_share:{tenant}:{yyyy-mm}`, ref `{yyyy-mm}`).
 * A grant with an expiry gives back what is left of it at that time (key `grant_expiry:{grant}`).
@@ -88,7 +89,9 @@ class PlanService:
         starts_at: datetime | None = None,
         ends_at: datetime | None = None,
     ) -> Plan:
-        """Admin: put a tenant on a plan; a membership's fee is posted at once from its cash."""
+        """Admin: put a tenant on a plan; a membership's fee is posted from its cash when the plan starts (at
+        once when it has started: later, by the meter loop's `PlanWindows.follow`), and refused now when its
+        cash could not pay it now."""
         require_admin(caller)
         try:
             plan_kind = PlanKind(kind)
@@ -127,8 +130,6 @@ class PlanService:
                         f"{tenant_id} is already on {clash.label} over that time", field="starts_at"
                     )
                 uow.terms.add_plan(plan, now)
-                if start <= now:
-                    start_plan_now(uow, plan, now)
                 if plan.fee_micros:
                     terms, _ = self._terms(uow, tenant_id)
                     cash = uow.ledger.balances([tenant_id]).get(AccountId.tenant_cash(tenant_id), 0)
@@ -138,15 +139,8 @@ class PlanService:
                             f"{money_text(cash)} in cash; top up first",
                             field="fee_micros",
                         )
-                    post_once(
-                        uow,
-                        now,
-                        key=f"membership:{plan.id}",
-                        kind=TxKind.MEMBERSHIP,
-                        postings=fee_postings(tenant_id, plan.fee_micros),
-                        ref=plan.id,
-                        memo=f"membership fee, {start:%Y-%m-%d} to {end:%Y-%m-%d}",
-                    )
+                if start <= now:
+                    start_plan_now(uow, plan, now)
                 uow.commit()
                 return plan
 

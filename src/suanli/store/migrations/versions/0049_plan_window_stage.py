@@ -2,7 +2,9 @@
 2: its end): from its start the tenant's running rentals get its discount, from its end they lose it
 
 Plans already started when this revision runs are marked started (re-pricing the past would not refund what
-the meter has charged); plans already ended are marked ended.
+the meter has charged); plans already ended are marked ended. Plans still to start stay at 0: their
+membership fees were posted when they were made, and the posting at their start finds that fee by its key
+(`membership:{plan}`) and posts nothing more.
 
 Revision ID: 0049
 Revises: 0048
