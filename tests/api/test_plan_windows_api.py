@@ -122,3 +122,13 @@ def test_a_membership_starting_next_month_posts_its_fee_once_when_it_starts(data
         (line,) = client.get("/v1/invoices/2027-01", headers=headers).json()["plan_lines"]
         assert line["amount_micros"] == 120_000_000 and line["ref"] == plan["id"]
         assert client.get("/v1/invoices/2026-12", headers=headers).json()["plan_lines"] == []
+
+
+def test_a_plan_given_no_end_runs_a_calendar_year(database_url: str) -> None:
+    """A membership from 2028-01-01 with no end runs to 2029-01-01 (it ended 2028-12-31: 365 days)."""
+    with replayed(database_url, datetime(2027, 12, 15, 12, 0, tzinfo=UTC)) as (client, _):
+        tenant_id, _ = make_tenant(client, "leap")
+        body = {"kind": "membership", "discount_bp": 1000, "starts_at": "2028-01-01T00:00:00Z"}
+        made = client.post(f"/v1/tenants/{tenant_id}/plans", json=body, headers=ADMIN)
+        assert made.status_code == 201, made.text
+        assert made.json()["ends_at"] == "2029-01-01T00:00:00Z"

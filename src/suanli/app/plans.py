@@ -29,13 +29,13 @@ from suanli.domain.billing.invoice import InvoiceError, Month
 from suanli.domain.billing.ledger import AccountId, AccountKind, TxKind
 from suanli.domain.billing.money import money_text, to_epoch_s
 from suanli.domain.billing.plans import (
-    SECONDS_PER_YEAR,
     FundsAction,
     Grant,
     PaymentMode,
     PaymentTerms,
     Plan,
     PlanKind,
+    a_year_after,
     expiry_micros,
     expiry_postings,
     fee_postings,
@@ -99,7 +99,7 @@ class PlanService:
             raise Invalid(f"must be one of {[k.value for k in PlanKind]}", field="kind") from None
         now = self.clock.now()
         start = as_utc(starts_at) if starts_at is not None else now
-        end = as_utc(ends_at) if ends_at is not None else start + timedelta(seconds=SECONDS_PER_YEAR)
+        end = as_utc(ends_at) if ends_at is not None else a_year_after(start)
         if end <= start:
             raise Invalid(
                 f"the plan would end ({end:%Y-%m-%d %H:%M} UTC) before it starts "

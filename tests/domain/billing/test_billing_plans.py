@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -15,6 +17,7 @@ from suanli.domain.billing.plans import (
     PaymentTerms,
     Plan,
     PlanKind,
+    a_year_after,
     contract_postings,
     contract_price_micros,
     expiry_micros,
@@ -156,3 +159,22 @@ def test_payment_terms_and_funds_actions():
     assert funds_action(prepaid, -1, 50, 100, 60) is FundsAction.WAIT
     assert funds_action(prepaid, -1, 40, 100, 60) is FundsAction.STOP
     assert funds_action(postpaid, -999, None, 100, 60) is FundsAction.OK
+
+
+@pytest.mark.parametrize(
+    ("start", "end"),
+    [
+        (datetime(2028, 1, 1, tzinfo=UTC), datetime(2029, 1, 1, tzinfo=UTC)),  # 366 days: a leap year
+        (datetime(2027, 12, 15, 12, tzinfo=UTC), datetime(2028, 12, 15, 12, tzinfo=UTC)),  # across Feb 29
+        (datetime(2026, 11, 2, tzinfo=UTC), datetime(2027, 11, 2, tzinfo=UTC)),  # 365 days
+        (
+            datetime(2028, 2, 29, 8, 30, tzinfo=UTC),
+            datetime(2029, 2, 28, 8, 30, tzinfo=UTC),
+        ),  # as relativedelta
+        (datetime(2027, 2, 28, tzinfo=UTC), datetime(2028, 2, 28, tzinfo=UTC)),
+    ],
+    ids=["leap-year", "across-feb-29", "common-year", "from-feb-29", "feb-28"],
+)
+def test_a_plan_year_is_the_same_month_and_day_next_year(start: datetime, end: datetime) -> None:
+    """A plan without an end runs a calendar year; 365 days ended a year holding a Feb 29 a day early."""
+    assert a_year_after(start) == end

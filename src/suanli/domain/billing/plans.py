@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 
 from suanli.domain.billing.errors import BillingError
@@ -25,8 +26,6 @@ from suanli.domain.billing.ledger import AccountId, Posting, Transaction, TxKind
 from suanli.domain.billing.money import BASIS_POINTS, SECONDS_PER_HOUR, round_half_up
 from suanli.domain.billing.pricebook import Discount
 from suanli.domain.request import Tier
-
-SECONDS_PER_YEAR = 365 * 86_400
 
 
 class PlanKind(StrEnum):
@@ -71,6 +70,15 @@ class Plan:
     @property
     def label(self) -> str:
         return f"{self.kind.value} {self.id}"
+
+
+def a_year_after(start: datetime) -> datetime:
+    """The same month, day and time next year: a plan's default end (a calendar year, not 365 days, which
+    falls a day short across a Feb 29); Feb 29 goes to Feb 28, as dateutil's `relativedelta(years=1)`."""
+    try:
+        return start.replace(year=start.year + 1)
+    except ValueError:  # Feb 29, and next year is not a leap year
+        return start.replace(year=start.year + 1, day=28)
 
 
 def plan_in_force(plans: Iterable[Plan], at_s: int) -> Plan | None:
