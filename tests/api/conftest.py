@@ -14,6 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from suanli.api.app import create_app
+from suanli.api.worked_example import ReplayClock, _advance
 from suanli.cli.output import api_errors
 from suanli.client import Client
 from suanli.config import Settings
@@ -85,6 +86,20 @@ def app_client(database_url: str, clock: object = None, **settings: object) -> I
         )
         assert response.status_code == 200, response.text
         yield client
+
+
+@contextmanager
+def replayed(database_url: str, start: datetime) -> Iterator[tuple[TestClient, ReplayClock]]:
+    """The real app at `start`, its clock moved by hand; the meter runs only when a test runs its pass."""
+    clock = ReplayClock(start)
+    with app_client(database_url, clock, meter_interval_s=3600, prepaid=True) as client:
+        yield client, clock
+
+
+def meter_pass_at(client: TestClient, clock: ReplayClock, moment: datetime) -> None:
+    """Move the replayed clock to `moment` and run the meter loop's pass (its jobs as the server wires)."""
+    _advance(client, clock, moment - clock.now())
+    client.app.state.services.meter.work()
 
 
 @pytest.fixture

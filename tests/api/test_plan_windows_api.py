@@ -4,15 +4,12 @@ pass re-prices it there)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from fastapi.testclient import TestClient
 
-from conftest import ADMIN, app_client, charged, make_tenant, wait_for
-from suanli.api.worked_example import ReplayClock, _advance
+from conftest import ADMIN, charged, make_tenant, meter_pass_at, replayed, wait_for
 
 H100 = {"gpu_model": "H100", "gpus": 1}
 H100_ON_DEMAND = 2_990_000  # micros per hour
@@ -21,14 +18,6 @@ TEN_OFF = 2_691_000  # 2,990,000 - 299,000
 TWENTY_OFF = 2_392_000  # 2,990,000 - 598,000
 EVE = datetime(2026, 12, 31, 22, 0, tzinfo=UTC)
 MIDNIGHT = datetime(2027, 1, 1, tzinfo=UTC)
-
-
-@contextmanager
-def replayed(database_url: str, start: datetime) -> Iterator[tuple[TestClient, ReplayClock]]:
-    """The real app at `start`, its clock moved by hand; the meter runs only when a test runs its pass."""
-    clock = ReplayClock(start)
-    with app_client(database_url, clock, meter_interval_s=3600, prepaid=True) as client:
-        yield client, clock
 
 
 def _member(client: TestClient, name: str, *windows: tuple[int, datetime, datetime]) -> dict[str, str]:
@@ -42,12 +31,6 @@ def _member(client: TestClient, name: str, *windows: tuple[int, datetime, dateti
         made = client.post(f"/v1/tenants/{tenant_id}/plans", json=body, headers=ADMIN)
         assert made.status_code == 201, made.text
     return headers
-
-
-def _pass_at(client: TestClient, clock: ReplayClock, moment: datetime) -> None:
-    """Move the clock to `moment` and run the meter loop's pass (its jobs as the server wires them)."""
-    _advance(client, clock, moment - clock.now())
-    client.app.state.services.meter.work()
 
 
 @pytest.mark.parametrize(
@@ -69,7 +52,7 @@ def test_a_running_rental_pays_the_membership_discount_only_while_the_membership
         rental = client.post("/v1/rentals", json=H100, headers=headers).json()
         wait_for(client, rental["id"], headers, "placed")
         for hour in (1, 2, 3):
-            _pass_at(client, clock, EVE + timedelta(hours=hour))
+            meter_pass_at(client, clock, EVE + timedelta(hours=hour))
         assert charged(client, rental["id"], headers) == expected_micros
 
 
@@ -86,8 +69,8 @@ def test_a_renewal_to_another_plan_at_midnight_re_prices_a_running_rental_there(
         rental = client.post("/v1/rentals", json=H100, headers=headers).json()
         placed = wait_for(client, rental["id"], headers, "placed")
         assert placed["price_micros_per_hour"] == TEN_OFF
-        _pass_at(client, clock, MIDNIGHT)
-        _pass_at(client, clock, MIDNIGHT + timedelta(hours=1))
+        meter_pass_at(client, clock, MIDNIGHT)
+        meter_pass_at(client, clock, MIDNIGHT + timedelta(hours=1))
         body = client.get(f"/v1/rentals/{rental['id']}", headers=headers).json()
         assert body["price_micros_per_hour"] == TWENTY_OFF
         assert body["quote"]["discounts"] == [
@@ -114,7 +97,7 @@ def test_a_membership_starting_next_month_posts_its_fee_once_when_it_starts(data
         assert client.get("/v1/limits", headers=headers).json()["spent_month_micros"] == 0
         assert client.get("/v1/invoices/2026-12", headers=headers).json()["plan_lines"] == []
 
-        _pass_at(client, clock, MIDNIGHT + timedelta(minutes=5))
+        meter_pass_at(client, clock, MIDNIGHT + timedelta(minutes=5))
         client.app.state.services.meter.work()  # a second pass posts nothing more
         fees = [t for t in client.get("/v1/ledger", headers=headers).json() if t["kind"] == "membership"]
         assert [(t["ref"], t["at_s"]) for t in fees] == [(plan["id"], int(MIDNIGHT.timestamp()))]

@@ -474,35 +474,51 @@ class BillingService:
                 if self._final(item, usage, now_s):  # what is posted now is all it will ever be charged
                     closed.append(usage.rental_id)
                 already = posted.get(usage.rental_id, PostedCharges())
-                delta = usage.charge_delta(already.micros, now_s)
-                if delta == 0:
-                    continue
-                grants_account = AccountId.tenant_grants(usage.tenant)
-                grants = balances.get(grants_account, 0)
-                parts = None
-                if usage.shared:  # several providers' nodes: each its share to date less what it had
-                    credited = credits.get(usage.rental_id, {})
-                    parts = provider_parts(usage, delta, self.commission_bp, already.micros, credited, now_s)
-                postings = charge_postings(usage, delta, grants, self.commission_bp, already.micros, parts)
-                tx = Transaction.chained(
-                    head,
-                    key=f"charge:{usage.rental_id}:{already.count + 1}",
-                    kind=TxKind.CHARGE,
-                    at_s=now_s,
-                    postings=postings,
-                    ref=usage.rental_id,
-                    memo=usage.memo(now_s),
-                )
-                head = tx.hash
-                if grants > 0:  # the only balance a charge reads: the tenant's grants, spent first
-                    balances[grants_account] = grants + sum(
-                        p.amount_micros for p in tx.postings if p.account == grants_account
-                    )
-                added.append(tx)
+                credited = dict(credits.get(usage.rental_id, {}))
+                for at_s, delta in usage.charge_by_day(already.micros, now_s):  # one charge per UTC day
+                    tx = self._charge(head, usage, at_s, delta, already, balances, credited)
+                    head = tx.hash
+                    already = PostedCharges(already.micros + delta, already.count + 1)
+                    added.append(tx)
             uow.ledger.append_many(added, now)
             uow.rentals.close_billing(closed, now)
             uow.commit()
             return len(added), last
+
+    def _charge(
+        self,
+        head: str,
+        usage: RentalUsage,
+        at_s: int,
+        delta: int,
+        already: PostedCharges,
+        balances: dict[AccountId, int],
+        credited: dict[str, int],
+    ) -> Transaction:
+        """The rental's next charge, `delta` run up by `at_s` after `already`, chained on `head`; the grants
+        balance and what each provider was `credited` are moved on by it, for the charge after."""
+        grants_account = AccountId.tenant_grants(usage.tenant)
+        grants = balances.get(grants_account, 0)
+        parts = None
+        if usage.shared:  # several providers' nodes: each its share to date less what it had
+            parts = provider_parts(usage, delta, self.commission_bp, already.micros, credited, at_s)
+            for owner, micros in parts.items():
+                credited[owner] = credited.get(owner, 0) + micros
+        postings = charge_postings(usage, delta, grants, self.commission_bp, already.micros, parts)
+        tx = Transaction.chained(
+            head,
+            key=f"charge:{usage.rental_id}:{already.count + 1}",
+            kind=TxKind.CHARGE,
+            at_s=at_s,
+            postings=postings,
+            ref=usage.rental_id,
+            memo=usage.memo(at_s),
+        )
+        if grants > 0:  # the only balance a charge reads: the tenant's grants, spent first
+            balances[grants_account] = grants + sum(
+                p.amount_micros for p in tx.postings if p.account == grants_account
+            )
+        return tx
 
     @staticmethod
     def _final(item: MeterRental, usage: RentalUsage, now_s: int) -> bool:

@@ -286,8 +286,8 @@ def coverage_micros(rental: Rental) -> int:
 
 def spent_now(uow: UnitOfWork, tenant_ids: Sequence[str], now_s: float) -> dict[str, Spent]:
     """What each tenant has spent (cash and grants) in the UTC day and calendar month of `now_s`: what the
-    ledger has charged in them, and what its rentals have run up that the meter has not posted yet (posted
-    later, it falls in the period that is current then, as this one or a later one)."""
+    ledger has charged in them, and what its rentals have run up in them that the meter has not posted yet
+    (the meter posts each day's seconds in that day, so what was run up before is no part of this one)."""
     return spend_now(uow, tenant_ids, now_s)[0]
 
 
@@ -302,9 +302,11 @@ def spend_now(
     today = uow.ledger.charged_since(tenant_ids, int(day.timestamp()), through_seq=through)
     month_start = int(day.replace(day=1).timestamp())
     this_month = uow.ledger.charged_since(tenant_ids, month_start, through_seq=through)
-    found = open_spend(uow, tenant_ids, int(now_s), through)
-    owed = found.owed_micros
+    day_start = int(day.timestamp())
+    found = open_spend(uow, tenant_ids, int(now_s), through, since_s=(day_start, month_start))
+    owed_today, owed_month = found.owed_since_micros[day_start], found.owed_since_micros[month_start]
     spent = {
-        t: Spent(today.get(t, 0) + owed.get(t, 0), this_month.get(t, 0) + owed.get(t, 0)) for t in tenant_ids
+        t: Spent(today.get(t, 0) + owed_today.get(t, 0), this_month.get(t, 0) + owed_month.get(t, 0))
+        for t in tenant_ids
     }
     return spent, found.windows

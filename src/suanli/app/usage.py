@@ -126,18 +126,25 @@ class OpenSpend:
     """What some tenants' open rentals ran up that the ledger does not charge yet, and how far each is."""
 
     owed_micros: dict[str, int] = field(default_factory=dict)  # per tenant
+    owed_since_micros: dict[int, dict[str, int]] = field(default_factory=dict)  # per period start, per tenant
     windows: dict[str, BillingWindow] = field(default_factory=dict)  # per rental
 
 
 def open_spend(
-    uow: UnitOfWork, tenant_ids: Sequence[str], now_s: int, through_seq: int, page: int = 2000
+    uow: UnitOfWork,
+    tenant_ids: Sequence[str],
+    now_s: int,
+    through_seq: int,
+    page: int = 2000,
+    since_s: Sequence[int] = (),
 ) -> OpenSpend:
     """What `tenant_ids`' rentals have run up to `now_s`, read as the meter would charge them now (to their
     nodes' last heartbeat: a silent node's time may never be charged), that the ledger's transactions up to
     `through_seq` do not charge; and per rental how far that charges it and when its billing ends, if known,
     so a spend cap counts its rate between (the heartbeat's lag too) as committed, and nothing twice (a
-    live rental is charged no minimum yet)."""
-    found = OpenSpend()
+    live rental is charged no minimum yet). For each of `since_s` (a day's or month's start), the part of it
+    run up from then on (`owed_since_micros`): the meter posts the rest in the earlier period."""
+    found = OpenSpend(owed_since_micros={start_s: {} for start_s in since_s})
     after = None
     while tenant_ids:
         items = uow.rentals.meter_page(after, page, tenants=tenant_ids)
@@ -155,6 +162,9 @@ def open_spend(
             delta = usage.charge_delta(0 if already is None else already.micros, now_s)
             if delta:
                 found.owed_micros[item.tenant_id] = found.owed_micros.get(item.tenant_id, 0) + delta
+                for start_s, owed in found.owed_since_micros.items():
+                    part = usage.charge_delta_since(0 if already is None else already.micros, start_s, now_s)
+                    owed[item.tenant_id] = owed.get(item.tenant_id, 0) + part
             bound = rental_usage(replace(item, heartbeat_at=None), {}, rates.get(item.id, ()))
             reached = now_s if usage.ended_s is None else min(now_s, usage.ended_s)
             ends_s = None if bound is None or bound.ended_s is None else float(bound.ended_s)

@@ -300,3 +300,39 @@ def test_the_provider_split_of_successive_charges_is_the_split_of_their_sum(
         assert provider >= 0 and platform >= 0 and provider + platform == amount
         provider_total, already = provider_total + provider, already + amount
     assert provider_total == split_provider(already, commission_bp)[0]
+
+
+@given(
+    start_s=st.integers(0, 5 * 86_400),
+    length_s=st.integers(1, 3 * 86_400),
+    already_s=st.integers(0, 3 * 86_400),
+    rate=st.integers(0, 10_000_000),
+)
+def test_a_charge_over_midnights_is_posted_per_day_each_second_once(
+    start_s: int, length_s: int, already_s: int, rate: int
+) -> None:
+    """The pieces of a late charge sum to its delta, each dated in the UTC day whose seconds it charges (an
+    earlier day's at its last second): the charge of a day's seconds falls in that day."""
+    usage = RentalUsage("rnt_1", "ten_a", "prov_1", rate, start_s, minimum_s=0)
+    now_s = start_s + length_s
+    already = usage.charge_to_date(min(now_s, start_s + already_s))
+    pieces = usage.charge_by_day(already, now_s)
+    assert sum(micros for _, micros in pieces) == usage.charge_delta(already, now_s)
+    assert all(micros > 0 for _, micros in pieces)
+    level = already
+    for at_s, micros in pieces:
+        level += micros
+        end_of_day_s = min(now_s, at_s - at_s % 86_400 + 86_400)
+        assert level == max(already, usage.charge_to_date(end_of_day_s))
+
+
+def test_an_hour_across_midnight_posted_at_one_is_two_charges() -> None:
+    """2.99 per hour from 23:00 to 01:00, nothing posted: 2,990,000 dated 23:59:59, 2,990,000 at 01:00."""
+    midnight = to_epoch_s(datetime(2027, 1, 1, tzinfo=UTC))
+    usage = RentalUsage("rnt_1", "ten_a", "prov_1", 2_990_000, midnight - 3600, minimum_s=0)
+    assert usage.charge_by_day(0, midnight + 3600) == (
+        (midnight - 1, 2_990_000),
+        (midnight + 3600, 2_990_000),
+    )
+    assert usage.charge_by_day(0, midnight) == ((midnight - 1, 2_990_000),)  # at 00:00:00: Dec 31's seconds
+    assert usage.charge_delta_since(0, midnight, midnight + 1800) == 1_495_000

@@ -9,11 +9,12 @@ Rules:
   a resized rental's follow its sizes (`Size`, one per resize, the first from its placement), each second at
   the size in force.
 * Money: a line's `amount_micros` is what the ledger charged the rental inside the month: the sum of its
-  charge transactions with `at_s` in the month (the meter posts cumulatively, so a charge posted just after
-  midnight on the 1st belongs to the new month). The total is the exact integer sum of every line's
-  amount (rental lines, plan lines, SLA credit lines). An SLA credit line is the month's posted credit
-  (key `sla:{tenant}:{yyyy-mm}`) as a negative amount, its description the credit's memo (availability,
-  tier, the outage ids as evidence).
+  charge transactions with `at_s` in the month (the meter posts cumulatively, one charge per UTC day it
+  covers, an earlier day's dated its last second: a charge posted just after midnight on the 1st for
+  seconds of the month before belongs to that month, `RentalUsage.charge_by_day`). The total is the exact
+  integer sum of every line's amount (rental lines, plan lines, SLA credit lines). An SLA credit line is
+  the month's posted credit (key `sla:{tenant}:{yyyy-mm}`) as a negative amount, its description the
+  credit's memo (availability, tier, the outage ids as evidence).
 * Energy (kWh) = power per GPU (W) x GPU-hours x the region's PUE / 1000, where the power is the
   measured average power per GPU from agent telemetry when known (`suanli.domain.billing.energy`: only when
   the measurements cover at least half the rental's billable time), else TDP x `UTILIZATION_ESTIMATE` (0.7).

@@ -22,6 +22,8 @@ Rules, all in integer micros:
   seconds leave the gaps out.
 * A meter run posts only `charge_delta` = charge to date - already posted, never negative, under the key
   `charge:{rental_id}:{n}`, n counting the rental's charges already in the journal; nothing to post, no key.
+  A delta run up over a UTC midnight is posted as one charge per day (`charge_by_day`), the earlier days'
+  dated their last second, so a day's and a month's spend and invoice hold the charge of their own seconds.
 * A charge is paid from the tenant's grants first, then cash (cash may go below 0: the shell warns and stops).
 * The providers get their share of the cumulative charge: floor(total_after * (10000 - commission_bp) /
   10000) less the same of total_before; the platform gets the remainder, so the two sum to the charge exactly
@@ -42,6 +44,7 @@ from suanli.domain.billing.ledger import AccountId, AccountKind, Journal, Postin
 from suanli.domain.billing.money import BASIS_POINTS, SECONDS_PER_HOUR, charge_micros, round_half_up
 from suanli.domain.billing.provider_split import Holders, charge_parts, providers_of, shares_to_date
 
+SECONDS_PER_DAY = 86_400  # a UTC day: epoch seconds count no leap seconds, so midnights are its multiples
 DEFAULT_MINIMUM_S = 60
 _CHARGED = frozenset({AccountKind.PROVIDER_PAYABLE, AccountKind.PLATFORM_REVENUE})
 
@@ -173,6 +176,33 @@ class RentalUsage:
     def charge_delta(self, already_posted_micros: int, now_s: int) -> int:
         """What is left to post at `now_s`; 0 when everything is posted (or more, from a later run)."""
         return max(0, self.charge_to_date(now_s) - already_posted_micros)
+
+    def charge_delta_since(self, already_posted_micros: int, since_s: int, now_s: int) -> int:
+        """The part of `charge_delta` run up from `since_s` on (a day's or month's start): what was run up
+        before it and is not posted yet belongs to the earlier period."""
+        return max(0, self.charge_to_date(now_s) - max(already_posted_micros, self.charge_to_date(since_s)))
+
+    def charge_by_day(self, already_posted_micros: int, now_s: int) -> tuple[tuple[int, int], ...]:
+        """`charge_delta` as (at_s, micros) pieces, one per UTC day it was run up in: a day before `now_s`'s
+        is dated its last second, so a charge late past midnight (or a month's end) falls in the day and month
+        of its seconds, each second once; the pieces sum to `charge_delta`."""
+        total = self.charge_to_date(now_s)
+        if total <= already_posted_micros:
+            return ()
+        midnights: list[int] = []
+        midnight = now_s - now_s % SECONDS_PER_DAY
+        while midnight > self.started_s and self.charge_to_date(midnight) > already_posted_micros:
+            midnights.append(midnight)
+            midnight -= SECONDS_PER_DAY
+        pieces, level = [], already_posted_micros
+        for midnight in reversed(midnights):
+            reached = min(max(level, self.charge_to_date(midnight)), total)
+            if reached > level:
+                pieces.append((midnight - 1, reached - level))
+            level = reached
+        if total > level:
+            pieces.append((now_s, total - level))
+        return tuple(pieces)
 
 
 def _rate_at(rate: int, changes: tuple[tuple[int, int], ...], at_s: int) -> int:
