@@ -1037,6 +1037,31 @@ def test_a_workload_that_exits_between_heartbeats_is_told_within_half_a_second_n
     assert [(r.rental_id, r.state) for r in client.reports[-1]] == [("r-1", "succeeded")]
 
 
+def test_a_workload_that_exits_while_the_server_cannot_be_reached_is_reported_with_how_long_ago_it_exited(
+    tmp_path: Path,
+) -> None:
+    """Audit T1: the heartbeats fail while the workload exits and for a while after; the report that gets
+    through says how long ago it exited (`since_exit_s`, the agent's own elapsed time, so no clock skew
+    counts), and `ran_s` less that is how long it ran, so the server bills its run and not the outage."""
+    client = FakeClient()
+    client.assignments = [assignment("r-1", "import time; time.sleep(0.3)")]
+    runner = make_runner(tmp_path, client)
+    runner.step()
+    eventually(lambda: not runner.local["r-1"].workload.poll().running)
+    exited = time.monotonic()
+    client.fail_next = [ServerUnreachable("down"), ServerUnreachable("down")]
+    for _ in range(2):
+        with pytest.raises(ServerUnreachable):
+            runner.step()
+        time.sleep(0.5)
+    runner.step()
+    (report,) = client.reports[-1]
+    assert report.state == "succeeded" and report.since_exit_s is not None and report.ran_s is not None
+    away_s = time.monotonic() - exited
+    assert away_s - 0.3 <= report.since_exit_s <= away_s + runner_module.EXIT_POLL_S + 0.1
+    assert 0.3 <= report.ran_s - report.since_exit_s < 0.3 + 2.0  # its start-up and our polling on top
+
+
 @pytest.mark.parametrize("noticed", [False, True], ids=["no-notice", "noticed"])
 def test_a_workload_no_longer_assigned_gets_sigterm_first_unless_it_had_its_notice(
     tmp_path: Path, noticed: bool

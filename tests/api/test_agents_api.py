@@ -15,6 +15,7 @@ from conftest import (
     FLEET,
     AppTransport,
     FixedClock,
+    charged,
     logged_in_as,
     register_agent,
     scheduler_cycles,
@@ -25,6 +26,7 @@ from suanli.cli import admin_commands, platform_commands
 from suanli.cli.main import app
 from suanli.client import Client
 from suanli.client.client import ServerUnreachable
+from suanli.domain.billing.money import charge_micros
 
 
 def test_the_sdk_knows_the_states_a_rental_ends_in() -> None:
@@ -365,6 +367,66 @@ def test_a_run_whose_first_report_is_its_end_starts_when_the_agent_says_it_start
     refused = {"rental_id": rental["id"], "state": "running", "ran_s": -1}
     answer = client.post("/v1/agents/heartbeat", json={"workloads": [refused]}, headers=node)
     assert answer.status_code == 422
+
+
+def test_a_workload_that_exits_while_its_reports_cannot_reach_the_server_is_billed_to_its_exit(
+    client: TestClient, tenant
+) -> None:
+    """Audit T1: a 90-s workload that exited 40 s into an outage (its reports could not reach the server):
+    the report that finally arrives says how long ago it exited (`since_exit_s`), so its run, its end event
+    and its charge stop at the exit, not at the report's arrival; a negative one is refused naming it."""
+    _, owner = tenant("owner")
+    body = {"gpu_model": "L40S", "gpus": 1, "command": ["train"], "regions": []}
+    rental_id = client.post("/v1/rentals", json=body, headers=owner).json()["id"]
+    placed = wait_for(client, rental_id, owner, "placed")
+    node = register_agent(client, placed["allocation"][0]["node"])
+    started = datetime.now(UTC) + timedelta(seconds=1)  # the workload started after its placement
+
+    def beat(after_s: float, **workload: object) -> None:
+        client.app.state.services.agents.clock = FixedClock(started + timedelta(seconds=after_s))
+        report = {"rental_id": rental_id, "ran_s": after_s, **workload}
+        answer = client.post("/v1/agents/heartbeat", json={"workloads": [report]}, headers=node)
+        assert answer.status_code == 200, answer.text
+
+    beat(0, state="running")
+    beat(80, state="running")  # its last heartbeat before the outage
+    beat(130, state="succeeded", exit_code=0, since_exit_s=40)  # it exited at 90 s; the server was down
+
+    (run,) = client.get(f"/v1/rentals/{rental_id}/runs", headers=owner).json()
+    assert datetime.fromisoformat(run["started_at"]) == started
+    assert datetime.fromisoformat(run["ended_at"]) == started + timedelta(seconds=90)
+    view = client.get(f"/v1/rentals/{rental_id}", headers=owner).json()
+    assert view["state"] == "stopped"
+    assert datetime.fromisoformat(view["events"][-1]["at"]) == started + timedelta(seconds=90)
+    client.app.state.services.billing.meter(now=started + timedelta(minutes=10))
+    assert charged(client, rental_id, owner) == charge_micros(view["price_micros_per_hour"], 90)
+    early = {"rental_id": rental_id, "state": "succeeded", "ran_s": 1, "since_exit_s": -1}
+    refused = client.post("/v1/agents/heartbeat", json={"workloads": [early]}, headers=node)
+    assert refused.status_code == 422 and "since_exit_s" in refused.text
+
+
+def test_an_exit_reported_before_the_run_started_ends_it_at_its_start_and_an_older_agent_at_the_report(
+    client: TestClient, tenant
+) -> None:
+    """`since_exit_s` longer than the run (a skewed report) ends the run at its start, never before it; an
+    agent that does not send it (an older release) has its run end when its report arrives, as before."""
+    _, owner = tenant("owner")
+    body = {"gpu_model": "L40S", "gpus": 1, "command": ["train"], "regions": []}
+    agents: dict[str, dict[str, str]] = {}
+    for since_exit_s, run_s in ((500.0, 0), (None, 30)):
+        rental_id = client.post("/v1/rentals", json=body, headers=owner).json()["id"]
+        name = wait_for(client, rental_id, owner, "placed")["allocation"][0]["node"]
+        node = agents[name] if name in agents else agents.setdefault(name, register_agent(client, name))
+        started = datetime.now(UTC) + timedelta(seconds=1)
+        workload = {"rental_id": rental_id, "state": "succeeded", "exit_code": 0, "ran_s": 30.0}
+        if since_exit_s is not None:
+            workload["since_exit_s"] = since_exit_s
+        client.app.state.services.agents.clock = FixedClock(started + timedelta(seconds=30))
+        answer = client.post("/v1/agents/heartbeat", json={"workloads": [workload]}, headers=node)
+        assert answer.status_code == 200, answer.text
+        (run,) = client.get(f"/v1/rentals/{rental_id}/runs", headers=owner).json()
+        ran = datetime.fromisoformat(run["ended_at"]) - datetime.fromisoformat(run["started_at"])
+        assert ran == timedelta(seconds=run_s)
 
 
 def test_the_end_of_the_output_is_read_with_tail(client: TestClient, tenant) -> None:

@@ -550,6 +550,27 @@ def test_a_restarted_server_does_not_lose_a_running_rental(platform: Platform) -
     wait_until(lambda: not _alive(pgid), 5, "workload stopped")
 
 
+def test_a_workload_that_exits_while_the_server_is_down_has_its_run_end_at_its_exit(
+    platform: Platform,
+) -> None:
+    """Audit T1, end to end: the server is stopped while a 2-s workload runs and stays down well past its
+    exit; the agent's report when it is back says how long ago the workload exited, so the run (where
+    billing stops) lasts the workload's 2 s, not until the server heard of it."""
+    outage_s = 6.0
+    with platform.tenant() as api:
+        rental = api.create_rental(RentalCreateRequest(gpus=1, command=["sleep", "2"]))
+        wait_for_state(api, rental.id, "running")
+    platform.stop_server()
+    time.sleep(outage_s)
+    platform.start_server()
+    with platform.tenant() as api:
+        wait_for_state(api, rental.id, "stopped")
+        (run,) = api.rental_runs(rental.id)
+    assert run.started_at is not None and run.ended_at is not None
+    ran_s = (run.ended_at - run.started_at).total_seconds()
+    assert 2.0 <= ran_s < 2.0 + outage_s / 2, f"the run lasted {ran_s:.1f} s"
+
+
 def test_an_on_demand_rental_preempts_a_spot_one_with_notice_then_runs(platform: Platform) -> None:
     with platform.tenant() as api:
         spots, od, victim = _spot_noticed_for_on_demand(api)

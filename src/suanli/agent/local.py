@@ -33,6 +33,7 @@ class Local:
     stale_record: Path | None = None  # the record of a run that ended with no agent here, till reported
     attempt: int = 0  # the server's count of restarts on all the rental's nodes that this run follows
     launched_at: float | None = None  # monotonic time this agent started the workload (None: adopted)
+    exited_at: float | None = None  # monotonic time this agent first saw it ended (None: it runs)
     restarted_here: int = 0  # restarts this agent made by itself after failures (one node, on-failure)
     failed_exit_code: int | None = None  # the exit code the last of them followed
     placement: int = 0  # the server's count of the rental's placements this run follows

@@ -43,7 +43,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -353,6 +353,7 @@ class AgentRunner:
                 self._launch(replace(local.assignment, attempt=local.tracker.restarts), local)
                 continue
             local.state, local.exit_code = _REPORTED[outcome], status.exit_code
+        _note_exits(self.local.values())
 
     def ship_logs(self) -> None:
         client = self._require_client()
@@ -372,7 +373,8 @@ class AgentRunner:
                 placement=local.placement,
                 restarts=local.restarted_here,
                 failed_exit_code=local.failed_exit_code,
-                ran_s=None if local.launched_at is None else round(time.monotonic() - local.launched_at, 3),
+                ran_s=_seconds_since(local.launched_at),
+                since_exit_s=_seconds_since(local.exited_at),
             )
             for local in self.local.values()
         ]
@@ -847,6 +849,22 @@ UNREADABLE_ANSWER = (
     "behind) or the server is not suanli; upgrade the agent. Workloads keep running, but no new rental, stop "
     "or notice is carried out until then; retry in %.1f s"
 )
+
+
+def _note_exits(locals_: Iterable[Local]) -> None:
+    """Stamp when each workload was first seen ended (cleared when it runs again: a restart): its reports
+    say how long ago that was (`since_exit_s`), so a run whose end reaches the server late is billed to its
+    exit; every path that ends a workload is followed by a poll, which calls this."""
+    for local in locals_:
+        if local.state == "running":
+            local.exited_at = None
+        elif local.exited_at is None:
+            local.exited_at = time.monotonic()
+
+
+def _seconds_since(monotonic_s: float | None) -> float | None:
+    """Seconds (to the millisecond) since a moment on this host's monotonic clock; None for none."""
+    return None if monotonic_s is None else round(time.monotonic() - monotonic_s, 3)
 
 
 def _transient(error: ApiError) -> bool:

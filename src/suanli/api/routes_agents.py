@@ -79,6 +79,7 @@ def heartbeat(body: HeartbeatRequest, key: NodeKeyDep, service: AgentsDep) -> He
             w.restarts,
             w.failed_exit_code,
             w.placement,
+            w.since_exit_s,
         )
         for w in body.workloads
     ]

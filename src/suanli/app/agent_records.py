@@ -70,6 +70,7 @@ class WorkloadReport:
     restarts: int = 0  # restarts the agent made by itself after failures (a one-node rental's on-failure)
     failed_exit_code: int | None = None  # the exit code the last of those restarts followed
     placement: int | None = None  # the placement the agent's run follows (None: an agent that does not say)
+    since_exit_s: float | None = None  # how long ago an ended workload exited (None: at the report)
 
 
 @dataclass(frozen=True, slots=True)

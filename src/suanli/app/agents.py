@@ -342,18 +342,20 @@ class AgentService:
         if given_up and (run.ended_at is not None or not ended):
             return False  # a node it no longer holds: only the end of its run there is news
         if given_up and rental.state in LIVE_STATES:  # released by a shrink: the run ends, the rental goes on
-            uow.agents.put_run(replace(run, state=report.state, exit_code=report.exit_code, ended_at=now))
+            exited = _exited_at(report, run.started_at or rental.placed_at, now)
+            uow.agents.put_run(replace(run, state=report.state, exit_code=report.exit_code, ended_at=exited))
             return False
         if report.restarts > run.restarts:  # only a one-node rental's agent restarts it by itself
             _restarted_here(uow, rental, node, report, report.restarts - run.restarts, now)
+        started = run.started_at or _started_at(rental, report, now)
         uow.agents.put_run(
             RentalRun(
                 rental.id,
                 node,
                 report.state,
                 report.exit_code if ended else run.exit_code,
-                run.started_at or _started_at(rental, report, now),
-                run.ended_at or (now if ended else None),
+                started,
+                run.ended_at or (_exited_at(report, started or rental.placed_at, now) if ended else None),
                 now,
                 max(
                     report.restarts, run.restarts
@@ -376,7 +378,8 @@ class AgentService:
         message = f"on {node}: workload {report.state}{detail}" + (
             f"; {report.message}" if report.message else ""
         )
-        uow.rentals.add_event(rental.id, RentalEvent(now, new, None, message))
+        ended_by_it = _workload_ended_at(uow, rental, now) if new in END_STATES else now
+        uow.rentals.add_event(rental.id, RentalEvent(ended_by_it, new, None, message))
         if new in END_STATES:
             uow.rentals.release(rental.id, at=now)
             pass_on_coverage(uow, rental, now)
@@ -430,17 +433,20 @@ class AgentService:
     @staticmethod
     def _left_early(uow: AgentUnitOfWork, rental: Rental, now: datetime) -> bool:
         """A victim under notice whose workload ended on every node: its deadline becomes now, so the next
-        cycle ends it `preempted` and gives its capacity to the preemptor in one transaction."""
+        cycle ends it `preempted` and gives its capacity to the preemptor in one transaction; its deadline
+        (where its billing ends) is when the last of them exited."""
         for allocation in uow.rentals.allocation(rental.id):
             run = uow.agents.run(rental.id, allocation.node, rental.placements)
             if run is None or run.ended_at is None:
                 return False
-        if rental.notice_deadline is not None and rental.notice_deadline > now:  # not killed at it: it left
+        left_at = _workload_ended_at(uow, rental, now)
+        # not killed at its deadline: it left
+        if rental.notice_deadline is not None and rental.notice_deadline > left_at:
             uow.rentals.add_event(
                 rental.id,
-                RentalEvent(now, "preempting", LEFT_UNDER_NOTICE, "its workload ended under notice"),
+                RentalEvent(left_at, "preempting", LEFT_UNDER_NOTICE, "its workload ended under notice"),
             )
-        uow.rentals.advance_deadline(rental.id, now)
+        uow.rentals.advance_deadline(rental.id, left_at)
         return True
 
     def _assignments(self, uow: AgentUnitOfWork, node: str) -> list[NodeAssignment]:
@@ -633,7 +639,8 @@ def _earlier_run_reported(
     is news, and it ends that run (the rental's state follows its current run); False: nothing changed."""
     run = uow.agents.run(rental_id, node, placement)
     if run is not None and run.ended_at is None and report.state in WORKLOAD_ENDED:
-        uow.agents.put_run(replace(run, state=report.state, exit_code=report.exit_code, ended_at=now))
+        exited = _exited_at(report, run.started_at, now)
+        uow.agents.put_run(replace(run, state=report.state, exit_code=report.exit_code, ended_at=exited))
     return False
 
 
@@ -644,6 +651,27 @@ def _started_at(rental: Rental, report: WorkloadReport, now: datetime) -> dateti
         started = now - timedelta(seconds=report.ran_s)
         return max(started, rental.placed_at) if rental.placed_at is not None else started
     return now if report.state == "running" else None
+
+
+def _exited_at(report: WorkloadReport, start: datetime | None, now: datetime) -> datetime:
+    """When a run reported ended did: `since_exit_s` before the report (never before `start`), so a workload
+    that exited while its reports could not reach the server is not billed for the wait; without it (an
+    older agent), the report's arrival."""
+    if report.since_exit_s is None:
+        return now
+    exited = now - timedelta(seconds=report.since_exit_s)
+    return exited if start is None else min(max(exited, start), now)
+
+
+def _workload_ended_at(uow: AgentUnitOfWork, rental: Rental, now: datetime) -> datetime:
+    """When the rental's workload ended: the last exit among its current placement's runs (as their agents
+    reported it), else `now`; its end event is put there, so its billing ends there too."""
+    ends = [
+        run.ended_at
+        for run in uow.agents.runs(rental.id)
+        if run.placement == rental.placements and run.ended_at is not None
+    ]
+    return max(ends, default=now)
 
 
 def _restarts_together(rental: Rental, allocation: Sequence[NodeAllocation]) -> bool:

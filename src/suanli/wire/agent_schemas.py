@@ -85,6 +85,15 @@ class WorkloadReportBody(WireModel):
         "long before the report, so a workload that ends between two heartbeats has its start too. Absent "
         "(an adopted workload): the first `running` report is its start.",
     )
+    since_exit_s: float | None = Field(
+        default=None,
+        ge=0,
+        le=10 * 365 * 24 * 3600,
+        description="With an ended state: seconds since the agent saw the workload exit, so a run whose end "
+        "could not reach the server at once (a server outage) ends, and is billed, to its exit, not to the "
+        "report's arrival (never before its start). Absent (an older agent): its end is the report's "
+        "arrival.",
+    )
 
 
 class MigInstanceReport(WireModel):
