@@ -31,6 +31,7 @@ from suanli.cli import billing_commands
 from suanli.cli.billing_commands import check, to_domain
 from suanli.cli.main import app
 from suanli.domain.billing.money import charge_micros
+from suanli.store.ledger_repositories import SqlLedger
 from suanli.wire.billing_schemas import BalanceResponse, LedgerTransactionResponse
 
 
@@ -199,6 +200,42 @@ def test_a_stop_charges_only_the_ended_rental_and_the_timer_pass_charges_the_res
         assert all(charged(client, i, headers) > 0 for i in live_ids)
         assert charged(client, stopped_id, headers) == final_micros  # charged once, not again
         assert _transaction_count(client) == before + 1 + len(live_ids)
+
+
+def test_verify_reads_one_snapshot_while_the_meter_posts_between_its_reads(
+    client, tenant, monkeypatch
+) -> None:
+    """Audit T2: a meter pass commits a charge after verify has read the journal and before it reads the
+    running balances and the postings' sums. Verify reads one snapshot, so it still answers ok (on
+    PostgreSQL it said "recomputed X, stated Y" for every account the charge moved); the next one counts
+    the charge. On SQLite the pass waits for verify's transaction to end."""
+    tenant_id, headers = tenant("metered")
+    client.post(f"/v1/tenants/{tenant_id}/credit", json={"amount_micros": 50_000_000}, headers=ADMIN)
+    rental_id = client.post("/v1/rentals", json=H100, headers=headers).json()["id"]
+    placed = wait_for(client, rental_id, headers, "placed")
+    placed_at = datetime.fromisoformat(next(e["at"] for e in placed["events"] if e["kind"] == "placed"))
+    billing = client.app.state.services.billing
+    billing.meter(now=placed_at + timedelta(minutes=5))
+    before = _transaction_count(client)
+    passes: list[threading.Thread] = []
+    read_journal = SqlLedger.transactions
+
+    def journal_then_a_meter_pass(ledger: SqlLedger, owner: str | None = None) -> list:
+        journal = read_journal(ledger, owner)
+        if owner is None and not passes:  # verify's first read; a commit lands before its next ones
+            passes.append(
+                threading.Thread(target=billing.meter, kwargs={"now": placed_at + timedelta(minutes=9)})
+            )
+            passes[0].start()
+            passes[0].join(timeout=2)  # committed on PostgreSQL; waiting on verify's lock on SQLite
+        return journal
+
+    monkeypatch.setattr(SqlLedger, "transactions", journal_then_a_meter_pass)
+    verified = client.get("/v1/ledger/verify", headers=ADMIN).json()
+    passes[0].join(timeout=WAIT_S)
+    assert verified["problems"] == [] and verified["ok"], verified
+    assert verified["transactions"] == before
+    assert _transaction_count(client) == before + 1  # the charge that landed meanwhile
 
 
 def test_billing_routes_are_isolated_between_tenants(client, tenant) -> None:

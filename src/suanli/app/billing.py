@@ -632,7 +632,10 @@ class BillingService:
             return result, count
 
     def _verify_now(self) -> tuple[Verification, int]:
+        """The journal, the running balances and the postings' sums as of one moment: read apart, a charge
+        committed between the reads (the meter posts every pass) showed as balances off the chain."""
         with self.uow() as uow:
+            uow.read_snapshot()
             transactions = uow.ledger.transactions(None)
             stored = uow.ledger.balances(None)
             posted = uow.ledger.posted_balances()
