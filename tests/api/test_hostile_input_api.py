@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import update
+from sqlalchemy.orm import Session
 
-from conftest import ADMIN, FLEET, app_client, wait_for
+from conftest import ADMIN, FLEET, app_client, running_share, wait_for
+from suanli.api.errors import error_response
 from suanli.config import Settings
-from suanli.wire.schemas import MAX_DURATION_S
+from suanli.store.rows import RentalExecRow, RentalRow
+from suanli.wire import agent_schemas, billing_schemas, plan_schemas, schemas
+from suanli.wire.schemas import MAX_DURATION_S, WireModel
 
 JSON, TOML = {"Content-Type": "application/json"}, {"Content-Type": "application/toml"}
 FAR = "9999-12-31T23:00:00-12:00"  # valid ISO 8601, but past year 9999 in UTC
@@ -315,3 +322,105 @@ def test_a_body_over_the_limit_is_refused_with_413_before_it_is_read_or_the_key_
         assert fleet.status_code == 200, fleet.text
         small = {"gpu_model": "L40S", "gpus": 1, "command": ["true"]}
         assert client.post("/v1/rentals", json=small, headers=headers).status_code == 201
+
+
+LONE_SURROGATE = "\ud800"  # JSON's escape of half a UTF-16 pair: no UTF-8 encodes it, no answer could send it
+
+
+def _as_json(body: object) -> dict[str, object]:
+    """Request arguments carrying `body` as JSON with its non-ASCII text escaped (a lone surrogate too)."""
+    return {"content": json.dumps(body), "headers": {"Content-Type": "application/json"}}
+
+
+@pytest.mark.parametrize(
+    ("url", "body", "field"),
+    [
+        ("/v1/rentals", {"gpus": 1, "command": ["sh", "-c", f"echo {LONE_SURROGATE}"]}, "command"),
+        ("/v1/rentals", {"gpus": 1, "env": {"A": LONE_SURROGATE}}, "env"),
+        ("/v1/rentals", {"gpus": 1, "regions": [LONE_SURROGATE]}, "regions"),
+        ("/v1/rentals", {"gpus": 1, "labels": {"team": LONE_SURROGATE}}, "labels"),
+        ("/v1/rentals", {"gpus": 1, "image": LONE_SURROGATE}, "image"),
+        ("/v1/rentals/dry-run", {"gpus": 1, "regions": [LONE_SURROGATE]}, "regions"),
+    ],
+    ids=["command", "env", "regions", "labels", "image", "dry-run-regions"],
+)
+def test_text_that_utf8_cannot_encode_is_a_422_naming_the_field_and_nothing_is_stored(
+    client, url: str, body: dict, field: str
+) -> None:
+    """A lone surrogate was stored, and every answer that carried it was a 500 from then on."""
+    _, headers = _funded(client)
+    arguments = _as_json(body)
+    refused = client.post(url, content=arguments["content"], headers={**headers, **arguments["headers"]})
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["error"]["field"] == field, refused.text
+    assert client.get("/v1/rentals", headers=headers).json() == []
+
+
+def test_an_exec_command_that_utf8_cannot_encode_is_a_422_naming_command(client) -> None:
+    _, owner = _funded(client)
+    rental_id, _ = running_share(client, owner)
+    url = f"/v1/rentals/{rental_id}/execs"
+    arguments = _as_json({"command": ["echo", LONE_SURROGATE]})
+    refused = client.post(url, content=arguments["content"], headers={**owner, **arguments["headers"]})
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["error"]["field"] == "command", refused.text
+    assert client.get(url, headers=owner).json() == []
+
+
+def test_a_stored_lone_surrogate_from_before_the_check_breaks_no_heartbeat_nor_listing(client) -> None:
+    """Rows stored before the check still reach the node's heartbeat: its answer escapes the text, so one
+    tenant's rental never cuts a node (and every other rental on it) off the server."""
+    _, owner = _funded(client)
+    rental_id, node_headers = running_share(client, owner)
+    exec_id = client.post(f"/v1/rentals/{rental_id}/execs", json={"command": ["true"]}, headers=owner).json()[
+        "id"
+    ]
+    with Session(client.app.state.services.engine) as session, session.begin():
+        spec = session.get(RentalRow, rental_id).spec
+        bad = {**spec, "command": ["echo", LONE_SURROGATE], "env": {"A": LONE_SURROGATE}}
+        session.execute(update(RentalRow).where(RentalRow.id == rental_id).values(spec=bad))
+        session.execute(
+            update(RentalExecRow).where(RentalExecRow.id == exec_id).values(command=["echo", LONE_SURROGATE])
+        )
+    report = {"workloads": [{"rental_id": rental_id, "state": "running"}]}
+    beat = client.post("/v1/agents/heartbeat", json=report, headers=node_headers)
+    assert beat.status_code == 200, beat.text
+    (assignment,) = [a for a in beat.json()["assignments"] if a["rental_id"] == rental_id]
+    assert assignment["command"] == ["echo", "\\ud800"] and assignment["env"] == {"A": "\\ud800"}
+    assert [e["command"] for e in beat.json()["execs"]] == [["echo", "\\ud800"]]
+    assert client.get("/v1/rentals", headers=owner).status_code == 200
+    assert client.get(f"/v1/rentals/{rental_id}/execs", headers=owner).status_code == 200
+
+
+def test_an_error_that_quotes_a_lone_surrogate_is_still_answered() -> None:
+    """A refusal that quoted the text it refused ("no region \ud800") failed as a 500 in the error handler."""
+    answer = error_response(400, "invalid", f"no region {LONE_SURROGATE} in the fleet", "regions")
+    assert json.loads(answer.body)["error"]["message"] == "no region \ufffd in the fleet"
+
+
+def test_a_url_cannot_carry_a_lone_surrogate(client) -> None:
+    """Its bytes (ED A0 80) are not UTF-8: a path or query reads them as U+FFFD, never as a surrogate."""
+    _, headers = _funded(client)
+    by_name = client.get("/v1/rentals?name=%ED%A0%80", headers=headers)
+    assert by_name.status_code in (200, 422) and "\\ud800" not in by_name.text, by_name.text
+    missing = client.get("/v1/rentals/rnt_%ED%A0%80", headers=headers)
+    assert missing.status_code == 404 and "\ufffd" in missing.json()["error"]["message"], missing.text
+
+
+def test_every_request_body_refuses_lone_surrogates(client) -> None:
+    """A body model that is not a `RequestModel` would store one escaped, not refuse it naming the field."""
+    wire_models = {
+        name: model
+        for module in (schemas, agent_schemas, billing_schemas, plan_schemas)
+        for name, model in vars(module).items()
+        if isinstance(model, type) and issubclass(model, WireModel)
+    }
+    operations = [op for item in client.get("/openapi.json").json()["paths"].values() for op in item.values()]
+    bodies = [
+        schema.get("$ref") or schema["items"]["$ref"]
+        for op in operations
+        for media in op.get("requestBody", {}).get("content", {}).values()
+        if (schema := media["schema"]).get("type") != "string"
+    ]
+    assert len(bodies) > 25
+    assert [ref for ref in bodies if not wire_models[ref.rsplit("/", 1)[1]].refuses_lone_surrogates] == []

@@ -49,6 +49,7 @@ from suanli.wire.schemas import (
     SliceResponse,
     TenantResponse,
     WebhookResponse,
+    escape_lone_surrogates,
 )
 
 
@@ -100,7 +101,10 @@ def rental(view: RentalView) -> RentalResponse:
         id=r.id,
         tenant_id=r.tenant_id,
         state=r.state,  # type: ignore[arg-type]
-        request=RentalCreateRequest(**{k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}),
+        # a spec stored before requests were checked for lone surrogates is answered with them escaped
+        request=RentalCreateRequest(
+            **escape_lone_surrogates({k: list(v) if isinstance(v, tuple) else v for k, v in data.items()})
+        ),
         allocation=[
             NodeAllocationResponse(
                 node=a.node,

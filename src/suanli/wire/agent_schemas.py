@@ -7,14 +7,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from suanli.wire.schemas import SliceResponse, WireModel
+from suanli.wire.schemas import RequestModel, SliceResponse, WireModel
 
 MAX_LOG_CHUNK_BYTES = 4 * 1024 * 1024  # one upload: agents send 256 KiB at most
 
 WorkloadStateName = Literal["starting", "running", "succeeded", "failed", "stopped"]
 
 
-class JoinTokenCreateRequest(WireModel):
+class JoinTokenCreateRequest(RequestModel):
     node: str = Field(min_length=1, max_length=200, description="The fleet node this token may register.")
     ttl_s: float | None = Field(default=None, gt=0, description="Lifetime; default from the server.")
 
@@ -26,7 +26,7 @@ class JoinTokenResponse(WireModel):
     token: str = Field(description="The join token itself (jt_...): shown once, single use.")
 
 
-class AgentRegisterRequest(WireModel):
+class AgentRegisterRequest(RequestModel):
     token: str = Field(min_length=1, max_length=200)
     inventory: dict[str, Any] = Field(description="The host's GPUs: index, UUID, model, MIG devices.")
 
@@ -37,14 +37,14 @@ class AgentRegisterResponse(WireModel):
     heartbeat_interval_s: float
 
 
-class GpuTelemetryReport(WireModel):
+class GpuTelemetryReport(RequestModel):
     index: int = Field(ge=0, le=1023)
     utilization_pct: int | None = Field(default=None, ge=0, le=100)
     memory_used_mib: int | None = Field(default=None, ge=0, le=10**9)
     power_w: float | None = Field(default=None, ge=0, le=10_000, allow_inf_nan=False)
 
 
-class WorkloadReportBody(WireModel):
+class WorkloadReportBody(RequestModel):
     nul_replaced = frozenset({"message"})
     rental_id: str
     state: WorkloadStateName
@@ -96,7 +96,7 @@ class WorkloadReportBody(WireModel):
     )
 
 
-class MigInstanceReport(WireModel):
+class MigInstanceReport(RequestModel):
     profile: str = Field(min_length=1, max_length=32, description="The MIG profile, e.g. 3g.40gb.")
     start_slot: int = Field(ge=0, le=7, description="Its placement start, as `nvidia-smi mig -lgi` shows it.")
     busy: bool = Field(
@@ -106,14 +106,14 @@ class MigInstanceReport(WireModel):
     )
 
 
-class MigLayoutReport(WireModel):
+class MigLayoutReport(RequestModel):
     index: int = Field(ge=0, le=1023, description="The GPU's index on the host.")
     instances: list[MigInstanceReport] = Field(
         max_length=8, description="Every instance on it, busy or idle."
     )
 
 
-class HeartbeatRequest(WireModel):
+class HeartbeatRequest(RequestModel):
     workloads: list[WorkloadReportBody] = Field(default_factory=list)
     telemetry: list[GpuTelemetryReport] = Field(default_factory=list)
     runs_images: bool | None = Field(
@@ -259,7 +259,7 @@ class HeartbeatResponse(WireModel):
     )
 
 
-class ExecReportRequest(WireModel):
+class ExecReportRequest(RequestModel):
     """An agent's word on a command: it started it, or how it ended."""
 
     nul_replaced = frozenset({"output", "message"})
@@ -283,7 +283,7 @@ class ExecReportRequest(WireModel):
     )
 
 
-class LogChunkRequest(WireModel):
+class LogChunkRequest(RequestModel):
     nul_replaced = frozenset({"data"})
     rental_id: str
     offset: int = Field(

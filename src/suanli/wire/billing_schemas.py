@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, RootModel
 
-from suanli.wire.schemas import Moment, TierName, WireModel
+from suanli.wire.schemas import Moment, RequestModel, TierName, WireModel
 
 
 class PriceResponse(WireModel):
@@ -24,7 +24,7 @@ class PriceResponse(WireModel):
     mig_profile: str | None = None
 
 
-class PriceEntryRequest(WireModel):
+class PriceEntryRequest(RequestModel):
     """Admin: one price book entry. Tier on_demand/reserved: a list price per GPU-hour, or with
     `mig_profile` the price per hour of one MIG instance; tier spot: the spot floor per GPU-hour."""
 
@@ -63,7 +63,7 @@ class BalanceResponse(WireModel):
     available_micros: int
 
 
-class CreditRequest(WireModel):
+class CreditRequest(RequestModel):
     amount_micros: int = Field(gt=0, le=10**15)
     grant: bool = Field(default=False, description="A grant (promotions -> grants) instead of a top-up.")
     memo: str = Field(default="", max_length=200)

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from suanli.wire.schemas import MONTH_PATTERN, Moment, WireModel
+from suanli.wire.schemas import MONTH_PATTERN, Moment, RequestModel, WireModel
 
 MAX_MICROS = 10**15
 
@@ -15,7 +15,7 @@ MAX_MICROS = 10**15
 MIN_WEIGHT = 0.001  # a fair-share weight's range is 1/1000 to 1000 times the default's
 
 
-class PlanRequest(WireModel):
+class PlanRequest(RequestModel):
     """Admin: put a tenant on a plan. A membership's fee is posted from its cash when the plan is made."""
 
     kind: Literal["membership", "revenue_share"]
@@ -41,7 +41,7 @@ class PlanResponse(WireModel):
     ends_at: datetime
 
 
-class RevenueReportRequest(WireModel):
+class RevenueReportRequest(RequestModel):
     month: str = Field(pattern=MONTH_PATTERN, description="yyyy-mm (UTC)")
     revenue_micros: int = Field(ge=0, le=MAX_MICROS)
 
@@ -63,7 +63,7 @@ class GrantResponse(WireModel):
     expires_at: datetime | None
 
 
-class PaymentTermsRequest(WireModel):
+class PaymentTermsRequest(RequestModel):
     mode: Literal["prepaid", "postpaid"]
     credit_limit_micros: int = Field(default=0, ge=0, le=MAX_MICROS, description="Postpaid only.")
 
@@ -77,7 +77,7 @@ class PaymentTermsResponse(WireModel):
     stops_at: datetime | None = Field(description="When running rentals stop unless credit arrives.")
 
 
-class LimitsRequest(WireModel):
+class LimitsRequest(RequestModel):
     gpu_quota: dict[str, int] = Field(
         default_factory=dict,
         description=(
@@ -96,7 +96,7 @@ class LimitsRequest(WireModel):
     )
 
 
-class LimitsPatch(WireModel):
+class LimitsPatch(RequestModel):
     """A change to a tenant's limits: only the fields given change (JSON merge patch); null removes a quota
     or a cap."""
 
@@ -129,7 +129,7 @@ class LimitsPatch(WireModel):
         return value
 
 
-class BudgetRequest(WireModel):
+class BudgetRequest(RequestModel):
     """A tenant's own spend budget: a rental that would take its spend past it waits (`spend_cap`), as past
     the operator's caps; null: no budget."""
 
@@ -142,7 +142,7 @@ class BudgetRequest(WireModel):
     )
 
 
-class BudgetPatch(WireModel):
+class BudgetPatch(RequestModel):
     """A change to a tenant's own budget: only the fields given change (JSON merge patch); null removes a
     daily or monthly budget."""
 

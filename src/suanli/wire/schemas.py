@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Annotated, Any, ClassVar, Literal, get_args
@@ -132,6 +133,13 @@ def _holds(value: Any, found: Callable[[Any], bool]) -> bool:
     return isinstance(value, list | tuple) and any(_holds(item, found) for item in value)
 
 
+def _nests_model(annotation: Any) -> bool:
+    """Whether a field of this type holds a nested model, which checks its own fields' text."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return True
+    return any(_nests_model(arg) for arg in get_args(annotation))
+
+
 def _is_bool(value: Any) -> bool:
     return isinstance(value, bool)
 
@@ -140,26 +148,63 @@ def _has_nul(value: Any) -> bool:
     return isinstance(value, str) and "\x00" in value
 
 
+# half of a UTF-16 pair alone (JSON's "\ud800"): Python holds it, but no UTF-8 text, column or answer can
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+# what printed text cannot keep as it is: a NUL or a lone surrogate (each becomes one U+FFFD)
+_UNKEEPABLE_IN_OUTPUT = re.compile("[\x00\ud800-\udfff]")
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    return isinstance(value, str) and LONE_SURROGATE.search(value) is not None
+
+
+def escape_lone_surrogates(value: Any) -> Any:
+    """`value` with each lone surrogate in its text (lists and mappings, keys included) written as its
+    escape (`\\ud800`): what an answer sends of a row stored before requests were checked for them."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, Mapping):
+        return {escape_lone_surrogates(key): escape_lone_surrogates(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(escape_lone_surrogates(item) for item in value)
+    return value
+
+
 class WireModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    # fields of text a workload printed: a NUL there becomes U+FFFD (one character for one), not a refusal
+    # fields of text a workload printed: a NUL or a lone surrogate there becomes U+FFFD (one character for
+    # one), not a refusal
     nul_replaced: ClassVar[frozenset[str]] = frozenset()
+    # what a client or an agent sends (`RequestModel`) refuses a lone surrogate; an answer escapes one
+    refuses_lone_surrogates: ClassVar[bool] = False
 
     @field_validator("*", mode="before")
     @classmethod
-    def _no_bool_numbers_or_nul(cls, value: Any, info: ValidationInfo) -> Any:
+    def _no_bool_numbers_or_unstorable_text(cls, value: Any, info: ValidationInfo) -> Any:
         """A JSON `true` is never a number: pydantic's lax mode reads it as 1 (a 1-micro credit, a quota of
         1), and its strict mode would refuse the ISO times and arrays JSON sends as strings and lists. And no
-        text holds a NUL (U+0000): PostgreSQL stores none, in text or JSON."""
+        text holds a NUL (U+0000): PostgreSQL stores none, in text or JSON; nor a lone surrogate, which no
+        UTF-8 answer can carry (every answer that quoted one failed, a node's heartbeat for good)."""
         if info.field_name is None:
             return value
-        if _holds(value, _is_bool) and not _takes_bool(cls.model_fields[info.field_name].annotation):
+        annotation = cls.model_fields[info.field_name].annotation
+        if _holds(value, _is_bool) and not _takes_bool(annotation):
             raise ValueError("a number or text, not true or false")
+        if info.field_name in cls.nul_replaced and isinstance(value, str):
+            return _UNKEEPABLE_IN_OUTPUT.sub("\ufffd", value)
         if _holds(value, _has_nul):
-            if info.field_name in cls.nul_replaced and isinstance(value, str):
-                return value.replace("\x00", "\ufffd")
             raise ValueError("text with a NUL character (U+0000), which nothing here holds")
+        if not _nests_model(annotation) and _holds(value, _has_lone_surrogate):
+            if cls.refuses_lone_surrogates:
+                raise ValueError("text with a lone surrogate (U+D800 to U+DFFF), which UTF-8 cannot encode")
+            return escape_lone_surrogates(value)
         return value
+
+
+class RequestModel(WireModel):
+    """What a client or an agent sends: text with a lone surrogate is refused (422 naming the field)."""
+
+    refuses_lone_surrogates = True
 
 
 class ErrorDetail(WireModel):
@@ -176,7 +221,7 @@ class ErrorResponse(WireModel):
 # --- tenants and keys ---------------------------------------------------------------------------------
 
 
-class TenantCreateRequest(WireModel):
+class TenantCreateRequest(RequestModel):
     name: str = Field(min_length=1, max_length=100, pattern=TENANT_NAME_PATTERN)
     role: Role = "tenant"
 
@@ -188,7 +233,7 @@ class TenantResponse(WireModel):
     created_at: datetime
 
 
-class KeyCreateRequest(WireModel):
+class KeyCreateRequest(RequestModel):
     label: str = Field(default="", max_length=100)
 
 
@@ -344,7 +389,7 @@ class OfferResponse(WireModel):
 # --- rentals ------------------------------------------------------------------------------------------
 
 
-class RentalCreateRequest(WireModel):
+class RentalCreateRequest(RequestModel):
     """A rental: `gpus` per node (whole GPUs), or one `mig_profile`, or a share (`share_milli`) per node."""
 
     gpu_model: str | None = Field(default=None, description="Model or family (H100, A100-80GB); unset: any.")
@@ -426,7 +471,7 @@ class RentalCreateRequest(WireModel):
         return self
 
 
-class RentalResizeRequest(WireModel):
+class RentalResizeRequest(RequestModel):
     nodes: int | None = Field(
         default=None,
         ge=1,
@@ -444,7 +489,7 @@ class RentalResizeRequest(WireModel):
     )
 
 
-class RentalBidRequest(WireModel):
+class RentalBidRequest(RequestModel):
     bid_micros_per_gpu_hour: int = Field(
         gt=0,
         le=MAX_BID_MICROS,
@@ -643,7 +688,7 @@ class RentalResponse(WireModel):
 # --- contracts ----------------------------------------------------------------------------------------
 
 
-class ContractCreateRequest(WireModel):
+class ContractCreateRequest(RequestModel):
     gpu_model: str
     count: int = Field(ge=1, le=100_000)
     region: str
@@ -652,7 +697,7 @@ class ContractCreateRequest(WireModel):
     tenant_id: str | None = Field(default=None, description="Admins may sign for a tenant; else the caller.")
 
 
-class ContractTransferRequest(WireModel):
+class ContractTransferRequest(RequestModel):
     to_tenant_id: str
 
 
@@ -700,7 +745,7 @@ class ContractOfferResponse(ContractResponse):
     decided_at: datetime | None = None
 
 
-class MaintenanceCreateRequest(WireModel):
+class MaintenanceCreateRequest(RequestModel):
     node: str = Field(max_length=200, description="The node to take out of service.")
     starts_at: Moment
     ends_at: Moment
@@ -729,7 +774,7 @@ class MaintenanceResponse(WireModel):
 # --- webhooks -------------------------------------------------------------------------------------------
 
 
-class WebhookCreateRequest(WireModel):
+class WebhookCreateRequest(RequestModel):
     url: str = Field(
         min_length=1,
         max_length=2000,
@@ -746,7 +791,7 @@ class WebhookCreateRequest(WireModel):
     )
 
 
-class WebhookChangeRequest(WireModel):
+class WebhookChangeRequest(RequestModel):
     url: str | None = Field(
         default=None, min_length=1, max_length=2000, description="A new URL (None: as is)."
     )
@@ -767,7 +812,7 @@ class WebhookResponse(WireModel):
     events: list[str] = Field(default_factory=list, description="The event kinds it gets; empty: every kind.")
 
 
-class ExecCreateRequest(WireModel):
+class ExecCreateRequest(RequestModel):
     """A command to run inside a running rental, on one of its nodes, as its workload runs."""
 
     command: list[str] = Field(min_length=1, max_length=1000, description='argv, e.g. ["nvidia-smi"].')
@@ -794,7 +839,7 @@ class ExecCreateRequest(WireModel):
     )
 
 
-class ForwardCreateRequest(WireModel):
+class ForwardCreateRequest(RequestModel):
     """A port forward to a running rental: TCP connections to `port` on one of its nodes, carried over the
     WebSocket `/v1/rentals/{id}/execs/{exec_id}/attach` (see the answer's id)."""
 
