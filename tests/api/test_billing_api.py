@@ -27,6 +27,7 @@ from conftest import (
     scheduler_cycles,
     wait_for,
 )
+from suanli.app.billing import LEDGER_SEQ_MAX
 from suanli.cli import billing_commands
 from suanli.cli.billing_commands import check, to_domain
 from suanli.cli.main import app
@@ -411,6 +412,19 @@ def test_creates_sent_at_once_with_cash_for_one_minimum_accept_one(client, tenan
     for thread in threads:
         thread.join()
     assert sorted(codes) == [201] + [402] * 5, codes
+
+
+@pytest.mark.parametrize("after", [2**31, 2**63, 10**30])
+def test_an_after_past_the_ledgers_seq_column_is_a_422_naming_after(client, tenant, after: int) -> None:
+    """`seq` is a 32-bit column on PostgreSQL (64-bit on SQLite): a larger `after` failed the query, a plain
+    500; the last seq it can hold is still an ordinary (empty) page."""
+    _, headers = tenant("far")
+    for caller in (headers, ADMIN):
+        refused = client.get("/v1/ledger", params={"after": after}, headers=caller)
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["error"]["field"] == "after", refused.text
+        assert str(LEDGER_SEQ_MAX) in refused.json()["error"]["message"], refused.text
+        assert client.get("/v1/ledger", params={"after": LEDGER_SEQ_MAX}, headers=caller).json() == []
 
 
 def test_the_ledger_comes_a_page_at_a_time_with_a_link_to_the_next(client, tenant, monkeypatch) -> None:

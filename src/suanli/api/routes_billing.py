@@ -15,6 +15,7 @@ from suanli.api.wiring import Services
 from suanli.app.billing import (
     LEDGER_PAGE,
     LEDGER_PAGE_LIMIT,
+    LEDGER_SEQ_MAX,
     PAYOUT_PAGE,
     PAYOUT_PAGE_LIMIT,
     BillingService,
@@ -151,7 +152,12 @@ def get_ledger(
     services: ServicesDep,
     tenant: TenantQuery = None,
     after: Annotated[
-        int, Query(ge=0, description="Only transactions past this `seq` (the last one of the page before).")
+        int,
+        Query(
+            ge=0,
+            le=LEDGER_SEQ_MAX,
+            description="Only transactions past this `seq` (the last one of the page before).",
+        ),
     ] = 0,
     limit: Annotated[
         int, Query(ge=1, le=LEDGER_PAGE_LIMIT, description="At most this many (1,000 at most).")

@@ -74,6 +74,7 @@ LEDGER_PAGE = 100  # transactions in a page of `journal` unless asked otherwise
 LEDGER_PAGE_LIMIT = 1000  # the most in one page: each page is one short read, however long the ledger
 PAYOUT_PAGE = 100  # payout lines (provider, rental) in a page of `payouts` unless asked otherwise
 PAYOUT_PAGE_LIMIT = 1000  # the most in one page: a provider has a line for every rental it was ever paid for
+LEDGER_SEQ_MAX = 2**31 - 1  # the last `seq` its column holds (32 bits on PostgreSQL): `after` goes no higher
 VERIFY_REUSE_S = 60.0  # how old a whole-ledger verification a tenant's request may be answered with
 
 
