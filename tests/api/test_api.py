@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 
 import pytest
@@ -10,7 +11,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import event
 from typer.testing import CliRunner
 
-from conftest import ADMIN, logged_in_as, wait_for
+from conftest import ADMIN, FLEET, logged_in_as, wait_for
 from suanli.app.booking import SHARE_UNIT_MILLI
 from suanli.app.tenants import MAX_LIVE_KEYS
 from suanli.cli import platform_commands
@@ -204,6 +205,20 @@ def test_a_share_of_a_gpu_other_than_nvidia_is_refused_saying_shares_need_nvidia
     error = refused.json()["error"]
     assert error["field"] == "share_milli"
     assert f"limited with NVIDIA MPS; {model} is made by {maker}" in error["message"]
+
+
+@pytest.mark.parametrize("number", ["nan", "inf"])
+@pytest.mark.parametrize("field", ["pue", "grid_gco2_per_kwh"])
+def test_a_fleet_with_a_number_that_is_not_finite_is_refused_naming_the_field(
+    client: TestClient, field: str, number: str
+) -> None:
+    """A NaN PUE was taken ("at least 1" is false for no NaN) and every invoice in its region then had null
+    energy totals, which its own schema refuses (`suanli invoice` failed)."""
+    toml = re.sub(rf"(?m)^{field} = .*$", f"{field} = {number}", FLEET, count=1)
+    refused = client.put("/v1/fleet", content=toml, headers={**ADMIN, "Content-Type": "application/toml"})
+    assert refused.status_code == 400, refused.text
+    error = refused.json()["error"]
+    assert f"regions.cn-north.{field}" in error["message"] and "finite" in error["message"], error
 
 
 UNISOLATABLE_FLEET = """

@@ -164,6 +164,21 @@ def test_fleet_check_names_file_node_and_field(tmp_path: Path) -> None:
     assert "cpu_milli" in result.output
 
 
+@pytest.mark.parametrize("number", ["nan", "inf", "-nan"])
+@pytest.mark.parametrize("field", ["pue", "grid_gco2_per_kwh"])
+def test_fleet_check_refuses_a_number_that_is_not_finite_naming_the_field(
+    tmp_path: Path, field: str, number: str
+) -> None:
+    """TOML's `nan` passed "at least 1" (no comparison with NaN is true): every invoice in the region then
+    had null energy totals, against its own schema."""
+    bad = tmp_path / "bad.toml"
+    fleet = EXAMPLE_FLEET.read_text()
+    bad.write_text(re.sub(rf"(?m)^{field} = .*$", f"{field} = {number}", fleet, count=1))
+    result = runner.invoke(app, ["fleet", "check", str(bad)])
+    assert result.exit_code == 2, result.output
+    assert f"regions.cn-north.{field}" in result.output and "finite" in result.output, result.output
+
+
 def test_rent_refuses_an_image_that_is_not_a_reference_naming_the_option() -> None:
     """Checked before anything is sent (no server here): exit 2, the option named, the fix suggested."""
     rent = runner.invoke(app, ["rent", "H100:1", "--image", "ghcr.io/Acme/trainer:1", "--", "python", "t.py"])

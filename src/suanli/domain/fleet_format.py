@@ -4,8 +4,8 @@ A fleet file has two parts, both required::
 
     [regions.cn-north]                 # one table per region; the name may not contain "/"
     jurisdiction = "CN"                # data-residency jurisdiction, a non-empty string
-    grid_gco2_per_kwh = 581            # grid carbon intensity, a number >= 0
-    pue = 1.3                          # power usage effectiveness, a number >= 1
+    grid_gco2_per_kwh = 581            # grid carbon intensity, a finite number >= 0
+    pue = 1.3                          # power usage effectiveness, a finite number >= 1
 
     [[nodes]]                          # one entry per node (or per group of nodes, see count_nodes)
     name = "h100-a-01"                 # unique in the fleet, no whitespace
@@ -34,6 +34,7 @@ layout where it does not belong or that breaks placement rules, and duplicate no
 
 from __future__ import annotations
 
+import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -97,11 +98,13 @@ class _Table:
         return value
 
     def number(self, key: str, minimum: float) -> float:
+        """A finite number at least `minimum`: TOML's `nan` passes any comparison's "not below", and a NaN or
+        infinite PUE or carbon intensity leaves every invoice of the region without energy totals."""
         value = self.data.get(key)
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise self.error(key, f"expected a number, got {_describe(value)}")
-        if value < minimum:
-            raise self.error(key, f"must be at least {minimum:g}, got {value}")
+        if not math.isfinite(value) or value < minimum:
+            raise self.error(key, f"must be a finite number at least {minimum:g}, got {value}")
         return float(value)
 
     def table(self, key: str) -> _Table:
