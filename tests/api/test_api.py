@@ -176,6 +176,25 @@ def test_every_operation_in_the_openapi_document_says_what_it_does(client: TestC
     assert bare == []
 
 
+@pytest.mark.parametrize(
+    ("path", "model"),
+    [
+        ("/v1/rentals", "RentalResponse"),
+        ("/v1/contracts", "ContractResponse"),
+        ("/v1/contract-offers/{offer_id}/accept", "ContractResponse"),
+    ],
+)
+def test_an_idempotent_post_documents_both_the_first_answer_and_the_replay(
+    client: TestClient, path: str, model: str
+) -> None:
+    """A retry with the same Idempotency-Key (or a second accept) answers 200, the first 201; the document
+    listed one of them, so clients generated from it took the other for an error."""
+    operation = client.get("/openapi.json").json()["paths"][path]["post"]
+    for status in ("200", "201"):
+        schema = operation["responses"][status]["content"]["application/json"]["schema"]
+        assert schema == {"$ref": f"#/components/schemas/{model}"}, (status, operation["responses"])
+
+
 @pytest.mark.parametrize("path", ["/v1/rentals", "/v1/rentals/dry-run"])
 @pytest.mark.parametrize("share_milli", [5, 15, 995, 999])
 def test_a_share_that_is_no_multiple_of_ten_milli_is_refused_naming_the_field(

@@ -34,7 +34,11 @@ def list_offers(caller: CallerDep, services: ServicesDep) -> list[ContractOfferR
     return [mappers.contract_offer(o) for o in _offers(services).list(caller)]
 
 
-@router.post("/contract-offers/{offer_id}/accept")
+@router.post(
+    "/contract-offers/{offer_id}/accept",
+    status_code=status.HTTP_201_CREATED,
+    responses={200: {"model": ContractResponse, "description": "Accepted again: the contract it signed."}},
+)
 def accept_offer(
     offer_id: str, caller: CallerDep, services: ServicesDep, response: Response
 ) -> ContractResponse:

@@ -26,7 +26,14 @@ from suanli.wire.schemas import (
 router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
 
 
-@router.post("/rentals", status_code=status.HTTP_201_CREATED, tags=["rentals"])
+@router.post(
+    "/rentals",
+    status_code=status.HTTP_201_CREATED,
+    tags=["rentals"],
+    responses={
+        200: {"model": RentalResponse, "description": "A retry: the rental its Idempotency-Key made."}
+    },
+)
 def create_rental(
     body: RentalCreateRequest,
     caller: CallerDep,
@@ -102,7 +109,14 @@ def set_bid(
     return mappers.rental(services.rentals.set_bid(caller, rental_id, body.bid_micros_per_gpu_hour))
 
 
-@router.post("/contracts", status_code=status.HTTP_201_CREATED, tags=["contracts"])
+@router.post(
+    "/contracts",
+    status_code=status.HTTP_201_CREATED,
+    tags=["contracts"],
+    responses={
+        200: {"model": ContractResponse, "description": "A retry: the contract its Idempotency-Key signed."}
+    },
+)
 def create_contract(
     body: ContractCreateRequest,
     caller: CallerDep,
