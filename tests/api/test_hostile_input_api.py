@@ -14,7 +14,7 @@ from suanli.api.errors import error_response
 from suanli.config import Settings
 from suanli.store.rows import RentalExecRow, RentalRow
 from suanli.wire import agent_schemas, billing_schemas, plan_schemas, schemas
-from suanli.wire.schemas import MAX_DURATION_S, WireModel
+from suanli.wire.schemas import EXEC_STRING_MAX_BYTES, MAX_DURATION_S, WireModel
 
 JSON, TOML = {"Content-Type": "application/json"}, {"Content-Type": "application/toml"}
 FAR = "9999-12-31T23:00:00-12:00"  # valid ISO 8601, but past year 9999 in UTC
@@ -424,3 +424,51 @@ def test_every_request_body_refuses_lone_surrogates(client) -> None:
     ]
     assert len(bodies) > 25
     assert [ref for ref in bodies if not wire_models[ref.rsplit("/", 1)[1]].refuses_lone_surrogates] == []
+
+
+ARGUMENT_MAX = "x" * EXEC_STRING_MAX_BYTES  # the longest argument execve takes (131,072 bytes with its NUL)
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "limit"),
+    [
+        ({"command": ["echo", ARGUMENT_MAX + "x"]}, "command", "131,071 bytes"),
+        ({"command": ["echo", "é" * 65_536]}, "command", "131,071 bytes"),  # 131,072 bytes in UTF-8
+        ({"command": ["true"], "env": {"A": ARGUMENT_MAX[2:] + "x"}}, "env", "131,071 bytes"),  # A=...
+        ({"command": ["echo"] + [ARGUMENT_MAX] * 8}, "command", "1,048,576 bytes"),
+        (
+            {"command": ["echo"] + [ARGUMENT_MAX] * 4, "env": {f"V{n}": ARGUMENT_MAX[3:] for n in range(4)}},
+            "env",
+            "1,048,576 bytes",
+        ),
+    ],
+    ids=["argument", "argument-utf8", "env-entry", "command-total", "command-and-env-total"],
+)
+def test_a_command_or_env_that_execve_would_refuse_is_a_422_naming_the_field_and_the_limit(
+    client, body: dict, field: str, limit: str
+) -> None:
+    """Linux's execve refuses one argument or `NAME=value` over 128 KiB and all of them past ARG_MAX (E2BIG):
+    such a rental was accepted and placed, failed on its node, and paid its 60-s minimum."""
+    _, headers = _funded(client)
+    refused = client.post("/v1/rentals", json={"gpu_model": "L40S", "gpus": 1, **body}, headers=headers)
+    assert refused.status_code == 422, refused.text[:300]
+    error = refused.json()["error"]
+    assert error["field"] == field and limit in error["message"], error
+    assert client.get("/v1/rentals", headers=headers).json() == []
+    longest = {
+        "gpu_model": "L40S",
+        "gpus": 1,
+        "command": ["echo", ARGUMENT_MAX],
+        "env": {"A": ARGUMENT_MAX[2:]},
+    }
+    assert client.post("/v1/rentals", json=longest, headers=headers).status_code == 201
+
+
+def test_an_exec_command_that_execve_would_refuse_is_a_422_naming_command(client) -> None:
+    _, owner = _funded(client)
+    rental_id, _ = running_share(client, owner)
+    url = f"/v1/rentals/{rental_id}/execs"
+    refused = client.post(url, json={"command": ["echo", ARGUMENT_MAX + "x"]}, headers=owner)
+    assert refused.status_code == 422, refused.text[:300]
+    assert refused.json()["error"]["field"] == "command" and "131,071 bytes" in refused.text
+    assert client.get(url, headers=owner).json() == []

@@ -44,6 +44,11 @@ MAX_BID_MICROS = 10**15  # a bid per GPU-hour (a billion units)
 MAX_MIN_GPUS = 64 * 256  # a least size: whole GPUs per node times nodes, at most
 # a share is whole percents of a GPU: the unit the scheduler books (app.booking.SHARE_UNIT_MILLI)
 SHARE_STEP_MILLI = 10
+# what Linux's execve takes, which starts every workload and exec: one argument or `NAME=value` of at most
+# MAX_ARG_STRLEN (131,072 bytes with its NUL), all of them (with their NULs) within ARG_MAX, 2 MiB under the
+# default 8 MiB stack; a rental's command and env get half of that, the rest is the agent's own environment
+EXEC_STRING_MAX_BYTES = 131_071
+EXEC_TOTAL_MAX_BYTES = 1_048_576
 
 
 def _in_range(moment: datetime) -> datetime:
@@ -113,6 +118,35 @@ def problem_text(problem: Mapping[str, Any], *, money_in_units: bool = False) ->
 Moment = Annotated[datetime, AfterValidator(_in_range)]
 # a container image: a catalogue key or a reference in the distribution spec's grammar (422 otherwise)
 ImageName = Annotated[str, AfterValidator(image_reference)]
+
+
+def exec_bytes(strings: list[str]) -> int:
+    """What `strings` take of execve's ARG_MAX: each one's UTF-8 bytes and its NUL."""
+    return sum(len(text.encode()) + 1 for text in strings)
+
+
+def check_exec_strings(strings: list[str], kind: str, spent_bytes: int = 0) -> None:
+    """Raise unless execve takes each of `strings` (one `kind`: an argument, a NAME=value) and, after the
+    `spent_bytes` already taken, all of them together (it would fail with E2BIG on the node)."""
+    for text in strings:
+        if (size := len(text.encode())) > EXEC_STRING_MAX_BYTES:
+            raise ValueError(
+                f"{kind} of {size:,} bytes: execve takes at most {EXEC_STRING_MAX_BYTES:,} bytes in one"
+            )
+    if (total := spent_bytes + exec_bytes(strings)) > EXEC_TOTAL_MAX_BYTES:
+        raise ValueError(
+            f"the command and env take {total:,} bytes (each string's UTF-8 and its NUL): at most "
+            f"{EXEC_TOTAL_MAX_BYTES:,} bytes"
+        )
+
+
+def _argv_fits_execve(command: list[str]) -> list[str]:
+    check_exec_strings(command, "an argument")
+    return command
+
+
+# a command line the agent starts with execve: each argument and all of them within its limits (422 otherwise)
+Argv = Annotated[list[str], AfterValidator(_argv_fits_execve)]
 
 
 def _takes_bool(annotation: Any) -> bool:
@@ -422,7 +456,7 @@ class RentalCreateRequest(RequestModel):
         "vllm, tensorflow, jax, pytorch-ngc) or any image reference (ghcr.io/acme/trainer:1.2). Without a "
         "`command` the image's own entrypoint runs. It needs a node whose agent runs containers.",
     )
-    command: list[str] = Field(default_factory=list)
+    command: Argv = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     restart: Literal["never", "on-failure"] = Field(
         default="never",
@@ -463,6 +497,14 @@ class RentalCreateRequest(RequestModel):
         "agents measure it) this long, so a forgotten notebook stops costing. Whole GPUs only: a MIG "
         "instance's or a share's own use cannot be told from its GPU's.",
     )
+
+    @field_validator("env")
+    @classmethod
+    def _env_fits_execve(cls, env: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        """Each `NAME=value` and, with the command, all of them within what execve takes."""
+        command_bytes = exec_bytes(info.data.get("command", []))
+        check_exec_strings([f"{name}={value}" for name, value in env.items()], "a NAME=value", command_bytes)
+        return env
 
     @model_validator(mode="after")
     def _idle_stop_needs_whole_gpus(self) -> RentalCreateRequest:
@@ -815,7 +857,7 @@ class WebhookResponse(WireModel):
 class ExecCreateRequest(RequestModel):
     """A command to run inside a running rental, on one of its nodes, as its workload runs."""
 
-    command: list[str] = Field(min_length=1, max_length=1000, description='argv, e.g. ["nvidia-smi"].')
+    command: Argv = Field(min_length=1, max_length=1000, description='argv, e.g. ["nvidia-smi"].')
     node_rank: int = Field(default=0, ge=0, le=4095, description="Which of the rental's nodes (0: first).")
     timeout_s: int = Field(
         default=60, ge=1, le=8 * 3600, description="Killed after this long (at most 1 h; attached, 8 h)."
