@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -15,7 +16,7 @@ from suanli.domain.policies import BestFitPolicy
 from suanli.domain.queue_order import GREEDY_QUEUE, PLATFORM_QUEUE
 from suanli.domain.queueing import Gates, admit
 from suanli.domain.quotas import BillingWindow, Limits, Spent, TenantLimits, period_ends, request_gpus
-from suanli.domain.request import GpuSelector, Request, WholeGpus
+from suanli.domain.request import GpuSelector, Request, Tier, WholeGpus
 from suanli.domain.running import Running
 from suanli.domain.scheduler import place
 from suanli.domain.snapshot import Snapshot
@@ -340,3 +341,17 @@ def test_a_covered_rental_commits_its_rate_after_its_coverage_ends_not_0_to_the_
         if held:
             assert "this rental adds 176.0000" in decision.pending[0].message
         snap = snapshot_of(2)
+
+
+def test_a_preemptor_that_starts_on_freed_gpus_still_counts_against_its_quota():
+    """acme (quota 2 GPUs) holds 1 spot GPU under notice for its own on-demand `pre`; the walk then starts
+    acme's `other` (2 of 2 in use). `pre`, which may start at the cycle's end on GPUs freed elsewhere while
+    its victim still has notice, is checked again: it would make 3, so it waits for its victim to leave."""
+    snap = snapshot_of(1, 4)
+    victim = running(snap, replace(ask("spot", 1), tier=Tier.SPOT))
+    noticed = replace(victim, preempted_by="pre", notice_deadline_s=NOW + 30)
+    queue = [replace(ask("pre", 1, at=1), tier=Tier.ON_DEMAND), ask("other", 1, at=2)]
+    limits = Limits({"acme": TenantLimits(gpu_quota={"*": 2})})
+    decision = admit(snap, queue, [noticed], POLICY, NOW, promised={"pre"}, gates=Gates(limits=limits))
+    assert [p.request_id for p in decision.placements] == ["other"]
+    assert [(p.request_id, p.reason) for p in decision.pending] == [("pre", Reason.PREEMPTING)]

@@ -549,7 +549,10 @@ class _Cycle(BackfillPhase):
         took), so no victim is killed for capacity its preemptor would not use; else what is free of its
         promise is held for it again. (It waited out the notice, then often started on the capacity that
         had freed, its victims' nodes left idle.) Last in the cycle: a request behind it that fits what
-        freed starts there first, rather than wait for the victims' notice."""
+        freed starts there first, rather than wait for the victims' notice. Its tenant's limits are checked
+        again: the walk may have booked what they left (its victims count until they leave)."""
+        if self._gates(request)[0] is not None:
+            return False  # it waits for its victims, its promise still held
         self.unhold(request.id)
         failed = dict(self.failed)
         avoid = set(self.reserved_nodes).union(*(b.nodes for b in self.bookings))
