@@ -191,6 +191,41 @@ def test_a_tenant_creates_a_key_for_a_script_and_revokes_it(page: Page, platform
     assert refused.value.status == 401
 
 
+def test_signing_out_leaves_nothing_of_the_tenant_for_the_next_user_of_the_tab(
+    page: Page, platform: Platform
+) -> None:
+    """A shared computer: after sign-out the next tenant in the same tab sees none of the first one's typed
+    command, dry-run result, new key's secret or rentals."""
+    with Client(platform.url, ADMIN_KEY) as admin:
+        other = admin.create_tenant(f"next-user-{time.monotonic_ns()}")
+        other_key = admin.create_key(other.id).secret
+    sign_in(page, platform)
+    with platform.tenant() as api:
+        api.create_rental(RentalCreateRequest(gpus=1, command=["sleep", "1"]))
+    expect(page.locator("#rentals tbody tr").first).to_be_visible()
+    page.fill("#rent-model", "H100-SXM-80GB")
+    page.fill("#rent-name", "first-users-job")
+    page.fill("#rent-command", "train --token=abc123")
+    page.click("#rent-check")
+    expect(page.locator("#rent-trial")).to_contain_text("Dry run: nothing was created.")
+    page.fill("#key-label", "handover")
+    page.click("#key-form button")
+    expect(page.locator("#key-secret-value")).to_contain_text("sk_")
+
+    page.click("#sign-out")
+    expect(page.locator("#login")).to_be_visible()
+    expect(page.locator("#key-secret-value")).to_have_text("")
+    page.fill("#key", other_key)
+    page.click("#login-form button")
+    expect(page.locator("#tenant-name")).to_have_text(f"{other.name} (tenant)")
+    assert page.locator("#rentals tbody tr").count() == 0  # not even for a moment before the first refresh
+    for box in ("#rent-model", "#rent-name", "#rent-command"):
+        expect(page.locator(box)).to_have_value("")
+    expect(page.locator("#rent-trial")).to_have_text("")
+    expect(page.locator("#key-secret-value")).to_have_text("")
+    expect(page.locator("#rentals-empty")).to_be_visible()
+
+
 def test_a_tenant_adds_a_webhook_sees_its_secret_once_and_removes_it(page: Page, platform: Platform) -> None:
     sign_in(page, platform)
     page.fill("#webhook-url", "ftp://example.com/x")

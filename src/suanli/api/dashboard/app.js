@@ -119,32 +119,14 @@ async function signIn(key) {
   session.timer = setInterval(tick, REFRESH_MS);
 }
 
+// Sign-out starts the page afresh rather than emptying it box by box: every form, result, secret and list of
+// the tenant goes with the old page, and no reply to a request made under its key can land in the next one's.
 function signOut() {
   sessionStorage.removeItem(KEY_ITEM);
   clearInterval(session.timer);
-  Object.assign(session, {
-    key: null, role: null, selected: null, logOffset: 0, timer: null, ticks: 0, states: "", quoted: null,
-  });
-  $("console").hidden = true;
-  $("whoami").hidden = true;
-  $("key-secret").hidden = true;
-  $("webhook-secret").hidden = true;
-  $("detail").hidden = true;
-  $("contracts").hidden = true;
-  $("tenants-section").hidden = true;
-  $("price-form").hidden = true;
-  $("transfer-form").hidden = true;
-  $("transfer-done").textContent = "";
-  $("offer-form").hidden = true;
-  $("contract-offers-block").hidden = true;
-  $("offer-done").textContent = "";
-  $("prices-section").querySelector("details").open = false;
-  $("plan-made").textContent = "";
-  forgetQuote();
-  $("plans-section").hidden = true;
-  $("payouts-section").hidden = true;
-  $("login").hidden = false;
-  $("key").value = "";
+  session.key = null;
+  for (const form of document.forms) form.reset(); // so the browser has nothing typed to restore
+  location.replace(location.pathname);
 }
 
 async function refreshBalance() {
