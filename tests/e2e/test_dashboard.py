@@ -226,6 +226,26 @@ def test_signing_out_leaves_nothing_of_the_tenant_for_the_next_user_of_the_tab(
     expect(page.locator("#rentals-empty")).to_be_visible()
 
 
+def test_a_key_revoked_elsewhere_returns_the_tab_to_sign_in_saying_why(
+    page: Page, platform: Platform
+) -> None:
+    with platform.tenant() as api:
+        tenant_id = api.me().tenant.id
+        made = api.create_key(tenant_id, "revoked-while-open")
+    page.goto(platform.url)
+    page.fill("#key", made.secret or "")
+    page.click("#login-form button")
+    expect(page.locator("#tenant-name")).to_have_text("lab (tenant)")
+    with platform.tenant() as api:
+        api.revoke_key(tenant_id, made.id)
+    expect(page.locator("#login")).to_be_visible()
+    expect(page.locator("#login-error")).to_contain_text("revoked")
+    sign_in(page, platform)
+    page.click("#sign-out")  # one's own sign-out needs no reason
+    expect(page.locator("#login")).to_be_visible()
+    expect(page.locator("#login-error")).to_have_text("")
+
+
 def test_a_tenant_adds_a_webhook_sees_its_secret_once_and_removes_it(page: Page, platform: Platform) -> None:
     sign_in(page, platform)
     page.fill("#webhook-url", "ftp://example.com/x")

@@ -3,6 +3,7 @@
 // commands, messages and logs are the tenants' own.
 
 const KEY_ITEM = "suanli.key";
+const SIGNED_OUT_ITEM = "suanli.signedOutBecause"; // why the page signed itself out, for the fresh page to say
 const REFRESH_MS = 2000;
 const ENDED_STATES = ["stopped", "failed", "lost", "preempted"]; // a rental in one holds nothing again
 const $ = (id) => document.getElementById(id);
@@ -121,12 +122,19 @@ async function signIn(key) {
 
 // Sign-out starts the page afresh rather than emptying it box by box: every form, result, secret and list of
 // the tenant goes with the old page, and no reply to a request made under its key can land in the next one's.
-function signOut() {
+// An `error` that made the page sign itself out is said on the fresh page's sign-in form.
+function signOut(error = null) {
   sessionStorage.removeItem(KEY_ITEM);
+  if (error) sessionStorage.setItem(SIGNED_OUT_ITEM, signedOutText(error));
   clearInterval(session.timer);
   session.key = null;
   for (const form of document.forms) form.reset(); // so the browser has nothing typed to restore
   location.replace(location.pathname);
+}
+
+function signedOutText(error) {
+  if (error.status !== 401) return `Signed out: ${error.message}`;
+  return `Signed out: this key no longer works (${error.message}); it was revoked or has expired. Sign in again.`;
 }
 
 async function refreshBalance() {
@@ -347,7 +355,7 @@ async function refreshRentals() {
   try {
     rentals = await api("GET", "/v1/rentals");
   } catch (error) {
-    if (error.status === 401) signOut();
+    if (error.status === 401) signOut(error);
     return;
   }
   const body = $("rentals").tBodies[0];
@@ -1193,7 +1201,7 @@ $("login-form").addEventListener("submit", async (event) => {
     showError("login-error", error.status === 401 ? new Error("that key is not valid here") : error);
   }
 });
-$("sign-out").addEventListener("click", signOut);
+$("sign-out").addEventListener("click", () => signOut());
 $("offers-form").addEventListener("submit", (event) => {
   event.preventDefault();
   searchOffers();
@@ -1225,7 +1233,9 @@ $("webhook-form").addEventListener("submit", addWebhook);
 $("key-form").addEventListener("submit", createKey);
 
 if (session.key) {
-  signIn(session.key).catch(() => signOut());
+  signIn(session.key).catch(signOut);
 } else {
   $("login").hidden = false;
+  $("login-error").textContent = sessionStorage.getItem(SIGNED_OUT_ITEM) ?? "";
+  sessionStorage.removeItem(SIGNED_OUT_ITEM);
 }
