@@ -246,6 +246,26 @@ def test_a_key_revoked_elsewhere_returns_the_tab_to_sign_in_saying_why(
     expect(page.locator("#login-error")).to_have_text("")
 
 
+def test_a_rental_opens_from_the_keyboard_and_each_offer_says_which_it_uses(
+    page: Page, platform: Platform
+) -> None:
+    sign_in(page, platform)
+    with platform.tenant() as api:
+        rental = api.create_rental(RentalCreateRequest(gpus=1, name="by-keyboard", command=["sleep", "1"]))
+    opener = page.get_by_role("button", name=f"open rental {rental.id}")
+    opener.focus()
+    page.keyboard.press("Enter")
+    expect(page.locator("#detail-id")).to_have_text(rental.id)
+
+    expect(page.locator("#offers tbody tr").first).to_be_visible()
+    names = page.locator("#offers tbody button").evaluate_all(
+        "buttons => buttons.map((b) => b.getAttribute('aria-label') ?? b.textContent)"
+    )
+    rows = page.locator("#offers tbody tr").evaluate_all("rows => rows.map((r) => r.cells[0].textContent)")
+    assert len(set(names)) == len(names) > 1
+    assert all(name.startswith(f"Use {model} ") for name, model in zip(names, rows, strict=True))
+
+
 def test_a_tenant_adds_a_webhook_sees_its_secret_once_and_removes_it(page: Page, platform: Platform) -> None:
     sign_in(page, platform)
     page.fill("#webhook-url", "ftp://example.com/x")

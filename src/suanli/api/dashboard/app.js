@@ -199,6 +199,7 @@ async function searchOffers() {
     const use = document.createElement("button");
     use.type = "button";
     use.textContent = "Use";
+    use.setAttribute("aria-label", `Use ${offer.gpu_model} ${row.cells[1].textContent} ${offer.region} ${offer.tier}`);
     use.addEventListener("click", () => {
       $("rent-model").value = offer.gpu_model;
       $("rent-profile").value = offer.mig_profile ?? "";
@@ -364,7 +365,7 @@ async function refreshRentals() {
     const row = body.insertRow();
     row.dataset.id = rental.id;
     row.classList.toggle("selected", rental.id === session.selected);
-    cell(row, rental.id, "mono");
+    row.insertCell().append(openButton(rental.id));
     cell(row, rental.request.name ?? "");
     cell(row, rental.state, `state ${rental.state}`);
     cell(row, shape(rental.request));
@@ -381,6 +382,13 @@ async function refreshRentals() {
     session.states = states;
     refreshUsage();
   }
+}
+
+// the rental's id as a button that opens it: a row opens with a click anywhere, and from the keyboard with this
+function openButton(id) {
+  const button = Object.assign(document.createElement("button"), { type: "button", textContent: id, className: "link" });
+  button.setAttribute("aria-label", `open rental ${id}`);
+  return button;
 }
 
 function select(id) {
