@@ -343,7 +343,7 @@ def test_offers_show_room_for_shares_where_no_whole_gpu_is_left(client: TestClie
             for o in found.json()
         ]
 
-    assert rows("") == [(False, 16, 4, None, None), (True, 16, 4, 1000, 48 * 1024)]
+    assert rows("") == [(False, 16, 4, None, None), (True, 16, 4, 990, 48 * 1024)]
     body = {"gpu_model": "L40S", "share_milli": 750, "share_memory_mib": 32 * 1024}
     ids = [client.post("/v1/rentals", json=body, headers=alice).json()["id"] for _ in range(16)]
     for rental_id in ids:
@@ -358,6 +358,17 @@ def test_offers_show_room_for_shares_where_no_whole_gpu_is_left(client: TestClie
     assert wait_for(client, last, alice, "placed")["state"] == "placed"
     assert client.get(f"/v1/rentals/{held}", headers=alice).json()["state"] == "pending"
     assert rows("profile=share") == [(True, 15, 4, 250, 16 * 1024)]
+
+
+def test_a_shares_offer_on_a_free_gpu_offers_a_share_the_api_takes(client: TestClient, tenant) -> None:
+    """A wholly free GPU has room for the largest share there is (0.99: a whole GPU is rented as a count),
+    and renting the offer's own largest share is accepted."""
+    _, alice = tenant("alice")
+    found = client.get("/v1/offers", params={"q": "gpu=L40S tier=on_demand profile=share"}, headers=alice)
+    [offer] = found.json()
+    assert offer["largest_share_milli"] == 990
+    body = {"gpu_model": "L40S", "share_milli": offer["largest_share_milli"]}
+    assert client.post("/v1/rentals", json=body, headers=alice).status_code == 201
 
 
 def test_rentals_are_listed_by_state_and_an_unknown_state_is_named(client: TestClient, tenant) -> None:

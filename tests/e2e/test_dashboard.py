@@ -933,15 +933,18 @@ SHARED_FLEET = MIG_FLEET.replace(
 def test_a_tenant_rents_a_share_from_the_offers_and_the_room_left_shows(
     page: Page, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    """One L40S in shared mode: the share row offers up to a whole GPU; "Use" fills in the share, the
+    """One L40S in shared mode: the share row offers up to 0.99 of it; "Use" fills in that share, the
     tenant asks for half with 16 GiB, the rental runs, and the row then offers at most 0.50 and 32 GiB."""
     assert SHARED_FLEET != MIG_FLEET
     with running_platform(tmp_path_factory.mktemp("shares"), SHARED_FLEET, ["mig-01"]) as platform:
         sign_in(page, platform)
         offer = _the_one_offer(page, "profile=share tier=on_demand")
-        expect(offer.locator("td").nth(1)).to_have_text("share ≤ 1.00 · 48 GiB")
+        expect(offer.locator("td").nth(1)).to_have_text("share ≤ 0.99 · 48 GiB")  # a whole GPU is a count
         offer.get_by_role("button", name="Use").click()
-        expect(page.locator("#rent-share")).to_have_value("1")
+        expect(page.locator("#rent-share")).to_have_value("0.99")
+        page.click("#rent-check")  # what "Use" filled in is a share the page and the API take
+        expect(page.locator("#rent-trial")).to_contain_text("Would start now on mig-01")
+        expect(page.locator("#rent-error")).to_have_text("")
         page.fill("#rent-share", "0.5")
         page.fill("#rent-share-memory", "16")
         page.fill("#rent-command", "echo up; exec sleep 300")

@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from threading import Lock
 
+from suanli.app.booking import SHARE_UNIT_MILLI
 from suanli.app.downtime import out_of_service
 from suanli.app.errors import Invalid
 from suanli.app.fleet import FleetCache, MigInstanceView, host_mig_layouts, mig_instances
@@ -49,6 +50,9 @@ from suanli.domain.request import MigSlice, Tier
 
 MICROS = 1_000_000
 FULL_MILLI = 1000
+LARGEST_SHARE_MILLI = (
+    FULL_MILLI - SHARE_UNIT_MILLI
+)  # the most a share may be: a whole GPU is rented as a count
 TIERS = ("on_demand", "spot")
 WHOLE = "whole"  # `profile=whole`: rows of whole GPUs
 SHARE = "share"  # `profile=share`: rows of GPUs with room for a share
@@ -87,7 +91,7 @@ class Offer:
     mig_profile: str | None = None
     unit_price_micros_per_hour: int = 0  # a whole GPU (a share pays its fraction), or one `mig_profile`
     shares: bool = False  # the row counts GPUs with room for a share (`GpuMode.SHARED` nodes)
-    largest_share_milli: int | None = None  # on a `shares` row: the most compute one GPU has free
+    largest_share_milli: int | None = None  # on a `shares` row: the largest share one GPU can take
     share_memory_mib: int | None = None  # on a `shares` row: the memory free on that GPU
     plan_discount_bp: int = 0  # the searching tenant's plan discount, taken off the prices above
 
@@ -260,14 +264,14 @@ class OfferService:
     def _share_room(
         self, node: Node, taken: Mapping[tuple[str, int], tuple[int, int]]
     ) -> list[tuple[int, int]]:
-        """The free compute milli and memory MiB of each of a shared node's GPUs that has room for a share
-        (some of both free)."""
+        """The largest share (compute milli) and the memory MiB free on each of a shared node's GPUs that has
+        room for a share (some of both free); a wholly free GPU's largest share is LARGEST_SHARE_MILLI."""
         memory_mib = self.catalog.get(node.gpu_model).memory_mib
         room = []
         for index in range(node.gpu_count):
             milli, mib = taken.get((node.name, index), (0, 0))
             if milli < FULL_MILLI and mib < memory_mib:
-                room.append((FULL_MILLI - milli, memory_mib - mib))
+                room.append((min(FULL_MILLI - milli, LARGEST_SHARE_MILLI), memory_mib - mib))
         return room
 
     def _mig_instances(self, uow: UnitOfWork, fleet: Fleet) -> Mapping[str, tuple[MigInstanceView, ...]]:

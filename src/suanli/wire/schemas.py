@@ -405,7 +405,8 @@ class OfferResponse(WireModel):
     shares: bool = Field(
         False,
         description="The row offers shares of a GPU: `free_gpus` counts the GPUs with room for one (some "
-        "compute and memory free), `largest_share_milli` the most compute one of them has free.",
+        "compute and memory free), `largest_share_milli` the largest share one of them can take (the "
+        "compute it has free, at most 990: a whole GPU is rented as a count).",
     )
     largest_share_milli: int | None = None
     share_memory_mib: int | None = Field(
