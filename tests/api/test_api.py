@@ -211,6 +211,22 @@ def test_a_share_that_is_no_multiple_of_ten_milli_is_refused_naming_the_field(
 
 @pytest.mark.parametrize("path", ["/v1/rentals", "/v1/rentals/dry-run"])
 @pytest.mark.parametrize(
+    "body", [{"gpus": 1}, {"mig_profile": "1g.10gb", "gpu_model": "A100-80GB"}], ids=["whole", "mig"]
+)
+def test_share_memory_without_a_share_is_refused_naming_the_field(
+    client: TestClient, tenant, path: str, body: dict
+) -> None:
+    """It was stored and ignored: a whole GPU (or a MIG instance) with no memory limit, and no word."""
+    _, alice = tenant("alice")
+    refused = client.post(path, json={"gpu_model": "L40S", **body, "share_memory_mib": 4096}, headers=alice)
+    assert refused.status_code in (400, 422), refused.text
+    error = refused.json()["error"]
+    assert error["field"] == "share_memory_mib" and "only with a share" in error["message"]
+    assert client.get("/v1/rentals", headers=alice).json() == []
+
+
+@pytest.mark.parametrize("path", ["/v1/rentals", "/v1/rentals/dry-run"])
+@pytest.mark.parametrize(
     ("model", "maker", "memory_mib"), [("MI300X", "AMD", 0), ("Ascend-910B", "Huawei", 8192)]
 )
 def test_a_share_of_a_gpu_other_than_nvidia_is_refused_saying_shares_need_nvidia(

@@ -460,6 +460,26 @@ def test_bad_input_is_refused_naming_the_field_and_creates_nothing(page: Page, p
         assert len(api.rentals()) == before
 
 
+def test_share_memory_without_a_share_or_under_a_mib_is_refused_in_the_page(
+    page: Page, platform: Platform
+) -> None:
+    """Share memory alone was sent, stored and ignored (a whole GPU, no limit); 0.0001 GiB was sent as 0."""
+    sign_in(page, platform)
+    page.fill("#rent-model", "H100-SXM-80GB")
+    page.fill("#rent-share-memory", "4")
+    page.click("#rent-check")
+    expect(page.locator("#rent-error")).to_have_text(
+        "share memory GiB: only with a share of a GPU (give Share of a GPU too)"
+    )
+    expect(page.locator("#rent-trial")).to_have_text("")
+    page.fill("#rent-share", "0.5")
+    page.fill("#rent-share-memory", "0.0001")
+    page.click("#rent-check")
+    expect(page.locator("#rent-error")).to_have_text(
+        "share memory GiB: at least 1 MiB (0.001 GiB), got 0.0001"
+    )
+
+
 def test_a_running_rental_is_stopped_from_its_page(page: Page, platform: Platform) -> None:
     sign_in(page, platform)
     page.fill("#rent-gpus", "1")

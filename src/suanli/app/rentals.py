@@ -125,6 +125,11 @@ def check_spec(spec: RentalSpec, catalog: Catalog) -> None:
         raise Invalid(
             f"a rental takes one {what} per node: gpus is 0 or 1 with it, not {spec.gpus}", field="gpus"
         )
+    if spec.share_memory_mib and spec.share_milli is None:  # else stored, and ignored: no limit is set
+        raise Invalid(
+            "only with a share of a GPU (share_milli): whole GPUs and MIG instances hold all their memory",
+            field="share_memory_mib",
+        )
     if spec.share_milli is not None and spec.share_milli % SHARE_UNIT_MILLI:
         raise Invalid(f"a share is a multiple of {SHARE_UNIT_MILLI} milli (1% of a GPU)", field="share_milli")
     if spec.gpu_model:

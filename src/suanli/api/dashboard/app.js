@@ -287,6 +287,17 @@ function decimal(text, field) {
   return value;
 }
 
+// the share memory box's GiB as MiB: only beside a share (the server would refuse it), and never a value that
+// rounds to 0 MiB (which means "none held")
+function shareMemory(text, share) {
+  const gib = decimal(text, "share memory GiB");
+  if (gib === null) return null;
+  if (share === null) throw new ApiError(0, "only with a share of a GPU (give Share of a GPU too)", "share memory GiB");
+  const mib = Math.round(gib * 1024);
+  if (mib < 1) throw new ApiError(0, `at least 1 MiB (0.001 GiB), got ${gib}`, "share memory GiB");
+  return mib;
+}
+
 function rentalRequest() {
   const form = $("rent-form");
   const request = {
@@ -301,8 +312,8 @@ function rentalRequest() {
     throw new ApiError(0, `a share of a GPU is between 0 and 1 (got ${share}); whole GPUs are counts`, "share");
   }
   if (share !== null) request.share_milli = Math.round(share * 1000);
-  const shareMemory = decimal(form.share_memory.value, "share memory GiB");
-  if (shareMemory !== null) request.share_memory_mib = Math.round(shareMemory * 1024);
+  const shareMemoryMib = shareMemory(form.share_memory.value, share);
+  if (shareMemoryMib !== null) request.share_memory_mib = shareMemoryMib;
   const bid = toMicros(form.bid.value, "bid", null);
   if (bid !== null) request.bid_micros_per_gpu_hour = bid;
   const hours = decimal(form.hours.value, "max hours");
