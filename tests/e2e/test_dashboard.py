@@ -774,7 +774,7 @@ def test_an_operator_adds_a_later_price_and_a_tenant_cannot(page: Page, platform
     page.select_option("#price-tier", "reserved")
     page.fill("#price-amount", "-1")
     page.click("#price-form button")
-    expect(page.locator("#prices-error")).to_have_text(
+    expect(page.locator("#price-form-error")).to_have_text(
         "price / GPU-h: give an amount of 0 or more, e.g. 12.5 (at most 6 decimals)"
     )
     page.fill("#price-amount", "2.45")
@@ -792,7 +792,26 @@ def test_an_operator_adds_a_later_price_and_a_tenant_cannot(page: Page, platform
     page.fill("#price-model", "Z99")
     page.fill("#price-from", "")
     page.click("#price-form button")
-    expect(page.locator("#prices-error")).to_contain_text("model: entry 0: unknown GPU model 'Z99'")
+    expect(page.locator("#price-form-error")).to_contain_text("model: entry 0: unknown GPU model 'Z99'")
+
+
+def test_a_refused_price_stays_shown_until_the_operator_changes_the_form(
+    page: Page, platform: Platform
+) -> None:
+    """The price list is read again every 10 s; that refresh used to wipe the form's refusal with it."""
+    page.goto(platform.url)
+    page.fill("#key", ADMIN_KEY)
+    page.click("#login-form button")
+    page.click("#prices-section summary")
+    page.fill("#price-model", "NOPE")
+    page.fill("#price-amount", "1")
+    page.click("#price-form button")
+    refusal = page.locator("#price-form-error")
+    expect(refusal).to_contain_text("unknown GPU model 'NOPE'")
+    page.wait_for_timeout(11_000)  # past the next slow refresh, which reads the price list again
+    expect(refusal).to_contain_text("unknown GPU model 'NOPE'")
+    page.fill("#price-model", "H100-SXM-80GB")
+    expect(refusal).to_have_text("")
 
 
 def test_an_operator_transfers_a_contract_and_the_buyer_pays_its_value(

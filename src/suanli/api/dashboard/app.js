@@ -259,9 +259,10 @@ async function refreshPrices() {
   }
 }
 
+// the form's refusal has its own line, which the list's refresh leaves alone: it stays until the form changes
 async function addPrice(event) {
   event.preventDefault();
-  showError("prices-error", null);
+  showError("price-form-error", null);
   const form = $("price-form");
   try {
     const entry = {
@@ -274,7 +275,7 @@ async function addPrice(event) {
     if (form.from.value) entry.effective_from = `${form.from.value}:00Z`; // read as UTC; now when empty
     await api("PUT", "/v1/prices", [entry]);
   } catch (error) {
-    showError("prices-error", error);
+    showError("price-form-error", error);
     return;
   }
   await Promise.all([refreshPrices(), searchOffers()]);
@@ -1246,6 +1247,7 @@ $("contract-form").addEventListener("input", forgetQuote); // a changed form is 
 $("contract-sign").addEventListener("click", signContract);
 $("plan-form").addEventListener("submit", putOnPlan);
 $("price-form").addEventListener("submit", addPrice);
+$("price-form").addEventListener("input", () => showError("price-form-error", null));
 $("transfer-form").addEventListener("submit", transferContract);
 $("offer-form").addEventListener("submit", makeOffer);
 $("webhook-form").addEventListener("submit", addWebhook);
