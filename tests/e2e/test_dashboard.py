@@ -480,6 +480,24 @@ def test_share_memory_without_a_share_or_under_a_mib_is_refused_in_the_page(
     )
 
 
+def test_an_outage_shows_one_notice_that_goes_once_the_server_answers_again(
+    page: Page, platform: Platform
+) -> None:
+    """Requests that cannot reach the server show one notice while they fail; no section keeps saying
+    "cannot be reached" after the server answers again."""
+    sign_in(page, platform)
+    page.route("**/v1/**", lambda route: route.abort())
+    notice = page.locator("#offline")
+    expect(notice).to_be_visible()
+    expect(notice).to_contain_text("cannot be reached")
+    page.wait_for_timeout(11_000)  # past a slow refresh (every 10 s): prices, usage and budget fail too
+    page.unroute("**/v1/**")
+    expect(notice).to_be_hidden()
+    page.wait_for_timeout(2_500)
+    for section in ("#budget-error", "#prices-error", "#usage-error", "#detail-error"):
+        expect(page.locator(section)).to_have_text("")
+
+
 def test_a_running_rental_is_stopped_from_its_page(page: Page, platform: Platform) -> None:
     sign_in(page, platform)
     page.fill("#rent-gpus", "1")

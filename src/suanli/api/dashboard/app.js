@@ -41,8 +41,10 @@ async function api(method, path, body = undefined, headers = {}) {
   try {
     response = await fetch(path, init);
   } catch (error) {
+    $("offline").hidden = false;
     throw new ApiError(0, `the server cannot be reached (${error.message})`);
   }
+  $("offline").hidden = true;
   if (response.ok) return response.json();
   let detail = null;
   try {
@@ -95,6 +97,13 @@ function toMicros(text, field, blank = undefined) {
 
 function showError(id, error) {
   $(id).textContent = error ? error.message : "";
+}
+
+// a background refresh's failure under its section; one that never reached the server is left to the
+// connection notice (`api` shows it while requests fail and hides it at the next answer), so no section
+// keeps saying "cannot be reached" once the server is back
+function showRefreshError(id, error) {
+  if (error.status !== 0) showError(id, error);
 }
 
 // --- signing in ---------------------------------------------------------------------------------------
@@ -233,7 +242,7 @@ async function refreshPrices() {
   try {
     entries = await api("GET", "/v1/prices");
   } catch (error) {
-    showError("prices-error", error);
+    showRefreshError("prices-error", error);
     return;
   }
   showError("prices-error", null);
@@ -426,7 +435,7 @@ async function refreshDetail() {
   try {
     rental = await api("GET", `/v1/rentals/${encodeURIComponent(id)}`);
   } catch (error) {
-    showError("detail-error", error);
+    showRefreshError("detail-error", error);
     return;
   }
   if (id !== session.selected) return;
@@ -487,7 +496,7 @@ async function showGpus(id, rental) {
       const path = `/v1/rentals/${encodeURIComponent(id)}/gpus`;
       [gpus, history] = await Promise.all([api("GET", path), api("GET", `${path}/history?minutes=60`)]);
     } catch (error) {
-      showError("detail-error", error);
+      showRefreshError("detail-error", error);
     }
   }
   if (id !== session.selected) return;
@@ -616,7 +625,7 @@ async function refreshBudget(fields = true) {
   try {
     limits = await api("GET", "/v1/limits");
   } catch (error) {
-    showError("budget-error", error);
+    showRefreshError("budget-error", error);
     return;
   }
   const shown = (micros) => (micros == null ? "" : units(micros));
@@ -657,7 +666,7 @@ async function refreshUsage() {
   try {
     invoice = await api("GET", `/v1/invoices/${month}`);
   } catch (error) {
-    showError("usage-error", error);
+    showRefreshError("usage-error", error);
     return;
   }
   showError("usage-error", null);
@@ -692,7 +701,7 @@ async function refreshNodes() {
   try {
     nodes = await api("GET", "/v1/nodes");
   } catch (error) {
-    showError("nodes-error", error);
+    showRefreshError("nodes-error", error);
     return;
   }
   fillSelect("maintenance-node", nodes.map((n) => option(n.name)));
@@ -1024,7 +1033,7 @@ async function refreshTenants() {
   try {
     tenants = await api("GET", "/v1/tenants");
   } catch (error) {
-    showError("plan-error", error);
+    showRefreshError("plan-error", error);
     return;
   }
   const body = $("tenants").tBodies[0];
@@ -1106,7 +1115,7 @@ async function refreshPayouts() {
   try {
     payouts = await allPayouts();
   } catch (error) {
-    showError("payouts-error", error);
+    showRefreshError("payouts-error", error);
     return;
   }
   showError("payouts-error", null);
@@ -1127,7 +1136,7 @@ async function refreshMaintenance() {
   try {
     windows = await api("GET", "/v1/fleet/maintenance");
   } catch (error) {
-    showError("maintenance-error", error);
+    showRefreshError("maintenance-error", error);
     return;
   }
   const body = $("maintenance").tBodies[0];
