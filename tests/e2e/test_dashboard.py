@@ -498,6 +498,25 @@ def test_an_outage_shows_one_notice_that_goes_once_the_server_answers_again(
         expect(page.locator(section)).to_have_text("")
 
 
+@pytest.mark.parametrize(
+    ("box", "typed", "says"),
+    [
+        ("#rent-share", "0.0001", "share: at least 0.01 of a GPU, in whole percents (got 0.0001)"),
+        ("#rent-share", "0.555", "share: at least 0.01 of a GPU, in whole percents (got 0.555)"),
+        ("#rent-hours", "0.0001", "max hours: at least 1 second (0.0003 h), got 0.0001"),
+    ],
+    ids=["share-tiny", "share-not-a-percent", "hours-tiny"],
+)
+def test_rent_form_refusals_speak_the_units_typed(
+    page: Page, platform: Platform, box: str, typed: str, says: str
+) -> None:
+    """Not the API's milli-units or seconds: the server's "greater than or equal to 10", "over 0 s"."""
+    sign_in(page, platform)
+    page.fill(box, typed)
+    page.click("#rent-check")
+    expect(page.locator("#rent-error")).to_have_text(says)
+
+
 def test_a_running_rental_is_stopped_from_its_page(page: Page, platform: Platform) -> None:
     sign_in(page, platform)
     page.fill("#rent-gpus", "1")

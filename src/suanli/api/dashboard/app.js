@@ -297,6 +297,27 @@ function decimal(text, field) {
   return value;
 }
 
+// the share box's fraction of a GPU, checked in its own units (the server's are milli): whole percents below 1
+function gpuShare(text) {
+  const share = decimal(text, "share");
+  if (share === null) return null;
+  if (share >= 1) {
+    throw new ApiError(0, `a share of a GPU is between 0 and 1 (got ${share}); whole GPUs are counts`, "share");
+  }
+  const percents = share * 100;
+  if (percents < 1 - 1e-9 || Math.abs(percents - Math.round(percents)) > 1e-9) {
+    throw new ApiError(0, `at least 0.01 of a GPU, in whole percents (got ${share})`, "share");
+  }
+  return share;
+}
+
+// the max hours box as whole seconds, at least 1 (the server's unit), refused in hours as typed
+function maxDurationS(hours) {
+  const seconds = Math.round(hours * 3600);
+  if (seconds < 1) throw new ApiError(0, `at least 1 second (0.0003 h), got ${hours}`, "max hours");
+  return seconds;
+}
+
 // the share memory box's GiB as MiB: only beside a share (the server would refuse it), and never a value that
 // rounds to 0 MiB (which means "none held")
 function shareMemory(text, share) {
@@ -317,17 +338,14 @@ function rentalRequest() {
   };
   if (form.gpu_model.value.trim()) request.gpu_model = form.gpu_model.value.trim();
   if (form.mig_profile.value.trim()) request.mig_profile = form.mig_profile.value.trim();
-  const share = decimal(form.share.value, "share");
-  if (share !== null && share >= 1) {
-    throw new ApiError(0, `a share of a GPU is between 0 and 1 (got ${share}); whole GPUs are counts`, "share");
-  }
+  const share = gpuShare(form.share.value);
   if (share !== null) request.share_milli = Math.round(share * 1000);
   const shareMemoryMib = shareMemory(form.share_memory.value, share);
   if (shareMemoryMib !== null) request.share_memory_mib = shareMemoryMib;
   const bid = toMicros(form.bid.value, "bid", null);
   if (bid !== null) request.bid_micros_per_gpu_hour = bid;
   const hours = decimal(form.hours.value, "max hours");
-  if (hours !== null) request.max_duration_s = Math.round(hours * 3600);
+  if (hours !== null) request.max_duration_s = maxDurationS(hours);
   if (form.image.value.trim()) request.image = form.image.value.trim();
   if (form.name.value.trim()) request.name = form.name.value.trim();
   if (form.command.value.trim()) request.command = ["sh", "-c", form.command.value.trim()];
