@@ -108,6 +108,25 @@ def test_a_membership_posts_its_fee_and_discounts_on_demand_rentals(client, tena
     assert spot["quote"]["discounts"] == []  # a membership discounts on-demand only
 
 
+@pytest.mark.parametrize(
+    ("terms", "field"),
+    [
+        ({"kind": "membership", "revenue_share_bp": 3000}, "revenue_share_bp"),
+        ({"kind": "membership", "discount_bp": 10_001}, "discount_bp"),
+        ({"kind": "membership", "fee_micros": -1}, "fee_micros"),
+    ],
+    ids=["membership-with-share", "discount-over-100", "negative-fee"],
+)
+def test_a_refused_plan_names_its_field_and_no_plan_id(client, tenant, terms: dict, field: str) -> None:
+    """The refusal named a freshly drawn plan id ("plan pln_21ff...: ...") that was never created."""
+    tenant_id, headers = tenant("refused")
+    refused = client.post(f"/v1/tenants/{tenant_id}/plans", json=terms, headers=ADMIN)
+    assert refused.status_code in (400, 422), refused.text
+    error = refused.json()["error"]
+    assert error["field"] == field and "pln_" not in error["message"], error
+    assert client.get("/v1/plans", headers=headers).json() == []
+
+
 def test_a_members_offers_show_its_discounted_price_and_a_rental_is_charged_it(client, tenant) -> None:
     """The offers are priced for the tenant searching: a member sees 10% off on-demand (not spot), filters on
     that price, and a one-GPU rental placed then is charged what its offer said; another tenant sees the

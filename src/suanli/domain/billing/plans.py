@@ -47,16 +47,17 @@ class Plan:
     ends_s: int
 
     def __post_init__(self) -> None:
+        # the messages name the field, never the id: a plan refused here was never created
         for name in ("discount_bp", "revenue_share_bp"):
             value = getattr(self, name)
             if not 0 <= value <= BASIS_POINTS:
-                raise BillingError(f"plan {self.id}: {name} must be 0..10000, got {value}")
+                raise BillingError(f"{name} must be 0..10000, got {value}")
         if self.fee_micros < 0:
-            raise BillingError(f"plan {self.id}: fee_micros must be 0 or more")
+            raise BillingError("fee_micros must be 0 or more")
         if self.ends_s <= self.starts_s:
-            raise BillingError(f"plan {self.id}: ends_s must be after starts_s")
+            raise BillingError("ends_s must be after starts_s")
         if self.kind is PlanKind.MEMBERSHIP and self.revenue_share_bp:
-            raise BillingError(f"plan {self.id}: a membership has no revenue share")
+            raise BillingError("a membership has no revenue share (revenue_share_bp must be 0)")
 
     def in_force(self, at_s: int) -> bool:
         return self.starts_s <= at_s < self.ends_s
