@@ -517,6 +517,32 @@ def test_rent_form_refusals_speak_the_units_typed(
     expect(page.locator("#rent-error")).to_have_text(says)
 
 
+def test_the_rentals_table_reads_one_page_filtered_by_state(page: Page, platform: Platform) -> None:
+    """It read the whole list (up to 1,000 rentals with their events) every 2 s, with no filter: now a page of
+    the newest, live or ended or all, with how many it shows."""
+    asked: list[str] = []
+    page.on("request", lambda request: asked.append(request.url) if "/v1/rentals?" in request.url else None)
+    sign_in(page, platform)
+    with platform.tenant() as api:
+        ended = api.create_rental(RentalCreateRequest(gpus=1, name="ends-at-once", command=["true"]))
+        live = api.create_rental(RentalCreateRequest(gpus=1, name="stays-live", command=["sleep", "60"]))
+        wait_for_state(api, ended.id, "stopped")
+    table = page.locator("#rentals tbody")
+    expect(table.locator(f"tr[data-id='{ended.id}']")).to_have_count(1)
+    assert asked and all("limit=50" in url for url in asked), asked
+    page.select_option("#rentals-state", "live")
+    expect(table.locator(f"tr[data-id='{ended.id}']")).to_have_count(0)
+    expect(table.locator(f"tr[data-id='{live.id}']")).to_have_count(1)
+    assert "state=running" in asked[-1] and "state=stopped" not in asked[-1]
+    expect(page.locator("#rentals-count")).to_have_text(f"{table.locator('tr').count()} live")
+    page.select_option("#rentals-state", "ended")
+    expect(table.locator(f"tr[data-id='{live.id}']")).to_have_count(0)
+    expect(table.locator(f"tr[data-id='{ended.id}']")).to_have_count(1)
+    expect(page.locator("#rentals-more")).to_be_hidden()  # fewer than a page: nothing more to read
+    with platform.tenant() as api:
+        api.stop(live.id)
+
+
 def test_a_running_rental_is_stopped_from_its_page(page: Page, platform: Platform) -> None:
     sign_in(page, platform)
     page.fill("#rent-gpus", "1")

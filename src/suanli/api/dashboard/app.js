@@ -6,6 +6,9 @@ const KEY_ITEM = "suanli.key";
 const SIGNED_OUT_ITEM = "suanli.signedOutBecause"; // why the page signed itself out, for the fresh page to say
 const REFRESH_MS = 2000;
 const ENDED_STATES = ["stopped", "failed", "lost", "preempted"]; // a rental in one holds nothing again
+const LIVE_STATES = ["pending", "placed", "starting", "running", "stopping", "preempting"];
+const RENTALS_PAGE = 50; // the newest rentals the table reads (every 2 s); "Show older" reads a page more
+const RENTALS_MOST = 1000; // the most GET /v1/rentals answers with
 const $ = (id) => document.getElementById(id);
 
 // the server names a request's field; the page names the box it came from
@@ -28,7 +31,7 @@ class ApiError extends Error {
 const SLOW_EVERY = 5; // ticks between reads of what changes slowly (the month's invoice, the nodes)
 const session = {
   key: sessionStorage.getItem(KEY_ITEM), role: null, selected: null, logOffset: 0, timer: null, ticks: 0,
-  states: "", quoted: null, logNode: "",
+  states: "", quoted: null, logNode: "", rentalsLimit: RENTALS_PAGE,
 };
 
 async function api(method, path, body = undefined, headers = {}) {
@@ -390,14 +393,27 @@ async function rent(event) {
 
 // --- rentals ------------------------------------------------------------------------------------------
 
+let rentalsAsked = 0; // reads of the rentals table sent: only the newest one's answer is shown
+
+// the page of rentals the table shows: the newest `rentalsLimit`, in the states the filter picks
+function rentalsPath() {
+  const query = new URLSearchParams({ limit: String(session.rentalsLimit) });
+  const states = { live: LIVE_STATES, ended: ENDED_STATES, all: [] }[$("rentals-state").value];
+  for (const state of states) query.append("state", state);
+  return `/v1/rentals?${query}`;
+}
+
 async function refreshRentals() {
+  const asked = ++rentalsAsked;
   let rentals;
   try {
-    rentals = await api("GET", "/v1/rentals");
+    rentals = await api("GET", rentalsPath());
   } catch (error) {
     if (error.status === 401) signOut(error);
     return;
   }
+  if (asked !== rentalsAsked) return; // the filter or the page changed since: a later read answers
+  showRentalsCount(rentals.length);
   const body = $("rentals").tBodies[0];
   body.replaceChildren();
   for (const rental of rentals) {
@@ -428,6 +444,22 @@ function openButton(id) {
   const button = Object.assign(document.createElement("button"), { type: "button", textContent: id, className: "link" });
   button.setAttribute("aria-label", `open rental ${id}`);
   return button;
+}
+
+// how many rows the table shows, and "Show older" while a full page may have more behind it
+function showRentalsCount(count) {
+  const filter = $("rentals-state").value;
+  const which = filter === "all" ? "" : ` ${filter}`;
+  const full = count === session.rentalsLimit;
+  $("rentals-count").textContent = full ? `the newest ${count}${which}` : `${count}${which}`;
+  $("rentals-more").hidden = !full || session.rentalsLimit >= RENTALS_MOST;
+  $("rentals-empty").textContent = filter === "all" ? "No rentals yet." : `No ${filter} rentals.`;
+}
+
+// the table's filter or page changed: read it at once
+function showRentals(limit) {
+  session.rentalsLimit = limit;
+  return refreshRentals();
 }
 
 function select(id) {
@@ -1249,6 +1281,9 @@ $("login-form").addEventListener("submit", async (event) => {
   }
 });
 $("sign-out").addEventListener("click", () => signOut());
+$("rentals-state").addEventListener("change", () => showRentals(RENTALS_PAGE));
+$("rentals-more").addEventListener("click", () =>
+  showRentals(Math.min(session.rentalsLimit + RENTALS_PAGE, RENTALS_MOST)));
 $("offers-form").addEventListener("submit", (event) => {
   event.preventDefault();
   searchOffers();
