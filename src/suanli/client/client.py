@@ -155,6 +155,11 @@ class ServerUnreachable(ClientError):
     """The server did not answer."""
 
 
+def _idempotent(key: str | None) -> dict[str, str]:
+    """The Idempotency-Key header for a create: `key`, or a fresh one for this call that its retries share."""
+    return {"Idempotency-Key": key or str(uuid.uuid4())}
+
+
 def _segment(value: object) -> str:
     """An id or name as one path segment: escaped, so `a/../b` or `a?x=1` names nothing but itself."""
     text = str(value)
@@ -293,15 +298,15 @@ class Client:
     def create_rental(
         self, request: RentalCreateRequest, idempotency_key: str | None = None
     ) -> RentalResponse:
-        """Create a rental; with an idempotency key, retrying after a lost answer returns the same rental."""
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        """Create a rental under an idempotency key (a new one when none is given), so a retry after a lost
+        answer returns the same rental rather than renting a second one."""
         return self._call(
             "POST",
             "/v1/rentals",
             RentalResponse,
             body=request,
-            headers=headers,
-            retry=idempotency_key is not None,
+            headers=_idempotent(idempotency_key),
+            retry=True,
         )
 
     def dry_run_rental(self, request: RentalCreateRequest) -> RentalDryRunResponse:
@@ -552,15 +557,15 @@ class Client:
     def create_contract(
         self, request: ContractCreateRequest, idempotency_key: str | None = None
     ) -> ContractResponse:
-        """Sign and prepay; with an idempotency key, a retry after a lost answer returns the same contract."""
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        """Sign and prepay under an idempotency key (a new one when none is given), so a retry after a lost
+        answer returns the same contract rather than signing and charging twice."""
         return self._call(
             "POST",
             "/v1/contracts",
             ContractResponse,
             body=request,
-            headers=headers,
-            retry=idempotency_key is not None,
+            headers=_idempotent(idempotency_key),
+            retry=True,
         )
 
     def quote_contract(self, request: ContractCreateRequest) -> ContractQuoteResponse:
@@ -620,13 +625,12 @@ class Client:
         """Admin: top up (or grant, optionally expiring) a tenant; the Idempotency-Key makes a retry post
         nothing twice."""
         body = CreditRequest(amount_micros=amount_micros, grant=grant, memo=memo, expires_at=expires_at)
-        headers = {"Idempotency-Key": key or str(uuid.uuid4())}
         return self._call(
             "POST",
             f"/v1/tenants/{_segment(tenant_id)}/credit",
             LedgerTransactionResponse,
             body=body,
-            headers=headers,
+            headers=_idempotent(key),
             retry=True,
         )
 
