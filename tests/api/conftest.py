@@ -173,13 +173,19 @@ class AppTransport(httpx.BaseTransport):
         return httpx.Response(answer.status_code, headers=headers, content=answer.content, request=request)
 
 
-def logged_in_as(client: TestClient, key: str, sdk_class: type[Client] = Client) -> Callable[[], Any]:
+def logged_in_as(
+    client: TestClient,
+    key: str,
+    sdk_class: type[Client] = Client,
+    transport: httpx.BaseTransport | None = None,
+) -> Callable[[], Any]:
     """A stand-in for the CLI's `logged_in`: the SDK (`sdk_class`, a spy if a test wants one) with `key`,
-    talking to the in-process app."""
+    talking to the in-process app (through `transport` when given: a fault in front of it)."""
 
     @contextmanager
     def logged_in(options: Mapping[str, str] | None = None) -> Iterator[Client]:
-        with api_errors(options), sdk_class("http://testserver", key, transport=AppTransport(client)) as sdk:
+        carrier = transport or AppTransport(client)
+        with api_errors(options), sdk_class("http://testserver", key, transport=carrier) as sdk:
             yield sdk
 
     return logged_in

@@ -136,6 +136,9 @@ FOLLOW_RECONNECT_S = 120.0
 BAD_RESPONSE = "bad_response"  # an ApiError's code when the server's answer cannot be read
 NOT_OURS = "http_error"  # ... when the error reply is not in suanli's shape: perhaps not suanli at all
 SERVER_ERROR = "server_error"  # ... when it is not, but the server answered as suanli before: it failed
+# failures after which a safe request is sent again: its answer was lost, whether or not the server acted
+LOST_ANSWER_ERRORS = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
+GATEWAY_RETRY_STATUSES = frozenset({502, 503, 504})  # a proxy's "the server is away, try again"
 
 
 class ClientError(Exception):
@@ -844,13 +847,19 @@ class Client:
 
 
 def retry_on_connection_errors(attempts: int):
-    """Retry a send on connection failures only, with exponential backoff (0.2 s doubling, capped at 3 s)."""
+    """Retry a safe send whose answer did not come (a connection refused, reset or timed out, whether or not
+    the server got it) or that a gateway in front answered with "try again" (502/503/504), with exponential
+    backoff (0.2 s doubling, capped at 3 s). The last failure is raised, or its reply returned."""
     return retry(
-        retry=retry_if_exception_type((httpx.ConnectError, httpx.ReadTimeout, httpx.RemoteProtocolError)),
+        retry=retry_if_exception_type(LOST_ANSWER_ERRORS) | retry_if_result(_gateway_failed),
         stop=stop_after_attempt(max(attempts, 1)),
         wait=wait_exponential(multiplier=0.2, max=3.0),
-        reraise=True,
+        retry_error_callback=lambda state: state.outcome.result() if state.outcome is not None else None,
     )
+
+
+def _gateway_failed(response: httpx.Response) -> bool:
+    return response.status_code in GATEWAY_RETRY_STATUSES
 
 
 def retry_when_rate_limited(attempts: int):
