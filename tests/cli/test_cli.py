@@ -422,6 +422,9 @@ def test_following_a_waiting_rental_tells_its_moving_figures_at_most_once_a_minu
                 on_wait()
             return iter(())
 
+        def rental_runs(self, rental_id: str) -> list:
+            return []  # stopped before it ran: no exit code
+
     monkeypatch.setattr(follow, "RESAY_S", 3600.0)
     first = waiting("quota", "GPU quota 10 GPUs, 10 in use, asks 4")
     assert follow.follow_rental(Polled(), first) == 0  # type: ignore[arg-type]

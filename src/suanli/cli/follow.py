@@ -18,7 +18,7 @@ POLL_S = 1.0
 RESAY_S = (
     60.0  # a waiting rental whose reason stays is told again, its message's figures moved, at most this often
 )
-SUCCEEDED = "stopped"  # the state a rental ends in when its workload exits 0 (or the tenant stops it)
+SUCCEEDED = "stopped"  # the state a rental ends in when its workload exits 0 (or a stop ends it)
 RESTARTED = "restarted"  # the event of a multi-node rental's workload restarted on all its nodes
 TIME_LIMIT = "time_limit"  # the reason on the event of a rental the leader stopped at its max duration
 TIMED_OUT = 124  # the exit status then, as timeout(1)'s
@@ -91,8 +91,9 @@ def why_silent(client: Client, rental_id: str) -> str | None:
 
 def follow_rental(client: Client, rental: RentalResponse) -> int:
     """Print a new rental's state as it changes while it waits, then its output until it ends; its last
-    event on stderr. Returns the exit status: 0 when it ended `stopped`, else its workload's exit code (as
-    `exit_status` gives it), else 1 (preempted, lost); 124 when stopped at its max duration, as timeout(1)."""
+    event on stderr (and, when a stop ended it, who asked). Returns the exit status: 124 when stopped at its
+    max duration, as timeout(1); else its workload's non-zero exit code as `exit_status` gives it (143 for the
+    SIGTERM of a stop or a preemption notice); else 0 when it ended `stopped`, 1 otherwise (lost)."""
     shown = [_state_line(rental)]
     errors.print(Text(shown[0]))
     restarts_told = [0]
@@ -131,17 +132,24 @@ def follow_rental(client: Client, rental: RentalResponse) -> int:
     tell_restarts(ended)
     last = ended.events[-1].message if ended.events and ended.events[-1].message else ""
     limit = next((e for e in ended.events if e.reason == TIME_LIMIT), None)
-    if limit is not None:  # said even when no poll saw it `stopping`
-        last = f"{TIME_LIMIT}: {limit.message}" + (f"; {last}" if last and last != limit.message else "")
+    stop = limit or next((e for e in reversed(ended.events) if e.kind == "stopping"), None)
+    if stop is not None and stop.message:  # said even when no poll saw it `stopping`
+        asked = f"{stop.reason}: {stop.message}" if stop.reason else stop.message
+        last = asked + (f"; {last}" if last and last != stop.message else "")
     errors.print(Text(f"{ended.id}: {ended.state}" + (f" ({last})" if last else "")))
     if limit is not None:
         return TIMED_OUT
-    if ended.state == SUCCEEDED:
-        return 0
-    runs = client.rental_runs(rental.id)
+    codes = _last_exit_codes(client, rental.id)
+    if codes:
+        return exit_status(codes[0])
+    return 0 if ended.state == SUCCEEDED else 1
+
+
+def _last_exit_codes(client: Client, rental_id: str) -> list[int]:
+    """The non-zero exit codes its workload's last placement recorded (a stop's SIGTERM included)."""
+    runs = client.rental_runs(rental_id)
     latest = max((run.placement for run in runs), default=0)  # a re-queued rental's earlier runs ended before
-    codes = [run.exit_code for run in runs if run.placement == latest and run.exit_code]
-    return exit_status(codes[0]) if codes else 1
+    return [run.exit_code for run in runs if run.placement == latest and run.exit_code]
 
 
 def never_fits_hint(rental_id: str) -> str:
