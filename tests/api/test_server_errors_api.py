@@ -83,3 +83,52 @@ def test_a_5xx_not_in_suanlis_shape_from_a_server_that_answered_before_is_still_
         "HTTP 502 Bad Gateway" in failed.value.message
         and "is it a suanli server?" not in failed.value.message
     )
+
+
+class GatewayWithJsonErrors(AppTransport):
+    """The app behind a gateway that answers `/v1/balance` itself with a 500 whose JSON `error` is not
+    suanli's object (a gateway's text, or null)."""
+
+    def __init__(self, client: TestClient, error: object) -> None:
+        super().__init__(client)
+        self.error = error
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/balance":
+            return httpx.Response(500, json={"error": self.error}, request=request)
+        return super().handle_request(request)
+
+
+@pytest.mark.parametrize("error", ["upstream connect error", None, 7, ["a", "list"]], ids=repr)
+def test_an_error_reply_whose_error_is_not_suanlis_object_is_an_api_error(
+    client: TestClient, tenant, error: object
+) -> None:
+    """`{"error": "text"}` or `{"error": null}` (a gateway's, an ingress's) raised AttributeError from the
+    SDK: it is the SDK's own error, `http_error` before the server answered as suanli, `server_error`
+    after."""
+    _, headers = tenant("gatewayed")
+    key = headers["Authorization"].split()[1]
+    with Client("http://testserver", key, transport=GatewayWithJsonErrors(client, error)) as sdk:
+        with pytest.raises(ApiError) as first:
+            sdk.balance()
+        assert first.value.status == 500 and first.value.code == "http_error", first.value
+        sdk.me()
+        with pytest.raises(ApiError) as failed:
+            sdk.balance()
+        assert failed.value.code == "server_error", failed.value
+
+
+def test_the_cli_says_a_gateways_json_error_is_the_servers_failure_with_exit_5(
+    client: TestClient, tenant, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from suanli.cli import billing_commands
+    from suanli.cli.main import app
+
+    _, headers = tenant("gatewayed-cli")
+    key = headers["Authorization"].split()[1]
+    gateway = GatewayWithJsonErrors(client, "upstream connect error")
+    monkeypatch.setattr(billing_commands, "logged_in", logged_in_as(client, key, transport=gateway))
+    done = CliRunner().invoke(app, ["balance", "--json"], env={"COLUMNS": "200"})
+    said = " ".join(done.output.split())
+    assert done.exit_code == 5, said
+    assert said.startswith("error: ") and "HTTP 500" in said and "upstream connect error" in said, said

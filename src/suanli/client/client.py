@@ -885,21 +885,31 @@ def retry_when_rate_limited(attempts: int):
 def _api_error(response: httpx.Response, answered_as_suanli: bool) -> ApiError:
     """The error a 4xx/5xx reply means: suanli's own (its JSON shape), the server's failure (a bare 5xx from a
     server that answered as suanli before: a crash, a proxy in front of it), or a reply that may not be
-    suanli's at all (`NOT_OURS`, with the hint to check the URL)."""
-    try:
-        detail = response.json()["error"]
+    suanli's at all (`NOT_OURS`, with the hint to check the URL). Suanli's shape is `{"error": {...}}`; a
+    gateway's `{"error": "text"}` or `{"error": null}` is not it."""
+    detail = _error_object(response)
+    if detail is not None:
         return ApiError(
             response.status_code, detail.get("code", "error"), detail.get("message", ""), detail.get("field")
         )
+    if answered_as_suanli and response.status_code >= 500:
+        return ApiError(response.status_code, SERVER_ERROR, _what_answered(response))
+    return ApiError(
+        response.status_code,
+        NOT_OURS,
+        f"{_what_answered(response)}; is it a suanli server? "
+        "(check the URL given to `suanli login`, or SUANLI_URL)",
+    )
+
+
+def _error_object(response: httpx.Response) -> dict[str, Any] | None:
+    """The object under `error` in a JSON reply, or None when the reply has none (not JSON, no `error`, or
+    an `error` that is text, null or a list)."""
+    try:
+        detail = response.json()["error"]
     except (ValueError, KeyError, TypeError):
-        if answered_as_suanli and response.status_code >= 500:
-            return ApiError(response.status_code, SERVER_ERROR, _what_answered(response))
-        return ApiError(
-            response.status_code,
-            NOT_OURS,
-            f"{_what_answered(response)}; is it a suanli server? "
-            "(check the URL given to `suanli login`, or SUANLI_URL)",
-        )
+        return None
+    return detail if isinstance(detail, dict) else None
 
 
 def _what_answered(response: httpx.Response) -> str:
