@@ -7,6 +7,7 @@ Errors:
                              answer is not in suanli's shape but the server answered as suanli before;
                              `http_error`: a reply that may not be suanli's at all)
      +-- ServerUnreachable   no answer after retries (connection refused, timeout)
+     +-- RentalEnded         `wait` asked for a state the rental can no longer reach: it ended in another
 """
 
 from __future__ import annotations
@@ -156,6 +157,16 @@ class ApiError(ClientError):
 
 class ServerUnreachable(ClientError):
     """The server did not answer."""
+
+
+class RentalEnded(ClientError):
+    """A rental waited for ended in a state not asked for, which it never leaves; `rental`: it as it ended."""
+
+    def __init__(self, rental: RentalResponse, until: Collection[str]) -> None:
+        self.rental = rental
+        last = rental.events[-1].message if rental.events and rental.events[-1].message else ""
+        asked = " or ".join(sorted(until))
+        super().__init__(f"{rental.id} ended {rental.state}, not {asked}" + (f" ({last})" if last else ""))
 
 
 def _idempotent(key: str | None) -> dict[str, str]:
@@ -408,13 +419,15 @@ class Client:
         timeout_s: float | None = None,
         poll_s: float = 1.0,
     ) -> RentalResponse:
-        """The rental once its state is one of `until` (default: it has ended); `TimeoutError` when
-        `timeout_s` passes first."""
+        """The rental once its state is one of `until` (default: it has ended); `RentalEnded` as soon as it
+        has ended in another (it can never get there), `TimeoutError` when `timeout_s` passes first."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             rental = self.rental(rental_id)
             if rental.state in until:
                 return rental
+            if rental.state in ENDED_STATES:
+                raise RentalEnded(rental, until)
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"{rental_id} is {rental.state} after {timeout_s} s, not {sorted(until)}")
             time.sleep(poll_s)

@@ -1,0 +1,34 @@
+"""`Client.wait` against the real app (SQLite and PostgreSQL): it returns the rental once in a state asked
+for, and says at once when the rental has ended in another, which it can never leave."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+from conftest import AppTransport, running_share
+from suanli.client import Client
+from suanli.client.client import ClientError, RentalEnded
+
+
+def test_waiting_for_running_on_a_rental_that_failed_says_how_it_ended_at_once(
+    client: TestClient, tenant
+) -> None:
+    _, owner = tenant("launcher")
+    rental_id, node_headers = running_share(client, owner)
+    failed = {"workloads": [{"rental_id": rental_id, "state": "failed", "exit_code": 3}]}
+    client.post("/v1/agents/heartbeat", json=failed, headers=node_headers)
+    key = owner["Authorization"].split()[1]
+    started = time.monotonic()
+    with Client("http://testserver", key, transport=AppTransport(client)) as sdk:
+        with pytest.raises(RentalEnded) as ended:
+            sdk.wait(rental_id, {"running", "stopping"}, timeout_s=5, poll_s=0.05)
+        assert sdk.wait(rental_id, timeout_s=5).state == "failed"  # an end asked for is returned
+    assert time.monotonic() - started < 4
+    assert isinstance(ended.value, ClientError) and ended.value.rental.state == "failed"
+    said = str(ended.value)
+    assert said.startswith(f"{rental_id} ended failed, not running or stopping") and "exit code 3" in said, (
+        said
+    )
