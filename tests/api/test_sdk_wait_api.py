@@ -9,8 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from conftest import AppTransport, running_share
-from suanli.client import Client
-from suanli.client.client import ClientError, RentalEnded
+from suanli.client import Client, ClientError, RentalEnded
 
 
 def test_waiting_for_running_on_a_rental_that_failed_says_how_it_ended_at_once(

@@ -23,7 +23,7 @@ from rich.text import Text
 
 from suanli.cli import profile
 from suanli.cli.rent_spec import SpecError, moment, money_to_micros
-from suanli.client import BAD_RESPONSE, NOT_OURS, ApiError, Client, ServerUnreachable
+from suanli.client import BAD_RESPONSE, NOT_OURS, ApiError, Client, InvalidArgument, ServerUnreachable
 from suanli.client.client import url_problem
 from suanli.wire.schemas import MONTH_PATTERN, problem_text
 
@@ -110,8 +110,10 @@ def logged_in(options: Mapping[str, str] | None = None) -> Iterator[Client]:
 def api_errors(options: Mapping[str, str] | None = None) -> Iterator[None]:
     try:
         yield
-    except ValidationError as error:  # a request the SDK built from options its model refuses
+    except ValidationError as error:  # a request built from options its model refuses
         raise _refused_input(error, options or {}) from None
+    except InvalidArgument as error:  # ... that the SDK built: refused before anything was sent
+        raise _refused_input(error.validation, options or {}) from None
     except ApiError as error:
         option = (options or {}).get(error.field or "")
         where = f" (field {error.field})" if error.field and not option else ""

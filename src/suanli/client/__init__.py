@@ -5,6 +5,24 @@ with Client("http://127.0.0.1:8080", api_key="sk_...") as api:
     rental = api.create_rental(RentalCreateRequest(gpu_model="H100", gpus=8), idempotency_key="train-7")
 """
 
-from suanli.client.client import BAD_RESPONSE, NOT_OURS, ApiError, Client, ServerUnreachable
+from suanli.client.client import (
+    BAD_RESPONSE,
+    NOT_OURS,
+    ApiError,
+    Client,
+    ClientError,
+    InvalidArgument,
+    RentalEnded,
+    ServerUnreachable,
+)
 
-__all__ = ["BAD_RESPONSE", "NOT_OURS", "ApiError", "Client", "ServerUnreachable"]
+__all__ = [
+    "BAD_RESPONSE",
+    "NOT_OURS",
+    "ApiError",
+    "Client",
+    "ClientError",
+    "InvalidArgument",
+    "RentalEnded",
+    "ServerUnreachable",
+]

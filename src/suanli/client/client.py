@@ -3,9 +3,11 @@
 Errors:
     ClientError
      +-- ApiError            the server answered 4xx/5xx; `status`, `code`, `message`, `field`
-                             (a 5xx the server failed with: `code` is its own, or `server_error` when the
-                             answer is not in suanli's shape but the server answered as suanli before;
-                             `http_error`: a reply that may not be suanli's at all)
+     |   |                   (a 5xx the server failed with: `code` is its own, or `server_error` when the
+     |   |                   answer is not in suanli's shape but the server answered as suanli before;
+     |   |                   `http_error`: a reply that may not be suanli's at all)
+     |   +-- InvalidArgument a method's argument its request model refuses, before anything is sent: the
+     |                       422 `invalid` naming the field, as the server's; `validation`: pydantic's error
      +-- ServerUnreachable   no answer after retries (connection refused, timeout)
      +-- RentalEnded         `wait` asked for a state the rental can no longer reach: it ended in another
 """
@@ -13,11 +15,12 @@ Errors:
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 import uuid
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from datetime import datetime
-from typing import Any, TypedDict, TypeVar, Unpack
+from typing import Any, ParamSpec, TypedDict, TypeVar, Unpack
 from urllib.parse import quote
 
 import httpx
@@ -106,9 +109,11 @@ from suanli.wire.schemas import (
     WebhookChangeRequest,
     WebhookCreateRequest,
     WebhookResponse,
+    problem_text,
 )
 
 T = TypeVar("T")
+P = ParamSpec("P")
 LEDGER_PAGE_LIMIT = 1000  # transactions per `GET /v1/ledger` page: the most the server sends in one
 PAYOUT_PAGE_LIMIT = 1000  # lines per `GET /v1/payouts` page: the most the server sends in one
 
@@ -155,6 +160,18 @@ class ApiError(ClientError):
         super().__init__(f"{status} {code}: {message}{where}")
 
 
+class InvalidArgument(ApiError):
+    """A method's argument its request model refuses, refused before anything is sent, as the server's 422
+    `invalid` naming the field; `validation` is pydantic's account of every problem."""
+
+    def __init__(self, validation: ValidationError) -> None:
+        self.validation = validation
+        first = validation.errors()[0]
+        field = ".".join(str(part) for part in first["loc"]) or None
+        message = problem_text(first)
+        super().__init__(422, "invalid", f"{field}: {message}" if field else message, field)
+
+
 class ServerUnreachable(ClientError):
     """The server did not answer."""
 
@@ -167,6 +184,20 @@ class RentalEnded(ClientError):
         last = rental.events[-1].message if rental.events and rental.events[-1].message else ""
         asked = " or ".join(sorted(until))
         super().__init__(f"{rental.id} ended {rental.state}, not {asked}" + (f" ({last})" if last else ""))
+
+
+def _checks_arguments(method: Callable[P, T]) -> Callable[P, T]:
+    """A method that builds its request from plain arguments: a value the request's model refuses is an
+    `InvalidArgument` naming the field (raised before anything is sent), not pydantic's ValidationError."""
+
+    @functools.wraps(method)
+    def checked(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return method(*args, **kwargs)
+        except ValidationError as error:
+            raise InvalidArgument(error) from None
+
+    return checked
 
 
 def _idempotent(key: str | None) -> dict[str, str]:
@@ -229,6 +260,7 @@ class Client:
     def me(self) -> MeResponse:
         return self._call("GET", "/v1/me", MeResponse)
 
+    @_checks_arguments
     def create_tenant(self, name: str, role: str = "tenant") -> TenantResponse:
         body = TenantCreateRequest(name=name, role=role)  # type: ignore[arg-type]
         return self._call("POST", "/v1/tenants", TenantResponse, body=body)
@@ -236,6 +268,7 @@ class Client:
     def tenants(self) -> list[TenantResponse]:
         return self._call("GET", "/v1/tenants", list[TenantResponse])
 
+    @_checks_arguments
     def create_key(self, tenant_id: str, label: str = "") -> KeyResponse:
         body = KeyCreateRequest(label=label)
         return self._call("POST", f"/v1/tenants/{_segment(tenant_id)}/keys", KeyResponse, body=body)
@@ -244,6 +277,7 @@ class Client:
         """The tenant's API keys (never their secrets), revoked ones included."""
         return self._call("GET", f"/v1/tenants/{_segment(tenant_id)}/keys", list[KeyResponse])
 
+    @_checks_arguments
     def create_webhook(self, url: str, events: Sequence[str] = ()) -> WebhookResponse:
         """Your rentals' events from now on (of the kinds in `events`; none: all) go to `url`; the answer's
         `secret` (shown once) signs them."""
@@ -253,6 +287,7 @@ class Client:
     def webhooks(self) -> list[WebhookResponse]:
         return self._call("GET", "/v1/webhooks", list[WebhookResponse])
 
+    @_checks_arguments
     def change_webhook(
         self, webhook_id: str, url: str | None = None, events: Sequence[str] | None = None
     ) -> WebhookResponse:
@@ -347,11 +382,13 @@ class Client:
     def stop(self, rental_id: str) -> RentalResponse:
         return self._call("POST", f"/v1/rentals/{_segment(rental_id)}/stop", RentalResponse, retry=True)
 
+    @_checks_arguments
     def set_bid(self, rental_id: str, bid_micros_per_gpu_hour: int) -> RentalResponse:
         """A spot rental's new bid per GPU-hour (live: at least its pool's floor)."""
         body = RentalBidRequest(bid_micros_per_gpu_hour=bid_micros_per_gpu_hour)
         return self._call("PUT", f"/v1/rentals/{_segment(rental_id)}/bid", RentalResponse, body=body)
 
+    @_checks_arguments
     def resize(self, rental_id: str, *, nodes: int | None = None, gpus: int | None = None) -> RentalResponse:
         body = RentalResizeRequest(nodes=nodes, gpus=gpus)
         return self._call("PATCH", f"/v1/rentals/{_segment(rental_id)}", RentalResponse, body=body)
@@ -445,6 +482,7 @@ class Client:
         path = f"/v1/rentals/{_segment(rental_id)}/gpus/history"
         return self._call("GET", path, list[RentalGpuHistoryResponse], params={"minutes": minutes})
 
+    @_checks_arguments
     def exec(
         self,
         rental_id: str,
@@ -470,6 +508,7 @@ class Client:
         )
         return self._call("POST", f"/v1/rentals/{_segment(rental_id)}/execs", ExecResponse, body=body)
 
+    @_checks_arguments
     def forward(
         self, rental_id: str, port: int, *, node_rank: int = 0, timeout_s: int = 8 * 3600
     ) -> ExecResponse:
@@ -540,10 +579,12 @@ class Client:
 
     # --- agents (join tokens with an operator key; the rest with the node key) ----------------------
 
+    @_checks_arguments
     def create_join_token(self, node: str, ttl_s: float | None = None) -> JoinTokenResponse:
         body = JoinTokenCreateRequest(node=node, ttl_s=ttl_s)
         return self._call("POST", "/v1/join-tokens", JoinTokenResponse, body=body)
 
+    @_checks_arguments
     def register_agent(self, token: str, inventory: dict[str, Any]) -> AgentRegisterResponse:
         body = AgentRegisterRequest(token=token, inventory=inventory)
         return self._call("POST", "/v1/agents/register", AgentRegisterResponse, body=body)
@@ -558,6 +599,7 @@ class Client:
             "POST", f"/v1/agents/execs/{_segment(exec_id)}", ExecResponse, body=report, retry=True
         )
 
+    @_checks_arguments
     def upload_log(self, rental_id: str, offset: int, data: bytes) -> LogChunkResponse:
         """Send one chunk read at byte `offset` of the rental's log; retried safely (the server dedups)."""
         body = LogChunkRequest(
@@ -609,6 +651,7 @@ class Client:
     def contracts(self) -> list[ContractResponse]:
         return self._call("GET", "/v1/contracts", list[ContractResponse])
 
+    @_checks_arguments
     def transfer_contract(self, contract_id: str, to_tenant_id: str) -> ContractResponse:
         body = ContractTransferRequest(to_tenant_id=to_tenant_id)
         return self._call(
@@ -620,6 +663,7 @@ class Client:
     def prices(self) -> list[PriceResponse]:
         return self._call("GET", "/v1/prices", list[PriceResponse])
 
+    @_checks_arguments
     def set_prices(self, entries: list[PriceEntryRequest]) -> list[PriceEntryResponse]:
         """Admin: add price book entries (all or none); returns them as stored."""
         return self._call("PUT", "/v1/prices", list[PriceEntryResponse], body=PriceEntryList(entries))
@@ -628,6 +672,7 @@ class Client:
         params = {"tenant": tenant_id} if tenant_id else None
         return self._call("GET", "/v1/balance", BalanceResponse, params=params)
 
+    @_checks_arguments
     def credit(
         self,
         tenant_id: str,
@@ -658,6 +703,7 @@ class Client:
         params = {"tenant": tenant_id} if tenant_id else None
         return self._call("GET", "/v1/plans", list[PlanResponse], params=params)
 
+    @_checks_arguments
     def report_revenue(
         self, month: str, revenue_micros: int, tenant_id: str | None = None
     ) -> RevenueReportResponse:
@@ -672,6 +718,7 @@ class Client:
         params = {"tenant": tenant_id} if tenant_id else None
         return self._call("GET", "/v1/grants", list[GrantResponse], params=params)
 
+    @_checks_arguments
     def set_payment_terms(
         self, tenant_id: str, mode: str, credit_limit_micros: int = 0
     ) -> PaymentTermsResponse:
@@ -688,6 +735,7 @@ class Client:
         params = {"tenant": tenant_id} if tenant_id else None
         return self._call("GET", "/v1/payment-terms", PaymentTermsResponse, params=params)
 
+    @_checks_arguments
     def set_limits(
         self,
         tenant_id: str,
@@ -706,6 +754,7 @@ class Client:
             "PUT", f"/v1/tenants/{_segment(tenant_id)}/limits", LimitsResponse, body=body, retry=True
         )
 
+    @_checks_arguments
     def change_limits(self, tenant_id: str, **changes: Unpack[LimitsChanges]) -> LimitsResponse:
         """Admin: change only the limits named (a quota or cap given as None is removed); the rest stay."""
         body = LimitsPatch(**changes)
@@ -718,6 +767,7 @@ class Client:
             merge_patch=True,
         )
 
+    @_checks_arguments
     def set_budget(
         self,
         daily_micros: int | None = None,
@@ -734,6 +784,7 @@ class Client:
         params = {"tenant": tenant_id} if tenant_id else None
         return self._call("PUT", "/v1/budget", LimitsResponse, body=body, params=params, retry=True)
 
+    @_checks_arguments
     def change_budget(self, tenant_id: str | None = None, **changes: Unpack[BudgetChanges]) -> LimitsResponse:
         """Change only what is named of your own budget (one given as None is removed); the rest stays."""
         params = {"tenant": tenant_id} if tenant_id else None
