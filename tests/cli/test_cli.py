@@ -453,7 +453,7 @@ def test_every_command_is_documented() -> None:
 
 @pytest.mark.parametrize(
     "variable",
-    ["SUANLI_URL", "SUANLI_API_KEY", "SUANLI_CONFIG_DIR", "SUANLI_JOIN_TOKEN"]
+    ["SUANLI_URL", "SUANLI_API_KEY", "SUANLI_CONFIG_DIR", "SUANLI_JOIN_TOKEN", "SUANLI_TIMEOUT_S"]
     + [f"SUANLI_{name.upper()}" for name in Settings.model_fields],
 )
 def test_every_environment_variable_is_documented(variable: str) -> None:

@@ -13,10 +13,10 @@ import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
 import typer
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -24,10 +24,12 @@ from rich.text import Text
 from suanli.cli import profile
 from suanli.cli.rent_spec import SpecError, moment, money_to_micros
 from suanli.client import BAD_RESPONSE, NOT_OURS, ApiError, Client, InvalidArgument, ServerUnreachable
-from suanli.client.client import url_problem
+from suanli.client.client import DEFAULT_TIMEOUT_S, url_problem
 from suanli.wire.schemas import MONTH_PATTERN, problem_text
 
 EXIT_REFUSED, EXIT_USAGE, EXIT_NOT_LOGGED_IN, EXIT_UNREACHABLE, EXIT_SERVER_ERROR = 1, 2, 3, 4, 5
+TIMEOUT_VARIABLE = "SUANLI_TIMEOUT_S"  # seconds each request waits for the server's answer
+TIMEOUT_SECONDS = TypeAdapter(Annotated[float, Field(gt=0, allow_inf_nan=False)])
 # Piped or redirected (no terminal, no COLUMNS), Rich would lay tables out in 80 columns and wrap ids and
 # model names inside their cells, so `suanli ls | grep` missed them: lay them out wider there.
 PIPE_WIDTH = 200
@@ -102,8 +104,24 @@ def logged_in(options: Mapping[str, str] | None = None) -> Iterator[Client]:
         source = "SUANLI_URL" if os.environ.get("SUANLI_URL") else f"the URL in {profile.profile_path()}"
         errors.print(error_text(f"{source}: {saved.url!r} {problem}"))
         raise typer.Exit(EXIT_USAGE)
-    with api_errors(options), Client(saved.url, saved.key) as client:
+    with api_errors(options), Client(saved.url, saved.key, timeout_s=request_timeout_s()) as client:
         yield client
+
+
+def request_timeout_s() -> float:
+    """`SUANLI_TIMEOUT_S`: how long each request waits for the server (default the SDK's 30 s), so a command
+    on a server that never answers gives up sooner; a value that is not a positive number exits 2."""
+    text = os.environ.get(TIMEOUT_VARIABLE, "").strip()
+    if not text:
+        return DEFAULT_TIMEOUT_S
+    try:
+        return TIMEOUT_SECONDS.validate_python(text)
+    except ValidationError as error:
+        problem = problem_text(error.errors()[0])
+        errors.print(
+            error_text(f"{TIMEOUT_VARIABLE}: {text!r} is not a number of seconds above 0 ({problem})")
+        )
+        raise typer.Exit(EXIT_USAGE) from None
 
 
 @contextmanager

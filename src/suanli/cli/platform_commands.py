@@ -24,6 +24,7 @@ from suanli.cli.output import (
     errors,
     logged_in,
     micros,
+    request_timeout_s,
     table,
     valid_input,
 )
@@ -84,7 +85,7 @@ def login(
     key: Annotated[str, typer.Option(help="Your API key (sk_...).", prompt=True, hide_input=True)],
 ) -> None:
     """Check the key against the server and save URL and key as your profile."""
-    with api_errors(), Client(url, key) as client:
+    with api_errors(), Client(url, key, timeout_s=request_timeout_s()) as client:
         me = client.me()
     path = profile.save(profile.Profile(url, key))
     typer.echo(f"logged in to {url} as {me.tenant.name} ({me.tenant.role}); profile saved in {path}")

@@ -31,6 +31,7 @@ from tenacity import (
     retry_if_exception_type,
     retry_if_result,
     stop_after_attempt,
+    stop_before_delay,
     wait_exponential,
 )
 from websockets.exceptions import InvalidHandshake, InvalidStatus
@@ -135,7 +136,8 @@ class LimitsChanges(TypedDict, total=False):
     fair_share_weight: float
 
 
-DEFAULT_TIMEOUT_S = 30.0
+DEFAULT_TIMEOUT_S = 30.0  # how long one request waits for each step of its answer (`Client(timeout_s=)`)
+MIN_REQUEST_TIMEOUT_S = 0.1  # what a request bounded by a deadline (`wait`) gets at least, however near it is
 MAX_RATE_WAIT_S = 30.0  # the longest a 429's Retry-After is waited out before sending again
 # how long following a rental's output waits for a server that does not answer (a restart, a new leader)
 FOLLOW_RECONNECT_S = 120.0
@@ -377,7 +379,11 @@ class Client:
         return self._call("GET", "/v1/rentals", list[RentalResponse], params=params or None)
 
     def rental(self, rental_id: str) -> RentalResponse:
-        return self._call("GET", f"/v1/rentals/{_segment(rental_id)}", RentalResponse)
+        return self._rental(rental_id)
+
+    def _rental(self, rental_id: str, deadline: float | None = None) -> RentalResponse:
+        """The rental, its request and retries bounded by `deadline` (`time.monotonic()`) when given."""
+        return self._call("GET", f"/v1/rentals/{_segment(rental_id)}", RentalResponse, deadline=deadline)
 
     def stop(self, rental_id: str) -> RentalResponse:
         return self._call("POST", f"/v1/rentals/{_segment(rental_id)}/stop", RentalResponse, retry=True)
@@ -457,17 +463,18 @@ class Client:
         poll_s: float = 1.0,
     ) -> RentalResponse:
         """The rental once its state is one of `until` (default: it has ended); `RentalEnded` as soon as it
-        has ended in another (it can never get there), `TimeoutError` when `timeout_s` passes first."""
+        has ended in another (it can never get there), `TimeoutError` when `timeout_s` passes first. The
+        deadline bounds each request too: a server that does not answer is `ServerUnreachable` by then."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
-            rental = self.rental(rental_id)
+            rental = self._rental(rental_id, deadline)
             if rental.state in until:
                 return rental
             if rental.state in ENDED_STATES:
                 raise RentalEnded(rental, until)
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"{rental_id} is {rental.state} after {timeout_s} s, not {sorted(until)}")
-            time.sleep(poll_s)
+            time.sleep(poll_s if deadline is None else max(min(poll_s, deadline - time.monotonic()), 0.0))
 
     def rental_runs(self, rental_id: str) -> list[RentalRunResponse]:
         return self._call("GET", f"/v1/rentals/{_segment(rental_id)}/runs", list[RentalRunResponse])
@@ -876,19 +883,26 @@ class Client:
         retry: bool | None = None,
         raw: bool = False,
         merge_patch: bool = False,
+        deadline: float | None = None,
     ) -> Any:
+        """Send a request (again, when `safe`, after a lost answer or a gateway's 502/503/504; any after a
+        429) and read its answer as `response_type`; with a `deadline` (`time.monotonic()`), each send's
+        timeout and the retries end by it."""
         safe = method in ("GET", "HEAD") if retry is None else retry
         json_body = None
         if body is not None:  # a merge patch sends what was given, nulls too (null removes)
             json_body = body.model_dump(mode="json", exclude_unset=merge_patch, exclude_none=not merge_patch)
 
         def send() -> httpx.Response:
+            timeout = _timeout_until(self._http.timeout, deadline)
             return self._http.request(
-                method, path, json=json_body, content=content, params=params, headers=headers
+                method, path, json=json_body, content=content, params=params, headers=headers, timeout=timeout
             )
 
         attempts = self._retries if safe else 1
-        sender = retry_when_rate_limited(self._retries)(retry_on_connection_errors(attempts)(send))
+        within_s = None if deadline is None else deadline - time.monotonic()
+        on_lost_answers = retry_on_connection_errors(attempts, within_s)
+        sender = retry_when_rate_limited(self._retries, within_s)(on_lost_answers(send))
         try:
             response = sender()
         except httpx.TransportError as error:
@@ -910,13 +924,29 @@ class Client:
             raise ApiError(502, BAD_RESPONSE, message) from None
 
 
-def retry_on_connection_errors(attempts: int):
+def _timeout_until(timeout: httpx.Timeout, deadline: float | None) -> httpx.Timeout:
+    """The client's `timeout`, each of its phases cut to what is left before `deadline` (when given)."""
+    if deadline is None:
+        return timeout
+    left_s = max(deadline - time.monotonic(), MIN_REQUEST_TIMEOUT_S)
+    phases = {"connect": timeout.connect, "read": timeout.read, "write": timeout.write, "pool": timeout.pool}
+    return httpx.Timeout(**{name: left_s if s is None else min(s, left_s) for name, s in phases.items()})
+
+
+def _stop(attempts: int, within_s: float | None):
+    """Stop after `attempts` sends, or (given `within_s`) before a retry that would start past it."""
+    after_attempts = stop_after_attempt(max(attempts, 1))
+    return after_attempts if within_s is None else after_attempts | stop_before_delay(max(within_s, 0.0))
+
+
+def retry_on_connection_errors(attempts: int, within_s: float | None = None):
     """Retry a safe send whose answer did not come (a connection refused, reset or timed out, whether or not
     the server got it) or that a gateway in front answered with "try again" (502/503/504), with exponential
-    backoff (0.2 s doubling, capped at 3 s). The last failure is raised, or its reply returned."""
+    backoff (0.2 s doubling, capped at 3 s), none that would start past `within_s`. The last failure is
+    raised, or its reply returned."""
     return retry(
         retry=retry_if_exception_type(LOST_ANSWER_ERRORS) | retry_if_result(_gateway_failed),
-        stop=stop_after_attempt(max(attempts, 1)),
+        stop=_stop(attempts, within_s),
         wait=wait_exponential(multiplier=0.2, max=3.0),
         retry_error_callback=lambda state: state.outcome.result() if state.outcome is not None else None,
     )
@@ -926,9 +956,10 @@ def _gateway_failed(response: httpx.Response) -> bool:
     return response.status_code in GATEWAY_RETRY_STATUSES
 
 
-def retry_when_rate_limited(attempts: int):
-    """Send again after a 429, once its Retry-After has passed (at most `MAX_RATE_WAIT_S` a time): the server
-    did nothing with a limited request, so any method may be sent again. The last 429 is returned."""
+def retry_when_rate_limited(attempts: int, within_s: float | None = None):
+    """Send again after a 429, once its Retry-After has passed (at most `MAX_RATE_WAIT_S` a time), unless that
+    would be past `within_s`: the server did nothing with a limited request, so any method may be sent again.
+    The last 429 is returned."""
 
     def retry_after(state: RetryCallState) -> float:
         response = state.outcome.result() if state.outcome is not None else None
@@ -940,7 +971,7 @@ def retry_when_rate_limited(attempts: int):
 
     return retry(
         retry=retry_if_result(lambda response: response.status_code == 429),
-        stop=stop_after_attempt(max(attempts, 1)),
+        stop=_stop(attempts, within_s),
         wait=retry_after,
         retry_error_callback=lambda state: state.outcome.result() if state.outcome is not None else None,
     )

@@ -1,0 +1,48 @@
+"""Time bounds against a server that accepts connections and never answers (a hung process, a black-holed
+proxy): `Client.wait(timeout_s=...)` gives up by its deadline, and the CLI waits per request only as long as
+SUANLI_TIMEOUT_S says."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+from typer.testing import CliRunner
+
+from suanli.cli.main import app
+from suanli.client import Client, ClientError
+
+
+@pytest.fixture
+def silent_server() -> Iterator[str]:
+    """The URL of a socket that takes connections (the kernel's backlog completes them) and never answers."""
+    with socket.create_server(("127.0.0.1", 0), backlog=64) as listener:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+
+def test_wait_gives_up_by_its_own_deadline_on_a_server_that_never_answers(silent_server: str) -> None:
+    """Each request waited the client's whole timeout, 4 times: `wait(timeout_s=5)` took 121.8 s."""
+    started = time.monotonic()
+    with Client(silent_server, "sk_x", timeout_s=20) as sdk, pytest.raises(ClientError):
+        sdk.wait("rnt_x", timeout_s=1, poll_s=0.1)
+    assert time.monotonic() - started < 4
+
+
+def test_the_cli_waits_per_request_as_long_as_suanli_timeout_s_says(silent_server: str, tmp_path) -> None:
+    """Every command took ~2 min on a server that never answers (4 sends x 30 s), with no setting."""
+    env = {"SUANLI_URL": silent_server, "SUANLI_API_KEY": "sk_x", "SUANLI_CONFIG_DIR": str(tmp_path)}
+    started = time.monotonic()
+    done = CliRunner().invoke(app, ["ls", "--json"], env={**env, "SUANLI_TIMEOUT_S": "0.3"})
+    assert done.exit_code == 4 and "cannot reach the server" in done.output, done.output
+    assert time.monotonic() - started < 8
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-1", "nan", "inf"])
+def test_a_timeout_that_is_not_a_positive_number_of_seconds_is_refused_naming_the_variable(
+    value: str, tmp_path
+) -> None:
+    env = {"SUANLI_URL": "http://127.0.0.1:9", "SUANLI_API_KEY": "sk_x", "SUANLI_CONFIG_DIR": str(tmp_path)}
+    done = CliRunner().invoke(app, ["ls"], env={**env, "SUANLI_TIMEOUT_S": value})
+    assert done.exit_code == 2 and "SUANLI_TIMEOUT_S" in done.output, done.output
