@@ -77,19 +77,26 @@ def pass_on_coverage(uow: UnitOfWork, rental: Rental, at: datetime) -> list[str]
 def _cover(uow: UnitOfWork, rental: Rental, milli: int, covered_milli: int, at: datetime) -> None:
     """From `at` `covered_milli` of the `milli` GPU milli `rental` holds are covered: its discounted rate
     (what it pays plus what coverage takes off now) less that share, rounded once as a quote rounds it."""
-    quote = dict(rental.quote or {})
     rate = rental.price_micros_per_hour or 0
-    discounted = rate + int(quote.get("contract_coverage_micros_per_hour") or 0)
-    coverage = round_half_up(discounted * covered_milli, milli)
-    quote.update(
-        contract_covered_gpu_milli=covered_milli,
-        contract_coverage_micros_per_hour=coverage,
-        final_micros_per_hour=discounted - coverage,
-    )
+    discounted = rate + int((rental.quote or {}).get("contract_coverage_micros_per_hour") or 0)
+    quote = with_coverage(rental.quote or {}, discounted, covered_milli, milli)
+    quote["contract_covered_gpu_milli"] = covered_milli
     since = _placed_at(rental)
     uow.rentals.change_rate(
-        rental.id, max(at, since), discounted - coverage, since=since, previous=rate, quote=quote
+        rental.id, max(at, since), quote["final_micros_per_hour"], since=since, previous=rate, quote=quote
     )
+
+
+def with_coverage(quote: dict, discounted: int, covered_milli: int, milli: int) -> dict:
+    """`quote` with `covered_milli` of the `milli` GPU milli its rental holds covered by a contract, at the
+    `discounted` rate (list less plan discounts): the coverage rounded once, as a quote rounds it, and
+    `final_micros_per_hour` what is left to pay."""
+    coverage = round_half_up(discounted * covered_milli, milli) if milli else 0
+    return {
+        **quote,
+        "contract_coverage_micros_per_hour": coverage,
+        "final_micros_per_hour": discounted - coverage,
+    }
 
 
 def _contracted_milli(uow: UnitOfWork, tenant_id: str, model: str, region: str, at: datetime) -> int:

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from suanli.app.coverage import with_coverage
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.postings import post_once
 from suanli.app.records import LIVE_STATES, Rental
 from suanli.domain.billing.ledger import TxKind
-from suanli.domain.billing.money import bp_of, round_half_up, to_epoch_s
+from suanli.domain.billing.money import bp_of, to_epoch_s
 from suanli.domain.billing.plans import Plan, fee_postings, plan_discounts, plan_in_force
 from suanli.domain.request import Tier
 
@@ -109,16 +110,11 @@ def _reprice(uow: UnitOfWork, rental: Rental, plan: Plan | None, at: datetime) -
     discounted = max(0, base - sum(d["micros_per_hour"] for d in discounts))
     milli = sum(s.milli for a in uow.rentals.allocation(rental.id) for s in a.slices)
     covered = min(int(quote.get("contract_covered_gpu_milli") or 0), milli)
-    coverage = round_half_up(discounted * covered, milli) if milli else 0
-    quote.update(
-        discounts=discounts,
-        contract_coverage_micros_per_hour=coverage,
-        final_micros_per_hour=discounted - coverage,
-    )
+    quote = with_coverage({**quote, "discounts": discounts}, discounted, covered, milli)
     uow.rentals.change_rate(
         rental.id,
         at,
-        discounted - coverage,
+        quote["final_micros_per_hour"],
         since=_placed_at(rental),
         previous=rental.price_micros_per_hour or 0,
         quote=quote,
