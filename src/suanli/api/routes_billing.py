@@ -168,8 +168,7 @@ def get_ledger(
     header gives the next page's URL (`after` = this page's last `seq`); without it this is the last page."""
     page = _billing(services).journal(caller, tenant, after, limit)
     if page.more:
-        next_url = request.url.include_query_params(after=page.entries[-1][0], limit=limit)
-        response.headers["Link"] = f'<{next_url}>; rel="next"'
+        _link_next(request, response, page.entries[-1][0], limit)
     return [mappers.transaction(tx, seq) for seq, tx in page.entries]
 
 
@@ -211,8 +210,7 @@ def get_payouts(
     this is the last page."""
     page = _billing(services).payouts(caller, provider, after, limit)
     if page.next_after is not None:
-        next_url = request.url.include_query_params(after=page.next_after, limit=limit)
-        response.headers["Link"] = f'<{next_url}>; rel="next"'
+        _link_next(request, response, page.next_after, limit)
     return [
         PayoutResponse(
             provider=p.provider,
@@ -224,6 +222,12 @@ def get_payouts(
         )
         for p in page.payouts
     ]
+
+
+def _link_next(request: Request, response: Response, after: object, limit: int) -> None:
+    """A page's `Link: <...>; rel="next"` header: this request's URL from past `after`, same `limit`."""
+    next_url = request.url.include_query_params(after=after, limit=limit)
+    response.headers["Link"] = f'<{next_url}>; rel="next"'
 
 
 @router.get(
