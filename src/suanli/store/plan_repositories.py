@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import and_, delete, func, insert, or_, select, update
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -15,6 +15,7 @@ from suanli.app.records import MoneyFacts
 from suanli.domain.billing.ledger import AccountKind
 from suanli.domain.billing.plans import Grant, PaymentMode, PaymentTerms, Plan, PlanKind
 from suanli.domain.quotas import TenantLimits
+from suanli.store import windows
 from suanli.store.rows import (
     BudgetAlertRow,
     ContractRow,
@@ -84,24 +85,14 @@ class SqlTerms:
         """(plan, stage reached) of each plan whose start (stage 0) or end (stage 1) is at or before `now`
         and not followed yet: a partial index's rows, the open and future plans, never history."""
         query = select(TenantPlanRow).where(
-            TenantPlanRow.window_stage < 2,
-            or_(
-                and_(TenantPlanRow.window_stage == 0, TenantPlanRow.starts_at <= now),
-                TenantPlanRow.ends_at <= now,
-            ),
+            windows.due(TenantPlanRow.window_stage, TenantPlanRow.starts_at, TenantPlanRow.ends_at, now)
         )
         return [(_plan(r), r.window_stage) for r in self.s.scalars(query)]
 
     def mark_plan_window(self, plan_id: str, stage: int) -> bool:
         """Record that the plan's window was followed to `stage`; False when it was there already (another
         pass did it first: this one's work must be rolled back)."""
-        done = self.s.execute(
-            update(TenantPlanRow)
-            .where(TenantPlanRow.id == plan_id, TenantPlanRow.window_stage < stage)
-            .values(window_stage=stage)
-            .execution_options(synchronize_session=False)
-        )
-        return bool(done.rowcount)
+        return windows.advance(self.s, plan_id, TenantPlanRow.window_stage, stage)
 
     def add_grant(self, grant: Grant, memo: str) -> None:
         self.s.add(

@@ -7,7 +7,7 @@ from dataclasses import asdict
 from datetime import datetime
 from types import TracebackType
 
-from sqlalchemy import and_, delete, func, or_, select, text, update
+from sqlalchemy import delete, func, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -18,6 +18,7 @@ from suanli.app.records import (
     FleetDocument,
     Tenant,
 )
+from suanli.store import windows
 from suanli.store.ledger_repositories import SqlLedger
 from suanli.store.maintenance_repositories import SqlMaintenance
 from suanli.store.offer_repositories import SqlContractOffers
@@ -229,11 +230,7 @@ class SqlContracts:
         """(contract, stage reached) of each contract whose start (stage 0) or end (stage 1) is at or before
         `now` and not followed yet: a partial index's rows, the open and future contracts, never history."""
         query = select(ContractRow).where(
-            ContractRow.coverage_stage < 2,
-            or_(
-                and_(ContractRow.coverage_stage == 0, ContractRow.starts_at <= now),
-                ContractRow.ends_at <= now,
-            ),
+            windows.due(ContractRow.coverage_stage, ContractRow.starts_at, ContractRow.ends_at, now)
         )
         return [(_contract(r), r.coverage_stage) for r in self.s.scalars(query)]
 
@@ -258,13 +255,7 @@ class SqlContracts:
     def mark_coverage(self, contract_id: str, stage: int) -> bool:
         """Record that the coverage job followed the contract to `stage`; False when it was there already
         (another pass did it first: this one's work must be rolled back)."""
-        done = self.s.execute(
-            update(ContractRow)
-            .where(ContractRow.id == contract_id, ContractRow.coverage_stage < stage)
-            .values(coverage_stage=stage)
-            .execution_options(synchronize_session=False)
-        )
-        return bool(done.rowcount)
+        return windows.advance(self.s, contract_id, ContractRow.coverage_stage, stage)
 
 
 class SqlUnitOfWork:
