@@ -1,6 +1,6 @@
 """Time bounds against a server that accepts connections and never answers (a hung process, a black-holed
-proxy): `Client.wait(timeout_s=...)` gives up by its deadline, and the CLI waits per request only as long as
-SUANLI_TIMEOUT_S says."""
+proxy) or refuses them (a restart): `Client.wait(timeout_s=...)` gives up by its deadline, and the CLI waits
+per request only as long as SUANLI_TIMEOUT_S says."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from suanli.cli.main import app
-from suanli.client import Client, ClientError
+from suanli.client import Client, ClientError, ServerUnreachable
 
 
 @pytest.fixture
@@ -28,6 +28,32 @@ def test_wait_gives_up_by_its_own_deadline_on_a_server_that_never_answers(silent
     with Client(silent_server, "sk_x", timeout_s=20) as sdk, pytest.raises(ClientError):
         sdk.wait("rnt_x", timeout_s=1, poll_s=0.1)
     assert time.monotonic() - started < 4
+
+
+@pytest.fixture
+def refusing_server() -> str:
+    """The URL of a loopback port nothing listens on: every connection is refused, as during a restart."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def test_wait_asks_a_refusing_server_again_until_its_deadline_and_no_longer(refusing_server: str) -> None:
+    """`wait` rides out a restart (see tests/e2e) within its own deadline: it gave up after one poll's
+    retries (~1.4 s) before, and must not ask past `timeout_s` now."""
+    started = time.monotonic()
+    with Client(refusing_server, "sk_x") as sdk, pytest.raises(ServerUnreachable):
+        sdk.wait("rnt_x", timeout_s=3, poll_s=0.1)
+    assert 2.5 <= time.monotonic() - started < 5
+
+
+def test_without_a_deadline_wait_gives_up_on_a_refusing_server_past_its_reconnect_time(
+    refusing_server: str,
+) -> None:
+    started = time.monotonic()
+    with Client(refusing_server, "sk_x") as sdk, pytest.raises(ServerUnreachable):
+        sdk.wait("rnt_x", poll_s=0.1, reconnect_s=2)
+    assert 2 <= time.monotonic() - started < 6
 
 
 def test_the_cli_waits_per_request_as_long_as_suanli_timeout_s_says(silent_server: str, tmp_path) -> None:

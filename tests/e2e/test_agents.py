@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -548,6 +549,27 @@ def test_a_restarted_server_does_not_lose_a_running_rental(platform: Platform) -
         assert stopping.state == "stopping"
         wait_for_state(api, rental.id, "stopped")
     wait_until(lambda: not _alive(pgid), 5, "workload stopped")
+
+
+def test_waiting_for_a_rental_rides_out_a_restart_of_the_server(platform: Platform) -> None:
+    """`wait()` raised ServerUnreachable once one poll's retries (~1.4 s) found the server down, though the
+    rental lived on across the restart; it now asks again for up to its reconnect time, as following
+    output does, and returns the rental as it ended."""
+    with platform.tenant() as api:
+        rental = api.create_rental(RentalCreateRequest(gpus=1, command=["sleep", "300"]))
+        wait_for_state(api, rental.id, "running")
+    told: list[Exception] = []
+    with platform.tenant() as waiter, ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(waiter.wait, rental.id, timeout_s=90, poll_s=0.1, on_unreachable=told.append)
+        time.sleep(0.5)
+        platform.stop_server()
+        time.sleep(4)  # down for longer than one request's retries
+        assert not waiting.done(), waiting.exception()
+        platform.start_server()
+        with platform.tenant() as api:
+            assert api.stop(rental.id).state == "stopping"
+        assert waiting.result(timeout=60).state == "stopped"
+    assert len(told) == 1, told  # told once when it began to wait for the server
 
 
 def test_a_workload_that_exits_while_the_server_is_down_has_its_run_end_at_its_exit(

@@ -10,7 +10,7 @@ from rich.text import Text
 
 from suanli.cli.output import errors
 from suanli.client import Client
-from suanli.client.client import FOLLOW_RECONNECT_S, ServerUnreachable
+from suanli.client.client import RECONNECT_S, ServerUnreachable
 from suanli.domain import queueing
 from suanli.wire.schemas import ENDED_STATES, RentalResponse
 
@@ -64,7 +64,7 @@ TAIL_READ_CHARS = (64 << 10, 1 << 20)  # how far back `--tail` reads: first, and
 
 def _tell_unreachable(error: ServerUnreachable) -> None:
     """Say on stderr that the follow waits for the server (a restart, a new leader), and for how long."""
-    wait_s = round(FOLLOW_RECONNECT_S)
+    wait_s = round(RECONNECT_S)
     errors.print(Text(f"cannot reach the server ({error}): retrying for up to {wait_s} s, from where it was"))
 
 

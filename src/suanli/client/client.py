@@ -31,8 +31,10 @@ from tenacity import (
     retry_if_exception_type,
     retry_if_result,
     stop_after_attempt,
+    stop_after_delay,
     stop_before_delay,
     wait_exponential,
+    wait_fixed,
 )
 from websockets.exceptions import InvalidHandshake, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
@@ -139,8 +141,9 @@ class LimitsChanges(TypedDict, total=False):
 DEFAULT_TIMEOUT_S = 30.0  # how long one request waits for each step of its answer (`Client(timeout_s=)`)
 MIN_REQUEST_TIMEOUT_S = 0.1  # what a request bounded by a deadline (`wait`) gets at least, however near it is
 MAX_RATE_WAIT_S = 30.0  # the longest a 429's Retry-After is waited out before sending again
-# how long following a rental's output waits for a server that does not answer (a restart, a new leader)
-FOLLOW_RECONNECT_S = 120.0
+# how long following a rental's output or waiting for its state goes on asking a server that does not answer
+# (a restart, a new leader) before it gives up
+RECONNECT_S = 120.0
 BAD_RESPONSE = "bad_response"  # an ApiError's code when the server's answer cannot be read
 NOT_OURS = "http_error"  # ... when the error reply is not in suanli's shape: perhaps not suanli at all
 SERVER_ERROR = "server_error"  # ... when it is not, but the server answered as suanli before: it failed
@@ -418,30 +421,19 @@ class Client:
         poll_s: float = 1.0,
         on_wait: Callable[[], None] | None = None,
         offset: int = 0,
-        reconnect_s: float = FOLLOW_RECONNECT_S,
+        reconnect_s: float = RECONNECT_S,
         on_unreachable: Callable[[ServerUnreachable], None] | None = None,
     ) -> Iterator[str]:
         """The rental's output (every node's, or `node`'s) from character `offset` (the start), in pieces as
         they come; with `follow`, until the rental has ended and all of it is read. `on_wait` runs each time
         nothing new has come, before the next poll. A follow rides out a server that does not answer for up
-        to `reconnect_s` (a restart, a change of leader), resuming where it was; `on_unreachable` is told
-        when it starts to wait for it."""
-        unreachable_since: float | None = None
+        to `reconnect_s` (a restart, a change of leader; `ride_out_restarts`), resuming where it was;
+        `on_unreachable` is told when it starts to wait for it."""
+        read = self.logs
+        if follow:
+            read = ride_out_restarts(reconnect_s, poll_s, on_unreachable=on_unreachable)(self.logs)
         while True:
-            try:
-                page = self.logs(rental_id, offset, node)
-            except ServerUnreachable as error:
-                if not follow:
-                    raise
-                if unreachable_since is None:
-                    unreachable_since = time.monotonic()
-                    if on_unreachable is not None:
-                        on_unreachable(error)
-                elif time.monotonic() - unreachable_since > reconnect_s:
-                    raise
-                time.sleep(poll_s)
-                continue
-            unreachable_since = None
+            page = read(rental_id, offset, node)
             if page.data:
                 yield page.data
             offset = page.next_offset
@@ -461,13 +453,19 @@ class Client:
         *,
         timeout_s: float | None = None,
         poll_s: float = 1.0,
+        reconnect_s: float = RECONNECT_S,
+        on_unreachable: Callable[[ServerUnreachable], None] | None = None,
     ) -> RentalResponse:
         """The rental once its state is one of `until` (default: it has ended); `RentalEnded` as soon as it
-        has ended in another (it can never get there), `TimeoutError` when `timeout_s` passes first. The
-        deadline bounds each request too: a server that does not answer is `ServerUnreachable` by then."""
+        has ended in another (it can never get there), `TimeoutError` when `timeout_s` passes first. A server
+        that does not answer is waited for as `output` does (up to `reconnect_s`; `on_unreachable` told when
+        it starts), never past `timeout_s`: the deadline bounds each request and retry too, so a server that
+        does not answer by then is `ServerUnreachable`."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
-            rental = self._rental(rental_id, deadline)
+            within_s = None if deadline is None else deadline - time.monotonic()
+            ride_out = ride_out_restarts(reconnect_s, poll_s, within_s, on_unreachable)
+            rental = ride_out(self._rental)(rental_id, deadline)
             if rental.state in until:
                 return rental
             if rental.state in ENDED_STATES:
@@ -949,6 +947,32 @@ def retry_on_connection_errors(attempts: int, within_s: float | None = None):
         stop=_stop(attempts, within_s),
         wait=wait_exponential(multiplier=0.2, max=3.0),
         retry_error_callback=lambda state: state.outcome.result() if state.outcome is not None else None,
+    )
+
+
+def ride_out_restarts(
+    reconnect_s: float,
+    poll_s: float,
+    within_s: float | None = None,
+    on_unreachable: Callable[[ServerUnreachable], None] | None = None,
+):
+    """Call again, every `poll_s`, a call that found the server not answering (`ServerUnreachable`, its own
+    retries spent: a restart, a change of leader), for up to `reconnect_s` from its first try and none that
+    would start past `within_s`; `on_unreachable` is told before the first wait. The last failure is raised.
+    Following output and waiting for a rental's state share this rule."""
+
+    def tell(state: RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome is not None else None
+        if on_unreachable is not None and state.attempt_number == 1 and isinstance(error, ServerUnreachable):
+            on_unreachable(error)
+
+    stop = stop_after_delay(max(reconnect_s, 0.0))
+    return retry(
+        retry=retry_if_exception_type(ServerUnreachable),
+        stop=stop if within_s is None else stop | stop_before_delay(max(within_s, 0.0)),
+        wait=wait_fixed(poll_s),
+        before_sleep=tell,
+        reraise=True,
     )
 
 
