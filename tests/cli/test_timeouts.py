@@ -56,13 +56,27 @@ def test_without_a_deadline_wait_gives_up_on_a_refusing_server_past_its_reconnec
     assert 2 <= time.monotonic() - started < 6
 
 
-def test_the_cli_waits_per_request_as_long_as_suanli_timeout_s_says(silent_server: str, tmp_path) -> None:
-    """Every command took ~2 min on a server that never answers (4 sends x 30 s), with no setting."""
+def test_suanli_timeout_s_bounds_a_whole_command_its_retries_included(silent_server: str, tmp_path) -> None:
+    """Every command took ~2 min on a server that never answers (4 sends x 30 s) with no setting, then
+    4 x SUANLI_TIMEOUT_S (8 s for 2): it bounded each send, not the call its retries make."""
     env = {"SUANLI_URL": silent_server, "SUANLI_API_KEY": "sk_x", "SUANLI_CONFIG_DIR": str(tmp_path)}
     started = time.monotonic()
-    done = CliRunner().invoke(app, ["ls", "--json"], env={**env, "SUANLI_TIMEOUT_S": "0.3"})
-    assert done.exit_code == 4 and "cannot reach the server" in done.output, done.output
-    assert time.monotonic() - started < 8
+    done = CliRunner().invoke(app, ["ls", "--json"], env={**env, "SUANLI_TIMEOUT_S": "2"})
+    took_s = time.monotonic() - started
+    said = " ".join(done.output.split())
+    assert done.exit_code == 4 and "cannot reach the server" in said, done.output
+    assert "no answer within 2" in said and "SUANLI_TIMEOUT_S" in said, said
+    assert 1.9 <= took_s < 3.5, took_s
+
+
+def test_a_call_timeout_bounds_each_sdk_call_its_retries_included(silent_server: str) -> None:
+    started = time.monotonic()
+    with (
+        Client(silent_server, "sk_x", timeout_s=1, call_timeout_s=1.5) as sdk,
+        pytest.raises(ServerUnreachable),
+    ):
+        sdk.rentals()
+    assert 1.4 <= time.monotonic() - started < 2.5
 
 
 @pytest.mark.parametrize("value", ["soon", "0", "-1", "nan", "inf"])
@@ -72,3 +86,8 @@ def test_a_timeout_that_is_not_a_positive_number_of_seconds_is_refused_naming_th
     env = {"SUANLI_URL": "http://127.0.0.1:9", "SUANLI_API_KEY": "sk_x", "SUANLI_CONFIG_DIR": str(tmp_path)}
     done = CliRunner().invoke(app, ["ls"], env={**env, "SUANLI_TIMEOUT_S": value})
     assert done.exit_code == 2 and "SUANLI_TIMEOUT_S" in done.output, done.output
+
+
+def test_the_help_says_suanli_timeout_s_bounds_a_call_with_its_retries() -> None:
+    shown = " ".join(CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"}).output.split())
+    assert "SUANLI_TIMEOUT_S (default 30)" in shown and "its retries included" in shown, shown

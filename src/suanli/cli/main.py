@@ -23,7 +23,14 @@ from suanli.cli.fleet_commands import fleet_app
 from suanli.cli.maintenance_commands import maintenance_app
 from suanli.cli.sim_commands import sim_app
 
-app = typer.Typer(help="suanli: a GPU compute rental platform.", no_args_is_help=True)
+ENVIRONMENT_HELP = (
+    "Environment: SUANLI_URL and SUANLI_API_KEY override the saved login for one command; SUANLI_CONFIG_DIR "
+    "is where login saves it; SUANLI_TIMEOUT_S (default 30) is how many seconds a command waits for each "
+    "answer from the server, its retries included, before it exits 4 (cannot reach the server)."
+)
+app = typer.Typer(
+    help="suanli: a GPU compute rental platform.", epilog=ENVIRONMENT_HELP, no_args_is_help=True
+)
 
 
 def _print_version(shown: bool) -> None:

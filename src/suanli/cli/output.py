@@ -28,7 +28,9 @@ from suanli.client.client import DEFAULT_TIMEOUT_S, url_problem
 from suanli.wire.schemas import MONTH_PATTERN, problem_text
 
 EXIT_REFUSED, EXIT_USAGE, EXIT_NOT_LOGGED_IN, EXIT_UNREACHABLE, EXIT_SERVER_ERROR = 1, 2, 3, 4, 5
-TIMEOUT_VARIABLE = "SUANLI_TIMEOUT_S"  # seconds each request waits for the server's answer
+TIMEOUT_VARIABLE = (
+    "SUANLI_TIMEOUT_S"  # seconds each call to the server waits for its answer, retries included
+)
 TIMEOUT_SECONDS = TypeAdapter(Annotated[float, Field(gt=0, allow_inf_nan=False)])
 # Piped or redirected (no terminal, no COLUMNS), Rich would lay tables out in 80 columns and wrap ids and
 # model names inside their cells, so `suanli ls | grep` missed them: lay them out wider there.
@@ -104,13 +106,20 @@ def logged_in(options: Mapping[str, str] | None = None) -> Iterator[Client]:
         source = "SUANLI_URL" if os.environ.get("SUANLI_URL") else f"the URL in {profile.profile_path()}"
         errors.print(error_text(f"{source}: {saved.url!r} {problem}"))
         raise typer.Exit(EXIT_USAGE)
-    with api_errors(options), Client(saved.url, saved.key, timeout_s=request_timeout_s()) as client:
+    with api_errors(options), server_client(saved.url, saved.key) as client:
         yield client
 
 
+def server_client(url: str, key: str) -> Client:
+    """A client whose every call, its retries included, waits `SUANLI_TIMEOUT_S` at most for the server."""
+    timeout_s = request_timeout_s()
+    return Client(url, key, timeout_s=timeout_s, call_timeout_s=timeout_s)
+
+
 def request_timeout_s() -> float:
-    """`SUANLI_TIMEOUT_S`: how long each request waits for the server (default the SDK's 30 s), so a command
-    on a server that never answers gives up sooner; a value that is not a positive number exits 2."""
+    """`SUANLI_TIMEOUT_S`: how long each call waits for the server, its retries included (default the SDK's
+    30 s), so a command on a server that never answers gives up then; a value that is not a positive number
+    exits 2."""
     text = os.environ.get(TIMEOUT_VARIABLE, "").strip()
     if not text:
         return DEFAULT_TIMEOUT_S
@@ -141,7 +150,8 @@ def api_errors(options: Mapping[str, str] | None = None) -> Iterator[None]:
         errors.print(error_text(f"{option}: {text}" if option else text))
         raise typer.Exit(EXIT_SERVER_ERROR if error.status >= 500 else EXIT_REFUSED) from None
     except ServerUnreachable as error:
-        errors.print(error_text(f"cannot reach the server: {error}"))
+        hint = f"; {TIMEOUT_VARIABLE} sets how long a command waits" if error.waited_s is not None else ""
+        errors.print(error_text(f"cannot reach the server: {error}{hint}"))
         raise typer.Exit(EXIT_UNREACHABLE) from None
 
 

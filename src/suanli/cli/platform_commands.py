@@ -24,12 +24,12 @@ from suanli.cli.output import (
     errors,
     logged_in,
     micros,
-    request_timeout_s,
+    server_client,
     table,
     valid_input,
 )
 from suanli.cli.rent_spec import SpecError, duration_s, env_pairs, money_to_micros, parse_gpu_spec
-from suanli.client import ApiError, Client
+from suanli.client import ApiError
 from suanli.client.client import url_problem
 from suanli.wire.agent_schemas import RentalGpuHistoryResponse, RentalGpuResponse, RentalRunResponse
 from suanli.wire.schemas import (
@@ -85,7 +85,7 @@ def login(
     key: Annotated[str, typer.Option(help="Your API key (sk_...).", prompt=True, hide_input=True)],
 ) -> None:
     """Check the key against the server and save URL and key as your profile."""
-    with api_errors(), Client(url, key, timeout_s=request_timeout_s()) as client:
+    with api_errors(), server_client(url, key) as client:
         me = client.me()
     path = profile.save(profile.Profile(url, key))
     typer.echo(f"logged in to {url} as {me.tenant.name} ({me.tenant.role}); profile saved in {path}")

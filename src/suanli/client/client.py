@@ -8,7 +8,7 @@ Errors:
      |   |                   `http_error`: a reply that may not be suanli's at all)
      |   +-- InvalidArgument a method's argument its request model refuses, before anything is sent: the
      |                       422 `invalid` naming the field, as the server's; `validation`: pydantic's error
-     +-- ServerUnreachable   no answer after retries (connection refused, timeout)
+     +-- ServerUnreachable   no answer after retries (connection refused, timeout: `waited_s`)
      +-- RentalEnded         `wait` asked for a state the rental can no longer reach: it ended in another
 """
 
@@ -178,7 +178,12 @@ class InvalidArgument(ApiError):
 
 
 class ServerUnreachable(ClientError):
-    """The server did not answer."""
+    """The server did not answer; `waited_s`: how long the call waited for an answer that never came (None
+    when the connection was refused or broken instead)."""
+
+    def __init__(self, message: str, waited_s: float | None = None) -> None:
+        self.waited_s = waited_s
+        super().__init__(message)
 
 
 class RentalEnded(ClientError):
@@ -231,7 +236,9 @@ def url_problem(url: str) -> str | None:
 
 
 class Client:
-    """A session with one suanli server, authenticated by an API key."""
+    """A session with one suanli server, authenticated by an API key. `timeout_s` bounds each send of a
+    request (each step of its answer); `call_timeout_s`, when given, bounds each call, its retries included:
+    they share one deadline, so a call on a server that never answers ends by it."""
 
     def __init__(
         self,
@@ -239,6 +246,7 @@ class Client:
         api_key: str | None = None,
         *,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        call_timeout_s: float | None = None,
         transport: httpx.BaseTransport | None = None,
         retries: int = 4,
     ) -> None:
@@ -249,6 +257,7 @@ class Client:
             base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s, transport=transport
         )
         self._retries = retries
+        self._call_timeout_s = call_timeout_s
         self._answered_as_suanli = False  # a reply in suanli's shape came: a later bare 5xx is its failure
 
     def __enter__(self) -> Client:
@@ -885,7 +894,11 @@ class Client:
     ) -> Any:
         """Send a request (again, when `safe`, after a lost answer or a gateway's 502/503/504; any after a
         429) and read its answer as `response_type`; with a `deadline` (`time.monotonic()`), each send's
-        timeout and the retries end by it."""
+        timeout and the retries end by it, as they do by the client's `call_timeout_s` (the nearer)."""
+        started = time.monotonic()
+        if self._call_timeout_s is not None:
+            own = started + self._call_timeout_s
+            deadline = own if deadline is None else min(deadline, own)
         safe = method in ("GET", "HEAD") if retry is None else retry
         json_body = None
         if body is not None:  # a merge patch sends what was given, nulls too (null removes)
@@ -903,6 +916,10 @@ class Client:
         sender = retry_when_rate_limited(self._retries, within_s)(on_lost_answers(send))
         try:
             response = sender()
+        except httpx.TimeoutException as error:
+            waited_s = time.monotonic() - started
+            message = f"{self._http.base_url}: no answer within {waited_s:.1f} s ({error})"
+            raise ServerUnreachable(message, waited_s=waited_s) from None
         except httpx.TransportError as error:
             raise ServerUnreachable(f"{self._http.base_url}: {error}") from None
         if response.status_code >= 400:
