@@ -15,7 +15,14 @@ import suanli.client as sdk_package
 from conftest import AppTransport, running_share
 from suanli.client import Client
 
-DOCUMENTED_ERRORS = ("ClientError", "ApiError", "ServerUnreachable", "RentalEnded", "InvalidArgument")
+DOCUMENTED_ERRORS = (
+    "ClientError",
+    "ApiError",
+    "ServerUnreachable",
+    "RentalEnded",
+    "RentalWaitTimeout",
+    "InvalidArgument",
+)
 
 
 def test_the_documented_errors_are_exported_and_share_one_base() -> None:

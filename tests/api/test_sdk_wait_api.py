@@ -9,7 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from conftest import AppTransport, running_share
-from suanli.client import Client, ClientError, RentalEnded
+from suanli.client import Client, ClientError, RentalEnded, RentalWaitTimeout
 
 
 def test_waiting_for_running_on_a_rental_that_failed_says_how_it_ended_at_once(
@@ -31,3 +31,22 @@ def test_waiting_for_running_on_a_rental_that_failed_says_how_it_ended_at_once(
     assert said.startswith(f"{rental_id} ended failed, not running or stopping") and "exit code 3" in said, (
         said
     )
+
+
+def test_a_wait_past_its_timeout_is_the_sdks_error_naming_the_rental_and_both_states(
+    client: TestClient, tenant
+) -> None:
+    """`wait(timeout_s=)` raised the built-in TimeoutError: not a ClientError, and with no rental to read.
+    Now it is `RentalWaitTimeout`, both a ClientError and a TimeoutError (an `except TimeoutError` still
+    catches it), carrying the rental as last seen."""
+    _, owner = tenant("patient")
+    rental_id, _ = running_share(client, owner)
+    key = owner["Authorization"].split()[1]
+    sdk = Client("http://testserver", key, transport=AppTransport(client))
+    with sdk, pytest.raises(RentalWaitTimeout) as late:
+        sdk.wait(rental_id, {"stopped", "failed"}, timeout_s=0.3, poll_s=0.05)
+    error = late.value
+    assert isinstance(error, ClientError) and isinstance(error, TimeoutError)
+    assert error.rental.id == rental_id and error.rental.state == "running"
+    assert error.until == {"stopped", "failed"} and error.timeout_s == 0.3
+    assert str(error) == f"{rental_id} is running after 0.3 s, not failed or stopped", str(error)

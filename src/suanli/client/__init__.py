@@ -13,6 +13,7 @@ from suanli.client.client import (
     ClientError,
     InvalidArgument,
     RentalEnded,
+    RentalWaitTimeout,
     ServerUnreachable,
 )
 
@@ -24,5 +25,6 @@ __all__ = [
     "ClientError",
     "InvalidArgument",
     "RentalEnded",
+    "RentalWaitTimeout",
     "ServerUnreachable",
 ]

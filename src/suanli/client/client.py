@@ -10,6 +10,8 @@ Errors:
      |                       422 `invalid` naming the field, as the server's; `validation`: pydantic's error
      +-- ServerUnreachable   no answer after retries (connection refused, timeout: `waited_s`)
      +-- RentalEnded         `wait` asked for a state the rental can no longer reach: it ended in another
+     +-- RentalWaitTimeout   `wait`'s `timeout_s` passed first (also a built-in TimeoutError); `rental`: it
+                             as last seen, `until`, `timeout_s`
 """
 
 from __future__ import annotations
@@ -194,6 +196,16 @@ class RentalEnded(ClientError):
         last = rental.events[-1].message if rental.events and rental.events[-1].message else ""
         asked = " or ".join(sorted(until))
         super().__init__(f"{rental.id} ended {rental.state}, not {asked}" + (f" ({last})" if last else ""))
+
+
+class RentalWaitTimeout(ClientError, TimeoutError):
+    """A rental waited for was not in a state asked for (`until`) when `timeout_s` passed; `rental`: it as
+    last seen. Also a built-in TimeoutError, so `except TimeoutError` catches it as before."""
+
+    def __init__(self, rental: RentalResponse, until: Collection[str], timeout_s: float) -> None:
+        self.rental, self.until, self.timeout_s = rental, set(until), timeout_s
+        asked = " or ".join(sorted(until))
+        super().__init__(f"{rental.id} is {rental.state} after {timeout_s:g} s, not {asked}")
 
 
 def _checks_arguments(method: Callable[P, T]) -> Callable[P, T]:
@@ -466,10 +478,10 @@ class Client:
         on_unreachable: Callable[[ServerUnreachable], None] | None = None,
     ) -> RentalResponse:
         """The rental once its state is one of `until` (default: it has ended); `RentalEnded` as soon as it
-        has ended in another (it can never get there), `TimeoutError` when `timeout_s` passes first. A server
-        that does not answer is waited for as `output` does (up to `reconnect_s`; `on_unreachable` told when
-        it starts), never past `timeout_s`: the deadline bounds each request and retry too, so a server that
-        does not answer by then is `ServerUnreachable`."""
+        has ended in another (it can never get there), `RentalWaitTimeout` when `timeout_s` passes first. A
+        server that does not answer is waited for as `output` does (up to `reconnect_s`; `on_unreachable`
+        told when it starts), never past `timeout_s`: the deadline bounds each request and retry too, so a
+        server that does not answer by then is `ServerUnreachable`."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             within_s = None if deadline is None else deadline - time.monotonic()
@@ -480,7 +492,7 @@ class Client:
             if rental.state in ENDED_STATES:
                 raise RentalEnded(rental, until)
             if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"{rental_id} is {rental.state} after {timeout_s} s, not {sorted(until)}")
+                raise RentalWaitTimeout(rental, until, timeout_s)
             time.sleep(poll_s if deadline is None else max(min(poll_s, deadline - time.monotonic()), 0.0))
 
     def rental_runs(self, rental_id: str) -> list[RentalRunResponse]:
