@@ -11,6 +11,7 @@ from fastapi.responses import Response
 from suanli.api import mappers
 from suanli.api.deps import CallerDep, ServicesDep
 from suanli.api.errors import ERROR_RESPONSES
+from suanli.api.paging import link_next
 from suanli.api.wiring import Services
 from suanli.app.billing import (
     LEDGER_PAGE,
@@ -168,7 +169,7 @@ def get_ledger(
     header gives the next page's URL (`after` = this page's last `seq`); without it this is the last page."""
     page = _billing(services).journal(caller, tenant, after, limit)
     if page.more:
-        _link_next(request, response, page.entries[-1][0], limit)
+        link_next(request, response, page.entries[-1][0], limit)
     return [mappers.transaction(tx, seq) for seq, tx in page.entries]
 
 
@@ -210,7 +211,7 @@ def get_payouts(
     this is the last page."""
     page = _billing(services).payouts(caller, provider, after, limit)
     if page.next_after is not None:
-        _link_next(request, response, page.next_after, limit)
+        link_next(request, response, page.next_after, limit)
     return [
         PayoutResponse(
             provider=p.provider,
@@ -222,12 +223,6 @@ def get_payouts(
         )
         for p in page.payouts
     ]
-
-
-def _link_next(request: Request, response: Response, after: object, limit: int) -> None:
-    """A page's `Link: <...>; rel="next"` header: this request's URL from past `after`, same `limit`."""
-    next_url = request.url.include_query_params(after=after, limit=limit)
-    response.headers["Link"] = f'<{next_url}>; rel="next"'
 
 
 @router.get(

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, Response, status
+from fastapi import APIRouter, Header, Query, Request, Response, status
 
 from suanli.api import mappers
 from suanli.api.deps import CallerDep, ServicesDep
 from suanli.api.errors import ERROR_RESPONSES
+from suanli.api.paging import link_next
+from suanli.app.rentals import LIST_LIMIT
 from suanli.wire.schemas import (
     NAME_QUERY_PATTERN,
     ContractCreateRequest,
@@ -59,6 +61,8 @@ def dry_run_rental(
 
 @router.get("/rentals", tags=["rentals"])
 def list_rentals(
+    request: Request,
+    response: Response,
     caller: CallerDep,
     services: ServicesDep,
     state: Annotated[
@@ -75,10 +79,27 @@ def list_rentals(
             "it (`sweep-lr-*`).",
         ),
     ] = None,
-    limit: Annotated[int, Query(ge=1, le=1000, description="At most this many, the newest.")] = 1000,
+    after: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=40,
+            description="Only rentals past this one in the list's order (older, or as old with a later id): "
+            "the id of the last rental of the page before. One you cannot see is a 400 naming `after`.",
+        ),
+    ] = None,
+    limit: Annotated[
+        int, Query(ge=1, le=LIST_LIMIT, description="At most this many (1,000 at most).")
+    ] = LIST_LIMIT,
 ) -> list[RentalResponse]:
-    """Your newest rentals (at most `limit`, 1,000), or those in the states, of the name asked for."""
-    return [mappers.rental(v) for v in services.rentals.list(caller, state or (), name, limit)]
+    """Your rentals, newest first (created_at, then id), a page at a time (an admin: everyone's): at most
+    `limit` past `after`, only those in the states and of the name asked for. When more follow, a
+    `Link: <...>; rel="next"` header gives the next page's URL (`after` = this page's last rental); without it
+    this is the last page. Rentals created meanwhile do not shift the pages that follow."""
+    page = services.rentals.list(caller, state or (), name, limit, after)
+    if page.more:
+        link_next(request, response, page.views[-1].rental.id, limit)
+    return [mappers.rental(v) for v in page.views]
 
 
 @router.get("/rentals/{rental_id}", tags=["rentals"])

@@ -95,9 +95,15 @@ class RentalRepo(Protocol):
     # and the leader applying one) cannot interleave
     def get(self, rental_id: str, *, lock: bool = False) -> Rental | None: ...
     def by_idempotency_key(self, tenant_id: str, key: str) -> Rental | None: ...
-    # newest first; only those in `states` when any are given
+    # newest first (created_at desc, then id); only those in `states` when any are given; only those past
+    # the rental `after` in that order when given (a keyset: pages neither repeat nor skip a rental)
     def list(
-        self, tenant_id: str | None, limit: int, states: Sequence[str] = (), name: str | None = None
+        self,
+        tenant_id: str | None,
+        limit: int,
+        states: Sequence[str] = (),
+        name: str | None = None,
+        after: str | None = None,
     ) -> list[Rental]: ...
     def pending(self) -> list[Rental]: ...
     def pending_count(self) -> int: ...

@@ -183,6 +183,14 @@ class RentalView:
 
 
 @dataclass(frozen=True, slots=True)
+class RentalPage:
+    """A page of rentals, newest first, and whether more (older) follow its last one."""
+
+    views: tuple[RentalView, ...]
+    more: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Trial:
     """A dry run's answer (`Scheduler.trial`): the nodes a rental would start on now and its rate there, or
     how many lower-tier rentals it would give notice to, or the pending reason and message it would wait

@@ -30,6 +30,7 @@ from suanli.app.records import (
     DryRun,
     Rental,
     RentalEvent,
+    RentalPage,
     RentalSpec,
     RentalView,
     Trial,
@@ -380,15 +381,27 @@ class RentalService:
             return _view(uow, self._owned(uow, caller, rental_id), caller)
 
     def list(
-        self, caller: Caller, states: Sequence[str] = (), name: str | None = None, limit: int = LIST_LIMIT
-    ) -> list[RentalView]:
-        """The caller's newest `limit` rentals (an admin's: everyone's; at most `LIST_LIMIT`), newest first;
-        only those in `states`, and only those named `name` (ending in `*`: a prefix), when given."""
+        self,
+        caller: Caller,
+        states: Sequence[str] = (),
+        name: str | None = None,
+        limit: int = LIST_LIMIT,
+        after: str | None = None,
+    ) -> RentalPage:
+        """A page of the caller's rentals (an admin's: everyone's), newest first: at most `limit`
+        (`LIST_LIMIT` at most) past the rental `after` (the last of the page before), only those in `states`
+        and named `name` (ending in `*`: a prefix) when given. `after` must be a rental the caller may see:
+        another's, or none, is refused naming `after`, as if it did not exist."""
         with self.uow() as uow:
             uow.read_snapshot()
             tenant_id = None if caller.is_admin else caller.tenant.id
-            rentals = uow.rentals.list(tenant_id, min(limit, LIST_LIMIT), states, name)
-            return _views(uow, rentals, caller)
+            if after is not None:
+                cursor = uow.rentals.get(after)
+                if cursor is None or (tenant_id is not None and cursor.tenant_id != tenant_id):
+                    raise Invalid(f"no rental {after} to list past", field="after")
+            size = min(limit, LIST_LIMIT)
+            rentals = uow.rentals.list(tenant_id, size + 1, states, name, after)  # one more: a next page?
+            return RentalPage(tuple(_views(uow, rentals[:size], caller)), more=len(rentals) > size)
 
     def stop_overdue(self) -> list[str]:
         """Stop the rentals at their time limit (`stop_overdue`); the ids stopped."""

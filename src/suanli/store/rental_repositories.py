@@ -78,9 +78,23 @@ class SqlRentals(RentalMoneyReads):
         return None if row is None else rental_from_row(row)
 
     def list(
-        self, tenant_id: str | None, limit: int, states: Sequence[str] = (), name: str | None = None
+        self,
+        tenant_id: str | None,
+        limit: int,
+        states: Sequence[str] = (),
+        name: str | None = None,
+        after: str | None = None,
     ) -> list[Rental]:
+        """Newest first (created_at desc, then id), the first `limit` past the rental `after` in that order:
+        a keyset on (created_at, id), so each rental comes on one page however many share a created_at, and
+        rentals created meanwhile (newer) do not shift the pages that follow."""
         query = select(RentalRow).order_by(RentalRow.created_at.desc(), RentalRow.id).limit(limit)
+        if after is not None:  # its created_at read in SQL, as stored: no round trip through Python
+            at = select(RentalRow.created_at).where(RentalRow.id == after).scalar_subquery()
+            query = query.where(
+                RentalRow.created_at <= at,
+                or_(RentalRow.created_at < at, RentalRow.id > after),
+            )
         if tenant_id is not None:
             query = query.where(RentalRow.tenant_id == tenant_id)
         if states:

@@ -134,6 +134,10 @@ class RentalRow(Base):
     master_port: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
+# a tenant's rentals newest first, a page past a (created_at, id) keyset at a time: GET /v1/rentals (0050)
+Index("ix_rentals_tenant_newest", RentalRow.tenant_id, RentalRow.created_at.desc(), RentalRow.id)
+
+
 class RentalEventRow(Base):
     __tablename__ = "rental_events"
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)

@@ -1,0 +1,62 @@
+"""A tenant's rentals a page at a time (SQLite and PostgreSQL): newest first, past a keyset on (created_at,
+id), each rental on exactly one page however many share a created_at, and rentals created while paging do
+not shift the pages that follow."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from conftest import T0
+from suanli.app.records import Rental, RentalSpec, Tenant
+from suanli.store.db import make_engine, migrate, unit_of_work_factory
+
+SPEC = RentalSpec(gpu_model="H100", gpus=1)
+
+
+def test_paging_through_2500_rentals_sees_each_once_in_the_lists_order(database_url: str) -> None:
+    """2,500 of ten_a's rentals, 25 to a created_at (ids out of creation order), among ten_b's; pages of 333
+    past the last id of the page before give each once, in the order of the whole list; 7 rentals created
+    after the first page (newer than all) do not come on the pages that follow."""
+    engine = make_engine(database_url)
+    migrate(engine)
+    factory = unit_of_work_factory(engine)
+    with factory() as u:
+        for tenant in ("ten_a", "ten_b"):
+            u.tenants.add(Tenant(tenant, tenant, "tenant", T0))
+        for n in range(2500):
+            at = T0 + timedelta(seconds=n // 25)  # 25 share each created_at
+            rental_id = f"rnt_{(n * 7919) % 2500:05d}"  # ids not in creation order
+            u.rentals.add(Rental(rental_id, "ten_a", "pending", SPEC, at))
+            if n % 10 == 0:
+                u.rentals.add(Rental(f"rnt_b{n:05d}", "ten_b", "pending", SPEC, at))
+        u.commit()
+    expected = sorted((T0 + timedelta(seconds=n // 25), f"rnt_{(n * 7919) % 2500:05d}") for n in range(2500))
+    expected_ids = [rental_id for _, rental_id in sorted(expected, key=lambda e: (-e[0].timestamp(), e[1]))]
+
+    pages: list[list[str]] = []
+    after = None
+    while True:
+        with factory() as u:
+            page = [r.id for r in u.rentals.list("ten_a", 333, after=after)]
+        if not page:
+            break
+        pages.append(page)
+        after = page[-1]
+        if len(pages) == 1:  # newer rentals arrive while the tenant pages
+            with factory() as u:
+                for n in range(7):
+                    u.rentals.add(Rental(f"rnt_new{n}", "ten_a", "pending", SPEC, T0 + timedelta(days=1)))
+                u.commit()
+    walked = [rental_id for page in pages for rental_id in page]
+    assert [len(page) for page in pages] == [333] * 7 + [169]
+    assert walked == expected_ids  # each once, none of ten_b's, none of the new ones, in the list's order
+    with factory() as u:
+        first = [r.id for r in u.rentals.list("ten_a", 10)]
+        assert first[:7] == [f"rnt_new{n}" for n in range(7)]  # a fresh first page has them
+        assert u.rentals.list("ten_a", 5, ("running",), after=expected_ids[0]) == []  # with the filters
+        oldest_of_b = ["rnt_b00000", "rnt_b00010", "rnt_b00020"]  # at T0 too, ids after every rnt_0...
+        assert [r.id for r in u.rentals.list(None, 10, after=expected_ids[-2])] == [
+            expected_ids[-1],
+            *oldest_of_b,
+        ]  # an admin's: every tenant's, the same keyset
+    engine.dispose()
