@@ -431,7 +431,7 @@ def test_ls_shows_the_newest_with_their_age_and_says_when_there_may_be_more(
     assert two.exit_code == 0, two.output
     assert made[2] in two.output and made[1] in two.output and made[0] not in two.output
     header = next(line for line in two.output.splitlines() if " id " in line)
-    assert " age " in header and "the newest 2 shown; --limit N for more" in two.output
+    assert " age " in header and "the newest 2 shown; --limit N or --all for more" in two.output
     row = next(line for line in two.output.splitlines() if made[2] in line)
     assert row.split("│")[4].strip().endswith("s"), row  # created seconds ago
     on_failure = ["rent", "L40S:1", "--restart", "on-failure", "--json", "--", "x"]

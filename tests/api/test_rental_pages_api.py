@@ -1,12 +1,20 @@
 """`GET /v1/rentals` a page at a time (SQLite and PostgreSQL): at most `limit` past the cursor `after` (the
 last rental of the page before), a `Link: <...>; rel="next"` header while more follow; a cursor the caller
-cannot see is refused naming `after`."""
+cannot see is refused naming `after`. The SDK's `rentals()` and `suanli ls` follow the pages."""
 
 from __future__ import annotations
 
-from fastapi.testclient import TestClient
+import json
 
-from conftest import ADMIN
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from typer.testing import CliRunner
+
+import suanli.client.client as client_module
+from conftest import ADMIN, AppTransport, logged_in_as
+from suanli.cli import platform_commands
+from suanli.cli.main import app
 
 BODY = {"gpu_model": "L40S", "gpus": 1, "command": ["true"], "name": "paged"}
 
@@ -82,3 +90,57 @@ def test_the_openapi_document_describes_the_rentals_cursor(client: TestClient) -
     after = next(p for p in operation["parameters"] if p["name"] == "after")
     assert "the last rental of the page before" in after["description"]
     assert 'rel="next"' in operation["description"]
+
+
+class Recorded(httpx.BaseTransport):
+    """The in-process app's transport, keeping the query of each `GET /v1/rentals` sent through it."""
+
+    def __init__(self, client: TestClient) -> None:
+        self.inner, self.queries = AppTransport(client), []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/rentals":
+            self.queries.append(dict(request.url.params.multi_items()))
+        return self.inner.handle_request(request)
+
+
+def test_the_sdk_and_ls_follow_the_pages_past_the_first(
+    client: TestClient, tenant, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SDK asked once, for at most 1,000, and `suanli ls -n` stopped at 1,000: now both follow the Link
+    from page to page (pages of 2 here) to every rental, or the newest `limit`."""
+    _, alice = tenant("alice-sdk-pages")
+    key = alice["Authorization"].split()[1]
+    made = [client.post("/v1/rentals", json=BODY, headers=alice).json()["id"] for _ in range(5)]
+    newest_first = [r["id"] for r in client.get("/v1/rentals", headers=alice).json()]
+    assert sorted(newest_first) == sorted(made)
+    monkeypatch.setattr(client_module, "RENTALS_PAGE_LIMIT", 2)  # three pages for 5 rentals
+
+    recorded = Recorded(client)
+    with logged_in_as(client, key, transport=recorded)() as sdk:
+        assert [r.id for r in sdk.rentals()] == newest_first
+        assert recorded.queries == [
+            {"limit": "2"},
+            {"limit": "2", "after": newest_first[1]},  # the Link's cursor: the page's last rental
+            {"limit": "2", "after": newest_first[3]},
+        ]
+        recorded.queries.clear()
+        assert [r.id for r in sdk.rentals(name="paged", limit=3)] == newest_first[:3]
+        assert recorded.queries == [
+            {"name": "paged", "limit": "2"},
+            {"name": "paged", "limit": "1", "after": newest_first[1]},
+        ]
+        assert [r.id for r in sdk.rentals(after=newest_first[2])] == newest_first[3:]
+        assert sdk.rentals({"failed"}) == []
+
+    monkeypatch.setattr(platform_commands, "logged_in", logged_in_as(client, key))
+    runner, env = CliRunner(), {"COLUMNS": "200"}
+    every = runner.invoke(app, ["ls", "--all", "--json"], env=env)
+    assert every.exit_code == 0, every.output
+    assert [r["id"] for r in json.loads(every.output)] == newest_first
+    four = runner.invoke(app, ["ls", "-n", "4"], env=env)
+    assert four.exit_code == 0 and "the newest 4 shown; --limit N or --all for more" in four.output
+    assert all(i in four.output for i in newest_first[:4]) and newest_first[4] not in four.output
+    beyond = runner.invoke(app, ["ls", "-n", "5000", "--json"], env=env)  # past the 1,000 of one page
+    assert beyond.exit_code == 0, beyond.output
+    assert [r["id"] for r in json.loads(beyond.output)] == newest_first

@@ -360,8 +360,14 @@ def ls(
         typer.Option(help="Only those of this name (as given to rent --name), or starting so: sweep-*."),
     ] = None,
     limit: Annotated[
-        int, typer.Option("--limit", "-n", min=1, max=1000, help="Show at most this many, the newest.")
+        int,
+        typer.Option(
+            "--limit", "-n", min=1, help="Show at most this many, the newest (fetched 1,000 a page)."
+        ),
     ] = LS_LIMIT,
+    every: Annotated[
+        bool, typer.Option("--all", help="Show every one (of the states and name asked for), page by page.")
+    ] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Your rentals, newest first."""
@@ -372,14 +378,14 @@ def ls(
     if live:
         wanted.update(LIVE_STATES)
     with logged_in({"name": "--name"}) as client:
-        rentals = client.rentals(wanted, name, limit)
+        rentals = client.rentals(wanted, name, None if every else limit)
     emit(rentals, as_json, _rentals_table)
     if not rentals and not as_json:
         errors.print(
             Text("no rentals" + (" of those states" if wanted else "") + (f" named {name!r}" if name else ""))
         )
-    if len(rentals) == limit and not as_json:
-        errors.print(Text(f"the newest {limit} shown; --limit N for more"))
+    if len(rentals) == limit and not every and not as_json:
+        errors.print(Text(f"the newest {limit} shown; --limit N or --all for more"))
 
 
 def show(rental_id: str, as_json: JsonFlag = False) -> None:

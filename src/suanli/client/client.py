@@ -121,6 +121,7 @@ T = TypeVar("T")
 P = ParamSpec("P")
 LEDGER_PAGE_LIMIT = 1000  # transactions per `GET /v1/ledger` page: the most the server sends in one
 PAYOUT_PAGE_LIMIT = 1000  # lines per `GET /v1/payouts` page: the most the server sends in one
+RENTALS_PAGE_LIMIT = 1000  # rentals per `GET /v1/rentals` page: the most the server sends in one
 
 
 class BudgetChanges(TypedDict, total=False):
@@ -390,17 +391,30 @@ class Client:
         return self._call("POST", "/v1/rentals/dry-run", RentalDryRunResponse, body=request, retry=True)
 
     def rentals(
-        self, states: Iterable[str] = (), name: str | None = None, limit: int | None = None
+        self,
+        states: Iterable[str] = (),
+        name: str | None = None,
+        limit: int | None = None,
+        after: str | None = None,
     ) -> list[RentalResponse]:
-        """Your rentals, newest first (the newest `limit` when given); only those in `states` (e.g.
-        `{"pending", "running"}`) and of `name` when given (ending in `*`: those whose name starts with
-        what is before it)."""
-        params = [("state", state) for state in sorted(states)]
+        """Your rentals, newest first: every one, or the newest `limit`; only those in `states` (e.g.
+        `{"pending", "running"}`) and of `name` when given (ending in `*`: those whose name starts with what
+        is before it); past the rental `after` when given. Fetched a page at a time, following each page's
+        `Link` rel="next" (past its last rental) while the server says more follow."""
+        filters = [("state", state) for state in sorted(states)]
         if name is not None:
-            params.append(("name", name))
-        if limit is not None:
-            params.append(("limit", str(limit)))
-        return self._call("GET", "/v1/rentals", list[RentalResponse], params=params or None)
+            filters.append(("name", name))
+        found: list[RentalResponse] = []
+        while limit is None or len(found) < limit:
+            size = RENTALS_PAGE_LIMIT if limit is None else min(RENTALS_PAGE_LIMIT, limit - len(found))
+            params = [*filters, ("limit", str(size)), *([("after", after)] if after else [])]
+            response = self._send("GET", "/v1/rentals", params=params)
+            page = self._read("GET", "/v1/rentals", response, list[RentalResponse])
+            found.extend(page)
+            after = _next_after(response)
+            if after is None or not page:  # the last page (or an older server's only one)
+                break
+        return found
 
     def rental(self, rental_id: str) -> RentalResponse:
         return self._rental(rental_id)
@@ -907,6 +921,33 @@ class Client:
         """Send a request (again, when `safe`, after a lost answer or a gateway's 502/503/504; any after a
         429) and read its answer as `response_type`; with a `deadline` (`time.monotonic()`), each send's
         timeout and the retries end by it, as they do by the client's `call_timeout_s` (the nearer)."""
+        response = self._send(
+            method,
+            path,
+            body=body,
+            content=content,
+            params=params,
+            headers=headers,
+            retry=retry,
+            merge_patch=merge_patch,
+            deadline=deadline,
+        )
+        return self._read(method, path, response, response_type, raw=raw)
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: BaseModel | None = None,
+        content: bytes | None = None,
+        params: dict[str, str] | list[tuple[str, str]] | None = None,
+        headers: dict[str, str] | None = None,
+        retry: bool | None = None,
+        merge_patch: bool = False,
+        deadline: float | None = None,
+    ) -> httpx.Response:
+        """`_call`'s request, sent (and retried) as it says; an error answer raised as an `ApiError`."""
         started = time.monotonic()
         if self._call_timeout_s is not None:
             own = started + self._call_timeout_s
@@ -938,6 +979,12 @@ class Client:
             error = _api_error(response, self._answered_as_suanli)
             self._answered_as_suanli |= error.code not in (NOT_OURS, SERVER_ERROR)
             raise error
+        return response
+
+    def _read(
+        self, method: str, path: str, response: httpx.Response, response_type: Any, *, raw: bool = False
+    ) -> Any:
+        """A successful answer to `method path` read as `response_type` (its text when `raw`)."""
         if response_type is None or response.status_code == 204:
             return None
         if raw:
@@ -949,6 +996,12 @@ class Client:
         except (ValidationError, ValueError) as error:  # not a request's fault: the server's answer
             message = f"the server's answer to {method} {path} is not valid: {error}"
             raise ApiError(502, BAD_RESPONSE, message) from None
+
+
+def _next_after(response: httpx.Response) -> str | None:
+    """The cursor (`after`) of the page its `Link` rel="next" header names; None on the last page."""
+    url = response.links.get("next", {}).get("url")
+    return None if url is None else httpx.URL(url).params.get("after")
 
 
 def _timeout_until(timeout: httpx.Timeout, deadline: float | None) -> httpx.Timeout:
