@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
 
 import httpx
 import pytest
@@ -27,7 +28,7 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 if not Path(CHROMIUM).exists() and os.environ.get("CI") != "true":
     pytest.skip("no Chromium here (CI installs Debian's chromium)", allow_module_level=True)
 
-from playwright.sync_api import Page, expect, sync_playwright  # noqa: E402
+from playwright.sync_api import Page, Route, expect, sync_playwright  # noqa: E402
 
 WAIT_MS = 20_000
 
@@ -541,6 +542,55 @@ def test_the_rentals_table_reads_one_page_filtered_by_state(page: Page, platform
     expect(page.locator("#rentals-more")).to_be_hidden()  # fewer than a page: nothing more to read
     with platform.tenant() as api:
         api.stop(live.id)
+
+
+def test_show_older_follows_the_cursor_past_the_apis_1000(page: Page, platform: Platform) -> None:
+    """The table's "Show older" stopped at the API's 1,000 (no cursor): now it reads a page at a time past
+    each Link's cursor, so it goes on to the 1,060th (the list here is the server's, faked)."""
+    listed = [
+        {
+            "id": f"rnt_fake{n:04d}",
+            "state": "stopped",
+            "request": {"gpu_model": "L40S", "gpus": 1, "nodes": 1, "tier": "on_demand", "name": f"r{n}"},
+            "allocation": [],
+            "price_micros_per_hour": None,
+            "charged_micros": 0,
+            "pending_reason": None,
+        }
+        for n in range(1060)
+    ]
+    asked: list[dict[str, str]] = []
+
+    def answer(route: Route) -> None:
+        """A page as GET /v1/rentals answers it: `limit` past `after`, a Link while more follow."""
+        query = dict(parse_qsl(urlsplit(route.request.url).query))
+        asked.append(query)
+        start = (
+            next(i + 1 for i, r in enumerate(listed) if r["id"] == query["after"]) if "after" in query else 0
+        )
+        end = start + int(query["limit"])
+        headers = {}
+        if end < len(listed):
+            url = f"{platform.url}/v1/rentals?limit={query['limit']}&after={listed[end - 1]['id']}"
+            headers["Link"] = f'<{url}>; rel="next"'
+        route.fulfill(json=listed[start:end], headers=headers)
+
+    page.route("**/v1/rentals?*", answer)
+    sign_in(page, platform)
+    rows, more = page.locator("#rentals tbody tr"), page.locator("#rentals-more")
+    expect(rows).to_have_count(50)
+    expect(page.locator("#rentals-count")).to_have_text("the newest 50")
+    for shown in range(100, 1051, 50):
+        more.click()
+        expect(rows).to_have_count(shown)
+    expect(page.locator("#rentals-count")).to_have_text("the newest 1050")
+    assert {"limit": "50", "after": "rnt_fake0999"} in asked  # the second page, past the first's last
+    assert all(int(query["limit"]) <= 1000 for query in asked)
+    more.click()  # 10 are left: the last page, with no Link
+    expect(rows).to_have_count(1060)
+    expect(page.locator("#rentals-count")).to_have_text("1060")
+    expect(more).to_be_hidden()
+    expect(page.locator("#rentals tbody tr[data-id='rnt_fake1059']")).to_have_count(1)
 
 
 def test_a_running_rental_is_stopped_from_its_page(page: Page, platform: Platform) -> None:

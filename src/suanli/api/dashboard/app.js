@@ -8,7 +8,7 @@ const REFRESH_MS = 2000;
 const ENDED_STATES = ["stopped", "failed", "lost", "preempted"]; // a rental in one holds nothing again
 const LIVE_STATES = ["pending", "placed", "starting", "running", "stopping", "preempting"];
 const RENTALS_PAGE = 50; // the newest rentals the table reads (every 2 s); "Show older" reads a page more
-const RENTALS_MOST = 1000; // the most GET /v1/rentals answers with
+const RENTALS_MOST = 1000; // the most GET /v1/rentals answers with in one page; past it, its Link's cursor
 const $ = (id) => document.getElementById(id);
 
 // the server names a request's field; the page names the box it came from
@@ -35,6 +35,19 @@ const session = {
 };
 
 async function api(method, path, body = undefined, headers = {}) {
+  return (await send(method, path, body, headers)).json();
+}
+
+// a page of a paged list (GET), and the cursor (`after`) its Link rel="next" header names: null on the last
+async function apiPage(path) {
+  const response = await send("GET", path);
+  const next = /<([^>]*)>;\s*rel="next"/.exec(response.headers.get("Link") ?? "");
+  const after = next ? new URL(next[1], location.href).searchParams.get("after") : null;
+  return { items: await response.json(), after };
+}
+
+// the request with this tab's key; the answer when it is a success, else an ApiError saying why
+async function send(method, path, body = undefined, headers = {}) {
   const init = { method, headers: { Authorization: `Bearer ${session.key}`, ...headers } };
   if (body !== undefined) {
     init.headers["Content-Type"] = "application/json";
@@ -48,7 +61,7 @@ async function api(method, path, body = undefined, headers = {}) {
     throw new ApiError(0, `the server cannot be reached (${error.message})`);
   }
   $("offline").hidden = true;
-  if (response.ok) return response.json();
+  if (response.ok) return response;
   let detail = null;
   try {
     detail = (await response.json()).error;
@@ -395,25 +408,38 @@ async function rent(event) {
 
 let rentalsAsked = 0; // reads of the rentals table sent: only the newest one's answer is shown
 
-// the page of rentals the table shows: the newest `rentalsLimit`, in the states the filter picks
-function rentalsPath() {
-  const query = new URLSearchParams({ limit: String(session.rentalsLimit) });
+// a page of rentals for the table: at most `limit` past the rental `after`, in the states the filter picks
+function rentalsPath(limit, after) {
+  const query = new URLSearchParams({ limit: String(limit), ...(after ? { after } : {}) });
   const states = { live: LIVE_STATES, ended: ENDED_STATES, all: [] }[$("rentals-state").value];
   for (const state of states) query.append("state", state);
   return `/v1/rentals?${query}`;
 }
 
+// the newest `session.rentalsLimit` rentals, a page (1,000 at most) at a time, each past the cursor of the
+// Link of the one before; and whether more follow them
+async function readRentals() {
+  const rentals = [];
+  let after = null;
+  for (;;) {
+    const page = await apiPage(rentalsPath(Math.min(RENTALS_MOST, session.rentalsLimit - rentals.length), after));
+    rentals.push(...page.items);
+    after = page.after;
+    if (!after || !page.items.length || rentals.length >= session.rentalsLimit) return { rentals, more: !!after };
+  }
+}
+
 async function refreshRentals() {
   const asked = ++rentalsAsked;
-  let rentals;
+  let rentals, more;
   try {
-    rentals = await api("GET", rentalsPath());
+    ({ rentals, more } = await readRentals());
   } catch (error) {
     if (error.status === 401) signOut(error);
     return;
   }
   if (asked !== rentalsAsked) return; // the filter or the page changed since: a later read answers
-  showRentalsCount(rentals.length);
+  showRentalsCount(rentals.length, more);
   const body = $("rentals").tBodies[0];
   body.replaceChildren();
   for (const rental of rentals) {
@@ -446,13 +472,12 @@ function openButton(id) {
   return button;
 }
 
-// how many rows the table shows, and "Show older" while a full page may have more behind it
-function showRentalsCount(count) {
+// how many rows the table shows, and "Show older" while the server says more follow them
+function showRentalsCount(count, more) {
   const filter = $("rentals-state").value;
   const which = filter === "all" ? "" : ` ${filter}`;
-  const full = count === session.rentalsLimit;
-  $("rentals-count").textContent = full ? `the newest ${count}${which}` : `${count}${which}`;
-  $("rentals-more").hidden = !full || session.rentalsLimit >= RENTALS_MOST;
+  $("rentals-count").textContent = more ? `the newest ${count}${which}` : `${count}${which}`;
+  $("rentals-more").hidden = !more;
   $("rentals-empty").textContent = filter === "all" ? "No rentals yet." : `No ${filter} rentals.`;
 }
 
@@ -1282,8 +1307,7 @@ $("login-form").addEventListener("submit", async (event) => {
 });
 $("sign-out").addEventListener("click", () => signOut());
 $("rentals-state").addEventListener("change", () => showRentals(RENTALS_PAGE));
-$("rentals-more").addEventListener("click", () =>
-  showRentals(Math.min(session.rentalsLimit + RENTALS_PAGE, RENTALS_MOST)));
+$("rentals-more").addEventListener("click", () => showRentals(session.rentalsLimit + RENTALS_PAGE));
 $("offers-form").addEventListener("submit", (event) => {
   event.preventDefault();
   searchOffers();
