@@ -36,6 +36,7 @@ bench: $(BIN)/suanli
 	$(BIN)/python -m suanli.api.bench --json bench-results/server.json
 	$(BIN)/python -m suanli.api.meter_bench --rentals 100000 --json bench-results/meter.json
 	$(BIN)/python -m suanli.api.log_bench --json bench-results/logs.json
+	$(BIN)/python -m suanli.api.payouts_bench --json bench-results/payouts.json
 
 clean:
 	rm -rf $(VENV) bench-results .pytest_cache .ruff_cache

@@ -640,6 +640,7 @@ class BillingService:
             transactions = uow.ledger.transactions(None)
             stored = uow.ledger.balances(None)
             posted = uow.ledger.posted_balances()
+            lines, posted_lines = uow.ledger.payout_lines(), uow.ledger.posted_payables()
         result = verify(transactions, expected_balances=stored)
         chain = result.balances
         drift = tuple(
@@ -647,7 +648,8 @@ class BillingService:
             for account in sorted(set(posted) | set(chain))
             if posted.get(account, 0) != chain.get(account, 0)
         )
-        return replace(result, problems=result.problems + drift), len(transactions)
+        problems = result.problems + drift + _line_drift(lines, posted_lines)
+        return replace(result, problems=problems), len(transactions)
 
     def payouts(
         self,
@@ -685,6 +687,18 @@ class BillingService:
         ]
         next_after = f"{rows[limit - 1][0]}/{rows[limit - 1][1]}" if len(rows) > limit else None
         return PayoutPage(payouts, next_after)
+
+
+def _line_drift(
+    kept: dict[tuple[str, str], tuple[int, int]], posted: dict[tuple[str, str], tuple[int, int]]
+) -> tuple[str, ...]:
+    """The payout lines (micros, transactions) kept with the postings that differ from the postings' sums."""
+    return tuple(
+        f"payout line {owner}/{ref} holds {kept.get((owner, ref), (0, 0))} (micros, transactions), its "
+        f"postings sum to {posted.get((owner, ref), (0, 0))}"
+        for owner, ref in sorted(set(kept) | set(posted))
+        if kept.get((owner, ref), (0, 0)) != posted.get((owner, ref), (0, 0))
+    )
 
 
 def _payout_provider(caller: Caller, provider: str | None) -> str | None:

@@ -392,6 +392,26 @@ class LedgerBalanceRow(Base):
     balance_micros: Mapped[int] = mapped_column(BigInteger)
 
 
+class LedgerPayoutLineRow(Base):
+    """A provider's payable per rental (a transaction's `ref`): the sum and count of its postings, kept in the
+    transaction that appends them (see migration 0051); a payouts page is a keyset range on it."""
+
+    __tablename__ = "ledger_payout_lines"
+    __table_args__ = (
+        Index(
+            "ix_ledger_payout_lines_open",
+            "owner",
+            "ref",
+            postgresql_where=text("amount_micros <> 0"),
+            sqlite_where=text("amount_micros <> 0"),
+        ),
+    )
+    owner: Mapped[str] = mapped_column(String(200), primary_key=True)
+    ref: Mapped[str] = mapped_column(String(60), primary_key=True)
+    amount_micros: Mapped[int] = mapped_column(BigInteger)
+    transactions: Mapped[int] = mapped_column(Integer)
+
+
 # --- plans, grants, revenue reports, payment terms, outages (issue 5): see migration 0005 ----------------
 
 
