@@ -10,7 +10,7 @@ the postings. The upgrade fills it from the postings already stored, in its own 
 with the ledger's tables locked against appends until it commits).
 
 Revision ID: 0051
-Revises: 0049
+Revises: 0050
 Create Date: 2026-12-07
 """
 
@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0051"
-down_revision = "0049"
+down_revision = "0050"
 branch_labels = None
 depends_on = None
 
