@@ -5,6 +5,7 @@ pass re-prices it there)."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 
 import pytest
 from fastapi.testclient import TestClient
@@ -115,3 +116,54 @@ def test_a_plan_given_no_end_runs_a_calendar_year(database_url: str) -> None:
         made = client.post(f"/v1/tenants/{tenant_id}/plans", json=body, headers=ADMIN)
         assert made.status_code == 201, made.text
         assert made.json()["ends_at"] == "2029-01-01T00:00:00Z"
+
+
+NOON = datetime(2026, 12, 15, 12, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("window", "rates"),
+    [
+        ((NOON, NOON + timedelta(hours=1)), [(HALF_OFF, True), (H100_ON_DEMAND, False)]),
+        ((NOON + timedelta(hours=1), NOON + timedelta(days=30)), [(H100_ON_DEMAND, False), (HALF_OFF, True)]),
+    ],
+    ids=["membership-ends-after-1h", "membership-starts-after-1h"],
+)
+def test_an_invoice_names_the_plan_that_priced_each_rate_of_a_re_priced_rental(
+    database_url: str, window: tuple[datetime, datetime], rates: list[tuple[int, bool]]
+) -> None:
+    """A 3-h rental on 1 x H100 from 12:00, its tenant on 50% off for 12:00-13:00 or from 13:00: its
+    December invoice line (JSON and CSV) shows 12:00-13:00 and 13:00-15:00 each at the rate that priced it
+    with that plan's discount, or none; its line's rate and discounts are its last segment's, its amount what
+    the ledger charged. The line named the rental's latest quote's plan (or none) for all 3 h."""
+    with replayed(database_url, NOON) as (client, clock):
+        headers = _member(client, "invoiced", (5000, *window))
+        (plan,) = client.get("/v1/plans", headers=headers).json()
+        discount = [{"label": f"membership {plan['id']}", "micros_per_hour": HALF_OFF}]
+        rental = client.post("/v1/rentals", json=H100, headers=headers).json()
+        wait_for(client, rental["id"], headers, "placed")
+        for hour in (1, 2, 3):
+            meter_pass_at(client, clock, NOON + timedelta(hours=hour))
+
+        (line,) = client.get("/v1/invoices/2026-12", headers=headers).json()["lines"]
+        edges = [NOON, NOON + timedelta(hours=1), NOON + timedelta(hours=3)]
+        assert [
+            (s["from_at"], s["to_at"], s["rate_micros_per_hour"], s["discounts"]) for s in line["segments"]
+        ] == [
+            (f"{lo:%Y-%m-%dT%H:%M:%SZ}", f"{hi:%Y-%m-%dT%H:%M:%SZ}", rate, discount if planned else [])
+            for (lo, hi), (rate, planned) in zip(pairwise(edges), rates, strict=True)
+        ]
+        assert (line["rate_micros_per_hour"], line["discounts"]) == (
+            rates[-1][0],
+            discount if rates[-1][1] else [],
+        )
+        assert (
+            line["amount_micros"] == rates[0][0] + 2 * rates[1][0] == charged(client, rental["id"], headers)
+        )
+
+        text = client.get("/v1/invoices/2026-12?format=csv", headers=headers).text
+        rows = [r.split(",") for r in text.splitlines() if r.startswith("rental_segment,")]
+        assert [(r[4], r[5]) for r in rows] == [
+            (str(rate), f"membership {plan['id']}: {HALF_OFF}" if planned else "none")
+            for rate, planned in rates
+        ]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Body, Header, Path, Query, Request, status
@@ -31,6 +32,7 @@ from suanli.wire.billing_schemas import (
     InvoiceDiscountResponse,
     InvoiceLineResponse,
     InvoiceResponse,
+    InvoiceSegmentResponse,
     LedgerTransactionResponse,
     LedgerVerifyResponse,
     PayoutLineResponse,
@@ -265,6 +267,15 @@ def invoice_response(invoice: Invoice) -> InvoiceResponse:
             energy_kwh=x.energy_kwh,
             co2_kg=x.co2_kg,
             energy_source=x.energy_source,  # type: ignore[arg-type]
+            segments=[
+                InvoiceSegmentResponse(
+                    from_at=datetime.fromtimestamp(g.from_s, UTC),
+                    to_at=datetime.fromtimestamp(g.to_s, UTC),
+                    rate_micros_per_hour=g.rate_micros_per_hour,
+                    discounts=[InvoiceDiscountResponse(label=k, micros_per_hour=v) for k, v in g.discounts],
+                )
+                for g in x.segments
+            ],
         )
 
     return InvoiceResponse(

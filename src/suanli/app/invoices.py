@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from suanli.app.errors import Invalid, NotFound
@@ -21,6 +22,7 @@ from suanli.domain.billing.invoice import (
     Invoice,
     InvoiceError,
     Month,
+    RateSegment,
     RentalBilling,
     Size,
     build_invoice,
@@ -67,6 +69,7 @@ class InvoiceService:
             resized = uow.rentals.sizes([b.rental.id for b in billable])
             placed = uow.rentals.placed_sizes([b.rental.id for b in billable if b.rental.id not in resized])
             runs = uow.rentals.run_spans([b.rental.id for b in billable if replaced(metered(b))])
+            rates = uow.rentals.rate_discounts([b.rental.id for b in billable])
             ids = sorted(b.rental.id for b in billable)
             held = uow.rentals.held_allocations(first=ids[0], last=ids[-1], only=set(ids)) if ids else {}
         charged = frozenset({AccountKind.PROVIDER_PAYABLE, AccountKind.PLATFORM_REVENUE})
@@ -89,6 +92,7 @@ class InvoiceService:
                 sizes = without_gaps(sizes or spec_size(item.rental, usage.started_s), usage.gaps)
             power = self._measured_power_w(item.rental, usage, measured.get(item.rental.id), now_s, sizes)
             billing = self._rental_billing(item, usage, nodes, regions, power, sizes)
+            billing = replace(billing, rates=rate_segments(rates.get(item.rental.id, ()), billing.discounts))
             if item.rental.id in held:
                 billing = spread_over_nodes(
                     billing, held[item.rental.id], nodes, regions, self.catalog, usage, now_s
@@ -164,6 +168,18 @@ class InvoiceService:
             discounts=discounts,
             sizes=sizes,
         )
+
+
+def rate_segments(
+    rows: Sequence[tuple[datetime, int, list[tuple[str, int]] | None]], current: tuple[tuple[str, int], ...]
+) -> tuple[RateSegment, ...]:
+    """A re-priced rental's rate rows as invoice segments, each with the plan discounts that priced it (a
+    row from before migration 0052, which did not keep them: `current`, its quote's); none: not re-priced."""
+    by_second = {to_epoch_s(at): (rate, found) for at, rate, found in rows}  # the last row in a second wins
+    return tuple(
+        RateSegment(at_s, rate, current if found is None else tuple(found))
+        for at_s, (rate, found) in sorted(by_second.items())
+    )
 
 
 def spread_over_nodes(

@@ -132,13 +132,15 @@ class RentalMoneyReads:
         quote: dict[str, Any] | None = None,
     ) -> None:
         """From `at` on the rental pays `rate_micros_per_hour` (a row in `rental_rates`, and its price, and
-        its quote when given: a resize). Its first change also records the rate it paid before, `previous`
-        from `since` (its placement), so its rows are its whole rate history; a change at an instant that
-        already has one replaces it."""
+        its quote when given: a resize, a plan's or a contract's window). Its first change also records the
+        rate it paid before, `previous` from `since` (its placement), so its rows are its whole rate history;
+        a change at an instant that already has one replaces it. Each row keeps the plan discounts of the
+        quote that priced it (`quote`, else the rental's; the previous row: the rental's quote before)."""
         rate = "rate_micros_per_hour"
-        self._put_history(
-            RentalRateRow.__table__, rental_id, at, {rate: rate_micros_per_hour}, since, {rate: previous}
-        )
+        before = self.s.scalar(select(RentalRow.quote).where(RentalRow.id == rental_id))
+        now_row = {rate: rate_micros_per_hour, "discounts": quote_discounts(quote or before)}
+        before_row = {rate: previous, "discounts": quote_discounts(before)}
+        self._put_history(RentalRateRow.__table__, rental_id, at, now_row, since, before_row)
         self.s.execute(
             update(RentalRow)
             .where(RentalRow.id == rental_id)
@@ -239,6 +241,29 @@ class RentalMoneyReads:
         found: dict[str, list[tuple[datetime, datetime | None]]] = {}
         for rental_id, started, ended in self.s.execute(query):
             found.setdefault(rental_id, []).append((utc_moment(started) or started, utc_moment(ended)))
+        return found
+
+    def rate_discounts(
+        self, rental_ids: Sequence[str]
+    ) -> dict[str, list[tuple[datetime, int, list[tuple[str, int]] | None]]]:
+        """Rate rows per rental of `rental_ids` with the plan discounts (label, micros per hour) that priced
+        each (None: a row from before migration 0052), sorted by `from_at`."""
+        if not rental_ids:
+            return {}
+        rates = RentalRateRow.__table__
+        query = (
+            select(rates.c.rental_id, rates.c.from_at, rates.c.rate_micros_per_hour, rates.c.discounts)
+            .where(one_of(self.s, rates.c.rental_id, rental_ids))
+            .order_by(rates.c.rental_id, rates.c.from_at)
+        )
+        found: dict[str, list[tuple[datetime, int, list[tuple[str, int]] | None]]] = {}
+        for rental_id, moment, rate, discounts in self.s.execute(query):
+            named = (
+                None
+                if discounts is None
+                else [(str(d["label"]), int(d["micros_per_hour"])) for d in discounts]
+            )
+            found.setdefault(rental_id, []).append((utc_moment(moment) or moment, int(rate), named))
         return found
 
     def rate_changes(
@@ -351,3 +376,11 @@ def _confirmed_until() -> Any:
         .scalar_subquery()
     )
     return func.coalesce(running, booked).label("heartbeat_at")
+
+
+def quote_discounts(quote: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """A quote's plan discounts as a rate row keeps them: [{label, micros_per_hour}] (none: [])."""
+    return [
+        {"label": str(d["label"]), "micros_per_hour": int(d["micros_per_hour"])}
+        for d in (quote or {}).get("discounts") or []
+    ]

@@ -14,7 +14,7 @@ from suanli.app.errors import BookingConflict, Duplicate
 from suanli.app.records import LIVE_STATES, Booking, Rental, RentalEvent
 from suanli.domain.plan import NodeAllocation, Slice
 from suanli.store.ledger_repositories import one_of
-from suanli.store.rental_money import RentalMoneyReads
+from suanli.store.rental_money import RentalMoneyReads, quote_discounts
 from suanli.store.rental_rows import (
     allocation_json,
     allocations_by_rental,
@@ -292,7 +292,9 @@ class SqlRentals(RentalMoneyReads):
         (preempted and re-queued, or re-queued off a lost node), its rate and its `size` (nodes, GPUs per
         node) go into its histories from `at`, its earlier placement's from that one's start."""
         before = self.s.execute(
-            select(RentalRow.placed_at, RentalRow.price_micros_per_hour).where(RentalRow.id == rental_id)
+            select(RentalRow.placed_at, RentalRow.price_micros_per_hour, RentalRow.quote).where(
+                RentalRow.id == rental_id
+            )
         ).one_or_none()
         placed_before = self.placed_sizes([rental_id]).get(rental_id) if before and before[0] else None
         values: dict[str, Any] = {
@@ -320,7 +322,9 @@ class SqlRentals(RentalMoneyReads):
         if not result.rowcount:  # type: ignore[attr-defined]
             return False
         if before is not None and before[0] is not None:
-            self._histories_from_placement(rental_id, at, price_micros_per_hour, size, before, placed_before)
+            self._histories_from_placement(
+                rental_id, at, (price_micros_per_hour, quote), size, before, placed_before
+            )
         return True
 
     def rate_owing_minimums(self, tenant_id: str, since: datetime) -> int:
@@ -357,18 +361,21 @@ class SqlRentals(RentalMoneyReads):
         self,
         rental_id: str,
         at: datetime,
-        rate: int,
+        rate: tuple[int, dict[str, Any] | None],
         size: tuple[int, float] | None,
         before: Any,
         placed_before: tuple[int, float] | None,
     ) -> None:
-        """A re-placed rental pays its new price, and is its new size, from `at`: a row in each history (its
-        first rows the earlier placement's rate and size from that one's start), else the meter billed its
-        earlier runs at the new rate and a resize priced its new size against the first placement's."""
-        placed_at, earlier_rate = utc_moment(before[0]) or before[0], before[1]
+        """A re-placed rental pays its new price (`rate`: with its quote, if new), and is its new size, from
+        `at`: a row in each history (its first rows the earlier placement's rate and size from that one's
+        start), else the meter billed its earlier runs at the new rate and a resize priced its new size
+        against the first placement's."""
+        placed_at, earlier_rate, earlier_quote = utc_moment(before[0]) or before[0], before[1], before[2]
         rates, sizes = RentalRateRow.__table__, RentalSizeRow.__table__
-        key = "rate_micros_per_hour"
-        self._put_history(rates, rental_id, at, {key: rate}, placed_at, {key: earlier_rate or rate})
+        key, (price, quote) = "rate_micros_per_hour", rate
+        now_row = {key: price, "discounts": quote_discounts(quote or earlier_quote)}
+        earlier_row = {key: earlier_rate or price, "discounts": quote_discounts(earlier_quote)}
+        self._put_history(rates, rental_id, at, now_row, placed_at, earlier_row)
         if size is not None and placed_before is not None:
             now, earlier = ({"nodes": n, "gpus_per_node": g} for n, g in (size, placed_before))
             self._put_history(sizes, rental_id, at, now, placed_at, earlier)

@@ -583,7 +583,8 @@ class RentalSizeRow(Base):
 
 
 class RentalRateRow(Base):
-    """A rental's rate from `from_at` on (a spot rental follows its pool's spot price; see migration 0007)."""
+    """A rental's rate from `from_at` on (a spot rental follows its pool's spot price; see migration 0007),
+    and the plan discounts that priced it (0052)."""
 
     __tablename__ = "rental_rates"
     __table_args__ = (UniqueConstraint("rental_id", "from_at", name="uq_rental_rates_rental_from"),)
@@ -591,6 +592,8 @@ class RentalRateRow(Base):
     rental_id: Mapped[str] = mapped_column(ForeignKey("rentals.id"), index=True)
     from_at: Mapped[datetime] = mapped_column(UtcDateTime())
     rate_micros_per_hour: Mapped[int] = mapped_column(BigInteger)
+    # [{label, micros_per_hour}] of the quote that priced it (migration 0052); None: not recorded
+    discounts: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
 
 
 class WebhookRow(Base):

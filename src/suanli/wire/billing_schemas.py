@@ -121,6 +121,15 @@ class InvoiceDiscountResponse(WireModel):
     micros_per_hour: int
 
 
+class InvoiceSegmentResponse(WireModel):
+    """A rental line's time in the month at one rate, with the plan discounts (none: []) that priced it."""
+
+    from_at: datetime
+    to_at: datetime
+    rate_micros_per_hour: int
+    discounts: list[InvoiceDiscountResponse]
+
+
 class InvoiceLineResponse(WireModel):
     kind: Literal["rental", "plan", "sla_credit"]
     ref: str
@@ -134,6 +143,11 @@ class InvoiceLineResponse(WireModel):
     energy_source: Literal["measured", "tdp_estimate"] | None = Field(
         default=None,
         description="Rental lines: measured (agent power telemetry) or tdp_estimate (TDP x 0.7).",
+    )
+    segments: list[InvoiceSegmentResponse] = Field(
+        default_factory=list,
+        description="Rental lines: each rate in the month with the plan (discounts) that priced it; the "
+        "line's rate and discounts are its last segment's.",
     )
 
 

@@ -15,6 +15,11 @@ Rules:
   integer sum of every line's amount (rental lines, plan lines, SLA credit lines). An SLA credit line is
   the month's posted credit (key `sla:{tenant}:{yyyy-mm}`) as a negative amount, its description the
   credit's memo (availability, tier, the outage ids as evidence).
+* Plans per rate: a rental re-priced while it ran (a plan's or a contract's window, a spot price, a resize)
+  carries its rates (`RateSegment`, each with the plan discounts that priced it); its line lists the ones
+  in the month (`InvoiceLine.segments`: each `[from_s, to_s)` with its rate and the plan, or none, that
+  priced it), and its line's rate and discounts are those of its last segment in the month. The CSV adds a
+  `rental_segment` row per segment (no amount) under a line re-priced in the month.
 * Energy (kWh) = power per GPU (W) x GPU-hours x the region's PUE / 1000, where the power is the
   measured average power per GPU from agent telemetry when known (`suanli.domain.billing.energy`: only when
   the measurements cover at least half the rental's billable time), else TDP x `UTILIZATION_ESTIMATE` (0.7).
@@ -131,6 +136,25 @@ def size_seconds(sizes: Sequence[Size], start_s: int, end_s: int) -> tuple[float
 
 
 @dataclass(frozen=True, slots=True)
+class RateSegment:
+    """A rental's rate from `from_s` on, and the plan discounts (label, micros per hour) that priced it."""
+
+    from_s: int
+    rate_micros_per_hour: int
+    discounts: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class InvoiceSegment:
+    """Part of a rental line, `[from_s, to_s)` inside the month, at one rate and the plan that priced it."""
+
+    from_s: int
+    to_s: int
+    rate_micros_per_hour: int
+    discounts: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class RentalBilling:
     """What an invoice needs of one rental: its interval, rate, size and the energy facts of where it ran."""
 
@@ -147,6 +171,7 @@ class RentalBilling:
     measured_power_w: float | None = None  # average per GPU from telemetry, when known
     discounts: tuple[tuple[str, int], ...] = ()  # (label, micros per hour) from the rental's quote
     sizes: tuple[Size, ...] = ()  # a resized rental's sizes (else `gpu_fraction` throughout)
+    rates: tuple[RateSegment, ...] = ()  # a re-priced rental's rates (else its rate and discounts throughout)
 
     def seconds_in(self, start_s: int, end_s: int, now_s: int) -> int:
         """Seconds of [started_s, ended_s or now_s) inside [start_s, end_s)."""
@@ -159,6 +184,19 @@ class RentalBilling:
             return self.seconds_in(start_s, end_s, now_s) * self.gpu_fraction
         stop = now_s if self.ended_s is None else min(now_s, self.ended_s)
         return size_seconds(self.sizes, max(self.started_s, start_s), min(stop, end_s))[1]
+
+    def segments_in(self, start_s: int, end_s: int, now_s: int) -> tuple[InvoiceSegment, ...]:
+        """Its rate segments clipped to [started_s, ended_s or now_s) inside [start_s, end_s); the first
+        rate also covers any time before its `from_s`; one segment at its rate when it was never re-priced."""
+        stop = min(end_s, now_s if self.ended_s is None else min(now_s, self.ended_s))
+        rates = self.rates or (RateSegment(self.started_s, self.rate_micros_per_hour, self.discounts),)
+        found = []
+        for index, rate in enumerate(rates):
+            lo = max(self.started_s, start_s) if index == 0 else max(self.started_s, start_s, rate.from_s)
+            hi = stop if index + 1 == len(rates) else min(stop, rates[index + 1].from_s)
+            if hi > lo:
+                found.append(InvoiceSegment(lo, hi, rate.rate_micros_per_hour, rate.discounts))
+        return tuple(found)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +211,7 @@ class InvoiceLine:
     energy_kwh: float | None = None
     co2_kg: float | None = None
     energy_source: str | None = None  # ENERGY_MEASURED or ENERGY_TDP_ESTIMATE; None: no energy
+    segments: tuple[InvoiceSegment, ...] = ()  # a rental line's rates in the month, each with its plan
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +294,8 @@ def build_invoice(
         kwh = energy_kwh(rental, gpu_seconds)
         kg = co2_kg(kwh, rental.grid_gco2_per_kwh)
         where = f" in {rental.region}" if rental.region else ""
+        segments = rental.segments_in(start_s, end_s, now_s)
+        last = segments[-1] if segments else None
         lines.append(
             InvoiceLine(
                 kind="rental",
@@ -262,11 +303,14 @@ def build_invoice(
                 description=f"{rental.gpu_model or 'GPU'} x {rental.gpu_fraction:g}{where}",
                 amount_micros=amount,
                 gpu_seconds=round(gpu_seconds, ENERGY_DECIMALS),
-                rate_micros_per_hour=rental.rate_micros_per_hour,
-                discounts=rental.discounts,
+                rate_micros_per_hour=rental.rate_micros_per_hour
+                if last is None
+                else last.rate_micros_per_hour,
+                discounts=rental.discounts if last is None else last.discounts,
                 energy_kwh=None if kwh is None else round(kwh, ENERGY_DECIMALS),
                 co2_kg=None if kg is None else round(kg, ENERGY_DECIMALS),
                 energy_source=energy_source(rental, kwh),
+                segments=segments,
             )
         )
     notes = (
@@ -317,13 +361,29 @@ def invoice_csv(invoice: Invoice) -> str:
                 line.description,
                 line.gpu_seconds,
                 line.rate_micros_per_hour,
-                "; ".join(f"{label}: {micros}" for label, micros in line.discounts),
+                _discounts_text(line.discounts),
                 line.amount_micros,
                 "" if line.energy_kwh is None else line.energy_kwh,
                 "" if line.co2_kg is None else line.co2_kg,
                 line.energy_source or "",
             )
         )
+        if len(line.segments) > 1:  # re-priced in the month: each rate with the plan that priced it
+            for segment in line.segments:
+                writer.writerow(
+                    (
+                        "rental_segment",
+                        line.ref,
+                        f"{_utc(segment.from_s)} to {_utc(segment.to_s)}",
+                        "",
+                        segment.rate_micros_per_hour,
+                        _discounts_text(segment.discounts) or "none",
+                        "",
+                        "",
+                        "",
+                        "",
+                    )
+                )
     writer.writerow(
         (
             "total",
@@ -339,3 +399,11 @@ def invoice_csv(invoice: Invoice) -> str:
         )
     )
     return out.getvalue()
+
+
+def _discounts_text(discounts: Sequence[tuple[str, int]]) -> str:
+    return "; ".join(f"{label}: {micros}" for label, micros in discounts)
+
+
+def _utc(at_s: int) -> str:
+    return datetime.fromtimestamp(at_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
