@@ -179,6 +179,21 @@ def test_fleet_check_refuses_a_number_that_is_not_finite_naming_the_field(
     assert f"regions.cn-north.{field}" in result.output and "finite" in result.output, result.output
 
 
+@pytest.mark.parametrize(
+    ("field", "number", "bound"), [("pue", "1e308", "3"), ("grid_gco2_per_kwh", "2000.5", "2000")]
+)
+def test_fleet_check_refuses_a_number_above_its_bound_naming_the_field_and_the_bound(
+    tmp_path: Path, field: str, number: str, bound: str
+) -> None:
+    """`pue = 1e308` passed the check (it is finite and at least 1)."""
+    bad = tmp_path / "big.toml"
+    bad.write_text(re.sub(rf"(?m)^{field} = .*$", f"{field} = {number}", EXAMPLE_FLEET.read_text(), count=1))
+    result = runner.invoke(app, ["fleet", "check", str(bad)])
+    assert result.exit_code == 2, result.output
+    shown = " ".join(result.output.split())  # Rich wraps long lines
+    assert f"regions.cn-north.{field}" in shown and f"must be at most {bound}," in shown, result.output
+
+
 def test_rent_refuses_an_image_that_is_not_a_reference_naming_the_option() -> None:
     """Checked before anything is sent (no server here): exit 2, the option named, the fix suggested."""
     rent = runner.invoke(app, ["rent", "H100:1", "--image", "ghcr.io/Acme/trainer:1", "--", "python", "t.py"])

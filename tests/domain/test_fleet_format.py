@@ -386,3 +386,66 @@ def test_reading_a_file_names_it_in_errors(tmp_path: Path) -> None:
     with pytest.raises(FleetError) as caught:
         read_fleet(path)
     assert (caught.value.source, caught.value.node, caught.value.field) == (str(path), "n-01", "cpu_milli")
+
+
+BOUNDED = [
+    pytest.param(
+        fleet(regions=REGION.replace("pue = 1.3", "pue = VALUE")),
+        "",
+        "regions.cn-north.pue",
+        "3",
+        "3.0001",
+        id="pue",
+    ),
+    pytest.param(
+        fleet(regions=REGION.replace("581", "VALUE")),
+        "",
+        "regions.cn-north.grid_gco2_per_kwh",
+        "2000",
+        "2000.5",
+        id="grid",
+    ),
+    pytest.param(fleet(node(cpu_milli="VALUE")), "n-01", "cpu_milli", "8,192,000", "8192001", id="cpu"),
+    pytest.param(
+        fleet(node(memory_mib="VALUE")), "n-01", "memory_mib", "268,435,456", "268435457", id="memory"
+    ),
+    pytest.param(
+        fleet(node(gpus='{ model = "H100-SXM-80GB", count = VALUE }')),
+        "n-01",
+        "gpus.count",
+        "64",
+        "65",
+        id="gpus",
+    ),
+    pytest.param(
+        fleet(node(name='"n-{i}"', count_nodes="VALUE")),
+        "n-{i}",
+        "count_nodes",
+        "100,000",
+        "100001",
+        id="count-nodes",
+    ),
+]
+
+
+@pytest.mark.parametrize(("template", "node_name", "field", "bound", "above"), BOUNDED)
+def test_a_number_above_its_bound_is_refused_naming_the_field_and_the_bound(
+    template: str, node_name: str, field: str, bound: str, above: str
+) -> None:
+    """`pue = 1e308` (or a host of 8 PiB, or 65 GPUs) was taken: every number of the fleet has a physical
+    bound, and a value above it is refused naming the field and the bound; the bound itself is taken."""
+    for value in (above, "1e308" if "." in above else "9223372036854775807"):
+        with pytest.raises(FleetError) as caught:
+            parse(template.replace("VALUE", value))
+        assert (caught.value.node, caught.value.field) == (node_name, field)
+        assert f"must be at most {bound}," in str(caught.value), str(caught.value)
+    parse(template.replace("VALUE", bound.replace(",", "")))
+
+
+def test_a_stored_fleet_is_read_back_without_the_bounds() -> None:
+    """A fleet stored before the bounds were kept still loads (the server reads it back on every start)."""
+    text = fleet(regions=REGION.replace("pue = 1.3", "pue = 4.5"))
+    with pytest.raises(FleetError):
+        parse(text)
+    (region,) = parse_fleet(text, source=SOURCE, catalog=CATALOG, bounded=False).regions.values()
+    assert region.pue == 4.5

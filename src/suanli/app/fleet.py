@@ -160,7 +160,10 @@ class FleetCache:
             return 0, None
         with self._lock:
             if document.version != self._version:
-                self._fleet = parse_fleet(document.toml, source="stored fleet", catalog=self.catalog)
+                # checked when it was stored; one stored before the bounds (`fleet_format.MAX_*`) still loads
+                self._fleet = parse_fleet(
+                    document.toml, source="stored fleet", catalog=self.catalog, bounded=False
+                )
                 self._version = document.version
             return self._version, self._fleet
 

@@ -4,27 +4,33 @@ A fleet file has two parts, both required::
 
     [regions.cn-north]                 # one table per region; the name may not contain "/"
     jurisdiction = "CN"                # data-residency jurisdiction, a non-empty string
-    grid_gco2_per_kwh = 581            # grid carbon intensity, a finite number >= 0
-    pue = 1.3                          # power usage effectiveness, a finite number >= 1
+    grid_gco2_per_kwh = 581            # grid carbon intensity, g CO2 per kWh, a finite number 0..2000
+    pue = 1.3                          # power usage effectiveness, a finite number 1..3
 
     [[nodes]]                          # one entry per node (or per group of nodes, see count_nodes)
     name = "h100-a-01"                 # unique in the fleet, no whitespace
     topology = "cn-north/z1/pod-a/leaf-01"   # region/zone/pod/leaf; the region must be declared above
-    cpu_milli = 192000                 # host CPU in millicores, a positive integer
-    memory_mib = 2097152               # host memory in MiB, a positive integer
+    cpu_milli = 192000                 # host CPU in millicores, a positive integer, at most 8,192,000
+    memory_mib = 2097152               # host memory in MiB, a positive integer, at most 268,435,456 (256 TiB)
     provider = "platform"              # optional, default "platform"
     labels = { interconnect = "ib" }   # optional, string values
     gpus = { model = "H100-SXM-80GB", count = 8, mode = "whole" }
 
 `gpus` keys: `model` (a catalogue name or an unambiguous family; stored as the canonical name), `count` (a
-positive integer), `mode` (optional, `whole` by default, else `mig` or `shared`: shares need an NVIDIA model,
-whose MPS limits them) and, only with `mode = "mig"` on a MIG-capable model, `mig_layout`: either one list
-of MIG profile names used on every GPU (`["3g.40gb", "2g.20gb", "1g.10gb"]`) or a list of such lists, one
-per GPU (as many as `count`). Each layout must fit NVIDIA's placement rules. Without `mig_layout` a MIG
-node's GPUs start with no instances.
+positive integer, at most 64), `mode` (optional, `whole` by default, else `mig` or `shared`: shares need an
+NVIDIA model, whose MPS limits them) and, only with `mode = "mig"` on a MIG-capable model, `mig_layout`:
+either one list of MIG profile names used on every GPU (`["3g.40gb", "2g.20gb", "1g.10gb"]`) or a list of
+such lists, one per GPU (as many as `count`). Each layout must fit NVIDIA's placement rules. Without
+`mig_layout` a MIG node's GPUs start with no instances.
 
-Groups: an entry with `count_nodes = N` and `{i}` in its name stands for N nodes named with `{i}` replaced by
-01, 02, ... N (zero-padded to at least two digits); every other field is the same for all of them.
+Bounds: every number is checked against what a real host or grid can be (`MAX_PUE` and the other `MAX_*`
+below), so a typo like `pue = 1e308` or `memory_mib = 20971520000` is refused naming the field and the bound,
+not stored to overflow energy figures or make a host that no request can be checked against; a stored fleet
+is read back without them (`bounded=False`), so one stored before they were kept still loads.
+
+Groups: an entry with `count_nodes = N` (at most 100,000) and `{i}` in its name stands for N nodes named
+with `{i}` replaced by 01, 02, ... N (zero-padded to at least two digits); every other field is the same for
+all of them.
 
 Every mistake raises `FleetError` naming the source, the node (its name, or `#k` for the k-th entry without
 one) and the field: TOML syntax (with line and column), unknown or missing keys, wrong types, numbers out of
@@ -53,6 +59,12 @@ GPU_OPTIONAL_KEYS = ("mode", "mig_layout")
 TOPOLOGY_LEVELS = ("region", "zone", "pod", "leaf")
 INDEX_MARK = "{i}"
 DEFAULT_PROVIDER = "platform"
+MAX_PUE = 3.0  # the least efficient data centres measured run near 2.5 (Uptime Institute's mean is ~1.6)
+MAX_GRID_GCO2_PER_KWH = 2000.0  # lignite, the dirtiest fuel, emits ~1,100-1,200 g/kWh
+MAX_CPU_MILLI = 8_192_000  # 8,192 logical CPUs: Linux's largest NR_CPUS on x86-64 (MAXSMP)
+MAX_MEMORY_MIB = 256 * 1024 * 1024  # 256 TiB: several times the largest single-system-image host
+MAX_GPUS_PER_NODE = 64  # as many as a request may ask of one node (`wire.schemas.RentalCreateRequest.gpus`)
+MAX_COUNT_NODES = 100_000  # one group of nodes: ten times the 10,000-GPU throughput fleet's nodes
 
 MigLayouts = tuple[tuple[str, ...], ...]
 
@@ -89,22 +101,28 @@ class _Table:
             raise self.error(key, "must not be empty")
         return value
 
-    def positive_int(self, key: str) -> int:
+    def positive_int(self, key: str, maximum: int | None = None) -> int:
+        """A positive integer, at most `maximum` when given (None: a stored fleet, read back unbounded)."""
         value = self.data.get(key)
         if isinstance(value, bool) or not isinstance(value, int):
             raise self.error(key, f"expected an integer, got {_describe(value)}")
         if value <= 0:
             raise self.error(key, f"must be positive, got {value}")
+        if maximum is not None and value > maximum:
+            raise self.error(key, f"must be at most {maximum:,}, got {value:,}")
         return value
 
-    def number(self, key: str, minimum: float) -> float:
-        """A finite number at least `minimum`: TOML's `nan` passes any comparison's "not below", and a NaN or
-        infinite PUE or carbon intensity leaves every invoice of the region without energy totals."""
+    def number(self, key: str, minimum: float, maximum: float | None = None) -> float:
+        """A finite number at least `minimum` (and at most `maximum` when given): TOML's `nan` passes any
+        comparison's "not below", and a NaN or infinite PUE or carbon intensity leaves every invoice of the
+        region without energy totals."""
         value = self.data.get(key)
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise self.error(key, f"expected a number, got {_describe(value)}")
         if not math.isfinite(value) or value < minimum:
             raise self.error(key, f"must be a finite number at least {minimum:g}, got {value}")
+        if maximum is not None and value > maximum:
+            raise self.error(key, f"must be at most {maximum:g}, got {value:g}")
         return float(value)
 
     def table(self, key: str) -> _Table:
@@ -114,11 +132,13 @@ class _Table:
         return _Table(value, self.source, self.node, f"{self.prefix}{key}.")
 
 
-def parse_fleet(text: str, *, source: str, catalog: Catalog) -> Fleet:
-    """Read a fleet file's text; `source` names it in errors. Raise FleetError on the first mistake."""
+def parse_fleet(text: str, *, source: str, catalog: Catalog, bounded: bool = True) -> Fleet:
+    """Read a fleet file's text; `source` names it in errors. Raise FleetError on the first mistake.
+    `bounded`: refuse numbers above the `MAX_*` bounds (False only for a fleet stored before them)."""
     top = _Table(_load_toml(text, source), source)
     top.check_keys(TOP_KEYS)
-    regions = _parse_regions(top)
+    limits = _Bounds() if bounded else _Bounds(None, None, None, None, None, None)
+    regions = _parse_regions(top, limits)
     entries = top.data["nodes"]
     if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries):
         raise top.error("nodes", "expected an array of tables ([[nodes]])")
@@ -127,7 +147,7 @@ def parse_fleet(text: str, *, source: str, catalog: Catalog) -> Fleet:
     nodes = tuple(
         node
         for index, entry in enumerate(entries)
-        for node in _parse_node_entry(entry, index, source, regions, catalog)
+        for node in _parse_node_entry(entry, index, source, regions, catalog, limits)
     )
     _check_unique_names(nodes, source)
     return Fleet(regions=regions, nodes=nodes)
@@ -140,14 +160,26 @@ def _load_toml(text: str, source: str) -> dict[str, object]:
         raise FleetError(f"invalid TOML: {exc}", source=source) from None
 
 
-def _parse_regions(top: _Table) -> dict[str, Region]:
+@dataclass(frozen=True, slots=True)
+class _Bounds:
+    """The upper bounds a fleet's numbers are checked against (None: unbounded)."""
+
+    pue: float | None = MAX_PUE
+    grid_gco2_per_kwh: float | None = MAX_GRID_GCO2_PER_KWH
+    cpu_milli: int | None = MAX_CPU_MILLI
+    memory_mib: int | None = MAX_MEMORY_MIB
+    gpu_count: int | None = MAX_GPUS_PER_NODE
+    count_nodes: int | None = MAX_COUNT_NODES
+
+
+def _parse_regions(top: _Table, limits: _Bounds) -> dict[str, Region]:
     regions = top.table("regions")
     if not regions.data:
         raise top.error("regions", "declare at least one region")
-    return {name: _parse_region(regions, name) for name in regions.data}
+    return {name: _parse_region(regions, name, limits) for name in regions.data}
 
 
-def _parse_region(regions: _Table, name: str) -> Region:
+def _parse_region(regions: _Table, name: str, limits: _Bounds) -> Region:
     if "/" in name or not name.strip():
         raise regions.error(name, "a region name must be non-empty and contain no '/'")
     table = regions.table(name)
@@ -155,13 +187,18 @@ def _parse_region(regions: _Table, name: str) -> Region:
     return Region(
         name=name,
         jurisdiction=table.text("jurisdiction"),
-        grid_gco2_per_kwh=table.number("grid_gco2_per_kwh", minimum=0),
-        pue=table.number("pue", minimum=1),
+        grid_gco2_per_kwh=table.number("grid_gco2_per_kwh", minimum=0, maximum=limits.grid_gco2_per_kwh),
+        pue=table.number("pue", minimum=1, maximum=limits.pue),
     )
 
 
 def _parse_node_entry(
-    raw: dict[str, object], index: int, source: str, regions: Mapping[str, Region], catalog: Catalog
+    raw: dict[str, object],
+    index: int,
+    source: str,
+    regions: Mapping[str, Region],
+    catalog: Catalog,
+    limits: _Bounds,
 ) -> tuple[Node, ...]:
     """One `[[nodes]]` entry: one node, or `count_nodes` of them when the name holds `{i}`."""
     name = raw.get("name")
@@ -169,13 +206,13 @@ def _parse_node_entry(
     entry.check_keys(NODE_KEYS, NODE_OPTIONAL_KEYS)
     name = _parse_name(entry)
     topology = _parse_topology(entry, regions)
-    model, gpu_count, mode, layouts = _parse_gpus(entry.table("gpus"), catalog)
+    model, gpu_count, mode, layouts = _parse_gpus(entry.table("gpus"), catalog, limits.gpu_count)
     template = Node(
         name=name,
         region=topology[0],
         topology=topology,
-        cpu_milli=entry.positive_int("cpu_milli"),
-        memory_mib=entry.positive_int("memory_mib"),
+        cpu_milli=entry.positive_int("cpu_milli", limits.cpu_milli),
+        memory_mib=entry.positive_int("memory_mib", limits.memory_mib),
         gpu_model=model.name,
         gpu_count=gpu_count,
         gpu_mode=mode,
@@ -183,7 +220,7 @@ def _parse_node_entry(
         provider=entry.text("provider", DEFAULT_PROVIDER),
         labels=_parse_labels(entry),
     )
-    return _expand(entry, template)
+    return _expand(entry, template, limits.count_nodes)
 
 
 def _parse_name(entry: _Table) -> str:
@@ -214,13 +251,15 @@ def _parse_labels(entry: _Table) -> dict[str, str]:
     return {key: str(value) for key, value in labels.data.items()}
 
 
-def _parse_gpus(gpus: _Table, catalog: Catalog) -> tuple[GpuModel, int, GpuMode, MigLayouts]:
+def _parse_gpus(
+    gpus: _Table, catalog: Catalog, max_count: int | None
+) -> tuple[GpuModel, int, GpuMode, MigLayouts]:
     gpus.check_keys(GPU_KEYS, GPU_OPTIONAL_KEYS)
     try:
         model = catalog.get(gpus.text("model"))
     except CatalogError as exc:
         raise gpus.error("model", str(exc)) from None
-    count = gpus.positive_int("count")
+    count = gpus.positive_int("count", max_count)
     mode = _parse_mode(gpus)
     if mode is GpuMode.SHARED and model.vendor is not Vendor.NVIDIA:
         raise gpus.error(
@@ -285,14 +324,14 @@ def _check_layout(
         raise gpus.error("mig_layout", f"{where}{exc}") from None
 
 
-def _expand(entry: _Table, template: Node) -> tuple[Node, ...]:
+def _expand(entry: _Table, template: Node, max_count: int | None) -> tuple[Node, ...]:
     """The entry's nodes: the template itself, or `count_nodes` copies named by replacing `{i}`."""
     marked = INDEX_MARK in template.name
     if not entry.has("count_nodes"):
         if marked:
             raise entry.error("count_nodes", f"missing; the name holds {INDEX_MARK} so say how many nodes")
         return (template,)
-    count = entry.positive_int("count_nodes")
+    count = entry.positive_int("count_nodes", max_count)
     if not marked:
         raise entry.error("name", f"count_nodes needs {INDEX_MARK} in the name to number the nodes")
     width = max(2, len(str(count)))
