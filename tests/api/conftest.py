@@ -226,9 +226,13 @@ def fleet_host(client: TestClient, node: str) -> dict[str, Any]:
 SHARE = {"gpu_model": "L40S", "gpus": 0, "share_milli": 500, "command": ["sleep", "600"], "regions": []}
 
 
-def running_share(client: TestClient, owner: dict[str, str]) -> tuple[str, dict[str, str]]:
-    """A half-L40S rental its hand-driven agent has reported running: its id and the node's headers."""
-    rental_id = client.post("/v1/rentals", json=SHARE, headers=owner).json()["id"]
+def running_share(
+    client: TestClient, owner: dict[str, str], env: dict[str, str] | None = None
+) -> tuple[str, dict[str, str]]:
+    """A half-L40S rental (with `env`, if given) its hand-driven agent has reported running: its id and the
+    node's headers."""
+    body = SHARE if env is None else {**SHARE, "env": env}
+    rental_id = client.post("/v1/rentals", json=body, headers=owner).json()["id"]
     node = wait_for(client, rental_id, owner, "placed")["allocation"][0]["node"]
     node_headers = register_agent(client, node)
     report = {"workloads": [{"rental_id": rental_id, "state": "running"}]}

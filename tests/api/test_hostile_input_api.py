@@ -472,3 +472,24 @@ def test_an_exec_command_that_execve_would_refuse_is_a_422_naming_command(client
     assert refused.status_code == 422, refused.text[:300]
     assert refused.json()["error"]["field"] == "command" and "131,071 bytes" in refused.text
     assert client.get(url, headers=owner).json() == []
+
+
+def test_an_exec_command_that_execve_would_refuse_with_its_rentals_env_is_refused_naming_the_limit(
+    client,
+) -> None:
+    """The agent runs an exec with its rental's env too: a command of 4 x 128 KiB, under execve's 1 MiB
+    alone, with a rental env of 4 x 128 KiB takes 1,048,581 bytes, and its node's execve failed with E2BIG
+    after the server had queued it. Now it is refused naming the limit; 3 x 128 KiB fits (917,509)."""
+    _, owner = _funded(client)
+    env = {f"V{n}": ARGUMENT_MAX[3:] for n in range(4)}  # V0=...: 131,072 bytes each with its NUL
+    rental_id, _ = running_share(client, owner, env=env)
+    url = f"/v1/rentals/{rental_id}/execs"
+    refused = client.post(url, json={"command": ["echo"] + [ARGUMENT_MAX] * 4}, headers=owner)
+    assert refused.status_code == 400, refused.text[:300]
+    error = refused.json()["error"]
+    assert error["field"] == "command", error
+    assert "1,048,581 bytes" in error["message"] and "at most 1,048,576 bytes" in error["message"], error
+    assert "env" in error["message"], error
+    assert client.get(url, headers=owner).json() == []
+    fits = client.post(url, json={"command": ["echo"] + [ARGUMENT_MAX] * 3}, headers=owner)
+    assert fits.status_code == 201, fits.text[:300]

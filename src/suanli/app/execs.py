@@ -25,6 +25,7 @@ from suanli.app.ids import new_id
 from suanli.app.ports import Clock, UnitOfWork
 from suanli.app.records import END_STATES, Caller, Rental
 from suanli.app.tenants import owned_rental
+from suanli.domain.workload_env import execve_problem
 
 MAX_TIMEOUT_S = 3600
 MAX_ATTACHED_TIMEOUT_S = 8 * 3600  # a terminal session or a port forward: a working day
@@ -192,6 +193,8 @@ class ExecService:
                 raise Conflict(
                     f"rental {rental_id} is {rental.state}: {what} a running rental only", field="rental_id"
                 )
+            if port is None and (problem := execve_problem(argv, rental.spec.env)) is not None:
+                raise Invalid(problem, field="command")
             allocation = uow.rentals.allocation(rental_id)
             if not 0 <= node_rank < len(allocation):
                 raise Invalid(

@@ -1,12 +1,14 @@
 """What a rental's own environment variables may be: names the shell can export, string values without NUL,
 and none the platform sets to isolate the rental (its devices, its MPS limits, `SUANLI_*`), which a tenant
 must not override. The server refuses such a rental when it is asked; the agent checks again before it runs.
+A command run in a rental (`suanli exec`) gets the rental's env too: with it, it must fit what execve takes
+(`execve_problem`), or the node's execve fails with E2BIG.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from suanli.domain.catalog import Vendor
 
@@ -32,6 +34,11 @@ ISOLATION_VARIABLES = (
 )
 RESERVED_PREFIXES = ("SUANLI_", "CUDA_MPS_")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# what Linux's execve takes of a rental's own strings (the same as `suanli.wire.schemas.EXEC_*`, which checks
+# a request alone): one argument or `NAME=value` of at most MAX_ARG_STRLEN less its NUL, and the command with
+# the rental's env at most half of ARG_MAX (2 MiB), the rest for the agent's own variables and the platform's
+EXECVE_STRING_MAX_BYTES = 131_071
+EXECVE_TOTAL_MAX_BYTES = 1_048_576
 
 
 def env_problem(env: Mapping[str, str]) -> str | None:
@@ -46,4 +53,26 @@ def env_problem(env: Mapping[str, str]) -> str | None:
                 f"environment variable {name} is set by the platform to isolate the rental and cannot be "
                 "overridden; remove it from the rental's env"
             )
+    return None
+
+
+def execve_bytes(command: Sequence[str], env: Mapping[str, str]) -> int:
+    """What `command` with `env` take of execve's ARG_MAX: each argument's and NAME=value's UTF-8 and NUL."""
+    strings = [*command, *(f"{name}={value}" for name, value in env.items())]
+    return sum(len(text.encode()) + 1 for text in strings)
+
+
+def execve_problem(command: Sequence[str], env: Mapping[str, str]) -> str | None:
+    """Why execve would refuse `command` run with the rental's `env` (E2BIG on its node), naming the limit;
+    None when it takes them. The agent passes a command run in a rental (`suanli exec`) the rental's env."""
+    for text in command:
+        if (size := len(text.encode())) > EXECVE_STRING_MAX_BYTES:
+            limit = EXECVE_STRING_MAX_BYTES
+            return f"an argument of {size:,} bytes: execve takes at most {limit:,} bytes in one"
+    if (total := execve_bytes(command, env)) > EXECVE_TOTAL_MAX_BYTES:
+        return (
+            f"the command and the rental's env ({len(env)} variables), which its node passes it too, take "
+            f"{total:,} bytes (each string's UTF-8 and its NUL): execve takes at most "
+            f"{EXECVE_TOTAL_MAX_BYTES:,} bytes"
+        )
     return None
