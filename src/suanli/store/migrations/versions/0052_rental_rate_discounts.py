@@ -5,7 +5,7 @@ Rows written before this revision keep NULL: an invoice shows the rental's curre
 them, as it did before.
 
 Revision ID: 0052
-Revises: 0049
+Revises: 0051
 Create Date: 2026-12-07
 """
 
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0052"
-down_revision = "0049"
+down_revision = "0051"
 branch_labels = None
 depends_on = None
 
