@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from sqlalchemy import event
+
 from conftest import T0
 from suanli.app.records import Rental, RentalSpec, Tenant
 from suanli.store.db import make_engine, migrate, unit_of_work_factory
@@ -60,3 +62,33 @@ def test_paging_through_2500_rentals_sees_each_once_in_the_lists_order(database_
             *oldest_of_b,
         ]  # an admin's: every tenant's, the same keyset
     engine.dispose()
+
+
+def test_a_rentals_page_is_an_index_range_in_the_lists_order_not_a_sort(tmp_path) -> None:
+    """SQLite's plan for a page, a tenant's (0050's index) and an admin's of every tenant (0053's), past a
+    cursor or not: read from an index in the list's order, with no sort of all the rentals (a temp B-tree)."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'plan.db'}")
+    migrate(engine)
+    factory = unit_of_work_factory(engine)
+    with factory() as u:
+        u.tenants.add(Tenant("ten_a", "ten_a", "tenant", T0))
+        u.rentals.add(Rental("rnt_00001", "ten_a", "pending", SPEC, T0))
+        u.commit()
+    listed: list[tuple[str, object]] = []
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def keep(conn, cursor, statement, parameters, context, executemany) -> None:
+        if "FROM rentals" in statement and "ORDER BY" in statement:
+            listed.append((statement, parameters))
+
+    for tenant, index in (("ten_a", "ix_rentals_tenant_newest"), (None, "ix_rentals_newest")):
+        for after in (None, "rnt_00001"):
+            listed.clear()
+            with factory() as u:
+                u.rentals.list(tenant, 50, after=after)
+            ((statement, parameters),) = listed
+            with engine.connect() as conn:
+                rows = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters)
+                plan = " | ".join(str(row[-1]) for row in rows)
+            assert "TEMP B-TREE" not in plan, plan
+            assert index in plan, plan

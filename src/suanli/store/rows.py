@@ -136,6 +136,8 @@ class RentalRow(Base):
 
 # a tenant's rentals newest first, a page past a (created_at, id) keyset at a time: GET /v1/rentals (0050)
 Index("ix_rentals_tenant_newest", RentalRow.tenant_id, RentalRow.created_at.desc(), RentalRow.id)
+# every tenant's, for an admin (0053)
+Index("ix_rentals_newest", RentalRow.created_at.desc(), RentalRow.id)
 
 
 class RentalEventRow(Base):
