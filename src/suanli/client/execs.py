@@ -1,0 +1,96 @@
+"""Calls on commands and port forwards run inside a rental: queue, attach (a WebSocket), watch, wait."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+from websockets.sync.client import ClientConnection
+
+from suanli.client.errors import checks_arguments
+from suanli.client.transport import Transport, segment
+from suanli.wire.schemas import ExecCreateRequest, ExecResponse, ForwardCreateRequest
+
+
+class ExecCalls(Transport):
+    """The calls on a rental's commands and port forwards."""
+
+    @checks_arguments
+    def exec(
+        self,
+        rental_id: str,
+        command: Sequence[str],
+        *,
+        node_rank: int = 0,
+        timeout_s: int = 60,
+        stdin: bool = False,
+        tty: bool = False,
+        separate_stderr: bool = False,
+    ) -> ExecResponse:
+        """Queue `command` to run inside the running rental (on its node of `node_rank`); see `wait_exec`.
+        With `stdin` (and `tty`: on a terminal), attach to it with `attach_exec` to stream its input and
+        output; `separate_stderr` (without `tty`) marks each output frame with its stream
+        (`suanli.client.streams.output_stream`)."""
+        body = ExecCreateRequest(
+            command=list(command),
+            node_rank=node_rank,
+            timeout_s=timeout_s,
+            stdin=stdin,
+            tty=tty,
+            separate_stderr=separate_stderr,
+        )
+        return self._call("POST", f"/v1/rentals/{segment(rental_id)}/execs", ExecResponse, body=body)
+
+    @checks_arguments
+    def forward(
+        self, rental_id: str, port: int, *, node_rank: int = 0, timeout_s: int = 8 * 3600
+    ) -> ExecResponse:
+        """Queue a port forward to `port` of the running rental (on its node of `node_rank`); attach to it
+        with `attach_exec` to carry TCP connections (see `suanli.cli.forward`)."""
+        body = ForwardCreateRequest(port=port, node_rank=node_rank, timeout_s=timeout_s)
+        return self._call("POST", f"/v1/rentals/{segment(rental_id)}/forwards", ExecResponse, body=body)
+
+    def attach_exec(self, rental_id: str, exec_id: str) -> ClientConnection:
+        """A WebSocket to an attached command: send its input as binary frames (a text frame
+        `{"rows": R, "cols": C}` sets its terminal's size, `{"eof": true}` ends its input); its output
+        comes as binary frames until it ends. Then `wait_exec` gives its exit code. Close code 4000 + an
+        HTTP status refuses (the reason says why); 4410: it ended before its node's agent came."""
+        return self._websocket(f"/v1/rentals/{segment(rental_id)}/execs/{segment(exec_id)}/attach")
+
+    def attach_agent_exec(self, exec_id: str) -> ClientConnection:
+        """The node agent's end of an attached command (with the node key)."""
+        return self._websocket(f"/v1/agents/execs/{segment(exec_id)}/attach")
+
+    def exec_status(self, rental_id: str, exec_id: str) -> ExecResponse:
+        return self._call("GET", f"/v1/rentals/{segment(rental_id)}/execs/{segment(exec_id)}", ExecResponse)
+
+    def execs(self, rental_id: str) -> list[ExecResponse]:
+        """The rental's commands, newest first."""
+        return self._call("GET", f"/v1/rentals/{segment(rental_id)}/execs", list[ExecResponse])
+
+    def wait_exec(
+        self,
+        rental_id: str,
+        exec_id: str,
+        *,
+        poll_s: float = 0.5,
+        on_output: Callable[[str, int], None] | None = None,
+        within_s: float | None = None,
+    ) -> ExecResponse:
+        """The command once it has ended (exited, failed or lost): the server decides `lost` by its timeout,
+        so this needs no deadline of its own; `within_s` gives one (TimeoutError past it). `on_output(text,
+        skipped)`: what it printed since the last call, as it runs, after `skipped` characters the server
+        no longer kept (0: none)."""
+        deadline = None if within_s is None else time.monotonic() + within_s
+        shown = 0
+        while True:
+            found = self.exec_status(rental_id, exec_id)
+            if on_output is not None and found.output_chars > shown:
+                start = found.output_chars - len(found.output)
+                on_output(found.output[max(shown - start, 0) :], max(start - shown, 0))
+                shown = found.output_chars
+            if found.state in ("exited", "failed", "lost"):
+                return found
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"command {exec_id} has not ended within {within_s:g} s")
+            time.sleep(poll_s)
