@@ -21,6 +21,7 @@ DOCUMENTED_ERRORS = (
     "ServerUnreachable",
     "RentalEnded",
     "RentalWaitTimeout",
+    "ExecWaitTimeout",
     "InvalidArgument",
 )
 

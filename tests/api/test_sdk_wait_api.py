@@ -1,5 +1,6 @@
 """`Client.wait` against the real app (SQLite and PostgreSQL): it returns the rental once in a state asked
-for, and says at once when the rental has ended in another, which it can never leave."""
+for, and says at once when the rental has ended in another, which it can never leave; `wait` and `wait_exec`
+past their time are the SDK's errors, built-in TimeoutErrors too."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from conftest import AppTransport, running_share
-from suanli.client import Client, ClientError, RentalEnded, RentalWaitTimeout
+from suanli.client import Client, ClientError, ExecWaitTimeout, RentalEnded, RentalWaitTimeout
 
 
 def test_waiting_for_running_on_a_rental_that_failed_says_how_it_ended_at_once(
@@ -50,3 +51,23 @@ def test_a_wait_past_its_timeout_is_the_sdks_error_naming_the_rental_and_both_st
     assert error.rental.id == rental_id and error.rental.state == "running"
     assert error.until == {"stopped", "failed"} and error.timeout_s == 0.3
     assert str(error) == f"{rental_id} is running after 0.3 s, not failed or stopped", str(error)
+
+
+def test_a_wait_for_a_command_past_within_s_is_the_sdks_error_naming_the_command(
+    client: TestClient, tenant
+) -> None:
+    """`wait_exec(within_s=)` raised the built-in TimeoutError: not a ClientError, and with no command to
+    read, while `wait` raised `RentalWaitTimeout`. Now it is `ExecWaitTimeout`, both a ClientError and a
+    TimeoutError (an `except TimeoutError`, as `suanli forward` has, still catches it), carrying the command
+    as last seen."""
+    _, owner = tenant("patient-exec")
+    rental_id, _ = running_share(client, owner)  # its agent never takes the command: it stays queued
+    key = owner["Authorization"].split()[1]
+    with Client("http://testserver", key, transport=AppTransport(client)) as sdk:
+        queued = sdk.exec(rental_id, ["sleep", "600"])
+        with pytest.raises(ExecWaitTimeout) as late:
+            sdk.wait_exec(rental_id, queued.id, poll_s=0.05, within_s=0.3)
+    error = late.value
+    assert isinstance(error, ClientError) and isinstance(error, TimeoutError)
+    assert (error.exec.id, error.exec.state, error.within_s) == (queued.id, "queued", 0.3)
+    assert str(error) == f"command {queued.id} is queued after 0.3 s, not ended", str(error)

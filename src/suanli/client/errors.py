@@ -11,7 +11,9 @@ Errors:
      +-- ServerUnreachable   no answer after retries (connection refused, timeout: `waited_s`)
      +-- RentalEnded         `wait` asked for a state the rental can no longer reach: it ended in another
      +-- RentalWaitTimeout   `wait`'s `timeout_s` passed first (also a built-in TimeoutError); `rental`: it
-                             as last seen, `until`, `timeout_s`
+     |                       as last seen, `until`, `timeout_s`
+     +-- ExecWaitTimeout     `wait_exec`'s `within_s` passed before the command ended (also a built-in
+                             TimeoutError); `exec`: it as last seen, `within_s`
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any, ParamSpec, TypeVar
 import httpx
 from pydantic import ValidationError
 
-from suanli.wire.schemas import RentalResponse, problem_text
+from suanli.wire.schemas import ExecResponse, RentalResponse, problem_text
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -84,6 +86,15 @@ class RentalWaitTimeout(ClientError, TimeoutError):
         self.rental, self.until, self.timeout_s = rental, set(until), timeout_s
         asked = " or ".join(sorted(until))
         super().__init__(f"{rental.id} is {rental.state} after {timeout_s:g} s, not {asked}")
+
+
+class ExecWaitTimeout(ClientError, TimeoutError):
+    """A command waited for had not ended (exited, failed or lost) when `within_s` passed; `exec`: it as last
+    seen. Also a built-in TimeoutError, so `except TimeoutError` catches it as before."""
+
+    def __init__(self, exec: ExecResponse, within_s: float) -> None:
+        self.exec, self.within_s = exec, within_s
+        super().__init__(f"command {exec.id} is {exec.state} after {within_s:g} s, not ended")
 
 
 def checks_arguments(method: Callable[P, T]) -> Callable[P, T]:

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 
 from websockets.sync.client import ClientConnection
 
-from suanli.client.errors import checks_arguments
+from suanli.client.errors import ExecWaitTimeout, checks_arguments
 from suanli.client.transport import Transport, segment
 from suanli.wire.schemas import ExecCreateRequest, ExecResponse, ForwardCreateRequest
 
@@ -78,9 +78,9 @@ class ExecCalls(Transport):
         within_s: float | None = None,
     ) -> ExecResponse:
         """The command once it has ended (exited, failed or lost): the server decides `lost` by its timeout,
-        so this needs no deadline of its own; `within_s` gives one (TimeoutError past it). `on_output(text,
-        skipped)`: what it printed since the last call, as it runs, after `skipped` characters the server
-        no longer kept (0: none)."""
+        so this needs no deadline of its own; `within_s` gives one (`ExecWaitTimeout` past it).
+        `on_output(text, skipped)`: what it printed since the last call, as it runs, after `skipped`
+        characters the server no longer kept (0: none)."""
         deadline = None if within_s is None else time.monotonic() + within_s
         shown = 0
         while True:
@@ -92,5 +92,5 @@ class ExecCalls(Transport):
             if found.state in ("exited", "failed", "lost"):
                 return found
             if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"command {exec_id} has not ended within {within_s:g} s")
+                raise ExecWaitTimeout(found, within_s)
             time.sleep(poll_s)
