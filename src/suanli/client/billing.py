@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import TypedDict, Unpack
 
 from suanli.client.errors import checks_arguments
-from suanli.client.transport import Transport, idempotent, segment
+from suanli.client.transport import Transport, segment
 from suanli.wire.billing_schemas import (
     BalanceResponse,
     CreditRequest,
@@ -83,14 +83,7 @@ class BillingCalls(Transport):
         """Admin: top up (or grant, optionally expiring) a tenant; the Idempotency-Key makes a retry post
         nothing twice."""
         body = CreditRequest(amount_micros=amount_micros, grant=grant, memo=memo, expires_at=expires_at)
-        return self._call(
-            "POST",
-            f"/v1/tenants/{segment(tenant_id)}/credit",
-            LedgerTransactionResponse,
-            body=body,
-            headers=idempotent(key),
-            retry=True,
-        )
+        return self._create(f"/v1/tenants/{segment(tenant_id)}/credit", LedgerTransactionResponse, body, key)
 
     def create_plan(self, tenant_id: str, request: PlanRequest) -> PlanResponse:
         """Admin: put a tenant on a membership (its fee is posted now) or a revenue-share plan."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from suanli.client.errors import checks_arguments
-from suanli.client.transport import Transport, idempotent, segment
+from suanli.client.transport import Transport, segment
 from suanli.wire.schemas import (
     ContractCreateRequest,
     ContractOfferRequest,
@@ -22,14 +22,7 @@ class ContractCalls(Transport):
     ) -> ContractResponse:
         """Sign and prepay under an idempotency key (a new one when none is given), so a retry after a lost
         answer returns the same contract rather than signing and charging twice."""
-        return self._call(
-            "POST",
-            "/v1/contracts",
-            ContractResponse,
-            body=request,
-            headers=idempotent(idempotency_key),
-            retry=True,
-        )
+        return self._create("/v1/contracts", ContractResponse, request, idempotency_key)
 
     def quote_contract(self, request: ContractCreateRequest) -> ContractQuoteResponse:
         """What signing `request` would hold and prepay now; signs nothing."""

@@ -9,7 +9,7 @@ from collections.abc import Callable, Collection, Iterator
 
 from suanli.client.errors import RentalEnded, RentalWaitTimeout, ServerUnreachable, checks_arguments
 from suanli.client.retries import RECONNECT_S, ride_out_restarts
-from suanli.client.transport import Transport, idempotent, segment
+from suanli.client.transport import Transport, segment
 from suanli.wire.agent_schemas import (
     LogResponse,
     RentalGpuHistoryResponse,
@@ -34,14 +34,7 @@ class RentalCalls(Transport):
     ) -> RentalResponse:
         """Create a rental under an idempotency key (a new one when none is given), so a retry after a lost
         answer returns the same rental rather than renting a second one."""
-        return self._call(
-            "POST",
-            "/v1/rentals",
-            RentalResponse,
-            body=request,
-            headers=idempotent(idempotency_key),
-            retry=True,
-        )
+        return self._create("/v1/rentals", RentalResponse, request, idempotency_key)
 
     def dry_run_rental(self, request: RentalCreateRequest) -> RentalDryRunResponse:
         """What creating `request` now would do, creating nothing: where it would start and at what rate,

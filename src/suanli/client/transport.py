@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -17,6 +17,7 @@ from websockets.sync.client import ClientConnection, connect
 from suanli.client.errors import BAD_RESPONSE, NOT_OURS, SERVER_ERROR, ApiError, ServerUnreachable, api_error
 from suanli.client.retries import retry_on_connection_errors, retry_when_rate_limited, timeout_until
 
+Answer = TypeVar("Answer", bound=BaseModel)
 DEFAULT_TIMEOUT_S = 30.0  # how long one request waits for each step of its answer (`Client(timeout_s=)`)
 
 
@@ -114,6 +115,11 @@ class Transport:
             deadline=deadline,
         )
         return self._read(method, path, response, response_type, raw=raw)
+
+    def _create(self, path: str, response_type: type[Answer], request: BaseModel, key: str | None) -> Answer:
+        """POST `request` to `path` under an Idempotency-Key (`key`, or a fresh one its retries share), so
+        it is retried as a safe request: a resend after a lost answer returns what the first made."""
+        return self._call("POST", path, response_type, body=request, headers=idempotent(key), retry=True)
 
     def _send(
         self,
