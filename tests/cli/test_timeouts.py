@@ -1,9 +1,11 @@
 """Time bounds against a server that accepts connections and never answers (a hung process, a black-holed
-proxy) or refuses them (a restart): `Client.wait(timeout_s=...)` gives up by its deadline, and the CLI waits
-per request only as long as SUANLI_TIMEOUT_S says."""
+proxy), refuses them (a restart) or sits behind a gateway that answers 503 (nginx while the server
+restarts): `Client.wait(timeout_s=...)` gives up by its deadline, and the CLI waits per request only as long
+as SUANLI_TIMEOUT_S says."""
 
 from __future__ import annotations
 
+import itertools
 import socket
 import time
 from collections.abc import Iterator
@@ -11,8 +13,9 @@ from collections.abc import Iterator
 import pytest
 from typer.testing import CliRunner
 
+from loopback_gateway import Gateway
 from suanli.cli.main import app
-from suanli.client import Client, ClientError, ServerUnreachable
+from suanli.client import ApiError, Client, ClientError, ServerUnreachable
 
 
 @pytest.fixture
@@ -54,6 +57,60 @@ def test_without_a_deadline_wait_gives_up_on_a_refusing_server_past_its_reconnec
     with Client(refusing_server, "sk_x") as sdk, pytest.raises(ServerUnreachable):
         sdk.wait("rnt_x", poll_s=0.1, reconnect_s=2)
     assert 2 <= time.monotonic() - started < 6
+
+
+@pytest.fixture
+def away_gateway() -> Iterator[Gateway]:
+    """A gateway (a real HTTP server on loopback) whose server is away: every request is nginx's 503."""
+    with Gateway(None) as gateway:
+        yield gateway
+
+
+def test_wait_asks_a_gateway_answering_503_again_until_its_deadline(away_gateway: Gateway) -> None:
+    """`wait` rode out a server that refused connections but raised a gateway's 503 (an ApiError) once one
+    poll's retries (~1.4 s) were spent: behind nginx or a load balancer a restart of a few seconds ended it.
+    Now it asks again until its deadline, then says the server is unreachable, naming the last status."""
+    told: list[ServerUnreachable] = []
+    started = time.monotonic()
+    with Client(away_gateway.url, "sk_x") as sdk, pytest.raises(ServerUnreachable) as raised:
+        sdk.wait("rnt_x", timeout_s=3, poll_s=0.1, on_unreachable=told.append)
+    assert 2.5 <= time.monotonic() - started < 5
+    assert raised.value.last_status == 503 and "HTTP 503" in str(raised.value), raised.value
+    assert len(told) == 1 and told[0].last_status == 503, told
+
+
+def test_following_output_asks_a_gateway_answering_503_again_for_its_reconnect_time(
+    away_gateway: Gateway,
+) -> None:
+    started = time.monotonic()
+    with Client(away_gateway.url, "sk_x") as sdk, pytest.raises(ServerUnreachable, match="HTTP 503"):
+        list(sdk.output("rnt_x", poll_s=0.1, reconnect_s=2.5))
+    assert 2.5 <= time.monotonic() - started < 5
+
+
+def test_wait_waits_out_a_gateways_retry_after_before_asking_again(away_gateway: Gateway) -> None:
+    """Between one poll's retries (0.2 s doubling) it waits the gateway's Retry-After, not its `poll_s`."""
+    away_gateway.retry_after = "2"
+    with Client(away_gateway.url, "sk_x") as sdk, pytest.raises(ServerUnreachable):
+        sdk.wait("rnt_x", timeout_s=4, poll_s=0.1)
+    asked = away_gateway.asked
+    assert max(later - earlier for earlier, later in itertools.pairwise(asked)) >= 1.9, asked
+
+
+def test_a_retry_after_past_the_deadline_is_waited_out_only_until_it(away_gateway: Gateway) -> None:
+    away_gateway.retry_after = "60"
+    started = time.monotonic()
+    with Client(away_gateway.url, "sk_x") as sdk, pytest.raises(ServerUnreachable):
+        sdk.wait("rnt_x", timeout_s=2.5, poll_s=0.1)
+    assert 2.4 <= time.monotonic() - started < 4
+
+
+def test_an_ordinary_call_keeps_its_bounded_retries_on_a_gateway_answering_503(away_gateway: Gateway) -> None:
+    started = time.monotonic()
+    with Client(away_gateway.url, "sk_x") as sdk, pytest.raises(ApiError) as raised:
+        sdk.rentals()
+    assert raised.value.status == 503 and len(away_gateway.asked) == 4
+    assert time.monotonic() - started < 3
 
 
 def test_suanli_timeout_s_bounds_a_whole_command_its_retries_included(silent_server: str, tmp_path) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from loopback_gateway import Gateway, free_port
 from suanli.agent.executors import group_alive
 from suanli.agent.probe import declared_gpu_uuid
 from suanli.cli.output import micros
@@ -572,6 +572,42 @@ def test_waiting_for_a_rental_rides_out_a_restart_of_the_server(platform: Platfo
     assert len(told) == 1, told  # told once when it began to wait for the server
 
 
+def test_waiting_and_following_output_ride_out_a_gateway_answering_503(platform: Platform) -> None:
+    """Behind nginx or a load balancer a restart of the server is no refused connection but the gateway's
+    503 for as long as it is away: `wait()` and following `output()` raised it (an ApiError) once one
+    poll's retries (~1.4 s) were spent. They now ask again (after its Retry-After), as they do a server
+    that does not answer, and go on once the gateway forwards again: the rental as it ended, all its
+    output once."""
+    code = "import time\nfor i in range(30):\n    print(f'line {i}', flush=True)\n    time.sleep(0.25)"
+    with platform.tenant() as api:
+        rental = api.create_rental(RentalCreateRequest(gpus=1, command=[sys.executable, "-c", code]))
+        wait_for_state(api, rental.id, "running")
+    told_waiting: list[Exception] = []
+    told_following: list[Exception] = []
+    with (
+        Gateway(platform.url) as gateway,
+        Client(gateway.url, platform.tenant_key) as waiter,
+        Client(gateway.url, platform.tenant_key) as follower,
+        ThreadPoolExecutor(2) as pool,
+    ):
+        waiting = pool.submit(
+            waiter.wait, rental.id, timeout_s=90, poll_s=0.1, on_unreachable=told_waiting.append
+        )
+        pieces = follower.output(rental.id, poll_s=0.1, on_unreachable=told_following.append)
+        following = pool.submit(lambda: "".join(pieces))
+        time.sleep(0.5)
+        gateway.retry_after, gateway.away = "1", True
+        time.sleep(4)  # away for longer than one request's retries
+        assert not waiting.done(), waiting.exception()
+        assert not following.done(), following.exception()
+        gateway.away = False
+        assert waiting.result(timeout=60).state == "stopped"
+        printed = following.result(timeout=60)
+    assert printed == "".join(f"line {i}\n" for i in range(30))
+    assert len(told_waiting) == 1 and told_waiting[0].last_status == 503, told_waiting
+    assert len(told_following) == 1, told_following  # told once when it began to wait for the server
+
+
 def test_a_workload_that_exits_while_the_server_is_down_has_its_run_end_at_its_exit(
     platform: Platform,
 ) -> None:
@@ -819,9 +855,7 @@ def _healthy(url: str) -> bool:
 
 
 def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    return free_port()
 
 
 def _alive(pgid: int) -> bool:

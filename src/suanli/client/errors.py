@@ -7,8 +7,12 @@ Errors:
      |   |                   answer is not in suanli's shape but the server answered as suanli before;
      |   |                   `http_error`: a reply that may not be suanli's at all)
      |   +-- InvalidArgument a method's argument its request model refuses, before anything is sent: the
-     |                       422 `invalid` naming the field, as the server's; `validation`: pydantic's error
-     +-- ServerUnreachable   no answer after retries (connection refused, timeout: `waited_s`)
+     |   |                   422 `invalid` naming the field, as the server's; `validation`: pydantic's error
+     |   +-- GatewayError    a 502/503/504 after retries: a gateway in front (nginx, a load balancer) says
+     |                       the server is away for now; `retry_after_s`, `answered`
+     +-- ServerUnreachable   no answer after retries (connection refused, timeout: `waited_s`), or, for
+     |                       `wait` and following `output`, a gateway's 502/503/504 until they gave up
+     |                       (`last_status`)
      +-- RentalEnded         `wait` asked for a state the rental can no longer reach: it ended in another
      +-- RentalWaitTimeout   `wait`'s `timeout_s` passed first (also a built-in TimeoutError); `rental`: it
      |                       as last seen, `until`, `timeout_s`
@@ -20,6 +24,8 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Collection
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any, ParamSpec, TypeVar
 
 import httpx
@@ -32,6 +38,7 @@ P = ParamSpec("P")
 BAD_RESPONSE = "bad_response"  # an ApiError's code when the server's answer cannot be read
 NOT_OURS = "http_error"  # ... when the error reply is not in suanli's shape: perhaps not suanli at all
 SERVER_ERROR = "server_error"  # ... when it is not, but the server answered as suanli before: it failed
+GATEWAY_RETRY_STATUSES = frozenset({502, 503, 504})  # a proxy's "the server is away, try again"
 
 
 class ClientError(Exception):
@@ -59,12 +66,32 @@ class InvalidArgument(ApiError):
         super().__init__(422, "invalid", f"{field}: {message}" if field else message, field)
 
 
+class GatewayError(ApiError):
+    """A 502, 503 or 504: a gateway in front of the server (or the server) cannot answer for now, as while
+    the server behind it restarts; `retry_after_s`: when its Retry-After says to ask again (None: it gave
+    none), `answered`: one line saying what answered what, with the status."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        field: str | None = None,
+        *,
+        retry_after_s: float | None = None,
+        answered: str = "",
+    ) -> None:
+        self.retry_after_s, self.answered = retry_after_s, answered or f"HTTP {status}"
+        super().__init__(status, code, message, field)
+
+
 class ServerUnreachable(ClientError):
     """The server did not answer; `waited_s`: how long the call waited for an answer that never came (None
-    when the connection was refused or broken instead)."""
+    when the connection was refused or broken instead); `last_status`: the gateway's 502/503/504 when one
+    answered in its place (`wait`, following `output`), else None."""
 
-    def __init__(self, message: str, waited_s: float | None = None) -> None:
-        self.waited_s = waited_s
+    def __init__(self, message: str, waited_s: float | None = None, last_status: int | None = None) -> None:
+        self.waited_s, self.last_status = waited_s, last_status
         super().__init__(message)
 
 
@@ -112,6 +139,37 @@ def checks_arguments(method: Callable[P, T]) -> Callable[P, T]:
 
 
 def api_error(response: httpx.Response, answered_as_suanli: bool) -> ApiError:
+    """The error a 4xx/5xx reply means (as `_api_error` reads it); a `GatewayError` for a 502/503/504, with
+    its Retry-After."""
+    error = _api_error(response, answered_as_suanli)
+    if response.status_code not in GATEWAY_RETRY_STATUSES:
+        return error
+    retry_after_s = _retry_after_s(response.headers.get("Retry-After"))
+    return GatewayError(
+        error.status,
+        error.code,
+        error.message,
+        error.field,
+        retry_after_s=retry_after_s,
+        answered=_what_answered(response),
+    )
+
+
+def _retry_after_s(value: str | None) -> float | None:
+    """A Retry-After header's wait in seconds (given in seconds or as an HTTP date); None: none or unread."""
+    if value is None:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    try:
+        return max((parsedate_to_datetime(value) - datetime.now(UTC)).total_seconds(), 0.0)
+    except (TypeError, ValueError):
+        return None
+
+
+def _api_error(response: httpx.Response, answered_as_suanli: bool) -> ApiError:
     """The error a 4xx/5xx reply means: suanli's own (its JSON shape), the server's failure (a bare 5xx from a
     server that answered as suanli before: a crash, a proxy in front of it), or a reply that may not be
     suanli's at all (`NOT_OURS`, with the hint to check the URL). Suanli's shape is `{"error": {...}}`; a

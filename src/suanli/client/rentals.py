@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Collection, Iterator
 
 from suanli.client.errors import RentalEnded, RentalWaitTimeout, ServerUnreachable, checks_arguments
-from suanli.client.retries import RECONNECT_S, ride_out_restarts
+from suanli.client.retries import RECONNECT_S, SERVER_AWAY_ERRORS, ride_out_restarts
 from suanli.client.transport import Transport, segment
 from suanli.wire.agent_schemas import (
     LogResponse,
@@ -86,9 +86,10 @@ class RentalCalls(Transport):
     ) -> Iterator[str]:
         """The rental's output (every node's, or `node`'s) from character `offset` (the start), in pieces as
         they come; with `follow`, until the rental has ended and all of it is read. `on_wait` runs each time
-        nothing new has come, before the next poll. A follow rides out a server that does not answer for up
-        to `reconnect_s` (a restart, a change of leader; `ride_out_restarts`), resuming where it was;
-        `on_unreachable` is told when it starts to wait for it."""
+        nothing new has come, before the next poll. A follow rides out a server that does not answer, or a
+        gateway in front of it that answers 502/503/504 for it, for up to `reconnect_s` (a restart, a change
+        of leader; `ride_out_restarts`), resuming where it was; `on_unreachable` is told when it starts to
+        wait for it."""
         read = self.logs
         if follow:
             read = ride_out_restarts(reconnect_s, poll_s, on_unreachable=on_unreachable)(self.logs)
@@ -102,7 +103,7 @@ class RentalCalls(Transport):
             if not follow or page.done:
                 return
             if on_wait is not None:
-                with contextlib.suppress(ServerUnreachable):  # the next poll waits for the server
+                with contextlib.suppress(*SERVER_AWAY_ERRORS):  # the next poll waits for the server
                     on_wait()
             time.sleep(poll_s)
 
@@ -118,9 +119,9 @@ class RentalCalls(Transport):
     ) -> RentalResponse:
         """The rental once its state is one of `until` (default: it has ended); `RentalEnded` as soon as it
         has ended in another (it can never get there), `RentalWaitTimeout` when `timeout_s` passes first. A
-        server that does not answer is waited for as `output` does (up to `reconnect_s`; `on_unreachable`
-        told when it starts), never past `timeout_s`: the deadline bounds each request and retry too, so a
-        server that does not answer by then is `ServerUnreachable`."""
+        server that does not answer (or a gateway's 502/503/504 for it) is waited for as `output` does (up
+        to `reconnect_s`; `on_unreachable` told when it starts), never past `timeout_s`: the deadline bounds
+        each request and retry too, so a server still away by then is `ServerUnreachable`."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             within_s = None if deadline is None else deadline - time.monotonic()

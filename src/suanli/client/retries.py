@@ -3,8 +3,10 @@ how a deadline bounds each send and retry: the rules, as tenacity policies."""
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
+from typing import ParamSpec, TypeVar
 
 import httpx
 from tenacity import (
@@ -16,10 +18,12 @@ from tenacity import (
     stop_after_delay,
     stop_before_delay,
     wait_exponential,
-    wait_fixed,
 )
 
-from suanli.client.errors import ServerUnreachable
+from suanli.client.errors import GATEWAY_RETRY_STATUSES, GatewayError, ServerUnreachable
+
+T = TypeVar("T")
+P = ParamSpec("P")
 
 MIN_REQUEST_TIMEOUT_S = 0.1  # what a request bounded by a deadline (`wait`) gets at least, however near it is
 MAX_RATE_WAIT_S = 30.0  # the longest a 429's Retry-After is waited out before sending again
@@ -28,7 +32,9 @@ MAX_RATE_WAIT_S = 30.0  # the longest a 429's Retry-After is waited out before s
 RECONNECT_S = 120.0
 # failures after which a safe request is sent again: its answer was lost, whether or not the server acted
 LOST_ANSWER_ERRORS = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
-GATEWAY_RETRY_STATUSES = frozenset({502, 503, 504})  # a proxy's "the server is away, try again"
+# what a long wait (`wait`, following `output`) rides out: a server that does not answer, or a gateway in
+# front of it that answers 502/503/504 for it (nginx, a load balancer, while the server restarts)
+SERVER_AWAY_ERRORS = (ServerUnreachable, GatewayError)
 
 
 def timeout_until(timeout: httpx.Timeout, deadline: float | None) -> httpx.Timeout:
@@ -64,25 +70,61 @@ def ride_out_restarts(
     poll_s: float,
     within_s: float | None = None,
     on_unreachable: Callable[[ServerUnreachable], None] | None = None,
-):
-    """Call again, every `poll_s`, a call that found the server not answering (`ServerUnreachable`, its own
-    retries spent: a restart, a change of leader), for up to `reconnect_s` from its first try and none that
-    would start past `within_s`; `on_unreachable` is told before the first wait. The last failure is raised.
-    Following output and waiting for a rental's state share this rule."""
+) -> Callable[[Callable[P, T]], Callable[P, T]]:
+    """Call again a call that found the server away, its own retries spent: not answering
+    (`ServerUnreachable`: a restart, a change of leader) or a gateway in front of it answering 502/503/504
+    for it (`GatewayError`: nginx or a load balancer while it restarts). Every `poll_s`, or after the
+    gateway's Retry-After, each wait cut to end by `reconnect_s` from the first try and by `within_s`; none
+    starts past either. `on_unreachable` is told before the first wait. The last failure is raised, a
+    gateway's as `ServerUnreachable` naming its status. Following output and waiting for a rental's state
+    share this rule."""
 
     def tell(state: RetryCallState) -> None:
         error = state.outcome.exception() if state.outcome is not None else None
-        if on_unreachable is not None and state.attempt_number == 1 and isinstance(error, ServerUnreachable):
-            on_unreachable(error)
+        if on_unreachable is not None and state.attempt_number == 1 and isinstance(error, SERVER_AWAY_ERRORS):
+            on_unreachable(_as_unreachable(error, state.seconds_since_start))
+
+    def pause_s(state: RetryCallState) -> float:
+        error = state.outcome.exception() if state.outcome is not None else None
+        wanted_s = poll_s
+        if isinstance(error, GatewayError) and error.retry_after_s is not None:
+            wanted_s = error.retry_after_s
+        left_s = min(reconnect_s, float("inf") if within_s is None else within_s) - state.seconds_since_start
+        return max(min(wanted_s, left_s), 0.0)
 
     stop = stop_after_delay(max(reconnect_s, 0.0))
-    return retry(
-        retry=retry_if_exception_type(ServerUnreachable),
-        stop=stop if within_s is None else stop | stop_before_delay(max(within_s, 0.0)),
-        wait=wait_fixed(poll_s),
+    retried = retry(
+        retry=retry_if_exception_type(SERVER_AWAY_ERRORS),
+        stop=stop if within_s is None else stop | stop_after_delay(max(within_s, 0.0)),
+        wait=pause_s,
         before_sleep=tell,
         reraise=True,
     )
+
+    def ride_out(call: Callable[P, T]) -> Callable[P, T]:
+        asking = retried(call)
+
+        @functools.wraps(call)
+        def riding_out(*args: P.args, **kwargs: P.kwargs) -> T:
+            started = time.monotonic()
+            try:
+                return asking(*args, **kwargs)
+            except GatewayError as error:
+                raise _as_unreachable(error, time.monotonic() - started) from None
+
+        return riding_out
+
+    return ride_out
+
+
+def _as_unreachable(error: ServerUnreachable | GatewayError, asked_s: float | None) -> ServerUnreachable:
+    """A gateway's 502/503/504 as the `ServerUnreachable` it stands for (the server behind it is away),
+    naming the status and how long it was asked; a `ServerUnreachable` as it is."""
+    if isinstance(error, ServerUnreachable):
+        return error
+    for_s = f" for {asked_s:.1f} s" if asked_s else ""
+    message = f"{error.answered}{for_s} (a gateway's answer: the server behind it is away)"
+    return ServerUnreachable(message, last_status=error.status)
 
 
 def _gateway_failed(response: httpx.Response) -> bool:
