@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -171,6 +172,23 @@ class AppTransport(httpx.BaseTransport):
         decoded = ("content-encoding", "content-length", "transfer-encoding")  # the body comes back decoded
         headers = [(k, v) for k, v in answer.headers.multi_items() if k.lower() not in decoded]
         return httpx.Response(answer.status_code, headers=headers, content=answer.content, request=request)
+
+
+class AsyncAppTransport(httpx.AsyncBaseTransport):
+    """`AppTransport` for the async SDK: each request is served in a worker thread, so requests awaited at
+    once reach the app at once, as they would a server; `most_at_once` counts how many did."""
+
+    def __init__(self, client: TestClient) -> None:
+        self.inner, self.at_once, self.most_at_once = AppTransport(client), 0, 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        await request.aread()
+        self.at_once += 1
+        self.most_at_once = max(self.most_at_once, self.at_once)
+        try:
+            return await asyncio.to_thread(self.inner.handle_request, request)
+        finally:
+            self.at_once -= 1
 
 
 def logged_in_as(

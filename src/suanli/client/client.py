@@ -29,6 +29,7 @@ from suanli.client.errors import (
 )
 from suanli.client.execs import ExecCalls
 from suanli.client.fleet import FleetCalls
+from suanli.client.rental_rules import rental_filters, rentals_page_query
 from suanli.client.rentals import RentalCalls
 from suanli.client.retries import (
     GATEWAY_RETRY_STATUSES,
@@ -95,13 +96,9 @@ class Client(AccountCalls, FleetCalls, RentalCalls, ExecCalls, AgentCalls, Contr
         `{"pending", "running"}`) and of `name` when given (ending in `*`: those whose name starts with what
         is before it); past the rental `after` when given. Fetched a page at a time, following each page's
         `Link` rel="next" (past its last rental) while the server says more follow."""
-        filters = [("state", state) for state in sorted(states)]
-        if name is not None:
-            filters.append(("name", name))
+        filters = rental_filters(states, name)
         found: list[RentalResponse] = []
-        while limit is None or len(found) < limit:
-            size = RENTALS_PAGE_LIMIT if limit is None else min(RENTALS_PAGE_LIMIT, limit - len(found))
-            params = [*filters, ("limit", str(size)), *([("after", after)] if after else [])]
+        while params := rentals_page_query(filters, limit, len(found), after, RENTALS_PAGE_LIMIT):
             response = self._send("GET", "/v1/rentals", params=params)
             page = self._read("GET", "/v1/rentals", response, list[RentalResponse])
             found.extend(page)

@@ -7,7 +7,8 @@ import contextlib
 import time
 from collections.abc import Callable, Collection, Iterator
 
-from suanli.client.errors import RentalEnded, RentalWaitTimeout, ServerUnreachable, checks_arguments
+from suanli.client.errors import ServerUnreachable, checks_arguments
+from suanli.client.rental_rules import Next, after_output_page, wait_pause_s
 from suanli.client.retries import RECONNECT_S, SERVER_AWAY_ERRORS, ride_out_restarts
 from suanli.client.transport import Transport, segment
 from suanli.wire.agent_schemas import (
@@ -98,10 +99,11 @@ class RentalCalls(Transport):
             if page.data:
                 yield page.data
             offset = page.next_offset
-            if page.data and not page.done:
-                continue
-            if not follow or page.done:
+            step = after_output_page(page, follow)
+            if step is Next.STOP:
                 return
+            if step is Next.READ:
+                continue
             if on_wait is not None:
                 with contextlib.suppress(*SERVER_AWAY_ERRORS):  # the next poll waits for the server
                     on_wait()
@@ -127,13 +129,11 @@ class RentalCalls(Transport):
             within_s = None if deadline is None else deadline - time.monotonic()
             ride_out = ride_out_restarts(reconnect_s, poll_s, within_s, on_unreachable)
             rental = ride_out(self._rental)(rental_id, deadline)
-            if rental.state in until:
+            left_s = None if deadline is None else deadline - time.monotonic()
+            pause_s = wait_pause_s(rental, until, poll_s, left_s, timeout_s)
+            if pause_s is None:
                 return rental
-            if rental.state in ENDED_STATES:
-                raise RentalEnded(rental, until)
-            if deadline is not None and time.monotonic() >= deadline:
-                raise RentalWaitTimeout(rental, until, timeout_s)
-            time.sleep(poll_s if deadline is None else max(min(poll_s, deadline - time.monotonic()), 0.0))
+            time.sleep(pause_s)
 
     def rental_runs(self, rental_id: str) -> list[RentalRunResponse]:
         return self._call("GET", f"/v1/rentals/{segment(rental_id)}/runs", list[RentalRunResponse])

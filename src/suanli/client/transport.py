@@ -10,12 +10,24 @@ from typing import Any, Self, TypeVar
 from urllib.parse import quote
 
 import httpx
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel
 from websockets.exceptions import InvalidHandshake, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
-from suanli.client.errors import BAD_RESPONSE, NOT_OURS, SERVER_ERROR, ApiError, ServerUnreachable, api_error
-from suanli.client.retries import retry_on_connection_errors, retry_when_rate_limited, timeout_until
+from suanli.client.errors import ApiError, ServerUnreachable
+from suanli.client.exchange import (
+    call_deadline,
+    failure,
+    http_options,
+    read_answer,
+    request_json,
+    resending,
+    unreachable,
+    url_problem,
+)
+from suanli.client.retries import timeout_until
+
+__all__ = ["DEFAULT_TIMEOUT_S", "Transport", "idempotent", "next_after", "segment", "url_problem"]
 
 Answer = TypeVar("Answer", bound=BaseModel)
 DEFAULT_TIMEOUT_S = 30.0  # how long one request waits for each step of its answer (`Client(timeout_s=)`)
@@ -32,18 +44,6 @@ def segment(value: object) -> str:
     if not text:
         raise ApiError(404, "not_found", "no such object: its id is empty")
     return quote(text, safe="")
-
-
-def url_problem(url: str) -> str | None:
-    """Why `url` cannot be a server's base URL (`http://host:port`), or None: a typo then reads as a typo,
-    not as a server that does not answer."""
-    try:
-        parsed = httpx.URL(url)
-    except httpx.InvalidURL as error:
-        return f"is not a URL ({error})"
-    if parsed.scheme not in ("http", "https") or not parsed.host:
-        return "is not a server URL; expected http://HOST:PORT or https://HOST"
-    return None
 
 
 def next_after(response: httpx.Response) -> str | None:
@@ -66,12 +66,7 @@ class Transport:
         transport: httpx.BaseTransport | None = None,
         retries: int = 4,
     ) -> None:
-        if (problem := url_problem(base_url)) is not None:
-            raise ValueError(f"base_url {base_url!r} {problem}")
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.Client(
-            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s, transport=transport
-        )
+        self._http = httpx.Client(**http_options(base_url, api_key, timeout_s), transport=transport)
         self._retries = retries
         self._call_timeout_s = call_timeout_s
         self._answered_as_suanli = False  # a reply in suanli's shape came: a later bare 5xx is its failure
@@ -136,13 +131,8 @@ class Transport:
     ) -> httpx.Response:
         """`_call`'s request, sent (and retried) as it says; an error answer raised as an `ApiError`."""
         started = time.monotonic()
-        if self._call_timeout_s is not None:
-            own = started + self._call_timeout_s
-            deadline = own if deadline is None else min(deadline, own)
-        safe = method in ("GET", "HEAD") if retry is None else retry
-        json_body = None
-        if body is not None:  # a merge patch sends what was given, nulls too (null removes)
-            json_body = body.model_dump(mode="json", exclude_unset=merge_patch, exclude_none=not merge_patch)
+        deadline = call_deadline(started, self._call_timeout_s, deadline)
+        json_body = request_json(body, merge_patch)
 
         def send() -> httpx.Response:
             timeout = timeout_until(self._http.timeout, deadline)
@@ -150,21 +140,12 @@ class Transport:
                 method, path, json=json_body, content=content, params=params, headers=headers, timeout=timeout
             )
 
-        attempts = self._retries if safe else 1
-        within_s = None if deadline is None else deadline - time.monotonic()
-        on_lost_answers = retry_on_connection_errors(attempts, within_s)
-        sender = retry_when_rate_limited(self._retries, within_s)(on_lost_answers(send))
         try:
-            response = sender()
-        except httpx.TimeoutException as error:
-            waited_s = time.monotonic() - started
-            message = f"{self._http.base_url}: no answer within {waited_s:.1f} s ({error})"
-            raise ServerUnreachable(message, waited_s=waited_s) from None
+            response = resending(method, retry, self._retries, deadline)(send)()
         except httpx.TransportError as error:
-            raise ServerUnreachable(f"{self._http.base_url}: {error}") from None
-        if response.status_code >= 400:
-            error = api_error(response, self._answered_as_suanli)
-            self._answered_as_suanli |= error.code not in (NOT_OURS, SERVER_ERROR)
+            raise unreachable(error, self._http.base_url, started) from None
+        error, self._answered_as_suanli = failure(response, self._answered_as_suanli)
+        if error is not None:
             raise error
         return response
 
@@ -172,17 +153,9 @@ class Transport:
         self, method: str, path: str, response: httpx.Response, response_type: Any, *, raw: bool = False
     ) -> Any:
         """A successful answer to `method path` read as `response_type` (its text when `raw`)."""
-        if response_type is None or response.status_code == 204:
-            return None
-        if raw:
-            return response.text
-        try:  # fields a newer server added are ignored: this client keeps working after the server's upgrade
-            answer = TypeAdapter(response_type).validate_python(response.json(), extra="ignore")
-            self._answered_as_suanli = True
-            return answer
-        except (ValidationError, ValueError) as error:  # not a request's fault: the server's answer
-            message = f"the server's answer to {method} {path} is not valid: {error}"
-            raise ApiError(502, BAD_RESPONSE, message) from None
+        answer, as_suanli = read_answer(method, path, response, response_type, raw=raw)
+        self._answered_as_suanli |= as_suanli
+        return answer
 
     def _websocket(self, path: str) -> ClientConnection:
         base = self._http.base_url

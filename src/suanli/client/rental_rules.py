@@ -1,0 +1,70 @@
+"""What the rental calls that poll or page decide, with no I/O, for both clients (`Client` and
+`AsyncClient`): the query of the next page of `rentals()`, what a page of followed output leads to, and what
+one look at a waited-for rental means (return it, raise, or look again after a pause). Each client only
+fetches and sleeps."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Collection, Iterable
+
+from suanli.client.errors import RentalEnded, RentalWaitTimeout
+from suanli.wire.agent_schemas import LogResponse
+from suanli.wire.schemas import ENDED_STATES, RentalResponse
+
+Query = list[tuple[str, str]]
+
+
+def rental_filters(states: Iterable[str], name: str | None) -> Query:
+    """The query parameters of `rentals(states, name)` that every page repeats."""
+    filters = [("state", state) for state in sorted(states)]
+    return filters if name is None else [*filters, ("name", name)]
+
+
+def rentals_page_query(
+    filters: Query, limit: int | None, found: int, after: str | None, page_limit: int
+) -> Query | None:
+    """The query of the next page of rentals past `after`, `found` already read (at most `page_limit` a
+    page, none past `limit`); None when `limit` are read."""
+    if limit is not None and found >= limit:
+        return None
+    size = page_limit if limit is None else min(page_limit, limit - found)
+    return [*filters, ("limit", str(size)), *([("after", after)] if after else [])]
+
+
+class Next(enum.Enum):
+    """What following output does after a page: read on at once, poll after a pause, or stop."""
+
+    READ = "read"
+    POLL = "poll"
+    STOP = "stop"
+
+
+def after_output_page(page: LogResponse, follow: bool) -> Next:
+    """A page with output and more stored is read past at once; the end (`done`: the rental has ended and
+    all is read), or any page when not following, stops; otherwise poll for more."""
+    if page.data and not page.done:
+        return Next.READ
+    return Next.STOP if not follow or page.done else Next.POLL
+
+
+def wait_pause_s(
+    rental: RentalResponse,
+    until: Collection[str],
+    poll_s: float,
+    left_s: float | None,
+    timeout_s: float | None,
+) -> float | None:
+    """What one look at a waited-for rental means, `left_s` before the wait's deadline (None: no deadline):
+    None when its state is one of `until` (return it); how long to pause before the next look otherwise.
+    `RentalEnded` when it has ended in another state (it never leaves one), `RentalWaitTimeout` when the
+    deadline has passed."""
+    if rental.state in until:
+        return None
+    if rental.state in ENDED_STATES:
+        raise RentalEnded(rental, until)
+    if left_s is None:
+        return poll_s
+    if left_s <= 0:
+        raise RentalWaitTimeout(rental, until, timeout_s if timeout_s is not None else 0.0)
+    return min(poll_s, left_s)
