@@ -10,6 +10,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from email.utils import formatdate
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
@@ -520,7 +521,8 @@ def test_rent_form_refusals_speak_the_units_typed(
 
 def test_the_rentals_table_reads_one_page_filtered_by_state(page: Page, platform: Platform) -> None:
     """It read the whole list (up to 1,000 rentals with their events) every 2 s, with no filter: now a page of
-    the newest, live or ended or all, with how many it shows."""
+    the newest, live or ended or all, with how many it shows, and then only what changed since (the real
+    server's `updated_after`): a rental made or ended meanwhile comes in; one that leaves the filter, out."""
     asked: list[str] = []
     page.on("request", lambda request: asked.append(request.url) if "/v1/rentals?" in request.url else None)
     sign_in(page, platform)
@@ -529,25 +531,31 @@ def test_the_rentals_table_reads_one_page_filtered_by_state(page: Page, platform
         live = api.create_rental(RentalCreateRequest(gpus=1, name="stays-live", command=["sleep", "60"]))
         wait_for_state(api, ended.id, "stopped")
     table = page.locator("#rentals tbody")
-    expect(table.locator(f"tr[data-id='{ended.id}']")).to_have_count(1)
-    assert asked and all("limit=50" in url for url in asked), asked
+    expect(table.locator(f"tr[data-id='{ended.id}'] td.state")).to_have_text("stopped")
+    assert "limit=50" in asked[0] and "updated_after" not in asked[0], asked
+    assert asked[1:] and all("updated_after=" in url for url in asked[1:]), asked  # then only changes
     page.select_option("#rentals-state", "live")
     expect(table.locator(f"tr[data-id='{ended.id}']")).to_have_count(0)
     expect(table.locator(f"tr[data-id='{live.id}']")).to_have_count(1)
-    assert "state=running" in asked[-1] and "state=stopped" not in asked[-1]
+    whole = [url for url in asked if "updated_after" not in url][-1]
+    assert "state=running" in whole and "state=stopped" not in whole
     expect(page.locator("#rentals-count")).to_have_text(f"{table.locator('tr').count()} live")
     page.select_option("#rentals-state", "ended")
     expect(table.locator(f"tr[data-id='{live.id}']")).to_have_count(0)
     expect(table.locator(f"tr[data-id='{ended.id}']")).to_have_count(1)
     expect(page.locator("#rentals-more")).to_be_hidden()  # fewer than a page: nothing more to read
+    page.select_option("#rentals-state", "live")
+    expect(table.locator(f"tr[data-id='{live.id}']")).to_have_count(1)
     with platform.tenant() as api:
         api.stop(live.id)
+    expect(table.locator(f"tr[data-id='{live.id}']")).to_have_count(0)  # it changed, and left "live"
+    page.select_option("#rentals-state", "all")
+    expect(table.locator(f"tr[data-id='{live.id}'] td.state")).to_have_text("stopped")
 
 
-def test_show_older_follows_the_cursor_past_the_apis_1000(page: Page, platform: Platform) -> None:
-    """The table's "Show older" stopped at the API's 1,000 (no cursor): now it reads a page at a time past
-    each Link's cursor, so it goes on to the 1,060th (the list here is the server's, faked)."""
-    listed = [
+def fake_rentals(count: int) -> list[dict]:
+    """`count` stopped rentals as GET /v1/rentals gives them, newest first, each made a second before."""
+    return [
         {
             "id": f"rnt_fake{n:04d}",
             "state": "stopped",
@@ -556,26 +564,79 @@ def test_show_older_follows_the_cursor_past_the_apis_1000(page: Page, platform: 
             "price_micros_per_hour": None,
             "charged_micros": 0,
             "pending_reason": None,
+            "created_at": datetime.fromtimestamp(1_790_000_000 - n, UTC).isoformat(),
+            "updated_at": datetime(2026, 1, 1, tzinfo=UTC),  # not on the wire: when the fake changed it
         }
-        for n in range(1060)
+        for n in range(count)
     ]
+
+
+def fake_rentals_server(
+    page: Page, platform: Platform, listed: list[dict]
+) -> tuple[list[dict[str, str]], list[int]]:
+    """Answer the page's GET /v1/rentals from `listed` as the server does: `limit` past `after`, a Link while
+    more follow, only those changed at or after `updated_after` when asked, and a `Date`. The queries asked
+    and how many rentals each answer held, in order."""
     asked: list[dict[str, str]] = []
+    answered: list[int] = []
 
     def answer(route: Route) -> None:
-        """A page as GET /v1/rentals answers it: `limit` past `after`, a Link while more follow."""
         query = dict(parse_qsl(urlsplit(route.request.url).query))
         asked.append(query)
+        chosen = listed
+        if "updated_after" in query:
+            since = datetime.fromisoformat(query["updated_after"])
+            chosen = [r for r in listed if r["updated_at"] >= since]
         start = (
-            next(i + 1 for i, r in enumerate(listed) if r["id"] == query["after"]) if "after" in query else 0
+            next(i + 1 for i, r in enumerate(chosen) if r["id"] == query["after"]) if "after" in query else 0
         )
         end = start + int(query["limit"])
-        headers = {}
-        if end < len(listed):
-            url = f"{platform.url}/v1/rentals?limit={query['limit']}&after={listed[end - 1]['id']}"
+        headers = {"Date": formatdate(usegmt=True)}
+        if end < len(chosen):
+            url = f"{platform.url}/v1/rentals?limit={query['limit']}&after={chosen[end - 1]['id']}"
             headers["Link"] = f'<{url}>; rel="next"'
-        route.fulfill(json=listed[start:end], headers=headers)
+        body = [{k: v for k, v in r.items() if k != "updated_at"} for r in chosen[start:end]]
+        answered.append(len(body))
+        route.fulfill(json=body, headers=headers)
 
     page.route("**/v1/rentals?*", answer)
+    return asked, answered
+
+
+def test_a_refresh_reads_only_what_changed_and_shows_a_change_on_an_older_page(
+    page: Page, platform: Platform
+) -> None:
+    """With 1,050 rows shown after "Show older", each 2-s refresh read them all again (two requests of 1,000
+    and 50 rows): now one request for what changed since the last, which is nothing here, and a rental that
+    fails on an older page (the 1,021st) shows its new state within a refresh or two, the rest kept."""
+    listed = fake_rentals(1100)
+    asked, answered = fake_rentals_server(page, platform, listed)
+    sign_in(page, platform)
+    rows, more = page.locator("#rentals tbody tr"), page.locator("#rentals-more")
+    expect(rows).to_have_count(50)
+    for shown in range(100, 1051, 50):
+        more.click()
+        expect(rows).to_have_count(shown)
+    first = len(asked)
+    page.wait_for_timeout(4500)  # two refreshes at least
+    refreshes = asked[first:]
+    assert 2 <= len(refreshes) <= 3, refreshes  # one request a refresh
+    assert all("updated_after" in query for query in refreshes), refreshes
+    assert answered[first:] == [0] * len(refreshes)  # and nothing to read: nothing changed
+
+    older = listed[1020]
+    older.update(state="failed", updated_at=datetime.now(UTC))
+    cell = page.locator(f"#rentals tbody tr[data-id='{older['id']}'] td.state")
+    expect(cell).to_have_text("failed", timeout=4500)  # within two refreshes
+    expect(rows).to_have_count(1050)
+    assert max(answered[first:]) == 1  # only it was read again
+    expect(page.locator("#rentals-count")).to_have_text("the newest 1050")
+
+
+def test_show_older_follows_the_cursor_past_the_apis_1000(page: Page, platform: Platform) -> None:
+    """The table's "Show older" stopped at the API's 1,000 (no cursor): now it reads a page at a time past
+    each Link's cursor, so it goes on to the 1,060th (the list here is the server's, faked)."""
+    asked, _ = fake_rentals_server(page, platform, fake_rentals(1060))
     sign_in(page, platform)
     rows, more = page.locator("#rentals tbody tr"), page.locator("#rentals-more")
     expect(rows).to_have_count(50)

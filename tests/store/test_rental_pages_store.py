@@ -4,7 +4,7 @@ not shift the pages that follow."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import event
 
@@ -92,3 +92,36 @@ def test_a_rentals_page_is_an_index_range_in_the_lists_order_not_a_sort(tmp_path
                 plan = " | ".join(str(row[-1]) for row in rows)
             assert "TEMP B-TREE" not in plan, plan
             assert index in plan, plan
+
+
+def test_a_page_of_what_changed_reads_the_changed_from_their_index(tmp_path) -> None:
+    """`updated_after` (the console's refresh): SQLite's plan reads the rentals changed since from 0054's
+    index, a tenant's `(tenant_id, updated_at)` and an admin's `(updated_at)`, and sorts only those; it
+    never scans every rental (an admin's page scanned the whole newest-first index until the filter was a
+    lookup by id)."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'plan.db'}")
+    migrate(engine)
+    factory = unit_of_work_factory(engine)
+    made = datetime.now(UTC) - timedelta(minutes=1)  # updated_at is the server's wall clock
+    with factory() as u:
+        u.tenants.add(Tenant("ten_a", "ten_a", "tenant", T0))
+        u.rentals.add(Rental("rnt_00001", "ten_a", "pending", SPEC, T0))
+        u.commit()
+    listed: list[tuple[str, object]] = []
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def keep(conn, cursor, statement, parameters, context, executemany) -> None:
+        if "FROM rentals" in statement and "ORDER BY" in statement:
+            listed.append((statement, parameters))
+
+    for tenant, index in (("ten_a", "ix_rentals_tenant_updated"), (None, "ix_rentals_updated")):
+        listed.clear()
+        with factory() as u:
+            assert [r.id for r in u.rentals.list(tenant, 50, updated_after=made)] == ["rnt_00001"]
+            assert u.rentals.list(tenant, 50, updated_after=made + timedelta(days=1)) == []
+        statement, parameters = listed[0]
+        with engine.connect() as conn:
+            rows = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters)
+            plan = " | ".join(str(row[-1]) for row in rows)
+        assert f"USING INDEX {index} (" in plan, plan
+        assert "SCAN" not in plan, plan

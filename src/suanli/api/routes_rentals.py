@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request, Response, status
+from pydantic import AwareDatetime
 
 from suanli.api import mappers
 from suanli.api.deps import CallerDep, ServicesDep
@@ -88,15 +89,26 @@ def list_rentals(
             "the id of the last rental of the page before. One you cannot see is a 400 naming `after`.",
         ),
     ] = None,
+    updated_after: Annotated[
+        AwareDatetime | None,
+        Query(
+            description="Only rentals changed at or after this moment (ISO 8601 with its UTC offset, by the "
+            "server's clock): their state, reason, allocation, price, charge, timeline or request. A change "
+            "is stamped when its transaction writes it, so one committing as you read may carry a moment "
+            "just before your read: ask from a minute before your last read (its `Date` header), as the "
+            "console does. A value that is not such a moment is a 422 naming `updated_after`.",
+        ),
+    ] = None,
     limit: Annotated[
         int, Query(ge=1, le=LIST_LIMIT, description="At most this many (1,000 at most).")
     ] = LIST_LIMIT,
 ) -> list[RentalResponse]:
     """Your rentals, newest first (created_at, then id), a page at a time (an admin: everyone's): at most
-    `limit` past `after`, only those in the states and of the name asked for. When more follow, a
-    `Link: <...>; rel="next"` header gives the next page's URL (`after` = this page's last rental); without it
-    this is the last page. Rentals created meanwhile do not shift the pages that follow."""
-    page = services.rentals.list(caller, state or (), name, limit, after)
+    `limit` past `after`, only those in the states and of the name asked for, and changed since
+    `updated_after` when given. When more follow, a `Link: <...>; rel="next"` header gives the next page's URL
+    (`after` = this page's last rental); without it this is the last page. Rentals created meanwhile do not
+    shift the pages that follow."""
+    page = services.rentals.list(caller, state or (), name, limit, after, updated_after)
     if page.more:
         link_next(request, response, page.views[-1].rental.id, limit)
     return [mappers.rental(v) for v in page.views]

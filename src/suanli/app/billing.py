@@ -482,6 +482,7 @@ class BillingService:
                     already = PostedCharges(already.micros + delta, already.count + 1)
                     added.append(tx)
             uow.ledger.append_many(added, now)
+            uow.rentals.touch(sorted({tx.ref for tx in added if tx.ref}))  # their charged amount changed
             uow.rentals.close_billing(closed, now)
             uow.commit()
             return len(added), last

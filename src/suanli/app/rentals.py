@@ -387,11 +387,13 @@ class RentalService:
         name: str | None = None,
         limit: int = LIST_LIMIT,
         after: str | None = None,
+        updated_after: datetime | None = None,
     ) -> RentalPage:
         """A page of the caller's rentals (an admin's: everyone's), newest first: at most `limit`
-        (`LIST_LIMIT` at most) past the rental `after` (the last of the page before), only those in `states`
-        and named `name` (ending in `*`: a prefix) when given. `after` must be a rental the caller may see:
-        another's, or none, is refused naming `after`, as if it did not exist."""
+        (`LIST_LIMIT` at most) past the rental `after` (the last of the page before), only those in `states`,
+        named `name` (ending in `*`: a prefix) and changed at or after `updated_after` when given. `after`
+        must be a rental the caller may see: another's, or none, is refused naming `after`, as if it did not
+        exist."""
         with self.uow() as uow:
             uow.read_snapshot()
             tenant_id = None if caller.is_admin else caller.tenant.id
@@ -400,7 +402,9 @@ class RentalService:
                 if cursor is None or (tenant_id is not None and cursor.tenant_id != tenant_id):
                     raise Invalid(f"no rental {after} to list past", field="after")
             size = min(limit, LIST_LIMIT)
-            rentals = uow.rentals.list(tenant_id, size + 1, states, name, after)  # one more: a next page?
+            rentals = uow.rentals.list(
+                tenant_id, size + 1, states, name, after, updated_after
+            )  # 1 more: next?
             return RentalPage(tuple(_views(uow, rentals[:size], caller)), more=len(rentals) > size)
 
     def stop_overdue(self) -> list[str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Collection, Iterable
+from datetime import datetime
 
 from suanli.client.async_transport import AsyncTransport
 from suanli.client.errors import ServerUnreachable
@@ -52,10 +53,12 @@ class AsyncRentalCalls(AsyncTransport):
         name: str | None = None,
         limit: int | None = None,
         after: str | None = None,
+        updated_after: datetime | None = None,
     ) -> list[RentalResponse]:
         """Your rentals, newest first, as `Client.rentals`: every one or the newest `limit`, of `states` and
-        `name` when given, past `after`; fetched a page at a time, following each page's `Link` rel="next"."""
-        filters = rental_filters(states, name)
+        `name` and changed at or after `updated_after` when given, past `after`; fetched a page at a time,
+        following each page's `Link` rel="next"."""
+        filters = rental_filters(states, name, updated_after)
         found: list[RentalResponse] = []
         while params := rentals_page_query(filters, limit, len(found), after, RENTALS_PAGE_LIMIT):
             response = await self._send("GET", "/v1/rentals", params=params)

@@ -9,6 +9,7 @@ lists fetched a page at a time, and still exports every name it did before they 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 
 from suanli.client.accounts import AccountCalls
 from suanli.client.agents import AgentCalls
@@ -91,12 +92,14 @@ class Client(AccountCalls, FleetCalls, RentalCalls, ExecCalls, AgentCalls, Contr
         name: str | None = None,
         limit: int | None = None,
         after: str | None = None,
+        updated_after: datetime | None = None,
     ) -> list[RentalResponse]:
         """Your rentals, newest first: every one, or the newest `limit`; only those in `states` (e.g.
         `{"pending", "running"}`) and of `name` when given (ending in `*`: those whose name starts with what
-        is before it); past the rental `after` when given. Fetched a page at a time, following each page's
+        is before it), and changed at or after `updated_after` (timezone-aware; the server's clock) when
+        given; past the rental `after` when given. Fetched a page at a time, following each page's
         `Link` rel="next" (past its last rental) while the server says more follow."""
-        filters = rental_filters(states, name)
+        filters = rental_filters(states, name, updated_after)
         found: list[RentalResponse] = []
         while params := rentals_page_query(filters, limit, len(found), after, RENTALS_PAGE_LIMIT):
             response = self._send("GET", "/v1/rentals", params=params)

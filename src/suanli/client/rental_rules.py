@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Collection, Iterable
+from datetime import datetime
 
 from suanli.client.errors import RentalEnded, RentalWaitTimeout
 from suanli.wire.agent_schemas import LogResponse
@@ -15,10 +16,14 @@ from suanli.wire.schemas import ENDED_STATES, RentalResponse
 Query = list[tuple[str, str]]
 
 
-def rental_filters(states: Iterable[str], name: str | None) -> Query:
-    """The query parameters of `rentals(states, name)` that every page repeats."""
+def rental_filters(states: Iterable[str], name: str | None, updated_after: datetime | None = None) -> Query:
+    """The query parameters of `rentals(states, name, updated_after)` that every page repeats."""
     filters = [("state", state) for state in sorted(states)]
-    return filters if name is None else [*filters, ("name", name)]
+    if name is not None:
+        filters.append(("name", name))
+    if updated_after is not None:  # a naive one goes as it is: the server refuses it naming the field
+        filters.append(("updated_after", updated_after.isoformat()))
+    return filters
 
 
 def rentals_page_query(

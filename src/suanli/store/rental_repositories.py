@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import and_, case, delete, func, literal, or_, select, update
@@ -57,6 +57,7 @@ class SqlRentals(RentalMoneyReads):
                 quote=None if rental.quote is None else dict(rental.quote),
                 idempotency_key=rental.idempotency_key,
                 fingerprint=rental.fingerprint,
+                updated_at=datetime.now(UTC),  # new: a change since any moment before it
             )
         )
         try:
@@ -84,10 +85,12 @@ class SqlRentals(RentalMoneyReads):
         states: Sequence[str] = (),
         name: str | None = None,
         after: str | None = None,
+        updated_after: datetime | None = None,
     ) -> list[Rental]:
         """Newest first (created_at desc, then id), the first `limit` past the rental `after` in that order:
         a keyset on (created_at, id), so each rental comes on one page however many share a created_at, and
-        rentals created meanwhile (newer) do not shift the pages that follow."""
+        rentals created meanwhile (newer) do not shift the pages that follow. With `updated_after`, only
+        those whose `updated_at` is at or after it (the few changed since: an index range on it)."""
         query = select(RentalRow).order_by(RentalRow.created_at.desc(), RentalRow.id).limit(limit)
         if after is not None:  # its created_at read in SQL, as stored: no round trip through Python
             at = select(RentalRow.created_at).where(RentalRow.id == after).scalar_subquery()
@@ -97,6 +100,11 @@ class SqlRentals(RentalMoneyReads):
             )
         if tenant_id is not None:
             query = query.where(RentalRow.tenant_id == tenant_id)
+        if updated_after is not None and tenant_id is not None:  # 0054's (tenant_id, updated_at): a range
+            query = query.where(RentalRow.updated_at >= updated_after)
+        elif updated_after is not None:  # by id from 0054's (updated_at): SQLite scanned all the newest first
+            changed = select(RentalRow.id).where(RentalRow.updated_at >= updated_after)
+            query = query.where(RentalRow.id.in_(changed))
         if states:
             query = query.where(RentalRow.state.in_(list(states)))
         if name is not None and name.endswith("*"):  # a prefix; `_` in it is not a LIKE wildcard
@@ -234,7 +242,23 @@ class SqlRentals(RentalMoneyReads):
         )
 
     def set_time_left(self, rental_id: str, seconds: float) -> None:
-        self.s.execute(update(RentalRow).where(RentalRow.id == rental_id).values(time_left_s=seconds))
+        """What is left of its max duration (a checkpoint's); not shown by the API, so `updated_at` stays."""
+        self.s.execute(
+            update(RentalRow)
+            .where(RentalRow.id == rental_id)
+            .values(time_left_s=seconds, updated_at=RentalRow.updated_at)
+        )
+
+    def touch(self, rental_ids: Sequence[str]) -> None:
+        """Stamp `updated_at` on rentals changed outside their row (an event, an allocation, a charge), so a
+        list asked for what changed since a moment gives them."""
+        if rental_ids:
+            self.s.execute(
+                update(RentalRow)
+                .where(one_of(self.s, RentalRow.id, rental_ids))
+                .values(updated_at=datetime.now(UTC))
+                .execution_options(synchronize_session=False)
+            )
 
     def set_expected_start(
         self, rental_id: str, at: datetime | None, reserved_nodes: Sequence[str] = ()
@@ -248,14 +272,15 @@ class SqlRentals(RentalMoneyReads):
         )
 
     def mark_busy(self, rental_id: str, at: datetime) -> None:
-        """Its GPUs were read busy at `at` (idle stop); an earlier reading never moves it back."""
+        """Its GPUs were read busy at `at` (idle stop); an earlier reading never moves it back. Not a change
+        the API shows: `updated_at` stays (each heartbeat would otherwise make every busy rental changed)."""
         self.s.execute(
             update(RentalRow)
             .where(
                 RentalRow.id == rental_id,
                 (RentalRow.last_busy_at.is_(None)) | (RentalRow.last_busy_at < at),
             )
-            .values(last_busy_at=at)
+            .values(last_busy_at=at, updated_at=RentalRow.updated_at)
         )
 
     def set_promise(self, rental_id: str, promise: Sequence[NodeAllocation] | None) -> None:
@@ -390,6 +415,7 @@ class SqlRentals(RentalMoneyReads):
                 message=event.message,
             )
         )
+        self.touch([rental_id])
 
     def events(self, rental_id: str) -> list[RentalEvent]:
         rows = self.s.scalars(
@@ -545,6 +571,7 @@ class SqlRentals(RentalMoneyReads):
             self.s.flush()
         except IntegrityError as error:
             raise BookingConflict(f"a slice of rental {rental_id} is already booked") from error
+        self.touch([rental_id])
         return [ids[node_allocation.node] for node_allocation in allocation]
 
     def end_runs(self, rental_id: str, at: datetime, state: str) -> int:
@@ -571,3 +598,4 @@ class SqlRentals(RentalMoneyReads):
             allocations = allocations.where(AllocationRow.node.in_(list(nodes)))
         self.s.execute(bookings)
         self.s.execute(allocations.values(released=True, released_at=at))
+        self.touch([rental_id])

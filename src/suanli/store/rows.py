@@ -132,12 +132,21 @@ class RentalRow(Base):
     uncapped_limit_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     # its rendezvous port, chosen when placed so that no other live rental on its nodes holds it (0046)
     master_port: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # when a change the API shows was last written, by the server's wall clock (0054; empty on rows unchanged
+    # since): set by `SqlRentals.add`, by every UPDATE of the row unless the statement keeps it, and by
+    # `SqlRentals.touch`
+    updated_at: Mapped[datetime | None] = mapped_column(
+        UtcDateTime(), nullable=True, onupdate=lambda: datetime.now(UTC)
+    )
 
 
 # a tenant's rentals newest first, a page past a (created_at, id) keyset at a time: GET /v1/rentals (0050)
 Index("ix_rentals_tenant_newest", RentalRow.tenant_id, RentalRow.created_at.desc(), RentalRow.id)
 # every tenant's, for an admin (0053)
 Index("ix_rentals_newest", RentalRow.created_at.desc(), RentalRow.id)
+# what changed since a moment: GET /v1/rentals?updated_after= (0054), a tenant's and every tenant's
+Index("ix_rentals_tenant_updated", RentalRow.tenant_id, RentalRow.updated_at)
+Index("ix_rentals_updated", RentalRow.updated_at)
 
 
 class RentalEventRow(Base):

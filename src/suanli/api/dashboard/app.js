@@ -7,7 +7,7 @@ const SIGNED_OUT_ITEM = "suanli.signedOutBecause"; // why the page signed itself
 const REFRESH_MS = 2000;
 const ENDED_STATES = ["stopped", "failed", "lost", "preempted"]; // a rental in one holds nothing again
 const LIVE_STATES = ["pending", "placed", "starting", "running", "stopping", "preempting"];
-const RENTALS_PAGE = 50; // the newest rentals the table reads (every 2 s); "Show older" reads a page more
+const RENTALS_PAGE = 50; // the newest rentals the table reads first; "Show older" reads a page more
 const RENTALS_MOST = 1000; // the most GET /v1/rentals answers with in one page; past it, its Link's cursor
 const $ = (id) => document.getElementById(id);
 
@@ -31,19 +31,21 @@ class ApiError extends Error {
 const SLOW_EVERY = 5; // ticks between reads of what changes slowly (the month's invoice, the nodes)
 const session = {
   key: sessionStorage.getItem(KEY_ITEM), role: null, selected: null, logOffset: 0, timer: null, ticks: 0,
-  states: "", quoted: null, logNode: "", rentalsLimit: RENTALS_PAGE,
+  states: "", quoted: null, logNode: "",
 };
 
 async function api(method, path, body = undefined, headers = {}) {
   return (await send(method, path, body, headers)).json();
 }
 
-// a page of a paged list (GET), and the cursor (`after`) its Link rel="next" header names: null on the last
+// a page of a paged list (GET), the cursor (`after`) its Link rel="next" header names (null on the last) and
+// when the server answered (its Date; null without one)
 async function apiPage(path) {
   const response = await send("GET", path);
   const next = /<([^>]*)>;\s*rel="next"/.exec(response.headers.get("Link") ?? "");
   const after = next ? new URL(next[1], location.href).searchParams.get("after") : null;
-  return { items: await response.json(), after };
+  const date = response.headers.get("Date") ? new Date(response.headers.get("Date")) : null;
+  return { items: await response.json(), after, date: Number.isNaN(date?.getTime()) ? null : date };
 }
 
 // the request with this tab's key; the answer when it is a success, else an ApiError saying why
@@ -407,39 +409,130 @@ async function rent(event) {
 // --- rentals ------------------------------------------------------------------------------------------
 
 let rentalsAsked = 0; // reads of the rentals table sent: only the newest one's answer is shown
+// what the table shows, kept between refreshes: its rows newest first, the cursor past its last page (the
+// Link's `after`; null when no more follow), and the moment (server's clock) to ask for changes from
+const shown = { rentals: [], after: null, last: null, since: null, busy: false };
 
 // a page of rentals for the table: at most `limit` past the rental `after`, in the states the filter picks
 function rentalsPath(limit, after) {
   const query = new URLSearchParams({ limit: String(limit), ...(after ? { after } : {}) });
-  const states = { live: LIVE_STATES, ended: ENDED_STATES, all: [] }[$("rentals-state").value];
-  for (const state of states) query.append("state", state);
+  for (const state of filterStates()) query.append("state", state);
   return `/v1/rentals?${query}`;
 }
 
-// the newest `session.rentalsLimit` rentals, a page (1,000 at most) at a time, each past the cursor of the
-// Link of the one before; and whether more follow them
-async function readRentals() {
+// the states the table's filter picks (none: all)
+function filterStates() {
+  return { live: LIVE_STATES, ended: ENDED_STATES, all: [] }[$("rentals-state").value];
+}
+
+// `limit` more rentals past the cursor `after` (all from the newest when null), a page (1,000 at most) at a
+// time, each past the cursor of the Link of the one before; the cursor past the last, null when none follow
+async function readRentals(limit, after = null) {
   const rentals = [];
-  let after = null;
+  let date = null;
   for (;;) {
-    const page = await apiPage(rentalsPath(Math.min(RENTALS_MOST, session.rentalsLimit - rentals.length), after));
+    const page = await apiPage(rentalsPath(Math.min(RENTALS_MOST, limit - rentals.length), after));
+    date ??= page.date;
     rentals.push(...page.items);
     after = page.after;
-    if (!after || !page.items.length || rentals.length >= session.rentalsLimit) return { rentals, more: !!after };
+    if (!after || !page.items.length || rentals.length >= limit) return { rentals, after, date };
   }
 }
 
-async function refreshRentals() {
+// every rental changed since `since` (any state: one that left the filter's leaves the table), every page
+async function readChanged(since) {
+  const rentals = [];
+  let after = null, date = null;
+  do {
+    const query = new URLSearchParams({ updated_after: since, limit: String(RENTALS_MOST), ...(after ? { after } : {}) });
+    const page = await apiPage(`/v1/rentals?${query}`);
+    date ??= page.date;
+    rentals.push(...page.items);
+    after = page.items.length ? page.after : null;
+  } while (after);
+  return { rentals, date };
+}
+
+// a change is stamped when its transaction writes it: ask from this long before the last answer, so one that
+// was still committing then is read too
+const CHANGES_OVERLAP_MS = 30_000;
+function changesFrom(date) {
+  return date ? new Date(date.getTime() - CHANGES_OVERLAP_MS).toISOString() : null;
+}
+
+// before b in the table's order (the API's: created_at newest first, then id)?
+function newerThan(a, b) {
+  const at = Date.parse(a.created_at), bt = Date.parse(b.created_at);
+  return at !== bt ? at > bt : a.id < b.id;
+}
+
+// the table's rows read again from the newest, `limit` of them (sign-in, another filter)
+async function reloadRentals(limit) {
   const asked = ++rentalsAsked;
-  let rentals, more;
+  let read;
   try {
-    ({ rentals, more } = await readRentals());
+    read = await readRentals(limit);
   } catch (error) {
     if (error.status === 401) signOut(error);
     return;
   }
-  if (asked !== rentalsAsked) return; // the filter or the page changed since: a later read answers
-  showRentalsCount(rentals.length, more);
+  if (asked !== rentalsAsked) return; // the filter changed since: a later read answers
+  Object.assign(shown, { rentals: read.rentals, after: read.after, since: changesFrom(read.date) });
+  shown.last = read.rentals.at(-1) ?? null;
+  drawRentals();
+}
+
+// a refresh: only the rentals changed since the last read (new ones among them), merged into those shown;
+// one changed past the last page read stays unread, one that left the filter leaves. A server that gives no
+// `Date` (nothing to ask from) is read again whole.
+async function refreshRentals() {
+  if (!shown.since) return reloadRentals(Math.max(shown.rentals.length, RENTALS_PAGE));
+  if (shown.busy) return; // the last refresh has not answered yet
+  const asked = rentalsAsked;
+  shown.busy = true;
+  let read;
+  try {
+    read = await readChanged(shown.since);
+  } catch (error) {
+    if (error.status === 401) signOut(error);
+    return;
+  } finally {
+    shown.busy = false;
+  }
+  if (asked !== rentalsAsked) return; // the filter or the page changed since: that read answers
+  const states = filterStates();
+  const byId = new Map(shown.rentals.map((r) => [r.id, r]));
+  for (const rental of read.rentals) {
+    const inRange = !shown.after || !shown.last || !newerThan(shown.last, rental);
+    if ((states.length && !states.includes(rental.state)) || !inRange) byId.delete(rental.id);
+    else byId.set(rental.id, rental);
+  }
+  shown.rentals = [...byId.values()].sort((a, b) => (newerThan(a, b) ? -1 : newerThan(b, a) ? 1 : 0));
+  shown.since = changesFrom(read.date) ?? shown.since;
+  drawRentals();
+}
+
+// "Show older": the next page past the last one read, added below
+async function showOlder() {
+  const asked = ++rentalsAsked;
+  let read;
+  try {
+    read = await readRentals(RENTALS_PAGE, shown.after);
+  } catch (error) {
+    if (error.status === 401) signOut(error);
+    return;
+  }
+  if (asked !== rentalsAsked) return;
+  const known = new Set(shown.rentals.map((r) => r.id));
+  shown.rentals.push(...read.rentals.filter((r) => !known.has(r.id)));
+  shown.after = read.after;
+  shown.last = read.rentals.at(-1) ?? shown.last;
+  drawRentals();
+}
+
+function drawRentals() {
+  const rentals = shown.rentals;
+  showRentalsCount(rentals.length, !!shown.after);
   const body = $("rentals").tBodies[0];
   body.replaceChildren();
   for (const rental of rentals) {
@@ -481,10 +574,9 @@ function showRentalsCount(count, more) {
   $("rentals-empty").textContent = filter === "all" ? "No rentals yet." : `No ${filter} rentals.`;
 }
 
-// the table's filter or page changed: read it at once
-function showRentals(limit) {
-  session.rentalsLimit = limit;
-  return refreshRentals();
+// the table's filter changed: read it again at once
+function showRentals() {
+  return reloadRentals(RENTALS_PAGE);
 }
 
 function select(id) {
@@ -1306,8 +1398,8 @@ $("login-form").addEventListener("submit", async (event) => {
   }
 });
 $("sign-out").addEventListener("click", () => signOut());
-$("rentals-state").addEventListener("change", () => showRentals(RENTALS_PAGE));
-$("rentals-more").addEventListener("click", () => showRentals(session.rentalsLimit + RENTALS_PAGE));
+$("rentals-state").addEventListener("change", () => showRentals());
+$("rentals-more").addEventListener("click", showOlder);
 $("offers-form").addEventListener("submit", (event) => {
   event.preventDefault();
   searchOffers();
