@@ -654,6 +654,75 @@ def test_show_older_follows_the_cursor_past_the_apis_1000(page: Page, platform: 
     expect(page.locator("#rentals tbody tr[data-id='rnt_fake1059']")).to_have_count(1)
 
 
+def test_the_months_usage_is_read_a_page_of_lines_at_a_time(page: Page, platform: Platform) -> None:
+    """The usage table ("This month") read the whole invoice, every rental line of the month in one answer
+    and one table (a tenant with 10,000 rentals: 10,000 rows): now the first 50 lines with the month's totals,
+    plan lines and how many lines there are, and "Show more lines" reads 50 more (the invoice here is the
+    server's, faked)."""
+    month = datetime.now(UTC).strftime("%Y-%m")
+    lines = [
+        {
+            "kind": "rental",
+            "ref": f"rnt_fake{n:05d}",
+            "description": "1 x L40S",
+            "gpu_seconds": 3600.0,
+            "rate_micros_per_hour": 1_000_000,
+            "discounts": [],
+            "amount_micros": 1_000_000,
+            "energy_kwh": 0.25,
+            "co2_kg": 0.1,
+            "energy_source": "tdp_estimate",
+            "segments": [],
+        }
+        for n in range(10_000)
+    ]
+    plan = {**lines[0], "kind": "plan", "ref": "pln_member", "description": "membership fee"}
+    asked: list[dict[str, str]] = []
+    sizes: list[int] = []
+
+    def answer(route: Route) -> None:
+        """The invoice as GET /v1/invoices/{month} answers it: `limit` lines past `after`, a Link while more
+        follow, the month's totals on every page."""
+        query = dict(parse_qsl(urlsplit(route.request.url).query))
+        asked.append(query)
+        start = int(query["after"].removeprefix("rnt_fake")) + 1 if "after" in query else 0
+        end = start + int(query.get("limit", "1000"))
+        headers = {}
+        if end < len(lines):
+            after = lines[end - 1]["ref"]
+            url = f"{platform.url}/v1/invoices/{month}?limit={query.get('limit', '1000')}&after={after}"
+            headers["Link"] = f'<{url}>; rel="next"'
+        sizes.append(len(lines[start:end]))
+        route.fulfill(
+            json={
+                "tenant_id": "ten_fake",
+                "month": month,
+                "lines": lines[start:end],
+                "line_count": len(lines),
+                "plan_lines": [plan],
+                "sla_credit_lines": [],
+                "total_micros": 10_001_000_000,
+                "total_energy_kwh": 2500.25,
+                "total_co2_kg": 1000.1,
+                "notes": [],
+            },
+            headers=headers,
+        )
+
+    page.route(f"**/v1/invoices/{month}*", answer)
+    sign_in(page, platform)
+    rows = page.locator("#usage tbody tr")
+    expect(rows).to_have_count(51)  # 50 rental lines and the plan's
+    expect(page.locator("#usage-count")).to_have_text("(the first 50 of 10000 rental lines)")
+    expect(page.locator("#usage-total")).to_have_text("10001.0000")  # the month's, not the page's
+    expect(rows.last).to_contain_text("membership fee")
+    assert asked and all(query.get("limit") == "50" for query in asked), asked
+    page.get_by_role("button", name="Show more lines").click()
+    expect(rows).to_have_count(101)
+    expect(page.locator("#usage-count")).to_have_text("(the first 100 of 10000 rental lines)")
+    assert max(sizes) <= 100, sizes  # never the month's 10,000 lines in one answer
+
+
 def test_a_running_rental_is_stopped_from_its_page(page: Page, platform: Platform) -> None:
     sign_in(page, platform)
     page.fill("#rent-gpus", "1")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
@@ -22,6 +23,8 @@ from suanli.app.billing import (
     PAYOUT_PAGE_LIMIT,
     BillingService,
 )
+from suanli.app.errors import Invalid
+from suanli.app.invoices import LINES_LIMIT
 from suanli.app.records import PriceEntry
 from suanli.domain.billing.invoice import Invoice, InvoiceLine, invoice_csv
 from suanli.domain.billing.money import to_epoch_s
@@ -237,24 +240,51 @@ def get_invoice(
     request: Request,
     caller: CallerDep,
     services: ServicesDep,
+    response: Response,
     tenant: TenantQuery = None,
     format: Annotated[Literal["json", "csv"] | None, Query(description="csv or json")] = None,
+    after: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=40,
+            description="JSON: only the rental lines past this rental's line (the `ref` of the last line of "
+            "the page before). A rental with no line in the month is a 400 naming `after`.",
+        ),
+    ] = None,
+    limit: Annotated[
+        int | None,
+        Query(ge=1, le=LINES_LIMIT, description="JSON: at most this many rental lines (1,000 at most)."),
+    ] = None,
 ) -> Response | InvoiceResponse:
-    """The caller's invoice for a UTC month (an admin: ?tenant=); CSV with ?format=csv or Accept: text/csv."""
+    """The caller's invoice for a UTC month (an admin: ?tenant=); CSV with ?format=csv or Accept: text/csv.
+    JSON: its rental lines a page at a time (`limit`, 1,000 by default, past `after`), in the invoice's order
+    (started, then rental id), with `line_count` and a `Link: <...>; rel="next"` header while more follow;
+    the plan and SLA credit lines and the totals are the whole month's on every page. CSV: the whole
+    month (`after` and `limit` are refused)."""
     assert services.invoices is not None
-    invoice = services.invoices.invoice(caller, month, tenant)
     wants_csv = format == "csv" or (format is None and "text/csv" in request.headers.get("accept", ""))
     if wants_csv:
+        if after is not None or limit is not None:
+            field = "after" if after is not None else "limit"
+            raise Invalid("a CSV invoice is the whole month: page the JSON one", field=field)
+        invoice = services.invoices.invoice(caller, month, tenant)
         filename = f"invoice-{invoice.tenant_id}-{invoice.month}.csv"
         return Response(
             invoice_csv(invoice),
             media_type="text/csv",
             headers={"Content-Disposition": f'attachment; filename="{filename}"'},
         )
-    return invoice_response(invoice)
+    page_size = LINES_LIMIT if limit is None else limit
+    page = services.invoices.invoice_page(caller, month, tenant, after, page_size)
+    if page.more:
+        link_next(request, response, page.lines[-1].ref, page_size)
+    return invoice_response(page.invoice, page.lines)
 
 
-def invoice_response(invoice: Invoice) -> InvoiceResponse:
+def invoice_response(invoice: Invoice, lines: Sequence[InvoiceLine] | None = None) -> InvoiceResponse:
+    """`invoice` on the wire, with `lines` (a page) as its rental lines when given, else all of them."""
+
     def line(x: InvoiceLine) -> InvoiceLineResponse:
         return InvoiceLineResponse(
             kind=x.kind,  # type: ignore[arg-type]
@@ -281,7 +311,8 @@ def invoice_response(invoice: Invoice) -> InvoiceResponse:
     return InvoiceResponse(
         tenant_id=invoice.tenant_id,
         month=str(invoice.month),
-        lines=[line(x) for x in invoice.lines],
+        lines=[line(x) for x in (invoice.lines if lines is None else lines)],
+        line_count=len(invoice.lines),
         plan_lines=[line(x) for x in invoice.plan_lines],
         sla_credit_lines=[line(x) for x in invoice.sla_credit_lines],
         total_micros=invoice.total_micros,

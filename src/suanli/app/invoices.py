@@ -7,7 +7,7 @@ GPU power from agent telemetry when it covers at least half a rental's time (`en
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -21,6 +21,7 @@ from suanli.domain.billing.energy import average_power_per_gpu_w, blend_models, 
 from suanli.domain.billing.invoice import (
     Invoice,
     InvoiceError,
+    InvoiceLine,
     Month,
     RateSegment,
     RentalBilling,
@@ -37,6 +38,18 @@ from suanli.domain.billing.plans import plan_lines
 from suanli.domain.billing.sla import sla_credit_line, sla_key
 from suanli.domain.catalog import Catalog
 
+LINES_LIMIT = 1000  # the most rental lines one answer of GET /v1/invoices/{month} holds
+
+
+@dataclass(frozen=True)
+class InvoicePage:
+    """A page of a month's rental lines, `lines`, with the whole `invoice` (its plan and SLA lines and totals
+    go with every page); `more`: whether more rental lines follow."""
+
+    invoice: Invoice
+    lines: tuple[InvoiceLine, ...]
+    more: bool
+
 
 class InvoiceService:
     def __init__(
@@ -51,6 +64,18 @@ class InvoiceService:
         self.uow, self.clock, self.catalog, self.cache, self.energy = uow, clock, catalog, cache, energy
 
     # --- invoices --------------------------------------------------------------------------------------
+
+    def invoice_page(
+        self,
+        caller: Caller,
+        month_text: str,
+        tenant_id: str | None = None,
+        after: str | None = None,
+        limit: int = LINES_LIMIT,
+    ) -> InvoicePage:
+        """`invoice` with at most `limit` of its rental lines, those past the line of the rental `after` in
+        the invoice's order (started, then rental id): a month of 10,000 rentals is not one answer."""
+        return page_of_lines(self.invoice(caller, month_text, tenant_id), after, limit)
 
     def invoice(self, caller: Caller, month_text: str, tenant_id: str | None = None) -> Invoice:
         """The caller's invoice for a UTC month (`yyyy-mm`); an admin may name another tenant."""
@@ -168,6 +193,19 @@ class InvoiceService:
             discounts=discounts,
             sizes=sizes,
         )
+
+
+def page_of_lines(invoice: Invoice, after: str | None, limit: int) -> InvoicePage:
+    """`invoice` with at most `limit` (`LINES_LIMIT` at most) of its rental lines past the line whose ref is
+    `after`; a ref the month has no line of is refused naming `after` (another tenant's rental as none)."""
+    start = 0
+    if after is not None:
+        refs = [line.ref for line in invoice.lines]
+        if after not in refs:
+            raise Invalid(f"no line of rental {after} in {invoice.month} to list past", field="after")
+        start = refs.index(after) + 1
+    size = min(limit, LINES_LIMIT)
+    return InvoicePage(invoice, invoice.lines[start : start + size], start + size < len(invoice.lines))
 
 
 def rate_segments(

@@ -7,10 +7,11 @@ from datetime import datetime
 from typing import TypedDict, Unpack
 
 from suanli.client.errors import checks_arguments
-from suanli.client.transport import Transport, segment
+from suanli.client.transport import Transport, next_after, segment
 from suanli.wire.billing_schemas import (
     BalanceResponse,
     CreditRequest,
+    InvoiceLineResponse,
     InvoiceResponse,
     LedgerTransactionResponse,
     LedgerVerifyResponse,
@@ -35,6 +36,8 @@ from suanli.wire.plan_schemas import (
     RevenueReportRequest,
     RevenueReportResponse,
 )
+
+INVOICE_PAGE_LIMIT = 1000  # rental lines asked for a page of an invoice: the most the server gives
 
 
 class BudgetChanges(TypedDict, total=False):
@@ -191,8 +194,20 @@ class BillingCalls(Transport):
         return self._call("GET", "/v1/ledger/verify", LedgerVerifyResponse)
 
     def invoice(self, month: str, tenant_id: str | None = None) -> InvoiceResponse:
-        params = {"tenant": tenant_id} if tenant_id else None
-        return self._call("GET", f"/v1/invoices/{segment(month)}", InvoiceResponse, params=params)
+        """The month's invoice with every rental line: its pages (`INVOICE_PAGE_LIMIT` lines each) followed
+        by their `Link` rel="next" and the lines put together; the totals, plan and SLA lines are the last
+        page's."""
+        path = f"/v1/invoices/{segment(month)}"
+        params = {"limit": str(INVOICE_PAGE_LIMIT), **({"tenant": tenant_id} if tenant_id else {})}
+        lines: list[InvoiceLineResponse] = []
+        after: str | None = None
+        while True:
+            response = self._send("GET", path, params={**params, **({"after": after} if after else {})})
+            page: InvoiceResponse = self._read("GET", path, response, InvoiceResponse)
+            lines.extend(page.lines)
+            after = next_after(response)
+            if after is None or not page.lines:  # the last page (or an older server's only one)
+                return page.model_copy(update={"lines": lines})
 
     def invoice_csv(self, month: str, tenant_id: str | None = None) -> str:
         """The invoice as CSV text."""

@@ -154,7 +154,12 @@ class InvoiceLineResponse(WireModel):
 class InvoiceResponse(WireModel):
     tenant_id: str
     month: str = Field(description="yyyy-mm, UTC.")
-    lines: list[InvoiceLineResponse]
+    lines: list[InvoiceLineResponse] = Field(
+        description="Rental lines: a page of them (`limit` past `after`; the Link header names the next)."
+    )
+    line_count: int | None = Field(
+        default=None, description="How many rental lines the month has (absent from servers before paging)."
+    )
     plan_lines: list[InvoiceLineResponse]
     sla_credit_lines: list[InvoiceLineResponse]
     total_micros: int = Field(description="The exact sum of every line's amount_micros.")

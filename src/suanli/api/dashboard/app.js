@@ -8,6 +8,7 @@ const REFRESH_MS = 2000;
 const ENDED_STATES = ["stopped", "failed", "lost", "preempted"]; // a rental in one holds nothing again
 const LIVE_STATES = ["pending", "placed", "starting", "running", "stopping", "preempting"];
 const RENTALS_PAGE = 50; // the newest rentals the table reads first; "Show older" reads a page more
+const USAGE_PAGE = 50; // the month's rental lines the usage table reads; "Show more lines" reads a page more
 const RENTALS_MOST = 1000; // the most GET /v1/rentals answers with in one page; past it, its Link's cursor
 const $ = (id) => document.getElementById(id);
 
@@ -31,7 +32,7 @@ class ApiError extends Error {
 const SLOW_EVERY = 5; // ticks between reads of what changes slowly (the month's invoice, the nodes)
 const session = {
   key: sessionStorage.getItem(KEY_ITEM), role: null, selected: null, logOffset: 0, timer: null, ticks: 0,
-  states: "", quoted: null, logNode: "",
+  states: "", quoted: null, logNode: "", usageLines: USAGE_PAGE,
 };
 
 async function api(method, path, body = undefined, headers = {}) {
@@ -827,17 +828,35 @@ async function setBudget(event) {
   await refreshBudget();
 }
 
+// the month's invoice with its first `session.usageLines` rental lines, a page (1,000 at most) at a time past
+// the Link's cursor; a month of 10,000 rentals is not one answer, nor a table of 10,000 rows
+async function readUsage(month) {
+  const lines = [];
+  let after = null, invoice;
+  for (;;) {
+    const query = new URLSearchParams({ limit: String(Math.min(RENTALS_MOST, session.usageLines - lines.length)), ...(after ? { after } : {}) });
+    const page = await apiPage(`/v1/invoices/${month}?${query}`);
+    invoice = page.items;
+    lines.push(...invoice.lines);
+    after = page.after;
+    if (!after || !invoice.lines.length || lines.length >= session.usageLines) return { ...invoice, lines, more: !!after };
+  }
+}
+
 async function refreshUsage() {
   const month = new Date().toISOString().slice(0, 7);
   let invoice;
   try {
-    invoice = await api("GET", `/v1/invoices/${month}`);
+    invoice = await readUsage(month);
   } catch (error) {
     showRefreshError("usage-error", error);
     return;
   }
   showError("usage-error", null);
   $("usage-month").textContent = `${month} (UTC)`;
+  const count = invoice.line_count ?? invoice.lines.length;
+  $("usage-count").textContent = invoice.more ? `(the first ${invoice.lines.length} of ${count} rental lines)` : "";
+  $("usage-more").hidden = !invoice.more;
   const body = $("usage").tBodies[0];
   body.replaceChildren();
   for (const line of [...invoice.lines, ...invoice.plan_lines, ...invoice.sla_credit_lines]) {
@@ -1400,6 +1419,10 @@ $("login-form").addEventListener("submit", async (event) => {
 $("sign-out").addEventListener("click", () => signOut());
 $("rentals-state").addEventListener("change", () => showRentals());
 $("rentals-more").addEventListener("click", showOlder);
+$("usage-more").addEventListener("click", () => {
+  session.usageLines += USAGE_PAGE;
+  refreshUsage();
+});
 $("offers-form").addEventListener("submit", (event) => {
   event.preventDefault();
   searchOffers();
