@@ -107,6 +107,25 @@ def test_an_ended_rental_gets_its_final_charge_then_is_not_read_again(env) -> No
     _verified(factory)
 
 
+def test_a_meter_page_runs_without_jit_on_postgresql_for_its_batch_only(env) -> None:
+    engine, factory, billing = env
+    if engine.dialect.name != "postgresql":
+        pytest.skip("JIT compilation is PostgreSQL's")
+    _placed(factory, "rnt_a")
+
+    def jit(u) -> str:
+        return str(u.session.execute(text("SHOW jit")).scalar_one())
+
+    with factory() as u:
+        assert jit(u) == "on"  # the server's default
+        assert [item.id for item in u.rentals.meter_page(None, 100)] == ["rnt_a"]
+        assert jit(u) == "off"  # compiling the page's plan cost more than running it, on every page
+    with factory() as u:
+        assert jit(u) == "on"  # SET LOCAL: the pooled connection is left as it was
+    assert billing.meter(now=at(60)) == 1
+    _verified(factory)
+
+
 def test_a_rental_stopped_after_a_charge_is_charged_to_its_stop_exactly(env) -> None:
     engine, factory, billing = env
     _placed(factory, "rnt_late")
