@@ -437,7 +437,7 @@ def test_fair_share_usage_is_saved_and_a_new_leader_goes_on_from_it(uow, clock) 
     that has used the fleet for long does not start even with one that has not (weights 1:1)."""
     from datetime import timedelta
 
-    from suanli.app.scheduling import FAIR_SHARE_SAVE_S
+    from suanli.app.fair_share_keeping import FAIR_SHARE_SAVE_S
 
     clock.at = NOW
     h100 = RentalSpec(gpu_model="H100-SXM-80GB", gpus=8, max_duration_s=3600)

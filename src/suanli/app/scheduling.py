@@ -5,6 +5,11 @@ shrunk since, drained nodes, bookings made elsewhere); a new fleet version, a fi
 rebuilds it from the database. A placement is applied only if its rental is still pending; if the database
 refuses a booking (UNIQUE on the slice position), the whole plan is dropped and the snapshot rebuilt. Spot
 rentals are re-priced at the end of a cycle (`app/spot_repricing.py`).
+
+`Scheduler` holds the cycle (load, decide, apply) and the state it keeps between cycles; its parts live beside
+it, each a mixin over it: `gates.py` (what holds rentals back besides capacity), `fair_share_keeping.py` (fair
+share decayed, saved and read back), `placing.py` (a placement booked and priced, resizes in place),
+`waiting.py` (pending reasons and expected starts) and `trials.py` (the dry run, `Scheduler.trial`).
 """
 
 from __future__ import annotations
@@ -13,44 +18,29 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from types import MappingProxyType
 
-from suanli.app.booking import bookings_for
 from suanli.app.downtime import maintenance_reasons, notice_horizon_s
 from suanli.app.errors import BookingConflict
+from suanli.app.fair_share_keeping import FairShareKeeping, gpus_by_tenant
 from suanli.app.fleet import FleetCache
+from suanli.app.gates import Gating
 from suanli.app.growth import Held, held_request, holding_after, started_smaller, wants_resize
 from suanli.app.leaving import Leaving, end_due, under_notice
-from suanli.app.limits import coverage_micros, cycle_limits
-from suanli.app.list_prices import list_price
+from suanli.app.limits import coverage_micros
 from suanli.app.live_snapshot import LiveSnapshot
-from suanli.app.maintenance import give_notices, upcoming
-from suanli.app.notices import give_notice, named_for, requeued
+from suanli.app.maintenance import give_notices
+from suanli.app.notices import give_notice, requeued
+from suanli.app.placing import Placing
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
-from suanli.app.records import (
-    EXPECTED_START_STEP_S,
-    PREEMPTIBLE_STATES,
-    MaintenanceWindow,
-    Rental,
-    RentalEvent,
-    Trial,
-    domain_contract,
-)
-from suanli.app.rentals import per_node_gpus, time_limit_s, to_request
-from suanli.app.resizing import Resizer
-from suanli.app.spot_repricing import (
-    FloorCheck,
-    Pricer,
-    Repricer,
-    SpotFloors,
-    SpotRepricing,
-    pool_utilization,
-)
+from suanli.app.records import PREEMPTIBLE_STATES, MaintenanceWindow, Rental
+from suanli.app.rentals import to_request
+from suanli.app.spot_repricing import FloorCheck, Pricer, Repricer, SpotFloors, SpotRepricing
+from suanli.app.trials import Trials
 from suanli.app.unconfirmed_stops import overdue_stops, tell_overdue_stop
-from suanli.domain.capacity import FULL_MILLI
+from suanli.app.waiting import Waiting
 from suanli.domain.catalog import Catalog
 from suanli.domain.contracts import Contract
 from suanli.domain.elastic_start import Drain, at_size, least_size
@@ -59,11 +49,9 @@ from suanli.domain.inventory import Fleet
 from suanli.domain.plan import NodeAllocation, Pending, Placement, Reason
 from suanli.domain.policies import Policy
 from suanli.domain.preemption import DEFAULT_NOTICE_S, Preemption, PreemptionConfig
-from suanli.domain.promise_holds import hold_promise
 from suanli.domain.queue_order import GREEDY_QUEUE, QueueConfig
 from suanli.domain.queueing import CycleDecision, Gates, admit
 from suanli.domain.quotas import Limits
-from suanli.domain.rendezvous import free_master_port
 from suanli.domain.request import Request, Tier
 from suanli.domain.reservation import reserve
 from suanli.domain.running import Running
@@ -75,9 +63,6 @@ log = logging.getLogger(__name__)
 WAITING_FOR_CAPACITY = frozenset(
     {Reason.NO_CAPACITY, Reason.GANG_INCOMPLETE, Reason.BLOCKED_BY_HEAD, Reason.PREEMPTING}
 )
-# a shown start is rewritten when the estimate moves this much later (less is rounding between cycles)
-LATER_START_S = 1.0
-FAIR_SHARE_SAVE_S = 60.0  # how often the leader saves fair-share usage (a new leader loses at most this much)
 
 
 STOPPING = "stopping"  # `Running.preempted_by` of a rental being stopped: not a victim, ending now
@@ -114,7 +99,7 @@ def _recorded_head(pending: Sequence[Rental]) -> tuple[str | None, tuple[str, ..
     return head.id, head.reserved_nodes
 
 
-class Scheduler:
+class Scheduler(Trials, Waiting, Placing, Gating, FairShareKeeping):
     """Holds the leader's snapshot; `run_cycle` is safe to call from any thread (one cycle at a time)."""
 
     def __init__(
@@ -314,283 +299,6 @@ class Scheduler:
             report.notices += give_notice(uow, by_id[decision.preemptor], decision, now, reserved)
         report.notices += self._maintenance_notices(uow, now)
 
-    def _tell_waiting(
-        self,
-        uow: UnitOfWork,
-        by_id: Mapping[str, Rental],  # the queue, by id
-        placements: Sequence[Placement],
-        still: Sequence[Pending],
-        notices: Sequence[Preemption],
-        waiting_on: Mapping[str, list[Rental]],
-        ready: Collection[str | None],
-        report: CycleReport,
-        now: datetime,
-    ) -> None:
-        """Grow what the resizes ask for (off what preemptors are owed), then tell each rental still
-        waiting why (a preemptor, whom it waits for) and when it is expected to start; a promise kept past
-        its victims' leaving is forgotten."""
-        pending = list(by_id.values())
-        report.grown = self._resize(uow, now, self._owed_promises(pending, waiting_on, notices))
-        noticed = {p.preemptor for p in notices}
-        # one reason per rental: the cycle tries an elastic one at each of its sizes, each saying why it
-        # waits; the last (its least size) is its reason (an event for each was a flood, and one flapping)
-        last = {waiting.request_id: waiting for waiting in still}
-        for waiting in last.values():
-            if waiting.request_id in noticed:
-                report.pending[Reason.PREEMPTING.value] += 1
-                continue
-            report.pending[waiting.reason.value] += 1
-            self._set_reason(uow, by_id[waiting.request_id], waiting.reason, waiting.message, now)
-        for preemptor_id, victims in waiting_on.items():
-            if preemptor_id in by_id:
-                report.pending[Reason.PREEMPTING.value] += 1
-                preemptor = by_id[preemptor_id]
-                named = named_for(preemptor.tenant_id, [(v.id, v.tenant_id) for v in victims])
-                self._set_reason(uow, preemptor, Reason.PREEMPTING, f"waiting for {named} to leave", now)
-        placed_ids = {p.request_id for p in placements}
-        owed = set(ready) | waiting_on.keys() | noticed
-        for rental in pending:
-            if rental.promise is not None and rental.id not in owed | placed_ids:
-                uow.rentals.set_promise(rental.id, None)
-        promised_s = {  # a preemptor starts when its last victim leaves, by its deadline at the latest
-            preemptor_id: max(v.notice_deadline.timestamp() for v in victims if v.notice_deadline)
-            for preemptor_id, victims in waiting_on.items()
-            if any(v.notice_deadline for v in victims)
-        }
-        promised_s.update((d.preemptor, d.deadline_s) for d in notices)
-        unplaced = [r for r in pending if r.id not in placed_ids]
-        self._record_expected_start(uow, unplaced, promised_s)
-
-    def trial(self, rental: Rental) -> Trial:
-        """What a cycle would do now with `rental` (not stored) added to the pending queue: where it would
-        start, whom it would preempt, or why it would wait (capacity, a blocked head it may not pass, its
-        tenant's limits, contracts held for others, maintenance ahead), under the server's queue, taken in its
-        order with the rentals waiting. Nothing is kept: the decision's placements are taken back off the
-        snapshot, and no queue state (head, fair share) changes."""
-        with self._lock:
-            try:
-                return self._trial(rental)
-            except BaseException:
-                self.live.drop()  # it may still hold the trial's placements: rebuilt at the next cycle
-                raise
-
-    def _trial(self, rental: Rental) -> Trial:
-        now = self.clock.now()
-        with self.uow() as uow:
-            version, fleet = self.cache.load(uow)
-            if fleet is None:
-                return Trial((), 0, Reason.NO_CAPACITY.value, "no fleet: no agent has registered", 0)
-            pending = uow.rentals.pending()  # before the windows, as the cycle reads them
-            self.windows = uow.maintenance.list(now)
-            self.live.refresh(uow, fleet, version, now, self.windows)
-            preempting = uow.rentals.preempting()
-        assert self.snapshot is not None and self.policy is not None
-        now_s = now.timestamp()
-        live, _ = self._running()
-        running = [r for r, _ in live.values()]
-        queue = [*pending, rental]
-        # preemptors whose victims have notice keep what they were promised (their victims, still on the
-        # snapshot, leave it to them in the cycle at their deadline)
-        owed = {v.preempted_by for v in preempting if v.preempted_by is not None}
-        with self.uow() as uow:
-            gates = self._gates(uow, queue, live, now_s)
-            weights = uow.terms.fair_share_weights()
-            fair, _ = self._fair_share_at(uow, now_s, _gpus_by_tenant(running))
-        decision, requests = self._decide(queue, owed, running, gates, weights, fair, now_s)
-        try:
-            return self._trial_outcome(rental, decision, requests, running, gates, now, len(pending))
-        finally:
-            for placement in reversed(decision.placements):
-                self.snapshot.unplace(placement)  # MIG instances it would have made go, those it broke return
-
-    def _trial_outcome(
-        self,
-        rental: Rental,
-        decision: CycleDecision,
-        requests: Sequence[Request],
-        running: Sequence[Running],
-        gates: Gates | None,
-        now: datetime,
-        waiting: int,
-    ) -> Trial:
-        """`rental`'s part of a trial's `decision` (its placements still on the snapshot): where it starts and
-        at what rate, whom it gives notice to, or why it waits, and the start the queue would show for it (it
-        heads the queue, or is booked) or for the blocked head it waits behind."""
-        assert self.snapshot is not None
-        now_s = now.timestamp()
-        mine = [p for p in decision.placements if p.request_id == rental.id]
-        victims = sum(len(p.victims) for p in decision.preemptions if p.preemptor == rental.id)
-        if mine or victims:  # priced where it starts, or where it is promised (it is placed there then)
-            where = (
-                mine[0]
-                if mine
-                else next(p.promised for p in decision.preemptions if p.preemptor == rental.id)
-            )
-            with self.uow() as uow:
-                price, quoted = self._price(uow, rental, where, now)
-            covered = int((quoted or {}).get("contract_covered_gpu_milli") or 0)
-            nodes = tuple(a.node for p in mine for a in p.nodes)
-            return Trial(nodes, 0 if mine else victims, None, None, waiting, price, covered, gpus=where.gpus)
-        head_start_s = decision.head_start_s
-        if decision.head is not None and head_start_s is None:
-            ahead = () if gates is None else gates.maintenance
-            found = self._head_start(decision.head, requests, running, decision.placements, now_s, ahead)
-            head_start_s = None if found is None else found[0]
-        starts = {b.request_id: b.start_s for b in decision.bookings}
-        if decision.head is not None and head_start_s is not None:
-            starts.setdefault(decision.head, head_start_s)
-        own_start_s = starts.get(rental.id)
-        # the last reason given it, as the cycle records them in order (an elastic one gated at its full size
-        # is gated again at its smaller ones)
-        pending = [p for p in decision.pending if p.request_id == rental.id][-1]
-        (held,) = self._maintenance_reasons([pending], {r.id: r for r in requests}, now_s)
-        behind = held.reason is Reason.BLOCKED_BY_HEAD and own_start_s is None  # not a limit or a window
-        behind_s = head_start_s if behind and decision.head not in (None, rental.id) else None
-        return Trial(
-            (),
-            0,
-            held.reason.value,
-            held.message,
-            waiting,
-            expected_start_at=None if own_start_s is None else _shown_start(own_start_s),
-            head_start_at=None if behind_s is None else _shown_start(behind_s),
-        )
-
-    def _reserved_for(self, uow: UnitOfWork, now: datetime) -> Callable[[Rental, Rental], bool]:
-        """Whether an open contract of a preemptor's tenant covers its victim's pool (model, region) now."""
-        now_s = now.timestamp()
-        open_now = [domain_contract(c) for c in uow.contracts.list(None)]
-        held = {(c.tenant, c.model, c.region) for c in open_now if c.open_at(now_s)}
-        where = self.live.allocations_by_rental()
-
-        def reserved_for(preemptor: Rental, victim: Rental) -> bool:
-            pools = set()
-            for allocation in where.get(victim.id, ()):
-                node, model = self.live.node(allocation.node)
-                pools.add((preemptor.tenant_id, model.name, node.region))
-            return bool(pools) and pools <= held
-
-        return reserved_for
-
-    def _gates(
-        self,
-        uow: UnitOfWork,
-        pending: Sequence[Rental],
-        live: Mapping[str, tuple[Running, int]],
-        now_s: float,
-    ) -> Gates | None:
-        """What holds rentals back besides capacity: tenants' limits (with what `pending` and `live` spend),
-        open contracts, maintenance ahead; None when nothing does."""
-        stored = uow.contracts.list(None)
-        tenants = uow.terms.limits()
-        limits = None
-        if tenants:
-            limits = cycle_limits(uow, self.catalog, tenants, pending, live, now_s, self.covered, stored)
-        contracts = [domain_contract(c) for c in stored if c.ends_at.timestamp() > now_s]
-        ahead = upcoming(self.windows, datetime.fromtimestamp(now_s, UTC))
-        floor_of = self._pool_floor(uow, pending, now_s)
-        if not contracts and limits is None and not ahead and floor_of is None:
-            return None
-        return Gates(limits, contracts, spot_floor=floor_of, evict_below_floor=False, maintenance=ahead)
-
-    def _pool_floor(
-        self, uow: UnitOfWork, pending: Sequence[Rental], now_s: float
-    ) -> Callable[[str, str], int | None] | None:
-        """The spot floor per GPU-hour of each (model, region) pool, while spot rentals wait: a bid is placed
-        only in pools whose floor it meets, and waits (`bid_below_floor`) when it meets none. A running rental
-        whose bid falls below a floor raised later is `SpotRepricing`'s, with notice."""
-        waiting = any(Tier.parse(r.spec.tier) is Tier.SPOT for r in pending)
-        if self.spot_floors is None or not waiting:
-            return None
-        return self.spot_floors(uow, datetime.fromtimestamp(now_s, UTC))
-
-    def _booker(self, uow: UnitOfWork, now: datetime) -> Callable[[str, Sequence[NodeAllocation]], None]:
-        """Books allocations already on the snapshot for a rental (a trimmed victim's kept part)."""
-
-        def book(rental_id: str, nodes: Sequence[NodeAllocation]) -> None:
-            rows = bookings_for(nodes, self.live.node, uow.rentals.booked_slots)
-            self.live.booked(rental_id, uow.rentals.book(rental_id, nodes, rows, at=now, extend=True), nodes)
-
-        return book
-
-    @staticmethod
-    def _owed_promises(
-        pending: Sequence[Rental], waiting_on: Mapping[str, Sequence[Rental]], notices: Sequence[Preemption]
-    ) -> list[Placement]:
-        """Where capacity is promised to preemptors whose victims still have notice: recorded promises and
-        this cycle's."""
-        owed = [Placement(r.id, r.promise) for r in pending if r.id in waiting_on and r.promise]
-        return owed + [decision.promised for decision in notices]
-
-    def _resize(self, uow: UnitOfWork, now: datetime, promised: Sequence[Placement] = ()) -> int:
-        """Live rentals resized in place, from what this cycle left free (`Resizer`), never from capacity
-        promised to a preemptor (held on the snapshot while the resizer runs). How many changed."""
-        if not self.resizing:
-            return 0
-        assert self.snapshot is not None and self.policy is not None
-        holds = [part for promise in promised for part in hold_promise(self.snapshot, promise)]
-        try:
-            return self._resize_now(uow, now)
-        finally:
-            for give_back, _ in reversed(holds):
-                give_back()
-
-    def _resize_now(self, uow: UnitOfWork, now: datetime) -> int:
-        assert self.snapshot is not None and self.policy is not None
-        resizer = Resizer(
-            self.snapshot,
-            self.policy,
-            self.limits,
-            self.holding,
-            self.contracts,
-            self.live.held,
-            self.live.owner,
-            self.live.node,
-            self.drain,
-            self.spot_yields,
-            self.maintenance,
-        )
-        return resizer.apply(uow, self.resizing, now)
-
-    def _record_expected_start(
-        self, uow: UnitOfWork, pending: Sequence[Rental], promised_s: Mapping[str, float]
-    ) -> None:
-        """Show each booked start (the blocked head's under backfill, every booking under the conservative
-        queue) and each preemptor's (`promised_s`: its victims' last deadline) on its rental and on no other.
-        The estimates are worked out again every cycle; one is written when it moves later (a start shown is
-        one by which it starts: a later arrival ranked ahead, or an overrun, must not leave an earlier one
-        shown), or earlier by `EXPECTED_START_STEP_S` or more (a start that comes sooner is no broken
-        promise, and rewriting it at every cycle's jitter would be a write a cycle)."""
-        starts = {**promised_s, **self.booked_s}
-        if self.head is not None and self.head_start_s is not None:
-            starts.setdefault(self.head, self.head_start_s)
-        for rental in pending:
-            start_s = starts.get(rental.id)
-            wanted = None if start_s is None else _shown_start(start_s)
-            held = self.head_nodes if rental.id == self.head else self.booked_nodes.get(rental.id, ())
-            nodes = tuple(sorted(held)) if wanted is not None else ()
-            shown = rental.expected_start_at
-            if wanted is None or shown is None:
-                moved = wanted is not shown
-            else:
-                later_s = (wanted - shown).total_seconds()
-                moved = later_s >= LATER_START_S or -later_s >= EXPECTED_START_STEP_S
-            if moved or nodes != rental.reserved_nodes:
-                uow.rentals.set_expected_start(rental.id, wanted, nodes)
-
-    @staticmethod
-    def _set_reason(uow: UnitOfWork, rental: Rental, reason: Reason, message: str, now: datetime) -> None:
-        """Keep a pending rental's reason and message current: a `pending` event only when the reason changes
-        (the figures in a message move, a spend cap's money every cycle: an event each time was a flood), the
-        message rewritten whenever its text changes, and nothing written when neither did."""
-        if rental.pending_reason != reason.value:
-            if uow.rentals.set_state(
-                rental.id, "pending", expect=("pending",), reason=reason, message=message
-            ):  # no event for a rental that left pending meanwhile
-                uow.rentals.add_event(rental.id, RentalEvent(now, "pending", reason, message))
-        elif rental.pending_message != message:
-            uow.rentals.set_pending_message(rental.id, message)  # one that left pending is left alone
-
     def _running(self) -> tuple[dict[str, tuple[Running, int]], set[str]]:
         """The live rentals holding capacity in the snapshot, as the domain sees them (as large as they are,
         not as a resize asks), with their rate per hour (one read); and the ids of those a resize asks to
@@ -662,7 +370,7 @@ class Scheduler:
         with self.uow() as uow:
             gates = self._gates(uow, pending, live, now_s)
             weights = uow.terms.fair_share_weights()
-            self._advance_fair_share(uow, now_s, _gpus_by_tenant(running))
+            self._advance_fair_share(uow, now_s, gpus_by_tenant(running))
         owed = ready | waiting_on.keys()  # preemptors: their victims have left, or still have notice
         decision, queue = self._decide(pending, owed, running, gates, weights, self.fair, now_s)
         self.head, self.reserved = decision.head, decision.reserved_nodes
@@ -775,116 +483,8 @@ class Scheduler:
         )
         return found
 
-    def _advance_fair_share(self, uow: UnitOfWork, now_s: float, held: Mapping[str, float]) -> None:
-        """Fair share as of `now_s` (`_fair_share_at`), saved every `FAIR_SHARE_SAVE_S` for the next
-        leader."""
-        self.fair, self.fair_saved_s = self._fair_share_at(uow, now_s, held)
-        if self.fair_saved_s is None or now_s - self.fair_saved_s >= FAIR_SHARE_SAVE_S:
-            usage = {t: u for t, u in self.fair.usage_gpu_s.items() if u >= 1.0}  # below 1 GPU-s: forgotten
-            uow.terms.save_fair_share(usage, datetime.fromtimestamp(now_s, UTC))
-            uow.commit()
-            self.fair_saved_s = now_s
-
-    def _fair_share_at(
-        self, uow: UnitOfWork, now_s: float, held: Mapping[str, float]
-    ) -> tuple[FairShare, float | None]:
-        """Fair share as of `now_s`: read back when another leader saved since (or on the first cycle),
-        decayed with the GPUs each tenant holds; and when the store's was saved, as last seen. Nothing is kept
-        or written (the dry run asks too)."""
-        fair, seen_s = self.fair, self.fair_saved_s
-        saved_at = uow.terms.fair_share_saved_at()
-        saved_s = None if saved_at is None else saved_at.timestamp()
-        if saved_s is not None and (seen_s is None or abs(saved_s - seen_s) > 1e-3):
-            fair = FairShare(MappingProxyType(uow.terms.fair_share()), saved_s, fair.half_life_s)
-            seen_s = saved_s
-        if not fair.at_s:
-            fair = FairShare(at_s=now_s, half_life_s=fair.half_life_s)
-        return fair.advance(now_s, held), seen_s
-
     def _maintenance_notices(self, uow: UnitOfWork, now: datetime) -> int:
         """Notice to the rentals on nodes whose maintenance window is near (`maintenance.give_notices`)."""
         if not self.windows:
             return 0
         return give_notices(uow, self.windows, self.live.nodes_of(), self.preemption, now)
-
-    def _apply_placement(
-        self, uow: UnitOfWork, rental: Rental, placement: Placement, now: datetime, changed: bool = False
-    ) -> int:
-        """Book `placement` for `rental` unless it was `changed` (stopped or resized) or left pending since it
-        was read; 1 if booked."""
-        assert self.snapshot is not None
-        if changed:
-            return self.live.unplace(placement)
-        price, quoted = self._price(uow, rental, placement, now)
-        limit_s = time_limit_s(rental, placement.gpus)
-        time_limit_at = None if limit_s is None else now + timedelta(seconds=limit_s)
-        borrowed = rental.id in self.lent
-        port = free_master_port(rental.id, uow.rentals.master_ports_on([a.node for a in placement.nodes]))
-        size = (len(placement.nodes), per_node_gpus(placement.nodes))
-        if not uow.rentals.mark_placed(
-            rental.id,
-            now,
-            price,
-            quoted,
-            time_limit_at=time_limit_at,
-            borrowed=borrowed,
-            master_port=port,
-            size=size,
-        ):
-            return self.live.unplace(placement)
-        rows = bookings_for(placement.nodes, self.live.node, uow.rentals.booked_slots)
-        allocation_ids = uow.rentals.book(rental.id, placement.nodes, rows, at=now)
-        nodes = ", ".join(a.node for a in placement.nodes)
-        lent = "; borrowed: taken back with notice when a rental ahead of it needs them" if borrowed else ""
-        uow.rentals.add_event(rental.id, RentalEvent(now, "placed", None, f"on {nodes}{lent}"))
-        self.live.booked(rental.id, allocation_ids, placement.nodes)
-        if self.spot_pricing is not None:
-            self.spot_pricing.placed(rental)
-        return 1
-
-    def _price(
-        self, uow: UnitOfWork, rental: Rental, placement: Placement, now: datetime
-    ) -> tuple[int, dict | None]:
-        """The rate `rental` pays on `placement` (on the snapshot now) and its quote: the pricer's (price
-        book, spot price at the pool's utilization, plan, contract), else the list prices of its slices."""
-        assert self.snapshot is not None
-        if self.pricer is not None:
-            placed = [self.live.pool_of_node(a.node) for a in placement.nodes]
-            rental = held_spec(rental, placement)  # an elastic one started smaller pays for what it holds
-            spot = Tier.parse(rental.spec.tier) is Tier.SPOT
-            utilization = pool_utilization(self.snapshot, placed) if spot else {}
-            quoted = self.pricer(uow, rental, placed, utilization, now)
-            return int(quoted["final_micros_per_hour"]), quoted
-        price = sum(
-            piece.milli * list_price(self.live.node(a.node)[1], rental.spec.tier) // FULL_MILLI
-            for a in placement.nodes
-            for piece in a.slices
-        )
-        return price, None
-
-
-def _gpus_by_tenant(running: Sequence[Running]) -> dict[str, float]:
-    """The GPUs each tenant holds now (what its fair-share usage grows by)."""
-    held: dict[str, float] = {}
-    for r in running:
-        held[r.request.tenant] = held.get(r.request.tenant, 0.0) + r.gpus
-    return held
-
-
-def held_spec(rental: Rental, placement: Placement) -> Rental:
-    """`rental` with its spec's GPUs per node as `placement` holds them (an elastic rental started on fewer
-    than it asks for; its nodes are the placement's), for its price."""
-    spec, first = rental.spec, placement.nodes[0] if placement.nodes else None
-    if spec.min_gpus is None or first is None or spec.mig_profile or spec.share_milli is not None:
-        return rental
-    held = len(first.slices)
-    return rental if held == spec.gpus else replace(rental, spec=replace(spec, gpus=held))
-
-
-def _shown_start(start_s: float) -> datetime | None:
-    """A booked start as a time to show, or None when it lies beyond what a date holds (the year 9999): a
-    start that far off is unknown, and must not fail the cycle for everyone."""
-    try:
-        return datetime.fromtimestamp(start_s, UTC)
-    except (OverflowError, OSError, ValueError):
-        return None
