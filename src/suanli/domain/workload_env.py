@@ -34,7 +34,7 @@ ISOLATION_VARIABLES = (
 )
 RESERVED_PREFIXES = ("SUANLI_", "CUDA_MPS_")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# what Linux's execve takes of a rental's own strings (the same as `suanli.wire.schemas.EXEC_*`, which checks
+# what Linux's execve takes of a rental's own strings (the same as `suanli.wire.base.EXEC_*`, which checks
 # a request alone): one argument or `NAME=value` of at most MAX_ARG_STRLEN less its NUL, and the command with
 # the rental's env at most half of ARG_MAX (2 MiB), the rest for the agent's own variables and the platform's
 EXECVE_STRING_MAX_BYTES = 131_071

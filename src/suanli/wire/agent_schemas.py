@@ -7,7 +7,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from suanli.wire.schemas import RequestModel, SliceResponse, WireModel
+from suanli.wire.base import RequestModel, WireModel
+from suanli.wire.rental_schemas import SliceResponse
 
 MAX_LOG_CHUNK_BYTES = 4 * 1024 * 1024  # one upload: agents send 256 KiB at most
 

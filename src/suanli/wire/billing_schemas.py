@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, RootModel
 
-from suanli.wire.schemas import Moment, RequestModel, TierName, WireModel
+from suanli.wire.base import Moment, RequestModel, TierName, WireModel
 
 
 class PriceResponse(WireModel):

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from suanli.wire.schemas import MONTH_PATTERN, Moment, RequestModel, WireModel
+from suanli.wire.base import MONTH_PATTERN, Moment, RequestModel, WireModel
 
 MAX_MICROS = 10**15
 
