@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from suanli.agent import host_gpus
 from suanli.agent import runner as runner_module
 from suanli.agent.executors import ProcessExecutor, group_alive
 from suanli.agent.probe import DeclaredProbe
@@ -631,7 +632,7 @@ def test_the_heartbeat_reports_the_host_s_mig_instances_made_by_hand_too(
 ) -> None:
     """Each GPU in MIG mode with its instances, as the probe finds them: the declared 4g@0, 2g@4, 1g@6; a
     7g made by hand on GPU 3 (the idle three destroyed) shows up once the probe runs again."""
-    monkeypatch.setattr(runner_module, "MIG_PROBE_S", 3600.0)
+    monkeypatch.setattr(host_gpus, "MIG_PROBE_S", 3600.0)
     client = FakeClient()
     runner = make_runner(tmp_path, client, node="a100-mig-01")
     runner.step()
@@ -640,7 +641,7 @@ def test_the_heartbeat_reports_the_host_s_mig_instances_made_by_hand_too(
     runner.probe.make_mig_device(3, (0, "7g.80gb"), in_use=())
     runner.step()
     assert client.mig_layouts[-1][3] == declared, "probed again before MIG_PROBE_S"
-    monkeypatch.setattr(runner_module, "MIG_PROBE_S", 0.0)
+    monkeypatch.setattr(host_gpus, "MIG_PROBE_S", 0.0)
     runner.step()
     assert client.mig_layouts[-1] == {**{index: declared for index in range(8)}, 3: [(0, "7g.80gb")]}
 
@@ -675,7 +676,7 @@ def test_an_instance_running_processes_no_rental_here_was_given_is_reported_busy
     )
     gpus = (gpu0, *probed.gpus[1:])
     monkeypatch.setattr(runner.probe, "inventory", lambda: replace(probed, gpus=gpus))
-    monkeypatch.setattr(runner_module, "MIG_PROBE_S", 0.0)
+    monkeypatch.setattr(host_gpus, "MIG_PROBE_S", 0.0)
     try:
         runner.step()
         assert client.mig_busy[-1] == {(0, 6, "1g.10gb")}

@@ -32,82 +32,49 @@ Guarantees:
   agent) stops them all before it exits, so none runs on, unbilled, beside the node's next agent's.
 * Commands the answer lists (`suanli exec`) run beside their rental's workload (`execs.py`); while one runs,
   the pause between steps checks it every 0.2 s, so its end is told without waiting for the next beat.
+
+`AgentRunner` here holds the loop and each step (poll, ship logs, reports, heartbeat, reconcile); its parts
+live beside it, each a mixin over it: `server_link.py` (the work dir's lock, the node key, registering, the
+servers), `workload_control.py` (starting, stopping and restarting workloads, their notice files) and
+`host_gpus.py` (MIG instances made, MIG layouts and telemetry for the heartbeat).
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from tenacity import Retrying, retry_if_exception_type, stop_when_event_set, wait_exponential
-
-from suanli.agent.assignment import Assignment
 from suanli.agent.cleanup import sweep_rentals
 from suanli.agent.execs import POLL_S as EXEC_POLL_S
 from suanli.agent.execs import ExecRunner
-from suanli.agent.executors import (
-    Executor,
-    ExecutorError,
-    ProcessExecutor,
-    Workload,
-    WorkloadSpec,
-    read_notice_deadline,
-    write_nodes,
-    write_notice,
-)
+from suanli.agent.executors import Executor, ProcessExecutor, Workload, WorkloadSpec, read_notice_deadline
+from suanli.agent.host_gpus import HostGpus
 from suanli.agent.local import Local
-from suanli.agent.log_shipping import read_log_base, ship_log
-from suanli.agent.orphans import (
-    EXIT_UNKNOWN,
-    Orphan,
-    adopt,
-    drop_orphan,
-    ended_away,
-    find_orphans,
-    forget,
-    moved_orphans,
-)
+from suanli.agent.log_shipping import ship_log
+from suanli.agent.orphans import EXIT_UNKNOWN, Orphan, drop_orphan, find_orphans
 from suanli.agent.probe import GpuProbe, HostInventory
-from suanli.agent.restart import Outcome, RestartPolicy, RestartTracker
+from suanli.agent.restart import Outcome
+from suanli.agent.server_link import MAX_BACKOFF_S, AgentError, ServerLink
+from suanli.agent.workload_control import WorkloadControl, stop_together
 from suanli.agent.workloads import workload_spec
 from suanli.client import BAD_RESPONSE, ApiError, Client, ServerUnreachable
 from suanli.domain.errors import SuanliError
-from suanli.domain.plan import Slice
-from suanli.wire.agent_schemas import (
-    AssignmentResponse,
-    GpuTelemetryReport,
-    HeartbeatRequest,
-    MigInstanceReport,
-    MigLayoutReport,
-    WorkloadReportBody,
-)
+from suanli.wire.agent_schemas import AssignmentResponse, HeartbeatRequest, WorkloadReportBody
 
 log = logging.getLogger(__name__)
-STATE_FILE = "agent.json"
-LOCK_FILE = "agent.lock"  # held by the agent that runs on this work dir
-MAX_BACKOFF_S = 5.0
-MIG_PROBE_S = 30.0  # how often the heartbeat probes the host's MIG instances again (made by hand meanwhile)
 MIN_WAKE_S = 0.05  # the shortest pause between wakes (a deadline already passed does not spin the loop)
 # how often a pause looks for a workload that has exited: its end is told then, not at the next heartbeat, so
 # its billing stops and its GPUs go to the next rental (a preemptor waiting on it) within this of its exit
 EXIT_POLL_S = 0.5
 
 
-class AgentError(SuanliError):
-    """The agent cannot go on: no saved key and no usable join token."""
-
-
-class AgentRunner:
+class AgentRunner(ServerLink, HostGpus, WorkloadControl):
     def __init__(
         self,
         server_url: str | Sequence[str],
@@ -240,23 +207,6 @@ class AgentRunner:
         """Now on the server's clock (as its last answer put it): its notice deadlines are counted on it."""
         return datetime.now(UTC) + self.server_offset
 
-    @property
-    def server_url(self) -> str:
-        """The server this agent talks to now."""
-        return self.server_urls[self.server_index]
-
-    def _next_server(self) -> bool:
-        """Move to the next server (with the same node key), once around the list: False when the list has
-        come round to the first again (the caller backs off) or there is no other."""
-        if len(self.server_urls) < 2:
-            return False
-        self.server_index = (self.server_index + 1) % len(self.server_urls)
-        if self._client is not None and self._node_key is not None:
-            self._client.close()
-            self._client = self._client_factory(self.server_url, self._node_key)
-        log.warning("moving to server %s", self.server_url)
-        return self.server_index != 0
-
     def _step_grace_s(self) -> float:
         """The SIGTERM-to-SIGKILL grace of stops made inside a step (a shrink, a resize, a release): at most
         one heartbeat interval (1 s at least), since no heartbeat goes out while the step waits; a longer
@@ -314,7 +264,7 @@ class AgentRunner:
     def shutdown(self) -> None:
         if self.stop_workloads_on_exit:
             running = [w for w in self.local.values() if w.workload is not None and w.state == "running"]
-            _stop_together([local.workload for local in running], self.grace_s)
+            stop_together([local.workload for local in running], self.grace_s)
             for local in running:
                 local.state = "stopped"
             with contextlib.suppress(SuanliError, ApiError, ServerUnreachable, OSError):
@@ -397,7 +347,7 @@ class AgentRunner:
             if local.log_behind:
                 continue  # the rest of its log goes out first, MAX_CHUNKS_PER_STEP a step
             del self.local[rental_id]
-        _stop_together(ending, self._step_grace_s())
+        stop_together(ending, self._step_grace_s())
         for rental_id in [r for r in self.orphans if r not in wanted or wanted[r].action == "stop"]:
             drop_orphan(rental_id, self.orphans.pop(rental_id), self.executor)
         pool = getattr(self.executor, "uids", None)  # each rental's own uid (process executor)
@@ -443,403 +393,6 @@ class AgentRunner:
 
     # --- helpers --------------------------------------------------------------------------------------
 
-    def _replaced(self, local: Local) -> None:
-        """The rental was re-queued and placed on this node again: a workload of the earlier placement still
-        running here (its end not seen yet) is killed before the new placement's starts."""
-        if local.workload is not None and local.state == "running":
-            log.info("%s: placed here again; ending its earlier run", local.rental_id)
-            local.workload.kill()
-        self.executor.paths(local.rental_id).notice_file.unlink(missing_ok=True)
-
-    def _trim_notice(self, local: Local, deadline: datetime, keeps_gpus: int, released: bool) -> None:
-        """A trim's notice: the notice file says how many GPUs the rental runs on with after `deadline`, and
-        whether this node is the one it gives up; no signal and no kill (the workload restarts on its new
-        GPUs when the server changes its slices; a node given up is no longer assigned)."""
-        if local.trim_noticed == deadline:
-            return
-        log.info("%s: trimmed at %s to %d GPUs", local.rental_id, deadline.isoformat(), keeps_gpus)
-        path = self.executor.paths(local.rental_id).notice_file
-        write_notice(path, local.rental_id, deadline, keeps_gpus, released=released)
-        local.trim_noticed = deadline
-
-    def _move_deadline(self, local: Local, deadline: datetime, cause: str | None) -> None:
-        """The notice stands with another deadline (a notice given anew for another cause): the notice file
-        says the new one, and the workload is killed then, not signalled again."""
-        log.info("%s: notice deadline moved to %s", local.rental_id, deadline.isoformat())
-        local.noticed_until = deadline
-        if local.workload is not None and local.state == "running":
-            write_notice(
-                self.executor.paths(local.rental_id).notice_file, local.rental_id, deadline, cause=cause
-            )
-
-    def _withdraw_notice(self, local: Local) -> None:
-        """The server withdrew the notice (its preemptor left): the workload is not killed at the deadline,
-        its notice file goes, and, still running, it is no longer being stopped (its exits follow its
-        restart policy again)."""
-        log.info("%s: preemption notice withdrawn", local.rental_id)
-        local.noticed_until = None
-        if local.state == "running":
-            local.stop_requested = False
-        self.executor.paths(local.rental_id).notice_file.unlink(missing_ok=True)
-
-    def _start(self, response: AssignmentResponse) -> Local:
-        assignment = _assignment(response)
-        # the restarts an earlier agent process made count: max_restarts holds across an agent's restart
-        tracker = RestartTracker(assignment.restart, response.restarts)
-        local = Local(response.rental_id, None, tracker, assignment, None)
-        local.attempt, local.restarted_here = assignment.attempt, response.restarts
-        local.placement = response.placement
-        self.local[response.rental_id] = local
-        if response.action == "stop":
-            return local
-        orphan = self.orphans.pop(response.rental_id, None)
-        if orphan is not None and not orphan.alive:
-            log.info("%s: its workload ended while the agent was away; reporting its end", response.rental_id)
-            local.state, local.exit_code, local.message = ended_away(orphan.ended)
-            local.log_file = self.executor.paths(response.rental_id).log_file
-            local.log_base = read_log_base(self.executor.paths(response.rental_id))
-            local.stale_record = orphan.record
-            return local
-        if orphan is not None:  # on its assigned devices: one moved was stopped already (_stop_and_restart)
-            log.info(
-                "%s: adopting the workload an earlier agent started (group %d)",
-                response.rental_id,
-                orphan.pgid,
-            )
-            local.workload = adopt(response.rental_id, orphan, self.executor)
-            local.log_file = self.executor.paths(response.rental_id).log_file
-            local.log_base = read_log_base(self.executor.paths(response.rental_id))
-            local.log_offset = 0  # the server tells the stored size at the first upload
-            self._write_nodes(assignment)  # its nodes may have changed meanwhile too
-            return local
-        if not assignment.runs_workload:  # a reservation: the GPUs are held, nothing runs
-            local.message = "no command or image: the GPUs are held until the rental is stopped"
-            return local
-        self._launch(assignment, local)
-        return local
-
-    def _stop_and_restart(self, assignments: list[AssignmentResponse]) -> None:
-        """Stop at once, within one grace, every workload the answer stops and every one that must restart
-        on other GPUs (resized here, or while no agent ran) or because its rental restarted on all its nodes
-        (a rank failed somewhere), then start the latter again."""
-        again = [
-            local
-            for response in assignments
-            if response.action == "run" and response.notice_deadline is None
-            for local in [self.local.get(response.rental_id)]
-            if local is not None
-            and not local.unassigned
-            and response.placement <= local.placement  # placed here again: started anew (reconcile)
-            and response.attempt > local.attempt
-        ]
-        for local in again:
-            local.assignment = _assignment(self._response(assignments, local.rental_id))
-            local.attempt = local.assignment.attempt
-            log.info("%s: restarting on all its nodes (restart %d)", local.rental_id, local.attempt)
-        orphaned = [
-            _assignment(response)
-            for response in assignments
-            if response.action != "stop" and response.rental_id in self.orphans
-        ]
-        moved = moved_orphans(self.orphans, orphaned, self.inventory, self.executor)
-        resized = [
-            local
-            for response in assignments
-            if response.action == "run" and response.notice_deadline is None
-            for local in [self.local.get(response.rental_id)]
-            if local is not None
-            and not local.unassigned
-            and response.placement <= local.placement
-            and self._follow_resize(local, _assignment(response))
-        ]
-        halted = [
-            local
-            for response in assignments
-            if response.action == "stop"
-            for local in [self.local.get(response.rental_id)]
-            if local is not None and local.workload is not None and local.state == "running"
-        ]
-        running_again = [local for local in again if local.workload is not None and local.state == "running"]
-        for local in resized + halted + running_again:
-            local.stop_requested = True
-        workloads = [adopt(r, self.orphans.pop(r), self.executor) for r in moved]
-        stopping = resized + halted + running_again
-        _stop_together([*workloads, *(local.workload for local in stopping)], self._step_grace_s())
-        for local in [*resized, *again]:
-            local.stop_requested = False
-            local.exit_code, local.message = None, ""
-            self._restart(local)
-        if halted:
-            self.poll()
-
-    def _restart(self, local: Local) -> None:
-        """Start a rental's workload again, on its new GPUs if resized (a reservation just holds them)."""
-        if local.assignment is not None and local.assignment.runs_workload:
-            self._launch(local.assignment, local)
-        else:
-            local.workload, local.state = None, "running"
-
-    @staticmethod
-    def _response(assignments: list[AssignmentResponse], rental_id: str) -> AssignmentResponse:
-        return next(response for response in assignments if response.rental_id == rental_id)
-
-    def _remove_reported_records(self, reported: set[str]) -> None:
-        """Remove the records of runs that ended while no agent ran once the server has their end, so a later
-        agent process does not report them again."""
-        for local in self.local.values():
-            if local.stale_record is not None and local.rental_id in reported:
-                forget(local.stale_record)
-                local.stale_record = None
-
-    def _follow_resize(self, local: Local, assignment: Assignment) -> bool:
-        """A rental resized since it started here: new nodes are written to its nodes file; True when it has
-        new GPUs on this host, so a running workload must restart with them (a process cannot gain or lose
-        GPUs); one that ended stays ended."""
-        before = local.assignment
-        if before is None or assignment == before:
-            return False
-        local.assignment = assignment
-        if local.workload is None or local.state != "running":
-            return False
-        if (assignment.peers, assignment.node_rank) != (before.peers, before.node_rank):
-            self._write_nodes(assignment)
-        if assignment.slices == before.slices:
-            return False
-        was = ", ".join(str(s.gpu_index) for s in before.slices)
-        now = ", ".join(str(s.gpu_index) for s in assignment.slices)
-        log.info("%s: GPUs changed from [%s] to [%s]; restarting the workload", local.rental_id, was, now)
-        return True
-
-    def _write_nodes(self, assignment: Assignment) -> None:
-        if assignment.peers:
-            path = self.executor.paths(assignment.rental_id).nodes_file
-            write_nodes(path, assignment)
-
-    def _launch(self, assignment: Assignment, local: Local) -> None:
-        paths = self.executor.paths(assignment.rental_id)
-        if paths.log_file.exists() and paths.log_file.stat().st_size > 0:
-            local.log_base = read_log_base(paths)  # the file goes on from where its earlier run left it
-        else:  # a new file: placed here before, the server may hold an earlier placement's output
-            paths.log_base_file.unlink(missing_ok=True)
-            local.log_base = None if local.placement > 1 else 0
-        try:
-            self._make_mig_devices(assignment)
-            spec = workload_spec(assignment, self.inventory, self.executor)
-            self._write_nodes(assignment)
-            local.workload = self.executor.launch(spec)
-            local.launched_at = time.monotonic()
-            local.log_file = self.executor.paths(assignment.rental_id).log_file
-            local.state = "running"
-        except SuanliError as error:
-            log.warning("%s: cannot start: %s", assignment.rental_id, error)
-            local.workload, local.state, local.message = None, "failed", str(error)
-            local.exit_code = error.exit_code if isinstance(error, ExecutorError) else None
-
-    def _make_mig_devices(self, assignment: Assignment) -> None:
-        """Make the MIG instances the placement chose that this host does not have yet (the scheduler may
-        place a slice where an instance must first be created: a repartition), then probe again."""
-        made = False
-        for piece in assignment.slices:
-            if piece.mig_profile is None or piece.mig_start is None:
-                continue
-            gpu = self.inventory.gpu(piece.gpu_index)
-            if any(
-                m.profile == piece.mig_profile and m.start_slot == piece.mig_start for m in gpu.mig_devices
-            ):
-                continue
-            held = {
-                (s.mig_start, s.mig_profile)
-                for other in self.local.values()
-                if other.state == "running" and other.assignment is not None
-                for s in other.assignment.slices
-                if s.gpu_index == piece.gpu_index and s.mig_profile is not None and s.mig_start is not None
-            }
-            held |= {(m.start_slot, m.profile) for m in gpu.mig_devices if m.processes}  # someone's, running
-            log.info(
-                "%s: making MIG %s at slot %d on GPU %d",
-                assignment.rental_id,
-                piece.mig_profile,
-                piece.mig_start,
-                piece.gpu_index,
-            )
-            self.probe.make_mig_device(piece.gpu_index, (piece.mig_start, piece.mig_profile), held)
-            made = True
-        if made:
-            self.inventory = self.probe.inventory()
-
-    def _mig_layouts(self) -> list[MigLayoutReport] | None:
-        """The MIG instances of every GPU in MIG mode, probed again at most every `MIG_PROBE_S` (instances
-        made by hand show up), for the scheduler to place slices on; busy: processes that none of this
-        host's rentals was given run on it (not suanli's: never placed on, never destroyed). None on a host
-        without MIG."""
-        now = time.monotonic()
-        if now - self.mig_probed_at >= MIG_PROBE_S:
-            try:
-                self.inventory = self.probe.inventory()
-            except SuanliError as error:
-                log.warning("MIG probe failed: %s", error)
-            self.mig_probed_at = now
-        ours = {
-            (piece.gpu_index, piece.mig_start, piece.mig_profile)
-            for local in self.local.values()
-            if local.assignment is not None
-            for piece in local.assignment.slices
-        }
-        layouts = [
-            MigLayoutReport(
-                index=gpu.index,
-                instances=[
-                    MigInstanceReport(
-                        profile=m.profile,
-                        start_slot=m.start_slot,
-                        busy=m.processes > 0 and (gpu.index, m.start_slot, m.profile) not in ours,
-                    )
-                    for m in gpu.mig_devices
-                ],
-            )
-            for gpu in self.inventory.gpus
-            if gpu.mig_mode
-        ]
-        return layouts or None
-
-    def _telemetry(self) -> list[GpuTelemetryReport]:
-        try:
-            readings = self.probe.telemetry()
-        except SuanliError as error:
-            log.warning("telemetry failed: %s", error)
-            return []
-        return [
-            GpuTelemetryReport(
-                index=r.index,
-                utilization_pct=r.utilization_pct,
-                memory_used_mib=r.memory_used_mib,
-                power_w=r.power_w,
-            )
-            for r in readings
-        ]
-
-    def _hold_work_dir(self) -> None:
-        """One agent per work dir: a second adopted the first's workloads, shipped their output twice and
-        killed three tenants' rentals when it stopped (AgentError when another holds it)."""
-        self.work_dir.mkdir(parents=True, exist_ok=True)
-        descriptor = os.open(self.work_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(descriptor)
-            raise AgentError(
-                f"another agent runs on {self.work_dir} (it holds {LOCK_FILE}): one agent per work dir"
-            ) from None
-        self._lock = descriptor
-
-    def _connect(self, stopping: threading.Event) -> None:
-        saved = self._load_state()
-        if saved is not None:
-            if self.expected_node is not None and saved["node"] != self.expected_node:
-                raise AgentError(
-                    f"{self.work_dir} holds the node key of {saved['node']}, not of {self.expected_node}: "
-                    "give each node's agent a --work-dir of its own"
-                )
-            self.node = saved["node"]
-            if (
-                saved.get("server") not in self.server_urls
-            ):  # another server of the platform: the key is the node's
-                log.warning(
-                    "the node key was saved with %s; using it with %s", saved.get("server"), self.server_url
-                )
-                self._save_state(saved["node"], saved["node_key"])
-            self._node_key = saved["node_key"]
-            self._client = self._client_factory(self.server_url, saved["node_key"])
-            return
-        self._register(stopping, force=False)
-
-    def _register_or_give_up(self, stopping: threading.Event) -> None:
-        """Register again after the server refused the node key; when that is refused too (the node was
-        removed, re-owned or joined by another agent), stop every workload and command here before exiting:
-        the node is no longer this agent's, and a workload left running would run unbilled on GPUs let to
-        others, or beside its copy started by the node's new agent."""
-        try:
-            self._register(stopping, force=True)
-        except AgentError:
-            log.error("this agent no longer holds the node; stopping its workloads before exiting")
-            self._give_up_workloads()
-            raise
-
-    def _give_up_workloads(self) -> None:
-        """Stop the workloads, orphans and commands of this agent (the node key is gone: none is reported)."""
-        running = [w for w in self.local.values() if w.workload is not None and w.state == "running"]
-        _stop_together([local.workload for local in running], self.grace_s)
-        for local in running:
-            local.state = "stopped"
-        for rental_id in list(self.orphans):
-            drop_orphan(rental_id, self.orphans.pop(rental_id), self.executor)
-        self.execs.end_with_rentals(())
-
-    def _register(self, stopping: threading.Event, *, force: bool) -> None:
-        if not self.join_token:
-            raise AgentError("no saved node key for this server and no join token: pass --token")
-        token = self.join_token
-        inventory = self.inventory.to_dict()
-        if self.advertise_host:
-            inventory["hostname"] = self.advertise_host
-        try:
-            for attempt in Retrying(
-                retry=retry_if_exception_type(ServerUnreachable),
-                wait=wait_exponential(multiplier=0.2, max=MAX_BACKOFF_S),
-                stop=stop_when_event_set(stopping),
-                before_sleep=lambda _: self._next_server(),  # each try to the next server
-                reraise=True,
-            ):
-                with attempt:
-                    anonymous = self._client_factory(self.server_url, None)
-                    try:
-                        answer = anonymous.register_agent(token, inventory)
-                    finally:
-                        anonymous.close()
-        except ApiError as error:
-            raise AgentError(f"registration refused: {error.message}") from None
-        self.node = answer.node
-        if self.fixed_interval_s is None:
-            self.interval_s = answer.heartbeat_interval_s
-        self._save_state(answer.node, answer.node_key)
-        self._node_key = answer.node_key
-        self._client = self._client_factory(self.server_url, answer.node_key)
-        log.info("registered as node %s", answer.node)
-
-    def _require_client(self) -> Client:
-        if self._client is None:
-            raise AgentError("not registered")
-        return self._client
-
-    def _load_state(self) -> dict[str, str] | None:
-        path = self.work_dir / STATE_FILE
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            return None
-        if not data.get("node_key") or not data.get("node"):
-            return None
-        return data
-
-    def _save_state(self, node: str, node_key: str) -> None:
-        self.work_dir.mkdir(parents=True, exist_ok=True)
-        path = self.work_dir / STATE_FILE
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(descriptor, "w") as handle:
-            json.dump({"server": self.server_url, "node": node, "node_key": node_key}, handle)
-
-
-def _stop_together(workloads: Sequence[Workload | None], grace_s: float) -> None:
-    """Stop workloads side by side (SIGTERM to all, one grace, SIGKILL to what is left), so a step waits one
-    grace, not the sum of them: a heartbeat held that long gets the node marked down."""
-    present = [workload for workload in workloads if workload is not None]
-    if len(present) <= 1:
-        for workload in present:
-            workload.stop(grace_s)
-        return
-    with ThreadPoolExecutor(max_workers=len(present)) as pool:
-        list(pool.map(lambda workload: workload.stop(grace_s), present))
-
 
 TRANSIENT_STATUSES = frozenset({408, 429})
 # an answer this agent cannot read is no passing fault: retrying keeps the workloads running, but nothing the
@@ -873,26 +426,3 @@ def _transient(error: ApiError) -> bool:
 
 
 _REPORTED = {Outcome.SUCCEEDED: "succeeded", Outcome.FAILED: "failed", Outcome.STOPPED: "stopped"}
-
-
-def _assignment(response: AssignmentResponse) -> Assignment:
-    policy = (
-        RestartPolicy.on_failure(response.max_restarts)
-        if response.restart == "on-failure" and response.max_restarts > 0
-        else RestartPolicy.never()
-    )
-    return Assignment(
-        rental_id=response.rental_id,
-        slices=tuple(
-            Slice(s.gpu_index, s.milli, s.memory_mib, s.mig_profile, s.mig_start) for s in response.slices
-        ),
-        command=tuple(response.command),
-        env=dict(response.env),
-        image=response.image,
-        restart=policy,
-        peers=tuple(response.peers),
-        node_rank=response.node_rank,
-        attempt=response.attempt,
-        placement=max(response.placement, 1),
-        master_port=response.master_port,
-    )
