@@ -4,6 +4,7 @@ the rentals and the rows that reference them; on SQLite both run with foreign ke
 from __future__ import annotations
 
 import sqlite3
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -108,4 +109,21 @@ def test_a_migration_that_leaves_rows_referencing_nothing_is_rolled_back(tmp_pat
         migrate(engine)
     with engine.connect() as connection:
         assert connection.execute(text("SELECT version_num FROM alembic_version")).scalar() == previous
+    engine.dispose()
+
+
+def test_rentals_already_there_count_as_changed_when_updated_at_came(database_url: str) -> None:
+    """0054 added `rentals.updated_at` unfilled: a rental created before it and unchanged since was missing
+    from `updated_after=` any moment, though it had changed (been created) after that moment."""
+    engine = in_use(database_url)
+    downgrade(engine, "0053")
+    before_migration = datetime.now(UTC) - timedelta(seconds=1)
+    migrate(engine)
+    after_migration = datetime.now(UTC) + timedelta(seconds=1)
+    with unit_of_work_factory(engine)() as u:
+        changed = {r.id for r in u.rentals.list(None, 100, updated_after=before_migration)}
+        tenants_changed = {r.id for r in u.rentals.list("ten_a", 100, updated_after=before_migration)}
+        later = u.rentals.list(None, 100, updated_after=after_migration)
+    assert changed == tenants_changed == {"rnt_h100", "rnt_l40s"}
+    assert later == []
     engine.dispose()

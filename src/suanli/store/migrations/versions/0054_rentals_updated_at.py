@@ -1,7 +1,8 @@
 """rentals.updated_at: when a change the API shows was last written, indexed with the tenant and alone, so
 `GET /v1/rentals?updated_after=` (the console's refresh) reads only the rentals changed since, as an index
-range. Rows are not filled: one unchanged since this migration has not changed since any moment a client
-can ask about (the filter is new with it), and the next change stamps it.
+range. Rows already there are stamped with the migration's time: their last change is unknown, and a stamp
+no earlier than it keeps every one in the answer to a moment before the migration (a client may ask about any
+moment), while one after it finds them only once they change again.
 
 Revision ID: 0054
 Revises: 0053
@@ -9,6 +10,8 @@ Create Date: 2026-12-07
 """
 
 from __future__ import annotations
+
+from datetime import UTC, datetime
 
 import sqlalchemy as sa
 from alembic import op
@@ -21,6 +24,8 @@ depends_on = None
 
 def upgrade() -> None:
     op.add_column("rentals", sa.Column("updated_at", sa.DateTime(timezone=True), nullable=True))
+    rentals = sa.table("rentals", sa.column("updated_at", sa.DateTime(timezone=True)))
+    op.execute(rentals.update().values(updated_at=datetime.now(UTC)))
     op.create_index("ix_rentals_tenant_updated", "rentals", ["tenant_id", "updated_at"])
     op.create_index("ix_rentals_updated", "rentals", ["updated_at"])
 
