@@ -5,6 +5,7 @@ as SUANLI_TIMEOUT_S says."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import socket
 import time
@@ -15,7 +16,7 @@ from typer.testing import CliRunner
 
 from loopback_gateway import Gateway
 from suanli.cli.main import app
-from suanli.client import ApiError, Client, ClientError, ServerUnreachable
+from suanli.client import ApiError, AsyncClient, Client, ClientError, ServerUnreachable
 
 
 @pytest.fixture
@@ -86,6 +87,24 @@ def test_following_output_asks_a_gateway_answering_503_again_for_its_reconnect_t
     with Client(away_gateway.url, "sk_x") as sdk, pytest.raises(ServerUnreachable, match="HTTP 503"):
         list(sdk.output("rnt_x", poll_s=0.1, reconnect_s=2.5))
     assert 2.5 <= time.monotonic() - started < 5
+
+
+def test_the_async_client_rides_out_a_gateway_answering_503_by_the_same_rule(away_gateway: Gateway) -> None:
+    """`AsyncClient.wait` and its `output` ask again until the deadline, as the sync client's do."""
+
+    async def wait_then_follow() -> tuple[ServerUnreachable, ServerUnreachable]:
+        async with AsyncClient(away_gateway.url, "sk_x") as sdk:
+            with pytest.raises(ServerUnreachable) as waited:
+                await sdk.wait("rnt_x", timeout_s=2, poll_s=0.1)
+            with pytest.raises(ServerUnreachable) as followed:
+                async for _ in sdk.output("rnt_x", poll_s=0.1, reconnect_s=2):
+                    pass
+        return waited.value, followed.value
+
+    started = time.monotonic()
+    waited, followed = asyncio.run(wait_then_follow())
+    assert 4 <= time.monotonic() - started < 8
+    assert waited.last_status == followed.last_status == 503, (waited, followed)
 
 
 def test_wait_waits_out_a_gateways_retry_after_before_asking_again(away_gateway: Gateway) -> None:

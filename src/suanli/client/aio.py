@@ -5,7 +5,8 @@ errors."""
 
 from __future__ import annotations
 
-from suanli.client.async_rentals import RENTALS_PAGE_LIMIT, AsyncRentalCalls
+from suanli.client.async_rentals import AsyncRentalCalls
+from suanli.client.rental_rules import RENTALS_PAGE_LIMIT
 
 __all__ = ["RENTALS_PAGE_LIMIT", "AsyncClient"]
 

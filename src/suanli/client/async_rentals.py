@@ -13,6 +13,7 @@ from datetime import datetime
 from suanli.client.async_transport import AsyncTransport
 from suanli.client.errors import ServerUnreachable
 from suanli.client.rental_rules import (
+    RENTALS_PAGE_LIMIT,
     Next,
     after_output_page,
     rental_filters,
@@ -23,8 +24,6 @@ from suanli.client.retries import RECONNECT_S, ride_out_restarts
 from suanli.client.transport import idempotent, next_after, segment
 from suanli.wire.agent_schemas import LogResponse
 from suanli.wire.schemas import ENDED_STATES, RentalCreateRequest, RentalResponse
-
-RENTALS_PAGE_LIMIT = 1000  # rentals per `GET /v1/rentals` page: the most the server sends in one
 
 
 class AsyncRentalCalls(AsyncTransport):

@@ -30,7 +30,7 @@ from suanli.client.errors import (
 )
 from suanli.client.execs import ExecCalls
 from suanli.client.fleet import FleetCalls
-from suanli.client.rental_rules import rental_filters, rentals_page_query
+from suanli.client.rental_rules import RENTALS_PAGE_LIMIT, rental_filters, rentals_page_query
 from suanli.client.rentals import RentalCalls
 from suanli.client.retries import (
     GATEWAY_RETRY_STATUSES,
@@ -78,7 +78,6 @@ __all__ = [
 
 LEDGER_PAGE_LIMIT = 1000  # transactions per `GET /v1/ledger` page: the most the server sends in one
 PAYOUT_PAGE_LIMIT = 1000  # lines per `GET /v1/payouts` page: the most the server sends in one
-RENTALS_PAGE_LIMIT = 1000  # rentals per `GET /v1/rentals` page: the most the server sends in one
 
 
 class Client(AccountCalls, FleetCalls, RentalCalls, ExecCalls, AgentCalls, ContractCalls, BillingCalls):

@@ -14,6 +14,7 @@ from suanli.wire.agent_schemas import LogResponse
 from suanli.wire.schemas import ENDED_STATES, RentalResponse
 
 Query = list[tuple[str, str]]
+RENTALS_PAGE_LIMIT = 1000  # rentals per `GET /v1/rentals` page: the most the server sends in one
 
 
 def rental_filters(states: Iterable[str], name: str | None, updated_after: datetime | None = None) -> Query:

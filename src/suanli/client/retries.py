@@ -4,9 +4,10 @@ how a deadline bounds each send and retry: the rules, as tenacity policies."""
 from __future__ import annotations
 
 import functools
+import inspect
 import time
 from collections.abc import Callable
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import httpx
 from tenacity import (
@@ -102,7 +103,7 @@ def ride_out_restarts(
     )
 
     def ride_out(call: Callable[P, T]) -> Callable[P, T]:
-        asking = retried(call)
+        asking = retried(call)  # tenacity retries a coroutine function with AsyncRetrying
 
         @functools.wraps(call)
         def riding_out(*args: P.args, **kwargs: P.kwargs) -> T:
@@ -112,7 +113,15 @@ def ride_out_restarts(
             except GatewayError as error:
                 raise _as_unreachable(error, time.monotonic() - started) from None
 
-        return riding_out
+        @functools.wraps(call)
+        async def riding_out_awaited(*args: P.args, **kwargs: P.kwargs) -> Any:
+            started = time.monotonic()
+            try:
+                return await asking(*args, **kwargs)
+            except GatewayError as error:
+                raise _as_unreachable(error, time.monotonic() - started) from None
+
+        return riding_out_awaited if inspect.iscoroutinefunction(call) else riding_out
 
     return ride_out
 
