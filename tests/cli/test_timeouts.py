@@ -107,6 +107,26 @@ def test_the_async_client_rides_out_a_gateway_answering_503_by_the_same_rule(awa
     assert waited.last_status == followed.last_status == 503, (waited, followed)
 
 
+def test_waiting_for_a_command_asks_a_gateway_answering_503_again_until_its_deadline(
+    away_gateway: Gateway,
+) -> None:
+    """`wait_exec` raised a gateway's 503 (an ApiError) once one poll's retries were spent, and never rode out
+    a restart at all; now it waits as `wait` does, then names the last status."""
+    told: list[ServerUnreachable] = []
+    started = time.monotonic()
+    with Client(away_gateway.url, "sk_x") as sdk, pytest.raises(ServerUnreachable) as raised:
+        sdk.wait_exec("rnt_x", "exe_x", within_s=3, poll_s=0.1, on_unreachable=told.append)
+    assert 2.5 <= time.monotonic() - started < 5
+    assert raised.value.last_status == 503 and len(told) == 1, (raised.value, told)
+
+
+def test_waiting_for_a_command_asks_a_refusing_server_again_until_its_deadline(refusing_server: str) -> None:
+    started = time.monotonic()
+    with Client(refusing_server, "sk_x") as sdk, pytest.raises(ServerUnreachable):
+        sdk.wait_exec("rnt_x", "exe_x", within_s=2, poll_s=0.1)
+    assert 1.8 <= time.monotonic() - started < 4
+
+
 def test_wait_waits_out_a_gateways_retry_after_before_asking_again(away_gateway: Gateway) -> None:
     """Between one poll's retries (0.2 s doubling) it waits the gateway's Retry-After, not its `poll_s`."""
     away_gateway.retry_after = "2"

@@ -7,7 +7,8 @@ from collections.abc import Callable, Sequence
 
 from websockets.sync.client import ClientConnection
 
-from suanli.client.errors import ExecWaitTimeout, checks_arguments
+from suanli.client.errors import ExecWaitTimeout, ServerUnreachable, checks_arguments
+from suanli.client.retries import RECONNECT_S, ride_out_restarts
 from suanli.client.transport import Transport, segment
 from suanli.wire.schemas import ExecCreateRequest, ExecResponse, ForwardCreateRequest
 
@@ -62,7 +63,12 @@ class ExecCalls(Transport):
         return self._websocket(f"/v1/agents/execs/{segment(exec_id)}/attach")
 
     def exec_status(self, rental_id: str, exec_id: str) -> ExecResponse:
-        return self._call("GET", f"/v1/rentals/{segment(rental_id)}/execs/{segment(exec_id)}", ExecResponse)
+        return self._exec_status(rental_id, exec_id)
+
+    def _exec_status(self, rental_id: str, exec_id: str, deadline: float | None = None) -> ExecResponse:
+        """The command, its request and retries bounded by `deadline` (`time.monotonic()`) when given."""
+        path = f"/v1/rentals/{segment(rental_id)}/execs/{segment(exec_id)}"
+        return self._call("GET", path, ExecResponse, deadline=deadline)
 
     def execs(self, rental_id: str) -> list[ExecResponse]:
         """The rental's commands, newest first."""
@@ -76,15 +82,20 @@ class ExecCalls(Transport):
         poll_s: float = 0.5,
         on_output: Callable[[str, int], None] | None = None,
         within_s: float | None = None,
+        reconnect_s: float = RECONNECT_S,
+        on_unreachable: Callable[[ServerUnreachable], None] | None = None,
     ) -> ExecResponse:
         """The command once it has ended (exited, failed or lost): the server decides `lost` by its timeout,
         so this needs no deadline of its own; `within_s` gives one (`ExecWaitTimeout` past it).
         `on_output(text, skipped)`: what it printed since the last call, as it runs, after `skipped`
-        characters the server no longer kept (0: none)."""
+        characters the server no longer kept (0: none). A server that does not answer, or a gateway's
+        502/503/504 for it, is waited for as `wait` does (up to `reconnect_s`, never past `within_s`)."""
         deadline = None if within_s is None else time.monotonic() + within_s
         shown = 0
         while True:
-            found = self.exec_status(rental_id, exec_id)
+            left_s = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            ride_out = ride_out_restarts(reconnect_s, poll_s, left_s, on_unreachable)
+            found = ride_out(self._exec_status)(rental_id, exec_id, deadline)
             if on_output is not None and found.output_chars > shown:
                 start = found.output_chars - len(found.output)
                 on_output(found.output[max(shown - start, 0) :], max(start - shown, 0))
