@@ -20,6 +20,8 @@ from suanli.client import (
     AsyncClient,
     Client,
     ClientError,
+    ExecWaitTimeout,
+    InvalidArgument,
     RentalEnded,
     RentalWaitTimeout,
     ServerUnreachable,
@@ -198,3 +200,62 @@ def test_the_readmes_asyncio_example_names_what_the_async_client_has() -> None:
     assert called == {"create_rental", "output", "wait"}
     assert all(inspect.iscoroutinefunction(getattr(AsyncClient, name)) for name in ("create_rental", "wait"))
     assert inspect.isasyncgenfunction(AsyncClient.output)
+
+
+def test_an_async_command_is_queued_streamed_and_waited_for_as_the_sync_client_does(
+    client: TestClient, tenant
+) -> None:
+    """`AsyncClient.exec` and `wait_exec`: the same pieces of output handed on as they come (a gap's size
+    with the piece after it), the same end, `ExecWaitTimeout` past `within_s`, and a refused argument an
+    `InvalidArgument` naming it before anything is sent."""
+    _, owner = tenant("exec-async")
+    rental_id, node_headers = running_share(client, owner)
+    pieces: list[tuple[str, int]] = []
+    reports: list[dict] = []
+
+    def send(exec_id: str, state: str, output: str, start: int, **more) -> None:
+        body = {"state": state, "output": output, "output_from_chars": start, **more}
+        answer = client.post(f"/v1/agents/execs/{exec_id}", json=body, headers=node_headers)
+        assert answer.status_code == 200, answer.text
+
+    def on_output(text: str, skipped: int) -> None:
+        pieces.append((text, skipped))
+        if reports:
+            send(**reports.pop(0))
+
+    async def run() -> tuple:
+        async with AsyncClient(URL, _key(owner), transport=AsyncAppTransport(client)) as cloud:
+            with pytest.raises(InvalidArgument, match="command"):
+                await cloud.exec(rental_id, [])
+            queued = await cloud.exec(rental_id, ["train"], timeout_s=30)
+            reports.extend(
+                [
+                    {"exec_id": queued.id, "state": "running", "output": "epoch 9\n", "start": 40},
+                    {
+                        "exec_id": queued.id,
+                        "state": "exited",
+                        "output": "done\n",
+                        "start": 48,
+                        "exit_code": 0,
+                    },
+                ]
+            )
+            send(queued.id, "running", "epoch 1\n", 0)
+            ended = await cloud.wait_exec(rental_id, queued.id, poll_s=0.01, on_output=on_output)
+            idle = await cloud.exec(rental_id, ["sleep", "600"])
+            with pytest.raises(ExecWaitTimeout) as late:
+                await cloud.wait_exec(rental_id, idle.id, poll_s=0.05, within_s=0.3)
+            listed = await cloud.execs(rental_id)
+            return queued, ended, late.value, listed
+
+    queued, ended, late, listed = asyncio.run(run())
+    assert queued.state == "queued" and queued.command == ["train"]
+    assert pieces == [("epoch 1\n", 0), ("epoch 9\n", 32), ("done\n", 0)]
+    assert (ended.state, ended.exit_code, ended.output_chars, ended.output_truncated) == (
+        "exited",
+        0,
+        53,
+        True,
+    )
+    assert isinstance(late, TimeoutError) and late.exec.state == "queued"
+    assert [e.id for e in listed] == [late.exec.id, queued.id]

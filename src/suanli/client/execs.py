@@ -7,10 +7,26 @@ from collections.abc import Callable, Sequence
 
 from websockets.sync.client import ClientConnection
 
-from suanli.client.errors import ExecWaitTimeout, ServerUnreachable, checks_arguments
+from suanli.client.errors import ServerUnreachable, checks_arguments
+from suanli.client.rental_rules import exec_output_since, exec_wait_pause_s
 from suanli.client.retries import RECONNECT_S, ride_out_restarts
 from suanli.client.transport import Transport, segment
 from suanli.wire.schemas import ExecCreateRequest, ExecResponse, ForwardCreateRequest
+
+
+@checks_arguments
+def exec_request(
+    command: Sequence[str], node_rank: int, timeout_s: int, stdin: bool, tty: bool, separate_stderr: bool
+) -> ExecCreateRequest:
+    """The request of `exec` (either client's): a value its model refuses is an `InvalidArgument`."""
+    return ExecCreateRequest(
+        command=list(command),
+        node_rank=node_rank,
+        timeout_s=timeout_s,
+        stdin=stdin,
+        tty=tty,
+        separate_stderr=separate_stderr,
+    )
 
 
 class ExecCalls(Transport):
@@ -32,14 +48,7 @@ class ExecCalls(Transport):
         With `stdin` (and `tty`: on a terminal), attach to it with `attach_exec` to stream its input and
         output; `separate_stderr` (without `tty`) marks each output frame with its stream
         (`suanli.client.streams.output_stream`)."""
-        body = ExecCreateRequest(
-            command=list(command),
-            node_rank=node_rank,
-            timeout_s=timeout_s,
-            stdin=stdin,
-            tty=tty,
-            separate_stderr=separate_stderr,
-        )
+        body = exec_request(command, node_rank, timeout_s, stdin, tty, separate_stderr)
         return self._call("POST", f"/v1/rentals/{segment(rental_id)}/execs", ExecResponse, body=body)
 
     @checks_arguments
@@ -96,12 +105,13 @@ class ExecCalls(Transport):
             left_s = None if deadline is None else max(deadline - time.monotonic(), 0.0)
             ride_out = ride_out_restarts(reconnect_s, poll_s, left_s, on_unreachable)
             found = ride_out(self._exec_status)(rental_id, exec_id, deadline)
-            if on_output is not None and found.output_chars > shown:
-                start = found.output_chars - len(found.output)
-                on_output(found.output[max(shown - start, 0) :], max(start - shown, 0))
+            printed = exec_output_since(found, shown)
+            if on_output is not None and printed is not None:
+                on_output(*printed)
                 shown = found.output_chars
-            if found.state in ("exited", "failed", "lost"):
+            pause_s = exec_wait_pause_s(
+                found, poll_s, None if deadline is None else deadline - time.monotonic(), within_s
+            )
+            if pause_s is None:
                 return found
-            if deadline is not None and time.monotonic() > deadline:
-                raise ExecWaitTimeout(found, within_s)
-            time.sleep(poll_s)
+            time.sleep(pause_s)

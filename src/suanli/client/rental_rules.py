@@ -9,9 +9,9 @@ import enum
 from collections.abc import Collection, Iterable
 from datetime import datetime
 
-from suanli.client.errors import RentalEnded, RentalWaitTimeout
+from suanli.client.errors import ExecWaitTimeout, RentalEnded, RentalWaitTimeout
 from suanli.wire.agent_schemas import LogResponse
-from suanli.wire.schemas import ENDED_STATES, RentalResponse
+from suanli.wire.schemas import ENDED_STATES, ExecResponse, RentalResponse
 
 Query = list[tuple[str, str]]
 RENTALS_PAGE_LIMIT = 1000  # rentals per `GET /v1/rentals` page: the most the server sends in one
@@ -74,3 +74,28 @@ def wait_pause_s(
     if left_s <= 0:
         raise RentalWaitTimeout(rental, until, timeout_s if timeout_s is not None else 0.0)
     return min(poll_s, left_s)
+
+
+EXEC_ENDED_STATES = frozenset({"exited", "failed", "lost"})
+
+
+def exec_output_since(found: ExecResponse, shown: int) -> tuple[str, int] | None:
+    """What a command printed past the first `shown` characters, as the text the server still keeps and the
+    count of characters it no longer keeps before that text (0: none); None when nothing is new."""
+    if found.output_chars <= shown:
+        return None
+    start = found.output_chars - len(found.output)
+    return found.output[max(shown - start, 0) :], max(start - shown, 0)
+
+
+def exec_wait_pause_s(
+    found: ExecResponse, poll_s: float, left_s: float | None, within_s: float | None
+) -> float | None:
+    """What one look at a waited-for command means, `left_s` before the wait's deadline (None: no deadline):
+    None when it has ended (return it), `ExecWaitTimeout` past the deadline, else the pause before the next
+    look."""
+    if found.state in EXEC_ENDED_STATES:
+        return None
+    if left_s is not None and left_s < 0:
+        raise ExecWaitTimeout(found, within_s)
+    return poll_s
