@@ -58,7 +58,9 @@ def test_only_the_rentals_changed_since_a_moment_come(client: TestClient, tenant
 
 def test_a_charge_the_meter_posts_is_a_change(database_url: str) -> None:
     """What a rental was charged is shown with it, but a charge is a ledger row, not a change of the rental's
-    row: the meter now stamps the rentals it charged, so a refresh reads their new amount."""
+    row: the meter now stamps the rentals it charged, so a refresh reads their new amount. A live rental's
+    first charge stamps it, later ones at most every `CHARGE_RESTAMP_S` (each stamp rewrites the row and its
+    indexes, for every live rental on every meter pass), and its final one always (billing closed)."""
     start = datetime(2026, 11, 10, 12, tzinfo=UTC)
     with replayed(database_url, start) as (client, clock):
         tenant_id, headers = make_tenant(client, "charged-changes")
@@ -72,6 +74,23 @@ def test_a_charge_the_meter_posts_is_a_change(database_url: str) -> None:
         meter_pass_at(client, clock, start + timedelta(minutes=15))
         changed = client.get("/v1/rentals", params=moment, headers=headers)
         assert ids(changed) == [rental["id"]] and changed.json()[0]["charged_micros"] > 0
+        first_charge = changed.json()[0]["charged_micros"]
+
+        moment = {"updated_after": datetime.now(UTC).isoformat()}
+        meter_pass_at(client, clock, start + timedelta(minutes=30))  # within CHARGE_RESTAMP_S of the stamp
+        assert ids(client.get("/v1/rentals", params=moment, headers=headers)) == []
+        shown = client.get(f"/v1/rentals/{rental['id']}", headers=headers).json()
+        assert shown["charged_micros"] > first_charge  # charged, only not stamped again yet
+
+        assert client.post(f"/v1/rentals/{rental['id']}/stop", headers=headers).status_code == 200
+        seen = client.get("/v1/rentals", params=moment, headers=headers).json()  # the stop stamped it
+        assert [(r["id"], r["state"]) for r in seen] == [(rental["id"], "stopped")]
+        moment = {"updated_after": datetime.now(UTC).isoformat()}
+        meter_pass_at(client, clock, start + timedelta(minutes=45))  # a final charge closes its billing
+        final = client.get(f"/v1/rentals/{rental['id']}", headers=headers).json()["charged_micros"]
+        later = client.get("/v1/rentals", params=moment, headers=headers).json()
+        # a refresh after the stop showed its charge then; any change since comes with the next
+        assert final == seen[0]["charged_micros"] or [r["charged_micros"] for r in later] == [final]
 
 
 def test_a_bad_moment_is_refused_naming_updated_after(client: TestClient, tenant) -> None:

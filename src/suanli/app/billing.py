@@ -75,6 +75,9 @@ LEDGER_PAGE_LIMIT = 1000  # the most in one page: each page is one short read, h
 PAYOUT_PAGE = 100  # payout lines (provider, rental) in a page of `payouts` unless asked otherwise
 PAYOUT_PAGE_LIMIT = 1000  # the most in one page: a provider has a line for every rental it was ever paid for
 LEDGER_SEQ_MAX = 2**31 - 1  # the last `seq` its column holds (32 bits on PostgreSQL): `after` goes no higher
+# a live rental's later charges stamp it as changed (`GET /v1/rentals?updated_after=`) at most this often: its
+# first charge and its final one (closing it) always do; a stamp rewrites the rental's row and its indexes
+CHARGE_RESTAMP_S = 300.0
 VERIFY_REUSE_S = 60.0  # how old a whole-ledger verification a tenant's request may be answered with
 
 
@@ -482,7 +485,10 @@ class BillingService:
                     already = PostedCharges(already.micros + delta, already.count + 1)
                     added.append(tx)
             uow.ledger.append_many(added, now)
-            uow.rentals.touch(sorted({tx.ref for tx in added if tx.ref}))  # their charged amount changed
+            charged = sorted({tx.ref for tx in added if tx.ref})  # their charged amount changed
+            first = [ref for ref in charged if posted.get(ref, PostedCharges()).count == 0]
+            uow.rentals.touch(first)
+            uow.rentals.touch(sorted(set(charged) - set(first)), unless_within_s=CHARGE_RESTAMP_S)
             uow.rentals.close_billing(closed, now)
             uow.commit()
             return len(added), last

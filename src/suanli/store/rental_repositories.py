@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import and_, case, delete, func, literal, or_, select, update
@@ -249,16 +249,18 @@ class SqlRentals(RentalMoneyReads):
             .values(time_left_s=seconds, updated_at=RentalRow.updated_at)
         )
 
-    def touch(self, rental_ids: Sequence[str]) -> None:
+    def touch(self, rental_ids: Sequence[str], unless_within_s: float | None = None) -> None:
         """Stamp `updated_at` on rentals changed outside their row (an event, an allocation, a charge), so a
-        list asked for what changed since a moment gives them."""
-        if rental_ids:
-            self.s.execute(
-                update(RentalRow)
-                .where(one_of(self.s, RentalRow.id, rental_ids))
-                .values(updated_at=datetime.now(UTC))
-                .execution_options(synchronize_session=False)
-            )
+        list asked for what changed since a moment gives them; with `unless_within_s`, only those not
+        stamped within that many seconds (each stamp rewrites the row and its indexes)."""
+        if not rental_ids:
+            return
+        now = datetime.now(UTC)
+        query = update(RentalRow).where(one_of(self.s, RentalRow.id, rental_ids))
+        if unless_within_s is not None:
+            stale = now - timedelta(seconds=unless_within_s)
+            query = query.where(or_(RentalRow.updated_at.is_(None), RentalRow.updated_at < stale))
+        self.s.execute(query.values(updated_at=now).execution_options(synchronize_session=False))
 
     def set_expected_start(
         self, rental_id: str, at: datetime | None, reserved_nodes: Sequence[str] = ()

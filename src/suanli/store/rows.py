@@ -132,9 +132,9 @@ class RentalRow(Base):
     uncapped_limit_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     # its rendezvous port, chosen when placed so that no other live rental on its nodes holds it (0046)
     master_port: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    # when a change the API shows was last written, by the server's wall clock (0054; empty on rows unchanged
-    # since): set by `SqlRentals.add`, by every UPDATE of the row unless the statement keeps it, and by
-    # `SqlRentals.touch`
+    # when a change the API shows was last written, by the server's wall clock (0054, which stamped the rows
+    # already there with its time): set by `SqlRentals.add`, by every UPDATE of the row unless the statement
+    # keeps it, and by `SqlRentals.touch` (a live rental's later charges at most every `CHARGE_RESTAMP_S`)
     updated_at: Mapped[datetime | None] = mapped_column(
         UtcDateTime(), nullable=True, onupdate=lambda: datetime.now(UTC)
     )
