@@ -390,5 +390,6 @@ def test_a_victims_notice_is_withdrawn_when_an_operator_drains_its_node(patient_
     assert back["state"] == "placed" and back["notice_deadline"] is None, back
     (withdrawn,) = [e for e in back["events"] if e["reason"] == "notice_withdrawn"]
     assert "its node was drained" in withdrawn["message"], withdrawn
+    scheduler_cycles(client)  # the withdrawal commits before the cycle gives the preemptor its new reason
     waiting = client.get(f"/v1/rentals/{od}", headers=od_tenant).json()
     assert waiting["state"] == "pending" and waiting["pending_reason"] != "preempting", waiting
