@@ -21,7 +21,7 @@ from suanli.client.rental_rules import (
     wait_pause_s,
 )
 from suanli.client.retries import RECONNECT_S, ride_out_restarts
-from suanli.client.transport import idempotent, next_after, segment
+from suanli.client.transport import next_after, segment
 from suanli.wire.agent_schemas import LogResponse
 from suanli.wire.schemas import ENDED_STATES, RentalCreateRequest, RentalResponse
 
@@ -34,10 +34,7 @@ class AsyncRentalCalls(AsyncTransport):
     ) -> RentalResponse:
         """Create a rental under an idempotency key (a new one when none is given), so a retry after a lost
         answer returns the same rental rather than renting a second one."""
-        headers = idempotent(idempotency_key)
-        return await self._call(
-            "POST", "/v1/rentals", RentalResponse, body=request, headers=headers, retry=True
-        )
+        return await self._create("/v1/rentals", RentalResponse, request, idempotency_key)
 
     async def rental(self, rental_id: str) -> RentalResponse:
         return await self._rental(rental_id)

@@ -20,7 +20,7 @@ from suanli.client.exchange import (
     unreachable,
 )
 from suanli.client.retries import timeout_until
-from suanli.client.transport import DEFAULT_TIMEOUT_S
+from suanli.client.transport import DEFAULT_TIMEOUT_S, idempotent
 
 
 class AsyncTransport:
@@ -56,6 +56,13 @@ class AsyncTransport:
         its answer read as `response_type`."""
         response = await self._send(method, path, **request)
         return self._read(method, path, response, response_type)
+
+    async def _create(self, path: str, response_type: Any, request: BaseModel, key: str | None) -> Any:
+        """`Transport._create`, awaited: POST `request` under an Idempotency-Key (`key`, or a fresh one its
+        retries share), retried as a safe request."""
+        return await self._call(
+            "POST", path, response_type, body=request, headers=idempotent(key), retry=True
+        )
 
     async def _send(
         self,
