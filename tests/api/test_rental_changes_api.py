@@ -58,9 +58,9 @@ def test_only_the_rentals_changed_since_a_moment_come(client: TestClient, tenant
 
 def test_a_charge_the_meter_posts_is_a_change(database_url: str) -> None:
     """What a rental was charged is shown with it, but a charge is a ledger row, not a change of the rental's
-    row: the meter now stamps the rentals it charged, so a refresh reads their new amount. A live rental's
-    first charge stamps it, later ones at most every `CHARGE_RESTAMP_S` (each stamp rewrites the row and its
-    indexes, for every live rental on every meter pass), and its final one always (billing closed)."""
+    row: the meter stamps the rentals it charged (in `rental_charge_stamps`), so a refresh reads their new
+    amount. A live rental's first charge stamps it, later ones at most every `CHARGE_RESTAMP_S` (each stamp is
+    a write, for every live rental on every meter pass), and its final one always (billing closed)."""
     start = datetime(2026, 11, 10, 12, tzinfo=UTC)
     with replayed(database_url, start) as (client, clock):
         tenant_id, headers = make_tenant(client, "charged-changes")

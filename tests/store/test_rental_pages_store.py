@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import event
+from sqlalchemy import event, text
 
 from conftest import T0
 from suanli.app.records import Rental, RentalSpec, Tenant
@@ -124,4 +124,50 @@ def test_a_page_of_what_changed_reads_the_changed_from_their_index(tmp_path) -> 
             rows = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters)
             plan = " | ".join(str(row[-1]) for row in rows)
         assert f"USING INDEX {index} (" in plan, plan
+        stamps = "ix_rental_charge_stamps_tenant" if tenant else "ix_rental_charge_stamps_stamped"
+        assert f"USING INDEX {stamps} (" in plan, plan  # and the charges' stamps (0055)
         assert "SCAN" not in plan, plan
+
+
+def test_a_charge_stamp_finds_the_rental_without_rewriting_its_row(database_url: str) -> None:
+    """A charge stamps its rental in `rental_charge_stamps` (0055), not on the rental's row: the rental comes
+    in `updated_after` answers (a tenant's and an admin's) while its `updated_at` stays. A rental's first
+    stamp is always written, a later one only once the last is `unless_within_s` old."""
+    engine = make_engine(database_url)
+    migrate(engine)
+    factory = unit_of_work_factory(engine)
+    with factory() as u:
+        u.tenants.add(Tenant("ten_a", "ten_a", "tenant", T0))
+        for n in range(3):
+            u.rentals.add(Rental(f"rnt_{n}", "ten_a", "running", SPEC, T0))
+        u.commit()
+    with engine.connect() as conn:
+        row_stamps = dict(conn.execute(text("SELECT id, updated_at FROM rentals")).all())
+    moment = datetime.now(UTC)
+
+    def changed(since: datetime, tenant: str | None = "ten_a") -> list[str]:
+        with factory() as u:
+            return sorted(r.id for r in u.rentals.list(tenant, 50, updated_after=since))
+
+    assert changed(moment) == []
+    with factory() as u:
+        u.rentals.stamp_charged([("rnt_0", "ten_a"), ("rnt_1", "ten_a")], unless_within_s=300)
+        u.commit()
+    assert changed(moment) == changed(moment, tenant=None) == ["rnt_0", "rnt_1"]
+    assert changed(moment, tenant="ten_b") == []
+    with engine.connect() as conn:
+        assert dict(conn.execute(text("SELECT id, updated_at FROM rentals")).all()) == row_stamps
+
+    later = datetime.now(UTC)
+    with engine.begin() as conn:  # rnt_1's stamp is old: restamped; rnt_0's is not
+        conn.execute(
+            text("UPDATE rental_charge_stamps SET stamped_at = :old WHERE rental_id = 'rnt_1'"),
+            {"old": moment - timedelta(minutes=10)},
+        )
+    with factory() as u:
+        u.rentals.stamp_charged(
+            [("rnt_0", "ten_a"), ("rnt_1", "ten_a"), ("rnt_2", "ten_a")], unless_within_s=300
+        )
+        u.commit()
+    assert changed(later) == ["rnt_1", "rnt_2"]
+    assert changed(moment) == ["rnt_0", "rnt_1", "rnt_2"]

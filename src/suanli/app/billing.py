@@ -76,7 +76,7 @@ PAYOUT_PAGE = 100  # payout lines (provider, rental) in a page of `payouts` unle
 PAYOUT_PAGE_LIMIT = 1000  # the most in one page: a provider has a line for every rental it was ever paid for
 LEDGER_SEQ_MAX = 2**31 - 1  # the last `seq` its column holds (32 bits on PostgreSQL): `after` goes no higher
 # a live rental's later charges stamp it as changed (`GET /v1/rentals?updated_after=`) at most this often: its
-# first charge and its final one (closing it) always do; a stamp rewrites the rental's row and its indexes
+# first charge and its final one (closing it) always do; each stamp is a write (`rental_charge_stamps`, 0055)
 CHARGE_RESTAMP_S = 300.0
 VERIFY_REUSE_S = 60.0  # how old a whole-ledger verification a tenant's request may be answered with
 
@@ -485,10 +485,9 @@ class BillingService:
                     already = PostedCharges(already.micros + delta, already.count + 1)
                     added.append(tx)
             uow.ledger.append_many(added, now)
-            charged = sorted({tx.ref for tx in added if tx.ref})  # their charged amount changed
-            first = [ref for ref in charged if posted.get(ref, PostedCharges()).count == 0]
-            uow.rentals.touch(first)
-            uow.rentals.touch(sorted(set(charged) - set(first)), unless_within_s=CHARGE_RESTAMP_S)
+            tenant_of = {item.id: item.tenant_id for item in items}
+            charged = {(tx.ref, tenant_of[tx.ref]) for tx in added if tx.ref}  # their charged amount changed
+            uow.rentals.stamp_charged(sorted(charged), unless_within_s=CHARGE_RESTAMP_S)
             uow.rentals.close_billing(closed, now)
             uow.commit()
             return len(added), last

@@ -6,7 +6,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, case, delete, func, literal, or_, select, update
+from sqlalchemy import Select, and_, case, delete, func, literal, or_, select, text, union, update
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -25,6 +26,7 @@ from suanli.store.rental_rows import (
 from suanli.store.rows import (
     AllocationRow,
     BookingRow,
+    RentalChargeStampRow,
     RentalEventRow,
     RentalRateRow,
     RentalRow,
@@ -32,6 +34,14 @@ from suanli.store.rows import (
     RentalSizeRow,
     SliceRow,
     UtcDateTime,
+)
+
+_PG_STAMP_CHARGED = text(
+    "INSERT INTO rental_charge_stamps (rental_id, tenant_id, stamped_at) "
+    "SELECT rental_id, tenant_id, :now "
+    "FROM unnest(CAST(:rentals AS varchar[]), CAST(:tenants AS varchar[])) AS stamp(rental_id, tenant_id) "
+    "ON CONFLICT (rental_id) DO UPDATE SET stamped_at = excluded.stamped_at "
+    "WHERE rental_charge_stamps.stamped_at < :stale"
 )
 
 
@@ -98,13 +108,10 @@ class SqlRentals(RentalMoneyReads):
                 RentalRow.created_at <= at,
                 or_(RentalRow.created_at < at, RentalRow.id > after),
             )
-        if tenant_id is not None:
+        if updated_after is not None:  # by id, the tenant's in the subquery: else SQLite scans all its newest
+            query = query.where(RentalRow.id.in_(_changed_since(updated_after, tenant_id)))
+        elif tenant_id is not None:
             query = query.where(RentalRow.tenant_id == tenant_id)
-        if updated_after is not None and tenant_id is not None:  # 0054's (tenant_id, updated_at): a range
-            query = query.where(RentalRow.updated_at >= updated_after)
-        elif updated_after is not None:  # by id from 0054's (updated_at): SQLite scanned all the newest first
-            changed = select(RentalRow.id).where(RentalRow.updated_at >= updated_after)
-            query = query.where(RentalRow.id.in_(changed))
         if states:
             query = query.where(RentalRow.state.in_(list(states)))
         if name is not None and name.endswith("*"):  # a prefix; `_` in it is not a LIKE wildcard
@@ -249,18 +256,46 @@ class SqlRentals(RentalMoneyReads):
             .values(time_left_s=seconds, updated_at=RentalRow.updated_at)
         )
 
-    def touch(self, rental_ids: Sequence[str], unless_within_s: float | None = None) -> None:
-        """Stamp `updated_at` on rentals changed outside their row (an event, an allocation, a charge), so a
-        list asked for what changed since a moment gives them; with `unless_within_s`, only those not
-        stamped within that many seconds (each stamp rewrites the row and its indexes)."""
-        if not rental_ids:
+    def touch(self, rental_ids: Sequence[str]) -> None:
+        """Stamp `updated_at` on rentals changed outside their row (an event, an allocation), so a list asked
+        for what changed since a moment gives them."""
+        if rental_ids:
+            self.s.execute(
+                update(RentalRow)
+                .where(one_of(self.s, RentalRow.id, rental_ids))
+                .values(updated_at=datetime.now(UTC))
+                .execution_options(synchronize_session=False)
+            )
+
+    def stamp_charged(self, charged: Sequence[tuple[str, str]], unless_within_s: float) -> None:
+        """Stamp `charged` (rental id, tenant id) as changed now for a charge: a rental's first stamp always,
+        a later one only once the last is `unless_within_s` old; in `rental_charge_stamps` (0055), one upsert
+        (on PostgreSQL with one array parameter per column), so a charge never rewrites the rental's row."""
+        if not charged:
             return
         now = datetime.now(UTC)
-        query = update(RentalRow).where(one_of(self.s, RentalRow.id, rental_ids))
-        if unless_within_s is not None:
-            stale = now - timedelta(seconds=unless_within_s)
-            query = query.where(or_(RentalRow.updated_at.is_(None), RentalRow.updated_at < stale))
-        self.s.execute(query.values(updated_at=now).execution_options(synchronize_session=False))
+        stale = now - timedelta(seconds=unless_within_s)
+        pairs = sorted(set(charged))
+        if self.s.get_bind().dialect.name == "postgresql":
+            self.s.execute(
+                _PG_STAMP_CHARGED,
+                {
+                    "rentals": [rental_id for rental_id, _ in pairs],
+                    "tenants": [tenant_id for _, tenant_id in pairs],
+                    "now": now,
+                    "stale": stale,
+                },
+            )
+            return
+        stamps = RentalChargeStampRow.__table__
+        statement = sqlite.insert(stamps)
+        statement = statement.on_conflict_do_update(
+            index_elements=[stamps.c.rental_id],
+            set_={"stamped_at": statement.excluded.stamped_at},
+            where=stamps.c.stamped_at < stale,
+        )
+        rows = [{"rental_id": rental, "tenant_id": tenant, "stamped_at": now} for rental, tenant in pairs]
+        self.s.execute(statement, rows)
 
     def set_expected_start(
         self, rental_id: str, at: datetime | None, reserved_nodes: Sequence[str] = ()
@@ -601,3 +636,16 @@ class SqlRentals(RentalMoneyReads):
         self.s.execute(bookings)
         self.s.execute(allocations.values(released=True, released_at=at))
         self.touch([rental_id])
+
+
+def _changed_since(moment: datetime, tenant_id: str | None) -> Any:
+    """The ids of the rentals (a tenant's, or every tenant's) changed at or after `moment`: stamped on their
+    row (0054's indexes) or for a charge (0055's), each an index range."""
+    on_row: Select[tuple[str]] = select(RentalRow.id).where(RentalRow.updated_at >= moment)
+    charged: Select[tuple[str]] = select(RentalChargeStampRow.rental_id).where(
+        RentalChargeStampRow.stamped_at >= moment
+    )
+    if tenant_id is not None:
+        on_row = on_row.where(RentalRow.tenant_id == tenant_id)
+        charged = charged.where(RentalChargeStampRow.tenant_id == tenant_id)
+    return union(on_row, charged)

@@ -134,7 +134,7 @@ class RentalRow(Base):
     master_port: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # when a change the API shows was last written, by the server's wall clock (0054, which stamped the rows
     # already there with its time): set by `SqlRentals.add`, by every UPDATE of the row unless the statement
-    # keeps it, and by `SqlRentals.touch` (a live rental's later charges at most every `CHARGE_RESTAMP_S`)
+    # keeps it, and by `SqlRentals.touch` (an event, an allocation); a charge's is in `rental_charge_stamps`
     updated_at: Mapped[datetime | None] = mapped_column(
         UtcDateTime(), nullable=True, onupdate=lambda: datetime.now(UTC)
     )
@@ -147,6 +147,21 @@ Index("ix_rentals_newest", RentalRow.created_at.desc(), RentalRow.id)
 # what changed since a moment: GET /v1/rentals?updated_after= (0054), a tenant's and every tenant's
 Index("ix_rentals_tenant_updated", RentalRow.tenant_id, RentalRow.updated_at)
 Index("ix_rentals_updated", RentalRow.updated_at)
+
+
+class RentalChargeStampRow(Base):
+    """When a live rental's charge to date last changed as the API shows it (0055): the meter's stamps, kept
+    off `rentals` (a row of its own, three narrow indexes) because restamping the wide row rewrote its twelve
+    indexes for every rental on the meter's first pass. `GET /v1/rentals?updated_after=` reads both."""
+
+    __tablename__ = "rental_charge_stamps"
+    rental_id: Mapped[str] = mapped_column(String(40), primary_key=True)  # no foreign key: see 0055
+    tenant_id: Mapped[str] = mapped_column(String(40))
+    stamped_at: Mapped[datetime] = mapped_column(UtcDateTime())
+
+
+Index("ix_rental_charge_stamps_tenant", RentalChargeStampRow.tenant_id, RentalChargeStampRow.stamped_at)
+Index("ix_rental_charge_stamps_stamped", RentalChargeStampRow.stamped_at)
 
 
 class RentalEventRow(Base):
