@@ -15,6 +15,7 @@ from sqlalchemy import text
 from suanli.app.billing import BillingService
 from suanli.app.errors import Conflict
 from suanli.app.fleet import FleetCache
+from suanli.app.metering import MeterProgress
 from suanli.app.records import Caller, Rental, RentalEvent, RentalSpec, Tenant
 from suanli.domain.billing.ledger import TxKind, verify
 from suanli.domain.billing.money import charge_micros
@@ -30,14 +31,19 @@ def at(seconds: int) -> datetime:
     return T0 + timedelta(seconds=seconds)
 
 
-@pytest.fixture
-def env(store, clock):
+@pytest.fixture(params=["sequential", "pipelined"])
+def env(store, clock, request):
+    """The store and a billing service whose meter writes each batch before reading the next, or (as the
+    server on PostgreSQL) while the next is read and computed."""
     engine, factory = store
     with factory() as u:
         u.tenants.add(Tenant("ten_admin", "admin", "admin", T0))
         u.tenants.add(Tenant("ten_a", "a", "tenant", T0))
         u.commit()
-    billing = BillingService(factory, clock, CATALOG, FleetCache(CATALOG), commission_bp=1500)
+    pipelined = request.param == "pipelined"
+    billing = BillingService(
+        factory, clock, CATALOG, FleetCache(CATALOG), commission_bp=1500, pipeline_meter=pipelined
+    )
     return engine, factory, billing
 
 
@@ -231,3 +237,43 @@ def test_two_meters_at_once_never_fork_the_chain_nor_charge_twice(env) -> None:
     for number in range(40):
         assert charges[f"rnt_{number:02d}"][0][1] == charge_micros(RATE, 100 + number)
     assert _verified(factory) == 40
+
+
+def test_a_batch_that_loses_the_head_is_redone_from_the_last_committed_one(
+    env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another writer appends (a grant) once the first batch has committed. A sequential run reads the new
+    head for the second batch; a pipelined one had computed it on the first's head and the grants before, so
+    its append conflicts and the run reads again after the first batch (throwing away the third it computed
+    meanwhile). Either way every rental is charged once, exactly, and both grants are spent first."""
+    engine, factory, billing = env
+    billing.credit(ADMIN, "ten_a", 5_000, True, "grant")
+    for number in range(10):
+        _placed(factory, f"rnt_{number:02d}")
+        _stop(factory, f"rnt_{number:02d}", 60 + 10 * number)
+    appended, committed = SqlLedger.append_many, MeterProgress.committed
+    calls: list[int] = []
+
+    def counted(self, txs, created_at):
+        calls.append(len(txs))
+        appended(self, txs, created_at)
+
+    def another_writer_after_the_first(self, batch):
+        committed(self, batch)
+        if self.added == 3:
+            billing.credit(ADMIN, "ten_a", 7_000, True, "grant meanwhile")
+
+    monkeypatch.setattr(SqlLedger, "append_many", counted)
+    monkeypatch.setattr(MeterProgress, "committed", another_writer_after_the_first)
+    assert billing.meter(now=at(1_000), batch=3) == 10
+    # the pipelined run wrote the second batch twice
+    assert calls == ([3, 3, 3, 3, 1] if billing.pipeline_meter else [3, 3, 3, 1])
+    charges = _charges(factory)
+    assert {rental: [key for key, _ in found] for rental, found in charges.items()} == {
+        f"rnt_{number:02d}": [f"charge:rnt_{number:02d}:1"] for number in range(10)
+    }
+    for number in range(10):
+        assert charges[f"rnt_{number:02d}"][0][1] == charge_micros(RATE, 60 + 10 * number)
+    assert _closed(engine) == {f"rnt_{number:02d}" for number in range(10)}
+    assert _verified(factory) == 2 + 10
+    assert billing.balance(ADMIN, "ten_a").grants_micros == 0

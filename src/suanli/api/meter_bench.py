@@ -194,7 +194,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         uow = unit_of_work_factory(engine)
         now = datetime.now(UTC).replace(microsecond=0)
         clock = FixedClock(now)
-        billing = BillingService(uow, clock, CATALOG, FleetCache(CATALOG), prepaid=False)
+        billing = BillingService(
+            uow, clock, CATALOG, FleetCache(CATALOG), prepaid=False, pipeline_meter=not args.sequential
+        )
 
         started = time.perf_counter()
         nodes = put_fleet(uow, provider_fleet_toml(), now)
@@ -245,6 +247,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "rentals": args.rentals,
         "tenants": args.tenants,
         "batch": args.batch,
+        "pipelined": not args.sequential,
         "seed_s": seed_s,
         "passes": passes,
         "ledger": {
@@ -262,7 +265,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def show(result: dict[str, Any], console: Console) -> None:
     table = Table(
         title=f"meter on PostgreSQL: {result['rentals']:,} running rentals, {result['tenants']} tenants, "
-        f"batches of {result['batch']} ({result['cpu_count']} CPUs)"
+        f"batches of {result['batch']}, {'pipelined' if result['pipelined'] else 'sequential'} "
+        f"({result['cpu_count']} CPUs)"
     )
     for column in ("pass", "transactions", "wall (s)", "meter process CPU (s)", "tx / s"):
         table.add_column(column, justify="left" if column == "pass" else "right")
@@ -290,6 +294,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rentals", type=int, default=100_000)
     parser.add_argument("--tenants", type=int, default=200)
     parser.add_argument("--batch", type=int, default=2000, help="rentals per database transaction")
+    parser.add_argument(
+        "--sequential", action="store_true", help="write each batch before reading the next (as on SQLite)"
+    )
     bench_main(parser, run, show, argv)
 
 

@@ -165,7 +165,13 @@ def build(settings: Settings, clock: Clock | None = None) -> Services:
     clock = clock or SystemClock()
     cache = FleetCache(CATALOG)
     billing = BillingService(
-        uow, clock, CATALOG, cache, commission_bp=settings.commission_bp, prepaid=settings.prepaid
+        uow,
+        clock,
+        CATALOG,
+        cache,
+        commission_bp=settings.commission_bp,
+        prepaid=settings.prepaid,
+        pipeline_meter=engine.dialect.name == "postgresql",  # SQLite has one writer: nothing to overlap
     )
     plans = PlanService(uow, clock, stop_in, prepaid=settings.prepaid, grace_s=settings.low_balance_grace_s)
     billing.terms = plans

@@ -31,13 +31,13 @@ from suanli.app.errors import Conflict, Forbidden, Invalid, NotFound, PaymentReq
 from suanli.app.fleet import FleetCache
 from suanli.app.ids import as_utc, new_id
 from suanli.app.list_prices import list_price, price_source
+from suanli.app.metering import Metering
 from suanli.app.plans import PlanService
 from suanli.app.ports import Clock, UnitOfWork, UnitOfWorkFactory
 from suanli.app.postings import post_once, retrying
 from suanli.app.price_entries import BookEntry, checked, in_force_or_later, layered
-from suanli.app.records import END_STATES, Caller, MeterRental, MoneyFacts, PriceEntry, Rental, RentalSpec
+from suanli.app.records import Caller, MoneyFacts, PriceEntry, Rental, RentalSpec
 from suanli.app.tenants import require_admin, target_tenant
-from suanli.app.usage import rental_usage, replaced
 from suanli.domain.billing.errors import BillingError
 from suanli.domain.billing.ledger import (
     AccountId,
@@ -53,10 +53,6 @@ from suanli.domain.billing.ledger import (
 )
 from suanli.domain.billing.meter import (
     DEFAULT_MINIMUM_S,
-    PostedCharges,
-    RentalUsage,
-    charge_postings,
-    provider_parts,
 )
 from suanli.domain.billing.money import charge_micros, money_text, to_epoch_s
 from suanli.domain.billing.plans import Grant
@@ -65,7 +61,6 @@ from suanli.domain.catalog import Catalog, GpuModel
 from suanli.domain.request import Tier
 
 ANY_REGION = "*"
-APPEND_ATTEMPTS = 5
 MAX_CREDIT_MICROS = 10**15
 # the most any account may hold either way (a trillion units): running balances and their sums stay far
 # inside the databases' 64-bit integers (past 2**63 SQLite turned them into floats and lost micros)
@@ -75,9 +70,6 @@ LEDGER_PAGE_LIMIT = 1000  # the most in one page: each page is one short read, h
 PAYOUT_PAGE = 100  # payout lines (provider, rental) in a page of `payouts` unless asked otherwise
 PAYOUT_PAGE_LIMIT = 1000  # the most in one page: a provider has a line for every rental it was ever paid for
 LEDGER_SEQ_MAX = 2**31 - 1  # the last `seq` its column holds (32 bits on PostgreSQL): `after` goes no higher
-# a live rental's later charges stamp it as changed (`GET /v1/rentals?updated_after=`) at most this often: its
-# first charge and its final one (closing it) always do; each stamp is a write (`rental_charge_stamps`, 0055)
-CHARGE_RESTAMP_S = 300.0
 VERIFY_REUSE_S = 60.0  # how old a whole-ledger verification a tenant's request may be answered with
 
 
@@ -151,7 +143,9 @@ class JournalPage:
     more: bool
 
 
-class BillingService:
+class BillingService(Metering):
+    """Prices, quotes, the meter (`Metering`), credits, balances, the journal, payouts."""
+
     def __init__(
         self,
         uow: UnitOfWorkFactory,
@@ -161,8 +155,11 @@ class BillingService:
         *,
         commission_bp: int = 1500,
         prepaid: bool = True,
+        pipeline_meter: bool = False,
     ) -> None:
         self.uow, self.clock, self.catalog, self.cache = uow, clock, catalog, cache
+        # write a meter batch while the next is read and computed (a second connection: PostgreSQL's server)
+        self.pipeline_meter = pipeline_meter
         self.book = seed_price_book(catalog)
         self._book_cache: tuple[tuple[int, int], PriceBook] = ((0, 0), self.book)
         self.commission_bp, self.prepaid = commission_bp, prepaid
@@ -396,145 +393,6 @@ class BillingService:
                 f"{money_text(minimum)}; ask an admin for credit",
                 field="balance",
             )
-
-    # --- the meter -----------------------------------------------------------------------------------
-
-    def meter(
-        self,
-        now: datetime | None = None,
-        only: Sequence[str] | None = None,
-        batch: int = 2000,
-        *,
-        ended_only: bool = False,
-    ) -> int:
-        """Post every rental's charge delta at `now` (only `only`'s, or only the ended ones' when
-        `ended_only`); returns the number of transactions added.
-
-        The rentals still open for billing are read in id order, `batch` at a time; each batch is one
-        database transaction (its charges chained on the head it read, then its closed rentals marked), so a
-        run cut short keeps the batches it committed and the next run posts exactly the rest.
-        """
-        at = now or self.clock.now()
-        with self.uow() as uow:
-            providers = self._providers(uow)
-        added, after = 0, None
-        while True:
-            for attempt in range(APPEND_ATTEMPTS):
-                try:
-                    count, last = self._meter_once(at, only, after, batch, providers, ended_only)
-                    break
-                except Conflict:  # another writer appended after the same head: read the new head, redo
-                    if attempt == APPEND_ATTEMPTS - 1:
-                        raise
-            added += count
-            if last is None:
-                return added
-            after = last
-
-    def meter_ended(self, now: datetime | None = None) -> int:
-        """Post the final charges of the rentals that ended and are still open for billing (what a rental's
-        end wakes the meter for); the live ones wait for the meter's timer. The transactions added."""
-        return self.meter(now, ended_only=True)
-
-    def _meter_once(
-        self,
-        now: datetime,
-        only: Sequence[str] | None,
-        after: str | None,
-        batch: int,
-        providers: dict[str, str],
-        ended_only: bool = False,
-    ) -> tuple[int, str | None]:
-        """One batch, one transaction: (transactions added, the last rental id read if more may follow)."""
-        now_s = to_epoch_s(now)
-        with self.uow() as uow:
-            # the head first: whatever is appended after it (by anyone) makes this batch's append conflict
-            head = uow.ledger.head_hash()
-            items = uow.rentals.meter_page(after, batch, only, ended_only=ended_only)
-            if not items:
-                return 0, None
-            last = items[-1].id if len(items) >= batch else None
-            posted = uow.ledger.posted_charges(item.id for item in items)
-            rates = uow.rentals.rate_changes(first=items[0].id, last=items[-1].id)  # spot re-pricing
-            runs = uow.rentals.run_spans([item.id for item in items if replaced(item)])  # re-queued
-            held = uow.rentals.held_allocations(first=items[0].id, last=items[-1].id)  # several nodes
-            tenants = {item.tenant_id for item in items}
-            balances = uow.ledger.balances(tenants, kinds=(AccountKind.TENANT_GRANTS,))
-            added: list[Transaction] = []
-            closed: list[str] = []
-            usages = [
-                rental_usage(
-                    item, providers, rates.get(item.id, ()), runs.get(item.id, ()), held.get(item.id, ())
-                )
-                for item in items
-            ]
-            shared = [usage.rental_id for usage in usages if usage is not None and usage.shared]
-            credits = uow.ledger.provider_credits(shared) if shared else {}
-            for item, usage in zip(items, usages, strict=True):
-                if usage is None:  # no rate: never charged
-                    if item.state in END_STATES:
-                        closed.append(item.id)
-                    continue
-                if self._final(item, usage, now_s):  # what is posted now is all it will ever be charged
-                    closed.append(usage.rental_id)
-                already = posted.get(usage.rental_id, PostedCharges())
-                credited = dict(credits.get(usage.rental_id, {}))
-                for at_s, delta in usage.charge_by_day(already.micros, now_s):  # one charge per UTC day
-                    tx = self._charge(head, usage, at_s, delta, already, balances, credited)
-                    head = tx.hash
-                    already = PostedCharges(already.micros + delta, already.count + 1)
-                    added.append(tx)
-            uow.ledger.append_many(added, now)
-            tenant_of = {item.id: item.tenant_id for item in items}
-            charged = {(tx.ref, tenant_of[tx.ref]) for tx in added if tx.ref}  # their charged amount changed
-            uow.rentals.stamp_charged(sorted(charged), unless_within_s=CHARGE_RESTAMP_S)
-            uow.rentals.close_billing(closed, now)
-            uow.commit()
-            return len(added), last
-
-    def _charge(
-        self,
-        head: str,
-        usage: RentalUsage,
-        at_s: int,
-        delta: int,
-        already: PostedCharges,
-        balances: dict[AccountId, int],
-        credited: dict[str, int],
-    ) -> Transaction:
-        """The rental's next charge, `delta` run up by `at_s` after `already`, chained on `head`; the grants
-        balance and what each provider was `credited` are moved on by it, for the charge after."""
-        grants_account = AccountId.tenant_grants(usage.tenant)
-        grants = balances.get(grants_account, 0)
-        parts = None
-        if usage.shared:  # several providers' nodes: each its share to date less what it had
-            parts = provider_parts(usage, delta, self.commission_bp, already.micros, credited, at_s)
-            for owner, micros in parts.items():
-                credited[owner] = credited.get(owner, 0) + micros
-        postings = charge_postings(usage, delta, grants, self.commission_bp, already.micros, parts)
-        tx = Transaction.chained(
-            head,
-            key=f"charge:{usage.rental_id}:{already.count + 1}",
-            kind=TxKind.CHARGE,
-            at_s=at_s,
-            postings=postings,
-            ref=usage.rental_id,
-            memo=usage.memo(at_s),
-        )
-        if grants > 0:  # the only balance a charge reads: the tenant's grants, spent first
-            balances[grants_account] = grants + sum(
-                p.amount_micros for p in tx.postings if p.account == grants_account
-            )
-        return tx
-
-    @staticmethod
-    def _final(item: MeterRental, usage: RentalUsage, now_s: int) -> bool:
-        """The rental has ended for good and `now_s` is past its end: its charge to date is final."""
-        return item.state in END_STATES and usage.ended_s is not None and now_s >= usage.ended_s
-
-    def _providers(self, uow: UnitOfWork) -> dict[str, str]:
-        _, fleet = self.cache.load(uow)
-        return {} if fleet is None else {node.name: node.provider for node in fleet.nodes}
 
     # --- credits, balances, the journal ---------------------------------------------------------------
 
