@@ -7,24 +7,21 @@ from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import JSON, case, func, insert, select, text, type_coerce, update
+from sqlalchemy import func, insert, select, update
 from sqlalchemy.orm import Session
 
 from suanli.app.records import END_STATES, BillableRental, HeldAllocation, MeterRental
 from suanli.store.ledger_repositories import one_of
+from suanli.store.meter_page import billing_facts, meter_page
 from suanli.store.rental_rows import rental_from_row, utc_moment
 from suanli.store.rows import (
-    AgentNodeRow,
     AllocationRow,
-    RentalEventRow,
     RentalRateRow,
     RentalRow,
     RentalRunRow,
     RentalSizeRow,
     SliceRow,
 )
-
-_NO_JIT = text("SET LOCAL jit = off")
 
 
 class RentalMoneyReads:
@@ -38,7 +35,7 @@ class RentalMoneyReads:
         subqueries on their rental_id indexes)."""
         rentals = RentalRow.__table__
         query = (
-            select(*(c for c in rentals.c if c.name != "billing_closed_at"), *_billing_facts())
+            select(*(c for c in rentals.c if c.name != "billing_closed_at"), *billing_facts())
             .where(rentals.c.placed_at.is_not(None))
             .order_by(rentals.c.id)
         )
@@ -65,60 +62,14 @@ class RentalMoneyReads:
     ) -> list[MeterRental]:
         """Up to `limit` rentals still open for billing (placed, not `close_billing`d), in id order after
         `after`; only `ids`, or only `tenants`' rentals, or only those that ended (`ended_only`: their final
-        charge is due), when given. One statement on the partial index `ix_rentals_meter_open` (0006).
+        charge is due), when given. One statement on the partial index `ix_rentals_meter_open` (0006); its
+        facts per rental on PostgreSQL from three LATERAL subqueries (`store.meter_page`).
 
         On PostgreSQL it first turns JIT compilation off for the rest of the transaction (the meter's batch):
-        its seven correlated subqueries per row push the estimated cost past `jit_above_cost` once the
-        tables hold ~100,000 rentals, and compiling the plan took longer than running it, on every page
-        (6.6 s of the meter's 16 s of page reads over three passes of 100,000 rentals)."""
-        if self.s.get_bind().dialect.name == "postgresql":
-            self.s.execute(_NO_JIT)
-        rentals = RentalRow.__table__
-        quote = type_coerce(case((rentals.c.price_micros_per_hour.is_(None), rentals.c.quote)), JSON)
-        query = (
-            select(
-                rentals.c.id,
-                rentals.c.tenant_id,
-                rentals.c.state,
-                rentals.c.price_micros_per_hour,
-                quote.label("quote"),
-                rentals.c.placed_at,
-                rentals.c.notice_deadline,
-                rentals.c.time_limit_at,
-                *_billing_facts(),
-                _confirmed_until(),
-            )
-            .where(rentals.c.placed_at.is_not(None), rentals.c.billing_closed_at.is_(None))
-            .order_by(rentals.c.id)
-            .limit(limit)
-        )
-        if after is not None:
-            query = query.where(rentals.c.id > after)
-        if ids is not None:
-            query = query.where(one_of(self.s, rentals.c.id, ids))
-        if tenants is not None:
-            query = query.where(one_of(self.s, rentals.c.tenant_id, tenants))
-        if ended_only:
-            query = query.where(rentals.c.state.in_(END_STATES))
-        return [
-            MeterRental(
-                row.id,
-                row.tenant_id,
-                row.state,
-                row.price_micros_per_hour,
-                None if row.quote is None else int(row.quote["final_micros_per_hour"]),
-                row.placed_at,
-                row.notice_deadline,
-                row.first_node or "",
-                utc_moment(row.run_started_at),
-                utc_moment(row.run_ended_at),
-                utc_moment(row.end_event_at),
-                utc_moment(row.heartbeat_at),
-                utc_moment(row.stop_asked_at),
-                utc_moment(row.time_limit_at),
-            )
-            for row in self.s.execute(query)
-        ]
+        the page's per-row subqueries push the estimated cost past `jit_above_cost` once the tables hold
+        ~100,000 rentals, and compiling the plan took longer than running it, on every page (6.6 s of the
+        meter's 16 s of page reads over three passes of 100,000 rentals)."""
+        return meter_page(self.s, after, limit, ids, tenants, ended_only)
 
     def close_billing(self, rental_ids: Sequence[str], at: datetime) -> None:
         """Mark ended rentals whose final charge is posted: the meter does not read them again."""
@@ -344,56 +295,6 @@ class RentalMoneyReads:
             ]
             for rental_id, held in several.items()
         }
-
-
-def _billing_facts() -> tuple[Any, ...]:
-    """Per rental (correlated with `rentals`): its first node, earliest reported run start, latest reported
-    run end, the time of its end event and when a stop was last asked."""
-    rental_id = RentalRow.__table__.c.id
-    first_node = (  # the earliest allocation's node, on the (rental_id, id) index (0006)
-        select(AllocationRow.node)
-        .where(AllocationRow.rental_id == rental_id)
-        .order_by(AllocationRow.id)
-        .limit(1)
-        .scalar_subquery()
-    )
-    run_started = (
-        select(func.min(RentalRunRow.started_at)).where(RentalRunRow.rental_id == rental_id).scalar_subquery()
-    )
-    run_ended = select(func.max(RentalRunRow.ended_at)).where(RentalRunRow.rental_id == rental_id)
-    ended = select(func.max(RentalEventRow.at)).where(
-        RentalEventRow.rental_id == rental_id, RentalEventRow.kind.in_(END_STATES)
-    )
-    stop_asked = select(func.max(RentalEventRow.at)).where(
-        RentalEventRow.rental_id == rental_id, RentalEventRow.kind == "stopping"
-    )
-    return (
-        first_node.label("first_node"),
-        run_started.label("run_started_at"),
-        run_ended.scalar_subquery().label("run_ended_at"),
-        ended.scalar_subquery().label("end_event_at"),
-        stop_asked.scalar_subquery().label("stop_asked_at"),
-    )
-
-
-def _confirmed_until() -> Any:
-    """Per rental (correlated with `rentals`): the latest heartbeat of the nodes of its open runs, or, before
-    any run is reported, of the nodes it is booked on: the usage confirmed so far (the meter charges a live
-    rental to there, not past a node that went silent, even one that did before the rental was placed)."""
-    rental_id = RentalRow.__table__.c.id
-    running = (
-        select(func.max(AgentNodeRow.last_heartbeat_at))
-        .join(RentalRunRow, RentalRunRow.node == AgentNodeRow.node)
-        .where(RentalRunRow.rental_id == rental_id, RentalRunRow.ended_at.is_(None))
-        .scalar_subquery()
-    )
-    booked = (
-        select(func.max(AgentNodeRow.last_heartbeat_at))
-        .join(AllocationRow, AllocationRow.node == AgentNodeRow.node)
-        .where(AllocationRow.rental_id == rental_id, AllocationRow.released.is_(False))
-        .scalar_subquery()
-    )
-    return func.coalesce(running, booked).label("heartbeat_at")
 
 
 def quote_discounts(quote: dict[str, Any] | None) -> list[dict[str, Any]]:
