@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from suanli.app.errors import Conflict
 from suanli.app.ports import UnitOfWork
+from suanli.app.postings import APPEND_ATTEMPTS  # conflicts in a row at one batch before the run gives up
 from suanli.app.records import END_STATES, MeterRental
 from suanli.app.usage import rental_usage, replaced
 from suanli.domain.billing.ledger import AccountId, AccountKind, Transaction, TxKind
@@ -27,7 +28,6 @@ from suanli.domain.billing.money import to_epoch_s
 if TYPE_CHECKING:
     from suanli.app.billing import BillingService
 
-APPEND_ATTEMPTS = 5  # conflicts in a row at one batch before the meter gives up (the next run goes on)
 # a live rental's later charges stamp it as changed (`GET /v1/rentals?updated_after=`) at most this often: its
 # first charge and its final one (closing it) always do; each stamp is a write (`rental_charge_stamps`, 0055)
 CHARGE_RESTAMP_S = 300.0
