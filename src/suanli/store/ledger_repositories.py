@@ -27,6 +27,7 @@ from sqlalchemy import (
     String,
     any_,
     bindparam,
+    cast,
     func,
     insert,
     select,
@@ -42,6 +43,7 @@ from sqlalchemy.orm import Session
 from suanli.app.errors import Duplicate
 from suanli.domain.billing.ledger import GENESIS_HASH, AccountId, AccountKind, Posting, Transaction, TxKind
 from suanli.domain.billing.meter import PostedCharges
+from suanli.store.pg_text import copy_text, copy_time, int_array, text_array
 from suanli.store.rows import LedgerBalanceRow, LedgerPayoutLineRow, LedgerPostingRow, LedgerTransactionRow
 
 _CHARGED = (AccountKind.PROVIDER_PAYABLE.value, AccountKind.PLATFORM_REVENUE.value)
@@ -179,10 +181,10 @@ class SqlLedger:
             self.s.execute(
                 _PG_ADD_TO_LINES,
                 {
-                    "owners": [owner for owner, _ in keys],
-                    "refs": [ref for _, ref in keys],
-                    "amounts": [deltas[key][0] for key in keys],
-                    "counts": [deltas[key][1] for key in keys],
+                    "owners": text_array([owner for owner, _ in keys]),
+                    "refs": text_array([ref for _, ref in keys]),
+                    "amounts": int_array(deltas[key][0] for key in keys),
+                    "counts": int_array(deltas[key][1] for key in keys),
                 },
             )
             return
@@ -249,30 +251,27 @@ class SqlLedger:
         self._add_to_balances(txs)
 
     def _copy_pg(self, txs: Sequence[Transaction], created_at: datetime) -> None:
+        """The batch's rows in COPY's text format, a table at a time (`pg_text`: one string, not a call per
+        field)."""
         seqs = sorted(self.s.execute(_PG_SEQS, {"n": len(txs)}).scalars())
+        at = copy_time(created_at)
+        transactions = "".join(
+            f"{seq}\t{copy_text(tx.key)}\t{tx.kind.value}\t{int(tx.at_s)}\t{copy_text(tx.ref)}\t"
+            f"{copy_text(tx.memo)}\t{at}\t{tx.prev_hash}\t{tx.hash}\t"
+            f"{sum(p.amount_micros for p in tx.postings)}\n"
+            for seq, tx in zip(seqs, txs, strict=True)
+        )
+        postings = "".join(
+            f"{seq}\t{p.account.kind.value}\t{copy_text(p.account.owner)}\t{int(p.amount_micros)}\n"
+            for seq, tx in zip(seqs, txs, strict=True)
+            for p in tx.postings
+        )
         cursor = self.s.connection().connection.cursor()
         try:
             with cursor.copy(_PG_COPY_TRANSACTIONS) as copy:
-                for seq, tx in zip(seqs, txs, strict=True):
-                    total = sum(p.amount_micros for p in tx.postings)
-                    copy.write_row(
-                        (
-                            seq,
-                            tx.key,
-                            tx.kind.value,
-                            tx.at_s,
-                            tx.ref,
-                            tx.memo,
-                            created_at,
-                            tx.prev_hash,
-                            tx.hash,
-                            total,
-                        )
-                    )
+                copy.write(transactions)
             with cursor.copy(_PG_COPY_POSTINGS) as copy:
-                for seq, tx in zip(seqs, txs, strict=True):
-                    for p in tx.postings:
-                        copy.write_row((seq, p.account.kind.value, p.account.owner, p.amount_micros))
+                copy.write(postings)
         except psycopg.errors.IntegrityError as error:
             raise Duplicate("the ledger refused a transaction (its key or prev_hash is taken)") from error
         finally:
@@ -379,7 +378,7 @@ class SqlLedger:
         charges = dict(self.s.execute(query).all())
         if not charges:
             return {}
-        seqs = bindparam(None, sorted(charges), type_=ARRAY(Integer))
+        seqs = cast(bindparam(None, int_array(sorted(charges))), ARRAY(Integer))
         amounts = self.s.execute(
             select(LedgerPostingRow.tx_seq, LedgerPostingRow.amount_micros).where(
                 LedgerPostingRow.tx_seq == any_(seqs), LedgerPostingRow.account_kind.in_(_CHARGED)

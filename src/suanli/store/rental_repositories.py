@@ -15,6 +15,7 @@ from suanli.app.errors import BookingConflict, Duplicate
 from suanli.app.records import LIVE_STATES, Booking, Rental, RentalEvent
 from suanli.domain.plan import NodeAllocation, Slice
 from suanli.store.ledger_repositories import one_of
+from suanli.store.pg_text import text_array
 from suanli.store.rental_money import RentalMoneyReads, quote_discounts
 from suanli.store.rental_rows import (
     allocation_json,
@@ -280,8 +281,8 @@ class SqlRentals(RentalMoneyReads):
             self.s.execute(
                 _PG_STAMP_CHARGED,
                 {
-                    "rentals": [rental_id for rental_id, _ in pairs],
-                    "tenants": [tenant_id for _, tenant_id in pairs],
+                    "rentals": text_array([rental_id for rental_id, _ in pairs]),
+                    "tenants": text_array([tenant_id for _, tenant_id in pairs]),
                     "now": now,
                     "stale": stale,
                 },

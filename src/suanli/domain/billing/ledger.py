@@ -50,7 +50,7 @@ class AccountId:
     owner: str
 
     def __str__(self) -> str:
-        return f"{self.kind.value}:{self.owner}"
+        return self.kind + ":" + self.owner  # a StrEnum member adds as its value
 
     @classmethod
     def tenant_cash(cls, tenant: str) -> AccountId:
@@ -144,12 +144,14 @@ def check_balanced(postings: tuple[Posting, ...], key: str = "") -> None:
     """Raise UnbalancedTransactionError unless there are 2+ non-zero integer postings summing to exactly 0."""
     if len(postings) < 2:
         raise UnbalancedTransactionError(f"transaction {key!r} needs at least two postings")
+    total = 0
     for posting in postings:
-        if type(posting.amount_micros) is not int or posting.amount_micros == 0:
+        amount = posting.amount_micros
+        if type(amount) is not int or amount == 0:
             raise UnbalancedTransactionError(
                 f"transaction {key!r}: posting to {posting.account} must be a non-zero int of micros"
             )
-    total = sum(p.amount_micros for p in postings)
+        total += amount
     if total != 0:
         raise UnbalancedTransactionError(
             f"transaction {key!r} does not balance: postings sum to {total} micros"
@@ -159,17 +161,19 @@ def check_balanced(postings: tuple[Posting, ...], key: str = "") -> None:
 def normalize(postings: Iterable[Posting]) -> tuple[Posting, ...]:
     """Merge postings per account, drop zeros and sort by account: the canonical form compared and hashed."""
     # sorted by AccountId's own order, (kind, owner), and summed over runs of one account: the same result
-    # as merging in a dict keyed by AccountId, without hashing it (the meter normalizes 100,000s a pass)
-    merged: list[tuple[AccountId, int]] = []
+    # as merging in a dict keyed by AccountId, without hashing it (the meter normalizes 100,000s a pass);
+    # a posting that needs no merging is kept as it is (they are immutable)
+    ordered = sorted(postings, key=_account_order)
+    merged: list[Posting] = []
     last: tuple[str, str] | None = None
-    for posting in sorted(postings, key=_account_order):
-        order = _account_order(posting)
+    for posting in ordered:
+        order = (posting.account.kind, posting.account.owner)
         if order == last:
-            merged[-1] = (merged[-1][0], merged[-1][1] + posting.amount_micros)
+            merged[-1] = Posting(posting.account, merged[-1].amount_micros + posting.amount_micros)
         else:
-            merged.append((posting.account, posting.amount_micros))
+            merged.append(posting)
             last = order
-    return tuple(Posting(account, amount) for account, amount in merged if amount != 0)
+    return tuple(posting for posting in merged if posting.amount_micros != 0)
 
 
 def _account_order(posting: Posting) -> tuple[str, str]:
@@ -181,9 +185,12 @@ def canonical_encoding(tx: Transaction) -> bytes:
     ASCII JSON of {key, kind, at_s, ref, memo, postings: [[account, micros], ...]}, written out directly
     (byte for byte what `json.dumps(body, sort_keys=True, separators=(",", ":"))` gives, at a third of
     the cost: the meter hashes 100,000s of transactions a pass)."""
-    postings = ",".join(f"[{_json_text(str(p.account))},{int(p.amount_micros)!r}]" for p in tx.postings)
+    postings = ",".join(
+        f"[{_json_text(p.account.kind + ':' + p.account.owner)},{int(p.amount_micros)!r}]"
+        for p in tx.postings
+    )
     text = (
-        f'{{"at_s":{int(tx.at_s)!r},"key":{_json_text(tx.key)},"kind":{_json_text(tx.kind.value)},'
+        f'{{"at_s":{int(tx.at_s)!r},"key":{_json_text(tx.key)},"kind":{_json_text(tx.kind)},'
         f'"memo":{_json_text(tx.memo)},"postings":[{postings}],"ref":{_json_text(tx.ref)}}}'
     )
     return text.encode("ascii")
