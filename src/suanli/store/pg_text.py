@@ -12,7 +12,6 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 _ARRAY_SPECIAL = ('"', "\\")
-_COPY_SPECIAL = ("\\", "\t", "\n", "\r")
 _COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
 
 
@@ -31,7 +30,7 @@ def int_array(values: Iterable[int]) -> str:
 
 def copy_text(value: str) -> str:
     """`value` as one field of COPY's text format: backslash, tab, newline and return escaped."""
-    if any(special in value for special in _COPY_SPECIAL):
+    if "\\" in value or "\t" in value or "\n" in value or "\r" in value:  # inline: 600,000 calls a pass
         return value.translate(_COPY_ESCAPES)
     return value
 
