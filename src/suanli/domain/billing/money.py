@@ -30,11 +30,14 @@ def bp_of(amount_micros: int, bp: int) -> int:
     return round_half_up(amount_micros * bp, BASIS_POINTS)
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def to_epoch_s(moment: datetime) -> int:
     """Whole UTC epoch seconds of an aware datetime (floor); naive datetimes are refused."""
     if moment.tzinfo is None or moment.utcoffset() is None:
         raise BillingError(f"time must be timezone-aware UTC, got naive {moment!r}")
-    delta = moment.astimezone(UTC) - datetime(1970, 1, 1, tzinfo=UTC)
+    delta = moment - _EPOCH  # aware datetimes subtract in UTC, whatever their zones
     return delta.days * 86_400 + delta.seconds
 
 
