@@ -27,7 +27,6 @@ from sqlalchemy import (
     String,
     any_,
     bindparam,
-    cast,
     func,
     insert,
     select,
@@ -378,7 +377,7 @@ class SqlLedger:
         charges = dict(self.s.execute(query).all())
         if not charges:
             return {}
-        seqs = cast(bindparam(None, int_array(sorted(charges))), ARRAY(Integer))
+        seqs = bindparam(None, sorted(charges), type_=ARRAY(Integer))  # typed: the planner sees its length
         amounts = self.s.execute(
             select(LedgerPostingRow.tx_seq, LedgerPostingRow.amount_micros).where(
                 LedgerPostingRow.tx_seq == any_(seqs), LedgerPostingRow.account_kind.in_(_CHARGED)

@@ -4,6 +4,8 @@ psycopg adapts a Python list parameter element by element and formats a COPY row
 meter's batches (2,000 rentals, 8,000 postings) that was a third of the writer thread's Python time, which
 it shares with the reader under one interpreter lock. An array literal passed as text and cast in SQL
 (`CAST(:ids AS varchar[])`), and COPY's text format written a batch at a time, say the same in one string.
+Only for what is written (`INSERT ... SELECT unnest(...)`): in a WHERE clause the planner cannot see a cast
+literal's length, and `= ANY` over one planned a 2,000-id page read 5 to 10 times slower (keep typed lists).
 """
 
 from __future__ import annotations
