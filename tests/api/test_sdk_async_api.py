@@ -1,6 +1,7 @@
 """`AsyncClient` against the real app (SQLite and PostgreSQL): many rentals created, listed, waited for and
 stopped at once from one event loop, under the same idempotency keys, errors and waiting rules as `Client`,
-riding out a server that does not answer for a while."""
+riding out a server that does not answer for a while; and every other plain call of `Client` (accounts,
+webhooks, the fleet, money, contracts) awaited, with the same keys, pages and refused arguments."""
 
 from __future__ import annotations
 
@@ -8,13 +9,23 @@ import ast
 import asyncio
 import inspect
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from conftest import SHARE, AppTransport, AsyncAppTransport, running_share
+from conftest import (
+    ADMIN,
+    ADMIN_KEY,
+    FLEET,
+    SHARE,
+    AppTransport,
+    AsyncAppTransport,
+    h100_contract,
+    running_share,
+)
 from suanli.client import (
     ApiError,
     AsyncClient,
@@ -27,7 +38,12 @@ from suanli.client import (
     ServerUnreachable,
 )
 from suanli.client import aio as aio_module
-from suanli.wire.schemas import RentalCreateRequest
+from suanli.wire.schemas import (
+    ContractCreateRequest,
+    ContractOfferRequest,
+    MaintenanceCreateRequest,
+    RentalCreateRequest,
+)
 
 URL = "http://testserver"
 
@@ -259,3 +275,286 @@ def test_an_async_command_is_queued_streamed_and_waited_for_as_the_sync_client_d
     )
     assert isinstance(late, TimeoutError) and late.exec.state == "queued"
     assert [e.id for e in listed] == [late.exec.id, queued.id]
+
+
+# `Client`'s public calls that `AsyncClient` leaves out, on purpose (aio.py's docstring says why):
+ASYNC_LEFT_OUT = {
+    # streams over a WebSocket (and `forward`, whose only use is such a stream)
+    "attach_exec",
+    "attach_agent_exec",
+    "forward",
+    # the node agent's own calls (the agent runs sync) and the operator's join token that lets one register
+    "register_agent",
+    "heartbeat",
+    "report_exec",
+    "upload_log",
+    "create_join_token",
+    # the sync session's end: `AsyncClient.aclose` (or `async with`)
+    "close",
+}
+# `Client` calls whose async twin takes fewer arguments: `exec` no `stdin`/`tty` (attaching is sync only),
+# `output` no `on_wait` (an async caller runs its own tasks while it waits)
+FEWER_ARGUMENTS = {"exec", "output"}
+
+
+def test_every_public_call_of_the_sync_client_is_awaited_on_the_async_one_with_its_arguments() -> None:
+    """Before, `AsyncClient` had only the rental and command calls; now every public call of `Client` but
+    the streams and the agent's is there as a coroutine (or async iterator), with the same arguments and
+    defaults and the same answer type."""
+    public = {name for name in dir(Client) if not name.startswith("_")}
+    assert public >= ASYNC_LEFT_OUT  # a name left out that `Client` no longer has is stale
+    awaited = public - ASYNC_LEFT_OUT
+    missing = sorted(
+        name
+        for name in awaited
+        if not (
+            inspect.iscoroutinefunction(getattr(AsyncClient, name, None))
+            or inspect.isasyncgenfunction(getattr(AsyncClient, name, None))
+        )
+    )
+    assert missing == [], missing
+    unlike = sorted(
+        name
+        for name in awaited - FEWER_ARGUMENTS
+        if inspect.signature(getattr(Client, name)) != inspect.signature(getattr(AsyncClient, name))
+    )
+    assert unlike == [], unlike
+    assert not any(hasattr(AsyncClient, name) for name in ASYNC_LEFT_OUT)
+
+
+class _Counting(AsyncAppTransport):
+    """The in-process app, counting the requests that reach it."""
+
+    def __init__(self, client: TestClient) -> None:
+        super().__init__(client)
+        self.sent = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.sent += 1
+        return await super().handle_async_request(request)
+
+
+def _admin(client: TestClient, transport: httpx.AsyncBaseTransport | None = None) -> AsyncClient:
+    return AsyncClient(URL, ADMIN_KEY, transport=transport or AsyncAppTransport(client))
+
+
+def test_an_admin_makes_a_tenant_and_its_key_and_the_tenant_keeps_its_webhooks_from_one_loop(
+    client: TestClient,
+) -> None:
+    async def run() -> tuple:
+        async with _admin(client) as admin:
+            made = await admin.create_tenant("hooked-async")
+            key = await admin.create_key(made.id, "laptop")
+            keys, tenants = await asyncio.gather(admin.keys(made.id), admin.tenants())
+            assert key.secret is not None
+            async with AsyncClient(URL, key.secret, transport=AsyncAppTransport(client)) as own:
+                me = await own.me()
+                hook = await own.create_webhook("https://hooks.example.com/a", ["stopped"])
+                changed = await own.change_webhook(hook.id, url="https://hooks.example.com/b", events=[])
+                listed = await own.webhooks()
+                removed = await own.remove_webhook(hook.id)
+                left = await own.webhooks()
+            revoked = await admin.revoke_key(made.id, key.id)
+            return made, key, keys, tenants, me, hook, changed, listed, removed, left, revoked
+
+    made, key, keys, tenants, me, hook, changed, listed, removed, left, revoked = asyncio.run(run())
+    assert (made.name, made.id in [t.id for t in tenants], me.tenant.id, me.key_id) == (
+        "hooked-async",
+        True,
+        made.id,
+        key.id,
+    )
+    assert key.secret.startswith("sk_") and [k.id for k in keys] == [key.id] and keys[0].secret is None
+    assert hook.secret and hook.events == ["stopped"]
+    assert (changed.id, changed.url, changed.events) == (hook.id, "https://hooks.example.com/b", [])
+    assert [w.id for w in listed] == [hook.id] and removed.id == hook.id and left == []
+    assert (
+        revoked.revoked
+        and client.get("/v1/me", headers={"Authorization": f"Bearer {key.secret}"}).status_code == 401
+    )
+
+
+def test_an_admin_looks_at_drains_and_services_the_fleet_from_one_loop(client: TestClient) -> None:
+    starts_at = datetime.now(UTC).replace(microsecond=0) + timedelta(days=3)
+    window = MaintenanceCreateRequest(
+        node="h100-a-01", starts_at=starts_at, ends_at=starts_at + timedelta(hours=2), reason="firmware"
+    )
+
+    async def run() -> tuple:
+        async with _admin(client) as admin:
+            nodes, offers = await asyncio.gather(admin.nodes(), admin.offers())
+            drained = await admin.drain("h100-a-01")
+            cordoned = {n.name: n.schedulable for n in await admin.nodes()}["h100-a-01"]
+            undrained = await admin.undrain("h100-a-01")
+            scheduled = await admin.schedule_maintenance(window)
+            planned = await admin.maintenance()
+            cancelled = await admin.cancel_maintenance(scheduled.id)
+            fleet = await admin.put_fleet(FLEET)
+            return nodes, offers, drained, cordoned, undrained, scheduled, planned, cancelled, fleet
+
+    nodes, offers, drained, cordoned, undrained, scheduled, planned, cancelled, fleet = asyncio.run(run())
+    assert [n.name for n in nodes] == [n["name"] for n in client.get("/v1/nodes", headers=ADMIN).json()]
+    assert len(offers) == len(client.get("/v1/offers", headers=ADMIN).json()) > 0
+    assert (drained.name, drained.schedulable, cordoned, undrained.schedulable) == (
+        "h100-a-01",
+        False,
+        False,
+        True,
+    )
+    assert (scheduled.node, scheduled.reason) == ("h100-a-01", "firmware")
+    assert [w.id for w in planned] == [scheduled.id] and cancelled.id == scheduled.id
+    assert client.get("/v1/fleet/maintenance", headers=ADMIN).json() == []
+    assert fleet.nodes == len(nodes) and fleet.short_contracts == []
+
+
+def test_money_is_credited_once_under_one_key_invoiced_paged_and_capped_from_one_loop(
+    client: TestClient, tenant, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Credit sent twice under one idempotency key posts once (the balance shows it once); the invoice (its
+    lines and CSV), the ledger (in pages of 2 here) and the payouts are the server's; limits and a budget
+    are set and changed; a refused argument is `InvalidArgument` naming it, with nothing sent."""
+    tenant_id, owner = tenant("payer-async")
+    monkeypatch.setattr(aio_module, "LEDGER_PAGE_LIMIT", 2)
+    network = _Counting(client)
+
+    async def run() -> dict:
+        seen: dict = {}
+        async with _admin(client, network) as admin, AsyncClient(URL, _key(owner), transport=network) as own:
+            seen["prices"] = await admin.prices()
+            first = await admin.credit(tenant_id, 5_000_000, memo="top-up", key="top-up-1")
+            again = await admin.credit(tenant_id, 5_000_000, memo="top-up", key="top-up-1")
+            seen["credits"] = (first, again)
+            await admin.credit(tenant_id, 1_000_000, grant=True, memo="trial")
+            seen["balance"], seen["grants"] = await asyncio.gather(own.balance(), admin.grants(tenant_id))
+            rental = await own.create_rental(RentalCreateRequest(gpu_model="H100", gpus=1))
+            await own.wait(rental.id, {"placed"}, timeout_s=30, poll_s=0.02)
+            stopped = await own.stop(rental.id)
+            await asyncio.to_thread(client.app.state.services.billing.meter)
+            month = stopped.created_at.strftime("%Y-%m")
+            seen["rental"], seen["month"] = rental, month
+            seen["invoice"], seen["csv"] = await asyncio.gather(own.invoice(month), own.invoice_csv(month))
+            seen["verified"], seen["ledger"] = await asyncio.gather(
+                admin.verify_ledger(), admin.ledger(tenant_id)
+            )
+            seen["payouts"] = await admin.payouts()
+            seen["limits"] = await admin.set_limits(
+                tenant_id, {"H100-SXM-80GB": 4}, daily_cap_micros=9 * 10**9
+            )
+            seen["uncapped"] = await admin.change_limits(tenant_id, daily_cap_micros=None)
+            await own.set_budget(daily_micros=10**9, monthly_micros=2 * 10**9)
+            seen["budget"] = await own.change_budget(monthly_micros=None)
+            seen["read"] = await own.limits()
+            sent = network.sent
+            with pytest.raises(InvalidArgument) as refused:
+                await admin.credit(tenant_id, -1)
+            seen["refused"], seen["sent"] = refused.value, network.sent - sent
+        return seen
+
+    seen = asyncio.run(run())
+    assert len(seen["prices"]) == len(client.get("/v1/prices", headers=ADMIN).json()) > 0
+    first, again = seen["credits"]
+    assert first.hash == again.hash and first.seq == again.seq
+    balance = seen["balance"]
+    assert (balance.cash_micros, balance.grants_micros) == (5_000_000, 1_000_000)
+    assert [(g.amount_micros, g.left_micros) for g in seen["grants"]] == [(1_000_000, 1_000_000)]
+    whole = client.get(f"/v1/invoices/{seen['month']}", headers=owner).json()
+    invoice = seen["invoice"]
+    assert (
+        [line.ref for line in invoice.lines]
+        == [line["ref"] for line in whole["lines"]]
+        == [seen["rental"].id]
+    )
+    assert invoice.total_micros == whole["total_micros"] > 0 and seen["rental"].id in seen["csv"]
+    assert seen["verified"].ok
+    every = client.get("/v1/ledger", params={"tenant": tenant_id}, headers=ADMIN).json()
+    assert [t.seq for t in seen["ledger"]] == [t["seq"] for t in every] and len(every) > 2  # more than a page
+    assert len(seen["payouts"]) == len(client.get("/v1/payouts", headers=ADMIN).json())
+    assert (seen["limits"].gpu_quota, seen["limits"].daily_cap_micros) == ({"H100-SXM-80GB": 4}, 9 * 10**9)
+    assert (seen["uncapped"].gpu_quota, seen["uncapped"].daily_cap_micros) == ({"H100-SXM-80GB": 4}, None)
+    assert (seen["budget"].budget_daily_micros, seen["budget"].budget_monthly_micros) == (10**9, None)
+    assert seen["read"] == seen["budget"]
+    refused = seen["refused"]
+    assert (refused.status, refused.code, refused.field) == (422, "invalid", "amount_micros")
+    assert "amount_micros" in str(refused) and seen["sent"] == 0  # refused before anything was sent
+
+
+def test_contracts_are_quoted_signed_once_under_a_key_offered_accepted_and_declined_from_one_loop(
+    client: TestClient, tenant
+) -> None:
+    tenant_id, holder = tenant("signer-async")
+    client.post(f"/v1/tenants/{tenant_id}/credit", json={"amount_micros": 10**12}, headers=ADMIN)
+    start = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) + timedelta(days=2)
+    wanted = ContractCreateRequest(**h100_contract(start, 24))
+
+    def offered(days: int) -> ContractOfferRequest:
+        window = h100_contract(start + timedelta(days=days), 24)
+        return ContractOfferRequest(tenant_id=tenant_id, price_micros=3_000_000, **window)
+
+    async def run() -> tuple:
+        async with (
+            _admin(client) as admin,
+            AsyncClient(URL, _key(holder), transport=AsyncAppTransport(client)) as own,
+        ):
+            cash_before = (await own.balance()).cash_micros
+            quote = await own.quote_contract(wanted)
+            signed = await own.create_contract(wanted, "sign-async-1")
+            again = await own.create_contract(wanted, "sign-async-1")
+            cash_after = (await own.balance()).cash_micros
+            kept, dropped = await asyncio.gather(
+                admin.offer_contract(offered(3)), admin.offer_contract(offered(5))
+            )
+            open_offers = await own.contract_offers()
+            accepted = await own.accept_offer(kept.id)
+            declined = await own.decline_offer(dropped.id)
+            contracts = await own.contracts()
+            return (
+                quote,
+                signed,
+                again,
+                cash_before - cash_after,
+                kept,
+                dropped,
+                open_offers,
+                accepted,
+                declined,
+                contracts,
+            )
+
+    quote, signed, again, paid, kept, dropped, open_offers, accepted, declined, contracts = asyncio.run(run())
+    assert signed.id == again.id and paid == quote.price_micros == signed.price_micros > 0  # charged once
+    assert sorted(o.id for o in open_offers) == sorted([kept.id, dropped.id])
+    assert accepted.price_micros == 3_000_000 and declined.id == dropped.id
+    assert sorted(c.id for c in contracts) == sorted([signed.id, accepted.id])
+    listed = client.get("/v1/contracts", headers=holder).json()
+    assert sorted(c["id"] for c in listed) == sorted([signed.id, accepted.id])
+
+
+ASYNC_BAD_ARGUMENTS = [
+    ("set_bid", lambda sdk: sdk.set_bid("rnt_any", -1), "bid_micros_per_gpu_hour"),
+    ("resize", lambda sdk: sdk.resize("rnt_any", nodes=0), "nodes"),
+    ("set_budget", lambda sdk: sdk.set_budget(daily_micros=-1), "daily_micros"),
+    ("set_limits", lambda sdk: sdk.set_limits("ten_any", {}, fair_share_weight=-1), "fair_share_weight"),
+    ("create_webhook", lambda sdk: sdk.create_webhook(""), "url"),
+    ("report_revenue", lambda sdk: sdk.report_revenue("2026-01", -1), "revenue_micros"),
+]
+
+
+@pytest.mark.parametrize(
+    ("call", "field"), [c[1:] for c in ASYNC_BAD_ARGUMENTS], ids=[c[0] for c in ASYNC_BAD_ARGUMENTS]
+)
+def test_an_argument_the_request_model_refuses_is_refused_by_the_async_client_naming_it(
+    call, field: str
+) -> None:
+    """As `Client`'s are (tests/api/test_sdk_arguments_api.py): `InvalidArgument` naming the field, raised
+    when the call is awaited, before anything is sent."""
+    sent: list[httpx.Request] = []
+
+    async def refused() -> None:
+        network = httpx.MockTransport(lambda request: sent.append(request) or httpx.Response(500))
+        async with AsyncClient(URL, "sk_any", transport=network) as cloud:
+            await call(cloud)
+
+    with pytest.raises(InvalidArgument) as error:
+        asyncio.run(refused())
+    assert (error.value.status, error.value.code, error.value.field) == (422, "invalid", field)
+    assert field in str(error.value) and sent == []

@@ -1,7 +1,7 @@
 """Commands run inside a rental, for asyncio code: queue one, look at it, list them, and wait for one to end
-(printing its output as it comes, riding out a restarting server). The same calls as `ExecCalls`, deciding by
-the same rules (`rental_rules`, `retries`); attaching (a WebSocket) and port forwards are the sync client's
-only."""
+(printing its output as it comes, riding out a restarting server). The same calls as `ExecCalls`, sending what
+`exec_requests` says and deciding by the same rules (`rental_rules`, `retries`); attaching (a WebSocket) and
+port forwards are the sync client's only."""
 
 from __future__ import annotations
 
@@ -9,12 +9,11 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 
+from suanli.client import exec_requests as sent
 from suanli.client.async_transport import AsyncTransport
 from suanli.client.errors import ServerUnreachable
-from suanli.client.execs import exec_request
 from suanli.client.rental_rules import exec_output_since, exec_wait_pause_s
 from suanli.client.retries import RECONNECT_S, ride_out_restarts
-from suanli.client.transport import segment
 from suanli.wire.schemas import ExecResponse
 
 
@@ -31,20 +30,19 @@ class AsyncExecCalls(AsyncTransport):
         separate_stderr: bool = False,
     ) -> ExecResponse:
         """Queue `command` to run inside the running rental (on its node of `node_rank`); see `wait_exec`."""
-        body = exec_request(command, node_rank, timeout_s, False, False, separate_stderr)
-        return await self._call("POST", f"/v1/rentals/{segment(rental_id)}/execs", ExecResponse, body=body)
+        call = sent.exec_command(rental_id, command, node_rank, timeout_s, False, False, separate_stderr)
+        return await self._ask(call)
 
     async def exec_status(self, rental_id: str, exec_id: str) -> ExecResponse:
-        return await self._exec_status(rental_id, exec_id)
+        return await self._ask(sent.exec_status(rental_id, exec_id))
 
     async def _exec_status(self, rental_id: str, exec_id: str, deadline: float | None = None) -> ExecResponse:
         """The command, its request and retries bounded by `deadline` (`time.monotonic()`) when given."""
-        path = f"/v1/rentals/{segment(rental_id)}/execs/{segment(exec_id)}"
-        return await self._call("GET", path, ExecResponse, deadline=deadline)
+        return await self._ask(sent.exec_status(rental_id, exec_id), deadline)
 
     async def execs(self, rental_id: str) -> list[ExecResponse]:
         """The rental's commands, newest first."""
-        return await self._call("GET", f"/v1/rentals/{segment(rental_id)}/execs", list[ExecResponse])
+        return await self._ask(sent.execs(rental_id))
 
     async def wait_exec(
         self,

@@ -1,82 +1,76 @@
-"""The rental lifecycle for asyncio code: create (under an idempotency key), look at, list (following the
-pages), stop, wait for a state (riding out a restarting server), and follow output as an async iterator. The
-same calls as `RentalCalls`, deciding by the same rules (`rental_rules`, `retries`): only the waiting is
-awaited, so many rentals can be driven at once from one event loop."""
+"""The rental lifecycle for asyncio code: create (under an idempotency key), dry run, look at, stop, bid,
+resize, wait for a state (riding out a restarting server), follow output as an async iterator, its runs and
+GPUs. The same calls as `RentalCalls`, sending what `rental_requests` says and deciding by the same rules
+(`rental_rules`, `retries`): only the waiting is awaited, so many rentals can be driven at once from one event
+loop."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Collection, Iterable
-from datetime import datetime
+from collections.abc import AsyncIterator, Callable, Collection
 
+from suanli.client import rental_requests as sent
 from suanli.client.async_transport import AsyncTransport
 from suanli.client.errors import ServerUnreachable
-from suanli.client.rental_rules import (
-    RENTALS_PAGE_LIMIT,
-    Next,
-    after_output_page,
-    rental_filters,
-    rentals_page_query,
-    wait_pause_s,
-)
+from suanli.client.rental_rules import Next, after_output_page, wait_pause_s
 from suanli.client.retries import RECONNECT_S, ride_out_restarts
-from suanli.client.transport import next_after, segment
-from suanli.wire.agent_schemas import LogResponse
-from suanli.wire.schemas import ENDED_STATES, RentalCreateRequest, RentalResponse
+from suanli.wire.agent_schemas import (
+    LogResponse,
+    RentalGpuHistoryResponse,
+    RentalGpuResponse,
+    RentalRunResponse,
+)
+from suanli.wire.schemas import ENDED_STATES, RentalCreateRequest, RentalDryRunResponse, RentalResponse
 
 
 class AsyncRentalCalls(AsyncTransport):
-    """The calls on rentals, awaited (see `RentalCalls` for each one's meaning)."""
+    """The calls on rentals, awaited (see `RentalCalls` for each one's meaning; their list, fetched in pages,
+    is `AsyncClient.rentals`)."""
 
     async def create_rental(
         self, request: RentalCreateRequest, idempotency_key: str | None = None
     ) -> RentalResponse:
         """Create a rental under an idempotency key (a new one when none is given), so a retry after a lost
         answer returns the same rental rather than renting a second one."""
-        return await self._create("/v1/rentals", RentalResponse, request, idempotency_key)
+        return await self._ask(sent.create_rental(request, idempotency_key))
+
+    async def dry_run_rental(self, request: RentalCreateRequest) -> RentalDryRunResponse:
+        return await self._ask(sent.dry_run_rental(request))
 
     async def rental(self, rental_id: str) -> RentalResponse:
-        return await self._rental(rental_id)
+        return await self._ask(sent.rental(rental_id))
 
     async def _rental(self, rental_id: str, deadline: float | None = None) -> RentalResponse:
         """The rental, its request and retries bounded by `deadline` (`time.monotonic()`) when given."""
-        return await self._call("GET", f"/v1/rentals/{segment(rental_id)}", RentalResponse, deadline=deadline)
-
-    async def rentals(
-        self,
-        states: Iterable[str] = (),
-        name: str | None = None,
-        limit: int | None = None,
-        after: str | None = None,
-        updated_after: datetime | None = None,
-    ) -> list[RentalResponse]:
-        """Your rentals, newest first, as `Client.rentals`: every one or the newest `limit`, of `states` and
-        `name` and changed at or after `updated_after` when given, past `after`; fetched a page at a time,
-        following each page's `Link` rel="next"."""
-        filters = rental_filters(states, name, updated_after)
-        found: list[RentalResponse] = []
-        while params := rentals_page_query(filters, limit, len(found), after, RENTALS_PAGE_LIMIT):
-            response = await self._send("GET", "/v1/rentals", params=params)
-            page = self._read("GET", "/v1/rentals", response, list[RentalResponse])
-            found.extend(page)
-            after = next_after(response)
-            if after is None or not page:  # the last page (or an older server's only one)
-                break
-        return found
+        return await self._ask(sent.rental(rental_id), deadline)
 
     async def stop(self, rental_id: str) -> RentalResponse:
-        return await self._call("POST", f"/v1/rentals/{segment(rental_id)}/stop", RentalResponse, retry=True)
+        return await self._ask(sent.stop(rental_id))
+
+    async def set_bid(self, rental_id: str, bid_micros_per_gpu_hour: int) -> RentalResponse:
+        return await self._ask(sent.set_bid(rental_id, bid_micros_per_gpu_hour))
+
+    async def resize(
+        self, rental_id: str, *, nodes: int | None = None, gpus: int | None = None
+    ) -> RentalResponse:
+        return await self._ask(sent.resize(rental_id, nodes, gpus))
 
     async def logs(
         self, rental_id: str, offset: int = 0, node: str | None = None, tail: int | None = None
     ) -> LogResponse:
         """The rental's output from character `offset`, or its last `tail` characters (every node's, or
         `node`'s); follow with `next_offset` until `done`."""
-        params = {"offset": str(offset)} | ({"node": node} if node is not None else {})
-        if tail is not None:
-            params["tail"] = str(tail)
-        return await self._call("GET", f"/v1/rentals/{segment(rental_id)}/logs", LogResponse, params=params)
+        return await self._ask(sent.logs(rental_id, offset, node, tail))
+
+    async def rental_runs(self, rental_id: str) -> list[RentalRunResponse]:
+        return await self._ask(sent.rental_runs(rental_id))
+
+    async def rental_gpus(self, rental_id: str) -> list[RentalGpuResponse]:
+        return await self._ask(sent.rental_gpus(rental_id))
+
+    async def rental_gpu_history(self, rental_id: str, minutes: int = 60) -> list[RentalGpuHistoryResponse]:
+        return await self._ask(sent.rental_gpu_history(rental_id, minutes))
 
     async def output(
         self,

@@ -1,15 +1,16 @@
 """How an `AsyncClient` talks to the server: `Transport`'s sending over `httpx.AsyncClient`, awaited. What a
-request and its answer mean (options, deadline, retry rules, body, errors, reading) is `exchange`'s, shared
-with the sync transport; this module only sends."""
+request and its answer mean (options, deadline, retry rules, body, errors, reading) is `exchange`'s, and what
+each call sends is a `calls.Call`, both shared with the sync transport; this module only sends."""
 
 from __future__ import annotations
 
 import time
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import httpx
 from pydantic import BaseModel
 
+from suanli.client.calls import Call, Pager
 from suanli.client.exchange import (
     call_deadline,
     failure,
@@ -20,7 +21,9 @@ from suanli.client.exchange import (
     unreachable,
 )
 from suanli.client.retries import timeout_until
-from suanli.client.transport import DEFAULT_TIMEOUT_S, idempotent
+from suanli.client.transport import DEFAULT_TIMEOUT_S, next_after
+
+Result = TypeVar("Result")
 
 
 class AsyncTransport:
@@ -51,18 +54,25 @@ class AsyncTransport:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def _call(self, method: str, path: str, response_type: Any, **request: Any) -> Any:
-        """`Transport._call`, awaited: the request (`_send`'s arguments) sent and retried by the same rules,
-        its answer read as `response_type`."""
-        response = await self._send(method, path, **request)
-        return self._read(method, path, response, response_type)
+    async def _ask(self, call: Call[Result], deadline: float | None = None) -> Result:
+        """`Transport._ask`, awaited: `call` sent (and retried) as it says, its answer read as it says; its
+        retries end by `deadline` (`time.monotonic()`) when given."""
+        return (await self._answered(call, deadline))[0]
 
-    async def _create(self, path: str, response_type: Any, request: BaseModel, key: str | None) -> Any:
-        """`Transport._create`, awaited: POST `request` under an Idempotency-Key (`key`, or a fresh one its
-        retries share), retried as a safe request."""
-        return await self._call(
-            "POST", path, response_type, body=request, headers=idempotent(key), retry=True
-        )
+    async def _answered(self, call: Call[Result], deadline: float | None = None) -> tuple[Result, str | None]:
+        """`call`'s answer and the cursor its `Link` rel="next" names (None: none)."""
+        response = await self._send(call.method, call.path, **call.sending(), deadline=deadline)
+        answer = self._read(call.method, call.path, response, call.response_type, raw=call.raw)
+        return answer, next_after(response)
+
+    async def _pages(self, pager: Pager[Result]) -> Result:
+        """`Transport._pages`, awaited: what `pager` returns once each call it yields is answered."""
+        try:
+            call = next(pager)
+            while True:
+                call = pager.send(await self._answered(call))
+        except StopIteration as done:
+            return done.value
 
     async def _send(
         self,
@@ -70,20 +80,22 @@ class AsyncTransport:
         path: str,
         *,
         body: BaseModel | None = None,
+        content: bytes | None = None,
         params: dict[str, str] | list[tuple[str, str]] | None = None,
         headers: dict[str, str] | None = None,
         retry: bool | None = None,
+        merge_patch: bool = False,
         deadline: float | None = None,
     ) -> httpx.Response:
-        """`_call`'s request, sent (and retried) as `Transport._send`'s; an error answer raised."""
+        """`_ask`'s request, sent (and retried) as `Transport._send`'s; an error answer raised."""
         started = time.monotonic()
         deadline = call_deadline(started, self._call_timeout_s, deadline)
-        json_body = request_json(body)
+        json_body = request_json(body, merge_patch)
 
         async def send() -> httpx.Response:
             timeout = timeout_until(self._http.timeout, deadline)
             return await self._http.request(
-                method, path, json=json_body, params=params, headers=headers, timeout=timeout
+                method, path, json=json_body, content=content, params=params, headers=headers, timeout=timeout
             )
 
         try:
@@ -95,8 +107,11 @@ class AsyncTransport:
             raise error
         return response
 
-    def _read(self, method: str, path: str, response: httpx.Response, response_type: Any) -> Any:
-        """A successful answer to `method path` read as `response_type` (`exchange.read_answer`)."""
-        answer, as_suanli = read_answer(method, path, response, response_type)
+    def _read(
+        self, method: str, path: str, response: httpx.Response, response_type: Any, *, raw: bool = False
+    ) -> Any:
+        """A successful answer to `method path` read as `response_type` (its text when `raw`;
+        `exchange.read_answer`)."""
+        answer, as_suanli = read_answer(method, path, response, response_type, raw=raw)
         self._answered_as_suanli |= as_suanli
         return answer

@@ -14,6 +14,7 @@ from datetime import datetime
 from suanli.client.accounts import AccountCalls
 from suanli.client.agents import AgentCalls
 from suanli.client.billing import BillingCalls, BudgetChanges, LimitsChanges
+from suanli.client.billing_pages import LEDGER_PAGE_LIMIT, PAYOUT_PAGE_LIMIT, ledger_pages, payout_pages
 from suanli.client.contracts import ContractCalls
 from suanli.client.errors import (
     BAD_RESPONSE,
@@ -30,7 +31,7 @@ from suanli.client.errors import (
 )
 from suanli.client.execs import ExecCalls
 from suanli.client.fleet import FleetCalls
-from suanli.client.rental_rules import RENTALS_PAGE_LIMIT, rental_filters, rentals_page_query
+from suanli.client.rental_rules import RENTALS_PAGE_LIMIT, rentals_pages
 from suanli.client.rentals import RentalCalls
 from suanli.client.retries import (
     GATEWAY_RETRY_STATUSES,
@@ -42,7 +43,7 @@ from suanli.client.retries import (
     retry_when_rate_limited,
     ride_out_restarts,
 )
-from suanli.client.transport import DEFAULT_TIMEOUT_S, next_after, url_problem
+from suanli.client.transport import DEFAULT_TIMEOUT_S, url_problem
 from suanli.wire.billing_schemas import LedgerTransactionResponse, PayoutResponse
 from suanli.wire.schemas import RentalResponse
 
@@ -76,9 +77,6 @@ __all__ = [
     "url_problem",
 ]
 
-LEDGER_PAGE_LIMIT = 1000  # transactions per `GET /v1/ledger` page: the most the server sends in one
-PAYOUT_PAGE_LIMIT = 1000  # lines per `GET /v1/payouts` page: the most the server sends in one
-
 
 class Client(AccountCalls, FleetCalls, RentalCalls, ExecCalls, AgentCalls, ContractCalls, BillingCalls):
     """A session with one suanli server, authenticated by an API key. `timeout_s` bounds each send of a
@@ -98,54 +96,17 @@ class Client(AccountCalls, FleetCalls, RentalCalls, ExecCalls, AgentCalls, Contr
         is before it), and changed at or after `updated_after` (timezone-aware; the server's clock) when
         given; past the rental `after` when given. Fetched a page at a time, following each page's
         `Link` rel="next" (past its last rental) while the server says more follow."""
-        filters = rental_filters(states, name, updated_after)
-        found: list[RentalResponse] = []
-        while params := rentals_page_query(filters, limit, len(found), after, RENTALS_PAGE_LIMIT):
-            response = self._send("GET", "/v1/rentals", params=params)
-            page = self._read("GET", "/v1/rentals", response, list[RentalResponse])
-            found.extend(page)
-            after = next_after(response)
-            if after is None or not page:  # the last page (or an older server's only one)
-                break
-        return found
+        return self._pages(rentals_pages(states, name, limit, after, updated_after, RENTALS_PAGE_LIMIT))
 
     def ledger(
         self, tenant_id: str | None = None, after: int = 0, limit: int | None = None
     ) -> list[LedgerTransactionResponse]:
         """Your transactions in chain order past `seq` `after` (an admin: all, or one tenant's): every one,
         or the first `limit`. Fetched a page at a time, each after the last `seq` of the one before."""
-        found: list[LedgerTransactionResponse] = []
-        while limit is None or len(found) < limit:
-            size = LEDGER_PAGE_LIMIT if limit is None else min(LEDGER_PAGE_LIMIT, limit - len(found))
-            params = {"after": str(after), "limit": str(size), **({"tenant": tenant_id} if tenant_id else {})}
-            page = self._call("GET", "/v1/ledger", list[LedgerTransactionResponse], params=params)
-            found.extend(page)
-            if len(page) < size or page[-1].seq is None:  # the last page (or an older server's whole ledger)
-                break
-            after = page[-1].seq
-        return found
+        return self._pages(ledger_pages(tenant_id, after, limit, LEDGER_PAGE_LIMIT))
 
     def payouts(self, provider: str | None = None, limit: int | None = None) -> list[PayoutResponse]:
         """Provider payables per rental (a provider key its own; an admin all, or one provider): every line,
         or the first `limit`. Fetched a page at a time, each after the last line of the one before; a
         provider whose lines span pages comes back once, with all of them."""
-        by_provider: dict[str, PayoutResponse] = {}
-        after, count = None, 0
-        while limit is None or count < limit:
-            size = PAYOUT_PAGE_LIMIT if limit is None else min(PAYOUT_PAGE_LIMIT, limit - count)
-            params = {"limit": str(size), **({"provider": provider} if provider else {})}
-            page = self._call(
-                "GET",
-                "/v1/payouts",
-                list[PayoutResponse],
-                params={**params, **({"after": after} if after else {})},
-            )
-            for payout in page:
-                found = by_provider.setdefault(payout.provider, payout.model_copy(update={"lines": []}))
-                found.lines.extend(payout.lines)
-            lines = [(p.provider, line.ref) for p in page for line in p.lines]
-            count += len(lines)
-            if len(lines) != size:  # the last page (or an older server's every line, however many)
-                break
-            after = "/".join(lines[-1])
-        return list(by_provider.values())
+        return self._pages(payout_pages(provider, limit, PAYOUT_PAGE_LIMIT))

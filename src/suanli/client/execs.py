@@ -7,32 +7,17 @@ from collections.abc import Callable, Sequence
 
 from websockets.sync.client import ClientConnection
 
-from suanli.client.errors import ServerUnreachable, checks_arguments
+from suanli.client import exec_requests as sent
+from suanli.client.errors import ServerUnreachable
 from suanli.client.rental_rules import exec_output_since, exec_wait_pause_s
 from suanli.client.retries import RECONNECT_S, ride_out_restarts
 from suanli.client.transport import Transport, segment
-from suanli.wire.schemas import ExecCreateRequest, ExecResponse, ForwardCreateRequest
-
-
-@checks_arguments
-def exec_request(
-    command: Sequence[str], node_rank: int, timeout_s: int, stdin: bool, tty: bool, separate_stderr: bool
-) -> ExecCreateRequest:
-    """The request of `exec` (either client's): a value its model refuses is an `InvalidArgument`."""
-    return ExecCreateRequest(
-        command=list(command),
-        node_rank=node_rank,
-        timeout_s=timeout_s,
-        stdin=stdin,
-        tty=tty,
-        separate_stderr=separate_stderr,
-    )
+from suanli.wire.schemas import ExecResponse
 
 
 class ExecCalls(Transport):
     """The calls on a rental's commands and port forwards."""
 
-    @checks_arguments
     def exec(
         self,
         rental_id: str,
@@ -48,17 +33,16 @@ class ExecCalls(Transport):
         With `stdin` (and `tty`: on a terminal), attach to it with `attach_exec` to stream its input and
         output; `separate_stderr` (without `tty`) marks each output frame with its stream
         (`suanli.client.streams.output_stream`)."""
-        body = exec_request(command, node_rank, timeout_s, stdin, tty, separate_stderr)
-        return self._call("POST", f"/v1/rentals/{segment(rental_id)}/execs", ExecResponse, body=body)
+        return self._ask(
+            sent.exec_command(rental_id, command, node_rank, timeout_s, stdin, tty, separate_stderr)
+        )
 
-    @checks_arguments
     def forward(
         self, rental_id: str, port: int, *, node_rank: int = 0, timeout_s: int = 8 * 3600
     ) -> ExecResponse:
         """Queue a port forward to `port` of the running rental (on its node of `node_rank`); attach to it
         with `attach_exec` to carry TCP connections (see `suanli.cli.forward`)."""
-        body = ForwardCreateRequest(port=port, node_rank=node_rank, timeout_s=timeout_s)
-        return self._call("POST", f"/v1/rentals/{segment(rental_id)}/forwards", ExecResponse, body=body)
+        return self._ask(sent.forward(rental_id, port, node_rank, timeout_s))
 
     def attach_exec(self, rental_id: str, exec_id: str) -> ClientConnection:
         """A WebSocket to an attached command: send its input as binary frames (a text frame
@@ -72,16 +56,15 @@ class ExecCalls(Transport):
         return self._websocket(f"/v1/agents/execs/{segment(exec_id)}/attach")
 
     def exec_status(self, rental_id: str, exec_id: str) -> ExecResponse:
-        return self._exec_status(rental_id, exec_id)
+        return self._ask(sent.exec_status(rental_id, exec_id))
 
     def _exec_status(self, rental_id: str, exec_id: str, deadline: float | None = None) -> ExecResponse:
         """The command, its request and retries bounded by `deadline` (`time.monotonic()`) when given."""
-        path = f"/v1/rentals/{segment(rental_id)}/execs/{segment(exec_id)}"
-        return self._call("GET", path, ExecResponse, deadline=deadline)
+        return self._ask(sent.exec_status(rental_id, exec_id), deadline)
 
     def execs(self, rental_id: str) -> list[ExecResponse]:
         """The rental's commands, newest first."""
-        return self._call("GET", f"/v1/rentals/{segment(rental_id)}/execs", list[ExecResponse])
+        return self._ask(sent.execs(rental_id))
 
     def wait_exec(
         self,

@@ -1,8 +1,10 @@
-"""Calls on the fleet: its nodes (drain, undrain), maintenance windows and the offers for rent."""
+"""Calls on the fleet: its nodes (drain, undrain), maintenance windows and the offers for rent (what each
+sends: `fleet_requests`)."""
 
 from __future__ import annotations
 
-from suanli.client.transport import Transport, segment
+from suanli.client import fleet_requests as sent
+from suanli.client.transport import Transport
 from suanli.wire.schemas import (
     FleetResponse,
     MaintenanceCreateRequest,
@@ -18,36 +20,27 @@ class FleetCalls(Transport):
 
     def put_fleet(self, toml_text: str, force: bool = False) -> FleetResponse:
         """Replace the fleet; refused (409) when signed contracts would be short of GPUs, unless `force`."""
-        return self._call(
-            "PUT",
-            "/v1/fleet",
-            FleetResponse,
-            content=toml_text.encode(),
-            headers={"Content-Type": "application/toml"},
-            params={"force": "true"} if force else None,
-        )
+        return self._ask(sent.put_fleet(toml_text, force))
 
     def nodes(self) -> list[NodeResponse]:
-        return self._call("GET", "/v1/nodes", list[NodeResponse])
+        return self._ask(sent.nodes())
 
     def drain(self, node: str, force: bool = False) -> NodeDrainResponse:
         """Cordon `node`; refused (409) when a signed contract would be short, unless `force` (then the answer
         lists the contracts left short, with how short)."""
-        params = {"force": "true"} if force else None
-        return self._call("POST", f"/v1/nodes/{segment(node)}/drain", NodeDrainResponse, params=params)
+        return self._ask(sent.drain(node, force))
 
     def undrain(self, node: str) -> NodeResponse:
-        return self._call("POST", f"/v1/nodes/{segment(node)}/undrain", NodeResponse)
+        return self._ask(sent.undrain(node))
 
     def schedule_maintenance(self, request: MaintenanceCreateRequest) -> MaintenanceResponse:
-        return self._call("POST", "/v1/fleet/maintenance", MaintenanceResponse, body=request)
+        return self._ask(sent.schedule_maintenance(request))
 
     def maintenance(self, include_past: bool = False) -> list[MaintenanceResponse]:
-        params = {"include_past": "true"} if include_past else None
-        return self._call("GET", "/v1/fleet/maintenance", list[MaintenanceResponse], params=params)
+        return self._ask(sent.maintenance(include_past))
 
     def cancel_maintenance(self, window_id: str) -> MaintenanceResponse:
-        return self._call("DELETE", f"/v1/fleet/maintenance/{segment(window_id)}", MaintenanceResponse)
+        return self._ask(sent.cancel_maintenance(window_id))
 
     def offers(self, query: str = "") -> list[OfferResponse]:
-        return self._call("GET", "/v1/offers", list[OfferResponse], params={"q": query} if query else None)
+        return self._ask(sent.offers(query))

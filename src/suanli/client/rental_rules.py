@@ -1,6 +1,6 @@
 """What the rental calls that poll or page decide, with no I/O, for both clients (`Client` and
-`AsyncClient`): the query of the next page of `rentals()`, what a page of followed output leads to, and what
-one look at a waited-for rental means (return it, raise, or look again after a pause). Each client only
+`AsyncClient`): the pages of `rentals()` and the query of each, what a page of followed output leads to, and
+what one look at a waited-for rental means (return it, raise, or look again after a pause). Each client only
 fetches and sleeps."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import enum
 from collections.abc import Collection, Iterable
 from datetime import datetime
 
+from suanli.client.calls import Call, Pager
 from suanli.client.errors import ExecWaitTimeout, RentalEnded, RentalWaitTimeout
 from suanli.wire.agent_schemas import LogResponse
 from suanli.wire.schemas import ENDED_STATES, ExecResponse, RentalResponse
@@ -36,6 +37,26 @@ def rentals_page_query(
         return None
     size = page_limit if limit is None else min(page_limit, limit - found)
     return [*filters, ("limit", str(size)), *([("after", after)] if after else [])]
+
+
+def rentals_pages(
+    states: Iterable[str],
+    name: str | None,
+    limit: int | None,
+    after: str | None,
+    updated_after: datetime | None,
+    page_limit: int,
+) -> Pager[list[RentalResponse]]:
+    """`rentals()`'s pages (at most `page_limit` rentals each), each past the one before as its `Link`
+    rel="next" says, put together (see `calls.Pager`)."""
+    filters = rental_filters(states, name, updated_after)
+    found: list[RentalResponse] = []
+    while params := rentals_page_query(filters, limit, len(found), after, page_limit):
+        page, after = yield Call("GET", "/v1/rentals", list[RentalResponse], params=params)
+        found.extend(page)
+        if after is None or not page:  # the last page (or an older server's only one)
+            break
+    return found
 
 
 class Next(enum.Enum):

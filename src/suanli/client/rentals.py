@@ -7,71 +7,59 @@ import contextlib
 import time
 from collections.abc import Callable, Collection, Iterator
 
-from suanli.client.errors import ServerUnreachable, checks_arguments
+from suanli.client import rental_requests as sent
+from suanli.client.errors import ServerUnreachable
 from suanli.client.rental_rules import Next, after_output_page, wait_pause_s
 from suanli.client.retries import RECONNECT_S, SERVER_AWAY_ERRORS, ride_out_restarts
-from suanli.client.transport import Transport, segment
+from suanli.client.transport import Transport
 from suanli.wire.agent_schemas import (
     LogResponse,
     RentalGpuHistoryResponse,
     RentalGpuResponse,
     RentalRunResponse,
 )
-from suanli.wire.schemas import (
-    ENDED_STATES,
-    RentalBidRequest,
-    RentalCreateRequest,
-    RentalDryRunResponse,
-    RentalResizeRequest,
-    RentalResponse,
-)
+from suanli.wire.schemas import ENDED_STATES, RentalCreateRequest, RentalDryRunResponse, RentalResponse
 
 
 class RentalCalls(Transport):
-    """The calls on rentals (their list, fetched in pages, is `Client.rentals`)."""
+    """The calls on rentals (their list, fetched in pages, is `Client.rentals`; what each sends:
+    `rental_requests`)."""
 
     def create_rental(
         self, request: RentalCreateRequest, idempotency_key: str | None = None
     ) -> RentalResponse:
         """Create a rental under an idempotency key (a new one when none is given), so a retry after a lost
         answer returns the same rental rather than renting a second one."""
-        return self._create("/v1/rentals", RentalResponse, request, idempotency_key)
+        return self._ask(sent.create_rental(request, idempotency_key))
 
     def dry_run_rental(self, request: RentalCreateRequest) -> RentalDryRunResponse:
         """What creating `request` now would do, creating nothing: where it would start and at what rate,
         whom it would preempt, or why it would wait."""
-        return self._call("POST", "/v1/rentals/dry-run", RentalDryRunResponse, body=request, retry=True)
+        return self._ask(sent.dry_run_rental(request))
 
     def rental(self, rental_id: str) -> RentalResponse:
-        return self._rental(rental_id)
+        return self._ask(sent.rental(rental_id))
 
     def _rental(self, rental_id: str, deadline: float | None = None) -> RentalResponse:
         """The rental, its request and retries bounded by `deadline` (`time.monotonic()`) when given."""
-        return self._call("GET", f"/v1/rentals/{segment(rental_id)}", RentalResponse, deadline=deadline)
+        return self._ask(sent.rental(rental_id), deadline)
 
     def stop(self, rental_id: str) -> RentalResponse:
-        return self._call("POST", f"/v1/rentals/{segment(rental_id)}/stop", RentalResponse, retry=True)
+        return self._ask(sent.stop(rental_id))
 
-    @checks_arguments
     def set_bid(self, rental_id: str, bid_micros_per_gpu_hour: int) -> RentalResponse:
         """A spot rental's new bid per GPU-hour (live: at least its pool's floor)."""
-        body = RentalBidRequest(bid_micros_per_gpu_hour=bid_micros_per_gpu_hour)
-        return self._call("PUT", f"/v1/rentals/{segment(rental_id)}/bid", RentalResponse, body=body)
+        return self._ask(sent.set_bid(rental_id, bid_micros_per_gpu_hour))
 
-    @checks_arguments
     def resize(self, rental_id: str, *, nodes: int | None = None, gpus: int | None = None) -> RentalResponse:
-        body = RentalResizeRequest(nodes=nodes, gpus=gpus)
-        return self._call("PATCH", f"/v1/rentals/{segment(rental_id)}", RentalResponse, body=body)
+        return self._ask(sent.resize(rental_id, nodes, gpus))
 
     def logs(
         self, rental_id: str, offset: int = 0, node: str | None = None, tail: int | None = None
     ) -> LogResponse:
         """The rental's output from character `offset`, or its last `tail` characters (every node's, or
         `node`'s); follow with `next_offset` until `done`."""
-        params = {"offset": str(offset)} | ({"node": node} if node is not None else {})
-        if tail is not None:
-            params["tail"] = str(tail)
-        return self._call("GET", f"/v1/rentals/{segment(rental_id)}/logs", LogResponse, params=params)
+        return self._ask(sent.logs(rental_id, offset, node, tail))
 
     def output(
         self,
@@ -136,14 +124,13 @@ class RentalCalls(Transport):
             time.sleep(pause_s)
 
     def rental_runs(self, rental_id: str) -> list[RentalRunResponse]:
-        return self._call("GET", f"/v1/rentals/{segment(rental_id)}/runs", list[RentalRunResponse])
+        return self._ask(sent.rental_runs(rental_id))
 
     def rental_gpus(self, rental_id: str) -> list[RentalGpuResponse]:
         """The GPUs the rental holds now, with their last utilization, memory and power readings."""
-        return self._call("GET", f"/v1/rentals/{segment(rental_id)}/gpus", list[RentalGpuResponse])
+        return self._ask(sent.rental_gpus(rental_id))
 
     def rental_gpu_history(self, rental_id: str, minutes: int = 60) -> list[RentalGpuHistoryResponse]:
         """The GPUs the rental held in the last `minutes` (running or ended), each with its readings by
         minute while it held them (kept a week)."""
-        path = f"/v1/rentals/{segment(rental_id)}/gpus/history"
-        return self._call("GET", path, list[RentalGpuHistoryResponse], params={"minutes": minutes})
+        return self._ask(sent.rental_gpu_history(rental_id, minutes))

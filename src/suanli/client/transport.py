@@ -5,7 +5,6 @@ an idempotency key given, a page's `Link` followed. The calls themselves are in 
 from __future__ import annotations
 
 import time
-import uuid
 from typing import Any, Self, TypeVar
 from urllib.parse import quote
 
@@ -14,6 +13,7 @@ from pydantic import BaseModel
 from websockets.exceptions import InvalidHandshake, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
+from suanli.client.calls import Call, Pager, idempotent
 from suanli.client.errors import ApiError, ServerUnreachable
 from suanli.client.exchange import (
     call_deadline,
@@ -29,13 +29,8 @@ from suanli.client.retries import timeout_until
 
 __all__ = ["DEFAULT_TIMEOUT_S", "Transport", "idempotent", "next_after", "segment", "url_problem"]
 
-Answer = TypeVar("Answer", bound=BaseModel)
+Result = TypeVar("Result")
 DEFAULT_TIMEOUT_S = 30.0  # how long one request waits for each step of its answer (`Client(timeout_s=)`)
-
-
-def idempotent(key: str | None) -> dict[str, str]:
-    """The Idempotency-Key header for a create: `key`, or a fresh one for this call that its retries share."""
-    return {"Idempotency-Key": key or str(uuid.uuid4())}
 
 
 def segment(value: object) -> str:
@@ -111,10 +106,25 @@ class Transport:
         )
         return self._read(method, path, response, response_type, raw=raw)
 
-    def _create(self, path: str, response_type: type[Answer], request: BaseModel, key: str | None) -> Answer:
-        """POST `request` to `path` under an Idempotency-Key (`key`, or a fresh one its retries share), so
-        it is retried as a safe request: a resend after a lost answer returns what the first made."""
-        return self._call("POST", path, response_type, body=request, headers=idempotent(key), retry=True)
+    def _ask(self, call: Call[Result], deadline: float | None = None) -> Result:
+        """`call` sent (and retried) as it says, its answer read as it says; its retries end by
+        `deadline` (`time.monotonic()`) when given."""
+        return self._answered(call, deadline)[0]
+
+    def _answered(self, call: Call[Result], deadline: float | None = None) -> tuple[Result, str | None]:
+        """`call`'s answer and the cursor its `Link` rel="next" names (None: none)."""
+        response = self._send(call.method, call.path, **call.sending(), deadline=deadline)
+        answer = self._read(call.method, call.path, response, call.response_type, raw=call.raw)
+        return answer, next_after(response)
+
+    def _pages(self, pager: Pager[Result]) -> Result:
+        """What `pager` returns once each call it yields is answered (a list fetched a page at a time)."""
+        try:
+            call = next(pager)
+            while True:
+                call = pager.send(self._answered(call))
+        except StopIteration as done:
+            return done.value
 
     def _send(
         self,
