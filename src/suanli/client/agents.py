@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from suanli.client.calls import Call
 from suanli.client.errors import checks_arguments
 from suanli.client.transport import Transport, segment
 from suanli.wire.agent_schemas import (
@@ -26,21 +27,21 @@ class AgentCalls(Transport):
     @checks_arguments
     def create_join_token(self, node: str, ttl_s: float | None = None) -> JoinTokenResponse:
         body = JoinTokenCreateRequest(node=node, ttl_s=ttl_s)
-        return self._call("POST", "/v1/join-tokens", JoinTokenResponse, body=body)
+        return self._ask(Call("POST", "/v1/join-tokens", JoinTokenResponse, body=body))
 
     @checks_arguments
     def register_agent(self, token: str, inventory: dict[str, Any]) -> AgentRegisterResponse:
         body = AgentRegisterRequest(token=token, inventory=inventory)
-        return self._call("POST", "/v1/agents/register", AgentRegisterResponse, body=body)
+        return self._ask(Call("POST", "/v1/agents/register", AgentRegisterResponse, body=body))
 
     def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
         """Report workloads and telemetry; safe to retry (reports are states, not increments)."""
-        return self._call("POST", "/v1/agents/heartbeat", HeartbeatResponse, body=request, retry=True)
+        return self._ask(Call("POST", "/v1/agents/heartbeat", HeartbeatResponse, body=request, retry=True))
 
     def report_exec(self, exec_id: str, report: ExecReportRequest) -> ExecResponse:
         """Say a command started or how it ended; safe to retry (a state it has already is a no-op)."""
-        return self._call(
-            "POST", f"/v1/agents/execs/{segment(exec_id)}", ExecResponse, body=report, retry=True
+        return self._ask(
+            Call("POST", f"/v1/agents/execs/{segment(exec_id)}", ExecResponse, body=report, retry=True)
         )
 
     @checks_arguments
@@ -52,4 +53,4 @@ class AgentCalls(Transport):
             data=data.decode("utf-8", errors="replace"),
             size_bytes=len(data),
         )
-        return self._call("POST", "/v1/agents/logs", LogChunkResponse, body=body, retry=True)
+        return self._ask(Call("POST", "/v1/agents/logs", LogChunkResponse, body=body, retry=True))

@@ -22,7 +22,7 @@ Pager = Generator["Call[Any]", Page, Answer]
 @dataclass(frozen=True)
 class Call(Generic[Answer]):
     """One request and how its answer is read: `response_type` (a wire model, a list of one, or `str` with
-    `raw`: the text) is what the call returns; `retry` as `Transport._call` takes it."""
+    `raw`: the text) is what the call returns; `retry` as `Transport._send` takes it."""
 
     method: str
     path: str

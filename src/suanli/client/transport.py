@@ -75,37 +75,6 @@ class Transport:
     def close(self) -> None:
         self._http.close()
 
-    def _call(
-        self,
-        method: str,
-        path: str,
-        response_type: Any,
-        *,
-        body: BaseModel | None = None,
-        content: bytes | None = None,
-        params: dict[str, str] | list[tuple[str, str]] | None = None,
-        headers: dict[str, str] | None = None,
-        retry: bool | None = None,
-        raw: bool = False,
-        merge_patch: bool = False,
-        deadline: float | None = None,
-    ) -> Any:
-        """Send a request (again, when `safe`, after a lost answer or a gateway's 502/503/504; any after a
-        429) and read its answer as `response_type`; with a `deadline` (`time.monotonic()`), each send's
-        timeout and the retries end by it, as they do by the client's `call_timeout_s` (the nearer)."""
-        response = self._send(
-            method,
-            path,
-            body=body,
-            content=content,
-            params=params,
-            headers=headers,
-            retry=retry,
-            merge_patch=merge_patch,
-            deadline=deadline,
-        )
-        return self._read(method, path, response, response_type, raw=raw)
-
     def _ask(self, call: Call[Result], deadline: float | None = None) -> Result:
         """`call` sent (and retried) as it says, its answer read as it says; its retries end by
         `deadline` (`time.monotonic()`) when given."""
@@ -139,7 +108,7 @@ class Transport:
         merge_patch: bool = False,
         deadline: float | None = None,
     ) -> httpx.Response:
-        """`_call`'s request, sent (and retried) as it says; an error answer raised as an `ApiError`."""
+        """`_ask`'s request, sent (and retried) as it says; an error answer raised as an `ApiError`."""
         started = time.monotonic()
         deadline = call_deadline(started, self._call_timeout_s, deadline)
         json_body = request_json(body, merge_patch)

@@ -5,7 +5,7 @@ meter's batches (2,000 rentals, 8,000 postings) that was a third of the writer t
 it shares with the reader under one interpreter lock. An array literal passed as text and cast in SQL
 (`CAST(:ids AS varchar[])`), and COPY's text format written a batch at a time, say the same in one string.
 Only for what is written (`INSERT ... SELECT unnest(...)`): in a WHERE clause the planner cannot see a cast
-literal's length, and `= ANY` over one planned a 2,000-id page read 5 to 10 times slower (keep typed lists).
+literal's length (`= ANY` over one made the read-only meter pass at 100,000 rentals take 63 s, not ~10 s).
 """
 
 from __future__ import annotations
